@@ -1,0 +1,51 @@
+/* Filling struct corral_error; see error.h. Safe to call in a freshly cloned child. */
+#include "base/error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int fail_v(struct corral_error *err, int code, const char *suffix, const char *fmt,
+                  va_list ap)
+{
+    if (code <= 0)
+        code = EIO;
+    if (err) {
+        int n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
+        if (suffix && n >= 0 && (size_t)n < sizeof(err->message))
+            snprintf(err->message + n, sizeof(err->message) - (size_t)n, ": %s", suffix);
+        err->code = code;
+    }
+    return -code;
+}
+
+int corral_fail(struct corral_error *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int r = fail_v(err, code, NULL, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
+{
+    int saved = errno;
+    char buf[128];
+    const char *text = strerror_r(saved, buf, sizeof(buf));
+    va_list ap;
+    va_start(ap, fmt);
+    int r = fail_v(err, saved, text, fmt, ap);
+    va_end(ap);
+    errno = saved;
+    return r;
+}
+
+void corral_error_clear(struct corral_error *err)
+{
+    if (err) {
+        err->code = 0;
+        err->message[0] = '\0';
+    }
+}

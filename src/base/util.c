@@ -1,0 +1,299 @@
+/* Units, files, ids and clocks; see util.h. */
+#include "base/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+
+/* Parses a non-negative decimal number with an optional fraction; *end points past it. */
+static int parse_number(const char *text, double *out, const char **end)
+{
+    const char *p = text;
+    if (!isdigit((unsigned char)*p) && *p != '.')
+        return -1;
+    errno = 0;
+    char *e;
+    double v = strtod(p, &e);
+    if (e == p || errno || v < 0 || !isfinite(v))
+        return -1;
+    *out = v;
+    *end = e;
+    return 0;
+}
+
+int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err)
+{
+    double v;
+    const char *unit;
+    if (!text || parse_number(text, &v, &unit) < 0)
+        goto bad;
+    double mult = 1;
+    switch (tolower((unsigned char)*unit)) {
+    case '\0': break;
+    case 'b': mult = 1; break;
+    case 'k': mult = 1024.0; break;
+    case 'm': mult = 1024.0 * 1024; break;
+    case 'g': mult = 1024.0 * 1024 * 1024; break;
+    case 't': mult = 1024.0 * 1024 * 1024 * 1024; break;
+    default: goto bad;
+    }
+    if (*unit) {
+        unit++;
+        /* accept k, kb, kib, m, mb, mib, ... */
+        if (tolower((unsigned char)*unit) == 'i')
+            unit++;
+        if (tolower((unsigned char)*unit) == 'b')
+            unit++;
+        if (*unit)
+            goto bad;
+    }
+    double bytes = v * mult;
+    if (bytes > (double)UINT64_MAX / 2)
+        goto bad;
+    *out = (uint64_t)bytes;
+    return 0;
+bad:
+    return corral_fail(err, EINVAL, "invalid size '%s' (expected a number with an optional unit, "
+                                    "such as 512m or 2g)",
+                       text ? text : "");
+}
+
+int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_error *err)
+{
+    double v;
+    const char *unit;
+    if (!text || parse_number(text, &v, &unit) < 0)
+        goto bad;
+    double mult;
+    if (!*unit || !strcmp(unit, "s"))
+        mult = 1000;
+    else if (!strcmp(unit, "ms"))
+        mult = 1;
+    else if (!strcmp(unit, "m") || !strcmp(unit, "min"))
+        mult = 60000;
+    else if (!strcmp(unit, "h"))
+        mult = 3600000;
+    else
+        goto bad;
+    double ms = v * mult;
+    if (ms > 1e15)
+        goto bad;
+    *out_ms = (uint64_t)ms;
+    return 0;
+bad:
+    return corral_fail(err, EINVAL, "invalid duration '%s' (expected seconds, or a number with "
+                                    "a unit: 500ms, 30s, 5m, 1h)",
+                       text ? text : "");
+}
+
+int corral_parse_cpus(const char *text, uint32_t *out_millicpus, struct corral_error *err)
+{
+    double v;
+    const char *end;
+    if (!text || parse_number(text, &v, &end) < 0 || *end || v < 0.01 || v > 4096)
+        return corral_fail(err, EINVAL, "invalid CPU count '%s' (expected a number such as 1 "
+                                        "or 0.5)",
+                           text ? text : "");
+    *out_millicpus = (uint32_t)llround(v * 1000);
+    return 0;
+}
+
+int corral_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *out,
+                      struct corral_error *err)
+{
+    if (!text || !isdigit((unsigned char)*text))
+        goto bad;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end || v < min || v > max)
+        goto bad;
+    *out = v;
+    return 0;
+bad:
+    return corral_fail(err, EINVAL, "invalid number '%s' (expected an integer from %" PRIu64
+                                    " to %" PRIu64 ")",
+                       text ? text : "", min, max);
+}
+
+void corral_format_size(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    double v = (double)bytes;
+    while (v >= 1024 && u < 4 && fmod(v, 1024) == 0) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%.0f %s", v, units[u]);
+}
+
+int corral_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int corral_read_exact(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -EPIPE;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int corral_write_file(const char *path, const char *text, struct corral_error *err)
+{
+    cleanup_close int fd = open(path, O_WRONLY | O_CLOEXEC | O_TRUNC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open %s", path);
+    size_t len = strlen(text);
+    ssize_t n;
+    do
+        n = write(fd, text, len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return corral_fail_errno(err, "cannot write '%s' to %s", text, path);
+    if ((size_t)n != len)
+        return corral_fail(err, EIO, "short write of '%s' to %s", text, path);
+    return 0;
+}
+
+int corral_read_file(const char *path, char *buf, size_t len, struct corral_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open %s", path);
+    size_t got = 0;
+    while (got + 1 < len) {
+        ssize_t n = read(fd, buf + got, len - 1 - got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return corral_fail_errno(err, "cannot read %s", path);
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    return (int)got;
+}
+
+int corral_read_file_alloc(const char *path, size_t max, char **out, size_t *out_len,
+                           struct corral_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open %s", path);
+    size_t cap = 4096, len = 0;
+    cleanup_free char *buf = malloc(cap);
+    if (!buf)
+        return corral_fail(err, ENOMEM, "out of memory reading %s", path);
+    for (;;) {
+        if (len + 1 >= cap) {
+            if (cap >= max + 1)
+                return corral_fail(err, EFBIG, "%s is larger than %zu bytes", path, max);
+            size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb)
+                return corral_fail(err, ENOMEM, "out of memory reading %s", path);
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return corral_fail_errno(err, "cannot read %s", path);
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    *out = steal_pointer(&buf);
+    if (out_len)
+        *out_len = len;
+    return 0;
+}
+
+int corral_mkdir_p(const char *path, mode_t mode, struct corral_error *err)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+        return corral_fail(err, ENAMETOOLONG, "path too long: %s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+            return corral_fail_errno(err, "cannot create directory %s", tmp);
+        *p = '/';
+    }
+    if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+        return corral_fail_errno(err, "cannot create directory %s", tmp);
+    return 0;
+}
+
+int corral_random_hex(char *out, size_t bytes, struct corral_error *err)
+{
+    unsigned char raw[64];
+    if (bytes > sizeof(raw))
+        return corral_fail(err, EINVAL, "random id too long");
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t n = getrandom(raw + got, bytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return corral_fail_errno(err, "cannot read random bytes");
+        }
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < bytes; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * bytes] = '\0';
+    return 0;
+}
+
+uint64_t corral_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,40 @@
+/* Small helpers shared by every module: units, files, ids, clocks. */
+#ifndef CORRAL_BASE_UTIL_H
+#define CORRAL_BASE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/error.h"
+
+/* "512m", "1g", "64k", "4096", "1.5g" (binary units) -> bytes. */
+int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err);
+/* "30", "30s", "500ms", "5m", "1h" -> milliseconds. */
+int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_error *err);
+/* "1", "0.5", "2" -> thousandths of a CPU. */
+int corral_parse_cpus(const char *text, uint32_t *out_millicpus, struct corral_error *err);
+/* Decimal integer in [min, max]. */
+int corral_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *out,
+                      struct corral_error *err);
+/* Human form of a byte count: "512 MiB". */
+void corral_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Whole-file helpers. write_file does a single write() as cgroup files expect. */
+int corral_write_file(const char *path, const char *text, struct corral_error *err);
+int corral_read_file(const char *path, char *buf, size_t len, struct corral_error *err);
+int corral_read_file_alloc(const char *path, size_t max, char **out, size_t *out_len,
+                           struct corral_error *err);
+int corral_mkdir_p(const char *path, mode_t mode, struct corral_error *err);
+/* Writes all of buf, retrying on EINTR and short writes. */
+int corral_write_all(int fd, const void *buf, size_t len);
+/* Reads exactly len bytes; returns 0, -EPIPE at EOF before len, or -errno. */
+int corral_read_exact(int fd, void *buf, size_t len);
+
+/* Lowercase hex identifier of `bytes` random bytes into out (2*bytes+1 long). */
+int corral_random_hex(char *out, size_t bytes, struct corral_error *err);
+
+uint64_t corral_now_ms(void); /* CLOCK_MONOTONIC */
+
+#endif

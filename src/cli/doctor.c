@@ -1,0 +1,317 @@
+/*
+ * `corral doctor`: checks that this host can run corral's sandboxes and says
+ * plainly what is missing and how to fix it.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "cli/cli.h"
+#include "jail/cgroup.h"
+#include "jail/jail.h"
+#include "jail/seccomp.h"
+
+static int failures;
+
+static void ok(const char *what, const char *detail)
+{
+    printf("ok    %-14s %s\n", what, detail);
+}
+
+static void bad(const char *what, const char *detail, const char *fix)
+{
+    failures++;
+    printf("FAIL  %-14s %s\n", what, detail);
+    if (fix)
+        printf("      %-14s fix: %s\n", "", fix);
+}
+
+static void warn(const char *what, const char *detail, const char *fix)
+{
+    printf("warn  %-14s %s\n", what, detail);
+    if (fix)
+        printf("      %-14s fix: %s\n", "", fix);
+}
+
+/* Runs fn in a forked child; returns 0 when it exited 0, else the errno it exited with. */
+static int in_child(int (*fn)(void *), void *arg)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return errno;
+    if (pid == 0)
+        _exit(fn(arg));
+    int status;
+    if (waitpid(pid, &status, 0) < 0)
+        return errno;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+}
+
+static int try_unshare(void *arg)
+{
+    return unshare((int)(long)arg) < 0 ? errno : 0;
+}
+
+static int try_mounts(void *arg)
+{
+    if (unshare(CLONE_NEWNS) < 0)
+        return errno;
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return errno;
+    if (mount("tmpfs", "/mnt", "tmpfs", 0, "size=64k") < 0)
+        return errno;
+    return 0;
+}
+
+static int try_seccomp(void *arg)
+{
+    const struct jail_seccomp_program *prog = arg;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return errno;
+    int r = jail_seccomp_install(prog);
+    if (r < 0)
+        return -r;
+    /* The filter must refuse a blocked syscall. */
+    return unshare(CLONE_NEWUTS) < 0 && errno == EPERM ? 0 : ENOTSUP;
+}
+
+static void check_root(void)
+{
+    if (geteuid() == 0)
+        ok("privileges", "running as root");
+    else
+        bad("privileges", "not running as root",
+            "run corral as root: it needs namespaces, cgroups and mounts");
+}
+
+static void check_kernel(void)
+{
+    struct utsname u;
+    uname(&u);
+    int major = 0, minor = 0;
+    sscanf(u.release, "%d.%d", &major, &minor);
+    char detail[256];
+    snprintf(detail, sizeof(detail), "Linux %s", u.release);
+    if (major > 5 || (major == 5 && minor >= 10))
+        ok("kernel", detail);
+    else
+        bad("kernel", detail, "use Linux 5.10 or newer");
+}
+
+static void check_namespaces(void)
+{
+    static const struct {
+        const char *name;
+        int flag;
+    } ns[] = {{"mount", CLONE_NEWNS}, {"pid", CLONE_NEWPID},   {"net", CLONE_NEWNET},
+              {"ipc", CLONE_NEWIPC},  {"uts", CLONE_NEWUTS},   {"cgroup", CLONE_NEWCGROUP},
+              {"user", CLONE_NEWUSER}};
+    char good[256] = "", detail[300];
+    int missing = 0;
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        int e = in_child(try_unshare, (void *)(long)ns[i].flag);
+        if (e == 0) {
+            strcat(good, good[0] ? " " : "");
+            strcat(good, ns[i].name);
+        } else {
+            missing++;
+            snprintf(detail, sizeof(detail), "cannot create a %s namespace: %s", ns[i].name,
+                     strerror(e));
+            bad("namespaces", detail,
+                ns[i].flag == CLONE_NEWUSER
+                    ? "set sysctl user.max_user_namespaces above 0 (and, on Debian kernels, "
+                      "kernel.unprivileged_userns_clone=1)"
+                    : "use a kernel built with this namespace, outside a restricted container");
+        }
+    }
+    if (!missing)
+        ok("namespaces", good);
+    int e = in_child(try_mounts, NULL);
+    if (e == 0)
+        ok("mounts", "private mount namespaces and tmpfs work");
+    else {
+        snprintf(detail, sizeof(detail), "cannot mount tmpfs in a new mount namespace: %s",
+                 strerror(e));
+        bad("mounts", detail, "run corral on the host or in a privileged container");
+    }
+}
+
+static void check_cgroups(void)
+{
+    struct cgroup_env env;
+    struct corral_error err;
+    char detail[700];
+    if (cgroup_detect(NULL, &env, &err) < 0) {
+        bad("cgroups", err.message,
+            "mount cgroup v2 at /sys/fs/cgroup, or the v1 memory, pids and cpu controllers");
+        return;
+    }
+    /* Creating and removing a real sandbox cgroup proves we may write there. */
+    struct jail_limits lim = {.memory_bytes = 64u << 20, .pids = 16, .millicpus = 500};
+    struct cgroup cg;
+    char id[40];
+    snprintf(id, sizeof(id), "doctor-%d", (int)getpid());
+    if (cgroup_create(&env, id, &lim, &cg, &err) < 0) {
+        bad("cgroups", err.message, "run as root on a host that delegates cgroups to root");
+        return;
+    }
+    cgroup_destroy(&cg, NULL);
+    snprintf(detail, sizeof(detail), "v%d at %s (memory, pids, cpu)", (int)env.version,
+             env.root);
+    ok("cgroups", detail);
+    if (env.version == CGROUP_V1) {
+        char path[600];
+        snprintf(path, sizeof(path), "%s/memory/memory.memsw.limit_in_bytes", env.root);
+        if (access(path, F_OK) == 0)
+            ok("swap", "swap is accounted: sandboxes get none");
+        else {
+            FILE *f = fopen("/proc/swaps", "re");
+            int lines = 0;
+            char line[256];
+            while (f && fgets(line, sizeof(line), f))
+                lines++;
+            if (f)
+                fclose(f);
+            if (lines <= 1)
+                ok("swap", "the host has no swap");
+            else
+                warn("swap", "swap is not accounted: memory limits do not cover swap",
+                     "boot with swapaccount=1, or use cgroup v2");
+        }
+    }
+}
+
+static void check_seccomp(void)
+{
+    const struct jail_seccomp_program *prog;
+    struct corral_error err;
+    char detail[300];
+    const struct scmp_version *v = seccomp_version();
+    if (jail_seccomp_program(&prog, &err) < 0) {
+        bad("seccomp", err.message, "install libseccomp 2.5 or newer");
+        return;
+    }
+    int e = in_child(try_seccomp, (void *)prog);
+    if (e) {
+        snprintf(detail, sizeof(detail), "the filter cannot be installed or does not work: %s",
+                 strerror(e));
+        bad("seccomp", detail, "use a kernel with CONFIG_SECCOMP_FILTER");
+        return;
+    }
+    snprintf(detail, sizeof(detail), "filter of %u instructions works (libseccomp %u.%u.%u)",
+             prog->len, v->major, v->minor, v->micro);
+    ok("seccomp", detail);
+}
+
+static void check_python(const char *python)
+{
+    char cmd[512], line[512], detail[700];
+    struct stat st;
+    if (stat(python, &st) < 0) {
+        snprintf(detail, sizeof(detail), "%s not found", python);
+        bad("python", detail, "apt-get install python3");
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "%s -c 'import sys; print(sys.version.split()[0])' 2>&1", python);
+    FILE *p = popen(cmd, "r");
+    if (p && fgets(line, sizeof(line), p)) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(detail, sizeof(detail), "%s (Python %s)", python, line);
+        ok("python", detail);
+    }
+    if (p)
+        pclose(p);
+    static const struct {
+        const char *module, *package;
+        int required;
+    } mods[] = {{"numpy", "python3-numpy", 1},
+                {"pandas", "python3-pandas", 1},
+                {"matplotlib", "python3-matplotlib", 1},
+                {"PIL", "python3-pil", 0}};
+    for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
+        snprintf(cmd, sizeof(cmd),
+                 "%s -c 'import %s; print(getattr(%s, \"__version__\", \"\"))' 2>/dev/null",
+                 python, mods[i].module, mods[i].module);
+        p = popen(cmd, "r");
+        int got = p && fgets(line, sizeof(line), p);
+        int status = p ? pclose(p) : -1;
+        char fix[128];
+        snprintf(fix, sizeof(fix), "apt-get install %s", mods[i].package);
+        if (got && status == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(detail, sizeof(detail), "%s %s", mods[i].module, line);
+            ok("python module", detail);
+        } else {
+            snprintf(detail, sizeof(detail), "%s is not importable", mods[i].module);
+            if (mods[i].required)
+                bad("python module", detail, fix);
+            else
+                warn("python module", detail, fix);
+        }
+    }
+}
+
+static void check_state_dir(const char *dir)
+{
+    struct corral_error err;
+    char detail[600];
+    if (corral_mkdir_p(dir, 0700, &err) < 0) {
+        bad("state dir", err.message, "make the directory writable by root, or pass --state-dir");
+        return;
+    }
+    snprintf(detail, sizeof(detail), "%s is writable", dir);
+    ok("state dir", detail);
+}
+
+int cli_doctor(int argc, char **argv)
+{
+    const char *python = "/usr/bin/python3";
+    const char *state = JAIL_DEFAULT_STATE_DIR;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: corral doctor [--python PATH] [--state-dir DIR]\n"
+                   "\n"
+                   "Checks that this host can run sandboxes: root, kernel, namespaces, mounts,\n"
+                   "cgroup version and controllers, seccomp, the sandboxed Python and its\n"
+                   "packages, and the state directory. Each problem comes with its fix.\n"
+                   "Exits 0 when everything required works, 1 otherwise.\n"
+                   "\n"
+                   "  --python PATH    interpreter used inside sandboxes (default %s)\n"
+                   "  --state-dir DIR  where corral keeps sandbox slots (default %s)\n",
+                   python, state);
+            return CLI_OK;
+        }
+        if (!strcmp(argv[i], "--python") && i + 1 < argc)
+            python = argv[++i];
+        else if (!strcmp(argv[i], "--state-dir") && i + 1 < argc)
+            state = argv[++i];
+        else {
+            fprintf(stderr, "corral doctor: unknown or incomplete option '%s'\n", argv[i]);
+            return CLI_USAGE;
+        }
+    }
+    check_root();
+    check_kernel();
+    check_namespaces();
+    check_cgroups();
+    check_seccomp();
+    check_python(python);
+    check_state_dir(state);
+    if (failures) {
+        printf("\n%d problem%s found: corral cannot run sandboxes here until %s fixed.\n",
+               failures, failures == 1 ? "" : "s", failures == 1 ? "it is" : "they are");
+        return 1;
+    }
+    printf("\nAll checks passed: this host can run corral sandboxes.\n");
+    return CLI_OK;
+}

@@ -1,0 +1,46 @@
+/* corral's command line: dispatches to one file per subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *out)
+{
+    fputs("usage: corral COMMAND [OPTIONS]\n"
+          "\n"
+          "corral runs untrusted Python in sandboxes made of Linux namespaces, seccomp\n"
+          "and cgroups.\n"
+          "\n"
+          "commands:\n"
+          "  run      run Python code in a fresh sandbox and stream its output\n"
+          "  doctor   check that this host can run sandboxes, and say how to fix it\n"
+          "\n"
+          "options:\n"
+          "  -h, --help     show this help (corral COMMAND --help for a command's options)\n"
+          "  -V, --version  print the version\n",
+          out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+        printf("corral %s\n", CORRAL_VERSION);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "run"))
+        return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "doctor"))
+        return cli_doctor(argc - 1, argv + 1);
+    fprintf(stderr, "corral: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return CLI_USAGE;
+}

@@ -1,0 +1,432 @@
+/*
+ * `corral run`: runs Python code in a fresh sandbox, relays its standard
+ * streams as they come, and exits with the code's outcome.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+#include "cli/cli.h"
+#include "jail/jail.h"
+
+#define DEFAULT_TIMEOUT_MS (300 * 1000)
+#define MAX_INLINE_CODE    (100 * 1024) /* Linux caps one argument at 128 KiB */
+#define MAX_ENV            64
+#define RELAY_CHUNK        65536
+
+static void run_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: corral run [OPTIONS] (-c CODE | FILE | -) [ARGS...]\n"
+            "\n"
+            "Runs Python in a fresh sandbox and streams its stdout and stderr as they come.\n"
+            "The program's own standard input is corral's (for '-', the program itself).\n"
+            "\n"
+            "  -c, --code CODE        run CODE (at most 100 KiB; use a FILE or - beyond that)\n"
+            "  FILE                   run FILE, copied into the sandbox's /home/user\n"
+            "  -                      read the program from standard input\n"
+            "  ARGS                   passed to the program as sys.argv[1:]\n"
+            "\n"
+            "limits:\n"
+            "  -t, --timeout DURATION  wall-clock limit: 30, 30s, 500ms, 5m (default 300s;\n"
+            "                         0 = none)\n"
+            "  -m, --memory SIZE      memory limit, with no swap: 512m, 2g (default 1g)\n"
+            "      --cpus N           CPU quota in CPUs: 0.5, 2 (default 1)\n"
+            "      --pids N           processes and threads (default 256)\n"
+            "      --disk SIZE        writable storage shared by /tmp, /home/user and\n"
+            "                         /mnt/data (default 1g)\n"
+            "      --open-files N     open file descriptors (default 1024)\n"
+            "\n"
+            "environment:\n"
+            "  -e, --env NAME=VALUE   set a variable in the sandbox (repeatable)\n"
+            "      --python PATH      interpreter inside the sandbox (default /usr/bin/python3)\n"
+            "      --state-dir DIR    where corral keeps sandbox slots (default /run/corral)\n"
+            "\n"
+            "testing only:\n"
+            "      --unsafe-disable LAYER[,LAYER...]\n"
+            "                         turn isolation layers off, to prove that the security\n"
+            "                         suite's probes work; never use it otherwise. Layers:\n"
+            "                         %s\n"
+            "\n"
+            "exit status: 0 success; 1 the code raised, exited non-zero or hit a limit\n"
+            "(timeout, memory); 2 usage error; 3 the sandbox could not be made.\n",
+            jail_layer_names());
+}
+
+struct run_opts {
+    struct jail_config cfg;
+    uint64_t timeout_ms;
+    const char *code;
+    const char *file;
+    const char *python;
+    char *env[MAX_ENV + 1];
+    size_t n_env;
+    char **args;
+    int n_args;
+};
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("corral run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nTry 'corral run --help'.\n", stderr);
+    return CLI_USAGE;
+}
+
+static int add_env(struct run_opts *o, const char *text)
+{
+    if (o->n_env >= MAX_ENV)
+        return usage_error("too many environment variables (at most %d)", MAX_ENV);
+    o->env[o->n_env++] = (char *)text;
+    o->env[o->n_env] = NULL;
+    return 0;
+}
+
+/* Replaces or adds NAME=... in the environment being built. */
+static int set_env(struct run_opts *o, const char *assignment)
+{
+    const char *eq = strchr(assignment, '=');
+    size_t name_len = (size_t)(eq - assignment);
+    for (size_t i = 0; i < o->n_env; i++)
+        if (!strncmp(o->env[i], assignment, name_len) && o->env[i][name_len] == '=') {
+            o->env[i] = (char *)assignment;
+            return 0;
+        }
+    return add_env(o, assignment);
+}
+
+static int parse_layers(struct run_opts *o, const char *list)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        unsigned bit = jail_layer_from_name(tok);
+        if (!bit)
+            return usage_error("unknown layer '%s'", tok);
+        o->cfg.disabled_layers |= bit;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct run_opts *o)
+{
+    static char default_env[][64] = {
+        "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user", "USER=user", "LOGNAME=user",
+        "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg",
+        "TERM=dumb"};
+    enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_OPEN_FILES, OPT_PYTHON, OPT_STATE, OPT_UNSAFE };
+    static const struct option longopts[] = {
+        {"code", required_argument, NULL, 'c'},
+        {"timeout", required_argument, NULL, 't'},
+        {"memory", required_argument, NULL, 'm'},
+        {"cpus", required_argument, NULL, OPT_CPUS},
+        {"pids", required_argument, NULL, OPT_PIDS},
+        {"disk", required_argument, NULL, OPT_DISK},
+        {"open-files", required_argument, NULL, OPT_OPEN_FILES},
+        {"env", required_argument, NULL, 'e'},
+        {"python", required_argument, NULL, OPT_PYTHON},
+        {"state-dir", required_argument, NULL, OPT_STATE},
+        {"unsafe-disable", required_argument, NULL, OPT_UNSAFE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+
+    jail_config_init(&o->cfg);
+    o->timeout_ms = DEFAULT_TIMEOUT_MS;
+    o->python = "/usr/bin/python3";
+    for (size_t i = 0; i < sizeof(default_env) / sizeof(default_env[0]); i++)
+        add_env(o, default_env[i]);
+
+    struct corral_error err;
+    uint64_t v;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+c:t:m:e:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            o->code = optarg;
+            break;
+        case 't':
+            if (corral_parse_duration(optarg, &o->timeout_ms, &err) < 0)
+                return usage_error("--timeout: %s", err.message);
+            break;
+        case 'm':
+            if (corral_parse_size(optarg, &v, &err) < 0)
+                return usage_error("--memory: %s", err.message);
+            if (v && v < (16u << 20))
+                return usage_error("--memory: %s is below the minimum of 16m", optarg);
+            o->cfg.limits.memory_bytes = v;
+            break;
+        case OPT_CPUS:
+            if (corral_parse_cpus(optarg, &o->cfg.limits.millicpus, &err) < 0)
+                return usage_error("--cpus: %s", err.message);
+            break;
+        case OPT_PIDS:
+            if (corral_parse_uint(optarg, 8, 1u << 22, &v, &err) < 0)
+                return usage_error("--pids: %s", err.message);
+            o->cfg.limits.pids = (uint32_t)v;
+            break;
+        case OPT_DISK:
+            if (corral_parse_size(optarg, &v, &err) < 0)
+                return usage_error("--disk: %s", err.message);
+            if (v < (1u << 20))
+                return usage_error("--disk: %s is below the minimum of 1m", optarg);
+            o->cfg.limits.disk_bytes = v;
+            break;
+        case OPT_OPEN_FILES:
+            if (corral_parse_uint(optarg, 16, 1u << 20, &v, &err) < 0)
+                return usage_error("--open-files: %s", err.message);
+            o->cfg.limits.open_files = (uint32_t)v;
+            break;
+        case 'e':
+            if (!strchr(optarg, '=') || optarg[0] == '=')
+                return usage_error("--env: expected NAME=VALUE, got '%s'", optarg);
+            if (set_env(o, optarg))
+                return CLI_USAGE;
+            break;
+        case OPT_PYTHON:
+            if (optarg[0] != '/')
+                return usage_error("--python: '%s' is not an absolute path", optarg);
+            o->python = optarg;
+            break;
+        case OPT_STATE:
+            o->cfg.state_dir = optarg;
+            break;
+        case OPT_UNSAFE:
+            if (parse_layers(o, optarg))
+                return CLI_USAGE;
+            break;
+        case 'h':
+            run_usage(stdout);
+            return -1;
+        case ':':
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (!o->code) {
+        if (optind >= argc)
+            return usage_error("%s", "nothing to run: give -c CODE, a FILE, or - for stdin");
+        o->file = argv[optind++];
+    }
+    if (o->code && strlen(o->code) > MAX_INLINE_CODE)
+        return usage_error("%s", "the code given with -c is longer than 100 KiB; pass it as a "
+                                 "FILE or on standard input");
+    o->args = argv + optind;
+    o->n_args = argc - optind;
+    return 0;
+}
+
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Writes everything readable from `from` to `to`; returns 0 at EOF, 1 when more may come. */
+static int relay(int from, int to, bool *to_broken)
+{
+    char buf[RELAY_CHUNK];
+    ssize_t n = read(from, buf, sizeof(buf));
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN ? 1 : 0;
+    if (n == 0)
+        return 0;
+    if (!*to_broken && corral_write_all(to, buf, (size_t)n) < 0)
+        *to_broken = true; /* keep draining so the sandbox never blocks on a full pipe */
+    return 1;
+}
+
+static void report(const struct run_opts *o, const struct jail_result *res)
+{
+    char size[32];
+    switch (res->outcome) {
+    case JAIL_EXITED:
+        break;
+    case JAIL_SIGNALED:
+        fprintf(stderr, "corral: the code was killed by signal %d (%s)\n", res->signal,
+                strsignal(res->signal));
+        break;
+    case JAIL_OOM:
+        corral_format_size(o->cfg.limits.memory_bytes, size, sizeof(size));
+        fprintf(stderr, "corral: the code ran out of memory (limit %s) and was killed\n", size);
+        break;
+    case JAIL_TIMED_OUT:
+        fprintf(stderr, "corral: the code ran longer than the timeout (%.3g s) and was stopped\n",
+                (double)o->timeout_ms / 1000);
+        break;
+    case JAIL_KILLED:
+        fprintf(stderr, "corral: stopped by a signal to corral\n");
+        break;
+    case JAIL_INIT_FAILED:
+        fprintf(stderr, "corral: the sandbox failed\n");
+        break;
+    }
+}
+
+int cli_run(int argc, char **argv)
+{
+    struct run_opts o;
+    memset(&o, 0, sizeof(o));
+    int r = parse_args(argc, argv, &o);
+    if (r)
+        return r < 0 ? CLI_OK : r;
+
+    /* The workload's argv: python3 -c CODE | python3 - | python3 /home/user/FILE, then ARGS. */
+    cleanup_free char **wargv = calloc((size_t)o.n_args + 4, sizeof(char *));
+    if (!wargv)
+        return CLI_SANDBOX_ERROR;
+    char inside[4096];
+    struct jail_file file = {.source_fd = -1, .mode = 0644};
+    cleanup_close int file_fd = -1;
+    size_t n = 0;
+    wargv[n++] = (char *)o.python;
+    if (o.code) {
+        wargv[n++] = "-c";
+        wargv[n++] = (char *)o.code;
+    } else if (!strcmp(o.file, "-")) {
+        wargv[n++] = "-";
+    } else {
+        file_fd = open(o.file, O_RDONLY | O_CLOEXEC);
+        if (file_fd < 0) {
+            fprintf(stderr, "corral run: cannot open %s: %s\n", o.file, strerror(errno));
+            return CLI_USAGE;
+        }
+        const char *base = basename_of(o.file);
+        if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+            fprintf(stderr, "corral run: %s is not a file name\n", o.file);
+            return CLI_USAGE;
+        }
+        snprintf(inside, sizeof(inside), "%s/%s", JAIL_HOME, base);
+        file.path = inside;
+        file.source_fd = file_fd;
+        o.cfg.files = &file;
+        o.cfg.n_files = 1;
+        wargv[n++] = inside;
+    }
+    for (int i = 0; i < o.n_args; i++)
+        wargv[n++] = o.args[i];
+    wargv[n] = NULL;
+    o.cfg.argv = wargv;
+
+    char threads[32];
+    uint32_t ncpu = o.cfg.limits.millicpus ? (o.cfg.limits.millicpus + 999) / 1000 : 0;
+    if (ncpu) {
+        /* Thread pools sized to the CPU quota rather than the host's cores. */
+        snprintf(threads, sizeof(threads), "OMP_NUM_THREADS=%u", ncpu);
+        if (add_env(&o, threads))
+            return CLI_USAGE;
+    }
+    o.cfg.envp = o.env;
+
+    struct corral_error err;
+    if (jail_cleanup_stale(o.cfg.state_dir, &err) < 0)
+        fprintf(stderr, "corral: warning: %s\n", err.message);
+
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+        perror("corral: cannot create pipes");
+        return CLI_SANDBOX_ERROR;
+    }
+    o.cfg.stdin_fd = STDIN_FILENO;
+    o.cfg.stdout_fd = out_pipe[1];
+    o.cfg.stderr_fd = err_pipe[1];
+
+    /* SIGINT interrupts the code (KeyboardInterrupt); a second one, SIGTERM or
+     * SIGHUP stop the sandbox. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    cleanup_close int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+
+    struct jail *j = NULL;
+    r = jail_start(&o.cfg, &j, &err);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    if (r < 0) {
+        close(out_pipe[0]);
+        close(err_pipe[0]);
+        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+
+    uint64_t deadline = o.timeout_ms ? corral_now_ms() + o.timeout_ms : 0;
+    bool out_open = true, err_open = true, ended = false, out_broken = false, err_broken = false;
+    bool timed_out = false;
+    int interrupts = 0, collected = 0;
+    struct jail_result res;
+    while (out_open || err_open || !ended) {
+        struct pollfd fds[4] = {
+            {.fd = out_open ? out_pipe[0] : -1, .events = POLLIN},
+            {.fd = err_open ? err_pipe[0] : -1, .events = POLLIN},
+            {.fd = ended ? -1 : jail_event_fd(j), .events = POLLIN},
+            {.fd = sfd, .events = POLLIN},
+        };
+        int wait_ms = -1;
+        if (deadline && !timed_out) {
+            uint64_t now = corral_now_ms();
+            wait_ms = now >= deadline ? 0 : (int)(deadline - now);
+        }
+        int pr = poll(fds, 4, wait_ms);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pr == 0 && deadline && !timed_out) {
+            /* The init's end of the event pipe closes when it dies: collected below. */
+            jail_kill(j, JAIL_TIMED_OUT);
+            timed_out = true;
+            continue;
+        }
+        if (fds[0].revents)
+            out_open = relay(out_pipe[0], STDOUT_FILENO, &out_broken);
+        if (fds[1].revents)
+            err_open = relay(err_pipe[0], STDERR_FILENO, &err_broken);
+        if (fds[2].revents) {
+            /* The workload finished: the sandbox is torn down, what it wrote is drained. */
+            collected = jail_collect(j, &res, &err);
+            ended = true;
+        }
+        if (fds[3].revents) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof(si)) == sizeof(si) && !ended) {
+                if (si.ssi_signo == SIGINT && interrupts++ == 0)
+                    jail_interrupt(j);
+                else
+                    jail_kill(j, JAIL_KILLED);
+            }
+        }
+    }
+    if (!ended)
+        collected = jail_collect(j, &res, &err);
+    jail_destroy(j);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    if (collected < 0) {
+        fprintf(stderr, "corral: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+    report(&o, &res);
+    if (res.outcome == JAIL_EXITED && res.exit_code == 0)
+        return CLI_OK;
+    return CLI_CODE_FAILED;
+}

@@ -1,0 +1,367 @@
+/* The sandbox's init; see init.h. Everything here runs in the cloned child. */
+#include "jail/init.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+static int ev_fd = -1;
+
+static void send_msg(int type, int code, int status, const char *text)
+{
+    struct jail_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    m.code = code;
+    m.status = status;
+    if (text)
+        snprintf(m.text, sizeof(m.text), "%s", text);
+    corral_write_all(ev_fd, &m, sizeof(m));
+}
+
+__attribute__((noreturn)) static void fail(const struct corral_error *err)
+{
+    send_msg(JAIL_MSG_FAILED, err->code, 0, err->message);
+    _exit(1);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* Closes every descriptor except those in keep[]. */
+static void close_all_but(int *keep, size_t n)
+{
+    qsort(keep, n, sizeof(int), cmp_int);
+    int next = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < next)
+            continue;
+        if (keep[i] > next)
+            syscall(SYS_close_range, next, keep[i] - 1, 0);
+        next = keep[i] + 1;
+    }
+    syscall(SYS_close_range, next, ~0u, 0);
+}
+
+static void wait_for(int ctl_fd, char expected)
+{
+    char c;
+    ssize_t n;
+    do
+        n = read(ctl_fd, &c, 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1 || c != expected)
+        _exit(1); /* the parent is gone or confused: nothing to report to */
+}
+
+static int loopback_up(struct corral_error *err)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return corral_fail_errno(err, "cannot open a socket to configure loopback");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    int r = 0;
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        r = corral_fail_errno(err, "cannot read the flags of lo");
+    else {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+            r = corral_fail_errno(err, "cannot bring lo up");
+    }
+    close(s);
+    return r;
+}
+
+static int set_rlimits(const struct jail_limits *lim, struct corral_error *err)
+{
+    struct {
+        int resource;
+        const char *name;
+        rlim_t value;
+    } limits[] = {
+        {RLIMIT_NOFILE, "RLIMIT_NOFILE", lim->open_files},
+        {RLIMIT_FSIZE, "RLIMIT_FSIZE", lim->file_size ? lim->file_size : lim->disk_bytes},
+        {RLIMIT_CORE, "RLIMIT_CORE", 0},
+    };
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        if (limits[i].resource != RLIMIT_CORE && !limits[i].value)
+            continue;
+        struct rlimit rl = {limits[i].value, limits[i].value};
+        if (setrlimit(limits[i].resource, &rl) < 0)
+            return corral_fail_errno(err, "cannot set %s to %llu", limits[i].name,
+                                     (unsigned long long)limits[i].value);
+    }
+    return 0;
+}
+
+static int drop_capabilities(struct corral_error *err)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    if (syscall(SYS_capset, &hdr, data) < 0)
+        return corral_fail_errno(err, "cannot drop capabilities");
+    return 0;
+}
+
+/* Becomes the unprivileged sandbox user: uid 1000 in a user namespace mapped
+ * to host_uid outside (or host_uid itself without the userns layer), with no
+ * supplementary groups, an empty bounding set and no capabilities. */
+static int become_user(const struct jail_init_args *a, struct corral_error *err)
+{
+    unsigned off = a->cfg->disabled_layers;
+    uid_t uid = a->host_uid;
+    if (setgroups(0, NULL) < 0)
+        return corral_fail_errno(err, "cannot clear supplementary groups");
+    if (!(off & JAIL_LAYER_USERNS)) {
+        if (unshare(CLONE_NEWUSER) < 0)
+            return corral_fail_errno(err, "cannot create a user namespace");
+        send_msg(JAIL_MSG_NEED_IDMAP, 0, 0, NULL);
+        wait_for(a->ctl_fd, JAIL_CTL_MAPPED);
+        uid = JAIL_INSIDE_UID;
+    }
+    for (int cap = 0; cap < 64; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            return corral_fail_errno(err, "cannot drop capability %d from the bounding set",
+                                     cap);
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return corral_fail_errno(err, "cannot clear ambient capabilities");
+    if (setresgid(uid, uid, uid) < 0)
+        return corral_fail_errno(err, "cannot switch to gid %u", (unsigned)uid);
+    if (setresuid(uid, uid, uid) < 0)
+        return corral_fail_errno(err, "cannot switch to uid %u", (unsigned)uid);
+    return drop_capabilities(err);
+}
+
+static int copy_files(const struct jail_config *cfg, struct corral_error *err)
+{
+    char buf[16384];
+    for (size_t i = 0; i < cfg->n_files; i++) {
+        const struct jail_file *f = &cfg->files[i];
+        int out = open(f->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, f->mode);
+        if (out < 0)
+            return corral_fail_errno(err, "cannot create %s in the sandbox", f->path);
+        for (;;) {
+            ssize_t n = read(f->source_fd, buf, sizeof(buf));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0) {
+                close(out);
+                return corral_fail_errno(err, "cannot read the source of %s", f->path);
+            }
+            if (n == 0)
+                break;
+            if (corral_write_all(out, buf, (size_t)n) < 0) {
+                close(out);
+                return corral_fail_errno(err, "cannot write %s in the sandbox", f->path);
+            }
+        }
+        close(out);
+        close(f->source_fd);
+    }
+    return 0;
+}
+
+/* In the workload's process: stdio, signals, cwd, then exec. */
+__attribute__((noreturn)) static void exec_workload(const struct jail_init_args *a, int exec_fd)
+{
+    const struct jail_config *cfg = a->cfg;
+    int src[3] = {cfg->stdin_fd, cfg->stdout_fd, cfg->stderr_fd};
+    int tmp[3];
+    for (int i = 0; i < 3; i++) {
+        if (src[i] < 0)
+            tmp[i] = open("/dev/null", i == 0 ? O_RDONLY : O_WRONLY);
+        else
+            tmp[i] = fcntl(src[i], F_DUPFD, 10);
+        if (tmp[i] < 0)
+            goto fail;
+    }
+    for (int i = 0; i < 3; i++)
+        if (dup2(tmp[i], i) < 0)
+            goto fail;
+    int keep[] = {0, 1, 2, exec_fd};
+    close_all_but(keep, 4);
+
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+
+    const char *cwd = cfg->cwd;
+    if (!cwd)
+        cwd = (cfg->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
+    if (chdir(cwd) < 0)
+        goto fail;
+    execve(cfg->argv[0], cfg->argv, cfg->envp);
+fail:;
+    int e = errno;
+    corral_write_all(exec_fd, &e, sizeof(e));
+    _exit(127);
+}
+
+/* Starts the workload and reports whether exec succeeded. */
+static pid_t start_workload(const struct jail_init_args *a)
+{
+    int p[2];
+    struct corral_error err;
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        corral_fail_errno(&err, "cannot create a pipe");
+        fail(&err);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        corral_fail_errno(&err, "cannot start the workload");
+        fail(&err);
+    }
+    if (pid == 0) {
+        close(p[0]);
+        exec_workload(a, p[1]);
+    }
+    close(p[1]);
+    int e = 0;
+    int r = corral_read_exact(p[0], &e, sizeof(e));
+    close(p[0]);
+    if (r == 0) {
+        errno = e;
+        corral_fail_errno(&err, "cannot execute %s", a->cfg->argv[0]);
+        fail(&err);
+    }
+    return pid;
+}
+
+__attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
+{
+    const struct jail_config *cfg = a->cfg;
+    unsigned off = cfg->disabled_layers;
+    struct corral_error err;
+    ev_fd = a->ev_fd;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
+
+    int keep[8 + 64];
+    size_t nkeep = 0;
+    keep[nkeep++] = a->ctl_fd;
+    keep[nkeep++] = a->ev_fd;
+    if (cfg->stdin_fd >= 0)
+        keep[nkeep++] = cfg->stdin_fd;
+    if (cfg->stdout_fd >= 0)
+        keep[nkeep++] = cfg->stdout_fd;
+    if (cfg->stderr_fd >= 0)
+        keep[nkeep++] = cfg->stderr_fd;
+    for (size_t i = 0; i < cfg->n_files && nkeep < sizeof(keep) / sizeof(keep[0]); i++)
+        keep[nkeep++] = cfg->files[i].source_fd;
+    close_all_but(keep, nkeep);
+
+    /* Signals: SIGCHLD arrives through a signalfd; a vanished parent must not
+     * kill us with SIGPIPE before we can exit cleanly. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    wait_for(a->ctl_fd, JAIL_CTL_GO);
+
+    if (a->in_cgroup && unshare(CLONE_NEWCGROUP) < 0) {
+        corral_fail_errno(&err, "cannot create a cgroup namespace");
+        fail(&err);
+    }
+    if (setsid() < 0) {
+        corral_fail_errno(&err, "cannot start a new session");
+        fail(&err);
+    }
+    if (rootfs_make_private(&err) < 0)
+        fail(&err);
+    if (a->plan && rootfs_apply(a->plan, &err) < 0)
+        fail(&err);
+    if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
+        corral_fail_errno(&err, "cannot set the hostname");
+        fail(&err);
+    }
+    if (!(off & JAIL_LAYER_NET) && loopback_up(&err) < 0)
+        fail(&err);
+    if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(&cfg->limits, &err) < 0)
+        fail(&err);
+    if (!(off & JAIL_LAYER_USER) && become_user(a, &err) < 0)
+        fail(&err);
+    if (!(off & JAIL_LAYER_NNP) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        corral_fail_errno(&err, "cannot set no_new_privs");
+        fail(&err);
+    }
+    /* Nothing in the sandbox may read this process's memory: it is a copy of
+     * the daemon's. The workload becomes dumpable again when it executes. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (a->seccomp) {
+        int r = jail_seccomp_install(a->seccomp);
+        if (r < 0) {
+            errno = -r;
+            corral_fail_errno(&err, "cannot install the seccomp filter");
+            fail(&err);
+        }
+    }
+    if (copy_files(cfg, &err) < 0)
+        fail(&err);
+
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+    if (sfd < 0) {
+        corral_fail_errno(&err, "cannot create a signalfd");
+        fail(&err);
+    }
+    pid_t main_pid = start_workload(a);
+    send_msg(JAIL_MSG_STARTED, 0, 0, NULL);
+
+    struct pollfd fds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = a->ctl_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(1);
+        }
+        if (fds[0].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
+                ;
+            int status;
+            pid_t pid;
+            while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+                if (pid == main_pid) {
+                    /* Leaving kills every other process of the sandbox. */
+                    send_msg(JAIL_MSG_EXITED, 0, status, NULL);
+                    _exit(0);
+                }
+            }
+        }
+        if (fds[1].revents) {
+            char c;
+            ssize_t n = read(a->ctl_fd, &c, 1);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                _exit(1); /* the parent is gone */
+            if (n == 1 && c == JAIL_CTL_INTERRUPT)
+                kill(main_pid, SIGINT);
+        }
+    }
+}

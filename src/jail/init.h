@@ -1,0 +1,52 @@
+/*
+ * The sandbox's init: the first process inside a sandbox (PID 1 of its PID
+ * namespace). It is cloned from the caller of jail_start(), finishes the
+ * isolation from inside (mounts, hostname, loopback, rlimits, user, seccomp),
+ * starts the workload, reaps every zombie and reports how the workload ended.
+ * It runs corral's own code only and allocates no memory.
+ */
+#ifndef CORRAL_JAIL_INIT_H
+#define CORRAL_JAIL_INIT_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "jail/jail.h"
+#include "jail/rootfs.h"
+#include "jail/seccomp.h"
+
+/* Parent -> init, one byte each. */
+#define JAIL_CTL_GO        'G' /* the init is in its cgroups: go on */
+#define JAIL_CTL_MAPPED    'M' /* uid and gid maps are written */
+#define JAIL_CTL_INTERRUPT 'I' /* send SIGINT to the workload */
+
+/* Init -> parent. Fixed size, below PIPE_BUF, so each write is atomic. */
+enum jail_msg_type {
+    JAIL_MSG_NEED_IDMAP = 1, /* the init created its user namespace */
+    JAIL_MSG_STARTED,        /* the workload was executed */
+    JAIL_MSG_FAILED,         /* setup failed: code and text say why */
+    JAIL_MSG_EXITED          /* the workload ended: status is its wait status */
+};
+
+struct jail_msg {
+    int32_t type;
+    int32_t code;
+    int32_t status;
+    char text[CORRAL_ERROR_MESSAGE_MAX];
+};
+
+struct jail_init_args {
+    const struct jail_config *cfg;
+    const struct rootfs_plan *plan; /* NULL when the rootfs layer is off */
+    const struct jail_seccomp_program *seccomp; /* NULL when the seccomp layer is off */
+    const char *hostname;
+    uint32_t host_uid;
+    int ctl_fd; /* read end */
+    int ev_fd;  /* write end */
+    int in_cgroup;
+};
+
+/* Never returns. */
+__attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a);
+
+#endif

@@ -1,0 +1,400 @@
+/*
+ * Sandbox lifecycle on the daemon's side: slots, cgroups, the clone into new
+ * namespaces, the handshake with the sandbox's init, collection and teardown.
+ * What happens inside the sandbox is in init.c.
+ */
+#include "jail/jail.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+#include "jail/cgroup.h"
+#include "jail/init.h"
+#include "jail/rootfs.h"
+#include "jail/seccomp.h"
+#include "jail/slots.h"
+
+struct jail {
+    char id[33];
+    char state_dir[256];
+    struct slot slot;
+    uint32_t host_uid;
+    struct cgroup cg;
+    pid_t pid;   /* host PID of the init; 0 once reaped */
+    int ctl_fd;  /* parent -> init */
+    int ev_fd;   /* init -> parent */
+    int status;  /* the init's wait status once reaped */
+    bool exited_msg;
+    int workload_status;
+    enum jail_outcome forced; /* JAIL_EXITED = not forced */
+};
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} layer_names[] = {{"user", JAIL_LAYER_USER},       {"userns", JAIL_LAYER_USERNS},
+                   {"nnp", JAIL_LAYER_NNP},         {"seccomp", JAIL_LAYER_SECCOMP},
+                   {"cgroup", JAIL_LAYER_CGROUP},   {"rootfs", JAIL_LAYER_ROOTFS},
+                   {"procmask", JAIL_LAYER_PROCMASK}, {"net", JAIL_LAYER_NET},
+                   {"pid", JAIL_LAYER_PID},         {"rlimit", JAIL_LAYER_RLIMIT}};
+
+unsigned jail_layer_from_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof(layer_names) / sizeof(layer_names[0]); i++)
+        if (!strcmp(name, layer_names[i].name))
+            return layer_names[i].bit;
+    return 0;
+}
+
+const char *jail_layer_names(void)
+{
+    return "user, userns, nnp, seccomp, cgroup, rootfs, procmask, net, pid, rlimit";
+}
+
+void jail_config_init(struct jail_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->limits.memory_bytes = JAIL_DEFAULT_MEMORY;
+    cfg->limits.millicpus = JAIL_DEFAULT_MILLICPUS;
+    cfg->limits.pids = JAIL_DEFAULT_PIDS;
+    cfg->limits.disk_bytes = JAIL_DEFAULT_DISK;
+    cfg->limits.open_files = JAIL_DEFAULT_OPEN_FILES;
+    cfg->stdin_fd = cfg->stdout_fd = cfg->stderr_fd = -1;
+}
+
+const char *jail_id(const struct jail *j)
+{
+    return j->id;
+}
+
+pid_t jail_init_pid(const struct jail *j)
+{
+    return j->pid;
+}
+
+uint32_t jail_host_uid(const struct jail *j)
+{
+    return j->host_uid;
+}
+
+int jail_event_fd(const struct jail *j)
+{
+    return j->ev_fd;
+}
+
+static int cgroup_env_get(const struct cgroup_env **out, struct corral_error *err)
+{
+    static struct cgroup_env env;
+    static int detected;
+    if (!detected) {
+        int r = cgroup_detect(NULL, &env, err);
+        if (r < 0)
+            return r;
+        detected = 1;
+    }
+    *out = &env;
+    return 0;
+}
+
+static int write_idmaps(pid_t pid, uint32_t host_uid, struct corral_error *err)
+{
+    char path[64], map[64];
+    snprintf(map, sizeof(map), "%u %u 1\n", JAIL_INSIDE_UID, host_uid);
+    snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+    int r = corral_write_file(path, map, err);
+    if (r < 0)
+        return r;
+    snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
+    if ((r = corral_write_file(path, "deny", err)) < 0)
+        return r;
+    snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+    return corral_write_file(path, map, err);
+}
+
+/* Reads one message from the init; returns 0, or -EPIPE when the init closed its end. */
+static int read_msg(struct jail *j, struct jail_msg *m)
+{
+    int r = corral_read_exact(j->ev_fd, m, sizeof(*m));
+    if (r == 0)
+        m->text[sizeof(m->text) - 1] = '\0';
+    return r;
+}
+
+static void reap(struct jail *j)
+{
+    if (j->pid <= 0)
+        return;
+    int status;
+    while (waitpid(j->pid, &status, __WALL) < 0 && errno == EINTR)
+        ;
+    j->status = status;
+    j->pid = 0;
+}
+
+static int validate(const struct jail_config *cfg, struct corral_error *err)
+{
+    if (geteuid() != 0)
+        return corral_fail(err, EPERM, "sandboxes need root (namespaces, cgroups, mounts); "
+                                       "run corral as root");
+    if (!cfg->argv || !cfg->argv[0] || cfg->argv[0][0] != '/')
+        return corral_fail(err, EINVAL, "the workload must be an absolute path");
+    if (!cfg->envp)
+        return corral_fail(err, EINVAL, "the workload needs an environment");
+    unsigned off = cfg->disabled_layers;
+    if (!(off & JAIL_LAYER_SECCOMP) && !(off & JAIL_LAYER_USER) && (off & JAIL_LAYER_NNP))
+        return corral_fail(err, EINVAL,
+                           "the seccomp layer needs no_new_privs once privileges are dropped");
+    if (!(off & JAIL_LAYER_ROOTFS) && cfg->limits.disk_bytes < 1024 * 1024)
+        return corral_fail(err, EINVAL, "the disk limit must be at least 1 MiB");
+    return 0;
+}
+
+int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err)
+{
+    int r = validate(cfg, err);
+    if (r < 0)
+        return r;
+    unsigned off = cfg->disabled_layers;
+    const struct jail_seccomp_program *prog = NULL;
+    if (!(off & JAIL_LAYER_SECCOMP) && (r = jail_seccomp_program(&prog, err)) < 0)
+        return r;
+    const struct cgroup_env *cgenv = NULL;
+    if (!(off & JAIL_LAYER_CGROUP) && (r = cgroup_env_get(&cgenv, err)) < 0)
+        return r;
+
+    struct jail *j = calloc(1, sizeof(*j));
+    if (!j)
+        return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
+    j->ctl_fd = j->ev_fd = -1;
+    j->slot.fd = -1;
+    j->forced = JAIL_EXITED;
+    snprintf(j->state_dir, sizeof(j->state_dir), "%s",
+             cfg->state_dir ? cfg->state_dir : JAIL_DEFAULT_STATE_DIR);
+
+    struct rootfs_plan plan = {0};
+    int ctl[2] = {-1, -1}, ev[2] = {-1, -1};
+    char root_dir[300], storage_dir[300], hostname[64];
+
+    if ((r = corral_random_hex(j->id, 16, err)) < 0)
+        goto fail;
+    snprintf(hostname, sizeof(hostname), "corral-%.12s", j->id);
+    if ((r = corral_mkdir_p(j->state_dir, 0700, err)) < 0)
+        goto fail;
+    if ((r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
+        goto fail;
+    j->host_uid = (cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE) + (uint32_t)j->slot.number;
+
+    if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
+        goto fail;
+
+    if (!(off & JAIL_LAYER_ROOTFS)) {
+        snprintf(root_dir, sizeof(root_dir), "%s/root", j->state_dir);
+        snprintf(storage_dir, sizeof(storage_dir), "%s/storage", j->state_dir);
+        if ((r = corral_mkdir_p(root_dir, 0755, err)) < 0 ||
+            (r = corral_mkdir_p(storage_dir, 0700, err)) < 0)
+            goto fail;
+        struct rootfs_params params = {
+            .root_dir = root_dir,
+            .storage_dir = storage_dir,
+            .hostname = hostname,
+            .disk_bytes = cfg->limits.disk_bytes,
+            .owner_uid = (off & JAIL_LAYER_USER) ? 0 : j->host_uid,
+            .owner_gid = (off & JAIL_LAYER_USER) ? 0 : j->host_uid,
+            .mask_proc = !(off & JAIL_LAYER_PROCMASK),
+            .host_root = "",
+        };
+        if ((r = rootfs_plan_build(&plan, &params, err)) < 0)
+            goto fail;
+    }
+
+    if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(ev, O_CLOEXEC) < 0) {
+        r = corral_fail_errno(err, "cannot create pipes for the sandbox");
+        goto fail;
+    }
+
+    unsigned long flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
+    if (!(off & JAIL_LAYER_PID))
+        flags |= CLONE_NEWPID;
+    if (!(off & JAIL_LAYER_NET))
+        flags |= CLONE_NEWNET;
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0) {
+        r = corral_fail_errno(err, "cannot create the sandbox's namespaces");
+        goto fail;
+    }
+    if (pid == 0) {
+        struct jail_init_args args = {
+            .cfg = cfg,
+            .plan = (off & JAIL_LAYER_ROOTFS) ? NULL : &plan,
+            .seccomp = prog,
+            .hostname = hostname,
+            .host_uid = j->host_uid,
+            .ctl_fd = ctl[0],
+            .ev_fd = ev[1],
+            .in_cgroup = cgenv != NULL,
+        };
+        jail_init_main(&args);
+    }
+    j->pid = pid;
+    close(ctl[0]);
+    close(ev[1]);
+    j->ctl_fd = ctl[1];
+    j->ev_fd = ev[0];
+    ctl[0] = ctl[1] = ev[0] = ev[1] = -1;
+    rootfs_plan_free(&plan);
+
+    if (cgenv && (r = cgroup_add_pid(&j->cg, pid, err)) < 0)
+        goto fail;
+    char c = JAIL_CTL_GO;
+    if (corral_write_all(j->ctl_fd, &c, 1) < 0) {
+        r = corral_fail_errno(err, "cannot start the sandbox's init");
+        goto fail;
+    }
+    for (;;) {
+        struct jail_msg m;
+        if (read_msg(j, &m) < 0) {
+            reap(j);
+            r = corral_fail(err, ECHILD, "the sandbox's init died during setup (wait status %#x)",
+                            (unsigned)j->status);
+            goto fail;
+        }
+        if (m.type == JAIL_MSG_NEED_IDMAP) {
+            if ((r = write_idmaps(pid, j->host_uid, err)) < 0)
+                goto fail;
+            c = JAIL_CTL_MAPPED;
+            if (corral_write_all(j->ctl_fd, &c, 1) < 0) {
+                r = corral_fail_errno(err, "cannot signal the sandbox's init");
+                goto fail;
+            }
+        } else if (m.type == JAIL_MSG_STARTED) {
+            break;
+        } else if (m.type == JAIL_MSG_FAILED) {
+            r = corral_fail(err, m.code, "%s", m.text);
+            goto fail;
+        } else {
+            r = corral_fail(err, EPROTO, "unexpected message %d from the sandbox's init",
+                            (int)m.type);
+            goto fail;
+        }
+    }
+    *out = j;
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (ctl[i] >= 0)
+            close(ctl[i]);
+        if (ev[i] >= 0)
+            close(ev[i]);
+    }
+    rootfs_plan_free(&plan);
+    jail_destroy(j);
+    return r;
+}
+
+int jail_interrupt(struct jail *j)
+{
+    char c = JAIL_CTL_INTERRUPT;
+    if (j->pid <= 0)
+        return -ESRCH;
+    return corral_write_all(j->ctl_fd, &c, 1);
+}
+
+void jail_kill(struct jail *j, enum jail_outcome why)
+{
+    if (j->forced == JAIL_EXITED)
+        j->forced = why;
+    if (j->pid > 0)
+        kill(j->pid, SIGKILL);
+    cgroup_kill_all(&j->cg);
+}
+
+int jail_collect(struct jail *j, struct jail_result *res, struct corral_error *err)
+{
+    memset(res, 0, sizeof(*res));
+    struct jail_msg m;
+    while (!j->exited_msg && j->ev_fd >= 0 && read_msg(j, &m) == 0) {
+        if (m.type == JAIL_MSG_EXITED) {
+            j->exited_msg = true;
+            j->workload_status = m.status;
+        }
+    }
+    reap(j);
+    /* With the init gone the sandbox is over: nothing may outlive it, even
+     * when the PID layer is off and orphans escaped the init. */
+    cgroup_kill_all(&j->cg);
+    res->memory_peak = cgroup_memory_peak(&j->cg);
+    if (j->forced != JAIL_EXITED) {
+        res->outcome = j->forced;
+    } else if (cgroup_oom_kills(&j->cg) > 0) {
+        res->outcome = JAIL_OOM;
+    } else if (!j->exited_msg) {
+        res->outcome = JAIL_INIT_FAILED;
+        return corral_fail(err, ECHILD, "the sandbox's init died (wait status %#x)",
+                           (unsigned)j->status);
+    } else if (WIFEXITED(j->workload_status)) {
+        res->outcome = JAIL_EXITED;
+        res->exit_code = WEXITSTATUS(j->workload_status);
+    } else {
+        res->outcome = JAIL_SIGNALED;
+        res->signal = WIFSIGNALED(j->workload_status) ? WTERMSIG(j->workload_status) : 0;
+    }
+    return 0;
+}
+
+void jail_destroy(struct jail *j)
+{
+    if (!j)
+        return;
+    if (j->pid > 0) {
+        kill(j->pid, SIGKILL);
+        reap(j);
+    }
+    if (j->ctl_fd >= 0)
+        close(j->ctl_fd);
+    if (j->ev_fd >= 0)
+        close(j->ev_fd);
+    struct corral_error err;
+    if (cgroup_destroy(&j->cg, &err) < 0)
+        fprintf(stderr, "corral: %s\n", err.message);
+    slot_release(&j->slot);
+    free(j);
+}
+
+struct stale_ctx {
+    const struct cgroup_env *env;
+};
+
+static void remove_stale_cgroups(const char *id, void *ctx)
+{
+    struct stale_ctx *c = ctx;
+    if (!c->env)
+        return;
+    struct cgroup cg = {.version = c->env->version};
+    int n = c->env->version == CGROUP_V2 ? 1 : CGROUP_V1_CONTROLLERS;
+    for (int i = 0; i < n; i++)
+        cgroup_path_for(c->env, id, i, cg.dirs[i], sizeof(cg.dirs[i]));
+    cgroup_kill_all(&cg);
+    cgroup_destroy(&cg, NULL);
+}
+
+int jail_cleanup_stale(const char *state_dir, struct corral_error *err)
+{
+    struct stale_ctx ctx = {0};
+    struct corral_error ignored;
+    if (cgroup_env_get(&ctx.env, &ignored) < 0)
+        ctx.env = NULL;
+    return slot_reap_stale(state_dir ? state_dir : JAIL_DEFAULT_STATE_DIR, remove_stale_cgroups,
+                           &ctx, err);
+}

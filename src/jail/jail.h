@@ -1,0 +1,129 @@
+/*
+ * The jail: a sandbox as a tree of processes isolated by Linux namespaces,
+ * an assembled root filesystem, an unprivileged user in its own user
+ * namespace, a seccomp filter, cgroup limits and rlimits.
+ *
+ * The process that calls jail_start() must be root and single-threaded (or
+ * at least hold no locks in other threads): the sandbox's init is cloned
+ * from it and runs corral's own code until it starts the workload.
+ *
+ * Life of a sandbox:
+ *   jail_start()   plan the root filesystem, create cgroups, clone the init
+ *                  into new namespaces, wait until the workload has been
+ *                  executed (or report why the sandbox could not be made);
+ *   jail_event_fd()  becomes readable when the workload has finished;
+ *   jail_collect() reads how it finished (exit code, signal, OOM);
+ *   jail_destroy() kills whatever is left and removes every trace.
+ */
+#ifndef CORRAL_JAIL_H
+#define CORRAL_JAIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/error.h"
+
+/* Isolation layers. All are on by default; the security suite turns single
+ * layers off to prove that each hostile probe would succeed without them. */
+enum jail_layer {
+    JAIL_LAYER_USER = 1u << 0,     /* drop to an unprivileged uid with no capabilities */
+    JAIL_LAYER_USERNS = 1u << 1,   /* that uid is 1000 inside a user namespace */
+    JAIL_LAYER_NNP = 1u << 2,      /* no_new_privs: setuid binaries gain nothing */
+    JAIL_LAYER_SECCOMP = 1u << 3,  /* the syscall filter */
+    JAIL_LAYER_CGROUP = 1u << 4,   /* memory, pids and CPU limits */
+    JAIL_LAYER_ROOTFS = 1u << 5,   /* pivot into the assembled root filesystem */
+    JAIL_LAYER_PROCMASK = 1u << 6, /* sensitive /proc entries masked */
+    JAIL_LAYER_NET = 1u << 7,      /* a network namespace with only loopback */
+    JAIL_LAYER_PID = 1u << 8,      /* a PID namespace */
+    JAIL_LAYER_RLIMIT = 1u << 9    /* open files, file size, core dumps */
+};
+
+/* Returns the layer bit for a name ("seccomp"), or 0. */
+unsigned jail_layer_from_name(const char *name);
+const char *jail_layer_names(void); /* "user, seccomp, ..." for help texts */
+
+struct jail_limits {
+    uint64_t memory_bytes; /* memory cgroup limit, no swap; 0 = none */
+    uint32_t millicpus;    /* CPU quota in thousandths of a CPU; 0 = none */
+    uint32_t pids;         /* processes and threads; 0 = none */
+    uint64_t disk_bytes;   /* size of the writable storage (/tmp, /home/user, /mnt/data) */
+    uint32_t open_files;   /* RLIMIT_NOFILE */
+    uint64_t file_size;    /* RLIMIT_FSIZE; 0 = same as disk_bytes */
+};
+
+#define JAIL_DEFAULT_MEMORY     (1024ull << 20)
+#define JAIL_DEFAULT_MILLICPUS  1000u
+#define JAIL_DEFAULT_PIDS       256u
+#define JAIL_DEFAULT_DISK       (1024ull << 20)
+#define JAIL_DEFAULT_OPEN_FILES 1024u
+#define JAIL_DEFAULT_STATE_DIR  "/run/corral"
+#define JAIL_DEFAULT_UID_BASE   1879048192u /* host uids base..base+65535 belong to sandboxes */
+#define JAIL_SLOTS              65536u
+#define JAIL_INSIDE_UID         1000u
+#define JAIL_HOME               "/home/user"
+
+/* A file the init writes into the sandbox (as the sandbox user) before the
+ * workload starts, read from a descriptor of the caller's. */
+struct jail_file {
+    const char *path; /* absolute path inside the sandbox */
+    int source_fd;
+    mode_t mode;
+};
+
+struct jail_config {
+    const char *state_dir; /* NULL = JAIL_DEFAULT_STATE_DIR */
+    uint32_t uid_base;     /* 0 = JAIL_DEFAULT_UID_BASE */
+    struct jail_limits limits;
+    unsigned disabled_layers; /* enum jail_layer bits; for the security suite only */
+
+    char *const *argv; /* the workload; argv[0] is an absolute path inside the sandbox */
+    char *const *envp; /* its whole environment */
+    const char *cwd;   /* NULL = /home/user */
+
+    const struct jail_file *files;
+    size_t n_files;
+
+    /* Descriptors of the caller that become the workload's 0, 1, 2; -1 = /dev/null. */
+    int stdin_fd, stdout_fd, stderr_fd;
+};
+
+void jail_config_init(struct jail_config *cfg);
+
+enum jail_outcome {
+    JAIL_EXITED,     /* the workload exited; exit_code is set */
+    JAIL_SIGNALED,   /* the workload was killed by a signal; signal is set */
+    JAIL_OOM,        /* the memory limit was hit and the kernel killed a process */
+    JAIL_TIMED_OUT,  /* killed by jail_kill(..., JAIL_TIMED_OUT) */
+    JAIL_KILLED,     /* killed by jail_kill() */
+    JAIL_INIT_FAILED /* the sandbox's init died unexpectedly */
+};
+
+struct jail_result {
+    enum jail_outcome outcome;
+    int exit_code;
+    int signal;
+    uint64_t memory_peak; /* bytes, when the cgroup reports it */
+};
+
+struct jail;
+
+int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err);
+const char *jail_id(const struct jail *j);
+pid_t jail_init_pid(const struct jail *j); /* host PID of the sandbox's init */
+uint32_t jail_host_uid(const struct jail *j);
+int jail_event_fd(const struct jail *j);
+/* Delivers SIGINT to the workload (through the init). */
+int jail_interrupt(struct jail *j);
+/* Kills the whole sandbox; `why` is recorded as the outcome (JAIL_KILLED or JAIL_TIMED_OUT). */
+void jail_kill(struct jail *j, enum jail_outcome why);
+/* Waits for the sandbox to end and fills `res`. Blocks until the init is gone. */
+int jail_collect(struct jail *j, struct jail_result *res, struct corral_error *err);
+/* Kills what is left, removes cgroups and releases the slot. NULL is fine. */
+void jail_destroy(struct jail *j);
+
+/* Removes leftovers (cgroups, slots) of sandboxes whose owner died. Returns
+ * the number of sandboxes cleaned, or a negative error. */
+int jail_cleanup_stale(const char *state_dir, struct corral_error *err);
+
+#endif

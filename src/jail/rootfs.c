@@ -1,0 +1,430 @@
+/* Planning and applying the sandbox's root filesystem; see rootfs.h. */
+#include "jail/rootfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "jail/jail.h"
+
+/* ---- planning (parent) ---- */
+
+static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *dupf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+static struct rootfs_op *add_op(struct rootfs_plan *p, enum rootfs_op_kind kind)
+{
+    if (p->n == p->cap) {
+        size_t ncap = p->cap ? p->cap * 2 : 64;
+        struct rootfs_op *n = realloc(p->ops, ncap * sizeof(*n));
+        if (!n)
+            return NULL;
+        p->ops = n;
+        p->cap = ncap;
+    }
+    struct rootfs_op *op = &p->ops[p->n++];
+    memset(op, 0, sizeof(*op));
+    op->kind = kind;
+    op->uid = (uid_t)-1;
+    op->gid = (gid_t)-1;
+    return op;
+}
+
+struct planner {
+    struct rootfs_plan *plan;
+    const struct rootfs_params *params;
+    int failed;
+};
+
+/* Adds an op with dst = root/<rel>. */
+static struct rootfs_op *op_at(struct planner *pl, enum rootfs_op_kind kind, const char *rel)
+{
+    struct rootfs_op *op = add_op(pl->plan, kind);
+    if (!op) {
+        pl->failed = 1;
+        return NULL;
+    }
+    op->dst = dupf("%s/%s", pl->params->root_dir, rel);
+    if (!op->dst)
+        pl->failed = 1;
+    return op;
+}
+
+static void plan_mkdir(struct planner *pl, const char *rel, mode_t mode)
+{
+    struct rootfs_op *op = op_at(pl, ROOTFS_MKDIR, rel);
+    if (op)
+        op->mode = mode;
+}
+
+static void plan_write(struct planner *pl, const char *rel, const char *text)
+{
+    struct rootfs_op *op = op_at(pl, ROOTFS_WRITE, rel);
+    if (op) {
+        op->mode = 0644;
+        op->data = strdup(text);
+        if (!op->data)
+            pl->failed = 1;
+    }
+}
+
+static void plan_symlink(struct planner *pl, const char *rel, const char *target)
+{
+    struct rootfs_op *op = op_at(pl, ROOTFS_SYMLINK, rel);
+    if (op && !(op->src = strdup(target)))
+        pl->failed = 1;
+}
+
+static void plan_bind(struct planner *pl, enum rootfs_op_kind kind, const char *src,
+                      const char *rel)
+{
+    struct rootfs_op *op = op_at(pl, kind, rel);
+    if (op && !(op->src = strdup(src)))
+        pl->failed = 1;
+}
+
+/* Mirrors a host path into the sandbox read-only: a symlink stays a symlink, a
+ * directory or file is bind-mounted. Missing host paths are skipped. */
+static void plan_host_path(struct planner *pl, const char *abs)
+{
+    char host[4096];
+    snprintf(host, sizeof(host), "%s%s", pl->params->host_root, abs);
+    struct stat st;
+    if (lstat(host, &st) < 0)
+        return;
+    const char *rel = abs + 1;
+    if (S_ISLNK(st.st_mode)) {
+        char target[4096];
+        ssize_t n = readlink(host, target, sizeof(target) - 1);
+        if (n <= 0)
+            return;
+        target[n] = '\0';
+        plan_symlink(pl, rel, target);
+    } else if (S_ISDIR(st.st_mode)) {
+        plan_mkdir(pl, rel, 0755);
+        plan_bind(pl, ROOTFS_BIND_RO, host, rel);
+    } else if (S_ISREG(st.st_mode)) {
+        struct rootfs_op *op = op_at(pl, ROOTFS_TOUCH, rel);
+        if (op)
+            op->mode = 0644;
+        plan_bind(pl, ROOTFS_BIND_RO, host, rel);
+    }
+}
+
+static void plan_tmpfs(struct planner *pl, const char *dst_abs, const char *options,
+                       unsigned long flags)
+{
+    struct rootfs_op *op = add_op(pl->plan, ROOTFS_TMPFS);
+    if (!op || !(op->dst = strdup(dst_abs)) || !(op->data = strdup(options))) {
+        pl->failed = 1;
+        return;
+    }
+    op->flags = flags;
+}
+
+static const char *const system_dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                          "/libx32", NULL};
+
+/* Host files under /etc that libraries need; nothing secret (no shadow,
+ * no machine-id, no ssh keys, no ssl private keys). */
+static const char *const etc_entries[] = {
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/localtime", "/etc/timezone", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates.conf", "/etc/matplotlibrc", "/etc/fonts", "/etc/mime.types",
+    "/etc/protocols", "/etc/services", "/etc/bash.bashrc", "/etc/profile", "/etc/inputrc",
+    "/etc/terminfo", "/etc/magic", "/etc/magic.mime", "/etc/debian_version", "/etc/os-release",
+    "/etc/gai.conf", "/etc/networks", "/etc/ethertypes", "/etc/rpc", "/etc/papersize",
+    "/etc/mailcap", "/etc/gitconfig", "/etc/environment", NULL};
+
+static const char *const proc_masked_files[] = {
+    "kcore", "keys", "key-users", "latency_stats", "timer_list", "timer_stats", "sched_debug",
+    "kmsg", "kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "vmallocinfo",
+    "sysrq-trigger", "config.gz", "pagetypeinfo", "slabinfo", NULL};
+static const char *const proc_masked_dirs[] = {"acpi", "scsi", "asound", "bus", "fs", "irq",
+                                               "driver", "sysvipc", "tty", NULL};
+static const char *const proc_readonly[] = {"sys", NULL};
+
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty",
+                                        NULL};
+
+int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
+                      struct corral_error *err)
+{
+    memset(plan, 0, sizeof(*plan));
+    struct planner pl = {.plan = plan, .params = params};
+    char buf[4096];
+    const unsigned long nosuid_nodev = MS_NOSUID | MS_NODEV;
+
+    plan->root_dir = strdup(params->root_dir);
+    if (!plan->root_dir)
+        return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
+
+    /* The new root: a small tmpfs that becomes read-only once assembled. */
+    plan_tmpfs(&pl, params->root_dir, "mode=0755,size=4m", nosuid_nodev);
+
+    for (const char *const *d = system_dirs; *d; d++)
+        plan_host_path(&pl, *d);
+
+    /* /etc */
+    plan_mkdir(&pl, "etc", 0755);
+    plan_mkdir(&pl, "etc/ssl", 0755);
+    plan_write(&pl, "etc/passwd",
+               "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+               "user:x:1000:1000:user:/home/user:/bin/bash\n"
+               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+    plan_write(&pl, "etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n");
+    snprintf(buf, sizeof(buf), "%s\n", params->hostname);
+    plan_write(&pl, "etc/hostname", buf);
+    snprintf(buf, sizeof(buf),
+             "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+             "127.0.1.1\t%s\n",
+             params->hostname);
+    plan_write(&pl, "etc/hosts", buf);
+    plan_write(&pl, "etc/resolv.conf", "# this sandbox has no network access\n");
+    plan_write(&pl, "etc/nsswitch.conf",
+               "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
+               "networks: files\nprotocols: files\nservices: files\nethers: files\n"
+               "rpc: files\n");
+    for (const char *const *e = etc_entries; *e; e++)
+        plan_host_path(&pl, *e);
+    char pattern[4096];
+    snprintf(pattern, sizeof(pattern), "%s/etc/python3*", params->host_root);
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            plan_host_path(&pl, g.gl_pathv[i] + strlen(params->host_root));
+        globfree(&g);
+    }
+
+    /* /proc */
+    plan_mkdir(&pl, "proc", 0555);
+    struct rootfs_op *op = op_at(&pl, ROOTFS_PROC, "proc");
+    (void)op;
+    if (params->mask_proc) {
+        for (const char *const *f = proc_masked_files; *f; f++) {
+            snprintf(buf, sizeof(buf), "%s/proc/%s", params->host_root, *f);
+            if (access(buf, F_OK) == 0) {
+                snprintf(buf, sizeof(buf), "proc/%s", *f);
+                op_at(&pl, ROOTFS_MASK_FILE, buf);
+            }
+        }
+        for (const char *const *f = proc_masked_dirs; *f; f++) {
+            snprintf(buf, sizeof(buf), "%s/proc/%s", params->host_root, *f);
+            if (access(buf, F_OK) == 0) {
+                snprintf(buf, sizeof(buf), "proc/%s", *f);
+                op_at(&pl, ROOTFS_MASK_DIR, buf);
+            }
+        }
+        for (const char *const *f = proc_readonly; *f; f++) {
+            snprintf(buf, sizeof(buf), "proc/%s", *f);
+            op_at(&pl, ROOTFS_READONLY, buf);
+        }
+    }
+
+    /* /dev */
+    plan_mkdir(&pl, "dev", 0755);
+    snprintf(buf, sizeof(buf), "%s/dev", params->root_dir);
+    plan_tmpfs(&pl, buf, "mode=0755,size=64k", MS_NOSUID | MS_NOEXEC);
+    for (const char *const *d = dev_nodes; *d; d++) {
+        char rel[64], src[256];
+        snprintf(rel, sizeof(rel), "dev/%s", *d);
+        snprintf(src, sizeof(src), "/dev/%s", *d);
+        struct rootfs_op *t = op_at(&pl, ROOTFS_TOUCH, rel);
+        if (t)
+            t->mode = 0666;
+        plan_bind(&pl, ROOTFS_BIND_DEV, src, rel);
+    }
+    plan_mkdir(&pl, "dev/pts", 0755);
+    op_at(&pl, ROOTFS_DEVPTS, "dev/pts");
+    plan_symlink(&pl, "dev/ptmx", "pts/ptmx");
+    plan_symlink(&pl, "dev/fd", "/proc/self/fd");
+    plan_symlink(&pl, "dev/stdin", "/proc/self/fd/0");
+    plan_symlink(&pl, "dev/stdout", "/proc/self/fd/1");
+    plan_symlink(&pl, "dev/stderr", "/proc/self/fd/2");
+    plan_mkdir(&pl, "dev/shm", 01777);
+
+    /* Writable storage: one tmpfs of the configured size, split into the
+     * sandbox's /tmp, /home/user, /mnt/data and /dev/shm. */
+    snprintf(buf, sizeof(buf), "mode=0755,size=%llu", params->disk_bytes);
+    plan_tmpfs(&pl, params->storage_dir, buf, nosuid_nodev);
+    static const struct {
+        const char *name, *target;
+        mode_t mode;
+        int owned;
+    } areas[] = {{"tmp", "tmp", 01777, 0},
+                 {"home", "home/user", 0755, 1},
+                 {"data", "mnt/data", 0755, 1},
+                 {"shm", "dev/shm", 01777, 0}};
+    plan_mkdir(&pl, "home", 0755);
+    plan_mkdir(&pl, "mnt", 0755);
+    for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
+        struct rootfs_op *m = add_op(plan, ROOTFS_MKDIR);
+        if (!m || !(m->dst = dupf("%s/%s", params->storage_dir, areas[i].name))) {
+            pl.failed = 1;
+            break;
+        }
+        m->mode = areas[i].mode;
+        if (areas[i].owned) {
+            m->uid = params->owner_uid;
+            m->gid = params->owner_gid;
+        }
+        if (strcmp(areas[i].target, "dev/shm"))
+            plan_mkdir(&pl, areas[i].target, 0755);
+        snprintf(buf, sizeof(buf), "%s/%s", params->storage_dir, areas[i].name);
+        plan_bind(&pl, ROOTFS_BIND_RW, buf, areas[i].target);
+    }
+    plan_mkdir(&pl, "run", 0755);
+    plan_mkdir(&pl, "var", 0755);
+    plan_symlink(&pl, "var/tmp", "/tmp");
+    plan_mkdir(&pl, "root", 0700);
+
+    op = add_op(plan, ROOTFS_REMOUNT_RO);
+    if (!op || !(op->dst = strdup(params->root_dir)))
+        pl.failed = 1;
+    else
+        op->flags = nosuid_nodev;
+
+    if (pl.failed) {
+        rootfs_plan_free(plan);
+        return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
+    }
+    return 0;
+}
+
+void rootfs_plan_free(struct rootfs_plan *plan)
+{
+    for (size_t i = 0; i < plan->n; i++) {
+        free(plan->ops[i].src);
+        free(plan->ops[i].dst);
+        free(plan->ops[i].data);
+    }
+    free(plan->ops);
+    free(plan->root_dir);
+    memset(plan, 0, sizeof(*plan));
+}
+
+/* ---- applying (child: no allocation) ---- */
+
+static int bind_remount(const struct rootfs_op *op, const char *src, unsigned long flags,
+                        struct corral_error *err)
+{
+    if (mount(src, op->dst, NULL, MS_BIND, NULL) < 0)
+        return corral_fail_errno(err, "cannot bind-mount %s on %s", src, op->dst);
+    if (mount(NULL, op->dst, NULL, MS_BIND | MS_REMOUNT | flags, NULL) < 0)
+        return corral_fail_errno(err, "cannot make %s read-only", op->dst);
+    return 0;
+}
+
+static int apply_op(const struct rootfs_op *op, struct corral_error *err)
+{
+    switch (op->kind) {
+    case ROOTFS_MKDIR:
+        if (mkdir(op->dst, op->mode) < 0 && errno != EEXIST)
+            return corral_fail_errno(err, "cannot create directory %s", op->dst);
+        if (chmod(op->dst, op->mode) < 0)
+            return corral_fail_errno(err, "cannot set the mode of %s", op->dst);
+        if (op->uid != (uid_t)-1 && chown(op->dst, op->uid, op->gid) < 0)
+            return corral_fail_errno(err, "cannot give %s to the sandbox user", op->dst);
+        return 0;
+    case ROOTFS_TOUCH: {
+        int fd = open(op->dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, op->mode);
+        if (fd < 0)
+            return corral_fail_errno(err, "cannot create %s", op->dst);
+        close(fd);
+        return 0;
+    }
+    case ROOTFS_WRITE: {
+        int fd = open(op->dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, op->mode);
+        if (fd < 0)
+            return corral_fail_errno(err, "cannot create %s", op->dst);
+        size_t len = strlen(op->data);
+        ssize_t n = write(fd, op->data, len);
+        close(fd);
+        if (n != (ssize_t)len)
+            return corral_fail_errno(err, "cannot write %s", op->dst);
+        return 0;
+    }
+    case ROOTFS_SYMLINK:
+        if (symlink(op->src, op->dst) < 0)
+            return corral_fail_errno(err, "cannot create symlink %s", op->dst);
+        return 0;
+    case ROOTFS_BIND_RO:
+        return bind_remount(op, op->src, MS_RDONLY | MS_NOSUID | MS_NODEV, err);
+    case ROOTFS_BIND_DEV:
+        return bind_remount(op, op->src, MS_NOSUID | MS_NOEXEC, err);
+    case ROOTFS_BIND_RW:
+        return bind_remount(op, op->src, MS_NOSUID | MS_NODEV, err);
+    case ROOTFS_TMPFS:
+        if (mount("tmpfs", op->dst, "tmpfs", op->flags, op->data) < 0)
+            return corral_fail_errno(err, "cannot mount tmpfs on %s", op->dst);
+        return 0;
+    case ROOTFS_PROC:
+        if (mount("proc", op->dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+            return corral_fail_errno(err, "cannot mount proc on %s", op->dst);
+        return 0;
+    case ROOTFS_DEVPTS:
+        if (mount("devpts", op->dst, "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620") < 0)
+            return corral_fail_errno(err, "cannot mount devpts on %s", op->dst);
+        return 0;
+    case ROOTFS_MASK_FILE:
+        return bind_remount(op, "/dev/null", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+    case ROOTFS_MASK_DIR:
+        if (mount("tmpfs", op->dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "mode=0555,size=0") < 0)
+            return corral_fail_errno(err, "cannot mask %s", op->dst);
+        return 0;
+    case ROOTFS_READONLY:
+        return bind_remount(op, op->dst, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+    case ROOTFS_REMOUNT_RO:
+        if (mount(NULL, op->dst, NULL, MS_REMOUNT | MS_RDONLY | op->flags, NULL) < 0)
+            return corral_fail_errno(err, "cannot make %s read-only", op->dst);
+        return 0;
+    }
+    return corral_fail(err, EINVAL, "unknown root filesystem operation %d", (int)op->kind);
+}
+
+int rootfs_make_private(struct corral_error *err)
+{
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return corral_fail_errno(err, "cannot make the sandbox's mounts private");
+    return 0;
+}
+
+int rootfs_apply(const struct rootfs_plan *plan, struct corral_error *err)
+{
+    for (size_t i = 0; i < plan->n; i++) {
+        int r = apply_op(&plan->ops[i], err);
+        if (r < 0)
+            return r;
+    }
+    /* pivot_root(".", ".") stacks the old root on top of the new one; detaching
+     * it leaves only the new root, with no path back to the host's. */
+    if (chdir(plan->root_dir) < 0)
+        return corral_fail_errno(err, "cannot enter %s", plan->root_dir);
+    if (syscall(SYS_pivot_root, ".", ".") < 0)
+        return corral_fail_errno(err, "cannot pivot_root into %s", plan->root_dir);
+    if (umount2(".", MNT_DETACH) < 0)
+        return corral_fail_errno(err, "cannot detach the host's root");
+    if (chdir("/") < 0)
+        return corral_fail_errno(err, "cannot enter the new root");
+    return 0;
+}

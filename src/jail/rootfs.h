@@ -1,0 +1,78 @@
+/*
+ * The sandbox's root filesystem, planned in the parent as an ordered list of
+ * operations and applied in one pass by the sandbox's init (in its own mount
+ * namespace, before it drops privilege). Planning needs the host's layout and
+ * may allocate; applying only makes syscalls.
+ *
+ * The result:
+ *   /usr /bin /sbin /lib*   the host's, read-only (or the same symlinks)
+ *   /etc                    generated passwd, group, hosts, ...; a few host
+ *                           files needed by libraries, read-only; no secrets
+ *   /proc                   fresh, for the sandbox's PID namespace, with
+ *                           sensitive entries masked and /proc/sys read-only
+ *   /dev                    null zero full random urandom tty, pts, shm
+ *   /tmp /home/user /mnt/data   writable, on one size-limited tmpfs
+ *   everything else         read-only and empty
+ */
+#ifndef CORRAL_JAIL_ROOTFS_H
+#define CORRAL_JAIL_ROOTFS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "base/error.h"
+
+enum rootfs_op_kind {
+    ROOTFS_MKDIR,       /* dst, mode, owner */
+    ROOTFS_TOUCH,       /* empty file dst (a bind target) */
+    ROOTFS_WRITE,       /* file dst with text data, mode */
+    ROOTFS_SYMLINK,     /* dst -> src */
+    ROOTFS_BIND_RO,     /* src on dst, read-only, nosuid, nodev */
+    ROOTFS_BIND_DEV,    /* device node src on dst, nosuid, noexec */
+    ROOTFS_BIND_RW,     /* src on dst, writable, nosuid, nodev */
+    ROOTFS_TMPFS,       /* tmpfs on dst with options data, flags */
+    ROOTFS_PROC,        /* procfs on dst */
+    ROOTFS_DEVPTS,      /* a new devpts instance on dst */
+    ROOTFS_MASK_FILE,   /* /dev/null on dst, read-only */
+    ROOTFS_MASK_DIR,    /* an empty read-only tmpfs on dst */
+    ROOTFS_READONLY,    /* bind dst on itself, read-only */
+    ROOTFS_REMOUNT_RO   /* remount the mount at dst read-only */
+};
+
+struct rootfs_op {
+    enum rootfs_op_kind kind;
+    char *src;
+    char *dst;
+    char *data;
+    mode_t mode;
+    unsigned long flags;
+    uid_t uid; /* (uid_t)-1: leave */
+    gid_t gid;
+};
+
+struct rootfs_params {
+    const char *root_dir;    /* where the new root is assembled (an empty directory) */
+    const char *storage_dir; /* where the writable tmpfs is staged (an empty directory) */
+    const char *hostname;
+    unsigned long long disk_bytes;
+    uid_t owner_uid; /* host uid of the sandbox user */
+    gid_t owner_gid;
+    int mask_proc; /* mask sensitive /proc entries */
+    const char *host_root; /* "" normally; a test directory for unit tests */
+};
+
+struct rootfs_plan {
+    struct rootfs_op *ops;
+    size_t n, cap;
+    char *root_dir;
+};
+
+int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
+                      struct corral_error *err);
+void rootfs_plan_free(struct rootfs_plan *plan);
+/* Applies every operation, then pivots into the new root. Runs in the child. */
+int rootfs_apply(const struct rootfs_plan *plan, struct corral_error *err);
+/* Makes every mount private so nothing propagates back to the host. */
+int rootfs_make_private(struct corral_error *err);
+
+#endif

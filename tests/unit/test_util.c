@@ -1,0 +1,109 @@
+/* Units, files and ids: src/base/util.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "base/util.h"
+
+static void parses_sizes(void **state)
+{
+    struct corral_error err;
+    uint64_t v;
+    assert_int_equal(corral_parse_size("512m", &v, &err), 0);
+    assert_int_equal(v, 512ull << 20);
+    assert_int_equal(corral_parse_size("2G", &v, &err), 0);
+    assert_int_equal(v, 2ull << 30);
+    assert_int_equal(corral_parse_size("1.5g", &v, &err), 0);
+    assert_int_equal(v, 3ull << 29);
+    assert_int_equal(corral_parse_size("64KiB", &v, &err), 0);
+    assert_int_equal(v, 64ull << 10);
+    assert_int_equal(corral_parse_size("4096", &v, &err), 0);
+    assert_int_equal(v, 4096);
+    assert_true(corral_parse_size("lots", &v, &err) < 0);
+    assert_non_null(strstr(err.message, "invalid size 'lots'"));
+    assert_true(corral_parse_size("-1g", &v, &err) < 0);
+    assert_true(corral_parse_size("1x", &v, &err) < 0);
+    assert_true(corral_parse_size("", &v, &err) < 0);
+    assert_true(corral_parse_size("1e30g", &v, &err) < 0);
+}
+
+static void parses_durations(void **state)
+{
+    struct corral_error err;
+    uint64_t ms;
+    assert_int_equal(corral_parse_duration("30", &ms, &err), 0);
+    assert_int_equal(ms, 30000);
+    assert_int_equal(corral_parse_duration("500ms", &ms, &err), 0);
+    assert_int_equal(ms, 500);
+    assert_int_equal(corral_parse_duration("5m", &ms, &err), 0);
+    assert_int_equal(ms, 300000);
+    assert_int_equal(corral_parse_duration("1h", &ms, &err), 0);
+    assert_int_equal(ms, 3600000);
+    assert_int_equal(corral_parse_duration("0.25s", &ms, &err), 0);
+    assert_int_equal(ms, 250);
+    assert_true(corral_parse_duration("soon", &ms, &err) < 0);
+    assert_non_null(strstr(err.message, "invalid duration"));
+    assert_true(corral_parse_duration("5d", &ms, &err) < 0);
+}
+
+static void parses_cpus_and_ints(void **state)
+{
+    struct corral_error err;
+    uint32_t m;
+    uint64_t v;
+    assert_int_equal(corral_parse_cpus("0.5", &m, &err), 0);
+    assert_int_equal(m, 500);
+    assert_int_equal(corral_parse_cpus("2", &m, &err), 0);
+    assert_int_equal(m, 2000);
+    assert_true(corral_parse_cpus("0", &m, &err) < 0);
+    assert_true(corral_parse_cpus("two", &m, &err) < 0);
+    assert_int_equal(corral_parse_uint("42", 1, 100, &v, &err), 0);
+    assert_int_equal(v, 42);
+    assert_true(corral_parse_uint("101", 1, 100, &v, &err) < 0);
+    assert_non_null(strstr(err.message, "from 1 to 100"));
+    assert_true(corral_parse_uint("4x", 1, 100, &v, &err) < 0);
+    assert_true(corral_parse_uint("", 1, 100, &v, &err) < 0);
+}
+
+static void formats_sizes(void **state)
+{
+    char buf[32];
+    corral_format_size(1ull << 30, buf, sizeof(buf));
+    assert_string_equal(buf, "1 GiB");
+    corral_format_size(512ull << 20, buf, sizeof(buf));
+    assert_string_equal(buf, "512 MiB");
+    corral_format_size(1000, buf, sizeof(buf));
+    assert_string_equal(buf, "1000 B");
+}
+
+static void makes_random_ids(void **state)
+{
+    char a[33], b[33];
+    assert_int_equal(corral_random_hex(a, 16, NULL), 0);
+    assert_int_equal(corral_random_hex(b, 16, NULL), 0);
+    assert_int_equal(strlen(a), 32);
+    assert_int_equal(strspn(a, "0123456789abcdef"), 32);
+    assert_string_not_equal(a, b);
+}
+
+static void reports_file_errors(void **state)
+{
+    struct corral_error err;
+    char buf[16];
+    assert_true(corral_read_file("/nonexistent/corral", buf, sizeof(buf), &err) < 0);
+    assert_string_equal(err.message, "cannot open /nonexistent/corral: No such file or directory");
+    assert_int_equal(err.code, 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(parses_sizes),      cmocka_unit_test(parses_durations),
+        cmocka_unit_test(parses_cpus_and_ints), cmocka_unit_test(formats_sizes),
+        cmocka_unit_test(makes_random_ids),  cmocka_unit_test(reports_file_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
