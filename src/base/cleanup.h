@@ -31,8 +31,8 @@ static inline void corral_fclosep(FILE **f)
         fclose(*f);
 }
 
-#define cleanup_free  __attribute__((cleanup(corral_freep)))
-#define cleanup_close __attribute__((cleanup(corral_closep)))
+#define cleanup_free   __attribute__((cleanup(corral_freep)))
+#define cleanup_close  __attribute__((cleanup(corral_closep)))
 #define cleanup_fclose __attribute__((cleanup(corral_fclosep)))
 
 static inline void *corral_steal_pointer(void *pp)

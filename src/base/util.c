@@ -40,13 +40,25 @@ int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err)
         goto bad;
     double mult = 1;
     switch (tolower((unsigned char)*unit)) {
-    case '\0': break;
-    case 'b': mult = 1; break;
-    case 'k': mult = 1024.0; break;
-    case 'm': mult = 1024.0 * 1024; break;
-    case 'g': mult = 1024.0 * 1024 * 1024; break;
-    case 't': mult = 1024.0 * 1024 * 1024 * 1024; break;
-    default: goto bad;
+    case '\0':
+        break;
+    case 'b':
+        mult = 1;
+        break;
+    case 'k':
+        mult = 1024.0;
+        break;
+    case 'm':
+        mult = 1024.0 * 1024;
+        break;
+    case 'g':
+        mult = 1024.0 * 1024 * 1024;
+        break;
+    case 't':
+        mult = 1024.0 * 1024 * 1024 * 1024;
+        break;
+    default:
+        goto bad;
     }
     if (*unit) {
         unit++;
@@ -64,8 +76,9 @@ int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err)
     *out = (uint64_t)bytes;
     return 0;
 bad:
-    return corral_fail(err, EINVAL, "invalid size '%s' (expected a number with an optional unit, "
-                                    "such as 512m or 2g)",
+    return corral_fail(err, EINVAL,
+                       "invalid size '%s' (expected a number with an optional unit, "
+                       "such as 512m or 2g)",
                        text ? text : "");
 }
 
@@ -92,8 +105,9 @@ int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_erro
     *out_ms = (uint64_t)ms;
     return 0;
 bad:
-    return corral_fail(err, EINVAL, "invalid duration '%s' (expected seconds, or a number with "
-                                    "a unit: 500ms, 30s, 5m, 1h)",
+    return corral_fail(err, EINVAL,
+                       "invalid duration '%s' (expected seconds, or a number with "
+                       "a unit: 500ms, 30s, 5m, 1h)",
                        text ? text : "");
 }
 
@@ -102,8 +116,9 @@ int corral_parse_cpus(const char *text, uint32_t *out_millicpus, struct corral_e
     double v;
     const char *end;
     if (!text || parse_number(text, &v, &end) < 0 || *end || v < 0.01 || v > 4096)
-        return corral_fail(err, EINVAL, "invalid CPU count '%s' (expected a number such as 1 "
-                                        "or 0.5)",
+        return corral_fail(err, EINVAL,
+                           "invalid CPU count '%s' (expected a number such as 1 "
+                           "or 0.5)",
                            text ? text : "");
     *out_millicpus = (uint32_t)llround(v * 1000);
     return 0;
@@ -122,8 +137,8 @@ int corral_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *ou
     *out = v;
     return 0;
 bad:
-    return corral_fail(err, EINVAL, "invalid number '%s' (expected an integer from %" PRIu64
-                                    " to %" PRIu64 ")",
+    return corral_fail(err, EINVAL,
+                       "invalid number '%s' (expected an integer from %" PRIu64 " to %" PRIu64 ")",
                        text ? text : "", min, max);
 }
 

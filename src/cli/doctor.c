@@ -113,8 +113,8 @@ static void check_namespaces(void)
     static const struct {
         const char *name;
         int flag;
-    } ns[] = {{"mount", CLONE_NEWNS}, {"pid", CLONE_NEWPID},   {"net", CLONE_NEWNET},
-              {"ipc", CLONE_NEWIPC},  {"uts", CLONE_NEWUTS},   {"cgroup", CLONE_NEWCGROUP},
+    } ns[] = {{"mount", CLONE_NEWNS}, {"pid", CLONE_NEWPID}, {"net", CLONE_NEWNET},
+              {"ipc", CLONE_NEWIPC},  {"uts", CLONE_NEWUTS}, {"cgroup", CLONE_NEWCGROUP},
               {"user", CLONE_NEWUSER}};
     char good[256] = "", detail[300];
     int missing = 0;
@@ -166,8 +166,7 @@ static void check_cgroups(void)
         return;
     }
     cgroup_destroy(&cg, NULL);
-    snprintf(detail, sizeof(detail), "v%d at %s (memory, pids, cpu)", (int)env.version,
-             env.root);
+    snprintf(detail, sizeof(detail), "v%d at %s (memory, pids, cpu)", (int)env.version, env.root);
     ok("cgroups", detail);
     if (env.version == CGROUP_V1) {
         char path[600];
@@ -240,8 +239,8 @@ static void check_python(const char *python)
                 {"PIL", "python3-pil", 0}};
     for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
         snprintf(cmd, sizeof(cmd),
-                 "%s -c 'import %s; print(getattr(%s, \"__version__\", \"\"))' 2>/dev/null",
-                 python, mods[i].module, mods[i].module);
+                 "%s -c 'import %s; print(getattr(%s, \"__version__\", \"\"))' 2>/dev/null", python,
+                 mods[i].module, mods[i].module);
         p = popen(cmd, "r");
         int got = p && fgets(line, sizeof(line), p);
         int status = p ? pclose(p) : -1;
@@ -308,8 +307,8 @@ int cli_doctor(int argc, char **argv)
     check_python(python);
     check_state_dir(state);
     if (failures) {
-        printf("\n%d problem%s found: corral cannot run sandboxes here until %s fixed.\n",
-               failures, failures == 1 ? "" : "s", failures == 1 ? "it is" : "they are");
+        printf("\n%d problem%s found: corral cannot run sandboxes here until %s fixed.\n", failures,
+               failures == 1 ? "" : "s", failures == 1 ? "it is" : "they are");
         return 1;
     }
     printf("\nAll checks passed: this host can run corral sandboxes.\n");

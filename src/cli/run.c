@@ -126,10 +126,15 @@ static int parse_layers(struct run_opts *o, const char *list)
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
-    static char default_env[][64] = {
-        "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user", "USER=user", "LOGNAME=user",
-        "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg",
-        "TERM=dumb"};
+    static char default_env[][64] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                                     "HOME=/home/user",
+                                     "USER=user",
+                                     "LOGNAME=user",
+                                     "LANG=C.UTF-8",
+                                     "PYTHONUNBUFFERED=1",
+                                     "PYTHONDONTWRITEBYTECODE=1",
+                                     "MPLBACKEND=Agg",
+                                     "TERM=dumb"};
     enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_OPEN_FILES, OPT_PYTHON, OPT_STATE, OPT_UNSAFE };
     static const struct option longopts[] = {
         {"code", required_argument, NULL, 'c'},

@@ -32,8 +32,7 @@ static bool path_exists(const char *path)
 }
 
 /* cgroupfs files exist already; O_CREAT lets the unit tests use a plain directory. */
-static int cg_write(const char *dir, const char *file, const char *value,
-                    struct corral_error *err)
+static int cg_write(const char *dir, const char *file, const char *value, struct corral_error *err)
 {
     char path[CGROUP_PATH_MAX + 64];
     snprintf(path, sizeof(path), "%s/%s", dir, file);
@@ -103,8 +102,7 @@ int cgroup_detect(const char *root, struct cgroup_env *env, struct corral_error 
         return 0;
     }
     for (int i = 0; i < CGROUP_V1_CONTROLLERS; i++) {
-        snprintf(probe, sizeof(probe), "%s/%s/cgroup.procs", env->root,
-                 cgroup_v1_controllers[i]);
+        snprintf(probe, sizeof(probe), "%s/%s/cgroup.procs", env->root, cgroup_v1_controllers[i]);
         if (!path_exists(probe))
             return corral_fail(err, ENOENT,
                                "no cgroup v2 at %s and no cgroup v1 %s controller at %s/%s "
@@ -116,8 +114,7 @@ int cgroup_detect(const char *root, struct cgroup_env *env, struct corral_error 
     return 0;
 }
 
-int cgroup_path_for(const struct cgroup_env *env, const char *id, int index, char *out,
-                    size_t len)
+int cgroup_path_for(const struct cgroup_env *env, const char *id, int index, char *out, size_t len)
 {
     int n;
     if (env->version == CGROUP_V2)
@@ -153,8 +150,7 @@ static int ensure_parent(const struct cgroup_env *env, int index, struct corral_
     return 0;
 }
 
-static int write_limits_v2(const char *dir, const struct jail_limits *lim,
-                           struct corral_error *err)
+static int write_limits_v2(const char *dir, const struct jail_limits *lim, struct corral_error *err)
 {
     char v[64];
     int r;

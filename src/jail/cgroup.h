@@ -51,7 +51,6 @@ void cgroup_kill_all(const struct cgroup *cg);
 /* Kills what is left, waits for the cgroup to empty and removes it. */
 int cgroup_destroy(struct cgroup *cg, struct corral_error *err);
 /* Path of the sandbox cgroup named `id` for the given hierarchy index. */
-int cgroup_path_for(const struct cgroup_env *env, const char *id, int index, char *out,
-                    size_t len);
+int cgroup_path_for(const struct cgroup_env *env, const char *id, int index, char *out, size_t len);
 
 #endif

@@ -144,8 +144,7 @@ static int become_user(const struct jail_init_args *a, struct corral_error *err)
     }
     for (int cap = 0; cap < 64; cap++)
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            return corral_fail_errno(err, "cannot drop capability %d from the bounding set",
-                                     cap);
+            return corral_fail_errno(err, "cannot drop capability %d from the bounding set", cap);
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return corral_fail_errno(err, "cannot clear ambient capabilities");
     if (setresgid(uid, uid, uid) < 0)

@@ -37,7 +37,7 @@ struct jail_msg {
 
 struct jail_init_args {
     const struct jail_config *cfg;
-    const struct rootfs_plan *plan; /* NULL when the rootfs layer is off */
+    const struct rootfs_plan *plan;             /* NULL when the rootfs layer is off */
     const struct jail_seccomp_program *seccomp; /* NULL when the seccomp layer is off */
     const char *hostname;
     uint32_t host_uid;

@@ -31,10 +31,10 @@ struct jail {
     struct slot slot;
     uint32_t host_uid;
     struct cgroup cg;
-    pid_t pid;   /* host PID of the init; 0 once reaped */
-    int ctl_fd;  /* parent -> init */
-    int ev_fd;   /* init -> parent */
-    int status;  /* the init's wait status once reaped */
+    pid_t pid;  /* host PID of the init; 0 once reaped */
+    int ctl_fd; /* parent -> init */
+    int ev_fd;  /* init -> parent */
+    int status; /* the init's wait status once reaped */
     bool exited_msg;
     int workload_status;
     enum jail_outcome forced; /* JAIL_EXITED = not forced */
@@ -43,11 +43,11 @@ struct jail {
 static const struct {
     const char *name;
     unsigned bit;
-} layer_names[] = {{"user", JAIL_LAYER_USER},       {"userns", JAIL_LAYER_USERNS},
-                   {"nnp", JAIL_LAYER_NNP},         {"seccomp", JAIL_LAYER_SECCOMP},
-                   {"cgroup", JAIL_LAYER_CGROUP},   {"rootfs", JAIL_LAYER_ROOTFS},
+} layer_names[] = {{"user", JAIL_LAYER_USER},         {"userns", JAIL_LAYER_USERNS},
+                   {"nnp", JAIL_LAYER_NNP},           {"seccomp", JAIL_LAYER_SECCOMP},
+                   {"cgroup", JAIL_LAYER_CGROUP},     {"rootfs", JAIL_LAYER_ROOTFS},
                    {"procmask", JAIL_LAYER_PROCMASK}, {"net", JAIL_LAYER_NET},
-                   {"pid", JAIL_LAYER_PID},         {"rlimit", JAIL_LAYER_RLIMIT}};
+                   {"pid", JAIL_LAYER_PID},           {"rlimit", JAIL_LAYER_RLIMIT}};
 
 unsigned jail_layer_from_name(const char *name)
 {
@@ -145,8 +145,9 @@ static void reap(struct jail *j)
 static int validate(const struct jail_config *cfg, struct corral_error *err)
 {
     if (geteuid() != 0)
-        return corral_fail(err, EPERM, "sandboxes need root (namespaces, cgroups, mounts); "
-                                       "run corral as root");
+        return corral_fail(err, EPERM,
+                           "sandboxes need root (namespaces, cgroups, mounts); "
+                           "run corral as root");
     if (!cfg->argv || !cfg->argv[0] || cfg->argv[0][0] != '/')
         return corral_fail(err, EINVAL, "the workload must be an absolute path");
     if (!cfg->envp)
@@ -193,7 +194,8 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
         goto fail;
     if ((r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
         goto fail;
-    j->host_uid = (cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE) + (uint32_t)j->slot.number;
+    j->host_uid =
+        (cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE) + (uint32_t)j->slot.number;
 
     if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
         goto fail;

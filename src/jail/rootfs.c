@@ -140,30 +140,52 @@ static void plan_tmpfs(struct planner *pl, const char *dst_abs, const char *opti
     op->flags = flags;
 }
 
-static const char *const system_dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
-                                          "/libx32", NULL};
+static const char *const system_dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                          "/lib32", "/lib64", "/libx32", NULL};
 
 /* Host files under /etc that libraries need; nothing secret (no shadow,
  * no machine-id, no ssh keys, no ssl private keys). */
-static const char *const etc_entries[] = {
-    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-    "/etc/localtime", "/etc/timezone", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
-    "/etc/ca-certificates.conf", "/etc/matplotlibrc", "/etc/fonts", "/etc/mime.types",
-    "/etc/protocols", "/etc/services", "/etc/bash.bashrc", "/etc/profile", "/etc/inputrc",
-    "/etc/terminfo", "/etc/magic", "/etc/magic.mime", "/etc/debian_version", "/etc/os-release",
-    "/etc/gai.conf", "/etc/networks", "/etc/ethertypes", "/etc/rpc", "/etc/papersize",
-    "/etc/mailcap", "/etc/gitconfig", "/etc/environment", NULL};
+static const char *const etc_entries[] = {"/etc/alternatives",
+                                          "/etc/ld.so.cache",
+                                          "/etc/ld.so.conf",
+                                          "/etc/ld.so.conf.d",
+                                          "/etc/localtime",
+                                          "/etc/timezone",
+                                          "/etc/ssl/certs",
+                                          "/etc/ssl/openssl.cnf",
+                                          "/etc/ca-certificates.conf",
+                                          "/etc/matplotlibrc",
+                                          "/etc/fonts",
+                                          "/etc/mime.types",
+                                          "/etc/protocols",
+                                          "/etc/services",
+                                          "/etc/bash.bashrc",
+                                          "/etc/profile",
+                                          "/etc/inputrc",
+                                          "/etc/terminfo",
+                                          "/etc/magic",
+                                          "/etc/magic.mime",
+                                          "/etc/debian_version",
+                                          "/etc/os-release",
+                                          "/etc/gai.conf",
+                                          "/etc/networks",
+                                          "/etc/ethertypes",
+                                          "/etc/rpc",
+                                          "/etc/papersize",
+                                          "/etc/mailcap",
+                                          "/etc/gitconfig",
+                                          "/etc/environment",
+                                          NULL};
 
 static const char *const proc_masked_files[] = {
-    "kcore", "keys", "key-users", "latency_stats", "timer_list", "timer_stats", "sched_debug",
-    "kmsg", "kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "vmallocinfo",
-    "sysrq-trigger", "config.gz", "pagetypeinfo", "slabinfo", NULL};
-static const char *const proc_masked_dirs[] = {"acpi", "scsi", "asound", "bus", "fs", "irq",
-                                               "driver", "sysvipc", "tty", NULL};
+    "kcore",       "keys",          "key-users", "latency_stats", "timer_list", "timer_stats",
+    "sched_debug", "kmsg",          "kallsyms",  "kpagecount",    "kpageflags", "kpagecgroup",
+    "vmallocinfo", "sysrq-trigger", "config.gz", "pagetypeinfo",  "slabinfo",   NULL};
+static const char *const proc_masked_dirs[] = {"acpi", "scsi",   "asound",  "bus", "fs",
+                                               "irq",  "driver", "sysvipc", "tty", NULL};
 static const char *const proc_readonly[] = {"sys", NULL};
 
-static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty",
-                                        NULL};
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
 
 int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
                       struct corral_error *err)

@@ -23,20 +23,20 @@
 #include "base/error.h"
 
 enum rootfs_op_kind {
-    ROOTFS_MKDIR,       /* dst, mode, owner */
-    ROOTFS_TOUCH,       /* empty file dst (a bind target) */
-    ROOTFS_WRITE,       /* file dst with text data, mode */
-    ROOTFS_SYMLINK,     /* dst -> src */
-    ROOTFS_BIND_RO,     /* src on dst, read-only, nosuid, nodev */
-    ROOTFS_BIND_DEV,    /* device node src on dst, nosuid, noexec */
-    ROOTFS_BIND_RW,     /* src on dst, writable, nosuid, nodev */
-    ROOTFS_TMPFS,       /* tmpfs on dst with options data, flags */
-    ROOTFS_PROC,        /* procfs on dst */
-    ROOTFS_DEVPTS,      /* a new devpts instance on dst */
-    ROOTFS_MASK_FILE,   /* /dev/null on dst, read-only */
-    ROOTFS_MASK_DIR,    /* an empty read-only tmpfs on dst */
-    ROOTFS_READONLY,    /* bind dst on itself, read-only */
-    ROOTFS_REMOUNT_RO   /* remount the mount at dst read-only */
+    ROOTFS_MKDIR,     /* dst, mode, owner */
+    ROOTFS_TOUCH,     /* empty file dst (a bind target) */
+    ROOTFS_WRITE,     /* file dst with text data, mode */
+    ROOTFS_SYMLINK,   /* dst -> src */
+    ROOTFS_BIND_RO,   /* src on dst, read-only, nosuid, nodev */
+    ROOTFS_BIND_DEV,  /* device node src on dst, nosuid, noexec */
+    ROOTFS_BIND_RW,   /* src on dst, writable, nosuid, nodev */
+    ROOTFS_TMPFS,     /* tmpfs on dst with options data, flags */
+    ROOTFS_PROC,      /* procfs on dst */
+    ROOTFS_DEVPTS,    /* a new devpts instance on dst */
+    ROOTFS_MASK_FILE, /* /dev/null on dst, read-only */
+    ROOTFS_MASK_DIR,  /* an empty read-only tmpfs on dst */
+    ROOTFS_READONLY,  /* bind dst on itself, read-only */
+    ROOTFS_REMOUNT_RO /* remount the mount at dst read-only */
 };
 
 struct rootfs_op {
@@ -57,7 +57,7 @@ struct rootfs_params {
     unsigned long long disk_bytes;
     uid_t owner_uid; /* host uid of the sandbox user */
     gid_t owner_gid;
-    int mask_proc; /* mask sensitive /proc entries */
+    int mask_proc;         /* mask sensitive /proc entries */
     const char *host_root; /* "" normally; a test directory for unit tests */
 };
 

@@ -33,38 +33,36 @@
 
 static const char *const blocked_syscalls[] = {
     /* accounting, time, logs */
-    "acct", "clock_adjtime", "clock_adjtime64", "clock_settime", "clock_settime64",
-    "settimeofday", "stime", "syslog", "vhangup",
+    "acct", "clock_adjtime", "clock_adjtime64", "clock_settime", "clock_settime64", "settimeofday",
+    "stime", "syslog", "vhangup",
     /* kernel modules and kexec */
     "create_module", "delete_module", "finit_module", "get_kernel_syms", "init_module",
     "query_module", "kexec_file_load", "kexec_load", "reboot",
     /* keys */
     "add_key", "keyctl", "request_key",
     /* tracing and other processes' memory */
-    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
-    "pidfd_getfd", "perf_event_open", "bpf", "lookup_dcookie",
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp", "pidfd_getfd",
+    "perf_event_open", "bpf", "lookup_dcookie",
     /* filesystems and namespaces */
     "mount", "umount", "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount",
-    "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "unshare", "setns",
-    "name_to_handle_at", "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff",
-    "nfsservctl", "sysfs", "_sysctl", "ustat", "uselib", "fanotify_init", "sethostname",
-    "setdomainname",
+    "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "unshare", "setns", "name_to_handle_at",
+    "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff", "nfsservctl", "sysfs",
+    "_sysctl", "ustat", "uselib", "fanotify_init", "sethostname", "setdomainname",
     /* memory tricks */
     "userfaultfd", "mbind", "set_mempolicy", "set_mempolicy_home_node", "get_mempolicy",
     "migrate_pages", "move_pages",
     /* io_uring bypasses every per-syscall check above */
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     /* hardware access */
-    "iopl", "ioperm", "vm86", "vm86old",
-    NULL};
+    "iopl", "ioperm", "vm86", "vm86old", NULL};
 
 const char *const *jail_seccomp_blocked(void)
 {
     return blocked_syscalls;
 }
 
-static const uint64_t namespace_clone_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,
-                                                 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+static const uint64_t namespace_clone_flags[] = {CLONE_NEWNS,    CLONE_NEWUTS, CLONE_NEWIPC,
+                                                 CLONE_NEWUSER,  CLONE_NEWPID, CLONE_NEWNET,
                                                  CLONE_NEWCGROUP};
 
 #define PERSONALITY_QUERY_BIT 0x80000000u
@@ -83,8 +81,7 @@ static int add_rules(scmp_filter_ctx ctx, struct corral_error *err)
         if ((r = seccomp_rule_add(ctx, deny, nr, 0)) < 0)
             return corral_fail(err, -r, "cannot add seccomp rule for %s: %s", *name, strerror(-r));
     }
-    for (size_t i = 0; i < sizeof(namespace_clone_flags) / sizeof(namespace_clone_flags[0]);
-         i++) {
+    for (size_t i = 0; i < sizeof(namespace_clone_flags) / sizeof(namespace_clone_flags[0]); i++) {
         uint64_t f = namespace_clone_flags[i];
         if ((r = seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1,
                                   SCMP_A0(SCMP_CMP_MASKED_EQ, f, f))) < 0)

@@ -24,8 +24,7 @@ static bool still_linked(int fd, const char *path)
            a.st_dev == b.st_dev;
 }
 
-int slot_acquire(const char *state_dir, const char *id, struct slot *out,
-                 struct corral_error *err)
+int slot_acquire(const char *state_dir, const char *id, struct slot *out, struct corral_error *err)
 {
     char dir[400];
     snprintf(dir, sizeof(dir), "%s/slots", state_dir);

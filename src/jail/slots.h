@@ -16,8 +16,7 @@ struct slot {
     char path[512];
 };
 
-int slot_acquire(const char *state_dir, const char *id, struct slot *out,
-                 struct corral_error *err);
+int slot_acquire(const char *state_dir, const char *id, struct slot *out, struct corral_error *err);
 void slot_release(struct slot *s);
 
 /* Calls fn(id) for every slot whose owner died, then removes the slot. */

@@ -101,9 +101,9 @@ static void reports_file_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(parses_sizes),      cmocka_unit_test(parses_durations),
+        cmocka_unit_test(parses_sizes),         cmocka_unit_test(parses_durations),
         cmocka_unit_test(parses_cpus_and_ints), cmocka_unit_test(formats_sizes),
-        cmocka_unit_test(makes_random_ids),  cmocka_unit_test(reports_file_errors),
+        cmocka_unit_test(makes_random_ids),     cmocka_unit_test(reports_file_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
