@@ -244,14 +244,13 @@ fail:
     return r;
 }
 
-int cgroup_add_pid(const struct cgroup *cg, pid_t pid, struct corral_error *err)
+int cgroup_join_self(const struct cgroup *cg, struct corral_error *err)
 {
-    char v[32];
-    snprintf(v, sizeof(v), "%d", (int)pid);
+    const char *file = cg->version == CGROUP_V1 ? "tasks" : "cgroup.procs";
     for (int i = 0; i < CGROUP_V1_CONTROLLERS; i++) {
         if (!cg->dirs[i][0])
             continue;
-        int r = cg_write(cg->dirs[i], "cgroup.procs", v, err);
+        int r = cg_write(cg->dirs[i], file, "0", err);
         if (r < 0)
             return r;
     }

@@ -283,11 +283,15 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    wait_for(a->ctl_fd, JAIL_CTL_GO);
-
-    if (a->in_cgroup && unshare(CLONE_NEWCGROUP) < 0) {
-        corral_fail_errno(&err, "cannot create a cgroup namespace");
-        fail(&err);
+    /* Into the sandbox's cgroups first, so that everything below is charged
+     * to them; then a cgroup namespace rooted there. */
+    if (a->cgroup) {
+        if (cgroup_join_self(a->cgroup, &err) < 0)
+            fail(&err);
+        if (unshare(CLONE_NEWCGROUP) < 0) {
+            corral_fail_errno(&err, "cannot create a cgroup namespace");
+            fail(&err);
+        }
     }
     if (setsid() < 0) {
         corral_fail_errno(&err, "cannot start a new session");

@@ -11,12 +11,12 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "jail/cgroup.h"
 #include "jail/jail.h"
 #include "jail/rootfs.h"
 #include "jail/seccomp.h"
 
 /* Parent -> init, one byte each. */
-#define JAIL_CTL_GO        'G' /* the init is in its cgroups: go on */
 #define JAIL_CTL_MAPPED    'M' /* uid and gid maps are written */
 #define JAIL_CTL_INTERRUPT 'I' /* send SIGINT to the workload */
 
@@ -43,7 +43,7 @@ struct jail_init_args {
     uint32_t host_uid;
     int ctl_fd; /* read end */
     int ev_fd;  /* write end */
-    int in_cgroup;
+    const struct cgroup *cgroup; /* NULL when the cgroup layer is off */
 };
 
 /* Never returns. */

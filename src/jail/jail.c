@@ -244,7 +244,7 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
             .host_uid = j->host_uid,
             .ctl_fd = ctl[0],
             .ev_fd = ev[1],
-            .in_cgroup = cgenv != NULL,
+            .cgroup = cgenv ? &j->cg : NULL,
         };
         jail_init_main(&args);
     }
@@ -256,13 +256,7 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     ctl[0] = ctl[1] = ev[0] = ev[1] = -1;
     rootfs_plan_free(&plan);
 
-    if (cgenv && (r = cgroup_add_pid(&j->cg, pid, err)) < 0)
-        goto fail;
-    char c = JAIL_CTL_GO;
-    if (corral_write_all(j->ctl_fd, &c, 1) < 0) {
-        r = corral_fail_errno(err, "cannot start the sandbox's init");
-        goto fail;
-    }
+    char c;
     for (;;) {
         struct jail_msg m;
         if (read_msg(j, &m) < 0) {

@@ -359,10 +359,9 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
 {
     switch (op->kind) {
     case ROOTFS_MKDIR:
-        if (mkdir(op->dst, op->mode) < 0 && errno != EEXIST)
+        /* rootfs_apply() runs with umask 0, so the mode is exact. */
+        if (mkdir(op->dst, op->mode) < 0)
             return corral_fail_errno(err, "cannot create directory %s", op->dst);
-        if (chmod(op->dst, op->mode) < 0)
-            return corral_fail_errno(err, "cannot set the mode of %s", op->dst);
         if (op->uid != (uid_t)-1 && chown(op->dst, op->uid, op->gid) < 0)
             return corral_fail_errno(err, "cannot give %s to the sandbox user", op->dst);
         return 0;
@@ -433,6 +432,7 @@ int rootfs_make_private(struct corral_error *err)
 
 int rootfs_apply(const struct rootfs_plan *plan, struct corral_error *err)
 {
+    mode_t old_umask = umask(0);
     for (size_t i = 0; i < plan->n; i++) {
         int r = apply_op(&plan->ops[i], err);
         if (r < 0)
@@ -448,5 +448,6 @@ int rootfs_apply(const struct rootfs_plan *plan, struct corral_error *err)
         return corral_fail_errno(err, "cannot detach the host's root");
     if (chdir("/") < 0)
         return corral_fail_errno(err, "cannot enter the new root");
+    umask(old_umask);
     return 0;
 }
