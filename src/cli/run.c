@@ -162,7 +162,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+c:t:m:e:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:c:t:m:e:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             o->code = optarg;

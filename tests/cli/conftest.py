@@ -1,0 +1,60 @@
+"""Shared helpers for the `corral` command-line tests.
+
+The binary under test comes from $CORRAL (the Makefile points it at the
+sanitizer build); tests run as root, as corral requires.
+"""
+import glob
+import os
+import subprocess
+
+import pytest
+
+CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../../build/corral"))
+UID_BASE = 1879048192
+STATE_DIR = "/run/corral"
+CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def run(*args, input=None, env=None, timeout=60):
+    """Runs `corral ARGS...`; returns the CompletedProcess with text output."""
+    return subprocess.run([CORRAL, *args], input=input, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def run_code(code, *opts, **kw):
+    return run("run", *opts, "-c", code, **kw)
+
+
+def sandbox_processes():
+    """PIDs of processes owned by a sandbox uid."""
+    found = []
+    for status in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(status) as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) >= UID_BASE:
+                            found.append(int(status.split("/")[2]))
+                        break
+        except OSError:
+            pass
+    return found
+
+
+def sandbox_cgroups():
+    return [d for c in CONTROLLERS for d in glob.glob(f"/sys/fs/cgroup/{c}/corral/*/")]
+
+
+def leftovers():
+    slots = glob.glob(os.path.join(STATE_DIR, "slots", "*"))
+    mounts = [l for l in open("/proc/self/mountinfo") if STATE_DIR in l]
+    return {"processes": sandbox_processes(), "cgroups": sandbox_cgroups(), "slots": slots,
+            "mounts": mounts}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """Every test must leave no process, cgroup, slot or mount behind."""
+    yield
+    left = leftovers()
+    assert left == {"processes": [], "cgroups": [], "slots": [], "mounts": []}, left
