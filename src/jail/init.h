@@ -41,8 +41,8 @@ struct jail_init_args {
     const struct jail_seccomp_program *seccomp; /* NULL when the seccomp layer is off */
     const char *hostname;
     uint32_t host_uid;
-    int ctl_fd; /* read end */
-    int ev_fd;  /* write end */
+    int ctl_fd;                  /* read end */
+    int ev_fd;                   /* write end */
     const struct cgroup *cgroup; /* NULL when the cgroup layer is off */
 };
 

@@ -1,0 +1,132 @@
+/* The syscall filter, installed for real in forked children. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "jail/seccomp.h"
+
+/* Runs fn under the filter in a child; returns the child's exit code. */
+static int filtered(int (*fn)(void))
+{
+    const struct jail_seccomp_program *prog;
+    struct corral_error err;
+    assert_int_equal(jail_seccomp_program(&prog, &err), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || jail_seccomp_install(prog) < 0)
+            _exit(100);
+        _exit(fn());
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        return 200 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+static int errno_of(long r)
+{
+    return r < 0 ? errno : 0;
+}
+
+static int blocked_syscalls_get_eperm(void)
+{
+    if (errno_of(syscall(SYS_unshare, CLONE_NEWUSER)) != EPERM)
+        return 1;
+    if (errno_of(syscall(SYS_setns, -1, 0)) != EPERM)
+        return 2;
+    if (errno_of(syscall(SYS_mount, "none", "/", "tmpfs", 0, NULL)) != EPERM)
+        return 3;
+    if (errno_of(syscall(SYS_bpf, 0, NULL, 0)) != EPERM)
+        return 4;
+    if (errno_of(syscall(SYS_io_uring_setup, 1, NULL)) != EPERM)
+        return 5;
+    if (errno_of(syscall(SYS_userfaultfd, 0)) != EPERM)
+        return 6;
+    if (errno_of(syscall(SYS_ptrace, 0, 0, 0, 0)) != EPERM)
+        return 7;
+    if (errno_of(syscall(SYS_keyctl, 0, 0, 0, 0, 0)) != EPERM)
+        return 8;
+    if (errno_of(syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, 0, 0, 0, 0)) != EPERM)
+        return 9;
+    if (errno_of(syscall(SYS_clone3, NULL, 0)) != ENOSYS)
+        return 10;
+    if (errno_of(syscall(SYS_personality, ADDR_NO_RANDOMIZE)) != EPERM)
+        return 11;
+    if (errno_of(syscall(SYS_personality, READ_IMPLIES_EXEC)) != EPERM)
+        return 12;
+    if (errno_of(syscall(SYS_ioctl, 0, TIOCSTI, "x")) != EPERM)
+        return 13;
+    return 0;
+}
+
+static int ordinary_syscalls_work(void)
+{
+    /* personality queries and PER_LINUX stay allowed */
+    if (syscall(SYS_personality, 0xffffffff) < 0)
+        return 1;
+    if (syscall(SYS_personality, PER_LINUX) < 0)
+        return 2;
+    /* fork (clone without namespace flags) works */
+    pid_t pid = fork();
+    if (pid < 0)
+        return 3;
+    if (pid == 0)
+        _exit(7);
+    int status;
+    if (waitpid(pid, &status, 0) != pid || WEXITSTATUS(status) != 7)
+        return 4;
+    if (getpid() <= 0 || access("/", R_OK) != 0)
+        return 5;
+    return 0;
+}
+
+static void blocks_what_it_must(void **state)
+{
+    assert_int_equal(filtered(blocked_syscalls_get_eperm), 0);
+}
+
+static void lets_ordinary_code_through(void **state)
+{
+    assert_int_equal(filtered(ordinary_syscalls_work), 0);
+}
+
+static void lists_the_required_syscalls(void **state)
+{
+    static const char *required[] = {
+        "io_uring_setup", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key",
+        "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2",
+        "pivot_root", "unshare", "setns", "kexec_load", "init_module", "finit_module",
+        "delete_module", "reboot", "swapon", "open_by_handle_at", NULL};
+    const char *const *blocked = jail_seccomp_blocked();
+    for (const char **r = required; *r; r++) {
+        bool found = false;
+        for (const char *const *b = blocked; *b; b++)
+            found = found || !strcmp(*b, *r);
+        if (!found)
+            fail_msg("%s is not blocked", *r);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(blocks_what_it_must),
+        cmocka_unit_test(lets_ordinary_code_through),
+        cmocka_unit_test(lists_the_required_syscalls),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
