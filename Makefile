@@ -5,7 +5,7 @@ BUILD      ?= build
 TEST_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
-SOURCES     = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find src tests bench -name '*.[ch]')
+SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
 .PHONY: all build test-build test unit-test cli-test security-test run bench deps format format-check clean
 

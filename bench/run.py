@@ -16,6 +16,14 @@ import sys
 import time
 
 PYTHON = "/usr/bin/python3"
+ETC_ENTRIES = [
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/localtime", "/etc/timezone", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates.conf", "/etc/matplotlibrc", "/etc/fonts", "/etc/mime.types",
+    "/etc/protocols", "/etc/services", "/etc/bash.bashrc", "/etc/profile", "/etc/inputrc",
+    "/etc/terminfo", "/etc/magic", "/etc/magic.mime", "/etc/debian_version", "/etc/os-release",
+    "/etc/gai.conf", "/etc/networks", "/etc/ethertypes", "/etc/rpc", "/etc/papersize",
+    "/etc/mailcap", "/etc/gitconfig", "/etc/environment", "/etc/python3", "/etc/python3.11"]
 
 
 def bwrap_cmd(code):
@@ -30,8 +38,12 @@ def bwrap_cmd(code):
             cmd += ["--symlink", os.readlink(p), p]
         elif os.path.isdir(p):
             cmd += ["--ro-bind", p, p]
-    for f in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/matplotlibrc"):
-        if os.path.exists(f):
+    # The host files corral puts in the sandbox's /etc (src/jail/rootfs.c),
+    # so that Python starts up against the same configuration in both.
+    for f in ETC_ENTRIES:
+        if os.path.islink(f):
+            cmd += ["--symlink", os.readlink(f), f]
+        elif os.path.exists(f):
             cmd += ["--ro-bind", f, f]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
             "--tmpfs", "/home/user", "--tmpfs", "/mnt/data", "--chdir", "/home/user",

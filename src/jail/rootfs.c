@@ -14,9 +14,12 @@
 #include <unistd.h>
 
 #include "base/cleanup.h"
+#include "base/util.h"
 #include "jail/jail.h"
 
 /* ---- planning (parent) ---- */
+
+#define ROOTFS_COPY_MAX (1 << 20) /* larger host files are bind-mounted */
 
 static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *dupf(const char *fmt, ...)
@@ -102,7 +105,9 @@ static void plan_bind(struct planner *pl, enum rootfs_op_kind kind, const char *
 }
 
 /* Mirrors a host path into the sandbox read-only: a symlink stays a symlink, a
- * directory or file is bind-mounted. Missing host paths are skipped. */
+ * directory is bind-mounted, a small regular file is copied (one mount costs
+ * more than a copy, and the root is read-only anyway). Missing host paths are
+ * skipped. */
 static void plan_host_path(struct planner *pl, const char *abs)
 {
     char host[4096];
@@ -121,6 +126,12 @@ static void plan_host_path(struct planner *pl, const char *abs)
     } else if (S_ISDIR(st.st_mode)) {
         plan_mkdir(pl, rel, 0755);
         plan_bind(pl, ROOTFS_BIND_RO, host, rel);
+    } else if (S_ISREG(st.st_mode) && st.st_size <= ROOTFS_COPY_MAX) {
+        struct rootfs_op *op = op_at(pl, ROOTFS_COPY, rel);
+        if (op && !(op->src = strdup(host)))
+            pl->failed = 1;
+        else if (op)
+            op->mode = 0644;
     } else if (S_ISREG(st.st_mode)) {
         struct rootfs_op *op = op_at(pl, ROOTFS_TOUCH, rel);
         if (op)
@@ -264,15 +275,25 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     /* /dev */
     plan_mkdir(&pl, "dev", 0755);
     snprintf(buf, sizeof(buf), "%s/dev", params->root_dir);
-    plan_tmpfs(&pl, buf, "mode=0755,size=64k", MS_NOSUID | MS_NOEXEC);
+    plan_tmpfs(&pl, buf, "mode=0755,size=64k,nr_inodes=64", MS_NOSUID | MS_NOEXEC);
     for (const char *const *d = dev_nodes; *d; d++) {
         char rel[64], src[256];
         snprintf(rel, sizeof(rel), "dev/%s", *d);
-        snprintf(src, sizeof(src), "/dev/%s", *d);
-        struct rootfs_op *t = op_at(&pl, ROOTFS_TOUCH, rel);
-        if (t)
-            t->mode = 0666;
-        plan_bind(&pl, ROOTFS_BIND_DEV, src, rel);
+        snprintf(src, sizeof(src), "%s/dev/%s", params->host_root, *d);
+        struct stat st;
+        if (stat(src, &st) == 0 && S_ISCHR(st.st_mode)) {
+            /* The same device number on a tmpfs that allows devices. */
+            struct rootfs_op *m = op_at(&pl, ROOTFS_MKNOD, rel);
+            if (m) {
+                m->rdev = st.st_rdev;
+                m->mode = 0666;
+            }
+        } else {
+            struct rootfs_op *t = op_at(&pl, ROOTFS_TOUCH, rel);
+            if (t)
+                t->mode = 0666;
+            plan_bind(&pl, ROOTFS_BIND_DEV, src, rel);
+        }
     }
     plan_mkdir(&pl, "dev/pts", 0755);
     op_at(&pl, ROOTFS_DEVPTS, "dev/pts");
@@ -355,6 +376,32 @@ static int bind_remount(const struct rootfs_op *op, const char *src, unsigned lo
     return 0;
 }
 
+static int copy_file(const struct rootfs_op *op, struct corral_error *err)
+{
+    int in = open(op->src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return corral_fail_errno(err, "cannot open %s", op->src);
+    int out = open(op->dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, op->mode);
+    if (out < 0) {
+        close(in);
+        return corral_fail_errno(err, "cannot create %s", op->dst);
+    }
+    char buf[16384];
+    ssize_t n;
+    int r = 0;
+    while ((n = read(in, buf, sizeof(buf))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || corral_write_all(out, buf, (size_t)n) < 0) {
+            r = corral_fail_errno(err, "cannot copy %s into the sandbox", op->src);
+            break;
+        }
+    }
+    close(in);
+    close(out);
+    return r;
+}
+
 static int apply_op(const struct rootfs_op *op, struct corral_error *err)
 {
     switch (op->kind) {
@@ -387,12 +434,21 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
         if (symlink(op->src, op->dst) < 0)
             return corral_fail_errno(err, "cannot create symlink %s", op->dst);
         return 0;
+    case ROOTFS_COPY:
+        return copy_file(op, err);
+    case ROOTFS_MKNOD:
+        if (mknod(op->dst, S_IFCHR | op->mode, op->rdev) < 0)
+            return corral_fail_errno(err, "cannot create device %s", op->dst);
+        return 0;
     case ROOTFS_BIND_RO:
         return bind_remount(op, op->src, MS_RDONLY | MS_NOSUID | MS_NODEV, err);
     case ROOTFS_BIND_DEV:
         return bind_remount(op, op->src, MS_NOSUID | MS_NOEXEC, err);
     case ROOTFS_BIND_RW:
-        return bind_remount(op, op->src, MS_NOSUID | MS_NODEV, err);
+        /* The sources are corral's own nosuid,nodev tmpfs: a bind keeps those flags. */
+        if (mount(op->src, op->dst, NULL, MS_BIND, NULL) < 0)
+            return corral_fail_errno(err, "cannot bind-mount %s on %s", op->src, op->dst);
+        return 0;
     case ROOTFS_TMPFS:
         if (mount("tmpfs", op->dst, "tmpfs", op->flags, op->data) < 0)
             return corral_fail_errno(err, "cannot mount tmpfs on %s", op->dst);
@@ -407,7 +463,10 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
             return corral_fail_errno(err, "cannot mount devpts on %s", op->dst);
         return 0;
     case ROOTFS_MASK_FILE:
-        return bind_remount(op, "/dev/null", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+        /* Reads give nothing and writes go nowhere: /dev/null needs no remount. */
+        if (mount("/dev/null", op->dst, NULL, MS_BIND, NULL) < 0)
+            return corral_fail_errno(err, "cannot mask %s", op->dst);
+        return 0;
     case ROOTFS_MASK_DIR:
         if (mount("tmpfs", op->dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   "mode=0555,size=0") < 0)

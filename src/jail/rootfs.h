@@ -27,6 +27,8 @@ enum rootfs_op_kind {
     ROOTFS_TOUCH,     /* empty file dst (a bind target) */
     ROOTFS_WRITE,     /* file dst with text data, mode */
     ROOTFS_SYMLINK,   /* dst -> src */
+    ROOTFS_COPY,      /* a copy of the host file src at dst, mode */
+    ROOTFS_MKNOD,     /* character device dst with the host's device number rdev */
     ROOTFS_BIND_RO,   /* src on dst, read-only, nosuid, nodev */
     ROOTFS_BIND_DEV,  /* device node src on dst, nosuid, noexec */
     ROOTFS_BIND_RW,   /* src on dst, writable, nosuid, nodev */
@@ -46,6 +48,7 @@ struct rootfs_op {
     char *data;
     mode_t mode;
     unsigned long flags;
+    dev_t rdev;
     uid_t uid; /* (uid_t)-1: leave */
     gid_t gid;
 };

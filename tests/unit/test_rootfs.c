@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -50,6 +51,10 @@ static int setup(void **state)
     host_file("etc/python3.11/sitecustomize.py");
     host_file("proc/kcore");
     host_file("proc/keys");
+    snprintf(path, sizeof(path), "%s/dev", host);
+    assert_int_equal(corral_mkdir_p(path, 0755, NULL), 0);
+    snprintf(path, sizeof(path), "%s/dev/null", host);
+    assert_int_equal(mknod(path, S_IFCHR | 0666, makedev(1, 3)), 0);
     snprintf(path, sizeof(path), "%s/proc/acpi", host);
     assert_int_equal(corral_mkdir_p(path, 0755, NULL), 0);
     return 0;
@@ -117,7 +122,9 @@ static void plans_a_curated_root(void **state)
     assert_non_null(passwd);
     assert_non_null(strstr(passwd->data, "user:x:1000:1000:user:/home/user:"));
     assert_non_null(strstr(find(&plan, ROOTFS_WRITE, "/root/etc/hosts")->data, "127.0.1.1\tbox"));
-    assert_non_null(find(&plan, ROOTFS_BIND_RO, "/root/etc/ld.so.cache"));
+    const struct rootfs_op *cache = find(&plan, ROOTFS_COPY, "/root/etc/ld.so.cache");
+    assert_non_null(cache); /* small files are copied, not mounted */
+    assert_string_equal(cache->src + strlen(host), "/etc/ld.so.cache");
     assert_non_null(find(&plan, ROOTFS_BIND_RO, "/root/etc/ssl/certs"));
     assert_non_null(find(&plan, ROOTFS_BIND_RO, "/root/etc/python3.11"));
     assert_false(binds_source_containing(&plan, "shadow"));
@@ -134,8 +141,11 @@ static void plans_a_curated_root(void **state)
     assert_non_null(find(&plan, ROOTFS_READONLY, "/root/proc/sys"));
 
     /* /dev: only the harmless nodes. */
-    assert_non_null(find(&plan, ROOTFS_BIND_DEV, "/root/dev/null"));
-    assert_non_null(find(&plan, ROOTFS_BIND_DEV, "/root/dev/urandom"));
+    const struct rootfs_op *null = find(&plan, ROOTFS_MKNOD, "/root/dev/null");
+    assert_non_null(null); /* the host's device number, on the sandbox's own /dev */
+    assert_int_equal(null->rdev, makedev(1, 3));
+    assert_int_equal(null->mode, 0666);
+    assert_non_null(find(&plan, ROOTFS_BIND_DEV, "/root/dev/urandom")); /* not a device here */
     assert_null(find(&plan, ROOTFS_BIND_DEV, "/root/dev/mem"));
     assert_non_null(find(&plan, ROOTFS_DEVPTS, "/root/dev/pts"));
 

@@ -106,11 +106,14 @@ static void lets_ordinary_code_through(void **state)
 
 static void lists_the_required_syscalls(void **state)
 {
-    static const char *required[] = {
-        "io_uring_setup", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key",
-        "request_key", "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2",
-        "pivot_root", "unshare", "setns", "kexec_load", "init_module", "finit_module",
-        "delete_module", "reboot", "swapon", "open_by_handle_at", NULL};
+    static const char *required[] = {"io_uring_setup",    "userfaultfd", "bpf",
+                                     "perf_event_open",   "keyctl",      "add_key",
+                                     "request_key",       "ptrace",      "process_vm_readv",
+                                     "process_vm_writev", "mount",       "umount2",
+                                     "pivot_root",        "unshare",     "setns",
+                                     "kexec_load",        "init_module", "finit_module",
+                                     "delete_module",     "reboot",      "swapon",
+                                     "open_by_handle_at", NULL};
     const char *const *blocked = jail_seccomp_blocked();
     for (const char **r = required; *r; r++) {
         bool found = false;
