@@ -1,5 +1,7 @@
 /* corral's command line: dispatches to one file per subcommand. */
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -21,8 +23,18 @@ static void usage(FILE *out)
           out);
 }
 
+/* Descriptors 0-2 must be open: otherwise the first pipe or file corral opens
+ * would take their place and be mistaken for a standard stream. */
+static void ensure_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
+            _exit(CLI_SANDBOX_ERROR);
+}
+
 int main(int argc, char **argv)
 {
+    ensure_std_fds();
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;

@@ -259,6 +259,48 @@ static int relay(int from, int to, bool *to_broken)
     return 1;
 }
 
+/* corral's stdin to the sandbox's, through a non-blocking pipe and a buffer,
+ * so a program that never reads its input cannot block corral. */
+struct stdin_relay {
+    int from, to;
+    size_t len, off;
+    char buf[RELAY_CHUNK];
+};
+
+static void stdin_relay_stop(struct stdin_relay *in)
+{
+    if (in->to >= 0)
+        close(in->to);
+    in->to = -1;
+    in->len = 0;
+}
+
+static void stdin_relay_step(struct stdin_relay *in)
+{
+    if (!in->len) {
+        ssize_t n = read(in->from, in->buf, sizeof(in->buf));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            return;
+        if (n <= 0) {
+            stdin_relay_stop(in); /* end of input: the code sees EOF */
+            return;
+        }
+        in->len = (size_t)n;
+        in->off = 0;
+        return;
+    }
+    ssize_t w = write(in->to, in->buf + in->off, in->len - in->off);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (w < 0) {
+        stdin_relay_stop(in); /* the code closed its stdin */
+        return;
+    }
+    in->off += (size_t)w;
+    if (in->off == in->len)
+        in->len = 0;
+}
+
 static void report(const struct run_opts *o, const struct jail_result *res)
 {
     char size[32];
@@ -345,12 +387,19 @@ int cli_run(int argc, char **argv)
     if (jail_cleanup_stale(o.cfg.state_dir, &err) < 0)
         fprintf(stderr, "corral: warning: %s\n", err.message);
 
-    int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0) {
+    /* The sandbox gets pipes, never corral's own descriptors: a descriptor of a
+     * host file would let the code reopen that file through /proc/self/fd. */
+    int in_pipe[2], out_pipe[2], err_pipe[2];
+    if (pipe2(in_pipe, O_CLOEXEC) < 0 || pipe2(out_pipe, O_CLOEXEC) < 0 ||
+        pipe2(err_pipe, O_CLOEXEC) < 0) {
         perror("corral: cannot create pipes");
         return CLI_SANDBOX_ERROR;
     }
-    o.cfg.stdin_fd = STDIN_FILENO;
+    fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+    static struct stdin_relay in;
+    in.from = STDIN_FILENO;
+    in.to = in_pipe[1];
+    o.cfg.stdin_fd = in_pipe[0];
     o.cfg.stdout_fd = out_pipe[1];
     o.cfg.stderr_fd = err_pipe[1];
 
@@ -367,9 +416,11 @@ int cli_run(int argc, char **argv)
 
     struct jail *j = NULL;
     r = jail_start(&o.cfg, &j, &err);
+    close(in_pipe[0]);
     close(out_pipe[1]);
     close(err_pipe[1]);
     if (r < 0) {
+        stdin_relay_stop(&in);
         close(out_pipe[0]);
         close(err_pipe[0]);
         fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
@@ -382,18 +433,24 @@ int cli_run(int argc, char **argv)
     int interrupts = 0, collected = 0;
     struct jail_result res;
     while (out_open || err_open || !ended) {
-        struct pollfd fds[4] = {
+        if (ended)
+            stdin_relay_stop(&in);
+        struct pollfd fds[5] = {
             {.fd = out_open ? out_pipe[0] : -1, .events = POLLIN},
             {.fd = err_open ? err_pipe[0] : -1, .events = POLLIN},
             {.fd = ended ? -1 : jail_event_fd(j), .events = POLLIN},
             {.fd = sfd, .events = POLLIN},
+            {.fd = in.to < 0 ? -1
+                   : in.len  ? in.to
+                             : in.from,
+             .events = in.len ? POLLOUT : POLLIN},
         };
         int wait_ms = -1;
         if (deadline && !timed_out) {
             uint64_t now = corral_now_ms();
             wait_ms = now >= deadline ? 0 : (int)(deadline - now);
         }
-        int pr = poll(fds, 4, wait_ms);
+        int pr = poll(fds, 5, wait_ms);
         if (pr < 0 && errno != EINTR)
             break;
         if (pr == 0 && deadline && !timed_out) {
@@ -402,6 +459,8 @@ int cli_run(int argc, char **argv)
             timed_out = true;
             continue;
         }
+        if (fds[4].revents)
+            stdin_relay_step(&in);
         if (fds[0].revents)
             out_open = relay(out_pipe[0], STDOUT_FILENO, &out_broken);
         if (fds[1].revents)
@@ -423,6 +482,7 @@ int cli_run(int argc, char **argv)
     }
     if (!ended)
         collected = jail_collect(j, &res, &err);
+    stdin_relay_stop(&in);
     jail_destroy(j);
     close(out_pipe[0]);
     close(err_pipe[0]);

@@ -323,3 +323,27 @@ def test_doctor_names_a_missing_python_and_its_fix():
     assert r.returncode == 1
     assert "FAIL  python" in r.stdout and "/usr/bin/no-such-python not found" in r.stdout
     assert "fix: apt-get install python3" in r.stdout
+
+
+def test_stdin_reaches_the_code_through_a_pipe_never_a_host_descriptor(tmp_path):
+    host_file = tmp_path / "input.txt"
+    host_file.write_text("from a host file\n")
+    with open(host_file) as f:
+        r = subprocess.run([CORRAL, "run", "-c", "import os, sys\n"
+                            "print(os.readlink('/proc/self/fd/0').split(':')[0], sys.stdin.read())"],
+                           stdin=f, capture_output=True, text=True, timeout=60)
+    assert r.stdout == "pipe from a host file\n\n"
+
+
+def test_input_the_code_never_reads_does_not_block():
+    r = run_code("print('done')", input="x" * (8 << 20))
+    assert (r.returncode, r.stdout) == (0, "done\n")
+
+
+def test_closed_stdin_gives_the_code_eof():
+    r = subprocess.run([CORRAL, "run", "-c", "import sys; print(repr(sys.stdin.read()))"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.stdout == "''\n"
+    r = subprocess.run(f"exec {CORRAL} run -c 'print(input())' <&-", shell=True,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "EOFError" in r.stderr
