@@ -187,6 +187,12 @@ static int copy_files(const struct jail_config *cfg, struct corral_error *err)
 __attribute__((noreturn)) static void exec_workload(const struct jail_init_args *a, int exec_fd)
 {
     const struct jail_config *cfg = a->cfg;
+    /* The init keeps no standard streams, so the pipe may sit on 0-2: move it
+     * out of the way before those are filled. */
+    int moved = fcntl(exec_fd, F_DUPFD_CLOEXEC, 10);
+    if (moved < 0)
+        _exit(127);
+    exec_fd = moved;
     int src[3] = {cfg->stdin_fd, cfg->stdout_fd, cfg->stderr_fd};
     int tmp[3];
     for (int i = 0; i < 3; i++) {
