@@ -227,6 +227,39 @@ fail:;
     _exit(127);
 }
 
+/* /proc/1/cmdline is readable without ptrace access: blank this process's
+ * copy of the caller's arguments (its command line, the code passed with -c,
+ * ...). Only after the workload was started, which needed them. */
+static void scrub_cmdline(void)
+{
+    char buf[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces */
+    if (!p)
+        return;
+    /* p points at the end of field 2; arg_start and arg_end are fields 48, 49. */
+    unsigned long start = 0, end = 0;
+    int field = 2;
+    for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " ")) {
+        field++;
+        if (field == 48)
+            start = strtoul(tok, NULL, 10);
+        else if (field == 49) {
+            end = strtoul(tok, NULL, 10);
+            break;
+        }
+    }
+    if (start && end > start && end - start < (64ul << 20))
+        memset((void *)start, 0, end - start);
+}
+
 /* Starts the workload and reports whether exec succeeded. */
 static pid_t start_workload(const struct jail_init_args *a)
 {
@@ -341,6 +374,7 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         fail(&err);
     }
     pid_t main_pid = start_workload(a);
+    scrub_cmdline();
     send_msg(JAIL_MSG_STARTED, 0, 0, NULL);
 
     struct pollfd fds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = a->ctl_fd, .events = POLLIN}};

@@ -303,6 +303,12 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     plan_symlink(&pl, "dev/stdout", "/proc/self/fd/1");
     plan_symlink(&pl, "dev/stderr", "/proc/self/fd/2");
     plan_mkdir(&pl, "dev/shm", 01777);
+    /* Nothing more is created in /dev: read-only, no new device nodes. */
+    op = add_op(plan, ROOTFS_REMOUNT_RO);
+    if (!op || !(op->dst = dupf("%s/dev", params->root_dir)))
+        pl.failed = 1;
+    else
+        op->flags = MS_NOSUID | MS_NOEXEC;
 
     /* Writable storage: one tmpfs of the configured size, split into the
      * sandbox's /tmp, /home/user, /mnt/data and /dev/shm. */

@@ -10,14 +10,18 @@
  *     that libc falls back to clone (Docker does the same);
  *   - personality with anything but PER_LINUX, PER_LINUX32 and UNAME26
  *     (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ... are refused): EPERM;
- *   - ioctl TIOCSTI and TIOCLINUX (typing into a terminal): EPERM.
+ *   - ioctl TIOCSTI and TIOCLINUX (typing into a terminal): EPERM;
+ *   - syscalls newer than the filter was reviewed against: ENOSYS.
  * Syscalls of other ABIs (i386, x32) kill the process.
  */
 #include "jail/seccomp.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -45,9 +49,10 @@ static const char *const blocked_syscalls[] = {
     "perf_event_open", "bpf", "lookup_dcookie",
     /* filesystems and namespaces */
     "mount", "umount", "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount",
-    "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "unshare", "setns", "name_to_handle_at",
-    "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff", "nfsservctl", "sysfs",
-    "_sysctl", "ustat", "uselib", "fanotify_init", "sethostname", "setdomainname",
+    "open_tree", "open_tree_attr", "fsopen", "fsconfig", "fsmount", "fspick", "statmount",
+    "listmount", "unshare", "setns", "name_to_handle_at", "open_by_handle_at", "quotactl",
+    "quotactl_fd", "swapon", "swapoff", "nfsservctl", "sysfs", "_sysctl", "ustat", "uselib",
+    "fanotify_init", "sethostname", "setdomainname",
     /* memory tricks */
     "userfaultfd", "mbind", "set_mempolicy", "set_mempolicy_home_node", "get_mempolicy",
     "migrate_pages", "move_pages",
@@ -55,6 +60,22 @@ static const char *const blocked_syscalls[] = {
     "io_uring_setup", "io_uring_enter", "io_uring_register",
     /* hardware access */
     "iopl", "ioperm", "vm86", "vm86old", NULL};
+
+#if defined(__x86_64__)
+/* Blocked syscalls newer than the libseccomp this may be built with, by their
+ * x86_64 numbers: a name libseccomp cannot resolve must not slip through. */
+static const struct {
+    const char *name;
+    int nr;
+} blocked_by_number[] = {{"statmount", 457}, {"listmount", 458}, {"open_tree_attr", 467}};
+
+/* The newest syscall this filter was reviewed against (file_setattr, Linux
+ * 6.17). Anything above is refused with ENOSYS, as a kernel without it would:
+ * a syscall added later cannot bypass the filter before it is reviewed. */
+#define REVIEWED_MAX_NR   469
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#define X32_SYSCALL_BIT   0x40000000u
+#endif
 
 const char *const *jail_seccomp_blocked(void)
 {
@@ -76,6 +97,12 @@ static int add_rules(scmp_filter_ctx ctx, struct corral_error *err)
     const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
     for (const char *const *name = blocked_syscalls; *name; name++) {
         int nr = seccomp_syscall_resolve_name(*name);
+#ifdef REVIEWED_MAX_NR
+        for (size_t i = 0; nr < 0 && i < sizeof(blocked_by_number) / sizeof(blocked_by_number[0]);
+             i++)
+            if (!strcmp(blocked_by_number[i].name, *name))
+                nr = blocked_by_number[i].nr;
+#endif
         if (nr == __NR_SCMP_ERROR || nr < 0)
             continue; /* not a syscall on this architecture */
         if ((r = seccomp_rule_add(ctx, deny, nr, 0)) < 0)
@@ -105,6 +132,35 @@ static int add_rules(scmp_filter_ctx ctx, struct corral_error *err)
         if ((r = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1,
                                   SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, bad_ioctls[i]))) < 0)
             return corral_fail(err, -r, "cannot add seccomp rule for ioctl: %s", strerror(-r));
+    return 0;
+}
+
+/* Puts, in front of libseccomp's program, a guard that refuses native
+ * syscalls above REVIEWED_MAX_NR with ENOSYS. x32 and foreign ABIs fall
+ * through to libseccomp's program, which kills them. */
+static int prepend_unknown_guard(struct jail_seccomp_program *p, struct corral_error *err)
+{
+#ifdef REVIEWED_MAX_NR
+    const struct sock_filter guard[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, REVIEWED_MAX_NR, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+    };
+    size_t n = sizeof(guard) / sizeof(guard[0]);
+    if (p->len + n > BPF_MAXINSNS)
+        return corral_fail(err, E2BIG, "seccomp filter too large");
+    struct sock_filter *f = malloc((p->len + n) * sizeof(*f));
+    if (!f)
+        return corral_fail(err, ENOMEM, "out of memory for the seccomp filter");
+    memcpy(f, guard, sizeof(guard));
+    memcpy(f + n, p->filter, p->len * sizeof(*f));
+    free(p->filter);
+    p->filter = f;
+    p->len = (unsigned short)(p->len + n);
+#endif
     return 0;
 }
 
@@ -149,7 +205,7 @@ static int build(struct jail_seccomp_program *out, struct corral_error *err)
     }
     out->filter = prog;
     out->len = (unsigned short)(size / (off_t)sizeof(struct sock_filter));
-    return 0;
+    return prepend_unknown_guard(out, err);
 }
 
 static pthread_mutex_t program_lock = PTHREAD_MUTEX_INITIALIZER;
