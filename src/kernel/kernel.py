@@ -1,0 +1,1167 @@
+"""corral kernel: the process behind one context of a corral sandbox.
+
+The sandbox's init starts it as `/usr/bin/python3 -c <this file>` with fd 0 on
+/dev/null and fd 3 a SOCK_STREAM Unix socket to the corral daemon.  It speaks
+the protocol of docs/kernel-protocol.md on fd 3: frames of a 4-byte big-endian
+length and UTF-8 JSON (ASCII-only: ensure_ascii), `execute` requests in,
+`ready`, `stream`, `result`, `error` and `done` frames out.
+
+Code runs in IPython's InteractiveShell, so it has IPython's semantics:
+state persists between executions, the value of a cell's last expression is
+the main result (unless the cell ends with `;`), display() and IPython.display
+objects publish rich results, magics and `!shell` escapes work, tracebacks are
+IPython's (without colours).
+
+Output is captured at two levels: sys.stdout/sys.stderr are replaced by
+writers that queue stream chunks, and fds 1 and 2 are pipes read by a thread,
+so that output of C code and of child processes becomes stream frames too.
+Everything that leaves the kernel passes through one ordered queue that a
+single sender thread writes to fd 3: frames are never interleaved, stream
+chunks go out at once on a newline and at the latest ~40 ms after they were
+written, and the bounded queue makes a chatty cell wait for the daemon instead
+of growing the kernel's memory.
+
+matplotlib (Agg backend) behaves like Jupyter's inline backend: plt.show()
+sends every open figure as an image/png result and closes it, and figures
+still open at the end of an execution are sent and closed.  matplotlib is
+only imported if the user imports it: an import hook patches pyplot.show.
+
+SIGINT raises KeyboardInterrupt in the running execution and is ignored while
+the kernel is idle.  EOF on fd 3 ends the kernel with status 0.
+
+The file must stay self-contained (it is passed with -c) and cheap to start:
+IPython's package __init__ (which imports the terminal application and
+prompt_toolkit) is bypassed and jedi is not loaded for the completer.
+"""
+
+import codecs
+import collections
+import io
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+SOCK_FD = 3
+MAX_FRAME = 32 * 1024 * 1024 - 4096  # the daemon refuses frames above 32 MiB
+LATENCY = 0.04  # partial lines are sent at the latest this long after written
+BURST = 0.005  # under continuous output, stream frames go out this often at most
+QUEUE_CAP = 4 << 20  # characters queued before writers wait for the daemon
+ITEM_MAX = 1 << 20  # characters in one stream frame (ensure_ascii: <= 12 MiB)
+PIPE_READ = 1 << 16
+TABLE_MAX_CELLS = 2_000_000  # bigger DataFrames get no "table"
+
+MIME_TYPES = (
+    "text/plain", "text/html", "text/markdown", "text/latex", "image/png",
+    "image/jpeg", "image/svg+xml", "application/json", "application/pdf",
+    "application/javascript",
+)
+BINARY_TYPES = frozenset(("image/png", "image/jpeg", "application/pdf"))
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------
+
+_diag_fd = None  # the descriptor init gave us as fd 2, for the kernel's own faults
+
+
+def _diag(msg):
+    """Reports a fault of the kernel itself (not of user code) on the original fd 2."""
+    try:
+        if _diag_fd is not None:
+            os.write(_diag_fd, ("corral kernel: %s\n" % msg).encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _clean_str(s):
+    """s, with anything that is not valid UTF-8 (lone surrogates) replaced."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
+
+_ansi_re = None
+
+
+def _strip_ansi(s):
+    global _ansi_re
+    if "\x1b" not in s:
+        return s
+    if _ansi_re is None:
+        import re
+
+        _ansi_re = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[@-Z\\-_])")
+    return _ansi_re.sub("", s)
+
+
+def _safe_str(v):
+    try:
+        return str(v)
+    except BaseException:
+        try:
+            return repr(v)
+        except BaseException:
+            return "<unprintable %s object>" % type(v).__name__
+
+
+def _jsonsafe(v, depth=0):
+    """v as a value JSON can carry: NaN and infinities become null, numpy scalars
+    Python numbers, dates and times ISO strings, anything unknown its str()."""
+    t = type(v)
+    if v is None or t is bool or t is int:
+        return v
+    if t is str:
+        return _clean_str(v)
+    if t is float:
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if depth > 100:
+        return _clean_str(_safe_str(v))
+    if isinstance(v, dict):
+        return {_clean_str(k if isinstance(k, str) else _safe_str(k)): _jsonsafe(x, depth + 1)
+                for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_jsonsafe(x, depth + 1) for x in v]
+    if isinstance(v, bool):
+        return bool(v)
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return _jsonsafe(float(v))
+    name = t.__name__
+    if name in ("NaTType", "NAType"):
+        return None
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("utf-8", "replace")
+    module = t.__module__ or ""
+    if module == "numpy" or module.startswith("numpy."):
+        if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+            return _jsonsafe(v.item(), depth + 1)
+        if hasattr(v, "tolist"):
+            return _jsonsafe(v.tolist(), depth + 1)
+    iso = getattr(v, "isoformat", None)
+    if iso is not None:
+        try:
+            return _clean_str(iso())
+        except Exception:
+            pass
+    return _clean_str(_safe_str(v))
+
+
+def _encode(frame):
+    """The frame's bytes on the wire: length prefix and ASCII JSON."""
+    try:
+        body = json.dumps(frame, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        body = json.dumps(_jsonsafe(frame), ensure_ascii=True, allow_nan=False,
+                          separators=(",", ":"))
+    if len(body) > MAX_FRAME:
+        body = _shrink(frame)
+    data = body.encode("ascii")
+    return len(data).to_bytes(4, "big") + data
+
+
+def _shrink(frame):
+    """A smaller stand-in for a frame above the daemon's limit."""
+    note = "\n[corral: output too large for one frame, truncated]"
+    limit = 1 << 20
+    kind = frame.get("type")
+    if kind == "result":
+        data = frame.get("data") or {}
+        text = data.get("text/plain")
+        if not isinstance(text, str):
+            text = ""
+        frame = {"type": "result", "id": frame.get("id"), "is_main": bool(frame.get("is_main")),
+                 "data": {"text/plain": _clean_str(text[:limit]) + note}}
+    elif kind == "error":
+        frame = dict(frame)
+        for key in ("value", "traceback"):
+            if isinstance(frame.get(key), str) and len(frame[key]) > limit:
+                frame[key] = _clean_str(frame[key][:limit]) + note
+    return json.dumps(frame, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# ---------------------------------------------------------------------------
+# The outgoing queue: stream chunks and frames, in production order
+# ---------------------------------------------------------------------------
+
+
+class _Item:
+    __slots__ = ("id", "name", "parts", "size", "ts", "urgent", "sealed", "frame", "hold")
+
+    def __init__(self, eid, name=None, frame=None, hold=True):
+        self.id = eid
+        self.name = name  # "stdout"/"stderr" for stream chunks
+        self.parts = []
+        self.size = 0
+        self.ts = 0.0
+        self.urgent = False  # holds a newline or was flushed: send it at once
+        self.sealed = False  # nothing more is appended to it
+        self.frame = frame  # a frame dict, for everything but stream chunks
+        self.hold = hold  # produced while idle: keep it for the next execution
+
+
+class _Output:
+    """One ordered queue of everything the kernel sends, drained by one thread.
+
+    Writers (sys.stdout/sys.stderr of any thread, the fd-1/fd-2 pipe reader,
+    the main thread's results, errors and done) append under one lock; output
+    already sitting in the pipes is read first, so that the order of Python-level
+    and descriptor-level output follows production order.  The sender thread
+    pops items and writes frames to fd 3 without the lock.  While no execution
+    runs, output (from background threads or processes) is held back and sent
+    with the next execution's id.
+    """
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.work = threading.Condition(self.lock)  # the sender waits here
+        self.space = threading.Condition(self.lock)  # writers wait here when the queue is full
+        self.queue = collections.deque()
+        self.held = []
+        self.pending = 0
+        self.cur = None  # id of the running execution; None while idle
+        self.pipes = {}  # read end -> [name, incremental decoder]
+        self.dead = set()
+        self.poller = select.poll()
+        self.forked = False  # a child of os.fork(): write straight to fds 1 and 2
+        self.fork_bufs = {}
+        self.own = set()  # idents of the kernel's own threads
+
+    # -- called with the lock held ------------------------------------------
+
+    def _wait_space(self):
+        while self.pending >= QUEUE_CAP:
+            self.space.wait()
+
+    def _append_text(self, name, text):
+        q = self.queue
+        tail = q[-1] if q else None
+        n = len(text)
+        if (tail is not None and tail.frame is None and tail.name == name and tail.id == self.cur
+                and not tail.sealed and tail.size + n <= ITEM_MAX):
+            tail.parts.append(text)
+            tail.size += n
+            if not tail.urgent and "\n" in text:
+                tail.urgent = True
+                self.work.notify()
+        else:
+            if tail is not None:
+                tail.sealed = True
+            it = _Item(self.cur, name)
+            it.parts.append(text)
+            it.size = n
+            it.ts = time.time()
+            it.urgent = "\n" in text
+            q.append(it)
+            self.work.notify()
+        self.pending += n
+
+    def _read_pipe(self, fd):
+        try:
+            data = os.read(fd, PIPE_READ)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        entry = self.pipes[fd]
+        if not data:
+            self.dead.add(fd)
+            try:
+                self.poller.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            text = entry[1].decode(b"", True)
+        else:
+            text = entry[1].decode(data)
+        if text:
+            self._append_text(entry[0], text)
+
+    def _drain(self):
+        if len(self.dead) == len(self.pipes):
+            return
+        for fd, _ in self.poller.poll(0):
+            if fd not in self.dead:
+                self._read_pipe(fd)
+
+    def _seal(self):
+        if self.queue:
+            self.queue[-1].sealed = True
+
+    # -- public ---------------------------------------------------------------
+
+    def write(self, name, text):
+        if self.forked:
+            self._write_direct(name, text)
+            return
+        if threading.get_ident() in self.own:
+            _diag(text.rstrip("\n"))
+            return
+        with self.lock:
+            self._wait_space()
+            self._drain()
+            if len(text) <= ITEM_MAX:
+                self._append_text(name, text)
+                return
+            for i in range(0, len(text), ITEM_MAX):
+                self._wait_space()
+                self._append_text(name, text[i:i + ITEM_MAX])
+
+    def _write_direct(self, name, text):
+        # Line-buffered, like the sys.stdout of a plain child: lines printed
+        # by several processes at once do not get mixed.
+        buf = self.fork_bufs.setdefault(name, [])
+        buf.append(text)
+        if "\n" in text:
+            self._flush_direct(name)
+
+    def _flush_direct(self, name):
+        buf = self.fork_bufs.get(name)
+        if buf:
+            data = "".join(buf).encode("utf-8", "replace")
+            buf.clear()
+            try:
+                _write_all(1 if name == "stdout" else 2, data)
+            except OSError:
+                pass
+
+    def flush(self):
+        """Sends what was written so far without waiting for a newline."""
+        if self.forked:
+            for name in list(self.fork_bufs):
+                self._flush_direct(name)
+            return
+        if threading.get_ident() in self.own:
+            return
+        with self.lock:
+            self._drain()
+            if self.queue and not self.queue[-1].urgent:
+                self.queue[-1].urgent = True
+                self.work.notify()
+
+    def send_frame(self, frame, hold=False, size=0):
+        """Queues a frame after everything written so far.  With hold, a frame
+        produced while idle is kept for the next execution and takes its id."""
+        if self.forked or threading.get_ident() in self.own:
+            return
+        with self.lock:
+            self._wait_space()
+            self._drain()
+            self._seal()
+            it = _Item(self.cur if hold else frame.get("id"), frame=frame, hold=hold)
+            it.size = size
+            self.pending += size
+            self.queue.append(it)
+            self.work.notify()
+
+    def begin(self, eid):
+        """An execution starts: output held while idle becomes its output."""
+        with self.lock:
+            self.cur = eid
+            for it in self.queue:
+                if it.hold and it.id is None:
+                    it.id = eid
+            if self.held:
+                for it in self.held:
+                    it.id = eid
+                self.queue.extendleft(reversed(self.held))
+                self.held = []
+            self.work.notify()
+
+    def end(self, frame):
+        """An execution ends: queues its done frame after all its output."""
+        with self.lock:
+            self._drain()
+            self._seal()
+            self.queue.append(_Item(frame.get("id"), frame=frame, hold=False))
+            self.cur = None
+            self.work.notify()
+
+    # -- threads -----------------------------------------------------------------
+
+    def sender(self):
+        self.own.add(threading.get_ident())
+        last = 0.0  # when the last stream frame went out
+        while True:
+            with self.lock:
+                while True:
+                    if not self.queue:
+                        self.work.wait()
+                        continue
+                    head = self.queue[0]
+                    if head.hold and head.id is None and self.cur is None:
+                        self.held.append(self.queue.popleft())
+                        continue
+                    if head.frame is None and len(self.queue) == 1 and not head.sealed:
+                        # The chunk may still grow.  A newline sends it at once,
+                        # unless output is continuous: then chunks are batched
+                        # every BURST seconds rather than sent line by line.
+                        if head.urgent:
+                            delay = last + BURST - time.time()
+                        else:
+                            delay = head.ts + LATENCY - time.time()
+                        if delay > 0:
+                            self.work.wait(delay)
+                            continue
+                    item = self.queue.popleft()
+                    self.pending -= item.size
+                    if not self.queue:
+                        self.pending = sum(it.size for it in self.held)
+                    self.space.notify_all()
+                    break
+            if item.frame is None:
+                text = "".join(item.parts)
+                item.parts = None
+                frame = {"type": "stream", "id": item.id, "name": item.name,
+                         "text": _clean_str(text), "timestamp": item.ts}
+                last = time.time()
+            else:
+                frame = item.frame
+                if item.hold:
+                    frame["id"] = item.id
+            try:
+                data = _encode(frame)
+            except Exception as e:  # a kernel bug; never leave the daemon with a broken frame
+                _diag("cannot encode a %s frame: %r" % (frame.get("type"), e))
+                continue
+            try:
+                _write_all(SOCK_FD, data)
+            except OSError:
+                os._exit(0)  # the daemon is gone
+
+    def reader(self):
+        self.own.add(threading.get_ident())
+        poller = select.poll()
+        live = set(self.pipes)
+        for fd in live:
+            poller.register(fd, select.POLLIN)
+        while live:
+            events = poller.poll()
+            with self.lock:
+                self._wait_space()
+                for fd, ev in events:
+                    if fd not in self.dead and not ev & select.POLLNVAL:
+                        self._read_pipe(fd)
+                    if fd in self.dead or ev & select.POLLNVAL:
+                        self.dead.add(fd)
+                        poller.unregister(fd)
+                        live.discard(fd)
+
+
+_out = _Output()
+
+
+class _Writer(io.TextIOBase):
+    """sys.stdout / sys.stderr: text goes to the outgoing queue as stream chunks."""
+
+    def __init__(self, name, fd):
+        super().__init__()
+        self._name = name
+        self._fd = fd
+        self._buffer = None
+
+    name = property(lambda self: "<%s>" % self._name)
+    encoding = "utf-8"
+    errors = "strict"
+    line_buffering = True
+    mode = "w"
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        if s:
+            _out.write(self._name, s)
+        return len(s)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        _out.flush()
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._fd
+
+    def close(self):
+        pass  # stays usable: the kernel keeps needing it
+
+    @property
+    def buffer(self):
+        if self._buffer is None:
+            self._buffer = _BinaryWriter(self)
+        return self._buffer
+
+
+class _BinaryWriter(io.RawIOBase):
+    """sys.stdout.buffer: bytes decoded as UTF-8 into the text writer."""
+
+    def __init__(self, text):
+        super().__init__()
+        self._text = text
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, b):
+        b = bytes(b)
+        s = self._decoder.decode(b)
+        if s:
+            self._text.write(s)
+        return len(b)
+
+    def writable(self):
+        return True
+
+    def flush(self):
+        self._text.flush()
+
+    def fileno(self):
+        return self._text.fileno()
+
+    def isatty(self):
+        return False
+
+    def close(self):
+        pass
+
+
+def _setup_output():
+    """Pipes on fds 1 and 2 read by a thread, writers on sys.stdout/sys.stderr."""
+    global _diag_fd
+    try:
+        _diag_fd = os.dup(2)
+    except OSError:
+        _diag_fd = None
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        r, w = os.pipe()
+        os.dup2(w, fd)
+        os.close(w)
+        os.set_blocking(r, False)
+        _out.pipes[r] = [name, codecs.getincrementaldecoder("utf-8")("replace")]
+        _out.poller.register(r, select.POLLIN)
+    # Until the kernel is ready, what Python prints (IPython's start-up
+    # warnings) is the kernel's business: it goes to init's stderr.
+    diag = open(_diag_fd if _diag_fd is not None else os.devnull, "w", buffering=1,
+                closefd=_diag_fd is None, errors="backslashreplace")
+    sys.stdout = sys.stderr = diag
+    for target in (_out.sender, _out.reader):
+        threading.Thread(target=target, name="corral-" + target.__name__, daemon=True).start()
+
+
+def _after_fork_child():
+    # A child of os.fork() (multiprocessing, ...) has no sender nor reader
+    # thread: its output goes straight to fds 1 and 2, the parent's pipes.
+    # It must never write on the daemon's socket.
+    _out.forked = True
+    _out.lock = threading.RLock()
+    try:
+        os.close(SOCK_FD)
+    except OSError:
+        pass
+
+
+_libc = None
+
+
+def _line_buffer_stdio():
+    """Makes C's stdout line-buffered, as on a terminal, so that printf() output
+    of C extensions is not held back until 4 KiB accumulate."""
+    global _libc
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 1, 0)  # _IOLBF
+        _libc = libc
+    except Exception:
+        pass
+
+
+def _flush_native():
+    """Pushes output buffered below sys.stdout into the pipes."""
+    for f in (sys.__stdout__, sys.__stderr__):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            pass
+    if _libc is not None:  # C code may have written partial lines with stdio
+        try:
+            _libc.fflush(None)
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Kernel state, results, errors
+# ---------------------------------------------------------------------------
+
+
+class _State:
+    sigint = signal.default_int_handler  # SIGINT's handler while user code runs
+    error_sent = False  # this execution already sent its error frame
+    in_format = 0  # inside the display formatter: tracebacks are not the cell's error
+    last_fmt = None  # (format dict, DataFrame) of the last DataFrame formatted
+    rendered = set()  # ids of figures rendered during this execution
+
+
+_K = _State()
+shell = None
+
+
+def _idle_sigint(signum, frame):
+    """SIGINT while no user code runs: nothing to interrupt."""
+
+
+def _user_code_sigint(running):
+    """Switches SIGINT between the user code's handler (Python's own, which raises
+    KeyboardInterrupt where the code is, or one the code installed itself) and
+    the idle one."""
+    try:
+        if running:
+            signal.signal(signal.SIGINT, _K.sigint)
+        else:
+            current = signal.getsignal(signal.SIGINT)
+            if current is not _idle_sigint:
+                # Keep a handler the user installed, but not one that kills us.
+                _K.sigint = current if callable(current) else signal.default_int_handler
+            signal.signal(signal.SIGINT, _idle_sigint)
+    except (TypeError, ValueError, OSError):
+        pass
+
+
+def _table(df):
+    """A DataFrame's data as {column: [values]}, JSON-safe."""
+    rows, cols = df.shape
+    if rows * cols > TABLE_MAX_CELLS:
+        return None
+    table = {}
+    for i in range(cols):
+        col = df.columns[i]
+        key = _clean_str(col if isinstance(col, str) else _safe_str(col))
+        base, n = key, 1
+        while key in table:
+            key = "%s.%d" % (base, n)
+            n += 1
+        table[key] = [_jsonsafe(v) for v in df.iloc[:, i].tolist()]
+    return table
+
+
+def _bundle_size(data):
+    n = 0
+    for v in data.values():
+        if isinstance(v, (str, bytes)):
+            n += len(v)
+    return n
+
+
+def _send_result(data, is_main):
+    if not isinstance(data, dict):
+        return
+    table = None
+    last = _K.last_fmt
+    if last is not None and last[0] is data:
+        _K.last_fmt = None
+        try:
+            table = _table(last[1])
+        except Exception as e:
+            _diag("DataFrame table: %r" % e)
+    if _out.forked:  # no socket in a forked child: show the text
+        text = data.get("text/plain")
+        if isinstance(text, str):
+            sys.stdout.write(text + "\n")
+        return
+    bundle = {}
+    for mime in MIME_TYPES:
+        if mime not in data:
+            continue
+        v = data[mime]
+        if mime in BINARY_TYPES:
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                import base64
+
+                v = base64.b64encode(v).decode("ascii")
+            elif isinstance(v, str):
+                v = "".join(v.split())  # already base64 (IPython.display.Image)
+            else:
+                continue
+        elif mime == "application/json":
+            if isinstance(v, (str, bytes)):
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    continue
+            v = _jsonsafe(v)
+        else:
+            if isinstance(v, (bytes, bytearray)):
+                v = bytes(v).decode("utf-8", "replace")
+            elif not isinstance(v, str):
+                v = _safe_str(v)
+            v = _clean_str(v)
+        bundle[mime] = v
+    if not bundle:
+        return
+    frame = {"type": "result", "id": _out.cur, "is_main": bool(is_main), "data": bundle}
+    if table is not None:
+        frame["table"] = table
+    _out.send_frame(frame, hold=True, size=_bundle_size(bundle))
+
+
+def _send_error(name, value, traceback_text):
+    """The execution's error frame (the first error only); later ones, errors
+    while formatting a result and errors while idle go to stderr as text."""
+    text = _strip_ansi(traceback_text)
+    if _K.in_format or _K.error_sent or _out.cur is None or _out.forked:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        return
+    _K.error_sent = True
+    _out.send_frame({"type": "error", "id": _out.cur, "name": _clean_str(name),
+                     "value": _clean_str(_strip_ansi(value)), "traceback": _clean_str(text)})
+
+
+def _report_exception(exc):
+    """An exception that escaped IPython's own handling, shown IPython's way."""
+    try:
+        shell.showtraceback((type(exc), exc, exc.__traceback__))
+    except BaseException:
+        import traceback
+
+        _send_error(type(exc).__name__, _safe_str(exc),
+                    "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+# ---------------------------------------------------------------------------
+# matplotlib
+# ---------------------------------------------------------------------------
+
+
+def _figure_png(fig):
+    from IPython.core.pylabtools import print_figure
+
+    data = print_figure(fig, "png", bbox_inches="tight")
+    if _out.cur is not None:
+        # Drawing leaves the figure stale; mark it fresh so that the end of
+        # the execution can tell whether it changed after this display.
+        fig.stale = False
+        _K.rendered.add(id(fig))
+    return data
+
+
+def _send_figures(skip_shown=False):
+    """Sends every open pyplot figure as a result and closes them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    from matplotlib._pylab_helpers import Gcf
+
+    managers = Gcf.get_all_fig_managers()
+    if not managers:
+        return
+    from IPython.display import display
+
+    try:
+        for manager in managers:
+            fig = manager.canvas.figure
+            if skip_shown and id(fig) in _K.rendered and not fig.stale:
+                continue  # already displayed this execution and unchanged since
+            display(fig)
+    finally:
+        plt.close("all")
+
+
+def _patch_pyplot(plt):
+    orig = plt.show
+
+    def show(*args, **kwargs):
+        """Sends every open figure as a result and closes it (corral's inline backend)."""
+        _send_figures()
+
+    show.__wrapped__ = orig
+    show.__doc__ = orig.__doc__
+    plt.show = show
+
+
+class _PyplotHook:
+    """A meta-path finder that patches matplotlib.pyplot right after it loads."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "matplotlib.pyplot":
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        orig = spec.loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            try:
+                _patch_pyplot(module)
+            except Exception as e:
+                _diag("cannot patch pyplot.show: %r" % e)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+# ---------------------------------------------------------------------------
+# IPython
+# ---------------------------------------------------------------------------
+
+
+def _import_ipython():
+    """Imports InteractiveShell without running IPython/__init__.py, which pulls
+    in the terminal application (prompt_toolkit, ~0.3 s); the package module
+    runs its __init__ the first time user code asks it for something missing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("IPython")
+    pkg = importlib.util.module_from_spec(spec)
+    loaded = []
+
+    def __getattr__(name):
+        if not loaded:
+            loaded.append(True)
+            spec.loader.exec_module(pkg)
+        try:
+            return pkg.__dict__[name]
+        except KeyError:
+            raise AttributeError("module 'IPython' has no attribute %r" % name) from None
+
+    pkg.__getattr__ = __getattr__
+    sys.modules["IPython"] = pkg
+    try:
+        from IPython.core.getipython import get_ipython
+        from IPython.core import release
+
+        pkg.get_ipython = get_ipython
+        pkg.__version__ = release.version
+        pkg.version_info = release.version_info
+        pkg.__author__ = "%s <%s>" % (release.author, release.author_email)
+        pkg.__license__ = release.license
+        from IPython.core.interactiveshell import InteractiveShell
+
+        pkg.InteractiveShell = InteractiveShell
+    except Exception:
+        # Anything unexpected: fall back on the ordinary import.
+        for name in [m for m in sys.modules if m == "IPython" or m.startswith("IPython.")]:
+            del sys.modules[name]
+        from IPython.core.interactiveshell import InteractiveShell
+    return InteractiveShell
+
+
+def _make_shell():
+    blocked = "jedi" not in sys.modules
+    if blocked:  # IPython's completer would import jedi (~80 ms); completion is unused
+        sys.modules["jedi"] = None
+    try:
+        return _make_shell_unblocked()
+    finally:
+        if blocked and sys.modules.get("jedi", 0) is None:
+            del sys.modules["jedi"]
+
+
+def _make_shell_unblocked():
+    InteractiveShell = _import_ipython()
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from traitlets.config import Config
+
+    class CorralDisplayHook(DisplayHook):
+        """The cell's final value: a result frame with is_main true."""
+
+        def start_displayhook(self):
+            pass
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            _send_result(format_dict, True)
+
+        def finish_displayhook(self):
+            pass
+
+    class CorralDisplayPublisher(DisplayPublisher):
+        """display() and IPython.display objects: result frames with is_main false."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False,
+                    **kwargs):
+            _send_result(data, False)
+
+        def clear_output(self, wait=False):
+            pass
+
+    class CorralShell(InteractiveShell):
+        """InteractiveShell whose errors become error frames."""
+
+        def _showtraceback(self, etype, evalue, stb):
+            if isinstance(stb, str):
+                text = stb
+            else:
+                try:
+                    text = self.InteractiveTB.stb2text(stb)
+                except Exception:
+                    text = "\n".join(map(_safe_str, stb))
+            _send_error(getattr(etype, "__name__", _safe_str(etype)), _safe_str(evalue), text)
+
+        def show_usage_error(self, exc):
+            _send_error("UsageError", _safe_str(exc), "UsageError: %s" % _safe_str(exc))
+
+        def system(self, cmd):
+            """!cmd: the command's output goes to fds 1 and 2, hence stream frames."""
+            import subprocess
+
+            cmd = self.var_expand(cmd, depth=1)
+            _flush_native()
+            p = subprocess.Popen(cmd, shell=True, executable=os.environ.get("SHELL") or None)
+            __tracebackhide__ = True  # noqa: F841
+            try:
+                ec = p.wait()
+            except KeyboardInterrupt:
+                try:
+                    p.send_signal(signal.SIGINT)
+                    p.wait(0.5)
+                except BaseException:
+                    pass
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                raise KeyboardInterrupt() from None
+            if ec > 128:
+                ec = -(ec - 128)
+            self.user_ns["_exit_code"] = ec
+
+        system_piped = system_raw = system
+
+        def ask_exit(self):
+            # exit() / quit(): the kernel stays; report it like sys.exit().
+            raise SystemExit()
+
+        def enable_gui(self, gui=None):
+            pass  # no event loops: figures go out as images
+
+        def enable_matplotlib(self, gui=None):
+            import matplotlib
+
+            if matplotlib.get_backend().lower() != "agg":
+                matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401  (patched by the import hook)
+
+            return "inline", "agg"
+
+    c = Config()
+    c.HistoryManager.enabled = False
+    c.HistoryManager.hist_file = ":memory:"
+    c.InteractiveShell.colors = "NoColor"
+    c.InteractiveShell.autoindent = False
+    c.InteractiveShell.separate_in = ""
+    c.InteractiveShell.separate_out = ""
+    c.InteractiveShell.separate_out2 = ""
+    c.InteractiveShell.xmode = "Context"
+    sh = CorralShell.instance(config=c, displayhook_class=CorralDisplayHook,
+                              display_pub_class=CorralDisplayPublisher)
+
+    formatter = sh.display_formatter
+    for f in formatter.formatters.values():
+        f.enabled = True
+    formatter.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", _figure_png)
+    orig_format = formatter.format
+
+    def format(obj, include=None, exclude=None):
+        _K.in_format += 1
+        try:
+            data, md = orig_format(obj, include=include, exclude=exclude)
+        finally:
+            _K.in_format -= 1
+        pd = sys.modules.get("pandas")
+        if pd is not None and data and isinstance(obj, pd.DataFrame):
+            _K.last_fmt = (data, obj)
+        return data, md
+
+    formatter.format = format
+
+    def show_in_pager(self, data, start=0, screen_lines=0):
+        if isinstance(data, dict):
+            data = data.get("text/plain", "")
+        sys.stdout.write(_strip_ansi(_safe_str(data)).rstrip("\n") + "\n")
+
+    sh.set_hook("show_in_pager", show_in_pager)
+    return sh
+
+
+# ---------------------------------------------------------------------------
+# Executions and the request loop
+# ---------------------------------------------------------------------------
+
+
+def _apply_env(env):
+    """Applies an execution's env to os.environ; returns what to restore."""
+    saved = {}
+    if not env:
+        return saved
+    if not isinstance(env, dict):
+        raise TypeError("execute: env must be an object")
+    for key, value in env.items():
+        key = _safe_str(key)
+        if key not in saved:
+            saved[key] = os.environ.get(key)
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value if isinstance(value, str) else _safe_str(value)
+    return saved
+
+
+def _restore_env(saved):
+    for key, value in saved.items():
+        try:
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        except Exception:
+            pass
+
+
+def _execute(req):
+    eid = req.get("id")
+    code = req.get("code")
+    count = shell.execution_count
+    _K.error_sent = False
+    _K.rendered = set()
+    _out.begin(eid)
+    saved = {}
+    result = None
+    try:
+        try:
+            if not isinstance(code, str):
+                raise TypeError("execute: code must be a string")
+            saved = _apply_env(req.get("env"))
+            _user_code_sigint(True)
+            try:
+                if code.strip():
+                    result = shell.run_cell(code, store_history=True)
+                _send_figures(skip_shown=True)
+            finally:
+                _user_code_sigint(False)
+        except BaseException as e:  # KeyboardInterrupt outside user code, bad requests, ...
+            _user_code_sigint(False)
+            if not _K.error_sent:
+                _report_exception(e)
+        _restore_env(saved)
+        saved = {}
+        if result is not None and not result.success and not _K.error_sent:
+            e = result.error_before_exec or result.error_in_exec
+            _send_error(type(e).__name__, _safe_str(e), "%s: %s" % (type(e).__name__, _safe_str(e)))
+        shell.exit_now = False
+        _flush_native()
+    except BaseException as e:
+        _user_code_sigint(False)
+        _diag("execution %r: %r" % (eid, e))
+        _restore_env(saved)
+    finally:
+        shell.execution_count = count + 1
+        _K.last_fmt = None
+        _out.end({"type": "done", "id": eid, "execution_count": count,
+                  "status": "error" if _K.error_sent else "ok"})
+
+
+def _read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        try:
+            chunk = os.read(SOCK_FD, min(n - len(buf), 1 << 20))
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _serve():
+    while True:
+        try:
+            head = _read_exact(4)
+            if head is None:
+                break
+            body = _read_exact(int.from_bytes(head, "big"))
+            if body is None:
+                break
+            try:
+                req = json.loads(body)
+            except ValueError:
+                _diag("malformed request ignored")
+                continue
+            if isinstance(req, dict) and req.get("type") == "execute":
+                _execute(req)
+            else:
+                _diag("unknown request ignored")
+        except KeyboardInterrupt:
+            _user_code_sigint(False)
+    os._exit(0)
+
+
+def main():
+    global shell
+    try:
+        os.set_inheritable(SOCK_FD, False)  # children of user code must not hold the socket
+    except OSError:
+        sys.exit("corral kernel: fd %d is not open" % SOCK_FD)
+    signal.signal(signal.SIGINT, _idle_sigint)
+    # The kernel's threads never take SIGINT: it must reach the main thread.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    _setup_output()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    os.register_at_fork(after_in_child=_after_fork_child)
+
+    import warnings
+
+    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
+    warnings.filterwarnings("ignore", message=".*is non-interactive, and thus cannot be shown")
+    warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.meta_path.insert(0, _PyplotHook())
+
+    shell = _make_shell()
+    sys.stdout = _Writer("stdout", 1)
+    sys.stderr = _Writer("stderr", 2)
+    from IPython.core import release
+
+    _out.send_frame({"type": "ready", "language": "python",
+                     "version": "%d.%d.%d" % sys.version_info[:3], "ipython": release.version})
+    _line_buffer_stdio()
+    _serve()
+
+
+if __name__ == "__main__":
+    main()
