@@ -34,16 +34,24 @@ IPython's package __init__ (which imports the terminal application and
 prompt_toolkit) is bypassed and jedi is not loaded for the completer.
 """
 
-import codecs
-import collections
-import io
-import json
-import os
-import select
-import signal
 import sys
-import threading
-import time
+
+# With -c, sys.path[0] is "": the working directory, where user files such as
+# a json.py or random.py must not replace the modules the kernel itself
+# loads.  It goes back once the kernel is ready, for the user's imports.
+_CWD_ON_PATH = bool(sys.path) and sys.path[0] == ""
+if _CWD_ON_PATH:
+    del sys.path[0]
+
+import codecs  # noqa: E402
+import collections  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
 
 SOCK_FD = 3
 MAX_FRAME = 32 * 1024 * 1024 - 4096  # the daemon refuses frames above 32 MiB
@@ -51,7 +59,8 @@ LATENCY = 0.04  # partial lines are sent at the latest this long after written
 BURST = 0.005  # under continuous output, stream frames go out this often at most
 QUEUE_CAP = 4 << 20  # characters queued before writers wait for the daemon
 ITEM_MAX = 1 << 20  # characters in one stream frame (ensure_ascii: <= 12 MiB)
-PIPE_READ = 1 << 16
+PIPE_READ = 1 << 18
+PIPE_SIZE = 1 << 20  # C code that writes while holding the GIL blocks when a pipe is full
 TABLE_MAX_CELLS = 2_000_000  # bigger DataFrames get no "table"
 
 MIME_TYPES = (
@@ -290,12 +299,17 @@ class _Output:
         if text:
             self._append_text(entry[0], text)
 
-    def _drain(self):
-        if len(self.dead) == len(self.pipes):
-            return
-        for fd, _ in self.poller.poll(0):
-            if fd not in self.dead:
-                self._read_pipe(fd)
+    def _drain(self, rounds=1):
+        """Reads what is sitting in the pipes (rounds reads of each at most)."""
+        for _ in range(rounds):
+            if len(self.dead) == len(self.pipes):
+                return
+            ready = self.poller.poll(0)
+            if not ready:
+                return
+            for fd, _ in ready:
+                if fd not in self.dead:
+                    self._read_pipe(fd)
 
     def _seal(self):
         if self.queue:
@@ -369,6 +383,8 @@ class _Output:
 
     def begin(self, eid):
         """An execution starts: output held while idle becomes its output."""
+        if self.forked:
+            return
         with self.lock:
             self.cur = eid
             for it in self.queue:
@@ -383,8 +399,10 @@ class _Output:
 
     def end(self, frame):
         """An execution ends: queues its done frame after all its output."""
+        if self.forked:
+            return
         with self.lock:
-            self._drain()
+            self._drain(rounds=64)
             self._seal()
             self.queue.append(_Item(frame.get("id"), frame=frame, hold=False))
             self.cur = None
@@ -552,12 +570,27 @@ class _BinaryWriter(io.RawIOBase):
 def _setup_output():
     """Pipes on fds 1 and 2 read by a thread, writers on sys.stdout/sys.stderr."""
     global _diag_fd
+    for fd in (0, 1, 2):  # a closed one would be reused by the pipes below
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)
     try:
         _diag_fd = os.dup(2)
     except OSError:
         _diag_fd = None
     for fd, name in ((1, "stdout"), (2, "stderr")):
         r, w = os.pipe()
+        try:
+            import fcntl
+
+            fcntl.fcntl(w, 1031, PIPE_SIZE)  # F_SETPIPE_SZ
+        except OSError:
+            pass
         os.dup2(w, fd)
         os.close(w)
         os.set_blocking(r, False)
@@ -565,6 +598,11 @@ def _setup_output():
         _out.poller.register(r, select.POLLIN)
     # Until the kernel is ready, what Python prints (IPython's start-up
     # warnings) is the kernel's business: it goes to init's stderr.
+    if sys.__stdout__ is not None:  # now on the pipe; make it as prompt as ours
+        try:
+            sys.__stdout__.reconfigure(line_buffering=True)
+        except Exception:
+            pass
     diag = open(_diag_fd if _diag_fd is not None else os.devnull, "w", buffering=1,
                 closefd=_diag_fd is None, errors="backslashreplace")
     sys.stdout = sys.stderr = diag
@@ -577,7 +615,6 @@ def _after_fork_child():
     # thread: its output goes straight to fds 1 and 2, the parent's pipes.
     # It must never write on the daemon's socket.
     _out.forked = True
-    _out.lock = threading.RLock()
     try:
         os.close(SOCK_FD)
     except OSError:
@@ -1023,11 +1060,10 @@ def _make_shell_unblocked():
 # ---------------------------------------------------------------------------
 
 
-def _apply_env(env):
-    """Applies an execution's env to os.environ; returns what to restore."""
-    saved = {}
+def _apply_env(env, saved):
+    """Applies an execution's env to os.environ, noting in saved what to restore."""
     if not env:
-        return saved
+        return
     if not isinstance(env, dict):
         raise TypeError("execute: env must be an object")
     for key, value in env.items():
@@ -1038,7 +1074,6 @@ def _apply_env(env):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value if isinstance(value, str) else _safe_str(value)
-    return saved
 
 
 def _restore_env(saved):
@@ -1065,7 +1100,7 @@ def _execute(req):
         try:
             if not isinstance(code, str):
                 raise TypeError("execute: code must be a string")
-            saved = _apply_env(req.get("env"))
+            _apply_env(req.get("env"), saved)
             _user_code_sigint(True)
             try:
                 if code.strip():
@@ -1096,6 +1131,8 @@ def _execute(req):
 
 
 def _read_exact(n):
+    if _out.forked:
+        return None  # a forked child that came back here: it has no socket
     buf = bytearray()
     while len(buf) < n:
         try:
@@ -1135,6 +1172,7 @@ def main():
     global shell
     try:
         os.set_inheritable(SOCK_FD, False)  # children of user code must not hold the socket
+        os.set_blocking(SOCK_FD, True)
     except OSError:
         sys.exit("corral kernel: fd %d is not open" % SOCK_FD)
     signal.signal(signal.SIGINT, _idle_sigint)
@@ -1160,6 +1198,8 @@ def main():
     _out.send_frame({"type": "ready", "language": "python",
                      "version": "%d.%d.%d" % sys.version_info[:3], "ipython": release.version})
     _line_buffer_stdio()
+    if _CWD_ON_PATH:
+        sys.path.insert(0, "")
     _serve()
 
 
