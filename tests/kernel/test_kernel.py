@@ -424,6 +424,13 @@ def test_descriptor_level_output(kernel):
     assert stream(frames) == "from C\n"
 
 
+def test_c_code_writing_while_holding_the_gil(kernel):
+    # ctypes.PyDLL keeps the GIL during the call: the pipe must absorb the
+    # write while the kernel's reader thread cannot run.
+    frames = ok(kernel.execute("import ctypes\nctypes.PyDLL(None).write(1, b'z' * 500_000, 500_000);"))
+    assert stream(frames) == "z" * 500_000
+
+
 def test_shell_escape(kernel):
     frames = ok(kernel.execute("!echo hi"))
     assert stream(frames) == "hi\n"
@@ -522,6 +529,19 @@ def test_forked_children_print_through_the_pipes(kernel):
         "doubled"))
     assert sorted(stream(frames).splitlines()) == ["child 0", "child 1", "child 2"]
     assert main_result(frames)["data"]["text/plain"] == "[0, 2, 4]"
+
+
+def test_files_in_the_working_directory_do_not_shadow_the_kernels_modules(tmp_path):
+    k = KernelClient(tmp_path)
+    for name in ("ast", "json", "random", "signal", "codeop"):
+        (k.cwd / (name + ".py")).write_text("raise SystemExit('shadowed %s')\n" % name)
+    (k.cwd / "mine.py").write_text("VALUE = 'user module'\n")
+    try:
+        k.start()
+        assert main_result(ok(k.execute("import mine; mine.VALUE")))["data"]["text/plain"] == \
+            "'user module'"
+    finally:
+        k.close()
 
 
 def test_eof_on_the_socket_ends_the_kernel(fresh_kernel):
