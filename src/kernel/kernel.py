@@ -979,8 +979,10 @@ def _make_shell_unblocked():
 
             cmd = self.var_expand(cmd, depth=1)
             _flush_native()
-            p = subprocess.Popen(cmd, shell=True, executable=os.environ.get("SHELL") or None)
-            __tracebackhide__ = True  # noqa: F841
+            sh = os.environ.get("SHELL")  # as IPython's system_raw, falling back on /bin/sh
+            if not sh or not os.access(sh, os.X_OK):
+                sh = None
+            p = subprocess.Popen(cmd, shell=True, executable=sh)
             try:
                 ec = p.wait()
             except KeyboardInterrupt:
