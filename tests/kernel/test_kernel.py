@@ -296,10 +296,7 @@ def test_binary_mime_types_are_base64(kernel):
     assert decode(png, "image/png").startswith(PNG_MAGIC)
     pdf = main_result(ok(kernel.execute("PDFDoc()")))
     assert decode(pdf, "application/pdf").startswith(b"%PDF")
-    try:
-        import PIL  # noqa: F401  (matplotlib writes JPEG through Pillow)
-    except ImportError:
-        pytest.skip("no Pillow: matplotlib cannot write a JPEG")
+    pytest.importorskip("PIL", reason="matplotlib writes JPEG through Pillow")
     jpeg = main_result(ok(kernel.execute("Image(_render('jpg'), format='jpeg')")))
     assert decode(jpeg, "image/jpeg").startswith(b"\xff\xd8\xff")
 
