@@ -88,12 +88,15 @@ def _diag(msg):
 
 
 def _clean_str(s):
-    """s, with anything that is not valid UTF-8 (lone surrogates) replaced."""
+    """s, with what the daemon's JSON parser refuses replaced: lone surrogates
+    (not UTF-8) and NUL (jansson takes \\u0000 only when asked to)."""
     try:
         s.encode("utf-8")
-        return s
     except UnicodeEncodeError:
-        return s.encode("utf-8", "replace").decode("utf-8")
+        s = s.encode("utf-8", "replace").decode("utf-8")
+    if "\x00" in s:
+        s = s.replace("\x00", "\ufffd")
+    return s
 
 
 _ansi_re = None
@@ -124,8 +127,12 @@ def _jsonsafe(v, depth=0):
     """v as a value JSON can carry: NaN and infinities become null, numpy scalars
     Python numbers, dates and times ISO strings, anything unknown its str()."""
     t = type(v)
-    if v is None or t is bool or t is int:
+    if v is None or t is bool:
         return v
+    if t is int:  # the daemon's JSON integers are 64-bit
+        if -(1 << 63) <= v < (1 << 63):
+            return v
+        return float(v) if v.bit_length() < 1024 else None
     if t is str:
         return _clean_str(v)
     if t is float:
@@ -140,7 +147,7 @@ def _jsonsafe(v, depth=0):
     if isinstance(v, bool):
         return bool(v)
     if isinstance(v, int):
-        return int(v)
+        return _jsonsafe(int(v), depth + 1)
     if isinstance(v, float):
         return _jsonsafe(float(v))
     name = t.__name__
