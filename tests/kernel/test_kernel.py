@@ -30,10 +30,32 @@ BINARY_TYPES = {"image/png", "image/jpeg", "application/pdf"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def check_jansson(value):
+    """What the daemon's parser (jansson) refuses on top of JSON: NUL in strings,
+    lone surrogates, integers beyond 64 bits, duplicate keys (json.loads keeps
+    the last one; the re-encoded length check below catches them)."""
+    if isinstance(value, str):
+        assert "\x00" not in value
+        value.encode("utf-8")  # raises on lone surrogates
+    elif isinstance(value, bool) or value is None or isinstance(value, float):
+        pass
+    elif isinstance(value, int):
+        assert -(1 << 63) <= value < (1 << 63)
+    elif isinstance(value, list):
+        for v in value:
+            check_jansson(v)
+    else:
+        for k, v in value.items():
+            check_jansson(k)
+            check_jansson(v)
+
+
 def check_frame(frame, raw):
     """Asserts that a frame is one the protocol allows."""
     assert len(raw) <= MAX_FRAME
     assert all(b < 0x80 for b in raw), "frames are ASCII JSON (ensure_ascii)"
+    check_jansson(frame)
+    assert len(json.dumps(frame, separators=(",", ":"))) == len(raw), "duplicate keys?"
     assert isinstance(frame, dict) and isinstance(frame.get("type"), str), frame
     kind = frame["type"]
     keys = set(frame)
@@ -378,6 +400,17 @@ def test_syntax_error(kernel):
 def test_errors_in_magics(kernel):
     err = error(kernel.execute("%nosuchmagic"))
     assert err["name"] == "UsageError" and "nosuchmagic" in err["value"]
+
+
+def test_values_the_daemon_cannot_parse_are_replaced(kernel):
+    frames = ok(kernel.execute("print('a\\x00b \\udc80'); import os; os.write(1, b'c\\x00d\\xff\\n')"))
+    assert stream(frames) == "a\ufffdb ?\nc\ufffdd\ufffd\n"
+    frames = ok(kernel.execute("from IPython.display import JSON\n"
+                               "display(JSON({'big': 2**70, 1: 'int key', 'nul': 'x\\x00'}))\n"
+                               "import pandas as pd\npd.DataFrame({'n': [2**70, 1]}, dtype=object)"))
+    shown, value = results(frames)
+    assert shown["data"]["application/json"] == {"big": float(2**70), "1": "int key", "nul": "x\ufffd"}
+    assert value["table"] == {"n": [float(2**70), 1]}
 
 
 def test_stream_order_follows_production(kernel):
