@@ -32,8 +32,14 @@ int corral_fail(struct corral_error *err, int code, const char *fmt, ...)
 int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
 {
     int saved = errno;
-    char buf[128];
-    const char *text = strerror_r(saved, buf, sizeof(buf));
+    /* strerrordesc_np takes no lock and allocates nothing (strerror_r may, for
+     * translations): safe in a child cloned from a multithreaded daemon. */
+    const char *text = strerrordesc_np(saved);
+    char buf[32];
+    if (!text) {
+        snprintf(buf, sizeof(buf), "error %d", saved);
+        text = buf;
+    }
     va_list ap;
     va_start(ap, fmt);
     int r = fail_v(err, saved, text, fmt, ap);

@@ -8,12 +8,14 @@
 
 #include <stddef.h>
 
+/* Also declared, identically, by the public include/corral/corral.h. */
+#ifndef CORRAL_ERROR_MESSAGE_MAX
 #define CORRAL_ERROR_MESSAGE_MAX 512
-
 struct corral_error {
     int code; /* positive errno value, or 0 when no error is set */
     char message[CORRAL_ERROR_MESSAGE_MAX];
 };
+#endif
 
 /* Sets the error and returns -code, so callers can write `return corral_fail(...)`. */
 int corral_fail(struct corral_error *err, int code, const char *fmt, ...)

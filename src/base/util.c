@@ -312,3 +312,51 @@ uint64_t corral_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
+
+int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
+                         struct corral_error *err)
+{
+    unsigned char *buf = malloc(len / 4 * 3 + 3);
+    if (!buf)
+        return corral_fail(err, ENOMEM, "out of memory decoding base64");
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    bool padding = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        int v;
+        if (c >= 'A' && c <= 'Z')
+            v = c - 'A';
+        else if (c >= 'a' && c <= 'z')
+            v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9')
+            v = c - '0' + 52;
+        else if (c == '+')
+            v = 62;
+        else if (c == '/')
+            v = 63;
+        else if (c == '=') {
+            padding = true;
+            continue;
+        } else if (isspace(c))
+            continue;
+        else {
+            free(buf);
+            return corral_fail(err, EINVAL, "invalid base64 character at offset %zu", i);
+        }
+        if (padding) {
+            free(buf);
+            return corral_fail(err, EINVAL, "base64 data after padding");
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            buf[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    *out = buf;
+    *out_len = n;
+    return 0;
+}

@@ -37,4 +37,8 @@ int corral_random_hex(char *out, size_t bytes, struct corral_error *err);
 
 uint64_t corral_now_ms(void); /* CLOCK_MONOTONIC */
 
+/* Decodes standard base64 (whitespace ignored) into a malloc'ed buffer. */
+int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
+                         struct corral_error *err);
+
 #endif

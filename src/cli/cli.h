@@ -8,7 +8,24 @@
 #define CLI_USAGE         2
 #define CLI_SANDBOX_ERROR 3 /* the sandbox itself could not be made or died */
 
+#include <stdbool.h>
+
+#include "corral/corral.h"
+
 int cli_run(int argc, char **argv);
+int cli_repl(int argc, char **argv);
+
+/* Showing executions (output.c). */
+struct cli_output {
+    const char *out_dir; /* where rich results are saved, or NULL */
+    unsigned saved;      /* files written so far */
+    unsigned unsaved;    /* rich results not saved for want of --out */
+    bool prompts;        /* Out[n]: before main results (an interactive repl) */
+    bool quiet;
+    long long count; /* the current execution count, for prompts */
+};
+void cli_output_init(struct cli_output *o, struct corral_exec_options *x);
+int cli_prepare_out_dir(const char *dir);
 int cli_doctor(int argc, char **argv);
 
 #endif

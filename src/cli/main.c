@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "kernel/agent.h"
 
 static void usage(FILE *out)
 {
@@ -15,7 +16,9 @@ static void usage(FILE *out)
           "\n"
           "commands:\n"
           "  run      run Python code in a fresh sandbox and stream its output\n"
+          "  repl     an interactive Python session in one sandbox\n"
           "  doctor   check that this host can run sandboxes, and say how to fix it\n"
+          "  " AGENT_COMMAND "  (internal) what runs inside each sandbox; not for direct use\n"
           "\n"
           "options:\n"
           "  -h, --help     show this help (corral COMMAND --help for a command's options)\n"
@@ -48,8 +51,12 @@ int main(int argc, char **argv)
         printf("corral %s\n", CORRAL_VERSION);
         return CLI_OK;
     }
+    if (!strcmp(cmd, AGENT_COMMAND))
+        return agent_main();
     if (!strcmp(cmd, "run"))
         return cli_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "repl"))
+        return cli_repl(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cli_doctor(argc - 1, argv + 1);
     fprintf(stderr, "corral: unknown command '%s'\n\n", cmd);

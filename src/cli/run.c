@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,15 +30,23 @@
 static void run_usage(FILE *out)
 {
     fprintf(out,
-            "usage: corral run [OPTIONS] (-c CODE | FILE | -) [ARGS...]\n"
+            "usage: corral run [OPTIONS] (-c CODE | FILE | -)\n"
+            "       corral run --script [OPTIONS] (-c CODE | FILE | -) [ARGS...]\n"
             "\n"
             "Runs Python in a fresh sandbox and streams its stdout and stderr as they come.\n"
-            "The program's own standard input is corral's (for '-', the program itself).\n"
+            "By default the code is one cell of an IPython kernel, as in Jupyter: the value\n"
+            "of its last expression (the main result) is printed, display() output and\n"
+            "matplotlib figures are rich results, saved as files with --out. With --script\n"
+            "it is a plain `python3` program with ARGS and corral's standard input.\n"
             "\n"
             "  -c, --code CODE        run CODE (at most 100 KiB; use a FILE or - beyond that)\n"
-            "  FILE                   run FILE, copied into the sandbox's /home/user\n"
+            "  FILE                   run FILE (copied into /home/user with --script)\n"
             "  -                      read the program from standard input\n"
-            "  ARGS                   passed to the program as sys.argv[1:]\n"
+            "  -o, --out DIR          save rich results (PNG, JPEG, SVG, PDF) in DIR as\n"
+            "                         result-1.png, result-2.svg, ...\n"
+            "      --output-limit SIZE  stdout+stderr kept per execution (default 10m)\n"
+            "      --script           run a plain script instead of a kernel cell\n"
+            "  ARGS                   with --script: the program's sys.argv[1:]\n"
             "\n"
             "limits:\n"
             "  -t, --timeout DURATION  wall-clock limit: 30, 30s, 500ms, 5m (default 300s;\n"
@@ -68,6 +77,11 @@ static void run_usage(FILE *out)
 struct run_opts {
     struct jail_config cfg;
     uint64_t timeout_ms;
+    uint64_t output_limit;
+    const char *out_dir;
+    bool script;
+    const char *user_env[MAX_ENV + 1];
+    size_t n_user_env;
     const char *code;
     const char *file;
     const char *python;
@@ -124,7 +138,23 @@ static int parse_layers(struct run_opts *o, const char *list)
     return 0;
 }
 
-static int parse_args(int argc, char **argv, struct run_opts *o)
+static void repl_usage(FILE *out)
+{
+    fputs("usage: corral repl [OPTIONS]\n"
+          "\n"
+          "An interactive Python session in one sandbox: each input runs as a cell of an\n"
+          "IPython kernel and its state persists until the end (Ctrl-D). A line ending in\n"
+          "':' or '\\' starts a block, which an empty line ends. Ctrl-C interrupts a\n"
+          "running cell. Without a terminal, inputs are read from standard input and only\n"
+          "outputs are printed.\n"
+          "\n"
+          "Options: -o/--out DIR, -t/--timeout (per input), -m/--memory, --cpus, --pids,\n"
+          "--disk, --open-files, -e/--env, --python, --state-dir, --output-limit, as for\n"
+          "`corral run` (see corral run --help).\n",
+          out);
+}
+
+static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
 {
     static char default_env[][64] = {"PATH=/usr/local/bin:/usr/bin:/bin",
                                      "HOME=/home/user",
@@ -135,7 +165,17 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
                                      "PYTHONDONTWRITEBYTECODE=1",
                                      "MPLBACKEND=Agg",
                                      "TERM=dumb"};
-    enum { OPT_CPUS = 256, OPT_PIDS, OPT_DISK, OPT_OPEN_FILES, OPT_PYTHON, OPT_STATE, OPT_UNSAFE };
+    enum {
+        OPT_CPUS = 256,
+        OPT_PIDS,
+        OPT_DISK,
+        OPT_OPEN_FILES,
+        OPT_PYTHON,
+        OPT_STATE,
+        OPT_UNSAFE,
+        OPT_SCRIPT,
+        OPT_OUTPUT_LIMIT
+    };
     static const struct option longopts[] = {
         {"code", required_argument, NULL, 'c'},
         {"timeout", required_argument, NULL, 't'},
@@ -148,6 +188,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         {"python", required_argument, NULL, OPT_PYTHON},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"unsafe-disable", required_argument, NULL, OPT_UNSAFE},
+        {"script", no_argument, NULL, OPT_SCRIPT},
+        {"out", required_argument, NULL, 'o'},
+        {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
 
@@ -162,7 +205,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:c:t:m:e:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:c:t:m:e:o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             o->code = optarg;
@@ -204,6 +247,20 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
                 return usage_error("--env: expected NAME=VALUE, got '%s'", optarg);
             if (set_env(o, optarg))
                 return CLI_USAGE;
+            o->user_env[o->n_user_env++] = optarg;
+            break;
+        case OPT_SCRIPT:
+            o->script = true;
+            break;
+        case 'o':
+            o->out_dir = optarg;
+            break;
+        case OPT_OUTPUT_LIMIT:
+            if (corral_parse_size(optarg, &v, &err) < 0)
+                return usage_error("--output-limit: %s", err.message);
+            if (v < 1024)
+                return usage_error("--output-limit: %s is below the minimum of 1k", optarg);
+            o->output_limit = v;
             break;
         case OPT_PYTHON:
             if (optarg[0] != '/')
@@ -218,13 +275,21 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
                 return CLI_USAGE;
             break;
         case 'h':
-            run_usage(stdout);
+            if (repl)
+                repl_usage(stdout);
+            else
+                run_usage(stdout);
             return -1;
         case ':':
             return usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
+    }
+    if (repl) {
+        if (o->code || optind < argc || o->script)
+            return usage_error("%s", "corral repl takes no program: it reads inputs");
+        return 0;
     }
     if (!o->code) {
         if (optind >= argc)
@@ -236,6 +301,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
                                  "FILE or on standard input");
     o->args = argv + optind;
     o->n_args = argc - optind;
+    if (o->n_args && !o->script)
+        return usage_error("%s", "program arguments need --script (a cell has no sys.argv)");
+    if (o->script && o->out_dir)
+        return usage_error("%s", "--out needs the kernel: it cannot be used with --script");
     return 0;
 }
 
@@ -328,13 +397,215 @@ static void report(const struct run_opts *o, const struct jail_result *res)
     }
 }
 
+/* ---- kernel mode: the code runs as one cell of an IPython kernel ---- */
+
+struct signal_ctx {
+    corral_sandbox *sb;
+    corral_context *ctx;
+    bool killed;
+};
+
+static void *signal_thread(void *arg)
+{
+    struct signal_ctx *s = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR2);
+    int interrupts = 0;
+    for (;;) {
+        int sig;
+        if (sigwait(&set, &sig) != 0 || sig == SIGUSR2)
+            return NULL;
+        if (sig == SIGINT && interrupts++ == 0) {
+            corral_context_interrupt(s->ctx, NULL);
+        } else {
+            s->killed = true;
+            corral_sandbox_kill(s->sb);
+        }
+    }
+}
+
+static char *read_program(const struct run_opts *o)
+{
+    struct corral_error err;
+    char *text = NULL;
+    size_t len = 0;
+    if (o->code)
+        return strdup(o->code);
+    const char *path = strcmp(o->file, "-") ? o->file : "/dev/stdin";
+    if (corral_read_file_alloc(path, 16u << 20, &text, &len, &err) < 0) {
+        fprintf(stderr, "corral run: %s\n", err.message);
+        return NULL;
+    }
+    return text;
+}
+
+/* True when the lines so far need more before they can run. */
+static bool block_open(const char *buf, size_t len, bool last_empty)
+{
+    if (!len)
+        return false;
+    const char *last = buf + len - 1;
+    while (last > buf && last[-1] != '\n')
+        last--;
+    size_t n = strlen(last);
+    while (n && (last[n - 1] == '\n' || last[n - 1] == ' ' || last[n - 1] == '\t'))
+        n--;
+    if (n && (last[n - 1] == ':' || last[n - 1] == '\\'))
+        return true;
+    /* inside a block that is not yet closed by an empty line */
+    return strchr(buf, '\n') != buf + len - 1 && !last_empty;
+}
+
+static int repl_loop(corral_sandbox *sb, corral_context *ctx, struct run_opts *o,
+                     struct corral_exec_options *x, struct cli_output *out)
+{
+    bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    out->prompts = tty;
+    int rc = CLI_OK;
+    char *line = NULL, *cell = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (tty) {
+            if (len)
+                printf("   ...: ");
+            else
+                printf("In [%lld]: ", out->count + 1);
+            fflush(stdout);
+        }
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0) {
+            if (tty)
+                printf("\n");
+            if (!len)
+                break;
+            n = 0; /* run what is pending */
+        }
+        bool empty = n == 0 || (n == 1 && line[0] == '\n');
+        if (n > 0 && !(empty && !len)) {
+            char *grown = realloc(cell, len + (size_t)n + 1);
+            if (!grown)
+                break;
+            cell = grown;
+            memcpy(cell + len, line, (size_t)n);
+            len += (size_t)n;
+            cell[len] = '\0';
+        }
+        if (!len || (n > 0 && block_open(cell, len, empty)))
+            continue;
+        struct corral_exec_outcome outcome;
+        struct corral_error err;
+        int r = corral_execute(sb, ctx, cell, x, &outcome, &err);
+        len = 0;
+        if (r < 0) {
+            fprintf(stderr, "corral: %s\n", err.message);
+            rc = CLI_SANDBOX_ERROR;
+            break;
+        }
+        out->count = outcome.execution_count;
+        if (n < 0)
+            break;
+    }
+    free(line);
+    free(cell);
+    return rc;
+}
+
+static int run_kernel(struct run_opts *o, const char *mode)
+{
+    bool repl = mode != NULL;
+    char *code = repl ? strdup("") : read_program(o);
+    if (!code)
+        return CLI_USAGE;
+    if (o->out_dir && cli_prepare_out_dir(o->out_dir) < 0) {
+        free(code);
+        return CLI_USAGE;
+    }
+    struct corral_error err;
+    if (jail_cleanup_stale(o->cfg.state_dir, &err) < 0)
+        fprintf(stderr, "corral: warning: %s\n", err.message);
+
+    struct corral_sandbox_options so;
+    corral_sandbox_options_init(&so);
+    so.limits.memory_bytes = o->cfg.limits.memory_bytes;
+    so.limits.millicpus = o->cfg.limits.millicpus;
+    so.limits.pids = o->cfg.limits.pids;
+    so.limits.disk_bytes = o->cfg.limits.disk_bytes;
+    so.limits.open_files = o->cfg.limits.open_files;
+    so.env = o->user_env;
+    so.python = o->python;
+    so.state_dir = o->cfg.state_dir;
+    so.disabled_layers = o->cfg.disabled_layers;
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = CLI_OK;
+    struct signal_ctx sc = {0};
+    if (corral_sandbox_create(&so, &sc.sb, &err) < 0) {
+        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
+        free(code);
+        return CLI_SANDBOX_ERROR;
+    }
+    if (corral_context_default(sc.sb, &sc.ctx, &err) < 0) {
+        fprintf(stderr, "corral: cannot start Python in the sandbox: %s\n", err.message);
+        corral_sandbox_release(sc.sb);
+        free(code);
+        return CLI_SANDBOX_ERROR;
+    }
+    pthread_t st;
+    bool have_thread = pthread_create(&st, NULL, signal_thread, &sc) == 0;
+
+    struct cli_output out = {.out_dir = o->out_dir};
+    struct corral_exec_options x;
+    corral_exec_options_init(&x);
+    x.timeout_ms = o->timeout_ms;
+    x.output_limit = o->output_limit;
+    cli_output_init(&out, &x);
+    struct corral_exec_outcome outcome = {0};
+    int r = repl ? repl_loop(sc.sb, sc.ctx, o, &x, &out)
+                 : corral_execute(sc.sb, sc.ctx, code, &x, &outcome, &err);
+    if (repl) {
+        rc = r;
+    } else if (sc.killed) {
+        fprintf(stderr, "corral: stopped by a signal to corral\n");
+        rc = CLI_CODE_FAILED;
+    } else if (r < 0) {
+        fprintf(stderr, "corral: %s\n", err.message);
+        rc = CLI_SANDBOX_ERROR;
+    } else if (outcome.error) {
+        rc = CLI_CODE_FAILED;
+    }
+    if (out.unsaved)
+        fprintf(stderr, "corral: %u rich result%s (images, PDF) not saved: use --out DIR\n",
+                out.unsaved, out.unsaved == 1 ? "" : "s");
+    if (have_thread) {
+        pthread_kill(st, SIGUSR2);
+        pthread_join(st, NULL);
+    }
+    corral_sandbox_release(sc.sb);
+    free(code);
+    return rc;
+}
+
 int cli_run(int argc, char **argv)
 {
     struct run_opts o;
     memset(&o, 0, sizeof(o));
-    int r = parse_args(argc, argv, &o);
+    int r = parse_args(argc, argv, &o, false);
     if (r)
         return r < 0 ? CLI_OK : r;
+    if (!o.script)
+        return run_kernel(&o, NULL);
 
     /* The workload's argv: python3 -c CODE | python3 - | python3 /home/user/FILE, then ARGS. */
     cleanup_free char **wargv = calloc((size_t)o.n_args + 4, sizeof(char *));
@@ -494,4 +765,14 @@ int cli_run(int argc, char **argv)
     if (res.outcome == JAIL_EXITED && res.exit_code == 0)
         return CLI_OK;
     return CLI_CODE_FAILED;
+}
+
+int cli_repl(int argc, char **argv)
+{
+    struct run_opts o;
+    memset(&o, 0, sizeof(o));
+    int r = parse_args(argc, argv, &o, true);
+    if (r)
+        return r < 0 ? CLI_OK : r;
+    return run_kernel(&o, "repl");
 }

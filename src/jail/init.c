@@ -133,7 +133,11 @@ static int become_user(const struct jail_init_args *a, struct corral_error *err)
 {
     unsigned off = a->cfg->disabled_layers;
     uid_t uid = a->host_uid;
-    if (setgroups(0, NULL) < 0)
+    /* Raw syscalls, not libc's wrappers: those apply a credential change to
+     * every thread libc believes exists, and in a child cloned from a
+     * multithreaded daemon they would wait forever for threads that are not
+     * there. This process has exactly one thread. */
+    if (syscall(SYS_setgroups, 0, NULL) < 0)
         return corral_fail_errno(err, "cannot clear supplementary groups");
     if (!(off & JAIL_LAYER_USERNS)) {
         if (unshare(CLONE_NEWUSER) < 0)
@@ -142,14 +146,18 @@ static int become_user(const struct jail_init_args *a, struct corral_error *err)
         wait_for(a->ctl_fd, JAIL_CTL_MAPPED);
         uid = JAIL_INSIDE_UID;
     }
-    for (int cap = 0; cap < 64; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            return corral_fail_errno(err, "cannot drop capability %d from the bounding set", cap);
+    for (int cap = 0; cap < 64; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+            continue;
+        if (errno == EINVAL)
+            break; /* past the kernel's last capability */
+        return corral_fail_errno(err, "cannot drop capability %d from the bounding set", cap);
+    }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return corral_fail_errno(err, "cannot clear ambient capabilities");
-    if (setresgid(uid, uid, uid) < 0)
+    if (syscall(SYS_setresgid, uid, uid, uid) < 0)
         return corral_fail_errno(err, "cannot switch to gid %u", (unsigned)uid);
-    if (setresuid(uid, uid, uid) < 0)
+    if (syscall(SYS_setresuid, uid, uid, uid) < 0)
         return corral_fail_errno(err, "cannot switch to uid %u", (unsigned)uid);
     return drop_capabilities(err);
 }
@@ -206,8 +214,8 @@ __attribute__((noreturn)) static void exec_workload(const struct jail_init_args 
     for (int i = 0; i < 3; i++)
         if (dup2(tmp[i], i) < 0)
             goto fail;
-    int keep[] = {0, 1, 2, exec_fd};
-    close_all_but(keep, 4);
+    int keep[] = {0, 1, 2, exec_fd, cfg->exec_fd};
+    close_all_but(keep, cfg->exec_fd >= 0 ? 5 : 4);
 
     sigset_t all;
     sigemptyset(&all);
@@ -220,7 +228,10 @@ __attribute__((noreturn)) static void exec_workload(const struct jail_init_args 
         cwd = (cfg->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
     if (chdir(cwd) < 0)
         goto fail;
-    execve(cfg->argv[0], cfg->argv, cfg->envp);
+    if (cfg->exec_fd >= 0)
+        syscall(SYS_execveat, cfg->exec_fd, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);
+    else
+        execve(cfg->argv[0], cfg->argv, cfg->envp);
 fail:;
     int e = errno;
     corral_write_all(exec_fd, &e, sizeof(e));
@@ -310,6 +321,8 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         keep[nkeep++] = cfg->stdout_fd;
     if (cfg->stderr_fd >= 0)
         keep[nkeep++] = cfg->stderr_fd;
+    if (cfg->exec_fd >= 0)
+        keep[nkeep++] = cfg->exec_fd;
     for (size_t i = 0; i < cfg->n_files && nkeep < sizeof(keep) / sizeof(keep[0]); i++)
         keep[nkeep++] = cfg->files[i].source_fd;
     close_all_but(keep, nkeep);

@@ -71,6 +71,7 @@ void jail_config_init(struct jail_config *cfg)
     cfg->limits.disk_bytes = JAIL_DEFAULT_DISK;
     cfg->limits.open_files = JAIL_DEFAULT_OPEN_FILES;
     cfg->stdin_fd = cfg->stdout_fd = cfg->stderr_fd = -1;
+    cfg->exec_fd = -1;
 }
 
 const char *jail_id(const struct jail *j)
@@ -148,7 +149,7 @@ static int validate(const struct jail_config *cfg, struct corral_error *err)
         return corral_fail(err, EPERM,
                            "sandboxes need root (namespaces, cgroups, mounts); "
                            "run corral as root");
-    if (!cfg->argv || !cfg->argv[0] || cfg->argv[0][0] != '/')
+    if (!cfg->argv || !cfg->argv[0] || (cfg->exec_fd < 0 && cfg->argv[0][0] != '/'))
         return corral_fail(err, EINVAL, "the workload must be an absolute path");
     if (!cfg->envp)
         return corral_fail(err, EINVAL, "the workload needs an environment");

@@ -78,6 +78,9 @@ struct jail_config {
     unsigned disabled_layers; /* enum jail_layer bits; for the security suite only */
 
     char *const *argv; /* the workload; argv[0] is an absolute path inside the sandbox */
+    /* When >= 0, the workload is this executable of the caller's (opened
+     * O_PATH or O_RDONLY before the sandbox exists), run with argv. */
+    int exec_fd;
     char *const *envp; /* its whole environment */
     const char *cwd;   /* NULL = /home/user */
 

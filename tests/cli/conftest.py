@@ -22,7 +22,7 @@ def run(*args, input=None, env=None, timeout=60):
 
 
 def run_code(code, *opts, **kw):
-    return run("run", *opts, "-c", code, **kw)
+    return run("run", "--script", *opts, "-c", code, **kw)
 
 
 def sandbox_processes():

@@ -1,4 +1,4 @@
-"""`corral run`: running code, its output, exit codes and options."""
+"""`corral run --script`: plain scripts in a sandbox, their output, exit codes and options."""
 import hashlib
 import json
 import os
@@ -84,7 +84,7 @@ def test_file_is_copied_into_home_and_gets_arguments(tmp_path):
     script = tmp_path / "job.py"
     script.write_text("import sys, os\nprint(sys.argv, os.getcwd(), __file__)\n"
                       "raise ValueError('bad ' + sys.argv[1])\n")
-    r = run("run", str(script), "alpha", "beta")
+    r = run("run", "--script", str(script), "alpha", "beta")
     assert r.returncode == 1
     assert r.stdout == "['/home/user/job.py', 'alpha', 'beta'] /home/user /home/user/job.py\n"
     # The traceback shows the source line, as python3 FILE would.
@@ -93,7 +93,7 @@ def test_file_is_copied_into_home_and_gets_arguments(tmp_path):
 
 
 def test_program_from_stdin():
-    r = run("run", "-", "x", input="import sys\nprint('hello from', sys.argv)\n")
+    r = run("run", "--script", "-", "x", input="import sys\nprint('hello from', sys.argv)\n")
     assert (r.returncode, r.stdout) == (0, "hello from ['-', 'x']\n")
 
 
@@ -104,7 +104,7 @@ def test_stdin_is_forwarded_to_the_code():
 
 def test_output_streams_while_the_code_runs():
     code = "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')"
-    p = subprocess.Popen([CORRAL, "run", "-c", code], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([CORRAL, "run", "--script", "-c", code], stdout=subprocess.PIPE, text=True)
     first = p.stdout.readline()
     still_running = p.poll() is None
     rest = p.stdout.read()
@@ -146,7 +146,7 @@ def test_memory_limit_kills_with_a_clear_message():
 
 def test_sigint_interrupts_the_code_with_keyboardinterrupt():
     code = "import time\nprint('ready', flush=True)\ntime.sleep(60)"
-    p = subprocess.Popen([CORRAL, "run", "-c", code], stdout=subprocess.PIPE,
+    p = subprocess.Popen([CORRAL, "run", "--script", "-c", code], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "ready\n"
     p.send_signal(signal.SIGINT)
@@ -156,7 +156,7 @@ def test_sigint_interrupts_the_code_with_keyboardinterrupt():
 
 
 def test_sigterm_stops_the_sandbox():
-    p = subprocess.Popen([CORRAL, "run", "-c", "import time\nprint('ready', flush=True)\n"
+    p = subprocess.Popen([CORRAL, "run", "--script", "-c", "import time\nprint('ready', flush=True)\n"
                           "time.sleep(60)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     assert p.stdout.readline() == "ready\n"
@@ -250,7 +250,7 @@ print(head == b'\\x89PNG\\r\\n\\x1a\\n', round(np.linalg.det(np.eye(3) * 2)), df
 
 def test_limits_reach_the_cgroups():
     code = "import time\nprint('ready', flush=True)\ntime.sleep(30)"
-    p = subprocess.Popen([CORRAL, "run", "--memory", "200m", "--pids", "42", "--cpus", "0.5",
+    p = subprocess.Popen([CORRAL, "run", "--script", "--memory", "200m", "--pids", "42", "--cpus", "0.5",
                           "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
@@ -269,7 +269,7 @@ def test_limits_reach_the_cgroups():
 
 def test_concurrent_sandboxes_get_distinct_host_uids():
     code = "import time\nprint('up', flush=True)\ntime.sleep(20)"
-    procs = [subprocess.Popen([CORRAL, "run", "-c", code], stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([CORRAL, "run", "--script", "-c", code], stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
     try:
         for p in procs:
@@ -290,7 +290,7 @@ def test_concurrent_sandboxes_get_distinct_host_uids():
 def test_a_killed_runner_takes_its_sandbox_along_and_leftovers_are_cleaned():
     from conftest import sandbox_processes, sandbox_cgroups, STATE_DIR
     import glob
-    p = subprocess.Popen([CORRAL, "run", "-c", "import time\nprint('up', flush=True)\n"
+    p = subprocess.Popen([CORRAL, "run", "--script", "-c", "import time\nprint('up', flush=True)\n"
                           "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "up\n"
     p.kill()
@@ -329,7 +329,7 @@ def test_stdin_reaches_the_code_through_a_pipe_never_a_host_descriptor(tmp_path)
     host_file = tmp_path / "input.txt"
     host_file.write_text("from a host file\n")
     with open(host_file) as f:
-        r = subprocess.run([CORRAL, "run", "-c", "import os, sys\n"
+        r = subprocess.run([CORRAL, "run", "--script", "-c", "import os, sys\n"
                             "print(os.readlink('/proc/self/fd/0').split(':')[0], sys.stdin.read())"],
                            stdin=f, capture_output=True, text=True, timeout=60)
     assert r.stdout == "pipe from a host file\n\n"
@@ -341,7 +341,7 @@ def test_input_the_code_never_reads_does_not_block():
 
 
 def test_closed_stdin_gives_the_code_eof():
-    r = subprocess.run([CORRAL, "run", "-c", "import sys; print(repr(sys.stdin.read()))"],
+    r = subprocess.run([CORRAL, "run", "--script", "-c", "import sys; print(repr(sys.stdin.read()))"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert r.stdout == "''\n"
     r = subprocess.run(f"exec {CORRAL} run -c 'print(input())' <&-", shell=True,

@@ -122,7 +122,7 @@ def disable(*layers):
 
 
 def corral_cmd(code, *opts, params=None):
-    cmd = [CORRAL, "run", *opts, "-c", PRELUDE + code]
+    cmd = [CORRAL, "run", "--script", *opts, "-c", PRELUDE + code]
     if params is not None:
         cmd += ["--", json.dumps(params)]
     return cmd

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -98,12 +99,31 @@ static void reports_file_errors(void **state)
     assert_int_equal(err.code, 2);
 }
 
+static void decodes_base64(void **state)
+{
+    unsigned char *out;
+    size_t len;
+    struct corral_error err;
+    assert_int_equal(corral_base64_decode("aGVsbG8gd29ybGQ=", 16, &out, &len, &err), 0);
+    assert_int_equal(len, 11);
+    assert_memory_equal(out, "hello world", 11);
+    free(out);
+    assert_int_equal(corral_base64_decode("iVBO\nRw0K", 9, &out, &len, &err), 0);
+    assert_int_equal(len, 6);
+    assert_memory_equal(out, "\x89PNG\r\n", 6);
+    free(out);
+    assert_true(corral_base64_decode("ab$c", 4, &out, &len, &err) < 0);
+    assert_non_null(strstr(err.message, "invalid base64 character at offset 2"));
+    assert_true(corral_base64_decode("YQ==YQ", 6, &out, &len, &err) < 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_sizes),         cmocka_unit_test(parses_durations),
         cmocka_unit_test(parses_cpus_and_ints), cmocka_unit_test(formats_sizes),
         cmocka_unit_test(makes_random_ids),     cmocka_unit_test(reports_file_errors),
+        cmocka_unit_test(decodes_base64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

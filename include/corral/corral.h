@@ -1,0 +1,241 @@
+/*
+ * libcorral: sandboxes that run untrusted code, from C.
+ *
+ *   corral_sandbox *sb;
+ *   struct corral_error err;
+ *   struct corral_sandbox_options opts;
+ *   corral_sandbox_options_init(&opts);
+ *   if (corral_sandbox_create(&opts, &sb, &err) < 0) { puts(err.message); ... }
+ *   struct corral_exec_options x;
+ *   corral_exec_options_init(&x);
+ *   x.callbacks.on_stdout = print_it;
+ *   corral_execute(sb, NULL, "x = 1", &x, NULL, &err);
+ *   corral_execute(sb, NULL, "x += 1; x", &x, &outcome, &err);   // main result "2"
+ *   corral_sandbox_release(sb);                                   // kills it
+ *
+ * A sandbox is isolated as the README describes; code runs in contexts, each
+ * a stateful IPython kernel; commands run as the sandbox's user; files are
+ * read and written inside the sandbox's root with that user's rights.
+ *
+ * Every fallible function returns 0 or a negative errno and fills a
+ * struct corral_error whose message names what failed. Objects are
+ * thread-safe unless said otherwise; one execution runs at a time per context.
+ * Sandboxes are created by cloning the calling process: create them before
+ * the process holds large amounts of memory, or from a dedicated thread.
+ */
+#ifndef CORRAL_CORRAL_H
+#define CORRAL_CORRAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef CORRAL_ERROR_MESSAGE_MAX
+#define CORRAL_ERROR_MESSAGE_MAX 512
+struct corral_error {
+    int code; /* positive errno value */
+    char message[CORRAL_ERROR_MESSAGE_MAX];
+};
+#endif
+
+typedef struct corral_sandbox corral_sandbox;
+typedef struct corral_context corral_context;
+typedef struct corral_process corral_process;
+
+/* ---- sandboxes ---- */
+
+struct corral_limits {
+    uint64_t memory_bytes; /* 0 = default (1 GiB) */
+    uint32_t millicpus;    /* thousandths of a CPU; 0 = default (1 CPU) */
+    uint32_t pids;         /* 0 = default (256) */
+    uint64_t disk_bytes;   /* writable storage; 0 = default (1 GiB) */
+    uint32_t open_files;   /* 0 = default (1024) */
+};
+
+struct corral_sandbox_options {
+    const char *template_id; /* NULL or "default": the host's Python */
+    uint64_t timeout_ms;     /* the sandbox is killed this long after creation; 0 = never */
+    struct corral_limits limits;
+    const char *const *env;      /* NULL-terminated NAME=VALUE for every kernel and command */
+    const char *const *metadata; /* NULL-terminated key=value, kept with the sandbox */
+    const char *python;          /* interpreter inside; NULL = /usr/bin/python3 */
+    const char *state_dir;       /* NULL = /run/corral */
+    unsigned disabled_layers;    /* isolation layers off: for tests only */
+};
+
+void corral_sandbox_options_init(struct corral_sandbox_options *opts);
+int corral_sandbox_create(const struct corral_sandbox_options *opts, corral_sandbox **out,
+                          struct corral_error *err);
+/* Kills the sandbox now; it stays valid (and dead) until released. */
+void corral_sandbox_kill(corral_sandbox *sb);
+bool corral_sandbox_alive(corral_sandbox *sb);
+void corral_sandbox_retain(corral_sandbox *sb);
+/* Drops a reference; the last one kills the sandbox and frees it. */
+void corral_sandbox_release(corral_sandbox *sb);
+const char *corral_sandbox_id(const corral_sandbox *sb);
+const char *corral_sandbox_template(const corral_sandbox *sb);
+/* Metadata: the value for key, or NULL; or the i-th pair. */
+const char *corral_sandbox_metadata(const corral_sandbox *sb, const char *key);
+bool corral_sandbox_metadata_at(const corral_sandbox *sb, size_t i, const char **key,
+                                const char **value);
+uint64_t corral_sandbox_started_at_ms(const corral_sandbox *sb); /* wall clock */
+/* Deadline (wall clock, ms since the epoch; 0 = none), and changing it. */
+uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb);
+void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms_from_now);
+const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);
+/* The manager: live sandboxes of this process (retained: release each), by id
+ * or all. A sandbox past its deadline is killed by a background reaper. */
+corral_sandbox *corral_sandbox_find(const char *id);
+size_t corral_sandbox_list(corral_sandbox **out, size_t max);
+
+/* ---- executing code ---- */
+
+/* A rich result: a MIME bundle. Binary types (image/png, image/jpeg,
+ * application/pdf) are base64 text; application/json is JSON text. */
+struct corral_result {
+    bool is_main; /* the value of the final expression */
+    size_t n;
+    const char *const *types;
+    const char *const *values;
+    const char *table_json; /* a DataFrame's data as {column: [values]}, or NULL */
+};
+const char *corral_result_get(const struct corral_result *r, const char *type);
+
+struct corral_exec_callbacks {
+    void (*on_stdout)(void *userdata, const char *text, size_t len, double timestamp);
+    void (*on_stderr)(void *userdata, const char *text, size_t len, double timestamp);
+    void (*on_result)(void *userdata, const struct corral_result *result);
+    void (*on_error)(void *userdata, const char *name, const char *value, const char *traceback);
+    void *userdata;
+};
+
+struct corral_exec_options {
+    const char *const *env; /* NAME=VALUE for this execution only */
+    uint64_t timeout_ms;    /* 0 = none */
+    uint64_t output_limit;  /* bytes of stdout+stderr; 0 = default 10 MB */
+    uint64_t grace_ms;      /* after an interrupt, before the context restarts; 0 = 3 s */
+    struct corral_exec_callbacks callbacks;
+};
+void corral_exec_options_init(struct corral_exec_options *opts);
+
+struct corral_exec_outcome {
+    int64_t execution_count;
+    bool error; /* the code raised (on_error was called) */
+    bool timed_out;
+    bool output_truncated;
+    bool context_restarted; /* the context's state was lost */
+};
+
+/* Runs code in ctx (NULL: the sandbox's default Python context). */
+int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
+                   const struct corral_exec_options *opts, struct corral_exec_outcome *outcome,
+                   struct corral_error *err);
+
+/* ---- contexts ---- */
+
+/* Languages contexts may have: "python". */
+const char *corral_supported_languages(void);
+int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
+                          corral_context **out, struct corral_error *err);
+int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err);
+corral_context *corral_context_get(corral_sandbox *sb, const char *id);
+/* Fills out[] with up to max contexts; returns how many there are. */
+size_t corral_context_list(corral_sandbox *sb, corral_context **out, size_t max);
+const char *corral_context_id(const corral_context *ctx);
+const char *corral_context_language(const corral_context *ctx);
+const char *corral_context_cwd(const corral_context *ctx);
+/* Interrupts the running execution (KeyboardInterrupt); safe from any thread. */
+int corral_context_interrupt(corral_context *ctx, struct corral_error *err);
+int corral_context_restart(corral_context *ctx, struct corral_error *err);
+/* Removes the context; ctx is invalid afterwards. */
+int corral_context_remove(corral_context *ctx, struct corral_error *err);
+
+/* ---- commands ---- */
+
+struct corral_command_options {
+    const char *cwd;        /* NULL = /home/user */
+    const char *const *env; /* added to the sandbox's */
+    bool with_stdin;        /* keep stdin open for corral_process_write() */
+};
+void corral_command_options_init(struct corral_command_options *opts);
+
+struct corral_output_callbacks {
+    void (*on_stdout)(void *userdata, const char *data, size_t len);
+    void (*on_stderr)(void *userdata, const char *data, size_t len);
+    void *userdata;
+};
+
+/* Starts `/bin/bash -c command` as the sandbox's user. */
+int corral_command_start(corral_sandbox *sb, const char *command,
+                         const struct corral_command_options *opts, corral_process **out,
+                         struct corral_error *err);
+/* Starts and waits: *exit_code is the exit status, or 128 + the signal. */
+int corral_command_run(corral_sandbox *sb, const char *command,
+                       const struct corral_command_options *opts,
+                       const struct corral_output_callbacks *cb, uint64_t timeout_ms,
+                       int *exit_code, struct corral_error *err);
+pid_t corral_process_pid(const corral_process *p); /* its PID inside the sandbox */
+const char *corral_process_command(const corral_process *p);
+int corral_process_write(corral_process *p, const void *data, size_t len, struct corral_error *err);
+void corral_process_close_stdin(corral_process *p);
+int corral_process_signal(corral_process *p, int signal, struct corral_error *err);
+/* Relays output until the process exits (or timeout_ms, 0 = none: then -ETIMEDOUT). */
+int corral_process_wait(corral_process *p, const struct corral_output_callbacks *cb,
+                        uint64_t timeout_ms, int *exit_code, struct corral_error *err);
+bool corral_process_running(corral_process *p);
+/* Processes started through the API that are still running (retained: release each). */
+size_t corral_process_list(corral_sandbox *sb, corral_process **out, size_t max);
+corral_process *corral_process_get(corral_sandbox *sb, pid_t pid);
+void corral_process_release(corral_process *p);
+
+/* ---- files ---- */
+
+enum corral_entry_type { CORRAL_FILE = 1, CORRAL_DIR = 2, CORRAL_SYMLINK = 3, CORRAL_OTHER = 4 };
+
+struct corral_entry {
+    enum corral_entry_type type;
+    uint32_t mode;
+    uint64_t size;
+    uint64_t mtime_ns;
+    uint32_t uid, gid; /* as seen inside: 1000 is the sandbox's user */
+    char path[4096];
+    char name[256];
+    char target[4096]; /* for symlinks */
+};
+
+/* Relative paths are relative to /home/user. */
+int corral_file_read(corral_sandbox *sb, const char *path,
+                     int (*sink)(void *userdata, const void *data, size_t len), void *userdata,
+                     struct corral_error *err);
+/* Reads a whole file into a malloc'ed buffer (at most max bytes). */
+int corral_file_read_all(corral_sandbox *sb, const char *path, size_t max, char **data, size_t *len,
+                         struct corral_error *err);
+/* Creates or replaces path (and missing parent directories). source returns the
+ * number of bytes put in buf, 0 at the end, or a negative errno. */
+int corral_file_write(corral_sandbox *sb, const char *path,
+                      long (*source)(void *userdata, void *buf, size_t cap), void *userdata,
+                      struct corral_error *err);
+int corral_file_write_all(corral_sandbox *sb, const char *path, const void *data, size_t len,
+                          struct corral_error *err);
+int corral_file_stat(corral_sandbox *sb, const char *path, struct corral_entry *out,
+                     struct corral_error *err);
+/* Entries below path, depth levels deep (1 = the directory itself); free() *out. */
+int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
+                     struct corral_entry **out, size_t *count, struct corral_error *err);
+int corral_file_mkdir(corral_sandbox *sb, const char *path, bool parents, bool *created,
+                      struct corral_error *err);
+int corral_file_rename(corral_sandbox *sb, const char *from, const char *to,
+                       struct corral_entry *out, struct corral_error *err);
+int corral_file_remove(corral_sandbox *sb, const char *path, bool recursive,
+                       struct corral_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

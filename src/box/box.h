@@ -1,0 +1,101 @@
+/*
+ * The daemon's side of sandboxes (libcorral's implementation): a sandbox is a
+ * jail whose workload is the agent (src/kernel/agent.c), driven over the
+ * control socket. One reader thread per sandbox receives replies and exit
+ * events; callers wait for their replies on a condition variable.
+ */
+#ifndef CORRAL_BOX_H
+#define CORRAL_BOX_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "corral/corral.h"
+#include "jail/jail.h"
+#include "kernel/ctl.h"
+#include "kernel/frame.h"
+
+struct pending {
+    uint32_t seq;
+    struct ctl_msg *reply;
+    bool done;
+    struct pending *next;
+};
+
+struct corral_process {
+    corral_sandbox *sb;
+    int refs;  /* under sb->lock */
+    pid_t pid; /* inside the sandbox */
+    char *command;
+    int in_fd, out_fd, err_fd;
+    bool exited;
+    int status; /* wait status */
+    bool is_kernel;
+    struct corral_process *next;
+};
+
+struct corral_context {
+    corral_sandbox *sb;
+    char id[40];
+    char language[16];
+    char cwd[4096];
+    pthread_mutex_t exec_lock; /* one execution at a time */
+    corral_process *kernel;    /* under sb->lock */
+    int sock;                  /* frames to and from the kernel */
+    struct kreader reader;
+    uint64_t interrupted_at; /* monotonic ms of the last interrupt; under sb->lock */
+    int64_t execution_count;
+    bool removed;
+    struct corral_context *next;
+};
+
+struct corral_sandbox {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* replies, exits, death */
+    int refs;
+    struct jail *jail;
+    int ctl;
+    bool dead;
+    pthread_t reader;
+    bool reader_started;
+    uint32_t next_seq;
+    struct pending *pending;
+    corral_process *processes;
+    struct {
+        pid_t pid;
+        int status;
+    } early_exits[64]; /* exits that arrived before their spawn's reply was handled */
+    unsigned n_early;
+    corral_context *contexts;
+    corral_context *default_ctx;
+    unsigned next_ctx;
+    char **env;      /* the sandbox's environment for kernels and commands */
+    char **metadata; /* key=value */
+    char template_id[64];
+    char python[256];
+    struct corral_limits limits;
+    uint64_t started_at_ms, deadline_ms; /* wall clock */
+    bool registered;
+    corral_sandbox *next_registered;
+};
+
+/* Sends a request and waits for its reply (OK or ERR, turned into err). */
+int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
+                struct corral_error *err);
+/* Starts a process through the agent; fds as the reply carries them. */
+int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
+              const char *const *extra_env, corral_process **out, int *sock,
+              struct corral_error *err);
+int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err);
+void box_process_unlink(corral_process *p);
+char **box_strv_dup(const char *const *v);
+void box_strv_free(char **v);
+uint64_t box_wall_ms(void);
+
+/* The manager's registry of live sandboxes (manager.c). */
+void box_register(corral_sandbox *sb);
+void box_unregister(corral_sandbox *sb);
+void box_contexts_free(corral_sandbox *sb);
+
+#endif

@@ -1,0 +1,518 @@
+/*
+ * Contexts: each is a kernel process (src/kernel/kernel.py) in the sandbox,
+ * spoken to with frames (docs/kernel-protocol.md). Executions stream their
+ * output to callbacks; timeouts and interrupts send SIGINT, and a kernel
+ * that ignores it past the grace period is restarted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "box/box.h"
+
+#define KERNEL_START_TIMEOUT_MS 60000
+#define DEFAULT_OUTPUT_LIMIT    (10u << 20)
+#define DEFAULT_GRACE_MS        3000
+
+const char *corral_supported_languages(void)
+{
+    return "python";
+}
+
+void corral_exec_options_init(struct corral_exec_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+}
+
+const char *corral_result_get(const struct corral_result *r, const char *type)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->types[i], type))
+            return r->values[i];
+    return NULL;
+}
+
+/* Reads what the kernel wrote to its stderr (start-up failures), for messages. */
+static void stderr_tail(corral_process *k, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!k || k->err_fd < 0)
+        return;
+    fcntl(k->err_fd, F_SETFL, O_NONBLOCK);
+    size_t got = 0;
+    ssize_t n;
+    char chunk[4096];
+    while ((n = read(k->err_fd, chunk, sizeof(chunk))) > 0) {
+        size_t take = (size_t)n;
+        if (take >= len)
+            take = len - 1;
+        if (got + take >= len) {
+            memmove(buf, buf + take, got - (got + take - (len - 1)));
+            got = len - 1 - take;
+        }
+        memcpy(buf + got, chunk + (size_t)n - take, take);
+        got += take;
+        buf[got] = '\0';
+    }
+}
+
+static void stop_kernel(corral_context *ctx)
+{
+    corral_sandbox *sb = ctx->sb;
+    pthread_mutex_lock(&sb->lock);
+    corral_process *k = ctx->kernel;
+    ctx->kernel = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    if (k) {
+        if (corral_process_running(k))
+            box_signal(sb, k->pid, SIGKILL, true, NULL);
+        corral_process_release(k);
+    }
+    if (ctx->sock >= 0)
+        close(ctx->sock);
+    ctx->sock = -1;
+    kreader_free(&ctx->reader);
+}
+
+/* Starts the kernel and waits for its ready frame. */
+static int start_kernel(corral_context *ctx, struct corral_error *err)
+{
+    corral_sandbox *sb = ctx->sb;
+    char *argv[] = {sb->python, NULL};
+    corral_process *k;
+    int sock = -1;
+    int r =
+        box_spawn(sb, CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL, ctx->cwd, argv, NULL, &k, &sock, err);
+    if (r < 0)
+        return r;
+    k->is_kernel = true;
+    fcntl(sock, F_SETFL, O_NONBLOCK);
+    pthread_mutex_lock(&sb->lock);
+    ctx->kernel = k;
+    pthread_mutex_unlock(&sb->lock);
+    ctx->sock = sock;
+    ctx->execution_count = 0;
+    kreader_init(&ctx->reader);
+    uint64_t deadline = corral_now_ms() + KERNEL_START_TIMEOUT_MS;
+    for (;;) {
+        struct kframe f;
+        struct corral_error ferr;
+        int n = kreader_next(&ctx->reader, sock, &f, &ferr);
+        if (n > 0) {
+            bool ready = f.type == KFRAME_READY;
+            kframe_clear(&f);
+            if (ready)
+                return 0;
+            continue;
+        }
+        if (n < 0) {
+            char tail[600];
+            usleep(20000);
+            stderr_tail(k, tail, sizeof(tail));
+            stop_kernel(ctx);
+            return corral_fail(err, ECHILD, "the %s kernel did not start%s%s", ctx->language,
+                               tail[0] ? ": " : "", tail);
+        }
+        uint64_t now = corral_now_ms();
+        if (now >= deadline) {
+            stop_kernel(ctx);
+            return corral_fail(err, ETIMEDOUT, "the %s kernel did not start within %d s",
+                               ctx->language, KERNEL_START_TIMEOUT_MS / 1000);
+        }
+        struct pollfd pfd = {.fd = sock, .events = POLLIN};
+        poll(&pfd, 1, (int)(deadline - now));
+    }
+}
+
+int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
+                          corral_context **out, struct corral_error *err)
+{
+    if (!language || !*language)
+        language = "python";
+    if (strcmp(language, "python") && strcmp(language, "python3"))
+        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
+                           corral_supported_languages());
+    if (cwd && cwd[0] != '/')
+        return corral_fail(err, EINVAL, "the working directory '%s' is not an absolute path", cwd);
+    corral_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return corral_fail(err, ENOMEM, "out of memory creating a context");
+    ctx->sb = sb;
+    ctx->sock = -1;
+    snprintf(ctx->language, sizeof(ctx->language), "python");
+    snprintf(ctx->cwd, sizeof(ctx->cwd), "%s", cwd ? cwd : JAIL_HOME);
+    pthread_mutex_init(&ctx->exec_lock, NULL);
+    pthread_mutex_lock(&sb->lock);
+    char rnd[9];
+    corral_random_hex(rnd, 4, NULL);
+    snprintf(ctx->id, sizeof(ctx->id), "ctx-%u-%s", ++sb->next_ctx, rnd);
+    pthread_mutex_unlock(&sb->lock);
+    int r = start_kernel(ctx, err);
+    if (r < 0) {
+        pthread_mutex_destroy(&ctx->exec_lock);
+        free(ctx);
+        return r;
+    }
+    pthread_mutex_lock(&sb->lock);
+    ctx->next = sb->contexts;
+    sb->contexts = ctx;
+    pthread_mutex_unlock(&sb->lock);
+    *out = ctx;
+    return 0;
+}
+
+int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    int r = 0;
+    if (!sb->default_ctx)
+        r = corral_context_create(sb, "python", NULL, &sb->default_ctx, err);
+    if (r == 0)
+        *out = sb->default_ctx;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+corral_context *corral_context_get(corral_sandbox *sb, const char *id)
+{
+    corral_context *found = NULL;
+    pthread_mutex_lock(&sb->lock);
+    for (corral_context *c = sb->contexts; c; c = c->next)
+        if (!strcmp(c->id, id))
+            found = c;
+    pthread_mutex_unlock(&sb->lock);
+    return found;
+}
+
+size_t corral_context_list(corral_sandbox *sb, corral_context **out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&sb->lock);
+    for (corral_context *c = sb->contexts; c; c = c->next) {
+        if (n < max)
+            out[n] = c;
+        n++;
+    }
+    pthread_mutex_unlock(&sb->lock);
+    return n;
+}
+
+const char *corral_context_id(const corral_context *ctx)
+{
+    return ctx->id;
+}
+
+const char *corral_context_language(const corral_context *ctx)
+{
+    return ctx->language;
+}
+
+const char *corral_context_cwd(const corral_context *ctx)
+{
+    return ctx->cwd;
+}
+
+int corral_context_interrupt(corral_context *ctx, struct corral_error *err)
+{
+    corral_sandbox *sb = ctx->sb;
+    pthread_mutex_lock(&sb->lock);
+    pid_t pid = ctx->kernel && !ctx->kernel->exited ? ctx->kernel->pid : 0;
+    ctx->interrupted_at = corral_now_ms();
+    pthread_mutex_unlock(&sb->lock);
+    if (!pid)
+        return corral_fail(err, ESRCH, "context %s has no running kernel", ctx->id);
+    return box_signal(sb, pid, SIGINT, false, err);
+}
+
+int corral_context_restart(corral_context *ctx, struct corral_error *err)
+{
+    pthread_mutex_lock(&ctx->exec_lock);
+    stop_kernel(ctx);
+    int r = start_kernel(ctx, err);
+    pthread_mutex_unlock(&ctx->exec_lock);
+    return r;
+}
+
+static void context_free(corral_context *ctx)
+{
+    stop_kernel(ctx);
+    pthread_mutex_destroy(&ctx->exec_lock);
+    free(ctx);
+}
+
+int corral_context_remove(corral_context *ctx, struct corral_error *err)
+{
+    corral_sandbox *sb = ctx->sb;
+    pthread_mutex_lock(&ctx->exec_lock); /* waits for a running execution */
+    pthread_mutex_lock(&sb->lock);
+    for (corral_context **pp = &sb->contexts; *pp; pp = &(*pp)->next)
+        if (*pp == ctx) {
+            *pp = ctx->next;
+            break;
+        }
+    if (sb->default_ctx == ctx)
+        sb->default_ctx = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    pthread_mutex_unlock(&ctx->exec_lock);
+    context_free(ctx);
+    return 0;
+}
+
+void box_contexts_free(corral_sandbox *sb)
+{
+    for (corral_context *c = sb->contexts, *next; c; c = next) {
+        next = c->next;
+        if (c->sock >= 0)
+            close(c->sock);
+        kreader_free(&c->reader);
+        pthread_mutex_destroy(&c->exec_lock);
+        free(c);
+    }
+    sb->contexts = NULL;
+    sb->default_ctx = NULL;
+}
+
+/* ---- executing ---- */
+
+struct exec_state {
+    const struct corral_exec_options *opts;
+    struct corral_exec_outcome *out;
+    uint64_t output, limit;
+    bool timed_out;
+};
+
+static void deliver_result(struct kframe *f, const struct corral_exec_callbacks *cb)
+{
+    size_t n = json_object_size(f->data);
+    const char **types = calloc(n + 1, sizeof(char *));
+    char **values = calloc(n + 1, sizeof(char *));
+    char *table = f->table ? json_dumps(f->table, JSON_COMPACT) : NULL;
+    size_t k = 0;
+    const char *key;
+    json_t *value;
+    if (types && values) {
+        json_object_foreach(f->data, key, value)
+        {
+            types[k] = key;
+            values[k] = json_is_string(value) ? strdup(json_string_value(value))
+                                              : json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (values[k])
+                k++;
+        }
+        struct corral_result r = {.is_main = f->is_main,
+                                  .n = k,
+                                  .types = types,
+                                  .values = (const char *const *)values,
+                                  .table_json = table};
+        cb->on_result(cb->userdata, &r);
+    }
+    for (size_t i = 0; i < k; i++)
+        free(values[i]);
+    free(types);
+    free(values);
+    free(table);
+}
+
+static void deliver_stream(struct exec_state *st, struct kframe *f)
+{
+    const struct corral_exec_callbacks *cb = &st->opts->callbacks;
+    void (*fn)(void *, const char *, size_t, double) = f->is_stderr ? cb->on_stderr : cb->on_stdout;
+    if (st->out->output_truncated)
+        return;
+    size_t len = f->text_len;
+    if (st->output + len > st->limit) {
+        /* Cut at a UTF-8 boundary, then say so once. */
+        len = (size_t)(st->limit - st->output);
+        while (len > 0 && ((unsigned char)f->text[len] & 0xC0) == 0x80)
+            len--;
+        st->out->output_truncated = true;
+    }
+    st->output += len;
+    if (fn && len)
+        fn(cb->userdata, f->text, len, f->timestamp);
+    if (st->out->output_truncated && cb->on_stderr) {
+        char marker[128];
+        int m = snprintf(marker, sizeof(marker),
+                         "\n[corral: output truncated after %llu bytes; the rest was discarded]\n",
+                         (unsigned long long)st->limit);
+        cb->on_stderr(cb->userdata, marker, (size_t)m, f->timestamp);
+    }
+}
+
+static void report(const struct corral_exec_callbacks *cb, const char *name, const char *value)
+{
+    if (cb->on_error) {
+        char tb[1024];
+        snprintf(tb, sizeof(tb), "%s: %s", name, value);
+        cb->on_error(cb->userdata, name, value, tb);
+    }
+}
+
+int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
+                   const struct corral_exec_options *opts, struct corral_exec_outcome *outcome,
+                   struct corral_error *err)
+{
+    struct corral_exec_options defaults;
+    struct corral_exec_outcome scratch;
+    if (!opts) {
+        corral_exec_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!outcome)
+        outcome = &scratch;
+    memset(outcome, 0, sizeof(*outcome));
+    if (!code)
+        return corral_fail(err, EINVAL, "no code to execute");
+    int r;
+    if (!ctx && (r = corral_context_default(sb, &ctx, err)) < 0)
+        return r;
+    json_t *env = json_object();
+    for (size_t i = 0; opts->env && opts->env[i]; i++) {
+        const char *eq = strchr(opts->env[i], '=');
+        if (!eq || eq == opts->env[i]) {
+            json_decref(env);
+            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
+                               opts->env[i]);
+        }
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - opts->env[i]), opts->env[i]);
+        json_object_set_new(env, name, json_string(eq + 1));
+    }
+    pthread_mutex_lock(&ctx->exec_lock);
+    if (ctx->sock < 0 && (r = start_kernel(ctx, err)) < 0) {
+        pthread_mutex_unlock(&ctx->exec_lock);
+        json_decref(env);
+        return r;
+    }
+    int64_t id = ctx->execution_count + 1;
+    json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "type", "execute", "id", (json_int_t)id, "code",
+                            code, "env", env);
+    size_t len = 0;
+    char *frame = req ? kframe_encode(req, &len) : NULL;
+    json_decref(req);
+    if (!frame) {
+        pthread_mutex_unlock(&ctx->exec_lock);
+        return corral_fail(err, EINVAL, "the code is not valid UTF-8 text");
+    }
+    struct exec_state st = {.opts = opts,
+                            .out = outcome,
+                            .limit =
+                                opts->output_limit ? opts->output_limit : DEFAULT_OUTPUT_LIMIT};
+    uint64_t grace = opts->grace_ms ? opts->grace_ms : DEFAULT_GRACE_MS;
+    uint64_t deadline = opts->timeout_ms ? corral_now_ms() + opts->timeout_ms : 0;
+    size_t sent = 0;
+    pthread_mutex_lock(&sb->lock);
+    ctx->interrupted_at = 0;
+    pthread_mutex_unlock(&sb->lock);
+    bool done = false, died = false, stuck = false;
+    r = 0;
+    while (!done) {
+        uint64_t now = corral_now_ms();
+        pthread_mutex_lock(&sb->lock);
+        uint64_t interrupted = ctx->interrupted_at;
+        bool kernel_gone = !ctx->kernel || ctx->kernel->exited;
+        pthread_mutex_unlock(&sb->lock);
+        if (deadline && now >= deadline && !st.timed_out) {
+            st.timed_out = outcome->timed_out = true;
+            corral_context_interrupt(ctx, NULL);
+            continue;
+        }
+        if (interrupted && now >= interrupted + grace) {
+            stuck = true;
+            break;
+        }
+        struct pollfd pfd = {.fd = ctx->sock, .events = POLLIN | (sent < len ? POLLOUT : 0)};
+        int wait_ms = kernel_gone ? 0 : 100;
+        poll(&pfd, 1, wait_ms);
+        if (sent < len && (pfd.revents & POLLOUT)) {
+            ssize_t n = write(ctx->sock, frame + sent, len - sent);
+            if (n > 0)
+                sent += (size_t)n;
+        }
+        for (;;) {
+            struct kframe f;
+            struct corral_error ferr;
+            int n = kreader_next(&ctx->reader, ctx->sock, &f, &ferr);
+            if (n == 0)
+                break;
+            if (n < 0) {
+                died = true;
+                done = true;
+                break;
+            }
+            if (f.id == id || f.type == KFRAME_READY) {
+                switch (f.type) {
+                case KFRAME_STREAM:
+                    deliver_stream(&st, &f);
+                    break;
+                case KFRAME_RESULT:
+                    if (opts->callbacks.on_result)
+                        deliver_result(&f, &opts->callbacks);
+                    break;
+                case KFRAME_ERROR:
+                    outcome->error = true;
+                    if (st.timed_out && !strcmp(f.name, "KeyboardInterrupt")) {
+                        char value[96];
+                        snprintf(value, sizeof(value), "the execution took longer than %.3g s",
+                                 (double)opts->timeout_ms / 1000);
+                        report(&opts->callbacks, "TimeoutError", value);
+                    } else if (opts->callbacks.on_error) {
+                        opts->callbacks.on_error(opts->callbacks.userdata, f.name, f.value,
+                                                 f.traceback);
+                    }
+                    break;
+                case KFRAME_DONE:
+                    outcome->execution_count = ctx->execution_count = f.execution_count;
+                    done = true;
+                    break;
+                case KFRAME_READY:
+                    break;
+                }
+            }
+            kframe_clear(&f);
+            if (done)
+                break;
+        }
+        if (kernel_gone && !done && !(pfd.revents & POLLIN)) {
+            died = true;
+            break;
+        }
+    }
+    free(frame);
+    if (died || stuck) {
+        outcome->error = true;
+        outcome->context_restarted = true;
+        if (stuck && st.timed_out) {
+            char value[160];
+            snprintf(value, sizeof(value),
+                     "the execution took longer than %.3g s and ignored the interrupt; its "
+                     "context was restarted and its state is lost",
+                     (double)opts->timeout_ms / 1000);
+            report(&opts->callbacks, "TimeoutError", value);
+        } else if (stuck) {
+            report(&opts->callbacks, "KernelRestarted",
+                   "the execution ignored the interrupt; its context was restarted and its "
+                   "state is lost");
+        } else {
+            report(&opts->callbacks, "KernelDied",
+                   "the kernel died during the execution (out of memory, or the code ended "
+                   "the process); its context was restarted and its state is lost");
+        }
+        stop_kernel(ctx);
+        struct corral_error serr;
+        if (start_kernel(ctx, &serr) < 0 && corral_sandbox_alive(sb))
+            r = corral_fail(err, serr.code, "%s", serr.message);
+        else if (!corral_sandbox_alive(sb))
+            r = corral_fail(err, ESRCH, "sandbox %s ended during the execution",
+                            corral_sandbox_id(sb));
+    }
+    pthread_mutex_unlock(&ctx->exec_lock);
+    return r;
+}

@@ -1,0 +1,354 @@
+/* Files in a sandbox, with the sandbox user's rights inside its root: reads and
+ * writes stream through a descriptor the agent opens and passes back. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+#include "box/box.h"
+
+#define LIST_MAX_BYTES (256u << 20)
+
+struct request {
+    struct ctl_msg *req, *rep;
+};
+
+static int request_init(struct request *q, uint32_t op, struct corral_error *err)
+{
+    q->req = malloc(sizeof(*q->req));
+    q->rep = malloc(sizeof(*q->rep));
+    if (!q->req || !q->rep) {
+        free(q->req);
+        free(q->rep);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    ctl_msg_init(q->req, op, 0);
+    return 0;
+}
+
+static void request_free(struct request *q)
+{
+    ctl_close_fds(q->rep);
+    free(q->req);
+    free(q->rep);
+}
+
+static int check_path(const char *path, struct corral_error *err)
+{
+    if (!path || !*path)
+        return corral_fail(err, EINVAL, "the path is empty");
+    if (strlen(path) >= 4096)
+        return corral_fail(err, ENAMETOOLONG, "the path is too long");
+    return 0;
+}
+
+static int malformed(corral_sandbox *sb, struct corral_error *err)
+{
+    return corral_fail(err, EPROTO, "sandbox %s sent a malformed reply", corral_sandbox_id(sb));
+}
+
+static int open_file(corral_sandbox *sb, const char *path, uint32_t mode, int *fd, uint64_t *size,
+                     struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(path, err);
+    if (r < 0 || (r = request_init(&q, CTL_OPEN, err)) < 0)
+        return r;
+    ctl_put_u32(q.req, mode);
+    ctl_put_u32(q.req, 0644);
+    ctl_put_str(q.req, path);
+    r = box_request(sb, q.req, q.rep, err);
+    if (r == 0) {
+        struct ctl_reader rd;
+        ctl_reader_init(&rd, q.rep);
+        uint64_t sz = ctl_get_u64(&rd);
+        if (!ctl_reader_done(&rd) || q.rep->nfds != 1) {
+            r = malformed(sb, err);
+        } else {
+            *fd = q.rep->fds[0];
+            q.rep->nfds = 0;
+            if (size)
+                *size = sz;
+        }
+    }
+    request_free(&q);
+    return r;
+}
+
+int corral_file_read(corral_sandbox *sb, const char *path,
+                     int (*sink)(void *userdata, const void *data, size_t len), void *userdata,
+                     struct corral_error *err)
+{
+    int fd;
+    int r = open_file(sb, path, CTL_OPEN_READ, &fd, NULL, err);
+    if (r < 0)
+        return r;
+    char *buf = malloc(65536);
+    if (!buf) {
+        close(fd);
+        return corral_fail(err, ENOMEM, "out of memory reading %s", path);
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf, 65536);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            r = corral_fail_errno(err, "cannot read %s", path);
+            break;
+        }
+        if (n == 0)
+            break;
+        if ((r = sink(userdata, buf, (size_t)n)) < 0) {
+            corral_fail(err, -r, "reading %s was stopped: %s", path, strerror(-r));
+            break;
+        }
+    }
+    free(buf);
+    close(fd);
+    return r < 0 ? r : 0;
+}
+
+struct collect {
+    char *data;
+    size_t len, max;
+};
+
+static int collect_sink(void *ud, const void *data, size_t len)
+{
+    struct collect *c = ud;
+    if (c->len + len > c->max)
+        return -EFBIG;
+    char *n = realloc(c->data, c->len + len + 1);
+    if (!n)
+        return -ENOMEM;
+    c->data = n;
+    memcpy(c->data + c->len, data, len);
+    c->len += len;
+    c->data[c->len] = '\0';
+    return 0;
+}
+
+int corral_file_read_all(corral_sandbox *sb, const char *path, size_t max, char **data, size_t *len,
+                         struct corral_error *err)
+{
+    struct collect c = {.max = max};
+    int r = corral_file_read(sb, path, collect_sink, &c, err);
+    if (r < 0) {
+        free(c.data);
+        return r;
+    }
+    if (!c.data && !(c.data = calloc(1, 1)))
+        return corral_fail(err, ENOMEM, "out of memory reading %s", path);
+    *data = c.data;
+    *len = c.len;
+    return 0;
+}
+
+int corral_file_write(corral_sandbox *sb, const char *path,
+                      long (*source)(void *userdata, void *buf, size_t cap), void *userdata,
+                      struct corral_error *err)
+{
+    int fd;
+    int r = open_file(sb, path, CTL_OPEN_WRITE, &fd, NULL, err);
+    if (r < 0)
+        return r;
+    char *buf = malloc(65536);
+    if (!buf) {
+        close(fd);
+        return corral_fail(err, ENOMEM, "out of memory writing %s", path);
+    }
+    for (;;) {
+        long n = source(userdata, buf, 65536);
+        if (n < 0) {
+            r = corral_fail(err, (int)-n, "writing %s was stopped: %s", path, strerror((int)-n));
+            break;
+        }
+        if (n == 0)
+            break;
+        if (corral_write_all(fd, buf, (size_t)n) < 0) {
+            r = corral_fail_errno(err, "cannot write %s", path);
+            break;
+        }
+    }
+    free(buf);
+    close(fd);
+    return r < 0 ? r : 0;
+}
+
+struct buffer_source {
+    const char *data;
+    size_t len, off;
+};
+
+static long buffer_source(void *ud, void *buf, size_t cap)
+{
+    struct buffer_source *s = ud;
+    size_t n = s->len - s->off < cap ? s->len - s->off : cap;
+    memcpy(buf, s->data + s->off, n);
+    s->off += n;
+    return (long)n;
+}
+
+int corral_file_write_all(corral_sandbox *sb, const char *path, const void *data, size_t len,
+                          struct corral_error *err)
+{
+    struct buffer_source s = {.data = data, .len = len};
+    return corral_file_write(sb, path, buffer_source, &s, err);
+}
+
+static void entry_from_ctl(const struct ctl_entry *c, struct corral_entry *e)
+{
+    e->type = (enum corral_entry_type)c->type;
+    e->mode = c->mode;
+    e->size = c->size;
+    e->mtime_ns = c->mtime_ns;
+    e->uid = c->uid;
+    e->gid = c->gid;
+    memcpy(e->path, c->path, sizeof(e->path));
+    memcpy(e->name, c->name, sizeof(e->name));
+    memcpy(e->target, c->target, sizeof(e->target));
+}
+
+static int reply_entry(corral_sandbox *sb, struct request *q, struct corral_entry *out,
+                       struct corral_error *err)
+{
+    struct ctl_reader rd;
+    ctl_reader_init(&rd, q->rep);
+    cleanup_free struct ctl_entry *c = malloc(sizeof(*c));
+    if (!c)
+        return corral_fail(err, ENOMEM, "out of memory");
+    ctl_get_entry(&rd, c);
+    if (!ctl_reader_done(&rd))
+        return malformed(sb, err);
+    if (out)
+        entry_from_ctl(c, out);
+    return 0;
+}
+
+int corral_file_stat(corral_sandbox *sb, const char *path, struct corral_entry *out,
+                     struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(path, err);
+    if (r < 0 || (r = request_init(&q, CTL_STAT, err)) < 0)
+        return r;
+    ctl_put_str(q.req, path);
+    r = box_request(sb, q.req, q.rep, err);
+    if (r == 0)
+        r = reply_entry(sb, &q, out, err);
+    request_free(&q);
+    return r;
+}
+
+int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
+                     struct corral_entry **out, size_t *count, struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(path, err);
+    if (r < 0 || (r = request_init(&q, CTL_LIST, err)) < 0)
+        return r;
+    if (depth == 0)
+        depth = 1;
+    ctl_put_str(q.req, path);
+    ctl_put_u32(q.req, depth);
+    r = box_request(sb, q.req, q.rep, err);
+    if (r < 0) {
+        request_free(&q);
+        return r;
+    }
+    struct ctl_reader rd;
+    ctl_reader_init(&rd, q.rep);
+    uint32_t n = ctl_get_u32(&rd);
+    if (!ctl_reader_done(&rd) || q.rep->nfds != 1) {
+        request_free(&q);
+        return malformed(sb, err);
+    }
+    /* The listing comes in a memfd written by the sandbox: bounded, and parsed
+     * as strictly as any message. */
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", q.rep->fds[0]);
+    char *data = NULL;
+    size_t len = 0;
+    r = corral_read_file_alloc(proc, LIST_MAX_BYTES, &data, &len, err);
+    request_free(&q);
+    if (r < 0)
+        return r;
+    struct corral_entry *entries = calloc(n ? n : 1, sizeof(*entries));
+    struct ctl_entry *c = malloc(sizeof(*c));
+    if (!entries || !c) {
+        free(entries);
+        free(c);
+        free(data);
+        return corral_fail(err, ENOMEM, "out of memory listing %s", path);
+    }
+    ctl_reader_init_buf(&rd, data, len);
+    for (uint32_t i = 0; i < n && !rd.bad; i++) {
+        ctl_get_entry(&rd, c);
+        entry_from_ctl(c, &entries[i]);
+    }
+    free(c);
+    free(data);
+    if (!ctl_reader_done(&rd)) {
+        free(entries);
+        return malformed(sb, err);
+    }
+    *out = entries;
+    *count = n;
+    return 0;
+}
+
+int corral_file_mkdir(corral_sandbox *sb, const char *path, bool parents, bool *created,
+                      struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(path, err);
+    if (r < 0 || (r = request_init(&q, CTL_MKDIR, err)) < 0)
+        return r;
+    ctl_put_str(q.req, path);
+    ctl_put_u32(q.req, parents);
+    ctl_put_u32(q.req, 0755);
+    r = box_request(sb, q.req, q.rep, err);
+    if (r == 0) {
+        struct ctl_reader rd;
+        ctl_reader_init(&rd, q.rep);
+        uint32_t c = ctl_get_u32(&rd);
+        if (!ctl_reader_done(&rd))
+            r = malformed(sb, err);
+        else if (created)
+            *created = c != 0;
+    }
+    request_free(&q);
+    return r;
+}
+
+int corral_file_rename(corral_sandbox *sb, const char *from, const char *to,
+                       struct corral_entry *out, struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(from, err);
+    if (r < 0 || (r = check_path(to, err)) < 0 || (r = request_init(&q, CTL_RENAME, err)) < 0)
+        return r;
+    ctl_put_str(q.req, from);
+    ctl_put_str(q.req, to);
+    r = box_request(sb, q.req, q.rep, err);
+    if (r == 0)
+        r = reply_entry(sb, &q, out, err);
+    request_free(&q);
+    return r;
+}
+
+int corral_file_remove(corral_sandbox *sb, const char *path, bool recursive,
+                       struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(path, err);
+    if (r < 0 || (r = request_init(&q, CTL_REMOVE, err)) < 0)
+        return r;
+    ctl_put_str(q.req, path);
+    ctl_put_u32(q.req, recursive);
+    r = box_request(sb, q.req, q.rep, err);
+    request_free(&q);
+    return r;
+}

@@ -1,0 +1,227 @@
+/* Commands in a sandbox: start, stdin, signals, waiting with output, listing. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "box/box.h"
+
+void corral_command_options_init(struct corral_command_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+}
+
+/* Unlinks and frees an exited, unreferenced process. Called under sb->lock. */
+void box_process_unlink(corral_process *p)
+{
+    corral_sandbox *sb = p->sb;
+    for (corral_process **pp = &sb->processes; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    int fds[] = {p->in_fd, p->out_fd, p->err_fd};
+    for (int i = 0; i < 3; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(p->command);
+    free(p);
+}
+
+int corral_command_start(corral_sandbox *sb, const char *command,
+                         const struct corral_command_options *opts, corral_process **out,
+                         struct corral_error *err)
+{
+    struct corral_command_options defaults;
+    if (!opts) {
+        corral_command_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!command || !*command)
+        return corral_fail(err, EINVAL, "the command is empty");
+    for (size_t i = 0; opts->env && opts->env[i]; i++)
+        if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
+            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
+                               opts->env[i]);
+    char *argv[] = {"/bin/bash", "-c", (char *)command, NULL};
+    int r = box_spawn(sb, opts->with_stdin ? CTL_SPAWN_STDIN : 0, opts->cwd, argv, opts->env, out,
+                      NULL, err);
+    if (r == 0) {
+        fcntl((*out)->out_fd, F_SETFL, O_NONBLOCK);
+        fcntl((*out)->err_fd, F_SETFL, O_NONBLOCK);
+    }
+    return r;
+}
+
+pid_t corral_process_pid(const corral_process *p)
+{
+    return p->pid;
+}
+
+const char *corral_process_command(const corral_process *p)
+{
+    return p->command;
+}
+
+int corral_process_write(corral_process *p, const void *data, size_t len, struct corral_error *err)
+{
+    if (p->in_fd < 0)
+        return corral_fail(err, EBADF, "process %d has no open stdin", (int)p->pid);
+    if (corral_write_all(p->in_fd, data, len) < 0)
+        return corral_fail_errno(err, "cannot write to the stdin of process %d", (int)p->pid);
+    return 0;
+}
+
+void corral_process_close_stdin(corral_process *p)
+{
+    if (p->in_fd >= 0) {
+        close(p->in_fd);
+        p->in_fd = -1;
+    }
+}
+
+int corral_process_signal(corral_process *p, int sig, struct corral_error *err)
+{
+    if (sig <= 0 || sig >= NSIG)
+        return corral_fail(err, EINVAL, "invalid signal %d", sig);
+    if (!corral_process_running(p))
+        return corral_fail(err, ESRCH, "process %d has ended", (int)p->pid);
+    return box_signal(p->sb, p->pid, sig, true, err);
+}
+
+bool corral_process_running(corral_process *p)
+{
+    pthread_mutex_lock(&p->sb->lock);
+    bool running = !p->exited;
+    pthread_mutex_unlock(&p->sb->lock);
+    return running;
+}
+
+static int exit_code_of(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return 255;
+}
+
+/* Relays what is readable on fd; returns false at EOF. */
+static bool pump(int fd, void (*cb)(void *, const char *, size_t), void *ud)
+{
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n > 0) {
+            if (cb)
+                cb(ud, buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return true;
+        return false;
+    }
+}
+
+int corral_process_wait(corral_process *p, const struct corral_output_callbacks *cb,
+                        uint64_t timeout_ms, int *exit_code, struct corral_error *err)
+{
+    corral_sandbox *sb = p->sb;
+    uint64_t deadline = timeout_ms ? corral_now_ms() + timeout_ms : 0;
+    bool out_open = p->out_fd >= 0, err_open = p->err_fd >= 0;
+    uint64_t exited_at = 0;
+    for (;;) {
+        bool exited = !corral_process_running(p);
+        uint64_t now = corral_now_ms();
+        if (exited && !exited_at)
+            exited_at = now;
+        /* Once it has exited, output still in flight is drained; descriptors
+         * that a background child keeps open are not waited for. */
+        if ((!out_open && !err_open && exited) || (exited_at && now - exited_at > 100))
+            break;
+        if (deadline && now >= deadline)
+            return corral_fail(err, ETIMEDOUT, "process %d is still running after %llu ms",
+                               (int)p->pid, (unsigned long long)timeout_ms);
+        struct pollfd fds[2] = {{.fd = out_open ? p->out_fd : -1, .events = POLLIN},
+                                {.fd = err_open ? p->err_fd : -1, .events = POLLIN}};
+        int wait_ms = exited ? 20 : 50; /* exits arrive through the reader thread */
+        if (deadline && deadline - now < (uint64_t)wait_ms)
+            wait_ms = (int)(deadline - now);
+        poll(fds, 2, wait_ms);
+        if (fds[0].revents)
+            out_open = pump(p->out_fd, cb ? cb->on_stdout : NULL, cb ? cb->userdata : NULL);
+        if (fds[1].revents)
+            err_open = pump(p->err_fd, cb ? cb->on_stderr : NULL, cb ? cb->userdata : NULL);
+    }
+    pthread_mutex_lock(&sb->lock);
+    int status = p->status;
+    pthread_mutex_unlock(&sb->lock);
+    if (exit_code)
+        *exit_code = exit_code_of(status);
+    return 0;
+}
+
+int corral_command_run(corral_sandbox *sb, const char *command,
+                       const struct corral_command_options *opts,
+                       const struct corral_output_callbacks *cb, uint64_t timeout_ms,
+                       int *exit_code, struct corral_error *err)
+{
+    corral_process *p;
+    int r = corral_command_start(sb, command, opts, &p, err);
+    if (r < 0)
+        return r;
+    r = corral_process_wait(p, cb, timeout_ms, exit_code, err);
+    if (r == -ETIMEDOUT) {
+        box_signal(sb, p->pid, SIGKILL, true, NULL);
+        corral_process_wait(p, cb, 5000, NULL, NULL);
+    }
+    corral_process_release(p);
+    return r;
+}
+
+size_t corral_process_list(corral_sandbox *sb, corral_process **out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&sb->lock);
+    for (corral_process *p = sb->processes; p; p = p->next) {
+        if (p->exited || p->is_kernel)
+            continue;
+        if (n < max) {
+            p->refs++;
+            out[n] = p;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&sb->lock);
+    return n;
+}
+
+corral_process *corral_process_get(corral_sandbox *sb, pid_t pid)
+{
+    corral_process *found = NULL;
+    pthread_mutex_lock(&sb->lock);
+    for (corral_process *p = sb->processes; p; p = p->next)
+        if (p->pid == pid && !p->is_kernel && !p->exited) {
+            p->refs++;
+            found = p;
+            break;
+        }
+    pthread_mutex_unlock(&sb->lock);
+    return found;
+}
+
+void corral_process_release(corral_process *p)
+{
+    if (!p)
+        return;
+    corral_sandbox *sb = p->sb;
+    pthread_mutex_lock(&sb->lock);
+    if (--p->refs == 0 && p->exited)
+        box_process_unlink(p);
+    pthread_mutex_unlock(&sb->lock);
+}

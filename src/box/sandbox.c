@@ -1,0 +1,565 @@
+/*
+ * Sandboxes on the daemon's side: creation (a jail running the agent), the
+ * control socket's request/reply and its reader thread, processes, teardown.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+#include "box/box.h"
+#include "kernel/agent.h"
+
+uint64_t box_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+char **box_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            box_strv_free(out);
+            return NULL;
+        }
+    return out;
+}
+
+void box_strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+void corral_sandbox_options_init(struct corral_sandbox_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+}
+
+/* The corral binary, run inside each sandbox as its agent: $CORRAL_AGENT, this
+ * program if it is corral, or `corral` beside this program. */
+static int agent_fd(struct corral_error *err)
+{
+    static int fd = -1;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (fd < 0) {
+        char self[4096], path[4200];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        const char *env = getenv("CORRAL_AGENT");
+        const char *slash = strrchr(self, '/');
+        if (env && *env)
+            snprintf(path, sizeof(path), "%s", env);
+        else if (slash && !strcmp(slash + 1, "corral"))
+            snprintf(path, sizeof(path), "/proc/self/exe");
+        else
+            snprintf(path, sizeof(path), "%.*s/corral", slash ? (int)(slash - self) : 1,
+                     slash ? self : ".");
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            corral_fail_errno(err,
+                              "cannot open the corral binary %s, which runs inside "
+                              "sandboxes (set CORRAL_AGENT to its path)",
+                              path);
+    }
+    int r = fd;
+    pthread_mutex_unlock(&lock);
+    return r < 0 ? -err->code : r;
+}
+
+/* ---- the reader thread ---- */
+
+static corral_process *find_process(corral_sandbox *sb, pid_t pid)
+{
+    for (corral_process *p = sb->processes; p; p = p->next)
+        if (p->pid == pid && !p->exited)
+            return p;
+    return NULL;
+}
+
+static void mark_dead(corral_sandbox *sb)
+{
+    sb->dead = true;
+    for (corral_process *p = sb->processes; p; p = p->next)
+        if (!p->exited) {
+            p->exited = true;
+            p->status = SIGKILL;
+        }
+    pthread_cond_broadcast(&sb->cond);
+}
+
+static void *reader_main(void *arg)
+{
+    corral_sandbox *sb = arg;
+    struct ctl_msg *m = malloc(sizeof(*m));
+    for (;;) {
+        int r = m ? ctl_recv(sb->ctl, m) : -ENOMEM;
+        if (r == -EBADMSG)
+            continue; /* garbage from the sandbox: ignored */
+        if (r < 0)
+            break;
+        pthread_mutex_lock(&sb->lock);
+        if (m->op == CTL_EXITED) {
+            struct ctl_reader rd;
+            ctl_reader_init(&rd, m);
+            pid_t pid = ctl_get_i32(&rd);
+            int status = ctl_get_i32(&rd);
+            corral_process *p = ctl_reader_done(&rd) ? find_process(sb, pid) : NULL;
+            if (p) {
+                p->exited = true;
+                p->status = status;
+                pthread_cond_broadcast(&sb->cond);
+                if (p->refs == 0)
+                    box_process_unlink(p);
+            } else if (ctl_reader_done(&rd)) {
+                unsigned i = sb->n_early++ % 64;
+                sb->early_exits[i].pid = pid;
+                sb->early_exits[i].status = status;
+            }
+            ctl_close_fds(m);
+        } else {
+            struct pending *w = sb->pending;
+            while (w && (w->seq != m->seq || w->done))
+                w = w->next;
+            if (w && (m->op == CTL_OK || m->op == CTL_ERR)) {
+                memcpy(w->reply, m, sizeof(*m));
+                w->done = true;
+                pthread_cond_broadcast(&sb->cond);
+            } else {
+                ctl_close_fds(m); /* a reply nobody asked for */
+            }
+        }
+        pthread_mutex_unlock(&sb->lock);
+    }
+    free(m);
+    pthread_mutex_lock(&sb->lock);
+    mark_dead(sb);
+    pthread_mutex_unlock(&sb->lock);
+    return NULL;
+}
+
+int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
+                struct corral_error *err)
+{
+    struct pending w = {.reply = reply};
+    pthread_mutex_lock(&sb->lock);
+    if (sb->dead) {
+        pthread_mutex_unlock(&sb->lock);
+        return corral_fail(err, ESRCH, "sandbox %s is not running", corral_sandbox_id(sb));
+    }
+    w.seq = req->seq = ++sb->next_seq ? sb->next_seq : ++sb->next_seq;
+    w.next = sb->pending;
+    sb->pending = &w;
+    int r = ctl_send(sb->ctl, req);
+    while (r == 0 && !w.done && !sb->dead)
+        pthread_cond_wait(&sb->cond, &sb->lock);
+    for (struct pending **pp = &sb->pending; *pp; pp = &(*pp)->next)
+        if (*pp == &w) {
+            *pp = w.next;
+            break;
+        }
+    bool dead = sb->dead;
+    pthread_mutex_unlock(&sb->lock);
+    if (r < 0)
+        return corral_fail(err, -r, "cannot reach sandbox %s: %s", corral_sandbox_id(sb),
+                           strerror(-r));
+    if (!w.done)
+        return corral_fail(err, ESRCH, "sandbox %s %s", corral_sandbox_id(sb),
+                           dead ? "ended" : "did not answer");
+    if (reply->op == CTL_ERR) {
+        struct ctl_reader rd;
+        ctl_reader_init(&rd, reply);
+        int code = ctl_get_i32(&rd);
+        char text[1024];
+        ctl_get_str(&rd, text, sizeof(text));
+        ctl_close_fds(reply);
+        if (rd.bad || code <= 0 || code > 4095)
+            return corral_fail(err, EPROTO, "sandbox %s sent a malformed error",
+                               corral_sandbox_id(sb));
+        return corral_fail(err, code, "%s", text);
+    }
+    return 0;
+}
+
+/* ---- creation and teardown ---- */
+
+static const char *const base_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                                       "HOME=/home/user",
+                                       "USER=user",
+                                       "LOGNAME=user",
+                                       "LANG=C.UTF-8",
+                                       "TERM=dumb",
+                                       "PYTHONDONTWRITEBYTECODE=1",
+                                       "MPLBACKEND=Agg",
+                                       NULL};
+
+/* base_env, then OMP_NUM_THREADS for the CPU quota, then the caller's. */
+static char **build_env(const struct corral_sandbox_options *o, const struct corral_limits *lim)
+{
+    size_t n = 0, m = 0;
+    while (base_env[n])
+        n++;
+    while (o->env && o->env[m])
+        m++;
+    char **env = calloc(n + m + 2, sizeof(char *));
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        env[k++] = strdup(base_env[i]);
+    char threads[48];
+    snprintf(threads, sizeof(threads), "OMP_NUM_THREADS=%u", (lim->millicpus + 999) / 1000);
+    env[k++] = strdup(threads);
+    for (size_t i = 0; i < m; i++) {
+        const char *eq = strchr(o->env[i], '=');
+        if (!eq || eq == o->env[i])
+            continue;
+        size_t name_len = (size_t)(eq - o->env[i]) + 1;
+        size_t j = 0;
+        for (; j < k; j++)
+            if (!strncmp(env[j], o->env[i], name_len))
+                break;
+        if (j < k) {
+            free(env[j]);
+            env[j] = strdup(o->env[i]);
+        } else {
+            env[k++] = strdup(o->env[i]);
+        }
+    }
+    for (size_t i = 0; i < k; i++)
+        if (!env[i]) {
+            box_strv_free(env);
+            return NULL;
+        }
+    return env;
+}
+
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
+                          struct corral_error *err)
+{
+    if (o->template_id && *o->template_id && strcmp(o->template_id, "default"))
+        return corral_fail(err, ENOENT, "unknown template '%s' (available: default)",
+                           o->template_id);
+    for (size_t i = 0; o->env && o->env[i]; i++)
+        if (!strchr(o->env[i], '=') || o->env[i][0] == '=')
+            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
+                               o->env[i]);
+    for (size_t i = 0; o->metadata && o->metadata[i]; i++)
+        if (!strchr(o->metadata[i], '='))
+            return corral_fail(err, EINVAL, "metadata '%s' is not key=value", o->metadata[i]);
+    int exe = agent_fd(err);
+    if (exe < 0)
+        return exe;
+
+    corral_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
+    pthread_mutex_init(&sb->lock, NULL);
+    pthread_cond_init(&sb->cond, NULL);
+    sb->refs = 1;
+    sb->ctl = -1;
+    snprintf(sb->template_id, sizeof(sb->template_id), "default");
+    snprintf(sb->python, sizeof(sb->python), "%s", o->python ? o->python : "/usr/bin/python3");
+    sb->limits = o->limits;
+    if (!sb->limits.memory_bytes)
+        sb->limits.memory_bytes = JAIL_DEFAULT_MEMORY;
+    if (!sb->limits.millicpus)
+        sb->limits.millicpus = JAIL_DEFAULT_MILLICPUS;
+    if (!sb->limits.pids)
+        sb->limits.pids = JAIL_DEFAULT_PIDS;
+    if (!sb->limits.disk_bytes)
+        sb->limits.disk_bytes = JAIL_DEFAULT_DISK;
+    if (!sb->limits.open_files)
+        sb->limits.open_files = JAIL_DEFAULT_OPEN_FILES;
+    sb->env = build_env(o, &sb->limits);
+    sb->metadata = box_strv_dup(o->metadata);
+    if (!sb->env || !sb->metadata) {
+        corral_sandbox_release(sb);
+        return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
+    }
+
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        corral_sandbox_release(sb);
+        return corral_fail_errno(err, "cannot create the sandbox's control socket");
+    }
+    /* The agent gets a clean environment; LeakSanitizer (in test builds)
+     * cannot work under the seccomp filter, so it is told not to try. */
+    static char *agent_argv[] = {"corral", AGENT_COMMAND, NULL};
+    static char *agent_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+                                "ASAN_OPTIONS=detect_leaks=0", NULL};
+    struct jail_config cfg;
+    jail_config_init(&cfg);
+    cfg.state_dir = o->state_dir;
+    cfg.disabled_layers = o->disabled_layers;
+    cfg.limits.memory_bytes = sb->limits.memory_bytes;
+    cfg.limits.millicpus = sb->limits.millicpus;
+    cfg.limits.pids = sb->limits.pids;
+    cfg.limits.disk_bytes = sb->limits.disk_bytes;
+    cfg.limits.open_files = sb->limits.open_files;
+    cfg.argv = agent_argv;
+    cfg.envp = agent_env;
+    cfg.exec_fd = exe;
+    cfg.stdin_fd = sv[1];
+    pthread_mutex_lock(&create_lock);
+    int r = jail_start(&cfg, &sb->jail, err);
+    pthread_mutex_unlock(&create_lock);
+    close(sv[1]);
+    if (r < 0) {
+        close(sv[0]);
+        corral_sandbox_release(sb);
+        return r;
+    }
+    sb->ctl = sv[0];
+    sb->started_at_ms = box_wall_ms();
+    sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
+    if ((r = pthread_create(&sb->reader, NULL, reader_main, sb)) != 0) {
+        corral_sandbox_release(sb);
+        return corral_fail(err, r, "cannot start the sandbox's reader thread");
+    }
+    sb->reader_started = true;
+    box_register(sb);
+    *out = sb;
+    return 0;
+}
+
+void corral_sandbox_kill(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    if (sb->jail && !sb->dead)
+        jail_kill(sb->jail, JAIL_KILLED);
+    pthread_mutex_unlock(&sb->lock);
+}
+
+bool corral_sandbox_alive(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    bool alive = !sb->dead && sb->jail;
+    pthread_mutex_unlock(&sb->lock);
+    return alive;
+}
+
+void corral_sandbox_retain(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->refs++;
+    pthread_mutex_unlock(&sb->lock);
+}
+
+void corral_sandbox_release(corral_sandbox *sb)
+{
+    if (!sb)
+        return;
+    pthread_mutex_lock(&sb->lock);
+    bool last = --sb->refs == 0;
+    pthread_mutex_unlock(&sb->lock);
+    if (!last)
+        return;
+    box_unregister(sb);
+    if (sb->jail)
+        jail_kill(sb->jail, JAIL_KILLED);
+    if (sb->ctl >= 0)
+        shutdown(sb->ctl, SHUT_RDWR);
+    if (sb->reader_started)
+        pthread_join(sb->reader, NULL);
+    box_contexts_free(sb);
+    for (corral_process *p = sb->processes, *next; p; p = next) {
+        next = p->next;
+        int fds[] = {p->in_fd, p->out_fd, p->err_fd};
+        for (int i = 0; i < 3; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+        free(p->command);
+        free(p);
+    }
+    if (sb->jail) {
+        struct jail_result res;
+        struct corral_error ignored;
+        jail_collect(sb->jail, &res, &ignored);
+        jail_destroy(sb->jail);
+    }
+    if (sb->ctl >= 0)
+        close(sb->ctl);
+    box_strv_free(sb->env);
+    box_strv_free(sb->metadata);
+    pthread_cond_destroy(&sb->cond);
+    pthread_mutex_destroy(&sb->lock);
+    free(sb);
+}
+
+const char *corral_sandbox_id(const corral_sandbox *sb)
+{
+    return sb->jail ? jail_id(sb->jail) : "(none)";
+}
+
+const char *corral_sandbox_template(const corral_sandbox *sb)
+{
+    return sb->template_id;
+}
+
+const char *corral_sandbox_metadata(const corral_sandbox *sb, const char *key)
+{
+    size_t n = strlen(key);
+    for (char **m = sb->metadata; m && *m; m++)
+        if (!strncmp(*m, key, n) && (*m)[n] == '=')
+            return *m + n + 1;
+    return NULL;
+}
+
+bool corral_sandbox_metadata_at(const corral_sandbox *sb, size_t i, const char **key,
+                                const char **value)
+{
+    static __thread char keybuf[256];
+    for (size_t k = 0; sb->metadata && sb->metadata[k]; k++) {
+        if (k != i)
+            continue;
+        const char *eq = strchr(sb->metadata[k], '=');
+        snprintf(keybuf, sizeof(keybuf), "%.*s", (int)(eq - sb->metadata[k]), sb->metadata[k]);
+        *key = keybuf;
+        *value = eq + 1;
+        return true;
+    }
+    return false;
+}
+
+uint64_t corral_sandbox_started_at_ms(const corral_sandbox *sb)
+{
+    return sb->started_at_ms;
+}
+
+uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    uint64_t d = sb->deadline_ms;
+    pthread_mutex_unlock(&sb->lock);
+    return d;
+}
+
+void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->deadline_ms = timeout_ms ? box_wall_ms() + timeout_ms : 0;
+    pthread_mutex_unlock(&sb->lock);
+}
+
+const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb)
+{
+    return &sb->limits;
+}
+
+/* ---- processes ---- */
+
+int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
+              const char *const *extra_env, corral_process **out, int *sock,
+              struct corral_error *err)
+{
+    cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
+    cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
+    if (!req || !rep)
+        return corral_fail(err, ENOMEM, "out of memory starting a process");
+    ctl_msg_init(req, CTL_SPAWN, 0);
+    ctl_put_u32(req, flags);
+    ctl_put_str(req, cwd ? cwd : JAIL_HOME);
+    uint32_t argc = 0;
+    while (argv[argc])
+        argc++;
+    ctl_put_u32(req, argc);
+    for (uint32_t i = 0; i < argc; i++)
+        ctl_put_str(req, argv[i]);
+    uint32_t envc = 0, extra = 0;
+    while (sb->env[envc])
+        envc++;
+    while (extra_env && extra_env[extra])
+        extra++;
+    ctl_put_u32(req, envc + extra);
+    for (uint32_t i = 0; i < envc; i++)
+        ctl_put_str(req, sb->env[i]);
+    for (uint32_t i = 0; i < extra; i++)
+        ctl_put_str(req, extra_env[i]); /* later entries win in execvpe's getenv */
+    if (!ctl_msg_ok(req))
+        return corral_fail(err, E2BIG,
+                           "the command, its arguments and environment are too "
+                           "large (at most %d KiB)",
+                           CTL_MAX_PAYLOAD / 1024);
+    int r = box_request(sb, req, rep, err);
+    if (r < 0)
+        return r;
+    struct ctl_reader rd;
+    ctl_reader_init(&rd, rep);
+    pid_t pid = ctl_get_i32(&rd);
+    int want = 2 + !!(flags & CTL_SPAWN_STDIN) + !!(flags & CTL_SPAWN_SOCKET);
+    if (!ctl_reader_done(&rd) || pid <= 0 || rep->nfds != want) {
+        ctl_close_fds(rep);
+        return corral_fail(err, EPROTO, "sandbox %s sent a malformed reply to spawn",
+                           corral_sandbox_id(sb));
+    }
+    corral_process *p = calloc(1, sizeof(*p));
+    if (!p || !(p->command = strdup(argv[argc - 1]))) {
+        free(p);
+        ctl_close_fds(rep);
+        box_signal(sb, pid, SIGKILL, true, NULL);
+        return corral_fail(err, ENOMEM, "out of memory starting a process");
+    }
+    int k = 0;
+    p->in_fd = (flags & CTL_SPAWN_STDIN) ? rep->fds[k++] : -1;
+    p->out_fd = rep->fds[k++];
+    p->err_fd = rep->fds[k++];
+    if (flags & CTL_SPAWN_SOCKET)
+        *sock = rep->fds[k++];
+    p->sb = sb;
+    p->pid = pid;
+    p->refs = 1;
+    pthread_mutex_lock(&sb->lock);
+    p->next = sb->processes;
+    sb->processes = p;
+    /* It may have exited before we listed it. */
+    for (unsigned i = 0; i < 64 && i < sb->n_early; i++)
+        if (sb->early_exits[i].pid == pid) {
+            p->exited = true;
+            p->status = sb->early_exits[i].status;
+            sb->early_exits[i].pid = 0;
+        }
+    if (sb->dead)
+        p->exited = true;
+    pthread_mutex_unlock(&sb->lock);
+    *out = p;
+    return 0;
+}
+
+int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err)
+{
+    cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
+    cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
+    if (!req || !rep)
+        return corral_fail(err, ENOMEM, "out of memory");
+    ctl_msg_init(req, CTL_SIGNAL, 0);
+    ctl_put_i32(req, pid);
+    ctl_put_i32(req, sig);
+    ctl_put_u32(req, group);
+    int r = box_request(sb, req, rep, err);
+    ctl_close_fds(rep);
+    return r;
+}

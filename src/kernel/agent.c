@@ -1,0 +1,631 @@
+/* The sandbox agent; see agent.h and ctl.h for the protocol it serves. */
+#include "kernel/agent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+#include "kernel/ctl.h"
+
+extern const char corral_kernel_py[];
+
+#define CTL_FD       0
+#define MAX_CHILDREN 4096
+#define MAX_LISTED   100000
+
+static pid_t children[MAX_CHILDREN];
+static size_t n_children;
+
+static bool is_child(pid_t pid)
+{
+    for (size_t i = 0; i < n_children; i++)
+        if (children[i] == pid)
+            return true;
+    return false;
+}
+
+static void forget_child(pid_t pid)
+{
+    for (size_t i = 0; i < n_children; i++)
+        if (children[i] == pid) {
+            children[i] = children[--n_children];
+            return;
+        }
+}
+
+static void reply_err(struct ctl_msg *rep, uint32_t seq, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_err(struct ctl_msg *rep, uint32_t seq, int code, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    ctl_close_fds(rep);
+    ctl_msg_init(rep, CTL_ERR, seq);
+    ctl_put_i32(rep, code);
+    ctl_put_str(rep, text);
+}
+
+/* ---- spawning ---- */
+
+struct spawn_req {
+    uint32_t flags;
+    char cwd[4096];
+    char **argv, **envp;
+};
+
+static void free_strv(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static char **get_strv(struct ctl_reader *r)
+{
+    uint32_t n = ctl_get_u32(r);
+    if (r->bad || n > CTL_MAX_ARGS) {
+        r->bad = true;
+        return NULL;
+    }
+    char **v = calloc(n + 1, sizeof(char *));
+    if (!v) {
+        r->bad = true;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len;
+        const char *s = ctl_get_strn(r, &len);
+        if (!s || memchr(s, '\0', len) || !(v[i] = strndup(s, len))) {
+            r->bad = true;
+            free_strv(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+/* In the child: set up descriptors and exec; on failure write {stage, errno}. */
+__attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int fds[4],
+                                                 int status_fd)
+{
+    setpgid(0, 0);
+    int targets[4] = {0, 1, 2, 3};
+    int stage = 0;
+    /* Move everything above 10 first so that dup2 cannot clobber a source. */
+    int moved[4];
+    status_fd = fcntl(status_fd, F_DUPFD_CLOEXEC, 10);
+    for (int i = 0; i < 4; i++)
+        moved[i] = fds[i] >= 0 ? fcntl(fds[i], F_DUPFD, 10) : -1;
+    for (int i = 0; i < 4; i++) {
+        if (moved[i] < 0)
+            continue;
+        if (dup2(moved[i], targets[i]) < 0)
+            goto fail;
+    }
+    /* Close everything but 0-3 and the status pipe. */
+    int first = fds[3] >= 0 ? 4 : 3;
+    if (status_fd > first)
+        syscall(SYS_close_range, first, status_fd - 1, 0);
+    syscall(SYS_close_range, status_fd + 1, ~0u, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int sig = 1; sig < NSIG; sig++)
+        signal(sig, SIG_DFL);
+    stage = 1;
+    if (s->cwd[0] && chdir(s->cwd) < 0)
+        goto fail;
+    stage = 2;
+    execvpe(s->argv[0], s->argv, s->envp);
+fail:;
+    int e[2] = {stage, errno};
+    corral_write_all(status_fd, e, sizeof(e));
+    _exit(127);
+}
+
+static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    struct spawn_req s = {0};
+    s.flags = ctl_get_u32(r);
+    ctl_get_str(r, s.cwd, sizeof(s.cwd));
+    s.argv = get_strv(r);
+    s.envp = get_strv(r);
+    if (!ctl_reader_done(r) || !s.argv || !s.argv[0]) {
+        reply_err(rep, seq, EINVAL, "malformed spawn request");
+        goto out;
+    }
+    if (s.flags & CTL_SPAWN_KERNEL) {
+        char **kargv = calloc(4, sizeof(char *));
+        if (!kargv || !(kargv[0] = strdup(s.argv[0])) || !(kargv[1] = strdup("-c")) ||
+            !(kargv[2] = strdup(corral_kernel_py))) {
+            free_strv(kargv);
+            reply_err(rep, seq, ENOMEM, "out of memory starting the kernel");
+            goto out;
+        }
+        free_strv(s.argv);
+        s.argv = kargv;
+    }
+    if (n_children >= MAX_CHILDREN) {
+        reply_err(rep, seq, EAGAIN, "too many processes started in this sandbox");
+        goto out;
+    }
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, sock[2] = {-1, -1};
+    int st[2] = {-1, -1};
+    bool ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
+              pipe2(st, O_CLOEXEC) == 0 &&
+              (!(s.flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0) &&
+              (!(s.flags & CTL_SPAWN_SOCKET) ||
+               socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0);
+    int e = errno;
+    pid_t pid = ok ? fork() : -1;
+    if (pid == 0) {
+        int devnull = in[0] >= 0 ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+        int fds[4] = {in[0] >= 0 ? in[0] : devnull, out[1], errp[1], sock[1]};
+        close(st[0]);
+        child_exec(&s, fds, st[1]);
+    }
+    if (pid < 0 && ok)
+        e = errno;
+    int child_ends[] = {in[0], out[1], errp[1], sock[1], st[1]};
+    for (size_t i = 0; i < sizeof(child_ends) / sizeof(child_ends[0]); i++)
+        if (child_ends[i] >= 0)
+            close(child_ends[i]);
+    int stage_errno[2] = {0, 0};
+    if (pid > 0 && corral_read_exact(st[0], stage_errno, sizeof(stage_errno)) == 0) {
+        waitpid(pid, NULL, 0); /* it exits 127 at once: no EXITED for it */
+        e = stage_errno[1];
+        if (stage_errno[0] == 1)
+            reply_err(rep, seq, e, "cannot enter directory %s: %s", s.cwd, strerror(e));
+        else
+            reply_err(rep, seq, e, "cannot execute %s: %s", s.argv[0], strerror(e));
+        pid = -2;
+    } else if (pid < 0) {
+        reply_err(rep, seq, e, "cannot start %s: %s", s.argv[0], strerror(e));
+    }
+    if (st[0] >= 0)
+        close(st[0]);
+    if (pid > 0) {
+        children[n_children++] = pid;
+        ctl_msg_init(rep, CTL_OK, seq);
+        ctl_put_i32(rep, pid);
+        if (in[1] >= 0)
+            ctl_add_fd(rep, in[1]);
+        ctl_add_fd(rep, out[0]);
+        ctl_add_fd(rep, errp[0]);
+        if (sock[0] >= 0)
+            ctl_add_fd(rep, sock[0]);
+    } else {
+        int ours[] = {in[1], out[0], errp[0], sock[0]};
+        for (size_t i = 0; i < 4; i++)
+            if (ours[i] >= 0)
+                close(ours[i]);
+    }
+out:
+    free_strv(s.argv);
+    free_strv(s.envp);
+}
+
+static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    pid_t pid = ctl_get_i32(r);
+    int sig = ctl_get_i32(r);
+    uint32_t group = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || sig < 0 || sig >= NSIG) {
+        reply_err(rep, seq, EINVAL, "malformed signal request");
+        return;
+    }
+    if (!is_child(pid)) {
+        reply_err(rep, seq, ESRCH, "no process %d was started in this sandbox", (int)pid);
+        return;
+    }
+    if (kill(group ? -pid : pid, sig) < 0 && !(group && errno == ESRCH && kill(pid, sig) == 0)) {
+        reply_err(rep, seq, errno, "cannot signal process %d: %s", (int)pid, strerror(errno));
+        return;
+    }
+    ctl_msg_init(rep, CTL_OK, seq);
+}
+
+/* ---- files ---- */
+
+static void fill_entry(struct ctl_entry *e, const char *path, const char *name,
+                       const struct stat *st)
+{
+    memset(e, 0, sizeof(*e));
+    e->type = S_ISREG(st->st_mode)   ? CTL_TYPE_FILE
+              : S_ISDIR(st->st_mode) ? CTL_TYPE_DIR
+              : S_ISLNK(st->st_mode) ? CTL_TYPE_SYMLINK
+                                     : CTL_TYPE_OTHER;
+    e->mode = st->st_mode & 07777;
+    e->size = (uint64_t)st->st_size;
+    e->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec;
+    e->uid = st->st_uid;
+    e->gid = st->st_gid;
+    snprintf(e->path, sizeof(e->path), "%s", path);
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    if (S_ISLNK(st->st_mode)) {
+        ssize_t n = readlink(path, e->target, sizeof(e->target) - 1);
+        e->target[n > 0 ? n : 0] = '\0';
+    }
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s && s[1] ? s + 1 : path;
+}
+
+static int mkdir_parents(const char *path, mode_t mode)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return 0;
+}
+
+static void handle_open(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    uint32_t mode = ctl_get_u32(r), perm = ctl_get_u32(r);
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    if (!ctl_reader_done(r) || mode > CTL_OPEN_APPEND || !path[0]) {
+        reply_err(rep, seq, EINVAL, "malformed open request");
+        return;
+    }
+    uint64_t flags = O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    if (mode == CTL_OPEN_READ)
+        flags |= O_RDONLY;
+    else {
+        flags |= O_WRONLY | O_CREAT | (mode == CTL_OPEN_WRITE ? O_TRUNC : O_APPEND);
+        mkdir_parents(path, 0755);
+    }
+    /* Magic links (/proc/self/fd/...) would reach this agent's own descriptors. */
+    struct open_how how = {.flags = flags,
+                           .mode = (flags & O_CREAT) ? perm & 07777 : 0,
+                           .resolve = RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+    if (fd < 0) {
+        reply_err(rep, seq, errno, "cannot open %s: %s", path, strerror(errno));
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        close(fd);
+        reply_err(rep, seq, e, "%s is not a regular file", path);
+        return;
+    }
+    fcntl(fd, F_SETFL, mode == CTL_OPEN_APPEND ? O_APPEND : 0);
+    ctl_msg_init(rep, CTL_OK, seq);
+    ctl_put_u64(rep, (uint64_t)st.st_size);
+    ctl_add_fd(rep, fd);
+}
+
+static void handle_stat(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    struct stat st;
+    if (!ctl_reader_done(r) || !path[0]) {
+        reply_err(rep, seq, EINVAL, "malformed stat request");
+        return;
+    }
+    if (lstat(path, &st) < 0) {
+        reply_err(rep, seq, errno, "cannot stat %s: %s", path, strerror(errno));
+        return;
+    }
+    struct ctl_entry e;
+    fill_entry(&e, path, base_name(path), &st);
+    ctl_msg_init(rep, CTL_OK, seq);
+    ctl_put_entry(rep, &e);
+}
+
+struct lister {
+    int fd;
+    uint32_t count;
+    struct ctl_msg *scratch;
+    bool full;
+};
+
+static void list_dir(struct lister *l, const char *dir, uint32_t depth)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while (!l->full && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char path[4096];
+        int n = snprintf(path, sizeof(path), "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
+                         de->d_name);
+        struct stat st;
+        if (n >= (int)sizeof(path) || lstat(path, &st) < 0)
+            continue;
+        struct ctl_entry e;
+        fill_entry(&e, path, de->d_name, &st);
+        ctl_msg_init(l->scratch, 0, 0);
+        ctl_put_entry(l->scratch, &e);
+        if (corral_write_all(l->fd, l->scratch->payload, l->scratch->len) < 0 ||
+            ++l->count >= MAX_LISTED) {
+            l->full = true;
+            break;
+        }
+        if (S_ISDIR(st.st_mode) && depth > 1)
+            list_dir(l, path, depth - 1);
+    }
+    closedir(d);
+}
+
+static void handle_list(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    uint32_t depth = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || !path[0] || depth == 0) {
+        reply_err(rep, seq, EINVAL, "malformed list request");
+        return;
+    }
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        int e = errno ? errno : ENOTDIR;
+        if (!S_ISDIR(st.st_mode))
+            e = ENOTDIR;
+        reply_err(rep, seq, e, "cannot list %s: %s", path, strerror(e));
+        return;
+    }
+    struct lister l = {.fd = memfd_create("corral-list", MFD_CLOEXEC)};
+    l.scratch = malloc(sizeof(*l.scratch));
+    if (l.fd < 0 || !l.scratch) {
+        if (l.fd >= 0)
+            close(l.fd);
+        free(l.scratch);
+        reply_err(rep, seq, ENOMEM, "cannot list %s: out of memory", path);
+        return;
+    }
+    list_dir(&l, path, depth > 64 ? 64 : depth);
+    free(l.scratch);
+    lseek(l.fd, 0, SEEK_SET);
+    ctl_msg_init(rep, CTL_OK, seq);
+    ctl_put_u32(rep, l.count);
+    ctl_add_fd(rep, l.fd);
+}
+
+static void handle_mkdir(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    uint32_t parents = ctl_get_u32(r), perm = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || !path[0]) {
+        reply_err(rep, seq, EINVAL, "malformed mkdir request");
+        return;
+    }
+    if (parents)
+        mkdir_parents(path, 0755);
+    uint32_t created = 1;
+    if (mkdir(path, perm & 07777) < 0) {
+        struct stat st;
+        if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            created = 0;
+        else {
+            reply_err(rep, seq, errno, "cannot create directory %s: %s", path, strerror(errno));
+            return;
+        }
+    }
+    ctl_msg_init(rep, CTL_OK, seq);
+    ctl_put_u32(rep, created);
+}
+
+static void handle_rename(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    char from[4096], to[4096];
+    ctl_get_str(r, from, sizeof(from));
+    ctl_get_str(r, to, sizeof(to));
+    if (!ctl_reader_done(r) || !from[0] || !to[0]) {
+        reply_err(rep, seq, EINVAL, "malformed rename request");
+        return;
+    }
+    struct stat st;
+    if (rename(from, to) < 0) {
+        reply_err(rep, seq, errno, "cannot move %s to %s: %s", from, to, strerror(errno));
+        return;
+    }
+    if (lstat(to, &st) < 0) {
+        reply_err(rep, seq, errno, "cannot stat %s: %s", to, strerror(errno));
+        return;
+    }
+    struct ctl_entry e;
+    fill_entry(&e, to, base_name(to), &st);
+    ctl_msg_init(rep, CTL_OK, seq);
+    ctl_put_entry(rep, &e);
+}
+
+/* Removes what dirfd/name is, without following symlinks. */
+static int remove_at(int parent, const char *name, int depth)
+{
+    if (unlinkat(parent, name, 0) == 0)
+        return 0;
+    if (errno != EISDIR && errno != EPERM)
+        return -1;
+    if (depth > 256) {
+        errno = ELOOP;
+        return -1;
+    }
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    struct dirent *de;
+    int r = 0;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (remove_at(dirfd(d), de->d_name, depth + 1) < 0) {
+            r = -1;
+            break;
+        }
+    }
+    int e = errno;
+    closedir(d);
+    if (r < 0) {
+        errno = e;
+        return -1;
+    }
+    return unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+static void handle_remove(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    uint32_t recursive = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || !path[0]) {
+        reply_err(rep, seq, EINVAL, "malformed remove request");
+        return;
+    }
+    int rc;
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        rc = -1;
+    else if (!S_ISDIR(st.st_mode))
+        rc = unlink(path);
+    else if (recursive)
+        rc = remove_at(AT_FDCWD, path, 0);
+    else
+        rc = rmdir(path);
+    if (rc < 0) {
+        reply_err(rep, seq, errno, "cannot remove %s: %s", path, strerror(errno));
+        return;
+    }
+    ctl_msg_init(rep, CTL_OK, seq);
+}
+
+static void handle(struct ctl_msg *req, struct ctl_msg *rep)
+{
+    struct ctl_reader r;
+    ctl_reader_init(&r, req);
+    ctl_msg_init(rep, CTL_OK, req->seq);
+    switch (req->op) {
+    case CTL_SPAWN:
+        handle_spawn(&r, req->seq, rep);
+        break;
+    case CTL_SIGNAL:
+        handle_signal(&r, req->seq, rep);
+        break;
+    case CTL_OPEN:
+        handle_open(&r, req->seq, rep);
+        break;
+    case CTL_STAT:
+        handle_stat(&r, req->seq, rep);
+        break;
+    case CTL_LIST:
+        handle_list(&r, req->seq, rep);
+        break;
+    case CTL_MKDIR:
+        handle_mkdir(&r, req->seq, rep);
+        break;
+    case CTL_RENAME:
+        handle_rename(&r, req->seq, rep);
+        break;
+    case CTL_REMOVE:
+        handle_remove(&r, req->seq, rep);
+        break;
+    default:
+        reply_err(rep, req->seq, ENOSYS, "unknown request %u", req->op);
+        break;
+    }
+}
+
+static void report_exits(struct ctl_msg *ev)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (!is_child(pid))
+            continue;
+        forget_child(pid);
+        ctl_msg_init(ev, CTL_EXITED, 0);
+        ctl_put_i32(ev, pid);
+        ctl_put_i32(ev, status);
+        ctl_send(CTL_FD, ev);
+    }
+}
+
+int agent_main(void)
+{
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    prctl(PR_SET_NAME, "corral-agent", 0, 0, 0);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    struct ctl_msg *req = malloc(sizeof(*req)), *rep = malloc(sizeof(*rep));
+    if (sfd < 0 || !req || !rep) {
+        fprintf(stderr, "corral-agent: cannot start: %s\n", strerror(errno));
+        return 1;
+    }
+    if (chdir("/home/user") < 0 && chdir("/") < 0)
+        return 1;
+    struct pollfd fds[2] = {{.fd = CTL_FD, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (fds[1].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) == sizeof(si))
+                ;
+            report_exits(rep);
+        }
+        if (fds[0].revents) {
+            int r = ctl_recv(CTL_FD, req);
+            if (r == -EPIPE || (r < 0 && r != -EBADMSG && r != -EAGAIN))
+                break; /* the daemon is gone */
+            if (r < 0)
+                continue;
+            handle(req, rep);
+            ctl_close_fds(req);
+            ctl_send(CTL_FD, rep);
+            ctl_close_fds(rep); /* the daemon has its own copies now */
+        }
+    }
+    free(req);
+    free(rep);
+    return 0;
+}
