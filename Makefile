@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: all build test-build test unit-test cli-test security-test run bench deps format format-check clean
+.PHONY: all build test-build test kernel-test unit-test cli-test security-test run bench deps format format-check clean
 
 all: build
 
@@ -29,10 +29,14 @@ unit-test: test-build
 security-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/security
 
+kernel-test:
+	@$(PYTHON) -m pytest -q -p no:cacheprovider tests/kernel
+
 cli-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/cli
 
 test: deps format-check
+	@$(MAKE) --no-print-directory kernel-test
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory cli-test
 	@$(MAKE) --no-print-directory security-test

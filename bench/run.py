@@ -4,8 +4,9 @@ measured in the same run, and the ratio of the medians.
 
     make bench                # or: bench/run.py --corral build/corral [--runs N]
 
-start: `corral run -c pass` against bubblewrap doing the same isolation
-(`bwrap --unshare-all ... python3 -c pass`). Target: ratio <= 1.0.
+start: `corral run --script -c pass` (a plain script: the jail alone, no
+kernel) against bubblewrap doing the same isolation (`bwrap --unshare-all ...
+python3 -c pass`). Target: ratio <= 1.0.
 """
 import argparse
 import os
@@ -77,9 +78,9 @@ def bench_start(corral, runs):
     # Interleave the two so that machine noise hits both alike.
     a, b = [], []
     for _ in range(runs // 10):
-        a += measure([corral, "run", "-c", "pass"], 10, warmup=1)
+        a += measure([corral, "run", "--script", "-c", "pass"], 10, warmup=1)
         b += measure(bwrap_cmd("pass"), 10, warmup=1)
-    print(row("corral run -c pass", a))
+    print(row("corral run --script -c pass", a))
     print(row("bwrap --unshare-all python3 -c pass", b))
     ratio = statistics.median(a) / statistics.median(b)
     verdict = "ok" if ratio <= 1.0 else "SLOWER than the target"

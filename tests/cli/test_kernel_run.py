@@ -1,0 +1,148 @@
+"""`corral run` (one IPython cell) and `corral repl` (a session) as a user sees them."""
+import os
+import signal
+import subprocess
+
+from conftest import CORRAL, run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def cell(code, *opts, **kw):
+    return run("run", *opts, "-c", code, **kw)
+
+
+def test_the_main_result_is_printed():
+    r = cell("x = 6 * 7\nprint('computing')\nx")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "computing\n42\n", "")
+
+
+def test_a_trailing_semicolon_hides_the_main_result():
+    assert cell("x = 6 * 7\nx;").stdout == ""
+
+
+def test_errors_exit_1_with_an_ipython_traceback():
+    r = cell("def f():\n    return 1 / 0\nf()")
+    assert r.returncode == 1
+    assert "ZeroDivisionError" in r.stderr and "1 / 0" in r.stderr
+    assert r.stdout == ""
+
+
+def test_figures_are_saved_with_out(tmp_path):
+    code = ("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+            "plt.figure(); plt.bar([1, 2], [3, 4])\n'done'")
+    r = cell(code, "--out", str(tmp_path / "results"))
+    assert r.returncode == 0, r.stderr
+    files = sorted(os.listdir(tmp_path / "results"))
+    assert files == ["result-1.png", "result-2.png"]
+    for f in files:
+        assert (tmp_path / "results" / f).read_bytes().startswith(PNG)
+    assert "saved a image/png result to" in r.stderr
+    assert r.stdout.endswith("'done'\n")
+
+
+def test_rich_results_without_out_are_announced():
+    r = cell("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+    assert r.returncode == 0
+    assert "1 rich result (images, PDF) not saved: use --out DIR" in r.stderr
+
+
+def test_svg_and_pdf_results_are_saved(tmp_path):
+    code = ("from IPython.display import SVG, display\n"
+            "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"4\" height=\"4\"/>'))\n"
+            "import matplotlib.pyplot as plt, io\n"
+            "class Doc:\n"
+            "    def _repr_pdf_(self):\n"
+            "        b = io.BytesIO(); plt.figure(); plt.plot([1]); plt.savefig(b, format='pdf')\n"
+            "        plt.close('all'); return b.getvalue()\n"
+            "display(Doc())")
+    r = cell(code, "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "result-1.svg").read_text().startswith("<svg")
+    assert (tmp_path / "result-2.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_a_dataframe_prints_as_text():
+    r = cell("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    assert r.returncode == 0
+    assert r.stdout.split() == ["a", "b", "0", "1", "x", "1", "2", "y"]
+
+
+def test_program_from_a_file_and_from_stdin(tmp_path):
+    f = tmp_path / "cell.py"
+    f.write_text("y = 2 ** 10\ny")
+    assert run("run", str(f)).stdout == "1024\n"
+    assert run("run", "-", input="'from stdin'").stdout == "'from stdin'\n"
+
+
+def test_timeout_reports_a_timeouterror():
+    r = cell("import time\ntime.sleep(30)", "--timeout", "1")
+    assert r.returncode == 1
+    assert "TimeoutError" in r.stderr and "longer than 1 s" in r.stderr
+
+
+def test_output_limit_truncates_with_a_marker():
+    r = cell("for i in range(10000): print(i)", "--output-limit", "2k")
+    assert r.returncode == 0
+    assert len(r.stdout) <= 2048
+    assert "output truncated after 2048 bytes" in r.stderr
+
+
+def test_env_reaches_the_kernel_and_the_host_env_does_not():
+    env = dict(os.environ, CORRAL_HOST_SECRET="s3cret")
+    r = cell("import os\nos.environ.get('GREETING'), os.environ.get('CORRAL_HOST_SECRET')",
+             "-e", "GREETING=hi", env=env)
+    assert r.stdout == "('hi', None)\n"
+
+
+def test_shell_escapes_and_magics_work():
+    r = cell("!echo from the shell\n%pwd")
+    assert r.returncode == 0
+    assert r.stdout == "from the shell\n'/home/user'\n"
+
+
+def test_usage_errors_specific_to_cells():
+    r = run("run", "-c", "1", "extra")
+    assert r.returncode == 2 and "program arguments need --script" in r.stderr
+    r = run("run", "--script", "--out", "/tmp/x", "-c", "1")
+    assert r.returncode == 2 and "--out needs the kernel" in r.stderr
+    r = run("run", "--output-limit", "tiny", "-c", "1")
+    assert r.returncode == 2 and "invalid size 'tiny'" in r.stderr
+
+
+def test_sigint_interrupts_the_cell():
+    p = subprocess.Popen([CORRAL, "run", "-c", "import time\nprint('ready', flush=True)\n"
+                          "time.sleep(60)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline() == "ready\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    assert "KeyboardInterrupt" in err
+
+
+def test_running_out_of_memory_is_reported():
+    r = cell("b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1",
+             "--memory", "256m")
+    assert r.returncode == 1
+    assert "KernelDied" in r.stderr
+
+
+def test_repl_keeps_state_between_inputs():
+    session = "x = 1\nx += 1; x\ndef double(v):\n    return v * 2\n\ndouble(x)\nprint('bye')\n"
+    r = run("repl", input=session)
+    assert (r.returncode, r.stdout) == (0, "2\n4\nbye\n"), r.stderr
+
+
+def test_repl_reports_errors_and_goes_on():
+    r = run("repl", input="1/0\n'still here'\n")
+    assert r.returncode == 0
+    assert "ZeroDivisionError" in r.stderr
+    assert r.stdout == "'still here'\n"
+
+
+def test_repl_help_and_usage():
+    r = run("repl", "--help")
+    assert r.returncode == 0 and "interactive Python session" in r.stdout
+    r = run("repl", "-c", "1")
+    assert r.returncode == 2 and "takes no program" in r.stderr
