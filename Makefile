@@ -1,3 +1,4 @@
+SHELL := /bin/bash
 # corral: the two commands a newcomer needs are `make run` and `make test`.
 # Both install the Debian packages corral needs first (scripts/install-deps).
 
@@ -7,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: all build test-build test kernel-test unit-test cli-test security-test run bench deps format format-check clean
+.PHONY: all build test-build test fuzz kernel-test unit-test cli-test security-test run bench deps format format-check clean
 
 all: build
 
@@ -29,6 +30,20 @@ unit-test: test-build
 security-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/security
 
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 20
+FUZZ_SOURCES = tests/fuzz/fuzz_frames.c src/kernel/ctl.c src/kernel/frame.c src/base/error.c
+
+# The frame and control-message decoders under libFuzzer (clang), for a short run.
+fuzz:
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $(FUZZ_SOURCES) -ljansson -o $(FUZZ_BUILD)/fuzz_frames
+	@cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
+	@$(FUZZ_BUILD)/fuzz_frames -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+		-print_final_stats=1 $(FUZZ_BUILD)/corpus 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' ; \
+		test $${PIPESTATUS[0]} -eq 0
+
 kernel-test:
 	@$(PYTHON) -m pytest -q -p no:cacheprovider tests/kernel
 
@@ -36,6 +51,7 @@ cli-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/cli
 
 test: deps format-check
+	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory kernel-test
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory cli-test
@@ -57,4 +73,4 @@ format-check:
 	@clang-format --dry-run --Werror $(SOURCES)
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(FUZZ_BUILD)
