@@ -282,6 +282,56 @@ static void timeouts_interrupt_then_restart(void **state)
     corral_sandbox_release(sb);
 }
 
+static void *interrupt_soon(void *arg)
+{
+    usleep(1000 * 1000);
+    corral_context_interrupt(arg, NULL);
+    return NULL;
+}
+
+static void env_per_execution_and_ignored_interrupts(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    corral_context *ctx;
+    struct corral_error err;
+    assert_int_equal(corral_context_default(sb, &ctx, &err), 0);
+    struct collected c;
+    reset(&c);
+    struct corral_exec_options x = opts_for(&c);
+    const char *env[] = {"STAGE=two", NULL};
+    x.env = env;
+    struct corral_exec_outcome out;
+    assert_int_equal(corral_execute(sb, ctx, "import os; os.environ.get('STAGE')", &x, &out, &err),
+                     0);
+    assert_string_equal(main_result(&c)->text, "'two'");
+    reset(&c);
+    x = opts_for(&c);
+    assert_int_equal(corral_execute(sb, ctx, "os.environ.get('STAGE')", &x, &out, &err), 0);
+    assert_null(main_result(&c)); /* None: gone after its execution */
+
+    /* An interrupt the code ignores: the context restarts after the grace period. */
+    reset(&c);
+    x = opts_for(&c);
+    x.grace_ms = 1000;
+    pthread_t t;
+    pthread_create(&t, NULL, interrupt_soon, ctx);
+    assert_int_equal(corral_execute(sb, ctx,
+                                    "import signal, time\n"
+                                    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                    "time.sleep(60)",
+                                    &x, &out, &err),
+                     0);
+    pthread_join(t, NULL);
+    assert_true(out.error && out.context_restarted && !out.timed_out);
+    assert_string_equal(c.err_name, "KernelRestarted");
+    reset(&c);
+    x = opts_for(&c);
+    assert_int_equal(corral_execute(sb, ctx, "'os' in dir()", &x, &out, &err), 0);
+    assert_string_equal(main_result(&c)->text, "False");
+    reset(&c);
+    corral_sandbox_release(sb);
+}
+
 static void output_is_capped(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -556,6 +606,7 @@ int main(void)
         cmocka_unit_test(errors_have_name_value_and_traceback),
         cmocka_unit_test(interrupt_keeps_state),
         cmocka_unit_test(timeouts_interrupt_then_restart),
+        cmocka_unit_test(env_per_execution_and_ignored_interrupts),
         cmocka_unit_test(output_is_capped),
         cmocka_unit_test(contexts_are_independent),
         cmocka_unit_test(commands_run_with_exit_codes_and_in_the_background),
