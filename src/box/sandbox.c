@@ -171,7 +171,11 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
     w.seq = req->seq = ++sb->next_seq ? sb->next_seq : ++sb->next_seq;
     w.next = sb->pending;
     sb->pending = &w;
+    /* Sent without the lock, so that the reader can always deliver replies;
+     * each SEQPACKET message is sent whole, whatever other threads send. */
+    pthread_mutex_unlock(&sb->lock);
     int r = ctl_send(sb->ctl, req);
+    pthread_mutex_lock(&sb->lock);
     while (r == 0 && !w.done && !sb->dead)
         pthread_cond_wait(&sb->cond, &sb->lock);
     for (struct pending **pp = &sb->pending; *pp; pp = &(*pp)->next)

@@ -25,6 +25,14 @@
 
 static int ev_fd = -1;
 
+/* prctl without libc: sanitizers intercept prctl(PR_SET_NAME) and take a lock
+ * that another thread of the daemon may have held at clone time. */
+static int raw_prctl(int option, unsigned long a2, unsigned long a3, unsigned long a4,
+                     unsigned long a5)
+{
+    return (int)syscall(SYS_prctl, option, a2, a3, a4, a5);
+}
+
 static void send_msg(int type, int code, int status, const char *text)
 {
     struct jail_msg m;
@@ -43,15 +51,15 @@ __attribute__((noreturn)) static void fail(const struct corral_error *err)
     _exit(1);
 }
 
-static int cmp_int(const void *a, const void *b)
-{
-    return *(const int *)a - *(const int *)b;
-}
-
 /* Closes every descriptor except those in keep[]. */
 static void close_all_but(int *keep, size_t n)
 {
-    qsort(keep, n, sizeof(int), cmp_int);
+    for (size_t i = 1; i < n; i++) /* insertion sort: a handful of numbers */
+        for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
     int next = 0;
     for (size_t i = 0; i < n; i++) {
         if (keep[i] < next)
@@ -147,13 +155,13 @@ static int become_user(const struct jail_init_args *a, struct corral_error *err)
         uid = JAIL_INSIDE_UID;
     }
     for (int cap = 0; cap < 64; cap++) {
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+        if (raw_prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
             continue;
         if (errno == EINVAL)
             break; /* past the kernel's last capability */
         return corral_fail_errno(err, "cannot drop capability %d from the bounding set", cap);
     }
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+    if (raw_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return corral_fail_errno(err, "cannot clear ambient capabilities");
     if (syscall(SYS_setresgid, uid, uid, uid) < 0)
         return corral_fail_errno(err, "cannot switch to gid %u", (unsigned)uid);
@@ -280,7 +288,10 @@ static pid_t start_workload(const struct jail_init_args *a)
         corral_fail_errno(&err, "cannot create a pipe");
         fail(&err);
     }
-    pid_t pid = fork();
+    /* A raw clone, not fork(): fork() takes libc's (and sanitizers') allocator
+     * locks, which another thread of the daemon may have held when this
+     * process was cloned from it, and which would then never be released. */
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
     if (pid < 0) {
         corral_fail_errno(&err, "cannot start the workload");
         fail(&err);
@@ -308,8 +319,8 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     struct corral_error err;
     ev_fd = a->ev_fd;
 
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
+    raw_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    raw_prctl(PR_SET_NAME, (unsigned long)"corral-init", 0, 0, 0);
 
     int keep[8 + 64];
     size_t nkeep = 0;
@@ -363,13 +374,13 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         fail(&err);
     if (!(off & JAIL_LAYER_USER) && become_user(a, &err) < 0)
         fail(&err);
-    if (!(off & JAIL_LAYER_NNP) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+    if (!(off & JAIL_LAYER_NNP) && raw_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         corral_fail_errno(&err, "cannot set no_new_privs");
         fail(&err);
     }
     /* Nothing in the sandbox may read this process's memory: it is a copy of
      * the daemon's. The workload becomes dumpable again when it executes. */
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    raw_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (a->seccomp) {
         int r = jail_seccomp_install(a->seccomp);
         if (r < 0) {

@@ -332,6 +332,36 @@ static void env_per_execution_and_ignored_interrupts(void **state)
     corral_sandbox_release(sb);
 }
 
+static void a_hostile_kernel_cannot_hurt_the_daemon(void **state)
+{
+    /* Code in a cell can write anything on the kernel's socket (fd 3). */
+    static const char *attacks[] = {
+        "import os; os.write(3, b'\\xff\\xff\\xff\\xff' + b'x' * 100)",    /* 4 GiB frame */
+        "import os; os.write(3, b'\\x00\\x00\\x00\\x05{bad}')",            /* not JSON */
+        "import os; os.write(3, b'\\x00\\x00\\x00\\x0e{\"type\":\"x\"}')", /* no such type */
+        "import os; os.close(1); os.close(2); os._exit(3)",                /* dies */
+    };
+    corral_sandbox *sb = sandbox();
+    struct corral_error err;
+    for (size_t i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++) {
+        struct collected c;
+        reset(&c);
+        struct corral_exec_options x = opts_for(&c);
+        struct corral_exec_outcome out;
+        assert_int_equal(corral_execute(sb, NULL, "secret = 1", &x, &out, &err), 0);
+        assert_int_equal(corral_execute(sb, NULL, attacks[i], &x, &out, &err), 0);
+        assert_true(out.error);
+        assert_true(out.context_restarted);
+        assert_string_equal(c.err_name, "KernelDied");
+        reset(&c);
+        x = opts_for(&c);
+        assert_int_equal(corral_execute(sb, NULL, "'secret' in dir(), 6 * 7", &x, &out, &err), 0);
+        assert_string_equal(main_result(&c)->text, "(False, 42)");
+        reset(&c);
+    }
+    corral_sandbox_release(sb);
+}
+
 static void output_is_capped(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -607,6 +637,7 @@ int main(void)
         cmocka_unit_test(interrupt_keeps_state),
         cmocka_unit_test(timeouts_interrupt_then_restart),
         cmocka_unit_test(env_per_execution_and_ignored_interrupts),
+        cmocka_unit_test(a_hostile_kernel_cannot_hurt_the_daemon),
         cmocka_unit_test(output_is_capped),
         cmocka_unit_test(contexts_are_independent),
         cmocka_unit_test(commands_run_with_exit_codes_and_in_the_background),
