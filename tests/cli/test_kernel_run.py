@@ -146,3 +146,15 @@ def test_repl_help_and_usage():
     assert r.returncode == 0 and "interactive Python session" in r.stdout
     r = run("repl", "-c", "1")
     assert r.returncode == 2 and "takes no program" in r.stderr
+
+
+def test_cell_output_streams_while_it_runs():
+    code = "import time\nfor i in range(3):\n    print('tick', i)\n    time.sleep(1)"
+    p = subprocess.Popen([CORRAL, "run", "-c", code], stdout=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    still_running = p.poll() is None
+    rest = p.stdout.read()
+    assert p.wait() == 0
+    assert first == "tick 0\n"
+    assert still_running, "the first line must arrive while the cell runs"
+    assert rest == "tick 1\ntick 2\n"
