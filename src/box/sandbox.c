@@ -390,15 +390,8 @@ void corral_sandbox_release(corral_sandbox *sb)
     if (sb->reader_started)
         pthread_join(sb->reader, NULL);
     box_contexts_free(sb);
-    for (corral_process *p = sb->processes, *next; p; p = next) {
-        next = p->next;
-        int fds[] = {p->in_fd, p->out_fd, p->err_fd};
-        for (int i = 0; i < 3; i++)
-            if (fds[i] >= 0)
-                close(fds[i]);
-        free(p->command);
-        free(p);
-    }
+    while (sb->processes)
+        box_process_unlink(sb->processes);
     if (sb->jail) {
         struct jail_result res;
         struct corral_error ignored;
