@@ -60,8 +60,8 @@ test: deps format-check
 run: deps build
 	@$(BUILD)/corral doctor
 	@echo
-	@echo '--- corral run examples/demo.py ---'
-	@$(BUILD)/corral run examples/demo.py
+	@echo '--- corral run --out $(BUILD)/demo examples/demo.py ---'
+	@$(BUILD)/corral run --out $(BUILD)/demo examples/demo.py
 
 bench: deps build
 	@$(PYTHON) bench/run.py --corral $(BUILD)/corral

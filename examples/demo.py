@@ -1,4 +1,5 @@
-"""What a corral sandbox looks like from the inside (run by `make run`)."""
+"""What a corral sandbox looks like from the inside (run by `make run` as one
+IPython cell: its last expression is printed, its figure saved by --out)."""
 import ctypes
 import os
 import pwd
@@ -9,7 +10,8 @@ import pandas as pd
 
 print(f"user      {pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()}), "
       f"working in {os.getcwd()}")
-print(f"hostname  {socket.gethostname()}, PID {os.getpid()} (the sandbox's init is PID 1)")
+print(f"hostname  {socket.gethostname()}, PID {os.getpid()} "
+      "(the sandbox's init is PID 1, its agent PID 2)")
 print(f"network   {[name for _, name in socket.if_nameindex()]} only")
 print(f"root      {' '.join(sorted(os.listdir('/')))}")
 print(f"/etc      {'has' if os.path.exists('/etc/shadow') else 'no'} shadow file")
@@ -28,7 +30,10 @@ try:
 except OSError as e:
     print(f"host ssh  unreachable: {e.strerror}")
 
+import matplotlib.pyplot as plt
+
 df = pd.DataFrame({"x": np.arange(1, 6)})
 df["x squared"] = df.x ** 2
+df.plot(x="x", y="x squared", title="a figure, saved by --out")
 print()
-print(df.to_string(index=False))
+df  # the last expression is the cell's main result

@@ -236,6 +236,7 @@ static void check_python(const char *python)
     } mods[] = {{"numpy", "python3-numpy", 1},
                 {"pandas", "python3-pandas", 1},
                 {"matplotlib", "python3-matplotlib", 1},
+                {"IPython", "python3-ipython", 1},
                 {"PIL", "python3-pil", 0}};
     for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
         snprintf(cmd, sizeof(cmd),

@@ -312,7 +312,7 @@ def test_doctor_reports_a_healthy_host():
     r = run("doctor")
     assert r.returncode == 0, r.stdout
     for check in ("privileges", "namespaces", "mounts", "cgroups", "seccomp", "python",
-                  "numpy", "pandas", "matplotlib", "state dir"):
+                  "numpy", "pandas", "matplotlib", "IPython", "state dir"):
         assert check in r.stdout, check
     assert "v1 at /sys/fs/cgroup" in r.stdout or "v2 at /sys/fs/cgroup" in r.stdout
     assert "All checks passed" in r.stdout
