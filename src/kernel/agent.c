@@ -444,6 +444,50 @@ static void handle_mkdir(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
     ctl_put_u32(rep, created);
 }
 
+/* /tmp, /home/user and /mnt/data are separate mounts of one tmpfs, so rename()
+ * between them fails with EXDEV: a regular file is copied, then removed. */
+static int move_across(const char *from, const char *to)
+{
+    struct stat st;
+    if (lstat(from, &st) < 0)
+        return -1;
+    if (!S_ISREG(st.st_mode)) {
+        errno = EXDEV;
+        return -1;
+    }
+    int in = open(from, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0)
+        return -1;
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, st.st_mode & 07777);
+    if (out < 0) {
+        close(in);
+        return -1;
+    }
+    ssize_t n = (ssize_t)st.st_size;
+    int r = 0;
+    while (r == 0 && n > 0) {
+        ssize_t done = copy_file_range(in, NULL, out, NULL, (size_t)n, 0);
+        if (done < 0 && errno == EINTR)
+            continue;
+        if (done <= 0)
+            r = -1;
+        else
+            n -= done;
+    }
+    int e = errno;
+    close(in);
+    if (close(out) < 0 && r == 0) {
+        r = -1;
+        e = errno;
+    }
+    if (r < 0) {
+        unlink(to);
+        errno = e;
+        return -1;
+    }
+    return unlink(from);
+}
+
 static void handle_rename(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
 {
     char from[4096], to[4096];
@@ -454,7 +498,7 @@ static void handle_rename(struct ctl_reader *r, uint32_t seq, struct ctl_msg *re
         return;
     }
     struct stat st;
-    if (rename(from, to) < 0) {
+    if (rename(from, to) < 0 && !(errno == EXDEV && move_across(from, to) == 0)) {
         reply_err(rep, seq, errno, "cannot move %s to %s: %s", from, to, strerror(errno));
         return;
     }

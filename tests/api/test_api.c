@@ -527,6 +527,12 @@ static void files_round_trip(void **state)
     assert_int_equal(corral_file_rename(sb, "/mnt/data/a/b/c/f.txt", "/mnt/data/g.txt", &e, &err),
                      0);
     assert_string_equal(e.path, "/mnt/data/g.txt");
+    /* Across the writable areas (separate mounts of one tmpfs) too. */
+    assert_int_equal(corral_file_rename(sb, "/mnt/data/g.txt", "/tmp/h.txt", &e, &err), 0);
+    assert_int_equal(e.size, 2);
+    assert_true(corral_file_stat(sb, "/mnt/data/g.txt", &e, &err) < 0);
+    assert_true(corral_file_rename(sb, "/mnt/data/a/b", "/tmp/b", &e, &err) < 0);
+    assert_int_equal(err.code, EXDEV);
     assert_int_equal(e.size, 2);
     assert_true(corral_file_remove(sb, "/mnt/data/a", false, &err) < 0);
     assert_int_equal(corral_file_remove(sb, "/mnt/data/a", true, &err), 0);
