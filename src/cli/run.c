@@ -514,9 +514,8 @@ static int repl_loop(corral_sandbox *sb, corral_context *ctx, struct run_opts *o
     return rc;
 }
 
-static int run_kernel(struct run_opts *o, const char *mode)
+static int run_kernel(struct run_opts *o, bool repl)
 {
-    bool repl = mode != NULL;
     char *code = repl ? strdup("") : read_program(o);
     if (!code)
         return CLI_USAGE;
@@ -605,7 +604,7 @@ int cli_run(int argc, char **argv)
     if (r)
         return r < 0 ? CLI_OK : r;
     if (!o.script)
-        return run_kernel(&o, NULL);
+        return run_kernel(&o, false);
 
     /* The workload's argv: python3 -c CODE | python3 - | python3 /home/user/FILE, then ARGS. */
     cleanup_free char **wargv = calloc((size_t)o.n_args + 4, sizeof(char *));
@@ -774,5 +773,5 @@ int cli_repl(int argc, char **argv)
     int r = parse_args(argc, argv, &o, true);
     if (r)
         return r < 0 ? CLI_OK : r;
-    return run_kernel(&o, "repl");
+    return run_kernel(&o, true);
 }

@@ -205,15 +205,10 @@ static void errors_have_name_value_and_traceback(void **state)
     corral_sandbox_release(sb);
 }
 
-struct interrupter {
-    corral_context *ctx;
-};
-
-static void *interrupt_later(void *arg)
+static void *interrupt_soon(void *arg)
 {
-    struct interrupter *i = arg;
-    usleep(1500 * 1000);
-    corral_context_interrupt(i->ctx, NULL);
+    usleep(1000 * 1000);
+    corral_context_interrupt(arg, NULL);
     return NULL;
 }
 
@@ -228,8 +223,7 @@ static void interrupt_keeps_state(void **state)
     struct corral_exec_outcome out;
     exec_ok(sb, ctx, "kept = 41", &c, &out);
     pthread_t t;
-    struct interrupter in = {ctx};
-    pthread_create(&t, NULL, interrupt_later, &in);
+    pthread_create(&t, NULL, interrupt_soon, ctx);
     reset(&c);
     exec_ok(sb, ctx, "import time\nwhile True: time.sleep(0.1)", &c, &out);
     pthread_join(t, NULL);
@@ -280,13 +274,6 @@ static void timeouts_interrupt_then_restart(void **state)
     assert_string_equal(main_result(&c)->text, "False"); /* a fresh kernel */
     reset(&c);
     corral_sandbox_release(sb);
-}
-
-static void *interrupt_soon(void *arg)
-{
-    usleep(1000 * 1000);
-    corral_context_interrupt(arg, NULL);
-    return NULL;
 }
 
 static void env_per_execution_and_ignored_interrupts(void **state)
