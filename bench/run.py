@@ -7,6 +7,10 @@ measured in the same run, and the ratio of the medians.
 start: `corral run --script -c pass` (a plain script: the jail alone, no
 kernel) against bubblewrap doing the same isolation (`bwrap --unshare-all ...
 python3 -c pass`). Target: ratio <= 1.0.
+
+cells: a sandbox with an IPython context running `print(1)`, through
+libcorral (bench/bench_cells.c), against `python3 -c 'print(1)'` in
+bubblewrap; and the `x += 1; x` round trip in a warm context.
 """
 import argparse
 import os
@@ -88,6 +92,25 @@ def bench_start(corral, runs):
     return ratio <= 1.0
 
 
+def bench_cells(corral, runs):
+    """Sandbox start to the first output of `print(1)` in a cell, against a
+    fresh `python3 -c 'print(1)'` in bubblewrap; and the round trip of
+    `x += 1; x` in a warm context."""
+    tool = os.path.join(os.path.dirname(corral), "bench_cells")
+    env = dict(os.environ, CORRAL_AGENT=corral)
+    out = subprocess.run([tool, str(max(5, runs // 10)), str(runs * 2)], env=env,
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    start = [float(l.split()[1]) for l in out if l.startswith("start ")]
+    trip = [float(l.split()[1]) for l in out if l.startswith("trip ")]
+    base = measure(bwrap_cmd("print(1)"), max(5, runs // 10), warmup=1)
+    print("cells: create a sandbox and run print(1) in an IPython context (ms)")
+    print(f"  {'':<34} {'median':>8} {'p10':>8} {'p90':>8}")
+    print(row("corral: sandbox + kernel + print(1)", start))
+    print(row("bwrap python3 -c 'print(1)'", base))
+    print(f"  ratio at the median: {statistics.median(start) / statistics.median(base):.2f}")
+    print(row("corral: `x += 1; x` round trip", trip))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,6 +120,8 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench: run as root (corral needs it)")
     ok = bench_start(os.path.abspath(args.corral), max(10, args.runs))
+    print()
+    bench_cells(os.path.abspath(args.corral), max(10, args.runs))
     sys.exit(0 if ok else 1)
 
 
