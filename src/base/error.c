@@ -47,11 +47,3 @@ int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
     errno = saved;
     return r;
 }
-
-void corral_error_clear(struct corral_error *err)
-{
-    if (err) {
-        err->code = 0;
-        err->message[0] = '\0';
-    }
-}

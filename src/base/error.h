@@ -25,6 +25,4 @@ int corral_fail(struct corral_error *err, int code, const char *fmt, ...)
 int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-void corral_error_clear(struct corral_error *err);
-
 #endif

@@ -79,16 +79,6 @@ const char *jail_id(const struct jail *j)
     return j->id;
 }
 
-pid_t jail_init_pid(const struct jail *j)
-{
-    return j->pid;
-}
-
-uint32_t jail_host_uid(const struct jail *j)
-{
-    return j->host_uid;
-}
-
 int jail_event_fd(const struct jail *j)
 {
     return j->ev_fd;

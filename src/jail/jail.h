@@ -113,8 +113,6 @@ struct jail;
 
 int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err);
 const char *jail_id(const struct jail *j);
-pid_t jail_init_pid(const struct jail *j); /* host PID of the sandbox's init */
-uint32_t jail_host_uid(const struct jail *j);
 int jail_event_fd(const struct jail *j);
 /* Delivers SIGINT to the workload (through the init). */
 int jail_interrupt(struct jail *j);
