@@ -139,7 +139,7 @@ static int drop_capabilities(struct corral_error *err)
  * supplementary groups, an empty bounding set and no capabilities. */
 static int become_user(const struct jail_init_args *a, struct corral_error *err)
 {
-    unsigned off = a->cfg->disabled_layers;
+    unsigned off = a->disabled_layers;
     uid_t uid = a->host_uid;
     /* Raw syscalls, not libc's wrappers: those apply a credential change to
      * every thread libc believes exists, and in a child cloned from a
@@ -233,9 +233,13 @@ __attribute__((noreturn)) static void exec_workload(const struct jail_init_args 
 
     const char *cwd = cfg->cwd;
     if (!cwd)
-        cwd = (cfg->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
+        cwd = (a->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
     if (chdir(cwd) < 0)
         goto fail;
+    if (cfg->workload_fn) {
+        close(exec_fd); /* the init reads end-of-file: started */
+        cfg->workload_fn(cfg->workload_arg);
+    }
     if (cfg->exec_fd >= 0)
         syscall(SYS_execveat, cfg->exec_fd, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);
     else
@@ -291,7 +295,12 @@ static pid_t start_workload(const struct jail_init_args *a)
     /* A raw clone, not fork(): fork() takes libc's (and sanitizers') allocator
      * locks, which another thread of the daemon may have held when this
      * process was cloned from it, and which would then never be released. */
-    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+    pid_t pid;
+    if (a->cfg->workload_fn)
+        pid = fork(); /* cloned from a single-threaded zygote: libc's locks are free, and a
+                         workload that stays in this image needs libc's view of it right */
+    else
+        pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
     if (pid < 0) {
         corral_fail_errno(&err, "cannot start the workload");
         fail(&err);
@@ -306,7 +315,8 @@ static pid_t start_workload(const struct jail_init_args *a)
     close(p[0]);
     if (r == 0) {
         errno = e;
-        corral_fail_errno(&err, "cannot execute %s", a->cfg->argv[0]);
+        corral_fail_errno(&err, "cannot execute %s",
+                          a->cfg->argv ? a->cfg->argv[0] : "the workload");
         fail(&err);
     }
     return pid;
@@ -315,7 +325,7 @@ static pid_t start_workload(const struct jail_init_args *a)
 __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
 {
     const struct jail_config *cfg = a->cfg;
-    unsigned off = cfg->disabled_layers;
+    unsigned off = a->disabled_layers;
     struct corral_error err;
     ev_fd = a->ev_fd;
 
@@ -370,7 +380,7 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     }
     if (!(off & JAIL_LAYER_NET) && loopback_up(&err) < 0)
         fail(&err);
-    if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(&cfg->limits, &err) < 0)
+    if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(a->limits, &err) < 0)
         fail(&err);
     if (!(off & JAIL_LAYER_USER) && become_user(a, &err) < 0)
         fail(&err);

@@ -35,8 +35,27 @@ struct jail_msg {
     char text[CORRAL_ERROR_MESSAGE_MAX];
 };
 
+/* Everything the init needs from the caller, as plain data, so that another
+ * process (a zygote) can receive it over a socket and clone the init. */
+struct jail_clone_params {
+    char id[33];
+    char state_dir[256];
+    uint32_t host_uid;
+    uint32_t disabled_layers;
+    uint32_t has_cgroup;
+    struct jail_limits limits;
+    struct cgroup cg;
+};
+
+/* Clones the init here (jail_start without a spawner, and zygotes). cfg gives
+ * the workload, its descriptors and files; limits and layers come from p. */
+int jail_clone_init(const struct jail_clone_params *p, const struct jail_config *cfg, int ctl_fd,
+                    int ev_fd, pid_t *pid, struct corral_error *err);
+
 struct jail_init_args {
     const struct jail_config *cfg;
+    unsigned disabled_layers;
+    const struct jail_limits *limits;
     const struct rootfs_plan *plan;             /* NULL when the rootfs layer is off */
     const struct jail_seccomp_program *seccomp; /* NULL when the seccomp layer is off */
     const char *hostname;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <stdbool.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ struct jail {
     uint32_t host_uid;
     struct cgroup cg;
     pid_t pid;  /* host PID of the init; 0 once reaped */
+    int pidfd;  /* when a zygote cloned the init (it is not our child); else -1 */
     int ctl_fd; /* parent -> init */
     int ev_fd;  /* init -> parent */
     int status; /* the init's wait status once reaped */
@@ -126,11 +128,32 @@ static void reap(struct jail *j)
 {
     if (j->pid <= 0)
         return;
+    if (j->pidfd >= 0) {
+        /* Not our child: its parent reaps it; we wait until it is gone. */
+        struct pollfd p = {.fd = j->pidfd, .events = POLLIN};
+        while (poll(&p, 1, -1) < 0 && errno == EINTR)
+            ;
+        close(j->pidfd);
+        j->pidfd = -1;
+        j->status = 0;
+        j->pid = 0;
+        return;
+    }
     int status;
     while (waitpid(j->pid, &status, __WALL) < 0 && errno == EINTR)
         ;
     j->status = status;
     j->pid = 0;
+}
+
+static void kill_init(struct jail *j)
+{
+    if (j->pid <= 0)
+        return;
+    if (j->pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0);
+    else
+        kill(j->pid, SIGKILL);
 }
 
 static int validate(const struct jail_config *cfg, struct corral_error *err)
@@ -139,10 +162,14 @@ static int validate(const struct jail_config *cfg, struct corral_error *err)
         return corral_fail(err, EPERM,
                            "sandboxes need root (namespaces, cgroups, mounts); "
                            "run corral as root");
-    if (!cfg->argv || !cfg->argv[0] || (cfg->exec_fd < 0 && cfg->argv[0][0] != '/'))
+    bool has_fn = cfg->workload_fn || cfg->spawner;
+    if (!has_fn &&
+        (!cfg->argv || !cfg->argv[0] || (cfg->exec_fd < 0 && cfg->argv[0][0] != '/')))
         return corral_fail(err, EINVAL, "the workload must be an absolute path");
-    if (!cfg->envp)
+    if (!has_fn && !cfg->envp)
         return corral_fail(err, EINVAL, "the workload needs an environment");
+    if (cfg->spawner && (cfg->n_files || cfg->stdout_fd >= 0 || cfg->stderr_fd >= 0))
+        return corral_fail(err, EINVAL, "a zygote's sandbox takes no files nor output descriptors");
     unsigned off = cfg->disabled_layers;
     if (!(off & JAIL_LAYER_SECCOMP) && !(off & JAIL_LAYER_USER) && (off & JAIL_LAYER_NNP))
         return corral_fail(err, EINVAL,
@@ -152,35 +179,92 @@ static int validate(const struct jail_config *cfg, struct corral_error *err)
     return 0;
 }
 
+int jail_clone_init(const struct jail_clone_params *p, const struct jail_config *cfg, int ctl_fd,
+                    int ev_fd, pid_t *pid_out, struct corral_error *err)
+{
+    unsigned off = p->disabled_layers;
+    const struct jail_seccomp_program *prog = NULL;
+    int r;
+    if (!(off & JAIL_LAYER_SECCOMP) && (r = jail_seccomp_program(&prog, err)) < 0)
+        return r;
+    struct rootfs_plan plan = {0};
+    char root_dir[300], storage_dir[300], hostname[64];
+    snprintf(hostname, sizeof(hostname), "corral-%.12s", p->id);
+    if (!(off & JAIL_LAYER_ROOTFS)) {
+        snprintf(root_dir, sizeof(root_dir), "%s/root", p->state_dir);
+        snprintf(storage_dir, sizeof(storage_dir), "%s/storage", p->state_dir);
+        if ((r = corral_mkdir_p(root_dir, 0755, err)) < 0 ||
+            (r = corral_mkdir_p(storage_dir, 0700, err)) < 0)
+            return r;
+        struct rootfs_params params = {
+            .root_dir = root_dir,
+            .storage_dir = storage_dir,
+            .hostname = hostname,
+            .disk_bytes = p->limits.disk_bytes,
+            .owner_uid = (off & JAIL_LAYER_USER) ? 0 : p->host_uid,
+            .owner_gid = (off & JAIL_LAYER_USER) ? 0 : p->host_uid,
+            .mask_proc = !(off & JAIL_LAYER_PROCMASK),
+            .host_root = "",
+        };
+        if ((r = rootfs_plan_build(&plan, &params, err)) < 0)
+            return r;
+    }
+    unsigned long flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
+    if (!(off & JAIL_LAYER_PID))
+        flags |= CLONE_NEWPID;
+    if (!(off & JAIL_LAYER_NET))
+        flags |= CLONE_NEWNET;
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0) {
+        rootfs_plan_free(&plan);
+        return corral_fail_errno(err, "cannot create the sandbox's namespaces");
+    }
+    if (pid == 0) {
+        struct jail_init_args args = {
+            .cfg = cfg,
+            .disabled_layers = off,
+            .limits = &p->limits,
+            .plan = (off & JAIL_LAYER_ROOTFS) ? NULL : &plan,
+            .seccomp = prog,
+            .hostname = hostname,
+            .host_uid = p->host_uid,
+            .ctl_fd = ctl_fd,
+            .ev_fd = ev_fd,
+            .cgroup = p->has_cgroup ? &p->cg : NULL,
+        };
+        jail_init_main(&args);
+    }
+    rootfs_plan_free(&plan);
+    *pid_out = pid;
+    return 0;
+}
+
 int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err)
 {
     int r = validate(cfg, err);
     if (r < 0)
         return r;
     unsigned off = cfg->disabled_layers;
-    const struct jail_seccomp_program *prog = NULL;
-    if (!(off & JAIL_LAYER_SECCOMP) && (r = jail_seccomp_program(&prog, err)) < 0)
-        return r;
     const struct cgroup_env *cgenv = NULL;
     if (!(off & JAIL_LAYER_CGROUP) && (r = cgroup_env_get(&cgenv, err)) < 0)
         return r;
 
     struct jail *j = calloc(1, sizeof(*j));
-    if (!j)
+    struct jail_clone_params *p = calloc(1, sizeof(*p));
+    if (!j || !p) {
+        free(j);
+        free(p);
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
-    j->ctl_fd = j->ev_fd = -1;
+    }
+    j->ctl_fd = j->ev_fd = j->pidfd = -1;
     j->slot.fd = -1;
     j->forced = JAIL_EXITED;
     snprintf(j->state_dir, sizeof(j->state_dir), "%s",
              cfg->state_dir ? cfg->state_dir : JAIL_DEFAULT_STATE_DIR);
 
-    struct rootfs_plan plan = {0};
     int ctl[2] = {-1, -1}, ev[2] = {-1, -1};
-    char root_dir[300], storage_dir[300], hostname[64];
-
     if ((r = corral_random_hex(j->id, 16, err)) < 0)
         goto fail;
-    snprintf(hostname, sizeof(hostname), "corral-%.12s", j->id);
     if ((r = corral_mkdir_p(j->state_dir, 0700, err)) < 0)
         goto fail;
     if ((r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
@@ -191,61 +275,32 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
         goto fail;
 
-    if (!(off & JAIL_LAYER_ROOTFS)) {
-        snprintf(root_dir, sizeof(root_dir), "%s/root", j->state_dir);
-        snprintf(storage_dir, sizeof(storage_dir), "%s/storage", j->state_dir);
-        if ((r = corral_mkdir_p(root_dir, 0755, err)) < 0 ||
-            (r = corral_mkdir_p(storage_dir, 0700, err)) < 0)
-            goto fail;
-        struct rootfs_params params = {
-            .root_dir = root_dir,
-            .storage_dir = storage_dir,
-            .hostname = hostname,
-            .disk_bytes = cfg->limits.disk_bytes,
-            .owner_uid = (off & JAIL_LAYER_USER) ? 0 : j->host_uid,
-            .owner_gid = (off & JAIL_LAYER_USER) ? 0 : j->host_uid,
-            .mask_proc = !(off & JAIL_LAYER_PROCMASK),
-            .host_root = "",
-        };
-        if ((r = rootfs_plan_build(&plan, &params, err)) < 0)
-            goto fail;
-    }
+    snprintf(p->id, sizeof(p->id), "%s", j->id);
+    snprintf(p->state_dir, sizeof(p->state_dir), "%s", j->state_dir);
+    p->host_uid = j->host_uid;
+    p->disabled_layers = off;
+    p->limits = cfg->limits;
+    p->has_cgroup = cgenv != NULL;
+    p->cg = j->cg;
 
     if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(ev, O_CLOEXEC) < 0) {
         r = corral_fail_errno(err, "cannot create pipes for the sandbox");
         goto fail;
     }
-
-    unsigned long flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC;
-    if (!(off & JAIL_LAYER_PID))
-        flags |= CLONE_NEWPID;
-    if (!(off & JAIL_LAYER_NET))
-        flags |= CLONE_NEWNET;
-    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid < 0) {
-        r = corral_fail_errno(err, "cannot create the sandbox's namespaces");
+    pid_t pid = 0;
+    if (cfg->spawner)
+        r = cfg->spawner->spawn(cfg->spawner->ctx, p, ctl[0], ev[1], cfg->stdin_fd, &pid,
+                                &j->pidfd, err);
+    else
+        r = jail_clone_init(p, cfg, ctl[0], ev[1], &pid, err);
+    if (r < 0)
         goto fail;
-    }
-    if (pid == 0) {
-        struct jail_init_args args = {
-            .cfg = cfg,
-            .plan = (off & JAIL_LAYER_ROOTFS) ? NULL : &plan,
-            .seccomp = prog,
-            .hostname = hostname,
-            .host_uid = j->host_uid,
-            .ctl_fd = ctl[0],
-            .ev_fd = ev[1],
-            .cgroup = cgenv ? &j->cg : NULL,
-        };
-        jail_init_main(&args);
-    }
     j->pid = pid;
     close(ctl[0]);
     close(ev[1]);
     j->ctl_fd = ctl[1];
     j->ev_fd = ev[0];
     ctl[0] = ctl[1] = ev[0] = ev[1] = -1;
-    rootfs_plan_free(&plan);
 
     char c;
     for (;;) {
@@ -275,6 +330,7 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
             goto fail;
         }
     }
+    free(p);
     *out = j;
     return 0;
 
@@ -285,7 +341,7 @@ fail:
         if (ev[i] >= 0)
             close(ev[i]);
     }
-    rootfs_plan_free(&plan);
+    free(p);
     jail_destroy(j);
     return r;
 }
@@ -302,8 +358,7 @@ void jail_kill(struct jail *j, enum jail_outcome why)
 {
     if (j->forced == JAIL_EXITED)
         j->forced = why;
-    if (j->pid > 0)
-        kill(j->pid, SIGKILL);
+    kill_init(j);
     cgroup_kill_all(&j->cg);
 }
 
@@ -345,9 +400,11 @@ void jail_destroy(struct jail *j)
     if (!j)
         return;
     if (j->pid > 0) {
-        kill(j->pid, SIGKILL);
+        kill_init(j);
         reap(j);
     }
+    if (j->pidfd >= 0)
+        close(j->pidfd);
     if (j->ctl_fd >= 0)
         close(j->ctl_fd);
     if (j->ev_fd >= 0)

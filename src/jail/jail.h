@@ -71,6 +71,8 @@ struct jail_file {
     mode_t mode;
 };
 
+struct jail_spawner;
+
 struct jail_config {
     const char *state_dir; /* NULL = JAIL_DEFAULT_STATE_DIR */
     uint32_t uid_base;     /* 0 = JAIL_DEFAULT_UID_BASE */
@@ -89,7 +91,29 @@ struct jail_config {
 
     /* Descriptors of the caller that become the workload's 0, 1, 2; -1 = /dev/null. */
     int stdin_fd, stdout_fd, stderr_fd;
+
+    /* Instead of executing argv, the workload's process calls this once the
+     * sandbox is complete (it must not return): a zygote's sandboxes keep the
+     * zygote's memory, with its ready interpreter. */
+    __attribute__((noreturn)) void (*workload_fn)(void *arg);
+    void *workload_arg;
+
+    /* When set, the init is cloned by someone else (a zygote) instead of by
+     * the caller; the workload is then the spawner's business. */
+    const struct jail_spawner *spawner;
 };
+
+struct jail_clone_params; /* jail/init.h */
+
+struct jail_spawner {
+    /* Clones the init with the given pipe ends (see init.h) and descriptor
+     * for the workload's fd 0; returns the init's host PID and a pidfd. */
+    int (*spawn)(void *ctx, const struct jail_clone_params *p, int ctl_fd, int ev_fd,
+                 int stdin_fd, pid_t *pid, int *pidfd, struct corral_error *err);
+    void *ctx;
+};
+
+
 
 void jail_config_init(struct jail_config *cfg);
 
