@@ -58,12 +58,15 @@ struct corral_limits {
 };
 
 struct corral_sandbox_options {
-    const char *template_id; /* NULL or "default": the host's Python */
+    const char *template_id; /* NULL = "default"; see corral_template_define() */
     uint64_t timeout_ms;     /* the sandbox is killed this long after creation; 0 = never */
     struct corral_limits limits;
     const char *const *env;      /* NULL-terminated NAME=VALUE for every kernel and command */
     const char *const *metadata; /* NULL-terminated key=value, kept with the sandbox */
-    const char *python;          /* interpreter inside; NULL = /usr/bin/python3 */
+    /* NULL: contexts are forks of the template's pre-warmed interpreter (its
+     * zygote). A path: every context executes this interpreter afresh (a
+     * cold start of ~0.2 s, no zygote; the template gives only limits). */
+    const char *python;
     const char *state_dir;       /* NULL = /run/corral */
     unsigned disabled_layers;    /* isolation layers off: for tests only */
 };
@@ -92,6 +95,38 @@ const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);
  * or all. A sandbox past its deadline is killed by a background reaper. */
 corral_sandbox *corral_sandbox_find(const char *id);
 size_t corral_sandbox_list(corral_sandbox **out, size_t max);
+
+/* ---- templates: pre-warmed interpreters and warm pools ----
+ *
+ * A template names the modules its zygote imports before forking sandboxes
+ * (NULL = numpy, pandas, matplotlib.pyplot; an empty list = IPython only),
+ * default limits for its sandboxes, and how many ready sandboxes to keep in
+ * its pool. "default" exists without being defined. A template's zygote
+ * starts on first use (or corral_template_warm) and takes about as long as
+ * importing its modules; every sandbox after that is a fork. */
+struct corral_template {
+    const char *name;
+    const char *const *preload; /* NULL-terminated module names */
+    struct corral_limits limits;
+    unsigned pool_size; /* ready sandboxes kept waiting; 0 = no pool */
+};
+/* Defines (or redefines, while unused) a template. */
+int corral_template_define(const struct corral_template *t, struct corral_error *err);
+/* Starts the template's zygote now and begins filling its pool. */
+int corral_template_warm(const char *name, const char *state_dir, struct corral_error *err);
+/* Waits until the template's pool is full (for benchmarks and tests). */
+int corral_template_wait_pool(const char *name, uint64_t timeout_ms, struct corral_error *err);
+struct corral_template_stats {
+    pid_t zygote_pid; /* 0 = not running */
+    uint64_t zygote_startup_ms;
+    unsigned pool_size, pool_ready;
+    uint64_t pool_hits, pool_misses;
+};
+int corral_template_stats(const char *name, struct corral_template_stats *out,
+                          struct corral_error *err);
+/* Empties the pools and stops every zygote, with every sandbox forked from
+ * them. Call last, after releasing the sandboxes. */
+void corral_shutdown(void);
 
 /* ---- executing code ---- */
 

@@ -74,6 +74,7 @@ struct corral_sandbox {
     char **metadata; /* key=value */
     char template_id[64];
     char python[256];
+    bool forked; /* from a zygote: kernels are forks of the agent's interpreter */
     struct corral_limits limits;
     uint64_t started_at_ms, deadline_ms; /* wall clock */
     bool registered;
@@ -92,6 +93,26 @@ void box_process_unlink(corral_process *p);
 char **box_strv_dup(const char *const *v);
 void box_strv_free(char **v);
 uint64_t box_wall_ms(void);
+
+/* Templates (template.c): zygotes and warm pools. */
+struct box_template;
+int box_template_get(const char *name, struct box_template **out, struct corral_error *err);
+const char *box_template_name(const struct box_template *t);
+/* The template's limits with the caller's non-zero ones on top, defaults filled. */
+void box_template_limits(const struct box_template *t, const struct corral_limits *asked,
+                         struct corral_limits *out);
+/* The template's zygote as a jail spawner (started if needed); hold it until
+ * jail_start returns, then release. */
+int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
+                                 const struct jail_spawner **out, struct corral_error *err);
+void box_template_release_spawner(struct box_template *t);
+/* A ready pooled sandbox with exactly these limits, or NULL. */
+corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits *lim);
+/* A new unregistered sandbox of the template's defaults with its default
+ * context running (sandbox.c). */
+int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct corral_error *err);
+/* Makes env (NAME=VALUE, NULL-terminated) part of the kernel's environment. */
+int box_context_environ(corral_context *ctx, const char *const *env, struct corral_error *err);
 
 /* The manager's registry of live sandboxes (manager.c). */
 void box_register(corral_sandbox *sb);

@@ -87,8 +87,8 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     char *argv[] = {sb->python, NULL};
     corral_process *k;
     int sock = -1;
-    int r =
-        box_spawn(sb, CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL, ctx->cwd, argv, NULL, &k, &sock, err);
+    uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL | (sb->forked ? CTL_SPAWN_PRISTINE : 0);
+    int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, &k, &sock, err);
     if (r < 0)
         return r;
     k->is_kernel = true;
@@ -128,6 +128,44 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
         struct pollfd pfd = {.fd = sock, .events = POLLIN};
         poll(&pfd, 1, (int)(deadline - now));
     }
+}
+
+int box_context_environ(corral_context *ctx, const char *const *env, struct corral_error *err)
+{
+    json_t *vars = json_object();
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq || eq == env[i])
+            continue;
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - env[i]), env[i]);
+        json_object_set_new(vars, name, json_string(eq + 1));
+    }
+    json_t *req = json_pack("{s:s, s:o}", "type", "environ", "env", vars);
+    size_t len = 0;
+    char *frame = req ? kframe_encode(req, &len) : NULL;
+    json_decref(req);
+    if (!frame)
+        return corral_fail(err, EINVAL, "the environment is not valid UTF-8 text");
+    pthread_mutex_lock(&ctx->exec_lock);
+    int r = 0;
+    size_t sent = 0;
+    uint64_t deadline = corral_now_ms() + 5000;
+    while (r == 0 && sent < len) {
+        ssize_t n = ctx->sock >= 0 ? write(ctx->sock, frame + sent, len - sent) : -1;
+        if (n > 0) {
+            sent += (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR) && corral_now_ms() < deadline) {
+            struct pollfd p = {.fd = ctx->sock, .events = POLLOUT};
+            poll(&p, 1, 100);
+        } else {
+            r = corral_fail(err, EPIPE, "cannot pass the environment to the %s kernel",
+                            ctx->language);
+        }
+    }
+    pthread_mutex_unlock(&ctx->exec_lock);
+    free(frame);
+    return r;
 }
 
 int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,

@@ -261,12 +261,8 @@ static char **build_env(const struct corral_sandbox_options *o, const struct cor
 
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
-                          struct corral_error *err)
+static int check_options(const struct corral_sandbox_options *o, struct corral_error *err)
 {
-    if (o->template_id && *o->template_id && strcmp(o->template_id, "default"))
-        return corral_fail(err, ENOENT, "unknown template '%s' (available: default)",
-                           o->template_id);
     for (size_t i = 0; o->env && o->env[i]; i++)
         if (!strchr(o->env[i], '=') || o->env[i][0] == '=')
             return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
@@ -274,8 +270,50 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     for (size_t i = 0; o->metadata && o->metadata[i]; i++)
         if (!strchr(o->metadata[i], '='))
             return corral_fail(err, EINVAL, "metadata '%s' is not key=value", o->metadata[i]);
-    int exe = agent_fd(err);
-    if (exe < 0)
+    if (o->python && o->python[0] != '/')
+        return corral_fail(err, EINVAL, "the interpreter '%s' is not an absolute path",
+                           o->python);
+    return 0;
+}
+
+/* Gives a sandbox (new or from the pool) to its user: environment,
+ * metadata, clock, and a place in the registry. */
+static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
+                    struct corral_error *err)
+{
+    char **env = build_env(o, &sb->limits);
+    char **metadata = box_strv_dup(o->metadata);
+    if (!env || !metadata) {
+        box_strv_free(env);
+        box_strv_free(metadata);
+        return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
+    }
+    pthread_mutex_lock(&sb->lock);
+    box_strv_free(sb->env);
+    box_strv_free(sb->metadata);
+    sb->env = env;
+    sb->metadata = metadata;
+    sb->started_at_ms = box_wall_ms();
+    sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
+    corral_context *ctx = sb->default_ctx;
+    pthread_mutex_unlock(&sb->lock);
+    /* A pooled kernel started with the template's environment. */
+    if (ctx && o->env && o->env[0]) {
+        int r = box_context_environ(ctx, o->env, err);
+        if (r < 0)
+            return r;
+    }
+    box_register(sb);
+    return 0;
+}
+
+static int sandbox_new(const struct corral_sandbox_options *o, struct box_template *t,
+                       const struct corral_limits *limits, corral_sandbox **out,
+                       struct corral_error *err)
+{
+    bool forked = !o->python;
+    int exe = -1;
+    if (!forked && (exe = agent_fd(err)) < 0)
         return exe;
 
     corral_sandbox *sb = calloc(1, sizeof(*sb));
@@ -285,19 +323,10 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     pthread_cond_init(&sb->cond, NULL);
     sb->refs = 1;
     sb->ctl = -1;
-    snprintf(sb->template_id, sizeof(sb->template_id), "default");
+    sb->forked = forked;
+    snprintf(sb->template_id, sizeof(sb->template_id), "%s", box_template_name(t));
     snprintf(sb->python, sizeof(sb->python), "%s", o->python ? o->python : "/usr/bin/python3");
-    sb->limits = o->limits;
-    if (!sb->limits.memory_bytes)
-        sb->limits.memory_bytes = JAIL_DEFAULT_MEMORY;
-    if (!sb->limits.millicpus)
-        sb->limits.millicpus = JAIL_DEFAULT_MILLICPUS;
-    if (!sb->limits.pids)
-        sb->limits.pids = JAIL_DEFAULT_PIDS;
-    if (!sb->limits.disk_bytes)
-        sb->limits.disk_bytes = JAIL_DEFAULT_DISK;
-    if (!sb->limits.open_files)
-        sb->limits.open_files = JAIL_DEFAULT_OPEN_FILES;
+    sb->limits = *limits;
     sb->env = build_env(o, &sb->limits);
     sb->metadata = box_strv_dup(o->metadata);
     if (!sb->env || !sb->metadata) {
@@ -324,13 +353,25 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     cfg.limits.pids = sb->limits.pids;
     cfg.limits.disk_bytes = sb->limits.disk_bytes;
     cfg.limits.open_files = sb->limits.open_files;
-    cfg.argv = agent_argv;
-    cfg.envp = agent_env;
-    cfg.exec_fd = exe;
     cfg.stdin_fd = sv[1];
-    pthread_mutex_lock(&create_lock);
-    int r = jail_start(&cfg, &sb->jail, err);
-    pthread_mutex_unlock(&create_lock);
+    int r;
+    if (forked) {
+        const struct jail_spawner *spawner;
+        r = box_template_acquire_spawner(t, o->state_dir, &spawner, err);
+        if (r == 0) {
+            cfg.spawner = spawner;
+            r = jail_start(&cfg, &sb->jail, err);
+            box_template_release_spawner(t);
+        }
+    } else {
+        cfg.argv = agent_argv;
+        cfg.envp = agent_env;
+        cfg.exec_fd = exe;
+        /* The init is cloned from this process: one clone at a time. */
+        pthread_mutex_lock(&create_lock);
+        r = jail_start(&cfg, &sb->jail, err);
+        pthread_mutex_unlock(&create_lock);
+    }
     close(sv[1]);
     if (r < 0) {
         close(sv[0]);
@@ -340,12 +381,59 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     sb->ctl = sv[0];
     sb->started_at_ms = box_wall_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
-    if ((r = pthread_create(&sb->reader, NULL, reader_main, sb)) != 0) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    r = pthread_create(&sb->reader, &attr, reader_main, sb);
+    pthread_attr_destroy(&attr);
+    if (r != 0) {
         corral_sandbox_release(sb);
         return corral_fail(err, r, "cannot start the sandbox's reader thread");
     }
     sb->reader_started = true;
-    box_register(sb);
+    *out = sb;
+    return 0;
+}
+
+int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct corral_error *err)
+{
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    struct corral_limits limits, none = {0};
+    box_template_limits(t, &none, &limits);
+    corral_sandbox *sb;
+    int r = sandbox_new(&o, t, &limits, &sb, err);
+    if (r < 0)
+        return r;
+    corral_context *ctx;
+    if ((r = corral_context_default(sb, &ctx, err)) < 0) {
+        corral_sandbox_release(sb);
+        return r;
+    }
+    *out = sb;
+    return 0;
+}
+
+int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
+                          struct corral_error *err)
+{
+    int r = check_options(o, err);
+    struct box_template *t;
+    if (r < 0 || (r = box_template_get(o->template_id, &t, err)) < 0)
+        return r;
+    struct corral_limits limits;
+    box_template_limits(t, &o->limits, &limits);
+    corral_sandbox *sb = NULL;
+    bool poolable = !o->python && !o->disabled_layers &&
+                    (!o->state_dir || !strcmp(o->state_dir, JAIL_DEFAULT_STATE_DIR));
+    if (poolable)
+        sb = box_pool_take(t, &limits);
+    if (!sb && (r = sandbox_new(o, t, &limits, &sb, err)) < 0)
+        return r;
+    if ((r = hand_out(sb, o, err)) < 0) {
+        corral_sandbox_release(sb);
+        return r;
+    }
     *out = sb;
     return 0;
 }

@@ -30,6 +30,8 @@ extern const char corral_kernel_py[];
 #define MAX_CHILDREN 4096
 #define MAX_LISTED   100000
 
+void (*agent_pristine)(char *const *envp, char *const *argv, bool kernel);
+
 static pid_t children[MAX_CHILDREN];
 static size_t n_children;
 
@@ -138,6 +140,11 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
     if (s->cwd[0] && chdir(s->cwd) < 0)
         goto fail;
     stage = 2;
+    if (s->flags & CTL_SPAWN_PRISTINE) {
+        close(status_fd); /* the agent reads end-of-file: started */
+        agent_pristine(s->envp, s->argv, (s->flags & CTL_SPAWN_KERNEL) != 0);
+        _exit(127);
+    }
     execvpe(s->argv[0], s->argv, s->envp);
 fail:;
     int e[2] = {stage, errno};
@@ -156,7 +163,15 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
         reply_err(rep, seq, EINVAL, "malformed spawn request");
         goto out;
     }
-    if (s.flags & CTL_SPAWN_KERNEL) {
+    if ((s.flags & CTL_SPAWN_PRISTINE) && !agent_pristine) {
+        reply_err(rep, seq, ENOTSUP, "this sandbox has no pre-warmed interpreter to fork");
+        goto out;
+    }
+    if ((s.flags & CTL_SPAWN_PRISTINE) && !(s.flags & CTL_SPAWN_KERNEL) && !s.argv[1]) {
+        reply_err(rep, seq, EINVAL, "a script needs its code");
+        goto out;
+    }
+    if ((s.flags & CTL_SPAWN_KERNEL) && !(s.flags & CTL_SPAWN_PRISTINE)) {
         char **kargv = calloc(4, sizeof(char *));
         if (!kargv || !(kargv[0] = strdup(s.argv[0])) || !(kargv[1] = strdup("-c")) ||
             !(kargv[2] = strdup(corral_kernel_py))) {

@@ -56,8 +56,11 @@ enum ctl_op {
 };
 
 /* CTL_SPAWN_KERNEL: run the kernel (kernel.py, compiled into the agent) with
- * argv[0] as the interpreter: argv is {python} and becomes {python, -c, kernel}. */
-enum { CTL_SPAWN_STDIN = 1, CTL_SPAWN_SOCKET = 2, CTL_SPAWN_KERNEL = 4 };
+ * argv[0] as the interpreter: argv is {python} and becomes {python, -c, kernel}.
+ * CTL_SPAWN_PRISTINE: fork the agent's never-used interpreter (a zygote's
+ * sandbox) instead of executing one: with CTL_SPAWN_KERNEL it becomes the
+ * kernel; without, it runs as `python3 -c argv[1] argv[2...]`. */
+enum { CTL_SPAWN_STDIN = 1, CTL_SPAWN_SOCKET = 2, CTL_SPAWN_KERNEL = 4, CTL_SPAWN_PRISTINE = 8 };
 enum { CTL_OPEN_READ = 0, CTL_OPEN_WRITE = 1, CTL_OPEN_APPEND = 2 };
 enum { CTL_TYPE_FILE = 1, CTL_TYPE_DIR, CTL_TYPE_SYMLINK, CTL_TYPE_OTHER };
 

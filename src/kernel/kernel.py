@@ -1170,6 +1170,11 @@ def _serve():
                 continue
             if isinstance(req, dict) and req.get("type") == "execute":
                 _execute(req)
+            elif isinstance(req, dict) and req.get("type") == "environ":
+                try:
+                    _apply_env(req.get("env"), {})
+                except Exception as e:
+                    _diag("bad environ request ignored: %r" % e)
             else:
                 _diag("unknown request ignored")
         except KeyboardInterrupt:
@@ -1177,8 +1182,31 @@ def _serve():
     os._exit(0)
 
 
-def main():
+def prepare(preload=()):
+    """Everything a kernel needs that does not depend on its process: filters,
+    the pyplot hook, the IPython shell and the preloaded modules.  A zygote
+    runs this once and forks every kernel from the result, so it must start
+    no thread and touch no descriptor."""
     global shell
+    import warnings
+
+    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
+    warnings.filterwarnings("ignore", message=".*is non-interactive, and thus cannot be shown")
+    warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.meta_path.insert(0, _PyplotHook())
+    shell = _make_shell()
+    import importlib
+
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            raise RuntimeError("cannot preload %s: %s: %s" % (name, type(e).__name__, e)) from None
+
+
+def start():
+    """Serves the daemon on fd 3 until it closes; never returns."""
     try:
         os.set_inheritable(SOCK_FD, False)  # children of user code must not hold the socket
         os.set_blocking(SOCK_FD, True)
@@ -1190,16 +1218,6 @@ def main():
     _setup_output()
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.register_at_fork(after_in_child=_after_fork_child)
-
-    import warnings
-
-    warnings.filterwarnings("ignore", message="To exit: use 'exit', 'quit', or Ctrl-D.")
-    warnings.filterwarnings("ignore", message=".*is non-interactive, and thus cannot be shown")
-    warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    sys.meta_path.insert(0, _PyplotHook())
-
-    shell = _make_shell()
     sys.stdout = _Writer("stdout", 1)
     sys.stderr = _Writer("stderr", 2)
     from IPython.core import release
@@ -1210,6 +1228,95 @@ def main():
     if _CWD_ON_PATH:
         sys.path.insert(0, "")
     _serve()
+
+
+def main():
+    prepare()
+    start()
+
+
+def _become_fresh(env):
+    """In a child forked from a zygote: its own environment, working directory
+    history and random state.  Python's own random module reseeds itself on
+    fork (PyOS_AfterFork_Child); numpy's global generator and OpenSSL's do not
+    know of the fork."""
+    global _CWD_ON_PATH
+    os.environ.clear()
+    for item in env:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            os.environ[key] = value
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception as e:
+            _diag("cannot reseed numpy: %r" % e)
+    ssl = sys.modules.get("ssl")
+    if ssl is not None:
+        try:
+            ssl.RAND_add(os.urandom(64), 64.0)
+        except Exception as e:
+            _diag("cannot reseed OpenSSL: %r" % e)
+    _CWD_ON_PATH = "" not in sys.path
+    if shell is not None:
+        dh = shell.user_ns.get("_dh")
+        if isinstance(dh, list):
+            dh[:] = [os.getcwd()]
+
+
+def start_forked(env):
+    """A zygote's fork becomes a kernel (fds as for `python3 -c`)."""
+    _become_fresh(env)
+    start()
+
+
+def run_script(env, argv):
+    """A zygote's fork behaves as `python3 -c CODE ARGS...`: argv is
+    [CODE, ARGS...]; returns the exit status."""
+    import traceback
+    import types
+
+    _become_fresh(env)
+    code = argv[0] if argv else ""
+    sys.argv = ["-c"] + list(argv[1:])
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    main_mod = types.ModuleType("__main__")
+    main_mod.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main_mod
+    status = 0
+    try:
+        exec(compile(code, "<string>", "exec"), main_mod.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            status = 0
+        elif isinstance(e.code, int):
+            status = e.code & 0xFF
+        else:
+            try:
+                print(e.code, file=sys.stderr)
+            except Exception:
+                pass
+            status = 1
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    return status
 
 
 if __name__ == "__main__":

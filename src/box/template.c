@@ -1,0 +1,425 @@
+/*
+ * Templates: a named set of preload modules and default limits, the zygote
+ * that has them imported (started on first use, restarted if it dies) and a
+ * warm pool of ready sandboxes, refilled by a background thread. A pooled
+ * sandbox has a running default context and has never run anything: it
+ * holds no user data until corral_sandbox_create() hands it out.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "box/box.h"
+#include "zygote/zygote.h"
+
+static const char *const default_preload[] = {"numpy", "pandas", "matplotlib.pyplot", NULL};
+
+struct box_template {
+    char name[64];
+    char **preload;
+    size_t n_preload;
+    struct corral_limits limits;
+    unsigned pool_size;
+
+    pthread_rwlock_t zlock; /* readers spawn; a writer (re)starts the zygote */
+    struct zygote *zygote;
+    struct jail_spawner spawner;
+    char state_dir[256];
+
+    pthread_mutex_t lock; /* the pool */
+    pthread_cond_t cond;
+    corral_sandbox **pool;
+    unsigned n_pool;
+    bool refill_started, stopping;
+    pthread_t refill;
+    uint64_t hits, misses;
+    struct box_template *next;
+};
+
+static pthread_mutex_t templates_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct box_template *templates;
+
+static struct box_template *find_locked(const char *name)
+{
+    for (struct box_template *t = templates; t; t = t->next)
+        if (!strcmp(t->name, name))
+            return t;
+    return NULL;
+}
+
+static void free_template(struct box_template *t)
+{
+    box_strv_free(t->preload);
+    free(t->pool);
+    pthread_rwlock_destroy(&t->zlock);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->cond);
+    free(t);
+}
+
+static struct box_template *new_template(const struct corral_template *def,
+                                         struct corral_error *err)
+{
+    struct box_template *t = calloc(1, sizeof(*t));
+    const char *const *pre = def->preload ? def->preload : default_preload;
+    if (!t || !(t->preload = box_strv_dup(pre)) ||
+        !(t->pool = calloc(def->pool_size ? def->pool_size : 1, sizeof(corral_sandbox *)))) {
+        if (t) {
+            box_strv_free(t->preload);
+            free(t);
+        }
+        corral_fail(err, ENOMEM, "out of memory defining a template");
+        return NULL;
+    }
+    while (t->preload[t->n_preload])
+        t->n_preload++;
+    snprintf(t->name, sizeof(t->name), "%s", def->name);
+    t->limits = def->limits;
+    t->pool_size = def->pool_size;
+    pthread_rwlock_init(&t->zlock, NULL);
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    return t;
+}
+
+static int check_name(const char *name, struct corral_error *err)
+{
+    if (!name || !*name || strlen(name) >= 64)
+        return corral_fail(err, EINVAL, "a template needs a name of 1 to 63 characters");
+    for (const char *p = name; *p; p++)
+        if (!(*p == '-' || *p == '_' || *p == '.' || (*p >= '0' && *p <= '9') ||
+              (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            return corral_fail(err, EINVAL,
+                               "template name '%s' may only hold letters, digits, '-', '_', '.'",
+                               name);
+    return 0;
+}
+
+int corral_template_define(const struct corral_template *def, struct corral_error *err)
+{
+    int r = check_name(def->name, err);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; def->preload && def->preload[i]; i++) {
+        const char *m = def->preload[i];
+        if (!*m || strchr(m, ',') || strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                               "0123456789_.") != strlen(m))
+            return corral_fail(err, EINVAL, "template '%s': '%s' is not a module name",
+                               def->name, m);
+    }
+    if (def->pool_size > 10000)
+        return corral_fail(err, EINVAL, "template '%s': a pool of %u sandboxes is too large",
+                           def->name, def->pool_size);
+    struct box_template *t = new_template(def, err);
+    if (!t)
+        return -err->code;
+    pthread_mutex_lock(&templates_lock);
+    struct box_template **pp = &templates;
+    while (*pp && strcmp((*pp)->name, def->name))
+        pp = &(*pp)->next;
+    if (*pp && ((*pp)->zygote || (*pp)->refill_started)) {
+        pthread_mutex_unlock(&templates_lock);
+        free_template(t);
+        return corral_fail(err, EBUSY, "template '%s' is in use and cannot be redefined",
+                           def->name);
+    }
+    if (*pp) {
+        struct box_template *old = *pp;
+        t->next = old->next;
+        *pp = t;
+        free_template(old);
+    } else {
+        *pp = t;
+    }
+    pthread_mutex_unlock(&templates_lock);
+    return 0;
+}
+
+int box_template_get(const char *name, struct box_template **out, struct corral_error *err)
+{
+    if (!name || !*name)
+        name = "default";
+    pthread_mutex_lock(&templates_lock);
+    struct box_template *t = find_locked(name);
+    if (!t && !strcmp(name, "default")) {
+        struct corral_template def = {.name = "default"};
+        t = new_template(&def, err);
+        if (t) {
+            t->next = templates;
+            templates = t;
+        }
+    }
+    if (!t) {
+        char names[512] = "";
+        size_t used = 0;
+        bool has_default = false;
+        for (struct box_template *x = templates; x && used < sizeof(names) - 70; x = x->next) {
+            used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
+                                     x->name);
+            has_default |= !strcmp(x->name, "default");
+        }
+        if (!has_default)
+            snprintf(names + used, sizeof(names) - used, "%sdefault", used ? ", " : "");
+        pthread_mutex_unlock(&templates_lock);
+        if (err->code == ENOMEM)
+            return -ENOMEM;
+        return corral_fail(err, ENOENT, "unknown template '%s' (available: %s)", name, names);
+    }
+    pthread_mutex_unlock(&templates_lock);
+    *out = t;
+    return 0;
+}
+
+const char *box_template_name(const struct box_template *t)
+{
+    return t->name;
+}
+
+void box_template_limits(const struct box_template *t, const struct corral_limits *asked,
+                         struct corral_limits *out)
+{
+    *out = t->limits;
+    if (asked->memory_bytes)
+        out->memory_bytes = asked->memory_bytes;
+    if (asked->millicpus)
+        out->millicpus = asked->millicpus;
+    if (asked->pids)
+        out->pids = asked->pids;
+    if (asked->disk_bytes)
+        out->disk_bytes = asked->disk_bytes;
+    if (asked->open_files)
+        out->open_files = asked->open_files;
+    if (!out->memory_bytes)
+        out->memory_bytes = JAIL_DEFAULT_MEMORY;
+    if (!out->millicpus)
+        out->millicpus = JAIL_DEFAULT_MILLICPUS;
+    if (!out->pids)
+        out->pids = JAIL_DEFAULT_PIDS;
+    if (!out->disk_bytes)
+        out->disk_bytes = JAIL_DEFAULT_DISK;
+    if (!out->open_files)
+        out->open_files = JAIL_DEFAULT_OPEN_FILES;
+}
+
+/* Starts (or restarts) the zygote; called with zlock held for writing. */
+static int ensure_zygote_locked(struct box_template *t, const char *state_dir,
+                                struct corral_error *err)
+{
+    if (t->zygote && zygote_alive(t->zygote))
+        return 0;
+    if (t->zygote) {
+        zygote_stop(t->zygote);
+        t->zygote = NULL;
+    }
+    struct zygote_options zo = {.name = t->name,
+                                .preload = (const char *const *)t->preload,
+                                .n_preload = t->n_preload,
+                                .state_dir = state_dir};
+    int r = zygote_start(&zo, &t->zygote, err);
+    if (r < 0)
+        return r;
+    snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir ? state_dir : "");
+    t->spawner.spawn = zygote_spawn;
+    t->spawner.ctx = t->zygote;
+    return 0;
+}
+
+int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
+                                 const struct jail_spawner **out, struct corral_error *err)
+{
+    pthread_rwlock_rdlock(&t->zlock);
+    if (t->zygote && zygote_alive(t->zygote)) {
+        *out = &t->spawner;
+        return 0; /* released by box_template_release_spawner */
+    }
+    pthread_rwlock_unlock(&t->zlock);
+    pthread_rwlock_wrlock(&t->zlock);
+    int r = ensure_zygote_locked(t, state_dir, err);
+    pthread_rwlock_unlock(&t->zlock);
+    if (r < 0)
+        return r;
+    return box_template_acquire_spawner(t, state_dir, out, err);
+}
+
+void box_template_release_spawner(struct box_template *t)
+{
+    pthread_rwlock_unlock(&t->zlock);
+}
+
+/* ---- the pool ---- */
+
+static bool same_limits(const struct corral_limits *a, const struct corral_limits *b)
+{
+    return a->memory_bytes == b->memory_bytes && a->millicpus == b->millicpus &&
+           a->pids == b->pids && a->disk_bytes == b->disk_bytes && a->open_files == b->open_files;
+}
+
+static void *refill_main(void *arg)
+{
+    struct box_template *t = arg;
+    unsigned failures = 0;
+    pthread_mutex_lock(&t->lock);
+    while (!t->stopping) {
+        if (t->n_pool >= t->pool_size) {
+            pthread_cond_wait(&t->cond, &t->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&t->lock);
+        corral_sandbox *sb = NULL;
+        struct corral_error err;
+        int r = box_sandbox_for_pool(t, &sb, &err);
+        pthread_mutex_lock(&t->lock);
+        if (r < 0) {
+            if (failures++ == 0)
+                fprintf(stderr, "corral: cannot fill the pool of template '%s': %s\n", t->name,
+                        err.message);
+            /* Back off, but wake up at once to stop. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += failures < 5 ? 1 : 10;
+            pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+            continue;
+        }
+        failures = 0;
+        if (t->stopping) {
+            pthread_mutex_unlock(&t->lock);
+            corral_sandbox_release(sb);
+            pthread_mutex_lock(&t->lock);
+            break;
+        }
+        t->pool[t->n_pool++] = sb;
+        pthread_cond_broadcast(&t->cond);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+static void start_refill_locked(struct box_template *t)
+{
+    if (t->refill_started || !t->pool_size || t->stopping)
+        return;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    t->refill_started = pthread_create(&t->refill, &attr, refill_main, t) == 0;
+    pthread_attr_destroy(&attr);
+}
+
+corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits *lim)
+{
+    corral_sandbox *found = NULL;
+    pthread_mutex_lock(&t->lock);
+    start_refill_locked(t);
+    for (unsigned i = 0; i < t->n_pool && !found; i++) {
+        corral_sandbox *sb = t->pool[i];
+        if (!same_limits(&sb->limits, lim))
+            continue;
+        t->pool[i] = t->pool[--t->n_pool];
+        if (corral_sandbox_alive(sb)) {
+            found = sb;
+        } else {
+            pthread_mutex_unlock(&t->lock);
+            corral_sandbox_release(sb);
+            pthread_mutex_lock(&t->lock);
+            i = (unsigned)-1; /* the pool changed: look again */
+        }
+    }
+    if (found)
+        t->hits++;
+    else
+        t->misses++;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    return found;
+}
+
+int corral_template_warm(const char *name, const char *state_dir, struct corral_error *err)
+{
+    struct box_template *t;
+    int r = box_template_get(name, &t, err);
+    if (r < 0)
+        return r;
+    pthread_rwlock_wrlock(&t->zlock);
+    r = ensure_zygote_locked(t, state_dir, err);
+    pthread_rwlock_unlock(&t->zlock);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&t->lock);
+    start_refill_locked(t);
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+int corral_template_wait_pool(const char *name, uint64_t timeout_ms, struct corral_error *err)
+{
+    struct box_template *t;
+    int r = box_template_get(name, &t, err);
+    if (r < 0)
+        return r;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (timeout_ms % 1000) * 1000000;
+    ts.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_mutex_lock(&t->lock);
+    start_refill_locked(t);
+    r = 0;
+    while (t->n_pool < t->pool_size && r == 0)
+        r = pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+    bool full = t->n_pool >= t->pool_size;
+    pthread_mutex_unlock(&t->lock);
+    if (!full)
+        return corral_fail(err, ETIMEDOUT, "the pool of template '%s' is not full after %llu ms",
+                           t->name, (unsigned long long)timeout_ms);
+    return 0;
+}
+
+int corral_template_stats(const char *name, struct corral_template_stats *out,
+                          struct corral_error *err)
+{
+    struct box_template *t;
+    int r = box_template_get(name, &t, err);
+    if (r < 0)
+        return r;
+    memset(out, 0, sizeof(*out));
+    pthread_rwlock_rdlock(&t->zlock);
+    if (t->zygote) {
+        out->zygote_pid = zygote_pid(t->zygote);
+        out->zygote_startup_ms = zygote_startup_ms(t->zygote);
+    }
+    pthread_rwlock_unlock(&t->zlock);
+    pthread_mutex_lock(&t->lock);
+    out->pool_size = t->pool_size;
+    out->pool_ready = t->n_pool;
+    out->pool_hits = t->hits;
+    out->pool_misses = t->misses;
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+void corral_shutdown(void)
+{
+    pthread_mutex_lock(&templates_lock);
+    struct box_template *list = templates;
+    templates = NULL;
+    pthread_mutex_unlock(&templates_lock);
+    while (list) {
+        struct box_template *t = list;
+        list = t->next;
+        pthread_mutex_lock(&t->lock);
+        t->stopping = true;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+        if (t->refill_started)
+            pthread_join(t->refill, NULL);
+        for (unsigned i = 0; i < t->n_pool; i++)
+            corral_sandbox_release(t->pool[i]);
+        t->n_pool = 0;
+        if (t->zygote)
+            zygote_stop(t->zygote);
+        free_template(t);
+    }
+}

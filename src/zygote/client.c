@@ -1,0 +1,377 @@
+/* The daemon's side of a zygote: starting it, asking it for sandboxes; see zygote.h. */
+#include "zygote/zygote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+struct zygote {
+    pthread_mutex_t lock; /* one request at a time */
+    int sock;
+    pid_t pid;
+    bool dead;
+    uint64_t startup_ms;
+    char name[64];
+};
+
+int zygote_send(int sock, const void *msg, size_t len, const int *fds, size_t n_fds)
+{
+    struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n_fds) {
+        memset(&u, 0, sizeof(u));
+        mh.msg_control = u.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n_fds);
+    }
+    ssize_t n;
+    do
+        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    return n == (ssize_t)len ? 0 : -EMSGSIZE;
+}
+
+/* Receives one message of exactly `len` bytes and up to max_fds descriptors
+ * (others are closed). Returns the number of descriptors, -EPIPE at
+ * end-of-file, -EBADMSG for a message of the wrong size. */
+int zygote_recv(int sock, void *msg, size_t len, int *fds, size_t max_fds)
+{
+    struct iovec iov = {.iov_base = msg, .iov_len = len};
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+    ssize_t n;
+    do
+        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    if (n == 0)
+        return -EPIPE;
+    size_t got = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int *in = (int *)CMSG_DATA(c);
+        for (size_t i = 0; i < k; i++) {
+            if (got < max_fds)
+                fds[got++] = in[i];
+            else
+                close(in[i]);
+        }
+    }
+    if ((size_t)n != len || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        for (size_t i = 0; i < got; i++)
+            close(fds[i]);
+        return -EBADMSG;
+    }
+    return (int)got;
+}
+
+int zygote_exe(char *out, size_t len, struct corral_error *err)
+{
+    const char *env = getenv("CORRAL_ZYGOTE");
+    if (env && *env) {
+        snprintf(out, len, "%s", env);
+    } else {
+        char base[4096];
+        const char *agent = getenv("CORRAL_AGENT");
+        if (agent && *agent) {
+            snprintf(base, sizeof(base), "%s", agent);
+        } else {
+            ssize_t n = readlink("/proc/self/exe", base, sizeof(base) - 1);
+            base[n > 0 ? n : 0] = '\0';
+        }
+        char *slash = strrchr(base, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(out, len, "%s/corral-zygote", slash ? base : ".");
+    }
+    if (access(out, X_OK) < 0)
+        return corral_fail_errno(err,
+                                 "cannot run the zygote %s, which forks pre-warmed "
+                                 "sandboxes (set CORRAL_ZYGOTE to its path)",
+                                 out);
+    return 0;
+}
+
+/* The zygote's environment: nothing of the daemon's (its API keys, ...) may
+ * reach a sandbox through the zygote's memory. Sanitizer settings pass. */
+static char **zygote_env(void)
+{
+    static const char *const base[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+                                       "HOME=/home/user"};
+    static const char *const pass[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
+    size_t n = sizeof(base) / sizeof(base[0]), k = 0;
+    char **env = calloc(n + sizeof(pass) / sizeof(pass[0]) + 2, sizeof(char *));
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        env[k++] = strdup(base[i]);
+    bool asan = false;
+    for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++) {
+        const char *v = getenv(pass[i]);
+        if (!v)
+            continue;
+        size_t l = strlen(pass[i]) + strlen(v) + 2;
+        if ((env[k] = malloc(l)))
+            snprintf(env[k], l, "%s=%s", pass[i], v);
+        k++;
+        asan |= !strcmp(pass[i], "ASAN_OPTIONS");
+    }
+    if (!asan) /* an embedded interpreter never frees everything: not a leak of ours */
+        env[k++] = strdup("ASAN_OPTIONS=detect_leaks=0");
+    for (size_t i = 0; i < k; i++)
+        if (!env[i]) {
+            for (size_t j = 0; j < k; j++)
+                free(env[j]);
+            free(env);
+            return NULL;
+        }
+    return env;
+}
+
+static void free_strv(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static int wait_hello(struct zygote *z, uint64_t timeout_ms, struct corral_error *err)
+{
+    struct pollfd p = {.fd = z->sock, .events = POLLIN};
+    int n;
+    do
+        n = poll(&p, 1, (int)timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n == 0)
+        return corral_fail(err, ETIMEDOUT, "the zygote of template '%s' was not ready within %llu s",
+                           z->name, (unsigned long long)(timeout_ms / 1000));
+    struct zygote_hello *h = calloc(1, sizeof(*h));
+    if (!h)
+        return corral_fail(err, ENOMEM, "out of memory");
+    int r = zygote_recv(z->sock, h, sizeof(*h), NULL, 0);
+    if (r < 0) {
+        free(h);
+        return corral_fail(err, ECHILD, "the zygote of template '%s' died while starting",
+                           z->name);
+    }
+    if (h->magic != ZYGOTE_MAGIC) {
+        free(h);
+        return corral_fail(err, EPROTO, "the zygote of template '%s' answered nonsense", z->name);
+    }
+    h->text[sizeof(h->text) - 1] = '\0';
+    if (h->code != 0) {
+        r = corral_fail(err, h->code > 0 ? h->code : EIO, "template '%s': %s", z->name, h->text);
+        free(h);
+        return r;
+    }
+    z->startup_ms = h->startup_ms;
+    free(h);
+    return 0;
+}
+
+int zygote_start(const struct zygote_options *o, struct zygote **out, struct corral_error *err)
+{
+    char exe[4096];
+    int r;
+    if (o->exe)
+        snprintf(exe, sizeof(exe), "%s", o->exe);
+    else if ((r = zygote_exe(exe, sizeof(exe), err)) < 0)
+        return r;
+    size_t plen = 1;
+    for (size_t i = 0; i < o->n_preload; i++)
+        plen += strlen(o->preload[i]) + 1;
+    char *preload = calloc(1, plen);
+    struct zygote *z = calloc(1, sizeof(*z));
+    char **env = zygote_env();
+    if (!preload || !z || !env) {
+        free(preload);
+        free(z);
+        free_strv(env);
+        return corral_fail(err, ENOMEM, "out of memory starting a zygote");
+    }
+    for (size_t i = 0; i < o->n_preload; i++) {
+        if (i)
+            strcat(preload, ",");
+        strcat(preload, o->preload[i]);
+    }
+    pthread_mutex_init(&z->lock, NULL);
+    snprintf(z->name, sizeof(z->name), "%s", o->name ? o->name : "default");
+    z->sock = -1;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        r = corral_fail_errno(err, "cannot create the zygote's socket");
+        goto fail;
+    }
+    const char *state_dir = o->state_dir ? o->state_dir : JAIL_DEFAULT_STATE_DIR;
+    char *argv[] = {"corral-zygote", "--name",       z->name, "--preload", preload,
+                    "--state-dir",   (char *)state_dir, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                        POSIX_SPAWN_SETSID);
+    int e = posix_spawn(&z->pid, exe, &fa, &attr, argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(sv[1]);
+    z->sock = sv[0];
+    if (e) {
+        errno = e;
+        z->pid = 0;
+        r = corral_fail_errno(err, "cannot start the zygote %s", exe);
+        goto fail;
+    }
+    if ((r = wait_hello(z, o->start_timeout_ms ? o->start_timeout_ms : 120000, err)) < 0)
+        goto fail;
+    free(preload);
+    free_strv(env);
+    *out = z;
+    return 0;
+fail:
+    free(preload);
+    free_strv(env);
+    zygote_stop(z);
+    return r;
+}
+
+int zygote_spawn(void *ctx, const struct jail_clone_params *p, int ctl_fd, int ev_fd, int stdin_fd,
+                 pid_t *pid, int *pidfd, struct corral_error *err)
+{
+    struct zygote *z = ctx;
+    struct zygote_request *req = calloc(1, sizeof(*req));
+    struct zygote_reply *rep = calloc(1, sizeof(*rep));
+    int r;
+    if (!req || !rep) {
+        r = corral_fail(err, ENOMEM, "out of memory");
+        goto out;
+    }
+    req->magic = ZYGOTE_MAGIC;
+    req->params = *p;
+    int fds[3] = {ctl_fd, ev_fd, stdin_fd};
+    pthread_mutex_lock(&z->lock);
+    if (z->dead) {
+        pthread_mutex_unlock(&z->lock);
+        r = corral_fail(err, ECHILD, "the zygote of template '%s' is gone", z->name);
+        goto out;
+    }
+    r = zygote_send(z->sock, req, sizeof(*req), fds, 3);
+    int got = -1;
+    if (r == 0)
+        got = r = zygote_recv(z->sock, rep, sizeof(*rep), pidfd, 1);
+    if (r < 0)
+        z->dead = true;
+    pthread_mutex_unlock(&z->lock);
+    if (r < 0) {
+        r = corral_fail(err, ECHILD, "the zygote of template '%s' is gone: %s", z->name,
+                        strerrordesc_np(-r));
+        goto out;
+    }
+    rep->text[sizeof(rep->text) - 1] = '\0';
+    if (rep->code != 0) {
+        if (got > 0)
+            close(*pidfd);
+        r = corral_fail(err, rep->code > 0 ? rep->code : EIO, "%s", rep->text);
+        goto out;
+    }
+    if (got != 1 || rep->pid <= 0) {
+        if (got > 0)
+            close(*pidfd);
+        r = corral_fail(err, EPROTO, "the zygote of template '%s' sent no pidfd", z->name);
+        goto out;
+    }
+    *pid = rep->pid;
+    r = 0;
+out:
+    free(req);
+    free(rep);
+    return r;
+}
+
+bool zygote_alive(struct zygote *z)
+{
+    pthread_mutex_lock(&z->lock);
+    bool alive = !z->dead;
+    if (alive) {
+        struct pollfd p = {.fd = z->sock, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLIN)))
+            alive = false, z->dead = true; /* it never speaks unasked */
+    }
+    pthread_mutex_unlock(&z->lock);
+    return alive;
+}
+
+pid_t zygote_pid(const struct zygote *z)
+{
+    return z->pid;
+}
+
+uint64_t zygote_startup_ms(const struct zygote *z)
+{
+    return z->startup_ms;
+}
+
+void zygote_stop(struct zygote *z)
+{
+    if (!z)
+        return;
+    if (z->sock >= 0)
+        close(z->sock); /* it reads end-of-file and exits; its sandboxes follow */
+    if (z->pid > 0) {
+        /* Bounded: a zygote stuck in an import gets killed. */
+        for (int i = 0; i < 200; i++) {
+            pid_t w = waitpid(z->pid, NULL, WNOHANG);
+            if (w == z->pid || (w < 0 && errno != EINTR)) {
+                z->pid = 0;
+                break;
+            }
+            usleep(5000);
+        }
+        if (z->pid > 0) {
+            kill(z->pid, SIGKILL);
+            while (waitpid(z->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+    }
+    pthread_mutex_destroy(&z->lock);
+    free(z);
+}
