@@ -91,6 +91,8 @@ uint64_t corral_sandbox_started_at_ms(const corral_sandbox *sb); /* wall clock *
 uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb);
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms_from_now);
 const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);
+/* Processes of the sandbox the kernel killed for lack of memory so far. */
+uint64_t corral_sandbox_oom_kills(corral_sandbox *sb);
 /* The manager: live sandboxes of this process (retained: release each), by id
  * or all. A sandbox past its deadline is killed by a background reaper. */
 corral_sandbox *corral_sandbox_find(const char *id);
@@ -209,6 +211,13 @@ struct corral_output_callbacks {
 int corral_command_start(corral_sandbox *sb, const char *command,
                          const struct corral_command_options *opts, corral_process **out,
                          struct corral_error *err);
+/* Starts `python3 ARGS...` (ARGS: {"-c", code, ...} or {path, ...}, NULL-
+ * terminated) as the sandbox's user. In a sandbox forked from a template
+ * it is a fork of the template's pre-warmed interpreter, its preloaded
+ * modules already imported, reseeded like a kernel. */
+int corral_python_start(corral_sandbox *sb, const char *const *args,
+                        const struct corral_command_options *opts, corral_process **out,
+                        struct corral_error *err);
 /* Starts and waits: *exit_code is the exit status, or 128 + the signal. */
 int corral_command_run(corral_sandbox *sb, const char *command,
                        const struct corral_command_options *opts,

@@ -33,6 +33,24 @@ void box_process_unlink(corral_process *p)
     free(p);
 }
 
+static int start(corral_sandbox *sb, uint32_t flags, char **argv,
+                 const struct corral_command_options *opts, corral_process **out,
+                 struct corral_error *err)
+{
+    for (size_t i = 0; opts->env && opts->env[i]; i++)
+        if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
+            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
+                               opts->env[i]);
+    if (opts->with_stdin)
+        flags |= CTL_SPAWN_STDIN;
+    int r = box_spawn(sb, flags, opts->cwd, argv, opts->env, out, NULL, err);
+    if (r == 0) {
+        fcntl((*out)->out_fd, F_SETFL, O_NONBLOCK);
+        fcntl((*out)->err_fd, F_SETFL, O_NONBLOCK);
+    }
+    return r;
+}
+
 int corral_command_start(corral_sandbox *sb, const char *command,
                          const struct corral_command_options *opts, corral_process **out,
                          struct corral_error *err)
@@ -44,17 +62,35 @@ int corral_command_start(corral_sandbox *sb, const char *command,
     }
     if (!command || !*command)
         return corral_fail(err, EINVAL, "the command is empty");
-    for (size_t i = 0; opts->env && opts->env[i]; i++)
-        if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
-            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
-                               opts->env[i]);
     char *argv[] = {"/bin/bash", "-c", (char *)command, NULL};
-    int r = box_spawn(sb, opts->with_stdin ? CTL_SPAWN_STDIN : 0, opts->cwd, argv, opts->env, out,
-                      NULL, err);
-    if (r == 0) {
-        fcntl((*out)->out_fd, F_SETFL, O_NONBLOCK);
-        fcntl((*out)->err_fd, F_SETFL, O_NONBLOCK);
+    return start(sb, 0, argv, opts, out, err);
+}
+
+int corral_python_start(corral_sandbox *sb, const char *const *args,
+                        const struct corral_command_options *opts, corral_process **out,
+                        struct corral_error *err)
+{
+    struct corral_command_options defaults;
+    if (!opts) {
+        corral_command_options_init(&defaults);
+        opts = &defaults;
     }
+    size_t n = 0;
+    while (args && args[n])
+        n++;
+    if (!n)
+        return corral_fail(err, EINVAL, "python needs -c CODE or a file to run");
+    if (!strcmp(args[0], "-c") && n < 2)
+        return corral_fail(err, EINVAL, "python -c needs the code");
+    char **argv = calloc(n + 2, sizeof(char *));
+    if (!argv)
+        return corral_fail(err, ENOMEM, "out of memory");
+    /* Forked: the interpreter is the agent's pristine copy, argv[0] a label. */
+    argv[0] = sb->forked ? "python3" : sb->python;
+    for (size_t i = 0; i < n; i++)
+        argv[i + 1] = (char *)args[i];
+    int r = start(sb, sb->forked ? CTL_SPAWN_PRISTINE : 0, argv, opts, out, err);
+    free(argv);
     return r;
 }
 

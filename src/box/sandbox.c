@@ -500,6 +500,11 @@ const char *corral_sandbox_id(const corral_sandbox *sb)
     return sb->jail ? jail_id(sb->jail) : "(none)";
 }
 
+uint64_t corral_sandbox_oom_kills(corral_sandbox *sb)
+{
+    return sb->jail ? jail_oom_kills(sb->jail) : 0;
+}
+
 const char *corral_sandbox_template(const corral_sandbox *sb)
 {
     return sb->template_id;

@@ -395,6 +395,11 @@ int jail_collect(struct jail *j, struct jail_result *res, struct corral_error *e
     return 0;
 }
 
+uint64_t jail_oom_kills(const struct jail *j)
+{
+    return cgroup_oom_kills(&j->cg);
+}
+
 void jail_destroy(struct jail *j)
 {
     if (!j)

@@ -144,6 +144,8 @@ int jail_interrupt(struct jail *j);
 void jail_kill(struct jail *j, enum jail_outcome why);
 /* Waits for the sandbox to end and fills `res`. Blocks until the init is gone. */
 int jail_collect(struct jail *j, struct jail_result *res, struct corral_error *err);
+/* Processes the kernel's OOM killer killed in the sandbox so far. */
+uint64_t jail_oom_kills(const struct jail *j);
 /* Kills what is left, removes cgroups and releases the slot. NULL is fine. */
 void jail_destroy(struct jail *j);
 

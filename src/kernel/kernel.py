@@ -1275,22 +1275,40 @@ def start_forked(env):
 
 
 def run_script(env, argv):
-    """A zygote's fork behaves as `python3 -c CODE ARGS...`: argv is
-    [CODE, ARGS...]; returns the exit status."""
+    """A zygote's fork behaves as `python3 ARGV...`, where argv is
+    ["-c", CODE, ARGS...] or [PATH, ARGS...]; returns the exit status."""
     import traceback
     import types
 
+    import atexit
+
+    atexit._clear()  # the zygote's (IPython's) exit handlers are not the script's
     _become_fresh(env)
-    code = argv[0] if argv else ""
-    sys.argv = ["-c"] + list(argv[1:])
-    if "" not in sys.path:
-        sys.path.insert(0, "")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    argv = list(argv)
+    if argv and argv[0] == "-c":
+        code, filename, sys.argv = (argv[1] if len(argv) > 1 else ""), "<string>", ["-c"] + argv[2:]
+        path_entry = ""
+    else:
+        filename = argv[0] if argv else ""
+        sys.argv = argv
+        path_entry = os.path.dirname(os.path.abspath(filename))
+        try:
+            with open(filename, "rb") as f:
+                code = f.read()
+        except OSError as e:
+            print("python3: can't open file %r: [Errno %d] %s" % (filename, e.errno, e.strerror),
+                  file=sys.stderr)
+            return 2
+    sys.path.insert(0, path_entry)
     main_mod = types.ModuleType("__main__")
     main_mod.__dict__["__builtins__"] = __builtins__
+    if filename != "<string>":
+        main_mod.__file__ = filename
     sys.modules["__main__"] = main_mod
     status = 0
     try:
-        exec(compile(code, "<string>", "exec"), main_mod.__dict__)
+        exec(compile(code, filename, "exec"), main_mod.__dict__)
     except SystemExit as e:
         if e.code is None:
             status = 0
@@ -1306,8 +1324,6 @@ def run_script(env, argv):
         traceback.print_exc()
         status = 1
     try:
-        import atexit
-
         atexit._run_exitfuncs()
     except BaseException:
         pass
