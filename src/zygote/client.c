@@ -173,16 +173,16 @@ static int wait_hello(struct zygote *z, uint64_t timeout_ms, struct corral_error
         n = poll(&p, 1, (int)timeout_ms);
     while (n < 0 && errno == EINTR);
     if (n == 0)
-        return corral_fail(err, ETIMEDOUT, "the zygote of template '%s' was not ready within %llu s",
-                           z->name, (unsigned long long)(timeout_ms / 1000));
+        return corral_fail(err, ETIMEDOUT,
+                           "the zygote of template '%s' was not ready within %llu s", z->name,
+                           (unsigned long long)(timeout_ms / 1000));
     struct zygote_hello *h = calloc(1, sizeof(*h));
     if (!h)
         return corral_fail(err, ENOMEM, "out of memory");
     int r = zygote_recv(z->sock, h, sizeof(*h), NULL, 0);
     if (r < 0) {
         free(h);
-        return corral_fail(err, ECHILD, "the zygote of template '%s' died while starting",
-                           z->name);
+        return corral_fail(err, ECHILD, "the zygote of template '%s' died while starting", z->name);
     }
     if (h->magic != ZYGOTE_MAGIC) {
         free(h);
@@ -233,8 +233,8 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
         goto fail;
     }
     const char *state_dir = o->state_dir ? o->state_dir : JAIL_DEFAULT_STATE_DIR;
-    char *argv[] = {"corral-zygote", "--name",       z->name, "--preload", preload,
-                    "--state-dir",   (char *)state_dir, NULL};
+    char *argv[] = {"corral-zygote", "--name",      z->name,           "--preload",
+                    preload,         "--state-dir", (char *)state_dir, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
@@ -248,8 +248,8 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
     sigdelset(&all, SIGSTOP);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                        POSIX_SPAWN_SETSID);
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
     int e = posix_spawn(&z->pid, exe, &fa, &attr, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);

@@ -14,9 +14,11 @@
  * data of struct jail_clone_params with three descriptors, and gets back the
  * init's host PID and a pidfd: it is the `spawner` of jail_start(). The
  * daemon keeps everything else (slots, cgroups, the init handshake), so a
- * zygote holds no state about its sandboxes beyond reaping them. When the
- * daemon goes away the zygote reads end-of-file and exits, and its sandboxes
- * die with it (their inits have PR_SET_PDEATHSIG).
+ * zygote holds no state about its sandboxes beyond reaping them. A sandbox
+ * answers to the daemon, not to its zygote: its init ends when the daemon's
+ * end of its control pipe closes, and a zygote that dies (and is restarted
+ * on the next request) leaves running sandboxes alone. When the daemon goes
+ * away the zygote reads end-of-file and exits.
  */
 #ifndef CORRAL_ZYGOTE_H
 #define CORRAL_ZYGOTE_H
@@ -55,12 +57,12 @@ struct zygote_reply {
 };
 
 struct zygote_options {
-    const char *exe;              /* corral-zygote; NULL = found as zygote_exe() says */
-    const char *name;             /* the template's name, for messages and process titles */
-    const char *const *preload;   /* modules imported before forking */
+    const char *exe;            /* corral-zygote; NULL = found as zygote_exe() says */
+    const char *name;           /* the template's name, for messages and process titles */
+    const char *const *preload; /* modules imported before forking */
     size_t n_preload;
-    const char *state_dir;        /* NULL = /run/corral */
-    uint64_t start_timeout_ms;    /* 0 = 120 s */
+    const char *state_dir;     /* NULL = /run/corral */
+    uint64_t start_timeout_ms; /* 0 = 120 s */
 };
 
 struct zygote;

@@ -40,7 +40,7 @@ extern const char corral_kernel_py[];
 static PyObject *kernel_mod;
 
 __attribute__((noreturn, format(printf, 2, 3))) static void fail_hello(int code, const char *fmt,
-                                                                      ...)
+                                                                       ...)
 {
     struct zygote_hello h;
     memset(&h, 0, sizeof(h));
@@ -160,8 +160,8 @@ static void prepare(const char *name, const char *preload, const char *state_dir
         fail_hello(err.code, "%s", err.message);
     /* BLAS and OpenMP pools would start threads at import: a zygote must
      * stay single-threaded to fork safely. */
-    static const char *const one_thread[] = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                             "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    static const char *const one_thread[] = {"OPENBLAS_NUM_THREADS",   "OMP_NUM_THREADS",
+                                             "MKL_NUM_THREADS",        "NUMEXPR_NUM_THREADS",
                                              "VECLIB_MAXIMUM_THREADS", "GOTO_NUM_THREADS"};
     for (size_t i = 0; i < sizeof(one_thread) / sizeof(one_thread[0]); i++)
         setenv(one_thread[i], "1", 1);

@@ -621,6 +621,244 @@ static void sandboxes_are_managed_and_time_out(void **state)
     assert_non_null(strstr(err.message, "unknown template 'gpu' (available: default)"));
 }
 
+/* ---- zygotes, templates and pools ---- */
+
+/* The main result's text of one execution, or fails. */
+static char *value_of(corral_sandbox *sb, corral_context *ctx, const char *code)
+{
+    struct collected c;
+    struct corral_exec_outcome out;
+    reset(&c);
+    exec_ok(sb, ctx, code, &c, &out);
+    if (out.error)
+        fail_msg("%s raised %s: %s", code, c.err_name, c.err_value);
+    const struct event *m = main_result(&c);
+    if (!m)
+        fail_msg("%s gave no result", code);
+    char *v = strdup(m->text);
+    reset(&c);
+    return v;
+}
+
+static const char *RANDOMS = "import random, os, ssl, numpy\n"
+                             "' '.join(map(str, (random.random(), numpy.random.randint(0, 2**62), "
+                             "ssl.RAND_bytes(16).hex(), os.urandom(8).hex())))";
+
+static void forks_get_fresh_random_state(void **state)
+{
+    corral_sandbox *a = sandbox(), *b = sandbox();
+    char *ra = value_of(a, NULL, RANDOMS), *rb = value_of(b, NULL, RANDOMS);
+    /* Each generator on its own: Python's, numpy's, OpenSSL's, the kernel's. */
+    char *sa = NULL, *sb_ = NULL;
+    char *pa = strtok_r(ra, "' ", &sa), *pb = strtok_r(rb, "' ", &sb_);
+    int compared = 0;
+    for (; pa && pb; pa = strtok_r(NULL, "' ", &sa), pb = strtok_r(NULL, "' ", &sb_)) {
+        assert_string_not_equal(pa, pb);
+        compared++;
+    }
+    assert_int_equal(compared, 4);
+    free(ra);
+    free(rb);
+    /* A second context of the same sandbox is a fresh fork too. */
+    corral_context *ctx;
+    struct corral_error err;
+    assert_int_equal(corral_context_create(a, "python", NULL, &ctx, &err), 0);
+    char *r1 = value_of(a, NULL, "import random; random.random()");
+    char *r2 = value_of(a, ctx, "import random; random.random()");
+    assert_string_not_equal(r1, r2);
+    free(r1);
+    free(r2);
+    char *n1 = value_of(a, NULL, "numpy.random.rand()");
+    char *n2 = value_of(a, ctx, "import numpy; numpy.random.rand()");
+    assert_string_not_equal(n1, n2);
+    free(n1);
+    free(n2);
+    corral_sandbox_release(a);
+    corral_sandbox_release(b);
+}
+
+static void forks_share_no_memory_files_or_descriptors(void **state)
+{
+    corral_sandbox *a = sandbox(), *b = sandbox();
+    /* Pages inherited from the zygote are copy-on-write: a write in one
+     * sandbox (to a preloaded module, in place) is invisible to another. */
+    char *v = value_of(a, NULL,
+                       "import numpy, ctypes, json\n"
+                       "numpy.pi = 4.0\n"
+                       "json.__doc__ = 'changed'\n"
+                       "open('/tmp/mine', 'w').write('a')\n"
+                       "numpy.pi");
+    assert_string_equal(v, "4.0");
+    free(v);
+    v = value_of(b, NULL,
+                 "import numpy, json, os\n"
+                 "(numpy.pi == 3.141592653589793, json.__doc__ != 'changed', "
+                 "os.path.exists('/tmp/mine'))");
+    assert_string_equal(v, "(True, True, False)");
+    free(v);
+    /* No writable mapping shared with anything (a MAP_SHARED page of the
+     * zygote's would be shared by every sandbox), and no descriptor but the
+     * kernel's own. */
+    v = value_of(b, NULL,
+                 "maps = [l for l in open('/proc/self/maps') if l.split()[1][1::2] == 'ws']\n"
+                 "fds = {}\n"
+                 "for fd in os.listdir('/proc/self/fd'):\n"
+                 "    try: fds[int(fd)] = os.readlink('/proc/self/fd/' + fd)\n"
+                 "    except OSError: pass\n"
+                 "odd = [t for t in fds.values() if not t.startswith(('pipe:', 'socket:', "
+                 "'/dev/null', 'anon_inode:', '/proc/'))]\n"
+                 "(maps, odd)");
+    assert_string_equal(v, "([], [])");
+    free(v);
+    corral_sandbox_release(a);
+    corral_sandbox_release(b);
+}
+
+static void the_daemons_environment_does_not_reach_sandboxes(void **state)
+{
+    /* Set before this process's first zygote of the template starts. */
+    corral_shutdown();
+    setenv("CORRAL_TEST_SECRET", "s3cr3t-daemon-key", 1);
+    corral_sandbox *sb = sandbox();
+    char *v = value_of(sb, NULL,
+                       "import os, glob\n"
+                       "seen = []\n"
+                       "for p in glob.glob('/proc/[0-9]*/environ'):\n"
+                       "    try:\n"
+                       "        if b's3cr3t' in open(p, 'rb').read(): seen.append(p)\n"
+                       "    except PermissionError:\n"
+                       "        pass  # the init and the agent are not dumpable\n"
+                       "(os.environ.get('CORRAL_TEST_SECRET'), seen)");
+    assert_string_equal(v, "(None, [])");
+    free(v);
+    int code = -1;
+    struct corral_error err;
+    assert_int_equal(corral_command_run(sb, "env | grep -c s3cr3t", NULL, NULL, 0, &code, &err), 0);
+    assert_int_equal(code, 1);
+    corral_sandbox_release(sb);
+    unsetenv("CORRAL_TEST_SECRET");
+}
+
+static void pools_hand_out_ready_sandboxes(void **state)
+{
+    const char *none[] = {NULL};
+    struct corral_template t = {.name = "pooled", .preload = none, .pool_size = 2};
+    t.limits.memory_bytes = 256u << 20;
+    struct corral_error err;
+    assert_int_equal(corral_template_define(&t, &err), 0);
+    assert_int_equal(corral_template_warm("pooled", NULL, &err), 0);
+    assert_int_equal(corral_template_wait_pool("pooled", 60000, &err), 0);
+    struct corral_template_stats st;
+    assert_int_equal(corral_template_stats("pooled", &st, &err), 0);
+    assert_int_equal(st.pool_ready, 2);
+    assert_true(st.zygote_pid > 0);
+
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    o.template_id = "pooled";
+    const char *env[] = {"GREETING=hello from the pool", NULL};
+    const char *meta[] = {"owner=bob", NULL};
+    o.env = env;
+    o.metadata = meta;
+    corral_sandbox *sb;
+    assert_int_equal(corral_sandbox_create(&o, &sb, &err), 0);
+    assert_int_equal(corral_template_stats("pooled", &st, &err), 0);
+    assert_int_equal(st.pool_hits, 1);
+    assert_string_equal(corral_sandbox_template(sb), "pooled");
+    assert_string_equal(corral_sandbox_metadata(sb, "owner"), "bob");
+    assert_int_equal(corral_sandbox_limits(sb)->memory_bytes, 256u << 20);
+    corral_sandbox *found = corral_sandbox_find(corral_sandbox_id(sb));
+    assert_ptr_equal(found, sb);
+    corral_sandbox_release(found);
+    char *v =
+        value_of(sb, NULL, "import os, sys; (os.environ['GREETING'], 'numpy' in sys.modules)");
+    assert_string_equal(v, "('hello from the pool', False)");
+    free(v);
+    int code = -1;
+    assert_int_equal(corral_command_run(sb, "test \"$GREETING\" = 'hello from the pool'", NULL,
+                                        NULL, 0, &code, &err),
+                     0);
+    assert_int_equal(code, 0);
+
+    /* Other limits than the pool's: a fork, not a pooled sandbox. */
+    o.limits.memory_bytes = 300u << 20;
+    o.env = NULL;
+    corral_sandbox *other;
+    assert_int_equal(corral_sandbox_create(&o, &other, &err), 0);
+    assert_int_equal(corral_template_stats("pooled", &st, &err), 0);
+    assert_int_equal(st.pool_hits, 1);
+    assert_true(st.pool_misses >= 1);
+    char *id = value_of(other, NULL, "1 + 1");
+    assert_string_equal(id, "2");
+    free(id);
+    assert_string_not_equal(corral_sandbox_id(sb), corral_sandbox_id(other));
+    corral_sandbox_release(other);
+    corral_sandbox_release(sb);
+    /* The pool fills up again in the background. */
+    assert_int_equal(corral_template_wait_pool("pooled", 60000, &err), 0);
+    assert_true(corral_template_define(&t, &err) < 0);
+    assert_int_equal(err.code, EBUSY);
+}
+
+static void templates_fail_clearly_and_zygotes_come_back(void **state)
+{
+    struct corral_error err;
+    const char *bad[] = {"no_such_module_xyz", NULL};
+    struct corral_template t = {.name = "broken", .preload = bad};
+    assert_int_equal(corral_template_define(&t, &err), 0);
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    o.template_id = "broken";
+    corral_sandbox *sb;
+    assert_true(corral_sandbox_create(&o, &sb, &err) < 0);
+    assert_non_null(strstr(err.message, "cannot preload no_such_module_xyz"));
+    assert_non_null(strstr(err.message, "ModuleNotFoundError"));
+    const char *not_a_module[] = {"os; import evil", NULL};
+    t.name = "evil";
+    t.preload = not_a_module;
+    assert_true(corral_template_define(&t, &err) < 0);
+    assert_non_null(strstr(err.message, "is not a module name"));
+    t.name = "no/slash";
+    t.preload = NULL;
+    assert_true(corral_template_define(&t, &err) < 0);
+
+    /* A zygote that dies leaves its sandboxes running (they answer to this
+     * process, not to it); the next sandbox gets a new zygote. */
+    corral_sandbox *old = sandbox();
+    struct corral_template_stats st;
+    assert_int_equal(corral_template_stats("default", &st, &err), 0);
+    assert_true(st.zygote_pid > 0);
+    pid_t dead = st.zygote_pid;
+    kill(dead, SIGKILL);
+    usleep(100000);
+    sb = sandbox();
+    assert_int_equal(corral_template_stats("default", &st, &err), 0);
+    assert_true(st.zygote_pid > 0 && st.zygote_pid != dead);
+    char *v = value_of(sb, NULL, "21 * 2");
+    assert_string_equal(v, "42");
+    free(v);
+    assert_true(corral_sandbox_alive(old));
+    v = value_of(old, NULL, "x = 5; x * 2");
+    assert_string_equal(v, "10");
+    free(v);
+    corral_sandbox_release(old);
+    corral_process *p;
+    const char *args[] = {"-c",
+                          "import sys; print('numpy' in sys.modules, sys.argv[1:]); "
+                          "sys.exit(7)",
+                          "a b", NULL};
+    assert_int_equal(corral_python_start(sb, args, NULL, &p, &err), 0);
+    struct output o2 = {0};
+    struct corral_output_callbacks cb = {
+        .on_stdout = cmd_out, .on_stderr = cmd_err, .userdata = &o2};
+    int code = -1;
+    assert_int_equal(corral_process_wait(p, &cb, 30000, &code, &err), 0);
+    assert_int_equal(code, 7);
+    assert_string_equal(o2.out, "True ['a b']\n");
+    corral_process_release(p);
+    corral_sandbox_release(sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -637,8 +875,15 @@ int main(void)
         cmocka_unit_test(files_round_trip),
         cmocka_unit_test(fifty_concurrent_sandboxes),
         cmocka_unit_test(sandboxes_are_managed_and_time_out),
+        cmocka_unit_test(forks_get_fresh_random_state),
+        cmocka_unit_test(forks_share_no_memory_files_or_descriptors),
+        cmocka_unit_test(the_daemons_environment_does_not_reach_sandboxes),
+        cmocka_unit_test(pools_hand_out_ready_sandboxes),
+        cmocka_unit_test(templates_fail_clearly_and_zygotes_come_back),
     };
     if (getenv("TEST_FILTER"))
         cmocka_set_test_filter(getenv("TEST_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    corral_shutdown();
+    return failed;
 }
