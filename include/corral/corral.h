@@ -67,8 +67,8 @@ struct corral_sandbox_options {
      * zygote). A path: every context executes this interpreter afresh (a
      * cold start of ~0.2 s, no zygote; the template gives only limits). */
     const char *python;
-    const char *state_dir;       /* NULL = /run/corral */
-    unsigned disabled_layers;    /* isolation layers off: for tests only */
+    const char *state_dir;    /* NULL = /run/corral */
+    unsigned disabled_layers; /* isolation layers off: for tests only */
 };
 
 void corral_sandbox_options_init(struct corral_sandbox_options *opts);

@@ -271,8 +271,7 @@ static int check_options(const struct corral_sandbox_options *o, struct corral_e
         if (!strchr(o->metadata[i], '='))
             return corral_fail(err, EINVAL, "metadata '%s' is not key=value", o->metadata[i]);
     if (o->python && o->python[0] != '/')
-        return corral_fail(err, EINVAL, "the interpreter '%s' is not an absolute path",
-                           o->python);
+        return corral_fail(err, EINVAL, "the interpreter '%s' is not an absolute path", o->python);
     return 0;
 }
 

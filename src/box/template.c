@@ -105,10 +105,11 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
         return r;
     for (size_t i = 0; def->preload && def->preload[i]; i++) {
         const char *m = def->preload[i];
-        if (!*m || strchr(m, ',') || strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                               "0123456789_.") != strlen(m))
-            return corral_fail(err, EINVAL, "template '%s': '%s' is not a module name",
-                               def->name, m);
+        if (!*m || strchr(m, ',') ||
+            strspn(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789_.") != strlen(m))
+            return corral_fail(err, EINVAL, "template '%s': '%s' is not a module name", def->name,
+                               m);
     }
     if (def->pool_size > 10000)
         return corral_fail(err, EINVAL, "template '%s': a pool of %u sandboxes is too large",

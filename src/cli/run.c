@@ -774,8 +774,8 @@ static int run_forked_script(struct run_opts *o)
     pthread_t st, in;
     bool have_signals = pthread_create(&st, NULL, script_signals, &sc) == 0;
     struct script_io io = {.proc = proc, .stop = {-1, -1}};
-    bool have_stdin = pipe2(io.stop, O_CLOEXEC) == 0 &&
-                      pthread_create(&in, NULL, script_stdin, &io) == 0;
+    bool have_stdin =
+        pipe2(io.stop, O_CLOEXEC) == 0 && pthread_create(&in, NULL, script_stdin, &io) == 0;
     if (!have_stdin)
         corral_process_close_stdin(proc);
     struct corral_output_callbacks cb = {
@@ -799,11 +799,9 @@ static int run_forked_script(struct run_opts *o)
         char size[32];
         corral_format_size(limit, size, sizeof(size));
         if (sig == SIGKILL && corral_sandbox_oom_kills(sc.sb) > 0)
-            fprintf(stderr, "corral: the code ran out of memory (limit %s) and was killed\n",
-                    size);
+            fprintf(stderr, "corral: the code ran out of memory (limit %s) and was killed\n", size);
         else
-            fprintf(stderr, "corral: the code was killed by signal %d (%s)\n", sig,
-                    strsignal(sig));
+            fprintf(stderr, "corral: the code was killed by signal %d (%s)\n", sig, strsignal(sig));
         rc = CLI_CODE_FAILED;
     } else if (status != 0) {
         rc = CLI_CODE_FAILED;

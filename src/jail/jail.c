@@ -163,8 +163,7 @@ static int validate(const struct jail_config *cfg, struct corral_error *err)
                            "sandboxes need root (namespaces, cgroups, mounts); "
                            "run corral as root");
     bool has_fn = cfg->workload_fn || cfg->spawner;
-    if (!has_fn &&
-        (!cfg->argv || !cfg->argv[0] || (cfg->exec_fd < 0 && cfg->argv[0][0] != '/')))
+    if (!has_fn && (!cfg->argv || !cfg->argv[0] || (cfg->exec_fd < 0 && cfg->argv[0][0] != '/')))
         return corral_fail(err, EINVAL, "the workload must be an absolute path");
     if (!has_fn && !cfg->envp)
         return corral_fail(err, EINVAL, "the workload needs an environment");
@@ -289,8 +288,8 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     }
     pid_t pid = 0;
     if (cfg->spawner)
-        r = cfg->spawner->spawn(cfg->spawner->ctx, p, ctl[0], ev[1], cfg->stdin_fd, &pid,
-                                &j->pidfd, err);
+        r = cfg->spawner->spawn(cfg->spawner->ctx, p, ctl[0], ev[1], cfg->stdin_fd, &pid, &j->pidfd,
+                                err);
     else
         r = jail_clone_init(p, cfg, ctl[0], ev[1], &pid, err);
     if (r < 0)

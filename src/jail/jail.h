@@ -108,12 +108,10 @@ struct jail_clone_params; /* jail/init.h */
 struct jail_spawner {
     /* Clones the init with the given pipe ends (see init.h) and descriptor
      * for the workload's fd 0; returns the init's host PID and a pidfd. */
-    int (*spawn)(void *ctx, const struct jail_clone_params *p, int ctl_fd, int ev_fd,
-                 int stdin_fd, pid_t *pid, int *pidfd, struct corral_error *err);
+    int (*spawn)(void *ctx, const struct jail_clone_params *p, int ctl_fd, int ev_fd, int stdin_fd,
+                 pid_t *pid, int *pidfd, struct corral_error *err);
     void *ctx;
 };
-
-
 
 void jail_config_init(struct jail_config *cfg);
 
