@@ -1,0 +1,77 @@
+/*
+ * corral's configuration file, in YAML. Every key is optional; an empty file
+ * (or one holding only comments) is a valid configuration with no settings.
+ *
+ *   state_dir: /run/corral          # absolute path where corral keeps sandbox slots
+ *   templates:                      # template name -> template
+ *     default:
+ *       preload: [numpy, pandas, matplotlib.pyplot]
+ *       pool_size: 2
+ *       limits:
+ *         memory: 1GiB
+ *         cpus: 1.5
+ *         pids: 256
+ *         disk: 1GiB
+ *         open_files: 1024
+ *     minimal:
+ *       preload: []
+ *
+ * Top level
+ *   state_dir   a path starting with '/', at most 255 bytes. Missing: NULL
+ *               (the library's default, /run/corral).
+ *   templates   a mapping from template names to templates; names are 1 to 63
+ *               letters, digits, '.', '_' or '-', each defined once. Missing
+ *               or empty (`templates:`): no templates.
+ *
+ * A template (a mapping; `name:` with no value is a template of defaults)
+ *   preload     a list of Python modules its zygote imports, each a dotted
+ *               identifier (matplotlib.pyplot). Missing: preload is NULL (the
+ *               library's default list); `[]`: an empty list (IPython only).
+ *   pool_size   ready sandboxes kept waiting, an integer from 0 to 10000;
+ *               missing: 0 (no pool).
+ *   limits      default limits of its sandboxes (a mapping); a missing limit
+ *               stays 0, the library's default:
+ *     memory      a size (512m, 1GiB, 1073741824), at least 16m
+ *     cpus        a CPU count (1, 0.5, 1.5), stored in millicpus
+ *     pids        processes and threads, an integer from 8 to 4194304
+ *     disk        writable storage, a size, at least 1m
+ *     open_files  open file descriptors, an integer from 16 to 1048576
+ *
+ * Values may be written as YAML numbers or as strings ("1GiB", '2'). Unknown
+ * keys, duplicate keys, values of the wrong shape (a list where a mapping is
+ * expected, ...) and invalid values are errors whose message starts with
+ * "FILE:LINE:COLUMN: " (1-based) and names the key and template concerned.
+ * A file holds a single YAML document.
+ */
+#ifndef CORRAL_CONFIG_CONFIG_H
+#define CORRAL_CONFIG_CONFIG_H
+
+#include <stddef.h>
+
+#include "corral/corral.h"
+
+/* The largest configuration file corral_config_load() reads. */
+#define CORRAL_CONFIG_MAX_BYTES (1u << 20)
+/* The most templates a configuration may define. */
+#define CORRAL_CONFIG_MAX_TEMPLATES 1024
+
+struct corral_config {
+    char *path;      /* the file it came from (the name given to corral_config_parse) */
+    char *state_dir; /* NULL = default */
+    /* Every string (name, preload entries) and array is owned by the config. */
+    struct corral_template *templates;
+    size_t n_templates;
+};
+
+/* Parses a YAML file. */
+int corral_config_load(const char *path, struct corral_config **out, struct corral_error *err);
+/* Parses YAML text (for tests); `name` is used in messages. */
+int corral_config_parse(const char *text, size_t len, const char *name, struct corral_config **out,
+                        struct corral_error *err);
+/* Defines every template of the config with corral_template_define(). The
+ * templates are checked first: when one is invalid, none is defined. */
+int corral_config_apply(const struct corral_config *cfg, struct corral_error *err);
+/* Frees cfg and everything it owns; NULL is allowed. */
+void corral_config_free(struct corral_config *cfg);
+
+#endif

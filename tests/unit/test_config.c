@@ -1,0 +1,478 @@
+/* The YAML configuration: src/config/config.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+
+static struct corral_config *parse_ok(const char *yaml)
+{
+    struct corral_config *cfg = NULL;
+    struct corral_error err = {0};
+    int r = corral_config_parse(yaml, strlen(yaml), "corral.yaml", &cfg, &err);
+    if (r < 0)
+        fail_msg("parsing failed: %s", err.message);
+    assert_non_null(cfg);
+    return cfg;
+}
+
+/* Parses yaml, expects a failure, and checks that the message contains want. */
+static void expect_error(const char *yaml, int code, const char *want)
+{
+    struct corral_config *cfg = NULL;
+    struct corral_error err = {0};
+    int r = corral_config_parse(yaml, strlen(yaml), "corral.yaml", &cfg, &err);
+    if (r == 0) {
+        corral_config_free(cfg);
+        fail_msg("parsing succeeded, expected an error containing \"%s\"", want);
+    }
+    assert_int_equal(r, -code);
+    assert_int_equal(err.code, code);
+    assert_null(cfg);
+    if (!strstr(err.message, want))
+        fail_msg("message \"%s\" does not contain \"%s\"", err.message, want);
+}
+
+static const struct corral_template *find(const struct corral_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->n_templates; i++)
+        if (!strcmp(cfg->templates[i].name, name))
+            return &cfg->templates[i];
+    fail_msg("no template '%s'", name);
+    return NULL;
+}
+
+static void parses_a_full_file(void **state)
+{
+    struct corral_config *cfg = parse_ok("# corral\n"
+                                         "state_dir: /run/corral-test\n"
+                                         "templates:\n"
+                                         "  default:\n"
+                                         "    preload: [numpy, pandas, matplotlib.pyplot]\n"
+                                         "    pool_size: 2\n"
+                                         "    limits:\n"
+                                         "      memory: 1GiB\n"
+                                         "      cpus: 1.5\n"
+                                         "      pids: 256\n"
+                                         "      disk: 512m\n"
+                                         "      open_files: 1024\n"
+                                         "  minimal:\n"
+                                         "    preload: []\n"
+                                         "  data-2.x_y:\n"
+                                         "    preload:\n"
+                                         "      - _private.mod\n"
+                                         "      - sklearn\n");
+    assert_string_equal(cfg->path, "corral.yaml");
+    assert_string_equal(cfg->state_dir, "/run/corral-test");
+    assert_int_equal(cfg->n_templates, 3);
+    assert_string_equal(cfg->templates[0].name, "default");
+    assert_string_equal(cfg->templates[1].name, "minimal");
+    assert_string_equal(cfg->templates[2].name, "data-2.x_y");
+
+    const struct corral_template *d = find(cfg, "default");
+    assert_non_null(d->preload);
+    assert_string_equal(d->preload[0], "numpy");
+    assert_string_equal(d->preload[1], "pandas");
+    assert_string_equal(d->preload[2], "matplotlib.pyplot");
+    assert_null(d->preload[3]);
+    assert_int_equal(d->pool_size, 2);
+    assert_int_equal(d->limits.memory_bytes, 1ull << 30);
+    assert_int_equal(d->limits.millicpus, 1500);
+    assert_int_equal(d->limits.pids, 256);
+    assert_int_equal(d->limits.disk_bytes, 512ull << 20);
+    assert_int_equal(d->limits.open_files, 1024);
+
+    const struct corral_template *m = find(cfg, "minimal");
+    assert_non_null(m->preload);
+    assert_null(m->preload[0]);
+    assert_int_equal(m->pool_size, 0);
+
+    const struct corral_template *x = find(cfg, "data-2.x_y");
+    assert_string_equal(x->preload[0], "_private.mod");
+    assert_string_equal(x->preload[1], "sklearn");
+    assert_null(x->preload[2]);
+    corral_config_free(cfg);
+}
+
+static void missing_keys_take_defaults(void **state)
+{
+    static const char *const empty[] = {
+        "", "# nothing but a comment\n", "---\n", "{}\n", "templates:\n", "templates: {}\n"};
+    for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
+        struct corral_config *cfg = parse_ok(empty[i]);
+        assert_null(cfg->state_dir);
+        assert_int_equal(cfg->n_templates, 0);
+        assert_null(cfg->templates);
+        corral_config_free(cfg);
+    }
+
+    struct corral_config *cfg = parse_ok("templates:\n"
+                                         "  bare:\n"
+                                         "  some:\n"
+                                         "    limits:\n"
+                                         "      pids: 64\n"
+                                         "  nolimits:\n"
+                                         "    limits:\n");
+    assert_null(cfg->state_dir);
+    assert_int_equal(cfg->n_templates, 3);
+    const struct corral_template *b = find(cfg, "bare");
+    assert_null(b->preload);
+    assert_int_equal(b->pool_size, 0);
+    assert_int_equal(b->limits.memory_bytes, 0);
+    assert_int_equal(b->limits.millicpus, 0);
+    assert_int_equal(b->limits.pids, 0);
+    assert_int_equal(b->limits.disk_bytes, 0);
+    assert_int_equal(b->limits.open_files, 0);
+    const struct corral_template *s = find(cfg, "some");
+    assert_null(s->preload);
+    assert_int_equal(s->limits.pids, 64);
+    assert_int_equal(s->limits.memory_bytes, 0);
+    assert_int_equal(s->limits.open_files, 0);
+    const struct corral_template *n = find(cfg, "nolimits");
+    assert_int_equal(n->limits.pids, 0);
+    corral_config_free(cfg);
+}
+
+static void preload_missing_vs_empty(void **state)
+{
+    struct corral_config *cfg = parse_ok("templates:\n"
+                                         "  missing:\n"
+                                         "    pool_size: 0\n"
+                                         "  empty:\n"
+                                         "    preload: []\n"
+                                         "  block_empty:\n"
+                                         "    preload: !!seq []\n");
+    assert_null(find(cfg, "missing")->preload);
+    const struct corral_template *e = find(cfg, "empty");
+    assert_non_null(e->preload);
+    assert_null(e->preload[0]);
+    assert_non_null(find(cfg, "block_empty")->preload);
+    corral_config_free(cfg);
+    expect_error("templates:\n  t:\n    preload:\n", EINVAL,
+                 "corral.yaml:3:13: preload of template 't' must be a list of module names "
+                 "([] for none), not null");
+}
+
+static void scalars_may_be_numbers_or_strings(void **state)
+{
+    struct corral_config *cfg = parse_ok("state_dir: \"/srv/corral\"\n"
+                                         "templates:\n"
+                                         "  t:\n"
+                                         "    preload: ['numpy', \"pandas\"]\n"
+                                         "    pool_size: '3'\n"
+                                         "    limits:\n"
+                                         "      memory: \"1GiB\"\n"
+                                         "      cpus: '2'\n"
+                                         "      pids: \"100\"\n"
+                                         "      disk: 1073741824\n"
+                                         "      open_files: '64'\n");
+    assert_string_equal(cfg->state_dir, "/srv/corral");
+    const struct corral_template *t = find(cfg, "t");
+    assert_string_equal(t->preload[0], "numpy");
+    assert_string_equal(t->preload[1], "pandas");
+    assert_int_equal(t->pool_size, 3);
+    assert_int_equal(t->limits.memory_bytes, 1ull << 30);
+    assert_int_equal(t->limits.millicpus, 2000);
+    assert_int_equal(t->limits.pids, 100);
+    assert_int_equal(t->limits.disk_bytes, 1ull << 30);
+    assert_int_equal(t->limits.open_files, 64);
+    corral_config_free(cfg);
+
+    /* Anchors and aliases are plain YAML: a shared limits block. */
+    cfg = parse_ok("templates:\n"
+                   "  a:\n"
+                   "    limits: &small {memory: 64m, pids: 32}\n"
+                   "  b:\n"
+                   "    limits: *small\n");
+    assert_int_equal(find(cfg, "b")->limits.memory_bytes, 64ull << 20);
+    assert_int_equal(find(cfg, "b")->limits.pids, 32);
+    corral_config_free(cfg);
+}
+
+static void refuses_invalid_yaml(void **state)
+{
+    expect_error("templates:\n  default:\n    pool_size: 2\n   limits: {}\n", EINVAL,
+                 "corral.yaml:4:4: invalid YAML: ");
+    expect_error("templates: [a, b\n", EINVAL,
+                 "corral.yaml:2:1: invalid YAML: did not find expected ',' or ']' (while parsing a "
+                 "flow sequence at line 1, column 12)");
+    expect_error("state_dir: \"/run\n", EINVAL,
+                 "corral.yaml:2:1: invalid YAML: found unexpected end of stream");
+    expect_error("templates: *nowhere\n", EINVAL,
+                 "corral.yaml:1:12: invalid YAML: found undefined alias");
+    /* A byte that is not UTF-8: the reader's error, placed by its offset. */
+    expect_error("state_dir: /run\nx: \xff\n", EINVAL, "corral.yaml:2:4: invalid YAML: ");
+    expect_error("state_dir: /a\n---\nstate_dir: /b\n", EINVAL,
+                 "corral.yaml:2:1: a second YAML document (a configuration holds one)");
+    expect_error("state_dir: /a\n---\n- [\n", EINVAL, "corral.yaml:4:1: invalid YAML: ");
+
+    /* The text need not end with a NUL: only len bytes are read. */
+    const char text[] = "state_dir: /run/x\nstate_dir: garbage";
+    struct corral_config *cfg = NULL;
+    struct corral_error err;
+    assert_int_equal(corral_config_parse(text, 17, "cut.yaml", &cfg, &err), 0);
+    assert_string_equal(cfg->state_dir, "/run/x");
+    assert_string_equal(cfg->path, "cut.yaml");
+    corral_config_free(cfg);
+}
+
+static void refuses_a_top_level_that_is_not_a_mapping(void **state)
+{
+    expect_error("- templates\n- state_dir\n", EINVAL,
+                 "corral.yaml:1:1: the configuration must be a mapping (keys: state_dir, "
+                 "templates), not a list");
+    expect_error("just words\n", EINVAL,
+                 "corral.yaml:1:1: the configuration must be a mapping (keys: state_dir, "
+                 "templates), not 'just words'");
+    expect_error("\"\"\n", EINVAL, "corral.yaml:1:1: the configuration must be a mapping");
+}
+
+static void refuses_unknown_keys(void **state)
+{
+    struct corral_config *cfg = NULL;
+    struct corral_error err;
+    const char *yaml = "templates:\n"
+                       "  default:\n"
+                       "    preload: []\n"
+                       "    pol_size: 2\n";
+    assert_int_equal(corral_config_parse(yaml, strlen(yaml), "corral.yaml", &cfg, &err), -EINVAL);
+    assert_string_equal(err.message, "corral.yaml:4:5: unknown key 'pol_size' in template "
+                                     "'default' (known: preload, pool_size, limits)");
+    expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
+                 "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
+                 "templates)");
+    expect_error("templates:\n  t:\n    limits:\n      memory: 1g\n      cpu: 2\n", EINVAL,
+                 "corral.yaml:5:7: unknown key 'cpu' in the limits of template 't' (known: "
+                 "memory, cpus, pids, disk, open_files)");
+    expect_error("templates: {t: {limits: {Memory: 1g}}}\n", EINVAL,
+                 "corral.yaml:1:26: unknown key 'Memory' in the limits of template 't'");
+    expect_error("? [a, b]\n: 1\n", EINVAL,
+                 "corral.yaml:1:3: keys at the top level must be names, not a list");
+}
+
+static void refuses_duplicate_keys(void **state)
+{
+    expect_error("state_dir: /a\nstate_dir: /b\n", EINVAL,
+                 "corral.yaml:2:1: duplicate key 'state_dir' at the top level (first at line 1)");
+    expect_error("templates:\n  t:\n    pool_size: 1\n    pool_size: 2\n", EINVAL,
+                 "corral.yaml:4:5: duplicate key 'pool_size' in template 't' (first at line 3)");
+    expect_error("templates:\n  t:\n    limits: {pids: 10, pids: 20}\n", EINVAL,
+                 "corral.yaml:3:24: duplicate key 'pids' in the limits of template 't' (first at "
+                 "line 3)");
+    expect_error("templates:\n  default:\n    pool_size: 1\n  minimal: {}\n  default: {}\n", EINVAL,
+                 "corral.yaml:5:3: duplicate template 'default' (first defined at line 2)");
+}
+
+static void refuses_wrong_types(void **state)
+{
+    expect_error("templates:\n  - default\n", EINVAL,
+                 "corral.yaml:2:3: templates must be a mapping from template names to "
+                 "templates, not a list");
+    expect_error("templates: default\n", EINVAL,
+                 "corral.yaml:1:12: templates must be a mapping from template names to "
+                 "templates, not 'default'");
+    expect_error("templates:\n  t: [preload]\n", EINVAL,
+                 "corral.yaml:2:6: template 't' must be a mapping (keys: preload, pool_size, "
+                 "limits), not a list");
+    expect_error("templates:\n  t:\n    limits: [memory, 1g]\n", EINVAL,
+                 "corral.yaml:3:13: limits of template 't' must be a mapping (keys: memory, cpus, "
+                 "pids, disk, open_files), not a list");
+    expect_error("templates:\n  t:\n    preload: numpy\n", EINVAL,
+                 "corral.yaml:3:14: preload of template 't' must be a list of module names ([] "
+                 "for none), not 'numpy'");
+    expect_error("templates:\n  t:\n    preload: {numpy: 1}\n", EINVAL,
+                 "corral.yaml:3:14: preload of template 't' must be a list of module names ([] "
+                 "for none), not a mapping");
+    expect_error("templates:\n  t:\n    preload:\n      - [numpy]\n", EINVAL,
+                 "corral.yaml:4:9: an entry of the preload of template 't' must be a single "
+                 "value, not a list");
+    expect_error("templates:\n  t:\n    pool_size: [1]\n", EINVAL,
+                 "corral.yaml:3:16: pool_size of template 't' must be a single value, not a list");
+    expect_error("templates:\n  t:\n    limits:\n      memory: {gib: 1}\n", EINVAL,
+                 "corral.yaml:4:15: limit 'memory' of template 't' must be a single value, not "
+                 "a mapping");
+    expect_error("state_dir: [/run]\n", EINVAL,
+                 "corral.yaml:1:12: state_dir must be a single value, not a list");
+    expect_error("state_dir:\n", EINVAL, "corral.yaml:1:11: state_dir has no value");
+    expect_error("templates:\n  t:\n    pool_size: ~\n", EINVAL,
+                 "corral.yaml:3:16: pool_size of template 't' has no value");
+    expect_error("templates:\n  t:\n    limits:\n      cpus:\n", EINVAL,
+                 "corral.yaml:4:12: limit 'cpus' of template 't' has no value");
+    expect_error("templates:\n  [a]: {}\n", EINVAL,
+                 "corral.yaml:2:3: keys of templates must be names, not a list");
+}
+
+static void refuses_invalid_values(void **state)
+{
+    expect_error("templates:\n  t:\n    limits:\n      memory: lots\n", EINVAL,
+                 "corral.yaml:4:15: limit 'memory' of template 't': invalid size 'lots'");
+    expect_error("templates:\n  t:\n    limits:\n      memory: 1m\n", EINVAL,
+                 "corral.yaml:4:15: limit 'memory' of template 't': '1m' is below the minimum "
+                 "of 16m");
+    expect_error("templates:\n  t:\n    limits:\n      disk: -1g\n", EINVAL,
+                 "corral.yaml:4:13: limit 'disk' of template 't': invalid size '-1g'");
+    expect_error("templates:\n  t:\n    limits:\n      disk: 512k\n", EINVAL,
+                 "corral.yaml:4:13: limit 'disk' of template 't': '512k' is below the minimum "
+                 "of 1m");
+    expect_error("templates:\n  t:\n    limits:\n      cpus: 0\n", EINVAL,
+                 "corral.yaml:4:13: limit 'cpus' of template 't': invalid CPU count '0'");
+    expect_error("templates:\n  t:\n    limits:\n      pids: -5\n", EINVAL,
+                 "corral.yaml:4:13: limit 'pids' of template 't': invalid number '-5' (expected "
+                 "an integer from 8 to 4194304)");
+    expect_error("templates:\n  t:\n    limits:\n      open_files: 1.5\n", EINVAL,
+                 "corral.yaml:4:19: limit 'open_files' of template 't': invalid number '1.5'");
+    expect_error("templates:\n  t:\n    pool_size: -1\n", EINVAL,
+                 "corral.yaml:3:16: pool_size of template 't': invalid number '-1' (expected an "
+                 "integer from 0 to 10000)");
+    expect_error("templates:\n  t:\n    pool_size: 10001\n", EINVAL,
+                 "corral.yaml:3:16: pool_size of template 't': invalid number '10001' (expected "
+                 "an integer from 0 to 10000)");
+    expect_error("templates:\n  t:\n    pool_size: two\n", EINVAL,
+                 "corral.yaml:3:16: pool_size of template 't': invalid number 'two'");
+    expect_error("templates:\n  my template:\n    pool_size: 1\n", EINVAL,
+                 "corral.yaml:2:3: template name 'my template' may only hold letters, digits, "
+                 "'.', '_' and '-'");
+    expect_error("templates:\n  \"caf\xc3\xa9\": {}\n", EINVAL,
+                 "corral.yaml:2:3: template name 'caf\xc3\xa9' may only hold letters");
+    expect_error("templates:\n  '': {}\n", EINVAL,
+                 "corral.yaml:2:3: template name '' must not be empty");
+    expect_error("templates:\n  "
+                 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa: {}\n",
+                 EINVAL, "is longer than 63 characters");
+    expect_error("templates:\n  t:\n    preload: [numpy, 'os; import shutil']\n", EINVAL,
+                 "corral.yaml:3:22: 'os; import shutil' in the preload of template 't' is not a "
+                 "module name (expected a dotted identifier such as matplotlib.pyplot)");
+    static const char *const bad_modules[] = {"1abc", "a..b", ".a", "a.", "a-b", "a,b", "a.1b"};
+    for (size_t i = 0; i < sizeof(bad_modules) / sizeof(bad_modules[0]); i++) {
+        char yaml[128], want[128];
+        snprintf(yaml, sizeof(yaml), "templates:\n  t:\n    preload: ['%s']\n", bad_modules[i]);
+        snprintf(want, sizeof(want), "corral.yaml:3:15: '%s' in the preload of template 't'",
+                 bad_modules[i]);
+        expect_error(yaml, EINVAL, want);
+    }
+    expect_error("templates:\n  t:\n    preload: [\"\"]\n", EINVAL,
+                 "'' in the preload of template 't' is not a module name");
+    expect_error("templates:\n  t:\n    preload: [\"num\\0py\"]\n", EINVAL,
+                 "corral.yaml:3:15: an entry of the preload of template 't' must not contain a "
+                 "NUL character");
+    expect_error("state_dir: run/corral\n", EINVAL,
+                 "corral.yaml:1:12: state_dir must be an absolute path, not 'run/corral'");
+}
+
+static void loads_a_file(void **state)
+{
+    char path[] = "/tmp/corral-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *yaml = "templates:\n  small:\n    pool_size: 0\n    limits: {memory: 256m}\n";
+    assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+    close(fd);
+
+    struct corral_config *cfg = NULL;
+    struct corral_error err;
+    int r = corral_config_load(path, &cfg, &err);
+    if (r < 0)
+        fail_msg("%s", err.message);
+    assert_string_equal(cfg->path, path);
+    assert_int_equal(cfg->n_templates, 1);
+    assert_string_equal(cfg->templates[0].name, "small");
+    assert_int_equal(cfg->templates[0].limits.memory_bytes, 256ull << 20);
+    corral_config_free(cfg);
+
+    /* Errors name the file as it was given. */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("templates:\n  small:\n    pool: 1\n", f);
+    fclose(f);
+    cfg = NULL;
+    assert_int_equal(corral_config_load(path, &cfg, &err), -EINVAL);
+    assert_null(cfg);
+    char want[128];
+    snprintf(want, sizeof(want), "%s:3:5: unknown key 'pool' in template 'small'", path);
+    assert_non_null(strstr(err.message, want));
+    unlink(path);
+}
+
+static void load_reports_unreadable_files(void **state)
+{
+    struct corral_config *cfg = NULL;
+    struct corral_error err;
+    assert_int_equal(corral_config_load("/nonexistent/corral.yaml", &cfg, &err), -ENOENT);
+    assert_int_equal(err.code, ENOENT);
+    assert_null(cfg);
+    assert_string_equal(err.message, "cannot load the configuration: cannot open "
+                                     "/nonexistent/corral.yaml: No such file or directory");
+    assert_int_equal(corral_config_load("/tmp", &cfg, &err), -EISDIR);
+    assert_non_null(strstr(err.message, "cannot read /tmp: Is a directory"));
+    assert_null(cfg);
+}
+
+static void applies_a_config(void **state)
+{
+    struct corral_config *cfg = parse_ok("templates:\n"
+                                         "  config-test:\n"
+                                         "    preload: [json]\n"
+                                         "    limits: {memory: 128m, pids: 64}\n"
+                                         "  config-test-2: {}\n");
+    struct corral_error err;
+    for (int round = 0; round < 2; round++) {
+        int r = corral_config_apply(cfg, &err);
+        if (r < 0)
+            fail_msg("apply (round %d): %s", round, err.message);
+    }
+    struct corral_template_stats st;
+    assert_int_equal(corral_template_stats("config-test", &st, &err), 0);
+    assert_int_equal(st.pool_size, 0);
+    assert_int_equal(st.zygote_pid, 0);
+    assert_int_equal(corral_template_stats("config-test-2", &st, &err), 0);
+    corral_config_free(cfg);
+
+    /* A config built by hand is checked too: nothing is defined when a name is bad. */
+    const char *const preload[] = {NULL};
+    struct corral_template bad[] = {
+        {.name = "config-ok", .preload = preload},
+        {.name = "bad/name", .preload = preload},
+    };
+    struct corral_config hand = {.path = "hand.yaml", .templates = bad, .n_templates = 2};
+    assert_int_equal(corral_config_apply(&hand, &err), -EINVAL);
+    assert_string_equal(err.message, "hand.yaml: template name 'bad/name' may only hold letters, "
+                                     "digits, '.', '_' and '-'");
+    assert_true(corral_template_stats("config-ok", &st, &err) < 0);
+    assert_non_null(strstr(err.message, "unknown template 'config-ok'"));
+
+    const char *const bad_preload[] = {"os;rm", NULL};
+    struct corral_template bad_module = {.name = "config-m", .preload = bad_preload};
+    hand.templates = &bad_module;
+    hand.n_templates = 1;
+    assert_int_equal(corral_config_apply(&hand, &err), -EINVAL);
+    assert_non_null(strstr(err.message, "'os;rm' in the preload of template 'config-m'"));
+
+    corral_shutdown();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(parses_a_full_file),
+        cmocka_unit_test(missing_keys_take_defaults),
+        cmocka_unit_test(preload_missing_vs_empty),
+        cmocka_unit_test(scalars_may_be_numbers_or_strings),
+        cmocka_unit_test(refuses_invalid_yaml),
+        cmocka_unit_test(refuses_a_top_level_that_is_not_a_mapping),
+        cmocka_unit_test(refuses_unknown_keys),
+        cmocka_unit_test(refuses_duplicate_keys),
+        cmocka_unit_test(refuses_wrong_types),
+        cmocka_unit_test(refuses_invalid_values),
+        cmocka_unit_test(loads_a_file),
+        cmocka_unit_test(load_reports_unreadable_files),
+        cmocka_unit_test(applies_a_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
