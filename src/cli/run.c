@@ -20,6 +20,7 @@
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "config/config.h"
 #include "jail/jail.h"
 
 #define DEFAULT_TIMEOUT_MS (300 * 1000)
@@ -161,6 +162,28 @@ static void repl_usage(FILE *out)
           "--disk, --open-files, -e/--env, --python, --state-dir, --output-limit, as for\n"
           "`corral run` (see corral run --help).\n",
           out);
+}
+
+/* Loads the configuration (--config, $CORRAL_CONFIG, or /etc/corral/corral.yaml
+ * when it exists) and defines its templates. */
+static int load_config(struct run_opts *o)
+{
+    const char *path = o->config;
+    if (!path || !*path)
+        path = getenv("CORRAL_CONFIG");
+    if ((!path || !*path) && access("/etc/corral/corral.yaml", F_OK) == 0)
+        path = "/etc/corral/corral.yaml";
+    if (!path || !*path)
+        return 0;
+    static struct corral_config *cfg; /* lives as long as the process: templates point into it */
+    struct corral_error err;
+    if (corral_config_load(path, &cfg, &err) < 0 || corral_config_apply(cfg, &err) < 0) {
+        fprintf(stderr, "corral run: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    if (!o->cfg.state_dir && cfg->state_dir)
+        o->cfg.state_dir = cfg->state_dir;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
@@ -306,6 +329,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    if ((c = load_config(o)) != 0)
+        return c;
     if (python_given && o->template_name)
         return usage_error("%s", "--python and --template exclude each other: a template's "
                                  "interpreter is the one its zygote embeds");
