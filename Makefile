@@ -27,8 +27,13 @@ test-build:
 unit-test: test-build
 	@cd $(TEST_BUILD) && ctest --output-on-failure
 
+# The security suite twice: sandboxes made afresh, then forked from a zygote.
 security-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/security
+	@echo "security suite, every sandbox forked from a zygote:"
+	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral CORRAL_TEST_TEMPLATE=bare \
+		CORRAL_TEST_CONFIG=$(CURDIR)/tests/security/corral.yaml \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/security
 
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20

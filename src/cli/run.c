@@ -84,6 +84,7 @@ static void run_usage(FILE *out)
 
 struct run_opts {
     struct jail_config cfg;
+    struct corral_limits asked; /* the limits given as options; the rest come from the template */
     uint64_t timeout_ms;
     uint64_t output_limit;
     const char *out_dir;
@@ -255,28 +256,29 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
                 return usage_error("--memory: %s", err.message);
             if (v && v < (16u << 20))
                 return usage_error("--memory: %s is below the minimum of 16m", optarg);
-            o->cfg.limits.memory_bytes = v;
+            o->cfg.limits.memory_bytes = o->asked.memory_bytes = v;
             break;
         case OPT_CPUS:
             if (corral_parse_cpus(optarg, &o->cfg.limits.millicpus, &err) < 0)
                 return usage_error("--cpus: %s", err.message);
+            o->asked.millicpus = o->cfg.limits.millicpus;
             break;
         case OPT_PIDS:
             if (corral_parse_uint(optarg, 8, 1u << 22, &v, &err) < 0)
                 return usage_error("--pids: %s", err.message);
-            o->cfg.limits.pids = (uint32_t)v;
+            o->cfg.limits.pids = o->asked.pids = (uint32_t)v;
             break;
         case OPT_DISK:
             if (corral_parse_size(optarg, &v, &err) < 0)
                 return usage_error("--disk: %s", err.message);
             if (v < (1u << 20))
                 return usage_error("--disk: %s is below the minimum of 1m", optarg);
-            o->cfg.limits.disk_bytes = v;
+            o->cfg.limits.disk_bytes = o->asked.disk_bytes = v;
             break;
         case OPT_OPEN_FILES:
             if (corral_parse_uint(optarg, 16, 1u << 20, &v, &err) < 0)
                 return usage_error("--open-files: %s", err.message);
-            o->cfg.limits.open_files = (uint32_t)v;
+            o->cfg.limits.open_files = o->asked.open_files = (uint32_t)v;
             break;
         case 'e':
             if (!strchr(optarg, '=') || optarg[0] == '=')
@@ -580,11 +582,7 @@ static int run_kernel(struct run_opts *o, bool repl)
 
     struct corral_sandbox_options so;
     corral_sandbox_options_init(&so);
-    so.limits.memory_bytes = o->cfg.limits.memory_bytes;
-    so.limits.millicpus = o->cfg.limits.millicpus;
-    so.limits.pids = o->cfg.limits.pids;
-    so.limits.disk_bytes = o->cfg.limits.disk_bytes;
-    so.limits.open_files = o->cfg.limits.open_files;
+    so.limits = o->asked;
     so.env = o->user_env;
     so.python = o->python;
     so.template_id = o->template_name;
@@ -734,11 +732,7 @@ static int run_forked_script(struct run_opts *o)
         fprintf(stderr, "corral: warning: %s\n", err.message);
     struct corral_sandbox_options so;
     corral_sandbox_options_init(&so);
-    so.limits.memory_bytes = o->cfg.limits.memory_bytes;
-    so.limits.millicpus = o->cfg.limits.millicpus;
-    so.limits.pids = o->cfg.limits.pids;
-    so.limits.disk_bytes = o->cfg.limits.disk_bytes;
-    so.limits.open_files = o->cfg.limits.open_files;
+    so.limits = o->asked;
     so.env = o->user_env;
     so.template_id = o->template_name;
     so.state_dir = o->cfg.state_dir;
@@ -784,6 +778,8 @@ static int run_forked_script(struct run_opts *o)
     struct corral_command_options co;
     corral_command_options_init(&co);
     co.with_stdin = true;
+    if (o->cfg.disabled_layers & JAIL_LAYER_ROOTFS)
+        co.cwd = "/tmp"; /* the host's own tree: no /home/user there */
     corral_process *proc = NULL;
     if (r == 0)
         r = corral_python_start(sc.sb, args, &co, &proc, &err);

@@ -121,8 +121,26 @@ def disable(*layers):
     return ("--unsafe-disable", ",".join(layers)) if layers else ()
 
 
+# With CORRAL_TEST_TEMPLATE set, every probe runs in a sandbox forked from
+# that template's zygote (`corral run --script --template ...`): the suite
+# then proves the same isolation for forked sandboxes. CORRAL_TEST_CONFIG
+# names the YAML file that defines the template.
+TEMPLATE = os.environ.get("CORRAL_TEST_TEMPLATE")
+CONFIG = os.environ.get("CORRAL_TEST_CONFIG")
+
+
+# The binary the sandbox's init is a clone of.
+INIT_BINARY = os.path.join(os.path.dirname(CORRAL), "corral-zygote") if TEMPLATE else CORRAL
+
+
+def mode_opts():
+    if not TEMPLATE:
+        return []
+    return ["--template", TEMPLATE] + (["--config", CONFIG] if CONFIG else [])
+
+
 def corral_cmd(code, *opts, params=None):
-    cmd = [CORRAL, "run", "--script", *opts, "-c", PRELUDE + code]
+    cmd = [CORRAL, "run", "--script", *mode_opts(), *opts, "-c", PRELUDE + code]
     if params is not None:
         cmd += ["--", json.dumps(params)]
     return cmd

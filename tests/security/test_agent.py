@@ -7,7 +7,7 @@ environment or its descriptors, nor reach the daemon's control socket."""
 import json
 import subprocess
 
-from helpers import CORRAL
+from helpers import CORRAL, mode_opts
 
 PROBE = r'''
 import glob, json, os
@@ -45,7 +45,7 @@ print("PROBE " + json.dumps(found))
 
 
 def test_the_agent_is_out_of_reach_of_the_cell():
-    r = subprocess.run([CORRAL, "run", "-c", PROBE], capture_output=True, text=True,
+    r = subprocess.run([CORRAL, "run", *mode_opts(), "-c", PROBE], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     line = [l for l in r.stdout.splitlines() if l.startswith("PROBE ")][0]

@@ -4,7 +4,7 @@
 import hashlib
 import os
 
-from helpers import CORRAL, disable, run, token
+from helpers import CORRAL, INIT_BINARY, disable, run, token
 
 PROC_ROOT = r'''
 import glob
@@ -59,7 +59,8 @@ emit(**res)
 
 
 def test_proc_exe():
-    with open(CORRAL, "rb") as f:
+    # A forked sandbox's init is a clone of the template's zygote.
+    with open(INIT_BINARY, "rb") as f:
         corral_sha = hashlib.sha256(f.read()).hexdigest()
     # Contained: the init runs the daemon's own binary (a clone of corral, never
     # executed anew) but is not dumpable: its exe link is closed; the
