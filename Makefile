@@ -69,6 +69,7 @@ run: deps build
 	@$(BUILD)/corral run --out $(BUILD)/demo examples/demo.py
 
 bench: deps build
+	@scripts/install-bench-deps
 	@$(PYTHON) bench/run.py --corral $(BUILD)/corral
 
 format:

@@ -1,15 +1,39 @@
 /*
- * Sandbox and cell timings through libcorral, for bench/run.py:
- *   start  create a sandbox and run `print(1)`: ms until the output arrives
- *   trip   `x += 1; x` in one warm context: ms per execution
- * Prints one line per measurement: "<name> <milliseconds>".
+ * Sandbox timings and memory through libcorral, for bench/run.py:
+ *
+ *   bench_cells trip N        `x += 1; x` in one warm context: ms per execution
+ *   bench_cells pool N        create -> first output of `print(1)`, from a warm pool
+ *   bench_cells fork N        the same, forked from the default template's warm
+ *                             zygote without a pool
+ *   bench_cells png N         create -> first image/png of a pandas + matplotlib
+ *                             cell, forked from the default template
+ *   bench_cells mem N         private (USS) and proportional (PSS) memory of each
+ *                             of N idle forked sandboxes
+ *   bench_cells density N K   N idle forked sandboxes at once, then K times
+ *                             create -> first output of `print(1)` beside them
+ *
+ * Prints one line per measurement, "<name> <value>...", times in ms and
+ * memory in KiB. A failure prints "error <message>" and exits 1, except in
+ * density, which reports where creation stopped ("density_failed <index>
+ * <message>"), measures what it has and still releases everything.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <corral/corral.h>
+
+#define POOL_TEMPLATE "bench-pool"
+#define PRINT_CODE    "print(1)"
+#define PNG_CODE      "import pandas, matplotlib.pyplot as plt; plt.plot([1, 2]); plt.show()"
+#define WARMUP        2
 
 static double now_ms(void)
 {
@@ -18,8 +42,22 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("error ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    return 1;
+}
+
+/* ---- create -> first output ---- */
+
 struct first {
-    double t0, at;
+    double at; /* when the first stdout chunk or PNG arrived; 0 = not yet */
 };
 
 static void on_stdout(void *ud, const char *text, size_t len, double ts)
@@ -29,45 +67,379 @@ static void on_stdout(void *ud, const char *text, size_t len, double ts)
         f->at = now_ms();
 }
 
-int main(int argc, char **argv)
+static void on_result(void *ud, const struct corral_result *r)
 {
-    int starts = argc > 1 ? atoi(argv[1]) : 10;
-    int trips = argc > 2 ? atoi(argv[2]) : 200;
+    struct first *f = ud;
+    if (!f->at && corral_result_get(r, "image/png"))
+        f->at = now_ms();
+}
+
+/* Creates a sandbox of `template`, runs code in its default context and
+ * releases it: *ms is the time from the create call to the first output
+ * (stdout, or a PNG when png is set). */
+static int first_output(const char *template, const char *code, bool png, double *ms,
+                        struct corral_error *err)
+{
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    o.template_id = template;
+    struct corral_exec_options x;
+    corral_exec_options_init(&x);
+    struct first f = {0};
+    x.callbacks.userdata = &f;
+    if (png)
+        x.callbacks.on_result = on_result;
+    else
+        x.callbacks.on_stdout = on_stdout;
+    double t0 = now_ms();
+    corral_sandbox *sb;
+    if (corral_sandbox_create(&o, &sb, err) < 0)
+        return -1;
+    struct corral_exec_outcome out = {0};
+    int r = corral_execute(sb, NULL, code, &x, &out, err);
+    corral_sandbox_release(sb);
+    if (r < 0)
+        return -1;
+    if (out.error || !f.at) {
+        snprintf(err->message, sizeof(err->message), "`%s` gave no %s%s", code,
+                 png ? "image/png result" : "output", out.error ? " (it raised)" : "");
+        return -1;
+    }
+    *ms = f.at - t0;
+    return 0;
+}
+
+static int zygote_info(const char *template)
+{
+    struct corral_template_stats st;
+    struct corral_error err;
+    if (corral_template_stats(template, &st, &err) < 0)
+        return fail("%s", err.message);
+    printf("zygote_startup %llu\n", (unsigned long long)st.zygote_startup_ms);
+    return 0;
+}
+
+static int bench_fork(int runs, const char *name, const char *code, bool png)
+{
+    struct corral_error err;
+    if (corral_template_warm("default", NULL, &err) < 0)
+        return fail("%s", err.message);
+    if (zygote_info("default"))
+        return 1;
+    int status = 0;
+    for (int i = -WARMUP; i < runs && !status; i++) {
+        double ms;
+        if (first_output("default", code, png, &ms, &err) < 0)
+            status = fail("%s", err.message);
+        else if (i >= 0)
+            printf("%s %.3f\n", name, ms);
+    }
+    corral_shutdown();
+    return status;
+}
+
+static int bench_pool(int runs)
+{
+    struct corral_error err;
+    struct corral_template t = {.name = POOL_TEMPLATE, .pool_size = 2};
+    if (corral_template_define(&t, &err) < 0 || corral_template_warm(POOL_TEMPLATE, NULL, &err) < 0)
+        return fail("%s", err.message);
+    int status = 0;
+    for (int i = -WARMUP; i < runs && !status; i++) {
+        double ms;
+        if (corral_template_wait_pool(POOL_TEMPLATE, 120000, &err) < 0 ||
+            first_output(POOL_TEMPLATE, PRINT_CODE, false, &ms, &err) < 0)
+            status = fail("%s", err.message);
+        else if (i >= 0)
+            printf("pool %.3f\n", ms);
+    }
+    struct corral_template_stats st;
+    if (!status && corral_template_stats(POOL_TEMPLATE, &st, &err) == 0) {
+        printf("zygote_startup %llu\n", (unsigned long long)st.zygote_startup_ms);
+        printf("pool_hits %llu %llu\n", (unsigned long long)st.pool_hits,
+               (unsigned long long)st.pool_misses);
+    }
+    corral_shutdown();
+    return status;
+}
+
+static int bench_trip(int runs)
+{
     struct corral_error err;
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
-    for (int i = 0; i < starts; i++) {
-        struct first f = {.t0 = now_ms()};
-        corral_sandbox *sb;
-        if (corral_sandbox_create(&o, &sb, &err) < 0) {
-            fprintf(stderr, "bench: %s\n", err.message);
-            return 1;
-        }
-        struct corral_exec_options x;
-        corral_exec_options_init(&x);
-        x.callbacks.on_stdout = on_stdout;
-        x.callbacks.userdata = &f;
-        if (corral_execute(sb, NULL, "print(1)", &x, NULL, &err) < 0) {
-            fprintf(stderr, "bench: %s\n", err.message);
-            return 1;
-        }
-        printf("start %.3f\n", f.at - f.t0);
-        corral_sandbox_release(sb);
-    }
     corral_sandbox *sb;
-    if (corral_sandbox_create(&o, &sb, &err) < 0 ||
-        corral_execute(sb, NULL, "x = 0", NULL, NULL, &err) < 0) {
-        fprintf(stderr, "bench: %s\n", err.message);
-        return 1;
-    }
-    for (int i = 0; i < trips; i++) {
+    if (corral_sandbox_create(&o, &sb, &err) < 0)
+        return fail("%s", err.message);
+    int status = 0;
+    if (corral_execute(sb, NULL, "x = 0", NULL, NULL, &err) < 0)
+        status = fail("%s", err.message);
+    for (int i = -10; i < runs && !status; i++) {
         double t0 = now_ms();
-        if (corral_execute(sb, NULL, "x += 1; x", NULL, NULL, &err) < 0) {
-            fprintf(stderr, "bench: %s\n", err.message);
-            return 1;
-        }
-        printf("trip %.3f\n", now_ms() - t0);
+        if (corral_execute(sb, NULL, "x += 1; x", NULL, NULL, &err) < 0)
+            status = fail("%s", err.message);
+        else if (i >= 0)
+            printf("trip %.3f\n", now_ms() - t0);
     }
     corral_sandbox_release(sb);
+    corral_shutdown();
+    return status;
+}
+
+/* ---- memory ---- */
+
+struct mem {
+    unsigned long long uss_kb, pss_kb;
+    int procs;
+};
+
+/* Adds one process's Private_Clean + Private_Dirty and Pss. */
+static int add_smaps(int pid, struct mem *m)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    unsigned long long v;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "Pss: %llu kB", &v) == 1)
+            m->pss_kb += v;
+        else if (sscanf(line, "Private_Clean: %llu kB", &v) == 1 ||
+                 sscanf(line, "Private_Dirty: %llu kB", &v) == 1)
+            m->uss_kb += v;
+    }
+    fclose(f);
+    m->procs++;
     return 0;
+}
+
+/* The sandbox's cgroup directory of the given v1 controller, or of v2. */
+static void cgroup_dir(const char *controller, const char *id, char *out, size_t len)
+{
+    char v1[128];
+    snprintf(v1, sizeof(v1), "/sys/fs/cgroup/%s/corral", controller);
+    if (access(v1, F_OK) == 0)
+        snprintf(out, len, "%s/%s", v1, id);
+    else
+        snprintf(out, len, "/sys/fs/cgroup/corral/%s", id);
+}
+
+/* Sums the memory of every host process in the sandbox's cgroup and prints
+ * each process's share: "mem_proc <name> <uss> <pss>". */
+static int sandbox_mem(corral_sandbox *sb, struct mem *m)
+{
+    char dir[512], path[600];
+    cgroup_dir("memory", corral_sandbox_id(sb), dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    memset(m, 0, sizeof(*m));
+    int pid;
+    while (fscanf(f, "%d", &pid) == 1) {
+        struct mem one = {0};
+        char comm[64] = "?", cpath[64];
+        snprintf(cpath, sizeof(cpath), "/proc/%d/comm", pid);
+        FILE *c = fopen(cpath, "r");
+        if (c) {
+            if (fscanf(c, "%63s", comm) != 1)
+                snprintf(comm, sizeof(comm), "?");
+            fclose(c);
+        }
+        if (add_smaps(pid, &one) < 0)
+            continue; /* gone meanwhile */
+        printf("mem_proc %s %llu %llu\n", comm, one.uss_kb, one.pss_kb);
+        m->uss_kb += one.uss_kb;
+        m->pss_kb += one.pss_kb;
+        m->procs++;
+    }
+    fclose(f);
+    return m->procs ? 0 : -1;
+}
+
+static int new_idle(corral_sandbox **out, struct corral_error *err)
+{
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    if (corral_sandbox_create(&o, out, err) < 0)
+        return -1;
+    struct corral_exec_outcome res = {0};
+    if (corral_execute(*out, NULL, PRINT_CODE, NULL, &res, err) < 0 || res.error) {
+        if (res.error)
+            snprintf(err->message, sizeof(err->message), "print(1) raised in a new sandbox");
+        corral_sandbox_release(*out);
+        return -1;
+    }
+    return 0;
+}
+
+static int bench_mem(int n)
+{
+    struct corral_error err;
+    if (corral_template_warm("default", NULL, &err) < 0)
+        return fail("%s", err.message);
+    corral_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
+    int made = 0, status = 0;
+    for (; made < n; made++)
+        if (new_idle(&sbs[made], &err) < 0) {
+            status = fail("sandbox %d of %d: %s", made + 1, n, err.message);
+            break;
+        }
+    if (!status) {
+        usleep(500000); /* let the kernels settle into idle */
+        for (int i = 0; i < n; i++) {
+            struct mem m;
+            if (sandbox_mem(sbs[i], &m) < 0) {
+                status = fail("cannot read the processes of sandbox %s", corral_sandbox_id(sbs[i]));
+                break;
+            }
+            printf("mem %llu %llu %d\n", m.uss_kb, m.pss_kb, m.procs);
+        }
+        struct corral_template_stats st;
+        struct mem z = {0};
+        if (corral_template_stats("default", &st, &err) == 0 && st.zygote_pid > 0 &&
+            add_smaps(st.zygote_pid, &z) == 0)
+            printf("zygote_mem %llu %llu\n", z.uss_kb, z.pss_kb);
+    }
+    for (int i = 0; i < made; i++)
+        corral_sandbox_release(sbs[i]);
+    free(sbs);
+    corral_shutdown();
+    return status;
+}
+
+/* ---- density ---- */
+
+static long long mem_available_kb(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long v = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %lld kB", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Sandboxes among ids whose pids cgroup still exists. */
+static int left_behind(char **ids, int n)
+{
+    int left = 0;
+    for (int i = 0; i < n; i++) {
+        char dir[512];
+        cgroup_dir("pids", ids[i], dir, sizeof(dir));
+        if (access(dir, F_OK) == 0) {
+            printf("density_left_id %s\n", ids[i]);
+            left++;
+        }
+    }
+    return left;
+}
+
+static int bench_density(int n, int runs)
+{
+    struct corral_error err;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            printf("density_note cannot raise RLIMIT_NOFILE: %s\n", strerror(errno));
+        printf("density_nofile %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+    long long before = mem_available_kb();
+    if (corral_template_warm("default", NULL, &err) < 0)
+        return fail("%s", err.message);
+    usleep(200000);
+    long long warm = mem_available_kb();
+    struct corral_template_stats st;
+    pid_t zygote = corral_template_stats("default", &st, &err) == 0 ? st.zygote_pid : 0;
+
+    corral_sandbox **sbs = calloc((size_t)n, sizeof(*sbs));
+    char **ids = calloc((size_t)n + (size_t)runs, sizeof(*ids));
+    int made = 0, n_ids = 0;
+    double t0 = now_ms();
+    for (; made < n; made++) {
+        if (new_idle(&sbs[made], &err) < 0) {
+            printf("density_failed %d %s\n", made + 1, err.message);
+            break;
+        }
+        ids[n_ids++] = strdup(corral_sandbox_id(sbs[made]));
+        if ((made + 1) % 100 == 0) {
+            fprintf(stderr, "bench: density: %d sandboxes in %.1f s\n", made + 1,
+                    (now_ms() - t0) / 1e3);
+        }
+    }
+    double elapsed = now_ms() - t0;
+    printf("density_created %d %d %.1f\n", made, n, elapsed);
+    usleep(500000);
+    long long full = mem_available_kb();
+    if (before < 0 || warm < 0 || full < 0) /* out of descriptors, say */
+        printf("density_mem_failed cannot read /proc/meminfo\n");
+    else
+        printf("density_mem %lld %lld\n", before - full, warm - full);
+
+    /* One more beside them, a few times. */
+    for (int i = 0; i < runs && made == n; i++) {
+        struct corral_sandbox_options o;
+        corral_sandbox_options_init(&o);
+        struct corral_exec_options x;
+        corral_exec_options_init(&x);
+        struct first f = {0};
+        x.callbacks.on_stdout = on_stdout;
+        x.callbacks.userdata = &f;
+        double s0 = now_ms();
+        corral_sandbox *sb;
+        if (corral_sandbox_create(&o, &sb, &err) < 0) {
+            printf("density_next_failed %s\n", err.message);
+            break;
+        }
+        ids[n_ids++] = strdup(corral_sandbox_id(sb));
+        int r = corral_execute(sb, NULL, PRINT_CODE, &x, NULL, &err);
+        corral_sandbox_release(sb);
+        if (r < 0 || !f.at) {
+            printf("density_next_failed %s\n", r < 0 ? err.message : "print(1) gave no output");
+            break;
+        }
+        printf("density_next %.3f\n", f.at - s0);
+    }
+
+    double r0 = now_ms();
+    for (int i = 0; i < made; i++)
+        corral_sandbox_release(sbs[i]);
+    corral_shutdown();
+    printf("density_release %.1f\n", now_ms() - r0);
+    int left = left_behind(ids, n_ids);
+    bool zygote_left = zygote > 0 && kill(zygote, 0) == 0;
+    printf("density_left %d %d\n", left, zygote_left);
+    for (int i = 0; i < n_ids; i++)
+        free(ids[i]);
+    free(ids);
+    free(sbs);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : "";
+    int n = argc > 2 ? atoi(argv[2]) : 20;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (n <= 0)
+        return fail("the number of runs must be positive");
+    if (!strcmp(cmd, "trip"))
+        return bench_trip(n);
+    if (!strcmp(cmd, "pool"))
+        return bench_pool(n);
+    if (!strcmp(cmd, "fork"))
+        return bench_fork(n, "fork", PRINT_CODE, false);
+    if (!strcmp(cmd, "png"))
+        return bench_fork(n, "png", PNG_CODE, true);
+    if (!strcmp(cmd, "mem"))
+        return bench_mem(n);
+    if (!strcmp(cmd, "density"))
+        return bench_density(n, argc > 3 ? atoi(argv[3]) : 5);
+    fprintf(stderr, "usage: bench_cells trip|pool|fork|png|mem N | density N [K]\n");
+    return 2;
 }
