@@ -97,6 +97,9 @@ struct jail_config {
      * zygote's memory, with its ready interpreter. */
     __attribute__((noreturn)) void (*workload_fn)(void *arg);
     void *workload_arg;
+    /* The init itself becomes workload_fn's process (PID 1) instead of
+     * starting it as a child; the workload must then reap orphans. */
+    bool workload_is_init;
 
     /* When set, the init is cloned by someone else (a zygote) instead of by
      * the caller; the workload is then the spawner's business. */

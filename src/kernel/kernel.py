@@ -69,6 +69,7 @@ MIME_TYPES = (
     "application/javascript",
 )
 BINARY_TYPES = frozenset(("image/png", "image/jpeg", "application/pdf"))
+_SIMPLE_TYPES = frozenset((int, float, str, bool))  # values with only a text/plain form
 
 
 # ---------------------------------------------------------------------------
@@ -954,6 +955,20 @@ def _make_shell_unblocked():
         def finish_displayhook(self):
             pass
 
+        def compute_format_data(self, result):
+            # Plain numbers and strings have no rich representation: only the
+            # text/plain formatter (with its %precision and printers) runs,
+            # unless another formatter has a printer for the type.
+            t = type(result)
+            if t in _SIMPLE_TYPES:
+                formatters = self.shell.display_formatter.formatters
+                plain = formatters.get("text/plain")
+                if plain is not None and plain.enabled and not any(
+                        f is not plain and f.enabled and t in f.type_printers
+                        for f in formatters.values()):
+                    return {"text/plain": plain(result)}, {}
+            return super().compute_format_data(result)
+
     class CorralDisplayPublisher(DisplayPublisher):
         """display() and IPython.display objects: result frames with is_main false."""
 
@@ -1203,6 +1218,32 @@ def prepare(preload=()):
             importlib.import_module(name)
         except Exception as e:
             raise RuntimeError("cannot preload %s: %s: %s" % (name, type(e).__name__, e)) from None
+    _warm_up()
+
+
+def _warm_up():
+    """Runs once what every kernel's first cell would otherwise pay for:
+    IPython's cell machinery (tokenize compiles its regular expressions on
+    first use) and, when pyplot is loaded, one figure rendered to PNG.  Nothing
+    reaches the user's namespace, the history or the execution count."""
+    shell.run_cell("pass", store_history=False, silent=True)
+    ssl = sys.modules.get("ssl")
+    if ssl is not None:  # set up OpenSSL's generators once: a fork then only reseeds them
+        ssl.RAND_bytes(16)
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        fig = plt.figure()
+        fig.add_subplot().plot([1, 2])
+        _figure_png(fig)
+        plt.close(fig)
+        # The font files it opened stay cached, open: a fork must not inherit them.
+        from matplotlib import font_manager
+
+        font_manager._get_font.cache_clear()
+    except Exception as e:
+        _diag("figure warm-up skipped: %r" % e)
 
 
 def start():
