@@ -180,8 +180,10 @@ roots = ["/tmp", "/home", "/mnt", "/dev/shm", "/var/tmp", "/run", "/root", "/run
 for pdir in glob.glob("/proc/[0-9]*"):
     if pdir == f"/proc/{os.getpid()}":
         continue
-    roots += [pdir + "/cwd", pdir + "/root/tmp", pdir + "/root/home/user",
-              pdir + "/root/mnt/data", pdir + "/root/dev/shm", pdir + "/root/run/corral/storage"]
+    # Through root/ first: a cwd that is one of these directories would
+    # otherwise be the only path recorded for it.
+    roots += [pdir + "/root/tmp", pdir + "/root/home/user", pdir + "/root/mnt/data",
+              pdir + "/root/dev/shm", pdir + "/root/run/corral/storage", pdir + "/cwd"]
     try:
         for fd in os.listdir(pdir + "/fd"):
             roots.append(f"{pdir}/fd/{fd}")
