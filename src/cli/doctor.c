@@ -20,6 +20,7 @@
 #include "jail/cgroup.h"
 #include "jail/jail.h"
 #include "jail/seccomp.h"
+#include "zygote/zygote.h"
 
 static int failures;
 
@@ -261,6 +262,31 @@ static void check_python(const char *python)
     }
 }
 
+/* The default template's zygote: corral-zygote found, libpython loads, the
+ * kernel and the default modules import, and it stays single-threaded. */
+static void check_zygote(const char *state_dir)
+{
+    char exe[4096], detail[4300];
+    struct corral_error err;
+    if (zygote_exe(exe, sizeof(exe), &err) < 0) {
+        bad("zygote", err.message, "install corral-zygote beside corral (make builds both)");
+        return;
+    }
+    static const char *const preload[] = {"numpy", "pandas", "matplotlib.pyplot"};
+    struct zygote_options zo = {
+        .exe = exe, .name = "doctor", .preload = preload, .n_preload = 3, .state_dir = state_dir};
+    struct zygote *z;
+    if (zygote_start(&zo, &z, &err) < 0) {
+        bad("zygote", err.message, "see the message: a preload module missing or starting threads");
+        return;
+    }
+    snprintf(detail, sizeof(detail),
+             "%s ready in %llu ms with numpy, pandas and matplotlib imported", exe,
+             (unsigned long long)zygote_startup_ms(z));
+    zygote_stop(z);
+    ok("zygote", detail);
+}
+
 static void check_state_dir(const char *dir)
 {
     struct corral_error err;
@@ -283,7 +309,8 @@ int cli_doctor(int argc, char **argv)
                    "\n"
                    "Checks that this host can run sandboxes: root, kernel, namespaces, mounts,\n"
                    "cgroup version and controllers, seccomp, the sandboxed Python and its\n"
-                   "packages, and the state directory. Each problem comes with its fix.\n"
+                   "packages, the state directory, and that a zygote starts with the default\n"
+                   "template's modules. Each problem comes with its fix.\n"
                    "Exits 0 when everything required works, 1 otherwise.\n"
                    "\n"
                    "  --python PATH    interpreter used inside sandboxes (default %s)\n"
@@ -307,6 +334,8 @@ int cli_doctor(int argc, char **argv)
     check_seccomp();
     check_python(python);
     check_state_dir(state);
+    if (geteuid() == 0)
+        check_zygote(state);
     if (failures) {
         printf("\n%d problem%s found: corral cannot run sandboxes here until %s fixed.\n", failures,
                failures == 1 ? "" : "s", failures == 1 ? "it is" : "they are");

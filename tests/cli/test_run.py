@@ -314,6 +314,7 @@ def test_doctor_reports_a_healthy_host():
     for check in ("privileges", "namespaces", "mounts", "cgroups", "seccomp", "python",
                   "numpy", "pandas", "matplotlib", "IPython", "state dir"):
         assert check in r.stdout, check
+    assert "ok    zygote" in r.stdout and "with numpy, pandas and matplotlib imported" in r.stdout
     assert "v1 at /sys/fs/cgroup" in r.stdout or "v2 at /sys/fs/cgroup" in r.stdout
     assert "All checks passed" in r.stdout
 
@@ -323,6 +324,13 @@ def test_doctor_names_a_missing_python_and_its_fix():
     assert r.returncode == 1
     assert "FAIL  python" in r.stdout and "/usr/bin/no-such-python not found" in r.stdout
     assert "fix: apt-get install python3" in r.stdout
+
+
+def test_doctor_names_a_missing_zygote_and_its_fix():
+    r = run("doctor", env=dict(os.environ, CORRAL_ZYGOTE="/nonexistent/corral-zygote"))
+    assert r.returncode == 1
+    assert "FAIL  zygote" in r.stdout and "/nonexistent/corral-zygote" in r.stdout
+    assert "fix: install corral-zygote beside corral" in r.stdout
 
 
 def test_stdin_reaches_the_code_through_a_pipe_never_a_host_descriptor(tmp_path):
