@@ -236,10 +236,6 @@ __attribute__((noreturn)) static void exec_workload(const struct jail_init_args 
         cwd = (a->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
     if (chdir(cwd) < 0)
         goto fail;
-    if (cfg->workload_fn) {
-        close(exec_fd); /* the init reads end-of-file: started */
-        cfg->workload_fn(cfg->workload_arg);
-    }
     if (cfg->exec_fd >= 0)
         syscall(SYS_execveat, cfg->exec_fd, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);
     else
@@ -345,12 +341,7 @@ static pid_t start_workload(const struct jail_init_args *a)
     /* A raw clone, not fork(): fork() takes libc's (and sanitizers') allocator
      * locks, which another thread of the daemon may have held when this
      * process was cloned from it, and which would then never be released. */
-    pid_t pid;
-    if (a->cfg->workload_fn)
-        pid = fork(); /* cloned from a single-threaded zygote: libc's locks are free, and a
-                         workload that stays in this image needs libc's view of it right */
-    else
-        pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
     if (pid < 0) {
         corral_fail_errno(&err, "cannot start the workload");
         fail(&err);
@@ -365,8 +356,7 @@ static pid_t start_workload(const struct jail_init_args *a)
     close(p[0]);
     if (r == 0) {
         errno = e;
-        corral_fail_errno(&err, "cannot execute %s",
-                          a->cfg->argv ? a->cfg->argv[0] : "the workload");
+        corral_fail_errno(&err, "cannot execute %s", a->cfg->argv[0]);
         fail(&err);
     }
     return pid;
@@ -457,7 +447,7 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         corral_fail_errno(&err, "cannot create a signalfd");
         fail(&err);
     }
-    if (cfg->workload_fn && cfg->workload_is_init)
+    if (cfg->workload_fn)
         become_workload(a, sfd);
     pid_t main_pid = start_workload(a);
     scrub_cmdline();

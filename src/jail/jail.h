@@ -92,14 +92,12 @@ struct jail_config {
     /* Descriptors of the caller that become the workload's 0, 1, 2; -1 = /dev/null. */
     int stdin_fd, stdout_fd, stderr_fd;
 
-    /* Instead of executing argv, the workload's process calls this once the
-     * sandbox is complete (it must not return): a zygote's sandboxes keep the
-     * zygote's memory, with its ready interpreter. */
+    /* Instead of executing argv, the init itself calls this once the sandbox
+     * is complete, as the sandbox's PID 1 (it must not return, and must reap
+     * orphans): a zygote's sandboxes keep the zygote's memory, with its ready
+     * interpreter. */
     __attribute__((noreturn)) void (*workload_fn)(void *arg);
     void *workload_arg;
-    /* The init itself becomes workload_fn's process (PID 1) instead of
-     * starting it as a child; the workload must then reap orphans. */
-    bool workload_is_init;
 
     /* When set, the init is cloned by someone else (a zygote) instead of by
      * the caller; the workload is then the spawner's business. */

@@ -247,7 +247,6 @@ static void serve(int *fds, struct zygote_request *req)
     cfg.disabled_layers = p->disabled_layers;
     cfg.stdin_fd = fds[2];
     cfg.workload_fn = run_agent;
-    cfg.workload_is_init = true;
 
     struct corral_error err;
     pid_t pid = 0;

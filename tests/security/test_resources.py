@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from helpers import UID_BASE, check_sanitizers, corral_cmd, disable, host_pids, proc_cmdline, proc_uids, run, token
+from helpers import TEMPLATE, UID_BASE, check_sanitizers, corral_cmd, disable, host_pids, proc_cmdline, proc_uids, run, token
 
 FORK_BOMB = r'''
 r, w = os.pipe()
@@ -172,8 +172,11 @@ def test_one_gigabyte_on_stdout():
     assert p.returncode == 0, err
     assert received == mib << 20
     # ru_maxrss covers corral and its reaped descendants (the init, whose own
-    # figure includes the Python workload): all small.
-    assert usage.ru_maxrss < 64 * 1024, usage.ru_maxrss
+    # figure includes the Python workload): all small. A forked run's
+    # descendants include the zygote, whose figure is the preloaded
+    # interpreter itself: there corral's own peak is what counts.
+    if not TEMPLATE:
+        assert usage.ru_maxrss < 64 * 1024, usage.ru_maxrss
     assert 0 < hwm < 64 * 1024, hwm
 
 
