@@ -238,7 +238,11 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
+    /* Python's chatter while it starts is silenced in the zygote itself (what
+     * goes wrong comes back in its hello); its stderr stays the caller's for
+     * what only C can say (a crash, a sanitizer's report). */
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t none, all;

@@ -208,6 +208,10 @@ static void prepare(const char *name, const char *preload, const char *state_dir
         Py_XDECREF(s);
     }
     free(list);
+    /* Imports may warn or log ("building the font cache"): not to the caller. */
+    if (PyRun_SimpleString("import sys, os\n"
+                           "sys.stdout = sys.stderr = open(os.devnull, 'w')\n") < 0)
+        fail_hello(EIO, "cannot silence the interpreter's output");
     r = mods ? PyObject_CallMethod(kernel_mod, "prepare", "(O)", mods) : NULL;
     Py_XDECREF(mods);
     if (!r) {
@@ -216,10 +220,10 @@ static void prepare(const char *name, const char *preload, const char *state_dir
     }
     Py_DECREF(r);
     if (PyRun_SimpleString("import gc, sys\n"
+                           "sys.stdout.close()\n"
+                           "sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__\n"
                            "gc.collect()\n"
-                           "gc.freeze()\n"
-                           "sys.stdout.flush()\n"
-                           "sys.stderr.flush()\n") < 0)
+                           "gc.freeze()\n") < 0)
         fail_hello(EIO, "cannot freeze the garbage collector");
     int threads = thread_count();
     if (threads != 1)
