@@ -144,6 +144,8 @@ struct corral_result {
 const char *corral_result_get(const struct corral_result *r, const char *type);
 
 struct corral_exec_callbacks {
+    /* The execution is about to run with this execution count. */
+    void (*on_start)(void *userdata, int64_t execution_count);
     void (*on_stdout)(void *userdata, const char *text, size_t len, double timestamp);
     void (*on_stderr)(void *userdata, const char *text, size_t len, double timestamp);
     void (*on_result)(void *userdata, const struct corral_result *result);

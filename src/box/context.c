@@ -430,6 +430,8 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
         return r;
     }
     int64_t id = ctx->execution_count + 1;
+    if (opts->callbacks.on_start)
+        opts->callbacks.on_start(opts->callbacks.userdata, id);
     json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "type", "execute", "id", (json_int_t)id, "code",
                             code, "env", env);
     size_t len = 0;

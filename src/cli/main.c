@@ -17,6 +17,7 @@ static void usage(FILE *out)
           "commands:\n"
           "  run      run Python code in a fresh sandbox and stream its output\n"
           "  repl     an interactive Python session in one sandbox\n"
+          "  serve    the server: E2B's sandbox API for the official SDKs\n"
           "  doctor   check that this host can run sandboxes, and say how to fix it\n"
           "  " AGENT_COMMAND "  (internal) what runs inside each sandbox; not for direct use\n"
           "\n"
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
         return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "repl"))
         return cli_repl(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve"))
+        return cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cli_doctor(argc - 1, argv + 1);
     fprintf(stderr, "corral: unknown command '%s'\n\n", cmd);

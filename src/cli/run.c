@@ -165,11 +165,11 @@ static void repl_usage(FILE *out)
           out);
 }
 
-/* Loads the configuration (--config, $CORRAL_CONFIG, or /etc/corral/corral.yaml
- * when it exists) and defines its templates. */
-static int load_config(struct run_opts *o)
+/* Loads the configuration (path, else $CORRAL_CONFIG, else
+ * /etc/corral/corral.yaml when it exists) and defines its templates; sets
+ * *state_dir from it unless already set. Prints why it cannot. */
+int cli_load_config(const char *cmd, const char *path, const char **state_dir)
 {
-    const char *path = o->config;
     if (!path || !*path)
         path = getenv("CORRAL_CONFIG");
     if ((!path || !*path) && access("/etc/corral/corral.yaml", F_OK) == 0)
@@ -179,11 +179,11 @@ static int load_config(struct run_opts *o)
     static struct corral_config *cfg; /* lives as long as the process: templates point into it */
     struct corral_error err;
     if (corral_config_load(path, &cfg, &err) < 0 || corral_config_apply(cfg, &err) < 0) {
-        fprintf(stderr, "corral run: %s\n", err.message);
+        fprintf(stderr, "corral %s: %s\n", cmd, err.message);
         return CLI_USAGE;
     }
-    if (!o->cfg.state_dir && cfg->state_dir)
-        o->cfg.state_dir = cfg->state_dir;
+    if (!*state_dir && cfg->state_dir)
+        *state_dir = cfg->state_dir;
     return 0;
 }
 
@@ -331,7 +331,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if ((c = load_config(o)) != 0)
+    if ((c = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir)) != 0)
         return c;
     if (python_given && o->template_name)
         return usage_error("%s", "--python and --template exclude each other: a template's "

@@ -1,0 +1,871 @@
+/* E2B's control plane and code interpreter over libcorral; see e2b.h. */
+#include "api/e2b.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "corral/corral.h"
+
+#define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
+#define ENVD_VERSION      "0.4.0"    /* the smallest feature set of E2B's SDKs */
+#define PORT_ENVD         "49983"
+#define PORT_INTERPRETER  "49999"
+#define KEEPALIVE_MS      5000
+#define DEFAULT_TIMEOUT_S 15 /* the spec's default when a create names none */
+#define MAX_TIMEOUT_S     (24 * 3600)
+
+/* A sandbox created through this surface: the e2b layer holds its reference. */
+struct owned {
+    corral_sandbox *sb;
+    struct owned *next;
+};
+
+struct e2b {
+    pthread_mutex_t lock;
+    struct owned *owned;
+    char **api_keys;
+    char *state_dir;
+};
+
+/* ---- small helpers ---- */
+
+static char **strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            for (size_t j = 0; j < i; j++)
+                free(out[j]);
+            free(out);
+            return NULL;
+        }
+    return out;
+}
+
+static void strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void rfc3339(uint64_t ms, char *out, size_t len)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Decodes %XX and '+' in place. */
+static void url_decode(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        if (*r == '+') {
+            *w++ = ' ';
+        } else if (*r == '%' && r[1] && r[2]) {
+            char hex[3] = {r[1], r[2], 0};
+            char *end;
+            long v = strtol(hex, &end, 16);
+            if (*end || v == 0) {
+                *w++ = *r;
+                continue;
+            }
+            *w++ = (char)v;
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+}
+
+/* Parses a JSON body (an empty body is {}), or answers 400. */
+static json_t *parse_body(const struct http_request *req, struct http_response **bad)
+{
+    if (!req->body_len)
+        return json_object();
+    json_error_t e;
+    json_t *v = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &e);
+    if (!v) {
+        *bad = http_error(400, "malformed JSON body: %s (line %d, column %d)", e.text, e.line,
+                          e.column);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        *bad = http_error(400, "the JSON body must be an object");
+        return NULL;
+    }
+    return v;
+}
+
+/* A {string: string} object as NULL-terminated "key=value" strings, or 400. */
+static char **string_map(json_t *obj, const char *field, struct http_response **bad)
+{
+    if (!obj || json_is_null(obj))
+        return calloc(1, sizeof(char *));
+    if (!json_is_object(obj)) {
+        *bad = http_error(400, "'%s' must be an object of strings", field);
+        return NULL;
+    }
+    char **v = calloc(json_object_size(obj) + 1, sizeof(char *));
+    size_t n = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val)
+    {
+        if (!v)
+            break;
+        if (!json_is_string(val) || !*key || strchr(key, '=')) {
+            strv_free(v);
+            *bad = http_error(400, "'%s' must map names to strings ('%s' does not)", field, key);
+            return NULL;
+        }
+        size_t len = strlen(key) + json_string_length(val) + 2;
+        if (!(v[n] = malloc(len))) {
+            strv_free(v);
+            v = NULL;
+            break;
+        }
+        snprintf(v[n++], len, "%s=%s", key, json_string_value(val));
+    }
+    if (!v)
+        *bad = http_error(500, "out of memory");
+    return v;
+}
+
+/* ---- the sandboxes this surface owns ---- */
+
+static void own(struct e2b *e, corral_sandbox *sb)
+{
+    struct owned *o = calloc(1, sizeof(*o));
+    if (!o) {
+        corral_sandbox_release(sb);
+        return;
+    }
+    o->sb = sb;
+    pthread_mutex_lock(&e->lock);
+    o->next = e->owned;
+    e->owned = o;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Drops sandboxes that died (timeouts) so that they read as gone. */
+static void sweep(struct e2b *e)
+{
+    struct owned *dead = NULL;
+    pthread_mutex_lock(&e->lock);
+    for (struct owned **pp = &e->owned; *pp;) {
+        if (!corral_sandbox_alive((*pp)->sb)) {
+            struct owned *o = *pp;
+            *pp = o->next;
+            o->next = dead;
+            dead = o;
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    while (dead) {
+        struct owned *o = dead;
+        dead = o->next;
+        corral_sandbox_release(o->sb);
+        free(o);
+    }
+}
+
+/* The live sandbox with this id, retained; or NULL. */
+static corral_sandbox *find(struct e2b *e, const char *id)
+{
+    sweep(e);
+    corral_sandbox *found = NULL;
+    pthread_mutex_lock(&e->lock);
+    for (struct owned *o = e->owned; o; o = o->next)
+        if (!strcmp(corral_sandbox_id(o->sb), id)) {
+            found = o->sb;
+            corral_sandbox_retain(found);
+            break;
+        }
+    pthread_mutex_unlock(&e->lock);
+    return found;
+}
+
+/* Removes it from the owned list; true if it was there. */
+static bool disown(struct e2b *e, corral_sandbox *sb)
+{
+    struct owned *hit = NULL;
+    pthread_mutex_lock(&e->lock);
+    for (struct owned **pp = &e->owned; *pp; pp = &(*pp)->next)
+        if ((*pp)->sb == sb) {
+            hit = *pp;
+            *pp = hit->next;
+            break;
+        }
+    pthread_mutex_unlock(&e->lock);
+    if (!hit)
+        return false;
+    corral_sandbox_release(hit->sb);
+    free(hit);
+    return true;
+}
+
+static json_t *metadata_json(corral_sandbox *sb)
+{
+    json_t *m = json_object();
+    const char *k, *v;
+    for (size_t i = 0; corral_sandbox_metadata_at(sb, i, &k, &v); i++)
+        json_object_set_new(m, k, json_string(v));
+    return m;
+}
+
+/* The Sandbox shape of a create/connect answer. */
+static json_t *sandbox_json(corral_sandbox *sb)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:n}", "sandboxID", corral_sandbox_id(sb), "templateID",
+                     corral_sandbox_template(sb), "clientID", CLIENT_ID, "envdVersion",
+                     ENVD_VERSION, "domain");
+}
+
+/* SandboxDetail / ListedSandbox. */
+static json_t *detail_json(corral_sandbox *sb)
+{
+    char started[32], end[32];
+    uint64_t deadline = corral_sandbox_deadline_ms(sb);
+    rfc3339(corral_sandbox_started_at_ms(sb), started, sizeof(started));
+    rfc3339(deadline ? deadline : corral_sandbox_started_at_ms(sb) + 1000ull * MAX_TIMEOUT_S, end,
+            sizeof(end));
+    const struct corral_limits *l = corral_sandbox_limits(sb);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:s, s:s, s:o}", "sandboxID",
+                     corral_sandbox_id(sb), "templateID", corral_sandbox_template(sb), "clientID",
+                     CLIENT_ID, "startedAt", started, "endAt", end, "cpuCount",
+                     (int)((l->millicpus + 999) / 1000), "memoryMB",
+                     (json_int_t)(l->memory_bytes >> 20), "diskSizeMB",
+                     (json_int_t)(l->disk_bytes >> 20), "state", "running", "envdVersion",
+                     ENVD_VERSION, "metadata", metadata_json(sb));
+}
+
+static const char *template_for(const char *e2b_template)
+{
+    /* E2B's own names for its Python images are corral's default template. */
+    static const char *const aliases[] = {"code-interpreter-v1", "code-interpreter", "base",
+                                          "code-interpreter-beta", NULL};
+    for (size_t i = 0; aliases[i]; i++)
+        if (!strcmp(e2b_template, aliases[i]))
+            return "default";
+    return e2b_template;
+}
+
+/* ---- control plane ---- */
+
+static struct http_response *create_sandbox(struct e2b *e, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    json_t *body = parse_body(req, &bad);
+    if (!body)
+        return bad;
+    json_t *tpl = json_object_get(body, "templateID");
+    json_t *timeout = json_object_get(body, "timeout");
+    char **env = NULL, **meta = NULL;
+    struct http_response *resp = NULL;
+    if (!json_is_string(tpl) || !json_string_length(tpl)) {
+        resp = http_error(400, "'templateID' is required and must be a string");
+        goto out;
+    }
+    json_int_t secs = DEFAULT_TIMEOUT_S;
+    if (timeout && !json_is_null(timeout)) {
+        if (!json_is_integer(timeout) || json_integer_value(timeout) < 0) {
+            resp = http_error(400, "'timeout' must be a non-negative number of seconds");
+            goto out;
+        }
+        secs = json_integer_value(timeout);
+    }
+    if (secs <= 0) {
+        resp = http_error(400, "Timeout must be greater than 0");
+        goto out;
+    }
+    if (secs > MAX_TIMEOUT_S) {
+        resp = http_error(400, "Timeout cannot be greater than %d hours", MAX_TIMEOUT_S / 3600);
+        goto out;
+    }
+    if (!(env = string_map(json_object_get(body, "envVars"), "envVars", &resp)) ||
+        !(meta = string_map(json_object_get(body, "metadata"), "metadata", &resp)))
+        goto out;
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    o.template_id = template_for(json_string_value(tpl));
+    o.timeout_ms = (uint64_t)secs * 1000;
+    o.env = (const char *const *)env;
+    o.metadata = (const char *const *)meta;
+    o.state_dir = e->state_dir;
+    corral_sandbox *sb;
+    struct corral_error err;
+    if (corral_sandbox_create(&o, &sb, &err) < 0) {
+        resp = err.code == ENOENT ? http_error(404, "template '%s' not found: %s",
+                                               json_string_value(tpl), err.message)
+                                  : http_error(500, "cannot create the sandbox: %s", err.message);
+        goto out;
+    }
+    json_t *j = sandbox_json(sb);
+    json_object_set_new(j, "templateID", json_copy(tpl));
+    own(e, sb);
+    resp = http_json(201, j);
+out:
+    strv_free(env);
+    strv_free(meta);
+    json_decref(body);
+    return resp;
+}
+
+struct filter {
+    char *pairs[32]; /* key=value */
+    size_t n;
+    bool bad;
+};
+
+static void parse_metadata_filter(struct filter *f, const char *query)
+{
+    char *copy = strdup(query), *save = NULL;
+    for (char *kv = copy ? strtok_r(copy, "&", &save) : NULL; kv; kv = strtok_r(NULL, "&", &save)) {
+        if (f->n >= 32 || !strchr(kv, '=')) {
+            f->bad = true;
+            break;
+        }
+        char *dup = strdup(kv);
+        if (!dup)
+            break;
+        char *eq = strchr(dup, '=');
+        *eq = '\0';
+        url_decode(dup);
+        url_decode(eq + 1);
+        size_t klen = strlen(dup);
+        memmove(dup + klen + 1, eq + 1, strlen(eq + 1) + 1);
+        dup[klen] = '=';
+        f->pairs[f->n++] = dup;
+    }
+    free(copy);
+}
+
+static bool matches(corral_sandbox *sb, const struct filter *f)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        char *eq = strchr(f->pairs[i], '=');
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - f->pairs[i]), f->pairs[i]);
+        const char *v = corral_sandbox_metadata(sb, key);
+        if (!v || strcmp(v, eq + 1))
+            return false;
+    }
+    return true;
+}
+
+static struct http_response *list_sandboxes(struct e2b *e, const struct http_request *req)
+{
+    sweep(e);
+    struct filter f = {0};
+    const char *meta = http_query(req, "metadata");
+    if (meta && *meta)
+        parse_metadata_filter(&f, meta);
+    struct http_response *resp = NULL;
+    if (f.bad) {
+        resp = http_error(400, "'metadata' must be key=value pairs joined by '&'");
+        goto out;
+    }
+    const char *state = http_query(req, "state");
+    bool want_running = !state || !*state || strstr(state, "running");
+    json_t *arr = json_array();
+    pthread_mutex_lock(&e->lock);
+    for (struct owned *o = e->owned; o && want_running; o = o->next)
+        if (matches(o->sb, &f))
+            json_array_append_new(arr, detail_json(o->sb));
+    pthread_mutex_unlock(&e->lock);
+    resp = http_json(200, arr);
+out:
+    for (size_t i = 0; i < f.n; i++)
+        free(f.pairs[i]);
+    return resp;
+}
+
+static struct http_response *not_found(const char *id)
+{
+    return http_error(404, "sandbox \"%s\" not found", id);
+}
+
+/* Reads {"timeout": seconds} (required, > 0). */
+static int body_timeout(const struct http_request *req, json_int_t *secs,
+                        struct http_response **bad)
+{
+    json_t *body = parse_body(req, bad);
+    if (!body)
+        return -1;
+    json_t *t = json_object_get(body, "timeout");
+    int r = 0;
+    if (!json_is_integer(t) || json_integer_value(t) <= 0) {
+        *bad = http_error(400, "'timeout' must be a positive number of seconds");
+        r = -1;
+    } else if (json_integer_value(t) > MAX_TIMEOUT_S) {
+        *bad = http_error(400, "Timeout cannot be greater than %d hours", MAX_TIMEOUT_S / 3600);
+        r = -1;
+    } else {
+        *secs = json_integer_value(t);
+    }
+    json_decref(body);
+    return r;
+}
+
+static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
+                                         const char *id, const char *action)
+{
+    corral_sandbox *sb = find(e, id);
+    if (!sb)
+        return not_found(id);
+    struct http_response *resp = NULL;
+    bool get = !strcmp(req->method, "GET"), post = !strcmp(req->method, "POST");
+    if (!*action && get) {
+        resp = http_json(200, detail_json(sb));
+    } else if (!*action && !strcmp(req->method, "DELETE")) {
+        corral_sandbox_kill(sb);
+        resp = disown(e, sb) ? http_empty(204) : not_found(id);
+    } else if (post && (!strcmp(action, "/timeout") || !strcmp(action, "/connect") ||
+                        !strcmp(action, "/refreshes"))) {
+        json_int_t secs = 0;
+        bool connect = !strcmp(action, "/connect");
+        if (!strcmp(action, "/refreshes")) {
+            secs = DEFAULT_TIMEOUT_S;
+        } else if (body_timeout(req, &secs, &resp) < 0) {
+            corral_sandbox_release(sb);
+            return resp;
+        }
+        corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
+        resp = connect ? http_json(200, sandbox_json(sb)) : http_empty(204);
+    } else if (post && !strcmp(action, "/pause")) {
+        resp = http_error(400, "corral cannot pause sandboxes: they keep running until killed "
+                               "or timed out");
+    } else {
+        resp = http_error(404, "no %s %s in the sandbox API", req->method, req->path);
+    }
+    corral_sandbox_release(sb);
+    return resp;
+}
+
+static bool key_ok(struct e2b *e, const struct http_request *req)
+{
+    if (!e->api_keys || !e->api_keys[0])
+        return true;
+    const char *key = http_header(req, "X-API-Key");
+    for (size_t i = 0; key && e->api_keys[i]; i++)
+        if (!strcmp(key, e->api_keys[i]))
+            return true;
+    return false;
+}
+
+static struct http_response *control_plane(struct e2b *e, const struct http_request *req)
+{
+    const char *m = req->method, *p = req->path;
+    if (!strcmp(p, "/health"))
+        return http_empty(204);
+    if (!key_ok(e, req))
+        return http_error(401, "Invalid API key: send a configured key in X-API-Key");
+    if (!strcmp(p, "/sandboxes") && !strcmp(m, "POST"))
+        return create_sandbox(e, req);
+    if ((!strcmp(p, "/v2/sandboxes") || !strcmp(p, "/sandboxes")) && !strcmp(m, "GET"))
+        return list_sandboxes(e, req);
+    if (!strncmp(p, "/sandboxes/", 11) && p[11]) {
+        char id[128];
+        const char *rest = p + 11, *slash = strchr(rest, '/');
+        size_t len = slash ? (size_t)(slash - rest) : strlen(rest);
+        if (len >= sizeof(id))
+            return not_found(rest);
+        memcpy(id, rest, len);
+        id[len] = '\0';
+        return one_sandbox(e, req, id, slash ? slash : "");
+    }
+    return http_error(404, "no %s %s in the sandbox API", m, p);
+}
+
+/* ---- the code interpreter (port 49999) ---- */
+
+struct job {
+    corral_sandbox *sb;
+    corral_context *ctx;
+    char *code;
+    char **env;
+    struct http_stream *s;
+    bool errored;
+};
+
+static void job_line(struct job *j, json_t *line)
+{
+    char *text = line ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(line);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    text[len] = '\n'; /* json_dumps' NUL becomes the line's end */
+    http_stream_write(j->s, text, len + 1);
+    free(text);
+}
+
+static void iso_time(double ts, char *out, size_t len)
+{
+    time_t secs = (time_t)ts;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char base[32];
+    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, len, "%s.%06d+00:00", base, (int)((ts - (double)secs) * 1e6));
+}
+
+static void on_start(void *u, int64_t count)
+{
+    job_line(u, json_pack("{s:s, s:I}", "type", "number_of_executions", "execution_count",
+                          (json_int_t)count));
+}
+
+static void stream_line(struct job *j, const char *type, const char *text, size_t len, double ts)
+{
+    char when[48];
+    iso_time(ts, when, sizeof(when));
+    job_line(j, json_pack("{s:s, s:s%, s:s}", "type", type, "text", text, len, "timestamp", when));
+}
+
+static void on_stdout(void *u, const char *text, size_t len, double ts)
+{
+    stream_line(u, "stdout", text, len, ts);
+}
+
+static void on_stderr(void *u, const char *text, size_t len, double ts)
+{
+    stream_line(u, "stderr", text, len, ts);
+}
+
+static void on_result(void *u, const struct corral_result *r)
+{
+    static const struct {
+        const char *mime, *field;
+    } fields[] = {{"text/plain", "text"},        {"text/html", "html"},
+                  {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
+                  {"image/png", "png"},          {"image/jpeg", "jpeg"},
+                  {"application/pdf", "pdf"},    {"text/latex", "latex"},
+                  {"application/json", "json"},  {"application/javascript", "javascript"}};
+    json_t *line = json_pack("{s:s}", "type", "result");
+    json_t *extra = json_object();
+    for (size_t i = 0; i < r->n; i++) {
+        const char *field = NULL;
+        for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++)
+            if (!strcmp(r->types[i], fields[f].mime))
+                field = fields[f].field;
+        const char *v = r->values[i];
+        json_t *value;
+        if (field && !strcmp(field, "json")) {
+            value = json_loads(v, JSON_DECODE_ANY, NULL);
+            if (!value)
+                value = json_string(v);
+        } else if (field && !strcmp(field, "text")) {
+            size_t n = strlen(v); /* 'abc' -> abc, as E2B's server does */
+            if (n >= 2 && (v[0] == '\'' || v[0] == '"') && v[n - 1] == v[0])
+                value = json_stringn(v + 1, n - 2);
+            else
+                value = json_string(v);
+        } else {
+            value = json_string(v);
+        }
+        if (!value)
+            continue;
+        json_object_set_new(field ? line : extra, field ? field : r->types[i], value);
+    }
+    if (r->table_json) {
+        json_t *data = json_loads(r->table_json, 0, NULL);
+        if (data)
+            json_object_set_new(line, "data", data);
+    }
+    json_object_set_new(line, "extra", extra);
+    json_object_set_new(line, "is_main_result", json_boolean(r->is_main));
+    job_line(u, line);
+}
+
+static void on_error(void *u, const char *name, const char *value, const char *traceback)
+{
+    struct job *j = u;
+    if (j->errored)
+        return; /* only the first error of an execution */
+    j->errored = true;
+    job_line(j, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value", value,
+                          "traceback", traceback));
+}
+
+static void job_produce(struct http_stream *s, void *arg)
+{
+    struct job *j = arg;
+    j->s = s;
+    struct corral_exec_options x;
+    corral_exec_options_init(&x);
+    x.env = (const char *const *)j->env;
+    x.callbacks = (struct corral_exec_callbacks){.on_start = on_start,
+                                                 .on_stdout = on_stdout,
+                                                 .on_stderr = on_stderr,
+                                                 .on_result = on_result,
+                                                 .on_error = on_error,
+                                                 .userdata = j};
+    struct corral_exec_outcome out;
+    struct corral_error err;
+    if (corral_execute(j->sb, j->ctx, j->code, &x, &out, &err) < 0)
+        on_error(j, "ExecutionError", err.message, "");
+    else if (out.context_restarted && !j->errored)
+        on_error(j, "ContextRestarting", "Context was restarted", "");
+    job_line(j, json_pack("{s:s}", "type", "end_of_execution"));
+}
+
+static void job_gone(void *arg)
+{
+    struct job *j = arg;
+    corral_context_interrupt(j->ctx, NULL); /* free the context for the next execution */
+}
+
+static void job_release(void *arg)
+{
+    struct job *j = arg;
+    corral_sandbox_release(j->sb);
+    free(j->code);
+    strv_free(j->env);
+    free(j);
+}
+
+static const struct http_stream_ops job_ops = {job_produce, job_gone, job_release};
+
+static json_t *context_json(corral_context *c)
+{
+    return json_pack("{s:s, s:s, s:s}", "id", corral_context_id(c), "language",
+                     corral_context_language(c), "cwd", corral_context_cwd(c));
+}
+
+static bool is_python(const char *lang)
+{
+    return !*lang || !strcasecmp(lang, "python") || !strcasecmp(lang, "python3");
+}
+
+static struct http_response *execute(corral_sandbox *sb, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    json_t *body = parse_body(req, &bad);
+    if (!body)
+        return bad;
+    json_t *code = json_object_get(body, "code");
+    json_t *cid = json_object_get(body, "context_id");
+    json_t *lang = json_object_get(body, "language");
+    struct http_response *resp = NULL;
+    char **env = NULL;
+    corral_context *ctx = NULL;
+    struct corral_error err;
+    if (!json_is_string(code)) {
+        resp = http_error(400, "'code' is required and must be a string");
+        goto out;
+    }
+    bool has_cid = cid && !json_is_null(cid), has_lang = lang && !json_is_null(lang);
+    if (has_cid && has_lang) {
+        resp = http_text(400, "text/plain", "Only one of context_id or language can be provided");
+        goto out;
+    }
+    if ((has_cid && !json_is_string(cid)) || (has_lang && !json_is_string(lang))) {
+        resp = http_error(400, "'context_id' and 'language' must be strings");
+        goto out;
+    }
+    if (!(env = string_map(json_object_get(body, "env_vars"), "env_vars", &resp)))
+        goto out;
+    if (has_cid) {
+        if (!(ctx = corral_context_get(sb, json_string_value(cid)))) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "Context %s not found", json_string_value(cid));
+            resp = http_text(404, "text/plain", msg);
+            goto out;
+        }
+    } else if (has_lang && !is_python(json_string_value(lang))) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "language '%s' is not supported (supported: %s)",
+                 json_string_value(lang), corral_supported_languages());
+        resp = http_text(400, "text/plain", msg);
+        goto out;
+    } else if (corral_context_default(sb, &ctx, &err) < 0) {
+        resp = http_text(500, "text/plain", err.message);
+        goto out;
+    }
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->code = strdup(json_string_value(code)))) {
+        free(j);
+        resp = http_error(500, "out of memory");
+        goto out;
+    }
+    corral_sandbox_retain(sb);
+    j->sb = sb;
+    j->ctx = ctx;
+    j->env = env;
+    env = NULL;
+    resp = http_stream(200, "application/x-ndjson", &job_ops, j);
+    if (!resp)
+        job_release(j);
+out:
+    strv_free(env);
+    json_decref(body);
+    return resp;
+}
+
+static struct http_response *contexts(corral_sandbox *sb, const struct http_request *req,
+                                      const char *rest)
+{
+    struct corral_error err;
+    if (!*rest && !strcmp(req->method, "GET")) {
+        corral_context *dflt;
+        if (corral_context_default(sb, &dflt, &err) < 0)
+            return http_text(500, "text/plain", err.message);
+        corral_context *list[256];
+        size_t n = corral_context_list(sb, list, 256);
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n && i < 256; i++)
+            json_array_append_new(arr, context_json(list[i]));
+        return http_json(200, arr);
+    }
+    if (!*rest && !strcmp(req->method, "POST")) {
+        struct http_response *bad = NULL;
+        json_t *body = parse_body(req, &bad);
+        if (!body)
+            return bad;
+        json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
+        const char *l = json_is_string(lang) ? json_string_value(lang) : "python";
+        const char *c = json_is_string(cwd) ? json_string_value(cwd) : NULL;
+        corral_context *ctx;
+        struct http_response *resp;
+        if (!is_python(l))
+            resp = http_text(400, "text/plain", "only python contexts are supported");
+        else if (corral_context_create(sb, "python", c, &ctx, &err) < 0)
+            resp = http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
+        else
+            resp = http_json(200, context_json(ctx));
+        json_decref(body);
+        return resp;
+    }
+    if (*rest != '/')
+        return http_error(404, "no %s %s in the code interpreter", req->method, req->path);
+    char id[128];
+    const char *slash = strchr(rest + 1, '/');
+    size_t len = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
+    snprintf(id, sizeof(id), "%.*s", (int)len, rest + 1);
+    corral_context *ctx = corral_context_get(sb, id);
+    if (!ctx) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "Context %s not found", id);
+        return http_text(404, "text/plain", msg);
+    }
+    int r;
+    if (slash && !strcmp(slash, "/restart") && !strcmp(req->method, "POST"))
+        r = corral_context_restart(ctx, &err);
+    else if (!slash && !strcmp(req->method, "DELETE"))
+        r = corral_context_remove(ctx, &err);
+    else
+        return http_error(404, "no %s %s in the code interpreter", req->method, req->path);
+    if (r < 0)
+        return http_text(500, "text/plain", err.message);
+    return http_json(200, json_null());
+}
+
+static struct http_response *interpreter(corral_sandbox *sb, const struct http_request *req)
+{
+    const char *p = req->path;
+    if (!strcmp(p, "/health"))
+        return http_json(200, json_string("OK"));
+    if (!strcmp(p, "/execute") && !strcmp(req->method, "POST"))
+        return execute(sb, req);
+    if (!strncmp(p, "/contexts", 9))
+        return contexts(sb, req, p + 9);
+    return http_error(404, "no %s %s in the code interpreter", req->method, p);
+}
+
+static struct http_response *envd(corral_sandbox *sb, const struct http_request *req)
+{
+    if (!strcmp(req->path, "/health"))
+        return http_empty(204);
+    return http_error(501, "%s %s of envd is not implemented by corral yet", req->method,
+                      req->path);
+}
+
+static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
+                                        const char *id)
+{
+    const char *port = http_header(req, "E2b-Sandbox-Port");
+    corral_sandbox *sb = find(e, id);
+    if (!sb)
+        return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
+                                        "The sandbox was not found", "code", 502));
+    struct http_response *resp;
+    if (port && !strcmp(port, PORT_INTERPRETER))
+        resp = interpreter(sb, req);
+    else if (port && !strcmp(port, PORT_ENVD))
+        resp = envd(sb, req);
+    else
+        resp = http_json(502, json_pack("{s:s, s:s, s:s?, s:i}", "sandboxId", id, "message",
+                                        "The sandbox is running but port is not open", "port", port,
+                                        "code", 502));
+    corral_sandbox_release(sb);
+    return resp;
+}
+
+struct http_response *e2b_handle(const struct http_request *req, void *ctx)
+{
+    struct e2b *e = ctx;
+    const char *id = http_header(req, "E2b-Sandbox-Id");
+    struct http_response *resp = id ? data_plane(e, req, id) : control_plane(e, req);
+    if (resp) /* browsers: E2B's services allow any origin */
+        http_add_header(resp, "Access-Control-Allow-Origin", "*");
+    return resp;
+}
+
+int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *err)
+{
+    struct e2b *e = calloc(1, sizeof(*e));
+    if (!e || !(e->api_keys = strv_dup(o->api_keys)) ||
+        (o->state_dir && !(e->state_dir = strdup(o->state_dir)))) {
+        if (e)
+            strv_free(e->api_keys);
+        free(e);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    *out = e;
+    return 0;
+}
+
+void e2b_kill_all(struct e2b *e)
+{
+    pthread_mutex_lock(&e->lock);
+    for (struct owned *o = e->owned; o; o = o->next)
+        corral_sandbox_kill(o->sb);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void e2b_free(struct e2b *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->lock);
+    struct owned *list = e->owned;
+    e->owned = NULL;
+    pthread_mutex_unlock(&e->lock);
+    while (list) {
+        struct owned *o = list;
+        list = o->next;
+        corral_sandbox_kill(o->sb);
+        corral_sandbox_release(o->sb);
+        free(o);
+    }
+    strv_free(e->api_keys);
+    free(e->state_dir);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}

@@ -1,0 +1,32 @@
+/*
+ * E2B's wire protocol over libcorral: the control plane (POST /sandboxes,
+ * GET /v2/sandboxes, GET/DELETE /sandboxes/{id}, timeout, connect) and, on
+ * the same listener, the data plane of each sandbox, chosen by the
+ * E2b-Sandbox-Id and E2b-Sandbox-Port headers: the code interpreter (49999:
+ * /execute streaming NDJSON, /contexts) and envd (49983).
+ * See shared/protocols/e2b-protocol.md for the contract.
+ */
+#ifndef CORRAL_API_E2B_H
+#define CORRAL_API_E2B_H
+
+#include <stddef.h>
+
+#include "base/error.h"
+#include "http/http.h"
+
+struct e2b_options {
+    const char *const *api_keys; /* NULL-terminated; none = any key is accepted */
+    const char *state_dir;
+};
+
+struct e2b;
+
+int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *err);
+/* The http_handler of the E2B surface (ctx is the struct e2b). */
+struct http_response *e2b_handle(const struct http_request *req, void *ctx);
+/* Kills every sandbox created through it (running executions end). */
+void e2b_kill_all(struct e2b *e);
+/* Kills and releases every sandbox created through it. */
+void e2b_free(struct e2b *e);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * A small HTTP/1.1 server over libmicrohttpd: one thread per connection,
+ * whole request bodies (bounded: 413 beyond the limit), JSON helpers, and
+ * streamed responses whose producer runs on its own thread and notices when
+ * the client goes away.
+ *
+ * A handler gets the request and returns a response; it may block (each
+ * connection has its own thread). A streamed response (http_stream) is fed
+ * by `produce`, called on a new thread with a writer: http_stream_write()
+ * returns -EPIPE once the client has disconnected, and the stream's
+ * `on_gone` hook is called as soon as that is seen, even while the producer
+ * is busy elsewhere.
+ */
+#ifndef CORRAL_HTTP_H
+#define CORRAL_HTTP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+struct http_request {
+    const char *method;
+    const char *path; /* without the query string */
+    const char *body; /* NUL-terminated; body_len bytes */
+    size_t body_len;
+    void *conn; /* struct MHD_Connection */
+};
+
+/* A request header (case-insensitive) or query parameter (decoded), or NULL. */
+const char *http_header(const struct http_request *r, const char *name);
+const char *http_query(const struct http_request *r, const char *name);
+/* Calls fn for every query parameter, in order. */
+void http_query_each(const struct http_request *r,
+                     void (*fn)(void *arg, const char *key, const char *value), void *arg);
+
+struct http_response;
+
+struct http_response *http_json(int status, json_t *body); /* takes body */
+struct http_response *http_text(int status, const char *content_type, const char *text);
+struct http_response *http_empty(int status);
+/* Adds a header to a response (copied). */
+void http_add_header(struct http_response *resp, const char *name, const char *value);
+
+struct http_stream; /* the writer side of a streamed response */
+
+struct http_stream_ops {
+    /* Runs on its own thread; writes with http_stream_write; returning ends the body. */
+    void (*produce)(struct http_stream *s, void *arg);
+    /* The client went away (called once, from the connection's thread). */
+    void (*on_gone)(void *arg);
+    /* Called once when both sides are done with arg. */
+    void (*release)(void *arg);
+};
+
+/* A 200-type response whose body is written by ops->produce. */
+struct http_response *http_stream(int status, const char *content_type,
+                                  const struct http_stream_ops *ops, void *arg);
+/* Writes all of buf; -EPIPE once the client is gone. Thread-safe per stream. */
+int http_stream_write(struct http_stream *s, const void *buf, size_t len);
+bool http_stream_gone(struct http_stream *s);
+/* Sends `text` if nothing was written for idle_ms (keep-alive lines); used by
+ * the connection thread, so a busy producer cannot delay it. */
+void http_stream_set_keepalive(struct http_stream *s, const char *text, unsigned idle_ms);
+
+typedef struct http_response *(*http_handler)(const struct http_request *req, void *ctx);
+
+struct http_server_options {
+    const char *host; /* IPv4 literal; NULL = 127.0.0.1 */
+    uint16_t port;    /* 0 = any free port */
+    size_t max_body;  /* 0 = 10 MiB */
+    http_handler handler;
+    void *ctx;
+};
+
+struct http_server;
+
+int http_server_start(const struct http_server_options *o, struct http_server **out,
+                      struct corral_error *err);
+uint16_t http_server_port(const struct http_server *s);
+/* Stops accepting, waits for the connections' threads, frees s. */
+void http_server_stop(struct http_server *s);
+
+/* {"code": status, "message": text} as E2B's API writes errors. */
+struct http_response *http_error(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

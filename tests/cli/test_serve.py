@@ -1,0 +1,182 @@
+"""`corral serve`: E2B's wire protocol as seen on the wire (the official SDKs are
+tested in tests/integration): status codes, error bodies, the NDJSON stream."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import CORRAL
+
+KEY = "e2b_" + "ab" * 20
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *args):
+        self.port = free_port()
+        self.proc = subprocess.Popen([CORRAL, "serve", "--listen", f"127.0.0.1:{self.port}",
+                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        line = self.proc.stderr.readline()
+        assert "listening on http://127.0.0.1:%d" % self.port in line, line
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        conn.request(method, path, body=data, headers=headers or {})
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        return resp.status, text
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+        for marker in ("ERROR: AddressSanitizer", "runtime error:"):
+            assert marker not in err, err
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+def create(server, **fields):
+    status, text = server.request("POST", "/sandboxes",
+                                  {"templateID": "code-interpreter-v1", "timeout": 60, **fields},
+                                  {"X-API-Key": KEY})
+    assert status == 201, text
+    return json.loads(text)
+
+
+def execute(server, sid, code, **fields):
+    status, text = server.request("POST", "/execute", {"code": code, **fields},
+                                  {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"})
+    return status, [json.loads(line) for line in text.splitlines()] if status == 200 else text
+
+
+def test_create_execute_list_kill(server):
+    sb = create(server, metadata={"user": "ann"}, envVars={"GREETING": "hi"})
+    assert set(sb) >= {"sandboxID", "templateID", "clientID", "envdVersion"}
+    assert sb["templateID"] == "code-interpreter-v1"
+    sid = sb["sandboxID"]
+    status, lines = execute(server, sid, "import os\nprint(os.environ['GREETING'], 'caf\u00e9')\n"
+                                         "x = 41\nx + 1")
+    assert status == 200
+    assert lines[0] == {"type": "number_of_executions", "execution_count": 1}
+    assert lines[1]["type"] == "stdout" and lines[1]["text"] == "hi caf\u00e9\n"
+    assert lines[1]["timestamp"].endswith("+00:00")
+    assert lines[2] == {"type": "result", "text": "42", "extra": {}, "is_main_result": True}
+    assert lines[-1] == {"type": "end_of_execution"}
+    status, lines = execute(server, sid, "1/0")
+    assert [l["type"] for l in lines] == ["number_of_executions", "error", "end_of_execution"]
+    assert lines[1]["name"] == "ZeroDivisionError" and "division by zero" in lines[1]["value"]
+    status, text = server.request("GET", "/v2/sandboxes?metadata=user%3Dann")
+    assert status == 200 and [s["sandboxID"] for s in json.loads(text)] == [sid]
+    status, text = server.request("GET", "/v2/sandboxes?metadata=user%3Dbob")
+    assert json.loads(text) == []
+    status, text = server.request("GET", f"/sandboxes/{sid}")
+    detail = json.loads(text)
+    assert detail["state"] == "running" and detail["metadata"] == {"user": "ann"}
+    assert server.request("POST", f"/sandboxes/{sid}/timeout", {"timeout": 30})[0] == 204
+    assert server.request("DELETE", f"/sandboxes/{sid}")[0] == 204
+    status, text = server.request("DELETE", f"/sandboxes/{sid}")
+    assert status == 404 and json.loads(text)["code"] == 404
+    status, text = execute(server, sid, "1")
+    assert status == 502 and json.loads(text)["message"] == "The sandbox was not found"
+
+
+def test_contexts_keep_separate_state(server):
+    sid = create(server)["sandboxID"]
+    hdr = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"}
+    status, text = server.request("POST", "/contexts", {"language": "python", "cwd": "/tmp"}, hdr)
+    assert status == 200, text
+    ctx = json.loads(text)
+    assert ctx["language"] == "python" and ctx["cwd"] == "/tmp"
+    execute(server, sid, "x = 'default'")
+    execute(server, sid, "x = 'other'", context_id=ctx["id"])
+    _, lines = execute(server, sid, "x")
+    assert lines[1]["text"] == "default"
+    _, lines = execute(server, sid, "import os; (x, os.getcwd())", context_id=ctx["id"])
+    assert lines[1]["text"] == "('other', '/tmp')"
+    status, text = server.request("GET", "/contexts", headers=hdr)
+    assert ctx["id"] in [c["id"] for c in json.loads(text)]
+    status, text = execute(server, sid, "1", context_id="nope")
+    assert status == 404 and text == "Context nope not found"
+    status, text = execute(server, sid, "1", context_id=ctx["id"], language="python")
+    assert status == 400
+    assert server.request("DELETE", f"/contexts/{ctx['id']}", headers=hdr) == (200, "null")
+
+
+def test_a_client_that_goes_away_frees_the_context(server):
+    sid = create(server)["sandboxID"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/execute", body=json.dumps({"code": "import time; time.sleep(60)"}),
+                 headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    resp.fp.readline()  # number_of_executions: it runs
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    t = time.monotonic()
+    status, lines = execute(server, sid, "1 + 1")
+    assert status == 200 and lines[1]["text"] == "2"
+    assert time.monotonic() - t < 10
+
+
+@pytest.mark.parametrize("method, path, body, headers, status, message", [
+    ("POST", "/sandboxes", "{bad", {}, 400, "malformed JSON body"),
+    ("POST", "/sandboxes", "[]", {}, 400, "must be an object"),
+    ("POST", "/sandboxes", "{}", {}, 400, "'templateID' is required"),
+    ("POST", "/sandboxes", '{"templateID": "nope", "timeout": 5}', {}, 404,
+     "template 'nope' not found"),
+    ("POST", "/sandboxes", '{"templateID": "base", "timeout": 0}', {}, 400,
+     "Timeout must be greater than 0"),
+    ("POST", "/sandboxes", '{"templateID": "base", "envVars": {"A": 1}}', {}, 400,
+     "'envVars' must map names to strings"),
+    ("GET", "/sandboxes/unknown", None, {}, 404, 'sandbox \\"unknown\\" not found'),
+    ("GET", "/nowhere", None, {}, 404, "no GET /nowhere"),
+    ("POST", "/execute", '{"code": "1"}', {"E2b-Sandbox-Id": "unknown", "E2b-Sandbox-Port":
+                                          "49999"}, 502, "The sandbox was not found"),
+])
+def test_bad_requests_get_clear_errors(server, method, path, body, headers, status, message):
+    got, text = server.request(method, path, raw=body, headers=headers)
+    assert got == status, text
+    assert message in text
+
+
+def test_api_keys_and_body_limit():
+    s = Server("--api-key", KEY, "--max-body", "4k")
+    try:
+        status, text = s.request("POST", "/sandboxes", {"templateID": "base"},
+                                 {"X-API-Key": "e2b_" + "00" * 20})
+        assert status == 401 and json.loads(text)["code"] == 401
+        status, text = s.request("GET", "/v2/sandboxes")
+        assert status == 401
+        status, text = s.request("GET", "/v2/sandboxes", headers={"X-API-Key": KEY})
+        assert (status, text) == (200, "[]")
+        status, text = s.request("POST", "/sandboxes", raw="x" * 5000,
+                                 headers={"X-API-Key": KEY})
+        assert status == 413 and "larger than 4096 bytes" in text
+    finally:
+        s.stop()
+
+
+def test_stopping_the_server_kills_its_sandboxes():
+    s = Server()
+    sid = create(s)["sandboxID"]
+    assert execute(s, sid, "1")[0] == 200
+    s.stop()  # the autouse fixture then finds nothing left behind
