@@ -17,7 +17,9 @@ int cli_repl(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 /* Loads the YAML configuration (path, $CORRAL_CONFIG or /etc/corral/corral.yaml)
  * and defines its templates; fills *state_dir unless set. 0 or CLI_USAGE. */
-int cli_load_config(const char *cmd, const char *path, const char **state_dir);
+struct corral_config;
+int cli_load_config(const char *cmd, const char *path, const char **state_dir,
+                    const struct corral_config **loaded);
 
 /* Showing executions (output.c). */
 struct cli_output {

@@ -168,7 +168,8 @@ static void repl_usage(FILE *out)
 /* Loads the configuration (path, else $CORRAL_CONFIG, else
  * /etc/corral/corral.yaml when it exists) and defines its templates; sets
  * *state_dir from it unless already set. Prints why it cannot. */
-int cli_load_config(const char *cmd, const char *path, const char **state_dir)
+int cli_load_config(const char *cmd, const char *path, const char **state_dir,
+                    const struct corral_config **loaded)
 {
     if (!path || !*path)
         path = getenv("CORRAL_CONFIG");
@@ -184,6 +185,8 @@ int cli_load_config(const char *cmd, const char *path, const char **state_dir)
     }
     if (!*state_dir && cfg->state_dir)
         *state_dir = cfg->state_dir;
+    if (loaded)
+        *loaded = cfg;
     return 0;
 }
 
@@ -331,7 +334,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if ((c = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir)) != 0)
+    if ((c = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir, NULL)) != 0)
         return c;
     if (python_given && o->template_name)
         return usage_error("%s", "--python and --template exclude each other: a template's "

@@ -12,6 +12,7 @@
 #include "api/e2b.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "config/config.h"
 #include "http/http.h"
 #include "jail/jail.h"
 
@@ -47,6 +48,30 @@ static int parse_listen(const char *text, char *host, size_t len, uint16_t *port
     snprintf(host, len, "%.*s", (int)(colon - text), text);
     *port = (uint16_t)v;
     return 0;
+}
+
+struct warm_args {
+    const struct corral_config *cfg;
+    const char *state_dir;
+};
+
+/* Starts the zygotes (and fills the pools) of the default template and of
+ * every configured one, so that the first sandbox is a fork too. */
+static void *warm_templates(void *arg)
+{
+    struct warm_args *w = arg;
+    struct corral_error err;
+    size_t n = w->cfg ? w->cfg->n_templates : 0;
+    bool has_default = false;
+    for (size_t i = 0; i <= n; i++) {
+        const char *name = i < n ? w->cfg->templates[i].name : "default";
+        if (i == n && has_default)
+            break;
+        has_default |= !strcmp(name, "default");
+        if (corral_template_warm(name, w->state_dir, &err) < 0)
+            fprintf(stderr, "corral: template '%s' is not ready: %s\n", name, err.message);
+    }
+    return NULL;
 }
 
 int cli_serve(int argc, char **argv)
@@ -115,7 +140,8 @@ int cli_serve(int argc, char **argv)
     for (char *save = NULL, *k = env_keys ? strtok_r(env_keys, ",", &save) : NULL;
          k && n_keys < MAX_KEYS; k = strtok_r(NULL, ",", &save))
         keys[n_keys++] = k;
-    if ((c = cli_load_config("serve", config, &state_dir)) != 0) {
+    const struct corral_config *cfg = NULL;
+    if ((c = cli_load_config("serve", config, &state_dir, &cfg)) != 0) {
         free(env_keys);
         return c;
     }
@@ -154,9 +180,14 @@ int cli_serve(int argc, char **argv)
     }
     fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", host,
             (unsigned)http_server_port(srv), n_keys ? ", API keys required" : "");
+    struct warm_args wa = {.cfg = cfg, .state_dir = state_dir};
+    pthread_t warm;
+    bool warming = pthread_create(&warm, NULL, warm_templates, &wa) == 0;
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "corral: %s: stopping\n", strsignal(sig));
+    if (warming)
+        pthread_join(warm, NULL);
     e2b_kill_all(api); /* running executions end, their streams close */
     http_server_stop(srv);
     e2b_free(api);
