@@ -140,6 +140,8 @@ struct corral_result {
     const char *const *types;
     const char *const *values;
     const char *table_json; /* a DataFrame's data as {column: [values]}, or NULL */
+    /* a matplotlib figure's data in E2B's chart format ({"type": "line", ...}), or NULL */
+    const char *chart_json;
 };
 const char *corral_result_get(const struct corral_result *r, const char *type);
 

@@ -587,6 +587,11 @@ static void on_result(void *u, const struct corral_result *r)
         if (data)
             json_object_set_new(line, "data", data);
     }
+    if (r->chart_json) {
+        json_t *chart = json_loads(r->chart_json, 0, NULL);
+        if (chart)
+            json_object_set_new(line, "chart", chart);
+    }
     json_object_set_new(line, "extra", extra);
     json_object_set_new(line, "is_main_result", json_boolean(r->is_main));
     job_line(u, line);

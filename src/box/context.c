@@ -332,6 +332,7 @@ static void deliver_result(struct kframe *f, const struct corral_exec_callbacks 
     const char **types = calloc(n + 1, sizeof(char *));
     char **values = calloc(n + 1, sizeof(char *));
     char *table = f->table ? json_dumps(f->table, JSON_COMPACT) : NULL;
+    char *chart = f->chart ? json_dumps(f->chart, JSON_COMPACT) : NULL;
     size_t k = 0;
     const char *key;
     json_t *value;
@@ -348,7 +349,8 @@ static void deliver_result(struct kframe *f, const struct corral_exec_callbacks 
                                   .n = k,
                                   .types = types,
                                   .values = (const char *const *)values,
-                                  .table_json = table};
+                                  .table_json = table,
+                                  .chart_json = chart};
         cb->on_result(cb->userdata, &r);
     }
     for (size_t i = 0; i < k; i++)
@@ -356,6 +358,7 @@ static void deliver_result(struct kframe *f, const struct corral_exec_callbacks 
     free(types);
     free(values);
     free(table);
+    free(chart);
 }
 
 static void deliver_stream(struct exec_state *st, struct kframe *f)

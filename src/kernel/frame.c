@@ -60,6 +60,11 @@ static int parse_result(struct kframe *f, struct corral_error *err)
         f->table = NULL;
     if (f->table && !json_is_object(f->table))
         return bad(err, "a table that is not an object");
+    f->chart = json_object_get(f->root, "chart");
+    if (f->chart && json_is_null(f->chart))
+        f->chart = NULL;
+    if (f->chart && !json_is_object(f->chart))
+        return bad(err, "a chart that is not an object");
     return 0;
 }
 

@@ -26,9 +26,9 @@ struct kframe {
     const char *text;
     size_t text_len;
     double timestamp;
-    /* result: data is an object of MIME type -> value; table an object or NULL */
+    /* result: data is an object of MIME type -> value; table and chart objects or NULL */
     bool is_main;
-    json_t *data, *table;
+    json_t *data, *table, *chart;
     /* error */
     const char *name, *value, *traceback;
     /* done */

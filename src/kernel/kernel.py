@@ -724,17 +724,145 @@ def _bundle_size(data):
     return n
 
 
+def _unit(label):
+    """The unit in a label's "(unit)" or "[unit]", or None."""
+    import re
+
+    m = re.search(r"[(\[]([^()\[\]]+)[)\]]\s*$", label or "")
+    return m.group(1).strip() if m else None
+
+
+def _num(v):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return _safe_str(v)
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def _scale(axis):
+    try:
+        name = axis.get_scale()
+    except Exception:
+        return "linear"
+    conv = getattr(axis, "converter", None)
+    if conv is not None and "date" in type(conv).__module__ + type(conv).__name__.lower():
+        return "datetime"
+    if getattr(axis, "units", None) is not None and "category" in type(
+            getattr(axis, "units")).__module__:
+        return "categorical"
+    return name
+
+
+def _axis_fields(ax):
+    xl, yl = ax.get_xlabel() or None, ax.get_ylabel() or None
+    return {"x_label": xl, "y_label": yl, "x_unit": _unit(xl), "y_unit": _unit(yl)}
+
+
+def _ticks(ax):
+    return {
+        "x_ticks": [_num(t) for t in ax.get_xticks()],
+        "x_tick_labels": [t.get_text() for t in ax.get_xticklabels()],
+        "x_scale": _scale(ax.xaxis),
+        "y_ticks": [_num(t) for t in ax.get_yticks()],
+        "y_tick_labels": [t.get_text() for t in ax.get_yticklabels()],
+        "y_scale": _scale(ax.yaxis),
+    }
+
+
+def _axes_chart(ax):
+    """One Axes as the chart E2B's SDKs read (line, scatter, bar, pie,
+    box_and_whisker or unknown), with every key present."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer
+    from matplotlib.patches import Wedge
+
+    title = ax.get_title() or None
+    wedges = [p for p in ax.patches if isinstance(p, Wedge)]
+    if wedges:
+        texts = [t.get_text() for t in ax.texts]
+        elements = []
+        for i, w in enumerate(wedges):
+            label = w.get_label()
+            if (not label or label.startswith("_")) and i < len(texts):
+                label = texts[i]
+            elements.append({"label": label, "angle": abs(w.theta2 - w.theta1),
+                             "radius": w.r})
+        return {"type": "pie", "title": title, "elements": elements}
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    if bars:
+        labels = [t.get_text() for t in ax.get_xticklabels()]
+        ticks = list(ax.get_xticks())
+        elements = []
+        for c in bars:
+            group = c.get_label() or ""
+            if group.startswith("_"):
+                group = ""
+            for r in c.patches:
+                x = r.get_x() + r.get_width() / 2
+                label = _safe_str(_num(x))
+                if ticks and labels:
+                    nearest = min(range(len(ticks)), key=lambda i: abs(ticks[i] - x))
+                    if nearest < len(labels) and labels[nearest]:
+                        label = labels[nearest]
+                elements.append({"label": label, "group": group, "value": _num(r.get_height())})
+        chart = {"type": "bar", "title": title, "elements": elements}
+        chart.update(_axis_fields(ax))
+        return chart
+    lines = [ln for ln in ax.get_lines() if ln.get_visible()]
+    scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
+    if lines and not scatters:
+        elements = []
+        for ln in lines:
+            label = ln.get_label()
+            xs, ys = ln.get_xdata(), ln.get_ydata()
+            elements.append({"label": "" if label.startswith("_") else label,
+                             "points": [[_num(x), _num(y)] for x, y in zip(xs, ys)]})
+        chart = {"type": "line", "title": title, "elements": elements}
+    elif scatters and not lines:
+        elements = []
+        for c in scatters:
+            label = c.get_label()
+            elements.append({"label": "" if label.startswith("_") else label,
+                             "points": [[_num(x), _num(y)] for x, y in c.get_offsets()]})
+        chart = {"type": "scatter", "title": title, "elements": elements}
+    else:
+        return {"type": "unknown", "title": title, "elements": []}
+    chart.update(_axis_fields(ax))
+    chart.update(_ticks(ax))
+    return chart
+
+
+def _chart(fig):
+    """A matplotlib Figure as E2B's chart: one Axes' chart, or a superchart
+    of several."""
+    axes = [a for a in fig.get_axes() if a.get_visible() and a.has_data()]
+    if not axes:
+        return None
+    charts = [_axes_chart(a) for a in axes]
+    if len(charts) == 1:
+        return charts[0]
+    sup = getattr(fig, "_suptitle", None)
+    return {"type": "superchart", "title": sup.get_text() if sup is not None else None,
+            "elements": charts}
+
+
 def _send_result(data, is_main):
     if not isinstance(data, dict):
         return
-    table = None
+    table = chart = None
     last = _K.last_fmt
     if last is not None and last[0] is data:
         _K.last_fmt = None
         try:
-            table = _table(last[1])
+            if type(last[1]).__name__ == "Figure":
+                stale = last[1].stale  # reading ticks marks a figure stale: not a change
+                chart = _chart(last[1])
+                last[1].stale = stale
+            else:
+                table = _table(last[1])
         except Exception as e:
-            _diag("DataFrame table: %r" % e)
+            _diag("table or chart of a result: %r" % e)
     if _out.forked:  # no socket in a forked child: show the text
         text = data.get("text/plain")
         if isinstance(text, str):
@@ -773,6 +901,8 @@ def _send_result(data, is_main):
     frame = {"type": "result", "id": _out.cur, "is_main": bool(is_main), "data": bundle}
     if table is not None:
         frame["table"] = table
+    if chart is not None:
+        frame["chart"] = _jsonsafe(chart)
     _out.send_frame(frame, hold=True, size=_bundle_size(bundle))
 
 
@@ -1065,6 +1195,8 @@ def _make_shell_unblocked():
             _K.in_format -= 1
         pd = sys.modules.get("pandas")
         if pd is not None and data and isinstance(obj, pd.DataFrame):
+            _K.last_fmt = (data, obj)
+        elif data and type(obj).__name__ == "Figure" and "matplotlib" in sys.modules:
             _K.last_fmt = (data, obj)
         return data, md
 

@@ -68,7 +68,8 @@ def check_frame(frame, raw):
         assert isinstance(frame["text"], str) and frame["text"]
         assert isinstance(frame["timestamp"], float)
     elif kind == "result":
-        assert keys in ({"type", "id", "is_main", "data"}, {"type", "id", "is_main", "data", "table"})
+        assert keys in ({"type", "id", "is_main", "data"}, {"type", "id", "is_main", "data", "table"},
+                        {"type", "id", "is_main", "data", "chart"})
         assert isinstance(frame["is_main"], bool)
         data = frame["data"]
         assert isinstance(data, dict) and data and set(data) <= MIME_TYPES, data.keys()
@@ -349,6 +350,30 @@ def test_matplotlib_figure_as_value_is_sent_once(kernel):
     (fig,) = results(frames)
     assert fig["is_main"] is True
     assert decode(fig, "image/png").startswith(PNG_MAGIC)
+
+
+def test_figures_carry_their_chart(kernel):
+    frames = ok(kernel.execute(
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3], [4, 5, 6], label='speed'); plt.title('Run')\n"
+        "plt.xlabel('time (s)'); plt.ylabel('distance [m]'); plt.show()\n"
+        "plt.bar(['jan', 'feb'], [3, 4], label='2026'); plt.show()\n"
+        "plt.pie([1, 3], labels=['a', 'b']); plt.show()\n"
+        "fig, (a, b) = plt.subplots(1, 2); a.scatter([1, 2], [3, 4]); b.plot([0, 1])\n"
+        "fig.suptitle('both'); plt.show()"))
+    line, bar, pie, sup = [r["chart"] for r in results(frames)]
+    assert line["type"] == "line" and line["title"] == "Run"
+    assert line["elements"] == [{"label": "speed", "points": [[1, 4], [2, 5], [3, 6]]}]
+    assert (line["x_unit"], line["y_unit"], line["x_scale"]) == ("s", "m", "linear")
+    assert len(line["x_ticks"]) == len(line["x_tick_labels"])
+    assert bar["type"] == "bar"
+    assert bar["elements"] == [{"label": "jan", "group": "2026", "value": 3},
+                               {"label": "feb", "group": "2026", "value": 4}]
+    assert pie["type"] == "pie" and [e["label"] for e in pie["elements"]] == ["a", "b"]
+    assert [round(e["angle"]) for e in pie["elements"]] == [90, 270]
+    assert sup["type"] == "superchart" and sup["title"] == "both"
+    assert [c["type"] for c in sup["elements"]] == ["scatter", "line"]
+    assert sup["elements"][0]["elements"][0]["points"] == [[1, 3], [2, 4]]
 
 
 def test_matplotlib_is_not_imported_until_used(fresh_kernel):
