@@ -399,8 +399,8 @@ static struct http_response *not_found(const char *id)
     return http_error(404, "sandbox \"%s\" not found", id);
 }
 
-/* Reads {"timeout": seconds} (required, > 0). */
-static int body_timeout(const struct http_request *req, json_int_t *secs,
+/* Reads {"timeout": seconds} (> 0; may be absent when optional: *secs = 0). */
+static int body_timeout(const struct http_request *req, bool optional, json_int_t *secs,
                         struct http_response **bad)
 {
     json_t *body = parse_body(req, bad);
@@ -408,7 +408,10 @@ static int body_timeout(const struct http_request *req, json_int_t *secs,
         return -1;
     json_t *t = json_object_get(body, "timeout");
     int r = 0;
-    if (!json_is_integer(t) || json_integer_value(t) <= 0) {
+    *secs = 0;
+    if (optional && (!t || json_is_null(t))) {
+        r = 0;
+    } else if (!json_is_integer(t) || json_integer_value(t) <= 0) {
         *bad = http_error(400, "'timeout' must be a positive number of seconds");
         r = -1;
     } else if (json_integer_value(t) > MAX_TIMEOUT_S) {
@@ -440,11 +443,12 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         bool connect = !strcmp(action, "/connect");
         if (!strcmp(action, "/refreshes")) {
             secs = DEFAULT_TIMEOUT_S;
-        } else if (body_timeout(req, &secs, &resp) < 0) {
+        } else if (body_timeout(req, connect, &secs, &resp) < 0) {
             corral_sandbox_release(sb);
             return resp;
         }
-        corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
+        if (secs) /* connect without a timeout keeps the sandbox's */
+            corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
         resp = connect ? http_json(200, sandbox_json(sb)) : http_empty(204);
     } else if (post && !strcmp(action, "/pause")) {
         resp = http_error(400, "corral cannot pause sandboxes: they keep running until killed "
@@ -474,8 +478,10 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
         return http_empty(204);
     if (!key_ok(e, req))
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
-    if (!strcmp(p, "/sandboxes") && !strcmp(m, "POST"))
+    if ((!strcmp(p, "/sandboxes") || !strcmp(p, "/v2/sandboxes")) && !strcmp(m, "POST"))
         return create_sandbox(e, req);
+    if (!strncmp(p, "/v2/sandboxes/", 14))
+        p += 3; /* /v2/sandboxes/{id}/connect: the same as without v2 */
     if ((!strcmp(p, "/v2/sandboxes") || !strcmp(p, "/sandboxes")) && !strcmp(m, "GET"))
         return list_sandboxes(e, req);
     if (!strncmp(p, "/sandboxes/", 11) && p[11]) {
