@@ -617,6 +617,7 @@ static void job_produce(struct http_stream *s, void *arg)
 {
     struct job *j = arg;
     j->s = s;
+    http_stream_set_keepalive(s, "{\"type\":\"keepalive\"}\n", KEEPALIVE_MS);
     struct corral_exec_options x;
     corral_exec_options_init(&x);
     x.env = (const char *const *)j->env;

@@ -121,6 +121,15 @@ def test_contexts_keep_separate_state(server):
     assert server.request("DELETE", f"/contexts/{ctx['id']}", headers=hdr) == (200, "null")
 
 
+def test_silence_is_filled_with_keepalives(server):
+    sid = create(server)["sandboxID"]
+    status, lines = execute(server, sid, "import time; print('a'); time.sleep(6); print('b')")
+    assert status == 200
+    types = [l["type"] for l in lines]
+    assert types == ["number_of_executions", "stdout", "keepalive", "stdout",
+                     "end_of_execution"], types
+
+
 def test_a_client_that_goes_away_frees_the_context(server):
     sid = create(server)["sandboxID"]
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
