@@ -9,6 +9,8 @@
  *                             cell, forked from the default template
  *   bench_cells mem N         private (USS) and proportional (PSS) memory of each
  *                             of N idle forked sandboxes
+ *   bench_cells direct N T    create + "1+1" to its result, N times; then T warm
+ *                             round trips of "1+1" (the E2B SDK rows' baseline)
  *   bench_cells density N K   N idle forked sandboxes at once, then K times
  *                             create -> first output of `print(1)` beside them
  *
@@ -180,6 +182,40 @@ static int bench_trip(int runs)
             status = fail("%s", err.message);
         else if (i >= 0)
             printf("trip %.3f\n", now_ms() - t0);
+    }
+    corral_sandbox_release(sb);
+    corral_shutdown();
+    return status;
+}
+
+/* Direct libcorral, the baseline of the E2B SDK rows: a sandbox created and
+ * "1+1" executed in it (to the result), then the warm round trip of "1+1". */
+static int bench_direct(int creates, int trips)
+{
+    struct corral_error err;
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    if (corral_template_warm("default", NULL, &err) < 0)
+        return fail("%s", err.message);
+    int status = 0;
+    corral_sandbox *sb = NULL;
+    for (int i = 0; i < creates && !status; i++) {
+        double t0 = now_ms();
+        if (corral_sandbox_create(&o, &sb, &err) < 0 ||
+            corral_execute(sb, NULL, "1+1", NULL, NULL, &err) < 0) {
+            status = fail("%s", err.message);
+            break;
+        }
+        printf("direct_create %.3f\n", now_ms() - t0);
+        if (i + 1 < creates)
+            corral_sandbox_release(sb), sb = NULL;
+    }
+    for (int i = -10; i < trips && !status && sb; i++) {
+        double t0 = now_ms();
+        if (corral_execute(sb, NULL, "1+1", NULL, NULL, &err) < 0)
+            status = fail("%s", err.message);
+        else if (i >= 0)
+            printf("direct_trip %.3f\n", now_ms() - t0);
     }
     corral_sandbox_release(sb);
     corral_shutdown();
@@ -430,6 +466,8 @@ int main(int argc, char **argv)
         return fail("the number of runs must be positive");
     if (!strcmp(cmd, "trip"))
         return bench_trip(n);
+    if (!strcmp(cmd, "direct"))
+        return bench_direct(n, argc > 3 ? atoi(argv[3]) : 200);
     if (!strcmp(cmd, "pool"))
         return bench_pool(n);
     if (!strcmp(cmd, "fork"))
@@ -440,6 +478,7 @@ int main(int argc, char **argv)
         return bench_mem(n);
     if (!strcmp(cmd, "density"))
         return bench_density(n, argc > 3 ? atoi(argv[3]) : 5);
-    fprintf(stderr, "usage: bench_cells trip|pool|fork|png|mem N | density N [K]\n");
+    fprintf(stderr,
+            "usage: bench_cells trip|pool|fork|png|mem N | density N [K] | direct N [TRIPS]\n");
     return 2;
 }

@@ -22,6 +22,11 @@ the same run, with the ratio of the medians and a target.
    once more (bench_cells density), against row 2 (no other sandbox).
    Target: <= 50 ms. Also: the memory the idle sandboxes take and the time to
    create them.
+7. `corral serve` through the official E2B JS SDK (bench/e2b_sdk.mjs, with
+   the SDK installed in tests/integration): Sandbox.create() + runCode('1+1'),
+   and the runCode round trip, against the same libcorral calls made directly
+   (bench_cells direct); 7c is the /execute round trip from a minimal HTTP
+   client. Target: the server adds <= 1 ms per call.
 
 The table is printed and written as markdown to bench/results.md. The exit
 status is 1 when a benchmark could not run (or, with --strict, when a target
@@ -433,7 +438,69 @@ def run_all(args, table):
         if problems:  # reported in the table's notes: an error, yet no crash
             errors += 1
     attempt("6", f"create -> print(1) beside {args.density} idle sandboxes", "<= 50 ms", row6)
+
+    # `corral serve` through the official E2B JS SDK, against libcorral called directly.
+    def rows7():
+        direct = tool([bench_cells, "direct", "20", "300"], "7. direct libcorral calls",
+                      env=env)
+        sdk = tool(["node", os.path.join(HERE, "e2b_sdk.mjs"), corral, "20", "300"],
+                   "7. the E2B JS SDK against corral serve")
+        dc, dt = floats(direct, "direct_create", "direct"), floats(direct, "direct_trip", "direct")
+        sc, st = floats(sdk, "sdk_create", "sdk"), floats(sdk, "sdk_trip", "sdk")
+        raw = http_trips(corral, 300)
+        over = med(sc) - med(dc)
+        table.add("7", "E2B JS SDK: Sandbox.create() + runCode('1+1')", ms(sc),
+                  "libcorral: create + execute('1+1')", ms(dc),
+                  f"+{over:.2f} ms over 2 calls", "<= +1 ms per call", over <= 2.0)
+        over = med(st) - med(dt)
+        table.add("7b", "E2B JS SDK: runCode('1+1') round trip", ms(st),
+                  "libcorral: execute('1+1')", ms(dt), f"+{over:.2f} ms",
+                  "<= +1 ms per call", over <= 1.0)
+        over = med(raw) - med(dt)
+        table.add("7c", "HTTP /execute '1+1' round trip (keep-alive client)", ms(raw),
+                  "libcorral: execute('1+1')", ms(dt), f"+{over:.2f} ms",
+                  "<= +1 ms per call", over <= 1.0)
+        table.note("7", "7b includes the SDK's own client-side cost (Node's fetch, parsing); "
+                        "7c is the server alone, seen from a minimal HTTP/1.1 client")
+    attempt("7", "E2B SDK against corral serve", "<= +1 ms per call", rows7)
     return errors
+
+
+def http_trips(corral, runs):
+    """The /execute round trip of '1+1' through `corral serve`, from Python's
+    http.client on one kept-alive connection: the HTTP layer's own cost."""
+    import http.client
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = subprocess.Popen([corral, "serve", "--listen", f"127.0.0.1:{port}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stderr.readline()
+        if "listening" not in line:
+            raise BenchError(f"corral serve did not start: {line}")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/sandboxes", json.dumps({"templateID": "base", "timeout": 600}))
+        sid = json.loads(c.getresponse().read())["sandboxID"]
+        h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999",
+             "Content-Type": "application/json"}
+        times = []
+        for i in range(runs + 20):
+            t = time.perf_counter()
+            c.request("POST", "/execute", json.dumps({"code": "1+1"}), h)
+            body = c.getresponse().read()
+            if i >= 20:
+                times.append((time.perf_counter() - t) * 1000)
+            if b'"text":"2"' not in body:
+                raise BenchError(f"/execute answered {body[:200]!r}")
+        c.close()
+        return times
+    finally:
+        srv.terminate()
+        srv.wait(30)
 
 
 def main():
