@@ -46,6 +46,7 @@ struct corral_error {
 typedef struct corral_sandbox corral_sandbox;
 typedef struct corral_context corral_context;
 typedef struct corral_process corral_process;
+typedef struct corral_tap corral_tap;
 
 /* ---- sandboxes ---- */
 
@@ -215,6 +216,14 @@ struct corral_output_callbacks {
 int corral_command_start(corral_sandbox *sb, const char *command,
                          const struct corral_command_options *opts, corral_process **out,
                          struct corral_error *err);
+/* Starts argv (NULL-terminated; an argv[0] without '/' is looked up in
+ * /usr/local/bin:/usr/bin:/bin, the sandbox's PATH) as the sandbox's user,
+ * with opts->cwd and opts->env as for commands. A program that cannot be
+ * executed, or a cwd that cannot be entered, is an error here (ENOENT...),
+ * not an exit status. */
+int corral_process_start_argv(corral_sandbox *sb, const char *const *argv,
+                              const struct corral_command_options *opts, corral_process **out,
+                              struct corral_error *err);
 /* Starts `python3 ARGS...` (ARGS: {"-c", code, ...} or {path, ...}, NULL-
  * terminated) as the sandbox's user. In a sandbox forked from a template
  * it is a fork of the template's pre-warmed interpreter, its preloaded
@@ -236,6 +245,20 @@ int corral_process_signal(corral_process *p, int signal, struct corral_error *er
 int corral_process_wait(corral_process *p, const struct corral_output_callbacks *cb,
                         uint64_t timeout_ms, int *exit_code, struct corral_error *err);
 bool corral_process_running(corral_process *p);
+/* True once the process has ended; *wait_status (may be NULL) is its status
+ * as waitpid(2) reports it (WIFEXITED, WTERMSIG...). */
+bool corral_process_ended(corral_process *p, int *wait_status);
+/* A second consumer of a process's output (one thread still relays it with
+ * corral_process_wait): every chunk that wait relays from now on also goes
+ * to cb, and once the process has ended and all of its output has been
+ * relayed, on_exit (may be NULL) gets cb->userdata and the wait status; they
+ * are called on the waiting thread and must not tap or untap. -ESRCH if that
+ * end has already been relayed. Keep a reference to p until
+ * corral_process_untap(), after which no callback of the tap runs. */
+int corral_process_tap(corral_process *p, const struct corral_output_callbacks *cb,
+                       void (*on_exit)(void *userdata, int wait_status), corral_tap **out,
+                       struct corral_error *err);
+void corral_process_untap(corral_tap *t);
 /* Processes started through the API that are still running (retained: release each). */
 size_t corral_process_list(corral_sandbox *sb, corral_process **out, size_t max);
 corral_process *corral_process_get(corral_sandbox *sb, pid_t pid);

@@ -32,6 +32,10 @@ struct corral_process {
     bool exited;
     int status; /* wait status */
     bool is_kernel;
+    /* Other consumers of the output corral_process_wait relays. */
+    pthread_mutex_t tap_lock;
+    struct corral_tap *taps; /* under tap_lock */
+    bool relayed;            /* the end was relayed to taps; under tap_lock */
     struct corral_process *next;
 };
 

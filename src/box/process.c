@@ -29,6 +29,7 @@ void box_process_unlink(corral_process *p)
     for (int i = 0; i < 3; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    pthread_mutex_destroy(&p->tap_lock);
     free(p->command);
     free(p);
 }
@@ -64,6 +65,20 @@ int corral_command_start(corral_sandbox *sb, const char *command,
         return corral_fail(err, EINVAL, "the command is empty");
     char *argv[] = {"/bin/bash", "-c", (char *)command, NULL};
     return start(sb, 0, argv, opts, out, err);
+}
+
+int corral_process_start_argv(corral_sandbox *sb, const char *const *argv,
+                              const struct corral_command_options *opts, corral_process **out,
+                              struct corral_error *err)
+{
+    struct corral_command_options defaults;
+    if (!opts) {
+        corral_command_options_init(&defaults);
+        opts = &defaults;
+    }
+    if (!argv || !argv[0] || !*argv[0])
+        return corral_fail(err, EINVAL, "the program to run is empty");
+    return start(sb, 0, (char **)argv, opts, out, err);
 }
 
 int corral_python_start(corral_sandbox *sb, const char *const *args,
@@ -147,15 +162,86 @@ static int exit_code_of(int status)
     return 255;
 }
 
-/* Relays what is readable on fd; returns false at EOF. */
-static bool pump(int fd, void (*cb)(void *, const char *, size_t), void *ud)
+struct corral_tap {
+    corral_process *p;
+    struct corral_output_callbacks cb;
+    void (*on_exit)(void *userdata, int wait_status);
+    struct corral_tap *next;
+};
+
+int corral_process_tap(corral_process *p, const struct corral_output_callbacks *cb,
+                       void (*on_exit)(void *userdata, int wait_status), corral_tap **out,
+                       struct corral_error *err)
 {
+    if (!cb)
+        return corral_fail(err, EINVAL, "a tap needs its callbacks");
+    corral_tap *t = calloc(1, sizeof(*t));
+    if (!t)
+        return corral_fail(err, ENOMEM, "out of memory");
+    t->p = p;
+    t->cb = *cb;
+    t->on_exit = on_exit;
+    pthread_mutex_lock(&p->tap_lock);
+    bool relayed = p->relayed;
+    if (!relayed) {
+        t->next = p->taps;
+        p->taps = t;
+    }
+    pthread_mutex_unlock(&p->tap_lock);
+    if (relayed) {
+        free(t);
+        return corral_fail(err, ESRCH, "process %d has ended and its output was relayed",
+                           (int)p->pid);
+    }
+    *out = t;
+    return 0;
+}
+
+void corral_process_untap(corral_tap *t)
+{
+    if (!t)
+        return;
+    corral_process *p = t->p;
+    pthread_mutex_lock(&p->tap_lock);
+    for (corral_tap **pp = &p->taps; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    pthread_mutex_unlock(&p->tap_lock);
+    free(t);
+}
+
+bool corral_process_ended(corral_process *p, int *wait_status)
+{
+    pthread_mutex_lock(&p->sb->lock);
+    bool ended = p->exited;
+    if (ended && wait_status)
+        *wait_status = p->status;
+    pthread_mutex_unlock(&p->sb->lock);
+    return ended;
+}
+
+/* Relays what is readable on the process's stdout (err false) or stderr to
+ * the waiter's callbacks and every tap; returns false at EOF. */
+static bool pump(corral_process *p, bool err, const struct corral_output_callbacks *cb)
+{
+    int fd = err ? p->err_fd : p->out_fd;
     char buf[65536];
     for (;;) {
         ssize_t n = read(fd, buf, sizeof(buf));
         if (n > 0) {
-            if (cb)
-                cb(ud, buf, (size_t)n);
+            void (*fn)(void *, const char *, size_t) =
+                cb ? (err ? cb->on_stderr : cb->on_stdout) : NULL;
+            if (fn)
+                fn(cb->userdata, buf, (size_t)n);
+            pthread_mutex_lock(&p->tap_lock);
+            for (corral_tap *t = p->taps; t; t = t->next) {
+                fn = err ? t->cb.on_stderr : t->cb.on_stdout;
+                if (fn)
+                    fn(t->cb.userdata, buf, (size_t)n);
+            }
+            pthread_mutex_unlock(&p->tap_lock);
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -190,13 +276,22 @@ int corral_process_wait(corral_process *p, const struct corral_output_callbacks 
             wait_ms = (int)(deadline - now);
         poll(fds, 2, wait_ms);
         if (fds[0].revents)
-            out_open = pump(p->out_fd, cb ? cb->on_stdout : NULL, cb ? cb->userdata : NULL);
+            out_open = pump(p, false, cb);
         if (fds[1].revents)
-            err_open = pump(p->err_fd, cb ? cb->on_stderr : NULL, cb ? cb->userdata : NULL);
+            err_open = pump(p, true, cb);
     }
     pthread_mutex_lock(&sb->lock);
     int status = p->status;
     pthread_mutex_unlock(&sb->lock);
+    /* Its output is relayed: the taps learn the end, once. */
+    pthread_mutex_lock(&p->tap_lock);
+    if (!p->relayed) {
+        p->relayed = true;
+        for (corral_tap *t = p->taps; t; t = t->next)
+            if (t->on_exit)
+                t->on_exit(t->cb.userdata, status);
+    }
+    pthread_mutex_unlock(&p->tap_lock);
     if (exit_code)
         *exit_code = exit_code_of(status);
     return 0;

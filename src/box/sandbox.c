@@ -621,6 +621,7 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
     p->sb = sb;
     p->pid = pid;
     p->refs = 1;
+    pthread_mutex_init(&p->tap_lock, NULL);
     pthread_mutex_lock(&sb->lock);
     p->next = sb->processes;
     sb->processes = p;

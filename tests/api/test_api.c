@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <corral/corral.h>
@@ -470,6 +471,130 @@ static void commands_run_with_exit_codes_and_in_the_background(void **state)
     corral_sandbox_release(sb);
 }
 
+/* A tap: its own copy of the output, and the end. */
+struct tapped {
+    struct output o;
+    pthread_mutex_t lock;
+    int exits, status;
+};
+
+static void tap_exit(void *ud, int status)
+{
+    struct tapped *t = ud;
+    pthread_mutex_lock(&t->lock);
+    t->exits++;
+    t->status = status;
+    pthread_mutex_unlock(&t->lock);
+}
+
+struct waiter {
+    corral_process *p;
+    struct output o;
+    int code, r;
+};
+
+static void *wait_in_thread(void *arg)
+{
+    struct waiter *w = arg;
+    struct corral_output_callbacks cb = {cmd_out, cmd_err, &w->o};
+    struct corral_error err;
+    w->r = corral_process_wait(w->p, &cb, 30000, &w->code, &err);
+    return NULL;
+}
+
+static void processes_from_argv_and_taps(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    struct corral_error err;
+    struct corral_command_options co;
+    corral_command_options_init(&co);
+    const char *env[] = {"GREETING=hello", NULL};
+    co.env = env;
+    co.cwd = "/tmp";
+    /* argv[0] from PATH; no shell in between: "$GREETING" reaches sh as is. */
+    const char *argv[] = {"sh", "-c", "echo $GREETING from $(pwd); echo oops >&2; exit 5", NULL};
+    corral_process *p;
+    assert_int_equal(corral_process_start_argv(sb, argv, &co, &p, &err), 0);
+    struct tapped *t = calloc(1, sizeof(*t));
+    pthread_mutex_init(&t->lock, NULL);
+    struct corral_output_callbacks tcb = {cmd_out, cmd_err, &t->o};
+    corral_tap *tap;
+    assert_int_equal(corral_process_tap(p, &tcb, tap_exit, &tap, &err), 0);
+    struct waiter *w = calloc(1, sizeof(*w));
+    w->p = p;
+    wait_in_thread(w);
+    assert_int_equal(w->r, 0);
+    assert_int_equal(w->code, 5);
+    assert_string_equal(w->o.out, "hello from /tmp\n");
+    assert_string_equal(w->o.err, "oops\n");
+    /* The tap saw the same bytes and the end, once, with the wait status. */
+    assert_string_equal(t->o.out, "hello from /tmp\n");
+    assert_string_equal(t->o.err, "oops\n");
+    assert_int_equal(t->exits, 1);
+    assert_true(WIFEXITED(t->status) && WEXITSTATUS(t->status) == 5);
+    corral_process_untap(tap);
+    int status = 0;
+    assert_true(corral_process_ended(p, &status));
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 5);
+    /* Too late to tap: the end was relayed. */
+    assert_int_equal(corral_process_tap(p, &tcb, tap_exit, &tap, &err), -ESRCH);
+    corral_process_release(p);
+
+    /* A tap added while another thread waits sees what comes next. */
+    memset(w, 0, sizeof(*w));
+    memset(&t->o, 0, sizeof(t->o));
+    t->exits = 0;
+    corral_command_options_init(&co);
+    co.with_stdin = true;
+    const char *cat[] = {"head", "-n", "1", NULL};
+    assert_int_equal(corral_process_start_argv(sb, cat, &co, &p, &err), 0);
+    assert_false(corral_process_ended(p, NULL));
+    w->p = p;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_in_thread, w), 0);
+    assert_int_equal(corral_process_tap(p, &tcb, tap_exit, &tap, &err), 0);
+    assert_int_equal(corral_process_write(p, "typed\n", 6, &err), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w->r, 0);
+    assert_int_equal(w->code, 0);
+    assert_string_equal(w->o.out, "typed\n");
+    assert_string_equal(t->o.out, "typed\n");
+    assert_int_equal(t->exits, 1);
+    corral_process_untap(tap);
+    corral_process_release(p);
+
+    /* Killed: the tap gets the signal in the wait status. */
+    memset(w, 0, sizeof(*w));
+    t->exits = 0;
+    const char *sleeper[] = {"sleep", "60", NULL};
+    assert_int_equal(corral_process_start_argv(sb, sleeper, NULL, &p, &err), 0);
+    w->p = p;
+    assert_int_equal(pthread_create(&th, NULL, wait_in_thread, w), 0);
+    struct corral_output_callbacks only_exit = {.userdata = t};
+    assert_int_equal(corral_process_tap(p, &only_exit, tap_exit, &tap, &err), 0);
+    assert_int_equal(corral_process_signal(p, SIGKILL, &err), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w->code, 128 + SIGKILL);
+    assert_int_equal(t->exits, 1);
+    assert_true(WIFSIGNALED(t->status) && WTERMSIG(t->status) == SIGKILL);
+    corral_process_untap(tap);
+    corral_process_release(p);
+
+    /* What cannot start is an error, not an exit status. */
+    const char *missing[] = {"no-such-program-here", NULL};
+    assert_true(corral_process_start_argv(sb, missing, NULL, &p, &err) < 0);
+    assert_int_equal(err.code, ENOENT);
+    co.cwd = "/nowhere";
+    assert_true(corral_process_start_argv(sb, sleeper, &co, &p, &err) < 0);
+    assert_int_equal(err.code, ENOENT);
+    const char *empty[] = {NULL};
+    assert_int_equal(corral_process_start_argv(sb, empty, NULL, &p, &err), -EINVAL);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+    free(w);
+    corral_sandbox_release(sb);
+}
+
 static void files_round_trip(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -872,6 +997,7 @@ int main(void)
         cmocka_unit_test(output_is_capped),
         cmocka_unit_test(contexts_are_independent),
         cmocka_unit_test(commands_run_with_exit_codes_and_in_the_background),
+        cmocka_unit_test(processes_from_argv_and_taps),
         cmocka_unit_test(files_round_trip),
         cmocka_unit_test(fifty_concurrent_sandboxes),
         cmocka_unit_test(sandboxes_are_managed_and_time_out),
