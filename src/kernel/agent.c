@@ -410,10 +410,8 @@ static void handle_list(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
         return;
     }
     struct stat st;
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        int e = errno ? errno : ENOTDIR;
-        if (!S_ISDIR(st.st_mode))
-            e = ENOTDIR;
+    int e = stat(path, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    if (e) {
         reply_err(rep, seq, e, "cannot list %s: %s", path, strerror(e));
         return;
     }

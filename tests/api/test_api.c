@@ -636,6 +636,10 @@ static void files_round_trip(void **state)
     assert_int_equal(corral_file_list(sb, "/mnt/data", 4, &entries, &count, &err), 0);
     assert_int_equal(count, 4);
     free(entries);
+    assert_true(corral_file_list(sb, "/mnt/data/none", 1, &entries, &count, &err) < 0);
+    assert_int_equal(err.code, ENOENT);
+    assert_true(corral_file_list(sb, "/mnt/data/a/b/c/f.txt", 1, &entries, &count, &err) < 0);
+    assert_int_equal(err.code, ENOTDIR);
     assert_int_equal(corral_file_rename(sb, "/mnt/data/a/b/c/f.txt", "/mnt/data/g.txt", &e, &err),
                      0);
     assert_string_equal(e.path, "/mnt/data/g.txt");
