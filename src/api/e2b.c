@@ -1,5 +1,6 @@
 /* E2B's control plane and code interpreter over libcorral; see e2b.h. */
 #include "api/e2b.h"
+#include "api/envd.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -801,10 +802,7 @@ static struct http_response *interpreter(corral_sandbox *sb, const struct http_r
 
 static struct http_response *envd(corral_sandbox *sb, const struct http_request *req)
 {
-    if (!strcmp(req->path, "/health"))
-        return http_empty(204);
-    return http_error(501, "%s %s of envd is not implemented by corral yet", req->method,
-                      req->path);
+    return envd_handle(sb, req);
 }
 
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,

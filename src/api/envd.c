@@ -1,0 +1,1777 @@
+/* envd over libcorral; see envd.h. */
+#include "api/envd.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "base/util.h"
+
+#define HOME                "/home/user"
+#define USER_NAME           "user"
+#define PATH_MAX_LEN        4096
+#define CONNECT_JSON        "application/connect+json"
+#define INLINE_MAX          (8u << 20) /* downloads up to this are read before answering */
+#define KEEPALIVE_DEFAULT_S 50
+#define MAX_PARTS           1024
+#define DRAIN_MS            10000 /* at exit, how long streams get to let go of sandboxes */
+#define DEADLINE            "the stream's deadline (Connect-Timeout-Ms) passed"
+
+/* The keepalive event of process streams, enveloped: flags 0, length 26. */
+static const char KEEPALIVE[] = "\x00\x00\x00\x00\x1a"
+                                "{\"event\":{\"keepalive\":{}}}";
+
+/* ---- streams still running, waited for at exit ----
+ *
+ * A stream's producer thread holds a sandbox reference until it ends; the
+ * process exits right after `corral serve` kills its sandboxes, so the last
+ * streams are waited for briefly, lest a sandbox be torn down half-way. */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
+static unsigned live_streams;
+static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
+
+static void drain_streams(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DRAIN_MS / 1000;
+    pthread_mutex_lock(&live_lock);
+    while (live_streams && pthread_cond_timedwait(&live_cond, &live_lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void register_drain(void)
+{
+    atexit(drain_streams);
+}
+
+static void live_add(void)
+{
+    pthread_once(&drain_once, register_drain);
+    pthread_mutex_lock(&live_lock);
+    live_streams++;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_done(void)
+{
+    pthread_mutex_lock(&live_lock);
+    if (--live_streams == 0)
+        pthread_cond_broadcast(&live_cond);
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* ---- small helpers ---- */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static size_t b64_len(size_t n)
+{
+    return (n + 2) / 3 * 4;
+}
+
+/* Standard base64 with padding; out holds b64_len(n) bytes (no NUL). */
+static void b64_encode(const unsigned char *in, size_t n, char *out)
+{
+    size_t i = 0, o = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        out[o++] = B64[v >> 18];
+        out[o++] = B64[(v >> 12) & 63];
+        out[o++] = B64[(v >> 6) & 63];
+        out[o++] = B64[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
+        out[o++] = B64[v >> 18];
+        out[o++] = B64[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? B64[(v >> 6) & 63] : '=';
+        out[o++] = '=';
+    }
+}
+
+/* Standard or URL-safe base64, padded or not (protobuf's JSON bytes). */
+static int b64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
+                      struct corral_error *err)
+{
+    char *std = malloc(len + 1);
+    if (!std)
+        return corral_fail(err, ENOMEM, "out of memory");
+    for (size_t i = 0; i < len; i++)
+        std[i] = text[i] == '-' ? '+' : text[i] == '_' ? '/' : text[i];
+    int r = corral_base64_decode(std, len, out, out_len, err);
+    free(std);
+    return r;
+}
+
+/* The absolute, clean form of a path a client sent: "~" and relative paths
+ * start at /home/user; "." and ".." are resolved lexically. */
+static int resolve_path(const char *in, char *out, struct corral_error *err)
+{
+    if (!in || !*in)
+        return corral_fail(err, EINVAL, "the path is empty");
+    if (strlen(in) >= PATH_MAX_LEN)
+        return corral_fail(err, ENAMETOOLONG, "the path is longer than %d bytes", PATH_MAX_LEN);
+    char full[2 * PATH_MAX_LEN];
+    if (in[0] == '~') {
+        if (in[1] && in[1] != '/')
+            return corral_fail(err, EINVAL,
+                               "cannot resolve '%s': corral sandboxes have one user, '%s'", in,
+                               USER_NAME);
+        snprintf(full, sizeof(full), "%s%s", HOME, in + 1);
+    } else if (in[0] != '/') {
+        snprintf(full, sizeof(full), "%s/%s", HOME, in);
+    } else {
+        snprintf(full, sizeof(full), "%s", in);
+    }
+    size_t n = 0;
+    for (const char *c = full; *c;) {
+        while (*c == '/')
+            c++;
+        const char *end = strchrnul(c, '/');
+        size_t len = (size_t)(end - c);
+        if (len == 0 || (len == 1 && c[0] == '.')) {
+            /* nothing */
+        } else if (len == 2 && c[0] == '.' && c[1] == '.') {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0)
+                n--;
+        } else {
+            if (n + 1 + len >= PATH_MAX_LEN)
+                return corral_fail(err, ENAMETOOLONG, "the path is longer than %d bytes",
+                                   PATH_MAX_LEN);
+            out[n++] = '/';
+            memcpy(out + n, c, len);
+            n += len;
+        }
+        c = end;
+    }
+    if (n == 0)
+        out[n++] = '/';
+    out[n] = '\0';
+    return 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s && s[1] ? s + 1 : path;
+}
+
+/* A JSON string of text that need not be UTF-8 (file names): other bytes become '?'. */
+static json_t *text_json(const char *s)
+{
+    json_t *v = json_string(s);
+    char *copy = v ? NULL : strdup(s);
+    if (copy) {
+        for (char *p = copy; *p; p++)
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+        v = json_string(copy);
+        free(copy);
+    }
+    return v;
+}
+
+/* A field of a JSON message by its JSON (lowerCamel) or proto name; null is absent. */
+static json_t *field(json_t *obj, const char *json_name, const char *proto_name)
+{
+    json_t *v = json_object_get(obj, json_name);
+    if (!v && proto_name)
+        v = json_object_get(obj, proto_name);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* A uint32 field given as a number or a decimal string. */
+static int uint_field(json_t *v, const char *name, uint32_t *out, struct corral_error *err)
+{
+    json_int_t i = -1;
+    if (json_is_integer(v)) {
+        i = json_integer_value(v);
+    } else if (json_is_string(v)) {
+        char *end;
+        errno = 0;
+        long long l = strtoll(json_string_value(v), &end, 10);
+        if (!errno && *json_string_value(v) && !*end)
+            i = l;
+    }
+    if (i < 0 || i > UINT32_MAX)
+        return corral_fail(err, EINVAL, "'%s' must be an unsigned 32-bit integer", name);
+    *out = (uint32_t)i;
+    return 0;
+}
+
+/* ---- Connect errors ---- */
+
+static int connect_status(const char *code)
+{
+    static const struct {
+        const char *code;
+        int status;
+    } table[] = {{"canceled", 499},
+                 {"unknown", 500},
+                 {"invalid_argument", 400},
+                 {"deadline_exceeded", 504},
+                 {"not_found", 404},
+                 {"already_exists", 409},
+                 {"permission_denied", 403},
+                 {"resource_exhausted", 429},
+                 {"failed_precondition", 400},
+                 {"aborted", 409},
+                 {"out_of_range", 400},
+                 {"unimplemented", 501},
+                 {"internal", 500},
+                 {"unavailable", 503},
+                 {"data_loss", 500},
+                 {"unauthenticated", 401}};
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (!strcmp(table[i].code, code))
+            return table[i].status;
+    return 500;
+}
+
+/* The Connect code for a libcorral error about files. */
+static const char *code_for(int e)
+{
+    switch (e) {
+    case ENOENT:
+        return "not_found";
+    case EEXIST:
+        return "already_exists";
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return "permission_denied";
+    case ENOTDIR:
+    case EISDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EXDEV:
+        return "invalid_argument";
+    case ENOTEMPTY:
+        return "failed_precondition";
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+    case E2BIG:
+    case EMFILE:
+    case EAGAIN:
+        return "resource_exhausted";
+    case ESRCH: /* the sandbox is gone */
+        return "unavailable";
+    case ETIMEDOUT:
+        return "deadline_exceeded";
+    default:
+        return "internal";
+    }
+}
+
+static json_t *error_json(const char *code, const char *fmt, va_list ap)
+{
+    char msg[1024];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    return json_pack("{s:s, s:s}", "code", code, "message", msg);
+}
+
+/* A unary call's error: Connect's status for the code, {"code","message"}. */
+static struct http_response *unary_error(const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static struct http_response *unary_error(const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *body = error_json(code, fmt, ap);
+    va_end(ap);
+    return http_json(connect_status(code), body);
+}
+
+/* ---- enveloped messages ---- */
+
+static void put_header(unsigned char *h, unsigned flags, size_t len)
+{
+    h[0] = (unsigned char)flags;
+    h[1] = (unsigned char)(len >> 24);
+    h[2] = (unsigned char)(len >> 16);
+    h[3] = (unsigned char)(len >> 8);
+    h[4] = (unsigned char)len;
+}
+
+/* The envelope of a JSON value (taken); malloc'ed, *len bytes. */
+static char *envelope(unsigned flags, json_t *v, size_t *len)
+{
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(v);
+    if (!text)
+        return NULL;
+    size_t n = strlen(text);
+    char *out = malloc(n + 5);
+    if (out) {
+        put_header((unsigned char *)out, flags, n);
+        memcpy(out + 5, text, n);
+        *len = n + 5;
+    }
+    free(text);
+    return out;
+}
+
+/* The end of a stream: {} or {"error": {...}}. */
+static char *end_of_stream(const char *code, const char *message, size_t *len)
+{
+    json_t *v = code ? json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message)
+                     : json_object();
+    return envelope(2, v, len);
+}
+
+/* A stream that writes fixed bytes (an error, a small file), or a whole file. */
+struct bytes_stream {
+    char *data;
+    size_t len;
+    corral_sandbox *sb; /* set: stream this file instead */
+    char path[PATH_MAX_LEN];
+};
+
+static int to_stream(void *s, const void *data, size_t len)
+{
+    return http_stream_write(s, data, len) < 0 ? -EPIPE : 0;
+}
+
+static void bytes_produce(struct http_stream *s, void *arg)
+{
+    struct bytes_stream *b = arg;
+    if (b->sb) {
+        struct corral_error err;
+        corral_file_read(b->sb, b->path, to_stream, s, &err); /* a failure cuts the body */
+    } else if (b->len) {
+        http_stream_write(s, b->data, b->len);
+    }
+}
+
+static void bytes_release(void *arg)
+{
+    struct bytes_stream *b = arg;
+    if (b->sb)
+        corral_sandbox_release(b->sb);
+    free(b->data);
+    free(b);
+    live_done();
+}
+
+static const struct http_stream_ops bytes_ops = {bytes_produce, NULL, bytes_release};
+
+/* Takes data (malloc'ed). */
+static struct http_response *bytes_response(const char *content_type, char *data, size_t len,
+                                            corral_sandbox *file_sb, const char *file)
+{
+    struct bytes_stream *b = calloc(1, sizeof(*b));
+    if (!b) {
+        free(data);
+        return NULL;
+    }
+    b->data = data;
+    b->len = len;
+    if (file_sb) {
+        corral_sandbox_retain(file_sb);
+        b->sb = file_sb;
+        snprintf(b->path, sizeof(b->path), "%s", file);
+    }
+    live_add();
+    struct http_response *r = http_stream(200, content_type, &bytes_ops, b);
+    if (!r)
+        bytes_release(b);
+    return r;
+}
+
+/* A server stream that fails at once: status 200, only the end-of-stream error. */
+static struct http_response *stream_error(const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static struct http_response *stream_error(const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    size_t len = 0;
+    char *eos = end_of_stream(code, msg, &len);
+    return eos ? bytes_response(CONNECT_JSON, eos, len, NULL, NULL) : NULL;
+}
+
+/* ---- RPC plumbing ---- */
+
+struct rpc {
+    corral_sandbox *sb;
+    const struct http_request *req;
+    json_t *msg; /* the request message */
+};
+
+typedef struct http_response *(*rpc_fn)(struct rpc *c);
+
+/* The request message of a unary call (a JSON object) or of a server stream
+ * (one envelope holding one). */
+static json_t *request_message(const struct http_request *req, bool stream,
+                               struct corral_error *err)
+{
+    const char *body = req->body;
+    size_t len = req->body_len;
+    if (stream) {
+        const unsigned char *h = (const unsigned char *)body;
+        if (len < 5) {
+            corral_fail(err, EINVAL, "the request of a stream must be one enveloped message");
+            return NULL;
+        }
+        size_t n = (size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4];
+        if (h[0] & 1) {
+            corral_fail(err, EINVAL, "compressed messages are not supported");
+            return NULL;
+        }
+        if (h[0] != 0 || n != len - 5) {
+            corral_fail(err, EINVAL,
+                        "the request of a stream must be exactly one enveloped message "
+                        "(flags 0, then its length)");
+            return NULL;
+        }
+        body += 5;
+        len = n;
+    }
+    if (!len)
+        return json_object();
+    json_error_t e;
+    json_t *v = json_loadb(body, len, 0, &e);
+    if (!v) {
+        corral_fail(err, EINVAL, "malformed JSON message: %s (line %d, column %d)", e.text, e.line,
+                    e.column);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        json_decref(v);
+        corral_fail(err, EINVAL, "the message must be a JSON object");
+        return NULL;
+    }
+    return v;
+}
+
+/* The user of the call (Authorization: Basic base64("name:")): only 'user'. */
+static int check_user(const struct http_request *req, struct corral_error *err)
+{
+    const char *auth = http_header(req, "Authorization");
+    if (!auth)
+        return 0;
+    if (strncasecmp(auth, "Basic ", 6))
+        return corral_fail(err, EACCES, "the Authorization header must be Basic");
+    unsigned char *dec;
+    size_t n;
+    if (b64_decode(auth + 6, strlen(auth + 6), &dec, &n, err) < 0)
+        return corral_fail(err, EACCES, "the Authorization header is not base64");
+    char name[128];
+    const unsigned char *colon = memchr(dec, ':', n);
+    size_t len = colon ? (size_t)(colon - dec) : n;
+    snprintf(name, sizeof(name), "%.*s", (int)len, (const char *)dec);
+    free(dec);
+    if (*name && strcmp(name, USER_NAME))
+        return corral_fail(err, EACCES,
+                           "invalid username: '%s' (corral sandboxes run everything as '%s')", name,
+                           USER_NAME);
+    return 0;
+}
+
+/* A header holding a whole number (Connect-Timeout-Ms, Keepalive-Ping-Interval). */
+static int number_header(const struct http_request *req, const char *name, uint64_t *out,
+                         struct corral_error *err)
+{
+    const char *v = http_header(req, name);
+    *out = 0;
+    if (!v)
+        return 0;
+    if (corral_parse_uint(v, 0, UINT32_MAX, out, err) < 0)
+        return corral_fail(err, EINVAL, "%s must be a whole number, not '%s'", name, v);
+    return 0;
+}
+
+/* ---- processes: what envd started, by sandbox and pid ---- */
+
+struct proc {
+    corral_sandbox *sb; /* a key: the Start stream holds the sandbox */
+    pid_t pid;
+    char *tag;
+    json_t *config; /* ProcessConfig as List reports it */
+    struct proc *next;
+};
+
+static pthread_mutex_t procs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct proc *procs;
+
+static struct proc *proc_add(corral_sandbox *sb, pid_t pid, const char *tag, json_t *config)
+{
+    struct proc *e = calloc(1, sizeof(*e));
+    if (!e || (tag && !(e->tag = strdup(tag)))) {
+        free(e);
+        return NULL;
+    }
+    e->sb = sb;
+    e->pid = pid;
+    e->config = json_incref(config);
+    pthread_mutex_lock(&procs_lock);
+    e->next = procs;
+    procs = e;
+    pthread_mutex_unlock(&procs_lock);
+    return e;
+}
+
+static void proc_remove(struct proc *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&procs_lock);
+    for (struct proc **pp = &procs; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    pthread_mutex_unlock(&procs_lock);
+    free(e->tag);
+    json_decref(e->config);
+    free(e);
+}
+
+/* The running process a ProcessSelector ({"pid": N} or {"tag": "t"}) names,
+ * retained; or NULL with a Connect code and message. */
+static corral_process *select_process(struct rpc *c, const char **code, char *msg, size_t len)
+{
+    json_t *sel = field(c->msg, "process", NULL);
+    json_t *pid = sel ? field(sel, "pid", NULL) : NULL, *tag = sel ? field(sel, "tag", NULL) : NULL;
+    struct corral_error err;
+    uint32_t want = 0;
+    *code = "invalid_argument";
+    if (!json_is_object(sel) || (!pid && !tag)) {
+        snprintf(msg, len, "'process' must select a process by 'pid' or 'tag'");
+        return NULL;
+    }
+    if (pid && uint_field(pid, "process.pid", &want, &err) < 0) {
+        snprintf(msg, len, "%.200s", err.message);
+        return NULL;
+    }
+    if (!pid) {
+        if (!json_is_string(tag)) {
+            snprintf(msg, len, "'process.tag' must be a string");
+            return NULL;
+        }
+        pthread_mutex_lock(&procs_lock);
+        for (struct proc *e = procs; e && !want; e = e->next)
+            if (e->sb == c->sb && e->tag && !strcmp(e->tag, json_string_value(tag))) {
+                corral_process *p = corral_process_get(c->sb, e->pid);
+                if (p) {
+                    want = (uint32_t)e->pid;
+                    corral_process_release(p);
+                }
+            }
+        pthread_mutex_unlock(&procs_lock);
+        if (!want) {
+            *code = "not_found";
+            snprintf(msg, len, "process with tag %s not found", json_string_value(tag));
+            return NULL;
+        }
+    }
+    corral_process *p = want ? corral_process_get(c->sb, (pid_t)want) : NULL;
+    if (!p) {
+        *code = "not_found";
+        snprintf(msg, len, "process with pid %u not found", want);
+    }
+    return p;
+}
+
+/* ---- process streams: Start and Connect ---- */
+
+struct pstream {
+    corral_sandbox *sb;
+    corral_process *p;
+    struct http_stream *s;
+    pthread_mutex_t lock; /* writes, and what follows */
+    pthread_cond_t cond;
+    bool gone, ended;
+    int status;                                  /* wait status, once ended */
+    uint64_t last_ms, keepalive_ms, deadline_ms; /* monotonic; deadline 0 = none */
+    struct proc *entry;                          /* Start: the registry's entry */
+};
+
+/* Writes bytes (a whole envelope or more) unless the client is gone. Under ps->lock. */
+static void send_locked(struct pstream *ps, const void *buf, size_t len)
+{
+    if (ps->gone)
+        return;
+    if (http_stream_write(ps->s, buf, len) < 0)
+        ps->gone = true;
+    ps->last_ms = corral_now_ms();
+}
+
+static void send_bytes(struct pstream *ps, const void *buf, size_t len)
+{
+    pthread_mutex_lock(&ps->lock);
+    send_locked(ps, buf, len);
+    pthread_mutex_unlock(&ps->lock);
+}
+
+/* Sends a message (taken) in its envelope. */
+static void send_json(struct pstream *ps, unsigned flags, json_t *v)
+{
+    size_t len;
+    char *env = envelope(flags, v, &len);
+    if (env)
+        send_bytes(ps, env, len);
+    free(env);
+}
+
+/* {"event":{"data":{"stdout":"<base64>"}}} */
+static void send_data(struct pstream *ps, const char *which, const char *data, size_t len)
+{
+    char head[48];
+    int hn = snprintf(head, sizeof(head), "{\"event\":{\"data\":{\"%s\":\"", which);
+    static const char tail[] = "\"}}}";
+    size_t json_len = (size_t)hn + b64_len(len) + sizeof(tail) - 1;
+    char *buf = malloc(5 + json_len);
+    if (!buf)
+        return;
+    put_header((unsigned char *)buf, 0, json_len);
+    memcpy(buf + 5, head, (size_t)hn);
+    b64_encode((const unsigned char *)data, len, buf + 5 + hn);
+    memcpy(buf + 5 + hn + b64_len(len), tail, sizeof(tail) - 1);
+    send_bytes(ps, buf, 5 + json_len);
+    free(buf);
+}
+
+static void on_stdout(void *u, const char *data, size_t len)
+{
+    send_data(u, "stdout", data, len);
+}
+
+static void on_stderr(void *u, const char *data, size_t len)
+{
+    send_data(u, "stderr", data, len);
+}
+
+static json_t *start_event(pid_t pid)
+{
+    return json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)pid);
+}
+
+/* EndEvent as Go's os.ProcessState reports it: "exit status 3", "signal: killed". */
+static json_t *end_event(int status)
+{
+    json_t *end = json_object();
+    char text[128];
+    if (WIFEXITED(status)) {
+        int code = WEXITSTATUS(status);
+        if (code)
+            json_object_set_new(end, "exitCode", json_integer(code));
+        json_object_set_new(end, "exited", json_true());
+        snprintf(text, sizeof(text), "exit status %d", code);
+    } else if (WIFSIGNALED(status)) {
+        const char *d = sigdescr_np(WTERMSIG(status));
+        char name[64];
+        snprintf(name, sizeof(name), "%s", d ? d : "unknown signal");
+        name[0] = (char)tolower((unsigned char)name[0]);
+        json_object_set_new(end, "exitCode", json_integer(-1));
+        snprintf(text, sizeof(text), "signal: %s%s", name,
+                 WCOREDUMP(status) ? " (core dumped)" : "");
+    } else {
+        json_object_set_new(end, "exitCode", json_integer(-1));
+        snprintf(text, sizeof(text), "unknown wait status %d", status);
+    }
+    json_object_set_new(end, "status", json_string(text));
+    return json_pack("{s:{s:o}}", "event", "end", end);
+}
+
+static uint64_t until_keepalive(struct pstream *ps, uint64_t now)
+{
+    return ps->last_ms + ps->keepalive_ms > now ? ps->last_ms + ps->keepalive_ms - now : 0;
+}
+
+/* Start: relays the process's output until it ends. This is the relay for
+ * every listener (Connect streams take their copy from it), and it keeps
+ * draining the output once its own client is gone, so it runs to the end. */
+static void start_produce(struct http_stream *s, void *arg)
+{
+    struct pstream *ps = arg;
+    ps->s = s;
+    send_json(ps, 0, start_event(corral_process_pid(ps->p)));
+    struct corral_output_callbacks cb = {on_stdout, on_stderr, ps};
+    bool killed_for_deadline = false;
+    char failure[600] = "";
+    for (;;) {
+        uint64_t now = corral_now_ms(), timeout = 0;
+        pthread_mutex_lock(&ps->lock);
+        if (!ps->gone)
+            timeout = until_keepalive(ps, now) + 1;
+        pthread_mutex_unlock(&ps->lock);
+        if (ps->deadline_ms && !killed_for_deadline) {
+            uint64_t d = ps->deadline_ms > now ? ps->deadline_ms - now : 1;
+            if (!timeout || d < timeout)
+                timeout = d;
+        }
+        struct corral_error err;
+        int r = corral_process_wait(ps->p, &cb, timeout, NULL, &err);
+        if (r == 0)
+            break;
+        if (r != -ETIMEDOUT) {
+            snprintf(failure, sizeof(failure), "%s", err.message);
+            break;
+        }
+        now = corral_now_ms();
+        if (ps->deadline_ms && !killed_for_deadline && now >= ps->deadline_ms) {
+            killed_for_deadline = true;
+            corral_process_signal(ps->p, SIGKILL, NULL);
+        }
+        pthread_mutex_lock(&ps->lock);
+        if (until_keepalive(ps, now) == 0)
+            send_locked(ps, KEEPALIVE, sizeof(KEEPALIVE) - 1);
+        pthread_mutex_unlock(&ps->lock);
+    }
+    proc_remove(ps->entry);
+    ps->entry = NULL;
+    int status;
+    if (!failure[0] && corral_process_ended(ps->p, &status))
+        send_json(ps, 0, end_event(status));
+    size_t len;
+    char *eos = failure[0]            ? end_of_stream("internal", failure, &len)
+                : killed_for_deadline ? end_of_stream("deadline_exceeded", DEADLINE, &len)
+                                      : end_of_stream(NULL, NULL, &len);
+    if (eos)
+        send_bytes(ps, eos, len);
+    free(eos);
+}
+
+static void connect_exit(void *u, int status)
+{
+    struct pstream *ps = u;
+    pthread_mutex_lock(&ps->lock);
+    ps->ended = true;
+    ps->status = status;
+    pthread_cond_broadcast(&ps->cond);
+    pthread_mutex_unlock(&ps->lock);
+}
+
+/* Connect: output from now on (taken from Start's relay), then the end. */
+static void connect_produce(struct http_stream *s, void *arg)
+{
+    struct pstream *ps = arg;
+    ps->s = s;
+    send_json(ps, 0, start_event(corral_process_pid(ps->p)));
+    struct corral_output_callbacks cb = {on_stdout, on_stderr, ps};
+    corral_tap *tap = NULL;
+    struct corral_error err;
+    int r = corral_process_tap(ps->p, &cb, connect_exit, &tap, &err);
+    size_t len;
+    char *eos = NULL;
+    if (r == -ESRCH) {
+        int status;
+        if (corral_process_ended(ps->p, &status))
+            connect_exit(ps, status);
+    } else if (r < 0) {
+        eos = end_of_stream("internal", err.message, &len);
+    }
+    bool deadline = false;
+    pthread_mutex_lock(&ps->lock);
+    while (!eos && !ps->ended && !ps->gone) {
+        uint64_t now = corral_now_ms();
+        if (ps->deadline_ms && now >= ps->deadline_ms) {
+            deadline = true;
+            break;
+        }
+        if (until_keepalive(ps, now) == 0) {
+            send_locked(ps, KEEPALIVE, sizeof(KEEPALIVE) - 1);
+            continue;
+        }
+        uint64_t wake = now + until_keepalive(ps, now);
+        if (ps->deadline_ms && ps->deadline_ms < wake)
+            wake = ps->deadline_ms;
+        struct timespec ts = {.tv_sec = (time_t)(wake / 1000),
+                              .tv_nsec = (long)(wake % 1000) * 1000000};
+        pthread_cond_timedwait(&ps->cond, &ps->lock, &ts);
+    }
+    bool ended = ps->ended;
+    int status = ps->status;
+    pthread_mutex_unlock(&ps->lock);
+    corral_process_untap(tap); /* no callback runs after this */
+    if (!eos && ended) {
+        send_json(ps, 0, end_event(status));
+        eos = end_of_stream(NULL, NULL, &len);
+    } else if (!eos && deadline) {
+        eos = end_of_stream("deadline_exceeded", DEADLINE, &len);
+    }
+    if (eos)
+        send_bytes(ps, eos, len);
+    free(eos);
+}
+
+static void pstream_gone(void *arg)
+{
+    struct pstream *ps = arg;
+    pthread_mutex_lock(&ps->lock);
+    ps->gone = true;
+    pthread_cond_broadcast(&ps->cond);
+    pthread_mutex_unlock(&ps->lock);
+}
+
+static void pstream_release(void *arg)
+{
+    struct pstream *ps = arg;
+    proc_remove(ps->entry);
+    corral_process_release(ps->p);
+    corral_sandbox_release(ps->sb);
+    pthread_cond_destroy(&ps->cond);
+    pthread_mutex_destroy(&ps->lock);
+    free(ps);
+    live_done();
+}
+
+static const struct http_stream_ops start_ops = {start_produce, pstream_gone, pstream_release};
+static const struct http_stream_ops connect_ops = {connect_produce, pstream_gone, pstream_release};
+
+/* A stream over p (a reference the stream takes). */
+static struct http_response *process_stream(struct rpc *c, corral_process *p, struct proc *entry,
+                                            uint64_t timeout_ms, const struct http_stream_ops *ops)
+{
+    uint64_t keepalive_s = 0;
+    struct corral_error err;
+    if (number_header(c->req, "Keepalive-Ping-Interval", &keepalive_s, &err) < 0 || !keepalive_s)
+        keepalive_s = KEEPALIVE_DEFAULT_S;
+    struct pstream *ps = calloc(1, sizeof(*ps));
+    if (!ps)
+        return NULL;
+    pthread_mutex_init(&ps->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ps->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    corral_sandbox_retain(c->sb);
+    ps->sb = c->sb;
+    ps->p = p;
+    ps->entry = entry;
+    ps->last_ms = corral_now_ms();
+    ps->keepalive_ms = keepalive_s * 1000;
+    ps->deadline_ms = timeout_ms ? ps->last_ms + timeout_ms : 0;
+    live_add();
+    struct http_response *r = http_stream(200, CONNECT_JSON, ops, ps);
+    if (!r)
+        pstream_release(ps);
+    return r;
+}
+
+/* ---- process.Process ---- */
+
+static void strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static struct http_response *process_start(struct rpc *c)
+{
+    json_t *cfg = field(c->msg, "process", NULL);
+    json_t *cmd = cfg ? field(cfg, "cmd", NULL) : NULL;
+    json_t *args = cfg ? field(cfg, "args", NULL) : NULL;
+    json_t *envs = cfg ? field(cfg, "envs", NULL) : NULL;
+    json_t *cwd = cfg ? field(cfg, "cwd", NULL) : NULL;
+    json_t *tag = field(c->msg, "tag", NULL), *stdin_ = field(c->msg, "stdin", NULL);
+    struct corral_error err;
+    if (field(c->msg, "pty", NULL))
+        return stream_error("unimplemented", "corral does not provide terminals (pty) yet: "
+                                             "start the command without one");
+    if (!json_is_object(cfg) || !json_is_string(cmd) || !json_string_length(cmd))
+        return stream_error("invalid_argument", "'process.cmd' is required");
+    if ((args && !json_is_array(args)) || (envs && !json_is_object(envs)) ||
+        (cwd && !json_is_string(cwd)) || (tag && !json_is_string(tag)) ||
+        (stdin_ && !json_is_boolean(stdin_)))
+        return stream_error("invalid_argument",
+                            "'process.args' must be strings, 'process.envs' an object of "
+                            "strings, 'process.cwd' and 'tag' strings, 'stdin' a boolean");
+    uint64_t timeout_ms;
+    if (number_header(c->req, "Connect-Timeout-Ms", &timeout_ms, &err) < 0)
+        return stream_error("invalid_argument", "%s", err.message);
+    size_t nargs = args ? json_array_size(args) : 0;
+    char **argv = calloc(nargs + 2, sizeof(char *));
+    char **env = calloc((envs ? json_object_size(envs) : 0) + 1, sizeof(char *));
+    json_t *config = json_pack("{s:O}", "cmd", cmd);
+    struct http_response *resp = NULL;
+    if (!argv || !env || !config || !(argv[0] = strdup(json_string_value(cmd))))
+        goto oom;
+    json_t *clean_args = json_array(), *clean_envs = json_object();
+    json_object_set_new(config, "args", clean_args);
+    json_object_set_new(config, "envs", clean_envs);
+    for (size_t i = 0; i < nargs; i++) {
+        json_t *a = json_array_get(args, i);
+        if (!json_is_string(a)) {
+            resp = stream_error("invalid_argument", "'process.args' must be strings");
+            goto out;
+        }
+        if (!(argv[i + 1] = strdup(json_string_value(a))))
+            goto oom;
+        json_array_append(clean_args, a);
+    }
+    const char *key;
+    json_t *val;
+    size_t k = 0;
+    json_object_foreach(envs, key, val)
+    {
+        if (!json_is_string(val) || !*key || strchr(key, '=')) {
+            resp = stream_error("invalid_argument",
+                                "'process.envs' must map names to strings ('%s' does not)", key);
+            goto out;
+        }
+        if (asprintf(&env[k], "%s=%s", key, json_string_value(val)) < 0) {
+            env[k] = NULL;
+            goto oom;
+        }
+        k++;
+        json_object_set(clean_envs, key, val);
+    }
+    char dir[PATH_MAX_LEN];
+    if (cwd && json_string_length(cwd)) {
+        if (resolve_path(json_string_value(cwd), dir, &err) < 0) {
+            resp = stream_error("invalid_argument", "cwd: %s", err.message);
+            goto out;
+        }
+        json_object_set_new(config, "cwd", json_string(dir));
+    }
+    if (check_user(c->req, &err) < 0) {
+        resp = stream_error("unauthenticated", "%s", err.message);
+        goto out;
+    }
+    struct corral_command_options co;
+    corral_command_options_init(&co);
+    co.cwd = json_object_get(config, "cwd") ? dir : NULL;
+    co.env = (const char *const *)env;
+    co.with_stdin = stdin_ ? json_is_true(stdin_) : true; /* absent: envd's old default */
+    corral_process *p;
+    if (corral_process_start_argv(c->sb, (const char *const *)argv, &co, &p, &err) < 0) {
+        resp = stream_error(err.code == ESRCH    ? "unavailable"
+                            : err.code == EAGAIN ? "resource_exhausted"
+                            : err.code == ENOMEM ? "resource_exhausted"
+                                                 : "invalid_argument",
+                            "%s", err.message);
+        goto out;
+    }
+    struct proc *entry =
+        proc_add(c->sb, corral_process_pid(p), tag ? json_string_value(tag) : NULL, config);
+    resp = process_stream(c, p, entry, timeout_ms, &start_ops);
+    if (!resp) { /* nobody would relay it */
+        corral_process_signal(p, SIGKILL, NULL);
+        corral_process_wait(p, NULL, 5000, NULL, NULL);
+        proc_remove(entry);
+        corral_process_release(p);
+    }
+    goto out;
+oom:
+    resp = stream_error("resource_exhausted", "out of memory");
+out:
+    strv_free(argv);
+    strv_free(env);
+    json_decref(config);
+    return resp;
+}
+
+static struct http_response *process_connect(struct rpc *c)
+{
+    const char *code;
+    char msg[256];
+    struct corral_error err;
+    uint64_t timeout_ms;
+    if (number_header(c->req, "Connect-Timeout-Ms", &timeout_ms, &err) < 0)
+        return stream_error("invalid_argument", "%s", err.message);
+    if (check_user(c->req, &err) < 0)
+        return stream_error("unauthenticated", "%s", err.message);
+    corral_process *p = select_process(c, &code, msg, sizeof(msg));
+    if (!p)
+        return stream_error(code, "%s", msg);
+    struct http_response *r = process_stream(c, p, NULL, timeout_ms, &connect_ops);
+    if (!r)
+        corral_process_release(p);
+    return r;
+}
+
+static struct http_response *process_list(struct rpc *c)
+{
+    json_t *list = json_array();
+    pthread_mutex_lock(&procs_lock);
+    for (struct proc *e = procs; e; e = e->next) {
+        if (e->sb != c->sb)
+            continue;
+        corral_process *p = corral_process_get(c->sb, e->pid);
+        if (!p)
+            continue; /* ended */
+        corral_process_release(p);
+        json_t *info = json_pack("{s:O, s:i}", "config", e->config, "pid", (int)e->pid);
+        if (e->tag)
+            json_object_set_new(info, "tag", json_string(e->tag));
+        json_array_append_new(list, info);
+    }
+    pthread_mutex_unlock(&procs_lock);
+    return http_json(200, json_pack("{s:o}", "processes", list));
+}
+
+static struct http_response *process_send_input(struct rpc *c)
+{
+    const char *code;
+    char msg[256];
+    struct corral_error err;
+    json_t *input = field(c->msg, "input", NULL);
+    json_t *data = input ? field(input, "stdin", NULL) : NULL;
+    if (input && field(input, "pty", NULL))
+        return unary_error("unimplemented", "corral does not provide terminals (pty) yet");
+    if (!json_is_object(input) || (data && !json_is_string(data)))
+        return unary_error("invalid_argument", "'input.stdin' must be base64 bytes");
+    corral_process *p = select_process(c, &code, msg, sizeof(msg));
+    if (!p)
+        return unary_error(code, "%s", msg);
+    unsigned char *bytes = NULL;
+    size_t n = 0;
+    struct http_response *resp;
+    if (data && b64_decode(json_string_value(data), json_string_length(data), &bytes, &n, &err) < 0)
+        resp = unary_error("invalid_argument", "'input.stdin': %s", err.message);
+    else if (n && corral_process_write(p, bytes, n, &err) < 0)
+        resp = unary_error("failed_precondition", "%s%s", err.message,
+                           err.code == EBADF ? " (start it with stdin: true)" : "");
+    else
+        resp = http_json(200, json_object());
+    free(bytes);
+    corral_process_release(p);
+    return resp;
+}
+
+static struct http_response *process_send_signal(struct rpc *c)
+{
+    const char *code;
+    char msg[256];
+    struct corral_error err;
+    json_t *sig = field(c->msg, "signal", NULL);
+    int signo = 0;
+    if (json_is_string(sig) && !strcmp(json_string_value(sig), "SIGNAL_SIGKILL"))
+        signo = SIGKILL;
+    else if (json_is_string(sig) && !strcmp(json_string_value(sig), "SIGNAL_SIGTERM"))
+        signo = SIGTERM;
+    else if (json_is_integer(sig) &&
+             (json_integer_value(sig) == SIGKILL || json_integer_value(sig) == SIGTERM))
+        signo = (int)json_integer_value(sig);
+    if (!signo)
+        return unary_error("invalid_argument", "'signal' must be SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+    corral_process *p = select_process(c, &code, msg, sizeof(msg));
+    if (!p)
+        return unary_error(code, "%s", msg);
+    struct http_response *resp;
+    if (corral_process_signal(p, signo, &err) < 0)
+        resp = err.code == ESRCH ? unary_error("not_found", "process with pid %d not found",
+                                               (int)corral_process_pid(p))
+                                 : unary_error("internal", "%s", err.message);
+    else
+        resp = http_json(200, json_object());
+    corral_process_release(p);
+    return resp;
+}
+
+static struct http_response *process_close_stdin(struct rpc *c)
+{
+    const char *code;
+    char msg[256];
+    corral_process *p = select_process(c, &code, msg, sizeof(msg));
+    if (!p)
+        return unary_error(code, "%s", msg);
+    corral_process_close_stdin(p);
+    corral_process_release(p);
+    return http_json(200, json_object());
+}
+
+static struct http_response *no_pty(struct rpc *c)
+{
+    return unary_error("unimplemented", "corral does not provide terminals (pty) yet: "
+                                        "there is no terminal to resize");
+}
+
+static struct http_response *no_stream_input(struct rpc *c)
+{
+    return unary_error("unimplemented", "StreamInput is not supported: use SendInput");
+}
+
+/* ---- filesystem.Filesystem ---- */
+
+static void rfc3339_ns(uint64_t ns, char *out, size_t len)
+{
+    time_t secs = (time_t)(ns / 1000000000u);
+    unsigned frac = (unsigned)(ns % 1000000000u);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char base[32];
+    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+    if (frac)
+        snprintf(out, len, "%s.%09uZ", base, frac);
+    else
+        snprintf(out, len, "%sZ", base);
+}
+
+/* Go's FileMode.String(): type letters ("d", "L", "u", "g", "t"...) or "-", then rwxrwxrwx. */
+static void permissions_text(enum corral_entry_type type, uint32_t mode, char *out)
+{
+    size_t n = 0;
+    if (type == CORRAL_DIR)
+        out[n++] = 'd';
+    if (type == CORRAL_SYMLINK)
+        out[n++] = 'L';
+    if (mode & 04000)
+        out[n++] = 'u';
+    if (mode & 02000)
+        out[n++] = 'g';
+    if (mode & 01000)
+        out[n++] = 't';
+    if (type == CORRAL_OTHER)
+        out[n++] = '?';
+    if (n == 0)
+        out[n++] = '-';
+    static const char rwx[] = "rwxrwxrwx";
+    for (int i = 0; i < 9; i++)
+        out[n++] = (mode & (1u << (8 - i))) ? rwx[i] : '-';
+    out[n] = '\0';
+}
+
+static const char *user_name(uint32_t id, bool group, char *buf, size_t len)
+{
+    if (id == 0)
+        return "root";
+    if (id == 1000)
+        return USER_NAME;
+    if (id == 65534)
+        return group ? "nogroup" : "nobody";
+    snprintf(buf, len, "%u", id);
+    return buf;
+}
+
+/* EntryInfo; a symlink is reported as what it points to, with symlinkTarget. */
+static json_t *entry_json(corral_sandbox *sb, const struct corral_entry *e)
+{
+    struct corral_entry *target = NULL;
+    char resolved[PATH_MAX_LEN] = "";
+    if (e->type == CORRAL_SYMLINK && (target = malloc(sizeof(*target)))) {
+        struct corral_error err;
+        *target = *e;
+        bool ok = false;
+        for (int hops = 0; hops < 40 && target->type == CORRAL_SYMLINK; hops++) {
+            char joined[2 * PATH_MAX_LEN + 2];
+            if (target->target[0] == '/') {
+                snprintf(joined, sizeof(joined), "%s", target->target);
+            } else {
+                char dir[PATH_MAX_LEN];
+                snprintf(dir, sizeof(dir), "%s", target->path);
+                char *slash = strrchr(dir, '/');
+                if (slash)
+                    *slash = '\0';
+                snprintf(joined, sizeof(joined), "%s/%s", dir, target->target);
+            }
+            ok = resolve_path(joined, resolved, &err) == 0 &&
+                 corral_file_stat(sb, resolved, target, &err) == 0;
+            if (!ok)
+                break;
+        }
+        if (!ok || target->type == CORRAL_SYMLINK) { /* dangling, or a loop */
+            free(target);
+            target = NULL;
+        }
+    }
+    const struct corral_entry *t = target ? target : e;
+    static const char *const types[] = {NULL, "FILE_TYPE_FILE", "FILE_TYPE_DIRECTORY",
+                                        "FILE_TYPE_SYMLINK", NULL};
+    char size[32], perms[24], mtime[48], ub[16], gb[16];
+    snprintf(size, sizeof(size), "%llu", (unsigned long long)t->size);
+    permissions_text(t->type, t->mode, perms);
+    rfc3339_ns(t->mtime_ns, mtime, sizeof(mtime));
+    json_t *j = json_pack("{s:o, s:o, s:s, s:i, s:s, s:s, s:s, s:s}", "name", text_json(e->name),
+                          "path", text_json(e->path), "size", size, "mode", (int)(t->mode & 0777),
+                          "permissions", perms, "owner", user_name(t->uid, false, ub, sizeof(ub)),
+                          "group", user_name(t->gid, true, gb, sizeof(gb)), "modifiedTime", mtime);
+    if (j && t->type >= CORRAL_FILE && t->type <= CORRAL_SYMLINK)
+        json_object_set_new(j, "type", json_string(types[t->type]));
+    if (j && e->type == CORRAL_SYMLINK)
+        json_object_set_new(j, "symlinkTarget", text_json(target ? resolved : e->target));
+    free(target);
+    return j;
+}
+
+/* The message's path field, resolved; or an error response. */
+static struct http_response *path_arg(struct rpc *c, const char *name, char *out)
+{
+    json_t *v = field(c->msg, name, NULL);
+    struct corral_error err;
+    if (v && !json_is_string(v))
+        return unary_error("invalid_argument", "'%s' must be a string", name);
+    if (resolve_path(v ? json_string_value(v) : "", out, &err) < 0)
+        return unary_error("invalid_argument", "'%s': %s", name, err.message);
+    if (check_user(c->req, &err) < 0)
+        return unary_error("unauthenticated", "%s", err.message);
+    return NULL;
+}
+
+static struct http_response *file_error(const struct corral_error *err)
+{
+    return unary_error(code_for(err->code), "%s", err->message);
+}
+
+static struct http_response *fs_stat(struct rpc *c)
+{
+    char path[PATH_MAX_LEN];
+    struct http_response *bad = path_arg(c, "path", path);
+    if (bad)
+        return bad;
+    struct corral_entry *e = malloc(sizeof(*e));
+    struct corral_error err;
+    if (!e)
+        return unary_error("resource_exhausted", "out of memory");
+    struct http_response *resp;
+    if (corral_file_stat(c->sb, path, e, &err) < 0)
+        resp = err.code == ENOENT ? unary_error("not_found", "file not found: %s", path)
+                                  : file_error(&err);
+    else
+        resp = http_json(200, json_pack("{s:o}", "entry", entry_json(c->sb, e)));
+    free(e);
+    return resp;
+}
+
+static struct http_response *fs_list_dir(struct rpc *c)
+{
+    char path[PATH_MAX_LEN];
+    struct http_response *bad = path_arg(c, "path", path);
+    if (bad)
+        return bad;
+    uint32_t depth = 1;
+    json_t *d = field(c->msg, "depth", NULL);
+    struct corral_error err;
+    if (d && uint_field(d, "depth", &depth, &err) < 0)
+        return unary_error("invalid_argument", "%s", err.message);
+    struct corral_entry *entries;
+    size_t n;
+    if (corral_file_list(c->sb, path, depth ? depth : 1, &entries, &n, &err) < 0) {
+        if (err.code == ENOENT)
+            return unary_error("not_found", "directory not found: %s", path);
+        if (err.code == ENOTDIR)
+            return unary_error("invalid_argument", "path is not a directory: %s", path);
+        return file_error(&err);
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(list, entry_json(c->sb, &entries[i]));
+    free(entries);
+    return http_json(200, json_pack("{s:o}", "entries", list));
+}
+
+/* The entry of path, as a {"entry": ...} response. */
+static struct http_response *entry_response(struct rpc *c, const char *path)
+{
+    struct corral_entry *e = malloc(sizeof(*e));
+    struct corral_error err;
+    if (!e)
+        return unary_error("resource_exhausted", "out of memory");
+    struct http_response *resp =
+        corral_file_stat(c->sb, path, e, &err) < 0
+            ? file_error(&err)
+            : http_json(200, json_pack("{s:o}", "entry", entry_json(c->sb, e)));
+    free(e);
+    return resp;
+}
+
+static struct http_response *fs_make_dir(struct rpc *c)
+{
+    char path[PATH_MAX_LEN];
+    struct http_response *bad = path_arg(c, "path", path);
+    if (bad)
+        return bad;
+    bool created = false;
+    struct corral_error err;
+    if (corral_file_mkdir(c->sb, path, true, &created, &err) < 0) {
+        if (err.code == EEXIST)
+            return unary_error("invalid_argument",
+                               "path already exists but it is not a directory: %s", path);
+        if (err.code == ENOTDIR)
+            return unary_error("invalid_argument", "a parent of %s is not a directory", path);
+        return file_error(&err);
+    }
+    if (!created)
+        return unary_error("already_exists", "directory already exists: %s", path);
+    return entry_response(c, path);
+}
+
+static struct http_response *fs_move(struct rpc *c)
+{
+    char from[PATH_MAX_LEN], to[PATH_MAX_LEN];
+    struct http_response *bad = path_arg(c, "source", from);
+    if (bad || (bad = path_arg(c, "destination", to)))
+        return bad;
+    struct corral_error err;
+    char parent[PATH_MAX_LEN];
+    snprintf(parent, sizeof(parent), "%s", to);
+    *strrchr(parent, '/') = '\0';
+    bool created;
+    if (*parent) /* as envd, the destination's directories are made */
+        corral_file_mkdir(c->sb, parent, true, &created, &err);
+    struct corral_entry *e = malloc(sizeof(*e));
+    if (!e)
+        return unary_error("resource_exhausted", "out of memory");
+    struct http_response *resp;
+    if (corral_file_rename(c->sb, from, to, e, &err) < 0)
+        resp = err.code == ENOENT
+                   ? unary_error("not_found", "source file not found: %s", err.message)
+                   : file_error(&err);
+    else
+        resp = http_json(200, json_pack("{s:o}", "entry", entry_json(c->sb, e)));
+    free(e);
+    return resp;
+}
+
+static struct http_response *fs_remove(struct rpc *c)
+{
+    char path[PATH_MAX_LEN];
+    struct http_response *bad = path_arg(c, "path", path);
+    if (bad)
+        return bad;
+    struct corral_error err;
+    /* As envd (os.RemoveAll): recursive, and nothing to remove is no error. */
+    if (corral_file_remove(c->sb, path, true, &err) < 0 && err.code != ENOENT)
+        return file_error(&err);
+    return http_json(200, json_object());
+}
+
+static struct http_response *no_watch(struct rpc *c)
+{
+    return unary_error("unimplemented", "corral does not watch directories yet");
+}
+
+static struct http_response *no_watch_stream(struct rpc *c)
+{
+    return stream_error("unimplemented", "corral does not watch directories yet");
+}
+
+/* ---- Connect dispatch ---- */
+
+static const struct {
+    const char *path;
+    bool stream;
+    rpc_fn fn;
+} RPCS[] = {
+    {"/process.Process/Start", true, process_start},
+    {"/process.Process/Connect", true, process_connect},
+    {"/process.Process/List", false, process_list},
+    {"/process.Process/SendInput", false, process_send_input},
+    {"/process.Process/SendSignal", false, process_send_signal},
+    {"/process.Process/CloseStdin", false, process_close_stdin},
+    {"/process.Process/Update", false, no_pty},
+    {"/process.Process/StreamInput", false, no_stream_input},
+    {"/filesystem.Filesystem/Stat", false, fs_stat},
+    {"/filesystem.Filesystem/ListDir", false, fs_list_dir},
+    {"/filesystem.Filesystem/MakeDir", false, fs_make_dir},
+    {"/filesystem.Filesystem/Move", false, fs_move},
+    {"/filesystem.Filesystem/Remove", false, fs_remove},
+    {"/filesystem.Filesystem/WatchDir", true, no_watch_stream},
+    {"/filesystem.Filesystem/CreateWatcher", false, no_watch},
+    {"/filesystem.Filesystem/GetWatcherEvents", false, no_watch},
+    {"/filesystem.Filesystem/RemoveWatcher", false, no_watch},
+};
+
+static struct http_response *rpc(corral_sandbox *sb, const struct http_request *req)
+{
+    size_t i = 0, n = sizeof(RPCS) / sizeof(RPCS[0]);
+    while (i < n && strcmp(RPCS[i].path, req->path))
+        i++;
+    if (i == n)
+        return http_json(404, json_pack("{s:s, s:s}", "code", "unimplemented", "message",
+                                        "no such method in corral's envd"));
+    if (strcmp(req->method, "POST")) {
+        struct http_response *r =
+            http_json(405, json_pack("{s:s, s:s}", "code", "unimplemented", "message",
+                                     "Connect methods are called with POST"));
+        http_add_header(r, "Allow", "POST");
+        return r;
+    }
+    const char *ct = http_header(req, "Content-Type");
+    if (ct && strstr(ct, "proto"))
+        return http_json(415, json_pack("{s:s, s:s}", "code", "unimplemented", "message",
+                                        "corral's envd speaks Connect with the JSON codec only"));
+    struct corral_error err;
+    json_t *msg = request_message(req, RPCS[i].stream, &err);
+    if (!msg)
+        return RPCS[i].stream ? stream_error("invalid_argument", "%s", err.message)
+                              : unary_error("invalid_argument", "%s", err.message);
+    struct rpc c = {.sb = sb, .req = req, .msg = msg};
+    struct http_response *r = RPCS[i].fn(&c);
+    json_decref(msg);
+    return r;
+}
+
+/* ---- /files ---- */
+
+static bool username_ok(const struct http_request *req, struct http_response **bad)
+{
+    const char *u = http_query(req, "username");
+    if (!u || !*u || !strcmp(u, USER_NAME))
+        return true;
+    *bad = http_error(401, "error looking up user '%s': corral sandboxes have one user, '%s'", u,
+                      USER_NAME);
+    return false;
+}
+
+struct collect {
+    char *data;
+    size_t len;
+    bool too_big;
+};
+
+static int collect_sink(void *ud, const void *data, size_t len)
+{
+    struct collect *c = ud;
+    if (c->len + len > INLINE_MAX) {
+        c->too_big = true;
+        return -ECANCELED;
+    }
+    char *grown = realloc(c->data, c->len + len + 1);
+    if (!grown)
+        return -ENOMEM;
+    c->data = grown;
+    memcpy(c->data + c->len, data, len);
+    c->len += len;
+    return 0;
+}
+
+static struct http_response *download(corral_sandbox *sb, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    if (!username_ok(req, &bad))
+        return bad;
+    const char *q = http_query(req, "path");
+    char path[PATH_MAX_LEN];
+    struct corral_error err;
+    if (resolve_path(q, path, &err) < 0)
+        return http_error(400, "error resolving path '%s': %s", q ? q : "", err.message);
+    /* Read before answering (so that errors get their status); a large file
+     * is then streamed from the start. */
+    struct collect c = {0};
+    int r = corral_file_read(sb, path, collect_sink, &c, &err);
+    if (r < 0 && c.too_big) {
+        free(c.data);
+        return bytes_response("application/octet-stream", NULL, 0, sb, path);
+    }
+    if (r < 0) {
+        free(c.data);
+        switch (err.code) {
+        case ENOENT:
+            return http_error(404, "path '%s' does not exist", path);
+        case EISDIR:
+            return http_error(400, "path '%s' is a directory", path);
+        case EINVAL:
+            return http_error(400, "path '%s' is not a regular file", path);
+        case EACCES:
+        case EPERM:
+            return http_error(403, "%s", err.message);
+        case ESRCH:
+            return http_error(502, "%s", err.message);
+        default:
+            return http_error(500, "%s", err.message);
+        }
+    }
+    return bytes_response("application/octet-stream", c.data, c.len, NULL, NULL);
+}
+
+/* ---- multipart/form-data (RFC 7578) ---- */
+
+/* The next parameter of a header value (`; key=value` or `; key="quoted"`)
+ * from *s; false at the end, or when malformed (then *bad). */
+static bool next_param(const char **s, const char *end, char *key, size_t klen, char *val,
+                       size_t vlen, bool *bad)
+{
+    const char *p = *s;
+    while (p < end && (*p == ';' || *p == ' ' || *p == '\t'))
+        p++;
+    if (p >= end)
+        return false;
+    const char *k = p;
+    while (p < end && *p != '=' && *p != ';')
+        p++;
+    const char *kend = p;
+    while (kend > k && (kend[-1] == ' ' || kend[-1] == '\t'))
+        kend--;
+    snprintf(key, klen, "%.*s", (int)(kend - k), k);
+    size_t n = 0;
+    if (p < end && *p == '=') {
+        p++;
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p < end && *p == '"') {
+            p++;
+            while (p < end && *p != '"') {
+                if (*p == '\\' && p + 1 < end)
+                    p++;
+                if (n + 1 < vlen)
+                    val[n++] = *p;
+                p++;
+            }
+            if (p >= end) {
+                *bad = true;
+                return false;
+            }
+            p++; /* the closing quote */
+        } else {
+            const char *v = p;
+            while (p < end && *p != ';')
+                p++;
+            const char *vend = p;
+            while (vend > v && (vend[-1] == ' ' || vend[-1] == '\t'))
+                vend--;
+            n = (size_t)(vend - v) < vlen ? (size_t)(vend - v) : vlen - 1;
+            memcpy(val, v, n);
+        }
+    }
+    val[n] = '\0';
+    *s = p;
+    return true;
+}
+
+/* RFC 5987's ext-value: charset'language'percent-encoded. */
+static void ext_value(const char *in, char *out, size_t len)
+{
+    const char *q = strchr(in, '\'');
+    const char *text = q && strchr(q + 1, '\'') ? strchr(q + 1, '\'') + 1 : in;
+    size_t n = 0;
+    for (const char *p = text; *p && n + 1 < len; p++) {
+        if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
+            char hex[3] = {p[1], p[2], 0};
+            out[n++] = (char)strtol(hex, NULL, 16);
+            p += 2;
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = '\0';
+}
+
+struct part {
+    char name[64];
+    char filename[PATH_MAX_LEN];
+    const char *data;
+    size_t len;
+};
+
+/* The boundary of a multipart Content-Type, or false. */
+static bool multipart_boundary(const char *ct, char *out, size_t len)
+{
+    if (!ct || strncasecmp(ct, "multipart/", 10))
+        return false;
+    const char *s = strchr(ct, ';'), *end = ct + strlen(ct);
+    char key[32], val[128];
+    bool bad = false;
+    while (s && next_param(&s, end, key, sizeof(key), val, sizeof(val), &bad))
+        if (!strcasecmp(key, "boundary") && *val && strlen(val) <= 70) {
+            snprintf(out, len, "%s", val);
+            return true;
+        }
+    return false;
+}
+
+/* The Content-Disposition of a part's header block [h, end). */
+static bool part_headers(const char *h, const char *end, struct part *p)
+{
+    while (h < end) {
+        const char *eol = memmem(h, (size_t)(end - h), "\r\n", 2);
+        if (!eol)
+            eol = end;
+        const char *colon = memchr(h, ':', (size_t)(eol - h));
+        if (!colon)
+            return false;
+        if ((size_t)(colon - h) == 19 && !strncasecmp(h, "Content-Disposition", 19)) {
+            const char *s = memchr(colon, ';', (size_t)(eol - colon));
+            char key[32], val[PATH_MAX_LEN];
+            bool bad = false, ext = false;
+            while (s && next_param(&s, eol, key, sizeof(key), val, sizeof(val), &bad)) {
+                if (!strcasecmp(key, "name"))
+                    snprintf(p->name, sizeof(p->name), "%.63s", val);
+                else if (!strcasecmp(key, "filename*")) {
+                    ext_value(val, p->filename, sizeof(p->filename));
+                    ext = true;
+                } else if (!strcasecmp(key, "filename") && !ext)
+                    snprintf(p->filename, sizeof(p->filename), "%s", val);
+            }
+            if (bad)
+                return false;
+        }
+        h = eol + 2;
+    }
+    return true;
+}
+
+/* Splits body into parts (*parts: malloc'ed); false with a reason when malformed. */
+static bool multipart_parse(const char *body, size_t len, const char *boundary, struct part **parts,
+                            size_t *count, char *why, size_t whylen)
+{
+    char delim[80];
+    int dlen = snprintf(delim, sizeof(delim), "\r\n--%s", boundary);
+    const char *end = body + len, *p;
+    /* The first delimiter may open the body (without its CRLF) or follow a preamble. */
+    if (len >= (size_t)dlen - 2 && !memcmp(body, delim + 2, (size_t)dlen - 2))
+        p = body + dlen - 2;
+    else if ((p = memmem(body, len, delim, (size_t)dlen)))
+        p += dlen;
+    else {
+        snprintf(why, whylen, "no boundary '%s' in the body", boundary);
+        return false;
+    }
+    *parts = NULL;
+    *count = 0;
+    for (;;) {
+        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
+            return true; /* the closing delimiter; the epilogue is ignored */
+        while (p < end && (*p == ' ' || *p == '\t'))
+            p++;
+        if (end - p < 2 || p[0] != '\r' || p[1] != '\n') {
+            snprintf(why, whylen, "a boundary line does not end with CRLF");
+            break;
+        }
+        p += 2;
+        const char *next = memmem(p, (size_t)(end - p), delim, (size_t)dlen);
+        if (!next) {
+            snprintf(why, whylen, "a part is not closed by a boundary");
+            break;
+        }
+        const char *data;
+        if (next - p >= 2 && p[0] == '\r' && p[1] == '\n') {
+            data = p + 2; /* no headers */
+        } else {
+            const char *blank = memmem(p, (size_t)(next - p), "\r\n\r\n", 4);
+            if (!blank) {
+                snprintf(why, whylen, "a part's headers do not end with an empty line");
+                break;
+            }
+            data = blank + 4;
+        }
+        if (*count >= MAX_PARTS) {
+            snprintf(why, whylen, "more than %d parts", MAX_PARTS);
+            break;
+        }
+        struct part *grown = realloc(*parts, (*count + 1) * sizeof(**parts));
+        if (!grown) {
+            snprintf(why, whylen, "out of memory");
+            break;
+        }
+        *parts = grown;
+        struct part *pt = &grown[(*count)++];
+        memset(pt, 0, sizeof(*pt));
+        if (data > p + 2 && !part_headers(p, data - 4, pt)) {
+            snprintf(why, whylen, "a part's headers are malformed");
+            break;
+        }
+        pt->data = data;
+        pt->len = (size_t)(next - data);
+        p = next + dlen;
+    }
+    free(*parts);
+    *parts = NULL;
+    return false;
+}
+
+static struct http_response *upload(corral_sandbox *sb, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    if (!username_ok(req, &bad))
+        return bad;
+    const char *ct = http_header(req, "Content-Type");
+    char boundary[80], why[160];
+    if (!multipart_boundary(ct, boundary, sizeof(boundary)))
+        return http_error(400,
+                          "unsupported content type: %s, expected multipart/form-data with a "
+                          "boundary",
+                          ct ? ct : "(none)");
+    struct part *parts;
+    size_t n;
+    if (!multipart_parse(req->body, req->body_len, boundary, &parts, &n, why, sizeof(why)))
+        return http_error(400, "malformed multipart body: %s", why);
+    const char *q = http_query(req, "path");
+    bool has_path = q && *q;
+    json_t *written = json_array();
+    char **dests = calloc(n + 1, sizeof(char *)); /* the paths written so far */
+    size_t n_dests = 0;
+    struct http_response *resp = dests ? NULL : http_error(500, "out of memory");
+    struct corral_error err;
+    char path[PATH_MAX_LEN];
+    for (size_t i = 0; i < n && !resp; i++) {
+        if (strcmp(parts[i].name, "file"))
+            continue; /* as envd: other fields are ignored */
+        const char *dest = has_path ? q : parts[i].filename;
+        if (!*dest) {
+            resp = http_error(400, "a file part has no filename and the request no 'path'");
+            break;
+        }
+        if (resolve_path(dest, path, &err) < 0) {
+            resp = http_error(400, "error resolving path '%s': %s", dest, err.message);
+            break;
+        }
+        size_t k = 0;
+        while (k < n_dests && strcmp(dests[k], path))
+            k++;
+        if (k < n_dests) {
+            resp = http_error(400,
+                              "you cannot upload multiple files to the same path '%s' in one "
+                              "upload request",
+                              path);
+            break;
+        }
+        if (corral_file_write_all(sb, path, parts[i].data, parts[i].len, &err) < 0) {
+            int status = err.code == EISDIR                                             ? 400
+                         : err.code == ENOSPC || err.code == EDQUOT                     ? 507
+                         : err.code == EACCES || err.code == EPERM || err.code == EROFS ? 403
+                         : err.code == ENOTDIR || err.code == EINVAL                    ? 400
+                         : err.code == ESRCH                                            ? 502
+                                                                                        : 500;
+            resp = err.code == EISDIR ? http_error(400, "path is a directory: %s", path)
+                                      : http_error(status, "%s", err.message);
+            break;
+        }
+        if (!(dests[n_dests] = strdup(path))) {
+            resp = http_error(500, "out of memory");
+            break;
+        }
+        n_dests++;
+        json_array_append_new(written, json_pack("{s:o, s:o, s:s}", "path", text_json(path), "name",
+                                                 text_json(base_name(path)), "type", "file"));
+    }
+    free(parts);
+    strv_free(dests);
+    if (resp) {
+        json_decref(written);
+        return resp;
+    }
+    return http_json(200, written);
+}
+
+/* ---- the entry point ---- */
+
+struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req)
+{
+    const char *p = req->path, *m = req->method;
+    if (!strcmp(p, "/health"))
+        return http_empty(204);
+    if (!strcmp(p, "/files")) {
+        if (!strcmp(m, "GET"))
+            return download(sb, req);
+        if (!strcmp(m, "POST"))
+            return upload(sb, req);
+        return http_error(405, "%s /files: only GET and POST", m);
+    }
+    if (!strncmp(p, "/process.Process/", 17) || !strncmp(p, "/filesystem.Filesystem/", 23))
+        return rpc(sb, req);
+    return http_error(404, "no %s %s in corral's envd", m, p);
+}

@@ -1,0 +1,37 @@
+/*
+ * envd, the daemon E2B runs in each sandbox (E2b-Sandbox-Port: 49983), over
+ * libcorral, as an E2B sandbox that reports envdVersion 0.4.0 offers it:
+ *
+ *   GET /health                      204
+ *   GET /files?path=&username=       the file's bytes (400 for a directory, 404 missing)
+ *   POST /files?path=&username=      multipart/form-data uploads ('file' parts; a part's
+ *                                    filename is its destination when path is absent)
+ *   /process.Process/...             Connect RPC: Start and Connect (server streams),
+ *                                    List, SendInput, SendSignal, CloseStdin; Update
+ *                                    (terminals) and StreamInput answer `unimplemented`
+ *   /filesystem.Filesystem/...       Stat, ListDir, MakeDir, Move, Remove; the watchers
+ *                                    answer `unimplemented`
+ *
+ * The Connect protocol is spoken with the JSON codec only: unary calls take
+ * and return one JSON message (errors: {"code","message"} with Connect's HTTP
+ * status), server streams are enveloped messages ending with an end-of-stream
+ * envelope (errors there, with status 200). Relative paths start at
+ * /home/user; everything runs as the sandbox's one user, 'user'.
+ *
+ * A process keeps running when the client of its Start stream goes away
+ * (envd's semantics): its output is still drained, and Connect attaches to
+ * it again, from then on. Connect-Timeout-Ms on Start is the process's
+ * lifetime (it is killed and the stream ends with deadline_exceeded);
+ * Keepalive-Ping-Interval (seconds, default 50) spaces keepalive events.
+ * See shared/protocols/e2b-protocol.md, sections 4 and 5.
+ */
+#ifndef CORRAL_API_ENVD_H
+#define CORRAL_API_ENVD_H
+
+#include "corral/corral.h"
+#include "http/http.h"
+
+/* Answers one envd request for sb (which the caller keeps a reference to). */
+struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req);
+
+#endif
