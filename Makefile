@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: all build test-build test fuzz kernel-test unit-test cli-test security-test run bench deps format format-check clean
+.PHONY: all build test-build test fuzz kernel-test unit-test cli-test security-test integration-test run bench deps format format-check clean
 
 all: build
 
@@ -54,6 +54,11 @@ kernel-test:
 
 cli-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/cli
+
+# `corral serve` driven by the official E2B npm SDKs (tests/integration).
+integration-test: test-build
+	@scripts/install-node-deps
+	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral node --test --test-concurrency=1 tests/integration/
 
 test: deps format-check
 	@$(MAKE) --no-print-directory fuzz

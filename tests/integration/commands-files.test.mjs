@@ -1,0 +1,184 @@
+// envd (E2b-Sandbox-Port: 49983) through the official `e2b` SDK: the
+// Connect-RPC process.Process service (commands) and /files plus the
+// filesystem.Filesystem service (files).
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { test } from 'node:test';
+
+import { CommandExitError, FileNotFoundError, Sandbox, TimeoutError } from 'e2b';
+
+import { useServer, withSandbox } from './harness.mjs';
+
+useServer();
+
+const T = { timeout: 120_000 };
+const ALL_BYTES = Uint8Array.from({ length: 256 }, (_, i) => i);
+
+test('commands.run reports a non-zero exit as CommandExitError with stdout, stderr and exitCode', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const err = await sbx.commands.run('echo hi; echo err >&2; exit 3').then(
+      (result) => assert.fail(`no CommandExitError, got ${JSON.stringify(result)}`),
+      (e) => e,
+    );
+    assert.ok(err instanceof CommandExitError, `expected CommandExitError, got ${err?.name}: ${err?.message}`);
+    assert.equal(err.exitCode, 3);
+    assert.equal(err.stdout, 'hi\n');
+    assert.equal(err.stderr, 'err\n');
+  }),
+);
+
+test('commands.run returns stdout, stderr and exit code 0', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const result = await sbx.commands.run('echo hi; echo warn >&2');
+    assert.equal(result.exitCode, 0);
+    assert.equal(result.stdout, 'hi\n');
+    assert.equal(result.stderr, 'warn\n');
+  }),
+);
+
+test('commands.run with envs, cwd and output callbacks', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const out = [];
+    const err = [];
+    const result = await sbx.commands.run('echo "$GREETING"; pwd; echo oops >&2', {
+      envs: { GREETING: 'hello' },
+      cwd: '/tmp',
+      onStdout: (data) => out.push(data),
+      onStderr: (data) => err.push(data),
+    });
+    assert.equal(result.stdout, 'hello\n/tmp\n');
+    assert.equal(out.join(''), 'hello\n/tmp\n');
+    assert.equal(err.join(''), 'oops\n');
+  }),
+);
+
+test('a background command streams its output and is waited for', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const out = [];
+    const handle = await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 0.1; done', {
+      background: true,
+      onStdout: (data) => out.push(data),
+    });
+    assert.ok(Number.isInteger(handle.pid) && handle.pid > 0, `pid ${handle.pid}`);
+    const result = await handle.wait();
+    assert.equal(result.exitCode, 0);
+    assert.equal(result.stdout, '1\n2\n3\n');
+    assert.equal(out.join(''), '1\n2\n3\n');
+  }),
+);
+
+test('a background command is listed, then killed', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const handle = await sbx.commands.run('sleep 60', { background: true });
+    const listed = (await sbx.commands.list()).find((p) => p.pid === handle.pid);
+    assert.ok(listed, `pid ${handle.pid} not in commands.list()`);
+    assert.equal(listed.cmd, '/bin/bash');
+    assert.deepEqual(listed.args, ['-l', '-c', 'sleep 60']);
+
+    const t0 = Date.now();
+    assert.equal(await handle.kill(), true);
+    const err = await handle.wait().then(
+      (result) => assert.fail(`a killed command ended with ${JSON.stringify(result)}`),
+      (e) => e,
+    );
+    assert.ok(err instanceof CommandExitError, `expected CommandExitError, got ${err?.name}: ${err?.message}`);
+    assert.notEqual(err.exitCode, 0);
+    assert.ok(Date.now() - t0 < 5_000, 'the kill took more than 5 s');
+    assert.ok(!(await sbx.commands.list()).some((p) => p.pid === handle.pid), 'still listed after the kill');
+    assert.equal(await sbx.commands.kill(handle.pid), false, 'killing it again should find nothing');
+  }),
+);
+
+test('a command past its timeoutMs is stopped with TimeoutError', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const t0 = Date.now();
+    await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1_000 }), TimeoutError);
+    assert.ok(Date.now() - t0 < 10_000, 'the timeout took more than 10 s');
+    const still = await sbx.commands.run('pgrep -x sleep || true');
+    assert.equal(still.stdout, '', 'the timed-out command is still running');
+  }),
+);
+
+test('sendStdin feeds a background command', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const handle = await sbx.commands.run('head -n 1', { background: true, stdin: true });
+    await handle.sendStdin('typed line\n');
+    const result = await handle.wait();
+    assert.equal(result.stdout, 'typed line\n');
+  }),
+);
+
+test('files.write/read round-trip all 256 byte values', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const info = await sbx.files.write('/home/user/all-bytes.bin', ALL_BYTES);
+    assert.equal(info.path, '/home/user/all-bytes.bin');
+    assert.equal(info.name, 'all-bytes.bin');
+    assert.equal(info.type, 'file');
+    const back = await sbx.files.read('/home/user/all-bytes.bin', { format: 'bytes' });
+    assert.ok(back instanceof Uint8Array);
+    assert.deepEqual(Buffer.from(back), Buffer.from(ALL_BYTES));
+    // The same bytes, seen from a command in the same sandbox.
+    const sum = await sbx.commands.run('wc -c < /home/user/all-bytes.bin; od -An -tx1 -N4 -j252 /home/user/all-bytes.bin');
+    assert.equal(sum.stdout.replace(/\s+/g, ' ').trim(), '256 fc fd fe ff');
+  }),
+);
+
+test('files.write/read round-trip 4 MiB of random bytes', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const data = crypto.randomBytes(4 << 20);
+    await sbx.files.write('/home/user/big.bin', data);
+    const back = await sbx.files.read('/home/user/big.bin', { format: 'bytes' });
+    assert.equal(back.length, data.length);
+    assert.ok(Buffer.from(back).equals(data), 'the bytes read back differ');
+    const sum = await sbx.commands.run('sha256sum /home/user/big.bin');
+    assert.equal(sum.stdout.split(' ')[0], crypto.createHash('sha256').update(data).digest('hex'));
+  }),
+);
+
+test('files.write/read text, with a relative path and a missing parent directory', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const text = 'héllo, wörld\nsecond line\n';
+    const info = await sbx.files.write('notes/deep/hello.txt', text);
+    assert.equal(info.path, '/home/user/notes/deep/hello.txt');
+    assert.equal(await sbx.files.read('notes/deep/hello.txt'), text);
+    assert.equal(await sbx.files.read('/home/user/notes/deep/hello.txt'), text);
+  }),
+);
+
+test('files.list shows files and directories', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await sbx.files.write('/home/user/listing/a.txt', 'abc');
+    await sbx.files.write('/home/user/listing/b.bin', ALL_BYTES);
+    assert.equal(await sbx.files.makeDir('/home/user/listing/sub'), true);
+    assert.equal(await sbx.files.makeDir('/home/user/listing/sub'), false, 'makeDir of an existing dir');
+    const entries = await sbx.files.list('/home/user/listing');
+    const byName = Object.fromEntries(entries.map((e) => [e.name, e]));
+    assert.deepEqual(Object.keys(byName).sort(), ['a.txt', 'b.bin', 'sub']);
+    assert.equal(byName['a.txt'].type, 'file');
+    assert.equal(byName['a.txt'].size, 3);
+    assert.equal(byName['a.txt'].path, '/home/user/listing/a.txt');
+    assert.equal(byName['b.bin'].size, 256);
+    assert.equal(byName.sub.type, 'dir');
+  }),
+);
+
+test('files.exists, getInfo, rename and remove', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const file = '/home/user/gone.txt';
+    assert.equal(await sbx.files.exists(file), false);
+    await sbx.files.write(file, 'soon gone');
+    assert.equal(await sbx.files.exists(file), true);
+    const info = await sbx.files.getInfo(file);
+    assert.equal(info.type, 'file');
+    assert.equal(info.size, 9);
+
+    const moved = await sbx.files.rename(file, '/home/user/moved.txt');
+    assert.equal(moved.path, '/home/user/moved.txt');
+    assert.equal(await sbx.files.exists(file), false);
+    assert.equal(await sbx.files.read('/home/user/moved.txt'), 'soon gone');
+
+    await sbx.files.remove('/home/user/moved.txt');
+    assert.equal(await sbx.files.exists('/home/user/moved.txt'), false);
+    await assert.rejects(sbx.files.read('/home/user/moved.txt'), FileNotFoundError);
+  }),
+);

@@ -1,0 +1,166 @@
+// The control plane (E2B_API_URL) through the official SDKs: create with
+// metadata and envs, list, getInfo, setTimeout, kill, connect, API keys and
+// unknown sandboxes.
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { test } from 'node:test';
+
+import { AuthenticationError, Sandbox, SandboxNotFoundError } from '@e2b/code-interpreter';
+
+import { eventually, randomApiKey, startServer, useServer, withSandbox } from './harness.mjs';
+
+useServer();
+
+const T = { timeout: 120_000 };
+const UNKNOWN_ID = 'i0000000000000000000'; // the official id shape: 20 chars [a-z0-9]
+
+const near = (actual, expected, tolerance, what) =>
+  assert.ok(
+    Math.abs(actual - expected) <= tolerance,
+    `${what}: ${actual} is not within ${tolerance} of ${expected} (off by ${actual - expected})`,
+  );
+
+test('create with metadata and envs: the envs are visible to the code', T, () =>
+  withSandbox(
+    Sandbox,
+    async (sbx) => {
+      assert.equal(typeof sbx.sandboxId, 'string');
+      assert.ok(sbx.sandboxId.length > 0);
+      const execution = await sbx.runCode('import os; os.environ["FOO"]');
+      assert.equal(execution.error, undefined, JSON.stringify(execution.error));
+      assert.equal(execution.text, 'bar');
+    },
+    { metadata: { suite: 'control-plane' }, envs: { FOO: 'bar' } },
+  ),
+);
+
+test('Sandbox.list finds a sandbox by its metadata, and only the matching ones', T, async () => {
+  const tag = crypto.randomUUID();
+  await withSandbox(
+    Sandbox,
+    (tagged) =>
+      withSandbox(Sandbox, async (other) => {
+        const paginator = Sandbox.list({ query: { metadata: { run: tag } } });
+        const items = await paginator.nextItems();
+        const ids = items.map((s) => s.sandboxId);
+        assert.ok(ids.includes(tagged.sandboxId), `${tagged.sandboxId} not in ${JSON.stringify(ids)}`);
+        assert.ok(!ids.includes(other.sandboxId), 'the metadata filter was ignored');
+        const found = items.find((s) => s.sandboxId === tagged.sandboxId);
+        assert.deepEqual(found.metadata, { run: tag, suite: 'control-plane' });
+        // The official API answers with the template's ID, not necessarily the name asked for.
+        assert.ok(typeof found.templateId === 'string' && found.templateId.length > 0, 'no templateId');
+        assert.equal(found.state, 'running');
+        assert.ok(!Number.isNaN(found.startedAt.getTime()), 'startedAt is not a date');
+        assert.ok(!Number.isNaN(found.endAt.getTime()), 'endAt is not a date');
+        assert.equal(paginator.hasNext, false, 'one sandbox needs no second page');
+
+        const all = await Sandbox.list().nextItems();
+        const allIds = all.map((s) => s.sandboxId);
+        assert.ok(allIds.includes(tagged.sandboxId) && allIds.includes(other.sandboxId), 'unfiltered list misses sandboxes');
+      }, { metadata: { run: 'someone-else' } }),
+    { metadata: { run: tag, suite: 'control-plane' } },
+  );
+});
+
+test('getInfo describes the sandbox', T, () =>
+  withSandbox(
+    Sandbox,
+    async (sbx) => {
+      const before = Date.now();
+      const info = await sbx.getInfo();
+      assert.equal(info.sandboxId, sbx.sandboxId);
+      assert.ok(typeof info.templateId === 'string' && info.templateId.length > 0, 'no templateId');
+      assert.deepEqual(info.metadata, { owner: 'getInfo' });
+      assert.equal(info.state, 'running');
+      assert.equal(typeof info.envdVersion, 'string');
+      assert.ok(info.startedAt.getTime() <= before + 1_000, 'startedAt is in the future');
+      near(info.endAt.getTime() - info.startedAt.getTime(), 120_000, 5_000, 'endAt - startedAt (ms)');
+      const same = await Sandbox.getInfo(sbx.sandboxId);
+      assert.equal(same.sandboxId, sbx.sandboxId);
+    },
+    { metadata: { owner: 'getInfo' }, timeoutMs: 120_000 },
+  ),
+);
+
+test('setTimeout moves the end of the sandbox', T, () =>
+  withSandbox(
+    Sandbox,
+    async (sbx) => {
+      await sbx.setTimeout(600_000);
+      const info = await sbx.getInfo();
+      near(info.endAt.getTime(), Date.now() + 600_000, 10_000, 'endAt after setTimeout(600 s)');
+      assert.equal(await sbx.isRunning(), true);
+    },
+    { timeoutMs: 60_000 },
+  ),
+);
+
+test('a sandbox past its timeout is killed', T, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000 });
+  try {
+    await sbx.setTimeout(1_000);
+    const stopped = await eventually(async () => !(await sbx.isRunning()), { timeoutMs: 15_000, intervalMs: 250 });
+    assert.ok(stopped, 'still running 15 s after setTimeout(1 s)');
+    await assert.rejects(sbx.getInfo(), SandboxNotFoundError);
+  } finally {
+    await sbx.kill().catch(() => {});
+  }
+});
+
+test('kill stops the sandbox; a second kill returns false', T, async () => {
+  const sbx = await Sandbox.create();
+  assert.equal(await sbx.isRunning(), true);
+  assert.equal(await sbx.kill(), true);
+  assert.equal(await sbx.isRunning(), false);
+  assert.equal(await sbx.kill(), false);
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false);
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), SandboxNotFoundError);
+});
+
+test('Sandbox.connect(id) reaches a running sandbox and its state', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await sbx.runCode('v = 7');
+    const again = await Sandbox.connect(sbx.sandboxId);
+    assert.equal(again.sandboxId, sbx.sandboxId);
+    assert.equal((await again.runCode('v')).text, '7');
+    assert.equal(await again.isRunning(), true);
+    await sbx.connect(); // the instance method calls the same endpoint
+  }),
+);
+
+test('unknown sandbox ids are reported as not found', T, async () => {
+  await assert.rejects(Sandbox.getInfo(UNKNOWN_ID), SandboxNotFoundError);
+  await assert.rejects(Sandbox.connect(UNKNOWN_ID), SandboxNotFoundError);
+  await assert.rejects(Sandbox.setTimeout(UNKNOWN_ID, 60_000), SandboxNotFoundError);
+  assert.equal(await Sandbox.kill(UNKNOWN_ID), false);
+});
+
+test('with --api-key, a wrong key is refused with AuthenticationError', T, async () => {
+  const key = randomApiKey();
+  const server = await startServer({ apiKeys: [key] });
+  let failed = true;
+  try {
+    const wrong = server.sdkOpts({ apiKey: randomApiKey() });
+    await assert.rejects(Sandbox.create(wrong), AuthenticationError);
+    await assert.rejects(Sandbox.list(wrong).nextItems(), AuthenticationError);
+    await assert.rejects(Sandbox.getInfo(UNKNOWN_ID, wrong), AuthenticationError);
+    await assert.rejects(Sandbox.kill(UNKNOWN_ID, wrong), AuthenticationError);
+
+    // The right key works, for the control plane and (without X-API-Key,
+    // which the SDK only sends to the control plane) for the data plane.
+    const sbx = await Sandbox.create(server.sdkOpts());
+    try {
+      assert.equal((await sbx.runCode('1 + 1')).text, '2');
+      await assert.rejects(Sandbox.kill(sbx.sandboxId, wrong), AuthenticationError);
+    } finally {
+      assert.equal(await sbx.kill(), true);
+    }
+    failed = false;
+  } finally {
+    try {
+      await server.stop();
+    } catch (err) {
+      if (!failed) throw err;
+    }
+  }
+});
