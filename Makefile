@@ -66,6 +66,7 @@ test: deps format-check
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory cli-test
 	@$(MAKE) --no-print-directory security-test
+	@$(MAKE) --no-print-directory integration-test
 
 run: deps build
 	@$(BUILD)/corral doctor
@@ -75,6 +76,7 @@ run: deps build
 
 bench: deps build
 	@scripts/install-bench-deps
+	@scripts/install-node-deps
 	@$(PYTHON) bench/run.py --corral $(BUILD)/corral
 
 format:

@@ -16,7 +16,7 @@
 #define PORT_ENVD         "49983"
 #define PORT_INTERPRETER  "49999"
 #define KEEPALIVE_MS      5000
-#define DEFAULT_TIMEOUT_S 15 /* the spec's default when a create names none */
+#define DEFAULT_TIMEOUT_S 300 /* when a create names none (the SDKs' documented default) */
 #define MAX_TIMEOUT_S     (24 * 3600)
 
 /* A sandbox created through this surface: the e2b layer holds its reference. */
@@ -630,7 +630,14 @@ static void job_produce(struct http_stream *s, void *arg)
                                                  .userdata = j};
     struct corral_exec_outcome out;
     struct corral_error err;
-    if (corral_execute(j->sb, j->ctx, j->code, &x, &out, &err) < 0)
+    int r = corral_execute(j->sb, j->ctx, j->code, &x, &out, &err);
+    if (!corral_sandbox_alive(j->sb)) {
+        /* Killed meanwhile: cut the connection, as E2B's proxy does when a
+         * sandbox goes away; the SDKs then find it gone (/health: 502). */
+        http_stream_abort(s);
+        return;
+    }
+    if (r < 0)
         on_error(j, "ExecutionError", err.message, "");
     else if (out.context_restarted && !j->errored)
         on_error(j, "ContextRestarting", "Context was restarted", "");

@@ -174,7 +174,7 @@ struct http_stream {
     int refs;
     int rd, wr;
     int sock;
-    bool gone, finished, at_line_start;
+    bool gone, finished, at_line_start, aborted;
     uint64_t last_data_ms;
     char keepalive[64];
     unsigned keepalive_ms;
@@ -224,6 +224,13 @@ bool http_stream_gone(struct http_stream *s)
     bool gone = s->gone;
     pthread_mutex_unlock(&s->lock);
     return gone;
+}
+
+void http_stream_abort(struct http_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->aborted = true;
+    pthread_mutex_unlock(&s->lock);
 }
 
 void http_stream_set_keepalive(struct http_stream *s, const char *text, unsigned idle_ms)
@@ -282,7 +289,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 continue;
             if (got <= 0) {
                 s->finished = true;
-                return MHD_CONTENT_READER_END_OF_STREAM;
+                pthread_mutex_lock(&s->lock);
+                bool aborted = s->aborted;
+                pthread_mutex_unlock(&s->lock);
+                return aborted ? MHD_CONTENT_READER_END_WITH_ERROR
+                               : MHD_CONTENT_READER_END_OF_STREAM;
             }
             s->at_line_start = buf[got - 1] == '\n';
             s->last_data_ms = corral_now_ms();

@@ -61,6 +61,9 @@ struct http_response *http_stream(int status, const char *content_type,
 /* Writes all of buf; -EPIPE once the client is gone. Thread-safe per stream. */
 int http_stream_write(struct http_stream *s, const void *buf, size_t len);
 bool http_stream_gone(struct http_stream *s);
+/* Ends the body abruptly when the producer returns (the connection is cut
+ * without the chunked encoding's end): for a stream whose source died. */
+void http_stream_abort(struct http_stream *s);
 /* Sends `text` if nothing was written for idle_ms (keep-alive lines); used by
  * the connection thread, so a busy producer cannot delay it. */
 void http_stream_set_keepalive(struct http_stream *s, const char *text, unsigned idle_ms);
