@@ -1,5 +1,7 @@
 /* corral's command line: dispatches to one file per subcommand. */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <string.h>
@@ -36,6 +38,30 @@ static void ensure_std_fds(void)
             _exit(CLI_SANDBOX_ERROR);
 }
 
+/* `corral serve` is the program corral-serve beside this one ($CORRAL_SERVE). */
+static int exec_serve(int argc, char **argv)
+{
+    char self[4096], path[4200];
+    const char *env = getenv("CORRAL_SERVE");
+    if (env && *env) {
+        snprintf(path, sizeof(path), "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(path, sizeof(path), "%s/corral-serve", slash ? self : ".");
+    }
+    argv[0] = "corral-serve";
+    execv(path, argv);
+    fprintf(stderr,
+            "corral: cannot run %s: %s (install corral-serve beside corral, or set "
+            "CORRAL_SERVE)\n",
+            path, strerror(errno));
+    return CLI_SANDBOX_ERROR;
+}
+
 int main(int argc, char **argv)
 {
     ensure_std_fds();
@@ -59,7 +85,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "repl"))
         return cli_repl(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))
-        return cli_serve(argc - 1, argv + 1);
+        return exec_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cli_doctor(argc - 1, argv + 1);
     fprintf(stderr, "corral: unknown command '%s'\n\n", cmd);

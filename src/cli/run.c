@@ -165,31 +165,6 @@ static void repl_usage(FILE *out)
           out);
 }
 
-/* Loads the configuration (path, else $CORRAL_CONFIG, else
- * /etc/corral/corral.yaml when it exists) and defines its templates; sets
- * *state_dir from it unless already set. Prints why it cannot. */
-int cli_load_config(const char *cmd, const char *path, const char **state_dir,
-                    const struct corral_config **loaded)
-{
-    if (!path || !*path)
-        path = getenv("CORRAL_CONFIG");
-    if ((!path || !*path) && access("/etc/corral/corral.yaml", F_OK) == 0)
-        path = "/etc/corral/corral.yaml";
-    if (!path || !*path)
-        return 0;
-    static struct corral_config *cfg; /* lives as long as the process: templates point into it */
-    struct corral_error err;
-    if (corral_config_load(path, &cfg, &err) < 0 || corral_config_apply(cfg, &err) < 0) {
-        fprintf(stderr, "corral %s: %s\n", cmd, err.message);
-        return CLI_USAGE;
-    }
-    if (!*state_dir && cfg->state_dir)
-        *state_dir = cfg->state_dir;
-    if (loaded)
-        *loaded = cfg;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
 {
     static char default_env[][64] = {"PATH=/usr/local/bin:/usr/bin:/bin",

@@ -1,0 +1,18 @@
+/*
+ * corral-serve: `corral serve`, in a program of its own. Only it links the
+ * HTTP server (libmicrohttpd, and GnuTLS through it): loading those would
+ * cost every other corral command a few milliseconds. `corral serve`
+ * executes it.
+ */
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+int main(int argc, char **argv)
+{
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
+            _exit(CLI_SANDBOX_ERROR);
+    return cli_serve(argc, argv);
+}
