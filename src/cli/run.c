@@ -436,27 +436,65 @@ struct signal_ctx {
     bool killed;
 };
 
+/* The signals corral takes on behalf of the sandbox; SIGUSR2 ends the thread. */
+static void client_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGUSR2);
+}
+
+/* The first SIGINT interrupts the code (the script's process, or the cell);
+ * a second one, SIGTERM or SIGHUP kill the sandbox. */
 static void *signal_thread(void *arg)
 {
     struct signal_ctx *s = arg;
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGUSR2);
+    client_signals(&set);
     int interrupts = 0;
     for (;;) {
         int sig;
         if (sigwait(&set, &sig) != 0 || sig == SIGUSR2)
             return NULL;
-        if (sig == SIGINT && interrupts++ == 0) {
+        bool first = sig == SIGINT && interrupts++ == 0;
+        if (first && s->proc) {
+            corral_process_signal(s->proc, SIGINT, NULL);
+        } else if (first && s->ctx) {
             corral_context_interrupt(s->ctx, NULL);
         } else {
             s->killed = true;
             corral_sandbox_kill(s->sb);
         }
     }
+}
+
+/* The sandbox of a kernel run or a forked script, with corral's signals
+ * blocked for signal_thread; says why when it cannot be made. */
+static int open_sandbox(const struct run_opts *o, struct signal_ctx *sc)
+{
+    struct corral_error err;
+    if (jail_cleanup_stale(o->cfg.state_dir, &err) < 0)
+        fprintf(stderr, "corral: warning: %s\n", err.message);
+    struct corral_sandbox_options so;
+    corral_sandbox_options_init(&so);
+    so.limits = o->asked;
+    so.env = o->user_env;
+    so.python = o->python;
+    so.template_id = o->template_name;
+    so.state_dir = o->cfg.state_dir;
+    so.disabled_layers = o->cfg.disabled_layers;
+    sigset_t sigs;
+    client_signals(&sigs);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (corral_sandbox_create(&so, &sc->sb, &err) < 0) {
+        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
+        corral_shutdown();
+        return CLI_SANDBOX_ERROR;
+    }
+    return 0;
 }
 
 static char *read_program(const struct run_opts *o)
@@ -555,32 +593,9 @@ static int run_kernel(struct run_opts *o, bool repl)
         return CLI_USAGE;
     }
     struct corral_error err;
-    if (jail_cleanup_stale(o->cfg.state_dir, &err) < 0)
-        fprintf(stderr, "corral: warning: %s\n", err.message);
-
-    struct corral_sandbox_options so;
-    corral_sandbox_options_init(&so);
-    so.limits = o->asked;
-    so.env = o->user_env;
-    so.python = o->python;
-    so.template_id = o->template_name;
-    so.state_dir = o->cfg.state_dir;
-    so.disabled_layers = o->cfg.disabled_layers;
-
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    sigaddset(&sigs, SIGUSR2);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     int rc = CLI_OK;
     struct signal_ctx sc = {0};
-    if (corral_sandbox_create(&so, &sc.sb, &err) < 0) {
-        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
-        corral_shutdown();
+    if (open_sandbox(o, &sc) != 0) {
         free(code);
         return CLI_SANDBOX_ERROR;
     }
@@ -675,29 +690,6 @@ static void *script_stdin(void *arg)
     return NULL;
 }
 
-static void *script_signals(void *arg)
-{
-    struct signal_ctx *s = arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGUSR2);
-    int interrupts = 0;
-    for (;;) {
-        int sig;
-        if (sigwait(&set, &sig) != 0 || sig == SIGUSR2)
-            return NULL;
-        if (sig == SIGINT && interrupts++ == 0 && s->proc) {
-            corral_process_signal(s->proc, SIGINT, NULL);
-        } else {
-            s->killed = true;
-            corral_sandbox_kill(s->sb);
-        }
-    }
-}
-
 static int run_forked_script(struct run_opts *o)
 {
     struct corral_error err;
@@ -706,30 +698,9 @@ static int run_forked_script(struct run_opts *o)
         if (!(code = read_program(o)))
             return CLI_USAGE;
     }
-    if (jail_cleanup_stale(o->cfg.state_dir, &err) < 0)
-        fprintf(stderr, "corral: warning: %s\n", err.message);
-    struct corral_sandbox_options so;
-    corral_sandbox_options_init(&so);
-    so.limits = o->asked;
-    so.env = o->user_env;
-    so.template_id = o->template_name;
-    so.state_dir = o->cfg.state_dir;
-    so.disabled_layers = o->cfg.disabled_layers;
-
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    sigaddset(&sigs, SIGUSR2);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     int rc = CLI_OK;
     struct signal_ctx sc = {0};
-    if (corral_sandbox_create(&so, &sc.sb, &err) < 0) {
-        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
-        corral_shutdown();
+    if (open_sandbox(o, &sc) != 0) {
         free(code);
         return CLI_SANDBOX_ERROR;
     }
@@ -771,7 +742,7 @@ static int run_forked_script(struct run_opts *o)
     }
     sc.proc = proc;
     pthread_t st, in;
-    bool have_signals = pthread_create(&st, NULL, script_signals, &sc) == 0;
+    bool have_signals = pthread_create(&st, NULL, signal_thread, &sc) == 0;
     struct script_io io = {.proc = proc, .stop = {-1, -1}};
     bool have_stdin =
         pipe2(io.stop, O_CLOEXEC) == 0 && pthread_create(&in, NULL, script_stdin, &io) == 0;
