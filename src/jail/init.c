@@ -199,31 +199,26 @@ static int copy_files(const struct jail_config *cfg, struct corral_error *err)
     return 0;
 }
 
-/* In the workload's process: stdio, signals, cwd, then exec. */
-__attribute__((noreturn)) static void exec_workload(const struct jail_init_args *a, int exec_fd)
+/* The workload's standard streams (from the config, else /dev/null), no
+ * other descriptor but keep[], default signals and its working directory.
+ * Returns 0, or the step that failed (1 the streams, 2 the directory) with
+ * errno set. */
+static int prepare_workload(const struct jail_init_args *a, int *keep, size_t n_keep,
+                            const char **cwd_out)
 {
     const struct jail_config *cfg = a->cfg;
-    /* The init keeps no standard streams, so the pipe may sit on 0-2: move it
-     * out of the way before those are filled. */
-    int moved = fcntl(exec_fd, F_DUPFD_CLOEXEC, 10);
-    if (moved < 0)
-        _exit(127);
-    exec_fd = moved;
     int src[3] = {cfg->stdin_fd, cfg->stdout_fd, cfg->stderr_fd};
     int tmp[3];
     for (int i = 0; i < 3; i++) {
-        if (src[i] < 0)
-            tmp[i] = open("/dev/null", i == 0 ? O_RDONLY : O_WRONLY);
-        else
-            tmp[i] = fcntl(src[i], F_DUPFD, 10);
+        tmp[i] = src[i] < 0 ? open("/dev/null", i == 0 ? O_RDONLY : O_WRONLY)
+                            : fcntl(src[i], F_DUPFD, 10);
         if (tmp[i] < 0)
-            goto fail;
+            return 1;
     }
     for (int i = 0; i < 3; i++)
         if (dup2(tmp[i], i) < 0)
-            goto fail;
-    int keep[] = {0, 1, 2, exec_fd, cfg->exec_fd};
-    close_all_but(keep, cfg->exec_fd >= 0 ? 5 : 4);
+            return 1;
+    close_all_but(keep, n_keep);
 
     sigset_t all;
     sigemptyset(&all);
@@ -234,13 +229,28 @@ __attribute__((noreturn)) static void exec_workload(const struct jail_init_args 
     const char *cwd = cfg->cwd;
     if (!cwd)
         cwd = (a->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
-    if (chdir(cwd) < 0)
-        goto fail;
-    if (cfg->exec_fd >= 0)
-        syscall(SYS_execveat, cfg->exec_fd, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);
-    else
-        execve(cfg->argv[0], cfg->argv, cfg->envp);
-fail:;
+    *cwd_out = cwd;
+    return chdir(cwd) < 0 ? 2 : 0;
+}
+
+/* In the workload's process: stdio, signals, cwd, then exec. */
+__attribute__((noreturn)) static void exec_workload(const struct jail_init_args *a, int exec_fd)
+{
+    const struct jail_config *cfg = a->cfg;
+    /* The init keeps no standard streams, so the pipe may sit on 0-2: move it
+     * out of the way before those are filled. */
+    int moved = fcntl(exec_fd, F_DUPFD_CLOEXEC, 10);
+    if (moved < 0)
+        _exit(127);
+    exec_fd = moved;
+    int keep[] = {0, 1, 2, exec_fd, cfg->exec_fd};
+    const char *cwd;
+    if (prepare_workload(a, keep, cfg->exec_fd >= 0 ? 5 : 4, &cwd) == 0) {
+        if (cfg->exec_fd >= 0)
+            syscall(SYS_execveat, cfg->exec_fd, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);
+        else
+            execve(cfg->argv[0], cfg->argv, cfg->envp);
+    }
     int e = errno;
     corral_write_all(exec_fd, &e, sizeof(e));
     _exit(127);
@@ -283,7 +293,7 @@ static void scrub_cmdline(void)
  * agent, which reaps every process itself): one fork less per sandbox, and
  * nothing inside the sandbox can kill it. The event pipe stays open until it
  * exits; the daemon reads that as the end of the sandbox. */
-__attribute__((noreturn)) static void become_workload(const struct jail_init_args *a, int sfd)
+__attribute__((noreturn)) static void become_workload(const struct jail_init_args *a)
 {
     const struct jail_config *cfg = a->cfg;
     struct corral_error err;
@@ -294,36 +304,15 @@ __attribute__((noreturn)) static void become_workload(const struct jail_init_arg
         fail(&err);
     }
     ev_fd = ev;
-    int src[3] = {cfg->stdin_fd, cfg->stdout_fd, cfg->stderr_fd};
-    int tmp[3];
-    for (int i = 0; i < 3; i++) {
-        tmp[i] = src[i] < 0 ? open("/dev/null", i == 0 ? O_RDONLY : O_WRONLY)
-                            : fcntl(src[i], F_DUPFD, 10);
-        if (tmp[i] < 0) {
-            corral_fail_errno(&err, "cannot set up the workload's standard streams");
-            fail(&err);
-        }
-    }
-    for (int i = 0; i < 3; i++)
-        if (dup2(tmp[i], i) < 0) {
-            corral_fail_errno(&err, "cannot set up the workload's standard streams");
-            fail(&err);
-        }
-    int keep[] = {0, 1, 2, ev, ctl};
-    close_all_but(keep, 5);
-    (void)sfd; /* closed above: the workload reaps in its own way */
-    sigset_t all;
-    sigemptyset(&all);
-    sigprocmask(SIG_SETMASK, &all, NULL);
-    for (int s = 1; s < NSIG; s++)
-        signal(s, SIG_DFL);
-    const char *cwd = cfg->cwd;
-    if (!cwd)
-        cwd = (a->disabled_layers & JAIL_LAYER_ROOTFS) ? "/tmp" : JAIL_HOME;
-    if (chdir(cwd) < 0) {
+    int keep[] = {0, 1, 2, ev, ctl}; /* the signalfd goes: the workload reaps its own way */
+    const char *cwd = NULL;
+    int step = prepare_workload(a, keep, 5, &cwd);
+    if (step == 1)
+        corral_fail_errno(&err, "cannot set up the workload's standard streams");
+    else if (step == 2)
         corral_fail_errno(&err, "cannot enter %s", cwd);
+    if (step)
         fail(&err);
-    }
     scrub_cmdline();
     send_msg(JAIL_MSG_STARTED, 0, 0, NULL);
     cfg->workload_fn(cfg->workload_arg);
@@ -448,7 +437,7 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         fail(&err);
     }
     if (cfg->workload_fn)
-        become_workload(a, sfd);
+        become_workload(a);
     pid_t main_pid = start_workload(a);
     scrub_cmdline();
     send_msg(JAIL_MSG_STARTED, 0, 0, NULL);
