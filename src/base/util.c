@@ -360,3 +360,18 @@ int corral_base64_decode(const char *text, size_t len, unsigned char **out, size
     *out_len = n;
     return 0;
 }
+
+void corral_path_beside(const char *beside, const char *name, char *out, size_t len)
+{
+    char base[4096];
+    if (beside) {
+        snprintf(base, sizeof(base), "%s", beside);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", base, sizeof(base) - 1);
+        base[n > 0 ? n : 0] = '\0';
+    }
+    char *slash = strrchr(base, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(out, len, "%s/%s", slash ? base : ".", name);
+}

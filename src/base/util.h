@@ -36,6 +36,9 @@ int corral_read_exact(int fd, void *buf, size_t len);
 int corral_random_hex(char *out, size_t bytes, struct corral_error *err);
 
 uint64_t corral_now_ms(void); /* CLOCK_MONOTONIC */
+/* The path of program `name` in the directory of `beside` (a path; NULL =
+ * the running program), or "./name" when that has no directory. */
+void corral_path_beside(const char *beside, const char *name, char *out, size_t len);
 
 /* Decodes standard base64 (whitespace ignored) into a malloc'ed buffer. */
 int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,

@@ -38,6 +38,11 @@ static int start(corral_sandbox *sb, uint32_t flags, char **argv,
                  const struct corral_command_options *opts, corral_process **out,
                  struct corral_error *err)
 {
+    struct corral_command_options defaults;
+    if (!opts) {
+        corral_command_options_init(&defaults);
+        opts = &defaults;
+    }
     for (size_t i = 0; opts->env && opts->env[i]; i++)
         if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
             return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
@@ -56,11 +61,6 @@ int corral_command_start(corral_sandbox *sb, const char *command,
                          const struct corral_command_options *opts, corral_process **out,
                          struct corral_error *err)
 {
-    struct corral_command_options defaults;
-    if (!opts) {
-        corral_command_options_init(&defaults);
-        opts = &defaults;
-    }
     if (!command || !*command)
         return corral_fail(err, EINVAL, "the command is empty");
     char *argv[] = {"/bin/bash", "-c", (char *)command, NULL};
@@ -71,11 +71,6 @@ int corral_process_start_argv(corral_sandbox *sb, const char *const *argv,
                               const struct corral_command_options *opts, corral_process **out,
                               struct corral_error *err)
 {
-    struct corral_command_options defaults;
-    if (!opts) {
-        corral_command_options_init(&defaults);
-        opts = &defaults;
-    }
     if (!argv || !argv[0] || !*argv[0])
         return corral_fail(err, EINVAL, "the program to run is empty");
     return start(sb, 0, (char **)argv, opts, out, err);
@@ -85,11 +80,6 @@ int corral_python_start(corral_sandbox *sb, const char *const *args,
                         const struct corral_command_options *opts, corral_process **out,
                         struct corral_error *err)
 {
-    struct corral_command_options defaults;
-    if (!opts) {
-        corral_command_options_init(&defaults);
-        opts = &defaults;
-    }
     size_t n = 0;
     while (args && args[n])
         n++;

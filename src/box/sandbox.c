@@ -74,8 +74,7 @@ static int agent_fd(struct corral_error *err)
         else if (slash && !strcmp(slash + 1, "corral"))
             snprintf(path, sizeof(path), "/proc/self/exe");
         else
-            snprintf(path, sizeof(path), "%.*s/corral", slash ? (int)(slash - self) : 1,
-                     slash ? self : ".");
+            corral_path_beside(NULL, "corral", path, sizeof(path));
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             corral_fail_errno(err,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "cli/cli.h"
 #include "kernel/agent.h"
 
@@ -41,18 +42,12 @@ static void ensure_std_fds(void)
 /* `corral serve` is the program corral-serve beside this one ($CORRAL_SERVE). */
 static int exec_serve(int argc, char **argv)
 {
-    char self[4096], path[4200];
+    char path[4200];
     const char *env = getenv("CORRAL_SERVE");
-    if (env && *env) {
+    if (env && *env)
         snprintf(path, sizeof(path), "%s", env);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[n > 0 ? n : 0] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = '\0';
-        snprintf(path, sizeof(path), "%s/corral-serve", slash ? self : ".");
-    }
+    else
+        corral_path_beside(NULL, "corral-serve", path, sizeof(path));
     argv[0] = "corral-serve";
     execv(path, argv);
     fprintf(stderr,

@@ -99,18 +99,8 @@ int zygote_exe(char *out, size_t len, struct corral_error *err)
     if (env && *env) {
         snprintf(out, len, "%s", env);
     } else {
-        char base[4096];
         const char *agent = getenv("CORRAL_AGENT");
-        if (agent && *agent) {
-            snprintf(base, sizeof(base), "%s", agent);
-        } else {
-            ssize_t n = readlink("/proc/self/exe", base, sizeof(base) - 1);
-            base[n > 0 ? n : 0] = '\0';
-        }
-        char *slash = strrchr(base, '/');
-        if (slash)
-            *slash = '\0';
-        snprintf(out, len, "%s/corral-zygote", slash ? base : ".");
+        corral_path_beside(agent && *agent ? agent : NULL, "corral-zygote", out, len);
     }
     if (access(out, X_OK) < 0)
         return corral_fail_errno(err,
