@@ -305,6 +305,41 @@ int corral_file_rename(corral_sandbox *sb, const char *from, const char *to,
 int corral_file_remove(corral_sandbox *sb, const char *path, bool recursive,
                        struct corral_error *err);
 
+/* ---- directory watches ---- */
+
+enum corral_fs_event_type {
+    CORRAL_FS_CREATE = 1, /* created, or moved in */
+    CORRAL_FS_WRITE,
+    CORRAL_FS_REMOVE,
+    CORRAL_FS_RENAME, /* moved away */
+    CORRAL_FS_CHMOD,  /* permissions, owner or times changed */
+};
+
+struct corral_fs_event {
+    enum corral_fs_event_type type;
+    bool is_dir;
+    const char *name; /* relative to the watched directory */
+};
+
+typedef struct corral_watch corral_watch;
+
+/* Watches a directory of the sandbox; with recursive, every directory under
+ * it too, including those created later (what a new directory already holds
+ * when its watch is added is reported as created). At most 64 per sandbox. */
+int corral_watch_start(corral_sandbox *sb, const char *path, bool recursive, corral_watch **out,
+                       struct corral_error *err);
+/* Polls readable when corral_watch_read() may have events. */
+int corral_watch_fd(const corral_watch *w);
+/* The watched directory, as given (without trailing slashes). */
+const char *corral_watch_path(const corral_watch *w);
+/* Calls cb for each event ready now, without blocking (ev->name is valid
+ * during the call); returns how many, or a negative errno that ends the
+ * watch: -ENOENT when the watched directory was removed or moved, -ESRCH
+ * when the sandbox ended, -EOVERFLOW when events were lost. */
+int corral_watch_read(corral_watch *w, void (*cb)(void *userdata, const struct corral_fs_event *ev),
+                      void *userdata, struct corral_error *err);
+void corral_watch_stop(corral_watch *w);
+
 #ifdef __cplusplus
 }
 #endif

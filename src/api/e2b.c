@@ -179,6 +179,7 @@ static void sweep(struct e2b *e)
     while (dead) {
         struct owned *o = dead;
         dead = o->next;
+        envd_forget(o->sb);
         corral_sandbox_release(o->sb);
         free(o);
     }
@@ -214,6 +215,7 @@ static bool disown(struct e2b *e, corral_sandbox *sb)
     pthread_mutex_unlock(&e->lock);
     if (!hit)
         return false;
+    envd_forget(hit->sb);
     corral_sandbox_release(hit->sb);
     free(hit);
     return true;
@@ -878,6 +880,7 @@ void e2b_free(struct e2b *e)
         struct owned *o = list;
         list = o->next;
         corral_sandbox_kill(o->sb);
+        envd_forget(o->sb);
         corral_sandbox_release(o->sb);
         free(o);
     }

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -269,6 +270,7 @@ static const char *code_for(int e)
     case E2BIG:
     case EMFILE:
     case EAGAIN:
+    case EOVERFLOW:
         return "resource_exhausted";
     case ESRCH: /* the sandbox is gone */
         return "unavailable";
@@ -604,6 +606,8 @@ struct pstream {
     int status;                                  /* wait status, once ended */
     uint64_t last_ms, keepalive_ms, deadline_ms; /* monotonic; deadline 0 = none */
     struct proc *entry;                          /* Start: the registry's entry */
+    corral_watch *w;                             /* WatchDir */
+    bool include_entry;
 };
 
 /* Writes bytes (a whole envelope or more) unless the client is gone. Under ps->lock. */
@@ -829,6 +833,7 @@ static void pstream_release(void *arg)
     struct pstream *ps = arg;
     proc_remove(ps->entry);
     corral_process_release(ps->p);
+    corral_watch_stop(ps->w);
     corral_sandbox_release(ps->sb);
     pthread_cond_destroy(&ps->cond);
     pthread_mutex_destroy(&ps->lock);
@@ -839,14 +844,8 @@ static void pstream_release(void *arg)
 static const struct http_stream_ops start_ops = {start_produce, pstream_gone, pstream_release};
 static const struct http_stream_ops connect_ops = {connect_produce, pstream_gone, pstream_release};
 
-/* A stream over p (a reference the stream takes). */
-static struct http_response *process_stream(struct rpc *c, corral_process *p, struct proc *entry,
-                                            uint64_t timeout_ms, const struct http_stream_ops *ops)
+static struct pstream *pstream_new(corral_sandbox *sb, uint64_t keepalive_s, uint64_t timeout_ms)
 {
-    uint64_t keepalive_s = 0;
-    struct corral_error err;
-    if (number_header(c->req, "Keepalive-Ping-Interval", &keepalive_s, &err) < 0 || !keepalive_s)
-        keepalive_s = KEEPALIVE_DEFAULT_S;
     struct pstream *ps = calloc(1, sizeof(*ps));
     if (!ps)
         return NULL;
@@ -856,14 +855,28 @@ static struct http_response *process_stream(struct rpc *c, corral_process *p, st
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ps->cond, &ca);
     pthread_condattr_destroy(&ca);
-    corral_sandbox_retain(c->sb);
-    ps->sb = c->sb;
-    ps->p = p;
-    ps->entry = entry;
+    corral_sandbox_retain(sb);
+    ps->sb = sb;
     ps->last_ms = corral_now_ms();
     ps->keepalive_ms = keepalive_s * 1000;
     ps->deadline_ms = timeout_ms ? ps->last_ms + timeout_ms : 0;
     live_add();
+    return ps;
+}
+
+/* A stream over p (a reference the stream takes). */
+static struct http_response *process_stream(struct rpc *c, corral_process *p, struct proc *entry,
+                                            uint64_t timeout_ms, const struct http_stream_ops *ops)
+{
+    uint64_t keepalive_s = 0;
+    struct corral_error err;
+    if (number_header(c->req, "Keepalive-Ping-Interval", &keepalive_s, &err) < 0 || !keepalive_s)
+        keepalive_s = KEEPALIVE_DEFAULT_S;
+    struct pstream *ps = pstream_new(c->sb, keepalive_s, timeout_ms);
+    if (!ps)
+        return NULL;
+    ps->p = p;
+    ps->entry = entry;
     struct http_response *r = http_stream(200, CONNECT_JSON, ops, ps);
     if (!r)
         pstream_release(ps);
@@ -1349,14 +1362,286 @@ static struct http_response *fs_remove(struct rpc *c)
     return http_json(200, json_object());
 }
 
-static struct http_response *no_watch(struct rpc *c)
+/* ---- filesystem watches ---- */
+
+static const char *const EVENT_TYPES[] = {NULL,
+                                          "EVENT_TYPE_CREATE",
+                                          "EVENT_TYPE_WRITE",
+                                          "EVENT_TYPE_REMOVE",
+                                          "EVENT_TYPE_RENAME",
+                                          "EVENT_TYPE_CHMOD"};
+
+/* FilesystemEvent; with include_entry, the entry where it can be stat-ed. */
+static json_t *fs_event_json(corral_sandbox *sb, corral_watch *w, bool include_entry,
+                             const struct corral_fs_event *ev)
 {
-    return unary_error("unimplemented", "corral does not watch directories yet");
+    json_t *j = json_pack("{s:o, s:s}", "name", text_json(ev->name), "type", EVENT_TYPES[ev->type]);
+    if (!j || !include_entry || ev->type == CORRAL_FS_REMOVE || ev->type == CORRAL_FS_RENAME)
+        return j;
+    char path[2 * PATH_MAX_LEN];
+    struct corral_entry *e = malloc(sizeof(*e));
+    struct corral_error err;
+    if (e &&
+        snprintf(path, sizeof(path), "%s/%s", corral_watch_path(w), ev->name) < (int)sizeof(path) &&
+        corral_file_stat(sb, path, e, &err) == 0)
+        json_object_set_new(j, "entry", entry_json(sb, e));
+    free(e);
+    return j;
 }
 
-static struct http_response *no_watch_stream(struct rpc *c)
+static void stream_fs_event(void *u, const struct corral_fs_event *ev)
 {
-    return stream_error("unimplemented", "corral does not watch directories yet");
+    struct pstream *ps = u;
+    json_t *fe = fs_event_json(ps->sb, ps->w, ps->include_entry, ev);
+    if (fe)
+        send_json(ps, 0, json_pack("{s:o}", "filesystem", fe));
+}
+
+static const char WATCH_KEEPALIVE[] = "\x00\x00\x00\x00\x10"
+                                      "{\"keepalive\":{}}";
+
+/* WatchDir: events as they come, keepalives in the silences, until the client
+ * goes, the deadline passes, the directory goes or the sandbox ends. */
+static void watch_produce(struct http_stream *s, void *arg)
+{
+    struct pstream *ps = arg;
+    ps->s = s;
+    send_json(ps, 0, json_pack("{s:{}}", "start"));
+    size_t len;
+    char *eos = NULL;
+    for (;;) {
+        struct corral_error err;
+        if (corral_watch_read(ps->w, stream_fs_event, ps, &err) < 0) {
+            eos = end_of_stream(code_for(err.code), err.message, &len);
+            break;
+        }
+        uint64_t now = corral_now_ms();
+        pthread_mutex_lock(&ps->lock);
+        bool gone = ps->gone;
+        if (!gone && until_keepalive(ps, now) == 0)
+            send_locked(ps, WATCH_KEEPALIVE, sizeof(WATCH_KEEPALIVE) - 1);
+        uint64_t wait = until_keepalive(ps, now);
+        pthread_mutex_unlock(&ps->lock);
+        if (gone)
+            break;
+        if (ps->deadline_ms && now >= ps->deadline_ms) {
+            eos = end_of_stream("deadline_exceeded", DEADLINE, &len);
+            break;
+        }
+        if (ps->deadline_ms && ps->deadline_ms - now < wait)
+            wait = ps->deadline_ms - now;
+        /* Woken by events; a client that leaves or a sandbox that ends is
+         * noticed within 200 ms. */
+        struct pollfd pfd = {.fd = corral_watch_fd(ps->w), .events = POLLIN};
+        poll(&pfd, 1, wait < 200 ? (int)wait + 1 : 200);
+    }
+    if (!eos)
+        eos = end_of_stream(NULL, NULL, &len);
+    if (eos)
+        send_bytes(ps, eos, len);
+    free(eos);
+}
+
+static const struct http_stream_ops watch_ops = {watch_produce, pstream_gone, pstream_release};
+
+/* The path, recursive and include_entry fields of WatchDir and CreateWatcher. */
+static int watch_args(struct rpc *c, char *path, bool *recursive, bool *include_entry,
+                      struct corral_error *err)
+{
+    json_t *p = field(c->msg, "path", NULL), *r = field(c->msg, "recursive", NULL),
+           *ie = field(c->msg, "includeEntry", "include_entry");
+    if (p && !json_is_string(p))
+        return corral_fail(err, EINVAL, "'path' must be a string");
+    if ((r && !json_is_boolean(r)) || (ie && !json_is_boolean(ie)))
+        return corral_fail(err, EINVAL, "'recursive' and 'includeEntry' must be booleans");
+    *recursive = r && json_is_true(r);
+    *include_entry = ie && json_is_true(ie);
+    return resolve_path(p ? json_string_value(p) : "", path, err);
+}
+
+static struct http_response *fs_watch_dir(struct rpc *c)
+{
+    char path[PATH_MAX_LEN];
+    bool recursive, include_entry;
+    struct corral_error err;
+    uint64_t keepalive_s = 0, timeout_ms = 0;
+    if (watch_args(c, path, &recursive, &include_entry, &err) < 0 ||
+        number_header(c->req, "Connect-Timeout-Ms", &timeout_ms, &err) < 0)
+        return stream_error("invalid_argument", "%s", err.message);
+    if (check_user(c->req, &err) < 0)
+        return stream_error("unauthenticated", "%s", err.message);
+    corral_watch *w;
+    if (corral_watch_start(c->sb, path, recursive, &w, &err) < 0)
+        return stream_error(code_for(err.code), "%s", err.message);
+    if (number_header(c->req, "Keepalive-Ping-Interval", &keepalive_s, &err) < 0 || !keepalive_s)
+        keepalive_s = KEEPALIVE_DEFAULT_S;
+    struct pstream *ps = pstream_new(c->sb, keepalive_s, timeout_ms);
+    if (!ps) {
+        corral_watch_stop(w);
+        return NULL;
+    }
+    ps->w = w;
+    ps->include_entry = include_entry;
+    struct http_response *r = http_stream(200, CONNECT_JSON, &watch_ops, ps);
+    if (!r)
+        pstream_release(ps);
+    return r;
+}
+
+/* CreateWatcher's watchers, polled with GetWatcherEvents: the kernel queues
+ * the events in between (up to fs.inotify.max_queued_events). */
+struct watcher {
+    char id[33];
+    corral_sandbox *sb; /* a key: the watch holds the sandbox */
+    corral_watch *w;
+    bool include_entry;
+    pthread_mutex_t lock; /* reads */
+    int refs;             /* under watchers_lock */
+    struct watcher *next;
+};
+
+static pthread_mutex_t watchers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct watcher *watchers;
+
+static void watcher_put(struct watcher *e)
+{
+    pthread_mutex_lock(&watchers_lock);
+    bool last = --e->refs == 0;
+    pthread_mutex_unlock(&watchers_lock);
+    if (!last)
+        return;
+    corral_watch_stop(e->w);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+/* Unlinks the entry (id, or every one of sb when id is NULL); each is freed
+ * when its last user is done. */
+static bool watchers_remove(corral_sandbox *sb, const char *id)
+{
+    struct watcher *gone = NULL;
+    pthread_mutex_lock(&watchers_lock);
+    for (struct watcher **pp = &watchers; *pp;) {
+        struct watcher *e = *pp;
+        if (e->sb == sb && (!id || !strcmp(e->id, id))) {
+            *pp = e->next;
+            e->next = gone;
+            gone = e;
+        } else {
+            pp = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&watchers_lock);
+    bool found = gone != NULL;
+    while (gone) {
+        struct watcher *next = gone->next;
+        watcher_put(gone);
+        gone = next;
+    }
+    return found;
+}
+
+void envd_forget(corral_sandbox *sb)
+{
+    watchers_remove(sb, NULL);
+}
+
+static struct watcher *watcher_get(corral_sandbox *sb, const char *id)
+{
+    pthread_mutex_lock(&watchers_lock);
+    struct watcher *e = watchers;
+    while (e && !(e->sb == sb && !strcmp(e->id, id)))
+        e = e->next;
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&watchers_lock);
+    return e;
+}
+
+static struct http_response *fs_create_watcher(struct rpc *c)
+{
+    char path[PATH_MAX_LEN];
+    bool recursive, include_entry;
+    struct corral_error err;
+    if (watch_args(c, path, &recursive, &include_entry, &err) < 0)
+        return unary_error("invalid_argument", "%s", err.message);
+    if (check_user(c->req, &err) < 0)
+        return unary_error("unauthenticated", "%s", err.message);
+    struct watcher *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    if (corral_random_hex(e->id, 16, &err) < 0 ||
+        corral_watch_start(c->sb, path, recursive, &e->w, &err) < 0) {
+        free(e);
+        return unary_error(code_for(err.code), "%s", err.message);
+    }
+    e->sb = c->sb;
+    e->include_entry = include_entry;
+    e->refs = 1;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_lock(&watchers_lock);
+    e->next = watchers;
+    watchers = e;
+    pthread_mutex_unlock(&watchers_lock);
+    return http_json(200, json_pack("{s:s}", "watcherId", e->id));
+}
+
+static struct http_response *watcher_arg(struct rpc *c, struct watcher **out)
+{
+    json_t *id = field(c->msg, "watcherId", "watcher_id");
+    if (!json_is_string(id))
+        return unary_error("invalid_argument", "'watcherId' must be a string");
+    struct corral_error err;
+    if (check_user(c->req, &err) < 0)
+        return unary_error("unauthenticated", "%s", err.message);
+    if (out && !(*out = watcher_get(c->sb, json_string_value(id))))
+        return unary_error("not_found", "watcher %s not found", json_string_value(id));
+    return NULL;
+}
+
+struct collected {
+    struct watcher *e;
+    corral_sandbox *sb;
+    json_t *events;
+};
+
+static void collect_fs_event(void *u, const struct corral_fs_event *ev)
+{
+    struct collected *col = u;
+    json_t *fe = fs_event_json(col->sb, col->e->w, col->e->include_entry, ev);
+    if (fe)
+        json_array_append_new(col->events, fe);
+}
+
+static struct http_response *fs_get_watcher_events(struct rpc *c)
+{
+    struct watcher *e;
+    struct http_response *bad = watcher_arg(c, &e);
+    if (bad)
+        return bad;
+    struct collected col = {e, c->sb, json_array()};
+    struct corral_error err;
+    pthread_mutex_lock(&e->lock);
+    int r = corral_watch_read(e->w, collect_fs_event, &col, &err);
+    pthread_mutex_unlock(&e->lock);
+    watcher_put(e);
+    /* Events read before the end are delivered; the end comes next time. */
+    if (r < 0 && json_array_size(col.events) == 0) {
+        json_decref(col.events);
+        return unary_error(code_for(err.code), "%s", err.message);
+    }
+    return http_json(200, json_pack("{s:o}", "events", col.events));
+}
+
+static struct http_response *fs_remove_watcher(struct rpc *c)
+{
+    struct http_response *bad = watcher_arg(c, NULL);
+    if (bad)
+        return bad;
+    const char *id = json_string_value(field(c->msg, "watcherId", "watcher_id"));
+    if (!watchers_remove(c->sb, id))
+        return unary_error("not_found", "watcher %s not found", id);
+    return http_json(200, json_object());
 }
 
 /* ---- Connect dispatch ---- */
@@ -1379,10 +1664,10 @@ static const struct {
     {"/filesystem.Filesystem/MakeDir", false, fs_make_dir},
     {"/filesystem.Filesystem/Move", false, fs_move},
     {"/filesystem.Filesystem/Remove", false, fs_remove},
-    {"/filesystem.Filesystem/WatchDir", true, no_watch_stream},
-    {"/filesystem.Filesystem/CreateWatcher", false, no_watch},
-    {"/filesystem.Filesystem/GetWatcherEvents", false, no_watch},
-    {"/filesystem.Filesystem/RemoveWatcher", false, no_watch},
+    {"/filesystem.Filesystem/WatchDir", true, fs_watch_dir},
+    {"/filesystem.Filesystem/CreateWatcher", false, fs_create_watcher},
+    {"/filesystem.Filesystem/GetWatcherEvents", false, fs_get_watcher_events},
+    {"/filesystem.Filesystem/RemoveWatcher", false, fs_remove_watcher},
 };
 
 static struct http_response *rpc(corral_sandbox *sb, const struct http_request *req)

@@ -33,5 +33,7 @@
 
 /* Answers one envd request for sb (which the caller keeps a reference to). */
 struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req);
+/* Drops what envd keeps for sb (CreateWatcher's watchers): called once it is killed. */
+void envd_forget(corral_sandbox *sb);
 
 #endif

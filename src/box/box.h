@@ -74,6 +74,7 @@ struct corral_sandbox {
     corral_context *contexts;
     corral_context *default_ctx;
     unsigned next_ctx;
+    unsigned n_watches; /* corral_watch objects alive */
     char **env;      /* the sandbox's environment for kernels and commands */
     char **metadata; /* key=value */
     char template_id[64];

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -29,6 +30,7 @@ extern const char corral_kernel_py[];
 #define CTL_FD       0
 #define MAX_CHILDREN 4096
 #define MAX_LISTED   100000
+#define MAX_WATCHED  8192
 
 void (*agent_pristine)(char *const *envp, char *const *argv, bool kernel);
 
@@ -589,6 +591,104 @@ static void handle_remove(struct ctl_reader *r, uint32_t seq, struct ctl_msg *re
     ctl_msg_init(rep, CTL_OK, seq);
 }
 
+/* ---- directory watches ---- */
+
+#define WATCH_MASK                                                                                 \
+    (IN_CREATE | IN_MODIFY | IN_ATTRIB | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |                 \
+     IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+
+struct watcher {
+    int ifd, out;
+    uint32_t count;
+    bool recursive, full;
+    struct ctl_msg *scratch;
+};
+
+static void watch_record(struct watcher *w, int wd, bool is_dir, const char *rel)
+{
+    ctl_msg_init(w->scratch, 0, 0);
+    ctl_put_i32(w->scratch, wd);
+    ctl_put_u32(w->scratch, is_dir);
+    ctl_put_str(w->scratch, rel);
+    if (!ctl_msg_ok(w->scratch) ||
+        corral_write_all(w->out, w->scratch->payload, w->scratch->len) < 0 ||
+        ++w->count >= MAX_WATCHED)
+        w->full = true;
+}
+
+/* Watches dir (rel below the root of the request) and, if recursive, what is
+ * under it; symbolic links are not followed. */
+static int watch_tree(struct watcher *w, const char *dir, const char *rel, int depth)
+{
+    int wd = inotify_add_watch(w->ifd, dir, WATCH_MASK);
+    if (wd < 0)
+        return -1;
+    watch_record(w, wd, true, rel);
+    if (!w->recursive || depth >= 64)
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while (!w->full && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char path[4096], sub[4096];
+        int n = snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        int m = snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
+        struct stat st;
+        if (n >= (int)sizeof(path) || m >= (int)sizeof(sub) || lstat(path, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            watch_tree(w, path, sub, depth + 1);
+        else
+            watch_record(w, -1, false, sub);
+    }
+    closedir(d);
+    return 0;
+}
+
+static void handle_watch(struct ctl_reader *r, const struct ctl_msg *req, struct ctl_msg *rep)
+{
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    uint32_t recursive = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || !path[0] || req->nfds != 1) {
+        reply_err(rep, req->seq, EINVAL, "malformed watch request");
+        return;
+    }
+    struct stat st;
+    int e = lstat(path, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+    if (e) {
+        reply_err(rep, req->seq, e, "cannot watch %s: %s", path, strerror(e));
+        return;
+    }
+    struct watcher w = {.ifd = req->fds[0],
+                        .out = memfd_create("corral-watch", MFD_CLOEXEC),
+                        .recursive = recursive != 0};
+    w.scratch = malloc(sizeof(*w.scratch));
+    if (w.out < 0 || !w.scratch) {
+        if (w.out >= 0)
+            close(w.out);
+        free(w.scratch);
+        reply_err(rep, req->seq, ENOMEM, "cannot watch %s: out of memory", path);
+        return;
+    }
+    /* The directory itself must be watched; what is under it, as far as it can. */
+    e = watch_tree(&w, path, "", 0) < 0 ? errno : 0;
+    free(w.scratch);
+    if (e) {
+        close(w.out);
+        reply_err(rep, req->seq, e, "cannot watch %s: %s", path,
+                  e == ENOSPC ? "too many watched directories" : strerror(e));
+        return;
+    }
+    lseek(w.out, 0, SEEK_SET);
+    ctl_msg_init(rep, CTL_OK, req->seq);
+    ctl_put_u32(rep, w.count);
+    ctl_add_fd(rep, w.out);
+}
+
 static void handle(struct ctl_msg *req, struct ctl_msg *rep)
 {
     struct ctl_reader r;
@@ -618,6 +718,9 @@ static void handle(struct ctl_msg *req, struct ctl_msg *rep)
         break;
     case CTL_REMOVE:
         handle_remove(&r, req->seq, rep);
+        break;
+    case CTL_WATCH:
+        handle_watch(&r, req, rep);
         break;
     default:
         reply_err(rep, req->seq, ENOSYS, "unknown request %u", req->op);

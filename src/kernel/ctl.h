@@ -20,6 +20,10 @@
  *   MKDIR   str path, u32 parents, u32 perm               -> OK u32 created
  *   RENAME  str from, str to                              -> OK entry of `to`
  *   REMOVE  str path, u32 recursive                       -> OK
+ *   WATCH   str path, u32 recursive; fd (an inotify descriptor)
+ *           -> OK u32 count; fd (a memfd of count (i32 wd, u32 is_dir, str
+ *              relative path) records: a watch added on path and, if recursive,
+ *              on every directory under it (wd -1: a file found under it))
  * Replies: OK (payload as above) or ERR i32 errno, str message.
  * Events (agent -> daemon, seq 0): EXITED i32 pid, i32 wait status.
  *
@@ -50,6 +54,7 @@ enum ctl_op {
     CTL_MKDIR,
     CTL_RENAME,
     CTL_REMOVE,
+    CTL_WATCH,
     CTL_OK = 100,
     CTL_ERR,
     CTL_EXITED,

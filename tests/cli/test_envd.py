@@ -5,6 +5,7 @@ messages ending with an end-of-stream envelope)."""
 import base64
 import http.client
 import json
+import os
 import socket
 import struct
 import threading
@@ -389,10 +390,6 @@ def test_unary_errors(server, sid):
     assert status == 400 and body["code"] == "invalid_argument"
     status, body = unary(server, sid, "process.Process/Nope", {})
     assert status == 404 and body["code"] == "unimplemented"
-    status, body = unary(server, sid, "filesystem.Filesystem/CreateWatcher", {"path": "/tmp"})
-    assert status == 501 and body["code"] == "unimplemented"
-    messages, eos = Stream(server, sid, "filesystem.Filesystem/WatchDir", {"path": "/tmp"}).all()
-    assert eos["error"]["code"] == "unimplemented"
     # Only the sandbox's user: Authorization: Basic base64("root:") is refused.
     status, _, data = envd(server, sid, "POST", "/filesystem.Filesystem/Stat",
                            json.dumps({"path": "/tmp"}).encode(),
@@ -463,6 +460,163 @@ def test_filesystem_stat_list_mkdir_move_remove(server, sid):
     assert unary(server, sid, "filesystem.Filesystem/Remove", {"path": "d"}) == (200, {})
     status, body = unary(server, sid, "filesystem.Filesystem/Remove", {"path": ""})
     assert status == 400 and body["code"] == "invalid_argument"
+
+
+# ---- watches ----
+
+
+def sh(server, sid, script):
+    """Runs a shell script in the sandbox; returns its exit code."""
+    messages, eos = Stream(server, sid, "process.Process/Start",
+                           {"process": {"cmd": "/bin/bash", "args": ["-c", script]},
+                            "stdin": False}).all()
+    assert eos == {}, eos
+    return events(messages)[-1]["end"].get("exitCode", 0)
+
+
+def fs_events(stream, want):
+    """Filesystem events from the stream until every (name, type) in want was
+    seen; keepalives are skipped."""
+    seen = []
+    while not set(want) <= {(e["name"], e["type"]) for e in seen}:
+        flags, msg = stream.next()
+        assert flags == 0, (msg, seen)
+        if "keepalive" in msg:
+            continue
+        seen.append(msg["filesystem"])
+    return seen
+
+
+def open_fds(server):
+    return len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+
+
+def test_watch_dir_streams_events_recursively(server, sid):
+    assert sh(server, sid, "mkdir -p /home/user/w/old") == 0
+    s = Stream(server, sid, "filesystem.Filesystem/WatchDir",
+               {"path": "w", "recursive": True, "includeEntry": True},
+               extra={"Keepalive-Ping-Interval": "1"})
+    assert s.next() == (0, {"start": {}})
+    assert sh(server, sid, "cd w && echo hi > a.txt && chmod 600 a.txt && mv a.txt b.txt && "
+                           "echo x > old/in-old.txt && mkdir -p new/deep && "
+                           "echo y > new/deep/f.txt && rm b.txt") == 0
+    seen = fs_events(s, [("a.txt", "EVENT_TYPE_CREATE"), ("a.txt", "EVENT_TYPE_WRITE"),
+                         ("a.txt", "EVENT_TYPE_CHMOD"), ("a.txt", "EVENT_TYPE_RENAME"),
+                         ("b.txt", "EVENT_TYPE_CREATE"), ("old/in-old.txt", "EVENT_TYPE_CREATE"),
+                         ("new", "EVENT_TYPE_CREATE"), ("new/deep/f.txt", "EVENT_TYPE_CREATE"),
+                         ("b.txt", "EVENT_TYPE_REMOVE")])
+    created = [e for e in seen if e["name"] == "old/in-old.txt"][0]
+    assert created["entry"]["path"] == "/home/user/w/old/in-old.txt"
+    assert created["entry"]["type"] == "FILE_TYPE_FILE"
+    assert "entry" not in [e for e in seen if e["type"] == "EVENT_TYPE_REMOVE"][0]
+    # Silence brings keepalives; the client leaving ends the watch.
+    flags, msg = s.next()
+    assert msg == {"keepalive": {}}
+    before = open_fds(server)
+    s.close()
+    deadline = time.monotonic() + 5
+    while open_fds(server) >= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_fds(server) < before
+
+
+def test_a_plain_watch_sees_only_its_directory(server, sid):
+    assert sh(server, sid, "mkdir -p /tmp/p/sub") == 0
+    s = Stream(server, sid, "filesystem.Filesystem/WatchDir", {"path": "/tmp/p"})
+    assert s.next() == (0, {"start": {}})
+    assert sh(server, sid, "echo 1 > /tmp/p/sub/hidden && echo 2 > /tmp/p/shown") == 0
+    seen = fs_events(s, [("shown", "EVENT_TYPE_CREATE")])
+    assert all(not e["name"].startswith("sub/") for e in seen)
+    assert "entry" not in seen[0]
+    s.close()
+
+
+@pytest.mark.parametrize("path,code", [("/home/user/missing", "not_found"),
+                                       ("/etc/hostname", "invalid_argument"),
+                                       ("", "invalid_argument")])
+def test_watch_errors(server, sid, path, code):
+    messages, eos = Stream(server, sid, "filesystem.Filesystem/WatchDir", {"path": path}).all()
+    assert messages == [] and eos["error"]["code"] == code, eos
+    status, body = unary(server, sid, "filesystem.Filesystem/CreateWatcher", {"path": path})
+    assert body["code"] == code, body
+
+
+def test_removing_the_watched_directory_ends_the_watch(server, sid):
+    assert sh(server, sid, "mkdir -p /tmp/doomed") == 0
+    s = Stream(server, sid, "filesystem.Filesystem/WatchDir", {"path": "/tmp/doomed"})
+    s.next()
+    assert sh(server, sid, "rm -r /tmp/doomed") == 0
+    messages, eos = s.all()
+    assert eos["error"]["code"] == "not_found"
+    assert "removed or moved" in eos["error"]["message"]
+
+
+def test_watchers_polled_with_get_watcher_events(server, sid):
+    assert sh(server, sid, "mkdir -p /home/user/polled") == 0
+    status, body = unary(server, sid, "filesystem.Filesystem/CreateWatcher",
+                         {"path": "/home/user/polled", "recursive": True})
+    assert status == 200, body
+    wid = body["watcherId"]
+    status, body = unary(server, sid, "filesystem.Filesystem/GetWatcherEvents",
+                         {"watcherId": wid})
+    assert (status, body) == (200, {"events": []})
+    assert sh(server, sid, "cd polled && mkdir d && echo 1 > d/one && echo 2 > two") == 0
+    got = []
+    deadline = time.monotonic() + 10
+    while {("d/one", "EVENT_TYPE_CREATE"), ("two", "EVENT_TYPE_WRITE")} - \
+            {(e["name"], e["type"]) for e in got} and time.monotonic() < deadline:
+        status, body = unary(server, sid, "filesystem.Filesystem/GetWatcherEvents",
+                             {"watcherId": wid})
+        assert status == 200, body
+        got += body["events"]
+        time.sleep(0.05)
+    names = {(e["name"], e["type"]) for e in got}
+    assert {("d", "EVENT_TYPE_CREATE"), ("d/one", "EVENT_TYPE_CREATE"),
+            ("two", "EVENT_TYPE_CREATE"), ("two", "EVENT_TYPE_WRITE")} <= names
+    # Events are handed out once.
+    status, body = unary(server, sid, "filesystem.Filesystem/GetWatcherEvents",
+                         {"watcherId": wid})
+    assert body == {"events": []}
+    status, body = unary(server, sid, "filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+    assert (status, body) == (200, {})
+    for method in ("GetWatcherEvents", "RemoveWatcher"):
+        status, body = unary(server, sid, f"filesystem.Filesystem/{method}", {"watcherId": wid})
+        assert status == 404 and body["code"] == "not_found", body
+    status, body = unary(server, sid, "filesystem.Filesystem/GetWatcherEvents", {})
+    assert status == 400 and body["code"] == "invalid_argument"
+
+
+def test_watches_are_bounded_and_freed_with_their_sandbox(server, sid):
+    before = open_fds(server)
+    ids = []
+    for _ in range(64):
+        status, body = unary(server, sid, "filesystem.Filesystem/CreateWatcher", {"path": "/tmp"})
+        assert status == 200, body
+        ids.append(body["watcherId"])
+    status, body = unary(server, sid, "filesystem.Filesystem/CreateWatcher", {"path": "/tmp"})
+    assert body["code"] == "resource_exhausted" and "64" in body["message"], body
+    s = Stream(server, sid, "filesystem.Filesystem/WatchDir", {"path": "/tmp"})
+    flags, msg = s.next()
+    assert flags == 2 and msg["error"]["code"] == "resource_exhausted"
+    s.close()
+    assert open_fds(server) >= before + 64
+    # A watcher of another sandbox is not found through this one.
+    other = create(server)["sandboxID"]
+    status, body = unary(server, other, "filesystem.Filesystem/GetWatcherEvents",
+                         {"watcherId": ids[0]})
+    assert status == 404, body
+    assert server.request("DELETE", f"/sandboxes/{other}", headers={"X-API-Key": KEY})[0] == 204
+    # A streaming watch ends with its sandbox; the watchers are dropped.
+    status, body = unary(server, sid, "filesystem.Filesystem/RemoveWatcher", {"watcherId": ids[0]})
+    s = Stream(server, sid, "filesystem.Filesystem/WatchDir", {"path": "/tmp"})
+    assert s.next() == (0, {"start": {}})
+    assert server.request("DELETE", f"/sandboxes/{sid}", headers={"X-API-Key": KEY})[0] == 204
+    messages, eos = s.all()
+    assert eos["error"]["code"] == "unavailable", eos
+    deadline = time.monotonic() + 5
+    while open_fds(server) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_fds(server) <= before
 
 
 def test_a_killed_sandbox_ends_its_streams(server, sid):
