@@ -203,6 +203,11 @@ struct corral_command_options {
     const char *cwd;        /* NULL = /home/user */
     const char *const *env; /* added to the sandbox's */
     bool with_stdin;        /* keep stdin open for corral_process_write() */
+    /* A terminal for stdin, stdout and stderr (the process's controlling
+     * terminal, in a session of its own): its output comes as stdout, and
+     * corral_process_write() types into it. Size 0 = 24 rows, 80 columns. */
+    bool pty;
+    uint16_t pty_rows, pty_cols;
 };
 void corral_command_options_init(struct corral_command_options *opts);
 
@@ -240,6 +245,10 @@ pid_t corral_process_pid(const corral_process *p); /* its PID inside the sandbox
 const char *corral_process_command(const corral_process *p);
 int corral_process_write(corral_process *p, const void *data, size_t len, struct corral_error *err);
 void corral_process_close_stdin(corral_process *p);
+bool corral_process_has_pty(const corral_process *p);
+/* Resizes the process's terminal (its foreground processes get SIGWINCH). */
+int corral_process_resize(corral_process *p, uint16_t rows, uint16_t cols,
+                          struct corral_error *err);
 int corral_process_signal(corral_process *p, int signal, struct corral_error *err);
 /* Relays output until the process exits (or timeout_ms, 0 = none: then -ETIMEDOUT). */
 int corral_process_wait(corral_process *p, const struct corral_output_callbacks *cb,

@@ -665,6 +665,20 @@ static void on_stderr(void *u, const char *data, size_t len)
     send_data(u, "stderr", data, len);
 }
 
+static void on_pty(void *u, const char *data, size_t len)
+{
+    send_data(u, "pty", data, len);
+}
+
+/* A terminal's output is reported as pty, not stdout. */
+static struct corral_output_callbacks output_callbacks(struct pstream *ps)
+{
+    struct corral_output_callbacks cb = {on_stdout, on_stderr, ps};
+    if (corral_process_has_pty(ps->p))
+        cb.on_stdout = on_pty;
+    return cb;
+}
+
 static json_t *start_event(pid_t pid)
 {
     return json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)pid);
@@ -710,7 +724,7 @@ static void start_produce(struct http_stream *s, void *arg)
     struct pstream *ps = arg;
     ps->s = s;
     send_json(ps, 0, start_event(corral_process_pid(ps->p)));
-    struct corral_output_callbacks cb = {on_stdout, on_stderr, ps};
+    struct corral_output_callbacks cb = output_callbacks(ps);
     bool killed_for_deadline = false;
     char failure[600] = "";
     for (;;) {
@@ -772,7 +786,7 @@ static void connect_produce(struct http_stream *s, void *arg)
     struct pstream *ps = arg;
     ps->s = s;
     send_json(ps, 0, start_event(corral_process_pid(ps->p)));
-    struct corral_output_callbacks cb = {on_stdout, on_stderr, ps};
+    struct corral_output_callbacks cb = output_callbacks(ps);
     corral_tap *tap = NULL;
     struct corral_error err;
     int r = corral_process_tap(ps->p, &cb, connect_exit, &tap, &err);
@@ -885,6 +899,23 @@ static struct http_response *process_stream(struct rpc *c, corral_process *p, st
 
 /* ---- process.Process ---- */
 
+/* PTY {"size": {"rows": R, "cols": C}}: rows and cols within 1..65535. */
+static int pty_size(json_t *pty, uint32_t size[2], struct corral_error *err)
+{
+    json_t *sz = json_is_object(pty) ? field(pty, "size", NULL) : NULL;
+    if (!json_is_object(sz))
+        return corral_fail(err, EINVAL, "'pty.size' must be an object with rows and cols");
+    const char *names[2] = {"rows", "cols"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = field(sz, names[i], NULL);
+        char what[16];
+        snprintf(what, sizeof(what), "pty.size.%s", names[i]);
+        if (!v || uint_field(v, what, &size[i], err) < 0 || !size[i] || size[i] > 65535)
+            return corral_fail(err, EINVAL, "'%s' must be a whole number within 1 and 65535", what);
+    }
+    return 0;
+}
+
 static void strv_free(char **v)
 {
     for (size_t i = 0; v && v[i]; i++)
@@ -901,9 +932,10 @@ static struct http_response *process_start(struct rpc *c)
     json_t *cwd = cfg ? field(cfg, "cwd", NULL) : NULL;
     json_t *tag = field(c->msg, "tag", NULL), *stdin_ = field(c->msg, "stdin", NULL);
     struct corral_error err;
-    if (field(c->msg, "pty", NULL))
-        return stream_error("unimplemented", "corral does not provide terminals (pty) yet: "
-                                             "start the command without one");
+    uint32_t size[2] = {0, 0}; /* rows, cols */
+    json_t *pty = field(c->msg, "pty", NULL);
+    if (pty && pty_size(pty, size, &err) < 0)
+        return stream_error("invalid_argument", "%s", err.message);
     if (!json_is_object(cfg) || !json_is_string(cmd) || !json_string_length(cmd))
         return stream_error("invalid_argument", "'process.cmd' is required");
     if ((args && !json_is_array(args)) || (envs && !json_is_object(envs)) ||
@@ -969,6 +1001,9 @@ static struct http_response *process_start(struct rpc *c)
     co.cwd = json_object_get(config, "cwd") ? dir : NULL;
     co.env = (const char *const *)env;
     co.with_stdin = stdin_ ? json_is_true(stdin_) : true; /* absent: envd's old default */
+    co.pty = pty != NULL;
+    co.pty_rows = (uint16_t)size[0];
+    co.pty_cols = (uint16_t)size[1];
     corral_process *p;
     if (corral_process_start_argv(c->sb, (const char *const *)argv, &co, &p, &err) < 0) {
         resp = stream_error(err.code == ESRCH    ? "unavailable"
@@ -1043,10 +1078,10 @@ static struct http_response *process_send_input(struct rpc *c)
     struct corral_error err;
     json_t *input = field(c->msg, "input", NULL);
     json_t *data = input ? field(input, "stdin", NULL) : NULL;
-    if (input && field(input, "pty", NULL))
-        return unary_error("unimplemented", "corral does not provide terminals (pty) yet");
+    if (input && !data) /* keystrokes for a terminal */
+        data = field(input, "pty", NULL);
     if (!json_is_object(input) || (data && !json_is_string(data)))
-        return unary_error("invalid_argument", "'input.stdin' must be base64 bytes");
+        return unary_error("invalid_argument", "'input.stdin' or 'input.pty' must be base64 bytes");
     corral_process *p = select_process(c, &code, msg, sizeof(msg));
     if (!p)
         return unary_error(code, "%s", msg);
@@ -1107,10 +1142,27 @@ static struct http_response *process_close_stdin(struct rpc *c)
     return http_json(200, json_object());
 }
 
-static struct http_response *no_pty(struct rpc *c)
+/* Update: a terminal's new size. */
+static struct http_response *process_update(struct rpc *c)
 {
-    return unary_error("unimplemented", "corral does not provide terminals (pty) yet: "
-                                        "there is no terminal to resize");
+    const char *code;
+    char msg[256];
+    struct corral_error err;
+    uint32_t size[2];
+    json_t *pty = field(c->msg, "pty", NULL);
+    if (pty && pty_size(pty, size, &err) < 0)
+        return unary_error("invalid_argument", "%s", err.message);
+    corral_process *p = select_process(c, &code, msg, sizeof(msg));
+    if (!p)
+        return unary_error(code, "%s", msg);
+    struct http_response *resp = NULL;
+    if (pty && corral_process_resize(p, (uint16_t)size[0], (uint16_t)size[1], &err) < 0)
+        resp = unary_error(err.code == ENOTTY  ? "failed_precondition"
+                           : err.code == ESRCH ? "not_found"
+                                               : code_for(err.code),
+                           "%s", err.message);
+    corral_process_release(p);
+    return resp ? resp : http_json(200, json_object());
 }
 
 static struct http_response *no_stream_input(struct rpc *c)
@@ -1657,7 +1709,7 @@ static const struct {
     {"/process.Process/SendInput", false, process_send_input},
     {"/process.Process/SendSignal", false, process_send_signal},
     {"/process.Process/CloseStdin", false, process_close_stdin},
-    {"/process.Process/Update", false, no_pty},
+    {"/process.Process/Update", false, process_update},
     {"/process.Process/StreamInput", false, no_stream_input},
     {"/filesystem.Filesystem/Stat", false, fs_stat},
     {"/filesystem.Filesystem/ListDir", false, fs_list_dir},

@@ -28,7 +28,8 @@ struct corral_process {
     int refs;  /* under sb->lock */
     pid_t pid; /* inside the sandbox */
     char *command;
-    int in_fd, out_fd, err_fd;
+    int in_fd, out_fd, err_fd; /* with a terminal: its master, out_fd and no err_fd */
+    bool pty;
     bool exited;
     int status; /* wait status */
     bool is_kernel;
@@ -89,10 +90,11 @@ struct corral_sandbox {
 /* Sends a request and waits for its reply (OK or ERR, turned into err). */
 int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
                 struct corral_error *err);
-/* Starts a process through the agent; fds as the reply carries them. */
+/* Starts a process through the agent; fds as the reply carries them.
+ * pty_size {rows, cols} is needed with CTL_SPAWN_PTY. */
 int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
-              const char *const *extra_env, corral_process **out, int *sock,
-              struct corral_error *err);
+              const char *const *extra_env, const uint16_t *pty_size, corral_process **out,
+              int *sock, struct corral_error *err);
 int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err);
 void box_process_unlink(corral_process *p);
 char **box_strv_dup(const char *const *v);

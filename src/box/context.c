@@ -88,7 +88,7 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     corral_process *k;
     int sock = -1;
     uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL | (sb->forked ? CTL_SPAWN_PRISTINE : 0);
-    int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, &k, &sock, err);
+    int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, NULL, &k, &sock, err);
     if (r < 0)
         return r;
     k->is_kernel = true;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,12 +48,16 @@ static int start(corral_sandbox *sb, uint32_t flags, char **argv,
         if (!strchr(opts->env[i], '=') || opts->env[i][0] == '=')
             return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
                                opts->env[i]);
-    if (opts->with_stdin)
+    uint16_t size[2] = {opts->pty_rows ? opts->pty_rows : 24, opts->pty_cols ? opts->pty_cols : 80};
+    if (opts->pty)
+        flags |= CTL_SPAWN_PTY;
+    else if (opts->with_stdin)
         flags |= CTL_SPAWN_STDIN;
-    int r = box_spawn(sb, flags, opts->cwd, argv, opts->env, out, NULL, err);
+    int r = box_spawn(sb, flags, opts->cwd, argv, opts->env, size, out, NULL, err);
     if (r == 0) {
         fcntl((*out)->out_fd, F_SETFL, O_NONBLOCK);
-        fcntl((*out)->err_fd, F_SETFL, O_NONBLOCK);
+        if ((*out)->err_fd >= 0)
+            fcntl((*out)->err_fd, F_SETFL, O_NONBLOCK);
     }
     return r;
 }
@@ -113,8 +118,45 @@ int corral_process_write(corral_process *p, const void *data, size_t len, struct
 {
     if (p->in_fd < 0)
         return corral_fail(err, EBADF, "process %d has no open stdin", (int)p->pid);
-    if (corral_write_all(p->in_fd, data, len) < 0)
-        return corral_fail_errno(err, "cannot write to the stdin of process %d", (int)p->pid);
+    /* A terminal's master is shared with the non-blocking reader: a full
+     * input queue is waited on, for a while. */
+    const char *d = data;
+    while (len) {
+        ssize_t n = write(p->in_fd, d, len);
+        if (n > 0) {
+            d += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        struct pollfd pfd = {.fd = p->in_fd, .events = POLLOUT};
+        if (n < 0 && errno == EAGAIN && poll(&pfd, 1, 10000) > 0)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return corral_fail(err, EAGAIN, "process %d is not reading its input", (int)p->pid);
+        return corral_fail_errno(err, "cannot write to the %s of process %d",
+                                 p->pty ? "terminal" : "stdin", (int)p->pid);
+    }
+    return 0;
+}
+
+bool corral_process_has_pty(const corral_process *p)
+{
+    return p->pty;
+}
+
+int corral_process_resize(corral_process *p, uint16_t rows, uint16_t cols, struct corral_error *err)
+{
+    if (!p->pty)
+        return corral_fail(err, ENOTTY, "process %d has no terminal", (int)p->pid);
+    if (!rows || !cols)
+        return corral_fail(err, EINVAL, "a terminal needs at least one row and one column");
+    struct winsize ws = {.ws_row = rows, .ws_col = cols};
+    if (!corral_process_running(p))
+        return corral_fail(err, ESRCH, "process %d has ended", (int)p->pid);
+    if (ioctl(p->out_fd, TIOCSWINSZ, &ws) < 0) /* the kernel sends SIGWINCH */
+        return corral_fail_errno(err, "cannot resize the terminal of process %d", (int)p->pid);
     return 0;
 }
 

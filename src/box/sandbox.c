@@ -561,8 +561,8 @@ const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb)
 /* ---- processes ---- */
 
 int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
-              const char *const *extra_env, corral_process **out, int *sock,
-              struct corral_error *err)
+              const char *const *extra_env, const uint16_t *pty_size, corral_process **out,
+              int *sock, struct corral_error *err)
 {
     cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
     cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
@@ -587,6 +587,10 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
         ctl_put_str(req, sb->env[i]);
     for (uint32_t i = 0; i < extra; i++)
         ctl_put_str(req, extra_env[i]); /* later entries win in execvpe's getenv */
+    if (flags & CTL_SPAWN_PTY) {
+        ctl_put_u32(req, pty_size[0]);
+        ctl_put_u32(req, pty_size[1]);
+    }
     if (!ctl_msg_ok(req))
         return corral_fail(err, E2BIG,
                            "the command, its arguments and environment are too "
@@ -598,7 +602,8 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
     struct ctl_reader rd;
     ctl_reader_init(&rd, rep);
     pid_t pid = ctl_get_i32(&rd);
-    int want = 2 + !!(flags & CTL_SPAWN_STDIN) + !!(flags & CTL_SPAWN_SOCKET);
+    bool pty = (flags & CTL_SPAWN_PTY) != 0;
+    int want = (pty ? 1 : 2 + !!(flags & CTL_SPAWN_STDIN)) + !!(flags & CTL_SPAWN_SOCKET);
     if (!ctl_reader_done(&rd) || pid <= 0 || rep->nfds != want) {
         ctl_close_fds(rep);
         return corral_fail(err, EPROTO, "sandbox %s sent a malformed reply to spawn",
@@ -612,9 +617,16 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
         return corral_fail(err, ENOMEM, "out of memory starting a process");
     }
     int k = 0;
-    p->in_fd = (flags & CTL_SPAWN_STDIN) ? rep->fds[k++] : -1;
-    p->out_fd = rep->fds[k++];
-    p->err_fd = rep->fds[k++];
+    p->pty = pty;
+    if (pty) { /* one master for both ways; writes have their own descriptor */
+        p->out_fd = rep->fds[k++];
+        p->in_fd = fcntl(p->out_fd, F_DUPFD_CLOEXEC, 3);
+        p->err_fd = -1;
+    } else {
+        p->in_fd = (flags & CTL_SPAWN_STDIN) ? rep->fds[k++] : -1;
+        p->out_fd = rep->fds[k++];
+        p->err_fd = rep->fds[k++];
+    }
     if (flags & CTL_SPAWN_SOCKET)
         *sock = rep->fds[k++];
     p->sb = sb;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -75,6 +76,7 @@ struct spawn_req {
     uint32_t flags;
     char cwd[4096];
     char **argv, **envp;
+    struct winsize size; /* CTL_SPAWN_PTY */
 };
 
 static void free_strv(char **v)
@@ -114,7 +116,10 @@ static char **get_strv(struct ctl_reader *r)
 __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int fds[4],
                                                  int status_fd)
 {
-    setpgid(0, 0);
+    if (s->flags & CTL_SPAWN_PTY)
+        setsid(); /* the terminal becomes the session's below */
+    else
+        setpgid(0, 0);
     int targets[4] = {0, 1, 2, 3};
     int stage = 0;
     /* Move everything above 10 first so that dup2 cannot clobber a source. */
@@ -128,6 +133,8 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
         if (dup2(moved[i], targets[i]) < 0)
             goto fail;
     }
+    if ((s->flags & CTL_SPAWN_PTY) && ioctl(0, TIOCSCTTY, 0) < 0)
+        goto fail;
     /* Close everything but 0-3 and the status pipe. */
     int first = fds[3] >= 0 ? 4 : 3;
     if (status_fd > first)
@@ -154,6 +161,24 @@ fail:;
     _exit(127);
 }
 
+/* A new terminal of the sandbox's devpts: tty[0] its master, tty[1] its slave. */
+static int open_pty(int tty[2], const struct winsize *size)
+{
+    tty[0] = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (tty[0] < 0)
+        return -1;
+    char name[64];
+    if (unlockpt(tty[0]) == 0 && ptsname_r(tty[0], name, sizeof(name)) == 0 &&
+        ioctl(tty[0], TIOCSWINSZ, size) == 0 &&
+        (tty[1] = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) >= 0)
+        return 0;
+    int e = errno;
+    close(tty[0]);
+    tty[0] = -1;
+    errno = e;
+    return -1;
+}
+
 static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
 {
     struct spawn_req s = {0};
@@ -161,7 +186,15 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
     ctl_get_str(r, s.cwd, sizeof(s.cwd));
     s.argv = get_strv(r);
     s.envp = get_strv(r);
-    if (!ctl_reader_done(r) || !s.argv || !s.argv[0]) {
+    if (s.flags & CTL_SPAWN_PTY) {
+        uint32_t rows = ctl_get_u32(r), cols = ctl_get_u32(r);
+        s.size.ws_row = (unsigned short)(rows ? rows : 24);
+        s.size.ws_col = (unsigned short)(cols ? cols : 80);
+        if (rows > 65535 || cols > 65535)
+            r->bad = true;
+    }
+    if (!ctl_reader_done(r) || !s.argv || !s.argv[0] ||
+        ((s.flags & CTL_SPAWN_PTY) && (s.flags & (CTL_SPAWN_STDIN | CTL_SPAWN_KERNEL)))) {
         reply_err(rep, seq, EINVAL, "malformed spawn request");
         goto out;
     }
@@ -189,23 +222,27 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
         goto out;
     }
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, sock[2] = {-1, -1};
-    int st[2] = {-1, -1};
-    bool ok = pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
-              pipe2(st, O_CLOEXEC) == 0 &&
-              (!(s.flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0) &&
+    int st[2] = {-1, -1}, tty[2] = {-1, -1}; /* the terminal's master and slave */
+    bool ok = pipe2(st, O_CLOEXEC) == 0 &&
+              ((s.flags & CTL_SPAWN_PTY)
+                   ? open_pty(tty, &s.size) == 0
+                   : pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
+                         (!(s.flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
               (!(s.flags & CTL_SPAWN_SOCKET) ||
                socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0);
     int e = errno;
     pid_t pid = ok ? fork() : -1;
     if (pid == 0) {
-        int devnull = in[0] >= 0 ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+        int devnull = in[0] >= 0 || tty[1] >= 0 ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
         int fds[4] = {in[0] >= 0 ? in[0] : devnull, out[1], errp[1], sock[1]};
+        if (tty[1] >= 0)
+            fds[0] = fds[1] = fds[2] = tty[1];
         close(st[0]);
         child_exec(&s, fds, st[1]);
     }
     if (pid < 0 && ok)
         e = errno;
-    int child_ends[] = {in[0], out[1], errp[1], sock[1], st[1]};
+    int child_ends[] = {in[0], out[1], errp[1], sock[1], st[1], tty[1]};
     for (size_t i = 0; i < sizeof(child_ends) / sizeof(child_ends[0]); i++)
         if (child_ends[i] >= 0)
             close(child_ends[i]);
@@ -229,13 +266,17 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
         ctl_put_i32(rep, pid);
         if (in[1] >= 0)
             ctl_add_fd(rep, in[1]);
-        ctl_add_fd(rep, out[0]);
-        ctl_add_fd(rep, errp[0]);
+        if (tty[0] >= 0) {
+            ctl_add_fd(rep, tty[0]);
+        } else {
+            ctl_add_fd(rep, out[0]);
+            ctl_add_fd(rep, errp[0]);
+        }
         if (sock[0] >= 0)
             ctl_add_fd(rep, sock[0]);
     } else {
-        int ours[] = {in[1], out[0], errp[0], sock[0]};
-        for (size_t i = 0; i < 4; i++)
+        int ours[] = {in[1], out[0], errp[0], sock[0], tty[0]};
+        for (size_t i = 0; i < 5; i++)
             if (ours[i] >= 0)
                 close(ours[i]);
     }

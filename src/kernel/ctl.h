@@ -10,9 +10,12 @@
  * byte from a sandbox as such.
  *
  * Requests (daemon -> agent) carry a non-zero seq that the reply repeats:
- *   SPAWN   u32 flags, str cwd, u32 argc, str argv..., u32 envc, str env...
+ *   SPAWN   u32 flags, str cwd, u32 argc, str argv..., u32 envc, str env...,
+ *           [u32 rows, u32 cols if CTL_SPAWN_PTY]
  *           -> OK i32 pid; fds [stdin writer if CTL_SPAWN_STDIN], stdout reader,
- *              stderr reader, [socket if CTL_SPAWN_SOCKET, the child's fd 3]
+ *              stderr reader, [socket if CTL_SPAWN_SOCKET, the child's fd 3];
+ *              with CTL_SPAWN_PTY: the terminal's master instead of the
+ *              stdin, stdout and stderr descriptors
  *   SIGNAL  i32 pid, i32 signal, u32 whole_group          -> OK
  *   OPEN    u32 mode (CTL_OPEN_*), u32 perm, str path     -> OK u64 size; fd
  *   STAT    str path                                      -> OK entry
@@ -65,7 +68,15 @@ enum ctl_op {
  * CTL_SPAWN_PRISTINE: fork the agent's never-used interpreter (a zygote's
  * sandbox) instead of executing one: with CTL_SPAWN_KERNEL it becomes the
  * kernel; without, it runs as `python3 -c argv[1] argv[2...]`. */
-enum { CTL_SPAWN_STDIN = 1, CTL_SPAWN_SOCKET = 2, CTL_SPAWN_KERNEL = 4, CTL_SPAWN_PRISTINE = 8 };
+/* CTL_SPAWN_PTY: stdin, stdout and stderr are a new terminal, the child's
+ * controlling terminal in a session of its own. */
+enum {
+    CTL_SPAWN_STDIN = 1,
+    CTL_SPAWN_SOCKET = 2,
+    CTL_SPAWN_KERNEL = 4,
+    CTL_SPAWN_PRISTINE = 8,
+    CTL_SPAWN_PTY = 16
+};
 enum { CTL_OPEN_READ = 0, CTL_OPEN_WRITE = 1, CTL_OPEN_APPEND = 2 };
 enum { CTL_TYPE_FILE = 1, CTL_TYPE_DIR, CTL_TYPE_SYMLINK, CTL_TYPE_OTHER };
 

@@ -462,6 +462,80 @@ def test_filesystem_stat_list_mkdir_move_remove(server, sid):
     assert status == 400 and body["code"] == "invalid_argument"
 
 
+# ---- terminals ----
+
+
+def pty_until(stream, needle, seen=b""):
+    """Terminal output from the stream until it holds needle; returns it all."""
+    while needle not in seen:
+        flags, msg = stream.next()
+        assert flags == 0, (msg, seen)
+        ev = msg["event"]
+        assert "stdout" not in ev.get("data", {}) and "end" not in ev, (ev, seen)
+        if "data" in ev:
+            seen += base64.b64decode(ev["data"]["pty"])
+    return seen
+
+
+def type_in(server, sid, pid, text):
+    status, body = unary(server, sid, "process.Process/SendInput",
+                         {"process": {"pid": pid},
+                          "input": {"pty": base64.b64encode(text.encode()).decode()}})
+    assert (status, body) == (200, {}), body
+
+
+def test_a_terminal_runs_an_interactive_shell(server, sid):
+    s = Stream(server, sid, "process.Process/Start",
+               {"process": {"cmd": "/bin/bash", "args": ["-i", "-l"],
+                            "envs": {"TERM": "xterm-256color"}},
+                "pty": {"size": {"cols": 100, "rows": 30}}})
+    pid = s.next()[1]["event"]["start"]["pid"]
+    type_in(server, sid, pid, "stty size; tty; echo $((6 * 7))-$TERM\n")
+    out = pty_until(s, b"42-xterm-256color")
+    assert b"30 100" in out and b"/dev/pts/" in out
+    # Typed characters are echoed, as a terminal does.
+    assert b"echo $((6 * 7))" in out
+    status, body = unary(server, sid, "process.Process/Update",
+                         {"process": {"pid": pid}, "pty": {"size": {"cols": 120, "rows": 40}}})
+    assert (status, body) == (200, {}), body
+    type_in(server, sid, pid, "stty size\n")
+    pty_until(s, b"40 120")
+    # Programs see a terminal; Ctrl-C interrupts the foreground job only.
+    type_in(server, sid, pid, "python3 -c 'import os; print(os.isatty(0), os.isatty(1))'\n")
+    pty_until(s, b"True True")
+    type_in(server, sid, pid, "sleep 60\n")
+    time.sleep(0.5)
+    type_in(server, sid, pid, "\x03echo after-$?\n")
+    pty_until(s, b"after-130")
+    type_in(server, sid, pid, "exit 3\n")
+    messages, eos = s.all()
+    assert eos == {}
+    assert events(messages)[-1]["end"]["exitCode"] == 3
+
+
+def test_terminal_errors(server, sid):
+    for pty in ({"size": {"cols": 0, "rows": 10}}, {"size": {"cols": 80}}, {"size": 3}, {}):
+        messages, eos = Stream(server, sid, "process.Process/Start",
+                               {"process": {"cmd": "bash"}, "pty": pty}).all()
+        assert eos["error"]["code"] == "invalid_argument", (pty, eos)
+    s = Stream(server, sid, "process.Process/Start",
+               {"process": {"cmd": "sleep", "args": ["30"]}, "stdin": True})
+    pid = s.next()[1]["event"]["start"]["pid"]
+    status, body = unary(server, sid, "process.Process/Update",
+                         {"process": {"pid": pid}, "pty": {"size": {"cols": 80, "rows": 24}}})
+    assert status == 400 and body["code"] == "failed_precondition", body
+    assert "no terminal" in body["message"]
+    status, body = unary(server, sid, "process.Process/Update",
+                         {"process": {"pid": 99999}, "pty": {"size": {"cols": 80, "rows": 24}}})
+    assert status == 404, body
+    status, body = unary(server, sid, "process.Process/Update",
+                         {"process": {"pid": pid}, "pty": {"size": {"cols": 80, "rows": 70000}}})
+    assert status == 400 and body["code"] == "invalid_argument", body
+    assert unary(server, sid, "process.Process/SendSignal",
+                 {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})[0] == 200
+    s.all()
+
+
 # ---- watches ----
 
 

@@ -189,3 +189,53 @@ test('files.exists, getInfo, rename and remove', T, () =>
     await assert.rejects(sbx.files.read('/home/user/moved.txt'), FileNotFoundError);
   }),
 );
+
+// Waits until check() holds, polling every 50 ms for up to 10 s.
+async function until(check, what) {
+  const deadline = Date.now() + 10_000;
+  while (!check()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+test('files.watchDir reports creations, writes and removals, recursively', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await sbx.files.makeDir('/home/user/watched/sub');
+    const seen = [];
+    const handle = await sbx.files.watchDir('/home/user/watched', (ev) => seen.push(`${ev.type} ${ev.name}`), {
+      recursive: true,
+    });
+    await sbx.files.write('/home/user/watched/a.txt', 'one');
+    await sbx.files.write('/home/user/watched/sub/b.txt', 'two');
+    await sbx.commands.run('mkdir -p /home/user/watched/new && echo 3 > /home/user/watched/new/c.txt');
+    await sbx.files.remove('/home/user/watched/a.txt');
+    const want = ['create a.txt', 'write a.txt', 'create sub/b.txt', 'create new', 'create new/c.txt', 'remove a.txt'];
+    await until(() => want.every((w) => seen.includes(w)), `${want} in ${seen}`);
+    await handle.stop();
+    const before = seen.length;
+    await sbx.files.write('/home/user/watched/late.txt', 'x');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(seen.length, before, 'no event after stop()');
+  }),
+);
+
+test('pty.create runs an interactive shell that takes input and resizes', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const decoder = new TextDecoder();
+    let out = '';
+    const term = await sbx.pty.create({ cols: 90, rows: 20, onData: (data) => (out += decoder.decode(data)) });
+    const type = (text) => sbx.pty.sendInput(term.pid, new TextEncoder().encode(text));
+    await type('stty size; echo "term=$TERM"\n');
+    await until(() => out.includes('20 90') && out.includes('term=xterm-256color'), `the size in ${out}`);
+    await sbx.pty.resize(term.pid, { cols: 132, rows: 50 });
+    await type('stty size\n');
+    await until(() => out.includes('50 132'), `the new size in ${out}`);
+    const listed = await sbx.commands.list();
+    assert.ok(listed.some((p) => p.pid === term.pid), 'the terminal is listed');
+    assert.equal(await sbx.pty.kill(term.pid), true);
+    const result = await term.wait().catch((e) => e);
+    assert.equal(result.exitCode, -1);
+    assert.equal(await sbx.pty.kill(term.pid), false);
+  }),
+);
