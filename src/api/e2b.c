@@ -12,7 +12,7 @@
 #include "corral/corral.h"
 
 #define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
-#define ENVD_VERSION      "0.4.0"    /* the smallest feature set of E2B's SDKs */
+#define ENVD_VERSION      "0.5.7"    /* closeStdin, octet-stream uploads; no file metadata */
 #define PORT_ENVD         "49983"
 #define PORT_INTERPRETER  "49999"
 #define KEEPALIVE_MS      5000

@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <zlib.h>
 
 #include "base/util.h"
 
@@ -2020,12 +2021,93 @@ static bool multipart_parse(const char *body, size_t len, const char *boundary, 
     return false;
 }
 
+/* A failed write, as envd answers it. */
+static struct http_response *write_error(const struct corral_error *err, const char *path)
+{
+    if (err->code == EISDIR)
+        return http_error(400, "path is a directory: %s", path);
+    int status = err->code == ENOSPC || err->code == EDQUOT                         ? 507
+                 : err->code == EACCES || err->code == EPERM || err->code == EROFS ? 403
+                 : err->code == ENOTDIR || err->code == EINVAL                     ? 400
+                 : err->code == ESRCH                                              ? 502
+                                                                                   : 500;
+    return http_error(status, "%s", err->message);
+}
+
+struct inflater {
+    z_stream z;
+    bool done;
+};
+
+/* corral_file_write's source: the gzip body, inflated piece by piece, so
+ * that what it expands to never sits in memory (the sandbox's disk bounds it). */
+static long inflate_source(void *u, void *buf, size_t cap)
+{
+    struct inflater *in = u;
+    if (in->done)
+        return 0;
+    in->z.next_out = buf;
+    in->z.avail_out = (uInt)(cap > (1u << 30) ? 1u << 30 : cap);
+    long n = 0;
+    while (n == 0) { /* a header alone gives no output yet */
+        int r = inflate(&in->z, Z_NO_FLUSH);
+        n = (long)((unsigned char *)in->z.next_out - (unsigned char *)buf);
+        if (r == Z_STREAM_END) {
+            in->done = true;
+            break;
+        }
+        if ((r != Z_OK && r != Z_BUF_ERROR) || (n == 0 && in->z.avail_in == 0))
+            return -EILSEQ; /* corrupt, or the body ended before the gzip stream */
+    }
+    return n;
+}
+
+/* application/octet-stream: the body is the file (gzip-compressed with
+ * Content-Encoding: gzip), written to the path query parameter. */
+static struct http_response *upload_raw(corral_sandbox *sb, const struct http_request *req)
+{
+    const char *q = http_query(req, "path"), *enc = http_header(req, "Content-Encoding");
+    bool gzip = enc && !strcasecmp(enc, "gzip");
+    if (enc && !gzip && strcasecmp(enc, "identity"))
+        return http_error(400, "unsupported Content-Encoding: %s (gzip or identity)", enc);
+    if (!q || !*q)
+        return http_error(400, "an application/octet-stream upload needs the 'path' query "
+                               "parameter");
+    char path[PATH_MAX_LEN];
+    struct corral_error err;
+    if (resolve_path(q, path, &err) < 0)
+        return http_error(400, "error resolving path '%s': %s", q, err.message);
+    int r;
+    if (gzip) {
+        struct inflater in = {0};
+        if (inflateInit2(&in.z, 16 + MAX_WBITS) != Z_OK)
+            return http_error(500, "out of memory");
+        in.z.next_in = (unsigned char *)req->body;
+        in.z.avail_in = (uInt)req->body_len;
+        r = corral_file_write(sb, path, inflate_source, &in, &err);
+        inflateEnd(&in.z);
+        if (r == -EILSEQ)
+            return http_error(400, "the body is not valid gzip data");
+    } else {
+        r = corral_file_write_all(sb, path, req->body, req->body_len, &err);
+    }
+    if (r < 0)
+        return write_error(&err, path);
+    return http_json(200, json_pack("[{s:o, s:o, s:s}]", "path", text_json(path), "name",
+                                    text_json(base_name(path)), "type", "file"));
+}
+
 static struct http_response *upload(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *bad = NULL;
     if (!username_ok(req, &bad))
         return bad;
     const char *ct = http_header(req, "Content-Type");
+    if (ct && !strncasecmp(ct, "application/octet-stream", 24))
+        return upload_raw(sb, req);
+    const char *enc = http_header(req, "Content-Encoding");
+    if (enc && strcasecmp(enc, "identity"))
+        return http_error(400, "unsupported Content-Encoding for a multipart upload: %s", enc);
     char boundary[80], why[160];
     if (!multipart_boundary(ct, boundary, sizeof(boundary)))
         return http_error(400,
@@ -2067,14 +2149,7 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
             break;
         }
         if (corral_file_write_all(sb, path, parts[i].data, parts[i].len, &err) < 0) {
-            int status = err.code == EISDIR                                             ? 400
-                         : err.code == ENOSPC || err.code == EDQUOT                     ? 507
-                         : err.code == EACCES || err.code == EPERM || err.code == EROFS ? 403
-                         : err.code == ENOTDIR || err.code == EINVAL                    ? 400
-                         : err.code == ESRCH                                            ? 502
-                                                                                        : 500;
-            resp = err.code == EISDIR ? http_error(400, "path is a directory: %s", path)
-                                      : http_error(status, "%s", err.message);
+            resp = write_error(&err, path);
             break;
         }
         if (!(dests[n_dests] = strdup(path))) {

@@ -1,16 +1,19 @@
 /*
  * envd, the daemon E2B runs in each sandbox (E2b-Sandbox-Port: 49983), over
- * libcorral, as an E2B sandbox that reports envdVersion 0.4.0 offers it:
+ * libcorral, as an E2B sandbox that reports envdVersion 0.5.7 offers it:
  *
  *   GET /health                      204
  *   GET /files?path=&username=       the file's bytes (400 for a directory, 404 missing)
  *   POST /files?path=&username=      multipart/form-data uploads ('file' parts; a part's
- *                                    filename is its destination when path is absent)
- *   /process.Process/...             Connect RPC: Start and Connect (server streams),
- *                                    List, SendInput, SendSignal, CloseStdin; Update
- *                                    (terminals) and StreamInput answer `unimplemented`
- *   /filesystem.Filesystem/...       Stat, ListDir, MakeDir, Move, Remove; the watchers
- *                                    answer `unimplemented`
+ *                                    filename is its destination when path is absent), or
+ *                                    application/octet-stream (the body is the file at
+ *                                    path; Content-Encoding: gzip is inflated)
+ *   /process.Process/...             Connect RPC: Start and Connect (server streams, also
+ *                                    on a terminal), List, SendInput, SendSignal,
+ *                                    CloseStdin, Update; StreamInput answers `unimplemented`
+ *   /filesystem.Filesystem/...       Stat, ListDir, MakeDir, Move, Remove, WatchDir (a
+ *                                    server stream), CreateWatcher, GetWatcherEvents,
+ *                                    RemoveWatcher
  *
  * The Connect protocol is spoken with the JSON codec only: unary calls take
  * and return one JSON message (errors: {"code","message"} with Connect's HTTP

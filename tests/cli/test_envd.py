@@ -192,7 +192,7 @@ def test_download_errors(server, sid, query, status, message):
 
 
 @pytest.mark.parametrize("ctype, body, message", [
-    ("application/octet-stream", b"data", "unsupported content type"),
+    ("text/plain", b"data", "unsupported content type"),
     ("multipart/form-data", b"--x\r\n", "unsupported content type"),
     ("multipart/form-data; boundary=abc", b"no boundary here", "no boundary"),
     ("multipart/form-data; boundary=abc",
@@ -207,6 +207,39 @@ def test_malformed_uploads_are_refused(server, sid, ctype, body, message):
     status, _, data = envd(server, sid, "POST", "/files?path=x", body, {"Content-Type": ctype})
     assert status == 400, data
     assert message in json.loads(data)["message"]
+
+
+def test_octet_stream_uploads_plain_and_gzip(server, sid):
+    import gzip
+    for encoding, body in ((None, ALL_BYTES * 3), ("gzip", gzip.compress(ALL_BYTES * 4000))):
+        extra = {"Content-Type": "application/octet-stream"}
+        if encoding:
+            extra["Content-Encoding"] = encoding
+        status, _, data = envd(server, sid, "POST", f"/files?path=raw/{encoding}.bin", body, extra)
+        assert status == 200, data
+        assert json.loads(data) == [{"path": f"/home/user/raw/{encoding}.bin",
+                                     "name": f"{encoding}.bin", "type": "file"}]
+        status, _, got = envd(server, sid, "GET", f"/files?path=raw/{encoding}.bin")
+        assert status == 200
+        assert got == (ALL_BYTES * 3 if not encoding else ALL_BYTES * 4000)
+    # An empty body is an empty file.
+    status, _, data = envd(server, sid, "POST", "/files?path=empty", b"",
+                           {"Content-Type": "application/octet-stream"})
+    assert status == 200, data
+    assert envd(server, sid, "GET", "/files?path=empty")[2] == b""
+
+
+@pytest.mark.parametrize("query,extra,body,message", [
+    ("", {}, b"x", "needs the 'path' query parameter"),
+    ("?path=g", {"Content-Encoding": "gzip"}, b"not gzip at all", "not valid gzip"),
+    ("?path=g", {"Content-Encoding": "gzip"}, __import__("gzip").compress(b"x" * 1000)[:-30],
+     "not valid gzip"),
+    ("?path=g", {"Content-Encoding": "br"}, b"x", "unsupported Content-Encoding"),
+])
+def test_octet_stream_upload_errors(server, sid, query, extra, body, message):
+    status, _, data = envd(server, sid, "POST", "/files" + query, body,
+                           {"Content-Type": "application/octet-stream", **extra})
+    assert status == 400 and message in json.loads(data)["message"], data
 
 
 def test_upload_errors(server, sid):

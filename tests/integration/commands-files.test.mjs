@@ -239,3 +239,31 @@ test('pty.create runs an interactive shell that takes input and resizes', T, () 
     assert.equal(await sbx.pty.kill(term.pid), false);
   }),
 );
+
+test('files.write with gzip and with a stream uses octet-stream uploads', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const data = crypto.randomBytes(300_000);
+    const info = await sbx.files.write('/home/user/up/gz.bin', data, { gzip: true });
+    assert.equal(info.path, '/home/user/up/gz.bin');
+    assert.deepEqual(Buffer.from(await sbx.files.read('/home/user/up/gz.bin', { format: 'bytes' })), data);
+    const stream = new ReadableStream({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('streamed '));
+        controller.enqueue(new TextEncoder().encode('text'));
+        controller.close();
+      },
+    });
+    await sbx.files.write('/home/user/up/stream.txt', stream);
+    assert.equal(await sbx.files.read('/home/user/up/stream.txt'), 'streamed text');
+  }),
+);
+
+test('closeStdin ends the input of a background command', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const handle = await sbx.commands.run('wc -c', { background: true, stdin: true });
+    await sbx.commands.sendStdin(handle.pid, 'twelve bytes');
+    await sbx.commands.closeStdin(handle.pid);
+    const result = await handle.wait();
+    assert.equal(result.stdout.trim(), '12');
+  }),
+);
