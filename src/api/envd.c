@@ -2026,7 +2026,7 @@ static struct http_response *write_error(const struct corral_error *err, const c
 {
     if (err->code == EISDIR)
         return http_error(400, "path is a directory: %s", path);
-    int status = err->code == ENOSPC || err->code == EDQUOT                         ? 507
+    int status = err->code == ENOSPC || err->code == EDQUOT                        ? 507
                  : err->code == EACCES || err->code == EPERM || err->code == EROFS ? 403
                  : err->code == ENOTDIR || err->code == EINVAL                     ? 400
                  : err->code == ESRCH                                              ? 502
