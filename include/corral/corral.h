@@ -94,6 +94,26 @@ void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms_from_now
 const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);
 /* Processes of the sandbox the kernel killed for lack of memory so far. */
 uint64_t corral_sandbox_oom_kills(corral_sandbox *sb);
+/* Pausing freezes every process of the sandbox: memory and state are kept,
+ * no CPU is used, and calls that need the sandbox fail with EAGAIN until it
+ * is resumed (its deadline still applies; a kill works at any time).
+ * -EALREADY when it already is paused, or not paused. */
+int corral_sandbox_pause(corral_sandbox *sb, struct corral_error *err);
+int corral_sandbox_resume(corral_sandbox *sb, struct corral_error *err);
+bool corral_sandbox_paused(corral_sandbox *sb);
+
+struct corral_sandbox_usage {
+    uint64_t at_ms;     /* wall clock of the sample */
+    uint64_t cpu_ns;    /* CPU time used since it started */
+    double cpu_pct;     /* of its CPU limit, since the previous sample (or its start) */
+    uint64_t mem_used;  /* bytes charged to it, page cache included */
+    uint64_t mem_cache; /* of which page cache */
+    uint64_t mem_limit; /* its memory limit */
+    uint64_t disk_used; /* of its writable storage (/tmp, /home/user, /mnt/data) */
+    uint64_t disk_total;
+};
+int corral_sandbox_usage(corral_sandbox *sb, struct corral_sandbox_usage *out,
+                         struct corral_error *err);
 /* The manager: live sandboxes of this process (retained: release each), by id
  * or all. A sandbox past its deadline is killed by a background reaper. */
 corral_sandbox *corral_sandbox_find(const char *id);

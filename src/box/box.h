@@ -57,6 +57,10 @@ struct corral_context {
 
 struct corral_sandbox {
     pthread_mutex_t lock;
+    pthread_mutex_t freeze_lock;        /* pausing, resuming and killing, one at a time */
+    bool paused, killed;                /* under lock */
+    uint64_t usage_cpu_ns, usage_at_ms; /* the last corral_sandbox_usage() (monotonic) */
+    uint64_t started_mono_ms;
     pthread_cond_t cond; /* replies, exits, death */
     int refs;
     struct jail *jail;
@@ -76,8 +80,8 @@ struct corral_sandbox {
     corral_context *default_ctx;
     unsigned next_ctx;
     unsigned n_watches; /* corral_watch objects alive */
-    char **env;      /* the sandbox's environment for kernels and commands */
-    char **metadata; /* key=value */
+    char **env;         /* the sandbox's environment for kernels and commands */
+    char **metadata;    /* key=value */
     char template_id[64];
     char python[256];
     bool forked; /* from a zygote: kernels are forks of the agent's interpreter */

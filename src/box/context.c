@@ -411,6 +411,9 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     memset(outcome, 0, sizeof(*outcome));
     if (!code)
         return corral_fail(err, EINVAL, "no code to execute");
+    if (corral_sandbox_paused(sb))
+        return corral_fail(err, EAGAIN, "sandbox %s is paused: resume it first",
+                           corral_sandbox_id(sb));
     int r;
     if (!ctx && (r = corral_context_default(sb, &ctx, err)) < 0)
         return r;

@@ -167,6 +167,11 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
         pthread_mutex_unlock(&sb->lock);
         return corral_fail(err, ESRCH, "sandbox %s is not running", corral_sandbox_id(sb));
     }
+    if (sb->paused) {
+        pthread_mutex_unlock(&sb->lock);
+        return corral_fail(err, EAGAIN, "sandbox %s is paused: resume it first",
+                           corral_sandbox_id(sb));
+    }
     w.seq = req->seq = ++sb->next_seq ? sb->next_seq : ++sb->next_seq;
     w.next = sb->pending;
     sb->pending = &w;
@@ -292,6 +297,7 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     sb->env = env;
     sb->metadata = metadata;
     sb->started_at_ms = box_wall_ms();
+    sb->started_mono_ms = corral_now_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     corral_context *ctx = sb->default_ctx;
     pthread_mutex_unlock(&sb->lock);
@@ -318,6 +324,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     if (!sb)
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
     pthread_mutex_init(&sb->lock, NULL);
+    pthread_mutex_init(&sb->freeze_lock, NULL);
     pthread_cond_init(&sb->cond, NULL);
     sb->refs = 1;
     sb->ctl = -1;
@@ -378,6 +385,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     }
     sb->ctl = sv[0];
     sb->started_at_ms = box_wall_ms();
+    sb->started_mono_ms = corral_now_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -438,10 +446,88 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
 
 void corral_sandbox_kill(corral_sandbox *sb)
 {
+    pthread_mutex_lock(&sb->freeze_lock);
     pthread_mutex_lock(&sb->lock);
+    sb->killed = true;
     if (sb->jail && !sb->dead)
-        jail_kill(sb->jail, JAIL_KILLED);
+        jail_kill(sb->jail, JAIL_KILLED); /* a paused sandbox is thawed to die */
     pthread_mutex_unlock(&sb->lock);
+    pthread_mutex_unlock(&sb->freeze_lock);
+}
+
+/* Pauses (frozen true) or resumes the sandbox. */
+static int set_paused(corral_sandbox *sb, bool frozen, struct corral_error *err)
+{
+    pthread_mutex_lock(&sb->freeze_lock);
+    pthread_mutex_lock(&sb->lock);
+    int r = 0;
+    if (sb->dead || sb->killed || !sb->jail)
+        r = corral_fail(err, ESRCH, "sandbox %s is not running", corral_sandbox_id(sb));
+    else if (sb->paused == frozen)
+        r = corral_fail(err, EALREADY, "sandbox %s is %s", corral_sandbox_id(sb),
+                        frozen ? "already paused" : "not paused");
+    else if (frozen)
+        sb->paused = true; /* requests fail from now on, rather than wait */
+    pthread_mutex_unlock(&sb->lock);
+    if (r == 0) {
+        r = jail_freeze(sb->jail, frozen, err);
+        if (r < 0 && frozen)
+            jail_freeze(sb->jail, false, NULL); /* what froze, thaws */
+        pthread_mutex_lock(&sb->lock);
+        sb->paused = r < 0 ? !frozen : frozen;
+        pthread_cond_broadcast(&sb->cond);
+        pthread_mutex_unlock(&sb->lock);
+    }
+    pthread_mutex_unlock(&sb->freeze_lock);
+    return r;
+}
+
+int corral_sandbox_pause(corral_sandbox *sb, struct corral_error *err)
+{
+    return set_paused(sb, true, err);
+}
+
+int corral_sandbox_resume(corral_sandbox *sb, struct corral_error *err)
+{
+    return set_paused(sb, false, err);
+}
+
+bool corral_sandbox_paused(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    bool paused = sb->paused && !sb->dead;
+    pthread_mutex_unlock(&sb->lock);
+    return paused;
+}
+
+int corral_sandbox_usage(corral_sandbox *sb, struct corral_sandbox_usage *out,
+                         struct corral_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    struct jail_usage u;
+    pthread_mutex_lock(&sb->freeze_lock); /* one sample at a time */
+    int r = corral_sandbox_alive(sb)
+                ? jail_usage(sb->jail, &u, err)
+                : corral_fail(err, ESRCH, "sandbox %s is not running", corral_sandbox_id(sb));
+    if (r == 0) {
+        uint64_t now = corral_now_ms();
+        out->at_ms = box_wall_ms();
+        out->cpu_ns = u.cpu_ns;
+        uint64_t since = sb->usage_at_ms ? sb->usage_at_ms : sb->started_mono_ms;
+        uint64_t base = sb->usage_at_ms ? sb->usage_cpu_ns : 0;
+        if (now > since && u.cpu_ns >= base)
+            out->cpu_pct = (double)(u.cpu_ns - base) / 1e6 / (double)(now - since) * 100.0 /
+                           ((double)sb->limits.millicpus / 1000.0);
+        sb->usage_cpu_ns = u.cpu_ns;
+        sb->usage_at_ms = now;
+        out->mem_used = u.mem_used;
+        out->mem_cache = u.mem_cache;
+        out->mem_limit = sb->limits.memory_bytes;
+        out->disk_used = u.disk_used;
+        out->disk_total = u.disk_total ? u.disk_total : sb->limits.disk_bytes;
+    }
+    pthread_mutex_unlock(&sb->freeze_lock);
+    return r;
 }
 
 bool corral_sandbox_alive(corral_sandbox *sb)
@@ -489,6 +575,7 @@ void corral_sandbox_release(corral_sandbox *sb)
     box_strv_free(sb->env);
     box_strv_free(sb->metadata);
     pthread_cond_destroy(&sb->cond);
+    pthread_mutex_destroy(&sb->freeze_lock);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
 }

@@ -282,7 +282,7 @@ uint64_t cgroup_memory_peak(const struct cgroup *cg)
 }
 
 /* Calls fn for each PID in <dir>/cgroup.procs; returns how many there were. */
-static int for_each_proc(const char *dir, void (*fn)(pid_t))
+static int for_each_proc(const char *dir, void (*fn)(pid_t, void *), void *ctx)
 {
     char path[CGROUP_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
@@ -293,13 +293,14 @@ static int for_each_proc(const char *dir, void (*fn)(pid_t))
     while (fscanf(f, "%d", &pid) == 1) {
         count++;
         if (fn)
-            fn(pid);
+            fn(pid, ctx);
     }
     return count;
 }
 
-static void kill_pid(pid_t pid)
+static void kill_pid(pid_t pid, void *ctx)
 {
+    (void)ctx;
     kill(pid, SIGKILL);
 }
 
@@ -307,7 +308,7 @@ int cgroup_count_procs(const struct cgroup *cg)
 {
     for (int i = 0; i < CGROUP_V1_CONTROLLERS; i++)
         if (cg->dirs[i][0])
-            return for_each_proc(cg->dirs[i], NULL);
+            return for_each_proc(cg->dirs[i], NULL, NULL);
     return 0;
 }
 
@@ -323,12 +324,154 @@ void cgroup_kill_all(const struct cgroup *cg)
      * caught by the next round in cgroup_destroy(). */
     for (int i = 0; i < CGROUP_V1_CONTROLLERS; i++)
         if (cg->dirs[i][0])
-            for_each_proc(cg->dirs[i], kill_pid);
+            for_each_proc(cg->dirs[i], kill_pid, NULL);
+    /* A v1-frozen process dies only once thawed; v2's freezer lets SIGKILL through. */
+    if (cg->freezer[0]) {
+        for_each_proc(cg->freezer, kill_pid, NULL);
+        cg_write(cg->freezer, "freezer.state", "THAWED", NULL);
+    }
+}
+
+int cgroup_freezer_path(const struct cgroup_env *env, const char *id, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s/freezer/corral/%s", env->root, id);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+static void move_pid(pid_t pid, void *freezer)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%d", (int)pid);
+    cg_write(freezer, "cgroup.procs", v, NULL); /* ESRCH: it exited */
+}
+
+static bool freezer_state_is(const char *dir, const char *state)
+{
+    char path[CGROUP_PATH_MAX + 32], buf[32] = "";
+    snprintf(path, sizeof(path), "%s/freezer.state", dir);
+    corral_read_file(path, buf, sizeof(buf), NULL);
+    return !strncmp(buf, state, strlen(state));
+}
+
+static int freeze_v1(struct cgroup *cg, const struct cgroup_env *env, const char *id,
+                     struct corral_error *err)
+{
+    if (!cg->freezer[0]) {
+        char parent[CGROUP_PATH_MAX + 32], dir[CGROUP_PATH_MAX];
+        snprintf(parent, sizeof(parent), "%s/freezer", env->root);
+        if (!path_exists(parent))
+            return corral_fail(err, ENOTSUP, "pausing needs the cgroup v1 freezer controller at %s",
+                               parent);
+        snprintf(parent, sizeof(parent), "%s/freezer/corral", env->root);
+        if (mkdir(parent, 0755) < 0 && errno != EEXIST)
+            return corral_fail_errno(err, "cannot create cgroup %s", parent);
+        if (cgroup_freezer_path(env, id, dir, sizeof(dir)) < 0)
+            return corral_fail(err, ENAMETOOLONG, "cgroup path too long for sandbox %s", id);
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+            return corral_fail_errno(err, "cannot create cgroup %s", dir);
+        snprintf(cg->freezer, sizeof(cg->freezer), "%s", dir);
+    }
+    /* Move everything in, freeze, and move in what forked meanwhile (it is
+     * frozen on arrival) until the memory cgroup has nothing outside. */
+    for (int round = 0; round < 100; round++) {
+        for_each_proc(cg->dirs[0], move_pid, cg->freezer);
+        int r = cg_write(cg->freezer, "freezer.state", "FROZEN", err);
+        if (r < 0)
+            return r;
+        for (int i = 0; i < 1000 && !freezer_state_is(cg->freezer, "FROZEN"); i++) {
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (!freezer_state_is(cg->freezer, "FROZEN"))
+            return corral_fail(err, EBUSY, "the processes of sandbox %s did not freeze within 1 s",
+                               id);
+        if (for_each_proc(cg->dirs[0], NULL, NULL) <= for_each_proc(cg->freezer, NULL, NULL))
+            return 0;
+    }
+    return corral_fail(err, EBUSY, "the processes of sandbox %s kept forking while freezing", id);
+}
+
+int cgroup_freeze(struct cgroup *cg, const struct cgroup_env *env, const char *id, bool frozen,
+                  struct corral_error *err)
+{
+    if (!cg->dirs[0][0])
+        return corral_fail(err, ENOTSUP, "pausing needs the sandbox's cgroups");
+    if (cg->version == CGROUP_V2) {
+        int r = cg_write(cg->dirs[0], "cgroup.freeze", frozen ? "1" : "0", err);
+        if (r < 0 || !frozen)
+            return r;
+        /* cgroup.events says "frozen 1" once every process stopped. */
+        for (int i = 0; i < 1000; i++) {
+            uint64_t v = 0;
+            if (cg_read_u64(cg->dirs[0], "cgroup.events", "frozen", &v) == 0 && v == 1)
+                return 0;
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        return corral_fail(err, EBUSY, "the processes of sandbox %s did not freeze within 1 s", id);
+    }
+    if (frozen)
+        return freeze_v1(cg, env, id, err);
+    if (!cg->freezer[0])
+        return 0;
+    return cg_write(cg->freezer, "freezer.state", "THAWED", err);
+}
+
+int cgroup_memory_usage(const struct cgroup *cg, uint64_t *used, uint64_t *cache)
+{
+    *used = *cache = 0;
+    if (!cg->dirs[0][0])
+        return -1;
+    if (cg->version == CGROUP_V2) {
+        cg_read_u64(cg->dirs[0], "memory.stat", "file", cache);
+        return cg_read_u64(cg->dirs[0], "memory.current", NULL, used);
+    }
+    cg_read_u64(cg->dirs[0], "memory.stat", "cache", cache);
+    return cg_read_u64(cg->dirs[0], "memory.usage_in_bytes", NULL, used);
+}
+
+static void add_cpu(pid_t pid, void *ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (corral_read_file(path, buf, sizeof(buf), NULL) < 0)
+        return;
+    /* After "(comm)", which may hold spaces: state is field 3, utime 14. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return;
+    unsigned long long v[4];
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &v[0],
+               &v[1], &v[2], &v[3]) == 4)
+        *(uint64_t *)ticks += v[0] + v[1] + v[2] + v[3];
+}
+
+uint64_t cgroup_cpu_ns(const struct cgroup *cg)
+{
+    if (!cg->dirs[0][0])
+        return 0;
+    uint64_t usec = 0;
+    if (cg->version == CGROUP_V2 && cg_read_u64(cg->dirs[0], "cpu.stat", "usage_usec", &usec) == 0)
+        return usec * 1000;
+    uint64_t ticks = 0;
+    for_each_proc(cg->dirs[0], add_cpu, &ticks);
+    long hz = sysconf(_SC_CLK_TCK);
+    return ticks * (1000000000ull / (uint64_t)(hz > 0 ? hz : 100));
 }
 
 int cgroup_destroy(struct cgroup *cg, struct corral_error *err)
 {
     int result = 0;
+    if (cg->freezer[0]) {
+        cg_write(cg->freezer, "freezer.state", "THAWED", NULL);
+        for (int tries = 0; rmdir(cg->freezer) < 0 && errno == EBUSY && tries < 500; tries++) {
+            if (tries % 50 == 0)
+                cgroup_kill_all(cg);
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        cg->freezer[0] = '\0';
+    }
     for (int i = CGROUP_V1_CONTROLLERS - 1; i >= 0; i--) {
         if (!cg->dirs[i][0])
             continue;

@@ -10,6 +10,7 @@
 #ifndef CORRAL_JAIL_CGROUP_H
 #define CORRAL_JAIL_CGROUP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -30,6 +31,8 @@ struct cgroup {
     enum cgroup_version version;
     /* v2: dirs[0] only. v1: memory, pids, cpu. Empty string = not created. */
     char dirs[CGROUP_V1_CONTROLLERS][CGROUP_PATH_MAX];
+    /* v1: <root>/freezer/corral/<id>, made by the first cgroup_freeze(). */
+    char freezer[CGROUP_PATH_MAX];
 };
 
 extern const char *const cgroup_v1_controllers[CGROUP_V1_CONTROLLERS];
@@ -51,8 +54,22 @@ uint64_t cgroup_oom_kills(const struct cgroup *cg);
 uint64_t cgroup_memory_peak(const struct cgroup *cg);
 /* Number of processes still in the cgroup (the first hierarchy for v1). */
 int cgroup_count_procs(const struct cgroup *cg);
-/* SIGKILLs every process in the cgroup. */
+/* SIGKILLs every process in the cgroup (frozen ones are thawed to die). */
 void cgroup_kill_all(const struct cgroup *cg);
+/* Freezes every process of the cgroup (they keep their memory and use no
+ * CPU), or thaws them. v2: cgroup.freeze. v1: the processes move into a
+ * freezer cgroup made at the first freeze (no cost for sandboxes never
+ * paused); processes forked meanwhile are caught before this returns. */
+int cgroup_freeze(struct cgroup *cg, const struct cgroup_env *env, const char *id, bool frozen,
+                  struct corral_error *err);
+/* Memory charged to the cgroup, and how much of it is page cache. */
+int cgroup_memory_usage(const struct cgroup *cg, uint64_t *used, uint64_t *cache);
+/* CPU time its processes used, in ns: v2 cpu.stat; v1 (whose cpu hierarchy
+ * does not account) the user and system times of its processes and of the
+ * children they reaped (an init reaps every orphan, so nothing is missed). */
+uint64_t cgroup_cpu_ns(const struct cgroup *cg);
+/* v1: the freezer cgroup path of sandbox `id`. */
+int cgroup_freezer_path(const struct cgroup_env *env, const char *id, char *out, size_t len);
 /* Kills what is left, waits for the cgroup to empty and removes it. */
 int cgroup_destroy(struct cgroup *cg, struct corral_error *err);
 /* Path of the sandbox cgroup named `id` for the given hierarchy index. */

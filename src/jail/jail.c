@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <stdbool.h>
 #include <sys/wait.h>
@@ -399,6 +400,36 @@ uint64_t jail_oom_kills(const struct jail *j)
     return cgroup_oom_kills(&j->cg);
 }
 
+int jail_freeze(struct jail *j, bool frozen, struct corral_error *err)
+{
+    const struct cgroup_env *env;
+    int r = cgroup_env_get(&env, err);
+    if (r < 0)
+        return r;
+    if (j->pid <= 0)
+        return corral_fail(err, ESRCH, "sandbox %s has ended", j->id);
+    return cgroup_freeze(&j->cg, env, j->id, frozen, err);
+}
+
+int jail_usage(struct jail *j, struct jail_usage *out, struct corral_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (j->pid <= 0)
+        return corral_fail(err, ESRCH, "sandbox %s has ended", j->id);
+    out->cpu_ns = cgroup_cpu_ns(&j->cg);
+    cgroup_memory_usage(&j->cg, &out->mem_used, &out->mem_cache);
+    /* The storage as the init sees it: /tmp is one of its bind mounts, and
+     * the sandbox cannot replace it (the root is read-only). */
+    char path[64];
+    struct statfs st;
+    snprintf(path, sizeof(path), "/proc/%d/root/tmp", (int)j->pid);
+    if (statfs(path, &st) == 0) {
+        out->disk_total = (uint64_t)st.f_blocks * (uint64_t)st.f_bsize;
+        out->disk_used = (uint64_t)(st.f_blocks - st.f_bfree) * (uint64_t)st.f_bsize;
+    }
+    return 0;
+}
+
 void jail_destroy(struct jail *j)
 {
     if (!j)
@@ -433,6 +464,10 @@ static void remove_stale_cgroups(const char *id, void *ctx)
     int n = c->env->version == CGROUP_V2 ? 1 : CGROUP_V1_CONTROLLERS;
     for (int i = 0; i < n; i++)
         cgroup_path_for(c->env, id, i, cg.dirs[i], sizeof(cg.dirs[i]));
+    if (c->env->version == CGROUP_V1 &&
+        cgroup_freezer_path(c->env, id, cg.freezer, sizeof(cg.freezer)) == 0 &&
+        access(cg.freezer, F_OK) < 0)
+        cg.freezer[0] = '\0';
     cgroup_kill_all(&cg);
     cgroup_destroy(&cg, NULL);
 }

@@ -145,6 +145,16 @@ void jail_kill(struct jail *j, enum jail_outcome why);
 int jail_collect(struct jail *j, struct jail_result *res, struct corral_error *err);
 /* Processes the kernel's OOM killer killed in the sandbox so far. */
 uint64_t jail_oom_kills(const struct jail *j);
+/* Freezes every process of the sandbox (memory and state kept, no CPU
+ * used), or thaws them. Needs the cgroup layer. */
+int jail_freeze(struct jail *j, bool frozen, struct corral_error *err);
+
+struct jail_usage {
+    uint64_t cpu_ns;                /* CPU time used so far */
+    uint64_t mem_used, mem_cache;   /* bytes charged to the memory cgroup */
+    uint64_t disk_used, disk_total; /* the writable storage (/tmp, /home/user, /mnt/data) */
+};
+int jail_usage(struct jail *j, struct jail_usage *out, struct corral_error *err);
 /* Kills what is left, removes cgroups and releases the slot. NULL is fine. */
 void jail_destroy(struct jail *j);
 

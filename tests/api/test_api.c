@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <corral/corral.h>
@@ -161,6 +162,82 @@ static void state_persists_between_executions(void **state)
     assert_null(main_result(&c));
     reset(&c);
     corral_sandbox_release(sb);
+}
+
+static uint64_t cpu_ns(corral_sandbox *sb)
+{
+    struct corral_sandbox_usage u;
+    struct corral_error err;
+    assert_int_equal(corral_sandbox_usage(sb, &u, &err), 0);
+    return u.cpu_ns;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static bool freezer_dir_exists(corral_sandbox *sb)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/freezer/corral/%s", corral_sandbox_id(sb));
+    return access(path, F_OK) == 0;
+}
+
+static void pause_freezes_and_resume_keeps_state(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    struct collected c;
+    struct corral_exec_outcome out;
+    struct corral_error err;
+    reset(&c);
+    exec_ok(sb, NULL, "x = 41", &c, &out);
+    corral_process *busy;
+    assert_int_equal(corral_command_start(sb, "while :; do :; done", NULL, &busy, &err), 0);
+    sleep_ms(300);
+    struct corral_sandbox_usage u;
+    assert_int_equal(corral_sandbox_usage(sb, &u, &err), 0);
+    assert_true(u.cpu_ns > 100 * 1000000ull);
+    assert_true(u.mem_used > 0 && u.mem_limit > 0 && u.disk_total > 0);
+    sleep_ms(300);
+    assert_int_equal(corral_sandbox_usage(sb, &u, &err), 0);
+    assert_true(u.cpu_pct > 30.0); /* the loop, over the last 300 ms */
+
+    assert_int_equal(corral_sandbox_pause(sb, &err), 0);
+    assert_true(corral_sandbox_paused(sb));
+    assert_true(corral_sandbox_alive(sb));
+    assert_int_equal(corral_sandbox_pause(sb, &err), -EALREADY);
+    uint64_t frozen_at = cpu_ns(sb);
+    sleep_ms(400);
+    assert_true(cpu_ns(sb) - frozen_at < 20 * 1000000ull); /* no CPU while paused */
+    reset(&c);
+    assert_int_equal(corral_execute(sb, NULL, "x", NULL, NULL, &err), -EAGAIN);
+    assert_non_null(strstr(err.message, "paused"));
+
+    assert_int_equal(corral_sandbox_resume(sb, &err), 0);
+    assert_false(corral_sandbox_paused(sb));
+    assert_int_equal(corral_sandbox_resume(sb, &err), -EALREADY);
+    reset(&c);
+    exec_ok(sb, NULL, "x + 1", &c, &out);
+    assert_string_equal(main_result(&c)->text, "42");
+    sleep_ms(200);
+    assert_true(cpu_ns(sb) - frozen_at > 50 * 1000000ull); /* the loop runs again */
+
+    /* A paused sandbox can be killed, and leaves no freezer cgroup behind. */
+    assert_int_equal(corral_sandbox_pause(sb, &err), 0);
+    assert_true(freezer_dir_exists(sb));
+    corral_sandbox_kill(sb);
+    int code = 0;
+    corral_process_wait(busy, NULL, 5000, &code, &err);
+    assert_false(corral_process_running(busy));
+    corral_process_release(busy);
+    assert_int_equal(corral_sandbox_resume(sb, &err), -ESRCH);
+    char id[64];
+    snprintf(id, sizeof(id), "/sys/fs/cgroup/freezer/corral/%s", corral_sandbox_id(sb));
+    corral_sandbox_release(sb);
+    assert_int_equal(access(id, F_OK), -1);
+    reset(&c);
 }
 
 static void streams_arrive_in_order(void **state)
@@ -992,6 +1069,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(state_persists_between_executions),
+        cmocka_unit_test(pause_freezes_and_resume_keeps_state),
         cmocka_unit_test(streams_arrive_in_order),
         cmocka_unit_test(errors_have_name_value_and_traceback),
         cmocka_unit_test(interrupt_keeps_state),
