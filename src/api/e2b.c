@@ -252,8 +252,9 @@ static json_t *detail_json(corral_sandbox *sb)
                      CLIENT_ID, "startedAt", started, "endAt", end, "cpuCount",
                      (int)((l->millicpus + 999) / 1000), "memoryMB",
                      (json_int_t)(l->memory_bytes >> 20), "diskSizeMB",
-                     (json_int_t)(l->disk_bytes >> 20), "state", "running", "envdVersion",
-                     ENVD_VERSION, "metadata", metadata_json(sb));
+                     (json_int_t)(l->disk_bytes >> 20), "state",
+                     corral_sandbox_paused(sb) ? "paused" : "running", "envdVersion", ENVD_VERSION,
+                     "metadata", metadata_json(sb));
 }
 
 static const char *template_for(const char *e2b_template)
@@ -383,12 +384,16 @@ static struct http_response *list_sandboxes(struct e2b *e, const struct http_req
         goto out;
     }
     const char *state = http_query(req, "state");
-    bool want_running = !state || !*state || strstr(state, "running");
+    bool all = !state || !*state;
+    bool want_running = all || strstr(state, "running"),
+         want_paused = all || strstr(state, "paused");
     json_t *arr = json_array();
     pthread_mutex_lock(&e->lock);
-    for (struct owned *o = e->owned; o && want_running; o = o->next)
-        if (matches(o->sb, &f))
+    for (struct owned *o = e->owned; o; o = o->next) {
+        bool paused = corral_sandbox_paused(o->sb);
+        if ((paused ? want_paused : want_running) && matches(o->sb, &f))
             json_array_append_new(arr, detail_json(o->sb));
+    }
     pthread_mutex_unlock(&e->lock);
     resp = http_json(200, arr);
 out:
@@ -427,6 +432,47 @@ static int body_timeout(const struct http_request *req, bool optional, json_int_
     return r;
 }
 
+/* A whole number of seconds from the query, or -1 when absent; -2 when malformed. */
+static long long query_seconds(const struct http_request *req, const char *name)
+{
+    const char *v = http_query(req, name);
+    if (!v || !*v)
+        return -1;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    return errno || *end || n < 0 ? -2 : n;
+}
+
+/* SandboxMetric[]: one sample, taken now (CPU % since the previous sample),
+ * when now lies within [start, end]. */
+static struct http_response *metrics(corral_sandbox *sb, const struct http_request *req)
+{
+    long long start = query_seconds(req, "start"), end = query_seconds(req, "end");
+    if (start == -2 || end == -2)
+        return http_error(400, "'start' and 'end' must be Unix times in seconds");
+    struct corral_sandbox_usage u;
+    struct corral_error err;
+    if (corral_sandbox_usage(sb, &u, &err) < 0)
+        return http_error(500, "%s", err.message);
+    json_t *arr = json_array();
+    long long now = (long long)(u.at_ms / 1000);
+    if ((start < 0 || now >= start) && (end < 0 || now <= end)) {
+        char ts[32];
+        rfc3339(u.at_ms, ts, sizeof(ts));
+        const struct corral_limits *l = corral_sandbox_limits(sb);
+        json_array_append_new(
+            arr,
+            json_pack("{s:s, s:I, s:i, s:f, s:I, s:I, s:I, s:I, s:I}", "timestamp", ts,
+                      "timestampUnix", (json_int_t)now, "cpuCount",
+                      (int)((l->millicpus + 999) / 1000), "cpuUsedPct",
+                      (double)(int)(u.cpu_pct * 100) / 100, "memUsed", (json_int_t)u.mem_used,
+                      "memTotal", (json_int_t)u.mem_limit, "memCache", (json_int_t)u.mem_cache,
+                      "diskUsed", (json_int_t)u.disk_used, "diskTotal", (json_int_t)u.disk_total));
+    }
+    return http_json(200, arr);
+}
+
 static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
                                          const char *id, const char *action)
 {
@@ -450,12 +496,36 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
             corral_sandbox_release(sb);
             return resp;
         }
+        /* connect resumes a paused sandbox (201), as E2B's does */
+        bool resumed = connect && corral_sandbox_resume(sb, NULL) == 0;
         if (secs) /* connect without a timeout keeps the sandbox's */
             corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
-        resp = connect ? http_json(200, sandbox_json(sb)) : http_empty(204);
+        resp = connect ? http_json(resumed ? 201 : 200, sandbox_json(sb)) : http_empty(204);
+    } else if (post && !strcmp(action, "/resume")) { /* deprecated by E2B for /connect */
+        json_int_t secs = 0;
+        struct corral_error err;
+        if (body_timeout(req, true, &secs, &resp) < 0) {
+            corral_sandbox_release(sb);
+            return resp;
+        }
+        if (corral_sandbox_resume(sb, &err) < 0) {
+            resp = err.code == EALREADY ? http_error(409, "sandbox \"%s\" is already running", id)
+                                        : http_error(500, "%s", err.message);
+        } else {
+            if (secs)
+                corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
+            resp = http_json(201, sandbox_json(sb));
+        }
     } else if (post && !strcmp(action, "/pause")) {
-        resp = http_error(400, "corral cannot pause sandboxes: they keep running until killed "
-                               "or timed out");
+        struct corral_error err;
+        if (corral_sandbox_pause(sb, &err) == 0)
+            resp = http_empty(204);
+        else if (err.code == EALREADY)
+            resp = http_error(409, "sandbox \"%s\" is already paused", id);
+        else
+            resp = http_error(err.code == ENOTSUP ? 501 : 500, "%s", err.message);
+    } else if (get && !strcmp(action, "/metrics")) {
+        resp = metrics(sb, req);
     } else {
         resp = http_error(404, "no %s %s in the sandbox API", req->method, req->path);
     }
@@ -823,7 +893,11 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
         return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox was not found", "code", 502));
     struct http_response *resp;
-    if (port && !strcmp(port, PORT_INTERPRETER))
+    if (corral_sandbox_paused(sb))
+        resp = http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
+                                        "The sandbox is paused: connect to it to resume it", "code",
+                                        502));
+    else if (port && !strcmp(port, PORT_INTERPRETER))
         resp = interpreter(sb, req);
     else if (port && !strcmp(port, PORT_ENVD))
         resp = envd(sb, req);

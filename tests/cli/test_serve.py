@@ -99,6 +99,62 @@ def test_create_execute_list_kill(server):
     assert status == 502 and json.loads(text)["message"] == "The sandbox was not found"
 
 
+def test_pause_resume_and_metrics(server):
+    sid = create(server)["sandboxID"]
+    assert execute(server, sid, "x = 41")[0] == 200
+    # A background loop uses the CPU, and stops using it while paused.
+    status, text = server.request(
+        "POST", "/process.Process/Start",
+        raw=b"\x00" + len(b'{"process":{"cmd":"sh","args":["-c","while :; do :; done"]}}')
+        .to_bytes(4, "big") + b'{"process":{"cmd":"sh","args":["-c","while :; do :; done"]}}',
+        headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983",
+                 "Content-Type": "application/connect+json", "Connect-Timeout-Ms": "1500"})
+    assert status == 200
+    status, text = server.request("GET", f"/sandboxes/{sid}/metrics")
+    assert status == 200, text
+    (m,) = json.loads(text)
+    assert set(m) == {"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed",
+                      "memTotal", "memCache", "diskUsed", "diskTotal"}
+    assert abs(m["timestampUnix"] - time.time()) < 5
+    assert m["cpuCount"] >= 1 and 0 < m["memUsed"] < m["memTotal"]
+    assert 0 <= m["diskUsed"] < m["diskTotal"]
+    status, text = server.request("GET", f"/sandboxes/{sid}/metrics?start={int(time.time()) + 60}")
+    assert (status, json.loads(text)) == (200, [])
+    status, text = server.request("GET", f"/sandboxes/{sid}/metrics?start=yesterday")
+    assert status == 400, text
+
+    assert server.request("POST", f"/sandboxes/{sid}/pause", {"memory": True})[0] == 204
+    status, text = server.request("POST", f"/sandboxes/{sid}/pause", {"memory": True})
+    assert status == 409 and "already paused" in text
+    assert json.loads(server.request("GET", f"/sandboxes/{sid}")[1])["state"] == "paused"
+    listed = lambda q: [s["sandboxID"] for s in json.loads(server.request(
+        "GET", "/v2/sandboxes" + q)[1])]
+    assert sid in listed("?state=paused") and sid in listed("")
+    assert sid not in listed("?state=running")
+    status, text = execute(server, sid, "x")
+    assert status == 502 and "paused" in json.loads(text)["message"]
+    server.request("GET", f"/sandboxes/{sid}/metrics")
+    time.sleep(0.5)
+    (m,) = json.loads(server.request("GET", f"/sandboxes/{sid}/metrics")[1])
+    assert m["cpuUsedPct"] < 5, m  # frozen
+
+    status, text = server.request("POST", f"/sandboxes/{sid}/connect", {"timeout": 60})
+    assert status == 201 and json.loads(text)["sandboxID"] == sid
+    status, text = server.request("POST", f"/sandboxes/{sid}/connect", {"timeout": 60})
+    assert status == 200
+    status, lines = execute(server, sid, "x + 1")
+    assert lines[1]["text"] == "42"
+    status, text = server.request("POST", f"/sandboxes/{sid}/resume", {})
+    assert status == 409 and "already running" in text
+    assert server.request("POST", f"/sandboxes/{sid}/pause", {})[0] == 204
+    status, text = server.request("POST", f"/sandboxes/{sid}/resume", {"timeout": 30})
+    assert status == 201, text
+    # A paused sandbox is killed like any other.
+    assert server.request("POST", f"/sandboxes/{sid}/pause", {})[0] == 204
+    assert server.request("DELETE", f"/sandboxes/{sid}")[0] == 204
+    assert server.request("GET", f"/sandboxes/{sid}")[0] == 404
+
+
 def test_contexts_keep_separate_state(server):
     sid = create(server)["sandboxID"]
     hdr = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"}

@@ -164,3 +164,28 @@ test('with --api-key, a wrong key is refused with AuthenticationError', T, async
     }
   }
 });
+
+test('pause freezes a sandbox; connect resumes it with its state', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await sbx.runCode('counter = 41');
+    assert.equal(await sbx.pause(), true);
+    assert.equal(await sbx.pause(), false, 'a second pause reports it was paused already');
+    assert.equal((await sbx.getInfo()).state, 'paused');
+    const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems();
+    assert.ok(paused.some((s) => s.sandboxId === sbx.sandboxId), 'listed as paused');
+    const resumed = await Sandbox.connect(sbx.sandboxId);
+    assert.equal((await resumed.getInfo()).state, 'running');
+    assert.equal((await resumed.runCode('counter + 1')).text, '42');
+  }),
+);
+
+test('getMetrics reports CPU, memory and disk', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await sbx.files.write('/home/user/ballast.bin', crypto.randomBytes(2 << 20));
+    const [m] = await sbx.getMetrics();
+    assert.ok(m.timestamp instanceof Date && Math.abs(m.timestamp - Date.now()) < 5000);
+    assert.ok(m.cpuCount >= 1 && m.cpuUsedPct >= 0);
+    assert.ok(m.memUsed > 0 && m.memUsed < m.memTotal);
+    assert.ok(m.diskUsed >= 2 << 20 && m.diskUsed < m.diskTotal, `disk ${m.diskUsed} of ${m.diskTotal}`);
+  }),
+);
