@@ -27,7 +27,9 @@ struct owned {
 
 struct e2b {
     pthread_mutex_t lock;
+    pthread_cond_t kernels_done;
     struct owned *owned;
+    unsigned starting_kernels; /* default_kernel_main threads running */
     char **api_keys;
     char *state_dir;
 };
@@ -270,6 +272,57 @@ static const char *template_for(const char *e2b_template)
 
 /* ---- control plane ---- */
 
+struct kernel_start {
+    struct e2b *e;
+    corral_sandbox *sb;
+};
+
+static void *default_kernel_main(void *arg)
+{
+    struct kernel_start *k = arg;
+    corral_context *ctx;
+    struct corral_error err;
+    corral_context_default(k->sb, &ctx, &err); /* a failure shows at the first /execute */
+    corral_sandbox_release(k->sb);
+    pthread_mutex_lock(&k->e->lock);
+    if (--k->e->starting_kernels == 0)
+        pthread_cond_broadcast(&k->e->kernels_done);
+    pthread_mutex_unlock(&k->e->lock);
+    free(k);
+    return NULL;
+}
+
+/* Starts the kernel of a new sandbox's default context while the client
+ * reads the answer to its create, as E2B's code interpreter has its kernel
+ * running once the sandbox is up: the first /execute then finds it started,
+ * or waits for the rest of its start only. E2B's `base` template has no code
+ * interpreter, so a sandbox created from it starts its kernel when first
+ * used, as before. */
+static void start_default_kernel(struct e2b *e, corral_sandbox *sb)
+{
+    struct kernel_start *k = malloc(sizeof(*k));
+    if (!k)
+        return;
+    *k = (struct kernel_start){e, sb};
+    corral_sandbox_retain(sb);
+    pthread_mutex_lock(&e->lock);
+    e->starting_kernels++;
+    pthread_mutex_unlock(&e->lock);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    if (pthread_create(&t, &attr, default_kernel_main, k) != 0) {
+        pthread_mutex_lock(&e->lock);
+        e->starting_kernels--;
+        pthread_mutex_unlock(&e->lock);
+        corral_sandbox_release(sb);
+        free(k);
+    }
+    pthread_attr_destroy(&attr);
+}
+
 static struct http_response *create_sandbox(struct e2b *e, const struct http_request *req)
 {
     struct http_response *bad = NULL;
@@ -321,6 +374,8 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     json_t *j = sandbox_json(sb);
     json_object_set_new(j, "templateID", json_copy(tpl));
     own(e, sb);
+    if (strcmp(json_string_value(tpl), "base"))
+        start_default_kernel(e, sb);
     resp = http_json(201, j);
 out:
     strv_free(env);
@@ -930,6 +985,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         return corral_fail(err, ENOMEM, "out of memory");
     }
     pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->kernels_done, NULL);
     *out = e;
     return 0;
 }
@@ -958,6 +1014,11 @@ void e2b_free(struct e2b *e)
         corral_sandbox_release(o->sb);
         free(o);
     }
+    pthread_mutex_lock(&e->lock); /* kernels of killed sandboxes fail to start at once */
+    while (e->starting_kernels)
+        pthread_cond_wait(&e->kernels_done, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+    pthread_cond_destroy(&e->kernels_done);
     strv_free(e->api_keys);
     free(e->state_dir);
     pthread_mutex_destroy(&e->lock);
