@@ -1,6 +1,7 @@
 /* E2B's control plane and code interpreter over libcorral; see e2b.h. */
 #include "api/e2b.h"
 #include "api/envd.h"
+#include "api/signature.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,6 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
+#include "base/util.h"
 #include "corral/corral.h"
 
 #define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
@@ -22,6 +26,7 @@
 /* A sandbox created through this surface: the e2b layer holds its reference. */
 struct owned {
     corral_sandbox *sb;
+    char token[33]; /* envdAccessToken of a secure sandbox; "" = none */
     struct owned *next;
 };
 
@@ -148,7 +153,7 @@ static char **string_map(json_t *obj, const char *field, struct http_response **
 
 /* ---- the sandboxes this surface owns ---- */
 
-static void own(struct e2b *e, corral_sandbox *sb)
+static void own(struct e2b *e, corral_sandbox *sb, const char *token)
 {
     struct owned *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -156,9 +161,21 @@ static void own(struct e2b *e, corral_sandbox *sb)
         return;
     }
     o->sb = sb;
+    snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
     pthread_mutex_lock(&e->lock);
     o->next = e->owned;
     e->owned = o;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* The sandbox's access token ("" when it has none). */
+static void token_of(struct e2b *e, corral_sandbox *sb, char out[33])
+{
+    out[0] = '\0';
+    pthread_mutex_lock(&e->lock);
+    for (struct owned *o = e->owned; o; o = o->next)
+        if (o->sb == sb)
+            memcpy(out, o->token, 33);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -233,11 +250,17 @@ static json_t *metadata_json(corral_sandbox *sb)
 }
 
 /* The Sandbox shape of a create/connect answer. */
-static json_t *sandbox_json(corral_sandbox *sb)
+/* Sandbox; envdAccessToken when it was created secure. */
+static json_t *sandbox_json(struct e2b *e, corral_sandbox *sb)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:n}", "sandboxID", corral_sandbox_id(sb), "templateID",
-                     corral_sandbox_template(sb), "clientID", CLIENT_ID, "envdVersion",
-                     ENVD_VERSION, "domain");
+    char token[33];
+    token_of(e, sb, token);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:n}", "sandboxID", corral_sandbox_id(sb),
+                          "templateID", corral_sandbox_template(sb), "clientID", CLIENT_ID,
+                          "envdVersion", ENVD_VERSION, "domain");
+    if (j && token[0])
+        json_object_set_new(j, "envdAccessToken", json_string(token));
+    return j;
 }
 
 /* SandboxDetail / ListedSandbox. */
@@ -371,9 +394,18 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
                                   : http_error(500, "cannot create the sandbox: %s", err.message);
         goto out;
     }
-    json_t *j = sandbox_json(sb);
+    /* Secure unless asked otherwise, as E2B's sandboxes are (the SDKs no
+     * longer send the field): the data plane then needs the token. */
+    json_t *secure = json_object_get(body, "secure");
+    char token[33] = "";
+    if (!json_is_false(secure) && corral_random_hex(token, 16, &err) < 0) {
+        corral_sandbox_release(sb);
+        resp = http_error(500, "%s", err.message);
+        goto out;
+    }
+    own(e, sb, token);
+    json_t *j = sandbox_json(e, sb);
     json_object_set_new(j, "templateID", json_copy(tpl));
-    own(e, sb);
     if (strcmp(json_string_value(tpl), "base"))
         start_default_kernel(e, sb);
     resp = http_json(201, j);
@@ -537,7 +569,12 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
     struct http_response *resp = NULL;
     bool get = !strcmp(req->method, "GET"), post = !strcmp(req->method, "POST");
     if (!*action && get) {
-        resp = http_json(200, detail_json(sb));
+        json_t *j = detail_json(sb);
+        char token[33];
+        token_of(e, sb, token);
+        if (j && token[0])
+            json_object_set_new(j, "envdAccessToken", json_string(token));
+        resp = http_json(200, j);
     } else if (!*action && !strcmp(req->method, "DELETE")) {
         corral_sandbox_kill(sb);
         resp = disown(e, sb) ? http_empty(204) : not_found(id);
@@ -555,7 +592,7 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         bool resumed = connect && corral_sandbox_resume(sb, NULL) == 0;
         if (secs) /* connect without a timeout keeps the sandbox's */
             corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
-        resp = connect ? http_json(resumed ? 201 : 200, sandbox_json(sb)) : http_empty(204);
+        resp = connect ? http_json(resumed ? 201 : 200, sandbox_json(e, sb)) : http_empty(204);
     } else if (post && !strcmp(action, "/resume")) { /* deprecated by E2B for /connect */
         json_int_t secs = 0;
         struct corral_error err;
@@ -569,7 +606,7 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         } else {
             if (secs)
                 corral_sandbox_set_timeout(sb, (uint64_t)secs * 1000);
-            resp = http_json(201, sandbox_json(sb));
+            resp = http_json(201, sandbox_json(e, sb));
         }
     } else if (post && !strcmp(action, "/pause")) {
         struct corral_error err;
@@ -939,16 +976,43 @@ static struct http_response *envd(corral_sandbox *sb, const struct http_request 
     return envd_handle(sb, req);
 }
 
-static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
-                                        const char *id)
+/* Whether the request may reach a secure sandbox (token: its access
+ * token): X-Access-Token on envd and /execute, as E2B's envd and code
+ * interpreter check it; envd's /health needs nothing, and /files takes a
+ * signed URL instead (see e2b_signature_ok). */
+static bool allowed(const struct http_request *req, const char *port, const char *token)
 {
-    const char *port = http_header(req, "E2b-Sandbox-Port");
+    if (!token[0])
+        return true;
+    const char *given = http_header(req, "X-Access-Token");
+    if (given && strlen(given) == strlen(token) && !CRYPTO_memcmp(given, token, strlen(token)))
+        return true;
+    if (port && !strcmp(port, PORT_INTERPRETER)) /* the SDKs send it on /execute only */
+        return strcmp(req->path, "/execute") != 0;
+    if (!strcmp(req->path, "/health"))
+        return true;
+    if (strcmp(req->path, "/files"))
+        return false;
+    const char *op = !strcmp(req->method, "GET") ? "read" : "write";
+    return e2b_signature_ok(http_query(req, "path"), op, http_query(req, "username"), token,
+                            http_query(req, "signature"), http_query(req, "signature_expiration"),
+                            (uint64_t)time(NULL));
+}
+
+static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
+                                        const char *id, const char *port)
+{
     corral_sandbox *sb = find(e, id);
     if (!sb)
         return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox was not found", "code", 502));
     struct http_response *resp;
-    if (corral_sandbox_paused(sb))
+    char token[33];
+    token_of(e, sb, token);
+    if (!allowed(req, port, token))
+        resp = http_error(401, "unauthorized access, please provide a valid access token or "
+                               "signature");
+    else if (corral_sandbox_paused(sb))
         resp = http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox is paused: connect to it to resume it", "code",
                                         502));
@@ -968,7 +1032,17 @@ struct http_response *e2b_handle(const struct http_request *req, void *ctx)
 {
     struct e2b *e = ctx;
     const char *id = http_header(req, "E2b-Sandbox-Id");
-    struct http_response *resp = id ? data_plane(e, req, id) : control_plane(e, req);
+    const char *port = http_header(req, "E2b-Sandbox-Port");
+    /* Without the headers, a host named as E2B's are, <port>-<id>.<domain>
+     * (the URLs of downloadUrl/uploadUrl, through a wildcard DNS name). */
+    char host_id[64], host_port[8];
+    const char *host = http_header(req, "Host");
+    if (!id && host && sscanf(host, "%7[0-9]-%63[a-z0-9].", host_port, host_id) == 2 &&
+        strchr(host, '.')) {
+        id = host_id;
+        port = host_port;
+    }
+    struct http_response *resp = id ? data_plane(e, req, id, port) : control_plane(e, req);
     if (resp) /* browsers: E2B's services allow any origin */
         http_add_header(resp, "Access-Control-Allow-Origin", "*");
     return resp;

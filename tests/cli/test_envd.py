@@ -285,8 +285,8 @@ def test_start_with_envs_cwd_and_binary_output(server, sid):
     ({"process": {"cmd": "ls", "cwd": "/nowhere"}}, "invalid_argument", "/nowhere"),
     ({"process": {"args": ["x"]}}, "invalid_argument", "'process.cmd' is required"),
     ({"process": {"cmd": "ls", "envs": {"A": 1}}}, "invalid_argument", "'process.envs'"),
-    ({"process": {"cmd": "bash"}, "pty": {"size": {"cols": 80, "rows": 24}}}, "unimplemented",
-     "pty"),
+    ({"process": {"cmd": "bash"}, "pty": {"size": {"cols": 80, "rows": 0}}}, "invalid_argument",
+     "pty.size.rows"),
 ])
 def test_start_errors_end_the_stream(server, sid, message, code, text):
     messages, eos = Stream(server, sid, "process.Process/Start", message).all()
@@ -380,7 +380,7 @@ def test_stdin_input_and_close(server, sid):
     messages, eos = s.all()
     assert output(events(messages), "stdout") == b"typed\n\x00\xff"
     assert events(messages)[-1]["end"]["status"] == "exit status 0"
-    # Without stdin, input is refused; terminals are not provided.
+    # Without stdin, input is refused; a process without a terminal cannot be resized.
     s = Stream(server, sid, "process.Process/Start",
                {"process": {"cmd": "sleep", "args": ["60"]}, "stdin": False})
     pid = s.next()[1]["event"]["start"]["pid"]
@@ -389,7 +389,7 @@ def test_stdin_input_and_close(server, sid):
     assert status == 400 and body["code"] == "failed_precondition", body
     status, body = unary(server, sid, "process.Process/Update",
                          {"process": {"pid": pid}, "pty": {"size": {"cols": 80, "rows": 24}}})
-    assert status == 501 and body["code"] == "unimplemented"
+    assert status == 400 and body["code"] == "failed_precondition"
     unary(server, sid, "process.Process/SendSignal",
           {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
     assert events(s.all()[0])[-1]["end"]["status"] == "signal: killed"

@@ -55,8 +55,10 @@ def server():
 
 
 def create(server, **fields):
+    """A sandbox; not secure unless asked (the data plane then needs no token)."""
     status, text = server.request("POST", "/sandboxes",
-                                  {"templateID": "code-interpreter-v1", "timeout": 60, **fields},
+                                  {"templateID": "code-interpreter-v1", "timeout": 60,
+                                   "secure": False, **fields},
                                   {"X-API-Key": KEY})
     assert status == 201, text
     return json.loads(text)
@@ -153,6 +155,71 @@ def test_pause_resume_and_metrics(server):
     assert server.request("POST", f"/sandboxes/{sid}/pause", {})[0] == 204
     assert server.request("DELETE", f"/sandboxes/{sid}")[0] == 204
     assert server.request("GET", f"/sandboxes/{sid}")[0] == 404
+
+
+def sign(path, op, user, token, expiration=None):
+    import base64
+    import hashlib
+    raw = f"{path}:{op}:{user}:{token}" + (f":{expiration}" if expiration is not None else "")
+    import urllib.parse
+    sig = base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+    return urllib.parse.quote("v1_" + sig, safe="")
+
+
+def test_secure_sandboxes_need_their_access_token(server):
+    sb = create(server, secure=True)
+    sid, token = sb["sandboxID"], sb["envdAccessToken"]
+    assert len(token) == 32
+    status, text = server.request("GET", f"/sandboxes/{sid}")
+    assert json.loads(text)["envdAccessToken"] == token
+    assert "envdAccessToken" not in json.loads(server.request("GET", "/v2/sandboxes")[1])[0]
+    assert "envdAccessToken" not in create(server, secure=False)
+    status, text = server.request("POST", "/sandboxes", {"templateID": "base"})
+    assert len(json.loads(text)["envdAccessToken"]) == 32  # secure unless asked otherwise
+    ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"}
+    envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
+    status, text = server.request("POST", "/execute", {"code": "1"}, ci)
+    assert status == 401 and "access token" in json.loads(text)["message"]
+    status, text = server.request("POST", "/execute", {"code": "1"},
+                                  {**ci, "X-Access-Token": token[::-1]})
+    assert status == 401
+    status, text = server.request("POST", "/execute", {"code": "6 * 7"},
+                                  {**ci, "X-Access-Token": token})
+    assert status == 200 and '"42"' in text
+    assert server.request("GET", "/contexts", headers=ci)[0] == 200  # as E2B: unchecked
+    assert server.request("GET", "/health", headers=envd)[0] == 204
+    rpc = {**envd, "Content-Type": "application/json"}
+    assert server.request("POST", "/filesystem.Filesystem/Stat", {"path": "/tmp"}, rpc)[0] == 401
+    status, text = server.request("POST", "/filesystem.Filesystem/Stat", {"path": "/tmp"},
+                                  {**rpc, "X-Access-Token": token})
+    assert status == 200, text
+    # /files: the token, or a signed URL (optionally with an expiration).
+    assert server.request("GET", "/files?path=/etc/hostname", headers=envd)[0] == 401
+    up = f"/files?path=signed.txt&signature={sign('signed.txt', 'write', '', token)}"
+    status, text = server.request("POST", up, raw=b"signed body",
+                                  headers={**envd, "Content-Type": "application/octet-stream"})
+    assert status == 200, text
+    later = int(time.time()) + 60
+    down = (f"/files?path=signed.txt&signature={sign('signed.txt', 'read', '', token, later)}"
+            f"&signature_expiration={later}")
+    assert server.request("GET", down, headers=envd) == (200, "signed body")
+    # Signed for another operation, path or user, expired, or altered: refused.
+    past = int(time.time()) - 5
+    for query in (f"path=signed.txt&signature={sign('signed.txt', 'write', '', token)}",
+                  f"path=other.txt&signature={sign('signed.txt', 'read', '', token)}",
+                  f"path=signed.txt&username=user&signature={sign('signed.txt', 'read', '', token)}",
+                  f"path=signed.txt&signature={sign('signed.txt', 'read', '', token, past)}"
+                  f"&signature_expiration={past}",
+                  f"path=signed.txt&signature={sign('signed.txt', 'read', '', token, later)}"
+                  f"&signature_expiration={later + 1}",
+                  "path=signed.txt&signature=v1_AAAA"):
+        assert server.request("GET", "/files?" + query, headers=envd)[0] == 401, query
+    # Without the routing headers, a host named <port>-<id>.<domain> reaches the sandbox.
+    assert server.request("GET", down, headers={"Host": f"49983-{sid}.sandbox.test"}) == \
+        (200, "signed body")
+    status, text = server.request("POST", "/execute", {"code": "1"},
+                                  {"Host": f"49999-{sid}.sandbox.test", "X-Access-Token": token})
+    assert status == 200
 
 
 def test_contexts_keep_separate_state(server):

@@ -3,13 +3,14 @@
 // filesystem.Filesystem service (files).
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import http from 'node:http';
 import { test } from 'node:test';
 
 import { CommandExitError, FileNotFoundError, Sandbox, TimeoutError } from 'e2b';
 
 import { useServer, withSandbox } from './harness.mjs';
 
-useServer();
+const ctx = useServer();
 
 const T = { timeout: 120_000 };
 const ALL_BYTES = Uint8Array.from({ length: 256 }, (_, i) => i);
@@ -265,5 +266,53 @@ test('closeStdin ends the input of a background command', T, () =>
     await sbx.commands.closeStdin(handle.pid);
     const result = await handle.wait();
     assert.equal(result.stdout.trim(), '12');
+  }),
+);
+
+// A request to the server with a Host header as E2B names sandbox hosts.
+function viaHost(url, host, { method = 'GET', body } = {}) {
+  const { pathname, search } = new URL(url);
+  const { port } = new URL(ctx.server.url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: pathname + search, method, headers: { Host: host } }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+test('a secure sandbox: the SDK token is checked, and signed URLs reach files', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const res = await fetch(new URL('/execute', ctx.server.url), {
+      method: 'POST',
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' },
+      body: JSON.stringify({ code: '1' }),
+    });
+    assert.equal(res.status, 401, 'no X-Access-Token, no execution');
+    await sbx.files.write('/home/user/shared.txt', 'for the link');
+    const host = `49983-${sbx.sandboxId}.sandbox.test`;
+    const down = await sbx.downloadUrl('/home/user/shared.txt', { useSignatureExpiration: 60 });
+    assert.match(down, /signature=v1_/);
+    assert.deepEqual(await viaHost(down, host), { status: 200, body: 'for the link' });
+    const up = await sbx.uploadUrl('/home/user/uploaded.txt');
+    const boundary = 'corral-test';
+    const form = `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\nvia link\r\n--${boundary}--\r\n`;
+    const posted = await new Promise((resolve, reject) => {
+      const { pathname, search } = new URL(up);
+      const req = http.request(
+        { host: '127.0.0.1', port: new URL(ctx.server.url).port, path: pathname + search, method: 'POST',
+          headers: { Host: host, 'Content-Type': `multipart/form-data; boundary=${boundary}` } },
+        (r) => { r.resume(); r.on('end', () => resolve(r.statusCode)); },
+      );
+      req.on('error', reject);
+      req.end(form);
+    });
+    assert.equal(posted, 200);
+    assert.equal(await sbx.files.read('/home/user/uploaded.txt'), 'via link');
+    const tampered = down.replace('shared.txt', 'other.txt');
+    assert.equal((await viaHost(tampered, host)).status, 401);
   }),
 );
