@@ -15,6 +15,7 @@
 #include <time.h>
 #include <zlib.h>
 
+#include "api/multipart.h"
 #include "base/util.h"
 
 #define HOME                "/home/user"
@@ -23,7 +24,6 @@
 #define CONNECT_JSON        "application/connect+json"
 #define INLINE_MAX          (8u << 20) /* downloads up to this are read before answering */
 #define KEEPALIVE_DEFAULT_S 50
-#define MAX_PARTS           1024
 #define DRAIN_MS            10000 /* at exit, how long streams get to let go of sandboxes */
 #define DEADLINE            "the stream's deadline (Connect-Timeout-Ms) passed"
 
@@ -1826,201 +1826,6 @@ static struct http_response *download(corral_sandbox *sb, const struct http_requ
     return bytes_response("application/octet-stream", c.data, c.len, NULL, NULL);
 }
 
-/* ---- multipart/form-data (RFC 7578) ---- */
-
-/* The next parameter of a header value (`; key=value` or `; key="quoted"`)
- * from *s; false at the end, or when malformed (then *bad). */
-static bool next_param(const char **s, const char *end, char *key, size_t klen, char *val,
-                       size_t vlen, bool *bad)
-{
-    const char *p = *s;
-    while (p < end && (*p == ';' || *p == ' ' || *p == '\t'))
-        p++;
-    if (p >= end)
-        return false;
-    const char *k = p;
-    while (p < end && *p != '=' && *p != ';')
-        p++;
-    const char *kend = p;
-    while (kend > k && (kend[-1] == ' ' || kend[-1] == '\t'))
-        kend--;
-    snprintf(key, klen, "%.*s", (int)(kend - k), k);
-    size_t n = 0;
-    if (p < end && *p == '=') {
-        p++;
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        if (p < end && *p == '"') {
-            p++;
-            while (p < end && *p != '"') {
-                if (*p == '\\' && p + 1 < end)
-                    p++;
-                if (n + 1 < vlen)
-                    val[n++] = *p;
-                p++;
-            }
-            if (p >= end) {
-                *bad = true;
-                return false;
-            }
-            p++; /* the closing quote */
-        } else {
-            const char *v = p;
-            while (p < end && *p != ';')
-                p++;
-            const char *vend = p;
-            while (vend > v && (vend[-1] == ' ' || vend[-1] == '\t'))
-                vend--;
-            n = (size_t)(vend - v) < vlen ? (size_t)(vend - v) : vlen - 1;
-            memcpy(val, v, n);
-        }
-    }
-    val[n] = '\0';
-    *s = p;
-    return true;
-}
-
-/* RFC 5987's ext-value: charset'language'percent-encoded. */
-static void ext_value(const char *in, char *out, size_t len)
-{
-    const char *q = strchr(in, '\'');
-    const char *text = q && strchr(q + 1, '\'') ? strchr(q + 1, '\'') + 1 : in;
-    size_t n = 0;
-    for (const char *p = text; *p && n + 1 < len; p++) {
-        if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
-            char hex[3] = {p[1], p[2], 0};
-            out[n++] = (char)strtol(hex, NULL, 16);
-            p += 2;
-        } else {
-            out[n++] = *p;
-        }
-    }
-    out[n] = '\0';
-}
-
-struct part {
-    char name[64];
-    char filename[PATH_MAX_LEN];
-    const char *data;
-    size_t len;
-};
-
-/* The boundary of a multipart Content-Type, or false. */
-static bool multipart_boundary(const char *ct, char *out, size_t len)
-{
-    if (!ct || strncasecmp(ct, "multipart/", 10))
-        return false;
-    const char *s = strchr(ct, ';'), *end = ct + strlen(ct);
-    char key[32], val[128];
-    bool bad = false;
-    while (s && next_param(&s, end, key, sizeof(key), val, sizeof(val), &bad))
-        if (!strcasecmp(key, "boundary") && *val && strlen(val) <= 70) {
-            snprintf(out, len, "%s", val);
-            return true;
-        }
-    return false;
-}
-
-/* The Content-Disposition of a part's header block [h, end). */
-static bool part_headers(const char *h, const char *end, struct part *p)
-{
-    while (h < end) {
-        const char *eol = memmem(h, (size_t)(end - h), "\r\n", 2);
-        if (!eol)
-            eol = end;
-        const char *colon = memchr(h, ':', (size_t)(eol - h));
-        if (!colon)
-            return false;
-        if ((size_t)(colon - h) == 19 && !strncasecmp(h, "Content-Disposition", 19)) {
-            const char *s = memchr(colon, ';', (size_t)(eol - colon));
-            char key[32], val[PATH_MAX_LEN];
-            bool bad = false, ext = false;
-            while (s && next_param(&s, eol, key, sizeof(key), val, sizeof(val), &bad)) {
-                if (!strcasecmp(key, "name"))
-                    snprintf(p->name, sizeof(p->name), "%.63s", val);
-                else if (!strcasecmp(key, "filename*")) {
-                    ext_value(val, p->filename, sizeof(p->filename));
-                    ext = true;
-                } else if (!strcasecmp(key, "filename") && !ext)
-                    snprintf(p->filename, sizeof(p->filename), "%s", val);
-            }
-            if (bad)
-                return false;
-        }
-        h = eol + 2;
-    }
-    return true;
-}
-
-/* Splits body into parts (*parts: malloc'ed); false with a reason when malformed. */
-static bool multipart_parse(const char *body, size_t len, const char *boundary, struct part **parts,
-                            size_t *count, char *why, size_t whylen)
-{
-    char delim[80];
-    int dlen = snprintf(delim, sizeof(delim), "\r\n--%s", boundary);
-    const char *end = body + len, *p;
-    /* The first delimiter may open the body (without its CRLF) or follow a preamble. */
-    if (len >= (size_t)dlen - 2 && !memcmp(body, delim + 2, (size_t)dlen - 2))
-        p = body + dlen - 2;
-    else if ((p = memmem(body, len, delim, (size_t)dlen)))
-        p += dlen;
-    else {
-        snprintf(why, whylen, "no boundary '%s' in the body", boundary);
-        return false;
-    }
-    *parts = NULL;
-    *count = 0;
-    for (;;) {
-        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
-            return true; /* the closing delimiter; the epilogue is ignored */
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        if (end - p < 2 || p[0] != '\r' || p[1] != '\n') {
-            snprintf(why, whylen, "a boundary line does not end with CRLF");
-            break;
-        }
-        p += 2;
-        const char *next = memmem(p, (size_t)(end - p), delim, (size_t)dlen);
-        if (!next) {
-            snprintf(why, whylen, "a part is not closed by a boundary");
-            break;
-        }
-        const char *data;
-        if (next - p >= 2 && p[0] == '\r' && p[1] == '\n') {
-            data = p + 2; /* no headers */
-        } else {
-            const char *blank = memmem(p, (size_t)(next - p), "\r\n\r\n", 4);
-            if (!blank) {
-                snprintf(why, whylen, "a part's headers do not end with an empty line");
-                break;
-            }
-            data = blank + 4;
-        }
-        if (*count >= MAX_PARTS) {
-            snprintf(why, whylen, "more than %d parts", MAX_PARTS);
-            break;
-        }
-        struct part *grown = realloc(*parts, (*count + 1) * sizeof(**parts));
-        if (!grown) {
-            snprintf(why, whylen, "out of memory");
-            break;
-        }
-        *parts = grown;
-        struct part *pt = &grown[(*count)++];
-        memset(pt, 0, sizeof(*pt));
-        if (data > p + 2 && !part_headers(p, data - 4, pt)) {
-            snprintf(why, whylen, "a part's headers are malformed");
-            break;
-        }
-        pt->data = data;
-        pt->len = (size_t)(next - data);
-        p = next + dlen;
-    }
-    free(*parts);
-    *parts = NULL;
-    return false;
-}
-
 /* A failed write, as envd answers it. */
 static struct http_response *write_error(const struct corral_error *err, const char *path)
 {
@@ -2114,7 +1919,7 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
                           "unsupported content type: %s, expected multipart/form-data with a "
                           "boundary",
                           ct ? ct : "(none)");
-    struct part *parts;
+    struct multipart_part *parts;
     size_t n;
     if (!multipart_parse(req->body, req->body_len, boundary, &parts, &n, why, sizeof(why)))
         return http_error(400, "malformed multipart body: %s", why);

@@ -1,0 +1,27 @@
+/*
+ * multipart/form-data bodies (RFC 7578), parsed in place: the parts point
+ * into the body. Shared by envd's and execd's uploads.
+ */
+#ifndef CORRAL_API_MULTIPART_H
+#define CORRAL_API_MULTIPART_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MULTIPART_MAX_PARTS 1024
+
+struct multipart_part {
+    char name[64];       /* Content-Disposition's name, "" when absent */
+    char filename[4096]; /* its filename (filename* decoded), "" when absent */
+    const char *data;    /* into the body */
+    size_t len;
+};
+
+/* The boundary of a multipart Content-Type (NULL or another type: false). */
+bool multipart_boundary(const char *content_type, char *out, size_t len);
+/* Splits body into parts (*parts: malloc'ed, *count of them; at most
+ * MULTIPART_MAX_PARTS); false with a reason in why when malformed. */
+bool multipart_parse(const char *body, size_t len, const char *boundary,
+                     struct multipart_part **parts, size_t *count, char *why, size_t whylen);
+
+#endif
