@@ -333,6 +333,13 @@ int corral_file_rename(corral_sandbox *sb, const char *from, const char *to,
                        struct corral_entry *out, struct corral_error *err);
 int corral_file_remove(corral_sandbox *sb, const char *path, bool recursive,
                        struct corral_error *err);
+/* Changes path's permission bits to mode & 07777 (mode < 0: unchanged) and
+ * its owner and group, as seen inside ((uid_t)-1, (gid_t)-1: unchanged), with
+ * the sandbox user's rights: it may give its files only to itself. Symbolic
+ * links are followed, /proc's magic links are not. *out (may be NULL): the
+ * file afterwards. */
+int corral_file_chmod(corral_sandbox *sb, const char *path, int mode, uid_t uid, gid_t gid,
+                      struct corral_entry *out, struct corral_error *err);
 
 /* ---- directory watches ---- */
 

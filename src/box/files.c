@@ -352,3 +352,26 @@ int corral_file_remove(corral_sandbox *sb, const char *path, bool recursive,
     request_free(&q);
     return r;
 }
+
+int corral_file_chmod(corral_sandbox *sb, const char *path, int mode, uid_t uid, gid_t gid,
+                      struct corral_entry *out, struct corral_error *err)
+{
+    struct request q;
+    int r = check_path(path, err);
+    if (r < 0)
+        return r;
+    if (mode > 07777)
+        return corral_fail(err, EINVAL, "mode %o is not a permission (at most 7777)",
+                           (unsigned)mode);
+    if ((r = request_init(&q, CTL_CHMOD, err)) < 0)
+        return r;
+    ctl_put_str(q.req, path);
+    ctl_put_u32(q.req, mode < 0 ? CTL_KEEP : (uint32_t)mode);
+    ctl_put_u32(q.req, uid == (uid_t)-1 ? CTL_KEEP : (uint32_t)uid);
+    ctl_put_u32(q.req, gid == (gid_t)-1 ? CTL_KEEP : (uint32_t)gid);
+    r = box_request(sb, q.req, q.rep, err);
+    if (r == 0)
+        r = reply_entry(sb, &q, out, err);
+    request_free(&q);
+    return r;
+}

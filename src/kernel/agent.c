@@ -632,6 +632,57 @@ static void handle_remove(struct ctl_reader *r, uint32_t seq, struct ctl_msg *re
     ctl_msg_init(rep, CTL_OK, seq);
 }
 
+static void handle_chmod(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    char path[4096];
+    ctl_get_str(r, path, sizeof(path));
+    uint32_t mode = ctl_get_u32(r), uid = ctl_get_u32(r), gid = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || !path[0] || (mode != CTL_KEEP && mode > 07777)) {
+        reply_err(rep, seq, EINVAL, "malformed chmod request");
+        return;
+    }
+    /* The file is resolved once, into an O_PATH descriptor (symbolic links
+     * followed as chmod(2) does, magic links refused: they would reach this
+     * agent's own descriptors), and changed through that descriptor. */
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+    if (fd < 0) {
+        reply_err(rep, seq, errno, "cannot change %s: %s", path, strerror(errno));
+        return;
+    }
+    if ((uid != CTL_KEEP || gid != CTL_KEEP) &&
+        fchownat(fd, "", (uid_t)uid, (gid_t)gid, AT_EMPTY_PATH) < 0) {
+        int e = errno;
+        close(fd);
+        reply_err(rep, seq, e, "cannot change the owner of %s: %s", path, strerror(e));
+        return;
+    }
+    if (mode != CTL_KEEP) {
+        /* An O_PATH descriptor cannot be fchmod()ed: its /proc link names
+         * exactly the file resolved above. */
+        char self[64];
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+        if (chmod(self, (mode_t)mode) < 0) {
+            int e = errno;
+            close(fd);
+            reply_err(rep, seq, e, "cannot change the mode of %s: %s", path, strerror(e));
+            return;
+        }
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        reply_err(rep, seq, e, "cannot stat %s: %s", path, strerror(e));
+        return;
+    }
+    close(fd);
+    struct ctl_entry e;
+    fill_entry(&e, path, base_name(path), &st);
+    ctl_msg_init(rep, CTL_OK, seq);
+    ctl_put_entry(rep, &e);
+}
+
 /* ---- directory watches ---- */
 
 #define WATCH_MASK                                                                                 \
@@ -762,6 +813,9 @@ static void handle(struct ctl_msg *req, struct ctl_msg *rep)
         break;
     case CTL_WATCH:
         handle_watch(&r, req, rep);
+        break;
+    case CTL_CHMOD:
+        handle_chmod(&r, req->seq, rep);
         break;
     default:
         reply_err(rep, req->seq, ENOSYS, "unknown request %u", req->op);

@@ -27,6 +27,11 @@
  *           -> OK u32 count; fd (a memfd of count (i32 wd, u32 is_dir, str
  *              relative path) records: a watch added on path and, if recursive,
  *              on every directory under it (wd -1: a file found under it))
+ *   CHMOD   str path, u32 mode, u32 uid, u32 gid                 -> OK entry
+ *           the permission bits (mode & 07777) and the owner and group as
+ *           seen inside; CTL_KEEP for any of the three leaves it unchanged.
+ *           Symbolic links are followed, magic links (/proc/.../fd/N) are not;
+ *           the entry is the file's afterwards, under the path as given.
  * Replies: OK (payload as above) or ERR i32 errno, str message.
  * Events (agent -> daemon, seq 0): EXITED i32 pid, i32 wait status.
  *
@@ -58,6 +63,7 @@ enum ctl_op {
     CTL_RENAME,
     CTL_REMOVE,
     CTL_WATCH,
+    CTL_CHMOD,
     CTL_OK = 100,
     CTL_ERR,
     CTL_EXITED,
@@ -79,6 +85,7 @@ enum {
 };
 enum { CTL_OPEN_READ = 0, CTL_OPEN_WRITE = 1, CTL_OPEN_APPEND = 2 };
 enum { CTL_TYPE_FILE = 1, CTL_TYPE_DIR, CTL_TYPE_SYMLINK, CTL_TYPE_OTHER };
+#define CTL_KEEP 0xffffffffu /* CHMOD: leave this one unchanged */
 
 struct ctl_msg {
     uint32_t op, seq, len;
