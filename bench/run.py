@@ -446,7 +446,7 @@ def run_all(args, table):
     def rows7():
         # Rounds of each, one after the other, so that the machine's slower and
         # faster spells fall on all three alike.
-        rounds, creates, trips = 4, "5", "75"
+        rounds, creates, trips = 4, "10", "75"
         direct, sdk, hc, ht = {}, {}, [], []
         for r in range(1, rounds + 1):
             for name, values in tool([bench_cells, "direct", creates, trips],
