@@ -139,7 +139,7 @@ class RawClient {
 }
 
 const port = await freePort();
-const server = spawn(corral, ['serve', '--listen', `127.0.0.1:${port}`],
+const server = spawn(corral, ['serve', '--listen', `127.0.0.1:${port}`, '--opensandbox-listen', 'off'],
   { stdio: ['ignore', 'ignore', 'pipe'] });
 await new Promise((resolve, reject) => {
   let err = '';

@@ -53,8 +53,46 @@ def leftovers():
             "mounts": mounts}
 
 
+HOST_LOCK = "/tmp/corral-integration.lock"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_lock():
+    """The host's sandbox state is shared: one test process at a time checks
+    it (the same lock directory as tests/integration's harness)."""
+    while True:
+        try:
+            os.mkdir(HOST_LOCK)
+            with open(os.path.join(HOST_LOCK, "pid"), "w") as f:
+                f.write(str(os.getpid()))
+            break
+        except FileExistsError:
+            try:
+                with open(os.path.join(HOST_LOCK, "pid")) as f:
+                    owner = int(f.read() or "0")
+            except (OSError, ValueError):
+                owner = 0
+            age = time.time() - os.stat(HOST_LOCK).st_mtime if os.path.exists(HOST_LOCK) else 0
+            if (owner > 0 and not _alive(owner)) or (owner == 0 and age > 5):
+                subprocess.run(["rm", "-rf", HOST_LOCK])
+                continue
+            time.sleep(0.2)
+    yield
+    subprocess.run(["rm", "-rf", HOST_LOCK])
+
+
 @pytest.fixture(autouse=True)
-def nothing_left_behind():
+def nothing_left_behind(host_lock):
     """Every test must leave no process, cgroup, slot or mount behind."""
     yield
     # The last processes of a sandbox are reaped asynchronously (by the

@@ -24,6 +24,8 @@ def free_port():
 class Server:
     def __init__(self, *args):
         self.port = free_port()
+        if not any(a.startswith("--opensandbox-listen") for a in args):
+            args = ("--opensandbox-listen", "off", *args)
         self.proc = subprocess.Popen([CORRAL, "serve", "--listen", f"127.0.0.1:{self.port}",
                                       *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)

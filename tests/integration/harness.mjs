@@ -222,8 +222,9 @@ export class CorralServer {
 }
 
 /**
- * Starts `corral serve --listen 127.0.0.1:PORT [--api-key K ...] [--config F]`
- * on a free port and waits for its "listening" line.
+ * Starts `corral serve --listen 127.0.0.1:PORT --opensandbox-listen
+ * 127.0.0.1:PORT2 [--api-key K ...] [--config F]` on free ports and waits for
+ * its "listening" line.
  */
 export async function startServer({ apiKeys = [], config, args = [] } = {}) {
   if (typeof process.getuid === 'function' && process.getuid() !== 0) {
@@ -248,7 +249,8 @@ export async function startServer({ apiKeys = [], config, args = [] } = {}) {
 
 async function startOnce({ apiKeys, config, args }) {
   const port = await freePort();
-  const argv = ['serve', '--listen', `127.0.0.1:${port}`];
+  const osbPort = await freePort();
+  const argv = ['serve', '--listen', `127.0.0.1:${port}`, '--opensandbox-listen', `127.0.0.1:${osbPort}`];
   for (const key of apiKeys) argv.push('--api-key', key);
   if (config) argv.push('--config', config);
   argv.push(...args);
@@ -260,6 +262,9 @@ async function startOnce({ apiKeys, config, args }) {
   log?.write(`\n=== ${new Date().toISOString()} ${CORRAL} ${argv.join(' ')}\n`);
 
   const server = new CorralServer({ child, port, apiKey: apiKeys[0] ?? randomApiKey(), apiKeys, proxy: null });
+  server.osbPort = osbPort;
+  /** Base URL of the OpenSandbox API (without /v1). */
+  server.osbUrl = `http://127.0.0.1:${osbPort}`;
   const command = `${CORRAL} ${argv.join(' ')}`;
   const expected = `corral: listening on http://127.0.0.1:${port}`;
   // The line may go on after the URL ("... (E2B sandbox API)").

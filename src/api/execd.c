@@ -1,0 +1,463 @@
+/* execd: the shared pieces and /ping, /code, /metrics; see execd.h. */
+#include "api/execd.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+struct http_response *execd_error(int status, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return http_json(status, json_pack("{s:s, s:s}", "code", code, "message", msg));
+}
+
+struct http_response *execd_fail(const struct corral_error *err)
+{
+    switch (err->code) {
+    case ENOENT:
+        return execd_error(404, "FILE_NOT_FOUND", "%s", err->message);
+    case EINVAL:
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EEXIST:
+    case ENOTEMPTY:
+    case EXDEV:
+        return execd_error(400, "INVALID_REQUEST_BODY", "%s", err->message);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return execd_error(403, "PERMISSION_DENIED", "%s", err->message);
+    case ESRCH:
+        return execd_error(409, "SANDBOX_NOT_RUNNING", "%s", err->message);
+    case EAGAIN:
+        return execd_error(409, "SANDBOX_PAUSED", "%s", err->message);
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return execd_error(507, "INSUFFICIENT_STORAGE", "%s", err->message);
+    default:
+        return execd_error(500, "RUNTIME_ERROR", "%s", err->message);
+    }
+}
+
+int64_t execd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int execd_send(struct http_stream *s, json_t *event)
+{
+    if (!event)
+        return -ENOMEM;
+    if (!json_object_get(event, "timestamp"))
+        json_object_set_new(event, "timestamp", json_integer(execd_now_ms()));
+    char *text = json_dumps(event, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(event);
+    if (!text)
+        return -ENOMEM;
+    size_t n = strlen(text);
+    char *line = realloc(text, n + 3);
+    if (!line) {
+        free(text);
+        return -ENOMEM;
+    }
+    memcpy(line + n, "\n\n", 3);
+    int r = http_stream_write(s, line, n + 2);
+    free(line);
+    return r;
+}
+
+void execd_keepalive(struct http_stream *s)
+{
+    http_stream_set_keepalive(s, "{\"type\":\"ping\",\"text\":\"pong\"}\n\n", 3000);
+}
+
+/* ---- contexts ---- */
+
+static bool is_python(const char *lang)
+{
+    return !strcasecmp(lang, "python") || !strcasecmp(lang, "python3");
+}
+
+static struct http_response *unsupported_language(const char *lang)
+{
+    return execd_error(400, "NOT_SUPPORTED",
+                       "language '%s' is not available: corral runs python contexts (code "
+                       "without a language runs as a shell command)",
+                       lang);
+}
+
+static json_t *context_json(corral_context *c)
+{
+    return json_pack("{s:s, s:s, s:s}", "id", corral_context_id(c), "language", "python", "cwd",
+                     corral_context_cwd(c));
+}
+
+static json_t *parse_object(const struct http_request *req, struct http_response **bad)
+{
+    json_error_t e;
+    json_t *v = req->body_len ? json_loadb(req->body, req->body_len, 0, &e) : json_object();
+    if (!v)
+        *bad = execd_error(400, "INVALID_REQUEST_BODY", "malformed JSON body: %s", e.text);
+    else if (!json_is_object(v))
+        *bad = execd_error(400, "INVALID_REQUEST_BODY", "the JSON body must be an object");
+    else
+        return v;
+    json_decref(v);
+    return NULL;
+}
+
+static struct http_response *create_context(corral_sandbox *sb, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    json_t *body = parse_object(req, &bad);
+    if (!body)
+        return bad;
+    json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
+    struct http_response *r;
+    corral_context *ctx;
+    struct corral_error err;
+    if (!json_is_string(lang) || (cwd && !json_is_null(cwd) && !json_is_string(cwd)))
+        r = execd_error(400, "INVALID_REQUEST_BODY",
+                        "'language' (a string) is required; 'cwd' is a string");
+    else if (!is_python(json_string_value(lang)))
+        r = unsupported_language(json_string_value(lang));
+    else if (corral_context_create(sb, "python", json_string_value(cwd), &ctx, &err) < 0)
+        r = execd_fail(&err);
+    else
+        r = http_json(200, context_json(ctx));
+    json_decref(body);
+    return r;
+}
+
+static struct http_response *contexts(corral_sandbox *sb, const struct http_request *req,
+                                      const char *rest)
+{
+    const char *m = req->method;
+    const char *lang = http_query(req, "language");
+    if (!*rest) {
+        if (!strcmp(m, "DELETE") && (!lang || !*lang))
+            return execd_error(400, "MISSING_QUERY", "'language' is required");
+        if (lang && *lang && !is_python(lang))
+            return !strcmp(m, "GET") ? http_json(200, json_array())
+                                     : http_text(200, "text/plain", "");
+        corral_context *list[256];
+        size_t n = corral_context_list(sb, list, 256);
+        if (!strcmp(m, "GET")) {
+            json_t *arr = json_array();
+            for (size_t i = 0; i < n && i < 256; i++)
+                json_array_append_new(arr, context_json(list[i]));
+            return http_json(200, arr);
+        }
+        if (!strcmp(m, "DELETE")) {
+            struct corral_error err;
+            for (size_t i = 0; i < n && i < 256; i++)
+                if (corral_context_remove(list[i], &err) < 0)
+                    return execd_fail(&err);
+            return http_text(200, "text/plain", "");
+        }
+        return execd_error(405, "METHOD_NOT_ALLOWED", "/code/contexts answers GET and DELETE");
+    }
+    corral_context *ctx = *rest == '/' ? corral_context_get(sb, rest + 1) : NULL;
+    if (!ctx)
+        return execd_error(404, "CONTEXT_NOT_FOUND", "context %s not found", rest + (*rest == '/'));
+    if (!strcmp(m, "GET"))
+        return http_json(200, context_json(ctx));
+    if (!strcmp(m, "DELETE")) {
+        struct corral_error err;
+        return corral_context_remove(ctx, &err) < 0 ? execd_fail(&err)
+                                                    : http_text(200, "text/plain", "");
+    }
+    return execd_error(405, "METHOD_NOT_ALLOWED", "a context answers GET and DELETE");
+}
+
+/* ---- POST /code ---- */
+
+struct run {
+    corral_sandbox *sb;
+    corral_context *ctx;
+    char *code;
+    struct http_stream *s;
+    int64_t started_ms;
+    bool errored;
+};
+
+static void run_start(void *u, int64_t count)
+{
+    struct run *r = u;
+    execd_send(r->s, json_pack("{s:s, s:I}", "type", "execution_count", "execution_count",
+                               (json_int_t)count));
+}
+
+static void run_output(struct run *r, const char *type, const char *text, size_t len)
+{
+    execd_send(r->s, json_pack("{s:s, s:s%}", "type", type, "text", text, len));
+}
+
+static void run_stdout(void *u, const char *text, size_t len, double ts)
+{
+    (void)ts;
+    run_output(u, "stdout", text, len);
+}
+
+static void run_stderr(void *u, const char *text, size_t len, double ts)
+{
+    (void)ts;
+    run_output(u, "stderr", text, len);
+}
+
+/* results: the MIME bundle, text/plain renamed "text" as execd does. */
+static void run_result(void *u, const struct corral_result *res)
+{
+    json_t *results = json_object();
+    for (size_t i = 0; i < res->n; i++)
+        json_object_set_new(results, strcmp(res->types[i], "text/plain") ? res->types[i] : "text",
+                            json_string(res->values[i]));
+    execd_send(((struct run *)u)->s, json_pack("{s:s, s:o}", "type", "result", "results", results));
+}
+
+static void run_error(struct run *r, const char *name, const char *value, const char *traceback)
+{
+    if (r->errored)
+        return;
+    r->errored = true;
+    json_t *lines = json_array();
+    for (const char *p = traceback; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        json_array_append_new(lines, json_stringn(p, n));
+        p += n + (p[n] == '\n');
+    }
+    execd_send(r->s, json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "error", "error", "ename", name,
+                               "evalue", value, "traceback", lines));
+}
+
+static void run_error_cb(void *u, const char *name, const char *value, const char *traceback)
+{
+    run_error(u, name, value, traceback);
+}
+
+static void run_produce(struct http_stream *s, void *arg)
+{
+    struct run *r = arg;
+    r->s = s;
+    execd_keepalive(s);
+    execd_send(s, json_pack("{s:s, s:s}", "type", "init", "text", corral_context_id(r->ctx)));
+    struct corral_exec_options x;
+    corral_exec_options_init(&x);
+    x.callbacks = (struct corral_exec_callbacks){.on_start = run_start,
+                                                 .on_stdout = run_stdout,
+                                                 .on_stderr = run_stderr,
+                                                 .on_result = run_result,
+                                                 .on_error = run_error_cb,
+                                                 .userdata = r};
+    struct corral_exec_outcome out;
+    struct corral_error err;
+    int rc = corral_execute(r->sb, r->ctx, r->code, &x, &out, &err);
+    if (!corral_sandbox_alive(r->sb)) {
+        http_stream_abort(s); /* killed meanwhile */
+        return;
+    }
+    if (rc < 0)
+        run_error(r, "ExecutionError", err.message, "");
+    else if (out.context_restarted && !r->errored)
+        run_error(r, "ContextRestarted", "the context was restarted: its state was lost", "");
+    if (!r->errored)
+        execd_send(s, json_pack("{s:s, s:I}", "type", "execution_complete", "execution_time",
+                                (json_int_t)(execd_now_ms() - r->started_ms)));
+}
+
+static void run_gone(void *arg)
+{
+    struct run *r = arg;
+    corral_context_interrupt(r->ctx, NULL); /* free the context for the next run */
+}
+
+static void run_release(void *arg)
+{
+    struct run *r = arg;
+    corral_sandbox_release(r->sb);
+    free(r->code);
+    free(r);
+}
+
+static const struct http_stream_ops run_ops = {run_produce, run_gone, run_release};
+
+static struct http_response *run_code(corral_sandbox *sb, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    json_t *body = parse_object(req, &bad);
+    if (!body)
+        return bad;
+    json_t *code = json_object_get(body, "code"), *context = json_object_get(body, "context");
+    json_t *id = json_object_get(context, "id"), *lang = json_object_get(context, "language");
+    struct http_response *resp = NULL;
+    corral_context *ctx = NULL;
+    struct corral_error err;
+    if (!json_is_string(code) || (context && !json_is_null(context) && !json_is_object(context)) ||
+        (id && !json_is_null(id) && !json_is_string(id)) ||
+        (lang && !json_is_null(lang) && !json_is_string(lang))) {
+        resp = execd_error(400, "INVALID_REQUEST_BODY",
+                           "'code' (a string) is required; 'context' is {\"id\", \"language\"}");
+    } else if (json_is_string(id) && json_string_length(id)) {
+        if (!(ctx = corral_context_get(sb, json_string_value(id))))
+            resp = execd_error(404, "CONTEXT_NOT_FOUND", "context %s not found",
+                               json_string_value(id));
+    } else if (!json_is_string(lang) || !json_string_length(lang)) {
+        resp = execd_command_stream(sb, json_string_value(code));
+    } else if (!is_python(json_string_value(lang))) {
+        resp = unsupported_language(json_string_value(lang));
+    } else if (corral_context_default(sb, &ctx, &err) < 0) {
+        resp = execd_fail(&err);
+    }
+    if (!resp) {
+        struct run *r = calloc(1, sizeof(*r));
+        if (r && (r->code = strdup(json_string_value(code)))) {
+            corral_sandbox_retain(sb);
+            r->sb = sb;
+            r->ctx = ctx;
+            r->started_ms = execd_now_ms();
+            resp = http_stream(200, "text/event-stream", &run_ops, r);
+            if (!resp)
+                run_release(r);
+        } else {
+            free(r);
+        }
+        if (resp) {
+            http_add_header(resp, "Cache-Control", "no-cache");
+            http_add_header(resp, "X-Accel-Buffering", "no");
+        }
+    }
+    json_decref(body);
+    return resp;
+}
+
+static struct http_response *interrupt(corral_sandbox *sb, const struct http_request *req)
+{
+    const char *id = http_query(req, "id");
+    if (!id || !*id)
+        return execd_error(400, "MISSING_QUERY", "'id' (the context to interrupt) is required");
+    corral_context *ctx = corral_context_get(sb, id);
+    if (!ctx)
+        return execd_error(404, "CONTEXT_NOT_FOUND", "context %s not found", id);
+    struct corral_error err;
+    return corral_context_interrupt(ctx, &err) < 0 ? execd_fail(&err)
+                                                   : http_text(200, "text/plain", "");
+}
+
+/* ---- metrics ---- */
+
+static json_t *metrics_json(corral_sandbox *sb, struct corral_error *err)
+{
+    struct corral_sandbox_usage u;
+    if (corral_sandbox_usage(sb, &u, err) < 0)
+        return NULL;
+    const struct corral_limits *l = corral_sandbox_limits(sb);
+    return json_pack("{s:f, s:f, s:f, s:f, s:I}", "cpu_count", (double)l->millicpus / 1000.0,
+                     "cpu_used_pct", (double)(int)(u.cpu_pct * 100) / 100, "mem_total_mib",
+                     (double)u.mem_limit / 1048576.0, "mem_used_mib",
+                     (double)u.mem_used / 1048576.0, "timestamp", (json_int_t)u.at_ms);
+}
+
+struct watch {
+    corral_sandbox *sb;
+    bool gone;
+};
+
+static void watch_produce(struct http_stream *s, void *arg)
+{
+    struct watch *w = arg;
+    struct corral_error err;
+    corral_sandbox_usage(w->sb, &(struct corral_sandbox_usage){0}, &err); /* the CPU baseline */
+    for (;;) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        json_t *m = metrics_json(w->sb, &err);
+        if (!m)
+            break;
+        char *text = json_dumps(m, JSON_COMPACT);
+        json_decref(m);
+        size_t n = text ? strlen(text) : 0;
+        int r = text ? http_stream_write(s, text, n) : -ENOMEM;
+        if (r == 0)
+            r = http_stream_write(s, "\n", 1);
+        free(text);
+        if (r < 0)
+            break;
+    }
+}
+
+static void watch_release(void *arg)
+{
+    struct watch *w = arg;
+    corral_sandbox_release(w->sb);
+    free(w);
+}
+
+static const struct http_stream_ops watch_ops = {watch_produce, NULL, watch_release};
+
+static struct http_response *metrics(corral_sandbox *sb, const char *rest)
+{
+    struct corral_error err;
+    if (!*rest) {
+        json_t *m = metrics_json(sb, &err);
+        return m ? http_json(200, m) : execd_fail(&err);
+    }
+    if (strcmp(rest, "/watch"))
+        return NULL;
+    struct watch *w = calloc(1, sizeof(*w));
+    if (!w)
+        return NULL;
+    corral_sandbox_retain(sb);
+    w->sb = sb;
+    struct http_response *r = http_stream(200, "application/x-ndjson", &watch_ops, w);
+    if (!r)
+        watch_release(w);
+    return r;
+}
+
+void execd_forget(corral_sandbox *sb)
+{
+    execd_command_forget(sb);
+}
+
+struct http_response *execd_handle(corral_sandbox *sb, const struct http_request *req,
+                                   const char *path)
+{
+    if (!strcmp(path, "/ping")) {
+        if (strcmp(req->method, "GET") && strcmp(req->method, "HEAD"))
+            return execd_error(405, "METHOD_NOT_ALLOWED", "/ping answers GET");
+        return http_text(200, "text/plain", "");
+    }
+    const char *m = req->method;
+    struct http_response *r = NULL;
+    if (!strcmp(path, "/code"))
+        r = !strcmp(m, "POST") ? run_code(sb, req)
+            : !strcmp(m, "DELETE")
+                ? interrupt(sb, req)
+                : execd_error(405, "METHOD_NOT_ALLOWED", "/code answers POST and DELETE");
+    else if (!strcmp(path, "/code/context") && !strcmp(m, "POST"))
+        r = create_context(sb, req);
+    else if (!strncmp(path, "/code/contexts", 14) && (!path[14] || path[14] == '/'))
+        r = contexts(sb, req, path + 14);
+    else if (!strncmp(path, "/metrics", 8) && !strcmp(m, "GET"))
+        r = metrics(sb, path + 8);
+    if (!r)
+        r = execd_files_handle(sb, req, path);
+    if (!r)
+        r = execd_command_handle(sb, req, path);
+    if (!r)
+        r = execd_error(404, "NOT_FOUND", "no %s %s in execd", req->method, path);
+    return r;
+}

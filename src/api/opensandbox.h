@@ -1,0 +1,45 @@
+/*
+ * OpenSandbox's wire protocol over libcorral (shared/protocols/opensandbox.md,
+ * shared/specs/opensandbox/sandbox-lifecycle.yml), on a listener of its own:
+ *
+ *   the lifecycle API, under /v1 and without it: POST/GET /sandboxes,
+ *   GET/DELETE /sandboxes/{id}, PATCH .../metadata, POST .../pause, .../resume,
+ *   .../renew-expiration, GET .../endpoints/{port}, POST /metrics/events,
+ *   GET /health; OPEN-SANDBOX-API-KEY when keys are configured; X-Request-ID
+ *   echoed (or made) on every answer;
+ *
+ *   each sandbox's services at the endpoints the lifecycle API hands out,
+ *   /sandboxes/{id}/proxy/{port}/...: execd (44772, execd.h) with the
+ *   sandbox's X-EXECD-ACCESS-TOKEN, and the egress policy API (18080) with
+ *   its OPENSANDBOX-EGRESS-AUTH token; a sandbox's tokens open no other.
+ *
+ * Image names map to corral templates: a template's own name, and any image
+ * named code-interpreter or python (opensandbox/code-interpreter:v1.1.0,
+ * python:3.12, ...) for the default template.
+ */
+#ifndef CORRAL_API_OPENSANDBOX_H
+#define CORRAL_API_OPENSANDBOX_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "http/http.h"
+
+struct osb_options {
+    const char *const *api_keys;  /* NULL-terminated; none = no key needed */
+    const char *const *templates; /* the configured template names, for errors */
+    const char *state_dir;
+    uint64_t max_timeout_s; /* 0 = 86400 */
+};
+
+struct osb;
+
+int osb_new(const struct osb_options *o, struct osb **out, struct corral_error *err);
+/* The http_handler of the OpenSandbox surface (ctx is the struct osb). */
+struct http_response *osb_handle(const struct http_request *req, void *ctx);
+/* Kills every sandbox created through it. */
+void osb_kill_all(struct osb *o);
+/* Kills and releases every sandbox created through it. */
+void osb_free(struct osb *o);
+
+#endif
