@@ -116,7 +116,7 @@ static int match_keys(const struct walk *w, const yaml_node_t *map, const char *
     for (yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
          pair++) {
         yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
-        const char *name;
+        const char *name = NULL;
         int r = key_text(w, k, where, &name);
         if (r < 0)
             return r;
