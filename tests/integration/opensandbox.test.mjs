@@ -1,0 +1,408 @@
+// OpenSandbox's clients against `corral serve`'s OpenSandbox API.
+//
+// The official npm SDK `@alibaba-group/opensandbox` (pinned in package.json)
+// drives the lifecycle (create, getInfo, renew, kill) and execd's metrics.
+// OpenSandbox's code-interpreter client is not published on
+// npm, so code execution is driven by a raw HTTP client that follows the flow
+// of that client and of LiteLLM's OpenSandbox provider
+// (litellm/llms/opensandbox/sandbox/transformation.py): create with a deny-all
+// network policy, poll GET /v1/sandboxes/{id} until Running, resolve the
+// endpoint of port 44772 and send its headers, POST /code with
+// Accept: text/event-stream, parse the lines tolerantly, delete.
+//
+// The server requires an API key here (useServer({apiKeys})), so every
+// lifecycle call also checks that the SDK sends it.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { Sandbox, SandboxApiException } from '@alibaba-group/opensandbox';
+
+import { eventually, randomApiKey, useServer } from './harness.mjs';
+
+const ctx = useServer({ apiKeys: [randomApiKey()] });
+
+const IMAGE = 'python:3.12';
+const EXECD_PORT = 44772;
+const TOKEN_HEADER = 'X-EXECD-ACCESS-TOKEN';
+const TAG = { suite: 'corral-opensandbox' };
+
+/** The SDK's connection options for this server: host:port, plain HTTP, the key. */
+function connectionConfig(extra = {}) {
+  const { server } = ctx;
+  return {
+    domain: new URL(server.osbUrl).host,
+    protocol: 'http',
+    apiKey: server.apiKey,
+    requestTimeoutSeconds: 30,
+    ...extra,
+  };
+}
+
+/** Sandbox.create with this suite's defaults; `opts` overrides them. */
+function createSandbox(opts = {}) {
+  return Sandbox.create({
+    connectionConfig: connectionConfig(),
+    image: IMAGE,
+    metadata: TAG,
+    timeoutSeconds: 300,
+    ...opts,
+  });
+}
+
+/**
+ * Creates a sandbox, runs fn(sandbox) and kills it whatever happens (a
+ * failing kill is reported only when fn succeeded); the SDK's HTTP agent is
+ * closed at the end.
+ */
+async function withSandbox(fn, opts) {
+  const sbx = await createSandbox(opts);
+  let failed = true;
+  try {
+    const result = await fn(sbx);
+    failed = false;
+    return result;
+  } finally {
+    try {
+      await sbx.kill();
+    } catch (err) {
+      if (!failed) throw err;
+    } finally {
+      await sbx.close();
+    }
+  }
+}
+
+/** Asserts that `promise` rejects with a SandboxApiException of this HTTP status. */
+async function rejectsWithStatus(promise, status, what) {
+  await assert.rejects(promise, (err) => {
+    assert.ok(err instanceof SandboxApiException, `${what}: expected a SandboxApiException, got ${err?.stack ?? err}`);
+    assert.equal(err.statusCode, status, `${what}: HTTP status (${err.message}; body ${JSON.stringify(err.rawBody)})`);
+    return true;
+  });
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle and authentication                                             */
+
+test('Sandbox.create and getInfo: a running sandbox with its metadata, entrypoint and expiry', async () => {
+  const before = Date.now();
+  await withSandbox(
+    async (sbx) => {
+      assert.equal(typeof sbx.id, 'string');
+      assert.ok(sbx.id.length > 0, 'the sandbox has an id');
+
+      const info = await sbx.getInfo();
+      assert.equal(info.id, sbx.id);
+      assert.equal(info.status.state, 'Running');
+      assert.deepEqual(info.metadata, { ...TAG, case: 'info' });
+      assert.deepEqual(info.entrypoint, ['tail', '-f', '/dev/null'], 'the default entrypoint the SDK sent');
+      assert.equal(info.image?.uri, IMAGE);
+      assert.ok(info.createdAt instanceof Date && !Number.isNaN(info.createdAt.getTime()), 'createdAt is a date');
+      assert.ok(
+        info.createdAt.getTime() >= before - 2_000 && info.createdAt.getTime() <= Date.now() + 2_000,
+        `createdAt ${info.createdAt.toISOString()} is now`,
+      );
+      assert.ok(info.expiresAt instanceof Date, 'a sandbox created with a timeout has an expiresAt');
+      const ttl = info.expiresAt.getTime() - info.createdAt.getTime();
+      assert.ok(Math.abs(ttl - 300_000) < 5_000, `expiresAt is createdAt + 300 s (it is + ${ttl} ms)`);
+
+      assert.equal(await sbx.isHealthy(), true, 'execd answers /ping');
+
+      // The endpoint of execd: no scheme, and a header to send with every call.
+      const ep = await sbx.getEndpoint(EXECD_PORT);
+      assert.ok(!ep.endpoint.includes('://'), `the endpoint has no scheme: ${ep.endpoint}`);
+      assert.ok(ep.headers && typeof ep.headers[TOKEN_HEADER] === 'string', `the endpoint carries ${TOKEN_HEADER}`);
+      assert.ok(ep.headers[TOKEN_HEADER].length >= 16, 'the execd token is not trivial');
+    },
+    { metadata: { ...TAG, case: 'info' } },
+  );
+});
+
+test('the API key is required by the lifecycle API, and the execd token by execd', async () => {
+  const { server } = ctx;
+  const noKey = await fetch(`${server.osbUrl}/v1/sandboxes`, { headers: { 'X-Request-ID': 'corral-osb-test-1' } });
+  assert.equal(noKey.status, 401, 'GET /v1/sandboxes without OPEN-SANDBOX-API-KEY');
+  assert.equal((await noKey.json()).code, 'MISSING_API_KEY');
+  assert.equal(noKey.headers.get('x-request-id'), 'corral-osb-test-1', 'X-Request-ID is echoed');
+
+  await rejectsWithStatus(
+    Sandbox.create({ connectionConfig: connectionConfig({ apiKey: 'not-the-key' }), image: IMAGE, timeoutSeconds: 120 }),
+    401,
+    'Sandbox.create with a wrong key',
+  );
+
+  await withSandbox(async (sbx) => {
+    const url = await sbx.getEndpointUrl(EXECD_PORT);
+    const { headers } = await sbx.getEndpoint(EXECD_PORT);
+    const bare = await fetch(`${url}/ping`);
+    assert.equal(bare.status, 401, `GET ${url}/ping without ${TOKEN_HEADER}`);
+    await bare.arrayBuffer();
+    const wrong = await fetch(`${url}/ping`, { headers: { [TOKEN_HEADER]: 'f'.repeat(headers[TOKEN_HEADER].length) } });
+    assert.equal(wrong.status, 401, `GET ${url}/ping with a wrong ${TOKEN_HEADER}`);
+    await wrong.arrayBuffer();
+    const right = await fetch(`${url}/ping`, { headers });
+    assert.equal(right.status, 200, `GET ${url}/ping with the endpoint's headers`);
+    await right.arrayBuffer();
+
+    // Another sandbox's token does not open this one.
+    await withSandbox(async (other) => {
+      const otherHeaders = (await other.getEndpoint(EXECD_PORT)).headers;
+      const cross = await fetch(`${url}/ping`, { headers: otherHeaders });
+      assert.equal(cross.status, 401, "a sandbox's execd with another sandbox's token");
+      await cross.arrayBuffer();
+    });
+  });
+});
+
+test('renew moves expiresAt; an earlier expiry is refused', async () => {
+  await withSandbox(async (sbx) => {
+    const before = (await sbx.getInfo()).expiresAt;
+    const asked = Date.now() + 1_200_000;
+    const renewed = await sbx.renew(1_200);
+    assert.ok(renewed.expiresAt instanceof Date, 'renew answers the new expiresAt');
+    assert.ok(Math.abs(renewed.expiresAt.getTime() - asked) < 5_000, `renewed to now + 1200 s (${renewed.expiresAt.toISOString()})`);
+    assert.ok(renewed.expiresAt > before, 'the new expiry is later than the old one');
+    const info = await sbx.getInfo();
+    assert.ok(
+      Math.abs(info.expiresAt.getTime() - renewed.expiresAt.getTime()) < 2_000,
+      `getInfo shows the renewed expiry (${info.expiresAt.toISOString()} vs ${renewed.expiresAt.toISOString()})`,
+    );
+    await rejectsWithStatus(sbx.renew(120), 409, 'renew to an expiry earlier than the current one');
+    assert.equal(await sbx.isHealthy(), true, 'the sandbox still runs');
+  });
+});
+
+test('kill removes the sandbox: getInfo, execd and a second kill answer 404', async () => {
+  const sbx = await createSandbox();
+  try {
+    const url = await sbx.getEndpointUrl(EXECD_PORT);
+    const { headers } = await sbx.getEndpoint(EXECD_PORT);
+    await sbx.kill();
+    await rejectsWithStatus(sbx.getInfo(), 404, 'getInfo after kill');
+    const ping = await fetch(`${url}/ping`, { headers });
+    assert.equal(ping.status, 404, 'execd of a killed sandbox');
+    await ping.arrayBuffer();
+    await rejectsWithStatus(sbx.kill(), 404, 'a second kill');
+  } finally {
+    await sbx.close();
+  }
+});
+
+/* ------------------------------------------------------------------------ */
+/* Metrics                                                                  */
+
+test('getMetrics reports the CPU and memory of the sandbox', async () => {
+  await withSandbox(
+    async (sbx) => {
+      const m = await sbx.getMetrics();
+      assert.equal(m.cpuCount, 1, 'the CPU limit asked for');
+      assert.equal(m.memoryTotalMiB, 512, 'the memory limit asked for');
+      assert.ok(m.memoryUsedMiB > 0 && m.memoryUsedMiB < m.memoryTotalMiB, `memory used: ${m.memoryUsedMiB} MiB`);
+      assert.ok(m.cpuUsedPercentage >= 0 && m.cpuUsedPercentage <= 100 * m.cpuCount + 1, `CPU used: ${m.cpuUsedPercentage} %`);
+      assert.ok(Math.abs(m.timestamp - Date.now()) < 60_000, `timestamp in ms: ${m.timestamp}`);
+    },
+    { resource: { cpu: '1', memory: '512Mi' } },
+  );
+});
+
+/* ------------------------------------------------------------------------ */
+/* Code execution: the raw flow of LiteLLM's provider and the               */
+/* code-interpreter client                                                  */
+
+/** One event from a line of the stream, as LiteLLM's _parse_sse_line reads it, or null. */
+function parseSseLine(line) {
+  const stripped = line.trim();
+  if (!stripped || [':', 'event:', 'id:', 'retry:'].some((p) => stripped.startsWith(p))) return null;
+  const data = stripped.startsWith('data:') ? stripped.slice(5).trim() : stripped;
+  if (!data) return null;
+  let parsed;
+  try {
+    parsed = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return null;
+  if (!('type' in parsed) && 'code' in parsed && 'message' in parsed) {
+    return { type: 'error', error: { ename: String(parsed.code), evalue: String(parsed.message), traceback: [] } };
+  }
+  return parsed;
+}
+
+/** LiteLLM's _parse_lines: stdout, stderr, results, the first error, the first execution_count. */
+function parseLines(lines) {
+  const events = lines.map(parseSseLine).filter(Boolean);
+  const ofType = (t) => events.filter((e) => e.type === t);
+  const firstError = ofType('error')[0];
+  const count = ofType('execution_count').find((e) => Number.isInteger(e.execution_count));
+  return {
+    events,
+    stdout: ofType('stdout').map((e) => String(e.text ?? '')).join(''),
+    stderr: ofType('stderr').map((e) => String(e.text ?? '')).join(''),
+    results: ofType('result').map((e) => (e.results && typeof e.results === 'object' ? e.results : e)),
+    error: firstError
+      ? {
+          name: firstError.error?.ename ?? firstError.error?.name ?? '',
+          value: firstError.error?.evalue ?? firstError.error?.value ?? '',
+          traceback: firstError.error?.traceback ?? [],
+        }
+      : null,
+    executionCount: count ? count.execution_count : null,
+  };
+}
+
+/** A JSON request to the lifecycle API with LiteLLM's headers; returns {status, body, headers}. */
+async function lifecycle(method, path, body) {
+  const { server } = ctx;
+  const res = await fetch(`${server.osbUrl}/v1${path}`, {
+    method,
+    headers: { 'Content-Type': 'application/json', 'OPEN-SANDBOX-API-KEY': server.apiKey },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    // not JSON: kept as text
+  }
+  return { status: res.status, body: json ?? text, headers: res.headers };
+}
+
+/** POST {execd}/code as LiteLLM sends it; returns the parsed run and the raw lines. */
+async function postCode(execd, code, context = { language: 'python' }) {
+  const res = await fetch(`${execd.base}/code`, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json',
+      Accept: 'text/event-stream',
+      'Cache-Control': 'no-cache',
+      ...execd.headers,
+    },
+    body: JSON.stringify({ code, context }),
+  });
+  const text = await res.text();
+  assert.equal(res.status, 200, `POST /code answers 200 exactly (got ${res.status}: ${text})`);
+  assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/, 'POST /code is an event stream');
+  const lines = text.split(/\r?\n/);
+  for (const line of lines.filter((l) => l.trim())) {
+    assert.ok(parseSseLine(line), `every non-empty line of the stream is one JSON event: ${JSON.stringify(line)}`);
+  }
+  return parseLines(lines);
+}
+
+test('code execution through the raw flow of LiteLLM and the code-interpreter client', async () => {
+  // Create, as LiteLLM's _create_body makes it (deny-all network policy by default).
+  const created = await lifecycle('POST', '/sandboxes', {
+    image: { uri: 'opensandbox/code-interpreter:v1.1.0' },
+    entrypoint: ['/opt/code-interpreter/code-interpreter.sh'],
+    timeout: 300,
+    resourceLimits: { cpu: '1', memory: '2Gi' },
+    metadata: { ...TAG, client: 'litellm' },
+    networkPolicy: { defaultAction: 'deny', egress: [] },
+  });
+  assert.equal(created.status, 202, `POST /v1/sandboxes: ${JSON.stringify(created.body)}`);
+  const id = created.body.id;
+  assert.equal(typeof id, 'string');
+  let deleted = false;
+  try {
+    // Poll until Running (LiteLLM's _wait_until_running; it gives up on Failed, Stopping, Terminated).
+    const running = await eventually(
+      async () => {
+        const got = await lifecycle('GET', `/sandboxes/${id}`);
+        assert.equal(got.status, 200, `GET /v1/sandboxes/${id}: ${JSON.stringify(got.body)}`);
+        const state = got.body?.status?.state;
+        assert.ok(!['Failed', 'Stopping', 'Terminated'].includes(state), `the sandbox entered ${state}`);
+        return state === 'Running' ? got.body : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 200 },
+    );
+    assert.ok(running, 'the sandbox is Running within 30 s');
+
+    // The execd endpoint (404 is retried, as LiteLLM does), its headers, and the scheme of api_base.
+    const endpoint = await eventually(
+      async () => {
+        const got = await lifecycle('GET', `/sandboxes/${id}/endpoints/${EXECD_PORT}?use_server_proxy=false`);
+        if (got.status === 404) return null;
+        assert.equal(got.status, 200, `GET .../endpoints/${EXECD_PORT}: ${JSON.stringify(got.body)}`);
+        return got.body;
+      },
+      { timeoutMs: 30_000, intervalMs: 200 },
+    );
+    assert.ok(endpoint?.endpoint, 'an execd endpoint');
+    const execd = {
+      base: `http://${endpoint.endpoint.replace(/\/+$/, '')}`,
+      headers: Object.fromEntries(Object.entries(endpoint.headers ?? {}).map(([k, v]) => [String(k), String(v)])),
+    };
+
+    // Two runs in the default python context share its state.
+    const first = await postCode(execd, 'x = 21\nprint("x is set")');
+    assert.equal(first.error, null, `first run: ${JSON.stringify(first.error)}`);
+    assert.equal(first.stdout, 'x is set\n', 'code stdout keeps its newline');
+    assert.deepEqual(first.results, [], 'no value: no result');
+    assert.equal(first.events[0]?.type, 'init', 'the stream starts with init');
+    assert.equal(first.events.at(-1)?.type, 'execution_complete', 'a successful run ends with execution_complete');
+
+    const second = await postCode(execd, 'import sys\nprint("stdout", x)\nprint("stderr", file=sys.stderr)\nx * 2');
+    assert.equal(second.error, null, `second run: ${JSON.stringify(second.error)}`);
+    assert.equal(second.stdout, 'stdout 21\n', 'the state of the first run is kept');
+    assert.equal(second.stderr, 'stderr\n');
+    assert.equal(second.results.length, 1, `one result: ${JSON.stringify(second.results)}`);
+    assert.equal(second.results[0].text, '42', 'the value of the last expression, as results.text');
+    assert.ok(Number.isInteger(second.executionCount), 'an execution_count');
+    assert.ok(first.executionCount === null || second.executionCount > first.executionCount, 'the count goes up');
+
+    // An error: the error event with name, value and traceback; the state survives it.
+    const failed = await postCode(execd, 'y = x + 1\nundefined_name');
+    assert.ok(failed.error, 'an error event');
+    assert.equal(failed.error.name, 'NameError');
+    assert.match(failed.error.value, /undefined_name/);
+    assert.ok(Array.isArray(failed.error.traceback) && failed.error.traceback.length > 0, 'a traceback');
+    assert.equal(failed.events.filter((e) => e.type === 'error').length, 1, 'one error event');
+    const after = await postCode(execd, 'y');
+    assert.equal(after.error, null);
+    assert.equal(after.results[0]?.text, '22', 'what ran before the error is kept');
+
+    // The code-interpreter client's flow: a context of its own, isolated from the default one.
+    const ctxRes = await fetch(`${execd.base}/code/context`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', ...execd.headers },
+      body: JSON.stringify({ language: 'python' }),
+    });
+    const context = await ctxRes.json();
+    assert.equal(ctxRes.status, 200, `POST /code/context: ${JSON.stringify(context)}`);
+    assert.equal(context.language, 'python');
+    assert.ok(context.id, 'the context has an id');
+    const inCtx = await postCode(execd, 'z = 5', { id: context.id, language: 'python' });
+    assert.equal(inCtx.error, null);
+    assert.equal(inCtx.events[0]?.text, context.id, "init names the context");
+    const inCtx2 = await postCode(execd, 'z + 1', { id: context.id, language: 'python' });
+    assert.equal(inCtx2.results[0]?.text, '6', 'state is kept in the created context');
+    const isolated = await postCode(execd, 'x', { id: context.id, language: 'python' });
+    assert.equal(isolated.error?.name, 'NameError', "the default context's variables are not in another context");
+
+    const listed = await (await fetch(`${execd.base}/code/contexts?language=python`, { headers: execd.headers })).json();
+    assert.ok(Array.isArray(listed) && listed.some((c) => c.id === context.id), 'the context is listed');
+    const del = await fetch(`${execd.base}/code/contexts/${context.id}`, { method: 'DELETE', headers: execd.headers });
+    assert.equal(del.status, 200, 'DELETE /code/contexts/{id}');
+    await del.arrayBuffer();
+    const gone = await fetch(`${execd.base}/code/contexts/${context.id}`, { headers: execd.headers });
+    assert.equal(gone.status, 404, 'a deleted context is gone');
+    assert.equal((await gone.json()).code, 'CONTEXT_NOT_FOUND');
+    const unknown = await fetch(`${execd.base}/code`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream', ...execd.headers },
+      body: JSON.stringify({ code: '1', context: { id: context.id, language: 'python' } }),
+    });
+    assert.equal(unknown.status, 404, 'POST /code in a deleted context');
+    assert.equal((await unknown.json()).code, 'CONTEXT_NOT_FOUND');
+
+    // Delete: 2xx is True for LiteLLM, 404 is False.
+    const removed = await lifecycle('DELETE', `/sandboxes/${id}`);
+    assert.equal(removed.status, 204, 'DELETE /v1/sandboxes/{id}');
+    deleted = true;
+    assert.equal((await lifecycle('DELETE', `/sandboxes/${id}`)).status, 404, 'a second DELETE');
+    assert.equal((await lifecycle('GET', `/sandboxes/${id}`)).status, 404, 'GET after DELETE');
+  } finally {
+    if (!deleted) await lifecycle('DELETE', `/sandboxes/${id}`);
+  }
+});
