@@ -1,8 +1,8 @@
 // OpenSandbox's clients against `corral serve`'s OpenSandbox API.
 //
 // The official npm SDK `@alibaba-group/opensandbox` (pinned in package.json)
-// drives the lifecycle (create, getInfo, renew, kill) and execd's metrics.
-// OpenSandbox's code-interpreter client is not published on
+// drives the lifecycle (create, getInfo, renew, kill) and execd (files,
+// metrics). OpenSandbox's code-interpreter client is not published on
 // npm, so code execution is driven by a raw HTTP client that follows the flow
 // of that client and of LiteLLM's OpenSandbox provider
 // (litellm/llms/opensandbox/sandbox/transformation.py): create with a deny-all
@@ -186,6 +186,54 @@ test('kill removes the sandbox: getInfo, execd and a second kill answer 404', as
   } finally {
     await sbx.close();
   }
+});
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                    */
+
+test('files: write, read, stat, search and delete', async () => {
+  await withSandbox(async (sbx) => {
+    const bytes = Uint8Array.from({ length: 256 }, (_, i) => i);
+    await sbx.files.writeFiles([
+      { path: '/tmp/osb/a.txt', data: 'alpha\n', mode: 600 },
+      { path: '/tmp/osb/sub/b.txt', data: 'beta ünïcode' },
+      { path: '/tmp/osb/c.bin', data: bytes },
+      { path: '/tmp/osb/empty.txt' },
+      { path: '/tmp/osb/d.txt', data: 'delta' },
+    ]);
+
+    assert.equal(await sbx.files.readFile('/tmp/osb/a.txt'), 'alpha\n');
+    assert.equal(await sbx.files.readFile('/tmp/osb/sub/b.txt'), 'beta ünïcode', 'parent directories are made');
+    assert.deepEqual(await sbx.files.readBytes('/tmp/osb/c.bin'), bytes, 'binary content round-trips');
+    assert.equal(await sbx.files.readFile('/tmp/osb/empty.txt'), '');
+    assert.equal(await sbx.files.readFile('/tmp/osb/a.txt', { range: 'bytes=1-3' }), 'lph', 'a Range read');
+
+    const info = await sbx.files.getFileInfo(['/tmp/osb/a.txt', '/tmp/osb/c.bin']);
+    assert.equal(info['/tmp/osb/a.txt'].size, 6);
+    assert.equal(info['/tmp/osb/a.txt'].mode, 600, 'the mode written, as decimal digits of the octal value');
+    assert.equal(info['/tmp/osb/c.bin'].size, 256);
+    assert.ok(info['/tmp/osb/a.txt'].modifiedAt instanceof Date);
+
+    const found = await sbx.files.search({ path: '/tmp/osb', pattern: '*.txt' });
+    assert.deepEqual(
+      found.map((f) => f.path).sort(),
+      ['/tmp/osb/a.txt', '/tmp/osb/d.txt', '/tmp/osb/empty.txt', '/tmp/osb/sub/b.txt'],
+      'search matches file names in the directory and below it',
+    );
+    const all = await sbx.files.search({ path: '/tmp/osb' });
+    assert.equal(all.length, 5, `the default pattern matches every file: ${all.map((f) => f.path)}`);
+
+    await sbx.files.deleteFiles(['/tmp/osb/a.txt', '/tmp/osb/c.bin']);
+    await rejectsWithStatus(sbx.files.readFile('/tmp/osb/a.txt'), 404, 'reading a deleted file');
+    await rejectsWithStatus(sbx.files.getFileInfo(['/tmp/osb/c.bin']), 404, 'stat of a deleted file');
+    const left = await sbx.files.search({ path: '/tmp/osb', pattern: '*' });
+    assert.deepEqual(
+      left.map((f) => f.path).sort(),
+      ['/tmp/osb/d.txt', '/tmp/osb/empty.txt', '/tmp/osb/sub/b.txt'],
+      'deleted files are no longer found',
+    );
+    await rejectsWithStatus(sbx.files.readFile('/tmp/osb/never-written'), 404, 'reading a missing file');
+  });
 });
 
 /* ------------------------------------------------------------------------ */
