@@ -697,9 +697,61 @@ static bool expand_braces(const char *pat, char **alts, size_t *n)
     return ok;
 }
 
+/* The JSON text of an array, built as entries come: about 200 bytes an
+ * entry, where jansson's objects would take several times that. */
+struct text {
+    char *s;
+    size_t len, cap, n;
+    bool failed;
+};
+
+static void text_item(struct text *t, const char *item)
+{
+    size_t n = strlen(item);
+    if (t->failed || t->len + n + 3 > t->cap) {
+        size_t cap = t->cap ? t->cap : 4096;
+        while (cap < t->len + n + 3)
+            cap *= 2;
+        char *grown = t->failed ? NULL : realloc(t->s, cap);
+        if (!grown) {
+            t->failed = true;
+            return;
+        }
+        t->s = grown;
+        t->cap = cap;
+    }
+    t->s[t->len++] = t->n++ ? ',' : '[';
+    memcpy(t->s + t->len, item, n);
+    t->len += n;
+}
+
+/* The array's response (t freed). */
+static struct http_response *text_answer(struct text *t)
+{
+    struct http_response *r = NULL;
+    if (!t->n)
+        r = http_text(200, "application/json", "[]");
+    else if (!t->failed) {
+        t->s[t->len++] = ']';
+        t->s[t->len] = '\0';
+        r = http_text(200, "application/json", t->s);
+    }
+    free(t->s);
+    return r ? r : execd_error(500, "RUNTIME_ERROR", "out of memory");
+}
+
+/* A FileInfo as compact JSON text (ASCII, as http_json writes). */
+static char *info_text(const struct corral_entry *e, const char *path)
+{
+    json_t *j = info_json(e, path);
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(j);
+    return text;
+}
+
 struct walk {
     corral_sandbox *sb;
-    json_t *out;
+    struct text out;
     unsigned max_depth;
     char **patterns; /* a search; NULL: a listing */
     size_t n_patterns;
@@ -712,7 +764,7 @@ struct walk {
 struct item {
     char *name;
     bool is_dir;
-    json_t *info; /* to be added to the results */
+    char *info; /* to be added to the results */
 };
 
 static int by_name(const void *a, const void *b)
@@ -781,7 +833,7 @@ static void walk_dir(struct walk *w, const char *dir, unsigned depth)
                                         : "list less deep, or a smaller directory");
             break;
         }
-        if (wanted && !(it->info = info_json(&es[i], es[i].path)))
+        if (wanted && !(it->info = info_text(&es[i], es[i].path)))
             w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
         if (it->is_dir && depth < w->max_depth && !(it->name = strdup(es[i].name)))
             w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
@@ -794,8 +846,8 @@ static void walk_dir(struct walk *w, const char *dir, unsigned depth)
         w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
     for (size_t i = 0; i < kept; i++) {
         if (items[i].info && !w->error)
-            json_array_append(w->out, items[i].info);
-        json_decref(items[i].info);
+            text_item(&w->out, items[i].info);
+        free(items[i].info);
         if (items[i].name && !w->error &&
             snprintf(sub, PATH_LEN, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", items[i].name) <
                 PATH_LEN)
@@ -808,16 +860,14 @@ static void walk_dir(struct walk *w, const char *dir, unsigned depth)
 
 static struct http_response *walk_answer(struct walk *w, const char *root)
 {
-    if (!(w->out = json_array()))
-        return execd_error(500, "RUNTIME_ERROR", "out of memory");
     w->root_len = strlen(root);
     if (w->max_depth > 0)
         walk_dir(w, root, 1);
     if (w->error) {
-        json_decref(w->out);
+        free(w->out.s);
         return w->error;
     }
-    return http_json(200, w->out);
+    return text_answer(&w->out);
 }
 
 static struct http_response *directories_list(corral_sandbox *sb, const struct http_request *req)
