@@ -446,9 +446,9 @@ def run_all(args, table):
     def rows7():
         # Rounds of each, one after the other, so that the machine's slower and
         # faster spells fall on all three alike.
-        # Each client's first creates are slower (a new zygote's first forks; Node
-        # compiling the SDK's code): e2b_sdk.mjs and http_calls leave theirs
-        # out, and so does this for bench_cells.
+        # Every client's first creates are a warm-up, not measured: e2b_sdk.mjs
+        # and http_calls leave theirs out; bench_cells measures from its first,
+        # so its first ones are dropped here.
         rounds, creates, trips, unmeasured = 4, "10", "75", 2
         direct, sdk, hc, ht = {}, {}, [], []
         for r in range(1, rounds + 1):
