@@ -249,8 +249,7 @@ static json_t *metadata_json(corral_sandbox *sb)
     return m;
 }
 
-/* The Sandbox shape of a create/connect answer. */
-/* Sandbox; envdAccessToken when it was created secure. */
+/* The Sandbox shape of a create/connect answer; envdAccessToken when it is secure. */
 static json_t *sandbox_json(struct e2b *e, corral_sandbox *sb)
 {
     char token[33];

@@ -78,6 +78,7 @@ struct corral_sandbox {
     unsigned n_early;
     corral_context *contexts;
     corral_context *default_ctx;
+    pthread_mutex_t default_lock; /* starting the default context, once */
     unsigned next_ctx;
     unsigned n_watches; /* corral_watch objects alive */
     char **env;         /* the sandbox's environment for kernels and commands */

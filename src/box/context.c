@@ -207,14 +207,14 @@ int corral_context_create(corral_sandbox *sb, const char *language, const char *
 
 int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
+    /* Per sandbox: a kernel starting here does not hold up other sandboxes. */
+    pthread_mutex_lock(&sb->default_lock);
     int r = 0;
     if (!sb->default_ctx)
         r = corral_context_create(sb, "python", NULL, &sb->default_ctx, err);
     if (r == 0)
         *out = sb->default_ctx;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&sb->default_lock);
     return r;
 }
 

@@ -325,6 +325,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
     pthread_mutex_init(&sb->lock, NULL);
     pthread_mutex_init(&sb->freeze_lock, NULL);
+    pthread_mutex_init(&sb->default_lock, NULL);
     pthread_cond_init(&sb->cond, NULL);
     sb->refs = 1;
     sb->ctl = -1;
@@ -576,6 +577,7 @@ void corral_sandbox_release(corral_sandbox *sb)
     box_strv_free(sb->metadata);
     pthread_cond_destroy(&sb->cond);
     pthread_mutex_destroy(&sb->freeze_lock);
+    pthread_mutex_destroy(&sb->default_lock);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
 }
