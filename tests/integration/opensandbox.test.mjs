@@ -1,8 +1,9 @@
 // OpenSandbox's clients against `corral serve`'s OpenSandbox API.
 //
 // The official npm SDK `@alibaba-group/opensandbox` (pinned in package.json)
-// drives the lifecycle (create, getInfo, renew, kill) and execd (files,
-// metrics). OpenSandbox's code-interpreter client is not published on
+// drives the lifecycle (create, getInfo, pause and resume, renew, kill) and
+// execd (commands with streamed output, exit codes and background commands,
+// files, metrics). OpenSandbox's code-interpreter client is not published on
 // npm, so code execution is driven by a raw HTTP client that follows the flow
 // of that client and of LiteLLM's OpenSandbox provider
 // (litellm/llms/opensandbox/sandbox/transformation.py): create with a deny-all
@@ -25,6 +26,8 @@ const IMAGE = 'python:3.12';
 const EXECD_PORT = 44772;
 const TOKEN_HEADER = 'X-EXECD-ACCESS-TOKEN';
 const TAG = { suite: 'corral-opensandbox' };
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The SDK's connection options for this server: host:port, plain HTTP, the key. */
 function connectionConfig(extra = {}) {
@@ -80,6 +83,8 @@ async function rejectsWithStatus(promise, status, what) {
     return true;
   });
 }
+
+const texts = (messages) => messages.map((m) => m.text);
 
 /* ------------------------------------------------------------------------ */
 /* Lifecycle and authentication                                             */
@@ -189,6 +194,126 @@ test('kill removes the sandbox: getInfo, execd and a second kill answer 404', as
 });
 
 /* ------------------------------------------------------------------------ */
+/* Commands                                                                 */
+
+test('commands.run streams stdout and stderr line by line, as they are produced', async () => {
+  await withSandbox(async (sbx) => {
+    const seen = { init: [], stdout: [], stderr: [], complete: [], error: [] };
+    const t0 = Date.now();
+    const ex = await sbx.commands.run(
+      'echo first; echo oops >&2; sleep 1; printf "second\\nthird"',
+      {},
+      {
+        onInit: (m) => seen.init.push(m),
+        onStdout: (m) => seen.stdout.push({ ...m, at: Date.now() - t0 }),
+        onStderr: (m) => seen.stderr.push(m),
+        onExecutionComplete: (m) => seen.complete.push(m),
+        onError: (m) => seen.error.push(m),
+      },
+    );
+    assert.deepEqual(texts(ex.logs.stdout), ['first', 'second', 'third'], 'one stdout event per line, without its newline');
+    assert.deepEqual(texts(ex.logs.stderr), ['oops']);
+    assert.deepEqual(texts(seen.stdout), ['first', 'second', 'third'], 'the handlers saw the same lines');
+    assert.deepEqual(texts(seen.stderr), ['oops']);
+    assert.equal(ex.exitCode, 0);
+    assert.equal(ex.error, undefined);
+    assert.ok(ex.complete, 'execution_complete was sent');
+    assert.equal(seen.complete.length, 1);
+    assert.equal(seen.error.length, 0);
+    assert.equal(seen.init.length, 1, 'one init event');
+    assert.ok(ex.id && seen.init[0].id === ex.id, 'init carries the command id');
+    assert.ok(
+      seen.stdout[1].at - seen.stdout[0].at >= 600,
+      `"first" arrived while the command ran (first at ${seen.stdout[0].at} ms, second at ${seen.stdout[1].at} ms)`,
+    );
+    for (const m of ex.logs.stdout) assert.ok(Math.abs(m.timestamp - Date.now()) < 60_000, 'timestamps are ms since the epoch');
+  });
+});
+
+test('commands.run: exit codes, working directory, environment and timeout', async () => {
+  await withSandbox(async (sbx) => {
+    const failed = await sbx.commands.run('echo before; exit 7');
+    assert.equal(failed.exitCode, 7, 'the exit code of a failing command');
+    assert.equal(failed.error?.name, 'CommandExecError');
+    assert.equal(failed.error?.value, '7');
+    assert.equal(failed.complete, undefined, 'no execution_complete after a failure');
+    assert.deepEqual(texts(failed.logs.stdout), ['before']);
+
+    const ok = await sbx.commands.run('true');
+    assert.equal(ok.exitCode, 0);
+    assert.deepEqual(ok.logs.stdout, []);
+
+    const where = await sbx.commands.run('pwd; echo "$GREETING"', {
+      workingDirectory: '/tmp',
+      envs: { GREETING: 'hello from envs' },
+    });
+    assert.equal(where.exitCode, 0);
+    assert.deepEqual(texts(where.logs.stdout), ['/tmp', 'hello from envs']);
+
+    const t0 = Date.now();
+    const slow = await sbx.commands.run('echo started; sleep 30; echo never', { timeoutSeconds: 1 });
+    const took = Date.now() - t0;
+    assert.ok(took < 10_000, `a command past its 1 s timeout is stopped (it took ${took} ms)`);
+    assert.ok(slow.error, 'a timed-out command ends with an error event');
+    assert.notEqual(slow.exitCode, 0);
+    assert.deepEqual(texts(slow.logs.stdout), ['started']);
+  });
+});
+
+test('background commands: status, logs with a cursor, interrupt', async () => {
+  await withSandbox(async (sbx) => {
+    const command = 'for i in 1 2 3; do echo line$i; sleep 0.5; done; echo done >&2';
+    const t0 = Date.now();
+    const bg = await sbx.commands.run(command, { background: true });
+    assert.ok(Date.now() - t0 < 1_000, `a background command answers before it ends (after ${Date.now() - t0} ms)`);
+    assert.ok(bg.id, 'a background command has an id');
+    assert.ok(bg.complete, 'its stream ends with execution_complete');
+
+    const running = await sbx.commands.getCommandStatus(bg.id);
+    assert.equal(running.running, true, 'running while it runs');
+    assert.equal(running.exitCode, null);
+    assert.equal(running.content, command, 'the status names the command');
+    assert.ok(running.startedAt instanceof Date);
+
+    const finished = await eventually(async () => {
+      const st = await sbx.commands.getCommandStatus(bg.id);
+      return st.running ? null : st;
+    });
+    assert.ok(finished, 'the command finishes');
+    assert.equal(finished.exitCode, 0);
+    assert.ok(finished.finishedAt instanceof Date && finished.finishedAt >= finished.startedAt);
+
+    const logs = await sbx.commands.getBackgroundCommandLogs(bg.id);
+    const lines = logs.content.split('\n').filter(Boolean);
+    assert.deepEqual(lines.filter((l) => l.startsWith('line')), ['line1', 'line2', 'line3'], `logs: ${JSON.stringify(logs.content)}`);
+    assert.ok(lines.includes('done'), 'stderr is in the logs too');
+    assert.equal(typeof logs.cursor, 'number', 'EXECD-COMMANDS-TAIL-CURSOR');
+    const rest = await sbx.commands.getBackgroundCommandLogs(bg.id, logs.cursor);
+    assert.equal(rest.content, '', 'nothing after the last cursor');
+    assert.equal(rest.cursor, logs.cursor);
+
+    const failing = await sbx.commands.run('exit 3', { background: true });
+    const failed = await eventually(async () => {
+      const st = await sbx.commands.getCommandStatus(failing.id);
+      return st.running ? null : st;
+    });
+    assert.equal(failed?.exitCode, 3, 'the exit code of a failed background command');
+
+    const sleeper = await sbx.commands.run('sleep 60', { background: true });
+    assert.equal((await sbx.commands.getCommandStatus(sleeper.id)).running, true);
+    await sbx.commands.interrupt(sleeper.id);
+    const stopped = await eventually(async () => {
+      const st = await sbx.commands.getCommandStatus(sleeper.id);
+      return st.running ? null : st;
+    }, { timeoutMs: 5_000 });
+    assert.ok(stopped, 'an interrupted command stops');
+    assert.notEqual(stopped.exitCode, 0);
+
+    await rejectsWithStatus(sbx.commands.getCommandStatus('0123456789abcdef0123456789abcdef'), 404, 'status of an unknown command');
+  });
+});
+
+/* ------------------------------------------------------------------------ */
 /* Files                                                                    */
 
 test('files: write, read, stat, search and delete', async () => {
@@ -236,8 +361,20 @@ test('files: write, read, stat, search and delete', async () => {
   });
 });
 
+test('commands and files see the same filesystem', async () => {
+  await withSandbox(async (sbx) => {
+    await sbx.files.writeFiles([{ path: '/tmp/osb/written.txt', data: 'beta ünïcode', mode: 600 }]);
+    const cat = await sbx.commands.run(
+      'cat /tmp/osb/written.txt; echo; stat -c %a /tmp/osb/written.txt; printf "from shell" > /tmp/osb/shell.txt',
+    );
+    assert.equal(cat.exitCode, 0, `the command failed: ${JSON.stringify(cat.error)}`);
+    assert.deepEqual(texts(cat.logs.stdout), ['beta ünïcode', '600'], 'a command reads what files.writeFiles wrote');
+    assert.equal(await sbx.files.readFile('/tmp/osb/shell.txt'), 'from shell', 'files.readFile reads what a command wrote');
+  });
+});
+
 /* ------------------------------------------------------------------------ */
-/* Metrics                                                                  */
+/* Metrics, pause and resume                                                */
 
 test('getMetrics reports the CPU and memory of the sandbox', async () => {
   await withSandbox(
@@ -251,6 +388,54 @@ test('getMetrics reports the CPU and memory of the sandbox', async () => {
     },
     { resource: { cpu: '1', memory: '512Mi' } },
   );
+});
+
+/** The counter the background loop writes, or NaN. */
+async function readCounter(sbx) {
+  return Number.parseInt(await sbx.files.readFile('/tmp/counter'), 10);
+}
+
+test('pause freezes a running process and resume continues it where it was', async () => {
+  await withSandbox(async (sbx) => {
+    // A process whose state is in its memory: a shell variable, written out on each tick.
+    const counter = await sbx.commands.run(
+      'i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.1; done',
+      { background: true },
+    );
+    const started = await eventually(async () => {
+      try {
+        return (await readCounter(sbx)) >= 3;
+      } catch {
+        return false; // not written yet
+      }
+    });
+    assert.ok(started, 'the counter runs');
+
+    const c0 = await readCounter(sbx);
+    await sbx.pause();
+    assert.equal((await sbx.getInfo()).status.state, 'Paused');
+    // execd of a frozen sandbox answers an error at once rather than hanging.
+    const t0 = Date.now();
+    await assert.rejects(sbx.files.readFile('/tmp/counter'), (err) => {
+      assert.ok(err instanceof SandboxApiException && err.statusCode >= 400, `execd of a paused sandbox: ${err?.stack ?? err}`);
+      return true;
+    });
+    assert.ok(Date.now() - t0 < 5_000, 'execd of a paused sandbox answers at once');
+    await sleep(2_000); // 20 ticks if it were not frozen
+
+    const resumed = await sbx.resume();
+    assert.equal((await resumed.getInfo()).status.state, 'Running');
+    const c1 = await readCounter(resumed);
+    assert.ok(c1 >= c0 && c1 - c0 < 10, `the counter did not advance while paused (${c0} before, ${c1} after 2 s paused)`);
+
+    const status = await resumed.commands.getCommandStatus(counter.id);
+    assert.equal(status.running, true, 'the process survived the pause');
+    const advanced = await eventually(async () => (await readCounter(resumed)) >= c1 + 5, { timeoutMs: 5_000 });
+    assert.ok(advanced, `the counter advances again after resume (from ${c1})`);
+    const c2 = await readCounter(resumed);
+    assert.ok(c2 > c1, `it continues from where it was (${c1}, then ${c2}), it did not start over`);
+    // `resumed` shares sbx's connection (and HTTP agent), closed by withSandbox.
+  });
 });
 
 /* ------------------------------------------------------------------------ */
