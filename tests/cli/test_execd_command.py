@@ -505,3 +505,33 @@ def test_session_requests_are_checked(osb, sid):
     evs = srun(osb, sid, ses, "pwd", cwd="/does/not/exist")
     assert evs[-1]["type"] == "error" and any("does/not/exist" in t for t in out(evs, "stderr"))
     assert call(osb, sid, "DELETE", f"/session/{ses}")[0] == 200
+
+
+def test_running_commands_and_sessions_are_bounded(osb, sid):
+    ids = [run(osb, sid, {"command": "sleep 60", "background": True})[0]["text"]
+           for _ in range(64)]
+    status, text, _ = call(osb, sid, "POST", "/command", {"command": "true"})
+    assert status == 429 and "64 commands" in error_json(status, text, "TOO_MANY_COMMANDS")["message"]
+    assert call(osb, sid, "DELETE", f"/command?id={ids[0]}")[0] == 200
+    assert out(run(osb, sid, {"command": "echo room"})) == ["room"]
+    sessions = [session(osb, sid) for _ in range(16)]
+    status, text, _ = call(osb, sid, "POST", "/session", {})
+    assert status == 429 and error_json(status, text, "TOO_MANY_SESSIONS")
+    assert call(osb, sid, "DELETE", f"/session/{sessions[0]}")[0] == 200
+    session(osb, sid)
+    # The sandbox's end takes all of it (the leftover check sees no process).
+
+
+def test_stopping_the_server_with_commands_running():
+    o = Osb()
+    sid = o.create()["id"]
+    stream = Stream(o, sid, {"command": "echo up; sleep 60"})
+    stream.next()
+    run(o, sid, {"command": "sleep 60", "background": True})
+    ses = session(o, sid)
+    s2 = Stream(o, sid, {"command": "echo in-session; sleep 60"}, path=f"/session/{ses}/run")
+    s2.next()
+    s2.next()
+    o.stop()  # exits 0, no sanitizer report; the autouse fixture finds nothing left behind
+    stream.close()
+    s2.close()
