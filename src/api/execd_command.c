@@ -22,8 +22,12 @@
  * foreground commands are not tied to the request, it runs on like a
  * background command (its timeout still applies), its output kept for
  * /command/{id}/logs and its end for /command/status/{id}; DELETE
- * /command?id= stops it. Records of finished commands are kept for
- * KEEP_MS, at most MAX_FINISHED per sandbox; MAX_RUNNING may run at once.
+ * /command?id= stops it. A session run whose client goes away runs to its
+ * end too (its session stays busy until then). Records of finished commands
+ * are kept for KEEP_MS, at most MAX_FINISHED per sandbox; MAX_RUNNING may
+ * run at once, and a sandbox has at most MAX_SESSIONS sessions. When the
+ * sandbox is killed, execd_command_forget() cuts the streams, kills what
+ * runs and waits for the runners: none holds the sandbox afterwards.
  *
  * A session is one `bash` reading commands from its stdin. A run writes
  *

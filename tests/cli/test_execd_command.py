@@ -535,3 +535,20 @@ def test_stopping_the_server_with_commands_running():
     o.stop()  # exits 0, no sanitizer report; the autouse fixture finds nothing left behind
     stream.close()
     s2.close()
+
+
+def test_a_session_run_whose_client_leaves_runs_to_its_end(osb, sid):
+    ses = session(osb, sid)
+    s = Stream(osb, sid, {"command": "sleep 1; touch /tmp/session-done; late=yes"},
+               path=f"/session/{ses}/run")
+    s.next()
+    s.close()
+    status, text, _ = call(osb, sid, "POST", f"/session/{ses}/run", {"command": "true"})
+    assert status == 409 and error_json(status, text, "SESSION_BUSY")
+    deadline = time.monotonic() + 10
+    while True:
+        status, text, _ = call(osb, sid, "POST", f"/session/{ses}/run", {"command": "echo $late"})
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status == 200 and out(events(text)) == ["yes"]
