@@ -76,6 +76,7 @@
 #define LINE_OVERHEAD    (sizeof(struct line) + sizeof(struct line *))
 #define GRACE_MS         3000  /* after SIGTERM, before SIGKILL */
 #define KILL_WAIT_MS     2000  /* after SIGKILL, for the end */
+#define FORGET_GRACE_MS  3000  /* for runners to end with their killed sandbox */
 #define FORGET_WAIT_MS   10000 /* for runners, when a sandbox is forgotten */
 #define SESSION_SLICE_MS 100   /* a session's runner checks deadlines this often */
 #define PATH_CAP         4096
@@ -539,7 +540,7 @@ static void run_kill(struct run *r, int sig)
  * down half-way. Counted per sandbox (a key only: counts drop after the
  * runner's last use of it). */
 
-static void runners_wait(corral_sandbox *sb, uint64_t ms);
+static bool runners_wait(corral_sandbox *sb, uint64_t ms);
 
 struct runner_count {
     corral_sandbox *sb;
@@ -604,14 +605,15 @@ static void runner_leave(corral_sandbox *sb)
     pthread_mutex_unlock(&runners_lock);
 }
 
-/* Waits until sb (NULL: any sandbox) has no runner, up to ms. */
-static void runners_wait(corral_sandbox *sb, uint64_t ms)
+/* Waits until sb (NULL: any sandbox) has no runner, up to ms; true if none is left. */
+static bool runners_wait(corral_sandbox *sb, uint64_t ms)
 {
     pthread_once(&runners_once, runners_init);
     uint64_t until = corral_now_ms() + ms;
     pthread_mutex_lock(&runners_lock);
+    bool busy;
     for (;;) {
-        bool busy = sb ? false : total_runners > 0;
+        busy = sb ? false : total_runners > 0;
         for (size_t i = 0; sb && i < n_counts; i++)
             busy |= counts[i].sb == sb;
         if (!busy || corral_now_ms() >= until)
@@ -619,6 +621,7 @@ static void runners_wait(corral_sandbox *sb, uint64_t ms)
         cond_wait_until(&runners_cond, &runners_lock, until);
     }
     pthread_mutex_unlock(&runners_lock);
+    return !busy;
 }
 
 /* ---- the registry ---- */
@@ -1205,36 +1208,17 @@ static int expand_cwd(const char *in, char **envs, char *out, size_t cap, struct
     return 0;
 }
 
-/* Resolves "cwd" and checks that it is a directory: execd refuses a
- * missing one with 400 before anything starts. */
-static int resolve_cwd(corral_sandbox *sb, const char *cwd, char **envs, char *out, size_t cap,
-                       struct http_response **resp)
+/* A working directory that cannot be entered, as execd refuses it: 400,
+ * before anything starts (the start fails: no process is made). */
+static struct http_response *cwd_error(const char *cwd, const struct corral_error *err)
 {
-    struct corral_error err;
-    if (expand_cwd(cwd, envs, out, cap, &err) < 0) {
-        *resp = bad_request("invalid request: %s", err.message);
-        return -1;
-    }
-    struct corral_entry *e = malloc(sizeof(*e));
-    if (!e) {
-        *resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
-        return -1;
-    }
-    int rc = corral_file_stat(sb, out, e, &err);
-    bool dir = rc == 0 && e->type == CORRAL_DIR;
-    free(e);
-    if (rc == -ENOENT || rc == -ENOTDIR || (rc == 0 && !dir)) {
-        *resp = bad_request(rc == 0 ? "invalid request: working directory path is not a "
-                                      "directory: %s"
-                                    : "invalid request: working directory does not exist: %s",
-                            cwd);
-        return -1;
-    }
-    if (rc < 0) {
-        *resp = execd_fail(&err);
-        return -1;
-    }
-    return 0;
+    if (err->code == ENOENT)
+        return bad_request("invalid request: working directory does not exist: %s", cwd);
+    if (err->code == ENOTDIR)
+        return bad_request("invalid request: working directory path is not a directory: %s", cwd);
+    if (err->code == EACCES)
+        return bad_request("invalid request: working directory cannot be entered: %s", cwd);
+    return execd_fail(err);
 }
 
 /* ---- POST /command ---- */
@@ -1252,9 +1236,9 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
 {
     struct http_response *resp = NULL;
     char dir[PATH_CAP];
-    if (cwd && *cwd && resolve_cwd(sb, cwd, envs, dir, sizeof(dir), &resp) < 0)
-        return resp;
     struct corral_error err;
+    if (cwd && *cwd && expand_cwd(cwd, envs, dir, sizeof(dir), &err) < 0)
+        return bad_request("invalid request: %s", err.message);
     struct run *r = run_new(sb, command, &err); /* our reference */
     if (!r)
         return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
@@ -1274,7 +1258,7 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
     if (corral_command_start(sb, command, &co, &p, &err) < 0) {
         registry_remove(r);
         run_unref(r);
-        return execd_fail(&err);
+        return co.cwd ? cwd_error(cwd, &err) : execd_fail(&err);
     }
     r->p = p;
     corral_sandbox_retain(sb); /* the runner's references */
@@ -1952,12 +1936,13 @@ out:
 }
 
 /* Marks the session deleted and kills its shell (its current run ends so). */
-static void session_close(struct session *s)
+static void session_close(struct session *s, bool kill_shell)
 {
     pthread_mutex_lock(&s->lock);
     s->deleted = true;
     pthread_mutex_unlock(&s->lock);
-    session_signal(s, SIGKILL);
+    if (kill_shell)
+        session_signal(s, SIGKILL);
 }
 
 static struct http_response *delete_session(corral_sandbox *sb, const char *id)
@@ -1967,7 +1952,7 @@ static struct http_response *delete_session(corral_sandbox *sb, const char *id)
         return execd_error(404, "CONTEXT_NOT_FOUND", "session %s not found", id);
     if (session_unlink(s))
         session_unref(s);
-    session_close(s);
+    session_close(s, true);
     session_unref(s);
     return http_empty(200);
 }
@@ -2066,13 +2051,12 @@ void execd_command_forget(corral_sandbox *sb)
         }
     }
     pthread_mutex_unlock(&reg_lock);
-    /* Stop everything: streams are cut, processes killed. */
+    /* The streams are cut. */
     for (struct run *r = mine; r; r = r->next) {
         pthread_mutex_lock(&r->lock);
         r->forgotten = true;
         pthread_cond_broadcast(&r->cond);
         pthread_mutex_unlock(&r->lock);
-        run_kill(r, SIGKILL);
     }
     for (struct session *s = theirs; s; s = s->next) {
         pthread_mutex_lock(&s->lock);
@@ -2083,11 +2067,19 @@ void execd_command_forget(corral_sandbox *sb)
             pthread_mutex_unlock(&s->current->lock);
         }
         pthread_mutex_unlock(&s->lock);
-        session_close(s);
+        session_close(s, false);
     }
-    /* Then wait for the runners, those of deleted sessions too (they end as
-     * soon as their processes do): none holds the sandbox afterwards. */
-    runners_wait(sb, FORGET_WAIT_MS);
+    /* The sandbox is killed: its processes end, and the runners (of deleted
+     * sessions too) with them; none holds the sandbox afterwards. Signals now
+     * would race its end: only what still runs after a while (a sandbox
+     * forgotten but not killed) is killed. */
+    if (!runners_wait(sb, FORGET_GRACE_MS)) {
+        for (struct run *r = mine; r; r = r->next)
+            run_kill(r, SIGKILL);
+        for (struct session *s = theirs; s; s = s->next)
+            session_signal(s, SIGKILL);
+        runners_wait(sb, FORGET_WAIT_MS);
+    }
     unref_list(mine);
     while (theirs) {
         struct session *s = theirs;
