@@ -6,9 +6,13 @@ sanitizer build); tests run as root, as corral requires.
 import glob
 import os
 import subprocess
+import sys
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import hostlock  # noqa: E402
 
 CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../../build/corral"))
 UID_BASE = 1879048192
@@ -53,42 +57,12 @@ def leftovers():
             "mounts": mounts}
 
 
-HOST_LOCK = "/tmp/corral-integration.lock"
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session", autouse=True)
 def host_lock():
-    """The host's sandbox state is shared: one test process at a time checks
-    it (the same lock directory as tests/integration's harness)."""
-    while True:
-        try:
-            os.mkdir(HOST_LOCK)
-            with open(os.path.join(HOST_LOCK, "pid"), "w") as f:
-                f.write(str(os.getpid()))
-            break
-        except FileExistsError:
-            try:
-                with open(os.path.join(HOST_LOCK, "pid")) as f:
-                    owner = int(f.read() or "0")
-            except (OSError, ValueError):
-                owner = 0
-            age = time.time() - os.stat(HOST_LOCK).st_mtime if os.path.exists(HOST_LOCK) else 0
-            if (owner > 0 and not _alive(owner)) or (owner == 0 and age > 5):
-                subprocess.run(["rm", "-rf", HOST_LOCK])
-                continue
-            time.sleep(0.2)
+    """One test process at a time checks the host (see tests/hostlock.py)."""
+    hostlock.acquire()
     yield
-    subprocess.run(["rm", "-rf", HOST_LOCK])
+    hostlock.release()
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from helpers import CORRAL, foreign_corrals, leftovers, token  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import hostlock  # noqa: E402
+
 
 def pytest_configure(config):
     if not os.access(CORRAL, os.X_OK):
@@ -25,8 +28,16 @@ def pytest_configure(config):
         raise pytest.UsageError("the security suite runs corral, which needs root")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_lock():
+    """One test process at a time checks the host (see tests/hostlock.py)."""
+    hostlock.acquire()
+    yield
+    hostlock.release()
+
+
 @pytest.fixture(autouse=True)
-def no_leftovers():
+def no_leftovers(host_lock):
     """After each test: no sandbox process, cgroup, slot or mount remains."""
     yield
     # corral returns only after tearing the sandbox down; allow the kernel a
