@@ -162,6 +162,8 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
                 struct corral_error *err)
 {
     struct pending w = {.reply = reply};
+    /* Whatever happens, the reply holds no descriptor the caller would close. */
+    reply->nfds = 0;
     pthread_mutex_lock(&sb->lock);
     if (sb->dead) {
         pthread_mutex_unlock(&sb->lock);

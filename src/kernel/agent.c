@@ -298,7 +298,11 @@ static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *re
         reply_err(rep, seq, ESRCH, "no process %d was started in this sandbox", (int)pid);
         return;
     }
-    if (kill(group ? -pid : pid, sig) < 0 && !(group && errno == ESRCH && kill(pid, sig) == 0)) {
+    /* One process: its main thread, which is where Python handles signals (a
+     * process-directed signal may land on a thread some library started,
+     * and then a sleeping main thread would not wake up). */
+    int rc = group ? kill(-pid, sig) : (int)syscall(SYS_tgkill, pid, pid, sig);
+    if (rc < 0 && !(errno == ESRCH && kill(pid, sig) == 0)) {
         reply_err(rep, seq, errno, "cannot signal process %d: %s", (int)pid, strerror(errno));
         return;
     }

@@ -1342,15 +1342,22 @@ def prepare(preload=()):
     warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
     os.environ.setdefault("MPLBACKEND", "Agg")
     sys.meta_path.insert(0, _PyplotHook())
-    shell = _make_shell()
-    import importlib
+    # Threads that modules start (OpenBLAS's, ...) never take SIGINT: it must
+    # reach the main thread, which alone runs Python's handlers.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        shell = _make_shell()
+        import importlib
 
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except Exception as e:
-            raise RuntimeError("cannot preload %s: %s: %s" % (name, type(e).__name__, e)) from None
-    _warm_up()
+        for name in preload:
+            try:
+                importlib.import_module(name)
+            except Exception as e:
+                raise RuntimeError("cannot preload %s: %s: %s" % (name, type(e).__name__, e)) \
+                    from None
+        _warm_up()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _warm_up():
