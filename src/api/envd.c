@@ -1312,6 +1312,18 @@ static struct http_response *fs_stat(struct rpc *c)
     return resp;
 }
 
+struct listing {
+    corral_sandbox *sb;
+    json_t *list;
+};
+
+static int list_entry(void *ud, const struct corral_entry *e)
+{
+    struct listing *l = ud;
+    json_t *j = entry_json(l->sb, e);
+    return j && json_array_append_new(l->list, j) == 0 ? 0 : -ENOMEM;
+}
+
 static struct http_response *fs_list_dir(struct rpc *c)
 {
     char path[PATH_MAX_LEN];
@@ -1323,20 +1335,19 @@ static struct http_response *fs_list_dir(struct rpc *c)
     struct corral_error err;
     if (d && uint_field(d, "depth", &depth, &err) < 0)
         return unary_error("invalid_argument", "%s", err.message);
-    struct corral_entry *entries;
-    size_t n;
-    if (corral_file_list(c->sb, path, depth ? depth : 1, &entries, &n, &err) < 0) {
+    struct listing l = {c->sb, json_array()};
+    if (!l.list ||
+        corral_file_list_each(c->sb, path, depth ? depth : 1, list_entry, &l, &err) < 0) {
+        json_decref(l.list);
+        if (!l.list)
+            return unary_error("resource_exhausted", "out of memory");
         if (err.code == ENOENT)
             return unary_error("not_found", "directory not found: %s", path);
         if (err.code == ENOTDIR)
             return unary_error("invalid_argument", "path is not a directory: %s", path);
         return file_error(&err);
     }
-    json_t *list = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(list, entry_json(c->sb, &entries[i]));
-    free(entries);
-    return http_json(200, json_pack("{s:o}", "entries", list));
+    return http_json(200, json_pack("{s:o}", "entries", l.list));
 }
 
 /* The entry of path, as a {"entry": ...} response. */

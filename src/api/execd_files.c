@@ -769,7 +769,7 @@ struct item {
 
 static int by_name(const void *a, const void *b)
 {
-    return strcmp(((const struct corral_entry *)a)->name, ((const struct corral_entry *)b)->name);
+    return strcmp(((const struct item *)a)->name, ((const struct item *)b)->name);
 }
 
 static bool matches(struct walk *w, const struct corral_entry *e)
@@ -796,66 +796,83 @@ static bool matches(struct walk *w, const struct corral_entry *e)
     return false;
 }
 
+struct dir_items {
+    struct walk *w;
+    const char *dir;
+    struct item *v;
+    size_t n, cap;
+};
+
+/* One entry of a directory being walked: kept when it is wanted in the
+ * results (its info) or walked into (a directory); bounded by the walk. */
+static int dir_item(void *ud, const struct corral_entry *e)
+{
+    struct dir_items *d = ud;
+    struct walk *w = d->w;
+    if (++w->visited > VISIT_MAX) {
+        w->error =
+            execd_error(400, "INVALID_REQUEST_BODY",
+                        "more than %d entries to go through: search a smaller tree", VISIT_MAX);
+        return -E2BIG;
+    }
+    bool is_dir = e->type == CORRAL_DIR;
+    bool wanted = w->patterns ? !is_dir && matches(w, e) : true;
+    if (w->error)
+        return -EINVAL;
+    if (wanted && ++w->found > ENTRIES_MAX) {
+        w->error = execd_error(400, "INVALID_REQUEST_BODY", "more than %d entries: %s", ENTRIES_MAX,
+                               w->patterns ? "narrow the pattern or the path"
+                                           : "list less deep, or a smaller directory");
+        return -E2BIG;
+    }
+    if (!wanted && !is_dir)
+        return 0;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 32;
+        struct item *v = realloc(d->v, cap * sizeof(*v));
+        if (!v)
+            goto oom;
+        d->v = v;
+        d->cap = cap;
+    }
+    struct item *it = &d->v[d->n];
+    *it = (struct item){.is_dir = is_dir};
+    if (!(it->name = strdup(e->name)) || (wanted && !(it->info = info_text(e, e->path)))) {
+        free(it->name);
+        goto oom;
+    }
+    d->n++;
+    return 0;
+oom:
+    w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", d->dir);
+    return -ENOMEM;
+}
+
 /* The entries of dir (depth: its own level below the root, from 1), sorted
  * by name, each followed by what is under it; symbolic links not followed. */
 static void walk_dir(struct walk *w, const char *dir, unsigned depth)
 {
-    struct corral_entry *es = NULL;
-    size_t n = 0;
+    struct dir_items d = {.w = w, .dir = dir};
     struct corral_error err;
-    if (corral_file_list(w->sb, dir, 1, &es, &n, &err) < 0) {
-        if (depth == 1)
-            w->error = execd_fail(&err);
-        return; /* a directory removed or unreadable meanwhile is skipped */
-    }
-    qsort(es, n, sizeof(*es), by_name);
-    struct item *items = calloc(n ? n : 1, sizeof(*items));
-    if (!items) {
-        free(es);
-        w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
-        return;
-    }
-    size_t kept = 0;
-    for (size_t i = 0; i < n && !w->error; i++) {
-        if (++w->visited > VISIT_MAX) {
-            w->error =
-                execd_error(400, "INVALID_REQUEST_BODY",
-                            "more than %d entries to go through: search a smaller tree", VISIT_MAX);
-            break;
-        }
-        struct item *it = &items[kept];
-        it->is_dir = es[i].type == CORRAL_DIR;
-        bool wanted = w->patterns ? !it->is_dir && matches(w, &es[i]) : true;
-        if (wanted && ++w->found > ENTRIES_MAX) {
-            w->error =
-                execd_error(400, "INVALID_REQUEST_BODY", "more than %d entries: %s", ENTRIES_MAX,
-                            w->patterns ? "narrow the pattern or the path"
-                                        : "list less deep, or a smaller directory");
-            break;
-        }
-        if (wanted && !(it->info = info_text(&es[i], es[i].path)))
-            w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
-        if (it->is_dir && depth < w->max_depth && !(it->name = strdup(es[i].name)))
-            w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
-        if (it->info || it->name)
-            kept++;
-    }
-    free(es);
+    if (corral_file_list_each(w->sb, dir, 1, dir_item, &d, &err) < 0 && !w->error && depth == 1)
+        w->error = execd_fail(&err); /* below, a directory gone or unreadable is skipped */
+    if (d.n)
+        qsort(d.v, d.n, sizeof(*d.v), by_name);
     char *sub = malloc(PATH_LEN);
     if (!sub && !w->error)
         w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", dir);
-    for (size_t i = 0; i < kept; i++) {
-        if (items[i].info && !w->error)
-            text_item(&w->out, items[i].info);
-        free(items[i].info);
-        if (items[i].name && !w->error &&
-            snprintf(sub, PATH_LEN, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", items[i].name) <
+    for (size_t i = 0; i < d.n; i++) {
+        if (d.v[i].info && !w->error)
+            text_item(&w->out, d.v[i].info);
+        free(d.v[i].info);
+        if (d.v[i].is_dir && depth < w->max_depth && !w->error &&
+            snprintf(sub, PATH_LEN, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", d.v[i].name) <
                 PATH_LEN)
             walk_dir(w, sub, depth + 1);
-        free(items[i].name);
+        free(d.v[i].name);
     }
     free(sub);
-    free(items);
+    free(d.v);
 }
 
 static struct http_response *walk_answer(struct walk *w, const char *root)

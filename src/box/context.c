@@ -18,6 +18,7 @@
 
 #define KERNEL_START_TIMEOUT_MS 60000
 #define DEFAULT_OUTPUT_LIMIT    (10u << 20)
+#define INTERRUPT_REPEAT_MS     1000
 #define DEFAULT_GRACE_MS        3000
 
 const char *corral_supported_languages(void)
@@ -458,13 +459,24 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     ctx->interrupted_at = 0;
     pthread_mutex_unlock(&sb->lock);
     bool done = false, died = false, stuck = false;
+    uint64_t repeated_at = 0;
     r = 0;
     while (!done) {
         uint64_t now = corral_now_ms();
         pthread_mutex_lock(&sb->lock);
         uint64_t interrupted = ctx->interrupted_at;
         bool kernel_gone = !ctx->kernel || ctx->kernel->exited;
+        pid_t kernel_pid = kernel_gone ? 0 : ctx->kernel->pid;
         pthread_mutex_unlock(&sb->lock);
+        /* CPython runs a signal's handler between bytecodes: a SIGINT that
+         * lands just before a blocking call (time.sleep...) waits for the
+         * call's end. Repeating it until the execution ends interrupts the
+         * call itself. */
+        uint64_t last = repeated_at > interrupted ? repeated_at : interrupted;
+        if (interrupted && kernel_pid && now >= last + INTERRUPT_REPEAT_MS) {
+            repeated_at = now;
+            box_signal(sb, kernel_pid, SIGINT, false, NULL);
+        }
         if (deadline && now >= deadline && !st.timed_out) {
             st.timed_out = outcome->timed_out = true;
             corral_context_interrupt(ctx, NULL);

@@ -1,6 +1,7 @@
 /* Files in a sandbox, with the sandbox user's rights inside its root: reads and
  * writes stream through a descriptor the agent opens and passes back. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -242,8 +243,9 @@ int corral_file_stat(corral_sandbox *sb, const char *path, struct corral_entry *
     return r;
 }
 
-int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
-                     struct corral_entry **out, size_t *count, struct corral_error *err)
+int corral_file_list_each(corral_sandbox *sb, const char *path, unsigned depth,
+                          int (*fn)(void *userdata, const struct corral_entry *e), void *userdata,
+                          struct corral_error *err)
 {
     struct request q;
     int r = check_path(path, err);
@@ -266,7 +268,7 @@ int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
         return malformed(sb, err);
     }
     /* The listing comes in a memfd written by the sandbox: bounded, and parsed
-     * as strictly as any message. */
+     * as strictly as any message, one entry at a time. */
     char proc[64];
     snprintf(proc, sizeof(proc), "/proc/self/fd/%d", q.rep->fds[0]);
     char *data = NULL;
@@ -275,28 +277,63 @@ int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
     request_free(&q);
     if (r < 0)
         return r;
-    struct corral_entry *entries = calloc(n ? n : 1, sizeof(*entries));
     struct ctl_entry *c = malloc(sizeof(*c));
-    if (!entries || !c) {
-        free(entries);
+    struct corral_entry *e = malloc(sizeof(*e));
+    if (!c || !e) {
         free(c);
+        free(e);
         free(data);
         return corral_fail(err, ENOMEM, "out of memory listing %s", path);
     }
     ctl_reader_init_buf(&rd, data, len);
-    for (uint32_t i = 0; i < n && !rd.bad; i++) {
+    for (uint32_t i = 0; i < n && !rd.bad && r == 0; i++) {
         ctl_get_entry(&rd, c);
-        entry_from_ctl(c, &entries[i]);
+        if (rd.bad)
+            break;
+        entry_from_ctl(c, e);
+        r = fn(userdata, e);
+        if (r < 0)
+            r = corral_fail(err, -r, "listing %s stopped: %s", path, strerror(-r));
     }
+    bool bad = r == 0 && !ctl_reader_done(&rd);
     free(c);
+    free(e);
     free(data);
-    if (!ctl_reader_done(&rd)) {
-        free(entries);
-        return malformed(sb, err);
+    return bad ? malformed(sb, err) : r;
+}
+
+struct entries {
+    struct corral_entry *v;
+    size_t n, cap;
+};
+
+static int collect_entry(void *ud, const struct corral_entry *e)
+{
+    struct entries *c = ud;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        struct corral_entry *v = realloc(c->v, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        c->v = v;
+        c->cap = cap;
     }
-    *out = entries;
-    *count = n;
+    c->v[c->n++] = *e;
     return 0;
+}
+
+int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
+                     struct corral_entry **out, size_t *count, struct corral_error *err)
+{
+    struct entries c = {0};
+    int r = corral_file_list_each(sb, path, depth, collect_entry, &c, err);
+    if (r < 0) {
+        free(c.v);
+        return r;
+    }
+    *out = c.v ? c.v : calloc(1, sizeof(struct corral_entry));
+    *count = c.n;
+    return *out ? 0 : corral_fail(err, ENOMEM, "out of memory listing %s", path);
 }
 
 int corral_file_mkdir(corral_sandbox *sb, const char *path, bool parents, bool *created,
