@@ -41,29 +41,6 @@ struct e2b {
 
 /* ---- small helpers ---- */
 
-static char **strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(char *));
-    for (size_t i = 0; out && i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            for (size_t j = 0; j < i; j++)
-                free(out[j]);
-            free(out);
-            return NULL;
-        }
-    return out;
-}
-
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 static void rfc3339(uint64_t ms, char *out, size_t len)
 {
     time_t t = (time_t)(ms / 1000);
@@ -134,13 +111,13 @@ static char **string_map(json_t *obj, const char *field, struct http_response **
         if (!v)
             break;
         if (!json_is_string(val) || !*key || strchr(key, '=')) {
-            strv_free(v);
+            corral_strv_free(v);
             *bad = http_error(400, "'%s' must map names to strings ('%s' does not)", field, key);
             return NULL;
         }
         size_t len = strlen(key) + json_string_length(val) + 2;
         if (!(v[n] = malloc(len))) {
-            strv_free(v);
+            corral_strv_free(v);
             v = NULL;
             break;
         }
@@ -409,8 +386,8 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
         start_default_kernel(e, sb);
     resp = http_json(201, j);
 out:
-    strv_free(env);
-    strv_free(meta);
+    corral_strv_free(env);
+    corral_strv_free(meta);
     json_decref(body);
     return resp;
 }
@@ -818,7 +795,7 @@ static void job_release(void *arg)
     struct job *j = arg;
     corral_sandbox_release(j->sb);
     free(j->code);
-    strv_free(j->env);
+    corral_strv_free(j->env);
     free(j);
 }
 
@@ -895,7 +872,7 @@ static struct http_response *execute(corral_sandbox *sb, const struct http_reque
     if (!resp)
         job_release(j);
 out:
-    strv_free(env);
+    corral_strv_free(env);
     json_decref(body);
     return resp;
 }
@@ -1050,10 +1027,10 @@ struct http_response *e2b_handle(const struct http_request *req, void *ctx)
 int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *err)
 {
     struct e2b *e = calloc(1, sizeof(*e));
-    if (!e || !(e->api_keys = strv_dup(o->api_keys)) ||
+    if (!e || !(e->api_keys = corral_strv_dup(o->api_keys)) ||
         (o->state_dir && !(e->state_dir = strdup(o->state_dir)))) {
         if (e)
-            strv_free(e->api_keys);
+            corral_strv_free(e->api_keys);
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -1092,7 +1069,7 @@ void e2b_free(struct e2b *e)
         pthread_cond_wait(&e->kernels_done, &e->lock);
     pthread_mutex_unlock(&e->lock);
     pthread_cond_destroy(&e->kernels_done);
-    strv_free(e->api_keys);
+    corral_strv_free(e->api_keys);
     free(e->state_dir);
     pthread_mutex_destroy(&e->lock);
     free(e);

@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "api/multipart.h"
+#include "api/live.h"
 #include "base/util.h"
 
 #define HOME                "/home/user"
@@ -24,55 +25,11 @@
 #define CONNECT_JSON        "application/connect+json"
 #define INLINE_MAX          (8u << 20) /* downloads up to this are read before answering */
 #define KEEPALIVE_DEFAULT_S 50
-#define DRAIN_MS            10000 /* at exit, how long streams get to let go of sandboxes */
 #define DEADLINE            "the stream's deadline (Connect-Timeout-Ms) passed"
 
 /* The keepalive event of process streams, enveloped: flags 0, length 26. */
 static const char KEEPALIVE[] = "\x00\x00\x00\x00\x1a"
                                 "{\"event\":{\"keepalive\":{}}}";
-
-/* ---- streams still running, waited for at exit ----
- *
- * A stream's producer thread holds a sandbox reference until it ends; the
- * process exits right after `corral serve` kills its sandboxes, so the last
- * streams are waited for briefly, lest a sandbox be torn down half-way. */
-
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
-static unsigned live_streams;
-static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
-
-static void drain_streams(void)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += DRAIN_MS / 1000;
-    pthread_mutex_lock(&live_lock);
-    while (live_streams && pthread_cond_timedwait(&live_cond, &live_lock, &until) == 0)
-        ;
-    pthread_mutex_unlock(&live_lock);
-}
-
-static void register_drain(void)
-{
-    atexit(drain_streams);
-}
-
-static void live_add(void)
-{
-    pthread_once(&drain_once, register_drain);
-    pthread_mutex_lock(&live_lock);
-    live_streams++;
-    pthread_mutex_unlock(&live_lock);
-}
-
-static void live_done(void)
-{
-    pthread_mutex_lock(&live_lock);
-    if (--live_streams == 0)
-        pthread_cond_broadcast(&live_cond);
-    pthread_mutex_unlock(&live_lock);
-}
 
 /* ---- small helpers ---- */
 
@@ -917,13 +874,6 @@ static int pty_size(json_t *pty, uint32_t size[2], struct corral_error *err)
     return 0;
 }
 
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 static struct http_response *process_start(struct rpc *c)
 {
     json_t *cfg = field(c->msg, "process", NULL);
@@ -1027,8 +977,8 @@ static struct http_response *process_start(struct rpc *c)
 oom:
     resp = stream_error("resource_exhausted", "out of memory");
 out:
-    strv_free(argv);
-    strv_free(env);
+    corral_strv_free(argv);
+    corral_strv_free(env);
     json_decref(config);
     return resp;
 }
@@ -1977,7 +1927,7 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
                                                  text_json(base_name(path)), "type", "file"));
     }
     free(parts);
-    strv_free(dests);
+    corral_strv_free(dests);
     if (resp) {
         json_decref(written);
         return resp;

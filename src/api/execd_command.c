@@ -1078,13 +1078,6 @@ static int check_ids(json_t *body, struct http_response **resp)
     return 0;
 }
 
-static void strv_free(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
-
 /* "envs": {"NAME": "value", ...} as a NULL-terminated NAME=VALUE array. */
 static int envs_member(json_t *body, char ***out, struct http_response **resp)
 {
@@ -1111,12 +1104,12 @@ static int envs_member(json_t *body, char ***out, struct http_response **resp)
             *resp = bad_request("'envs' must map names (not empty, without '=') to strings "
                                 "without NUL characters ('%.100s' does not)",
                                 key);
-            strv_free(v);
+            corral_strv_free(v);
             return -1;
         }
         if (asprintf(&v[k], "%s=%s", key, json_string_value(val)) < 0) {
             v[k] = NULL;
-            strv_free(v);
+            corral_strv_free(v);
             *resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
             return -1;
         }
@@ -1321,7 +1314,7 @@ static struct http_response *post_command(corral_sandbox *sb, const struct http_
     }
     resp = start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms);
 out:
-    strv_free(envs);
+    corral_strv_free(envs);
     json_decref(body);
     return resp;
 }

@@ -12,6 +12,7 @@
  * are streamed.
  */
 #include "api/execd.h"
+#include "api/live.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -36,46 +37,6 @@
 #define REPLACE_MAX (16u << 20)
 #define GLOB_BUDGET 200000 /* matcher steps per name */
 #define GLOB_ALTS   64     /* patterns a {a,b} pattern expands to */
-#define DRAIN_MS    10000
-
-/* ---- downloads still streaming, waited for at exit (they hold sandboxes) ---- */
-
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER;
-static unsigned live;
-static pthread_once_t live_once = PTHREAD_ONCE_INIT;
-
-static void live_drain(void)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += DRAIN_MS / 1000;
-    pthread_mutex_lock(&live_lock);
-    while (live && pthread_cond_timedwait(&live_cond, &live_lock, &until) == 0)
-        ;
-    pthread_mutex_unlock(&live_lock);
-}
-
-static void live_register(void)
-{
-    atexit(live_drain);
-}
-
-static void live_add(void)
-{
-    pthread_once(&live_once, live_register);
-    pthread_mutex_lock(&live_lock);
-    live++;
-    pthread_mutex_unlock(&live_lock);
-}
-
-static void live_done(void)
-{
-    pthread_mutex_lock(&live_lock);
-    if (--live == 0)
-        pthread_cond_broadcast(&live_cond);
-    pthread_mutex_unlock(&live_lock);
-}
 
 /* ---- small helpers ---- */
 

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,29 +51,6 @@ struct osb {
 };
 
 /* ---- small helpers ---- */
-
-static char **strv_copy(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(char *));
-    for (size_t i = 0; out && i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            while (i)
-                free(out[--i]);
-            free(out);
-            return NULL;
-        }
-    return out;
-}
-
-static void strv_release(char **v)
-{
-    for (size_t i = 0; v && v[i]; i++)
-        free(v[i]);
-    free(v);
-}
 
 static uint64_t wall_ms(void)
 {
@@ -129,21 +105,9 @@ static int parse_time(const char *s, uint64_t *out)
     return 0;
 }
 
-static struct http_response *fail(int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static struct http_response *fail(int status, const char *code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return http_json(status, json_pack("{s:s, s:s}", "code", code, "message", msg));
-}
-
 static struct http_response *not_found(const char *id)
 {
-    return fail(404, "SANDBOX::NOT_FOUND", "sandbox %s not found", id);
+    return execd_error(404, "SANDBOX::NOT_FOUND", "sandbox %s not found", id);
 }
 
 static struct http_response *no_body(int status)
@@ -159,13 +123,13 @@ static json_t *body_json(const struct http_request *req, bool want_array,
     json_t *v =
         req->body_len ? json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &e) : NULL;
     if (!req->body_len)
-        *bad = fail(400, "SANDBOX::INVALID_PARAMETER", "the request needs a JSON body");
+        *bad = execd_error(400, "SANDBOX::INVALID_PARAMETER", "the request needs a JSON body");
     else if (!v)
-        *bad = fail(400, "SANDBOX::INVALID_PARAMETER", "malformed JSON body: %s (line %d)", e.text,
-                    e.line);
+        *bad = execd_error(400, "SANDBOX::INVALID_PARAMETER", "malformed JSON body: %s (line %d)",
+                           e.text, e.line);
     else if (want_array ? !json_is_array(v) : !json_is_object(v))
-        *bad = fail(400, "SANDBOX::INVALID_PARAMETER", "the JSON body must be an %s",
-                    want_array ? "array" : "object");
+        *bad = execd_error(400, "SANDBOX::INVALID_PARAMETER", "the JSON body must be an %s",
+                           want_array ? "array" : "object");
     else
         return v;
     json_decref(v);
@@ -348,11 +312,12 @@ static struct http_response *unknown_image(struct osb *o, const char *uri)
     for (size_t i = 0; o->templates && o->templates[i] && used + 64 < sizeof(names); i++)
         if (strcmp(o->templates[i], "default"))
             used += (size_t)snprintf(names + used, sizeof(names) - used, ", %s", o->templates[i]);
-    return fail(400, "SANDBOX::INVALID_IMAGE",
-                "image '%s' is not served here: corral runs its templates (%s), named by their "
-                "own name or by any image named code-interpreter or python (e.g. "
-                "opensandbox/code-interpreter:v1.1.0, python:3.12) for 'default'",
-                uri, names);
+    return execd_error(
+        400, "SANDBOX::INVALID_IMAGE",
+        "image '%s' is not served here: corral runs its templates (%s), named by their "
+        "own name or by any image named code-interpreter or python (e.g. "
+        "opensandbox/code-interpreter:v1.1.0, python:3.12) for 'default'",
+        uri, names);
 }
 
 /* ---- network policy ---- */
@@ -405,14 +370,14 @@ static bool key_ok(struct osb *o, const struct http_request *req, struct http_re
         return true;
     const char *key = http_header(req, "OPEN-SANDBOX-API-KEY");
     if (!key || !*key) {
-        *bad = fail(401, "MISSING_API_KEY", "the OPEN-SANDBOX-API-KEY header is required");
+        *bad = execd_error(401, "MISSING_API_KEY", "the OPEN-SANDBOX-API-KEY header is required");
         return false;
     }
     for (size_t i = 0; o->api_keys[i]; i++)
         if (strlen(key) == strlen(o->api_keys[i]) &&
             !CRYPTO_memcmp(key, o->api_keys[i], strlen(key)))
             return true;
-    *bad = fail(401, "INVALID_API_KEY", "the API key is not valid");
+    *bad = execd_error(401, "INVALID_API_KEY", "the API key is not valid");
     return false;
 }
 
@@ -439,9 +404,10 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     struct http_response *resp = NULL;
     const char *tpl = NULL;
     if (json_object_get(body, "snapshotId"))
-        resp = fail(400, "SANDBOX::INVALID_PARAMETER", "corral has no snapshots: give an image");
+        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "corral has no snapshots: give an image");
     else if (!json_is_object(image) || !json_is_string(uri) || !json_string_length(uri))
-        resp = fail(400, "SANDBOX::INVALID_PARAMETER", "'image.uri' is required");
+        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER", "'image.uri' is required");
     else if (!(tpl = template_for(json_string_value(uri), tbuf, sizeof(tbuf))))
         resp = unknown_image(o, json_string_value(uri));
     if (resp)
@@ -452,17 +418,17 @@ static struct http_response *create(struct osb *o, const struct http_request *re
         bool ok = json_is_array(entry) && json_array_size(entry) > 0;
         json_array_foreach(entry, i, a) ok = ok && json_is_string(a);
         if (!ok) {
-            resp = fail(400, "SANDBOX::INVALID_PARAMETER",
-                        "'entrypoint' must be a non-empty array of strings");
+            resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                               "'entrypoint' must be a non-empty array of strings");
             goto out;
         }
     }
     bool manual = !timeout || json_is_null(timeout);
     if (!manual && (!json_is_integer(timeout) || json_integer_value(timeout) < MIN_TIMEOUT_S ||
                     (uint64_t)json_integer_value(timeout) > o->max_timeout_s)) {
-        resp = fail(400, "SANDBOX::INVALID_PARAMETER",
-                    "'timeout' must be whole seconds from %d to %llu, or null for no expiry",
-                    MIN_TIMEOUT_S, (unsigned long long)o->max_timeout_s);
+        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "'timeout' must be whole seconds from %d to %llu, or null for no expiry",
+                           MIN_TIMEOUT_S, (unsigned long long)o->max_timeout_s);
         goto out;
     }
     so.timeout_ms = manual ? 0 : (uint64_t)json_integer_value(timeout) * 1000;
@@ -471,30 +437,31 @@ static struct http_response *create(struct osb *o, const struct http_request *re
         if (!string_map_ok(limits, "resourceLimits", why, sizeof(why)) ||
             (cpu && parse_cpu(json_string_value(cpu), &so.limits.millicpus) < 0) ||
             (mem && parse_memory(json_string_value(mem), &so.limits.memory_bytes) < 0)) {
-            resp = fail(400, "SANDBOX::INVALID_PARAMETER", "%s",
-                        why[0] ? why
-                               : "'resourceLimits': cpu is a number of CPUs (\"1\", \"500m\"), "
-                                 "memory a size from 1Mi to 4Ti (\"512Mi\", \"2Gi\")");
+            resp =
+                execd_error(400, "SANDBOX::INVALID_PARAMETER", "%s",
+                            why[0] ? why
+                                   : "'resourceLimits': cpu is a number of CPUs (\"1\", \"500m\"), "
+                                     "memory a size from 1Mi to 4Ti (\"512Mi\", \"2Gi\")");
             goto out;
         }
     }
     if (!string_map_ok(env, "env", why, sizeof(why)) ||
         !string_map_ok(meta, "metadata", why, sizeof(why)) ||
         (policy && !json_is_null(policy) && !policy_ok(policy, why, sizeof(why)))) {
-        resp = fail(400, "SANDBOX::INVALID_PARAMETER", "%s", why);
+        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER", "%s", why);
         goto out;
     }
     if (volumes && !json_is_null(volumes) &&
         !(json_is_array(volumes) && json_array_size(volumes) == 0)) {
-        resp = fail(400, "SANDBOX::INVALID_PARAMETER",
-                    "corral does not mount volumes into sandboxes: upload files instead");
+        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "corral does not mount volumes into sandboxes: upload files instead");
         goto out;
     }
     json_t *os = json_object_get(platform, "os"), *arch = json_object_get(platform, "arch");
     if ((os && !(json_is_string(os) && !strcmp(json_string_value(os), "linux"))) ||
         (arch && !(json_is_string(arch) && !strcmp(json_string_value(arch), "amd64")))) {
-        resp =
-            fail(400, "SANDBOX::INVALID_PARAMETER", "this server runs linux/amd64 sandboxes only");
+        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "this server runs linux/amd64 sandboxes only");
         goto out;
     }
     size_t n_env = json_is_object(env) ? json_object_size(env) : 0, k = 0;
@@ -506,7 +473,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
         if (!envv || asprintf(&envv[k], "%s=%s", key, json_string_value(val)) < 0) {
             if (envv)
                 envv[k] = NULL;
-            resp = fail(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+            resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
             goto out;
         }
         k++;
@@ -516,7 +483,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     if (!b || corral_random_hex(b->token, 16, &err) < 0 ||
         corral_random_hex(b->egress_token, 16, &err) < 0) {
         free(b);
-        resp = fail(500, "SANDBOX::INTERNAL_ERROR", "cannot make the sandbox's tokens");
+        resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "cannot make the sandbox's tokens");
         goto out;
     }
     so.template_id = tpl;
@@ -524,8 +491,8 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     so.state_dir = o->state_dir;
     if (corral_sandbox_create(&so, &b->sb, &err) < 0) {
         free(b);
-        resp = fail(err.code == ENOENT ? 400 : 500, "SANDBOX::CREATE_FAILED",
-                    "cannot create the sandbox: %s", err.message);
+        resp = execd_error(err.code == ENOENT ? 400 : 500, "SANDBOX::CREATE_FAILED",
+                           "cannot create the sandbox: %s", err.message);
         goto out;
     }
     b->image = json_pack("{s:O}", "uri", uri);
@@ -546,7 +513,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     snprintf(location, sizeof(location), "/v1/sandboxes/%s", corral_sandbox_id(b->sb));
     http_add_header(resp, "Location", location);
 out:
-    strv_release(envv);
+    corral_strv_free(envv);
     json_decref(body);
     return resp;
 }
@@ -607,8 +574,8 @@ static struct http_response *list(struct osb *o, const struct http_request *req)
     if (!positive(http_query(req, "page"), 1000000, &page) ||
         !positive(http_query(req, "pageSize"), 1000000, &size)) {
         free(q.metadata);
-        return fail(400, "SANDBOX::INVALID_PARAMETER",
-                    "'page' and 'pageSize' must be whole numbers from 1");
+        return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "'page' and 'pageSize' must be whole numbers from 1");
     }
     if (size > MAX_PAGE_SIZE)
         size = MAX_PAGE_SIZE;
@@ -626,8 +593,8 @@ static struct http_response *list(struct osb *o, const struct http_request *req)
     free(q.metadata);
     if (bad) {
         json_decref(all);
-        return fail(400, "INVALID_METADATA_FORMAT",
-                    "'metadata' must be key=value pairs joined by '&'");
+        return execd_error(400, "INVALID_METADATA_FORMAT",
+                           "'metadata' must be key=value pairs joined by '&'");
     }
     size_t total = json_array_size(all), pages = (total + size - 1) / size;
     json_t *items = json_array();
@@ -657,11 +624,11 @@ static struct http_response *endpoint(struct osb *o, const struct http_request *
     uint64_t port;
     struct corral_error err;
     if (corral_parse_uint(port_text, 1, 65535, &port, &err) < 0)
-        return fail(400, "SANDBOX::INVALID_PARAMETER", "the port must be 1 to 65535");
+        return execd_error(400, "SANDBOX::INVALID_PARAMETER", "the port must be 1 to 65535");
     const char *expires = http_query(req, "expires");
     if (expires && *expires)
-        return fail(400, "SANDBOX::INVALID_PARAMETER",
-                    "corral does not sign routes: use the endpoint with its headers");
+        return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "corral does not sign routes: use the endpoint with its headers");
     char host[256];
     client_host(req, host, sizeof(host));
     pthread_mutex_lock(&o->lock);
@@ -688,11 +655,12 @@ static struct http_response *renew(struct osb *o, const struct http_request *req
     uint64_t ms = 0, now = wall_ms();
     struct http_response *resp = NULL;
     if (!json_is_string(at) || parse_time(json_string_value(at), &ms) < 0)
-        resp = fail(400, "SANDBOX::INVALID_PARAMETER", "'expiresAt' must be an RFC 3339 time");
+        resp =
+            execd_error(400, "SANDBOX::INVALID_PARAMETER", "'expiresAt' must be an RFC 3339 time");
     else if (ms <= now || ms > now + o->max_timeout_s * 1000)
-        resp = fail(409, "SANDBOX::INVALID_EXPIRATION",
-                    "'expiresAt' must be in the future and at most %llu s away",
-                    (unsigned long long)o->max_timeout_s);
+        resp = execd_error(409, "SANDBOX::INVALID_EXPIRATION",
+                           "'expiresAt' must be in the future and at most %llu s away",
+                           (unsigned long long)o->max_timeout_s);
     json_decref(body);
     if (resp)
         return resp;
@@ -704,8 +672,8 @@ static struct http_response *renew(struct osb *o, const struct http_request *req
         b->manual = false;
         resp = http_json(200, json_pack("{s:o}", "expiresAt", time_json(ms)));
     } else if (b) {
-        resp = fail(409, "SANDBOX::INVALID_EXPIRATION",
-                    "'expiresAt' must be later than the current expiry");
+        resp = execd_error(409, "SANDBOX::INVALID_EXPIRATION",
+                           "'expiresAt' must be later than the current expiry");
     }
     pthread_mutex_unlock(&o->lock);
     return resp ? resp : not_found(id);
@@ -724,8 +692,8 @@ static struct http_response *patch_metadata(struct osb *o, const struct http_req
     {
         if (!*k || !(json_is_string(v) || json_is_null(v))) {
             json_decref(patch);
-            return fail(400, "SANDBOX::INVALID_PARAMETER",
-                        "a metadata patch maps names to strings, or to null to remove them");
+            return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                               "a metadata patch maps names to strings, or to null to remove them");
         }
     }
     pthread_mutex_lock(&o->lock);
@@ -760,10 +728,10 @@ static struct http_response *pause_resume(struct osb *o, const char *id, bool pa
     int r = pause ? corral_sandbox_pause(sb, &err) : corral_sandbox_resume(sb, &err);
     corral_sandbox_release(sb);
     if (r == -EALREADY)
-        return fail(409, pause ? "SANDBOX::NOT_RUNNING" : "SANDBOX::NOT_PAUSED", "sandbox %s is %s",
-                    id, pause ? "already paused" : "not paused");
+        return execd_error(409, pause ? "SANDBOX::NOT_RUNNING" : "SANDBOX::NOT_PAUSED",
+                           "sandbox %s is %s", id, pause ? "already paused" : "not paused");
     if (r < 0)
-        return fail(r == -ENOTSUP ? 501 : 500, "SANDBOX::INTERNAL_ERROR", "%s", err.message);
+        return execd_error(r == -ENOTSUP ? 501 : 500, "SANDBOX::INTERNAL_ERROR", "%s", err.message);
     pthread_mutex_lock(&o->lock);
     if ((b = lookup(o, id)))
         b->transition_ms = wall_ms();
@@ -795,7 +763,7 @@ static struct http_response *one(struct osb *o, const struct http_request *req, 
     const char *slash = strchr(rest, '/');
     size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
     if (!n || n >= sizeof(id))
-        return fail(404, "SANDBOX::NOT_FOUND", "no such path");
+        return execd_error(404, "SANDBOX::NOT_FOUND", "no such path");
     snprintf(id, sizeof(id), "%.*s", (int)n, rest);
     if (slash) {
         const char *a = slash + 1, *s2 = strchr(a, '/');
@@ -825,8 +793,9 @@ static struct http_response *one(struct osb *o, const struct http_request *req, 
     if (!strcmp(action, "endpoints") && arg[0] && !strcmp(m, "GET"))
         return endpoint(o, req, id, arg);
     if (!strcmp(action, "snapshots"))
-        return fail(501, "SANDBOX::NOT_SUPPORTED", "corral does not take snapshots of sandboxes");
-    return fail(404, "SANDBOX::NOT_FOUND", "no %s %s in the lifecycle API", m, req->path);
+        return execd_error(501, "SANDBOX::NOT_SUPPORTED",
+                           "corral does not take snapshots of sandboxes");
+    return execd_error(404, "SANDBOX::NOT_FOUND", "no %s %s in the lifecycle API", m, req->path);
 }
 
 /* ---- the services of a sandbox: /sandboxes/{id}/proxy/{port}/... ---- */
@@ -839,7 +808,7 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
     if (!strcmp(path, "/healthz"))
         return http_text(200, "text/plain", "ok");
     if (strcmp(path, "/policy"))
-        return fail(404, "NOT_FOUND", "no %s %s in the egress API", m, path);
+        return execd_error(404, "NOT_FOUND", "no %s %s in the egress API", m, path);
     json_t *body = NULL;
     struct http_response *bad = NULL;
     bool get = !strcmp(m, "GET");
@@ -847,9 +816,9 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
         return bad;
     char why[200] = "";
     if (body && (!strcmp(m, "POST") || !strcmp(m, "PUT")) && !policy_ok(body, why, sizeof(why)))
-        bad = fail(400, "INVALID_POLICY", "%s", why);
+        bad = execd_error(400, "INVALID_POLICY", "%s", why);
     else if (body && !strcmp(m, "PATCH") && !rules_ok(body, why, sizeof(why)))
-        bad = fail(400, "INVALID_POLICY", "%s", why);
+        bad = execd_error(400, "INVALID_POLICY", "%s", why);
     if (bad) {
         json_decref(body);
         return bad;
@@ -911,7 +880,7 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     int used = 0;
     if (sscanf(rest, "%127[^/]/proxy/%5u%n", id, &port, &used) < 2 ||
         (rest[used] && rest[used] != '/'))
-        return fail(404, "NOT_FOUND", "no such path");
+        return execd_error(404, "NOT_FOUND", "no such path");
     const char *path = rest[used] ? rest + used : "/";
     pthread_mutex_lock(&o->lock);
     struct box *b = lookup(o, id);
@@ -928,18 +897,19 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     const char *given = http_header(req, header);
     struct http_response *resp;
     if (!given || strlen(given) != strlen(token) || CRYPTO_memcmp(given, token, strlen(token)))
-        resp = fail(401, "UNAUTHORIZED", "the sandbox's %s header is missing or wrong", header);
+        resp =
+            execd_error(401, "UNAUTHORIZED", "the sandbox's %s header is missing or wrong", header);
     else if (port == EGRESS_PORT)
         resp = egress(o, req, id, path);
     else if (corral_sandbox_paused(sb))
-        resp = fail(409, "SANDBOX_PAUSED", "sandbox %s is paused: resume it first", id);
+        resp = execd_error(409, "SANDBOX_PAUSED", "sandbox %s is paused: resume it first", id);
     else if (port == EXECD_PORT)
         resp = execd_handle(sb, req, path);
     else
-        resp = fail(502, "PORT_NOT_REACHABLE",
-                    "nothing answers on port %u: corral's sandboxes have no network, and "
-                    "this server reaches execd (%d) and the egress API (%d) only",
-                    port, EXECD_PORT, EGRESS_PORT);
+        resp = execd_error(502, "PORT_NOT_REACHABLE",
+                           "nothing answers on port %u: corral's sandboxes have no network, and "
+                           "this server reaches execd (%d) and the egress API (%d) only",
+                           port, EXECD_PORT, EGRESS_PORT);
     corral_sandbox_release(sb);
     return resp;
 }
@@ -973,9 +943,10 @@ static struct http_response *route(struct osb *o, const struct http_request *req
     } else if (!strcmp(p, "/metrics/events") && !strcmp(m, "POST")) {
         return http_empty(204); /* the SDKs' telemetry: not kept */
     } else if (!strcmp(p, "/snapshots") || !strncmp(p, "/snapshots/", 11)) {
-        return fail(501, "SANDBOX::NOT_SUPPORTED", "corral does not take snapshots of sandboxes");
+        return execd_error(501, "SANDBOX::NOT_SUPPORTED",
+                           "corral does not take snapshots of sandboxes");
     }
-    return fail(404, "NOT_FOUND", "no %s %s in the OpenSandbox API", m, req->path);
+    return execd_error(404, "NOT_FOUND", "no %s %s in the OpenSandbox API", m, req->path);
 }
 
 struct http_response *osb_handle(const struct http_request *req, void *ctx)
@@ -983,7 +954,7 @@ struct http_response *osb_handle(const struct http_request *req, void *ctx)
     struct osb *o = ctx;
     struct http_response *resp = route(o, req);
     if (!resp)
-        resp = fail(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+        resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
     const char *rid = http_header(req, "X-Request-ID");
     char made[33];
     struct corral_error err;
@@ -1001,12 +972,12 @@ struct http_response *osb_handle(const struct http_request *req, void *ctx)
 int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error *err)
 {
     struct osb *o = calloc(1, sizeof(*o));
-    if (!o || !(o->api_keys = strv_copy(opt->api_keys)) ||
-        !(o->templates = strv_copy(opt->templates)) ||
+    if (!o || !(o->api_keys = corral_strv_dup(opt->api_keys)) ||
+        !(o->templates = corral_strv_dup(opt->templates)) ||
         (opt->state_dir && !(o->state_dir = strdup(opt->state_dir)))) {
         if (o) {
-            strv_release(o->api_keys);
-            strv_release(o->templates);
+            corral_strv_free(o->api_keys);
+            corral_strv_free(o->templates);
         }
         free(o);
         return corral_fail(err, ENOMEM, "out of memory");
@@ -1038,8 +1009,8 @@ void osb_free(struct osb *o)
         list = b->next;
         box_drop(b);
     }
-    strv_release(o->api_keys);
-    strv_release(o->templates);
+    corral_strv_free(o->api_keys);
+    corral_strv_free(o->templates);
     free(o->state_dir);
     pthread_mutex_destroy(&o->lock);
     free(o);

@@ -375,3 +375,28 @@ void corral_path_beside(const char *beside, const char *name, char *out, size_t 
         *slash = '\0';
     snprintf(out, len, "%s/%s", slash ? base : ".", name);
 }
+
+char **corral_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            corral_strv_free(out);
+            return NULL;
+        }
+    return out;
+}
+
+void corral_strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}

@@ -44,4 +44,8 @@ void corral_path_beside(const char *beside, const char *name, char *out, size_t 
 int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
                          struct corral_error *err);
 
+/* A copy of a NULL-terminated string array (NULL = empty), and its release. */
+char **corral_strv_dup(const char *const *v);
+void corral_strv_free(char **v);
+
 #endif

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/util.h"
 #include "corral/corral.h"
 #include "jail/jail.h"
 #include "kernel/ctl.h"
@@ -102,8 +103,6 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
               int *sock, struct corral_error *err);
 int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err);
 void box_process_unlink(corral_process *p);
-char **box_strv_dup(const char *const *v);
-void box_strv_free(char **v);
 uint64_t box_wall_ms(void);
 
 /* Templates (template.c): zygotes and warm pools. */

@@ -26,31 +26,6 @@ uint64_t box_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-char **box_strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(char *));
-    if (!out)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            box_strv_free(out);
-            return NULL;
-        }
-    return out;
-}
-
-void box_strv_free(char **v)
-{
-    if (!v)
-        return;
-    for (char **p = v; *p; p++)
-        free(*p);
-    free(v);
-}
-
 void corral_sandbox_options_init(struct corral_sandbox_options *opts)
 {
     memset(opts, 0, sizeof(*opts));
@@ -259,7 +234,7 @@ static char **build_env(const struct corral_sandbox_options *o, const struct cor
     }
     for (size_t i = 0; i < k; i++)
         if (!env[i]) {
-            box_strv_free(env);
+            corral_strv_free(env);
             return NULL;
         }
     return env;
@@ -287,15 +262,15 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
                     struct corral_error *err)
 {
     char **env = build_env(o, &sb->limits);
-    char **metadata = box_strv_dup(o->metadata);
+    char **metadata = corral_strv_dup(o->metadata);
     if (!env || !metadata) {
-        box_strv_free(env);
-        box_strv_free(metadata);
+        corral_strv_free(env);
+        corral_strv_free(metadata);
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
     }
     pthread_mutex_lock(&sb->lock);
-    box_strv_free(sb->env);
-    box_strv_free(sb->metadata);
+    corral_strv_free(sb->env);
+    corral_strv_free(sb->metadata);
     sb->env = env;
     sb->metadata = metadata;
     sb->started_at_ms = box_wall_ms();
@@ -336,7 +311,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     snprintf(sb->python, sizeof(sb->python), "%s", o->python ? o->python : "/usr/bin/python3");
     sb->limits = *limits;
     sb->env = build_env(o, &sb->limits);
-    sb->metadata = box_strv_dup(o->metadata);
+    sb->metadata = corral_strv_dup(o->metadata);
     if (!sb->env || !sb->metadata) {
         corral_sandbox_release(sb);
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
@@ -575,8 +550,8 @@ void corral_sandbox_release(corral_sandbox *sb)
     }
     if (sb->ctl >= 0)
         close(sb->ctl);
-    box_strv_free(sb->env);
-    box_strv_free(sb->metadata);
+    corral_strv_free(sb->env);
+    corral_strv_free(sb->metadata);
     pthread_cond_destroy(&sb->cond);
     pthread_mutex_destroy(&sb->freeze_lock);
     pthread_mutex_destroy(&sb->default_lock);

@@ -52,7 +52,7 @@ static struct box_template *find_locked(const char *name)
 
 static void free_template(struct box_template *t)
 {
-    box_strv_free(t->preload);
+    corral_strv_free(t->preload);
     free(t->pool);
     pthread_rwlock_destroy(&t->zlock);
     pthread_mutex_destroy(&t->lock);
@@ -65,10 +65,10 @@ static struct box_template *new_template(const struct corral_template *def,
 {
     struct box_template *t = calloc(1, sizeof(*t));
     const char *const *pre = def->preload ? def->preload : default_preload;
-    if (!t || !(t->preload = box_strv_dup(pre)) ||
+    if (!t || !(t->preload = corral_strv_dup(pre)) ||
         !(t->pool = calloc(def->pool_size ? def->pool_size : 1, sizeof(corral_sandbox *)))) {
         if (t) {
-            box_strv_free(t->preload);
+            corral_strv_free(t->preload);
             free(t);
         }
         corral_fail(err, ENOMEM, "out of memory defining a template");
