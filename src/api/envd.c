@@ -17,6 +17,7 @@
 
 #include "api/multipart.h"
 #include "api/live.h"
+#include "api/names.h"
 #include "base/util.h"
 
 #define HOME                "/home/user"
@@ -121,27 +122,6 @@ static int resolve_path(const char *in, char *out, struct corral_error *err)
         out[n++] = '/';
     out[n] = '\0';
     return 0;
-}
-
-static const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s && s[1] ? s + 1 : path;
-}
-
-/* A JSON string of text that need not be UTF-8 (file names): other bytes become '?'. */
-static json_t *text_json(const char *s)
-{
-    json_t *v = json_string(s);
-    char *copy = v ? NULL : strdup(s);
-    if (copy) {
-        for (char *p = copy; *p; p++)
-            if ((unsigned char)*p >= 0x80)
-                *p = '?';
-        v = json_string(copy);
-        free(copy);
-    }
-    return v;
 }
 
 /* A field of a JSON message by its JSON (lowerCamel) or proto name; null is absent. */
@@ -1161,18 +1141,6 @@ static void permissions_text(enum corral_entry_type type, uint32_t mode, char *o
     out[n] = '\0';
 }
 
-static const char *user_name(uint32_t id, bool group, char *buf, size_t len)
-{
-    if (id == 0)
-        return "root";
-    if (id == 1000)
-        return USER_NAME;
-    if (id == 65534)
-        return group ? "nogroup" : "nobody";
-    snprintf(buf, len, "%u", id);
-    return buf;
-}
-
 /* EntryInfo; a symlink is reported as what it points to, with symlinkTarget. */
 static json_t *entry_json(corral_sandbox *sb, const struct corral_entry *e)
 {
@@ -1211,14 +1179,15 @@ static json_t *entry_json(corral_sandbox *sb, const struct corral_entry *e)
     snprintf(size, sizeof(size), "%llu", (unsigned long long)t->size);
     permissions_text(t->type, t->mode, perms);
     rfc3339_ns(t->mtime_ns, mtime, sizeof(mtime));
-    json_t *j = json_pack("{s:o, s:o, s:s, s:i, s:s, s:s, s:s, s:s}", "name", text_json(e->name),
-                          "path", text_json(e->path), "size", size, "mode", (int)(t->mode & 0777),
-                          "permissions", perms, "owner", user_name(t->uid, false, ub, sizeof(ub)),
-                          "group", user_name(t->gid, true, gb, sizeof(gb)), "modifiedTime", mtime);
+    json_t *j =
+        json_pack("{s:o, s:o, s:s, s:i, s:s, s:s, s:s, s:s}", "name", api_text_json(e->name),
+                  "path", api_text_json(e->path), "size", size, "mode", (int)(t->mode & 0777),
+                  "permissions", perms, "owner", api_owner_name(t->uid, false, ub, sizeof(ub)),
+                  "group", api_owner_name(t->gid, true, gb, sizeof(gb)), "modifiedTime", mtime);
     if (j && t->type >= CORRAL_FILE && t->type <= CORRAL_SYMLINK)
         json_object_set_new(j, "type", json_string(types[t->type]));
     if (j && e->type == CORRAL_SYMLINK)
-        json_object_set_new(j, "symlinkTarget", text_json(target ? resolved : e->target));
+        json_object_set_new(j, "symlinkTarget", api_text_json(target ? resolved : e->target));
     free(target);
     return j;
 }
@@ -1389,7 +1358,8 @@ static const char *const EVENT_TYPES[] = {NULL,
 static json_t *fs_event_json(corral_sandbox *sb, corral_watch *w, bool include_entry,
                              const struct corral_fs_event *ev)
 {
-    json_t *j = json_pack("{s:o, s:s}", "name", text_json(ev->name), "type", EVENT_TYPES[ev->type]);
+    json_t *j =
+        json_pack("{s:o, s:s}", "name", api_text_json(ev->name), "type", EVENT_TYPES[ev->type]);
     if (!j || !include_entry || ev->type == CORRAL_FS_REMOVE || ev->type == CORRAL_FS_RENAME)
         return j;
     char path[2 * PATH_MAX_LEN];
@@ -1859,8 +1829,8 @@ static struct http_response *upload_raw(corral_sandbox *sb, const struct http_re
     }
     if (r < 0)
         return write_error(&err, path);
-    return http_json(200, json_pack("[{s:o, s:o, s:s}]", "path", text_json(path), "name",
-                                    text_json(base_name(path)), "type", "file"));
+    return http_json(200, json_pack("[{s:o, s:o, s:s}]", "path", api_text_json(path), "name",
+                                    api_text_json(api_base_name(path)), "type", "file"));
 }
 
 static struct http_response *upload(corral_sandbox *sb, const struct http_request *req)
@@ -1923,8 +1893,9 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
             break;
         }
         n_dests++;
-        json_array_append_new(written, json_pack("{s:o, s:o, s:s}", "path", text_json(path), "name",
-                                                 text_json(base_name(path)), "type", "file"));
+        json_array_append_new(written,
+                              json_pack("{s:o, s:o, s:s}", "path", api_text_json(path), "name",
+                                        api_text_json(api_base_name(path)), "type", "file"));
     }
     free(parts);
     corral_strv_free(dests);

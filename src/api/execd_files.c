@@ -13,6 +13,7 @@
  */
 #include "api/execd.h"
 #include "api/live.h"
+#include "api/names.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -108,40 +109,6 @@ static struct http_response *resolve(const char *in, char *out)
     return NULL;
 }
 
-static const char *base_name(const char *path)
-{
-    const char *s = strrchr(path, '/');
-    return s && s[1] ? s + 1 : path;
-}
-
-/* A JSON string of text that need not be UTF-8 (file names): other bytes become '?'. */
-static json_t *text_json(const char *s)
-{
-    json_t *v = json_string(s);
-    char *copy = v ? NULL : strdup(s);
-    if (copy) {
-        for (char *p = copy; *p; p++)
-            if ((unsigned char)*p >= 0x80)
-                *p = '?';
-        v = json_string(copy);
-        free(copy);
-    }
-    return v;
-}
-
-/* Names as the sandbox's /etc/passwd and /etc/group give them. */
-static const char *id_name(uint32_t id, bool group, char *buf, size_t len)
-{
-    if (id == 0)
-        return "root";
-    if (id == USER_ID)
-        return USER_NAME;
-    if (id == 65534)
-        return group ? "nogroup" : "nobody";
-    snprintf(buf, len, "%" PRIu32, id);
-    return buf;
-}
-
 /* RFC 3339 in UTC with the fraction Go prints (trailing zeros dropped). */
 static void rfc3339(uint64_t ns, char *out, size_t len)
 {
@@ -182,10 +149,10 @@ static json_t *info_json(const struct corral_entry *e, const char *path)
     char when[64], ub[16], gb[16];
     rfc3339(e->mtime_ns, when, sizeof(when));
     int mode = (int)(((e->mode >> 6) & 7) * 100 + ((e->mode >> 3) & 7) * 10 + (e->mode & 7));
-    return json_pack("{s:o, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "path", text_json(path), "type",
-                     type_name(e->type), "size", (json_int_t)e->size, "modified_at", when,
-                     "created_at", when, "owner", id_name(e->uid, false, ub, sizeof(ub)), "group",
-                     id_name(e->gid, true, gb, sizeof(gb)), "mode", mode);
+    return json_pack("{s:o, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "path", api_text_json(path),
+                     "type", type_name(e->type), "size", (json_int_t)e->size, "modified_at", when,
+                     "created_at", when, "owner", api_owner_name(e->uid, false, ub, sizeof(ub)),
+                     "group", api_owner_name(e->gid, true, gb, sizeof(gb)), "mode", mode);
 }
 
 /* lstat, then symbolic links followed (at most 40), as open() would. */
@@ -921,7 +888,7 @@ static struct http_response *files_search(corral_sandbox *sb, const struct http_
         /* A file: itself, if it matches. */
         json_t *out = json_array();
         corral_file_stat(sb, path, e, &err);
-        w.root_len = strlen(path) - strlen(base_name(path));
+        w.root_len = strlen(path) - strlen(api_base_name(path));
         if (out && matches(&w, e))
             json_array_append_new(out, info_json(e, path));
         bad = w.error ? w.error : http_json(200, out);
@@ -1217,7 +1184,7 @@ static const struct http_stream_ops download_ops = {download_produce, NULL, down
 static void disposition(struct http_response *r, const char *path)
 {
     char value[3 * 256 * 2 + 64];
-    const char *name = base_name(path);
+    const char *name = api_base_name(path);
     bool plain = strlen(name) < 256;
     for (const char *c = name; *c; c++)
         if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"' || *c == '\\' ||
