@@ -1,0 +1,117 @@
+/*
+ * libcorral's OpenAI-compatible gateway, in process.
+ *
+ * A request that declares OpenAI's hosted code interpreter
+ * ({"type":"code_interpreter","container":{"type":"auto"}}) is sent to the
+ * configured upstream model with that tool replaced by a function tool; the
+ * code the model writes runs in a corral sandbox, its result goes back to
+ * the model, and the loop goes on until the model answers. The caller gets
+ * what OpenAI would have returned: a Response with code_interpreter_call
+ * items (Responses API) or the final assistant message (Chat Completions),
+ * whole or as a stream of events. Requests without the tool are passed to
+ * the upstream unchanged.
+ *
+ *   corral_gateway *gw;
+ *   struct corral_gateway_options o = {.config_path = "gateway.yaml"};
+ *   if (corral_gateway_new(&o, &gw, &err) < 0) { puts(err.message); ... }
+ *   struct corral_gateway_reply r;
+ *   corral_gateway_call(gw, CORRAL_GATEWAY_RESPONSES, body, len, NULL, &r);
+ *   printf("%d %s\n", r.status, r.body);   // 200 and a Response object
+ *   corral_gateway_reply_free(&r);
+ *   corral_gateway_free(gw);
+ *
+ * The configuration is the YAML of `corral serve --config` (LiteLLM's proxy
+ * keys model_list, sandbox_tools, litellm_settings, general_settings, and
+ * corral's own `gateway:` keys); see the README.
+ * Calls are thread-safe: any number may run at once on one gateway.
+ */
+#ifndef CORRAL_GATEWAY_H
+#define CORRAL_GATEWAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "corral/corral.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct corral_gateway corral_gateway;
+
+struct corral_gateway_options {
+    const char *config_path; /* a YAML file, or NULL */
+    const char *config_yaml; /* YAML text (used when config_path is NULL), or NULL */
+    const char *state_dir;   /* where sandboxes keep their slots; NULL = /run/corral */
+};
+
+int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway **out,
+                       struct corral_error *err);
+/* Waits for running calls to end (cancel them first), removes every
+ * sandbox the gateway holds and frees it. */
+void corral_gateway_free(corral_gateway *gw);
+
+enum corral_gateway_api {
+    CORRAL_GATEWAY_RESPONSES, /* POST /v1/responses */
+    CORRAL_GATEWAY_CHAT,      /* POST /v1/chat/completions */
+};
+
+struct corral_gateway_events {
+    /* Called once before the first event, when the answer is a stream
+     * (the request had "stream": true and nothing failed before the first
+     * event): the caller starts its 200 text/event-stream answer.
+     * Non-zero aborts the call. */
+    int (*on_stream_start)(void *userdata);
+    /* One server-sent event, already framed ("event: ...\ndata: ...\n\n",
+     * or "data: ...\n\n" for chat, or ": keep-alive\n\n" while code runs):
+     * the bytes to write as they are. Non-zero (the client is gone) cancels
+     * the call: its sandboxes are removed and it returns. */
+    int (*on_bytes)(void *userdata, const char *data, size_t len);
+    /* Polled between steps and while waiting on the upstream or the
+     * sandbox: true cancels the call as above. May be NULL. */
+    bool (*cancelled)(void *userdata);
+    void *userdata;
+};
+
+struct corral_gateway_reply {
+    int status;                 /* HTTP status of the answer */
+    char *body;                 /* JSON (a Response, a chat completion or an error); NULL
+                                   when the answer was streamed */
+    size_t body_len;
+    char *content_type;         /* of body (usually application/json) */
+    char *request_id;           /* x-request-id to answer with */
+    char *retry_after;          /* Retry-After to pass on, or NULL */
+    bool streamed;              /* events went to on_bytes */
+};
+
+/* Runs one request: `body` is the JSON a client posted. A streamed answer
+ * goes to ev (which must then have on_stream_start and on_bytes); anything
+ * else, including every error found before a stream started, comes back in
+ * *out with its status. `key` is the bearer key the client used (NULL when
+ * the caller authenticated it another way): it owns the responses stored. */
+int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const char *body,
+                        size_t len, const char *key, const struct corral_gateway_events *ev,
+                        struct corral_gateway_reply *out);
+
+/* GET /v1/responses/{id}, DELETE /v1/responses/{id} and
+ * GET /v1/responses/{id}/input_items (query: limit, order, after). */
+int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,
+                                struct corral_gateway_reply *out);
+int corral_gateway_delete_response(corral_gateway *gw, const char *id, const char *key,
+                                   struct corral_gateway_reply *out);
+int corral_gateway_input_items(corral_gateway *gw, const char *id, const char *key,
+                               const char *limit, const char *order, const char *after,
+                               struct corral_gateway_reply *out);
+/* GET /v1/models: the configured model names. */
+int corral_gateway_models(corral_gateway *gw, struct corral_gateway_reply *out);
+
+/* The master key of the configuration (general_settings.master_key), or NULL. */
+const char *corral_gateway_master_key(const corral_gateway *gw);
+
+void corral_gateway_reply_free(struct corral_gateway_reply *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
