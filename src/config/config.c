@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 #include "base/cleanup.h"
@@ -21,7 +22,7 @@
 #define TEMPLATE_NAME_MAX 63
 #define STATE_DIR_MAX     255
 #define POOL_SIZE_MAX     10000
-#define MAX_KEYS          8 /* keys of the largest fixed mapping (limits has 5) */
+#define MAX_KEYS          16 /* keys of the largest fixed mapping (the top level has 9) */
 
 /* One walk over a composed document. */
 struct walk {
@@ -104,11 +105,12 @@ static int key_text(const struct walk *w, const yaml_node_t *k, const char *wher
 
 /*
  * Matches the keys of mapping `map` against known[0..n): values[i] is the value
- * of known[i], or NULL when the key is missing. Unknown and duplicate keys are
- * errors; `where` says which mapping it is ("in template 'default'").
+ * of known[i], or NULL when the key is missing. Duplicate keys are errors, and
+ * so are unknown keys unless others_ok (LiteLLM's mappings, whose other keys
+ * corral ignores); `where` says which mapping it is ("in template 'default'").
  */
 static int match_keys(const struct walk *w, const yaml_node_t *map, const char *const *known,
-                      size_t n, const char *where, yaml_node_t **values)
+                      size_t n, const char *where, bool others_ok, yaml_node_t **values)
 {
     const yaml_node_t *seen[MAX_KEYS] = {0};
     for (size_t i = 0; i < n; i++)
@@ -123,8 +125,10 @@ static int match_keys(const struct walk *w, const yaml_node_t *map, const char *
         size_t i = 0;
         while (i < n && strcmp(name, known[i]))
             i++;
+        if (i == n && others_ok)
+            continue;
         if (i == n) {
-            char list[128] = "";
+            char list[256] = "";
             size_t used = 0;
             for (size_t j = 0; j < n && used < sizeof(list); j++)
                 used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", j ? ", " : "",
@@ -293,7 +297,7 @@ static int walk_limits(const struct walk *w, const yaml_node_t *n, struct corral
     char where[128];
     snprintf(where, sizeof(where), "in the limits of template '%s'", t->name);
     yaml_node_t *v[N_LIMITS];
-    int r = match_keys(w, n, keys, N_LIMITS, where, v);
+    int r = match_keys(w, n, keys, N_LIMITS, where, false, v);
     if (r < 0)
         return r;
     struct corral_limits *lim = &t->limits;
@@ -335,7 +339,7 @@ static int walk_template(const struct walk *w, const yaml_node_t *n, struct corr
     char where[96];
     snprintf(where, sizeof(where), "in template '%s'", t->name);
     yaml_node_t *v[3];
-    int r = match_keys(w, n, keys, 3, where, v);
+    int r = match_keys(w, n, keys, 3, where, false, v);
     if (r < 0)
         return r;
     if (v[0] && (r = walk_preload(w, v[0], t)) < 0)
@@ -391,6 +395,676 @@ static int walk_templates(const struct walk *w, const yaml_node_t *n, struct cor
     return 0;
 }
 
+/*
+ * The gateway's keys (gateway_config.h). Messages name the value by its key
+ * path ("model_list[0].litellm_params.model"), list entries counted from 0.
+ */
+
+#define KEY_PATH_MAX       192
+#define CODE_TOOL_NAME_MAX 64
+#define DAY_MS             86400000ull
+
+static int out_of_memory(const struct walk *w)
+{
+    return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+}
+
+/* "BASE.KEY" (or "BASE[INDEX]" when key is NULL) into out. */
+static const char *key_path(char *out, size_t len, const char *base, const char *key, size_t index)
+{
+    int n =
+        key ? snprintf(out, len, "%s.%s", base, key) : snprintf(out, len, "%s[%zu]", base, index);
+    if (n < 0)
+        out[0] = '\0';
+    return out;
+}
+
+/* A value that is there: present and not YAML's null. */
+static bool given(const yaml_node_t *n)
+{
+    return n && !is_null(n);
+}
+
+/* The text of a scalar, or the value of the environment variable NAME when it
+ * is written "os.environ/NAME" (an unset variable is an error). */
+static int env_value(const struct walk *w, const yaml_node_t *n, const char *what, const char **out)
+{
+    static const char prefix[] = "os.environ/";
+    const char *text = NULL;
+    int r = scalar(w, n, what, &text);
+    if (r < 0)
+        return r;
+    if (strncmp(text, prefix, sizeof(prefix) - 1)) {
+        *out = text;
+        return 0;
+    }
+    const char *var = text + sizeof(prefix) - 1;
+    if (!*var)
+        return fail_at(w, n, EINVAL, "%s: 'os.environ/' names no environment variable", what);
+    const char *value = getenv(var);
+    if (!value)
+        return fail_at(w, n, EINVAL, "%s: environment variable %.100s is not set", what, var);
+    *out = value;
+    return 0;
+}
+
+enum str_mode {
+    STR_REQUIRED,      /* null and "" are errors */
+    STR_OPTIONAL,      /* null leaves *dst as it is, "" is an error */
+    STR_EMPTY_IS_NONE, /* null leaves *dst as it is, "" sets it to NULL */
+};
+
+/* Replaces *dst with a copy of the (environment-resolved) value of n. */
+static int walk_string(const struct walk *w, const yaml_node_t *n, const char *what,
+                       enum str_mode mode, char **dst)
+{
+    if (mode != STR_REQUIRED && is_null(n))
+        return 0;
+    const char *value = NULL;
+    int r = env_value(w, n, what, &value);
+    if (r < 0)
+        return r;
+    char *copy = NULL;
+    if (*value) {
+        if (!(copy = strdup(value)))
+            return out_of_memory(w);
+    } else if (mode != STR_EMPTY_IS_NONE) {
+        return fail_at(w, n, EINVAL, "%s must not be empty", what);
+    }
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+static int walk_uint(const struct walk *w, const yaml_node_t *n, const char *what, uint64_t min,
+                     uint64_t max, uint64_t *out)
+{
+    const char *text = NULL;
+    int r = env_value(w, n, what, &text);
+    if (r < 0)
+        return r;
+    struct corral_error perr;
+    if (corral_parse_uint(text, min, max, out, &perr) < 0)
+        return fail_at(w, n, EINVAL, "%s: %s", what, perr.message);
+    return 0;
+}
+
+/* Seconds (600, 0.5) or a duration with a unit (10m), from min_ms to max_ms;
+ * `range` says so in messages. */
+static int walk_seconds(const struct walk *w, const yaml_node_t *n, const char *what,
+                        uint64_t min_ms, uint64_t max_ms, const char *range, uint64_t *out_ms)
+{
+    const char *text = NULL;
+    int r = env_value(w, n, what, &text);
+    if (r < 0)
+        return r;
+    struct corral_error perr;
+    uint64_t ms;
+    if (corral_parse_duration(text, &ms, &perr) < 0)
+        return fail_at(w, n, EINVAL, "%s: %s", what, perr.message);
+    if (ms < min_ms || ms > max_ms)
+        return fail_at(w, n, EINVAL, "%s: '%.40s' is out of range (expected %s)", what, text,
+                       range);
+    *out_ms = ms;
+    return 0;
+}
+
+static int walk_bool(const struct walk *w, const yaml_node_t *n, const char *what, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    const char *text = NULL;
+    int r = env_value(w, n, what, &text);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; i < 3; i++) {
+        if (!strcasecmp(text, yes[i])) {
+            *out = true;
+            return 0;
+        }
+        if (!strcasecmp(text, no[i])) {
+            *out = false;
+            return 0;
+        }
+    }
+    return fail_at(w, n, EINVAL, "%s: '%.40s' is not a boolean (expected true or false)", what,
+                   text);
+}
+
+/* 1 when n is a mapping, 0 when it is null and null_ok, else an error saying
+ * that `what` must be a mapping (with `keys`). */
+static int expect_mapping(const struct walk *w, const yaml_node_t *n, const char *what,
+                          const char *keys, bool null_ok)
+{
+    char buf[64];
+    if (n->type == YAML_MAPPING_NODE)
+        return 1;
+    if (null_ok && is_null(n))
+        return 0;
+    return fail_at(w, n, EINVAL, "%s must be a mapping (keys: %s), not %s", what, keys,
+                   describe(n, buf, sizeof(buf)));
+}
+
+/* 1 when n is a list, 0 when it is null, else an error. */
+static int expect_list(const struct walk *w, const yaml_node_t *n, const char *what)
+{
+    char buf[64];
+    if (n->type == YAML_SEQUENCE_NODE)
+        return 1;
+    if (is_null(n))
+        return 0;
+    return fail_at(w, n, EINVAL, "%s must be a list, not %s", what, describe(n, buf, sizeof(buf)));
+}
+
+static size_t list_length(const yaml_node_t *n)
+{
+    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+static yaml_node_t *list_item(const struct walk *w, const yaml_node_t *n, size_t i)
+{
+    return yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+}
+
+/* The value of `key` in mapping map, or NULL. */
+static const yaml_node_t *value_of(const struct walk *w, const yaml_node_t *map, const char *key)
+{
+    if (map->type != YAML_MAPPING_NODE)
+        return NULL;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
+        if (k->type == YAML_SCALAR_NODE && !strcmp(text_of(k), key))
+            return yaml_document_get_node(w->doc, p->value);
+    }
+    return NULL;
+}
+
+/* "*" or "PREFIX/\*": a model_name serving many models. */
+static bool is_wildcard_name(const char *name)
+{
+    size_t len = strlen(name);
+    return !strcmp(name, "*") || (len >= 3 && name[len - 1] == '*' && name[len - 2] == '/');
+}
+
+static bool is_http_url(const char *url)
+{
+    return (!strncasecmp(url, "http://", 7) && url[7]) ||
+           (!strncasecmp(url, "https://", 8) && url[8]);
+}
+
+/* A name of a sandbox tool: a sandbox_tools entry's, or "local" (built in). */
+static int check_tool_name(const struct walk *w, const yaml_node_t *n, const char *what,
+                           const struct gw_config *gw, const char *name)
+{
+    if (!strcmp(name, "local"))
+        return 0;
+    for (size_t i = 0; i < gw->n_tools; i++)
+        if (!strcmp(gw->tools[i].name, name))
+            return 0;
+    return fail_at(w, n, EINVAL,
+                   "%s: '%.80s' names no sandbox_tools entry (only 'local', the built-in tool, "
+                   "needs none)",
+                   what, name);
+}
+
+/* Where a provider's upstream is when litellm_params does not say (LiteLLM's
+ * variables, then corral's default). */
+struct provider_defaults {
+    const char *name;
+    const char *base_vars[2]; /* read in order; NULL ends */
+    const char *key_var;
+    const char *base; /* NULL: api_base is required */
+};
+
+static const struct provider_defaults provider_table[] = {
+    {"openai",
+     {"OPENAI_BASE_URL", "OPENAI_API_BASE"},
+     "OPENAI_API_KEY",
+     "https://api.openai.com/v1"},
+    {"azure", {"AZURE_API_BASE", NULL}, "AZURE_API_KEY", NULL},
+    {"ollama", {"OLLAMA_API_BASE", NULL}, NULL, "http://127.0.0.1:11434/v1"},
+    {"ollama_chat", {"OLLAMA_API_BASE", NULL}, NULL, "http://127.0.0.1:11434/v1"},
+    {"hosted_vllm",
+     {"HOSTED_VLLM_API_BASE", NULL},
+     "HOSTED_VLLM_API_KEY",
+     "http://127.0.0.1:8000/v1"},
+    {"llamafile", {"LLAMAFILE_API_BASE", NULL}, NULL, "http://127.0.0.1:8080/v1"},
+    {"llamacpp", {NULL, NULL}, NULL, "http://127.0.0.1:8080/v1"},
+};
+
+static const struct provider_defaults *provider_defaults(const char *provider)
+{
+    for (size_t i = 0; i < sizeof(provider_table) / sizeof(provider_table[0]); i++)
+        if (!strcmp(provider_table[i].name, provider))
+            return &provider_table[i];
+    return NULL;
+}
+
+/* A set, non-empty environment variable, or NULL. */
+static const char *env_nonempty(const char *var)
+{
+    const char *v = var ? getenv(var) : NULL;
+    return v && *v ? v : NULL;
+}
+
+static bool is_provider_name(const char *p, size_t len)
+{
+    if (!len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!(p[i] == '-' || p[i] == '_' || p[i] == '.' || (p[i] >= '0' && p[i] <= '9') ||
+              (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+/* litellm_params.model: "PROVIDER/NAME" or "NAME" (provider openai). */
+static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char *what,
+                         struct gw_model *m)
+{
+    const char *text = NULL;
+    int r = env_value(w, n, what, &text);
+    if (r < 0)
+        return r;
+    const char *slash = strchr(text, '/');
+    const char *provider = "openai", *name = text;
+    size_t provider_len = strlen(provider);
+    if (slash) {
+        provider = text;
+        provider_len = (size_t)(slash - text);
+        name = slash + 1;
+        if (!is_provider_name(provider, provider_len))
+            return fail_at(w, n, EINVAL,
+                           "%s: '%.80s' does not start with a provider (PROVIDER/MODEL, the "
+                           "provider in letters, digits, '_', '-' and '.')",
+                           what, text);
+    }
+    if (!*name)
+        return fail_at(w, n, EINVAL, "%s must name a model (PROVIDER/MODEL), not '%.80s'", what,
+                       text);
+    if (!strcmp(name, "*") && !is_wildcard_name(m->name))
+        return fail_at(w, n, EINVAL,
+                       "%s: '%.80s' needs a wildcard model_name ('*' or 'PREFIX/*'), not '%.80s'",
+                       what, text, m->name);
+    if (!(m->provider = strndup(provider, provider_len)) || !(m->model = strdup(name)))
+        return out_of_memory(w);
+    return 0;
+}
+
+/* litellm_params.api_base, or the provider's; `params` locates messages when
+ * the value is not written. */
+static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
+                         const char *params_path, struct gw_model *m)
+{
+    char what[KEY_PATH_MAX];
+    key_path(what, sizeof(what), params_path, "api_base", 0);
+    const yaml_node_t *at = n;
+    const char *from = NULL; /* the variable it came from */
+    int r;
+    if (given(n)) {
+        if ((r = walk_string(w, n, what, STR_OPTIONAL, &m->api_base)) < 0)
+            return r;
+    } else {
+        at = params;
+        const struct provider_defaults *d = provider_defaults(m->provider);
+        const char *value = NULL;
+        for (size_t i = 0; d && i < 2 && !value; i++)
+            if ((value = env_nonempty(d->base_vars[i])))
+                from = d->base_vars[i];
+        if (!value && d)
+            value = d->base;
+        if (!value)
+            return fail_at(w, params, EINVAL,
+                           "%s: api_base is missing (provider '%.40s' has no default%s%s%s)",
+                           params_path, m->provider, d && d->base_vars[0] ? ", and " : "",
+                           d && d->base_vars[0] ? d->base_vars[0] : "",
+                           d && d->base_vars[0] ? " is not set" : "");
+        if (!(m->api_base = strdup(value)))
+            return out_of_memory(w);
+    }
+    if (!is_http_url(m->api_base))
+        return fail_at(w, at, EINVAL, "%s%s%s: '%.80s' is not an http:// or https:// URL", what,
+                       from ? " from " : "", from ? from : "", m->api_base);
+    size_t len = strlen(m->api_base);
+    while (len > 1 && m->api_base[len - 1] == '/')
+        m->api_base[--len] = '\0';
+    /* LiteLLM speaks ollama's own API at http://HOST:11434; corral its OpenAI one, under /v1. */
+    if ((!strcmp(m->provider, "ollama") || !strcmp(m->provider, "ollama_chat")) &&
+        (len < 3 || strcmp(m->api_base + len - 3, "/v1"))) {
+        char *longer = malloc(len + 4);
+        if (!longer)
+            return out_of_memory(w);
+        memcpy(longer, m->api_base, len);
+        memcpy(longer + len, "/v1", 4);
+        free(m->api_base);
+        m->api_base = longer;
+    }
+    return 0;
+}
+
+static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
+                      struct gw_config *gw, struct gw_model *m)
+{
+    char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
+    key_path(path, sizeof(path), "model_list", NULL, index);
+    int r = expect_mapping(w, n, path, "model_name, litellm_params, model_info", false);
+    if (r < 0)
+        return r;
+    static const char *const keys[] = {"model_name", "litellm_params"};
+    yaml_node_t *v[2];
+    char where[KEY_PATH_MAX + 8];
+    snprintf(where, sizeof(where), "in %s", path);
+    if ((r = match_keys(w, n, keys, 2, where, true, v)) < 0)
+        return r;
+    if (!v[0])
+        return fail_at(w, n, EINVAL, "%s: model_name is missing", path);
+    if ((r = walk_string(w, v[0], key_path(what, sizeof(what), path, "model_name", 0), STR_REQUIRED,
+                         &m->name)) < 0)
+        return r;
+    if (!v[1])
+        return fail_at(w, n, EINVAL, "%s: litellm_params is missing", path);
+    key_path(params_path, sizeof(params_path), path, "litellm_params", 0);
+    if ((r = expect_mapping(w, v[1], params_path, "model, api_base, api_key, ...", false)) < 0)
+        return r;
+    const yaml_node_t *params = v[1];
+
+    static const char *const pkeys[] = {"model",        "api_base",          "api_key",
+                                        "api_version",  "max_agentic_loops", "timeout",
+                                        "upstream_api", "sandbox_tool"};
+    enum { MODEL, API_BASE, API_KEY, API_VERSION, LOOPS, TIMEOUT, UPSTREAM_API, SANDBOX_TOOL, N };
+    yaml_node_t *p[N];
+    snprintf(where, sizeof(where), "in %s", params_path);
+    if ((r = match_keys(w, params, pkeys, N, where, true, p)) < 0)
+        return r;
+#define WHAT(i) key_path(what, sizeof(what), params_path, pkeys[i], 0)
+    if (!p[MODEL])
+        return fail_at(w, params, EINVAL, "%s: model is missing", params_path);
+    if ((r = walk_model_id(w, p[MODEL], WHAT(MODEL), m)) < 0)
+        return r;
+    m->azure = !strcmp(m->provider, "azure");
+    if ((r = walk_api_base(w, p[API_BASE], params, params_path, m)) < 0)
+        return r;
+    const struct provider_defaults *d = provider_defaults(m->provider);
+    if (p[API_KEY] && !is_null(p[API_KEY])) {
+        if ((r = walk_string(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE, &m->api_key)) < 0)
+            return r;
+    } else if (d && env_nonempty(d->key_var) && !(m->api_key = strdup(env_nonempty(d->key_var)))) {
+        return out_of_memory(w);
+    }
+    if (m->azure) {
+        if (given(p[API_VERSION])) {
+            if ((r = walk_string(w, p[API_VERSION], WHAT(API_VERSION), STR_OPTIONAL,
+                                 &m->api_version)) < 0)
+                return r;
+        } else if (env_nonempty("AZURE_API_VERSION") &&
+                   !(m->api_version = strdup(env_nonempty("AZURE_API_VERSION")))) {
+            return out_of_memory(w);
+        }
+    }
+    uint64_t u;
+    if (given(p[LOOPS])) {
+        if ((r = walk_uint(w, p[LOOPS], WHAT(LOOPS), 1, 100, &u)) < 0)
+            return r;
+        m->max_agentic_loops = (unsigned)u;
+    }
+    if (given(p[TIMEOUT]) &&
+        (r = walk_seconds(w, p[TIMEOUT], WHAT(TIMEOUT), 1, DAY_MS,
+                          "more than 0 and at most 86400 seconds", &m->timeout_ms)) < 0)
+        return r;
+    m->api = !strcmp(m->provider, "openai") ? GW_API_RESPONSES : GW_API_CHAT;
+    if (given(p[UPSTREAM_API])) {
+        const char *api = NULL;
+        if ((r = env_value(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), &api)) < 0)
+            return r;
+        if (!strcmp(api, "chat_completions"))
+            m->api = GW_API_CHAT;
+        else if (!strcmp(api, "responses"))
+            m->api = GW_API_RESPONSES;
+        else
+            return fail_at(w, p[UPSTREAM_API], EINVAL,
+                           "%s: unknown API '%.40s' (expected chat_completions or responses)", what,
+                           api);
+    }
+    if (given(p[SANDBOX_TOOL])) {
+        if ((r = walk_string(w, p[SANDBOX_TOOL], WHAT(SANDBOX_TOOL), STR_OPTIONAL,
+                             &m->sandbox_tool)) < 0 ||
+            (r = check_tool_name(w, p[SANDBOX_TOOL], what, gw, m->sandbox_tool)) < 0)
+            return r;
+    }
+#undef WHAT
+    return 0;
+}
+
+static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = expect_list(w, n, "model_list");
+    if (r <= 0)
+        return r;
+    size_t count = list_length(n);
+    if (!count)
+        return 0;
+    if (!(gw->models = calloc(count, sizeof(*gw->models))))
+        return out_of_memory(w);
+    for (size_t i = 0; i < count; i++) {
+        /* Counted before it is filled, so that gw_config_free() frees it. */
+        struct gw_model *m = &gw->models[gw->n_models++];
+        if ((r = walk_model(w, list_item(w, n, i), i, gw, m)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const yaml_node_t *list,
+                             size_t index, struct gw_config *gw, struct gw_sandbox_tool *t)
+{
+    char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
+    key_path(path, sizeof(path), "sandbox_tools", NULL, index);
+    int r = expect_mapping(w, n, path, "sandbox_tool_name, litellm_params", false);
+    if (r < 0)
+        return r;
+    static const char *const keys[] = {"sandbox_tool_name", "litellm_params"};
+    yaml_node_t *v[2];
+    char where[KEY_PATH_MAX + 8];
+    snprintf(where, sizeof(where), "in %s", path);
+    if ((r = match_keys(w, n, keys, 2, where, true, v)) < 0)
+        return r;
+    if (!v[0])
+        return fail_at(w, n, EINVAL, "%s: sandbox_tool_name is missing", path);
+    if ((r = walk_string(w, v[0], key_path(what, sizeof(what), path, "sandbox_tool_name", 0),
+                         STR_REQUIRED, &t->name)) < 0)
+        return r;
+    for (size_t j = 0; j < index; j++)
+        if (!strcmp(gw->tools[j].name, t->name)) {
+            const yaml_node_t *first = value_of(w, list_item(w, list, j), "sandbox_tool_name");
+            return fail_at(w, v[0], EINVAL, "%s: duplicate name '%.80s' (first at line %zu)", what,
+                           t->name, first ? first->start_mark.line + 1 : 0);
+        }
+    if (!v[1])
+        return fail_at(w, n, EINVAL, "%s: litellm_params is missing", path);
+    key_path(params_path, sizeof(params_path), path, "litellm_params", 0);
+    if ((r = expect_mapping(w, v[1], params_path, "sandbox_provider, api_base, api_key, ...",
+                            false)) < 0)
+        return r;
+    const yaml_node_t *params = v[1];
+
+    static const char *const pkeys[] = {"sandbox_provider", "api_base", "api_key", "template",
+                                        "template_id",      "image",    "timeout"};
+    enum { PROVIDER, API_BASE, API_KEY, TEMPLATE, TEMPLATE_ID, IMAGE, TIMEOUT, N };
+    yaml_node_t *p[N];
+    snprintf(where, sizeof(where), "in %s", params_path);
+    if ((r = match_keys(w, params, pkeys, N, where, true, p)) < 0)
+        return r;
+#define WHAT(i) key_path(what, sizeof(what), params_path, pkeys[i], 0)
+    if (!p[PROVIDER])
+        return fail_at(w, params, EINVAL, "%s: sandbox_provider is missing", params_path);
+    if ((r = walk_string(w, p[PROVIDER], WHAT(PROVIDER), STR_REQUIRED, &t->provider)) < 0)
+        return r;
+    if (strcmp(t->provider, "local") && strcmp(t->provider, "e2b") &&
+        strcmp(t->provider, "opensandbox"))
+        return fail_at(w, p[PROVIDER], EINVAL,
+                       "%s: unknown sandbox provider '%.40s' (expected local, e2b or opensandbox)",
+                       what, t->provider);
+    if (given(p[API_BASE])) {
+        if ((r = walk_string(w, p[API_BASE], WHAT(API_BASE), STR_OPTIONAL, &t->api_base)) < 0)
+            return r;
+        size_t len = strlen(t->api_base);
+        while (len > 1 && t->api_base[len - 1] == '/')
+            t->api_base[--len] = '\0';
+    }
+    if (given(p[API_KEY]) &&
+        (r = walk_string(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE, &t->api_key)) < 0)
+        return r;
+    const yaml_node_t *chosen = NULL;
+    for (int i = TEMPLATE; i <= IMAGE; i++) {
+        if (!given(p[i]))
+            continue;
+        if (chosen)
+            return fail_at(w, p[i], EINVAL,
+                           "%s: only one of template, template_id and image may be given", WHAT(i));
+        if (i == IMAGE && strcmp(t->provider, "opensandbox"))
+            return fail_at(w, p[i], EINVAL,
+                           "%s: image is for sandbox_provider opensandbox (use template for "
+                           "%s)",
+                           WHAT(IMAGE), t->provider);
+        chosen = p[i];
+        if ((r = walk_string(w, p[i], WHAT(i), STR_OPTIONAL, &t->template_id)) < 0)
+            return r;
+    }
+    if (given(p[TIMEOUT]) &&
+        (r = walk_seconds(w, p[TIMEOUT], WHAT(TIMEOUT), 1, DAY_MS,
+                          "more than 0 and at most 86400 seconds", &t->timeout_ms)) < 0)
+        return r;
+#undef WHAT
+    return 0;
+}
+
+static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = expect_list(w, n, "sandbox_tools");
+    if (r <= 0)
+        return r;
+    size_t count = list_length(n);
+    if (!count)
+        return 0;
+    if (!(gw->tools = calloc(count, sizeof(*gw->tools))))
+        return out_of_memory(w);
+    for (size_t i = 0; i < count; i++) {
+        struct gw_sandbox_tool *t = &gw->tools[gw->n_tools++];
+        if ((r = walk_sandbox_tool(w, list_item(w, n, i), n, i, gw, t)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = expect_mapping(w, n, "litellm_settings",
+                           "callbacks, code_interpreter_interception_params, ...", true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"code_interpreter_interception_params"};
+    yaml_node_t *v[1];
+    if ((r = match_keys(w, n, keys, 1, "in litellm_settings", true, v)) < 0)
+        return r;
+    if (!v[0])
+        return 0;
+    const char *path = "litellm_settings.code_interpreter_interception_params";
+    if ((r = expect_mapping(w, v[0], path, "enabled, sandbox_tool_name, enabled_providers",
+                            true)) <= 0)
+        return r;
+    static const char *const pkeys[] = {"enabled", "sandbox_tool_name"};
+    yaml_node_t *p[2];
+    if ((r = match_keys(w, v[0], pkeys, 2,
+                        "in litellm_settings.code_interpreter_interception_params", true, p)) < 0)
+        return r;
+    char what[KEY_PATH_MAX];
+    if (given(p[0]) && (r = walk_bool(w, p[0], key_path(what, sizeof(what), path, "enabled", 0),
+                                      &gw->interception)) < 0)
+        return r;
+    if (given(p[1])) {
+        key_path(what, sizeof(what), path, "sandbox_tool_name", 0);
+        if ((r = walk_string(w, p[1], what, STR_OPTIONAL, &gw->default_tool)) < 0 ||
+            (r = check_tool_name(w, p[1], what, gw, gw->default_tool)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int walk_general_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = expect_mapping(w, n, "general_settings", "master_key, ...", true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"master_key"};
+    yaml_node_t *v[1];
+    if ((r = match_keys(w, n, keys, 1, "in general_settings", true, v)) < 0)
+        return r;
+    if (given(v[0]))
+        return walk_string(w, v[0], "general_settings.master_key", STR_OPTIONAL, &gw->master_key);
+    return 0;
+}
+
+static bool is_code_tool_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (!len || len > CODE_TOOL_NAME_MAX)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!(*p == '-' || *p == '_' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+              (*p >= 'A' && *p <= 'Z')))
+            return false;
+    return true;
+}
+
+/* corral's own keys: strict, every key with a value. */
+static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = expect_mapping(w, n, "gateway",
+                           "listen, store, code_tool_name, max_agentic_loops, output_limit, "
+                           "exec_timeout",
+                           true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {
+        "listen", "store", "code_tool_name", "max_agentic_loops", "output_limit", "exec_timeout"};
+    enum { LISTEN, STORE, CODE_TOOL_NAME, LOOPS, OUTPUT_LIMIT, EXEC_TIMEOUT, N };
+    yaml_node_t *v[N];
+    if ((r = match_keys(w, n, keys, N, "under gateway", false, v)) < 0)
+        return r;
+    char what[KEY_PATH_MAX];
+#define WHAT(i) key_path(what, sizeof(what), "gateway", keys[i], 0)
+    if (v[LISTEN] && (r = walk_string(w, v[LISTEN], WHAT(LISTEN), STR_REQUIRED, &gw->listen)) < 0)
+        return r;
+    if (v[STORE] && (r = walk_string(w, v[STORE], WHAT(STORE), STR_REQUIRED, &gw->store_path)) < 0)
+        return r;
+    if (v[CODE_TOOL_NAME]) {
+        if ((r = walk_string(w, v[CODE_TOOL_NAME], WHAT(CODE_TOOL_NAME), STR_REQUIRED,
+                             &gw->code_tool_name)) < 0)
+            return r;
+        if (!is_code_tool_name(gw->code_tool_name))
+            return fail_at(w, v[CODE_TOOL_NAME], EINVAL,
+                           "%s: '%.80s' is not a function name (1 to 64 letters, digits, '_' "
+                           "and '-')",
+                           what, gw->code_tool_name);
+    }
+    uint64_t u;
+    if (v[LOOPS]) {
+        if ((r = walk_uint(w, v[LOOPS], WHAT(LOOPS), 1, 100, &u)) < 0)
+            return r;
+        gw->max_agentic_loops = (unsigned)u;
+    }
+    if (v[OUTPUT_LIMIT]) {
+        if ((r = walk_uint(w, v[OUTPUT_LIMIT], WHAT(OUTPUT_LIMIT), 256, 10000000, &u)) < 0)
+            return r;
+        gw->output_limit = (size_t)u;
+    }
+    if (v[EXEC_TIMEOUT] && (r = walk_seconds(w, v[EXEC_TIMEOUT], WHAT(EXEC_TIMEOUT), 1000, DAY_MS,
+                                             "from 1 to 86400 seconds", &gw->exec_timeout_ms)) < 0)
+        return r;
+#undef WHAT
+    return 0;
+}
+
 static int walk_root(const struct walk *w, const yaml_node_t *root, struct corral_config *cfg)
 {
     char buf[64];
@@ -400,15 +1074,69 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return fail_at(w, root, EINVAL,
                        "the configuration must be a mapping (keys: state_dir, templates), not %s",
                        describe(root, buf, sizeof(buf)));
-    static const char *const keys[] = {"state_dir", "templates"};
-    yaml_node_t *v[2];
-    int r = match_keys(w, root, keys, 2, "at the top level", v);
+    static const char *const keys[] = {
+        "state_dir",        "templates",        "model_list",      "sandbox_tools",
+        "litellm_settings", "general_settings", "router_settings", "environment_variables",
+        "gateway"};
+    enum {
+        STATE_DIR,
+        TEMPLATES,
+        MODEL_LIST,
+        SANDBOX_TOOLS,
+        LITELLM_SETTINGS,
+        GENERAL_SETTINGS,
+        ROUTER_SETTINGS,
+        ENVIRONMENT_VARIABLES,
+        GATEWAY,
+        N
+    };
+    /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
+    for (yaml_node_pair_t *pair = root->data.mapping.pairs.start;
+         pair < root->data.mapping.pairs.top; pair++) {
+        yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
+        const char *name = NULL;
+        int r = key_text(w, k, "at the top level", &name);
+        if (r < 0)
+            return r;
+        size_t i = 0;
+        while (i < N && strcmp(name, keys[i]))
+            i++;
+        if (i == N)
+            return fail_at(w, k, EINVAL,
+                           "unknown key '%.64s' at the top level (known: state_dir, templates) "
+                           "and not one of the gateway's (model_list, sandbox_tools, "
+                           "litellm_settings, general_settings, router_settings, "
+                           "environment_variables, gateway)",
+                           name);
+    }
+    yaml_node_t *v[N];
+    int r = match_keys(w, root, keys, N, "at the top level", false, v);
     if (r < 0)
         return r;
-    if (v[0] && (r = walk_state_dir(w, v[0], cfg)) < 0)
+    if (v[STATE_DIR] && (r = walk_state_dir(w, v[STATE_DIR], cfg)) < 0)
         return r;
-    if (v[1] && (r = walk_templates(w, v[1], cfg)) < 0)
+    if (v[TEMPLATES] && (r = walk_templates(w, v[TEMPLATES], cfg)) < 0)
         return r;
+    bool any = false;
+    for (int i = MODEL_LIST; i < N; i++)
+        any = any || v[i];
+    if (!any)
+        return 0;
+    struct gw_config *gw = cfg->gateway = gw_config_new();
+    if (!gw)
+        return out_of_memory(w);
+    /* The tools first: models and the interception settings name them. */
+    if (v[SANDBOX_TOOLS] && (r = walk_sandbox_tools(w, v[SANDBOX_TOOLS], gw)) < 0)
+        return r;
+    if (v[MODEL_LIST] && (r = walk_model_list(w, v[MODEL_LIST], gw)) < 0)
+        return r;
+    if (v[LITELLM_SETTINGS] && (r = walk_litellm_settings(w, v[LITELLM_SETTINGS], gw)) < 0)
+        return r;
+    if (v[GENERAL_SETTINGS] && (r = walk_general_settings(w, v[GENERAL_SETTINGS], gw)) < 0)
+        return r;
+    if (v[GATEWAY] && (r = walk_gateway(w, v[GATEWAY], gw)) < 0)
+        return r;
+    /* router_settings and environment_variables: accepted, not read. */
     return 0;
 }
 
@@ -578,6 +1306,7 @@ void corral_config_free(struct corral_config *cfg)
         }
     }
     free(cfg->templates);
+    gw_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->path);
     free(cfg);

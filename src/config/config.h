@@ -37,6 +37,13 @@
  *     disk        writable storage, a size, at least 1m
  *     open_files  open file descriptors, an integer from 16 to 1048576
  *
+ * The gateway (gateway_config.h) reads its keys from the same file: LiteLLM's
+ * model_list, sandbox_tools, litellm_settings, general_settings,
+ * router_settings and environment_variables (the last two accepted and
+ * ignored), and corral's own `gateway`. A file with none of them has no
+ * gateway part (`gateway` is NULL); one with any of them has one, every
+ * setting not written at its default (gw_config_new()).
+ *
  * Values may be written as YAML numbers or as strings ("1GiB", '2'). Unknown
  * keys, duplicate keys, values of the wrong shape (a list where a mapping is
  * expected, ...) and invalid values are errors whose message starts with
@@ -48,6 +55,7 @@
 
 #include <stddef.h>
 
+#include "config/gateway_config.h"
 #include "corral/corral.h"
 
 /* The largest configuration file corral_config_load() reads. */
@@ -61,6 +69,7 @@ struct corral_config {
     /* Every string (name, preload entries) and array is owned by the config. */
     struct corral_template *templates;
     size_t n_templates;
+    struct gw_config *gateway; /* NULL when the file has none of the gateway's keys */
 };
 
 /* Parses a YAML file. */

@@ -1,7 +1,9 @@
 /*
  * The gateway's part of the YAML configuration. LiteLLM's proxy keys are
  * read as they are, so a LiteLLM config.yaml moves over unchanged; corral's
- * own settings sit beside them under `gateway:`.
+ * own settings sit beside them under `gateway:`. config.c parses the file
+ * (struct corral_config's `gateway`, NULL when the file has none of the
+ * keys below); gateway_config.c holds the defaults and the look-ups.
  *
  *   model_list:
  *     - model_name: gpt-5                  # what clients send as "model"
@@ -42,6 +44,79 @@
  * not use are accepted and ignored (router_settings, environment_variables,
  * litellm_params keys such as rpm/tpm...); unknown keys under `gateway:`
  * are errors, with "FILE:LINE:COLUMN: " like the rest of the file.
+ *
+ * In detail (key paths in messages count list entries from 0:
+ * "model_list[0].litellm_params.model"; "/\*" in these comments is a slash
+ * then a star, which a C comment cannot hold side by side):
+ *
+ * model_list         a list of models (null or [] = none). An entry is a mapping:
+ *   model_name       required, not empty. "*" serves every model, "PREFIX/\*" every
+ *                    "PREFIX/NAME"; any other name serves only itself. Names may
+ *                    repeat: the first entry serves (no load balancing).
+ *   litellm_params   required, a mapping:
+ *     model          required: "PROVIDER/NAME", or "NAME" for provider openai. The
+ *                    provider is letters, digits, '_', '-' and '.'. A NAME of "*"
+ *                    ("openai/\*") needs a wildcard model_name: the client's model
+ *                    is sent, minus the "PREFIX/" of a "PREFIX/\*" model_name.
+ *     api_base       an http:// or https:// URL, trailing '/' removed. When not
+ *                    written, as LiteLLM: the provider's variable (below), else the
+ *                    provider's default; a provider with neither is an error:
+ *                      openai        OPENAI_BASE_URL, OPENAI_API_BASE, else
+ *                                    https://api.openai.com/v1
+ *                      azure         AZURE_API_BASE, else required
+ *                      ollama, ollama_chat  OLLAMA_API_BASE, else
+ *                                    http://127.0.0.1:11434/v1
+ *                      hosted_vllm   HOSTED_VLLM_API_BASE, else http://127.0.0.1:8000/v1
+ *                                    (vLLM's default port)
+ *                      llamafile     LLAMAFILE_API_BASE, else http://127.0.0.1:8080/v1
+ *                      llamacpp      http://127.0.0.1:8080/v1 (llama-server's port)
+ *                      any other     required (openai_compatible, anthropic, ...:
+ *                                    spoken to as an OpenAI-compatible server)
+ *                    ollama's base gains "/v1" when it lacks it (LiteLLM configs
+ *                    write http://localhost:11434, ollama's native API).
+ *     api_key        when not written: OPENAI_API_KEY (openai), AZURE_API_KEY (azure),
+ *                    HOSTED_VLLM_API_KEY (hosted_vllm), as LiteLLM; an empty value
+ *                    is no key.
+ *     api_version    azure only (ignored otherwise); else AZURE_API_VERSION; NULL
+ *                    when neither (the gateway's default applies).
+ *     max_agentic_loops  an integer 1..100.
+ *     timeout        seconds (600, 0.5, or with a unit: 10m), above 0, at most a day.
+ *     upstream_api   chat_completions | responses.
+ *     sandbox_tool   the name of a sandbox_tools entry, or "local" (below).
+ *     anything else (rpm, tpm, stream_timeout, extra_headers...) is ignored.
+ *   anything else (model_info...) is ignored.
+ *
+ * sandbox_tools      a list (null or [] = none). An entry is a mapping:
+ *   sandbox_tool_name  required, not empty, each name once.
+ *   litellm_params   required, a mapping:
+ *     sandbox_provider  required: local | e2b | opensandbox
+ *     api_base, api_key  strings (an empty api_key is no key)
+ *     template       also written template_id, or image (opensandbox only); one of them.
+ *     timeout        seconds, above 0, at most a day.
+ *     anything else is ignored.
+ *   anything else is ignored.
+ * "local" always names a sandbox tool: when no entry has that name, it is the
+ * built-in provider with every default (gw_config_tool returns it).
+ *
+ * litellm_settings   a mapping; only code_interpreter_interception_params is read:
+ *   enabled          a boolean (true/false, yes/no, on/off).
+ *   sandbox_tool_name  as a model's sandbox_tool.
+ *   anything else (enabled_providers...) is ignored. callbacks and every other
+ *   litellm_settings key are ignored: interception is on unless enabled: false.
+ * general_settings   a mapping; only master_key (not empty) is read.
+ * router_settings, environment_variables  ignored, whatever they hold (the
+ *                    environment_variables mapping is not applied: the values
+ *                    come from corral's own environment).
+ * gateway            a mapping (null: every default); every key is optional:
+ *   listen           HOST:PORT, not empty (its form is the server's to check).
+ *   store            the SQLite file, not empty.
+ *   code_tool_name   1 to 64 letters, digits, '_' and '-'.
+ *   max_agentic_loops  1..100;  output_limit  256..10000000;
+ *   exec_timeout     seconds (or with a unit), from 1 s to 86400 s.
+ *
+ * os.environ/ is resolved in the values corral reads (not in ignored keys);
+ * for optional keys, YAML null (`api_base:` or ~) is the same as a missing key,
+ * except under gateway: where a key must have a value.
  */
 #ifndef CORRAL_CONFIG_GATEWAY_CONFIG_H
 #define CORRAL_CONFIG_GATEWAY_CONFIG_H
@@ -53,33 +128,35 @@
 enum gw_upstream_api { GW_API_CHAT = 0, GW_API_RESPONSES = 1 };
 
 struct gw_model {
-    char *name;         /* model_name; "*" matches any model, "prefix/*" any "prefix/NAME" */
-    char *provider;     /* "openai", "azure", "hosted_vllm", "ollama", "ollama_chat",
-                           "openai_compatible", "llamacpp"...: the part of
-                           litellm_params.model before the first '/' ("openai" if none) */
-    char *model;        /* the upstream's model name (after the first '/'); "*" with
-                           a wildcard model_name: the client's model (minus the prefix) */
-    char *api_base;     /* never NULL: the provider's default when not set
-                           (openai: https://api.openai.com/v1, ollama:
-                           http://127.0.0.1:11434/v1, hosted_vllm/llamacpp:
-                           http://127.0.0.1:8000/v1) */
-    char *api_key;      /* NULL = none */
-    char *api_version;  /* azure's api-version, NULL otherwise */
-    bool azure;         /* provider == azure: api-key header, /openai/deployments/MODEL paths */
-    enum gw_upstream_api api; /* upstream_api; default: responses for provider openai,
-                                 chat_completions otherwise */
+    char *name;        /* model_name; "*" matches any model, "prefix/\*" any "prefix/NAME" */
+    char *provider;    /* "openai", "azure", "hosted_vllm", "ollama", "ollama_chat",
+                          "openai_compatible", "llamacpp"...: the part of
+                          litellm_params.model before the first '/' ("openai" if none) */
+    char *model;       /* the upstream's model name (after the first '/'); "*" with
+                          a wildcard model_name: the client's model (minus the prefix) */
+    char *api_base;    /* never NULL, no trailing '/': the provider's default when not
+                          set (openai: https://api.openai.com/v1, ollama:
+                          http://127.0.0.1:11434/v1, hosted_vllm:
+                          http://127.0.0.1:8000/v1, llamacpp/llamafile:
+                          http://127.0.0.1:8080/v1; see above) */
+    char *api_key;     /* NULL = none */
+    char *api_version; /* azure's api-version, NULL otherwise (and for azure when
+                          not configured) */
+    bool azure;        /* provider == azure: api-key header, /openai/deployments/MODEL paths */
+    enum gw_upstream_api api;   /* upstream_api; default: responses for provider openai,
+                                   chat_completions otherwise */
     unsigned max_agentic_loops; /* 0 = the gateway's default */
     uint64_t timeout_ms;        /* 0 = 600 s */
     char *sandbox_tool;         /* NULL = the default sandbox tool */
 };
 
 struct gw_sandbox_tool {
-    char *name;     /* sandbox_tool_name */
-    char *provider; /* "local", "e2b" or "opensandbox" */
-    char *api_base; /* NULL = none */
-    char *api_key;  /* NULL = none */
-    char *template_id; /* template (local: a corral template; e2b: template id;
-                          opensandbox: image); NULL = the provider's default */
+    char *name;          /* sandbox_tool_name */
+    char *provider;      /* "local", "e2b" or "opensandbox" */
+    char *api_base;      /* NULL = none */
+    char *api_key;       /* NULL = none */
+    char *template_id;   /* template (local: a corral template; e2b: template id;
+                            opensandbox: image); NULL = the provider's default */
     uint64_t timeout_ms; /* the sandbox's lifetime; 0 = 300 s */
 };
 
@@ -88,24 +165,28 @@ struct gw_config {
     size_t n_models;
     struct gw_sandbox_tool *tools;
     size_t n_tools;
-    char *master_key;        /* general_settings.master_key; NULL = none */
-    bool interception;       /* litellm_settings...enabled (default true) */
-    char *default_tool;      /* code_interpreter_interception_params.sandbox_tool_name;
-                                NULL = the built-in local sandboxes */
-    char *listen;            /* gateway.listen, NULL = default */
-    char *store_path;        /* gateway.store, NULL = in memory */
-    char *code_tool_name;    /* gateway.code_tool_name, never NULL (default "python") */
+    char *master_key;           /* general_settings.master_key; NULL = none */
+    bool interception;          /* litellm_settings...enabled (default true) */
+    char *default_tool;         /* code_interpreter_interception_params.sandbox_tool_name;
+                                   NULL = the built-in local sandboxes */
+    char *listen;               /* gateway.listen, NULL = default */
+    char *store_path;           /* gateway.store, NULL = in memory */
+    char *code_tool_name;       /* gateway.code_tool_name, never NULL (default "python") */
     unsigned max_agentic_loops; /* gateway.max_agentic_loops, default 8 (1..100) */
-    size_t output_limit;     /* gateway.output_limit, default 20000 (256..10000000) */
-    uint64_t exec_timeout_ms; /* gateway.exec_timeout, default 120 s */
+    size_t output_limit;        /* gateway.output_limit, default 20000 (256..10000000) */
+    uint64_t exec_timeout_ms;   /* gateway.exec_timeout, default 120 s */
 };
 
 /* A configuration with no models and every default. NULL on no memory. */
 struct gw_config *gw_config_new(void);
+/* Frees c and every string and array it holds; NULL is allowed. */
 void gw_config_free(struct gw_config *c);
-/* The model entry serving `name` (exact names first, then "prefix/*",
- * then "*"), or NULL. */
+/* The model entry serving `name` (exact names first, then "prefix/\*",
+ * then "*"), or NULL. Among "prefix/\*" entries the longest prefix wins;
+ * among equal names, the first entry. */
 const struct gw_model *gw_config_model(const struct gw_config *c, const char *name);
+/* The sandbox tool named `name`, or NULL. "local" is never NULL: without an
+ * entry of that name it is a built-in tool {"local", "local", every default}. */
 const struct gw_sandbox_tool *gw_config_tool(const struct gw_config *c, const char *name);
 
 #endif

@@ -1,0 +1,736 @@
+/* The gateway's part of the YAML configuration: src/config/config.c (parsing)
+ * and src/config/gateway_config.c (defaults, model and tool look-ups). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "config/gateway_config.h"
+
+/* The variables LiteLLM (and so corral) reads when litellm_params do not say. */
+static const char *const provider_vars[] = {
+    "OPENAI_API_KEY",      "OPENAI_BASE_URL",    "OPENAI_API_BASE", "AZURE_API_KEY",
+    "AZURE_API_BASE",      "AZURE_API_VERSION",  "OLLAMA_API_BASE", "HOSTED_VLLM_API_BASE",
+    "HOSTED_VLLM_API_KEY", "LLAMAFILE_API_BASE",
+};
+
+static int clear_provider_vars(void **state)
+{
+    for (size_t i = 0; i < sizeof(provider_vars) / sizeof(provider_vars[0]); i++)
+        unsetenv(provider_vars[i]);
+    return 0;
+}
+
+static struct corral_config *parse_ok(const char *yaml)
+{
+    struct corral_config *cfg = NULL;
+    struct corral_error err = {0};
+    int r = corral_config_parse(yaml, strlen(yaml), "gw.yaml", &cfg, &err);
+    if (r < 0)
+        fail_msg("parsing failed: %s", err.message);
+    assert_non_null(cfg);
+    return cfg;
+}
+
+/* Parses yaml, expects EINVAL, and checks that the message contains want. */
+static void expect_error(const char *yaml, const char *want)
+{
+    struct corral_config *cfg = NULL;
+    struct corral_error err = {0};
+    int r = corral_config_parse(yaml, strlen(yaml), "gw.yaml", &cfg, &err);
+    if (r == 0) {
+        corral_config_free(cfg);
+        fail_msg("parsing succeeded, expected an error containing \"%s\"", want);
+    }
+    assert_int_equal(r, -EINVAL);
+    assert_int_equal(err.code, EINVAL);
+    assert_null(cfg);
+    if (!strstr(err.message, want))
+        fail_msg("message \"%s\" does not contain \"%s\"", err.message, want);
+}
+
+/* The one model of a config whose model_list has a single entry. */
+static const struct gw_model *only_model(const struct corral_config *cfg)
+{
+    assert_non_null(cfg->gateway);
+    assert_int_equal(cfg->gateway->n_models, 1);
+    return &cfg->gateway->models[0];
+}
+
+static void parses_a_full_litellm_config(void **state)
+{
+    setenv("TEST_GW_OPENAI_KEY", "sk-upstream", 1);
+    setenv("TEST_GW_MASTER", "sk-master-1234", 1);
+    setenv("TEST_GW_E2B_KEY", "e2b_key", 1);
+    struct corral_config *cfg =
+        parse_ok("# A LiteLLM proxy config, with corral's keys beside it\n"
+                 "state_dir: /run/corral-gw\n"
+                 "templates:\n"
+                 "  default: {pool_size: 1}\n"
+                 "model_list:\n"
+                 "  - model_name: gpt-5\n"
+                 "    litellm_params:\n"
+                 "      model: openai/gpt-5\n"
+                 "      api_base: http://127.0.0.1:9000/v1/\n"
+                 "      api_key: os.environ/TEST_GW_OPENAI_KEY\n"
+                 "      max_agentic_loops: 12\n"
+                 "      timeout: 600\n"
+                 "      upstream_api: chat_completions\n"
+                 "      sandbox_tool: e2b-tool\n"
+                 "      rpm: 100\n"
+                 "      tpm: 100000\n"
+                 "      stream_timeout: 30\n"
+                 "      extra_headers: {X-Team: a}\n"
+                 "    model_info:\n"
+                 "      id: abc\n"
+                 "      mode: chat\n"
+                 "  - model_name: azure-gpt\n"
+                 "    litellm_params:\n"
+                 "      model: azure/my-deployment\n"
+                 "      api_base: https://example.openai.azure.com\n"
+                 "      api_key: azure-key\n"
+                 "      api_version: \"2025-04-01-preview\"\n"
+                 "      max_agentic_loops: '3'\n"
+                 "      timeout: 1.5\n"
+                 "  - model_name: \"*\"\n"
+                 "    litellm_params:\n"
+                 "      model: openai/*\n"
+                 "sandbox_tools:\n"
+                 "  - sandbox_tool_name: e2b-tool\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: e2b\n"
+                 "      api_key: os.environ/TEST_GW_E2B_KEY\n"
+                 "      template: code-interpreter-v1\n"
+                 "      timeout: 300\n"
+                 "      network: {allow_out: false}\n"
+                 "  - sandbox_tool_name: osb\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: opensandbox\n"
+                 "      api_base: http://127.0.0.1:8080/\n"
+                 "      image: python:3.12\n"
+                 "  - sandbox_tool_name: mine\n"
+                 "    litellm_params: {sandbox_provider: local, template_id: minimal}\n"
+                 "litellm_settings:\n"
+                 "  callbacks: [\"code_interpreter_interception\"]\n"
+                 "  drop_params: true\n"
+                 "  code_interpreter_interception_params:\n"
+                 "    enabled: false\n"
+                 "    sandbox_tool_name: osb\n"
+                 "    enabled_providers: [openai]\n"
+                 "general_settings:\n"
+                 "  master_key: os.environ/TEST_GW_MASTER\n"
+                 "  database_url: postgres://x\n"
+                 "router_settings:\n"
+                 "  routing_strategy: simple-shuffle\n"
+                 "environment_variables:\n"
+                 "  SOME_VAR: value\n"
+                 "gateway:\n"
+                 "  listen: 127.0.0.1:4000\n"
+                 "  store: /var/lib/corral/gateway.db\n"
+                 "  code_tool_name: run_python\n"
+                 "  max_agentic_loops: 20\n"
+                 "  output_limit: 5000\n"
+                 "  exec_timeout: 30\n");
+    assert_string_equal(cfg->state_dir, "/run/corral-gw");
+    assert_int_equal(cfg->n_templates, 1);
+    struct gw_config *gw = cfg->gateway;
+    assert_non_null(gw);
+    assert_int_equal(gw->n_models, 3);
+
+    const struct gw_model *m = &gw->models[0];
+    assert_string_equal(m->name, "gpt-5");
+    assert_string_equal(m->provider, "openai");
+    assert_string_equal(m->model, "gpt-5");
+    assert_string_equal(m->api_base, "http://127.0.0.1:9000/v1"); /* the trailing '/' goes */
+    assert_string_equal(m->api_key, "sk-upstream");
+    assert_null(m->api_version);
+    assert_false(m->azure);
+    assert_int_equal(m->api, GW_API_CHAT);
+    assert_int_equal(m->max_agentic_loops, 12);
+    assert_int_equal(m->timeout_ms, 600000);
+    assert_string_equal(m->sandbox_tool, "e2b-tool");
+
+    m = &gw->models[1];
+    assert_string_equal(m->name, "azure-gpt");
+    assert_string_equal(m->provider, "azure");
+    assert_string_equal(m->model, "my-deployment");
+    assert_string_equal(m->api_base, "https://example.openai.azure.com");
+    assert_string_equal(m->api_key, "azure-key");
+    assert_string_equal(m->api_version, "2025-04-01-preview");
+    assert_true(m->azure);
+    assert_int_equal(m->api, GW_API_CHAT);
+    assert_int_equal(m->max_agentic_loops, 3);
+    assert_int_equal(m->timeout_ms, 1500);
+    assert_null(m->sandbox_tool);
+
+    m = &gw->models[2];
+    assert_string_equal(m->name, "*");
+    assert_string_equal(m->provider, "openai");
+    assert_string_equal(m->model, "*");
+    assert_string_equal(m->api_base, "https://api.openai.com/v1");
+    assert_null(m->api_key);
+    assert_int_equal(m->api, GW_API_RESPONSES);
+    assert_int_equal(m->max_agentic_loops, 0);
+    assert_int_equal(m->timeout_ms, 0);
+
+    assert_int_equal(gw->n_tools, 3);
+    const struct gw_sandbox_tool *t = &gw->tools[0];
+    assert_string_equal(t->name, "e2b-tool");
+    assert_string_equal(t->provider, "e2b");
+    assert_null(t->api_base);
+    assert_string_equal(t->api_key, "e2b_key");
+    assert_string_equal(t->template_id, "code-interpreter-v1");
+    assert_int_equal(t->timeout_ms, 300000);
+    t = &gw->tools[1];
+    assert_string_equal(t->name, "osb");
+    assert_string_equal(t->provider, "opensandbox");
+    assert_string_equal(t->api_base, "http://127.0.0.1:8080");
+    assert_null(t->api_key);
+    assert_string_equal(t->template_id, "python:3.12");
+    assert_int_equal(t->timeout_ms, 0);
+    t = &gw->tools[2];
+    assert_string_equal(t->provider, "local");
+    assert_string_equal(t->template_id, "minimal");
+    assert_ptr_equal(gw_config_tool(gw, "osb"), &gw->tools[1]);
+    assert_null(gw_config_tool(gw, "nope"));
+    assert_null(gw_config_tool(gw, NULL));
+
+    assert_false(gw->interception);
+    assert_string_equal(gw->default_tool, "osb");
+    assert_string_equal(gw->master_key, "sk-master-1234");
+    assert_string_equal(gw->listen, "127.0.0.1:4000");
+    assert_string_equal(gw->store_path, "/var/lib/corral/gateway.db");
+    assert_string_equal(gw->code_tool_name, "run_python");
+    assert_int_equal(gw->max_agentic_loops, 20);
+    assert_int_equal(gw->output_limit, 5000);
+    assert_int_equal(gw->exec_timeout_ms, 30000);
+
+    assert_ptr_equal(gw_config_model(gw, "gpt-5"), &gw->models[0]);
+    assert_ptr_equal(gw_config_model(gw, "azure-gpt"), &gw->models[1]);
+    assert_ptr_equal(gw_config_model(gw, "gpt-4o-mini"), &gw->models[2]);
+    corral_config_free(cfg);
+    unsetenv("TEST_GW_OPENAI_KEY");
+    unsetenv("TEST_GW_MASTER");
+    unsetenv("TEST_GW_E2B_KEY");
+}
+
+static void defaults(void **state)
+{
+    struct gw_config *c = gw_config_new();
+    assert_non_null(c);
+    assert_true(c->interception);
+    assert_string_equal(c->code_tool_name, "python");
+    assert_int_equal(c->max_agentic_loops, 8);
+    assert_int_equal(c->output_limit, 20000);
+    assert_int_equal(c->exec_timeout_ms, 120000);
+    assert_int_equal(c->n_models, 0);
+    assert_null(c->models);
+    assert_int_equal(c->n_tools, 0);
+    assert_null(c->master_key);
+    assert_null(c->default_tool);
+    assert_null(c->listen);
+    assert_null(c->store_path);
+    assert_null(gw_config_model(c, "gpt-5"));
+    gw_config_free(c);
+    gw_config_free(NULL);
+
+    /* No gateway key: no gateway part. */
+    struct corral_config *cfg = parse_ok("templates:\n  default: {}\n");
+    assert_null(cfg->gateway);
+    corral_config_free(cfg);
+    cfg = parse_ok("# nothing\n");
+    assert_null(cfg->gateway);
+    corral_config_free(cfg);
+
+    /* Any gateway key, even empty: a gateway part with every default. */
+    static const char *const empty[] = {
+        "gateway:\n",
+        "model_list: []\n",
+        "sandbox_tools:\n",
+        "litellm_settings:\n",
+        "general_settings: {}\n",
+        "router_settings: {a: [1]}\n",
+        "environment_variables:\n  A: b\n",
+    };
+    for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
+        cfg = parse_ok(empty[i]);
+        struct gw_config *gw = cfg->gateway;
+        if (!gw)
+            fail_msg("no gateway part for \"%s\"", empty[i]);
+        assert_int_equal(gw->n_models, 0);
+        assert_int_equal(gw->n_tools, 0);
+        assert_true(gw->interception);
+        assert_null(gw->master_key);
+        assert_string_equal(gw->code_tool_name, "python");
+        assert_int_equal(gw->max_agentic_loops, 8);
+        assert_int_equal(gw->output_limit, 20000);
+        assert_int_equal(gw->exec_timeout_ms, 120000);
+        corral_config_free(cfg);
+    }
+
+    /* A minimal model: the provider's defaults; optional keys written null are missing. */
+    cfg = parse_ok("model_list:\n"
+                   "  - model_name: m\n"
+                   "    litellm_params:\n"
+                   "      model: gpt-4o\n"
+                   "      api_key:\n"
+                   "      api_base: ~\n"
+                   "      timeout: null\n"
+                   "litellm_settings:\n"
+                   "  code_interpreter_interception_params:\n"
+                   "general_settings:\n"
+                   "  master_key:\n");
+    const struct gw_model *m = only_model(cfg);
+    assert_string_equal(m->provider, "openai");
+    assert_string_equal(m->model, "gpt-4o");
+    assert_string_equal(m->api_base, "https://api.openai.com/v1");
+    assert_null(m->api_key);
+    assert_int_equal(m->api, GW_API_RESPONSES);
+    assert_int_equal(m->timeout_ms, 0);
+    assert_null(m->sandbox_tool);
+    assert_true(cfg->gateway->interception);
+    assert_null(cfg->gateway->master_key);
+    corral_config_free(cfg);
+
+    /* The built-in local tool. */
+    const struct gw_sandbox_tool *t = gw_config_tool(NULL, "local");
+    assert_non_null(t);
+    assert_string_equal(t->name, "local");
+    assert_string_equal(t->provider, "local");
+    assert_null(t->template_id);
+    assert_int_equal(t->timeout_ms, 0);
+    cfg = parse_ok("sandbox_tools:\n"
+                   "  - sandbox_tool_name: local\n"
+                   "    litellm_params: {sandbox_provider: local, template: big}\n");
+    assert_ptr_equal(gw_config_tool(cfg->gateway, "local"), &cfg->gateway->tools[0]);
+    assert_string_equal(gw_config_tool(cfg->gateway, "local")->template_id, "big");
+    corral_config_free(cfg);
+}
+
+/* litellm_params.model and the provider's defaults. */
+static void splits_provider_and_model(void **state)
+{
+    static const struct {
+        const char *params; /* inside litellm_params: {...} */
+        const char *provider, *model, *api_base;
+        enum gw_upstream_api api;
+        bool azure;
+    } cases[] = {
+        {"model: gpt-4o", "openai", "gpt-4o", "https://api.openai.com/v1", GW_API_RESPONSES, false},
+        {"model: openai/gpt-4o", "openai", "gpt-4o", "https://api.openai.com/v1", GW_API_RESPONSES,
+         false},
+        {"model: openai/org/model-x, api_base: 'http://h:1/v1///'", "openai", "org/model-x",
+         "http://h:1/v1", GW_API_RESPONSES, false},
+        {"model: hosted_vllm/meta-llama/Llama-3.1-8B", "hosted_vllm", "meta-llama/Llama-3.1-8B",
+         "http://127.0.0.1:8000/v1", GW_API_CHAT, false},
+        {"model: hosted_vllm/q, api_base: 'http://gpu:8000/v1'", "hosted_vllm", "q",
+         "http://gpu:8000/v1", GW_API_CHAT, false},
+        {"model: ollama/llama3", "ollama", "llama3", "http://127.0.0.1:11434/v1", GW_API_CHAT,
+         false},
+        {"model: ollama_chat/qwen3, api_base: 'http://localhost:11434'", "ollama_chat", "qwen3",
+         "http://localhost:11434/v1", GW_API_CHAT, false},
+        {"model: ollama/x, api_base: 'http://o:11434/v1/'", "ollama", "x", "http://o:11434/v1",
+         GW_API_CHAT, false},
+        {"model: llamacpp/any", "llamacpp", "any", "http://127.0.0.1:8080/v1", GW_API_CHAT, false},
+        {"model: llamafile/any", "llamafile", "any", "http://127.0.0.1:8080/v1", GW_API_CHAT,
+         false},
+        {"model: openai_compatible/m, api_base: 'https://x.example/v1'", "openai_compatible", "m",
+         "https://x.example/v1", GW_API_CHAT, false},
+        {"model: openai/gpt-4o, upstream_api: chat_completions", "openai", "gpt-4o",
+         "https://api.openai.com/v1", GW_API_CHAT, false},
+        {"model: hosted_vllm/m, upstream_api: responses", "hosted_vllm", "m",
+         "http://127.0.0.1:8000/v1", GW_API_RESPONSES, false},
+        {"model: azure/dep, api_base: 'https://r.openai.azure.com/'", "azure", "dep",
+         "https://r.openai.azure.com", GW_API_CHAT, true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof(yaml), "model_list:\n  - model_name: m\n    litellm_params: {%s}\n",
+                 cases[i].params);
+        struct corral_config *cfg = parse_ok(yaml);
+        const struct gw_model *m = only_model(cfg);
+        if (strcmp(m->provider, cases[i].provider) || strcmp(m->model, cases[i].model) ||
+            strcmp(m->api_base, cases[i].api_base) || m->api != cases[i].api ||
+            m->azure != cases[i].azure)
+            fail_msg("{%s}: provider '%s', model '%s', api_base '%s', api %d, azure %d",
+                     cases[i].params, m->provider, m->model, m->api_base, m->api, m->azure);
+        /* api_version is azure's only. */
+        assert_null(m->api_version);
+        corral_config_free(cfg);
+    }
+    struct corral_config *cfg =
+        parse_ok("model_list:\n  - model_name: m\n    litellm_params: {model: 'openai/gpt-4o', "
+                 "api_version: '2024-01-01'}\n");
+    assert_null(only_model(cfg)->api_version);
+    corral_config_free(cfg);
+
+    expect_error("model_list:\n  - model_name: m\n    litellm_params: {model: 'azure/dep'}\n",
+                 "gw.yaml:3:21: model_list[0].litellm_params: api_base is missing (provider "
+                 "'azure' has no default, and AZURE_API_BASE is not set)");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: anthropic/c\n",
+                 "gw.yaml:4:7: model_list[0].litellm_params: api_base is missing (provider "
+                 "'anthropic' has no default)");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: /gpt\n",
+                 "gw.yaml:4:14: model_list[0].litellm_params.model: '/gpt' does not start with "
+                 "a provider");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/\n",
+                 "gw.yaml:4:14: model_list[0].litellm_params.model must name a model "
+                 "(PROVIDER/MODEL), not 'openai/'");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: ''\n",
+                 "gw.yaml:4:14: model_list[0].litellm_params.model must name a model");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: 'a b/c'\n",
+                 "gw.yaml:4:14: model_list[0].litellm_params.model: 'a b/c' does not start "
+                 "with a provider");
+    expect_error("model_list:\n  - model_name: gpt\n    litellm_params:\n      model: openai/*\n",
+                 "gw.yaml:4:14: model_list[0].litellm_params.model: 'openai/*' needs a wildcard "
+                 "model_name ('*' or 'PREFIX/*'), not 'gpt'");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: x\n"
+                 "      api_base: ftp://h/v1\n",
+                 "gw.yaml:5:17: model_list[0].litellm_params.api_base: 'ftp://h/v1' is not an "
+                 "http:// or https:// URL");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: x\n"
+                 "      api_base: ''\n",
+                 "gw.yaml:5:17: model_list[0].litellm_params.api_base must not be empty");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: x\n"
+                 "      upstream_api: completions\n",
+                 "gw.yaml:5:21: model_list[0].litellm_params.upstream_api: unknown API "
+                 "'completions' (expected chat_completions or responses)");
+}
+
+/* LiteLLM's provider variables, read when litellm_params do not say. */
+static void reads_the_providers_variables(void **state)
+{
+    setenv("OPENAI_API_KEY", "sk-env", 1);
+    setenv("OPENAI_BASE_URL", "http://proxy:1/v1/", 1);
+    setenv("AZURE_API_BASE", "https://az.example", 1);
+    setenv("AZURE_API_KEY", "az-env", 1);
+    setenv("AZURE_API_VERSION", "2024-10-21", 1);
+    setenv("OLLAMA_API_BASE", "http://ollama:11434", 1);
+    struct corral_config *cfg = parse_ok("model_list:\n"
+                                         "  - model_name: a\n"
+                                         "    litellm_params: {model: gpt-4o}\n"
+                                         "  - model_name: b\n"
+                                         "    litellm_params: {model: azure/d}\n"
+                                         "  - model_name: c\n"
+                                         "    litellm_params: {model: ollama/l}\n"
+                                         "  - model_name: d\n"
+                                         "    litellm_params: {model: gpt-4o, api_key: '',\n"
+                                         "                     api_base: 'http://own/v1'}\n");
+    struct gw_config *gw = cfg->gateway;
+    assert_string_equal(gw->models[0].api_key, "sk-env");
+    assert_string_equal(gw->models[0].api_base, "http://proxy:1/v1");
+    assert_string_equal(gw->models[1].api_key, "az-env");
+    assert_string_equal(gw->models[1].api_base, "https://az.example");
+    assert_string_equal(gw->models[1].api_version, "2024-10-21");
+    assert_null(gw->models[2].api_key);
+    assert_string_equal(gw->models[2].api_base, "http://ollama:11434/v1");
+    /* Written values win; an empty api_key is no key. */
+    assert_null(gw->models[3].api_key);
+    assert_string_equal(gw->models[3].api_base, "http://own/v1");
+    corral_config_free(cfg);
+
+    setenv("OPENAI_BASE_URL", "not a url", 1);
+    expect_error("model_list:\n  - model_name: a\n    litellm_params:\n      model: gpt-4o\n",
+                 "gw.yaml:4:7: model_list[0].litellm_params.api_base from OPENAI_BASE_URL: 'not "
+                 "a url' is not an http:// or https:// URL");
+    clear_provider_vars(state);
+}
+
+static void routes_wildcards(void **state)
+{
+    struct corral_config *cfg = parse_ok("model_list:\n"
+                                         "  - model_name: '*'\n"
+                                         "    litellm_params: {model: 'openai/*'}\n"
+                                         "  - model_name: 'hosted/*'\n"
+                                         "    litellm_params: {model: 'hosted_vllm/*'}\n"
+                                         "  - model_name: gpt-5\n"
+                                         "    litellm_params: {model: openai/gpt-5}\n"
+                                         "  - model_name: 'hosted/big/*'\n"
+                                         "    litellm_params: {model: 'hosted_vllm/*',\n"
+                                         "                     api_base: 'http://big:8000/v1'}\n"
+                                         "  - model_name: gpt-5\n"
+                                         "    litellm_params: {model: openai/gpt-5-second}\n"
+                                         "  - model_name: hosted/exact\n"
+                                         "    litellm_params: {model: hosted_vllm/e}\n");
+    const struct gw_config *gw = cfg->gateway;
+    assert_int_equal(gw->n_models, 6);
+    assert_string_equal(gw->models[0].model, "*");
+    assert_string_equal(gw->models[1].model, "*");
+    /* Exact names first (the first of equal names), then the longest prefix, then "*". */
+    assert_ptr_equal(gw_config_model(gw, "gpt-5"), &gw->models[2]);
+    assert_ptr_equal(gw_config_model(gw, "hosted/exact"), &gw->models[5]);
+    assert_ptr_equal(gw_config_model(gw, "hosted/llama"), &gw->models[1]);
+    assert_ptr_equal(gw_config_model(gw, "hosted/big/llama"), &gw->models[3]);
+    assert_ptr_equal(gw_config_model(gw, "hosted/big"), &gw->models[1]);
+    assert_ptr_equal(gw_config_model(gw, "hosted/"), &gw->models[0]);
+    assert_ptr_equal(gw_config_model(gw, "hosted"), &gw->models[0]);
+    assert_ptr_equal(gw_config_model(gw, "o3"), &gw->models[0]);
+    assert_ptr_equal(gw_config_model(gw, ""), &gw->models[0]);
+    assert_null(gw_config_model(gw, NULL));
+    assert_null(gw_config_model(NULL, "gpt-5"));
+    corral_config_free(cfg);
+
+    /* Without "*", an unknown name has no model. */
+    cfg = parse_ok("model_list:\n"
+                   "  - model_name: 'openai/*'\n"
+                   "    litellm_params: {model: 'openai/*'}\n"
+                   "  - model_name: gpt-*\n"
+                   "    litellm_params: {model: openai/gpt-4o}\n");
+    gw = cfg->gateway;
+    assert_ptr_equal(gw_config_model(gw, "openai/gpt-4o"), &gw->models[0]);
+    assert_null(gw_config_model(gw, "gpt-4o")); /* "gpt-*" is a name, not a pattern */
+    assert_ptr_equal(gw_config_model(gw, "gpt-*"), &gw->models[1]);
+    assert_null(gw_config_model(gw, "anthropic/claude"));
+    corral_config_free(cfg);
+}
+
+static void resolves_environment_variables(void **state)
+{
+    setenv("TEST_GW_BASE", "http://env-host:9/v1/", 1);
+    setenv("TEST_GW_LOOPS", "42", 1);
+    setenv("TEST_GW_NAME", "from-env", 1);
+    setenv("TEST_GW_EMPTY", "", 1);
+    setenv("TEST_GW_TOOL", "e2b", 1);
+    struct corral_config *cfg =
+        parse_ok("model_list:\n"
+                 "  - model_name: os.environ/TEST_GW_NAME\n"
+                 "    litellm_params:\n"
+                 "      model: hosted_vllm/m\n"
+                 "      api_base: os.environ/TEST_GW_BASE\n"
+                 "      api_key: os.environ/TEST_GW_EMPTY\n"
+                 "      max_agentic_loops: os.environ/TEST_GW_LOOPS\n"
+                 "      rpm: os.environ/TEST_GW_NOT_SET_IGNORED\n"
+                 "sandbox_tools:\n"
+                 "  - sandbox_tool_name: t\n"
+                 "    litellm_params: {sandbox_provider: os.environ/TEST_GW_TOOL}\n"
+                 "router_settings: {redis_password: os.environ/TEST_GW_NOT_SET_IGNORED}\n"
+                 "gateway:\n"
+                 "  max_agentic_loops: os.environ/TEST_GW_LOOPS\n");
+    const struct gw_model *m = only_model(cfg);
+    assert_string_equal(m->name, "from-env");
+    assert_string_equal(m->api_base, "http://env-host:9/v1");
+    assert_null(m->api_key);
+    assert_int_equal(m->max_agentic_loops, 42);
+    assert_string_equal(cfg->gateway->tools[0].provider, "e2b");
+    assert_int_equal(cfg->gateway->max_agentic_loops, 42);
+    corral_config_free(cfg);
+
+    unsetenv("CORRAL_MASTER_KEY_TEST_UNSET");
+    expect_error("general_settings:\n  master_key: os.environ/CORRAL_MASTER_KEY_TEST_UNSET\n",
+                 "gw.yaml:2:15: general_settings.master_key: environment variable "
+                 "CORRAL_MASTER_KEY_TEST_UNSET is not set");
+    expect_error("model_list:\n"
+                 "  - model_name: m\n"
+                 "    litellm_params:\n"
+                 "      model: gpt-4o\n"
+                 "      api_key: os.environ/TEST_GW_UNSET_KEY\n",
+                 "gw.yaml:5:16: model_list[0].litellm_params.api_key: environment variable "
+                 "TEST_GW_UNSET_KEY is not set");
+    expect_error("general_settings:\n  master_key: os.environ/TEST_GW_EMPTY\n",
+                 "gw.yaml:2:15: general_settings.master_key must not be empty");
+    expect_error("general_settings:\n  master_key: os.environ/\n",
+                 "gw.yaml:2:15: general_settings.master_key: 'os.environ/' names no environment "
+                 "variable");
+    setenv("TEST_GW_LOOPS", "0", 1);
+    expect_error("gateway:\n  max_agentic_loops: os.environ/TEST_GW_LOOPS\n",
+                 "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
+                 "integer from 1 to 100)");
+    unsetenv("TEST_GW_BASE");
+    unsetenv("TEST_GW_LOOPS");
+    unsetenv("TEST_GW_NAME");
+    unsetenv("TEST_GW_EMPTY");
+    unsetenv("TEST_GW_TOOL");
+}
+
+static void refuses_bad_values(void **state)
+{
+    expect_error("model_list:\n"
+                 "  - model_name: m\n"
+                 "    litellm_params:\n"
+                 "      model: gpt-4o\n"
+                 "      max_agentic_loops: 0\n",
+                 "gw.yaml:5:26: model_list[0].litellm_params.max_agentic_loops: invalid number "
+                 "'0' (expected an integer from 1 to 100)");
+    expect_error("model_list:\n"
+                 "  - model_name: m\n"
+                 "    litellm_params: {model: gpt-4o}\n"
+                 "  - model_name: n\n"
+                 "    litellm_params: {model: gpt-4o, max_agentic_loops: 101}\n",
+                 "gw.yaml:5:56: model_list[1].litellm_params.max_agentic_loops: invalid number "
+                 "'101'");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params: {model: x, timeout: 0}\n",
+                 "gw.yaml:3:41: model_list[0].litellm_params.timeout: '0' is out of range "
+                 "(expected more than 0 and at most 86400 seconds)");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params: {model: x, timeout: -1}\n",
+                 "gw.yaml:3:41: model_list[0].litellm_params.timeout: invalid duration '-1'");
+    expect_error("gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
+                 "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
+                 "code_tool_name, max_agentic_loops, output_limit, exec_timeout)");
+    expect_error("gateway:\n  listen: a\n  listen: b\n",
+                 "gw.yaml:3:3: duplicate key 'listen' under gateway (first at line 2)");
+    expect_error("gateway:\n  listen:\n", "gw.yaml:2:10: gateway.listen has no value");
+    expect_error("gateway:\n  store: ''\n", "gw.yaml:2:10: gateway.store must not be empty");
+    expect_error("gateway: [listen]\n",
+                 "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, code_tool_name, "
+                 "max_agentic_loops, output_limit, exec_timeout), not a list");
+    expect_error("gateway:\n  max_agentic_loops: 0\n",
+                 "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
+                 "integer from 1 to 100)");
+    expect_error("gateway:\n  output_limit: 255\n",
+                 "gw.yaml:2:17: gateway.output_limit: invalid number '255' (expected an integer "
+                 "from 256 to 10000000)");
+    expect_error("gateway:\n  exec_timeout: 0.5\n",
+                 "gw.yaml:2:17: gateway.exec_timeout: '0.5' is out of range (expected from 1 to "
+                 "86400 seconds)");
+    expect_error("gateway:\n  exec_timeout: 86401\n",
+                 "gw.yaml:2:17: gateway.exec_timeout: '86401' is out of range");
+    expect_error("gateway:\n  code_tool_name: run python\n",
+                 "gw.yaml:2:19: gateway.code_tool_name: 'run python' is not a function name (1 "
+                 "to 64 letters, digits, '_' and '-')");
+    expect_error("gateway:\n  code_tool_name: "
+                 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+                 "gw.yaml:2:19: gateway.code_tool_name: 'aaaa");
+    expect_error("model_list:\n  - litellm_params: {model: gpt-4o}\n",
+                 "gw.yaml:2:5: model_list[0]: model_name is missing");
+    expect_error("model_list:\n  - model_name: ''\n    litellm_params: {model: gpt-4o}\n",
+                 "gw.yaml:2:17: model_list[0].model_name must not be empty");
+    expect_error("model_list:\n  - model_name:\n    litellm_params: {model: gpt-4o}\n",
+                 "gw.yaml:2:16: model_list[0].model_name has no value");
+    expect_error("model_list:\n  - model_name: m\n",
+                 "gw.yaml:2:5: model_list[0]: litellm_params is missing");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      api_key: k\n",
+                 "gw.yaml:4:7: model_list[0].litellm_params: model is missing");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params: gpt-4o\n",
+                 "gw.yaml:3:21: model_list[0].litellm_params must be a mapping (keys: model, "
+                 "api_base, api_key, ...), not 'gpt-4o'");
+    expect_error("model_list:\n  model_name: m\n",
+                 "gw.yaml:2:3: model_list must be a list, not a mapping");
+    expect_error("model_list:\n  - gpt-4o\n",
+                 "gw.yaml:2:5: model_list[0] must be a mapping (keys: model_name, "
+                 "litellm_params, model_info), not 'gpt-4o'");
+    expect_error("model_list:\n  - model_name: [a]\n    litellm_params: {model: x}\n",
+                 "gw.yaml:2:17: model_list[0].model_name must be a single value, not a list");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: t\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: docker\n",
+                 "gw.yaml:4:25: sandbox_tools[0].litellm_params.sandbox_provider: unknown "
+                 "sandbox provider 'docker' (expected local, e2b or opensandbox)");
+    expect_error("sandbox_tools:\n  - sandbox_tool_name: t\n    litellm_params: {api_key: k}\n",
+                 "gw.yaml:3:21: sandbox_tools[0].litellm_params: sandbox_provider is missing");
+    expect_error("sandbox_tools:\n  - litellm_params: {sandbox_provider: e2b}\n",
+                 "gw.yaml:2:5: sandbox_tools[0]: sandbox_tool_name is missing");
+    expect_error("sandbox_tools:\n  - sandbox_tool_name: t\n",
+                 "gw.yaml:2:5: sandbox_tools[0]: litellm_params is missing");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: a\n"
+                 "    litellm_params: {sandbox_provider: e2b}\n"
+                 "  - sandbox_tool_name: b\n"
+                 "    litellm_params: {sandbox_provider: local}\n"
+                 "  - sandbox_tool_name: a\n"
+                 "    litellm_params: {sandbox_provider: opensandbox}\n",
+                 "gw.yaml:6:24: sandbox_tools[2].sandbox_tool_name: duplicate name 'a' (first at "
+                 "line 2)");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: t\n"
+                 "    litellm_params: {sandbox_provider: e2b, image: 'python:3'}\n",
+                 "gw.yaml:3:52: sandbox_tools[0].litellm_params.image: image is for "
+                 "sandbox_provider opensandbox (use template for e2b)");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: t\n"
+                 "    litellm_params: {sandbox_provider: e2b, template: a, template_id: b}\n",
+                 "gw.yaml:3:71: sandbox_tools[0].litellm_params.template_id: only one of "
+                 "template, template_id and image may be given");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: t\n"
+                 "    litellm_params: {sandbox_provider: e2b, timeout: soon}\n",
+                 "gw.yaml:3:54: sandbox_tools[0].litellm_params.timeout: invalid duration "
+                 "'soon'");
+    expect_error("litellm_settings:\n"
+                 "  code_interpreter_interception_params:\n"
+                 "    sandbox_tool_name: e2b\n",
+                 "gw.yaml:3:24: litellm_settings.code_interpreter_interception_params."
+                 "sandbox_tool_name: 'e2b' names no sandbox_tools entry (only 'local', the "
+                 "built-in tool, needs none)");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: e2b-1\n"
+                 "    litellm_params: {sandbox_provider: e2b}\n"
+                 "model_list:\n"
+                 "  - model_name: m\n"
+                 "    litellm_params: {model: gpt-4o, sandbox_tool: e2b-2}\n",
+                 "gw.yaml:6:51: model_list[0].litellm_params.sandbox_tool: 'e2b-2' names no "
+                 "sandbox_tools entry");
+    expect_error("litellm_settings:\n"
+                 "  code_interpreter_interception_params:\n"
+                 "    enabled: maybe\n",
+                 "gw.yaml:3:14: litellm_settings.code_interpreter_interception_params.enabled: "
+                 "'maybe' is not a boolean (expected true or false)");
+    expect_error("litellm_settings:\n  code_interpreter_interception_params: [a]\n",
+                 "gw.yaml:2:41: litellm_settings.code_interpreter_interception_params must be a "
+                 "mapping");
+    expect_error("litellm_settings: [callbacks]\n",
+                 "gw.yaml:1:19: litellm_settings must be a mapping");
+    expect_error("general_settings: key\n", "gw.yaml:1:19: general_settings must be a mapping");
+    expect_error("model_list: []\ngeneral_setting: {}\n",
+                 "gw.yaml:2:1: unknown key 'general_setting' at the top level (known: state_dir, "
+                 "templates) and not one of the gateway's (model_list, sandbox_tools, "
+                 "litellm_settings, general_settings, router_settings, environment_variables, "
+                 "gateway)");
+    expect_error("model_list: []\nmodel_list: []\n",
+                 "gw.yaml:2:1: duplicate key 'model_list' at the top level (first at line 1)");
+    expect_error("model_list:\n  - model_name: m\n    model_name: n\n    litellm_params: {}\n",
+                 "gw.yaml:3:5: duplicate key 'model_name' in model_list[0] (first at line 2)");
+}
+
+/* The sandbox tools of litellm_settings and models may be declared after them
+ * in the file, and "local" needs no entry. */
+static void names_sandbox_tools(void **state)
+{
+    struct corral_config *cfg = parse_ok("litellm_settings:\n"
+                                         "  code_interpreter_interception_params:\n"
+                                         "    enabled: yes\n"
+                                         "    sandbox_tool_name: remote\n"
+                                         "model_list:\n"
+                                         "  - model_name: m\n"
+                                         "    litellm_params: {model: x, sandbox_tool: local}\n"
+                                         "sandbox_tools:\n"
+                                         "  - sandbox_tool_name: remote\n"
+                                         "    litellm_params: {sandbox_provider: e2b}\n");
+    struct gw_config *gw = cfg->gateway;
+    assert_true(gw->interception);
+    assert_string_equal(gw->default_tool, "remote");
+    assert_string_equal(gw->models[0].sandbox_tool, "local");
+    assert_ptr_equal(gw_config_tool(gw, gw->default_tool), &gw->tools[0]);
+    const struct gw_sandbox_tool *local = gw_config_tool(gw, "local");
+    assert_non_null(local);
+    assert_string_equal(local->provider, "local");
+    corral_config_free(cfg);
+
+    cfg = parse_ok("litellm_settings:\n"
+                   "  code_interpreter_interception_params: {enabled: 'False', "
+                   "sandbox_tool_name: local}\n");
+    assert_false(cfg->gateway->interception);
+    assert_string_equal(cfg->gateway->default_tool, "local");
+    corral_config_free(cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(parses_a_full_litellm_config, clear_provider_vars),
+        cmocka_unit_test_setup(defaults, clear_provider_vars),
+        cmocka_unit_test_setup(splits_provider_and_model, clear_provider_vars),
+        cmocka_unit_test_setup(reads_the_providers_variables, clear_provider_vars),
+        cmocka_unit_test_setup(routes_wildcards, clear_provider_vars),
+        cmocka_unit_test_setup(resolves_environment_variables, clear_provider_vars),
+        cmocka_unit_test_setup(refuses_bad_values, clear_provider_vars),
+        cmocka_unit_test_setup(names_sandbox_tools, clear_provider_vars),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
