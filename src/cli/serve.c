@@ -1,4 +1,6 @@
-/* corral serve: the long-running server (E2B's and OpenSandbox's sandbox APIs). */
+/* corral serve: the long-running server (E2B's and OpenSandbox's sandbox APIs,
+ * and the OpenAI-compatible gateway). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -10,10 +12,14 @@
 #include <unistd.h>
 
 #include "api/e2b.h"
+#include "api/openai.h"
 #include "api/opensandbox.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "config/config.h"
+#include "config/gateway_config.h"
+#include "corral/gateway.h"
+#include "gateway/gateway_internal.h"
 #include "http/http.h"
 #include "jail/jail.h"
 
@@ -26,20 +32,34 @@ static void serve_usage(FILE *out)
           "Serves E2B's sandbox API (the official E2B SDKs work against it when pointed at\n"
           "it with E2B_API_URL and E2B_SANDBOX_URL, both http://HOST:PORT) and\n"
           "OpenSandbox's (its SDKs and LiteLLM's provider, with OPEN_SANDBOX_DOMAIN or\n"
-          "api_base http://HOST:PORT/v1). Sandboxes are forked from the templates'\n"
-          "zygotes; SIGTERM or SIGINT stop the server and kill every sandbox.\n"
+          "api_base http://HOST:PORT/v1), and an OpenAI-compatible gateway (OpenAI's SDKs\n"
+          "with base_url http://HOST:PORT/v1) that runs the code_interpreter tool of the\n"
+          "configured models in corral's sandboxes. Sandboxes are forked from the\n"
+          "templates' zygotes; SIGTERM or SIGINT stop the server and kill every sandbox.\n"
           "\n"
           "  --listen HOST:PORT  where E2B's API listens (default 127.0.0.1:3000;\n"
           "                      also --e2b-listen; 'off': not served)\n"
           "  --opensandbox-listen HOST:PORT\n"
           "                      where OpenSandbox's API listens (default 127.0.0.1:8080;\n"
           "                      'off': not served)\n"
+          "  --gateway-listen HOST:PORT\n"
+          "                      where the OpenAI-compatible gateway listens (/v1/responses,\n"
+          "                      /v1/chat/completions, /v1/models; default the config's\n"
+          "                      gateway.listen, else 127.0.0.1:4000; 'off': not served).\n"
+          "                      Beyond 127.0.0.1 it needs a master key\n"
+          "  --master-key KEY    the key the gateway's clients must send (Authorization:\n"
+          "                      Bearer KEY); also $CORRAL_MASTER_KEY; overrides the\n"
+          "                      config's general_settings.master_key\n"
+          "  --upstream URL      route every model the config does not name to this\n"
+          "                      OpenAI-compatible Chat Completions server (e.g.\n"
+          "                      http://127.0.0.1:8000/v1), with $CORRAL_UPSTREAM_API_KEY\n"
           "  --api-key KEY       accept only this key (repeatable; default: any key), as\n"
           "                      X-API-Key (E2B) or OPEN-SANDBOX-API-KEY (OpenSandbox);\n"
           "                      also $CORRAL_API_KEYS, comma-separated\n"
           "  --max-body SIZE     largest request body (default 10m; beyond: 413)\n"
-          "  --config FILE       YAML configuration with the templates (default\n"
-          "                      $CORRAL_CONFIG, else /etc/corral/corral.yaml if present)\n"
+          "  --config FILE       YAML configuration with the templates and the gateway's\n"
+          "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
+          "                      else /etc/corral/corral.yaml if present)\n"
           "  --state-dir DIR     where corral keeps sandbox slots (default /run/corral)\n",
           out);
 }
@@ -55,6 +75,63 @@ static int parse_listen(const char *text, char *host, size_t len, uint16_t *port
     snprintf(host, len, "%.*s", (int)(colon - text), text);
     *port = (uint16_t)v;
     return 0;
+}
+
+/* Whether host is an IPv4 address outside 127.0.0.0/8 (anything else fails
+ * later, when listening). */
+static bool beyond_loopback(const char *host)
+{
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) != 127;
+}
+
+/* The gateway's configuration: the file's (taken from it: the gateway owns
+ * it) or the defaults, with the command line's master key and --upstream's
+ * catch-all model ahead of the file's ("*": every model no other entry
+ * serves). NULL when out of memory. */
+static struct gw_config *gateway_config(const struct corral_config *cfg, const char *master_key,
+                                        const char *upstream)
+{
+    struct gw_config *gc;
+    if (cfg && cfg->gateway) {
+        gc = cfg->gateway;
+        ((struct corral_config *)cfg)->gateway = NULL;
+    } else if (!(gc = gw_config_new())) {
+        return NULL;
+    }
+    if (master_key) {
+        char *copy = strdup(master_key);
+        if (!copy)
+            goto fail;
+        free(gc->master_key);
+        gc->master_key = copy;
+    }
+    if (upstream) {
+        struct gw_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
+        if (!models)
+            goto fail;
+        gc->models = models;
+        memmove(models + 1, models, gc->n_models * sizeof(*models));
+        gc->n_models++; /* from here gw_config_free() frees what the entry holds */
+        struct gw_model *m = &models[0];
+        memset(m, 0, sizeof(*m));
+        const char *key = getenv("CORRAL_UPSTREAM_API_KEY");
+        size_t len = strlen(upstream);
+        while (len && upstream[len - 1] == '/')
+            len--;
+        m->name = strdup("*");
+        m->provider = strdup("openai_compatible");
+        m->model = strdup("*");
+        m->api_base = strndup(upstream, len);
+        m->api_key = key && *key ? strdup(key) : NULL;
+        m->api = GW_API_CHAT;
+        if (!m->name || !m->provider || !m->model || !m->api_base || (key && *key && !m->api_key))
+            goto fail;
+    }
+    return gc;
+fail:
+    gw_config_free(gc);
+    return NULL;
 }
 
 struct warm_args {
@@ -83,11 +160,24 @@ static void *warm_templates(void *arg)
 
 int cli_serve(int argc, char **argv)
 {
-    enum { OPT_LISTEN = 256, OPT_OSB_LISTEN, OPT_KEY, OPT_MAX_BODY, OPT_CONFIG, OPT_STATE };
+    enum {
+        OPT_LISTEN = 256,
+        OPT_OSB_LISTEN,
+        OPT_GW_LISTEN,
+        OPT_KEY,
+        OPT_MASTER_KEY,
+        OPT_UPSTREAM,
+        OPT_MAX_BODY,
+        OPT_CONFIG,
+        OPT_STATE
+    };
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"e2b-listen", required_argument, NULL, OPT_LISTEN},
         {"opensandbox-listen", required_argument, NULL, OPT_OSB_LISTEN},
+        {"gateway-listen", required_argument, NULL, OPT_GW_LISTEN},
+        {"master-key", required_argument, NULL, OPT_MASTER_KEY},
+        {"upstream", required_argument, NULL, OPT_UPSTREAM},
         {"api-key", required_argument, NULL, OPT_KEY},
         {"max-body", required_argument, NULL, OPT_MAX_BODY},
         {"config", required_argument, NULL, OPT_CONFIG},
@@ -97,6 +187,10 @@ int cli_serve(int argc, char **argv)
     char host[64] = "127.0.0.1", osb_host[64] = "127.0.0.1";
     uint16_t port = 3000, osb_port = 8080;
     bool e2b_on = true, osb_on = true;
+    char gw_host[64] = "127.0.0.1";
+    uint16_t gw_port = 4000;
+    bool gw_on = true, gw_listen_set = false;
+    const char *master_key = NULL, *upstream = NULL;
     const char *keys[MAX_KEYS + 1] = {NULL};
     size_t n_keys = 0;
     uint64_t max_body = 10u << 20;
@@ -123,6 +217,33 @@ int cli_serve(int argc, char **argv)
             }
             break;
         }
+        case OPT_GW_LISTEN:
+            gw_listen_set = true;
+            gw_on = strcmp(optarg, "off") != 0;
+            if (gw_on && parse_listen(optarg, gw_host, sizeof(gw_host), &gw_port) < 0) {
+                fprintf(stderr,
+                        "corral serve: --gateway-listen: expected HOST:PORT or off, got '%s'\n",
+                        optarg);
+                return CLI_USAGE;
+            }
+            break;
+        case OPT_MASTER_KEY:
+            if (!*optarg) {
+                fprintf(stderr, "corral serve: --master-key: empty\n");
+                return CLI_USAGE;
+            }
+            master_key = optarg;
+            break;
+        case OPT_UPSTREAM:
+            if ((strncmp(optarg, "http://", 7) || !optarg[7]) &&
+                (strncmp(optarg, "https://", 8) || !optarg[8])) {
+                fprintf(stderr,
+                        "corral serve: --upstream: expected an http:// or https:// URL, got '%s'\n",
+                        optarg);
+                return CLI_USAGE;
+            }
+            upstream = optarg;
+            break;
         case OPT_KEY:
             if (n_keys >= MAX_KEYS || !*optarg) {
                 fprintf(stderr, "corral serve: --api-key: empty, or more than %d keys\n", MAX_KEYS);
@@ -166,6 +287,29 @@ int cli_serve(int argc, char **argv)
         free(env_keys);
         return c;
     }
+    const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
+    if (!gw_listen_set && file_gw && file_gw->listen) {
+        gw_on = strcmp(file_gw->listen, "off") != 0;
+        gw_listen_set = true;
+        if (gw_on && parse_listen(file_gw->listen, gw_host, sizeof(gw_host), &gw_port) < 0) {
+            fprintf(stderr, "corral serve: gateway.listen: expected HOST:PORT or off, got '%s'\n",
+                    file_gw->listen);
+            free(env_keys);
+            return CLI_USAGE;
+        }
+    }
+    if (!master_key && getenv("CORRAL_MASTER_KEY") && *getenv("CORRAL_MASTER_KEY"))
+        master_key = getenv("CORRAL_MASTER_KEY");
+    bool has_master_key = master_key || (file_gw && file_gw->master_key && *file_gw->master_key);
+    if (gw_on && !has_master_key && beyond_loopback(gw_host)) {
+        fprintf(stderr,
+                "corral serve: the gateway would listen on %s:%u without a master key; set "
+                "general_settings.master_key, --master-key or $CORRAL_MASTER_KEY, or listen on "
+                "127.0.0.1\n",
+                gw_host, (unsigned)gw_port);
+        free(env_keys);
+        return CLI_USAGE;
+    }
     /* Hundreds of sandboxes hold a few descriptors each. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -183,8 +327,8 @@ int cli_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* every thread inherits it */
     signal(SIGPIPE, SIG_IGN);
 
-    if (!e2b_on && !osb_on) {
-        fprintf(stderr, "corral serve: both APIs are off: nothing to serve\n");
+    if (!e2b_on && !osb_on && !gw_on) {
+        fprintf(stderr, "corral serve: every API is off: nothing to serve\n");
         free(env_keys);
         return CLI_USAGE;
     }
@@ -193,7 +337,10 @@ int cli_serve(int argc, char **argv)
         names[i] = cfg->templates[i].name;
     struct e2b *api = NULL;
     struct osb *osb = NULL;
-    struct http_server *srv = NULL, *osb_srv = NULL;
+    struct http_server *srv = NULL, *osb_srv = NULL, *gw_srv = NULL;
+    corral_gateway *gw = NULL;
+    struct openai *oa = NULL;
+    char gw_warning[sizeof(err.message) + 128] = "";
     struct e2b_options eo = {.api_keys = keys, .state_dir = state_dir};
     struct osb_options oo = {.api_keys = keys, .templates = names, .state_dir = state_dir};
     int rc = CLI_OK;
@@ -202,6 +349,20 @@ int cli_serve(int argc, char **argv)
         rc = CLI_SANDBOX_ERROR;
         goto out;
     }
+    if (gw_on) {
+        struct gw_config *gc = gateway_config(cfg, master_key, upstream);
+        if (!gc) {
+            fprintf(stderr, "corral serve: out of memory\n");
+            rc = CLI_SANDBOX_ERROR;
+            goto out;
+        }
+        if (gw_gateway_new_with_config(gc, state_dir, &gw, &err) < 0 ||
+            openai_new(gw, &oa, &err) < 0) {
+            fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
+            rc = CLI_USAGE;
+            goto out;
+        }
+    }
     struct http_server_options ho = {
         .host = host, .port = port, .max_body = max_body, .handler = e2b_handle, .ctx = api};
     struct http_server_options oho = {.host = osb_host,
@@ -209,11 +370,30 @@ int cli_serve(int argc, char **argv)
                                       .max_body = max_body,
                                       .handler = osb_handle,
                                       .ctx = osb};
+    struct http_server_options gho = {.host = gw_host,
+                                      .port = gw_port,
+                                      .max_body = max_body,
+                                      .handler = openai_handle,
+                                      .too_large = openai_too_large,
+                                      .ctx = oa};
     if ((e2b_on && http_server_start(&ho, &srv, &err) < 0) ||
         (osb_on && http_server_start(&oho, &osb_srv, &err) < 0)) {
         fprintf(stderr, "corral serve: %s\n", err.message);
         rc = CLI_USAGE;
         goto out;
+    }
+    if (gw_on && http_server_start(&gho, &gw_srv, &err) < 0) {
+        /* The default address may be taken (another server): the sandbox
+         * APIs are served all the same. An address asked for must be had. */
+        if (gw_listen_set || (!srv && !osb_srv)) {
+            fprintf(stderr, "corral serve: %s\n", err.message);
+            rc = CLI_USAGE;
+            goto out;
+        }
+        snprintf(gw_warning, sizeof(gw_warning),
+                 "corral: warning: the OpenAI-compatible gateway is not served: %s "
+                 "(--gateway-listen HOST:PORT or off)",
+                 err.message);
     }
     if (srv)
         fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", host,
@@ -221,6 +401,11 @@ int cli_serve(int argc, char **argv)
     if (osb_srv)
         fprintf(stderr, "corral: listening on http://%s:%u (OpenSandbox API%s)\n", osb_host,
                 (unsigned)http_server_port(osb_srv), n_keys ? ", API keys required" : "");
+    if (gw_srv)
+        fprintf(stderr, "corral: listening on http://%s:%u (OpenAI-compatible gateway)\n", gw_host,
+                (unsigned)http_server_port(gw_srv));
+    if (*gw_warning)
+        fprintf(stderr, "%s\n", gw_warning);
     struct warm_args wa = {.cfg = cfg, .state_dir = state_dir};
     pthread_t warm;
     bool warming = pthread_create(&warm, NULL, warm_templates, &wa) == 0;
@@ -235,6 +420,12 @@ int cli_serve(int argc, char **argv)
     if (osb)
         osb_kill_all(osb);
 out:
+    /* The gateway's clients go: their calls are cancelled, then its
+     * sandboxes removed. */
+    if (gw_srv)
+        http_server_stop(gw_srv);
+    openai_free(oa);
+    corral_gateway_free(gw);
     if (srv)
         http_server_stop(srv);
     if (osb_srv)

@@ -29,11 +29,12 @@ struct http_response {
     char *content_type;
     char *body;
     size_t len;
-    struct header headers[8];
+    struct header headers[16];
     size_t n_headers;
     /* streamed */
     const struct http_stream_ops *ops;
     void *arg;
+    struct http_stream *stream; /* opened with http_stream_open */
 };
 
 struct http_server {
@@ -41,6 +42,7 @@ struct http_server {
     uint16_t port;
     size_t max_body;
     http_handler handler;
+    struct http_response *(*too_large)(void *ctx, size_t max_body);
     void *ctx;
 };
 
@@ -83,6 +85,25 @@ void http_query_each(const struct http_request *r,
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_arg, &e);
 }
 
+static int connection_fd(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+bool http_client_gone(const struct http_request *r)
+{
+    int fd = connection_fd(r->conn);
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    int n;
+    while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
+        ;
+    return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
 /* ---- responses ---- */
 
 static struct http_response *new_response(int status, const char *content_type)
@@ -108,6 +129,7 @@ static void free_response(struct http_response *r)
     }
     free(r->content_type);
     free(r->body);
+    http_stream_discard(r->stream); /* never answered with */
     free(r);
 }
 
@@ -174,13 +196,33 @@ struct http_stream {
     int refs;
     int rd, wr;
     int sock;
-    bool gone, finished, at_line_start, aborted;
+    bool gone, finished, aborted;
+    char tail[2]; /* the last two bytes sent: where a keep-alive may go */
     uint64_t last_data_ms;
     char keepalive[64];
     unsigned keepalive_ms;
-    const struct http_stream_ops *ops;
+    const struct http_stream_ops *ops; /* NULL for a stream of http_stream_open */
     void *arg;
 };
+
+/* A stream with its pipe and `refs` references. */
+static struct http_stream *stream_new(int refs)
+{
+    struct http_stream *s = calloc(1, sizeof(*s));
+    int p[2];
+    if (!s || pipe2(p, O_CLOEXEC) < 0) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    s->refs = refs;
+    s->rd = p[0];
+    s->wr = p[1];
+    s->sock = -1;
+    s->tail[0] = s->tail[1] = '\n';
+    s->last_data_ms = corral_now_ms();
+    return s;
+}
 
 static void stream_unref(struct http_stream *s)
 {
@@ -193,7 +235,7 @@ static void stream_unref(struct http_stream *s)
         close(s->rd);
     if (s->wr >= 0)
         close(s->wr);
-    if (s->ops->release)
+    if (s->ops && s->ops->release)
         s->ops->release(s->arg);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -241,13 +283,19 @@ void http_stream_set_keepalive(struct http_stream *s, const char *text, unsigned
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The writer's end: closing it ends the body. */
+static void close_writer(struct http_stream *s)
+{
+    close(s->wr); /* the reader sees the end of the body */
+    s->wr = -1;
+    stream_unref(s);
+}
+
 static void *stream_thread(void *arg)
 {
     struct http_stream *s = arg;
     s->ops->produce(s, s->arg);
-    close(s->wr); /* the reader sees the end of the body */
-    s->wr = -1;
-    stream_unref(s);
+    close_writer(s);
     return NULL;
 }
 
@@ -257,8 +305,31 @@ static void notify_gone(struct http_stream *s)
     bool first = !s->gone;
     s->gone = true;
     pthread_mutex_unlock(&s->lock);
-    if (first && s->ops->on_gone)
+    if (first && s->ops && s->ops->on_gone)
         s->ops->on_gone(s->arg);
+}
+
+/* Whether the bytes sent so far end where a keep-alive may go: after an
+ * empty line when the keep-alive text ends with one (SSE's "\n\n" between
+ * events: never between an event's `event:` and `data:` lines), else at
+ * the start of a line. */
+static bool at_boundary(const struct http_stream *s, const char *keepalive)
+{
+    size_t n = strlen(keepalive);
+    if (n >= 2 && keepalive[n - 2] == '\n' && keepalive[n - 1] == '\n')
+        return s->tail[0] == '\n' && s->tail[1] == '\n';
+    return s->tail[1] == '\n';
+}
+
+static void remember_tail(struct http_stream *s, const char *buf, size_t len)
+{
+    if (len >= 2) {
+        s->tail[0] = buf[len - 2];
+        s->tail[1] = buf[len - 1];
+    } else if (len == 1) {
+        s->tail[0] = s->tail[1];
+        s->tail[1] = buf[0];
+    }
 }
 
 /* MHD's reader, on the connection's thread: the pipe's next bytes, a
@@ -269,10 +340,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     for (;;) {
         pthread_mutex_lock(&s->lock);
         unsigned ka_ms = s->keepalive_ms;
+        bool boundary = ka_ms && at_boundary(s, s->keepalive);
         pthread_mutex_unlock(&s->lock);
         int timeout = -1;
         uint64_t now = corral_now_ms();
-        if (ka_ms && s->at_line_start)
+        if (boundary)
             timeout = now >= s->last_data_ms + ka_ms ? 0 : (int)(s->last_data_ms + ka_ms - now);
         struct pollfd p[2] = {{.fd = s->rd, .events = POLLIN},
                               {.fd = s->sock, .events = POLLRDHUP}};
@@ -295,7 +367,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 return aborted ? MHD_CONTENT_READER_END_WITH_ERROR
                                : MHD_CONTENT_READER_END_OF_STREAM;
             }
-            s->at_line_start = buf[got - 1] == '\n';
+            remember_tail(s, buf, (size_t)got);
             s->last_data_ms = corral_now_ms();
             return got;
         }
@@ -306,6 +378,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
                 len = max;
             memcpy(buf, s->keepalive, len);
             pthread_mutex_unlock(&s->lock);
+            remember_tail(s, buf, len);
             s->last_data_ms = corral_now_ms();
             if (len)
                 return (ssize_t)len;
@@ -313,12 +386,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
 }
 
+/* The reader's end (MHD's, or the handler's for a stream not answered
+ * with): the producer's next write fails with EPIPE. */
 static void stream_free(void *cls)
 {
     struct http_stream *s = cls;
     if (!s->finished)
         notify_gone(s);
-    /* The producer's next write fails with EPIPE. */
     pthread_mutex_lock(&s->lock);
     int rd = s->rd;
     s->rd = -1;
@@ -339,46 +413,67 @@ struct http_response *http_stream(int status, const char *content_type,
     return r;
 }
 
+struct http_stream *http_stream_open(void)
+{
+    return stream_new(2); /* the writer and the handler */
+}
+
+struct http_response *http_stream_response(int status, const char *content_type,
+                                           struct http_stream *s)
+{
+    struct http_response *r = new_response(status, content_type);
+    if (!r) {
+        http_stream_discard(s);
+        return NULL;
+    }
+    r->stream = s;
+    return r;
+}
+
+void http_stream_close(struct http_stream *s)
+{
+    if (s)
+        close_writer(s);
+}
+
+void http_stream_discard(struct http_stream *s)
+{
+    if (s)
+        stream_free(s);
+}
+
+/* MHD's response reading s (which gives it the reader's reference). */
+static struct MHD_Response *reader_response(struct http_stream *s, struct MHD_Connection *conn)
+{
+    s->sock = connection_fd(conn);
+    return MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s,
+                                             stream_free);
+}
+
 /* Turns a streamed http_response into MHD's, starting the producer. */
 static struct MHD_Response *start_stream(struct http_response *resp, struct MHD_Connection *conn)
 {
-    struct http_stream *s = calloc(1, sizeof(*s));
-    int p[2];
-    if (!s || pipe2(p, O_CLOEXEC) < 0) {
-        free(s);
+    struct http_stream *s = stream_new(2); /* the reader (MHD) and the producer */
+    if (!s)
         return NULL;
-    }
-    pthread_mutex_init(&s->lock, NULL);
-    s->refs = 2; /* the reader (MHD) and the producer */
-    s->rd = p[0];
-    s->wr = p[1];
-    s->at_line_start = true;
-    s->last_data_ms = corral_now_ms();
-    s->ops = resp->ops;
-    s->arg = resp->arg;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    s->sock = ci ? ci->connect_fd : -1;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK,
-                                                               stream_read, s, stream_free);
+    struct MHD_Response *r = reader_response(s, conn);
     if (!r) {
-        close(p[0]);
-        close(p[1]);
+        close(s->rd);
+        close(s->wr);
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;
     }
+    s->ops = resp->ops;
+    s->arg = resp->arg;
     resp->ops = NULL; /* the stream owns arg now */
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 512 * 1024);
-    if (pthread_create(&t, &attr, stream_thread, s) != 0) {
-        close(s->wr);
-        s->wr = -1;
-        stream_unref(s); /* the producer's reference */
-    }
+    if (pthread_create(&t, &attr, stream_thread, s) != 0)
+        close_writer(s); /* the producer's reference */
     pthread_attr_destroy(&attr);
     return r;
 }
@@ -394,6 +489,10 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_re
     struct MHD_Response *r;
     if (resp->ops)
         r = start_stream(resp, conn);
+    else if (resp->stream && (r = reader_response(resp->stream, conn)))
+        resp->stream = NULL; /* MHD holds the reader's reference now */
+    else if (resp->stream)
+        r = NULL;
     else
         r = MHD_create_response_from_buffer(resp->len, resp->body ? resp->body : "",
                                             MHD_RESPMEM_MUST_COPY);
@@ -452,7 +551,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (p->too_large)
         return send_response(
-            conn, http_error(413, "the request body is larger than %zu bytes", srv->max_body));
+            conn, srv->too_large ? srv->too_large(srv->ctx, srv->max_body)
+                                 : http_error(413, "the request body is larger than %zu bytes",
+                                              srv->max_body));
     struct http_request req = {
         .method = method,
         .path = url,
@@ -486,6 +587,7 @@ int http_server_start(const struct http_server_options *o, struct http_server **
         return corral_fail(err, ENOMEM, "out of memory");
     s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
     s->handler = o->handler;
+    s->too_large = o->too_large;
     s->ctx = o->ctx;
     s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                                      MHD_USE_POLL | MHD_USE_SUPPRESS_DATE_NO_CLOCK,

@@ -10,6 +10,13 @@
  * returns -EPIPE once the client has disconnected, and the stream's
  * `on_gone` hook is called as soon as that is seen, even while the producer
  * is busy elsewhere.
+ *
+ * A handler that does not know yet whether its answer will be streamed (a
+ * worker decides, once it has started) opens a stream first with
+ * http_stream_open(): the worker may write to it at once (the bytes wait in
+ * its pipe), and the handler then answers either with
+ * http_stream_response() or with a whole response (http_stream_discard()).
+ * Writers must run with SIGPIPE ignored.
  */
 #ifndef CORRAL_HTTP_H
 #define CORRAL_HTTP_H
@@ -35,6 +42,10 @@ const char *http_query(const struct http_request *r, const char *name);
 /* Calls fn for every query parameter, in order. */
 void http_query_each(const struct http_request *r,
                      void (*fn)(void *arg, const char *key, const char *value), void *arg);
+/* Whether the client has closed (or reset) its connection while its request
+ * is being answered: polls the socket, without waiting. For handlers that
+ * block for long before answering a whole response. */
+bool http_client_gone(const struct http_request *r);
 
 struct http_response;
 
@@ -65,8 +76,27 @@ bool http_stream_gone(struct http_stream *s);
  * without the chunked encoding's end): for a stream whose source died. */
 void http_stream_abort(struct http_stream *s);
 /* Sends `text` if nothing was written for idle_ms (keep-alive lines); used by
- * the connection thread, so a busy producer cannot delay it. */
+ * the connection thread, so a busy producer cannot delay it. It goes only
+ * where the bytes sent so far end a line, or, when text itself ends with an
+ * empty line ("\n\n", as SSE comments such as ": keep-alive\n\n"), where they
+ * end with one: between two events, never inside one. */
 void http_stream_set_keepalive(struct http_stream *s, const char *text, unsigned idle_ms);
+
+/* A stream whose writer starts before the handler answers (see above), or
+ * NULL (no memory, no descriptors). It holds two references: the writer's,
+ * dropped by http_stream_close(), and the handler's, given to the response
+ * by http_stream_response() or dropped by http_stream_discard(). The writer
+ * uses http_stream_write/gone/abort/set_keepalive as with a producer; once
+ * the handler's side is discarded or the client has gone, writes fail with
+ * -EPIPE and http_stream_gone() is true. */
+struct http_stream *http_stream_open(void);
+/* The response reading s (takes the handler's reference, also on failure). */
+struct http_response *http_stream_response(int status, const char *content_type,
+                                           struct http_stream *s);
+/* The writer is done: the body ends once the bytes written are read. */
+void http_stream_close(struct http_stream *s);
+/* The handler answers otherwise: drops its reference. NULL is allowed. */
+void http_stream_discard(struct http_stream *s);
 
 typedef struct http_response *(*http_handler)(const struct http_request *req, void *ctx);
 
@@ -75,6 +105,8 @@ struct http_server_options {
     uint16_t port;    /* 0 = any free port */
     size_t max_body;  /* 0 = 10 MiB */
     http_handler handler;
+    /* The answer to a body beyond max_body; NULL = http_error(413, ...). */
+    struct http_response *(*too_large)(void *ctx, size_t max_body);
     void *ctx;
 };
 

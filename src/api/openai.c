@@ -1,0 +1,638 @@
+/*
+ * The OpenAI-compatible gateway on the wire; see openai.h.
+ *
+ * A call with "stream": true runs on a worker thread, writing into a stream
+ * opened before it starts (http_stream_open): the connection's thread waits
+ * until the gateway either starts its stream (the answer is then that
+ * stream, 200 text/event-stream) or returns a whole answer (an error found
+ * before the first event). Other calls run on the connection's thread,
+ * cancelled when the client goes away (http_client_gone).
+ */
+#include "api/openai.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "base/util.h"
+
+#define OPENAI_VERSION "2020-10-01"
+#define SSE_TYPE       "text/event-stream; charset=utf-8"
+#define KEEPALIVE      ": keep-alive\n\n"
+#define KEEPALIVE_MS   5000
+#define WAIT_STEP_MS   100 /* how often a client waiting for its stream's start is checked */
+#define REQUEST_ID_MAX 128
+
+struct openai {
+    corral_gateway *gw;
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    unsigned workers; /* streamed calls still running */
+};
+
+int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err)
+{
+    struct openai *oa = calloc(1, sizeof(*oa));
+    if (!oa)
+        return corral_fail(err, ENOMEM, "out of memory");
+    oa->gw = gw;
+    pthread_mutex_init(&oa->lock, NULL);
+    pthread_cond_init(&oa->idle, NULL);
+    *out = oa;
+    return 0;
+}
+
+void openai_free(struct openai *oa)
+{
+    if (!oa)
+        return;
+    pthread_mutex_lock(&oa->lock);
+    while (oa->workers)
+        pthread_cond_wait(&oa->idle, &oa->lock);
+    pthread_mutex_unlock(&oa->lock);
+    pthread_cond_destroy(&oa->idle);
+    pthread_mutex_destroy(&oa->lock);
+    free(oa);
+}
+
+/* ---- answers ---- */
+
+/* {"error": {"message", "type", "param": null, "code"}}; code may be NULL. */
+static struct http_response *oa_error(int status, const char *type, const char *code,
+                                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static struct http_response *oa_error(int status, const char *type, const char *code,
+                                      const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return http_json(status, json_pack("{s:{s:s, s:s, s:n, s:s?}}", "error", "message", msg, "type",
+                                       type, "param", "code", code));
+}
+
+static struct http_response *invalid(int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static struct http_response *invalid(int status, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return oa_error(status, "invalid_request_error", code, "%s", msg);
+}
+
+struct http_response *openai_too_large(void *ctx, size_t max_body)
+{
+    struct http_response *r =
+        invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body);
+    char id[REQUEST_ID_MAX];
+    struct corral_error err;
+    memcpy(id, "req_", 4);
+    if (corral_random_hex(id + 4, 16, &err) == 0)
+        http_add_header(r, "x-request-id", id);
+    http_add_header(r, "openai-version", OPENAI_VERSION);
+    return r;
+}
+
+/* The gateway's answer as an HTTP response; its request id replaces *rid. */
+static struct http_response *reply_response(struct corral_gateway_reply *rep, int rc, char *rid)
+{
+    if (rep->request_id && *rep->request_id && strlen(rep->request_id) < REQUEST_ID_MAX)
+        snprintf(rid, REQUEST_ID_MAX, "%s", rep->request_id);
+    struct http_response *resp;
+    if (!rep->body) {
+        if (rc < 0 || !rep->status)
+            return oa_error(500, "server_error", NULL, "The gateway failed: %s.",
+                            strerror(rc < 0 ? -rc : EIO));
+        resp = http_empty(rep->status);
+    } else {
+        resp = http_text(rep->status ? rep->status : 500,
+                         rep->content_type ? rep->content_type : "application/json", rep->body);
+    }
+    if (resp && rep->retry_after && *rep->retry_after)
+        http_add_header(resp, "Retry-After", rep->retry_after);
+    return resp;
+}
+
+/* ---- keys ---- */
+
+/* The key the client presented: `Authorization: Bearer KEY`, else `api-key: KEY`. */
+static const char *bearer_key(const struct http_request *req)
+{
+    const char *auth = http_header(req, "Authorization");
+    if (!auth || strncasecmp(auth, "Bearer", 6) || (auth[6] != ' ' && auth[6] != '\t'))
+        return NULL;
+    auth += 6;
+    while (*auth == ' ' || *auth == '\t')
+        auth++;
+    return *auth ? auth : NULL;
+}
+
+static const char *azure_key(const struct http_request *req)
+{
+    const char *key = http_header(req, "api-key");
+    return key && *key ? key : NULL;
+}
+
+/* Equal keys, in a time that says nothing of where they differ or of
+ * their lengths. */
+static bool same_key(const char *a, const char *b)
+{
+    unsigned char da[SHA256_DIGEST_LENGTH], db[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)a, strlen(a), da);
+    SHA256((const unsigned char *)b, strlen(b), db);
+    return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
+}
+
+/* sk-...abcd: enough to tell keys apart, nothing to use. */
+static void mask_key(const char *key, char *out, size_t len)
+{
+    size_t n = strlen(key);
+    if (n < 12)
+        snprintf(out, len, "***");
+    else
+        snprintf(out, len, "%.3s...%s", key, key + n - 4);
+    for (char *p = out; *p; p++) /* the message is JSON text: keep it printable */
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
+}
+
+/* NULL when the request may go on (*key: the key it presented, or NULL),
+ * else the 401 answer. */
+static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
+                                          const char **key)
+{
+    const char *bearer = bearer_key(req), *azure = azure_key(req);
+    const char *master = corral_gateway_master_key(oa->gw);
+    *key = bearer ? bearer : azure;
+    if (!master || !*master)
+        return NULL;
+    if (bearer && same_key(bearer, master))
+        return NULL;
+    if (azure && same_key(azure, master)) {
+        *key = azure;
+        return NULL;
+    }
+    if (!*key)
+        return invalid(401, NULL,
+                       "You didn't provide an API key. You need to provide your API key in an "
+                       "Authorization header using Bearer auth (i.e. Authorization: Bearer "
+                       "YOUR_KEY), or as an api-key header.");
+    char masked[32];
+    mask_key(*key, masked, sizeof(masked));
+    return invalid(401, "invalid_api_key",
+                   "Incorrect API key provided: %s. The gateway takes the master key set with "
+                   "general_settings.master_key, --master-key or $CORRAL_MASTER_KEY.",
+                   masked);
+}
+
+/* ---- calls ---- */
+
+static bool client_gone(void *userdata)
+{
+    return http_client_gone(userdata);
+}
+
+/* A call that runs on the connection's thread cannot start a stream. */
+static int no_stream(void *userdata)
+{
+    return -1;
+}
+
+static int no_bytes(void *userdata, const char *data, size_t len)
+{
+    return -1;
+}
+
+/* A streamed call, shared by the connection's thread and its worker. */
+struct job {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refs;
+    struct openai *oa;
+    struct http_stream *s;
+    enum corral_gateway_api api;
+    char *body;
+    size_t len;
+    char *key;
+    bool started, done, cancel;
+    int rc;
+    struct corral_gateway_reply reply;
+};
+
+static void job_unref(struct job *j)
+{
+    pthread_mutex_lock(&j->lock);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (!last)
+        return;
+    corral_gateway_reply_free(&j->reply);
+    free(j->body);
+    free(j->key);
+    pthread_cond_destroy(&j->cond);
+    pthread_mutex_destroy(&j->lock);
+    free(j);
+}
+
+static int job_start(void *userdata)
+{
+    struct job *j = userdata;
+    pthread_mutex_lock(&j->lock);
+    bool cancel = j->cancel;
+    if (!cancel)
+        j->started = true;
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+    return cancel ? -1 : 0;
+}
+
+static int job_bytes(void *userdata, const char *data, size_t len)
+{
+    struct job *j = userdata;
+    pthread_mutex_lock(&j->lock);
+    bool started = j->started;
+    pthread_mutex_unlock(&j->lock);
+    if (!started && job_start(j) < 0)
+        return -1;
+    return http_stream_write(j->s, data, len) < 0 ? -1 : 0;
+}
+
+static bool job_cancelled(void *userdata)
+{
+    struct job *j = userdata;
+    pthread_mutex_lock(&j->lock);
+    bool cancel = j->cancel;
+    pthread_mutex_unlock(&j->lock);
+    return cancel || http_stream_gone(j->s);
+}
+
+static void *job_run(void *arg)
+{
+    struct job *j = arg;
+    struct openai *oa = j->oa;
+    struct corral_gateway_events ev = {
+        .on_stream_start = job_start,
+        .on_bytes = job_bytes,
+        .cancelled = job_cancelled,
+        .userdata = j,
+    };
+    struct corral_gateway_reply rep = {0};
+    int rc = corral_gateway_call(oa->gw, j->api, j->body, j->len, j->key, &ev, &rep);
+    pthread_mutex_lock(&j->lock);
+    j->rc = rc;
+    j->reply = rep;
+    j->done = true;
+    bool started = j->started;
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+    if (started && rc < 0 && !http_stream_gone(j->s))
+        http_stream_abort(j->s); /* the client sees a cut stream, not a clean end */
+    http_stream_close(j->s);
+    job_unref(j);
+    pthread_mutex_lock(&oa->lock);
+    if (--oa->workers == 0)
+        pthread_cond_broadcast(&oa->idle);
+    pthread_mutex_unlock(&oa->lock);
+    return NULL;
+}
+
+/* Waits for the worker to start its stream or to end; the answer. */
+static struct http_response *job_answer(struct job *j, const struct http_request *req, char *rid)
+{
+    pthread_mutex_lock(&j->lock);
+    while (!j->started && !j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += WAIT_STEP_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+        if (!j->started && !j->done && http_client_gone(req)) {
+            j->cancel = true; /* the worker ends by itself */
+            break;
+        }
+    }
+    bool started = j->started, done = j->done;
+    pthread_mutex_unlock(&j->lock);
+    struct http_stream *s = j->s;
+    if (started) {
+        struct http_response *resp = http_stream_response(200, SSE_TYPE, s);
+        http_add_header(resp, "Cache-Control", "no-cache");
+        http_add_header(resp, "X-Accel-Buffering", "no");
+        return resp;
+    }
+    http_stream_discard(s);
+    if (!done) /* nobody reads this */
+        return invalid(400, NULL, "The client closed its connection.");
+    /* The worker touches the reply no more. */
+    return reply_response(&j->reply, j->rc, rid);
+}
+
+static struct http_response *call_streamed(struct openai *oa, const struct http_request *req,
+                                           enum corral_gateway_api api, const char *body,
+                                           size_t len, const char *key, char *rid)
+{
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->body = malloc(len + 1)) || (key && !(j->key = strdup(key))) ||
+        !(j->s = http_stream_open())) {
+        if (j) {
+            free(j->body);
+            free(j->key);
+        }
+        free(j);
+        return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+    }
+    memcpy(j->body, body, len);
+    j->body[len] = '\0';
+    j->len = len;
+    j->api = api;
+    j->oa = oa;
+    j->refs = 2; /* the worker and this thread */
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->cond, NULL);
+    http_stream_set_keepalive(j->s, KEEPALIVE, KEEPALIVE_MS);
+    pthread_mutex_lock(&oa->lock);
+    oa->workers++;
+    pthread_mutex_unlock(&oa->lock);
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&t, &attr, job_run, j);
+    pthread_attr_destroy(&attr);
+    if (e != 0) {
+        pthread_mutex_lock(&oa->lock);
+        oa->workers--;
+        pthread_mutex_unlock(&oa->lock);
+        http_stream_close(j->s);
+        http_stream_discard(j->s);
+        j->refs = 1;
+        job_unref(j);
+        return oa_error(503, "server_error", NULL, "The gateway cannot start a call: %s.",
+                        strerror(e));
+    }
+    struct http_response *resp = job_answer(j, req, rid);
+    job_unref(j);
+    return resp;
+}
+
+static struct http_response *call(struct openai *oa, const struct http_request *req,
+                                  enum corral_gateway_api api, const char *deployment,
+                                  const char *key, char *rid)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        return invalid(400, NULL,
+                       "We could not parse the JSON body of your request. (HINT: This likely "
+                       "means you aren't using your HTTP library correctly. The API expects a "
+                       "JSON payload, but what was sent was not valid JSON.)");
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return invalid(400, NULL, "The request body must be a JSON object.");
+    }
+    bool stream = json_is_true(json_object_get(root, "stream"));
+    const char *body = req->body;
+    size_t len = req->body_len;
+    char *rewritten = NULL;
+    if (deployment && !json_object_get(root, "model")) {
+        /* Azure's /openai/deployments/{name}/...: the deployment is the model. */
+        json_object_set_new(root, "model", json_string(deployment));
+        if (!(rewritten = json_dumps(root, JSON_COMPACT))) {
+            json_decref(root);
+            return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+        }
+        body = rewritten;
+        len = strlen(rewritten);
+    }
+    json_decref(root);
+    struct http_response *resp;
+    if (stream) {
+        resp = call_streamed(oa, req, api, body, len, key, rid);
+    } else {
+        struct corral_gateway_events ev = {
+            .on_stream_start = no_stream,
+            .on_bytes = no_bytes,
+            .cancelled = client_gone,
+            .userdata = (void *)req,
+        };
+        struct corral_gateway_reply rep = {0};
+        int rc = corral_gateway_call(oa->gw, api, body, len, key, &ev, &rep);
+        resp = reply_response(&rep, rc, rid);
+        corral_gateway_reply_free(&rep);
+    }
+    free(rewritten);
+    return resp;
+}
+
+/* ---- models ---- */
+
+/* GET /v1/models/{id}: the entry of GET /v1/models with that id. */
+static struct http_response *model(struct openai *oa, const char *id, char *rid)
+{
+    struct corral_gateway_reply rep = {0};
+    int rc = corral_gateway_models(oa->gw, &rep);
+    json_t *list = rep.body && rep.status == 200 ? json_loads(rep.body, 0, NULL) : NULL;
+    if (!list) {
+        struct http_response *resp = reply_response(&rep, rc, rid);
+        corral_gateway_reply_free(&rep);
+        return resp;
+    }
+    if (rep.request_id && *rep.request_id && strlen(rep.request_id) < REQUEST_ID_MAX)
+        snprintf(rid, REQUEST_ID_MAX, "%s", rep.request_id);
+    corral_gateway_reply_free(&rep);
+    size_t i;
+    json_t *m, *found = NULL;
+    json_array_foreach(json_object_get(list, "data"), i, m)
+    {
+        const char *mid = json_string_value(json_object_get(m, "id"));
+        if (mid && !strcmp(mid, id)) {
+            found = json_incref(m);
+            break;
+        }
+    }
+    json_decref(list);
+    if (found)
+        return http_json(200, found);
+    return invalid(404, "model_not_found",
+                   "The model `%s` does not exist or you do not have access to it.", id);
+}
+
+/* ---- routes ---- */
+
+enum route {
+    R_NONE,
+    R_HEALTH,
+    R_RESPONSES,
+    R_CHAT,
+    R_RESPONSE,    /* /responses/{id} */
+    R_INPUT_ITEMS, /* /responses/{id}/input_items */
+    R_MODELS,
+    R_MODEL, /* /models/{id} */
+};
+
+/* The methods a route takes, for Allow and 405. */
+static const char *route_methods(enum route r)
+{
+    switch (r) {
+    case R_HEALTH:
+        return "GET, HEAD";
+    case R_RESPONSES:
+    case R_CHAT:
+        return "POST";
+    case R_RESPONSE:
+        return "GET, DELETE";
+    default:
+        return "GET";
+    }
+}
+
+static bool method_allowed(enum route r, const char *method)
+{
+    const char *allowed = route_methods(r);
+    size_t n = strlen(method);
+    for (const char *p = allowed; (p = strstr(p, method)); p += n)
+        if ((p == allowed || p[-1] == ' ') && (p[n] == ',' || !p[n]))
+            return true;
+    return false;
+}
+
+/* Strips `prefix` when path starts with it followed by '/' or the end. */
+static bool strip(const char **path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(*path, prefix, n) || ((*path)[n] && (*path)[n] != '/'))
+        return false;
+    *path += n;
+    return true;
+}
+
+/* The route of path; *arg is its {id} (in buf), *deployment an Azure
+ * deployment's name (in dep) or NULL. */
+static enum route find_route(const char *path, char *buf, size_t len, const char **arg, char *dep,
+                             size_t dep_len, const char **deployment)
+{
+    *arg = *deployment = NULL;
+    if (!strcmp(path, "/health") || !strcmp(path, "/health/liveliness") ||
+        !strcmp(path, "/health/liveness") || !strcmp(path, "/health/readiness"))
+        return R_HEALTH;
+    if (strip(&path, "/openai") && !strncmp(path, "/deployments/", 13)) {
+        const char *name = path + 13, *slash = strchr(name, '/');
+        if (!slash || slash == name || (size_t)(slash - name) >= dep_len)
+            return R_NONE;
+        snprintf(dep, dep_len, "%.*s", (int)(slash - name), name);
+        *deployment = dep;
+        path = slash;
+    }
+    strip(&path, "/v1");
+    if (!strcmp(path, "/responses"))
+        return R_RESPONSES;
+    if (!strcmp(path, "/chat/completions"))
+        return R_CHAT;
+    if (!strcmp(path, "/models"))
+        return R_MODELS;
+    if (!strncmp(path, "/models/", 8) && path[8] && strlen(path + 8) < len) {
+        snprintf(buf, len, "%s", path + 8); /* LiteLLM's names may hold '/' */
+        *arg = buf;
+        return R_MODEL;
+    }
+    if (strncmp(path, "/responses/", 11))
+        return R_NONE;
+    const char *id = path + 11, *slash = strchr(id, '/');
+    size_t n = slash ? (size_t)(slash - id) : strlen(id);
+    if (!n || n >= len)
+        return R_NONE;
+    snprintf(buf, len, "%.*s", (int)n, id);
+    *arg = buf;
+    if (!slash)
+        return R_RESPONSE;
+    return !strcmp(slash, "/input_items") ? R_INPUT_ITEMS : R_NONE;
+}
+
+static struct http_response *not_allowed(const struct http_request *req, enum route r)
+{
+    struct http_response *resp =
+        invalid(405, NULL, "Invalid method for URL (%s %s)", req->method, req->path);
+    http_add_header(resp, "Allow", route_methods(r));
+    return resp;
+}
+
+static struct http_response *route(struct openai *oa, const struct http_request *req, char *rid)
+{
+    char arg_buf[512], dep_buf[256];
+    const char *arg, *deployment, *key = NULL;
+    enum route r = find_route(req->path, arg_buf, sizeof(arg_buf), &arg, dep_buf, sizeof(dep_buf),
+                              &deployment);
+    if (r == R_HEALTH) {
+        if (!method_allowed(r, req->method))
+            return not_allowed(req, r);
+        return http_json(200, json_pack("{s:s}", "status", "healthy"));
+    }
+    struct http_response *denied = authenticate(oa, req, &key);
+    if (denied)
+        return denied;
+    if (r == R_NONE)
+        return invalid(404, NULL, "Invalid URL (%s %s)", req->method, req->path);
+    if (!method_allowed(r, req->method))
+        return not_allowed(req, r);
+    struct corral_gateway_reply rep = {0};
+    int rc;
+    switch (r) {
+    case R_RESPONSES:
+    case R_CHAT:
+        return call(oa, req, r == R_CHAT ? CORRAL_GATEWAY_CHAT : CORRAL_GATEWAY_RESPONSES,
+                    deployment, key, rid);
+    case R_MODEL:
+        return model(oa, arg, rid);
+    case R_MODELS:
+        rc = corral_gateway_models(oa->gw, &rep);
+        break;
+    case R_RESPONSE:
+        rc = !strcmp(req->method, "DELETE") ? corral_gateway_delete_response(oa->gw, arg, key, &rep)
+                                            : corral_gateway_get_response(oa->gw, arg, key, &rep);
+        break;
+    default: /* R_INPUT_ITEMS */
+        rc = corral_gateway_input_items(oa->gw, arg, key, http_query(req, "limit"),
+                                        http_query(req, "order"), http_query(req, "after"), &rep);
+        break;
+    }
+    struct http_response *resp = reply_response(&rep, rc, rid);
+    corral_gateway_reply_free(&rep);
+    return resp;
+}
+
+struct http_response *openai_handle(const struct http_request *req, void *ctx)
+{
+    struct openai *oa = ctx;
+    uint64_t started = corral_now_ms();
+    char rid[REQUEST_ID_MAX] = "req_";
+    struct corral_error err;
+    if (corral_random_hex(rid + 4, 16, &err) < 0)
+        snprintf(rid + 4, sizeof(rid) - 4, "%016llx%016llx", (unsigned long long)started,
+                 (unsigned long long)(uintptr_t)req);
+    struct http_response *resp = route(oa, req, rid);
+    if (!resp)
+        resp = oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+    char ms[32];
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)(corral_now_ms() - started));
+    http_add_header(resp, "x-request-id", rid);
+    http_add_header(resp, "openai-version", OPENAI_VERSION);
+    http_add_header(resp, "openai-processing-ms", ms);
+    return resp;
+}
