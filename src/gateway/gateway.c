@@ -1,7 +1,334 @@
-/* The gateway object: configuration, model routing, stored responses. */
-#include "corral/gateway.h"
-
+/*
+ * The gateway object: its configuration, the containers (provider
+ * sandboxes that outlive a request so previous_response_id can continue in
+ * them), the watch that kills a container whose client went away while its
+ * code ran, stored responses and the small endpoints (models, retrieve,
+ * delete, input items).
+ */
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "gateway/gateway_internal.h"
+
+#define WATCH_INTERVAL_MS 100
+
+/* ---- replies ---- */
+
+void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body)
+{
+    out->status = status;
+    out->body = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    out->body_len = out->body ? strlen(out->body) : 0;
+    free(out->content_type);
+    out->content_type = strdup("application/json");
+    json_decref(body);
+}
+
+void gw_reply_error(struct corral_gateway_reply *out, int status, const char *type,
+                    const char *param, const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:s, s:s, s:o, s:o}", "message", msg, "type", type, "param",
+                          param ? json_string(param) : json_null(), "code",
+                          code ? json_string(code) : json_null());
+    gw_reply_json(out, status, json_pack("{s:o}", "error", e));
+}
+
+void gw_new_id(char *buf, size_t len, const char *prefix, size_t hex)
+{
+    char digits[129];
+    struct corral_error err;
+    if (hex > 64)
+        hex = 64;
+    if (corral_random_hex(digits, hex / 2, &err) < 0) {
+        static unsigned long fallback;
+        snprintf(digits, sizeof(digits), "%0*lx", (int)hex,
+                 __atomic_add_fetch(&fallback, 1, __ATOMIC_RELAXED));
+    }
+    snprintf(buf, len, "%s%s", prefix, digits);
+}
+
+void gw_owner_of(const char *key, char *buf, size_t len)
+{
+    if (!key || !*key) {
+        snprintf(buf, len, "%s", "");
+        return;
+    }
+    unsigned char digest[32];
+    unsigned int n = 0;
+    if (EVP_Digest(key, strlen(key), digest, &n, EVP_sha256(), NULL) != 1)
+        n = 0;
+    size_t at = (size_t)snprintf(buf, len, "k:");
+    for (unsigned i = 0; i < n && i < 16 && at + 2 < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%02x", digest[i]);
+}
+
+/* ---- containers ---- */
+
+int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
+                        struct gw_container **out, struct corral_error *err)
+{
+    const char *provider_name = tool ? tool->provider : "local";
+    const struct gw_provider *p = gw_provider_find(provider_name);
+    if (!p)
+        return corral_fail(err, ENOTSUP, "sandbox provider '%s' is not available", provider_name);
+    struct gw_container *c = calloc(1, sizeof(*c));
+    if (!c)
+        return corral_fail(err, ENOMEM, "out of memory");
+    c->provider = p;
+    c->lifetime_ms = tool && tool->timeout_ms ? tool->timeout_ms : GW_CONTAINER_LIFETIME_MS;
+    int rc = p->create(tool, gw->state_dir, c->lifetime_ms, &c->sb, err);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    gw_new_id(c->id, sizeof(c->id), "cntr_", 48);
+    snprintf(c->owner, sizeof(c->owner), "%s", owner ? owner : "");
+    pthread_mutex_init(&c->exec_lock, NULL);
+    c->refs = 1;
+    pthread_mutex_lock(&gw->lock);
+    c->next = gw->containers;
+    gw->containers = c;
+    pthread_mutex_unlock(&gw->lock);
+    *out = c;
+    return 0;
+}
+
+static void container_free(struct gw_container *c)
+{
+    c->provider->destroy(c->sb);
+    pthread_mutex_destroy(&c->exec_lock);
+    free(c);
+}
+
+/* Unlinks c (the lock held). */
+static void unlink_container(corral_gateway *gw, struct gw_container *c)
+{
+    for (struct gw_container **p = &gw->containers; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+}
+
+/* Drops the containers whose sandbox has ended (the lock held); returns
+ * them chained through next, for freeing outside the lock. */
+static struct gw_container *reap_dead(corral_gateway *gw)
+{
+    struct gw_container *dead = NULL;
+    for (struct gw_container **p = &gw->containers; *p;) {
+        struct gw_container *c = *p;
+        if (!c->refs && (c->dead || !c->provider->alive(c->sb))) {
+            *p = c->next;
+            c->next = dead;
+            dead = c;
+        } else {
+            p = &c->next;
+        }
+    }
+    return dead;
+}
+
+static void free_chain(struct gw_container *c)
+{
+    while (c) {
+        struct gw_container *next = c->next;
+        container_free(c);
+        c = next;
+    }
+}
+
+struct gw_container *gw_container_get(corral_gateway *gw, const char *id, const char *owner)
+{
+    struct gw_container *found = NULL;
+    pthread_mutex_lock(&gw->lock);
+    for (struct gw_container *c = gw->containers; c; c = c->next)
+        if (!strcmp(c->id, id) && !strcmp(c->owner, owner ? owner : "") && !c->dead &&
+            c->provider->alive(c->sb)) {
+            c->refs++;
+            found = c;
+            break;
+        }
+    pthread_mutex_unlock(&gw->lock);
+    return found;
+}
+
+void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&gw->lock);
+    if (remove)
+        c->dead = true;
+    bool last = --c->refs == 0;
+    bool drop = last && (c->dead || !c->provider->alive(c->sb));
+    if (drop)
+        unlink_container(gw, c);
+    else if (last)
+        c->provider->touch(c->sb, c->lifetime_ms);
+    pthread_mutex_unlock(&gw->lock);
+    if (drop)
+        container_free(c);
+}
+
+/* ---- the watch over running executions ---- */
+
+void gw_watch_start(corral_gateway *gw, struct gw_running *r)
+{
+    r->fired = false;
+    pthread_mutex_lock(&gw->lock);
+    r->next = gw->running;
+    gw->running = r;
+    pthread_mutex_unlock(&gw->lock);
+}
+
+void gw_watch_stop(corral_gateway *gw, struct gw_running *r)
+{
+    pthread_mutex_lock(&gw->lock);
+    for (struct gw_running **p = &gw->running; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&gw->lock);
+}
+
+static void *watch_thread(void *arg)
+{
+    corral_gateway *gw = arg;
+    unsigned ticks = 0;
+    pthread_mutex_lock(&gw->lock);
+    while (!gw->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += WATCH_INTERVAL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&gw->idle, &gw->lock, &ts);
+        for (struct gw_running *r = gw->running; r; r = r->next)
+            if (!r->fired && r->cancelled && r->cancelled(r->userdata)) {
+                r->fired = true;
+                r->c->dead = true;
+                r->c->provider->kill(r->c->sb);
+            }
+        if (++ticks % 50 == 0) { /* every 5 s: containers whose lifetime ended */
+            struct gw_container *dead = reap_dead(gw);
+            pthread_mutex_unlock(&gw->lock);
+            free_chain(dead);
+            pthread_mutex_lock(&gw->lock);
+        }
+    }
+    pthread_mutex_unlock(&gw->lock);
+    return NULL;
+}
+
+/* ---- the object ---- */
+
+int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
+                               struct corral_error *err)
+{
+    corral_gateway *gw = calloc(1, sizeof(*gw));
+    if (!gw) {
+        gw_config_free(cfg);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    gw->cfg = cfg;
+    pthread_mutex_init(&gw->lock, NULL);
+    pthread_cond_init(&gw->idle, NULL);
+    if (state_dir && !(gw->state_dir = strdup(state_dir))) {
+        corral_gateway_free(gw);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    int rc = gw_store_open(cfg->store_path, &gw->store, err);
+    if (rc < 0) {
+        corral_gateway_free(gw);
+        return rc;
+    }
+    if (pthread_create(&gw->monitor, NULL, watch_thread, gw) != 0) {
+        corral_gateway_free(gw);
+        return corral_fail(err, EAGAIN, "cannot start the gateway's watch thread");
+    }
+    gw->monitor_started = true;
+    *out = gw;
+    return 0;
+}
+
+int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway **out,
+                       struct corral_error *err)
+{
+    struct corral_config *file = NULL;
+    int rc = 0;
+    if (opts && opts->config_path)
+        rc = corral_config_load(opts->config_path, &file, err);
+    else if (opts && opts->config_yaml)
+        rc =
+            corral_config_parse(opts->config_yaml, strlen(opts->config_yaml), "config", &file, err);
+    if (rc == 0 && file)
+        rc = corral_config_apply(file, err);
+    if (rc < 0) {
+        corral_config_free(file);
+        return rc;
+    }
+    struct gw_config *cfg = file && file->gateway ? file->gateway : gw_config_new();
+    if (file)
+        file->gateway = NULL;
+    if (!cfg) {
+        corral_config_free(file);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    const char *state_dir = opts ? opts->state_dir : NULL;
+    if (!state_dir && file)
+        state_dir = file->state_dir;
+    rc = gw_gateway_new_with_config(cfg, state_dir, out, err);
+    if (rc < 0) {
+        corral_config_free(file);
+        return rc;
+    }
+    (*out)->file_cfg = file; /* templates point into it */
+    return 0;
+}
+
+void corral_gateway_free(corral_gateway *gw)
+{
+    if (!gw)
+        return;
+    pthread_mutex_lock(&gw->lock);
+    gw->stopping = true;
+    pthread_cond_broadcast(&gw->idle);
+    while (gw->calls)
+        pthread_cond_wait(&gw->idle, &gw->lock);
+    struct gw_container *all = gw->containers;
+    gw->containers = NULL;
+    pthread_mutex_unlock(&gw->lock);
+    if (gw->monitor_started)
+        pthread_join(gw->monitor, NULL);
+    free_chain(all);
+    gw_store_close(gw->store);
+    gw_config_free(gw->cfg);
+    corral_config_free(gw->file_cfg);
+    pthread_cond_destroy(&gw->idle);
+    pthread_mutex_destroy(&gw->lock);
+    free(gw->state_dir);
+    free(gw);
+}
+
+const char *corral_gateway_master_key(const corral_gateway *gw)
+{
+    return gw->cfg->master_key && *gw->cfg->master_key ? gw->cfg->master_key : NULL;
+}
 
 void corral_gateway_reply_free(struct corral_gateway_reply *r)
 {
@@ -12,4 +339,149 @@ void corral_gateway_reply_free(struct corral_gateway_reply *r)
     free(r->request_id);
     free(r->retry_after);
     r->body = r->content_type = r->request_id = r->retry_after = NULL;
+}
+
+/* ---- small endpoints ---- */
+
+static void reply_init(struct corral_gateway_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+}
+
+int corral_gateway_models(corral_gateway *gw, struct corral_gateway_reply *out)
+{
+    reply_init(out);
+    json_t *data = json_array();
+    for (size_t i = 0; i < gw->cfg->n_models; i++) {
+        const char *name = gw->cfg->models[i].name;
+        if (strchr(name, '*'))
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = !strcmp(gw->cfg->models[j].name, name);
+        if (!seen)
+            json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", name, "object",
+                                                  "model", "created", 0, "owned_by", "corral"));
+    }
+    gw_reply_json(out, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    return 0;
+}
+
+static void not_found(struct corral_gateway_reply *out, const char *id)
+{
+    gw_reply_error(out, 404, "invalid_request_error", NULL, NULL,
+                   "Response with id '%s' not found.", id);
+}
+
+int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,
+                                struct corral_gateway_reply *out)
+{
+    reply_init(out);
+    char owner[80];
+    gw_owner_of(key, owner, sizeof(owner));
+    char *response = NULL;
+    struct corral_error err;
+    int rc = gw_store_get_response(gw->store, id, owner, &response, NULL, NULL, &err);
+    if (rc == -ENOENT) {
+        not_found(out, id);
+        return 0;
+    }
+    if (rc < 0) {
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+        return rc;
+    }
+    out->status = 200;
+    out->body = response;
+    out->body_len = strlen(response);
+    out->content_type = strdup("application/json");
+    return 0;
+}
+
+int corral_gateway_delete_response(corral_gateway *gw, const char *id, const char *key,
+                                   struct corral_gateway_reply *out)
+{
+    reply_init(out);
+    char owner[80];
+    gw_owner_of(key, owner, sizeof(owner));
+    struct corral_error err;
+    int rc = gw_store_delete_response(gw->store, id, owner, &err);
+    if (rc == -ENOENT) {
+        not_found(out, id);
+        return 0;
+    }
+    if (rc < 0) {
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+        return rc;
+    }
+    gw_reply_json(out, 200,
+                  json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1));
+    return 0;
+}
+
+int corral_gateway_input_items(corral_gateway *gw, const char *id, const char *key,
+                               const char *limit, const char *order, const char *after,
+                               struct corral_gateway_reply *out)
+{
+    reply_init(out);
+    char owner[80];
+    gw_owner_of(key, owner, sizeof(owner));
+    uint64_t n = 20;
+    struct corral_error err;
+    if (limit && corral_parse_uint(limit, 1, 100, &n, &err) < 0) {
+        gw_reply_error(out, 400, "invalid_request_error", "limit", "integer_out_of_range",
+                       "Invalid 'limit': integer out of range. Expected a value between 1 and "
+                       "100, but got %s instead.",
+                       limit);
+        return 0;
+    }
+    bool asc = false;
+    if (order && strcmp(order, "desc")) {
+        if (strcmp(order, "asc")) {
+            gw_reply_error(out, 400, "invalid_request_error", "order", "invalid_value",
+                           "Invalid value: '%s'. Supported values are: 'asc' and 'desc'.", order);
+            return 0;
+        }
+        asc = true;
+    }
+    char *input = NULL;
+    int rc = gw_store_get_response(gw->store, id, owner, NULL, &input, NULL, &err);
+    if (rc == -ENOENT) {
+        not_found(out, id);
+        return 0;
+    }
+    if (rc < 0) {
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+        return rc;
+    }
+    json_t *items = json_loads(input, 0, NULL);
+    free(input);
+    if (!json_is_array(items)) {
+        json_decref(items);
+        items = json_array();
+    }
+    size_t total = json_array_size(items);
+    json_t *data = json_array();
+    bool started = !after;
+    bool more = false;
+    for (size_t k = 0; k < total; k++) {
+        json_t *it = json_array_get(items, asc ? k : total - 1 - k);
+        const char *iid = json_string_value(json_object_get(it, "id"));
+        if (!started) {
+            started = iid && !strcmp(iid, after);
+            continue;
+        }
+        if (json_array_size(data) == n) {
+            more = true;
+            break;
+        }
+        json_array_append(data, it);
+    }
+    json_decref(items);
+    size_t got = json_array_size(data);
+    json_t *first = got ? json_object_get(json_array_get(data, 0), "id") : NULL;
+    json_t *last = got ? json_object_get(json_array_get(data, got - 1), "id") : NULL;
+    gw_reply_json(out, 200,
+                  json_pack("{s:s, s:o, s:O?, s:O?, s:b}", "object", "list", "data", data,
+                            "first_id", first, "last_id", last, "has_more", more));
+    return 0;
 }

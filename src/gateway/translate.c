@@ -78,20 +78,20 @@ static int out_of_memory(struct corral_error *err)
 /* "where.key", or "key" when where is empty. */
 static const char *param_path(char *buf, const char *where, const char *key)
 {
-    if (where && *where)
-        snprintf(buf, PATH_MAX_LEN, "%s.%s", where, key);
-    else
-        snprintf(buf, PATH_MAX_LEN, "%s", key);
+    /* a path longer than the buffer is cut: it only names a parameter */
+    int n = where && *where ? snprintf(buf, PATH_MAX_LEN, "%.*s.%s", PATH_MAX_LEN / 2, where, key)
+                            : snprintf(buf, PATH_MAX_LEN, "%s", key);
+    (void)n;
     return buf;
 }
 
 /* "where.key[i]" */
 static const char *index_path(char *buf, const char *where, const char *key, size_t i)
 {
-    if (where && *where)
-        snprintf(buf, PATH_MAX_LEN, "%s.%s[%zu]", where, key, i);
-    else
-        snprintf(buf, PATH_MAX_LEN, "%s[%zu]", key, i);
+    int n = where && *where
+                ? snprintf(buf, PATH_MAX_LEN, "%.*s.%s[%zu]", PATH_MAX_LEN / 2, where, key, i)
+                : snprintf(buf, PATH_MAX_LEN, "%s[%zu]", key, i);
+    (void)n;
     return buf;
 }
 

@@ -1,0 +1,28 @@
+/*
+ * A growable string: bytes appended at the end, always NUL-terminated,
+ * optionally capped (what goes beyond the cap is dropped and counted).
+ */
+#ifndef CORRAL_BASE_STRBUF_H
+#define CORRAL_BASE_STRBUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct strbuf {
+    char *data; /* NULL until something is appended */
+    size_t len, cap;
+    size_t max;     /* 0 = no cap */
+    size_t dropped; /* bytes not kept because of the cap */
+    bool oom;       /* an allocation failed: data holds what fitted before */
+};
+
+void strbuf_append(struct strbuf *b, const char *s, size_t len);
+void strbuf_puts(struct strbuf *b, const char *s);
+void strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The text ("" when empty); stays owned by b. */
+const char *strbuf_str(const struct strbuf *b);
+/* Hands the text over (never NULL unless out of memory) and empties b. */
+char *strbuf_take(struct strbuf *b);
+void strbuf_free(struct strbuf *b);
+
+#endif

@@ -1,0 +1,1114 @@
+/*
+ * One request through the gateway (corral_gateway_call):
+ *   - the body is checked as OpenAI checks it (errors in its shape);
+ *   - a request the gateway has nothing to add to (no code_interpreter, the
+ *     upstream speaks the client's API) is passed through unchanged;
+ *   - otherwise the interception loop: the conversation goes to the
+ *     upstream with code_interpreter replaced by a function tool; each code
+ *     call runs in the conversation's container and its result goes back;
+ *     the loop ends when the model answers, calls one of the client's own
+ *     tools, or has used max_agentic_loops rounds;
+ *   - Responses are stored for previous_response_id and GET.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/translate.h"
+#include "gateway/upstream.h"
+
+#define TOOL_DESCRIPTION                                                                           \
+    "Execute Python code in a stateful Jupyter-style sandbox and see what it produced. "           \
+    "Variables, imports and files persist between calls in the same conversation. The working "    \
+    "directory is /mnt/data: files saved there are shown to the user. numpy, pandas and "          \
+    "matplotlib are available; figures are displayed with plt.show(). There is no internet "       \
+    "access. The result lists stdout, stderr, the value of the last expression, any error "        \
+    "with its traceback, the files created or changed in /mnt/data and the images displayed."
+
+static const char *const RESPONSES_OWN_KEYS[] = {
+    "model",        "input",          "tools",
+    "tool_choice",  "stream",         "stream_options",
+    "include",      "background",     "previous_response_id",
+    "conversation", "max_tool_calls", "max_agentic_loops",
+    "store",        "metadata",       NULL};
+static const char *const CHAT_OWN_KEYS[] = {
+    "model",          "messages",          "tools", "tool_choice", "stream",
+    "stream_options", "max_agentic_loops", NULL};
+
+static bool in_list(const char *const *list, const char *key)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, key))
+            return true;
+    return false;
+}
+
+/* ---- the upstream of a call ---- */
+
+void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u);
+void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u)
+{
+    memset(u, 0, sizeof(*u));
+    u->base_url = c->model->api_base;
+    u->api_key = c->model->api_key;
+    u->azure = c->model->azure;
+    u->api_version = c->model->api_version;
+    u->timeout_ms = c->model->timeout_ms ? c->model->timeout_ms : 600000;
+}
+
+static void resolve_path(struct gw_call *c)
+{
+    bool chat = c->model->api == GW_API_CHAT;
+    if (c->model->azure && chat)
+        snprintf(c->up_path_buf, sizeof(c->up_path_buf), "/openai/deployments/%s/chat/completions",
+                 c->up_model);
+    else if (c->model->azure)
+        snprintf(c->up_path_buf, sizeof(c->up_path_buf), "/openai/responses");
+    else
+        snprintf(c->up_path_buf, sizeof(c->up_path_buf), "%s",
+                 chat ? "/chat/completions" : "/responses");
+    c->up_path = c->up_path_buf;
+}
+
+/* The upstream's name for the client's model: the configured one, or for a
+ * wildcard entry the client's name without the entry's prefix. */
+static char *upstream_model(const struct gw_model *m, const char *client)
+{
+    if (strcmp(m->model, "*"))
+        return strdup(m->model);
+    size_t n = strlen(m->name);
+    if (n >= 2 && m->name[n - 1] == '*' && !strncmp(client, m->name, n - 1))
+        return strdup(client + n - 1);
+    return strdup(client);
+}
+
+/* ---- plain proxying ---- */
+
+struct proxy_ctx {
+    struct gw_call *c;
+    bool started;
+};
+
+static int proxy_data(void *u, const char *data, size_t len)
+{
+    struct proxy_ctx *p = u;
+    if (!p->started) {
+        p->started = true;
+        if (p->c->ev->on_stream_start && p->c->ev->on_stream_start(p->c->ev->userdata) != 0)
+            return -1;
+    }
+    return p->c->ev->on_bytes(p->c->ev->userdata, data, len);
+}
+
+static bool proxy_cancelled(void *u)
+{
+    return gw_call_cancelled(((struct proxy_ctx *)u)->c);
+}
+
+static void proxy(struct gw_call *c)
+{
+    json_t *body = json_copy(c->req);
+    json_object_set_new(body, "model", json_string(c->up_model));
+    json_object_del(body, "max_agentic_loops");
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct gw_upstream u;
+    gw_upstream_of(c, &u);
+    struct proxy_ctx p = {.c = c};
+    struct gw_upstream_sink sink = {.cancelled = proxy_cancelled, .userdata = &p};
+    if (c->stream)
+        sink.on_data = proxy_data;
+    struct gw_upstream_reply r;
+    struct corral_error err = {0};
+    int rc =
+        gw_upstream_request(&u, "POST", c->up_path, text, text ? strlen(text) : 0, &sink, &r, &err);
+    free(text);
+    if (p.started) {
+        c->out->streamed = true;
+        c->out->status = 200;
+    } else if (rc == -ECANCELED || c->cancelled) {
+        c->cancelled = true;
+    } else if (rc < 0) {
+        gw_reply_error(c->out, rc == -ETIMEDOUT ? 504 : 502, "server_error", NULL,
+                       rc == -ETIMEDOUT ? "upstream_timeout" : "upstream_unreachable", "%s",
+                       err.message);
+    } else {
+        c->out->status = (int)r.status;
+        c->out->body = r.body;
+        c->out->body_len = r.len;
+        r.body = NULL;
+        c->out->content_type = strdup(r.content_type ? r.content_type : "application/json");
+        if (r.request_id)
+            c->out->request_id = strdup(r.request_id);
+        if (r.retry_after)
+            c->out->retry_after = strdup(r.retry_after);
+        if (c->stream && r.status >= 200 && r.status < 300) {
+            /* a 2xx answer with no body at all */
+            c->out->streamed = false;
+        }
+    }
+    gw_upstream_reply_free(&r);
+}
+
+/* ---- containers ---- */
+
+struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *err)
+{
+    if (c->container && !c->container->dead)
+        return c->container;
+    if (c->container) { /* it died: a fresh one for what follows */
+        gw_container_put(c->gw, c->container, c->container_new);
+        c->container = NULL;
+    }
+    if (c->wanted_container) {
+        c->container = gw_container_get(c->gw, c->wanted_container, c->owner);
+        free(c->wanted_container);
+        c->wanted_container = NULL;
+        if (c->container)
+            return c->container;
+    }
+    const char *tool_name =
+        c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
+    const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(c->gw->cfg, tool_name) : NULL;
+    if (gw_container_create(c->gw, tool, c->owner, &c->container, err) < 0)
+        return NULL;
+    c->container_new = true;
+    return c->container;
+}
+
+/* ---- what the model and the client read of an execution ---- */
+
+/* Appends text, keeping its head and tail when it is longer than limit. */
+static void append_limited(struct strbuf *b, const char *text, size_t limit)
+{
+    size_t n = strlen(text);
+    if (n <= limit) {
+        strbuf_append(b, text, n);
+        return;
+    }
+    size_t head = limit * 2 / 3, tail = limit - head;
+    while (head && (text[head] & 0xC0) == 0x80) /* whole UTF-8 characters */
+        head--;
+    size_t from = n - tail;
+    while (from < n && (text[from] & 0xC0) == 0x80)
+        from++;
+    strbuf_append(b, text, head);
+    strbuf_printf(b, "\n[... %zu characters omitted ...]\n", from - head);
+    strbuf_append(b, text + from, n - from);
+}
+
+/* The blank line between sections. */
+static void separate(struct strbuf *b)
+{
+    if (!b->len)
+        return;
+    strbuf_puts(b, b->data[b->len - 1] == '\n' ? "\n" : "\n\n");
+}
+
+static void section(struct strbuf *b, const char *title, const char *text, size_t limit)
+{
+    if (!*text)
+        return;
+    separate(b);
+    strbuf_printf(b, "%s:\n", title);
+    append_limited(b, text, limit);
+}
+
+static char *tool_result(const struct gw_exec_output *o, size_t limit)
+{
+    struct strbuf b = {0};
+    section(&b, "stdout", o->out, limit);
+    section(&b, "stderr", o->err, limit);
+    section(&b, "result", o->result, limit);
+    if (o->raised) {
+        separate(&b);
+        strbuf_printf(&b, "error: %s: ", o->error_name);
+        append_limited(&b, o->error_value, limit / 4 + 64);
+        if (*o->traceback) {
+            strbuf_puts(&b, "\n");
+            append_limited(&b, o->traceback, limit);
+        }
+    }
+    size_t i;
+    json_t *f;
+    bool first = true;
+    json_array_foreach(o->files, i, f)
+    {
+        if (first) {
+            separate(&b);
+            strbuf_puts(&b, "files:");
+        }
+        first = false;
+        strbuf_printf(&b, "\n%s (%s, %lld bytes)", json_string_value(json_object_get(f, "path")),
+                      json_string_value(json_object_get(f, "status")),
+                      (long long)json_integer_value(json_object_get(f, "bytes")));
+    }
+    for (i = 0; i < json_array_size(o->images); i++) {
+        separate(&b);
+        strbuf_printf(&b, "image: the code displayed image %zu (PNG); the user sees it.", i + 1);
+    }
+    if (!b.len)
+        strbuf_puts(&b, "(no output)");
+    return strbuf_take(&b);
+}
+
+/* The item's outputs: images first (as OpenAI orders a plotting cell), then
+ * the logs: stdout, the last expression's value, the error. */
+static json_t *item_outputs(const struct gw_exec_output *o)
+{
+    json_t *outs = json_array();
+    size_t i;
+    json_t *img;
+    json_array_foreach(o->images, i, img)
+    {
+        struct strbuf url = {0};
+        strbuf_puts(&url, "data:image/png;base64,");
+        strbuf_puts(&url, json_string_value(img));
+        json_array_append_new(outs,
+                              json_pack("{s:s, s:s}", "type", "image", "url", strbuf_str(&url)));
+        strbuf_free(&url);
+    }
+    struct strbuf logs = {0};
+    strbuf_puts(&logs, o->out);
+    if (*o->result) {
+        if (logs.len && logs.data[logs.len - 1] != '\n')
+            strbuf_puts(&logs, "\n");
+        strbuf_puts(&logs, o->result);
+    }
+    if (o->raised) {
+        if (logs.len && logs.data[logs.len - 1] != '\n')
+            strbuf_puts(&logs, "\n");
+        if (*o->traceback)
+            strbuf_puts(&logs, o->traceback);
+        else
+            strbuf_printf(&logs, "%s: %s", o->error_name, o->error_value);
+    }
+    if (logs.len)
+        json_array_append_new(outs,
+                              json_pack("{s:s, s:s}", "type", "logs", "logs", strbuf_str(&logs)));
+    strbuf_free(&logs);
+    return outs;
+}
+
+/* For the watch thread: the client's own test, without touching the call. */
+static bool client_gone(void *u)
+{
+    const struct gw_call *c = u;
+    return c->cancelled || (c->ev && c->ev->cancelled && c->ev->cancelled(c->ev->userdata));
+}
+
+/* Runs one code call; returns the text the model reads (malloc'ed). */
+static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
+{
+    size_t limit = c->gw->cfg->output_limit;
+    struct corral_error err = {0};
+    json_t *args = json_loadb(strbuf_str(&tc->args), tc->args.len, 0, NULL);
+    const char *code = json_string_value(json_object_get(args, "code"));
+    if (!code) {
+        json_decref(args);
+        gw_emit_code_done(c, tc, "failed", NULL);
+        return strdup("error: the call's arguments must be a JSON object with a \"code\" "
+                      "string; nothing ran.");
+    }
+    struct gw_container *ct = gw_call_container(c, &err);
+    if (!ct) {
+        json_decref(args);
+        gw_emit_code_done(c, tc, "failed", NULL);
+        struct strbuf b = {0};
+        strbuf_printf(&b, "error: the sandbox could not be started (%s); nothing ran.",
+                      err.message);
+        return strbuf_take(&b);
+    }
+    if (tc->item) /* the container may have changed since the item was added */
+        json_object_set_new(tc->item, "container_id", json_string(ct->id));
+    gw_emit_interpreting(c, tc);
+    struct gw_running watch = {.c = ct, .cancelled = client_gone, .userdata = c};
+    struct gw_exec_output o;
+    pthread_mutex_lock(&ct->exec_lock);
+    gw_watch_start(c->gw, &watch);
+    int rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
+    gw_watch_stop(c->gw, &watch);
+    pthread_mutex_unlock(&ct->exec_lock);
+    json_decref(args);
+    tc->executed = true;
+    if (watch.fired || gw_call_cancelled(c)) {
+        c->cancelled = true;
+        if (rc == 0)
+            gw_exec_output_free(&o);
+        return strdup("");
+    }
+    if (rc < 0) {
+        ct->dead = true;
+        gw_emit_code_done(c, tc, "failed", NULL);
+        struct strbuf b = {0};
+        strbuf_printf(&b, "error: the sandbox failed (%s); its state is lost.", err.message);
+        return strbuf_take(&b);
+    }
+    gw_emit_code_done(c, tc, "completed", item_outputs(&o));
+    char *text = tool_result(&o, limit);
+    gw_exec_output_free(&o);
+    return text;
+}
+
+/* ---- the conversation ---- */
+
+/* Appends the turn and the code results to the upstream conversation and,
+ * for a Responses client, to the stored items. results[i] is the text for
+ * code call i (NULL: a call left for the client, or not run). */
+static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
+{
+    const char *text = strbuf_str(&t->text);
+    /* the items view */
+    json_t *add = json_array();
+    size_t i;
+    json_t *it;
+    if (t->native) {
+        json_array_foreach(t->native, i, it)
+        {
+            const char *type = json_string_value(json_object_get(it, "type"));
+            const char *name = json_string_value(json_object_get(it, "name"));
+            const char *call_id = json_string_value(json_object_get(it, "call_id"));
+            if (type && !strcmp(type, "function_call") && name && !strcmp(name, c->tool_name)) {
+                bool ran = false;
+                for (size_t k = 0; k < t->n_calls; k++)
+                    if (call_id && !strcmp(t->calls[k].call_id, call_id))
+                        ran = results[k] != NULL;
+                if (!ran)
+                    continue;
+            }
+            json_array_append(add, it);
+        }
+    } else {
+        if (t->text.len)
+            json_array_append_new(add, json_pack("{s:s, s:s, s:[{s:s, s:s, s:[]}]}", "type",
+                                                 "message", "role", "assistant", "content", "type",
+                                                 "output_text", "text", text, "annotations"));
+        for (size_t k = 0; k < t->n_calls; k++)
+            if (!t->calls[k].is_code || results[k])
+                json_array_append_new(add, json_pack("{s:s, s:s, s:s, s:s}", "type",
+                                                     "function_call", "call_id",
+                                                     t->calls[k].call_id, "name", t->calls[k].name,
+                                                     "arguments", strbuf_str(&t->calls[k].args)));
+    }
+    for (size_t k = 0; k < t->n_calls; k++)
+        if (results[k])
+            json_array_append_new(add,
+                                  json_pack("{s:s, s:s, s:s}", "type", "function_call_output",
+                                            "call_id", t->calls[k].call_id, "output", results[k]));
+    if (c->items)
+        json_array_extend(c->items, add);
+    if (c->model->api == GW_API_RESPONSES) {
+        json_array_extend(c->conv, add);
+    } else {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                t->text.len ? json_string(text) : json_null());
+        json_t *calls = json_array();
+        for (size_t k = 0; k < t->n_calls; k++)
+            if (!t->calls[k].is_code || results[k])
+                json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
+                                                       t->calls[k].call_id, "type", "function",
+                                                       "function", "name", t->calls[k].name,
+                                                       "arguments", strbuf_str(&t->calls[k].args)));
+        if (json_array_size(calls))
+            json_object_set(msg, "tool_calls", calls);
+        json_decref(calls);
+        if (t->text.len || json_object_get(msg, "tool_calls"))
+            json_array_append(c->conv, msg);
+        json_decref(msg);
+        for (size_t k = 0; k < t->n_calls; k++)
+            if (results[k])
+                json_array_append_new(c->conv,
+                                      json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id",
+                                                t->calls[k].call_id, "content", results[k]));
+    }
+    json_decref(add);
+}
+
+static void add_usage(struct gw_call *c, struct gw_turn *t)
+{
+    if (t->usage)
+        gw_usage_add(c->usage, t->usage);
+}
+
+/* The loop; on return the answer is made (c->out, or the stream's end). */
+static void run_loop(struct gw_call *c)
+{
+    for (;;) {
+        struct gw_turn t = {0};
+        int rc = gw_turn_run(c, &t);
+        if (rc < 0) {
+            gw_turn_free(&t);
+            return;
+        }
+        add_usage(c, &t);
+        size_t n_code = 0, n_client = 0;
+        for (size_t i = 0; i < t.n_calls; i++)
+            t.calls[i].is_code ? n_code++ : n_client++;
+        char *results[GW_MAX_TOOL_CALLS] = {0};
+        if (n_code && c->loops >= c->max_loops) {
+            /* the limit: the calls not run end incomplete, nothing leaks */
+            for (size_t i = 0; i < t.n_calls; i++)
+                if (t.calls[i].is_code)
+                    gw_emit_code_done(c, &t.calls[i], "incomplete", NULL);
+            append_turn(c, &t, results);
+            c->status = "incomplete";
+            c->incomplete_reason = "max_agentic_loops";
+            free(c->finish_reason);
+            c->finish_reason = strdup("length");
+            gw_turn_free(&t);
+            gw_emit_finish(c);
+            return;
+        }
+        for (size_t i = 0; i < t.n_calls && !c->cancelled; i++)
+            if (t.calls[i].is_code)
+                results[i] = run_code(c, &t.calls[i]);
+        if (n_code)
+            c->loops++;
+        if (c->cancelled) {
+            for (size_t i = 0; i < t.n_calls; i++)
+                free(results[i]);
+            gw_turn_free(&t);
+            return;
+        }
+        append_turn(c, &t, results);
+        for (size_t i = 0; i < t.n_calls; i++) {
+            if (!t.calls[i].is_code && c->api == CORRAL_GATEWAY_CHAT)
+                json_array_append_new(c->chat_calls,
+                                      json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
+                                                t.calls[i].call_id, "type", "function", "function",
+                                                "name", t.calls[i].name, "arguments",
+                                                strbuf_str(&t.calls[i].args)));
+            free(results[i]);
+        }
+        if (n_code && !n_client) {
+            gw_turn_free(&t);
+            if (gw_call_cancelled(c))
+                return;
+            continue;
+        }
+        free(c->finish_reason);
+        c->finish_reason =
+            strdup(n_client                                                   ? "tool_calls"
+                   : t.finish_reason && strcmp(t.finish_reason, "tool_calls") ? t.finish_reason
+                                                                              : "stop");
+        if (t.finish_reason && !strcmp(t.finish_reason, "length") && !n_client) {
+            c->status = "incomplete";
+            c->incomplete_reason = "max_output_tokens";
+        }
+        gw_turn_free(&t);
+        gw_emit_finish(c);
+        return;
+    }
+}
+
+/* ---- setting a call up ---- */
+
+static void bad_request(struct gw_call *c, const char *param, const char *code, const char *msg)
+{
+    gw_reply_error(c->out, 400, "invalid_request_error", param, code, "%s", msg);
+}
+
+/* The code_interpreter tools of the request: checked, removed from the
+ * tools sent upstream; their container noted. */
+static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_tools)
+{
+    *client_tools = json_array();
+    size_t i;
+    json_t *tool;
+    json_array_foreach(tools, i, tool)
+    {
+        char param[64];
+        const char *type = json_string_value(json_object_get(tool, "type"));
+        if (!type) {
+            snprintf(param, sizeof(param), "tools[%zu].type", i);
+            char msg[160];
+            snprintf(msg, sizeof(msg), "Missing required parameter: '%s'.", param);
+            bad_request(c, param, "missing_required_parameter", msg);
+            return -EINVAL;
+        }
+        if (strcmp(type, "code_interpreter")) {
+            json_array_append(*client_tools, tool);
+            continue;
+        }
+        json_t *container = json_object_get(tool, "container");
+        snprintf(param, sizeof(param), "tools[%zu].container", i);
+        if ((!container || json_is_null(container)) && c->api == CORRAL_GATEWAY_RESPONSES) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "Missing required parameter: '%s'.", param);
+            bad_request(c, param, "missing_required_parameter", msg);
+            return -EINVAL;
+        }
+        if (!container || json_is_null(container)) {
+            /* chat has no containers: one of its own */
+        } else if (json_is_string(container)) {
+            free(c->wanted_container);
+            c->wanted_container = strdup(json_string_value(container));
+            struct gw_container *ct = gw_container_get(c->gw, c->wanted_container, c->owner);
+            if (!ct) {
+                gw_reply_error(c->out, 404, "invalid_request_error", param, NULL,
+                               "Container with id '%s' not found.", c->wanted_container);
+                return -ENOENT;
+            }
+            gw_container_put(c->gw, ct, false);
+        } else if (!json_is_object(container) ||
+                   strcmp(json_string_value(json_object_get(container, "type"))
+                              ? json_string_value(json_object_get(container, "type"))
+                              : "",
+                          "auto")) {
+            char msg[200];
+            snprintf(msg, sizeof(msg),
+                     "Invalid value for '%s': expected a container id or an object with "
+                     "type 'auto'.",
+                     param);
+            bad_request(c, param, "invalid_value", msg);
+            return -EINVAL;
+        }
+        c->intercept = c->gw->cfg->interception;
+        if (!c->intercept)
+            json_array_append(*client_tools, tool);
+    }
+    return 0;
+}
+
+/* The function tool's name: the configured one, unless a client tool has it. */
+static void pick_tool_name(struct gw_call *c, json_t *client_tools)
+{
+    const char *base = c->gw->cfg->code_tool_name;
+    for (int n = 0; n < 100; n++) {
+        if (n == 0)
+            snprintf(c->tool_name, sizeof(c->tool_name), "%s", base);
+        else
+            snprintf(c->tool_name, sizeof(c->tool_name), "%s_%d", base, n + 1);
+        bool taken = false;
+        size_t i;
+        json_t *tool;
+        json_array_foreach(client_tools, i, tool)
+        {
+            const char *name = json_string_value(json_object_get(tool, "name"));
+            if (!name)
+                name =
+                    json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
+            taken |= name && !strcmp(name, c->tool_name);
+        }
+        if (!taken)
+            return;
+    }
+}
+
+static json_t *code_tool(struct gw_call *c, bool chat)
+{
+    json_t *params =
+        json_pack("{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}", "type", "object", "properties", "code",
+                  "type", "string", "description", "The Python code to run (a notebook cell).",
+                  "required", "code", "additionalProperties", 0);
+    if (chat)
+        return json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name",
+                         c->tool_name, "description", TOOL_DESCRIPTION, "parameters", params);
+    return json_pack("{s:s, s:s, s:s, s:o}", "type", "function", "name", c->tool_name,
+                     "description", TOOL_DESCRIPTION, "parameters", params);
+}
+
+/* tool_choice for the upstream: forced code calls on the first turn only. */
+static int set_tool_choice(struct gw_call *c, struct corral_error *err)
+{
+    json_t *choice = json_object_get(c->req, "tool_choice");
+    if (!choice || json_is_null(choice))
+        return 0;
+    bool up_chat = c->model->api == GW_API_CHAT;
+    const char *type = json_string_value(json_object_get(choice, "type"));
+    if (c->intercept && type && !strcmp(type, "code_interpreter")) {
+        c->choice_first =
+            up_chat
+                ? json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", c->tool_name)
+                : json_pack("{s:s, s:s}", "type", "function", "name", c->tool_name);
+        c->choice_rest = json_string("auto");
+        return 0;
+    }
+    if (c->intercept && json_is_string(choice) && !strcmp(json_string_value(choice), "required")) {
+        c->choice_first = json_string("required");
+        c->choice_rest = json_string("auto");
+        return 0;
+    }
+    bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
+    json_t *t = client_chat == up_chat ? json_incref(choice)
+                : up_chat              ? gw_tool_choice_to_chat(choice, err)
+                                       : gw_tool_choice_to_responses(choice, err);
+    if (!t)
+        return -EINVAL;
+    c->choice_first = t;
+    c->choice_rest = json_incref(t);
+    return 0;
+}
+
+/* Items of a Responses input, with ids, and replayed code_interpreter_call
+ * items turned back into the function call and output the model saw. */
+static json_t *normalize_input(struct gw_call *c, json_t *input)
+{
+    json_t *items = json_array();
+    if (json_is_string(input)) {
+        char id[64];
+        gw_new_id(id, sizeof(id), "msg_", 48);
+        json_array_append_new(items,
+                              json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:O}]}", "id", id, "type",
+                                        "message", "status", "completed", "role", "user", "content",
+                                        "type", "input_text", "text", input));
+        return items;
+    }
+    size_t i;
+    json_t *it;
+    json_array_foreach(input, i, it)
+    {
+        json_t *copy = json_deep_copy(it);
+        const char *type = json_string_value(json_object_get(copy, "type"));
+        if (!type && json_object_get(copy, "role"))
+            json_object_set_new(copy, "type", json_string("message"));
+        if (!json_object_get(copy, "id") && json_is_object(copy)) {
+            char id[64];
+            type = json_string_value(json_object_get(copy, "type"));
+            gw_new_id(id, sizeof(id),
+                      type && !strcmp(type, "function_call_output") ? "fco_" : "msg_", 48);
+            json_object_set_new(copy, "id", json_string(id));
+        }
+        json_array_append_new(items, copy);
+    }
+    return items;
+}
+
+/* A message whose parts are all input_text gets its text as a plain string
+ * (older chat servers know nothing else). */
+static void flatten_text(json_t *msg)
+{
+    json_t *content = json_object_get(msg, "content");
+    if (!json_is_array(content))
+        return;
+    struct strbuf b = {0};
+    size_t i;
+    json_t *part;
+    json_array_foreach(content, i, part)
+    {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const char *text = json_string_value(json_object_get(part, "text"));
+        if (!type || strcmp(type, "input_text") || !text) {
+            strbuf_free(&b);
+            return;
+        }
+        strbuf_puts(&b, text);
+    }
+    json_object_set_new(msg, "content", json_string(strbuf_str(&b)));
+    strbuf_free(&b);
+}
+
+/* The conversation items sent upstream for the input items: replayed
+ * code_interpreter_call items become a call of the code tool and its output. */
+static json_t *conversation_items(struct gw_call *c, json_t *items)
+{
+    json_t *conv = json_array();
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+    {
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (type && !strcmp(type, "code_interpreter_call")) {
+            const char *id = json_string_value(json_object_get(it, "id"));
+            const char *code = json_string_value(json_object_get(it, "code"));
+            const char *cid = json_string_value(json_object_get(it, "container_id"));
+            if (cid) {
+                free(c->wanted_container);
+                c->wanted_container = strdup(cid);
+            }
+            json_t *args = json_pack("{s:s}", "code", code ? code : "");
+            char *a = json_dumps(args, JSON_COMPACT);
+            json_decref(args);
+            struct strbuf logs = {0};
+            size_t k;
+            json_t *o;
+            json_array_foreach(json_object_get(it, "outputs"), k, o)
+            {
+                const char *l = json_string_value(json_object_get(o, "logs"));
+                if (l)
+                    strbuf_puts(&logs, l);
+            }
+            json_array_append_new(conv, json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call",
+                                                  "call_id", id ? id : "ci", "name", c->tool_name,
+                                                  "arguments", a ? a : "{}"));
+            json_array_append_new(conv, json_pack("{s:s, s:s, s:s}", "type", "function_call_output",
+                                                  "call_id", id ? id : "ci", "output",
+                                                  logs.len ? strbuf_str(&logs) : "(no output)"));
+            free(a);
+            strbuf_free(&logs);
+            continue;
+        }
+        json_t *copy = json_deep_copy(it);
+        if (type && !strcmp(type, "message")) { /* the id is ours, not the upstream's */
+            json_object_del(copy, "id");
+            flatten_text(copy);
+        }
+        if (type && !strcmp(type, "function_call_output"))
+            json_object_del(copy, "id");
+        json_object_del(copy, "status");
+        json_array_append_new(conv, copy);
+    }
+    return conv;
+}
+
+/* The container of the latest code call of a stored response. */
+static void note_container(struct gw_call *c, json_t *response)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach(json_object_get(response, "output"), i, it)
+    {
+        const char *cid = json_string_value(json_object_get(it, "container_id"));
+        if (cid && *cid) {
+            free(c->wanted_container);
+            c->wanted_container = strdup(cid);
+        }
+    }
+}
+
+static int load_previous(struct gw_call *c, json_t **prev_items)
+{
+    json_t *prev = json_object_get(c->req, "previous_response_id");
+    *prev_items = NULL;
+    if (!prev || json_is_null(prev))
+        return 0;
+    if (!json_is_string(prev)) {
+        bad_request(c, "previous_response_id", "invalid_type",
+                    "Invalid type for 'previous_response_id': expected a string.");
+        return -EINVAL;
+    }
+    c->prev_id = json_string_value(prev);
+    char *response = NULL, *context = NULL;
+    struct corral_error err;
+    int rc =
+        gw_store_get_response(c->gw->store, c->prev_id, c->owner, &response, NULL, &context, &err);
+    if (rc < 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "Previous response with id '%s' not found.", c->prev_id);
+        bad_request(c, "previous_response_id", "previous_response_not_found", msg);
+        return rc;
+    }
+    json_t *r = json_loads(response, 0, NULL);
+    note_container(c, r);
+    json_decref(r);
+    *prev_items = json_loads(context, 0, NULL);
+    free(response);
+    free(context);
+    if (!json_is_array(*prev_items)) {
+        json_decref(*prev_items);
+        *prev_items = json_array();
+    }
+    return 0;
+}
+
+/* The request sent upstream, without conversation and tool_choice. */
+static int build_base(struct gw_call *c, json_t *client_tools, struct corral_error *err)
+{
+    bool up_chat = c->model->api == GW_API_CHAT;
+    bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
+    json_t *base = json_object();
+    c->base = base;
+    json_object_set_new(base, "model", json_string(c->up_model));
+    if (client_chat == up_chat) {
+        const char *key;
+        json_t *v;
+        const char *const *own = client_chat ? CHAT_OWN_KEYS : RESPONSES_OWN_KEYS;
+        json_object_foreach(c->req, key, v)
+        {
+            if (!in_list(own, key))
+                json_object_set(base, key, v);
+        }
+        if (!client_chat) {
+            json_t *inc = json_object_get(c->req, "include");
+            json_t *keep = json_array();
+            size_t i;
+            json_t *x;
+            json_array_foreach(inc, i, x)
+            {
+                if (!json_is_string(x) ||
+                    strcmp(json_string_value(x), "code_interpreter_call.outputs"))
+                    json_array_append(keep, x);
+            }
+            if (json_array_size(keep))
+                json_object_set(base, "include", keep);
+            json_decref(keep);
+        }
+    } else if (up_chat) {
+        if (gw_params_to_chat(c->req, base, err) < 0)
+            return -EINVAL;
+    } else {
+        if (gw_params_to_responses(c->req, base, err) < 0)
+            return -EINVAL;
+    }
+    json_t *tools = client_chat == up_chat ? json_incref(client_tools)
+                    : up_chat              ? gw_tools_to_chat(client_tools, err)
+                                           : gw_tools_to_responses(client_tools, err);
+    if (!tools)
+        return -EINVAL;
+    if (c->intercept)
+        json_array_insert_new(tools, 0, code_tool(c, up_chat));
+    if (json_array_size(tools))
+        json_object_set(base, "tools", tools);
+    else
+        json_object_del(base, "tools");
+    json_decref(tools);
+    return 0;
+}
+
+static unsigned loop_limit(struct gw_call *c)
+{
+    unsigned ceiling =
+        c->model->max_agentic_loops ? c->model->max_agentic_loops : c->gw->cfg->max_agentic_loops;
+    json_t *asked = json_object_get(c->req, "max_agentic_loops");
+    if (json_is_integer(asked) && json_integer_value(asked) >= 0 &&
+        (uint64_t)json_integer_value(asked) < ceiling)
+        return (unsigned)json_integer_value(asked);
+    return ceiling;
+}
+
+static int setup_loop(struct gw_call *c, json_t *client_tools)
+{
+    struct corral_error err = {0};
+    pick_tool_name(c, client_tools);
+    c->max_loops = loop_limit(c);
+    c->output = json_array();
+    c->chat_calls = json_array();
+    c->usage = gw_usage_to_responses(NULL);
+    c->status = "completed";
+    bool up_chat = c->model->api == GW_API_CHAT;
+    if (c->api == CORRAL_GATEWAY_RESPONSES) {
+        json_t *input = json_object_get(c->req, "input");
+        if (input && !json_is_string(input) && !json_is_array(input)) {
+            bad_request(c, "input", "invalid_type",
+                        "Invalid type for 'input': expected a string or an array of items.");
+            return -EINVAL;
+        }
+        json_t *prev_items = NULL;
+        if (load_previous(c, &prev_items) < 0)
+            return -ENOENT;
+        c->input_items = normalize_input(c, input ? input : json_string(""));
+        if (input == NULL)
+            json_decref(json_array_get(c->input_items, 0)); /* never: input is required */
+        json_t *mine = conversation_items(c, c->input_items);
+        c->items = prev_items ? prev_items : json_array();
+        json_array_extend(c->items, mine);
+        json_decref(mine);
+        if (up_chat) {
+            const char *instructions = json_string_value(json_object_get(c->req, "instructions"));
+            c->conv = gw_items_to_messages(c->items, instructions, &err);
+        } else {
+            c->conv = json_deep_copy(c->items);
+        }
+    } else {
+        json_t *messages = json_object_get(c->req, "messages");
+        if (!json_is_array(messages)) {
+            bad_request(c, "messages", "missing_required_parameter",
+                        "Missing required parameter: 'messages'.");
+            return -EINVAL;
+        }
+        json_t *n = json_object_get(c->req, "n");
+        if (c->intercept && json_is_integer(n) && json_integer_value(n) > 1) {
+            bad_request(c, "n", "unsupported_value",
+                        "'n' greater than 1 is not supported with code_interpreter.");
+            return -EINVAL;
+        }
+        c->conv = up_chat ? json_deep_copy(messages) : gw_messages_to_items(messages, &err);
+    }
+    if (!c->conv || build_base(c, client_tools, &err) < 0 || set_tool_choice(c, &err) < 0) {
+        bad_request(c, NULL, "invalid_value", err.message[0] ? err.message : "Invalid request.");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---- storing ---- */
+
+static void store_response(struct gw_call *c)
+{
+    if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled)
+        return;
+    json_t *r = NULL;
+    if (c->out->body)
+        r = json_loads(c->out->body, 0, NULL);
+    char *response = r ? json_dumps(r, JSON_COMPACT) : NULL;
+    json_decref(r);
+    if (!response) { /* streamed: rebuild the final object */
+        return;
+    }
+    char *input = json_dumps(c->input_items, JSON_COMPACT);
+    char *context = json_dumps(c->items, JSON_COMPACT);
+    struct corral_error err;
+    if (input && context &&
+        gw_store_put_response(c->gw->store, c->resp_id, c->owner, c->created_at, response, input,
+                              context, &err) < 0)
+        fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err.message);
+    free(response);
+    free(input);
+    free(context);
+}
+
+/* ---- the entry point ---- */
+
+static void call_free(struct gw_call *c)
+{
+    json_decref(c->req);
+    free(c->up_model);
+    json_decref(c->base);
+    json_decref(c->conv);
+    json_decref(c->items);
+    json_decref(c->input_items);
+    json_decref(c->choice_first);
+    json_decref(c->choice_rest);
+    json_decref(c->output);
+    strbuf_free(&c->chat_text);
+    json_decref(c->chat_calls);
+    json_decref(c->usage);
+    json_decref(c->error);
+    free(c->finish_reason);
+    free(c->wanted_container);
+}
+
+int gw_call_store_streamed(struct gw_call *c, const char *response_json);
+
+static int dispatch(struct gw_call *c, const char *body, size_t len)
+{
+    json_error_t jerr;
+    c->req = json_loadb(body, len, 0, &jerr);
+    if (!json_is_object(c->req)) {
+        bad_request(c, NULL, NULL,
+                    "We could not parse the JSON body of your request. (HINT: This likely means "
+                    "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
+                    "payload, but what was sent was not valid JSON.)");
+        return -EINVAL;
+    }
+    json_t *model = json_object_get(c->req, "model");
+    if (!json_is_string(model)) {
+        bad_request(c, "model", "missing_required_parameter",
+                    "Missing required parameter: 'model'.");
+        return -EINVAL;
+    }
+    c->client_model = json_string_value(model);
+    c->model = gw_config_model(c->gw->cfg, c->client_model);
+    if (!c->model) {
+        gw_reply_error(c->out, 404, "invalid_request_error", "model", "model_not_found",
+                       "The model `%s` does not exist or you do not have access to it.",
+                       c->client_model);
+        return -ENOENT;
+    }
+    c->up_model = upstream_model(c->model, c->client_model);
+    resolve_path(c);
+    c->stream = json_is_true(json_object_get(c->req, "stream"));
+    if (c->stream && (!c->ev || !c->ev->on_bytes)) {
+        bad_request(c, "stream", "unsupported_value",
+                    "Streaming needs an event callback in this embedding.");
+        return -EINVAL;
+    }
+    json_t *store = json_object_get(c->req, "store");
+    c->store = !json_is_false(store);
+    json_t *include = json_object_get(c->req, "include");
+    size_t i;
+    json_t *x;
+    json_array_foreach(include, i, x)
+    {
+        if (json_is_string(x) && !strcmp(json_string_value(x), "code_interpreter_call.outputs"))
+            c->include_outputs = true;
+    }
+    json_t *tools = json_object_get(c->req, "tools");
+    if (tools && !json_is_array(tools) && !json_is_null(tools)) {
+        bad_request(c, "tools", "invalid_type", "Invalid type for 'tools': expected an array.");
+        return -EINVAL;
+    }
+    json_t *client_tools = NULL;
+    if (take_code_tools(c, tools, &client_tools) < 0) {
+        json_decref(client_tools);
+        return -EINVAL;
+    }
+    bool same_api = (c->api == CORRAL_GATEWAY_CHAT) == (c->model->api == GW_API_CHAT);
+    json_t *prev = json_object_get(c->req, "previous_response_id");
+    bool ours_prev = false;
+    if (json_is_string(prev)) {
+        ours_prev = gw_store_get_response(c->gw->store, json_string_value(prev), c->owner, NULL,
+                                          NULL, NULL, &(struct corral_error){0}) == 0;
+    }
+    if (!c->intercept && same_api && !ours_prev) {
+        json_decref(client_tools);
+        proxy(c);
+        return 0;
+    }
+    gw_new_id(c->resp_id, sizeof(c->resp_id), "resp_", 48);
+    gw_new_id(c->chat_id, sizeof(c->chat_id), "chatcmpl-", 32);
+    c->created_at = (int64_t)time(NULL);
+    int rc = setup_loop(c, client_tools);
+    json_decref(client_tools);
+    if (rc < 0)
+        return rc;
+    run_loop(c);
+    if (c->api == CORRAL_GATEWAY_RESPONSES && c->out->streamed && !c->cancelled) {
+        /* a streamed response is stored as the non-streamed one would be */
+        c->out->body = NULL;
+    }
+    return 0;
+}
+
+static void store_streamed(struct gw_call *c)
+{
+    if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled || !c->out->streamed ||
+        !c->output)
+        return;
+    /* rebuild the final object exactly as the stream's last event held it */
+    bool was_stream = c->stream;
+    c->stream = false;
+    struct corral_gateway_reply tmp = {0};
+    struct corral_gateway_reply *saved = c->out;
+    c->out = &tmp;
+    gw_emit_finish(c);
+    store_response(c);
+    c->out = saved;
+    c->stream = was_stream;
+    corral_gateway_reply_free(&tmp);
+}
+
+int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const char *body,
+                        size_t len, const char *key, const struct corral_gateway_events *ev,
+                        struct corral_gateway_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&gw->lock);
+    if (gw->stopping) {
+        pthread_mutex_unlock(&gw->lock);
+        gw_reply_error(out, 503, "server_error", NULL, NULL, "The gateway is shutting down.");
+        return -ESHUTDOWN;
+    }
+    gw->calls++;
+    pthread_mutex_unlock(&gw->lock);
+
+    struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out};
+    gw_owner_of(key, c.owner, sizeof(c.owner));
+    int rc = dispatch(&c, body, len);
+    if (rc == 0 && !c.cancelled) {
+        if (out->streamed)
+            store_streamed(&c);
+        else if (out->status == 200 && c.output)
+            store_response(&c);
+    }
+    /* the containers this call made live on only when its response was stored */
+    bool keep = c.api == CORRAL_GATEWAY_RESPONSES && c.store && !c.cancelled &&
+                (out->status == 200 || out->streamed);
+    if (c.container)
+        gw_container_put(gw, c.container, c.container_new && !keep);
+    if (c.cancelled) {
+        rc = -ECANCELED;
+        if (!out->status)
+            out->status = 499;
+    }
+    call_free(&c);
+
+    pthread_mutex_lock(&gw->lock);
+    if (--gw->calls == 0)
+        pthread_cond_broadcast(&gw->idle);
+    pthread_mutex_unlock(&gw->lock);
+    return rc;
+}

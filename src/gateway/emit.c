@@ -1,0 +1,486 @@
+/*
+ * What the client receives. The same hooks build the final object and,
+ * when the client streams, the events as things happen, so a stream's
+ * final response is the object a non-streamed call returns:
+ *   Responses: output items (messages, reasoning, code_interpreter_call,
+ *     function_call) and OpenAI's event sequence, every event numbered;
+ *   Chat Completions: the assistant message and its chunks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/translate.h"
+
+/* ---- framing ---- */
+
+void gw_send(struct gw_call *c, const char *data, size_t len)
+{
+    if (c->cancelled || !c->ev || !c->ev->on_bytes)
+        return;
+    if (c->ev->on_bytes(c->ev->userdata, data, len) != 0)
+        c->cancelled = true;
+}
+
+static void send_json(struct gw_call *c, const char *event, json_t *payload)
+{
+    char *text = json_dumps(payload, JSON_COMPACT);
+    json_decref(payload);
+    if (!text) {
+        c->cancelled = true;
+        return;
+    }
+    struct strbuf b = {0};
+    if (event)
+        strbuf_printf(&b, "event: %s\n", event);
+    strbuf_puts(&b, "data: ");
+    strbuf_puts(&b, text);
+    strbuf_puts(&b, "\n\n");
+    free(text);
+    gw_send(c, strbuf_str(&b), b.len);
+    strbuf_free(&b);
+}
+
+/* A Responses event: `type`, then the sequence number, then the payload's keys. */
+static void event(struct gw_call *c, const char *type, json_t *payload)
+{
+    if (!c->stream || !c->started) {
+        json_decref(payload);
+        return;
+    }
+    json_t *e = json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)c->seq++);
+    json_object_update(e, payload);
+    json_decref(payload);
+    send_json(c, type, e);
+}
+
+static json_t *chunk(struct gw_call *c, json_t *delta, const char *finish)
+{
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs",
+                               "finish_reason", finish ? json_string(finish) : json_null());
+    return json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o]}", "id", c->chat_id, "object",
+                     "chat.completion.chunk", "created", (json_int_t)c->created_at, "model",
+                     c->client_model, "system_fingerprint", "choices", choice);
+}
+
+static void chat_chunk(struct gw_call *c, json_t *delta)
+{
+    if (!c->stream || !c->started) {
+        json_decref(delta);
+        return;
+    }
+    send_json(c, NULL, chunk(c, delta, NULL));
+}
+
+/* ---- the Response object ---- */
+
+static json_t *echo(struct gw_call *c, const char *key, json_t *dflt)
+{
+    json_t *v = json_object_get(c->req, key);
+    if (v && !json_is_null(v)) {
+        json_decref(dflt);
+        return json_incref(v);
+    }
+    return dflt ? dflt : json_null();
+}
+
+static json_t *response_object(struct gw_call *c, bool final)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "id", json_string(c->resp_id));
+    json_object_set_new(r, "object", json_string("response"));
+    json_object_set_new(r, "created_at", json_integer(c->created_at));
+    const char *status = final ? c->status : "in_progress";
+    json_object_set_new(r, "status", json_string(status));
+    json_object_set_new(r, "completed_at",
+                        final && !strcmp(status, "completed") ? json_integer((json_int_t)time(NULL))
+                                                              : json_null());
+    json_object_set_new(r, "background", json_false());
+    json_object_set_new(r, "error", final && c->error ? json_incref(c->error) : json_null());
+    json_object_set_new(r, "incomplete_details",
+                        final && c->incomplete_reason
+                            ? json_pack("{s:s}", "reason", c->incomplete_reason)
+                            : json_null());
+    json_object_set_new(r, "instructions", echo(c, "instructions", NULL));
+    json_object_set_new(r, "max_output_tokens", echo(c, "max_output_tokens", NULL));
+    json_object_set_new(r, "max_tool_calls", echo(c, "max_tool_calls", NULL));
+    json_object_set_new(r, "model", json_string(c->client_model));
+    json_object_set_new(r, "output", final ? json_deep_copy(c->output) : json_array());
+    json_object_set_new(r, "parallel_tool_calls", echo(c, "parallel_tool_calls", json_true()));
+    json_object_set_new(r, "previous_response_id",
+                        c->prev_id ? json_string(c->prev_id) : json_null());
+    json_object_set_new(r, "reasoning",
+                        echo(c, "reasoning", json_pack("{s:n, s:n}", "effort", "summary")));
+    json_object_set_new(r, "service_tier",
+                        echo(c, "service_tier", json_string(final ? "default" : "auto")));
+    json_object_set_new(r, "store", json_boolean(c->store));
+    json_object_set_new(r, "temperature", echo(c, "temperature", json_real(1.0)));
+    json_object_set_new(r, "text",
+                        echo(c, "text", json_pack("{s:{s:s}}", "format", "type", "text")));
+    json_object_set_new(r, "tool_choice", echo(c, "tool_choice", json_string("auto")));
+    json_object_set_new(r, "tools", echo(c, "tools", json_array()));
+    json_object_set_new(r, "top_logprobs", echo(c, "top_logprobs", json_integer(0)));
+    json_object_set_new(r, "top_p", echo(c, "top_p", json_real(1.0)));
+    json_object_set_new(r, "truncation", echo(c, "truncation", json_string("disabled")));
+    json_object_set_new(r, "usage", final ? json_incref(c->usage) : json_null());
+    json_object_set_new(r, "user", echo(c, "user", NULL));
+    json_object_set_new(r, "metadata", echo(c, "metadata", json_object()));
+    return r;
+}
+
+void gw_emit_started(struct gw_call *c)
+{
+    if (!c->stream || c->started || c->cancelled)
+        return;
+    c->started = true;
+    if (c->ev->on_stream_start && c->ev->on_stream_start(c->ev->userdata) != 0) {
+        c->cancelled = true;
+        return;
+    }
+    if (c->api == CORRAL_GATEWAY_RESPONSES) {
+        event(c, "response.created", json_pack("{s:o}", "response", response_object(c, false)));
+        event(c, "response.in_progress", json_pack("{s:o}", "response", response_object(c, false)));
+    } else {
+        c->chat_role_sent = true;
+        chat_chunk(c, json_pack("{s:s, s:s, s:n}", "role", "assistant", "content", "", "refusal"));
+    }
+}
+
+/* ---- items ---- */
+
+static json_t *text_part(const char *text)
+{
+    return json_pack("{s:s, s:[], s:[], s:s}", "type", "output_text", "annotations", "logprobs",
+                     "text", text);
+}
+
+static void close_message(struct gw_call *c, struct gw_turn *t)
+{
+    if (!t->msg_open)
+        return;
+    t->msg_open = false;
+    if (c->api != CORRAL_GATEWAY_RESPONSES)
+        return;
+    const char *id = json_string_value(json_object_get(t->msg_item, "id"));
+    /* the text of this message: what came since it opened */
+    const char *text = json_string_value(json_object_get(t->msg_item, "_text"));
+    json_t *part = text_part(text ? text : "");
+    event(c, "response.output_text.done",
+          json_pack("{s:s, s:I, s:i, s:s, s:[]}", "item_id", id, "output_index",
+                    (json_int_t)t->msg_index, "content_index", 0, "text", text ? text : "",
+                    "logprobs"));
+    event(c, "response.content_part.done",
+          json_pack("{s:s, s:I, s:i, s:O}", "item_id", id, "output_index", (json_int_t)t->msg_index,
+                    "content_index", 0, "part", part));
+    json_object_set_new(t->msg_item, "status", json_string("completed"));
+    json_object_set_new(t->msg_item, "content", json_pack("[o]", part));
+    json_object_del(t->msg_item, "_text");
+    event(c, "response.output_item.done",
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)t->msg_index, "item", t->msg_item));
+}
+
+static size_t add_item(struct gw_call *c, json_t *item)
+{
+    size_t index = json_array_size(c->output);
+    json_array_append(c->output, item);
+    event(c, "response.output_item.added",
+          json_pack("{s:I, s:o}", "output_index", (json_int_t)index, "item", json_deep_copy(item)));
+    return index;
+}
+
+void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_t len)
+{
+    if (!len)
+        return;
+    gw_emit_started(c);
+    strbuf_append(&t->text, delta, len);
+    if (c->api == CORRAL_GATEWAY_CHAT) {
+        struct strbuf piece = {0};
+        if (!t->text_started && c->chat_text.len)
+            strbuf_puts(&piece, "\n\n");
+        strbuf_append(&piece, delta, len);
+        t->text_started = true;
+        strbuf_append(&c->chat_text, strbuf_str(&piece), piece.len);
+        chat_chunk(c, json_pack("{s:s%}", "content", strbuf_str(&piece), piece.len));
+        strbuf_free(&piece);
+        return;
+    }
+    t->text_started = true;
+    if (!t->msg_open) {
+        char id[64];
+        gw_new_id(id, sizeof(id), "msg_", 48);
+        json_t *item = json_pack("{s:s, s:s, s:s, s:[], s:s}", "id", id, "type", "message",
+                                 "status", "in_progress", "content", "role", "assistant");
+        t->msg_index = add_item(c, item);
+        t->msg_item = item;
+        json_decref(item);
+        t->msg_open = true;
+        json_object_set_new(item, "_text", json_string(""));
+        event(c, "response.content_part.added",
+              json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index",
+                        (json_int_t)t->msg_index, "content_index", 0, "part", text_part("")));
+    }
+    const char *id = json_string_value(json_object_get(t->msg_item, "id"));
+    struct strbuf all = {0};
+    strbuf_puts(&all, json_string_value(json_object_get(t->msg_item, "_text")));
+    strbuf_append(&all, delta, len);
+    json_object_set_new(t->msg_item, "_text", json_stringn(strbuf_str(&all), all.len));
+    strbuf_free(&all);
+    event(c, "response.output_text.delta",
+          json_pack("{s:s, s:I, s:i, s:s%, s:[]}", "item_id", id, "output_index",
+                    (json_int_t)t->msg_index, "content_index", 0, "delta", delta, len, "logprobs"));
+}
+
+struct gw_tool_call *gw_turn_find(struct gw_turn *t, int upstream_index)
+{
+    for (size_t i = 0; i < t->n_calls; i++)
+        if (t->upstream_index[i] == upstream_index)
+            return &t->calls[i];
+    return NULL;
+}
+
+struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
+                                        const char *call_id, const char *name)
+{
+    if (t->n_calls >= GW_MAX_TOOL_CALLS)
+        return NULL;
+    gw_emit_started(c);
+    close_message(c, t);
+    struct gw_tool_call *tc = &t->calls[t->n_calls];
+    t->upstream_index[t->n_calls++] = upstream_index;
+    memset(tc, 0, sizeof(*tc));
+    char id[64];
+    if (!call_id || !*call_id) {
+        gw_new_id(id, sizeof(id), "call_", 24);
+        call_id = id;
+    }
+    tc->call_id = strdup(call_id);
+    tc->name = strdup(name ? name : "");
+    tc->is_code = c->intercept && name && !strcmp(name, c->tool_name);
+    if (tc->is_code) {
+        tc->cx = calloc(1, sizeof(*tc->cx));
+        if (tc->cx)
+            gw_codeargs_init(tc->cx);
+        if (c->api != CORRAL_GATEWAY_RESPONSES)
+            return tc;
+        struct corral_error err;
+        struct gw_container *ct = gw_call_container(c, &err);
+        char item_id[64];
+        gw_new_id(item_id, sizeof(item_id), "ci_", 48);
+        tc->item =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "id", item_id, "type",
+                      "code_interpreter_call", "status", "in_progress", "code", "", "container_id",
+                      ct ? ct->id : "", "outputs", c->include_outputs ? json_array() : json_null());
+        tc->output_index = add_item(c, tc->item);
+        json_decref(tc->item);
+        event(c, "response.code_interpreter_call.in_progress",
+              json_pack("{s:I, s:s}", "output_index", (json_int_t)tc->output_index, "item_id",
+                        item_id));
+        return tc;
+    }
+    if (c->api == CORRAL_GATEWAY_CHAT) {
+        tc->chat_index = c->chat_next_index++;
+        chat_chunk(c, json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index",
+                                tc->chat_index, "id", tc->call_id, "type", "function", "function",
+                                "name", tc->name, "arguments", ""));
+        return tc;
+    }
+    char item_id[64];
+    gw_new_id(item_id, sizeof(item_id), "fc_", 48);
+    tc->item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", item_id, "type", "function_call",
+                         "status", "in_progress", "arguments", "", "call_id", tc->call_id, "name",
+                         tc->name);
+    tc->output_index = add_item(c, tc->item);
+    json_decref(tc->item);
+    return tc;
+}
+
+void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *delta, size_t len)
+{
+    if (!tc || !len)
+        return;
+    strbuf_append(&tc->args, delta, len);
+    if (tc->is_code) {
+        size_t before = tc->code.len;
+        if (tc->cx)
+            gw_codeargs_feed(tc->cx, delta, len, &tc->code);
+        if (tc->code.len > before && tc->item)
+            event(c, "response.code_interpreter_call_code.delta",
+                  json_pack("{s:I, s:O, s:s%}", "output_index", (json_int_t)tc->output_index,
+                            "item_id", json_object_get(tc->item, "id"), "delta",
+                            strbuf_str(&tc->code) + before, tc->code.len - before));
+        return;
+    }
+    if (c->api == CORRAL_GATEWAY_CHAT) {
+        chat_chunk(c, json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", tc->chat_index,
+                                "function", "arguments", delta, len));
+        return;
+    }
+    event(c, "response.function_call_arguments.delta",
+          json_pack("{s:O, s:I, s:s%}", "item_id", json_object_get(tc->item, "id"), "output_index",
+                    (json_int_t)tc->output_index, "delta", delta, len));
+}
+
+void gw_emit_reasoning(struct gw_call *c, json_t *item)
+{
+    if (c->api != CORRAL_GATEWAY_RESPONSES)
+        return;
+    gw_emit_started(c);
+    size_t index = add_item(c, item);
+    event(c, "response.output_item.done",
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)index, "item", item));
+}
+
+/* The code of a finished call: its arguments' "code" (the streamed text
+ * when the arguments are not valid JSON). */
+static void settle_code(struct gw_tool_call *tc)
+{
+    json_t *args = json_loadb(strbuf_str(&tc->args), tc->args.len, 0, NULL);
+    const char *code = json_string_value(json_object_get(args, "code"));
+    if (code) {
+        tc->code.len = 0;
+        strbuf_append(&tc->code, "", 0);
+        strbuf_puts(&tc->code, code);
+    }
+    json_decref(args);
+}
+
+void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
+{
+    close_message(c, t);
+    if (c->api != CORRAL_GATEWAY_RESPONSES) {
+        for (size_t i = 0; i < t->n_calls; i++)
+            if (t->calls[i].is_code)
+                settle_code(&t->calls[i]);
+        return;
+    }
+    for (size_t i = 0; i < t->n_calls; i++) {
+        struct gw_tool_call *tc = &t->calls[i];
+        if (!tc->item)
+            continue;
+        json_t *id = json_object_get(tc->item, "id");
+        if (tc->is_code) {
+            settle_code(tc);
+            json_object_set_new(tc->item, "code", json_string(strbuf_str(&tc->code)));
+            event(c, "response.code_interpreter_call_code.done",
+                  json_pack("{s:I, s:O, s:s}", "output_index", (json_int_t)tc->output_index,
+                            "item_id", id, "code", strbuf_str(&tc->code)));
+            continue;
+        }
+        json_object_set_new(tc->item, "arguments", json_string(strbuf_str(&tc->args)));
+        json_object_set_new(tc->item, "status", json_string("completed"));
+        event(c, "response.function_call_arguments.done",
+              json_pack("{s:O, s:I, s:s, s:s}", "item_id", id, "output_index",
+                        (json_int_t)tc->output_index, "arguments", strbuf_str(&tc->args), "name",
+                        tc->name));
+        event(c, "response.output_item.done",
+              json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item",
+                        tc->item));
+    }
+}
+
+void gw_emit_interpreting(struct gw_call *c, struct gw_tool_call *tc)
+{
+    if (!tc->item)
+        return;
+    json_object_set_new(tc->item, "status", json_string("interpreting"));
+    event(c, "response.code_interpreter_call.interpreting",
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item_id",
+                    json_object_get(tc->item, "id")));
+}
+
+void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *status,
+                       json_t *outputs)
+{
+    if (!tc->item) {
+        json_decref(outputs);
+        return;
+    }
+    json_object_set_new(tc->item, "status", json_string(status));
+    json_object_set_new(tc->item, "outputs", c->include_outputs && outputs ? outputs : json_null());
+    if (!c->include_outputs || !outputs)
+        json_decref(outputs);
+    if (!strcmp(status, "completed"))
+        event(c, "response.code_interpreter_call.completed",
+              json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item_id",
+                        json_object_get(tc->item, "id")));
+    event(c, "response.output_item.done",
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item", tc->item));
+}
+
+/* ---- the end ---- */
+
+static json_t *chat_completion(struct gw_call *c)
+{
+    json_t *msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
+                            c->chat_text.len || !json_array_size(c->chat_calls)
+                                ? json_string(strbuf_str(&c->chat_text))
+                                : json_null(),
+                            "refusal");
+    if (json_array_size(c->chat_calls))
+        json_object_set(msg, "tool_calls", c->chat_calls);
+    json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
+                               "finish_reason", c->finish_reason ? c->finish_reason : "stop");
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:n}", "id", c->chat_id, "object",
+                     "chat.completion", "created", (json_int_t)c->created_at, "model",
+                     c->client_model, "choices", choice, "usage", gw_usage_to_chat(c->usage),
+                     "system_fingerprint");
+}
+
+void gw_emit_finish(struct gw_call *c)
+{
+    if (c->api == CORRAL_GATEWAY_RESPONSES) {
+        json_t *r = response_object(c, true);
+        if (c->stream) {
+            gw_emit_started(c);
+            const char *type = !strcmp(c->status, "completed")    ? "response.completed"
+                               : !strcmp(c->status, "incomplete") ? "response.incomplete"
+                                                                  : "response.failed";
+            event(c, type, json_pack("{s:O}", "response", r));
+            c->out->streamed = true;
+            c->out->status = 200;
+        } else {
+            gw_reply_json(c->out, 200, json_incref(r));
+        }
+        json_decref(r);
+        return;
+    }
+    if (!c->stream) {
+        gw_reply_json(c->out, 200, chat_completion(c));
+        return;
+    }
+    gw_emit_started(c);
+    send_json(c, NULL, chunk(c, json_object(), c->finish_reason ? c->finish_reason : "stop"));
+    json_t *so = json_object_get(c->req, "stream_options");
+    if (json_is_true(json_object_get(so, "include_usage"))) {
+        json_t *u = chunk(c, json_object(), NULL);
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", gw_usage_to_chat(c->usage));
+        send_json(c, NULL, u);
+    }
+    gw_send(c, "data: [DONE]\n\n", 14);
+    c->out->streamed = true;
+    c->out->status = 200;
+}
+
+void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
+                          const char *message)
+{
+    c->out->streamed = true;
+    c->out->status = 200;
+    if (c->api == CORRAL_GATEWAY_CHAT) {
+        send_json(c, NULL,
+                  json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message, "type", type,
+                            "param", "code", code));
+        return;
+    }
+    event(c, "error",
+          json_pack("{s:{s:s, s:s, s:s, s:n}, s:s, s:s, s:n}", "error", "type", type, "code", code,
+                    "message", message, "param", "code", code, "message", message, "param"));
+    c->status = "failed";
+    json_decref(c->error);
+    c->error = json_pack("{s:s, s:s}", "code", code, "message", message);
+    event(c, "response.failed", json_pack("{s:o}", "response", response_object(c, true)));
+}

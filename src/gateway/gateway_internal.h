@@ -1,0 +1,221 @@
+/*
+ * The gateway's inner structures, shared by its files:
+ *   gateway.c    the object, containers (sandboxes with a lifetime), stored
+ *                responses and the small endpoints
+ *   call.c       one request: validation, plain proxying, the interception
+ *                loop, storage
+ *   turn.c       one upstream turn: the request sent, the answer parsed
+ *                (whole or streamed) into the emitter's hooks
+ *   emit.c       what the client receives: Responses items and events,
+ *                chat completions and chunks
+ *   codeargs.c   the code extracted as it streams out of a tool call's
+ *                JSON arguments
+ */
+#ifndef CORRAL_GATEWAY_INTERNAL_H
+#define CORRAL_GATEWAY_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/strbuf.h"
+#include "config/config.h"
+#include "config/gateway_config.h"
+#include "corral/gateway.h"
+#include "providers/provider.h"
+#include "store/store.h"
+
+#define GW_MAX_TOOL_CALLS        64 /* tool calls in one upstream turn */
+#define GW_CONTAINER_LIFETIME_MS (20ull * 60 * 1000)
+
+/* Takes ownership of cfg (freed with the gateway). */
+int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
+                               struct corral_error *err);
+
+/* ---- containers: a provider sandbox with an id and an owner ---- */
+
+struct gw_container {
+    char id[64]; /* cntr_ + 48 hex */
+    char owner[80];
+    const struct gw_provider *provider;
+    struct gw_sandbox *sb;
+    uint64_t lifetime_ms;
+    int refs;
+    bool dead;
+    pthread_mutex_t exec_lock; /* one execution at a time */
+    struct gw_container *next;
+};
+
+struct corral_gateway {
+    struct gw_config *cfg;
+    struct corral_config *file_cfg; /* when the gateway parsed the file itself */
+    char *state_dir;
+    struct gw_store *store;
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    struct gw_container *containers;
+    struct gw_running *running; /* executions watched for cancellation */
+    unsigned calls;             /* calls in progress */
+    pthread_t monitor;
+    bool monitor_started, stopping;
+};
+
+/* A new container for `owner`, retained once. */
+int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
+                        struct gw_container **out, struct corral_error *err);
+/* The living container `id` of `owner`, retained; NULL when gone or not theirs. */
+struct gw_container *gw_container_get(corral_gateway *gw, const char *id, const char *owner);
+/* Drops a reference; `remove` kills the container now. */
+void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove);
+
+/* While fn runs an execution of c: if cancelled(userdata) turns true, the
+ * container is killed (the execution then returns). */
+struct gw_running {
+    struct gw_container *c;
+    bool (*cancelled)(void *userdata);
+    void *userdata;
+    bool fired;
+    struct gw_running *next;
+};
+void gw_watch_start(corral_gateway *gw, struct gw_running *r);
+void gw_watch_stop(corral_gateway *gw, struct gw_running *r);
+
+/* ---- errors and ids ---- */
+
+/* Fills a reply with OpenAI's error body. */
+void gw_reply_error(struct corral_gateway_reply *out, int status, const char *type,
+                    const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body); /* takes body */
+/* prefix + hex digits (e.g. "resp_", 48) into buf. */
+void gw_new_id(char *buf, size_t len, const char *prefix, size_t hex);
+/* The owner of a call: "" without a key, else "k:" + the key's SHA-256 prefix. */
+void gw_owner_of(const char *key, char *buf, size_t len);
+
+struct gw_codeargs;
+
+/* ---- one request ---- */
+
+/* A tool call of the current upstream turn. */
+struct gw_tool_call {
+    char *call_id, *name;
+    struct strbuf args;
+    bool is_code;
+    /* the client's side */
+    json_t *item; /* its Responses output item (owned by call->output) */
+    size_t output_index;
+    int chat_index; /* a client function's index in chat chunks */
+    struct gw_codeargs *cx;
+    struct strbuf code; /* code decoded so far */
+    bool executed;
+};
+
+/* One upstream turn, as it arrives. */
+struct gw_turn {
+    struct gw_tool_call calls[GW_MAX_TOOL_CALLS];
+    int upstream_index[GW_MAX_TOOL_CALLS]; /* the upstream's index of each call */
+    size_t n_calls;
+    struct strbuf text;  /* the assistant text of the turn */
+    json_t *reasoning;   /* reasoning items (Responses upstreams) */
+    json_t *native;      /* Responses upstreams: the turn's output items as returned */
+    json_t *usage;       /* Responses-shaped */
+    char *finish_reason; /* chat's, or "length" when the upstream stopped on tokens */
+    bool refused;
+    /* the open message item of a Responses client */
+    json_t *msg_item;
+    size_t msg_index;
+    bool msg_open, text_started;
+    /* streamed parsing */
+    char *failure; /* an error event of the upstream's stream: its JSON */
+    bool completed;
+};
+
+struct gw_call {
+    corral_gateway *gw;
+    enum corral_gateway_api api;
+    const struct corral_gateway_events *ev;
+    struct corral_gateway_reply *out;
+    char owner[80];
+    json_t *req;
+    const char *client_model;
+    const struct gw_model *model;
+    char *up_model;
+    const char *up_path;
+    char up_path_buf[512];
+    bool stream, intercept, include_outputs, store;
+    char tool_name[96];
+    unsigned max_loops, loops;
+    json_t *base;         /* the upstream request without conversation, tool_choice, stream */
+    json_t *conv;         /* the conversation in the upstream's shape */
+    json_t *items;        /* Responses clients: the conversation as items (stored) */
+    json_t *input_items;  /* Responses clients: this request's input items, with ids */
+    json_t *choice_first; /* tool_choice of the first upstream turn (NULL: none) */
+    json_t *choice_rest;
+    json_t *output; /* Responses output items */
+    struct strbuf chat_text;
+    json_t *chat_calls; /* a chat client's own tool calls */
+    int chat_next_index;
+    json_t *usage;      /* summed, Responses-shaped */
+    const char *status; /* completed | incomplete | failed */
+    const char *incomplete_reason;
+    json_t *error; /* {code, message} of a failed response */
+    char *finish_reason;
+    char *wanted_container; /* the container of an earlier code call of this conversation */
+    struct gw_container *container;
+    bool container_new;
+    const char *prev_id;
+    char resp_id[64], chat_id[64];
+    int64_t created_at;
+    bool started, cancelled, chat_role_sent;
+    uint64_t seq;
+};
+
+/* turn.c: runs one upstream turn into t through the emitter. 0, or a
+ * negative errno: the answer (an error reply or a failed stream) is then
+ * already made, or the call was cancelled. */
+int gw_turn_run(struct gw_call *c, struct gw_turn *t);
+void gw_turn_free(struct gw_turn *t);
+bool gw_call_cancelled(struct gw_call *c);
+/* call.c: the container of this call, created on first use; NULL with
+ * *err when no sandbox could be had. */
+struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *err);
+
+/* emit.c: what the client sees. */
+void gw_emit_started(struct gw_call *c);
+void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_t len);
+struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
+                                        const char *call_id, const char *name);
+struct gw_tool_call *gw_turn_find(struct gw_turn *t, int upstream_index);
+void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *delta, size_t len);
+void gw_emit_reasoning(struct gw_call *c, json_t *item);
+void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t);
+void gw_emit_interpreting(struct gw_call *c, struct gw_tool_call *tc);
+/* status: completed | failed | incomplete; outputs: the item's outputs (taken). */
+void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *status,
+                       json_t *outputs);
+/* The end: the final response or chat completion (non-streamed: into c->out). */
+void gw_emit_finish(struct gw_call *c);
+/* A failure after the stream started: error event + response.failed. */
+void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
+                          const char *message);
+/* Raw bytes to the client (the call is cancelled when it is gone). */
+void gw_send(struct gw_call *c, const char *data, size_t len);
+
+/* ---- the incremental code extractor ---- */
+
+struct gw_codeargs {
+    int state; /* position in the top-level object */
+    int depth; /* nesting while skipping a value */
+    bool in_string, escape, is_code_key, done;
+    struct strbuf key;
+    char u[5]; /* a \uXXXX escape being read */
+    int u_len;
+    unsigned hi_surrogate;
+};
+void gw_codeargs_init(struct gw_codeargs *c);
+/* Feeds argument text; appends the newly decoded code to `code`. */
+void gw_codeargs_feed(struct gw_codeargs *c, const char *text, size_t len, struct strbuf *code);
+void gw_codeargs_free(struct gw_codeargs *c);
+
+#endif

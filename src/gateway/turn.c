@@ -1,0 +1,436 @@
+/*
+ * One upstream turn of the interception loop: the request (the call's base
+ * request, the conversation so far, the turn's tool_choice), sent whole or
+ * streamed, and the answer fed to the emitter piece by piece: text deltas,
+ * tool calls as they start and as their arguments grow, reasoning items,
+ * usage. A whole answer is fed through the same hooks in one go, so a
+ * stream and a non-streamed call build the same result.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/gateway_internal.h"
+#include "gateway/translate.h"
+#include "gateway/upstream.h"
+
+void gw_turn_free(struct gw_turn *t)
+{
+    for (size_t i = 0; i < t->n_calls; i++) {
+        struct gw_tool_call *tc = &t->calls[i];
+        free(tc->call_id);
+        free(tc->name);
+        strbuf_free(&tc->args);
+        strbuf_free(&tc->code);
+        if (tc->cx) {
+            gw_codeargs_free(tc->cx);
+            free(tc->cx);
+        }
+    }
+    strbuf_free(&t->text);
+    json_decref(t->reasoning);
+    json_decref(t->native);
+    json_decref(t->usage);
+    free(t->finish_reason);
+    free(t->failure);
+    memset(t, 0, sizeof(*t));
+}
+
+bool gw_call_cancelled(struct gw_call *c)
+{
+    if (!c->cancelled && c->ev && c->ev->cancelled && c->ev->cancelled(c->ev->userdata))
+        c->cancelled = true;
+    return c->cancelled;
+}
+
+static bool sink_cancelled(void *u)
+{
+    return gw_call_cancelled(u);
+}
+
+static void set_finish(struct gw_turn *t, const char *reason)
+{
+    if (!reason)
+        return;
+    free(t->finish_reason);
+    t->finish_reason = strdup(reason);
+}
+
+/* ---- chat upstreams ---- */
+
+/* A chat message (whole, or a chunk's delta) into the emitter. */
+static void chat_delta(struct gw_call *c, struct gw_turn *t, json_t *delta)
+{
+    const char *text = json_string_value(json_object_get(delta, "content"));
+    if (text)
+        gw_emit_text(c, t, text, strlen(text));
+    const char *refusal = json_string_value(json_object_get(delta, "refusal"));
+    if (refusal && *refusal) {
+        t->refused = true;
+        gw_emit_text(c, t, refusal, strlen(refusal));
+    }
+    size_t i;
+    json_t *call;
+    json_array_foreach(json_object_get(delta, "tool_calls"), i, call)
+    {
+        json_t *idx = json_object_get(call, "index");
+        int index = json_is_integer(idx) ? (int)json_integer_value(idx) : (int)i;
+        json_t *fn = json_object_get(call, "function");
+        struct gw_tool_call *tc = gw_turn_find(t, index);
+        if (!tc)
+            tc = gw_emit_tool_start(c, t, index, json_string_value(json_object_get(call, "id")),
+                                    json_string_value(json_object_get(fn, "name")));
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        if (tc && args)
+            gw_emit_tool_args(c, tc, args, strlen(args));
+    }
+}
+
+static void chat_usage(struct gw_turn *t, json_t *usage)
+{
+    if (!json_is_object(usage))
+        return;
+    json_decref(t->usage);
+    t->usage = gw_usage_to_responses(usage);
+}
+
+static void chat_whole(struct gw_call *c, struct gw_turn *t, json_t *body)
+{
+    json_t *choice = json_array_get(json_object_get(body, "choices"), 0);
+    chat_delta(c, t, json_object_get(choice, "message"));
+    set_finish(t, json_string_value(json_object_get(choice, "finish_reason")));
+    chat_usage(t, json_object_get(body, "usage"));
+    t->completed = true;
+}
+
+static int chat_event(struct gw_call *c, struct gw_turn *t, const char *data)
+{
+    if (!strcmp(data, "[DONE]")) {
+        t->completed = true;
+        return 0;
+    }
+    json_t *j = json_loads(data, 0, NULL);
+    if (!j)
+        return 0; /* not JSON: ignored, as the SDKs do */
+    if (json_object_get(j, "error")) {
+        free(t->failure);
+        t->failure = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        return -EPROTO;
+    }
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    if (choice) {
+        chat_delta(c, t, json_object_get(choice, "delta"));
+        set_finish(t, json_string_value(json_object_get(choice, "finish_reason")));
+    }
+    chat_usage(t, json_object_get(j, "usage"));
+    json_decref(j);
+    return 0;
+}
+
+/* ---- Responses upstreams ---- */
+
+static void responses_usage_of(struct gw_turn *t, json_t *response)
+{
+    json_t *u = json_object_get(response, "usage");
+    if (json_is_object(u)) {
+        json_decref(t->usage);
+        t->usage = json_deep_copy(u);
+    }
+    const char *status = json_string_value(json_object_get(response, "status"));
+    if (status && !strcmp(status, "incomplete"))
+        set_finish(t, "length");
+}
+
+static void message_text(struct gw_call *c, struct gw_turn *t, json_t *item)
+{
+    size_t i;
+    json_t *part;
+    json_array_foreach(json_object_get(item, "content"), i, part)
+    {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const char *text = NULL;
+        if (type && !strcmp(type, "output_text"))
+            text = json_string_value(json_object_get(part, "text"));
+        else if (type && !strcmp(type, "refusal")) {
+            text = json_string_value(json_object_get(part, "refusal"));
+            t->refused = true;
+        }
+        if (text)
+            gw_emit_text(c, t, text, strlen(text));
+    }
+}
+
+/* A whole Responses answer (or the final response of a stream when nothing
+ * was streamed before) into the emitter. */
+static void responses_whole(struct gw_call *c, struct gw_turn *t, json_t *response)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(response, "output"), i, item)
+    {
+        const char *type = json_string_value(json_object_get(item, "type"));
+        if (!type)
+            continue;
+        if (!strcmp(type, "message"))
+            message_text(c, t, item);
+        else if (!strcmp(type, "reasoning"))
+            gw_emit_reasoning(c, item);
+        else if (!strcmp(type, "function_call")) {
+            struct gw_tool_call *tc = gw_emit_tool_start(
+                c, t, (int)i, json_string_value(json_object_get(item, "call_id")),
+                json_string_value(json_object_get(item, "name")));
+            const char *args = json_string_value(json_object_get(item, "arguments"));
+            if (tc && args)
+                gw_emit_tool_args(c, tc, args, strlen(args));
+        }
+    }
+    json_decref(t->native);
+    t->native = json_deep_copy(json_object_get(response, "output"));
+    responses_usage_of(t, response);
+    t->completed = true;
+}
+
+static int responses_event(struct gw_call *c, struct gw_turn *t, const char *data)
+{
+    json_t *j = json_loads(data, 0, NULL);
+    if (!j)
+        return 0;
+    const char *type = json_string_value(json_object_get(j, "type"));
+    int rc = 0;
+    if (!type) {
+        /* nothing */
+    } else if (!strcmp(type, "response.output_text.delta") ||
+               !strcmp(type, "response.refusal.delta")) {
+        const char *d = json_string_value(json_object_get(j, "delta"));
+        if (d)
+            gw_emit_text(c, t, d, strlen(d));
+    } else if (!strcmp(type, "response.output_item.added")) {
+        json_t *item = json_object_get(j, "item");
+        const char *it = json_string_value(json_object_get(item, "type"));
+        if (it && !strcmp(it, "function_call"))
+            gw_emit_tool_start(c, t, (int)json_integer_value(json_object_get(j, "output_index")),
+                               json_string_value(json_object_get(item, "call_id")),
+                               json_string_value(json_object_get(item, "name")));
+    } else if (!strcmp(type, "response.function_call_arguments.delta")) {
+        const char *d = json_string_value(json_object_get(j, "delta"));
+        struct gw_tool_call *tc =
+            gw_turn_find(t, (int)json_integer_value(json_object_get(j, "output_index")));
+        if (tc && d)
+            gw_emit_tool_args(c, tc, d, strlen(d));
+    } else if (!strcmp(type, "response.output_item.done")) {
+        json_t *item = json_object_get(j, "item");
+        const char *it = json_string_value(json_object_get(item, "type"));
+        int index = (int)json_integer_value(json_object_get(j, "output_index"));
+        if (it && !strcmp(it, "reasoning")) {
+            gw_emit_reasoning(c, item);
+        } else if (it && !strcmp(it, "function_call")) {
+            /* arguments that never streamed as deltas */
+            struct gw_tool_call *tc = gw_turn_find(t, index);
+            if (!tc)
+                tc = gw_emit_tool_start(c, t, index,
+                                        json_string_value(json_object_get(item, "call_id")),
+                                        json_string_value(json_object_get(item, "name")));
+            const char *args = json_string_value(json_object_get(item, "arguments"));
+            if (tc && args && !tc->args.len)
+                gw_emit_tool_args(c, tc, args, strlen(args));
+        } else if (it && !strcmp(it, "message") && !t->text.len) {
+            message_text(c, t, item);
+        }
+    } else if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete")) {
+        json_t *response = json_object_get(j, "response");
+        json_decref(t->native);
+        t->native = json_deep_copy(json_object_get(response, "output"));
+        responses_usage_of(t, response);
+        t->completed = true;
+    } else if (!strcmp(type, "response.failed") || !strcmp(type, "error")) {
+        free(t->failure);
+        t->failure = json_dumps(j, JSON_COMPACT);
+        rc = -EPROTO;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* ---- sending ---- */
+
+struct stream_ctx {
+    struct gw_call *c;
+    struct gw_turn *t;
+    struct gw_sse sse;
+    bool ok_status;
+};
+
+static int on_sse(void *u, const char *ev, const char *data, size_t len)
+{
+    struct stream_ctx *s = u;
+    if (gw_call_cancelled(s->c))
+        return -ECANCELED;
+    return s->c->model->api == GW_API_CHAT ? chat_event(s->c, s->t, data)
+                                           : responses_event(s->c, s->t, data);
+}
+
+static int on_data(void *u, const char *data, size_t len)
+{
+    struct stream_ctx *s = u;
+    int rc = gw_sse_feed(&s->sse, data, len);
+    return rc || s->c->cancelled ? -1 : 0;
+}
+
+static json_t *turn_body(struct gw_call *c)
+{
+    json_t *body = json_copy(c->base);
+    json_object_set(body, c->model->api == GW_API_CHAT ? "messages" : "input", c->conv);
+    json_t *choice = c->loops == 0 ? c->choice_first : c->choice_rest;
+    if (choice)
+        json_object_set(body, "tool_choice", choice);
+    if (c->stream) {
+        json_object_set_new(body, "stream", json_true());
+        if (c->model->api == GW_API_CHAT)
+            json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    }
+    return body;
+}
+
+void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u);
+
+/* The upstream's error answer, passed on as it came (before the stream
+ * started), or as a stream's error event. */
+static void upstream_failed(struct gw_call *c, const struct gw_upstream_reply *r)
+{
+    json_t *body = r->body ? json_loads(r->body, 0, NULL) : NULL;
+    json_t *e = json_object_get(body, "error");
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    if (!msg)
+        msg = json_string_value(json_object_get(body, "message"));
+    if (c->started) {
+        const char *type = json_string_value(json_object_get(e, "type"));
+        const char *code = json_string_value(json_object_get(e, "code"));
+        char m[512];
+        snprintf(m, sizeof(m), "the upstream model answered %ld: %s", r->status,
+                 msg ? msg : "(no message)");
+        gw_emit_stream_error(c, type ? type : "server_error", code ? code : "upstream_error", m);
+    } else if (e && json_is_object(e)) {
+        c->out->status = (int)r->status;
+        c->out->body = strdup(r->body);
+        c->out->body_len = r->len;
+        c->out->content_type = strdup("application/json");
+        if (r->retry_after)
+            c->out->retry_after = strdup(r->retry_after);
+        if (r->request_id)
+            c->out->request_id = strdup(r->request_id);
+    } else {
+        gw_reply_error(c->out, r->status >= 400 && r->status < 600 ? (int)r->status : 502,
+                       r->status >= 500 ? "server_error" : "invalid_request_error", NULL,
+                       "upstream_error", "The upstream model answered %ld: %.300s", r->status,
+                       msg ? msg : (r->body ? r->body : "(no body)"));
+    }
+    json_decref(body);
+}
+
+/* A stream that ended in an error event. */
+static void stream_failed(struct gw_call *c, struct gw_turn *t)
+{
+    json_t *j = t->failure ? json_loads(t->failure, 0, NULL) : NULL;
+    json_t *e = json_object_get(j, "error");
+    if (!e)
+        e = json_object_get(json_object_get(j, "response"), "error");
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *type = json_string_value(json_object_get(e, "type"));
+    char m[512];
+    snprintf(m, sizeof(m), "%s", msg ? msg : "the upstream model's stream failed");
+    if (c->stream) {
+        gw_emit_started(c);
+        gw_emit_stream_error(c, type ? type : "server_error", code ? code : "server_error", m);
+    } else {
+        gw_reply_error(c->out, 502, type ? type : "server_error", NULL,
+                       code ? code : "server_error", "%s", m);
+    }
+    json_decref(j);
+}
+
+static void transport_failed(struct gw_call *c, int rc, const struct corral_error *err)
+{
+    const char *code = rc == -ETIMEDOUT ? "upstream_timeout" : "upstream_unreachable";
+    if (c->started) {
+        gw_emit_stream_error(c, "server_error", code, err->message);
+        return;
+    }
+    gw_reply_error(c->out, rc == -ETIMEDOUT ? 504 : 502, "server_error", NULL, code, "%s",
+                   err->message);
+}
+
+int gw_turn_run(struct gw_call *c, struct gw_turn *t)
+{
+    json_t *body = turn_body(c);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) {
+        gw_reply_error(c->out, 500, "server_error", NULL, NULL, "out of memory");
+        return -ENOMEM;
+    }
+    struct gw_upstream u;
+    gw_upstream_of(c, &u);
+    struct stream_ctx s = {.c = c, .t = t};
+    struct gw_upstream_sink sink = {.cancelled = sink_cancelled, .userdata = c};
+    if (c->stream) {
+        gw_sse_init(&s.sse, on_sse, &s);
+        sink.on_data = on_data;
+        sink.userdata = &s;
+        sink.cancelled = NULL; /* polled through on_sse and the call below */
+    }
+    struct gw_upstream_sink *sp = &sink;
+    struct gw_upstream_reply r;
+    struct corral_error err = {0};
+    int rc = gw_upstream_request(&u, "POST", c->up_path, text, strlen(text), sp, &r, &err);
+    free(text);
+    if (c->stream) {
+        if (rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)
+            gw_sse_finish(&s.sse);
+        gw_sse_free(&s.sse);
+    }
+    if (gw_call_cancelled(c)) {
+        gw_upstream_reply_free(&r);
+        return -ECANCELED;
+    }
+    if (rc < 0 && !t->failure) {
+        transport_failed(c, rc, &err);
+        gw_upstream_reply_free(&r);
+        return rc;
+    }
+    if (r.status < 200 || r.status >= 300) {
+        upstream_failed(c, &r);
+        gw_upstream_reply_free(&r);
+        return -EPROTO;
+    }
+    if (t->failure) {
+        stream_failed(c, t);
+        gw_upstream_reply_free(&r);
+        return -EPROTO;
+    }
+    if (!c->stream) {
+        json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+        if (!json_is_object(j)) {
+            json_decref(j);
+            gw_reply_error(c->out, 502, "server_error", NULL, "upstream_error",
+                           "The upstream model's answer is not JSON: %.200s", r.body ? r.body : "");
+            gw_upstream_reply_free(&r);
+            return -EPROTO;
+        }
+        if (c->model->api == GW_API_CHAT)
+            chat_whole(c, t, j);
+        else
+            responses_whole(c, t, j);
+        json_decref(j);
+    }
+    gw_upstream_reply_free(&r);
+    if (!t->completed && c->stream) {
+        struct corral_error e2;
+        corral_fail(&e2, EPROTO, "the upstream model's stream ended before its last event");
+        transport_failed(c, -EPROTO, &e2);
+        return -EPROTO;
+    }
+    gw_emit_turn_end(c, t);
+    return 0;
+}
