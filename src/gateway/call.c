@@ -355,6 +355,23 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
 
 /* ---- the conversation ---- */
 
+/* Whether a Responses upstream's own output items hold the whole turn (some
+ * servers end a stream with a response whose output is left empty). */
+static bool native_usable(const struct gw_turn *t)
+{
+    if (!json_is_array(t->native))
+        return false;
+    size_t calls = 0, messages = 0, i;
+    json_t *it;
+    json_array_foreach(t->native, i, it)
+    {
+        const char *type = json_string_value(json_object_get(it, "type"));
+        calls += type && !strcmp(type, "function_call");
+        messages += type && !strcmp(type, "message");
+    }
+    return calls == t->n_calls && (messages || !t->text.len);
+}
+
 /* Appends the turn and the code results to the upstream conversation and,
  * for a Responses client, to the stored items. results[i] is the text for
  * code call i (NULL: a call left for the client, or not run). */
@@ -365,7 +382,7 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
     json_t *add = json_array();
     size_t i;
     json_t *it;
-    if (t->native) {
+    if (native_usable(t)) {
         json_array_foreach(t->native, i, it)
         {
             const char *type = json_string_value(json_object_get(it, "type"));
