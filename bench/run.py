@@ -30,19 +30,40 @@ the same run, with the ratio of the medians and a target.
    http.client, one kept-alive connection): the server's share. 7e and 7f
    are the client's share: the SDK's calls against a raw-socket HTTP/1.1
    client's in the same Node process, alternating, against the same server.
+8. the OpenAI-compatible gateway (`corral serve --gateway-listen`) proxying
+   plain chat completions (no code_interpreter) to a scripted upstream
+   (bench_gw_upstream: epoll, one thread, a fixed chat.completion or a short
+   event stream), against the same upstream called directly, both driven by
+   the same closed-loop load generator (bench_gw_load: kept-alive
+   connections, the same POST again and again, each request timed). The two
+   alternate in rounds (3 of 3 s each, after 0.5 s of warm-up) to cancel the
+   machine's drift; each statistic is the median of its rounds' values.
+   8a-8f: the added latency (gateway minus direct), p50 and p99, at 1, 8 and
+   64 clients. Targets: p50 <= +100 us, p99 <= +1 ms. 8g: requests per
+   second through the gateway at 64 clients. Target: >= 10,000. 8h, 8i:
+   "stream": true, the time from the request's write to the first byte of
+   the first `data:` event (one client; the upstream writes its first event
+   at once and the others 2 ms apart), gateway minus direct, p50 and p99.
+   Target: <= 1 ms. 8j: the part of it after the upstream's first byte: from
+   the upstream's write of its first event (the time is in the event) to the
+   client's read of it.
 
 The table is printed and written as markdown to bench/results.md. The exit
 status is 1 when a benchmark could not run (or, with --strict, when a target
-is missed), else 0.
+is missed), else 0. `--only 8` (or `--only 4,7b`: rows whose number starts
+with one of the given prefixes) runs only those rows; their table is printed
+and written only to an explicit --results FILE.
 """
 import argparse
 import datetime
+import json
 import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 PYTHON = "/usr/bin/python3"
@@ -294,6 +315,8 @@ def run_all(args, table):
 
     def attempt(num, name, target, fn):
         nonlocal errors
+        if not wanted(args, num):
+            return
         try:
             fn()
         except (BenchError, subprocess.CalledProcessError, OSError, KeyError, ValueError,
@@ -313,11 +336,14 @@ def run_all(args, table):
     attempt("0", "sandbox start", "ratio <= 1.00", row0)
 
     try:
+        if not (wanted(args, "1") or wanted(args, "2")):
+            raise OSError("not wanted")  # rows 1 and 2 are not run
         print("bench: baseline: bwrap python3 -c 'print(1)' ...", file=sys.stderr, flush=True)
         results["bwrap"] = measure(bwrap_cmd("print(1)"), 30, warmup=3)
     except (subprocess.CalledProcessError, OSError) as e:
         results["bwrap"] = None
-        print(f"bench: the bwrap baseline failed: {e}", file=sys.stderr)
+        if wanted(args, "1") or wanted(args, "2"):
+            print(f"bench: the bwrap baseline failed: {e}", file=sys.stderr)
     bwrap = results["bwrap"]
 
     def vs_bwrap(num, name, values, limit):
@@ -503,7 +529,257 @@ def run_all(args, table):
                         "the two calls; libcorral's create + execute, and 7d's client, which "
                         "sends the /execute at once, wait for the whole start within execute")
     attempt("7", "E2B SDK against corral serve", "<= +1 ms per call", rows7)
+
+    def rows8():
+        gateway_rows(corral, table)
+    attempt("8", "OpenAI-compatible gateway: proxied chat completions", "see rows 8a-8j",
+            rows8)
     return errors
+
+
+def wanted(args, num):
+    """Whether row `num` runs: all without --only, else those whose number
+    starts with one of its prefixes (a row's sub-rows run with it: '7' runs
+    7b..7f; '7b' runs row 7, which measures 7b)."""
+    if not args.only:
+        return True
+    return any(num.startswith(p) or p.startswith(num) for p in args.only.split(","))
+
+
+# ---- row 8: the OpenAI-compatible gateway ----
+
+GW_ROUNDS, GW_SECONDS, GW_WARMUP = 3, 3, 0.5
+GW_CLIENTS = (1, 8, 64)
+GW_STREAM_DELAY_US = 2000  # between the upstream's later stream events
+GW_CHAT = {"model": "bench", "messages": [{"role": "user", "content": "hi"}]}
+GW_STREAM = {"model": "bench-stream", "stream": True,
+             "messages": [{"role": "user", "content": "hi"}]}
+GW_READY = "(OpenAI-compatible gateway)"
+
+
+def start_upstream(binary, delay_us=0):
+    """Starts bench_gw_upstream; returns (process, port)."""
+    p = subprocess.Popen([binary, "--port", "0", "--delay-us", str(delay_us)],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line.startswith("listening 127.0.0.1:"):
+        p.kill()
+        p.wait()
+        raise BenchError(f"bench_gw_upstream did not start: {line.strip()!r}")
+    return p, int(line.rsplit(":", 1)[1])
+
+
+def start_gateway(corral, config, log):
+    """Starts `corral serve` with only the gateway; returns (process, port)
+    once it says it listens. Its stderr goes to the file `log`."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([corral, "serve", "--listen", "off", "--opensandbox-listen", "off",
+                          "--gateway-listen", f"127.0.0.1:{port}", "--config", config],
+                         stdout=subprocess.DEVNULL, stderr=log)
+    ready = f"corral: listening on http://127.0.0.1:{port} {GW_READY}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(log.name, errors="replace") as f:
+            text = f.read()
+        if ready in text:
+            return p, port
+        if p.poll() is not None:
+            raise BenchError(f"corral serve exited with status {p.returncode}: "
+                             f"{text.strip()[-300:]!r}")
+        time.sleep(0.05)
+    raise BenchError("corral serve did not say it listens on the gateway's port within 60 s")
+
+
+def cpu_ticks(pid):
+    """CPU time (clock ticks) of a process and of its children's processes."""
+    total, pids = 0, [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    pids += [int(c) for c in f.read().split()]
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def wait_idle(pid, limit=15):
+    """Waits (up to `limit` s) until the server and its children (the default
+    template's zygote, which starts with it) stop using the CPU."""
+    deadline, last, quiet = time.monotonic() + limit, cpu_ticks(pid), 0
+    while quiet < 2 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = cpu_ticks(pid)
+        quiet = quiet + 1 if now - last <= 1 else 0
+        last = now
+
+
+def gw_check(port, body, want):
+    """One request through the gateway: is it proxied to the scripted upstream?"""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        c.request("POST", "/v1/chat/completions", json.dumps(body),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode(errors="replace")
+    finally:
+        c.close()
+    if r.status != 200 or want not in text:
+        raise BenchError(f"the gateway answered {r.status}: {text[:300]!r}")
+
+
+def gw_load(binary, port, body_file, clients, what, stream=False):
+    """One run of bench_gw_load; returns its JSON (times in us)."""
+    args = [binary, "--url", f"http://127.0.0.1:{port}/v1/chat/completions",
+            "--body", body_file, "--key", "sk-bench", "-c", str(clients),
+            "-d", str(GW_SECONDS), "-w", str(GW_WARMUP)]
+    if stream:
+        args.append("--stream")
+    print(f"bench: {what} ...", file=sys.stderr, flush=True)
+    try:
+        p = subprocess.run(args, stdout=subprocess.PIPE, text=True,
+                           timeout=GW_SECONDS + GW_WARMUP + 60)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{what}: no result within {GW_SECONDS + GW_WARMUP + 60} s") from None
+    try:
+        out = json.loads(p.stdout)
+    except ValueError:
+        raise BenchError(f"{what}: bench_gw_load printed {p.stdout[:200]!r} "
+                         f"(status {p.returncode})") from None
+    if "error" in out:
+        raise BenchError(f"{what}: {out['error']}")
+    if out["errors"] or out["timeouts"] or not out["count"]:
+        raise BenchError(f"{what}: {out['errors']} failed requests, {out['timeouts']} "
+                         f"unanswered, {out['count']} measured; "
+                         f"{out.get('first_error', '')[:300]}")
+    return out
+
+
+def us(v):
+    return f"{v:.0f} us" if v < 1000 else f"{v / 1000:.2f} ms"
+
+
+def gateway_rows(corral, table):
+    bindir = os.path.dirname(corral)
+    upstream_bin = os.path.join(bindir, "bench_gw_upstream")
+    load_bin = os.path.join(bindir, "bench_gw_load")
+    for b in (upstream_bin, load_bin):
+        if not os.access(b, os.X_OK):
+            raise BenchError(f"{b} is missing (built with corral: cmake --build)")
+    procs, log = [], None
+    with tempfile.TemporaryDirectory(prefix="corral-bench-gw-") as tmp:
+        try:
+            up, up_port = start_upstream(upstream_bin)
+            procs.append(up)
+            ups, ups_port = start_upstream(upstream_bin, GW_STREAM_DELAY_US)
+            procs.append(ups)
+            config = os.path.join(tmp, "gateway.yaml")
+            with open(config, "w") as f:
+                f.write("model_list:\n")
+                for name, port in (("bench", up_port), ("bench-stream", ups_port)):
+                    f.write(f"  - model_name: {name}\n"
+                            f"    litellm_params: {{model: openai/bench-model, "
+                            f"api_base: \"http://127.0.0.1:{port}/v1\", api_key: sk-bench, "
+                            f"upstream_api: chat_completions}}\n")
+            bodies = {}
+            for name, body in (("chat", GW_CHAT), ("stream", GW_STREAM)):
+                bodies[name] = os.path.join(tmp, name + ".json")
+                with open(bodies[name], "w") as f:
+                    json.dump(body, f)
+            log = open(os.path.join(tmp, "serve.log"), "w")
+            gw, gw_port = start_gateway(corral, config, log)
+            procs.append(gw)
+            gw_check(gw_port, GW_CHAT, "Hello from the bench upstream.")
+            gw_check(gw_port, GW_STREAM, "data: [DONE]")
+            wait_idle(gw.pid)
+
+            # Rounds: direct and through the gateway one after the other, the
+            # order swapped every round, so that drift hits both alike.
+            runs = {}  # (target, clients or "stream") -> [JSON of each round]
+            for r in range(1, GW_ROUNDS + 1):
+                order = [("direct", up_port, ups_port), ("gateway", gw_port, gw_port)]
+                if r % 2 == 0:
+                    order.reverse()
+                for clients in GW_CLIENTS:
+                    for who, port, _ in order:
+                        runs.setdefault((who, clients), []).append(gw_load(
+                            load_bin, port, bodies["chat"], clients,
+                            f"8. chat completions {who}, {clients} client"
+                            f"{'s' if clients > 1 else ''} ({r}/{GW_ROUNDS})"))
+                for who, _, port in order:
+                    runs.setdefault((who, "stream"), []).append(gw_load(
+                        load_bin, port, bodies["stream"], 1,
+                        f"8. first streamed event {who} ({r}/{GW_ROUNDS})", stream=True))
+        finally:
+            for p in reversed(procs):
+                p.terminate()
+            for p in reversed(procs):
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            if log:
+                log.close()
+
+    def stat(who, key, name):
+        return med([run[name] for run in runs[(who, key)]])
+
+    def count(who, key):
+        return sum(run["count"] for run in runs[(who, key)])
+
+    rounds = f"median of {GW_ROUNDS} rounds"
+    letters = iter("abcdefghij")
+    for clients in GW_CLIENTS:
+        for name, limit in (("p50", 100), ("p99", 1000)):
+            g, d = stat("gateway", clients, name), stat("direct", clients, name)
+            table.add(f"8{next(letters)}",
+                      f"chat completion via the gateway, {clients} client"
+                      f"{'s' if clients > 1 else ''}: {name}",
+                      f"{us(g)} ({rounds}, n={count('gateway', clients)})",
+                      "the scripted upstream, directly",
+                      f"{us(d)} (n={count('direct', clients)})",
+                      f"{g - d:+.0f} us", f"<= +{us(limit)}", g - d <= limit)
+    top = GW_CLIENTS[-1]
+    g, d = stat("gateway", top, "rps"), stat("direct", top, "rps")
+    table.add(f"8{next(letters)}", f"chat completions per second via the gateway, {top} clients",
+              f"{g:,.0f}/s ({rounds})", "the scripted upstream, directly", f"{d:,.0f}/s",
+              f"{g / d:.3f} of the direct rate",
+              ">= 10,000/s", g >= 10000)
+    for name in ("p50", "p99"):
+        g, d = stat("gateway", "stream", name), stat("direct", "stream", name)
+        table.add(f"8{next(letters)}", f"stream: request -> first `data:` byte, 1 client: {name}",
+                  f"{us(g)} ({rounds}, n={count('gateway', 'stream')})",
+                  "the scripted upstream, directly", f"{us(d)} (n={count('direct', 'stream')})",
+                  f"{g - d:+.0f} us", "<= +1 ms", g - d <= 1000)
+    g = [run["after_upstream"] for run in runs[("gateway", "stream")]]
+    d = [run["after_upstream"] for run in runs[("direct", "stream")]]
+    if all(x["count"] for x in g + d):
+        gp50, gp99 = med([x["p50"] for x in g]), med([x["p99"] for x in g])
+        dp50, dp99 = med([x["p50"] for x in d]), med([x["p99"] for x in d])
+        table.add(f"8{next(letters)}", "stream: upstream's first event written -> first "
+                  "`data:` byte at the client", f"{us(gp50)} (p99 {us(gp99)}, {rounds})",
+                  "the scripted upstream, directly", f"{us(dp50)} (p99 {us(dp99)})",
+                  f"{gp50 - dp50:+.0f} us (p99 {gp99 - dp99:+.0f} us)", "", "info")
+    else:
+        table.note("8", "the gateway's stream did not carry the upstream's time stamp "
+                        "(its first event's system_fingerprint): no row 8j")
+    reconnects = sum(run["reconnects"] for v in runs.values() for run in v)
+    if reconnects:
+        table.note("8", f"{reconnects} times a connection was closed by the server and opened "
+                        "again (its request's time includes the connect)")
+    table.note("8", "bench_gw_upstream and bench_gw_load share the machine's cores with the "
+                    "gateway; the direct rows show their own cost and ceiling. Added latency "
+                    "is the difference of the two percentiles, each the median of the rounds' "
+                    "values")
 
 
 def http_calls(corral, creates, runs):
@@ -581,8 +857,15 @@ def main():
     ap.add_argument("--runs", type=int, default=100, help="runs of the start benchmark")
     ap.add_argument("--density", type=int, default=500, help="idle sandboxes in row 6")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    ap.add_argument("--results", default=RESULTS, help="where to write the markdown table")
+    ap.add_argument("--results", default=None,
+                    help="where to write the markdown table (default bench/results.md; "
+                         "with --only: not written unless given)")
+    ap.add_argument("--only", default="",
+                    help="run only the rows whose number starts with one of these "
+                         "comma-separated prefixes (e.g. 8, or 4,7b)")
     args = ap.parse_args()
+    if args.results is None and not args.only:
+        args.results = RESULTS
     if os.geteuid() != 0:
         sys.exit("bench: run as root (corral needs it)")
     if args.density < 1:
@@ -616,9 +899,10 @@ def main():
           ""] + [f"- {line}" for line in desc] + [""] + table.markdown() + [""]
     md += [f"- note {n}" for n in table.notes()]
     md += ["", summary, ""]
-    with open(args.results, "w") as f:
-        f.write("\n".join(md))
-    print(f"bench: wrote {os.path.relpath(args.results)}")
+    if args.results:
+        with open(args.results, "w") as f:
+            f.write("\n".join(md))
+        print(f"bench: wrote {os.path.relpath(args.results)}")
     sys.exit(1 if errors or (args.strict and missed) else 0)
 
 
