@@ -35,6 +35,18 @@ def clean_env(**extra):
     return env
 
 
+def terminate(proc):
+    """SIGTERM, then SIGKILL when it has not ended within 30 s; its stderr."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError("corral serve did not stop within 30 s of SIGTERM:\n" + err)
+    return err
+
+
 def write_config(tmp_path, text):
     path = tmp_path / "corral.yaml"
     path.write_text(text)
@@ -52,14 +64,20 @@ class Gateway:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env if env is not None else clean_env())
         self.lines = []
-        while True:
-            line = self.proc.stderr.readline()
-            assert line, "corral serve ended: " + "".join(self.lines)
-            self.lines.append(line)
-            if "(OpenAI-compatible gateway)" in line:
-                break
-        assert f"corral: listening on http://127.0.0.1:{self.port} (OpenAI-compatible gateway)" \
-            in self.lines[-1], self.lines
+        self.stopped = False
+        try:
+            while True:
+                line = self.proc.stderr.readline()
+                assert line, "corral serve ended: " + "".join(self.lines)
+                self.lines.append(line)
+                if "(OpenAI-compatible gateway)" in line:
+                    break
+            assert f"corral: listening on http://127.0.0.1:{self.port} " \
+                "(OpenAI-compatible gateway)" in self.lines[-1], self.lines
+        except BaseException:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
 
     def connect(self, timeout=60):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -79,8 +97,13 @@ class Gateway:
         return resp, text
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=30)
+        if self.stopped:
+            return ""
+        self.stopped = True
+        if self.proc.poll() is not None:
+            _, err = self.proc.communicate()
+            raise AssertionError(f"corral serve ended by itself ({self.proc.returncode}):\n{err}")
+        err = terminate(self.proc)
         assert self.proc.returncode == 0, err
         for marker in ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer"):
             assert marker not in err, err
@@ -148,8 +171,7 @@ def test_a_public_address_with_a_master_key_is_served():
         assert conn.getresponse().status == 200
         conn.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = terminate(proc)
     assert proc.returncode == 0, err
 
 
@@ -162,8 +184,7 @@ def test_gateway_listen_off():
         line = proc.stderr.readline()
         assert f"listening on http://127.0.0.1:{port} (E2B sandbox API" in line
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = terminate(proc)
     assert proc.returncode == 0
     assert "OpenAI-compatible gateway" not in line + err
     p = subprocess.run([CORRAL, "serve", "--listen", "off", "--opensandbox-listen", "off",
@@ -209,8 +230,7 @@ def test_the_default_address_taken_leaves_the_sandbox_apis_served():
             assert f"listening on http://127.0.0.1:{port} (E2B sandbox API" in first
             assert "warning: the OpenAI-compatible gateway is not served" in second, second
         finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
+            err = terminate(proc)
         assert proc.returncode == 0, err
     finally:
         holder.close()
@@ -629,15 +649,18 @@ def test_stopping_the_server_ends_calls_in_flight(upstream):
         [chunk({"content": "x"}) for _ in range(60)]
     upstream.script = lambda body: (200, "text/event-stream", chunks, 1)
     g = upstream_gateway(upstream)
-    conn = g.connect()
-    conn.request("POST", "/v1/chat/completions", body=json.dumps({
-        "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}))
-    resp = conn.getresponse()
-    assert resp.status == 200 and resp.readline().startswith(b"data: ")
-    t = time.monotonic()
-    g.stop()
-    assert time.monotonic() - t < 10
-    conn.close()
+    try:
+        conn = g.connect()
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({
+            "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}))
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.readline().startswith(b"data: ")
+        t = time.monotonic()
+        g.stop()
+        assert time.monotonic() - t < 10
+        conn.close()
+    finally:
+        g.stop()
 
 
 # ---- the hosted code interpreter, end to end ----
@@ -751,6 +774,5 @@ def test_a_client_that_goes_away_while_code_runs(upstream):
         t = time.monotonic()
         g.stop()
         assert time.monotonic() - t < 15
-    except BaseException:
-        g.proc.kill()
-        raise
+    finally:
+        g.stop()
