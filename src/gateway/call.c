@@ -326,7 +326,7 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
         json_object_set_new(tc->item, "container_id", json_string(ct->id));
     gw_emit_interpreting(c, tc);
     struct gw_running watch = {.c = ct, .cancelled = client_gone, .userdata = c};
-    struct gw_exec_output o;
+    struct gw_exec_output o = {0};
     pthread_mutex_lock(&ct->exec_lock);
     gw_watch_start(c->gw, &watch);
     int rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
@@ -336,11 +336,11 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     tc->executed = true;
     if (watch.fired || gw_call_cancelled(c)) {
         c->cancelled = true;
-        if (rc == 0)
-            gw_exec_output_free(&o);
+        gw_exec_output_free(&o);
         return strdup("");
     }
     if (rc < 0) {
+        gw_exec_output_free(&o);
         ct->dead = true;
         gw_emit_code_done(c, tc, "failed", NULL);
         struct strbuf b = {0};

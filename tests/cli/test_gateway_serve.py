@@ -754,9 +754,6 @@ def test_a_code_interpreter_call_streamed_with_keepalives(upstream):
         g.stop()
 
 
-@pytest.mark.xfail(reason="the gateway leaks a cancelled execution's output (run_code in "
-                   "src/gateway/call.c frees it only when the provider returned 0, while "
-                   "local_execute fills it on failure too): LeakSanitizer fails the stop")
 def test_a_client_that_goes_away_while_code_runs(upstream):
     upstream.script = code_script("import time\ntime.sleep(120)", "never")
     g = upstream_gateway(upstream)
