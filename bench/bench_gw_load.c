@@ -59,6 +59,8 @@ struct conn {
     bool writing;     /* EPOLLOUT registered */
     bool done;        /* no more requests */
     uint64_t t_sent;  /* ns */
+    uint64_t t_next;  /* --rate: when the next request is due (ns) */
+    bool waiting;     /* --rate: idle until t_next */
     uint64_t t_first; /* ns: the first `data:` (stream mode); 0: not yet */
     char *in;
     size_t in_len, in_cap;
@@ -87,6 +89,7 @@ static socklen_t server_len;
 static char *request;
 static size_t request_len;
 static bool stream_mode, show;
+static uint64_t pace_ns; /* --rate: each connection's interval between sends; 0 = closed loop */
 static uint64_t t_measure, t_end; /* ns, CLOCK_MONOTONIC */
 static pthread_mutex_t show_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool shown;
@@ -220,6 +223,15 @@ static void next_request(struct conn *c)
         c->th->errors++;
         finish(c);
         return;
+    }
+    if (pace_ns) {
+        uint64_t now = now_ns();
+        if (now < c->t_next) {
+            c->waiting = true;
+            return;
+        }
+        c->waiting = false;
+        c->t_next = (c->t_next + pace_ns > now ? c->t_next : now) + pace_ns;
     }
     c->out_off = 0;
     c->t_sent = now_ns();
@@ -444,8 +456,11 @@ static void on_readable(struct conn *c)
 static void *run_thread(void *arg)
 {
     struct thread *th = arg;
-    for (size_t i = 0; i < th->n_conns; i++)
+    uint64_t start = now_ns();
+    for (size_t i = 0; i < th->n_conns; i++) {
+        th->conns[i].t_next = pace_ns ? start + i * pace_ns / th->n_conns : 0; /* staggered */
         next_request(&th->conns[i]);
+    }
     struct epoll_event evs[MAX_EVENTS];
     while (th->active > 0) {
         uint64_t now = now_ns();
@@ -453,7 +468,22 @@ static void *run_thread(void *arg)
             th->timeouts += th->active;
             break;
         }
-        int n = epoll_wait(th->epfd, evs, MAX_EVENTS, 100);
+        int timeout_ms = 100;
+        if (pace_ns) { /* paced connections whose time has come send now */
+            for (size_t i = 0; i < th->n_conns; i++) {
+                struct conn *c = &th->conns[i];
+                if (c->done || !c->waiting)
+                    continue;
+                if (c->t_next <= now) {
+                    next_request(c);
+                } else {
+                    uint64_t ms = (c->t_next - now + 999999) / 1000000;
+                    if ((int)ms < timeout_ms)
+                        timeout_ms = (int)ms;
+                }
+            }
+        }
+        int n = epoll_wait(th->epfd, evs, MAX_EVENTS, timeout_ms);
         for (int i = 0; i < n; i++) {
             struct conn *c = evs[i].data.ptr;
             if (c->done || c->fd < 0)
@@ -531,7 +561,7 @@ static void usage(void)
     fprintf(stderr, "usage: bench_gw_load --url http://HOST:PORT/PATH [-c CONNECTIONS] "
                     "[-t THREADS] [-d SECONDS] [-w WARMUP_SECONDS]\n"
                     "                     [--body FILE | --data JSON] [--key KEY] [--stream] "
-                    "[--show]\n");
+                    "[--show] [--rate REQUESTS_PER_SECOND]\n");
     exit(2);
 }
 
@@ -539,7 +569,7 @@ int main(int argc, char **argv)
 {
     const char *url = NULL, *body_file = NULL, *data = NULL, *key = NULL;
     long conns = 1, threads = 1;
-    double duration = 5, warmup = 1;
+    double duration = 5, warmup = 1, rate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -563,6 +593,8 @@ int main(int argc, char **argv)
             stream_mode = true;
         else if (strcmp(a, "--show") == 0)
             show = true;
+        else if (strcmp(a, "--rate") == 0 && has)
+            rate = strtod(argv[++i], NULL);
         else
             usage();
     }
@@ -570,6 +602,8 @@ int main(int argc, char **argv)
         usage();
     if (threads > conns)
         threads = conns;
+    if (rate > 0) /* open loop: every connection sends every conns/rate seconds */
+        pace_ns = (uint64_t)(1e9 * (double)conns / rate);
 
     /* http://HOST:PORT/PATH */
     if (strncmp(url, "http://", 7) != 0)

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "gateway/gateway_internal.h"
 
 #define OPENAI_VERSION "2020-10-01"
 #define SSE_TYPE       "text/event-stream; charset=utf-8"
@@ -99,10 +100,8 @@ struct http_response *openai_too_large(void *ctx, size_t max_body)
     struct http_response *r =
         invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body);
     char id[REQUEST_ID_MAX];
-    struct corral_error err;
-    memcpy(id, "req_", 4);
-    if (corral_random_hex(id + 4, 16, &err) == 0)
-        http_add_header(r, "x-request-id", id);
+    gw_new_id(id, sizeof(id), "req_", 32);
+    http_add_header(r, "x-request-id", id);
     http_add_header(r, "openai-version", OPENAI_VERSION);
     return r;
 }
@@ -621,11 +620,8 @@ struct http_response *openai_handle(const struct http_request *req, void *ctx)
 {
     struct openai *oa = ctx;
     uint64_t started = corral_now_ms();
-    char rid[REQUEST_ID_MAX] = "req_";
-    struct corral_error err;
-    if (corral_random_hex(rid + 4, 16, &err) < 0)
-        snprintf(rid + 4, sizeof(rid) - 4, "%016llx%016llx", (unsigned long long)started,
-                 (unsigned long long)(uintptr_t)req);
+    char rid[REQUEST_ID_MAX];
+    gw_new_id(rid, sizeof(rid), "req_", 32);
     struct http_response *resp = route(oa, req, rid);
     if (!resp)
         resp = oa_error(500, "server_error", NULL, "The gateway is out of memory.");

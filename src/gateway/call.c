@@ -1103,6 +1103,9 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
     pthread_mutex_unlock(&gw->lock);
 
     struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out};
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
+    c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
     gw_owner_of(key, c.owner, sizeof(c.owner));
     int rc = dispatch(&c, body, len);
     if (rc == 0 && !c.cancelled) {

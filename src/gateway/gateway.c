@@ -45,18 +45,42 @@ void gw_reply_error(struct corral_gateway_reply *out, int status, const char *ty
     gw_reply_json(out, status, json_pack("{s:o}", "error", e));
 }
 
+/* Ids need to be unique, not secret: a per-thread xorshift generator seeded
+ * from the kernel once saves a getrandom() per id. */
+static uint64_t next_random(void)
+{
+    static __thread uint64_t s[2];
+    if (!s[0] && !s[1]) {
+        char hex[33];
+        struct corral_error err;
+        if (corral_random_hex(hex, 16, &err) == 0) {
+            char half[17];
+            memcpy(half, hex, 16);
+            half[16] = '\0';
+            s[0] = strtoull(half, NULL, 16);
+            s[1] = strtoull(hex + 16, NULL, 16);
+        }
+        s[0] ^= (uint64_t)corral_now_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)pthread_self();
+        s[1] |= 1;
+    }
+    uint64_t a = s[0], b = s[1];
+    s[0] = b;
+    a ^= a << 23;
+    s[1] = a ^ b ^ (a >> 17) ^ (b >> 26);
+    return s[1] + b;
+}
+
 void gw_new_id(char *buf, size_t len, const char *prefix, size_t hex)
 {
-    char digits[129];
-    struct corral_error err;
-    if (hex > 64)
-        hex = 64;
-    if (corral_random_hex(digits, hex / 2, &err) < 0) {
-        static unsigned long fallback;
-        snprintf(digits, sizeof(digits), "%0*lx", (int)hex,
-                 __atomic_add_fetch(&fallback, 1, __ATOMIC_RELAXED));
+    static const char digits[] = "0123456789abcdef";
+    size_t at = (size_t)snprintf(buf, len, "%s", prefix);
+    uint64_t r = 0;
+    for (size_t i = 0; i < hex && at + 1 < len; i++, r >>= 4) {
+        if (i % 16 == 0)
+            r = next_random();
+        buf[at++] = digits[r & 15];
     }
-    snprintf(buf, len, "%s%s", prefix, digits);
+    buf[at < len ? at : len - 1] = '\0';
 }
 
 void gw_owner_of(const char *key, char *buf, size_t len)
@@ -217,7 +241,7 @@ static void *watch_thread(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&gw->idle, &gw->lock, &ts);
+        pthread_cond_timedwait(&gw->tick, &gw->lock, &ts);
         for (struct gw_running *r = gw->running; r; r = r->next)
             if (!r->fired && r->cancelled && r->cancelled(r->userdata)) {
                 r->fired = true;
@@ -248,6 +272,7 @@ int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, cor
     gw->cfg = cfg;
     pthread_mutex_init(&gw->lock, NULL);
     pthread_cond_init(&gw->idle, NULL);
+    pthread_cond_init(&gw->tick, NULL);
     if (state_dir && !(gw->state_dir = strdup(state_dir))) {
         corral_gateway_free(gw);
         return corral_fail(err, ENOMEM, "out of memory");
@@ -307,7 +332,7 @@ void corral_gateway_free(corral_gateway *gw)
         return;
     pthread_mutex_lock(&gw->lock);
     gw->stopping = true;
-    pthread_cond_broadcast(&gw->idle);
+    pthread_cond_broadcast(&gw->tick);
     while (gw->calls)
         pthread_cond_wait(&gw->idle, &gw->lock);
     struct gw_container *all = gw->containers;
@@ -320,6 +345,7 @@ void corral_gateway_free(corral_gateway *gw)
     gw_config_free(gw->cfg);
     corral_config_free(gw->file_cfg);
     pthread_cond_destroy(&gw->idle);
+    pthread_cond_destroy(&gw->tick);
     pthread_mutex_destroy(&gw->lock);
     free(gw->state_dir);
     free(gw);

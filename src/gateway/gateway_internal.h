@@ -53,7 +53,8 @@ struct corral_gateway {
     char *state_dir;
     struct gw_store *store;
     pthread_mutex_t lock;
-    pthread_cond_t idle;
+    pthread_cond_t idle; /* calls reached 0 */
+    pthread_cond_t tick; /* the watch thread's sleep, cut short when stopping */
     struct gw_container *containers;
     struct gw_running *running; /* executions watched for cancellation */
     unsigned calls;             /* calls in progress */
@@ -169,6 +170,7 @@ struct gw_call {
     int64_t created_at;
     bool started, cancelled, chat_role_sent;
     uint64_t seq;
+    uint64_t checked_ns; /* when the client's presence was last checked */
 };
 
 /* turn.c: runs one upstream turn into t through the emitter. 0, or a

@@ -19,12 +19,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 
 #include "base/cleanup.h"
 
 #define BODY_MAX           ((size_t)64 << 20) /* a buffered answer's bytes */
-#define POLL_MS            100                /* the ceiling between two cancellation polls */
+#define SPIN_NS            100000ull          /* see wait_sockets() */
+#define SPIN_CALLS         1
+#define POLL_MS            100 /* the ceiling between two cancellation polls */
 #define CONNECT_TIMEOUT_MS 10000L
 #define SSE_EVENT_MAX      ((size_t)16 << 20)
 
@@ -350,7 +353,12 @@ static CURLcode set_method(CURL *e, const char *method, const char *body, size_t
 {
     if (!method)
         method = body ? "POST" : "GET";
-    CURLcode c;
+    /* the handle keeps the last request's options: undo what that may have set */
+    CURLcode c = curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+    if (!c && strcmp(method, "HEAD") != 0)
+        c = curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
+    if (c)
+        return c;
     if (body || strcmp(method, "POST") == 0) {
         c = curl_easy_setopt(e, CURLOPT_POST, 1L);
         if (!c)
@@ -413,12 +421,43 @@ static CURLcode set_callbacks(CURL *e, struct xfer *x, char *errbuf)
     return c;
 }
 
+/* Exchanges in progress in this process. */
+static int in_flight;
+
+/* Waits for the exchange's sockets. While the process is nearly idle (at
+ * most SPIN_CALLS exchanges in flight), it first polls without sleeping for
+ * up to SPIN_NS: a fast upstream's answer is then read without the wake-up
+ * of a sleeping thread, which on a small VM costs more than the answer. */
+static CURLMcode wait_sockets(struct conn *c, uint64_t *spun_ns)
+{
+    if (__atomic_load_n(&in_flight, __ATOMIC_RELAXED) <= SPIN_CALLS && *spun_ns < SPIN_NS) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        for (;;) {
+            int ready = 0;
+            CURLMcode mc = curl_multi_poll(c->multi, NULL, 0, 0, &ready);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            uint64_t spent = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)b.tv_nsec -
+                             (uint64_t)a.tv_nsec;
+            if (mc != CURLM_OK || ready || *spun_ns + spent >= SPIN_NS) {
+                *spun_ns += spent;
+                if (mc != CURLM_OK || ready)
+                    return mc;
+                break;
+            }
+        }
+    }
+    return curl_multi_poll(c->multi, NULL, 0, POLL_MS, NULL);
+}
+
 /* Runs the exchange; cancellation is polled at least every POLL_MS. */
 static CURLcode drive(struct conn *c, struct xfer *x)
 {
     if (curl_multi_add_handle(c->multi, c->easy) != CURLM_OK)
         return CURLE_OUT_OF_MEMORY;
     CURLcode result = CURLE_OK;
+    uint64_t spun_ns = 0;
+    __atomic_add_fetch(&in_flight, 1, __ATOMIC_RELAXED);
     for (bool done = false; !done;) {
         if (!x->abort && sink_cancelled(x))
             x->abort = -ECANCELED;
@@ -437,11 +476,12 @@ static CURLcode drive(struct conn *c, struct xfer *x)
                 done = true;
             }
         }
-        if (!done && curl_multi_poll(c->multi, NULL, 0, POLL_MS, NULL) != CURLM_OK) {
+        if (!done && wait_sockets(c, &spun_ns) != CURLM_OK) {
             result = CURLE_RECV_ERROR;
             break;
         }
     }
+    __atomic_sub_fetch(&in_flight, 1, __ATOMIC_RELAXED);
     curl_multi_remove_handle(c->multi, c->easy); /* an unfinished exchange closes its connection */
     return result;
 }
@@ -497,7 +537,8 @@ static int exchange(struct conn *c, const struct gw_upstream *u, const char *met
     if (r < 0)
         return corral_fail(err, -r, "invalid headers for %s: %s", url, strerror(-r));
     char errbuf[CURL_ERROR_SIZE] = "";
-    curl_easy_reset(c->easy); /* options only: the connections stay open */
+    /* No curl_easy_reset(): every option is set again below, and resetting
+     * the whole handle costs more than the rest of a short exchange. */
     x->easy = c->easy;
     CURLcode res = CURLE_FAILED_INIT;
     if (configure(c->easy, u, method, url, body, len, headers) == CURLE_OK &&
