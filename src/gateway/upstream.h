@@ -16,22 +16,22 @@
 
 /* Where and how to reach one upstream. */
 struct gw_upstream {
-    const char *base_url;       /* "http://127.0.0.1:9000/v1"; a trailing '/' is allowed */
-    const char *api_key;        /* NULL or "": no credential is sent */
-    bool azure;                 /* send `api-key: KEY` instead of `Authorization: Bearer KEY` */
-    const char *api_version;    /* when set, `api-version=V` is added to the query */
-    const char *const *headers; /* extra "Name: value" lines, NULL-terminated; may be NULL */
-    uint64_t timeout_ms;        /* the whole exchange; 0 = none */
+    const char *base_url;        /* "http://127.0.0.1:9000/v1"; a trailing '/' is allowed */
+    const char *api_key;         /* NULL or "": no credential is sent */
+    bool azure;                  /* send `api-key: KEY` instead of `Authorization: Bearer KEY` */
+    const char *api_version;     /* when set, `api-version=V` is added to the query */
+    const char *const *headers;  /* extra "Name: value" lines, NULL-terminated; may be NULL */
+    uint64_t timeout_ms;         /* the whole exchange; 0 = none */
     uint64_t connect_timeout_ms; /* 0 = 10 s */
 };
 
 struct gw_upstream_reply {
-    long status;          /* the HTTP status; 0 when no answer came */
-    char *body;           /* the body, NUL-terminated (NULL when streamed to on_data) */
+    long status; /* the HTTP status; 0 when no answer came */
+    char *body;  /* the body, NUL-terminated (NULL when streamed to on_data) */
     size_t len;
-    char *content_type;   /* NULL when absent */
-    char *request_id;     /* x-request-id, or NULL */
-    char *retry_after;    /* retry-after, or NULL */
+    char *content_type; /* NULL when absent */
+    char *request_id;   /* x-request-id, or NULL */
+    char *retry_after;  /* retry-after, or NULL */
 };
 
 /* What to do with an answer's body. All members may be NULL. */
