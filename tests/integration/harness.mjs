@@ -5,6 +5,8 @@
 //   const ctx = useServer()   // before(): start, set E2B_*; after(): stop + checks
 //   test('...', () => withSandbox(Sandbox, async (sbx) => { ... }))
 //   // ctx.server: the CorralServer (pid, url, sdkOpts(), openFds(), stderr)
+//   // ctx.server.gatewayUrl: the OpenAI-compatible gateway, http://127.0.0.1:PORT/v1
+//   useServer(async () => ({ config: ... }))  // options computed in before()
 //
 // What the harness asserts, in the file's after() hook:
 //   - `corral serve` exits with status 0 within 10 s of SIGTERM;
@@ -27,7 +29,7 @@
 // serialises the servers of concurrently running test files
 // (`node --test` runs files in parallel unless --test-concurrency=1).
 
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -45,6 +47,7 @@ const CGROUP_ROOT = '/sys/fs/cgroup';
 const CONTROLLERS = ['memory', 'pids', 'cpu'];
 
 const START_TIMEOUT_MS = 30_000;
+const GATEWAY_LINE_GRACE_MS = 5_000; // see startOnce()
 const STOP_TIMEOUT_MS = 10_000;
 const LEFTOVER_GRACE_MS = 2_000; // the last processes of a sandbox are reaped asynchronously
 const SANITIZER_MARKERS = ['ERROR: AddressSanitizer', 'ERROR: LeakSanitizer', 'runtime error:'];
@@ -221,12 +224,31 @@ export class CorralServer {
   }
 }
 
+let gatewayFlagKnown = null;
+
+/** Whether this corral's `serve` has --gateway-listen (the OpenAI-compatible gateway). */
+export function gatewaySupported() {
+  if (gatewayFlagKnown === null) {
+    const help = spawnSync(CORRAL, ['serve', '--help'], { encoding: 'utf8', timeout: 10_000 });
+    gatewayFlagKnown = `${help.stdout ?? ''}${help.stderr ?? ''}`.includes('--gateway-listen');
+  }
+  return gatewayFlagKnown;
+}
+
 /**
  * Starts `corral serve --listen 127.0.0.1:PORT --opensandbox-listen
- * 127.0.0.1:PORT2 [--api-key K ...] [--config F]` on free ports and waits for
- * its "listening" line.
+ * 127.0.0.1:PORT2 [--gateway-listen 127.0.0.1:PORT3] [--api-key K ...]
+ * [--config F]` on free ports and waits for its "listening" line.
+ *
+ * `gateway`: true passes --gateway-listen and waits for the gateway's
+ * "listening" line too (server.gatewayUrl = 'http://127.0.0.1:PORT3/v1');
+ * undefined (the default) does the same when this corral has the option,
+ * but then starts without the gateway (gatewayUrl null) if its line does
+ * not come within a few seconds of the E2B one; false passes
+ * `--gateway-listen off` (when this corral has the option). Either way the
+ * gateway's default port (4000) is never used.
  */
-export async function startServer({ apiKeys = [], config, args = [] } = {}) {
+export async function startServer({ apiKeys = [], config, args = [], gateway } = {}) {
   if (typeof process.getuid === 'function' && process.getuid() !== 0) {
     throw new Error('corral serve did not start: the integration tests must run as root (sandboxes need namespaces, cgroups and mounts)');
   }
@@ -238,7 +260,7 @@ export async function startServer({ apiKeys = [], config, args = [] } = {}) {
   let lastError;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      return await startOnce({ apiKeys, config, args });
+      return await startOnce({ apiKeys, config, args, gateway });
     } catch (err) {
       lastError = err;
       if (!err.addressInUse) throw err; // only a lost race for the port is worth a retry
@@ -247,10 +269,14 @@ export async function startServer({ apiKeys = [], config, args = [] } = {}) {
   throw lastError;
 }
 
-async function startOnce({ apiKeys, config, args }) {
+async function startOnce({ apiKeys, config, args, gateway }) {
   const port = await freePort();
   const osbPort = await freePort();
+  const withGateway = gateway === true || (gateway === undefined && gatewaySupported());
+  const gwPort = withGateway ? await freePort() : null;
   const argv = ['serve', '--listen', `127.0.0.1:${port}`, '--opensandbox-listen', `127.0.0.1:${osbPort}`];
+  if (withGateway) argv.push('--gateway-listen', `127.0.0.1:${gwPort}`);
+  else if (gateway === false && gatewaySupported()) argv.push('--gateway-listen', 'off');
   for (const key of apiKeys) argv.push('--api-key', key);
   if (config) argv.push('--config', config);
   argv.push(...args);
@@ -265,11 +291,16 @@ async function startOnce({ apiKeys, config, args }) {
   server.osbPort = osbPort;
   /** Base URL of the OpenSandbox API (without /v1). */
   server.osbUrl = `http://127.0.0.1:${osbPort}`;
+  /** The gateway's port and base URL (with /v1, as the openai SDK's baseURL), or null. */
+  server.gatewayPort = null;
+  server.gatewayUrl = null;
   const command = `${CORRAL} ${argv.join(' ')}`;
   const expected = `corral: listening on http://127.0.0.1:${port}`;
   // The line may go on after the URL ("... (E2B sandbox API)").
-  const escaped = expected.replace(/[.*+?^$()|[\]\\{}]/g, '\\$&');
-  const listening = new RegExp(`^${escaped}(\\s|$)`, 'm');
+  const lineFor = (text) => new RegExp(`^${text.replace(/[.*+?^$()|[\]\\{}]/g, '\\$&')}(\\s|$)`, 'm');
+  const listening = lineFor(expected);
+  const gatewayExpected = withGateway ? `corral: listening on http://127.0.0.1:${gwPort}` : null;
+  const gatewayListening = withGateway ? lineFor(gatewayExpected) : null;
 
   const ready = new Promise((resolve, reject) => {
     const fail = (why) => {
@@ -277,10 +308,25 @@ async function startOnce({ apiKeys, config, args }) {
       err.addressInUse = /address already in use|EADDRINUSE/i.test(server.stderrText);
       reject(err);
     };
+    let graceTimer = null;
     const timer = setTimeout(() => {
+      clearTimeout(graceTimer);
       child.kill('SIGKILL');
-      fail(`no "${expected}" line on stderr within ${START_TIMEOUT_MS / 1000} s (killed it)`);
+      const missing = listening.test(server.stderrText) ? gatewayExpected : expected;
+      fail(`no "${missing}" line on stderr within ${START_TIMEOUT_MS / 1000} s (killed it)`);
     }, START_TIMEOUT_MS);
+    let settled = false;
+    const done = (gatewayUp) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      clearTimeout(graceTimer);
+      if (gatewayUp) {
+        server.gatewayPort = gwPort;
+        server.gatewayUrl = `http://127.0.0.1:${gwPort}/v1`;
+      }
+      resolve();
+    };
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (chunk) => {
       server.stdoutText += chunk;
@@ -289,17 +335,21 @@ async function startOnce({ apiKeys, config, args }) {
     child.stderr.on('data', (chunk) => {
       server.stderrText += chunk;
       log?.write(chunk);
-      if (listening.test(server.stderrText)) {
-        clearTimeout(timer);
-        resolve();
-      }
+      if (!listening.test(server.stderrText)) return;
+      if (!withGateway) return done(false);
+      if (gatewayListening.test(server.stderrText)) return done(true);
+      // The gateway's line may come before or after the E2B one; give it a
+      // moment, and go on without it unless it was asked for explicitly.
+      if (gateway !== true && graceTimer === null) graceTimer = setTimeout(() => done(false), GATEWAY_LINE_GRACE_MS);
     });
     child.on('error', (err) => {
       clearTimeout(timer);
+      clearTimeout(graceTimer);
       fail(`cannot run it: ${err.message}`);
     });
     child.on('exit', (code, signal) => {
       clearTimeout(timer);
+      clearTimeout(graceTimer);
       // Let the last stderr bytes arrive before reporting.
       setImmediate(() => fail(`it ${describeExit(code, signal)} before listening`));
     });
@@ -590,6 +640,10 @@ export async function acquireHostLock() {
  * test file, point the SDKs at it through E2B_API_URL, E2B_SANDBOX_URL and
  * E2B_API_KEY, and check the clean exit and the host afterwards. Returns an
  * object whose `server` field is set once the server is up.
+ *
+ * `options` are startServer()'s, or a function returning them (or a promise
+ * of them), called in before() once the host is ours: for options that need
+ * something started first, such as a config file naming a port.
  */
 export function useServer(options = {}) {
   const ctx = { server: null, baseline: null };
@@ -602,7 +656,7 @@ export function useServer(options = {}) {
         `harness: the host already had sandbox state before corral serve started (ignored by the final check):\n${formatLeftovers(ctx.baseline)}\n`,
       );
     }
-    ctx.server = await startServer(options);
+    ctx.server = await startServer(typeof options === 'function' ? await options() : options);
     ctx.server.setEnv();
   });
   after(async () => {
