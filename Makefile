@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: all build test-build test fuzz kernel-test unit-test cli-test security-test integration-test run bench deps format format-check clean
+.PHONY: all build test-build test fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
 
 all: build
 
@@ -73,6 +73,11 @@ run: deps build
 	@echo
 	@echo '--- corral run --out $(BUILD)/demo examples/demo.py ---'
 	@$(BUILD)/corral run --out $(BUILD)/demo examples/demo.py
+
+# The gateway's seed example with the official openai SDK against a scripted model.
+gateway-demo: deps build
+	@scripts/install-node-deps
+	@node examples/gateway-demo.mjs $(BUILD)/corral
 
 bench: deps build
 	@scripts/install-bench-deps

@@ -984,6 +984,8 @@ static void call_free(struct gw_call *c)
     json_decref(c->chat_calls);
     json_decref(c->usage);
     json_decref(c->error);
+    json_decref(c->held);
+    json_decref(c->open_code);
     free(c->finish_reason);
     free(c->wanted_container);
 }

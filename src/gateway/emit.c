@@ -6,6 +6,7 @@
  *     function_call) and OpenAI's event sequence, every event numbered;
  *   Chat Completions: the assistant message and its chunks.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,17 +44,59 @@ static void send_json(struct gw_call *c, const char *event, json_t *payload)
     strbuf_free(&b);
 }
 
-/* A Responses event: `type`, then the sequence number, then the payload's keys. */
+/* A Responses event, sent now: `type`, the sequence number, the payload. */
+static void send_event(struct gw_call *c, const char *type, json_t *payload)
+{
+    json_t *e = json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)c->seq++);
+    json_object_update(e, payload);
+    json_decref(payload);
+    send_json(c, type, e);
+}
+
+/* The first code call still waiting to be done (SIZE_MAX: none). */
+static size_t hold_from(const struct gw_call *c)
+{
+    json_t *first = json_array_get(c->open_code, 0);
+    return first ? (size_t)json_integer_value(first) : SIZE_MAX;
+}
+
+/* Sends the held events of items up to the first open code call. */
+static void release_held(struct gw_call *c)
+{
+    size_t limit = hold_from(c);
+    json_t *keep = json_array();
+    size_t i;
+    json_t *h;
+    json_array_foreach(c->held, i, h)
+    {
+        size_t index = (size_t)json_integer_value(json_object_get(h, "index"));
+        if (index <= limit)
+            send_event(c, json_string_value(json_object_get(h, "type")),
+                       json_incref(json_object_get(h, "payload")));
+        else
+            json_array_append(keep, h);
+    }
+    json_decref(c->held);
+    c->held = keep;
+}
+
+/* A Responses event, sent at once or, when it belongs to an item after a
+ * code call that has not run yet, when that call is done. */
 static void event(struct gw_call *c, const char *type, json_t *payload)
 {
     if (!c->stream || !c->started) {
         json_decref(payload);
         return;
     }
-    json_t *e = json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)c->seq++);
-    json_object_update(e, payload);
-    json_decref(payload);
-    send_json(c, type, e);
+    json_t *oi = json_object_get(payload, "output_index");
+    if (oi && (size_t)json_integer_value(oi) > hold_from(c)) {
+        if (!c->held)
+            c->held = json_array();
+        json_array_append_new(
+            c->held, json_pack("{s:s, s:O, s:o}", "type", type, "index", oi, "payload", payload));
+        return;
+    }
+    send_event(c, type, payload);
 }
 
 static json_t *chunk(struct gw_call *c, json_t *delta, const char *finish)
@@ -65,11 +108,20 @@ static json_t *chunk(struct gw_call *c, json_t *delta, const char *finish)
                      c->client_model, "system_fingerprint", "choices", choice);
 }
 
+/* A chat chunk; the first one says the role (and content null when it
+ * starts with tool calls, as OpenAI's do). */
 static void chat_chunk(struct gw_call *c, json_t *delta)
 {
     if (!c->stream || !c->started) {
         json_decref(delta);
         return;
+    }
+    if (!c->chat_role_sent) {
+        c->chat_role_sent = true;
+        json_object_set_new(delta, "role", json_string("assistant"));
+        if (!json_object_get(delta, "content"))
+            json_object_set_new(delta, "content", json_null());
+        json_object_set_new(delta, "refusal", json_null());
     }
     send_json(c, NULL, chunk(c, delta, NULL));
 }
@@ -142,9 +194,6 @@ void gw_emit_started(struct gw_call *c)
     if (c->api == CORRAL_GATEWAY_RESPONSES) {
         event(c, "response.created", json_pack("{s:o}", "response", response_object(c, false)));
         event(c, "response.in_progress", json_pack("{s:o}", "response", response_object(c, false)));
-    } else {
-        c->chat_role_sent = true;
-        chat_chunk(c, json_pack("{s:s, s:s, s:n}", "role", "assistant", "content", "", "refusal"));
     }
 }
 
@@ -275,6 +324,9 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
                       ct ? ct->id : "", "outputs", c->include_outputs ? json_array() : json_null());
         tc->output_index = add_item(c, tc->item);
         json_decref(tc->item);
+        if (!c->open_code)
+            c->open_code = json_array();
+        json_array_append_new(c->open_code, json_integer((json_int_t)tc->output_index));
         event(c, "response.code_interpreter_call.in_progress",
               json_pack("{s:I, s:s}", "output_index", (json_int_t)tc->output_index, "item_id",
                         item_id));
@@ -435,6 +487,8 @@ void gw_emit_finish(struct gw_call *c)
         json_t *r = response_object(c, true);
         if (c->stream) {
             gw_emit_started(c);
+            json_array_clear(c->open_code);
+            release_held(c);
             const char *type = !strcmp(c->status, "completed")    ? "response.completed"
                                : !strcmp(c->status, "incomplete") ? "response.incomplete"
                                                                   : "response.failed";
@@ -452,6 +506,8 @@ void gw_emit_finish(struct gw_call *c)
         return;
     }
     gw_emit_started(c);
+    if (!c->chat_role_sent) /* an empty answer */
+        chat_chunk(c, json_pack("{s:s}", "content", ""));
     send_json(c, NULL, chunk(c, json_object(), c->finish_reason ? c->finish_reason : "stop"));
     json_t *so = json_object_get(c->req, "stream_options");
     if (json_is_true(json_object_get(so, "include_usage"))) {
@@ -476,6 +532,8 @@ void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
                             "param", "code", code));
         return;
     }
+    json_array_clear(c->open_code);
+    release_held(c);
     event(c, "error",
           json_pack("{s:{s:s, s:s, s:s, s:n}, s:s, s:s, s:n}", "error", "type", type, "code", code,
                     "message", message, "param", "code", code, "message", message, "param"));

@@ -171,6 +171,10 @@ struct gw_call {
     bool started, cancelled, chat_role_sent;
     uint64_t seq;
     uint64_t checked_ns; /* when the client's presence was last checked */
+    /* Responses streams show items one after the other: while a code call
+     * waits to run, the events of later items are held ({type, payload}). */
+    json_t *held;
+    json_t *open_code; /* output indexes of code calls not done yet, in order */
 };
 
 /* turn.c: runs one upstream turn into t through the emitter. 0, or a
