@@ -773,3 +773,44 @@ def test_a_client_that_goes_away_while_code_runs(upstream):
         assert time.monotonic() - t < 15
     finally:
         g.stop()
+
+
+EXAMPLE = os.path.join(os.path.dirname(CORRAL), "gateway_example")
+
+
+def run_example(tmp_path, upstream, *args):
+    """examples/gateway.c: libcorral's gateway in process, no server."""
+    config = write_config(tmp_path, "model_list:\n  - model_name: m\n    litellm_params:\n"
+                          f"      model: openai/up\n      api_base: {upstream.url}\n"
+                          "      upstream_api: chat_completions\n")
+    return subprocess.run([EXAMPLE, *args, config, "m", "compute"], capture_output=True,
+                          text=True, timeout=120, env=clean_env())
+
+
+def test_the_gateway_in_process(tmp_path, upstream):
+    upstream.script = code_script("print(6 * 7)", "The answer:")
+    p = run_example(tmp_path, upstream)
+    assert p.returncode == 0, p.stdout + p.stderr
+    status, _, body = p.stdout.partition(" ")
+    assert status == "200", p.stdout
+    r = json.loads(body)
+    call = next(item for item in r["output"] if item["type"] == "code_interpreter_call")
+    assert call["code"] == "print(6 * 7)" and call["status"] == "completed"
+    assert call["container_id"].startswith("cntr_")
+    assert call["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    assert "42" in r["output"][-1]["content"][0]["text"]
+    assert r["usage"]["total_tokens"] == 5  # the one turn of the two that reports usage
+
+
+def test_the_gateway_in_process_streamed(tmp_path, upstream):
+    upstream.script = code_script("print(6 * 7)", "The answer:")
+    p = run_example(tmp_path, upstream, "--stream")
+    assert p.returncode == 0, p.stdout + p.stderr
+    events = [json.loads(line[6:]) for line in p.stdout.splitlines()
+              if line.startswith("data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    types = [e["type"] for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed", types
+    assert "response.code_interpreter_call.interpreting" in types
+    final = events[-1]["response"]
+    assert "42" in final["output"][-1]["content"][0]["text"]
