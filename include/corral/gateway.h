@@ -74,14 +74,14 @@ struct corral_gateway_events {
 };
 
 struct corral_gateway_reply {
-    int status;                 /* HTTP status of the answer */
-    char *body;                 /* JSON (a Response, a chat completion or an error); NULL
-                                   when the answer was streamed */
+    int status; /* HTTP status of the answer */
+    char *body; /* JSON (a Response, a chat completion or an error); NULL
+                   when the answer was streamed */
     size_t body_len;
-    char *content_type;         /* of body (usually application/json) */
-    char *request_id;           /* x-request-id to answer with */
-    char *retry_after;          /* Retry-After to pass on, or NULL */
-    bool streamed;              /* events went to on_bytes */
+    char *content_type; /* of body (usually application/json) */
+    char *request_id;   /* x-request-id to answer with */
+    char *retry_after;  /* Retry-After to pass on, or NULL */
+    bool streamed;      /* events went to on_bytes */
 };
 
 /* Runs one request: `body` is the JSON a client posted. A streamed answer

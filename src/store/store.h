@@ -30,9 +30,9 @@ int gw_store_open(const char *path, struct gw_store **out, struct corral_error *
 void gw_store_close(struct gw_store *s);
 
 /* Inserts or replaces the response `id`. */
-int gw_store_put_response(struct gw_store *s, const char *id, const char *owner,
-                          int64_t created_at, const char *response, const char *input,
-                          const char *context, struct corral_error *err);
+int gw_store_put_response(struct gw_store *s, const char *id, const char *owner, int64_t created_at,
+                          const char *response, const char *input, const char *context,
+                          struct corral_error *err);
 /* -ENOENT when there is no such response for this owner. Any of the out
  * pointers may be NULL; the texts are malloc'ed. */
 int gw_store_get_response(struct gw_store *s, const char *id, const char *owner, char **response,
