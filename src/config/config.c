@@ -1021,13 +1021,24 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
 {
     int r = expect_mapping(w, n, "gateway",
                            "listen, store, code_tool_name, max_agentic_loops, output_limit, "
-                           "exec_timeout",
+                           "exec_timeout, store_max_responses, store_days",
                            true);
     if (r <= 0)
         return r;
     static const char *const keys[] = {
-        "listen", "store", "code_tool_name", "max_agentic_loops", "output_limit", "exec_timeout"};
-    enum { LISTEN, STORE, CODE_TOOL_NAME, LOOPS, OUTPUT_LIMIT, EXEC_TIMEOUT, N };
+        "listen",       "store",        "code_tool_name",      "max_agentic_loops",
+        "output_limit", "exec_timeout", "store_max_responses", "store_days"};
+    enum {
+        LISTEN,
+        STORE,
+        CODE_TOOL_NAME,
+        LOOPS,
+        OUTPUT_LIMIT,
+        EXEC_TIMEOUT,
+        STORE_MAX,
+        STORE_DAYS,
+        N
+    };
     yaml_node_t *v[N];
     if ((r = match_keys(w, n, keys, N, "under gateway", false, v)) < 0)
         return r;
@@ -1060,6 +1071,12 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
     }
     if (v[EXEC_TIMEOUT] && (r = walk_seconds(w, v[EXEC_TIMEOUT], WHAT(EXEC_TIMEOUT), 1000, DAY_MS,
                                              "from 1 to 86400 seconds", &gw->exec_timeout_ms)) < 0)
+        return r;
+    if (v[STORE_MAX] &&
+        (r = walk_uint(w, v[STORE_MAX], WHAT(STORE_MAX), 1, 100000000, &gw->store_max)) < 0)
+        return r;
+    if (v[STORE_DAYS] &&
+        (r = walk_uint(w, v[STORE_DAYS], WHAT(STORE_DAYS), 1, 3650, &gw->store_days)) < 0)
         return r;
 #undef WHAT
     return 0;

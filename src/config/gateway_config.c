@@ -26,6 +26,8 @@ struct gw_config *gw_config_new(void)
     c->max_agentic_loops = DEFAULT_MAX_AGENTIC_LOOPS;
     c->output_limit = DEFAULT_OUTPUT_LIMIT;
     c->exec_timeout_ms = DEFAULT_EXEC_TIMEOUT_MS;
+    c->store_max = 10000;
+    c->store_days = 30;
     return c;
 }
 

@@ -38,6 +38,8 @@
  *     max_agentic_loops: 8
  *     output_limit: 20000                  # characters of tool output the model reads
  *     exec_timeout: 120                    # seconds per code call
+ *     store_max_responses: 10000           # the newest kept; older ones are dropped
+ *     store_days: 30                       # stored responses older than this are dropped
  *
  * Any value written "os.environ/NAME" is read from the environment (an
  * unset variable is an error naming it). Keys LiteLLM has that corral does
@@ -113,6 +115,8 @@
  *   code_tool_name   1 to 64 letters, digits, '_' and '-'.
  *   max_agentic_loops  1..100;  output_limit  256..10000000;
  *   exec_timeout     seconds (or with a unit), from 1 s to 86400 s.
+ *   store_max_responses  an integer from 1 to 100000000.
+ *   store_days       an integer from 1 to 3650.
  *
  * os.environ/ is resolved in the values corral reads (not in ignored keys);
  * for optional keys, YAML null (`api_base:` or ~) is the same as a missing key,
@@ -175,6 +179,8 @@ struct gw_config {
     unsigned max_agentic_loops; /* gateway.max_agentic_loops, default 8 (1..100) */
     size_t output_limit;        /* gateway.output_limit, default 20000 (256..10000000) */
     uint64_t exec_timeout_ms;   /* gateway.exec_timeout, default 120 s */
+    uint64_t store_max;         /* gateway.store_max_responses, default 10000 */
+    uint64_t store_days;        /* gateway.store_days, default 30 */
 };
 
 /* A configuration with no models and every default. NULL on no memory. */

@@ -228,6 +228,15 @@ void gw_watch_stop(corral_gateway *gw, struct gw_running *r)
     pthread_mutex_unlock(&gw->lock);
 }
 
+/* Stored responses past their days, or beyond the newest store_max. */
+static void prune_store(corral_gateway *gw)
+{
+    struct corral_error err;
+    int64_t before = (int64_t)time(NULL) - (int64_t)gw->cfg->store_days * 86400;
+    if (gw_store_prune(gw->store, before, gw->cfg->store_max, NULL, &err) < 0)
+        fprintf(stderr, "corral gateway: %s\n", err.message);
+}
+
 static void *watch_thread(void *arg)
 {
     corral_gateway *gw = arg;
@@ -252,6 +261,7 @@ static void *watch_thread(void *arg)
             struct gw_container *dead = reap_dead(gw);
             pthread_mutex_unlock(&gw->lock);
             free_chain(dead);
+            prune_store(gw);
             pthread_mutex_lock(&gw->lock);
         }
     }
@@ -393,10 +403,18 @@ int corral_gateway_models(corral_gateway *gw, struct corral_gateway_reply *out)
     return 0;
 }
 
-static void not_found(struct corral_gateway_reply *out, const char *id)
+/* A store call's failure as the answer: 404 for a response that is not
+ * there (or not the caller's), 500 otherwise. Returns 1 when rc was a
+ * failure (the answer is made), else 0. */
+static int stored_failure(struct corral_gateway_reply *out, const char *id, int rc,
+                          const struct corral_error *err)
 {
-    gw_reply_error(out, 404, "invalid_request_error", NULL, NULL,
-                   "Response with id '%s' not found.", id);
+    if (rc == -ENOENT)
+        gw_reply_error(out, 404, "invalid_request_error", NULL, NULL,
+                       "Response with id '%s' not found.", id);
+    else if (rc < 0)
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
+    return rc < 0;
 }
 
 int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,
@@ -408,14 +426,8 @@ int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *
     char *response = NULL;
     struct corral_error err;
     int rc = gw_store_get_response(gw->store, id, owner, &response, NULL, NULL, &err);
-    if (rc == -ENOENT) {
-        not_found(out, id);
-        return 0;
-    }
-    if (rc < 0) {
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
-        return rc;
-    }
+    if (stored_failure(out, id, rc, &err))
+        return rc == -ENOENT ? 0 : rc;
     out->status = 200;
     out->body = response;
     out->body_len = strlen(response);
@@ -431,14 +443,8 @@ int corral_gateway_delete_response(corral_gateway *gw, const char *id, const cha
     gw_owner_of(key, owner, sizeof(owner));
     struct corral_error err;
     int rc = gw_store_delete_response(gw->store, id, owner, &err);
-    if (rc == -ENOENT) {
-        not_found(out, id);
-        return 0;
-    }
-    if (rc < 0) {
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
-        return rc;
-    }
+    if (stored_failure(out, id, rc, &err))
+        return rc == -ENOENT ? 0 : rc;
     gw_reply_json(out, 200,
                   json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1));
     return 0;
@@ -471,14 +477,8 @@ int corral_gateway_input_items(corral_gateway *gw, const char *id, const char *k
     }
     char *input = NULL;
     int rc = gw_store_get_response(gw->store, id, owner, NULL, &input, NULL, &err);
-    if (rc == -ENOENT) {
-        not_found(out, id);
-        return 0;
-    }
-    if (rc < 0) {
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
-        return rc;
-    }
+    if (stored_failure(out, id, rc, &err))
+        return rc == -ENOENT ? 0 : rc;
     json_t *items = json_loads(input, 0, NULL);
     free(input);
     if (!json_is_array(items)) {

@@ -417,3 +417,35 @@ int gw_store_delete_response(struct gw_store *s, const char *id, const char *own
     pthread_mutex_unlock(&s->lock);
     return r;
 }
+
+int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
+                   struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot drop old responses from %s", s->name);
+    static const char *const sql[] = {
+        "DELETE FROM responses WHERE created_at < ?1",
+        "DELETE FROM responses WHERE rowid IN (SELECT rowid FROM responses "
+        "ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?1)",
+    };
+    int r = 0;
+    uint64_t gone = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < 2 && r == 0; i++) {
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(s->db, sql[i], -1, &st, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_bind_int64(st, 1, i == 0 ? created_before : (sqlite3_int64)keep);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(st);
+        if (rc != SQLITE_DONE)
+            r = fail_sqlite(err, s->db, rc, "%s", what);
+        else
+            gone += (uint64_t)sqlite3_changes(s->db);
+        sqlite3_finalize(st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (dropped)
+        *dropped = gone;
+    return r;
+}

@@ -41,4 +41,9 @@ int gw_store_get_response(struct gw_store *s, const char *id, const char *owner,
 int gw_store_delete_response(struct gw_store *s, const char *id, const char *owner,
                              struct corral_error *err);
 
+/* Drops the responses created before `created_before` (unix seconds) and
+ * all but the `keep` newest; *dropped (may be NULL) counts them. */
+int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
+                   struct corral_error *err);
+
 #endif

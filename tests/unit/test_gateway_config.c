@@ -136,7 +136,9 @@ static void parses_a_full_litellm_config(void **state)
                  "  code_tool_name: run_python\n"
                  "  max_agentic_loops: 20\n"
                  "  output_limit: 5000\n"
-                 "  exec_timeout: 30\n");
+                 "  exec_timeout: 30\n"
+                 "  store_max_responses: 500\n"
+                 "  store_days: 7\n");
     assert_string_equal(cfg->state_dir, "/run/corral-gw");
     assert_int_equal(cfg->n_templates, 1);
     struct gw_config *gw = cfg->gateway;
@@ -210,6 +212,8 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->max_agentic_loops, 20);
     assert_int_equal(gw->output_limit, 5000);
     assert_int_equal(gw->exec_timeout_ms, 30000);
+    assert_int_equal(gw->store_max, 500);
+    assert_int_equal(gw->store_days, 7);
 
     assert_ptr_equal(gw_config_model(gw, "gpt-5"), &gw->models[0]);
     assert_ptr_equal(gw_config_model(gw, "azure-gpt"), &gw->models[1]);
@@ -229,6 +233,8 @@ static void defaults(void **state)
     assert_int_equal(c->max_agentic_loops, 8);
     assert_int_equal(c->output_limit, 20000);
     assert_int_equal(c->exec_timeout_ms, 120000);
+    assert_int_equal(c->store_max, 10000);
+    assert_int_equal(c->store_days, 30);
     assert_int_equal(c->n_models, 0);
     assert_null(c->models);
     assert_int_equal(c->n_tools, 0);
@@ -569,16 +575,20 @@ static void refuses_bad_values(void **state)
                  "(expected more than 0 and at most 86400 seconds)");
     expect_error("model_list:\n  - model_name: m\n    litellm_params: {model: x, timeout: -1}\n",
                  "gw.yaml:3:41: model_list[0].litellm_params.timeout: invalid duration '-1'");
-    expect_error("gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
-                 "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
-                 "code_tool_name, max_agentic_loops, output_limit, exec_timeout)");
+    expect_error(
+        "gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
+        "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
+        "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
+        "store_days)");
     expect_error("gateway:\n  listen: a\n  listen: b\n",
                  "gw.yaml:3:3: duplicate key 'listen' under gateway (first at line 2)");
     expect_error("gateway:\n  listen:\n", "gw.yaml:2:10: gateway.listen has no value");
     expect_error("gateway:\n  store: ''\n", "gw.yaml:2:10: gateway.store must not be empty");
-    expect_error("gateway: [listen]\n",
-                 "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, code_tool_name, "
-                 "max_agentic_loops, output_limit, exec_timeout), not a list");
+    expect_error(
+        "gateway: [listen]\n",
+        "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, code_tool_name, "
+        "max_agentic_loops, output_limit, exec_timeout, store_max_responses, store_days), not "
+        "a list");
     expect_error("gateway:\n  max_agentic_loops: 0\n",
                  "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
                  "integer from 1 to 100)");

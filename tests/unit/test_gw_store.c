@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
@@ -189,6 +190,30 @@ static void deletes(void **state)
     assert_int_equal(gw_store_get_response(s, "resp_2", "alice", &response, NULL, NULL, &err), 0);
     assert_string_equal(response, "r2");
     free(response);
+    gw_store_close(s);
+}
+
+static bool present(struct gw_store *s, const char *id)
+{
+    struct corral_error err = {0};
+    return gw_store_get_response(s, id, "o", NULL, NULL, NULL, &err) == 0;
+}
+
+static void prunes_old_and_surplus_responses(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    const char *ids[] = {"resp_1", "resp_2", "resp_3", "resp_4", "resp_5", "resp_6"};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(gw_store_put_response(s, ids[i], "o", 100 + i, "r", "i", "c", &err), 0);
+    uint64_t dropped = 0;
+    /* older than 102 (resp_1, resp_2), then all but the 3 newest (resp_3) */
+    assert_int_equal(gw_store_prune(s, 102, 3, &dropped, &err), 0);
+    assert_int_equal(dropped, 3);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(present(s, ids[i]), i >= 3);
+    assert_int_equal(gw_store_prune(s, 0, 10, &dropped, &err), 0);
+    assert_int_equal(dropped, 0);
     gw_store_close(s);
 }
 
@@ -393,6 +418,7 @@ int main(void)
         cmocka_unit_test(isolates_owners),
         cmocka_unit_test(deletes),
         cmocka_unit_test(takes_null_out_pointers),
+        cmocka_unit_test(prunes_old_and_surplus_responses),
         cmocka_unit_test_setup_teardown(persists_in_a_file, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(refuses_a_newer_schema, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(names_a_missing_directory, make_tmp, remove_tmp),
