@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "base/cleanup.h"
+#include "gateway/http1.h"
 
 #define BODY_MAX           ((size_t)64 << 20) /* a buffered answer's bytes */
 #define SPIN_NS            100000ull          /* see wait_sockets() */
@@ -552,11 +553,38 @@ static int exchange(struct conn *c, const struct gw_upstream *u, const char *met
     return 0;
 }
 
+/* A buffered exchange with a plain-HTTP upstream, through http1.c. */
+static int lean_exchange(const struct gw_upstream *u, const char *method, const char *path,
+                         const char *body, size_t len, const struct gw_upstream_sink *sink,
+                         struct gw_upstream_reply *out, struct corral_error *err)
+{
+    cleanup_free char *url = NULL;
+    if (build_url(u, NULL, path, &url) < 0)
+        return corral_fail(err, ENOMEM, "cannot build the URL of %s", u->base_url);
+    struct curl_slist *headers = NULL;
+    int r = build_headers(u, body != NULL, &headers);
+    if (r < 0)
+        return corral_fail(err, -r, "invalid headers for %s: %s", url, strerror(-r));
+    const char *lines[64];
+    size_t n = 0;
+    for (struct curl_slist *h = headers; h && n < 64; h = h->next)
+        lines[n++] = h->data;
+    if (!method)
+        method = body ? "POST" : "GET";
+    r = gw_http1_request(url, method, lines, n, body, len, u->timeout_ms, sink, out, err);
+    curl_slist_free_all(headers);
+    return r;
+}
+
 int gw_upstream_request(const struct gw_upstream *u, const char *method, const char *path,
                         const char *body, size_t len, const struct gw_upstream_sink *sink,
                         struct gw_upstream_reply *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
+    if ((!sink || !sink->on_data) && u->base_url && !strncmp(u->base_url, "http://", 7)) {
+        pthread_once(&init_once, global_init); /* curl_easy_escape needs it */
+        return lean_exchange(u, method, path, body, len, sink, out, err);
+    }
     struct conn *c = NULL;
     bool temp = false;
     int r = conn_get(&c, &temp, err);

@@ -814,3 +814,36 @@ def test_the_gateway_in_process_streamed(tmp_path, upstream):
     assert "response.code_interpreter_call.interpreting" in types
     final = events[-1]["response"]
     assert "42" in final["output"][-1]["content"][0]["text"]
+
+
+def test_a_sandbox_that_cannot_start_gives_a_failed_call(tmp_path, upstream):
+    """The model is told, the client gets a failed code_interpreter_call and
+    the model's answer: no error, no leaked function call."""
+    upstream.script = code_script("print(6 * 7)", "Without a sandbox:")
+    config = write_config(tmp_path, f"""model_list:
+  - model_name: m
+    litellm_params:
+      model: openai/up
+      api_base: {upstream.url}
+      upstream_api: chat_completions
+      sandbox_tool: broken
+sandbox_tools:
+  - sandbox_tool_name: broken
+    litellm_params:
+      sandbox_provider: local
+      template: no-such-template
+""")
+    g = Gateway("--config", config)
+    try:
+        resp, text = g.request("POST", "/v1/responses", body={
+            "model": "m", "input": "compute", "tools": CODE_TOOL})
+        assert resp.status == 200, text
+        r = json.loads(text)
+        assert r["status"] == "completed"
+        assert [item["type"] for item in r["output"]] == ["code_interpreter_call", "message"]
+        assert r["output"][0]["status"] == "failed"
+        told = r["output"][1]["content"][0]["text"]
+        assert told.startswith("Without a sandbox: error: the sandbox could not be started ("), told
+        assert "no-such-template" in told and "nothing ran" in told, told
+    finally:
+        g.stop()

@@ -203,7 +203,7 @@ static bool answer(struct srv *s, int fd)
     else
         answer_fixed(fd);
     return strcmp(path, "/v1/stall") != 0 && strcmp(path, "/v1/trickle") != 0 &&
-           strcmp(path, "/v1/big") != 0;
+           strcmp(path, "/v1/big") != 0 && strcmp(path, "/v1/once") != 0;
 }
 
 static void serve_connection(struct srv *s, int fd)
@@ -504,10 +504,33 @@ static void streams_a_2xx_body(void **state)
     assert_string_equal(ev.name[2], "done");
     assert_string_equal(ev.data[2], "[DONE]");
 
-    /* the chunked answer ended cleanly: the next request reuses its connection */
-    assert_int_equal(gw_upstream_request(&u, "GET", "/after", NULL, 0, NULL, &r, &err), 0);
+    /* the chunked answer ended cleanly: the next streamed request reuses its
+     * connection (buffered plain-HTTP exchanges have their own, http1.c) */
+    assert_int_equal(gw_upstream_request(&u, "GET", "/after", NULL, 0, &sink, &r, &err), 0);
     gw_upstream_reply_free(&r);
     assert_int_equal(s->accepted, 1);
+}
+
+/* A kept-alive connection the server closed while idle is replaced, once,
+ * for the next request. */
+static void replaces_a_connection_closed_while_idle(void **state)
+{
+    struct srv *s = *state;
+    char base[128];
+    base_url(s, base, sizeof(base), "");
+    struct gw_upstream u = {.base_url = base};
+    struct gw_upstream_reply r;
+    struct corral_error err = {0};
+    assert_int_equal(gw_upstream_request(&u, "POST", "/once", "{}", 2, NULL, &r, &err), 0);
+    assert_int_equal(r.status, 200);
+    gw_upstream_reply_free(&r);
+    usleep(50000); /* the server has closed it by now */
+    assert_int_equal(gw_upstream_request(&u, "POST", "/chat/completions", "{}", 2, NULL, &r, &err),
+                     0);
+    assert_int_equal(r.status, 200);
+    gw_upstream_reply_free(&r);
+    assert_int_equal(s->accepted, 2);
+    assert_int_equal(s->requests, 2);
 }
 
 static void buffers_an_error_even_when_streaming(void **state)
@@ -867,6 +890,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(reuses_the_connection, srv_start, srv_stop),
         cmocka_unit_test_setup_teardown(streams_a_2xx_body, srv_start, srv_stop),
         cmocka_unit_test_setup_teardown(buffers_an_error_even_when_streaming, srv_start, srv_stop),
+        cmocka_unit_test_setup_teardown(replaces_a_connection_closed_while_idle, srv_start,
+                                        srv_stop),
         cmocka_unit_test(reports_a_refused_connection),
         cmocka_unit_test_setup_teardown(times_out, srv_start, srv_stop),
         cmocka_unit_test_setup_teardown(cancels_while_the_upstream_is_silent, srv_start, srv_stop),
