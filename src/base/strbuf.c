@@ -25,6 +25,11 @@ static bool reserve(struct strbuf *b, size_t extra)
     return true;
 }
 
+void strbuf_reserve(struct strbuf *b, size_t extra)
+{
+    reserve(b, extra);
+}
+
 void strbuf_append(struct strbuf *b, const char *s, size_t len)
 {
     if (b->max && b->len + len > b->max) {

@@ -17,6 +17,8 @@ struct strbuf {
 };
 
 void strbuf_append(struct strbuf *b, const char *s, size_t len);
+/* Makes room for `extra` more bytes at once (fewer reallocations). */
+void strbuf_reserve(struct strbuf *b, size_t extra);
 void strbuf_puts(struct strbuf *b, const char *s);
 void strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The text ("" when empty); stays owned by b. */

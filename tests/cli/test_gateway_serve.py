@@ -847,3 +847,29 @@ sandbox_tools:
         assert "no-such-template" in told and "nothing ran" in told, told
     finally:
         g.stop()
+
+
+def test_connections_that_end_leave_no_descriptor(upstream):
+    """Each client connection has its thread and its kept-alive upstream
+    connection; both go when the client's connection ends."""
+    upstream.script = lambda body: (200, "application/json", [completion()], 0)
+    g = upstream_gateway(upstream)
+    try:
+        def one():
+            resp, text = g.request("POST", "/v1/chat/completions", body={
+                "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert resp.status == 200, text
+        one()
+        time.sleep(0.5)
+        before = len(os.listdir(f"/proc/{g.proc.pid}/fd"))
+        for _ in range(30):
+            one()  # a new connection (and thread) each time
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            after = len(os.listdir(f"/proc/{g.proc.pid}/fd"))
+            if after <= before + 2:
+                break
+            time.sleep(0.1)
+        assert after <= before + 2, (before, after)
+    finally:
+        g.stop()
