@@ -391,10 +391,32 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     return resp;
 }
 
+/* A call answered whole, on the connection's thread. */
+static struct http_response *call_whole(struct openai *oa, const struct http_request *req,
+                                        enum corral_gateway_api api, const char *body, size_t len,
+                                        const char *key, char *rid)
+{
+    struct corral_gateway_events ev = {
+        .on_stream_start = no_stream,
+        .on_bytes = no_bytes,
+        .cancelled = client_gone,
+        .userdata = (void *)req,
+    };
+    struct corral_gateway_reply rep = {0};
+    int rc = corral_gateway_call(oa->gw, api, body, len, key, &ev, &rep);
+    struct http_response *resp = reply_response(&rep, rc, rid);
+    corral_gateway_reply_free(&rep);
+    return resp;
+}
+
 static struct http_response *call(struct openai *oa, const struct http_request *req,
                                   enum corral_gateway_api api, const char *deployment,
                                   const char *key, char *rid)
 {
+    /* Whether the call streams decides where it runs; a body that cannot
+     * ask for a stream is left for the gateway to parse (once). */
+    if (!deployment && !memmem(req->body, req->body_len, "\"stream\"", 8))
+        return call_whole(oa, req, api, req->body, req->body_len, key, rid);
     json_error_t jerr;
     json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
     if (!root)
@@ -425,16 +447,7 @@ static struct http_response *call(struct openai *oa, const struct http_request *
     if (stream) {
         resp = call_streamed(oa, req, api, body, len, key, rid);
     } else {
-        struct corral_gateway_events ev = {
-            .on_stream_start = no_stream,
-            .on_bytes = no_bytes,
-            .cancelled = client_gone,
-            .userdata = (void *)req,
-        };
-        struct corral_gateway_reply rep = {0};
-        int rc = corral_gateway_call(oa->gw, api, body, len, key, &ev, &rep);
-        resp = reply_response(&rep, rc, rid);
-        corral_gateway_reply_free(&rep);
+        resp = call_whole(oa, req, api, body, len, key, rid);
     }
     free(rewritten);
     return resp;

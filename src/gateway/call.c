@@ -108,13 +108,126 @@ static bool proxy_cancelled(void *u)
     return gw_call_cancelled(((struct proxy_ctx *)u)->c);
 }
 
-static void proxy(struct gw_call *c)
+/* Skips a JSON string at p (its opening quote); the position after its
+ * closing quote, or NULL. *escaped tells whether it held escapes. */
+static const char *skip_string(const char *p, const char *end, bool *escaped)
 {
-    json_t *body = json_copy(c->req);
-    json_object_set_new(body, "model", json_string(c->up_model));
-    json_object_del(body, "max_agentic_loops");
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
+    *escaped = false;
+    for (p++; p < end; p++) {
+        if (*p == '\\') {
+            *escaped = true;
+            p++;
+        } else if (*p == '"') {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Skips one JSON value (already checked valid by jansson) at p. */
+static const char *skip_value(const char *p, const char *end)
+{
+    bool esc;
+    if (*p == '"')
+        return skip_string(p, end, &esc);
+    if (*p == '{' || *p == '[') {
+        int depth = 0;
+        for (; p < end; p++) {
+            if (*p == '"') {
+                p = skip_string(p, end, &esc);
+                if (!p)
+                    return NULL;
+                p--;
+            } else if (*p == '{' || *p == '[') {
+                depth++;
+            } else if ((*p == '}' || *p == ']') && --depth == 0) {
+                return p + 1;
+            }
+        }
+        return NULL;
+    }
+    while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' &&
+           *p != '\n' && *p != '\r')
+        p++;
+    return p;
+}
+
+/* The byte span of a top-level member's value; see gateway_internal.h. */
+bool gw_member_span(const char *text, size_t len, const char *key, size_t *from, size_t *to)
+{
+    const char *p = text, *end = text + len;
+    size_t klen = strlen(key);
+    int found = 0;
+#define SKIP_WS()                                                                                  \
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))                       \
+    p++
+    SKIP_WS();
+    if (p == end || *p++ != '{')
+        return false;
+    for (;;) {
+        SKIP_WS();
+        if (p == end || *p != '"')
+            break;
+        bool esc;
+        const char *kend = skip_string(p, end, &esc);
+        if (!kend)
+            return false;
+        bool match = !esc && (size_t)(kend - p - 2) == klen && !memcmp(p + 1, key, klen);
+        p = kend;
+        SKIP_WS();
+        if (p == end || *p++ != ':')
+            return false;
+        SKIP_WS();
+        const char *v = p;
+        if (!(p = skip_value(p, end)))
+            return false;
+        if (match) {
+            found++;
+            *from = (size_t)(v - text);
+            *to = (size_t)(p - text);
+        }
+        SKIP_WS();
+        if (p < end && *p == ',')
+            p++;
+    }
+#undef SKIP_WS
+    return found == 1;
+}
+
+/* The client's body for the upstream: its "model" is the upstream's name.
+ * The bytes are kept as they came but for that value. */
+static char *proxied_body(struct gw_call *c, const char *body, size_t len, size_t *out_len)
+{
+    size_t from, to;
+    if (!json_object_get(c->req, "max_agentic_loops") &&
+        gw_member_span(body, len, "model", &from, &to)) {
+        json_t *tmp = json_string(c->up_model);
+        char *model = json_dumps(tmp, JSON_ENCODE_ANY);
+        json_decref(tmp);
+        if (!model)
+            return NULL;
+        struct strbuf b = {0};
+        strbuf_reserve(&b, len + strlen(model));
+        strbuf_append(&b, body, from);
+        strbuf_puts(&b, model);
+        strbuf_append(&b, body + to, len - to);
+        free(model);
+        *out_len = b.len;
+        return b.oom ? (strbuf_free(&b), NULL) : strbuf_take(&b);
+    }
+    json_t *copy = json_copy(c->req);
+    json_object_set_new(copy, "model", json_string(c->up_model));
+    json_object_del(copy, "max_agentic_loops");
+    char *text = json_dumps(copy, JSON_COMPACT);
+    json_decref(copy);
+    *out_len = text ? strlen(text) : 0;
+    return text;
+}
+
+static void proxy(struct gw_call *c, const char *body, size_t body_len)
+{
+    size_t len = 0;
+    char *text = proxied_body(c, body, body_len, &len);
     struct gw_upstream u;
     gw_upstream_of(c, &u);
     struct proxy_ctx p = {.c = c};
@@ -123,8 +236,7 @@ static void proxy(struct gw_call *c)
         sink.on_data = proxy_data;
     struct gw_upstream_reply r;
     struct corral_error err = {0};
-    int rc =
-        gw_upstream_request(&u, "POST", c->up_path, text, text ? strlen(text) : 0, &sink, &r, &err);
+    int rc = gw_upstream_request(&u, "POST", c->up_path, text, len, &sink, &r, &err);
     free(text);
     if (p.started) {
         c->out->streamed = true;
@@ -1054,7 +1166,7 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     }
     if (!c->intercept && same_api && !ours_prev) {
         json_decref(client_tools);
-        proxy(c);
+        proxy(c, body, len);
         return 0;
     }
     gw_new_id(c->resp_id, sizeof(c->resp_id), "resp_", 48);

@@ -208,6 +208,11 @@ void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
 /* Raw bytes to the client (the call is cancelled when it is gone). */
 void gw_send(struct gw_call *c, const char *data, size_t len);
 
+/* The byte span [*from, *to) of the value of the top-level member `key` of
+ * a JSON object text that jansson has accepted, when the key appears
+ * exactly once and unescaped (call.c: the proxied body keeps its bytes). */
+bool gw_member_span(const char *text, size_t len, const char *key, size_t *from, size_t *to);
+
 /* ---- the incremental code extractor ---- */
 
 struct gw_codeargs {
