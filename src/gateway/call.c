@@ -1107,8 +1107,12 @@ int gw_call_store_streamed(struct gw_call *c, const char *response_json);
 static int dispatch(struct gw_call *c, const char *body, size_t len)
 {
     json_error_t jerr;
-    c->req = json_loadb(body, len, 0, &jerr);
-    if (!json_is_object(c->req)) {
+    c->req = json_loadb(body, len, JSON_DECODE_ANY, &jerr);
+    if (c->req && !json_is_object(c->req)) {
+        bad_request(c, NULL, NULL, "The request body must be a JSON object.");
+        return -EINVAL;
+    }
+    if (!c->req) {
         bad_request(c, NULL, NULL,
                     "We could not parse the JSON body of your request. (HINT: This likely means "
                     "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
