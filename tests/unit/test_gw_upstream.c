@@ -511,6 +511,30 @@ static void streams_a_2xx_body(void **state)
     assert_int_equal(s->accepted, 1);
 }
 
+/* A chunked answer read whole (no on_data): the chunks joined, and the
+ * connection kept for the next request. */
+static void buffers_a_chunked_answer(void **state)
+{
+    struct srv *s = *state;
+    char base[128];
+    base_url(s, base, sizeof(base), "");
+    struct gw_upstream u = {.base_url = base};
+    struct gw_upstream_reply r;
+    struct corral_error err = {0};
+    assert_int_equal(gw_upstream_request(&u, "POST", "/stream", "{}", 2, NULL, &r, &err), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "data: one\n\ndata: two\n\nevent: done\ndata: [DONE]\n\n");
+    assert_int_equal(r.len, strlen(r.body));
+    assert_string_equal(r.request_id, "req-stream");
+    assert_string_equal(r.content_type, "text/event-stream");
+    gw_upstream_reply_free(&r);
+    assert_int_equal(gw_upstream_request(&u, "POST", "/chat/completions", "{}", 2, NULL, &r, &err),
+                     0);
+    assert_string_equal(r.body, "{\"ok\":true}");
+    gw_upstream_reply_free(&r);
+    assert_int_equal(s->accepted, 1);
+}
+
 /* A kept-alive connection the server closed while idle is replaced, once,
  * for the next request. */
 static void replaces_a_connection_closed_while_idle(void **state)
@@ -892,6 +916,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(buffers_an_error_even_when_streaming, srv_start, srv_stop),
         cmocka_unit_test_setup_teardown(replaces_a_connection_closed_while_idle, srv_start,
                                         srv_stop),
+        cmocka_unit_test_setup_teardown(buffers_a_chunked_answer, srv_start, srv_stop),
         cmocka_unit_test(reports_a_refused_connection),
         cmocka_unit_test_setup_teardown(times_out, srv_start, srv_stop),
         cmocka_unit_test_setup_teardown(cancels_while_the_upstream_is_silent, srv_start, srv_stop),
