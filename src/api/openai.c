@@ -314,13 +314,7 @@ static struct http_response *job_answer(struct job *j, const struct http_request
 {
     pthread_mutex_lock(&j->lock);
     while (!j->started && !j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WAIT_STEP_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = corral_realtime_in(WAIT_STEP_MS);
         pthread_cond_timedwait(&j->cond, &j->lock, &ts);
         if (!j->started && !j->done && http_client_gone(req)) {
             j->cancel = true; /* the worker ends by itself */

@@ -306,6 +306,19 @@ int corral_random_hex(char *out, size_t bytes, struct corral_error *err)
     return 0;
 }
 
+struct timespec corral_realtime_in(unsigned ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 uint64_t corral_now_ms(void)
 {
     struct timespec ts;

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <sys/types.h>
 
 #include "base/error.h"
@@ -36,6 +37,8 @@ int corral_read_exact(int fd, void *buf, size_t len);
 int corral_random_hex(char *out, size_t bytes, struct corral_error *err);
 
 uint64_t corral_now_ms(void); /* CLOCK_MONOTONIC */
+/* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait(). */
+struct timespec corral_realtime_in(unsigned ms);
 /* The path of program `name` in the directory of `beside` (a path; NULL =
  * the running program), or "./name" when that has no directory. */
 void corral_path_beside(const char *beside, const char *name, char *out, size_t len);

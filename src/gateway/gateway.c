@@ -243,13 +243,7 @@ static void *watch_thread(void *arg)
     unsigned ticks = 0;
     pthread_mutex_lock(&gw->lock);
     while (!gw->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WATCH_INTERVAL_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = corral_realtime_in(WATCH_INTERVAL_MS);
         pthread_cond_timedwait(&gw->tick, &gw->lock, &ts);
         for (struct gw_running *r = gw->running; r; r = r->next)
             if (!r->fired && r->cancelled && r->cancelled(r->userdata)) {

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "base/strbuf.h"
+#include "base/util.h"
 
 #define SLOTS      4
 #define HEAD_MAX   (64u << 10)
@@ -56,13 +57,6 @@ static __thread bool slots_ready;
 static __thread char *kept_buf;
 static __thread size_t kept_cap;
 #define KEEP_BUF_MAX (256u << 10)
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- the URL ---- */
 
@@ -165,7 +159,7 @@ static int dial(const struct target *t, uint64_t deadline, int *os_err)
         }
         if (errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            uint64_t now = now_ms();
+            uint64_t now = corral_now_ms();
             int wait = now < deadline ? (int)(deadline - now) : 0;
             int n = poll(&p, 1, wait);
             int soerr = 0;
@@ -236,7 +230,7 @@ static int await(struct exchange *x, short events)
             return -ECANCELED;
         int wait = POLL_MS;
         if (x->deadline) {
-            uint64_t now = now_ms();
+            uint64_t now = corral_now_ms();
             if (now >= x->deadline)
                 return -ETIMEDOUT;
             if (x->deadline - now < (uint64_t)wait)
@@ -569,7 +563,7 @@ static int attempt(struct slot *s, const struct target *t, struct iovec *iov, in
 {
     bool reused = s->fd >= 0;
     if (!reused) {
-        uint64_t now = now_ms();
+        uint64_t now = corral_now_ms();
         uint64_t deadline = now + CONNECT_MS;
         if (x->deadline && x->deadline < deadline)
             deadline = x->deadline;
@@ -639,7 +633,7 @@ int gw_http1_request(const char *url, const char *method, const char *const *hea
     kept_buf = NULL;
     kept_cap = 0;
     if (timeout_ms)
-        x.deadline = now_ms() + timeout_ms;
+        x.deadline = corral_now_ms() + timeout_ms;
     struct slot *s = slot_for(&t);
     s->used = ++uses;
     bool no_body = !strcmp(method, "HEAD");
