@@ -40,6 +40,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -468,22 +469,25 @@ static void *run_thread(void *arg)
             th->timeouts += th->active;
             break;
         }
-        int timeout_ms = 100;
-        if (pace_ns) { /* paced connections whose time has come send now */
+        /* Paced connections whose time has come send now; the wait for the
+         * next one is exact to the microsecond (epoll_pwait2 and a timer
+         * slack of 1 ns), so that requests go out on their schedule one by
+         * one rather than in bursts at each millisecond. */
+        uint64_t wait_ns = 100000000ull;
+        if (pace_ns) {
             for (size_t i = 0; i < th->n_conns; i++) {
                 struct conn *c = &th->conns[i];
                 if (c->done || !c->waiting)
                     continue;
-                if (c->t_next <= now) {
+                if (c->t_next <= now)
                     next_request(c);
-                } else {
-                    uint64_t ms = (c->t_next - now + 999999) / 1000000;
-                    if ((int)ms < timeout_ms)
-                        timeout_ms = (int)ms;
-                }
+                else if (c->t_next - now < wait_ns)
+                    wait_ns = c->t_next - now;
             }
         }
-        int n = epoll_wait(th->epfd, evs, MAX_EVENTS, timeout_ms);
+        struct timespec ts = {.tv_sec = (time_t)(wait_ns / 1000000000ull),
+                              .tv_nsec = (long)(wait_ns % 1000000000ull)};
+        int n = epoll_pwait2(th->epfd, evs, MAX_EVENTS, &ts, NULL);
         for (int i = 0; i < n; i++) {
             struct conn *c = evs[i].data.ptr;
             if (c->done || c->fd < 0)
@@ -602,8 +606,10 @@ int main(int argc, char **argv)
         usage();
     if (threads > conns)
         threads = conns;
-    if (rate > 0) /* open loop: every connection sends every conns/rate seconds */
+    if (rate > 0) { /* open loop: every connection sends every conns/rate seconds */
         pace_ns = (uint64_t)(1e9 * (double)conns / rate);
+        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); /* the threads inherit it */
+    }
 
     /* http://HOST:PORT/PATH */
     if (strncmp(url, "http://", 7) != 0)
