@@ -1,7 +1,7 @@
 /*
  * corral-serve: `corral serve`, in a program of its own. Only it links the
- * HTTP server (libmicrohttpd, and GnuTLS through it): loading those would
- * cost every other corral command a few milliseconds. `corral serve`
+ * servers and the gateway (libcurl, SQLite): loading those would cost every
+ * other corral command a few milliseconds. `corral serve`
  * executes it.
  */
 #include <fcntl.h>

@@ -1,108 +1,19 @@
-/* The HTTP layer over libmicrohttpd; see http.h. */
-#include "http/http.h"
+/* Responses and streamed responses; see http.h (the server is server.c). */
+#include "http/http_internal.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/util.h"
 
-#define DEFAULT_MAX_BODY (10u << 20)
-#define STREAM_BLOCK     (64u << 10)
-
-struct header {
-    char *name, *value;
-};
-
-struct http_response {
-    int status;
-    char *content_type;
-    char *body;
-    size_t len;
-    struct header headers[16];
-    size_t n_headers;
-    /* streamed */
-    const struct http_stream_ops *ops;
-    void *arg;
-    struct http_stream *stream; /* opened with http_stream_open */
-};
-
-struct http_server {
-    struct MHD_Daemon *daemon;
-    uint16_t port;
-    size_t max_body;
-    http_handler handler;
-    struct http_response *(*too_large)(void *ctx, size_t max_body);
-    void *ctx;
-};
-
-/* Per request: the body as it arrives. */
-struct pending {
-    char *body;
-    size_t len, cap;
-    bool too_large;
-};
-
-/* ---- requests ---- */
-
-const char *http_header(const struct http_request *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-}
-
-const char *http_query(const struct http_request *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-struct each_ctx {
-    void (*fn)(void *arg, const char *key, const char *value);
-    void *arg;
-};
-
-static enum MHD_Result each_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-                                const char *value)
-{
-    struct each_ctx *e = cls;
-    e->fn(e->arg, key, value ? value : "");
-    return MHD_YES;
-}
-
-void http_query_each(const struct http_request *r,
-                     void (*fn)(void *arg, const char *key, const char *value), void *arg)
-{
-    struct each_ctx e = {fn, arg};
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_arg, &e);
-}
-
-static int connection_fd(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
-}
-
-bool http_client_gone(const struct http_request *r)
-{
-    int fd = connection_fd(r->conn);
-    if (fd < 0)
-        return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    int n;
-    while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
-        ;
-    return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
+#define STREAM_BLOCK (64u << 10)
 
 /* ---- responses ---- */
 
@@ -119,7 +30,7 @@ static struct http_response *new_response(int status, const char *content_type)
     return r;
 }
 
-static void free_response(struct http_response *r)
+void http_response_free(struct http_response *r)
 {
     if (!r)
         return;
@@ -140,7 +51,7 @@ struct http_response *http_json(int status, json_t *body)
     json_decref(body);
     if (!r || !text) {
         free(text);
-        free_response(r);
+        http_response_free(r);
         return NULL;
     }
     r->body = text;
@@ -152,7 +63,7 @@ struct http_response *http_text(int status, const char *content_type, const char
 {
     struct http_response *r = new_response(status, content_type);
     if (!r || !(r->body = strdup(text))) {
-        free_response(r);
+        http_response_free(r);
         return NULL;
     }
     r->len = strlen(text);
@@ -191,22 +102,8 @@ struct http_response *http_error(int status, const char *fmt, ...)
 
 /* ---- streamed responses ---- */
 
-struct http_stream {
-    pthread_mutex_t lock;
-    int refs;
-    int rd, wr;
-    int sock;
-    bool gone, finished, aborted;
-    char tail[2]; /* the last two bytes sent: where a keep-alive may go */
-    uint64_t last_data_ms;
-    char keepalive[64];
-    unsigned keepalive_ms;
-    const struct http_stream_ops *ops; /* NULL for a stream of http_stream_open */
-    void *arg;
-};
-
 /* A stream with its pipe and `refs` references. */
-static struct http_stream *stream_new(int refs)
+struct http_stream *http_stream_new(int refs)
 {
     struct http_stream *s = calloc(1, sizeof(*s));
     int p[2];
@@ -218,7 +115,6 @@ static struct http_stream *stream_new(int refs)
     s->refs = refs;
     s->rd = p[0];
     s->wr = p[1];
-    s->sock = -1;
     s->tail[0] = s->tail[1] = '\n';
     s->last_data_ms = corral_now_ms();
     return s;
@@ -291,7 +187,7 @@ static void close_writer(struct http_stream *s)
     stream_unref(s);
 }
 
-static void *stream_thread(void *arg)
+static void *producer_thread(void *arg)
 {
     struct http_stream *s = arg;
     s->ops->produce(s, s->arg);
@@ -332,65 +228,10 @@ static void remember_tail(struct http_stream *s, const char *buf, size_t len)
     }
 }
 
-/* MHD's reader, on the connection's thread: the pipe's next bytes, a
- * keep-alive line after a silence, or the end. */
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+/* The reader's end (the server's, or the handler's for a stream not
+ * answered with): the producer's next write fails with EPIPE. */
+void http_stream_reader_done(struct http_stream *s)
 {
-    struct http_stream *s = cls;
-    for (;;) {
-        pthread_mutex_lock(&s->lock);
-        unsigned ka_ms = s->keepalive_ms;
-        bool boundary = ka_ms && at_boundary(s, s->keepalive);
-        pthread_mutex_unlock(&s->lock);
-        int timeout = -1;
-        uint64_t now = corral_now_ms();
-        if (boundary)
-            timeout = now >= s->last_data_ms + ka_ms ? 0 : (int)(s->last_data_ms + ka_ms - now);
-        struct pollfd p[2] = {{.fd = s->rd, .events = POLLIN},
-                              {.fd = s->sock, .events = POLLRDHUP}};
-        int n = poll(p, s->sock >= 0 ? 2 : 1, timeout);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 || (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-            notify_gone(s);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (p[0].revents) {
-            ssize_t got = read(s->rd, buf, max);
-            if (got < 0 && (errno == EINTR || errno == EAGAIN))
-                continue;
-            if (got <= 0) {
-                s->finished = true;
-                pthread_mutex_lock(&s->lock);
-                bool aborted = s->aborted;
-                pthread_mutex_unlock(&s->lock);
-                return aborted ? MHD_CONTENT_READER_END_WITH_ERROR
-                               : MHD_CONTENT_READER_END_OF_STREAM;
-            }
-            remember_tail(s, buf, (size_t)got);
-            s->last_data_ms = corral_now_ms();
-            return got;
-        }
-        if (n == 0) { /* silence: a keep-alive line */
-            pthread_mutex_lock(&s->lock);
-            size_t len = strlen(s->keepalive);
-            if (len > max)
-                len = max;
-            memcpy(buf, s->keepalive, len);
-            pthread_mutex_unlock(&s->lock);
-            remember_tail(s, buf, len);
-            s->last_data_ms = corral_now_ms();
-            if (len)
-                return (ssize_t)len;
-        }
-    }
-}
-
-/* The reader's end (MHD's, or the handler's for a stream not answered
- * with): the producer's next write fails with EPIPE. */
-static void stream_free(void *cls)
-{
-    struct http_stream *s = cls;
     if (!s->finished)
         notify_gone(s);
     pthread_mutex_lock(&s->lock);
@@ -415,7 +256,7 @@ struct http_response *http_stream(int status, const char *content_type,
 
 struct http_stream *http_stream_open(void)
 {
-    return stream_new(2); /* the writer and the handler */
+    return http_stream_new(2); /* the writer and the handler */
 }
 
 struct http_response *http_stream_response(int status, const char *content_type,
@@ -439,29 +280,25 @@ void http_stream_close(struct http_stream *s)
 void http_stream_discard(struct http_stream *s)
 {
     if (s)
-        stream_free(s);
+        http_stream_reader_done(s);
 }
 
-/* MHD's response reading s (which gives it the reader's reference). */
-static struct MHD_Response *reader_response(struct http_stream *s, struct MHD_Connection *conn)
+struct http_stream *http_response_take_stream(struct http_response *resp, bool *failed)
 {
-    s->sock = connection_fd(conn);
-    return MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, s,
-                                             stream_free);
-}
-
-/* Turns a streamed http_response into MHD's, starting the producer. */
-static struct MHD_Response *start_stream(struct http_response *resp, struct MHD_Connection *conn)
-{
-    struct http_stream *s = stream_new(2); /* the reader (MHD) and the producer */
-    if (!s)
+    *failed = false;
+    if (resp->stream) {
+        struct http_stream *s = resp->stream;
+        resp->stream = NULL;
+        return s;
+    }
+    if (!resp->ops)
         return NULL;
-    struct MHD_Response *r = reader_response(s, conn);
-    if (!r) {
-        close(s->rd);
-        close(s->wr);
-        pthread_mutex_destroy(&s->lock);
-        free(s);
+    struct http_stream *s = http_stream_new(2); /* the reader and the producer */
+    if (!s) {
+        if (resp->ops->release)
+            resp->ops->release(resp->arg);
+        resp->ops = NULL;
+        *failed = true;
         return NULL;
     }
     s->ops = resp->ops;
@@ -472,151 +309,63 @@ static struct MHD_Response *start_stream(struct http_response *resp, struct MHD_
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 512 * 1024);
-    if (pthread_create(&t, &attr, stream_thread, s) != 0)
-        close_writer(s); /* the producer's reference */
+    if (pthread_create(&t, &attr, producer_thread, s) != 0)
+        close_writer(s); /* the producer's reference: the body is empty */
     pthread_attr_destroy(&attr);
-    return r;
+    return s;
 }
 
-/* ---- the server ---- */
-
-static enum MHD_Result send_response(struct MHD_Connection *conn, struct http_response *resp)
+int http_stream_pump(struct http_stream *s, int sock,
+                     int (*emit)(void *u, const char *buf, size_t len), void *u)
 {
-    if (!resp)
-        resp = http_text(500, "text/plain", "out of memory");
-    if (!resp)
-        return MHD_NO;
-    struct MHD_Response *r;
-    if (resp->ops)
-        r = start_stream(resp, conn);
-    else if (resp->stream && (r = reader_response(resp->stream, conn)))
-        resp->stream = NULL; /* MHD holds the reader's reference now */
-    else if (resp->stream)
-        r = NULL;
-    else
-        r = MHD_create_response_from_buffer(resp->len, resp->body ? resp->body : "",
-                                            MHD_RESPMEM_MUST_COPY);
-    if (!r) {
-        if (resp->ops && resp->ops->release)
-            resp->ops->release(resp->arg);
-        free_response(resp);
-        return MHD_NO;
-    }
-    if (resp->content_type)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
-    for (size_t i = 0; i < resp->n_headers; i++)
-        MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp->status, r);
-    MHD_destroy_response(r);
-    free_response(resp);
-    return ret;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls)
-{
-    struct http_server *srv = cls;
-    struct pending *p = *con_cls;
-    if (!p) {
-        if (!(p = calloc(1, sizeof(*p))))
-            return MHD_NO;
-        *con_cls = p;
-        return MHD_YES;
-    }
-    if (*upload_data_size) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (p->too_large || p->len + n > srv->max_body) {
-            p->too_large = true; /* keep reading, keep nothing */
-            free(p->body);
-            p->body = NULL;
-            p->len = p->cap = 0;
-            return MHD_YES;
+    char buf[STREAM_BLOCK];
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        unsigned ka_ms = s->keepalive_ms;
+        bool boundary = ka_ms && at_boundary(s, s->keepalive);
+        pthread_mutex_unlock(&s->lock);
+        int timeout = -1;
+        uint64_t now = corral_now_ms();
+        if (boundary)
+            timeout = now >= s->last_data_ms + ka_ms ? 0 : (int)(s->last_data_ms + ka_ms - now);
+        struct pollfd p[2] = {{.fd = s->rd, .events = POLLIN}, {.fd = sock, .events = POLLRDHUP}};
+        int n = poll(p, 2, timeout);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+            notify_gone(s);
+            return -1;
         }
-        if (p->len + n + 1 > p->cap) {
-            size_t cap = p->cap ? p->cap : 4096;
-            while (cap < p->len + n + 1)
-                cap *= 2;
-            char *grown = realloc(p->body, cap);
-            if (!grown)
-                return MHD_NO;
-            p->body = grown;
-            p->cap = cap;
+        if (p[0].revents) {
+            ssize_t got = read(s->rd, buf, sizeof(buf));
+            if (got < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (got <= 0) {
+                s->finished = true;
+                pthread_mutex_lock(&s->lock);
+                bool aborted = s->aborted;
+                pthread_mutex_unlock(&s->lock);
+                return aborted ? -1 : 0;
+            }
+            remember_tail(s, buf, (size_t)got);
+            s->last_data_ms = corral_now_ms();
+            if (emit(u, buf, (size_t)got) < 0) {
+                notify_gone(s);
+                return -1;
+            }
+            continue;
         }
-        memcpy(p->body + p->len, upload_data, n);
-        p->len += n;
-        p->body[p->len] = '\0';
-        return MHD_YES;
+        if (n == 0) { /* silence: a keep-alive line */
+            pthread_mutex_lock(&s->lock);
+            size_t len = strlen(s->keepalive);
+            memcpy(buf, s->keepalive, len);
+            pthread_mutex_unlock(&s->lock);
+            remember_tail(s, buf, len);
+            s->last_data_ms = corral_now_ms();
+            if (len && emit(u, buf, len) < 0) {
+                notify_gone(s);
+                return -1;
+            }
+        }
     }
-    if (p->too_large)
-        return send_response(
-            conn, srv->too_large ? srv->too_large(srv->ctx, srv->max_body)
-                                 : http_error(413, "the request body is larger than %zu bytes",
-                                              srv->max_body));
-    struct http_request req = {
-        .method = method,
-        .path = url,
-        .body = p->body ? p->body : "",
-        .body_len = p->len,
-        .conn = conn,
-    };
-    return send_response(conn, srv->handler(&req, srv->ctx));
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    struct pending *p = *con_cls;
-    if (p) {
-        free(p->body);
-        free(p);
-        *con_cls = NULL;
-    }
-}
-
-int http_server_start(const struct http_server_options *o, struct http_server **out,
-                      struct corral_error *err)
-{
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(o->port)};
-    const char *host = o->host ? o->host : "127.0.0.1";
-    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
-        return corral_fail(err, EINVAL, "'%s' is not an IPv4 address to listen on", host);
-    struct http_server *s = calloc(1, sizeof(*s));
-    if (!s)
-        return corral_fail(err, ENOMEM, "out of memory");
-    s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
-    s->handler = o->handler;
-    s->too_large = o->too_large;
-    s->ctx = o->ctx;
-    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                     MHD_USE_POLL | MHD_USE_SUPPRESS_DATE_NO_CLOCK,
-                                 o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-                                 on_completed, s, MHD_OPTION_THREAD_STACK_SIZE,
-                                 (size_t)(512 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
-    if (!s->daemon) {
-        int e = errno ? errno : EADDRINUSE;
-        free(s);
-        errno = e;
-        return corral_fail_errno(err, "cannot listen on %s:%u", host, (unsigned)o->port);
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
-    *out = s;
-    return 0;
-}
-
-uint16_t http_server_port(const struct http_server *s)
-{
-    return s->port;
-}
-
-void http_server_stop(struct http_server *s)
-{
-    if (!s)
-        return;
-    MHD_stop_daemon(s->daemon);
-    free(s);
 }

@@ -1,15 +1,14 @@
 /*
- * A small HTTP/1.1 server over libmicrohttpd: one thread per connection,
- * whole request bodies (bounded: 413 beyond the limit), JSON helpers, and
- * streamed responses whose producer runs on its own thread and notices when
- * the client goes away.
+ * A small HTTP/1.1 server (server.c): keep-alive connections served by a
+ * pool of threads, whole request bodies (Content-Length or chunked; bounded:
+ * 413 beyond the limit), JSON helpers, and streamed responses whose
+ * producer runs on its own thread and notices when the client goes away.
  *
- * A handler gets the request and returns a response; it may block (each
- * connection has its own thread). A streamed response (http_stream) is fed
- * by `produce`, called on a new thread with a writer: http_stream_write()
- * returns -EPIPE once the client has disconnected, and the stream's
- * `on_gone` hook is called as soon as that is seen, even while the producer
- * is busy elsewhere.
+ * A handler gets the request and returns a response; it may block (its
+ * thread serves only this request meanwhile; the pool grows). A streamed response (http_stream) is
+ * fed by `produce`, called on a new thread with a writer: http_stream_write() returns -EPIPE once
+ * the client has disconnected, and the stream's `on_gone` hook is called as soon as that is seen,
+ * even while the producer is busy elsewhere.
  *
  * A handler that does not know yet whether its answer will be streamed (a
  * worker decides, once it has started) opens a stream first with
@@ -33,7 +32,7 @@ struct http_request {
     const char *path; /* without the query string */
     const char *body; /* NUL-terminated; body_len bytes */
     size_t body_len;
-    void *conn; /* struct MHD_Connection */
+    void *conn; /* the server's connection */
 };
 
 /* A request header (case-insensitive) or query parameter (decoded), or NULL. */

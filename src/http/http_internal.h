@@ -1,0 +1,56 @@
+/* What http.c (responses, streams) and server.c (connections) share. */
+#ifndef CORRAL_HTTP_INTERNAL_H
+#define CORRAL_HTTP_INTERNAL_H
+
+#include <pthread.h>
+
+#include "http/http.h"
+
+struct header {
+    char *name, *value;
+};
+
+struct http_response {
+    int status;
+    char *content_type;
+    char *body;
+    size_t len;
+    struct header headers[16];
+    size_t n_headers;
+    /* streamed */
+    const struct http_stream_ops *ops;
+    void *arg;
+    struct http_stream *stream; /* opened with http_stream_open */
+};
+
+struct http_stream {
+    pthread_mutex_t lock;
+    int refs;
+    int rd, wr; /* the pipe from the writer to the server */
+    bool gone, finished, aborted;
+    char tail[2]; /* the last two bytes sent: where a keep-alive may go */
+    uint64_t last_data_ms;
+    char keepalive[64];
+    unsigned keepalive_ms;
+    const struct http_stream_ops *ops; /* NULL for a stream of http_stream_open */
+    void *arg;
+};
+
+void http_response_free(struct http_response *r);
+
+/* A stream with its pipe and `refs` references, or NULL. */
+struct http_stream *http_stream_new(int refs);
+/* The reader's reference is dropped: later writes fail with EPIPE. */
+void http_stream_reader_done(struct http_stream *s);
+/* The stream a response reads (the reader's reference, which the caller
+ * drops with http_stream_reader_done), starting its producer if it has one;
+ * NULL for a whole response or when out of resources (then resp's arg is
+ * released). */
+struct http_stream *http_response_take_stream(struct http_response *resp, bool *failed);
+/* Copies the stream's body to `emit` as it comes, with keep-alive text
+ * after silences, until the writer is done (0) or the stream was aborted,
+ * emit failed or the client on `sock` went away (-1). */
+int http_stream_pump(struct http_stream *s, int sock,
+                     int (*emit)(void *u, const char *buf, size_t len), void *u);
+
+#endif

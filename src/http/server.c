@@ -1,0 +1,1053 @@
+/*
+ * The HTTP/1.1 server; see http.h.
+ *
+ * Connections are non-blocking sockets in one epoll set, each armed with
+ * EPOLLONESHOT: a request is read by whichever pool thread epoll wakes, and
+ * that thread runs the handler (which may block), writes the answer and
+ * re-arms the connection. The pool grows whenever its last idle thread
+ * takes work, so one always waits; threads idle for a while beyond a few
+ * spares leave. epoll wakes the thread that went idle last, so a handful of
+ * warm threads serve any number of keep-alive connections, where a thread
+ * per connection would wake a cold thread for every request.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "http/http_internal.h"
+
+#define DEFAULT_MAX_BODY (10u << 20)
+#define HEAD_MAX         (64u << 10) /* request line and headers */
+#define MAX_HEADERS      128
+#define MAX_ARGS         128
+#define CHUNK_LINE_MAX   4096 /* a chunk-size line or a trailer line */
+#define START_THREADS    2
+#define SPARE_THREADS    2 /* idle threads beyond this leave after IDLE_EXIT_MS */
+#define IDLE_EXIT_MS     5000
+#define MAX_THREADS      4096
+#define STACK_SIZE       (512u << 10)
+
+enum framing { BODY_NONE, BODY_LENGTH, BODY_CHUNKED };
+enum chunk_state { CS_SIZE, CS_DATA, CS_DATA_END, CS_TRAILER };
+
+struct hdr {
+    uint32_t name, value; /* offsets into conn->in */
+};
+
+struct conn {
+    struct http_server *srv;
+    int fd;
+    struct conn *prev, *next;
+    bool busy; /* a thread serves it (srv->lock) */
+
+    char *in; /* bytes read and not yet consumed; in[len] is writable */
+    size_t len, cap;
+
+    /* the request being read; head_len is 0 until its head is complete */
+    size_t head_len;
+    uint32_t method, path;
+    bool http10, keep_alive, continue_sent, too_large;
+    enum framing framing;
+    size_t length; /* BODY_LENGTH: bytes still to come (also when discarding) */
+    size_t dec;    /* the end of the body's bytes (decoded, for chunks) */
+    size_t raw;    /* BODY_CHUNKED: the next encoded byte */
+    size_t chunk_left;
+    enum chunk_state cstate;
+    size_t end; /* where the request ends in `in`, once complete */
+    struct hdr hdrs[MAX_HEADERS];
+    size_t n_hdrs;
+    struct hdr args[MAX_ARGS];
+    size_t n_args;
+};
+
+struct http_server {
+    int lfd, epfd, efd;
+    uint16_t port;
+    size_t max_body;
+    http_handler handler;
+    struct http_response *(*too_large)(void *ctx, size_t max_body);
+    void *ctx;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned threads, idle;
+    bool stopping;
+    struct conn *conns; /* every open connection */
+};
+
+/* ---- requests ---- */
+
+const char *http_header(const struct http_request *r, const char *name)
+{
+    const struct conn *c = r->conn;
+    for (size_t i = 0; i < c->n_hdrs; i++)
+        if (!strcasecmp(c->in + c->hdrs[i].name, name))
+            return c->in + c->hdrs[i].value;
+    return NULL;
+}
+
+const char *http_query(const struct http_request *r, const char *name)
+{
+    const struct conn *c = r->conn;
+    for (size_t i = 0; i < c->n_args; i++)
+        if (!strcmp(c->in + c->args[i].name, name))
+            return c->in + c->args[i].value;
+    return NULL;
+}
+
+void http_query_each(const struct http_request *r,
+                     void (*fn)(void *arg, const char *key, const char *value), void *arg)
+{
+    const struct conn *c = r->conn;
+    for (size_t i = 0; i < c->n_args; i++)
+        fn(arg, c->in + c->args[i].name, c->in + c->args[i].value);
+}
+
+bool http_client_gone(const struct http_request *r)
+{
+    const struct conn *c = r->conn;
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    int n;
+    while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
+        ;
+    return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* ---- reading a request ---- */
+
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    ch = tolower(ch);
+    return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* Decodes %XX (and '+' as a space when plus) in place. */
+static void unescape(char *s, bool plus)
+{
+    char *w = s;
+    for (char *p = s; *p; p++) {
+        int hi, lo;
+        if (*p == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0) {
+            *w++ = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            *w++ = plus && *p == '+' ? ' ' : *p;
+        }
+    }
+    *w = '\0';
+}
+
+/* Whether a comma-separated header value holds `token` (case-insensitive). */
+static bool has_token(const char *value, const char *token)
+{
+    size_t n = strlen(token);
+    for (const char *p = value; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *t = e;
+        while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
+            t--;
+        if ((size_t)(t - p) == n && !strncasecmp(p, token, n))
+            return true;
+        p = e;
+    }
+    return false;
+}
+
+static const char *find_header(const struct conn *c, const char *name)
+{
+    struct http_request r = {.conn = (void *)c};
+    return http_header(&r, name);
+}
+
+/* Splits the target (in place) into the decoded path and the query's
+ * decoded arguments. */
+static void split_target(struct conn *c, char *target)
+{
+    if (strncasecmp(target, "http://", 7) == 0 || strncasecmp(target, "https://", 8) == 0) {
+        char *p = strchr(strstr(target, "//") + 2, '/'); /* absolute form */
+        if (p)
+            target = p;
+        else
+            target[0] = '\0';
+    }
+    char *q = strchr(target, '?');
+    if (q)
+        *q++ = '\0';
+    unescape(target, false);
+    c->path = (uint32_t)(target - c->in);
+    c->n_args = 0;
+    while (q && *q && c->n_args < MAX_ARGS) {
+        char *amp = strchr(q, '&');
+        if (amp)
+            *amp = '\0';
+        if (*q) {
+            char *eq = strchr(q, '=');
+            char *value = q + strlen(q); /* "" for a key without '=' */
+            if (eq) {
+                *eq = '\0';
+                value = eq + 1;
+            }
+            unescape(q, true);
+            unescape(value, true);
+            c->args[c->n_args++] = (struct hdr){(uint32_t)(q - c->in), (uint32_t)(value - c->in)};
+        }
+        q = amp ? amp + 1 : NULL;
+    }
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Parses the head in[0, head_len) in place; 0, or the status to answer. */
+static int parse_head(struct conn *c)
+{
+    char *p = c->in, *end = c->in + c->head_len;
+    char *lines[MAX_HEADERS + 2];
+    size_t n = 0;
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break;
+        *nl = '\0';
+        if (nl > p && nl[-1] == '\r')
+            nl[-1] = '\0';
+        if (*p) {
+            if (n == MAX_HEADERS + 1)
+                return 431;
+            lines[n++] = p;
+        } else if (n) {
+            break; /* the empty line */
+        }
+        p = nl + 1;
+    }
+    if (!n)
+        return 400;
+    /* METHOD SP target SP HTTP/1.x */
+    char *method = lines[0], *sp1 = strchr(method, ' ');
+    if (!sp1 || sp1 == method)
+        return 400;
+    *sp1 = '\0';
+    char *target = sp1 + 1, *sp2 = strchr(target, ' ');
+    if (!sp2 || sp2 == target)
+        return 400;
+    *sp2 = '\0';
+    const char *version = sp2 + 1;
+    if (!strcmp(version, "HTTP/1.1"))
+        c->http10 = false;
+    else if (!strcmp(version, "HTTP/1.0"))
+        c->http10 = true;
+    else
+        return strncmp(version, "HTTP/", 5) ? 400 : 505;
+    c->method = (uint32_t)(method - c->in);
+    c->n_hdrs = 0;
+    for (size_t i = 1; i < n; i++) {
+        char *colon = strchr(lines[i], ':');
+        if (!colon || colon == lines[i] || lines[i][0] == ' ' || lines[i][0] == '\t' ||
+            colon[-1] == ' ' || colon[-1] == '\t')
+            return 400;
+        *colon = '\0';
+        char *value = trim(colon + 1);
+        c->hdrs[c->n_hdrs++] =
+            (struct hdr){(uint32_t)(lines[i] - c->in), (uint32_t)(value - c->in)};
+    }
+    split_target(c, target);
+
+    const char *conn = find_header(c, "Connection");
+    c->keep_alive =
+        c->http10 ? conn && has_token(conn, "keep-alive") : !(conn && has_token(conn, "close"));
+    const char *te = find_header(c, "Transfer-Encoding");
+    const char *cl = find_header(c, "Content-Length");
+    c->dec = c->raw = c->head_len;
+    if (te) {
+        if (!has_token(te, "chunked"))
+            return 501;
+        c->framing = BODY_CHUNKED;
+        c->cstate = CS_SIZE;
+        c->keep_alive = c->keep_alive && !cl; /* both: a smuggling attempt, answered then closed */
+    } else if (cl) {
+        char *e;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &e, 10);
+        if (!isdigit((unsigned char)*cl) || *e || errno)
+            return 400;
+        c->framing = v ? BODY_LENGTH : BODY_NONE;
+        c->length = (size_t)v;
+        if (v > c->srv->max_body)
+            c->too_large = true;
+    } else {
+        c->framing = BODY_NONE;
+    }
+    return 0;
+}
+
+static int send_all(int fd, const char *buf, size_t len);
+
+/* Decodes the chunked body in place as far as it has come: 1 when it is
+ * complete (c->end set), 0 for more, -1 when it is malformed. */
+static int dechunk(struct conn *c)
+{
+    for (;;) {
+        switch (c->cstate) {
+        case CS_SIZE:
+        case CS_TRAILER: {
+            char *line = c->in + c->raw;
+            char *nl = memchr(line, '\n', c->len - c->raw);
+            if (!nl)
+                return c->len - c->raw > CHUNK_LINE_MAX ? -1 : 0;
+            size_t next = (size_t)(nl + 1 - c->in);
+            if (c->cstate == CS_TRAILER) {
+                bool empty = nl == line || (nl == line + 1 && line[0] == '\r');
+                c->raw = next;
+                if (empty) {
+                    c->end = c->raw;
+                    return 1;
+                }
+                break;
+            }
+            char *e;
+            errno = 0;
+            unsigned long long size = strtoull(line, &e, 16);
+            if (e == line || errno || (*e != ';' && *e != '\r' && *e != '\n' && *e != ' '))
+                return -1;
+            c->raw = next;
+            if (size == 0) {
+                c->cstate = CS_TRAILER;
+                break;
+            }
+            if (!c->too_large && size > c->srv->max_body - (c->dec - c->head_len)) {
+                c->too_large = true;
+                c->dec = c->head_len;
+            }
+            c->chunk_left = (size_t)size;
+            c->cstate = CS_DATA;
+            break;
+        }
+        case CS_DATA: {
+            size_t take = c->len - c->raw;
+            if (take > c->chunk_left)
+                take = c->chunk_left;
+            if (!c->too_large) {
+                memmove(c->in + c->dec, c->in + c->raw, take);
+                c->dec += take;
+            }
+            c->raw += take;
+            c->chunk_left -= take;
+            if (c->chunk_left)
+                return 0;
+            c->cstate = CS_DATA_END;
+            break;
+        }
+        case CS_DATA_END:
+            if (c->len - c->raw < 1)
+                return 0;
+            if (c->in[c->raw] == '\r') {
+                if (c->len - c->raw < 2)
+                    return 0;
+                if (c->in[c->raw + 1] != '\n')
+                    return -1;
+                c->raw += 2;
+            } else if (c->in[c->raw] == '\n') {
+                c->raw += 1;
+            } else {
+                return -1;
+            }
+            c->cstate = CS_SIZE;
+            break;
+        }
+    }
+}
+
+/* Drops the body bytes that are kept nowhere: decoded chunks of a body
+ * too large, consumed chunk encoding, a discarded Content-Length body. */
+static void compact(struct conn *c)
+{
+    if (c->framing == BODY_CHUNKED && c->raw > c->dec) {
+        memmove(c->in + c->dec, c->in + c->raw, c->len - c->raw);
+        c->len -= c->raw - c->dec;
+        c->raw = c->dec;
+    } else if (c->framing == BODY_LENGTH && c->too_large) {
+        size_t have = c->len - c->head_len;
+        size_t drop = have < c->length ? have : c->length;
+        memmove(c->in + c->head_len, c->in + c->head_len + drop, c->len - c->head_len - drop);
+        c->len -= drop;
+        c->length -= drop;
+    }
+}
+
+/* Whether the request in `in` is complete (then c->end is set). */
+static int body_complete(struct conn *c)
+{
+    switch (c->framing) {
+    case BODY_NONE:
+        c->end = c->head_len;
+        return 1;
+    case BODY_LENGTH:
+        if (c->too_large) {
+            compact(c);
+            if (c->length)
+                return 0;
+            c->end = c->head_len;
+            return 1;
+        }
+        if (c->len - c->head_len < c->length)
+            return 0;
+        c->dec = c->head_len + c->length;
+        c->end = c->dec;
+        return 1;
+    case BODY_CHUNKED:
+        return dechunk(c);
+    }
+    return -1;
+}
+
+/* Room for at least `more` bytes after len (and the NUL after them). */
+static int reserve(struct conn *c, size_t more)
+{
+    if (c->cap - c->len > more)
+        return 0;
+    size_t cap = c->cap ? c->cap : 16384;
+    while (cap - c->len <= more)
+        cap *= 2;
+    char *in = realloc(c->in, cap);
+    if (!in)
+        return -ENOMEM;
+    c->in = in;
+    c->cap = cap;
+    return 0;
+}
+
+/* The end of the head in in[0, len), or 0. */
+static size_t find_head_end(const struct conn *c)
+{
+    for (size_t i = 0; i + 1 < c->len; i++) {
+        if (c->in[i] != '\n')
+            continue;
+        if (c->in[i + 1] == '\n')
+            return i + 2;
+        if (i + 2 < c->len && c->in[i + 1] == '\r' && c->in[i + 2] == '\n')
+            return i + 3;
+    }
+    return 0;
+}
+
+static void answer_error(struct conn *c, int status, const char *msg);
+
+/* Reads until a whole request is there: 1, 0 when the socket has no more
+ * for now (the connection waits in epoll), -1 when it must close (an
+ * error was answered, or the client left). */
+static int read_request(struct conn *c)
+{
+    for (;;) {
+        if (!c->head_len && c->len) {
+            /* a request may start with empty lines */
+            size_t skip = 0;
+            while (skip < c->len && (c->in[skip] == '\r' || c->in[skip] == '\n'))
+                skip++;
+            if (skip) {
+                memmove(c->in, c->in + skip, c->len - skip);
+                c->len -= skip;
+            }
+            size_t h = find_head_end(c);
+            if (h) {
+                c->head_len = h;
+                int status = parse_head(c);
+                if (status) {
+                    answer_error(c, status,
+                                 status == 431   ? "the request's headers are too large"
+                                 : status == 501 ? "unsupported transfer encoding"
+                                 : status == 505 ? "unsupported HTTP version"
+                                                 : "malformed request");
+                    return -1;
+                }
+            } else if (c->len >= HEAD_MAX) {
+                answer_error(c, 431, "the request's headers are too large");
+                return -1;
+            }
+        }
+        if (c->head_len) {
+            int r = body_complete(c);
+            if (r < 0) {
+                answer_error(c, 400, "malformed chunked body");
+                return -1;
+            }
+            if (r > 0)
+                return 1;
+            const char *expect = find_header(c, "Expect");
+            if (!c->continue_sent && !c->http10 && expect && !strcasecmp(expect, "100-continue")) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                if (send_all(c->fd, cont, sizeof(cont) - 1) < 0)
+                    return -1;
+                c->continue_sent = true;
+            }
+            if (c->framing == BODY_CHUNKED)
+                compact(c);
+        }
+        size_t want = 16384;
+        if (c->head_len && c->framing == BODY_LENGTH && !c->too_large &&
+            c->head_len + c->length > c->len)
+            want = c->head_len + c->length - c->len;
+        if (reserve(c, want) < 0) {
+            answer_error(c, 503, "out of memory");
+            return -1;
+        }
+        ssize_t n = recv(c->fd, c->in + c->len, c->cap - c->len - 1, 0);
+        if (n > 0) {
+            c->len += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    }
+}
+
+/* ---- writing a response ---- */
+
+/* Waits until fd can take more, or the client is gone. */
+static int wait_writable(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    for (;;) {
+        int n = poll(&p, 1, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL)))
+            return -1;
+        if (p.revents & POLLOUT)
+            return 0;
+    }
+}
+
+static int send_iov(int fd, struct iovec *iov, int n)
+{
+    while (n) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable(fd) == 0)
+                continue;
+            return -1;
+        }
+        size_t done = (size_t)w;
+        while (n && done >= iov->iov_len) {
+            done -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n) {
+            iov->iov_base = (char *)iov->iov_base + done;
+            iov->iov_len -= done;
+        }
+    }
+    return 0;
+}
+
+static int send_all(int fd, const char *buf, size_t len)
+{
+    struct iovec iov = {(void *)buf, len};
+    return send_iov(fd, &iov, 1);
+}
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 406:
+        return "Not Acceptable";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 411:
+        return "Length Required";
+    case 412:
+        return "Precondition Failed";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 416:
+        return "Range Not Satisfiable";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
+    }
+}
+
+/* The status line and headers; NULL when out of memory. */
+static char *response_head(const struct http_response *r, const char *length, bool chunked,
+                           bool close_after, size_t *out_len)
+{
+    size_t cap = 256 + (r->content_type ? strlen(r->content_type) : 0);
+    for (size_t i = 0; i < r->n_headers; i++)
+        cap += strlen(r->headers[i].name) + strlen(r->headers[i].value) + 4;
+    char *h = malloc(cap);
+    if (!h)
+        return NULL;
+    int n = snprintf(h, cap, "HTTP/1.1 %d %s\r\n", r->status, reason(r->status));
+    size_t len = (size_t)n;
+#define PUT(...) len += (size_t)snprintf(h + len, cap - len, __VA_ARGS__)
+    if (r->content_type)
+        PUT("Content-Type: %s\r\n", r->content_type);
+    for (size_t i = 0; i < r->n_headers; i++) {
+        const char *name = r->headers[i].name;
+        if (!strcasecmp(name, "Content-Length") || !strcasecmp(name, "Transfer-Encoding") ||
+            !strcasecmp(name, "Connection"))
+            continue; /* the server's to say */
+        PUT("%s: %s\r\n", name, r->headers[i].value);
+    }
+    if (length)
+        PUT("Content-Length: %s\r\n", length);
+    if (chunked)
+        PUT("Transfer-Encoding: chunked\r\n");
+    if (close_after)
+        PUT("Connection: close\r\n");
+    PUT("\r\n");
+#undef PUT
+    *out_len = len;
+    return h;
+}
+
+static bool no_body_status(int status)
+{
+    return (status >= 100 && status < 200) || status == 204 || status == 304;
+}
+
+static int emit_chunk(void *u, const char *buf, size_t len)
+{
+    struct conn *c = u;
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    struct iovec iov[3] = {{size, (size_t)n}, {(void *)buf, len}, {"\r\n", 2}};
+    return send_iov(c->fd, iov, 3);
+}
+
+static int emit_raw(void *u, const char *buf, size_t len)
+{
+    struct conn *c = u;
+    return send_all(c->fd, buf, len);
+}
+
+/* Sends resp (and frees it); whether the connection may serve another
+ * request. */
+static bool send_response(struct conn *c, struct http_response *resp, bool head_only)
+{
+    if (!resp)
+        resp = http_text(500, "text/plain", "out of memory");
+    if (!resp)
+        return false;
+    bool failed;
+    struct http_stream *s = http_response_take_stream(resp, &failed);
+    bool keep = c->keep_alive && !__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED);
+    bool ok = false;
+    size_t hlen;
+    char *head;
+    if (failed) {
+        http_response_free(resp);
+        answer_error(c, 503, "cannot start the response's stream");
+        return false;
+    }
+    if (s) {
+        /* HTTP/1.0 has no chunks: the body ends with the connection */
+        bool chunked = !c->http10 && !head_only;
+        keep = keep && chunked;
+        head = response_head(resp, NULL, chunked, !keep, &hlen);
+        if (head && send_all(c->fd, head, hlen) == 0) {
+            if (head_only) {
+                ok = true;
+            } else if (http_stream_pump(s, c->fd, chunked ? emit_chunk : emit_raw, c) == 0) {
+                ok = !chunked || send_all(c->fd, "0\r\n\r\n", 5) == 0;
+            }
+        }
+        http_stream_reader_done(s);
+    } else {
+        bool bodiless = no_body_status(resp->status);
+        char length[24];
+        snprintf(length, sizeof(length), "%zu", resp->len);
+        head = response_head(resp, bodiless ? NULL : length, false, !keep, &hlen);
+        if (head) {
+            struct iovec iov[2] = {{head, hlen}, {resp->body, resp->len}};
+            ok = send_iov(c->fd, iov, bodiless || head_only || !resp->len ? 1 : 2) == 0;
+        }
+    }
+    free(head);
+    http_response_free(resp);
+    return ok && keep;
+}
+
+/* Answers a request that could not be read; the connection then closes. */
+static void answer_error(struct conn *c, int status, const char *msg)
+{
+    c->keep_alive = false;
+    send_response(c, http_error(status, "%s", msg), false);
+}
+
+/* ---- connections ---- */
+
+static void rearm(struct http_server *srv, int fd, void *ptr)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = ptr};
+    epoll_ctl(srv->epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+static void close_conn(struct conn *c)
+{
+    struct http_server *srv = c->srv;
+    pthread_mutex_lock(&srv->lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
+    pthread_mutex_unlock(&srv->lock);
+    free(c->in);
+    free(c);
+}
+
+/* Starts the next request of the connection: its bytes move to the front. */
+static void next_request(struct conn *c)
+{
+    size_t end = c->end;
+    if (end > c->len)
+        end = c->len;
+    memmove(c->in, c->in + end, c->len - end);
+    c->len -= end;
+    c->head_len = c->end = 0;
+    c->continue_sent = c->too_large = false;
+    c->n_hdrs = c->n_args = 0;
+}
+
+/* Runs the handler for the complete request in c, and answers. */
+static bool answer(struct conn *c)
+{
+    struct http_server *srv = c->srv;
+    struct http_response *resp;
+    if (c->too_large) {
+        resp = srv->too_large
+                   ? srv->too_large(srv->ctx, srv->max_body)
+                   : http_error(413, "the request body is larger than %zu bytes", srv->max_body);
+    } else {
+        size_t body_len = c->dec - c->head_len;
+        char *body = c->in + c->head_len;
+        char saved = body[body_len]; /* maybe the next request's first byte */
+        body[body_len] = '\0';
+        struct http_request req = {
+            .method = c->in + c->method,
+            .path = c->in + c->path,
+            .body = body,
+            .body_len = body_len,
+            .conn = c,
+        };
+        resp = srv->handler(&req, srv->ctx);
+        body[body_len] = saved;
+    }
+    return send_response(c, resp, !strcmp(c->in + c->method, "HEAD"));
+}
+
+static void serve(struct conn *c)
+{
+    struct http_server *srv = c->srv;
+    for (;;) {
+        int r = read_request(c);
+        if (r < 0) {
+            close_conn(c);
+            return;
+        }
+        if (r == 0) {
+            pthread_mutex_lock(&srv->lock);
+            c->busy = false;
+            pthread_mutex_unlock(&srv->lock);
+            rearm(srv, c->fd, c);
+            return;
+        }
+        if (!answer(c) || __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED)) {
+            close_conn(c);
+            return;
+        }
+        next_request(c);
+    }
+}
+
+static void accept_all(struct http_server *srv)
+{
+    for (;;) {
+        int fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL); /* let some close */
+            break;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        struct conn *c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->srv = srv;
+        c->fd = fd;
+        pthread_mutex_lock(&srv->lock);
+        c->next = srv->conns;
+        if (c->next)
+            c->next->prev = c;
+        srv->conns = c;
+        pthread_mutex_unlock(&srv->lock);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
+        if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+            close_conn(c);
+    }
+    rearm(srv, srv->lfd, &srv->lfd);
+}
+
+/* ---- the pool ---- */
+
+static int start_thread(struct http_server *srv);
+
+static void *pool_thread(void *arg)
+{
+    struct http_server *srv = arg;
+    for (;;) {
+        struct epoll_event ev;
+        int n = epoll_wait(srv->epfd, &ev, 1, IDLE_EXIT_MS);
+        pthread_mutex_lock(&srv->lock);
+        if (srv->stopping || (n == 0 && srv->idle > SPARE_THREADS)) {
+            srv->idle--;
+            srv->threads--;
+            pthread_cond_broadcast(&srv->cond);
+            pthread_mutex_unlock(&srv->lock); /* srv is not touched after this */
+            return NULL;
+        }
+        if (n <= 0) {
+            pthread_mutex_unlock(&srv->lock);
+            continue;
+        }
+        srv->idle--;
+        bool spawn = srv->idle == 0 && srv->threads < MAX_THREADS;
+        if (spawn) { /* one thread always waits */
+            srv->threads++;
+            srv->idle++;
+        }
+        struct conn *c = ev.data.ptr == &srv->lfd ? NULL : ev.data.ptr;
+        if (c)
+            c->busy = true;
+        pthread_mutex_unlock(&srv->lock);
+        if (spawn && start_thread(srv) != 0) {
+            pthread_mutex_lock(&srv->lock);
+            srv->threads--;
+            srv->idle--;
+            pthread_mutex_unlock(&srv->lock);
+        }
+        if (c)
+            serve(c);
+        else
+            accept_all(srv);
+        pthread_mutex_lock(&srv->lock);
+        srv->idle++;
+        pthread_mutex_unlock(&srv->lock);
+    }
+}
+
+static int start_thread(struct http_server *srv)
+{
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, STACK_SIZE);
+    int rc = pthread_create(&t, &attr, pool_thread, srv);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
+static void server_free(struct http_server *s)
+{
+    if (s->lfd >= 0)
+        close(s->lfd);
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->efd >= 0)
+        close(s->efd);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+int http_server_start(const struct http_server_options *o, struct http_server **out,
+                      struct corral_error *err)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(o->port)};
+    const char *host = o->host ? o->host : "127.0.0.1";
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+        return corral_fail(err, EINVAL, "'%s' is not an IPv4 address to listen on", host);
+    struct http_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return corral_fail(err, ENOMEM, "out of memory");
+    s->lfd = s->epfd = s->efd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+    s->handler = o->handler;
+    s->too_large = o->too_large;
+    s->ctx = o->ctx;
+    int one = 1;
+    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(s->lfd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(s->lfd, 1024) < 0) {
+        int e = errno;
+        server_free(s);
+        errno = e;
+        return corral_fail_errno(err, "cannot listen on %s:%u", host, (unsigned)o->port);
+    }
+    socklen_t alen = sizeof(addr);
+    getsockname(s->lfd, (struct sockaddr *)&addr, &alen);
+    s->port = ntohs(addr.sin_port);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event lev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = &s->lfd};
+    struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &s->efd};
+    if (s->epfd < 0 || s->efd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &lev) < 0 ||
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &eev) < 0) {
+        int e = errno;
+        server_free(s);
+        errno = e;
+        return corral_fail_errno(err, "cannot start the server on %s:%u", host, (unsigned)o->port);
+    }
+    for (int i = 0; i < START_THREADS; i++) {
+        pthread_mutex_lock(&s->lock);
+        s->threads++;
+        s->idle++;
+        pthread_mutex_unlock(&s->lock);
+        int rc = start_thread(s);
+        if (rc != 0) {
+            pthread_mutex_lock(&s->lock);
+            s->threads--;
+            s->idle--;
+            pthread_mutex_unlock(&s->lock);
+            if (i == 0) {
+                server_free(s);
+                errno = rc;
+                return corral_fail_errno(err, "cannot start the server's threads");
+            }
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+uint16_t http_server_port(const struct http_server *s)
+{
+    return s->port;
+}
+
+void http_server_stop(struct http_server *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    __atomic_store_n(&s->stopping, true, __ATOMIC_RELAXED);
+    shutdown(s->lfd, SHUT_RDWR); /* no more connections */
+    for (struct conn *c = s->conns; c; c = c->next)
+        if (c->busy)
+            shutdown(c->fd, SHUT_RDWR); /* its thread sees the end */
+    while (s->threads) {
+        /* each write wakes one thread waiting in epoll; busy ones see
+         * `stopping` when their request is done */
+        uint64_t one = 1;
+        if (write(s->efd, &one, sizeof(one)) < 0) { /* the counter is full: it stays readable */
+        }
+        struct timespec until = corral_realtime_in(10);
+        pthread_cond_timedwait(&s->cond, &s->lock, &until);
+    }
+    pthread_mutex_unlock(&s->lock);
+    while (s->conns) {
+        struct conn *c = s->conns;
+        s->conns = c->next;
+        close(c->fd);
+        free(c->in);
+        free(c);
+    }
+    server_free(s);
+}

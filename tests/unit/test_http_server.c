@@ -1,0 +1,446 @@
+/* The HTTP/1.1 server (src/http/server.c) through raw sockets. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http/http.h"
+
+#define MAX_BODY 1000
+
+static int in_handler, most_in_handler;
+static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
+static int gone_calls, released;
+
+static void produce(struct http_stream *s, void *arg)
+{
+    const char *parts[] = {"data: one\n\n", "data: two\n\n", "data: three\n\n"};
+    for (size_t i = 0; i < 3; i++)
+        if (http_stream_write(s, parts[i], strlen(parts[i])) < 0)
+            return;
+    if (arg) { /* the endless stream: writes until the client is gone */
+        while (http_stream_write(s, "x\n", 2) == 0)
+            usleep(1000);
+    }
+}
+
+static void on_gone(void *arg)
+{
+    pthread_mutex_lock(&count_lock);
+    gone_calls++;
+    pthread_mutex_unlock(&count_lock);
+}
+
+static void release(void *arg)
+{
+    pthread_mutex_lock(&count_lock);
+    released++;
+    pthread_mutex_unlock(&count_lock);
+}
+
+static const struct http_stream_ops stream_ops = {produce, on_gone, release};
+
+static struct http_response *handler(const struct http_request *r, void *ctx)
+{
+    if (!strcmp(r->path, "/stream"))
+        return http_stream(200, "text/event-stream", &stream_ops, NULL);
+    if (!strcmp(r->path, "/endless"))
+        return http_stream(200, "text/event-stream", &stream_ops, (void *)1);
+    if (!strcmp(r->path, "/slow")) {
+        pthread_mutex_lock(&count_lock);
+        if (++in_handler > most_in_handler)
+            most_in_handler = in_handler;
+        pthread_mutex_unlock(&count_lock);
+        usleep(100 * 1000);
+        pthread_mutex_lock(&count_lock);
+        in_handler--;
+        pthread_mutex_unlock(&count_lock);
+    }
+    if (!strcmp(r->path, "/empty"))
+        return http_empty(204);
+    const char *a = http_query(r, "a"), *x = http_header(r, "x-thing");
+    struct http_response *resp =
+        http_json(200, json_pack("{s:s, s:s, s:s?, s:s?, s:s%}", "method", r->method, "path",
+                                 r->path, "a", a, "x", x, "body", r->body, r->body_len));
+    http_add_header(resp, "X-Answer", "42");
+    return resp;
+}
+
+static struct http_server *start(void)
+{
+    struct http_server *srv;
+    struct corral_error err = {0};
+    struct http_server_options o = {.max_body = MAX_BODY, .handler = handler};
+    assert_int_equal(http_server_start(&o, &srv, &err), 0);
+    return srv;
+}
+
+static int dial(struct http_server *srv)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(http_server_port(srv))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static void put(int fd, const char *text)
+{
+    assert_int_equal(send(fd, text, strlen(text), MSG_NOSIGNAL), (ssize_t)strlen(text));
+}
+
+/* Everything until the server closes the connection. */
+static char *read_all(int fd)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    ssize_t n;
+    while ((n = recv(fd, buf + len, cap - len - 1, 0)) > 0)
+        len += (size_t)n;
+    buf[len] = '\0';
+    return buf;
+}
+
+/* One response with a Content-Length body (or none), read exactly: byte
+ * by byte, so that a pipelined next response stays in the socket. */
+static char *read_one(int fd)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *buf = calloc(1, cap);
+    for (;;) {
+        char *end = strstr(buf, "\r\n\r\n");
+        if (end) {
+            size_t want = (size_t)(end + 4 - buf);
+            const char *cl = strcasestr(buf, "\r\nContent-Length: ");
+            if (cl && cl < end)
+                want += strtoul(cl + 18, NULL, 10);
+            if (len == want)
+                return buf;
+        }
+        assert_true(len < cap - 1);
+        assert_int_equal(recv(fd, buf + len, 1, 0), 1);
+        len++;
+    }
+}
+
+static void test_a_request_its_headers_query_and_body(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    put(fd, "POST /p%20q/r?a=1+2%2B3&b HTTP/1.1\r\nHost: x\r\nX-Thing:  v  \r\n"
+            "Content-Length: 5\r\n\r\nhello");
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(r, "Content-Type: application/json\r\n"));
+    assert_non_null(strstr(r, "X-Answer: 42\r\n"));
+    assert_non_null(strstr(r, "\"method\":\"POST\""));
+    assert_non_null(strstr(r, "\"path\":\"/p q/r\""));
+    assert_non_null(strstr(r, "\"a\":\"1 2+3\""));
+    assert_non_null(strstr(r, "\"x\":\"v\""));
+    assert_non_null(strstr(r, "\"body\":\"hello\""));
+    free(r);
+    /* the connection is kept: a second request on it */
+    put(fd, "GET /two HTTP/1.1\r\nHost: x\r\n\r\n");
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"path\":\"/two\""));
+    assert_non_null(strstr(r, "\"body\":\"\""));
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static void test_chunked_bodies_and_pipelined_requests(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    /* a chunked body (an extension, a trailer) and a second request in the same write */
+    put(fd, "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "3;ext=1\r\nabc\r\n"
+            "A\r\n0123456789\r\n0\r\nX-Trailer: t\r\n\r\n"
+            "POST /d HTTP/1.1\r\nContent-Length: 2\r\n\r\nzz");
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "\"path\":\"/c\""));
+    assert_non_null(strstr(r, "\"body\":\"abc0123456789\""));
+    free(r);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"path\":\"/d\""));
+    assert_non_null(strstr(r, "\"body\":\"zz\""));
+    free(r);
+    /* a body that comes in pieces */
+    put(fd, "POST /e HTTP/1.1\r\nContent-Length: 6\r\n\r\nab");
+    usleep(20000);
+    put(fd, "cd");
+    usleep(20000);
+    put(fd, "ef");
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"body\":\"abcdef\""));
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static void test_expect_continue_head_and_no_content(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    put(fd, "POST /x HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n");
+    char buf[64] = {0};
+    assert_true(recv(fd, buf, sizeof(buf) - 1, 0) > 0);
+    assert_string_equal(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+    put(fd, "abc");
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "\"body\":\"abc\""));
+    free(r);
+    put(fd, "HEAD /h HTTP/1.1\r\n\r\n");
+    char head[4096] = {0};
+    usleep(50000);
+    ssize_t n = recv(fd, head, sizeof(head) - 1, 0);
+    assert_true(n > 0);
+    assert_non_null(strstr(head, "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(head, "Content-Length: "));
+    assert_string_equal(strstr(head, "\r\n\r\n"), "\r\n\r\n"); /* no body */
+    put(fd, "GET /empty HTTP/1.1\r\n\r\n");
+    r = read_one(fd);
+    assert_non_null(strstr(r, "HTTP/1.1 204 No Content\r\n"));
+    assert_null(strstr(r, "Content-Length"));
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static void test_http10_closes_unless_kept(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    put(fd, "GET /old HTTP/1.0\r\n\r\n");
+    char *r = read_all(fd);
+    assert_non_null(strstr(r, "\"path\":\"/old\""));
+    assert_non_null(strstr(r, "Connection: close\r\n"));
+    free(r);
+    close(fd);
+    fd = dial(srv);
+    put(fd, "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+    r = read_all(fd);
+    assert_non_null(strstr(r, "\"path\":\"/a\""));
+    free(r);
+    close(fd);
+    fd = dial(srv);
+    put(fd, "GET /stream HTTP/1.0\r\n\r\n");
+    r = read_all(fd); /* no chunks: the body ends with the connection */
+    assert_non_null(strstr(r, "\r\n\r\ndata: one\n\ndata: two\n\ndata: three\n\n"));
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static void test_bad_requests_get_an_error(void **state)
+{
+    struct http_server *srv = start();
+    const char *bad[] = {
+        "NOSPACE\r\n\r\n",
+        "GET / HTTP/9.9\r\n\r\n",
+        "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 12x\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+    };
+    const char *want[] = {"400 Bad Request", "505 HTTP Version", "400 Bad Request",
+                          "400 Bad Request", "400 Bad Request",  "501 Not Implemented"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int fd = dial(srv);
+        put(fd, bad[i]);
+        char *r = read_all(fd);
+        assert_non_null(strstr(r, want[i]));
+        assert_non_null(strstr(r, "\"message\""));
+        free(r);
+        close(fd);
+    }
+    /* headers beyond 64 KiB */
+    int fd = dial(srv);
+    put(fd, "GET / HTTP/1.1\r\n");
+    char line[1100];
+    memset(line, 'a', sizeof(line));
+    memcpy(line, "X-Big: ", 7);
+    line[sizeof(line) - 3] = '\r';
+    line[sizeof(line) - 2] = '\n';
+    line[sizeof(line) - 1] = '\0';
+    for (int i = 0; i < 70; i++)
+        if (send(fd, line, strlen(line), MSG_NOSIGNAL) < 0)
+            break;
+    char *r = read_all(fd);
+    assert_non_null(strstr(r, "431 Request Header Fields Too Large"));
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static void test_bodies_beyond_the_limit_get_413_and_the_connection_lives(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    char *big = malloc(3000);
+    memset(big, 'b', 3000);
+    char head[128];
+    snprintf(head, sizeof(head), "POST /big HTTP/1.1\r\nContent-Length: %d\r\n\r\n", 3000);
+    put(fd, head);
+    assert_int_equal(send(fd, big, 3000, MSG_NOSIGNAL), 3000);
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "413 Content Too Large"));
+    free(r);
+    /* chunked beyond the limit */
+    put(fd, "POST /big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 3; i++) {
+        put(fd, "3e8\r\n");
+        assert_int_equal(send(fd, big, 1000, MSG_NOSIGNAL), 1000);
+        put(fd, "\r\n");
+    }
+    put(fd, "0\r\n\r\n");
+    r = read_one(fd);
+    assert_non_null(strstr(r, "413 Content Too Large"));
+    free(r);
+    put(fd, "GET /after HTTP/1.1\r\n\r\n");
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"path\":\"/after\""));
+    free(r);
+    free(big);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static void test_streams_are_chunked_and_a_leaving_client_is_noticed(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    put(fd, "GET /stream HTTP/1.1\r\n\r\n");
+    char buf[4096] = {0};
+    size_t len = 0;
+    while (!strstr(buf, "0\r\n\r\n")) {
+        ssize_t n = recv(fd, buf + len, sizeof(buf) - len - 1, 0);
+        assert_true(n > 0);
+        len += (size_t)n;
+    }
+    assert_non_null(strstr(buf, "Transfer-Encoding: chunked\r\n"));
+    /* the chunks, put together */
+    char body[256] = {0};
+    const char *p = strstr(buf, "\r\n\r\n") + 4;
+    for (;;) {
+        char *e;
+        unsigned long size = strtoul(p, &e, 16);
+        assert_true(e > p && e[0] == '\r' && e[1] == '\n');
+        if (!size)
+            break;
+        strncat(body, e + 2, size);
+        p = e + 2 + size;
+        assert_true(p[0] == '\r' && p[1] == '\n');
+        p += 2;
+    }
+    assert_string_equal(body, "data: one\n\ndata: two\n\ndata: three\n\n");
+    /* the connection serves on after the stream */
+    put(fd, "GET /next HTTP/1.1\r\n\r\n");
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "\"path\":\"/next\""));
+    free(r);
+    close(fd);
+
+    gone_calls = released = 0;
+    fd = dial(srv);
+    put(fd, "GET /endless HTTP/1.1\r\n\r\n");
+    assert_true(recv(fd, buf, sizeof(buf), 0) > 0);
+    close(fd);
+    for (int i = 0; i < 500 && (!gone_calls || !released); i++)
+        usleep(10000);
+    assert_int_equal(gone_calls, 1);
+    assert_int_equal(released, 1);
+    http_server_stop(srv);
+}
+
+struct slow_client {
+    struct http_server *srv;
+    bool ok;
+};
+
+static void *slow_client(void *arg)
+{
+    struct slow_client *sc = arg;
+    int fd = dial(sc->srv);
+    put(fd, "GET /slow HTTP/1.1\r\n\r\n");
+    char *r = read_one(fd);
+    sc->ok = strstr(r, "\"path\":\"/slow\"") != NULL;
+    free(r);
+    close(fd);
+    return NULL;
+}
+
+static void test_blocking_handlers_run_side_by_side(void **state)
+{
+    struct http_server *srv = start();
+    enum { N = 24 };
+    struct slow_client sc[N];
+    pthread_t t[N];
+    most_in_handler = 0;
+    for (int i = 0; i < N; i++) {
+        sc[i] = (struct slow_client){.srv = srv};
+        pthread_create(&t[i], NULL, slow_client, &sc[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_true(sc[i].ok);
+    }
+    /* each handler sleeps 100 ms: one thread per connection would have
+     * served them one after the other */
+    assert_true(most_in_handler > N / 2);
+    http_server_stop(srv);
+}
+
+static void test_stopping_with_open_connections_and_a_stream(void **state)
+{
+    struct http_server *srv = start();
+    int idle = dial(srv);
+    put(idle, "GET /a HTTP/1.1\r\n\r\n");
+    free(read_one(idle));
+    int streaming = dial(srv);
+    put(streaming, "GET /endless HTTP/1.1\r\n\r\n");
+    char buf[256];
+    assert_true(recv(streaming, buf, sizeof(buf), 0) > 0);
+    int half = dial(srv);
+    put(half, "POST /h HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+    usleep(20000);
+    http_server_stop(srv); /* returns, and leaks nothing */
+    char *r = read_all(streaming);
+    free(r);
+    close(idle);
+    close(streaming);
+    close(half);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_request_its_headers_query_and_body),
+        cmocka_unit_test(test_chunked_bodies_and_pipelined_requests),
+        cmocka_unit_test(test_expect_continue_head_and_no_content),
+        cmocka_unit_test(test_http10_closes_unless_kept),
+        cmocka_unit_test(test_bad_requests_get_an_error),
+        cmocka_unit_test(test_bodies_beyond_the_limit_get_413_and_the_connection_lives),
+        cmocka_unit_test(test_streams_are_chunked_and_a_leaving_client_is_noticed),
+        cmocka_unit_test(test_blocking_handlers_run_side_by_side),
+        cmocka_unit_test(test_stopping_with_open_connections_and_a_stream),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
