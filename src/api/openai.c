@@ -118,8 +118,10 @@ static struct http_response *reply_response(struct corral_gateway_reply *rep, in
                             strerror(rc < 0 ? -rc : EIO));
         resp = http_empty(rep->status);
     } else {
-        resp = http_text(rep->status ? rep->status : 500,
-                         rep->content_type ? rep->content_type : "application/json", rep->body);
+        resp = http_body(rep->status ? rep->status : 500,
+                         rep->content_type ? rep->content_type : "application/json", rep->body,
+                         rep->body_len);
+        rep->body = NULL; /* the response's now */
     }
     if (resp && rep->retry_after && *rep->retry_after)
         http_add_header(resp, "Retry-After", rep->retry_after);

@@ -70,6 +70,18 @@ struct http_response *http_text(int status, const char *content_type, const char
     return r;
 }
 
+struct http_response *http_body(int status, const char *content_type, char *body, size_t len)
+{
+    struct http_response *r = new_response(status, content_type);
+    if (!r) {
+        free(body);
+        return NULL;
+    }
+    r->body = body;
+    r->len = len;
+    return r;
+}
+
 struct http_response *http_empty(int status)
 {
     return new_response(status, NULL);

@@ -51,6 +51,9 @@ struct http_response;
 struct http_response *http_json(int status, json_t *body); /* takes body */
 struct http_response *http_text(int status, const char *content_type, const char *text);
 struct http_response *http_empty(int status);
+/* A response of `len` bytes at body, which it takes (malloc'd; freed also on
+ * failure). */
+struct http_response *http_body(int status, const char *content_type, char *body, size_t len);
 /* Adds a header to a response (copied). */
 void http_add_header(struct http_response *resp, const char *name, const char *value);
 
