@@ -78,10 +78,11 @@ struct corral_gateway_reply {
     char *body; /* JSON (a Response, a chat completion or an error); NULL
                    when the answer was streamed */
     size_t body_len;
-    char *content_type; /* of body (usually application/json) */
-    char *request_id;   /* x-request-id to answer with */
-    char *retry_after;  /* Retry-After to pass on, or NULL */
-    bool streamed;      /* events went to on_bytes */
+    char *content_type;        /* of body (usually application/json) */
+    char *request_id;          /* x-request-id to answer with */
+    char *retry_after;         /* Retry-After to pass on, or NULL */
+    char *content_disposition; /* of a file's content, or NULL */
+    bool streamed;             /* events went to on_bytes */
 };
 
 /* Runs one request: `body` is the JSON a client posted. A streamed answer
@@ -92,6 +93,29 @@ struct corral_gateway_reply {
 int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const char *body,
                         size_t len, const char *key, const struct corral_gateway_events *ev,
                         struct corral_gateway_reply *out);
+
+/* The Containers and Files APIs (/v1/containers..., /v1/files...): one
+ * request. `path` is what follows "/v1/" ("files", "files/ID/content",
+ * "containers/ID/files"...). A file upload (multipart) comes as file_name,
+ * file_data and file_len with has_file set (and `purpose`); other bodies as
+ * JSON in json/json_len. List parameters are the query's, NULL when absent.
+ * A file's content comes back as the reply's body with its content_type
+ * and content_disposition. */
+struct corral_gateway_object_request {
+    const char *method;
+    const char *path;
+    const char *key;
+    const char *json;
+    size_t json_len;
+    bool has_file;
+    const char *file_name;
+    const void *file_data;
+    size_t file_len;
+    const char *purpose;
+    const char *after, *limit, *order, *name;
+};
+int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                           struct corral_gateway_reply *out);
 
 /* GET /v1/responses/{id}, DELETE /v1/responses/{id} and
  * GET /v1/responses/{id}/input_items (query: limit, order, after). */

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "api/multipart.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 
@@ -482,6 +483,59 @@ static struct http_response *model(struct openai *oa, const char *id, char *rid)
                    "The model `%s` does not exist or you do not have access to it.", id);
 }
 
+/* ---- containers and files ---- */
+
+static struct http_response *objects(struct openai *oa, const struct http_request *req,
+                                     const char *path, const char *key, char *rid)
+{
+    struct corral_gateway_object_request r = {
+        .method = req->method,
+        .path = path,
+        .key = key,
+        .after = http_query(req, "after"),
+        .limit = http_query(req, "limit"),
+        .order = http_query(req, "order"),
+        .name = http_query(req, "name"),
+        .purpose = http_query(req, "purpose"),
+    };
+    char boundary[256];
+    struct multipart_part *parts = NULL;
+    size_t n = 0;
+    if (!strcmp(req->method, "POST") &&
+        multipart_boundary(http_header(req, "Content-Type"), boundary, sizeof(boundary))) {
+        char why[256];
+        if (!multipart_parse(req->body, req->body_len, boundary, &parts, &n, why, sizeof(why)))
+            return invalid(400, NULL, "The multipart body cannot be read: %s.", why);
+        for (size_t i = 0; i < n; i++) {
+            if (!strcmp(parts[i].name, "file")) {
+                r.has_file = true;
+                r.file_name = parts[i].filename;
+                r.file_data = parts[i].data;
+                r.file_len = parts[i].len;
+            } else if (!strcmp(parts[i].name, "purpose")) {
+                /* a field's value is not NUL-terminated in the body */
+                static __thread char purpose[64];
+                snprintf(purpose, sizeof(purpose), "%.*s", (int)parts[i].len, parts[i].data);
+                r.purpose = purpose;
+            }
+        }
+    } else if (req->body_len) {
+        r.json = req->body;
+        r.json_len = req->body_len;
+    }
+    struct corral_gateway_reply rep = {0};
+    int rc = corral_gateway_objects(oa->gw, &r, &rep);
+    free(parts);
+    char *disposition = rep.content_disposition;
+    rep.content_disposition = NULL;
+    struct http_response *resp = reply_response(&rep, rc, rid);
+    if (resp && disposition)
+        http_add_header(resp, "Content-Disposition", disposition);
+    free(disposition);
+    corral_gateway_reply_free(&rep);
+    return resp;
+}
+
 /* ---- routes ---- */
 
 enum route {
@@ -492,7 +546,8 @@ enum route {
     R_RESPONSE,    /* /responses/{id} */
     R_INPUT_ITEMS, /* /responses/{id}/input_items */
     R_MODELS,
-    R_MODEL, /* /models/{id} */
+    R_MODEL,   /* /models/{id} */
+    R_OBJECTS, /* /containers..., /files... */
 };
 
 /* The methods a route takes, for Allow and 405. */
@@ -506,6 +561,8 @@ static const char *route_methods(enum route r)
         return "POST";
     case R_RESPONSE:
         return "GET, DELETE";
+    case R_OBJECTS:
+        return "GET, POST, DELETE";
     default:
         return "GET";
     }
@@ -549,6 +606,12 @@ static enum route find_route(const char *path, char *buf, size_t len, const char
         path = slash;
     }
     strip(&path, "/v1");
+    if (!*deployment && (!strncmp(path, "/containers", 11) || !strncmp(path, "/files", 6)) &&
+        strlen(path) < len) {
+        snprintf(buf, len, "%s", path + 1);
+        *arg = buf;
+        return R_OBJECTS;
+    }
     if (!strcmp(path, "/responses"))
         return R_RESPONSES;
     if (!strcmp(path, "/chat/completions"))
@@ -608,6 +671,8 @@ static struct http_response *route(struct openai *oa, const struct http_request 
                     deployment, key, rid);
     case R_MODEL:
         return model(oa, arg, rid);
+    case R_OBJECTS:
+        return objects(oa, req, arg, key, rid);
     case R_MODELS:
         rc = corral_gateway_models(oa->gw, &rep);
         break;

@@ -23,6 +23,8 @@
 #include "http/http.h"
 #include "jail/jail.h"
 
+#define DEFAULT_GATEWAY_DATA "/var/lib/corral/gateway"
+
 #define MAX_KEYS 64
 
 static void serve_usage(FILE *out)
@@ -53,6 +55,8 @@ static void serve_usage(FILE *out)
           "  --upstream URL      route every model the config does not name to this\n"
           "                      OpenAI-compatible Chat Completions server (e.g.\n"
           "                      http://127.0.0.1:8000/v1), with $CORRAL_UPSTREAM_API_KEY\n"
+          "  --gateway-data-dir DIR  the gateway's containers, files and SQLite database\n"
+          "                      (default gateway.data_dir, else " DEFAULT_GATEWAY_DATA ")\n"
           "  --api-key KEY       accept only this key (repeatable; default: any key), as\n"
           "                      X-API-Key (E2B) or OPEN-SANDBOX-API-KEY (OpenSandbox);\n"
           "                      also $CORRAL_API_KEYS, comma-separated\n"
@@ -90,7 +94,7 @@ static bool beyond_loopback(const char *host)
  * catch-all model ahead of the file's ("*": every model no other entry
  * serves). NULL when out of memory. */
 static struct gw_config *gateway_config(const struct corral_config *cfg, const char *master_key,
-                                        const char *upstream)
+                                        const char *upstream, const char *data_dir)
 {
     struct gw_config *gc;
     if (cfg && cfg->gateway) {
@@ -105,6 +109,13 @@ static struct gw_config *gateway_config(const struct corral_config *cfg, const c
             goto fail;
         free(gc->master_key);
         gc->master_key = copy;
+    }
+    if (data_dir || !gc->data_dir) {
+        char *copy = strdup(data_dir ? data_dir : DEFAULT_GATEWAY_DATA);
+        if (!copy)
+            goto fail;
+        free(gc->data_dir);
+        gc->data_dir = copy;
     }
     if (upstream) {
         struct gw_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
@@ -167,6 +178,7 @@ int cli_serve(int argc, char **argv)
         OPT_KEY,
         OPT_MASTER_KEY,
         OPT_UPSTREAM,
+        OPT_GW_DATA,
         OPT_MAX_BODY,
         OPT_CONFIG,
         OPT_STATE
@@ -178,6 +190,7 @@ int cli_serve(int argc, char **argv)
         {"gateway-listen", required_argument, NULL, OPT_GW_LISTEN},
         {"master-key", required_argument, NULL, OPT_MASTER_KEY},
         {"upstream", required_argument, NULL, OPT_UPSTREAM},
+        {"gateway-data-dir", required_argument, NULL, OPT_GW_DATA},
         {"api-key", required_argument, NULL, OPT_KEY},
         {"max-body", required_argument, NULL, OPT_MAX_BODY},
         {"config", required_argument, NULL, OPT_CONFIG},
@@ -190,7 +203,7 @@ int cli_serve(int argc, char **argv)
     char gw_host[64] = "127.0.0.1";
     uint16_t gw_port = 4000;
     bool gw_on = true, gw_listen_set = false;
-    const char *master_key = NULL, *upstream = NULL;
+    const char *master_key = NULL, *upstream = NULL, *gw_data = NULL;
     const char *keys[MAX_KEYS + 1] = {NULL};
     size_t n_keys = 0;
     uint64_t max_body = 10u << 20;
@@ -243,6 +256,13 @@ int cli_serve(int argc, char **argv)
                 return CLI_USAGE;
             }
             upstream = optarg;
+            break;
+        case OPT_GW_DATA:
+            if (!*optarg) {
+                fprintf(stderr, "corral serve: --gateway-data-dir: empty\n");
+                return CLI_USAGE;
+            }
+            gw_data = optarg;
             break;
         case OPT_KEY:
             if (n_keys >= MAX_KEYS || !*optarg) {
@@ -350,7 +370,7 @@ int cli_serve(int argc, char **argv)
         goto out;
     }
     if (gw_on) {
-        struct gw_config *gc = gateway_config(cfg, master_key, upstream);
+        struct gw_config *gc = gateway_config(cfg, master_key, upstream, gw_data);
         if (!gc) {
             fprintf(stderr, "corral serve: out of memory\n");
             rc = CLI_SANDBOX_ERROR;

@@ -1020,14 +1020,23 @@ static bool is_code_tool_name(const char *name)
 static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
 {
     int r = expect_mapping(w, n, "gateway",
-                           "listen, store, code_tool_name, max_agentic_loops, output_limit, "
-                           "exec_timeout, store_max_responses, store_days",
+                           "listen, store, data_dir, code_tool_name, max_agentic_loops, "
+                           "output_limit, exec_timeout, store_max_responses, store_days, "
+                           "container_expiry, container_memory_max",
                            true);
     if (r <= 0)
         return r;
-    static const char *const keys[] = {
-        "listen",       "store",        "code_tool_name",      "max_agentic_loops",
-        "output_limit", "exec_timeout", "store_max_responses", "store_days"};
+    static const char *const keys[] = {"listen",
+                                       "store",
+                                       "code_tool_name",
+                                       "max_agentic_loops",
+                                       "output_limit",
+                                       "exec_timeout",
+                                       "store_max_responses",
+                                       "store_days",
+                                       "data_dir",
+                                       "container_expiry",
+                                       "container_memory_max"};
     enum {
         LISTEN,
         STORE,
@@ -1037,6 +1046,9 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
         EXEC_TIMEOUT,
         STORE_MAX,
         STORE_DAYS,
+        DATA_DIR,
+        EXPIRY,
+        MEMORY_MAX,
         N
     };
     yaml_node_t *v[N];
@@ -1078,6 +1090,22 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
     if (v[STORE_DAYS] &&
         (r = walk_uint(w, v[STORE_DAYS], WHAT(STORE_DAYS), 1, 3650, &gw->store_days)) < 0)
         return r;
+    if (v[DATA_DIR] &&
+        (r = walk_string(w, v[DATA_DIR], WHAT(DATA_DIR), STR_REQUIRED, &gw->data_dir)) < 0)
+        return r;
+    if (v[EXPIRY] && (r = walk_seconds(w, v[EXPIRY], WHAT(EXPIRY), 1000, 30 * DAY_MS,
+                                       "from 1 second to 30 days", &gw->container_expiry_ms)) < 0)
+        return r;
+    if (v[MEMORY_MAX]) {
+        char *m = NULL;
+        if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
+            return r;
+        uint64_t bytes = gw_memory_limit_bytes(m);
+        free(m);
+        if (!bytes)
+            return fail_at(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
+        gw->container_memory_max = bytes;
+    }
 #undef WHAT
     return 0;
 }

@@ -28,6 +28,8 @@ struct gw_config *gw_config_new(void)
     c->exec_timeout_ms = DEFAULT_EXEC_TIMEOUT_MS;
     c->store_max = 10000;
     c->store_days = 30;
+    c->container_expiry_ms = 20ull * 60 * 1000;
+    c->container_memory_max = 4ull << 30;
     return c;
 }
 
@@ -59,6 +61,7 @@ void gw_config_free(struct gw_config *c)
     free(c->default_tool);
     free(c->listen);
     free(c->store_path);
+    free(c->data_dir);
     free(c->code_tool_name);
     free(c);
 }
@@ -113,4 +116,16 @@ const struct gw_sandbox_tool *gw_config_tool(const struct gw_config *c, const ch
     if (!strcmp(name, "local"))
         return &builtin_local;
     return NULL;
+}
+
+uint64_t gw_memory_limit_bytes(const char *limit)
+{
+    static const struct {
+        const char *name;
+        uint64_t gib;
+    } sizes[] = {{"1g", 1}, {"4g", 4}, {"16g", 16}, {"64g", 64}};
+    for (size_t i = 0; limit && i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        if (!strcmp(limit, sizes[i].name))
+            return sizes[i].gib << 30;
+    return 0;
 }

@@ -40,6 +40,9 @@
  *     exec_timeout: 120                    # seconds per code call
  *     store_max_responses: 10000           # the newest kept; older ones are dropped
  *     store_days: 30                       # stored responses older than this are dropped
+ *     data_dir: /var/lib/corral/gateway    # containers' files, uploads, gateway.db
+ *     container_expiry: 1200               # seconds a container lives unused (default)
+ *     container_memory_max: 4g             # the most a container's memory_limit gets
  *
  * Any value written "os.environ/NAME" is read from the environment (an
  * unset variable is an error naming it). Keys LiteLLM has that corral does
@@ -169,19 +172,27 @@ struct gw_config {
     size_t n_models;
     struct gw_sandbox_tool *tools;
     size_t n_tools;
-    char *master_key;           /* general_settings.master_key; NULL = none */
-    bool interception;          /* litellm_settings...enabled (default true) */
-    char *default_tool;         /* code_interpreter_interception_params.sandbox_tool_name;
-                                   NULL = the built-in local sandboxes */
-    char *listen;               /* gateway.listen, NULL = default */
-    char *store_path;           /* gateway.store, NULL = in memory */
-    char *code_tool_name;       /* gateway.code_tool_name, never NULL (default "python") */
-    unsigned max_agentic_loops; /* gateway.max_agentic_loops, default 8 (1..100) */
-    size_t output_limit;        /* gateway.output_limit, default 20000 (256..10000000) */
-    uint64_t exec_timeout_ms;   /* gateway.exec_timeout, default 120 s */
-    uint64_t store_max;         /* gateway.store_max_responses, default 10000 */
-    uint64_t store_days;        /* gateway.store_days, default 30 */
+    char *master_key;              /* general_settings.master_key; NULL = none */
+    bool interception;             /* litellm_settings...enabled (default true) */
+    char *default_tool;            /* code_interpreter_interception_params.sandbox_tool_name;
+                                      NULL = the built-in local sandboxes */
+    char *listen;                  /* gateway.listen, NULL = default */
+    char *store_path;              /* gateway.store, NULL = data_dir/gateway.db, or in memory
+                                      without a data_dir */
+    char *data_dir;                /* gateway.data_dir, NULL = none (files in a private
+                                      temporary directory; corral serve sets a default) */
+    uint64_t container_expiry_ms;  /* gateway.container_expiry, default 20 min */
+    uint64_t container_memory_max; /* gateway.container_memory_max (bytes), default 4g */
+    char *code_tool_name;          /* gateway.code_tool_name, never NULL (default "python") */
+    unsigned max_agentic_loops;    /* gateway.max_agentic_loops, default 8 (1..100) */
+    size_t output_limit;           /* gateway.output_limit, default 20000 (256..10000000) */
+    uint64_t exec_timeout_ms;      /* gateway.exec_timeout, default 120 s */
+    uint64_t store_max;            /* gateway.store_max_responses, default 10000 */
+    uint64_t store_days;           /* gateway.store_days, default 30 */
 };
+
+/* The bytes of a container memory_limit ("1g", "4g", "16g", "64g"), or 0. */
+uint64_t gw_memory_limit_bytes(const char *limit);
 
 /* A configuration with no models and every default. NULL on no memory. */
 struct gw_config *gw_config_new(void);

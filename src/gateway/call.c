@@ -276,18 +276,34 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         c->container = NULL;
     }
     if (c->wanted_container) {
-        c->container = gw_container_get(c->gw, c->wanted_container, c->owner);
+        int rc = gw_container_find(c->gw, c->wanted_container, c->owner, &c->container);
+        if (rc < 0 && c->container_explicit)
+            corral_fail(err, -rc, "the container %s %s", c->wanted_container,
+                        rc == -ESTALE ? "expired" : "was deleted");
         free(c->wanted_container);
         c->wanted_container = NULL;
-        if (c->container)
+        if (rc == 0)
             return c->container;
+        if (c->container_explicit)
+            return NULL;
     }
     const char *tool_name =
         c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
     const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(c->gw->cfg, tool_name) : NULL;
-    if (gw_container_create(c->gw, tool, c->owner, &c->container, err) < 0)
+    struct gw_container_spec spec = {
+        .memory_limit = c->auto_memory,
+        .persistent = c->api == CORRAL_GATEWAY_RESPONSES && c->store,
+    };
+    if (gw_container_create(c->gw, tool, c->owner, &spec, &c->container, err) < 0)
         return NULL;
     c->container_new = true;
+    size_t i;
+    json_t *fid;
+    json_array_foreach(c->auto_file_ids, i, fid)
+    {
+        if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, err) < 0)
+            fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err->message);
+    }
     return c->container;
 }
 
@@ -440,10 +456,29 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     struct gw_running watch = {.c = ct, .cancelled = client_gone, .userdata = c};
     struct gw_exec_output o = {0};
     pthread_mutex_lock(&ct->exec_lock);
-    gw_watch_start(c->gw, &watch);
-    int rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
-    gw_watch_stop(c->gw, &watch);
+    int rc = gw_container_sandbox(c->gw, ct, &err);
+    if (rc == 0) {
+        gw_watch_start(c->gw, &watch);
+        rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
+        gw_watch_stop(c->gw, &watch);
+    }
+    if (rc == 0 && !watch.fired) {
+        gw_container_collect(c->gw, ct, o.files);
+        size_t i;
+        json_t *png;
+        json_array_foreach(o.images, i, png)
+        {
+            char *id = gw_container_add_image(c->gw, ct, json_string_value(png));
+            if (!id)
+                continue;
+            if (!c->images)
+                c->images = json_array();
+            json_array_append_new(c->images, json_string(id));
+            free(id);
+        }
+    }
     pthread_mutex_unlock(&ct->exec_lock);
+    gw_container_touch(c->gw, ct);
     json_decref(args);
     tc->executed = true;
     if (watch.fired || gw_call_cancelled(c)) {
@@ -453,7 +488,8 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     }
     if (rc < 0) {
         gw_exec_output_free(&o);
-        ct->dead = true;
+        if (ct->sb) /* its next use starts another, with the container's files */
+            ct->provider->kill(ct->sb);
         gw_emit_code_done(c, tc, "failed", NULL);
         struct strbuf b = {0};
         strbuf_printf(&b, "error: the sandbox failed (%s); its state is lost.", err.message);
@@ -640,6 +676,50 @@ static void bad_request(struct gw_call *c, const char *param, const char *code, 
     gw_reply_error(c->out, 400, "invalid_request_error", param, code, "%s", msg);
 }
 
+/* An auto container's memory_limit and file_ids, checked. */
+static int take_auto_options(struct gw_call *c, json_t *container, const char *param)
+{
+    char p[96], msg[256];
+    json_t *memory = json_object_get(container, "memory_limit");
+    if (memory && !json_is_null(memory)) {
+        if (!json_is_string(memory) || !gw_memory_limit_bytes(json_string_value(memory))) {
+            snprintf(p, sizeof(p), "%s.memory_limit", param);
+            snprintf(msg, sizeof(msg),
+                     "Invalid value for '%s': expected one of '1g', '4g', '16g' or '64g'.", p);
+            bad_request(c, p, "invalid_value", msg);
+            return -EINVAL;
+        }
+        free(c->auto_memory);
+        c->auto_memory = strdup(json_string_value(memory));
+    }
+    json_t *ids = json_object_get(container, "file_ids");
+    if (ids && !json_is_null(ids)) {
+        snprintf(p, sizeof(p), "%s.file_ids", param);
+        if (!json_is_array(ids) || json_array_size(ids) > 50) {
+            snprintf(msg, sizeof(msg),
+                     "Invalid value for '%s': expected an array of at most 50 "
+                     "file ids.",
+                     p);
+            bad_request(c, p, "invalid_value", msg);
+            return -EINVAL;
+        }
+        size_t i;
+        json_t *id;
+        json_array_foreach(ids, i, id)
+        {
+            if (!json_is_string(id) || !gw_file_exists(c->gw, json_string_value(id), c->owner)) {
+                gw_reply_error(c->out, 404, "invalid_request_error", p, NULL,
+                               "No such File object: %s",
+                               json_is_string(id) ? json_string_value(id) : "(not a string)");
+                return -ENOENT;
+            }
+        }
+        json_decref(c->auto_file_ids);
+        c->auto_file_ids = json_incref(ids);
+    }
+    return 0;
+}
+
 /* The code_interpreter tools of the request: checked, removed from the
  * tools sent upstream; their container noted. */
 static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_tools)
@@ -675,13 +755,22 @@ static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_too
         } else if (json_is_string(container)) {
             free(c->wanted_container);
             c->wanted_container = strdup(json_string_value(container));
-            struct gw_container *ct = gw_container_get(c->gw, c->wanted_container, c->owner);
-            if (!ct) {
-                gw_reply_error(c->out, 404, "invalid_request_error", param, NULL,
+            c->container_explicit = true;
+            struct gw_container *ct;
+            int rc = gw_container_find(c->gw, c->wanted_container, c->owner, &ct);
+            if (rc == -ESTALE) {
+                gw_reply_error(c->out, 400, "invalid_request_error", NULL, NULL,
+                               "Container is expired.");
+                return rc;
+            }
+            if (rc < 0) {
+                gw_reply_error(c->out, 404, "invalid_request_error", NULL, NULL,
                                "Container with id '%s' not found.", c->wanted_container);
                 return -ENOENT;
             }
             gw_container_put(c->gw, ct, false);
+        } else if (json_is_object(container) && take_auto_options(c, container, param) < 0) {
+            return -EINVAL;
         } else if (!json_is_object(container) ||
                    strcmp(json_string_value(json_object_get(container, "type"))
                               ? json_string_value(json_object_get(container, "type"))
@@ -1100,6 +1189,9 @@ static void call_free(struct gw_call *c)
     json_decref(c->open_code);
     free(c->finish_reason);
     free(c->wanted_container);
+    free(c->auto_memory);
+    json_decref(c->auto_file_ids);
+    json_decref(c->images);
 }
 
 int gw_call_store_streamed(struct gw_call *c, const char *response_json);

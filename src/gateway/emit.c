@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gateway/cite.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
 
@@ -205,6 +206,27 @@ static json_t *text_part(const char *text)
                      "text", text);
 }
 
+/* The container files the text links (and the images displayed since the
+ * last message), as container_file_citation annotations. */
+static json_t *citations(struct gw_call *c, const char *text)
+{
+    /* the container of this call's code, else the conversation's (checked
+     * to be the caller's when the request named it) */
+    const char *cid = c->container ? c->container->id : c->wanted_container;
+    if (!cid)
+        return json_array();
+    json_t *files = NULL;
+    bool more = false;
+    struct corral_error err;
+    if (gw_store_list_cfiles(c->gw->store, cid, NULL, 100000, true, &files, &more, &err) < 0)
+        files = json_array();
+    json_t *notes = gw_cite_files(text, cid, files, c->images);
+    json_decref(files);
+    json_decref(c->images); /* cited once */
+    c->images = NULL;
+    return notes ? notes : json_array();
+}
+
 static void close_message(struct gw_call *c, struct gw_turn *t)
 {
     if (!t->msg_open)
@@ -216,6 +238,17 @@ static void close_message(struct gw_call *c, struct gw_turn *t)
     /* the text of this message: what came since it opened */
     const char *text = json_string_value(json_object_get(t->msg_item, "_text"));
     json_t *part = text_part(text ? text : "");
+    json_t *notes = citations(c, text ? text : "");
+    size_t i;
+    json_t *note;
+    json_array_foreach(notes, i, note)
+    {
+        event(c, "response.output_text.annotation.added",
+              json_pack("{s:s, s:I, s:i, s:I, s:O}", "item_id", id, "output_index",
+                        (json_int_t)t->msg_index, "content_index", 0, "annotation_index",
+                        (json_int_t)i, "annotation", note));
+    }
+    json_object_set_new(part, "annotations", notes);
     event(c, "response.output_text.done",
           json_pack("{s:s, s:I, s:i, s:s, s:[]}", "item_id", id, "output_index",
                     (json_int_t)t->msg_index, "content_index", 0, "text", text ? text : "",

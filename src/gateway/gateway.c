@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,114 +117,6 @@ void gw_owner_of(const char *key, char *buf, size_t len)
     snprintf(buf, len, "%s", owner);
 }
 
-/* ---- containers ---- */
-
-int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
-                        struct gw_container **out, struct corral_error *err)
-{
-    const char *provider_name = tool ? tool->provider : "local";
-    const struct gw_provider *p = gw_provider_find(provider_name);
-    if (!p)
-        return corral_fail(err, ENOTSUP, "sandbox provider '%s' is not available", provider_name);
-    struct gw_container *c = calloc(1, sizeof(*c));
-    if (!c)
-        return corral_fail(err, ENOMEM, "out of memory");
-    c->provider = p;
-    c->lifetime_ms = tool && tool->timeout_ms ? tool->timeout_ms : GW_CONTAINER_LIFETIME_MS;
-    int rc = p->create(tool, gw->state_dir, c->lifetime_ms, &c->sb, err);
-    if (rc < 0) {
-        free(c);
-        return rc;
-    }
-    gw_new_id(c->id, sizeof(c->id), "cntr_", 48);
-    snprintf(c->owner, sizeof(c->owner), "%s", owner ? owner : "");
-    pthread_mutex_init(&c->exec_lock, NULL);
-    c->refs = 1;
-    pthread_mutex_lock(&gw->lock);
-    c->next = gw->containers;
-    gw->containers = c;
-    pthread_mutex_unlock(&gw->lock);
-    *out = c;
-    return 0;
-}
-
-static void container_free(struct gw_container *c)
-{
-    c->provider->destroy(c->sb);
-    pthread_mutex_destroy(&c->exec_lock);
-    free(c);
-}
-
-/* Unlinks c (the lock held). */
-static void unlink_container(corral_gateway *gw, struct gw_container *c)
-{
-    for (struct gw_container **p = &gw->containers; *p; p = &(*p)->next)
-        if (*p == c) {
-            *p = c->next;
-            return;
-        }
-}
-
-/* Drops the containers whose sandbox has ended (the lock held); returns
- * them chained through next, for freeing outside the lock. */
-static struct gw_container *reap_dead(corral_gateway *gw)
-{
-    struct gw_container *dead = NULL;
-    for (struct gw_container **p = &gw->containers; *p;) {
-        struct gw_container *c = *p;
-        if (!c->refs && (c->dead || !c->provider->alive(c->sb))) {
-            *p = c->next;
-            c->next = dead;
-            dead = c;
-        } else {
-            p = &c->next;
-        }
-    }
-    return dead;
-}
-
-static void free_chain(struct gw_container *c)
-{
-    while (c) {
-        struct gw_container *next = c->next;
-        container_free(c);
-        c = next;
-    }
-}
-
-struct gw_container *gw_container_get(corral_gateway *gw, const char *id, const char *owner)
-{
-    struct gw_container *found = NULL;
-    pthread_mutex_lock(&gw->lock);
-    for (struct gw_container *c = gw->containers; c; c = c->next)
-        if (!strcmp(c->id, id) && !strcmp(c->owner, owner ? owner : "") && !c->dead &&
-            c->provider->alive(c->sb)) {
-            c->refs++;
-            found = c;
-            break;
-        }
-    pthread_mutex_unlock(&gw->lock);
-    return found;
-}
-
-void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove)
-{
-    if (!c)
-        return;
-    pthread_mutex_lock(&gw->lock);
-    if (remove)
-        c->dead = true;
-    bool last = --c->refs == 0;
-    bool drop = last && (c->dead || !c->provider->alive(c->sb));
-    if (drop)
-        unlink_container(gw, c);
-    else if (last)
-        c->provider->touch(c->sb, c->lifetime_ms);
-    pthread_mutex_unlock(&gw->lock);
-    if (drop)
-        container_free(c);
-}
-
 /* ---- the watch over running executions ---- */
 
 void gw_watch_start(corral_gateway *gw, struct gw_running *r)
@@ -266,14 +159,15 @@ static void *watch_thread(void *arg)
         for (struct gw_running *r = gw->running; r; r = r->next)
             if (!r->fired && r->cancelled && r->cancelled(r->userdata)) {
                 r->fired = true;
-                r->c->dead = true;
+                if (!r->c->persistent) /* a stored container lives on, a new sandbox later */
+                    r->c->dead = true;
                 r->c->provider->kill(r->c->sb);
             }
-        if (++ticks % 50 == 0) { /* every 5 s: containers whose lifetime ended */
-            struct gw_container *dead = reap_dead(gw);
+        if (++ticks % 10 == 0) { /* every second: containers whose lifetime ended */
             pthread_mutex_unlock(&gw->lock);
-            free_chain(dead);
-            prune_store(gw);
+            gw_containers_expire(gw);
+            if (ticks % 50 == 0)
+                prune_store(gw);
             pthread_mutex_lock(&gw->lock);
         }
     }
@@ -282,6 +176,36 @@ static void *watch_thread(void *arg)
 }
 
 /* ---- the object ---- */
+
+/* The data directory (the configured one, or a private temporary one) and
+ * the store in it (unless gateway.store names another). */
+static int open_data(corral_gateway *gw, struct corral_error *err)
+{
+    if (gw->cfg->data_dir) {
+        int r = gw_mkdirs(gw->cfg->data_dir);
+        if (r < 0) {
+            errno = -r;
+            return corral_fail_errno(err, "cannot create the gateway's data directory %s",
+                                     gw->cfg->data_dir);
+        }
+        gw->data_dir = strdup(gw->cfg->data_dir);
+    } else {
+        char tmpl[] = "/tmp/corral-gateway-XXXXXX";
+        if (!mkdtemp(tmpl))
+            return corral_fail_errno(err, "cannot create a directory for the gateway's files");
+        gw->data_dir = strdup(tmpl);
+        gw->data_dir_temp = true;
+    }
+    if (!gw->data_dir)
+        return corral_fail(err, ENOMEM, "out of memory");
+    char path[4096];
+    const char *store = gw->cfg->store_path;
+    if (!store && !gw->data_dir_temp) {
+        snprintf(path, sizeof(path), "%s/gateway.db", gw->data_dir);
+        store = path;
+    }
+    return gw_store_open(store, &gw->store, err);
+}
 
 int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
                                struct corral_error *err)
@@ -299,11 +223,12 @@ int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, cor
         corral_gateway_free(gw);
         return corral_fail(err, ENOMEM, "out of memory");
     }
-    int rc = gw_store_open(cfg->store_path, &gw->store, err);
+    int rc = open_data(gw, err);
     if (rc < 0) {
         corral_gateway_free(gw);
         return rc;
     }
+    gw_containers_load(gw);
     if (pthread_create(&gw->monitor, NULL, watch_thread, gw) != 0) {
         corral_gateway_free(gw);
         return corral_fail(err, EAGAIN, "cannot start the gateway's watch thread");
@@ -357,13 +282,14 @@ void corral_gateway_free(corral_gateway *gw)
     pthread_cond_broadcast(&gw->tick);
     while (gw->calls)
         pthread_cond_wait(&gw->idle, &gw->lock);
-    struct gw_container *all = gw->containers;
-    gw->containers = NULL;
     pthread_mutex_unlock(&gw->lock);
     if (gw->monitor_started)
         pthread_join(gw->monitor, NULL);
-    free_chain(all);
+    gw_containers_free(gw);
     gw_store_close(gw->store);
+    if (gw->data_dir_temp)
+        gw_remove_tree(gw->data_dir);
+    free(gw->data_dir);
     gw_config_free(gw->cfg);
     corral_config_free(gw->file_cfg);
     pthread_cond_destroy(&gw->idle);
@@ -386,7 +312,8 @@ void corral_gateway_reply_free(struct corral_gateway_reply *r)
     free(r->content_type);
     free(r->request_id);
     free(r->retry_after);
-    r->body = r->content_type = r->request_id = r->retry_after = NULL;
+    free(r->content_disposition);
+    r->body = r->content_type = r->request_id = r->retry_after = r->content_disposition = NULL;
 }
 
 /* ---- small endpoints ---- */

@@ -33,24 +33,41 @@
 int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
                                struct corral_error *err);
 
-/* ---- containers: a provider sandbox with an id and an owner ---- */
+/* ---- containers (containers.c): a provider sandbox with an id, an
+ * owner, a lifetime and files ---- */
 
 struct gw_container {
     char id[64]; /* cntr_ + 48 hex */
     char owner[80];
+    json_t *obj; /* the Containers API object (gw->lock for last_active_at) */
+    const struct gw_sandbox_tool *tool;
     const struct gw_provider *provider;
-    struct gw_sandbox *sb;
-    uint64_t lifetime_ms;
+    struct gw_sandbox *sb; /* NULL until first used (exec_lock) */
+    uint64_t expiry_ms;    /* unused this long, it expires */
+    uint64_t memory_bytes;
+    uint64_t last_active_ms; /* wall clock */
+    bool persistent;         /* in the store, listed; else private to its call */
     int refs;
-    bool dead;
-    pthread_mutex_t exec_lock; /* one execution at a time */
+    bool dead;                 /* to go when the last reference is dropped */
+    bool gone;                 /* deleted or expired: its files go with it */
+    bool ended_expired;        /* expired, not deleted: its record stays */
+    pthread_mutex_t exec_lock; /* one execution or file copy at a time */
     struct gw_container *next;
+};
+
+struct gw_container_spec {
+    const char *name;         /* NULL = "" */
+    uint64_t expiry_ms;       /* 0 = gateway.container_expiry */
+    const char *memory_limit; /* "1g"... NULL = "1g" (capped by container_memory_max) */
+    bool persistent;
 };
 
 struct corral_gateway {
     struct gw_config *cfg;
     struct corral_config *file_cfg; /* when the gateway parsed the file itself */
     char *state_dir;
+    char *data_dir;     /* containers' files and uploads */
+    bool data_dir_temp; /* a private temporary one, removed at the end */
     struct gw_store *store;
     pthread_mutex_t lock;
     pthread_cond_t idle; /* calls reached 0 */
@@ -62,13 +79,51 @@ struct corral_gateway {
     bool monitor_started, stopping;
 };
 
-/* A new container for `owner`, retained once. */
+/* A new container for `owner` (no sandbox yet), retained once. */
 int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
-                        struct gw_container **out, struct corral_error *err);
-/* The living container `id` of `owner`, retained; NULL when gone or not theirs. */
-struct gw_container *gw_container_get(corral_gateway *gw, const char *id, const char *owner);
-/* Drops a reference; `remove` kills the container now. */
+                        const struct gw_container_spec *spec, struct gw_container **out,
+                        struct corral_error *err);
+/* The containers of the store (at start). */
+void gw_containers_load(corral_gateway *gw);
+/* The container `id` of `owner`, retained: 0, -ENOENT (none, or not
+ * theirs) or -ESTALE (expired). */
+int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
+                      struct gw_container **out);
+/* Drops a reference; `remove` deletes the container. */
 void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove);
+/* Deletes a container (an expired one: its record): 0 or -ENOENT. */
+int gw_container_delete(corral_gateway *gw, const char *id, const char *owner);
+/* Starts c's sandbox when it has none (its files copied in); exec_lock held. */
+int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corral_error *err);
+/* The container was used now. */
+void gw_container_touch(corral_gateway *gw, struct gw_container *c);
+/* Saves a file of c at `path` (same path: same id), into the sandbox too
+ * when asked and it runs; *out (may be NULL): its object. */
+int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
+                          const void *data, size_t len, const char *source, bool into_sandbox,
+                          json_t **out, struct corral_error *err);
+/* Copies out the files an execution changed (gw_exec_output.files); each
+ * entry gets the "id" of its container file. exec_lock held. */
+void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed);
+/* Saves a displayed image (base64 PNG) as a container file; its id. */
+char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const char *base64);
+/* Ends containers unused beyond their expiry (the watch thread). */
+void gw_containers_expire(corral_gateway *gw);
+/* Frees every container (the gateway's end; files of stored ones stay). */
+void gw_containers_free(corral_gateway *gw);
+
+/* Files on disk: written whole (through a temporary name) and read whole. */
+int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err);
+int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err);
+/* files.c: whether the uploaded file `id` is owner's; a copy of it in c's
+ * /mnt/data (source "user"), *out (may be NULL) its container file. */
+bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
+int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,
+                    const char *owner, json_t **out, struct corral_error *err);
+/* mkdir -p (0700); 0 or -errno. */
+int gw_mkdirs(const char *path);
+/* rm -r. */
+void gw_remove_tree(const char *path);
 
 /* While fn runs an execution of c: if cancelled(userdata) turns true, the
  * container is killed (the execution then returns). */
@@ -165,6 +220,10 @@ struct gw_call {
     char *wanted_container; /* the container of an earlier code call of this conversation */
     struct gw_container *container;
     bool container_new;
+    bool container_explicit; /* the tool named it: it must be there */
+    char *auto_memory;       /* an auto container's memory_limit */
+    json_t *auto_file_ids;   /* an auto container's file_ids */
+    json_t *images;          /* file ids of the images displayed, to cite */
     const char *prev_id;
     char resp_id[64], chat_id[64];
     int64_t created_at;

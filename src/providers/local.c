@@ -36,7 +36,8 @@ void gw_exec_output_free(struct gw_exec_output *o)
 }
 
 static int local_create(const struct gw_sandbox_tool *tool, const char *state_dir,
-                        uint64_t lifetime_ms, struct gw_sandbox **out, struct corral_error *err)
+                        uint64_t lifetime_ms, uint64_t memory_bytes, struct gw_sandbox **out,
+                        struct corral_error *err)
 {
     struct gw_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
@@ -46,6 +47,7 @@ static int local_create(const struct gw_sandbox_tool *tool, const char *state_di
     o.template_id = tool ? tool->template_id : NULL;
     o.timeout_ms = lifetime_ms;
     o.state_dir = state_dir;
+    o.limits.memory_bytes = memory_bytes;
     int rc = corral_sandbox_create(&o, &s->sb, err);
     if (rc < 0) {
         free(s);
@@ -207,6 +209,23 @@ static int local_execute(struct gw_sandbox *s, const char *code, uint64_t timeou
     return rc;
 }
 
+static int local_read_file(struct gw_sandbox *s, const char *path, size_t max, char **data,
+                           size_t *len, struct corral_error *err)
+{
+    return corral_file_read_all(s->sb, path, max, data, len, err);
+}
+
+static int local_write_file(struct gw_sandbox *s, const char *path, const void *data, size_t len,
+                            struct corral_error *err)
+{
+    return corral_file_write_all(s->sb, path, data, len, err);
+}
+
+static int local_remove_file(struct gw_sandbox *s, const char *path, struct corral_error *err)
+{
+    return corral_file_remove(s->sb, path, false, err);
+}
+
 static void local_kill(struct gw_sandbox *s)
 {
     struct corral_error ignored;
@@ -237,6 +256,9 @@ const struct gw_provider gw_provider_local = {
     .name = "local",
     .create = local_create,
     .execute = local_execute,
+    .read_file = local_read_file,
+    .write_file = local_write_file,
+    .remove_file = local_remove_file,
     .kill = local_kill,
     .alive = local_alive,
     .touch = local_touch,

@@ -39,9 +39,17 @@ struct gw_sandbox; /* a provider's sandbox */
 
 struct gw_provider {
     const char *name;
-    /* Creates a sandbox living lifetime_ms after its last use. */
+    /* Creates a sandbox living lifetime_ms after its last use, with at most
+     * memory_bytes of memory (0 = the provider's default). */
     int (*create)(const struct gw_sandbox_tool *tool, const char *state_dir, uint64_t lifetime_ms,
-                  struct gw_sandbox **out, struct corral_error *err);
+                  uint64_t memory_bytes, struct gw_sandbox **out, struct corral_error *err);
+    /* A whole file of the sandbox (at most max bytes), malloc'ed. */
+    int (*read_file)(struct gw_sandbox *sb, const char *path, size_t max, char **data, size_t *len,
+                     struct corral_error *err);
+    int (*remove_file)(struct gw_sandbox *sb, const char *path, struct corral_error *err);
+    /* Creates or replaces a file (and its missing directories). */
+    int (*write_file)(struct gw_sandbox *sb, const char *path, const void *data, size_t len,
+                      struct corral_error *err);
     /* Runs code; 0 when it ran (whatever it raised), a negative errno when
      * the sandbox failed (it is then unusable). */
     int (*execute)(struct gw_sandbox *sb, const char *code, uint64_t timeout_ms,

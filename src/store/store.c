@@ -1,7 +1,8 @@
 /*
- * The gateway's SQLite store of responses (see store.h): opening and
- * migrating the database, and the prepared statements that put, get and
- * delete a response on behalf of its owner.
+ * The gateway's SQLite store (see store.h): opening and migrating the
+ * database, the prepared statements that put, get and delete a response on
+ * behalf of its owner, and the containers, container files and uploaded files
+ * (statements prepared per call, objects kept as JSON text).
  *
  * Schema versions live in PRAGMA user_version; migrations[i] takes a database
  * from version i to i + 1, so a later corral appends to that array. A
@@ -39,6 +40,40 @@ static const char *const migrations[] = {
     " input TEXT NOT NULL,"
     " context TEXT NOT NULL"
     ");",
+    /* 1 -> 2: containers, their files, uploaded files. Each row keeps the
+     * object as the API shows it (`object`, JSON) and beside it the columns
+     * that queries select and order by. */
+    "CREATE TABLE containers ("
+    " id TEXT PRIMARY KEY,"
+    " owner TEXT NOT NULL,"
+    " name TEXT,"
+    " created_at INTEGER NOT NULL,"
+    " last_active_at INTEGER,"
+    " status TEXT,"
+    " expires_minutes INTEGER,"
+    " memory_limit TEXT,"
+    " object TEXT NOT NULL"
+    ");"
+    "CREATE INDEX containers_by_owner ON containers (owner, created_at);"
+    "CREATE INDEX containers_by_status ON containers (status);"
+    "CREATE TABLE container_files ("
+    " id TEXT PRIMARY KEY,"
+    " container_id TEXT NOT NULL,"
+    " path TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL,"
+    " source TEXT,"
+    " object TEXT NOT NULL,"
+    " UNIQUE (container_id, path)"
+    ");"
+    "CREATE INDEX container_files_by_container ON container_files (container_id, created_at);"
+    "CREATE TABLE files ("
+    " id TEXT PRIMARY KEY,"
+    " owner TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL,"
+    " purpose TEXT,"
+    " object TEXT NOT NULL"
+    ");"
+    "CREATE INDEX files_by_owner ON files (owner, created_at);",
 };
 #define STORE_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -339,14 +374,14 @@ int gw_store_put_response(struct gw_store *s, const char *id, const char *owner,
     return r;
 }
 
-/* A malloc'ed copy of column `col` of the current row. */
-static int column_copy(struct gw_store *s, int col, char **out, const char *what,
-                       struct corral_error *err)
+/* A malloc'ed copy of column `col` of the current row of `st` ("" for NULL). */
+static int copy_text(struct gw_store *s, sqlite3_stmt *st, int col, char **out, const char *what,
+                     struct corral_error *err)
 {
-    const unsigned char *text = sqlite3_column_text(s->get, col);
-    if (!text && sqlite3_column_type(s->get, col) != SQLITE_NULL)
+    const unsigned char *text = sqlite3_column_text(st, col);
+    if (!text && sqlite3_column_type(st, col) != SQLITE_NULL)
         return fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
-    size_t len = text ? (size_t)sqlite3_column_bytes(s->get, col) : 0;
+    size_t len = text ? (size_t)sqlite3_column_bytes(st, col) : 0;
     char *copy = malloc(len + 1);
     if (!copy)
         return corral_fail(err, ENOMEM, "%s: out of memory", what);
@@ -355,6 +390,13 @@ static int column_copy(struct gw_store *s, int col, char **out, const char *what
     copy[len] = '\0';
     *out = copy;
     return 0;
+}
+
+/* A malloc'ed copy of column `col` of the current row of s->get. */
+static int column_copy(struct gw_store *s, int col, char **out, const char *what,
+                       struct corral_error *err)
+{
+    return copy_text(s, s->get, col, out, what, err);
 }
 
 int gw_store_get_response(struct gw_store *s, const char *id, const char *owner, char **response,
@@ -447,5 +489,700 @@ int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, ui
     pthread_mutex_unlock(&s->lock);
     if (dropped)
         *dropped = gone;
+    return r;
+}
+
+/* ---- containers, their files, and uploaded files ----
+ *
+ * Statements are prepared per call (sqlite3_prepare_v2) and finalized before
+ * s->lock is released. A row's place in a list is (created_at, rowid): rowid
+ * grows with each insertion and an update (an upsert) keeps it. */
+
+/* A kind of object: its table, the column that scopes it (its owner, or the
+ * container it is in), and its name in messages. */
+struct kind {
+    const char *table;
+    const char *scope;
+    const char *name;
+};
+
+static const struct kind container_kind = {"containers", "owner", "container"};
+static const struct kind cfile_kind = {"container_files", "container_id", "container file"};
+static const struct kind file_kind = {"files", "owner", "file"};
+
+/* obj[key] as a string into *out: NULL when absent or null, which is an error
+ * when `required` (as is the empty string then); another type is an error. */
+static int field_string(json_t *obj, const char *key, bool required, const char **out,
+                        const struct kind *k, struct corral_error *err)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (v && !json_is_null(v) && !json_is_string(v))
+        return corral_fail(err, EINVAL, "cannot store a %s whose \"%s\" is not a string", k->name,
+                           key);
+    if (json_is_string(v))
+        *out = json_string_value(v);
+    if (required && (!*out || !**out))
+        return corral_fail(err, EINVAL, "cannot store a %s without its \"%s\" (a non-empty string)",
+                           k->name, key);
+    return 0;
+}
+
+/* obj[key] as an integer into *out; *has false when absent or null, which is
+ * an error when `required`; another type is an error. */
+static int field_integer(json_t *obj, const char *key, bool required, bool *has, int64_t *out,
+                         const struct kind *k, struct corral_error *err)
+{
+    json_t *v = json_object_get(obj, key);
+    *has = false;
+    *out = 0;
+    if (v && !json_is_null(v) && !json_is_integer(v))
+        return corral_fail(err, EINVAL, "cannot store a %s whose \"%s\" is not an integer", k->name,
+                           key);
+    if (json_is_integer(v)) {
+        *has = true;
+        *out = (int64_t)json_integer_value(v);
+    }
+    if (required && !*has)
+        return corral_fail(err, EINVAL, "cannot store a %s without its \"%s\" (an integer)",
+                           k->name, key);
+    return 0;
+}
+
+/* The object as the text of its `object` column. */
+static int object_text(json_t *obj, char **out, const struct kind *k, struct corral_error *err)
+{
+    *out = json_dumps(obj, JSON_COMPACT);
+    if (!*out)
+        return corral_fail(err, ENOMEM, "cannot store a %s: out of memory", k->name);
+    return 0;
+}
+
+/* Binds parameters one after the other, keeping the first failure (none
+ * without a statement: its preparation failed). */
+struct binder {
+    sqlite3_stmt *st;
+    int rc;
+};
+
+static void bind_str(struct binder *b, int i, const char *text)
+{
+    if (b->st && b->rc == SQLITE_OK)
+        b->rc = text ? sqlite3_bind_text(b->st, i, text, -1, SQLITE_TRANSIENT)
+                     : sqlite3_bind_null(b->st, i);
+}
+
+static void bind_i64(struct binder *b, int i, bool has, int64_t v)
+{
+    if (b->st && b->rc == SQLITE_OK)
+        b->rc = has ? sqlite3_bind_int64(b->st, i, v) : sqlite3_bind_null(b->st, i);
+}
+
+/* Prepares sql for this call only (*st to finalize, even on failure). Call
+ * with s->lock held. */
+static int prepare_call(struct gw_store *s, const char *sql, sqlite3_stmt **st, const char *what,
+                        struct corral_error *err)
+{
+    *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK)
+        return fail_sqlite(err, s->db, rc, "%s", what);
+    return 0;
+}
+
+/* Steps the bound statement of a write to its end and finalizes it; *changes
+ * (may be NULL) counts the rows it changed. Call with s->lock held. */
+static int finish_write(struct gw_store *s, struct binder *b, int *changes, const char *what,
+                        struct corral_error *err)
+{
+    int rc = b->rc == SQLITE_OK ? sqlite3_step(b->st) : b->rc;
+    int r = 0;
+    if (rc != SQLITE_DONE)
+        r = fail_sqlite(err, s->db, rc, "%s", what);
+    else if (changes)
+        *changes = sqlite3_changes(s->db);
+    sqlite3_finalize(b->st);
+    b->st = NULL;
+    return r;
+}
+
+/* Runs the write sql with texts[0..n) bound to ?1.. (NULL: SQL NULL). Call
+ * with s->lock held. */
+static int write_texts(struct gw_store *s, const char *sql, const char *const *texts, int n,
+                       int *changes, const char *what, struct corral_error *err)
+{
+    struct binder b = {NULL, SQLITE_OK};
+    int r = prepare_call(s, sql, &b.st, what, err);
+    if (r < 0) {
+        sqlite3_finalize(b.st);
+        return r;
+    }
+    for (int i = 0; i < n; i++)
+        bind_str(&b, i + 1, texts[i]);
+    return finish_write(s, &b, changes, what, err);
+}
+
+static int exec_call(struct gw_store *s, const char *sql, const char *what,
+                     struct corral_error *err)
+{
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return fail_sqlite(err, s->db, rc, "%s", what);
+    return 0;
+}
+
+/* Ends the transaction: commits it when r is 0, else (or when the commit
+ * fails) rolls it back. Returns r or the commit's failure. */
+static int end_transaction(struct gw_store *s, int r, const char *what, struct corral_error *err)
+{
+    if (r == 0)
+        r = exec_call(s, "COMMIT", what, err);
+    if (r < 0)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return r;
+}
+
+/* Column `col` of the current row of `st`, a stored object, parsed. */
+static int column_object(struct gw_store *s, sqlite3_stmt *st, int col, json_t **out,
+                         const char *what, struct corral_error *err)
+{
+    const char *text = (const char *)sqlite3_column_text(st, col);
+    if (!text) {
+        if (sqlite3_column_type(st, col) != SQLITE_NULL)
+            return fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
+        return corral_fail(err, EIO, "%s: the stored object is missing", what);
+    }
+    json_error_t jerr;
+    json_t *v = json_loadb(text, (size_t)sqlite3_column_bytes(st, col), 0, &jerr);
+    if (!v)
+        return corral_fail(err, EIO, "%s: the stored object is not JSON: %s", what, jerr.text);
+    *out = v;
+    return 0;
+}
+
+/* Runs the query sql, texts[0..n) bound to ?1.., for one row: its column 0,
+ * an object, into *out; its column 1 (when text_out) copied into *text_out.
+ * No row: -ENOENT with the message `missing`. Takes s->lock. */
+static int get_one(struct gw_store *s, const char *sql, const char *const *texts, int n,
+                   json_t **out, char **text_out, const char *missing, const char *what,
+                   struct corral_error *err)
+{
+    json_t *obj = NULL;
+    char *text = NULL;
+    struct binder b = {NULL, SQLITE_OK};
+    pthread_mutex_lock(&s->lock);
+    int r = prepare_call(s, sql, &b.st, what, err);
+    for (int i = 0; r == 0 && i < n; i++)
+        bind_str(&b, i + 1, texts[i]);
+    if (r == 0) {
+        int rc = b.rc == SQLITE_OK ? sqlite3_step(b.st) : b.rc;
+        if (rc == SQLITE_DONE)
+            r = corral_fail(err, ENOENT, "%s", missing);
+        else if (rc != SQLITE_ROW)
+            r = fail_sqlite(err, s->db, rc, "%s", what);
+    }
+    if (r == 0 && out)
+        r = column_object(s, b.st, 0, &obj, what, err);
+    if (r == 0 && text_out)
+        r = copy_text(s, b.st, 1, &text, what, err);
+    sqlite3_finalize(b.st);
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0) {
+        json_decref(obj);
+        free(text);
+        return r;
+    }
+    if (out)
+        *out = obj;
+    if (text_out)
+        *text_out = text;
+    return 0;
+}
+
+/* A page of the objects of kind k whose scope column is `scope` (and, when
+ * filter_col, whose filter_col is `filter` unless that is NULL), in the
+ * order of (created_at, rowid), after the object `after` (NULL: from the
+ * start). Takes s->lock. */
+static int list_page(struct gw_store *s, const struct kind *k, const char *scope,
+                     const char *filter_col, const char *filter, const char *after, unsigned limit,
+                     bool ascending, json_t **list, bool *has_more, struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot list %ss in store %s", k->name, s->name);
+    json_t *page = json_array();
+    if (!page)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    bool more = false;
+    int64_t after_at = 0, after_row = 0;
+    char sql[512];
+    struct binder b = {NULL, SQLITE_OK};
+
+    pthread_mutex_lock(&s->lock);
+    int r = 0;
+    if (after) {
+        snprintf(sql, sizeof(sql), "SELECT created_at, rowid FROM %s WHERE id = ?1 AND %s = ?2",
+                 k->table, k->scope);
+        r = prepare_call(s, sql, &b.st, what, err);
+        bind_str(&b, 1, after);
+        bind_str(&b, 2, scope);
+        if (r == 0) {
+            int rc = b.rc == SQLITE_OK ? sqlite3_step(b.st) : b.rc;
+            if (rc == SQLITE_ROW) {
+                after_at = sqlite3_column_int64(b.st, 0);
+                after_row = sqlite3_column_int64(b.st, 1);
+            } else if (rc == SQLITE_DONE) {
+                r = corral_fail(err, ENOENT, "%s: there is no %s %s to list after", what, k->name,
+                                after);
+            } else {
+                r = fail_sqlite(err, s->db, rc, "%s", what);
+            }
+        }
+        sqlite3_finalize(b.st);
+        b = (struct binder){NULL, SQLITE_OK};
+    }
+    if (r == 0) {
+        const char *order = ascending ? "ASC" : "DESC";
+        char filter_sql[64] = "";
+        if (filter_col && filter)
+            snprintf(filter_sql, sizeof(filter_sql), " AND %s = ?2", filter_col);
+        snprintf(sql, sizeof(sql),
+                 "SELECT object FROM %s WHERE %s = ?1%s%s ORDER BY created_at %s, rowid %s"
+                 " LIMIT ?5",
+                 k->table, k->scope, filter_sql,
+                 !after      ? ""
+                 : ascending ? " AND (created_at, rowid) > (?3, ?4)"
+                             : " AND (created_at, rowid) < (?3, ?4)",
+                 order, order);
+        r = prepare_call(s, sql, &b.st, what, err);
+        bind_str(&b, 1, scope);
+        if (filter_col && filter)
+            bind_str(&b, 2, filter);
+        if (after) {
+            bind_i64(&b, 3, true, after_at);
+            bind_i64(&b, 4, true, after_row);
+        }
+        bind_i64(&b, 5, true, (int64_t)limit + 1);
+        if (r == 0 && b.rc != SQLITE_OK)
+            r = fail_sqlite(err, s->db, b.rc, "%s", what);
+        for (size_t n = 0; r == 0;) {
+            int rc = sqlite3_step(b.st);
+            if (rc == SQLITE_DONE)
+                break;
+            if (rc != SQLITE_ROW) {
+                r = fail_sqlite(err, s->db, rc, "%s", what);
+                break;
+            }
+            if (n == limit) {
+                more = true;
+                break;
+            }
+            json_t *obj = NULL;
+            r = column_object(s, b.st, 0, &obj, what, err);
+            if (r == 0 && json_array_append_new(page, obj) < 0)
+                r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+            n++;
+        }
+        sqlite3_finalize(b.st);
+    }
+    pthread_mutex_unlock(&s->lock);
+
+    if (r < 0) {
+        json_decref(page);
+        return r;
+    }
+    *list = page;
+    if (has_more)
+        *has_more = more;
+    return 0;
+}
+
+/* Starts the outs of a list as a failure leaves them. */
+static void clear_list(json_t **list, bool *has_more)
+{
+    if (list)
+        *list = NULL;
+    if (has_more)
+        *has_more = false;
+}
+
+static const char put_container_sql[] =
+    "INSERT INTO containers (id, owner, name, created_at, last_active_at, status,"
+    " expires_minutes, memory_limit, object) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    " ON CONFLICT (id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at,"
+    " last_active_at = excluded.last_active_at, status = excluded.status,"
+    " expires_minutes = excluded.expires_minutes, memory_limit = excluded.memory_limit,"
+    " object = excluded.object WHERE containers.owner = excluded.owner";
+
+int gw_store_put_container(struct gw_store *s, const char *owner, json_t *container,
+                           struct corral_error *err)
+{
+    const struct kind *k = &container_kind;
+    if (!json_is_object(container))
+        return corral_fail(err, EINVAL, "cannot store a container that is not a JSON object");
+    const char *id, *name, *status, *memory_limit;
+    bool has_created, has_active, has_minutes = false;
+    int64_t created_at, active, minutes = 0;
+    int r = field_string(container, "id", true, &id, k, err);
+    if (r == 0)
+        r = field_string(container, "name", false, &name, k, err);
+    if (r == 0)
+        r = field_integer(container, "created_at", true, &has_created, &created_at, k, err);
+    if (r == 0)
+        r = field_integer(container, "last_active_at", false, &has_active, &active, k, err);
+    if (r == 0)
+        r = field_string(container, "status", false, &status, k, err);
+    if (r == 0)
+        r = field_string(container, "memory_limit", false, &memory_limit, k, err);
+    json_t *expires = json_object_get(container, "expires_after");
+    if (r == 0 && expires && !json_is_null(expires)) {
+        if (!json_is_object(expires))
+            r = corral_fail(err, EINVAL,
+                            "cannot store a container whose \"expires_after\" is not an object");
+        else
+            r = field_integer(expires, "minutes", false, &has_minutes, &minutes, k, err);
+    }
+    char *text = NULL;
+    if (r == 0)
+        r = object_text(container, &text, k, err);
+    if (r < 0)
+        return r;
+
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store container %s in store %s", id, s->name);
+    struct binder b = {NULL, SQLITE_OK};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    r = prepare_call(s, put_container_sql, &b.st, what, err);
+    if (r == 0) {
+        bind_str(&b, 1, id);
+        bind_str(&b, 2, owner ? owner : "");
+        bind_str(&b, 3, name);
+        bind_i64(&b, 4, true, created_at);
+        bind_i64(&b, 5, has_active, active);
+        bind_str(&b, 6, status);
+        bind_i64(&b, 7, has_minutes, minutes);
+        bind_str(&b, 8, memory_limit);
+        bind_str(&b, 9, text);
+        r = finish_write(s, &b, &changes, what, err);
+        if (r == 0 && changes == 0)
+            r = corral_fail(err, EEXIST, "%s: the id belongs to another owner", what);
+    }
+    sqlite3_finalize(b.st);
+    pthread_mutex_unlock(&s->lock);
+    free(text);
+    return r;
+}
+
+int gw_store_get_container(struct gw_store *s, const char *id, const char *owner, json_t **out,
+                           char **owner_out, struct corral_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (owner_out)
+        *owner_out = NULL;
+    if (!id)
+        return corral_fail(err, EINVAL, "cannot look up a container without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read container %s from store %s", id, s->name);
+    snprintf(missing, sizeof(missing), "no container %s in store %s", id, s->name);
+    const char *const keys[] = {id, owner};
+    return get_one(
+        s, "SELECT object, owner FROM containers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
+        keys, 2, out, owner_out, missing, what, err);
+}
+
+int gw_store_list_containers(struct gw_store *s, const char *owner, const char *name,
+                             const char *after, unsigned limit, bool ascending, json_t **list,
+                             bool *has_more, struct corral_error *err)
+{
+    clear_list(list, has_more);
+    return list_page(s, &container_kind, owner ? owner : "", "name", name, after, limit, ascending,
+                     list, has_more, err);
+}
+
+int gw_store_running_containers(struct gw_store *s, json_t **list, struct corral_error *err)
+{
+    *list = NULL;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot list the running containers in store %s", s->name);
+    json_t *all = json_array();
+    if (!all)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    sqlite3_stmt *st = NULL;
+    pthread_mutex_lock(&s->lock);
+    int r = prepare_call(s,
+                         "SELECT owner, object FROM containers WHERE status = 'running'"
+                         " ORDER BY created_at, rowid",
+                         &st, what, err);
+    while (r == 0) {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            r = fail_sqlite(err, s->db, rc, "%s", what);
+            break;
+        }
+        const char *owner = (const char *)sqlite3_column_text(st, 0);
+        json_t *container = NULL;
+        r = column_object(s, st, 1, &container, what, err);
+        if (r < 0)
+            break;
+        json_t *entry =
+            json_pack("{s:s, s:o}", "owner", owner ? owner : "", "container", container);
+        if (!entry || json_array_append_new(all, entry) < 0)
+            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0) {
+        json_decref(all);
+        return r;
+    }
+    *list = all;
+    return 0;
+}
+
+int gw_store_delete_container(struct gw_store *s, const char *id, const char *owner,
+                              struct corral_error *err)
+{
+    if (!id)
+        return corral_fail(err, EINVAL, "cannot delete a container without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete container %s from store %s", id, s->name);
+    const char *const keys[] = {id, owner ? owner : ""};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    int r = exec_call(s, "BEGIN IMMEDIATE", what, err);
+    if (r == 0) {
+        r = write_texts(s, "DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2, &changes,
+                        what, err);
+        if (r == 0 && changes == 0)
+            r = corral_fail(err, ENOENT, "no container %s in store %s", id, s->name);
+        if (r == 0)
+            r = write_texts(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1, NULL,
+                            what, err);
+        r = end_transaction(s, r, what, err);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+static const char put_cfile_sql[] =
+    "INSERT INTO container_files (id, container_id, path, created_at, source, object)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    " ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id,"
+    " path = excluded.path, created_at = excluded.created_at, source = excluded.source,"
+    " object = excluded.object";
+
+int gw_store_put_cfile(struct gw_store *s, json_t *cfile, struct corral_error *err)
+{
+    const struct kind *k = &cfile_kind;
+    if (!json_is_object(cfile))
+        return corral_fail(err, EINVAL, "cannot store a container file that is not a JSON object");
+    const char *id, *container_id, *path, *source;
+    bool has_created;
+    int64_t created_at;
+    int r = field_string(cfile, "id", true, &id, k, err);
+    if (r == 0)
+        r = field_string(cfile, "container_id", true, &container_id, k, err);
+    if (r == 0)
+        r = field_string(cfile, "path", true, &path, k, err);
+    if (r == 0)
+        r = field_integer(cfile, "created_at", true, &has_created, &created_at, k, err);
+    if (r == 0)
+        r = field_string(cfile, "source", false, &source, k, err);
+    char *text = NULL;
+    if (r == 0)
+        r = object_text(cfile, &text, k, err);
+    if (r < 0)
+        return r;
+
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store file %s of container %s in store %s", id,
+             container_id, s->name);
+    pthread_mutex_lock(&s->lock);
+    /* One file per path: another id at this path gives way to this one. */
+    r = exec_call(s, "BEGIN IMMEDIATE", what, err);
+    if (r == 0) {
+        const char *const keys[] = {container_id, path, id};
+        r = write_texts(s,
+                        "DELETE FROM container_files WHERE container_id = ?1 AND path = ?2"
+                        " AND id <> ?3",
+                        keys, 3, NULL, what, err);
+        struct binder b = {NULL, SQLITE_OK};
+        if (r == 0)
+            r = prepare_call(s, put_cfile_sql, &b.st, what, err);
+        if (r == 0) {
+            bind_str(&b, 1, id);
+            bind_str(&b, 2, container_id);
+            bind_str(&b, 3, path);
+            bind_i64(&b, 4, true, created_at);
+            bind_str(&b, 5, source);
+            bind_str(&b, 6, text);
+            r = finish_write(s, &b, NULL, what, err);
+        }
+        sqlite3_finalize(b.st);
+        r = end_transaction(s, r, what, err);
+    }
+    pthread_mutex_unlock(&s->lock);
+    free(text);
+    return r;
+}
+
+int gw_store_get_cfile(struct gw_store *s, const char *container_id, const char *id, json_t **out,
+                       struct corral_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!container_id || !id)
+        return corral_fail(err, EINVAL,
+                           "cannot look up a container file without its id and "
+                           "its container's");
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read file %s of container %s from store %s", id,
+             container_id, s->name);
+    snprintf(missing, sizeof(missing), "no file %s in container %s in store %s", id, container_id,
+             s->name);
+    const char *const keys[] = {id, container_id};
+    return get_one(s, "SELECT object FROM container_files WHERE id = ?1 AND container_id = ?2",
+                   keys, 2, out, NULL, missing, what, err);
+}
+
+int gw_store_find_cfile(struct gw_store *s, const char *container_id, const char *path,
+                        json_t **out, struct corral_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!container_id || !path)
+        return corral_fail(err, EINVAL,
+                           "cannot look up a container file without its container and path");
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read the file at %s of container %s from store %s", path,
+             container_id, s->name);
+    snprintf(missing, sizeof(missing), "no file at %s in container %s in store %s", path,
+             container_id, s->name);
+    const char *const keys[] = {container_id, path};
+    return get_one(s, "SELECT object FROM container_files WHERE container_id = ?1 AND path = ?2",
+                   keys, 2, out, NULL, missing, what, err);
+}
+
+int gw_store_list_cfiles(struct gw_store *s, const char *container_id, const char *after,
+                         unsigned limit, bool ascending, json_t **list, bool *has_more,
+                         struct corral_error *err)
+{
+    clear_list(list, has_more);
+    if (!container_id)
+        return corral_fail(err, EINVAL, "cannot list container files without the container's id");
+    return list_page(s, &cfile_kind, container_id, NULL, NULL, after, limit, ascending, list,
+                     has_more, err);
+}
+
+int gw_store_delete_cfile(struct gw_store *s, const char *container_id, const char *id,
+                          struct corral_error *err)
+{
+    if (!container_id || !id)
+        return corral_fail(err, EINVAL,
+                           "cannot delete a container file without its id and its "
+                           "container's");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete file %s of container %s from store %s", id,
+             container_id, s->name);
+    const char *const keys[] = {id, container_id};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    int r = write_texts(s, "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", keys,
+                        2, &changes, what, err);
+    if (r == 0 && changes == 0)
+        r = corral_fail(err, ENOENT, "no file %s in container %s in store %s", id, container_id,
+                        s->name);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+static const char put_file_sql[] =
+    "INSERT INTO files (id, owner, created_at, purpose, object) VALUES (?1, ?2, ?3, ?4, ?5)"
+    " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
+    " purpose = excluded.purpose, object = excluded.object WHERE files.owner = excluded.owner";
+
+int gw_store_put_file(struct gw_store *s, const char *owner, json_t *file, struct corral_error *err)
+{
+    const struct kind *k = &file_kind;
+    if (!json_is_object(file))
+        return corral_fail(err, EINVAL, "cannot store a file that is not a JSON object");
+    const char *id, *purpose;
+    bool has_created;
+    int64_t created_at;
+    int r = field_string(file, "id", true, &id, k, err);
+    if (r == 0)
+        r = field_integer(file, "created_at", true, &has_created, &created_at, k, err);
+    if (r == 0)
+        r = field_string(file, "purpose", false, &purpose, k, err);
+    char *text = NULL;
+    if (r == 0)
+        r = object_text(file, &text, k, err);
+    if (r < 0)
+        return r;
+
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store file %s in store %s", id, s->name);
+    struct binder b = {NULL, SQLITE_OK};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    r = prepare_call(s, put_file_sql, &b.st, what, err);
+    if (r == 0) {
+        bind_str(&b, 1, id);
+        bind_str(&b, 2, owner ? owner : "");
+        bind_i64(&b, 3, true, created_at);
+        bind_str(&b, 4, purpose);
+        bind_str(&b, 5, text);
+        r = finish_write(s, &b, &changes, what, err);
+        if (r == 0 && changes == 0)
+            r = corral_fail(err, EEXIST, "%s: the id belongs to another owner", what);
+    }
+    sqlite3_finalize(b.st);
+    pthread_mutex_unlock(&s->lock);
+    free(text);
+    return r;
+}
+
+int gw_store_get_file(struct gw_store *s, const char *id, const char *owner, json_t **out,
+                      struct corral_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!id)
+        return corral_fail(err, EINVAL, "cannot look up a file without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read file %s from store %s", id, s->name);
+    snprintf(missing, sizeof(missing), "no file %s in store %s", id, s->name);
+    const char *const keys[] = {id, owner ? owner : ""};
+    return get_one(s, "SELECT object FROM files WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
+                   missing, what, err);
+}
+
+int gw_store_list_files(struct gw_store *s, const char *owner, const char *purpose,
+                        const char *after, unsigned limit, bool ascending, json_t **list,
+                        bool *has_more, struct corral_error *err)
+{
+    clear_list(list, has_more);
+    return list_page(s, &file_kind, owner ? owner : "", "purpose", purpose, after, limit, ascending,
+                     list, has_more, err);
+}
+
+int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
+                         struct corral_error *err)
+{
+    if (!id)
+        return corral_fail(err, EINVAL, "cannot delete a file without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete file %s from store %s", id, s->name);
+    const char *const keys[] = {id, owner ? owner : ""};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    int r = write_texts(s, "DELETE FROM files WHERE id = ?1 AND owner = ?2", keys, 2, &changes,
+                        what, err);
+    if (r == 0 && changes == 0)
+        r = corral_fail(err, ENOENT, "no file %s in store %s", id, s->name);
+    pthread_mutex_unlock(&s->lock);
     return r;
 }

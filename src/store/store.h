@@ -17,6 +17,8 @@
 #ifndef CORRAL_STORE_STORE_H
 #define CORRAL_STORE_STORE_H
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,5 +47,64 @@ int gw_store_delete_response(struct gw_store *s, const char *id, const char *own
  * all but the `keep` newest; *dropped (may be NULL) counts them. */
 int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
                    struct corral_error *err);
+
+/* ---- containers, their files, and uploaded files ----
+ *
+ * Each object is kept as the JSON the API shows (a container, a container
+ * file, a file), with the columns that queries need beside it. Lists are
+ * ordered by created_at (then by insertion), ascending or descending;
+ * `after` (NULL for none) is the id of the object after which the page
+ * starts, in that order (an unknown id gives -ENOENT); `limit` objects at
+ * most; *has_more says whether more follow. Out objects are new references.
+ */
+
+/* Inserts or replaces the container container["id"] (owner: its owner; an
+ * existing id of another owner: -EEXIST). Columns from the object: name,
+ * created_at, last_active_at, status ("running", "expired"),
+ * expires_after.minutes, memory_limit. */
+int gw_store_put_container(struct gw_store *s, const char *owner, json_t *container,
+                           struct corral_error *err);
+/* owner NULL: any owner. -ENOENT when missing. *owner_out (may be NULL):
+ * malloc'ed owner. */
+int gw_store_get_container(struct gw_store *s, const char *id, const char *owner, json_t **out,
+                           char **owner_out, struct corral_error *err);
+/* name NULL: any name. */
+int gw_store_list_containers(struct gw_store *s, const char *owner, const char *name,
+                             const char *after, unsigned limit, bool ascending, json_t **list,
+                             bool *has_more, struct corral_error *err);
+/* Every container of every owner whose status is "running": an array of
+ * {"owner": ..., "container": {...}}. */
+int gw_store_running_containers(struct gw_store *s, json_t **list, struct corral_error *err);
+/* Deletes the container and its files' rows; -ENOENT when missing. */
+int gw_store_delete_container(struct gw_store *s, const char *id, const char *owner,
+                              struct corral_error *err);
+
+/* Inserts or replaces the container file cfile["id"] (of
+ * cfile["container_id"], at cfile["path"]: one file per path, so a put with
+ * a new id at a taken path replaces the old row). */
+int gw_store_put_cfile(struct gw_store *s, json_t *cfile, struct corral_error *err);
+int gw_store_get_cfile(struct gw_store *s, const char *container_id, const char *id, json_t **out,
+                       struct corral_error *err);
+/* The file of the container at `path`; -ENOENT when none. */
+int gw_store_find_cfile(struct gw_store *s, const char *container_id, const char *path,
+                        json_t **out, struct corral_error *err);
+int gw_store_list_cfiles(struct gw_store *s, const char *container_id, const char *after,
+                         unsigned limit, bool ascending, json_t **list, bool *has_more,
+                         struct corral_error *err);
+int gw_store_delete_cfile(struct gw_store *s, const char *container_id, const char *id,
+                          struct corral_error *err);
+
+/* Uploaded files (/v1/files): file["id"], owned by owner. Columns:
+ * created_at, purpose. */
+int gw_store_put_file(struct gw_store *s, const char *owner, json_t *file,
+                      struct corral_error *err);
+int gw_store_get_file(struct gw_store *s, const char *id, const char *owner, json_t **out,
+                      struct corral_error *err);
+/* purpose NULL: any. */
+int gw_store_list_files(struct gw_store *s, const char *owner, const char *purpose,
+                        const char *after, unsigned limit, bool ascending, json_t **list,
+                        bool *has_more, struct corral_error *err);
+int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
+                         struct corral_error *err);
 
 #endif

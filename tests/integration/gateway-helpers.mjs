@@ -13,7 +13,7 @@ import { after } from 'node:test';
 
 import OpenAI from 'openai';
 
-import { hostLeftovers, useServer } from './harness.mjs';
+import { hostLeftovers, startServer, useServer } from './harness.mjs';
 import { CODE_TOOL_DESCRIPTION_PREFIX, startUpstream } from './upstream.mjs';
 
 export const MASTER_KEY = 'sk-test-master';
@@ -32,7 +32,7 @@ export const MODELS = {
 };
 export const LOOP_LIMIT = 2; // mock-loop's max_agentic_loops
 
-export function gatewayConfig(upstreamUrl) {
+export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [] } = {}) {
   const model = (name, api, extra = '') =>
     [
       `  - model_name: ${name}`,
@@ -52,6 +52,8 @@ export function gatewayConfig(upstreamUrl) {
     `  master_key: ${MASTER_KEY}`,
     'gateway:',
     `  code_tool_name: ${CODE_TOOL}`,
+    ...(dataDir ? [`  data_dir: ${dataDir}`] : []),
+    ...gatewayLines.map((l) => `  ${l}`),
     '',
   ].join('\n');
 }
@@ -62,7 +64,7 @@ export function gatewayConfig(upstreamUrl) {
  * useServer, which also checks the clean exit and the host afterwards) and
  * an `openai` client. Returns {upstream, server, client, dir, marker()}.
  */
-export function useGateway() {
+export function useGateway({ gatewayLines = [] } = {}) {
   const gw = { upstream: null, dir: null, seq: 0 };
   let client = null;
   const ctx = useServer(async () => {
@@ -71,7 +73,8 @@ export function useGateway() {
     const dir = gw.dir;
     process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true })); // also when an earlier after() hook failed
     const config = path.join(gw.dir, 'gateway.yaml');
-    fs.writeFileSync(config, gatewayConfig(gw.upstream.url));
+    gw.config = config;
+    fs.writeFileSync(config, gatewayConfig(gw.upstream.url, { dataDir: path.join(dir, 'data'), gatewayLines }));
     return { config, gateway: true };
   });
   Object.defineProperty(gw, 'server', { get: () => ctx.server });
@@ -86,6 +89,13 @@ export function useGateway() {
     await gw.upstream?.close();
     if (gw.dir) fs.rmSync(gw.dir, { recursive: true, force: true });
   });
+  /** Stops `corral serve` and starts it again with the same config (new ports). */
+  gw.restart = async () => {
+    await ctx.server.stop();
+    ctx.server = await startServer({ config: gw.config, gateway: true });
+    ctx.server.setEnv();
+    client = null;
+  };
   /** A marker no other script's marker contains (or is contained in). */
   gw.marker = (name) => `{{${name}#${++gw.seq}}}`;
   return gw;

@@ -138,7 +138,10 @@ static void parses_a_full_litellm_config(void **state)
                  "  output_limit: 5000\n"
                  "  exec_timeout: 30\n"
                  "  store_max_responses: 500\n"
-                 "  store_days: 7\n");
+                 "  store_days: 7\n"
+                 "  data_dir: /srv/gw\n"
+                 "  container_expiry: 90\n"
+                 "  container_memory_max: 16g\n");
     assert_string_equal(cfg->state_dir, "/run/corral-gw");
     assert_int_equal(cfg->n_templates, 1);
     struct gw_config *gw = cfg->gateway;
@@ -214,6 +217,9 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->exec_timeout_ms, 30000);
     assert_int_equal(gw->store_max, 500);
     assert_int_equal(gw->store_days, 7);
+    assert_string_equal(gw->data_dir, "/srv/gw");
+    assert_int_equal(gw->container_expiry_ms, 90000);
+    assert_int_equal(gw->container_memory_max, 16ull << 30);
 
     assert_ptr_equal(gw_config_model(gw, "gpt-5"), &gw->models[0]);
     assert_ptr_equal(gw_config_model(gw, "azure-gpt"), &gw->models[1]);
@@ -235,6 +241,9 @@ static void defaults(void **state)
     assert_int_equal(c->exec_timeout_ms, 120000);
     assert_int_equal(c->store_max, 10000);
     assert_int_equal(c->store_days, 30);
+    assert_null(c->data_dir);
+    assert_int_equal(c->container_expiry_ms, 20 * 60 * 1000);
+    assert_int_equal(c->container_memory_max, 4ull << 30);
     assert_int_equal(c->n_models, 0);
     assert_null(c->models);
     assert_int_equal(c->n_tools, 0);
@@ -579,16 +588,21 @@ static void refuses_bad_values(void **state)
         "gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
         "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days)");
+        "store_days, data_dir, container_expiry, container_memory_max)");
+    expect_error("gateway:\n  container_memory_max: 2g\n",
+                 "gw.yaml:2:25: gateway.container_memory_max: one of 1g, 4g, 16g and 64g");
+    expect_error("gateway:\n  container_expiry: 0\n",
+                 "gw.yaml:2:21: gateway.container_expiry: '0' is out of range (expected from 1 "
+                 "second to 30 days)");
     expect_error("gateway:\n  listen: a\n  listen: b\n",
                  "gw.yaml:3:3: duplicate key 'listen' under gateway (first at line 2)");
     expect_error("gateway:\n  listen:\n", "gw.yaml:2:10: gateway.listen has no value");
     expect_error("gateway:\n  store: ''\n", "gw.yaml:2:10: gateway.store must not be empty");
     expect_error(
         "gateway: [listen]\n",
-        "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, code_tool_name, "
-        "max_agentic_loops, output_limit, exec_timeout, store_max_responses, store_days), not "
-        "a list");
+        "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, data_dir, "
+        "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
+        "store_days, container_expiry, container_memory_max), not a list");
     expect_error("gateway:\n  max_agentic_loops: 0\n",
                  "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
                  "integer from 1 to 100)");

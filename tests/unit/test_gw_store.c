@@ -1,4 +1,5 @@
-/* The gateway's SQLite store of responses: src/store/store.c. */
+/* The gateway's SQLite store (responses, containers, their files, uploaded
+ * files): src/store/store.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -259,7 +261,7 @@ static void persists_in_a_file(void **state)
     struct stat st;
     assert_int_equal(stat(t->path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 1);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
     assert_int_equal(sql_int(t->path, "SELECT created_at FROM responses WHERE id = 'resp_1'"), 42);
 
     s = open_ok(t->path);
@@ -281,7 +283,7 @@ static void persists_in_a_file(void **state)
 static void refuses_a_newer_schema(void **state)
 {
     struct tmp *t = *state;
-    sql_int(t->path, "PRAGMA user_version = 2");
+    sql_int(t->path, "PRAGMA user_version = 3");
     struct corral_error err = {0};
     struct gw_store *s = (struct gw_store *)&err; /* overwritten with NULL */
     int r = gw_store_open(t->path, &s, &err);
@@ -289,9 +291,9 @@ static void refuses_a_newer_schema(void **state)
     assert_int_equal(err.code, -r);
     assert_null(s);
     assert_non_null(strstr(err.message, t->path));
-    assert_non_null(strstr(err.message, "was written by a newer corral (schema 2)"));
+    assert_non_null(strstr(err.message, "was written by a newer corral (schema 3)"));
     /* And left as it was. */
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     assert_int_equal(
         sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE name = 'responses'"), 0);
 }
@@ -410,6 +412,637 @@ static void takes_puts_from_many_threads(void **state)
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), THREADS * PUTS_PER_THREAD);
 }
 
+/* ---- containers, their files, and uploaded files ---- */
+
+static json_t *container(const char *id, const char *name, int64_t created_at, const char *status)
+{
+    json_t *c =
+        json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:i}, s:I, s:s, s:s}", "id", id, "object",
+                  "container", "created_at", (json_int_t)created_at, "status", status,
+                  "expires_after", "anchor", "last_active_at", "minutes", 20, "last_active_at",
+                  (json_int_t)created_at, "memory_limit", "1g", "name", name);
+    assert_non_null(c);
+    return c;
+}
+
+static json_t *cfile(const char *id, const char *container_id, const char *path, int64_t created_at)
+{
+    json_t *f = json_pack("{s:s, s:s, s:s, s:I, s:i, s:s, s:s}", "id", id, "object",
+                          "container.file", "container_id", container_id, "created_at",
+                          (json_int_t)created_at, "bytes", 3, "path", path, "source", "user");
+    assert_non_null(f);
+    return f;
+}
+
+static json_t *file(const char *id, const char *purpose, int64_t created_at)
+{
+    json_t *f =
+        json_pack("{s:s, s:s, s:i, s:I, s:s, s:s}", "id", id, "object", "file", "bytes", 3,
+                  "created_at", (json_int_t)created_at, "filename", "a.txt", "purpose", purpose);
+    assert_non_null(f);
+    return f;
+}
+
+static void put_container_ok(struct gw_store *s, const char *owner, json_t *c)
+{
+    struct corral_error err = {0};
+    int r = gw_store_put_container(s, owner, c, &err);
+    if (r != 0)
+        print_error("gw_store_put_container: %s\n", err.message);
+    assert_int_equal(r, 0);
+    json_decref(c);
+}
+
+static void put_cfile_ok(struct gw_store *s, json_t *f)
+{
+    struct corral_error err = {0};
+    int r = gw_store_put_cfile(s, f, &err);
+    if (r != 0)
+        print_error("gw_store_put_cfile: %s\n", err.message);
+    assert_int_equal(r, 0);
+    json_decref(f);
+}
+
+static void put_file_ok(struct gw_store *s, const char *owner, json_t *f)
+{
+    struct corral_error err = {0};
+    int r = gw_store_put_file(s, owner, f, &err);
+    if (r != 0)
+        print_error("gw_store_put_file: %s\n", err.message);
+    assert_int_equal(r, 0);
+    json_decref(f);
+}
+
+/* The ids of a list, joined by commas, checked against `want`; frees it. */
+static void assert_ids(json_t *list, const char *want)
+{
+    assert_true(json_is_array(list));
+    char got[512] = "";
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        const char *id = json_string_value(json_object_get(v, "id"));
+        assert_non_null(id);
+        size_t len = strlen(got);
+        snprintf(got + len, sizeof(got) - len, "%s%s", i ? "," : "", id);
+    }
+    if (strcmp(got, want) != 0)
+        print_error("ids: got \"%s\", want \"%s\"\n", got, want);
+    assert_string_equal(got, want);
+    json_decref(list);
+}
+
+enum which { CONTAINERS, CFILES, FILES };
+
+/* One page of a list: its ids checked against `want`, *has_more against `more`. */
+static void assert_page(struct gw_store *s, enum which w, const char *scope, const char *filter,
+                        const char *after, unsigned limit, bool ascending, const char *want,
+                        bool more)
+{
+    struct corral_error err = {0};
+    json_t *list = NULL;
+    bool has_more = !more;
+    int r;
+    if (w == CONTAINERS)
+        r = gw_store_list_containers(s, scope, filter, after, limit, ascending, &list, &has_more,
+                                     &err);
+    else if (w == CFILES)
+        r = gw_store_list_cfiles(s, scope, after, limit, ascending, &list, &has_more, &err);
+    else
+        r = gw_store_list_files(s, scope, filter, after, limit, ascending, &list, &has_more, &err);
+    if (r != 0)
+        print_error("list: %s\n", err.message);
+    assert_int_equal(r, 0);
+    assert_ids(list, want);
+    assert_int_equal(has_more, more);
+}
+
+static void containers_round_trip(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    json_t *c = container("cntr_1", "box", 1700000000, "running");
+    json_object_set_new(c, "note", json_string("h\u00e9llo"));
+    assert_int_equal(gw_store_put_container(s, "alice", c, &err), 0);
+
+    json_t *back = NULL;
+    char *owner = NULL;
+    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", &back, &owner, &err), 0);
+    assert_true(json_equal(back, c));
+    assert_string_equal(owner, "alice");
+    json_decref(back);
+    free(owner);
+    /* Any owner: NULL, telling whose it is. */
+    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
+    assert_true(json_equal(back, c));
+    assert_string_equal(owner, "alice");
+    json_decref(back);
+    free(owner);
+    /* The out pointers may be NULL. */
+    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", NULL, NULL, &err), 0);
+
+    /* A put of the same id by its owner replaces it. */
+    json_object_set_new(c, "status", json_string("expired"));
+    assert_int_equal(gw_store_put_container(s, "alice", c, &err), 0);
+    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "status")), "expired");
+    json_decref(back);
+    json_decref(c);
+
+    /* Missing. */
+    back = (json_t *)&err;
+    assert_int_equal(gw_store_get_container(s, "cntr_9", NULL, &back, NULL, &err), -ENOENT);
+    assert_null(back);
+    assert_non_null(strstr(err.message, "cntr_9"));
+    assert_int_equal(gw_store_delete_container(s, "cntr_9", "alice", &err), -ENOENT);
+
+    assert_int_equal(gw_store_delete_container(s, "cntr_1", "alice", &err), 0);
+    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    gw_store_close(s);
+}
+
+static void containers_isolate_owners(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
+
+    json_t *back = NULL;
+    assert_int_equal(gw_store_get_container(s, "cntr_1", "bob", &back, NULL, &err), -ENOENT);
+    assert_null(back);
+    assert_int_equal(gw_store_get_container(s, "cntr_1", "", &back, NULL, &err), -ENOENT);
+    assert_int_equal(gw_store_delete_container(s, "cntr_1", "bob", &err), -ENOENT);
+    assert_page(s, CONTAINERS, "bob", NULL, NULL, 10, true, "", false);
+    /* bob cannot list after alice's container either. */
+    json_t *list = NULL;
+    assert_int_equal(
+        gw_store_list_containers(s, "bob", NULL, "cntr_1", 10, true, &list, NULL, &err), -ENOENT);
+    assert_null(list);
+
+    /* Nor overwrite it. */
+    json_t *mine = container("cntr_1", "mine", 20, "expired");
+    assert_int_equal(gw_store_put_container(s, "bob", mine, &err), -EEXIST);
+    assert_int_equal(err.code, EEXIST);
+    assert_non_null(strstr(err.message, "cntr_1"));
+    json_decref(mine);
+    char *owner = NULL;
+    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
+    assert_string_equal(owner, "alice");
+    assert_string_equal(json_string_value(json_object_get(back, "name")), "box");
+    json_decref(back);
+    free(owner);
+
+    /* Files likewise. */
+    put_file_ok(s, "alice", file("file_1", "user_data", 10));
+    assert_int_equal(gw_store_get_file(s, "file_1", "bob", &back, &err), -ENOENT);
+    assert_null(back);
+    assert_int_equal(gw_store_delete_file(s, "file_1", "bob", &err), -ENOENT);
+    json_t *f = file("file_1", "assistants", 20);
+    assert_int_equal(gw_store_put_file(s, "bob", f, &err), -EEXIST);
+    json_decref(f);
+    assert_page(s, FILES, "bob", NULL, NULL, 10, true, "", false);
+    assert_int_equal(gw_store_get_file(s, "file_1", "alice", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "purpose")), "user_data");
+    json_decref(back);
+    gw_store_close(s);
+}
+
+static void lists_containers_in_pages(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    /* c2 and c3 share their created_at: then the order of insertion. */
+    put_container_ok(s, "alice", container("c4", "x", 30, "running"));
+    put_container_ok(s, "alice", container("c2", "y", 20, "running"));
+    put_container_ok(s, "alice", container("c1", "x", 10, "running"));
+    put_container_ok(s, "bob", container("b1", "x", 15, "running"));
+    put_container_ok(s, "alice", container("c3", "x", 20, "expired"));
+    put_container_ok(s, "alice", container("c5", "y", 40, "running"));
+    /* A replacement keeps its place. */
+    put_container_ok(s, "alice", container("c2", "y", 20, "expired"));
+
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 100, true, "c1,c2,c3,c4,c5", false);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 100, false, "c5,c4,c3,c2,c1", false);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 5, true, "c1,c2,c3,c4,c5", false);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 2, true, "c1,c2", true);
+    assert_page(s, CONTAINERS, "alice", NULL, "c2", 2, true, "c3,c4", true);
+    assert_page(s, CONTAINERS, "alice", NULL, "c4", 2, true, "c5", false);
+    assert_page(s, CONTAINERS, "alice", NULL, "c5", 2, true, "", false);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 2, false, "c5,c4", true);
+    assert_page(s, CONTAINERS, "alice", NULL, "c4", 2, false, "c3,c2", true);
+    assert_page(s, CONTAINERS, "alice", NULL, "c2", 2, false, "c1", false);
+    assert_page(s, CONTAINERS, "alice", NULL, "c1", 2, false, "", false);
+    /* limit 0: nothing, but whether there is more. */
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 0, true, "", true);
+    assert_page(s, CONTAINERS, "alice", NULL, "c4", 0, true, "", true);
+    assert_page(s, CONTAINERS, "alice", NULL, "c5", 0, true, "", false);
+    /* By name, after an id of any name. */
+    assert_page(s, CONTAINERS, "alice", "x", NULL, 10, true, "c1,c3,c4", false);
+    assert_page(s, CONTAINERS, "alice", "y", NULL, 10, false, "c5,c2", false);
+    assert_page(s, CONTAINERS, "alice", "x", "c2", 1, true, "c3", true);
+    assert_page(s, CONTAINERS, "alice", "none", NULL, 10, true, "", false);
+    assert_page(s, CONTAINERS, "bob", "x", NULL, 10, true, "b1", false);
+
+    /* An unknown after. */
+    json_t *list = (json_t *)&err;
+    bool has_more = true;
+    assert_int_equal(
+        gw_store_list_containers(s, "alice", NULL, "c9", 10, true, &list, &has_more, &err),
+        -ENOENT);
+    assert_null(list);
+    assert_false(has_more);
+    assert_non_null(strstr(err.message, "c9"));
+    assert_int_equal(
+        gw_store_list_containers(s, "alice", NULL, "b1", 10, true, &list, &has_more, &err),
+        -ENOENT);
+    gw_store_close(s);
+}
+
+static void lists_running_containers(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    json_t *list = NULL;
+    assert_int_equal(gw_store_running_containers(s, &list, &err), 0);
+    assert_int_equal(json_array_size(list), 0);
+    json_decref(list);
+
+    put_container_ok(s, "alice", container("c1", "a", 10, "running"));
+    put_container_ok(s, "bob", container("c2", "b", 20, "expired"));
+    put_container_ok(s, "", container("c3", "c", 30, "running"));
+    put_container_ok(s, "alice", container("c4", "d", 40, "running"));
+    put_container_ok(s, "alice", container("c4", "d", 40, "expired"));
+    assert_int_equal(gw_store_running_containers(s, &list, &err), 0);
+    assert_int_equal(json_array_size(list), 2);
+    json_t *e = json_array_get(list, 0);
+    assert_string_equal(json_string_value(json_object_get(e, "owner")), "alice");
+    json_t *c = json_object_get(e, "container");
+    assert_string_equal(json_string_value(json_object_get(c, "id")), "c1");
+    assert_string_equal(json_string_value(json_object_get(c, "name")), "a");
+    e = json_array_get(list, 1);
+    assert_string_equal(json_string_value(json_object_get(e, "owner")), "");
+    c = json_object_get(e, "container");
+    assert_string_equal(json_string_value(json_object_get(c, "id")), "c3");
+    json_decref(list);
+    gw_store_close(s);
+}
+
+static void keeps_container_files(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
+    json_t *f = cfile("cfile_1", "cntr_1", "/mnt/data/a.txt", 100);
+    assert_int_equal(gw_store_put_cfile(s, f, &err), 0);
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b.txt", 101));
+    put_cfile_ok(s, cfile("cfile_3", "cntr_1", "/mnt/data/c.txt", 101));
+    put_cfile_ok(s, cfile("cfile_4", "cntr_2", "/mnt/data/a.txt", 100));
+
+    json_t *back = NULL;
+    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", &back, &err), 0);
+    assert_true(json_equal(back, f));
+    json_decref(back);
+    json_decref(f);
+    /* Only in its container. */
+    assert_int_equal(gw_store_get_cfile(s, "cntr_2", "cfile_1", &back, &err), -ENOENT);
+    assert_null(back);
+    assert_non_null(strstr(err.message, "cfile_1"));
+    assert_int_equal(gw_store_delete_cfile(s, "cntr_2", "cfile_1", &err), -ENOENT);
+
+    /* By path. */
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/b.txt", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_2");
+    json_decref(back);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_2", "/mnt/data/a.txt", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_4");
+    json_decref(back);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/z.txt", &back, &err), -ENOENT);
+    assert_null(back);
+    assert_non_null(strstr(err.message, "/mnt/data/z.txt"));
+
+    /* Pages. */
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_1,cfile_2,cfile_3", false);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, false, "cfile_3,cfile_2,cfile_1", false);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 1, true, "cfile_1", true);
+    assert_page(s, CFILES, "cntr_1", NULL, "cfile_1", 1, true, "cfile_2", true);
+    assert_page(s, CFILES, "cntr_1", NULL, "cfile_2", 1, true, "cfile_3", false);
+    assert_page(s, CFILES, "cntr_1", NULL, "cfile_2", 5, false, "cfile_1", false);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 0, false, "", true);
+    assert_page(s, CFILES, "cntr_9", NULL, NULL, 10, true, "", false);
+    json_t *list = NULL;
+    assert_int_equal(gw_store_list_cfiles(s, "cntr_1", "cfile_4", 10, true, &list, NULL, &err),
+                     -ENOENT);
+    assert_null(list);
+
+    /* One file per path: a new id at a taken path replaces the old one. */
+    f = cfile("cfile_5", "cntr_1", "/mnt/data/a.txt", 102);
+    json_object_set_new(f, "bytes", json_integer(7));
+    put_cfile_ok(s, f);
+    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/a.txt", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_5");
+    assert_int_equal(json_integer_value(json_object_get(back, "bytes")), 7);
+    json_decref(back);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_2,cfile_3,cfile_5", false);
+    /* The same path in another container is another file. */
+    assert_int_equal(gw_store_get_cfile(s, "cntr_2", "cfile_4", NULL, &err), 0);
+
+    /* The same id again replaces it in place. */
+    f = cfile("cfile_2", "cntr_1", "/mnt/data/b.txt", 101);
+    json_object_set_new(f, "bytes", json_integer(9));
+    put_cfile_ok(s, f);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_2,cfile_3,cfile_5", false);
+    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_2", &back, &err), 0);
+    assert_int_equal(json_integer_value(json_object_get(back, "bytes")), 9);
+    json_decref(back);
+    /* ... and may move it to a free path, or to a taken one (whose file goes). */
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/d.txt", 101));
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/b.txt", NULL, &err), -ENOENT);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/d.txt", NULL, &err), 0);
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/c.txt", 101));
+    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_3", NULL, &err), -ENOENT);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_2,cfile_5", false);
+
+    assert_int_equal(gw_store_delete_cfile(s, "cntr_1", "cfile_2", &err), 0);
+    assert_int_equal(gw_store_delete_cfile(s, "cntr_1", "cfile_2", &err), -ENOENT);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_5", false);
+    gw_store_close(s);
+}
+
+static void deleting_a_container_deletes_its_files(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    put_container_ok(s, "alice", container("cntr_1", "a", 10, "running"));
+    put_container_ok(s, "alice", container("cntr_2", "b", 20, "running"));
+    put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 1));
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b", 2));
+    put_cfile_ok(s, cfile("cfile_3", "cntr_2", "/mnt/data/a", 3));
+
+    /* Not by another owner: the files stay too. */
+    assert_int_equal(gw_store_delete_container(s, "cntr_1", "bob", &err), -ENOENT);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_1,cfile_2", false);
+
+    assert_int_equal(gw_store_delete_container(s, "cntr_1", "alice", &err), 0);
+    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "", false);
+    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/b", NULL, &err), -ENOENT);
+    /* Only its own. */
+    assert_page(s, CFILES, "cntr_2", NULL, NULL, 10, true, "cfile_3", false);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_2", false);
+    gw_store_close(s);
+}
+
+static void keeps_files(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    json_t *f = file("file_1", "user_data", 100);
+    assert_int_equal(gw_store_put_file(s, "alice", f, &err), 0);
+    json_t *back = NULL;
+    assert_int_equal(gw_store_get_file(s, "file_1", "alice", &back, &err), 0);
+    assert_true(json_equal(back, f));
+    json_decref(back);
+    json_decref(f);
+
+    put_file_ok(s, "alice", file("file_2", "assistants", 200));
+    put_file_ok(s, "alice", file("file_3", "user_data", 200));
+    put_file_ok(s, "alice", file("file_4", "user_data", 150));
+    put_file_ok(s, "bob", file("file_5", "user_data", 120));
+    /* A NULL owner is the empty owner. */
+    put_file_ok(s, NULL, file("file_6", "user_data", 120));
+    assert_int_equal(gw_store_get_file(s, "file_6", "", NULL, &err), 0);
+    assert_page(s, FILES, NULL, NULL, NULL, 10, true, "file_6", false);
+
+    assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1,file_4,file_2,file_3", false);
+    assert_page(s, FILES, "alice", NULL, NULL, 10, false, "file_3,file_2,file_4,file_1", false);
+    assert_page(s, FILES, "alice", NULL, NULL, 3, false, "file_3,file_2,file_4", true);
+    assert_page(s, FILES, "alice", NULL, "file_4", 3, false, "file_1", false);
+    assert_page(s, FILES, "alice", "user_data", NULL, 10, true, "file_1,file_4,file_3", false);
+    assert_page(s, FILES, "alice", "user_data", NULL, 2, true, "file_1,file_4", true);
+    assert_page(s, FILES, "alice", "user_data", "file_4", 2, true, "file_3", false);
+    assert_page(s, FILES, "alice", "user_data", "file_2", 2, false, "file_4,file_1", false);
+    assert_page(s, FILES, "alice", "assistants", NULL, 10, true, "file_2", false);
+    assert_page(s, FILES, "alice", "batch", NULL, 10, true, "", false);
+    assert_page(s, FILES, "alice", NULL, NULL, 0, true, "", true);
+    json_t *list = NULL;
+    assert_int_equal(gw_store_list_files(s, "alice", NULL, "file_5", 10, true, &list, NULL, &err),
+                     -ENOENT);
+    assert_null(list);
+
+    /* Replacing keeps its place. */
+    f = file("file_4", "assistants", 150);
+    put_file_ok(s, "alice", f);
+    assert_page(s, FILES, "alice", "assistants", NULL, 10, true, "file_4,file_2", false);
+
+    assert_int_equal(gw_store_delete_file(s, "file_4", "alice", &err), 0);
+    assert_int_equal(gw_store_delete_file(s, "file_4", "alice", &err), -ENOENT);
+    assert_non_null(strstr(err.message, "file_4"));
+    assert_int_equal(gw_store_get_file(s, "file_4", "alice", &back, &err), -ENOENT);
+    assert_null(back);
+    assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1,file_2,file_3", false);
+    gw_store_close(s);
+}
+
+static void refuses_bad_objects(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    /* Not objects, or without their id. */
+    assert_int_equal(gw_store_put_container(s, "o", NULL, &err), -EINVAL);
+    json_t *v = json_array();
+    assert_int_equal(gw_store_put_container(s, "o", v, &err), -EINVAL);
+    assert_int_equal(gw_store_put_cfile(s, v, &err), -EINVAL);
+    assert_int_equal(gw_store_put_file(s, "o", v, &err), -EINVAL);
+    json_decref(v);
+    assert_int_equal(gw_store_put_cfile(s, NULL, &err), -EINVAL);
+    assert_int_equal(gw_store_put_file(s, "o", NULL, &err), -EINVAL);
+
+    struct {
+        const char *key;
+        json_t *value; /* NULL: deleted */
+    } bad_containers[] = {
+        {"id", NULL},
+        {"id", json_integer(1)},
+        {"id", json_string("")},
+        {"created_at", NULL},
+        {"created_at", json_string("10")},
+        {"name", json_integer(3)},
+        {"status", json_true()},
+        {"last_active_at", json_real(1.5)},
+        {"expires_after", json_integer(20)},
+        {"memory_limit", json_integer(1)},
+    };
+    for (size_t i = 0; i < sizeof(bad_containers) / sizeof(bad_containers[0]); i++) {
+        json_t *c = container("cntr_1", "box", 10, "running");
+        if (bad_containers[i].value)
+            json_object_set_new(c, bad_containers[i].key, bad_containers[i].value);
+        else
+            json_object_del(c, bad_containers[i].key);
+        err = (struct corral_error){0};
+        assert_int_equal(gw_store_put_container(s, "o", c, &err), -EINVAL);
+        assert_int_equal(err.code, EINVAL);
+        assert_non_null(strstr(err.message, bad_containers[i].key));
+        json_decref(c);
+    }
+    json_t *c = container("cntr_1", "box", 10, "running");
+    json_object_set_new(json_object_get(c, "expires_after"), "minutes", json_string("20"));
+    assert_int_equal(gw_store_put_container(s, "o", c, &err), -EINVAL);
+    assert_non_null(strstr(err.message, "minutes"));
+    json_decref(c);
+    /* Optional columns may be missing or null. */
+    c = json_pack("{s:s, s:i, s:n}", "id", "cntr_2", "created_at", 5, "name");
+    assert_int_equal(gw_store_put_container(s, "o", c, &err), 0);
+    json_decref(c);
+    assert_page(s, CONTAINERS, "o", NULL, NULL, 10, true, "cntr_2", false);
+
+    const char *cfile_keys[] = {"id", "container_id", "path", "created_at"};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *f = cfile("cfile_1", "cntr_2", "/mnt/data/a", 1);
+        json_object_del(f, cfile_keys[i]);
+        assert_int_equal(gw_store_put_cfile(s, f, &err), -EINVAL);
+        assert_non_null(strstr(err.message, cfile_keys[i]));
+        json_decref(f);
+    }
+    json_t *f = cfile("cfile_1", "cntr_2", "/mnt/data/a", 1);
+    json_object_set_new(f, "source", json_integer(1));
+    assert_int_equal(gw_store_put_cfile(s, f, &err), -EINVAL);
+    json_decref(f);
+    const char *file_keys[] = {"id", "created_at"};
+    for (size_t i = 0; i < 2; i++) {
+        f = file("file_1", "user_data", 1);
+        json_object_del(f, file_keys[i]);
+        assert_int_equal(gw_store_put_file(s, "o", f, &err), -EINVAL);
+        assert_non_null(strstr(err.message, file_keys[i]));
+        json_decref(f);
+    }
+    f = file("file_1", "user_data", 1);
+    json_object_set_new(f, "purpose", json_integer(1));
+    assert_int_equal(gw_store_put_file(s, "o", f, &err), -EINVAL);
+    json_decref(f);
+    /* Nothing of these was stored. */
+    assert_page(s, CFILES, "cntr_2", NULL, NULL, 10, true, "", false);
+    assert_page(s, FILES, "o", NULL, NULL, 10, true, "", false);
+
+    /* Missing ids. */
+    json_t *out = NULL;
+    json_t *list = NULL;
+    assert_int_equal(gw_store_get_container(s, NULL, "o", &out, NULL, &err), -EINVAL);
+    assert_int_equal(gw_store_delete_container(s, NULL, "o", &err), -EINVAL);
+    assert_int_equal(gw_store_get_cfile(s, NULL, "cfile_1", &out, &err), -EINVAL);
+    assert_int_equal(gw_store_get_cfile(s, "cntr_2", NULL, &out, &err), -EINVAL);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_2", NULL, &out, &err), -EINVAL);
+    assert_int_equal(gw_store_find_cfile(s, NULL, "/a", &out, &err), -EINVAL);
+    assert_int_equal(gw_store_list_cfiles(s, NULL, NULL, 10, true, &list, NULL, &err), -EINVAL);
+    assert_int_equal(gw_store_delete_cfile(s, "cntr_2", NULL, &err), -EINVAL);
+    assert_int_equal(gw_store_delete_cfile(s, NULL, "cfile_1", &err), -EINVAL);
+    assert_int_equal(gw_store_get_file(s, NULL, "o", &out, &err), -EINVAL);
+    assert_int_equal(gw_store_delete_file(s, NULL, "o", &err), -EINVAL);
+    assert_null(out);
+    assert_null(list);
+    gw_store_close(s);
+}
+
+static void persists_containers_and_files(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(t->path);
+    put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
+    put_container_ok(s, "alice", container("cntr_2", "box", 20, "expired"));
+    put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 11));
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b", 12));
+    put_file_ok(s, "alice", file("file_1", "user_data", 30));
+    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
+    gw_store_close(s);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    /* The columns beside the objects. */
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers WHERE id = 'cntr_1' AND "
+                                      "owner = 'alice' AND name = 'box' AND created_at = 10 AND "
+                                      "last_active_at = 10 AND status = 'running' AND "
+                                      "expires_minutes = 20 AND memory_limit = '1g'"),
+                     1);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files WHERE id = 'cfile_2' "
+                                      "AND container_id = 'cntr_1' AND path = '/mnt/data/b' AND "
+                                      "created_at = 12 AND source = 'user'"),
+                     1);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM files WHERE id = 'file_1' AND owner = "
+                                      "'alice' AND created_at = 30 AND purpose = 'user_data'"),
+                     1);
+
+    s = open_ok(t->path);
+    json_t *back = NULL;
+    char *owner = NULL;
+    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
+    json_t *want = container("cntr_1", "box", 10, "running");
+    assert_true(json_equal(back, want));
+    json_decref(want);
+    json_decref(back);
+    assert_string_equal(owner, "alice");
+    free(owner);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, false, "cntr_2,cntr_1", false);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_1,cfile_2", false);
+    assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1", false);
+    json_t *list = NULL;
+    assert_int_equal(gw_store_running_containers(s, &list, &err), 0);
+    assert_int_equal(json_array_size(list), 1);
+    json_decref(list);
+    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", NULL, NULL, NULL, &err), 0);
+    /* A deletion lasts too. */
+    assert_int_equal(gw_store_delete_container(s, "cntr_1", "alice", &err), 0);
+    gw_store_close(s);
+    s = open_ok(t->path);
+    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "", false);
+    gw_store_close(s);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files"), 0);
+}
+
+static void migrates_a_schema_1_database(void **state)
+{
+    struct tmp *t = *state;
+    /* As the first corral with a store left it. */
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(t->path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT "
+                                  "NULL, created_at INTEGER NOT NULL, response TEXT NOT NULL, "
+                                  "input TEXT NOT NULL, context TEXT NOT NULL);"
+                                  "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', "
+                                  "'c');"
+                                  "PRAGMA user_version = 1;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(t->path);
+    char *response = NULL, *context = NULL;
+    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, NULL, &context, &err),
+                     0);
+    assert_string_equal(response, "r");
+    assert_string_equal(context, "c");
+    free(response);
+    free(context);
+    put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
+    put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 11));
+    put_file_ok(s, "alice", file("file_1", "user_data", 30));
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_1", false);
+    gw_store_close(s);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND "
+                                      "name IN ('containers', 'container_files', 'files')"),
+                     3);
+    /* And opening it again changes nothing. */
+    s = open_ok(t->path);
+    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), 0);
+    gw_store_close(s);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +1057,16 @@ int main(void)
         cmocka_unit_test_setup_teardown(names_a_missing_directory, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(names_a_file_that_is_not_a_database, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(takes_puts_from_many_threads, make_tmp, remove_tmp),
+        cmocka_unit_test(containers_round_trip),
+        cmocka_unit_test(containers_isolate_owners),
+        cmocka_unit_test(lists_containers_in_pages),
+        cmocka_unit_test(lists_running_containers),
+        cmocka_unit_test(keeps_container_files),
+        cmocka_unit_test(deleting_a_container_deletes_its_files),
+        cmocka_unit_test(keeps_files),
+        cmocka_unit_test(refuses_bad_objects),
+        cmocka_unit_test_setup_teardown(persists_containers_and_files, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(migrates_a_schema_1_database, make_tmp, remove_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,586 @@
+/*
+ * Containers: a provider sandbox with an id, an owner, a lifetime and files.
+ *
+ * A container's record (the Containers API object) is kept in the store;
+ * its files live on disk under data_dir/containers/<id>/ with their rows in
+ * the store, so both survive a restart of the server. Its sandbox, and the
+ * Python state in it, do not: the sandbox is started when the container is
+ * first used (after a restart, again), and the container's files are copied
+ * into its /mnt/data then. After each execution the files the code created
+ * or changed in /mnt/data are copied out and become container files
+ * (source "assistant"); images the code displayed become files too.
+ *
+ * A container expires when unused for its expires_after (default
+ * gateway.container_expiry): its sandbox and files go, its record stays
+ * with status "expired". Containers of requests that store nothing (chat
+ * completions, store: false) are private to their call: never listed,
+ * removed when the call ends.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "gateway/gateway_internal.h"
+
+#define FILE_MAX (512ull << 20) /* bytes of one container file copied out */
+
+static int64_t now_s(void)
+{
+    return (int64_t)time(NULL);
+}
+
+static uint64_t realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- files on disk ---- */
+
+int gw_mkdirs(const char *path)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.part", path);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        int r = gw_mkdirs(dir);
+        if (r < 0) {
+            errno = -r;
+            return corral_fail_errno(err, "cannot create %s", dir);
+        }
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot create %s", tmp);
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            errno = e;
+            return corral_fail_errno(err, "cannot write %s", tmp);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    if (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return corral_fail_errno(err, "cannot save %s", path);
+    }
+    return 0;
+}
+
+int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return corral_fail_errno(err, "cannot read %s", path);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    return 0;
+}
+
+void gw_remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+            if (e->d_type == DT_DIR)
+                gw_remove_tree(p);
+            else
+                unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* ---- the record ---- */
+
+static json_t *container_object(const char *id, const char *name, int64_t created_at,
+                                int64_t last_active_at, uint64_t expiry_ms, const char *memory)
+{
+    return json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:s, s:I}, s:I, s:s}", "id", id, "object",
+                     "container", "name", name, "created_at", (json_int_t)created_at, "status",
+                     "running", "expires_after", "anchor", "last_active_at", "minutes",
+                     (json_int_t)((expiry_ms + 59999) / 60000), "last_active_at",
+                     (json_int_t)last_active_at, "memory_limit", memory);
+}
+
+static void save_record(corral_gateway *gw, struct gw_container *c)
+{
+    if (!c->persistent)
+        return;
+    struct corral_error err;
+    if (gw_store_put_container(gw->store, c->owner, c->obj, &err) < 0)
+        fprintf(stderr, "corral gateway: container %s: %s\n", c->id, err.message);
+}
+
+static struct gw_container *container_new(corral_gateway *gw, const struct gw_sandbox_tool *tool,
+                                          const char *owner, json_t *obj, uint64_t expiry_ms,
+                                          uint64_t memory_bytes, bool persistent,
+                                          struct corral_error *err)
+{
+    const char *provider_name = tool ? tool->provider : "local";
+    const struct gw_provider *p = gw_provider_find(provider_name);
+    if (!p) {
+        json_decref(obj);
+        corral_fail(err, ENOTSUP, "sandbox provider '%s' is not available", provider_name);
+        return NULL;
+    }
+    struct gw_container *c = calloc(1, sizeof(*c));
+    if (!c || !obj) {
+        free(c);
+        json_decref(obj);
+        corral_fail(err, ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(c->id, sizeof(c->id), "%s", json_string_value(json_object_get(obj, "id")));
+    snprintf(c->owner, sizeof(c->owner), "%s", owner ? owner : "");
+    c->obj = obj;
+    c->tool = tool;
+    c->provider = p;
+    c->expiry_ms = expiry_ms;
+    c->memory_bytes = memory_bytes;
+    c->persistent = persistent;
+    c->last_active_ms = (uint64_t)json_integer_value(json_object_get(obj, "last_active_at")) * 1000;
+    pthread_mutex_init(&c->exec_lock, NULL);
+    return c;
+}
+
+static void link_container(corral_gateway *gw, struct gw_container *c)
+{
+    pthread_mutex_lock(&gw->lock);
+    c->next = gw->containers;
+    gw->containers = c;
+    pthread_mutex_unlock(&gw->lock);
+}
+
+int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
+                        const struct gw_container_spec *spec, struct gw_container **out,
+                        struct corral_error *err)
+{
+    char id[64];
+    gw_new_id(id, sizeof(id), "cntr_", 48);
+    int64_t now = now_s();
+    uint64_t expiry = spec && spec->expiry_ms ? spec->expiry_ms : gw->cfg->container_expiry_ms;
+    const char *memory = spec && spec->memory_limit ? spec->memory_limit : "1g";
+    uint64_t bytes = gw_memory_limit_bytes(memory);
+    if (bytes > gw->cfg->container_memory_max)
+        bytes = gw->cfg->container_memory_max;
+    json_t *obj =
+        container_object(id, spec && spec->name ? spec->name : "", now, now, expiry, memory);
+    struct gw_container *c =
+        container_new(gw, tool, owner, obj, expiry, bytes, spec && spec->persistent, err);
+    if (!c)
+        return -err->code;
+    c->refs = 1;
+    save_record(gw, c);
+    link_container(gw, c);
+    *out = c;
+    return 0;
+}
+
+void gw_containers_load(corral_gateway *gw)
+{
+    json_t *list = NULL;
+    struct corral_error err;
+    if (gw_store_running_containers(gw->store, &list, &err) < 0) {
+        fprintf(stderr, "corral gateway: cannot load the containers: %s\n", err.message);
+        return;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        json_t *obj = json_object_get(e, "container");
+        const char *owner = json_string_value(json_object_get(e, "owner"));
+        const char *memory = json_string_value(json_object_get(obj, "memory_limit"));
+        uint64_t bytes = gw_memory_limit_bytes(memory ? memory : "1g");
+        if (bytes > gw->cfg->container_memory_max || !bytes)
+            bytes = gw->cfg->container_memory_max;
+        json_int_t minutes =
+            json_integer_value(json_object_get(json_object_get(obj, "expires_after"), "minutes"));
+        uint64_t expiry = (uint64_t)minutes * 60000; /* to the minute after a restart */
+        const char *tool_name = gw->cfg->default_tool;
+        const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
+        struct gw_container *c =
+            container_new(gw, tool, owner, json_incref(obj),
+                          expiry ? expiry : gw->cfg->container_expiry_ms, bytes, true, &err);
+        if (c)
+            link_container(gw, c);
+    }
+    json_decref(list);
+}
+
+/* ---- its sandbox ---- */
+
+/* Copies the container's files into a new sandbox's /mnt/data. */
+static void push_files(corral_gateway *gw, struct gw_container *c)
+{
+    json_t *list = NULL;
+    bool more = false;
+    struct corral_error err;
+    if (gw_store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) < 0)
+        return;
+    size_t i;
+    json_t *f;
+    json_array_foreach(list, i, f)
+    {
+        const char *id = json_string_value(json_object_get(f, "id"));
+        const char *path = json_string_value(json_object_get(f, "path"));
+        char disk[4096], *data = NULL;
+        size_t len = 0;
+        snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, id);
+        if (gw_blob_read(disk, &data, &len, &err) == 0) {
+            if (c->provider->write_file(c->sb, path, data, len, &err) < 0)
+                fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
+            free(data);
+        }
+    }
+    json_decref(list);
+}
+
+int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corral_error *err)
+{
+    if (c->sb && c->provider->alive(c->sb))
+        return 0;
+    if (c->sb) {
+        c->provider->destroy(c->sb);
+        c->sb = NULL;
+    }
+    /* the sandbox outlives a little the container's own expiry, which the
+     * watch enforces */
+    int rc = c->provider->create(c->tool, gw->state_dir, c->expiry_ms + 60000, c->memory_bytes,
+                                 &c->sb, err);
+    if (rc < 0)
+        return rc;
+    push_files(gw, c);
+    return 0;
+}
+
+void gw_container_touch(corral_gateway *gw, struct gw_container *c)
+{
+    int64_t now = now_s();
+    pthread_mutex_lock(&gw->lock);
+    c->last_active_ms = realtime_ms();
+    bool changed = json_integer_value(json_object_get(c->obj, "last_active_at")) != now;
+    if (changed)
+        json_object_set_new(c->obj, "last_active_at", json_integer(now));
+    json_t *obj = changed ? json_deep_copy(c->obj) : NULL;
+    pthread_mutex_unlock(&gw->lock);
+    if (c->sb)
+        c->provider->touch(c->sb, c->expiry_ms + 60000);
+    if (obj && c->persistent) {
+        struct corral_error err;
+        gw_store_put_container(gw->store, c->owner, obj, &err);
+    }
+    json_decref(obj);
+}
+
+/* ---- its files ---- */
+
+static json_t *cfile_object(const char *id, const char *container_id, const char *path,
+                            uint64_t bytes, int64_t created_at, const char *source)
+{
+    return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "id", id, "object", "container.file",
+                     "created_at", (json_int_t)created_at, "bytes", (json_int_t)bytes,
+                     "container_id", container_id, "path", path, "source", source);
+}
+
+int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
+                          const void *data, size_t len, const char *source, bool into_sandbox,
+                          json_t **out, struct corral_error *err)
+{
+    json_t *old = NULL;
+    char id[64];
+    int64_t created = now_s();
+    if (gw_store_find_cfile(gw->store, c->id, path, &old, err) == 0) {
+        snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(old, "id")));
+        created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
+    } else {
+        gw_new_id(id, sizeof(id), "cfile_", 32);
+    }
+    json_decref(old);
+    char disk[4096];
+    snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, id);
+    int rc = gw_blob_write(disk, data, len, err);
+    if (rc < 0)
+        return rc;
+    if (into_sandbox && c->sb && (rc = c->provider->write_file(c->sb, path, data, len, err)) < 0)
+        return rc;
+    json_t *obj = cfile_object(id, c->id, path, len, created, source);
+    if ((rc = gw_store_put_cfile(gw->store, obj, err)) < 0) {
+        json_decref(obj);
+        return rc;
+    }
+    if (out)
+        *out = obj;
+    else
+        json_decref(obj);
+    return 0;
+}
+
+void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(changed, i, f)
+    {
+        const char *path = json_string_value(json_object_get(f, "path"));
+        json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
+        if (!path || bytes < 0 || (uint64_t)bytes > FILE_MAX)
+            continue;
+        char *data = NULL;
+        size_t len = 0;
+        struct corral_error err;
+        if (c->provider->read_file(c->sb, path, FILE_MAX, &data, &len, &err) < 0)
+            continue;
+        json_t *obj = NULL;
+        if (gw_container_add_file(gw, c, path, data, len, "assistant", false, &obj, &err) == 0)
+            json_object_set_new(f, "id", json_incref(json_object_get(obj, "id")));
+        json_decref(obj);
+        free(data);
+    }
+}
+
+char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const char *base64)
+{
+    size_t len = 0;
+    unsigned char *png = NULL;
+    struct corral_error err;
+    if (corral_base64_decode(base64, strlen(base64), &png, &len, &err) < 0)
+        return NULL;
+    char id[64], path[128];
+    gw_new_id(id, sizeof(id), "cfile_", 32);
+    snprintf(path, sizeof(path), "/mnt/data/%s.png", id);
+    char disk[4096];
+    snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, id);
+    char *ret = NULL;
+    if (gw_blob_write(disk, png, len, &err) == 0) {
+        json_t *obj = cfile_object(id, c->id, path, len, now_s(), "assistant");
+        if (gw_store_put_cfile(gw->store, obj, &err) == 0)
+            ret = strdup(id);
+        json_decref(obj);
+    }
+    free(png);
+    return ret;
+}
+
+/* ---- finding, releasing, expiring ---- */
+
+int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
+                      struct gw_container **out)
+{
+    *out = NULL;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&gw->lock);
+    for (struct gw_container *c = gw->containers; c; c = c->next)
+        if (!strcmp(c->id, id) && !strcmp(c->owner, owner ? owner : "") && !c->dead) {
+            c->refs++;
+            *out = c;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&gw->lock);
+    if (rc == 0)
+        return 0;
+    json_t *obj = NULL;
+    struct corral_error err;
+    if (gw_store_get_container(gw->store, id, owner ? owner : "", &obj, NULL, &err) == 0) {
+        const char *status = json_string_value(json_object_get(obj, "status"));
+        rc = status && !strcmp(status, "expired") ? -ESTALE : -ENOENT;
+    }
+    json_decref(obj);
+    return rc;
+}
+
+static void container_free(corral_gateway *gw, struct gw_container *c)
+{
+    if (c->sb)
+        c->provider->destroy(c->sb);
+    if (c->gone) { /* deleted or expired: its files go */
+        char dir[4096];
+        snprintf(dir, sizeof(dir), "%s/containers/%s", gw->data_dir, c->id);
+        gw_remove_tree(dir);
+    }
+    json_decref(c->obj);
+    pthread_mutex_destroy(&c->exec_lock);
+    free(c);
+}
+
+static void unlink_container(corral_gateway *gw, struct gw_container *c)
+{
+    for (struct gw_container **p = &gw->containers; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+}
+
+/* The container's end as a record: expired (kept, status "expired", its
+ * files' rows gone) or deleted (gone). */
+static void end_record(corral_gateway *gw, struct gw_container *c, bool expired)
+{
+    if (!c->persistent)
+        return;
+    struct corral_error err;
+    if (!expired) {
+        gw_store_delete_container(gw->store, c->id, c->owner, &err);
+        return;
+    }
+    json_t *list = NULL;
+    bool more = false;
+    if (gw_store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) == 0) {
+        size_t i;
+        json_t *f;
+        json_array_foreach(list, i, f) gw_store_delete_cfile(
+            gw->store, c->id, json_string_value(json_object_get(f, "id")), &err);
+    }
+    json_decref(list);
+    json_object_set_new(c->obj, "status", json_string("expired"));
+    gw_store_put_container(gw->store, c->owner, c->obj, &err);
+}
+
+void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&gw->lock);
+    if (remove && !c->dead) {
+        c->dead = c->gone = true;
+        c->ended_expired = false;
+    }
+    bool last = --c->refs == 0;
+    bool drop = last && c->dead;
+    if (drop)
+        unlink_container(gw, c);
+    pthread_mutex_unlock(&gw->lock);
+    if (last && !drop)
+        gw_container_touch(gw, c);
+    if (drop) {
+        if (c->gone)
+            end_record(gw, c, c->ended_expired);
+        container_free(gw, c);
+    }
+}
+
+int gw_container_delete(corral_gateway *gw, const char *id, const char *owner)
+{
+    struct gw_container *c;
+    int rc = gw_container_find(gw, id, owner, &c);
+    if (rc == -ESTALE) { /* an expired record: only it is left */
+        struct corral_error err;
+        return gw_store_delete_container(gw->store, id, owner, &err);
+    }
+    if (rc < 0)
+        return rc;
+    if (c->sb)
+        c->provider->kill(c->sb);
+    gw_container_put(gw, c, true);
+    return 0;
+}
+
+void gw_containers_expire(corral_gateway *gw)
+{
+    uint64_t now = realtime_ms();
+    struct gw_container *ended = NULL;
+    pthread_mutex_lock(&gw->lock);
+    for (struct gw_container **p = &gw->containers; *p;) {
+        struct gw_container *c = *p;
+        bool expired = c->persistent && !c->dead && now > c->last_active_ms + c->expiry_ms;
+        bool died = !c->persistent && !c->dead && c->sb && !c->provider->alive(c->sb);
+        if (!c->refs && (expired || died || c->dead)) {
+            *p = c->next;
+            if (!c->dead) {
+                c->dead = c->gone = true;
+                c->ended_expired = expired;
+            }
+            c->next = ended;
+            ended = c;
+        } else {
+            p = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&gw->lock);
+    while (ended) {
+        struct gw_container *next = ended->next;
+        if (ended->gone)
+            end_record(gw, ended, ended->ended_expired);
+        container_free(gw, ended);
+        ended = next;
+    }
+}
+
+void gw_containers_free(corral_gateway *gw)
+{
+    while (gw->containers) {
+        struct gw_container *c = gw->containers;
+        gw->containers = c->next;
+        c->gone = !c->persistent; /* a persistent container's files stay for the next start */
+        container_free(gw, c);
+    }
+}

@@ -1,0 +1,582 @@
+/*
+ * The Containers and Files APIs (corral_gateway_objects): uploaded files
+ * (/v1/files, kept under data_dir/files/), containers and their files, in
+ * OpenAI's shapes, each object visible only to the key that made it.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gateway/gateway_internal.h"
+
+#define LIST_DEFAULT 20
+#define LIST_MAX     100
+#define NAME_MAX_LEN 256
+
+static void not_found(struct corral_gateway_reply *out, const char *what, const char *id)
+{
+    gw_reply_error(out, 404, "invalid_request_error", NULL, NULL, "%s with id '%s' not found.",
+                   what, id);
+}
+
+__attribute__((format(printf, 3, 4))) static void invalid(struct corral_gateway_reply *out,
+                                                          const char *param, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    gw_reply_error(out, 400, "invalid_request_error", param, NULL, "%s", msg);
+}
+
+static void failed(struct corral_gateway_reply *out, const struct corral_error *err)
+{
+    gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
+}
+
+/* ---- lists ---- */
+
+struct page {
+    unsigned limit;
+    bool ascending;
+};
+
+static int page_of(const struct corral_gateway_object_request *r, struct page *p,
+                   struct corral_gateway_reply *out)
+{
+    p->limit = LIST_DEFAULT;
+    p->ascending = false;
+    if (r->limit) {
+        char *e;
+        long v = strtol(r->limit, &e, 10);
+        if (*e || e == r->limit || v < 1 || v > LIST_MAX) {
+            invalid(out, "limit", "Invalid 'limit': '%s'. Expected an integer from 1 to 100.",
+                    r->limit);
+            return -EINVAL;
+        }
+        p->limit = (unsigned)v;
+    }
+    if (r->order) {
+        if (strcmp(r->order, "asc") && strcmp(r->order, "desc")) {
+            invalid(out, "order", "Invalid 'order': '%s'. Expected 'asc' or 'desc'.", r->order);
+            return -EINVAL;
+        }
+        p->ascending = !strcmp(r->order, "asc");
+    }
+    return 0;
+}
+
+static void reply_list(struct corral_gateway_reply *out, json_t *data, bool more)
+{
+    json_t *first = json_array_size(data) ? json_object_get(json_array_get(data, 0), "id") : NULL;
+    json_t *last = json_array_size(data)
+                       ? json_object_get(json_array_get(data, json_array_size(data) - 1), "id")
+                       : NULL;
+    gw_reply_json(out, 200,
+                  json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id",
+                            first ? first : json_null(), "last_id", last ? last : json_null(),
+                            "has_more", more));
+}
+
+static void list_failed(struct corral_gateway_reply *out, int rc, const char *after,
+                        const struct corral_error *err)
+{
+    if (rc == -ENOENT)
+        invalid(out, "after", "Invalid 'after': no object with id '%s' in this list.", after);
+    else
+        failed(out, err);
+}
+
+/* ---- content ---- */
+
+static const char *content_type_of(const char *name)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = {
+        {".csv", "text/csv"},
+        {".txt", "text/plain"},
+        {".md", "text/markdown"},
+        {".json", "application/json"},
+        {".html", "text/html"},
+        {".png", "image/png"},
+        {".jpg", "image/jpeg"},
+        {".jpeg", "image/jpeg"},
+        {".gif", "image/gif"},
+        {".svg", "image/svg+xml"},
+        {".pdf", "application/pdf"},
+        {".zip", "application/zip"},
+        {".py", "text/x-python"},
+        {".xml", "application/xml"},
+        {".tar", "application/x-tar"},
+        {".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
+    };
+    const char *dot = strrchr(name, '.');
+    for (size_t i = 0; dot && i < sizeof(types) / sizeof(types[0]); i++)
+        if (!strcasecmp(dot, types[i].ext))
+            return types[i].type;
+    return "application/octet-stream";
+}
+
+/* attachment; filename="file.csv"; filename*=UTF-8''<the name, %-encoded> */
+static char *disposition_of(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    char ext[16] = "";
+    if (dot && strlen(dot) < sizeof(ext)) {
+        bool plain = true;
+        for (const char *p = dot + 1; *p; p++)
+            plain = plain && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                              (*p >= '0' && *p <= '9'));
+        if (plain)
+            snprintf(ext, sizeof(ext), "%s", dot);
+    }
+    struct strbuf b = {0};
+    strbuf_printf(&b, "attachment; filename=\"file%s\"; filename*=UTF-8''", ext);
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-._~", *p))
+            strbuf_append(&b, (const char *)p, 1);
+        else
+            strbuf_printf(&b, "%%%02X", *p);
+    }
+    return strbuf_take(&b);
+}
+
+static int reply_content(struct corral_gateway_reply *out, const char *disk, const char *name)
+{
+    char *data = NULL;
+    size_t len = 0;
+    struct corral_error err;
+    if (gw_blob_read(disk, &data, &len, &err) < 0) {
+        failed(out, &err);
+        return 0;
+    }
+    out->status = 200;
+    out->body = data;
+    out->body_len = len;
+    out->content_type = strdup(content_type_of(name));
+    out->content_disposition = disposition_of(name);
+    return 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* ---- /v1/files ---- */
+
+static void file_disk(const corral_gateway *gw, const char *id, char *out, size_t len)
+{
+    snprintf(out, len, "%s/files/%s", gw->data_dir, id);
+}
+
+bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner)
+{
+    json_t *f = NULL;
+    struct corral_error err;
+    bool ok = gw_store_get_file(gw->store, id, owner, &f, &err) == 0;
+    json_decref(f);
+    return ok;
+}
+
+int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,
+                    const char *owner, json_t **out, struct corral_error *err)
+{
+    json_t *f = NULL;
+    int rc = gw_store_get_file(gw->store, file_id, owner, &f, err);
+    if (rc < 0)
+        return rc;
+    char disk[4096], path[4096], *data = NULL;
+    size_t len = 0;
+    file_disk(gw, file_id, disk, sizeof(disk));
+    snprintf(path, sizeof(path), "/mnt/data/%s",
+             base_name(json_string_value(json_object_get(f, "filename"))));
+    json_decref(f);
+    if ((rc = gw_blob_read(disk, &data, &len, err)) < 0)
+        return rc;
+    pthread_mutex_lock(&c->exec_lock);
+    rc = gw_container_add_file(gw, c, path, data, len, "user", true, out, err);
+    pthread_mutex_unlock(&c->exec_lock);
+    free(data);
+    return rc;
+}
+
+/* A file name for /mnt/data: its last component, not empty, no NUL. */
+static bool usable_name(const char *name)
+{
+    const char *b = base_name(name);
+    return *b && strcmp(b, ".") && strcmp(b, "..") && strlen(b) < NAME_MAX_LEN;
+}
+
+static void file_create(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                        const char *owner, struct corral_gateway_reply *out)
+{
+    if (!r->has_file) {
+        invalid(out, "file", "%s", "Missing required parameter: 'file'.");
+        return;
+    }
+    if (!r->purpose || !*r->purpose) {
+        invalid(out, "purpose", "%s", "Missing required parameter: 'purpose'.");
+        return;
+    }
+    static const char *const purposes[] = {"assistants", "batch",     "fine-tune",
+                                           "vision",     "user_data", "evals"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof(purposes) / sizeof(purposes[0]); i++)
+        known = known || !strcmp(r->purpose, purposes[i]);
+    if (!known) {
+        invalid(out, "purpose",
+                "Invalid value for 'purpose': '%s'. Expected one of assistants, batch, "
+                "fine-tune, vision, user_data, evals.",
+                r->purpose);
+        return;
+    }
+    const char *name =
+        r->file_name && usable_name(r->file_name) ? base_name(r->file_name) : "upload";
+    char id[64], disk[4096];
+    gw_new_id(id, sizeof(id), "file-", 24);
+    file_disk(gw, id, disk, sizeof(disk));
+    struct corral_error err;
+    if (gw_blob_write(disk, r->file_data, r->file_len, &err) < 0) {
+        failed(out, &err);
+        return;
+    }
+    json_t *f = json_pack("{s:s, s:s, s:I, s:I, s:n, s:s, s:s, s:s, s:n}", "id", id, "object",
+                          "file", "bytes", (json_int_t)r->file_len, "created_at",
+                          (json_int_t)time(NULL), "expires_at", "filename", name, "purpose",
+                          r->purpose, "status", "processed", "status_details");
+    if (gw_store_put_file(gw->store, owner, f, &err) < 0) {
+        unlink(disk);
+        json_decref(f);
+        failed(out, &err);
+        return;
+    }
+    gw_reply_json(out, 200, f);
+}
+
+static void files(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                  const char *owner, const char *id, const char *rest,
+                  struct corral_gateway_reply *out)
+{
+    struct corral_error err;
+    if (!id) {
+        if (!strcmp(r->method, "POST")) {
+            file_create(gw, r, owner, out);
+            return;
+        }
+        struct page p;
+        if (page_of(r, &p, out) < 0)
+            return;
+        json_t *list = NULL;
+        bool more = false;
+        int rc = gw_store_list_files(gw->store, owner, r->purpose, r->after, p.limit, p.ascending,
+                                     &list, &more, &err);
+        if (rc < 0)
+            list_failed(out, rc, r->after, &err);
+        else
+            reply_list(out, list, more);
+        return;
+    }
+    json_t *f = NULL;
+    if (gw_store_get_file(gw->store, id, owner, &f, &err) < 0) {
+        gw_reply_error(out, 404, "invalid_request_error", "id", NULL, "No such File object: %s",
+                       id);
+        return;
+    }
+    char disk[4096];
+    file_disk(gw, id, disk, sizeof(disk));
+    if (rest && !strcmp(rest, "content")) {
+        reply_content(out, disk, json_string_value(json_object_get(f, "filename")));
+    } else if (!strcmp(r->method, "DELETE")) {
+        gw_store_delete_file(gw->store, id, owner, &err);
+        unlink(disk);
+        gw_reply_json(out, 200,
+                      json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
+    } else {
+        gw_reply_json(out, 200, json_incref(f));
+    }
+    json_decref(f);
+}
+
+/* ---- /v1/containers ---- */
+
+static void container_create(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                             const char *owner, struct corral_gateway_reply *out)
+{
+    json_t *body = r->json ? json_loadb(r->json, r->json_len, 0, NULL) : NULL;
+    if (!json_is_object(body)) {
+        json_decref(body);
+        invalid(out, NULL, "%s", "The request body must be a JSON object.");
+        return;
+    }
+    const char *name = json_string_value(json_object_get(body, "name"));
+    json_t *expires = json_object_get(body, "expires_after");
+    json_t *memory = json_object_get(body, "memory_limit");
+    json_t *ids = json_object_get(body, "file_ids");
+    struct gw_container_spec spec = {.name = name, .persistent = true};
+    if (!name) {
+        invalid(out, "name", "%s", "Missing required parameter: 'name'.");
+        goto done;
+    }
+    if (expires && !json_is_null(expires)) {
+        const char *anchor = json_string_value(json_object_get(expires, "anchor"));
+        json_t *minutes = json_object_get(expires, "minutes");
+        if (!anchor || strcmp(anchor, "last_active_at") || !json_is_integer(minutes) ||
+            json_integer_value(minutes) < 1 || json_integer_value(minutes) > 43200) {
+            invalid(out, "expires_after", "%s",
+                    "Invalid 'expires_after': expected {\"anchor\": \"last_active_at\", "
+                    "\"minutes\": 1 to 43200}.");
+            goto done;
+        }
+        spec.expiry_ms = (uint64_t)json_integer_value(minutes) * 60000;
+    }
+    if (memory && !json_is_null(memory)) {
+        if (!json_is_string(memory) || !gw_memory_limit_bytes(json_string_value(memory))) {
+            invalid(out, "memory_limit", "%s",
+                    "Invalid 'memory_limit': expected one of '1g', '4g', '16g' or '64g'.");
+            goto done;
+        }
+        spec.memory_limit = json_string_value(memory);
+    }
+    if (ids && !json_is_null(ids)) {
+        size_t i;
+        json_t *fid;
+        if (!json_is_array(ids)) {
+            invalid(out, "file_ids", "%s", "Invalid 'file_ids': expected an array of file ids.");
+            goto done;
+        }
+        json_array_foreach(ids, i, fid)
+        {
+            if (!json_is_string(fid) || !gw_file_exists(gw, json_string_value(fid), owner)) {
+                gw_reply_error(out, 404, "invalid_request_error", "file_ids", NULL,
+                               "No such File object: %s",
+                               json_is_string(fid) ? json_string_value(fid) : "(not a string)");
+                goto done;
+            }
+        }
+    }
+    const char *tool_name = gw->cfg->default_tool;
+    const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
+    struct gw_container *c;
+    struct corral_error err;
+    if (gw_container_create(gw, tool, owner, &spec, &c, &err) < 0) {
+        failed(out, &err);
+        goto done;
+    }
+    size_t i;
+    json_t *fid;
+    json_array_foreach(ids, i, fid)
+    {
+        if (gw_copy_file_in(gw, c, json_string_value(fid), owner, NULL, &err) < 0)
+            fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
+    }
+    pthread_mutex_lock(&gw->lock);
+    json_t *obj = json_deep_copy(c->obj);
+    pthread_mutex_unlock(&gw->lock);
+    gw_container_put(gw, c, false);
+    gw_reply_json(out, 200, obj);
+done:
+    json_decref(body);
+}
+
+static void cfile_create(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                         const char *owner, struct gw_container *c,
+                         struct corral_gateway_reply *out)
+{
+    struct corral_error err;
+    json_t *obj = NULL;
+    if (r->has_file) {
+        if (!r->file_name || !usable_name(r->file_name)) {
+            invalid(out, "file", "%s", "The uploaded file needs a file name.");
+            return;
+        }
+        char path[4096];
+        snprintf(path, sizeof(path), "/mnt/data/%s", base_name(r->file_name));
+        pthread_mutex_lock(&c->exec_lock);
+        int rc =
+            gw_container_add_file(gw, c, path, r->file_data, r->file_len, "user", true, &obj, &err);
+        pthread_mutex_unlock(&c->exec_lock);
+        if (rc < 0) {
+            failed(out, &err);
+            return;
+        }
+    } else {
+        json_t *body = r->json ? json_loadb(r->json, r->json_len, 0, NULL) : NULL;
+        const char *fid = json_string_value(json_object_get(body, "file_id"));
+        if (!fid) {
+            json_decref(body);
+            invalid(out, NULL, "%s",
+                    "Expected a multipart body with a 'file' part, or JSON with a 'file_id'.");
+            return;
+        }
+        int rc = gw_copy_file_in(gw, c, fid, owner, &obj, &err);
+        if (rc == -ENOENT)
+            gw_reply_error(out, 404, "invalid_request_error", "file_id", NULL,
+                           "No such File object: %s", fid);
+        else if (rc < 0)
+            failed(out, &err);
+        json_decref(body);
+        if (rc < 0)
+            return;
+    }
+    gw_reply_json(out, 200, obj);
+}
+
+static void cfiles(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                   const char *owner, struct gw_container *c, const char *fid, const char *rest,
+                   struct corral_gateway_reply *out)
+{
+    struct corral_error err;
+    if (!fid) {
+        if (!strcmp(r->method, "POST")) {
+            cfile_create(gw, r, owner, c, out);
+            return;
+        }
+        struct page p;
+        if (page_of(r, &p, out) < 0)
+            return;
+        json_t *list = NULL;
+        bool more = false;
+        int rc = gw_store_list_cfiles(gw->store, c->id, r->after, p.limit, p.ascending, &list,
+                                      &more, &err);
+        if (rc < 0)
+            list_failed(out, rc, r->after, &err);
+        else
+            reply_list(out, list, more);
+        return;
+    }
+    json_t *f = NULL;
+    if (gw_store_get_cfile(gw->store, c->id, fid, &f, &err) < 0) {
+        not_found(out, "Container file", fid);
+        return;
+    }
+    char disk[4096];
+    snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, fid);
+    const char *path = json_string_value(json_object_get(f, "path"));
+    if (rest && !strcmp(rest, "content")) {
+        reply_content(out, disk, base_name(path));
+    } else if (!strcmp(r->method, "DELETE")) {
+        pthread_mutex_lock(&c->exec_lock);
+        if (c->sb && c->provider->alive(c->sb))
+            c->provider->remove_file(c->sb, path, &err);
+        pthread_mutex_unlock(&c->exec_lock);
+        gw_store_delete_cfile(gw->store, c->id, fid, &err);
+        unlink(disk);
+        gw_reply_json(out, 200,
+                      json_pack("{s:s, s:s, s:b}", "id", fid, "object", "container.file.deleted",
+                                "deleted", 1));
+    } else {
+        gw_reply_json(out, 200, json_incref(f));
+    }
+    json_decref(f);
+}
+
+static void containers(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                       const char *owner, const char *id, const char *rest,
+                       struct corral_gateway_reply *out)
+{
+    struct corral_error err;
+    if (!id) {
+        if (!strcmp(r->method, "POST")) {
+            container_create(gw, r, owner, out);
+            return;
+        }
+        struct page p;
+        if (page_of(r, &p, out) < 0)
+            return;
+        json_t *list = NULL;
+        bool more = false;
+        int rc = gw_store_list_containers(gw->store, owner, r->name, r->after, p.limit, p.ascending,
+                                          &list, &more, &err);
+        if (rc < 0)
+            list_failed(out, rc, r->after, &err);
+        else
+            reply_list(out, list, more);
+        return;
+    }
+    struct gw_container *c = NULL;
+    int rc = gw_container_find(gw, id, owner, &c);
+    if (rc == -ENOENT) {
+        not_found(out, "Container", id);
+        return;
+    }
+    if (!rest && !strcmp(r->method, "DELETE")) {
+        if (c)
+            gw_container_put(gw, c, false);
+        gw_container_delete(gw, id, owner);
+        gw_reply_json(
+            out, 200,
+            json_pack("{s:s, s:s, s:b}", "id", id, "object", "container.deleted", "deleted", 1));
+        return;
+    }
+    if (rc == -ESTALE) { /* the record of an expired container */
+        json_t *obj = NULL;
+        if (rest)
+            gw_reply_error(out, 400, "invalid_request_error", NULL, NULL, "Container is expired.");
+        else if (gw_store_get_container(gw->store, id, owner, &obj, NULL, &err) == 0)
+            gw_reply_json(out, 200, obj);
+        else
+            not_found(out, "Container", id);
+        return;
+    }
+    gw_container_touch(gw, c);
+    if (!rest) {
+        pthread_mutex_lock(&gw->lock);
+        json_t *obj = json_deep_copy(c->obj);
+        pthread_mutex_unlock(&gw->lock);
+        gw_reply_json(out, 200, obj);
+    } else if (!strncmp(rest, "files", 5) && (!rest[5] || rest[5] == '/')) {
+        const char *fid = rest[5] ? rest + 6 : NULL;
+        char fbuf[128] = "";
+        const char *frest = NULL;
+        if (fid) {
+            const char *slash = strchr(fid, '/');
+            snprintf(fbuf, sizeof(fbuf), "%.*s", (int)(slash ? slash - fid : (long)strlen(fid)),
+                     fid);
+            frest = slash ? slash + 1 : NULL;
+            fid = fbuf;
+        }
+        cfiles(gw, r, owner, c, fid, frest, out);
+    } else {
+        gw_reply_error(out, 404, "invalid_request_error", NULL, NULL, "Unknown path /v1/%s.",
+                       r->path);
+    }
+    gw_container_put(gw, c, false);
+}
+
+int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                           struct corral_gateway_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+    char owner[80];
+    gw_owner_of(r->key, owner, sizeof(owner));
+    /* "files[/ID[/content]]" or "containers[/ID[/...]]" */
+    char kind[16] = "", id[128] = "";
+    const char *rest = NULL;
+    const char *slash = strchr(r->path, '/');
+    snprintf(kind, sizeof(kind), "%.*s", (int)(slash ? slash - r->path : (long)strlen(r->path)),
+             r->path);
+    if (slash) {
+        const char *s2 = strchr(slash + 1, '/');
+        snprintf(id, sizeof(id), "%.*s", (int)(s2 ? s2 - (slash + 1) : (long)strlen(slash + 1)),
+                 slash + 1);
+        rest = s2 ? s2 + 1 : NULL;
+    }
+    if (!strcmp(kind, "files"))
+        files(gw, r, owner, *id ? id : NULL, rest, out);
+    else if (!strcmp(kind, "containers"))
+        containers(gw, r, owner, *id ? id : NULL, rest, out);
+    else
+        gw_reply_error(out, 404, "invalid_request_error", NULL, NULL, "Unknown path /v1/%s.",
+                       r->path);
+    return 0;
+}

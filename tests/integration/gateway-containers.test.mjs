@@ -1,0 +1,148 @@
+// Containers, their files and citations (OpenAI's Containers and Files
+// APIs), through the official `openai` SDK against `corral serve`, with the
+// scripted upstream of upstream.mjs: a container made, a CSV uploaded and
+// analysed in it through /v1/responses, its state kept for a second request,
+// a chart saved by the code coming back as a cited container file, expiry,
+// and everything found again after a restart of the server.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { toFile } from 'openai';
+
+import { PNG_SIGNATURE, useGateway } from './gateway-helpers.mjs';
+
+const gw = useGateway({ gatewayLines: ['container_expiry: 3'] });
+const T = { timeout: 120_000 };
+const MODEL = 'mock-chat';
+
+const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? '(no stdout)';
+
+async function readAll(list) {
+  const out = [];
+  for await (const x of list) out.push(x);
+  return out;
+}
+
+let kept = null; // the container that outlives the restart
+
+test('a container: create, upload a CSV, analyse it, reuse its state, cite its chart', T, async () => {
+  const c = gw.client;
+  const box = await c.containers.create({ name: 'analysis', expires_after: { anchor: 'last_active_at', minutes: 20 } });
+  assert.match(box.id, /^cntr_[0-9a-f]{48}$/);
+  assert.equal(box.object, 'container');
+  assert.equal(box.name, 'analysis');
+  assert.equal(box.status, 'running');
+  assert.deepEqual(box.expires_after, { anchor: 'last_active_at', minutes: 20 });
+  assert.equal((await c.containers.retrieve(box.id)).id, box.id);
+  assert.ok((await readAll(await c.containers.list())).some((x) => x.id === box.id));
+
+  const csv = 'city,people\nOslo,709000\nBergen,291000\nTrondheim,212000\n';
+  const up = await c.containers.files.create(box.id, { file: await toFile(Buffer.from(csv), 'cities.csv') });
+  assert.match(up.id, /^cfile_/);
+  assert.equal(up.path, '/mnt/data/cities.csv');
+  assert.equal(up.source, 'user');
+  assert.equal(up.bytes, csv.length);
+
+  const tool = { type: 'code_interpreter', container: box.id };
+  const a = gw.marker('cntr-a');
+  gw.upstream.script(a, [
+    { code: "import pandas as pd\ndf = pd.read_csv('/mnt/data/cities.csv')\ntotal = int(df.people.sum())\nprint(total)" },
+    (req, ctx) => ({ text: `total: ${stdoutOf(ctx.lastCodeOutput)}` }),
+  ]);
+  const r1 = await c.responses.create({ model: MODEL, input: `${a} Sum the people.`, tools: [tool] });
+  assert.equal(r1.output_text, 'total: 1212000');
+  assert.equal(r1.output.find((i) => i.type === 'code_interpreter_call').container_id, box.id);
+
+  // a second request in the same container sees the first one's variables
+  const b = gw.marker('cntr-b');
+  gw.upstream.script(b, [
+    { code: "import matplotlib.pyplot as plt\nprint(total // 2)\nplt.bar(df.city, df.people)\nplt.savefig('/mnt/data/people.png')\nplt.close()" },
+    { text: 'Half is there, and the chart: [people.png](sandbox:/mnt/data/people.png)' },
+  ]);
+  const r2 = await c.responses.create({ model: MODEL, input: `${b} Chart it.`, tools: [tool], include: ['code_interpreter_call.outputs'] });
+  const call = r2.output.find((i) => i.type === 'code_interpreter_call');
+  assert.equal(call.outputs.find((o) => o.type === 'logs')?.logs, '606000\n');
+  const msg = r2.output.find((i) => i.type === 'message');
+  const text = msg.content[0].text;
+  const [note] = msg.content[0].annotations;
+  assert.equal(note.type, 'container_file_citation');
+  assert.equal(note.container_id, box.id);
+  assert.equal(note.filename, 'people.png');
+  assert.equal(text.slice(note.start_index, note.end_index), 'sandbox:/mnt/data/people.png');
+
+  const files = await readAll(await c.containers.files.list(box.id));
+  const chart = files.find((f) => f.path === '/mnt/data/people.png');
+  assert.ok(chart, `no chart among ${JSON.stringify(files)}`);
+  assert.equal(chart.id, note.file_id);
+  assert.equal(chart.source, 'assistant');
+  const content = Buffer.from(await (await c.containers.files.content.retrieve(chart.id, { container_id: box.id })).arrayBuffer());
+  assert.ok(content.subarray(0, 8).equals(PNG_SIGNATURE), 'the chart is a PNG');
+  assert.equal(content.length, chart.bytes);
+
+  // the stream carries the same citation
+  const s = gw.marker('cntr-s');
+  gw.upstream.script(s, [{ text: 'Again: [chart](sandbox:/mnt/data/people.png)' }]);
+  const events = [];
+  const st = c.responses.stream({ model: MODEL, input: `${s} Link it again.`, tools: [tool] });
+  st.on('event', (e) => events.push(e));
+  const final = await st.finalResponse();
+  const added = events.filter((e) => e.type === 'response.output_text.annotation.added');
+  assert.equal(added.length, 1);
+  assert.equal(added[0].annotation.file_id, chart.id);
+  assert.deepEqual(final.output.find((i) => i.type === 'message').content[0].annotations, [added[0].annotation]);
+  kept = { id: box.id, chart: chart.id, bytes: chart.bytes };
+});
+
+test('files uploaded through /v1/files go into a container by file_id', T, async () => {
+  const c = gw.client;
+  const f = await c.files.create({ file: await toFile(Buffer.from('x\n1\n'), 'one.csv'), purpose: 'user_data' });
+  assert.match(f.id, /^file-/);
+  assert.equal(f.filename, 'one.csv');
+  assert.equal((await c.files.retrieve(f.id)).bytes, 4);
+  const box = await c.containers.create({ name: 'with files', file_ids: [f.id] });
+  const files = await readAll(await c.containers.files.list(box.id));
+  assert.deepEqual(files.map((x) => [x.path, x.source]), [['/mnt/data/one.csv', 'user']]);
+  const a = gw.marker('files-a');
+  gw.upstream.script(a, [{ code: "print(open('/mnt/data/one.csv').read().split()[1])" }, (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) })]);
+  const r = await c.responses.create({ model: MODEL, input: `${a} Read it.`, tools: [{ type: 'code_interpreter', container: box.id }] });
+  assert.equal(r.output_text, '1');
+  await c.containers.delete(box.id);
+  await assert.rejects(c.containers.retrieve(box.id), (e) => e.status === 404);
+  await c.files.delete(f.id);
+  await assert.rejects(c.files.retrieve(f.id), (e) => e.status === 404);
+});
+
+test('an unused container expires: its files go, using it is an error', T, async () => {
+  const c = gw.client;
+  const box = await c.containers.create({ name: 'short' }); // container_expiry: 3 s in the config
+  await c.containers.files.create(box.id, { file: await toFile(Buffer.from('1'), 'a.txt') });
+  await new Promise((r) => setTimeout(r, 5500));
+  const after = await c.containers.retrieve(box.id);
+  assert.equal(after.status, 'expired');
+  const a = gw.marker('expired');
+  gw.upstream.script(a, [{ text: 'unreachable' }]);
+  await assert.rejects(
+    c.responses.create({ model: MODEL, input: `${a} hi`, tools: [{ type: 'code_interpreter', container: box.id }] }),
+    (e) => e.status === 400 && e.error?.message === 'Container is expired.',
+  );
+});
+
+test('after a restart of the server the container and its files are there', T, async () => {
+  assert.ok(kept, 'the first test made the container');
+  // the first test's container expires 20 minutes after its last use: keep it alive across the restart
+  await gw.restart();
+  const c = gw.client;
+  const box = await c.containers.retrieve(kept.id);
+  assert.equal(box.status, 'running');
+  const chart = await c.containers.files.retrieve(kept.chart, { container_id: kept.id });
+  assert.equal(chart.bytes, kept.bytes);
+  // a new sandbox, with the container's files in /mnt/data (kernel state does not survive)
+  const a = gw.marker('restart');
+  gw.upstream.script(a, [
+    { code: "import os\nprint(os.path.getsize('/mnt/data/people.png'), 'total' in globals())" },
+    (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) }),
+  ]);
+  const r = await c.responses.create({ model: MODEL, input: `${a} Still there?`, tools: [{ type: 'code_interpreter', container: kept.id }] });
+  assert.equal(r.output_text, `${kept.bytes} False`);
+  await c.containers.delete(kept.id);
+});
