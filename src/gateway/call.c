@@ -457,7 +457,16 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     struct gw_exec_output o = {0};
     pthread_mutex_lock(&ct->exec_lock);
     int rc = gw_container_sandbox(c->gw, ct, &err);
-    if (rc == 0) {
+    if (rc < 0) {
+        pthread_mutex_unlock(&ct->exec_lock);
+        json_decref(args);
+        gw_emit_code_done(c, tc, "failed", NULL);
+        struct strbuf b = {0};
+        strbuf_printf(&b, "error: the sandbox could not be started (%s); nothing ran.",
+                      err.message);
+        return strbuf_take(&b);
+    }
+    {
         gw_watch_start(c->gw, &watch);
         rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
         gw_watch_stop(c->gw, &watch);

@@ -241,7 +241,7 @@ export function assertChatUsage(completion, expected, label = 'usage') {
 /* ------------------------------------------------------------------------ */
 /* Comparing a streamed result with a non-streamed one                      */
 
-const ID_PATTERN = /^(resp|ci|cntr|msg|fc|call|chatcmpl|rs|cfile)([_-])[A-Za-z0-9_-]+$/;
+const ID_PATTERN = /^(resp|ci|cntr|msg|fc|call|chatcmpl|rs|cfile)([_-])([A-Za-z0-9_-]+)(\.[a-z0-9]+)?$/; // an image's filename is its id + ".png"
 const TIME_KEYS = new Set(['created', 'created_at', 'completed_at']);
 const SDK_KEYS = new Set(['parsed', 'parsed_arguments', 'output_parsed']); // added by the SDK's helpers
 
@@ -261,12 +261,13 @@ export function normalise(value) {
       if (v.startsWith('data:image/png;base64,')) return 'data:image/png;base64,<png>';
       const m = ID_PATTERN.exec(v);
       if (!m) return v;
-      if (!names.has(v)) {
+      const id = `${m[1]}${m[2]}${m[3]}`;
+      if (!names.has(id)) {
         const n = (counters.get(m[1]) ?? 0) + 1;
         counters.set(m[1], n);
-        names.set(v, `${m[1]}${m[2]}#${n}`);
+        names.set(id, `${m[1]}${m[2]}#${n}`);
       }
-      return names.get(v);
+      return names.get(id) + (m[4] ?? '');
     }),
   );
 }
