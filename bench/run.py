@@ -612,7 +612,8 @@ def start_gateway(corral, config, log):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     p = subprocess.Popen([corral, "serve", "--listen", "off", "--opensandbox-listen", "off",
-                          "--gateway-listen", f"127.0.0.1:{port}", "--config", config],
+                          "--gateway-listen", f"127.0.0.1:{port}", "--config", config,
+                          "--gateway-data-dir", os.path.join(os.path.dirname(config), "data")],
                          stdout=subprocess.DEVNULL, stderr=log)
     ready = f"corral: listening on http://127.0.0.1:{port} {GW_READY}"
     deadline = time.monotonic() + 60

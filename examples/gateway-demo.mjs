@@ -54,7 +54,8 @@ general_settings:
 `);
 const port = await freePort();
 const server = spawn(corral, ['serve', '--listen', 'off', '--opensandbox-listen', 'off',
-  '--gateway-listen', `127.0.0.1:${port}`, '--config', config], { stdio: ['ignore', 'inherit', 'pipe'] });
+  '--gateway-listen', `127.0.0.1:${port}`, '--config', config,
+  '--gateway-data-dir', path.join(dir, 'data')], { stdio: ['ignore', 'inherit', 'pipe'] });
 await new Promise((resolve, reject) => {
   let text = '';
   server.stderr.on('data', (chunk) => {

@@ -117,6 +117,20 @@ struct corral_gateway_object_request {
 int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_object_request *r,
                            struct corral_gateway_reply *out);
 
+/* Virtual keys (LiteLLM's admin endpoints, for the master key's holder):
+ * path "key/generate" (POST: JSON {key_alias, models, rpm_limit,
+ * max_containers, max_container_memory, metadata, key}), "key/list" (GET),
+ * "key/info" (GET, query_key: a key or its token), "key/delete" (POST:
+ * {"keys": [...]}). */
+int corral_gateway_admin(corral_gateway *gw, const char *method, const char *path,
+                         const char *query_key, const char *body, size_t len,
+                         struct corral_gateway_reply *out);
+/* Whether key is a live virtual key. */
+int corral_gateway_key_valid(corral_gateway *gw, const char *key);
+/* A virtual key's request against its rate limit: 0, or -EBUSY with the
+ * answer (429 with Retry-After) in out. Other keys: 0. */
+int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gateway_reply *out);
+
 /* GET /v1/responses/{id}, DELETE /v1/responses/{id} and
  * GET /v1/responses/{id}/input_items (query: limit, order, after). */
 int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,

@@ -175,8 +175,9 @@ static void mask_key(const char *key, char *out, size_t len)
 /* NULL when the request may go on (*key: the key it presented, or NULL),
  * else the 401 answer. */
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
-                                          const char **key)
+                                          const char **key, bool *is_virtual)
 {
+    *is_virtual = false;
     const char *bearer = bearer_key(req), *azure = azure_key(req);
     const char *master = corral_gateway_master_key(oa->gw);
     *key = bearer ? bearer : azure;
@@ -186,6 +187,10 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
         return NULL;
     if (azure && same_key(azure, master)) {
         *key = azure;
+        return NULL;
+    }
+    if (*key && corral_gateway_key_valid(oa->gw, *key)) {
+        *is_virtual = true;
         return NULL;
     }
     if (!*key)
@@ -548,6 +553,7 @@ enum route {
     R_MODELS,
     R_MODEL,   /* /models/{id} */
     R_OBJECTS, /* /containers..., /files... */
+    R_ADMIN,   /* /key/... (the master key's) */
 };
 
 /* The methods a route takes, for Allow and 405. */
@@ -563,6 +569,8 @@ static const char *route_methods(enum route r)
         return "GET, DELETE";
     case R_OBJECTS:
         return "GET, POST, DELETE";
+    case R_ADMIN:
+        return "GET, POST";
     default:
         return "GET";
     }
@@ -604,6 +612,11 @@ static enum route find_route(const char *path, char *buf, size_t len, const char
         snprintf(dep, dep_len, "%.*s", (int)(slash - name), name);
         *deployment = dep;
         path = slash;
+    }
+    if (!*deployment && !strncmp(path, "/key/", 5) && strlen(path) < len) {
+        snprintf(buf, len, "%s", path + 1);
+        *arg = buf;
+        return R_ADMIN;
     }
     strip(&path, "/v1");
     if (!*deployment && (!strncmp(path, "/containers", 11) || !strncmp(path, "/files", 6)) &&
@@ -655,7 +668,8 @@ static struct http_response *route(struct openai *oa, const struct http_request 
             return not_allowed(req, r);
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
     }
-    struct http_response *denied = authenticate(oa, req, &key);
+    bool is_virtual;
+    struct http_response *denied = authenticate(oa, req, &key, &is_virtual);
     if (denied)
         return denied;
     if (r == R_NONE)
@@ -664,6 +678,21 @@ static struct http_response *route(struct openai *oa, const struct http_request 
         return not_allowed(req, r);
     struct corral_gateway_reply rep = {0};
     int rc;
+    if (r == R_ADMIN) {
+        if (is_virtual || !corral_gateway_master_key(oa->gw))
+            return invalid(401, "invalid_api_key",
+                           "The key endpoints take the master key (general_settings.master_key).");
+        rc = corral_gateway_admin(oa->gw, req->method, arg, http_query(req, "key"), req->body,
+                                  req->body_len, &rep);
+        struct http_response *resp = reply_response(&rep, rc, rid);
+        corral_gateway_reply_free(&rep);
+        return resp;
+    }
+    if (is_virtual && corral_gateway_rate(oa->gw, key, &rep) < 0) {
+        struct http_response *resp = reply_response(&rep, -EBUSY, rid);
+        corral_gateway_reply_free(&rep);
+        return resp;
+    }
     switch (r) {
     case R_RESPONSES:
     case R_CHAT:

@@ -291,6 +291,8 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
     const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(c->gw->cfg, tool_name) : NULL;
     struct gw_container_spec spec = {
+        .max_containers = (unsigned)c->policy.max_containers,
+        .max_memory = c->policy.max_memory,
         .memory_limit = c->auto_memory,
         .persistent = c->api == CORRAL_GATEWAY_RESPONSES && c->store,
     };
@@ -490,6 +492,7 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     gw_container_touch(c->gw, ct);
     json_decref(args);
     tc->executed = true;
+    c->code_calls++;
     if (watch.fired || gw_call_cancelled(c)) {
         c->cancelled = true;
         gw_exec_output_free(&o);
@@ -1199,6 +1202,7 @@ static void call_free(struct gw_call *c)
     free(c->finish_reason);
     free(c->wanted_container);
     free(c->auto_memory);
+    gw_key_policy_free(&c->policy);
     json_decref(c->auto_file_ids);
     json_decref(c->images);
 }
@@ -1228,6 +1232,11 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     }
     c->client_model = json_string_value(model);
     c->model = gw_config_model(c->gw->cfg, c->client_model);
+    if (c->model && !gw_key_allows_model(&c->policy, c->client_model)) {
+        gw_reply_error(c->out, 401, "invalid_request_error", "model", "model_not_allowed",
+                       "This key is not allowed to use the model `%s`.", c->client_model);
+        return -EACCES;
+    }
     if (!c->model) {
         gw_reply_error(c->out, 404, "invalid_request_error", "model", "model_not_found",
                        "The model `%s` does not exist or you do not have access to it.",
@@ -1289,6 +1298,22 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     return 0;
 }
 
+/* The owner's counters of the day: a request, its tokens, its code calls. */
+static void record_usage(struct gw_call *c)
+{
+    if (!c->policy.found)
+        return;
+    char day[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(day, sizeof(day), "%Y-%m-%d", &tm);
+    json_int_t in = json_integer_value(json_object_get(c->usage, "input_tokens"));
+    json_int_t out = json_integer_value(json_object_get(c->usage, "output_tokens"));
+    struct corral_error err;
+    gw_store_add_usage(c->gw->store, c->owner, day, 1, in, out, c->code_calls, &err);
+}
+
 static void store_streamed(struct gw_call *c)
 {
     if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled || !c->out->streamed ||
@@ -1326,7 +1351,10 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
     c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
     gw_owner_of(key, c.owner, sizeof(c.owner));
+    if (gw->cfg->master_key && key && strcmp(key, gw->cfg->master_key))
+        gw_key_policy(gw, key, &c.policy); /* found only for a virtual key */
     int rc = dispatch(&c, body, len);
+    record_usage(&c);
     if (rc == 0 && !c.cancelled) {
         if (out->streamed)
             store_streamed(&c);

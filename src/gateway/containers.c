@@ -223,6 +223,16 @@ int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, 
                         const struct gw_container_spec *spec, struct gw_container **out,
                         struct corral_error *err)
 {
+    if (spec && spec->max_containers) {
+        unsigned n = 0;
+        pthread_mutex_lock(&gw->lock);
+        for (struct gw_container *c = gw->containers; c; c = c->next)
+            n += !c->dead && c->persistent && !strcmp(c->owner, owner ? owner : "");
+        pthread_mutex_unlock(&gw->lock);
+        if (n >= spec->max_containers)
+            return corral_fail(err, EDQUOT, "this key may have %u containers at a time",
+                               spec->max_containers);
+    }
     char id[64];
     gw_new_id(id, sizeof(id), "cntr_", 48);
     int64_t now = now_s();
@@ -231,6 +241,8 @@ int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, 
     uint64_t bytes = gw_memory_limit_bytes(memory);
     if (bytes > gw->cfg->container_memory_max)
         bytes = gw->cfg->container_memory_max;
+    if (spec && spec->max_memory && bytes > spec->max_memory)
+        bytes = spec->max_memory;
     json_t *obj =
         container_object(id, spec && spec->name ? spec->name : "", now, now, expiry, memory);
     struct gw_container *c =

@@ -312,6 +312,7 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
 static void container_create(corral_gateway *gw, const struct corral_gateway_object_request *r,
                              const char *owner, struct corral_gateway_reply *out)
 {
+    struct corral_error err;
     json_t *body = r->json ? json_loadb(r->json, r->json_len, 0, NULL) : NULL;
     if (!json_is_object(body)) {
         json_decref(body);
@@ -322,7 +323,13 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     json_t *expires = json_object_get(body, "expires_after");
     json_t *memory = json_object_get(body, "memory_limit");
     json_t *ids = json_object_get(body, "file_ids");
-    struct gw_container_spec spec = {.name = name, .persistent = true};
+    struct gw_key_policy policy;
+    gw_key_policy(gw, r->key, &policy);
+    struct gw_container_spec spec = {.name = name,
+                                     .persistent = true,
+                                     .max_containers = (unsigned)policy.max_containers,
+                                     .max_memory = policy.max_memory};
+    gw_key_policy_free(&policy);
     if (!name) {
         invalid(out, "name", "%s", "Missing required parameter: 'name'.");
         goto done;
@@ -367,9 +374,12 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     const char *tool_name = gw->cfg->default_tool;
     const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
     struct gw_container *c;
-    struct corral_error err;
     if (gw_container_create(gw, tool, owner, &spec, &c, &err) < 0) {
-        failed(out, &err);
+        if (err.code == EDQUOT)
+            gw_reply_error(out, 429, "invalid_request_error", NULL, "container_limit_reached",
+                           "%s.", err.message);
+        else
+            failed(out, &err);
         goto done;
     }
     size_t i;

@@ -286,6 +286,7 @@ void corral_gateway_free(corral_gateway *gw)
     if (gw->monitor_started)
         pthread_join(gw->monitor, NULL);
     gw_containers_free(gw);
+    gw_keys_free(gw);
     gw_store_close(gw->store);
     if (gw->data_dir_temp)
         gw_remove_tree(gw->data_dir);

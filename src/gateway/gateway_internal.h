@@ -26,7 +26,8 @@
 #include "providers/provider.h"
 #include "store/store.h"
 
-#define GW_MAX_TOOL_CALLS        64 /* tool calls in one upstream turn */
+#define GW_MAX_TOOL_CALLS 64 /* tool calls in one upstream turn */
+struct bucket;
 #define GW_CONTAINER_LIFETIME_MS (20ull * 60 * 1000)
 
 /* Takes ownership of cfg (freed with the gateway). */
@@ -56,6 +57,8 @@ struct gw_container {
 };
 
 struct gw_container_spec {
+    unsigned max_containers;  /* the owner's running containers at most; 0 = no limit */
+    uint64_t max_memory;      /* the owner's cap on memory_limit; 0 = none */
     const char *name;         /* NULL = "" */
     uint64_t expiry_ms;       /* 0 = gateway.container_expiry */
     const char *memory_limit; /* "1g"... NULL = "1g" (capped by container_memory_max) */
@@ -73,6 +76,7 @@ struct corral_gateway {
     pthread_cond_t idle; /* calls reached 0 */
     pthread_cond_t tick; /* the watch thread's sleep, cut short when stopping */
     struct gw_container *containers;
+    struct bucket *buckets;     /* keys.c: rate limits */
     struct gw_running *running; /* executions watched for cancellation */
     unsigned calls;             /* calls in progress */
     pthread_t monitor;
@@ -115,6 +119,24 @@ void gw_containers_free(corral_gateway *gw);
 /* Files on disk: written whole (through a temporary name) and read whole. */
 int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err);
 int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err);
+/* keys.c: a virtual key's settings. */
+struct gw_key_policy {
+    bool found;
+    char token[65];
+    json_t *models;         /* allow-list; empty = every model */
+    int64_t rpm;            /* requests per minute; 0 = no limit */
+    int64_t max_containers; /* 0 = no limit */
+    uint64_t max_memory;    /* bytes; 0 = the gateway's cap */
+};
+void gw_key_token(const char *key, char out[65]);
+/* The settings of a virtual key: 0, or -ENOENT for any other key. */
+int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p);
+void gw_key_policy_free(struct gw_key_policy *p);
+bool gw_key_allows_model(const struct gw_key_policy *p, const char *model);
+/* One request of the key's rate: 0, or -EBUSY with the seconds to wait. */
+int gw_key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after);
+void gw_keys_free(corral_gateway *gw);
+
 /* files.c: whether the uploaded file `id` is owner's; a copy of it in c's
  * /mnt/data (source "user"), *out (may be NULL) its container file. */
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
@@ -193,6 +215,8 @@ struct gw_call {
     const struct corral_gateway_events *ev;
     struct corral_gateway_reply *out;
     char owner[80];
+    struct gw_key_policy policy; /* a virtual key's (found: false for others) */
+    unsigned code_calls;         /* run in this call */
     json_t *req;
     const char *client_model;
     const struct gw_model *model;

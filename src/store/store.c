@@ -1,8 +1,9 @@
 /*
  * The gateway's SQLite store (see store.h): opening and migrating the
  * database, the prepared statements that put, get and delete a response on
- * behalf of its owner, and the containers, container files and uploaded files
- * (statements prepared per call, objects kept as JSON text).
+ * behalf of its owner, and the containers, container files, uploaded files,
+ * virtual keys and usage counters (statements prepared per call, objects kept
+ * as JSON text).
  *
  * Schema versions live in PRAGMA user_version; migrations[i] takes a database
  * from version i to i + 1, so a later corral appends to that array. A
@@ -74,6 +75,22 @@ static const char *const migrations[] = {
     " object TEXT NOT NULL"
     ");"
     "CREATE INDEX files_by_owner ON files (owner, created_at);",
+    /* 2 -> 3: virtual keys (by token, the SHA-256 of the key in hex; the
+     * object as /key/info shows it) and each owner's counters per UTC day. */
+    "CREATE TABLE keys ("
+    " token TEXT PRIMARY KEY,"
+    " created_at INTEGER NOT NULL,"
+    " object TEXT NOT NULL"
+    ");"
+    "CREATE TABLE usage ("
+    " owner TEXT NOT NULL,"
+    " day TEXT NOT NULL,"
+    " requests INTEGER NOT NULL DEFAULT 0,"
+    " input_tokens INTEGER NOT NULL DEFAULT 0,"
+    " output_tokens INTEGER NOT NULL DEFAULT 0,"
+    " code_calls INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (owner, day)"
+    ");",
 };
 #define STORE_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -1185,4 +1202,242 @@ int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
         r = corral_fail(err, ENOENT, "no file %s in store %s", id, s->name);
     pthread_mutex_unlock(&s->lock);
     return r;
+}
+
+/* ---- virtual keys and usage ---- */
+
+static const struct kind key_kind = {"keys", NULL, "key"};
+
+#define TOKEN_HEX_DIGITS 64 /* a SHA-256 */
+
+/* Whether token is a SHA-256 in lowercase hex. Messages about a token that is
+ * not never show it: it could be the key itself. */
+static bool valid_token(const char *token)
+{
+    if (!token)
+        return false;
+    size_t n = 0;
+    for (; token[n]; n++)
+        if (!((token[n] >= '0' && token[n] <= '9') || (token[n] >= 'a' && token[n] <= 'f')))
+            return false;
+    return n == TOKEN_HEX_DIGITS;
+}
+
+static int refuse_token(const char *doing, struct corral_error *err)
+{
+    return corral_fail(err, EINVAL,
+                       "cannot %s a key without its token (the SHA-256 of the key in lowercase "
+                       "hex, %d digits)",
+                       doing, TOKEN_HEX_DIGITS);
+}
+
+int gw_store_put_key(struct gw_store *s, const char *token, json_t *obj, struct corral_error *err)
+{
+    const struct kind *k = &key_kind;
+    if (!valid_token(token))
+        return refuse_token("store", err);
+    if (!json_is_object(obj))
+        return corral_fail(err, EINVAL, "cannot store a key that is not a JSON object");
+    bool has_created;
+    int64_t created_at;
+    int r = field_integer(obj, "created_at", true, &has_created, &created_at, k, err);
+    char *text = NULL;
+    if (r == 0)
+        r = object_text(obj, &text, k, err);
+    if (r < 0)
+        return r;
+
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store key %s in store %s", token, s->name);
+    struct binder b = {NULL, SQLITE_OK};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    r = prepare_call(s,
+                     "INSERT INTO keys (token, created_at, object) VALUES (?1, ?2, ?3)"
+                     " ON CONFLICT (token) DO NOTHING",
+                     &b.st, what, err);
+    if (r == 0) {
+        bind_str(&b, 1, token);
+        bind_i64(&b, 2, true, created_at);
+        bind_str(&b, 3, text);
+        r = finish_write(s, &b, &changes, what, err);
+        if (r == 0 && changes == 0)
+            r = corral_fail(err, EEXIST, "%s: there is already a key with this token", what);
+    }
+    sqlite3_finalize(b.st);
+    pthread_mutex_unlock(&s->lock);
+    free(text);
+    return r;
+}
+
+int gw_store_get_key(struct gw_store *s, const char *token, json_t **out, struct corral_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!valid_token(token))
+        return refuse_token("look up", err);
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read key %s from store %s", token, s->name);
+    snprintf(missing, sizeof(missing), "no key %s in store %s", token, s->name);
+    const char *const keys[] = {token};
+    return get_one(s, "SELECT object FROM keys WHERE token = ?1", keys, 1, out, NULL, missing, what,
+                   err);
+}
+
+int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *err)
+{
+    if (!list)
+        return corral_fail(err, EINVAL, "cannot list the keys without somewhere to put them");
+    *list = NULL;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot list the keys in store %s", s->name);
+    json_t *all = json_array();
+    if (!all)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    sqlite3_stmt *st = NULL;
+    pthread_mutex_lock(&s->lock);
+    int r = prepare_call(s, "SELECT object FROM keys ORDER BY created_at, rowid", &st, what, err);
+    while (r == 0) {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            r = fail_sqlite(err, s->db, rc, "%s", what);
+            break;
+        }
+        json_t *obj = NULL;
+        r = column_object(s, st, 0, &obj, what, err);
+        if (r == 0 && json_array_append_new(all, obj) < 0)
+            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0) {
+        json_decref(all);
+        return r;
+    }
+    *list = all;
+    return 0;
+}
+
+int gw_store_delete_key(struct gw_store *s, const char *token, struct corral_error *err)
+{
+    if (!valid_token(token))
+        return refuse_token("delete", err);
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete key %s from store %s", token, s->name);
+    const char *const keys[] = {token};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    int r = write_texts(s, "DELETE FROM keys WHERE token = ?1", keys, 1, &changes, what, err);
+    if (r == 0 && changes == 0)
+        r = corral_fail(err, ENOENT, "no key %s in store %s", token, s->name);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+/* Whether day is "YYYY-MM-DD" (month 01-12, day 01-31), which sorts as the
+ * days do. */
+static bool valid_day(const char *day)
+{
+    if (!day || strlen(day) != 10 || day[4] != '-' || day[7] != '-')
+        return false;
+    for (int i = 0; i < 10; i++)
+        if (i != 4 && i != 7 && !(day[i] >= '0' && day[i] <= '9'))
+            return false;
+    int month = (day[5] - '0') * 10 + (day[6] - '0');
+    int mday = (day[8] - '0') * 10 + (day[9] - '0');
+    return month >= 1 && month <= 12 && mday >= 1 && mday <= 31;
+}
+
+static const char add_usage_sql[] =
+    "INSERT INTO usage (owner, day, requests, input_tokens, output_tokens, code_calls)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner, day) DO UPDATE SET"
+    " requests = requests + excluded.requests,"
+    " input_tokens = input_tokens + excluded.input_tokens,"
+    " output_tokens = output_tokens + excluded.output_tokens,"
+    " code_calls = code_calls + excluded.code_calls";
+
+int gw_store_add_usage(struct gw_store *s, const char *owner, const char *day, int64_t requests,
+                       int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
+                       struct corral_error *err)
+{
+    if (!valid_day(day))
+        return corral_fail(err, EINVAL, "cannot count usage without its day (\"YYYY-MM-DD\")");
+    if (requests < 0 || input_tokens < 0 || output_tokens < 0 || code_calls < 0)
+        return corral_fail(err, EINVAL, "cannot count a negative usage (day %s)", day);
+    if (!owner)
+        owner = "";
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot count the usage of \"%s\" on %s in store %s", owner, day,
+             s->name);
+    struct binder b = {NULL, SQLITE_OK};
+    pthread_mutex_lock(&s->lock);
+    int r = prepare_call(s, add_usage_sql, &b.st, what, err);
+    if (r == 0) {
+        bind_str(&b, 1, owner);
+        bind_str(&b, 2, day);
+        bind_i64(&b, 3, true, requests);
+        bind_i64(&b, 4, true, input_tokens);
+        bind_i64(&b, 5, true, output_tokens);
+        bind_i64(&b, 6, true, code_calls);
+        r = finish_write(s, &b, NULL, what, err);
+    }
+    sqlite3_finalize(b.st);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+int gw_store_get_usage(struct gw_store *s, const char *owner, unsigned days, json_t **out,
+                       struct corral_error *err)
+{
+    if (!out)
+        return corral_fail(err, EINVAL, "cannot read usage without somewhere to put it");
+    *out = NULL;
+    if (!owner)
+        owner = "";
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read the usage of \"%s\" from store %s", owner, s->name);
+    json_t *all = json_array();
+    if (!all)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    struct binder b = {NULL, SQLITE_OK};
+    pthread_mutex_lock(&s->lock);
+    int r = prepare_call(s,
+                         "SELECT day, requests, input_tokens, output_tokens, code_calls"
+                         " FROM usage WHERE owner = ?1 ORDER BY day DESC LIMIT ?2",
+                         &b.st, what, err);
+    bind_str(&b, 1, owner);
+    bind_i64(&b, 2, true, (int64_t)days);
+    if (r == 0 && b.rc != SQLITE_OK)
+        r = fail_sqlite(err, s->db, b.rc, "%s", what);
+    while (r == 0) {
+        int rc = sqlite3_step(b.st);
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            r = fail_sqlite(err, s->db, rc, "%s", what);
+            break;
+        }
+        const char *day = (const char *)sqlite3_column_text(b.st, 0);
+        if (!day) {
+            r = fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
+            break;
+        }
+        json_t *row = json_pack("{s:s, s:I, s:I, s:I, s:I}", "day", day, "requests",
+                                (json_int_t)sqlite3_column_int64(b.st, 1), "input_tokens",
+                                (json_int_t)sqlite3_column_int64(b.st, 2), "output_tokens",
+                                (json_int_t)sqlite3_column_int64(b.st, 3), "code_calls",
+                                (json_int_t)sqlite3_column_int64(b.st, 4));
+        if (!row || json_array_append_new(all, row) < 0)
+            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+    }
+    sqlite3_finalize(b.st);
+    pthread_mutex_unlock(&s->lock);
+    if (r < 0) {
+        json_decref(all);
+        return r;
+    }
+    *out = all;
+    return 0;
 }

@@ -107,4 +107,29 @@ int gw_store_list_files(struct gw_store *s, const char *owner, const char *purpo
 int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
                          struct corral_error *err);
 
+/* ---- virtual keys and usage ----
+ *
+ * A key is kept as its token: the SHA-256 of the key in lowercase hex,
+ * never the key itself. obj is what /key/info shows of it (its "token",
+ * "key_alias", "models", "rpm_limit", "max_containers",
+ * "max_container_memory", "created_at", "metadata"...): opaque to the store
+ * but for "created_at" (an integer, required), which orders the list. */
+int gw_store_put_key(struct gw_store *s, const char *token, json_t *obj,
+                     struct corral_error *err); /* -EEXIST when the token exists */
+int gw_store_get_key(struct gw_store *s, const char *token, json_t **out,
+                     struct corral_error *err); /* -ENOENT */
+/* Every key's obj, oldest first. */
+int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *err);
+int gw_store_delete_key(struct gw_store *s, const char *token,
+                        struct corral_error *err); /* -ENOENT */
+
+/* Adds to the owner's counters of the day ("YYYY-MM-DD", UTC). */
+int gw_store_add_usage(struct gw_store *s, const char *owner, const char *day, int64_t requests,
+                       int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
+                       struct corral_error *err);
+/* The owner's days, newest first: [{"day", "requests", "input_tokens",
+ * "output_tokens", "code_calls"}] (at most `days` of them). */
+int gw_store_get_usage(struct gw_store *s, const char *owner, unsigned days, json_t **out,
+                       struct corral_error *err);
+
 #endif

@@ -10,7 +10,9 @@ import os
 import re
 import signal
 import socket
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -59,6 +61,9 @@ class Gateway:
     def __init__(self, *args, env=None, sandbox_apis=False):
         self.port = free_port()
         pre = [] if sandbox_apis else ["--listen", "off", "--opensandbox-listen", "off"]
+        self.data = tempfile.mkdtemp(prefix="corral-gw-data-")  # containers, files, database
+        if "--gateway-data-dir" not in args:
+            pre += ["--gateway-data-dir", self.data]
         self.proc = subprocess.Popen(
             [CORRAL, "serve", *pre, "--gateway-listen", f"127.0.0.1:{self.port}", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -102,8 +107,10 @@ class Gateway:
         self.stopped = True
         if self.proc.poll() is not None:
             _, err = self.proc.communicate()
+            shutil.rmtree(self.data, ignore_errors=True)
             raise AssertionError(f"corral serve ended by itself ({self.proc.returncode}):\n{err}")
         err = terminate(self.proc)
+        shutil.rmtree(self.data, ignore_errors=True)
         assert self.proc.returncode == 0, err
         for marker in ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer"):
             assert marker not in err, err

@@ -26,6 +26,8 @@ class Server:
         self.port = free_port()
         if not any(a.startswith("--opensandbox-listen") for a in args):
             args = ("--opensandbox-listen", "off", *args)
+        if not any(a.startswith("--gateway-listen") for a in args):
+            args = ("--gateway-listen", "off", *args)
         self.proc = subprocess.Popen([CORRAL, "serve", "--listen", f"127.0.0.1:{self.port}",
                                       *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)

@@ -1,5 +1,5 @@
 /* The gateway's SQLite store (responses, containers, their files, uploaded
- * files): src/store/store.c. */
+ * files, virtual keys, usage): src/store/store.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -261,7 +262,7 @@ static void persists_in_a_file(void **state)
     struct stat st;
     assert_int_equal(stat(t->path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     assert_int_equal(sql_int(t->path, "SELECT created_at FROM responses WHERE id = 'resp_1'"), 42);
 
     s = open_ok(t->path);
@@ -283,7 +284,7 @@ static void persists_in_a_file(void **state)
 static void refuses_a_newer_schema(void **state)
 {
     struct tmp *t = *state;
-    sql_int(t->path, "PRAGMA user_version = 3");
+    sql_int(t->path, "PRAGMA user_version = 4");
     struct corral_error err = {0};
     struct gw_store *s = (struct gw_store *)&err; /* overwritten with NULL */
     int r = gw_store_open(t->path, &s, &err);
@@ -291,9 +292,9 @@ static void refuses_a_newer_schema(void **state)
     assert_int_equal(err.code, -r);
     assert_null(s);
     assert_non_null(strstr(err.message, t->path));
-    assert_non_null(strstr(err.message, "was written by a newer corral (schema 3)"));
+    assert_non_null(strstr(err.message, "was written by a newer corral (schema 4)"));
     /* And left as it was. */
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 4);
     assert_int_equal(
         sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE name = 'responses'"), 0);
 }
@@ -957,7 +958,7 @@ static void persists_containers_and_files(void **state)
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
     assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
     gw_store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     /* The columns beside the objects. */
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers WHERE id = 'cntr_1' AND "
                                       "owner = 'alice' AND name = 'box' AND created_at = 10 AND "
@@ -1031,16 +1032,501 @@ static void migrates_a_schema_1_database(void **state)
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
     assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_1", false);
     gw_store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND "
-                                      "name IN ('containers', 'container_files', 'files')"),
-                     3);
+                                      "name IN ('containers', 'container_files', 'files', "
+                                      "'keys', 'usage')"),
+                     5);
     /* And opening it again changes nothing. */
     s = open_ok(t->path);
     assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), 0);
     gw_store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 2);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+}
+
+/* ---- virtual keys and usage ---- */
+
+/* A token (64 lowercase hex digits) made of n. */
+static void make_token(char token[65], unsigned n)
+{
+    snprintf(token, 65, "%064x", n);
+}
+
+static json_t *key_obj(const char *token, const char *alias, int64_t created_at)
+{
+    json_t *k = json_pack("{s:s, s:s, s:[s], s:i, s:I, s:{s:s}}", "token", token, "key_alias",
+                          alias, "models", "gpt-4o-mini", "rpm_limit", 60, "created_at",
+                          (json_int_t)created_at, "metadata", "team", "h\u00e9llo");
+    assert_non_null(k);
+    return k;
+}
+
+static void put_key_ok(struct gw_store *s, const char *token, json_t *k)
+{
+    struct corral_error err = {0};
+    int r = gw_store_put_key(s, token, k, &err);
+    if (r != 0)
+        print_error("gw_store_put_key: %s\n", err.message);
+    assert_int_equal(r, 0);
+    json_decref(k);
+}
+
+/* The key_alias of each key of the list, joined by commas, checked against
+ * `want`; frees it. */
+static void assert_aliases(json_t *list, const char *want)
+{
+    assert_true(json_is_array(list));
+    char got[512] = "";
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        const char *alias = json_string_value(json_object_get(v, "key_alias"));
+        assert_non_null(alias);
+        size_t len = strlen(got);
+        snprintf(got + len, sizeof(got) - len, "%s%s", i ? "," : "", alias);
+    }
+    if (strcmp(got, want) != 0)
+        print_error("aliases: got \"%s\", want \"%s\"\n", got, want);
+    assert_string_equal(got, want);
+    json_decref(list);
+}
+
+static void assert_keys(struct gw_store *s, const char *want)
+{
+    struct corral_error err = {0};
+    json_t *list = NULL;
+    int r = gw_store_list_keys(s, &list, &err);
+    if (r != 0)
+        print_error("gw_store_list_keys: %s\n", err.message);
+    assert_int_equal(r, 0);
+    assert_aliases(list, want);
+}
+
+static void keeps_keys(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    char t1[65], t2[65];
+    make_token(t1, 1);
+    make_token(t2, 2);
+    json_t *k = key_obj(t1, "first", 1700000000);
+    assert_int_equal(gw_store_put_key(s, t1, k, &err), 0);
+    json_t *back = NULL;
+    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_true(json_equal(back, k));
+    json_decref(back);
+    /* An existence check. */
+    assert_int_equal(gw_store_get_key(s, t1, NULL, &err), 0);
+
+    /* A token is stored once: a second put is refused and changes nothing. */
+    json_t *other = key_obj(t1, "impostor", 1);
+    err = (struct corral_error){0};
+    assert_int_equal(gw_store_put_key(s, t1, other, &err), -EEXIST);
+    assert_int_equal(err.code, EEXIST);
+    assert_non_null(strstr(err.message, t1));
+    json_decref(other);
+    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_true(json_equal(back, k));
+    json_decref(back);
+    json_decref(k);
+
+    /* Missing. */
+    back = (json_t *)&err;
+    err = (struct corral_error){0};
+    assert_int_equal(gw_store_get_key(s, t2, &back, &err), -ENOENT);
+    assert_null(back);
+    assert_int_equal(err.code, ENOENT);
+    assert_non_null(strstr(err.message, t2));
+    assert_int_equal(gw_store_delete_key(s, t2, &err), -ENOENT);
+    assert_non_null(strstr(err.message, t2));
+
+    put_key_ok(s, t2, key_obj(t2, "second", 1700000001));
+    assert_int_equal(gw_store_delete_key(s, t1, &err), 0);
+    assert_int_equal(gw_store_get_key(s, t1, NULL, &err), -ENOENT);
+    assert_int_equal(gw_store_delete_key(s, t1, &err), -ENOENT);
+    /* Only that one. */
+    assert_keys(s, "second");
+    /* And a deleted token may be stored again. */
+    put_key_ok(s, t1, key_obj(t1, "again", 1700000002));
+    assert_keys(s, "second,again");
+    gw_store_close(s);
+}
+
+static void lists_keys_oldest_first(void **state)
+{
+    struct gw_store *s = open_ok(NULL);
+    assert_keys(s, "");
+    const struct {
+        const char *alias;
+        int64_t created_at;
+    } keys[] = {{"c", 30}, {"a1", 10}, {"b", 20}, {"a2", 10}, {"z", -5}};
+    for (unsigned i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        char t[65];
+        make_token(t, 100 + i);
+        put_key_ok(s, t, key_obj(t, keys[i].alias, keys[i].created_at));
+    }
+    /* By created_at, then in the order they were stored. */
+    assert_keys(s, "z,a1,a2,b,c");
+    struct corral_error err = {0};
+    char t[65];
+    make_token(t, 101); /* a1 */
+    assert_int_equal(gw_store_delete_key(s, t, &err), 0);
+    assert_keys(s, "z,a2,b,c");
+    gw_store_close(s);
+}
+
+static void refuses_bad_keys(void **state)
+{
+    struct gw_store *s = open_ok(NULL);
+    char t[65];
+    make_token(t, 7);
+    json_t *k = key_obj(t, "k", 1);
+    /* Tokens that are not a SHA-256 in lowercase hex; a message never shows
+     * one (it could be the key itself). */
+    char upper[65], short_token[64], long_token[66];
+    snprintf(upper, sizeof(upper), "%064X", 0xabcu);
+    snprintf(short_token, sizeof(short_token), "%063x", 7u);
+    snprintf(long_token, sizeof(long_token), "%065x", 7u);
+    const char *bad_tokens[] = {
+        NULL,
+        "",
+        "sk-secret-key-0123456789",
+        upper,
+        short_token,
+        long_token,
+        "g000000000000000000000000000000000000000000000000000000000000000",
+    };
+    for (size_t i = 0; i < sizeof(bad_tokens) / sizeof(bad_tokens[0]); i++) {
+        struct corral_error err = {0};
+        json_t *back = (json_t *)&err;
+        assert_int_equal(gw_store_put_key(s, bad_tokens[i], k, &err), -EINVAL);
+        assert_int_equal(err.code, EINVAL);
+        assert_non_null(strstr(err.message, "token"));
+        if (bad_tokens[i] && *bad_tokens[i])
+            assert_null(strstr(err.message, bad_tokens[i]));
+        assert_int_equal(gw_store_get_key(s, bad_tokens[i], &back, &err), -EINVAL);
+        assert_null(back);
+        assert_int_equal(gw_store_delete_key(s, bad_tokens[i], &err), -EINVAL);
+    }
+    json_decref(k);
+
+    /* Objects that are not, or without an integer created_at. */
+    struct corral_error err = {0};
+    assert_int_equal(gw_store_put_key(s, t, NULL, &err), -EINVAL);
+    json_t *v = json_array();
+    assert_int_equal(gw_store_put_key(s, t, v, &err), -EINVAL);
+    json_decref(v);
+    json_t *bad_created[] = {NULL, json_string("10"), json_real(1.5), json_null()};
+    for (size_t i = 0; i < sizeof(bad_created) / sizeof(bad_created[0]); i++) {
+        k = key_obj(t, "k", 1);
+        if (bad_created[i])
+            json_object_set_new(k, "created_at", bad_created[i]);
+        else
+            json_object_del(k, "created_at");
+        err = (struct corral_error){0};
+        assert_int_equal(gw_store_put_key(s, t, k, &err), -EINVAL);
+        assert_int_equal(err.code, EINVAL);
+        assert_non_null(strstr(err.message, "created_at"));
+        json_decref(k);
+    }
+    assert_int_equal(gw_store_list_keys(s, NULL, &err), -EINVAL);
+    /* Nothing was stored. */
+    assert_keys(s, "");
+    assert_int_equal(gw_store_get_key(s, t, NULL, &err), -ENOENT);
+    gw_store_close(s);
+}
+
+/* The owner's usage (at most `days` days) as "day:requests/input/output/code"
+ * joined by commas, checked against `want`. */
+static void assert_usage(struct gw_store *s, const char *owner, unsigned days, const char *want)
+{
+    struct corral_error err = {0};
+    json_t *list = NULL;
+    int r = gw_store_get_usage(s, owner, days, &list, &err);
+    if (r != 0)
+        print_error("gw_store_get_usage: %s\n", err.message);
+    assert_int_equal(r, 0);
+    assert_true(json_is_array(list));
+    char got[512] = "";
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        assert_int_equal(json_object_size(v), 5);
+        const char *day = json_string_value(json_object_get(v, "day"));
+        assert_non_null(day);
+        const char *names[] = {"requests", "input_tokens", "output_tokens", "code_calls"};
+        json_int_t n[4];
+        for (int j = 0; j < 4; j++) {
+            json_t *c = json_object_get(v, names[j]);
+            assert_true(json_is_integer(c));
+            n[j] = json_integer_value(c);
+        }
+        size_t len = strlen(got);
+        snprintf(got + len, sizeof(got) - len, "%s%s:%lld/%lld/%lld/%lld", i ? "," : "", day,
+                 (long long)n[0], (long long)n[1], (long long)n[2], (long long)n[3]);
+    }
+    if (strcmp(got, want) != 0)
+        print_error("usage of %s: got \"%s\", want \"%s\"\n", owner ? owner : "(null)", got, want);
+    assert_string_equal(got, want);
+    json_decref(list);
+}
+
+static void add_usage_ok(struct gw_store *s, const char *owner, const char *day, int64_t requests,
+                         int64_t input_tokens, int64_t output_tokens, int64_t code_calls)
+{
+    struct corral_error err = {0};
+    int r =
+        gw_store_add_usage(s, owner, day, requests, input_tokens, output_tokens, code_calls, &err);
+    if (r != 0)
+        print_error("gw_store_add_usage: %s\n", err.message);
+    assert_int_equal(r, 0);
+}
+
+static void counts_usage(void **state)
+{
+    struct gw_store *s = open_ok(NULL);
+    assert_usage(s, "k:alice", 30, "");
+
+    /* Calls of the same day add up. */
+    add_usage_ok(s, "k:alice", "2024-03-01", 1, 100, 20, 0);
+    add_usage_ok(s, "k:alice", "2024-03-01", 1, 50, 5, 2);
+    add_usage_ok(s, "k:alice", "2024-03-01", 0, 0, 0, 1);
+    assert_usage(s, "k:alice", 30, "2024-03-01:2/150/25/3");
+
+    /* Other days and other owners are counted apart. */
+    add_usage_ok(s, "k:alice", "2024-02-28", 4, 400, 40, 4);
+    add_usage_ok(s, "k:alice", "2024-03-10", 1, 1, 1, 1);
+    add_usage_ok(s, "k:bob", "2024-03-01", 7, 70, 7, 0);
+    add_usage_ok(s, "k:alice", "2024-03-10", 2, 3000000000, 5000000000, 0);
+    /* Newest first. */
+    assert_usage(s, "k:alice", 30,
+                 "2024-03-10:3/3000000001/5000000001/1,2024-03-01:2/150/25/3,"
+                 "2024-02-28:4/400/40/4");
+    assert_usage(s, "k:bob", 30, "2024-03-01:7/70/7/0");
+    assert_usage(s, "k:carol", 30, "");
+
+    /* At most `days` of them, the newest; none for 0. */
+    assert_usage(s, "k:alice", 2, "2024-03-10:3/3000000001/5000000001/1,2024-03-01:2/150/25/3");
+    assert_usage(s, "k:alice", 1, "2024-03-10:3/3000000001/5000000001/1");
+    assert_usage(s, "k:alice", 0, "");
+    assert_usage(s, "k:alice", UINT_MAX,
+                 "2024-03-10:3/3000000001/5000000001/1,2024-03-01:2/150/25/3,"
+                 "2024-02-28:4/400/40/4");
+
+    /* A year's turn sorts as it should. */
+    add_usage_ok(s, "k:bob", "2023-12-31", 1, 0, 0, 0);
+    add_usage_ok(s, "k:bob", "2024-01-01", 1, 0, 0, 0);
+    assert_usage(s, "k:bob", 2, "2024-03-01:7/70/7/0,2024-01-01:1/0/0/0");
+
+    /* A NULL owner is the empty owner. */
+    add_usage_ok(s, NULL, "2024-03-01", 1, 2, 3, 4);
+    add_usage_ok(s, "", "2024-03-01", 1, 2, 3, 4);
+    assert_usage(s, "", 10, "2024-03-01:2/4/6/8");
+    assert_usage(s, NULL, 10, "2024-03-01:2/4/6/8");
+    gw_store_close(s);
+}
+
+static void refuses_bad_usage(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    const char *bad_days[] = {
+        NULL,          "",
+        "2024-3-01",   "2024-03-1",
+        "2024/03/01",  "2024-00-10",
+        "2024-13-01",  "2024-01-00",
+        "2024-01-32",  "20240301",
+        "2024-03-01 ", "a024-03-01",
+        "2024-03-0x",  "2024-03-01T00:00:00Z",
+    };
+    for (size_t i = 0; i < sizeof(bad_days) / sizeof(bad_days[0]); i++) {
+        err = (struct corral_error){0};
+        assert_int_equal(gw_store_add_usage(s, "k:alice", bad_days[i], 1, 1, 1, 1, &err), -EINVAL);
+        assert_int_equal(err.code, EINVAL);
+        assert_non_null(strstr(err.message, "YYYY-MM-DD"));
+    }
+    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", -1, 0, 0, 0, &err), -EINVAL);
+    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", 0, -1, 0, 0, &err), -EINVAL);
+    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", 0, 0, -1, 0, &err), -EINVAL);
+    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", 0, 0, 0, -1, &err), -EINVAL);
+    assert_int_equal(gw_store_get_usage(s, "k:alice", 10, NULL, &err), -EINVAL);
+    /* Nothing was counted. */
+    assert_usage(s, "k:alice", 10, "");
+    gw_store_close(s);
+}
+
+#define USAGE_THREADS   4
+#define ADDS_PER_THREAD 250
+
+struct counter {
+    struct gw_store *s;
+    int failures;
+    char message[CORRAL_ERROR_MESSAGE_MAX];
+};
+
+static void *add_many(void *arg)
+{
+    struct counter *c = arg;
+    for (int i = 0; i < ADDS_PER_THREAD; i++) {
+        struct corral_error err = {0};
+        if (gw_store_add_usage(c->s, "k:busy", i % 2 ? "2024-05-02" : "2024-05-01", 1, 10, 100, 3,
+                               &err) < 0) {
+            c->failures++;
+            snprintf(c->message, sizeof(c->message), "%s", err.message);
+        }
+    }
+    return NULL;
+}
+
+static void counts_usage_from_many_threads(void **state)
+{
+    struct tmp *t = *state;
+    struct gw_store *s = open_ok(t->path);
+    struct counter counters[USAGE_THREADS];
+    pthread_t threads[USAGE_THREADS];
+    for (int n = 0; n < USAGE_THREADS; n++) {
+        counters[n] = (struct counter){.s = s};
+        assert_int_equal(pthread_create(&threads[n], NULL, add_many, &counters[n]), 0);
+    }
+    for (int n = 0; n < USAGE_THREADS; n++)
+        assert_int_equal(pthread_join(threads[n], NULL), 0);
+    for (int n = 0; n < USAGE_THREADS; n++) {
+        if (counters[n].failures)
+            print_error("thread %d: %s\n", n, counters[n].message);
+        assert_int_equal(counters[n].failures, 0);
+    }
+    /* 4 threads x 125 adds a day: none lost. */
+    assert_usage(s, "k:busy", 7, "2024-05-02:500/5000/50000/1500,2024-05-01:500/5000/50000/1500");
+    gw_store_close(s);
+}
+
+static void persists_keys_and_usage(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    char t1[65], t2[65], t3[65];
+    make_token(t1, 0xa1);
+    make_token(t2, 0xb2);
+    make_token(t3, 0xc3);
+    struct gw_store *s = open_ok(t->path);
+    put_key_ok(s, t1, key_obj(t1, "one", 20));
+    put_key_ok(s, t2, key_obj(t2, "two", 10));
+    put_key_ok(s, t3, key_obj(t3, "three", 30));
+    assert_int_equal(gw_store_delete_key(s, t3, &err), 0);
+    add_usage_ok(s, "k:alice", "2024-03-01", 1, 10, 20, 1);
+    add_usage_ok(s, "k:alice", "2024-03-01", 1, 10, 20, 0);
+    add_usage_ok(s, "k:alice", "2024-03-02", 5, 6, 7, 8);
+    gw_store_close(s);
+
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT created_at FROM keys WHERE token = '%s'", t1);
+    assert_int_equal(sql_int(t->path, sql), 20);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM keys"), 2);
+    assert_int_equal(sql_int(t->path,
+                             "SELECT count(*) FROM usage WHERE owner = 'k:alice' AND day = "
+                             "'2024-03-01' AND requests = 2 AND input_tokens = 20 AND "
+                             "output_tokens = 40 AND code_calls = 1"),
+                     1);
+
+    s = open_ok(t->path);
+    json_t *back = NULL;
+    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    json_t *want = key_obj(t1, "one", 20);
+    assert_true(json_equal(back, want));
+    json_decref(want);
+    json_decref(back);
+    assert_int_equal(gw_store_get_key(s, t3, NULL, &err), -ENOENT);
+    assert_keys(s, "two,one");
+    assert_usage(s, "k:alice", 10, "2024-03-02:5/6/7/8,2024-03-01:2/20/40/1");
+    /* Counting goes on from what was stored. */
+    add_usage_ok(s, "k:alice", "2024-03-02", 1, 1, 1, 1);
+    assert_int_equal(gw_store_delete_key(s, t2, &err), 0);
+    gw_store_close(s);
+
+    s = open_ok(t->path);
+    assert_keys(s, "one");
+    assert_usage(s, "k:alice", 1, "2024-03-02:6/7/8/9");
+    gw_store_close(s);
+}
+
+static void migrates_a_schema_2_database(void **state)
+{
+    struct tmp *t = *state;
+    /* As a corral with containers and files left it. */
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(t->path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(
+            db,
+            "CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at INTEGER "
+            "NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL, context TEXT NOT NULL);"
+            "CREATE TABLE containers (id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT, "
+            "created_at INTEGER NOT NULL, last_active_at INTEGER, status TEXT, expires_minutes "
+            "INTEGER, memory_limit TEXT, object TEXT NOT NULL);"
+            "CREATE INDEX containers_by_owner ON containers (owner, created_at);"
+            "CREATE INDEX containers_by_status ON containers (status);"
+            "CREATE TABLE container_files (id TEXT PRIMARY KEY, container_id TEXT NOT NULL, path "
+            "TEXT NOT NULL, created_at INTEGER NOT NULL, source TEXT, object TEXT NOT NULL, "
+            "UNIQUE (container_id, path));"
+            "CREATE INDEX container_files_by_container ON container_files (container_id, "
+            "created_at);"
+            "CREATE TABLE files (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at INTEGER NOT "
+            "NULL, purpose TEXT, object TEXT NOT NULL);"
+            "CREATE INDEX files_by_owner ON files (owner, created_at);"
+            "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', 'c');"
+            "INSERT INTO containers VALUES ('cntr_1', 'alice', 'box', 10, 10, 'running', 20, "
+            "'1g', '{\"id\":\"cntr_1\",\"object\":\"container\",\"created_at\":10,"
+            "\"status\":\"running\",\"name\":\"box\"}');"
+            "INSERT INTO container_files VALUES ('cfile_1', 'cntr_1', '/mnt/data/a', 11, 'user', "
+            "'{\"id\":\"cfile_1\",\"container_id\":\"cntr_1\",\"path\":\"/mnt/data/a\","
+            "\"created_at\":11}');"
+            "INSERT INTO files VALUES ('file_1', 'alice', 30, 'user_data', "
+            "'{\"id\":\"file_1\",\"object\":\"file\",\"created_at\":30}');"
+            "PRAGMA user_version = 2;",
+            NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(t->path);
+    /* What it held is still there. */
+    char *response = NULL;
+    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
+    assert_string_equal(response, "r");
+    free(response);
+    json_t *back = NULL;
+    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "name")), "box");
+    json_decref(back);
+    assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_1", false);
+    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/a", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_1");
+    json_decref(back);
+    assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1", false);
+    /* And it has keys and usage now. */
+    assert_keys(s, "");
+    assert_usage(s, "k:alice", 10, "");
+    char t1[65];
+    make_token(t1, 1);
+    put_key_ok(s, t1, key_obj(t1, "one", 5));
+    add_usage_ok(s, "k:alice", "2024-03-01", 1, 2, 3, 4);
+    gw_store_close(s);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers"), 1);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files"), 1);
+    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM files"), 1);
+
+    /* And opening it again changes nothing. */
+    s = open_ok(t->path);
+    assert_keys(s, "one");
+    assert_usage(s, "k:alice", 10, "2024-03-01:1/2/3/4");
+    gw_store_close(s);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
 }
 
 int main(void)
@@ -1067,6 +1553,14 @@ int main(void)
         cmocka_unit_test(refuses_bad_objects),
         cmocka_unit_test_setup_teardown(persists_containers_and_files, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(migrates_a_schema_1_database, make_tmp, remove_tmp),
+        cmocka_unit_test(keeps_keys),
+        cmocka_unit_test(lists_keys_oldest_first),
+        cmocka_unit_test(refuses_bad_keys),
+        cmocka_unit_test(counts_usage),
+        cmocka_unit_test(refuses_bad_usage),
+        cmocka_unit_test_setup_teardown(counts_usage_from_many_threads, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(persists_keys_and_usage, make_tmp, remove_tmp),
+        cmocka_unit_test_setup_teardown(migrates_a_schema_2_database, make_tmp, remove_tmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
