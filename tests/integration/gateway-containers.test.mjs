@@ -3,7 +3,7 @@
 // scripted upstream of upstream.mjs: a container made, a CSV uploaded and
 // analysed in it through /v1/responses, its state kept for a second request,
 // a chart saved by the code coming back as a cited container file, expiry,
-// and everything found again after a restart of the server.
+// and everything found again after the server is killed and started again.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
@@ -127,10 +127,10 @@ test('an unused container expires: its files go, using it is an error', T, async
   );
 });
 
-test('after a restart of the server the container and its files are there', T, async () => {
+test('after a kill -9 of the server and a restart, the container and its files are there', T, async () => {
   assert.ok(kept, 'the first test made the container');
-  // the first test's container expires 20 minutes after its last use: keep it alive across the restart
-  await gw.restart();
+  // the first test's container expires 20 minutes after its last use: it lives across the restart
+  await gw.restart({ kill: true });
   const c = gw.client;
   const box = await c.containers.retrieve(kept.id);
   assert.equal(box.status, 'running');

@@ -89,9 +89,16 @@ export function useGateway({ gatewayLines = [] } = {}) {
     await gw.upstream?.close();
     if (gw.dir) fs.rmSync(gw.dir, { recursive: true, force: true });
   });
-  /** Stops `corral serve` and starts it again with the same config (new ports). */
-  gw.restart = async () => {
-    await ctx.server.stop();
+  /**
+   * Stops `corral serve` (kill: with SIGKILL, as a crash would) and starts
+   * it again with the same config (new ports).
+   */
+  gw.restart = async ({ kill = false } = {}) => {
+    if (kill) {
+      await ctx.server.kill();
+    } else {
+      await ctx.server.stop();
+    }
     ctx.server = await startServer({ config: gw.config, gateway: true });
     ctx.server.setEnv();
     client = null;

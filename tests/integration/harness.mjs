@@ -186,6 +186,15 @@ export class CorralServer {
     return { total, clients, own: total - clients };
   }
 
+  /** SIGKILL, as a crash would: whatever it leaves is for the next start to clean. */
+  async kill() {
+    this.stopping = true;
+    for (const key of processTree(this.pid)) ourProcesses.add(key);
+    this.child.kill('SIGKILL');
+    await this.exited;
+    if (this.proxy) await this.proxy.close();
+  }
+
   /**
    * SIGTERM, then asserts a clean exit (status 0 within 10 s) and no sanitizer
    * report. Throws an Error listing every problem, with the server's stderr.
