@@ -23,6 +23,9 @@
  * The configuration is the YAML of `corral serve --config` (LiteLLM's proxy
  * keys model_list, sandbox_tools, litellm_settings, general_settings, and
  * corral's own `gateway:` keys); see the README.
+ * Beside the calls: containers and files (corral_gateway_objects), kept in
+ * gateway.data_dir (without one, a private temporary directory removed by
+ * corral_gateway_free), and virtual keys (corral_gateway_admin).
  * Calls are thread-safe: any number may run at once on one gateway.
  */
 #ifndef CORRAL_GATEWAY_H

@@ -444,7 +444,13 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
                       "string; nothing ran.");
     }
     struct gw_container *ct = gw_call_container(c, &err);
-    if (!ct) {
+    int rc = 0;
+    if (ct) {
+        pthread_mutex_lock(&ct->exec_lock);
+        if ((rc = gw_container_sandbox(c->gw, ct, &err)) < 0)
+            pthread_mutex_unlock(&ct->exec_lock);
+    }
+    if (!ct || rc < 0) {
         json_decref(args);
         gw_emit_code_done(c, tc, "failed", NULL);
         struct strbuf b = {0};
@@ -457,22 +463,9 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     gw_emit_interpreting(c, tc);
     struct gw_running watch = {.c = ct, .cancelled = client_gone, .userdata = c};
     struct gw_exec_output o = {0};
-    pthread_mutex_lock(&ct->exec_lock);
-    int rc = gw_container_sandbox(c->gw, ct, &err);
-    if (rc < 0) {
-        pthread_mutex_unlock(&ct->exec_lock);
-        json_decref(args);
-        gw_emit_code_done(c, tc, "failed", NULL);
-        struct strbuf b = {0};
-        strbuf_printf(&b, "error: the sandbox could not be started (%s); nothing ran.",
-                      err.message);
-        return strbuf_take(&b);
-    }
-    {
-        gw_watch_start(c->gw, &watch);
-        rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
-        gw_watch_stop(c->gw, &watch);
-    }
+    gw_watch_start(c->gw, &watch);
+    rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
+    gw_watch_stop(c->gw, &watch);
     if (rc == 0 && !watch.fired) {
         gw_container_collect(c->gw, ct, o.files);
         size_t i;

@@ -146,3 +146,21 @@ test('after a kill -9 of the server and a restart, the container and its files a
   assert.equal(r.output_text, `${kept.bytes} False`);
   await c.containers.delete(kept.id);
 });
+
+test("memory_limit is the sandbox's memory limit, capped by the key's max_container_memory", T, async () => {
+  const c = gw.client;
+  const grab = "x = bytearray(1536 * 2**20)\nprint('held', len(x) >> 20)";
+  async function run(box) {
+    const m = gw.marker('memory');
+    gw.upstream.script(m, [{ code: grab }, (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) })]);
+    const r = await c.responses.create({ model: MODEL, input: `${m} Hold 1.5 GiB.`, tools: [{ type: 'code_interpreter', container: box.id }] });
+    return r.output_text;
+  }
+  const small = await c.containers.create({ name: 'small', memory_limit: '1g' });
+  assert.equal(small.memory_limit, '1g');
+  assert.notEqual(await run(small), 'held 1536', '1.5 GiB held under a 1 GiB limit');
+  const big = await c.containers.create({ name: 'big', memory_limit: '4g' });
+  assert.equal(await run(big), 'held 1536');
+  await c.containers.delete(small.id);
+  await c.containers.delete(big.id);
+});
