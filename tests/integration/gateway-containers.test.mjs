@@ -7,9 +7,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { toFile } from 'openai';
+import OpenAI, { toFile } from 'openai';
 
-import { PNG_SIGNATURE, useGateway } from './gateway-helpers.mjs';
+import { MASTER_KEY, PNG_SIGNATURE, useGateway } from './gateway-helpers.mjs';
 
 const gw = useGateway({ gatewayLines: ['container_expiry: 3'] });
 const T = { timeout: 120_000 };
@@ -148,14 +148,14 @@ test('after a kill -9 of the server and a restart, the container and its files a
 });
 
 test("memory_limit is the sandbox's memory limit, capped by the key's max_container_memory", T, async () => {
-  const c = gw.client;
   const grab = "x = bytearray(1536 * 2**20)\nprint('held', len(x) >> 20)";
-  async function run(box) {
+  async function run(box, c = gw.client) {
     const m = gw.marker('memory');
     gw.upstream.script(m, [{ code: grab }, (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) })]);
     const r = await c.responses.create({ model: MODEL, input: `${m} Hold 1.5 GiB.`, tools: [{ type: 'code_interpreter', container: box.id }] });
     return r.output_text;
   }
+  const c = gw.client;
   const small = await c.containers.create({ name: 'small', memory_limit: '1g' });
   assert.equal(small.memory_limit, '1g');
   assert.notEqual(await run(small), 'held 1536', '1.5 GiB held under a 1 GiB limit');
@@ -163,4 +163,17 @@ test("memory_limit is the sandbox's memory limit, capped by the key's max_contai
   assert.equal(await run(big), 'held 1536');
   await c.containers.delete(small.id);
   await c.containers.delete(big.id);
+
+  // a key allowed 1g at most gets 1g whatever its container asks
+  const base = gw.server.gatewayUrl.replace(/\/v1$/, '');
+  const made = await fetch(`${base}/key/generate`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${MASTER_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ max_container_memory: '1g' }),
+  });
+  const key = (await made.json()).key;
+  const k = new OpenAI({ baseURL: gw.server.gatewayUrl, apiKey: key, maxRetries: 0 });
+  const capped = await k.containers.create({ name: 'capped', memory_limit: '4g' });
+  assert.notEqual(await run(capped, k), 'held 1536', '1.5 GiB held by a key capped at 1g');
+  await k.containers.delete(capped.id);
 });
