@@ -108,6 +108,37 @@ test('files uploaded through /v1/files go into a container by file_id', T, async
   assert.equal(r.output_text, '1');
   await c.containers.delete(box.id);
   await assert.rejects(c.containers.retrieve(box.id), (e) => e.status === 404);
+
+  // an auto container with file_ids gets them too
+  const b = gw.marker('files-auto');
+  gw.upstream.script(b, [{ code: "print(open('/mnt/data/one.csv').read().split()[0])" }, (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) })]);
+  const auto = await c.responses.create({
+    model: MODEL,
+    input: `${b} Read it.`,
+    tools: [{ type: 'code_interpreter', container: { type: 'auto', file_ids: [f.id], memory_limit: '4g' } }],
+  });
+  assert.equal(auto.output_text, 'x');
+  const autoBox = await c.containers.retrieve(auto.output.find((i) => i.type === 'code_interpreter_call').container_id);
+  assert.equal(autoBox.memory_limit, '4g');
+  await c.containers.delete(autoBox.id);
+  await assert.rejects(
+    c.responses.create({ model: MODEL, input: `${b} again`, tools: [{ type: 'code_interpreter', container: { type: 'auto', file_ids: ['file-nope'] } }] }),
+    (e) => e.status === 404,
+  );
+
+  // lists page as OpenAI's: limit, order, after, has_more
+  const made = [];
+  for (let i = 0; i < 3; i++) made.push((await c.containers.create({ name: `page-${i}` })).id);
+  const first = await c.containers.list({ limit: 2, order: 'asc' });
+  assert.equal(first.data.length, 2);
+  assert.equal(first.has_more, true);
+  const all = [];
+  for await (const x of await c.containers.list({ limit: 2, order: 'asc' })) all.push(x.id);
+  assert.deepEqual(all.filter((id) => made.includes(id)), made);
+  const desc = [];
+  for await (const x of await c.containers.list({ order: 'desc' })) desc.push(x.id);
+  assert.deepEqual(desc.filter((id) => made.includes(id)), [...made].reverse());
+  for (const id of made) await c.containers.delete(id);
   await c.files.delete(f.id);
   await assert.rejects(c.files.retrieve(f.id), (e) => e.status === 404);
 });
