@@ -175,9 +175,9 @@ static void mask_key(const char *key, char *out, size_t len)
 /* NULL when the request may go on (*key: the key it presented, or NULL),
  * else the 401 answer. */
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
-                                          const char **key, bool *is_virtual)
+                                          const char **key, struct gw_key_policy *policy)
 {
-    *is_virtual = false;
+    memset(policy, 0, sizeof(*policy));
     const char *bearer = bearer_key(req), *azure = azure_key(req);
     const char *master = corral_gateway_master_key(oa->gw);
     *key = bearer ? bearer : azure;
@@ -189,10 +189,8 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
         *key = azure;
         return NULL;
     }
-    if (*key && corral_gateway_key_valid(oa->gw, *key)) {
-        *is_virtual = true;
-        return NULL;
-    }
+    if (*key && gw_key_policy(oa->gw, *key, policy) == 0)
+        return NULL; /* a virtual key: its settings are in *policy */
     if (!*key)
         return invalid(401, NULL,
                        "You didn't provide an API key. You need to provide your API key in an "
@@ -668,8 +666,8 @@ static struct http_response *route(struct openai *oa, const struct http_request 
             return not_allowed(req, r);
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
     }
-    bool is_virtual;
-    struct http_response *denied = authenticate(oa, req, &key, &is_virtual);
+    __attribute__((cleanup(gw_key_policy_free))) struct gw_key_policy policy;
+    struct http_response *denied = authenticate(oa, req, &key, &policy);
     if (denied)
         return denied;
     if (r == R_NONE)
@@ -679,7 +677,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     struct corral_gateway_reply rep = {0};
     int rc;
     if (r == R_ADMIN) {
-        if (is_virtual || !corral_gateway_master_key(oa->gw))
+        if (policy.found || !corral_gateway_master_key(oa->gw))
             return invalid(401, "invalid_api_key",
                            "The key endpoints take the master key (general_settings.master_key).");
         rc = corral_gateway_admin(oa->gw, req->method, arg, http_query(req, "key"), req->body,
@@ -688,7 +686,9 @@ static struct http_response *route(struct openai *oa, const struct http_request 
         corral_gateway_reply_free(&rep);
         return resp;
     }
-    if (is_virtual && corral_gateway_rate(oa->gw, key, &rep) < 0) {
+    unsigned wait = 0;
+    if (policy.found && gw_key_take(oa->gw, &policy, &wait) < 0) {
+        gw_reply_rate_limited(&rep, &policy, wait);
         struct http_response *resp = reply_response(&rep, -EBUSY, rid);
         corral_gateway_reply_free(&rep);
         return resp;

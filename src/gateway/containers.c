@@ -306,7 +306,7 @@ static void push_files(corral_gateway *gw, struct gw_container *c)
         const char *path = json_string_value(json_object_get(f, "path"));
         char disk[4096], *data = NULL;
         size_t len = 0;
-        snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, id);
+        gw_cfile_disk(gw, c->id, id, disk, sizeof(disk));
         if (gw_blob_read(disk, &data, &len, &err) == 0) {
             if (c->provider->write_file(c->sb, path, data, len, &err) < 0)
                 fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
@@ -363,22 +363,20 @@ static json_t *cfile_object(const char *id, const char *container_id, const char
                      "container_id", container_id, "path", path, "source", source);
 }
 
-int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
-                          const void *data, size_t len, const char *source, bool into_sandbox,
-                          json_t **out, struct corral_error *err)
+void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
+                   size_t len)
 {
-    json_t *old = NULL;
-    char id[64];
-    int64_t created = now_s();
-    if (gw_store_find_cfile(gw->store, c->id, path, &old, err) == 0) {
-        snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(old, "id")));
-        created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
-    } else {
-        gw_new_id(id, sizeof(id), "cfile_", 32);
-    }
-    json_decref(old);
+    snprintf(out, len, "%s/containers/%s/%s", gw->data_dir, container_id, id);
+}
+
+/* Keeps the file `id` of c at `path`: on disk, in the sandbox when asked
+ * and it runs, in the store. */
+static int save_cfile(corral_gateway *gw, struct gw_container *c, const char *id, const char *path,
+                      const void *data, size_t len, int64_t created, const char *source,
+                      bool into_sandbox, json_t **out, struct corral_error *err)
+{
     char disk[4096];
-    snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, id);
+    gw_cfile_disk(gw, c->id, id, disk, sizeof(disk));
     int rc = gw_blob_write(disk, data, len, err);
     if (rc < 0)
         return rc;
@@ -394,6 +392,23 @@ int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char
     else
         json_decref(obj);
     return 0;
+}
+
+int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
+                          const void *data, size_t len, const char *source, bool into_sandbox,
+                          json_t **out, struct corral_error *err)
+{
+    json_t *old = NULL;
+    char id[64];
+    int64_t created = now_s();
+    if (gw_store_find_cfile(gw->store, c->id, path, &old, err) == 0) {
+        snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(old, "id")));
+        created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
+    } else {
+        gw_new_id(id, sizeof(id), "cfile_", 32);
+    }
+    json_decref(old);
+    return save_cfile(gw, c, id, path, data, len, created, source, into_sandbox, out, err);
 }
 
 void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed)
@@ -429,17 +444,9 @@ char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const c
     char id[64], path[128];
     gw_new_id(id, sizeof(id), "cfile_", 32);
     snprintf(path, sizeof(path), "/mnt/data/%s.png", id);
-    char disk[4096];
-    snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, id);
-    char *ret = NULL;
-    if (gw_blob_write(disk, png, len, &err) == 0) {
-        json_t *obj = cfile_object(id, c->id, path, len, now_s(), "assistant");
-        if (gw_store_put_cfile(gw->store, obj, &err) == 0)
-            ret = strdup(id);
-        json_decref(obj);
-    }
+    int rc = save_cfile(gw, c, id, path, png, len, now_s(), "assistant", false, NULL, &err);
     free(png);
-    return ret;
+    return rc == 0 ? strdup(id) : NULL;
 }
 
 /* ---- finding, releasing, expiring ---- */
@@ -476,7 +483,7 @@ static void container_free(corral_gateway *gw, struct gw_container *c)
         c->provider->destroy(c->sb);
     if (c->gone) { /* deleted or expired: its files go */
         char dir[4096];
-        snprintf(dir, sizeof(dir), "%s/containers/%s", gw->data_dir, c->id);
+        gw_cfile_disk(gw, c->id, "", dir, sizeof(dir)); /* the container's directory */
         gw_remove_tree(dir);
     }
     json_decref(c->obj);

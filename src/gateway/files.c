@@ -470,7 +470,7 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
         return;
     }
     char disk[4096];
-    snprintf(disk, sizeof(disk), "%s/containers/%s/%s", gw->data_dir, c->id, fid);
+    gw_cfile_disk(gw, c->id, fid, disk, sizeof(disk));
     const char *path = json_string_value(json_object_get(f, "path"));
     if (rest && !strcmp(rest, "content")) {
         reply_content(out, disk, base_name(path));

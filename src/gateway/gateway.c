@@ -6,7 +6,6 @@
  * delete, input items).
  */
 #include <errno.h>
-#include <openssl/sha.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,19 +99,12 @@ void gw_owner_of(const char *key, char *buf, size_t len)
         snprintf(buf, len, "%s", last_owner);
         return;
     }
-    static const char hex[] = "0123456789abcdef";
-    unsigned char digest[32];
-    char owner[OWNER_LEN] = "k:";
-    if (SHA256((const unsigned char *)key, klen, digest)) {
-        for (size_t i = 0; i < 16; i++) {
-            owner[2 + 2 * i] = hex[digest[i] >> 4];
-            owner[3 + 2 * i] = hex[digest[i] & 15];
-        }
-        owner[OWNER_LEN - 1] = '\0';
-        if (klen < sizeof(last_key)) {
-            memcpy(last_key, key, klen + 1);
-            memcpy(last_owner, owner, sizeof(owner));
-        }
+    char token[65], owner[OWNER_LEN];
+    gw_key_token(key, token); /* the key's SHA-256: its first 16 bytes name the owner */
+    snprintf(owner, sizeof(owner), "k:%.32s", token);
+    if (klen < sizeof(last_key)) {
+        memcpy(last_key, key, klen + 1);
+        memcpy(last_owner, owner, sizeof(owner));
     }
     snprintf(buf, len, "%s", owner);
 }

@@ -106,6 +106,10 @@ void gw_container_touch(corral_gateway *gw, struct gw_container *c);
 int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
                           const void *data, size_t len, const char *source, bool into_sandbox,
                           json_t **out, struct corral_error *err);
+/* Where the file `id` of a container is kept (id "": the container's
+ * directory). */
+void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
+                   size_t len);
 /* Copies out the files an execution changed (gw_exec_output.files); each
  * entry gets the "id" of its container file. exec_lock held. */
 void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed);
@@ -136,6 +140,9 @@ bool gw_key_allows_model(const struct gw_key_policy *p, const char *model);
 /* One request of the key's rate: 0, or -EBUSY with the seconds to wait. */
 int gw_key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after);
 void gw_keys_free(corral_gateway *gw);
+/* The 429 of a key beyond its rate, with Retry-After: wait seconds. */
+void gw_reply_rate_limited(struct corral_gateway_reply *out, const struct gw_key_policy *p,
+                           unsigned wait);
 
 /* files.c: whether the uploaded file `id` is owner's; a copy of it in c's
  * /mnt/data (source "user"), *out (may be NULL) its container file. */

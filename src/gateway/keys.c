@@ -310,6 +310,17 @@ int corral_gateway_key_valid(corral_gateway *gw, const char *key)
     return rc == 0;
 }
 
+void gw_reply_rate_limited(struct corral_gateway_reply *out, const struct gw_key_policy *p,
+                           unsigned wait)
+{
+    gw_reply_error(out, 429, "requests", NULL, "rate_limit_exceeded",
+                   "Rate limit reached for this key: %lld requests per minute. Try again in %u s.",
+                   (long long)p->rpm, wait);
+    char s[16];
+    snprintf(s, sizeof(s), "%u", wait);
+    out->retry_after = strdup(s);
+}
+
 int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gateway_reply *out)
 {
     memset(out, 0, sizeof(*out));
@@ -318,15 +329,8 @@ int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gatew
         return 0;
     unsigned wait = 0;
     int rc = gw_key_take(gw, &p, &wait);
-    if (rc < 0) {
-        gw_reply_error(out, 429, "requests", NULL, "rate_limit_exceeded",
-                       "Rate limit reached for this key: %lld requests per minute. Try again in "
-                       "%u s.",
-                       (long long)p.rpm, wait);
-        char s[16];
-        snprintf(s, sizeof(s), "%u", wait);
-        out->retry_after = strdup(s);
-    }
+    if (rc < 0)
+        gw_reply_rate_limited(out, &p, wait);
     gw_key_policy_free(&p);
     return rc;
 }
