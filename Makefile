@@ -55,10 +55,18 @@ kernel-test:
 cli-test: test-build
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/cli
 
-# `corral serve` driven by the official E2B npm SDKs (tests/integration).
+# `corral serve` driven by the official npm SDKs (tests/integration); then the
+# gateway's suite again with its code run by the remote providers, e2b and
+# opensandbox, pointed at a second `corral serve`.
+GATEWAY_SUITE = $(wildcard tests/integration/gateway*.test.mjs)
 integration-test: test-build
 	@scripts/install-node-deps
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral node --test --test-concurrency=1 tests/integration/
+	@for provider in e2b opensandbox; do \
+		echo "the gateway suite, sandbox provider $$provider:"; \
+		CORRAL=$(CURDIR)/$(TEST_BUILD)/corral CORRAL_GW_PROVIDER=$$provider \
+			node --test --test-concurrency=1 $(GATEWAY_SUITE) || exit 1; \
+	done
 
 test: deps format-check
 	@$(MAKE) --no-print-directory fuzz

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <jansson.h>
 #include <yaml.h>
 
 #include "base/cleanup.h"
@@ -22,7 +23,7 @@
 #define TEMPLATE_NAME_MAX 63
 #define STATE_DIR_MAX     255
 #define POOL_SIZE_MAX     10000
-#define MAX_KEYS          16 /* keys of the largest fixed mapping (the top level has 9) */
+#define MAX_KEYS          16 /* keys of the largest fixed mapping (a sandbox tool's has 15) */
 
 /* One walk over a composed document. */
 struct walk {
@@ -854,6 +855,268 @@ static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw
     return 0;
 }
 
+/* The sandbox providers, as bits: which of them read a litellm_params key. */
+enum { SB_LOCAL = 1, SB_E2B = 2, SB_OPENSANDBOX = 4 };
+
+static unsigned sandbox_provider_bit(const char *provider)
+{
+    return !strcmp(provider, "local")         ? SB_LOCAL
+           : !strcmp(provider, "e2b")         ? SB_E2B
+           : !strcmp(provider, "opensandbox") ? SB_OPENSANDBOX
+                                              : 0;
+}
+
+static const char *sandbox_providers_text(unsigned bits)
+{
+    switch (bits) {
+    case SB_E2B:
+        return "e2b";
+    case SB_OPENSANDBOX:
+        return "opensandbox";
+    case SB_E2B | SB_OPENSANDBOX:
+        return "e2b or opensandbox";
+    default:
+        return "local, e2b or opensandbox";
+    }
+}
+
+/* An http:// or https:// URL, its trailing '/' removed, into *dst: the value n
+ * when it is given, else the environment variable `var` when it is set and not
+ * empty (messages then point at `params`), else *dst stays as it is. */
+static int walk_url(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
+                    const char *what, const char *var, char **dst)
+{
+    const yaml_node_t *at = n;
+    const char *from = NULL;
+    int r;
+    if (given(n)) {
+        if ((r = walk_string(w, n, what, STR_OPTIONAL, dst)) < 0)
+            return r;
+    } else if (env_nonempty(var)) {
+        at = params;
+        from = var;
+        char *copy = strdup(env_nonempty(var));
+        if (!copy)
+            return out_of_memory(w);
+        free(*dst);
+        *dst = copy;
+    } else {
+        return 0;
+    }
+    char *url = *dst;
+    size_t len = strlen(url);
+    while (len > 1 && url[len - 1] == '/')
+        len--;
+    size_t scheme = !strncasecmp(url, "http://", 7) ? 7 : !strncasecmp(url, "https://", 8) ? 8 : 0;
+    if (!scheme || len <= scheme)
+        return fail_at(w, at, EINVAL, "%s%s%s: '%.80s' is not an http:// or https:// URL", what,
+                       from ? " from " : "", from ? from : "", url);
+    url[len] = '\0';
+    return 0;
+}
+
+#define JSON_DEPTH_MAX 32
+#define JSON_NODES_MAX 10000
+
+/* YAML's core booleans. */
+static bool is_plain_bool(const char *text, bool *out)
+{
+    static const char *const yes[] = {"true", "True", "TRUE"}, *const no[] = {"false", "False",
+                                                                              "FALSE"};
+    for (size_t i = 0; i < 3; i++) {
+        if (!strcmp(text, yes[i]) || !strcmp(text, no[i])) {
+            *out = !strcmp(text, yes[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* YAML's core integers in decimal, [-+]?[0-9]+, that fit a json_int_t. */
+static bool is_plain_integer(const char *text, json_int_t *out)
+{
+    const char *digits = text + (*text == '-' || *text == '+');
+    if (!*digits)
+        return false;
+    for (const char *p = digits; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = (json_int_t)v;
+    return true;
+}
+
+/* A JSON string of text, which n holds. */
+static int json_text(const struct walk *w, const yaml_node_t *n, const char *what, const char *text,
+                     json_t **out)
+{
+    if (!(*out = json_string(text)))
+        return fail_at(w, n, EINVAL, "%s: '%.40s' is not UTF-8 text", what, text);
+    return 0;
+}
+
+/*
+ * The JSON value of node n, taken as written (os.environ/ is not resolved in
+ * it): a mapping is an object (its keys names, each once), a list an array; a
+ * plain scalar is a boolean (true, false), an integer ([-+]?[0-9]+), null
+ * (null, ~ or nothing) or else a string; a quoted scalar is always a string.
+ * `what` names n in messages; *budget counts the values converted so far
+ * (aliases can make a small file a huge value).
+ */
+static int yaml_to_json(const struct walk *w, const yaml_node_t *n, const char *what,
+                        unsigned depth, size_t *budget, json_t **out)
+{
+    *out = NULL;
+    if (depth > JSON_DEPTH_MAX)
+        return fail_at(w, n, EINVAL, "%s is nested deeper than %d levels", what, JSON_DEPTH_MAX);
+    if (++*budget > JSON_NODES_MAX)
+        return fail_at(w, n, EINVAL, "%s holds more than %d values", what, JSON_NODES_MAX);
+    char sub[KEY_PATH_MAX], where[KEY_PATH_MAX + 8];
+    int r;
+    if (n->type == YAML_MAPPING_NODE) {
+        json_auto_t *obj = json_object();
+        if (!obj)
+            return out_of_memory(w);
+        snprintf(where, sizeof(where), "in %s", what);
+        for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top;
+             pair++) {
+            const yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
+            const char *name = NULL;
+            if ((r = key_text(w, k, where, &name)) < 0)
+                return r;
+            if (json_object_get(obj, name))
+                return fail_at(w, k, EINVAL, "duplicate key '%.64s' %s", name, where);
+            json_t *value = NULL;
+            if ((r = yaml_to_json(w, yaml_document_get_node(w->doc, pair->value),
+                                  key_path(sub, sizeof(sub), what, name, 0), depth + 1, budget,
+                                  &value)) < 0)
+                return r;
+            if (json_object_set_new(obj, name, value) < 0)
+                return fail_at(w, k, EINVAL, "%s: the key '%.64s' is not UTF-8 text", what, name);
+        }
+        *out = json_incref(obj);
+        return 0;
+    }
+    if (n->type == YAML_SEQUENCE_NODE) {
+        json_auto_t *arr = json_array();
+        if (!arr)
+            return out_of_memory(w);
+        for (size_t i = 0; i < list_length(n); i++) {
+            json_t *value = NULL;
+            if ((r = yaml_to_json(w, list_item(w, n, i), key_path(sub, sizeof(sub), what, NULL, i),
+                                  depth + 1, budget, &value)) < 0)
+                return r;
+            if (json_array_append_new(arr, value) < 0)
+                return out_of_memory(w);
+        }
+        *out = json_incref(arr);
+        return 0;
+    }
+    if (is_null(n)) {
+        *out = json_null();
+        return 0;
+    }
+    const char *text = NULL;
+    if ((r = scalar(w, n, what, &text)) < 0)
+        return r;
+    bool b;
+    json_int_t i;
+    if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && is_plain_bool(text, &b))
+        *out = json_boolean(b);
+    else if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && is_plain_integer(text, &i))
+        *out = json_integer(i);
+    else
+        return json_text(w, n, what, text, out);
+    return *out ? 0 : out_of_memory(w);
+}
+
+/* *dst = obj as compact JSON text. */
+static int store_json(const struct walk *w, const json_t *obj, char **dst)
+{
+    char *text = json_dumps(obj, JSON_COMPACT);
+    if (!text)
+        return out_of_memory(w);
+    free(*dst);
+    *dst = text;
+    return 0;
+}
+
+/* opensandbox's networkPolicy: a mapping, as JSON. */
+static int walk_network_policy(const struct walk *w, const yaml_node_t *n, const char *what,
+                               char **dst)
+{
+    int r = expect_mapping(w, n, what, "defaultAction, egress", false);
+    if (r < 0)
+        return r;
+    size_t budget = 0;
+    json_auto_t *policy = NULL;
+    if ((r = yaml_to_json(w, n, what, 0, &budget, &policy)) < 0)
+        return r;
+    return store_json(w, policy, dst);
+}
+
+/* opensandbox's resourceLimits: a mapping of names to single values, every
+ * value a JSON string (cpu: 1 is "1"). */
+static int walk_resources(const struct walk *w, const yaml_node_t *n, const char *what, char **dst)
+{
+    int r = expect_mapping(w, n, what, "cpu, memory, ...", false);
+    if (r < 0)
+        return r;
+    char sub[KEY_PATH_MAX], where[KEY_PATH_MAX + 8];
+    snprintf(where, sizeof(where), "in %s", what);
+    json_auto_t *obj = json_object();
+    if (!obj)
+        return out_of_memory(w);
+    for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
+        const yaml_node_t *v = yaml_document_get_node(w->doc, pair->value);
+        const char *name = NULL, *text = NULL;
+        if ((r = key_text(w, k, where, &name)) < 0)
+            return r;
+        if (json_object_get(obj, name))
+            return fail_at(w, k, EINVAL, "duplicate key '%.64s' %s", name, where);
+        key_path(sub, sizeof(sub), what, name, 0);
+        if ((r = env_value(w, v, sub, &text)) < 0)
+            return r;
+        if (!*text)
+            return fail_at(w, v, EINVAL, "%s must not be empty", sub);
+        json_t *value = NULL;
+        if ((r = json_text(w, v, sub, text, &value)) < 0)
+            return r;
+        if (json_object_set_new(obj, name, value) < 0)
+            return fail_at(w, k, EINVAL, "%s: the key '%.64s' is not UTF-8 text", what, name);
+    }
+    return store_json(w, obj, dst);
+}
+
+/* opensandbox's entrypoint: a list of strings, not empty, into a NULL-terminated
+ * array that *dst owns as it fills. */
+static int walk_entrypoint(const struct walk *w, const yaml_node_t *n, const char *what,
+                           char ***dst)
+{
+    int r = expect_list(w, n, what);
+    if (r < 0)
+        return r;
+    size_t count = r ? list_length(n) : 0;
+    if (!count)
+        return fail_at(w, n, EINVAL, "%s must not be empty (a command, then its arguments)", what);
+    char **argv = calloc(count + 1, sizeof(*argv));
+    if (!argv)
+        return out_of_memory(w);
+    *dst = argv;
+    char item[KEY_PATH_MAX];
+    for (size_t i = 0; i < count; i++)
+        if ((r = walk_string(w, list_item(w, n, i), key_path(item, sizeof(item), what, NULL, i),
+                             STR_REQUIRED, &argv[i])) < 0)
+            return r;
+    return 0;
+}
+
 static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const yaml_node_t *list,
                              size_t index, struct gw_config *gw, struct gw_sandbox_tool *t)
 {
@@ -887,9 +1150,44 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
         return r;
     const yaml_node_t *params = v[1];
 
-    static const char *const pkeys[] = {"sandbox_provider", "api_base", "api_key", "template",
-                                        "template_id",      "image",    "timeout"};
-    enum { PROVIDER, API_BASE, API_KEY, TEMPLATE, TEMPLATE_ID, IMAGE, TIMEOUT, N };
+    static const char *const pkeys[] = {"sandbox_provider", "api_base",
+                                        "api_key",          "template",
+                                        "template_id",      "image",
+                                        "timeout",          "domain",
+                                        "sandbox_url",      "allow_internet_access",
+                                        "network_policy",   "resources",
+                                        "entrypoint",       "request_timeout",
+                                        "ready_timeout"};
+    enum {
+        PROVIDER,
+        API_BASE,
+        API_KEY,
+        TEMPLATE,
+        TEMPLATE_ID,
+        IMAGE,
+        TIMEOUT,
+        DOMAIN,
+        SANDBOX_URL,
+        INTERNET,
+        NETWORK_POLICY,
+        RESOURCES,
+        ENTRYPOINT,
+        REQUEST_TIMEOUT,
+        READY_TIMEOUT,
+        N
+    };
+    /* The providers that read a key, for the keys not every provider reads
+     * (image has a message of its own, below). */
+    static const unsigned char only[N] = {
+        [DOMAIN] = SB_E2B,
+        [SANDBOX_URL] = SB_E2B,
+        [INTERNET] = SB_E2B | SB_OPENSANDBOX,
+        [NETWORK_POLICY] = SB_OPENSANDBOX,
+        [RESOURCES] = SB_OPENSANDBOX,
+        [ENTRYPOINT] = SB_OPENSANDBOX,
+        [REQUEST_TIMEOUT] = SB_E2B | SB_OPENSANDBOX,
+        [READY_TIMEOUT] = SB_OPENSANDBOX,
+    };
     yaml_node_t *p[N];
     snprintf(where, sizeof(where), "in %s", params_path);
     if ((r = match_keys(w, params, pkeys, N, where, true, p)) < 0)
@@ -899,21 +1197,36 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
         return fail_at(w, params, EINVAL, "%s: sandbox_provider is missing", params_path);
     if ((r = walk_string(w, p[PROVIDER], WHAT(PROVIDER), STR_REQUIRED, &t->provider)) < 0)
         return r;
-    if (strcmp(t->provider, "local") && strcmp(t->provider, "e2b") &&
-        strcmp(t->provider, "opensandbox"))
+    unsigned provider = sandbox_provider_bit(t->provider);
+    if (!provider)
         return fail_at(w, p[PROVIDER], EINVAL,
                        "%s: unknown sandbox provider '%.40s' (expected local, e2b or opensandbox)",
                        what, t->provider);
-    if (given(p[API_BASE])) {
-        if ((r = walk_string(w, p[API_BASE], WHAT(API_BASE), STR_OPTIONAL, &t->api_base)) < 0)
+    for (int i = 0; i < N; i++)
+        if (only[i] && given(p[i]) && !(only[i] & provider))
+            return fail_at(w, p[i], EINVAL, "%s: %s is for sandbox_provider %s, not %s", WHAT(i),
+                           pkeys[i], sandbox_providers_text(only[i]), t->provider);
+    bool e2b = provider == SB_E2B, opensandbox = provider == SB_OPENSANDBOX;
+
+    /* local reads neither api_base nor the variables. */
+    if (e2b || opensandbox) {
+        if ((r = walk_url(w, p[API_BASE], params, WHAT(API_BASE),
+                          e2b ? "E2B_API_URL" : "OPEN_SANDBOX_API_BASE", &t->api_base)) < 0)
             return r;
-        size_t len = strlen(t->api_base);
-        while (len > 1 && t->api_base[len - 1] == '/')
-            t->api_base[--len] = '\0';
+        if (opensandbox && !t->api_base)
+            return fail_at(w, params, EINVAL,
+                           "%s: api_base is required for sandbox_provider opensandbox (or set "
+                           "OPEN_SANDBOX_API_BASE)",
+                           params_path);
     }
-    if (given(p[API_KEY]) &&
-        (r = walk_string(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE, &t->api_key)) < 0)
-        return r;
+    if (given(p[API_KEY])) {
+        if ((r = walk_string(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE, &t->api_key)) < 0)
+            return r;
+    } else if (e2b || opensandbox) {
+        const char *key = env_nonempty(e2b ? "E2B_API_KEY" : "OPEN_SANDBOX_API_KEY");
+        if (key && !(t->api_key = strdup(key)))
+            return out_of_memory(w);
+    }
     const yaml_node_t *chosen = NULL;
     for (int i = TEMPLATE; i <= IMAGE; i++) {
         if (!given(p[i]))
@@ -921,7 +1234,7 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
         if (chosen)
             return fail_at(w, p[i], EINVAL,
                            "%s: only one of template, template_id and image may be given", WHAT(i));
-        if (i == IMAGE && strcmp(t->provider, "opensandbox"))
+        if (i == IMAGE && !opensandbox)
             return fail_at(w, p[i], EINVAL,
                            "%s: image is for sandbox_provider opensandbox (use template for "
                            "%s)",
@@ -933,6 +1246,39 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
     if (given(p[TIMEOUT]) &&
         (r = walk_seconds(w, p[TIMEOUT], WHAT(TIMEOUT), 1, DAY_MS,
                           "more than 0 and at most 86400 seconds", &t->timeout_ms)) < 0)
+        return r;
+    if (e2b) {
+        if (given(p[DOMAIN])) {
+            if ((r = walk_string(w, p[DOMAIN], WHAT(DOMAIN), STR_OPTIONAL, &t->domain)) < 0)
+                return r;
+        } else if (env_nonempty("E2B_DOMAIN") &&
+                   !(t->domain = strdup(env_nonempty("E2B_DOMAIN")))) {
+            return out_of_memory(w);
+        }
+        if ((r = walk_url(w, p[SANDBOX_URL], params, WHAT(SANDBOX_URL), "E2B_SANDBOX_URL",
+                          &t->sandbox_url)) < 0)
+            return r;
+    }
+    if (given(p[INTERNET]) &&
+        (r = walk_bool(w, p[INTERNET], WHAT(INTERNET), &t->allow_internet_access)) < 0)
+        return r;
+    if (given(p[NETWORK_POLICY]) &&
+        (r = walk_network_policy(w, p[NETWORK_POLICY], WHAT(NETWORK_POLICY), &t->network_policy)) <
+            0)
+        return r;
+    if (given(p[RESOURCES]) &&
+        (r = walk_resources(w, p[RESOURCES], WHAT(RESOURCES), &t->resources)) < 0)
+        return r;
+    if (given(p[ENTRYPOINT]) &&
+        (r = walk_entrypoint(w, p[ENTRYPOINT], WHAT(ENTRYPOINT), &t->entrypoint)) < 0)
+        return r;
+    if (given(p[REQUEST_TIMEOUT]) &&
+        (r = walk_seconds(w, p[REQUEST_TIMEOUT], WHAT(REQUEST_TIMEOUT), 1, DAY_MS,
+                          "more than 0 and at most 86400 seconds", &t->request_timeout_ms)) < 0)
+        return r;
+    if (given(p[READY_TIMEOUT]) &&
+        (r = walk_seconds(w, p[READY_TIMEOUT], WHAT(READY_TIMEOUT), 1, DAY_MS,
+                          "more than 0 and at most 86400 seconds", &t->ready_timeout_ms)) < 0)
         return r;
 #undef WHAT
     return 0;

@@ -55,6 +55,13 @@ void gw_config_free(struct gw_config *c)
         free(t->api_base);
         free(t->api_key);
         free(t->template_id);
+        free(t->domain);
+        free(t->sandbox_url);
+        free(t->network_policy);
+        free(t->resources);
+        for (char **arg = t->entrypoint; arg && *arg; arg++)
+            free(*arg);
+        free(t->entrypoint);
     }
     free(c->tools);
     free(c->master_key);

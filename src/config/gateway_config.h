@@ -20,10 +20,18 @@
  *     - sandbox_tool_name: local
  *       litellm_params:
  *         sandbox_provider: local          # local | e2b | opensandbox
- *         api_base: ...
- *         api_key: ...
  *         template: default
  *         timeout: 300
+ *     - sandbox_tool_name: osb
+ *       litellm_params:
+ *         sandbox_provider: opensandbox
+ *         api_base: http://127.0.0.1:8080/v1   # or OPEN_SANDBOX_API_BASE
+ *         api_key: os.environ/OPEN_SANDBOX_API_KEY
+ *         image: opensandbox/code-interpreter:v1.1.0
+ *         resources: {cpu: "1", memory: 2Gi}
+ *         network_policy:
+ *           defaultAction: deny
+ *           egress: [{action: allow, target: pypi.org}]
  *   litellm_settings:
  *     callbacks: ["code_interpreter_interception"]
  *     code_interpreter_interception_params:
@@ -95,11 +103,40 @@
  *   sandbox_tool_name  required, not empty, each name once.
  *   litellm_params   required, a mapping:
  *     sandbox_provider  required: local | e2b | opensandbox
- *     api_base, api_key  strings (an empty api_key is no key)
+ *     api_base       e2b, opensandbox: an http:// or https:// URL, trailing '/' removed.
+ *                    When not written: e2b E2B_API_URL, else none (the provider uses
+ *                    https://api.DOMAIN); opensandbox OPEN_SANDBOX_API_BASE, else an
+ *                    error (its lifecycle API, "http://HOST:8080/v1", is required).
+ *                    local: accepted and ignored.
+ *     api_key        when not written: E2B_API_KEY (e2b), OPEN_SANDBOX_API_KEY
+ *                    (opensandbox); an empty value is no key.
  *     template       also written template_id, or image (opensandbox only); one of them.
- *     timeout        seconds, above 0, at most a day.
- *     anything else is ignored.
+ *     timeout        seconds, above 0, at most a day: how long a sandbox lives unused
+ *                    (its container then starts another when used), when shorter than
+ *                    the container's own expiry.
+ *     domain         e2b only: E2B's domain (e2b.app...); when not written, E2B_DOMAIN.
+ *     sandbox_url    e2b only: one http:// or https:// URL for every sandbox's envd and
+ *                    code interpreter (routed by headers), trailing '/' removed; when
+ *                    not written, E2B_SANDBOX_URL.
+ *     allow_internet_access  e2b, opensandbox: a boolean (as enabled, below); default false.
+ *     network_policy opensandbox only: a mapping, the sandbox's networkPolicy, taken as
+ *                    written (os.environ/ is not resolved in it) and turned into JSON:
+ *                    mappings are objects, lists arrays; plain true/false are booleans,
+ *                    plain integers (443) integers, null/~/nothing null; any other
+ *                    scalar, and every quoted one ("443"), a string.
+ *     resources      opensandbox only: a mapping of names to single values, the
+ *                    sandbox's resourceLimits, every value a string ({cpu: 1,
+ *                    memory: 2Gi} is {"cpu":"1","memory":"2Gi"}).
+ *     entrypoint     opensandbox only: a list of strings, not empty: the command the
+ *                    sandbox runs, then its arguments.
+ *     request_timeout  e2b, opensandbox: seconds as timeout, for each request to the
+ *                    provider other than a code execution (default 30).
+ *     ready_timeout  opensandbox only: seconds as timeout, how long a new sandbox may
+ *                    take to be Running (default 30).
+ *     A key written for a provider that does not read it is an error ("domain is for
+ *     sandbox_provider e2b, not opensandbox"); anything else is ignored.
  *   anything else is ignored.
+ * The variables are read when the file is, and only non-empty values count.
  * "local" always names a sandbox tool: when no entry has that name, it is the
  * built-in provider with every default (gw_config_tool returns it).
  *
@@ -160,11 +197,30 @@ struct gw_model {
 struct gw_sandbox_tool {
     char *name;          /* sandbox_tool_name */
     char *provider;      /* "local", "e2b" or "opensandbox" */
-    char *api_base;      /* NULL = none */
-    char *api_key;       /* NULL = none */
+    char *api_base;      /* e2b: the control plane, written or $E2B_API_URL, NULL = none
+                            (then https://api.DOMAIN); opensandbox: the lifecycle API
+                            ("http://host:8080/v1"), written or $OPEN_SANDBOX_API_BASE,
+                            never NULL; local: NULL. No trailing '/'. */
+    char *api_key;       /* written, else $E2B_API_KEY (e2b) or $OPEN_SANDBOX_API_KEY
+                            (opensandbox); NULL = none */
     char *template_id;   /* template (local: a corral template; e2b: template id;
                             opensandbox: image); NULL = the provider's default */
-    uint64_t timeout_ms; /* the sandbox's lifetime; 0 = 300 s */
+    uint64_t timeout_ms; /* how long a sandbox lives unused, at most its container's
+                            expiry (plus a minute); 0 = that */
+    /* remote providers */
+    char *domain;                /* e2b: written or $E2B_DOMAIN, NULL = none */
+    char *sandbox_url;           /* e2b: written or $E2B_SANDBOX_URL (one URL for every sandbox's
+                                    envd and code interpreter, routed by headers), NULL = none */
+    bool allow_internet_access;  /* e2b, opensandbox: default false */
+    char *network_policy;        /* opensandbox: networkPolicy as compact JSON object text,
+                                    NULL = not written */
+    char *resources;             /* opensandbox: resourceLimits as compact JSON object text
+                                    ({"cpu":"1","memory":"2Gi"}), NULL = not written */
+    char **entrypoint;           /* opensandbox: NULL-terminated, NULL = not written */
+    uint64_t request_timeout_ms; /* e2b, opensandbox: request_timeout, each request to the
+                                    provider other than an execution; 0 = 30 s */
+    uint64_t ready_timeout_ms;   /* opensandbox: ready_timeout, how long a new sandbox may
+                                    take to be Running; 0 = 30 s */
 };
 
 struct gw_config {

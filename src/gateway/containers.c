@@ -316,6 +316,16 @@ static void push_files(corral_gateway *gw, struct gw_container *c)
     json_decref(list);
 }
 
+/* How long c's sandbox lives after its last use: a little longer than the
+ * container itself, whose expiry the watch enforces; a tool's `timeout` can
+ * make it shorter (an idle remote sandbox then goes, and the container's
+ * next use starts another with its files). */
+static uint64_t sandbox_lifetime(const struct gw_container *c)
+{
+    uint64_t ms = c->expiry_ms + 60000;
+    return c->tool && c->tool->timeout_ms && c->tool->timeout_ms < ms ? c->tool->timeout_ms : ms;
+}
+
 int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corral_error *err)
 {
     if (c->sb && c->provider->alive(c->sb))
@@ -324,10 +334,12 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
         c->provider->destroy(c->sb);
         c->sb = NULL;
     }
-    /* the sandbox outlives a little the container's own expiry, which the
-     * watch enforces */
-    int rc = c->provider->create(c->tool, gw->state_dir, c->expiry_ms + 60000, c->memory_bytes,
-                                 &c->sb, err);
+    struct gw_create_options o = {.state_dir = gw->state_dir,
+                                  .lifetime_ms = sandbox_lifetime(c),
+                                  .memory_bytes = c->memory_bytes,
+                                  .gateway_tag = gw->tag,
+                                  .run_tag = gw->run_tag};
+    int rc = c->provider->create(c->tool, &o, &c->sb, err);
     if (rc < 0)
         return rc;
     push_files(gw, c);
@@ -345,7 +357,7 @@ void gw_container_touch(corral_gateway *gw, struct gw_container *c)
     json_t *obj = changed ? json_deep_copy(c->obj) : NULL;
     pthread_mutex_unlock(&gw->lock);
     if (c->sb)
-        c->provider->touch(c->sb, c->expiry_ms + 60000);
+        c->provider->touch(c->sb, sandbox_lifetime(c));
     if (obj && c->persistent) {
         struct corral_error err;
         gw_store_put_container(gw->store, c->owner, obj, &err);

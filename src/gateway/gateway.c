@@ -140,10 +140,33 @@ static void prune_store(corral_gateway *gw)
         fprintf(stderr, "corral gateway: %s\n", err.message);
 }
 
+/* Deletes the remote sandboxes an earlier run of this gateway left (it was
+ * killed before it could): those labelled with its tag by another run. */
+static void reap_remote(corral_gateway *gw)
+{
+    if (gw->data_dir_temp) /* a gateway of its own temporary directory has no earlier run */
+        return;
+    for (size_t i = 0; i < gw->cfg->n_tools; i++) {
+        const struct gw_sandbox_tool *t = &gw->cfg->tools[i];
+        const struct gw_provider *p = gw_provider_find(t->provider);
+        if (!p || !p->reap || __atomic_load_n(&gw->stop_reaping, __ATOMIC_RELAXED))
+            continue;
+        struct corral_error err;
+        int n = p->reap(t, gw->tag, gw->run_tag, &gw->stop_reaping, &err);
+        if (n < 0)
+            fprintf(stderr, "corral gateway: sandbox tool %s: %s\n", t->name, err.message);
+        else if (n > 0)
+            fprintf(stderr,
+                    "corral gateway: sandbox tool %s: deleted %d sandboxes an earlier run left\n",
+                    t->name, n);
+    }
+}
+
 static void *watch_thread(void *arg)
 {
     corral_gateway *gw = arg;
     unsigned ticks = 0;
+    reap_remote(gw);
     pthread_mutex_lock(&gw->lock);
     while (!gw->stopping) {
         struct timespec ts = corral_realtime_in(WATCH_INTERVAL_MS);
@@ -191,6 +214,27 @@ static int open_data(corral_gateway *gw, struct corral_error *err)
     if (!gw->data_dir)
         return corral_fail(err, ENOMEM, "out of memory");
     char path[4096];
+    struct corral_error ignored;
+    if (corral_random_hex(gw->run_tag, 16, err) < 0)
+        return -err->code;
+    /* the gateway's lasting tag, made at its first start */
+    snprintf(path, sizeof(path), "%s/gateway-id", gw->data_dir);
+    char *kept = NULL;
+    size_t kept_len = 0;
+    if (!gw->data_dir_temp && gw_blob_read(path, &kept, &kept_len, &ignored) == 0 &&
+        kept_len == 32 && strspn(kept, "0123456789abcdef") == 32) {
+        memcpy(gw->tag, kept, 33);
+    } else {
+        if (corral_random_hex(gw->tag, 16, err) < 0) {
+            free(kept);
+            return -err->code;
+        }
+        if (!gw->data_dir_temp && gw_blob_write(path, gw->tag, 32, err) < 0) {
+            free(kept);
+            return -err->code;
+        }
+    }
+    free(kept);
     const char *store = gw->cfg->store_path;
     if (!store && !gw->data_dir_temp) {
         snprintf(path, sizeof(path), "%s/gateway.db", gw->data_dir);
@@ -269,6 +313,7 @@ void corral_gateway_free(corral_gateway *gw)
 {
     if (!gw)
         return;
+    __atomic_store_n(&gw->stop_reaping, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&gw->lock);
     gw->stopping = true;
     pthread_cond_broadcast(&gw->tick);

@@ -72,6 +72,11 @@ struct corral_gateway {
     char *data_dir;     /* containers' files and uploads */
     bool data_dir_temp; /* a private temporary one, removed at the end */
     struct gw_store *store;
+    /* Labels of the sandboxes remote providers make for it: the gateway's
+     * (kept in data_dir, so a restart finds what a killed run left) and this
+     * run's. */
+    char tag[33], run_tag[33];
+    int stop_reaping; /* atomic: the watch thread's start-up reaping stops */
     pthread_mutex_t lock;
     pthread_cond_t idle; /* calls reached 0 */
     pthread_cond_t tick; /* the watch thread's sleep, cut short when stopping */

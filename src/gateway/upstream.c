@@ -581,7 +581,8 @@ int gw_upstream_request(const struct gw_upstream *u, const char *method, const c
                         struct gw_upstream_reply *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
-    if ((!sink || !sink->on_data) && u->base_url && !strncmp(u->base_url, "http://", 7)) {
+    if ((!sink || !sink->on_data) && !u->curl_only && u->base_url &&
+        !strncmp(u->base_url, "http://", 7)) {
         pthread_once(&init_once, global_init); /* curl_easy_escape needs it */
         return lean_exchange(u, method, path, body, len, sink, out, err);
     }

@@ -23,6 +23,7 @@ struct gw_upstream {
     const char *const *headers;  /* extra "Name: value" lines, NULL-terminated; may be NULL */
     uint64_t timeout_ms;         /* the whole exchange; 0 = none */
     uint64_t connect_timeout_ms; /* 0 = 10 s */
+    bool curl_only;              /* always libcurl: no lean client for buffered plain HTTP */
 };
 
 struct gw_upstream_reply {

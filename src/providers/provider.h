@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/strbuf.h"
 #include "config/gateway_config.h"
 
 /* What one execution produced. Strings are NUL-terminated and never NULL
@@ -35,14 +36,75 @@ struct gw_exec_output {
 
 void gw_exec_output_free(struct gw_exec_output *o);
 
+/* ---- what the providers share (output.c) ---- */
+
+#define GW_TEXT_CAP   (1u << 20) /* bytes of stdout, stderr or result kept per execution */
+#define GW_IMAGES_MAX 32
+#define GW_FILES_MAX  256
+#define GW_DATA_DIR   "/mnt/data"
+
+/* An execution's output as it arrives, capped as gw_exec_output says. */
+struct gw_collect {
+    struct strbuf out, err, result, ename, evalue, tb;
+    json_t *images;
+};
+
+void gw_collect_init(struct gw_collect *c);
+void gw_collect_image(struct gw_collect *c, const char *png_base64);
+/* The text/plain of a main result (several are joined with '\n'). */
+void gw_collect_result(struct gw_collect *c, const char *text);
+/* The first error counts; later ones are ignored. */
+void gw_collect_error(struct gw_collect *c, const char *name, const char *value,
+                      const char *traceback);
+/* Moves the texts and images into *out (whose other fields the caller
+ * sets), `files` (taken; NULL = none) included; frees c. 0, or -ENOMEM with
+ * *out freed. */
+int gw_collect_finish(struct gw_collect *c, json_t *files, struct gw_exec_output *out);
+/* Frees c without handing anything over. */
+void gw_collect_free(struct gw_collect *c);
+
+/* What the files under /mnt/data were at one moment: path, size and a stamp
+ * of their modification (a time, or a hash of the provider's time text). */
+struct gw_file_list {
+    struct gw_file_state {
+        char *path;
+        uint64_t size, stamp;
+    } * v;
+    size_t n;
+};
+
+/* Adds a file (files beyond 4 * GW_FILES_MAX are left out). */
+int gw_file_list_add(struct gw_file_list *l, const char *path, uint64_t size, uint64_t stamp);
+void gw_file_list_free(struct gw_file_list *l);
+/* The files of `after` created or modified since `before`, as in
+ * gw_exec_output's files; never NULL unless out of memory. */
+json_t *gw_changed_files(const struct gw_file_list *before, const struct gw_file_list *after);
+/* A stamp for a provider's textual modification time (FNV-1a). */
+uint64_t gw_stamp_text(const char *text);
+
 struct gw_sandbox; /* a provider's sandbox */
+
+/* How a sandbox is made. */
+struct gw_create_options {
+    const char *state_dir; /* local: where corral keeps sandbox slots (NULL = default) */
+    uint64_t lifetime_ms;  /* it ends this long after its last use (see touch) */
+    uint64_t memory_bytes; /* at most this much memory; 0 = the provider's default */
+    /* Remote: labels (metadata corral_gateway and corral_run) naming the
+     * gateway, lasting across its restarts, and this run of it; NULL = none. */
+    const char *gateway_tag, *run_tag;
+};
 
 struct gw_provider {
     const char *name;
-    /* Creates a sandbox living lifetime_ms after its last use, with at most
-     * memory_bytes of memory (0 = the provider's default). */
-    int (*create)(const struct gw_sandbox_tool *tool, const char *state_dir, uint64_t lifetime_ms,
-                  uint64_t memory_bytes, struct gw_sandbox **out, struct corral_error *err);
+    int (*create)(const struct gw_sandbox_tool *tool, const struct gw_create_options *o,
+                  struct gw_sandbox **out, struct corral_error *err);
+    /* Deletes the provider's sandboxes labelled gateway_tag by a run other
+     * than run_tag: those an earlier run of the gateway could not delete (it
+     * was killed). How many, or a negative errno; *cancel non-zero stops it.
+     * NULL for a provider whose
+     * sandboxes cannot outlive the gateway's process. */
+    int (*reap)(const struct gw_sandbox_tool *tool, const char *gateway_tag, const char *run_tag,
+                const int *cancel, struct corral_error *err);
     /* A whole file of the sandbox (at most max bytes), malloc'ed. */
     int (*read_file)(struct gw_sandbox *sb, const char *path, size_t max, char **data, size_t *len,
                      struct corral_error *err);
@@ -64,8 +126,11 @@ struct gw_provider {
 };
 
 extern const struct gw_provider gw_provider_local;
+extern const struct gw_provider gw_provider_e2b;
+extern const struct gw_provider gw_provider_opensandbox;
 
-/* The provider named `name` ("local"...), or NULL. */
+/* The provider named `name` ("local", "e2b", "opensandbox"; NULL is
+ * "local"), or NULL. */
 const struct gw_provider *gw_provider_find(const char *name);
 
 #endif

@@ -32,7 +32,42 @@ export const MODELS = {
 };
 export const LOOP_LIMIT = 2; // mock-loop's max_agentic_loops
 
-export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [] } = {}) {
+/**
+ * Where the gateway runs the model's code: `local` (corral's own sandboxes),
+ * or `e2b` / `opensandbox`, the remote providers, pointed at a second
+ * `corral serve` (the "sandbox host") through its E2B or OpenSandbox API.
+ * `make integration-test` runs the gateway suite once with each.
+ */
+export const PROVIDER = process.env.CORRAL_GW_PROVIDER || 'local';
+if (!['local', 'e2b', 'opensandbox'].includes(PROVIDER)) {
+  throw new Error(`CORRAL_GW_PROVIDER must be local, e2b or opensandbox, not '${PROVIDER}'`);
+}
+export const SANDBOX_HOST_KEY = 'e2b_5a4db0c1f2e3d4c5b6a7980112233445566778899';
+
+/** The sandbox_tools entry (YAML lines) for a remote provider at `host` (a CorralServer). */
+export function remoteToolLines(name, provider, host, { apiKey = SANDBOX_HOST_KEY, apiBase = null } = {}) {
+  const base = apiBase ?? (provider === 'e2b' ? host.directUrl : `${host.osbUrl}/v1`);
+  return [
+    `  - sandbox_tool_name: ${name}`,
+    '    litellm_params:',
+    `      sandbox_provider: ${provider}`,
+    `      api_base: ${base}`,
+    `      api_key: ${apiKey}`,
+  ];
+}
+
+/** The sandboxes `host` (a CorralServer) has through `provider`'s API. */
+export async function remoteSandboxes(provider, host) {
+  const res =
+    provider === 'e2b'
+      ? await fetch(`${host.directUrl}/v2/sandboxes`, { headers: { 'X-API-Key': SANDBOX_HOST_KEY } })
+      : await fetch(`${host.osbUrl}/v1/sandboxes`, { headers: { 'OPEN-SANDBOX-API-KEY': SANDBOX_HOST_KEY } });
+  const body = await res.json();
+  assert.equal(res.status, 200, `listing the sandbox host's sandboxes: ${JSON.stringify(body)}`);
+  return provider === 'e2b' ? body.map((s) => s.sandboxID) : body.items.map((s) => s.id);
+}
+
+export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], sandboxHost = null } = {}) {
   const model = (name, api, extra = '') =>
     [
       `  - model_name: ${name}`,
@@ -48,6 +83,15 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [] }
     model('mock-chat', 'chat_completions'),
     model('mock-responses', 'responses'),
     model('mock-loop', 'chat_completions', `max_agentic_loops: ${LOOP_LIMIT}`),
+    ...(sandboxHost
+      ? [
+          'sandbox_tools:',
+          ...remoteToolLines('remote', PROVIDER, sandboxHost),
+          'litellm_settings:',
+          '  code_interpreter_interception_params:',
+          '    sandbox_tool_name: remote',
+        ]
+      : []),
     'general_settings:',
     `  master_key: ${MASTER_KEY}`,
     'gateway:',
@@ -65,18 +109,36 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [] }
  * an `openai` client. Returns {upstream, server, client, dir, marker()}.
  */
 export function useGateway({ gatewayLines = [] } = {}) {
-  const gw = { upstream: null, dir: null, seq: 0 };
+  const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null };
   let client = null;
+  // With a remote provider: every sandbox the gateway made must be deleted
+  // once it has stopped; then the sandbox host stops (before the host check).
+  const afterStop = async () => {
+    const host = gw.sandboxHost;
+    if (!host) return;
+    gw.sandboxHost = null;
+    let left = [];
+    try {
+      left = await remoteSandboxes(PROVIDER, host);
+    } finally {
+      await host.stop();
+    }
+    assert.deepEqual(left, [], `the gateway left sandboxes on the ${PROVIDER} sandbox host`);
+  };
   const ctx = useServer(async () => {
+    if (PROVIDER !== 'local') gw.sandboxHost = await startServer({ apiKeys: [SANDBOX_HOST_KEY], gateway: false });
     gw.upstream = await startUpstream();
     gw.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-gateway-'));
     const dir = gw.dir;
     process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true })); // also when an earlier after() hook failed
     const config = path.join(gw.dir, 'gateway.yaml');
     gw.config = config;
-    fs.writeFileSync(config, gatewayConfig(gw.upstream.url, { dataDir: path.join(dir, 'data'), gatewayLines }));
+    fs.writeFileSync(
+      config,
+      gatewayConfig(gw.upstream.url, { dataDir: path.join(dir, 'data'), gatewayLines, sandboxHost: gw.sandboxHost }),
+    );
     return { config, gateway: true };
-  });
+  }, { afterStop });
   Object.defineProperty(gw, 'server', { get: () => ctx.server });
   Object.defineProperty(gw, 'client', {
     get: () => {
@@ -185,10 +247,10 @@ export function assertNoLeak(obj, label = 'the answer') {
 
 /**
  * The code_interpreter_call items of a Response, each checked (status
- * completed; `unexecuted`: a last item of status incomplete, the call the
+ * completed, or failed with `failed`; `unexecuted`: a last item of status incomplete, the call the
  * model made beyond the loop limit, is allowed and left out).
  */
-export function ciCalls(resp, { include = false, unexecuted = false } = {}) {
+export function ciCalls(resp, { include = false, unexecuted = false, failed = false } = {}) {
   let calls = resp.output.filter((o) => o.type === 'code_interpreter_call');
   if (unexecuted && calls.length && calls.at(-1).status === 'incomplete') {
     const last = calls.at(-1);
@@ -199,7 +261,7 @@ export function ciCalls(resp, { include = false, unexecuted = false } = {}) {
   }
   for (const c of calls) {
     assert.match(c.id, /^ci_/, 'code_interpreter_call id');
-    assert.equal(c.status, 'completed', `code_interpreter_call ${c.id} status`);
+    assert.equal(c.status, failed ? 'failed' : 'completed', `code_interpreter_call ${c.id} status`);
     assert.equal(typeof c.code, 'string');
     assert.match(c.container_id, /^cntr_/, 'container_id');
     if (include) {
@@ -341,8 +403,15 @@ export function checkResponseEvents(events, final, { terminal = 'response.comple
     const collapsed = kinds.filter((k, i) => !(k === 'response.code_interpreter_call_code.delta' && kinds[i - 1] === k));
     const finalItem = own.at(-1).item;
     // A call made beyond the loop limit is announced as the model writes it,
-    // then ends incomplete without running.
-    const expected = finalItem?.status === 'incomplete' ? [...CI_ORDER.slice(0, 4), CI_ORDER[6]] : CI_ORDER;
+    // then ends incomplete without running; a call whose sandbox failed ends
+    // failed, after `interpreting` when the sandbox had started.
+    const started = kinds.includes(CI_ORDER[4]);
+    const expected =
+      finalItem?.status === 'incomplete'
+        ? [...CI_ORDER.slice(0, 4), CI_ORDER[6]]
+        : finalItem?.status === 'failed'
+          ? [...CI_ORDER.slice(0, started ? 5 : 4), CI_ORDER[6]]
+          : CI_ORDER;
     assert.deepEqual(collapsed, expected, `events of ${item.id} out of canonical order: ${kinds.join(', ')}`);
     assert.match(item.id, /^ci_/);
     assert.equal(item.status, 'in_progress');
@@ -355,7 +424,7 @@ export function checkResponseEvents(events, final, { terminal = 'response.comple
       assert.ok(deltas.length >= 2, `the code of ${item.id} (${done.code.length} chars) came in ${deltas.length} delta: not streamed as the model wrote it`);
     }
     assert.equal(finalItem.container_id, item.container_id);
-    if (finalItem.status !== 'incomplete') assert.equal(finalItem.status, 'completed');
+    assert.ok(['completed', 'incomplete', 'failed'].includes(finalItem.status), `status ${finalItem.status}`);
     const inFinal = final.output[a.output_index];
     assert.equal(inFinal?.id, item.id, 'the final response has the item at the same index');
   }

@@ -292,6 +292,9 @@ async function startOnce({ apiKeys, config, args, gateway }) {
 
   const env = { ...process.env };
   delete env.CORRAL_API_KEYS; // the keys are what `apiKeys` says
+  // setEnv() points this process's SDKs at a server: a server started later
+  // must not read them (the gateway's e2b and opensandbox providers would)
+  for (const name of Object.keys(env)) if (/^(E2B_|OPEN_SANDBOX_)/.test(name)) delete env[name];
   const child = spawn(CORRAL, argv, { stdio: ['ignore', 'pipe', 'pipe'], env });
   const log = process.env.CORRAL_SERVE_LOG ? fs.createWriteStream(process.env.CORRAL_SERVE_LOG, { flags: 'a' }) : null;
   log?.write(`\n=== ${new Date().toISOString()} ${CORRAL} ${argv.join(' ')}\n`);
@@ -653,8 +656,11 @@ export async function acquireHostLock() {
  * `options` are startServer()'s, or a function returning them (or a promise
  * of them), called in before() once the host is ours: for options that need
  * something started first, such as a config file naming a port.
+ * `afterStop`, when given, runs once the server has stopped and before the
+ * host is checked (to check and stop what else the file started); what it
+ * throws is reported with the other problems.
  */
-export function useServer(options = {}) {
+export function useServer(options = {}, { afterStop = null } = {}) {
   const ctx = { server: null, baseline: null };
   let release = null;
   before(async () => {
@@ -677,6 +683,15 @@ export function useServer(options = {}) {
         } catch (err) {
           problems.push(err.message);
         }
+      }
+      if (afterStop) {
+        try {
+          await afterStop();
+        } catch (err) {
+          problems.push(err.message);
+        }
+      }
+      if (ctx.server) {
         try {
           await assertNothingLeft(ctx.baseline);
         } catch (err) {

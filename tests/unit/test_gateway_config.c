@@ -13,11 +13,13 @@
 #include "config/config.h"
 #include "config/gateway_config.h"
 
-/* The variables LiteLLM (and so corral) reads when litellm_params do not say. */
+/* The variables LiteLLM (and so corral) reads when litellm_params do not say;
+ * the last six are E2B's and OpenSandbox's SDKs'. */
 static const char *const provider_vars[] = {
-    "OPENAI_API_KEY",      "OPENAI_BASE_URL",    "OPENAI_API_BASE", "AZURE_API_KEY",
-    "AZURE_API_BASE",      "AZURE_API_VERSION",  "OLLAMA_API_BASE", "HOSTED_VLLM_API_BASE",
-    "HOSTED_VLLM_API_KEY", "LLAMAFILE_API_BASE",
+    "OPENAI_API_KEY",      "OPENAI_BASE_URL",    "OPENAI_API_BASE",       "AZURE_API_KEY",
+    "AZURE_API_BASE",      "AZURE_API_VERSION",  "OLLAMA_API_BASE",       "HOSTED_VLLM_API_BASE",
+    "HOSTED_VLLM_API_KEY", "LLAMAFILE_API_BASE", "E2B_API_URL",           "E2B_API_KEY",
+    "E2B_DOMAIN",          "E2B_SANDBOX_URL",    "OPEN_SANDBOX_API_BASE", "OPEN_SANDBOX_API_KEY",
 };
 
 static int clear_provider_vars(void **state)
@@ -744,6 +746,437 @@ static void names_sandbox_tools(void **state)
     corral_config_free(cfg);
 }
 
+/* The one sandbox tool of a config whose sandbox_tools has a single entry. */
+static const struct gw_sandbox_tool *only_tool(const struct corral_config *cfg)
+{
+    assert_non_null(cfg->gateway);
+    assert_int_equal(cfg->gateway->n_tools, 1);
+    return &cfg->gateway->tools[0];
+}
+
+/* Every key of e2b's and opensandbox's litellm_params. */
+static void parses_remote_sandbox_tools(void **state)
+{
+    setenv("TEST_GW_OSB_KEY", "osb-secret", 1);
+    setenv("TEST_GW_CPU", "2", 1);
+    struct corral_config *cfg =
+        parse_ok("sandbox_tools:\n"
+                 "  - sandbox_tool_name: e2b\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: e2b\n"
+                 "      api_base: https://api.e2b.example//\n"
+                 "      api_key: e2b-key\n"
+                 "      template: code-interpreter-v1\n"
+                 "      timeout: 10m\n"
+                 "      domain: e2b.example\n"
+                 "      sandbox_url: http://127.0.0.1:49983/\n"
+                 "      allow_internet_access: yes\n"
+                 "      request_timeout: 45\n"
+                 "  - sandbox_tool_name: osb\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: opensandbox\n"
+                 "      api_base: http://127.0.0.1:8080/v1/\n"
+                 "      api_key: os.environ/TEST_GW_OSB_KEY\n"
+                 "      image: opensandbox/code-interpreter:v1.1.0\n"
+                 "      timeout: 600\n"
+                 "      allow_internet_access: 'on'\n"
+                 "      network_policy: {defaultAction: deny, egress: []}\n"
+                 "      resources: {cpu: os.environ/TEST_GW_CPU, memory: 2Gi}\n"
+                 "      entrypoint: [/opt/entry.sh, --port, '44772']\n"
+                 "      request_timeout: 1.5\n"
+                 "      ready_timeout: 2m\n"
+                 "      rpm: 10\n"
+                 "  - sandbox_tool_name: bare-e2b\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: e2b\n"
+                 "      api_base: ~\n"
+                 "      domain:\n"
+                 "      allow_internet_access: null\n"
+                 "      entrypoint: null\n"
+                 "  - sandbox_tool_name: mine\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: local\n"
+                 "      api_base: not even a url\n"
+                 "      allow_internet_access: ~\n");
+    struct gw_config *gw = cfg->gateway;
+    assert_int_equal(gw->n_tools, 4);
+
+    const struct gw_sandbox_tool *t = &gw->tools[0];
+    assert_string_equal(t->provider, "e2b");
+    assert_string_equal(t->api_base, "https://api.e2b.example");
+    assert_string_equal(t->api_key, "e2b-key");
+    assert_string_equal(t->template_id, "code-interpreter-v1");
+    assert_int_equal(t->timeout_ms, 600000);
+    assert_string_equal(t->domain, "e2b.example");
+    assert_string_equal(t->sandbox_url, "http://127.0.0.1:49983");
+    assert_true(t->allow_internet_access);
+    assert_int_equal(t->request_timeout_ms, 45000);
+    assert_int_equal(t->ready_timeout_ms, 0);
+    assert_null(t->network_policy);
+    assert_null(t->resources);
+    assert_null(t->entrypoint);
+
+    t = &gw->tools[1];
+    assert_string_equal(t->provider, "opensandbox");
+    assert_string_equal(t->api_base, "http://127.0.0.1:8080/v1");
+    assert_string_equal(t->api_key, "osb-secret");
+    assert_string_equal(t->template_id, "opensandbox/code-interpreter:v1.1.0");
+    assert_int_equal(t->timeout_ms, 600000);
+    assert_null(t->domain);
+    assert_null(t->sandbox_url);
+    assert_true(t->allow_internet_access);
+    assert_string_equal(t->network_policy, "{\"defaultAction\":\"deny\",\"egress\":[]}");
+    assert_string_equal(t->resources, "{\"cpu\":\"2\",\"memory\":\"2Gi\"}");
+    assert_non_null(t->entrypoint);
+    assert_string_equal(t->entrypoint[0], "/opt/entry.sh");
+    assert_string_equal(t->entrypoint[1], "--port");
+    assert_string_equal(t->entrypoint[2], "44772");
+    assert_null(t->entrypoint[3]);
+    assert_int_equal(t->request_timeout_ms, 1500);
+    assert_int_equal(t->ready_timeout_ms, 120000);
+
+    /* Null is a missing key; without the variables, every default. */
+    t = &gw->tools[2];
+    assert_string_equal(t->provider, "e2b");
+    assert_null(t->api_base);
+    assert_null(t->api_key);
+    assert_null(t->template_id);
+    assert_null(t->domain);
+    assert_null(t->sandbox_url);
+    assert_false(t->allow_internet_access);
+    assert_null(t->entrypoint);
+    assert_int_equal(t->request_timeout_ms, 0);
+
+    /* local ignores api_base. */
+    t = &gw->tools[3];
+    assert_string_equal(t->provider, "local");
+    assert_null(t->api_base);
+    assert_false(t->allow_internet_access);
+    corral_config_free(cfg);
+
+    cfg = parse_ok("sandbox_tools:\n"
+                   "  - sandbox_tool_name: osb\n"
+                   "    litellm_params:\n"
+                   "      sandbox_provider: opensandbox\n"
+                   "      api_base: 'HTTPS://osb.example'\n"
+                   "      allow_internet_access: False\n"
+                   "      resources: {}\n"
+                   "      entrypoint:\n"
+                   "        - python\n");
+    t = only_tool(cfg);
+    assert_string_equal(t->api_base, "HTTPS://osb.example");
+    assert_null(t->api_key);
+    assert_false(t->allow_internet_access);
+    assert_null(t->network_policy);
+    assert_string_equal(t->resources, "{}");
+    assert_string_equal(t->entrypoint[0], "python");
+    assert_null(t->entrypoint[1]);
+    corral_config_free(cfg);
+    unsetenv("TEST_GW_OSB_KEY");
+    unsetenv("TEST_GW_CPU");
+}
+
+/* E2B's and OpenSandbox's SDK variables, read when litellm_params do not say. */
+static void reads_the_sandbox_providers_variables(void **state)
+{
+    setenv("E2B_API_URL", "http://e2b-api:3000/", 1);
+    setenv("E2B_API_KEY", "e2b-env", 1);
+    setenv("E2B_DOMAIN", "e2b.local", 1);
+    setenv("E2B_SANDBOX_URL", "https://sandboxes.e2b.local/", 1);
+    setenv("OPEN_SANDBOX_API_BASE", "http://osb:8080/v1/", 1);
+    setenv("OPEN_SANDBOX_API_KEY", "osb-env", 1);
+    struct corral_config *cfg = parse_ok("sandbox_tools:\n"
+                                         "  - sandbox_tool_name: a\n"
+                                         "    litellm_params: {sandbox_provider: e2b}\n"
+                                         "  - sandbox_tool_name: b\n"
+                                         "    litellm_params: {sandbox_provider: opensandbox}\n"
+                                         "  - sandbox_tool_name: c\n"
+                                         "    litellm_params:\n"
+                                         "      sandbox_provider: e2b\n"
+                                         "      api_base: https://own-api\n"
+                                         "      api_key: ''\n"
+                                         "      domain: own.example\n"
+                                         "      sandbox_url: http://own-sandboxes\n"
+                                         "  - sandbox_tool_name: d\n"
+                                         "    litellm_params:\n"
+                                         "      sandbox_provider: opensandbox\n"
+                                         "      api_base: http://own-osb/v1\n"
+                                         "      api_key: own-key\n"
+                                         "  - sandbox_tool_name: e\n"
+                                         "    litellm_params: {sandbox_provider: local}\n");
+    struct gw_config *gw = cfg->gateway;
+    assert_int_equal(gw->n_tools, 5);
+    const struct gw_sandbox_tool *t = &gw->tools[0];
+    assert_string_equal(t->api_base, "http://e2b-api:3000");
+    assert_string_equal(t->api_key, "e2b-env");
+    assert_string_equal(t->domain, "e2b.local");
+    assert_string_equal(t->sandbox_url, "https://sandboxes.e2b.local");
+    t = &gw->tools[1];
+    assert_string_equal(t->api_base, "http://osb:8080/v1");
+    assert_string_equal(t->api_key, "osb-env");
+    assert_null(t->domain);
+    assert_null(t->sandbox_url);
+    /* Written values win; an empty api_key is no key. */
+    t = &gw->tools[2];
+    assert_string_equal(t->api_base, "https://own-api");
+    assert_null(t->api_key);
+    assert_string_equal(t->domain, "own.example");
+    assert_string_equal(t->sandbox_url, "http://own-sandboxes");
+    t = &gw->tools[3];
+    assert_string_equal(t->api_base, "http://own-osb/v1");
+    assert_string_equal(t->api_key, "own-key");
+    /* local reads none of them. */
+    t = &gw->tools[4];
+    assert_null(t->api_base);
+    assert_null(t->api_key);
+    assert_null(t->domain);
+    assert_null(t->sandbox_url);
+    corral_config_free(cfg);
+
+    /* Empty variables count as unset. */
+    static const char *const vars[] = {
+        "E2B_API_URL",     "E2B_API_KEY",           "E2B_DOMAIN",
+        "E2B_SANDBOX_URL", "OPEN_SANDBOX_API_BASE", "OPEN_SANDBOX_API_KEY"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        setenv(vars[i], "", 1);
+    cfg =
+        parse_ok("sandbox_tools:\n"
+                 "  - sandbox_tool_name: a\n"
+                 "    litellm_params: {sandbox_provider: e2b}\n"
+                 "  - sandbox_tool_name: b\n"
+                 "    litellm_params: {sandbox_provider: opensandbox, api_base: 'http://o/v1'}\n");
+    t = &cfg->gateway->tools[0];
+    assert_null(t->api_base);
+    assert_null(t->api_key);
+    assert_null(t->domain);
+    assert_null(t->sandbox_url);
+    assert_null(cfg->gateway->tools[1].api_key);
+    corral_config_free(cfg);
+
+    /* opensandbox needs its lifecycle API. */
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: osb\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: opensandbox\n"
+                 "      image: python:3.12\n",
+                 "gw.yaml:4:7: sandbox_tools[0].litellm_params: api_base is required for "
+                 "sandbox_provider opensandbox (or set OPEN_SANDBOX_API_BASE)");
+    unsetenv("OPEN_SANDBOX_API_BASE");
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: osb\n"
+                 "    litellm_params: {sandbox_provider: opensandbox, api_base: ~}\n",
+                 "gw.yaml:3:21: sandbox_tools[0].litellm_params: api_base is required for "
+                 "sandbox_provider opensandbox (or set OPEN_SANDBOX_API_BASE)");
+
+    /* A variable's value is checked as a written one. */
+    setenv("OPEN_SANDBOX_API_BASE", "osb:8080", 1);
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: osb\n"
+                 "    litellm_params: {sandbox_provider: opensandbox}\n",
+                 "gw.yaml:3:21: sandbox_tools[0].litellm_params.api_base from "
+                 "OPEN_SANDBOX_API_BASE: 'osb:8080' is not an http:// or https:// URL");
+    setenv("E2B_SANDBOX_URL", "ftp://sandboxes", 1);
+    expect_error("sandbox_tools:\n"
+                 "  - sandbox_tool_name: e\n"
+                 "    litellm_params: {sandbox_provider: e2b}\n",
+                 "gw.yaml:3:21: sandbox_tools[0].litellm_params.sandbox_url from "
+                 "E2B_SANDBOX_URL: 'ftp://sandboxes' is not an http:// or https:// URL");
+    clear_provider_vars(state);
+}
+
+/* network_policy: YAML to JSON, kinds of values kept. */
+static void converts_network_policy(void **state)
+{
+    struct corral_config *cfg =
+        parse_ok("sandbox_tools:\n"
+                 "  - sandbox_tool_name: osb\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: opensandbox\n"
+                 "      api_base: http://127.0.0.1:8080/v1\n"
+                 "      network_policy:\n"
+                 "        defaultAction: deny\n"
+                 "        egress:\n"
+                 "          - action: allow\n"
+                 "            target: pypi.org\n"
+                 "            port: 443\n"
+                 "            quoted_port: \"443\"\n"
+                 "            single: '8080'\n"
+                 "            offset: -12\n"
+                 "            ratio: 0.5\n"
+                 "            log: true\n"
+                 "            audit: FALSE\n"
+                 "            note: 'true'\n"
+                 "            maybe: yes\n"
+                 "          - {action: deny, target: '*.example.com', ports: [80, 443]}\n"
+                 "        dns: {servers: [], fallback: null, search: ~, empty: }\n"
+                 "        os: os.environ/NOT_RESOLVED_HERE\n"
+                 "      resources:\n"
+                 "        cpu: 1\n"
+                 "        memory: 2Gi\n"
+                 "        gpu: \"0\"\n"
+                 "        fraction: 0.5\n"
+                 "        enabled: true\n");
+    const struct gw_sandbox_tool *t = only_tool(cfg);
+    assert_string_equal(t->network_policy,
+                        "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\","
+                        "\"target\":\"pypi.org\",\"port\":443,\"quoted_port\":\"443\","
+                        "\"single\":\"8080\",\"offset\":-12,\"ratio\":\"0.5\",\"log\":true,"
+                        "\"audit\":false,\"note\":\"true\",\"maybe\":\"yes\"},{\"action\":\"deny\","
+                        "\"target\":\"*.example.com\",\"ports\":[80,443]}],\"dns\":{\"servers\":[],"
+                        "\"fallback\":null,\"search\":null,\"empty\":null},"
+                        "\"os\":\"os.environ/NOT_RESOLVED_HERE\"}");
+    assert_string_equal(t->resources, "{\"cpu\":\"1\",\"memory\":\"2Gi\",\"gpu\":\"0\","
+                                      "\"fraction\":\"0.5\",\"enabled\":\"true\"}");
+    corral_config_free(cfg);
+
+    /* Aliases are copies. */
+    cfg = parse_ok("sandbox_tools:\n"
+                   "  - sandbox_tool_name: osb\n"
+                   "    litellm_params:\n"
+                   "      sandbox_provider: opensandbox\n"
+                   "      api_base: http://127.0.0.1:8080/v1\n"
+                   "      network_policy:\n"
+                   "        egress: [&rule {action: allow, target: a.example}, *rule]\n");
+    assert_string_equal(only_tool(cfg)->network_policy,
+                        "{\"egress\":[{\"action\":\"allow\",\"target\":\"a.example\"},"
+                        "{\"action\":\"allow\",\"target\":\"a.example\"}]}");
+    corral_config_free(cfg);
+
+    static const char head[] = "sandbox_tools:\n"
+                               "  - sandbox_tool_name: osb\n"
+                               "    litellm_params:\n"
+                               "      sandbox_provider: opensandbox\n"
+                               "      api_base: http://127.0.0.1:8080/v1\n";
+    static const struct {
+        const char *tail, *message;
+    } bad[] = {
+        {"      network_policy: deny\n",
+         "gw.yaml:6:23: sandbox_tools[0].litellm_params.network_policy must be a mapping (keys: "
+         "defaultAction, egress), not 'deny'"},
+        {"      network_policy: [a]\n",
+         "gw.yaml:6:23: sandbox_tools[0].litellm_params.network_policy must be a mapping"},
+        {"      network_policy: {egress: [{target: a, target: b}]}\n",
+         "gw.yaml:6:45: duplicate key 'target' in "
+         "sandbox_tools[0].litellm_params.network_policy.egress[0]"},
+        {"      network_policy: {[a]: b}\n",
+         "gw.yaml:6:24: keys in sandbox_tools[0].litellm_params.network_policy must be names, "
+         "not a list"},
+        /* A value that holds itself. */
+        {"      network_policy: &p {egress: [*p]}\n",
+         "sandbox_tools[0].litellm_params.network_policy.egress[0].egress[0]."},
+        {"      resources: 2Gi\n",
+         "gw.yaml:6:18: sandbox_tools[0].litellm_params.resources must be a mapping (keys: cpu, "
+         "memory, ...), not '2Gi'"},
+        {"      resources: {cpu: [1]}\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.resources.cpu must be a single value, "
+         "not a list"},
+        {"      resources: {cpu: {n: 1}}\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.resources.cpu must be a single value, "
+         "not a mapping"},
+        {"      resources: {cpu: ~}\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.resources.cpu has no value"},
+        {"      resources: {cpu: ''}\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.resources.cpu must not be empty"},
+        {"      resources: {cpu: 1, cpu: 2}\n",
+         "gw.yaml:6:27: duplicate key 'cpu' in sandbox_tools[0].litellm_params.resources"},
+        {"      resources: {cpu: os.environ/TEST_GW_UNSET_CPU}\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.resources.cpu: environment variable "
+         "TEST_GW_UNSET_CPU is not set"},
+        {"      entrypoint: []\n",
+         "gw.yaml:6:19: sandbox_tools[0].litellm_params.entrypoint must not be empty (a "
+         "command, then its arguments)"},
+        {"      entrypoint: /bin/sh\n",
+         "gw.yaml:6:19: sandbox_tools[0].litellm_params.entrypoint must be a list, not "
+         "'/bin/sh'"},
+        {"      entrypoint: [sh, '']\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.entrypoint[1] must not be empty"},
+        {"      entrypoint: [sh, [a]]\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.entrypoint[1] must be a single value, "
+         "not a list"},
+        {"      entrypoint: [sh, ~]\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.entrypoint[1] has no value"},
+        {"      allow_internet_access: sometimes\n",
+         "gw.yaml:6:30: sandbox_tools[0].litellm_params.allow_internet_access: 'sometimes' is "
+         "not a boolean (expected true or false)"},
+        {"      request_timeout: 0\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.request_timeout: '0' is out of range "
+         "(expected more than 0 and at most 86400 seconds)"},
+        {"      ready_timeout: 25h\n",
+         "gw.yaml:6:22: sandbox_tools[0].litellm_params.ready_timeout: '25h' is out of range"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof(yaml), "%s%s", head, bad[i].tail);
+        expect_error(yaml, bad[i].message);
+    }
+}
+
+/* Keys for one provider given to another, and bad URLs. */
+static void refuses_keys_of_other_sandbox_providers(void **state)
+{
+    static const struct {
+        const char *params, *message;
+    } bad[] = {
+        {"sandbox_provider: opensandbox, api_base: 'http://o/v1', domain: e2b.app",
+         "gw.yaml:3:86: sandbox_tools[0].litellm_params.domain: domain is for sandbox_provider "
+         "e2b, not opensandbox"},
+        {"sandbox_provider: local, sandbox_url: 'http://s'",
+         "gw.yaml:3:60: sandbox_tools[0].litellm_params.sandbox_url: sandbox_url is for "
+         "sandbox_provider e2b, not local"},
+        {"sandbox_provider: local, allow_internet_access: true",
+         "gw.yaml:3:70: sandbox_tools[0].litellm_params.allow_internet_access: "
+         "allow_internet_access is for sandbox_provider e2b or opensandbox, not local"},
+        {"sandbox_provider: e2b, network_policy: {defaultAction: deny}",
+         "gw.yaml:3:61: sandbox_tools[0].litellm_params.network_policy: network_policy is for "
+         "sandbox_provider opensandbox, not e2b"},
+        {"sandbox_provider: e2b, resources: {cpu: 1}",
+         "gw.yaml:3:56: sandbox_tools[0].litellm_params.resources: resources is for "
+         "sandbox_provider opensandbox, not e2b"},
+        {"sandbox_provider: local, entrypoint: [sh]",
+         "gw.yaml:3:59: sandbox_tools[0].litellm_params.entrypoint: entrypoint is for "
+         "sandbox_provider opensandbox, not local"},
+        {"sandbox_provider: local, request_timeout: 30",
+         "gw.yaml:3:64: sandbox_tools[0].litellm_params.request_timeout: request_timeout is for "
+         "sandbox_provider e2b or opensandbox, not local"},
+        {"sandbox_provider: e2b, ready_timeout: 30",
+         "gw.yaml:3:60: sandbox_tools[0].litellm_params.ready_timeout: ready_timeout is for "
+         "sandbox_provider opensandbox, not e2b"},
+        {"sandbox_provider: opensandbox, api_base: 'ftp://osb'",
+         "gw.yaml:3:63: sandbox_tools[0].litellm_params.api_base: 'ftp://osb' is not an "
+         "http:// or https:// URL"},
+        {"sandbox_provider: e2b, api_base: 'e2b.app'",
+         "gw.yaml:3:55: sandbox_tools[0].litellm_params.api_base: 'e2b.app' is not an http:// "
+         "or https:// URL"},
+        {"sandbox_provider: e2b, api_base: 'https:///'",
+         "gw.yaml:3:55: sandbox_tools[0].litellm_params.api_base: 'https:///' is not an "
+         "http:// or https:// URL"},
+        {"sandbox_provider: e2b, api_base: ''",
+         "gw.yaml:3:55: sandbox_tools[0].litellm_params.api_base must not be empty"},
+        {"sandbox_provider: e2b, sandbox_url: 'ws://s'",
+         "gw.yaml:3:58: sandbox_tools[0].litellm_params.sandbox_url: 'ws://s' is not an "
+         "http:// or https:// URL"},
+        {"sandbox_provider: e2b, domain: ''",
+         "gw.yaml:3:53: sandbox_tools[0].litellm_params.domain must not be empty"},
+        {"sandbox_provider: e2b, domain: os.environ/TEST_GW_UNSET_DOMAIN",
+         "gw.yaml:3:53: sandbox_tools[0].litellm_params.domain: environment variable "
+         "TEST_GW_UNSET_DOMAIN is not set"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof(yaml),
+                 "sandbox_tools:\n  - sandbox_tool_name: t\n    litellm_params: {%s}\n",
+                 bad[i].params);
+        expect_error(yaml, bad[i].message);
+    }
+    /* Null is a missing key, for any provider. */
+    struct corral_config *cfg =
+        parse_ok("sandbox_tools:\n  - sandbox_tool_name: t\n    litellm_params: "
+                 "{sandbox_provider: local, domain: ~, network_policy: ~, ready_timeout: ~}\n");
+    assert_null(only_tool(cfg)->domain);
+    assert_null(only_tool(cfg)->network_policy);
+    corral_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -755,6 +1188,10 @@ int main(void)
         cmocka_unit_test_setup(resolves_environment_variables, clear_provider_vars),
         cmocka_unit_test_setup(refuses_bad_values, clear_provider_vars),
         cmocka_unit_test_setup(names_sandbox_tools, clear_provider_vars),
+        cmocka_unit_test_setup(parses_remote_sandbox_tools, clear_provider_vars),
+        cmocka_unit_test_setup(reads_the_sandbox_providers_variables, clear_provider_vars),
+        cmocka_unit_test_setup(converts_network_policy, clear_provider_vars),
+        cmocka_unit_test_setup(refuses_keys_of_other_sandbox_providers, clear_provider_vars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
