@@ -20,13 +20,24 @@
 #include "gateway/translate.h"
 #include "gateway/upstream.h"
 
-#define TOOL_DESCRIPTION                                                                           \
+#define TOOL_DESCRIPTION(network)                                                                  \
     "Execute Python code in a stateful Jupyter-style sandbox and see what it produced. "           \
     "Variables, imports and files persist between calls in the same conversation. The working "    \
     "directory is /mnt/data: files saved there are shown to the user. numpy, pandas and "          \
-    "matplotlib are available; figures are displayed with plt.show(). There is no internet "       \
-    "access. The result lists stdout, stderr, the value of the last expression, any error "        \
+    "matplotlib are available; figures are displayed with plt.show(). " network                    \
+    " The result lists stdout, stderr, the value of the last expression, any error "               \
     "with its traceback, the files created or changed in /mnt/data and the images displayed."
+
+/* What the model is told of the sandbox's network: a remote sandbox tool may
+ * open it. */
+static const char *tool_description(const struct gw_call *c)
+{
+    const char *name = c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
+    const struct gw_sandbox_tool *t = name ? gw_config_tool(c->gw->cfg, name) : NULL;
+    if (t && (t->allow_internet_access || t->network_policy))
+        return TOOL_DESCRIPTION("Internet access may be limited by a network policy.");
+    return TOOL_DESCRIPTION("There is no internet access.");
+}
 
 static const char *const RESPONSES_OWN_KEYS[] = {
     "model",        "input",          "tools",
@@ -829,9 +840,9 @@ static json_t *code_tool(struct gw_call *c, bool chat)
                   "required", "code", "additionalProperties", 0);
     if (chat)
         return json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name",
-                         c->tool_name, "description", TOOL_DESCRIPTION, "parameters", params);
+                         c->tool_name, "description", tool_description(c), "parameters", params);
     return json_pack("{s:s, s:s, s:s, s:o}", "type", "function", "name", c->tool_name,
-                     "description", TOOL_DESCRIPTION, "parameters", params);
+                     "description", tool_description(c), "parameters", params);
 }
 
 /* tool_choice for the upstream: forced code calls on the first turn only. */

@@ -33,8 +33,7 @@
 #define PORT_CODE        "49999"
 #define USER             "user"
 #define LIST_DEPTH       3
-#define RENEW_SLACK_MS   30000u /* a renewal extends by at least this much */
-#define EXEC_GRACE_MS    5000u  /* the stream may end this long after the code's timeout */
+#define EXEC_GRACE_MS    5000u /* the stream may end this long after the code's timeout */
 
 struct gw_sandbox {
     char *api;       /* the control plane */
@@ -48,10 +47,7 @@ struct gw_sandbox {
     char h_user[64]; /* "Authorization: Basic ..." (envd's user) */
     char id[128];
     uint64_t request_timeout_ms;
-    pthread_mutex_t lock; /* deadline_ms */
-    uint64_t deadline_ms; /* when the service ends the sandbox (realtime) */
-    int killed;           /* atomic: stops a running request */
-    int failed;           /* atomic: unusable */
+    struct rm_life life;
     bool deleted;
 };
 
@@ -65,7 +61,7 @@ static void sandbox_free(struct gw_sandbox *s)
     free(s->h_id);
     free(s->h_token);
     free(s->h_traffic);
-    pthread_mutex_destroy(&s->lock);
+    rm_life_destroy(&s->life);
     free(s);
 }
 
@@ -93,7 +89,7 @@ static struct rm_request control(struct gw_sandbox *s, const char *method, const
                            .base = s->api,
                            .path = path,
                            .timeout_ms = s->request_timeout_ms,
-                           .cancel = &s->killed};
+                           .cancel = &s->life.killed};
     if (s->h_key)
         rm_header(&q, s->h_key);
     return q;
@@ -108,7 +104,7 @@ static struct rm_request data_plane(struct gw_sandbox *s, bool envd, const char 
                            .path = path,
                            .timeout_ms = s->request_timeout_ms,
                            .idempotent = !strcmp(method, "GET"),
-                           .cancel = &s->killed};
+                           .cancel = &s->life.killed};
     rm_header(&q, s->h_id);
     rm_header(&q, envd ? "E2b-Sandbox-Port: " PORT_ENVD : "E2b-Sandbox-Port: " PORT_CODE);
     if (s->h_token)
@@ -243,7 +239,7 @@ static int create_remote(struct gw_sandbox *s, const struct gw_sandbox_tool *too
         return corral_fail(err, EPROTO, "%s: the answer has no usable sandboxID", what);
     }
     snprintf(s->id, sizeof(s->id), "%s", id);
-    s->deadline_ms = rm_now_ms() + secs * 1000;
+    rm_life_renewed(&s->life, rm_now_ms() + secs * 1000);
     s->h_id = header_line("E2b-Sandbox-Id", s->id);
     s->h_token =
         header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
@@ -291,7 +287,7 @@ static struct gw_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
     struct gw_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
-    pthread_mutex_init(&s->lock, NULL);
+    rm_life_init(&s->life);
     s->request_timeout_ms =
         tool->request_timeout_ms ? tool->request_timeout_ms : RM_REQUEST_TIMEOUT_MS;
     if (tool->api_base)
@@ -331,15 +327,13 @@ static int e2b_create(const struct gw_sandbox_tool *tool, const struct gw_create
     return 0;
 }
 
-/* Asks the service to keep the sandbox until at least `until` (realtime ms). */
-static void keep_until(struct gw_sandbox *s, uint64_t until)
+/* Asks the service to keep the sandbox until at least `until` (wall clock
+ * ms), when it may not. */
+static void keep_until(struct gw_sandbox *s, uint64_t until, bool throttled)
 {
-    pthread_mutex_lock(&s->lock);
-    bool enough = s->deadline_ms >= until;
-    pthread_mutex_unlock(&s->lock);
-    if (enough || __atomic_load_n(&s->killed, __ATOMIC_RELAXED))
+    if (!rm_life_renewal_due(&s->life, until, throttled))
         return;
-    uint64_t now = rm_now_ms(), want = until + RENEW_SLACK_MS;
+    uint64_t now = rm_now_ms(), want = until + RM_RENEW_SLACK_MS;
     char path[160], body[64];
     snprintf(path, sizeof(path), "/sandboxes/%s/timeout", s->id);
     snprintf(body, sizeof(body), "{\"timeout\":%llu}",
@@ -354,35 +348,29 @@ static void keep_until(struct gw_sandbox *s, uint64_t until)
     if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(&err, "e2b: extending the sandbox's life", &r);
     gw_upstream_reply_free(&r);
-    if (rc < 0) {
+    if (rc == 0)
+        rm_life_renewed(&s->life, want);
+    else if (!rm_life_killed(&s->life)) {
+        if (rc == -ENOENT) /* the sandbox is gone */
+            rm_life_fail(&s->life);
         fprintf(stderr, "corral gateway: e2b sandbox %s: %s\n", s->id, err.message);
-        return;
     }
-    pthread_mutex_lock(&s->lock);
-    if (s->deadline_ms < want)
-        s->deadline_ms = want;
-    pthread_mutex_unlock(&s->lock);
 }
 
 static void e2b_touch(struct gw_sandbox *s, uint64_t lifetime_ms)
 {
-    keep_until(s, rm_now_ms() + (lifetime_ms > RENEW_SLACK_MS ? lifetime_ms - RENEW_SLACK_MS : 0));
+    uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
+    keep_until(s, rm_now_ms() + lifetime_ms - slack, true);
 }
 
 static void e2b_kill(struct gw_sandbox *s)
 {
-    __atomic_store_n(&s->killed, 1, __ATOMIC_RELAXED);
+    rm_life_kill(&s->life);
 }
 
 static bool e2b_alive(struct gw_sandbox *s)
 {
-    if (__atomic_load_n(&s->killed, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&s->failed, __ATOMIC_RELAXED))
-        return false;
-    pthread_mutex_lock(&s->lock);
-    bool alive = rm_now_ms() < s->deadline_ms;
-    pthread_mutex_unlock(&s->lock);
-    return alive;
+    return rm_life_alive(&s->life);
 }
 
 static void e2b_destroy(struct gw_sandbox *s)
@@ -551,7 +539,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     snprintf(what, sizeof(what), "e2b sandbox %s: executing", s->id);
     if (rc == -ETIMEDOUT && timeout_ms && rm_now_ms() - start >= timeout_ms)
         rc = -ETIMEDOUT; /* the code's time ran out (the service interrupts it) */
-    else if (rc == -ECANCELED && __atomic_load_n(&s->killed, __ATOMIC_RELAXED))
+    else if (rc == -ECANCELED && rm_life_killed(&s->life))
         rc = corral_fail(err, ECANCELED, "%s: the sandbox was stopped", what);
     else if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(err, what, &r);
@@ -568,7 +556,7 @@ static int e2b_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
     memset(out, 0, sizeof(*out));
     if (!e2b_alive(s))
         return corral_fail(err, ESRCH, "e2b sandbox %s is no longer running", s->id);
-    keep_until(s, rm_now_ms() + timeout_ms + 60000);
+    keep_until(s, rm_now_ms() + timeout_ms + 60000, false);
     struct gw_file_list before = {0}, after = {0};
     struct run run = {0};
     gw_collect_init(&run.c);
@@ -591,7 +579,7 @@ static int e2b_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
     gw_file_list_free(&before);
     gw_file_list_free(&after);
     if (rc < 0) {
-        __atomic_store_n(&s->failed, 1, __ATOMIC_RELAXED);
+        rm_life_fail(&s->life);
         json_decref(files);
         gw_collect_free(&run.c);
         return rc;

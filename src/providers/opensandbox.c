@@ -41,7 +41,6 @@
 #define MIN_TIMEOUT_S        60u /* the least `timeout` the lifecycle API takes */
 #define READY_TIMEOUT_MS     30000u
 #define POLL_MS              200u
-#define RENEW_SLACK_MS       30000u /* renew when the expiry is this short of the wish */
 #define EXEC_MARGIN_MS       60000u /* an execution's sandbox outlives its timeout by this */
 #define INTERRUPT_TIMEOUT_MS 10000u
 #define ENDPOINT_HEADERS_MAX (RM_HEADERS_MAX - 3) /* room for Accept and Cache-Control */
@@ -55,25 +54,10 @@ struct gw_sandbox {
     char *headers[ENDPOINT_HEADERS_MAX + 1]; /* the endpoint's "Name: value", NULL-ended */
     char *ctx;                               /* the Python context's id */
     uint64_t request_timeout_ms;
-    int killed;                 /* atomic; what every request but destroy's polls to cancel */
-    int failed;                 /* atomic; the sandbox is unusable */
-    pthread_mutex_t lock;       /* guards deadline_ms */
-    uint64_t deadline_ms;       /* the remote expiry as far as we know (wall clock) */
-    pthread_mutex_t renew_lock; /* one renewal at a time; guards last_renew_ms */
-    uint64_t last_renew_ms;
+    struct rm_life life; /* killed: what every request but destroy's polls to cancel */
 };
 
 /* ---- small helpers ---- */
-
-static bool flag(const int *f)
-{
-    return __atomic_load_n(f, __ATOMIC_RELAXED) != 0;
-}
-
-static void set_flag(int *f)
-{
-    __atomic_store_n(f, 1, __ATOMIC_RELAXED);
-}
 
 /* `value` percent-encoded for a URL path segment or query value (only the
  * unreserved characters of RFC 3986 are kept, and '/' when keep_slash). */
@@ -123,7 +107,7 @@ static void lifecycle(struct gw_sandbox *s, struct rm_request *q, const char *me
                              .path = path,
                              .timeout_ms = s->request_timeout_ms,
                              .idempotent = strcmp(method, "POST") != 0,
-                             .cancel = &s->killed};
+                             .cancel = &s->life.killed};
     if (s->key_header)
         rm_header(q, s->key_header);
 }
@@ -136,7 +120,7 @@ static void execd(struct gw_sandbox *s, struct rm_request *q, const char *method
                              .path = path,
                              .timeout_ms = s->request_timeout_ms,
                              .idempotent = strcmp(method, "POST") != 0,
-                             .cancel = &s->killed};
+                             .cancel = &s->life.killed};
     for (size_t i = 0; s->headers[i]; i++)
         rm_header(q, s->headers[i]);
 }
@@ -439,8 +423,7 @@ static void free_sandbox(struct gw_sandbox *s)
     for (size_t i = 0; s->headers[i]; i++)
         free(s->headers[i]);
     free(s->ctx);
-    pthread_mutex_destroy(&s->lock);
-    pthread_mutex_destroy(&s->renew_lock);
+    rm_life_destroy(&s->life);
     free(s);
 }
 
@@ -450,8 +433,7 @@ static struct gw_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
     struct gw_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_mutex_init(&s->renew_lock, NULL);
+    rm_life_init(&s->life);
     s->request_timeout_ms =
         tool->request_timeout_ms ? tool->request_timeout_ms : RM_REQUEST_TIMEOUT_MS;
     if (!(s->api_base = strdup(tool->api_base)) ||
@@ -492,7 +474,7 @@ static int osb_create(const struct gw_sandbox_tool *tool, const struct gw_create
     int rc = post_sandbox(s, body, &made, err);
     json_decref(body);
     if (rc == 0) {
-        s->deadline_ms = started + timeout_s * 1000;
+        rm_life_renewed(&s->life, started + timeout_s * 1000);
         uint64_t until =
             rm_now_ms() + (tool->ready_timeout_ms ? tool->ready_timeout_ms : READY_TIMEOUT_MS);
         rc = wait_running(s, made, until, err);
@@ -513,54 +495,42 @@ static int osb_create(const struct gw_sandbox_tool *tool, const struct gw_create
 /* ---- the expiry ---- */
 
 /* Renews the remote expiry to `target` when the known one is before
- * `need`; `throttled`: not within RENEW_SLACK_MS of the last attempt. */
+ * `need`; `throttled`: not within RM_RENEW_SLACK_MS of the last attempt. */
 static void renew(struct gw_sandbox *s, uint64_t need, uint64_t target, bool throttled)
 {
-    if (flag(&s->killed) || flag(&s->failed))
+    if (!rm_life_renewal_due(&s->life, need, throttled))
         return;
-    pthread_mutex_lock(&s->renew_lock);
-    uint64_t now = rm_now_ms();
-    pthread_mutex_lock(&s->lock);
-    bool wanted = s->deadline_ms < need;
-    pthread_mutex_unlock(&s->lock);
-    if (wanted && !(throttled && now < s->last_renew_ms + RENEW_SLACK_MS)) {
-        s->last_renew_ms = now;
-        char at[40], body[64];
-        rm_rfc3339(target, at, sizeof(at));
-        snprintf(body, sizeof(body), "{\"expiresAt\":\"%s\"}", at);
-        cleanup_free char *path = NULL;
-        struct corral_error err;
-        struct gw_upstream_reply r = {0};
-        int rc = asprintf(&path, "%s/renew-expiration", s->id_path) < 0
-                     ? corral_fail(&err, ENOMEM, "out of memory")
-                     : 0;
-        if (rc == 0) {
-            struct rm_request q;
-            lifecycle(s, &q, "POST", path);
-            q.idempotent = true; /* the same expiry twice is the same */
-            set_body(&q, body);
-            rc = call(&q, &r, &err);
-        }
-        if (rc == 0) {
-            pthread_mutex_lock(&s->lock);
-            if (s->deadline_ms < target)
-                s->deadline_ms = target;
-            pthread_mutex_unlock(&s->lock);
-            gw_upstream_reply_free(&r);
-        } else if (!flag(&s->killed)) {
-            if (rc == -ENOENT) /* the sandbox is gone */
-                set_flag(&s->failed);
-            fprintf(stderr, "corral gateway: cannot renew opensandbox sandbox %s: %s\n", s->id,
-                    err.message);
-        }
+    char at[40], body[64];
+    rm_rfc3339(target, at, sizeof(at));
+    snprintf(body, sizeof(body), "{\"expiresAt\":\"%s\"}", at);
+    cleanup_free char *path = NULL;
+    struct corral_error err;
+    struct gw_upstream_reply r = {0};
+    int rc = asprintf(&path, "%s/renew-expiration", s->id_path) < 0
+                 ? corral_fail(&err, ENOMEM, "out of memory")
+                 : 0;
+    if (rc == 0) {
+        struct rm_request q;
+        lifecycle(s, &q, "POST", path);
+        q.idempotent = true; /* the same expiry twice is the same */
+        set_body(&q, body);
+        rc = call(&q, &r, &err);
     }
-    pthread_mutex_unlock(&s->renew_lock);
+    if (rc == 0) {
+        rm_life_renewed(&s->life, target);
+        gw_upstream_reply_free(&r);
+    } else if (!rm_life_killed(&s->life)) {
+        if (rc == -ENOENT) /* the sandbox is gone */
+            rm_life_fail(&s->life);
+        fprintf(stderr, "corral gateway: cannot renew opensandbox sandbox %s: %s\n", s->id,
+                err.message);
+    }
 }
 
 static void osb_touch(struct gw_sandbox *s, uint64_t lifetime_ms)
 {
     uint64_t now = rm_now_ms();
-    uint64_t slack = lifetime_ms > RENEW_SLACK_MS ? RENEW_SLACK_MS : lifetime_ms;
+    uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
     renew(s, now + lifetime_ms - slack, now + lifetime_ms, true);
 }
 
@@ -745,9 +715,9 @@ static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
                        struct gw_exec_output *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
-    if (flag(&s->killed))
+    if (rm_life_killed(&s->life))
         return corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->id);
-    if (flag(&s->failed))
+    if (rm_life_failed(&s->life))
         return corral_fail(err, EIO, "opensandbox sandbox %s failed earlier", s->id);
     uint64_t need = rm_now_ms() + timeout_ms + EXEC_MARGIN_MS;
     renew(s, need, need, false);
@@ -760,8 +730,8 @@ static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
         rc = run_code(s, code, timeout_ms, &r, &timed_out, err);
     if (rc == 0 && timed_out) {
         struct corral_error ierr;
-        if (interrupt(s, &ierr) < 0 && !flag(&s->killed)) {
-            set_flag(&s->failed); /* the code may still run: a new sandbox next time */
+        if (interrupt(s, &ierr) < 0 && !rm_life_killed(&s->life)) {
+            rm_life_fail(&s->life); /* the code may still run: a new sandbox next time */
             strbuf_printf(&r.c.err, "\n[the code could not be stopped (%s): its state is lost]\n",
                           ierr.message);
         }
@@ -770,14 +740,14 @@ static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
                  (unsigned long long)(timeout_ms / 1000));
         gw_collect_error(&r.c, "TimeoutError", msg, "");
     }
-    if (rc == 0 && !flag(&s->killed)) {
+    if (rc == 0 && !rm_life_killed(&s->life)) {
         struct corral_error ignored;
         list_data(s, &after, &ignored);
     }
-    if (flag(&s->killed))
+    if (rm_life_killed(&s->life))
         rc = corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->id);
     else if (rc < 0)
-        set_flag(&s->failed);
+        rm_life_fail(&s->life);
     json_t *files = rc == 0 ? gw_changed_files(&before, &after) : NULL;
     gw_file_list_free(&before);
     gw_file_list_free(&after);
@@ -875,24 +845,19 @@ static int osb_remove_file(struct gw_sandbox *s, const char *path, struct corral
  * and destroy() deletes the remote sandbox. */
 static void osb_kill(struct gw_sandbox *s)
 {
-    set_flag(&s->killed);
+    rm_life_kill(&s->life);
 }
 
 static bool osb_alive(struct gw_sandbox *s)
 {
-    if (flag(&s->killed) || flag(&s->failed))
-        return false;
-    pthread_mutex_lock(&s->lock);
-    bool alive = rm_now_ms() < s->deadline_ms;
-    pthread_mutex_unlock(&s->lock);
-    return alive;
+    return rm_life_alive(&s->life);
 }
 
 static void osb_destroy(struct gw_sandbox *s)
 {
     if (!s)
         return;
-    set_flag(&s->killed);
+    rm_life_kill(&s->life);
     delete_remote(s);
     free_sandbox(s);
 }

@@ -351,3 +351,68 @@ bool rm_label_stale(const json_t *metadata, const char *gateway_tag, const char 
     const char *r = json_string_value(json_object_get(metadata, "corral_run"));
     return g && gateway_tag && !strcmp(g, gateway_tag) && (!r || !run_tag || strcmp(r, run_tag));
 }
+
+/* ---- a sandbox's life ---- */
+
+void rm_life_init(struct rm_life *l)
+{
+    *l = (struct rm_life){0};
+    pthread_mutex_init(&l->lock, NULL);
+}
+
+void rm_life_destroy(struct rm_life *l)
+{
+    pthread_mutex_destroy(&l->lock);
+}
+
+void rm_life_kill(struct rm_life *l)
+{
+    __atomic_store_n(&l->killed, 1, __ATOMIC_RELAXED);
+}
+
+void rm_life_fail(struct rm_life *l)
+{
+    __atomic_store_n(&l->failed, 1, __ATOMIC_RELAXED);
+}
+
+bool rm_life_killed(const struct rm_life *l)
+{
+    return __atomic_load_n(&l->killed, __ATOMIC_RELAXED) != 0;
+}
+
+bool rm_life_failed(const struct rm_life *l)
+{
+    return __atomic_load_n(&l->failed, __ATOMIC_RELAXED) != 0;
+}
+
+bool rm_life_alive(struct rm_life *l)
+{
+    if (rm_life_killed(l) || rm_life_failed(l))
+        return false;
+    pthread_mutex_lock(&l->lock);
+    bool alive = rm_now_ms() < l->deadline_ms;
+    pthread_mutex_unlock(&l->lock);
+    return alive;
+}
+
+bool rm_life_renewal_due(struct rm_life *l, uint64_t need, bool throttled)
+{
+    if (rm_life_killed(l) || rm_life_failed(l))
+        return false;
+    uint64_t now = rm_now_ms();
+    pthread_mutex_lock(&l->lock);
+    bool due = l->deadline_ms < need &&
+               !(throttled && l->last_renew_ms && now < l->last_renew_ms + RM_RENEW_SLACK_MS);
+    if (due)
+        l->last_renew_ms = now;
+    pthread_mutex_unlock(&l->lock);
+    return due;
+}
+
+void rm_life_renewed(struct rm_life *l, uint64_t until)
+{
+    pthread_mutex_lock(&l->lock);
+    if (l->deadline_ms < until)
+        l->deadline_ms = until;
+    pthread_mutex_unlock(&l->lock);
+}

@@ -9,6 +9,7 @@
 #define CORRAL_PROVIDERS_REMOTE_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +67,33 @@ int rm_fail_status(struct corral_error *err, const char *what, const struct gw_u
 
 /* The answer's JSON body, or NULL (err set, naming `what`). */
 json_t *rm_json(const struct gw_upstream_reply *r, const char *what, struct corral_error *err);
+
+/* A remote sandbox's life as the gateway knows it; safe from any thread. */
+struct rm_life {
+    int killed;           /* atomic: what a rm_request.cancel points at */
+    int failed;           /* atomic: the sandbox is unusable */
+    pthread_mutex_t lock; /* deadline_ms, last_renew_ms */
+    uint64_t deadline_ms; /* when the service ends it (wall clock), as far as known */
+    uint64_t last_renew_ms;
+};
+
+#define RM_RENEW_SLACK_MS 30000u /* renewals: at most one per this, each this early */
+
+void rm_life_init(struct rm_life *l);
+void rm_life_destroy(struct rm_life *l);
+void rm_life_kill(struct rm_life *l);
+void rm_life_fail(struct rm_life *l);
+bool rm_life_killed(const struct rm_life *l);
+bool rm_life_failed(const struct rm_life *l);
+/* Not killed, not failed, and before the deadline. */
+bool rm_life_alive(struct rm_life *l);
+/* Whether the service should now be asked to keep the sandbox until at
+ * least `need`: it is alive, the known deadline is earlier and (when
+ * `throttled`) no renewal was tried in the last RM_RENEW_SLACK_MS. A true
+ * answer counts as the attempt. */
+bool rm_life_renewal_due(struct rm_life *l, uint64_t need, bool throttled);
+/* The service keeps the sandbox until `until` (never moves it earlier). */
+void rm_life_renewed(struct rm_life *l, uint64_t until);
 
 /* The metadata of a sandbox the gateway makes: {"corral": "gateway",
  * "corral_gateway": gateway_tag, "corral_run": run_tag} (NULL tags left
