@@ -11,6 +11,11 @@
  *   - personality with anything but PER_LINUX, PER_LINUX32 and UNAME26
  *     (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ... are refused): EPERM;
  *   - ioctl TIOCSTI and TIOCLINUX (typing into a terminal): EPERM;
+ *   - socket and socketpair of any address family but AF_UNIX, AF_INET,
+ *     AF_INET6 and AF_NETLINK: EAFNOSUPPORT, as a kernel without them
+ *     answers (AF_VSOCK, which no network namespace confines, would reach
+ *     the virtual machine's host; AF_PACKET, AF_KEY, AF_BLUETOOTH, AF_XDP,
+ *     ... are attack surface no code here needs);
  *   - syscalls newer than the filter was reviewed against: ENOSYS.
  * Syscalls of other ABIs (i386, x32) kill the process.
  */
@@ -23,6 +28,8 @@
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdint.h>
@@ -91,6 +98,40 @@ static const uint64_t namespace_clone_flags[] = {CLONE_NEWNS,    CLONE_NEWUTS, C
  * UNAME26 (0x20000) and their combination; every other bit is refused. */
 #define PERSONALITY_ALLOWED_BITS 0x00020008u
 
+/* The address families a sandbox may open sockets of. */
+static const int allowed_families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+/* Families are refused one by one below this (AF_MAX is 46 in Linux 6.18),
+ * and by their bits from it up (negative ones included). */
+#define FAMILY_BITS 6
+
+static int add_socket_rules(scmp_filter_ctx ctx, struct corral_error *err)
+{
+    const uint32_t refuse = SCMP_ACT_ERRNO(EAFNOSUPPORT);
+    const int calls[] = {SCMP_SYS(socket), SCMP_SYS(socketpair)};
+    for (size_t c = 0; c < 2; c++) {
+        int r;
+        for (int family = 0; family < 1 << FAMILY_BITS; family++) {
+            bool allowed = false;
+            for (size_t i = 0; i < sizeof(allowed_families) / sizeof(allowed_families[0]); i++)
+                allowed |= allowed_families[i] == family;
+            if (!allowed && (r = seccomp_rule_add(
+                                 ctx, refuse, calls[c], 1,
+                                 SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (uint64_t)family))) < 0)
+                return corral_fail(err, -r, "cannot add seccomp rule for sockets: %s",
+                                   strerror(-r));
+        }
+        /* The family is an int: only the low 32 bits of the register count
+         * (the kernel ignores the others), and any bit from FAMILY_BITS up
+         * makes it one no sandbox may open. */
+        for (int bit = FAMILY_BITS; bit < 32; bit++)
+            if ((r = seccomp_rule_add(ctx, refuse, calls[c], 1,
+                                      SCMP_A0(SCMP_CMP_MASKED_EQ, 1ull << bit, 1ull << bit))) < 0)
+                return corral_fail(err, -r, "cannot add seccomp rule for sockets: %s",
+                                   strerror(-r));
+    }
+    return 0;
+}
+
 static int add_rules(scmp_filter_ctx ctx, struct corral_error *err)
 {
     int r;
@@ -132,7 +173,7 @@ static int add_rules(scmp_filter_ctx ctx, struct corral_error *err)
         if ((r = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1,
                                   SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, bad_ioctls[i]))) < 0)
             return corral_fail(err, -r, "cannot add seccomp rule for ioctl: %s", strerror(-r));
-    return 0;
+    return add_socket_rules(ctx, err);
 }
 
 /* Puts, in front of libseccomp's program, a guard that refuses native

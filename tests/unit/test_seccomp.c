@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,9 +95,54 @@ static int ordinary_syscalls_work(void)
     return 0;
 }
 
+/* socket()'s result: 0 when a socket came (closed at once), else errno. */
+static int socket_errno(long family, int type)
+{
+    long fd = syscall(SYS_socket, family, type, 0);
+    if (fd < 0)
+        return errno;
+    close((int)fd);
+    return 0;
+}
+
+static int only_four_socket_families(void)
+{
+    /* refused as a kernel without them would refuse them */
+    static const long refused[] = {AF_VSOCK, AF_PACKET, AF_KEY, AF_BLUETOOTH, AF_XDP,
+                                   AF_ALG,   0,         45,     46,           63,
+                                   64,       1000,      -1,     0x7fffffff};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        if (socket_errno(refused[i], SOCK_STREAM) != EAFNOSUPPORT &&
+            socket_errno(refused[i], SOCK_DGRAM) != EAFNOSUPPORT)
+            return 1 + (int)i;
+    /* the kernel reads an int: bits above 32 cannot smuggle AF_VSOCK in */
+    if (socket_errno((1L << 32) | AF_VSOCK, SOCK_STREAM) != EAFNOSUPPORT)
+        return 20;
+    int pair[2];
+    if (syscall(SYS_socketpair, AF_VSOCK, SOCK_STREAM, 0, pair) == 0 || errno != EAFNOSUPPORT)
+        return 21;
+    /* the four that code needs */
+    if (socket_errno(AF_UNIX, SOCK_STREAM) || socket_errno(AF_INET, SOCK_STREAM) ||
+        socket_errno(AF_INET, SOCK_DGRAM) || socket_errno(AF_NETLINK, SOCK_RAW))
+        return 22;
+    int e6 = socket_errno(AF_INET6, SOCK_STREAM);
+    if (e6 && e6 != EAFNOSUPPORT) /* a kernel without IPv6 says so itself */
+        return 23;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) < 0)
+        return 24;
+    close(pair[0]);
+    close(pair[1]);
+    return 0;
+}
+
 static void blocks_what_it_must(void **state)
 {
     assert_int_equal(filtered(blocked_syscalls_get_eperm), 0);
+}
+
+static void refuses_socket_families_but_four(void **state)
+{
+    assert_int_equal(filtered(only_four_socket_families), 0);
 }
 
 static void lets_ordinary_code_through(void **state)
@@ -128,6 +174,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(blocks_what_it_must),
+        cmocka_unit_test(refuses_socket_families_but_four),
         cmocka_unit_test(lets_ordinary_code_through),
         cmocka_unit_test(lists_the_required_syscalls),
     };
