@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <strings.h>
 
 #include "base/cleanup.h"
@@ -381,10 +382,21 @@ static long clamp_ms(uint64_t ms)
     return ms > (uint64_t)LONG_MAX ? LONG_MAX : (long)ms;
 }
 
+/* curl's sockets, close-on-exec: a process the caller starts (a zygote, a
+ * child) must not keep an upstream connection open. */
+static curl_socket_t open_socket(void *unused, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)unused;
+    (void)purpose;
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 static CURLcode set_transport(CURL *e, const struct gw_upstream *u)
 {
     long connect_ms = u->connect_timeout_ms ? clamp_ms(u->connect_timeout_ms) : CONNECT_TIMEOUT_MS;
     CURLcode c = curl_easy_setopt(e, CURLOPT_PROXY, ""); /* never from the environment */
+    if (!c)
+        c = curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     if (!c)
         c = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     if (!c)

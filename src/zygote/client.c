@@ -228,6 +228,10 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
+    /* Nothing else of ours: a descriptor another thread opened without
+     * O_CLOEXEC (a library's socket) would otherwise live as long as the
+     * zygote, and a connection it holds would never close. */
+    posix_spawn_file_actions_addclosefrom_np(&fa, ZYGOTE_SOCK_FD + 1);
     /* Python's chatter while it starts is silenced in the zygote itself (what
      * goes wrong comes back in its hello); its stderr stays the caller's for
      * what only C can say (a crash, a sanitizer's report). */
