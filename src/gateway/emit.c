@@ -236,9 +236,9 @@ static void close_message(struct gw_call *c, struct gw_turn *t)
         return;
     const char *id = json_string_value(json_object_get(t->msg_item, "id"));
     /* the text of this message: what came since it opened */
-    const char *text = json_string_value(json_object_get(t->msg_item, "_text"));
-    json_t *part = text_part(text ? text : "");
-    json_t *notes = citations(c, text ? text : "");
+    const char *text = strbuf_str(&t->msg_text);
+    json_t *part = text_part(text);
+    json_t *notes = citations(c, text);
     size_t i;
     json_t *note;
     json_array_foreach(notes, i, note)
@@ -251,16 +251,15 @@ static void close_message(struct gw_call *c, struct gw_turn *t)
     json_object_set_new(part, "annotations", notes);
     event(c, "response.output_text.done",
           json_pack("{s:s, s:I, s:i, s:s, s:[]}", "item_id", id, "output_index",
-                    (json_int_t)t->msg_index, "content_index", 0, "text", text ? text : "",
-                    "logprobs"));
+                    (json_int_t)t->msg_index, "content_index", 0, "text", text, "logprobs"));
     event(c, "response.content_part.done",
           json_pack("{s:s, s:I, s:i, s:O}", "item_id", id, "output_index", (json_int_t)t->msg_index,
                     "content_index", 0, "part", part));
     json_object_set_new(t->msg_item, "status", json_string("completed"));
     json_object_set_new(t->msg_item, "content", json_pack("[o]", part));
-    json_object_del(t->msg_item, "_text");
     event(c, "response.output_item.done",
           json_pack("{s:I, s:O}", "output_index", (json_int_t)t->msg_index, "item", t->msg_item));
+    strbuf_free(&t->msg_text);
 }
 
 static size_t add_item(struct gw_call *c, json_t *item)
@@ -299,17 +298,13 @@ void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_
         t->msg_item = item;
         json_decref(item);
         t->msg_open = true;
-        json_object_set_new(item, "_text", json_string(""));
+        strbuf_free(&t->msg_text);
         event(c, "response.content_part.added",
               json_pack("{s:s, s:I, s:i, s:o}", "item_id", id, "output_index",
                         (json_int_t)t->msg_index, "content_index", 0, "part", text_part("")));
     }
     const char *id = json_string_value(json_object_get(t->msg_item, "id"));
-    struct strbuf all = {0};
-    strbuf_puts(&all, json_string_value(json_object_get(t->msg_item, "_text")));
-    strbuf_append(&all, delta, len);
-    json_object_set_new(t->msg_item, "_text", json_stringn(strbuf_str(&all), all.len));
-    strbuf_free(&all);
+    strbuf_append(&t->msg_text, delta, len);
     event(c, "response.output_text.delta",
           json_pack("{s:s, s:I, s:i, s:s%, s:[]}", "item_id", id, "output_index",
                     (json_int_t)t->msg_index, "content_index", 0, "delta", delta, len, "logprobs"));

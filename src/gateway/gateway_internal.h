@@ -212,8 +212,9 @@ struct gw_turn {
     json_t *usage;       /* Responses-shaped */
     char *finish_reason; /* chat's, or "length" when the upstream stopped on tokens */
     bool refused;
-    /* the open message item of a Responses client */
+    /* the open message item of a Responses client, and its text so far */
     json_t *msg_item;
+    struct strbuf msg_text;
     size_t msg_index;
     bool msg_open, text_started;
     /* streamed parsing */

@@ -29,6 +29,7 @@ void gw_turn_free(struct gw_turn *t)
         }
     }
     strbuf_free(&t->text);
+    strbuf_free(&t->msg_text);
     json_decref(t->reasoning);
     json_decref(t->native);
     json_decref(t->usage);
