@@ -233,6 +233,7 @@ struct job {
     char *body;
     size_t len;
     char *key;
+    struct gw_key_policy policy; /* the key's, looked up when it was authenticated */
     bool started, done, cancel;
     int rc;
     struct corral_gateway_reply reply;
@@ -248,6 +249,7 @@ static void job_unref(struct job *j)
     corral_gateway_reply_free(&j->reply);
     free(j->body);
     free(j->key);
+    gw_key_policy_free(&j->policy);
     pthread_cond_destroy(&j->cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
@@ -296,7 +298,7 @@ static void *job_run(void *arg)
         .userdata = j,
     };
     struct corral_gateway_reply rep = {0};
-    int rc = corral_gateway_call(oa->gw, j->api, j->body, j->len, j->key, &ev, &rep);
+    int rc = gw_call_as(oa->gw, j->api, j->body, j->len, j->key, &j->policy, &ev, &rep);
     pthread_mutex_lock(&j->lock);
     j->rc = rc;
     j->reply = rep;
@@ -345,7 +347,8 @@ static struct http_response *job_answer(struct job *j, const struct http_request
 
 static struct http_response *call_streamed(struct openai *oa, const struct http_request *req,
                                            enum corral_gateway_api api, const char *body,
-                                           size_t len, const char *key, char *rid)
+                                           size_t len, const char *key,
+                                           const struct gw_key_policy *policy, char *rid)
 {
     struct job *j = calloc(1, sizeof(*j));
     if (!j || !(j->body = malloc(len + 1)) || (key && !(j->key = strdup(key))) ||
@@ -359,6 +362,8 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     }
     memcpy(j->body, body, len);
     j->body[len] = '\0';
+    j->policy = *policy;
+    json_incref(j->policy.models);
     j->len = len;
     j->api = api;
     j->oa = oa;
@@ -394,7 +399,8 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
 /* A call answered whole, on the connection's thread. */
 static struct http_response *call_whole(struct openai *oa, const struct http_request *req,
                                         enum corral_gateway_api api, const char *body, size_t len,
-                                        const char *key, char *rid)
+                                        const char *key, const struct gw_key_policy *policy,
+                                        char *rid)
 {
     struct corral_gateway_events ev = {
         .on_stream_start = no_stream,
@@ -403,7 +409,7 @@ static struct http_response *call_whole(struct openai *oa, const struct http_req
         .userdata = (void *)req,
     };
     struct corral_gateway_reply rep = {0};
-    int rc = corral_gateway_call(oa->gw, api, body, len, key, &ev, &rep);
+    int rc = gw_call_as(oa->gw, api, body, len, key, policy, &ev, &rep);
     struct http_response *resp = reply_response(&rep, rc, rid);
     corral_gateway_reply_free(&rep);
     return resp;
@@ -411,12 +417,12 @@ static struct http_response *call_whole(struct openai *oa, const struct http_req
 
 static struct http_response *call(struct openai *oa, const struct http_request *req,
                                   enum corral_gateway_api api, const char *deployment,
-                                  const char *key, char *rid)
+                                  const char *key, const struct gw_key_policy *policy, char *rid)
 {
     /* Whether the call streams decides where it runs; a body that cannot
      * ask for a stream is left for the gateway to parse (once). */
     if (!deployment && !memmem(req->body, req->body_len, "\"stream\"", 8))
-        return call_whole(oa, req, api, req->body, req->body_len, key, rid);
+        return call_whole(oa, req, api, req->body, req->body_len, key, policy, rid);
     json_error_t jerr;
     json_t *root = json_loadb(req->body, req->body_len, JSON_DECODE_ANY, &jerr);
     if (!root)
@@ -445,9 +451,9 @@ static struct http_response *call(struct openai *oa, const struct http_request *
     json_decref(root);
     struct http_response *resp;
     if (stream) {
-        resp = call_streamed(oa, req, api, body, len, key, rid);
+        resp = call_streamed(oa, req, api, body, len, key, policy, rid);
     } else {
-        resp = call_whole(oa, req, api, body, len, key, rid);
+        resp = call_whole(oa, req, api, body, len, key, policy, rid);
     }
     free(rewritten);
     return resp;
@@ -697,7 +703,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     case R_RESPONSES:
     case R_CHAT:
         return call(oa, req, r == R_CHAT ? CORRAL_GATEWAY_CHAT : CORRAL_GATEWAY_RESPONSES,
-                    deployment, key, rid);
+                    deployment, key, &policy, rid);
     case R_MODEL:
         return model(oa, arg, rid);
     case R_OBJECTS:

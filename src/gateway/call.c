@@ -1336,9 +1336,9 @@ static void store_streamed(struct gw_call *c)
     corral_gateway_reply_free(&tmp);
 }
 
-int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const char *body,
-                        size_t len, const char *key, const struct corral_gateway_events *ev,
-                        struct corral_gateway_reply *out)
+int gw_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
+               const char *key, const struct gw_key_policy *policy,
+               const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
 {
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&gw->lock);
@@ -1355,8 +1355,12 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
     c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
     gw_owner_of(key, c.owner, sizeof(c.owner));
-    if (gw->cfg->master_key && key && strcmp(key, gw->cfg->master_key))
+    if (policy) {
+        c.policy = *policy;
+        json_incref(c.policy.models);
+    } else if (gw->cfg->master_key && key && strcmp(key, gw->cfg->master_key)) {
         gw_key_policy(gw, key, &c.policy); /* found only for a virtual key */
+    }
     int rc = dispatch(&c, body, len);
     record_usage(&c);
     if (rc == 0 && !c.cancelled) {
@@ -1382,4 +1386,11 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
         pthread_cond_broadcast(&gw->idle);
     pthread_mutex_unlock(&gw->lock);
     return rc;
+}
+
+int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const char *body,
+                        size_t len, const char *key, const struct corral_gateway_events *ev,
+                        struct corral_gateway_reply *out)
+{
+    return gw_call_as(gw, api, body, len, key, NULL, ev, out);
 }

@@ -141,6 +141,11 @@ void gw_key_token(const char *key, char out[65]);
 /* The settings of a virtual key: 0, or -ENOENT for any other key. */
 int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p);
 void gw_key_policy_free(struct gw_key_policy *p);
+/* corral_gateway_call with the key's settings already looked up (policy:
+ * its gw_key_policy, copied; NULL: looked up here). */
+int gw_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
+               const char *key, const struct gw_key_policy *policy,
+               const struct corral_gateway_events *ev, struct corral_gateway_reply *out);
 bool gw_key_allows_model(const struct gw_key_policy *p, const char *model);
 /* One request of the key's rate: 0, or -EBUSY with the seconds to wait. */
 int gw_key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after);
