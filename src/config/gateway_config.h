@@ -47,7 +47,7 @@
  *     output_limit: 20000                  # characters of tool output the model reads
  *     exec_timeout: 120                    # seconds per code call
  *     store_max_responses: 10000           # the newest kept; older ones are dropped
- *     store_days: 30                       # stored responses older than this are dropped
+ *     store_days: 30                       # responses (and expired containers) older: dropped
  *     data_dir: /var/lib/corral/gateway    # containers' files, uploads, gateway.db
  *     container_expiry: 1200               # seconds a container lives unused (default)
  *     container_memory_max: 4g             # the most a container's memory_limit gets

@@ -481,25 +481,27 @@ int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, ui
                    struct corral_error *err)
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
-    snprintf(what, sizeof(what), "cannot drop old responses from %s", s->name);
+    snprintf(what, sizeof(what), "cannot drop old responses and containers from %s", s->name);
     static const char *const sql[] = {
         "DELETE FROM responses WHERE created_at < ?1",
         "DELETE FROM responses WHERE rowid IN (SELECT rowid FROM responses "
         "ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?1)",
+        /* an expired container's record (its files went when it expired) */
+        "DELETE FROM containers WHERE status = 'expired' AND last_active_at < ?1",
     };
     int r = 0;
     uint64_t gone = 0;
     pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < 2 && r == 0; i++) {
+    for (size_t i = 0; i < 3 && r == 0; i++) {
         sqlite3_stmt *st = NULL;
         int rc = sqlite3_prepare_v2(s->db, sql[i], -1, &st, NULL);
         if (rc == SQLITE_OK)
-            rc = sqlite3_bind_int64(st, 1, i == 0 ? created_before : (sqlite3_int64)keep);
+            rc = sqlite3_bind_int64(st, 1, i == 1 ? (sqlite3_int64)keep : created_before);
         if (rc == SQLITE_OK)
             rc = sqlite3_step(st);
         if (rc != SQLITE_DONE)
             r = fail_sqlite(err, s->db, rc, "%s", what);
-        else
+        else if (i < 2)
             gone += (uint64_t)sqlite3_changes(s->db);
         sqlite3_finalize(st);
     }

@@ -44,7 +44,9 @@ int gw_store_delete_response(struct gw_store *s, const char *id, const char *own
                              struct corral_error *err);
 
 /* Drops the responses created before `created_before` (unix seconds) and
- * all but the `keep` newest; *dropped (may be NULL) counts them. */
+ * all but the `keep` newest, and the records of expired containers last
+ * used before `created_before`; *dropped (may be NULL) counts the
+ * responses. */
 int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
                    struct corral_error *err);
 

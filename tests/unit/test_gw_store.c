@@ -454,6 +454,24 @@ static void put_container_ok(struct gw_store *s, const char *owner, json_t *c)
     json_decref(c);
 }
 
+static void prunes_expired_containers(void **state)
+{
+    struct corral_error err = {0};
+    struct gw_store *s = open_ok(NULL);
+    put_container_ok(s, "o", container("cntr_old", "a", 100, "expired"));
+    put_container_ok(s, "o", container("cntr_new", "b", 300, "expired"));
+    put_container_ok(s, "o", container("cntr_run", "c", 100, "running"));
+    assert_int_equal(gw_store_prune(s, 200, 10, NULL, &err), 0);
+    json_t *obj = NULL;
+    assert_int_equal(gw_store_get_container(s, "cntr_old", "o", &obj, NULL, &err), -ENOENT);
+    assert_int_equal(gw_store_get_container(s, "cntr_new", "o", &obj, NULL, &err), 0);
+    json_decref(obj);
+    /* a running container is never pruned, however old its last use */
+    assert_int_equal(gw_store_get_container(s, "cntr_run", "o", &obj, NULL, &err), 0);
+    json_decref(obj);
+    gw_store_close(s);
+}
+
 static void put_cfile_ok(struct gw_store *s, json_t *f)
 {
     struct corral_error err = {0};
@@ -1538,6 +1556,7 @@ int main(void)
         cmocka_unit_test(deletes),
         cmocka_unit_test(takes_null_out_pointers),
         cmocka_unit_test(prunes_old_and_surplus_responses),
+        cmocka_unit_test(prunes_expired_containers),
         cmocka_unit_test_setup_teardown(persists_in_a_file, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(refuses_a_newer_schema, make_tmp, remove_tmp),
         cmocka_unit_test_setup_teardown(names_a_missing_directory, make_tmp, remove_tmp),
