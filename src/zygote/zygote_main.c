@@ -171,6 +171,15 @@ static void prepare(const char *name, const char *preload, const char *state_dir
     if (chdir("/") < 0)
         fail_hello(errno, "cannot enter /: %s", strerror(errno));
 
+    /* UTF-8 mode: open(), the standard streams and file names are UTF-8
+     * whatever the locale, as in a python3 started with LANG=C.UTF-8 (an
+     * isolated configuration would leave the C locale's ASCII). */
+    PyPreConfig pre;
+    PyPreConfig_InitIsolatedConfig(&pre);
+    pre.utf8_mode = 1;
+    PyStatus pst = Py_PreInitialize(&pre);
+    if (PyStatus_Exception(pst))
+        fail_hello(EIO, "cannot initialise Python: %s", pst.err_msg ? pst.err_msg : "?");
     PyConfig config;
     PyConfig_InitIsolatedConfig(&config);
     config.install_signal_handlers = 0;
