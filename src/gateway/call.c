@@ -278,10 +278,54 @@ static void proxy(struct gw_call *c, const char *body, size_t body_len)
 
 /* ---- containers ---- */
 
+/* The files the request's input names (input_file parts, chat's file parts
+ * with a file_id) that are the caller's uploads: OpenAI puts them in the
+ * container as well. */
+static json_t *input_file_ids(struct gw_call *c, json_t *items)
+{
+    json_t *ids = json_array();
+    size_t i, j;
+    json_t *item, *part;
+    json_array_foreach(items, i, item)
+    {
+        json_array_foreach(json_object_get(item, "content"), j, part)
+        {
+            const char *type = json_string_value(json_object_get(part, "type"));
+            json_t *id = !type                         ? NULL
+                         : !strcmp(type, "input_file") ? json_object_get(part, "file_id")
+                         : !strcmp(type, "file")
+                             ? json_object_get(json_object_get(part, "file"), "file_id")
+                             : NULL;
+            if (json_is_string(id) && json_array_size(ids) < 50 &&
+                gw_file_exists(c->gw, json_string_value(id), c->owner))
+                json_array_append(ids, id);
+        }
+    }
+    return ids;
+}
+
+/* c's container, with the request's input files copied in (once). */
+static struct gw_container *with_inputs(struct gw_call *c)
+{
+    if (c->container && !c->input_files_in) {
+        c->input_files_in = true;
+        size_t i;
+        json_t *fid;
+        struct corral_error err;
+        json_array_foreach(c->input_files, i, fid)
+        {
+            if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, &err) <
+                0)
+                fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err.message);
+        }
+    }
+    return c->container;
+}
+
 struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *err)
 {
     if (c->container && !c->container->dead)
-        return c->container;
+        return with_inputs(c);
     if (c->container) { /* it died: a fresh one for what follows */
         gw_container_put(c->gw, c->container, c->container_new);
         c->container = NULL;
@@ -294,7 +338,7 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         free(c->wanted_container);
         c->wanted_container = NULL;
         if (rc == 0)
-            return c->container;
+            return with_inputs(c);
         if (c->container_explicit)
             return NULL;
     }
@@ -317,7 +361,7 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, err) < 0)
             fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err->message);
     }
-    return c->container;
+    return with_inputs(c);
 }
 
 /* ---- what the model and the client read of an execution ---- */
@@ -1126,6 +1170,7 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
         c->input_items = normalize_input(c, input ? input : json_string(""));
         if (input == NULL)
             json_decref(json_array_get(c->input_items, 0)); /* never: input is required */
+        c->input_files = input_file_ids(c, c->input_items);
         json_t *mine = conversation_items(c, c->input_items);
         c->items = prev_items ? prev_items : json_array();
         json_array_extend(c->items, mine);
@@ -1150,6 +1195,7 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
             return -EINVAL;
         }
         c->conv = up_chat ? json_deep_copy(messages) : gw_messages_to_items(messages, &err);
+        c->input_files = input_file_ids(c, messages);
     }
     if (!c->conv || build_base(c, client_tools, &err) < 0 || set_tool_choice(c, &err) < 0) {
         bad_request(c, NULL, "invalid_value", err.message[0] ? err.message : "Invalid request.");
@@ -1208,6 +1254,7 @@ static void call_free(struct gw_call *c)
     free(c->auto_memory);
     gw_key_policy_free(&c->policy);
     json_decref(c->auto_file_ids);
+    json_decref(c->input_files);
     json_decref(c->images);
 }
 

@@ -265,6 +265,8 @@ struct gw_call {
     bool container_explicit; /* the tool named it: it must be there */
     char *auto_memory;       /* an auto container's memory_limit */
     json_t *auto_file_ids;   /* an auto container's file_ids */
+    json_t *input_files;     /* file ids of the request's input_file parts (uploads) */
+    bool input_files_in;     /* copied into the container */
     json_t *images;          /* file ids of the images displayed, to cite */
     const char *prev_id;
     char resp_id[64], chat_id[64];

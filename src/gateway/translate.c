@@ -236,6 +236,48 @@ static void text_discard(struct text_buf *t)
     t->data = NULL;
 }
 
+/* A file part: chat's {"type": "file", "file": {file_id | file_data,
+ * filename}} and Responses' {"type": "input_file", file_id | file_data,
+ * filename} hold the same fields; `from` (at `path` in the request) holds
+ * them, `type` is the new part's type (its fields nested under "file" for
+ * chat's). */
+static json_t *file_part(const json_t *from, const char *type, const char *path,
+                         struct corral_error *err)
+{
+    char p[PATH_MAX_LEN];
+    if (!from || json_is_null(from)) {
+        missing(err, path);
+        return NULL;
+    }
+    if (!json_is_object(from)) {
+        bad_type(err, path, "an object", from);
+        return NULL;
+    }
+    json_t *fields = json_object();
+    static const char *const keys[] = {"file_id", "file_data", "filename", "file_url"};
+    for (size_t i = 0; fields && i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const json_t *v = json_object_get(from, keys[i]);
+        if (v && !json_is_null(v) && json_object_set(fields, keys[i], (json_t *)v) < 0) {
+            json_decref(fields);
+            fields = NULL;
+        }
+    }
+    if (fields && !json_object_get(fields, "file_id") && !json_object_get(fields, "file_data") &&
+        !json_object_get(fields, "file_url")) {
+        json_decref(fields);
+        missing(err, param_path(p, path, "file_id"));
+        return NULL;
+    }
+    json_t *out = NULL;
+    if (fields && !strcmp(type, "file"))
+        out = json_pack("{s:s, s:o}", "type", "file", "file", fields);
+    else if (fields && json_object_set_new(fields, "type", json_string(type)) == 0)
+        out = fields;
+    if (!out)
+        out_of_memory(err);
+    return out;
+}
+
 /* ---- Responses items -> chat messages ---- */
 
 static json_t *chat_image_part(const json_t *part, const char *where, struct corral_error *err)
@@ -296,7 +338,8 @@ static int content_to_chat(const json_t *item, const char *where, bool assistant
         return bad_type(err, param_path(p, where, "content"), "a string or an array", c);
 
     const char *supported = assistant ? "'output_text' and 'refusal'"
-                                      : "'input_text', 'output_text', and 'input_image'";
+                                      : "'input_text', 'output_text', 'input_image', and "
+                                        "'input_file'";
     struct text_buf text, refusals;
     int rc = -EINVAL;
     json_t *parts = json_array();
@@ -336,6 +379,12 @@ static int content_to_chat(const json_t *item, const char *where, bool assistant
             if (!img)
                 goto fail;
             if (append(parts, img) < 0)
+                goto oom;
+        } else if (strcmp(t, "input_file") == 0 && !assistant) {
+            json_t *file = file_part(part, "file", pp, err);
+            if (!file)
+                goto fail;
+            if (append(parts, file) < 0)
                 goto oom;
         } else if (strcmp(t, "refusal") == 0 && assistant) {
             if (get_string(part, pp, "refusal", true, &s, err) < 0)
@@ -686,8 +735,13 @@ static int user_message_to_item(const json_t *msg, const char *where, const char
             out = responses_image_part(part, pp, err);
             if (!out)
                 goto fail;
+        } else if (strcmp(t, "file") == 0) {
+            out = file_part(json_object_get(part, "file"), "input_file", param_path(p, pp, "file"),
+                            err);
+            if (!out)
+                goto fail;
         } else {
-            bad_value(err, param_path(p, pp, "type"), t, "'text' and 'image_url'");
+            bad_value(err, param_path(p, pp, "type"), t, "'text', 'image_url', and 'file'");
             goto fail;
         }
         if (append(parts, out) < 0) {

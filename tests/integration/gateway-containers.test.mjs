@@ -143,6 +143,38 @@ test('files uploaded through /v1/files go into a container by file_id', T, async
   await assert.rejects(c.files.retrieve(f.id), (e) => e.status === 404);
 });
 
+test('files the input names are put in the container, as OpenAI does', T, async () => {
+  const c = gw.client;
+  const f = await c.files.create({ file: await toFile(Buffer.from('lake,depth\nMjøsa,453\n'), 'lakes.csv'), purpose: 'user_data' });
+  for (const [model, part] of [
+    ['mock-responses', { type: 'input_file', file_id: f.id }], // passed on to a Responses upstream
+    ['mock-chat', null], // a chat client's own file part, below
+  ]) {
+    const a = gw.marker(`input-file-${model}`);
+    gw.upstream.script(a, [
+      { code: "print(open('/mnt/data/lakes.csv').read().splitlines()[1])" },
+      (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) }),
+    ]);
+    let text;
+    if (part) {
+      const r = await c.responses.create({
+        model,
+        input: [{ role: 'user', content: [{ type: 'input_text', text: `${a} How deep?` }, part] }],
+        tools: [{ type: 'code_interpreter', container: { type: 'auto' } }],
+      });
+      text = r.output_text;
+    } else {
+      const r = await c.chat.completions.create({
+        model: 'mock-responses', // a Responses upstream reads chat's file part as input_file
+        messages: [{ role: 'user', content: [{ type: 'text', text: `${a} How deep?` }, { type: 'file', file: { file_id: f.id } }] }],
+        tools: [{ type: 'code_interpreter' }],
+      });
+      text = r.choices[0].message.content;
+    }
+    assert.equal(text, 'Mjøsa,453', model);
+  }
+});
+
 test('an unused container expires: its files go, using it is an error', T, async () => {
   const c = gw.client;
   const box = await c.containers.create({ name: 'short' }); // container_expiry: 3 s in the config

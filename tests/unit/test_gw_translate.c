@@ -220,11 +220,11 @@ static void items_errors(void **state)
                        "Missing required parameter: 'input[0].content[0].image_url'.");
     expect_items_error("[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]",
                        "Invalid value for 'input[0].content[0].type': 'input_audio'. Supported "
-                       "values are: 'input_text', 'output_text', and 'input_image'.");
+                       "values are: 'input_text', 'output_text', 'input_image', and 'input_file'.");
     expect_items_error(
         "[{\"role\":\"user\",\"content\":[{\"type\":\"refusal\",\"refusal\":\"no\"}]}]",
         "Invalid value for 'input[0].content[0].type': 'refusal'. Supported values "
-        "are: 'input_text', 'output_text', and 'input_image'.");
+        "are: 'input_text', 'output_text', 'input_image', and 'input_file'.");
     expect_items_error("[{\"role\":\"assistant\",\"content\":[{\"type\":\"input_image\","
                        " \"image_url\":\"https://x/a.png\"}]}]",
                        "Invalid value for 'input[0].content[0].type': 'input_image'. Supported "
@@ -382,6 +382,35 @@ static void expect_messages_error(const char *messages, const char *message)
     assert_error(&err, message);
 }
 
+static void file_parts_both_ways(void **state)
+{
+    struct corral_error err = {0};
+    json_t *m = to_messages("[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+                            "\"text\":\"Read it.\"},{\"type\":\"input_file\",\"file_id\":"
+                            "\"file-abc\"},{\"type\":\"input_file\",\"filename\":\"a.txt\","
+                            "\"file_data\":\"data:text/plain;base64,aGk=\"}]}]",
+                            NULL, &err);
+    assert_json(json_incref(m),
+                "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Read "
+                "it.\"},{\"type\":\"file\",\"file\":{\"file_id\":\"file-abc\"}},"
+                "{\"type\":\"file\",\"file\":{\"file_data\":\"data:text/plain;base64,aGk=\","
+                "\"filename\":\"a.txt\"}}]}]");
+    json_t *items = gw_messages_to_items(m, &err);
+    assert_json(items, "[{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":"
+                       "\"input_text\",\"text\":\"Read it.\"},{\"file_id\":\"file-abc\","
+                       "\"type\":\"input_file\"},{\"file_data\":\"data:text/plain;base64,aGk=\","
+                       "\"filename\":\"a.txt\",\"type\":\"input_file\"}]}]");
+    json_decref(m);
+    expect_messages_error("[{\"role\":\"user\",\"content\":[{\"type\":\"file\","
+                          " \"file\":{\"filename\":\"a.txt\"}}]}]",
+                          "Missing required parameter: 'messages[0].content[0].file.file_id'.");
+    expect_messages_error("[{\"role\":\"user\",\"content\":[{\"type\":\"file\"}]}]",
+                          "Missing required parameter: 'messages[0].content[0].file'.");
+    expect_messages_error("[{\"role\":\"user\",\"content\":[{\"type\":\"file\",\"file\":7}]}]",
+                          "Invalid type for 'messages[0].content[0].file': expected an object, "
+                          "but got an integer instead.");
+}
+
 static void messages_errors(void **state)
 {
     struct corral_error err;
@@ -404,7 +433,7 @@ static void messages_errors(void **state)
                           "Missing required parameter: 'messages[0].content'.");
     expect_messages_error("[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]",
                           "Invalid value for 'messages[0].content[0].type': 'input_audio'. "
-                          "Supported values are: 'text' and 'image_url'.");
+                          "Supported values are: 'text', 'image_url', and 'file'.");
     expect_messages_error("[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
                           " \"image_url\":{\"detail\":\"low\"}}]}]",
                           "Missing required parameter: 'messages[0].content[0].image_url.url'.");
@@ -802,6 +831,7 @@ int main(void)
         cmocka_unit_test(items_errors),
         cmocka_unit_test(messages_to_items_conversation),
         cmocka_unit_test(messages_to_items_details),
+        cmocka_unit_test(file_parts_both_ways),
         cmocka_unit_test(round_trips),
         cmocka_unit_test(messages_errors),
         cmocka_unit_test(tools_both_ways),
