@@ -1,0 +1,487 @@
+/*
+ * Egress plumbing in a sandbox's network namespace; see egress.h.
+ *
+ * Choices made here, checked on Linux 6.18:
+ * - The setup runs in a thread of its own that setns() into the namespace and
+ *   exits when done. setns(CLONE_NEWNET) changes only the calling thread, so
+ *   no thread of the daemon ever has to come back (a failed return would leave
+ *   it, and everything it creates later, in the sandbox's namespace).
+ *   /dev/net/tun, the sockets and libnftables' netlink socket are all opened
+ *   by that thread, so they belong to the namespace.
+ * - REDIRECT in the nat output hook rewrites a locally generated packet's
+ *   destination to 127.0.0.1 (or ::1) and routes it again, through lo. The
+ *   packet keeps the route it was given on output, so the input side's martian
+ *   check never sees 127.0.0.1 arriving from 192.0.0.8: route_localnet is not
+ *   needed (it is for PREROUTING), and no sysctl is changed.
+ * - The TUN device is made persistent and its fd closed. Nothing is ever
+ *   meant to be sent through it: every packet that would leave by it is
+ *   redirected to lo or rejected before it gets there, and a persistent TUN
+ *   with no reader drops whatever it is given. Without a reader it has no
+ *   carrier; the routes through it still work (the kernel ignores carrier
+ *   for route lookups unless ignore_routes_with_linkdown is set), and the
+ *   kernel's own IPv6 chatter (router solicitations, MLD) stops. Whatever of
+ *   it was sent while the setup held the fd was rejected by the rules or
+ *   dropped by the TUN. The device is deleted with the namespace.
+ * - Ioctls do the TUN device, the link flag, the IPv4 address and both
+ *   default routes. The IPv6 address goes through rtnetlink instead: only
+ *   there can it be added with IFA_F_NODAD, so it is usable as a source the
+ *   moment the call returns (SIOCSIFADDR leaves it tentative until a
+ *   workqueue item runs).
+ */
+#include "jail/egress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <nftables/libnftables.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+/* From <linux/netfilter_ipv4.h> and <linux/netfilter_ipv6/ip6_tables.h>,
+ * whose other contents clash with glibc's <netinet/in.h>. */
+#ifndef SO_ORIGINAL_DST
+#define SO_ORIGINAL_DST 80
+#endif
+#ifndef IP6T_SO_ORIGINAL_DST
+#define IP6T_SO_ORIGINAL_DST 80
+#endif
+
+#define DNS_PORT 53
+
+/* libnftables does not document its thread safety: one call at a time. */
+static pthread_mutex_t nft_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void jail_egress_init(struct jail_egress *e)
+{
+    e->tcp4 = e->tcp6 = e->dns_udp4 = e->dns_tcp4 = e->dns_udp6 = e->dns_tcp6 = -1;
+    e->port = 0;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+void jail_egress_close(struct jail_egress *e)
+{
+    close_fd(&e->tcp4);
+    close_fd(&e->tcp6);
+    close_fd(&e->dns_udp4);
+    close_fd(&e->dns_tcp4);
+    close_fd(&e->dns_udp6);
+    close_fd(&e->dns_tcp6);
+    e->port = 0;
+}
+
+/* A socket of `type` bound to loopback:port (port 0: the kernel picks one),
+ * listening when it is a stream socket. Returns the fd or a negative errno,
+ * with no message: callers word the failure. */
+static int loopback_socket(int family, int type, uint16_t port)
+{
+    int s = socket(family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -errno;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof(ss));
+    if (family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof(*sin);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        sin6->sin6_addr = in6addr_loopback;
+        len = sizeof(*sin6);
+        int one = 1;
+        setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
+    if (bind(s, (struct sockaddr *)&ss, len) < 0 ||
+        (type == SOCK_STREAM && listen(s, SOMAXCONN) < 0)) {
+        int r = -errno;
+        close(s);
+        return r;
+    }
+    return s;
+}
+
+static uint16_t local_port(int s)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(s, (struct sockaddr *)&ss, &len) < 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+/* The IPv4 listeners, then the IPv6 ones on the same port. *v6 tells whether
+ * the namespace has IPv6: no AF_INET6 in the kernel, or no ::1 on lo
+ * (disable_ipv6), means IPv4 only. */
+static int make_listeners(struct jail_egress *e, bool *v6, struct corral_error *err)
+{
+    int r = loopback_socket(AF_INET, SOCK_DGRAM, DNS_PORT);
+    if (r < 0)
+        goto fail_dns4;
+    e->dns_udp4 = r;
+    r = loopback_socket(AF_INET, SOCK_STREAM, DNS_PORT);
+    if (r < 0)
+        goto fail_dns4;
+    e->dns_tcp4 = r;
+
+    r = loopback_socket(AF_INET6, SOCK_DGRAM, DNS_PORT);
+    *v6 = r >= 0;
+    if (r == -EAFNOSUPPORT || r == -EADDRNOTAVAIL)
+        r = 0;
+    else if (r < 0)
+        goto fail_dns6;
+    else {
+        e->dns_udp6 = r;
+        r = loopback_socket(AF_INET6, SOCK_STREAM, DNS_PORT);
+        if (r < 0)
+            goto fail_dns6;
+        e->dns_tcp6 = r;
+    }
+
+    /* The ephemeral port of 127.0.0.1 may be taken on ::1: try a few. */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        r = loopback_socket(AF_INET, SOCK_STREAM, 0);
+        if (r < 0)
+            return corral_fail(err, -r, "cannot listen on 127.0.0.1 for egress: %s",
+                               strerrordesc_np(-r));
+        e->tcp4 = r;
+        e->port = local_port(e->tcp4);
+        if (!*v6)
+            return 0;
+        r = loopback_socket(AF_INET6, SOCK_STREAM, e->port);
+        if (r >= 0) {
+            e->tcp6 = r;
+            return 0;
+        }
+        close_fd(&e->tcp4);
+        if (r != -EADDRINUSE)
+            break;
+    }
+    return corral_fail(err, -r, "cannot listen on [::1]:%u for egress: %s", e->port,
+                       strerrordesc_np(-r));
+fail_dns4:
+    return corral_fail(err, -r, "cannot bind 127.0.0.1:53 for the DNS stub: %s",
+                       strerrordesc_np(-r));
+fail_dns6:
+    return corral_fail(err, -r, "cannot bind [::1]:53 for the DNS stub: %s", strerrordesc_np(-r));
+}
+
+/* Creates the TUN device and brings it up; returns its fd. */
+static int make_tun(struct corral_error *err)
+{
+    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open /dev/net/tun");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", JAIL_EGRESS_IFNAME);
+    ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+    if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
+        int r = corral_fail_errno(err, "cannot create the TUN device %s", JAIL_EGRESS_IFNAME);
+        close(fd);
+        return r;
+    }
+    return fd;
+}
+
+static int link_up(int s, struct corral_error *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", JAIL_EGRESS_IFNAME);
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        return corral_fail_errno(err, "cannot read the flags of %s", JAIL_EGRESS_IFNAME);
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        return corral_fail_errno(err, "cannot bring %s up", JAIL_EGRESS_IFNAME);
+    return 0;
+}
+
+/* 192.0.0.8 (a point-to-point device gets it as a /32) and 0.0.0.0/0 through
+ * the device. */
+static int setup_ipv4(int s, struct corral_error *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", JAIL_EGRESS_IFNAME);
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+    sin->sin_family = AF_INET;
+    inet_pton(AF_INET, JAIL_EGRESS_ADDR4, &sin->sin_addr);
+    if (ioctl(s, SIOCSIFADDR, &ifr) < 0)
+        return corral_fail_errno(err, "cannot give %s the address %s", JAIL_EGRESS_IFNAME,
+                                 JAIL_EGRESS_ADDR4);
+
+    char dev[IFNAMSIZ];
+    snprintf(dev, sizeof(dev), "%s", JAIL_EGRESS_IFNAME);
+    struct rtentry rt;
+    memset(&rt, 0, sizeof(rt));
+    ((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+    ((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+    rt.rt_flags = RTF_UP;
+    rt.rt_dev = dev;
+    if (ioctl(s, SIOCADDRT, &rt) < 0)
+        return corral_fail_errno(err, "cannot add the IPv4 default route through %s",
+                                 JAIL_EGRESS_IFNAME);
+    return 0;
+}
+
+/* RTM_NEWADDR JAIL_EGRESS_ADDR6/128 with IFA_F_NODAD, and its ack. */
+static int add_ipv6_address(int ifindex, struct corral_error *err)
+{
+    struct {
+        struct nlmsghdr nh;
+        struct ifaddrmsg ifa;
+        struct rtattr rta;
+        struct in6_addr addr;
+    } req;
+    memset(&req, 0, sizeof(req));
+    req.nh.nlmsg_len = sizeof(req);
+    req.nh.nlmsg_type = RTM_NEWADDR;
+    req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+    req.nh.nlmsg_seq = 1;
+    req.ifa.ifa_family = AF_INET6;
+    req.ifa.ifa_prefixlen = 128;
+    req.ifa.ifa_flags = IFA_F_NODAD | IFA_F_PERMANENT;
+    req.ifa.ifa_scope = RT_SCOPE_UNIVERSE;
+    req.ifa.ifa_index = (unsigned)ifindex;
+    req.rta.rta_type = IFA_ADDRESS;
+    req.rta.rta_len = RTA_LENGTH(sizeof(req.addr));
+    inet_pton(AF_INET6, JAIL_EGRESS_ADDR6, &req.addr);
+
+    int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (s < 0)
+        return corral_fail_errno(err, "cannot open a rtnetlink socket");
+    struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+    int r = 0;
+    if (sendto(s, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
+        r = corral_fail_errno(err, "cannot send RTM_NEWADDR");
+        goto out;
+    }
+    struct {
+        struct nlmsghdr nh;
+        struct nlmsgerr e;
+        char rest[256]; /* the request echoed back, extended acks */
+    } ack;
+    ssize_t n;
+    do
+        n = recv(s, &ack, sizeof(ack), 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        r = corral_fail_errno(err, "cannot read the answer to RTM_NEWADDR");
+        goto out;
+    }
+    if ((size_t)n < sizeof(ack.nh) + sizeof(ack.e) || ack.nh.nlmsg_type != NLMSG_ERROR) {
+        r = corral_fail(err, EPROTO, "unexpected answer to RTM_NEWADDR");
+        goto out;
+    }
+    if (ack.e.error) {
+        errno = -ack.e.error;
+        r = corral_fail_errno(err, "cannot give %s the address %s", JAIL_EGRESS_IFNAME,
+                              JAIL_EGRESS_ADDR6);
+    }
+out:
+    close(s);
+    return r;
+}
+
+/* JAIL_EGRESS_ADDR6/128 and ::/0 through the device. Returns 1 when IPv6 is
+ * disabled on new devices, for the caller to give up IPv6. */
+static int setup_ipv6(struct corral_error *err)
+{
+    int ifindex = (int)if_nametoindex(JAIL_EGRESS_IFNAME);
+    if (!ifindex)
+        return corral_fail_errno(err, "cannot find %s", JAIL_EGRESS_IFNAME);
+    int r = add_ipv6_address(ifindex, err);
+    if (r == -EACCES)
+        return 1; /* disable_ipv6 on new devices (conf/default) */
+    if (r < 0)
+        return r;
+    int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return corral_fail_errno(err, "cannot open an IPv6 socket");
+    struct in6_rtmsg rt;
+    memset(&rt, 0, sizeof(rt));
+    rt.rtmsg_flags = RTF_UP;
+    rt.rtmsg_metric = 1;
+    rt.rtmsg_ifindex = ifindex;
+    if (ioctl(s, SIOCADDRT, &rt) < 0)
+        r = corral_fail_errno(err, "cannot add the IPv6 default route through %s",
+                              JAIL_EGRESS_IFNAME);
+    close(s);
+    return r;
+}
+
+/* The table, in one atomic batch: loaded whole or not at all.
+ *
+ * nat_out sees the first packet of each connection after the routing
+ * decision, so `oif "lo"` means "stays in the namespace": 127.0.0.0/8, ::1
+ * and the namespace's own addresses (192.0.0.8 included). DNS comes first so
+ * that a resolver on a loopback address (127.0.0.53...) reaches the stub too;
+ * a query already sent to the stub is redirected onto itself, a no-op.
+ *
+ * filter_out runs after NAT (priority 0 > -100) and sees the rewritten
+ * destination: a redirected packet is now bound for an address of the
+ * namespace and is accepted. Not by `oif "lo"`: rerouting after NAT changes
+ * the packet's route, but not the output device the hook was entered with
+ * (still the TUN). What would still leave through the TUN is refused.
+ * Some of it never went through nat_out (UDP, ICMP, a TCP segment conntrack
+ * calls invalid): it is rejected too, TCP with a reset, and the rest with
+ * an ICMP port-unreachable (ECONNREFUSED on a connected UDP socket). */
+static const char ruleset_fmt[] = "table inet " JAIL_EGRESS_TABLE " {\n"
+                                  "  chain nat_out {\n"
+                                  "    type nat hook output priority -100; policy accept;\n"
+                                  "    meta l4proto { tcp, udp } th dport 53 redirect to :53\n"
+                                  "    oif \"lo\" return\n"
+                                  "    meta l4proto tcp redirect to :%u\n"
+                                  "  }\n"
+                                  "  chain filter_out {\n"
+                                  "    type filter hook output priority 0; policy accept;\n"
+                                  "    fib daddr type local accept\n"
+                                  "    meta l4proto tcp reject with tcp reset\n"
+                                  "    reject with icmpx port-unreachable\n"
+                                  "  }\n"
+                                  "}\n";
+
+static int load_rules(uint16_t port, struct corral_error *err)
+{
+    char rules[sizeof(ruleset_fmt) + 8];
+    snprintf(rules, sizeof(rules), ruleset_fmt, port);
+    pthread_mutex_lock(&nft_lock);
+    int r = 0;
+    struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+    if (!nft) {
+        r = corral_fail(err, ENOMEM, "cannot create an nftables context");
+        goto out;
+    }
+    nft_ctx_buffer_output(nft);
+    nft_ctx_buffer_error(nft);
+    if (nft_run_cmd_from_buffer(nft, rules) != 0) {
+        const char *msg = nft_ctx_get_error_buffer(nft);
+        if (!msg || !*msg)
+            msg = "no message\n";
+        int len = (int)strcspn(msg, "\n");
+        r = corral_fail(err, EIO, "cannot load the egress nftables rules: %.*s", len, msg);
+    }
+    nft_ctx_free(nft);
+out:
+    pthread_mutex_unlock(&nft_lock);
+    return r;
+}
+
+/* Everything after setns(), in the namespace. */
+static int setup_in_netns(struct jail_egress *e, struct corral_error *err)
+{
+    if (if_nametoindex(JAIL_EGRESS_IFNAME))
+        return corral_fail(err, EEXIST, "egress is already set up in this network namespace (%s)",
+                           JAIL_EGRESS_IFNAME);
+    bool v6;
+    int r = make_listeners(e, &v6, err);
+    if (r < 0)
+        return r;
+    int tun = make_tun(err);
+    if (tun < 0)
+        return tun;
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        r = corral_fail_errno(err, "cannot open a socket to configure %s", JAIL_EGRESS_IFNAME);
+        goto out;
+    }
+    if ((r = link_up(s, err)) < 0 || (r = setup_ipv4(s, err)) < 0)
+        goto out;
+    if (v6 && (r = setup_ipv6(err)) < 0)
+        goto out;
+    if (r == 1) {
+        close_fd(&e->tcp6);
+        close_fd(&e->dns_udp6);
+        close_fd(&e->dns_tcp6);
+    }
+    if (ioctl(tun, TUNSETPERSIST, 1) < 0) {
+        r = corral_fail_errno(err, "cannot make %s persistent", JAIL_EGRESS_IFNAME);
+        goto out;
+    }
+    r = load_rules(e->port, err);
+    if (r < 0)
+        ioctl(tun, TUNSETPERSIST, 0); /* the device goes away with its fd below */
+out:
+    if (s >= 0)
+        close(s);
+    close(tun); /* on failure, before persistence: the device and its routes go */
+    return r;
+}
+
+struct setup_job {
+    int netns_fd;
+    struct jail_egress *e;
+    struct corral_error *err;
+    int result;
+};
+
+static void *setup_thread(void *arg)
+{
+    struct setup_job *job = arg;
+    if (setns(job->netns_fd, CLONE_NEWNET) < 0) {
+        job->result = corral_fail_errno(job->err, "cannot enter the network namespace (fd %d)",
+                                        job->netns_fd);
+        return NULL;
+    }
+    job->result = setup_in_netns(job->e, job->err);
+    return NULL; /* the thread, and its namespace membership, end here */
+}
+
+int jail_egress_setup(int netns_fd, struct jail_egress *out, struct corral_error *err)
+{
+    jail_egress_init(out);
+    if (netns_fd < 0)
+        return corral_fail(err, EBADF, "cannot enter the network namespace: no fd given");
+    struct setup_job job = {netns_fd, out, err, 0};
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, setup_thread, &job);
+    if (rc)
+        return corral_fail(err, rc, "cannot start the egress setup thread: %s",
+                           strerrordesc_np(rc));
+    pthread_join(t, NULL);
+    if (job.result < 0)
+        jail_egress_close(out);
+    return job.result;
+}
+
+int jail_egress_original_dst(int conn_fd, struct sockaddr_storage *dst, socklen_t *len)
+{
+    struct sockaddr_storage self;
+    socklen_t self_len = sizeof(self);
+    if (getsockname(conn_fd, (struct sockaddr *)&self, &self_len) < 0)
+        return -errno;
+    memset(dst, 0, sizeof(*dst));
+    int r;
+    if (self.ss_family == AF_INET) {
+        *len = sizeof(struct sockaddr_in);
+        r = getsockopt(conn_fd, SOL_IP, SO_ORIGINAL_DST, dst, len);
+    } else if (self.ss_family == AF_INET6) {
+        *len = sizeof(struct sockaddr_in6);
+        r = getsockopt(conn_fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, dst, len);
+    } else
+        return -EAFNOSUPPORT;
+    return r < 0 ? -errno : 0;
+}
