@@ -11,9 +11,11 @@
  *
  * The data plane is reached as E2B's SDKs reach it: through sandbox_url when
  * set (one address, the sandbox and port named by the E2b-Sandbox-Id and
- * E2b-Sandbox-Port headers), else at https://PORT-ID.DOMAIN, else (an
- * api_base written without a domain) at api_base's own origin. The headers
- * are sent in every case.
+ * E2b-Sandbox-Port headers), else at https://PORT-ID.DOMAIN (the domain the
+ * create answer names, else `domain`, else that of an https://api.DOMAIN
+ * api_base, else e2b.app), else (any other api_base, such as a corral
+ * serve's http://HOST:PORT) at api_base's own origin. The headers are sent
+ * in every case.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -33,7 +35,6 @@
 #define PORT_CODE        "49999"
 #define USER             "user"
 #define LIST_DEPTH       3
-#define EXEC_GRACE_MS    5000u /* the stream may end this long after the code's timeout */
 
 struct gw_sandbox {
     char *api;       /* the control plane */
@@ -183,17 +184,31 @@ static char *origin_of(const char *url)
     return strndup(url, n);
 }
 
+/* The domain of an https://api.DOMAIN control plane (E2B's own naming, its
+ * sandboxes then at https://PORT-ID.DOMAIN), or NULL. Points into url. */
+static const char *api_host_domain(const char *url)
+{
+    if (strncmp(url, "https://api.", 12) != 0)
+        return NULL;
+    const char *d = url + 12;
+    return *d && !strpbrk(d, "/:?#") ? d : NULL;
+}
+
 /* Where the sandbox's services answer (see the top of the file). */
 static int locate(struct gw_sandbox *s, const struct gw_sandbox_tool *tool, const char *domain)
 {
     if (tool->sandbox_url) {
         s->envd_base = strdup(tool->sandbox_url);
         s->code_base = strdup(tool->sandbox_url);
-    } else if (!(domain && *domain) && !tool->domain && tool->api_base) {
+    } else if (!(domain && *domain) && !tool->domain && tool->api_base &&
+               !api_host_domain(tool->api_base)) {
         s->envd_base = origin_of(tool->api_base);
         s->code_base = origin_of(tool->api_base);
     } else {
-        const char *d = domain && *domain ? domain : tool->domain ? tool->domain : DEFAULT_DOMAIN;
+        const char *d = domain && *domain ? domain
+                        : tool->domain    ? tool->domain
+                        : tool->api_base  ? api_host_domain(tool->api_base)
+                                          : DEFAULT_DOMAIN;
         if (asprintf(&s->envd_base, "https://%s-%s.%s", PORT_ENVD, s->id, d) < 0)
             s->envd_base = NULL;
         if (asprintf(&s->code_base, "https://%s-%s.%s", PORT_CODE, s->id, d) < 0)
@@ -517,8 +532,12 @@ static int on_line(void *u, const char *line, size_t len)
     return 0;
 }
 
-/* POST /execute, streamed. 0 when it ran (whatever it raised), -ETIMEDOUT
- * when it ran out of time, else a negative errno (the sandbox failed). */
+#define TIMED_OUT 1
+
+/* POST /execute, streamed. 0 when it ran (whatever it raised), TIMED_OUT
+ * when the code ran out of time (E2B's interpreter has no timeout of its
+ * own: hanging up at the deadline is what interrupts the code), else a
+ * negative errno (the sandbox failed). */
 static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms, struct run *run,
                     struct corral_error *err)
 {
@@ -529,7 +548,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     struct rm_request q = data_plane(s, false, "POST", "/execute");
     q.body = text;
     q.len = strlen(text);
-    q.timeout_ms = timeout_ms ? timeout_ms + EXEC_GRACE_MS : 0;
+    q.timeout_ms = timeout_ms;
     q.on_line = on_line;
     q.userdata = run;
     uint64_t start = rm_now_ms();
@@ -538,7 +557,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     char what[192];
     snprintf(what, sizeof(what), "e2b sandbox %s: executing", s->id);
     if (rc == -ETIMEDOUT && timeout_ms && rm_now_ms() - start >= timeout_ms)
-        rc = -ETIMEDOUT; /* the code's time ran out (the service interrupts it) */
+        rc = TIMED_OUT;
     else if (rc == -ECANCELED && rm_life_killed(&s->life))
         rc = corral_fail(err, ECANCELED, "%s: the sandbox was stopped", what);
     else if (rc == 0 && r.status / 100 != 2)
@@ -563,7 +582,7 @@ static int e2b_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
     int rc = list_data(s, &before, err);
     if (rc == 0)
         rc = run_code(s, code, timeout_ms, &run, err);
-    if (rc == -ETIMEDOUT) {
+    if (rc == TIMED_OUT) {
         if (!run.c.ename.len) {
             strbuf_puts(&run.c.ename, "TimeoutError");
             strbuf_printf(&run.c.evalue, "the code ran longer than %llu s and was stopped",
@@ -622,6 +641,8 @@ static int e2b_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
     json_array_foreach(list, i, e)
     {
         const char *id = json_string_value(json_object_get(e, "sandboxID"));
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+            break;
         if (!id || strlen(id) >= sizeof(s->id) ||
             !rm_label_stale(json_object_get(e, "metadata"), gateway_tag, run_tag))
             continue;

@@ -892,6 +892,8 @@ static int osb_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
     json_array_foreach(json_object_get(list, "items"), i, e)
     {
         const char *id = json_string_value(json_object_get(e, "id"));
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+            break;
         if (!id || !rm_label_stale(json_object_get(e, "metadata"), gateway_tag, run_tag))
             continue;
         cleanup_free char *escaped = escape(id, false);
