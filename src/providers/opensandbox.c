@@ -699,7 +699,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     int rc = rm_send(&q, &reply, err);
     /* A timeout once the stream came (or after the whole timeout) is the
      * code's; before, it is a sandbox that cannot be reached. */
-    if (rc == -ETIMEDOUT && timeout_ms && (r->seen || rm_now_ms() - started >= timeout_ms)) {
+    if (rc == -ETIMEDOUT && timeout_ms && (r->seen || rm_now_ms() - started + 50 >= timeout_ms)) {
         *timed_out = true;
         rc = 0;
     } else if (rc < 0) {

@@ -4,47 +4,30 @@
  * (/sandboxes, /v2/sandboxes), envd (port 49983: /files and the Connect
  * RPCs of filesystem.Filesystem) and the code interpreter (port 49999:
  * /contexts, /execute), told apart as E2B's proxy does by the
- * E2b-Sandbox-Port header. Plain sockets, one request per connection,
- * every request recorded with the listening port it came to (the server
- * listens on two: the second stands for a sandbox_url).
+ * E2b-Sandbox-Port header. The server is scripted_http.h's: one request
+ * per connection, every request recorded with the listening port it came to
+ * (it listens on two: the second stands for a sandbox_url).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "providers/provider.h"
+#include "scripted_http.h"
 
 /* ---- the scripted server ---- */
 
-#define LOG_MAX 128
-
-struct rec {
-    char method[16], target[1024];
-    char *head, *body;
-    size_t body_len;
-    int via; /* which listening socket it came to: 0 or 1 */
-};
-
 struct srv {
-    int lfd[2], port[2], wake[2];
-    pthread_t thread;
-    pthread_mutex_t mu;
-    struct rec log[LOG_MAX];
-    int n;
+    struct scripted_http *http; /* port[1] stands for a sandbox_url */
     /* the script */
     int create_status;  /* 0: 201 and a sandbox */
     bool traffic;       /* the sandbox has a trafficAccessToken */
@@ -55,130 +38,6 @@ struct srv {
     bool unchanged;     /* ListDir always answers LIST_AFTER */
     int *cancel;        /* set when DELETE /sandboxes/old1 comes, and a 2nd stale one listed */
 };
-
-static int srv_wait(struct srv *s, int fd, int ms)
-{
-    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = s->wake[0], .events = POLLIN}};
-    int n = poll(p, 2, ms);
-    if (n < 0 || p[1].revents)
-        return -1;
-    return n > 0 ? 1 : 0;
-}
-
-static void send_bytes(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-        if (n <= 0)
-            return;
-        data += n;
-        len -= (size_t)n;
-    }
-}
-
-static void send_str(int fd, const char *text)
-{
-    send_bytes(fd, text, strlen(text));
-}
-
-static void respond_bytes(int fd, int status, const char *type, const char *body, size_t len)
-{
-    char head[256];
-    snprintf(head, sizeof(head),
-             "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close"
-             "\r\n\r\n",
-             status, type, len);
-    send_str(fd, head);
-    send_bytes(fd, body, len);
-}
-
-static void respond_json(int fd, int status, const char *body)
-{
-    respond_bytes(fd, status, "application/json", body, strlen(body));
-}
-
-static void respond_empty(int fd, int status)
-{
-    char head[128];
-    snprintf(head, sizeof(head), "HTTP/1.1 %d X\r\nConnection: close\r\n\r\n", status);
-    send_str(fd, head);
-}
-
-static size_t content_length(const char *head)
-{
-    for (const char *p = head; (p = strchr(p, '\n')) != NULL;) {
-        p++;
-        if (!strncasecmp(p, "content-length:", 15))
-            return strtoul(p + 15, NULL, 10);
-    }
-    return 0;
-}
-
-/* Reads and records one request; its index, or -1. */
-static int read_request(struct srv *s, int fd, int via)
-{
-    size_t cap = 1 << 20, used = 0;
-    char *buf = malloc(cap);
-    int index = -1;
-    for (;;) {
-        char *end = memmem(buf, used, "\r\n\r\n", 4);
-        if (end) {
-            size_t head_len = (size_t)(end - buf) + 4;
-            *end = '\0';
-            size_t need = head_len + content_length(buf);
-            if (need <= used) {
-                pthread_mutex_lock(&s->mu);
-                if (s->n < LOG_MAX) {
-                    struct rec *r = &s->log[s->n];
-                    sscanf(buf, "%15s %1023s", r->method, r->target);
-                    r->head = strdup(buf);
-                    r->body_len = need - head_len;
-                    r->body = malloc(r->body_len + 1);
-                    memcpy(r->body, buf + head_len, r->body_len);
-                    r->body[r->body_len] = '\0';
-                    r->via = via;
-                    index = s->n++;
-                }
-                pthread_mutex_unlock(&s->mu);
-                break;
-            }
-            *end = '\r';
-        }
-        if (used == cap || srv_wait(s, fd, 10000) != 1)
-            break;
-        ssize_t n = recv(fd, buf + used, cap - used, 0);
-        if (n <= 0)
-            break;
-        used += (size_t)n;
-    }
-    free(buf);
-    return index;
-}
-
-/* Waits until the client closes the connection (or the server stops). */
-static void wait_close(struct srv *s, int fd)
-{
-    char buf[512];
-    while (srv_wait(s, fd, 10000) == 1 && recv(fd, buf, sizeof(buf), 0) > 0)
-        ;
-}
-
-/* The value of a request's header `name`, or NULL (static buffer). */
-static const char *header(const struct rec *r, const char *name)
-{
-    static char value[1024];
-    size_t n = strlen(name);
-    for (const char *p = r->head; (p = strstr(p, "\r\n")) != NULL;) {
-        p += 2;
-        if (!strncasecmp(p, name, n) && p[n] == ':') {
-            const char *v = p + n + 1;
-            v += strspn(v, " ");
-            snprintf(value, sizeof(value), "%.*s", (int)strcspn(v, "\r\n"), v);
-            return value;
-        }
-    }
-    return NULL;
-}
 
 /* What /mnt/data holds before an execution, and after it: keep.csv is
  * untouched, old.csv rewritten (same size, a new time), grown.txt grew (same
@@ -208,115 +67,127 @@ static const char LIST_AFTER[] =
 static const char FILE_BYTES[] = "a,b\n\0\xff\r\n1,2\n";
 #define FILE_LEN (sizeof(FILE_BYTES) - 1)
 
-static void answer_envd(struct srv *s, int fd, const struct rec *r, const char *path)
+static void answer_envd(struct srv *s, int fd, const struct scripted_http_request *r,
+                        const char *path)
 {
     const char *m = r->method;
     if (!strcmp(path, "/filesystem.Filesystem/MakeDir")) {
         if (!s->mkdir_status)
-            respond_json(fd, 200,
-                         "{\"entry\":{\"name\":\"data\",\"type\":\"FILE_TYPE_DIRECTORY\","
-                         "\"path\":\"/mnt/data\"}}");
+            scripted_http_respond_json(
+                fd, 200,
+                "{\"entry\":{\"name\":\"data\",\"type\":\"FILE_TYPE_DIRECTORY\","
+                "\"path\":\"/mnt/data\"}}");
         else if (s->mkdir_status == 409)
-            respond_json(fd, 409,
-                         "{\"code\":\"already_exists\",\"message\":\"directory /mnt/data already "
-                         "exists\"}");
+            scripted_http_respond_json(
+                fd, 409,
+                "{\"code\":\"already_exists\",\"message\":\"directory /mnt/data already "
+                "exists\"}");
         else
-            respond_json(fd, s->mkdir_status,
-                         "{\"code\":\"internal\",\"message\":\"the disk is on fire\"}");
+            scripted_http_respond_json(
+                fd, s->mkdir_status, "{\"code\":\"internal\",\"message\":\"the disk is on fire\"}");
     } else if (!strcmp(path, "/filesystem.Filesystem/ListDir")) {
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&s->http->mu);
         bool first = s->listings++ % 2 == 0 && !s->unchanged;
-        pthread_mutex_unlock(&s->mu);
-        respond_json(fd, 200, first ? LIST_BEFORE : LIST_AFTER);
+        pthread_mutex_unlock(&s->http->mu);
+        scripted_http_respond_json(fd, 200, first ? LIST_BEFORE : LIST_AFTER);
     } else if (!strcmp(path, "/filesystem.Filesystem/Remove")) {
-        respond_json(fd, 200, "{}");
+        scripted_http_respond_json(fd, 200, "{}");
     } else if (!strcmp(path, "/files") && !strcmp(m, "GET")) {
         if (strstr(r->target, "missing"))
-            respond_json(fd, 404, "{\"message\":\"path not found\",\"code\":404}");
+            scripted_http_respond_json(fd, 404, "{\"message\":\"path not found\",\"code\":404}");
         else
-            respond_bytes(fd, 200, "application/octet-stream", FILE_BYTES, FILE_LEN);
+            scripted_http_respond(fd, 200, "application/octet-stream", FILE_BYTES, FILE_LEN);
     } else if (!strcmp(path, "/files") && !strcmp(m, "POST")) {
-        respond_json(fd, 200,
-                     "[{\"path\":\"/mnt/data/in.bin\",\"name\":\"in.bin\",\"type\":"
-                     "\"file\"}]");
+        scripted_http_respond_json(fd, 200,
+                                   "[{\"path\":\"/mnt/data/in.bin\",\"name\":\"in.bin\",\"type\":"
+                                   "\"file\"}]");
     } else {
-        respond_json(fd, 404, "{\"code\":\"not_found\",\"message\":\"no such path\"}");
+        scripted_http_respond_json(fd, 404,
+                                   "{\"code\":\"not_found\",\"message\":\"no such path\"}");
     }
 }
 
 static void answer_interpreter(struct srv *s, int fd, const char *path)
 {
     if (!strcmp(path, "/contexts")) {
-        respond_json(fd, 200, "{\"id\":\"ctx-7\",\"language\":\"python\",\"cwd\":\"/mnt/data\"}");
+        scripted_http_respond_json(
+            fd, 200, "{\"id\":\"ctx-7\",\"language\":\"python\",\"cwd\":\"/mnt/data\"}");
     } else if (!strcmp(path, "/execute")) {
         /* as the official server: no Content-Type, the body ends with the connection */
-        send_str(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+        scripted_http_send_str(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
         if (s->hang) {
-            send_str(fd, "{\"type\": \"number_of_executions\", \"execution_count\": 1}\n");
-            wait_close(s, fd);
+            scripted_http_send_str(
+                fd, "{\"type\": \"number_of_executions\", \"execution_count\": 1}\n");
+            scripted_http_wait_close(s->http, fd);
         } else {
-            send_str(fd, s->stream);
+            scripted_http_send_str(fd, s->stream);
         }
     } else {
-        respond_bytes(fd, 404, "text/plain", "Not Found", 9);
+        scripted_http_respond(fd, 404, "text/plain", "Not Found", 9);
     }
 }
 
-static void answer_control(struct srv *s, int fd, const struct rec *r, const char *path)
+static void answer_control(struct srv *s, int fd, const struct scripted_http_request *r,
+                           const char *path)
 {
     const char *m = r->method;
     if (!strcmp(path, "/sandboxes") && !strcmp(m, "POST")) {
         if (s->create_status)
-            respond_json(fd, s->create_status,
-                         "{\"code\":401,\"message\":\"Invalid API key, it must start with "
-                         "'e2b_'\"}");
+            scripted_http_respond_json(
+                fd, s->create_status,
+                "{\"code\":401,\"message\":\"Invalid API key, it must start with "
+                "'e2b_'\"}");
         else
-            respond_json(fd, 201,
-                         s->traffic ? "{\"sandboxID\":\"sbx1\",\"templateID\":"
-                                      "\"code-interpreter-v1\",\"clientID\":\"6532622b\","
-                                      "\"envdVersion\":\"0.4.0\",\"envdAccessToken\":\"tok-1\","
-                                      "\"trafficAccessToken\":\"traffic-1\",\"domain\":null}"
-                                    : "{\"sandboxID\":\"sbx1\",\"templateID\":"
-                                      "\"code-interpreter-v1\",\"clientID\":\"6532622b\","
-                                      "\"envdVersion\":\"0.4.0\",\"envdAccessToken\":\"tok-1\","
-                                      "\"domain\":null}");
+            scripted_http_respond_json(
+                fd, 201,
+                s->traffic ? "{\"sandboxID\":\"sbx1\",\"templateID\":"
+                             "\"code-interpreter-v1\",\"clientID\":\"6532622b\","
+                             "\"envdVersion\":\"0.4.0\",\"envdAccessToken\":\"tok-1\","
+                             "\"trafficAccessToken\":\"traffic-1\",\"domain\":null}"
+                           : "{\"sandboxID\":\"sbx1\",\"templateID\":"
+                             "\"code-interpreter-v1\",\"clientID\":\"6532622b\","
+                             "\"envdVersion\":\"0.4.0\",\"envdAccessToken\":\"tok-1\","
+                             "\"domain\":null}");
     } else if (!strcmp(path, "/sandboxes/sbx1/timeout") && !strcmp(m, "POST")) {
-        respond_empty(fd, 204);
+        scripted_http_respond_empty(fd, 204);
     } else if ((!strcmp(path, "/sandboxes/sbx1") || !strcmp(path, "/sandboxes/old1") ||
                 !strcmp(path, "/sandboxes/old2")) &&
                !strcmp(m, "DELETE")) {
         if (s->cancel && !strcmp(path, "/sandboxes/old1"))
             __atomic_store_n(s->cancel, 1, __ATOMIC_RELAXED); /* the gateway is stopping */
-        respond_empty(fd, 204);
+        scripted_http_respond_empty(fd, 204);
     } else if (!strcmp(path, "/v2/sandboxes") && !strcmp(m, "GET") && s->cancel) {
-        respond_json(fd, 200,
-                     "[{\"sandboxID\":\"old1\",\"metadata\":{\"corral_gateway\":\"abc123\","
-                     "\"corral_run\":\"000\"}},{\"sandboxID\":\"old2\",\"metadata\":{"
-                     "\"corral_gateway\":\"abc123\",\"corral_run\":\"000\"}}]");
+        scripted_http_respond_json(
+            fd, 200,
+            "[{\"sandboxID\":\"old1\",\"metadata\":{\"corral_gateway\":\"abc123\","
+            "\"corral_run\":\"000\"}},{\"sandboxID\":\"old2\",\"metadata\":{"
+            "\"corral_gateway\":\"abc123\",\"corral_run\":\"000\"}}]");
     } else if (!strcmp(path, "/v2/sandboxes") && !strcmp(m, "GET")) {
         /* what a gateway "abc123" left in run "000", made in run "111" (now),
          * and another gateway's */
-        respond_json(fd, 200,
-                     "[{\"sandboxID\":\"old1\",\"templateID\":\"code-interpreter-v1\","
-                     "\"clientID\":\"6532622b\",\"state\":\"running\",\"metadata\":{\"corral\":"
-                     "\"gateway\",\"corral_gateway\":\"abc123\",\"corral_run\":\"000\"}},"
-                     "{\"sandboxID\":\"now1\",\"templateID\":\"code-interpreter-v1\","
-                     "\"clientID\":\"6532622b\",\"state\":\"running\",\"metadata\":{\"corral\":"
-                     "\"gateway\",\"corral_gateway\":\"abc123\",\"corral_run\":\"111\"}},"
-                     "{\"sandboxID\":\"else1\",\"templateID\":\"code-interpreter-v1\","
-                     "\"clientID\":\"6532622b\",\"state\":\"running\",\"metadata\":{\"corral\":"
-                     "\"gateway\",\"corral_gateway\":\"def456\",\"corral_run\":\"000\"}}]");
+        scripted_http_respond_json(
+            fd, 200,
+            "[{\"sandboxID\":\"old1\",\"templateID\":\"code-interpreter-v1\","
+            "\"clientID\":\"6532622b\",\"state\":\"running\",\"metadata\":{\"corral\":"
+            "\"gateway\",\"corral_gateway\":\"abc123\",\"corral_run\":\"000\"}},"
+            "{\"sandboxID\":\"now1\",\"templateID\":\"code-interpreter-v1\","
+            "\"clientID\":\"6532622b\",\"state\":\"running\",\"metadata\":{\"corral\":"
+            "\"gateway\",\"corral_gateway\":\"abc123\",\"corral_run\":\"111\"}},"
+            "{\"sandboxID\":\"else1\",\"templateID\":\"code-interpreter-v1\","
+            "\"clientID\":\"6532622b\",\"state\":\"running\",\"metadata\":{\"corral\":"
+            "\"gateway\",\"corral_gateway\":\"def456\",\"corral_run\":\"000\"}}]");
     } else {
-        respond_json(fd, 404, "{\"code\":404,\"message\":\"no such path\"}");
+        scripted_http_respond_json(fd, 404, "{\"code\":404,\"message\":\"no such path\"}");
     }
 }
 
-static void answer(struct srv *s, int fd, int i)
+static void answer(struct scripted_http *http, int fd, int i, void *ctx)
 {
-    const struct rec *r = &s->log[i];
+    struct srv *s = ctx;
+    const struct scripted_http_request *r = &http->log[i];
     char path[1024], port[16] = "";
     snprintf(path, sizeof(path), "%.*s", (int)strcspn(r->target, "?"), r->target);
-    const char *p = header(r, "E2b-Sandbox-Port");
+    const char *p = scripted_http_header(r, "E2b-Sandbox-Port");
     if (p)
         snprintf(port, sizeof(port), "%s", p);
     if (!strcmp(port, "49983"))
@@ -327,55 +198,12 @@ static void answer(struct srv *s, int fd, int i)
         answer_control(s, fd, r, path);
 }
 
-static void *srv_main(void *arg)
-{
-    struct srv *s = arg;
-    for (;;) {
-        struct pollfd p[3] = {{.fd = s->lfd[0], .events = POLLIN},
-                              {.fd = s->lfd[1], .events = POLLIN},
-                              {.fd = s->wake[0], .events = POLLIN}};
-        if (poll(p, 3, -1) < 0 || p[2].revents)
-            break;
-        for (int via = 0; via < 2; via++) {
-            if (!p[via].revents)
-                continue;
-            int fd = accept(s->lfd[via], NULL, NULL);
-            if (fd < 0)
-                continue;
-            int i = read_request(s, fd, via);
-            if (i >= 0)
-                answer(s, fd, i);
-            close(fd);
-        }
-    }
-    return NULL;
-}
-
-/* A socket bound to 127.0.0.1 on a free port; its port in *port. */
-static int bound_socket(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t alen = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static int srv_start(void **state)
 {
     struct srv *s = calloc(1, sizeof(*s));
     assert_non_null(s);
-    for (int i = 0; i < 2; i++) {
-        s->lfd[i] = bound_socket(&s->port[i]);
-        assert_int_equal(listen(s->lfd[i], 16), 0);
-    }
-    assert_int_equal(pipe(s->wake), 0);
-    pthread_mutex_init(&s->mu, NULL);
     s->stream = "";
-    assert_int_equal(pthread_create(&s->thread, NULL, srv_main, s), 0);
+    s->http = scripted_http_start(2, answer, s);
     *state = s;
     return 0;
 }
@@ -383,52 +211,9 @@ static int srv_start(void **state)
 static int srv_stop(void **state)
 {
     struct srv *s = *state;
-    assert_int_equal(write(s->wake[1], "x", 1), 1);
-    pthread_join(s->thread, NULL);
-    close(s->lfd[0]);
-    close(s->lfd[1]);
-    close(s->wake[0]);
-    close(s->wake[1]);
-    for (int i = 0; i < s->n; i++) {
-        free(s->log[i].head);
-        free(s->log[i].body);
-    }
-    pthread_mutex_destroy(&s->mu);
+    scripted_http_stop(s->http);
     free(s);
     return 0;
-}
-
-/* The last request of `method` whose target starts with `prefix`, or NULL. */
-static const struct rec *find(struct srv *s, const char *method, const char *prefix)
-{
-    const struct rec *hit = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->log[i].method, method) && !strncmp(s->log[i].target, prefix, strlen(prefix)))
-            hit = &s->log[i];
-    pthread_mutex_unlock(&s->mu);
-    return hit;
-}
-
-static int count(struct srv *s, const char *method, const char *prefix)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        n +=
-            !strcmp(s->log[i].method, method) && !strncmp(s->log[i].target, prefix, strlen(prefix));
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-static int count_exact(struct srv *s, const char *method, const char *target)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        n += !strcmp(s->log[i].method, method) && !strcmp(s->log[i].target, target);
-    pthread_mutex_unlock(&s->mu);
-    return n;
 }
 
 static uint64_t mono_ms(void)
@@ -439,7 +224,7 @@ static uint64_t mono_ms(void)
 }
 
 /* Whether r's JSON body is the JSON text `want`. */
-static bool body_is(const struct rec *r, const char *want)
+static bool body_is(const struct scripted_http_request *r, const char *want)
 {
     json_t *a = json_loadb(r->body, r->body_len, 0, NULL), *b = json_loads(want, 0, NULL);
     bool same = a && b && json_equal(a, b);
@@ -451,31 +236,32 @@ static bool body_is(const struct rec *r, const char *want)
 }
 
 /* The headers every request to envd (port 49983) carries. */
-static void assert_envd_headers(const struct rec *r)
+static void assert_envd_headers(const struct scripted_http_request *r)
 {
     assert_non_null(r);
-    assert_string_equal(header(r, "E2b-Sandbox-Id"), "sbx1");
-    assert_string_equal(header(r, "E2b-Sandbox-Port"), "49983");
-    assert_string_equal(header(r, "X-Access-Token"), "tok-1");
-    assert_null(header(r, "X-API-Key")); /* the API key stays with the control plane */
+    assert_string_equal(scripted_http_header(r, "E2b-Sandbox-Id"), "sbx1");
+    assert_string_equal(scripted_http_header(r, "E2b-Sandbox-Port"), "49983");
+    assert_string_equal(scripted_http_header(r, "X-Access-Token"), "tok-1");
+    assert_null(
+        scripted_http_header(r, "X-API-Key")); /* the API key stays with the control plane */
 }
 
 /* ... and those of envd's Connect RPCs besides. */
-static void assert_rpc_headers(const struct rec *r)
+static void assert_rpc_headers(const struct scripted_http_request *r)
 {
     assert_envd_headers(r);
-    assert_string_equal(header(r, "Authorization"), "Basic dXNlcjo="); /* "user:" */
-    assert_string_equal(header(r, "Connect-Protocol-Version"), "1");
-    assert_string_equal(header(r, "Content-Type"), "application/json");
+    assert_string_equal(scripted_http_header(r, "Authorization"), "Basic dXNlcjo="); /* "user:" */
+    assert_string_equal(scripted_http_header(r, "Connect-Protocol-Version"), "1");
+    assert_string_equal(scripted_http_header(r, "Content-Type"), "application/json");
 }
 
 /* The headers every request to the code interpreter (port 49999) carries. */
-static void assert_interpreter_headers(const struct rec *r)
+static void assert_interpreter_headers(const struct scripted_http_request *r)
 {
     assert_non_null(r);
-    assert_string_equal(header(r, "E2b-Sandbox-Id"), "sbx1");
-    assert_string_equal(header(r, "E2b-Sandbox-Port"), "49999");
-    assert_null(header(r, "X-API-Key"));
+    assert_string_equal(scripted_http_header(r, "E2b-Sandbox-Id"), "sbx1");
+    assert_string_equal(scripted_http_header(r, "E2b-Sandbox-Port"), "49999");
+    assert_null(scripted_http_header(r, "X-API-Key"));
 }
 
 /* ---- the provider ---- */
@@ -510,7 +296,7 @@ static struct gw_sandbox_tool tool_for(int port, char *base, size_t len)
 static struct gw_sandbox *create_ok(struct srv *s)
 {
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, &sb, &err);
@@ -526,7 +312,7 @@ static void creates_a_sandbox(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 90500, &sb, &err); /* 90.5 s: 91 */
@@ -534,40 +320,40 @@ static void creates_a_sandbox(void **state)
         fail_msg("create: %s", err.message);
     assert_true(e2b()->alive(sb));
 
-    const struct rec *r = find(s, "POST", "/sandboxes");
+    const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/sandboxes");
     assert_non_null(r);
     assert_string_equal(r->target, "/sandboxes");
-    assert_string_equal(header(r, "X-API-Key"), "e2b_0123abcd");
-    assert_string_equal(header(r, "Content-Type"), "application/json");
-    assert_null(header(r, "E2b-Sandbox-Port"));
+    assert_string_equal(scripted_http_header(r, "X-API-Key"), "e2b_0123abcd");
+    assert_string_equal(scripted_http_header(r, "Content-Type"), "application/json");
+    assert_null(scripted_http_header(r, "E2b-Sandbox-Port"));
     assert_true(body_is(r, "{\"templateID\":\"code-interpreter-v1\",\"timeout\":91,"
                            "\"secure\":true,\"allow_internet_access\":false,"
                            "\"metadata\":{\"corral\":\"gateway\",\"corral_gateway\":\"abc123\","
                            "\"corral_run\":\"111\"}}"));
 
-    r = find(s, "POST", "/filesystem.Filesystem/MakeDir");
+    r = scripted_http_find(s->http, "POST", "/filesystem.Filesystem/MakeDir");
     assert_rpc_headers(r);
     assert_true(body_is(r, "{\"path\":\"/mnt/data\"}"));
 
-    r = find(s, "POST", "/contexts");
+    r = scripted_http_find(s->http, "POST", "/contexts");
     assert_interpreter_headers(r);
     assert_true(body_is(r, "{\"language\":\"python\",\"cwd\":\"/mnt/data\"}"));
 
     /* MakeDir before the context; everything at api_base's origin */
-    pthread_mutex_lock(&s->mu);
-    assert_int_equal(s->n, 3);
-    assert_string_equal(s->log[0].target, "/sandboxes");
-    assert_string_equal(s->log[1].target, "/filesystem.Filesystem/MakeDir");
-    assert_string_equal(s->log[2].target, "/contexts");
-    for (int i = 0; i < s->n; i++)
-        assert_int_equal(s->log[i].via, 0);
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->http->mu);
+    assert_int_equal(s->http->n, 3);
+    assert_string_equal(s->http->log[0].target, "/sandboxes");
+    assert_string_equal(s->http->log[1].target, "/filesystem.Filesystem/MakeDir");
+    assert_string_equal(s->http->log[2].target, "/contexts");
+    for (int i = 0; i < s->http->n; i++)
+        assert_int_equal(s->http->log[i].via, 0);
+    pthread_mutex_unlock(&s->http->mu);
 
-    assert_int_equal(count(s, "DELETE", "/sandboxes/sbx1"), 0);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/sbx1"), 0);
     e2b()->destroy(sb);
-    assert_int_equal(count_exact(s, "DELETE", "/sandboxes/sbx1"), 1);
-    r = find(s, "DELETE", "/sandboxes/sbx1");
-    assert_string_equal(header(r, "X-API-Key"), "e2b_0123abcd");
+    assert_int_equal(scripted_http_count_exact(s->http, "DELETE", "/sandboxes/sbx1"), 1);
+    r = scripted_http_find(s->http, "DELETE", "/sandboxes/sbx1");
+    assert_string_equal(scripted_http_header(r, "X-API-Key"), "e2b_0123abcd");
 }
 
 /* 1: /mnt/data may already be there */
@@ -576,8 +362,8 @@ static void a_data_dir_already_there_is_fine(void **state)
     struct srv *s = *state;
     s->mkdir_status = 409;
     struct gw_sandbox *sb = create_ok(s);
-    assert_int_equal(count(s, "POST", "/filesystem.Filesystem/MakeDir"), 1);
-    assert_int_equal(count(s, "POST", "/contexts"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/filesystem.Filesystem/MakeDir"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/contexts"), 1);
     e2b()->destroy(sb);
 }
 
@@ -587,14 +373,14 @@ static void deletes_a_sandbox_that_cannot_start(void **state)
     struct srv *s = *state;
     s->mkdir_status = 500;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -EIO);
     assert_null(sb);
     assert_non_null(strstr(err.message, "HTTP 500: the disk is on fire"));
-    assert_int_equal(count(s, "POST", "/contexts"), 0);
-    assert_int_equal(count_exact(s, "DELETE", "/sandboxes/sbx1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/contexts"), 0);
+    assert_int_equal(scripted_http_count_exact(s->http, "DELETE", "/sandboxes/sbx1"), 1);
 }
 
 /* 1: the tool's settings, no API key, no tags */
@@ -602,7 +388,7 @@ static void sends_the_tools_settings(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     tool.api_key = NULL;
     tool.template_id = "my-template";
     tool.allow_internet_access = true;
@@ -612,8 +398,8 @@ static void sends_the_tools_settings(void **state)
     int rc = e2b()->create(&tool, &o, &sb, &err);
     if (rc < 0)
         fail_msg("create: %s", err.message);
-    const struct rec *r = find(s, "POST", "/sandboxes");
-    assert_null(header(r, "X-API-Key"));
+    const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/sandboxes");
+    assert_null(scripted_http_header(r, "X-API-Key"));
     assert_true(body_is(r,
                         "{\"templateID\":\"my-template\",\"timeout\":1,\"secure\":true,"
                         "\"allow_internet_access\":true,\"metadata\":{\"corral\":\"gateway\"}}"));
@@ -628,8 +414,8 @@ static void sandbox_url_takes_the_data_plane(void **state)
     s->stream = "{\"type\": \"stdout\", \"text\": \"hi\\n\", \"timestamp\": \"x\"}\n"
                 "{\"type\": \"end_of_execution\"}\n";
     char base[64], url[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", s->port[1]);
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", s->http->port[1]);
     tool.sandbox_url = url;
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
@@ -649,26 +435,26 @@ static void sandbox_url_takes_the_data_plane(void **state)
     e2b()->touch(sb, 600000);
     e2b()->destroy(sb);
 
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->http->mu);
     int data_plane = 0, control_plane = 0;
-    for (int i = 0; i < s->n; i++) {
-        const struct rec *r = &s->log[i];
-        bool control = !header(r, "E2b-Sandbox-Port");
+    for (int i = 0; i < s->http->n; i++) {
+        const struct scripted_http_request *r = &s->http->log[i];
+        bool control = !scripted_http_header(r, "E2b-Sandbox-Port");
         if (control) {
             control_plane++;
             assert_int_equal(r->via, 0);
-            assert_string_equal(header(r, "X-API-Key"), "e2b_0123abcd");
-            assert_null(header(r, "E2B-Traffic-Access-Token"));
+            assert_string_equal(scripted_http_header(r, "X-API-Key"), "e2b_0123abcd");
+            assert_null(scripted_http_header(r, "E2B-Traffic-Access-Token"));
         } else {
             data_plane++;
             assert_int_equal(r->via, 1);
-            assert_string_equal(header(r, "E2b-Sandbox-Id"), "sbx1");
-            assert_string_equal(header(r, "E2B-Traffic-Access-Token"), "traffic-1");
-            assert_string_equal(header(r, "X-Access-Token"), "tok-1");
-            assert_null(header(r, "X-API-Key"));
+            assert_string_equal(scripted_http_header(r, "E2b-Sandbox-Id"), "sbx1");
+            assert_string_equal(scripted_http_header(r, "E2B-Traffic-Access-Token"), "traffic-1");
+            assert_string_equal(scripted_http_header(r, "X-Access-Token"), "tok-1");
+            assert_null(scripted_http_header(r, "X-API-Key"));
         }
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->http->mu);
     /* POST /sandboxes, its timeout, DELETE; MakeDir, /contexts, 2 ListDir,
      * /execute, GET /files */
     assert_int_equal(control_plane, 3);
@@ -727,38 +513,38 @@ static void executes_and_parses_the_stream(void **state)
     json_decref(want);
     gw_exec_output_free(&o);
 
-    const struct rec *r = find(s, "POST", "/execute");
+    const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/execute");
     assert_interpreter_headers(r);
     assert_string_equal(r->target, "/execute");
-    assert_string_equal(header(r, "X-Access-Token"), "tok-1");
-    assert_string_equal(header(r, "Content-Type"), "application/json");
+    assert_string_equal(scripted_http_header(r, "X-Access-Token"), "tok-1");
+    assert_string_equal(scripted_http_header(r, "Content-Type"), "application/json");
     assert_true(body_is(r, "{\"code\":\"x = 2 + 2\\nx\",\"context_id\":\"ctx-7\"}"));
 
     /* one listing before, one after, around the execution */
-    assert_int_equal(count(s, "POST", "/filesystem.Filesystem/ListDir"), 2);
-    pthread_mutex_lock(&s->mu);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/filesystem.Filesystem/ListDir"), 2);
+    pthread_mutex_lock(&s->http->mu);
     int first = -1, last = -1, exec = -1;
-    for (int i = 0; i < s->n; i++) {
-        if (!strcmp(s->log[i].target, "/filesystem.Filesystem/ListDir")) {
+    for (int i = 0; i < s->http->n; i++) {
+        if (!strcmp(s->http->log[i].target, "/filesystem.Filesystem/ListDir")) {
             if (first < 0)
                 first = i;
             last = i;
-        } else if (!strcmp(s->log[i].target, "/execute")) {
+        } else if (!strcmp(s->http->log[i].target, "/execute")) {
             exec = i;
         }
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->http->mu);
     assert_true(first < exec && exec < last);
-    r = find(s, "POST", "/filesystem.Filesystem/ListDir");
+    r = scripted_http_find(s->http, "POST", "/filesystem.Filesystem/ListDir");
     assert_rpc_headers(r);
     assert_true(body_is(r, "{\"path\":\"/mnt/data\",\"depth\":3}"));
 
     /* an execution that printed nothing, raised nothing and changed nothing */
     s->stream = "{\"type\": \"number_of_executions\", \"execution_count\": 4}\n"
                 "{\"type\": \"end_of_execution\"}\n";
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->http->mu);
     s->unchanged = true;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&s->http->mu);
     rc = e2b()->execute(sb, "pass", 30000, &o, &err);
     if (rc < 0)
         fail_msg("execute: %s", err.message);
@@ -794,9 +580,9 @@ static void a_stream_cut_short_fails_the_sandbox(void **state)
     assert_false(e2b()->alive(sb));
     /* a dead sandbox runs nothing more */
     assert_int_equal(e2b()->execute(sb, "1", 30000, &o, &err), -ESRCH);
-    assert_int_equal(count(s, "POST", "/execute"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/execute"), 1);
     e2b()->destroy(sb);
-    assert_int_equal(count_exact(s, "DELETE", "/sandboxes/sbx1"), 1);
+    assert_int_equal(scripted_http_count_exact(s->http, "DELETE", "/sandboxes/sbx1"), 1);
 }
 
 /* 5 */
@@ -805,7 +591,7 @@ static void reports_an_api_key_refused(void **state)
     struct srv *s = *state;
     s->create_status = 401;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -EACCES);
@@ -816,16 +602,15 @@ static void reports_an_api_key_refused(void **state)
              "e2b at %s: creating a sandbox: HTTP 401: Invalid API key, it must start with 'e2b_'",
              base);
     assert_string_equal(err.message, want);
-    assert_int_equal(count(s, "POST", "/sandboxes"), 1); /* not retried */
-    assert_int_equal(count(s, "DELETE", "/sandboxes"), 0);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/sandboxes"), 1); /* not retried */
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes"), 0);
 }
 
 /* 5 */
 static void fails_fast_on_a_refused_connection(void **state)
 {
     (void)state;
-    int port;
-    close(bound_socket(&port)); /* a port nothing listens on */
+    int port = scripted_http_unused_port(); /* a port nothing listens on */
     char base[64];
     struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
     struct gw_sandbox *sb = NULL;
@@ -862,7 +647,7 @@ static void kill_stops_a_hanging_execution(void **state)
     struct running x = {.sb = create_ok(s), .timeout_ms = 60000};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, run_thread, &x), 0);
-    while (!find(s, "POST", "/execute"))
+    while (!scripted_http_find(s->http, "POST", "/execute"))
         usleep(10000);
     usleep(200000);
     uint64_t killed = mono_ms();
@@ -873,10 +658,11 @@ static void kill_stops_a_hanging_execution(void **state)
     assert_true(x.ended - killed < 1000);
     assert_non_null(strstr(x.err.message, "the sandbox was stopped"));
     assert_false(e2b()->alive(x.sb));
-    assert_int_equal(count(s, "DELETE", "/sandboxes/sbx1"), 0); /* destroy's to do */
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/sbx1"),
+                     0); /* destroy's to do */
     e2b()->destroy(x.sb);
-    assert_int_equal(count(s, "DELETE", "/sandboxes/"), 1);
-    assert_int_equal(count_exact(s, "DELETE", "/sandboxes/sbx1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/"), 1);
+    assert_int_equal(scripted_http_count_exact(s->http, "DELETE", "/sandboxes/sbx1"), 1);
 }
 
 /* 7 */
@@ -901,7 +687,7 @@ static void times_out(void **state)
     assert_string_equal(x.o.out, "");
     assert_non_null(x.o.files);
     gw_exec_output_free(&x.o);
-    assert_int_equal(count(s, "POST", "/filesystem.Filesystem/ListDir"), 2);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/filesystem.Filesystem/ListDir"), 2);
     assert_true(e2b()->alive(x.sb));
     e2b()->destroy(x.sb);
 }
@@ -918,7 +704,7 @@ static void moves_files(void **state)
     assert_int_equal(len, FILE_LEN);
     assert_memory_equal(data, FILE_BYTES, FILE_LEN);
     free(data);
-    const struct rec *r = find(s, "GET", "/files");
+    const struct scripted_http_request *r = scripted_http_find(s->http, "GET", "/files");
     assert_envd_headers(r);
     assert_string_equal(r->target, "/files?path=%2Fmnt%2Fdata%2Fa%20b.txt");
     /* exactly as large as allowed, then one byte too large */
@@ -937,10 +723,10 @@ static void moves_files(void **state)
 
     static const char content[] = "col\n\0binary\xfe\r\n--x\r\n";
     assert_int_equal(e2b()->write_file(sb, "/mnt/data/in.bin", content, sizeof(content), &err), 0);
-    r = find(s, "POST", "/files");
+    r = scripted_http_find(s->http, "POST", "/files");
     assert_envd_headers(r);
     assert_string_equal(r->target, "/files?path=%2Fmnt%2Fdata%2Fin.bin");
-    const char *type = header(r, "Content-Type");
+    const char *type = scripted_http_header(r, "Content-Type");
     assert_non_null(strstr(type, "multipart/form-data; boundary="));
     char boundary[80];
     snprintf(boundary, sizeof(boundary), "--%s", strstr(type, "boundary=") + 9);
@@ -957,10 +743,10 @@ static void moves_files(void **state)
     assert_memory_equal(file + sizeof(content), end, strlen(end));
 
     assert_int_equal(e2b()->remove_file(sb, "/mnt/data/in.bin", &err), 0);
-    r = find(s, "POST", "/filesystem.Filesystem/Remove");
+    r = scripted_http_find(s->http, "POST", "/filesystem.Filesystem/Remove");
     assert_rpc_headers(r);
     assert_true(body_is(r, "{\"path\":\"/mnt/data/in.bin\"}"));
-    assert_int_equal(count(s, "POST", "/filesystem.Filesystem/Remove"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/filesystem.Filesystem/Remove"), 1);
     assert_true(e2b()->alive(sb));
     e2b()->destroy(sb);
 }
@@ -972,18 +758,19 @@ static void renews_at_most_when_needed(void **state)
     struct gw_sandbox *sb = create_ok(s); /* lives 120 s */
     e2b()->touch(sb, 60000);              /* already covered */
     e2b()->touch(sb, 100000);
-    assert_int_equal(count(s, "POST", "/sandboxes/sbx1/timeout"), 0);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/sandboxes/sbx1/timeout"), 0);
     e2b()->touch(sb, 600000);
-    assert_int_equal(count(s, "POST", "/sandboxes/sbx1/timeout"), 1);
-    const struct rec *r = find(s, "POST", "/sandboxes/sbx1/timeout");
-    assert_string_equal(header(r, "X-API-Key"), "e2b_0123abcd");
-    assert_null(header(r, "E2b-Sandbox-Port"));
+    assert_int_equal(scripted_http_count(s->http, "POST", "/sandboxes/sbx1/timeout"), 1);
+    const struct scripted_http_request *r =
+        scripted_http_find(s->http, "POST", "/sandboxes/sbx1/timeout");
+    assert_string_equal(scripted_http_header(r, "X-API-Key"), "e2b_0123abcd");
+    assert_null(scripted_http_header(r, "E2b-Sandbox-Port"));
     assert_int_equal(r->via, 0);
     assert_true(body_is(r, "{\"timeout\":600}"));
     e2b()->touch(sb, 600000); /* now covered */
-    assert_int_equal(count(s, "POST", "/sandboxes/sbx1/timeout"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/sandboxes/sbx1/timeout"), 1);
     e2b()->touch(sb, 1200000); /* not covered, but renewed less than 30 s ago */
-    assert_int_equal(count(s, "POST", "/sandboxes/sbx1/timeout"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/sandboxes/sbx1/timeout"), 1);
     assert_true(e2b()->alive(sb));
     e2b()->destroy(sb);
 }
@@ -993,22 +780,22 @@ static void reap_deletes_what_an_earlier_run_left(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct corral_error err = {0};
     int n = e2b()->reap(&tool, "abc123", "111", NULL, &err);
     if (n < 0)
         fail_msg("reap: %s", err.message);
     assert_int_equal(n, 1);
-    const struct rec *r = find(s, "GET", "/v2/sandboxes");
+    const struct scripted_http_request *r = scripted_http_find(s->http, "GET", "/v2/sandboxes");
     assert_non_null(r);
     assert_string_equal(r->target, "/v2/sandboxes?limit=100&metadata=corral_gateway%3Dabc123");
-    assert_string_equal(header(r, "X-API-Key"), "e2b_0123abcd");
-    assert_int_equal(count_exact(s, "DELETE", "/sandboxes/old1"), 1);
-    assert_int_equal(count(s, "DELETE", "/sandboxes/now1"), 0);
-    assert_int_equal(count(s, "DELETE", "/sandboxes/else1"), 0);
-    assert_int_equal(count(s, "DELETE", "/sandboxes/"), 1);
-    r = find(s, "DELETE", "/sandboxes/old1");
-    assert_string_equal(header(r, "X-API-Key"), "e2b_0123abcd");
+    assert_string_equal(scripted_http_header(r, "X-API-Key"), "e2b_0123abcd");
+    assert_int_equal(scripted_http_count_exact(s->http, "DELETE", "/sandboxes/old1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/now1"), 0);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/else1"), 0);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/"), 1);
+    r = scripted_http_find(s->http, "DELETE", "/sandboxes/old1");
+    assert_string_equal(scripted_http_header(r, "X-API-Key"), "e2b_0123abcd");
 }
 
 /* 10: provider.h: "*cancel non-zero stops it" (the gateway sets it when it
@@ -1019,13 +806,13 @@ static void reap_stops_when_cancelled(void **state)
     int cancel = 0;
     s->cancel = &cancel; /* set while old1 is being deleted */
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port[0], base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct corral_error err = {0};
     e2b()->reap(&tool, "abc123", "111", &cancel, &err);
     assert_true(__atomic_load_n(&cancel, __ATOMIC_RELAXED));
-    assert_int_equal(count_exact(s, "DELETE", "/sandboxes/old1"), 1);
+    assert_int_equal(scripted_http_count_exact(s->http, "DELETE", "/sandboxes/old1"), 1);
     /* a DELETE under way ends, but no other one starts */
-    assert_int_equal(count(s, "DELETE", "/sandboxes/old2"), 0);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/sandboxes/old2"), 0);
 }
 
 int main(void)

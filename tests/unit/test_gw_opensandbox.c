@@ -1,45 +1,29 @@
 /*
  * The `opensandbox` sandbox provider: src/providers/opensandbox.c. It is
  * tested against a scripted OpenSandbox (lifecycle API under /v1, execd
- * under /execd) run in a thread of this test on 127.0.0.1: plain sockets,
- * one request per connection, every request recorded.
+ * under /execd) run in a thread of this test on 127.0.0.1: scripted_http.h's
+ * server, one request per connection, every request recorded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "providers/provider.h"
+#include "scripted_http.h"
 
 /* ---- the scripted server ---- */
 
-#define LOG_MAX 128
-
-struct rec {
-    char method[16], target[1024];
-    char *head, *body;
-    size_t body_len;
-};
-
 struct srv {
-    int lfd, wake[2], port;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    struct rec log[LOG_MAX];
-    int n;
+    struct scripted_http *http;
     /* the script */
     int create_status;  /* 0: 202 and a Pending sandbox */
     int pending_polls;  /* GET /v1/sandboxes/sb1 answers Pending this many times */
@@ -50,149 +34,58 @@ struct srv {
     int searches;       /* GET /files/search answered so far */
 };
 
-static int srv_wait(struct srv *s, int fd, int ms)
-{
-    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = s->wake[0], .events = POLLIN}};
-    int n = poll(p, 2, ms);
-    if (n < 0 || p[1].revents)
-        return -1;
-    return n > 0 ? 1 : 0;
-}
-
-static void send_str(int fd, const char *text)
-{
-    for (size_t len = strlen(text); len > 0;) {
-        ssize_t n = send(fd, text, len, MSG_NOSIGNAL);
-        if (n <= 0)
-            return;
-        text += n;
-        len -= (size_t)n;
-    }
-}
-
-static void respond(int fd, int status, const char *type, const char *body)
-{
-    char head[256];
-    snprintf(head, sizeof(head),
-             "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close"
-             "\r\n\r\n",
-             status, type, strlen(body));
-    send_str(fd, head);
-    send_str(fd, body);
-}
-
-static void respond_json(int fd, int status, const char *body)
-{
-    respond(fd, status, "application/json", body);
-}
-
-static size_t content_length(const char *head)
-{
-    for (const char *p = head; (p = strchr(p, '\n')) != NULL;) {
-        p++;
-        if (!strncasecmp(p, "content-length:", 15))
-            return strtoul(p + 15, NULL, 10);
-    }
-    return 0;
-}
-
-/* Reads and records one request; its index, or -1. */
-static int read_request(struct srv *s, int fd)
-{
-    size_t cap = 1 << 20, used = 0;
-    char *buf = malloc(cap);
-    int index = -1;
-    for (;;) {
-        char *end = memmem(buf, used, "\r\n\r\n", 4);
-        if (end) {
-            size_t head_len = (size_t)(end - buf) + 4;
-            *end = '\0';
-            size_t need = head_len + content_length(buf);
-            if (need <= used) {
-                pthread_mutex_lock(&s->mu);
-                if (s->n < LOG_MAX) {
-                    struct rec *r = &s->log[s->n];
-                    sscanf(buf, "%15s %1023s", r->method, r->target);
-                    r->head = strdup(buf);
-                    r->body_len = need - head_len;
-                    r->body = malloc(r->body_len + 1);
-                    memcpy(r->body, buf + head_len, r->body_len);
-                    r->body[r->body_len] = '\0';
-                    index = s->n++;
-                }
-                pthread_mutex_unlock(&s->mu);
-                break;
-            }
-            *end = '\r';
-        }
-        if (used == cap || srv_wait(s, fd, 10000) != 1)
-            break;
-        ssize_t n = recv(fd, buf + used, cap - used, 0);
-        if (n <= 0)
-            break;
-        used += (size_t)n;
-    }
-    free(buf);
-    return index;
-}
-
-/* Waits until the client closes the connection (or the server stops). */
-static void wait_close(struct srv *s, int fd)
-{
-    char buf[512];
-    while (srv_wait(s, fd, 10000) == 1 && recv(fd, buf, sizeof(buf), 0) > 0)
-        ;
-}
-
 static const char FILES_AFTER[] =
     "[{\"path\":\"/mnt/data/out.csv\",\"type\":\"file\",\"size\":3,"
     "\"modified_at\":\"2026-01-01T00:00:00Z\"},{\"path\":\"/mnt/data/sub\",\"type\":"
     "\"directory\",\"size\":4096,\"modified_at\":\"2026-01-01T00:00:00Z\"}]";
 
-static void answer_execd(struct srv *s, int fd, const struct rec *r, const char *path)
+static void answer_execd(struct srv *s, int fd, const struct scripted_http_request *r,
+                         const char *path)
 {
     if (!strcmp(path, "/ping")) {
-        respond(fd, 200, "text/plain", "");
+        scripted_http_respond_text(fd, 200, "text/plain", "");
     } else if (!strcmp(path, "/directories") || !strcmp(path, "/files/upload") ||
                (!strcmp(path, "/files") && !strcmp(r->method, "DELETE")) ||
                (!strcmp(path, "/code") && !strcmp(r->method, "DELETE"))) {
-        respond(fd, 200, "text/plain", "");
+        scripted_http_respond_text(fd, 200, "text/plain", "");
     } else if (!strcmp(path, "/code/context")) {
         if (s->context_status)
-            respond_json(fd, s->context_status,
-                         "{\"code\":\"INVALID_REQUEST_BODY\","
-                         "\"message\":\"no such language\"}");
+            scripted_http_respond_json(fd, s->context_status,
+                                       "{\"code\":\"INVALID_REQUEST_BODY\","
+                                       "\"message\":\"no such language\"}");
         else
-            respond_json(fd, 200, "{\"id\":\"ctx1\",\"language\":\"python\"}");
+            scripted_http_respond_json(fd, 200, "{\"id\":\"ctx1\",\"language\":\"python\"}");
     } else if (!strcmp(path, "/files/search")) {
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&s->http->mu);
         bool first = s->searches++ % 2 == 0;
-        pthread_mutex_unlock(&s->mu);
-        respond_json(fd, 200, first ? "[]" : FILES_AFTER);
+        pthread_mutex_unlock(&s->http->mu);
+        scripted_http_respond_json(fd, 200, first ? "[]" : FILES_AFTER);
     } else if (!strcmp(path, "/files/download")) {
-        respond(fd, 200, "application/octet-stream", "a,b\n1,2\n");
+        scripted_http_respond_text(fd, 200, "application/octet-stream", "a,b\n1,2\n");
     } else if (!strcmp(path, "/code")) {
         if (s->code_status) {
-            respond_json(fd, s->code_status,
-                         "{\"code\":\"RUNTIME_ERROR\",\"message\":\"jupyter is gone\"}");
+            scripted_http_respond_json(
+                fd, s->code_status, "{\"code\":\"RUNTIME_ERROR\",\"message\":\"jupyter is gone\"}");
             return;
         }
-        send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                     "Connection: close\r\n\r\n");
+        scripted_http_send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                   "Connection: close\r\n\r\n");
         if (s->hang) {
-            send_str(fd, "{\"type\":\"init\",\"text\":\"ctx1\"}\n\n");
-            wait_close(s, fd);
+            scripted_http_send_str(fd, "{\"type\":\"init\",\"text\":\"ctx1\"}\n\n");
+            scripted_http_wait_close(s->http, fd);
         } else {
-            send_str(fd, s->stream);
+            scripted_http_send_str(fd, s->stream);
         }
     } else {
-        respond_json(fd, 404, "{\"code\":\"NOT_FOUND\",\"message\":\"no such path\"}");
+        scripted_http_respond_json(fd, 404,
+                                   "{\"code\":\"NOT_FOUND\",\"message\":\"no such path\"}");
     }
 }
 
-static void answer(struct srv *s, int fd, int i)
+static void answer(struct scripted_http *http, int fd, int i, void *ctx)
 {
-    const struct rec *r = &s->log[i];
+    struct srv *s = ctx;
+    const struct scripted_http_request *r = &http->log[i];
     char path[1024];
     snprintf(path, sizeof(path), "%.*s", (int)strcspn(r->target, "?"), r->target);
     const char *m = r->method;
@@ -200,82 +93,54 @@ static void answer(struct srv *s, int fd, int i)
         answer_execd(s, fd, r, path + 6);
     } else if (!strcmp(path, "/v1/sandboxes") && !strcmp(m, "POST")) {
         if (s->create_status)
-            respond_json(fd, s->create_status,
-                         "{\"code\":\"INVALID_API_KEY\",\"message\":\"the API key is not valid\"}");
+            scripted_http_respond_json(
+                fd, s->create_status,
+                "{\"code\":\"INVALID_API_KEY\",\"message\":\"the API key is not valid\"}");
         else
-            respond_json(fd, 202, "{\"id\":\"sb1\",\"status\":{\"state\":\"Pending\"}}");
+            scripted_http_respond_json(fd, 202,
+                                       "{\"id\":\"sb1\",\"status\":{\"state\":\"Pending\"}}");
     } else if (!strcmp(path, "/v1/sandboxes/sb1") && !strcmp(m, "GET")) {
-        pthread_mutex_lock(&s->mu);
+        pthread_mutex_lock(&s->http->mu);
         bool pending = s->pending_polls-- > 0;
-        pthread_mutex_unlock(&s->mu);
-        respond_json(fd, 200,
-                     pending ? "{\"id\":\"sb1\",\"status\":{\"state\":\"Pending\"}}"
-                             : "{\"id\":\"sb1\",\"status\":{\"state\":\"Running\"}}");
+        pthread_mutex_unlock(&s->http->mu);
+        scripted_http_respond_json(fd, 200,
+                                   pending ? "{\"id\":\"sb1\",\"status\":{\"state\":\"Pending\"}}"
+                                           : "{\"id\":\"sb1\",\"status\":{\"state\":\"Running\"}}");
     } else if (!strcmp(path, "/v1/sandboxes/sb1/endpoints/44772")) {
         char body[256];
         snprintf(body, sizeof(body),
                  "{\"endpoint\":\"127.0.0.1:%d/execd\",\"headers\":{\"X-EXECD-ACCESS-TOKEN\":"
                  "\"tok-1\"}}",
-                 s->port);
-        respond_json(fd, 200, body);
+                 s->http->port[0]);
+        scripted_http_respond_json(fd, 200, body);
     } else if (!strcmp(path, "/v1/sandboxes/sb1/renew-expiration")) {
-        respond_json(fd, 200, "{\"expiresAt\":\"2030-01-01T00:00:00.000Z\"}");
+        scripted_http_respond_json(fd, 200, "{\"expiresAt\":\"2030-01-01T00:00:00.000Z\"}");
     } else if ((!strcmp(path, "/v1/sandboxes/sb1") || !strcmp(path, "/v1/sandboxes/old1")) &&
                !strcmp(m, "DELETE")) {
-        send_str(fd, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+        scripted_http_send_str(fd, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
     } else if (!strcmp(path, "/v1/sandboxes") && !strcmp(m, "GET")) {
         /* what a gateway "abc123" left in run "000", made in run "111" (now),
          * and another gateway's */
-        respond_json(fd, 200,
-                     "{\"items\":[{\"id\":\"old1\",\"metadata\":{\"corral\":\"gateway\","
-                     "\"corral_gateway\":\"abc123\",\"corral_run\":\"000\"}},"
-                     "{\"id\":\"now1\",\"metadata\":{\"corral_gateway\":\"abc123\","
-                     "\"corral_run\":\"111\"}},{\"id\":\"else1\",\"metadata\":{"
-                     "\"corral_gateway\":\"def456\",\"corral_run\":\"000\"}}]}");
+        scripted_http_respond_json(
+            fd, 200,
+            "{\"items\":[{\"id\":\"old1\",\"metadata\":{\"corral\":\"gateway\","
+            "\"corral_gateway\":\"abc123\",\"corral_run\":\"000\"}},"
+            "{\"id\":\"now1\",\"metadata\":{\"corral_gateway\":\"abc123\","
+            "\"corral_run\":\"111\"}},{\"id\":\"else1\",\"metadata\":{"
+            "\"corral_gateway\":\"def456\",\"corral_run\":\"000\"}}]}");
     } else {
-        respond_json(fd, 404, "{\"code\":\"NOT_FOUND\",\"message\":\"no such path\"}");
+        scripted_http_respond_json(fd, 404,
+                                   "{\"code\":\"NOT_FOUND\",\"message\":\"no such path\"}");
     }
-}
-
-static void *srv_main(void *arg)
-{
-    struct srv *s = arg;
-    while (srv_wait(s, s->lfd, -1) == 1) {
-        int fd = accept(s->lfd, NULL, NULL);
-        if (fd < 0)
-            continue;
-        int i = read_request(s, fd);
-        if (i >= 0)
-            answer(s, fd, i);
-        close(fd);
-    }
-    return NULL;
-}
-
-/* A socket bound to 127.0.0.1 on a free port; its port in *port. */
-static int bound_socket(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t alen = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
-    *port = ntohs(a.sin_port);
-    return fd;
 }
 
 static int srv_start(void **state)
 {
     struct srv *s = calloc(1, sizeof(*s));
     assert_non_null(s);
-    s->lfd = bound_socket(&s->port);
-    assert_int_equal(listen(s->lfd, 16), 0);
-    assert_int_equal(pipe(s->wake), 0);
-    pthread_mutex_init(&s->mu, NULL);
     s->pending_polls = 2;
     s->stream = "";
-    assert_int_equal(pthread_create(&s->thread, NULL, srv_main, s), 0);
+    s->http = scripted_http_start(1, answer, s);
     *state = s;
     return 0;
 }
@@ -283,68 +148,9 @@ static int srv_start(void **state)
 static int srv_stop(void **state)
 {
     struct srv *s = *state;
-    assert_int_equal(write(s->wake[1], "x", 1), 1);
-    pthread_join(s->thread, NULL);
-    close(s->lfd);
-    close(s->wake[0]);
-    close(s->wake[1]);
-    for (int i = 0; i < s->n; i++) {
-        free(s->log[i].head);
-        free(s->log[i].body);
-    }
-    pthread_mutex_destroy(&s->mu);
+    scripted_http_stop(s->http);
     free(s);
     return 0;
-}
-
-/* The last request of `method` whose target starts with `prefix`, or NULL. */
-static const struct rec *find(struct srv *s, const char *method, const char *prefix)
-{
-    const struct rec *hit = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->log[i].method, method) && !strncmp(s->log[i].target, prefix, strlen(prefix)))
-            hit = &s->log[i];
-    pthread_mutex_unlock(&s->mu);
-    return hit;
-}
-
-static int count(struct srv *s, const char *method, const char *prefix)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        n +=
-            !strcmp(s->log[i].method, method) && !strncmp(s->log[i].target, prefix, strlen(prefix));
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-static int count_exact(struct srv *s, const char *method, const char *target)
-{
-    int n = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n; i++)
-        n += !strcmp(s->log[i].method, method) && !strcmp(s->log[i].target, target);
-    pthread_mutex_unlock(&s->mu);
-    return n;
-}
-
-/* The value of a request's header `name`, or NULL (static buffer). */
-static const char *header(const struct rec *r, const char *name)
-{
-    static char value[1024];
-    size_t n = strlen(name);
-    for (const char *p = r->head; (p = strstr(p, "\r\n")) != NULL;) {
-        p += 2;
-        if (!strncasecmp(p, name, n) && p[n] == ':') {
-            const char *v = p + n + 1;
-            v += strspn(v, " ");
-            snprintf(value, sizeof(value), "%.*s", (int)strcspn(v, "\r\n"), v);
-            return value;
-        }
-    }
-    return NULL;
 }
 
 static uint64_t mono_ms(void)
@@ -384,7 +190,7 @@ static struct gw_sandbox_tool tool_for(int port, char *base, size_t len)
 static struct gw_sandbox *create_ok(struct srv *s, uint64_t memory_bytes)
 {
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port, base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, memory_bytes, &sb, &err);
@@ -399,9 +205,9 @@ static void creates_a_sandbox(void **state)
 {
     struct srv *s = *state;
     struct gw_sandbox *sb = create_ok(s, 512ull << 20);
-    const struct rec *r = find(s, "POST", "/v1/sandboxes");
+    const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/v1/sandboxes");
     assert_non_null(r);
-    assert_string_equal(header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
+    assert_string_equal(scripted_http_header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
     json_t *body = json_loads(r->body, 0, NULL);
     assert_non_null(body);
     json_t *want =
@@ -415,34 +221,35 @@ static void creates_a_sandbox(void **state)
     json_decref(body);
     json_decref(want);
     /* Pending twice, then Running */
-    assert_int_equal(count_exact(s, "GET", "/v1/sandboxes/sb1"), 3);
-    r = find(s, "GET", "/v1/sandboxes/sb1/endpoints/44772");
+    assert_int_equal(scripted_http_count_exact(s->http, "GET", "/v1/sandboxes/sb1"), 3);
+    r = scripted_http_find(s->http, "GET", "/v1/sandboxes/sb1/endpoints/44772");
     assert_non_null(r);
-    assert_string_equal(header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
-    r = find(s, "POST", "/execd/directories");
+    assert_string_equal(scripted_http_header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
+    r = scripted_http_find(s->http, "POST", "/execd/directories");
     assert_non_null(r);
-    assert_string_equal(header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
-    assert_null(header(r, "OPEN-SANDBOX-API-KEY")); /* the API key stays with the lifecycle API */
+    assert_string_equal(scripted_http_header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
+    assert_null(scripted_http_header(
+        r, "OPEN-SANDBOX-API-KEY")); /* the API key stays with the lifecycle API */
     body = json_loads(r->body, 0, NULL);
     assert_int_equal(
         json_integer_value(json_object_get(json_object_get(body, "/mnt/data"), "mode")), 755);
     json_decref(body);
-    r = find(s, "POST", "/execd/code/context");
+    r = scripted_http_find(s->http, "POST", "/execd/code/context");
     assert_non_null(r);
     body = json_loads(r->body, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(body, "language")), "python");
     assert_string_equal(json_string_value(json_object_get(body, "cwd")), "/mnt/data");
     json_decref(body);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/sb1"), 0);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/sb1"), 0);
     osb()->destroy(sb);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/sb1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/sb1"), 1);
 }
 
 static void sends_the_tools_settings(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port, base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     char *entry[] = {"/bin/run", "--fast", NULL};
     tool.api_key = NULL;
     tool.template_id = "python:3.12";
@@ -452,8 +259,8 @@ static void sends_the_tools_settings(void **state)
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 1000, 0, &sb, &err), 0);
-    const struct rec *r = find(s, "POST", "/v1/sandboxes");
-    assert_null(header(r, "OPEN-SANDBOX-API-KEY"));
+    const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/v1/sandboxes");
+    assert_null(scripted_http_header(r, "OPEN-SANDBOX-API-KEY"));
     json_t *body = json_loads(r->body, 0, NULL);
     json_t *want = json_loads("{\"image\":{\"uri\":\"python:3.12\"},"
                               "\"entrypoint\":[\"/bin/run\",\"--fast\"],\"timeout\":60,"
@@ -469,7 +276,7 @@ static void sends_the_tools_settings(void **state)
                           "\"target\":\"pypi.org\"}]}";
     s->pending_polls = 0;
     assert_int_equal(create_with(&tool, 1000, 0, &sb, &err), 0);
-    r = find(s, "POST", "/v1/sandboxes");
+    r = scripted_http_find(s->http, "POST", "/v1/sandboxes");
     body = json_loads(r->body, 0, NULL);
     want = json_loads(tool.network_policy, 0, NULL);
     assert_true(json_equal(json_object_get(body, "networkPolicy"), want));
@@ -522,10 +329,10 @@ static void executes_and_parses_the_stream(void **state)
     assert_int_equal(json_integer_value(json_object_get(f, "bytes")), 3);
     gw_exec_output_free(&o);
 
-    const struct rec *r = find(s, "POST", "/execd/code");
+    const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/execd/code");
     assert_non_null(r);
-    assert_string_equal(header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
-    assert_string_equal(header(r, "Accept"), "text/event-stream");
+    assert_string_equal(scripted_http_header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
+    assert_string_equal(scripted_http_header(r, "Accept"), "text/event-stream");
     json_t *body = json_loads(r->body, 0, NULL);
     json_t *want = json_loads("{\"code\":\"x = 2 + 2\\nx\",\"context\":{\"id\":\"ctx1\","
                               "\"language\":\"python\"}}",
@@ -533,7 +340,7 @@ static void executes_and_parses_the_stream(void **state)
     assert_true(json_equal(body, want));
     json_decref(body);
     json_decref(want);
-    assert_int_equal(count(s, "GET", "/execd/files/search?path=/mnt/data"), 2);
+    assert_int_equal(scripted_http_count(s->http, "GET", "/execd/files/search?path=/mnt/data"), 2);
 
     /* execd's error body as a line of the stream */
     s->stream = "{\"type\":\"init\",\"text\":\"ctx1\"}\n\n"
@@ -559,17 +366,18 @@ static void moves_files(void **state)
     assert_int_equal(len, 8);
     assert_memory_equal(data, "a,b\n1,2\n", 8);
     free(data);
-    const struct rec *r = find(s, "GET", "/execd/files/download");
+    const struct scripted_http_request *r =
+        scripted_http_find(s->http, "GET", "/execd/files/download");
     assert_string_equal(r->target, "/execd/files/download?path=/mnt/data/a%20b.csv");
-    assert_string_equal(header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
+    assert_string_equal(scripted_http_header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
     assert_int_equal(osb()->read_file(sb, "/mnt/data/a b.csv", 4, &data, &len, &err), -EFBIG);
     assert_null(data);
 
     static const char content[] = "col\n\0binary\r\n";
     assert_int_equal(osb()->write_file(sb, "/mnt/data/in.bin", content, sizeof(content), &err), 0);
-    r = find(s, "POST", "/execd/files/upload");
+    r = scripted_http_find(s->http, "POST", "/execd/files/upload");
     assert_non_null(r);
-    const char *type = header(r, "Content-Type");
+    const char *type = scripted_http_header(r, "Content-Type");
     assert_non_null(strstr(type, "multipart/form-data; boundary="));
     char boundary[80];
     snprintf(boundary, sizeof(boundary), "--%s", strstr(type, "boundary=") + 9);
@@ -588,7 +396,7 @@ static void moves_files(void **state)
     assert_memory_equal(file + sizeof(content), end, strlen(end));
 
     assert_int_equal(osb()->remove_file(sb, "/mnt/data/in.bin", &err), 0);
-    assert_non_null(find(s, "DELETE", "/execd/files?path=/mnt/data/in.bin"));
+    assert_non_null(scripted_http_find(s->http, "DELETE", "/execd/files?path=/mnt/data/in.bin"));
     osb()->destroy(sb);
 }
 
@@ -597,11 +405,12 @@ static void renews_at_most_when_needed(void **state)
     struct srv *s = *state;
     struct gw_sandbox *sb = create_ok(s, 0); /* lives 120 s */
     osb()->touch(sb, 100000);                /* already covered */
-    assert_int_equal(count(s, "POST", "/v1/sandboxes/sb1/renew-expiration"), 0);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/v1/sandboxes/sb1/renew-expiration"), 0);
     osb()->touch(sb, 600000);
-    assert_int_equal(count(s, "POST", "/v1/sandboxes/sb1/renew-expiration"), 1);
-    const struct rec *r = find(s, "POST", "/v1/sandboxes/sb1/renew-expiration");
-    assert_string_equal(header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
+    assert_int_equal(scripted_http_count(s->http, "POST", "/v1/sandboxes/sb1/renew-expiration"), 1);
+    const struct scripted_http_request *r =
+        scripted_http_find(s->http, "POST", "/v1/sandboxes/sb1/renew-expiration");
+    assert_string_equal(scripted_http_header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
     json_t *body = json_loads(r->body, 0, NULL);
     const char *at = json_string_value(json_object_get(body, "expiresAt"));
     assert_non_null(at);
@@ -609,7 +418,7 @@ static void renews_at_most_when_needed(void **state)
     assert_int_equal(at[23], 'Z');
     json_decref(body);
     osb()->touch(sb, 600000); /* renewed just now */
-    assert_int_equal(count(s, "POST", "/v1/sandboxes/sb1/renew-expiration"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/v1/sandboxes/sb1/renew-expiration"), 1);
     osb()->destroy(sb);
 }
 
@@ -618,7 +427,7 @@ static void reports_an_api_key_refused(void **state)
     struct srv *s = *state;
     s->create_status = 401;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port, base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -EACCES);
@@ -627,7 +436,7 @@ static void reports_an_api_key_refused(void **state)
     char want[160];
     snprintf(want, sizeof(want), "opensandbox at %s: HTTP 401: the API key is not valid", base);
     assert_string_equal(err.message, want);
-    assert_int_equal(count(s, "POST", "/v1/sandboxes"), 1);
+    assert_int_equal(scripted_http_count(s->http, "POST", "/v1/sandboxes"), 1);
 }
 
 static void deletes_a_sandbox_that_cannot_start(void **state)
@@ -635,19 +444,18 @@ static void deletes_a_sandbox_that_cannot_start(void **state)
     struct srv *s = *state;
     s->context_status = 400;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->port, base, sizeof(base));
+    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -EIO);
     assert_non_null(strstr(err.message, "HTTP 400: no such language"));
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/sb1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/sb1"), 1);
 }
 
 static void fails_fast_on_a_refused_connection(void **state)
 {
     (void)state;
-    int port;
-    close(bound_socket(&port)); /* a port nothing listens on */
+    int port = scripted_http_unused_port(); /* a port nothing listens on */
     char base[64];
     struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
     struct gw_sandbox *sb = NULL;
@@ -670,7 +478,7 @@ static void a_failed_code_request_fails_the_sandbox(void **state)
     assert_non_null(strstr(err.message, "jupyter is gone"));
     assert_false(osb()->alive(sb));
     osb()->destroy(sb);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/sb1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/sb1"), 1);
 }
 
 struct running {
@@ -697,7 +505,7 @@ static void kill_stops_a_hanging_execution(void **state)
     struct running x = {.sb = create_ok(s, 0), .timeout_ms = 60000};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, run_thread, &x), 0);
-    while (!find(s, "POST", "/execd/code"))
+    while (!scripted_http_find(s->http, "POST", "/execd/code"))
         usleep(10000);
     usleep(200000);
     uint64_t killed = mono_ms();
@@ -706,9 +514,10 @@ static void kill_stops_a_hanging_execution(void **state)
     pthread_join(t, NULL);
     assert_int_equal(x.rc, -ECANCELED);
     assert_true(x.ended - killed < 1000);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/sb1"), 0); /* destroy's to do */
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/sb1"),
+                     0); /* destroy's to do */
     osb()->destroy(x.sb);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/sb1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/sb1"), 1);
 }
 
 static void times_out_and_interrupts(void **state)
@@ -725,9 +534,10 @@ static void times_out_and_interrupts(void **state)
     assert_true(x.o.raised);
     assert_string_equal(x.o.error_name, "TimeoutError");
     assert_string_equal(x.o.error_value, "the code ran longer than 1 s and was stopped");
-    const struct rec *r = find(s, "DELETE", "/execd/code?id=ctx1");
+    const struct scripted_http_request *r =
+        scripted_http_find(s->http, "DELETE", "/execd/code?id=ctx1");
     assert_non_null(r);
-    assert_string_equal(header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
+    assert_string_equal(scripted_http_header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
     gw_exec_output_free(&x.o);
     assert_true(osb()->alive(x.sb));
     osb()->destroy(x.sb);
@@ -738,17 +548,18 @@ static void reap_deletes_what_an_earlier_run_left(void **state)
     struct srv *s = *state;
     struct gw_sandbox_tool tool = {.name = "osb", .provider = "opensandbox"};
     char base[64];
-    snprintf(base, sizeof(base), "http://127.0.0.1:%d/v1", s->port);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d/v1", s->http->port[0]);
     tool.api_base = base;
     struct corral_error err = {0};
     int n = osb()->reap(&tool, "abc123", "111", NULL, &err);
     if (n < 0)
         fail_msg("reap: %s", err.message);
     assert_int_equal(n, 1);
-    assert_non_null(find(s, "GET", "/v1/sandboxes?pageSize=200&metadata=corral_gateway%3Dabc123"));
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/old1"), 1);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/now1"), 0);
-    assert_int_equal(count(s, "DELETE", "/v1/sandboxes/else1"), 0);
+    assert_non_null(scripted_http_find(
+        s->http, "GET", "/v1/sandboxes?pageSize=200&metadata=corral_gateway%3Dabc123"));
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/old1"), 1);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/now1"), 0);
+    assert_int_equal(scripted_http_count(s->http, "DELETE", "/v1/sandboxes/else1"), 0);
 }
 
 int main(void)
