@@ -1,0 +1,247 @@
+/*
+ * Egress policies: rules on names and address ranges, first match wins; see
+ * netpolicy.h.
+ */
+#include "jail/netpolicy.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- names ---- */
+
+/* name, lower case and without a trailing dot, into out; false when it is
+ * not a DNS name (labels of 1 to 63 letters, digits, '-' and '_', not
+ * starting or ending with '-', 253 characters at most). */
+static bool normal_name(const char *name, char out[254])
+{
+    size_t len = strlen(name);
+    if (len && name[len - 1] == '.')
+        len--;
+    if (!len || len > 253)
+        return false;
+    size_t label = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = (char)tolower((unsigned char)name[i]);
+        if (c == '.') {
+            if (!label || out[i - 1] == '-')
+                return false;
+            label = 0;
+        } else if (isalnum((unsigned char)c) || c == '_' || (c == '-' && label)) {
+            if (++label > 63)
+                return false;
+        } else {
+            return false;
+        }
+        out[i] = c;
+    }
+    out[len] = '\0';
+    return label && out[len - 1] != '-';
+}
+
+/* Whether name is below suffix ("a.b.example.com" is below "example.com"). */
+static bool below(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), s = strlen(suffix);
+    return n > s + 1 && name[n - s - 1] == '.' && !strcmp(name + n - s, suffix);
+}
+
+/* ---- addresses ---- */
+
+struct addr {
+    int family;
+    uint8_t b[16];
+};
+
+/* a as AF_INET or AF_INET6 bytes; an IPv4-mapped IPv6 address becomes IPv4. */
+static bool addr_of(const struct sockaddr *a, struct addr *out)
+{
+    if (a->sa_family == AF_INET) {
+        out->family = AF_INET;
+        memcpy(out->b, &((const struct sockaddr_in *)a)->sin_addr, 4);
+        return true;
+    }
+    if (a->sa_family == AF_INET6) {
+        const uint8_t *b = ((const struct sockaddr_in6 *)a)->sin6_addr.s6_addr;
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, mapped, 12)) {
+            out->family = AF_INET;
+            memcpy(out->b, b + 12, 4);
+        } else {
+            out->family = AF_INET6;
+            memcpy(out->b, b, 16);
+        }
+        return true;
+    }
+    return false;
+}
+
+static bool in_range(const struct addr *a, int family, const uint8_t *net, unsigned prefix)
+{
+    if (a->family != family)
+        return false;
+    unsigned whole = prefix / 8, rest = prefix % 8;
+    if (memcmp(a->b, net, whole))
+        return false;
+    return !rest || ((a->b[whole] ^ net[whole]) & (uint8_t)(0xff << (8 - rest))) == 0;
+}
+
+struct range {
+    int family;
+    uint8_t net[16];
+    unsigned prefix;
+};
+
+#define V4(a, b, c, d, p)                                                                          \
+    {                                                                                              \
+        AF_INET, {a, b, c, d}, p                                                                   \
+    }
+
+static const struct range forbidden[] = {
+    V4(0, 0, 0, 0, 8),            /* "this network" */
+    V4(127, 0, 0, 0, 8),          /* loopback */
+    V4(169, 254, 0, 0, 16),       /* link-local: cloud metadata services */
+    V4(192, 0, 0, 0, 24),         /* IETF protocol assignments (the egress's own 192.0.0.8) */
+    V4(224, 0, 0, 0, 4),          /* multicast */
+    V4(240, 0, 0, 0, 4),          /* reserved, and broadcast */
+    {AF_INET6, {0}, 127},         /* :: and ::1 */
+    {AF_INET6, {0xfe, 0x80}, 10}, /* link-local */
+    {AF_INET6, {0xff}, 8},        /* multicast */
+};
+
+static const struct range private_ranges[] = {
+    V4(10, 0, 0, 0, 8),     V4(172, 16, 0, 0, 12),
+    V4(192, 168, 0, 0, 16), V4(100, 64, 0, 0, 10), /* shared address space (carrier NAT) */
+    V4(198, 18, 0, 0, 15),                         /* benchmarking */
+    {AF_INET6, {0xfc}, 7},                         /* unique local */
+};
+
+static enum jail_net_class class_of(const struct addr *a)
+{
+    for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
+        if (in_range(a, forbidden[i].family, forbidden[i].net, forbidden[i].prefix))
+            return JAIL_NET_FORBIDDEN;
+    /* NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address: judged by it */
+    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
+    if (a->family == AF_INET6 &&
+        (!memcmp(a->b, nat64, 12) || (a->b[0] == 0x20 && a->b[1] == 0x02))) {
+        struct addr inner = {.family = AF_INET};
+        memcpy(inner.b, a->b[0] == 0x20 ? a->b + 2 : a->b + 12, 4);
+        return class_of(&inner);
+    }
+    for (size_t i = 0; i < sizeof(private_ranges) / sizeof(private_ranges[0]); i++)
+        if (in_range(a, private_ranges[i].family, private_ranges[i].net, private_ranges[i].prefix))
+            return JAIL_NET_PRIVATE;
+    return JAIL_NET_PUBLIC;
+}
+
+enum jail_net_class jail_net_addr_class(const struct sockaddr *a)
+{
+    struct addr x;
+    return addr_of(a, &x) ? class_of(&x) : JAIL_NET_FORBIDDEN;
+}
+
+/* "ADDR" or "ADDR/PREFIX" into r; false when it is neither. */
+static bool parse_range(const char *target, struct jail_net_rule *r)
+{
+    char text[64];
+    const char *slash = strchr(target, '/');
+    size_t n = slash ? (size_t)(slash - target) : strlen(target);
+    if (n >= sizeof(text))
+        return false;
+    memcpy(text, target, n);
+    text[n] = '\0';
+    if (inet_pton(AF_INET, text, r->addr) == 1)
+        r->family = AF_INET;
+    else if (inet_pton(AF_INET6, text, r->addr) == 1)
+        r->family = AF_INET6;
+    else
+        return false;
+    unsigned max = r->family == AF_INET ? 32 : 128;
+    r->prefix = max;
+    if (slash) {
+        char *end;
+        unsigned long p = strtoul(slash + 1, &end, 10);
+        if (!slash[1] || *end || !isdigit((unsigned char)slash[1]) || p > max)
+            return false;
+        r->prefix = (unsigned)p;
+    }
+    /* clear the host bits: 10.1.2.3/8 is 10.0.0.0/8 */
+    for (unsigned bit = r->prefix; bit < max; bit++)
+        r->addr[bit / 8] &= (uint8_t) ~(0x80 >> (bit % 8));
+    return true;
+}
+
+/* ---- the policy ---- */
+
+int jail_netpolicy_add(struct jail_netpolicy *p, enum jail_net_action action, const char *target,
+                       struct corral_error *err)
+{
+    struct jail_net_rule r = {.action = action};
+    if (!target || !*target)
+        return corral_fail(err, EINVAL,
+                           "an egress rule needs a target (a name, *.NAME, an "
+                           "address or a range)");
+    if (!strcmp(target, "*")) {
+        r.kind = JAIL_NET_ANY_NAME;
+    } else if (parse_range(target, &r)) {
+        r.kind = JAIL_NET_RANGE;
+    } else if (!strncmp(target, "*.", 2) && normal_name(target + 2, r.name)) {
+        r.kind = JAIL_NET_BELOW;
+    } else if (normal_name(target, r.name)) {
+        r.kind = JAIL_NET_NAME;
+    } else {
+        return corral_fail(err, EINVAL,
+                           "'%.80s' is not an egress target (a name such as example.com, "
+                           "*.example.com, an address such as 192.0.2.7 or a range such as "
+                           "10.0.0.0/8)",
+                           target);
+    }
+    struct jail_net_rule *v = realloc(p->rules, (p->n + 1) * sizeof(*v));
+    if (!v)
+        return corral_fail(err, ENOMEM, "out of memory");
+    p->rules = v;
+    v[p->n++] = r;
+    return 0;
+}
+
+void jail_netpolicy_free(struct jail_netpolicy *p)
+{
+    free(p->rules);
+    p->rules = NULL;
+    p->n = 0;
+}
+
+enum jail_net_action jail_netpolicy_name(const struct jail_netpolicy *p, const char *name)
+{
+    char n[254];
+    if (!name || !normal_name(name, n))
+        return JAIL_NET_DENY;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct jail_net_rule *r = &p->rules[i];
+        if ((r->kind == JAIL_NET_NAME && !strcmp(n, r->name)) ||
+            (r->kind == JAIL_NET_BELOW && below(n, r->name)) || r->kind == JAIL_NET_ANY_NAME)
+            return r->action;
+    }
+    return p->default_action;
+}
+
+enum jail_net_action jail_netpolicy_addr(const struct jail_netpolicy *p, const struct sockaddr *a)
+{
+    struct addr x;
+    if (!addr_of(a, &x))
+        return JAIL_NET_DENY;
+    enum jail_net_class c = class_of(&x);
+    if (c == JAIL_NET_FORBIDDEN)
+        return JAIL_NET_DENY;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct jail_net_rule *r = &p->rules[i];
+        if (r->kind == JAIL_NET_RANGE && in_range(&x, r->family, r->addr, r->prefix))
+            return r->action;
+    }
+    return c == JAIL_NET_PRIVATE ? JAIL_NET_DENY : p->default_action;
+}

@@ -1,0 +1,175 @@
+/* Egress policies: targets, first-match rules, and the addresses no policy
+ * opens (src/jail/netpolicy.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+
+#include "jail/netpolicy.h"
+
+/* a sockaddr for a textual IPv4 or IPv6 address */
+static const struct sockaddr *sa(const char *text)
+{
+    static struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, text, &v4->sin_addr) == 1)
+        v4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1)
+        v6->sin6_family = AF_INET6;
+    else
+        fail_msg("bad test address %s", text);
+    return (const struct sockaddr *)&ss;
+}
+
+static void add(struct jail_netpolicy *p, enum jail_net_action a, const char *target)
+{
+    struct corral_error err = {0};
+    if (jail_netpolicy_add(p, a, target, &err) < 0)
+        fail_msg("%s: %s", target, err.message);
+}
+
+static void names_first_match_wins(void **state)
+{
+    struct jail_netpolicy p = {.default_action = JAIL_NET_DENY};
+    add(&p, JAIL_NET_DENY, "evil.example.com");
+    add(&p, JAIL_NET_ALLOW, "*.example.com");
+    add(&p, JAIL_NET_ALLOW, "PyPI.org.");
+    assert_int_equal(jail_netpolicy_name(&p, "files.example.com"), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_name(&p, "a.b.example.com"), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_name(&p, "Files.Example.COM."), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_name(&p, "evil.example.com"), JAIL_NET_DENY);
+    /* *.example.com is below it only */
+    assert_int_equal(jail_netpolicy_name(&p, "example.com"), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_name(&p, "notexample.com"), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_name(&p, "example.com.evil.net"), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_name(&p, "pypi.org"), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_name(&p, "files.pypi.org"), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_name(&p, "other.net"), JAIL_NET_DENY);
+    /* what is not a DNS name is denied, whatever the policy */
+    p.default_action = JAIL_NET_ALLOW;
+    assert_int_equal(jail_netpolicy_name(&p, "other.net"), JAIL_NET_ALLOW);
+    static const char *const bad[] = {"",        ".",   "a..b",         "-a.com", "a-.com",
+                                      "a b.com", "a/b", "\xc3\xa9.com", NULL};
+    for (size_t i = 0; bad[i]; i++)
+        assert_int_equal(jail_netpolicy_name(&p, bad[i]), JAIL_NET_DENY);
+    char long_label[80];
+    memset(long_label, 'a', 64);
+    strcpy(long_label + 64, ".com");
+    assert_int_equal(jail_netpolicy_name(&p, long_label), JAIL_NET_DENY);
+    add(&p, JAIL_NET_DENY, "*");
+    assert_int_equal(jail_netpolicy_name(&p, "other.net"), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_name(&p, "pypi.org"), JAIL_NET_ALLOW);
+    jail_netpolicy_free(&p);
+}
+
+static void addresses_and_ranges(void **state)
+{
+    struct jail_netpolicy p = {.default_action = JAIL_NET_DENY};
+    add(&p, JAIL_NET_DENY, "203.0.113.66");
+    add(&p, JAIL_NET_ALLOW, "203.0.113.7/24"); /* host bits are cleared */
+    add(&p, JAIL_NET_ALLOW, "2001:db8::/32");
+    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.113.1")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.113.255")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.113.66")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.114.1")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("2001:db8:1::5")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("2001:db9::5")), JAIL_NET_DENY);
+    /* an IPv4 address mapped into IPv6 is that IPv4 address */
+    assert_int_equal(jail_netpolicy_addr(&p, sa("::ffff:203.0.113.9")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("::ffff:203.0.113.66")), JAIL_NET_DENY);
+    /* name rules say nothing of addresses */
+    add(&p, JAIL_NET_ALLOW, "*");
+    assert_int_equal(jail_netpolicy_addr(&p, sa("198.51.100.1")), JAIL_NET_DENY);
+    p.default_action = JAIL_NET_ALLOW;
+    assert_int_equal(jail_netpolicy_addr(&p, sa("198.51.100.1")), JAIL_NET_ALLOW);
+    jail_netpolicy_free(&p);
+}
+
+static void some_addresses_are_never_reached(void **state)
+{
+    struct jail_netpolicy p = {.default_action = JAIL_NET_ALLOW};
+    static const char *const never[] = {"127.0.0.1",
+                                        "127.1.2.3",
+                                        "0.0.0.0",
+                                        "169.254.169.254",
+                                        "192.0.0.8",
+                                        "224.0.0.1",
+                                        "255.255.255.255",
+                                        "240.0.0.1",
+                                        "::1",
+                                        "::",
+                                        "fe80::1",
+                                        "ff02::1",
+                                        "::ffff:127.0.0.1",
+                                        "64:ff9b::7f00:1",
+                                        "2002:7f00:1::1",
+                                        "::ffff:169.254.169.254",
+                                        NULL};
+    /* even a rule naming them opens none */
+    add(&p, JAIL_NET_ALLOW, "0.0.0.0/0");
+    add(&p, JAIL_NET_ALLOW, "::/0");
+    for (size_t i = 0; never[i]; i++) {
+        if (jail_net_addr_class(sa(never[i])) != JAIL_NET_FORBIDDEN)
+            fail_msg("%s is not forbidden", never[i]);
+        assert_int_equal(jail_netpolicy_addr(&p, sa(never[i])), JAIL_NET_DENY);
+    }
+    jail_netpolicy_free(&p);
+}
+
+static void private_ranges_need_a_rule(void **state)
+{
+    struct jail_netpolicy p = {.default_action = JAIL_NET_ALLOW};
+    add(&p, JAIL_NET_ALLOW, "*");
+    static const char *const lan[] = {
+        "10.1.2.3",   "172.16.0.1", "172.31.255.254", "192.168.1.1",      "100.64.0.1",
+        "198.18.0.1", "fd00::1",    "fc12::1",        "64:ff9b::a01:203", NULL};
+    for (size_t i = 0; lan[i]; i++) {
+        if (jail_net_addr_class(sa(lan[i])) != JAIL_NET_PRIVATE)
+            fail_msg("%s is not private", lan[i]);
+        assert_int_equal(jail_netpolicy_addr(&p, sa(lan[i])), JAIL_NET_DENY);
+    }
+    assert_int_equal(jail_net_addr_class(sa("172.32.0.1")), JAIL_NET_PUBLIC);
+    assert_int_equal(jail_net_addr_class(sa("8.8.8.8")), JAIL_NET_PUBLIC);
+    assert_int_equal(jail_net_addr_class(sa("2606:4700::1111")), JAIL_NET_PUBLIC);
+    add(&p, JAIL_NET_ALLOW, "10.233.0.0/16");
+    assert_int_equal(jail_netpolicy_addr(&p, sa("10.233.200.7")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("10.234.0.1")), JAIL_NET_DENY);
+    jail_netpolicy_free(&p);
+}
+
+static void bad_targets(void **state)
+{
+    struct jail_netpolicy p = {0};
+    struct corral_error err = {0};
+    static const char *const bad[] = {
+        "",          "10.0.0.0/33", "10.0.0.0/",          "::/129", "a b", "*.", "**.example.com",
+        "example.*", "1.2.3.4/x",   "http://example.com", NULL};
+    for (size_t i = 0; bad[i]; i++) {
+        if (jail_netpolicy_add(&p, JAIL_NET_ALLOW, bad[i], &err) != -EINVAL)
+            fail_msg("'%s' was taken", bad[i]);
+    }
+    assert_int_equal(jail_netpolicy_add(&p, JAIL_NET_ALLOW, "http://x", &err), -EINVAL);
+    assert_non_null(strstr(err.message, "'http://x' is not an egress target"));
+    assert_int_equal(jail_netpolicy_add(&p, JAIL_NET_ALLOW, NULL, &err), -EINVAL);
+    assert_int_equal(p.n, 0);
+    jail_netpolicy_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(names_first_match_wins),
+        cmocka_unit_test(addresses_and_ranges),
+        cmocka_unit_test(some_addresses_are_never_reached),
+        cmocka_unit_test(private_ranges_need_a_rule),
+        cmocka_unit_test(bad_targets),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
