@@ -39,11 +39,11 @@ static void put32(uint8_t *p, uint32_t v)
     put16(p + 2, (uint16_t)v);
 }
 
-/* Reads the name at *off (compression pointers followed, backwards only)
- * into out (lower case, dotted; may be NULL) and moves *off past it in the
- * message. With out, a label must be a host name's (letters, digits, '-',
+/* Reads the name at *off (compression pointers, when allowed, followed
+ * backwards only) into out (lower case, dotted; may be NULL) and moves *off
+ * past it in the message. With out, a label must be a host name's (letters, digits, '-',
  * '_'): a label holding a '.' would read as two. 0 or -EBADMSG. */
-static int read_name(const uint8_t *msg, size_t len, size_t *off, char out[254])
+static int read_name(const uint8_t *msg, size_t len, size_t *off, char out[254], bool pointers)
 {
     size_t p = *off, end = 0, wire = 0, used = 0;
     unsigned jumps = 0;
@@ -52,7 +52,7 @@ static int read_name(const uint8_t *msg, size_t len, size_t *off, char out[254])
             return -EBADMSG;
         uint8_t c = msg[p];
         if ((c & 0xc0) == 0xc0) {
-            if (p + 1 >= len || ++jumps > JUMPS_MAX)
+            if (!pointers || p + 1 >= len || ++jumps > JUMPS_MAX)
                 return -EBADMSG;
             size_t target = (size_t)(c & 0x3f) << 8 | msg[p + 1];
             if (target >= p) /* only backwards: no loops */
@@ -105,7 +105,9 @@ int dns_read_query(const uint8_t *msg, size_t len, struct dns_question *q)
     if (q->flags & OPCODE || get16(msg + 4) != 1 || get16(msg + 6) || get16(msg + 8))
         return -ENOTSUP;
     size_t off = HEADER;
-    if (read_name(msg, len, &off, q->name) < 0 || off + 4 > len)
+    /* nothing precedes a query's name that it could point to: no pointers
+     * (the question is then copied as it is into the answer) */
+    if (read_name(msg, len, &off, q->name, false) < 0 || off + 4 > len)
         return -EBADMSG;
     q->qtype = get16(msg + off);
     q->qclass = get16(msg + off + 2);
@@ -150,7 +152,7 @@ size_t dns_write_answer(const struct dns_question *q, const uint8_t *query, int 
 static int skip_records(const uint8_t *msg, size_t len, size_t *off, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
-        if (read_name(msg, len, off, NULL) < 0 || *off + 10 > len)
+        if (read_name(msg, len, off, NULL, true) < 0 || *off + 10 > len)
             return -EBADMSG;
         size_t rdlen = get16(msg + *off + 8);
         if (*off + 10 + rdlen > len)
@@ -173,13 +175,13 @@ int dns_read_answer(const uint8_t *msg, size_t len, const struct dns_question *q
     unsigned answers = get16(msg + 6), rest = get16(msg + 8) + get16(msg + 10);
     char name[254];
     size_t off = HEADER;
-    if (read_name(msg, len, &off, name) < 0 || off + 4 > len || strcmp(name, q->name) ||
+    if (read_name(msg, len, &off, name, true) < 0 || off + 4 > len || strcmp(name, q->name) ||
         get16(msg + off) != q->qtype || get16(msg + off + 2) != q->qclass)
         return -EBADMSG;
     off += 4;
     *rcode = flags & RCODE;
     for (unsigned i = 0; i < answers; i++) {
-        if (read_name(msg, len, &off, NULL) < 0 || off + 10 > len)
+        if (read_name(msg, len, &off, NULL, true) < 0 || off + 10 > len)
             return -EBADMSG;
         uint16_t type = get16(msg + off), klass = get16(msg + off + 2);
         uint32_t ttl = get32(msg + off + 4);

@@ -35,9 +35,9 @@ struct dns_address {
     uint32_t ttl;
 };
 
-/* Reads a query (QR clear, opcode QUERY, one question; EDNS and other
- * additional records are ignored): 0, or -EBADMSG / -ENOTSUP (another
- * opcode, or not one question). */
+/* Reads a query (QR clear, opcode QUERY, one question whose name has no
+ * compression pointer; EDNS and other additional records are ignored): 0,
+ * or -EBADMSG / -ENOTSUP (another opcode, or not one question). */
 int dns_read_query(const uint8_t *msg, size_t len, struct dns_question *q);
 
 /* The answer to q (whose message was query/qlen): rcode 0 with the

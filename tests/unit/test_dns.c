@@ -146,7 +146,16 @@ static void refuses_bad_queries(void **state)
     u16(&m, 1);
     u16(&m, 1);
     assert_int_equal(dns_read_query(m.b, m.len, &q), -EBADMSG);
-    /* compression pointers: to itself, forwards */
+    /* compression pointers: none in a query (nothing before its name to
+     * point to: a pointer into the header would be copied into the answer,
+     * where the header differs), neither backwards, to itself, nor forwards */
+    header(&m, 1, 0, 1, 0, 0, 0);
+    name(&m, "a.b");
+    m.len--;
+    u16(&m, 0xc000 | 3); /* "a.b" then the root at offset 3 */
+    u16(&m, 1);
+    u16(&m, 1);
+    assert_int_equal(dns_read_query(m.b, m.len, &q), -EBADMSG);
     header(&m, 1, 0, 1, 0, 0, 0);
     u16(&m, 0xc000 | 12);
     u16(&m, 1);
