@@ -58,6 +58,70 @@ struct corral_limits {
     uint32_t open_files;   /* 0 = default (1024) */
 };
 
+/* ---- network egress ----
+ *
+ * A sandbox's network is one of three modes:
+ *   OFF       loopback only: connect() to any other address fails at once
+ *             (ENETUNREACH). The default.
+ *   INTERNET  TCP to any public address, and DNS.
+ *   POLICY    TCP and DNS only where the rules allow: the first rule whose
+ *             target matches decides, else default_allow. Names are decided
+ *             when looked up (the addresses they resolve to become reachable
+ *             for as long as the answer lives, at least 5 minutes), addresses
+ *             and ranges when connected to.
+ * Whatever the mode, no sandbox reaches this host's own addresses (its
+ * loopback services, other sandboxes), link-local (cloud metadata services)
+ * or reserved addresses, and private ranges (RFC 1918, unique local, shared
+ * address space) only where corral_egress_configure() opened them. Only TCP
+ * and DNS leave; other UDP, ICMP and raw sockets do not. A denied connection
+ * is refused (ECONNREFUSED) and logged with the sandbox's id and the
+ * destination; a denied name does not resolve (NXDOMAIN). */
+enum corral_network_mode {
+    CORRAL_NETWORK_OFF = 0,
+    CORRAL_NETWORK_INTERNET = 1,
+    CORRAL_NETWORK_POLICY = 2,
+};
+
+struct corral_network_rule {
+    bool allow;
+    /* example.com (that name), *.example.com (names below it, not itself),
+     * * (every name), 192.0.2.7 or 2001:db8::7 (an address), 10.0.0.0/8 or
+     * 2001:db8::/32 (a range) */
+    const char *target;
+};
+
+struct corral_network {
+    enum corral_network_mode mode;
+    const struct corral_network_rule *rules; /* POLICY only */
+    size_t n_rules;
+    bool default_allow; /* POLICY: what no rule matches; false = deny */
+};
+
+/* Checks the mode and every rule's target, and that the mode is allowed
+ * (corral_egress_configure): EINVAL or EPERM with a message. */
+int corral_network_check(const struct corral_network *n, struct corral_error *err);
+/* "off", "internet", "policy"; parsing gives -EINVAL for anything else. */
+const char *corral_network_mode_name(enum corral_network_mode m);
+int corral_network_mode_parse(const char *s, enum corral_network_mode *out);
+
+/* Settings of this process's egress, for every sandbox. */
+struct corral_egress_settings {
+    /* The modes sandboxes may have: bits (1u << CORRAL_NETWORK_*); OFF is
+     * always allowed. Before any call: every mode. */
+    unsigned modes;
+    /* Resolvers the DNS stub forwards to: "192.0.2.53", "192.0.2.53:5353",
+     * "2001:db8::53" or "[2001:db8::53]:5353" (NULL-terminated; at most 4).
+     * NULL: the nameservers of /etc/resolv.conf. */
+    const char *const *dns;
+    /* Private ranges sandboxes may reach (when their mode allows), such as
+     * "10.20.0.0/16" (NULL-terminated). NULL: none. */
+    const char *const *allow_private;
+};
+int corral_egress_configure(const struct corral_egress_settings *s, struct corral_error *err);
+/* Checks settings without applying them. */
+int corral_egress_check(const struct corral_egress_settings *s, struct corral_error *err);
+bool corral_network_mode_allowed(enum corral_network_mode m);
+
 struct corral_sandbox_options {
     const char *template_id; /* NULL = "default"; see corral_template_define() */
     uint64_t timeout_ms;     /* the sandbox is killed this long after creation; 0 = never */
@@ -68,7 +132,9 @@ struct corral_sandbox_options {
      * zygote). A path: every context executes this interpreter afresh (a
      * cold start of ~0.2 s, no zygote; the template gives only limits). */
     const char *python;
-    const char *state_dir;    /* NULL = /run/corral */
+    const char *state_dir; /* NULL = /run/corral */
+    /* NULL: the template's network (OFF unless the template says). */
+    const struct corral_network *network;
     unsigned disabled_layers; /* isolation layers off: for tests only */
 };
 
@@ -92,6 +158,11 @@ uint64_t corral_sandbox_started_at_ms(const corral_sandbox *sb); /* wall clock *
 uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb);
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms_from_now);
 const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);
+/* Changes the sandbox's network (a policy swap; connections already open
+ * stay open).  corral_sandbox_network_mode() tells its mode. */
+int corral_sandbox_set_network(corral_sandbox *sb, const struct corral_network *n,
+                               struct corral_error *err);
+enum corral_network_mode corral_sandbox_network_mode(corral_sandbox *sb);
 /* Processes of the sandbox the kernel killed for lack of memory so far. */
 uint64_t corral_sandbox_oom_kills(corral_sandbox *sb);
 /* Pausing freezes every process of the sandbox: memory and state are kept,
@@ -131,7 +202,8 @@ struct corral_template {
     const char *name;
     const char *const *preload; /* NULL-terminated module names */
     struct corral_limits limits;
-    unsigned pool_size; /* ready sandboxes kept waiting; 0 = no pool */
+    unsigned pool_size;                   /* ready sandboxes kept waiting; 0 = no pool */
+    const struct corral_network *network; /* its sandboxes' default; NULL = OFF */
 };
 /* Defines (or redefines, while unused) a template. */
 int corral_template_define(const struct corral_template *t, struct corral_error *err);

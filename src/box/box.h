@@ -91,7 +91,24 @@ struct corral_sandbox {
     uint64_t started_at_ms, deadline_ms; /* wall clock */
     bool registered;
     corral_sandbox *next_registered;
+    /* the network (box/network.c; under its lock) */
+    struct egress_box *egress; /* NULL: off, or never attached */
+    enum corral_network_mode net_mode;
+    bool net_layer_off; /* no network namespace of its own */
 };
+
+/* Networks (network.c). */
+struct jail_netpolicy;
+struct box_template;
+int box_network_compile(const struct corral_network *n, enum corral_network_mode *mode,
+                        struct jail_netpolicy *p, struct corral_error *err);
+int box_network_allowed(enum corral_network_mode mode, struct corral_error *err);
+int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode,
+                       const struct jail_netpolicy *p, struct corral_error *err);
+void box_network_detach(corral_sandbox *sb);
+/* A template's network for its sandboxes (not a copy). */
+void box_template_network(const struct box_template *t, enum corral_network_mode *mode,
+                          const struct jail_netpolicy **p);
 
 /* Sends a request and waits for its reply (OK or ERR, turned into err). */
 int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,

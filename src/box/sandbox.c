@@ -17,6 +17,7 @@
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "box/box.h"
+#include "jail/netpolicy.h"
 #include "kernel/agent.h"
 
 uint64_t box_wall_ms(void)
@@ -256,6 +257,31 @@ static int check_options(const struct corral_sandbox_options *o, struct corral_e
     return 0;
 }
 
+/* The network a new sandbox gets: the options', else its template's. */
+static int sandbox_network(const struct corral_sandbox_options *o, struct box_template *t,
+                           enum corral_network_mode *mode, struct jail_netpolicy *mine,
+                           const struct jail_netpolicy **p, struct corral_error *err)
+{
+    memset(mine, 0, sizeof(*mine));
+    int r;
+    if (o->network) {
+        if ((r = box_network_compile(o->network, mode, mine, err)) < 0)
+            return r;
+        *p = mine;
+    } else {
+        box_template_network(t, mode, p);
+    }
+    if ((r = box_network_allowed(*mode, err)) < 0 ||
+        (*mode != CORRAL_NETWORK_OFF && (o->disabled_layers & JAIL_LAYER_NET) &&
+         (r = corral_fail(err, EINVAL,
+                          "a network mode needs the sandbox's own network namespace (the net "
+                          "layer)")) < 0)) {
+        jail_netpolicy_free(mine);
+        return r;
+    }
+    return 0;
+}
+
 /* Gives a sandbox (new or from the pool) to its user: environment,
  * metadata, clock, and a place in the registry. */
 static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
@@ -407,14 +433,25 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
         return r;
     struct corral_limits limits;
     box_template_limits(t, &o->limits, &limits);
+    enum corral_network_mode net_mode;
+    struct jail_netpolicy own_policy;
+    const struct jail_netpolicy *policy;
+    if ((r = sandbox_network(o, t, &net_mode, &own_policy, &policy, err)) < 0)
+        return r;
     corral_sandbox *sb = NULL;
     bool poolable = !o->python && !o->disabled_layers &&
                     (!o->state_dir || !strcmp(o->state_dir, JAIL_DEFAULT_STATE_DIR));
     if (poolable)
         sb = box_pool_take(t, &limits);
-    if (!sb && (r = sandbox_new(o, t, &limits, &sb, err)) < 0)
+    if (!sb && (r = sandbox_new(o, t, &limits, &sb, err)) < 0) {
+        jail_netpolicy_free(&own_policy);
         return r;
-    if ((r = hand_out(sb, o, err)) < 0) {
+    }
+    sb->net_layer_off = o->disabled_layers & JAIL_LAYER_NET;
+    /* before hand_out: no code of the caller's has run in it yet */
+    r = box_network_attach(sb, net_mode, policy, err);
+    jail_netpolicy_free(&own_policy);
+    if (r < 0 || (r = hand_out(sb, o, err)) < 0) {
         corral_sandbox_release(sb);
         return r;
     }
@@ -535,6 +572,7 @@ void corral_sandbox_release(corral_sandbox *sb)
     box_unregister(sb);
     if (sb->jail)
         jail_kill(sb->jail, JAIL_KILLED);
+    box_network_detach(sb);
     if (sb->ctl >= 0)
         shutdown(sb->ctl, SHUT_RDWR);
     if (sb->reader_started)

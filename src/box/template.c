@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "box/box.h"
+#include "jail/netpolicy.h"
 #include "zygote/zygote.h"
 
 static const char *const default_preload[] = {"numpy", "pandas", "matplotlib.pyplot", NULL};
@@ -23,6 +24,8 @@ struct box_template {
     size_t n_preload;
     struct corral_limits limits;
     unsigned pool_size;
+    enum corral_network_mode net_mode; /* its sandboxes' network */
+    struct jail_netpolicy net_policy;
 
     pthread_rwlock_t zlock; /* readers spawn; a writer (re)starts the zygote */
     struct zygote *zygote;
@@ -53,6 +56,7 @@ static struct box_template *find_locked(const char *name)
 static void free_template(struct box_template *t)
 {
     corral_strv_free(t->preload);
+    jail_netpolicy_free(&t->net_policy);
     free(t->pool);
     pthread_rwlock_destroy(&t->zlock);
     pthread_mutex_destroy(&t->lock);
@@ -76,6 +80,15 @@ static struct box_template *new_template(const struct corral_template *def,
     }
     while (t->preload[t->n_preload])
         t->n_preload++;
+    if (box_network_compile(def->network, &t->net_mode, &t->net_policy, err) < 0) {
+        char why[sizeof(err->message)];
+        snprintf(why, sizeof(why), "%s", err->message);
+        corral_fail(err, EINVAL, "template '%s': %s", def->name, why);
+        corral_strv_free(t->preload);
+        free(t->pool);
+        free(t);
+        return NULL;
+    }
     snprintf(t->name, sizeof(t->name), "%s", def->name);
     t->limits = def->limits;
     t->pool_size = def->pool_size;
@@ -177,6 +190,13 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
 const char *box_template_name(const struct box_template *t)
 {
     return t->name;
+}
+
+void box_template_network(const struct box_template *t, enum corral_network_mode *mode,
+                          const struct jail_netpolicy **p)
+{
+    *mode = t->net_mode;
+    *p = &t->net_policy;
 }
 
 void box_template_limits(const struct box_template *t, const struct corral_limits *asked,

@@ -21,7 +21,9 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "config/config.h"
+#include "jail/egressd.h"
 #include "jail/jail.h"
+#include "jail/netpolicy.h"
 
 #define DEFAULT_TIMEOUT_MS (300 * 1000)
 #define MAX_INLINE_CODE    (100 * 1024) /* Linux caps one argument at 128 KiB */
@@ -71,6 +73,17 @@ static void run_usage(FILE *out)
             "                         $CORRAL_CONFIG, else /etc/corral/corral.yaml if present)\n"
             "      --state-dir DIR    where corral keeps sandbox slots (default /run/corral)\n"
             "\n"
+            "network (default off: loopback only):\n"
+            "      --network MODE     off, internet (TCP to public addresses, and DNS) or\n"
+            "                         policy (only what --allow and --deny say)\n"
+            "      --allow TARGET     policy: allow a name (example.com), the names below one\n"
+            "                         (*.example.com), every name (*), an address or a range\n"
+            "                         (10.0.0.0/8) (repeatable; the first rule that matches\n"
+            "                         decides)\n"
+            "      --deny TARGET      policy: deny a name, address or range (repeatable)\n"
+            "      --network-default allow|deny\n"
+            "                         policy: what no rule matches (default deny)\n"
+            "\n"
             "testing only:\n"
             "      --unsafe-disable LAYER[,LAYER...]\n"
             "                         turn isolation layers off, to prove that the security\n"
@@ -81,6 +94,8 @@ static void run_usage(FILE *out)
             "(timeout, memory); 2 usage error; 3 the sandbox could not be made.\n",
             jail_layer_names());
 }
+
+#define MAX_NET_RULES 256
 
 struct run_opts {
     struct jail_config cfg;
@@ -100,6 +115,9 @@ struct run_opts {
     size_t n_env;
     char **args;
     int n_args;
+    bool net_given;
+    struct corral_network net;
+    struct corral_network_rule rules[MAX_NET_RULES];
 };
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -187,7 +205,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         OPT_SCRIPT,
         OPT_OUTPUT_LIMIT,
         OPT_TEMPLATE,
-        OPT_CONFIG
+        OPT_CONFIG,
+        OPT_NETWORK,
+        OPT_ALLOW,
+        OPT_DENY,
+        OPT_NETWORK_DEFAULT
     };
     static const struct option longopts[] = {
         {"code", required_argument, NULL, 'c'},
@@ -206,6 +228,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
         {"template", required_argument, NULL, OPT_TEMPLATE},
         {"config", required_argument, NULL, OPT_CONFIG},
+        {"network", required_argument, NULL, OPT_NETWORK},
+        {"allow", required_argument, NULL, OPT_ALLOW},
+        {"deny", required_argument, NULL, OPT_DENY},
+        {"network-default", required_argument, NULL, OPT_NETWORK_DEFAULT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
 
@@ -293,6 +319,23 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         case OPT_STATE:
             o->cfg.state_dir = optarg;
             break;
+        case OPT_NETWORK:
+            if (corral_network_mode_parse(optarg, &o->net.mode) < 0)
+                return usage_error("--network: '%s' is not off, internet or policy", optarg);
+            o->net_given = true;
+            break;
+        case OPT_ALLOW:
+        case OPT_DENY:
+            if (o->net.n_rules == MAX_NET_RULES)
+                return usage_error("too many --allow and --deny rules (at most %d)", MAX_NET_RULES);
+            o->rules[o->net.n_rules++] =
+                (struct corral_network_rule){.allow = c == OPT_ALLOW, .target = optarg};
+            break;
+        case OPT_NETWORK_DEFAULT:
+            if (strcmp(optarg, "allow") && strcmp(optarg, "deny"))
+                return usage_error("--network-default: '%s' is not allow or deny", optarg);
+            o->net.default_allow = !strcmp(optarg, "allow");
+            break;
         case OPT_UNSAFE:
             if (parse_layers(o, optarg))
                 return CLI_USAGE;
@@ -314,6 +357,15 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
     if (python_given && o->template_name)
         return usage_error("%s", "--python and --template exclude each other: a template's "
                                  "interpreter is the one its zygote embeds");
+    o->net.rules = o->rules;
+    if ((o->net.n_rules || o->net.default_allow) &&
+        !(o->net_given && o->net.mode == CORRAL_NETWORK_POLICY))
+        return usage_error("%s", "--allow, --deny and --network-default need --network policy");
+    if (o->net_given && corral_network_check(&o->net, &err) < 0)
+        return usage_error("--network: %s", err.message);
+    if (o->net_given && o->net.mode != CORRAL_NETWORK_OFF &&
+        (o->cfg.disabled_layers & (JAIL_LAYER_NET | JAIL_LAYER_USERNS)))
+        return usage_error("%s", "--network needs the net and userns layers");
     if (!o->template_name)
         o->python = python_given ? o->python : "/usr/bin/python3";
     if (repl) {
@@ -485,6 +537,7 @@ static int open_sandbox(const struct run_opts *o, struct signal_ctx *sc)
     so.template_id = o->template_name;
     so.state_dir = o->cfg.state_dir;
     so.disabled_layers = o->cfg.disabled_layers;
+    so.network = o->net_given ? &o->net : NULL;
     sigset_t sigs;
     client_signals(&sigs);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
@@ -794,6 +847,28 @@ static int run_forked_script(struct run_opts *o)
     return rc;
 }
 
+struct script_net {
+    const struct run_opts *o;
+    struct egress_box *box;
+};
+
+static int script_netns(void *arg, const struct jail *j, int netns_fd, struct corral_error *err)
+{
+    struct script_net *net = arg;
+    struct jail_netpolicy p = {.default_action = net->o->net.mode == CORRAL_NETWORK_INTERNET ||
+                                                         net->o->net.default_allow
+                                                     ? JAIL_NET_ALLOW
+                                                     : JAIL_NET_DENY};
+    int r = 0;
+    for (size_t i = 0; i < net->o->net.n_rules && r == 0; i++)
+        r = jail_netpolicy_add(&p, net->o->rules[i].allow ? JAIL_NET_ALLOW : JAIL_NET_DENY,
+                               net->o->rules[i].target, err);
+    if (r == 0)
+        r = egressd_attach(netns_fd, jail_id(j), &p, &net->box, err);
+    jail_netpolicy_free(&p);
+    return r;
+}
+
 int cli_run(int argc, char **argv)
 {
     struct run_opts o;
@@ -884,6 +959,12 @@ int cli_run(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     cleanup_close int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
 
+    /* A network: set up while the init waits for its maps, before the script starts. */
+    struct script_net net = {.o = &o};
+    if (o.net_given && o.net.mode != CORRAL_NETWORK_OFF) {
+        o.cfg.on_netns = script_netns;
+        o.cfg.on_netns_arg = &net;
+    }
     struct jail *j = NULL;
     r = jail_start(&o.cfg, &j, &err);
     close(in_pipe[0]);
@@ -953,6 +1034,7 @@ int cli_run(int argc, char **argv)
     if (!ended)
         collected = jail_collect(j, &res, &err);
     stdin_relay_stop(&in);
+    egressd_detach(net.box);
     jail_destroy(j);
     close(out_pipe[0]);
     close(err_pipe[0]);

@@ -302,6 +302,11 @@ int cli_serve(int argc, char **argv)
     for (char *save = NULL, *k = env_keys ? strtok_r(env_keys, ",", &save) : NULL;
          k && n_keys < MAX_KEYS; k = strtok_r(NULL, ",", &save))
         keys[n_keys++] = k;
+    /* Sandboxes made for API clients get no network unless the operator's
+     * configuration allows it (network.modes). */
+    struct corral_egress_settings off_only = {.modes = 0};
+    struct corral_error nerr;
+    corral_egress_configure(&off_only, &nerr);
     const struct corral_config *cfg = NULL;
     if ((c = cli_load_config("serve", config, &state_dir, &cfg)) != 0) {
         free(env_keys);

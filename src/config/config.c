@@ -326,6 +326,182 @@ static int walk_limits(const struct walk *w, const yaml_node_t *n, struct corral
     return 0;
 }
 
+/* A list of strings (at most max) into a NULL-terminated array owned by *out. */
+static int walk_text_list(const struct walk *w, const yaml_node_t *n, const char *what, size_t max,
+                          char ***out)
+{
+    char buf[64];
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail_at(w, n, EINVAL, "%s must be a list, not %s", what,
+                       describe(n, buf, sizeof(buf)));
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count > max)
+        return fail_at(w, n, EINVAL, "%s has %zu entries (at most %zu)", what, count, max);
+    char **list = calloc(count + 1, sizeof(*list));
+    if (!list)
+        return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+    *out = list;
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        char entry[128];
+        snprintf(entry, sizeof(entry), "an entry of %s", what);
+        const char *text;
+        int r = scalar(w, item, entry, &text);
+        if (r < 0)
+            return r;
+        if (!(list[i] = strdup(text)))
+            return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+    }
+    return 0;
+}
+
+static void free_text_list(char **list)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        free(list[i]);
+    free(list);
+}
+
+/* The top-level `network:` (config.h). */
+static int walk_network_settings(const struct walk *w, const yaml_node_t *n,
+                                 struct corral_config *cfg)
+{
+    char buf[64];
+    if (is_null(n))
+        return 0;
+    if (n->type != YAML_MAPPING_NODE)
+        return fail_at(w, n, EINVAL,
+                       "network must be a mapping (keys: modes, dns, allow_private), not %s",
+                       describe(n, buf, sizeof(buf)));
+    static const char *const keys[] = {"modes", "dns", "allow_private"};
+    yaml_node_t *v[3];
+    int r = match_keys(w, n, keys, 3, "in network", false, v);
+    if (r < 0)
+        return r;
+    cfg->has_network = true;
+    if (v[0]) {
+        char **modes = NULL;
+        r = walk_text_list(w, v[0], "network.modes", 3, &modes);
+        for (size_t i = 0; r == 0 && modes[i]; i++) {
+            enum corral_network_mode m;
+            const yaml_node_t *item =
+                yaml_document_get_node(w->doc, v[0]->data.sequence.items.start[i]);
+            if (corral_network_mode_parse(modes[i], &m) < 0)
+                r = fail_at(w, item, EINVAL,
+                            "'%.64s' in network.modes is not a network mode (off, internet, "
+                            "policy)",
+                            modes[i]);
+            else
+                cfg->net_modes |= 1u << m;
+        }
+        free_text_list(modes);
+        if (r < 0)
+            return r;
+        cfg->net_modes_given = true;
+    }
+    if (v[1] && (r = walk_text_list(w, v[1], "network.dns", 4, &cfg->net_dns)) < 0)
+        return r;
+    if (v[2] && (r = walk_text_list(w, v[2], "network.allow_private", 1024, &cfg->net_private)) < 0)
+        return r;
+    /* the values, checked as corral_egress_configure() will */
+    struct corral_egress_settings probe = {.modes = 0,
+                                           .dns = (const char *const *)cfg->net_dns,
+                                           .allow_private = (const char *const *)cfg->net_private};
+    struct corral_error e;
+    if (corral_egress_check(&probe, &e) < 0)
+        return fail_at(w, n, EINVAL, "network: %s", e.message);
+    return 0;
+}
+
+/* A template's `network:`. */
+static int walk_template_network(const struct walk *w, const yaml_node_t *n,
+                                 struct corral_template *t)
+{
+    char buf[64];
+    if (n->type != YAML_MAPPING_NODE)
+        return fail_at(w, n, EINVAL,
+                       "the network of template '%s' must be a mapping (keys: mode, default, "
+                       "rules), not %s",
+                       t->name, describe(n, buf, sizeof(buf)));
+    static const char *const keys[] = {"mode", "default", "rules"};
+    char where[96];
+    snprintf(where, sizeof(where), "in the network of template '%s'", t->name);
+    yaml_node_t *v[3];
+    int r = match_keys(w, n, keys, 3, where, false, v);
+    if (r < 0)
+        return r;
+    struct corral_network *net = calloc(1, sizeof(*net));
+    if (!net)
+        return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+    t->network = net;
+    if (!v[0])
+        return fail_at(w, n, EINVAL, "the network of template '%s' needs a mode", t->name);
+    const char *text;
+    if ((r = scalar(w, v[0], "network.mode", &text)) < 0)
+        return r;
+    if (corral_network_mode_parse(text, &net->mode) < 0)
+        return fail_at(w, v[0], EINVAL,
+                       "'%.64s' is not a network mode (off, internet, policy) in template '%s'",
+                       text, t->name);
+    if (v[1]) {
+        if ((r = scalar(w, v[1], "network.default", &text)) < 0)
+            return r;
+        if (strcmp(text, "allow") && strcmp(text, "deny"))
+            return fail_at(w, v[1], EINVAL,
+                           "network.default of template '%s' must be allow or deny, not '%.64s'",
+                           t->name, text);
+        net->default_allow = !strcmp(text, "allow");
+    }
+    if (v[2]) {
+        if (v[2]->type != YAML_SEQUENCE_NODE)
+            return fail_at(w, v[2], EINVAL,
+                           "network.rules of template '%s' must be a list of {allow: TARGET} "
+                           "or {deny: TARGET}, not %s",
+                           t->name, describe(v[2], buf, sizeof(buf)));
+        size_t count = (size_t)(v[2]->data.sequence.items.top - v[2]->data.sequence.items.start);
+        struct corral_network_rule *rules = calloc(count ? count : 1, sizeof(*rules));
+        if (!rules)
+            return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+        net->rules = rules;
+        for (size_t i = 0; i < count; i++) {
+            const yaml_node_t *item =
+                yaml_document_get_node(w->doc, v[2]->data.sequence.items.start[i]);
+            static const char *const rkeys[] = {"allow", "deny"};
+            yaml_node_t *rv[2] = {NULL, NULL};
+            if (item->type != YAML_MAPPING_NODE ||
+                item->data.mapping.pairs.top - item->data.mapping.pairs.start != 1)
+                return fail_at(w, item, EINVAL,
+                               "a rule of template '%s' must be {allow: TARGET} or "
+                               "{deny: TARGET}",
+                               t->name);
+            if ((r = match_keys(w, item, rkeys, 2, where, false, rv)) < 0)
+                return r;
+            if ((r = scalar(w, rv[0] ? rv[0] : rv[1], "a network rule's target", &text)) < 0)
+                return r;
+            char *target = strdup(text);
+            if (!target)
+                return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+            rules[net->n_rules++] = (struct corral_network_rule){rv[0] != NULL, target};
+        }
+    }
+    struct corral_error e;
+    /* the targets; whether the mode is allowed is the server's business */
+    if ((r = corral_network_check(net, &e)) < 0 && r != -EPERM)
+        return fail_at(w, n, EINVAL, "template '%s': %s", t->name, e.message);
+    return 0;
+}
+
+static void free_template_network(struct corral_template *t)
+{
+    struct corral_network *net = (struct corral_network *)t->network;
+    if (!net)
+        return;
+    for (size_t i = 0; i < net->n_rules; i++)
+        free((char *)net->rules[i].target);
+    free((void *)net->rules);
+    free(net);
+}
+
 static int walk_template(const struct walk *w, const yaml_node_t *n, struct corral_template *t)
 {
     char buf[64];
@@ -333,14 +509,14 @@ static int walk_template(const struct walk *w, const yaml_node_t *n, struct corr
         return 0; /* `name:` alone: every default */
     if (n->type != YAML_MAPPING_NODE)
         return fail_at(w, n, EINVAL,
-                       "template '%s' must be a mapping (keys: preload, pool_size, limits), "
-                       "not %s",
+                       "template '%s' must be a mapping (keys: preload, pool_size, limits, "
+                       "network), not %s",
                        t->name, describe(n, buf, sizeof(buf)));
-    static const char *const keys[] = {"preload", "pool_size", "limits"};
+    static const char *const keys[] = {"preload", "pool_size", "limits", "network"};
     char where[96];
     snprintf(where, sizeof(where), "in template '%s'", t->name);
-    yaml_node_t *v[3];
-    int r = match_keys(w, n, keys, 3, where, false, v);
+    yaml_node_t *v[4];
+    int r = match_keys(w, n, keys, 4, where, false, v);
     if (r < 0)
         return r;
     if (v[0] && (r = walk_preload(w, v[0], t)) < 0)
@@ -348,6 +524,8 @@ static int walk_template(const struct walk *w, const yaml_node_t *n, struct corr
     if (v[1] && (r = walk_pool_size(w, v[1], t)) < 0)
         return r;
     if (v[2] && (r = walk_limits(w, v[2], t)) < 0)
+        return r;
+    if (v[3] && (r = walk_template_network(w, v[3], t)) < 0)
         return r;
     return 0;
 }
@@ -1468,7 +1646,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     static const char *const keys[] = {
         "state_dir",        "templates",        "model_list",      "sandbox_tools",
         "litellm_settings", "general_settings", "router_settings", "environment_variables",
-        "gateway"};
+        "gateway",          "network"};
     enum {
         STATE_DIR,
         TEMPLATES,
@@ -1479,6 +1657,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         ROUTER_SETTINGS,
         ENVIRONMENT_VARIABLES,
         GATEWAY,
+        NETWORK,
         N
     };
     /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
@@ -1493,12 +1672,13 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         while (i < N && strcmp(name, keys[i]))
             i++;
         if (i == N)
-            return fail_at(w, k, EINVAL,
-                           "unknown key '%.64s' at the top level (known: state_dir, templates) "
-                           "and not one of the gateway's (model_list, sandbox_tools, "
-                           "litellm_settings, general_settings, router_settings, "
-                           "environment_variables, gateway)",
-                           name);
+            return fail_at(
+                w, k, EINVAL,
+                "unknown key '%.64s' at the top level (known: state_dir, templates, network) "
+                "and not one of the gateway's (model_list, sandbox_tools, "
+                "litellm_settings, general_settings, router_settings, "
+                "environment_variables, gateway)",
+                name);
     }
     yaml_node_t *v[N];
     int r = match_keys(w, root, keys, N, "at the top level", false, v);
@@ -1508,8 +1688,10 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return r;
     if (v[TEMPLATES] && (r = walk_templates(w, v[TEMPLATES], cfg)) < 0)
         return r;
+    if (v[NETWORK] && (r = walk_network_settings(w, v[NETWORK], cfg)) < 0)
+        return r;
     bool any = false;
-    for (int i = MODEL_LIST; i < N; i++)
+    for (int i = MODEL_LIST; i < GATEWAY + 1; i++)
         any = any || v[i];
     if (!any)
         return 0;
@@ -1679,6 +1861,18 @@ int corral_config_apply(const struct corral_config *cfg, struct corral_error *er
         if (r < 0)
             return corral_fail(err, derr.code, "%s: %s", name, derr.message);
     }
+    if (cfg->has_network) {
+        struct corral_egress_settings es = {.modes = cfg->net_modes,
+                                            .dns = (const char *const *)cfg->net_dns,
+                                            .allow_private = (const char *const *)cfg->net_private};
+        if (!cfg->net_modes_given)
+            for (unsigned m = CORRAL_NETWORK_INTERNET; m <= CORRAL_NETWORK_POLICY; m++)
+                if (corral_network_mode_allowed((enum corral_network_mode)m))
+                    es.modes |= 1u << m;
+        struct corral_error derr;
+        if (corral_egress_configure(&es, &derr) < 0)
+            return corral_fail(err, derr.code, "%s: network: %s", name, derr.message);
+    }
     return 0;
 }
 
@@ -1695,8 +1889,11 @@ void corral_config_free(struct corral_config *cfg)
                 free(list[j]);
             free(list);
         }
+        free_template_network(t);
     }
     free(cfg->templates);
+    free_text_list(cfg->net_dns);
+    free_text_list(cfg->net_private);
     gw_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->path);

@@ -19,6 +19,15 @@
  * Top level
  *   state_dir   a path starting with '/', at most 255 bytes. Missing: NULL
  *               (the library's default, /run/corral).
+ *   network     egress settings for every sandbox (corral_egress_configure):
+ *     modes          the network modes sandboxes may have, a list of off,
+ *                    internet and policy. Missing: what the program allows
+ *                    by default (corral run: every mode; corral serve: off).
+ *     dns            up to 4 resolvers for the sandboxes' DNS stub
+ *                    ("10.0.0.53", "10.0.0.53:5353", "[fd00::53]:53").
+ *                    Missing: the nameservers of /etc/resolv.conf.
+ *     allow_private  private ranges sandboxes may reach ("10.20.0.0/16").
+ *                    Missing: none.
  *   templates   a mapping from template names to templates; names are 1 to 63
  *               letters, digits, '.', '_' or '-', each defined once. Missing
  *               or empty (`templates:`): no templates.
@@ -36,6 +45,13 @@
  *     pids        processes and threads, an integer from 8 to 4194304
  *     disk        writable storage, a size, at least 1m
  *     open_files  open file descriptors, an integer from 16 to 1048576
+ *   network     its sandboxes' network when they do not ask for one:
+ *     mode        off, internet or policy (required)
+ *     default     policy: allow or deny (missing: deny), for what no rule
+ *                 matches
+ *     rules       policy: a list of {allow: TARGET} and {deny: TARGET}, the
+ *                 first that matches decides; a TARGET is example.com,
+ *                 *.example.com, *, an address or a range (10.0.0.0/8)
  *
  * The gateway (gateway_config.h) reads its keys from the same file: LiteLLM's
  * model_list, sandbox_tools, litellm_settings, general_settings,
@@ -70,6 +86,12 @@ struct corral_config {
     struct corral_template *templates;
     size_t n_templates;
     struct gw_config *gateway; /* NULL when the file has none of the gateway's keys */
+    /* `network:` */
+    bool has_network;
+    bool net_modes_given;
+    unsigned net_modes; /* bits 1u << CORRAL_NETWORK_* */
+    char **net_dns;     /* NULL-terminated, or NULL */
+    char **net_private;
 };
 
 /* Parses a YAML file. */
@@ -77,8 +99,10 @@ int corral_config_load(const char *path, struct corral_config **out, struct corr
 /* Parses YAML text (for tests); `name` is used in messages. */
 int corral_config_parse(const char *text, size_t len, const char *name, struct corral_config **out,
                         struct corral_error *err);
-/* Defines every template of the config with corral_template_define(). The
- * templates are checked first: when one is invalid, none is defined. */
+/* Defines every template of the config with corral_template_define(), and
+ * applies `network:` with corral_egress_configure() (modes missing: the
+ * ceiling already in force). The templates are checked first: when one is
+ * invalid, none is defined. */
 int corral_config_apply(const struct corral_config *cfg, struct corral_error *err);
 /* Frees cfg and everything it owns; NULL is allowed. */
 void corral_config_free(struct corral_config *cfg);

@@ -34,13 +34,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/if_tun.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_log.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <net/route.h>
 #include <netinet/in.h>
 #include <nftables/libnftables.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -64,7 +68,7 @@ static pthread_mutex_t nft_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void jail_egress_init(struct jail_egress *e)
 {
-    e->tcp4 = e->tcp6 = e->dns_udp4 = e->dns_tcp4 = e->dns_udp6 = e->dns_tcp6 = -1;
+    e->tcp4 = e->tcp6 = e->dns_udp4 = e->dns_tcp4 = e->dns_udp6 = e->dns_tcp6 = e->nflog = -1;
     e->port = 0;
 }
 
@@ -83,6 +87,7 @@ void jail_egress_close(struct jail_egress *e)
     close_fd(&e->dns_tcp4);
     close_fd(&e->dns_udp6);
     close_fd(&e->dns_tcp6);
+    close_fd(&e->nflog);
     e->port = 0;
 }
 
@@ -349,25 +354,22 @@ static int setup_ipv6(struct corral_error *err)
  * Some of it never went through nat_out (UDP, ICMP, a TCP segment conntrack
  * calls invalid): it is rejected too, TCP with a reset, and the rest with
  * an ICMP port-unreachable (ECONNREFUSED on a connected UDP socket). */
-static const char ruleset_fmt[] = "table inet " JAIL_EGRESS_TABLE " {\n"
-                                  "  chain nat_out {\n"
-                                  "    type nat hook output priority -100; policy accept;\n"
-                                  "    meta l4proto { tcp, udp } th dport 53 redirect to :53\n"
-                                  "    oif \"lo\" return\n"
-                                  "    meta l4proto tcp redirect to :%u\n"
-                                  "  }\n"
-                                  "  chain filter_out {\n"
-                                  "    type filter hook output priority 0; policy accept;\n"
-                                  "    fib daddr type local accept\n"
-                                  "    meta l4proto tcp reject with tcp reset\n"
-                                  "    reject with icmpx port-unreachable\n"
-                                  "  }\n"
-                                  "}\n";
+static const char chains_fmt[] = "  chain nat_out {\n"
+                                 "    type nat hook output priority -100; policy accept;\n"
+                                 "    meta l4proto { tcp, udp } th dport 53 redirect to :53\n"
+                                 "    oif \"lo\" return\n"
+                                 "    meta l4proto tcp redirect to :%u\n"
+                                 "  }\n"
+                                 "  chain filter_out {\n"
+                                 "    type filter hook output priority 0; policy accept;\n"
+                                 "    fib daddr type local accept\n"
+                                 "    meta l4proto tcp reject with tcp reset\n"
+                                 "    reject with icmpx port-unreachable\n"
+                                 "  }\n";
 
-static int load_rules(uint16_t port, struct corral_error *err)
+/* Runs nft commands (text) in the current network namespace. */
+static int run_nft(const char *cmds, const char *what, struct corral_error *err)
 {
-    char rules[sizeof(ruleset_fmt) + 8];
-    snprintf(rules, sizeof(rules), ruleset_fmt, port);
     pthread_mutex_lock(&nft_lock);
     int r = 0;
     struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
@@ -377,12 +379,12 @@ static int load_rules(uint16_t port, struct corral_error *err)
     }
     nft_ctx_buffer_output(nft);
     nft_ctx_buffer_error(nft);
-    if (nft_run_cmd_from_buffer(nft, rules) != 0) {
+    if (nft_run_cmd_from_buffer(nft, cmds) != 0) {
         const char *msg = nft_ctx_get_error_buffer(nft);
         if (!msg || !*msg)
             msg = "no message\n";
         int len = (int)strcspn(msg, "\n");
-        r = corral_fail(err, EIO, "cannot load the egress nftables rules: %.*s", len, msg);
+        r = corral_fail(err, EIO, "cannot %s: %.*s", what, len, msg);
     }
     nft_ctx_free(nft);
 out:
@@ -390,8 +392,95 @@ out:
     return r;
 }
 
+static int load_rules(uint16_t port, const char *policy, struct corral_error *err)
+{
+    size_t cap = sizeof(chains_fmt) + 64 + (policy ? strlen(policy) : 0);
+    char *rules = malloc(cap);
+    if (!rules)
+        return corral_fail(err, ENOMEM, "out of memory");
+    int n = snprintf(rules, cap, "table inet " JAIL_EGRESS_TABLE " {\n%s", policy ? policy : "");
+    n += snprintf(rules + n, cap - (size_t)n, chains_fmt, port);
+    snprintf(rules + n, cap - (size_t)n, "}\n");
+    int r = run_nft(rules, "load the egress nftables rules", err);
+    free(rules);
+    return r;
+}
+
+/* A NETLINK_NETFILTER socket that receives the packets the rules log to
+ * nflog group JAIL_EGRESS_NFLOG_GROUP (their first bytes). */
+static int open_nflog(struct corral_error *err)
+{
+    int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+    if (s < 0)
+        return corral_fail_errno(err, "cannot open an nflog socket");
+    struct sockaddr_nl self = {.nl_family = AF_NETLINK};
+    if (bind(s, (struct sockaddr *)&self, sizeof(self)) < 0) {
+        int r = corral_fail_errno(err, "cannot bind the nflog socket");
+        close(s);
+        return r;
+    }
+    struct {
+        struct nlmsghdr nh;
+        struct nfgenmsg g;
+        struct nlattr a;
+        union {
+            struct nfulnl_msg_config_cmd cmd;
+            struct nfulnl_msg_config_mode mode;
+            uint32_t qthresh;
+        } u;
+        uint8_t pad[4];
+    } req;
+    struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+    for (int step = 0; step < 3; step++) {
+        memset(&req, 0, sizeof(req));
+        req.nh.nlmsg_type = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG;
+        req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+        req.nh.nlmsg_seq = (uint32_t)step + 1;
+        req.g.nfgen_family = AF_UNSPEC;
+        req.g.version = NFNETLINK_V0;
+        req.g.res_id = htons(JAIL_EGRESS_NFLOG_GROUP);
+        if (step == 0) {
+            req.a.nla_type = NFULA_CFG_CMD;
+            req.a.nla_len = NLA_HDRLEN + sizeof(req.u.cmd);
+            req.u.cmd.command = NFULNL_CFG_CMD_BIND;
+        } else if (step == 2) { /* each packet at once, not batched for a second */
+            req.a.nla_type = NFULA_CFG_QTHRESH;
+            req.a.nla_len = NLA_HDRLEN + sizeof(req.u.qthresh);
+            req.u.qthresh = htonl(1);
+        } else {
+            req.a.nla_type = NFULA_CFG_MODE;
+            req.a.nla_len = NLA_HDRLEN + sizeof(req.u.mode);
+            req.u.mode.copy_mode = NFULNL_COPY_PACKET;
+            req.u.mode.copy_range = htonl(80); /* the IP and TCP headers */
+        }
+        req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(req.g)) + NLA_ALIGN(req.a.nla_len);
+        if (sendto(s, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+            goto fail;
+        struct {
+            struct nlmsghdr nh;
+            struct nlmsgerr e;
+            char rest[256];
+        } ack;
+        struct pollfd pfd = {.fd = s, .events = POLLIN};
+        if (poll(&pfd, 1, 2000) != 1)
+            goto fail;
+        ssize_t n = recv(s, &ack, sizeof(ack), 0);
+        if (n < (ssize_t)(sizeof(ack.nh) + sizeof(ack.e)) || ack.nh.nlmsg_type != NLMSG_ERROR)
+            goto fail;
+        if (ack.e.error) {
+            errno = -ack.e.error;
+            goto fail;
+        }
+    }
+    return s;
+fail:;
+    int r = corral_fail_errno(err, "cannot bind nflog group %d", JAIL_EGRESS_NFLOG_GROUP);
+    close(s);
+    return r;
+}
+
 /* Everything after setns(), in the namespace. */
-static int setup_in_netns(struct jail_egress *e, struct corral_error *err)
+static int setup_in_netns(struct jail_egress *e, const char *policy, struct corral_error *err)
 {
     if (if_nametoindex(JAIL_EGRESS_IFNAME))
         return corral_fail(err, EEXIST, "egress is already set up in this network namespace (%s)",
@@ -400,6 +489,8 @@ static int setup_in_netns(struct jail_egress *e, struct corral_error *err)
     int r = make_listeners(e, &v6, err);
     if (r < 0)
         return r;
+    if (policy && (e->nflog = open_nflog(err)) < 0)
+        return e->nflog;
     int tun = make_tun(err);
     if (tun < 0)
         return tun;
@@ -421,7 +512,7 @@ static int setup_in_netns(struct jail_egress *e, struct corral_error *err)
         r = corral_fail_errno(err, "cannot make %s persistent", JAIL_EGRESS_IFNAME);
         goto out;
     }
-    r = load_rules(e->port, err);
+    r = load_rules(e->port, policy, err);
     if (r < 0)
         ioctl(tun, TUNSETPERSIST, 0); /* the device goes away with its fd below */
 out:
@@ -433,7 +524,8 @@ out:
 
 struct setup_job {
     int netns_fd;
-    struct jail_egress *e;
+    const char *policy;    /* jail_egress_setup: the policy part; else commands */
+    struct jail_egress *e; /* NULL: run the commands */
     struct corral_error *err;
     int result;
 };
@@ -446,25 +538,46 @@ static void *setup_thread(void *arg)
                                         job->netns_fd);
         return NULL;
     }
-    job->result = setup_in_netns(job->e, job->err);
+    if (job->e)
+        job->result = setup_in_netns(job->e, job->policy, job->err);
+    else
+        job->result = run_nft(job->policy, "change the egress nftables rules", job->err);
     return NULL; /* the thread, and its namespace membership, end here */
 }
 
-int jail_egress_setup(int netns_fd, struct jail_egress *out, struct corral_error *err)
+/* Runs job in a thread of its own that enters the namespace. */
+static int in_netns(struct setup_job *job)
 {
-    jail_egress_init(out);
-    if (netns_fd < 0)
-        return corral_fail(err, EBADF, "cannot enter the network namespace: no fd given");
-    struct setup_job job = {netns_fd, out, err, 0};
+    if (job->netns_fd < 0)
+        return corral_fail(job->err, EBADF, "cannot enter the network namespace: no fd given");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
     pthread_t t;
-    int rc = pthread_create(&t, NULL, setup_thread, &job);
+    int rc = pthread_create(&t, &attr, setup_thread, job);
+    pthread_attr_destroy(&attr);
     if (rc)
-        return corral_fail(err, rc, "cannot start the egress setup thread: %s",
+        return corral_fail(job->err, rc, "cannot start the egress setup thread: %s",
                            strerrordesc_np(rc));
     pthread_join(t, NULL);
-    if (job.result < 0)
+    return job->result;
+}
+
+int jail_egress_setup(int netns_fd, const char *policy, struct jail_egress *out,
+                      struct corral_error *err)
+{
+    jail_egress_init(out);
+    struct setup_job job = {netns_fd, policy, out, err, 0};
+    int r = in_netns(&job);
+    if (r < 0)
         jail_egress_close(out);
-    return job.result;
+    return r;
+}
+
+int jail_egress_nft(int netns_fd, const char *cmds, struct corral_error *err)
+{
+    struct setup_job job = {netns_fd, cmds, NULL, err, 0};
+    return in_netns(&job);
 }
 
 int jail_egress_original_dst(int conn_fd, struct sockaddr_storage *dst, socklen_t *len)

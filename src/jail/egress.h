@@ -51,8 +51,14 @@ struct jail_egress {
     int dns_udp4, dns_tcp4;
     /* [::1]:53, or -1 without IPv6. */
     int dns_udp6, dns_tcp6;
+    /* With a policy: a NETLINK_NETFILTER socket bound to nflog group
+     * JAIL_EGRESS_NFLOG_GROUP, which receives the first bytes (IP and TCP
+     * headers) of every packet the policy's rules log. Else -1. */
+    int nflog;
     uint16_t port; /* an ephemeral port picked at setup */
 };
+
+#define JAIL_EGRESS_NFLOG_GROUP 1
 
 /* Sets up egress in the network namespace netns_fd (an fd of /proc/PID/ns/net
  * or a pidfd; Linux >= 5.8 for a pidfd). The work is done by a short-lived
@@ -63,7 +69,19 @@ struct jail_egress {
  * IPv6 connect() keeps failing at once, as before (EADDRNOTAVAIL or
  * ENETUNREACH). On failure nothing is left in the namespace and every fd of
  * out is -1. Returns 0 or a negative errno, with a message in err. */
-int jail_egress_setup(int netns_fd, struct jail_egress *out, struct corral_error *err);
+/*
+ * policy, when not NULL, is more of the table's body (nft syntax): sets and
+ * chains, typically a filter chain at priority -150 (before the redirect,
+ * where a packet still has the destination the sandbox gave it) that rejects
+ * what the policy denies, logging it to nflog group JAIL_EGRESS_NFLOG_GROUP.
+ * It is loaded in the same batch as the rest.
+ */
+int jail_egress_setup(int netns_fd, const char *policy, struct jail_egress *out,
+                      struct corral_error *err);
+
+/* Runs nft commands (such as `add element inet corral dyn4 { ... }`) in the
+ * namespace netns_fd, in one batch, from a short-lived thread. */
+int jail_egress_nft(int netns_fd, const char *cmds, struct corral_error *err);
 
 /* Closes every socket; harmless twice, or after jail_egress_init() or a
  * failed setup. The rules and the interface go away with the namespace, once

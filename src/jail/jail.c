@@ -82,6 +82,20 @@ const char *jail_id(const struct jail *j)
     return j->id;
 }
 
+int jail_netns_open(const struct jail *j)
+{
+    if (!j->pid)
+        return -ESRCH;
+    if (j->pidfd >= 0) { /* not our child: its pid could be reused, the pidfd not */
+        int fd = fcntl(j->pidfd, F_DUPFD_CLOEXEC, 3);
+        return fd < 0 ? -errno : fd;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)j->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
 int jail_event_fd(const struct jail *j)
 {
     return j->ev_fd;
@@ -312,6 +326,18 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
             goto fail;
         }
         if (m.type == JAIL_MSG_NEED_IDMAP) {
+            if (cfg->on_netns) {
+                int ns = jail_netns_open(j);
+                if (ns < 0) {
+                    r = corral_fail(err, -ns, "cannot open the sandbox's network namespace: %s",
+                                    strerrordesc_np(-ns));
+                    goto fail;
+                }
+                r = cfg->on_netns(cfg->on_netns_arg, j, ns, err);
+                close(ns);
+                if (r < 0)
+                    goto fail;
+            }
             if ((r = write_idmaps(pid, j->host_uid, err)) < 0)
                 goto fail;
             c = JAIL_CTL_MAPPED;

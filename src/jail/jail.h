@@ -73,6 +73,8 @@ struct jail_file {
 
 struct jail_spawner;
 
+struct jail;
+
 struct jail_config {
     const char *state_dir; /* NULL = JAIL_DEFAULT_STATE_DIR */
     uint32_t uid_base;     /* 0 = JAIL_DEFAULT_UID_BASE */
@@ -102,6 +104,13 @@ struct jail_config {
     /* When set, the init is cloned by someone else (a zygote) instead of by
      * the caller; the workload is then the spawner's business. */
     const struct jail_spawner *spawner;
+
+    /* When set, called once the sandbox's network namespace exists and
+     * before the workload starts (while the init waits for its user
+     * namespace's maps): netns_fd is the namespace, for the call only. A
+     * failure fails jail_start. Needs the user layer. */
+    int (*on_netns)(void *arg, const struct jail *j, int netns_fd, struct corral_error *err);
+    void *on_netns_arg;
 };
 
 struct jail_clone_params; /* jail/init.h */
@@ -136,6 +145,9 @@ struct jail;
 
 int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err);
 const char *jail_id(const struct jail *j);
+/* An fd of the sandbox's network namespace (close it), or a negative errno
+ * once its init is gone. */
+int jail_netns_open(const struct jail *j);
 int jail_event_fd(const struct jail *j);
 /* Delivers SIGINT to the workload (through the init). */
 int jail_interrupt(struct jail *j);

@@ -102,15 +102,19 @@ struct range {
     }
 
 static const struct range forbidden[] = {
-    V4(0, 0, 0, 0, 8),            /* "this network" */
-    V4(127, 0, 0, 0, 8),          /* loopback */
-    V4(169, 254, 0, 0, 16),       /* link-local: cloud metadata services */
-    V4(192, 0, 0, 0, 24),         /* IETF protocol assignments (the egress's own 192.0.0.8) */
-    V4(224, 0, 0, 0, 4),          /* multicast */
-    V4(240, 0, 0, 0, 4),          /* reserved, and broadcast */
-    {AF_INET6, {0}, 127},         /* :: and ::1 */
-    {AF_INET6, {0xfe, 0x80}, 10}, /* link-local */
-    {AF_INET6, {0xff}, 8},        /* multicast */
+    V4(0, 0, 0, 0, 8),      /* "this network" */
+    V4(127, 0, 0, 0, 8),    /* loopback */
+    V4(169, 254, 0, 0, 16), /* link-local: cloud metadata services */
+    V4(192, 0, 0, 0, 24),   /* IETF protocol assignments (the egress's own 192.0.0.8) */
+    V4(192, 0, 2, 0, 24),   /* documentation (TEST-NET-1, -2, -3) */
+    V4(198, 51, 100, 0, 24),
+    V4(203, 0, 113, 0, 24),
+    V4(224, 0, 0, 0, 4),                      /* multicast */
+    V4(240, 0, 0, 0, 4),                      /* reserved, and broadcast */
+    {AF_INET6, {0}, 127},                     /* :: and ::1 */
+    {AF_INET6, {0xfe, 0x80}, 10},             /* link-local */
+    {AF_INET6, {0xff}, 8},                    /* multicast */
+    {AF_INET6, {0x20, 0x01, 0x0d, 0xb8}, 32}, /* documentation */
 };
 
 static const struct range private_ranges[] = {
@@ -230,18 +234,48 @@ enum jail_net_action jail_netpolicy_name(const struct jail_netpolicy *p, const c
     return p->default_action;
 }
 
+/* The class of x, a private address counting as public when p opens it. */
+static enum jail_net_class policy_class(const struct jail_netpolicy *p, const struct addr *x)
+{
+    enum jail_net_class c = class_of(x);
+    for (size_t i = 0; c == JAIL_NET_PRIVATE && i < p->n_open; i++)
+        if (in_range(x, p->open[i].family, p->open[i].addr, p->open[i].prefix))
+            c = JAIL_NET_PUBLIC;
+    return c;
+}
+
+/* The first range rule matching x, or NULL. */
+static const struct jail_net_rule *range_rule(const struct jail_netpolicy *p, const struct addr *x)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const struct jail_net_rule *r = &p->rules[i];
+        if (r->kind == JAIL_NET_RANGE && in_range(x, r->family, r->addr, r->prefix))
+            return r;
+    }
+    return NULL;
+}
+
 enum jail_net_action jail_netpolicy_addr(const struct jail_netpolicy *p, const struct sockaddr *a)
 {
     struct addr x;
-    if (!addr_of(a, &x))
+    if (!addr_of(a, &x) || policy_class(p, &x) != JAIL_NET_PUBLIC)
         return JAIL_NET_DENY;
-    enum jail_net_class c = class_of(&x);
-    if (c == JAIL_NET_FORBIDDEN)
+    const struct jail_net_rule *r = range_rule(p, &x);
+    return r ? r->action : p->default_action;
+}
+
+enum jail_net_action jail_netpolicy_learned(const struct jail_netpolicy *p,
+                                            const struct sockaddr *a)
+{
+    struct addr x;
+    if (!addr_of(a, &x) || policy_class(p, &x) != JAIL_NET_PUBLIC)
         return JAIL_NET_DENY;
-    for (size_t i = 0; i < p->n; i++) {
-        const struct jail_net_rule *r = &p->rules[i];
-        if (r->kind == JAIL_NET_RANGE && in_range(&x, r->family, r->addr, r->prefix))
-            return r->action;
-    }
-    return c == JAIL_NET_PRIVATE ? JAIL_NET_DENY : p->default_action;
+    const struct jail_net_rule *r = range_rule(p, &x);
+    return r ? r->action : JAIL_NET_ALLOW;
+}
+
+enum jail_net_class jail_netpolicy_class(const struct jail_netpolicy *p, const struct sockaddr *a)
+{
+    struct addr x;
+    return addr_of(a, &x) ? policy_class(p, &x) : JAIL_NET_FORBIDDEN;
 }

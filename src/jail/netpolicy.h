@@ -14,9 +14,10 @@
  * looks up, address rules for the addresses it connects to. Whatever the
  * policy says, some addresses are never reachable (jail_net_addr_class):
  * this host's loopback, "this network", link-local (cloud metadata services
- * answer there), multicast, broadcast and reserved ranges; and private
- * ranges (RFC 1918, unique local, shared address space) only through a rule
- * that names them: a default of allow, or `*`, does not open a LAN.
+ * answer there), multicast, broadcast, documentation and reserved ranges;
+ * and private ranges (RFC 1918, unique local, shared address space) only
+ * where the policy's `open` ranges (the operator's, not the sandbox's) open
+ * them: no rule of a sandbox's own opens a LAN.
  */
 #ifndef CORRAL_JAIL_NETPOLICY_H
 #define CORRAL_JAIL_NETPOLICY_H
@@ -43,6 +44,10 @@ struct jail_netpolicy {
     enum jail_net_action default_action;
     struct jail_net_rule *rules;
     size_t n;
+    /* Private ranges counted as public (RANGE rules; their action is not
+     * used). Not owned: jail_netpolicy_free() leaves them. */
+    const struct jail_net_rule *open;
+    size_t n_open;
 };
 
 /* Appends a rule; a target that is none of the forms above fails with
@@ -60,6 +65,12 @@ enum jail_net_action jail_netpolicy_name(const struct jail_netpolicy *p, const c
  * limits applied. */
 enum jail_net_action jail_netpolicy_addr(const struct jail_netpolicy *p, const struct sockaddr *a);
 
+/* Whether an address a name allowed by the policy resolved to may be used:
+ * not when forbidden, private and not opened, or in a range a rule denies
+ * first. (An allowed name's addresses need no rule of their own.) */
+enum jail_net_action jail_netpolicy_learned(const struct jail_netpolicy *p,
+                                            const struct sockaddr *a);
+
 enum jail_net_class {
     JAIL_NET_PUBLIC,    /* as the policy says */
     JAIL_NET_PRIVATE,   /* only through a rule naming the range or address */
@@ -67,5 +78,7 @@ enum jail_net_class {
 };
 
 enum jail_net_class jail_net_addr_class(const struct sockaddr *a);
+/* The same, with the policy's open ranges counted as public. */
+enum jail_net_class jail_netpolicy_class(const struct jail_netpolicy *p, const struct sockaddr *a);
 
 #endif

@@ -244,10 +244,10 @@ static void refuses_unknown_keys(void **state)
                        "    pol_size: 2\n";
     assert_int_equal(corral_config_parse(yaml, strlen(yaml), "corral.yaml", &cfg, &err), -EINVAL);
     assert_string_equal(err.message, "corral.yaml:4:5: unknown key 'pol_size' in template "
-                                     "'default' (known: preload, pool_size, limits)");
+                                     "'default' (known: preload, pool_size, limits, network)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "templates)");
+                 "templates, network)");
     expect_error("templates:\n  t:\n    limits:\n      memory: 1g\n      cpu: 2\n", EINVAL,
                  "corral.yaml:5:7: unknown key 'cpu' in the limits of template 't' (known: "
                  "memory, cpus, pids, disk, open_files)");
@@ -280,7 +280,7 @@ static void refuses_wrong_types(void **state)
                  "templates, not 'default'");
     expect_error("templates:\n  t: [preload]\n", EINVAL,
                  "corral.yaml:2:6: template 't' must be a mapping (keys: preload, pool_size, "
-                 "limits), not a list");
+                 "limits, network), not a list");
     expect_error("templates:\n  t:\n    limits: [memory, 1g]\n", EINVAL,
                  "corral.yaml:3:13: limits of template 't' must be a mapping (keys: memory, cpus, "
                  "pids, disk, open_files), not a list");
@@ -307,6 +307,66 @@ static void refuses_wrong_types(void **state)
                  "corral.yaml:4:12: limit 'cpus' of template 't' has no value");
     expect_error("templates:\n  [a]: {}\n", EINVAL,
                  "corral.yaml:2:3: keys of templates must be names, not a list");
+}
+
+static void parses_network_settings(void **state)
+{
+    struct corral_config *cfg = parse_ok("network:\n"
+                                         "  modes: [off, policy]\n"
+                                         "  dns: [10.0.0.53, \"[fd00::53]:5353\"]\n"
+                                         "  allow_private: [10.20.0.0/16]\n"
+                                         "templates:\n"
+                                         "  web:\n"
+                                         "    network:\n"
+                                         "      mode: policy\n"
+                                         "      default: allow\n"
+                                         "      rules:\n"
+                                         "        - deny: 10.0.0.0/8\n"
+                                         "        - allow: \"*.example.com\"\n");
+    assert_true(cfg->has_network && cfg->net_modes_given);
+    assert_int_equal(cfg->net_modes, (1u << CORRAL_NETWORK_OFF) | (1u << CORRAL_NETWORK_POLICY));
+    assert_string_equal(cfg->net_dns[1], "[fd00::53]:5353");
+    assert_null(cfg->net_dns[2]);
+    assert_string_equal(cfg->net_private[0], "10.20.0.0/16");
+    const struct corral_network *n = find(cfg, "web")->network;
+    assert_non_null(n);
+    assert_int_equal(n->mode, CORRAL_NETWORK_POLICY);
+    assert_true(n->default_allow);
+    assert_int_equal(n->n_rules, 2);
+    assert_false(n->rules[0].allow);
+    assert_string_equal(n->rules[0].target, "10.0.0.0/8");
+    assert_true(n->rules[1].allow);
+    assert_string_equal(n->rules[1].target, "*.example.com");
+    corral_config_free(cfg);
+}
+
+static void refuses_bad_network_settings(void **state)
+{
+    expect_error("network:\n  modes: [off, everything]\n", EINVAL,
+                 "corral.yaml:2:16: 'everything' in network.modes is not a network mode");
+    expect_error("network:\n  dns: [resolver.example]\n", EINVAL,
+                 "'resolver.example' is not a resolver");
+    expect_error("network:\n  dns: [1.1.1.1, 1.0.0.1, 8.8.8.8, 8.8.4.4, 9.9.9.9]\n", EINVAL,
+                 "network.dns has 5 entries (at most 4)");
+    expect_error("network:\n  allow_private: [example.com]\n", EINVAL,
+                 "'example.com' is not an address range");
+    expect_error("network:\n  allow_private: [10.0.0.0/40]\n", EINVAL,
+                 "'10.0.0.0/40' is not an egress target");
+    expect_error("network:\n  mode: internet\n", EINVAL,
+                 "unknown key 'mode' in network (known: modes, dns, allow_private)");
+    expect_error("templates:\n  t:\n    network: {default: allow}\n", EINVAL,
+                 "the network of template 't' needs a mode");
+    expect_error("templates:\n  t:\n    network: {mode: open}\n", EINVAL,
+                 "'open' is not a network mode (off, internet, policy) in template 't'");
+    expect_error("templates:\n  t:\n    network:\n      mode: policy\n      rules: [{allow: "
+                 "\"http://x\"}]\n",
+                 EINVAL, "template 't': 'http://x' is not an egress target");
+    expect_error("templates:\n  t:\n    network:\n      mode: internet\n      rules: [{allow: "
+                 "x.com}]\n",
+                 EINVAL, "network rules need the mode policy");
+    expect_error("templates:\n  t:\n    network:\n      mode: policy\n      rules: [{permit: "
+                 "x.com}]\n",
+                 EINVAL, "unknown key 'permit'");
 }
 
 static void refuses_invalid_values(void **state)
@@ -470,6 +530,8 @@ int main(void)
         cmocka_unit_test(refuses_duplicate_keys),
         cmocka_unit_test(refuses_wrong_types),
         cmocka_unit_test(refuses_invalid_values),
+        cmocka_unit_test(parses_network_settings),
+        cmocka_unit_test(refuses_bad_network_settings),
         cmocka_unit_test(loads_a_file),
         cmocka_unit_test(load_reports_unreadable_files),
         cmocka_unit_test(applies_a_config),

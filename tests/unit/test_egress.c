@@ -296,7 +296,7 @@ static void setup_egress_by(struct jail_egress *e, bool by_pidfd)
     struct corral_error err = {0};
     int fd = by_pidfd ? (int)syscall(SYS_pidfd_open, child.pid, 0) : open_netns();
     assert_true(fd >= 0);
-    int r = jail_egress_setup(fd, e, &err);
+    int r = jail_egress_setup(fd, NULL, e, &err);
     if (r < 0)
         fail_msg("jail_egress_setup: %s", err.message);
     close(fd);
@@ -562,7 +562,7 @@ static void setting_up_twice_is_refused(void **state)
     int fds = count_fds();
     struct corral_error err = {0};
     int fd = open_netns();
-    assert_int_equal(jail_egress_setup(fd, &again, &err), -EEXIST);
+    assert_int_equal(jail_egress_setup(fd, NULL, &again, &err), -EEXIST);
     close(fd);
     assert_non_null(strstr(err.message, "already set up"));
     assert_int_equal(again.tcp4, -1);
@@ -578,17 +578,17 @@ static void bad_netns_fd_is_an_error(void **state)
     int fds = count_fds();
     struct jail_egress e;
     struct corral_error err = {0};
-    assert_int_equal(jail_egress_setup(-1, &e, &err), -EBADF);
+    assert_int_equal(jail_egress_setup(-1, NULL, &e, &err), -EBADF);
     assert_non_null(strstr(err.message, "network namespace"));
 
     int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    assert_int_equal(jail_egress_setup(fd, &e, &err), -EINVAL);
+    assert_int_equal(jail_egress_setup(fd, NULL, &e, &err), -EINVAL);
     assert_non_null(strstr(err.message, "cannot enter the network namespace"));
     assert_non_null(strstr(err.message, "Invalid argument"));
     close(fd);
 
     fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
-    assert_int_equal(jail_egress_setup(fd, &e, &err), -EINVAL);
+    assert_int_equal(jail_egress_setup(fd, NULL, &e, &err), -EINVAL);
     close(fd);
     assert_int_equal(e.tcp4, -1);
     assert_int_equal(e.dns_udp4, -1);

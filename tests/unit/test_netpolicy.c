@@ -72,23 +72,23 @@ static void names_first_match_wins(void **state)
 static void addresses_and_ranges(void **state)
 {
     struct jail_netpolicy p = {.default_action = JAIL_NET_DENY};
-    add(&p, JAIL_NET_DENY, "203.0.113.66");
-    add(&p, JAIL_NET_ALLOW, "203.0.113.7/24"); /* host bits are cleared */
-    add(&p, JAIL_NET_ALLOW, "2001:db8::/32");
-    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.113.1")), JAIL_NET_ALLOW);
-    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.113.255")), JAIL_NET_ALLOW);
-    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.113.66")), JAIL_NET_DENY);
-    assert_int_equal(jail_netpolicy_addr(&p, sa("203.0.114.1")), JAIL_NET_DENY);
-    assert_int_equal(jail_netpolicy_addr(&p, sa("2001:db8:1::5")), JAIL_NET_ALLOW);
-    assert_int_equal(jail_netpolicy_addr(&p, sa("2001:db9::5")), JAIL_NET_DENY);
+    add(&p, JAIL_NET_DENY, "93.184.216.66");
+    add(&p, JAIL_NET_ALLOW, "93.184.216.7/24"); /* host bits are cleared */
+    add(&p, JAIL_NET_ALLOW, "2606:4700::/32");
+    assert_int_equal(jail_netpolicy_addr(&p, sa("93.184.216.1")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("93.184.216.255")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("93.184.216.66")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("93.184.217.1")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("2606:4700:1::5")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("2606:4701::5")), JAIL_NET_DENY);
     /* an IPv4 address mapped into IPv6 is that IPv4 address */
-    assert_int_equal(jail_netpolicy_addr(&p, sa("::ffff:203.0.113.9")), JAIL_NET_ALLOW);
-    assert_int_equal(jail_netpolicy_addr(&p, sa("::ffff:203.0.113.66")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("::ffff:93.184.216.9")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("::ffff:93.184.216.66")), JAIL_NET_DENY);
     /* name rules say nothing of addresses */
     add(&p, JAIL_NET_ALLOW, "*");
-    assert_int_equal(jail_netpolicy_addr(&p, sa("198.51.100.1")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("151.101.1.1")), JAIL_NET_DENY);
     p.default_action = JAIL_NET_ALLOW;
-    assert_int_equal(jail_netpolicy_addr(&p, sa("198.51.100.1")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_addr(&p, sa("151.101.1.1")), JAIL_NET_ALLOW);
     jail_netpolicy_free(&p);
 }
 
@@ -111,6 +111,10 @@ static void some_addresses_are_never_reached(void **state)
                                         "64:ff9b::7f00:1",
                                         "2002:7f00:1::1",
                                         "::ffff:169.254.169.254",
+                                        "192.0.2.1",
+                                        "198.51.100.7",
+                                        "203.0.113.9",
+                                        "2001:db8::1",
                                         NULL};
     /* even a rule naming them opens none */
     add(&p, JAIL_NET_ALLOW, "0.0.0.0/0");
@@ -123,7 +127,7 @@ static void some_addresses_are_never_reached(void **state)
     jail_netpolicy_free(&p);
 }
 
-static void private_ranges_need_a_rule(void **state)
+static void private_ranges_need_the_operator(void **state)
 {
     struct jail_netpolicy p = {.default_action = JAIL_NET_ALLOW};
     add(&p, JAIL_NET_ALLOW, "*");
@@ -138,9 +142,30 @@ static void private_ranges_need_a_rule(void **state)
     assert_int_equal(jail_net_addr_class(sa("172.32.0.1")), JAIL_NET_PUBLIC);
     assert_int_equal(jail_net_addr_class(sa("8.8.8.8")), JAIL_NET_PUBLIC);
     assert_int_equal(jail_net_addr_class(sa("2606:4700::1111")), JAIL_NET_PUBLIC);
+    /* a sandbox's own rule opens no private range */
     add(&p, JAIL_NET_ALLOW, "10.233.0.0/16");
+    assert_int_equal(jail_netpolicy_addr(&p, sa("10.233.200.7")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_learned(&p, sa("10.233.200.7")), JAIL_NET_DENY);
+    /* the operator's open ranges do; then the sandbox's rules decide */
+    struct jail_netpolicy ops = {0};
+    add(&ops, JAIL_NET_ALLOW, "10.233.0.0/16");
+    p.open = ops.rules;
+    p.n_open = ops.n;
+    assert_int_equal(jail_netpolicy_class(&p, sa("10.233.200.7")), JAIL_NET_PUBLIC);
+    assert_int_equal(jail_netpolicy_class(&p, sa("10.234.0.1")), JAIL_NET_PRIVATE);
     assert_int_equal(jail_netpolicy_addr(&p, sa("10.233.200.7")), JAIL_NET_ALLOW);
     assert_int_equal(jail_netpolicy_addr(&p, sa("10.234.0.1")), JAIL_NET_DENY);
+    struct jail_netpolicy strict = {
+        .default_action = JAIL_NET_DENY, .open = ops.rules, .n_open = ops.n};
+    add(&strict, JAIL_NET_DENY, "10.233.9.0/24");
+    assert_int_equal(jail_netpolicy_addr(&strict, sa("10.233.200.7")), JAIL_NET_DENY);
+    /* an allowed name's addresses need no rule, unless a rule denies them */
+    assert_int_equal(jail_netpolicy_learned(&strict, sa("10.233.200.7")), JAIL_NET_ALLOW);
+    assert_int_equal(jail_netpolicy_learned(&strict, sa("10.233.9.1")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_learned(&strict, sa("127.0.0.1")), JAIL_NET_DENY);
+    assert_int_equal(jail_netpolicy_learned(&strict, sa("10.234.0.1")), JAIL_NET_DENY);
+    jail_netpolicy_free(&strict);
+    jail_netpolicy_free(&ops);
     jail_netpolicy_free(&p);
 }
 
@@ -168,7 +193,7 @@ int main(void)
         cmocka_unit_test(names_first_match_wins),
         cmocka_unit_test(addresses_and_ranges),
         cmocka_unit_test(some_addresses_are_never_reached),
-        cmocka_unit_test(private_ranges_need_a_rule),
+        cmocka_unit_test(private_ranges_need_the_operator),
         cmocka_unit_test(bad_targets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,267 @@
+/*
+ * Sandboxes' networks: the public network API (modes, policies, the
+ * process's egress settings) and attaching the egress service (jail/egressd)
+ * to a sandbox's network namespace.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "box/box.h"
+#include "jail/egressd.h"
+#include "jail/jail.h"
+
+static pthread_mutex_t net_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned allowed_modes = (1u << CORRAL_NETWORK_INTERNET) | (1u << CORRAL_NETWORK_POLICY);
+
+static const char *const mode_names[] = {"off", "internet", "policy"};
+
+const char *corral_network_mode_name(enum corral_network_mode m)
+{
+    return (unsigned)m < 3 ? mode_names[m] : "?";
+}
+
+int corral_network_mode_parse(const char *s, enum corral_network_mode *out)
+{
+    for (unsigned i = 0; s && i < 3; i++)
+        if (!strcmp(s, mode_names[i])) {
+            *out = (enum corral_network_mode)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+bool corral_network_mode_allowed(enum corral_network_mode m)
+{
+    if (m == CORRAL_NETWORK_OFF)
+        return true;
+    pthread_mutex_lock(&net_lock);
+    bool ok = (unsigned)m < 3 && (allowed_modes & (1u << m));
+    pthread_mutex_unlock(&net_lock);
+    return ok;
+}
+
+int box_network_compile(const struct corral_network *n, enum corral_network_mode *mode,
+                        struct jail_netpolicy *p, struct corral_error *err)
+{
+    memset(p, 0, sizeof(*p));
+    *mode = CORRAL_NETWORK_OFF;
+    if (!n)
+        return 0;
+    if ((unsigned)n->mode > CORRAL_NETWORK_POLICY)
+        return corral_fail(err, EINVAL, "%d is not a network mode (off, internet or policy)",
+                           (int)n->mode);
+    if (n->n_rules && n->mode != CORRAL_NETWORK_POLICY)
+        return corral_fail(err, EINVAL, "network rules need the mode policy (not %s)",
+                           corral_network_mode_name(n->mode));
+    p->default_action =
+        n->mode == CORRAL_NETWORK_INTERNET || n->default_allow ? JAIL_NET_ALLOW : JAIL_NET_DENY;
+    for (size_t i = 0; i < n->n_rules; i++) {
+        int r = jail_netpolicy_add(p, n->rules[i].allow ? JAIL_NET_ALLOW : JAIL_NET_DENY,
+                                   n->rules[i].target, err);
+        if (r < 0) {
+            jail_netpolicy_free(p);
+            return r;
+        }
+    }
+    *mode = n->mode;
+    return 0;
+}
+
+int box_network_allowed(enum corral_network_mode mode, struct corral_error *err)
+{
+    if (!corral_network_mode_allowed(mode))
+        return corral_fail(err, EPERM,
+                           "network mode %s is not allowed by this server (network.modes in "
+                           "its configuration)",
+                           corral_network_mode_name(mode));
+    return 0;
+}
+
+int corral_network_check(const struct corral_network *n, struct corral_error *err)
+{
+    enum corral_network_mode mode;
+    struct jail_netpolicy p;
+    int r = box_network_compile(n, &mode, &p, err);
+    if (r < 0)
+        return r;
+    jail_netpolicy_free(&p);
+    return box_network_allowed(mode, err);
+}
+
+/* "ADDR", "ADDR:PORT", "[ADDR6]:PORT" into ss. */
+static bool parse_resolver(const char *s, struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN + 2];
+    unsigned long port = 53;
+    const char *colon = strrchr(s, ':');
+    memset(ss, 0, sizeof(*ss));
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || (size_t)(close - s - 1) >= sizeof(host))
+            return false;
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (close[1] && close[1] != ':')
+            return false;
+        colon = close[1] ? close + 1 : NULL;
+    } else if (colon && strchr(s, ':') == colon) {
+        if ((size_t)(colon - s) >= sizeof(host))
+            return false;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+    } else {
+        if (strlen(s) >= sizeof(host))
+            return false;
+        strcpy(host, s);
+        colon = NULL;
+    }
+    if (colon) {
+        char *end;
+        port = strtoul(colon + 1, &end, 10);
+        if (!colon[1] || *end || port == 0 || port > 65535)
+            return false;
+    }
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Parses the settings; with apply, puts them in force. */
+static int egress_settings(const struct corral_egress_settings *s, bool apply,
+                           struct corral_error *err)
+{
+    struct sockaddr_storage dns[EGRESSD_MAX_DNS];
+    size_t n_dns = 0;
+    for (size_t i = 0; s->dns && s->dns[i]; i++) {
+        if (n_dns == EGRESSD_MAX_DNS)
+            return corral_fail(err, EINVAL, "at most %d DNS resolvers", EGRESSD_MAX_DNS);
+        if (!parse_resolver(s->dns[i], &dns[n_dns++]))
+            return corral_fail(err, EINVAL,
+                               "'%.80s' is not a resolver (an address such as 192.0.2.53, "
+                               "192.0.2.53:5353 or [2001:db8::53]:53)",
+                               s->dns[i]);
+    }
+    struct jail_netpolicy open = {0};
+    for (size_t i = 0; s->allow_private && s->allow_private[i]; i++) {
+        int r = jail_netpolicy_add(&open, JAIL_NET_ALLOW, s->allow_private[i], err);
+        if (r == 0 && open.rules[open.n - 1].kind != JAIL_NET_RANGE)
+            r = corral_fail(err, EINVAL, "'%.80s' is not an address range (such as 10.20.0.0/16)",
+                            s->allow_private[i]);
+        if (r < 0) {
+            jail_netpolicy_free(&open);
+            return r;
+        }
+    }
+    if (s->modes & ~((1u << CORRAL_NETWORK_OFF) | (1u << CORRAL_NETWORK_INTERNET) |
+                     (1u << CORRAL_NETWORK_POLICY))) {
+        jail_netpolicy_free(&open);
+        return corral_fail(err, EINVAL, "unknown network modes %#x", s->modes);
+    }
+    int r = apply ? egressd_configure(dns, n_dns, open.rules, open.n, err) : 0;
+    jail_netpolicy_free(&open);
+    if (r < 0 || !apply)
+        return r;
+    pthread_mutex_lock(&net_lock);
+    allowed_modes = s->modes;
+    pthread_mutex_unlock(&net_lock);
+    return 0;
+}
+
+int corral_egress_configure(const struct corral_egress_settings *s, struct corral_error *err)
+{
+    return egress_settings(s, true, err);
+}
+
+int corral_egress_check(const struct corral_egress_settings *s, struct corral_error *err)
+{
+    return egress_settings(s, false, err);
+}
+
+int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode,
+                       const struct jail_netpolicy *p, struct corral_error *err)
+{
+    if (mode == CORRAL_NETWORK_OFF)
+        return 0;
+    int ns = jail_netns_open(sb->jail);
+    if (ns < 0)
+        return corral_fail(err, -ns, "cannot open sandbox %s's network namespace: %s",
+                           corral_sandbox_id(sb), strerrordesc_np(-ns));
+    struct egress_box *e;
+    int r = egressd_attach(ns, corral_sandbox_id(sb), p, &e, err);
+    close(ns);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&net_lock);
+    sb->egress = e;
+    sb->net_mode = mode;
+    pthread_mutex_unlock(&net_lock);
+    return 0;
+}
+
+void box_network_detach(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&net_lock);
+    struct egress_box *e = sb->egress;
+    sb->egress = NULL;
+    pthread_mutex_unlock(&net_lock);
+    egressd_detach(e);
+}
+
+int corral_sandbox_set_network(corral_sandbox *sb, const struct corral_network *n,
+                               struct corral_error *err)
+{
+    enum corral_network_mode mode;
+    struct jail_netpolicy p;
+    int r = box_network_compile(n, &mode, &p, err);
+    if (r < 0)
+        return r;
+    if ((r = box_network_allowed(mode, err)) < 0) {
+        jail_netpolicy_free(&p);
+        return r;
+    }
+    pthread_mutex_lock(&net_lock);
+    struct egress_box *e = sb->egress;
+    bool net_off = sb->net_layer_off;
+    pthread_mutex_unlock(&net_lock);
+    if (mode != CORRAL_NETWORK_OFF && net_off)
+        r = corral_fail(err, EINVAL, "sandbox %s has no network namespace of its own",
+                        corral_sandbox_id(sb));
+    else if (e) {
+        /* off keeps the plumbing, with a policy that allows nothing */
+        struct jail_netpolicy none = {.default_action = JAIL_NET_DENY};
+        r = egressd_update(e, mode == CORRAL_NETWORK_OFF ? &none : &p, err);
+        if (r == 0) {
+            pthread_mutex_lock(&net_lock);
+            sb->net_mode = mode;
+            pthread_mutex_unlock(&net_lock);
+        }
+    } else if (mode != CORRAL_NETWORK_OFF) {
+        if (!corral_sandbox_alive(sb))
+            r = corral_fail(err, ESRCH, "sandbox %s is not running", corral_sandbox_id(sb));
+        else
+            r = box_network_attach(sb, mode, &p, err);
+    }
+    jail_netpolicy_free(&p);
+    return r;
+}
+
+enum corral_network_mode corral_sandbox_network_mode(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&net_lock);
+    enum corral_network_mode m = sb->net_mode;
+    pthread_mutex_unlock(&net_lock);
+    return m;
+}
