@@ -1,8 +1,10 @@
 /* E2B's control plane and code interpreter over libcorral; see e2b.h. */
 #include "api/e2b.h"
 #include "api/envd.h"
+#include "api/network.h"
 #include "api/signature.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,11 +29,13 @@
 struct owned {
     corral_sandbox *sb;
     char token[33]; /* envdAccessToken of a secure sandbox; "" = none */
+    json_t *net;    /* {allowInternetAccess, network?} for its detail */
     struct owned *next;
 };
 
 struct e2b {
     pthread_mutex_t lock;
+    pthread_mutex_t net_lock; /* one network update at a time */
     pthread_cond_t kernels_done;
     struct owned *owned;
     unsigned starting_kernels; /* default_kernel_main threads running */
@@ -128,16 +132,174 @@ static char **string_map(json_t *obj, const char *field, struct http_response **
     return v;
 }
 
+/* ---- network egress ---- */
+
+/* What a create or a network update asks of the sandbox's network. */
+struct netreq {
+    struct apinet an;
+    bool given;       /* allow_internet_access or a network at all */
+    bool rules;       /* allowOut or denyOut has entries */
+    json_t *reported; /* {allowOut, denyOut} as given, for the detail; or NULL */
+};
+
+static void netreq_free(struct netreq *r)
+{
+    apinet_free(&r->an);
+    json_decref(r->reported);
+    r->reported = NULL;
+}
+
+/* 192.0.2.7, 2001:db8::7, or either with a /prefix (checked later). */
+static bool address_or_range(const char *s)
+{
+    char addr[INET6_ADDRSTRLEN];
+    unsigned char bin[16];
+    size_t n = strcspn(s, "/");
+    if (n >= sizeof(addr))
+        return false;
+    memcpy(addr, s, n);
+    addr[n] = '\0';
+    return inet_pton(AF_INET, addr, bin) == 1 || inet_pton(AF_INET6, addr, bin) == 1;
+}
+
+/* Absent, null, or an array of non-empty strings; else a 400. */
+static bool string_list(json_t *v, const char *field, struct http_response **bad)
+{
+    if (!v || json_is_null(v))
+        return true;
+    bool ok = json_is_array(v);
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) ok = ok && json_is_string(x) && json_string_length(x);
+    if (!ok)
+        *bad = http_error(400, "'%s' must be an array of non-empty strings", field);
+    return ok;
+}
+
+/* Reads allow_internet_access and a network object (a create's `network`,
+ * the whole body of an update; prefix is how errors name its fields), as
+ * E2B's API reads them:
+ * - allowOut holds names (example.com, *.example.com), addresses and
+ *   ranges; denyOut addresses and ranges; allowOut beats denyOut;
+ * - allow_internet_access false, or 0.0.0.0/0 (the SDKs' ALL_TRAFFIC) in
+ *   denyOut: everything allowOut does not allow is denied, IPv6 as well;
+ * - without allowOut and denyOut: the internet, or no network when
+ *   allow_internet_access is false. The SDKs send allow_internet_access
+ *   true unless told otherwise: when this server does not allow the
+ *   internet, such a request gets no network rather than an error.
+ * 0, or -1 with the answer (400) in *bad. */
+static int read_network(json_t *aia, json_t *net, const char *prefix, struct netreq *r,
+                        struct http_response **bad)
+{
+    memset(r, 0, sizeof(*r));
+    apinet_init(&r->an, true);
+    if (aia && !json_is_null(aia) && !json_is_boolean(aia)) {
+        *bad = http_error(400, "'allow_internet_access' must be a boolean");
+        return -1;
+    }
+    if (net && !json_is_null(net) && !json_is_object(net)) {
+        *bad = http_error(400, "'network' must be an object");
+        return -1;
+    }
+    r->given = (aia && !json_is_null(aia)) || (net && !json_is_null(net));
+    static const char *const unsupported[] = {"maskRequestHost", "egressProxy", NULL};
+    for (size_t i = 0; unsupported[i]; i++) {
+        json_t *v = json_object_get(net, unsupported[i]);
+        if (v && !json_is_null(v)) {
+            *bad = http_error(400, "'%s%s' is not supported by corral", prefix, unsupported[i]);
+            return -1;
+        }
+    }
+    json_t *rules = json_object_get(net, "rules");
+    if (rules && !json_is_null(rules) && !(json_is_object(rules) && !json_object_size(rules))) {
+        *bad = http_error(400,
+                          "'%srules' (transforms of the sandbox's requests) is not supported by "
+                          "corral",
+                          prefix);
+        return -1;
+    }
+    json_t *allow = json_object_get(net, "allowOut"), *deny = json_object_get(net, "denyOut");
+    char allow_field[32], deny_field[32];
+    snprintf(allow_field, sizeof(allow_field), "%sallowOut", prefix);
+    snprintf(deny_field, sizeof(deny_field), "%sdenyOut", prefix);
+    if (!string_list(allow, allow_field, bad) || !string_list(deny, deny_field, bad))
+        return -1;
+    size_t i;
+    json_t *x;
+    bool all_traffic = false;
+    json_array_foreach(deny, i, x)
+    {
+        const char *t = json_string_value(x);
+        if (!address_or_range(t)) {
+            *bad = http_error(400,
+                              "invalid denied CIDR %s: '%s' takes IP addresses and CIDR ranges "
+                              "only (names go in allowOut)",
+                              t, deny_field);
+            return -1;
+        }
+        all_traffic = all_traffic || !strcmp(t, "0.0.0.0/0");
+    }
+    /* Where everything is denied anyway, a deny rule would only take
+     * addresses from the names allowOut allows: allowOut beats denyOut. */
+    r->an.default_allow = !json_is_false(aia) && !all_traffic;
+    bool oom = false;
+    json_array_foreach(allow, i, x)
+    {
+        if (apinet_add(&r->an, true, json_string_value(x), true) < 0)
+            oom = true;
+    }
+    json_array_foreach(deny, i, x)
+    {
+        if (apinet_add(&r->an, false, json_string_value(x), r->an.default_allow) < 0)
+            oom = true;
+    }
+    r->rules = r->an.n_all > 0;
+    if (r->rules)
+        r->reported = json_pack("{s:o, s:o}", "allowOut",
+                                json_is_array(allow) ? json_copy(allow) : json_array(), "denyOut",
+                                json_is_array(deny) ? json_copy(deny) : json_array());
+    if (oom || (r->rules && !r->reported)) {
+        *bad = http_error(500, "out of memory");
+        return -1;
+    }
+    struct corral_error err;
+    int e = apinet_finish(&r->an, &err);
+    if (e == -EPERM && !r->rules && r->an.net.mode == CORRAL_NETWORK_INTERNET) {
+        r->an.net = (struct corral_network){.mode = CORRAL_NETWORK_OFF};
+        e = 0;
+    }
+    if (e == -EINVAL || e == -EPERM)
+        *bad = http_error(400, "%s", err.message);
+    else if (e < 0)
+        *bad = http_error(500, "cannot read the network rules: %s", err.message);
+    return e < 0 ? -1 : 0;
+}
+
+/* The detail's allowInternetAccess (whether what no rule names is
+ * reachable) and network (allowOut and denyOut, as given). */
+static json_t *net_info(const struct netreq *r, enum corral_network_mode mode)
+{
+    bool internet = mode == CORRAL_NETWORK_INTERNET ||
+                    (mode == CORRAL_NETWORK_POLICY && r->given && r->an.default_allow);
+    json_t *j = json_pack("{s:b}", "allowInternetAccess", internet);
+    if (j && r->reported)
+        json_object_set(j, "network", r->reported);
+    return j;
+}
+
 /* ---- the sandboxes this surface owns ---- */
 
-static void own(struct e2b *e, corral_sandbox *sb, const char *token)
+/* Takes sb's reference and net (the detail's network fields). */
+static void own(struct e2b *e, corral_sandbox *sb, const char *token, json_t *net)
 {
     struct owned *o = calloc(1, sizeof(*o));
     if (!o) {
         corral_sandbox_release(sb);
+        json_decref(net);
         return;
     }
     o->sb = sb;
+    o->net = net;
     snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
     pthread_mutex_lock(&e->lock);
     o->next = e->owned;
@@ -177,6 +339,7 @@ static void sweep(struct e2b *e)
         dead = o->next;
         envd_forget(o->sb);
         corral_sandbox_release(o->sb);
+        json_decref(o->net);
         free(o);
     }
 }
@@ -213,6 +376,7 @@ static bool disown(struct e2b *e, corral_sandbox *sb)
         return false;
     envd_forget(hit->sb);
     corral_sandbox_release(hit->sb);
+    json_decref(hit->net);
     free(hit);
     return true;
 }
@@ -332,6 +496,7 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     json_t *timeout = json_object_get(body, "timeout");
     char **env = NULL, **meta = NULL;
     struct http_response *resp = NULL;
+    struct netreq net = {0};
     if (!json_is_string(tpl) || !json_string_length(tpl)) {
         resp = http_error(400, "'templateID' is required and must be a string");
         goto out;
@@ -353,7 +518,9 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
         goto out;
     }
     if (!(env = string_map(json_object_get(body, "envVars"), "envVars", &resp)) ||
-        !(meta = string_map(json_object_get(body, "metadata"), "metadata", &resp)))
+        !(meta = string_map(json_object_get(body, "metadata"), "metadata", &resp)) ||
+        read_network(json_object_get(body, "allow_internet_access"),
+                     json_object_get(body, "network"), "network.", &net, &resp) < 0)
         goto out;
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
@@ -362,12 +529,17 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     o.env = (const char *const *)env;
     o.metadata = (const char *const *)meta;
     o.state_dir = e->state_dir;
+    o.network = net.given ? &net.an.net : NULL; /* NULL: the template's */
     corral_sandbox *sb;
     struct corral_error err;
     if (corral_sandbox_create(&o, &sb, &err) < 0) {
-        resp = err.code == ENOENT ? http_error(404, "template '%s' not found: %s",
-                                               json_string_value(tpl), err.message)
-                                  : http_error(500, "cannot create the sandbox: %s", err.message);
+        if (err.code == ENOENT)
+            resp =
+                http_error(404, "template '%s' not found: %s", json_string_value(tpl), err.message);
+        else if (o.network && (err.code == EINVAL || err.code == EPERM))
+            resp = http_error(400, "%s", err.message);
+        else
+            resp = http_error(500, "cannot create the sandbox: %s", err.message);
         goto out;
     }
     /* Secure unless asked otherwise, as E2B's sandboxes are (the SDKs no
@@ -379,7 +551,7 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
         resp = http_error(500, "%s", err.message);
         goto out;
     }
-    own(e, sb, token);
+    own(e, sb, token, net_info(&net, corral_sandbox_network_mode(sb)));
     json_t *j = sandbox_json(e, sb);
     json_object_set_new(j, "templateID", json_copy(tpl));
     if (strcmp(json_string_value(tpl), "base"))
@@ -388,6 +560,7 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
 out:
     corral_strv_free(env);
     corral_strv_free(meta);
+    netreq_free(&net);
     json_decref(body);
     return resp;
 }
@@ -536,6 +709,56 @@ static struct http_response *metrics(corral_sandbox *sb, const struct http_reque
     return http_json(200, arr);
 }
 
+/* PUT /sandboxes/{id}/network (the SDKs' updateNetwork): the body replaces
+ * the sandbox's allowOut, denyOut and allow_internet_access; what it leaves
+ * out is cleared. */
+static struct http_response *update_network(struct e2b *e, corral_sandbox *sb,
+                                            const struct http_request *req)
+{
+    struct http_response *resp = NULL;
+    json_t *body = parse_body(req, &resp);
+    if (!body)
+        return resp;
+    struct netreq net;
+    if (read_network(json_object_get(body, "allow_internet_access"), body, "", &net, &resp) == 0) {
+        struct corral_error err;
+        pthread_mutex_lock(&e->net_lock); /* the sandbox's network and its info agree */
+        if (corral_sandbox_set_network(sb, &net.an.net, &err) < 0) {
+            if (err.code == EINVAL || err.code == EPERM)
+                resp = http_error(400, "%s", err.message);
+            else if (err.code == EAGAIN)
+                resp = http_error(409, "%s", err.message);
+            else
+                resp = http_error(500, "cannot change the sandbox's network: %s", err.message);
+        } else {
+            json_t *info = net_info(&net, corral_sandbox_network_mode(sb));
+            pthread_mutex_lock(&e->lock);
+            for (struct owned *o = e->owned; o; o = o->next)
+                if (o->sb == sb) {
+                    json_decref(o->net);
+                    o->net = json_incref(info);
+                }
+            pthread_mutex_unlock(&e->lock);
+            json_decref(info);
+            resp = http_empty(204);
+        }
+        pthread_mutex_unlock(&e->net_lock);
+    }
+    netreq_free(&net);
+    json_decref(body);
+    return resp;
+}
+
+/* Adds the sandbox's allowInternetAccess and network to its detail. */
+static void add_net_info(struct e2b *e, corral_sandbox *sb, json_t *j)
+{
+    pthread_mutex_lock(&e->lock);
+    for (struct owned *o = e->owned; o; o = o->next)
+        if (o->sb == sb && o->net && j)
+            json_object_update(j, o->net);
+    pthread_mutex_unlock(&e->lock);
+}
+
 static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
                                          const char *id, const char *action)
 {
@@ -550,6 +773,7 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         token_of(e, sb, token);
         if (j && token[0])
             json_object_set_new(j, "envdAccessToken", json_string(token));
+        add_net_info(e, sb, j);
         resp = http_json(200, j);
     } else if (!*action && !strcmp(req->method, "DELETE")) {
         corral_sandbox_kill(sb);
@@ -594,6 +818,8 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
             resp = http_error(err.code == ENOTSUP ? 501 : 500, "%s", err.message);
     } else if (get && !strcmp(action, "/metrics")) {
         resp = metrics(sb, req);
+    } else if (!strcmp(req->method, "PUT") && !strcmp(action, "/network")) {
+        resp = update_network(e, sb, req);
     } else {
         resp = http_error(404, "no %s %s in the sandbox API", req->method, req->path);
     }
@@ -1035,6 +1261,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         return corral_fail(err, ENOMEM, "out of memory");
     }
     pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->net_lock, NULL);
     pthread_cond_init(&e->kernels_done, NULL);
     *out = e;
     return 0;
@@ -1062,6 +1289,7 @@ void e2b_free(struct e2b *e)
         corral_sandbox_kill(o->sb);
         envd_forget(o->sb);
         corral_sandbox_release(o->sb);
+        json_decref(o->net);
         free(o);
     }
     pthread_mutex_lock(&e->lock); /* kernels of killed sandboxes fail to start at once */
@@ -1071,6 +1299,7 @@ void e2b_free(struct e2b *e)
     pthread_cond_destroy(&e->kernels_done);
     corral_strv_free(e->api_keys);
     free(e->state_dir);
+    pthread_mutex_destroy(&e->net_lock);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }

@@ -13,6 +13,7 @@
 #include <openssl/crypto.h>
 
 #include "api/execd.h"
+#include "api/network.h"
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -35,7 +36,7 @@ struct box {
     json_t *image;          /* {"uri": ...} */
     json_t *entrypoint;     /* [string] */
     json_t *metadata;       /* {string: string} */
-    json_t *network_policy; /* as given, or NULL */
+    json_t *network_policy; /* {defaultAction, egress} in force, or NULL: none given */
     uint64_t created_ms, transition_ms;
     bool manual; /* no expiry */
     struct box *next;
@@ -43,6 +44,7 @@ struct box {
 
 struct osb {
     pthread_mutex_t lock;
+    pthread_mutex_t egress_lock; /* one policy change at a time */
     struct box *boxes;
     char **api_keys;
     char **templates;
@@ -333,8 +335,8 @@ static bool rules_ok(json_t *rules, char *why, size_t len)
             (strcmp(json_string_value(a), "allow") && strcmp(json_string_value(a), "deny")) ||
             !json_string_length(t)) {
             snprintf(why, len,
-                     "egress rule %zu must be {\"action\": \"allow\"|\"deny\", "
-                     "\"target\": \"name\"}",
+                     "egress rule %zu must be {\"action\": \"allow\"|\"deny\", \"target\": "
+                     "a name, *.name, an IP address or a CIDR range}",
                      i);
             return false;
         }
@@ -360,6 +362,47 @@ static bool policy_ok(json_t *p, char *why, size_t len)
         return false;
     }
     return !e || json_is_null(e) || rules_ok(e, why, len);
+}
+
+/* A policy (checked by policy_ok, or NULL: none) as kept and reported:
+ * {defaultAction, egress}, defaultAction deny unless it says allow. */
+static json_t *normal_policy(json_t *p)
+{
+    json_t *d = json_object_get(p, "defaultAction"), *e = json_object_get(p, "egress");
+    return json_pack("{s:s, s:o}", "defaultAction",
+                     json_is_string(d) ? json_string_value(d) : "deny", "egress",
+                     json_is_array(e) ? json_deep_copy(e) : json_array());
+}
+
+/* The sandbox's network for a normal policy: its rules in order, the first
+ * that matches decides, else defaultAction (targets are borrowed from p).
+ * 0, or -1 with the answer in *bad: 400 for a bad target, 403 for what this
+ * server does not allow; lifecycle picks the codes of the lifecycle API,
+ * else the egress API's. */
+static int policy_network(json_t *p, struct apinet *an, bool lifecycle, struct http_response **bad)
+{
+    apinet_init(an, !strcmp(json_string_value(json_object_get(p, "defaultAction")), "allow"));
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(p, "egress"), i, r)
+    {
+        if (apinet_add(an, !strcmp(json_string_value(json_object_get(r, "action")), "allow"),
+                       json_string_value(json_object_get(r, "target")), true) < 0) {
+            *bad = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+            return -1;
+        }
+    }
+    struct corral_error err;
+    int e = apinet_finish(an, &err);
+    if (e == -EINVAL)
+        *bad = execd_error(400, lifecycle ? "SANDBOX::INVALID_PARAMETER" : "INVALID_POLICY",
+                           "networkPolicy: %s", err.message);
+    else if (e == -EPERM)
+        *bad = execd_error(403, lifecycle ? "SANDBOX::NETWORK_NOT_ALLOWED" : "POLICY_NOT_ALLOWED",
+                           "networkPolicy: %s", err.message);
+    else if (e < 0)
+        *bad = execd_error(500, "SANDBOX::INTERNAL_ERROR", "networkPolicy: %s", err.message);
+    return e < 0 ? -1 : 0;
 }
 
 /* ---- auth ---- */
@@ -403,6 +446,9 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     char **envv = NULL;
     struct http_response *resp = NULL;
     const char *tpl = NULL;
+    json_t *kept = NULL; /* the normal policy */
+    struct apinet net;
+    apinet_init(&net, false);
     if (json_object_get(body, "snapshotId"))
         resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
                            "corral has no snapshots: give an image");
@@ -451,6 +497,17 @@ static struct http_response *create(struct osb *o, const struct http_request *re
         resp = execd_error(400, "SANDBOX::INVALID_PARAMETER", "%s", why);
         goto out;
     }
+    /* A policy is enforced from the start; without one the sandbox has the
+     * template's network: none unless the template says. */
+    if (policy && !json_is_null(policy)) {
+        if (!(kept = normal_policy(policy))) {
+            resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+            goto out;
+        }
+        if (policy_network(kept, &net, true, &resp) < 0)
+            goto out;
+        so.network = &net.net;
+    }
     if (volumes && !json_is_null(volumes) &&
         !(json_is_array(volumes) && json_array_size(volumes) == 0)) {
         resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
@@ -491,8 +548,12 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     so.state_dir = o->state_dir;
     if (corral_sandbox_create(&so, &b->sb, &err) < 0) {
         free(b);
-        resp = execd_error(err.code == ENOENT ? 400 : 500, "SANDBOX::CREATE_FAILED",
-                           "cannot create the sandbox: %s", err.message);
+        if (err.code == EPERM && so.network)
+            resp = execd_error(403, "SANDBOX::NETWORK_NOT_ALLOWED", "%s", err.message);
+        else
+            resp =
+                execd_error(err.code == ENOENT || (err.code == EINVAL && so.network) ? 400 : 500,
+                            "SANDBOX::CREATE_FAILED", "cannot create the sandbox: %s", err.message);
         goto out;
     }
     b->image = json_pack("{s:O}", "uri", uri);
@@ -500,7 +561,8 @@ static struct http_response *create(struct osb *o, const struct http_request *re
                         ? json_incref(entry)
                         : json_pack("[s, s, s]", "tail", "-f", "/dev/null");
     b->metadata = json_is_object(meta) ? json_deep_copy(meta) : json_object();
-    b->network_policy = policy && !json_is_null(policy) ? json_deep_copy(policy) : NULL;
+    b->network_policy = kept;
+    kept = NULL;
     b->created_ms = b->transition_ms = wall_ms();
     b->manual = manual;
     pthread_mutex_lock(&o->lock);
@@ -514,6 +576,8 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     http_add_header(resp, "Location", location);
 out:
     corral_strv_free(envv);
+    apinet_free(&net);
+    json_decref(kept);
     json_decref(body);
     return resp;
 }
@@ -800,75 +864,182 @@ static struct http_response *one(struct osb *o, const struct http_request *req, 
 
 /* ---- the services of a sandbox: /sandboxes/{id}/proxy/{port}/... ---- */
 
-/* The egress API (18080): the sandbox's policy, as stored. */
+/* The egress API (18080): the sandbox's policy, enforced by corral itself
+ * where OpenSandbox runs a sidecar: names when they are looked up (at the
+ * sandbox's DNS resolver, a denied one does not resolve), addresses and
+ * ranges when connected to (nftables sends every connection out of the
+ * sandbox through corral's proxy, which refuses denied ones). */
+
+#define ENFORCEMENT "dns+nft"
+
+/* As OpenSandbox's sidecar names a policy. */
+static const char *policy_mode(json_t *p)
+{
+    bool allow = !strcmp(json_string_value(json_object_get(p, "defaultAction")), "allow");
+    if (json_array_size(json_object_get(p, "egress")))
+        return "enforcing";
+    return allow ? "allow_all" : "deny_all";
+}
+
+/* GET /policy's answer, and every change's; under o->lock. */
+static json_t *policy_status(struct box *b)
+{
+    json_t *policy = b->network_policy ? json_incref(b->network_policy) : NULL;
+    const char *reason =
+        "enforced by corral: the first rule that matches decides, else defaultAction; a name "
+        "when it is looked up (a denied name does not resolve), an address or range when "
+        "connected to (a denied connection is refused); this host's, private and link-local "
+        "addresses stay out of reach whatever the policy says";
+    if (!policy) {
+        enum corral_network_mode m = corral_sandbox_network_mode(b->sb);
+        if (m == CORRAL_NETWORK_POLICY) {
+            reason = "no networkPolicy was given: the sandbox has its template's policy";
+        } else {
+            bool internet = m == CORRAL_NETWORK_INTERNET;
+            policy =
+                json_pack("{s:s, s:[]}", "defaultAction", internet ? "allow" : "deny", "egress");
+            reason = internet ? "no networkPolicy was given: the sandbox has its template's "
+                                "network, the internet"
+                              : "no networkPolicy was given: the sandbox has no network until a "
+                                "policy allows some";
+        }
+    }
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s}", "status", "ok", "mode",
+                          policy ? policy_mode(policy) : "enforcing", "enforcementMode",
+                          ENFORCEMENT, "reason", reason);
+    if (j && policy)
+        json_object_set(j, "policy", policy);
+    json_decref(policy);
+    return j;
+}
+
+/* The policy after a change to cur (NULL: none, deny-all): POST and PUT
+ * replace it with body (NULL: deny-all); PATCH puts body's rules first (the
+ * first of a target wins) and keeps cur's other targets; DELETE removes
+ * the targets of body. */
+static json_t *changed_policy(json_t *cur, json_t *body, const char *m)
+{
+    if (!strcmp(m, "POST") || !strcmp(m, "PUT"))
+        return normal_policy(body);
+    json_t *base = cur ? json_incref(cur) : normal_policy(NULL);
+    json_t *out = json_array(), *seen = json_object();
+    size_t i;
+    json_t *r;
+    if (!strcmp(m, "PATCH")) {
+        json_array_foreach(body, i, r)
+        {
+            const char *t = json_string_value(json_object_get(r, "target"));
+            if (!json_object_get(seen, t)) {
+                json_object_set_new(seen, t, json_true());
+                json_array_append_new(out, json_pack("{s:O, s:O}", "action",
+                                                     json_object_get(r, "action"), "target",
+                                                     json_object_get(r, "target")));
+            }
+        }
+    } else {
+        json_array_foreach(body, i, r) json_object_set_new(seen, json_string_value(r), json_true());
+    }
+    json_array_foreach(json_object_get(base, "egress"), i, r)
+    {
+        const char *t = json_string_value(json_object_get(r, "target"));
+        if (!json_object_get(seen, t)) {
+            json_object_set_new(seen, t, json_true());
+            json_array_append(out, r);
+        }
+    }
+    json_t *p = json_pack("{s:O, s:o}", "defaultAction", json_object_get(base, "defaultAction"),
+                          "egress", out);
+    json_decref(seen);
+    json_decref(base);
+    return p;
+}
+
+static struct http_response *set_policy(struct osb *o, const char *id, json_t *body, const char *m)
+{
+    pthread_mutex_lock(&o->egress_lock);
+    pthread_mutex_lock(&o->lock);
+    struct box *b = lookup(o, id);
+    corral_sandbox *sb = b ? b->sb : NULL;
+    json_t *cur = b && b->network_policy ? json_incref(b->network_policy) : NULL;
+    if (sb)
+        corral_sandbox_retain(sb);
+    pthread_mutex_unlock(&o->lock);
+    struct http_response *resp = NULL;
+    json_t *next = sb ? changed_policy(cur, body, m) : NULL;
+    struct apinet net;
+    apinet_init(&net, false);
+    struct corral_error err;
+    if (!sb) {
+        resp = not_found(id);
+    } else if (!next) {
+        resp = execd_error(500, "INTERNAL_ERROR", "out of memory");
+    } else if (policy_network(next, &net, false, &resp) < 0) {
+        /* resp says why */
+    } else if (corral_sandbox_set_network(sb, &net.net, &err) < 0) {
+        if (err.code == EINVAL)
+            resp = execd_error(400, "INVALID_POLICY", "%s", err.message);
+        else if (err.code == EPERM)
+            resp = execd_error(403, "POLICY_NOT_ALLOWED", "%s", err.message);
+        else if (err.code == EAGAIN)
+            resp = execd_error(409, "SANDBOX_PAUSED", "%s", err.message);
+        else
+            resp = execd_error(500, "INTERNAL_ERROR", "cannot apply the policy: %s", err.message);
+    } else {
+        pthread_mutex_lock(&o->lock);
+        if ((b = lookup(o, id))) {
+            json_decref(b->network_policy);
+            b->network_policy = json_incref(next);
+            resp = http_json(200, policy_status(b));
+        }
+        pthread_mutex_unlock(&o->lock);
+        if (!resp)
+            resp = not_found(id);
+    }
+    apinet_free(&net);
+    json_decref(next);
+    json_decref(cur);
+    if (sb)
+        corral_sandbox_release(sb);
+    pthread_mutex_unlock(&o->egress_lock);
+    return resp;
+}
+
 static struct http_response *egress(struct osb *o, const struct http_request *req, const char *id,
                                     const char *path)
 {
     const char *m = req->method;
     if (!strcmp(path, "/healthz"))
         return http_text(200, "text/plain", "ok");
-    if (strcmp(path, "/policy"))
+    bool get = !strcmp(m, "GET"), patch = !strcmp(m, "PATCH"), del = !strcmp(m, "DELETE"),
+         replace = !strcmp(m, "POST") || !strcmp(m, "PUT");
+    if (strcmp(path, "/policy") || !(get || patch || del || replace))
         return execd_error(404, "NOT_FOUND", "no %s %s in the egress API", m, path);
+    if (get) {
+        pthread_mutex_lock(&o->lock);
+        struct box *b = lookup(o, id);
+        json_t *j = b ? policy_status(b) : NULL;
+        pthread_mutex_unlock(&o->lock);
+        return j ? http_json(200, j) : not_found(id);
+    }
     json_t *body = NULL;
     struct http_response *bad = NULL;
-    bool get = !strcmp(m, "GET");
-    if (!get && !(body = body_json(req, !strcmp(m, "PATCH") || !strcmp(m, "DELETE"), &bad)))
+    /* An empty POST or PUT resets the policy to deny-all, as the sidecar's. */
+    if (!(replace && !req->body_len) && !(body = body_json(req, patch || del, &bad)))
         return bad;
     char why[200] = "";
-    if (body && (!strcmp(m, "POST") || !strcmp(m, "PUT")) && !policy_ok(body, why, sizeof(why)))
+    bool strings = true;
+    size_t i;
+    json_t *x;
+    json_array_foreach(del ? body : NULL, i, x) strings = strings && json_is_string(x);
+    if (replace && body && !policy_ok(body, why, sizeof(why)))
         bad = execd_error(400, "INVALID_POLICY", "%s", why);
-    else if (body && !strcmp(m, "PATCH") && !rules_ok(body, why, sizeof(why)))
+    else if (patch && !rules_ok(body, why, sizeof(why)))
         bad = execd_error(400, "INVALID_POLICY", "%s", why);
-    if (bad) {
-        json_decref(body);
-        return bad;
-    }
-    pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
-    struct http_response *resp = NULL;
-    if (!b) {
-        resp = not_found(id);
-    } else if (!get) {
-        if (!b->network_policy)
-            b->network_policy = json_pack("{s:s, s:[]}", "defaultAction", "deny", "egress");
-        json_t *rules = json_object_get(b->network_policy, "egress");
-        if (!json_is_array(rules)) {
-            rules = json_array();
-            json_object_set_new(b->network_policy, "egress", rules);
-        }
-        if (!strcmp(m, "POST") || !strcmp(m, "PUT")) {
-            json_decref(b->network_policy);
-            b->network_policy = json_incref(body);
-        } else { /* PATCH merges rules by target; DELETE removes targets */
-            size_t i;
-            json_t *x;
-            json_array_foreach(body, i, x)
-            {
-                const char *target = json_is_string(x)
-                                         ? json_string_value(x)
-                                         : json_string_value(json_object_get(x, "target"));
-                for (size_t r = json_array_size(rules); target && r-- > 0;)
-                    if (!strcmp(
-                            json_string_value(json_object_get(json_array_get(rules, r), "target")),
-                            target))
-                        json_array_remove(rules, r);
-                if (!strcmp(m, "PATCH"))
-                    json_array_append(rules, x);
-            }
-        }
-    }
-    if (b && !resp) {
-        json_t *policy = b->network_policy
-                             ? json_incref(b->network_policy)
-                             : json_pack("{s:s, s:[]}", "defaultAction", "deny", "egress");
-        resp = http_json(
-            200, json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", "active", "mode", "deny-all",
-                           "enforcementMode", "no-network", "reason",
-                           "corral's sandboxes have no network: every connection out of them "
-                           "fails whatever the policy says; allow rules are kept and reported",
-                           "policy", policy));
-    }
-    pthread_mutex_unlock(&o->lock);
+    else if ((patch || del) && !json_array_size(body))
+        bad = execd_error(400, "INVALID_POLICY", "the body must be a non-empty array");
+    else if (del && !strings)
+        bad = execd_error(400, "INVALID_POLICY", "DELETE /policy takes an array of targets");
+    struct http_response *resp = bad ? bad : set_policy(o, id, body, m);
     json_decref(body);
     return resp;
 }
@@ -907,8 +1078,8 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
         resp = execd_handle(sb, req, path);
     else
         resp = execd_error(502, "PORT_NOT_REACHABLE",
-                           "nothing answers on port %u: corral's sandboxes have no network, and "
-                           "this server reaches execd (%d) and the egress API (%d) only",
+                           "nothing answers on port %u: this server reaches a sandbox's execd "
+                           "(%d) and its egress API (%d) only",
                            port, EXECD_PORT, EGRESS_PORT);
     corral_sandbox_release(sb);
     return resp;
@@ -984,6 +1155,7 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
     }
     o->max_timeout_s = opt->max_timeout_s ? opt->max_timeout_s : DEFAULT_MAX_S;
     pthread_mutex_init(&o->lock, NULL);
+    pthread_mutex_init(&o->egress_lock, NULL);
     *out = o;
     return 0;
 }
@@ -1012,6 +1184,7 @@ void osb_free(struct osb *o)
     corral_strv_free(o->api_keys);
     corral_strv_free(o->templates);
     free(o->state_dir);
+    pthread_mutex_destroy(&o->egress_lock);
     pthread_mutex_destroy(&o->lock);
     free(o);
 }
