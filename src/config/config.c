@@ -19,6 +19,7 @@
 #include "base/cleanup.h"
 #include "base/error.h"
 #include "base/util.h"
+#include "jail/netpolicy.h"
 
 #define TEMPLATE_NAME_MAX 63
 #define STATE_DIR_MAX     255
@@ -1053,6 +1054,8 @@ static const char *sandbox_providers_text(unsigned bits)
         return "opensandbox";
     case SB_E2B | SB_OPENSANDBOX:
         return "e2b or opensandbox";
+    case SB_LOCAL | SB_OPENSANDBOX:
+        return "local or opensandbox";
     default:
         return "local, e2b or opensandbox";
     }
@@ -1237,6 +1240,87 @@ static int walk_network_policy(const struct walk *w, const yaml_node_t *n, const
     return store_json(w, policy, dst);
 }
 
+/* An egress action: allow (true) or deny (false). */
+static int walk_action(const struct walk *w, const yaml_node_t *n, const char *what, bool *allow)
+{
+    const char *text = NULL;
+    int r = scalar(w, n, what, &text);
+    if (r < 0)
+        return r;
+    if (strcmp(text, "allow") && strcmp(text, "deny"))
+        return fail_at(w, n, EINVAL, "%s: '%.40s' is not an action (expected allow or deny)", what,
+                       text);
+    *allow = !strcmp(text, "allow");
+    return 0;
+}
+
+/* local's network_policy: {defaultAction, egress: [{action, target}]} into
+ * t->network (POLICY), every target checked as the sandbox's policy will be. */
+static int walk_local_network(const struct walk *w, const yaml_node_t *n, const char *what,
+                              struct gw_sandbox_tool *t)
+{
+    int r = expect_mapping(w, n, what, "defaultAction, egress", false);
+    if (r < 0)
+        return r;
+    static const char *const keys[] = {"defaultAction", "egress"};
+    static const char *const rkeys[] = {"action", "target"};
+    yaml_node_t *v[2], *rv[2];
+    char where[KEY_PATH_MAX + 8], sub[KEY_PATH_MAX], item[KEY_PATH_MAX], field[KEY_PATH_MAX];
+    snprintf(where, sizeof(where), "in %s", what);
+    if ((r = match_keys(w, n, keys, 2, where, false, v)) < 0)
+        return r;
+    t->network.mode = CORRAL_NETWORK_POLICY;
+    t->network.default_allow = false;
+    if (given(v[0]) &&
+        (r = walk_action(w, v[0], key_path(sub, sizeof(sub), what, "defaultAction", 0),
+                         &t->network.default_allow)) < 0)
+        return r;
+    size_t count = 0;
+    if (v[1]) {
+        key_path(sub, sizeof(sub), what, "egress", 0);
+        if ((r = expect_list(w, v[1], sub)) < 0)
+            return r;
+        count = r ? list_length(v[1]) : 0;
+        if (count > GW_NET_RULES_MAX)
+            return fail_at(w, v[1], EINVAL, "%s: %zu rules, at most %d", sub, count,
+                           GW_NET_RULES_MAX);
+    }
+    struct corral_network_rule *rules = calloc(count ? count : 1, sizeof(*rules));
+    if (!rules)
+        return out_of_memory(w);
+    t->network.rules = rules; /* t owns it as it fills */
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *rn = list_item(w, v[1], i);
+        key_path(item, sizeof(item), sub, NULL, i);
+        if ((r = expect_mapping(w, rn, item, "action, target", false)) < 0)
+            return r;
+        snprintf(where, sizeof(where), "in %s", item);
+        if ((r = match_keys(w, rn, rkeys, 2, where, false, rv)) < 0)
+            return r;
+        if (!rv[0] || !rv[1])
+            return fail_at(w, rn, EINVAL, "%s: %s is missing", item, rv[0] ? "target" : "action");
+        bool allow = false;
+        if ((r = walk_action(w, rv[0], key_path(field, sizeof(field), item, "action", 0), &allow)) <
+            0)
+            return r;
+        const char *target = NULL;
+        key_path(field, sizeof(field), item, "target", 0);
+        if ((r = scalar(w, rv[1], field, &target)) < 0)
+            return r;
+        struct jail_netpolicy check = {0};
+        struct corral_error terr = {0};
+        r = jail_netpolicy_add(&check, allow ? JAIL_NET_ALLOW : JAIL_NET_DENY, target, &terr);
+        jail_netpolicy_free(&check);
+        if (r < 0)
+            return fail_at(w, rv[1], EINVAL, "%s: %s", field, terr.message);
+        char *copy = strdup(target);
+        if (!copy)
+            return out_of_memory(w);
+        rules[t->network.n_rules++] = (struct corral_network_rule){.allow = allow, .target = copy};
+    }
+    return 0;
+}
+
 /* opensandbox's resourceLimits: a mapping of names to single values, every
  * value a JSON string (cpu: 1 is "1"). */
 static int walk_resources(const struct walk *w, const yaml_node_t *n, const char *what, char **dst)
@@ -1359,8 +1443,7 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
     static const unsigned char only[N] = {
         [DOMAIN] = SB_E2B,
         [SANDBOX_URL] = SB_E2B,
-        [INTERNET] = SB_E2B | SB_OPENSANDBOX,
-        [NETWORK_POLICY] = SB_OPENSANDBOX,
+        [NETWORK_POLICY] = SB_LOCAL | SB_OPENSANDBOX,
         [RESOURCES] = SB_OPENSANDBOX,
         [ENTRYPOINT] = SB_OPENSANDBOX,
         [REQUEST_TIMEOUT] = SB_E2B | SB_OPENSANDBOX,
@@ -1440,10 +1523,15 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
     if (given(p[INTERNET]) &&
         (r = walk_bool(w, p[INTERNET], WHAT(INTERNET), &t->allow_internet_access)) < 0)
         return r;
+    if (given(p[NETWORK_POLICY]) && provider == SB_LOCAL &&
+        (r = walk_local_network(w, p[NETWORK_POLICY], WHAT(NETWORK_POLICY), t)) < 0)
+        return r;
     if (given(p[NETWORK_POLICY]) &&
         (r = walk_network_policy(w, p[NETWORK_POLICY], WHAT(NETWORK_POLICY), &t->network_policy)) <
             0)
         return r;
+    if (provider == SB_LOCAL && !t->network_policy)
+        t->network.mode = t->allow_internet_access ? CORRAL_NETWORK_INTERNET : CORRAL_NETWORK_OFF;
     if (given(p[RESOURCES]) &&
         (r = walk_resources(w, p[RESOURCES], WHAT(RESOURCES), &t->resources)) < 0)
         return r;

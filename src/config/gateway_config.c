@@ -58,6 +58,9 @@ void gw_config_free(struct gw_config *c)
         free(t->domain);
         free(t->sandbox_url);
         free(t->network_policy);
+        for (size_t j = 0; j < t->network.n_rules; j++)
+            free((char *)t->network.rules[j].target);
+        free((struct corral_network_rule *)t->network.rules);
         free(t->resources);
         for (char **arg = t->entrypoint; arg && *arg; arg++)
             free(*arg);

@@ -118,12 +118,24 @@
  *     sandbox_url    e2b only: one http:// or https:// URL for every sandbox's envd and
  *                    code interpreter (routed by headers), trailing '/' removed; when
  *                    not written, E2B_SANDBOX_URL.
- *     allow_internet_access  e2b, opensandbox: a boolean (as enabled, below); default false.
- *     network_policy opensandbox only: a mapping, the sandbox's networkPolicy, taken as
- *                    written (os.environ/ is not resolved in it) and turned into JSON:
- *                    mappings are objects, lists arrays; plain true/false are booleans,
- *                    plain integers (443) integers, null/~/nothing null; any other
- *                    scalar, and every quoted one ("443"), a string.
+ *     allow_internet_access  a boolean (as enabled, below); default false. e2b: E2B's
+ *                    field; opensandbox: without network_policy, false sends a deny-all
+ *                    networkPolicy; local: true gives the sandboxes the network mode
+ *                    internet (else off).
+ *     network_policy opensandbox, local: a mapping, OpenSandbox's networkPolicy shape:
+ *                      defaultAction: allow | deny          (default deny)
+ *                      egress: [{action: allow|deny, target: pypi.org}, ...]
+ *                    opensandbox: taken as written (os.environ/ is not resolved in it)
+ *                    and turned into JSON: mappings are objects, lists arrays; plain
+ *                    true/false are booleans, plain integers (443) integers,
+ *                    null/~/nothing null; any other scalar, and every quoted one
+ *                    ("443"), a string.
+ *                    local: checked as written (no other keys; action and target
+ *                    required; at most GW_NET_RULES_MAX rules; targets as corral's
+ *                    struct corral_network_rule: example.com, "*.example.com", "*", an
+ *                    address, a range) and the sandboxes' network mode is policy: the
+ *                    first rule whose target matches decides, else defaultAction.
+ *                    When written, it decides and allow_internet_access is ignored.
  *     resources      opensandbox only: a mapping of names to single values, the
  *                    sandbox's resourceLimits, every value a string ({cpu: 1,
  *                    memory: 2Gi} is {"cpu":"1","memory":"2Gi"}).
@@ -169,6 +181,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "corral/corral.h"
+
+#define GW_NET_RULES_MAX 256 /* rules of a local tool's network_policy */
+
 enum gw_upstream_api { GW_API_CHAT = 0, GW_API_RESPONSES = 1 };
 
 struct gw_model {
@@ -208,12 +224,15 @@ struct gw_sandbox_tool {
     uint64_t timeout_ms; /* how long a sandbox lives unused, at most its container's
                             expiry (plus a minute); 0 = that */
     /* remote providers */
-    char *domain;                /* e2b: written or $E2B_DOMAIN, NULL = none */
-    char *sandbox_url;           /* e2b: written or $E2B_SANDBOX_URL (one URL for every sandbox's
-                                    envd and code interpreter, routed by headers), NULL = none */
-    bool allow_internet_access;  /* e2b, opensandbox: default false */
-    char *network_policy;        /* opensandbox: networkPolicy as compact JSON object text,
-                                    NULL = not written */
+    char *domain;               /* e2b: written or $E2B_DOMAIN, NULL = none */
+    char *sandbox_url;          /* e2b: written or $E2B_SANDBOX_URL (one URL for every sandbox's
+                                   envd and code interpreter, routed by headers), NULL = none */
+    bool allow_internet_access; /* default false */
+    char *network_policy;       /* opensandbox, local: networkPolicy as compact JSON object
+                                   text, NULL = not written */
+    /* local: the network of its sandboxes (OFF; INTERNET with allow_internet_access;
+     * POLICY with network_policy, whose rules and targets it holds, owned) */
+    struct corral_network network;
     char *resources;             /* opensandbox: resourceLimits as compact JSON object text
                                     ({"cpu":"1","memory":"2Gi"}), NULL = not written */
     char **entrypoint;           /* opensandbox: NULL-terminated, NULL = not written */

@@ -20,23 +20,51 @@
 #include "gateway/translate.h"
 #include "gateway/upstream.h"
 
-#define TOOL_DESCRIPTION(network)                                                                  \
+#define TOOL_DESCRIPTION_HEAD                                                                      \
     "Execute Python code in a stateful Jupyter-style sandbox and see what it produced. "           \
     "Variables, imports and files persist between calls in the same conversation. The working "    \
     "directory is /mnt/data: files saved there are shown to the user. numpy, pandas and "          \
-    "matplotlib are available; figures are displayed with plt.show(). " network                    \
+    "matplotlib are available; figures are displayed with plt.show(). "
+#define TOOL_DESCRIPTION_TAIL                                                                      \
     " The result lists stdout, stderr, the value of the last expression, any error "               \
     "with its traceback, the files created or changed in /mnt/data and the images displayed."
 
-/* What the model is told of the sandbox's network: a remote sandbox tool may
- * open it. */
-static const char *tool_description(const struct gw_call *c)
+/* The sandbox tool of the call's new containers. */
+static const struct gw_sandbox_tool *call_tool(const struct gw_call *c)
 {
     const char *name = c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
-    const struct gw_sandbox_tool *t = name ? gw_config_tool(c->gw->cfg, name) : NULL;
-    if (t && (t->allow_internet_access || t->network_policy))
-        return TOOL_DESCRIPTION("Internet access may be limited by a network policy.");
-    return TOOL_DESCRIPTION("There is no internet access.");
+    return name ? gw_config_tool(c->gw->cfg, name) : NULL;
+}
+
+/* What the model is told of the sandbox, its network included: the network
+ * of the container the code will run in (the one named or continued, else
+ * a new one of the call's tool and the auto container's network_policy). */
+static const char *tool_description(struct gw_call *c)
+{
+    const struct gw_sandbox_tool *tool = call_tool(c);
+    const json_t *policy = c->auto_network;
+    json_t *held = NULL;
+    struct gw_container *ct = NULL;
+    if (c->container)
+        ct = c->container;
+    else if (c->wanted_container &&
+             gw_container_find(c->gw, c->wanted_container, c->owner, &ct) < 0)
+        ct = NULL;
+    if (ct) {
+        tool = ct->tool;
+        policy = held = json_incref(json_object_get(ct->obj, "network_policy"));
+        if (ct != c->container)
+            gw_container_put(c->gw, ct, false);
+    }
+    char *network = gw_network_sentence(tool, policy);
+    json_decref(held);
+    free(c->tool_desc);
+    c->tool_desc = NULL;
+    if (asprintf(&c->tool_desc, "%s%s%s", TOOL_DESCRIPTION_HEAD,
+                 network ? network : "There is no internet access.", TOOL_DESCRIPTION_TAIL) < 0)
+        c->tool_desc = NULL;
+    free(network);
+    return c->tool_desc ? c->tool_desc : TOOL_DESCRIPTION_HEAD TOOL_DESCRIPTION_TAIL;
 }
 
 static const char *const RESPONSES_OWN_KEYS[] = {
@@ -342,13 +370,12 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         if (c->container_explicit)
             return NULL;
     }
-    const char *tool_name =
-        c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
-    const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(c->gw->cfg, tool_name) : NULL;
+    const struct gw_sandbox_tool *tool = call_tool(c);
     struct gw_container_spec spec = {
         .max_containers = (unsigned)c->policy.max_containers,
         .max_memory = c->policy.max_memory,
         .memory_limit = c->auto_memory,
+        .network_policy = c->auto_network,
         .persistent = c->api == CORRAL_GATEWAY_RESPONSES && c->store,
     };
     if (gw_container_create(c->gw, tool, c->owner, &spec, &c->container, err) < 0)
@@ -777,6 +804,13 @@ static int take_auto_options(struct gw_call *c, json_t *container, const char *p
         json_decref(c->auto_file_ids);
         c->auto_file_ids = json_incref(ids);
     }
+    json_t *network = NULL;
+    snprintf(p, sizeof(p), "%s.network_policy", param);
+    if (gw_network_policy_take(call_tool(c), json_object_get(container, "network_policy"), p,
+                               &network, c->out) < 0)
+        return -EINVAL;
+    json_decref(c->auto_network);
+    c->auto_network = network;
     return 0;
 }
 
@@ -1254,6 +1288,8 @@ static void call_free(struct gw_call *c)
     free(c->auto_memory);
     gw_key_policy_free(&c->policy);
     json_decref(c->auto_file_ids);
+    json_decref(c->auto_network);
+    free(c->tool_desc);
     json_decref(c->input_files);
     json_decref(c->images);
 }

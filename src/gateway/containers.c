@@ -15,6 +15,10 @@
  * with status "expired". Containers of requests that store nothing (chat
  * completions, store: false) are private to their call: never listed,
  * removed when the call ends.
+ *
+ * A container's network_policy (OpenAI's: disabled, or an allowlist of
+ * domains) is kept in its record and narrows its sandbox tool's network
+ * when the sandbox starts (gw_network_effective).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +32,7 @@
 
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
+#include "jail/netpolicy.h"
 
 #define FILE_MAX (512ull << 20) /* bytes of one container file copied out */
 
@@ -161,13 +166,176 @@ void gw_remove_tree(const char *path)
 /* ---- the record ---- */
 
 static json_t *container_object(const char *id, const char *name, int64_t created_at,
-                                int64_t last_active_at, uint64_t expiry_ms, const char *memory)
+                                int64_t last_active_at, uint64_t expiry_ms, const char *memory,
+                                const json_t *network_policy)
 {
-    return json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:s, s:I}, s:I, s:s}", "id", id, "object",
-                     "container", "name", name, "created_at", (json_int_t)created_at, "status",
-                     "running", "expires_after", "anchor", "last_active_at", "minutes",
-                     (json_int_t)((expiry_ms + 59999) / 60000), "last_active_at",
-                     (json_int_t)last_active_at, "memory_limit", memory);
+    json_t *obj = json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:s, s:I}, s:I, s:s}", "id", id, "object",
+                            "container", "name", name, "created_at", (json_int_t)created_at,
+                            "status", "running", "expires_after", "anchor", "last_active_at",
+                            "minutes", (json_int_t)((expiry_ms + 59999) / 60000), "last_active_at",
+                            (json_int_t)last_active_at, "memory_limit", memory);
+    if (obj && network_policy &&
+        json_object_set_new(obj, "network_policy", json_deep_copy(network_policy)) < 0) {
+        json_decref(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+/* ---- its network ---- */
+
+static void policy_error(struct corral_gateway_reply *out, const char *code, const char *param,
+                         const char *msg)
+{
+    gw_reply_error(out, 400, "invalid_request_error", param, code, "%s", msg);
+}
+
+/* A domain of an allowlist: a DNS name or "*.name" (no address, range or
+ * bare "*"), as corral's egress policies read it. */
+static bool domain_ok(const char *d)
+{
+    if (!*d || !strcmp(d, "*") || strchr(d, ':') || strchr(d, '/'))
+        return false;
+    bool numeric = true;
+    for (const char *s = d; *s; s++)
+        numeric &= (*s >= '0' && *s <= '9') || *s == '.';
+    if (numeric)
+        return false;
+    struct jail_netpolicy check = {0};
+    struct corral_error err;
+    int rc = jail_netpolicy_add(&check, JAIL_NET_ALLOW, d, &err);
+    jail_netpolicy_free(&check);
+    return rc == 0;
+}
+
+int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *policy,
+                           const char *param, json_t **normalized, struct corral_gateway_reply *out)
+{
+    char p[160], msg[512];
+    *normalized = NULL;
+    if (!policy || json_is_null(policy))
+        return 0;
+    if (!json_is_object(policy)) {
+        snprintf(msg, sizeof(msg), "Invalid type for '%s': expected an object.", param);
+        policy_error(out, "invalid_type", param, msg);
+        return -EINVAL;
+    }
+    snprintf(p, sizeof(p), "%s.type", param);
+    json_t *type = json_object_get(policy, "type");
+    const char *t = json_string_value(type);
+    if (!type || json_is_null(type)) {
+        snprintf(msg, sizeof(msg), "Missing required parameter: '%s'.", p);
+        policy_error(out, "missing_required_parameter", p, msg);
+        return -EINVAL;
+    }
+    if (!t || (strcmp(t, "disabled") && strcmp(t, "allowlist"))) {
+        snprintf(msg, sizeof(msg),
+                 "Invalid value for '%s': expected one of 'disabled' or 'allowlist'.", p);
+        policy_error(out, "invalid_value", p, msg);
+        return -EINVAL;
+    }
+    json_t *secrets = json_object_get(policy, "domain_secrets");
+    if (secrets && !json_is_null(secrets)) {
+        snprintf(p, sizeof(p), "%s.domain_secrets", param);
+        snprintf(msg, sizeof(msg),
+                 "'%s' is not supported by this server: injecting secrets into a sandbox's "
+                 "requests needs TLS interception, which it does not do.",
+                 p);
+        policy_error(out, "unsupported_parameter", p, msg);
+        return -EINVAL;
+    }
+    if (!strcmp(t, "disabled")) {
+        *normalized = json_pack("{s:s}", "type", "disabled");
+        return 0;
+    }
+    snprintf(p, sizeof(p), "%s.allowed_domains", param);
+    json_t *domains = json_object_get(policy, "allowed_domains");
+    if (!domains || json_is_null(domains)) {
+        snprintf(msg, sizeof(msg), "Missing required parameter: '%s'.", p);
+        policy_error(out, "missing_required_parameter", p, msg);
+        return -EINVAL;
+    }
+    if (!json_is_array(domains) || !json_array_size(domains) ||
+        json_array_size(domains) > GW_DOMAINS_MAX) {
+        snprintf(msg, sizeof(msg),
+                 "Invalid value for '%s': expected an array of 1 to %d domain names.", p,
+                 GW_DOMAINS_MAX);
+        policy_error(out, json_is_array(domains) ? "invalid_value" : "invalid_type", p, msg);
+        return -EINVAL;
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(domains, i, d)
+    {
+        if (!json_is_string(d) || !domain_ok(json_string_value(d))) {
+            char item[200];
+            snprintf(item, sizeof(item), "%s[%zu]", p, i);
+            snprintf(msg, sizeof(msg),
+                     "Invalid value for '%s': expected a domain name (example.com, or "
+                     "*.example.com for the names below it), got %s%.200s%s.",
+                     item, json_is_string(d) ? "'" : "",
+                     json_is_string(d) ? json_string_value(d) : "a value of another type",
+                     json_is_string(d) ? "'" : "");
+            policy_error(out, "invalid_value", item, msg);
+            return -EINVAL;
+        }
+    }
+    json_t *norm = json_pack("{s:s, s:O}", "type", "allowlist", "allowed_domains", domains);
+    /* A local sandbox of this tool would have a network the server allows? */
+    if (norm && (!tool || !tool->provider || !strcmp(tool->provider, "local"))) {
+        struct gw_network net;
+        struct corral_error err;
+        if (gw_network_effective(tool, norm, &net, &err) == 0) {
+            enum corral_network_mode mode = net.net.mode;
+            gw_network_free(&net);
+            if (!corral_network_mode_allowed(mode)) {
+                snprintf(msg, sizeof(msg),
+                         "Invalid value for '%s': this server does not allow sandboxes the "
+                         "network mode '%s' this allowlist needs.",
+                         param, corral_network_mode_name(mode));
+                policy_error(out, "invalid_value", param, msg);
+                json_decref(norm);
+                return -EINVAL;
+            }
+        }
+    }
+    *normalized = norm;
+    return 0;
+}
+
+char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *policy)
+{
+    struct gw_network net;
+    struct corral_error err;
+    if (gw_network_effective(tool, policy, &net, &err) < 0)
+        return strdup("Internet access may be limited by a network policy.");
+    struct strbuf b = {0};
+    const struct corral_network *n = &net.net;
+    if (n->mode == CORRAL_NETWORK_OFF) {
+        strbuf_puts(&b, "There is no internet access.");
+    } else if (n->mode == CORRAL_NETWORK_INTERNET) {
+        strbuf_puts(&b, "It has internet access (TCP and DNS).");
+    } else if (n->default_allow) {
+        strbuf_puts(&b, "It has internet access (TCP and DNS), except to the hosts a network "
+                        "policy denies.");
+    } else {
+        strbuf_puts(&b, "Its network reaches only these hosts (TCP and DNS), all else is "
+                        "refused:");
+        size_t shown = 0, allowed = 0;
+        for (size_t i = 0; i < n->n_rules; i++) {
+            if (!n->rules[i].allow)
+                continue;
+            if (allowed++ < 20)
+                strbuf_printf(&b, "%s %s", shown++ ? "," : "", n->rules[i].target);
+        }
+        if (allowed > shown)
+            strbuf_printf(&b, " and %zu more", allowed - shown);
+        strbuf_puts(&b, ".");
+    }
+    gw_network_free(&net);
+    char *text = b.len ? strdup(strbuf_str(&b)) : NULL;
+    strbuf_free(&b);
+    return text;
 }
 
 static void save_record(corral_gateway *gw, struct gw_container *c)
@@ -243,8 +411,8 @@ int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, 
         bytes = gw->cfg->container_memory_max;
     if (spec && spec->max_memory && bytes > spec->max_memory)
         bytes = spec->max_memory;
-    json_t *obj =
-        container_object(id, spec && spec->name ? spec->name : "", now, now, expiry, memory);
+    json_t *obj = container_object(id, spec && spec->name ? spec->name : "", now, now, expiry,
+                                   memory, spec ? spec->network_policy : NULL);
     struct gw_container *c =
         container_new(gw, tool, owner, obj, expiry, bytes, spec && spec->persistent, err);
     if (!c)
@@ -338,7 +506,9 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
                                   .lifetime_ms = sandbox_lifetime(c),
                                   .memory_bytes = c->memory_bytes,
                                   .gateway_tag = gw->tag,
-                                  .run_tag = gw->run_tag};
+                                  .run_tag = gw->run_tag,
+                                  /* set at creation, never changed: no lock */
+                                  .network_policy = json_object_get(c->obj, "network_policy")};
     int rc = c->provider->create(c->tool, &o, &c->sb, err);
     if (rc < 0)
         return rc;

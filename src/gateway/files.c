@@ -323,6 +323,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     json_t *expires = json_object_get(body, "expires_after");
     json_t *memory = json_object_get(body, "memory_limit");
     json_t *ids = json_object_get(body, "file_ids");
+    json_t *network = NULL;
     struct gw_key_policy policy;
     gw_key_policy(gw, r->key, &policy);
     struct gw_container_spec spec = {.name = name,
@@ -354,6 +355,12 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
         }
         spec.memory_limit = json_string_value(memory);
     }
+    const char *tool_name = gw->cfg->default_tool;
+    const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
+    if (gw_network_policy_take(tool, json_object_get(body, "network_policy"), "network_policy",
+                               &network, out) < 0)
+        goto done;
+    spec.network_policy = network;
     if (ids && !json_is_null(ids)) {
         size_t i;
         json_t *fid;
@@ -371,8 +378,6 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
             }
         }
     }
-    const char *tool_name = gw->cfg->default_tool;
-    const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
     struct gw_container *c;
     if (gw_container_create(gw, tool, owner, &spec, &c, &err) < 0) {
         if (err.code == EDQUOT)
@@ -395,6 +400,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     gw_container_put(gw, c, false);
     gw_reply_json(out, 200, obj);
 done:
+    json_decref(network);
     json_decref(body);
 }
 

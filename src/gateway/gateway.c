@@ -246,6 +246,18 @@ static int open_data(corral_gateway *gw, struct corral_error *err)
 int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
                                struct corral_error *err)
 {
+    /* A local tool's network mode must be one the server allows (network.modes). */
+    for (size_t i = 0; i < cfg->n_tools; i++) {
+        const struct gw_sandbox_tool *t = &cfg->tools[i];
+        if (strcmp(t->provider, "local") || corral_network_mode_allowed(t->network.mode))
+            continue;
+        int rc = corral_fail(err, EPERM,
+                             "sandbox tool '%s' asks for the network mode %s, which network.modes "
+                             "does not allow",
+                             t->name, corral_network_mode_name(t->network.mode));
+        gw_config_free(cfg);
+        return rc;
+    }
     corral_gateway *gw = calloc(1, sizeof(*gw));
     if (!gw) {
         gw_config_free(cfg);

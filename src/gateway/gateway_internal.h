@@ -57,13 +57,29 @@ struct gw_container {
 };
 
 struct gw_container_spec {
-    unsigned max_containers;  /* the owner's running containers at most; 0 = no limit */
-    uint64_t max_memory;      /* the owner's cap on memory_limit; 0 = none */
-    const char *name;         /* NULL = "" */
-    uint64_t expiry_ms;       /* 0 = gateway.container_expiry */
-    const char *memory_limit; /* "1g"... NULL = "1g" (capped by container_memory_max) */
+    unsigned max_containers;      /* the owner's running containers at most; 0 = no limit */
+    uint64_t max_memory;          /* the owner's cap on memory_limit; 0 = none */
+    const char *name;             /* NULL = "" */
+    uint64_t expiry_ms;           /* 0 = gateway.container_expiry */
+    const char *memory_limit;     /* "1g"... NULL = "1g" (capped by container_memory_max) */
+    const json_t *network_policy; /* checked (gw_network_policy_take); NULL = none */
     bool persistent;
 };
+
+/* A request's network_policy (`param` names it in errors): NULL or JSON
+ * null is none (0, *out NULL); {"type": "disabled"} or {"type":
+ * "allowlist", "allowed_domains": [1 to GW_DOMAINS_MAX domain names, or
+ * "*.name"]} gives *out, the policy as the container keeps it (type and
+ * allowed_domains only). domain_secrets (needs TLS interception), any other
+ * shape, and a policy the tool's sandboxes could not have (the server's
+ * network modes) fill `out` with a 400 in OpenAI's shape: -EINVAL. */
+#define GW_DOMAINS_MAX 256
+int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *policy,
+                           const char *param, json_t **normalized,
+                           struct corral_gateway_reply *out);
+/* What the code tool's description says of a sandbox's network (tool and
+ * container network_policy as gw_network_effective), malloc'ed. */
+char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *policy);
 
 struct corral_gateway {
     struct gw_config *cfg;
@@ -265,6 +281,8 @@ struct gw_call {
     bool container_explicit; /* the tool named it: it must be there */
     char *auto_memory;       /* an auto container's memory_limit */
     json_t *auto_file_ids;   /* an auto container's file_ids */
+    json_t *auto_network;    /* an auto container's network_policy (checked), NULL = none */
+    char *tool_desc;         /* the code tool's description */
     json_t *input_files;     /* file ids of the request's input_file parts (uploads) */
     bool input_files_in;     /* copied into the container */
     json_t *images;          /* file ids of the images displayed, to cite */

@@ -64,7 +64,8 @@ struct learned {
 };
 
 struct conn_slot {
-    int fd; /* the sandbox's side, or -1 */
+    int fd;  /* the sandbox's side, or -1 */
+    int out; /* the destination's, or -1 */
 };
 
 struct egress_box {
@@ -81,6 +82,7 @@ struct egress_box {
     size_t n_learned;
     struct conn_slot conns[EGRESSD_MAX_CONNECTIONS];
     unsigned n_conns, n_dns;
+    bool detached; /* relayed connections end */
     double log_tokens;
     uint64_t log_at_ms, log_suppressed;
 
@@ -492,12 +494,13 @@ static void reset_close(int fd)
     close(fd);
 }
 
-/* Copies bytes both ways until both sides are done. */
-static void relay(int a, int b)
+/* Copies bytes both ways until both sides are done. False when one side
+ * failed (a reset), for the caller to reset the other. */
+static bool relay(int a, int b)
 {
     char *buf = malloc(RELAY_BUF);
     if (!buf)
-        return;
+        return false;
     bool open_in[2] = {true, true}; /* a -> b, b -> a */
     int from[2] = {a, b}, to[2] = {b, a};
     while (open_in[0] || open_in[1]) {
@@ -546,10 +549,13 @@ static void relay(int a, int b)
                     off += w;
             }
         }
-        if (fail)
-            break;
+        if (fail) {
+            free(buf);
+            return false;
+        }
     }
     free(buf);
+    return true;
 }
 
 static void *conn_main(void *arg)
@@ -577,21 +583,24 @@ static void *conn_main(void *arg)
     }
     if (reason)
         deny_log(b, "tcp %s (%s)", where, reason);
+    bool clean = false;
     if (out >= 0) {
         int one = 1;
         setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         setsockopt(job->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        relay(job->fd, out);
-        close(out);
+        pthread_mutex_lock(&b->lock);
+        b->conns[job->slot].out = out;
+        bool gone = b->detached;
+        pthread_mutex_unlock(&b->lock);
+        clean = !gone && relay(job->fd, out);
     }
     pthread_mutex_lock(&b->lock);
-    b->conns[job->slot].fd = -1;
+    b->conns[job->slot].fd = b->conns[job->slot].out = -1;
     b->n_conns--;
     pthread_mutex_unlock(&b->lock);
     if (out >= 0)
-        close(job->fd);
-    else
-        reset_close(job->fd);
+        clean ? close(out) : reset_close(out);
+    clean ? close(job->fd) : reset_close(job->fd);
     free(job);
     box_unref(b);
     return NULL;
@@ -1187,7 +1196,7 @@ int egressd_attach(int netns_fd, const char *id, const struct jail_netpolicy *po
     b->log_tokens = LOG_BURST;
     b->log_at_ms = corral_now_ms();
     for (int i = 0; i < EGRESSD_MAX_CONNECTIONS; i++)
-        b->conns[i].fd = -1;
+        b->conns[i].fd = b->conns[i].out = -1;
     b->learned = calloc(MAX_LEARNED, sizeof(*b->learned));
     b->netns_fd = fcntl(netns_fd, F_DUPFD_CLOEXEC, 3);
     if (!b->learned || b->netns_fd < 0) {
@@ -1282,9 +1291,13 @@ void egressd_detach(struct egress_box *b)
     svc.graveyard = b;
     pthread_mutex_unlock(&svc.lock);
     pthread_mutex_lock(&b->lock);
-    for (int i = 0; i < EGRESSD_MAX_CONNECTIONS; i++)
+    b->detached = true;
+    for (int i = 0; i < EGRESSD_MAX_CONNECTIONS; i++) {
         if (b->conns[i].fd >= 0)
             shutdown(b->conns[i].fd, SHUT_RDWR);
+        if (b->conns[i].out >= 0)
+            shutdown(b->conns[i].out, SHUT_RDWR);
+    }
     pthread_mutex_unlock(&b->lock);
     uint64_t one = 1;
     ssize_t n = write(svc.wake, &one, sizeof(one));

@@ -222,11 +222,27 @@ static int create_remote(struct gw_sandbox *s, const struct gw_sandbox_tool *too
                          const struct gw_create_options *o, struct corral_error *err)
 {
     uint64_t secs = (o->lifetime_ms + 999) / 1000;
-    json_t *body =
-        json_pack("{s:s, s:I, s:b, s:b, s:o}", "templateID",
-                  tool->template_id ? tool->template_id : DEFAULT_TEMPLATE, "timeout",
-                  (json_int_t)secs, "secure", 1, "allow_internet_access",
-                  tool->allow_internet_access, "metadata", rm_labels(o->gateway_tag, o->run_tag));
+    /* The container's network_policy narrows the tool's: an allowlist is
+     * E2B's network.allowOut with denyOut 0.0.0.0/0 (ALL_TRAFFIC, which E2B
+     * requires beside allowed names; allowOut wins over it). */
+    struct gw_network net;
+    int nrc = gw_network_effective(tool, o->network_policy, &net, err);
+    if (nrc < 0)
+        return nrc;
+    json_t *body = json_pack("{s:s, s:I, s:b, s:b, s:o}", "templateID",
+                             tool->template_id ? tool->template_id : DEFAULT_TEMPLATE, "timeout",
+                             (json_int_t)secs, "secure", 1, "allow_internet_access",
+                             net.net.mode == CORRAL_NETWORK_INTERNET, "metadata",
+                             rm_labels(o->gateway_tag, o->run_tag));
+    if (body && net.net.mode == CORRAL_NETWORK_POLICY) {
+        json_t *allow = json_array();
+        for (size_t i = 0; i < net.net.n_rules; i++)
+            if (net.net.rules[i].allow)
+                json_array_append_new(allow, json_string(net.net.rules[i].target));
+        json_object_set_new(body, "network",
+                            json_pack("{s:o, s:[s]}", "allowOut", allow, "denyOut", "0.0.0.0/0"));
+    }
+    gw_network_free(&net);
     cleanup_free char *text = dump_new(body);
     if (!text)
         return corral_fail(err, ENOMEM, "out of memory");

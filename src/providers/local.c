@@ -2,7 +2,8 @@
  * The `local` sandbox provider: the model's code runs in corral's own
  * sandboxes (libcorral), in a Python context whose working directory is
  * /mnt/data. Files written there are found by listing the directory before
- * and after each execution.
+ * and after each execution. The sandbox's network is the tool's (off unless
+ * it says), narrowed by the container's network_policy (gw_network_effective).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,7 +30,17 @@ static int local_create(const struct gw_sandbox_tool *tool, const struct gw_crea
     o.timeout_ms = co->lifetime_ms;
     o.state_dir = co->state_dir;
     o.limits.memory_bytes = co->memory_bytes;
-    int rc = corral_sandbox_create(&o, &s->sb, err);
+    /* The tool's network within the container's: always given, so that a
+     * template's own network never widens it. */
+    struct gw_network net;
+    int rc = gw_network_effective(tool, co->network_policy, &net, err);
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+    o.network = &net.net;
+    rc = corral_sandbox_create(&o, &s->sb, err);
+    gw_network_free(&net);
     if (rc < 0) {
         free(s);
         return rc;

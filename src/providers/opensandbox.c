@@ -197,10 +197,28 @@ static json_t *create_body(const struct gw_sandbox_tool *tool, uint64_t timeout_
     json_error_t je;
     json_t *limits = json_loads(tool->resources ? tool->resources : DEFAULT_LIMITS, 0, &je);
     json_t *policy = NULL;
-    if (tool->network_policy)
+    if (o->network_policy) { /* the tool's narrowed by the container's */
+        struct gw_network net;
+        if (gw_network_effective(tool, o->network_policy, &net, err) < 0) {
+            json_decref(entry);
+            json_decref(limits);
+            return NULL;
+        }
+        json_t *egress = json_array();
+        for (size_t i = 0; net.net.mode == CORRAL_NETWORK_POLICY && i < net.net.n_rules; i++)
+            json_array_append_new(egress, json_pack("{s:s, s:s}", "action",
+                                                    net.net.rules[i].allow ? "allow" : "deny",
+                                                    "target", net.net.rules[i].target));
+        policy = json_pack("{s:s, s:o}", "defaultAction",
+                           net.net.mode == CORRAL_NETWORK_POLICY && net.net.default_allow ? "allow"
+                                                                                          : "deny",
+                           "egress", egress);
+        gw_network_free(&net);
+    } else if (tool->network_policy) {
         policy = json_loads(tool->network_policy, 0, &je);
-    else if (!tool->allow_internet_access) /* LiteLLM's default: no egress */
+    } else if (!tool->allow_internet_access) { /* LiteLLM's default: no egress */
         policy = json_pack("{s:s, s:[]}", "defaultAction", "deny", "egress");
+    }
     if (!json_is_object(limits) || (tool->network_policy && !json_is_object(policy))) {
         json_decref(entry);
         json_decref(limits);

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/strbuf.h"
 #include "config/gateway_config.h"
+#include "corral/corral.h"
 
 /* What one execution produced. Strings are NUL-terminated and never NULL
  * (empty when nothing came); texts beyond the provider's cap are cut and
@@ -92,7 +93,42 @@ struct gw_create_options {
     /* Remote: labels (metadata corral_gateway and corral_run) naming the
      * gateway, lasting across its restarts, and this run of it; NULL = none. */
     const char *gateway_tag, *run_tag;
+    /* The container's network_policy as OpenAI's Containers API has it
+     * ({"type": "disabled"} or {"type": "allowlist", "allowed_domains":
+     * [...]}, checked by the gateway); NULL = none: the tool's network. */
+    const json_t *network_policy;
 };
+
+/* ---- networks (network.c) ---- */
+
+/* A network that owns its rules and their targets. */
+struct gw_network {
+    struct corral_network net;
+};
+void gw_network_free(struct gw_network *n);
+
+/* The network a tool gives its sandboxes, in corral's terms: local's own
+ * (OFF, INTERNET or POLICY); e2b's allow_internet_access (INTERNET or
+ * OFF); opensandbox's network_policy when it is {defaultAction, egress:
+ * [{action, target}]} (POLICY), else allow_internet_access. 0, or -EINVAL
+ * (an opensandbox network_policy of another shape: *out is then OFF). */
+int gw_tool_network(const struct gw_sandbox_tool *tool, struct gw_network *out);
+
+/* The network of a sandbox of `tool` in a container whose network_policy
+ * is `policy` (NULL = none): the tool's, narrowed by the container's.
+ *   - tool OFF, or policy disabled: OFF;
+ *   - no policy: the tool's;
+ *   - policy allowlist: POLICY, default deny: the tool's deny rules first
+ *     (all of them, in order), then an allow rule for each allowed domain the
+ *     tool allows whole (its first rule meeting the domain covers it and
+ *     allows, or no rule meets it and the tool's default allows; INTERNET
+ *     allows every name), and for a domain it allows only in part, the tool's
+ *     allow rules for names within it. Nothing allowed: OFF.
+ * An address or range never matches a domain: the tool's allow rules of
+ * addresses are dropped (its deny rules stay). 0, -EINVAL with *err when
+ * the tool's network cannot be read (gw_tool_network), -ENOMEM. */
+int gw_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
+                         struct gw_network *out, struct corral_error *err);
 
 struct gw_provider {
     const char *name;

@@ -165,6 +165,39 @@ def test_refuses_a_public_address_from_the_config(tmp_path):
     assert f"the gateway would listen on 0.0.0.0:{port} without a master key" in p.stderr
 
 
+def test_refuses_a_sandbox_tool_network_the_server_does_not_allow(tmp_path):
+    tool = ("sandbox_tools:\n  - sandbox_tool_name: net\n    litellm_params:\n"
+            "      sandbox_provider: local\n      allow_internet_access: true\n")
+    cfg = write_config(tmp_path, tool)
+    p = subprocess.run([CORRAL, "serve", "--listen", "off", "--opensandbox-listen", "off",
+                        "--gateway-listen", f"127.0.0.1:{free_port()}", "--config", cfg],
+                       capture_output=True, text=True, env=clean_env(), timeout=30)
+    assert p.returncode != 0, p.stderr
+    assert ("sandbox tool 'net' asks for the network mode internet, which network.modes does "
+            "not allow") in p.stderr, p.stderr
+    # allowed by the operator: served
+    cfg = write_config(tmp_path, "network:\n  modes: [off, internet]\n" + tool)
+    port = free_port()
+    proc = subprocess.Popen([CORRAL, "serve", "--listen", "off", "--opensandbox-listen", "off",
+                             "--gateway-listen", f"127.0.0.1:{port}", "--config", cfg],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=clean_env())
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+        else:
+            raise AssertionError("corral serve did not listen")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 def test_a_public_address_with_a_master_key_is_served():
     port = free_port()
     proc = subprocess.Popen([CORRAL, "serve", "--listen", "off", "--opensandbox-listen", "off",

@@ -67,7 +67,7 @@ export async function remoteSandboxes(provider, host) {
   return provider === 'e2b' ? body.map((s) => s.sandboxID) : body.items.map((s) => s.id);
 }
 
-export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], sandboxHost = null } = {}) {
+export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], sandboxHost = null, topLines = [] } = {}) {
   const model = (name, api, extra = '') =>
     [
       `  - model_name: ${name}`,
@@ -92,6 +92,7 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
           '    sandbox_tool_name: remote',
         ]
       : []),
+    ...topLines,
     'general_settings:',
     `  master_key: ${MASTER_KEY}`,
     'gateway:',
@@ -106,9 +107,10 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
  * Registers the hooks of a gateway test file: the upstream mock, a config
  * file naming it, `corral serve` with the gateway (through the harness's
  * useServer, which also checks the clean exit and the host afterwards) and
- * an `openai` client. Returns {upstream, server, client, dir, marker()}.
+ * an `openai` client (topLines: top-level YAML lines added to the config).
+ * Returns {upstream, server, client, dir, marker()}.
  */
-export function useGateway({ gatewayLines = [] } = {}) {
+export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
   const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null };
   let client = null;
   // With a remote provider: every sandbox the gateway made must be deleted
@@ -135,7 +137,7 @@ export function useGateway({ gatewayLines = [] } = {}) {
     gw.config = config;
     fs.writeFileSync(
       config,
-      gatewayConfig(gw.upstream.url, { dataDir: path.join(dir, 'data'), gatewayLines, sandboxHost: gw.sandboxHost }),
+      gatewayConfig(gw.upstream.url, { dataDir: path.join(dir, 'data'), gatewayLines, topLines, sandboxHost: gw.sandboxHost }),
     );
     return { config, gateway: true };
   }, { afterStop });

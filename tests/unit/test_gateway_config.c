@@ -1123,12 +1123,9 @@ static void refuses_keys_of_other_sandbox_providers(void **state)
         {"sandbox_provider: local, sandbox_url: 'http://s'",
          "gw.yaml:3:60: sandbox_tools[0].litellm_params.sandbox_url: sandbox_url is for "
          "sandbox_provider e2b, not local"},
-        {"sandbox_provider: local, allow_internet_access: true",
-         "gw.yaml:3:70: sandbox_tools[0].litellm_params.allow_internet_access: "
-         "allow_internet_access is for sandbox_provider e2b or opensandbox, not local"},
         {"sandbox_provider: e2b, network_policy: {defaultAction: deny}",
          "gw.yaml:3:61: sandbox_tools[0].litellm_params.network_policy: network_policy is for "
-         "sandbox_provider opensandbox, not e2b"},
+         "sandbox_provider local or opensandbox, not e2b"},
         {"sandbox_provider: e2b, resources: {cpu: 1}",
          "gw.yaml:3:56: sandbox_tools[0].litellm_params.resources: resources is for "
          "sandbox_provider opensandbox, not e2b"},
@@ -1177,6 +1174,137 @@ static void refuses_keys_of_other_sandbox_providers(void **state)
     corral_config_free(cfg);
 }
 
+/* The network of a local tool: off, internet (allow_internet_access) or a
+ * policy (network_policy), its targets checked. */
+static void reads_local_networks(void **state)
+{
+    struct corral_config *cfg =
+        parse_ok("sandbox_tools:\n"
+                 "  - sandbox_tool_name: off\n"
+                 "    litellm_params: {sandbox_provider: local}\n"
+                 "  - sandbox_tool_name: net\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: local\n"
+                 "      allow_internet_access: true\n"
+                 "  - sandbox_tool_name: pol\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: local\n"
+                 "      allow_internet_access: false\n"
+                 "      network_policy:\n"
+                 "        defaultAction: deny\n"
+                 "        egress:\n"
+                 "          - {action: allow, target: pypi.org}\n"
+                 "          - {action: allow, target: '*.pythonhosted.org'}\n"
+                 "          - {action: deny, target: 10.0.0.0/8}\n"
+                 "          - {action: allow, target: '2001:db8::7'}\n"
+                 "  - sandbox_tool_name: open\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: local\n"
+                 "      network_policy: {defaultAction: allow, egress: "
+                 "[{action: deny, target: '*'}]}\n"
+                 "  - sandbox_tool_name: empty\n"
+                 "    litellm_params:\n"
+                 "      sandbox_provider: local\n"
+                 "      network_policy: {egress: ~}\n");
+    const struct gw_config *g = cfg->gateway;
+    assert_int_equal(g->n_tools, 5);
+    assert_int_equal(g->tools[0].network.mode, CORRAL_NETWORK_OFF);
+    assert_int_equal(g->tools[0].network.n_rules, 0);
+    assert_int_equal(g->tools[1].network.mode, CORRAL_NETWORK_INTERNET);
+    assert_true(g->tools[1].allow_internet_access);
+    const struct corral_network *n = &g->tools[2].network;
+    assert_int_equal(n->mode, CORRAL_NETWORK_POLICY);
+    assert_false(n->default_allow);
+    assert_int_equal(n->n_rules, 4);
+    assert_true(n->rules[0].allow);
+    assert_string_equal(n->rules[0].target, "pypi.org");
+    assert_string_equal(n->rules[1].target, "*.pythonhosted.org");
+    assert_false(n->rules[2].allow);
+    assert_string_equal(n->rules[2].target, "10.0.0.0/8");
+    assert_string_equal(n->rules[3].target, "2001:db8::7");
+    assert_non_null(g->tools[2].network_policy); /* the JSON is kept too */
+    n = &g->tools[3].network;
+    assert_int_equal(n->mode, CORRAL_NETWORK_POLICY);
+    assert_true(n->default_allow);
+    assert_int_equal(n->n_rules, 1);
+    assert_string_equal(n->rules[0].target, "*");
+    assert_int_equal(g->tools[4].network.mode, CORRAL_NETWORK_POLICY);
+    assert_false(g->tools[4].network.default_allow);
+    assert_int_equal(g->tools[4].network.n_rules, 0);
+    /* The built-in local tool: off. */
+    corral_config_free(cfg);
+    cfg = parse_ok("model_list: []\n");
+    assert_int_equal(gw_config_tool(cfg->gateway, "local")->network.mode, CORRAL_NETWORK_OFF);
+    corral_config_free(cfg);
+}
+
+/* A local network_policy's mistakes, at their place. */
+static void refuses_bad_local_networks(void **state)
+{
+    static const char head[] = "sandbox_tools:\n"
+                               "  - sandbox_tool_name: t\n"
+                               "    litellm_params:\n"
+                               "      sandbox_provider: local\n"
+                               "      network_policy:\n";
+    static const struct {
+        const char *tail, *message;
+    } bad[] = {
+        {"        defaultAction: maybe\n",
+         "gw.yaml:6:24: sandbox_tools[0].litellm_params.network_policy.defaultAction: 'maybe' is "
+         "not an action (expected allow or deny)"},
+        {"        default: deny\n",
+         "gw.yaml:6:9: unknown key 'default' in sandbox_tools[0].litellm_params.network_policy "
+         "(known: defaultAction, egress)"},
+        {"        egress: pypi.org\n",
+         "gw.yaml:6:17: sandbox_tools[0].litellm_params.network_policy.egress must be a list"},
+        {"        egress: [pypi.org]\n",
+         "gw.yaml:6:18: sandbox_tools[0].litellm_params.network_policy.egress[0] must be a "
+         "mapping (keys: action, target)"},
+        {"        egress:\n          - {action: allow}\n",
+         "gw.yaml:7:13: sandbox_tools[0].litellm_params.network_policy.egress[0]: target is "
+         "missing"},
+        {"        egress:\n          - {target: pypi.org}\n",
+         "gw.yaml:7:13: sandbox_tools[0].litellm_params.network_policy.egress[0]: action is "
+         "missing"},
+        {"        egress:\n          - {action: permit, target: pypi.org}\n",
+         "gw.yaml:7:22: sandbox_tools[0].litellm_params.network_policy.egress[0].action: "
+         "'permit' is not an action"},
+        {"        egress:\n          - {action: allow, target: pypi.org, port: 443}\n",
+         "gw.yaml:7:47: unknown key 'port' in "
+         "sandbox_tools[0].litellm_params.network_policy.egress[0]"},
+        {"        egress:\n          - {action: allow, target: pypi.org}\n"
+         "          - {action: allow, target: 'exa mple.com'}\n",
+         "gw.yaml:8:37: sandbox_tools[0].litellm_params.network_policy.egress[1].target: "},
+        {"        egress:\n          - {action: allow, target: 10.0.0.0/33}\n",
+         "gw.yaml:7:37: sandbox_tools[0].litellm_params.network_policy.egress[0].target: "},
+        {"        egress:\n          - {action: allow, target: 'a.*.example.com'}\n",
+         "gw.yaml:7:37: sandbox_tools[0].litellm_params.network_policy.egress[0].target: "},
+        {"        egress:\n          - {action: allow, target: ''}\n",
+         "gw.yaml:7:37: sandbox_tools[0].litellm_params.network_policy.egress[0].target: "},
+        {"        egress:\n          - {action: allow, target: [a]}\n",
+         "gw.yaml:7:37: sandbox_tools[0].litellm_params.network_policy.egress[0].target must be a "
+         "single value"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof(yaml), "%s%s", head, bad[i].tail);
+        expect_error(yaml, bad[i].message);
+    }
+    /* Too many rules. */
+    struct strbuf_local {
+        char *text;
+        size_t len;
+    } big = {calloc(1, 64 * (GW_NET_RULES_MAX + 2) + sizeof(head)), 0};
+    assert_non_null(big.text);
+    big.len = (size_t)sprintf(big.text, "%s        egress:\n", head);
+    for (int i = 0; i <= GW_NET_RULES_MAX; i++)
+        big.len += (size_t)sprintf(big.text + big.len,
+                                   "          - {action: allow, target: h%d.example.com}\n", i);
+    expect_error(big.text, "gw.yaml:7:11: sandbox_tools[0].litellm_params.network_policy.egress: "
+                           "257 rules, at most 256");
+    free(big.text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1192,6 +1320,8 @@ int main(void)
         cmocka_unit_test_setup(reads_the_sandbox_providers_variables, clear_provider_vars),
         cmocka_unit_test_setup(converts_network_policy, clear_provider_vars),
         cmocka_unit_test_setup(refuses_keys_of_other_sandbox_providers, clear_provider_vars),
+        cmocka_unit_test_setup(reads_local_networks, clear_provider_vars),
+        cmocka_unit_test_setup(refuses_bad_local_networks, clear_provider_vars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
