@@ -541,6 +541,10 @@ def run_all(args, table):
             gateway_rows(corral, table)
     attempt("8", "OpenAI-compatible gateway: proxied chat completions", "see rows 8a-8j",
             rows8)
+
+    def rows9():
+        egress_rows(corral, table, max(10, args.runs))
+    attempt("9", "network egress", "see rows 9 and 9b", rows9)
     return errors
 
 
@@ -894,6 +898,108 @@ def http_calls(corral, creates, runs):
     finally:
         srv.terminate()
         srv.wait(30)
+
+
+# ---- row 9: network egress ----
+
+EGRESS_SERVER = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 80))
+s.listen(64)
+s.settimeout(600)          # bounded: gives up on its own
+print("ready", flush=True)
+while True:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        break
+    c.recv(1024)
+    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    c.close()
+"""
+
+EGRESS_LOOP = r"""
+import socket, sys, time
+addr, n = sys.argv[1], int(sys.argv[2])
+for i in range(n + 20):
+    t0 = time.perf_counter()
+    s = socket.create_connection((addr, 80), timeout=5)
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    data = b""
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        data += b
+    s.close()
+    assert data.endswith(b"ok"), data
+    if i >= 20:
+        print("req", (time.perf_counter() - t0) * 1000)
+"""
+
+
+def egress_rows(corral, table, runs):
+    """9: the cost of setting egress up (`corral run --network internet`
+    against the same run with no network); 9b: a new TCP connection and a
+    small HTTP exchange with a host in a network namespace of the bench's
+    own, from a sandbox (through the egress proxy) against the same loop run
+    directly in the host's namespace."""
+    print("bench: 9. network egress ...", file=sys.stderr, flush=True)
+    ns = "corral-bench-eg"
+    net = "10.233.250"
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    cfg.write(f"network:\n  allow_private: [{net}.0/24]\n")
+    cfg.close()
+    sh = lambda *a: subprocess.run(a, check=True, stdout=subprocess.DEVNULL)
+    server = None
+    try:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "link", "del", "cbeg0h"], stderr=subprocess.DEVNULL)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", "cbeg0h", "type", "veth", "peer", "name", "cbeg0n")
+        sh("ip", "link", "set", "cbeg0n", "netns", ns)
+        sh("ip", "addr", "add", f"{net}.1/24", "dev", "cbeg0h")
+        sh("ip", "link", "set", "cbeg0h", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{net}.2/24", "dev", "cbeg0n")
+        sh("ip", "-n", ns, "link", "set", "cbeg0n", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        server = subprocess.Popen(["ip", "netns", "exec", ns, PYTHON, "-c", EGRESS_SERVER,
+                                   f"{net}.2"], stdout=subprocess.PIPE, text=True)
+        if server.stdout.readline().strip() != "ready":
+            raise BenchError("the egress test host did not start")
+
+        base = [corral, "run", "--config", cfg.name, "--script", "-c", "pass"]
+        a, b = [], []
+        for _ in range(max(1, runs // 10)):
+            a += measure(base + ["--network", "internet"], 10, warmup=1)
+            b += measure(base, 10, warmup=1)
+        d = med(a) - med(b)
+        table.add("9", "sandbox start with `--network internet`", ms(a),
+                  "the same with no network (off)", ms(b), f"+{d:.2f} ms", "<= +5 ms", d <= 5)
+
+        n = 300
+        p = subprocess.run(base[:-2] + ["--network", "internet", "-c", EGRESS_LOOP, "--",
+                                        f"{net}.2", str(n)],
+                           stdout=subprocess.PIPE, text=True, check=True)
+        via = [float(l.split()[1]) for l in p.stdout.splitlines() if l.startswith("req ")]
+        p = subprocess.run([PYTHON, "-c", EGRESS_LOOP, f"{net}.2", str(n)],
+                           stdout=subprocess.PIPE, text=True, check=True)
+        direct = [float(l.split()[1]) for l in p.stdout.splitlines() if l.startswith("req ")]
+        if len(via) != n or len(direct) != n:
+            raise BenchError("the egress request loop did not finish")
+        d = med(via) - med(direct)
+        table.add("9b", "connect + HTTP exchange from a sandbox (egress proxy)", ms(via),
+                  "the same from the host's namespace", ms(direct), f"+{d:.2f} ms",
+                  "<= +1 ms", d <= 1)
+    finally:
+        if server:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "del", "cbeg0h"], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        os.unlink(cfg.name)
 
 
 def main():
