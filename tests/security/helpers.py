@@ -10,6 +10,8 @@ syscalls through ctypes, and emit(), which prints one machine-readable line
 import json
 import os
 import secrets
+import socket
+import struct
 import subprocess
 import time
 from dataclasses import dataclass
@@ -133,26 +135,30 @@ CONFIG = os.environ.get("CORRAL_TEST_CONFIG")
 INIT_BINARY = os.path.join(os.path.dirname(CORRAL), "corral-zygote") if TEMPLATE else CORRAL
 
 
-def mode_opts():
+def mode_opts(config=None):
+    """config: a YAML file of the test's own, used instead of CONFIG (in
+    forked mode it must define TEMPLATE too)."""
     if not TEMPLATE:
-        return []
-    return ["--template", TEMPLATE] + (["--config", CONFIG] if CONFIG else [])
+        return ["--config", config] if config else []
+    config = config or CONFIG
+    return ["--template", TEMPLATE] + (["--config", config] if config else [])
 
 
-def corral_cmd(code, *opts, params=None):
-    cmd = [CORRAL, "run", "--script", *mode_opts(), *opts, "-c", PRELUDE + code]
+def corral_cmd(code, *opts, params=None, config=None):
+    cmd = [CORRAL, "run", "--script", *mode_opts(config), *opts, "-c", PRELUDE + code]
     if params is not None:
         cmd += ["--", json.dumps(params)]
     return cmd
 
 
 def run(code, *opts, params=None, env=None, timeout=60, stdin=subprocess.DEVNULL,
-        pass_fds=()):
+        pass_fds=(), config=None):
     """Runs probe code in a sandbox; returns its exit code, stdout and stderr.
 
     opts are corral run options; params become P inside the probe; env is
-    corral's own environment (default: the test's)."""
-    cmd = corral_cmd(code, *opts, params=params)
+    corral's own environment (default: the test's); config replaces
+    CORRAL_TEST_CONFIG (see mode_opts)."""
+    cmd = corral_cmd(code, *opts, params=params, config=config)
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=env, timeout=timeout, pass_fds=pass_fds)
@@ -282,4 +288,68 @@ def leftovers():
     bad = [m for m in mounts if m == STATE_DIR or m.startswith(STATE_DIR + "/")]
     if bad:
         problems.append(f"host mounts under {STATE_DIR}: {bad}")
+    # Egress is set up in each sandbox's network namespace, never the host's.
+    if EGRESS_IFNAME in host_links():
+        problems.append(f"the host's network namespace has the link {EGRESS_IFNAME}")
+    tables = nft_tables()
+    if tables and ("inet", EGRESS_TABLE) in tables:
+        problems.append(f"the host's network namespace has the nftables table inet {EGRESS_TABLE}")
     return problems
+
+
+EGRESS_IFNAME = "eg0"     # JAIL_EGRESS_IFNAME
+EGRESS_TABLE = "corral"   # JAIL_EGRESS_TABLE (table inet corral)
+
+
+def host_links():
+    """Names of the network interfaces of the test's network namespace."""
+    with open("/proc/net/dev") as f:
+        return [l.split(":", 1)[0].strip() for l in f.readlines()[2:]]
+
+
+NFPROTO = {1: "inet", 2: "ip", 3: "arp", 5: "netdev", 7: "bridge", 10: "ip6"}
+
+
+def nft_tables():
+    """The nftables tables of the test's network namespace, as (family, name)
+    pairs, read over netlink (there is no nft binary); None if that fails."""
+    NETLINK_NETFILTER, NFT_MSG_GETTABLE, NFNL_SUBSYS_NFTABLES = 12, 1, 10
+    NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 1, 0x300, 2, 3
+    NFTA_TABLE_NAME = 1
+    try:
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    except OSError:
+        return None
+    try:
+        s.settimeout(2)
+        body = struct.pack("BBH", 0, 0, 0)  # nfgenmsg: any family, version 0
+        s.send(struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE,
+                           NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body)
+        tables = []
+        while True:
+            data = s.recv(65536)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind, _, _, _ = struct.unpack_from("=IHHII", data, off)
+                if length < 16:
+                    return None
+                if kind == NLMSG_DONE:
+                    return tables
+                if kind == NLMSG_ERROR:
+                    errno_ = -struct.unpack_from("=i", data, off + 16)[0]
+                    return tables if errno_ == 0 else None
+                family = data[off + 16]
+                a = off + 20
+                while a + 4 <= off + length:
+                    alen, atype = struct.unpack_from("=HH", data, a)
+                    if alen < 4:
+                        break
+                    if atype & 0x7fff == NFTA_TABLE_NAME:
+                        name = data[a + 4:a + alen].split(b"\0", 1)[0].decode(errors="replace")
+                        tables.append((NFPROTO.get(family, str(family)), name))
+                    a += (alen + 3) & ~3
+                off += (length + 3) & ~3
+    except OSError:
+        return None
+    finally:
+        s.close()
