@@ -38,10 +38,12 @@ security-test: test-build
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
 FUZZ_DNS_SECONDS ?= 10
+FUZZ_SNIFF_SECONDS ?= 10
 FUZZ_SOURCES = tests/fuzz/fuzz_frames.c src/kernel/ctl.c src/kernel/frame.c src/base/error.c
 
-# The frame and control-message decoders, and the DNS messages of the egress
-# resolver stub, under libFuzzer (clang), for a short run each.
+# The frame and control-message decoders, the DNS messages of the egress
+# resolver stub and the egress proxy's look at a connection's first bytes
+# (TLS SNI, HTTP Host), under libFuzzer (clang), for a short run each.
 fuzz:
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
@@ -56,6 +58,13 @@ fuzz:
 	@cp tests/fuzz/dns-corpus/* $(FUZZ_BUILD)/dns-corpus/
 	@$(FUZZ_BUILD)/fuzz_dns -max_total_time=$(FUZZ_DNS_SECONDS) -max_len=4096 \
 		-print_final_stats=1 $(FUZZ_BUILD)/dns-corpus 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' ; \
+		test $${PIPESTATUS[0]} -eq 0
+	@mkdir -p $(FUZZ_BUILD)/sniff-corpus
+	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined tests/fuzz/fuzz_sniff.c src/jail/sniff.c -o $(FUZZ_BUILD)/fuzz_sniff
+	@cp tests/fuzz/sniff-corpus/* $(FUZZ_BUILD)/sniff-corpus/
+	@$(FUZZ_BUILD)/fuzz_sniff -max_total_time=$(FUZZ_SNIFF_SECONDS) -max_len=20000 \
+		-print_final_stats=1 $(FUZZ_BUILD)/sniff-corpus 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' ; \
 		test $${PIPESTATUS[0]} -eq 0
 
 kernel-test:

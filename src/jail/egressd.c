@@ -36,6 +36,7 @@
 #include "base/util.h"
 #include "jail/dns.h"
 #include "jail/egress.h"
+#include "jail/sniff.h"
 
 #define MAX_LEARNED      4096
 #define MAX_DNS_INFLIGHT 64
@@ -415,8 +416,10 @@ static char *policy_ruleset(const struct jail_netpolicy *p)
 
 /* Whether the box's policy lets a connection to dst through; why not in
  * reason. */
-static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const char **reason)
+static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const char **reason,
+                         bool *learned_only)
 {
+    *learned_only = false;
     if (host_local(dst)) {
         *reason = "an address of this host";
         return false;
@@ -439,6 +442,7 @@ static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const
             for (size_t i = 0; i < b->n_learned && !ok; i++)
                 ok = b->learned[i].family == f && b->learned[i].expires_ms > now &&
                      !memcmp(b->learned[i].addr, x, f == AF_INET ? 4 : 16);
+            *learned_only = ok;
         }
         *reason = "not allowed by the policy";
     }
@@ -494,16 +498,72 @@ static void reset_close(int fd)
     close(fd);
 }
 
-/* Copies bytes both ways until both sides are done. False when one side
- * failed (a reset), for the caller to reset the other. */
-static bool relay(int a, int b)
+/* Sends all of buf; false on failure. */
+static bool send_all(int fd, const char *buf, size_t len)
+{
+    for (size_t off = 0; off < len;) {
+        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd q = {.fd = fd, .events = POLLOUT};
+            poll(&q, 1, -1);
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        off += (size_t)w;
+    }
+    return true;
+}
+
+/* What a connection's first bytes ask for, while the proxy holds them back
+ * (struct relay's `head`): the name is checked before any byte reaches the
+ * destination. */
+struct inspect {
+    struct egress_box *b;
+    const char *where;
+    char *head;
+    size_t len;
+    uint64_t deadline_ms; /* a name that never completes: decided by the address */
+};
+
+/* Adds got bytes (already in i->head) and decides: 1 pass them on, 0 wait
+ * for more, -1 refuse. */
+static int inspect_step(struct inspect *i, bool eof)
+{
+    char name[254];
+    enum sniff_result r = egress_sniff((const uint8_t *)i->head, i->len, name);
+    if (r == SNIFF_MORE && !eof && i->len < SNIFF_MAX && corral_now_ms() < i->deadline_ms)
+        return 0;
+    if (r != SNIFF_NAME)
+        return 1;
+    pthread_mutex_lock(&i->b->lock);
+    bool ok = jail_netpolicy_name(&i->b->policy, name) == JAIL_NET_ALLOW;
+    pthread_mutex_unlock(&i->b->lock);
+    if (ok)
+        return 1;
+    deny_log(i->b, "tcp %s (it asks for %s, which the policy does not allow)", i->where, name);
+    return -1;
+}
+
+/* Copies bytes both ways until both sides are done; with ins, what the
+ * sandbox sends first is held back until its name is checked. False when
+ * one side failed (a reset) or the name is refused, for the caller to
+ * reset both. */
+static bool relay(int a, int b, struct inspect *ins)
 {
     char *buf = malloc(RELAY_BUF);
     if (!buf)
         return false;
+    if (ins && !(ins->head = malloc(SNIFF_MAX))) {
+        free(buf);
+        return false;
+    }
     bool open_in[2] = {true, true}; /* a -> b, b -> a */
     int from[2] = {a, b}, to[2] = {b, a};
-    while (open_in[0] || open_in[1]) {
+    bool fail = false;
+    while (!fail && (open_in[0] || open_in[1])) {
         struct pollfd p[2];
         int n = 0, which[2];
         for (int d = 0; d < 2; d++)
@@ -512,50 +572,66 @@ static bool relay(int a, int b)
                 p[n].events = POLLIN;
                 which[n++] = d;
             }
-        if (poll(p, (nfds_t)n, -1) < 0) {
+        int wait = -1;
+        if (ins && ins->len) {
+            uint64_t now = corral_now_ms();
+            wait = now >= ins->deadline_ms ? 0 : (int)(ins->deadline_ms - now);
+        }
+        int pr = poll(p, (nfds_t)n, wait);
+        if (pr < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
-        bool fail = false;
+        if (pr == 0 && ins) { /* the name never completed */
+            fail = !send_all(b, ins->head, ins->len);
+            free(ins->head);
+            ins = NULL;
+            continue;
+        }
         for (int i = 0; i < n && !fail; i++) {
             if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             int d = which[i];
-            ssize_t got = recv(from[d], buf, RELAY_BUF, MSG_DONTWAIT);
+            bool held = d == 0 && ins;
+            char *into = held ? ins->head + ins->len : buf;
+            size_t room = held ? SNIFF_MAX - ins->len : RELAY_BUF;
+            ssize_t got = recv(from[d], into, room, MSG_DONTWAIT);
             if (got < 0 && (errno == EAGAIN || errno == EINTR))
                 continue;
-            if (got <= 0) {
-                if (got < 0) {
-                    fail = true; /* a reset: pass it on */
+            if (got < 0) {
+                fail = true; /* a reset: pass it on */
+                break;
+            }
+            if (held) {
+                if (got > 0 && !ins->len)
+                    ins->deadline_ms = corral_now_ms() + DNS_TCP_WAIT_MS;
+                ins->len += (size_t)got;
+                int verdict = inspect_step(ins, got == 0);
+                if (verdict < 0) {
+                    fail = true;
                     break;
                 }
+                if (verdict == 0)
+                    continue;
+                fail = !send_all(b, ins->head, ins->len);
+                free(ins->head);
+                ins = NULL;
+                if (fail || got > 0)
+                    continue;
+            }
+            if (got == 0) {
                 open_in[d] = false;
                 shutdown(to[d], SHUT_WR);
                 continue;
             }
-            for (ssize_t off = 0; off < got && !fail;) {
-                ssize_t w = send(to[d], buf + off, (size_t)(got - off), MSG_NOSIGNAL);
-                if (w < 0 && errno == EAGAIN) {
-                    struct pollfd q = {.fd = to[d], .events = POLLOUT};
-                    poll(&q, 1, -1);
-                    continue;
-                }
-                if (w < 0 && errno == EINTR)
-                    continue;
-                if (w <= 0)
-                    fail = true;
-                else
-                    off += w;
-            }
-        }
-        if (fail) {
-            free(buf);
-            return false;
+            fail = !send_all(to[d], buf, (size_t)got);
         }
     }
+    if (ins)
+        free(ins->head);
     free(buf);
-    return true;
+    return !fail;
 }
 
 static void *conn_main(void *arg)
@@ -568,11 +644,12 @@ static void *conn_main(void *arg)
     char where[80] = "?";
     int r = jail_egress_original_dst(job->fd, &dst, &len);
     int out = -1;
+    bool learned_only = false;
     if (r < 0) {
         reason = "no original destination";
     } else {
         format_addr((struct sockaddr *)&dst, where, sizeof(where));
-        if (conn_allowed(b, (struct sockaddr *)&dst, &reason)) {
+        if (conn_allowed(b, (struct sockaddr *)&dst, &reason, &learned_only)) {
             reason = NULL;
             out = connect_out(&dst);
             if (out < 0) {
@@ -592,7 +669,9 @@ static void *conn_main(void *arg)
         b->conns[job->slot].out = out;
         bool gone = b->detached;
         pthread_mutex_unlock(&b->lock);
-        clean = !gone && relay(job->fd, out);
+        /* reached through a name: the name the bytes ask for must be allowed too */
+        struct inspect ins = {.b = b, .where = where};
+        clean = !gone && relay(job->fd, out, learned_only ? &ins : NULL);
     }
     pthread_mutex_lock(&b->lock);
     b->conns[job->slot].fd = b->conns[job->slot].out = -1;

@@ -121,6 +121,27 @@ def dns_query(server, name, tcp=False):
         off += rdlen
     return {"rcode": flags & 0xf, "a": sorted(addrs)}
 
+def tls(target, sni, port=80):
+    """A TLS handshake with server name sni to target (a name or an
+    address): its outcome, or the error that ended it."""
+    import ssl
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        s = socket.create_connection((target, port), timeout=T)
+    except OSError as e:
+        return err(e)
+    try:
+        ctx.wrap_socket(s, server_hostname=sni).close()
+        return "handshake"
+    except ssl.SSLError as e:
+        return "ssl:" + type(e).__name__
+    except OSError as e:
+        return err(e)
+    finally:
+        s.close()
+
 def udp(addr, port):
     """A datagram to addr:port on a connected socket, then a read: the first
     error (EPERM at once, or ECONNREFUSED from the rejection), or what came."""
@@ -170,7 +191,7 @@ def ping(addr):
     finally:
         s.close()
 
-STEPS = {"resolve": resolve, "http": http, "connect": connect, "dns": dns_query,
+STEPS = {"resolve": resolve, "http": http, "connect": connect, "dns": dns_query, "tls": tls,
          "udp": udp, "udp_sendto": udp_sendto, "ping": ping,
          "raw4": lambda: opened(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
          "raw6": lambda: opened(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6),
@@ -353,10 +374,23 @@ def test_policy_name(egress_net, tmp_path):
         ["denied_dot", "resolve", "DENIED.test."],
         ["sub", "resolve", "sub.allowed.test"],
         ["by_ip3", "http", net.a3],
+        # the address allowed.test resolved to, asked for other names: refused
+        # before a byte reaches the server (HTTP Host, TLS server name)
+        ["shared_host", "http", "allowed.test", 80, "denied.test"],
+        ["shared_sni", "tls", "allowed.test", "sub.allowed.test"],
+        # by address, with no name in the request: the learned address
+        ["by_ip2", "http", net.a2],
     ], "--network", "policy", "--allow", "allowed.test")
     assert r.rc == 0, r
     assert p["resolve"] == [net.a2], r
     assert p["by_name"] == body(net, net.a2, "allowed.test"), r
+    assert p["shared_host"] == "ECONNRESET", r
+    assert p["shared_sni"] == "ECONNRESET", r
+    assert p["by_ip2"] == body(net, net.a2, net.a2), r
+    hosts = net.counts()["hosts"]
+    assert not {"denied.test", "sub.allowed.test"} & set(hosts), hosts
+    assert_logged(r, p, "denied.test, which the policy does not allow")
+    assert_logged(r, p, "sub.allowed.test, which the policy does not allow")
     assert p["denied"] == "gaierror:EAI_NONAME", r
     assert p["denied_dot"] == "gaierror:EAI_NONAME", r
     assert p["sub"] == "gaierror:EAI_NONAME", r
@@ -364,7 +398,8 @@ def test_policy_name(egress_net, tmp_path):
     names = net.dns_names()
     assert "allowed.test" in names
     assert not names & {"denied.test", "sub.allowed.test"}, names
-    assert net.counts()["http"] == http_counts(net, {net.a2: 1})
+    # the proxy connected for the two refused requests, and sent them nothing
+    assert net.counts()["http"] == http_counts(net, {net.a2: 4})
     assert_logged(r, p, f"{net.a3}:80")
     assert_logged(r, p, "denied.test")
 
