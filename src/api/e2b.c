@@ -184,9 +184,11 @@ static bool string_list(json_t *v, const char *field, struct http_response **bad
  * - allow_internet_access false, or 0.0.0.0/0 (the SDKs' ALL_TRAFFIC) in
  *   denyOut: everything allowOut does not allow is denied, IPv6 as well;
  * - without allowOut and denyOut: the internet, or no network when
- *   allow_internet_access is false. The SDKs send allow_internet_access
- *   true unless told otherwise: when this server does not allow the
- *   internet, such a request gets no network rather than an error.
+ *   allow_internet_access is false. The Python SDK sends
+ *   allow_internet_access true unless told otherwise (the JS SDK leaves it
+ *   out, and the template's network applies): when this server does not
+ *   allow the internet, such a request gets no network rather than an
+ *   error.
  * 0, or -1 with the answer (400) in *bad. */
 static int read_network(json_t *aia, json_t *net, const char *prefix, struct netreq *r,
                         struct http_response **bad)
