@@ -485,7 +485,7 @@ static int setup_in_netns(struct jail_egress *e, const char *policy, struct corr
     if (if_nametoindex(JAIL_EGRESS_IFNAME))
         return corral_fail(err, EEXIST, "egress is already set up in this network namespace (%s)",
                            JAIL_EGRESS_IFNAME);
-    bool v6;
+    bool v6 = false;
     int r = make_listeners(e, &v6, err);
     if (r < 0)
         return r;
