@@ -1255,6 +1255,25 @@ int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
     return 0;
 }
 
+/* Whether this host has an IPv6 default route (not through lo): without
+ * one, AAAA answers would only lead sandboxes to connections that fail. */
+static bool host_routes_ipv6(void)
+{
+    FILE *f = fopen("/proc/net/ipv6_route", "re");
+    if (!f)
+        return false;
+    char line[256];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        char dst[33], dev[32];
+        unsigned plen;
+        if (sscanf(line, "%32s %x %*s %*s %*s %*s %*s %*s %*s %31s", dst, &plen, dev) == 3)
+            found = plen == 0 && strcmp(dev, "lo") != 0 && strspn(dst, "0") == strlen(dst);
+    }
+    fclose(f);
+    return found;
+}
+
 static void add_watch(struct egress_box *b, enum watch_kind kind, int fd)
 {
     if (fd < 0)
@@ -1299,7 +1318,7 @@ int egressd_attach(int netns_fd, const char *id, const struct jail_netpolicy *po
         box_free(b);
         return r;
     }
-    b->v6 = b->e.tcp6 >= 0;
+    b->v6 = b->e.tcp6 >= 0 && host_routes_ipv6();
     add_watch(b, W_TCP, b->e.tcp4);
     add_watch(b, W_TCP, b->e.tcp6);
     add_watch(b, W_DNS_UDP, b->e.dns_udp4);
