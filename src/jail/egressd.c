@@ -416,35 +416,39 @@ static char *policy_ruleset(const struct jail_netpolicy *p)
 
 /* Whether the box's policy lets a connection to dst through; why not in
  * reason. */
+/* Why no policy may let dst through (an address of this host, forbidden,
+ * a private range the server does not open), or NULL. */
+static const char *closed_address(struct egress_box *b, const struct sockaddr *dst)
+{
+    if (host_local(dst))
+        return "an address of this host";
+    pthread_mutex_lock(&b->lock);
+    enum jail_net_class c = jail_netpolicy_class(&b->policy, dst);
+    pthread_mutex_unlock(&b->lock);
+    if (c == JAIL_NET_FORBIDDEN)
+        return "a forbidden address";
+    if (c == JAIL_NET_PRIVATE)
+        return "a private address the server does not open";
+    return NULL;
+}
+
 static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const char **reason,
                          bool *learned_only)
 {
     *learned_only = false;
-    if (host_local(dst)) {
-        *reason = "an address of this host";
+    if ((*reason = closed_address(b, dst)))
         return false;
-    }
+    *reason = "not allowed by the policy";
     pthread_mutex_lock(&b->lock);
-    bool ok;
-    enum jail_net_class c = jail_netpolicy_class(&b->policy, dst);
-    if (c == JAIL_NET_FORBIDDEN) {
-        *reason = "a forbidden address";
-        ok = false;
-    } else if (c == JAIL_NET_PRIVATE) {
-        *reason = "a private address the server does not open";
-        ok = false;
-    } else {
-        ok = jail_netpolicy_addr(&b->policy, dst) == JAIL_NET_ALLOW;
-        if (!ok && jail_netpolicy_learned(&b->policy, dst) == JAIL_NET_ALLOW) {
-            uint8_t x[16];
-            int f = addr_bytes(dst, x);
-            uint64_t now = corral_now_ms();
-            for (size_t i = 0; i < b->n_learned && !ok; i++)
-                ok = b->learned[i].family == f && b->learned[i].expires_ms > now &&
-                     !memcmp(b->learned[i].addr, x, f == AF_INET ? 4 : 16);
-            *learned_only = ok;
-        }
-        *reason = "not allowed by the policy";
+    bool ok = jail_netpolicy_addr(&b->policy, dst) == JAIL_NET_ALLOW;
+    if (!ok && jail_netpolicy_learned(&b->policy, dst) == JAIL_NET_ALLOW) {
+        uint8_t x[16];
+        int f = addr_bytes(dst, x);
+        uint64_t now = corral_now_ms();
+        for (size_t i = 0; i < b->n_learned && !ok; i++)
+            ok = b->learned[i].family == f && b->learned[i].expires_ms > now &&
+                 !memcmp(b->learned[i].addr, x, f == AF_INET ? 4 : 16);
+        *learned_only = ok;
     }
     pthread_mutex_unlock(&b->lock);
     return ok;
@@ -1115,20 +1119,9 @@ static void on_nflog(struct egress_box *b, int fd)
                 ((struct sockaddr_in6 *)&dst)->sin6_port = htons(port);
             char where[80];
             format_addr((struct sockaddr *)&dst, where, sizeof(where));
-            const char *why = "not allowed by the policy";
-            if (proto != IPPROTO_TCP)
-                why = "only TCP and DNS leave a sandbox";
-            else if (host_local((struct sockaddr *)&dst))
-                why = "an address of this host";
-            else {
-                pthread_mutex_lock(&b->lock);
-                enum jail_net_class c = jail_netpolicy_class(&b->policy, (struct sockaddr *)&dst);
-                pthread_mutex_unlock(&b->lock);
-                if (c == JAIL_NET_FORBIDDEN)
-                    why = "a forbidden address";
-                else if (c == JAIL_NET_PRIVATE)
-                    why = "a private address the server does not open";
-            }
+            const char *why = "only TCP and DNS leave a sandbox";
+            if (proto == IPPROTO_TCP && !(why = closed_address(b, (struct sockaddr *)&dst)))
+                why = "not allowed by the policy";
             if (proto == IPPROTO_TCP)
                 deny_log(b, "tcp %s (%s)", where, why);
             else if (proto == IPPROTO_UDP)
