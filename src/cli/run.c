@@ -19,6 +19,7 @@
 
 #include "base/cleanup.h"
 #include "base/util.h"
+#include "box/box.h"
 #include "cli/cli.h"
 #include "config/config.h"
 #include "jail/egressd.h"
@@ -855,14 +856,9 @@ struct script_net {
 static int script_netns(void *arg, const struct jail *j, int netns_fd, struct corral_error *err)
 {
     struct script_net *net = arg;
-    struct jail_netpolicy p = {.default_action = net->o->net.mode == CORRAL_NETWORK_INTERNET ||
-                                                         net->o->net.default_allow
-                                                     ? JAIL_NET_ALLOW
-                                                     : JAIL_NET_DENY};
-    int r = 0;
-    for (size_t i = 0; i < net->o->net.n_rules && r == 0; i++)
-        r = jail_netpolicy_add(&p, net->o->rules[i].allow ? JAIL_NET_ALLOW : JAIL_NET_DENY,
-                               net->o->rules[i].target, err);
+    enum corral_network_mode mode;
+    struct jail_netpolicy p;
+    int r = box_network_compile(&net->o->net, &mode, &p, err);
     if (r == 0)
         r = egressd_attach(netns_fd, jail_id(j), &p, &net->box, err);
     jail_netpolicy_free(&p);
