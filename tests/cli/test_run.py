@@ -46,6 +46,18 @@ def test_nonzero_exit_is_a_failure():
     (["--unsafe-disable", "armour", "-c", "1"], "unknown layer 'armour'"),
     (["/nonexistent/script.py"], "cannot open /nonexistent/script.py"),
     (["-c", "x" * (100 * 1024 + 1)], "longer than 100 KiB"),
+    (["--network", "everything", "-c", "1"], "--network: 'everything' is not off, internet or policy"),
+    (["--allow", "pypi.org", "-c", "1"], "--allow, --deny and --network-default need --network policy"),
+    (["--network", "internet", "--deny", "10.0.0.0/8", "-c", "1"],
+     "--allow, --deny and --network-default need --network policy"),
+    (["--network", "policy", "--allow", "http://pypi.org", "-c", "1"],
+     "--network: 'http://pypi.org' is not an egress target"),
+    (["--network", "policy", "--deny", "10.0.0.0/33", "-c", "1"],
+     "'10.0.0.0/33' is not an egress target"),
+    (["--network", "policy", "--network-default", "maybe", "-c", "1"],
+     "--network-default: 'maybe' is not allow or deny"),
+    (["--network", "internet", "--unsafe-disable", "net", "-c", "1"],
+     "--network needs the net and userns layers"),
 ])
 def test_usage_errors_exit_2_with_a_clear_message(args, message):
     r = run("run", *args)
@@ -63,6 +75,7 @@ def test_unknown_command_and_help():
     assert r.returncode == 0
     for option in ("--code", "--timeout", "--memory", "--cpus", "--pids", "--disk",
                    "--open-files", "--env", "--python", "--state-dir", "--unsafe-disable",
+                   "--network", "--allow", "--deny", "--network-default",
                    "exit status"):
         assert option in r.stdout, option
     assert run("--version").stdout.startswith("corral ")
