@@ -45,6 +45,7 @@ if _CWD_ON_PATH:
 
 import codecs  # noqa: E402
 import collections  # noqa: E402
+import functools  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -319,6 +320,16 @@ class _Output:
                 if fd not in self.dead:
                     self._read_pipe(fd)
 
+    def settle(self):
+        """Reads everything sitting in the pipes now.  Called when a child has
+        been reaped: its output is all in the pipes, and must go ahead of
+        whatever the parent writes next on the other descriptor."""
+        if self.forked or threading.get_ident() in self.own:
+            return
+        with self.lock:
+            self._wait_space()
+            self._drain(rounds=64)
+
     def _seal(self):
         if self.queue:
             self.queue[-1].sealed = True
@@ -475,10 +486,14 @@ class _Output:
         for fd in live:
             poller.register(fd, select.POLLIN)
         while live:
-            events = poller.poll()
+            poller.poll()
             with self.lock:
                 self._wait_space()
-                for fd, ev in events:
+                # Polled again under the lock: events from before it was taken
+                # may be stale, and reading one pipe on them could put a later
+                # write ahead of an earlier one that another thread has not
+                # yet read from the other pipe.
+                for fd, ev in poller.poll(0):
                     if fd not in self.dead and not ev & select.POLLNVAL:
                         self._read_pipe(fd)
                     if fd in self.dead or ev & select.POLLNVAL:
@@ -614,8 +629,39 @@ def _setup_output():
     diag = open(_diag_fd if _diag_fd is not None else os.devnull, "w", buffering=1,
                 closefd=_diag_fd is None, errors="backslashreplace")
     sys.stdout = sys.stderr = diag
+    _wrap_reapers()
     for target in (_out.sender, _out.reader):
         threading.Thread(target=target, name="corral-" + target.__name__, daemon=True).start()
+
+
+def _settle_after(fn):
+    """Wraps a call that reaps a child (os.system, os.waitpid, ...)."""
+
+    @functools.wraps(fn)
+    def reaping(*args, **kwargs):
+        r = fn(*args, **kwargs)
+        _out.settle()
+        return r
+
+    return reaping
+
+
+def _wrap_reapers():
+    for name in ("wait", "waitpid", "wait3", "wait4", "waitid"):
+        fn = getattr(os, name, None)
+        if fn is not None:
+            setattr(os, name, _settle_after(fn))
+    system = os.system
+
+    @functools.wraps(system)
+    def settled_system(command):
+        _out.settle()  # what the parent wrote to fds 1 and 2 goes first
+        try:
+            return system(command)
+        finally:
+            _out.settle()
+
+    os.system = settled_system
 
 
 def _after_fork_child():

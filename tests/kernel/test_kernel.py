@@ -451,6 +451,21 @@ def test_stream_order_across_python_and_descriptor_output(kernel):
     assert merged(frames) == [("stdout", "1\n2\n"), ("stderr", "3\n4\n"), ("stdout", "5\n6\n")]
 
 
+def test_a_reaped_childs_output_goes_before_the_parents_next_write(kernel):
+    # The child's stderr and the parent's os.write(1) are on two pipes: the
+    # child's must be read once it has been reaped, whatever the reader does.
+    frames = ok(kernel.execute(
+        "import os, subprocess\n"
+        "for i in range(20):\n"
+        "    os.system('echo e%d >&2' % i); os.write(1, b'o%d\\n' % i)\n"
+        "    subprocess.run(['sh', '-c', 'echo s%d >&2' % i]); os.write(1, b'p%d\\n' % i)\n"))
+    want = []
+    for i in range(20):
+        want += [("stderr", "e%d\n" % i), ("stdout", "o%d\n" % i),
+                 ("stderr", "s%d\n" % i), ("stdout", "p%d\n" % i)]
+    assert merged(frames) == want
+
+
 def test_streams_are_sent_as_produced(kernel):
     frames = ok(kernel.execute("import time\nfor i in range(3):\n    print(i); time.sleep(1)"))
     chunks = [f for f in frames if f["type"] == "stream"]
