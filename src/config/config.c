@@ -327,15 +327,35 @@ static int walk_limits(const struct walk *w, const yaml_node_t *n, struct corral
     return 0;
 }
 
+/* 1 when n is a list, 0 when it is null, else an error. */
+static int expect_list(const struct walk *w, const yaml_node_t *n, const char *what)
+{
+    char buf[64];
+    if (n->type == YAML_SEQUENCE_NODE)
+        return 1;
+    if (is_null(n))
+        return 0;
+    return fail_at(w, n, EINVAL, "%s must be a list, not %s", what, describe(n, buf, sizeof(buf)));
+}
+
+static size_t list_length(const yaml_node_t *n)
+{
+    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+static yaml_node_t *list_item(const struct walk *w, const yaml_node_t *n, size_t i)
+{
+    return yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+}
+
 /* A list of strings (at most max) into a NULL-terminated array owned by *out. */
 static int walk_text_list(const struct walk *w, const yaml_node_t *n, const char *what, size_t max,
                           char ***out)
 {
-    char buf[64];
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail_at(w, n, EINVAL, "%s must be a list, not %s", what,
-                       describe(n, buf, sizeof(buf)));
-    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    int r = expect_list(w, n, what);
+    if (r < 0)
+        return r;
+    size_t count = r ? list_length(n) : 0;
     if (count > max)
         return fail_at(w, n, EINVAL, "%s has %zu entries (at most %zu)", what, count, max);
     char **list = calloc(count + 1, sizeof(*list));
@@ -343,12 +363,10 @@ static int walk_text_list(const struct walk *w, const yaml_node_t *n, const char
         return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
     *out = list;
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
         char entry[128];
         snprintf(entry, sizeof(entry), "an entry of %s", what);
         const char *text;
-        int r = scalar(w, item, entry, &text);
-        if (r < 0)
+        if ((r = scalar(w, list_item(w, n, i), entry, &text)) < 0)
             return r;
         if (!(list[i] = strdup(text)))
             return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
@@ -385,10 +403,8 @@ static int walk_network_settings(const struct walk *w, const yaml_node_t *n,
         r = walk_text_list(w, v[0], "network.modes", 3, &modes);
         for (size_t i = 0; r == 0 && modes[i]; i++) {
             enum corral_network_mode m;
-            const yaml_node_t *item =
-                yaml_document_get_node(w->doc, v[0]->data.sequence.items.start[i]);
             if (corral_network_mode_parse(modes[i], &m) < 0)
-                r = fail_at(w, item, EINVAL,
+                r = fail_at(w, list_item(w, v[0], i), EINVAL,
                             "'%.64s' in network.modes is not a network mode (off, internet, "
                             "policy)",
                             modes[i]);
@@ -722,27 +738,6 @@ static int expect_mapping(const struct walk *w, const yaml_node_t *n, const char
         return 0;
     return fail_at(w, n, EINVAL, "%s must be a mapping (keys: %s), not %s", what, keys,
                    describe(n, buf, sizeof(buf)));
-}
-
-/* 1 when n is a list, 0 when it is null, else an error. */
-static int expect_list(const struct walk *w, const yaml_node_t *n, const char *what)
-{
-    char buf[64];
-    if (n->type == YAML_SEQUENCE_NODE)
-        return 1;
-    if (is_null(n))
-        return 0;
-    return fail_at(w, n, EINVAL, "%s must be a list, not %s", what, describe(n, buf, sizeof(buf)));
-}
-
-static size_t list_length(const yaml_node_t *n)
-{
-    return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-}
-
-static yaml_node_t *list_item(const struct walk *w, const yaml_node_t *n, size_t i)
-{
-    return yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
 }
 
 /* The value of `key` in mapping map, or NULL. */

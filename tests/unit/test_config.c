@@ -338,6 +338,12 @@ static void parses_network_settings(void **state)
     assert_true(n->rules[1].allow);
     assert_string_equal(n->rules[1].target, "*.example.com");
     corral_config_free(cfg);
+    /* an empty value is an empty list: only `off`, which is always allowed */
+    cfg = parse_ok("network:\n  modes:\n  dns:\n");
+    assert_true(cfg->net_modes_given);
+    assert_int_equal(cfg->net_modes, 0);
+    assert_null(cfg->net_dns[0]);
+    corral_config_free(cfg);
 }
 
 static void refuses_bad_network_settings(void **state)
@@ -352,6 +358,10 @@ static void refuses_bad_network_settings(void **state)
                  "'example.com' is not an address range");
     expect_error("network:\n  allow_private: [10.0.0.0/40]\n", EINVAL,
                  "'10.0.0.0/40' is not an egress target");
+    expect_error("network:\n  dns: 10.0.0.53\n", EINVAL,
+                 "corral.yaml:2:8: network.dns must be a list, not");
+    expect_error("network:\n  allow_private: [[10.0.0.0/8]]\n", EINVAL,
+                 "corral.yaml:2:19: an entry of network.allow_private must be");
     expect_error("network:\n  mode: internet\n", EINVAL,
                  "unknown key 'mode' in network (known: modes, dns, allow_private)");
     expect_error("templates:\n  t:\n    network: {default: allow}\n", EINVAL,
