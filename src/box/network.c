@@ -3,7 +3,6 @@
  * process's egress settings) and attaching the egress service (jail/egressd)
  * to a sandbox's network namespace.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -92,53 +91,6 @@ int corral_network_check(const struct corral_network *n, struct corral_error *er
     return box_network_allowed(mode, err);
 }
 
-/* "ADDR", "ADDR:PORT", "[ADDR6]:PORT" into ss. */
-static bool parse_resolver(const char *s, struct sockaddr_storage *ss)
-{
-    char host[INET6_ADDRSTRLEN + 2];
-    unsigned long port = 53;
-    const char *colon = strrchr(s, ':');
-    memset(ss, 0, sizeof(*ss));
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (!close || (size_t)(close - s - 1) >= sizeof(host))
-            return false;
-        memcpy(host, s + 1, (size_t)(close - s - 1));
-        host[close - s - 1] = '\0';
-        if (close[1] && close[1] != ':')
-            return false;
-        colon = close[1] ? close + 1 : NULL;
-    } else if (colon && strchr(s, ':') == colon) {
-        if ((size_t)(colon - s) >= sizeof(host))
-            return false;
-        memcpy(host, s, (size_t)(colon - s));
-        host[colon - s] = '\0';
-    } else {
-        if (strlen(s) >= sizeof(host))
-            return false;
-        strcpy(host, s);
-        colon = NULL;
-    }
-    if (colon) {
-        char *end;
-        port = strtoul(colon + 1, &end, 10);
-        if (!colon[1] || *end || port == 0 || port > 65535)
-            return false;
-    }
-    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)port);
-    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-    } else {
-        return false;
-    }
-    return true;
-}
-
 /* Parses the settings; with apply, puts them in force. */
 static int egress_settings(const struct corral_egress_settings *s, bool apply,
                            struct corral_error *err)
@@ -148,7 +100,7 @@ static int egress_settings(const struct corral_egress_settings *s, bool apply,
     for (size_t i = 0; s->dns && s->dns[i]; i++) {
         if (n_dns == EGRESSD_MAX_DNS)
             return corral_fail(err, EINVAL, "at most %d DNS resolvers", EGRESSD_MAX_DNS);
-        if (!parse_resolver(s->dns[i], &dns[n_dns++]))
+        if (!egressd_parse_resolver(s->dns[i], &dns[n_dns++]))
             return corral_fail(err, EINVAL,
                                "'%.80s' is not a resolver (an address such as 192.0.2.53, "
                                "192.0.2.53:5353 or [2001:db8::53]:53)",

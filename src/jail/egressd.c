@@ -734,6 +734,52 @@ static void on_tcp(struct egress_box *b, int lfd)
 
 /* ---- DNS ---- */
 
+bool egressd_parse_resolver(const char *s, struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN + 2];
+    unsigned long port = 53;
+    const char *colon = strrchr(s, ':');
+    memset(ss, 0, sizeof(*ss));
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || (size_t)(close - s - 1) >= sizeof(host))
+            return false;
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (close[1] && close[1] != ':')
+            return false;
+        colon = close[1] ? close + 1 : NULL;
+    } else if (colon && strchr(s, ':') == colon) {
+        if ((size_t)(colon - s) >= sizeof(host))
+            return false;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+    } else {
+        if (strlen(s) >= sizeof(host))
+            return false;
+        strcpy(host, s);
+        colon = NULL;
+    }
+    if (colon) {
+        char *end;
+        port = strtoul(colon + 1, &end, 10);
+        if (!colon[1] || *end || port == 0 || port > 65535)
+            return false;
+    }
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+    } else {
+        return false;
+    }
+    return true;
+}
+
 /* The upstream resolvers: configured, or /etc/resolv.conf's. */
 static size_t upstreams(struct sockaddr_storage out[EGRESSD_MAX_DNS])
 {
@@ -754,22 +800,12 @@ static size_t upstreams(struct sockaddr_storage out[EGRESSD_MAX_DNS])
         char addr[128];
         if (sscanf(line, " nameserver %127s", addr) != 1)
             continue;
-        struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof(ss));
-        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-        char *pct = strchr(addr, '%');
+        char *pct = strchr(addr, '%'); /* a zone: not kept */
         if (pct)
             *pct = '\0';
-        if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
-            s4->sin_family = AF_INET;
-            s4->sin_port = htons(53);
-        } else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
-            s6->sin6_family = AF_INET6;
-            s6->sin6_port = htons(53);
-        } else {
+        struct sockaddr_storage ss;
+        if (!egressd_parse_resolver(addr, &ss))
             continue;
-        }
         out[n++] = ss;
     }
     fclose(f);

@@ -27,6 +27,7 @@
 #ifndef CORRAL_JAIL_EGRESSD_H
 #define CORRAL_JAIL_EGRESSD_H
 
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #include "base/error.h"
@@ -36,6 +37,10 @@
 #define EGRESSD_MAX_DNS         4 /* upstream resolvers */
 
 struct egress_box;
+
+/* A resolver's address, "ADDR", "ADDR:PORT" or "[ADDR6]:PORT" (port 53
+ * unless given), into ss; false when s is none of those. */
+bool egressd_parse_resolver(const char *s, struct sockaddr_storage *ss);
 
 /* The upstream resolvers (NULL/0: the nameservers of /etc/resolv.conf, read
  * when first needed) and the private ranges every policy opens (copied).

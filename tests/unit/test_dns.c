@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "jail/dns.h"
+#include "jail/egressd.h"
 
 /* A message under construction. */
 struct msg {
@@ -339,6 +340,52 @@ static void refuses_bad_answers(void **state)
     assert_int_equal(n, 0);
 }
 
+static void resolver(const char *text, int family, const char *addr, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    char got[INET6_ADDRSTRLEN];
+    assert_true(egressd_parse_resolver(text, &ss));
+    assert_int_equal(ss.ss_family, family);
+    if (family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &s4->sin_addr, got, sizeof(got));
+        assert_int_equal(ntohs(s4->sin_port), port);
+    } else {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &s6->sin6_addr, got, sizeof(got));
+        assert_int_equal(ntohs(s6->sin6_port), port);
+    }
+    assert_string_equal(got, addr);
+}
+
+/* The upstream resolvers of the configuration and of /etc/resolv.conf. */
+static void reads_resolver_addresses(void **state)
+{
+    (void)state;
+    resolver("192.0.2.53", AF_INET, "192.0.2.53", 53);
+    resolver("192.0.2.53:5353", AF_INET, "192.0.2.53", 5353);
+    resolver("fd00::53", AF_INET6, "fd00::53", 53);
+    resolver("[fd00::53]", AF_INET6, "fd00::53", 53);
+    resolver("[fd00::53]:5353", AF_INET6, "fd00::53", 5353);
+    static const char *const bad[] = {
+        "",
+        "resolver.example",
+        "192.0.2.53:",
+        "192.0.2.53:0",
+        "192.0.2.53:65536",
+        "192.0.2.53:x",
+        "[fd00::53",
+        "[fd00::53]x",
+        "[fd00::53]:",
+        "[192.0.2.53x]:53",
+        "999.0.2.53",
+    };
+    struct sockaddr_storage ss;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (egressd_parse_resolver(bad[i], &ss))
+            fail_msg("'%s' was taken for a resolver", bad[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -347,6 +394,7 @@ int main(void)
         cmocka_unit_test(writes_answers_and_errors),
         cmocka_unit_test(reads_an_upstream_answer),
         cmocka_unit_test(refuses_bad_answers),
+        cmocka_unit_test(reads_resolver_addresses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
