@@ -11,6 +11,7 @@
 #define HEADER        12
 #define QR            0x8000
 #define OPCODE        0x7800
+#define TC            0x0200
 #define RD            0x0100
 #define RA            0x0080
 #define RCODE         0x000f
@@ -179,6 +180,8 @@ int dns_read_answer(const uint8_t *msg, size_t len, const struct dns_question *q
         get16(msg + off) != q->qtype || get16(msg + off + 2) != q->qclass)
         return -EBADMSG;
     off += 4;
+    if (flags & TC)
+        return -EMSGSIZE;
     *rcode = flags & RCODE;
     for (unsigned i = 0; i < answers; i++) {
         if (read_name(msg, len, &off, NULL, true) < 0 || off + 10 > len)

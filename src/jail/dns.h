@@ -49,7 +49,8 @@ size_t dns_write_answer(const struct dns_question *q, const uint8_t *query, int 
 /* Reads an upstream resolver's answer to the question q: its rcode, and the
  * A and AAAA records of its answer section (at most max, in order; CNAME
  * records are followed by taking every address record of the section).
- * 0, or -EBADMSG (malformed, not an answer, another id or question). */
+ * 0, -EMSGSIZE when the answer was truncated (TC: ask again over TCP), or
+ * -EBADMSG (malformed, not an answer, another id or question). */
 int dns_read_answer(const uint8_t *msg, size_t len, const struct dns_question *q, int *rcode,
                     struct dns_address *addrs, size_t max, size_t *n);
 

@@ -812,6 +812,68 @@ static size_t upstreams(struct sockaddr_storage out[EGRESSD_MAX_DNS])
     return n;
 }
 
+/* Reads exactly n bytes from a TCP socket within the deadline. */
+static bool read_full(int fd, uint8_t *buf, size_t n, uint64_t until)
+{
+    size_t got = 0;
+    while (got < n) {
+        uint64_t now = corral_now_ms();
+        if (now >= until)
+            return false;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(until - now)) <= 0)
+            return false;
+        ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/* Asks the upstream resolver up again over TCP, after a truncated answer
+ * over UDP (RFC 7766): one query, one answer. 0, or -EIO. */
+static int ask_upstream_tcp(const struct sockaddr_storage *up, const uint8_t *msg, size_t qlen,
+                            const struct dns_question *q, int *rcode, struct dns_address *addrs,
+                            size_t max, size_t *n)
+{
+    uint64_t until = corral_now_ms() + UPSTREAM_WAIT_MS;
+    int s = socket(up->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0)
+        return -EIO;
+    socklen_t len =
+        up->ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    int r = -EIO, soerr = 0;
+    socklen_t elen = sizeof(soerr);
+    struct pollfd p = {.fd = s, .events = POLLOUT};
+    if (connect(s, (const struct sockaddr *)up, len) < 0 &&
+        (errno != EINPROGRESS || poll(&p, 1, UPSTREAM_WAIT_MS) != 1 ||
+         getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &elen) < 0 || soerr)) {
+        close(s);
+        return -EIO;
+    }
+    uint8_t req[2 + 512], lenb[2];
+    req[0] = (uint8_t)(qlen >> 8);
+    req[1] = (uint8_t)qlen;
+    memcpy(req + 2, msg, qlen);
+    /* the socket buffer takes a query whole */
+    if (send(s, req, qlen + 2, MSG_NOSIGNAL) != (ssize_t)(qlen + 2) ||
+        !read_full(s, lenb, 2, until)) {
+        close(s);
+        return -EIO;
+    }
+    size_t alen = (size_t)lenb[0] << 8 | lenb[1];
+    uint8_t *answer = alen ? malloc(alen) : NULL;
+    if (answer && read_full(s, answer, alen, until) &&
+        dns_read_answer(answer, alen, q, rcode, addrs, max, n) == 0)
+        r = 0;
+    free(answer);
+    close(s);
+    return r;
+}
+
 /* Asks the upstream resolvers q; the answer's rcode and addresses. 0, or
  * -EIO when none answered. */
 static int ask_upstream(const struct dns_question *q, const uint8_t *query, size_t qlen, int *rcode,
@@ -850,12 +912,21 @@ static int ask_upstream(const struct dns_question *q, const uint8_t *query, size
                 ssize_t got = recv(s, answer, sizeof(answer), 0);
                 if (got < 0)
                     break;
-                if (dns_read_answer(answer, (size_t)got, &mine, rcode, addrs, max, n) == 0) {
+                int r = dns_read_answer(answer, (size_t)got, &mine, rcode, addrs, max, n);
+                if (r == -EMSGSIZE) { /* truncated: the whole answer over TCP */
+                    close(s);
+                    if (ask_upstream_tcp(&up[i], msg, qlen, &mine, rcode, addrs, max, n) == 0)
+                        return 0;
+                    s = -1;
+                    break;
+                }
+                if (r == 0) {
                     close(s);
                     return 0;
                 }
             }
-            close(s);
+            if (s >= 0)
+                close(s);
         }
     return -EIO;
 }
@@ -981,27 +1052,6 @@ struct dns_job {
     size_t len;
     uint8_t msg[512];
 };
-
-/* Reads exactly n bytes from a TCP socket within the deadline. */
-static bool read_full(int fd, uint8_t *buf, size_t n, uint64_t until)
-{
-    size_t got = 0;
-    while (got < n) {
-        uint64_t now = corral_now_ms();
-        if (now >= until)
-            return false;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(until - now)) <= 0)
-            return false;
-        ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (r <= 0)
-            return false;
-        got += (size_t)r;
-    }
-    return true;
-}
 
 static void *dns_main(void *arg)
 {

@@ -235,7 +235,8 @@ def kill_and_reap(pids):
 
 
 # The test network of the egress tests: a namespace of the test's own with
-# two web servers (on .2 and .3), a DNS server (on .2, UDP and TCP) and a UDP
+# two web servers (on .2 and .3), a DNS server (on .2, UDP and TCP; over UDP
+# an answer above 512 bytes is truncated, as real servers do) and a UDP
 # sink, all counting what reaches them. The process lives EGRESS_LIFETIME
 # seconds at most, and stops when its standard input closes. On standard
 # input, "counts" makes it print its counters as one JSON line.
@@ -245,7 +246,7 @@ import json, os, socket, struct, sys, threading
 cfg = json.loads(sys.argv[1])
 threading.Timer(cfg["lifetime"], lambda: os._exit(0)).start()   # bounded
 lock = threading.Lock()
-counts = {"http": {a: 0 for a in cfg["http"]}, "hosts": [], "dns": [], "udp": 0}
+counts = {"http": {a: 0 for a in cfg["http"]}, "hosts": [], "dns": [], "dns_tcp": [], "udp": 0}
 
 def http_conn(c, addr):
     try:
@@ -277,7 +278,7 @@ def http(s, addr):
             counts["http"][addr] += 1      # every connection, request or not
         threading.Thread(target=http_conn, args=(c, addr), daemon=True).start()
 
-def dns_answer(q):
+def dns_answer(q, tcp=False):
     qid, flags, qd = struct.unpack_from(">HHH", q)
     if flags & 0x8000 or qd != 1:
         return None
@@ -293,6 +294,8 @@ def dns_answer(q):
     name = ".".join(labels).lower()
     with lock:
         counts["dns"].append([name, qtype])
+        if tcp:
+            counts["dns_tcp"].append(name)
     addrs = cfg["zone"].get(name)
     rcode = 0 if addrs is not None else 3            # NXDOMAIN
     answers = b""
@@ -301,6 +304,9 @@ def dns_answer(q):
             answers += struct.pack(">HHHIH", 0xc00c, 1, 1, 600, 4) + socket.inet_aton(a)
     n = len(addrs) if answers else 0
     head = struct.pack(">HHHHHH", qid, 0x8400 | (flags & 0x0100) | 0x0080 | rcode, 1, n, 0, 0)
+    if not tcp and len(head + question + answers) > 512:   # truncated (TC), no answers
+        head = struct.pack(">HHHHHH", qid, 0x8600 | (flags & 0x0100) | 0x0080 | rcode, 1, 0, 0, 0)
+        return head + question
     return head + question + answers
 
 def dns(s):
@@ -326,7 +332,7 @@ def dns_tcp_conn(c):
             n = 2 + struct.unpack(">H", data[:2])[0]
             q, data = data[2:n], data[n:]
             try:
-                a = dns_answer(q)
+                a = dns_answer(q, tcp=True)
             except (struct.error, IndexError):
                 return
             if not a:
@@ -424,6 +430,8 @@ class EgressNet:
             "other.allowed.test": [self.a2],
             "rebind.test": ["127.0.0.1", self.host_addr, "169.254.169.254"],
             "mixed.test": [self.a2, "127.0.0.1"],
+            # 40 addresses: over UDP the answer is truncated (TC), over TCP whole
+            "big.test": [self.a2] + [f"{self.net}.{i}" for i in range(100, 139)],
         }
         self.server = None
         self.host_listener = self.host_listener6 = None
@@ -470,7 +478,8 @@ class EgressNet:
 
     def counts(self, raw=False):
         """What reached the namespace since start(): {"http": {addr: n},
-        "hosts": [Host headers], "dns": [[name, qtype], ...], "udp": n,
+        "hosts": [Host headers], "dns": [[name, qtype], ...], "dns_tcp":
+        [names asked over TCP], "udp": n,
         "icmp_echos": n}."""
         self.server.stdin.write("counts\n")
         self.server.stdin.flush()
@@ -481,6 +490,7 @@ class EgressNet:
         return {"http": {a: n - b["http"][a] for a, n in c["http"].items()},
                 "hosts": c["hosts"][len(b["hosts"]):],
                 "dns": c["dns"][len(b["dns"]):],
+                "dns_tcp": c["dns_tcp"][len(b["dns_tcp"]):],
                 "udp": c["udp"] - b["udp"],
                 "icmp_echos": c["snmp"]["Icmp.InEchos"] - b["snmp"]["Icmp.InEchos"]}
 

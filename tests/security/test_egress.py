@@ -467,7 +467,8 @@ def test_dns_rebinding_and_other_resolvers(egress_net, tmp_path):
     gives none of them), and opening a name opens only the addresses that
     remain. Queries to any other resolver, over UDP or TCP, are the stub's:
     they reach only the configured upstream, under the same policy, and so
-    do queries to the upstream itself."""
+    do queries to the upstream itself. An answer the upstream truncates
+    over UDP is asked again over TCP, and its addresses are opened."""
     net = egress_net
     hport = net.host_listener.sock.getsockname()[1]
     other = net.a3   # no DNS server there: only the stub can answer
@@ -485,8 +486,10 @@ def test_dns_rebinding_and_other_resolvers(egress_net, tmp_path):
         ["far_denied", "dns", "10.233.255.254", "denied.test"],
         ["upstream_denied", "dns", net.a2, "denied.test"],
         ["upstream_denied_tcp", "dns", net.a2, "denied.test", True],
+        ["big", "resolve", "big.test"],
+        ["big_http", "http", net.a2, 80, "big.test"],
     ], "--network", "policy", "--allow", "rebind.test", "--allow", "mixed.test",
-        "--allow", "allowed.test")
+        "--allow", "allowed.test", "--allow", "big.test")
     assert r.rc == 0, r
     assert p["rebind"] == [] or p["rebind"].startswith("gaierror:"), r
     assert isinstance(p["rebind_dns"], dict) and p["rebind_dns"]["a"] == [], r
@@ -498,6 +501,10 @@ def test_dns_rebinding_and_other_resolvers(egress_net, tmp_path):
     for k in ("other_denied", "other_denied_case", "other_denied_tcp", "far_denied",
               "upstream_denied", "upstream_denied_tcp"):
         assert p[k] == {"rcode": 3, "a": []}, (k, r)     # NXDOMAIN
+    # as many of the 40 addresses as fit in 512 bytes, the first among them
+    assert isinstance(p["big"], list) and net.a2 in p["big"] and len(p["big"]) >= 20, r
+    assert p["big_http"] == body(net, net.a2, "big.test"), r
+    assert "big.test" in net.counts()["dns_tcp"]
     assert net.host_listener.accepted == 0
     names = net.dns_names()
     assert {"rebind.test", "mixed.test", "allowed.test"} <= names, names

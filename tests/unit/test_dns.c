@@ -292,6 +292,15 @@ static void reads_an_upstream_answer(void **state)
     other = q;
     other.qtype = DNS_TYPE_AAAA;
     assert_int_equal(dns_read_answer(m.b, m.len, &other, &rcode, a, 8, &n), -EBADMSG);
+    /* truncated (TC): to be asked again over TCP, whatever follows the
+     * question; but only when it answers q */
+    m.b[2] |= 0x02;
+    assert_int_equal(dns_read_answer(m.b, m.len, &q, &rcode, a, 8, &n), -EMSGSIZE);
+    assert_int_equal(dns_read_answer(m.b, 12 + 15 + 4, &q, &rcode, a, 8, &n), -EMSGSIZE);
+    assert_int_equal(dns_read_answer(m.b, 12 + 15 + 3, &q, &rcode, a, 8, &n), -EBADMSG);
+    other = q;
+    other.id++;
+    assert_int_equal(dns_read_answer(m.b, m.len, &other, &rcode, a, 8, &n), -EBADMSG);
     m.b[2] &= 0x7f;
     assert_int_equal(dns_read_answer(m.b, m.len, &q, &rcode, a, 8, &n), -EBADMSG);
 }
