@@ -39,6 +39,7 @@
 #include "jail/sniff.h"
 
 #define MAX_LEARNED      4096
+#define LEARNED_SET_SIZE "16384"
 #define MAX_DNS_INFLIGHT 64
 #define LEARN_MIN_S      300
 #define LEARN_MAX_S      3600
@@ -382,8 +383,12 @@ static char *policy_ruleset(const struct jail_netpolicy *p)
     add_set(&sb, "private6", AF_INET6, private6, NULL, 0, false);
     add_set(&sb, "open4", AF_INET, NULL, p->open, p->n_open, false);
     add_set(&sb, "open6", AF_INET6, NULL, p->open, p->n_open, false);
-    strbuf_puts(&sb, "  set dyn4 { type ipv4_addr; flags timeout; size 65535; }\n"
-                     "  set dyn6 { type ipv6_addr; flags timeout; size 65535; }\n"
+    /* The learned sets hold the learned list (MAX_LEARNED) and the elements
+     * it forgot before they time out. Their size bounds the kernel memory a
+     * sandbox can make the host spend. (At size 65535 creating the set
+     * alone took about 7 ms; at 16384, 0.3 ms.) */
+    strbuf_puts(&sb, "  set dyn4 { type ipv4_addr; flags timeout; size " LEARNED_SET_SIZE "; }\n"
+                     "  set dyn6 { type ipv6_addr; flags timeout; size " LEARNED_SET_SIZE "; }\n"
                      "  chain deny {\n"
                      "    log group 1\n" /* JAIL_EGRESS_NFLOG_GROUP */
                      "    meta l4proto tcp reject with tcp reset\n"
