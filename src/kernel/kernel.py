@@ -51,6 +51,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
+import _signal  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
@@ -732,15 +733,17 @@ def _user_code_sigint(running):
     """Switches SIGINT between the user code's handler (Python's own, which raises
     KeyboardInterrupt where the code is, or one the code installed itself) and
     the idle one."""
+    # _signal, not signal: the same calls without the enum conversions, which
+    # cost more than the switch itself on every execution
     try:
         if running:
-            signal.signal(signal.SIGINT, _K.sigint)
+            _signal.signal(_signal.SIGINT, _K.sigint)
         else:
-            current = signal.getsignal(signal.SIGINT)
+            current = _signal.getsignal(_signal.SIGINT)
             if current is not _idle_sigint:
                 # Keep a handler the user installed, but not one that kills us.
-                _K.sigint = current if callable(current) else signal.default_int_handler
-            signal.signal(signal.SIGINT, _idle_sigint)
+                _K.sigint = current if callable(current) else _signal.default_int_handler
+            _signal.signal(_signal.SIGINT, _idle_sigint)
     except (TypeError, ValueError, OSError):
         pass
 
@@ -1119,6 +1122,19 @@ def _make_shell_unblocked():
     class CorralDisplayHook(DisplayHook):
         """The cell's final value: a result frame with is_main true."""
 
+        def quiet(self):
+            # IPython tokenizes the whole cell to see whether its last token
+            # is ';'.  Only a comment can follow that token on its line, so
+            # a cell whose last line has no '#' and does not end with ';'
+            # is answered without the tokenizer.
+            try:
+                text = self.shell.history_manager.input_hist_parsed[-1].rstrip()
+            except (IndexError, AttributeError):
+                return False
+            if not text.endswith(";") and "#" not in text[text.rfind("\n") + 1:]:
+                return False
+            return DisplayHook.quiet(self)
+
         def start_displayhook(self):
             pass
 
@@ -1254,7 +1270,36 @@ def _make_shell_unblocked():
         sys.stdout.write(_strip_ansi(_safe_str(data)).rstrip("\n") + "\n")
 
     sh.set_hook("show_in_pager", show_in_pager)
+    _skip_token_transforms_for_plain_python(sh.input_transformer_manager)
     return sh
+
+
+_ESCAPE_ANYWHERE = ("!", "%", "?")  # shell, magics, help: wherever they are
+_ESCAPE_AT_START = (",", ";", "/")  # autocall escapes: only first on a line
+
+
+def _skip_token_transforms_for_plain_python(manager):
+    """IPython tokenizes every cell (several times) to find its special syntax:
+    `!cmd`, `%magic`, `x = !cmd`, `obj?`, and the `,` `;` `/` autocall escapes
+    that start a line.  A cell with none of those characters where they could
+    matter has nothing to transform: it skips the tokenizer, a tenth of a
+    trivial cell's time.  Cells with them (`!=` and `%` formatting too) take
+    IPython's own path, as does everything once the transformers change."""
+    defaults = list(manager.token_transformers)
+    full = manager.do_token_transforms
+
+    def do_token_transforms(lines):
+        if manager.token_transformers == defaults:
+            for line in lines:
+                if any(c in line for c in _ESCAPE_ANYWHERE):
+                    break
+                if line.lstrip().startswith(_ESCAPE_AT_START):
+                    break
+            else:
+                return lines
+        return full(lines)
+
+    manager.do_token_transforms = do_token_transforms
 
 
 # ---------------------------------------------------------------------------

@@ -275,7 +275,26 @@ def test_state_persists(kernel):
 def test_semicolon_suppresses_the_main_result(kernel):
     assert results(ok(kernel.execute("y = 5\ny;"))) == []
     assert results(ok(kernel.execute("y;  # a comment"))) == []
+    assert results(ok(kernel.execute("y;\n# a comment on a line of its own\n\n"))) == []
     assert main_result(ok(kernel.execute("y")))["data"]["text/plain"] == "5"
+    for shown in ("y  # not quiet;", "y; y", "';'", "y # a comment\n\n", "[y,\n y]"):
+        assert main_result(ok(kernel.execute(shown))), shown
+
+
+def test_ipython_syntax_wherever_it_can_be(kernel):
+    # IPython's transforms run when a cell may need them (and only then):
+    # special characters anywhere (!, %, ?) or starting a line (, ; /).
+    ok(kernel.execute("def f(*a): return '-'.join(map(str, a))"))
+    assert main_result(ok(kernel.execute("/f 1 2")))["data"]["text/plain"] == "'1-2'"
+    assert main_result(ok(kernel.execute(",f a b")))["data"]["text/plain"] == "'a-b'"
+    assert main_result(ok(kernel.execute(";f a b")))["data"]["text/plain"] == "'a b'"
+    assert main_result(ok(kernel.execute("1 != 2")))["data"]["text/plain"] == "True"
+    assert main_result(ok(kernel.execute("'%d' % 7")))["data"]["text/plain"] == "'7'"
+    frames = ok(kernel.execute("if True:\n    lines = !echo a; echo b\nlines"))
+    assert main_result(frames)["data"]["text/plain"] == "['a', 'b']"
+    assert "Docstring" in stream(ok(kernel.execute("len?")))
+    frames = ok(kernel.execute("t = %time 6 * 7\nt"))
+    assert main_result(frames)["data"]["text/plain"] == "42"
 
 
 def test_display_is_not_main(kernel):
