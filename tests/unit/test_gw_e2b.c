@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "providers/provider.h"
 #include "scripted_http.h"
 
@@ -214,13 +215,6 @@ static int srv_stop(void **state)
     scripted_http_stop(s->http);
     free(s);
     return 0;
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Whether r's JSON body is the JSON text `want`. */
@@ -615,9 +609,9 @@ static void fails_fast_on_a_refused_connection(void **state)
     struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = corral_now_ms();
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -ECONNREFUSED);
-    assert_true(mono_ms() - t0 < 3000);
+    assert_true(corral_now_ms() - t0 < 3000);
     assert_null(sb);
     assert_non_null(strstr(err.message, base));
 }
@@ -635,7 +629,7 @@ static void *run_thread(void *arg)
 {
     struct running *x = arg;
     x->rc = e2b()->execute(x->sb, "while True: pass", x->timeout_ms, &x->o, &x->err);
-    x->ended = mono_ms();
+    x->ended = corral_now_ms();
     return NULL;
 }
 
@@ -650,7 +644,7 @@ static void kill_stops_a_hanging_execution(void **state)
     while (!scripted_http_find(s->http, "POST", "/execute"))
         usleep(10000);
     usleep(200000);
-    uint64_t killed = mono_ms();
+    uint64_t killed = corral_now_ms();
     e2b()->kill(x.sb);
     assert_false(e2b()->alive(x.sb));
     pthread_join(t, NULL);
@@ -671,7 +665,7 @@ static void times_out(void **state)
     struct srv *s = *state;
     s->hang = true;
     struct running x = {.sb = create_ok(s), .timeout_ms = 1000};
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = corral_now_ms();
     run_thread(&x);
     if (x.rc < 0)
         fail_msg("execute: %s", x.err.message);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "providers/provider.h"
 #include "scripted_http.h"
 
@@ -151,13 +152,6 @@ static int srv_stop(void **state)
     scripted_http_stop(s->http);
     free(s);
     return 0;
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* ---- the provider ---- */
@@ -460,9 +454,9 @@ static void fails_fast_on_a_refused_connection(void **state)
     struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
     struct gw_sandbox *sb = NULL;
     struct corral_error err = {0};
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = corral_now_ms();
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -ECONNREFUSED);
-    assert_true(mono_ms() - t0 < 3000);
+    assert_true(corral_now_ms() - t0 < 3000);
     assert_null(sb);
     assert_non_null(strstr(err.message, "opensandbox at http://127.0.0.1:"));
 }
@@ -494,7 +488,7 @@ static void *run_thread(void *arg)
 {
     struct running *x = arg;
     x->rc = osb()->execute(x->sb, "while True: pass", x->timeout_ms, &x->o, &x->err);
-    x->ended = mono_ms();
+    x->ended = corral_now_ms();
     return NULL;
 }
 
@@ -508,7 +502,7 @@ static void kill_stops_a_hanging_execution(void **state)
     while (!scripted_http_find(s->http, "POST", "/execd/code"))
         usleep(10000);
     usleep(200000);
-    uint64_t killed = mono_ms();
+    uint64_t killed = corral_now_ms();
     osb()->kill(x.sb);
     assert_false(osb()->alive(x.sb));
     pthread_join(t, NULL);
@@ -525,7 +519,7 @@ static void times_out_and_interrupts(void **state)
     struct srv *s = *state;
     s->hang = true;
     struct running x = {.sb = create_ok(s, 0), .timeout_ms = 1000};
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = corral_now_ms();
     run_thread(&x);
     if (x.rc < 0)
         fail_msg("execute: %s", x.err.message);
