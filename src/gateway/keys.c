@@ -4,7 +4,8 @@
  * them), and optionally a model allow-list, a request rate limit and limits
  * on containers and their memory. The store keeps each key's SHA-256 (its
  * token), never the key. The admin endpoints follow LiteLLM's:
- * POST /key/generate, GET /key/list, GET /key/info, POST /key/delete.
+ * POST /key/generate, POST /key/update, GET /key/list, GET /key/info,
+ * POST /key/delete.
  */
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -134,7 +135,21 @@ static void bad(struct corral_gateway_reply *out, const char *param, const char 
     gw_reply_error(out, 400, "invalid_request_error", param, NULL, "%s", msg);
 }
 
-static void generate(corral_gateway *gw, json_t *body, struct corral_gateway_reply *out)
+/* A key's settings, as /key/generate and /key/update take them, and what
+ * each is when not given or null. */
+static const char *const settings[] = {
+    "key_alias", "models", "rpm_limit", "max_containers", "max_container_memory", "metadata"};
+#define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+static json_t *setting_default(size_t i)
+{
+    return !strcmp(settings[i], "models")     ? json_array()
+           : !strcmp(settings[i], "metadata") ? json_object()
+                                              : json_null();
+}
+
+/* Whether the settings in body are valid; else an error in out. */
+static bool settings_valid(json_t *body, struct corral_gateway_reply *out)
 {
     json_t *models = json_object_get(body, "models");
     json_t *rpm = json_object_get(body, "rpm_limit");
@@ -142,37 +157,57 @@ static void generate(corral_gateway *gw, json_t *body, struct corral_gateway_rep
     json_t *mem = json_object_get(body, "max_container_memory");
     json_t *alias = json_object_get(body, "key_alias");
     json_t *meta = json_object_get(body, "metadata");
-    json_t *given = json_object_get(body, "key");
     size_t i;
     json_t *m;
     if (models && !json_is_null(models)) {
         if (!json_is_array(models)) {
             bad(out, "models", "'models' must be a list of model names.");
-            return;
+            return false;
         }
         json_array_foreach(models, i, m)
         {
             if (!json_is_string(m)) {
                 bad(out, "models", "'models' must be a list of model names.");
-                return;
+                return false;
             }
         }
     }
     if ((rpm && !json_is_null(rpm) && (!json_is_integer(rpm) || json_integer_value(rpm) < 1)) ||
         (maxc && !json_is_null(maxc) && (!json_is_integer(maxc) || json_integer_value(maxc) < 0))) {
         bad(out, NULL, "'rpm_limit' must be an integer from 1, 'max_containers' one from 0.");
-        return;
+        return false;
     }
     if (mem && !json_is_null(mem) &&
         (!json_is_string(mem) || !gw_memory_limit_bytes(json_string_value(mem)))) {
         bad(out, "max_container_memory", "'max_container_memory' must be 1g, 4g, 16g or 64g.");
-        return;
+        return false;
     }
     if ((alias && !json_is_null(alias) && !json_is_string(alias)) ||
         (meta && !json_is_null(meta) && !json_is_object(meta))) {
         bad(out, NULL, "'key_alias' must be a string and 'metadata' an object.");
-        return;
+        return false;
     }
+    return true;
+}
+
+/* Sets in obj every setting body gives (null: back to its default); with
+ * all, the others too. */
+static void apply_settings(json_t *obj, json_t *body, bool all)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        json_t *v = json_object_get(body, settings[i]);
+        if (v && !json_is_null(v))
+            json_object_set(obj, settings[i], v);
+        else if (v || all)
+            json_object_set_new(obj, settings[i], setting_default(i));
+    }
+}
+
+static void generate(corral_gateway *gw, json_t *body, struct corral_gateway_reply *out)
+{
+    json_t *given = json_object_get(body, "key");
+    if (!settings_valid(body, out))
+        return;
     char key[80];
     if (given && !json_is_null(given)) {
         const char *k = json_string_value(given);
@@ -197,13 +232,9 @@ static void generate(corral_gateway *gw, json_t *body, struct corral_gateway_rep
     }
     char token[65];
     gw_key_token(key, token);
-#define OR(v, dflt) ((v) && !json_is_null(v) ? json_incref(v) : (dflt))
-    json_t *obj = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "token", token, "key_alias",
-                            OR(alias, json_null()), "models", OR(models, json_array()), "rpm_limit",
-                            OR(rpm, json_null()), "max_containers", OR(maxc, json_null()),
-                            "max_container_memory", OR(mem, json_null()), "metadata",
-                            OR(meta, json_object()), "created_at", (json_int_t)time(NULL));
-#undef OR
+    json_t *obj = json_pack("{s:s}", "token", token);
+    apply_settings(obj, body, true);
+    json_object_set_new(obj, "created_at", json_integer((json_int_t)time(NULL)));
     struct corral_error err;
     int rc = gw_store_put_key(gw->store, token, obj, &err);
     if (rc == -EEXIST) {
@@ -226,6 +257,35 @@ static void token_of(const char *k, char token[65])
         gw_key_token(k, token);
 }
 
+/* POST /key/update: {"key": the key or its token, and the settings to
+ * change}; the others stay. */
+static void update(corral_gateway *gw, json_t *body, struct corral_gateway_reply *out)
+{
+    const char *k = json_string_value(json_object_get(body, "key"));
+    if (!k || !*k) {
+        bad(out, "key", "Missing required parameter: 'key' (the key to update, or its token).");
+        return;
+    }
+    if (!settings_valid(body, out))
+        return;
+    char token[65];
+    token_of(k, token);
+    json_t *obj = NULL;
+    struct corral_error err;
+    int rc = gw_store_get_key(gw->store, token, &obj, &err);
+    if (rc == 0) {
+        apply_settings(obj, body, false);
+        rc = gw_store_update_key(gw->store, token, obj, &err);
+    }
+    if (rc == -ENOENT)
+        gw_reply_error(out, 404, "invalid_request_error", "key", NULL, "Key not found.");
+    else if (rc < 0)
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+    else
+        gw_reply_json(out, 200, json_pack("{s:s, s:O}", "key", token, "info", obj));
+    json_decref(obj);
+}
+
 int corral_gateway_admin(corral_gateway *gw, const char *method, const char *path,
                          const char *query_key, const char *body, size_t len,
                          struct corral_gateway_reply *out)
@@ -238,6 +298,13 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
             bad(out, NULL, "The request body must be a JSON object.");
         else
             generate(gw, b, out);
+        json_decref(b);
+    } else if (!strcmp(path, "key/update") && !strcmp(method, "POST")) {
+        json_t *b = len ? json_loadb(body, len, 0, NULL) : NULL;
+        if (!json_is_object(b))
+            bad(out, NULL, "The request body must be a JSON object.");
+        else
+            update(gw, b, out);
         json_decref(b);
     } else if (!strcmp(path, "key/list") && !strcmp(method, "GET")) {
         json_t *list = NULL;

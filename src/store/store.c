@@ -1322,6 +1322,32 @@ int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *e
     return 0;
 }
 
+int gw_store_update_key(struct gw_store *s, const char *token, json_t *obj,
+                        struct corral_error *err)
+{
+    const struct kind *k = &key_kind;
+    if (!valid_token(token))
+        return refuse_token("update", err);
+    if (!json_is_object(obj))
+        return corral_fail(err, EINVAL, "cannot store a key that is not a JSON object");
+    char *text = NULL;
+    int r = object_text(obj, &text, k, err);
+    if (r < 0)
+        return r;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot update key %s in store %s", token, s->name);
+    const char *const texts[] = {token, text};
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    r = write_texts(s, "UPDATE keys SET object = ?2 WHERE token = ?1", texts, 2, &changes, what,
+                    err);
+    if (r == 0 && changes == 0)
+        r = corral_fail(err, ENOENT, "no key %s in store %s", token, s->name);
+    pthread_mutex_unlock(&s->lock);
+    free(text);
+    return r;
+}
+
 int gw_store_delete_key(struct gw_store *s, const char *token, struct corral_error *err)
 {
     if (!valid_token(token))

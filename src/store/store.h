@@ -120,6 +120,9 @@ int gw_store_put_key(struct gw_store *s, const char *token, json_t *obj,
                      struct corral_error *err); /* -EEXIST when the token exists */
 int gw_store_get_key(struct gw_store *s, const char *token, json_t **out,
                      struct corral_error *err); /* -ENOENT */
+/* Replaces an existing key's obj (its created_at stays as stored). */
+int gw_store_update_key(struct gw_store *s, const char *token, json_t *obj,
+                        struct corral_error *err); /* -ENOENT */
 /* Every key's obj, oldest first. */
 int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *err);
 int gw_store_delete_key(struct gw_store *s, const char *token,

@@ -156,6 +156,44 @@ def test_key_generate_refuses_bad_fields(gw, body, param):
     refused(*post(gw, "/key/generate", body), 400, param)
 
 
+@pytest.mark.parametrize("body, param", [
+    ({"models": "gpt"}, "models"),
+    ({"rpm_limit": 0}, None),
+    ({"max_containers": -1}, None),
+    ({"max_container_memory": "3g"}, "max_container_memory"),
+    ({"metadata": "x"}, None),
+])
+def test_key_update_refuses_bad_fields(gw, body, param):
+    key = "sk-update-" + uuid.uuid4().hex[:16]
+    resp, text = post(gw, "/key/generate", {"key": key, "rpm_limit": 5})
+    assert resp.status == 200, text
+    refused(*post(gw, "/key/update", dict(body, key=key)), 400, param)
+    resp, text = gw.request("GET", f"/key/info?key={key}", key=MASTER)
+    assert json.loads(text)["info"]["rpm_limit"] == 5, text     # nothing changed
+
+
+def test_key_update_changes_what_it_is_given(gw):
+    key = "sk-update-" + uuid.uuid4().hex[:16]
+    resp, text = post(gw, "/key/generate", {"key": key, "key_alias": "before", "rpm_limit": 5,
+                                            "models": ["m1"], "metadata": {"team": "a"}})
+    assert resp.status == 200, text
+    made = json.loads(text)
+    resp, text = post(gw, "/key/update", {"key": key, "key_alias": "after", "rpm_limit": None,
+                                          "max_containers": 3})
+    assert resp.status == 200, text
+    info = json.loads(text)["info"]
+    assert info["key_alias"] == "after" and info["rpm_limit"] is None
+    assert info["max_containers"] == 3
+    assert info["models"] == ["m1"] and info["metadata"] == {"team": "a"}   # not given: kept
+    assert info["created_at"] == made["created_at"] and info["token"] == made["token"]
+    # by its token too, and /key/info shows the same
+    resp, text = post(gw, "/key/update", {"key": made["token"], "models": None})
+    assert resp.status == 200, text
+    resp, text = gw.request("GET", f"/key/info?key={key}", key=MASTER)
+    info = json.loads(text)["info"]
+    assert info["models"] == [] and info["key_alias"] == "after"
+
+
 def test_keys_that_exist_and_keys_that_do_not(gw):
     key = "sk-objects-" + uuid.uuid4().hex[:16]
     resp, text = post(gw, "/key/generate", {"key": key})
@@ -165,6 +203,10 @@ def test_keys_that_exist_and_keys_that_do_not(gw):
             "Missing required parameter: 'key'.")
     refused(*gw.request("GET", "/key/info?key=sk-nope-nope-nope", key=MASTER), 404, "key",
             "Key not found.")
+    refused(*post(gw, "/key/update", {"key_alias": "x"}), 400, "key",
+            "Missing required parameter: 'key' (the key to update, or its token).")
+    refused(*post(gw, "/key/update", {"key": "sk-nope-nope-nope"}), 404, "key", "Key not found.")
+    refused(*post(gw, "/key/update", raw="[1]"), 400)
     refused(*post(gw, "/key/delete", {}), 400, "keys")
     refused(*post(gw, "/key/delete", {"keys": ["sk-nope-nope-nope"]}), 404, "keys")
     refused(*post(gw, "/key/delete", raw="[1]"), 400, "keys")
@@ -172,6 +214,8 @@ def test_keys_that_exist_and_keys_that_do_not(gw):
             "Unknown admin path /key/nothing.")
     # a virtual key is no admin
     resp, text = post(gw, "/key/generate", {}, key=key)
+    assert resp.status in (401, 403), text
+    resp, text = post(gw, "/key/update", {"key": key, "rpm_limit": 1000}, key=key)
     assert resp.status in (401, 403), text
     resp, text = post(gw, "/key/delete", {"keys": [key]})
     assert resp.status == 200, text

@@ -1,4 +1,4 @@
-// Virtual keys (tenants) of the gateway: made, listed and revoked through
+// Virtual keys (tenants) of the gateway: made, listed, updated and revoked through
 // LiteLLM's admin endpoints with the master key, each key seeing only its
 // own containers, files and responses, with its model allow-list, rate limit
 // and container limit; through the official `openai` SDK against
@@ -67,6 +67,15 @@ test('keys: made, listed, limited, and each sees only its own objects', T, async
   assert.equal((await B2.responses.create({ model: 'mock-responses', input: `${c} hi` })).output_text, 'for B');
   await B2.containers.create({ name: 'one' });
   await assert.rejects(B2.containers.create({ name: 'two' }), (e) => e.status === 429 && e.code === 'container_limit_reached');
+  // /key/update changes a key in use: what it is given, at once
+  const up = await admin('POST', '/key/update', { key: other.body.key, models: null, max_containers: 2 });
+  assert.equal(up.status, 200, JSON.stringify(up.body));
+  assert.deepEqual(up.body.info.models, []);
+  assert.equal(up.body.info.rpm_limit, 100);
+  await B2.containers.create({ name: 'two' });
+  const c2 = gw.marker('tenant-b2');
+  gw.upstream.script(c2, [{ text: 'now allowed' }]);
+  assert.equal((await B2.responses.create({ model: 'mock-chat', input: `${c2} hi` })).output_text, 'now allowed');
   const limited = await assert.rejects(B.containers.list(), (e) => {
     assert.equal(e.status, 429);
     assert.equal(e.code, 'rate_limit_exceeded');

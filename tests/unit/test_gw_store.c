@@ -1150,6 +1150,18 @@ static void keeps_keys(void **state)
     json_decref(back);
     json_decref(k);
 
+    /* An update replaces the object, and only of a key that exists. */
+    json_t *changed = key_obj(t1, "renamed", 1700000000);
+    assert_int_equal(gw_store_update_key(s, t1, changed, &err), 0);
+    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_true(json_equal(back, changed));
+    json_decref(back);
+    assert_keys(s, "renamed");
+    assert_int_equal(gw_store_update_key(s, t2, changed, &err), -ENOENT);
+    assert_non_null(strstr(err.message, t2));
+    assert_int_equal(gw_store_get_key(s, t2, NULL, &err), -ENOENT);
+    json_decref(changed);
+
     /* Missing. */
     back = (json_t *)&err;
     err = (struct corral_error){0};
