@@ -38,18 +38,20 @@
 #include "jail/egress.h"
 #include "jail/sniff.h"
 
-#define MAX_LEARNED      4096
-#define LEARNED_SET_SIZE "16384"
-#define MAX_DNS_INFLIGHT 64
-#define LEARN_MIN_S      300
-#define LEARN_MAX_S      3600
-#define UPSTREAM_WAIT_MS 2000
-#define CONNECT_WAIT_MS  10000
-#define DNS_TCP_WAIT_MS  5000
-#define WORKER_STACK     (128 * 1024)
-#define RELAY_BUF        (32 * 1024)
-#define LOG_PER_SECOND   10
-#define LOG_BURST        20
+#define MAX_LEARNED        4096
+#define LEARNED_SET_SIZE   "16384"
+#define MAX_DNS_INFLIGHT   64
+#define MAX_ANSWER_ADDRS   64   /* addresses an answer to a sandbox holds at most */
+#define DNS_TCP_ANSWER_MAX 4096 /* bytes over TCP (UDP: 512, TC set when cut) */
+#define LEARN_MIN_S        300
+#define LEARN_MAX_S        3600
+#define UPSTREAM_WAIT_MS   2000
+#define CONNECT_WAIT_MS    10000
+#define DNS_TCP_WAIT_MS    5000
+#define WORKER_STACK       (128 * 1024)
+#define RELAY_BUF          (32 * 1024)
+#define LOG_PER_SECOND     10
+#define LOG_BURST          20
 
 enum watch_kind { W_TCP, W_DNS_UDP, W_DNS_TCP, W_NFLOG };
 
@@ -1018,10 +1020,10 @@ static size_t resolve(struct egress_box *b, const uint8_t *msg, size_t len, uint
         q.qclass == DNS_CLASS_IN && (q.qtype == DNS_TYPE_A || (q.qtype == DNS_TYPE_AAAA && b->v6));
     if (!wanted) /* other types: no data (the sandbox only connects by address) */
         return dns_write_answer(&q, msg, 0, NULL, 0, out, cap);
-    struct dns_address addrs[32];
+    struct dns_address addrs[MAX_ANSWER_ADDRS];
     size_t n = 0;
     int rcode = 0;
-    if (ask_upstream(&q, msg, len, &rcode, addrs, 32, &n) < 0)
+    if (ask_upstream(&q, msg, len, &rcode, addrs, MAX_ANSWER_ADDRS, &n) < 0)
         return dns_write_answer(&q, msg, DNS_RCODE_SERVFAIL, NULL, 0, out, cap);
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1043,6 +1045,8 @@ static size_t resolve(struct egress_box *b, const uint8_t *msg, size_t len, uint
     learn(b, addrs, kept);
     for (size_t k = kept;; k--) {
         size_t w = dns_write_answer(&q, msg, rcode, addrs, k, out, cap);
+        if (w && k < kept)
+            out[2] |= 0x02; /* TC: not every address fitted; TCP has them all */
         if (w || k == 0)
             return w;
     }
@@ -1062,7 +1066,7 @@ static void *dns_main(void *arg)
 {
     struct dns_job *job = arg;
     struct egress_box *b = job->b;
-    uint8_t out[2 + 512];
+    uint8_t out[2 + DNS_TCP_ANSWER_MAX];
     if (job->tcp) {
         uint64_t until = corral_now_ms() + DNS_TCP_WAIT_MS;
         uint8_t lenb[2];
