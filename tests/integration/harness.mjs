@@ -707,12 +707,11 @@ export function useServer(options = {}, { afterStop = null } = {}) {
 }
 
 /**
- * Creates a sandbox with `SandboxClass.create(opts)`, runs fn(sandbox) and
- * kills the sandbox whatever happens (a failing kill is reported only when
- * fn itself succeeded).
+ * Runs fn(sandbox) and kills the sandbox whatever happens: a failing kill
+ * (or a kill whose answer `checkKill` refuses) is reported only when fn
+ * itself succeeded; `afterKill` (closing an SDK's HTTP agent) runs last.
  */
-export async function withSandbox(SandboxClass, fn, opts) {
-  const sandbox = opts === undefined ? await SandboxClass.create() : await SandboxClass.create(opts);
+export async function killAfter(sandbox, fn, { checkKill, afterKill } = {}) {
   let failed = true;
   try {
     const result = await fn(sandbox);
@@ -720,11 +719,20 @@ export async function withSandbox(SandboxClass, fn, opts) {
     return result;
   } finally {
     try {
-      await sandbox.kill();
+      const killed = await sandbox.kill();
+      if (checkKill) checkKill(killed);
     } catch (err) {
       if (!failed) throw err;
+    } finally {
+      if (afterKill) await afterKill();
     }
   }
+}
+
+/** Creates a sandbox with `SandboxClass.create(opts)`, then killAfter(it, fn). */
+export async function withSandbox(SandboxClass, fn, opts) {
+  const sandbox = opts === undefined ? await SandboxClass.create() : await SandboxClass.create(opts);
+  return killAfter(sandbox, fn);
 }
 
 /** Polls fn() until it returns a truthy value or timeoutMs elapses; returns the last value. */

@@ -21,7 +21,7 @@ import { Sandbox as OsbSandbox, SandboxApiException } from '@alibaba-group/opens
 import { Sandbox } from '@e2b/code-interpreter';
 import { ALL_TRAFFIC, SandboxError, SandboxNotFoundError } from 'e2b';
 
-import { startServer, useServer } from './harness.mjs';
+import { killAfter, startServer, useServer } from './harness.mjs';
 
 // The default server is the harness's (E2B_API_URL etc. point at it); the
 // open one is started beside it and stopped before the host is checked.
@@ -86,17 +86,7 @@ async function osbProbe(sbx) {
 /** Sandbox.create(opts) of @e2b/code-interpreter, fn(sandbox), then kill whatever happens. */
 async function withE2B(opts, fn) {
   const sbx = await Sandbox.create({ timeoutMs: 120_000, ...opts });
-  let failed = true;
-  try {
-    await fn(sbx);
-    failed = false;
-  } finally {
-    try {
-      assert.equal(await sbx.kill(), true, 'kill() found the sandbox');
-    } catch (err) {
-      if (!failed) throw err;
-    }
-  }
+  await killAfter(sbx, fn, { checkKill: (killed) => assert.equal(killed, true, 'kill() found the sandbox') });
 }
 
 /** The OpenSandbox SDK's connection to `server`. */
@@ -111,19 +101,7 @@ function osbCreate(server, opts = {}) {
 /** OpenSandbox's Sandbox.create(...), fn(sandbox), then kill and close whatever happens. */
 async function withOsb(server, opts, fn) {
   const sbx = await osbCreate(server, opts);
-  let failed = true;
-  try {
-    await fn(sbx);
-    failed = false;
-  } finally {
-    try {
-      await sbx.kill();
-    } catch (err) {
-      if (!failed) throw err;
-    } finally {
-      await sbx.close();
-    }
-  }
+  await killAfter(sbx, fn, { afterKill: () => sbx.close() });
 }
 
 /** Asserts that `promise` rejects with the E2B SDK's SandboxError of this status, its message holding `words`. */

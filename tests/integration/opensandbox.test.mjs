@@ -18,7 +18,7 @@ import { test } from 'node:test';
 
 import { Sandbox, SandboxApiException } from '@alibaba-group/opensandbox';
 
-import { eventually, randomApiKey, useServer } from './harness.mjs';
+import { eventually, killAfter, randomApiKey, useServer } from './harness.mjs';
 
 const ctx = useServer({ apiKeys: [randomApiKey()] });
 
@@ -59,20 +59,7 @@ function createSandbox(opts = {}) {
  */
 async function withSandbox(fn, opts) {
   const sbx = await createSandbox(opts);
-  let failed = true;
-  try {
-    const result = await fn(sbx);
-    failed = false;
-    return result;
-  } finally {
-    try {
-      await sbx.kill();
-    } catch (err) {
-      if (!failed) throw err;
-    } finally {
-      await sbx.close();
-    }
-  }
+  return killAfter(sbx, fn, { afterKill: () => sbx.close() });
 }
 
 /** Asserts that `promise` rejects with a SandboxApiException of this HTTP status. */
