@@ -254,6 +254,11 @@ struct corral_exec_options {
     uint64_t output_limit;  /* bytes of stdout+stderr; 0 = default 10 MB */
     uint64_t grace_ms;      /* after an interrupt, before the context restarts; 0 = 3 s */
     struct corral_exec_callbacks callbacks;
+    /* When set, *cancel becomes true (from any thread, with an atomic store)
+     * to interrupt this execution, and only this one: as
+     * corral_context_interrupt() would while it runs; one still waiting
+     * for its context never starts. Noticed within 100 ms. */
+    const bool *cancel;
 };
 void corral_exec_options_init(struct corral_exec_options *opts);
 
@@ -283,7 +288,11 @@ size_t corral_context_list(corral_sandbox *sb, corral_context **out, size_t max)
 const char *corral_context_id(const corral_context *ctx);
 const char *corral_context_language(const corral_context *ctx);
 const char *corral_context_cwd(const corral_context *ctx);
-/* Interrupts the running execution (KeyboardInterrupt); safe from any thread. */
+/* Interrupts the running execution (KeyboardInterrupt); safe from any
+ * thread. An execution counts as running from its on_start callback on:
+ * an interrupt that lands before its code reached the kernel still
+ * interrupts it. To interrupt one execution without racing the next, use
+ * corral_exec_options.cancel. */
 int corral_context_interrupt(corral_context *ctx, struct corral_error *err);
 int corral_context_restart(corral_context *ctx, struct corral_error *err);
 /* Removes the context; ctx is invalid afterwards. */

@@ -875,6 +875,7 @@ struct job {
     char **env;
     struct http_stream *s;
     bool errored;
+    bool gone; /* the client left: cancels this execution (atomic) */
 };
 
 static void job_line(struct job *j, json_t *line)
@@ -996,6 +997,7 @@ static void job_produce(struct http_stream *s, void *arg)
                                                  .on_result = on_result,
                                                  .on_error = on_error,
                                                  .userdata = j};
+    x.cancel = &j->gone;
     struct corral_exec_outcome out;
     struct corral_error err;
     int r = corral_execute(j->sb, j->ctx, j->code, &x, &out, &err);
@@ -1015,7 +1017,8 @@ static void job_produce(struct http_stream *s, void *arg)
 static void job_gone(void *arg)
 {
     struct job *j = arg;
-    corral_context_interrupt(j->ctx, NULL); /* free the context for the next execution */
+    /* This execution only: the next one may already have the context. */
+    __atomic_store_n(&j->gone, true, __ATOMIC_RELEASE);
 }
 
 static void job_release(void *arg)

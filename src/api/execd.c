@@ -192,6 +192,7 @@ struct run {
     struct http_stream *s;
     int64_t started_ms;
     bool errored;
+    bool gone; /* the client left: cancels this run (atomic) */
 };
 
 static void run_start(void *u, int64_t count)
@@ -262,6 +263,7 @@ static void run_produce(struct http_stream *s, void *arg)
                                                  .on_result = run_result,
                                                  .on_error = run_error_cb,
                                                  .userdata = r};
+    x.cancel = &r->gone;
     struct corral_exec_outcome out;
     struct corral_error err;
     int rc = corral_execute(r->sb, r->ctx, r->code, &x, &out, &err);
@@ -281,7 +283,8 @@ static void run_produce(struct http_stream *s, void *arg)
 static void run_gone(void *arg)
 {
     struct run *r = arg;
-    corral_context_interrupt(r->ctx, NULL); /* free the context for the next run */
+    /* This run only: the next one may already have the context. */
+    __atomic_store_n(&r->gone, true, __ATOMIC_RELEASE);
 }
 
 static void run_release(void *arg)

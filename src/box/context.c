@@ -397,6 +397,11 @@ static void report(const struct corral_exec_callbacks *cb, const char *name, con
     }
 }
 
+static bool cancelled(const struct corral_exec_options *opts)
+{
+    return opts->cancel && __atomic_load_n(opts->cancel, __ATOMIC_ACQUIRE);
+}
+
 int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
                    const struct corral_exec_options *opts, struct corral_exec_outcome *outcome,
                    struct corral_error *err)
@@ -431,11 +436,22 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
         json_object_set_new(env, name, json_string(eq + 1));
     }
     pthread_mutex_lock(&ctx->exec_lock);
+    if (cancelled(opts)) {
+        pthread_mutex_unlock(&ctx->exec_lock);
+        json_decref(env);
+        return corral_fail(err, ECANCELED, "the execution was cancelled before it started");
+    }
     if (ctx->sock < 0 && (r = start_kernel(ctx, err)) < 0) {
         pthread_mutex_unlock(&ctx->exec_lock);
         json_decref(env);
         return r;
     }
+    /* From here on an interrupt is this execution's, even one that lands
+     * before the kernel has the code (a client that leaves as soon as it
+     * sees the execution count): the loop below repeats it. */
+    pthread_mutex_lock(&sb->lock);
+    ctx->interrupted_at = 0;
+    pthread_mutex_unlock(&sb->lock);
     int64_t id = ctx->execution_count + 1;
     if (opts->callbacks.on_start)
         opts->callbacks.on_start(opts->callbacks.userdata, id);
@@ -455,14 +471,15 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     uint64_t grace = opts->grace_ms ? opts->grace_ms : DEFAULT_GRACE_MS;
     uint64_t deadline = opts->timeout_ms ? corral_now_ms() + opts->timeout_ms : 0;
     size_t sent = 0;
-    pthread_mutex_lock(&sb->lock);
-    ctx->interrupted_at = 0;
-    pthread_mutex_unlock(&sb->lock);
-    bool done = false, died = false, stuck = false;
+    bool done = false, died = false, stuck = false, cancel_seen = false;
     uint64_t repeated_at = 0;
     r = 0;
     while (!done) {
         uint64_t now = corral_now_ms();
+        if (!cancel_seen && cancelled(opts)) {
+            cancel_seen = true;
+            corral_context_interrupt(ctx, NULL);
+        }
         pthread_mutex_lock(&sb->lock);
         uint64_t interrupted = ctx->interrupted_at;
         bool kernel_gone = !ctx->kernel || ctx->kernel->exited;

@@ -283,11 +283,20 @@ static void errors_have_name_value_and_traceback(void **state)
     corral_sandbox_release(sb);
 }
 
-static void *interrupt_soon(void *arg)
+/* Interrupts its context when the code says it is in its loop. The
+ * collected output comes first: the collecting callbacks take it too. */
+struct interrupter {
+    struct collected c;
+    corral_context *ctx;
+    bool cancel;
+};
+
+static void interrupt_when_told(void *ud, const char *t, size_t len, double ts)
 {
-    usleep(1000 * 1000);
-    corral_context_interrupt(arg, NULL);
-    return NULL;
+    struct interrupter *in = ud;
+    on_out(&in->c, t, len, ts);
+    if (memmem(t, len, "looping", 7))
+        corral_context_interrupt(in->ctx, NULL);
 }
 
 static void interrupt_keeps_state(void **state)
@@ -296,22 +305,81 @@ static void interrupt_keeps_state(void **state)
     corral_context *ctx;
     struct corral_error err;
     assert_int_equal(corral_context_default(sb, &ctx, &err), 0);
-    struct collected c;
-    reset(&c);
+    struct interrupter in = {.ctx = ctx};
+    reset(&in.c);
     struct corral_exec_outcome out;
-    exec_ok(sb, ctx, "kept = 41", &c, &out);
-    pthread_t t;
-    pthread_create(&t, NULL, interrupt_soon, ctx);
-    reset(&c);
-    exec_ok(sb, ctx, "import time\nwhile True: time.sleep(0.1)", &c, &out);
-    pthread_join(t, NULL);
+    exec_ok(sb, ctx, "kept = 41", &in.c, &out);
+    reset(&in.c);
+    struct corral_exec_options x = opts_for(&in.c);
+    x.callbacks.on_stdout = interrupt_when_told;
+    x.callbacks.userdata = &in;
+    assert_int_equal(corral_execute(sb, ctx,
+                                    "import time\nprint('looping', flush=True)\n"
+                                    "while True: time.sleep(0.1)",
+                                    &x, &out, &err),
+                     0);
     assert_true(out.error);
     assert_false(out.context_restarted);
-    assert_string_equal(c.err_name, "KeyboardInterrupt");
-    reset(&c);
-    exec_ok(sb, ctx, "kept + 1", &c, &out);
-    assert_string_equal(main_result(&c)->text, "42");
-    reset(&c);
+    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
+    reset(&in.c);
+    exec_ok(sb, ctx, "kept + 1", &in.c, &out);
+    assert_string_equal(main_result(&in.c)->text, "42");
+    reset(&in.c);
+    corral_sandbox_release(sb);
+}
+
+/* What a server does when its client leaves as soon as it has seen the
+ * execution count: the interrupt comes before the kernel has the code. */
+static void interrupt_at_start(void *ud, int64_t count)
+{
+    struct interrupter *in = ud;
+    corral_context_interrupt(in->ctx, NULL);
+}
+
+static void cancel_at_start(void *ud, int64_t count)
+{
+    struct interrupter *in = ud;
+    __atomic_store_n(&in->cancel, true, __ATOMIC_RELEASE);
+}
+
+static void an_interrupt_at_the_start_is_not_lost(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    corral_context *ctx;
+    struct corral_error err;
+    assert_int_equal(corral_context_default(sb, &ctx, &err), 0);
+    struct interrupter in = {.ctx = ctx};
+    reset(&in.c);
+    struct corral_exec_outcome out;
+    exec_ok(sb, ctx, "kept = 41", &in.c, &out);
+    reset(&in.c);
+    struct corral_exec_options x = opts_for(&in.c);
+    x.callbacks.on_start = interrupt_at_start;
+    x.callbacks.userdata = &in;
+    const char *forever = "import time\nwhile True: time.sleep(0.1)";
+    assert_int_equal(corral_execute(sb, ctx, forever, &x, &out, &err), 0);
+    assert_true(out.error);
+    assert_false(out.context_restarted);
+    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
+    /* The same through the execution's own cancel flag. */
+    reset(&in.c);
+    x = opts_for(&in.c);
+    x.callbacks.on_start = cancel_at_start;
+    x.callbacks.userdata = &in;
+    x.cancel = &in.cancel;
+    assert_int_equal(corral_execute(sb, ctx, forever, &x, &out, &err), 0);
+    assert_true(out.error);
+    assert_false(out.context_restarted);
+    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
+    /* One cancelled before it had its context never runs. */
+    reset(&in.c);
+    x = opts_for(&in.c);
+    x.cancel = &in.cancel;
+    assert_int_equal(corral_execute(sb, ctx, "kept = 0", &x, &out, &err), -ECANCELED);
+    reset(&in.c);
+    exec_ok(sb, ctx, "kept + 1", &in.c, &out);
+    assert_string_equal(main_result(&in.c)->text, "42");
+    reset(&in.c);
     corral_sandbox_release(sb);
 }
 
@@ -375,20 +443,22 @@ static void env_per_execution_and_ignored_interrupts(void **state)
     assert_null(main_result(&c)); /* None: gone after its execution */
 
     /* An interrupt the code ignores: the context restarts after the grace period. */
-    reset(&c);
-    x = opts_for(&c);
+    struct interrupter in = {.ctx = ctx};
+    reset(&in.c);
+    x = opts_for(&in.c);
+    x.callbacks.on_stdout = interrupt_when_told;
+    x.callbacks.userdata = &in;
     x.grace_ms = 1000;
-    pthread_t t;
-    pthread_create(&t, NULL, interrupt_soon, ctx);
     assert_int_equal(corral_execute(sb, ctx,
                                     "import signal, time\n"
                                     "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                    "print('looping', flush=True)\n"
                                     "time.sleep(60)",
                                     &x, &out, &err),
                      0);
-    pthread_join(t, NULL);
     assert_true(out.error && out.context_restarted && !out.timed_out);
-    assert_string_equal(c.err_name, "KernelRestarted");
+    assert_string_equal(in.c.err_name, "KernelRestarted");
+    reset(&in.c);
     reset(&c);
     x = opts_for(&c);
     assert_int_equal(corral_execute(sb, ctx, "'os' in dir()", &x, &out, &err), 0);
@@ -1073,6 +1143,7 @@ int main(void)
         cmocka_unit_test(streams_arrive_in_order),
         cmocka_unit_test(errors_have_name_value_and_traceback),
         cmocka_unit_test(interrupt_keeps_state),
+        cmocka_unit_test(an_interrupt_at_the_start_is_not_lost),
         cmocka_unit_test(timeouts_interrupt_then_restart),
         cmocka_unit_test(env_per_execution_and_ignored_interrupts),
         cmocka_unit_test(a_hostile_kernel_cannot_hurt_the_daemon),
