@@ -50,6 +50,11 @@ struct corral_gateway_options {
 
 int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway **out,
                        struct corral_error *err);
+/* Stops the calls in progress and refuses new ones: each ends with an
+ * error that says the gateway is shutting down (503, or an error event on
+ * a stream that has started), its running code stopped. Waits up to
+ * wait_ms for them to end; whether they all did. */
+bool corral_gateway_drain(corral_gateway *gw, unsigned wait_ms);
 /* Waits for running calls to end (cancel them first), removes every
  * sandbox the gateway holds and frees it. */
 void corral_gateway_free(corral_gateway *gw);

@@ -233,15 +233,17 @@ static void run_error(struct run *r, const char *name, const char *value, const 
 {
     if (r->errored)
         return;
-    r->errored = true;
     json_t *lines = json_array();
     for (const char *p = traceback; p && *p;) {
         size_t n = strcspn(p, "\n");
         json_array_append_new(lines, json_stringn(p, n));
         p += n + (p[n] == '\n');
     }
-    execd_send(r->s, json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "error", "error", "ename", name,
-                               "evalue", value, "traceback", lines));
+    json_t *ev = json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "error", "error", "ename", name,
+                           "evalue", value, "traceback", lines);
+    /* Only an error that went out stands for the run's end; else
+     * execution_complete still ends the stream. */
+    r->errored = execd_send(r->s, ev) == 0;
 }
 
 static void run_error_cb(void *u, const char *name, const char *value, const char *traceback)

@@ -303,11 +303,10 @@ static void *job_run(void *arg)
     j->rc = rc;
     j->reply = rep;
     j->done = true;
-    bool started = j->started;
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&j->lock);
-    if (started && rc < 0 && !http_stream_gone(j->s))
-        http_stream_abort(j->s); /* the client sees a cut stream, not a clean end */
+    /* A stream that started ends with the gateway's last event (an error
+     * one when the call failed), unless its client is gone. */
     http_stream_close(j->s);
     job_unref(j);
     pthread_mutex_lock(&oa->lock);

@@ -6,6 +6,20 @@
 #include <stdio.h>
 #include <string.h>
 
+size_t corral_utf8_whole(const char *s, size_t len)
+{
+    size_t i = len, cont = 0;
+    while (i > 0 && cont < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
+        i--;
+        cont++;
+    }
+    unsigned char lead = i ? (unsigned char)s[i - 1] : 0;
+    if (lead < 0xC0)
+        return len; /* ends in ASCII, or in bytes that are not ours to judge */
+    size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : 1;
+    return cont >= need ? len : i - 1;
+}
+
 static int fail_v(struct corral_error *err, int code, const char *suffix, const char *fmt,
                   va_list ap)
 {
@@ -15,6 +29,9 @@ static int fail_v(struct corral_error *err, int code, const char *suffix, const 
         int n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
         if (suffix && n >= 0 && (size_t)n < sizeof(err->message))
             snprintf(err->message + n, sizeof(err->message) - (size_t)n, ": %s", suffix);
+        /* A message cut at its size keeps whole characters: it goes into JSON. */
+        size_t len = strlen(err->message);
+        err->message[corral_utf8_whole(err->message, len)] = '\0';
         err->code = code;
     }
     return -code;

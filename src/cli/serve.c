@@ -26,6 +26,10 @@
 #define DEFAULT_GATEWAY_DATA "/var/lib/corral/gateway"
 
 #define MAX_KEYS 64
+/* At a stop, how long the gateway's calls get to end with their error, then
+ * their answers to reach the clients. */
+#define GATEWAY_DRAIN_MS 10000
+#define HTTP_DRAIN_MS    2000
 
 static void serve_usage(FILE *out)
 {
@@ -445,8 +449,12 @@ int cli_serve(int argc, char **argv)
     if (osb)
         osb_kill_all(osb);
 out:
-    /* The gateway's clients go: their calls are cancelled, then its
-     * sandboxes removed. */
+    /* The gateway's calls end with an error that says why, which their
+     * clients get before the connections close; then its sandboxes go. */
+    if (gw) {
+        corral_gateway_drain(gw, GATEWAY_DRAIN_MS);
+        http_server_drain(gw_srv, HTTP_DRAIN_MS);
+    }
     if (gw_srv)
         http_server_stop(gw_srv);
     openai_free(oa);

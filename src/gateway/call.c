@@ -126,20 +126,74 @@ static char *upstream_model(const struct gw_model *m, const char *client)
 
 /* ---- plain proxying ---- */
 
+/* A proxied stream goes out whole events at a time: the bytes after the
+ * last blank line wait for the rest of their event (up to this much). */
+#define PROXY_HOLD_MAX (8u << 20)
+
 struct proxy_ctx {
     struct gw_call *c;
     bool started;
+    struct strbuf held; /* the start of an event not yet whole */
 };
+
+/* Where the last whole SSE event in s ends (after its blank line), or 0. */
+static size_t events_end(const char *s, size_t len)
+{
+    for (size_t i = len; i >= 2; i--) {
+        if (s[i - 1] != '\n')
+            continue;
+        if (s[i - 2] == '\n' ||
+            (i >= 4 && s[i - 2] == '\r' && s[i - 3] == '\n' && s[i - 4] == '\r'))
+            return i;
+    }
+    return 0;
+}
+
+/* Whole events to the client. A Responses stream's events are numbered
+ * from 0: counting them gives an error event of ours the next number. */
+static int proxy_forward(struct gw_call *c, const char *data, size_t len)
+{
+    if (!len)
+        return 0;
+    if (c->api == CORRAL_GATEWAY_RESPONSES) {
+        for (const char *p = data, *end = data + len; p < end;) {
+            if (end - p >= 5 && !memcmp(p, "data:", 5))
+                c->seq++;
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            p = nl ? nl + 1 : end;
+        }
+    }
+    return c->ev->on_bytes(c->ev->userdata, data, len);
+}
 
 static int proxy_data(void *u, const char *data, size_t len)
 {
     struct proxy_ctx *p = u;
+    struct gw_call *c = p->c;
     if (!p->started) {
         p->started = true;
-        if (p->c->ev->on_stream_start && p->c->ev->on_stream_start(p->c->ev->userdata) != 0)
+        c->proxied = true;
+        if (c->ev->on_stream_start && c->ev->on_stream_start(c->ev->userdata) != 0)
             return -1;
     }
-    return p->c->ev->on_bytes(p->c->ev->userdata, data, len);
+    if (!p->held.len) {
+        size_t end = events_end(data, len);
+        strbuf_append(&p->held, data + end, len - end);
+        return proxy_forward(c, data, end);
+    }
+    strbuf_append(&p->held, data, len);
+    if (p->held.oom)
+        return -1;
+    size_t end = events_end(p->held.data, p->held.len);
+    if (!end && p->held.len < PROXY_HOLD_MAX)
+        return 0;
+    if (!end) /* an event beyond any sane size: it goes as it is */
+        end = p->held.len;
+    int r = proxy_forward(c, p->held.data, end);
+    memmove(p->held.data, p->held.data + end, p->held.len - end);
+    p->held.len -= end;
+    p->held.data[p->held.len] = '\0';
+    return r;
 }
 
 static bool proxy_cancelled(void *u)
@@ -280,6 +334,17 @@ static void proxy(struct gw_call *c, const char *body, size_t body_len)
     if (p.started) {
         c->out->streamed = true;
         c->out->status = 200;
+        if (rc == 0 && !c->cancelled) /* it ended without a blank line: as it came */
+            proxy_forward(c, strbuf_str(&p.held), p.held.len);
+        else if (rc < 0 && rc != -ECANCELED && !c->cancelled) {
+            /* The upstream broke off (a reset, its timeout): the client hears
+             * it, rather than a stream that looks whole. */
+            char msg[CORRAL_ERROR_MESSAGE_MAX + 64];
+            snprintf(msg, sizeof(msg), "the upstream model's stream broke off: %s", err.message);
+            gw_emit_stream_error(c, "server_error",
+                                 rc == -ETIMEDOUT ? "upstream_timeout" : "upstream_unreachable",
+                                 msg);
+        }
     } else if (rc == -ECANCELED || c->cancelled) {
         c->cancelled = true;
     } else if (rc < 0) {
@@ -301,6 +366,7 @@ static void proxy(struct gw_call *c, const char *body, size_t body_len)
             c->out->streamed = false;
         }
     }
+    strbuf_free(&p.held);
     gw_upstream_reply_free(&r);
 }
 
@@ -505,11 +571,13 @@ static json_t *item_outputs(const struct gw_exec_output *o)
     return outs;
 }
 
-/* For the watch thread: the client's own test, without touching the call. */
+/* For the watch thread: the client's own test (or a draining gateway),
+ * without touching the call. */
 static bool client_gone(void *u)
 {
     const struct gw_call *c = u;
-    return c->cancelled || (c->ev && c->ev->cancelled && c->ev->cancelled(c->ev->userdata));
+    return c->cancelled || __atomic_load_n(&c->gw->draining, __ATOMIC_ACQUIRE) ||
+           (c->ev && c->ev->cancelled && c->ev->cancelled(c->ev->userdata));
 }
 
 /* Runs one code call; returns the text the model reads (malloc'ed). */
@@ -568,7 +636,8 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     json_decref(args);
     tc->executed = true;
     c->code_calls++;
-    if (watch.fired || gw_call_cancelled(c)) {
+    /* The call's own test first: a draining gateway tells the client why. */
+    if (gw_call_cancelled(c) || watch.fired) {
         c->cancelled = true;
         gw_exec_output_free(&o);
         return strdup("");
@@ -1425,7 +1494,7 @@ int gw_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body
 {
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&gw->lock);
-    if (gw->stopping) {
+    if (gw->stopping || __atomic_load_n(&gw->draining, __ATOMIC_ACQUIRE)) {
         pthread_mutex_unlock(&gw->lock);
         gw_reply_error(out, 503, "server_error", NULL, NULL, "The gateway is shutting down.");
         return -ESHUTDOWN;

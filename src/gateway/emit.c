@@ -552,8 +552,17 @@ void gw_emit_finish(struct gw_call *c)
 void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
                           const char *message)
 {
+    char whole[512]; /* messages cut to a size keep whole characters: JSON takes only those */
+    snprintf(whole, sizeof(whole), "%s", message);
+    whole[corral_utf8_whole(whole, strlen(whole))] = '\0';
+    message = whole;
     c->out->streamed = true;
     c->out->status = 200;
+    if (c->proxied && c->api == CORRAL_GATEWAY_RESPONSES) {
+        send_event(c, "error",
+                   json_pack("{s:s, s:s, s:n}", "code", code, "message", message, "param"));
+        return;
+    }
     if (c->api == CORRAL_GATEWAY_CHAT) {
         send_json(c, NULL,
                   json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message, "type", type,
@@ -569,4 +578,14 @@ void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
     json_decref(c->error);
     c->error = json_pack("{s:s, s:s}", "code", code, "message", message);
     event(c, "response.failed", json_pack("{s:o}", "response", response_object(c, true)));
+}
+
+void gw_emit_shutdown(struct gw_call *c)
+{
+    static const char msg[] = "The gateway is shutting down.";
+    if (c->started || c->proxied) {
+        gw_emit_stream_error(c, "server_error", "server_shutting_down", msg);
+        return;
+    }
+    gw_reply_error(c->out, 503, "server_error", NULL, "server_shutting_down", "%s", msg);
 }

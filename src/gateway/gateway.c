@@ -321,6 +321,21 @@ int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway
     return 0;
 }
 
+bool corral_gateway_drain(corral_gateway *gw, unsigned wait_ms)
+{
+    __atomic_store_n(&gw->draining, 1, __ATOMIC_RELEASE);
+    uint64_t until = corral_now_ms() + wait_ms;
+    pthread_mutex_lock(&gw->lock);
+    pthread_cond_broadcast(&gw->tick); /* the watch thread stops running code now */
+    while (gw->calls && corral_now_ms() < until) {
+        struct timespec ts = corral_realtime_in(until - corral_now_ms());
+        pthread_cond_timedwait(&gw->idle, &gw->lock, &ts);
+    }
+    bool idle = gw->calls == 0;
+    pthread_mutex_unlock(&gw->lock);
+    return idle;
+}
+
 void corral_gateway_free(corral_gateway *gw)
 {
     if (!gw)

@@ -102,6 +102,7 @@ struct corral_gateway {
     unsigned calls;             /* calls in progress */
     pthread_t monitor;
     bool monitor_started, stopping;
+    int draining; /* atomic: corral_gateway_drain() ends the calls in progress */
 };
 
 /* A new container for `owner` (no sandbox yet), retained once. */
@@ -290,6 +291,9 @@ struct gw_call {
     char resp_id[64], chat_id[64];
     int64_t created_at;
     bool started, cancelled, chat_role_sent;
+    /* The fast path: the upstream's stream goes to the client as it came,
+     * whole events at a time (so an error event can always follow). */
+    bool proxied;
     uint64_t seq;
     uint64_t checked_ns; /* when the client's presence was last checked */
     /* Responses streams show items one after the other: while a code call
@@ -323,9 +327,14 @@ void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *s
                        json_t *outputs);
 /* The end: the final response or chat completion (non-streamed: into c->out). */
 void gw_emit_finish(struct gw_call *c);
-/* A failure after the stream started: error event + response.failed. */
+/* A failure after the stream started: error event + response.failed (a
+ * proxied stream: the error event, after the upstream's last whole event;
+ * the rest of an event it broke off in is dropped). */
 void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
                           const char *message);
+/* The gateway is draining: the call ends with an error saying so (a 503,
+ * or an error event once its stream has started). */
+void gw_emit_shutdown(struct gw_call *c);
 /* Raw bytes to the client (the call is cancelled when it is gone). */
 void gw_send(struct gw_call *c, const char *data, size_t len);
 

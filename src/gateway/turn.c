@@ -39,11 +39,19 @@ void gw_turn_free(struct gw_turn *t)
 }
 
 /* The client's presence is checked at most every 20 ms: the check is a
- * system call, and curl asks often while data flows. */
+ * system call, and curl asks often while data flows. A draining gateway
+ * ends the call, which tells its client why. */
 bool gw_call_cancelled(struct gw_call *c)
 {
-    if (c->cancelled || !c->ev || !c->ev->cancelled)
-        return c->cancelled;
+    if (c->cancelled)
+        return true;
+    if (__atomic_load_n(&c->gw->draining, __ATOMIC_ACQUIRE)) {
+        gw_emit_shutdown(c);
+        c->cancelled = true;
+        return true;
+    }
+    if (!c->ev || !c->ev->cancelled)
+        return false;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

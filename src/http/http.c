@@ -321,9 +321,16 @@ struct http_stream *http_response_take_stream(struct http_response *resp, bool *
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 512 * 1024);
-    if (pthread_create(&t, &attr, producer_thread, s) != 0)
-        close_writer(s); /* the producer's reference: the body is empty */
+    int rc = pthread_create(&t, &attr, producer_thread, s);
     pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        /* Nothing produced it: an error answer, not an empty 200 body. */
+        s->finished = true; /* no client left: nothing to tell the producer */
+        close_writer(s);
+        http_stream_reader_done(s); /* the last reference: releases arg */
+        *failed = true;
+        return NULL;
+    }
     return s;
 }
 

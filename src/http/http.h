@@ -117,6 +117,10 @@ struct http_server;
 int http_server_start(const struct http_server_options *o, struct http_server **out,
                       struct corral_error *err);
 uint16_t http_server_port(const struct http_server *s);
+/* Stops accepting and waits up to wait_ms for the requests being served
+ * to finish their answers (each connection then closes); whether they
+ * did. http_server_stop() must still follow. */
+bool http_server_drain(struct http_server *s, unsigned wait_ms);
 /* Stops accepting, waits for the connections' threads, frees s. */
 void http_server_stop(struct http_server *s);
 

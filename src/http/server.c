@@ -1022,6 +1022,28 @@ uint16_t http_server_port(const struct http_server *s)
     return s->port;
 }
 
+bool http_server_drain(struct http_server *s, unsigned wait_ms)
+{
+    if (!s)
+        return true;
+    uint64_t until = corral_now_ms() + wait_ms;
+    pthread_mutex_lock(&s->lock);
+    __atomic_store_n(&s->stopping, true, __ATOMIC_RELAXED); /* answers close their connection */
+    shutdown(s->lfd, SHUT_RDWR);                            /* no more connections */
+    for (;;) {
+        bool busy = false;
+        for (struct conn *c = s->conns; c && !busy; c = c->next)
+            busy = c->busy;
+        if (!busy || corral_now_ms() >= until) {
+            pthread_mutex_unlock(&s->lock);
+            return !busy;
+        }
+        pthread_mutex_unlock(&s->lock);
+        usleep(10000);
+        pthread_mutex_lock(&s->lock);
+    }
+}
+
 void http_server_stop(struct http_server *s)
 {
     if (!s)

@@ -41,7 +41,9 @@
 //   Any turn may also have `usage: {prompt_tokens, completion_tokens}`; by
 //   default round r reports prompt_tokens 100 + 10 r and completion_tokens
 //   20 + r (see usageOf / expectedUsage), and `delayMs` (wait before answering)
-//   or `chunkDelayMs` (between streamed events).
+//   or `chunkDelayMs` (between streamed events). A streamed turn with
+//   `cutAfterEvents: n` writes its first n events and half of the next one,
+//   then resets the connection: an upstream that breaks off.
 //
 //   The code tool is the function tool whose description starts with
 //   "Execute Python code" and whose parameters have a string property
@@ -244,7 +246,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     res.end(body);
   }
 
-  async function answerStream(res, entry, events, frame, chunkDelayMs) {
+  async function answerStream(res, entry, events, frame, chunkDelayMs, cutAfterEvents) {
     entry.status = 200;
     entry.reply = { events, raw: '' };
     res.writeHead(200, {
@@ -256,8 +258,16 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     res.on('close', () => {
       gone = true;
     });
-    for (const ev of events) {
+    for (const [i, ev] of events.entries()) {
       if (gone) break;
+      if (i === cutAfterEvents) {
+        const half = frame(ev).slice(0, Math.floor(frame(ev).length / 2));
+        entry.reply.raw += half;
+        res.write(half);
+        await tick();
+        res.socket.resetAndDestroy();
+        return;
+      }
       const bytes = frame(ev);
       entry.reply.raw += bytes;
       res.write(bytes);
@@ -318,7 +328,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       }
       const answer = buildAnswer(api, body, entry, turn);
       if (!entry.stream) return answerJson(res, entry, 200, answer.json);
-      return await answerStream(res, entry, answer.events, answer.frame, turn.chunkDelayMs ?? 0);
+      return await answerStream(res, entry, answer.events, answer.frame, turn.chunkDelayMs ?? 0, turn.cutAfterEvents);
     } catch (err) {
       if (!(err instanceof MockError)) throw err;
       entry.mockError = err.message;
@@ -379,7 +389,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       throw new MockError('mock: a call is neither {code} nor {fn}');
     });
     const usage = { ...usageOf(info.round), ...(turn.usage ?? {}) };
-    return { text: turn.text ?? null, calls: resolved, usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs };
+    return { text: turn.text ?? null, calls: resolved, usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, cutAfterEvents: turn.cutAfterEvents };
   }
 
   function buildAnswer(api, body, entry, turn) {

@@ -1,9 +1,10 @@
-/* Units, files and ids: src/base/util.c. */
+/* Units, files, ids and error messages: src/base/util.c, src/base/error.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,32 @@ static void reports_file_errors(void **state)
     assert_int_equal(err.code, 2);
 }
 
+static void cut_messages_keep_whole_characters(void **state)
+{
+    assert_int_equal(corral_utf8_whole("abc", 3), 3);
+    assert_int_equal(corral_utf8_whole("caf\xc3\xa9", 5), 5);
+    assert_int_equal(corral_utf8_whole("caf\xc3", 4), 3);
+    assert_int_equal(corral_utf8_whole("\xe2\x9c\x93", 3), 3);
+    assert_int_equal(corral_utf8_whole("x\xe2\x9c", 3), 1);
+    assert_int_equal(corral_utf8_whole("x\xf0\x9f\x98", 4), 1);
+    assert_int_equal(corral_utf8_whole("\xf0\x9f\x98\x80", 4), 4);
+    assert_int_equal(corral_utf8_whole("", 0), 0);
+    /* A message cut at its buffer's size ends with a whole character. */
+    struct corral_error err;
+    char arg[600];
+    memset(arg, 'a', sizeof(arg) - 1);
+    arg[sizeof(arg) - 1] = '\0';
+    for (size_t i = 500; i + 2 < sizeof(arg); i += 2)
+        memcpy(arg + i, "\xc3\xa9", 2);
+    for (int shift = 0; shift < 2; shift++) {
+        corral_fail(&err, EINVAL, "%.*s%s", shift, "b", arg);
+        size_t n = strlen(err.message);
+        assert_true(n >= sizeof(err.message) - 2);
+        assert_int_equal(corral_utf8_whole(err.message, n), n);
+        assert_true((unsigned char)err.message[n - 1] != 0xc3);
+    }
+}
+
 static void decodes_base64(void **state)
 {
     unsigned char *out;
@@ -120,10 +147,14 @@ static void decodes_base64(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(parses_sizes),         cmocka_unit_test(parses_durations),
-        cmocka_unit_test(parses_cpus_and_ints), cmocka_unit_test(formats_sizes),
-        cmocka_unit_test(makes_random_ids),     cmocka_unit_test(reports_file_errors),
+        cmocka_unit_test(parses_sizes),
+        cmocka_unit_test(parses_durations),
+        cmocka_unit_test(parses_cpus_and_ints),
+        cmocka_unit_test(formats_sizes),
+        cmocka_unit_test(makes_random_ids),
+        cmocka_unit_test(reports_file_errors),
         cmocka_unit_test(decodes_base64),
+        cmocka_unit_test(cut_messages_keep_whole_characters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
