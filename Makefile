@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: all build test-build test fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
+.PHONY: stress-test all build test-build test fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
 
 all: build
 
@@ -96,6 +96,11 @@ test: deps format-check
 	@$(MAKE) --no-print-directory cli-test
 	@$(MAKE) --no-print-directory security-test
 	@$(MAKE) --no-print-directory integration-test
+
+# The whole suite again while CPU-bound processes (CORRAL_STRESS_HOGS, 2 by
+# default) compete for the cores, as on a busy CI machine.
+stress-test:
+	@scripts/stress-test
 
 run: deps build
 	@$(BUILD)/corral doctor
