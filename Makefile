@@ -39,7 +39,8 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
 FUZZ_DNS_SECONDS ?= 10
 FUZZ_SNIFF_SECONDS ?= 10
-FUZZ_SOURCES = tests/fuzz/fuzz_frames.c src/kernel/ctl.c src/kernel/frame.c src/base/error.c
+FUZZ_SOURCES = tests/fuzz/fuzz_frames.c src/kernel/ctl.c src/kernel/frame.c src/base/error.c \
+	src/base/utf8.c
 
 # The frame and control-message decoders, the DNS messages of the egress
 # resolver stub and the egress proxy's look at a connection's first bytes

@@ -61,6 +61,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "base/utf8.h"
 #include "base/util.h"
 
 #define HOME             "/home/user"
@@ -173,40 +174,6 @@ static void split_free(struct splitter *sp)
     memset(sp, 0, sizeof(*sp));
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. jansson's
- * rules: no overlong forms, no surrogates, nothing past U+10FFFF. */
-static size_t utf8_valid(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
 /* A line of text as valid UTF-8: a byte that starts no valid sequence
  * becomes U+FFFD, as Go's encoding/json does. */
 static struct line *line_new(bool err, const char *text, size_t len)
@@ -214,20 +181,7 @@ static struct line *line_new(bool err, const char *text, size_t len)
     struct line *l = malloc(sizeof(*l) + len * 3 + 1);
     if (!l)
         return NULL;
-    const unsigned char *s = (const unsigned char *)text;
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_valid(s + i, len - i);
-        if (k) {
-            memcpy(l->text + o, s + i, k);
-            o += k;
-            i += k;
-        } else {
-            memcpy(l->text + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
+    size_t o = corral_utf8_repair(l->text, text, len);
     l->text[o] = '\0';
     l->len = o;
     l->err = err;

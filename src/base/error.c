@@ -1,24 +1,12 @@
 /* Filling struct corral_error; see error.h. Safe to call in a freshly cloned child. */
 #include "base/error.h"
 
+#include "base/utf8.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-size_t corral_utf8_whole(const char *s, size_t len)
-{
-    size_t i = len, cont = 0;
-    while (i > 0 && cont < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
-        i--;
-        cont++;
-    }
-    unsigned char lead = i ? (unsigned char)s[i - 1] : 0;
-    if (lead < 0xC0)
-        return len; /* ends in ASCII, or in bytes that are not ours to judge */
-    size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : 1;
-    return cont >= need ? len : i - 1;
-}
 
 static int fail_v(struct corral_error *err, int code, const char *suffix, const char *fmt,
                   va_list ap)

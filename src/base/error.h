@@ -25,8 +25,4 @@ int corral_fail(struct corral_error *err, int code, const char *fmt, ...)
 int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* The length of s[0..len) without a UTF-8 character cut off at its end:
- * where a message cut to a buffer's size may end and stay valid UTF-8. */
-size_t corral_utf8_whole(const char *s, size_t len);
-
 #endif

@@ -50,6 +50,9 @@ struct corral_context {
     corral_process *kernel;    /* under sb->lock */
     int sock;                  /* frames to and from the kernel */
     struct kreader reader;
+    /* The read ends of the kernel's stdout and stderr pipes (-1: none): what
+     * a kernel that died left in them is read from here. */
+    int out_fds[2];
     uint64_t interrupted_at; /* monotonic ms of the last interrupt; under sb->lock */
     int64_t execution_count;
     bool removed;

@@ -13,6 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include "base/strbuf.h"
+#include "base/utf8.h"
 #include "base/util.h"
 #include "box/box.h"
 
@@ -20,6 +24,8 @@
 #define DEFAULT_OUTPUT_LIMIT    (10u << 20)
 #define INTERRUPT_REPEAT_MS     1000
 #define DEFAULT_GRACE_MS        3000
+/* Output a dead kernel left in one of its pipes, read at most (a pipe holds 1 MiB). */
+#define LEFTOVER_MAX (2u << 20)
 
 const char *corral_supported_languages(void)
 {
@@ -63,6 +69,32 @@ static void stderr_tail(corral_process *k, char *buf, size_t len)
     }
 }
 
+static void close_output_pipes(corral_context *ctx)
+{
+    for (int i = 0; i < 2; i++) {
+        if (ctx->out_fds[i] >= 0)
+            close(ctx->out_fds[i]);
+        ctx->out_fds[i] = -1;
+    }
+}
+
+/* The ready frame brought the read ends of the kernel's stdout and stderr
+ * pipes; anything else it could have passed is closed. */
+static void keep_output_pipes(corral_context *ctx)
+{
+    struct kreader *r = &ctx->reader;
+    close_output_pipes(ctx);
+    for (int i = 0; i < r->n_fds; i++) {
+        struct stat st;
+        if (r->n_fds == 2 && fstat(r->fds[i], &st) == 0 && S_ISFIFO(st.st_mode))
+            ctx->out_fds[i] = r->fds[i];
+        else
+            close(r->fds[i]);
+    }
+    r->n_fds = 0;
+    r->accept_fds = false;
+}
+
 static void stop_kernel(corral_context *ctx)
 {
     corral_sandbox *sb = ctx->sb;
@@ -79,6 +111,7 @@ static void stop_kernel(corral_context *ctx)
         close(ctx->sock);
     ctx->sock = -1;
     kreader_free(&ctx->reader);
+    close_output_pipes(ctx);
 }
 
 /* Starts the kernel and waits for its ready frame. */
@@ -100,6 +133,7 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     ctx->sock = sock;
     ctx->execution_count = 0;
     kreader_init(&ctx->reader);
+    ctx->reader.accept_fds = true;
     uint64_t deadline = corral_now_ms() + KERNEL_START_TIMEOUT_MS;
     for (;;) {
         struct kframe f;
@@ -108,8 +142,10 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
         if (n > 0) {
             bool ready = f.type == KFRAME_READY;
             kframe_clear(&f);
-            if (ready)
+            if (ready) {
+                keep_output_pipes(ctx);
                 return 0;
+            }
             continue;
         }
         if (n < 0) {
@@ -184,6 +220,7 @@ int corral_context_create(corral_sandbox *sb, const char *language, const char *
         return corral_fail(err, ENOMEM, "out of memory creating a context");
     ctx->sb = sb;
     ctx->sock = -1;
+    ctx->out_fds[0] = ctx->out_fds[1] = -1;
     snprintf(ctx->language, sizeof(ctx->language), "python");
     snprintf(ctx->cwd, sizeof(ctx->cwd), "%s", cwd ? cwd : JAIL_HOME);
     pthread_mutex_init(&ctx->exec_lock, NULL);
@@ -311,6 +348,7 @@ void box_contexts_free(corral_sandbox *sb)
         if (c->sock >= 0)
             close(c->sock);
         kreader_free(&c->reader);
+        close_output_pipes(c);
         pthread_mutex_destroy(&c->exec_lock);
         free(c);
     }
@@ -385,6 +423,40 @@ static void deliver_stream(struct exec_state *st, struct kframe *f)
                          "\n[corral: output truncated after %llu bytes; the rest was discarded]\n",
                          (unsigned long long)st->limit);
         cb->on_stderr(cb->userdata, marker, (size_t)m, f->timestamp);
+    }
+}
+
+/* What the code wrote to fds 1 and 2 that the kernel had not sent when it
+ * died: still in the pipes, whose read ends the daemon holds. Reads what
+ * is there now (the kernel's own children may still hold the write ends),
+ * up to a bound, and closes them. */
+static void deliver_leftovers(struct exec_state *st, int fds[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (fds[i] < 0)
+            continue;
+        struct strbuf got = {.max = LEFTOVER_MAX};
+        char buf[65536];
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        while (got.len < LEFTOVER_MAX && poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) {
+            ssize_t n = read(fds[i], buf, sizeof(buf));
+            if (n <= 0)
+                break;
+            strbuf_append(&got, buf, (size_t)n);
+        }
+        close(fds[i]);
+        fds[i] = -1;
+        char *text = got.len ? malloc(got.len * 3) : NULL;
+        if (text) {
+            struct kframe f = {.type = KFRAME_STREAM,
+                               .is_stderr = i == 1,
+                               .text = text,
+                               .text_len = corral_utf8_repair(text, got.data, got.len),
+                               .timestamp = (double)box_wall_ms() / 1000};
+            deliver_stream(st, &f);
+        }
+        free(text);
+        strbuf_free(&got);
     }
 }
 
@@ -562,6 +634,11 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     }
     free(frame);
     if (died || stuck) {
+        /* Its output pipes outlive it: what they hold goes before the error. */
+        int leftovers[2] = {ctx->out_fds[0], ctx->out_fds[1]};
+        ctx->out_fds[0] = ctx->out_fds[1] = -1;
+        stop_kernel(ctx);
+        deliver_leftovers(&st, leftovers);
         outcome->error = true;
         outcome->context_restarted = true;
         if (stuck && st.timed_out) {
@@ -580,7 +657,6 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
                    "the kernel died during the execution (out of memory, or the code ended "
                    "the process); its context was restarted and its state is lost");
         }
-        stop_kernel(ctx);
         struct corral_error serr;
         if (start_kernel(ctx, &serr) < 0 && corral_sandbox_alive(sb))
             r = corral_fail(err, serr.code, "%s", serr.message);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/utf8.h"
 #include "gateway/cite.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"

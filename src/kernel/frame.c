@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static const char *const mime_types[] = {
@@ -147,13 +148,53 @@ void kreader_init(struct kreader *r)
 void kreader_free(struct kreader *r)
 {
     free(r->body);
+    for (int i = 0; i < r->n_fds; i++)
+        close(r->fds[i]);
     memset(r, 0, sizeof(*r));
+}
+
+/* Keeps (or closes) the descriptors of a control message. */
+static void take_fds(struct kreader *r, struct msghdr *msg)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (r->accept_fds && r->n_fds < KREADER_FDS)
+                r->fds[r->n_fds++] = fd;
+            else
+                close(fd);
+        }
+    }
+}
+
+/* read(), but descriptors passed with the bytes are not lost. */
+static ssize_t read_some(struct kreader *r, int fd, void *buf, size_t len)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(8 * sizeof(int))];
+    } control;
+    struct iovec iov = {buf, len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.buf,
+                         .msg_controllen = sizeof(control.buf)};
+    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == ENOTSOCK)
+        return read(fd, buf, len);
+    if (n >= 0)
+        take_fds(r, &msg); /* MSG_CTRUNC: the kernel closed what did not fit */
+    return n;
 }
 
 int kreader_next(struct kreader *r, int fd, struct kframe *f, struct corral_error *err)
 {
     while (r->hdr_got < 4) {
-        ssize_t n = read(fd, r->hdr + r->hdr_got, 4 - r->hdr_got);
+        ssize_t n = read_some(r, fd, r->hdr + r->hdr_got, 4 - r->hdr_got);
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         if (n == 0)
@@ -172,7 +213,7 @@ int kreader_next(struct kreader *r, int fd, struct kframe *f, struct corral_erro
         }
     }
     while (r->body_got < r->body_len) {
-        ssize_t n = read(fd, r->body + r->body_got, r->body_len - r->body_got);
+        ssize_t n = read_some(r, fd, r->body + r->body_got, r->body_len - r->body_got);
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -errno;
         if (n == 0)

@@ -43,14 +43,21 @@ struct kframe {
 int kframe_parse(const char *body, size_t len, struct kframe *f, struct corral_error *err);
 void kframe_clear(struct kframe *f);
 
-/* Incremental reader for a non-blocking descriptor. */
+/* Incremental reader for a non-blocking descriptor. Descriptors the
+ * kernel attaches to its bytes (SCM_RIGHTS) are kept, up to KREADER_FDS,
+ * while accept_fds is set (the ready frame's), and closed otherwise. */
+#define KREADER_FDS 2
 struct kreader {
     unsigned char hdr[4];
     size_t hdr_got;
     char *body;
     size_t body_len, body_got;
+    bool accept_fds;
+    int fds[KREADER_FDS];
+    int n_fds;
 };
 void kreader_init(struct kreader *r);
+/* Frees the buffer and closes the descriptors still kept. */
 void kreader_free(struct kreader *r);
 /* Reads what is available: 1 and a parsed frame when one is complete, 0 when
  * more is needed (EAGAIN), -EPIPE at EOF, another negative errno on a bad

@@ -19,7 +19,9 @@ Everything that leaves the kernel passes through one ordered queue that a
 single sender thread writes to fd 3: frames are never interleaved, stream
 chunks go out at once on a newline and at the latest ~40 ms after they were
 written, and the bounded queue makes a chatty cell wait for the daemon instead
-of growing the kernel's memory.
+of growing the kernel's memory.  flush() returns once its text is on fd 3, and
+the pipes keep their bytes until they are (the daemon holds their read ends
+too): what the code wrote before the kernel died still reaches the client.
 
 matplotlib (Agg backend) behaves like Jupyter's inline backend: plt.show()
 sends every open figure as an image/png result and closes it, and figures
@@ -213,13 +215,50 @@ def _write_all(fd, data):
         view = view[n:]
 
 
+def _send_with_fds(data, fds):
+    """Writes data to the daemon's socket with descriptors attached to it."""
+    import socket
+
+    s = socket.socket(fileno=SOCK_FD)
+    try:
+        sent = socket.send_fds(s, [data], fds)
+    finally:
+        s.detach()  # fd 3 stays the kernel's
+    _write_all(SOCK_FD, memoryview(data)[sent:])
+
+
+_tee_fn = None
+FIONREAD = 0x541B
+SPLICE_F_NONBLOCK = 2
+
+
+def _tee(fd_in, fd_out, n):
+    """tee(2): copies up to n bytes from the head of pipe fd_in into pipe
+    fd_out, leaving them in fd_in; how many (0 when there is nothing)."""
+    got = _tee_fn(fd_in, fd_out, n, SPLICE_F_NONBLOCK)
+    return got if got > 0 else 0
+
+
+def _pipe_size(fd):
+    """How many bytes wait in a pipe (FIONREAD)."""
+    import fcntl
+
+    buf = bytearray(4)
+    try:
+        fcntl.ioctl(fd, FIONREAD, buf, True)
+    except OSError:
+        return 0
+    return int.from_bytes(buf, sys.byteorder)
+
+
 # ---------------------------------------------------------------------------
 # The outgoing queue: stream chunks and frames, in production order
 # ---------------------------------------------------------------------------
 
 
 class _Item:
-    __slots__ = ("id", "name", "parts", "size", "ts", "urgent", "sealed", "frame", "hold")
+    __slots__ = ("id", "name", "parts", "size", "ts", "urgent", "sealed", "frame", "hold", "seq",
+                 "consume", "fds")
 
     def __init__(self, eid, name=None, frame=None, hold=True):
         self.id = eid
@@ -231,6 +270,9 @@ class _Item:
         self.sealed = False  # nothing more is appended to it
         self.frame = frame  # a frame dict, for everything but stream chunks
         self.hold = hold  # produced while idle: keep it for the next execution
+        self.seq = 0  # its place in the queue, for flush()
+        self.consume = None  # {pipe: bytes} its text took from the pipes, removed once sent
+        self.fds = None  # descriptors passed with the frame (the ready frame's pipes)
 
 
 class _Output:
@@ -243,12 +285,19 @@ class _Output:
     pops items and writes frames to fd 3 without the lock.  While no execution
     runs, output (from background threads or processes) is held back and sent
     with the next execution's id.
+
+    Nothing that left the user's code is lost with the kernel: bytes written
+    to fds 1 and 2 are copied out of the pipes with tee(2) and removed only
+    once the frame that carries them has been written to fd 3 (the daemon,
+    which holds the pipes' read ends too, reads what is left if the kernel
+    dies), and flush() returns once what was written has been sent.
     """
 
     def __init__(self):
         self.lock = threading.RLock()
         self.work = threading.Condition(self.lock)  # the sender waits here
         self.space = threading.Condition(self.lock)  # writers wait here when the queue is full
+        self.sent = threading.Condition(self.lock)  # flush() waits here
         self.queue = collections.deque()
         self.held = []
         self.pending = 0
@@ -259,6 +308,13 @@ class _Output:
         self.forked = False  # a child of os.fork(): write straight to fds 1 and 2
         self.fork_bufs = {}
         self.own = set()  # idents of the kernel's own threads
+        self.next_seq = 1
+        self.sent_seq = 0  # every item up to this one has been written to fd 3
+        self.copied = {}  # read end -> bytes at the head of its pipe already queued
+        self.stalled = set()  # read ends whose new bytes wait for the sender (reader only)
+        self.copy_pipe = None  # (r, w): where tee(2) puts a pipe's bytes to read them
+        self.wake = None  # (r, w): the sender wakes the reader after removing bytes
+        self.scratch = bytearray(PIPE_READ)
 
     # -- called with the lock held ------------------------------------------
 
@@ -266,16 +322,17 @@ class _Output:
         while self.pending >= QUEUE_CAP:
             self.space.wait()
 
-    def _append_text(self, name, text):
+    def _append_text(self, name, text, src=None, nbytes=0):
         q = self.queue
         tail = q[-1] if q else None
         n = len(text)
         if (tail is not None and tail.frame is None and tail.name == name and tail.id == self.cur
                 and not tail.sealed and tail.size + n <= ITEM_MAX):
-            tail.parts.append(text)
-            tail.size += n
-            if not tail.urgent and "\n" in text:
-                tail.urgent = True
+            it = tail
+            it.parts.append(text)
+            it.size += n
+            if not it.urgent and "\n" in text:
+                it.urgent = True
                 self.work.notify()
         else:
             if tail is not None:
@@ -285,41 +342,101 @@ class _Output:
             it.size = n
             it.ts = time.time()
             it.urgent = "\n" in text
+            it.seq = self.next_seq
+            self.next_seq += 1
             q.append(it)
             self.work.notify()
+        if src is not None and nbytes:
+            if it.consume is None:
+                it.consume = {}
+            it.consume[src] = it.consume.get(src, 0) + nbytes
         self.pending += n
 
-    def _read_pipe(self, fd):
-        try:
-            data = os.read(fd, PIPE_READ)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
+    def _copy_pipe(self, fd, want):
+        """The first `want` bytes (or more) of fd's pipe, left in the pipe."""
+        r, w = self.copy_pipe
+        got = _tee(fd, w, want)
+        if got <= 0:
+            return b""
+        data = bytearray()
+        while len(data) < got:
+            chunk = os.read(r, got - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return bytes(data)
+
+    def _read_pipe(self, fd, ev=select.POLLIN):
+        """Queues what fd's pipe holds beyond what was queued before; whether
+        there was anything new."""
         entry = self.pipes[fd]
-        if not data:
-            self.dead.add(fd)
+        if self.copy_pipe is None:  # no tee(2): the bytes are taken out at once
             try:
-                self.poller.unregister(fd)
-            except (KeyError, ValueError):
-                pass
-            text = entry[1].decode(b"", True)
+                data = os.read(fd, PIPE_READ)
+            except BlockingIOError:
+                return False
+            except OSError:
+                data = b""
+            if data:
+                text = entry[1].decode(data)
+                if text:
+                    self._append_text(entry[0], text)
+                return True
         else:
-            text = entry[1].decode(data)
+            copied = self.copied.get(fd, 0)
+            avail = _pipe_size(fd)
+            if avail > copied:
+                data = self._copy_pipe(fd, min(avail, copied + PIPE_READ))
+                if len(data) > copied:
+                    new = data[copied:]
+                    self.copied[fd] = len(data)
+                    self._append_text(entry[0], entry[1].decode(new), fd, len(new))
+                    return True
+                return False
+            if avail or not ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                return False
+        # Every writer has closed it, and nothing is left in it.
+        self.dead.add(fd)
+        try:
+            self.poller.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        text = entry[1].decode(b"", True)
         if text:
             self._append_text(entry[0], text)
+        return False
+
+    def _remove_sent(self, consume):
+        """Takes out of the pipes the bytes of a frame that has been sent."""
+        for fd, n in consume.items():
+            left = n
+            while left > 0:
+                try:
+                    k = os.readv(fd, [memoryview(self.scratch)[:min(left, len(self.scratch))]])
+                except OSError:
+                    break
+                if k <= 0:
+                    break
+                left -= k
+            self.copied[fd] = max(0, self.copied.get(fd, 0) - n)
+            if fd in self.stalled and self.wake is not None:
+                self.stalled.discard(fd)
+                try:
+                    os.write(self.wake[1], b"x")
+                except OSError:
+                    pass
 
     def _drain(self, rounds=1):
-        """Reads what is sitting in the pipes (rounds reads of each at most)."""
+        """Queues what is sitting in the pipes (rounds reads of each at most)."""
         for _ in range(rounds):
             if len(self.dead) == len(self.pipes):
                 return
-            ready = self.poller.poll(0)
-            if not ready:
+            progressed = False
+            for fd, ev in self.poller.poll(0):
+                if fd not in self.dead and self._read_pipe(fd, ev):
+                    progressed = True
+            if not progressed:
                 return
-            for fd, _ in ready:
-                if fd not in self.dead:
-                    self._read_pipe(fd)
 
     def settle(self):
         """Reads everything sitting in the pipes now.  Called when a child has
@@ -373,7 +490,10 @@ class _Output:
                 pass
 
     def flush(self):
-        """Sends what was written so far without waiting for a newline."""
+        """Sends what was written so far and returns once it has left the
+        process (as Jupyter's flush does): a kernel killed right after it
+        (out of memory, a signal) has delivered it.  While idle, output is
+        held for the next execution: nothing to wait for."""
         if self.forked:
             for name in list(self.fork_bufs):
                 self._flush_direct(name)
@@ -382,11 +502,16 @@ class _Output:
             return
         with self.lock:
             self._drain()
-            if self.queue and not self.queue[-1].urgent:
-                self.queue[-1].urgent = True
-                self.work.notify()
+            if not self.queue:
+                return
+            tail = self.queue[-1]
+            tail.sealed = tail.urgent = True  # sent now, not batched with what follows
+            target = tail.seq
+            self.work.notify()
+            while self.cur is not None and self.sent_seq < target:
+                self.sent.wait()
 
-    def send_frame(self, frame, hold=False, size=0):
+    def send_frame(self, frame, hold=False, size=0, fds=None):
         """Queues a frame after everything written so far.  With hold, a frame
         produced while idle is kept for the next execution and takes its id."""
         if self.forked or threading.get_ident() in self.own:
@@ -397,6 +522,9 @@ class _Output:
             self._seal()
             it = _Item(self.cur if hold else frame.get("id"), frame=frame, hold=hold)
             it.size = size
+            it.seq = self.next_seq
+            it.fds = fds
+            self.next_seq += 1
             self.pending += size
             self.queue.append(it)
             self.work.notify()
@@ -424,17 +552,29 @@ class _Output:
         with self.lock:
             self._drain(rounds=64)
             self._seal()
-            self.queue.append(_Item(frame.get("id"), frame=frame, hold=False))
+            it = _Item(frame.get("id"), frame=frame, hold=False)
+            it.seq = self.next_seq
+            self.next_seq += 1
+            self.queue.append(it)
             self.cur = None
             self.work.notify()
+            self.sent.notify_all()  # idle now: flush() waits no more
 
     # -- threads -----------------------------------------------------------------
 
     def sender(self):
         self.own.add(threading.get_ident())
         last = 0.0  # when the last stream frame went out
+        done = None  # the item written last: its pipe bytes go, flush() hears of it
         while True:
             with self.lock:
+                if done is not None:
+                    if done.consume:
+                        self._remove_sent(done.consume)
+                    if done.seq > self.sent_seq:
+                        self.sent_seq = done.seq
+                    self.sent.notify_all()
+                    done = None
                 while True:
                     if not self.queue:
                         self.work.wait()
@@ -474,33 +614,54 @@ class _Output:
                 data = _encode(frame)
             except Exception as e:  # a kernel bug; never leave the daemon with a broken frame
                 _diag("cannot encode a %s frame: %r" % (frame.get("type"), e))
+                done = item
                 continue
             try:
-                _write_all(SOCK_FD, data)
+                if item.fds:
+                    _send_with_fds(data, item.fds)
+                else:
+                    _write_all(SOCK_FD, data)
             except OSError:
                 os._exit(0)  # the daemon is gone
+            done = item
 
     def reader(self):
         self.own.add(threading.get_ident())
         poller = select.poll()
-        live = set(self.pipes)
-        for fd in live:
-            poller.register(fd, select.POLLIN)
-        while live:
+        if self.wake is not None:
+            poller.register(self.wake[0], select.POLLIN)
+        watched = set()
+        while True:
+            with self.lock:
+                live = [fd for fd in self.pipes if fd not in self.dead]
+                want = {fd for fd in live if fd not in self.stalled}
+            if not live:
+                return
+            for fd in watched - want:
+                poller.unregister(fd)
+            for fd in want - watched:
+                poller.register(fd, select.POLLIN)
+            watched = want
             poller.poll()
             with self.lock:
                 self._wait_space()
+                if self.wake is not None:
+                    try:
+                        os.read(self.wake[0], 4096)
+                    except OSError:
+                        pass
                 # Polled again under the lock: events from before it was taken
                 # may be stale, and reading one pipe on them could put a later
                 # write ahead of an earlier one that another thread has not
                 # yet read from the other pipe.
                 for fd, ev in poller.poll(0):
-                    if fd not in self.dead and not ev & select.POLLNVAL:
-                        self._read_pipe(fd)
-                    if fd in self.dead or ev & select.POLLNVAL:
-                        self.dead.add(fd)
-                        poller.unregister(fd)
-                        live.discard(fd)
+                    if fd not in self.pipes or fd in self.dead:
+                        continue
+                    if (not self._read_pipe(fd, ev) and fd not in self.dead
+                            and self.copied.get(fd, 0) > 0):
+                        # Nothing new: what is there waits for the sender,
+                        # which wakes us once it has taken it out.
+                        self.stalled.add(fd)
 
 
 _out = _Output()
@@ -607,19 +768,24 @@ def _setup_output():
         _diag_fd = os.dup(2)
     except OSError:
         _diag_fd = None
-    for fd, name in ((1, "stdout"), (2, "stderr")):
+    import fcntl
+
+    def big_pipe():
         r, w = os.pipe()
         try:
-            import fcntl
-
             fcntl.fcntl(w, 1031, PIPE_SIZE)  # F_SETPIPE_SZ
         except OSError:
             pass
+        return r, w
+
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        r, w = big_pipe()
         os.dup2(w, fd)
         os.close(w)
         os.set_blocking(r, False)
         _out.pipes[r] = [name, codecs.getincrementaldecoder("utf-8")("replace")]
         _out.poller.register(r, select.POLLIN)
+    _setup_tee(big_pipe)
     # Until the kernel is ready, what Python prints (IPython's start-up
     # warnings) is the kernel's business: it goes to init's stderr.
     if sys.__stdout__ is not None:  # now on the pipe; make it as prompt as ours
@@ -633,6 +799,29 @@ def _setup_output():
     _wrap_reapers()
     for target in (_out.sender, _out.reader):
         threading.Thread(target=target, name="corral-" + target.__name__, daemon=True).start()
+
+
+def _setup_tee(big_pipe):
+    """Lets the reader copy bytes out of the pipes without taking them out
+    (tee(2) through ctypes); without it, they are read as they come."""
+    global _tee_fn
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.tee
+        fn.restype = ctypes.c_ssize_t
+        fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint)
+        copy_pipe = big_pipe()
+        wake = os.pipe()
+    except Exception as e:
+        _diag("output is read without tee(2): %r" % e)
+        return
+    for end in copy_pipe + wake:
+        os.set_blocking(end, False)
+    _tee_fn = fn
+    _out.copy_pipe = copy_pipe
+    _out.wake = wake
 
 
 def _settle_after(fn):
@@ -1493,8 +1682,11 @@ def start():
     sys.stderr = _Writer("stderr", 2)
     from IPython.core import release
 
+    # The daemon gets the read ends of the output pipes with the ready frame:
+    # what a kernel that dies leaves in them, it reads itself.
     _out.send_frame({"type": "ready", "language": "python",
-                     "version": "%d.%d.%d" % sys.version_info[:3], "ipython": release.version})
+                     "version": "%d.%d.%d" % sys.version_info[:3], "ipython": release.version},
+                    fds=list(_out.pipes))
     _line_buffer_stdio()
     if _CWD_ON_PATH:
         sys.path.insert(0, "")

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <corral/corral.h>
 
 /* ---- collecting what an execution produces ---- */
@@ -467,6 +469,17 @@ static void env_per_execution_and_ignored_interrupts(void **state)
     corral_sandbox_release(sb);
 }
 
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static void a_hostile_kernel_cannot_hurt_the_daemon(void **state)
 {
     /* Code in a cell can write anything on the kernel's socket (fd 3). */
@@ -475,9 +488,14 @@ static void a_hostile_kernel_cannot_hurt_the_daemon(void **state)
         "import os; os.write(3, b'\\x00\\x00\\x00\\x05{bad}')",            /* not JSON */
         "import os; os.write(3, b'\\x00\\x00\\x00\\x0e{\"type\":\"x\"}')", /* no such type */
         "import os; os.close(1); os.close(2); os._exit(3)",                /* dies */
+        /* descriptors with a frame: the daemon keeps only the ready frame's */
+        "import os, socket; s = socket.socket(fileno=3); "
+        "socket.send_fds(s, [b'\\x00\\x00\\x00\\x05{bad}'], [os.open('/dev/null', 0)] * 8)",
     };
     corral_sandbox *sb = sandbox();
     struct corral_error err;
+    assert_int_equal(corral_execute(sb, NULL, "'a kernel'", NULL, NULL, &err), 0);
+    int fds_before = open_fds();
     for (size_t i = 0; i < sizeof(attacks) / sizeof(attacks[0]); i++) {
         struct collected c;
         reset(&c);
@@ -494,6 +512,7 @@ static void a_hostile_kernel_cannot_hurt_the_daemon(void **state)
         assert_string_equal(main_result(&c)->text, "(False, 42)");
         reset(&c);
     }
+    assert_int_equal(open_fds(), fds_before); /* each new kernel as many as the first */
     corral_sandbox_release(sb);
 }
 

@@ -147,6 +147,45 @@ test('listCodeContexts lists created contexts', T, () =>
   }),
 );
 
+/** runCode that must end with the kernel's death; the stdout seen live and logged. */
+async function runUntilDeath(sbx, code) {
+  const live = [];
+  const execution = await sbx.runCode(code, { onStdout: (m) => live.push(m.line) });
+  assert.ok(execution.error, `the kernel did not die: ${JSON.stringify(execution)}`);
+  assert.equal(execution.error.name, 'KernelDied', JSON.stringify(execution.error));
+  assert.deepEqual(live, execution.logs.stdout, 'the live output and the logs differ');
+  // The next cell runs in a new kernel.
+  assert.equal((await sbx.runCode('1 + 1')).text, '2');
+  return execution.logs.stdout.join('');
+}
+
+test('flushed output reaches the client before a kernel killed right after it', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const out = await runUntilDeath(sbx, 'import os, sys\nprint("x", flush=True)\nsys.stdout.write("y")\nsys.stdout.flush()\nos.kill(os.getpid(), 9)');
+    assert.equal(out, 'x\ny');
+  }),
+);
+
+test('progress printed before an out-of-memory kill is not lost', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const out = await runUntilDeath(
+      sbx,
+      'blocks = []\nfor i in range(1000):\n    print("step", i, flush=True)\n    blocks.append(bytearray(64 << 20))\nprint("survived")',
+    );
+    const steps = out.trimEnd().split('\n');
+    assert.deepEqual(steps, steps.map((_, i) => `step ${i}`), 'every step up to the kill, in order');
+    // The sandbox has 1 GiB: the kill comes once the blocks fill it.
+    assert.ok(steps.length >= 8 && steps.length <= 17, `killed after ${steps.length} steps of 64 MiB`);
+  }),
+);
+
+test('what C code wrote to fd 1 before aborting is not lost', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const out = await runUntilDeath(sbx, 'import ctypes\nlibc = ctypes.CDLL(None)\nlibc.write(1, b"from C\\n", 7)\nlibc.abort()');
+    assert.equal(out, 'from C\n');
+  }),
+);
+
 test('restartCodeContext clears the state of a context', T, () =>
   withSandbox(Sandbox, async (sbx) => {
     assert.equal(typeof sbx.restartCodeContext, 'function');

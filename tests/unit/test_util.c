@@ -1,4 +1,4 @@
-/* Units, files, ids and error messages: src/base/util.c, src/base/error.c. */
+/* Units, files, ids, error messages and UTF-8: src/base/util.c, error.c, utf8.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "base/util.h"
 
 static void parses_sizes(void **state)
@@ -110,6 +111,9 @@ static void cut_messages_keep_whole_characters(void **state)
     assert_int_equal(corral_utf8_whole("x\xf0\x9f\x98", 4), 1);
     assert_int_equal(corral_utf8_whole("\xf0\x9f\x98\x80", 4), 4);
     assert_int_equal(corral_utf8_whole("", 0), 0);
+    char fixed[32];
+    assert_int_equal(corral_utf8_repair(fixed, "a\xff\xc3\xa9\xed\xa0\x80", 7), 13);
+    assert_memory_equal(fixed, "a\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 13);
     /* A message cut at its buffer's size ends with a whole character. */
     struct corral_error err;
     char arg[600];
