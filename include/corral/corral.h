@@ -223,6 +223,15 @@ int corral_template_stats(const char *name, struct corral_template_stats *out,
  * them. Call last, after releasing the sandboxes. */
 void corral_shutdown(void);
 
+/* Where sandboxes' disks are made (NULL: /var/lib/corral/disks): a
+ * directory on a disk filesystem with O_TMPFILE (ext4, XFS). A sandbox's
+ * /tmp, /home/user and /mnt/data are an ext4 filesystem of its disk limit
+ * on a loop device backed by an unnamed file there; nothing stays behind
+ * when it ends. "memory" keeps them in a tmpfs of that size instead,
+ * charged to the sandbox's memory limit. For the sandboxes created from
+ * now on. */
+void corral_set_disk_dir(const char *dir);
+
 /* ---- executing code ---- */
 
 /* A rich result: a MIME bundle. Binary types (image/png, image/jpeg,

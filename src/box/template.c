@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "box/box.h"
+#include "jail/disk.h"
 #include "jail/netpolicy.h"
 #include "zygote/zygote.h"
 
@@ -419,6 +420,11 @@ int corral_template_stats(const char *name, struct corral_template_stats *out,
     out->pool_misses = t->misses;
     pthread_mutex_unlock(&t->lock);
     return 0;
+}
+
+void corral_set_disk_dir(const char *dir)
+{
+    jail_disk_set_dir(dir);
 }
 
 void corral_shutdown(void)

@@ -16,9 +16,11 @@ int cli_run(int argc, char **argv);
 int cli_repl(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 /* Loads the YAML configuration (path, $CORRAL_CONFIG or /etc/corral/corral.yaml)
- * and defines its templates; fills *state_dir unless set. 0 or CLI_USAGE. */
+ * and defines its templates; fills *state_dir unless set, and makes
+ * sandboxes' disks in disk_dir (else the file's, else the default). 0 or
+ * CLI_USAGE. */
 struct corral_config;
-int cli_load_config(const char *cmd, const char *path, const char **state_dir,
+int cli_load_config(const char *cmd, const char *path, const char **state_dir, const char *disk_dir,
                     const struct corral_config **loaded);
 
 /* Showing executions (output.c). */

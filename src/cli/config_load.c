@@ -3,15 +3,19 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <corral/corral.h>
+
 #include "cli/cli.h"
 #include "config/config.h"
 
 /* Loads the configuration (path, else $CORRAL_CONFIG, else
  * /etc/corral/corral.yaml when it exists) and defines its templates; sets
- * *state_dir from it unless already set. Prints why it cannot. */
-int cli_load_config(const char *cmd, const char *path, const char **state_dir,
+ * *state_dir from it unless already set, and the disk directory. Prints why
+ * it cannot. */
+int cli_load_config(const char *cmd, const char *path, const char **state_dir, const char *disk_dir,
                     const struct corral_config **loaded)
 {
+    corral_set_disk_dir(disk_dir);
     if (!path || !*path)
         path = getenv("CORRAL_CONFIG");
     if ((!path || !*path) && access("/etc/corral/corral.yaml", F_OK) == 0)
@@ -26,6 +30,8 @@ int cli_load_config(const char *cmd, const char *path, const char **state_dir,
     }
     if (!*state_dir && cfg->state_dir)
         *state_dir = cfg->state_dir;
+    if (!disk_dir && cfg->disk_dir)
+        corral_set_disk_dir(cfg->disk_dir);
     if (loaded)
         *loaded = cfg;
     return 0;

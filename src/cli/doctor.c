@@ -17,6 +17,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "jail/disk.h"
 #include "jail/cgroup.h"
 #include "jail/jail.h"
 #include "jail/seccomp.h"
@@ -287,6 +288,28 @@ static void check_zygote(const char *state_dir)
     ok("zygote", detail);
 }
 
+static void check_disk(void)
+{
+    struct corral_error err;
+    char detail[700];
+    if (jail_disk_check(&err) < 0) {
+        bad("disks", err.message,
+            "sandboxes' /tmp, /home/user and /mnt/data are ext4 on loop devices: give corral "
+            "loop devices and e2fsprogs, and a --disk-dir on a disk filesystem (ext4, XFS)");
+        return;
+    }
+    if (jail_disk_in_memory()) {
+        warn("disks",
+             "memory: sandboxes' /tmp, /home/user and /mnt/data are a tmpfs charged to "
+             "their memory limit",
+             "pass --disk-dir DIR (on a disk filesystem) for disks that are disk");
+        return;
+    }
+    snprintf(detail, sizeof(detail), "%s: loop devices, mke2fs and O_TMPFILE work",
+             jail_disk_dir());
+    ok("disks", detail);
+}
+
 static void check_state_dir(const char *dir)
 {
     struct corral_error err;
@@ -305,23 +328,27 @@ int cli_doctor(int argc, char **argv)
     const char *state = JAIL_DEFAULT_STATE_DIR;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: corral doctor [--python PATH] [--state-dir DIR]\n"
+            printf("usage: corral doctor [--python PATH] [--state-dir DIR] [--disk-dir DIR]\n"
                    "\n"
                    "Checks that this host can run sandboxes: root, kernel, namespaces, mounts,\n"
                    "cgroup version and controllers, seccomp, the sandboxed Python and its\n"
-                   "packages, the state directory, and that a zygote starts with the default\n"
-                   "template's modules. Each problem comes with its fix.\n"
+                   "packages, the state directory, sandbox disks (loop devices, mke2fs), and\n"
+                   "that a zygote starts with the default template's modules. Each problem\n"
+                   "comes with its fix.\n"
                    "Exits 0 when everything required works, 1 otherwise.\n"
                    "\n"
                    "  --python PATH    interpreter used inside sandboxes (default %s)\n"
-                   "  --state-dir DIR  where corral keeps sandbox slots (default %s)\n",
-                   python, state);
+                   "  --state-dir DIR  where corral keeps sandbox slots (default %s)\n"
+                   "  --disk-dir DIR   where sandboxes' disks are made (default %s), or memory\n",
+                   python, state, JAIL_DEFAULT_DISK_DIR);
             return CLI_OK;
         }
         if (!strcmp(argv[i], "--python") && i + 1 < argc)
             python = argv[++i];
         else if (!strcmp(argv[i], "--state-dir") && i + 1 < argc)
             state = argv[++i];
+        else if (!strcmp(argv[i], "--disk-dir") && i + 1 < argc)
+            jail_disk_set_dir(argv[++i]);
         else {
             fprintf(stderr, "corral doctor: unknown or incomplete option '%s'\n", argv[i]);
             return CLI_USAGE;
@@ -334,8 +361,10 @@ int cli_doctor(int argc, char **argv)
     check_seccomp();
     check_python(python);
     check_state_dir(state);
-    if (geteuid() == 0)
+    if (geteuid() == 0) {
+        check_disk();
         check_zygote(state);
+    }
     if (failures) {
         printf("\n%d problem%s found: corral cannot run sandboxes here until %s fixed.\n", failures,
                failures == 1 ? "" : "s", failures == 1 ? "it is" : "they are");

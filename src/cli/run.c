@@ -73,6 +73,9 @@ static void run_usage(FILE *out)
             "      --config FILE      YAML configuration with the templates (default\n"
             "                         $CORRAL_CONFIG, else /etc/corral/corral.yaml if present)\n"
             "      --state-dir DIR    where corral keeps sandbox slots (default /run/corral)\n"
+            "      --disk-dir DIR     where sandboxes' disks are made, on a disk filesystem\n"
+            "                         (default /var/lib/corral/disks); memory: a tmpfs\n"
+            "                         charged to the sandbox's memory instead\n"
             "\n"
             "network (default off: loopback only):\n"
             "      --network MODE     off, internet (TCP to public addresses, and DNS) or\n"
@@ -112,6 +115,7 @@ struct run_opts {
     const char *python;
     const char *template_name;
     const char *config;
+    const char *disk_dir;
     char *env[MAX_ENV + 1];
     size_t n_env;
     char **args;
@@ -179,7 +183,8 @@ static void repl_usage(FILE *out)
           "outputs are printed.\n"
           "\n"
           "Options: -o/--out DIR, -t/--timeout (per input), -m/--memory, --cpus, --pids,\n"
-          "--disk, --open-files, -e/--env, --python, --state-dir, --output-limit, as for\n"
+          "--disk, --open-files, -e/--env, --python, --state-dir, --disk-dir, --output-limit,\n"
+          "as for\n"
           "`corral run` (see corral run --help).\n",
           out);
 }
@@ -202,6 +207,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         OPT_OPEN_FILES,
         OPT_PYTHON,
         OPT_STATE,
+        OPT_DISK_DIR,
         OPT_UNSAFE,
         OPT_SCRIPT,
         OPT_OUTPUT_LIMIT,
@@ -223,6 +229,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         {"env", required_argument, NULL, 'e'},
         {"python", required_argument, NULL, OPT_PYTHON},
         {"state-dir", required_argument, NULL, OPT_STATE},
+        {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
         {"unsafe-disable", required_argument, NULL, OPT_UNSAFE},
         {"script", no_argument, NULL, OPT_SCRIPT},
         {"out", required_argument, NULL, 'o'},
@@ -320,6 +327,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         case OPT_STATE:
             o->cfg.state_dir = optarg;
             break;
+        case OPT_DISK_DIR:
+            o->disk_dir = optarg;
+            break;
         case OPT_NETWORK:
             if (corral_network_mode_parse(optarg, &o->net.mode) < 0)
                 return usage_error("--network: '%s' is not off, internet or policy", optarg);
@@ -353,7 +363,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
             return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if ((c = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir, NULL)) != 0)
+    if ((c = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir, o->disk_dir,
+                             NULL)) != 0)
         return c;
     if (python_given && o->template_name)
         return usage_error("%s", "--python and --template exclude each other: a template's "

@@ -68,7 +68,10 @@ static void serve_usage(FILE *out)
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
           "                      else /etc/corral/corral.yaml if present)\n"
-          "  --state-dir DIR     where corral keeps sandbox slots (default /run/corral)\n",
+          "  --state-dir DIR     where corral keeps sandbox slots (default /run/corral)\n"
+          "  --disk-dir DIR      where sandboxes' disks are made, on a disk filesystem\n"
+          "                      (default disk_dir, else /var/lib/corral/disks); memory:\n"
+          "                      a tmpfs charged to the sandbox's memory instead\n",
           out);
 }
 
@@ -185,7 +188,8 @@ int cli_serve(int argc, char **argv)
         OPT_GW_DATA,
         OPT_MAX_BODY,
         OPT_CONFIG,
-        OPT_STATE
+        OPT_STATE,
+        OPT_DISK_DIR
     };
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, OPT_LISTEN},
@@ -199,6 +203,7 @@ int cli_serve(int argc, char **argv)
         {"max-body", required_argument, NULL, OPT_MAX_BODY},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"state-dir", required_argument, NULL, OPT_STATE},
+        {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     char host[64] = "127.0.0.1", osb_host[64] = "127.0.0.1";
@@ -211,7 +216,7 @@ int cli_serve(int argc, char **argv)
     const char *keys[MAX_KEYS + 1] = {NULL};
     size_t n_keys = 0;
     uint64_t max_body = 10u << 20;
-    const char *config = NULL, *state_dir = NULL;
+    const char *config = NULL, *state_dir = NULL, *disk_dir = NULL;
     struct corral_error err;
     int c;
     optind = 1;
@@ -288,6 +293,9 @@ int cli_serve(int argc, char **argv)
         case OPT_STATE:
             state_dir = optarg;
             break;
+        case OPT_DISK_DIR:
+            disk_dir = optarg;
+            break;
         case 'h':
             serve_usage(stdout);
             return CLI_OK;
@@ -312,7 +320,7 @@ int cli_serve(int argc, char **argv)
     struct corral_error nerr;
     corral_egress_configure(&off_only, &nerr);
     const struct corral_config *cfg = NULL;
-    if ((c = cli_load_config("serve", config, &state_dir, &cfg)) != 0) {
+    if ((c = cli_load_config("serve", config, &state_dir, disk_dir, &cfg)) != 0) {
         free(env_keys);
         return c;
     }

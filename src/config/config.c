@@ -188,17 +188,18 @@ static bool is_module_name(const char *m)
     }
 }
 
-static int walk_state_dir(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
+/* state_dir, disk_dir: an absolute path of at most STATE_DIR_MAX bytes. */
+static int walk_dir(const struct walk *w, const yaml_node_t *n, const char *key, char **out)
 {
     const char *dir;
-    int r = scalar(w, n, "state_dir", &dir);
+    int r = scalar(w, n, key, &dir);
     if (r < 0)
         return r;
     if (dir[0] != '/')
-        return fail_at(w, n, EINVAL, "state_dir must be an absolute path, not '%.80s'", dir);
+        return fail_at(w, n, EINVAL, "%s must be an absolute path, not '%.80s'", key, dir);
     if (strlen(dir) > STATE_DIR_MAX)
-        return fail_at(w, n, ENAMETOOLONG, "state_dir is longer than %d bytes", STATE_DIR_MAX);
-    if (!(cfg->state_dir = strdup(dir)))
+        return fail_at(w, n, ENAMETOOLONG, "%s is longer than %d bytes", key, STATE_DIR_MAX);
+    if (!(*out = strdup(dir)))
         return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
     return 0;
 }
@@ -1717,6 +1718,24 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
     return 0;
 }
 
+/* disk_dir: an absolute path, or `memory`. */
+static int walk_disk_dir(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
+{
+    const char *text;
+    int r = scalar(w, n, "disk_dir", &text);
+    if (r < 0)
+        return r;
+    if (!strcmp(text, "memory")) {
+        if (!(cfg->disk_dir = strdup(text)))
+            return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);
+        return 0;
+    }
+    if (text[0] != '/')
+        return fail_at(w, n, EINVAL, "disk_dir must be an absolute path or memory, not '%.80s'",
+                       text);
+    return walk_dir(w, n, "disk_dir", &cfg->disk_dir);
+}
+
 static int walk_root(const struct walk *w, const yaml_node_t *root, struct corral_config *cfg)
 {
     char buf[64];
@@ -1724,12 +1743,13 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return 0; /* an empty file, or only comments */
     if (root->type != YAML_MAPPING_NODE)
         return fail_at(w, root, EINVAL,
-                       "the configuration must be a mapping (keys: state_dir, templates), not %s",
+                       "the configuration must be a mapping (keys: state_dir, disk_dir, "
+                       "templates), not %s",
                        describe(root, buf, sizeof(buf)));
     static const char *const keys[] = {
         "state_dir",        "templates",        "model_list",      "sandbox_tools",
         "litellm_settings", "general_settings", "router_settings", "environment_variables",
-        "gateway",          "network"};
+        "gateway",          "network",          "disk_dir"};
     enum {
         STATE_DIR,
         TEMPLATES,
@@ -1741,6 +1761,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         ENVIRONMENT_VARIABLES,
         GATEWAY,
         NETWORK,
+        DISK_DIR,
         N
     };
     /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
@@ -1757,7 +1778,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         if (i == N)
             return fail_at(
                 w, k, EINVAL,
-                "unknown key '%.64s' at the top level (known: state_dir, templates, network) "
+                "unknown key '%.64s' at the top level (known: state_dir, disk_dir, templates, "
+                "network) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -1767,7 +1789,9 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     int r = match_keys(w, root, keys, N, "at the top level", false, v);
     if (r < 0)
         return r;
-    if (v[STATE_DIR] && (r = walk_state_dir(w, v[STATE_DIR], cfg)) < 0)
+    if (v[STATE_DIR] && (r = walk_dir(w, v[STATE_DIR], "state_dir", &cfg->state_dir)) < 0)
+        return r;
+    if (v[DISK_DIR] && (r = walk_disk_dir(w, v[DISK_DIR], cfg)) < 0)
         return r;
     if (v[TEMPLATES] && (r = walk_templates(w, v[TEMPLATES], cfg)) < 0)
         return r;
@@ -1979,6 +2003,7 @@ void corral_config_free(struct corral_config *cfg)
     free_text_list(cfg->net_private);
     gw_config_free(cfg->gateway);
     free(cfg->state_dir);
+    free(cfg->disk_dir);
     free(cfg->path);
     free(cfg);
 }

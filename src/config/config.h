@@ -3,6 +3,7 @@
  * (or one holding only comments) is a valid configuration with no settings.
  *
  *   state_dir: /run/corral          # absolute path where corral keeps sandbox slots
+ *   disk_dir: /var/lib/corral/disks # where the sandboxes' disks are made
  *   templates:                      # template name -> template
  *     default:
  *       preload: [numpy, pandas, matplotlib.pyplot]
@@ -19,6 +20,9 @@
  * Top level
  *   state_dir   a path starting with '/', at most 255 bytes. Missing: NULL
  *               (the library's default, /run/corral).
+ *   disk_dir    the same for the directory where sandboxes' disks are made
+ *               (corral_set_disk_dir), or `memory`. Missing: NULL
+ *               (/var/lib/corral/disks).
  *   network     egress settings for every sandbox (corral_egress_configure):
  *     modes          the network modes sandboxes may have, a list of off,
  *                    internet and policy. Missing: what the program allows
@@ -82,6 +86,7 @@
 struct corral_config {
     char *path;      /* the file it came from (the name given to corral_config_parse) */
     char *state_dir; /* NULL = default */
+    char *disk_dir;  /* NULL = default */
     /* Every string (name, preload entries) and array is owned by the config. */
     struct corral_template *templates;
     size_t n_templates;

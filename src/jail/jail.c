@@ -22,6 +22,7 @@
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "jail/cgroup.h"
+#include "jail/disk.h"
 #include "jail/init.h"
 #include "jail/rootfs.h"
 #include "jail/seccomp.h"
@@ -33,11 +34,12 @@ struct jail {
     struct slot slot;
     uint32_t host_uid;
     struct cgroup cg;
-    pid_t pid;  /* host PID of the init; 0 once reaped */
-    int pidfd;  /* when a zygote cloned the init (it is not our child); else -1 */
-    int ctl_fd; /* parent -> init */
-    int ev_fd;  /* init -> parent */
-    int status; /* the init's wait status once reaped */
+    pid_t pid;             /* host PID of the init; 0 once reaped */
+    int pidfd;             /* when a zygote cloned the init (it is not our child); else -1 */
+    int ctl_fd;            /* parent -> init */
+    int ev_fd;             /* init -> parent */
+    struct jail_disk disk; /* held until the init has mounted it */
+    int status;            /* the init's wait status once reaped */
     bool exited_msg;
     int workload_status;
     enum jail_outcome forced; /* JAIL_EXITED = not forced */
@@ -213,7 +215,9 @@ int jail_clone_init(const struct jail_clone_params *p, const struct jail_config 
         struct rootfs_params params = {
             .root_dir = root_dir,
             .storage_dir = storage_dir,
+            .disk_dev = p->disk_dev,
             .hostname = hostname,
+            .memory_bytes = p->limits.memory_bytes,
             .disk_bytes = p->limits.disk_bytes,
             .owner_uid = (off & JAIL_LAYER_USER) ? 0 : p->host_uid,
             .owner_gid = (off & JAIL_LAYER_USER) ? 0 : p->host_uid,
@@ -272,6 +276,7 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     }
     j->ctl_fd = j->ev_fd = j->pidfd = -1;
     j->slot.fd = -1;
+    j->disk.loop_fd = -1;
     j->forced = JAIL_EXITED;
     snprintf(j->state_dir, sizeof(j->state_dir), "%s",
              cfg->state_dir ? cfg->state_dir : JAIL_DEFAULT_STATE_DIR);
@@ -288,6 +293,9 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
 
     if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
         goto fail;
+    if (!(off & JAIL_LAYER_ROOTFS) && !jail_disk_in_memory() &&
+        (r = jail_disk_open(cfg->limits.disk_bytes, &j->disk, err)) < 0)
+        goto fail;
 
     snprintf(p->id, sizeof(p->id), "%s", j->id);
     snprintf(p->state_dir, sizeof(p->state_dir), "%s", j->state_dir);
@@ -296,6 +304,7 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     p->limits = cfg->limits;
     p->has_cgroup = cgenv != NULL;
     p->cg = j->cg;
+    snprintf(p->disk_dev, sizeof(p->disk_dev), "%s", j->disk.dev);
 
     if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(ev, O_CLOEXEC) < 0) {
         r = corral_fail_errno(err, "cannot create pipes for the sandbox");
@@ -346,6 +355,7 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
                 goto fail;
             }
         } else if (m.type == JAIL_MSG_STARTED) {
+            jail_disk_close(&j->disk); /* mounted: the sandbox holds it now */
             break;
         } else if (m.type == JAIL_MSG_FAILED) {
             r = corral_fail(err, m.code, "%s", m.text);
@@ -470,6 +480,7 @@ void jail_destroy(struct jail *j)
         close(j->ctl_fd);
     if (j->ev_fd >= 0)
         close(j->ev_fd);
+    jail_disk_close(&j->disk);
     struct corral_error err;
     if (cgroup_destroy(&j->cg, &err) < 0)
         fprintf(stderr, "corral: %s\n", err.message);

@@ -17,6 +17,10 @@
 #include "base/util.h"
 #include "jail/jail.h"
 
+/* The disk: inode tables stay unwritten (holes read as zeros), and space
+ * freed inside goes back to the host's disk at once. */
+#define DISK_OPTIONS "noinit_itable,discard"
+
 /* ---- planning (parent) ---- */
 
 #define ROOTFS_COPY_MAX (1 << 20) /* larger host files are bind-mounted */
@@ -310,18 +314,26 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     else
         op->flags = MS_NOSUID | MS_NOEXEC;
 
-    /* Writable storage: one tmpfs of the configured size, split into the
-     * sandbox's /tmp, /home/user, /mnt/data and /dev/shm. */
-    snprintf(buf, sizeof(buf), "mode=0755,size=%llu", params->disk_bytes);
-    plan_tmpfs(&pl, params->storage_dir, buf, nosuid_nodev);
+    /* Writable storage: the sandbox's disk (its size is the disk limit),
+     * or a tmpfs of that size in memory mode, split into the sandbox's /tmp,
+     * /home/user and /mnt/data. */
+    if (params->disk_dev && *params->disk_dev) {
+        op = add_op(plan, ROOTFS_DISK);
+        if (!op || !(op->src = strdup(params->disk_dev)) ||
+            !(op->dst = strdup(params->storage_dir)) || !(op->data = strdup(DISK_OPTIONS)))
+            pl.failed = 1;
+        else
+            op->flags = nosuid_nodev | MS_NOATIME;
+    } else {
+        snprintf(buf, sizeof(buf), "mode=0755,size=%llu", params->disk_bytes);
+        plan_tmpfs(&pl, params->storage_dir, buf, nosuid_nodev);
+    }
     static const struct {
         const char *name, *target;
         mode_t mode;
         int owned;
-    } areas[] = {{"tmp", "tmp", 01777, 0},
-                 {"home", "home/user", 0755, 1},
-                 {"data", "mnt/data", 0755, 1},
-                 {"shm", "dev/shm", 01777, 0}};
+    } areas[] = {
+        {"tmp", "tmp", 01777, 0}, {"home", "home/user", 0755, 1}, {"data", "mnt/data", 0755, 1}};
     plan_mkdir(&pl, "home", 0755);
     plan_mkdir(&pl, "mnt", 0755);
     for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
@@ -335,11 +347,17 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
             m->uid = params->owner_uid;
             m->gid = params->owner_gid;
         }
-        if (strcmp(areas[i].target, "dev/shm"))
-            plan_mkdir(&pl, areas[i].target, 0755);
+        plan_mkdir(&pl, areas[i].target, 0755);
         snprintf(buf, sizeof(buf), "%s/%s", params->storage_dir, areas[i].name);
         plan_bind(&pl, ROOTFS_BIND_RW, buf, areas[i].target);
     }
+    /* Shared memory is memory: a tmpfs charged to the memory limit, of half
+     * of it as on a Linux host (the disk's size when memory is unlimited). */
+    unsigned long long shm = params->memory_bytes ? params->memory_bytes / 2 : params->disk_bytes;
+    snprintf(buf, sizeof(buf), "%s/dev/shm", params->root_dir);
+    char shm_opts[64];
+    snprintf(shm_opts, sizeof(shm_opts), "mode=01777,size=%llu", shm);
+    plan_tmpfs(&pl, buf, shm_opts, nosuid_nodev);
     plan_mkdir(&pl, "run", 0755);
     plan_mkdir(&pl, "var", 0755);
     plan_symlink(&pl, "var/tmp", "/tmp");
@@ -458,6 +476,11 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
     case ROOTFS_TMPFS:
         if (mount("tmpfs", op->dst, "tmpfs", op->flags, op->data) < 0)
             return corral_fail_errno(err, "cannot mount tmpfs on %s", op->dst);
+        return 0;
+    case ROOTFS_DISK:
+        if (mount(op->src, op->dst, "ext4", op->flags, op->data) < 0)
+            return corral_fail_errno(err, "cannot mount the sandbox's disk %s on %s", op->src,
+                                     op->dst);
         return 0;
     case ROOTFS_PROC:
         if (mount("proc", op->dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)

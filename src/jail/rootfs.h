@@ -11,7 +11,11 @@
  *   /proc                   fresh, for the sandbox's PID namespace, with
  *                           sensitive entries masked and /proc/sys read-only
  *   /dev                    null zero full random urandom tty, pts, shm
- *   /tmp /home/user /mnt/data   writable, on one size-limited tmpfs
+ *   /tmp /home/user /mnt/data   writable: directories of the sandbox's own
+ *                           disk (an ext4 on a loop device, jail/disk.h), or
+ *                           of a tmpfs of the disk's size in memory mode
+ *   /dev/shm                a tmpfs of half the memory limit (memory, as on
+ *                           any Linux host)
  *   everything else         read-only and empty
  */
 #ifndef CORRAL_JAIL_ROOTFS_H
@@ -33,6 +37,7 @@ enum rootfs_op_kind {
     ROOTFS_BIND_DEV,  /* device node src on dst, nosuid, noexec */
     ROOTFS_BIND_RW,   /* src on dst, writable, nosuid, nodev */
     ROOTFS_TMPFS,     /* tmpfs on dst with options data, flags */
+    ROOTFS_DISK,      /* the ext4 on block device src on dst with options data, flags */
     ROOTFS_PROC,      /* procfs on dst */
     ROOTFS_DEVPTS,    /* a new devpts instance on dst */
     ROOTFS_MASK_FILE, /* /dev/null on dst, read-only */
@@ -55,8 +60,10 @@ struct rootfs_op {
 
 struct rootfs_params {
     const char *root_dir;    /* where the new root is assembled (an empty directory) */
-    const char *storage_dir; /* where the writable tmpfs is staged (an empty directory) */
+    const char *storage_dir; /* where the writable disk is staged (an empty directory) */
+    const char *disk_dev;    /* the disk's block device (jail/disk.h); NULL: a tmpfs */
     const char *hostname;
+    unsigned long long memory_bytes; /* 0 = none: /dev/shm is then as large as the disk */
     unsigned long long disk_bytes;
     uid_t owner_uid; /* host uid of the sandbox user */
     gid_t owner_gid;

@@ -17,6 +17,7 @@ import hostlock  # noqa: E402
 CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../../build/corral"))
 UID_BASE = 1879048192
 STATE_DIR = "/run/corral"
+DISK_DIR = "/var/lib/corral/disks"
 CONTROLLERS = ("memory", "pids", "cpu")
 
 
@@ -50,11 +51,24 @@ def sandbox_cgroups():
     return [d for c in CONTROLLERS for d in glob.glob(f"/sys/fs/cgroup/{c}/corral/*/")]
 
 
+def sandbox_disks():
+    """Loop devices backed by a sandbox disk (jail/disk.h)."""
+    found = []
+    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(f) as fh:
+                if fh.read().startswith(DISK_DIR + "/"):
+                    found.append(f.split("/")[3])
+        except OSError:
+            pass
+    return found
+
+
 def leftovers():
     slots = glob.glob(os.path.join(STATE_DIR, "slots", "*"))
     mounts = [l for l in open("/proc/self/mountinfo") if STATE_DIR in l]
     return {"processes": sandbox_processes(), "cgroups": sandbox_cgroups(), "slots": slots,
-            "mounts": mounts}
+            "mounts": mounts, "disks": sandbox_disks()}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -71,7 +85,7 @@ def nothing_left_behind(host_lock):
     yield
     # The last processes of a sandbox are reaped asynchronously (by the
     # zygote, or the host's init): allow a moment before calling it a leak.
-    empty = {"processes": [], "cgroups": [], "slots": [], "mounts": []}
+    empty = {"processes": [], "cgroups": [], "slots": [], "mounts": [], "disks": []}
     deadline = time.monotonic() + 2
     left = leftovers()
     while left != empty and time.monotonic() < deadline:

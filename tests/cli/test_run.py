@@ -300,8 +300,54 @@ def test_concurrent_sandboxes_get_distinct_host_uids():
             p.wait(timeout=30)
 
 
+FILL_DISK = '''
+import errno, os, subprocess
+print(subprocess.run(["df", "-k", "--output=size,fstype", "/tmp", "/home/user", "/mnt/data",
+                      "/dev/shm"], capture_output=True, text=True).stdout, end="")
+written = 0
+try:
+    with open("/mnt/data/big", "wb") as f:
+        block = b"x" * (1 << 20)
+        while True:
+            f.write(block)
+            written += 1
+except OSError as e:
+    print("stopped:", errno.errorcode[e.errno], "after", written, "MiB")
+os.remove("/mnt/data/big")
+with open("/tmp/again", "wb") as f:  # the space is back
+    f.write(b"y" * (64 << 20))
+print("alive")
+'''
+
+
+def test_the_disk_is_disk_and_its_limit_is_enospc():
+    # 256 MiB of memory, 512 MiB of disk: the disk fills without touching
+    # the memory limit, and the code sees ENOSPC, alive.
+    r = run_code(FILL_DISK, "--memory", "256m", "--disk", "512m", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    sizes = [l.split() for l in lines[1:5]]
+    assert [s[1] for s in sizes] == ["ext4", "ext4", "ext4", "tmpfs"], r.stdout
+    assert len({s[0] for s in sizes[:3]}) == 1, r.stdout  # one filesystem
+    assert 480 * 1024 < int(sizes[0][0]) <= 512 * 1024, r.stdout
+    assert int(sizes[3][0]) == 128 * 1024, r.stdout  # /dev/shm: half the memory
+    stopped = lines[5].split()
+    assert stopped[:2] == ["stopped:", "ENOSPC"], r.stdout
+    assert int(stopped[3]) > 256, r.stdout  # more than the memory limit
+    assert lines[6:] == ["alive"], r.stdout
+
+
+def test_in_memory_mode_the_storage_counts_as_memory():
+    # --disk-dir memory: a tmpfs charged to the memory limit, as before.
+    r = run_code(FILL_DISK, "--memory", "256m", "--disk", "512m", "--disk-dir", "memory",
+                 timeout=120)
+    assert r.returncode == 1, r.stdout
+    assert "ran out of memory (limit 256 MiB)" in r.stderr, r.stderr
+    assert [l.split()[1] for l in r.stdout.splitlines()[1:5]] == ["tmpfs"] * 4, r.stdout
+
+
 def test_a_killed_runner_takes_its_sandbox_along_and_leftovers_are_cleaned():
-    from conftest import sandbox_processes, sandbox_cgroups, STATE_DIR
+    from conftest import sandbox_processes, sandbox_cgroups, sandbox_disks, STATE_DIR
     import glob
     p = subprocess.Popen([CORRAL, "run", "--script", "-c", "import time\nprint('up', flush=True)\n"
                           "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
@@ -313,6 +359,10 @@ def test_a_killed_runner_takes_its_sandbox_along_and_leftovers_are_cleaned():
     while sandbox_processes() and time.time() < deadline:
         time.sleep(0.05)
     assert sandbox_processes() == []
+    # ...and its disk with them: nothing mounted it any more...
+    while sandbox_disks() and time.time() < deadline:
+        time.sleep(0.05)
+    assert sandbox_disks() == []
     # ...but its cgroups and slot remain until the next corral cleans them up.
     assert len(sandbox_cgroups()) == 3
     assert len(glob.glob(STATE_DIR + "/slots/*")) == 1
@@ -325,7 +375,7 @@ def test_doctor_reports_a_healthy_host():
     r = run("doctor")
     assert r.returncode == 0, r.stdout
     for check in ("privileges", "namespaces", "mounts", "cgroups", "seccomp", "python",
-                  "numpy", "pandas", "matplotlib", "IPython", "state dir"):
+                  "numpy", "pandas", "matplotlib", "IPython", "state dir", "ok    disks"):
         assert check in r.stdout, check
     assert "ok    zygote" in r.stdout and "with numpy, pandas and matplotlib imported" in r.stdout
     assert "v1 at /sys/fs/cgroup" in r.stdout or "v2 at /sys/fs/cgroup" in r.stdout

@@ -186,6 +186,35 @@ test('what C code wrote to fd 1 before aborting is not lost', T, () =>
   }),
 );
 
+test('filling the disk gives ENOSPC, not an out-of-memory kill: state survives', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    // A default sandbox: 1 GiB of memory, 1 GiB of disk. Writing 1 GiB to
+    // /tmp fills the disk, not the memory.
+    await sbx.runCode('kept = 41');
+    const code = [
+      'import errno',
+      'written = 0',
+      'try:',
+      '    with open("/tmp/big", "wb") as f:',
+      '        for _ in range(1024):',
+      '            f.write(b"x" * (1 << 20))',
+      '            written += 1',
+      'except OSError as e:',
+      '    print(errno.errorcode[e.errno], written)',
+    ].join('\n');
+    const full = await sbx.runCode(code, { timeoutMs: 120_000 });
+    assert.equal(full.error, undefined, JSON.stringify(full.error));
+    const [name, mib] = full.logs.stdout.join('').trim().split(' ');
+    assert.equal(name, 'ENOSPC');
+    assert.ok(Number(mib) > 900 && Number(mib) < 1024, `ENOSPC after ${mib} MiB`);
+    assert.equal((await sbx.runCode('kept + 1')).text, '42');
+    const df = await sbx.commands.run('df -k --output=size,used,fstype /tmp /home/user /mnt/data | tail -n +2');
+    const rows = df.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/));
+    assert.deepEqual(rows.map((r) => r[2]), ['ext4', 'ext4', 'ext4']);
+    assert.ok(rows.every((r) => r[0] === rows[0][0] && Number(r[0]) > 1000 * 1024), df.stdout);
+  }),
+);
+
 test('restartCodeContext clears the state of a context', T, () =>
   withSandbox(Sandbox, async (sbx) => {
     assert.equal(typeof sbx.restartCodeContext, 'function');

@@ -25,7 +25,8 @@ const gw = useGateway();
 
 const KINDS = ['mock-chat', 'mock-responses'];
 const SLEEPER = 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)\nprint("woke up")';
-const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? '(no stdout)';
+// The tool output in full when it has no stdout: what went wrong shows.
+const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? `(no stdout: ${JSON.stringify(out)})`;
 
 /** Sandboxes that were not there in `before`. */
 const newSandboxes = (before) => [...sandboxIds()].filter((id) => !before.has(id));
@@ -173,11 +174,12 @@ test('100 concurrent requests each see only their own state, in their own contai
     const { r, events } = s.value;
     const label = `request #${i} (${job.model}${job.stream ? ', streamed' : ''})`;
     assert.equal(r.status, 'completed', label);
-    assert.equal(r.output_text, `secret is ${job.value}`, `${label} saw another state`);
     const calls = ciCalls(r, { include: true });
     assert.equal(calls.length, 2, label);
+    assert.deepEqual(calls.map((c) => c.status), ['completed', 'completed'], `${label}: ${JSON.stringify(calls)}`);
     assert.equal(calls[0].container_id, calls[1].container_id, `${label}: two containers in one request`);
-    assert.equal(logsOf(calls[1]).trim(), job.value, label);
+    assert.equal(logsOf(calls[1]).trim(), job.value, `${label}: ${JSON.stringify(calls)}`);
+    assert.equal(r.output_text, `secret is ${job.value}`, `${label} saw another state`);
     containers.add(calls[0].container_id);
     if (events) checkResponseEvents(events, r);
     checkUpstreamRequests(gw.upstream.requestsFor(job.marker), job.model, { rounds: 3 });

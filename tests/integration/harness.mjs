@@ -43,6 +43,7 @@ export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url
 export const CORRAL = process.env.CORRAL || path.join(REPO_ROOT, 'build-asan', 'corral');
 export const UID_BASE = 1879048192;
 export const STATE_DIR = '/run/corral';
+export const DISK_DIR = '/var/lib/corral/disks';
 const CGROUP_ROOT = '/sys/fs/cgroup';
 const CONTROLLERS = ['memory', 'pids', 'cpu'];
 
@@ -507,8 +508,8 @@ export function hostLeftovers() {
   const table = processTable();
   const ours = ourProcessKeys(table);
   const foreignIds = new Map(); // sandbox id -> owner description
-  const left = { processes: [], cgroups: [], slots: [], mounts: [] };
-  const foreign = { processes: [], cgroups: [], slots: [], mounts: [] };
+  const left = { processes: [], cgroups: [], slots: [], mounts: [], disks: [] };
+  const foreign = { processes: [], cgroups: [], slots: [], mounts: [], disks: [] };
 
   const sandboxProcs = [...table.values()].filter((p) => p.uid >= UID_BASE);
   for (const p of sandboxProcs) {
@@ -541,6 +542,11 @@ export function hostLeftovers() {
   const mountinfo = readOr('/proc/self/mountinfo', '') ?? '';
   for (const line of mountinfo.split('\n').filter((l) => l.includes(STATE_DIR))) {
     sort([...foreignIds.keys()].some((id) => line.includes(id)), 'mounts', line);
+  }
+  // A disk's loop device names no sandbox: another live owner may hold it.
+  for (const dev of readDirNames('/sys/block').map((d) => path.basename(d)).filter((d) => d.startsWith('loop'))) {
+    const backing = readOr(`/sys/block/${dev}/loop/backing_file`, '') ?? '';
+    if (backing.startsWith(`${DISK_DIR}/`)) sort(foreignIds.size > 0, 'disks', `/dev/${dev} (${backing.trim()})`);
   }
   return { left, foreign, owners: foreignIds };
 }

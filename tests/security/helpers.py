@@ -7,6 +7,7 @@ syscalls through ctypes, and emit(), which prints one machine-readable line
 ("PROBE {json}") that the host side reads back with Result.probe.
 """
 
+import glob
 import json
 import os
 import secrets
@@ -22,6 +23,7 @@ CORRAL = os.environ.get("CORRAL") or os.path.join(
 CORRAL = os.path.abspath(CORRAL)
 
 STATE_DIR = "/run/corral"
+DISK_DIR = "/var/lib/corral/disks"
 UID_BASE = 1879048192  # JAIL_DEFAULT_UID_BASE: host uids of sandboxes start here
 CGROUP_V1 = "/sys/fs/cgroup"
 
@@ -288,6 +290,16 @@ def leftovers():
     bad = [m for m in mounts if m == STATE_DIR or m.startswith(STATE_DIR + "/")]
     if bad:
         problems.append(f"host mounts under {STATE_DIR}: {bad}")
+    disks = []
+    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(f) as fh:
+                if fh.read().startswith(DISK_DIR + "/"):
+                    disks.append(f.split("/")[3])
+        except OSError:
+            pass
+    if disks:
+        problems.append(f"loop devices of sandbox disks: {disks}")
     # Egress is set up in each sandbox's network namespace, never the host's.
     if EGRESS_IFNAME in host_links():
         problems.append(f"the host's network namespace has the link {EGRESS_IFNAME}")

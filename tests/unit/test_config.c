@@ -53,6 +53,7 @@ static void parses_a_full_file(void **state)
 {
     struct corral_config *cfg = parse_ok("# corral\n"
                                          "state_dir: /run/corral-test\n"
+                                         "disk_dir: /srv/corral-disks\n"
                                          "templates:\n"
                                          "  default:\n"
                                          "    preload: [numpy, pandas, matplotlib.pyplot]\n"
@@ -71,6 +72,7 @@ static void parses_a_full_file(void **state)
                                          "      - sklearn\n");
     assert_string_equal(cfg->path, "corral.yaml");
     assert_string_equal(cfg->state_dir, "/run/corral-test");
+    assert_string_equal(cfg->disk_dir, "/srv/corral-disks");
     assert_int_equal(cfg->n_templates, 3);
     assert_string_equal(cfg->templates[0].name, "default");
     assert_string_equal(cfg->templates[1].name, "minimal");
@@ -227,10 +229,10 @@ static void refuses_a_top_level_that_is_not_a_mapping(void **state)
 {
     expect_error("- templates\n- state_dir\n", EINVAL,
                  "corral.yaml:1:1: the configuration must be a mapping (keys: state_dir, "
-                 "templates), not a list");
+                 "disk_dir, templates), not a list");
     expect_error("just words\n", EINVAL,
                  "corral.yaml:1:1: the configuration must be a mapping (keys: state_dir, "
-                 "templates), not 'just words'");
+                 "disk_dir, templates), not 'just words'");
     expect_error("\"\"\n", EINVAL, "corral.yaml:1:1: the configuration must be a mapping");
 }
 
@@ -247,7 +249,10 @@ static void refuses_unknown_keys(void **state)
                                      "'default' (known: preload, pool_size, limits, network)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "templates, network)");
+                 "disk_dir, templates, network)");
+    expect_error("disk_dir: var/lib/corral\n", EINVAL,
+                 "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
+                 "'var/lib/corral'");
     expect_error("templates:\n  t:\n    limits:\n      memory: 1g\n      cpu: 2\n", EINVAL,
                  "corral.yaml:5:7: unknown key 'cpu' in the limits of template 't' (known: "
                  "memory, cpus, pids, disk, open_files)");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -94,7 +95,9 @@ static void plans_a_curated_root(void **state)
 {
     struct rootfs_params params = {.root_dir = "/run/x/root",
                                    .storage_dir = "/run/x/storage",
+                                   .disk_dev = "/dev/loop7",
                                    .hostname = "box",
+                                   .memory_bytes = 64u << 20,
                                    .disk_bytes = 5u << 20,
                                    .owner_uid = 4242,
                                    .owner_gid = 4243,
@@ -149,10 +152,12 @@ static void plans_a_curated_root(void **state)
     assert_null(find(&plan, ROOTFS_BIND_DEV, "/root/dev/mem"));
     assert_non_null(find(&plan, ROOTFS_DEVPTS, "/root/dev/pts"));
 
-    /* Storage: one tmpfs of the disk size, areas owned by the sandbox user. */
-    const struct rootfs_op *storage = find(&plan, ROOTFS_TMPFS, "/run/x/storage");
+    /* Storage: the sandbox's disk, areas owned by the sandbox user. */
+    const struct rootfs_op *storage = find(&plan, ROOTFS_DISK, "/run/x/storage");
     assert_non_null(storage);
-    assert_non_null(strstr(storage->data, "size=5242880"));
+    assert_string_equal(storage->src, "/dev/loop7");
+    assert_int_equal(storage->flags, MS_NOSUID | MS_NODEV | MS_NOATIME);
+    assert_null(find(&plan, ROOTFS_TMPFS, "/run/x/storage"));
     const struct rootfs_op *home = find(&plan, ROOTFS_MKDIR, "/run/x/storage/home");
     assert_non_null(home);
     assert_int_equal(home->uid, 4242);
@@ -163,7 +168,23 @@ static void plans_a_curated_root(void **state)
     assert_non_null(find(&plan, ROOTFS_BIND_RW, "/root/home/user"));
     assert_non_null(find(&plan, ROOTFS_BIND_RW, "/root/mnt/data"));
     assert_non_null(find(&plan, ROOTFS_BIND_RW, "/root/tmp"));
+    /* Shared memory is memory: half the memory limit. */
+    const struct rootfs_op *shm = find(&plan, ROOTFS_TMPFS, "/root/dev/shm");
+    assert_non_null(shm);
+    assert_string_equal(shm->data, "mode=01777,size=33554432");
     rootfs_plan_free(&plan);
+
+    /* Memory mode: no disk device, a tmpfs of the disk's size instead. */
+    params.disk_dev = NULL;
+    assert_int_equal(rootfs_plan_build(&plan, &params, &err), 0);
+    assert_null(find(&plan, ROOTFS_DISK, "/run/x/storage"));
+    storage = find(&plan, ROOTFS_TMPFS, "/run/x/storage");
+    assert_non_null(storage);
+    assert_non_null(strstr(storage->data, "size=5242880"));
+    assert_non_null(find(&plan, ROOTFS_BIND_RW, "/root/mnt/data"));
+    assert_non_null(find(&plan, ROOTFS_TMPFS, "/root/dev/shm"));
+    rootfs_plan_free(&plan);
+    params.disk_dev = "/dev/loop7";
 
     /* Without masking, /proc is mounted bare. */
     params.mask_proc = 0;

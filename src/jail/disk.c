@@ -1,0 +1,361 @@
+/* A sandbox's writable disk: blank images, loop devices; see disk.h. */
+#include "jail/disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+
+/* Blank images are named by this and their size: a change of mke2fs
+ * options takes a new name. */
+#define BLANK_VERSION "v1"
+#define BLANKS_CACHED 16
+#define LOOP_ATTEMPTS 64
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char dir[256] = JAIL_DEFAULT_DISK_DIR;
+
+void jail_disk_set_dir(const char *path)
+{
+    pthread_mutex_lock(&lock);
+    snprintf(dir, sizeof(dir), "%s", path && *path ? path : JAIL_DEFAULT_DISK_DIR);
+    pthread_mutex_unlock(&lock);
+}
+
+const char *jail_disk_dir(void)
+{
+    return dir;
+}
+
+bool jail_disk_in_memory(void)
+{
+    return !strcmp(dir, JAIL_DISK_MEMORY);
+}
+
+/* A blank image in memory: its data extents (the rest of it is holes). */
+struct extent {
+    uint64_t off;
+    size_t len;
+    char *data;
+};
+
+struct blank {
+    uint64_t bytes;
+    size_t n;
+    struct extent *ext;
+    struct blank *next;
+};
+
+static struct blank *blanks; /* most recently made first; under lock */
+
+static void blank_free(struct blank *b)
+{
+    for (size_t i = 0; b && i < b->n; i++)
+        free(b->ext[i].data);
+    if (b)
+        free(b->ext);
+    free(b);
+}
+
+static const char *find_mke2fs(void)
+{
+    static const char *const paths[] = {"/usr/sbin/mke2fs", "/sbin/mke2fs"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (access(paths[i], X_OK) == 0)
+            return paths[i];
+    return NULL;
+}
+
+/* Runs mke2fs on the file fd (through /proc, as the file has no name);
+ * its error output goes into the message. */
+static int format(int fd, uint64_t bytes, struct corral_error *err)
+{
+    const char *mke2fs = find_mke2fs();
+    if (!mke2fs)
+        return corral_fail(err, ENOENT,
+                           "cannot make the sandboxes' disk image: mke2fs is not installed "
+                           "(Debian: apt install e2fsprogs)");
+    char target[64];
+    snprintf(target, sizeof(target), "/proc/%d/fd/%d", (int)getpid(), fd);
+    /* No journal (the data dies with the sandbox), inode tables left
+     * unwritten (holes read as zeros), every block the user's. */
+    char *const argv[] = {(char *)mke2fs,
+                          "-q",
+                          "-F",
+                          "-t",
+                          "ext4",
+                          "-b",
+                          "4096",
+                          "-m",
+                          "0",
+                          "-O",
+                          "^has_journal,^resize_inode",
+                          "-E",
+                          "lazy_itable_init=1,nodiscard",
+                          target,
+                          NULL};
+    char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", NULL};
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) < 0)
+        return corral_fail_errno(err, "cannot run mke2fs");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, mke2fs, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    if (rc != 0) {
+        close(out[0]);
+        errno = rc;
+        return corral_fail_errno(err, "cannot run %s", mke2fs);
+    }
+    char text[400];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(out[0], text + got, sizeof(text) - 1 - got)) > 0 || (n < 0 && errno == EINTR))
+        got += n > 0 ? (size_t)n : 0;
+    text[got] = '\0';
+    close(out[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return corral_fail(err, EIO,
+                           "mke2fs could not make a %llu-byte disk image (status %#x): %s",
+                           (unsigned long long)bytes, (unsigned)status, text);
+    return 0;
+}
+
+/* The blank image file of this size, made (and named, atomically) when
+ * missing; a descriptor to read it. */
+static int open_blank_file(uint64_t bytes, struct corral_error *err)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/blank-%s-%llu.img", dir, BLANK_VERSION,
+             (unsigned long long)bytes);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT)
+        return fd >= 0 ? fd : corral_fail_errno(err, "cannot open %s", path);
+    int r = corral_mkdir_p(dir, 0700, err);
+    if (r < 0)
+        return r;
+    cleanup_close int tmp = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (tmp < 0)
+        return corral_fail_errno(err,
+                                 "cannot make a file in %s (the disk directory needs a "
+                                 "filesystem with O_TMPFILE, such as ext4 or XFS)",
+                                 dir);
+    if (ftruncate(tmp, (off_t)bytes) < 0)
+        return corral_fail_errno(err, "cannot size a disk image of %llu bytes in %s",
+                                 (unsigned long long)bytes, dir);
+    if ((r = format(tmp, bytes, err)) < 0)
+        return r;
+    char self[64];
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", tmp);
+    /* Another process may have made the same one meanwhile: either is good. */
+    if (linkat(AT_FDCWD, self, AT_FDCWD, path, AT_SYMLINK_FOLLOW) < 0 && errno != EEXIST)
+        return corral_fail_errno(err, "cannot name the disk image %s", path);
+    int ro = open(self, O_RDONLY | O_CLOEXEC);
+    return ro >= 0 ? ro : corral_fail_errno(err, "cannot reopen the disk image %s", path);
+}
+
+/* Reads the data extents of a blank image file into memory. */
+static int read_blank(int fd, uint64_t bytes, struct blank **out, struct corral_error *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != bytes)
+        return corral_fail(err, EINVAL, "the disk image for %llu bytes has the wrong size",
+                           (unsigned long long)bytes);
+    struct blank *b = calloc(1, sizeof(*b));
+    if (!b)
+        return corral_fail(err, ENOMEM, "out of memory reading a disk image");
+    b->bytes = bytes;
+    size_t cap = 0;
+    off_t off = 0, data;
+    while ((data = lseek(fd, off, SEEK_DATA)) >= 0) {
+        off_t hole = lseek(fd, data, SEEK_HOLE);
+        if (hole <= data)
+            break;
+        if (b->n == cap) {
+            cap = cap ? cap * 2 : 16;
+            struct extent *grown = realloc(b->ext, cap * sizeof(*grown));
+            if (!grown)
+                break;
+            b->ext = grown;
+        }
+        struct extent *e = &b->ext[b->n];
+        e->off = (uint64_t)data;
+        e->len = (size_t)(hole - data);
+        e->data = malloc(e->len);
+        if (!e->data || pread(fd, e->data, e->len, data) != (ssize_t)e->len) {
+            free(e->data);
+            blank_free(b);
+            return corral_fail(err, EIO, "cannot read the disk image for %llu bytes",
+                               (unsigned long long)bytes);
+        }
+        b->n++;
+        off = hole;
+    }
+    if (!b->n) {
+        blank_free(b);
+        return corral_fail(err, EIO, "the disk image for %llu bytes is empty",
+                           (unsigned long long)bytes);
+    }
+    *out = b;
+    return 0;
+}
+
+/* The blank image of this size, from memory, else from its file. The
+ * caller holds the lock; the result stays owned by the cache, which keeps
+ * the sizes used last. */
+static int blank_of(uint64_t bytes, struct blank **out, struct corral_error *err)
+{
+    for (struct blank *b = blanks; b; b = b->next)
+        if (b->bytes == bytes) {
+            *out = b;
+            return 0;
+        }
+    cleanup_close int fd = open_blank_file(bytes, err);
+    if (fd < 0)
+        return fd;
+    struct blank *b;
+    int r = read_blank(fd, bytes, &b, err);
+    if (r < 0)
+        return r;
+    b->next = blanks;
+    blanks = b;
+    size_t kept = 1;
+    for (struct blank *k = blanks; k->next; k = k->next)
+        if (++kept == BLANKS_CACHED) {
+            for (struct blank *x = k->next, *next; x; x = next) {
+                next = x->next;
+                blank_free(x);
+            }
+            k->next = NULL;
+            break;
+        }
+    *out = b;
+    return 0;
+}
+
+/* A new unnamed file in the disk directory holding a copy of the blank. */
+static int copy_blank(uint64_t bytes, struct corral_error *err)
+{
+    pthread_mutex_lock(&lock);
+    struct blank *b;
+    int r = blank_of(bytes, &b, err);
+    if (r < 0) {
+        pthread_mutex_unlock(&lock);
+        return r;
+    }
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        r = corral_fail_errno(err, "cannot make a disk in %s", dir);
+    } else if (ftruncate(fd, (off_t)bytes) < 0) {
+        r = corral_fail_errno(err, "cannot size a disk of %llu bytes in %s",
+                              (unsigned long long)bytes, dir);
+    } else {
+        for (size_t i = 0; r == 0 && i < b->n; i++) {
+            const struct extent *e = &b->ext[i];
+            for (size_t done = 0; r == 0 && done < e->len;) {
+                ssize_t n = pwrite(fd, e->data + done, e->len - done, (off_t)(e->off + done));
+                if (n > 0)
+                    done += (size_t)n;
+                else if (n < 0 && errno != EINTR)
+                    r = corral_fail_errno(err, "cannot write a disk in %s", dir);
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (r < 0 && fd >= 0)
+        close(fd);
+    return r < 0 ? r : fd;
+}
+
+/* Binds the file to a free loop device that clears itself once unused. */
+static int attach(int file, struct jail_disk *d, struct corral_error *err)
+{
+    cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return corral_fail_errno(err, "cannot open /dev/loop-control (sandbox disks need loop "
+                                      "devices: modprobe loop, or in a container, give it /dev)");
+    for (int attempt = 0; attempt < LOOP_ATTEMPTS; attempt++) {
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0)
+            return corral_fail_errno(err, "cannot get a free loop device");
+        snprintf(d->dev, sizeof(d->dev), "/dev/loop%d", n);
+        int fd = open(d->dev, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return corral_fail_errno(err, "cannot open %s", d->dev);
+        /* Direct I/O: the sandbox's page cache is the only copy in memory. */
+        struct loop_config c = {.fd = (unsigned)file, .block_size = 4096};
+        c.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
+        snprintf((char *)c.info.lo_file_name, sizeof(c.info.lo_file_name), "corral-disk");
+        if (ioctl(fd, LOOP_CONFIGURE, &c) == 0) {
+            d->loop_fd = fd;
+            return 0;
+        }
+        int e = errno;
+        close(fd);
+        if (e != EBUSY) { /* EBUSY: another process took it first */
+            errno = e;
+            return corral_fail_errno(err, "cannot set up %s", d->dev);
+        }
+    }
+    return corral_fail(err, EBUSY, "cannot get a free loop device: all taken, %d times",
+                       LOOP_ATTEMPTS);
+}
+
+int jail_disk_open(uint64_t bytes, struct jail_disk *d, struct corral_error *err)
+{
+    d->loop_fd = -1;
+    d->dev[0] = '\0';
+    cleanup_close int file = copy_blank(bytes, err);
+    if (file < 0)
+        return file;
+    return attach(file, d, err); /* the device holds the file from here on */
+}
+
+void jail_disk_close(struct jail_disk *d)
+{
+    if (d->loop_fd >= 0)
+        close(d->loop_fd);
+    d->loop_fd = -1;
+}
+
+int jail_disk_check(struct corral_error *err)
+{
+    if (jail_disk_in_memory())
+        return 0;
+    int r = corral_mkdir_p(dir, 0700, err);
+    if (r < 0)
+        return r;
+    struct statfs fs;
+    if (statfs(dir, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC))
+        return corral_fail(err, EINVAL,
+                           "the disk directory %s is in memory (tmpfs): sandbox disks there "
+                           "would use the host's memory; choose one on a disk",
+                           dir);
+    struct jail_disk d;
+    if ((r = jail_disk_open(16u << 20, &d, err)) < 0)
+        return r;
+    jail_disk_close(&d);
+    return 0;
+}
