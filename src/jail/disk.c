@@ -235,7 +235,7 @@ static int blank_of(uint64_t bytes, struct blank **out, struct corral_error *err
     cleanup_close int fd = open_blank_file(bytes, err);
     if (fd < 0)
         return fd;
-    struct blank *b;
+    struct blank *b = NULL;
     int r = read_blank(fd, bytes, &b, err);
     if (r < 0)
         return r;
@@ -259,7 +259,7 @@ static int blank_of(uint64_t bytes, struct blank **out, struct corral_error *err
 static int copy_blank(uint64_t bytes, struct corral_error *err)
 {
     pthread_mutex_lock(&lock);
-    struct blank *b;
+    struct blank *b = NULL;
     int r = blank_of(bytes, &b, err);
     if (r < 0) {
         pthread_mutex_unlock(&lock);
