@@ -462,6 +462,11 @@ int main(int argc, char **argv)
     const char *cmd = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 20;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Disks made ahead, as corral serve keeps them; row 10 runs `fork` twice:
+     * with sandbox disks, and with storage in memory. */
+    if (getenv("CORRAL_BENCH_DISK_DIR"))
+        corral_set_disk_dir(getenv("CORRAL_BENCH_DISK_DIR"));
+    corral_keep_disks_ready(2);
     if (n <= 0)
         return fail("the number of runs must be positive");
     if (!strcmp(cmd, "trip"))

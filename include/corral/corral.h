@@ -231,6 +231,10 @@ void corral_shutdown(void);
  * charged to the sandbox's memory limit. For the sandboxes created from
  * now on. */
 void corral_set_disk_dir(const char *dir);
+/* For long-lived processes: keeps n disks of each size used lately made
+ * ahead by a thread, so that a sandbox's start pays only the mount
+ * (corral_shutdown stops it). 0 = none (the default). */
+void corral_keep_disks_ready(unsigned n);
 
 /* ---- executing code ---- */
 

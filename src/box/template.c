@@ -427,6 +427,11 @@ void corral_set_disk_dir(const char *dir)
     jail_disk_set_dir(dir);
 }
 
+void corral_keep_disks_ready(unsigned n)
+{
+    jail_disk_keep_ready(n);
+}
+
 void corral_shutdown(void)
 {
     pthread_mutex_lock(&templates_lock);
@@ -449,4 +454,5 @@ void corral_shutdown(void)
             zygote_stop(t->zygote);
         free_template(t);
     }
+    jail_disk_stop_ready();
 }

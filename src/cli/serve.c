@@ -29,7 +29,9 @@
 /* At a stop, how long the gateway's calls get to end with their error, then
  * their answers to reach the clients. */
 #define GATEWAY_DRAIN_MS 10000
-#define HTTP_DRAIN_MS    2000
+/* Sandbox disks made ahead, per size in use: a create pays only the mount. */
+#define READY_DISKS   2
+#define HTTP_DRAIN_MS 2000
 
 static void serve_usage(FILE *out)
 {
@@ -324,6 +326,7 @@ int cli_serve(int argc, char **argv)
         free(env_keys);
         return c;
     }
+    corral_keep_disks_ready(READY_DISKS);
     const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
     if (!gw_listen_set && file_gw && file_gw->listen) {
         gw_on = strcmp(file_gw->listen, "off") != 0;

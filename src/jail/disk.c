@@ -1,6 +1,7 @@
 /* A sandbox's writable disk: blank images, loop devices; see disk.h. */
 #include "jail/disk.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -22,7 +23,7 @@
 
 /* Blank images are named by this and their size: a change of mke2fs
  * options takes a new name. */
-#define BLANK_VERSION "v1"
+#define BLANK_VERSION "v2"
 #define BLANKS_CACHED 16
 #define LOOP_ATTEMPTS 64
 
@@ -80,6 +81,36 @@ static const char *find_mke2fs(void)
     return NULL;
 }
 
+/* The directories the sandbox's areas are made of (see rootfs.c), made in
+ * the image: creating them at each start would read inode tables through
+ * the loop device. */
+static const char *const areas[] = {"tmp", "home", "data"};
+
+/* A staging directory holding the areas, for mke2fs -d. */
+static int make_areas(char *path, size_t len, struct corral_error *err)
+{
+    snprintf(path, len, "%s/areas-XXXXXX", dir);
+    if (!mkdtemp(path))
+        return corral_fail_errno(err, "cannot make a directory in %s", dir);
+    for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
+        char sub[400];
+        snprintf(sub, sizeof(sub), "%s/%s", path, areas[i]);
+        if (mkdir(sub, 0755) < 0)
+            return corral_fail_errno(err, "cannot make %s", sub);
+    }
+    return 0;
+}
+
+static void remove_areas(const char *path)
+{
+    for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
+        char sub[400];
+        snprintf(sub, sizeof(sub), "%s/%s", path, areas[i]);
+        rmdir(sub);
+    }
+    rmdir(path);
+}
+
 /* Runs mke2fs on the file fd (through /proc, as the file has no name);
  * its error output goes into the message. */
 static int format(int fd, uint64_t bytes, struct corral_error *err)
@@ -89,8 +120,13 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
         return corral_fail(err, ENOENT,
                            "cannot make the sandboxes' disk image: mke2fs is not installed "
                            "(Debian: apt install e2fsprogs)");
-    char target[64];
+    char target[64], staged[300];
     snprintf(target, sizeof(target), "/proc/%d/fd/%d", (int)getpid(), fd);
+    int r = make_areas(staged, sizeof(staged), err);
+    if (r < 0) {
+        remove_areas(staged);
+        return r;
+    }
     /* No journal (the data dies with the sandbox), inode tables left
      * unwritten (holes read as zeros), every block the user's. */
     char *const argv[] = {(char *)mke2fs,
@@ -105,13 +141,17 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
                           "-O",
                           "^has_journal,^resize_inode",
                           "-E",
-                          "lazy_itable_init=1,nodiscard",
+                          "lazy_itable_init=1,nodiscard,root_owner=0:0",
+                          "-d",
+                          staged,
                           target,
                           NULL};
     char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", NULL};
     int out[2];
-    if (pipe2(out, O_CLOEXEC) < 0)
+    if (pipe2(out, O_CLOEXEC) < 0) {
+        remove_areas(staged);
         return corral_fail_errno(err, "cannot run mke2fs");
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -123,6 +163,7 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
     close(out[1]);
     if (rc != 0) {
         close(out[0]);
+        remove_areas(staged);
         errno = rc;
         return corral_fail_errno(err, "cannot run %s", mke2fs);
     }
@@ -136,11 +177,26 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
+    remove_areas(staged);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return corral_fail(err, EIO,
                            "mke2fs could not make a %llu-byte disk image (status %#x): %s",
                            (unsigned long long)bytes, (unsigned)status, text);
     return 0;
+}
+
+/* Removes the blank images an earlier version of corral made. */
+static void remove_old_blanks(void)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "blank-", 6) &&
+            strncmp(e->d_name, "blank-" BLANK_VERSION "-", strlen("blank-" BLANK_VERSION "-")))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
 }
 
 /* The blank image file of this size, made (and named, atomically) when
@@ -156,6 +212,7 @@ static int open_blank_file(uint64_t bytes, struct corral_error *err)
     int r = corral_mkdir_p(dir, 0700, err);
     if (r < 0)
         return r;
+    remove_old_blanks();
     cleanup_close int tmp = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (tmp < 0)
         return corral_fail_errno(err,
@@ -323,7 +380,34 @@ static int attach(int file, struct jail_disk *d, struct corral_error *err)
                        LOOP_ATTEMPTS);
 }
 
-int jail_disk_open(uint64_t bytes, struct jail_disk *d, struct corral_error *err)
+/* Reads the blank's data through the device: the filesystem's mount then
+ * finds its metadata in the device's cache instead of asking the loop. */
+static void warm(const struct jail_disk *d, uint64_t bytes)
+{
+    struct {
+        uint64_t off, len;
+    } at[64];
+    size_t n = 0;
+    pthread_mutex_lock(&lock);
+    for (struct blank *b = blanks; b; b = b->next)
+        if (b->bytes == bytes)
+            for (size_t i = 0; i < b->n && n < sizeof(at) / sizeof(at[0]); i++, n++) {
+                at[n].off = b->ext[i].off;
+                at[n].len = b->ext[i].len;
+            }
+    pthread_mutex_unlock(&lock);
+    char buf[65536];
+    for (size_t i = 0; i < n; i++)
+        for (uint64_t done = 0; done < at[i].len;) {
+            size_t want = at[i].len - done < sizeof(buf) ? (size_t)(at[i].len - done) : sizeof(buf);
+            ssize_t got = pread(d->loop_fd, buf, want, (off_t)(at[i].off + done));
+            if (got <= 0)
+                break;
+            done += (uint64_t)got;
+        }
+}
+
+static int make_disk(uint64_t bytes, struct jail_disk *d, struct corral_error *err)
 {
     d->loop_fd = -1;
     d->dev[0] = '\0';
@@ -331,6 +415,127 @@ int jail_disk_open(uint64_t bytes, struct jail_disk *d, struct corral_error *err
     if (file < 0)
         return file;
     return attach(file, d, err); /* the device holds the file from here on */
+}
+
+/* ---- disks made ahead (corral serve): the start pays only the mount ---- */
+
+#define READY_SIZES 4
+
+static struct {
+    pthread_t thread;
+    pthread_cond_t wake;
+    bool started, stopping;
+    unsigned keep; /* ready disks wanted per size */
+    struct ready_size {
+        uint64_t bytes; /* 0: unused */
+        unsigned n;
+        struct jail_disk disks[8];
+        uint64_t used_at; /* a counter: the size asked for least recently goes first */
+    } sizes[READY_SIZES];
+    uint64_t uses;
+} ready = {.wake = PTHREAD_COND_INITIALIZER};
+
+/* The size's entry (made, replacing the least recently used), under lock. */
+static struct ready_size *ready_size_of(uint64_t bytes, bool make)
+{
+    struct ready_size *oldest = &ready.sizes[0];
+    for (int i = 0; i < READY_SIZES; i++) {
+        if (ready.sizes[i].bytes == bytes)
+            return &ready.sizes[i];
+        if (ready.sizes[i].used_at < oldest->used_at)
+            oldest = &ready.sizes[i];
+    }
+    if (!make)
+        return NULL;
+    for (unsigned i = 0; i < oldest->n; i++)
+        jail_disk_close(&oldest->disks[i]);
+    memset(oldest, 0, sizeof(*oldest));
+    oldest->bytes = bytes;
+    return oldest;
+}
+
+static void *refill_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    while (!ready.stopping) {
+        struct ready_size *want = NULL;
+        for (int i = 0; i < READY_SIZES && !want; i++)
+            if (ready.sizes[i].bytes && ready.sizes[i].n < ready.keep)
+                want = &ready.sizes[i];
+        if (!want) {
+            pthread_cond_wait(&ready.wake, &lock);
+            continue;
+        }
+        uint64_t bytes = want->bytes;
+        pthread_mutex_unlock(&lock);
+        struct jail_disk d;
+        struct corral_error err;
+        int r = make_disk(bytes, &d, &err);
+        if (r == 0)
+            warm(&d, bytes);
+        pthread_mutex_lock(&lock);
+        struct ready_size *s = ready_size_of(bytes, false);
+        if (r == 0 && s && !ready.stopping && s->n < ready.keep &&
+            s->n < sizeof(s->disks) / sizeof(s->disks[0])) {
+            s->disks[s->n++] = d;
+        } else {
+            if (r == 0)
+                jail_disk_close(&d);
+            if (r < 0 && s) /* made inline, with its error, until asked again */
+                s->bytes = 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+void jail_disk_keep_ready(unsigned n)
+{
+    pthread_mutex_lock(&lock);
+    ready.keep = n < 8 ? n : 8;
+    if (n && !ready.started && !jail_disk_in_memory())
+        ready.started = pthread_create(&ready.thread, NULL, refill_main, NULL) == 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void jail_disk_stop_ready(void)
+{
+    pthread_mutex_lock(&lock);
+    ready.stopping = true;
+    pthread_cond_broadcast(&ready.wake);
+    bool started = ready.started;
+    pthread_mutex_unlock(&lock);
+    if (started)
+        pthread_join(ready.thread, NULL);
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < READY_SIZES; i++) {
+        for (unsigned k = 0; k < ready.sizes[i].n; k++)
+            jail_disk_close(&ready.sizes[i].disks[k]);
+        ready.sizes[i].n = 0;
+        ready.sizes[i].bytes = 0;
+    }
+    ready.started = ready.stopping = false;
+    pthread_mutex_unlock(&lock);
+}
+
+int jail_disk_open(uint64_t bytes, struct jail_disk *d, struct corral_error *err)
+{
+    pthread_mutex_lock(&lock);
+    if (ready.started && !ready.stopping) {
+        struct ready_size *s = ready_size_of(bytes, true);
+        s->used_at = ++ready.uses;
+        bool had = s->n > 0;
+        if (had)
+            *d = s->disks[--s->n];
+        pthread_cond_signal(&ready.wake);
+        pthread_mutex_unlock(&lock);
+        if (had)
+            return 0;
+    } else {
+        pthread_mutex_unlock(&lock);
+    }
+    return make_disk(bytes, d, err);
 }
 
 void jail_disk_close(struct jail_disk *d)

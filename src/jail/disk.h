@@ -37,6 +37,14 @@ int jail_disk_open(uint64_t bytes, struct jail_disk *d, struct corral_error *err
  * clears itself. Safe on a closed disk. */
 void jail_disk_close(struct jail_disk *d);
 
+/* For long-lived processes: a thread keeps n disks of each size asked for
+ * lately made ahead (copied, attached, their metadata read), so that a
+ * sandbox's start pays only the mount. Stop releases them (and is needed
+ * before the process ends only for tidiness: an unmounted disk clears
+ * itself when its descriptor closes). */
+void jail_disk_keep_ready(unsigned n);
+void jail_disk_stop_ready(void);
+
 /* Whether disks can be made here (for `corral doctor`): the directory, its
  * filesystem, loop devices and mke2fs. */
 int jail_disk_check(struct corral_error *err);

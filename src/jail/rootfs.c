@@ -430,9 +430,15 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
 {
     switch (op->kind) {
     case ROOTFS_MKDIR:
-        /* rootfs_apply() runs with umask 0, so the mode is exact. */
-        if (mkdir(op->dst, op->mode) < 0)
-            return corral_fail_errno(err, "cannot create directory %s", op->dst);
+        /* rootfs_apply() runs with umask 0, so the mode is exact. A disk's
+         * blank image has its areas already (a mkdir there costs a read of
+         * an inode table through the loop device): they get the mode. */
+        if (mkdir(op->dst, op->mode) < 0) {
+            struct stat st;
+            if (errno != EEXIST || lstat(op->dst, &st) < 0 || !S_ISDIR(st.st_mode) ||
+                chmod(op->dst, op->mode) < 0)
+                return corral_fail_errno(err, "cannot create directory %s", op->dst);
+        }
         if (op->uid != (uid_t)-1 && chown(op->dst, op->uid, op->gid) < 0)
             return corral_fail_errno(err, "cannot give %s to the sandbox user", op->dst);
         return 0;
