@@ -595,10 +595,13 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     }
     struct gw_container *ct = gw_call_container(c, &err);
     int rc = 0;
+    bool restarted = false;
     if (ct) {
         pthread_mutex_lock(&ct->exec_lock);
         if ((rc = gw_container_sandbox(c->gw, ct, &err)) < 0)
             pthread_mutex_unlock(&ct->exec_lock);
+        restarted = rc == 1;
+        rc = rc < 0 ? rc : 0;
     }
     if (!ct || rc < 0) {
         json_decref(args);
@@ -654,6 +657,16 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     gw_emit_code_done(c, tc, "completed", item_outputs(&o));
     char *text = tool_result(&o, limit);
     gw_exec_output_free(&o);
+    if (restarted && text) {
+        /* The model reads why names it defined earlier are gone. */
+        struct strbuf b = {0};
+        strbuf_puts(&b, "note: the sandbox had ended and was started again before this code "
+                        "ran: what earlier code defined is gone; the container's files are "
+                        "in /mnt/data.\n");
+        strbuf_puts(&b, text);
+        free(text);
+        text = strbuf_take(&b);
+    }
     return text;
 }
 

@@ -498,6 +498,7 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
 {
     if (c->sb && c->provider->alive(c->sb))
         return 0;
+    bool replaced = c->sb != NULL;
     if (c->sb) {
         c->provider->destroy(c->sb);
         c->sb = NULL;
@@ -513,7 +514,7 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
     if (rc < 0)
         return rc;
     push_files(gw, c);
-    return 0;
+    return replaced ? 1 : 0;
 }
 
 void gw_container_touch(corral_gateway *gw, struct gw_container *c)

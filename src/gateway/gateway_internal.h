@@ -119,7 +119,9 @@ int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
 void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove);
 /* Deletes a container (an expired one: its record): 0 or -ENOENT. */
 int gw_container_delete(corral_gateway *gw, const char *id, const char *owner);
-/* Starts c's sandbox when it has none (its files copied in); exec_lock held. */
+/* Starts c's sandbox when it has none (its files copied in); exec_lock held.
+ * 0, 1 when it replaced one that had ended (the state of earlier code is
+ * gone), or a negative errno. */
 int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corral_error *err);
 /* The container was used now. */
 void gw_container_touch(corral_gateway *gw, struct gw_container *c);

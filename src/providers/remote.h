@@ -18,7 +18,7 @@
 #include "base/strbuf.h"
 #include "gateway/upstream.h"
 
-#define RM_REQUEST_TIMEOUT_MS 30000u /* request_timeout's default */
+#define RM_REQUEST_TIMEOUT_MS 60000u /* request_timeout's default, as E2B's SDK */
 #define RM_HEADERS_MAX        12
 
 /* One line of a streamed answer, without its "\n" or "\r\n". Non-zero

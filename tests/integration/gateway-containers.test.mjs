@@ -9,7 +9,7 @@ import { test } from 'node:test';
 
 import OpenAI, { toFile } from 'openai';
 
-import { MASTER_KEY, PNG_SIGNATURE, PROVIDER, useGateway } from './gateway-helpers.mjs';
+import { MASTER_KEY, PNG_SIGNATURE, PROVIDER, codeOutputsSeen, sandboxIds, sandboxProcesses, useGateway } from './gateway-helpers.mjs';
 
 const gw = useGateway({ gatewayLines: ['container_expiry: 3'] });
 const T = { timeout: 120_000 };
@@ -208,6 +208,30 @@ test('after a kill -9 of the server and a restart, the container and its files a
   const r = await c.responses.create({ model: MODEL, input: `${a} Still there?`, tools: [{ type: 'code_interpreter', container: kept.id }] });
   assert.equal(r.output_text, `${kept.bytes} False`);
   await c.containers.delete(kept.id);
+});
+
+// The local provider's sandboxes are this host's processes, to kill from here.
+const LOCAL_T = { ...T, skip: PROVIDER === 'local' ? false : 'kills the sandbox as host processes: the local provider only' };
+
+test('a container whose sandbox ended tells the model that earlier state is gone', LOCAL_T, async () => {
+  const c = gw.client;
+  const box = await c.containers.create({ name: 'ends' });
+  const before = sandboxIds();
+  const a = gw.marker('ends-1');
+  gw.upstream.script(a, [{ code: 'secret = 41' }, { text: 'kept' }]);
+  await c.responses.create({ model: MODEL, input: `${a} keep it`, tools: [{ type: 'code_interpreter', container: box.id }] });
+  const mine = [...sandboxIds()].filter((id) => !before.has(id));
+  assert.equal(mine.length, 1, 'one new sandbox');
+  for (const p of sandboxProcesses().filter((line) => line.includes(mine[0]))) {
+    process.kill(Number(/^pid (\d+)/.exec(p)[1]), 'SIGKILL');
+  }
+  const b = gw.marker('ends-2');
+  gw.upstream.script(b, [{ code: 'print(secret + 1)' }, { text: 'done' }]);
+  await c.responses.create({ model: MODEL, input: `${b} use it`, tools: [{ type: 'code_interpreter', container: box.id }] });
+  const [seen] = codeOutputsSeen(gw.upstream.requestsFor(b));
+  assert.match(seen, /^note: the sandbox had ended and was started again/, seen);
+  assert.match(seen, /NameError/, seen);
+  await c.containers.delete(box.id);
 });
 
 // E2B sizes a sandbox by its template: there, memory_limit is kept on the
