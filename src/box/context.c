@@ -86,10 +86,14 @@ static void keep_output_pipes(corral_context *ctx)
     close_output_pipes(ctx);
     for (int i = 0; i < r->n_fds; i++) {
         struct stat st;
-        if (r->n_fds == 2 && fstat(r->fds[i], &st) == 0 && S_ISFIFO(st.st_mode))
-            ctx->out_fds[i] = r->fds[i];
-        else
-            close(r->fds[i]);
+        if (r->n_fds == 2 && fstat(r->fds[i], &st) == 0 && S_ISFIFO(st.st_mode)) {
+            /* Opened again, non-blocking: the descriptor's own flags are
+             * the sandbox's to change, and a read must never wait. */
+            char self[64];
+            snprintf(self, sizeof(self), "/proc/self/fd/%d", r->fds[i]);
+            ctx->out_fds[i] = open(self, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        }
+        close(r->fds[i]);
     }
     r->n_fds = 0;
     r->accept_fds = false;

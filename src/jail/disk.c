@@ -120,8 +120,7 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
         return corral_fail(err, ENOENT,
                            "cannot make the sandboxes' disk image: mke2fs is not installed "
                            "(Debian: apt install e2fsprogs)");
-    char target[64], staged[300];
-    snprintf(target, sizeof(target), "/proc/%d/fd/%d", (int)getpid(), fd);
+    char target[] = "/proc/self/fd/3", staged[300]; /* the file is mke2fs's fd 3 */
     int r = make_areas(staged, sizeof(staged), err);
     if (r < 0) {
         remove_areas(staged);
@@ -157,6 +156,7 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, fd, 3);
     pid_t pid;
     int rc = posix_spawn(&pid, mke2fs, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
@@ -174,10 +174,13 @@ static int format(int fd, uint64_t bytes, struct corral_error *err)
         got += n > 0 ? (size_t)n : 0;
     text[got] = '\0';
     close(out[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    int status = 0;
+    pid_t waited;
+    while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
         ;
     remove_areas(staged);
+    if (waited < 0)
+        return corral_fail_errno(err, "cannot wait for mke2fs");
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return corral_fail(err, EIO,
                            "mke2fs could not make a %llu-byte disk image (status %#x): %s",
@@ -206,12 +209,20 @@ static int open_blank_file(uint64_t bytes, struct corral_error *err)
     char path[400];
     snprintf(path, sizeof(path), "%s/blank-%s-%llu.img", dir, BLANK_VERSION,
              (unsigned long long)bytes);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 || errno != ENOENT)
-        return fd >= 0 ? fd : corral_fail_errno(err, "cannot open %s", path);
     int r = corral_mkdir_p(dir, 0700, err);
     if (r < 0)
         return r;
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return corral_fail_errno(err, "cannot use the disk directory %s", dir);
+    if (st.st_uid != 0 || (st.st_mode & 022))
+        return corral_fail(err, EPERM,
+                           "the disk directory %s must belong to root and be writable by root "
+                           "only (its images become every sandbox's filesystem)",
+                           dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0 || errno != ENOENT)
+        return fd >= 0 ? fd : corral_fail_errno(err, "cannot open %s", path);
     remove_old_blanks();
     cleanup_close int tmp = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (tmp < 0)
@@ -253,8 +264,10 @@ static int read_blank(int fd, uint64_t bytes, struct blank **out, struct corral_
         if (b->n == cap) {
             cap = cap ? cap * 2 : 16;
             struct extent *grown = realloc(b->ext, cap * sizeof(*grown));
-            if (!grown)
-                break;
+            if (!grown) {
+                blank_free(b);
+                return corral_fail(err, ENOMEM, "out of memory reading a disk image");
+            }
             b->ext = grown;
         }
         struct extent *e = &b->ext[b->n];
@@ -482,8 +495,11 @@ static void *refill_main(void *arg)
         } else {
             if (r == 0)
                 jail_disk_close(&d);
-            if (r < 0 && s) /* made inline, with its error, until asked again */
-                s->bytes = 0;
+            if (r < 0 && s) { /* made inline, with its error, until asked again */
+                for (unsigned i = 0; i < s->n; i++)
+                    jail_disk_close(&s->disks[i]);
+                memset(s, 0, sizeof(*s));
+            }
         }
     }
     pthread_mutex_unlock(&lock);

@@ -18,8 +18,9 @@
 #include "jail/jail.h"
 
 /* The disk: inode tables stay unwritten (holes read as zeros), and space
- * freed inside goes back to the host's disk at once. */
-#define DISK_OPTIONS "noinit_itable,discard"
+ * freed inside goes back to the host's disk at once; an I/O error (the
+ * host's disk full) makes it read-only, whatever mke2fs.conf says. */
+#define DISK_OPTIONS "noinit_itable,discard,errors=remount-ro"
 
 /* ---- planning (parent) ---- */
 

@@ -216,14 +216,17 @@ def _write_all(fd, data):
 
 
 def _send_with_fds(data, fds):
-    """Writes data to the daemon's socket with descriptors attached to it."""
+    """Writes data to the daemon's socket with descriptors attached to it
+    (without them where the socket module cannot pass descriptors)."""
     import socket
 
-    s = socket.socket(fileno=SOCK_FD)
-    try:
-        sent = socket.send_fds(s, [data], fds)
-    finally:
-        s.detach()  # fd 3 stays the kernel's
+    sent = 0
+    if hasattr(socket, "send_fds"):
+        s = socket.socket(fileno=SOCK_FD)
+        try:
+            sent = socket.send_fds(s, [data], fds)
+        finally:
+            s.detach()  # fd 3 stays the kernel's
     _write_all(SOCK_FD, memoryview(data)[sent:])
 
 
@@ -355,6 +358,11 @@ class _Output:
     def _copy_pipe(self, fd, want):
         """The first `want` bytes (or more) of fd's pipe, left in the pipe."""
         r, w = self.copy_pipe
+        try:  # what an interrupted copy left (a KeyboardInterrupt in the middle)
+            while os.read(r, PIPE_READ):
+                pass
+        except BlockingIOError:
+            pass
         got = _tee(fd, w, want)
         if got <= 0:
             return b""
@@ -389,8 +397,8 @@ class _Output:
                 data = self._copy_pipe(fd, min(avail, copied + PIPE_READ))
                 if len(data) > copied:
                     new = data[copied:]
-                    self.copied[fd] = len(data)
                     self._append_text(entry[0], entry[1].decode(new), fd, len(new))
+                    self.copied[fd] = len(data)
                     return True
                 return False
             if avail or not ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
@@ -419,6 +427,11 @@ class _Output:
                     break
                 left -= k
             self.copied[fd] = max(0, self.copied.get(fd, 0) - n)
+            if not self.queue and not self.held:
+                # Nothing queued carries pipe bytes: the count is 0, whatever
+                # an interrupt (a KeyboardInterrupt between two statements
+                # of _read_pipe) may have made of it.
+                self.copied[fd] = 0
             if fd in self.stalled and self.wake is not None:
                 self.stalled.discard(fd)
                 try:
@@ -502,12 +515,12 @@ class _Output:
             return
         with self.lock:
             self._drain()
-            if not self.queue:
-                return
-            tail = self.queue[-1]
-            tail.sealed = tail.urgent = True  # sent now, not batched with what follows
-            target = tail.seq
-            self.work.notify()
+            if self.queue:
+                tail = self.queue[-1]
+                tail.sealed = tail.urgent = True  # sent now, not batched with what follows
+                self.work.notify()
+            # Everything queued so far, the item the sender is writing included.
+            target = self.next_seq - 1
             while self.cur is not None and self.sent_seq < target:
                 self.sent.wait()
 
@@ -819,6 +832,19 @@ def _setup_tee(big_pipe):
         return
     for end in copy_pipe + wake:
         os.set_blocking(end, False)
+    try:  # tee(2) may be there and still refused (another sandbox's filter)
+        r, w = os.pipe()
+        os.write(w, b"x")
+        ok = fn(r, copy_pipe[1], 1, SPLICE_F_NONBLOCK) == 1 and os.read(copy_pipe[0], 1) == b"x"
+        for end in (r, w):
+            os.close(end)
+    except OSError:
+        ok = False
+    if not ok:
+        _diag("output is read without tee(2): it does not work here")
+        for end in copy_pipe + wake:
+            os.close(end)
+        return
     _tee_fn = fn
     _out.copy_pipe = copy_pipe
     _out.wake = wake
