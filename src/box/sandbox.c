@@ -548,7 +548,8 @@ int corral_sandbox_usage(corral_sandbox *sb, struct corral_sandbox_usage *out,
 bool corral_sandbox_alive(corral_sandbox *sb)
 {
     pthread_mutex_lock(&sb->lock);
-    bool alive = !sb->dead && sb->jail;
+    /* The reader thread notices a dead init a moment later: ask the kernel. */
+    bool alive = !sb->dead && sb->jail && !jail_exited(sb->jail);
     pthread_mutex_unlock(&sb->lock);
     return alive;
 }

@@ -326,7 +326,6 @@ int cli_serve(int argc, char **argv)
         free(env_keys);
         return c;
     }
-    corral_keep_disks_ready(READY_DISKS);
     const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
     if (!gw_listen_set && file_gw && file_gw->listen) {
         gw_on = strcmp(file_gw->listen, "off") != 0;
@@ -365,6 +364,7 @@ int cli_serve(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* every thread inherits it */
+    corral_keep_disks_ready(READY_DISKS);
     signal(SIGPIPE, SIG_IGN);
 
     if (!e2b_on && !osb_on && !gw_on) {

@@ -7,6 +7,7 @@
 #include <linux/loop.h>
 #include <linux/magic.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -510,8 +511,15 @@ void jail_disk_keep_ready(unsigned n)
 {
     pthread_mutex_lock(&lock);
     ready.keep = n < 8 ? n : 8;
-    if (n && !ready.started && !jail_disk_in_memory())
+    if (n && !ready.started && !jail_disk_in_memory()) {
+        /* The thread takes no signal: they are its process's to handle
+         * (corral serve waits for SIGTERM with sigwait). */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
         ready.started = pthread_create(&ready.thread, NULL, refill_main, NULL) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
     pthread_mutex_unlock(&lock);
 }
 

@@ -382,6 +382,18 @@ fail:
     return r;
 }
 
+bool jail_exited(struct jail *j)
+{
+    if (j->pid <= 0)
+        return true;
+    if (j->pidfd >= 0) {
+        struct pollfd p = {.fd = j->pidfd, .events = POLLIN};
+        return poll(&p, 1, 0) == 1;
+    }
+    siginfo_t info = {0};
+    return waitid(P_PID, (id_t)j->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid;
+}
+
 int jail_interrupt(struct jail *j)
 {
     char c = JAIL_CTL_INTERRUPT;

@@ -150,6 +150,8 @@ const char *jail_id(const struct jail *j);
 int jail_netns_open(const struct jail *j);
 int jail_event_fd(const struct jail *j);
 /* Delivers SIGINT to the workload (through the init). */
+/* Whether the init has ended (without reaping it): the sandbox is over. */
+bool jail_exited(struct jail *j);
 int jail_interrupt(struct jail *j);
 /* Kills the whole sandbox; `why` is recorded as the outcome (JAIL_KILLED or JAIL_TIMED_OUT). */
 void jail_kill(struct jail *j, enum jail_outcome why);

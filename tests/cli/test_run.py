@@ -218,7 +218,8 @@ print(json.dumps({
     assert info["shadow"] is False
     assert info["root"] == ["bin", "dev", "etc", "home", "lib", "lib32", "lib64", "mnt", "proc",
                             "root", "run", "sbin", "tmp", "usr", "var"] or "libx32" in info["root"]
-    assert info["disk"] == 64 << 20
+    # The disk's filesystem: 64 MiB, some of it ext4's own (inode tables: 6% here).
+    assert 0.9 * (64 << 20) < info["disk"] <= 64 << 20
     assert set(info["caps"]) == {"0000000000000000"}
     assert (info["nnp"], info["seccomp"]) == ("1", "2")
 

@@ -7,9 +7,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
+import fs from 'node:fs';
+
 import OpenAI, { toFile } from 'openai';
 
 import { MASTER_KEY, PNG_SIGNATURE, PROVIDER, codeOutputsSeen, sandboxIds, sandboxProcesses, useGateway } from './gateway-helpers.mjs';
+import { eventually } from './harness.mjs';
 
 const gw = useGateway({ gatewayLines: ['container_expiry: 3'] });
 const T = { timeout: 120_000 };
@@ -222,9 +225,13 @@ test('a container whose sandbox ended tells the model that earlier state is gone
   await c.responses.create({ model: MODEL, input: `${a} keep it`, tools: [{ type: 'code_interpreter', container: box.id }] });
   const mine = [...sandboxIds()].filter((id) => !before.has(id));
   assert.equal(mine.length, 1, 'one new sandbox');
-  for (const p of sandboxProcesses().filter((line) => line.includes(mine[0]))) {
-    process.kill(Number(/^pid (\d+)/.exec(p)[1]), 'SIGKILL');
-  }
+  const pids = sandboxProcesses()
+    .filter((line) => line.includes(mine[0]))
+    .map((line) => Number(/^pid (\d+)/.exec(line)[1]));
+  for (const pid of pids) process.kill(pid, 'SIGKILL');
+  // Dead once gone or a zombie: the gateway then finds the sandbox ended.
+  const dead = (pid) => !fs.existsSync(`/proc/${pid}`) || / Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  await eventually(() => pids.every((pid) => { try { return dead(pid); } catch { return true; } }), { timeoutMs: 10_000 });
   const b = gw.marker('ends-2');
   gw.upstream.script(b, [{ code: 'print(secret + 1)' }, { text: 'done' }]);
   await c.responses.create({ model: MODEL, input: `${b} use it`, tools: [{ type: 'code_interpreter', container: box.id }] });
