@@ -93,7 +93,7 @@ emit(written=written, error=error, home=home)
 def test_disk_fill():
     params = {"dir": f"/tmp/corral-test-fill-{token()}", "mib": 64}
     try:
-        # Contained: the storage tmpfs of 16 MiB is full after at most 16 MiB.
+        # Contained: the sandbox's disk of 16 MiB is full after at most 16 MiB.
         r = run(DISK_FILL, "--disk", "16m", params=params)
         assert r.rc == 0, r
         assert r.probe["error"] == "ENOSPC", r
