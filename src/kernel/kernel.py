@@ -663,11 +663,11 @@ class _Output:
                         os.read(self.wake[0], 4096)
                     except OSError:
                         pass
-                # Polled again under the lock: events from before it was taken
-                # may be stale, and reading one pipe on them could put a later
-                # write ahead of an earlier one that another thread has not
-                # yet read from the other pipe.
-                for fd, ev in poller.poll(0):
+                # Polled again under the lock, every pipe (those waiting for the
+                # sender too): events from before it was taken may be stale,
+                # and reading one pipe on them could put a later write ahead
+                # of an earlier one not yet read from the other pipe.
+                for fd, ev in self.poller.poll(0):
                     if fd not in self.pipes or fd in self.dead:
                         continue
                     if (not self._read_pipe(fd, ev) and fd not in self.dead
