@@ -301,35 +301,6 @@ static void interrupt_when_told(void *ud, const char *t, size_t len, double ts)
         corral_context_interrupt(in->ctx, NULL);
 }
 
-static void interrupt_keeps_state(void **state)
-{
-    corral_sandbox *sb = sandbox();
-    corral_context *ctx;
-    struct corral_error err;
-    assert_int_equal(corral_context_default(sb, &ctx, &err), 0);
-    struct interrupter in = {.ctx = ctx};
-    reset(&in.c);
-    struct corral_exec_outcome out;
-    exec_ok(sb, ctx, "kept = 41", &in.c, &out);
-    reset(&in.c);
-    struct corral_exec_options x = opts_for(&in.c);
-    x.callbacks.on_stdout = interrupt_when_told;
-    x.callbacks.userdata = &in;
-    assert_int_equal(corral_execute(sb, ctx,
-                                    "import time\nprint('looping', flush=True)\n"
-                                    "while True: time.sleep(0.1)",
-                                    &x, &out, &err),
-                     0);
-    assert_true(out.error);
-    assert_false(out.context_restarted);
-    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
-    reset(&in.c);
-    exec_ok(sb, ctx, "kept + 1", &in.c, &out);
-    assert_string_equal(main_result(&in.c)->text, "42");
-    reset(&in.c);
-    corral_sandbox_release(sb);
-}
-
 /* What a server does when its client leaves as soon as it has seen the
  * execution count: the interrupt comes before the kernel has the code. */
 static void interrupt_at_start(void *ud, int64_t count)
@@ -344,7 +315,7 @@ static void cancel_at_start(void *ud, int64_t count)
     __atomic_store_n(&in->cancel, true, __ATOMIC_RELEASE);
 }
 
-static void an_interrupt_at_the_start_is_not_lost(void **state)
+static void interrupts_keep_state_and_are_never_lost(void **state)
 {
     corral_sandbox *sb = sandbox();
     corral_context *ctx;
@@ -354,8 +325,22 @@ static void an_interrupt_at_the_start_is_not_lost(void **state)
     reset(&in.c);
     struct corral_exec_outcome out;
     exec_ok(sb, ctx, "kept = 41", &in.c, &out);
+    /* An interrupt while the code runs: KeyboardInterrupt, state kept. */
     reset(&in.c);
     struct corral_exec_options x = opts_for(&in.c);
+    x.callbacks.on_stdout = interrupt_when_told;
+    x.callbacks.userdata = &in;
+    assert_int_equal(corral_execute(sb, ctx,
+                                    "import time\nprint('looping', flush=True)\n"
+                                    "while True: time.sleep(0.1)",
+                                    &x, &out, &err),
+                     0);
+    assert_true(out.error);
+    assert_false(out.context_restarted);
+    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
+    /* One that comes before the kernel has the code. */
+    reset(&in.c);
+    x = opts_for(&in.c);
     x.callbacks.on_start = interrupt_at_start;
     x.callbacks.userdata = &in;
     const char *forever = "import time\nwhile True: time.sleep(0.1)";
@@ -1161,8 +1146,7 @@ int main(void)
         cmocka_unit_test(pause_freezes_and_resume_keeps_state),
         cmocka_unit_test(streams_arrive_in_order),
         cmocka_unit_test(errors_have_name_value_and_traceback),
-        cmocka_unit_test(interrupt_keeps_state),
-        cmocka_unit_test(an_interrupt_at_the_start_is_not_lost),
+        cmocka_unit_test(interrupts_keep_state_and_are_never_lost),
         cmocka_unit_test(timeouts_interrupt_then_restart),
         cmocka_unit_test(env_per_execution_and_ignored_interrupts),
         cmocka_unit_test(a_hostile_kernel_cannot_hurt_the_daemon),
