@@ -1026,7 +1026,8 @@ def disk_rows(corral, bench_cells, env, table):
     device, made ahead as corral serve keeps them) against the same with the
     storage in memory (tmpfs), interleaved in batches; 10b: writing 512 MiB
     (fsynced) to /mnt/data against the same write on the host, in the disk
-    directory's filesystem."""
+    directory's filesystem (the sandbox's fsync flushes no disk cache: the
+    disk is mounted nobarrier)."""
     print("bench: 10. sandbox disks ...", file=sys.stderr, flush=True)
     disk, memory = [], []
     for _ in range(6):
