@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: stress-test all build test-build test fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
+.PHONY: stress-test all build test-build test docs-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
 
 all: build
 
@@ -87,9 +87,14 @@ integration-test: test-build
 			node --test --test-concurrency=1 $(GATEWAY_SUITE) || exit 1; \
 	done
 
+# The documentation's links, anchors and repository paths (README.md, docs/,
+# tests/README.md): no build, root or network needed.
+docs-check:
+	@scripts/check-docs
+
 # The release build first: -O2 sees warnings (-Werror) that the test build's
 # -O0 does not.
-test: deps format-check
+test: docs-check deps format-check
 	@$(MAKE) --no-print-directory build
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory kernel-test
