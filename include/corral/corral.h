@@ -13,7 +13,7 @@
  *   corral_execute(sb, NULL, "x += 1; x", &x, &outcome, &err);   // main result "2"
  *   corral_sandbox_release(sb);                                   // kills it
  *
- * A sandbox is isolated as the README describes; code runs in contexts, each
+ * A sandbox is isolated as docs/isolation.md describes; code runs in contexts, each
  * a stateful IPython kernel; commands run as the sandbox's user; files are
  * read and written inside the sandbox's root with that user's rights.
  *

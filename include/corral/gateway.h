@@ -22,7 +22,7 @@
  *
  * The configuration is the YAML of `corral serve --config` (LiteLLM's proxy
  * keys model_list, sandbox_tools, litellm_settings, general_settings, and
- * corral's own `gateway:` keys); see the README.
+ * corral's own `gateway:` keys); see docs/gateway.md and docs/configuration.md.
  * Beside the calls: containers and files (corral_gateway_objects), kept in
  * gateway.data_dir (without one, a private temporary directory removed by
  * corral_gateway_free), and virtual keys (corral_gateway_admin).

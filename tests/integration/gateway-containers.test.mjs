@@ -242,7 +242,7 @@ test('a container whose sandbox ended tells the model that earlier state is gone
 });
 
 // E2B sizes a sandbox by its template: there, memory_limit is kept on the
-// container but not applied (README, "Remote sandbox providers").
+// container but not applied (docs/gateway.md, "Where the code runs").
 const MEMORY_T = { ...T, skip: PROVIDER === 'e2b' ? "E2B's API has no memory setting: memory_limit is not applied" : false };
 
 test("memory_limit is the sandbox's memory limit, capped by the key's max_container_memory", MEMORY_T, async () => {
