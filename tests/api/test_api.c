@@ -315,6 +315,27 @@ static void cancel_at_start(void *ud, int64_t count)
     __atomic_store_n(&in->cancel, true, __ATOMIC_RELEASE);
 }
 
+/* Runs code with one of the interrupter's callbacks (on_stdout or on_start)
+ * and checks it ended in a KeyboardInterrupt with its context kept. */
+static void run_interrupted(corral_sandbox *sb, struct interrupter *in, const char *code,
+                            void (*on_stdout)(void *, const char *, size_t, double),
+                            void (*on_start)(void *, int64_t), bool cancel)
+{
+    reset(&in->c);
+    struct corral_exec_options x = opts_for(&in->c);
+    if (on_stdout)
+        x.callbacks.on_stdout = on_stdout;
+    x.callbacks.on_start = on_start;
+    x.callbacks.userdata = in;
+    x.cancel = cancel ? &in->cancel : NULL;
+    struct corral_exec_outcome out;
+    struct corral_error err;
+    assert_int_equal(corral_execute(sb, in->ctx, code, &x, &out, &err), 0);
+    assert_true(out.error);
+    assert_false(out.context_restarted);
+    assert_string_equal(in->c.err_name, "KeyboardInterrupt");
+}
+
 static void interrupts_keep_state_and_are_never_lost(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -325,42 +346,18 @@ static void interrupts_keep_state_and_are_never_lost(void **state)
     reset(&in.c);
     struct corral_exec_outcome out;
     exec_ok(sb, ctx, "kept = 41", &in.c, &out);
-    /* An interrupt while the code runs: KeyboardInterrupt, state kept. */
-    reset(&in.c);
-    struct corral_exec_options x = opts_for(&in.c);
-    x.callbacks.on_stdout = interrupt_when_told;
-    x.callbacks.userdata = &in;
-    assert_int_equal(corral_execute(sb, ctx,
-                                    "import time\nprint('looping', flush=True)\n"
-                                    "while True: time.sleep(0.1)",
-                                    &x, &out, &err),
-                     0);
-    assert_true(out.error);
-    assert_false(out.context_restarted);
-    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
-    /* One that comes before the kernel has the code. */
-    reset(&in.c);
-    x = opts_for(&in.c);
-    x.callbacks.on_start = interrupt_at_start;
-    x.callbacks.userdata = &in;
     const char *forever = "import time\nwhile True: time.sleep(0.1)";
-    assert_int_equal(corral_execute(sb, ctx, forever, &x, &out, &err), 0);
-    assert_true(out.error);
-    assert_false(out.context_restarted);
-    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
+    /* An interrupt while the code runs: KeyboardInterrupt, state kept. */
+    run_interrupted(sb, &in,
+                    "import time\nprint('looping', flush=True)\nwhile True: time.sleep(0.1)",
+                    interrupt_when_told, NULL, false);
+    /* One that comes before the kernel has the code. */
+    run_interrupted(sb, &in, forever, NULL, interrupt_at_start, false);
     /* The same through the execution's own cancel flag. */
-    reset(&in.c);
-    x = opts_for(&in.c);
-    x.callbacks.on_start = cancel_at_start;
-    x.callbacks.userdata = &in;
-    x.cancel = &in.cancel;
-    assert_int_equal(corral_execute(sb, ctx, forever, &x, &out, &err), 0);
-    assert_true(out.error);
-    assert_false(out.context_restarted);
-    assert_string_equal(in.c.err_name, "KeyboardInterrupt");
+    run_interrupted(sb, &in, forever, NULL, cancel_at_start, true);
     /* One cancelled before it had its context never runs. */
     reset(&in.c);
-    x = opts_for(&in.c);
+    struct corral_exec_options x = opts_for(&in.c);
     x.cancel = &in.cancel;
     assert_int_equal(corral_execute(sb, ctx, "kept = 0", &x, &out, &err), -ECANCELED);
     reset(&in.c);
