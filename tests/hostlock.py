@@ -2,11 +2,13 @@
 each suite checks it for leftovers: one test process at a time holds this
 lock, the directory tests/integration's harness takes too (with the owner's
 pid inside; a dead owner's lock is taken over)."""
+import glob
 import os
 import shutil
 import time
 
 HOST_LOCK = "/tmp/corral-integration.lock"
+DISK_DIR = "/var/lib/corral/disks"  # corral's default disk directory
 
 
 def _alive(pid):
@@ -45,3 +47,17 @@ def acquire():
 
 def release():
     shutil.rmtree(HOST_LOCK, ignore_errors=True)
+
+
+def sandbox_disks():
+    """Loop devices backed by a sandbox's disk (src/jail/disk.h): the kernel
+    clears each when its sandbox's mount namespace goes."""
+    found = []
+    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(f) as fh:
+                if fh.read().startswith(DISK_DIR + "/"):
+                    found.append(f.split("/")[3])
+        except OSError:
+            pass
+    return found

@@ -17,7 +17,6 @@ import hostlock  # noqa: E402
 CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../../build/corral"))
 UID_BASE = 1879048192
 STATE_DIR = "/run/corral"
-DISK_DIR = "/var/lib/corral/disks"
 CONTROLLERS = ("memory", "pids", "cpu")
 
 
@@ -51,17 +50,7 @@ def sandbox_cgroups():
     return [d for c in CONTROLLERS for d in glob.glob(f"/sys/fs/cgroup/{c}/corral/*/")]
 
 
-def sandbox_disks():
-    """Loop devices backed by a sandbox disk (jail/disk.h)."""
-    found = []
-    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
-        try:
-            with open(f) as fh:
-                if fh.read().startswith(DISK_DIR + "/"):
-                    found.append(f.split("/")[3])
-        except OSError:
-            pass
-    return found
+sandbox_disks = hostlock.sandbox_disks
 
 
 def leftovers():

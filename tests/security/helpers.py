@@ -7,15 +7,18 @@ syscalls through ctypes, and emit(), which prints one machine-readable line
 ("PROBE {json}") that the host side reads back with Result.probe.
 """
 
-import glob
 import json
 import os
 import secrets
 import socket
 import struct
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import hostlock  # noqa: E402  (tests/hostlock.py)
 
 CORRAL = os.environ.get("CORRAL") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build-asan", "corral"
@@ -23,7 +26,6 @@ CORRAL = os.environ.get("CORRAL") or os.path.join(
 CORRAL = os.path.abspath(CORRAL)
 
 STATE_DIR = "/run/corral"
-DISK_DIR = "/var/lib/corral/disks"
 UID_BASE = 1879048192  # JAIL_DEFAULT_UID_BASE: host uids of sandboxes start here
 CGROUP_V1 = "/sys/fs/cgroup"
 
@@ -290,14 +292,7 @@ def leftovers():
     bad = [m for m in mounts if m == STATE_DIR or m.startswith(STATE_DIR + "/")]
     if bad:
         problems.append(f"host mounts under {STATE_DIR}: {bad}")
-    disks = []
-    for f in glob.glob("/sys/block/loop*/loop/backing_file"):
-        try:
-            with open(f) as fh:
-                if fh.read().startswith(DISK_DIR + "/"):
-                    disks.append(f.split("/")[3])
-        except OSError:
-            pass
+    disks = hostlock.sandbox_disks()
     if disks:
         problems.append(f"loop devices of sandbox disks: {disks}")
     # Egress is set up in each sandbox's network namespace, never the host's.
