@@ -101,7 +101,7 @@ struct http_response *openai_too_large(void *ctx, size_t max_body)
     struct http_response *r =
         invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body);
     char id[REQUEST_ID_MAX];
-    gw_new_id(id, sizeof(id), "req_", 32);
+    corral_new_id(id, sizeof(id), "req_", 32);
     http_add_header(r, "x-request-id", id);
     http_add_header(r, "openai-version", OPENAI_VERSION);
     return r;
@@ -729,7 +729,7 @@ struct http_response *openai_handle(const struct http_request *req, void *ctx)
     struct openai *oa = ctx;
     uint64_t started = corral_now_ms();
     char rid[REQUEST_ID_MAX];
-    gw_new_id(rid, sizeof(rid), "req_", 32);
+    corral_new_id(rid, sizeof(rid), "req_", 32);
     struct http_response *resp = route(oa, req, rid);
     if (!resp)
         resp = oa_error(500, "server_error", NULL, "The gateway is out of memory.");

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,44 @@ int corral_random_hex(char *out, size_t bytes, struct corral_error *err)
     }
     out[2 * bytes] = '\0';
     return 0;
+}
+
+/* Ids need to be unique, not secret: a per-thread xorshift generator seeded
+ * from the kernel once saves a getrandom() per id. */
+static uint64_t next_random(void)
+{
+    static __thread uint64_t s[2];
+    if (!s[0] && !s[1]) {
+        char hex[33];
+        struct corral_error err;
+        if (corral_random_hex(hex, 16, &err) == 0) {
+            char half[17];
+            memcpy(half, hex, 16);
+            half[16] = '\0';
+            s[0] = strtoull(half, NULL, 16);
+            s[1] = strtoull(hex + 16, NULL, 16);
+        }
+        s[0] ^= (uint64_t)corral_now_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)pthread_self();
+        s[1] |= 1;
+    }
+    uint64_t a = s[0], b = s[1];
+    s[0] = b;
+    a ^= a << 23;
+    s[1] = a ^ b ^ (a >> 17) ^ (b >> 26);
+    return s[1] + b;
+}
+
+void corral_new_id(char *buf, size_t len, const char *prefix, size_t hex)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t at = (size_t)snprintf(buf, len, "%s", prefix);
+    uint64_t r = 0;
+    for (size_t i = 0; i < hex && at + 1 < len; i++, r >>= 4) {
+        if (i % 16 == 0)
+            r = next_random();
+        buf[at++] = digits[r & 15];
+    }
+    buf[at < len ? at : len - 1] = '\0';
 }
 
 struct timespec corral_realtime_in(unsigned ms)

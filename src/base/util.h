@@ -35,6 +35,10 @@ int corral_read_exact(int fd, void *buf, size_t len);
 
 /* Lowercase hex identifier of `bytes` random bytes into out (2*bytes+1 long). */
 int corral_random_hex(char *out, size_t bytes, struct corral_error *err);
+/* prefix + `hex` lowercase hex digits (e.g. "resp_", 48) into buf: an id
+ * that is unique, not secret (a per-thread generator seeded once from the
+ * kernel; ids for secrets come from corral_random_hex). */
+void corral_new_id(char *buf, size_t len, const char *prefix, size_t hex);
 
 uint64_t corral_now_ms(void); /* CLOCK_MONOTONIC */
 /* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait(). */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
 #include "gateway/upstream.h"
@@ -1044,7 +1045,7 @@ static json_t *normalize_input(struct gw_call *c, json_t *input)
     json_t *items = json_array();
     if (json_is_string(input)) {
         char id[64];
-        gw_new_id(id, sizeof(id), "msg_", 48);
+        corral_new_id(id, sizeof(id), "msg_", 48);
         json_array_append_new(items,
                               json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:O}]}", "id", id, "type",
                                         "message", "status", "completed", "role", "user", "content",
@@ -1062,8 +1063,8 @@ static json_t *normalize_input(struct gw_call *c, json_t *input)
         if (!json_object_get(copy, "id") && json_is_object(copy)) {
             char id[64];
             type = json_string_value(json_object_get(copy, "type"));
-            gw_new_id(id, sizeof(id),
-                      type && !strcmp(type, "function_call_output") ? "fco_" : "msg_", 48);
+            corral_new_id(id, sizeof(id),
+                          type && !strcmp(type, "function_call_output") ? "fco_" : "msg_", 48);
             json_object_set_new(copy, "id", json_string(id));
         }
         json_array_append_new(items, copy);
@@ -1452,8 +1453,8 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         proxy(c, body, len);
         return 0;
     }
-    gw_new_id(c->resp_id, sizeof(c->resp_id), "resp_", 48);
-    gw_new_id(c->chat_id, sizeof(c->chat_id), "chatcmpl-", 32);
+    corral_new_id(c->resp_id, sizeof(c->resp_id), "resp_", 48);
+    corral_new_id(c->chat_id, sizeof(c->chat_id), "chatcmpl-", 32);
     c->created_at = (int64_t)time(NULL);
     int rc = setup_loop(c, client_tools);
     json_decref(client_tools);

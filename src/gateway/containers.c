@@ -403,7 +403,7 @@ int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, 
                                spec->max_containers);
     }
     char id[64];
-    gw_new_id(id, sizeof(id), "cntr_", 48);
+    corral_new_id(id, sizeof(id), "cntr_", 48);
     int64_t now = now_s();
     uint64_t expiry = spec && spec->expiry_ms ? spec->expiry_ms : gw->cfg->container_expiry_ms;
     const char *memory = spec && spec->memory_limit ? spec->memory_limit : "1g";
@@ -589,7 +589,7 @@ int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char
         snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(old, "id")));
         created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
     } else {
-        gw_new_id(id, sizeof(id), "cfile_", 32);
+        corral_new_id(id, sizeof(id), "cfile_", 32);
     }
     json_decref(old);
     return save_cfile(gw, c, id, path, data, len, created, source, into_sandbox, out, err);
@@ -626,7 +626,7 @@ char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const c
     if (corral_base64_decode(base64, strlen(base64), &png, &len, &err) < 0)
         return NULL;
     char id[64], path[128];
-    gw_new_id(id, sizeof(id), "cfile_", 32);
+    corral_new_id(id, sizeof(id), "cfile_", 32);
     snprintf(path, sizeof(path), "/mnt/data/%s.png", id);
     int rc = save_cfile(gw, c, id, path, png, len, now_s(), "assistant", false, NULL, &err);
     free(png);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/utf8.h"
+#include "base/util.h"
 #include "gateway/cite.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
@@ -292,7 +293,7 @@ void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_
     t->text_started = true;
     if (!t->msg_open) {
         char id[64];
-        gw_new_id(id, sizeof(id), "msg_", 48);
+        corral_new_id(id, sizeof(id), "msg_", 48);
         json_t *item = json_pack("{s:s, s:s, s:s, s:[], s:s}", "id", id, "type", "message",
                                  "status", "in_progress", "content", "role", "assistant");
         t->msg_index = add_item(c, item);
@@ -331,7 +332,7 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
     memset(tc, 0, sizeof(*tc));
     char id[64];
     if (!call_id || !*call_id) {
-        gw_new_id(id, sizeof(id), "call_", 24);
+        corral_new_id(id, sizeof(id), "call_", 24);
         call_id = id;
     }
     tc->call_id = strdup(call_id);
@@ -346,7 +347,7 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
         struct corral_error err;
         struct gw_container *ct = gw_call_container(c, &err);
         char item_id[64];
-        gw_new_id(item_id, sizeof(item_id), "ci_", 48);
+        corral_new_id(item_id, sizeof(item_id), "ci_", 48);
         tc->item =
             json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "id", item_id, "type",
                       "code_interpreter_call", "status", "in_progress", "code", "", "container_id",
@@ -369,7 +370,7 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
         return tc;
     }
     char item_id[64];
-    gw_new_id(item_id, sizeof(item_id), "fc_", 48);
+    corral_new_id(item_id, sizeof(item_id), "fc_", 48);
     tc->item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", item_id, "type", "function_call",
                          "status", "in_progress", "arguments", "", "call_id", tc->call_id, "name",
                          tc->name);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "gateway/gateway_internal.h"
 
 #define LIST_DEFAULT 20
@@ -243,7 +244,7 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
     const char *name =
         r->file_name && usable_name(r->file_name) ? base_name(r->file_name) : "upload";
     char id[64], disk[4096];
-    gw_new_id(id, sizeof(id), "file-", 24);
+    corral_new_id(id, sizeof(id), "file-", 24);
     file_disk(gw, id, disk, sizeof(disk));
     struct corral_error err;
     if (gw_blob_write(disk, r->file_data, r->file_len, &err) < 0) {

@@ -202,8 +202,6 @@ void gw_reply_error(struct corral_gateway_reply *out, int status, const char *ty
                     const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body); /* takes body */
-/* prefix + hex digits (e.g. "resp_", 48) into buf. */
-void gw_new_id(char *buf, size_t len, const char *prefix, size_t hex);
 /* The owner of a call: "" without a key, else "k:" + the key's SHA-256 prefix. */
 void gw_owner_of(const char *key, char *buf, size_t len);
 
