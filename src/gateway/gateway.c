@@ -6,7 +6,6 @@
  * delete, input items).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,58 +17,6 @@
 #include "gateway/gateway_internal.h"
 
 #define WATCH_INTERVAL_MS 100
-
-/* ---- replies ---- */
-
-void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body)
-{
-    out->status = status;
-    out->body = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    out->body_len = out->body ? strlen(out->body) : 0;
-    free(out->content_type);
-    out->content_type = strdup("application/json");
-    json_decref(body);
-}
-
-void gw_reply_error(struct corral_gateway_reply *out, int status, const char *type,
-                    const char *param, const char *code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    json_t *e = json_pack("{s:s, s:s, s:o, s:o}", "message", msg, "type", type, "param",
-                          param ? json_string(param) : json_null(), "code",
-                          code ? json_string(code) : json_null());
-    gw_reply_json(out, status, json_pack("{s:o}", "error", e));
-}
-
-#define OWNER_LEN 35 /* "k:" and 16 bytes of SHA-256 in hex */
-
-void gw_owner_of(const char *key, char *buf, size_t len)
-{
-    if (!key || !*key) {
-        snprintf(buf, len, "%s", "");
-        return;
-    }
-    /* A client sends the same key request after request: each thread
-     * remembers the last one it hashed. */
-    static __thread char last_key[128], last_owner[OWNER_LEN];
-    size_t klen = strlen(key);
-    if (klen < sizeof(last_key) && !strcmp(key, last_key)) {
-        snprintf(buf, len, "%s", last_owner);
-        return;
-    }
-    char token[65], owner[OWNER_LEN];
-    gw_key_token(key, token); /* the key's SHA-256: its first 16 bytes name the owner */
-    snprintf(owner, sizeof(owner), "k:%.32s", token);
-    if (klen < sizeof(last_key)) {
-        memcpy(last_key, key, klen + 1);
-        memcpy(last_owner, owner, sizeof(owner));
-    }
-    snprintf(buf, len, "%s", owner);
-}
 
 /* ---- the watch over running executions ---- */
 
@@ -329,18 +276,6 @@ void corral_gateway_free(corral_gateway *gw)
 const char *corral_gateway_master_key(const corral_gateway *gw)
 {
     return gw->cfg->master_key && *gw->cfg->master_key ? gw->cfg->master_key : NULL;
-}
-
-void corral_gateway_reply_free(struct corral_gateway_reply *r)
-{
-    if (!r)
-        return;
-    free(r->body);
-    free(r->content_type);
-    free(r->request_id);
-    free(r->retry_after);
-    free(r->content_disposition);
-    r->body = r->content_type = r->request_id = r->retry_after = r->content_disposition = NULL;
 }
 
 /* ---- small endpoints ---- */

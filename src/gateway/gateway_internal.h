@@ -2,6 +2,8 @@
  * The gateway's inner structures, shared by its files:
  *   gateway.c    the object, containers (sandboxes with a lifetime), stored
  *                responses and the small endpoints
+ *   reply.c      answers in OpenAI's shape (JSON bodies, errors)
+ *   keys.c       virtual keys, owners, rate limits
  *   call.c       one request: validation, plain proxying, the interception
  *                loop, storage
  *   turn.c       one upstream turn: the request sent, the answer parsed
@@ -157,6 +159,8 @@ struct gw_key_policy {
     uint64_t max_memory;    /* bytes; 0 = the gateway's cap */
 };
 void gw_key_token(const char *key, char out[65]);
+/* The owner of a call: "" without a key, else "k:" + the key's SHA-256 prefix. */
+void gw_owner_of(const char *key, char *buf, size_t len);
 /* The settings of a virtual key: 0, or -ENOENT for any other key. */
 int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p);
 void gw_key_policy_free(struct gw_key_policy *p);
@@ -195,15 +199,13 @@ struct gw_running {
 void gw_watch_start(corral_gateway *gw, struct gw_running *r);
 void gw_watch_stop(corral_gateway *gw, struct gw_running *r);
 
-/* ---- errors and ids ---- */
+/* ---- replies (reply.c) ---- */
 
 /* Fills a reply with OpenAI's error body. */
 void gw_reply_error(struct corral_gateway_reply *out, int status, const char *type,
                     const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body); /* takes body */
-/* The owner of a call: "" without a key, else "k:" + the key's SHA-256 prefix. */
-void gw_owner_of(const char *key, char *buf, size_t len);
 
 struct gw_codeargs;
 

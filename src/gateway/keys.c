@@ -32,6 +32,32 @@ void gw_key_token(const char *key, char out[65])
     out[64] = '\0';
 }
 
+#define OWNER_LEN 35 /* "k:" and 16 bytes of SHA-256 in hex */
+
+void gw_owner_of(const char *key, char *buf, size_t len)
+{
+    if (!key || !*key) {
+        snprintf(buf, len, "%s", "");
+        return;
+    }
+    /* A client sends the same key request after request: each thread
+     * remembers the last one it hashed. */
+    static __thread char last_key[128], last_owner[OWNER_LEN];
+    size_t klen = strlen(key);
+    if (klen < sizeof(last_key) && !strcmp(key, last_key)) {
+        snprintf(buf, len, "%s", last_owner);
+        return;
+    }
+    char token[65], owner[OWNER_LEN];
+    gw_key_token(key, token); /* the key's SHA-256: its first 16 bytes name the owner */
+    snprintf(owner, sizeof(owner), "k:%.32s", token);
+    if (klen < sizeof(last_key)) {
+        memcpy(last_key, key, klen + 1);
+        memcpy(last_owner, owner, sizeof(owner));
+    }
+    snprintf(buf, len, "%s", owner);
+}
+
 int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p)
 {
     memset(p, 0, sizeof(*p));
