@@ -30,19 +30,12 @@
     " The result lists stdout, stderr, the value of the last expression, any error "               \
     "with its traceback, the files created or changed in /mnt/data and the images displayed."
 
-/* The sandbox tool of the call's new containers. */
-static const struct gw_sandbox_tool *call_tool(const struct gw_call *c)
-{
-    const char *name = c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
-    return name ? gw_config_tool(c->gw->cfg, name) : NULL;
-}
-
 /* What the model is told of the sandbox, its network included: the network
  * of the container the code will run in (the one named or continued, else
  * a new one of the call's tool and the auto container's network_policy). */
 static const char *tool_description(struct gw_call *c)
 {
-    const struct gw_sandbox_tool *tool = call_tool(c);
+    const struct gw_sandbox_tool *tool = gw_call_tool(c);
     const json_t *policy = c->auto_network;
     json_t *held = NULL;
     struct gw_container *ct = NULL;
@@ -87,17 +80,6 @@ static bool in_list(const char *const *list, const char *key)
 }
 
 /* ---- the upstream of a call ---- */
-
-void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u);
-void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u)
-{
-    memset(u, 0, sizeof(*u));
-    u->base_url = c->model->api_base;
-    u->api_key = c->model->api_key;
-    u->azure = c->model->azure;
-    u->api_version = c->model->api_version;
-    u->timeout_ms = c->model->timeout_ms ? c->model->timeout_ms : 600000;
-}
 
 static void resolve_path(struct gw_call *c)
 {
@@ -397,65 +379,6 @@ static json_t *input_file_ids(struct gw_call *c, json_t *items)
         }
     }
     return ids;
-}
-
-/* c's container, with the request's input files copied in (once). */
-static struct gw_container *with_inputs(struct gw_call *c)
-{
-    if (c->container && !c->input_files_in) {
-        c->input_files_in = true;
-        size_t i;
-        json_t *fid;
-        struct corral_error err;
-        json_array_foreach(c->input_files, i, fid)
-        {
-            if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, &err) <
-                0)
-                fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err.message);
-        }
-    }
-    return c->container;
-}
-
-struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *err)
-{
-    if (c->container && !c->container->dead)
-        return with_inputs(c);
-    if (c->container) { /* it died: a fresh one for what follows */
-        gw_container_put(c->gw, c->container, c->container_new);
-        c->container = NULL;
-    }
-    if (c->wanted_container) {
-        int rc = gw_container_find(c->gw, c->wanted_container, c->owner, &c->container);
-        if (rc < 0 && c->container_explicit)
-            corral_fail(err, -rc, "the container %s %s", c->wanted_container,
-                        rc == -ESTALE ? "expired" : "was deleted");
-        free(c->wanted_container);
-        c->wanted_container = NULL;
-        if (rc == 0)
-            return with_inputs(c);
-        if (c->container_explicit)
-            return NULL;
-    }
-    const struct gw_sandbox_tool *tool = call_tool(c);
-    struct gw_container_spec spec = {
-        .max_containers = (unsigned)c->policy.max_containers,
-        .max_memory = c->policy.max_memory,
-        .memory_limit = c->auto_memory,
-        .network_policy = c->auto_network,
-        .persistent = c->api == CORRAL_GATEWAY_RESPONSES && c->store,
-    };
-    if (gw_container_create(c->gw, tool, c->owner, &spec, &c->container, err) < 0)
-        return NULL;
-    c->container_new = true;
-    size_t i;
-    json_t *fid;
-    json_array_foreach(c->auto_file_ids, i, fid)
-    {
-        if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, err) < 0)
-            fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err->message);
-    }
-    return with_inputs(c);
 }
 
 /* ---- what the model and the client read of an execution ---- */
@@ -889,7 +812,7 @@ static int take_auto_options(struct gw_call *c, json_t *container, const char *p
     }
     json_t *network = NULL;
     snprintf(p, sizeof(p), "%s.network_policy", param);
-    if (gw_network_policy_take(call_tool(c), json_object_get(container, "network_policy"), p,
+    if (gw_network_policy_take(gw_call_tool(c), json_object_get(container, "network_policy"), p,
                                &network, c->out) < 0)
         return -EINVAL;
     json_decref(c->auto_network);
@@ -1376,8 +1299,6 @@ static void call_free(struct gw_call *c)
     json_decref(c->input_files);
     json_decref(c->images);
 }
-
-int gw_call_store_streamed(struct gw_call *c, const char *response_json);
 
 static int dispatch(struct gw_call *c, const char *body, size_t len)
 {

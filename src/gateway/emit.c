@@ -5,6 +5,9 @@
  *   Responses: output items (messages, reasoning, code_interpreter_call,
  *     function_call) and OpenAI's event sequence, every event numbered;
  *   Chat Completions: the assistant message and its chunks.
+ * It also keeps the call's view of its client: the bytes sent to it, and
+ * whether it is still there (gw_call_cancelled), which turn.c and call.c
+ * ask while they wait.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +21,7 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
 
-/* ---- framing ---- */
+/* ---- the client ---- */
 
 void gw_send(struct gw_call *c, const char *data, size_t len)
 {
@@ -26,6 +29,31 @@ void gw_send(struct gw_call *c, const char *data, size_t len)
         return;
     if (c->ev->on_bytes(c->ev->userdata, data, len) != 0)
         c->cancelled = true;
+}
+
+/* The client's presence is checked at most every 20 ms: the check is a
+ * system call, and curl asks often while data flows. A draining gateway
+ * ends the call, which tells its client why. */
+bool gw_call_cancelled(struct gw_call *c)
+{
+    if (c->cancelled)
+        return true;
+    if (__atomic_load_n(&c->gw->draining, __ATOMIC_ACQUIRE)) {
+        gw_emit_shutdown(c);
+        c->cancelled = true;
+        return true;
+    }
+    if (!c->ev || !c->ev->cancelled)
+        return false;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (c->checked_ns && now - c->checked_ns < 20000000ull)
+        return false;
+    c->checked_ns = now;
+    if (c->ev->cancelled(c->ev->userdata))
+        c->cancelled = true;
+    return c->cancelled;
 }
 
 static void send_json(struct gw_call *c, const char *event, json_t *payload)
@@ -310,14 +338,6 @@ void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_
     event(c, "response.output_text.delta",
           json_pack("{s:s, s:I, s:i, s:s%, s:[]}", "item_id", id, "output_index",
                     (json_int_t)t->msg_index, "content_index", 0, "delta", delta, len, "logprobs"));
-}
-
-struct gw_tool_call *gw_turn_find(struct gw_turn *t, int upstream_index)
-{
-    for (size_t i = 0; i < t->n_calls; i++)
-        if (t->upstream_index[i] == upstream_index)
-            return &t->calls[i];
-    return NULL;
 }
 
 struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,

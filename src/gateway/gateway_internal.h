@@ -1,17 +1,23 @@
 /*
- * The gateway's inner structures, shared by its files:
- *   gateway.c    the object, containers (sandboxes with a lifetime), stored
- *                responses and the small endpoints
- *   reply.c      answers in OpenAI's shape (JSON bodies, errors)
- *   keys.c       virtual keys, owners, rate limits
+ * The gateway's inner structures, shared by its files. Each file calls only
+ * those listed below it:
  *   call.c       one request: validation, plain proxying, the interception
  *                loop, storage
  *   turn.c       one upstream turn: the request sent, the answer parsed
  *                (whole or streamed) into the emitter's hooks
  *   emit.c       what the client receives: Responses items and events,
- *                chat completions and chunks
- *   codeargs.c   the code extracted as it streams out of a tool call's
- *                JSON arguments
+ *                chat completions and chunks; whether it is still there
+ *   resources.c  what a call runs against: its upstream, its container
+ *   files.c      the Containers and Files APIs (corral_gateway_objects)
+ *   gateway.c    the object, the watch over running code, stored responses
+ *                and the small endpoints
+ *   keys.c       virtual keys, owners, rate limits, the admin endpoints
+ *   containers.c containers: provider sandboxes with an id, an owner, a
+ *                lifetime and files
+ *   translate.c  Chat Completions <-> Responses (translate.h)
+ *   cite.c       file citations of an answer (cite.h)
+ *   codeargs.c   the code as it streams out of a tool call's JSON arguments
+ *   reply.c      answers in OpenAI's shape (JSON bodies, errors)
  */
 #ifndef CORRAL_GATEWAY_INTERNAL_H
 #define CORRAL_GATEWAY_INTERNAL_H
@@ -304,22 +310,28 @@ struct gw_call {
     json_t *open_code; /* output indexes of code calls not done yet, in order */
 };
 
-/* turn.c: runs one upstream turn into t through the emitter. 0, or a
- * negative errno: the answer (an error reply or a failed stream) is then
- * already made, or the call was cancelled. */
-int gw_turn_run(struct gw_call *c, struct gw_turn *t);
-void gw_turn_free(struct gw_turn *t);
-bool gw_call_cancelled(struct gw_call *c);
-/* call.c: the container of this call, created on first use; NULL with
- * *err when no sandbox could be had. */
+/* ---- what a call runs against (resources.c) ---- */
+
+struct gw_upstream;
+/* The upstream of the call's model: its address, credentials and timeout. */
+void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u);
+/* The sandbox tool of the call's new containers (NULL: none configured). */
+const struct gw_sandbox_tool *gw_call_tool(const struct gw_call *c);
+/* The container of this call, created on first use; NULL with *err when no
+ * sandbox could be had. */
 struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *err);
 
-/* emit.c: what the client sees. */
+/* ---- what the client sees (emit.c) ---- */
+
+/* Raw bytes to the client (the call is cancelled when it is gone). */
+void gw_send(struct gw_call *c, const char *data, size_t len);
+/* Whether the call ends now: its client went away (asked at most every
+ * 20 ms), or the gateway drains (the client is then told why). */
+bool gw_call_cancelled(struct gw_call *c);
 void gw_emit_started(struct gw_call *c);
 void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_t len);
 struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
                                         const char *call_id, const char *name);
-struct gw_tool_call *gw_turn_find(struct gw_turn *t, int upstream_index);
 void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *delta, size_t len);
 void gw_emit_reasoning(struct gw_call *c, json_t *item);
 void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t);
@@ -337,8 +349,16 @@ void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
 /* The gateway is draining: the call ends with an error saying so (a 503,
  * or an error event once its stream has started). */
 void gw_emit_shutdown(struct gw_call *c);
-/* Raw bytes to the client (the call is cancelled when it is gone). */
-void gw_send(struct gw_call *c, const char *data, size_t len);
+
+/* ---- one upstream turn (turn.c) ---- */
+
+/* Runs one upstream turn into t through the emitter. 0, or a negative
+ * errno: the answer (an error reply or a failed stream) is then already
+ * made, or the call was cancelled. */
+int gw_turn_run(struct gw_call *c, struct gw_turn *t);
+void gw_turn_free(struct gw_turn *t);
+
+/* ---- one request (call.c) ---- */
 
 /* The byte span [*from, *to) of the value of the top-level member `key` of
  * a JSON object text that jansson has accepted, when the key appears

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
@@ -38,34 +37,18 @@ void gw_turn_free(struct gw_turn *t)
     memset(t, 0, sizeof(*t));
 }
 
-/* The client's presence is checked at most every 20 ms: the check is a
- * system call, and curl asks often while data flows. A draining gateway
- * ends the call, which tells its client why. */
-bool gw_call_cancelled(struct gw_call *c)
-{
-    if (c->cancelled)
-        return true;
-    if (__atomic_load_n(&c->gw->draining, __ATOMIC_ACQUIRE)) {
-        gw_emit_shutdown(c);
-        c->cancelled = true;
-        return true;
-    }
-    if (!c->ev || !c->ev->cancelled)
-        return false;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if (c->checked_ns && now - c->checked_ns < 20000000ull)
-        return false;
-    c->checked_ns = now;
-    if (c->ev->cancelled(c->ev->userdata))
-        c->cancelled = true;
-    return c->cancelled;
-}
-
 static bool sink_cancelled(void *u)
 {
     return gw_call_cancelled(u);
+}
+
+/* The tool call of the turn that the upstream numbers upstream_index, or NULL. */
+static struct gw_tool_call *gw_turn_find(struct gw_turn *t, int upstream_index)
+{
+    for (size_t i = 0; i < t->n_calls; i++)
+        if (t->upstream_index[i] == upstream_index)
+            return &t->calls[i];
+    return NULL;
 }
 
 static void set_finish(struct gw_turn *t, const char *reason)
@@ -311,8 +294,6 @@ static json_t *turn_body(struct gw_call *c)
     }
     return body;
 }
-
-void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u);
 
 /* The upstream's error answer, passed on as it came (before the stream
  * started), or as a stream's error event. */
