@@ -50,6 +50,13 @@ struct corral_gateway_options {
 
 int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway **out,
                        struct corral_error *err);
+/* The gateway of a configuration already read: `cfg` is the gateway part of
+ * src/config's corral_config (config/gateway_config.h), as `corral serve`
+ * has it after its command line's overrides; it is taken (freed with the
+ * gateway, or at once on failure). state_dir as in corral_gateway_options. */
+struct gw_config;
+int corral_gateway_new_with_config(struct gw_config *cfg, const char *state_dir,
+                                   corral_gateway **out, struct corral_error *err);
 /* Stops the calls in progress and refuses new ones: each ends with an
  * error that says the gateway is shutting down (503, or an error event on
  * a stream that has started), its running code stopped. Waits up to
@@ -138,6 +145,30 @@ int corral_gateway_key_valid(corral_gateway *gw, const char *key);
 /* A virtual key's request against its rate limit: 0, or -EBUSY with the
  * answer (429 with Retry-After) in out. Other keys: 0. */
 int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gateway_reply *out);
+
+/* A server in front of the gateway (corral serve's OpenAI listener) finds a
+ * client's virtual key once per request and hands it to what the request
+ * does: the key's settings (models, rate, limits) are then not looked up
+ * again. */
+typedef struct corral_gateway_key corral_gateway_key;
+/* The virtual key `key`: 0 with *out (free it with corral_gateway_key_free),
+ * -ENOENT for any other key (none, the master key, an unknown or deleted
+ * key), -ENOMEM. */
+int corral_gateway_key_find(corral_gateway *gw, const char *key, corral_gateway_key **out);
+/* A copy of k (for a call that outlives its request's handler), or NULL. */
+corral_gateway_key *corral_gateway_key_dup(const corral_gateway_key *k);
+void corral_gateway_key_free(corral_gateway_key *k);
+/* One request of k against its rate limit: 0, or -EBUSY with the answer
+ * (429 with Retry-After) in out. */
+int corral_gateway_key_take(corral_gateway *gw, const corral_gateway_key *k,
+                            struct corral_gateway_reply *out);
+/* corral_gateway_call for a request whose key the caller has checked: k is
+ * its virtual key, or NULL when it is none (no master key, or the master
+ * key itself). */
+int corral_gateway_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body,
+                           size_t len, const char *key, const corral_gateway_key *k,
+                           const struct corral_gateway_events *ev,
+                           struct corral_gateway_reply *out);
 
 /* GET /v1/responses/{id}, DELETE /v1/responses/{id} and
  * GET /v1/responses/{id}/input_items (query: limit, order, after). */

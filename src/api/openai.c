@@ -24,7 +24,6 @@
 
 #include "api/multipart.h"
 #include "base/util.h"
-#include "gateway/gateway_internal.h"
 
 #define OPENAI_VERSION "2020-10-01"
 #define SSE_TYPE       "text/event-stream; charset=utf-8"
@@ -175,9 +174,9 @@ static void mask_key(const char *key, char *out, size_t len)
 /* NULL when the request may go on (*key: the key it presented, or NULL),
  * else the 401 answer. */
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
-                                          const char **key, struct gw_key_policy *policy)
+                                          const char **key, corral_gateway_key **policy)
 {
-    memset(policy, 0, sizeof(*policy));
+    *policy = NULL;
     const char *bearer = bearer_key(req), *azure = azure_key(req);
     const char *master = corral_gateway_master_key(oa->gw);
     *key = bearer ? bearer : azure;
@@ -189,7 +188,7 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
         *key = azure;
         return NULL;
     }
-    if (*key && gw_key_policy(oa->gw, *key, policy) == 0)
+    if (*key && corral_gateway_key_find(oa->gw, *key, policy) == 0)
         return NULL; /* a virtual key: its settings are in *policy */
     if (!*key)
         return invalid(401, NULL,
@@ -233,7 +232,7 @@ struct job {
     char *body;
     size_t len;
     char *key;
-    struct gw_key_policy policy; /* the key's, looked up when it was authenticated */
+    corral_gateway_key *policy; /* the key's, looked up when it was authenticated */
     bool started, done, cancel;
     int rc;
     struct corral_gateway_reply reply;
@@ -249,7 +248,7 @@ static void job_unref(struct job *j)
     corral_gateway_reply_free(&j->reply);
     free(j->body);
     free(j->key);
-    gw_key_policy_free(&j->policy);
+    corral_gateway_key_free(j->policy);
     pthread_cond_destroy(&j->cond);
     pthread_mutex_destroy(&j->lock);
     free(j);
@@ -298,7 +297,7 @@ static void *job_run(void *arg)
         .userdata = j,
     };
     struct corral_gateway_reply rep = {0};
-    int rc = gw_call_as(oa->gw, j->api, j->body, j->len, j->key, &j->policy, &ev, &rep);
+    int rc = corral_gateway_call_as(oa->gw, j->api, j->body, j->len, j->key, j->policy, &ev, &rep);
     pthread_mutex_lock(&j->lock);
     j->rc = rc;
     j->reply = rep;
@@ -347,22 +346,21 @@ static struct http_response *job_answer(struct job *j, const struct http_request
 static struct http_response *call_streamed(struct openai *oa, const struct http_request *req,
                                            enum corral_gateway_api api, const char *body,
                                            size_t len, const char *key,
-                                           const struct gw_key_policy *policy, char *rid)
+                                           const corral_gateway_key *policy, char *rid)
 {
     struct job *j = calloc(1, sizeof(*j));
     if (!j || !(j->body = malloc(len + 1)) || (key && !(j->key = strdup(key))) ||
-        !(j->s = http_stream_open())) {
+        (policy && !(j->policy = corral_gateway_key_dup(policy))) || !(j->s = http_stream_open())) {
         if (j) {
             free(j->body);
             free(j->key);
+            corral_gateway_key_free(j->policy);
         }
         free(j);
         return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
     }
     memcpy(j->body, body, len);
     j->body[len] = '\0';
-    j->policy = *policy;
-    json_incref(j->policy.models);
     j->len = len;
     j->api = api;
     j->oa = oa;
@@ -398,7 +396,7 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
 /* A call answered whole, on the connection's thread. */
 static struct http_response *call_whole(struct openai *oa, const struct http_request *req,
                                         enum corral_gateway_api api, const char *body, size_t len,
-                                        const char *key, const struct gw_key_policy *policy,
+                                        const char *key, const corral_gateway_key *policy,
                                         char *rid)
 {
     struct corral_gateway_events ev = {
@@ -408,7 +406,7 @@ static struct http_response *call_whole(struct openai *oa, const struct http_req
         .userdata = (void *)req,
     };
     struct corral_gateway_reply rep = {0};
-    int rc = gw_call_as(oa->gw, api, body, len, key, policy, &ev, &rep);
+    int rc = corral_gateway_call_as(oa->gw, api, body, len, key, policy, &ev, &rep);
     struct http_response *resp = reply_response(&rep, rc, rid);
     corral_gateway_reply_free(&rep);
     return resp;
@@ -416,7 +414,7 @@ static struct http_response *call_whole(struct openai *oa, const struct http_req
 
 static struct http_response *call(struct openai *oa, const struct http_request *req,
                                   enum corral_gateway_api api, const char *deployment,
-                                  const char *key, const struct gw_key_policy *policy, char *rid)
+                                  const char *key, const corral_gateway_key *policy, char *rid)
 {
     /* Whether the call streams decides where it runs; a body that cannot
      * ask for a stream is left for the gateway to parse (once). */
@@ -660,6 +658,11 @@ static struct http_response *not_allowed(const struct http_request *req, enum ro
     return resp;
 }
 
+static void key_freep(corral_gateway_key **k)
+{
+    corral_gateway_key_free(*k);
+}
+
 static struct http_response *route(struct openai *oa, const struct http_request *req, char *rid)
 {
     char arg_buf[512], dep_buf[256];
@@ -671,7 +674,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
             return not_allowed(req, r);
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
     }
-    __attribute__((cleanup(gw_key_policy_free))) struct gw_key_policy policy;
+    __attribute__((cleanup(key_freep))) corral_gateway_key *policy = NULL;
     struct http_response *denied = authenticate(oa, req, &key, &policy);
     if (denied)
         return denied;
@@ -682,7 +685,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     struct corral_gateway_reply rep = {0};
     int rc;
     if (r == R_ADMIN) {
-        if (policy.found || !corral_gateway_master_key(oa->gw))
+        if (policy || !corral_gateway_master_key(oa->gw))
             return invalid(401, "invalid_api_key",
                            "The key endpoints take the master key (general_settings.master_key).");
         rc = corral_gateway_admin(oa->gw, req->method, arg, http_query(req, "key"), req->body,
@@ -691,9 +694,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
         corral_gateway_reply_free(&rep);
         return resp;
     }
-    unsigned wait = 0;
-    if (policy.found && gw_key_take(oa->gw, &policy, &wait) < 0) {
-        gw_reply_rate_limited(&rep, &policy, wait);
+    if (policy && corral_gateway_key_take(oa->gw, policy, &rep) < 0) {
         struct http_response *resp = reply_response(&rep, -EBUSY, rid);
         corral_gateway_reply_free(&rep);
         return resp;
@@ -702,7 +703,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     case R_RESPONSES:
     case R_CHAT:
         return call(oa, req, r == R_CHAT ? CORRAL_GATEWAY_CHAT : CORRAL_GATEWAY_RESPONSES,
-                    deployment, key, &policy, rid);
+                    deployment, key, policy, rid);
     case R_MODEL:
         return model(oa, arg, rid);
     case R_OBJECTS:

@@ -19,7 +19,6 @@
 #include "config/config.h"
 #include "config/gateway_config.h"
 #include "corral/gateway.h"
-#include "gateway/gateway_internal.h"
 #include "http/http.h"
 #include "jail/jail.h"
 
@@ -396,7 +395,7 @@ int cli_serve(int argc, char **argv)
             rc = CLI_SANDBOX_ERROR;
             goto out;
         }
-        if (gw_gateway_new_with_config(gc, state_dir, &gw, &err) < 0 ||
+        if (corral_gateway_new_with_config(gc, state_dir, &gw, &err) < 0 ||
             openai_new(gw, &oa, &err) < 0) {
             fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
             rc = CLI_USAGE;

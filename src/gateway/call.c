@@ -1423,9 +1423,11 @@ static void store_streamed(struct gw_call *c)
     corral_gateway_reply_free(&tmp);
 }
 
-int gw_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
-               const char *key, const struct gw_key_policy *policy,
-               const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
+/* corral_gateway_call with the key's settings already looked up (policy:
+ * its gw_key_policy, copied; NULL: looked up here). */
+static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
+                   const char *key, const struct gw_key_policy *policy,
+                   const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
 {
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&gw->lock);
@@ -1479,5 +1481,13 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
                         size_t len, const char *key, const struct corral_gateway_events *ev,
                         struct corral_gateway_reply *out)
 {
-    return gw_call_as(gw, api, body, len, key, NULL, ev, out);
+    return call_as(gw, api, body, len, key, NULL, ev, out);
+}
+
+int corral_gateway_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body,
+                           size_t len, const char *key, const corral_gateway_key *k,
+                           const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
+{
+    static const struct gw_key_policy none = {0};
+    return call_as(gw, api, body, len, key, k ? &k->policy : &none, ev, out);
 }

@@ -152,8 +152,8 @@ static int open_data(corral_gateway *gw, struct corral_error *err)
     return gw_store_open(store, &gw->store, err);
 }
 
-int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
-                               struct corral_error *err)
+int corral_gateway_new_with_config(struct gw_config *cfg, const char *state_dir,
+                                   corral_gateway **out, struct corral_error *err)
 {
     /* A local tool's network mode must be one the server allows (network.modes). */
     for (size_t i = 0; i < cfg->n_tools; i++) {
@@ -221,7 +221,7 @@ int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway
     const char *state_dir = opts ? opts->state_dir : NULL;
     if (!state_dir && file)
         state_dir = file->state_dir;
-    rc = gw_gateway_new_with_config(cfg, state_dir, out, err);
+    rc = corral_gateway_new_with_config(cfg, state_dir, out, err);
     if (rc < 0) {
         corral_config_free(file);
         return rc;

@@ -38,10 +38,6 @@
 struct bucket;
 #define GW_CONTAINER_LIFETIME_MS (20ull * 60 * 1000)
 
-/* Takes ownership of cfg (freed with the gateway). */
-int gw_gateway_new_with_config(struct gw_config *cfg, const char *state_dir, corral_gateway **out,
-                               struct corral_error *err);
-
 /* ---- containers (containers.c): a provider sandbox with an id, an
  * owner, a lifetime and files ---- */
 
@@ -170,18 +166,12 @@ void gw_owner_of(const char *key, char *buf, size_t len);
 /* The settings of a virtual key: 0, or -ENOENT for any other key. */
 int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p);
 void gw_key_policy_free(struct gw_key_policy *p);
-/* corral_gateway_call with the key's settings already looked up (policy:
- * its gw_key_policy, copied; NULL: looked up here). */
-int gw_call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
-               const char *key, const struct gw_key_policy *policy,
-               const struct corral_gateway_events *ev, struct corral_gateway_reply *out);
+/* corral_gateway_key: a virtual key's settings, found once for a request. */
+struct corral_gateway_key {
+    struct gw_key_policy policy;
+};
 bool gw_key_allows_model(const struct gw_key_policy *p, const char *model);
-/* One request of the key's rate: 0, or -EBUSY with the seconds to wait. */
-int gw_key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after);
 void gw_keys_free(corral_gateway *gw);
-/* The 429 of a key beyond its rate, with Retry-After: wait seconds. */
-void gw_reply_rate_limited(struct corral_gateway_reply *out, const struct gw_key_policy *p,
-                           unsigned wait);
 
 /* files.c: whether the uploaded file `id` is owner's; a copy of it in c's
  * /mnt/data (source "user"), *out (may be NULL) its container file. */

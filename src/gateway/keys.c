@@ -111,7 +111,7 @@ struct bucket {
     struct bucket *next;
 };
 
-int gw_key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after)
+static int key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after)
 {
     if (!p->found || p->rpm <= 0)
         return 0;
@@ -403,8 +403,8 @@ int corral_gateway_key_valid(corral_gateway *gw, const char *key)
     return rc == 0;
 }
 
-void gw_reply_rate_limited(struct corral_gateway_reply *out, const struct gw_key_policy *p,
-                           unsigned wait)
+static void reply_rate_limited(struct corral_gateway_reply *out, const struct gw_key_policy *p,
+                               unsigned wait)
 {
     gw_reply_error(out, 429, "requests", NULL, "rate_limit_exceeded",
                    "Rate limit reached for this key: %lld requests per minute. Try again in %u s.",
@@ -421,9 +421,55 @@ int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gatew
     if (gw_key_policy(gw, key, &p) < 0)
         return 0;
     unsigned wait = 0;
-    int rc = gw_key_take(gw, &p, &wait);
+    int rc = key_take(gw, &p, &wait);
     if (rc < 0)
-        gw_reply_rate_limited(out, &p, wait);
+        reply_rate_limited(out, &p, wait);
     gw_key_policy_free(&p);
+    return rc;
+}
+
+/* ---- keys found once per request (a server in front of the gateway) ---- */
+
+int corral_gateway_key_find(corral_gateway *gw, const char *key, corral_gateway_key **out)
+{
+    *out = NULL;
+    corral_gateway_key *k = calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    int rc = gw_key_policy(gw, key, &k->policy);
+    if (rc < 0) {
+        corral_gateway_key_free(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
+}
+
+corral_gateway_key *corral_gateway_key_dup(const corral_gateway_key *k)
+{
+    corral_gateway_key *copy = calloc(1, sizeof(*copy));
+    if (!copy)
+        return NULL;
+    copy->policy = k->policy;
+    json_incref(copy->policy.models);
+    return copy;
+}
+
+void corral_gateway_key_free(corral_gateway_key *k)
+{
+    if (!k)
+        return;
+    gw_key_policy_free(&k->policy);
+    free(k);
+}
+
+int corral_gateway_key_take(corral_gateway *gw, const corral_gateway_key *k,
+                            struct corral_gateway_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+    unsigned wait = 0;
+    int rc = key_take(gw, &k->policy, &wait);
+    if (rc < 0)
+        reply_rate_limited(out, &k->policy, wait);
     return rc;
 }
