@@ -19,7 +19,7 @@
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
-#include "gateway/upstream.h"
+#include "http/client.h"
 
 #define TOOL_DESCRIPTION_HEAD                                                                      \
     "Execute Python code in a stateful Jupyter-style sandbox and see what it produced. "           \
@@ -304,15 +304,15 @@ static void proxy(struct gw_call *c, const char *body, size_t body_len)
 {
     size_t len = 0;
     char *text = proxied_body(c, body, body_len, &len);
-    struct gw_upstream u;
+    struct http_upstream u;
     gw_upstream_of(c, &u);
     struct proxy_ctx p = {.c = c};
-    struct gw_upstream_sink sink = {.cancelled = proxy_cancelled, .userdata = &p};
+    struct http_sink sink = {.cancelled = proxy_cancelled, .userdata = &p};
     if (c->stream)
         sink.on_data = proxy_data;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     struct corral_error err = {0};
-    int rc = gw_upstream_request(&u, "POST", c->up_path, text, len, &sink, &r, &err);
+    int rc = http_upstream_request(&u, "POST", c->up_path, text, len, &sink, &r, &err);
     free(text);
     if (p.started) {
         c->out->streamed = true;
@@ -350,7 +350,7 @@ static void proxy(struct gw_call *c, const char *body, size_t body_len)
         }
     }
     strbuf_free(&p.held);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 }
 
 /* ---- containers ---- */

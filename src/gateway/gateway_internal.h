@@ -302,9 +302,9 @@ struct gw_call {
 
 /* ---- what a call runs against (resources.c) ---- */
 
-struct gw_upstream;
+struct http_upstream;
 /* The upstream of the call's model: its address, credentials and timeout. */
-void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u);
+void gw_upstream_of(const struct gw_call *c, struct http_upstream *u);
 /* The sandbox tool of the call's new containers (NULL: none configured). */
 const struct gw_sandbox_tool *gw_call_tool(const struct gw_call *c);
 /* The container of this call, created on first use; NULL with *err when no

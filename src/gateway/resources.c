@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "gateway/gateway_internal.h"
-#include "gateway/upstream.h"
+#include "http/client.h"
 
 /* ---- the upstream ---- */
 
-void gw_upstream_of(const struct gw_call *c, struct gw_upstream *u)
+void gw_upstream_of(const struct gw_call *c, struct http_upstream *u)
 {
     memset(u, 0, sizeof(*u));
     u->base_url = c->model->api_base;

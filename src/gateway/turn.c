@@ -12,7 +12,8 @@
 
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
-#include "gateway/upstream.h"
+#include "http/client.h"
+#include "http/sse.h"
 
 void gw_turn_free(struct gw_turn *t)
 {
@@ -260,7 +261,7 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
 struct stream_ctx {
     struct gw_call *c;
     struct gw_turn *t;
-    struct gw_sse sse;
+    struct http_sse sse;
     bool ok_status;
 };
 
@@ -276,7 +277,7 @@ static int on_sse(void *u, const char *ev, const char *data, size_t len)
 static int on_data(void *u, const char *data, size_t len)
 {
     struct stream_ctx *s = u;
-    int rc = gw_sse_feed(&s->sse, data, len);
+    int rc = http_sse_feed(&s->sse, data, len);
     return rc || s->c->cancelled ? -1 : 0;
 }
 
@@ -297,7 +298,7 @@ static json_t *turn_body(struct gw_call *c)
 
 /* The upstream's error answer, passed on as it came (before the stream
  * started), or as a stream's error event. */
-static void upstream_failed(struct gw_call *c, const struct gw_upstream_reply *r)
+static void upstream_failed(struct gw_call *c, const struct http_reply *r)
 {
     json_t *body = r->body ? json_loads(r->body, 0, NULL) : NULL;
     json_t *e = json_object_get(body, "error");
@@ -371,43 +372,43 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
         gw_reply_error(c->out, 500, "server_error", NULL, NULL, "out of memory");
         return -ENOMEM;
     }
-    struct gw_upstream u;
+    struct http_upstream u;
     gw_upstream_of(c, &u);
     struct stream_ctx s = {.c = c, .t = t};
-    struct gw_upstream_sink sink = {.cancelled = sink_cancelled, .userdata = c};
+    struct http_sink sink = {.cancelled = sink_cancelled, .userdata = c};
     if (c->stream) {
-        gw_sse_init(&s.sse, on_sse, &s);
+        http_sse_init(&s.sse, on_sse, &s);
         sink.on_data = on_data;
         sink.userdata = &s;
         sink.cancelled = NULL; /* polled through on_sse and the call below */
     }
-    struct gw_upstream_sink *sp = &sink;
-    struct gw_upstream_reply r;
+    struct http_sink *sp = &sink;
+    struct http_reply r;
     struct corral_error err = {0};
-    int rc = gw_upstream_request(&u, "POST", c->up_path, text, strlen(text), sp, &r, &err);
+    int rc = http_upstream_request(&u, "POST", c->up_path, text, strlen(text), sp, &r, &err);
     free(text);
     if (c->stream) {
         if (rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)
-            gw_sse_finish(&s.sse);
-        gw_sse_free(&s.sse);
+            http_sse_finish(&s.sse);
+        http_sse_free(&s.sse);
     }
     if (gw_call_cancelled(c)) {
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
         return -ECANCELED;
     }
     if (rc < 0 && !t->failure) {
         transport_failed(c, rc, &err);
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
         return rc;
     }
     if (r.status < 200 || r.status >= 300) {
         upstream_failed(c, &r);
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
         return -EPROTO;
     }
     if (t->failure) {
         stream_failed(c, t);
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
         return -EPROTO;
     }
     if (!c->stream) {
@@ -416,7 +417,7 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
             json_decref(j);
             gw_reply_error(c->out, 502, "server_error", NULL, "upstream_error",
                            "The upstream model's answer is not JSON: %.200s", r.body ? r.body : "");
-            gw_upstream_reply_free(&r);
+            http_reply_free(&r);
             return -EPROTO;
         }
         if (c->model->api == GW_API_CHAT)
@@ -425,7 +426,7 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
             responses_whole(c, t, j);
         json_decref(j);
     }
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     if (!t->completed && c->stream) {
         struct corral_error e2;
         corral_fail(&e2, EPROTO, "the upstream model's stream ended before its last event");

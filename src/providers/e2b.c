@@ -132,7 +132,7 @@ static int envd_rpc(struct gw_sandbox *s, const char *method, json_t *body, json
     q.body = text;
     q.len = strlen(text);
     q.idempotent = strcmp(method, "filesystem.Filesystem/Remove") != 0;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = rm_send(&q, &r, err);
     if (code_out && code_len)
         code_out[0] = '\0';
@@ -148,7 +148,7 @@ static int envd_rpc(struct gw_sandbox *s, const char *method, json_t *body, json
     } else if (rc == 0 && answer && !(*answer = rm_json(&r, method, err))) {
         rc = -EPROTO;
     }
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     return rc;
 }
 
@@ -164,12 +164,12 @@ static int delete_remote(struct gw_sandbox *s)
     struct rm_request q = control(s, "DELETE", path);
     q.cancel = NULL; /* a killed sandbox is deleted all the same */
     q.idempotent = true;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     struct corral_error err;
     int rc = rm_send(&q, &r, &err);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404)
         rc = rm_fail_status(&err, "e2b: deleting the sandbox", &r);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     if (rc < 0)
         fprintf(stderr, "corral gateway: e2b sandbox %s: %s\n", s->id, err.message);
     return rc;
@@ -249,14 +249,14 @@ static int create_remote(struct gw_sandbox *s, const struct gw_sandbox_tool *too
     struct rm_request q = control(s, "POST", "/sandboxes");
     q.body = text;
     q.len = strlen(text);
-    struct gw_upstream_reply r;
+    struct http_reply r;
     char what[512];
     snprintf(what, sizeof(what), "e2b at %s: creating a sandbox", s->api);
     int rc = rm_send(&q, &r, err);
     if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(err, what, &r);
     json_t *j = rc == 0 ? rm_json(&r, what, err) : NULL;
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     if (rc < 0)
         return rc;
     if (!j)
@@ -296,14 +296,14 @@ static int prepare(struct gw_sandbox *s, struct corral_error *err)
     struct rm_request q = data_plane(s, false, "POST", "/contexts");
     q.body = text;
     q.len = strlen(text);
-    struct gw_upstream_reply r;
+    struct http_reply r;
     char what[192];
     snprintf(what, sizeof(what), "e2b sandbox %s: creating a Python context", s->id);
     rc = rm_send(&q, &r, err);
     if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(err, what, &r);
     json_t *j = rc == 0 ? rm_json(&r, what, err) : NULL;
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     if (rc < 0 || !j)
         return rc < 0 ? rc : -EPROTO;
     const char *id = json_string_value(json_object_get(j, "id"));
@@ -373,12 +373,12 @@ static void keep_until(struct gw_sandbox *s, uint64_t until, bool throttled)
     q.body = body;
     q.len = strlen(body);
     q.idempotent = true;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     struct corral_error err;
     int rc = rm_send(&q, &r, &err);
     if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(&err, "e2b: extending the sandbox's life", &r);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     if (rc == 0)
         rm_life_renewed(&s->life, want);
     else if (!rm_life_killed(&s->life)) {
@@ -458,14 +458,14 @@ static int e2b_write_file(struct gw_sandbox *s, const char *path, const void *da
     q.len = body.len;
     q.content_type = type;
     q.idempotent = true; /* the same bytes to the same path */
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = rm_send(&q, &r, err);
     if (rc == 0 && r.status / 100 != 2) {
         char what[4200];
         snprintf(what, sizeof(what), "e2b sandbox %s: writing %s", s->id, path);
         rc = rm_fail_status(err, what, &r);
     }
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     strbuf_free(&body);
     return rc;
 }
@@ -568,7 +568,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     q.on_line = on_line;
     q.userdata = run;
     uint64_t start = rm_now_ms();
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = rm_send(&q, &r, err);
     char what[192];
     snprintf(what, sizeof(what), "e2b sandbox %s: executing", s->id);
@@ -582,7 +582,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     else if (rc == 0 && !run->ended && !run->c.ename.len)
         rc = corral_fail(err, EPIPE, "%s: the output ended before the execution did%s", what,
                          run->bad ? " (and held lines that are not JSON)" : "");
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     return rc;
 }
 
@@ -642,14 +642,14 @@ static int e2b_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
     struct rm_request q = control(s, "GET", path);
     q.idempotent = true;
     q.cancel = cancel;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     char what[512];
     snprintf(what, sizeof(what), "e2b at %s: listing the gateway's sandboxes", s->api);
     int rc = rm_send(&q, &r, err);
     if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(err, what, &r);
     json_t *list = rc == 0 ? rm_json(&r, what, err) : NULL;
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     if (rc == 0 && !list)
         rc = -EPROTO;
     int reaped = 0;

@@ -90,8 +90,7 @@ static int fail_at(struct corral_error *err, const char *where, int rc)
 }
 
 /* An answer that is not 2xx: "opensandbox at URL: HTTP 401: MESSAGE". */
-static int fail_status(struct corral_error *err, const char *where,
-                       const struct gw_upstream_reply *r)
+static int fail_status(struct corral_error *err, const char *where, const struct http_reply *r)
 {
     char what[512];
     snprintf(what, sizeof(what), "opensandbox at %s", where);
@@ -133,7 +132,7 @@ static void set_body(struct rm_request *q, const char *text)
 
 /* Sends q: 0 with *r holding a 2xx answer, else an error naming the
  * service (*r is then freed). */
-static int call(const struct rm_request *q, struct gw_upstream_reply *r, struct corral_error *err)
+static int call(const struct rm_request *q, struct http_reply *r, struct corral_error *err)
 {
     int rc = rm_send(q, r, err);
     if (rc < 0)
@@ -141,13 +140,13 @@ static int call(const struct rm_request *q, struct gw_upstream_reply *r, struct 
     else if (r->status / 100 != 2)
         rc = fail_status(err, q->base, r);
     if (rc < 0)
-        gw_upstream_reply_free(r);
+        http_reply_free(r);
     return rc;
 }
 
 /* As call(), sending q again every POLL_MS while the sandbox looks like it
  * is still starting (no connection, 404, 409 or 5xx), until `until`. */
-static int call_until(const struct rm_request *q, uint64_t until, struct gw_upstream_reply *r,
+static int call_until(const struct rm_request *q, uint64_t until, struct http_reply *r,
                       struct corral_error *err)
 {
     for (;;) {
@@ -163,22 +162,22 @@ static int call_until(const struct rm_request *q, uint64_t until, struct gw_upst
                 return fail_at(err, q->base, rc);
             if (r->status / 100 != 2) {
                 rc = fail_status(err, q->base, r);
-                gw_upstream_reply_free(r);
+                http_reply_free(r);
             }
             return rc;
         }
-        gw_upstream_reply_free(r);
+        http_reply_free(r);
         usleep(POLL_MS * 1000);
     }
 }
 
 /* The JSON of a 2xx answer (freed), or NULL with err set. */
-static json_t *answer_json(struct gw_upstream_reply *r, const char *where, struct corral_error *err)
+static json_t *answer_json(struct http_reply *r, const char *where, struct corral_error *err)
 {
     char what[512];
     snprintf(what, sizeof(what), "opensandbox at %s", where);
     json_t *j = rm_json(r, what, err);
-    gw_upstream_reply_free(r);
+    http_reply_free(r);
     return j;
 }
 
@@ -256,7 +255,7 @@ static int post_sandbox(struct gw_sandbox *s, json_t *body, json_t **made, struc
     struct rm_request q;
     lifecycle(s, &q, "POST", "/sandboxes");
     set_body(&q, text);
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = call(&q, &r, err);
     json_t *j = rc < 0 ? NULL : answer_json(&r, s->api_base, err);
     if (!j)
@@ -309,7 +308,7 @@ static int wait_running(struct gw_sandbox *s, json_t *sandbox, uint64_t until,
         usleep(POLL_MS * 1000);
         struct rm_request q;
         lifecycle(s, &q, "GET", s->id_path);
-        struct gw_upstream_reply r;
+        struct http_reply r;
         rc = call(&q, &r, err);
         j = rc < 0 ? NULL : answer_json(&r, s->api_base, err);
         if (!j) {
@@ -346,7 +345,7 @@ static int resolve_execd(struct gw_sandbox *s, uint64_t until, struct corral_err
         return corral_fail(err, ENOMEM, "out of memory");
     struct rm_request q;
     lifecycle(s, &q, "GET", path);
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = call_until(&q, until, &r, err); /* 404 while the sandbox starts */
     if (rc < 0)
         return rc;
@@ -383,17 +382,17 @@ static int resolve_execd(struct gw_sandbox *s, uint64_t until, struct corral_err
 static int prepare_execd(struct gw_sandbox *s, uint64_t until, struct corral_error *err)
 {
     struct rm_request q;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     execd(s, &q, "GET", "/ping");
     int rc = call_until(&q, until, &r, err);
     if (rc < 0)
         return rc;
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     execd(s, &q, "POST", "/directories");
     set_body(&q, "{\"" GW_DATA_DIR "\":{\"mode\":755}}");
     if ((rc = call(&q, &r, err)) < 0)
         return rc;
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     execd(s, &q, "POST", "/code/context");
     set_body(&q, "{\"language\":\"python\",\"cwd\":\"" GW_DATA_DIR "\"}");
     if ((rc = call_until(&q, until, &r, err)) < 0) /* 5xx while the kernel starts */
@@ -418,7 +417,7 @@ static void delete_remote(struct gw_sandbox *s)
     struct rm_request q;
     lifecycle(s, &q, "DELETE", s->id_path);
     q.cancel = NULL; /* killed is set by now */
-    struct gw_upstream_reply r;
+    struct http_reply r;
     struct corral_error err;
     int rc = rm_send(&q, &r, &err);
     if (rc < 0)
@@ -428,7 +427,7 @@ static void delete_remote(struct gw_sandbox *s)
     if (rc < 0)
         fprintf(stderr, "corral gateway: cannot delete opensandbox sandbox %s: %s\n", s->id,
                 err.message);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void free_sandbox(struct gw_sandbox *s)
@@ -523,7 +522,7 @@ static void renew(struct gw_sandbox *s, uint64_t need, uint64_t target, bool thr
     snprintf(body, sizeof(body), "{\"expiresAt\":\"%s\"}", at);
     cleanup_free char *path = NULL;
     struct corral_error err;
-    struct gw_upstream_reply r = {0};
+    struct http_reply r = {0};
     int rc = asprintf(&path, "%s/renew-expiration", s->id_path) < 0
                  ? corral_fail(&err, ENOMEM, "out of memory")
                  : 0;
@@ -536,7 +535,7 @@ static void renew(struct gw_sandbox *s, uint64_t need, uint64_t target, bool thr
     }
     if (rc == 0) {
         rm_life_renewed(&s->life, target);
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
     } else if (!rm_life_killed(&s->life)) {
         if (rc == -ENOENT) /* the sandbox is gone */
             rm_life_fail(&s->life);
@@ -562,12 +561,12 @@ static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral
 {
     struct rm_request q;
     execd(s, &q, "GET", "/files/search?path=" GW_DATA_DIR "&pattern=**");
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = rm_send(&q, &r, err);
     if (rc < 0)
         return fail_at(err, s->execd, rc);
     json_t *list = r.status / 100 == 2 && r.body ? json_loadb(r.body, r.len, 0, NULL) : NULL;
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e)
@@ -686,10 +685,10 @@ static int interrupt(struct gw_sandbox *s, struct corral_error *err)
     if (q.timeout_ms > INTERRUPT_TIMEOUT_MS)
         q.timeout_ms = INTERRUPT_TIMEOUT_MS;
     q.idempotent = false; /* one attempt: the execution is over its time already */
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = call(&q, &r, err);
     if (rc == 0)
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
     return rc;
 }
 
@@ -713,7 +712,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     q.on_line = on_line;
     q.userdata = r;
     uint64_t started = rm_now_ms();
-    struct gw_upstream_reply reply;
+    struct http_reply reply;
     int rc = rm_send(&q, &reply, err);
     /* A timeout once the stream came (or after the whole timeout) is the
      * code's; before, it is a sandbox that cannot be reached. */
@@ -725,7 +724,7 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     } else if (reply.status / 100 != 2) {
         rc = fail_status(err, s->execd, &reply);
     }
-    gw_upstream_reply_free(&reply);
+    http_reply_free(&reply);
     return rc;
 }
 
@@ -835,11 +834,11 @@ static int osb_write_file(struct gw_sandbox *s, const char *path, const void *da
     q.len = b.len;
     q.content_type = type;
     q.idempotent = true; /* it replaces the file */
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = call(&q, &r, err);
     strbuf_free(&b);
     if (rc == 0)
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
     return rc;
 }
 
@@ -850,10 +849,10 @@ static int osb_remove_file(struct gw_sandbox *s, const char *path, struct corral
         return corral_fail(err, ENOMEM, "out of memory");
     struct rm_request q;
     execd(s, &q, "DELETE", route);
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = call(&q, &r, err);
     if (rc == 0)
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
     return rc;
 }
 
@@ -899,7 +898,7 @@ static int osb_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
     struct rm_request q;
     lifecycle(s, &q, "GET", path);
     q.cancel = cancel;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = call(&q, &r, err);
     json_t *list = rc == 0 ? answer_json(&r, s->api_base, err) : NULL;
     if (rc == 0 && !list)

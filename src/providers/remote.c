@@ -177,7 +177,7 @@ static void pause_ms(const struct rm_request *q, unsigned ms)
     }
 }
 
-int rm_send(const struct rm_request *q, struct gw_upstream_reply *out, struct corral_error *err)
+int rm_send(const struct rm_request *q, struct http_reply *out, struct corral_error *err)
 {
     const char *lines[RM_HEADERS_MAX + 2];
     size_t n = 0;
@@ -190,27 +190,27 @@ int rm_send(const struct rm_request *q, struct gw_upstream_reply *out, struct co
         lines[n++] = type;
     }
     lines[n] = NULL;
-    struct gw_upstream u = {.base_url = q->base,
-                            .headers = lines,
-                            .timeout_ms = q->timeout_ms,
-                            .connect_timeout_ms =
-                                q->timeout_ms && q->timeout_ms < 10000 ? q->timeout_ms : 10000,
-                            .curl_only = true};
+    struct http_upstream u = {.base_url = q->base,
+                              .headers = lines,
+                              .timeout_ms = q->timeout_ms,
+                              .connect_timeout_ms =
+                                  q->timeout_ms && q->timeout_ms < 10000 ? q->timeout_ms : 10000,
+                              .curl_only = true};
     int rc = 0;
     for (unsigned attempt = 1;; attempt++) {
         struct lines l = {.q = q};
-        struct gw_upstream_sink sink = {.on_data = q->on_line    ? on_data
-                                                   : q->on_bytes ? on_bytes
-                                                                 : NULL,
-                                        .cancelled = cancelled,
-                                        .userdata = &l};
-        rc = gw_upstream_request(&u, q->method, q->path, q->body, q->body ? q->len : 0, &sink, out,
-                                 err);
+        struct http_sink sink = {.on_data = q->on_line    ? on_data
+                                            : q->on_bytes ? on_bytes
+                                                          : NULL,
+                                 .cancelled = cancelled,
+                                 .userdata = &l};
+        rc = http_upstream_request(&u, q->method, q->path, q->body, q->body ? q->len : 0, &sink,
+                                   out, err);
         if (rc == 0 && q->on_line && !l.stopped && l.len && out->status / 100 == 2)
             emit_line(&l, l.buf, l.len); /* a last line without its '\n' */
         free(l.buf);
         if (l.stopped) { /* our line buffer, or the handler, stopped it */
-            gw_upstream_reply_free(out);
+            http_reply_free(out);
             int code = l.stopped < 0 ? -l.stopped : ECANCELED;
             return corral_fail(err, code, "the answer of %s%s: %s", q->base, q->path,
                                l.stopped == -EMSGSIZE ? "a line longer than 64 MiB"
@@ -219,7 +219,7 @@ int rm_send(const struct rm_request *q, struct gw_upstream_reply *out, struct co
         }
         if (attempt >= ATTEMPTS || !worth_retrying(q, rc, out->status, &l))
             return rc;
-        gw_upstream_reply_free(out);
+        http_reply_free(out);
         pause_ms(q, attempt == 1 ? 200 : 800);
         if (q->cancel && __atomic_load_n(q->cancel, __ATOMIC_RELAXED))
             return corral_fail(err, ECANCELED, "the request to %s%s was cancelled", q->base,
@@ -229,7 +229,7 @@ int rm_send(const struct rm_request *q, struct gw_upstream_reply *out, struct co
 
 /* ---- errors ---- */
 
-int rm_fail_status(struct corral_error *err, const char *what, const struct gw_upstream_reply *r)
+int rm_fail_status(struct corral_error *err, const char *what, const struct http_reply *r)
 {
     int code = r->status == 401 || r->status == 403 ? EACCES
                : r->status == 404                   ? ENOENT
@@ -252,7 +252,7 @@ int rm_fail_status(struct corral_error *err, const char *what, const struct gw_u
     return -code;
 }
 
-json_t *rm_json(const struct gw_upstream_reply *r, const char *what, struct corral_error *err)
+json_t *rm_json(const struct http_reply *r, const char *what, struct corral_error *err)
 {
     json_error_t je;
     json_t *j = r->body ? json_loadb(r->body, r->len, 0, &je) : NULL;
@@ -288,13 +288,13 @@ int rm_download(struct rm_request *q, size_t max, const char *what, char **data,
     q->on_line = NULL;
     q->on_bytes = on_download;
     q->userdata = &d;
-    struct gw_upstream_reply r;
+    struct http_reply r;
     int rc = rm_send(q, &r, err);
     if (d.too_big)
         rc = corral_fail(err, EFBIG, "%s: larger than %zu bytes", what, max);
     else if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(err, what, &r);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     size_t n = d.data.len;
     *data = rc == 0 ? strbuf_take(&d.data) : NULL; /* "" for an empty file */
     if (rc == 0 && !*data)

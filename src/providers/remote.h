@@ -1,6 +1,6 @@
 /*
  * What the remote providers (e2b.c, opensandbox.c) share: requests to a
- * sandbox service over libcurl (the gateway's upstream client with its
+ * sandbox service over libcurl (src/http's client, http/client.h, with its
  * per-thread connection pools, so keep-alive connections are reused), with
  * retries of what may be retried, cancellation, and answers read line by
  * line as they stream; and the errors of those services.
@@ -16,7 +16,7 @@
 
 #include "base/error.h"
 #include "base/strbuf.h"
-#include "gateway/upstream.h"
+#include "http/client.h"
 
 #define RM_REQUEST_TIMEOUT_MS 60000u /* request_timeout's default, as E2B's SDK */
 #define RM_HEADERS_MAX        12
@@ -56,17 +56,17 @@ bool rm_header(struct rm_request *q, const char *line);
 
 /* Sends q; 0 with *out filled when an answer came (whatever its status),
  * else a negative errno with a message naming the URL. *out is always
- * initialised; free it with gw_upstream_reply_free(). */
-int rm_send(const struct rm_request *q, struct gw_upstream_reply *out, struct corral_error *err);
+ * initialised; free it with http_reply_free(). */
+int rm_send(const struct rm_request *q, struct http_reply *out, struct corral_error *err);
 
 /* Fails err for an answer that is not what was wanted: "WHAT: HTTP 401:
  * MESSAGE", MESSAGE being the service's own (its JSON "message", else the
  * body's start). The errno: EACCES for 401/403, ENOENT for 404, EAGAIN for
  * 429, EIO otherwise. */
-int rm_fail_status(struct corral_error *err, const char *what, const struct gw_upstream_reply *r);
+int rm_fail_status(struct corral_error *err, const char *what, const struct http_reply *r);
 
 /* The answer's JSON body, or NULL (err set, naming `what`). */
-json_t *rm_json(const struct gw_upstream_reply *r, const char *what, struct corral_error *err);
+json_t *rm_json(const struct http_reply *r, const char *what, struct corral_error *err);
 
 /* A remote sandbox's life as the gateway knows it; safe from any thread. */
 struct rm_life {

@@ -13,7 +13,7 @@
  * anything malformed is an error, and a connection is reused only after a
  * well-framed answer.
  */
-#include "gateway/http1.h"
+#include "http/client_lean.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -207,8 +207,8 @@ static void slot_drop(struct slot *s)
 /* ---- one exchange ---- */
 
 struct exchange {
-    const struct gw_upstream_sink *sink;
-    struct gw_upstream_reply *out;
+    const struct http_sink *sink;
+    struct http_reply *out;
     uint64_t deadline; /* 0 = none */
     int fd;
     char *buf; /* what has been read and not consumed */
@@ -602,10 +602,10 @@ static int attempt(struct slot *s, const struct target *t, struct iovec *iov, in
     return 0;
 }
 
-int gw_http1_request(const char *url, const char *method, const char *const *headers,
-                     size_t n_headers, const char *body, size_t len, uint64_t timeout_ms,
-                     const struct gw_upstream_sink *sink, struct gw_upstream_reply *out,
-                     struct corral_error *err)
+int http_lean_request(const char *url, const char *method, const char *const *headers,
+                      size_t n_headers, const char *body, size_t len, uint64_t timeout_ms,
+                      const struct http_sink *sink, struct http_reply *out,
+                      struct corral_error *err)
 {
     struct target t;
     if (parse_url(url, &t) < 0)

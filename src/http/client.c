@@ -1,6 +1,5 @@
 /*
- * The gateway's HTTP client for upstream model servers, over libcurl, and the
- * incremental parser of server-sent events; see upstream.h.
+ * The HTTP client over libcurl; see client.h.
  *
  * Each thread keeps one curl easy handle and one multi handle (whose pool
  * holds the open connections, so consecutive requests from a thread reuse
@@ -10,7 +9,7 @@
  * slow down to about once a second when nothing moves); it is also polled
  * from curl's progress callback while bytes flow.
  */
-#include "gateway/upstream.h"
+#include "http/client.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -24,14 +23,13 @@
 #include <strings.h>
 
 #include "base/cleanup.h"
-#include "gateway/http1.h"
+#include "http/client_lean.h"
 
 #define BODY_MAX           ((size_t)64 << 20) /* a buffered answer's bytes */
 #define SPIN_NS            100000ull          /* see wait_sockets() */
 #define SPIN_CALLS         1
 #define POLL_MS            100 /* the ceiling between two cancellation polls */
 #define CONNECT_TIMEOUT_MS 10000L
-#define SSE_EVENT_MAX      ((size_t)16 << 20)
 
 /* ---- per-thread curl handles ---- */
 
@@ -112,8 +110,8 @@ static void conn_put(struct conn *c, bool temp)
 /* ---- one exchange ---- */
 
 struct xfer {
-    const struct gw_upstream_sink *sink;
-    struct gw_upstream_reply *out;
+    const struct http_sink *sink;
+    struct http_reply *out;
     CURL *easy;
     bool headers_done, streaming;
     int abort; /* the negative errno with which a callback stopped the exchange */
@@ -125,7 +123,7 @@ static bool sink_cancelled(const struct xfer *x)
     return x->sink && x->sink->cancelled && x->sink->cancelled(x->sink->userdata);
 }
 
-static void reply_clear_headers(struct gw_upstream_reply *r)
+static void reply_clear_headers(struct http_reply *r)
 {
     free(r->content_type);
     free(r->request_id);
@@ -160,7 +158,7 @@ static int keep_value(char **slot, const char *v, size_t n)
     return 0;
 }
 
-static int capture_header(struct gw_upstream_reply *r, const char *line, size_t len)
+static int capture_header(struct http_reply *r, const char *line, size_t len)
 {
     const char *v;
     size_t n;
@@ -181,7 +179,7 @@ static int headers_complete(struct xfer *x)
     x->headers_done = true;
     x->out->status = status;
     x->streaming = x->sink && x->sink->on_data && status / 100 == 2;
-    const struct gw_upstream_sink *s = x->sink;
+    const struct http_sink *s = x->sink;
     if (s && s->on_headers && s->on_headers(s->userdata, status, x->out->content_type) != 0)
         return x->abort = -ECANCELED;
     return 0;
@@ -218,7 +216,7 @@ static size_t on_header_line(char *line, size_t size, size_t nitems, void *p)
 
 static int buffer_append(struct xfer *x, const char *data, size_t len)
 {
-    struct gw_upstream_reply *r = x->out;
+    struct http_reply *r = x->out;
     if (len > BODY_MAX - r->len)
         return -EMSGSIZE;
     size_t need = r->len + len + 1;
@@ -273,7 +271,7 @@ static int on_progress(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
 /* ---- the request ---- */
 
 /* base_url + path, plus api-version in the query when asked. */
-static int build_url(const struct gw_upstream *u, CURL *easy, const char *path, char **out)
+static int build_url(const struct http_upstream *u, CURL *easy, const char *path, char **out)
 {
     const char *base = u->base_url ? u->base_url : "";
     size_t blen = strlen(base);
@@ -318,7 +316,7 @@ static int add_header(struct curl_slist **list, const char *line)
     return 0;
 }
 
-static int add_credential(const struct gw_upstream *u, struct curl_slist **list)
+static int add_credential(const struct http_upstream *u, struct curl_slist **list)
 {
     if (!u->api_key || !*u->api_key)
         return 0;
@@ -331,7 +329,7 @@ static int add_credential(const struct gw_upstream *u, struct curl_slist **list)
     return add_header(list, line);
 }
 
-static int build_headers(const struct gw_upstream *u, bool has_body, struct curl_slist **out)
+static int build_headers(const struct http_upstream *u, bool has_body, struct curl_slist **out)
 {
     struct curl_slist *list = NULL;
     int r = 0;
@@ -391,7 +389,7 @@ static curl_socket_t open_socket(void *unused, curlsocktype purpose, struct curl
     return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-static CURLcode set_transport(CURL *e, const struct gw_upstream *u)
+static CURLcode set_transport(CURL *e, const struct http_upstream *u)
 {
     long connect_ms = u->connect_timeout_ms ? clamp_ms(u->connect_timeout_ms) : CONNECT_TIMEOUT_MS;
     CURLcode c = curl_easy_setopt(e, CURLOPT_PROXY, ""); /* never from the environment */
@@ -525,8 +523,8 @@ static int map_error(const struct xfer *x, CURL *e, CURLcode res, const char *ur
     return corral_fail(err, EPROTO, "the request to %s failed: %s", url, why);
 }
 
-static CURLcode configure(CURL *e, const struct gw_upstream *u, const char *method, const char *url,
-                          const char *body, size_t len, struct curl_slist *headers)
+static CURLcode configure(CURL *e, const struct http_upstream *u, const char *method,
+                          const char *url, const char *body, size_t len, struct curl_slist *headers)
 {
     CURLcode c = curl_easy_setopt(e, CURLOPT_URL, url);
     if (!c)
@@ -538,7 +536,7 @@ static CURLcode configure(CURL *e, const struct gw_upstream *u, const char *meth
     return c;
 }
 
-static int exchange(struct conn *c, const struct gw_upstream *u, const char *method,
+static int exchange(struct conn *c, const struct http_upstream *u, const char *method,
                     const char *path, const char *body, size_t len, struct xfer *x,
                     struct corral_error *err)
 {
@@ -565,10 +563,10 @@ static int exchange(struct conn *c, const struct gw_upstream *u, const char *met
     return 0;
 }
 
-/* A buffered exchange with a plain-HTTP upstream, through http1.c. */
-static int lean_exchange(const struct gw_upstream *u, const char *method, const char *path,
-                         const char *body, size_t len, const struct gw_upstream_sink *sink,
-                         struct gw_upstream_reply *out, struct corral_error *err)
+/* A buffered exchange with a plain-HTTP upstream, through client_lean.c. */
+static int lean_exchange(const struct http_upstream *u, const char *method, const char *path,
+                         const char *body, size_t len, const struct http_sink *sink,
+                         struct http_reply *out, struct corral_error *err)
 {
     cleanup_free char *url = NULL;
     if (build_url(u, NULL, path, &url) < 0)
@@ -583,14 +581,14 @@ static int lean_exchange(const struct gw_upstream *u, const char *method, const 
         lines[n++] = h->data;
     if (!method)
         method = body ? "POST" : "GET";
-    r = gw_http1_request(url, method, lines, n, body, len, u->timeout_ms, sink, out, err);
+    r = http_lean_request(url, method, lines, n, body, len, u->timeout_ms, sink, out, err);
     curl_slist_free_all(headers);
     return r;
 }
 
-int gw_upstream_request(const struct gw_upstream *u, const char *method, const char *path,
-                        const char *body, size_t len, const struct gw_upstream_sink *sink,
-                        struct gw_upstream_reply *out, struct corral_error *err)
+int http_upstream_request(const struct http_upstream *u, const char *method, const char *path,
+                          const char *body, size_t len, const struct http_sink *sink,
+                          struct http_reply *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
     if ((!sink || !sink->on_data) && !u->curl_only && u->base_url &&
@@ -614,7 +612,7 @@ int gw_upstream_request(const struct gw_upstream *u, const char *method, const c
     return r;
 }
 
-void gw_upstream_reply_free(struct gw_upstream_reply *r)
+void http_reply_free(struct http_reply *r)
 {
     if (!r)
         return;
@@ -623,176 +621,4 @@ void gw_upstream_reply_free(struct gw_upstream_reply *r)
     r->body = NULL;
     r->len = 0;
     r->status = 0;
-}
-
-/* ---- server-sent events ---- */
-
-void gw_sse_init(struct gw_sse *p, gw_sse_handler on_event, void *userdata)
-{
-    memset(p, 0, sizeof(*p));
-    p->on_event = on_event;
-    p->userdata = userdata;
-}
-
-void gw_sse_free(struct gw_sse *p)
-{
-    free(p->line);
-    free(p->event);
-    free(p->data);
-    p->line = p->event = p->data = NULL;
-    p->line_len = p->line_cap = p->data_len = p->data_cap = 0;
-    p->has_data = false;
-}
-
-static size_t sse_max(const struct gw_sse *p)
-{
-    return p->max_event ? p->max_event : SSE_EVENT_MAX;
-}
-
-/* Makes room for `need` bytes in *buf. */
-static int grow(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    char *b = realloc(*buf, n);
-    if (!b)
-        return -ENOMEM;
-    *buf = b;
-    *cap = n;
-    return 0;
-}
-
-static int sse_fail(struct gw_sse *p, int r)
-{
-    p->stopped = r;
-    return r;
-}
-
-static int sse_dispatch(struct gw_sse *p)
-{
-    int r = 0;
-    if (p->has_data && p->on_event)
-        r = p->on_event(p->userdata, p->event, p->data, p->data_len);
-    free(p->event);
-    p->event = NULL;
-    p->data_len = 0;
-    p->has_data = false;
-    return r;
-}
-
-static int sse_add_data(struct gw_sse *p, const char *v, size_t n)
-{
-    size_t sep = p->has_data ? 1 : 0;
-    if (p->data_len + sep + n > sse_max(p))
-        return -EMSGSIZE;
-    if (grow(&p->data, &p->data_cap, p->data_len + sep + n + 1) < 0)
-        return -ENOMEM;
-    if (sep)
-        p->data[p->data_len++] = '\n';
-    memcpy(p->data + p->data_len, v, n);
-    p->data_len += n;
-    p->data[p->data_len] = '\0';
-    p->has_data = true;
-    return 0;
-}
-
-/* An `event:` line; an empty name means the default type (NULL). */
-static int sse_set_event(struct gw_sse *p, const char *v, size_t n)
-{
-    char *name = NULL;
-    if (n > 0 && !(name = strndup(v, n)))
-        return -ENOMEM;
-    free(p->event);
-    p->event = name;
-    return 0;
-}
-
-/* One complete line, without its line end. */
-static int sse_line(struct gw_sse *p, const char *line, size_t len)
-{
-    if (len == 0)
-        return sse_dispatch(p);
-    if (line[0] == ':') /* a comment */
-        return 0;
-    const char *colon = memchr(line, ':', len);
-    size_t flen = colon ? (size_t)(colon - line) : len;
-    const char *v = colon ? colon + 1 : line + len;
-    size_t vlen = (size_t)(line + len - v);
-    if (vlen > 0 && *v == ' ') {
-        v++;
-        vlen--;
-    }
-    if (flen == 4 && memcmp(line, "data", 4) == 0)
-        return sse_add_data(p, v, vlen);
-    if (flen == 5 && memcmp(line, "event", 5) == 0)
-        return sse_set_event(p, v, vlen);
-    return 0; /* id, retry and unknown fields */
-}
-
-static int sse_append_line(struct gw_sse *p, const char *buf, size_t n)
-{
-    if (n == 0)
-        return 0;
-    if (p->line_len + n > sse_max(p))
-        return -EMSGSIZE;
-    if (grow(&p->line, &p->line_cap, p->line_len + n) < 0)
-        return -ENOMEM;
-    memcpy(p->line + p->line_len, buf, n);
-    p->line_len += n;
-    return 0;
-}
-
-static size_t line_end(const char *buf, size_t from, size_t len)
-{
-    while (from < len && buf[from] != '\n' && buf[from] != '\r')
-        from++;
-    return from;
-}
-
-int gw_sse_feed(struct gw_sse *p, const char *buf, size_t len)
-{
-    size_t i = 0;
-    while (!p->stopped && i < len) {
-        if (p->last_cr && buf[i] == '\n') { /* the \n of a \r\n split across calls */
-            p->last_cr = false;
-            i++;
-            continue;
-        }
-        p->last_cr = false;
-        size_t end = line_end(buf, i, len);
-        int r = sse_append_line(p, buf + i, end - i);
-        if (r < 0)
-            return sse_fail(p, r);
-        if (end == len)
-            break;
-        p->last_cr = buf[end] == '\r';
-        i = end + 1;
-        size_t n = p->line_len;
-        p->line_len = 0;
-        r = sse_line(p, p->line, n);
-        if (r != 0)
-            return sse_fail(p, r);
-    }
-    return p->stopped;
-}
-
-int gw_sse_finish(struct gw_sse *p)
-{
-    if (p->stopped)
-        return p->stopped;
-    int r = 0;
-    if (p->line_len > 0) {
-        size_t n = p->line_len;
-        p->line_len = 0;
-        r = sse_line(p, p->line, n);
-    }
-    if (r == 0)
-        r = sse_dispatch(p);
-    if (r != 0)
-        p->stopped = r;
-    p->last_cr = false;
-    return r;
 }

@@ -1,5 +1,6 @@
 /*
- * The gateway's upstream HTTP client and SSE parser: src/gateway/upstream.c.
+ * The HTTP client and the SSE parser: src/http/client.c (with client_lean.c)
+ * and src/http/sse.c.
  * The client is tested against a tiny HTTP/1.1 server run in a thread of this
  * test (plain sockets) that records each request and answers by path.
  */
@@ -22,7 +23,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "gateway/upstream.h"
+#include "http/client.h"
+#include "http/sse.h"
 
 /* ---- the test server ---- */
 
@@ -342,9 +344,9 @@ static bool c_cancelled(void *u)
     return c->cancel_at_ms && corral_now_ms() >= c->cancel_at_ms;
 }
 
-static struct gw_upstream_sink sink_of(struct collect *c)
+static struct http_sink sink_of(struct collect *c)
 {
-    return (struct gw_upstream_sink){
+    return (struct http_sink){
         .on_headers = c_headers, .on_data = c_data, .cancelled = c_cancelled, .userdata = c};
 }
 
@@ -356,12 +358,12 @@ static void posts_and_buffers_json(void **state)
     char base[128];
     base_url(s, base, sizeof(base), "/"); /* a trailing slash is allowed */
     const char *extra[] = {"X-Trace: abc", NULL};
-    struct gw_upstream u = {.base_url = base, .api_key = "sk-test", .headers = extra};
+    struct http_upstream u = {.base_url = base, .api_key = "sk-test", .headers = extra};
     const char *body = "{\"model\":\"m\"}";
-    struct gw_upstream_reply r;
+    struct http_reply r;
     struct corral_error err = {0};
     int rc =
-        gw_upstream_request(&u, "POST", "/chat/completions", body, strlen(body), NULL, &r, &err);
+        http_upstream_request(&u, "POST", "/chat/completions", body, strlen(body), NULL, &r, &err);
     assert_int_equal(rc, 0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "{\"ok\":true}");
@@ -369,7 +371,7 @@ static void posts_and_buffers_json(void **state)
     assert_string_equal(r.content_type, "application/json");
     assert_string_equal(r.request_id, "req-123");
     assert_null(r.retry_after);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 
     assert_string_equal(s->method, "POST");
     assert_string_equal(s->target, "/v1/chat/completions");
@@ -388,11 +390,11 @@ static void posts_and_buffers_json(void **state)
     memset(big, 'a', big_len);
     big[big_len] = '\0';
     uint64_t t0 = corral_now_ms();
-    rc = gw_upstream_request(&u, "POST", "/big-post", big, big_len, NULL, &r, &err);
+    rc = http_upstream_request(&u, "POST", "/big-post", big, big_len, NULL, &r, &err);
     free(big);
     assert_int_equal(rc, 0);
     assert_int_equal(r.status, 200);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(s->body_total, big_len);
     assert_null(srv_header(s, "expect"));
     assert_true(corral_now_ms() - t0 < 900); /* no wait for a 100 Continue */
@@ -403,12 +405,12 @@ static void sends_azure_key_and_api_version(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {
+    struct http_upstream u = {
         .base_url = base, .api_key = "az-key", .azure = true, .api_version = "2024-02-01"};
-    struct gw_upstream_reply r;
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "GET", "/models", NULL, 0, NULL, &r, &err), 0);
-    gw_upstream_reply_free(&r);
+    assert_int_equal(http_upstream_request(&u, "GET", "/models", NULL, 0, NULL, &r, &err), 0);
+    http_reply_free(&r);
     assert_string_equal(s->method, "GET");
     assert_string_equal(s->target, "/v1/models?api-version=2024-02-01");
     assert_string_equal(srv_header(s, "api-key"), "az-key");
@@ -416,15 +418,16 @@ static void sends_azure_key_and_api_version(void **state)
     assert_null(srv_header(s, "content-type"));
     assert_int_equal(s->body_len, 0);
 
-    assert_int_equal(gw_upstream_request(&u, "GET", "/models?limit=2", NULL, 0, NULL, &r, &err), 0);
-    gw_upstream_reply_free(&r);
+    assert_int_equal(http_upstream_request(&u, "GET", "/models?limit=2", NULL, 0, NULL, &r, &err),
+                     0);
+    http_reply_free(&r);
     assert_string_equal(s->target, "/v1/models?limit=2&api-version=2024-02-01");
 
     u.api_key = NULL;
     u.api_version = NULL;
-    assert_int_equal(gw_upstream_request(&u, "DELETE", "/files/f1", NULL, 0, NULL, &r, &err), 0);
+    assert_int_equal(http_upstream_request(&u, "DELETE", "/files/f1", NULL, 0, NULL, &r, &err), 0);
     assert_non_null(r.body);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_string_equal(s->method, "DELETE");
     assert_string_equal(s->target, "/v1/files/f1");
     assert_null(srv_header(s, "api-key"));
@@ -436,13 +439,13 @@ static void reuses_the_connection(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base};
+    struct http_reply r;
     struct corral_error err = {0};
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(gw_upstream_request(&u, "POST", "/x", "{}", 2, NULL, &r, &err), 0);
+        assert_int_equal(http_upstream_request(&u, "POST", "/x", "{}", 2, NULL, &r, &err), 0);
         assert_int_equal(r.status, 200);
-        gw_upstream_reply_free(&r);
+        http_reply_free(&r);
     }
     pthread_mutex_lock(&s->mu);
     assert_int_equal(s->requests, 2);
@@ -474,17 +477,17 @@ static void streams_a_2xx_body(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 10000};
+    struct http_upstream u = {.base_url = base, .timeout_ms = 10000};
     struct collect c = {0};
-    struct gw_upstream_sink sink = sink_of(&c);
-    struct gw_upstream_reply r;
+    struct http_sink sink = sink_of(&c);
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "POST", "/stream", "{}", 2, &sink, &r, &err), 0);
+    assert_int_equal(http_upstream_request(&u, "POST", "/stream", "{}", 2, &sink, &r, &err), 0);
     assert_int_equal(r.status, 200);
     assert_null(r.body);
     assert_int_equal(r.len, 0);
     assert_string_equal(r.request_id, "req-stream");
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(c.headers_calls, 1);
     assert_true(c.order_ok);
     assert_int_equal(c.status, 200);
@@ -493,11 +496,11 @@ static void streams_a_2xx_body(void **state)
     assert_true(c.cancelled_calls > 0);
 
     struct events ev = {0};
-    struct gw_sse p;
-    gw_sse_init(&p, on_event, &ev);
-    assert_int_equal(gw_sse_feed(&p, c.data, c.len), 0);
-    assert_int_equal(gw_sse_finish(&p), 0);
-    gw_sse_free(&p);
+    struct http_sse p;
+    http_sse_init(&p, on_event, &ev);
+    assert_int_equal(http_sse_feed(&p, c.data, c.len), 0);
+    assert_int_equal(http_sse_finish(&p), 0);
+    http_sse_free(&p);
     assert_int_equal(ev.n, 3);
     assert_string_equal(ev.data[0], "one");
     assert_string_equal(ev.data[1], "two");
@@ -505,9 +508,9 @@ static void streams_a_2xx_body(void **state)
     assert_string_equal(ev.data[2], "[DONE]");
 
     /* the chunked answer ended cleanly: the next streamed request reuses its
-     * connection (buffered plain-HTTP exchanges have their own, http1.c) */
-    assert_int_equal(gw_upstream_request(&u, "GET", "/after", NULL, 0, &sink, &r, &err), 0);
-    gw_upstream_reply_free(&r);
+     * connection (buffered plain-HTTP exchanges have their own, client_lean.c) */
+    assert_int_equal(http_upstream_request(&u, "GET", "/after", NULL, 0, &sink, &r, &err), 0);
+    http_reply_free(&r);
     assert_int_equal(s->accepted, 1);
 }
 
@@ -518,20 +521,20 @@ static void buffers_a_chunked_answer(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base};
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "POST", "/stream", "{}", 2, NULL, &r, &err), 0);
+    assert_int_equal(http_upstream_request(&u, "POST", "/stream", "{}", 2, NULL, &r, &err), 0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "data: one\n\ndata: two\n\nevent: done\ndata: [DONE]\n\n");
     assert_int_equal(r.len, strlen(r.body));
     assert_string_equal(r.request_id, "req-stream");
     assert_string_equal(r.content_type, "text/event-stream");
-    gw_upstream_reply_free(&r);
-    assert_int_equal(gw_upstream_request(&u, "POST", "/chat/completions", "{}", 2, NULL, &r, &err),
-                     0);
+    http_reply_free(&r);
+    assert_int_equal(
+        http_upstream_request(&u, "POST", "/chat/completions", "{}", 2, NULL, &r, &err), 0);
     assert_string_equal(r.body, "{\"ok\":true}");
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(s->accepted, 1);
 }
 
@@ -542,17 +545,17 @@ static void replaces_a_connection_closed_while_idle(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base};
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "POST", "/once", "{}", 2, NULL, &r, &err), 0);
+    assert_int_equal(http_upstream_request(&u, "POST", "/once", "{}", 2, NULL, &r, &err), 0);
     assert_int_equal(r.status, 200);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     usleep(50000); /* the server has closed it by now */
-    assert_int_equal(gw_upstream_request(&u, "POST", "/chat/completions", "{}", 2, NULL, &r, &err),
-                     0);
+    assert_int_equal(
+        http_upstream_request(&u, "POST", "/chat/completions", "{}", 2, NULL, &r, &err), 0);
     assert_int_equal(r.status, 200);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(s->accepted, 2);
     assert_int_equal(s->requests, 2);
 }
@@ -562,12 +565,12 @@ static void buffers_an_error_even_when_streaming(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base};
+    struct http_upstream u = {.base_url = base};
     struct collect c = {0};
-    struct gw_upstream_sink sink = sink_of(&c);
-    struct gw_upstream_reply r;
+    struct http_sink sink = sink_of(&c);
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "POST", "/error", "{}", 2, &sink, &r, &err), 0);
+    assert_int_equal(http_upstream_request(&u, "POST", "/error", "{}", 2, &sink, &r, &err), 0);
     assert_int_equal(r.status, 429);
     assert_non_null(r.body);
     assert_non_null(strstr(r.body, "slow down"));
@@ -575,7 +578,7 @@ static void buffers_an_error_even_when_streaming(void **state)
     assert_string_equal(r.content_type, "application/json");
     assert_string_equal(r.retry_after, "7");
     assert_string_equal(r.request_id, "req-429");
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(c.headers_calls, 1);
     assert_int_equal(c.status, 429);
     assert_int_equal(c.data_calls, 0);
@@ -588,10 +591,10 @@ static void reports_a_refused_connection(void **state)
     char base[128], want[160];
     snprintf(base, sizeof(base), "http://127.0.0.1:%d/v1", port);
     snprintf(want, sizeof(want), "cannot reach %s/x", base);
-    struct gw_upstream u = {.base_url = base};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base};
+    struct http_reply r;
     struct corral_error err = {0};
-    int rc = gw_upstream_request(&u, "POST", "/x", "{}", 2, NULL, &r, &err);
+    int rc = http_upstream_request(&u, "POST", "/x", "{}", 2, NULL, &r, &err);
     close(fd);
     assert_int_equal(rc, -ECONNREFUSED);
     assert_int_equal(err.code, ECONNREFUSED);
@@ -599,7 +602,7 @@ static void reports_a_refused_connection(void **state)
     assert_non_null(strstr(err.message, "Connection refused"));
     assert_int_equal(r.status, 0);
     assert_null(r.body);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void times_out(void **state)
@@ -607,16 +610,16 @@ static void times_out(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 300};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base, .timeout_ms = 300};
+    struct http_reply r;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
-    int rc = gw_upstream_request(&u, "POST", "/stall", "{}", 2, NULL, &r, &err);
+    int rc = http_upstream_request(&u, "POST", "/stall", "{}", 2, NULL, &r, &err);
     uint64_t took = corral_now_ms() - t0;
     assert_int_equal(rc, -ETIMEDOUT);
     assert_non_null(strstr(err.message, "/v1/stall"));
     assert_true(took >= 250 && took < 5000);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void cancels_while_the_upstream_is_silent(void **state)
@@ -624,14 +627,14 @@ static void cancels_while_the_upstream_is_silent(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 10000};
+    struct http_upstream u = {.base_url = base, .timeout_ms = 10000};
     struct collect c = {0};
-    struct gw_upstream_sink sink = sink_of(&c);
-    struct gw_upstream_reply r;
+    struct http_sink sink = sink_of(&c);
+    struct http_reply r;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
     c.cancel_at_ms = t0 + 700;
-    int rc = gw_upstream_request(&u, "POST", "/stall", "{}", 2, &sink, &r, &err);
+    int rc = http_upstream_request(&u, "POST", "/stall", "{}", 2, &sink, &r, &err);
     uint64_t took = corral_now_ms() - t0;
     assert_int_equal(rc, -ECANCELED);
     assert_int_equal(err.code, ECANCELED);
@@ -641,13 +644,13 @@ static void cancels_while_the_upstream_is_silent(void **state)
     /* polled at least every 100 ms while the upstream is silent (with slack for a busy host) */
     assert_true(c.max_gap_ms < 300);
     assert_true(c.cancelled_calls >= 6);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 
     /* cancelled before it starts: nothing is sent */
     c.cancel_at_ms = 1;
     int before = s->requests;
-    assert_int_equal(gw_upstream_request(&u, "POST", "/x", "{}", 2, &sink, &r, &err), -ECANCELED);
-    gw_upstream_reply_free(&r);
+    assert_int_equal(http_upstream_request(&u, "POST", "/x", "{}", 2, &sink, &r, &err), -ECANCELED);
+    http_reply_free(&r);
     assert_int_equal(s->requests, before);
 }
 
@@ -656,18 +659,18 @@ static void cancels_in_the_middle_of_a_stream(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 10000};
+    struct http_upstream u = {.base_url = base, .timeout_ms = 10000};
     struct collect c = {.cancel_after_data = true};
-    struct gw_upstream_sink sink = sink_of(&c);
-    struct gw_upstream_reply r;
+    struct http_sink sink = sink_of(&c);
+    struct http_reply r;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
-    assert_int_equal(gw_upstream_request(&u, "POST", "/trickle", "{}", 2, &sink, &r, &err),
+    assert_int_equal(http_upstream_request(&u, "POST", "/trickle", "{}", 2, &sink, &r, &err),
                      -ECANCELED);
     assert_true(corral_now_ms() - t0 < 2000);
     assert_string_equal(c.data, "data: first\n\n");
     assert_int_equal(r.status, 200);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 }
 
 static void the_sink_can_stop(void **state)
@@ -675,22 +678,22 @@ static void the_sink_can_stop(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 10000};
+    struct http_upstream u = {.base_url = base, .timeout_ms = 10000};
     struct collect c = {.stop_data = 1};
-    struct gw_upstream_sink sink = sink_of(&c);
-    struct gw_upstream_reply r;
+    struct http_sink sink = sink_of(&c);
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "POST", "/stream", "{}", 2, &sink, &r, &err),
+    assert_int_equal(http_upstream_request(&u, "POST", "/stream", "{}", 2, &sink, &r, &err),
                      -ECANCELED);
     assert_int_equal(c.data_calls, 1);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 
     struct collect h = {.stop_headers = 1};
     sink = sink_of(&h);
-    assert_int_equal(gw_upstream_request(&u, "POST", "/x", "{}", 2, &sink, &r, &err), -ECANCELED);
+    assert_int_equal(http_upstream_request(&u, "POST", "/x", "{}", 2, &sink, &r, &err), -ECANCELED);
     assert_int_equal(h.headers_calls, 1);
     assert_int_equal(h.data_calls, 0);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
 }
 
 struct nested {
@@ -704,12 +707,12 @@ static int nested_headers(void *u, long status, const char *content_type)
     struct nested *n = u;
     char base[64];
     snprintf(base, sizeof(base), "http://127.0.0.1:%d", n->port);
-    struct gw_upstream up = {.base_url = base};
-    struct gw_upstream_reply r;
+    struct http_upstream up = {.base_url = base};
+    struct http_reply r;
     struct corral_error err = {0};
-    n->rc = gw_upstream_request(&up, "GET", "/inner", NULL, 0, NULL, &r, &err);
+    n->rc = http_upstream_request(&up, "GET", "/inner", NULL, 0, NULL, &r, &err);
     snprintf(n->message, sizeof(n->message), "%s", err.message);
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     return 0;
 }
 
@@ -720,21 +723,21 @@ static void a_callback_may_make_a_request(void **state)
     base_url(s, base, sizeof(base), "");
     struct nested n = {0};
     int fd = bound_socket(&n.port);
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 10000};
-    struct gw_upstream_sink sink = {.on_headers = nested_headers, .userdata = &n};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base, .timeout_ms = 10000};
+    struct http_sink sink = {.on_headers = nested_headers, .userdata = &n};
+    struct http_reply r;
     struct corral_error err = {0};
-    int rc = gw_upstream_request(&u, "GET", "/outer", NULL, 0, &sink, &r, &err);
+    int rc = http_upstream_request(&u, "GET", "/outer", NULL, 0, &sink, &r, &err);
     close(fd);
     assert_int_equal(rc, 0);
     assert_string_equal(r.body, "{\"ok\":true}");
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_int_equal(n.rc, -ECONNREFUSED);
     assert_non_null(strstr(n.message, "/inner"));
 
     /* and the thread's own handle still works, on its kept connection */
-    assert_int_equal(gw_upstream_request(&u, "GET", "/again", NULL, 0, NULL, &r, &err), 0);
-    gw_upstream_reply_free(&r);
+    assert_int_equal(http_upstream_request(&u, "GET", "/again", NULL, 0, NULL, &r, &err), 0);
+    http_reply_free(&r);
     assert_int_equal(s->accepted, 1);
 }
 
@@ -743,12 +746,12 @@ static void caps_a_buffered_body(void **state)
     struct srv *s = *state;
     char base[128];
     base_url(s, base, sizeof(base), "");
-    struct gw_upstream u = {.base_url = base, .timeout_ms = 60000};
-    struct gw_upstream_reply r;
+    struct http_upstream u = {.base_url = base, .timeout_ms = 60000};
+    struct http_reply r;
     struct corral_error err = {0};
-    assert_int_equal(gw_upstream_request(&u, "GET", "/big", NULL, 0, NULL, &r, &err), -EMSGSIZE);
+    assert_int_equal(http_upstream_request(&u, "GET", "/big", NULL, 0, NULL, &r, &err), -EMSGSIZE);
     assert_non_null(strstr(err.message, "64 MiB"));
-    gw_upstream_reply_free(&r);
+    http_reply_free(&r);
     assert_null(r.body);
 }
 
@@ -757,12 +760,12 @@ static void caps_a_buffered_body(void **state)
 static struct events parse_whole(const char *text, size_t max_event)
 {
     struct events ev = {0};
-    struct gw_sse p;
-    gw_sse_init(&p, on_event, &ev);
+    struct http_sse p;
+    http_sse_init(&p, on_event, &ev);
     p.max_event = max_event;
-    assert_int_equal(gw_sse_feed(&p, text, strlen(text)), 0);
-    assert_int_equal(gw_sse_finish(&p), 0);
-    gw_sse_free(&p);
+    assert_int_equal(http_sse_feed(&p, text, strlen(text)), 0);
+    assert_int_equal(http_sse_finish(&p), 0);
+    http_sse_free(&p);
     return ev;
 }
 
@@ -825,21 +828,21 @@ static void sse_splits_anywhere(void **state)
     size_t n = strlen(MIXED);
     for (size_t cut = 0; cut <= n; cut++) {
         struct events ev = {0};
-        struct gw_sse p;
-        gw_sse_init(&p, on_event, &ev);
-        assert_int_equal(gw_sse_feed(&p, MIXED, cut), 0);
-        assert_int_equal(gw_sse_feed(&p, MIXED + cut, n - cut), 0);
-        assert_int_equal(gw_sse_finish(&p), 0);
-        gw_sse_free(&p);
+        struct http_sse p;
+        http_sse_init(&p, on_event, &ev);
+        assert_int_equal(http_sse_feed(&p, MIXED, cut), 0);
+        assert_int_equal(http_sse_feed(&p, MIXED + cut, n - cut), 0);
+        assert_int_equal(http_sse_finish(&p), 0);
+        http_sse_free(&p);
         assert_same_events(&whole, &ev);
     }
     struct events ev = {0};
-    struct gw_sse p;
-    gw_sse_init(&p, on_event, &ev);
+    struct http_sse p;
+    http_sse_init(&p, on_event, &ev);
     for (size_t i = 0; i < n; i++)
-        assert_int_equal(gw_sse_feed(&p, MIXED + i, 1), 0);
-    assert_int_equal(gw_sse_finish(&p), 0);
-    gw_sse_free(&p);
+        assert_int_equal(http_sse_feed(&p, MIXED + i, 1), 0);
+    assert_int_equal(http_sse_finish(&p), 0);
+    http_sse_free(&p);
     assert_same_events(&whole, &ev);
 }
 
@@ -847,11 +850,11 @@ static void sse_crlf_split_counts_once(void **state)
 {
     /* "\r" then "\n" in the next call is one line end, not an empty line */
     struct events ev = {0};
-    struct gw_sse p;
-    gw_sse_init(&p, on_event, &ev);
-    assert_int_equal(gw_sse_feed(&p, "data: a\r", 8), 0);
-    assert_int_equal(gw_sse_feed(&p, "\ndata: b\r\n\r\n", 12), 0);
-    gw_sse_free(&p);
+    struct http_sse p;
+    http_sse_init(&p, on_event, &ev);
+    assert_int_equal(http_sse_feed(&p, "data: a\r", 8), 0);
+    assert_int_equal(http_sse_feed(&p, "\ndata: b\r\n\r\n", 12), 0);
+    http_sse_free(&p);
     assert_int_equal(ev.n, 1);
     assert_string_equal(ev.data[0], "a\nb");
 }
@@ -872,38 +875,38 @@ static void sse_finish_dispatches_the_last_event(void **state)
 static void sse_handler_stops(void **state)
 {
     struct events ev = {.stop_at = 2};
-    struct gw_sse p;
-    gw_sse_init(&p, on_event, &ev);
+    struct http_sse p;
+    http_sse_init(&p, on_event, &ev);
     const char *text = "data: 1\n\ndata: 2\n\ndata: 3\n\n";
-    assert_int_equal(gw_sse_feed(&p, text, strlen(text)), 7);
+    assert_int_equal(http_sse_feed(&p, text, strlen(text)), 7);
     assert_int_equal(ev.n, 2);
-    assert_int_equal(gw_sse_feed(&p, "data: 4\n\n", 9), 7);
-    assert_int_equal(gw_sse_finish(&p), 7);
+    assert_int_equal(http_sse_feed(&p, "data: 4\n\n", 9), 7);
+    assert_int_equal(http_sse_finish(&p), 7);
     assert_int_equal(ev.n, 2);
-    gw_sse_free(&p);
+    http_sse_free(&p);
 }
 
 static void sse_bounds_an_event(void **state)
 {
     struct events ev = {0};
-    struct gw_sse p;
-    gw_sse_init(&p, on_event, &ev);
+    struct http_sse p;
+    http_sse_init(&p, on_event, &ev);
     p.max_event = 16;
-    assert_int_equal(gw_sse_feed(&p, "data: 0123456789\n\n", 18), 0); /* 10 bytes: fine */
+    assert_int_equal(http_sse_feed(&p, "data: 0123456789\n\n", 18), 0); /* 10 bytes: fine */
     assert_int_equal(ev.n, 1);
-    assert_int_equal(gw_sse_feed(&p, "data: 01234567\ndata: 01234567\n", 30), -EMSGSIZE);
-    assert_int_equal(gw_sse_feed(&p, "\n", 1), -EMSGSIZE);
+    assert_int_equal(http_sse_feed(&p, "data: 01234567\ndata: 01234567\n", 30), -EMSGSIZE);
+    assert_int_equal(http_sse_feed(&p, "\n", 1), -EMSGSIZE);
     assert_int_equal(ev.n, 1);
-    gw_sse_free(&p);
+    http_sse_free(&p);
 
     /* one long line, fed in small pieces, fails before its end */
-    gw_sse_init(&p, on_event, &ev);
+    http_sse_init(&p, on_event, &ev);
     p.max_event = 16;
     int rc = 0;
     for (int i = 0; i < 10 && rc == 0; i++)
-        rc = gw_sse_feed(&p, "data: xxx", 9);
+        rc = http_sse_feed(&p, "data: xxx", 9);
     assert_int_equal(rc, -EMSGSIZE);
-    gw_sse_free(&p);
+    http_sse_free(&p);
 }
 
 int main(void)

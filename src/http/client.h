@@ -1,12 +1,14 @@
 /*
- * The gateway's HTTP client for upstream model servers (libcurl), and an
- * incremental parser of server-sent events.
+ * The HTTP client (client.c, over libcurl) that the gateway's upstream
+ * models and the remote sandbox providers are reached with; buffered
+ * exchanges with plain-HTTP servers go through the lean client beside it
+ * (client_lean.c).
  *
  * Each thread keeps one curl handle, so consecutive requests from a thread
  * reuse their connections (keep-alive) and pay no handle set-up.
  */
-#ifndef CORRAL_GATEWAY_UPSTREAM_H
-#define CORRAL_GATEWAY_UPSTREAM_H
+#ifndef CORRAL_HTTP_CLIENT_H
+#define CORRAL_HTTP_CLIENT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,7 +17,7 @@
 #include "base/error.h"
 
 /* Where and how to reach one upstream. */
-struct gw_upstream {
+struct http_upstream {
     const char *base_url;        /* "http://127.0.0.1:9000/v1"; a trailing '/' is allowed */
     const char *api_key;         /* NULL or "": no credential is sent */
     bool azure;                  /* send `api-key: KEY` instead of `Authorization: Bearer KEY` */
@@ -26,7 +28,7 @@ struct gw_upstream {
     bool curl_only;              /* always libcurl: no lean client for buffered plain HTTP */
 };
 
-struct gw_upstream_reply {
+struct http_reply {
     long status; /* the HTTP status; 0 when no answer came */
     char *body;  /* the body, NUL-terminated (NULL when streamed to on_data) */
     size_t len;
@@ -36,7 +38,7 @@ struct gw_upstream_reply {
 };
 
 /* What to do with an answer's body. All members may be NULL. */
-struct gw_upstream_sink {
+struct http_sink {
     /* Called once the status and headers are known, before any body byte;
      * non-zero aborts the exchange. */
     int (*on_headers)(void *userdata, long status, const char *content_type);
@@ -56,40 +58,11 @@ struct gw_upstream_sink {
  * negative errno: -ECONNREFUSED, -ETIMEDOUT, -ECANCELED (aborted by the
  * sink), -EPROTO... with a message naming the upstream ("cannot reach
  * http://...: Connection refused"). *out is always initialised; free it
- * with gw_upstream_reply_free().
+ * with http_reply_free().
  */
-int gw_upstream_request(const struct gw_upstream *u, const char *method, const char *path,
-                        const char *body, size_t len, const struct gw_upstream_sink *sink,
-                        struct gw_upstream_reply *out, struct corral_error *err);
-void gw_upstream_reply_free(struct gw_upstream_reply *r);
-
-/* ---- server-sent events ---- */
-
-/* One event: `event` is the value of its `event:` line or NULL; `data` is
- * its `data:` lines joined with '\n' (NUL-terminated). Comments (lines
- * starting with ':') are dropped, `id:`/`retry:` ignored; lines may end in
- * \n, \r\n or \r. An event is dispatched at its blank line. Non-zero stops
- * the parser: gw_sse_feed returns that value from then on. */
-typedef int (*gw_sse_handler)(void *userdata, const char *event, const char *data, size_t len);
-
-struct gw_sse {
-    gw_sse_handler on_event;
-    void *userdata;
-    char *line; /* the partial line */
-    size_t line_len, line_cap;
-    char *event;
-    char *data;
-    size_t data_len, data_cap;
-    bool has_data, last_cr;
-    int stopped;
-    size_t max_event; /* a bigger event fails with -EMSGSIZE; 0 = 16 MiB */
-};
-
-void gw_sse_init(struct gw_sse *p, gw_sse_handler on_event, void *userdata);
-/* Feeds bytes; 0, the handler's non-zero value, or -ENOMEM / -EMSGSIZE. */
-int gw_sse_feed(struct gw_sse *p, const char *buf, size_t len);
-/* The end of the stream: dispatches a last event not followed by a blank line. */
-int gw_sse_finish(struct gw_sse *p);
-void gw_sse_free(struct gw_sse *p);
+int http_upstream_request(const struct http_upstream *u, const char *method, const char *path,
+                          const char *body, size_t len, const struct http_sink *sink,
+                          struct http_reply *out, struct corral_error *err);
+void http_reply_free(struct http_reply *r);
 
 #endif
