@@ -23,7 +23,7 @@
 #include <strings.h>
 
 #include "base/cleanup.h"
-#include "http/client_lean.h"
+#include "http/client_internal.h"
 
 #define BODY_MAX           ((size_t)64 << 20) /* a buffered answer's bytes */
 #define SPIN_NS            100000ull          /* see wait_sockets() */
@@ -123,54 +123,6 @@ static bool sink_cancelled(const struct xfer *x)
     return x->sink && x->sink->cancelled && x->sink->cancelled(x->sink->userdata);
 }
 
-static void reply_clear_headers(struct http_reply *r)
-{
-    free(r->content_type);
-    free(r->request_id);
-    free(r->retry_after);
-    r->content_type = r->request_id = r->retry_after = NULL;
-}
-
-/* Whether `line` is header `name`; its trimmed value is then in *value and *vlen. */
-static bool header_is(const char *line, size_t len, const char *name, const char **value,
-                      size_t *vlen)
-{
-    size_t n = strlen(name);
-    if (len <= n || line[n] != ':' || strncasecmp(line, name, n) != 0)
-        return false;
-    const char *v = line + n + 1, *end = line + len;
-    while (v < end && (*v == ' ' || *v == '\t'))
-        v++;
-    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
-        end--;
-    *value = v;
-    *vlen = (size_t)(end - v);
-    return true;
-}
-
-static int keep_value(char **slot, const char *v, size_t n)
-{
-    char *copy = strndup(v, n);
-    if (!copy)
-        return -ENOMEM;
-    free(*slot);
-    *slot = copy;
-    return 0;
-}
-
-static int capture_header(struct http_reply *r, const char *line, size_t len)
-{
-    const char *v;
-    size_t n;
-    if (header_is(line, len, "content-type", &v, &n))
-        return keep_value(&r->content_type, v, n);
-    if (header_is(line, len, "x-request-id", &v, &n))
-        return keep_value(&r->request_id, v, n);
-    if (header_is(line, len, "retry-after", &v, &n))
-        return keep_value(&r->retry_after, v, n);
-    return 0;
-}
-
 /* The final answer's headers are all in: tell the sink. */
 static int headers_complete(struct xfer *x)
 {
@@ -194,7 +146,7 @@ static size_t on_header_line(char *line, size_t size, size_t nitems, void *p)
     if (x->headers_done) /* trailers of a chunked body */
         return len;
     if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) { /* a status line: a new header set */
-        reply_clear_headers(x->out);
+        http_reply_clear_headers(x->out);
         return len;
     }
     size_t n = len;
@@ -207,7 +159,8 @@ static size_t on_header_line(char *line, size_t size, size_t nitems, void *p)
             return len;
         return headers_complete(x) == 0 ? len : 0;
     }
-    if (capture_header(x->out, line, n) < 0) {
+    struct http_field f;
+    if (http_field_split(line, n, &f) >= 0 && http_reply_keep_header(x->out, &f) < 0) {
         x->abort = -ENOMEM;
         return 0;
     }
@@ -610,15 +563,4 @@ int http_upstream_request(const struct http_upstream *u, const char *method, con
             return corral_fail(err, ENOMEM, "cannot keep an empty answer");
     }
     return r;
-}
-
-void http_reply_free(struct http_reply *r)
-{
-    if (!r)
-        return;
-    free(r->body);
-    reply_clear_headers(r);
-    r->body = NULL;
-    r->len = 0;
-    r->status = 0;
 }

@@ -2,7 +2,7 @@
  * The HTTP client (client.c, over libcurl) that the gateway's upstream
  * models and the remote sandbox providers are reached with; buffered
  * exchanges with plain-HTTP servers go through the lean client beside it
- * (client_lean.c).
+ * (client_lean.c), which reads answers with the server's parser (parse.h).
  *
  * Each thread keeps one curl handle, so consecutive requests from a thread
  * reuse their connections (keep-alive) and pay no handle set-up.

@@ -13,7 +13,7 @@
  * anything malformed is an error, and a connection is reused only after a
  * well-framed answer.
  */
-#include "http/client_lean.h"
+#include "http/client_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -347,16 +347,6 @@ static char *head_end(struct exchange *x)
     return x->buf ? memmem(x->buf + x->off, x->len - x->off, "\r\n\r\n", 4) : NULL;
 }
 
-static int keep_value(char **slot, const char *v, size_t n)
-{
-    char *copy = strndup(v, n);
-    if (!copy)
-        return -ENOMEM;
-    free(*slot);
-    *slot = copy;
-    return 0;
-}
-
 struct framing {
     bool chunked, close, has_length;
     size_t length;
@@ -365,18 +355,12 @@ struct framing {
 /* One header line (without its CRLF). */
 static int header_line(struct exchange *x, const char *line, size_t n, struct framing *f)
 {
-    const char *colon = memchr(line, ':', n);
-    if (!colon)
+    struct http_field h;
+    if (http_field_split(line, n, &h) < 0)
         return -EPROTO;
-    size_t klen = (size_t)(colon - line);
-    const char *v = colon + 1, *end = line + n;
-    while (v < end && (*v == ' ' || *v == '\t'))
-        v++;
-    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
-        end--;
-    size_t vlen = (size_t)(end - v);
-#define IS(name) (klen == sizeof(name) - 1 && !strncasecmp(line, name, klen))
-    if (IS("content-length")) {
+    const char *v = h.value, *end = h.value + h.value_len;
+    size_t vlen = h.value_len;
+    if (http_field_is(&h, "content-length")) {
         char num[24];
         if (!vlen || vlen >= sizeof(num) || strspn(v, "0123456789") < vlen)
             return -EPROTO;
@@ -387,18 +371,13 @@ static int header_line(struct exchange *x, const char *line, size_t n, struct fr
             return -EMSGSIZE;
         f->has_length = true;
         f->length = (size_t)l;
-    } else if (IS("transfer-encoding")) {
+    } else if (http_field_is(&h, "transfer-encoding")) {
         f->chunked = vlen >= 7 && !strncasecmp(end - 7, "chunked", 7);
-    } else if (IS("connection")) {
+    } else if (http_field_is(&h, "connection")) {
         f->close = vlen == 5 && !strncasecmp(v, "close", 5);
-    } else if (IS("content-type")) {
-        return keep_value(&x->out->content_type, v, vlen);
-    } else if (IS("x-request-id")) {
-        return keep_value(&x->out->request_id, v, vlen);
-    } else if (IS("retry-after")) {
-        return keep_value(&x->out->retry_after, v, vlen);
+    } else {
+        return http_reply_keep_header(x->out, &h);
     }
-#undef IS
     return 0;
 }
 
@@ -451,53 +430,27 @@ static int take(struct exchange *x, struct strbuf *body, size_t n)
 
 static int read_chunked(struct exchange *x, struct strbuf *body)
 {
+    struct http_chunks d = {0};
     for (;;) {
-        char *eol;
-        while (!(eol = memmem(x->buf + x->off, x->len - x->off, "\r\n", 2))) {
-            if (x->len - x->off > 1024)
-                return -EPROTO;
+        size_t used;
+        enum http_chunk_step step = http_chunks_step(&d, x->buf + x->off, x->len - x->off, &used);
+        if (step == HTTP_CHUNK_MORE) {
             int r = fill(x);
             if (r <= 0)
                 return r < 0 ? r : -EPROTO;
+            continue;
         }
-        char *num_end = NULL;
-        unsigned long long size = strtoull(x->buf + x->off, &num_end, 16);
-        if (num_end == x->buf + x->off || size > BODY_MAX)
+        if (step == HTTP_CHUNK_BAD || (step == HTTP_CHUNK_SIZE && d.left > BODY_MAX))
             return -EPROTO;
-        x->off = (size_t)(eol + 2 - x->buf);
-        if (size == 0) { /* trailers, then the blank line */
-            for (;;) {
-                while (!(eol = memmem(x->buf + x->off, x->len - x->off, "\r\n", 2))) {
-                    if (x->len - x->off > HEAD_MAX)
-                        return -EPROTO;
-                    int r = fill(x);
-                    if (r <= 0)
-                        return r < 0 ? r : -EPROTO;
-                }
-                bool blank = eol == x->buf + x->off;
-                x->off = (size_t)(eol + 2 - x->buf);
-                if (blank)
-                    return 0;
-            }
+        if (step == HTTP_CHUNK_DATA) {
+            int r = take(x, body, used);
+            if (r < 0)
+                return r;
+            continue;
         }
-        while (x->len - x->off < size + 2) {
-            size_t have = x->len - x->off;
-            if (have > 0 && have <= size) { /* keep the buffer small: move what came */
-                int r = take(x, body, have);
-                if (r < 0)
-                    return r;
-                size -= have;
-            }
-            int r = fill(x);
-            if (r <= 0)
-                return r < 0 ? r : -EPROTO;
-        }
-        int r = take(x, body, (size_t)size);
-        if (r < 0)
-            return r;
-        if (memcmp(x->buf + x->off, "\r\n", 2))
-            return -EPROTO;
-        x->off += 2;
+        x->off += used;
+        if (step == HTTP_CHUNK_END)
+            return 0;
     }
 }
 
@@ -648,10 +601,7 @@ int http_lean_request(const char *url, const char *method, const char *const *he
         if (rc == 0)
             break;
         slot_drop(s);
-        free(out->content_type);
-        free(out->request_id);
-        free(out->retry_after);
-        out->content_type = out->request_id = out->retry_after = NULL;
+        http_reply_clear_headers(out);
         out->status = 0;
         if (!retry)
             break;

@@ -30,12 +30,12 @@
 
 #include "base/util.h"
 #include "http/http_internal.h"
+#include "http/parse.h"
 
 #define DEFAULT_MAX_BODY (10u << 20)
 #define HEAD_MAX         (64u << 10) /* request line and headers */
 #define MAX_HEADERS      128
 #define MAX_ARGS         128
-#define CHUNK_LINE_MAX   4096 /* a chunk-size line or a trailer line */
 #define START_THREADS    2
 #define SPARE_THREADS    2 /* idle threads beyond this leave after IDLE_EXIT_MS */
 #define IDLE_EXIT_MS     5000
@@ -43,7 +43,6 @@
 #define STACK_SIZE       (512u << 10)
 
 enum framing { BODY_NONE, BODY_LENGTH, BODY_CHUNKED };
-enum chunk_state { CS_SIZE, CS_DATA, CS_DATA_END, CS_TRAILER };
 
 struct hdr {
     uint32_t name, value; /* offsets into conn->in */
@@ -66,8 +65,7 @@ struct conn {
     size_t length; /* BODY_LENGTH: bytes still to come (also when discarding) */
     size_t dec;    /* the end of the body's bytes (decoded, for chunks) */
     size_t raw;    /* BODY_CHUNKED: the next encoded byte */
-    size_t chunk_left;
-    enum chunk_state cstate;
+    struct http_chunks chunks;
     size_t end; /* where the request ends in `in`, once complete */
     struct hdr hdrs[MAX_HEADERS];
     size_t n_hdrs;
@@ -215,16 +213,6 @@ static void split_target(struct conn *c, char *target)
     }
 }
 
-static char *trim(char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-        s[--n] = '\0';
-    return s;
-}
-
 /* Parses the head in[0, head_len) in place; 0, or the status to answer. */
 static int parse_head(struct conn *c)
 {
@@ -268,14 +256,13 @@ static int parse_head(struct conn *c)
     c->method = (uint32_t)(method - c->in);
     c->n_hdrs = 0;
     for (size_t i = 1; i < n; i++) {
-        char *colon = strchr(lines[i], ':');
-        if (!colon || colon == lines[i] || lines[i][0] == ' ' || lines[i][0] == '\t' ||
-            colon[-1] == ' ' || colon[-1] == '\t')
+        struct http_field f;
+        if (http_field_split(lines[i], strlen(lines[i]), &f) != 0)
             return 400;
-        *colon = '\0';
-        char *value = trim(colon + 1);
-        c->hdrs[c->n_hdrs++] =
-            (struct hdr){(uint32_t)(lines[i] - c->in), (uint32_t)(value - c->in)};
+        char *name = lines[i], *value = lines[i] + (f.value - f.name);
+        name[f.name_len] = '\0';
+        value[f.value_len] = '\0';
+        c->hdrs[c->n_hdrs++] = (struct hdr){(uint32_t)(name - c->in), (uint32_t)(value - c->in)};
     }
     split_target(c, target);
 
@@ -289,7 +276,7 @@ static int parse_head(struct conn *c)
         if (!has_token(te, "chunked"))
             return 501;
         c->framing = BODY_CHUNKED;
-        c->cstate = CS_SIZE;
+        c->chunks = (struct http_chunks){0};
         c->keep_alive = c->keep_alive && !cl; /* both: a smuggling attempt, answered then closed */
     } else if (cl) {
         char *e;
@@ -314,72 +301,26 @@ static int send_all(int fd, const char *buf, size_t len);
 static int dechunk(struct conn *c)
 {
     for (;;) {
-        switch (c->cstate) {
-        case CS_SIZE:
-        case CS_TRAILER: {
-            char *line = c->in + c->raw;
-            char *nl = memchr(line, '\n', c->len - c->raw);
-            if (!nl)
-                return c->len - c->raw > CHUNK_LINE_MAX ? -1 : 0;
-            size_t next = (size_t)(nl + 1 - c->in);
-            if (c->cstate == CS_TRAILER) {
-                bool empty = nl == line || (nl == line + 1 && line[0] == '\r');
-                c->raw = next;
-                if (empty) {
-                    c->end = c->raw;
-                    return 1;
-                }
-                break;
-            }
-            char *e;
-            errno = 0;
-            unsigned long long size = strtoull(line, &e, 16);
-            if (e == line || errno || (*e != ';' && *e != '\r' && *e != '\n' && *e != ' '))
-                return -1;
-            c->raw = next;
-            if (size == 0) {
-                c->cstate = CS_TRAILER;
-                break;
-            }
-            if (!c->too_large && size > c->srv->max_body - (c->dec - c->head_len)) {
-                c->too_large = true;
-                c->dec = c->head_len;
-            }
-            c->chunk_left = (size_t)size;
-            c->cstate = CS_DATA;
-            break;
+        size_t used;
+        enum http_chunk_step step =
+            http_chunks_step(&c->chunks, c->in + c->raw, c->len - c->raw, &used);
+        if (step == HTTP_CHUNK_MORE)
+            return 0;
+        if (step == HTTP_CHUNK_BAD)
+            return -1;
+        if (step == HTTP_CHUNK_SIZE && !c->too_large &&
+            c->chunks.left > c->srv->max_body - (c->dec - c->head_len)) {
+            c->too_large = true;
+            c->dec = c->head_len;
         }
-        case CS_DATA: {
-            size_t take = c->len - c->raw;
-            if (take > c->chunk_left)
-                take = c->chunk_left;
-            if (!c->too_large) {
-                memmove(c->in + c->dec, c->in + c->raw, take);
-                c->dec += take;
-            }
-            c->raw += take;
-            c->chunk_left -= take;
-            if (c->chunk_left)
-                return 0;
-            c->cstate = CS_DATA_END;
-            break;
+        if (step == HTTP_CHUNK_DATA && !c->too_large) {
+            memmove(c->in + c->dec, c->in + c->raw, used);
+            c->dec += used;
         }
-        case CS_DATA_END:
-            if (c->len - c->raw < 1)
-                return 0;
-            if (c->in[c->raw] == '\r') {
-                if (c->len - c->raw < 2)
-                    return 0;
-                if (c->in[c->raw + 1] != '\n')
-                    return -1;
-                c->raw += 2;
-            } else if (c->in[c->raw] == '\n') {
-                c->raw += 1;
-            } else {
-                return -1;
-            }
-            c->cstate = CS_SIZE;
-            break;
+        c->raw += used;
+        if (step == HTTP_CHUNK_END) {
+            c->end = c->raw;
+            return 1;
         }
     }
 }
