@@ -419,7 +419,7 @@ static void section(struct strbuf *b, const char *title, const char *text, size_
     append_limited(b, text, limit);
 }
 
-static char *tool_result(const struct gw_exec_output *o, size_t limit)
+static char *tool_result(const struct provider_output *o, size_t limit)
 {
     struct strbuf b = {0};
     section(&b, "stdout", o->out, limit);
@@ -459,7 +459,7 @@ static char *tool_result(const struct gw_exec_output *o, size_t limit)
 
 /* The item's outputs: images first (as OpenAI orders a plotting cell), then
  * the logs: stdout, the last expression's value, the error. */
-static json_t *item_outputs(const struct gw_exec_output *o)
+static json_t *item_outputs(const struct provider_output *o)
 {
     json_t *outs = json_array();
     size_t i;
@@ -539,7 +539,7 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
         json_object_set_new(tc->item, "container_id", json_string(ct->id));
     gw_emit_interpreting(c, tc);
     struct gw_running watch = {.c = ct, .cancelled = client_gone, .userdata = c};
-    struct gw_exec_output o = {0};
+    struct provider_output o = {0};
     gw_watch_start(c->gw, &watch);
     rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
     gw_watch_stop(c->gw, &watch);
@@ -566,11 +566,11 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     /* The call's own test first: a draining gateway tells the client why. */
     if (gw_call_cancelled(c) || watch.fired) {
         c->cancelled = true;
-        gw_exec_output_free(&o);
+        provider_output_free(&o);
         return strdup("");
     }
     if (rc < 0) {
-        gw_exec_output_free(&o);
+        provider_output_free(&o);
         if (ct->sb) /* its next use starts another, with the container's files */
             ct->provider->kill(ct->sb);
         gw_emit_code_done(c, tc, "failed", NULL);
@@ -580,7 +580,7 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     }
     gw_emit_code_done(c, tc, "completed", item_outputs(&o));
     char *text = tool_result(&o, limit);
-    gw_exec_output_free(&o);
+    provider_output_free(&o);
     if (restarted && text) {
         /* The model reads why names it defined earlier are gone. */
         struct strbuf b = {0};

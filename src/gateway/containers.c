@@ -18,7 +18,7 @@
  *
  * A container's network_policy (OpenAI's: disabled, or an allowlist of
  * domains) is kept in its record and narrows its sandbox tool's network
- * when the sandbox starts (gw_network_effective).
+ * when the sandbox starts (provider_network_effective).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -284,11 +284,11 @@ int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *pol
     json_t *norm = json_pack("{s:s, s:O}", "type", "allowlist", "allowed_domains", domains);
     /* A local sandbox of this tool would have a network the server allows? */
     if (norm && (!tool || !tool->provider || !strcmp(tool->provider, "local"))) {
-        struct gw_network net;
+        struct provider_network net;
         struct corral_error err;
-        if (gw_network_effective(tool, norm, &net, &err) == 0) {
+        if (provider_network_effective(tool, norm, &net, &err) == 0) {
             enum corral_network_mode mode = net.net.mode;
-            gw_network_free(&net);
+            provider_network_free(&net);
             if (!corral_network_mode_allowed(mode)) {
                 snprintf(msg, sizeof(msg),
                          "Invalid value for '%s': this server does not allow sandboxes the "
@@ -306,9 +306,9 @@ int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *pol
 
 char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *policy)
 {
-    struct gw_network net;
+    struct provider_network net;
     struct corral_error err;
-    if (gw_network_effective(tool, policy, &net, &err) < 0)
+    if (provider_network_effective(tool, policy, &net, &err) < 0)
         return strdup("Internet access may be limited by a network policy.");
     struct strbuf b = {0};
     const struct corral_network *n = &net.net;
@@ -333,7 +333,7 @@ char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *poli
             strbuf_printf(&b, " and %zu more", allowed - shown);
         strbuf_puts(&b, ".");
     }
-    gw_network_free(&net);
+    provider_network_free(&net);
     char *text = b.len ? strdup(strbuf_str(&b)) : NULL;
     strbuf_free(&b);
     return text;
@@ -354,7 +354,7 @@ static struct gw_container *container_new(corral_gateway *gw, const struct gw_sa
                                           struct corral_error *err)
 {
     const char *provider_name = tool ? tool->provider : "local";
-    const struct gw_provider *p = gw_provider_find(provider_name);
+    const struct provider *p = provider_find(provider_name);
     if (!p) {
         json_decref(obj);
         corral_fail(err, ENOTSUP, "sandbox provider '%s' is not available", provider_name);
@@ -504,13 +504,14 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
         c->provider->destroy(c->sb);
         c->sb = NULL;
     }
-    struct gw_create_options o = {.state_dir = gw->state_dir,
-                                  .lifetime_ms = sandbox_lifetime(c),
-                                  .memory_bytes = c->memory_bytes,
-                                  .gateway_tag = gw->tag,
-                                  .run_tag = gw->run_tag,
-                                  /* set at creation, never changed: no lock */
-                                  .network_policy = json_object_get(c->obj, "network_policy")};
+    struct provider_create_options o = {.state_dir = gw->state_dir,
+                                        .lifetime_ms = sandbox_lifetime(c),
+                                        .memory_bytes = c->memory_bytes,
+                                        .gateway_tag = gw->tag,
+                                        .run_tag = gw->run_tag,
+                                        /* set at creation, never changed: no lock */
+                                        .network_policy =
+                                            json_object_get(c->obj, "network_policy")};
     int rc = c->provider->create(c->tool, &o, &c->sb, err);
     if (rc < 0)
         return rc;

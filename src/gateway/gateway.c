@@ -57,7 +57,7 @@ static void reap_remote(corral_gateway *gw)
         return;
     for (size_t i = 0; i < gw->cfg->n_tools; i++) {
         const struct gw_sandbox_tool *t = &gw->cfg->tools[i];
-        const struct gw_provider *p = gw_provider_find(t->provider);
+        const struct provider *p = provider_find(t->provider);
         if (!p || !p->reap || __atomic_load_n(&gw->stop_reaping, __ATOMIC_RELAXED))
             continue;
         struct corral_error err;

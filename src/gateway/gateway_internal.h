@@ -46,9 +46,9 @@ struct gw_container {
     char owner[80];
     json_t *obj; /* the Containers API object (gw->lock for last_active_at) */
     const struct gw_sandbox_tool *tool;
-    const struct gw_provider *provider;
-    struct gw_sandbox *sb; /* NULL until first used (exec_lock) */
-    uint64_t expiry_ms;    /* unused this long, it expires */
+    const struct provider *provider;
+    struct provider_sandbox *sb; /* NULL until first used (exec_lock) */
+    uint64_t expiry_ms;          /* unused this long, it expires */
     uint64_t memory_bytes;
     uint64_t last_active_ms; /* wall clock */
     bool persistent;         /* in the store, listed; else private to its call */
@@ -82,7 +82,7 @@ int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *pol
                            const char *param, json_t **normalized,
                            struct corral_gateway_reply *out);
 /* What the code tool's description says of a sandbox's network (tool and
- * container network_policy as gw_network_effective), malloc'ed. */
+ * container network_policy as provider_network_effective), malloc'ed. */
 char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *policy);
 
 struct corral_gateway {
@@ -138,7 +138,7 @@ int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char
  * directory). */
 void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
                    size_t len);
-/* Copies out the files an execution changed (gw_exec_output.files); each
+/* Copies out the files an execution changed (provider_output.files); each
  * entry gets the "id" of its container file. exec_lock held. */
 void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed);
 /* Saves a displayed image (base64 PNG) as a container file; its id. */

@@ -36,7 +36,7 @@
 #define USER             "user"
 #define LIST_DEPTH       3
 
-struct gw_sandbox {
+struct provider_sandbox {
     char *api;       /* the control plane */
     char *envd_base; /* envd's base URL */
     char *code_base; /* the code interpreter's */
@@ -52,7 +52,7 @@ struct gw_sandbox {
     bool deleted;
 };
 
-static void sandbox_free(struct gw_sandbox *s)
+static void sandbox_free(struct provider_sandbox *s)
 {
     free(s->api);
     free(s->envd_base);
@@ -84,7 +84,7 @@ static char *header_line(const char *name, const char *value)
 }
 
 /* A request to the control plane. */
-static struct rm_request control(struct gw_sandbox *s, const char *method, const char *path)
+static struct rm_request control(struct provider_sandbox *s, const char *method, const char *path)
 {
     struct rm_request q = {.method = method,
                            .base = s->api,
@@ -97,7 +97,7 @@ static struct rm_request control(struct gw_sandbox *s, const char *method, const
 }
 
 /* A request to one of the sandbox's services (envd or the interpreter). */
-static struct rm_request data_plane(struct gw_sandbox *s, bool envd, const char *method,
+static struct rm_request data_plane(struct provider_sandbox *s, bool envd, const char *method,
                                     const char *path)
 {
     struct rm_request q = {.method = method,
@@ -118,7 +118,7 @@ static struct rm_request data_plane(struct gw_sandbox *s, bool envd, const char 
 /* envd's Connect RPC `method` (filesystem.Filesystem/...) with a JSON body;
  * its answer's JSON in *answer when asked. Connect's errors come as
  * {"code": "not_found", "message": ...}: *code_out gets the code. */
-static int envd_rpc(struct gw_sandbox *s, const char *method, json_t *body, json_t **answer,
+static int envd_rpc(struct provider_sandbox *s, const char *method, json_t *body, json_t **answer,
                     char *code_out, size_t code_len, struct corral_error *err)
 {
     char path[96];
@@ -154,7 +154,7 @@ static int envd_rpc(struct gw_sandbox *s, const char *method, json_t *body, json
 
 /* ---- its life ---- */
 
-static int delete_remote(struct gw_sandbox *s)
+static int delete_remote(struct provider_sandbox *s)
 {
     if (s->deleted)
         return 0;
@@ -195,7 +195,8 @@ static const char *api_host_domain(const char *url)
 }
 
 /* Where the sandbox's services answer (see the top of the file). */
-static int locate(struct gw_sandbox *s, const struct gw_sandbox_tool *tool, const char *domain)
+static int locate(struct provider_sandbox *s, const struct gw_sandbox_tool *tool,
+                  const char *domain)
 {
     if (tool->sandbox_url) {
         s->envd_base = strdup(tool->sandbox_url);
@@ -218,15 +219,15 @@ static int locate(struct gw_sandbox *s, const struct gw_sandbox_tool *tool, cons
 }
 
 /* POST /sandboxes. */
-static int create_remote(struct gw_sandbox *s, const struct gw_sandbox_tool *tool,
-                         const struct gw_create_options *o, struct corral_error *err)
+static int create_remote(struct provider_sandbox *s, const struct gw_sandbox_tool *tool,
+                         const struct provider_create_options *o, struct corral_error *err)
 {
     uint64_t secs = (o->lifetime_ms + 999) / 1000;
     /* The container's network_policy narrows the tool's: an allowlist is
      * E2B's network.allowOut with denyOut 0.0.0.0/0 (ALL_TRAFFIC, which E2B
      * requires beside allowed names; allowOut wins over it). */
-    struct gw_network net;
-    int nrc = gw_network_effective(tool, o->network_policy, &net, err);
+    struct provider_network net;
+    int nrc = provider_network_effective(tool, o->network_policy, &net, err);
     if (nrc < 0)
         return nrc;
     json_t *body = json_pack("{s:s, s:I, s:b, s:b, s:o}", "templateID",
@@ -242,7 +243,7 @@ static int create_remote(struct gw_sandbox *s, const struct gw_sandbox_tool *too
         json_object_set_new(body, "network",
                             json_pack("{s:o, s:[s]}", "allowOut", allow, "denyOut", "0.0.0.0/0"));
     }
-    gw_network_free(&net);
+    provider_network_free(&net);
     cleanup_free char *text = dump_new(body);
     if (!text)
         return corral_fail(err, ENOMEM, "out of memory");
@@ -282,15 +283,15 @@ static int create_remote(struct gw_sandbox *s, const struct gw_sandbox_tool *too
 }
 
 /* /mnt/data, and a Python context working there. */
-static int prepare(struct gw_sandbox *s, struct corral_error *err)
+static int prepare(struct provider_sandbox *s, struct corral_error *err)
 {
     char code[64];
-    int rc = envd_rpc(s, "filesystem.Filesystem/MakeDir", json_pack("{s:s}", "path", GW_DATA_DIR),
-                      NULL, code, sizeof(code), err);
+    int rc = envd_rpc(s, "filesystem.Filesystem/MakeDir",
+                      json_pack("{s:s}", "path", PROVIDER_DATA_DIR), NULL, code, sizeof(code), err);
     if (rc < 0 && strcmp(code, "already_exists") != 0)
         return rc;
     cleanup_free char *text =
-        dump_new(json_pack("{s:s, s:s}", "language", "python", "cwd", GW_DATA_DIR));
+        dump_new(json_pack("{s:s, s:s}", "language", "python", "cwd", PROVIDER_DATA_DIR));
     if (!text)
         return corral_fail(err, ENOMEM, "out of memory");
     struct rm_request q = data_plane(s, false, "POST", "/contexts");
@@ -313,9 +314,9 @@ static int prepare(struct gw_sandbox *s, struct corral_error *err)
 }
 
 /* A sandbox object for the tool, not yet made remotely. */
-static struct gw_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
+static struct provider_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
 {
-    struct gw_sandbox *s = calloc(1, sizeof(*s));
+    struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
     rm_life_init(&s->life);
@@ -336,13 +337,13 @@ static struct gw_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
     return s;
 }
 
-static int e2b_create(const struct gw_sandbox_tool *tool, const struct gw_create_options *o,
-                      struct gw_sandbox **out, struct corral_error *err)
+static int e2b_create(const struct gw_sandbox_tool *tool, const struct provider_create_options *o,
+                      struct provider_sandbox **out, struct corral_error *err)
 {
     /* memory_bytes: E2B sizes a sandbox by its template */
     if (!tool)
         return corral_fail(err, EINVAL, "the e2b provider needs its sandbox_tools entry");
-    struct gw_sandbox *s = sandbox_new(tool);
+    struct provider_sandbox *s = sandbox_new(tool);
     if (!s)
         return corral_fail(err, ENOMEM, "out of memory");
     int rc = create_remote(s, tool, o, err);
@@ -360,7 +361,7 @@ static int e2b_create(const struct gw_sandbox_tool *tool, const struct gw_create
 
 /* Asks the service to keep the sandbox until at least `until` (wall clock
  * ms), when it may not. */
-static void keep_until(struct gw_sandbox *s, uint64_t until, bool throttled)
+static void keep_until(struct provider_sandbox *s, uint64_t until, bool throttled)
 {
     if (!rm_life_renewal_due(&s->life, until, throttled))
         return;
@@ -388,23 +389,23 @@ static void keep_until(struct gw_sandbox *s, uint64_t until, bool throttled)
     }
 }
 
-static void e2b_touch(struct gw_sandbox *s, uint64_t lifetime_ms)
+static void e2b_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
     uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
     keep_until(s, rm_now_ms() + lifetime_ms - slack, true);
 }
 
-static void e2b_kill(struct gw_sandbox *s)
+static void e2b_kill(struct provider_sandbox *s)
 {
     rm_life_kill(&s->life);
 }
 
-static bool e2b_alive(struct gw_sandbox *s)
+static bool e2b_alive(struct provider_sandbox *s)
 {
     return rm_life_alive(&s->life);
 }
 
-static void e2b_destroy(struct gw_sandbox *s)
+static void e2b_destroy(struct provider_sandbox *s)
 {
     if (!s)
         return;
@@ -425,7 +426,7 @@ static char *path_query(const char *path)
     return q;
 }
 
-static int e2b_read_file(struct gw_sandbox *s, const char *path, size_t max, char **data,
+static int e2b_read_file(struct provider_sandbox *s, const char *path, size_t max, char **data,
                          size_t *len, struct corral_error *err)
 {
     cleanup_free char *query = path_query(path);
@@ -437,8 +438,8 @@ static int e2b_read_file(struct gw_sandbox *s, const char *path, size_t max, cha
     return rm_download(&q, max, what, data, len, err);
 }
 
-static int e2b_write_file(struct gw_sandbox *s, const char *path, const void *data, size_t len,
-                          struct corral_error *err)
+static int e2b_write_file(struct provider_sandbox *s, const char *path, const void *data,
+                          size_t len, struct corral_error *err)
 {
     cleanup_free char *query = path_query(path);
     char boundary[33], type[96];
@@ -470,19 +471,20 @@ static int e2b_write_file(struct gw_sandbox *s, const char *path, const void *da
     return rc;
 }
 
-static int e2b_remove_file(struct gw_sandbox *s, const char *path, struct corral_error *err)
+static int e2b_remove_file(struct provider_sandbox *s, const char *path, struct corral_error *err)
 {
     return envd_rpc(s, "filesystem.Filesystem/Remove", json_pack("{s:s}", "path", path), NULL, NULL,
                     0, err);
 }
 
 /* What /mnt/data holds: files only, down to LIST_DEPTH levels. */
-static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral_error *err)
+static int list_data(struct provider_sandbox *s, struct provider_file_list *l,
+                     struct corral_error *err)
 {
     json_t *answer = NULL;
     int rc = envd_rpc(s, "filesystem.Filesystem/ListDir",
-                      json_pack("{s:s, s:i}", "path", GW_DATA_DIR, "depth", LIST_DEPTH), &answer,
-                      NULL, 0, err);
+                      json_pack("{s:s, s:i}", "path", PROVIDER_DATA_DIR, "depth", LIST_DEPTH),
+                      &answer, NULL, 0, err);
     if (rc < 0)
         return rc;
     size_t i;
@@ -498,7 +500,7 @@ static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral
         if (!type || strcmp(type, "FILE_TYPE_FILE") || !path)
             continue;
         const char *mtime = json_string_value(json_object_get(e, "modifiedTime"));
-        if (gw_file_list_add(l, path, bytes, gw_stamp_text(mtime)) < 0) {
+        if (provider_file_list_add(l, path, bytes, provider_stamp_text(mtime)) < 0) {
             json_decref(answer);
             return corral_fail(err, ENOMEM, "out of memory");
         }
@@ -510,7 +512,7 @@ static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral
 /* ---- an execution ---- */
 
 struct run {
-    struct gw_collect c;
+    struct provider_collect c;
     bool ended; /* end_of_execution came */
     bool bad;   /* a line was not JSON */
 };
@@ -533,14 +535,14 @@ static int on_line(void *u, const char *line, size_t len)
     else if (!strcmp(type, "stderr") && text)
         strbuf_puts(&run->c.err, text);
     else if (!strcmp(type, "result")) {
-        gw_collect_image(&run->c, json_string_value(json_object_get(j, "png")));
+        provider_collect_image(&run->c, json_string_value(json_object_get(j, "png")));
         if (json_is_true(json_object_get(j, "is_main_result")))
-            gw_collect_result(&run->c, text);
+            provider_collect_result(&run->c, text);
     } else if (!strcmp(type, "error")) {
         json_t *tb = json_object_get(j, "traceback");
-        gw_collect_error(&run->c, json_string_value(json_object_get(j, "name")),
-                         json_string_value(json_object_get(j, "value")),
-                         json_is_string(tb) ? json_string_value(tb) : "");
+        provider_collect_error(&run->c, json_string_value(json_object_get(j, "name")),
+                               json_string_value(json_object_get(j, "value")),
+                               json_is_string(tb) ? json_string_value(tb) : "");
     } else if (!strcmp(type, "end_of_execution")) {
         run->ended = true;
     }
@@ -554,8 +556,8 @@ static int on_line(void *u, const char *line, size_t len)
  * when the code ran out of time (E2B's interpreter has no timeout of its
  * own: hanging up at the deadline is what interrupts the code), else a
  * negative errno (the sandbox failed). */
-static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms, struct run *run,
-                    struct corral_error *err)
+static int run_code(struct provider_sandbox *s, const char *code, uint64_t timeout_ms,
+                    struct run *run, struct corral_error *err)
 {
     cleanup_free char *text =
         dump_new(json_pack("{s:s, s:s}", "code", code, "context_id", s->context));
@@ -586,16 +588,16 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     return rc;
 }
 
-static int e2b_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
-                       struct gw_exec_output *out, struct corral_error *err)
+static int e2b_execute(struct provider_sandbox *s, const char *code, uint64_t timeout_ms,
+                       struct provider_output *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
     if (!e2b_alive(s))
         return corral_fail(err, ESRCH, "e2b sandbox %s is no longer running", s->id);
     keep_until(s, rm_now_ms() + timeout_ms + 60000, false);
-    struct gw_file_list before = {0}, after = {0};
+    struct provider_file_list before = {0}, after = {0};
     struct run run = {0};
-    gw_collect_init(&run.c);
+    provider_collect_init(&run.c);
     int rc = list_data(s, &before, err);
     if (rc == 0)
         rc = run_code(s, code, timeout_ms, &run, err);
@@ -610,17 +612,17 @@ static int e2b_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
     }
     json_t *files = NULL;
     if (rc == 0 && (rc = list_data(s, &after, err)) == 0 &&
-        !(files = gw_changed_files(&before, &after)))
+        !(files = provider_changed_files(&before, &after)))
         rc = corral_fail(err, ENOMEM, "out of memory");
-    gw_file_list_free(&before);
-    gw_file_list_free(&after);
+    provider_file_list_free(&before);
+    provider_file_list_free(&after);
     if (rc < 0) {
         rm_life_fail(&s->life);
         json_decref(files);
-        gw_collect_free(&run.c);
+        provider_collect_free(&run.c);
         return rc;
     }
-    if (gw_collect_finish(&run.c, files, out) < 0)
+    if (provider_collect_finish(&run.c, files, out) < 0)
         return corral_fail(err, ENOMEM, "out of memory");
     return 0;
 }
@@ -630,7 +632,7 @@ static int e2b_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
 static int e2b_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
                     const char *run_tag, const int *cancel, struct corral_error *err)
 {
-    struct gw_sandbox *s = tool ? sandbox_new(tool) : NULL;
+    struct provider_sandbox *s = tool ? sandbox_new(tool) : NULL;
     cleanup_free char *query = rm_label_query(gateway_tag);
     if (!s || !query) {
         if (s)
@@ -674,7 +676,7 @@ static int e2b_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
     return rc < 0 ? rc : reaped;
 }
 
-const struct gw_provider gw_provider_e2b = {
+const struct provider provider_e2b = {
     .name = "e2b",
     .create = e2b_create,
     .reap = e2b_reap,

@@ -3,7 +3,7 @@
  * sandboxes (libcorral), in a Python context whose working directory is
  * /mnt/data. Files written there are found by listing the directory before
  * and after each execution. The sandbox's network is the tool's (off unless
- * it says), narrowed by the container's network_policy (gw_network_effective).
+ * it says), narrowed by the container's network_policy (provider_network_effective).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,15 +13,16 @@
 #include "corral/corral.h"
 #include "providers/provider.h"
 
-struct gw_sandbox {
+struct provider_sandbox {
     corral_sandbox *sb;
     corral_context *ctx;
 };
 
-static int local_create(const struct gw_sandbox_tool *tool, const struct gw_create_options *co,
-                        struct gw_sandbox **out, struct corral_error *err)
+static int local_create(const struct gw_sandbox_tool *tool,
+                        const struct provider_create_options *co, struct provider_sandbox **out,
+                        struct corral_error *err)
 {
-    struct gw_sandbox *s = calloc(1, sizeof(*s));
+    struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return corral_fail(err, ENOMEM, "out of memory");
     struct corral_sandbox_options o;
@@ -32,20 +33,20 @@ static int local_create(const struct gw_sandbox_tool *tool, const struct gw_crea
     o.limits.memory_bytes = co->memory_bytes;
     /* The tool's network within the container's: always given, so that a
      * template's own network never widens it. */
-    struct gw_network net;
-    int rc = gw_network_effective(tool, co->network_policy, &net, err);
+    struct provider_network net;
+    int rc = provider_network_effective(tool, co->network_policy, &net, err);
     if (rc < 0) {
         free(s);
         return rc;
     }
     o.network = &net.net;
     rc = corral_sandbox_create(&o, &s->sb, err);
-    gw_network_free(&net);
+    provider_network_free(&net);
     if (rc < 0) {
         free(s);
         return rc;
     }
-    rc = corral_context_create(s->sb, "python", GW_DATA_DIR, &s->ctx, err);
+    rc = corral_context_create(s->sb, "python", PROVIDER_DATA_DIR, &s->ctx, err);
     if (rc < 0) {
         corral_sandbox_release(s->sb);
         free(s);
@@ -59,46 +60,46 @@ static int local_create(const struct gw_sandbox_tool *tool, const struct gw_crea
 
 static int add_entry(void *arg, const struct corral_entry *e)
 {
-    return e->type == CORRAL_FILE ? gw_file_list_add(arg, e->path, e->size, e->mtime_ns) : 0;
+    return e->type == CORRAL_FILE ? provider_file_list_add(arg, e->path, e->size, e->mtime_ns) : 0;
 }
 
-static void list_data(corral_sandbox *sb, struct gw_file_list *l)
+static void list_data(corral_sandbox *sb, struct provider_file_list *l)
 {
     struct corral_error ignored;
-    corral_file_list_each(sb, GW_DATA_DIR, 3, add_entry, l, &ignored);
+    corral_file_list_each(sb, PROVIDER_DATA_DIR, 3, add_entry, l, &ignored);
 }
 
 /* ---- one execution ---- */
 
 static void on_stdout(void *u, const char *text, size_t len, double ts)
 {
-    strbuf_append(&((struct gw_collect *)u)->out, text, len);
+    strbuf_append(&((struct provider_collect *)u)->out, text, len);
 }
 
 static void on_stderr(void *u, const char *text, size_t len, double ts)
 {
-    strbuf_append(&((struct gw_collect *)u)->err, text, len);
+    strbuf_append(&((struct provider_collect *)u)->err, text, len);
 }
 
 static void on_result(void *u, const struct corral_result *r)
 {
-    gw_collect_image(u, corral_result_get(r, "image/png"));
+    provider_collect_image(u, corral_result_get(r, "image/png"));
     if (r->is_main)
-        gw_collect_result(u, corral_result_get(r, "text/plain"));
+        provider_collect_result(u, corral_result_get(r, "text/plain"));
 }
 
 static void on_error(void *u, const char *name, const char *value, const char *traceback)
 {
-    gw_collect_error(u, name, value, traceback);
+    provider_collect_error(u, name, value, traceback);
 }
 
-static int local_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
-                         struct gw_exec_output *out, struct corral_error *err)
+static int local_execute(struct provider_sandbox *s, const char *code, uint64_t timeout_ms,
+                         struct provider_output *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
-    struct gw_collect c;
-    gw_collect_init(&c);
-    struct gw_file_list before = {0}, after = {0};
+    struct provider_collect c;
+    provider_collect_init(&c);
+    struct provider_file_list before = {0}, after = {0};
     list_data(s->sb, &before);
     struct corral_exec_options x;
     corral_exec_options_init(&x);
@@ -113,7 +114,7 @@ static int local_execute(struct gw_sandbox *s, const char *code, uint64_t timeou
     json_t *files = NULL;
     if (rc == 0) {
         list_data(s->sb, &after);
-        files = gw_changed_files(&before, &after);
+        files = provider_changed_files(&before, &after);
         if (outcome.timed_out && !c.ename.len) {
             strbuf_puts(&c.ename, "TimeoutError");
             strbuf_printf(&c.evalue, "the code ran longer than %llu s and was stopped",
@@ -125,48 +126,48 @@ static int local_execute(struct gw_sandbox *s, const char *code, uint64_t timeou
         out->timed_out = outcome.timed_out;
         out->truncated = outcome.output_truncated;
     }
-    gw_file_list_free(&before);
-    gw_file_list_free(&after);
-    if (gw_collect_finish(&c, files, out) < 0)
+    provider_file_list_free(&before);
+    provider_file_list_free(&after);
+    if (provider_collect_finish(&c, files, out) < 0)
         return rc < 0 ? rc : corral_fail(err, ENOMEM, "out of memory");
     return rc;
 }
 
-static int local_read_file(struct gw_sandbox *s, const char *path, size_t max, char **data,
+static int local_read_file(struct provider_sandbox *s, const char *path, size_t max, char **data,
                            size_t *len, struct corral_error *err)
 {
     return corral_file_read_all(s->sb, path, max, data, len, err);
 }
 
-static int local_write_file(struct gw_sandbox *s, const char *path, const void *data, size_t len,
-                            struct corral_error *err)
+static int local_write_file(struct provider_sandbox *s, const char *path, const void *data,
+                            size_t len, struct corral_error *err)
 {
     return corral_file_write_all(s->sb, path, data, len, err);
 }
 
-static int local_remove_file(struct gw_sandbox *s, const char *path, struct corral_error *err)
+static int local_remove_file(struct provider_sandbox *s, const char *path, struct corral_error *err)
 {
     return corral_file_remove(s->sb, path, false, err);
 }
 
-static void local_kill(struct gw_sandbox *s)
+static void local_kill(struct provider_sandbox *s)
 {
     struct corral_error ignored;
     corral_context_interrupt(s->ctx, &ignored);
     corral_sandbox_kill(s->sb);
 }
 
-static bool local_alive(struct gw_sandbox *s)
+static bool local_alive(struct provider_sandbox *s)
 {
     return corral_sandbox_alive(s->sb);
 }
 
-static void local_touch(struct gw_sandbox *s, uint64_t lifetime_ms)
+static void local_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
     corral_sandbox_set_timeout(s->sb, lifetime_ms);
 }
 
-static void local_destroy(struct gw_sandbox *s)
+static void local_destroy(struct provider_sandbox *s)
 {
     if (!s)
         return;
@@ -175,7 +176,7 @@ static void local_destroy(struct gw_sandbox *s)
     free(s);
 }
 
-const struct gw_provider gw_provider_local = {
+const struct provider provider_local = {
     .name = "local",
     .create = local_create,
     .execute = local_execute,

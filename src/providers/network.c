@@ -1,6 +1,6 @@
 /*
- * The network of a provider's sandbox: the tool's (gw_tool_network), narrowed
- * by the container's OpenAI network_policy (gw_network_effective). Targets
+ * The network of a provider's sandbox: the tool's (provider_tool_network), narrowed
+ * by the container's OpenAI network_policy (provider_network_effective). Targets
  * are compared as corral's struct corral_network_rule has them: a name,
  * "*.name" (the names below it), "*" (every name), an address or a range.
  */
@@ -11,7 +11,7 @@
 
 #include "providers/provider.h"
 
-void gw_network_free(struct gw_network *n)
+void provider_network_free(struct provider_network *n)
 {
     if (!n)
         return;
@@ -22,7 +22,7 @@ void gw_network_free(struct gw_network *n)
 }
 
 /* Appends a rule (the target copied). */
-static int add_rule(struct gw_network *n, bool allow, const char *target)
+static int add_rule(struct provider_network *n, bool allow, const char *target)
 {
     struct corral_network_rule *rules =
         realloc((struct corral_network_rule *)n->net.rules, (n->net.n_rules + 1) * sizeof(*rules));
@@ -36,14 +36,14 @@ static int add_rule(struct gw_network *n, bool allow, const char *target)
     return 0;
 }
 
-static int copy_network(const struct corral_network *from, struct gw_network *out)
+static int copy_network(const struct corral_network *from, struct provider_network *out)
 {
     memset(out, 0, sizeof(*out));
     out->net.mode = from->mode;
     out->net.default_allow = from->default_allow;
     for (size_t i = 0; from->mode == CORRAL_NETWORK_POLICY && i < from->n_rules; i++)
         if (add_rule(out, from->rules[i].allow, from->rules[i].target) < 0) {
-            gw_network_free(out);
+            provider_network_free(out);
             return -ENOMEM;
         }
     return 0;
@@ -131,7 +131,7 @@ static bool allows_whole(const struct corral_network *n, const struct pat *d)
 /* ---- a tool's network ---- */
 
 /* OpenSandbox's networkPolicy text as rules. */
-static int opensandbox_network(const char *text, struct gw_network *out)
+static int opensandbox_network(const char *text, struct provider_network *out)
 {
     json_error_t je;
     json_t *p = json_loads(text, 0, &je);
@@ -172,13 +172,13 @@ static int opensandbox_network(const char *text, struct gw_network *out)
     }
     json_decref(p);
     if (rc < 0) {
-        gw_network_free(out);
+        provider_network_free(out);
         out->net.mode = CORRAL_NETWORK_OFF;
     }
     return rc;
 }
 
-int gw_tool_network(const struct gw_sandbox_tool *tool, struct gw_network *out)
+int provider_tool_network(const struct gw_sandbox_tool *tool, struct provider_network *out)
 {
     memset(out, 0, sizeof(*out));
     if (!tool || !tool->provider || !strcmp(tool->provider, "local"))
@@ -189,11 +189,11 @@ int gw_tool_network(const struct gw_sandbox_tool *tool, struct gw_network *out)
     return 0;
 }
 
-int gw_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
-                         struct gw_network *out, struct corral_error *err)
+int provider_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
+                               struct provider_network *out, struct corral_error *err)
 {
-    struct gw_network base;
-    int rc = gw_tool_network(tool, &base);
+    struct provider_network base;
+    int rc = provider_tool_network(tool, &base);
     memset(out, 0, sizeof(*out));
     if (rc == -ENOMEM)
         return corral_fail(err, ENOMEM, "out of memory");
@@ -207,7 +207,7 @@ int gw_network_effective(const struct gw_sandbox_tool *tool, const json_t *polic
         return 0;
     }
     if (!type || strcmp(type, "allowlist")) { /* disabled */
-        gw_network_free(&base);
+        provider_network_free(&base);
         return 0;
     }
     out->net.mode = CORRAL_NETWORK_POLICY;
@@ -238,12 +238,12 @@ int gw_network_effective(const struct gw_sandbox_tool *tool, const json_t *polic
             }
         }
     }
-    gw_network_free(&base);
+    provider_network_free(&base);
     if (rc < 0) {
-        gw_network_free(out);
+        provider_network_free(out);
         return corral_fail(err, ENOMEM, "out of memory");
     }
     if (!any)
-        gw_network_free(out); /* nothing allowed: OFF */
+        provider_network_free(out); /* nothing allowed: OFF */
     return 0;
 }

@@ -45,7 +45,7 @@
 #define INTERRUPT_TIMEOUT_MS 10000u
 #define ENDPOINT_HEADERS_MAX (RM_HEADERS_MAX - 3) /* room for Accept and Cache-Control */
 
-struct gw_sandbox {
+struct provider_sandbox {
     char *api_base;   /* the lifecycle API, without a trailing '/' */
     char *key_header; /* "OPEN-SANDBOX-API-KEY: KEY", or NULL */
     char *id;
@@ -98,7 +98,7 @@ static int fail_status(struct corral_error *err, const char *where, const struct
 }
 
 /* A request to the lifecycle API. */
-static void lifecycle(struct gw_sandbox *s, struct rm_request *q, const char *method,
+static void lifecycle(struct provider_sandbox *s, struct rm_request *q, const char *method,
                       const char *path)
 {
     *q = (struct rm_request){.method = method,
@@ -112,7 +112,8 @@ static void lifecycle(struct gw_sandbox *s, struct rm_request *q, const char *me
 }
 
 /* A request to the sandbox's execd, with the endpoint's headers. */
-static void execd(struct gw_sandbox *s, struct rm_request *q, const char *method, const char *path)
+static void execd(struct provider_sandbox *s, struct rm_request *q, const char *method,
+                  const char *path)
 {
     *q = (struct rm_request){.method = method,
                              .base = s->execd,
@@ -186,7 +187,7 @@ static json_t *answer_json(struct http_reply *r, const char *where, struct corra
 /* CreateSandboxRequest: the tool's image, entrypoint, resourceLimits and
  * networkPolicy, as LiteLLM's OpenSandbox provider sends them. */
 static json_t *create_body(const struct gw_sandbox_tool *tool, uint64_t timeout_s,
-                           const struct gw_create_options *o, struct corral_error *err)
+                           const struct provider_create_options *o, struct corral_error *err)
 {
     json_t *entry = json_array();
     for (char **p = tool->entrypoint; p && *p; p++)
@@ -197,8 +198,8 @@ static json_t *create_body(const struct gw_sandbox_tool *tool, uint64_t timeout_
     json_t *limits = json_loads(tool->resources ? tool->resources : DEFAULT_LIMITS, 0, &je);
     json_t *policy = NULL;
     if (o->network_policy) { /* the tool's narrowed by the container's */
-        struct gw_network net;
-        if (gw_network_effective(tool, o->network_policy, &net, err) < 0) {
+        struct provider_network net;
+        if (provider_network_effective(tool, o->network_policy, &net, err) < 0) {
             json_decref(entry);
             json_decref(limits);
             return NULL;
@@ -212,7 +213,7 @@ static json_t *create_body(const struct gw_sandbox_tool *tool, uint64_t timeout_
                            net.net.mode == CORRAL_NETWORK_POLICY && net.net.default_allow ? "allow"
                                                                                           : "deny",
                            "egress", egress);
-        gw_network_free(&net);
+        provider_network_free(&net);
     } else if (tool->network_policy) {
         policy = json_loads(tool->network_policy, 0, &je);
     } else if (!tool->allow_internet_access) { /* LiteLLM's default: no egress */
@@ -247,7 +248,8 @@ static json_t *create_body(const struct gw_sandbox_tool *tool, uint64_t timeout_
 
 /* POST /sandboxes: the new sandbox's id into s, the answer (a Sandbox)
  * into *made. */
-static int post_sandbox(struct gw_sandbox *s, json_t *body, json_t **made, struct corral_error *err)
+static int post_sandbox(struct provider_sandbox *s, json_t *body, json_t **made,
+                        struct corral_error *err)
 {
     cleanup_free char *text = json_dumps(body, JSON_COMPACT);
     if (!text)
@@ -277,7 +279,7 @@ static int post_sandbox(struct gw_sandbox *s, json_t *body, json_t **made, struc
 
 /* Polls the sandbox (GET /sandboxes/ID) every POLL_MS until it is Running;
  * `sandbox` is what the lifecycle API last said of it (taken). */
-static int wait_running(struct gw_sandbox *s, json_t *sandbox, uint64_t until,
+static int wait_running(struct provider_sandbox *s, json_t *sandbox, uint64_t until,
                         struct corral_error *err)
 {
     int rc = 0;
@@ -321,7 +323,7 @@ static int wait_running(struct gw_sandbox *s, json_t *sandbox, uint64_t until,
 }
 
 /* A header the endpoint asks for, checked (no line breaks) and kept. */
-static int keep_header(struct gw_sandbox *s, size_t i, const char *name, const char *value,
+static int keep_header(struct provider_sandbox *s, size_t i, const char *name, const char *value,
                        struct corral_error *err)
 {
     if (i >= ENDPOINT_HEADERS_MAX || !*name || strpbrk(name, ":\r\n") || strpbrk(value, "\r\n"))
@@ -338,7 +340,7 @@ static int keep_header(struct gw_sandbox *s, size_t i, const char *name, const c
 
 /* GET /sandboxes/ID/endpoints/44772: execd's URL and headers. The scheme,
  * when the endpoint has none, is the lifecycle API's. */
-static int resolve_execd(struct gw_sandbox *s, uint64_t until, struct corral_error *err)
+static int resolve_execd(struct provider_sandbox *s, uint64_t until, struct corral_error *err)
 {
     cleanup_free char *path = NULL;
     if (asprintf(&path, "%s/endpoints/%d?use_server_proxy=false", s->id_path, EXECD_PORT) < 0)
@@ -379,7 +381,7 @@ static int resolve_execd(struct gw_sandbox *s, uint64_t until, struct corral_err
 }
 
 /* execd answering, /mnt/data made, and the Python context created there. */
-static int prepare_execd(struct gw_sandbox *s, uint64_t until, struct corral_error *err)
+static int prepare_execd(struct provider_sandbox *s, uint64_t until, struct corral_error *err)
 {
     struct rm_request q;
     struct http_reply r;
@@ -389,12 +391,12 @@ static int prepare_execd(struct gw_sandbox *s, uint64_t until, struct corral_err
         return rc;
     http_reply_free(&r);
     execd(s, &q, "POST", "/directories");
-    set_body(&q, "{\"" GW_DATA_DIR "\":{\"mode\":755}}");
+    set_body(&q, "{\"" PROVIDER_DATA_DIR "\":{\"mode\":755}}");
     if ((rc = call(&q, &r, err)) < 0)
         return rc;
     http_reply_free(&r);
     execd(s, &q, "POST", "/code/context");
-    set_body(&q, "{\"language\":\"python\",\"cwd\":\"" GW_DATA_DIR "\"}");
+    set_body(&q, "{\"language\":\"python\",\"cwd\":\"" PROVIDER_DATA_DIR "\"}");
     if ((rc = call_until(&q, until, &r, err)) < 0) /* 5xx while the kernel starts */
         return rc;
     json_t *j = answer_json(&r, s->execd, err);
@@ -410,7 +412,7 @@ static int prepare_execd(struct gw_sandbox *s, uint64_t until, struct corral_err
 }
 
 /* DELETE /sandboxes/ID (a sandbox already gone is fine); failures are logged. */
-static void delete_remote(struct gw_sandbox *s)
+static void delete_remote(struct provider_sandbox *s)
 {
     if (!s->id_path)
         return;
@@ -430,7 +432,7 @@ static void delete_remote(struct gw_sandbox *s)
     http_reply_free(&r);
 }
 
-static void free_sandbox(struct gw_sandbox *s)
+static void free_sandbox(struct provider_sandbox *s)
 {
     free(s->api_base);
     free(s->key_header);
@@ -445,9 +447,9 @@ static void free_sandbox(struct gw_sandbox *s)
 }
 
 /* A sandbox object for the tool, not yet made remotely (NULL: no memory). */
-static struct gw_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
+static struct provider_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
 {
-    struct gw_sandbox *s = calloc(1, sizeof(*s));
+    struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
     rm_life_init(&s->life);
@@ -465,14 +467,14 @@ static struct gw_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
     return s;
 }
 
-static int osb_create(const struct gw_sandbox_tool *tool, const struct gw_create_options *o,
-                      struct gw_sandbox **out, struct corral_error *err)
+static int osb_create(const struct gw_sandbox_tool *tool, const struct provider_create_options *o,
+                      struct provider_sandbox **out, struct corral_error *err)
 {
     if (!tool || !tool->api_base || !*tool->api_base)
         return corral_fail(err, EINVAL,
                            "opensandbox: no api_base (the lifecycle API, such as "
                            "http://127.0.0.1:8080/v1)");
-    struct gw_sandbox *s = sandbox_new(tool);
+    struct provider_sandbox *s = sandbox_new(tool);
     if (!s)
         return corral_fail(err, ENOMEM, "out of memory");
     uint64_t lifetime_ms = o->lifetime_ms;
@@ -513,7 +515,7 @@ static int osb_create(const struct gw_sandbox_tool *tool, const struct gw_create
 
 /* Renews the remote expiry to `target` when the known one is before
  * `need`; `throttled`: not within RM_RENEW_SLACK_MS of the last attempt. */
-static void renew(struct gw_sandbox *s, uint64_t need, uint64_t target, bool throttled)
+static void renew(struct provider_sandbox *s, uint64_t need, uint64_t target, bool throttled)
 {
     if (!rm_life_renewal_due(&s->life, need, throttled))
         return;
@@ -544,7 +546,7 @@ static void renew(struct gw_sandbox *s, uint64_t need, uint64_t target, bool thr
     }
 }
 
-static void osb_touch(struct gw_sandbox *s, uint64_t lifetime_ms)
+static void osb_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
     uint64_t now = rm_now_ms();
     uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
@@ -557,10 +559,11 @@ static void osb_touch(struct gw_sandbox *s, uint64_t lifetime_ms)
  * other types are skipped all the same). An answer other than 2xx lists
  * nothing (the code may have removed the directory); a request that fails
  * is an error. */
-static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral_error *err)
+static int list_data(struct provider_sandbox *s, struct provider_file_list *l,
+                     struct corral_error *err)
 {
     struct rm_request q;
-    execd(s, &q, "GET", "/files/search?path=" GW_DATA_DIR "&pattern=**");
+    execd(s, &q, "GET", "/files/search?path=" PROVIDER_DATA_DIR "&pattern=**");
     struct http_reply r;
     int rc = rm_send(&q, &r, err);
     if (rc < 0)
@@ -578,7 +581,8 @@ static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral
             json_integer_value(size) < 0)
             continue;
         const char *when = json_string_value(json_object_get(e, "modified_at"));
-        if (gw_file_list_add(l, path, (uint64_t)json_integer_value(size), gw_stamp_text(when)) < 0)
+        if (provider_file_list_add(l, path, (uint64_t)json_integer_value(size),
+                                   provider_stamp_text(when)) < 0)
             break;
     }
     json_decref(list);
@@ -588,7 +592,7 @@ static int list_data(struct gw_sandbox *s, struct gw_file_list *l, struct corral
 /* ---- one execution ---- */
 
 struct run {
-    struct gw_collect c;
+    struct provider_collect c;
     bool seen; /* a line of the stream came */
 };
 
@@ -598,7 +602,7 @@ static bool starts(const char *line, size_t len, const char *prefix)
     return len >= n && !memcmp(line, prefix, n);
 }
 
-static void take_error(struct gw_collect *c, json_t *e)
+static void take_error(struct provider_collect *c, json_t *e)
 {
     json_t *tb = json_object_get(e, "traceback");
     struct strbuf text = {0};
@@ -614,20 +618,20 @@ static void take_error(struct gw_collect *c, json_t *e)
             strbuf_puts(&text, json_string_value(line) ? json_string_value(line) : "");
         }
     }
-    gw_collect_error(c, json_string_value(json_object_get(e, "ename")),
-                     json_string_value(json_object_get(e, "evalue")), strbuf_str(&text));
+    provider_collect_error(c, json_string_value(json_object_get(e, "ename")),
+                           json_string_value(json_object_get(e, "evalue")), strbuf_str(&text));
     strbuf_free(&text);
 }
 
 /* One event of execd's stream (ServerStreamEvent). */
-static void take_event(struct gw_collect *c, json_t *ev)
+static void take_event(struct provider_collect *c, json_t *ev)
 {
     const char *type = json_string_value(json_object_get(ev, "type"));
     json_t *text = json_object_get(ev, "text");
     if (!type) { /* execd's error body inside the stream: {"code", "message"} */
         json_t *code = json_object_get(ev, "code"), *msg = json_object_get(ev, "message");
         if (code || msg)
-            gw_collect_error(c, json_string_value(code), json_string_value(msg), "");
+            provider_collect_error(c, json_string_value(code), json_string_value(msg), "");
     } else if (!strcmp(type, "stdout") && json_is_string(text)) {
         strbuf_append(&c->out, json_string_value(text), json_string_length(text));
     } else if (!strcmp(type, "stderr") && json_is_string(text)) {
@@ -641,9 +645,9 @@ static void take_event(struct gw_collect *c, json_t *ev)
         if (!plain)
             plain = json_string_value(json_object_get(res, "text/plain"));
         if (png)
-            gw_collect_image(c, png);
+            provider_collect_image(c, png);
         else
-            gw_collect_result(c, plain);
+            provider_collect_result(c, plain);
     } else if (!strcmp(type, "error")) {
         take_error(c, json_object_get(ev, "error"));
     } /* init, status, execution_count, execution_complete, ping: nothing to keep */
@@ -675,7 +679,7 @@ static int on_line(void *userdata, const char *line, size_t len)
 }
 
 /* Stops the context's running code: DELETE /code?id=CTX. */
-static int interrupt(struct gw_sandbox *s, struct corral_error *err)
+static int interrupt(struct provider_sandbox *s, struct corral_error *err)
 {
     cleanup_free char *ctx = escape(s->ctx, false), *path = NULL;
     if (!ctx || asprintf(&path, "/code?id=%s", ctx) < 0)
@@ -694,8 +698,8 @@ static int interrupt(struct gw_sandbox *s, struct corral_error *err)
 
 /* POST /code, its events into r. 0 when it ran (*timed_out when it ran
  * longer than timeout_ms), else a negative errno. */
-static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms, struct run *r,
-                    bool *timed_out, struct corral_error *err)
+static int run_code(struct provider_sandbox *s, const char *code, uint64_t timeout_ms,
+                    struct run *r, bool *timed_out, struct corral_error *err)
 {
     json_t *body = json_pack("{s:s, s:{s:s, s:s}}", "code", code, "context", "id", s->ctx,
                              "language", "python");
@@ -728,8 +732,8 @@ static int run_code(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
     return rc;
 }
 
-static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_ms,
-                       struct gw_exec_output *out, struct corral_error *err)
+static int osb_execute(struct provider_sandbox *s, const char *code, uint64_t timeout_ms,
+                       struct provider_output *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
     if (rm_life_killed(&s->life))
@@ -739,8 +743,8 @@ static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
     uint64_t need = rm_now_ms() + timeout_ms + EXEC_MARGIN_MS;
     renew(s, need, need, false);
     struct run r = {.seen = false};
-    gw_collect_init(&r.c);
-    struct gw_file_list before = {0}, after = {0};
+    provider_collect_init(&r.c);
+    struct provider_file_list before = {0}, after = {0};
     bool timed_out = false;
     int rc = list_data(s, &before, err);
     if (rc == 0)
@@ -755,7 +759,7 @@ static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
         char msg[96];
         snprintf(msg, sizeof(msg), "the code ran longer than %llu s and was stopped",
                  (unsigned long long)(timeout_ms / 1000));
-        gw_collect_error(&r.c, "TimeoutError", msg, "");
+        provider_collect_error(&r.c, "TimeoutError", msg, "");
     }
     if (rc == 0 && !rm_life_killed(&s->life)) {
         struct corral_error ignored;
@@ -765,15 +769,15 @@ static int osb_execute(struct gw_sandbox *s, const char *code, uint64_t timeout_
         rc = corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->id);
     else if (rc < 0)
         rm_life_fail(&s->life);
-    json_t *files = rc == 0 ? gw_changed_files(&before, &after) : NULL;
-    gw_file_list_free(&before);
-    gw_file_list_free(&after);
+    json_t *files = rc == 0 ? provider_changed_files(&before, &after) : NULL;
+    provider_file_list_free(&before);
+    provider_file_list_free(&after);
     if (rc < 0) {
-        gw_collect_free(&r.c);
+        provider_collect_free(&r.c);
         return rc;
     }
     out->timed_out = timed_out;
-    if (gw_collect_finish(&r.c, files, out) < 0)
+    if (provider_collect_finish(&r.c, files, out) < 0)
         return corral_fail(err, ENOMEM, "out of memory");
     return 0;
 }
@@ -790,7 +794,7 @@ static char *file_path(const char *route, const char *path)
     return out;
 }
 
-static int osb_read_file(struct gw_sandbox *s, const char *path, size_t max, char **data,
+static int osb_read_file(struct provider_sandbox *s, const char *path, size_t max, char **data,
                          size_t *len, struct corral_error *err)
 {
     cleanup_free char *route = file_path("/files/download", path);
@@ -803,8 +807,8 @@ static int osb_read_file(struct gw_sandbox *s, const char *path, size_t max, cha
     return rm_download(&q, max, what, data, len, err);
 }
 
-static int osb_write_file(struct gw_sandbox *s, const char *path, const void *data, size_t len,
-                          struct corral_error *err)
+static int osb_write_file(struct provider_sandbox *s, const char *path, const void *data,
+                          size_t len, struct corral_error *err)
 {
     /* multipart/form-data as execd reads it: a "metadata" part (it must have
      * a filename) with the path, then the "file" part. */
@@ -842,7 +846,7 @@ static int osb_write_file(struct gw_sandbox *s, const char *path, const void *da
     return rc;
 }
 
-static int osb_remove_file(struct gw_sandbox *s, const char *path, struct corral_error *err)
+static int osb_remove_file(struct provider_sandbox *s, const char *path, struct corral_error *err)
 {
     cleanup_free char *route = file_path("/files", path);
     if (!route)
@@ -860,17 +864,17 @@ static int osb_remove_file(struct gw_sandbox *s, const char *path, struct corral
 
 /* No I/O here (the gateway's lock may be held): the flag cancels what runs,
  * and destroy() deletes the remote sandbox. */
-static void osb_kill(struct gw_sandbox *s)
+static void osb_kill(struct provider_sandbox *s)
 {
     rm_life_kill(&s->life);
 }
 
-static bool osb_alive(struct gw_sandbox *s)
+static bool osb_alive(struct provider_sandbox *s)
 {
     return rm_life_alive(&s->life);
 }
 
-static void osb_destroy(struct gw_sandbox *s)
+static void osb_destroy(struct provider_sandbox *s)
 {
     if (!s)
         return;
@@ -886,7 +890,7 @@ static int osb_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
 {
     if (!tool || !tool->api_base)
         return 0;
-    struct gw_sandbox *s = sandbox_new(tool);
+    struct provider_sandbox *s = sandbox_new(tool);
     cleanup_free char *query = rm_label_query(gateway_tag);
     if (!s || !query) {
         if (s)
@@ -930,7 +934,7 @@ static int osb_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
     return rc < 0 ? rc : reaped;
 }
 
-const struct gw_provider gw_provider_opensandbox = {
+const struct provider provider_opensandbox = {
     .name = "opensandbox",
     .create = osb_create,
     .reap = osb_reap,

@@ -1,6 +1,6 @@
 /*
  * What every sandbox provider does alike: gathering an execution's output
- * under the caps of gw_exec_output, and finding the files an execution
+ * under the caps of provider_output, and finding the files an execution
  * created or changed under /mnt/data from two listings; and finding a
  * provider by its name. See provider.h.
  */
@@ -10,7 +10,7 @@
 
 #include "providers/provider.h"
 
-void gw_exec_output_free(struct gw_exec_output *o)
+void provider_output_free(struct provider_output *o)
 {
     free(o->out);
     free(o->err);
@@ -25,24 +25,24 @@ void gw_exec_output_free(struct gw_exec_output *o)
 
 /* ---- an execution's output ---- */
 
-void gw_collect_init(struct gw_collect *c)
+void provider_collect_init(struct provider_collect *c)
 {
-    *c = (struct gw_collect){.out.max = GW_TEXT_CAP,
-                             .err.max = GW_TEXT_CAP,
-                             .result.max = GW_TEXT_CAP,
-                             .ename.max = 256,
-                             .evalue.max = GW_TEXT_CAP,
-                             .tb.max = GW_TEXT_CAP,
-                             .images = json_array()};
+    *c = (struct provider_collect){.out.max = PROVIDER_TEXT_CAP,
+                                   .err.max = PROVIDER_TEXT_CAP,
+                                   .result.max = PROVIDER_TEXT_CAP,
+                                   .ename.max = 256,
+                                   .evalue.max = PROVIDER_TEXT_CAP,
+                                   .tb.max = PROVIDER_TEXT_CAP,
+                                   .images = json_array()};
 }
 
-void gw_collect_image(struct gw_collect *c, const char *png_base64)
+void provider_collect_image(struct provider_collect *c, const char *png_base64)
 {
-    if (png_base64 && c->images && json_array_size(c->images) < GW_IMAGES_MAX)
+    if (png_base64 && c->images && json_array_size(c->images) < PROVIDER_IMAGES_MAX)
         json_array_append_new(c->images, json_string(png_base64));
 }
 
-void gw_collect_result(struct gw_collect *c, const char *text)
+void provider_collect_result(struct provider_collect *c, const char *text)
 {
     if (!text)
         return;
@@ -51,8 +51,8 @@ void gw_collect_result(struct gw_collect *c, const char *text)
     strbuf_puts(&c->result, text);
 }
 
-void gw_collect_error(struct gw_collect *c, const char *name, const char *value,
-                      const char *traceback)
+void provider_collect_error(struct provider_collect *c, const char *name, const char *value,
+                            const char *traceback)
 {
     if (c->ename.len)
         return;
@@ -61,7 +61,7 @@ void gw_collect_error(struct gw_collect *c, const char *name, const char *value,
     strbuf_puts(&c->tb, traceback ? traceback : "");
 }
 
-void gw_collect_free(struct gw_collect *c)
+void provider_collect_free(struct provider_collect *c)
 {
     strbuf_free(&c->out);
     strbuf_free(&c->err);
@@ -73,7 +73,7 @@ void gw_collect_free(struct gw_collect *c)
     c->images = NULL;
 }
 
-int gw_collect_finish(struct gw_collect *c, json_t *files, struct gw_exec_output *out)
+int provider_collect_finish(struct provider_collect *c, json_t *files, struct provider_output *out)
 {
     out->truncated = out->truncated || c->out.dropped || c->err.dropped || c->result.dropped;
     out->raised = out->raised || c->ename.len;
@@ -86,10 +86,10 @@ int gw_collect_finish(struct gw_collect *c, json_t *files, struct gw_exec_output
     out->images = c->images;
     c->images = NULL;
     out->files = files ? files : json_array();
-    gw_collect_free(c);
+    provider_collect_free(c);
     if (!out->out || !out->err || !out->result || !out->error_name || !out->error_value ||
         !out->traceback || !out->images || !out->files) {
-        gw_exec_output_free(out);
+        provider_output_free(out);
         return -ENOMEM;
     }
     return 0;
@@ -97,11 +97,12 @@ int gw_collect_finish(struct gw_collect *c, json_t *files, struct gw_exec_output
 
 /* ---- the files an execution changed ---- */
 
-int gw_file_list_add(struct gw_file_list *l, const char *path, uint64_t size, uint64_t stamp)
+int provider_file_list_add(struct provider_file_list *l, const char *path, uint64_t size,
+                           uint64_t stamp)
 {
-    if (l->n >= 4 * GW_FILES_MAX)
+    if (l->n >= 4 * PROVIDER_FILES_MAX)
         return 0;
-    struct gw_file_state *v = realloc(l->v, (l->n + 1) * sizeof(*v));
+    struct provider_file_state *v = realloc(l->v, (l->n + 1) * sizeof(*v));
     if (!v)
         return -ENOMEM;
     l->v = v;
@@ -113,7 +114,7 @@ int gw_file_list_add(struct gw_file_list *l, const char *path, uint64_t size, ui
     return 0;
 }
 
-void gw_file_list_free(struct gw_file_list *l)
+void provider_file_list_free(struct provider_file_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
         free(l->v[i].path);
@@ -122,11 +123,12 @@ void gw_file_list_free(struct gw_file_list *l)
     l->n = 0;
 }
 
-json_t *gw_changed_files(const struct gw_file_list *before, const struct gw_file_list *after)
+json_t *provider_changed_files(const struct provider_file_list *before,
+                               const struct provider_file_list *after)
 {
     json_t *files = json_array();
-    for (size_t i = 0; files && i < after->n && json_array_size(files) < GW_FILES_MAX; i++) {
-        const struct gw_file_state *a = &after->v[i], *b = NULL;
+    for (size_t i = 0; files && i < after->n && json_array_size(files) < PROVIDER_FILES_MAX; i++) {
+        const struct provider_file_state *a = &after->v[i], *b = NULL;
         for (size_t j = 0; j < before->n && !b; j++)
             if (!strcmp(before->v[j].path, a->path))
                 b = &before->v[j];
@@ -139,7 +141,7 @@ json_t *gw_changed_files(const struct gw_file_list *before, const struct gw_file
     return files;
 }
 
-uint64_t gw_stamp_text(const char *text)
+uint64_t provider_stamp_text(const char *text)
 {
     uint64_t h = 14695981039346656037ull;
     for (const unsigned char *p = (const unsigned char *)text; p && *p; p++)
@@ -147,12 +149,12 @@ uint64_t gw_stamp_text(const char *text)
     return h;
 }
 
-const struct gw_provider *gw_provider_find(const char *name)
+const struct provider *provider_find(const char *name)
 {
-    static const struct gw_provider *const all[] = {&gw_provider_local, &gw_provider_e2b,
-                                                    &gw_provider_opensandbox};
+    static const struct provider *const all[] = {&provider_local, &provider_e2b,
+                                                 &provider_opensandbox};
     if (!name)
-        return &gw_provider_local;
+        return &provider_local;
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (!strcmp(all[i]->name, name))
             return all[i];

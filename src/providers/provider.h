@@ -5,6 +5,9 @@
  *
  * A provider sandbox has one stateful Python kernel whose working
  * directory is /mnt/data; executions on it run one at a time.
+ *
+ * Providers sit below the gateway: their names start with provider_ (the
+ * gateway's with gw_), and they include no gateway header.
  */
 #ifndef CORRAL_PROVIDERS_PROVIDER_H
 #define CORRAL_PROVIDERS_PROVIDER_H
@@ -22,7 +25,7 @@
 /* What one execution produced. Strings are NUL-terminated and never NULL
  * (empty when nothing came); texts beyond the provider's cap are cut and
  * `truncated` is set. */
-struct gw_exec_output {
+struct provider_output {
     char *out;      /* stdout */
     char *err;      /* stderr */
     char *result;   /* text/plain of the main result (the last expression) */
@@ -35,58 +38,60 @@ struct gw_exec_output {
     bool truncated;
 };
 
-void gw_exec_output_free(struct gw_exec_output *o);
+void provider_output_free(struct provider_output *o);
 
 /* ---- what the providers share (output.c) ---- */
 
-#define GW_TEXT_CAP   (1u << 20) /* bytes of stdout, stderr or result kept per execution */
-#define GW_IMAGES_MAX 32
-#define GW_FILES_MAX  256
-#define GW_DATA_DIR   "/mnt/data"
+#define PROVIDER_TEXT_CAP   (1u << 20) /* bytes of stdout, stderr or result kept per execution */
+#define PROVIDER_IMAGES_MAX 32
+#define PROVIDER_FILES_MAX  256
+#define PROVIDER_DATA_DIR   "/mnt/data"
 
-/* An execution's output as it arrives, capped as gw_exec_output says. */
-struct gw_collect {
+/* An execution's output as it arrives, capped as provider_output says. */
+struct provider_collect {
     struct strbuf out, err, result, ename, evalue, tb;
     json_t *images;
 };
 
-void gw_collect_init(struct gw_collect *c);
-void gw_collect_image(struct gw_collect *c, const char *png_base64);
+void provider_collect_init(struct provider_collect *c);
+void provider_collect_image(struct provider_collect *c, const char *png_base64);
 /* The text/plain of a main result (several are joined with '\n'). */
-void gw_collect_result(struct gw_collect *c, const char *text);
+void provider_collect_result(struct provider_collect *c, const char *text);
 /* The first error counts; later ones are ignored. */
-void gw_collect_error(struct gw_collect *c, const char *name, const char *value,
-                      const char *traceback);
+void provider_collect_error(struct provider_collect *c, const char *name, const char *value,
+                            const char *traceback);
 /* Moves the texts and images into *out (whose other fields the caller
  * sets), `files` (taken; NULL = none) included; frees c. 0, or -ENOMEM with
  * *out freed. */
-int gw_collect_finish(struct gw_collect *c, json_t *files, struct gw_exec_output *out);
+int provider_collect_finish(struct provider_collect *c, json_t *files, struct provider_output *out);
 /* Frees c without handing anything over. */
-void gw_collect_free(struct gw_collect *c);
+void provider_collect_free(struct provider_collect *c);
 
 /* What the files under /mnt/data were at one moment: path, size and a stamp
  * of their modification (a time, or a hash of the provider's time text). */
-struct gw_file_list {
-    struct gw_file_state {
+struct provider_file_list {
+    struct provider_file_state {
         char *path;
         uint64_t size, stamp;
     } * v;
     size_t n;
 };
 
-/* Adds a file (files beyond 4 * GW_FILES_MAX are left out). */
-int gw_file_list_add(struct gw_file_list *l, const char *path, uint64_t size, uint64_t stamp);
-void gw_file_list_free(struct gw_file_list *l);
+/* Adds a file (files beyond 4 * PROVIDER_FILES_MAX are left out). */
+int provider_file_list_add(struct provider_file_list *l, const char *path, uint64_t size,
+                           uint64_t stamp);
+void provider_file_list_free(struct provider_file_list *l);
 /* The files of `after` created or modified since `before`, as in
- * gw_exec_output's files; never NULL unless out of memory. */
-json_t *gw_changed_files(const struct gw_file_list *before, const struct gw_file_list *after);
+ * provider_output's files; never NULL unless out of memory. */
+json_t *provider_changed_files(const struct provider_file_list *before,
+                               const struct provider_file_list *after);
 /* A stamp for a provider's textual modification time (FNV-1a). */
-uint64_t gw_stamp_text(const char *text);
+uint64_t provider_stamp_text(const char *text);
 
-struct gw_sandbox; /* a provider's sandbox */
+struct provider_sandbox; /* a provider's sandbox */
 
 /* How a sandbox is made. */
-struct gw_create_options {
+struct provider_create_options {
     const char *state_dir; /* local: where corral keeps sandbox slots (NULL = default) */
     uint64_t lifetime_ms;  /* it ends this long after its last use (see touch) */
     uint64_t memory_bytes; /* at most this much memory; 0 = the provider's default */
@@ -102,17 +107,17 @@ struct gw_create_options {
 /* ---- networks (network.c) ---- */
 
 /* A network that owns its rules and their targets. */
-struct gw_network {
+struct provider_network {
     struct corral_network net;
 };
-void gw_network_free(struct gw_network *n);
+void provider_network_free(struct provider_network *n);
 
 /* The network a tool gives its sandboxes, in corral's terms: local's own
  * (OFF, INTERNET or POLICY); e2b's allow_internet_access (INTERNET or
  * OFF); opensandbox's network_policy when it is {defaultAction, egress:
  * [{action, target}]} (POLICY), else allow_internet_access. 0, or -EINVAL
  * (an opensandbox network_policy of another shape: *out is then OFF). */
-int gw_tool_network(const struct gw_sandbox_tool *tool, struct gw_network *out);
+int provider_tool_network(const struct gw_sandbox_tool *tool, struct provider_network *out);
 
 /* The network of a sandbox of `tool` in a container whose network_policy
  * is `policy` (NULL = none): the tool's, narrowed by the container's.
@@ -126,14 +131,14 @@ int gw_tool_network(const struct gw_sandbox_tool *tool, struct gw_network *out);
  *     allow rules for names within it. Nothing allowed: OFF.
  * An address or range never matches a domain: the tool's allow rules of
  * addresses are dropped (its deny rules stay). 0, -EINVAL with *err when
- * the tool's network cannot be read (gw_tool_network), -ENOMEM. */
-int gw_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
-                         struct gw_network *out, struct corral_error *err);
+ * the tool's network cannot be read (provider_tool_network), -ENOMEM. */
+int provider_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
+                               struct provider_network *out, struct corral_error *err);
 
-struct gw_provider {
+struct provider {
     const char *name;
-    int (*create)(const struct gw_sandbox_tool *tool, const struct gw_create_options *o,
-                  struct gw_sandbox **out, struct corral_error *err);
+    int (*create)(const struct gw_sandbox_tool *tool, const struct provider_create_options *o,
+                  struct provider_sandbox **out, struct corral_error *err);
     /* Deletes the provider's sandboxes labelled gateway_tag by a run other
      * than run_tag: those an earlier run of the gateway could not delete (it
      * was killed). How many, or a negative errno; *cancel non-zero stops it.
@@ -142,31 +147,31 @@ struct gw_provider {
     int (*reap)(const struct gw_sandbox_tool *tool, const char *gateway_tag, const char *run_tag,
                 const int *cancel, struct corral_error *err);
     /* A whole file of the sandbox (at most max bytes), malloc'ed. */
-    int (*read_file)(struct gw_sandbox *sb, const char *path, size_t max, char **data, size_t *len,
-                     struct corral_error *err);
-    int (*remove_file)(struct gw_sandbox *sb, const char *path, struct corral_error *err);
+    int (*read_file)(struct provider_sandbox *sb, const char *path, size_t max, char **data,
+                     size_t *len, struct corral_error *err);
+    int (*remove_file)(struct provider_sandbox *sb, const char *path, struct corral_error *err);
     /* Creates or replaces a file (and its missing directories). */
-    int (*write_file)(struct gw_sandbox *sb, const char *path, const void *data, size_t len,
+    int (*write_file)(struct provider_sandbox *sb, const char *path, const void *data, size_t len,
                       struct corral_error *err);
     /* Runs code; 0 when it ran (whatever it raised), a negative errno when
      * the sandbox failed (it is then unusable). */
-    int (*execute)(struct gw_sandbox *sb, const char *code, uint64_t timeout_ms,
-                   struct gw_exec_output *out, struct corral_error *err);
+    int (*execute)(struct provider_sandbox *sb, const char *code, uint64_t timeout_ms,
+                   struct provider_output *out, struct corral_error *err);
     /* Stops a running execution and kills the sandbox; safe from any thread. */
-    void (*kill)(struct gw_sandbox *sb);
-    bool (*alive)(struct gw_sandbox *sb);
+    void (*kill)(struct provider_sandbox *sb);
+    bool (*alive)(struct provider_sandbox *sb);
     /* Pushes the end of the sandbox's life to lifetime_ms from now. */
-    void (*touch)(struct gw_sandbox *sb, uint64_t lifetime_ms);
+    void (*touch)(struct provider_sandbox *sb, uint64_t lifetime_ms);
     /* Kills (if still alive) and frees. */
-    void (*destroy)(struct gw_sandbox *sb);
+    void (*destroy)(struct provider_sandbox *sb);
 };
 
-extern const struct gw_provider gw_provider_local;
-extern const struct gw_provider gw_provider_e2b;
-extern const struct gw_provider gw_provider_opensandbox;
+extern const struct provider provider_local;
+extern const struct provider provider_e2b;
+extern const struct provider provider_opensandbox;
 
 /* The provider named `name` ("local", "e2b", "opensandbox"; NULL is
  * "local"), or NULL. */
-const struct gw_provider *gw_provider_find(const char *name);
+const struct provider *provider_find(const char *name);
 
 #endif

@@ -260,17 +260,17 @@ static void assert_interpreter_headers(const struct scripted_http_request *r)
 
 /* ---- the provider ---- */
 
-static const struct gw_provider *e2b(void)
+static const struct provider *e2b(void)
 {
-    const struct gw_provider *p = gw_provider_find("e2b");
-    assert_ptr_equal(p, &gw_provider_e2b);
+    const struct provider *p = provider_find("e2b");
+    assert_ptr_equal(p, &provider_e2b);
     return p;
 }
 
 static int create_with(const struct gw_sandbox_tool *tool, uint64_t lifetime_ms,
-                       struct gw_sandbox **sb, struct corral_error *err)
+                       struct provider_sandbox **sb, struct corral_error *err)
 {
-    struct gw_create_options o = {
+    struct provider_create_options o = {
         .lifetime_ms = lifetime_ms, .gateway_tag = "abc123", .run_tag = "111"};
     return e2b()->create(tool, &o, sb, err);
 }
@@ -287,11 +287,11 @@ static struct gw_sandbox_tool tool_for(int port, char *base, size_t len)
                                     .request_timeout_ms = 5000};
 }
 
-static struct gw_sandbox *create_ok(struct srv *s)
+static struct provider_sandbox *create_ok(struct srv *s)
 {
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, &sb, &err);
     if (rc < 0)
@@ -307,7 +307,7 @@ static void creates_a_sandbox(void **state)
     struct srv *s = *state;
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 90500, &sb, &err); /* 90.5 s: 91 */
     if (rc < 0)
@@ -355,7 +355,7 @@ static void a_data_dir_already_there_is_fine(void **state)
 {
     struct srv *s = *state;
     s->mkdir_status = 409;
-    struct gw_sandbox *sb = create_ok(s);
+    struct provider_sandbox *sb = create_ok(s);
     assert_int_equal(scripted_http_count(s->http, "POST", "/filesystem.Filesystem/MakeDir"), 1);
     assert_int_equal(scripted_http_count(s->http, "POST", "/contexts"), 1);
     e2b()->destroy(sb);
@@ -368,7 +368,7 @@ static void deletes_a_sandbox_that_cannot_start(void **state)
     s->mkdir_status = 500;
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -EIO);
     assert_null(sb);
@@ -386,8 +386,8 @@ static void sends_the_tools_settings(void **state)
     tool.api_key = NULL;
     tool.template_id = "my-template";
     tool.allow_internet_access = true;
-    struct gw_create_options o = {.lifetime_ms = 1000};
-    struct gw_sandbox *sb = NULL;
+    struct provider_create_options o = {.lifetime_ms = 1000};
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = e2b()->create(&tool, &o, &sb, &err);
     if (rc < 0)
@@ -411,17 +411,17 @@ static void sandbox_url_takes_the_data_plane(void **state)
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", s->http->port[1]);
     tool.sandbox_url = url;
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, &sb, &err);
     if (rc < 0)
         fail_msg("create: %s", err.message);
-    struct gw_exec_output o;
+    struct provider_output o;
     rc = e2b()->execute(sb, "print('hi')", 30000, &o, &err);
     if (rc < 0)
         fail_msg("execute: %s", err.message);
     assert_string_equal(o.out, "hi\n");
-    gw_exec_output_free(&o);
+    provider_output_free(&o);
     char *data = NULL;
     size_t len = 0;
     assert_int_equal(e2b()->read_file(sb, "/mnt/data/x", 1024, &data, &len, &err), 0);
@@ -476,8 +476,8 @@ static void executes_and_parses_the_stream(void **state)
 {
     struct srv *s = *state;
     s->stream = STREAM;
-    struct gw_sandbox *sb = create_ok(s);
-    struct gw_exec_output o;
+    struct provider_sandbox *sb = create_ok(s);
+    struct provider_output o;
     struct corral_error err = {0};
     int rc = e2b()->execute(sb, "x = 2 + 2\nx", 30000, &o, &err);
     if (rc < 0)
@@ -505,7 +505,7 @@ static void executes_and_parses_the_stream(void **state)
         fail();
     }
     json_decref(want);
-    gw_exec_output_free(&o);
+    provider_output_free(&o);
 
     const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/execute");
     assert_interpreter_headers(r);
@@ -552,7 +552,7 @@ static void executes_and_parses_the_stream(void **state)
     assert_false(o.raised);
     assert_false(o.timed_out);
     assert_int_equal(json_array_size(o.files), 0);
-    gw_exec_output_free(&o);
+    provider_output_free(&o);
     assert_true(e2b()->alive(sb));
     e2b()->destroy(sb);
 }
@@ -564,8 +564,8 @@ static void a_stream_cut_short_fails_the_sandbox(void **state)
     s->stream = "{\"type\": \"number_of_executions\", \"execution_count\": 1}\n"
                 "not JSON\n"
                 "{\"type\": \"stdout\", \"text\": \"partial\", \"timestamp\": \"x\"}\n";
-    struct gw_sandbox *sb = create_ok(s);
-    struct gw_exec_output o;
+    struct provider_sandbox *sb = create_ok(s);
+    struct provider_output o;
     struct corral_error err = {0};
     assert_int_equal(e2b()->execute(sb, "1", 30000, &o, &err), -EPIPE);
     assert_int_equal(err.code, EPIPE);
@@ -586,7 +586,7 @@ static void reports_an_api_key_refused(void **state)
     s->create_status = 401;
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -EACCES);
     assert_null(sb);
@@ -607,7 +607,7 @@ static void fails_fast_on_a_refused_connection(void **state)
     int port = scripted_http_unused_port(); /* a port nothing listens on */
     char base[64];
     struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -ECONNREFUSED);
@@ -617,9 +617,9 @@ static void fails_fast_on_a_refused_connection(void **state)
 }
 
 struct running {
-    struct gw_sandbox *sb;
+    struct provider_sandbox *sb;
     uint64_t timeout_ms;
-    struct gw_exec_output o;
+    struct provider_output o;
     struct corral_error err;
     int rc;
     uint64_t ended;
@@ -680,7 +680,7 @@ static void times_out(void **state)
     assert_string_equal(x.o.error_value, "the code ran longer than 1 s and was stopped");
     assert_string_equal(x.o.out, "");
     assert_non_null(x.o.files);
-    gw_exec_output_free(&x.o);
+    provider_output_free(&x.o);
     assert_int_equal(scripted_http_count(s->http, "POST", "/filesystem.Filesystem/ListDir"), 2);
     assert_true(e2b()->alive(x.sb));
     e2b()->destroy(x.sb);
@@ -690,7 +690,7 @@ static void times_out(void **state)
 static void moves_files(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox *sb = create_ok(s);
+    struct provider_sandbox *sb = create_ok(s);
     struct corral_error err = {0};
     char *data = NULL;
     size_t len = 0;
@@ -749,8 +749,8 @@ static void moves_files(void **state)
 static void renews_at_most_when_needed(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox *sb = create_ok(s); /* lives 120 s */
-    e2b()->touch(sb, 60000);              /* already covered */
+    struct provider_sandbox *sb = create_ok(s); /* lives 120 s */
+    e2b()->touch(sb, 60000);                    /* already covered */
     e2b()->touch(sb, 100000);
     assert_int_equal(scripted_http_count(s->http, "POST", "/sandboxes/sbx1/timeout"), 0);
     e2b()->touch(sb, 600000);

@@ -30,15 +30,15 @@ static void expect(const struct gw_sandbox_tool *tool, const char *policy_json, 
 {
     json_error_t je;
     json_t *policy = policy_json ? json_loads(policy_json, 0, &je) : NULL;
-    struct gw_network net;
+    struct provider_network net;
     struct corral_error err = {0};
-    int rc = gw_network_effective(tool, policy, &net, &err);
+    int rc = provider_network_effective(tool, policy, &net, &err);
     json_decref(policy);
     if (rc < 0)
-        fail_msg("gw_network_effective: %s", err.message);
+        fail_msg("provider_network_effective: %s", err.message);
     char got[1024];
     describe(&net.net, got, sizeof(got));
-    gw_network_free(&net);
+    provider_network_free(&net);
     if (strcmp(got, want))
         fail_msg("with %s: got \"%s\", want \"%s\"", policy_json ? policy_json : "no policy", got,
                  want);
@@ -114,9 +114,9 @@ static void remote_tools(void **state)
     expect(&osb, NULL, "internet");
     osb.network_policy = "{\"defaultAction\":\"deny\",\"egress\":[{\"target\":\"a.org\"}]}";
     json_t *policy = json_loads(ALLOWLIST("\"a.org\""), 0, NULL);
-    struct gw_network net;
+    struct provider_network net;
     struct corral_error err = {0};
-    assert_int_equal(gw_network_effective(&osb, policy, &net, &err), -EINVAL);
+    assert_int_equal(provider_network_effective(&osb, policy, &net, &err), -EINVAL);
     assert_non_null(strstr(err.message, "network_policy"));
     json_decref(policy);
 }

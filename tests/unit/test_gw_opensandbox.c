@@ -156,17 +156,18 @@ static int srv_stop(void **state)
 
 /* ---- the provider ---- */
 
-static const struct gw_provider *osb(void)
+static const struct provider *osb(void)
 {
-    const struct gw_provider *p = gw_provider_find("opensandbox");
-    assert_ptr_equal(p, &gw_provider_opensandbox);
+    const struct provider *p = provider_find("opensandbox");
+    assert_ptr_equal(p, &provider_opensandbox);
     return p;
 }
 
 static int create_with(const struct gw_sandbox_tool *tool, uint64_t lifetime_ms,
-                       uint64_t memory_bytes, struct gw_sandbox **sb, struct corral_error *err)
+                       uint64_t memory_bytes, struct provider_sandbox **sb,
+                       struct corral_error *err)
 {
-    struct gw_create_options o = {.lifetime_ms = lifetime_ms, .memory_bytes = memory_bytes};
+    struct provider_create_options o = {.lifetime_ms = lifetime_ms, .memory_bytes = memory_bytes};
     return osb()->create(tool, &o, sb, err);
 }
 
@@ -181,11 +182,11 @@ static struct gw_sandbox_tool tool_for(int port, char *base, size_t len)
                                     .ready_timeout_ms = 5000};
 }
 
-static struct gw_sandbox *create_ok(struct srv *s, uint64_t memory_bytes)
+static struct provider_sandbox *create_ok(struct srv *s, uint64_t memory_bytes)
 {
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, memory_bytes, &sb, &err);
     if (rc < 0)
@@ -198,7 +199,7 @@ static struct gw_sandbox *create_ok(struct srv *s, uint64_t memory_bytes)
 static void creates_a_sandbox(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox *sb = create_ok(s, 512ull << 20);
+    struct provider_sandbox *sb = create_ok(s, 512ull << 20);
     const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/v1/sandboxes");
     assert_non_null(r);
     assert_string_equal(scripted_http_header(r, "OPEN-SANDBOX-API-KEY"), "key-1");
@@ -250,7 +251,7 @@ static void sends_the_tools_settings(void **state)
     tool.resources = "{\"cpu\":\"2\",\"memory\":\"4Gi\"}";
     tool.entrypoint = entry;
     tool.allow_internet_access = true;
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 1000, 0, &sb, &err), 0);
     const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/v1/sandboxes");
@@ -300,8 +301,8 @@ static void executes_and_parses_the_stream(void **state)
 {
     struct srv *s = *state;
     s->stream = STREAM;
-    struct gw_sandbox *sb = create_ok(s, 0);
-    struct gw_exec_output o;
+    struct provider_sandbox *sb = create_ok(s, 0);
+    struct provider_output o;
     struct corral_error err = {0};
     int rc = osb()->execute(sb, "x = 2 + 2\nx", 30000, &o, &err);
     if (rc < 0)
@@ -321,7 +322,7 @@ static void executes_and_parses_the_stream(void **state)
     assert_string_equal(json_string_value(json_object_get(f, "path")), "/mnt/data/out.csv");
     assert_string_equal(json_string_value(json_object_get(f, "status")), "created");
     assert_int_equal(json_integer_value(json_object_get(f, "bytes")), 3);
-    gw_exec_output_free(&o);
+    provider_output_free(&o);
 
     const struct scripted_http_request *r = scripted_http_find(s->http, "POST", "/execd/code");
     assert_non_null(r);
@@ -344,7 +345,7 @@ static void executes_and_parses_the_stream(void **state)
     assert_string_equal(o.error_value, "the kernel died");
     assert_true(o.raised);
     assert_string_equal(o.result, "");
-    gw_exec_output_free(&o);
+    provider_output_free(&o);
     assert_true(osb()->alive(sb));
     osb()->destroy(sb);
 }
@@ -352,7 +353,7 @@ static void executes_and_parses_the_stream(void **state)
 static void moves_files(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox *sb = create_ok(s, 0);
+    struct provider_sandbox *sb = create_ok(s, 0);
     struct corral_error err = {0};
     char *data = NULL;
     size_t len = 0;
@@ -397,8 +398,8 @@ static void moves_files(void **state)
 static void renews_at_most_when_needed(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox *sb = create_ok(s, 0); /* lives 120 s */
-    osb()->touch(sb, 100000);                /* already covered */
+    struct provider_sandbox *sb = create_ok(s, 0); /* lives 120 s */
+    osb()->touch(sb, 100000);                      /* already covered */
     assert_int_equal(scripted_http_count(s->http, "POST", "/v1/sandboxes/sb1/renew-expiration"), 0);
     osb()->touch(sb, 600000);
     assert_int_equal(scripted_http_count(s->http, "POST", "/v1/sandboxes/sb1/renew-expiration"), 1);
@@ -422,7 +423,7 @@ static void reports_an_api_key_refused(void **state)
     s->create_status = 401;
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -EACCES);
     assert_null(sb);
@@ -439,7 +440,7 @@ static void deletes_a_sandbox_that_cannot_start(void **state)
     s->context_status = 400;
     char base[64];
     struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -EIO);
     assert_non_null(strstr(err.message, "HTTP 400: no such language"));
@@ -452,7 +453,7 @@ static void fails_fast_on_a_refused_connection(void **state)
     int port = scripted_http_unused_port(); /* a port nothing listens on */
     char base[64];
     struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
-    struct gw_sandbox *sb = NULL;
+    struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -ECONNREFUSED);
@@ -464,9 +465,9 @@ static void fails_fast_on_a_refused_connection(void **state)
 static void a_failed_code_request_fails_the_sandbox(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox *sb = create_ok(s, 0);
+    struct provider_sandbox *sb = create_ok(s, 0);
     s->code_status = 500;
-    struct gw_exec_output o;
+    struct provider_output o;
     struct corral_error err = {0};
     assert_int_equal(osb()->execute(sb, "1", 30000, &o, &err), -EIO);
     assert_non_null(strstr(err.message, "jupyter is gone"));
@@ -476,9 +477,9 @@ static void a_failed_code_request_fails_the_sandbox(void **state)
 }
 
 struct running {
-    struct gw_sandbox *sb;
+    struct provider_sandbox *sb;
     uint64_t timeout_ms;
-    struct gw_exec_output o;
+    struct provider_output o;
     struct corral_error err;
     int rc;
     uint64_t ended;
@@ -532,7 +533,7 @@ static void times_out_and_interrupts(void **state)
         scripted_http_find(s->http, "DELETE", "/execd/code?id=ctx1");
     assert_non_null(r);
     assert_string_equal(scripted_http_header(r, "X-EXECD-ACCESS-TOKEN"), "tok-1");
-    gw_exec_output_free(&x.o);
+    provider_output_free(&x.o);
     assert_true(osb()->alive(x.sb));
     osb()->destroy(x.sb);
 }
