@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: stress-test all build test-build test docs-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
+.PHONY: stress-test all build test-build test docs-check layers-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
 
 all: build
 
@@ -92,9 +92,14 @@ integration-test: test-build
 docs-check:
 	@scripts/check-docs
 
+# The source folders' layers (docs/architecture.md): every #include goes to a
+# folder below, and no folders include each other in a circle.
+layers-check:
+	@scripts/check-layers
+
 # The release build first: -O2 sees warnings (-Werror) that the test build's
 # -O0 does not.
-test: docs-check deps format-check
+test: docs-check layers-check deps format-check
 	@$(MAKE) --no-print-directory build
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory kernel-test
