@@ -55,14 +55,14 @@ fuzz:
 		test $${PIPESTATUS[0]} -eq 0
 	@mkdir -p $(FUZZ_BUILD)/dns-corpus
 	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined tests/fuzz/fuzz_dns.c src/jail/dns.c -o $(FUZZ_BUILD)/fuzz_dns
+		-fno-sanitize-recover=undefined tests/fuzz/fuzz_dns.c src/egress/dns.c -o $(FUZZ_BUILD)/fuzz_dns
 	@cp tests/fuzz/dns-corpus/* $(FUZZ_BUILD)/dns-corpus/
 	@$(FUZZ_BUILD)/fuzz_dns -max_total_time=$(FUZZ_DNS_SECONDS) -max_len=4096 \
 		-print_final_stats=1 $(FUZZ_BUILD)/dns-corpus 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' ; \
 		test $${PIPESTATUS[0]} -eq 0
 	@mkdir -p $(FUZZ_BUILD)/sniff-corpus
 	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=undefined tests/fuzz/fuzz_sniff.c src/jail/sniff.c -o $(FUZZ_BUILD)/fuzz_sniff
+		-fno-sanitize-recover=undefined tests/fuzz/fuzz_sniff.c src/egress/sniff.c -o $(FUZZ_BUILD)/fuzz_sniff
 	@cp tests/fuzz/sniff-corpus/* $(FUZZ_BUILD)/sniff-corpus/
 	@$(FUZZ_BUILD)/fuzz_sniff -max_total_time=$(FUZZ_SNIFF_SECONDS) -max_len=20000 \
 		-print_final_stats=1 $(FUZZ_BUILD)/sniff-corpus 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' ; \

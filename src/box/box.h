@@ -101,17 +101,17 @@ struct corral_sandbox {
 };
 
 /* Networks (network.c). */
-struct jail_netpolicy;
+struct netpolicy;
 struct box_template;
 int box_network_compile(const struct corral_network *n, enum corral_network_mode *mode,
-                        struct jail_netpolicy *p, struct corral_error *err);
+                        struct netpolicy *p, struct corral_error *err);
 int box_network_allowed(enum corral_network_mode mode, struct corral_error *err);
-int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode,
-                       const struct jail_netpolicy *p, struct corral_error *err);
+int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode, const struct netpolicy *p,
+                       struct corral_error *err);
 void box_network_detach(corral_sandbox *sb);
 /* A template's network for its sandboxes (not a copy). */
 void box_template_network(const struct box_template *t, enum corral_network_mode *mode,
-                          const struct jail_netpolicy **p);
+                          const struct netpolicy **p);
 
 /* Sends a request and waits for its reply (OK or ERR, turned into err). */
 int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "box/box.h"
-#include "jail/egressd.h"
+#include "egress/egressd.h"
 #include "jail/jail.h"
 
 static pthread_mutex_t net_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,7 +44,7 @@ bool corral_network_mode_allowed(enum corral_network_mode m)
 }
 
 int box_network_compile(const struct corral_network *n, enum corral_network_mode *mode,
-                        struct jail_netpolicy *p, struct corral_error *err)
+                        struct netpolicy *p, struct corral_error *err)
 {
     memset(p, 0, sizeof(*p));
     *mode = CORRAL_NETWORK_OFF;
@@ -57,12 +57,12 @@ int box_network_compile(const struct corral_network *n, enum corral_network_mode
         return corral_fail(err, EINVAL, "network rules need the mode policy (not %s)",
                            corral_network_mode_name(n->mode));
     p->default_action =
-        n->mode == CORRAL_NETWORK_INTERNET || n->default_allow ? JAIL_NET_ALLOW : JAIL_NET_DENY;
+        n->mode == CORRAL_NETWORK_INTERNET || n->default_allow ? NETPOLICY_ALLOW : NETPOLICY_DENY;
     for (size_t i = 0; i < n->n_rules; i++) {
-        int r = jail_netpolicy_add(p, n->rules[i].allow ? JAIL_NET_ALLOW : JAIL_NET_DENY,
-                                   n->rules[i].target, err);
+        int r = netpolicy_add(p, n->rules[i].allow ? NETPOLICY_ALLOW : NETPOLICY_DENY,
+                              n->rules[i].target, err);
         if (r < 0) {
-            jail_netpolicy_free(p);
+            netpolicy_free(p);
             return r;
         }
     }
@@ -83,11 +83,11 @@ int box_network_allowed(enum corral_network_mode mode, struct corral_error *err)
 int corral_network_check(const struct corral_network *n, struct corral_error *err)
 {
     enum corral_network_mode mode;
-    struct jail_netpolicy p;
+    struct netpolicy p;
     int r = box_network_compile(n, &mode, &p, err);
     if (r < 0)
         return r;
-    jail_netpolicy_free(&p);
+    netpolicy_free(&p);
     return box_network_allowed(mode, err);
 }
 
@@ -106,24 +106,24 @@ static int egress_settings(const struct corral_egress_settings *s, bool apply,
                                "192.0.2.53:5353 or [2001:db8::53]:53)",
                                s->dns[i]);
     }
-    struct jail_netpolicy open = {0};
+    struct netpolicy open = {0};
     for (size_t i = 0; s->allow_private && s->allow_private[i]; i++) {
-        int r = jail_netpolicy_add(&open, JAIL_NET_ALLOW, s->allow_private[i], err);
-        if (r == 0 && open.rules[open.n - 1].kind != JAIL_NET_RANGE)
+        int r = netpolicy_add(&open, NETPOLICY_ALLOW, s->allow_private[i], err);
+        if (r == 0 && open.rules[open.n - 1].kind != NETPOLICY_RANGE)
             r = corral_fail(err, EINVAL, "'%.80s' is not an address range (such as 10.20.0.0/16)",
                             s->allow_private[i]);
         if (r < 0) {
-            jail_netpolicy_free(&open);
+            netpolicy_free(&open);
             return r;
         }
     }
     if (s->modes & ~((1u << CORRAL_NETWORK_OFF) | (1u << CORRAL_NETWORK_INTERNET) |
                      (1u << CORRAL_NETWORK_POLICY))) {
-        jail_netpolicy_free(&open);
+        netpolicy_free(&open);
         return corral_fail(err, EINVAL, "unknown network modes %#x", s->modes);
     }
     int r = apply ? egressd_configure(dns, n_dns, open.rules, open.n, err) : 0;
-    jail_netpolicy_free(&open);
+    netpolicy_free(&open);
     if (r < 0 || !apply)
         return r;
     pthread_mutex_lock(&net_lock);
@@ -142,8 +142,8 @@ int corral_egress_check(const struct corral_egress_settings *s, struct corral_er
     return egress_settings(s, false, err);
 }
 
-int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode,
-                       const struct jail_netpolicy *p, struct corral_error *err)
+int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode, const struct netpolicy *p,
+                       struct corral_error *err)
 {
     if (mode == CORRAL_NETWORK_OFF)
         return 0;
@@ -151,7 +151,7 @@ int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode,
     if (ns < 0)
         return corral_fail(err, -ns, "cannot open sandbox %s's network namespace: %s",
                            corral_sandbox_id(sb), strerrordesc_np(-ns));
-    struct egress_box *e;
+    struct egress_sandbox *e;
     int r = egressd_attach(ns, corral_sandbox_id(sb), p, &e, err);
     close(ns);
     if (r < 0)
@@ -166,7 +166,7 @@ int box_network_attach(corral_sandbox *sb, enum corral_network_mode mode,
 void box_network_detach(corral_sandbox *sb)
 {
     pthread_mutex_lock(&net_lock);
-    struct egress_box *e = sb->egress;
+    struct egress_sandbox *e = sb->egress;
     sb->egress = NULL;
     pthread_mutex_unlock(&net_lock);
     egressd_detach(e);
@@ -176,16 +176,16 @@ int corral_sandbox_set_network(corral_sandbox *sb, const struct corral_network *
                                struct corral_error *err)
 {
     enum corral_network_mode mode;
-    struct jail_netpolicy p;
+    struct netpolicy p;
     int r = box_network_compile(n, &mode, &p, err);
     if (r < 0)
         return r;
     if ((r = box_network_allowed(mode, err)) < 0) {
-        jail_netpolicy_free(&p);
+        netpolicy_free(&p);
         return r;
     }
     pthread_mutex_lock(&net_lock);
-    struct egress_box *e = sb->egress;
+    struct egress_sandbox *e = sb->egress;
     bool net_off = sb->net_layer_off;
     pthread_mutex_unlock(&net_lock);
     if (mode != CORRAL_NETWORK_OFF && net_off)
@@ -193,7 +193,7 @@ int corral_sandbox_set_network(corral_sandbox *sb, const struct corral_network *
                         corral_sandbox_id(sb));
     else if (e) {
         /* off keeps the plumbing, with a policy that allows nothing */
-        struct jail_netpolicy none = {.default_action = JAIL_NET_DENY};
+        struct netpolicy none = {.default_action = NETPOLICY_DENY};
         r = egressd_update(e, mode == CORRAL_NETWORK_OFF ? &none : &p, err);
         if (r == 0) {
             pthread_mutex_lock(&net_lock);
@@ -206,7 +206,7 @@ int corral_sandbox_set_network(corral_sandbox *sb, const struct corral_network *
         else
             r = box_network_attach(sb, mode, &p, err);
     }
-    jail_netpolicy_free(&p);
+    netpolicy_free(&p);
     return r;
 }
 

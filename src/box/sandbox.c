@@ -17,7 +17,7 @@
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "box/box.h"
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 #include "kernel/agent.h"
 
 uint64_t box_wall_ms(void)
@@ -259,8 +259,8 @@ static int check_options(const struct corral_sandbox_options *o, struct corral_e
 
 /* The network a new sandbox gets: the options', else its template's. */
 static int sandbox_network(const struct corral_sandbox_options *o, struct box_template *t,
-                           enum corral_network_mode *mode, struct jail_netpolicy *mine,
-                           const struct jail_netpolicy **p, struct corral_error *err)
+                           enum corral_network_mode *mode, struct netpolicy *mine,
+                           const struct netpolicy **p, struct corral_error *err)
 {
     memset(mine, 0, sizeof(*mine));
     int r;
@@ -276,7 +276,7 @@ static int sandbox_network(const struct corral_sandbox_options *o, struct box_te
          (r = corral_fail(err, EINVAL,
                           "a network mode needs the sandbox's own network namespace (the net "
                           "layer)")) < 0)) {
-        jail_netpolicy_free(mine);
+        netpolicy_free(mine);
         return r;
     }
     return 0;
@@ -434,8 +434,8 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     struct corral_limits limits;
     box_template_limits(t, &o->limits, &limits);
     enum corral_network_mode net_mode;
-    struct jail_netpolicy own_policy;
-    const struct jail_netpolicy *policy;
+    struct netpolicy own_policy;
+    const struct netpolicy *policy;
     if ((r = sandbox_network(o, t, &net_mode, &own_policy, &policy, err)) < 0)
         return r;
     corral_sandbox *sb = NULL;
@@ -444,13 +444,13 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     if (poolable)
         sb = box_pool_take(t, &limits);
     if (!sb && (r = sandbox_new(o, t, &limits, &sb, err)) < 0) {
-        jail_netpolicy_free(&own_policy);
+        netpolicy_free(&own_policy);
         return r;
     }
     sb->net_layer_off = o->disabled_layers & JAIL_LAYER_NET;
     /* before hand_out: no code of the caller's has run in it yet */
     r = box_network_attach(sb, net_mode, policy, err);
-    jail_netpolicy_free(&own_policy);
+    netpolicy_free(&own_policy);
     if (r < 0 || (r = hand_out(sb, o, err)) < 0) {
         corral_sandbox_release(sb);
         return r;

@@ -14,7 +14,7 @@
 
 #include "box/box.h"
 #include "jail/disk.h"
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 #include "zygote/zygote.h"
 
 static const char *const default_preload[] = {"numpy", "pandas", "matplotlib.pyplot", NULL};
@@ -26,7 +26,7 @@ struct box_template {
     struct corral_limits limits;
     unsigned pool_size;
     enum corral_network_mode net_mode; /* its sandboxes' network */
-    struct jail_netpolicy net_policy;
+    struct netpolicy net_policy;
 
     pthread_rwlock_t zlock; /* readers spawn; a writer (re)starts the zygote */
     struct zygote *zygote;
@@ -57,7 +57,7 @@ static struct box_template *find_locked(const char *name)
 static void free_template(struct box_template *t)
 {
     corral_strv_free(t->preload);
-    jail_netpolicy_free(&t->net_policy);
+    netpolicy_free(&t->net_policy);
     free(t->pool);
     pthread_rwlock_destroy(&t->zlock);
     pthread_mutex_destroy(&t->lock);
@@ -194,7 +194,7 @@ const char *box_template_name(const struct box_template *t)
 }
 
 void box_template_network(const struct box_template *t, enum corral_network_mode *mode,
-                          const struct jail_netpolicy **p)
+                          const struct netpolicy **p)
 {
     *mode = t->net_mode;
     *p = &t->net_policy;

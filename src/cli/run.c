@@ -22,9 +22,9 @@
 #include "box/box.h"
 #include "cli/cli.h"
 #include "config/config.h"
-#include "jail/egressd.h"
+#include "egress/egressd.h"
 #include "jail/jail.h"
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 
 #define DEFAULT_TIMEOUT_MS (300 * 1000)
 #define MAX_INLINE_CODE    (100 * 1024) /* Linux caps one argument at 128 KiB */
@@ -861,18 +861,18 @@ static int run_forked_script(struct run_opts *o)
 
 struct script_net {
     const struct run_opts *o;
-    struct egress_box *box;
+    struct egress_sandbox *box;
 };
 
 static int script_netns(void *arg, const struct jail *j, int netns_fd, struct corral_error *err)
 {
     struct script_net *net = arg;
     enum corral_network_mode mode;
-    struct jail_netpolicy p;
+    struct netpolicy p;
     int r = box_network_compile(&net->o->net, &mode, &p, err);
     if (r == 0)
         r = egressd_attach(netns_fd, jail_id(j), &p, &net->box, err);
-    jail_netpolicy_free(&p);
+    netpolicy_free(&p);
     return r;
 }
 

@@ -11,9 +11,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "api/e2b.h"
+#include "api/e2b/e2b.h"
 #include "api/openai.h"
-#include "api/opensandbox.h"
+#include "api/opensandbox/opensandbox.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "config/config.h"

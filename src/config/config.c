@@ -19,7 +19,7 @@
 #include "base/cleanup.h"
 #include "base/error.h"
 #include "base/util.h"
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 
 #define TEMPLATE_NAME_MAX 63
 #define STATE_DIR_MAX     255
@@ -1303,10 +1303,10 @@ static int walk_local_network(const struct walk *w, const yaml_node_t *n, const 
         key_path(field, sizeof(field), item, "target", 0);
         if ((r = scalar(w, rv[1], field, &target)) < 0)
             return r;
-        struct jail_netpolicy check = {0};
+        struct netpolicy check = {0};
         struct corral_error terr = {0};
-        r = jail_netpolicy_add(&check, allow ? JAIL_NET_ALLOW : JAIL_NET_DENY, target, &terr);
-        jail_netpolicy_free(&check);
+        r = netpolicy_add(&check, allow ? NETPOLICY_ALLOW : NETPOLICY_DENY, target, &terr);
+        netpolicy_free(&check);
         if (r < 0)
             return fail_at(w, rv[1], EINVAL, "%s: %s", field, terr.message);
         char *copy = strdup(target);

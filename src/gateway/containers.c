@@ -33,7 +33,7 @@
 
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 
 #define FILE_MAX (512ull << 20) /* bytes of one container file copied out */
 
@@ -202,10 +202,10 @@ static bool domain_ok(const char *d)
         numeric &= (*s >= '0' && *s <= '9') || *s == '.';
     if (numeric)
         return false;
-    struct jail_netpolicy check = {0};
+    struct netpolicy check = {0};
     struct corral_error err;
-    int rc = jail_netpolicy_add(&check, JAIL_NET_ALLOW, d, &err);
-    jail_netpolicy_free(&check);
+    int rc = netpolicy_add(&check, NETPOLICY_ALLOW, d, &err);
+    netpolicy_free(&check);
     return rc == 0;
 }
 

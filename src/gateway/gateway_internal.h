@@ -8,7 +8,7 @@
  *   emit.c       what the client receives: Responses items and events,
  *                chat completions and chunks; whether it is still there
  *   resources.c  what a call runs against: its upstream, its container
- *   files.c      the Containers and Files APIs (corral_gateway_objects)
+ *   files_api.c  the Containers and Files APIs (corral_gateway_objects)
  *   gateway.c    the object, the watch over running code, stored responses
  *                and the small endpoints
  *   keys.c       virtual keys, owners, rate limits, the admin endpoints
@@ -173,7 +173,7 @@ struct corral_gateway_key {
 bool gw_key_allows_model(const struct gw_key_policy *p, const char *model);
 void gw_keys_free(corral_gateway *gw);
 
-/* files.c: whether the uploaded file `id` is owner's; a copy of it in c's
+/* files_api.c: whether the uploaded file `id` is owner's; a copy of it in c's
  * /mnt/data (source "user"), *out (may be NULL) its container file. */
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
 int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,

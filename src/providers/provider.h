@@ -40,7 +40,7 @@ struct provider_output {
 
 void provider_output_free(struct provider_output *o);
 
-/* ---- what the providers share (output.c) ---- */
+/* ---- what the providers share (provider.c) ---- */
 
 #define PROVIDER_TEXT_CAP   (1u << 20) /* bytes of stdout, stderr or result kept per execution */
 #define PROVIDER_IMAGES_MAX 32
@@ -104,7 +104,7 @@ struct provider_create_options {
     const json_t *network_policy;
 };
 
-/* ---- networks (network.c) ---- */
+/* ---- networks (provider_network.c) ---- */
 
 /* A network that owns its rules and their targets. */
 struct provider_network {

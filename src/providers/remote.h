@@ -1,5 +1,5 @@
 /*
- * What the remote providers (e2b.c, opensandbox.c) share: requests to a
+ * What the remote providers (e2b_client.c, opensandbox_client.c) share: requests to a
  * sandbox service over libcurl (src/http's client, http/client.h, with its
  * per-thread connection pools, so keep-alive connections are reused), with
  * retries of what may be retried, cancellation, and answers read line by

@@ -10,7 +10,7 @@
  * agent's never-used interpreter. Isolation is complete before anything of
  * the sandbox's runs.
  *
- * The daemon side (this header, client.c) starts a zygote, sends it the plain
+ * The daemon side (this header, zygote.c) starts a zygote, sends it the plain
  * data of struct jail_clone_params with three descriptors, and gets back the
  * init's host PID and a pidfd: it is the `spawner` of jail_start(). The
  * daemon keeps everything else (slots, cgroups, the init handshake), so a

@@ -1,5 +1,5 @@
 """Bad input to the gateway's containers, files and virtual-key endpoints
-(src/gateway/files.c, keys.c) on the wire: each answer is OpenAI's error
+(src/gateway/files_api.c, keys.c) on the wire: each answer is OpenAI's error
 shape with the status, type, param and message a client can act on. The
 SDK tests (tests/integration/gateway-containers, -tenants) cover what works;
 these cover what is refused. Nothing here starts a sandbox."""

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "jail/dns.h"
+#include "egress/dns.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "jail/sniff.h"
+#include "egress/sniff.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

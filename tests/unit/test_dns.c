@@ -1,4 +1,4 @@
-/* DNS messages of the egress resolver stub (src/jail/dns.c): queries read,
+/* DNS messages of the egress resolver stub (src/egress/dns.c): queries read,
  * answers written and read back, and malformed or hostile messages
  * refused. */
 #include <setjmp.h>
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "jail/dns.h"
-#include "jail/egressd.h"
+#include "egress/dns.h"
+#include "egress/egressd.h"
 
 /* A message under construction. */
 struct msg {

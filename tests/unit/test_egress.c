@@ -1,11 +1,11 @@
 /*
- * Egress plumbing in a network namespace (jail/egress.h). Needs root; skipped
+ * Egress plumbing in a network namespace (egress/egress.h). Needs root; skipped
  * otherwise.
  *
  * Each case forks a child that makes a network namespace of its own, brings
  * lo up, and then runs probes on command (connect, send, receive) and answers
  * with an errno. The test process stays in its own namespace: only the
- * short-lived setup thread of jail_egress_setup() enters the child's, and the
+ * short-lived setup thread of egress_netns_setup() enters the child's, and the
  * test talks to the child through the listeners it returned. A failed case
  * cannot leave the test process anywhere else.
  *
@@ -40,7 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "jail/egress.h"
+#include "egress/egress.h"
 
 #define TIMEOUT_MS 5000
 
@@ -291,14 +291,14 @@ static int open_netns(void)
 
 /* In the child's namespace, given by /proc/PID/ns/net or, with by_pidfd, by
  * a pidfd (as the zygote's sandboxes are). */
-static void setup_egress_by(struct jail_egress *e, bool by_pidfd)
+static void setup_egress_by(struct egress_netns *e, bool by_pidfd)
 {
     struct corral_error err = {0};
     int fd = by_pidfd ? (int)syscall(SYS_pidfd_open, child.pid, 0) : open_netns();
     assert_true(fd >= 0);
-    int r = jail_egress_setup(fd, NULL, e, &err);
+    int r = egress_netns_setup(fd, NULL, e, &err);
     if (r < 0)
-        fail_msg("jail_egress_setup: %s", err.message);
+        fail_msg("egress_netns_setup: %s", err.message);
     close(fd);
     assert_true(e->tcp4 >= 0 && e->dns_udp4 >= 0 && e->dns_tcp4 >= 0);
     assert_true(e->port > 0);
@@ -306,7 +306,7 @@ static void setup_egress_by(struct jail_egress *e, bool by_pidfd)
         fprintf(stderr, "test_egress: no IPv6 in the namespace; IPv6 checks skipped\n");
 }
 
-static void setup_egress(struct jail_egress *e)
+static void setup_egress(struct egress_netns *e)
 {
     setup_egress_by(e, false);
 }
@@ -343,7 +343,7 @@ static void tcp_arrives(int listener, int family, const char *addr, uint16_t por
     assert_true(conn >= 0);
     struct sockaddr_storage dst;
     socklen_t len;
-    assert_int_equal(jail_egress_original_dst(conn, &dst, &len), 0);
+    assert_int_equal(egress_netns_original_dst(conn, &dst, &len), 0);
     assert_int_equal(len,
                      family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
     assert_addr(&dst, addr, port);
@@ -404,7 +404,7 @@ static void udp_dns_arrives(int listener, int family, const char *addr, const ch
 static void tcp_and_dns_reach_the_listeners(void **state)
 {
     require_root();
-    struct jail_egress e;
+    struct egress_netns e;
     setup_egress(&e);
 
     tcp_arrives(e.tcp4, AF_INET, "10.233.200.7", 8080);
@@ -417,13 +417,13 @@ static void tcp_and_dns_reach_the_listeners(void **state)
         tcp_arrives(e.dns_tcp6, AF_INET6, "2001:db8::53", 53);
         udp_dns_arrives(e.dns_udp6, AF_INET6, "fd00:233::7", "::1");
     }
-    jail_egress_close(&e);
+    egress_netns_close(&e);
 }
 
 static void other_traffic_is_refused_at_once(void **state)
 {
     require_root();
-    struct jail_egress e;
+    struct egress_netns e;
     setup_egress(&e);
     /* The reject drops the datagram in the output path, so the send itself
      * fails (EPERM, as for any packet netfilter drops on output), and the ICMP
@@ -438,13 +438,13 @@ static void other_traffic_is_refused_at_once(void **state)
     /* Nothing of it reached a listener. */
     struct pollfd p[] = {{e.tcp4, POLLIN, 0}, {e.dns_udp4, POLLIN, 0}};
     assert_int_equal(poll(p, 2, 0), 0);
-    jail_egress_close(&e);
+    egress_netns_close(&e);
 }
 
 static void loopback_is_left_alone(void **state)
 {
     require_root();
-    struct jail_egress e;
+    struct egress_netns e;
     setup_egress_by(&e, true);
     send_cmd(OP_LOOPBACK, AF_INET, "127.0.0.1", 7000);
     assert_int_equal(read_result(), 0);
@@ -452,7 +452,7 @@ static void loopback_is_left_alone(void **state)
     assert_int_equal(poll(&p, 1, 0), 0);
     /* and set up through a pidfd, egress works as well */
     tcp_arrives(e.tcp4, AF_INET, "10.233.200.7", 8080);
-    jail_egress_close(&e);
+    egress_netns_close(&e);
 }
 
 /* disable_ipv6 in the namespace (all its devices, and new ones): IPv4 only,
@@ -463,7 +463,7 @@ static void works_without_ipv6(void **state)
     send_cmd(OP_NO_IPV6, 0, "", 0);
     if (read_result() != 0)
         skip(); /* no IPv6 in this kernel at all: the other cases cover it */
-    struct jail_egress e;
+    struct egress_netns e;
     setup_egress(&e);
     assert_int_equal(e.tcp6, -1);
     assert_int_equal(e.dns_udp6, -1);
@@ -472,7 +472,7 @@ static void works_without_ipv6(void **state)
     send_cmd(OP_TCP, AF_INET6, "fd00:233::7", 443);
     int r = read_result();
     assert_true(r == EADDRNOTAVAIL || r == ENETUNREACH); /* 6.18: EADDRNOTAVAIL */
-    jail_egress_close(&e);
+    egress_netns_close(&e);
 }
 
 static int count_fds(void)
@@ -520,7 +520,7 @@ static void close_releases_everything(void **state)
     assert_int_equal(stat(child.netns, &st), 0);
     int fds = count_fds();
 
-    struct jail_egress e;
+    struct egress_netns e;
     setup_egress(&e);
     /* The caller's thread never left its namespace. */
     n = readlink("/proc/thread-self/ns/net", after_ns, sizeof(after_ns) - 1);
@@ -547,48 +547,48 @@ static void close_releases_everything(void **state)
     assert_true(ns >= 0);
     close(ns);
 
-    jail_egress_close(&e);
+    egress_netns_close(&e);
     assert_int_equal(e.tcp4, -1);
     assert_int_equal(e.dns_tcp6, -1);
-    jail_egress_close(&e);                  /* twice is harmless */
+    egress_netns_close(&e);                 /* twice is harmless */
     assert_int_equal(count_fds(), fds - 2); /* the child's two pipes are closed too */
 }
 
 static void setting_up_twice_is_refused(void **state)
 {
     require_root();
-    struct jail_egress e, again;
+    struct egress_netns e, again;
     setup_egress(&e);
     int fds = count_fds();
     struct corral_error err = {0};
     int fd = open_netns();
-    assert_int_equal(jail_egress_setup(fd, NULL, &again, &err), -EEXIST);
+    assert_int_equal(egress_netns_setup(fd, NULL, &again, &err), -EEXIST);
     close(fd);
     assert_non_null(strstr(err.message, "already set up"));
     assert_int_equal(again.tcp4, -1);
     assert_int_equal(count_fds(), fds);
     /* The first setup still works. */
     tcp_arrives(e.tcp4, AF_INET, "10.233.200.7", 80);
-    jail_egress_close(&e);
+    egress_netns_close(&e);
 }
 
 static void bad_netns_fd_is_an_error(void **state)
 {
     require_root();
     int fds = count_fds();
-    struct jail_egress e;
+    struct egress_netns e;
     struct corral_error err = {0};
-    assert_int_equal(jail_egress_setup(-1, NULL, &e, &err), -EBADF);
+    assert_int_equal(egress_netns_setup(-1, NULL, &e, &err), -EBADF);
     assert_non_null(strstr(err.message, "network namespace"));
 
     int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    assert_int_equal(jail_egress_setup(fd, NULL, &e, &err), -EINVAL);
+    assert_int_equal(egress_netns_setup(fd, NULL, &e, &err), -EINVAL);
     assert_non_null(strstr(err.message, "cannot enter the network namespace"));
     assert_non_null(strstr(err.message, "Invalid argument"));
     close(fd);
 
     fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
-    assert_int_equal(jail_egress_setup(fd, NULL, &e, &err), -EINVAL);
+    assert_int_equal(egress_netns_setup(fd, NULL, &e, &err), -EINVAL);
     close(fd);
     assert_int_equal(e.tcp4, -1);
     assert_int_equal(e.dns_udp4, -1);

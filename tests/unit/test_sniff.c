@@ -1,5 +1,5 @@
 /*
- * The names a connection's first bytes ask for (jail/sniff.c): TLS server
+ * The names a connection's first bytes ask for (egress/sniff.c): TLS server
  * names and HTTP hosts, byte by byte as they arrive, and everything else.
  */
 #include <setjmp.h>
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "jail/sniff.h"
+#include "egress/sniff.h"
 
 /* A TLS 1.3-style ClientHello record with extensions: supported groups, then
  * server_name with `name` (NULL: no server_name). */

@@ -1,7 +1,7 @@
 /*
  * DNS messages for the egress resolver stub; see dns.h.
  */
-#include "jail/dns.h"
+#include "egress/dns.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* E2B's control plane and code interpreter over libcorral; see e2b.h. */
-#include "api/e2b.h"
-#include "api/envd.h"
-#include "api/network.h"
+#include "api/e2b/e2b.h"
+#include "api/e2b/envd.h"
+#include "api/apinet.h"
 #include "api/signature.h"
 
 #include <arpa/inet.h>

@@ -11,7 +11,7 @@
  * INLINE_MAX are read before answering (errors get their status); larger ones
  * are streamed.
  */
-#include "api/execd.h"
+#include "api/opensandbox/execd.h"
 #include "api/live.h"
 #include "api/names.h"
 

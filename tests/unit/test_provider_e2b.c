@@ -1,5 +1,5 @@
 /*
- * The `e2b` sandbox provider: src/providers/e2b.c. It is tested against a
+ * The `e2b` sandbox provider: src/providers/e2b_client.c. It is tested against a
  * scripted E2B run in a thread of this test on 127.0.0.1: the control plane
  * (/sandboxes, /v2/sandboxes), envd (port 49983: /files and the Connect
  * RPCs of filesystem.Filesystem) and the code interpreter (port 49999:

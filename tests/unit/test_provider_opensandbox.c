@@ -1,5 +1,5 @@
 /*
- * The `opensandbox` sandbox provider: src/providers/opensandbox.c. It is
+ * The `opensandbox` sandbox provider: src/providers/opensandbox_client.c. It is
  * tested against a scripted OpenSandbox (lifecycle API under /v1, execd
  * under /execd) run in a thread of this test on 127.0.0.1: scripted_http.h's
  * server, one request per connection, every request recorded.

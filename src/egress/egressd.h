@@ -1,6 +1,6 @@
 /*
  * The egress service: what answers a sandbox's connections and DNS queries
- * once jail_egress_setup() has sent them to the daemon, and enforces its
+ * once egress_netns_setup() has sent them to the daemon, and enforces its
  * policy on them.
  *
  * For each attached sandbox it
@@ -24,19 +24,19 @@
  *   next line).
  * One thread (started on first use) watches every sandbox's sockets.
  */
-#ifndef CORRAL_JAIL_EGRESSD_H
-#define CORRAL_JAIL_EGRESSD_H
+#ifndef CORRAL_EGRESSD_H
+#define CORRAL_EGRESSD_H
 
 #include <stdbool.h>
 #include <sys/socket.h>
 
 #include "base/error.h"
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 
 #define EGRESSD_MAX_CONNECTIONS 256
 #define EGRESSD_MAX_DNS         4 /* upstream resolvers */
 
-struct egress_box;
+struct egress_sandbox;
 
 /* A resolver's address, "ADDR", "ADDR:PORT" or "[ADDR6]:PORT" (port 53
  * unless given), into ss; false when s is none of those. */
@@ -46,21 +46,21 @@ bool egressd_parse_resolver(const char *s, struct sockaddr_storage *ss);
  * when first needed) and the private ranges every policy opens (copied).
  * Affects sandboxes attached afterwards. */
 int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
-                      const struct jail_net_rule *open, size_t n_open, struct corral_error *err);
+                      const struct netpolicy_rule *open, size_t n_open, struct corral_error *err);
 
 /* Sets egress up in the namespace netns_fd (not taken: it is duplicated)
  * for the sandbox `id` (for logs) under policy (copied; its open ranges are
  * replaced by the configured ones). */
-int egressd_attach(int netns_fd, const char *id, const struct jail_netpolicy *policy,
-                   struct egress_box **out, struct corral_error *err);
+int egressd_attach(int netns_fd, const char *id, const struct netpolicy *policy,
+                   struct egress_sandbox **out, struct corral_error *err);
 
 /* Replaces the policy: learned names are forgotten, connections already
  * relayed stay. */
-int egressd_update(struct egress_box *b, const struct jail_netpolicy *policy,
+int egressd_update(struct egress_sandbox *b, const struct netpolicy *policy,
                    struct corral_error *err);
 
 /* Stops serving the sandbox: its relayed connections are shut down, and
  * every socket in its namespace closes once no thread uses it. */
-void egressd_detach(struct egress_box *b);
+void egressd_detach(struct egress_sandbox *b);
 
 #endif

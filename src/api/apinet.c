@@ -1,5 +1,5 @@
 /* A sandbox's network from a protocol's rules; see network.h. */
-#include "api/network.h"
+#include "api/apinet.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* execd: the shared pieces and /ping, /code, /metrics; see execd.h. */
-#include "api/execd.h"
+#include "api/opensandbox/execd.h"
 
 #include <errno.h>
 #include <stdarg.h>

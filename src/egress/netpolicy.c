@@ -2,7 +2,7 @@
  * Egress policies: rules on names and address ranges, first match wins; see
  * netpolicy.h.
  */
-#include "jail/netpolicy.h"
+#include "egress/netpolicy.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -124,11 +124,11 @@ static const struct range private_ranges[] = {
     {AF_INET6, {0xfc}, 7},                         /* unique local */
 };
 
-static enum jail_net_class class_of(const struct addr *a)
+static enum netpolicy_class class_of(const struct addr *a)
 {
     for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
         if (in_range(a, forbidden[i].family, forbidden[i].net, forbidden[i].prefix))
-            return JAIL_NET_FORBIDDEN;
+            return NETPOLICY_FORBIDDEN;
     /* NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address: judged by it */
     static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
     if (a->family == AF_INET6 &&
@@ -139,18 +139,18 @@ static enum jail_net_class class_of(const struct addr *a)
     }
     for (size_t i = 0; i < sizeof(private_ranges) / sizeof(private_ranges[0]); i++)
         if (in_range(a, private_ranges[i].family, private_ranges[i].net, private_ranges[i].prefix))
-            return JAIL_NET_PRIVATE;
-    return JAIL_NET_PUBLIC;
+            return NETPOLICY_PRIVATE;
+    return NETPOLICY_PUBLIC;
 }
 
-enum jail_net_class jail_net_addr_class(const struct sockaddr *a)
+enum netpolicy_class netpolicy_addr_class(const struct sockaddr *a)
 {
     struct addr x;
-    return addr_of(a, &x) ? class_of(&x) : JAIL_NET_FORBIDDEN;
+    return addr_of(a, &x) ? class_of(&x) : NETPOLICY_FORBIDDEN;
 }
 
 /* "ADDR" or "ADDR/PREFIX" into r; false when it is neither. */
-static bool parse_range(const char *target, struct jail_net_rule *r)
+static bool parse_range(const char *target, struct netpolicy_rule *r)
 {
     char text[64];
     const char *slash = strchr(target, '/');
@@ -182,22 +182,22 @@ static bool parse_range(const char *target, struct jail_net_rule *r)
 
 /* ---- the policy ---- */
 
-int jail_netpolicy_add(struct jail_netpolicy *p, enum jail_net_action action, const char *target,
-                       struct corral_error *err)
+int netpolicy_add(struct netpolicy *p, enum netpolicy_action action, const char *target,
+                  struct corral_error *err)
 {
-    struct jail_net_rule r = {.action = action};
+    struct netpolicy_rule r = {.action = action};
     if (!target || !*target)
         return corral_fail(err, EINVAL,
                            "an egress rule needs a target (a name, *.NAME, an "
                            "address or a range)");
     if (!strcmp(target, "*")) {
-        r.kind = JAIL_NET_ANY_NAME;
+        r.kind = NETPOLICY_ANY_NAME;
     } else if (parse_range(target, &r)) {
-        r.kind = JAIL_NET_RANGE;
+        r.kind = NETPOLICY_RANGE;
     } else if (!strncmp(target, "*.", 2) && normal_name(target + 2, r.name)) {
-        r.kind = JAIL_NET_BELOW;
+        r.kind = NETPOLICY_BELOW;
     } else if (normal_name(target, r.name)) {
-        r.kind = JAIL_NET_NAME;
+        r.kind = NETPOLICY_NAME;
     } else {
         return corral_fail(err, EINVAL,
                            "'%.80s' is not an egress target (a name such as example.com, "
@@ -205,7 +205,7 @@ int jail_netpolicy_add(struct jail_netpolicy *p, enum jail_net_action action, co
                            "10.0.0.0/8)",
                            target);
     }
-    struct jail_net_rule *v = realloc(p->rules, (p->n + 1) * sizeof(*v));
+    struct netpolicy_rule *v = realloc(p->rules, (p->n + 1) * sizeof(*v));
     if (!v)
         return corral_fail(err, ENOMEM, "out of memory");
     p->rules = v;
@@ -213,69 +213,68 @@ int jail_netpolicy_add(struct jail_netpolicy *p, enum jail_net_action action, co
     return 0;
 }
 
-void jail_netpolicy_free(struct jail_netpolicy *p)
+void netpolicy_free(struct netpolicy *p)
 {
     free(p->rules);
     p->rules = NULL;
     p->n = 0;
 }
 
-enum jail_net_action jail_netpolicy_name(const struct jail_netpolicy *p, const char *name)
+enum netpolicy_action netpolicy_name(const struct netpolicy *p, const char *name)
 {
     char n[254];
     if (!name || !normal_name(name, n))
-        return JAIL_NET_DENY;
+        return NETPOLICY_DENY;
     for (size_t i = 0; i < p->n; i++) {
-        const struct jail_net_rule *r = &p->rules[i];
-        if ((r->kind == JAIL_NET_NAME && !strcmp(n, r->name)) ||
-            (r->kind == JAIL_NET_BELOW && below(n, r->name)) || r->kind == JAIL_NET_ANY_NAME)
+        const struct netpolicy_rule *r = &p->rules[i];
+        if ((r->kind == NETPOLICY_NAME && !strcmp(n, r->name)) ||
+            (r->kind == NETPOLICY_BELOW && below(n, r->name)) || r->kind == NETPOLICY_ANY_NAME)
             return r->action;
     }
     return p->default_action;
 }
 
 /* The class of x, a private address counting as public when p opens it. */
-static enum jail_net_class policy_class(const struct jail_netpolicy *p, const struct addr *x)
+static enum netpolicy_class policy_class(const struct netpolicy *p, const struct addr *x)
 {
-    enum jail_net_class c = class_of(x);
-    for (size_t i = 0; c == JAIL_NET_PRIVATE && i < p->n_open; i++)
+    enum netpolicy_class c = class_of(x);
+    for (size_t i = 0; c == NETPOLICY_PRIVATE && i < p->n_open; i++)
         if (in_range(x, p->open[i].family, p->open[i].addr, p->open[i].prefix))
-            c = JAIL_NET_PUBLIC;
+            c = NETPOLICY_PUBLIC;
     return c;
 }
 
 /* The first range rule matching x, or NULL. */
-static const struct jail_net_rule *range_rule(const struct jail_netpolicy *p, const struct addr *x)
+static const struct netpolicy_rule *range_rule(const struct netpolicy *p, const struct addr *x)
 {
     for (size_t i = 0; i < p->n; i++) {
-        const struct jail_net_rule *r = &p->rules[i];
-        if (r->kind == JAIL_NET_RANGE && in_range(x, r->family, r->addr, r->prefix))
+        const struct netpolicy_rule *r = &p->rules[i];
+        if (r->kind == NETPOLICY_RANGE && in_range(x, r->family, r->addr, r->prefix))
             return r;
     }
     return NULL;
 }
 
-enum jail_net_action jail_netpolicy_addr(const struct jail_netpolicy *p, const struct sockaddr *a)
+enum netpolicy_action netpolicy_addr(const struct netpolicy *p, const struct sockaddr *a)
 {
     struct addr x;
-    if (!addr_of(a, &x) || policy_class(p, &x) != JAIL_NET_PUBLIC)
-        return JAIL_NET_DENY;
-    const struct jail_net_rule *r = range_rule(p, &x);
+    if (!addr_of(a, &x) || policy_class(p, &x) != NETPOLICY_PUBLIC)
+        return NETPOLICY_DENY;
+    const struct netpolicy_rule *r = range_rule(p, &x);
     return r ? r->action : p->default_action;
 }
 
-enum jail_net_action jail_netpolicy_learned(const struct jail_netpolicy *p,
-                                            const struct sockaddr *a)
+enum netpolicy_action netpolicy_learned(const struct netpolicy *p, const struct sockaddr *a)
 {
     struct addr x;
-    if (!addr_of(a, &x) || policy_class(p, &x) != JAIL_NET_PUBLIC)
-        return JAIL_NET_DENY;
-    const struct jail_net_rule *r = range_rule(p, &x);
-    return r ? r->action : JAIL_NET_ALLOW;
+    if (!addr_of(a, &x) || policy_class(p, &x) != NETPOLICY_PUBLIC)
+        return NETPOLICY_DENY;
+    const struct netpolicy_rule *r = range_rule(p, &x);
+    return r ? r->action : NETPOLICY_ALLOW;
 }
 
-enum jail_net_class jail_netpolicy_class(const struct jail_netpolicy *p, const struct sockaddr *a)
+enum netpolicy_class netpolicy_class_of(const struct netpolicy *p, const struct sockaddr *a)
 {
     struct addr x;
-    return addr_of(a, &x) ? policy_class(p, &x) : JAIL_NET_FORBIDDEN;
+    return addr_of(a, &x) ? policy_class(p, &x) : NETPOLICY_FORBIDDEN;
 }

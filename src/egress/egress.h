@@ -3,7 +3,7 @@
  * daemon-side building block that makes every connection the sandbox opens to
  * the outside arrive at a listener of the daemon, and refuses the rest at once.
  *
- * In the namespace, jail_egress_setup() makes:
+ * In the namespace, egress_netns_setup() makes:
  * - a TUN interface JAIL_EGRESS_IFNAME (IFF_TUN|IFF_NO_PI, made persistent and
  *   its fd closed: nobody reads it and nothing needs to, see egress.c) with
  *   JAIL_EGRESS_ADDR4/32 (192.0.0.8, RFC 7600's "IPv4 dummy address") and
@@ -26,8 +26,8 @@
  * The sandbox cannot change any of it: the namespace is owned by the host's
  * user namespace, in which sandboxed code holds no capability.
  */
-#ifndef CORRAL_JAIL_EGRESS_H
-#define CORRAL_JAIL_EGRESS_H
+#ifndef CORRAL_EGRESS_H
+#define CORRAL_EGRESS_H
 
 #include <stdint.h>
 #include <sys/socket.h>
@@ -39,13 +39,13 @@
 #define JAIL_EGRESS_ADDR6  "fd63:6f72:7261:6c00::8"
 #define JAIL_EGRESS_TABLE  "corral" /* nftables: table inet corral */
 
-/* What jail_egress_setup() made: listening sockets (SOCK_CLOEXEC|SOCK_NONBLOCK)
+/* What egress_netns_setup() made: listening sockets (SOCK_CLOEXEC|SOCK_NONBLOCK)
  * that live in the sandbox's network namespace. Each keeps the namespace
  * alive until it is closed. */
-struct jail_egress {
+struct egress_netns {
     /* 127.0.0.1:port and [::1]:port (tcp6 is -1 without IPv6): every TCP
      * connection the sandbox opens to an address outside the namespace is
-     * accepted here; jail_egress_original_dst() tells where it was going. */
+     * accepted here; egress_netns_original_dst() tells where it was going. */
     int tcp4, tcp6;
     /* 127.0.0.1:53, UDP and TCP: every DNS query (port 53, any address). */
     int dns_udp4, dns_tcp4;
@@ -76,20 +76,20 @@ struct jail_egress {
  * what the policy denies, logging it to nflog group JAIL_EGRESS_NFLOG_GROUP.
  * It is loaded in the same batch as the rest.
  */
-int jail_egress_setup(int netns_fd, const char *policy, struct jail_egress *out,
-                      struct corral_error *err);
+int egress_netns_setup(int netns_fd, const char *policy, struct egress_netns *out,
+                       struct corral_error *err);
 
 /* Runs nft commands (such as `add element inet corral dyn4 { ... }`) in the
  * namespace netns_fd, in one batch, from a short-lived thread. */
-int jail_egress_nft(int netns_fd, const char *cmds, struct corral_error *err);
+int egress_netns_nft(int netns_fd, const char *cmds, struct corral_error *err);
 
-/* Closes every socket; harmless twice, or after jail_egress_init() or a
+/* Closes every socket; harmless twice, or after egress_netns_init() or a
  * failed setup. The rules and the interface go away with the namespace, once
  * its last process and these sockets are gone. */
-void jail_egress_close(struct jail_egress *e);
+void egress_netns_close(struct egress_netns *e);
 
 /* Sets every fd to -1. */
-void jail_egress_init(struct jail_egress *e);
+void egress_netns_init(struct egress_netns *e);
 
 /* The destination the sandbox asked for, for a connection accepted on tcp4 or
  * tcp6 (SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST from conntrack): a
@@ -97,6 +97,6 @@ void jail_egress_init(struct jail_egress *e);
  * (no NAT) gives the listener's own loopback address, or -ENOENT: callers
  * must deny both.
  * Returns 0 or a negative errno. */
-int jail_egress_original_dst(int conn_fd, struct sockaddr_storage *dst, socklen_t *len);
+int egress_netns_original_dst(int conn_fd, struct sockaddr_storage *dst, socklen_t *len);
 
 #endif

@@ -11,7 +11,7 @@
  * an empty line. The name is the absolute-form target's host, else the Host
  * header's, without a port.
  */
-#include "jail/sniff.h"
+#include "egress/sniff.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -9,7 +9,7 @@
  * still name it. The box's sockets (which keep its namespace alive) close
  * then.
  */
-#include "jail/egressd.h"
+#include "egress/egressd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,9 +34,9 @@
 
 #include "base/strbuf.h"
 #include "base/util.h"
-#include "jail/dns.h"
-#include "jail/egress.h"
-#include "jail/sniff.h"
+#include "egress/dns.h"
+#include "egress/egress.h"
+#include "egress/sniff.h"
 
 #define MAX_LEARNED        4096
 #define LEARNED_SET_SIZE   "16384"
@@ -56,7 +56,7 @@
 enum watch_kind { W_TCP, W_DNS_UDP, W_DNS_TCP, W_NFLOG };
 
 struct watch {
-    struct egress_box *box;
+    struct egress_sandbox *box;
     enum watch_kind kind;
     int fd;
 };
@@ -72,16 +72,16 @@ struct conn_slot {
     int out; /* the destination's, or -1 */
 };
 
-struct egress_box {
+struct egress_sandbox {
     char id[64];
     int netns_fd;
-    struct jail_egress e;
+    struct egress_netns e;
     struct watch watches[7];
     size_t n_watches;
     bool v6; /* the namespace has IPv6 (AAAA answers are useful) */
 
     pthread_mutex_t lock; /* what follows */
-    struct jail_netpolicy policy;
+    struct netpolicy policy;
     struct learned *learned;
     size_t n_learned;
     struct conn_slot conns[EGRESSD_MAX_CONNECTIONS];
@@ -93,7 +93,7 @@ struct egress_box {
     /* under svc.lock */
     int refs; /* the sandbox's, and one per worker */
     bool dead;
-    struct egress_box *next_dead;
+    struct egress_sandbox *next_dead;
 };
 
 static struct {
@@ -103,9 +103,9 @@ static struct {
     struct sockaddr_storage dns[EGRESSD_MAX_DNS];
     size_t n_dns;
     bool dns_given;
-    struct jail_net_rule *open;
+    struct netpolicy_rule *open;
     size_t n_open;
-    struct egress_box *graveyard;
+    struct egress_sandbox *graveyard;
     /* this host's own addresses, refreshed at most once a second */
     struct sockaddr_storage *local;
     size_t n_local;
@@ -114,10 +114,10 @@ static struct {
 
 /* ---- logging ---- */
 
-static void deny_log(struct egress_box *b, const char *fmt, ...)
+static void deny_log(struct egress_sandbox *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-static void deny_log(struct egress_box *b, const char *fmt, ...)
+static void deny_log(struct egress_sandbox *b, const char *fmt, ...)
 {
     pthread_mutex_lock(&b->lock);
     uint64_t now = corral_now_ms();
@@ -250,18 +250,18 @@ static bool host_local(const struct sockaddr *a)
 
 /* ---- references ---- */
 
-static void box_free(struct egress_box *b)
+static void box_free(struct egress_sandbox *b)
 {
-    jail_egress_close(&b->e);
+    egress_netns_close(&b->e);
     if (b->netns_fd >= 0)
         close(b->netns_fd);
-    jail_netpolicy_free(&b->policy);
+    netpolicy_free(&b->policy);
     free(b->learned);
     pthread_mutex_destroy(&b->lock);
     free(b);
 }
 
-static void box_unref(struct egress_box *b)
+static void box_unref(struct egress_sandbox *b)
 {
     pthread_mutex_lock(&svc.lock);
     bool wake = --b->refs == 0 && b->dead;
@@ -290,9 +290,9 @@ static int start_worker(void *(*fn)(void *), void *arg)
 
 /* policy copied into b->policy, with the configured open ranges (under
  * svc.lock: they are svc's). */
-static int copy_policy(struct jail_netpolicy *to, const struct jail_netpolicy *from)
+static int copy_policy(struct netpolicy *to, const struct netpolicy *from)
 {
-    struct jail_netpolicy p = {.default_action = from->default_action};
+    struct netpolicy p = {.default_action = from->default_action};
     size_t n = from->n + svc.n_open;
     p.rules = calloc(n ? n : 1, sizeof(*p.rules));
     if (!p.rules)
@@ -328,7 +328,7 @@ static const char *const private4[] = {"10.0.0.0/8",    "172.16.0.0/12", "192.16
 static const char *const private6[] = {"fc00::/7", NULL};
 
 static void add_set(struct strbuf *sb, const char *name, int family, const char *const *fixed,
-                    const struct jail_net_rule *rules, size_t n, bool local)
+                    const struct netpolicy_rule *rules, size_t n, bool local)
 {
     strbuf_printf(sb, "  set %s { type %s; flags interval; auto-merge;", name,
                   family == AF_INET ? "ipv4_addr" : "ipv6_addr");
@@ -357,25 +357,25 @@ static void add_set(struct strbuf *sb, const char *name, int family, const char 
 
 /* The rules of chain `decide` for policy p, as `add rule` commands (cmd) or
  * as the chain's body (cmd NULL). */
-static void decide_rules(struct strbuf *sb, const struct jail_netpolicy *p, const char *cmd)
+static void decide_rules(struct strbuf *sb, const struct netpolicy *p, const char *cmd)
 {
     const char *pre = cmd ? cmd : "    ";
     strbuf_printf(sb, "%sip daddr @dyn4 accept\n", pre);
     strbuf_printf(sb, "%sip6 daddr @dyn6 accept\n", pre);
     for (size_t i = 0; i < p->n; i++) {
-        const struct jail_net_rule *r = &p->rules[i];
-        if (r->kind != JAIL_NET_RANGE)
+        const struct netpolicy_rule *r = &p->rules[i];
+        if (r->kind != NETPOLICY_RANGE)
             continue;
         char text[INET6_ADDRSTRLEN];
         inet_ntop(r->family, r->addr, text, sizeof(text));
         strbuf_printf(sb, "%s%s daddr %s/%u %s\n", pre, r->family == AF_INET ? "ip" : "ip6", text,
-                      r->prefix, r->action == JAIL_NET_ALLOW ? "accept" : "goto deny");
+                      r->prefix, r->action == NETPOLICY_ALLOW ? "accept" : "goto deny");
     }
-    strbuf_printf(sb, "%s%s\n", pre, p->default_action == JAIL_NET_ALLOW ? "accept" : "goto deny");
+    strbuf_printf(sb, "%s%s\n", pre, p->default_action == NETPOLICY_ALLOW ? "accept" : "goto deny");
 }
 
-/* The policy part of the table (jail_egress_setup). Under svc.lock. */
-static char *policy_ruleset(const struct jail_netpolicy *p)
+/* The policy part of the table (egress_netns_setup). Under svc.lock. */
+static char *policy_ruleset(const struct netpolicy *p)
 {
     refresh_local_locked();
     struct strbuf sb = {0};
@@ -425,21 +425,21 @@ static char *policy_ruleset(const struct jail_netpolicy *p)
  * reason. */
 /* Why no policy may let dst through (an address of this host, forbidden,
  * a private range the server does not open), or NULL. */
-static const char *closed_address(struct egress_box *b, const struct sockaddr *dst)
+static const char *closed_address(struct egress_sandbox *b, const struct sockaddr *dst)
 {
     if (host_local(dst))
         return "an address of this host";
     pthread_mutex_lock(&b->lock);
-    enum jail_net_class c = jail_netpolicy_class(&b->policy, dst);
+    enum netpolicy_class c = netpolicy_class_of(&b->policy, dst);
     pthread_mutex_unlock(&b->lock);
-    if (c == JAIL_NET_FORBIDDEN)
+    if (c == NETPOLICY_FORBIDDEN)
         return "a forbidden address";
-    if (c == JAIL_NET_PRIVATE)
+    if (c == NETPOLICY_PRIVATE)
         return "a private address the server does not open";
     return NULL;
 }
 
-static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const char **reason,
+static bool conn_allowed(struct egress_sandbox *b, const struct sockaddr *dst, const char **reason,
                          bool *learned_only)
 {
     *learned_only = false;
@@ -447,8 +447,8 @@ static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const
         return false;
     *reason = "not allowed by the policy";
     pthread_mutex_lock(&b->lock);
-    bool ok = jail_netpolicy_addr(&b->policy, dst) == JAIL_NET_ALLOW;
-    if (!ok && jail_netpolicy_learned(&b->policy, dst) == JAIL_NET_ALLOW) {
+    bool ok = netpolicy_addr(&b->policy, dst) == NETPOLICY_ALLOW;
+    if (!ok && netpolicy_learned(&b->policy, dst) == NETPOLICY_ALLOW) {
         uint8_t x[16];
         int f = addr_bytes(dst, x);
         uint64_t now = corral_now_ms();
@@ -464,7 +464,7 @@ static bool conn_allowed(struct egress_box *b, const struct sockaddr *dst, const
 /* ---- relayed connections ---- */
 
 struct conn_job {
-    struct egress_box *b;
+    struct egress_sandbox *b;
     int slot;
     int fd;
 };
@@ -532,7 +532,7 @@ static bool send_all(int fd, const char *buf, size_t len)
  * (struct relay's `head`): the name is checked before any byte reaches the
  * destination. */
 struct inspect {
-    struct egress_box *b;
+    struct egress_sandbox *b;
     const char *where;
     char *head;
     size_t len;
@@ -550,7 +550,7 @@ static int inspect_step(struct inspect *i, bool eof)
     if (r != SNIFF_NAME)
         return 1;
     pthread_mutex_lock(&i->b->lock);
-    bool ok = jail_netpolicy_name(&i->b->policy, name) == JAIL_NET_ALLOW;
+    bool ok = netpolicy_name(&i->b->policy, name) == NETPOLICY_ALLOW;
     pthread_mutex_unlock(&i->b->lock);
     if (ok)
         return 1;
@@ -648,12 +648,12 @@ static bool relay(int a, int b, struct inspect *ins)
 static void *conn_main(void *arg)
 {
     struct conn_job *job = arg;
-    struct egress_box *b = job->b;
+    struct egress_sandbox *b = job->b;
     struct sockaddr_storage dst;
     socklen_t len;
     const char *reason = NULL;
     char where[80] = "?";
-    int r = jail_egress_original_dst(job->fd, &dst, &len);
+    int r = egress_netns_original_dst(job->fd, &dst, &len);
     int out = -1;
     bool learned_only = false;
     if (r < 0) {
@@ -696,7 +696,7 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-static void on_tcp(struct egress_box *b, int lfd)
+static void on_tcp(struct egress_sandbox *b, int lfd)
 {
     for (int i = 0; i < 16; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -939,7 +939,7 @@ static int ask_upstream(const struct dns_question *q, const uint8_t *query, size
 }
 
 /* Adds addresses to the box's learned list and to the rules' sets. */
-static void learn(struct egress_box *b, const struct dns_address *a, size_t n)
+static void learn(struct egress_sandbox *b, const struct dns_address *a, size_t n)
 {
     if (!n)
         return;
@@ -982,7 +982,7 @@ static void learn(struct egress_box *b, const struct dns_address *a, size_t n)
     pthread_mutex_unlock(&b->lock);
     if (cmds.len) {
         struct corral_error err = {0};
-        if (jail_egress_nft(b->netns_fd, strbuf_str(&cmds), &err) < 0) {
+        if (egress_netns_nft(b->netns_fd, strbuf_str(&cmds), &err) < 0) {
             /* an element that timed out in between: add without deleting */
             struct strbuf adds = {0};
             const char *p = strbuf_str(&cmds);
@@ -993,7 +993,7 @@ static void learn(struct egress_box *b, const struct dns_address *a, size_t n)
                     strbuf_append(&adds, p, l);
                 p += l;
             }
-            if (adds.len && jail_egress_nft(b->netns_fd, strbuf_str(&adds), &err) < 0)
+            if (adds.len && egress_netns_nft(b->netns_fd, strbuf_str(&adds), &err) < 0)
                 fprintf(stderr, "corral: egress: sandbox %s: %s\n", b->id, err.message);
             strbuf_free(&adds);
         }
@@ -1003,14 +1003,14 @@ static void learn(struct egress_box *b, const struct dns_address *a, size_t n)
 
 /* The answer (into out, at most cap bytes) to the query msg/len. 0 when
  * the query is not worth an answer. */
-static size_t resolve(struct egress_box *b, const uint8_t *msg, size_t len, uint8_t *out,
+static size_t resolve(struct egress_sandbox *b, const uint8_t *msg, size_t len, uint8_t *out,
                       size_t cap)
 {
     struct dns_question q;
     if (dns_read_query(msg, len, &q) < 0)
         return 0;
     pthread_mutex_lock(&b->lock);
-    bool allowed = jail_netpolicy_name(&b->policy, q.name) == JAIL_NET_ALLOW;
+    bool allowed = netpolicy_name(&b->policy, q.name) == NETPOLICY_ALLOW;
     pthread_mutex_unlock(&b->lock);
     if (!allowed) {
         deny_log(b, "dns %s (not allowed by the policy)", q.name[0] ? q.name : ".");
@@ -1030,7 +1030,7 @@ static size_t resolve(struct egress_box *b, const uint8_t *msg, size_t len, uint
         struct sockaddr_storage ss;
         to_sockaddr(addrs[i].family, addrs[i].addr, 0, &ss);
         pthread_mutex_lock(&b->lock);
-        bool ok = jail_netpolicy_learned(&b->policy, (struct sockaddr *)&ss) == JAIL_NET_ALLOW;
+        bool ok = netpolicy_learned(&b->policy, (struct sockaddr *)&ss) == NETPOLICY_ALLOW;
         pthread_mutex_unlock(&b->lock);
         if (ok && host_local((struct sockaddr *)&ss))
             ok = false;
@@ -1053,7 +1053,7 @@ static size_t resolve(struct egress_box *b, const uint8_t *msg, size_t len, uint
 }
 
 struct dns_job {
-    struct egress_box *b;
+    struct egress_sandbox *b;
     int fd; /* UDP: the listener (the box's); TCP: the accepted connection */
     bool tcp;
     struct sockaddr_storage peer;
@@ -1065,7 +1065,7 @@ struct dns_job {
 static void *dns_main(void *arg)
 {
     struct dns_job *job = arg;
-    struct egress_box *b = job->b;
+    struct egress_sandbox *b = job->b;
     uint8_t out[2 + DNS_TCP_ANSWER_MAX];
     if (job->tcp) {
         uint64_t until = corral_now_ms() + DNS_TCP_WAIT_MS;
@@ -1099,7 +1099,7 @@ static void *dns_main(void *arg)
 
 /* Starts a DNS worker for job (under svc.lock); false when there are too
  * many already. */
-static bool start_dns(struct egress_box *b, struct dns_job *job)
+static bool start_dns(struct egress_sandbox *b, struct dns_job *job)
 {
     pthread_mutex_lock(&b->lock);
     bool room = b->n_dns < MAX_DNS_INFLIGHT;
@@ -1119,7 +1119,7 @@ static bool start_dns(struct egress_box *b, struct dns_job *job)
     return true;
 }
 
-static void on_dns_udp(struct egress_box *b, int fd)
+static void on_dns_udp(struct egress_sandbox *b, int fd)
 {
     for (int i = 0; i < 16; i++) {
         struct dns_job *job = calloc(1, sizeof(*job));
@@ -1142,7 +1142,7 @@ static void on_dns_udp(struct egress_box *b, int fd)
     }
 }
 
-static void on_dns_tcp(struct egress_box *b, int lfd)
+static void on_dns_tcp(struct egress_sandbox *b, int lfd)
 {
     for (int i = 0; i < 16; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -1163,7 +1163,7 @@ static void on_dns_tcp(struct egress_box *b, int lfd)
 
 /* ---- nflog: what the rules refused ---- */
 
-static void on_nflog(struct egress_box *b, int fd)
+static void on_nflog(struct egress_sandbox *b, int fd)
 {
     uint8_t buf[8192];
     for (int round = 0; round < 16; round++) {
@@ -1267,9 +1267,9 @@ static void *watcher_main(void *arg)
                 break;
             }
         }
-        struct egress_box **pp = &svc.graveyard;
+        struct egress_sandbox **pp = &svc.graveyard;
         while (*pp) {
-            struct egress_box *b = *pp;
+            struct egress_sandbox *b = *pp;
             if (b->refs == 0) {
                 *pp = b->next_dead;
                 box_free(b);
@@ -1320,11 +1320,11 @@ fail:;
 /* ---- the interface ---- */
 
 int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
-                      const struct jail_net_rule *open, size_t n_open, struct corral_error *err)
+                      const struct netpolicy_rule *open, size_t n_open, struct corral_error *err)
 {
     if (n_dns > EGRESSD_MAX_DNS)
         return corral_fail(err, EINVAL, "at most %d DNS resolvers", EGRESSD_MAX_DNS);
-    struct jail_net_rule *copy = NULL;
+    struct netpolicy_rule *copy = NULL;
     if (n_open) {
         copy = calloc(n_open, sizeof(*copy));
         if (!copy)
@@ -1362,22 +1362,22 @@ static bool host_routes_ipv6(void)
     return found;
 }
 
-static void add_watch(struct egress_box *b, enum watch_kind kind, int fd)
+static void add_watch(struct egress_sandbox *b, enum watch_kind kind, int fd)
 {
     if (fd < 0)
         return;
     b->watches[b->n_watches++] = (struct watch){b, kind, fd};
 }
 
-int egressd_attach(int netns_fd, const char *id, const struct jail_netpolicy *policy,
-                   struct egress_box **out, struct corral_error *err)
+int egressd_attach(int netns_fd, const char *id, const struct netpolicy *policy,
+                   struct egress_sandbox **out, struct corral_error *err)
 {
-    struct egress_box *b = calloc(1, sizeof(*b));
+    struct egress_sandbox *b = calloc(1, sizeof(*b));
     if (!b)
         return corral_fail(err, ENOMEM, "out of memory");
     pthread_mutex_init(&b->lock, NULL);
     snprintf(b->id, sizeof(b->id), "%s", id ? id : "?");
-    jail_egress_init(&b->e);
+    egress_netns_init(&b->e);
     b->refs = 1;
     b->log_tokens = LOG_BURST;
     b->log_at_ms = corral_now_ms();
@@ -1400,7 +1400,7 @@ int egressd_attach(int netns_fd, const char *id, const struct jail_netpolicy *po
         r = corral_fail(err, ENOMEM, "out of memory");
     pthread_mutex_unlock(&svc.lock);
     if (r == 0)
-        r = jail_egress_setup(b->netns_fd, rules, &b->e, err);
+        r = egress_netns_setup(b->netns_fd, rules, &b->e, err);
     free(rules);
     if (r < 0) {
         box_free(b);
@@ -1432,10 +1432,10 @@ int egressd_attach(int netns_fd, const char *id, const struct jail_netpolicy *po
     return 0;
 }
 
-int egressd_update(struct egress_box *b, const struct jail_netpolicy *policy,
+int egressd_update(struct egress_sandbox *b, const struct netpolicy *policy,
                    struct corral_error *err)
 {
-    struct jail_netpolicy p;
+    struct netpolicy p;
     pthread_mutex_lock(&svc.lock);
     int r = copy_policy(&p, policy);
     pthread_mutex_unlock(&svc.lock);
@@ -1449,20 +1449,20 @@ int egressd_update(struct egress_box *b, const struct jail_netpolicy *policy,
     /* the new rules first: what the old policy learned must not outlive it */
     pthread_mutex_lock(&b->lock);
     r = cmds.oom ? corral_fail(err, ENOMEM, "out of memory")
-                 : jail_egress_nft(b->netns_fd, strbuf_str(&cmds), err);
+                 : egress_netns_nft(b->netns_fd, strbuf_str(&cmds), err);
     if (r == 0) {
-        jail_netpolicy_free(&b->policy);
+        netpolicy_free(&b->policy);
         b->policy = p;
         b->n_learned = 0;
     } else {
-        jail_netpolicy_free(&p);
+        netpolicy_free(&p);
     }
     pthread_mutex_unlock(&b->lock);
     strbuf_free(&cmds);
     return r;
 }
 
-void egressd_detach(struct egress_box *b)
+void egressd_detach(struct egress_sandbox *b)
 {
     if (!b)
         return;

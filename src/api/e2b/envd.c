@@ -1,5 +1,5 @@
 /* envd over libcorral; see envd.h. */
-#include "api/envd.h"
+#include "api/e2b/envd.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* The network of a provider's sandbox: the tool's narrowed by the
- * container's OpenAI network_policy (src/providers/network.c). */
+ * container's OpenAI network_policy (src/providers/provider_network.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

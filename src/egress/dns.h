@@ -5,8 +5,8 @@
  * bounded: compression pointers must point backwards, labels are 63 bytes at
  * most and names 255, truncated or trailing-garbage messages are refused.
  */
-#ifndef CORRAL_JAIL_DNS_H
-#define CORRAL_JAIL_DNS_H
+#ifndef CORRAL_EGRESS_DNS_H
+#define CORRAL_EGRESS_DNS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* OpenSandbox's lifecycle API and the routing to each sandbox's services;
  * see opensandbox.h. */
-#include "api/opensandbox.h"
+#include "api/opensandbox/opensandbox.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,8 +12,8 @@
 
 #include <openssl/crypto.h>
 
-#include "api/execd.h"
-#include "api/network.h"
+#include "api/opensandbox/execd.h"
+#include "api/apinet.h"
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -30,7 +30,7 @@
 /* A sandbox of this surface. Fields are read and changed under osb->lock;
  * sb is retained by the box, and handlers retain it again to use it
  * outside the lock. */
-struct box {
+struct os_sandbox {
     corral_sandbox *sb;
     char token[33], egress_token[33];
     json_t *image;          /* {"uri": ...} */
@@ -39,13 +39,13 @@ struct box {
     json_t *network_policy; /* {defaultAction, egress} in force, or NULL: none given */
     uint64_t created_ms, transition_ms;
     bool manual; /* no expiry */
-    struct box *next;
+    struct os_sandbox *next;
 };
 
 struct osb {
     pthread_mutex_t lock;
     pthread_mutex_t egress_lock; /* one policy change at a time */
-    struct box *boxes;
+    struct os_sandbox *boxes;
     char **api_keys;
     char **templates;
     char *state_dir;
@@ -208,7 +208,7 @@ static int parse_memory(const char *s, uint64_t *bytes)
 
 /* ---- the sandboxes of this surface ---- */
 
-static void box_free(struct box *b)
+static void box_free(struct os_sandbox *b)
 {
     json_decref(b->image);
     json_decref(b->entrypoint);
@@ -218,7 +218,7 @@ static void box_free(struct box *b)
 }
 
 /* Drops (kills and releases) what is unlinked. */
-static void box_drop(struct box *b)
+static void box_drop(struct os_sandbox *b)
 {
     corral_sandbox_kill(b->sb);
     execd_forget(b->sb);
@@ -229,11 +229,11 @@ static void box_drop(struct box *b)
 /* Drops the sandboxes that ended (timeouts, OOM at the init): they read as gone. */
 static void sweep(struct osb *o)
 {
-    struct box *dead = NULL;
+    struct os_sandbox *dead = NULL;
     pthread_mutex_lock(&o->lock);
-    for (struct box **pp = &o->boxes; *pp;) {
+    for (struct os_sandbox **pp = &o->boxes; *pp;) {
         if (!corral_sandbox_alive((*pp)->sb)) {
-            struct box *b = *pp;
+            struct os_sandbox *b = *pp;
             *pp = b->next;
             b->next = dead;
             dead = b;
@@ -243,28 +243,28 @@ static void sweep(struct osb *o)
     }
     pthread_mutex_unlock(&o->lock);
     while (dead) {
-        struct box *b = dead;
+        struct os_sandbox *b = dead;
         dead = b->next;
         box_drop(b);
     }
 }
 
 /* The box with this id; under o->lock. */
-static struct box *lookup(struct osb *o, const char *id)
+static struct os_sandbox *lookup(struct osb *o, const char *id)
 {
-    for (struct box *b = o->boxes; b; b = b->next)
+    for (struct os_sandbox *b = o->boxes; b; b = b->next)
         if (!strcmp(corral_sandbox_id(b->sb), id))
             return b;
     return NULL;
 }
 
-static const char *state_of(struct box *b)
+static const char *state_of(struct os_sandbox *b)
 {
     return corral_sandbox_paused(b->sb) ? "Paused" : "Running";
 }
 
 /* Sandbox (and CreateSandboxResponse without image); under o->lock. */
-static json_t *box_json(struct box *b, bool with_image)
+static json_t *box_json(struct os_sandbox *b, bool with_image)
 {
     const char *state = state_of(b);
     bool paused = !strcmp(state, "Paused");
@@ -535,7 +535,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
         }
         k++;
     }
-    struct box *b = calloc(1, sizeof(*b));
+    struct os_sandbox *b = calloc(1, sizeof(*b));
     struct corral_error err;
     if (!b || corral_random_hex(b->token, 16, &err) < 0 ||
         corral_random_hex(b->egress_token, 16, &err) < 0) {
@@ -602,7 +602,7 @@ static void list_param(void *arg, const char *key, const char *value)
 }
 
 /* Whether the box's metadata holds every k=v pair of the filter; under o->lock. */
-static bool metadata_matches(struct box *b, const char *filter, bool *bad)
+static bool metadata_matches(struct os_sandbox *b, const char *filter, bool *bad)
 {
     if (!filter || !*filter)
         return true;
@@ -646,7 +646,7 @@ static struct http_response *list(struct osb *o, const struct http_request *req)
     json_t *all = json_array();
     bool bad = false;
     pthread_mutex_lock(&o->lock);
-    for (struct box *b = o->boxes; b && !bad; b = b->next) {
+    for (struct os_sandbox *b = o->boxes; b && !bad; b = b->next) {
         bool state_ok = q.n_states == 0;
         for (size_t i = 0; i < q.n_states; i++)
             state_ok |= !strcasecmp(q.states[i], state_of(b));
@@ -696,7 +696,7 @@ static struct http_response *endpoint(struct osb *o, const struct http_request *
     char host[256];
     client_host(req, host, sizeof(host));
     pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
+    struct os_sandbox *b = lookup(o, id);
     json_t *j = NULL;
     if (b) {
         char url[512];
@@ -729,7 +729,7 @@ static struct http_response *renew(struct osb *o, const struct http_request *req
     if (resp)
         return resp;
     pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
+    struct os_sandbox *b = lookup(o, id);
     uint64_t current = b ? corral_sandbox_deadline_ms(b->sb) : 0;
     if (b && (b->manual || ms > current)) {
         corral_sandbox_set_timeout(b->sb, ms - now);
@@ -761,7 +761,7 @@ static struct http_response *patch_metadata(struct osb *o, const struct http_req
         }
     }
     pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
+    struct os_sandbox *b = lookup(o, id);
     json_t *j = NULL;
     if (b) {
         json_object_foreach(patch, k, v)
@@ -781,7 +781,7 @@ static struct http_response *patch_metadata(struct osb *o, const struct http_req
 static struct http_response *pause_resume(struct osb *o, const char *id, bool pause)
 {
     pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
+    struct os_sandbox *b = lookup(o, id);
     corral_sandbox *sb = b ? b->sb : NULL;
     if (sb)
         corral_sandbox_retain(sb);
@@ -805,9 +805,9 @@ static struct http_response *pause_resume(struct osb *o, const char *id, bool pa
 
 static struct http_response *delete_box(struct osb *o, const char *id)
 {
-    struct box *hit = NULL;
+    struct os_sandbox *hit = NULL;
     pthread_mutex_lock(&o->lock);
-    for (struct box **pp = &o->boxes; *pp; pp = &(*pp)->next)
+    for (struct os_sandbox **pp = &o->boxes; *pp; pp = &(*pp)->next)
         if (!strcmp(corral_sandbox_id((*pp)->sb), id)) {
             hit = *pp;
             *pp = hit->next;
@@ -839,7 +839,7 @@ static struct http_response *one(struct osb *o, const struct http_request *req, 
     const char *m = req->method;
     if (!action[0] && !strcmp(m, "GET")) {
         pthread_mutex_lock(&o->lock);
-        struct box *b = lookup(o, id);
+        struct os_sandbox *b = lookup(o, id);
         json_t *j = b ? box_json(b, true) : NULL;
         pthread_mutex_unlock(&o->lock);
         return j ? http_json(200, j) : not_found(id);
@@ -882,7 +882,7 @@ static const char *policy_mode(json_t *p)
 }
 
 /* GET /policy's answer, and every change's; under o->lock. */
-static json_t *policy_status(struct box *b)
+static json_t *policy_status(struct os_sandbox *b)
 {
     json_t *policy = b->network_policy ? json_incref(b->network_policy) : NULL;
     const char *reason =
@@ -958,7 +958,7 @@ static struct http_response *set_policy(struct osb *o, const char *id, json_t *b
 {
     pthread_mutex_lock(&o->egress_lock);
     pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
+    struct os_sandbox *b = lookup(o, id);
     corral_sandbox *sb = b ? b->sb : NULL;
     json_t *cur = b && b->network_policy ? json_incref(b->network_policy) : NULL;
     if (sb)
@@ -1016,7 +1016,7 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
         return execd_error(404, "NOT_FOUND", "no %s %s in the egress API", m, path);
     if (get) {
         pthread_mutex_lock(&o->lock);
-        struct box *b = lookup(o, id);
+        struct os_sandbox *b = lookup(o, id);
         json_t *j = b ? policy_status(b) : NULL;
         pthread_mutex_unlock(&o->lock);
         return j ? http_json(200, j) : not_found(id);
@@ -1054,7 +1054,7 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
         return execd_error(404, "NOT_FOUND", "no such path");
     const char *path = rest[used] ? rest + used : "/";
     pthread_mutex_lock(&o->lock);
-    struct box *b = lookup(o, id);
+    struct os_sandbox *b = lookup(o, id);
     corral_sandbox *sb = b ? b->sb : NULL;
     char token[33] = "";
     if (b) {
@@ -1163,7 +1163,7 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
 void osb_kill_all(struct osb *o)
 {
     pthread_mutex_lock(&o->lock);
-    for (struct box *b = o->boxes; b; b = b->next)
+    for (struct os_sandbox *b = o->boxes; b; b = b->next)
         corral_sandbox_kill(b->sb);
     pthread_mutex_unlock(&o->lock);
 }
@@ -1173,11 +1173,11 @@ void osb_free(struct osb *o)
     if (!o)
         return;
     pthread_mutex_lock(&o->lock);
-    struct box *list = o->boxes;
+    struct os_sandbox *list = o->boxes;
     o->boxes = NULL;
     pthread_mutex_unlock(&o->lock);
     while (list) {
-        struct box *b = list;
+        struct os_sandbox *b = list;
         list = b->next;
         box_drop(b);
     }

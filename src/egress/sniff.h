@@ -5,8 +5,8 @@
  * learned from an allowed name, so that a denied name sharing that address
  * (a CDN) is refused. The bytes are untrusted: every read is bounded.
  */
-#ifndef CORRAL_JAIL_SNIFF_H
-#define CORRAL_JAIL_SNIFF_H
+#ifndef CORRAL_EGRESS_SNIFF_H
+#define CORRAL_EGRESS_SNIFF_H
 
 #include <stddef.h>
 #include <stdint.h>

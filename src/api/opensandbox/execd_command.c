@@ -47,7 +47,7 @@
  * interrupt end the shell: the run reports it, and the next run starts a
  * new shell, in the session's first directory, without the old state.
  */
-#include "api/execd.h"
+#include "api/opensandbox/execd.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -28,7 +28,7 @@
  *   moment the call returns (SIOCSIFADDR leaves it tentative until a
  *   workqueue item runs).
  */
-#include "jail/egress.h"
+#include "egress/egress.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -66,7 +66,7 @@
 /* libnftables does not document its thread safety: one call at a time. */
 static pthread_mutex_t nft_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void jail_egress_init(struct jail_egress *e)
+void egress_netns_init(struct egress_netns *e)
 {
     e->tcp4 = e->tcp6 = e->dns_udp4 = e->dns_tcp4 = e->dns_udp6 = e->dns_tcp6 = e->nflog = -1;
     e->port = 0;
@@ -79,7 +79,7 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-void jail_egress_close(struct jail_egress *e)
+void egress_netns_close(struct egress_netns *e)
 {
     close_fd(&e->tcp4);
     close_fd(&e->tcp6);
@@ -140,7 +140,7 @@ static uint16_t local_port(int s)
 /* The IPv4 listeners, then the IPv6 ones on the same port. *v6 tells whether
  * the namespace has IPv6: no AF_INET6 in the kernel, or no ::1 on lo
  * (disable_ipv6), means IPv4 only. */
-static int make_listeners(struct jail_egress *e, bool *v6, struct corral_error *err)
+static int make_listeners(struct egress_netns *e, bool *v6, struct corral_error *err)
 {
     int r = loopback_socket(AF_INET, SOCK_DGRAM, DNS_PORT);
     if (r < 0)
@@ -480,7 +480,7 @@ fail:;
 }
 
 /* Everything after setns(), in the namespace. */
-static int setup_in_netns(struct jail_egress *e, const char *policy, struct corral_error *err)
+static int setup_in_netns(struct egress_netns *e, const char *policy, struct corral_error *err)
 {
     if (if_nametoindex(JAIL_EGRESS_IFNAME))
         return corral_fail(err, EEXIST, "egress is already set up in this network namespace (%s)",
@@ -524,8 +524,8 @@ out:
 
 struct setup_job {
     int netns_fd;
-    const char *policy;    /* jail_egress_setup: the policy part; else commands */
-    struct jail_egress *e; /* NULL: run the commands */
+    const char *policy;     /* egress_netns_setup: the policy part; else commands */
+    struct egress_netns *e; /* NULL: run the commands */
     struct corral_error *err;
     int result;
 };
@@ -563,24 +563,24 @@ static int in_netns(struct setup_job *job)
     return job->result;
 }
 
-int jail_egress_setup(int netns_fd, const char *policy, struct jail_egress *out,
-                      struct corral_error *err)
+int egress_netns_setup(int netns_fd, const char *policy, struct egress_netns *out,
+                       struct corral_error *err)
 {
-    jail_egress_init(out);
+    egress_netns_init(out);
     struct setup_job job = {netns_fd, policy, out, err, 0};
     int r = in_netns(&job);
     if (r < 0)
-        jail_egress_close(out);
+        egress_netns_close(out);
     return r;
 }
 
-int jail_egress_nft(int netns_fd, const char *cmds, struct corral_error *err)
+int egress_netns_nft(int netns_fd, const char *cmds, struct corral_error *err)
 {
     struct setup_job job = {netns_fd, cmds, NULL, err, 0};
     return in_netns(&job);
 }
 
-int jail_egress_original_dst(int conn_fd, struct sockaddr_storage *dst, socklen_t *len)
+int egress_netns_original_dst(int conn_fd, struct sockaddr_storage *dst, socklen_t *len)
 {
     struct sockaddr_storage self;
     socklen_t self_len = sizeof(self);
