@@ -95,7 +95,7 @@ struct corral_sandbox {
     bool registered;
     corral_sandbox *next_registered;
     /* the network (box/network.c; under its lock) */
-    struct egress_box *egress; /* NULL: off, or never attached */
+    struct egress_sandbox *egress; /* NULL: off, or never attached */
     enum corral_network_mode net_mode;
     bool net_layer_off; /* no network namespace of its own */
 };
@@ -136,7 +136,10 @@ void box_template_limits(const struct box_template *t, const struct corral_limit
  * jail_start returns, then release. */
 int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
                                  const struct jail_spawner **out, struct corral_error *err);
-void box_template_release_spawner(struct box_template *t);
+/* Releases the spawner; true when its zygote turned out to be dead (it died
+ * before or while it was asked: no sandbox of it can have started), so that
+ * the caller may ask again, of the zygote acquiring starts in its place. */
+bool box_template_release_spawner(struct box_template *t);
 /* A ready pooled sandbox with exactly these limits, or NULL. */
 corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits *lim);
 /* A new unregistered sandbox of the template's defaults with its default

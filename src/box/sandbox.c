@@ -365,12 +365,18 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     cfg.stdin_fd = sv[1];
     int r;
     if (forked) {
-        const struct jail_spawner *spawner;
-        r = box_template_acquire_spawner(t, o->state_dir, &spawner, err);
-        if (r == 0) {
+        /* A zygote may die at any time (killed, out of memory). One found
+         * dead while it was asked is replaced, and the new one asked once. */
+        for (int attempt = 0;; attempt++) {
+            const struct jail_spawner *spawner;
+            r = box_template_acquire_spawner(t, o->state_dir, &spawner, err);
+            if (r < 0)
+                break;
             cfg.spawner = spawner;
             r = jail_start(&cfg, &sb->jail, err);
-            box_template_release_spawner(t);
+            bool lost = box_template_release_spawner(t);
+            if (r == 0 || !lost || attempt > 0)
+                break;
         }
     } else {
         cfg.argv = agent_argv;

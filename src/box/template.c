@@ -266,9 +266,11 @@ int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
     return box_template_acquire_spawner(t, state_dir, out, err);
 }
 
-void box_template_release_spawner(struct box_template *t)
+bool box_template_release_spawner(struct box_template *t)
 {
+    bool lost = t->zygote && !zygote_alive(t->zygote);
     pthread_rwlock_unlock(&t->zlock);
+    return lost;
 }
 
 /* ---- the pool ---- */
