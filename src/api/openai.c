@@ -11,8 +11,6 @@
 #include "api/openai.h"
 
 #include <errno.h>
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -148,16 +146,6 @@ static const char *azure_key(const struct http_request *req)
     return key && *key ? key : NULL;
 }
 
-/* Equal keys, in a time that says nothing of where they differ or of
- * their lengths. */
-static bool same_key(const char *a, const char *b)
-{
-    unsigned char da[SHA256_DIGEST_LENGTH], db[SHA256_DIGEST_LENGTH];
-    SHA256((const unsigned char *)a, strlen(a), da);
-    SHA256((const unsigned char *)b, strlen(b), db);
-    return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
-}
-
 /* sk-...abcd: enough to tell keys apart, nothing to use. */
 static void mask_key(const char *key, char *out, size_t len)
 {
@@ -182,9 +170,9 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
     *key = bearer ? bearer : azure;
     if (!master || !*master)
         return NULL;
-    if (bearer && same_key(bearer, master))
+    if (bearer && corral_secret_equal(bearer, master))
         return NULL;
-    if (azure && same_key(azure, master)) {
+    if (azure && corral_secret_equal(azure, master)) {
         *key = azure;
         return NULL;
     }

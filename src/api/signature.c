@@ -1,12 +1,13 @@
 /* Signed file URLs; see signature.h. */
 #include "api/signature.h"
 
+#include "base/clock.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 bool e2b_signature_ok(const char *path, const char *op, const char *user, const char *token,
@@ -36,6 +37,7 @@ bool e2b_signature_ok(const char *path, const char *op, const char *user, const 
     int b = EVP_EncodeBlock(b64, digest, sizeof(digest)); /* 44 characters, one '=' */
     while (b > 0 && b64[b - 1] == '=')
         b--;
+    b64[b] = '\0';
     /* A '+' left unescaped in a hand-made URL reads as a space. */
     char given[64];
     size_t g = strlen(signature + 3);
@@ -43,5 +45,6 @@ bool e2b_signature_ok(const char *path, const char *op, const char *user, const 
         return false;
     for (size_t i = 0; i < g; i++)
         given[i] = signature[3 + i] == ' ' ? '+' : signature[3 + i];
-    return CRYPTO_memcmp(given, b64, g) == 0;
+    given[g] = '\0';
+    return corral_secret_equal(given, (const char *)b64);
 }

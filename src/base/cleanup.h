@@ -1,15 +1,21 @@
 /*
  * Scope-bound cleanup, in the style of systemd and bubblewrap: a variable
  * declared `cleanup_free char *p` is freed when it goes out of scope, so early
- * returns cannot leak. steal_pointer() hands ownership on.
+ * returns cannot leak. steal_pointer() hands ownership on. Owned locals of
+ * every kind have one: cleanup_free (malloc), cleanup_close (descriptors),
+ * cleanup_fclose, cleanup_json (a json_t reference), cleanup_strv (a
+ * NULL-ended array of strings).
  */
 #ifndef CORRAL_BASE_CLEANUP_H
 #define CORRAL_BASE_CLEANUP_H
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "base/util.h"
 
 static inline void corral_freep(void *p)
 {
@@ -31,9 +37,21 @@ static inline void corral_fclosep(FILE **f)
         fclose(*f);
 }
 
+static inline void corral_json_decrefp(json_t **j)
+{
+    json_decref(*j); /* NULL is nothing to release */
+}
+
+static inline void corral_strv_freep(char ***v)
+{
+    corral_strv_free(*v);
+}
+
 #define cleanup_free   __attribute__((cleanup(corral_freep)))
 #define cleanup_close  __attribute__((cleanup(corral_closep)))
 #define cleanup_fclose __attribute__((cleanup(corral_fclosep)))
+#define cleanup_json   __attribute__((cleanup(corral_json_decrefp))) /* json_t * */
+#define cleanup_strv   __attribute__((cleanup(corral_strv_freep)))   /* char **, NULL-ended */
 
 static inline void *corral_steal_pointer(void *pp)
 {

@@ -34,6 +34,22 @@ int corral_fail(struct corral_error *err, int code, const char *fmt, ...)
     return r;
 }
 
+int corral_error_wrap(struct corral_error *err, const char *fmt, ...)
+{
+    if (!err)
+        return -EIO;
+    char inner[sizeof(err->message)];
+    memcpy(inner, err->message, sizeof(inner));
+    inner[sizeof(inner) - 1] = '\0';
+    int code = err->code > 0 ? err->code : EIO;
+    char context[sizeof(err->message)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(context, sizeof(context), fmt, ap);
+    va_end(ap);
+    return corral_fail(err, code, "%s: %s", context, inner);
+}
+
 int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
 {
     int saved = errno;

@@ -15,6 +15,14 @@ struct corral_error {
     int code; /* positive errno value, or 0 when no error is set */
     char message[CORRAL_ERROR_MESSAGE_MAX];
 };
+/* Adds context to an error on its way up: the message becomes
+ * "<context>: <message>", the code stays. Returns -code (EIO when err held
+ * no error), so a caller writes `return corral_error_wrap(err, "cannot
+ * start sandbox %s", id);`. A message cut at its size keeps whole
+ * characters. */
+int corral_error_wrap(struct corral_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif
 
 /* Sets the error and returns -code, so callers can write `return corral_fail(...)`. */
@@ -23,6 +31,14 @@ int corral_fail(struct corral_error *err, int code, const char *fmt, ...)
 
 /* Like corral_fail with the current errno, appending ": <strerror(errno)>". */
 int corral_fail_errno(struct corral_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Adds context to an error on its way up: the message becomes
+ * "<context>: <message>", the code stays. Returns -code (EIO when err held
+ * no error), so a caller writes `return corral_error_wrap(err, "cannot
+ * start sandbox %s", id);`. A message cut at its size keeps whole
+ * characters. */
+int corral_error_wrap(struct corral_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 #endif

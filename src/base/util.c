@@ -345,26 +345,6 @@ void corral_new_id(char *buf, size_t len, const char *prefix, size_t hex)
     buf[at < len ? at : len - 1] = '\0';
 }
 
-struct timespec corral_realtime_in(unsigned ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
-uint64_t corral_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
                          struct corral_error *err)
 {

@@ -1,4 +1,5 @@
-/* Small helpers shared by every module: units, files, ids, clocks. */
+/* Small helpers shared by every module: units, files, ids (and the clocks
+ * of base/clock.h, which this includes). */
 #ifndef CORRAL_BASE_UTIL_H
 #define CORRAL_BASE_UTIL_H
 
@@ -8,6 +9,7 @@
 #include <time.h>
 #include <sys/types.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 
 /* "512m", "1g", "64k", "4096", "1.5g" (binary units) -> bytes. */
@@ -40,9 +42,6 @@ int corral_random_hex(char *out, size_t bytes, struct corral_error *err);
  * kernel; ids for secrets come from corral_random_hex). */
 void corral_new_id(char *buf, size_t len, const char *prefix, size_t hex);
 
-uint64_t corral_now_ms(void); /* CLOCK_MONOTONIC */
-/* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait(). */
-struct timespec corral_realtime_in(unsigned ms);
 /* The path of program `name` in the directory of `beside` (a path; NULL =
  * the running program), or "./name" when that has no directory. */
 void corral_path_beside(const char *beside, const char *name, char *out, size_t len);

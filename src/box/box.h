@@ -123,7 +123,6 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
               int *sock, struct corral_error *err);
 int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err);
 void box_process_unlink(corral_process *p);
-uint64_t box_wall_ms(void);
 
 /* Templates (template.c): zygotes and warm pools. */
 struct box_template;

@@ -456,7 +456,7 @@ static void deliver_leftovers(struct exec_state *st, int fds[2])
                                .is_stderr = i == 1,
                                .text = text,
                                .text_len = corral_utf8_repair(text, got.data, got.len),
-                               .timestamp = (double)box_wall_ms() / 1000};
+                               .timestamp = (double)corral_wall_ms() / 1000};
             deliver_stream(st, &f);
         }
         free(text);

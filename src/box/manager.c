@@ -19,7 +19,7 @@ static void *reaper_main(void *arg)
     for (;;) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
-        uint64_t now = box_wall_ms();
+        uint64_t now = corral_wall_ms();
         pthread_mutex_lock(&registry_lock);
         for (corral_sandbox *sb = registry; sb; sb = sb->next_registered) {
             uint64_t deadline = corral_sandbox_deadline_ms(sb);

@@ -20,13 +20,6 @@
 #include "egress/netpolicy.h"
 #include "kernel/agent.h"
 
-uint64_t box_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void corral_sandbox_options_init(struct corral_sandbox_options *opts)
 {
     memset(opts, 0, sizeof(*opts));
@@ -299,7 +292,7 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     corral_strv_free(sb->metadata);
     sb->env = env;
     sb->metadata = metadata;
-    sb->started_at_ms = box_wall_ms();
+    sb->started_at_ms = corral_wall_ms();
     sb->started_mono_ms = corral_now_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     corral_context *ctx = sb->default_ctx;
@@ -394,7 +387,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
         return r;
     }
     sb->ctl = sv[0];
-    sb->started_at_ms = box_wall_ms();
+    sb->started_at_ms = corral_wall_ms();
     sb->started_mono_ms = corral_now_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     pthread_attr_t attr;
@@ -532,7 +525,7 @@ int corral_sandbox_usage(corral_sandbox *sb, struct corral_sandbox_usage *out,
                 : corral_fail(err, ESRCH, "sandbox %s is not running", corral_sandbox_id(sb));
     if (r == 0) {
         uint64_t now = corral_now_ms();
-        out->at_ms = box_wall_ms();
+        out->at_ms = corral_wall_ms();
         out->cpu_ns = u.cpu_ns;
         uint64_t since = sb->usage_at_ms ? sb->usage_at_ms : sb->started_mono_ms;
         uint64_t base = sb->usage_at_ms ? sb->usage_cpu_ns : 0;
@@ -660,7 +653,7 @@ uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb)
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms)
 {
     pthread_mutex_lock(&sb->lock);
-    sb->deadline_ms = timeout_ms ? box_wall_ms() + timeout_ms : 0;
+    sb->deadline_ms = timeout_ms ? corral_wall_ms() + timeout_ms : 0;
     pthread_mutex_unlock(&sb->lock);
 }
 

@@ -42,13 +42,6 @@ static int64_t now_s(void)
     return (int64_t)time(NULL);
 }
 
-static uint64_t realtime_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* ---- files on disk ---- */
 
 int gw_mkdirs(const char *path)
@@ -523,7 +516,7 @@ void gw_container_touch(corral_gateway *gw, struct gw_container *c)
 {
     int64_t now = now_s();
     pthread_mutex_lock(&gw->lock);
-    c->last_active_ms = realtime_ms();
+    c->last_active_ms = corral_wall_ms();
     bool changed = json_integer_value(json_object_get(c->obj, "last_active_at")) != now;
     if (changed)
         json_object_set_new(c->obj, "last_active_at", json_integer(now));
@@ -750,7 +743,7 @@ int gw_container_delete(corral_gateway *gw, const char *id, const char *owner)
 
 void gw_containers_expire(corral_gateway *gw)
 {
-    uint64_t now = realtime_ms();
+    uint64_t now = corral_wall_ms();
     struct gw_container *ended = NULL;
     pthread_mutex_lock(&gw->lock);
     for (struct gw_container **p = &gw->containers; *p;) {

@@ -79,15 +79,6 @@ struct spawn_req {
     struct winsize size; /* CTL_SPAWN_PTY */
 };
 
-static void free_strv(char **v)
-{
-    if (!v)
-        return;
-    for (char **p = v; *p; p++)
-        free(*p);
-    free(v);
-}
-
 static char **get_strv(struct ctl_reader *r)
 {
     uint32_t n = ctl_get_u32(r);
@@ -105,7 +96,7 @@ static char **get_strv(struct ctl_reader *r)
         const char *s = ctl_get_strn(r, &len);
         if (!s || memchr(s, '\0', len) || !(v[i] = strndup(s, len))) {
             r->bad = true;
-            free_strv(v);
+            corral_strv_free(v);
             return NULL;
         }
     }
@@ -210,11 +201,11 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
         char **kargv = calloc(4, sizeof(char *));
         if (!kargv || !(kargv[0] = strdup(s.argv[0])) || !(kargv[1] = strdup("-c")) ||
             !(kargv[2] = strdup(corral_kernel_py))) {
-            free_strv(kargv);
+            corral_strv_free(kargv);
             reply_err(rep, seq, ENOMEM, "out of memory starting the kernel");
             goto out;
         }
-        free_strv(s.argv);
+        corral_strv_free(s.argv);
         s.argv = kargv;
     }
     if (n_children >= MAX_CHILDREN) {
@@ -281,8 +272,8 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
                 close(ours[i]);
     }
 out:
-    free_strv(s.argv);
-    free_strv(s.envp);
+    corral_strv_free(s.argv);
+    corral_strv_free(s.envp);
 }
 
 static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "providers/provider.h"
@@ -271,7 +272,7 @@ static int create_remote(struct provider_sandbox *s, const struct gw_sandbox_too
         return corral_fail(err, EPROTO, "%s: the answer has no usable sandboxID", what);
     }
     snprintf(s->id, sizeof(s->id), "%s", id);
-    rm_life_renewed(&s->life, rm_now_ms() + secs * 1000);
+    rm_life_renewed(&s->life, corral_wall_ms() + secs * 1000);
     s->h_id = header_line("E2b-Sandbox-Id", s->id);
     s->h_token =
         header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
@@ -365,7 +366,7 @@ static void keep_until(struct provider_sandbox *s, uint64_t until, bool throttle
 {
     if (!rm_life_renewal_due(&s->life, until, throttled))
         return;
-    uint64_t now = rm_now_ms(), want = until + RM_RENEW_SLACK_MS;
+    uint64_t now = corral_wall_ms(), want = until + RM_RENEW_SLACK_MS;
     char path[160], body[64];
     snprintf(path, sizeof(path), "/sandboxes/%s/timeout", s->id);
     snprintf(body, sizeof(body), "{\"timeout\":%llu}",
@@ -392,7 +393,7 @@ static void keep_until(struct provider_sandbox *s, uint64_t until, bool throttle
 static void e2b_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
     uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
-    keep_until(s, rm_now_ms() + lifetime_ms - slack, true);
+    keep_until(s, corral_wall_ms() + lifetime_ms - slack, true);
 }
 
 static void e2b_kill(struct provider_sandbox *s)
@@ -443,7 +444,7 @@ static int e2b_write_file(struct provider_sandbox *s, const char *path, const vo
 {
     cleanup_free char *query = path_query(path);
     char boundary[33], type[96];
-    rm_random_hex(boundary);
+    corral_new_id(boundary, sizeof(boundary), "", 32);
     snprintf(type, sizeof(type), "multipart/form-data; boundary=%s", boundary);
     const char *name = strrchr(path, '/');
     struct strbuf body = {0};
@@ -569,13 +570,13 @@ static int run_code(struct provider_sandbox *s, const char *code, uint64_t timeo
     q.timeout_ms = timeout_ms;
     q.on_line = on_line;
     q.userdata = run;
-    uint64_t start = rm_now_ms();
+    uint64_t start = corral_wall_ms();
     struct http_reply r;
     int rc = rm_send(&q, &r, err);
     char what[192];
     snprintf(what, sizeof(what), "e2b sandbox %s: executing", s->id);
     /* curl's own clock may end the exchange a hair before ours says so */
-    if (rc == -ETIMEDOUT && timeout_ms && rm_now_ms() - start + 50 >= timeout_ms)
+    if (rc == -ETIMEDOUT && timeout_ms && corral_wall_ms() - start + 50 >= timeout_ms)
         rc = TIMED_OUT;
     else if (rc == -ECANCELED && rm_life_killed(&s->life))
         rc = corral_fail(err, ECANCELED, "%s: the sandbox was stopped", what);
@@ -594,7 +595,7 @@ static int e2b_execute(struct provider_sandbox *s, const char *code, uint64_t ti
     memset(out, 0, sizeof(*out));
     if (!e2b_alive(s))
         return corral_fail(err, ESRCH, "e2b sandbox %s is no longer running", s->id);
-    keep_until(s, rm_now_ms() + timeout_ms + 60000, false);
+    keep_until(s, corral_wall_ms() + timeout_ms + 60000, false);
     struct provider_file_list before = {0}, after = {0};
     struct run run = {0};
     provider_collect_init(&run.c);

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "providers/provider.h"
@@ -151,14 +152,14 @@ static int call_until(const struct rm_request *q, uint64_t until, struct http_re
                       struct corral_error *err)
 {
     for (;;) {
-        uint64_t now = rm_now_ms();
+        uint64_t now = corral_wall_ms();
         struct rm_request once = *q;
         if (until > now && until - now < once.timeout_ms)
             once.timeout_ms = until - now < 1000 ? 1000 : until - now;
         int rc = rm_send(&once, r, err);
         bool again =
             rc < 0 ? rc != -ECANCELED : r->status == 404 || r->status == 409 || r->status >= 500;
-        if (!again || rm_now_ms() + POLL_MS >= until) {
+        if (!again || corral_wall_ms() + POLL_MS >= until) {
             if (rc < 0)
                 return fail_at(err, q->base, rc);
             if (r->status / 100 != 2) {
@@ -299,7 +300,7 @@ static int wait_running(struct provider_sandbox *s, json_t *sandbox, uint64_t un
                              reason && msg ? ": " : "", msg ? msg : "");
             break;
         }
-        if (rm_now_ms() >= until) {
+        if (corral_wall_ms() >= until) {
             rc = corral_fail(err, ETIMEDOUT,
                              "opensandbox at %s: sandbox %s is still %s, not Running, after the "
                              "ready timeout",
@@ -488,14 +489,14 @@ static int osb_create(const struct gw_sandbox_tool *tool, const struct provider_
         free_sandbox(s);
         return -err->code;
     }
-    uint64_t started = rm_now_ms();
+    uint64_t started = corral_wall_ms();
     json_t *made = NULL;
     int rc = post_sandbox(s, body, &made, err);
     json_decref(body);
     if (rc == 0) {
         rm_life_renewed(&s->life, started + timeout_s * 1000);
         uint64_t until =
-            rm_now_ms() + (tool->ready_timeout_ms ? tool->ready_timeout_ms : READY_TIMEOUT_MS);
+            corral_wall_ms() + (tool->ready_timeout_ms ? tool->ready_timeout_ms : READY_TIMEOUT_MS);
         rc = wait_running(s, made, until, err);
         if (rc == 0)
             rc = resolve_execd(s, until, err);
@@ -519,8 +520,8 @@ static void renew(struct provider_sandbox *s, uint64_t need, uint64_t target, bo
 {
     if (!rm_life_renewal_due(&s->life, need, throttled))
         return;
-    char at[40], body[64];
-    rm_rfc3339(target, at, sizeof(at));
+    char at[CORRAL_TIME_MAX], body[64];
+    corral_time_format(target * 1000000u, CORRAL_TIME_MS, at, sizeof(at));
     snprintf(body, sizeof(body), "{\"expiresAt\":\"%s\"}", at);
     cleanup_free char *path = NULL;
     struct corral_error err;
@@ -548,7 +549,7 @@ static void renew(struct provider_sandbox *s, uint64_t need, uint64_t target, bo
 
 static void osb_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
-    uint64_t now = rm_now_ms();
+    uint64_t now = corral_wall_ms();
     uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
     renew(s, now + lifetime_ms - slack, now + lifetime_ms, true);
 }
@@ -715,12 +716,13 @@ static int run_code(struct provider_sandbox *s, const char *code, uint64_t timeo
     q.timeout_ms = timeout_ms; /* 0: none */
     q.on_line = on_line;
     q.userdata = r;
-    uint64_t started = rm_now_ms();
+    uint64_t started = corral_wall_ms();
     struct http_reply reply;
     int rc = rm_send(&q, &reply, err);
     /* A timeout once the stream came (or after the whole timeout) is the
      * code's; before, it is a sandbox that cannot be reached. */
-    if (rc == -ETIMEDOUT && timeout_ms && (r->seen || rm_now_ms() - started + 50 >= timeout_ms)) {
+    if (rc == -ETIMEDOUT && timeout_ms &&
+        (r->seen || corral_wall_ms() - started + 50 >= timeout_ms)) {
         *timed_out = true;
         rc = 0;
     } else if (rc < 0) {
@@ -740,7 +742,7 @@ static int osb_execute(struct provider_sandbox *s, const char *code, uint64_t ti
         return corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->id);
     if (rm_life_failed(&s->life))
         return corral_fail(err, EIO, "opensandbox sandbox %s failed earlier", s->id);
-    uint64_t need = rm_now_ms() + timeout_ms + EXEC_MARGIN_MS;
+    uint64_t need = corral_wall_ms() + timeout_ms + EXEC_MARGIN_MS;
     renew(s, need, need, false);
     struct run r = {.seen = false};
     provider_collect_init(&r.c);
@@ -813,7 +815,7 @@ static int osb_write_file(struct provider_sandbox *s, const char *path, const vo
     /* multipart/form-data as execd reads it: a "metadata" part (it must have
      * a filename) with the path, then the "file" part. */
     char boundary[33], type[96];
-    rm_random_hex(boundary);
+    corral_new_id(boundary, sizeof(boundary), "", 32);
     json_t *meta = json_pack("{s:s}", "path", path);
     cleanup_free char *meta_text = meta ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);

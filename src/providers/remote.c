@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/rand.h>
+#include "base/clock.h"
 
 #define ATTEMPTS       3
 #define LINE_MAX_BYTES ((size_t)64 << 20) /* one streamed line (a message with images) */
@@ -25,37 +25,6 @@ bool rm_header(struct rm_request *q, const char *line)
             return true;
         }
     return false;
-}
-
-uint64_t rm_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-void rm_rfc3339(uint64_t ms, char *buf, size_t len)
-{
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    char day[32];
-    strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, len, "%s.%03uZ", day, (unsigned)(ms % 1000));
-}
-
-void rm_random_hex(char out[33])
-{
-    unsigned char raw[16];
-    if (RAND_bytes(raw, sizeof(raw)) != 1) { /* never expected; still unique enough */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t a = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32), b = (uint64_t)ts.tv_sec;
-        memcpy(raw, &a, 8);
-        memcpy(raw + 8, &b, 8);
-    }
-    for (size_t i = 0; i < sizeof(raw); i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
 void rm_basic_user(const char *user, char *buf, size_t len)
@@ -390,7 +359,7 @@ bool rm_life_alive(struct rm_life *l)
     if (rm_life_killed(l) || rm_life_failed(l))
         return false;
     pthread_mutex_lock(&l->lock);
-    bool alive = rm_now_ms() < l->deadline_ms;
+    bool alive = corral_wall_ms() < l->deadline_ms;
     pthread_mutex_unlock(&l->lock);
     return alive;
 }
@@ -399,7 +368,7 @@ bool rm_life_renewal_due(struct rm_life *l, uint64_t need, bool throttled)
 {
     if (rm_life_killed(l) || rm_life_failed(l))
         return false;
-    uint64_t now = rm_now_ms();
+    uint64_t now = corral_wall_ms();
     pthread_mutex_lock(&l->lock);
     bool due = l->deadline_ms < need &&
                !(throttled && l->last_renew_ms && now < l->last_renew_ms + RM_RENEW_SLACK_MS);

@@ -122,13 +122,4 @@ void rm_multipart_end(struct strbuf *b, const char *boundary);
  * empty password, into buf. */
 void rm_basic_user(const char *user, char *buf, size_t len);
 
-/* The time `ms` from the epoch as RFC 3339 UTC ("2026-11-29T10:00:00.000Z"). */
-void rm_rfc3339(uint64_t ms, char *buf, size_t len);
-
-/* A random 32-character lowercase hex string (a boundary, an id). */
-void rm_random_hex(char out[33]);
-
-/* Milliseconds of CLOCK_REALTIME. */
-uint64_t rm_now_ms(void);
-
 #endif

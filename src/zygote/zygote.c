@@ -146,15 +146,6 @@ static char **zygote_env(void)
     return env;
 }
 
-static void free_strv(char **v)
-{
-    if (!v)
-        return;
-    for (char **p = v; *p; p++)
-        free(*p);
-    free(v);
-}
-
 static int wait_hello(struct zygote *z, uint64_t timeout_ms, struct corral_error *err)
 {
     struct pollfd p = {.fd = z->sock, .events = POLLIN};
@@ -206,7 +197,7 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
     if (!preload || !z || !env) {
         free(preload);
         free(z);
-        free_strv(env);
+        corral_strv_free(env);
         return corral_fail(err, ENOMEM, "out of memory starting a zygote");
     }
     for (size_t i = 0; i < o->n_preload; i++) {
@@ -262,12 +253,12 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
     if ((r = wait_hello(z, o->start_timeout_ms ? o->start_timeout_ms : 120000, err)) < 0)
         goto fail;
     free(preload);
-    free_strv(env);
+    corral_strv_free(env);
     *out = z;
     return 0;
 fail:
     free(preload);
-    free_strv(env);
+    corral_strv_free(env);
     zygote_stop(z);
     return r;
 }

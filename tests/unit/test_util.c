@@ -1,4 +1,5 @@
-/* Units, files, ids, error messages and UTF-8: src/base/util.c, error.c, utf8.c. */
+/* Units, files, ids, clocks, error messages and UTF-8: src/base/util.c, clock.c,
+ * error.c, utf8.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cleanup.h"
+#include "base/clock.h"
 #include "base/utf8.h"
 #include "base/util.h"
 
@@ -149,6 +152,112 @@ static void decodes_base64(void **state)
     assert_true(corral_base64_decode("YQ==YQ", 6, &out, &len, &err) < 0);
 }
 
+/* 2026-06-12T10:00:00Z and a fraction, in every style the protocols print. */
+static void formats_rfc3339_times(void **state)
+{
+    const uint64_t at = 1781258400ull * 1000000000u;
+    char buf[CORRAL_TIME_MAX];
+    corral_time_format(at + 120000000, CORRAL_TIME_S, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00Z");
+    corral_time_format(at + 120000000, CORRAL_TIME_MS, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00.120Z");
+    corral_time_format(at, CORRAL_TIME_MS, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00.000Z");
+    corral_time_format(at + 120000000, CORRAL_TIME_NS, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00.120000000Z");
+    corral_time_format(at, CORRAL_TIME_NS, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00Z");
+    corral_time_format(at + 120000000, CORRAL_TIME_NS_TRIM, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00.12Z");
+    corral_time_format(at + 123456789, CORRAL_TIME_NS_TRIM, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00.123456789Z");
+    corral_time_format(at, CORRAL_TIME_NS_TRIM, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00Z");
+    corral_time_format(at + 120000000, CORRAL_TIME_US_OFFSET, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-06-12T10:00:00.120000+00:00");
+}
+
+static void parses_rfc3339_times(void **state)
+{
+    uint64_t ms;
+    assert_int_equal(corral_time_parse("2026-06-12T10:00:00Z", &ms), 0);
+    assert_int_equal(ms, 1781258400000ull);
+    assert_int_equal(corral_time_parse("2026-06-12T10:00:00.25Z", &ms), 0);
+    assert_int_equal(ms, 1781258400250ull);
+    assert_int_equal(corral_time_parse("2026-06-12T12:30:00.123456+02:30", &ms), 0);
+    assert_int_equal(ms, 1781258400123ull);
+    assert_int_equal(corral_time_parse("2026-06-12T08:00:00-02:00", &ms), 0);
+    assert_int_equal(ms, 1781258400000ull);
+    assert_int_equal(corral_time_parse("2026-06-12T10:00:00", &ms), -1); /* no zone */
+    assert_int_equal(corral_time_parse("2026-06-12T10:00:00+2:00", &ms), -1);
+    assert_int_equal(corral_time_parse("2026-06-12T10:00:00+0a:00", &ms), -1);
+    assert_int_equal(corral_time_parse("2026-06-12T10:00:00Zjunk", &ms), -1);
+    assert_int_equal(corral_time_parse("1969-12-31T23:59:59Z", &ms), -1);
+    assert_int_equal(corral_time_parse("tomorrow", &ms), -1);
+}
+
+static void compares_secrets(void **state)
+{
+    assert_true(corral_secret_equal("s3cret-key", "s3cret-key"));
+    assert_false(corral_secret_equal("s3cret-kez", "s3cret-key"));
+    assert_false(corral_secret_equal("s3cret-ke", "s3cret-key"));   /* a prefix */
+    assert_false(corral_secret_equal("s3cret-key!", "s3cret-key")); /* longer */
+    assert_false(corral_secret_equal("", "s3cret-key"));
+    assert_false(corral_secret_equal(NULL, "s3cret-key"));
+    assert_false(corral_secret_equal("x", NULL));
+    assert_true(corral_secret_equal("", ""));
+}
+
+static void clocks_tell_the_time(void **state)
+{
+    uint64_t wall = corral_wall_ms(), ns = corral_wall_ns();
+    assert_true(wall > 1764547200000ull); /* after 2025-12-01 */
+    assert_true(ns / 1000000u >= wall);
+    uint64_t a = corral_now_ms(), b = corral_now_ms();
+    assert_true(b >= a);
+}
+
+static void errors_gain_context_on_the_way_up(void **state)
+{
+    struct corral_error err;
+    assert_int_equal(corral_fail(&err, ENOSPC, "cannot write /tmp/x"), -ENOSPC);
+    assert_int_equal(corral_error_wrap(&err, "cannot start sandbox %s", "sb1"), -ENOSPC);
+    assert_string_equal(err.message, "cannot start sandbox sb1: cannot write /tmp/x");
+    assert_int_equal(err.code, ENOSPC);
+    struct corral_error none = {0};
+    assert_int_equal(corral_error_wrap(&none, "context"), -EIO);
+    assert_string_equal(none.message, "context: ");
+    assert_int_equal(corral_error_wrap(NULL, "context"), -EIO);
+}
+
+static json_t *kept;
+static char **kept_strv;
+
+static void owned_locals(void)
+{
+    cleanup_json json_t *gone = json_pack("{s:i}", "a", 1);
+    cleanup_json json_t *stays = json_pack("[i]", 2);
+    cleanup_strv char **v = corral_strv_dup((const char *const[]){"a", "b", NULL});
+    cleanup_strv char **w = corral_strv_dup((const char *const[]){"c", NULL});
+    cleanup_json json_t *nothing = NULL;
+    cleanup_strv char **no_strings = NULL;
+    assert_non_null(gone);
+    assert_non_null(v);
+    kept = steal_pointer(&stays);
+    kept_strv = steal_pointer(&w);
+}
+
+/* cleanup_json and cleanup_strv release what was not stolen (AddressSanitizer
+ * reports a leak otherwise) and leave what was. */
+static void owned_locals_are_released_at_scope_end(void **state)
+{
+    owned_locals();
+    assert_int_equal(json_integer_value(json_array_get(kept, 0)), 2);
+    assert_string_equal(kept_strv[0], "c");
+    json_decref(kept);
+    corral_strv_free(kept_strv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -160,6 +269,12 @@ int main(void)
         cmocka_unit_test(reports_file_errors),
         cmocka_unit_test(decodes_base64),
         cmocka_unit_test(cut_messages_keep_whole_characters),
+        cmocka_unit_test(formats_rfc3339_times),
+        cmocka_unit_test(parses_rfc3339_times),
+        cmocka_unit_test(compares_secrets),
+        cmocka_unit_test(clocks_tell_the_time),
+        cmocka_unit_test(errors_gain_context_on_the_way_up),
+        cmocka_unit_test(owned_locals_are_released_at_scope_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

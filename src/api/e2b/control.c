@@ -12,8 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <openssl/crypto.h>
-
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -44,14 +42,6 @@ struct e2b {
 };
 
 /* ---- small helpers ---- */
-
-static void rfc3339(uint64_t ms, char *out, size_t len)
-{
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
 
 /* Decodes %XX and '+' in place. */
 static void url_decode(char *s)
@@ -410,9 +400,11 @@ static json_t *detail_json(corral_sandbox *sb)
 {
     char started[32], end[32];
     uint64_t deadline = corral_sandbox_deadline_ms(sb);
-    rfc3339(corral_sandbox_started_at_ms(sb), started, sizeof(started));
-    rfc3339(deadline ? deadline : corral_sandbox_started_at_ms(sb) + 1000ull * MAX_TIMEOUT_S, end,
-            sizeof(end));
+    corral_time_format(corral_sandbox_started_at_ms(sb) * 1000000u, CORRAL_TIME_S, started,
+                       sizeof(started));
+    uint64_t end_ms =
+        deadline ? deadline : corral_sandbox_started_at_ms(sb) + 1000ull * MAX_TIMEOUT_S;
+    corral_time_format(end_ms * 1000000u, CORRAL_TIME_S, end, sizeof(end));
     const struct corral_limits *l = corral_sandbox_limits(sb);
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:s, s:s, s:o}", "sandboxID",
                      corral_sandbox_id(sb), "templateID", corral_sandbox_template(sb), "clientID",
@@ -697,7 +689,7 @@ static struct http_response *metrics(corral_sandbox *sb, const struct http_reque
     long long now = (long long)(u.at_ms / 1000);
     if ((start < 0 || now >= start) && (end < 0 || now <= end)) {
         char ts[32];
-        rfc3339(u.at_ms, ts, sizeof(ts));
+        corral_time_format(u.at_ms * 1000000u, CORRAL_TIME_S, ts, sizeof(ts));
         const struct corral_limits *l = corral_sandbox_limits(sb);
         json_array_append_new(
             arr,
@@ -835,7 +827,7 @@ static bool key_ok(struct e2b *e, const struct http_request *req)
         return true;
     const char *key = http_header(req, "X-API-Key");
     for (size_t i = 0; key && e->api_keys[i]; i++)
-        if (!strcmp(key, e->api_keys[i]))
+        if (corral_secret_equal(key, e->api_keys[i]))
             return true;
     return false;
 }
@@ -890,16 +882,6 @@ static void job_line(struct job *j, json_t *line)
     free(text);
 }
 
-static void iso_time(double ts, char *out, size_t len)
-{
-    time_t secs = (time_t)ts;
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char base[32];
-    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, len, "%s.%06d+00:00", base, (int)((ts - (double)secs) * 1e6));
-}
-
 static void on_start(void *u, int64_t count)
 {
     job_line(u, json_pack("{s:s, s:I}", "type", "number_of_executions", "execution_count",
@@ -909,7 +891,7 @@ static void on_start(void *u, int64_t count)
 static void stream_line(struct job *j, const char *type, const char *text, size_t len, double ts)
 {
     char when[48];
-    iso_time(ts, when, sizeof(when));
+    corral_time_format((uint64_t)(ts * 1e9), CORRAL_TIME_US_OFFSET, when, sizeof(when));
     job_line(j, json_pack("{s:s, s:s%, s:s}", "type", type, "text", text, len, "timestamp", when));
 }
 
@@ -1194,7 +1176,7 @@ static bool allowed(const struct http_request *req, const char *port, const char
     if (!token[0])
         return true;
     const char *given = http_header(req, "X-Access-Token");
-    if (given && strlen(given) == strlen(token) && !CRYPTO_memcmp(given, token, strlen(token)))
+    if (corral_secret_equal(given, token))
         return true;
     if (port && !strcmp(port, PORT_INTERPRETER)) /* the SDKs send it on /execute only */
         return strcmp(req->path, "/execute") != 0;

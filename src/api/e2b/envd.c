@@ -1103,20 +1103,6 @@ static struct http_response *no_stream_input(struct rpc *c)
 
 /* ---- filesystem.Filesystem ---- */
 
-static void rfc3339_ns(uint64_t ns, char *out, size_t len)
-{
-    time_t secs = (time_t)(ns / 1000000000u);
-    unsigned frac = (unsigned)(ns % 1000000000u);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char base[32];
-    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-    if (frac)
-        snprintf(out, len, "%s.%09uZ", base, frac);
-    else
-        snprintf(out, len, "%sZ", base);
-}
-
 /* Go's FileMode.String(): type letters ("d", "L", "u", "g", "t"...) or "-", then rwxrwxrwx. */
 static void permissions_text(enum corral_entry_type type, uint32_t mode, char *out)
 {
@@ -1178,7 +1164,7 @@ static json_t *entry_json(corral_sandbox *sb, const struct corral_entry *e)
     char size[32], perms[24], mtime[48], ub[16], gb[16];
     snprintf(size, sizeof(size), "%llu", (unsigned long long)t->size);
     permissions_text(t->type, t->mode, perms);
-    rfc3339_ns(t->mtime_ns, mtime, sizeof(mtime));
+    corral_time_format(t->mtime_ns, CORRAL_TIME_NS, mtime, sizeof(mtime));
     json_t *j =
         json_pack("{s:o, s:o, s:s, s:i, s:s, s:s, s:s, s:s}", "name", api_text_json(e->name),
                   "path", api_text_json(e->path), "size", size, "mode", (int)(t->mode & 0777),

@@ -50,19 +50,12 @@ struct http_response *execd_fail(const struct corral_error *err)
     }
 }
 
-int64_t execd_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int execd_send(struct http_stream *s, json_t *event)
 {
     if (!event)
         return -ENOMEM;
     if (!json_object_get(event, "timestamp"))
-        json_object_set_new(event, "timestamp", json_integer(execd_now_ms()));
+        json_object_set_new(event, "timestamp", json_integer((int64_t)corral_wall_ms()));
     char *text = json_dumps(event, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(event);
     if (!text)
@@ -279,7 +272,7 @@ static void run_produce(struct http_stream *s, void *arg)
         run_error(r, "ContextRestarted", "the context was restarted: its state was lost", "");
     if (!r->errored)
         execd_send(s, json_pack("{s:s, s:I}", "type", "execution_complete", "execution_time",
-                                (json_int_t)(execd_now_ms() - r->started_ms)));
+                                (json_int_t)((int64_t)corral_wall_ms() - r->started_ms)));
 }
 
 static void run_gone(void *arg)
@@ -332,7 +325,7 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
             corral_sandbox_retain(sb);
             r->sb = sb;
             r->ctx = ctx;
-            r->started_ms = execd_now_ms();
+            r->started_ms = (int64_t)corral_wall_ms();
             resp = http_stream(200, "text/event-stream", &run_ops, r);
             if (!resp)
                 run_release(r);

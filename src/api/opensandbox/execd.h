@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "corral/corral.h"
 #include "http/http.h"
 
@@ -49,8 +50,6 @@ struct http_response *execd_error(int status, const char *code, const char *fmt,
  * SANDBOX_NOT_RUNNING, EAGAIN (paused): 409, else 500 RUNTIME_ERROR). */
 struct http_response *execd_fail(const struct corral_error *err);
 
-/* Wall clock in ms, as events' "timestamp". */
-int64_t execd_now_ms(void);
 /* Writes one event (taken): "timestamp" is added when absent; then the
  * compact JSON and an empty line. -EPIPE once the client is gone. */
 int execd_send(struct http_stream *s, json_t *event);

@@ -185,7 +185,7 @@ static struct line *line_new(bool err, const char *text, size_t len)
     l->text[o] = '\0';
     l->len = o;
     l->err = err;
-    l->ts = execd_now_ms();
+    l->ts = (int64_t)corral_wall_ms();
     if (o < len * 3) {
         struct line *shrunk = realloc(l, sizeof(*l) + o + 1);
         if (shrunk)
@@ -267,7 +267,7 @@ static struct run *run_new(corral_sandbox *sb, const char *content, struct corra
     }
     r->refs = 1;
     r->sb = sb;
-    r->started_wall = execd_now_ms();
+    r->started_wall = (int64_t)corral_wall_ms();
     r->started_ms = corral_now_ms();
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->plock, NULL);
@@ -421,7 +421,7 @@ static void run_finish(struct run *r, int status, const char *why)
     else
         snprintf(r->error, sizeof(r->error), "%s", how);
     r->finished = true;
-    r->finished_wall = execd_now_ms();
+    r->finished_wall = (int64_t)corral_wall_ms();
     r->sandbox_gone = !corral_sandbox_alive(r->sb);
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
@@ -584,7 +584,7 @@ static bool runners_wait(corral_sandbox *sb, uint64_t ms)
  * to *dead. Under reg_lock. */
 static void prune_locked(corral_sandbox *sb, struct run **dead)
 {
-    int64_t now = execd_now_ms();
+    int64_t now = (int64_t)corral_wall_ms();
     unsigned finished = 0;
     for (struct run **pp = &runs; *pp;) {
         struct run *r = *pp;
@@ -1225,7 +1225,7 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
     }
     if (background) {
         /* init, then at once execution_complete: the command runs on. */
-        int64_t now = execd_now_ms();
+        int64_t now = (int64_t)corral_wall_ms();
         char body[256];
         snprintf(body, sizeof(body),
                  "{\"type\":\"init\",\"text\":\"%s\",\"timestamp\":%lld}\n\n"
@@ -1339,12 +1339,8 @@ static struct http_response *delete_command(corral_sandbox *sb, const struct htt
 
 static json_t *rfc3339(int64_t ms)
 {
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char buf[64];
-    size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)(ms % 1000));
+    char buf[CORRAL_TIME_MAX];
+    corral_time_format((uint64_t)ms * 1000000u, CORRAL_TIME_MS, buf, sizeof(buf));
     return json_string(buf);
 }
 

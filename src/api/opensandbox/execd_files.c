@@ -109,26 +109,6 @@ static struct http_response *resolve(const char *in, char *out)
     return NULL;
 }
 
-/* RFC 3339 in UTC with the fraction Go prints (trailing zeros dropped). */
-static void rfc3339(uint64_t ns, char *out, size_t len)
-{
-    time_t secs = (time_t)(ns / 1000000000u);
-    unsigned frac = (unsigned)(ns % 1000000000u);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char base[40];
-    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!frac) {
-        snprintf(out, len, "%sZ", base);
-        return;
-    }
-    char digits[16];
-    snprintf(digits, sizeof(digits), "%09u", frac);
-    for (size_t i = strlen(digits); i > 0 && digits[i - 1] == '0'; i--)
-        digits[i - 1] = '\0';
-    snprintf(out, len, "%s.%sZ", base, digits);
-}
-
 static const char *type_name(enum corral_entry_type t)
 {
     switch (t) {
@@ -147,7 +127,7 @@ static const char *type_name(enum corral_entry_type t)
 static json_t *info_json(const struct corral_entry *e, const char *path)
 {
     char when[64], ub[16], gb[16];
-    rfc3339(e->mtime_ns, when, sizeof(when));
+    corral_time_format(e->mtime_ns, CORRAL_TIME_NS_TRIM, when, sizeof(when));
     int mode = (int)(((e->mode >> 6) & 7) * 100 + ((e->mode >> 3) & 7) * 10 + (e->mode & 7));
     return json_pack("{s:o, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "path", api_text_json(path),
                      "type", type_name(e->type), "size", (json_int_t)e->size, "modified_at", when,

@@ -10,8 +10,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include <openssl/crypto.h>
-
 #include "api/opensandbox/execd.h"
 #include "api/apinet.h"
 #include "base/util.h"
@@ -54,57 +52,12 @@ struct osb {
 
 /* ---- small helpers ---- */
 
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* 2026-06-12T10:00:00.000Z */
 static json_t *time_json(uint64_t ms)
 {
-    time_t t = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char buf[40], base[32];
-    strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf, sizeof(buf), "%s.%03uZ", base, (unsigned)(ms % 1000));
+    char buf[CORRAL_TIME_MAX];
+    corral_time_format(ms * 1000000u, CORRAL_TIME_MS, buf, sizeof(buf));
     return json_string(buf);
-}
-
-/* RFC 3339 (fractions of a second and any offset) to ms since the epoch. */
-static int parse_time(const char *s, uint64_t *out)
-{
-    struct tm tm = {0};
-    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!p)
-        return -1;
-    uint64_t ms = 0;
-    if (*p == '.') {
-        unsigned scale = 100;
-        for (p++; *p >= '0' && *p <= '9'; p++) {
-            ms += (uint64_t)(*p - '0') * scale;
-            scale /= 10;
-        }
-    }
-    long offset = 0;
-    if (*p == 'Z' || *p == 'z') {
-        p++;
-    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
-        int h = atoi(p + 1), m = atoi(p + 4);
-        offset = (h * 60 + m) * 60 * (*p == '-' ? -1 : 1);
-        p += 6;
-    } else {
-        return -1;
-    }
-    if (*p)
-        return -1;
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1 || t - offset < 0)
-        return -1;
-    *out = (uint64_t)(t - offset) * 1000 + ms;
-    return 0;
 }
 
 static struct http_response *not_found(const char *id)
@@ -417,8 +370,7 @@ static bool key_ok(struct osb *o, const struct http_request *req, struct http_re
         return false;
     }
     for (size_t i = 0; o->api_keys[i]; i++)
-        if (strlen(key) == strlen(o->api_keys[i]) &&
-            !CRYPTO_memcmp(key, o->api_keys[i], strlen(key)))
+        if (corral_secret_equal(key, o->api_keys[i]))
             return true;
     *bad = execd_error(401, "INVALID_API_KEY", "the API key is not valid");
     return false;
@@ -563,7 +515,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     b->metadata = json_is_object(meta) ? json_deep_copy(meta) : json_object();
     b->network_policy = kept;
     kept = NULL;
-    b->created_ms = b->transition_ms = wall_ms();
+    b->created_ms = b->transition_ms = corral_wall_ms();
     b->manual = manual;
     pthread_mutex_lock(&o->lock);
     b->next = o->boxes;
@@ -716,9 +668,9 @@ static struct http_response *renew(struct osb *o, const struct http_request *req
     if (!body)
         return bad;
     json_t *at = json_object_get(body, "expiresAt");
-    uint64_t ms = 0, now = wall_ms();
+    uint64_t ms = 0, now = corral_wall_ms();
     struct http_response *resp = NULL;
-    if (!json_is_string(at) || parse_time(json_string_value(at), &ms) < 0)
+    if (!json_is_string(at) || corral_time_parse(json_string_value(at), &ms) < 0)
         resp =
             execd_error(400, "SANDBOX::INVALID_PARAMETER", "'expiresAt' must be an RFC 3339 time");
     else if (ms <= now || ms > now + o->max_timeout_s * 1000)
@@ -798,7 +750,7 @@ static struct http_response *pause_resume(struct osb *o, const char *id, bool pa
         return execd_error(r == -ENOTSUP ? 501 : 500, "SANDBOX::INTERNAL_ERROR", "%s", err.message);
     pthread_mutex_lock(&o->lock);
     if ((b = lookup(o, id)))
-        b->transition_ms = wall_ms();
+        b->transition_ms = corral_wall_ms();
     pthread_mutex_unlock(&o->lock);
     return no_body(202);
 }
@@ -1067,7 +1019,7 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     const char *header = port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER;
     const char *given = http_header(req, header);
     struct http_response *resp;
-    if (!given || strlen(given) != strlen(token) || CRYPTO_memcmp(given, token, strlen(token)))
+    if (!corral_secret_equal(given, token))
         resp =
             execd_error(401, "UNAUTHORIZED", "the sandbox's %s header is missing or wrong", header);
     else if (port == EGRESS_PORT)
