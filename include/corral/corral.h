@@ -122,6 +122,12 @@ int corral_egress_configure(const struct corral_egress_settings *s, struct corra
 int corral_egress_check(const struct corral_egress_settings *s, struct corral_error *err);
 bool corral_network_mode_allowed(enum corral_network_mode m);
 
+/* A sandbox's user starts in its home, /home/user, with this environment
+ * (NULL-ended: PATH, HOME, USER, LANG, TERM, ...), before the template's and
+ * the caller's variables. */
+#define CORRAL_HOME "/home/user"
+const char *const *corral_base_env(void);
+
 struct corral_sandbox_options {
     const char *template_id; /* NULL = "default"; see corral_template_define() */
     uint64_t timeout_ms;     /* the sandbox is killed this long after creation; 0 = never */

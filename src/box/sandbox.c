@@ -184,7 +184,7 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
 /* ---- creation and teardown ---- */
 
 static const char *const base_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
-                                       "HOME=/home/user",
+                                       "HOME=" CORRAL_HOME,
                                        "USER=user",
                                        "LOGNAME=user",
                                        "LANG=C.UTF-8",
@@ -192,6 +192,11 @@ static const char *const base_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
                                        "PYTHONDONTWRITEBYTECODE=1",
                                        "MPLBACKEND=Agg",
                                        NULL};
+
+const char *const *corral_base_env(void)
+{
+    return base_env;
+}
 
 /* base_env, then OMP_NUM_THREADS for the CPU quota, then the caller's. */
 static char **build_env(const struct corral_sandbox_options *o, const struct corral_limits *lim)

@@ -191,15 +191,6 @@ static void repl_usage(FILE *out)
 
 static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
 {
-    static char default_env[][64] = {"PATH=/usr/local/bin:/usr/bin:/bin",
-                                     "HOME=/home/user",
-                                     "USER=user",
-                                     "LOGNAME=user",
-                                     "LANG=C.UTF-8",
-                                     "PYTHONUNBUFFERED=1",
-                                     "PYTHONDONTWRITEBYTECODE=1",
-                                     "MPLBACKEND=Agg",
-                                     "TERM=dumb"};
     enum {
         OPT_CPUS = 256,
         OPT_PIDS,
@@ -246,8 +237,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
     jail_config_init(&o->cfg);
     o->timeout_ms = DEFAULT_TIMEOUT_MS;
     bool python_given = false;
-    for (size_t i = 0; i < sizeof(default_env) / sizeof(default_env[0]); i++)
-        add_env(o, default_env[i]);
+    for (const char *const *e = corral_base_env(); *e; e++)
+        add_env(o, *e);
+    add_env(o, "PYTHONUNBUFFERED=1"); /* a script's output as it prints it */
 
     struct corral_error err;
     uint64_t v;

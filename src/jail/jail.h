@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include "base/error.h"
+#include "corral/corral.h"
 
 /* Isolation layers. All are on by default; the security suite turns single
  * layers off to prove that each hostile probe would succeed without them. */
@@ -61,7 +62,7 @@ struct jail_limits {
 #define JAIL_DEFAULT_UID_BASE   1879048192u /* host uids base..base+65535 belong to sandboxes */
 #define JAIL_SLOTS              65536u
 #define JAIL_INSIDE_UID         1000u
-#define JAIL_HOME               "/home/user"
+#define JAIL_HOME               CORRAL_HOME
 
 /* A file the init writes into the sandbox (as the sandbox user) before the
  * workload starts, read from a descriptor of the caller's. */

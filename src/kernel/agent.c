@@ -24,6 +24,7 @@
 
 #include "base/cleanup.h"
 #include "base/util.h"
+#include "corral/corral.h"
 #include "kernel/ctl.h"
 
 extern const char corral_kernel_py[];
@@ -848,7 +849,7 @@ int agent_main(void)
         fprintf(stderr, "corral-agent: cannot start: %s\n", strerror(errno));
         return 1;
     }
-    if (chdir("/home/user") < 0 && chdir("/") < 0)
+    if (chdir(CORRAL_HOME) < 0 && chdir("/") < 0)
         return 1;
     struct pollfd fds[2] = {{.fd = CTL_FD, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
     for (;;) {

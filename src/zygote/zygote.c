@@ -115,7 +115,7 @@ int zygote_exe(char *out, size_t len, struct corral_error *err)
 static char **zygote_env(void)
 {
     static const char *const base[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-                                       "HOME=/home/user"};
+                                       "HOME=" CORRAL_HOME};
     static const char *const pass[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
     size_t n = sizeof(base) / sizeof(base[0]), k = 0;
     char **env = calloc(n + sizeof(pass) / sizeof(pass[0]) + 2, sizeof(char *));

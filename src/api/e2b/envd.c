@@ -20,7 +20,6 @@
 #include "api/names.h"
 #include "base/util.h"
 
-#define HOME                "/home/user"
 #define USER_NAME           "user"
 #define PATH_MAX_LEN        4096
 #define CONNECT_JSON        "application/connect+json"
@@ -89,9 +88,9 @@ static int resolve_path(const char *in, char *out, struct corral_error *err)
             return corral_fail(err, EINVAL,
                                "cannot resolve '%s': corral sandboxes have one user, '%s'", in,
                                USER_NAME);
-        snprintf(full, sizeof(full), "%s%s", HOME, in + 1);
+        snprintf(full, sizeof(full), "%s%s", CORRAL_HOME, in + 1);
     } else if (in[0] != '/') {
-        snprintf(full, sizeof(full), "%s/%s", HOME, in);
+        snprintf(full, sizeof(full), "%s/%s", CORRAL_HOME, in);
     } else {
         snprintf(full, sizeof(full), "%s", in);
     }

@@ -64,7 +64,6 @@
 #include "base/utf8.h"
 #include "base/util.h"
 
-#define HOME             "/home/user"
 #define SANDBOX_UID      1000
 #define SANDBOX_GID      1000
 #define MAX_RUNNING      64                  /* commands running at once, per sandbox */
@@ -1073,25 +1072,15 @@ static int envs_member(json_t *body, char ***out, struct http_response **resp)
     return 0;
 }
 
-/* The sandbox's environment before a request's envs (see box/sandbox.c). */
-static const char *const BASE_ENV[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
-                                       "HOME=" HOME,
-                                       "USER=user",
-                                       "LOGNAME=user",
-                                       "LANG=C.UTF-8",
-                                       "TERM=dumb",
-                                       "PYTHONDONTWRITEBYTECODE=1",
-                                       "MPLBACKEND=Agg",
-                                       NULL};
-
 static const char *env_lookup(char **envs, const char *name, size_t len)
 {
     for (size_t i = 0; envs && envs[i]; i++)
         if (!strncmp(envs[i], name, len) && envs[i][len] == '=')
             return envs[i] + len + 1;
-    for (size_t i = 0; BASE_ENV[i]; i++)
-        if (!strncmp(BASE_ENV[i], name, len) && BASE_ENV[i][len] == '=')
-            return BASE_ENV[i] + len + 1;
+    const char *const *base = corral_base_env();
+    for (size_t i = 0; base[i]; i++)
+        if (!strncmp(base[i], name, len) && base[i][len] == '=')
+            return base[i] + len + 1;
     return NULL;
 }
 
@@ -1144,10 +1133,10 @@ static int expand_cwd(const char *in, char **envs, char *out, size_t cap, struct
     const char *rest = buf;
     const char *base = NULL;
     if (buf[0] == '~' && (buf[1] == '\0' || buf[1] == '/')) {
-        base = HOME;
+        base = CORRAL_HOME;
         rest = buf + 1;
     } else if (buf[0] != '/') {
-        base = HOME "/";
+        base = CORRAL_HOME "/";
     }
     int n = snprintf(out, cap, "%s%s", base ? base : "", rest);
     if (n < 0 || (size_t)n >= cap)

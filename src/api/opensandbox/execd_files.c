@@ -26,7 +26,6 @@
 
 #include "api/multipart.h"
 
-#define HOME        "/home/user"
 #define USER_NAME   "user"
 #define USER_ID     1000
 #define PATH_LEN    4096
@@ -59,16 +58,16 @@ static int clean_path(const char *in, char *out, char *why, size_t wlen)
         snprintf(why, wlen, "the path is longer than %d bytes", PATH_LEN - 1);
         return -1;
     }
-    char full[PATH_LEN + sizeof(HOME) + 1];
+    char full[PATH_LEN + sizeof(CORRAL_HOME) + 1];
     if (in[0] == '~') {
         if (in[1] && in[1] != '/') {
             snprintf(why, wlen, "cannot resolve '%.64s': corral sandboxes have one user, '%s'", in,
                      USER_NAME);
             return -1;
         }
-        snprintf(full, sizeof(full), "%s%s", HOME, in + 1);
+        snprintf(full, sizeof(full), "%s%s", CORRAL_HOME, in + 1);
     } else if (in[0] != '/') {
-        snprintf(full, sizeof(full), "%s/%s", HOME, in);
+        snprintf(full, sizeof(full), "%s/%s", CORRAL_HOME, in);
     } else {
         snprintf(full, sizeof(full), "%s", in);
     }
