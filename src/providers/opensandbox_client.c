@@ -6,7 +6,8 @@
  * daemon inside the sandbox, is reached at the endpoint the lifecycle API
  * gives for port 44772, with that endpoint's headers, and runs the code in
  * one Python context whose working directory is /mnt/data. Contract:
- * shared/protocols/opensandbox.md, sections 2 to 4.
+ * OpenSandbox's lifecycle and execd specs (specs/ of
+ * https://github.com/alibaba/OpenSandbox) and docs/opensandbox.md.
  *
  *   create   POST /sandboxes; GET /sandboxes/ID until it is Running;
  *            GET /sandboxes/ID/endpoints/44772; then execd: GET /ping until

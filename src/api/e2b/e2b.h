@@ -4,7 +4,8 @@
  * the same listener, the data plane of each sandbox, chosen by the
  * E2b-Sandbox-Id and E2b-Sandbox-Port headers: the code interpreter (49999:
  * /execute streaming NDJSON, /contexts) and envd (49983).
- * See shared/protocols/e2b-protocol.md for the contract.
+ * The contract: E2B's control-plane spec (spec/openapi.yml of
+ * https://github.com/e2b-dev/E2B) and docs/e2b.md.
  */
 #ifndef CORRAL_API_E2B_H
 #define CORRAL_API_E2B_H

@@ -26,7 +26,9 @@
  * it again, from then on. Connect-Timeout-Ms on Start is the process's
  * lifetime (it is killed and the stream ends with deadline_exceeded);
  * Keepalive-Ping-Interval (seconds, default 50) spaces keepalive events.
- * See shared/protocols/e2b-protocol.md, sections 4 and 5.
+ * The contract: envd's spec (spec/envd/envd.yaml, process/process.proto and
+ * filesystem/filesystem.proto of https://github.com/e2b-dev/E2B) and
+ * docs/e2b.md.
  */
 #ifndef CORRAL_API_ENVD_H
 #define CORRAL_API_ENVD_H

@@ -3,8 +3,9 @@
  * serve answers it for every sandbox of its OpenSandbox surface at the
  * endpoint the lifecycle API hands out (see opensandbox.h): the request's
  * path below that endpoint is what these handlers see ("/ping", "/code",
- * "/files/info", ...). Contract: shared/protocols/opensandbox.md, section 4,
- * and shared/specs/opensandbox/execd-api.yaml.
+ * "/files/info", ...). Contract: OpenSandbox's execd spec
+ * (specs/execd-api.yaml of https://github.com/alibaba/OpenSandbox) and
+ * docs/opensandbox.md.
  *
  *   execd.c          /ping, /code/context(s), /code (streamed), /metrics(/watch)
  *   execd_files.c    /files/..., /directories/...

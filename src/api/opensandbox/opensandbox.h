@@ -1,6 +1,7 @@
 /*
- * OpenSandbox's wire protocol over libcorral (shared/protocols/opensandbox.md,
- * shared/specs/opensandbox/sandbox-lifecycle.yml), on a listener of its own:
+ * OpenSandbox's wire protocol over libcorral (the lifecycle spec,
+ * specs/sandbox-lifecycle.yml of https://github.com/alibaba/OpenSandbox, and
+ * docs/opensandbox.md), on a listener of its own:
  *
  *   the lifecycle API, under /v1 and without it: POST/GET /sandboxes,
  *   GET/DELETE /sandboxes/{id}, PATCH .../metadata, POST .../pause, .../resume,
