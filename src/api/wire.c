@@ -18,7 +18,7 @@ int wire_body_json(const char *body, size_t len, const struct wire_body *r, json
     size_t blank = 0;
     while (r->blank_is_empty && blank < len && isspace((unsigned char)body[blank]))
         blank++;
-    if (!len || (r->blank_is_empty && blank == len)) {
+    if (!r->parse_empty && (!len || (r->blank_is_empty && blank == len))) {
         if (r->empty)
             return corral_fail(err, EINVAL, "%s", r->empty);
         *out = r->want == JSON_ARRAY ? json_array() : json_object();

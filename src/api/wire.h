@@ -32,7 +32,8 @@ struct wire_body {
     json_type want;      /* JSON_OBJECT or JSON_ARRAY */
     bool strict;         /* a key given twice is malformed */
     bool blank_is_empty; /* a body of white space alone is empty */
-    const char *empty;   /* the message for an empty body; NULL: it reads as {} */
+    const char *empty;   /* the message for an empty body; NULL: it reads as {} ([]) */
+    bool parse_empty;    /* an empty body is read as JSON, and so malformed */
     const char *what;    /* "malformed JSON body" */
     enum wire_where where;
     const char *not_want; /* the message for JSON of another type */
