@@ -311,6 +311,25 @@ static struct http_response *files_delete(corral_sandbox *sb, const struct http_
     return resp;
 }
 
+/* A {path: {owner?, group?, mode?}} body: NULL when every path and
+ * permission reads, else the answer to the first that does not. */
+static struct http_response *check_perm_map(json_t *body)
+{
+    const char *key;
+    json_t *v;
+    char path[PATH_LEN], why[256];
+    struct perm pm;
+    json_object_foreach(body, key, v)
+    {
+        struct http_response *bad = resolve(key, path);
+        if (bad)
+            return bad;
+        if (!parse_perm(v, &pm, why, sizeof(why)))
+            return execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
+    }
+    return NULL;
+}
+
 static struct http_response *files_permissions(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *bad = NULL;
@@ -322,15 +341,7 @@ static struct http_response *files_permissions(corral_sandbox *sb, const struct 
     json_t *v;
     char path[PATH_LEN], why[256];
     struct perm pm;
-    json_object_foreach(body, key, v)
-    {
-        if ((bad = resolve(key, path)))
-            break;
-        if (!parse_perm(v, &pm, why, sizeof(why))) {
-            bad = execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
-            break;
-        }
-    }
+    bad = check_perm_map(body);
     json_object_foreach(body, key, v)
     {
         if (bad)
@@ -1340,15 +1351,7 @@ static struct http_response *directories_make(corral_sandbox *sb, const struct h
     json_t *v;
     char path[PATH_LEN], why[256];
     struct perm pm;
-    json_object_foreach(body, key, v)
-    {
-        if ((bad = resolve(key, path)))
-            break;
-        if (!parse_perm(v, &pm, why, sizeof(why))) {
-            bad = execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
-            break;
-        }
-    }
+    bad = check_perm_map(body);
     json_object_foreach(body, key, v)
     {
         if (bad)
