@@ -2,7 +2,9 @@
 #include "api/e2b/e2b.h"
 #include "api/e2b/envd.h"
 #include "api/apinet.h"
+#include "api/registry.h"
 #include "api/signature.h"
+#include "api/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -23,19 +26,18 @@
 #define DEFAULT_TIMEOUT_S 300 /* when a create names none (the SDKs' documented default) */
 #define MAX_TIMEOUT_S     (24 * 3600)
 
-/* A sandbox created through this surface: the e2b layer holds its reference. */
+/* A sandbox created through this surface (its fields under owned.lock). */
 struct owned {
-    corral_sandbox *sb;
+    struct registry_entry entry;
     char token[33]; /* envdAccessToken of a secure sandbox; "" = none */
     json_t *net;    /* {allowInternetAccess, network?} for its detail */
-    struct owned *next;
 };
 
 struct e2b {
-    pthread_mutex_t lock;
+    struct registry owned;
+    pthread_mutex_t lock;     /* starting_kernels */
     pthread_mutex_t net_lock; /* one network update at a time */
     pthread_cond_t kernels_done;
-    struct owned *owned;
     unsigned starting_kernels; /* default_kernel_main threads running */
     char **api_keys;
     char *state_dir;
@@ -67,59 +69,55 @@ static void url_decode(char *s)
     *w = '\0';
 }
 
-/* Parses a JSON body (an empty body is {}), or answers 400. */
-static json_t *parse_body(const struct http_request *req, struct http_response **bad)
+/* E2B's answer to each class of error: a status ({"code", "message"} is
+ * http_error's). A network this server does not allow is a bad request. */
+static const struct wire_code e2b_codes[WIRE_CLASSES] = {
+    [WIRE_INTERNAL] = {500, NULL},    [WIRE_INVALID] = {400, NULL}, [WIRE_FORBIDDEN] = {400, NULL},
+    [WIRE_NOT_FOUND] = {404, NULL},   [WIRE_PAUSED] = {409, NULL},  [WIRE_ALREADY] = {409, NULL},
+    [WIRE_UNSUPPORTED] = {501, NULL},
+};
+
+static struct http_response *e2b_fail(const struct corral_error *err)
 {
-    if (!req->body_len)
-        return json_object();
-    json_error_t e;
-    json_t *v = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &e);
-    if (!v) {
-        *bad = http_error(400, "malformed JSON body: %s (line %d, column %d)", e.text, e.line,
-                          e.column);
-        return NULL;
-    }
-    if (!json_is_object(v)) {
-        json_decref(v);
-        *bad = http_error(400, "the JSON body must be an object");
-        return NULL;
-    }
-    return v;
+    return http_error(wire_code_of(e2b_codes, err->code)->status, "%s", err->message);
 }
 
-/* A {string: string} object as NULL-terminated "key=value" strings, or 400. */
-static char **string_map(json_t *obj, const char *field, struct http_response **bad)
+/* A JSON body; an empty one is {}. */
+static int read_body(const struct http_request *req, json_t **out, struct corral_error *err)
 {
-    if (!obj || json_is_null(obj))
-        return calloc(1, sizeof(char *));
-    if (!json_is_object(obj)) {
-        *bad = http_error(400, "'%s' must be an object of strings", field);
-        return NULL;
-    }
-    char **v = calloc(json_object_size(obj) + 1, sizeof(char *));
+    static const struct wire_body rules = {.want = JSON_OBJECT,
+                                           .strict = true,
+                                           .what = "malformed JSON body",
+                                           .where = WIRE_WHERE_LINE_COLUMN,
+                                           .not_want = "the JSON body must be an object"};
+    return wire_body_json(req->body, req->body_len, &rules, out, err);
+}
+
+/* A {string: string} object as NULL-terminated "key=value" strings. */
+static int string_map(json_t *obj, const char *field, char ***out, struct corral_error *err)
+{
+    *out = NULL;
+    if (obj && !json_is_null(obj) && !json_is_object(obj))
+        return corral_fail(err, EINVAL, "'%s' must be an object of strings", field);
+    cleanup_strv char **v = calloc(json_object_size(obj) + 1, sizeof(char *));
+    if (!v)
+        return corral_fail(err, ENOMEM, "out of memory");
     size_t n = 0;
     const char *key;
     json_t *val;
     json_object_foreach(obj, key, val)
     {
-        if (!v)
-            break;
-        if (!json_is_string(val) || !*key || strchr(key, '=')) {
-            corral_strv_free(v);
-            *bad = http_error(400, "'%s' must map names to strings ('%s' does not)", field, key);
-            return NULL;
+        if (!json_is_string(val) || !*key || strchr(key, '='))
+            return corral_fail(err, EINVAL, "'%s' must map names to strings ('%s' does not)", field,
+                               key);
+        if (asprintf(&v[n], "%s=%s", key, json_string_value(val)) < 0) {
+            v[n] = NULL;
+            return corral_fail(err, ENOMEM, "out of memory");
         }
-        size_t len = strlen(key) + json_string_length(val) + 2;
-        if (!(v[n] = malloc(len))) {
-            corral_strv_free(v);
-            v = NULL;
-            break;
-        }
-        snprintf(v[n++], len, "%s=%s", key, json_string_value(val));
+        n++;
     }
-    if (!v)
-        *bad = http_error(500, "out of memory");
-    return v;
+    *out = steal_pointer(&v);
+    return 0;
 }
 
 /* ---- network egress ---- */
@@ -152,18 +150,18 @@ static bool address_or_range(const char *s)
     return inet_pton(AF_INET, addr, bin) == 1 || inet_pton(AF_INET6, addr, bin) == 1;
 }
 
-/* Absent, null, or an array of non-empty strings; else a 400. */
-static bool string_list(json_t *v, const char *field, struct http_response **bad)
+/* Absent, null, or an array of non-empty strings; else EINVAL. */
+static int string_list(json_t *v, const char *field, struct corral_error *err)
 {
     if (!v || json_is_null(v))
-        return true;
+        return 0;
     bool ok = json_is_array(v);
     size_t i;
     json_t *x;
     json_array_foreach(v, i, x) ok = ok && json_is_string(x) && json_string_length(x);
     if (!ok)
-        *bad = http_error(400, "'%s' must be an array of non-empty strings", field);
-    return ok;
+        return corral_fail(err, EINVAL, "'%s' must be an array of non-empty strings", field);
+    return 0;
 }
 
 /* Reads allow_internet_access and a network object (a create's `network`,
@@ -179,56 +177,48 @@ static bool string_list(json_t *v, const char *field, struct http_response **bad
  *   out, and the template's network applies): when this server does not
  *   allow the internet, such a request gets no network rather than an
  *   error.
- * 0, or -1 with the answer (400) in *bad. */
+ * 0, or a negative errno: EINVAL and EPERM for what is refused. */
 static int read_network(json_t *aia, json_t *net, const char *prefix, struct netreq *r,
-                        struct http_response **bad)
+                        struct corral_error *err)
 {
     memset(r, 0, sizeof(*r));
     apinet_init(&r->an, true);
-    if (aia && !json_is_null(aia) && !json_is_boolean(aia)) {
-        *bad = http_error(400, "'allow_internet_access' must be a boolean");
-        return -1;
-    }
-    if (net && !json_is_null(net) && !json_is_object(net)) {
-        *bad = http_error(400, "'network' must be an object");
-        return -1;
-    }
+    if (aia && !json_is_null(aia) && !json_is_boolean(aia))
+        return corral_fail(err, EINVAL, "'allow_internet_access' must be a boolean");
+    if (net && !json_is_null(net) && !json_is_object(net))
+        return corral_fail(err, EINVAL, "'network' must be an object");
     r->given = (aia && !json_is_null(aia)) || (net && !json_is_null(net));
     static const char *const unsupported[] = {"maskRequestHost", "egressProxy", NULL};
     for (size_t i = 0; unsupported[i]; i++) {
         json_t *v = json_object_get(net, unsupported[i]);
-        if (v && !json_is_null(v)) {
-            *bad = http_error(400, "'%s%s' is not supported by corral", prefix, unsupported[i]);
-            return -1;
-        }
+        if (v && !json_is_null(v))
+            return corral_fail(err, EINVAL, "'%s%s' is not supported by corral", prefix,
+                               unsupported[i]);
     }
     json_t *rules = json_object_get(net, "rules");
-    if (rules && !json_is_null(rules) && !(json_is_object(rules) && !json_object_size(rules))) {
-        *bad = http_error(400,
-                          "'%srules' (transforms of the sandbox's requests) is not supported by "
-                          "corral",
-                          prefix);
-        return -1;
-    }
+    if (rules && !json_is_null(rules) && !(json_is_object(rules) && !json_object_size(rules)))
+        return corral_fail(err, EINVAL,
+                           "'%srules' (transforms of the sandbox's requests) is not supported by "
+                           "corral",
+                           prefix);
     json_t *allow = json_object_get(net, "allowOut"), *deny = json_object_get(net, "denyOut");
     char allow_field[32], deny_field[32];
     snprintf(allow_field, sizeof(allow_field), "%sallowOut", prefix);
     snprintf(deny_field, sizeof(deny_field), "%sdenyOut", prefix);
-    if (!string_list(allow, allow_field, bad) || !string_list(deny, deny_field, bad))
-        return -1;
+    int e = string_list(allow, allow_field, err);
+    if (e < 0 || (e = string_list(deny, deny_field, err)) < 0)
+        return e;
     size_t i;
     json_t *x;
     bool all_traffic = false;
     json_array_foreach(deny, i, x)
     {
         const char *t = json_string_value(x);
-        if (!address_or_range(t)) {
-            *bad = http_error(400,
-                              "invalid denied CIDR %s: '%s' takes IP addresses and CIDR ranges "
-                              "only (names go in allowOut)",
-                              t, deny_field);
-            return -1;
-        }
+        if (!address_or_range(t))
+            return corral_fail(err, EINVAL,
+                               "invalid denied CIDR %s: '%s' takes IP addresses and CIDR ranges "
+                               "only (names go in allowOut)",
+                               t, deny_field);
         all_traffic = all_traffic || !strcmp(t, "0.0.0.0/0");
     }
     /* Where everything is denied anyway, a deny rule would only take
@@ -250,21 +240,16 @@ static int read_network(json_t *aia, json_t *net, const char *prefix, struct net
         r->reported = json_pack("{s:o, s:o}", "allowOut",
                                 json_is_array(allow) ? json_copy(allow) : json_array(), "denyOut",
                                 json_is_array(deny) ? json_copy(deny) : json_array());
-    if (oom || (r->rules && !r->reported)) {
-        *bad = http_error(500, "out of memory");
-        return -1;
-    }
-    struct corral_error err;
-    int e = apinet_finish(&r->an, &err);
+    if (oom || (r->rules && !r->reported))
+        return corral_fail(err, ENOMEM, "out of memory");
+    e = apinet_finish(&r->an, err);
     if (e == -EPERM && !r->rules && r->an.net.mode == CORRAL_NETWORK_INTERNET) {
         r->an.net = (struct corral_network){.mode = CORRAL_NETWORK_OFF};
         e = 0;
     }
-    if (e == -EINVAL || e == -EPERM)
-        *bad = http_error(400, "%s", err.message);
-    else if (e < 0)
-        *bad = http_error(500, "cannot read the network rules: %s", err.message);
-    return e < 0 ? -1 : 0;
+    if (e < 0 && e != -EINVAL && e != -EPERM)
+        return corral_error_wrap(err, "cannot read the network rules");
+    return e;
 }
 
 /* The detail's allowInternetAccess (whether what no rule names is
@@ -281,6 +266,15 @@ static json_t *net_info(const struct netreq *r, enum corral_network_mode mode)
 
 /* ---- the sandboxes this surface owns ---- */
 
+static void owned_drop(struct registry_entry *entry)
+{
+    struct owned *o = registry_container(entry, struct owned, entry);
+    envd_forget(entry->sb);
+    corral_sandbox_release(entry->sb);
+    json_decref(o->net);
+    free(o);
+}
+
 /* Takes sb's reference and net (the detail's network fields). */
 static void own(struct e2b *e, corral_sandbox *sb, const char *token, json_t *net)
 {
@@ -290,87 +284,37 @@ static void own(struct e2b *e, corral_sandbox *sb, const char *token, json_t *ne
         json_decref(net);
         return;
     }
-    o->sb = sb;
+    o->entry.sb = sb;
     o->net = net;
     snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
-    pthread_mutex_lock(&e->lock);
-    o->next = e->owned;
-    e->owned = o;
-    pthread_mutex_unlock(&e->lock);
+    registry_add(&e->owned, &o->entry);
+}
+
+/* What this surface keeps of sb; under e->owned.lock. */
+static struct owned *owned_of(struct e2b *e, corral_sandbox *sb)
+{
+    struct registry_entry *entry = registry_lookup(&e->owned, corral_sandbox_id(sb));
+    return entry && entry->sb == sb ? registry_container(entry, struct owned, entry) : NULL;
 }
 
 /* The sandbox's access token ("" when it has none). */
 static void token_of(struct e2b *e, corral_sandbox *sb, char out[33])
 {
     out[0] = '\0';
-    pthread_mutex_lock(&e->lock);
-    for (struct owned *o = e->owned; o; o = o->next)
-        if (o->sb == sb)
-            memcpy(out, o->token, 33);
-    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&e->owned.lock);
+    struct owned *o = owned_of(e, sb);
+    if (o)
+        memcpy(out, o->token, 33);
+    pthread_mutex_unlock(&e->owned.lock);
 }
 
-/* Drops sandboxes that died (timeouts) so that they read as gone. */
-static void sweep(struct e2b *e)
-{
-    struct owned *dead = NULL;
-    pthread_mutex_lock(&e->lock);
-    for (struct owned **pp = &e->owned; *pp;) {
-        if (!corral_sandbox_alive((*pp)->sb)) {
-            struct owned *o = *pp;
-            *pp = o->next;
-            o->next = dead;
-            dead = o;
-        } else {
-            pp = &(*pp)->next;
-        }
-    }
-    pthread_mutex_unlock(&e->lock);
-    while (dead) {
-        struct owned *o = dead;
-        dead = o->next;
-        envd_forget(o->sb);
-        corral_sandbox_release(o->sb);
-        json_decref(o->net);
-        free(o);
-    }
-}
-
-/* The live sandbox with this id, retained; or NULL. */
-static corral_sandbox *find(struct e2b *e, const char *id)
-{
-    sweep(e);
-    corral_sandbox *found = NULL;
-    pthread_mutex_lock(&e->lock);
-    for (struct owned *o = e->owned; o; o = o->next)
-        if (!strcmp(corral_sandbox_id(o->sb), id)) {
-            found = o->sb;
-            corral_sandbox_retain(found);
-            break;
-        }
-    pthread_mutex_unlock(&e->lock);
-    return found;
-}
-
-/* Removes it from the owned list; true if it was there. */
+/* Removes it from the owned sandboxes; true if it was there. */
 static bool disown(struct e2b *e, corral_sandbox *sb)
 {
-    struct owned *hit = NULL;
-    pthread_mutex_lock(&e->lock);
-    for (struct owned **pp = &e->owned; *pp; pp = &(*pp)->next)
-        if ((*pp)->sb == sb) {
-            hit = *pp;
-            *pp = hit->next;
-            break;
-        }
-    pthread_mutex_unlock(&e->lock);
-    if (!hit)
-        return false;
-    envd_forget(hit->sb);
-    corral_sandbox_release(hit->sb);
-    json_decref(hit->net);
-    free(hit);
-    return true;
+    struct registry_entry *hit = registry_remove(&e->owned, corral_sandbox_id(sb));
+    if (hit)
+        owned_drop(hit);
+    return hit != NULL;
 }
 
 static json_t *metadata_json(corral_sandbox *sb)
@@ -480,42 +424,56 @@ static void start_default_kernel(struct e2b *e, corral_sandbox *sb)
     pthread_attr_destroy(&attr);
 }
 
+/* A create's timeout: seconds, DEFAULT_TIMEOUT_S when absent. */
+static int create_timeout(json_t *timeout, json_int_t *secs, struct corral_error *err)
+{
+    *secs = DEFAULT_TIMEOUT_S;
+    if (timeout && !json_is_null(timeout)) {
+        if (!json_is_integer(timeout) || json_integer_value(timeout) < 0)
+            return corral_fail(err, EINVAL, "'timeout' must be a non-negative number of seconds");
+        *secs = json_integer_value(timeout);
+    }
+    if (*secs <= 0)
+        return corral_fail(err, EINVAL, "Timeout must be greater than 0");
+    if (*secs > MAX_TIMEOUT_S)
+        return corral_fail(err, EINVAL, "Timeout cannot be greater than %d hours",
+                           MAX_TIMEOUT_S / 3600);
+    return 0;
+}
+
+/* A failed corral_sandbox_create, as E2B answers it: a template that does
+ * not exist is 404, a network refused 400, the rest 500. */
+static struct http_response *create_failed(struct corral_error *err, const char *tpl, bool network)
+{
+    enum wire_class c = wire_class_of(err->code);
+    if (c == WIRE_NOT_FOUND)
+        corral_error_wrap(err, "template '%s' not found", tpl);
+    else if (!(network && (c == WIRE_INVALID || c == WIRE_FORBIDDEN)))
+        return http_error(500, "cannot create the sandbox: %s", err->message);
+    return e2b_fail(err);
+}
+
 static struct http_response *create_sandbox(struct e2b *e, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    json_t *body = parse_body(req, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    cleanup_strv char **env = NULL;
+    cleanup_strv char **meta = NULL;
+    struct corral_error err;
+    if (read_body(req, &body, &err) < 0)
+        return e2b_fail(&err);
     json_t *tpl = json_object_get(body, "templateID");
-    json_t *timeout = json_object_get(body, "timeout");
-    char **env = NULL, **meta = NULL;
-    struct http_response *resp = NULL;
+    if (!json_is_string(tpl) || !json_string_length(tpl))
+        return http_error(400, "'templateID' is required and must be a string");
+    json_int_t secs;
     struct netreq net = {0};
-    if (!json_is_string(tpl) || !json_string_length(tpl)) {
-        resp = http_error(400, "'templateID' is required and must be a string");
-        goto out;
-    }
-    json_int_t secs = DEFAULT_TIMEOUT_S;
-    if (timeout && !json_is_null(timeout)) {
-        if (!json_is_integer(timeout) || json_integer_value(timeout) < 0) {
-            resp = http_error(400, "'timeout' must be a non-negative number of seconds");
-            goto out;
-        }
-        secs = json_integer_value(timeout);
-    }
-    if (secs <= 0) {
-        resp = http_error(400, "Timeout must be greater than 0");
-        goto out;
-    }
-    if (secs > MAX_TIMEOUT_S) {
-        resp = http_error(400, "Timeout cannot be greater than %d hours", MAX_TIMEOUT_S / 3600);
-        goto out;
-    }
-    if (!(env = string_map(json_object_get(body, "envVars"), "envVars", &resp)) ||
-        !(meta = string_map(json_object_get(body, "metadata"), "metadata", &resp)) ||
+    if (create_timeout(json_object_get(body, "timeout"), &secs, &err) < 0 ||
+        string_map(json_object_get(body, "envVars"), "envVars", &env, &err) < 0 ||
+        string_map(json_object_get(body, "metadata"), "metadata", &meta, &err) < 0 ||
         read_network(json_object_get(body, "allow_internet_access"),
-                     json_object_get(body, "network"), "network.", &net, &resp) < 0)
-        goto out;
+                     json_object_get(body, "network"), "network.", &net, &err) < 0) {
+        netreq_free(&net);
+        return e2b_fail(&err);
+    }
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
     o.template_id = template_for(json_string_value(tpl));
@@ -525,16 +483,9 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     o.state_dir = e->state_dir;
     o.network = net.given ? &net.an.net : NULL; /* NULL: the template's */
     corral_sandbox *sb;
-    struct corral_error err;
     if (corral_sandbox_create(&o, &sb, &err) < 0) {
-        if (err.code == ENOENT)
-            resp =
-                http_error(404, "template '%s' not found: %s", json_string_value(tpl), err.message);
-        else if (o.network && (err.code == EINVAL || err.code == EPERM))
-            resp = http_error(400, "%s", err.message);
-        else
-            resp = http_error(500, "cannot create the sandbox: %s", err.message);
-        goto out;
+        netreq_free(&net);
+        return create_failed(&err, json_string_value(tpl), o.network != NULL);
     }
     /* Secure unless asked otherwise, as E2B's sandboxes are (the SDKs no
      * longer send the field): the data plane then needs the token. */
@@ -542,21 +493,16 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     char token[33] = "";
     if (!json_is_false(secure) && corral_random_hex(token, 16, &err) < 0) {
         corral_sandbox_release(sb);
-        resp = http_error(500, "%s", err.message);
-        goto out;
+        netreq_free(&net);
+        return http_error(500, "%s", err.message);
     }
     own(e, sb, token, net_info(&net, corral_sandbox_network_mode(sb)));
+    netreq_free(&net);
     json_t *j = sandbox_json(e, sb);
     json_object_set_new(j, "templateID", json_copy(tpl));
     if (strcmp(json_string_value(tpl), "base"))
         start_default_kernel(e, sb);
-    resp = http_json(201, j);
-out:
-    corral_strv_free(env);
-    corral_strv_free(meta);
-    netreq_free(&net);
-    json_decref(body);
-    return resp;
+    return http_json(201, j);
 }
 
 struct filter {
@@ -603,7 +549,7 @@ static bool matches(corral_sandbox *sb, const struct filter *f)
 
 static struct http_response *list_sandboxes(struct e2b *e, const struct http_request *req)
 {
-    sweep(e);
+    registry_sweep(&e->owned);
     struct filter f = {0};
     const char *meta = http_query(req, "metadata");
     if (meta && *meta)
@@ -618,13 +564,13 @@ static struct http_response *list_sandboxes(struct e2b *e, const struct http_req
     bool want_running = all || strstr(state, "running"),
          want_paused = all || strstr(state, "paused");
     json_t *arr = json_array();
-    pthread_mutex_lock(&e->lock);
-    for (struct owned *o = e->owned; o; o = o->next) {
+    pthread_mutex_lock(&e->owned.lock);
+    for (struct registry_entry *o = e->owned.head; o; o = o->next) {
         bool paused = corral_sandbox_paused(o->sb);
         if ((paused ? want_paused : want_running) && matches(o->sb, &f))
             json_array_append_new(arr, detail_json(o->sb));
     }
-    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_unlock(&e->owned.lock);
     resp = http_json(200, arr);
 out:
     for (size_t i = 0; i < f.n; i++)
@@ -639,27 +585,23 @@ static struct http_response *not_found(const char *id)
 
 /* Reads {"timeout": seconds} (> 0; may be absent when optional: *secs = 0). */
 static int body_timeout(const struct http_request *req, bool optional, json_int_t *secs,
-                        struct http_response **bad)
+                        struct corral_error *err)
 {
-    json_t *body = parse_body(req, bad);
-    if (!body)
-        return -1;
-    json_t *t = json_object_get(body, "timeout");
-    int r = 0;
+    cleanup_json json_t *body = NULL;
     *secs = 0;
-    if (optional && (!t || json_is_null(t))) {
-        r = 0;
-    } else if (!json_is_integer(t) || json_integer_value(t) <= 0) {
-        *bad = http_error(400, "'timeout' must be a positive number of seconds");
-        r = -1;
-    } else if (json_integer_value(t) > MAX_TIMEOUT_S) {
-        *bad = http_error(400, "Timeout cannot be greater than %d hours", MAX_TIMEOUT_S / 3600);
-        r = -1;
-    } else {
-        *secs = json_integer_value(t);
-    }
-    json_decref(body);
-    return r;
+    int r = read_body(req, &body, err);
+    if (r < 0)
+        return r;
+    json_t *t = json_object_get(body, "timeout");
+    if (optional && (!t || json_is_null(t)))
+        return 0;
+    if (!json_is_integer(t) || json_integer_value(t) <= 0)
+        return corral_fail(err, EINVAL, "'timeout' must be a positive number of seconds");
+    if (json_integer_value(t) > MAX_TIMEOUT_S)
+        return corral_fail(err, EINVAL, "Timeout cannot be greater than %d hours",
+                           MAX_TIMEOUT_S / 3600);
+    *secs = json_integer_value(t);
+    return 0;
 }
 
 /* A whole number of seconds from the query, or -1 when absent; -2 when malformed. */
@@ -709,57 +651,57 @@ static struct http_response *metrics(corral_sandbox *sb, const struct http_reque
 static struct http_response *update_network(struct e2b *e, corral_sandbox *sb,
                                             const struct http_request *req)
 {
+    cleanup_json json_t *body = NULL;
+    struct corral_error err;
+    if (read_body(req, &body, &err) < 0)
+        return e2b_fail(&err);
     struct http_response *resp = NULL;
-    json_t *body = parse_body(req, &resp);
-    if (!body)
-        return resp;
     struct netreq net;
-    if (read_network(json_object_get(body, "allow_internet_access"), body, "", &net, &resp) == 0) {
-        struct corral_error err;
+    if (read_network(json_object_get(body, "allow_internet_access"), body, "", &net, &err) < 0) {
+        resp = e2b_fail(&err);
+    } else {
         pthread_mutex_lock(&e->net_lock); /* the sandbox's network and its info agree */
         if (corral_sandbox_set_network(sb, &net.an.net, &err) < 0) {
-            if (err.code == EINVAL || err.code == EPERM)
-                resp = http_error(400, "%s", err.message);
-            else if (err.code == EAGAIN)
-                resp = http_error(409, "%s", err.message);
-            else
-                resp = http_error(500, "cannot change the sandbox's network: %s", err.message);
+            enum wire_class c = wire_class_of(err.code);
+            if (c != WIRE_INVALID && c != WIRE_FORBIDDEN && c != WIRE_PAUSED)
+                corral_error_wrap(&err, "cannot change the sandbox's network");
+            resp = e2b_fail(&err);
         } else {
             json_t *info = net_info(&net, corral_sandbox_network_mode(sb));
-            pthread_mutex_lock(&e->lock);
-            for (struct owned *o = e->owned; o; o = o->next)
-                if (o->sb == sb) {
-                    json_decref(o->net);
-                    o->net = json_incref(info);
-                }
-            pthread_mutex_unlock(&e->lock);
+            pthread_mutex_lock(&e->owned.lock);
+            struct owned *o = owned_of(e, sb);
+            if (o) {
+                json_decref(o->net);
+                o->net = json_incref(info);
+            }
+            pthread_mutex_unlock(&e->owned.lock);
             json_decref(info);
             resp = http_empty(204);
         }
         pthread_mutex_unlock(&e->net_lock);
     }
     netreq_free(&net);
-    json_decref(body);
     return resp;
 }
 
 /* Adds the sandbox's allowInternetAccess and network to its detail. */
 static void add_net_info(struct e2b *e, corral_sandbox *sb, json_t *j)
 {
-    pthread_mutex_lock(&e->lock);
-    for (struct owned *o = e->owned; o; o = o->next)
-        if (o->sb == sb && o->net && j)
-            json_object_update(j, o->net);
-    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&e->owned.lock);
+    struct owned *o = owned_of(e, sb);
+    if (o && o->net && j)
+        json_object_update(j, o->net);
+    pthread_mutex_unlock(&e->owned.lock);
 }
 
 static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
                                          const char *id, const char *action)
 {
-    corral_sandbox *sb = find(e, id);
+    corral_sandbox *sb = registry_find(&e->owned, id);
     if (!sb)
         return not_found(id);
     struct http_response *resp = NULL;
+    struct corral_error err;
     bool get = !strcmp(req->method, "GET"), post = !strcmp(req->method, "POST");
     if (!*action && get) {
         json_t *j = detail_json(sb);
@@ -778,9 +720,9 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         bool connect = !strcmp(action, "/connect");
         if (!strcmp(action, "/refreshes")) {
             secs = DEFAULT_TIMEOUT_S;
-        } else if (body_timeout(req, connect, &secs, &resp) < 0) {
+        } else if (body_timeout(req, connect, &secs, &err) < 0) {
             corral_sandbox_release(sb);
-            return resp;
+            return e2b_fail(&err);
         }
         /* connect resumes a paused sandbox (201), as E2B's does */
         bool resumed = connect && corral_sandbox_resume(sb, NULL) == 0;
@@ -789,10 +731,9 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         resp = connect ? http_json(resumed ? 201 : 200, sandbox_json(e, sb)) : http_empty(204);
     } else if (post && !strcmp(action, "/resume")) { /* deprecated by E2B for /connect */
         json_int_t secs = 0;
-        struct corral_error err;
-        if (body_timeout(req, true, &secs, &resp) < 0) {
+        if (body_timeout(req, true, &secs, &err) < 0) {
             corral_sandbox_release(sb);
-            return resp;
+            return e2b_fail(&err);
         }
         if (corral_sandbox_resume(sb, &err) < 0) {
             resp = err.code == EALREADY ? http_error(409, "sandbox \"%s\" is already running", id)
@@ -803,13 +744,12 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
             resp = http_json(201, sandbox_json(e, sb));
         }
     } else if (post && !strcmp(action, "/pause")) {
-        struct corral_error err;
         if (corral_sandbox_pause(sb, &err) == 0)
             resp = http_empty(204);
         else if (err.code == EALREADY)
             resp = http_error(409, "sandbox \"%s\" is already paused", id);
         else
-            resp = http_error(err.code == ENOTSUP ? 501 : 500, "%s", err.message);
+            resp = e2b_fail(&err);
     } else if (get && !strcmp(action, "/metrics")) {
         resp = metrics(sb, req);
     } else if (!strcmp(req->method, "PUT") && !strcmp(action, "/network")) {
@@ -1027,68 +967,56 @@ static bool is_python(const char *lang)
     return !*lang || !strcasecmp(lang, "python") || !strcasecmp(lang, "python3");
 }
 
+static struct http_response *context_not_found(const char *id)
+{
+    char msg[300];
+    snprintf(msg, sizeof(msg), "Context %s not found", id);
+    return http_text(404, "text/plain", msg);
+}
+
 static struct http_response *execute(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    json_t *body = parse_body(req, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    cleanup_strv char **env = NULL;
+    struct corral_error err;
+    if (read_body(req, &body, &err) < 0)
+        return e2b_fail(&err);
     json_t *code = json_object_get(body, "code");
     json_t *cid = json_object_get(body, "context_id");
     json_t *lang = json_object_get(body, "language");
-    struct http_response *resp = NULL;
-    char **env = NULL;
     corral_context *ctx = NULL;
-    struct corral_error err;
-    if (!json_is_string(code)) {
-        resp = http_error(400, "'code' is required and must be a string");
-        goto out;
-    }
+    if (!json_is_string(code))
+        return http_error(400, "'code' is required and must be a string");
     bool has_cid = cid && !json_is_null(cid), has_lang = lang && !json_is_null(lang);
-    if (has_cid && has_lang) {
-        resp = http_text(400, "text/plain", "Only one of context_id or language can be provided");
-        goto out;
-    }
-    if ((has_cid && !json_is_string(cid)) || (has_lang && !json_is_string(lang))) {
-        resp = http_error(400, "'context_id' and 'language' must be strings");
-        goto out;
-    }
-    if (!(env = string_map(json_object_get(body, "env_vars"), "env_vars", &resp)))
-        goto out;
+    if (has_cid && has_lang)
+        return http_text(400, "text/plain", "Only one of context_id or language can be provided");
+    if ((has_cid && !json_is_string(cid)) || (has_lang && !json_is_string(lang)))
+        return http_error(400, "'context_id' and 'language' must be strings");
+    if (string_map(json_object_get(body, "env_vars"), "env_vars", &env, &err) < 0)
+        return e2b_fail(&err);
     if (has_cid) {
-        if (!(ctx = corral_context_get(sb, json_string_value(cid)))) {
-            char msg[300];
-            snprintf(msg, sizeof(msg), "Context %s not found", json_string_value(cid));
-            resp = http_text(404, "text/plain", msg);
-            goto out;
-        }
+        if (!(ctx = corral_context_get(sb, json_string_value(cid))))
+            return context_not_found(json_string_value(cid));
     } else if (has_lang && !is_python(json_string_value(lang))) {
         char msg[300];
         snprintf(msg, sizeof(msg), "language '%s' is not supported (supported: %s)",
                  json_string_value(lang), corral_supported_languages());
-        resp = http_text(400, "text/plain", msg);
-        goto out;
+        return http_text(400, "text/plain", msg);
     } else if (corral_context_default(sb, &ctx, &err) < 0) {
-        resp = http_text(500, "text/plain", err.message);
-        goto out;
+        return http_text(500, "text/plain", err.message);
     }
     struct job *j = calloc(1, sizeof(*j));
     if (!j || !(j->code = strdup(json_string_value(code)))) {
         free(j);
-        resp = http_error(500, "out of memory");
-        goto out;
+        return http_error(500, "out of memory");
     }
     corral_sandbox_retain(sb);
     j->sb = sb;
     j->ctx = ctx;
-    j->env = env;
-    env = NULL;
-    resp = http_stream(200, "application/x-ndjson", &job_ops, j);
+    j->env = steal_pointer(&env);
+    struct http_response *resp = http_stream(200, "application/x-ndjson", &job_ops, j);
     if (!resp)
         job_release(j);
-out:
-    corral_strv_free(env);
-    json_decref(body);
     return resp;
 }
 
@@ -1108,10 +1036,9 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         return http_json(200, arr);
     }
     if (!*rest && !strcmp(req->method, "POST")) {
-        struct http_response *bad = NULL;
-        json_t *body = parse_body(req, &bad);
-        if (!body)
-            return bad;
+        cleanup_json json_t *body = NULL;
+        if (read_body(req, &body, &err) < 0)
+            return e2b_fail(&err);
         json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
         const char *l = json_is_string(lang) ? json_string_value(lang) : "python";
         const char *c = json_is_string(cwd) ? json_string_value(cwd) : NULL;
@@ -1123,7 +1050,6 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
             resp = http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
         else
             resp = http_json(200, context_json(ctx));
-        json_decref(body);
         return resp;
     }
     if (*rest != '/')
@@ -1133,11 +1059,8 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
     size_t len = slash ? (size_t)(slash - rest - 1) : strlen(rest + 1);
     snprintf(id, sizeof(id), "%.*s", (int)len, rest + 1);
     corral_context *ctx = corral_context_get(sb, id);
-    if (!ctx) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "Context %s not found", id);
-        return http_text(404, "text/plain", msg);
-    }
+    if (!ctx)
+        return context_not_found(id);
     int r;
     if (slash && !strcmp(slash, "/restart") && !strcmp(req->method, "POST"))
         r = corral_context_restart(ctx, &err);
@@ -1193,7 +1116,7 @@ static bool allowed(const struct http_request *req, const char *port, const char
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
                                         const char *id, const char *port)
 {
-    corral_sandbox *sb = find(e, id);
+    corral_sandbox *sb = registry_find(&e->owned, id);
     if (!sb)
         return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox was not found", "code", 502));
@@ -1249,6 +1172,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
+    registry_init(&e->owned, owned_drop);
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->net_lock, NULL);
     pthread_cond_init(&e->kernels_done, NULL);
@@ -1258,29 +1182,14 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
 
 void e2b_kill_all(struct e2b *e)
 {
-    pthread_mutex_lock(&e->lock);
-    for (struct owned *o = e->owned; o; o = o->next)
-        corral_sandbox_kill(o->sb);
-    pthread_mutex_unlock(&e->lock);
+    registry_kill_all(&e->owned);
 }
 
 void e2b_free(struct e2b *e)
 {
     if (!e)
         return;
-    pthread_mutex_lock(&e->lock);
-    struct owned *list = e->owned;
-    e->owned = NULL;
-    pthread_mutex_unlock(&e->lock);
-    while (list) {
-        struct owned *o = list;
-        list = o->next;
-        corral_sandbox_kill(o->sb);
-        envd_forget(o->sb);
-        corral_sandbox_release(o->sb);
-        json_decref(o->net);
-        free(o);
-    }
+    registry_clear(&e->owned);
     pthread_mutex_lock(&e->lock); /* kernels of killed sandboxes fail to start at once */
     while (e->starting_kernels)
         pthread_cond_wait(&e->kernels_done, &e->lock);
@@ -1290,5 +1199,6 @@ void e2b_free(struct e2b *e)
     free(e->state_dir);
     pthread_mutex_destroy(&e->net_lock);
     pthread_mutex_destroy(&e->lock);
+    registry_destroy(&e->owned);
     free(e);
 }

@@ -1,4 +1,5 @@
 /* envd over libcorral; see envd.h. */
+#include "api/wire.h"
 #include "api/e2b/envd.h"
 
 #include <ctype.h>
@@ -74,53 +75,11 @@ static int b64_decode(const char *text, size_t len, unsigned char **out, size_t 
     return r;
 }
 
-/* The absolute, clean form of a path a client sent: "~" and relative paths
- * start at /home/user; "." and ".." are resolved lexically. */
+/* The absolute, clean form of a path a client sent (wire_clean_path). */
 static int resolve_path(const char *in, char *out, struct corral_error *err)
 {
-    if (!in || !*in)
-        return corral_fail(err, EINVAL, "the path is empty");
-    if (strlen(in) >= PATH_MAX_LEN)
-        return corral_fail(err, ENAMETOOLONG, "the path is longer than %d bytes", PATH_MAX_LEN);
-    char full[2 * PATH_MAX_LEN];
-    if (in[0] == '~') {
-        if (in[1] && in[1] != '/')
-            return corral_fail(err, EINVAL,
-                               "cannot resolve '%s': corral sandboxes have one user, '%s'", in,
-                               USER_NAME);
-        snprintf(full, sizeof(full), "%s%s", CORRAL_HOME, in + 1);
-    } else if (in[0] != '/') {
-        snprintf(full, sizeof(full), "%s/%s", CORRAL_HOME, in);
-    } else {
-        snprintf(full, sizeof(full), "%s", in);
-    }
-    size_t n = 0;
-    for (const char *c = full; *c;) {
-        while (*c == '/')
-            c++;
-        const char *end = strchrnul(c, '/');
-        size_t len = (size_t)(end - c);
-        if (len == 0 || (len == 1 && c[0] == '.')) {
-            /* nothing */
-        } else if (len == 2 && c[0] == '.' && c[1] == '.') {
-            while (n > 0 && out[n - 1] != '/')
-                n--;
-            if (n > 0)
-                n--;
-        } else {
-            if (n + 1 + len >= PATH_MAX_LEN)
-                return corral_fail(err, ENAMETOOLONG, "the path is longer than %d bytes",
-                                   PATH_MAX_LEN);
-            out[n++] = '/';
-            memcpy(out + n, c, len);
-            n += len;
-        }
-        c = end;
-    }
-    if (n == 0)
-        out[n++] = '/';
-    out[n] = '\0';
-    return 0;
+    static const struct wire_path_words words = {.longest = PATH_MAX_LEN, .quoted = 0};
+    return wire_clean_path(in, out, &words, err);
 }
 
 /* A field of a JSON message by its JSON (lowerCamel) or proto name; null is absent. */
@@ -180,42 +139,27 @@ static int connect_status(const char *code)
     return 500;
 }
 
+/* envd's answer to each class of error: the Connect code of the RPCs (their
+ * status is connect_status's), and the status of plain HTTP's /files. */
+static const struct wire_code envd_codes[WIRE_CLASSES] = {
+    [WIRE_INTERNAL] = {500, "internal"},           [WIRE_NOT_FOUND] = {404, "not_found"},
+    [WIRE_EXISTS] = {500, "already_exists"},       [WIRE_FORBIDDEN] = {403, "permission_denied"},
+    [WIRE_INVALID] = {400, "invalid_argument"},    [WIRE_NOT_EMPTY] = {500, "failed_precondition"},
+    [WIRE_NO_SPACE] = {507, "resource_exhausted"}, [WIRE_EXHAUSTED] = {500, "resource_exhausted"},
+    [WIRE_PAUSED] = {500, "resource_exhausted"},   [WIRE_GONE] = {502, "unavailable"},
+    [WIRE_TIMEOUT] = {500, "deadline_exceeded"},
+};
+
+/* A failed /files request, in plain HTTP. */
+static struct http_response *files_error(const struct corral_error *err)
+{
+    return http_error(wire_code_of(envd_codes, err->code)->status, "%s", err->message);
+}
+
 /* The Connect code for a libcorral error about files. */
 static const char *code_for(int e)
 {
-    switch (e) {
-    case ENOENT:
-        return "not_found";
-    case EEXIST:
-        return "already_exists";
-    case EACCES:
-    case EPERM:
-    case EROFS:
-        return "permission_denied";
-    case ENOTDIR:
-    case EISDIR:
-    case EINVAL:
-    case ENAMETOOLONG:
-    case ELOOP:
-    case EXDEV:
-        return "invalid_argument";
-    case ENOTEMPTY:
-        return "failed_precondition";
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-    case E2BIG:
-    case EMFILE:
-    case EAGAIN:
-    case EOVERFLOW:
-        return "resource_exhausted";
-    case ESRCH: /* the sandbox is gone */
-        return "unavailable";
-    case ETIMEDOUT:
-        return "deadline_exceeded";
-    default:
-        return "internal";
-    }
+    return wire_code_of(envd_codes, e)->code;
 }
 
 static json_t *error_json(const char *code, const char *fmt, va_list ap)
@@ -385,21 +329,12 @@ static json_t *request_message(const struct http_request *req, bool stream,
         body += 5;
         len = n;
     }
-    if (!len)
-        return json_object();
-    json_error_t e;
-    json_t *v = json_loadb(body, len, 0, &e);
-    if (!v) {
-        corral_fail(err, EINVAL, "malformed JSON message: %s (line %d, column %d)", e.text, e.line,
-                    e.column);
-        return NULL;
-    }
-    if (!json_is_object(v)) {
-        json_decref(v);
-        corral_fail(err, EINVAL, "the message must be a JSON object");
-        return NULL;
-    }
-    return v;
+    static const struct wire_body rules = {.want = JSON_OBJECT,
+                                           .what = "malformed JSON message",
+                                           .where = WIRE_WHERE_LINE_COLUMN,
+                                           .not_want = "the message must be a JSON object"};
+    json_t *v;
+    return wire_body_json(body, len, &rules, &v, err) < 0 ? NULL : v;
 }
 
 /* The user of the call (Authorization: Basic base64("name:")): only 'user'. */
@@ -1723,21 +1658,13 @@ static struct http_response *download(corral_sandbox *sb, const struct http_requ
     }
     if (r < 0) {
         free(c.data);
-        switch (err.code) {
-        case ENOENT:
+        if (err.code == ENOENT)
             return http_error(404, "path '%s' does not exist", path);
-        case EISDIR:
+        if (err.code == EISDIR)
             return http_error(400, "path '%s' is a directory", path);
-        case EINVAL:
+        if (err.code == EINVAL)
             return http_error(400, "path '%s' is not a regular file", path);
-        case EACCES:
-        case EPERM:
-            return http_error(403, "%s", err.message);
-        case ESRCH:
-            return http_error(502, "%s", err.message);
-        default:
-            return http_error(500, "%s", err.message);
-        }
+        return files_error(&err);
     }
     return bytes_response("application/octet-stream", c.data, c.len, NULL, NULL);
 }
@@ -1747,12 +1674,7 @@ static struct http_response *write_error(const struct corral_error *err, const c
 {
     if (err->code == EISDIR)
         return http_error(400, "path is a directory: %s", path);
-    int status = err->code == ENOSPC || err->code == EDQUOT                        ? 507
-                 : err->code == EACCES || err->code == EPERM || err->code == EROFS ? 403
-                 : err->code == ENOTDIR || err->code == EINVAL                     ? 400
-                 : err->code == ESRCH                                              ? 502
-                                                                                   : 500;
-    return http_error(status, "%s", err->message);
+    return files_error(err);
 }
 
 struct inflater {

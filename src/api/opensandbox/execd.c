@@ -1,5 +1,7 @@
 /* execd: the shared pieces and /ping, /code, /metrics; see execd.h. */
 #include "api/opensandbox/execd.h"
+#include "api/wire.h"
+#include "base/cleanup.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -19,35 +21,19 @@ struct http_response *execd_error(int status, const char *code, const char *fmt,
     return http_json(status, json_pack("{s:s, s:s}", "code", code, "message", msg));
 }
 
+/* execd's answer to each class of error. */
+static const struct wire_code execd_codes[WIRE_CLASSES] = {
+    [WIRE_INTERNAL] = {500, "RUNTIME_ERROR"},         [WIRE_NOT_FOUND] = {404, "FILE_NOT_FOUND"},
+    [WIRE_INVALID] = {400, "INVALID_REQUEST_BODY"},   [WIRE_EXISTS] = {400, "INVALID_REQUEST_BODY"},
+    [WIRE_NOT_EMPTY] = {400, "INVALID_REQUEST_BODY"}, [WIRE_FORBIDDEN] = {403, "PERMISSION_DENIED"},
+    [WIRE_GONE] = {409, "SANDBOX_NOT_RUNNING"},       [WIRE_PAUSED] = {409, "SANDBOX_PAUSED"},
+    [WIRE_NO_SPACE] = {507, "INSUFFICIENT_STORAGE"},
+};
+
 struct http_response *execd_fail(const struct corral_error *err)
 {
-    switch (err->code) {
-    case ENOENT:
-        return execd_error(404, "FILE_NOT_FOUND", "%s", err->message);
-    case EINVAL:
-    case ENOTDIR:
-    case EISDIR:
-    case ENAMETOOLONG:
-    case ELOOP:
-    case EEXIST:
-    case ENOTEMPTY:
-    case EXDEV:
-        return execd_error(400, "INVALID_REQUEST_BODY", "%s", err->message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-        return execd_error(403, "PERMISSION_DENIED", "%s", err->message);
-    case ESRCH:
-        return execd_error(409, "SANDBOX_NOT_RUNNING", "%s", err->message);
-    case EAGAIN:
-        return execd_error(409, "SANDBOX_PAUSED", "%s", err->message);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-        return execd_error(507, "INSUFFICIENT_STORAGE", "%s", err->message);
-    default:
-        return execd_error(500, "RUNTIME_ERROR", "%s", err->message);
-    }
+    const struct wire_code *c = wire_code_of(execd_codes, err->code);
+    return execd_error(c->status, c->code, "%s", err->message);
 }
 
 int execd_send(struct http_stream *s, json_t *event)
@@ -98,30 +84,25 @@ static json_t *context_json(corral_context *c)
                      corral_context_cwd(c));
 }
 
-static json_t *parse_object(const struct http_request *req, struct http_response **bad)
+/* The body as a JSON object; an empty one is {}. */
+static int parse_object(const struct http_request *req, json_t **out, struct corral_error *err)
 {
-    json_error_t e;
-    json_t *v = req->body_len ? json_loadb(req->body, req->body_len, 0, &e) : json_object();
-    if (!v)
-        *bad = execd_error(400, "INVALID_REQUEST_BODY", "malformed JSON body: %s", e.text);
-    else if (!json_is_object(v))
-        *bad = execd_error(400, "INVALID_REQUEST_BODY", "the JSON body must be an object");
-    else
-        return v;
-    json_decref(v);
-    return NULL;
+    static const struct wire_body rules = {.want = JSON_OBJECT,
+                                           .what = "malformed JSON body",
+                                           .where = WIRE_WHERE_NONE,
+                                           .not_want = "the JSON body must be an object"};
+    return wire_body_json(req->body, req->body_len, &rules, out, err);
 }
 
 static struct http_response *create_context(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    json_t *body = parse_object(req, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    struct corral_error err;
+    if (parse_object(req, &body, &err) < 0)
+        return execd_fail(&err);
     json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
     struct http_response *r;
     corral_context *ctx;
-    struct corral_error err;
     if (!json_is_string(lang) || (cwd && !json_is_null(cwd) && !json_is_string(cwd)))
         r = execd_error(400, "INVALID_REQUEST_BODY",
                         "'language' (a string) is required; 'cwd' is a string");
@@ -131,7 +112,6 @@ static struct http_response *create_context(corral_sandbox *sb, const struct htt
         r = execd_fail(&err);
     else
         r = http_json(200, context_json(ctx));
-    json_decref(body);
     return r;
 }
 
@@ -294,15 +274,14 @@ static const struct http_stream_ops run_ops = {run_produce, run_gone, run_releas
 
 static struct http_response *run_code(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    json_t *body = parse_object(req, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    struct corral_error err;
+    if (parse_object(req, &body, &err) < 0)
+        return execd_fail(&err);
     json_t *code = json_object_get(body, "code"), *context = json_object_get(body, "context");
     json_t *id = json_object_get(context, "id"), *lang = json_object_get(context, "language");
     struct http_response *resp = NULL;
     corral_context *ctx = NULL;
-    struct corral_error err;
     if (!json_is_string(code) || (context && !json_is_null(context) && !json_is_object(context)) ||
         (id && !json_is_null(id) && !json_is_string(id)) ||
         (lang && !json_is_null(lang) && !json_is_string(lang))) {
@@ -337,7 +316,6 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
             http_add_header(resp, "X-Accel-Buffering", "no");
         }
     }
-    json_decref(body);
     return resp;
 }
 

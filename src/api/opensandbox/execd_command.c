@@ -47,6 +47,7 @@
  * interrupt end the shell: the run reports it, and the next run starts a
  * new shell, in the session's first directory, without the old state.
  */
+#include "api/wire.h"
 #include "api/opensandbox/execd.h"
 
 #include <ctype.h>
@@ -941,23 +942,19 @@ static struct http_response *bad_request(const char *fmt, ...)
 static json_t *parse_body(const struct http_request *req, bool empty_ok,
                           struct http_response **resp)
 {
-    size_t i = 0;
-    while (i < req->body_len && isspace((unsigned char)req->body[i]))
-        i++;
-    if (i == req->body_len) {
-        if (empty_ok)
-            return json_object();
-        *resp = bad_request("error parsing request: the body is empty; a JSON object is needed");
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *body = json_loadb(req->body, req->body_len, 0, &jerr);
-    if (!json_is_object(body)) {
-        *resp = body ? bad_request("error parsing request: the body must be a JSON object")
-                     : bad_request("error parsing request, MAYBE invalid body format: %s "
-                                   "(line %d, column %d)",
-                                   jerr.text, jerr.line, jerr.column);
-        json_decref(body);
+    const struct wire_body rules = {
+        .want = JSON_OBJECT,
+        .blank_is_empty = true,
+        .empty =
+            empty_ok ? NULL : "error parsing request: the body is empty; a JSON object is needed",
+        .what = "error parsing request, MAYBE invalid body format",
+        .where = WIRE_WHERE_LINE_COLUMN,
+        .not_want = "error parsing request: the body must be a JSON object",
+    };
+    json_t *body;
+    struct corral_error err;
+    if (wire_body_json(req->body, req->body_len, &rules, &body, &err) < 0) {
+        *resp = execd_fail(&err);
         return NULL;
     }
     return body;

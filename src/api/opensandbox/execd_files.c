@@ -14,6 +14,8 @@
 #include "api/opensandbox/execd.h"
 #include "api/live.h"
 #include "api/names.h"
+#include "api/wire.h"
+#include "base/cleanup.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -28,7 +30,7 @@
 
 #define USER_NAME   "user"
 #define USER_ID     1000
-#define PATH_LEN    4096
+#define PATH_LEN    WIRE_PATH_MAX
 #define PATHS_MAX   1000
 #define ENTRIES_MAX 100000
 #define VISIT_MAX   1000000
@@ -45,66 +47,15 @@ static struct http_response *ok_empty(void)
     return http_text(200, "text/plain", "");
 }
 
-/* The absolute, clean form of a client's path into out (PATH_LEN bytes):
- * "~" and relative paths start at /home/user, "." and ".." are resolved
- * lexically (".." stops at /). 0, or -1 with the reason in why. */
-static int clean_path(const char *in, char *out, char *why, size_t wlen)
-{
-    if (!in || !*in) {
-        snprintf(why, wlen, "the path is empty");
-        return -1;
-    }
-    if (strlen(in) >= PATH_LEN) {
-        snprintf(why, wlen, "the path is longer than %d bytes", PATH_LEN - 1);
-        return -1;
-    }
-    char full[PATH_LEN + sizeof(CORRAL_HOME) + 1];
-    if (in[0] == '~') {
-        if (in[1] && in[1] != '/') {
-            snprintf(why, wlen, "cannot resolve '%.64s': corral sandboxes have one user, '%s'", in,
-                     USER_NAME);
-            return -1;
-        }
-        snprintf(full, sizeof(full), "%s%s", CORRAL_HOME, in + 1);
-    } else if (in[0] != '/') {
-        snprintf(full, sizeof(full), "%s/%s", CORRAL_HOME, in);
-    } else {
-        snprintf(full, sizeof(full), "%s", in);
-    }
-    size_t n = 0;
-    for (const char *c = full; *c;) {
-        while (*c == '/')
-            c++;
-        const char *end = strchrnul(c, '/');
-        size_t len = (size_t)(end - c);
-        if (len == 2 && c[0] == '.' && c[1] == '.') {
-            while (n > 0 && out[n - 1] != '/')
-                n--;
-            if (n > 0)
-                n--;
-        } else if (len > 0 && !(len == 1 && c[0] == '.')) {
-            if (n + 1 + len >= PATH_LEN) {
-                snprintf(why, wlen, "the path is longer than %d bytes", PATH_LEN - 1);
-                return -1;
-            }
-            out[n++] = '/';
-            memcpy(out + n, c, len);
-            n += len;
-        }
-        c = end;
-    }
-    if (n == 0)
-        out[n++] = '/';
-    out[n] = '\0';
-    return 0;
-}
+/* How execd words a path it refuses. */
+static const struct wire_path_words path_words = {.longest = PATH_LEN - 1, .quoted = 64};
 
-/* clean_path, with a 400 response (or NULL). */
+/* wire_clean_path, with a 400 response (or NULL). */
 static struct http_response *resolve(const char *in, char *out)
 {
-    char why[160];
-    if (clean_path(in, out, why, sizeof(why)) < 0)
-        return execd_error(400, "INVALID_REQUEST_BODY", "%s", why);
+    struct corral_error err;
+    if (wire_clean_path(in, out, &path_words, &err) < 0)
+        return execd_error(400, "INVALID_REQUEST_BODY", "%s", err.message);
     return NULL;
 }
 
@@ -156,10 +107,9 @@ static int stat_follow(corral_sandbox *sb, const char *path, struct corral_entry
                 *slash = '\0';
             snprintf(joined, sizeof(joined), "%s/%s", dir[0] ? dir : "", e->target);
         }
-        if (clean_path(joined, next, err->message, sizeof(err->message)) < 0) {
-            err->code = ENAMETOOLONG;
-            return -ENAMETOOLONG;
-        }
+        int cr = wire_clean_path(joined, next, &path_words, err);
+        if (cr < 0)
+            return cr;
         r = corral_file_stat(sb, next, e, err);
     }
     return r;
@@ -208,25 +158,19 @@ static struct http_response *path_param(const struct http_request *req, const ch
     return resolve(q, out);
 }
 
-static json_t *parse_body(const struct http_request *req, json_type want,
-                          struct http_response **bad)
+/* The body as JSON of the type wanted (JSON_OBJECT or JSON_ARRAY). */
+static int parse_body(const struct http_request *req, json_type want, json_t **out,
+                      struct corral_error *err)
 {
-    json_error_t je;
-    json_t *v = json_loadb(req->body, req->body_len, 0, &je);
-    if (!v) {
-        *bad = execd_error(400, "INVALID_REQUEST_BODY",
-                           "error parsing request, MAYBE invalid body format: %s (line %d, "
-                           "column %d)",
-                           je.text, je.line, je.column);
-        return NULL;
-    }
-    if (json_typeof(v) != want) {
-        json_decref(v);
-        *bad = execd_error(400, "INVALID_REQUEST_BODY", "the body must be a JSON %s",
-                           want == JSON_OBJECT ? "object" : "array");
-        return NULL;
-    }
-    return v;
+    const struct wire_body rules = {
+        .want = want,
+        .parse_empty = true,
+        .what = "error parsing request, MAYBE invalid body format",
+        .where = WIRE_WHERE_LINE_COLUMN,
+        .not_want = want == JSON_OBJECT ? "the body must be a JSON object"
+                                        : "the body must be a JSON array",
+    };
+    return wire_body_json(req->body, req->body_len, &rules, out, err);
 }
 
 /* ---- permissions: {owner?, group?, mode?} ---- */
@@ -367,25 +311,37 @@ static struct http_response *files_delete(corral_sandbox *sb, const struct http_
     return resp;
 }
 
-static struct http_response *files_permissions(corral_sandbox *sb, const struct http_request *req)
+/* A {path: {owner?, group?, mode?}} body: NULL when every path and
+ * permission reads, else the answer to the first that does not. */
+static struct http_response *check_perm_map(json_t *body)
 {
-    struct http_response *bad = NULL;
-    json_t *body = parse_body(req, JSON_OBJECT, &bad);
-    if (!body)
-        return bad;
     const char *key;
     json_t *v;
     char path[PATH_LEN], why[256];
     struct perm pm;
     json_object_foreach(body, key, v)
     {
-        if ((bad = resolve(key, path)))
-            break;
-        if (!parse_perm(v, &pm, why, sizeof(why))) {
-            bad = execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
-            break;
-        }
+        struct http_response *bad = resolve(key, path);
+        if (bad)
+            return bad;
+        if (!parse_perm(v, &pm, why, sizeof(why)))
+            return execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
     }
+    return NULL;
+}
+
+static struct http_response *files_permissions(corral_sandbox *sb, const struct http_request *req)
+{
+    struct http_response *bad = NULL;
+    cleanup_json json_t *body = NULL;
+    struct corral_error perr;
+    if (parse_body(req, JSON_OBJECT, &body, &perr) < 0)
+        return execd_fail(&perr);
+    const char *key;
+    json_t *v;
+    char path[PATH_LEN], why[256];
+    struct perm pm;
+    bad = check_perm_map(body);
     json_object_foreach(body, key, v)
     {
         if (bad)
@@ -396,7 +352,6 @@ static struct http_response *files_permissions(corral_sandbox *sb, const struct 
         if (apply_perm(sb, path, &pm, &err) < 0)
             bad = execd_fail(&err);
     }
-    json_decref(body);
     return bad ? bad : ok_empty();
 }
 
@@ -417,9 +372,10 @@ static struct http_response *parent_dirs(corral_sandbox *sb, const char *path)
 static struct http_response *files_move(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *bad = NULL;
-    json_t *body = parse_body(req, JSON_ARRAY, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    struct corral_error perr;
+    if (parse_body(req, JSON_ARRAY, &body, &perr) < 0)
+        return execd_fail(&perr);
     size_t i;
     json_t *item;
     char src[PATH_LEN], dest[PATH_LEN];
@@ -472,7 +428,6 @@ static struct http_response *files_move(corral_sandbox *sb, const struct http_re
         }
     }
     free(e);
-    json_decref(body);
     return bad ? bad : ok_empty();
 }
 
@@ -950,9 +905,10 @@ static struct http_response *replace_one(corral_sandbox *sb, const char *key, js
 static struct http_response *files_replace(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *bad = NULL;
-    json_t *body = parse_body(req, JSON_OBJECT, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    struct corral_error perr;
+    if (parse_body(req, JSON_OBJECT, &body, &perr) < 0)
+        return execd_fail(&perr);
     const char *v = http_query(req, "verbose");
     json_t *results = v && !strcasecmp(v, "true") ? json_object() : NULL;
     const char *key;
@@ -980,7 +936,6 @@ static struct http_response *files_replace(corral_sandbox *sb, const struct http
             break;
         bad = replace_one(sb, key, item, results);
     }
-    json_decref(body);
     if (bad) {
         json_decref(results);
         return bad;
@@ -1388,22 +1343,15 @@ static struct http_response *files_download(corral_sandbox *sb, const struct htt
 static struct http_response *directories_make(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *bad = NULL;
-    json_t *body = parse_body(req, JSON_OBJECT, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    struct corral_error perr;
+    if (parse_body(req, JSON_OBJECT, &body, &perr) < 0)
+        return execd_fail(&perr);
     const char *key;
     json_t *v;
     char path[PATH_LEN], why[256];
     struct perm pm;
-    json_object_foreach(body, key, v)
-    {
-        if ((bad = resolve(key, path)))
-            break;
-        if (!parse_perm(v, &pm, why, sizeof(why))) {
-            bad = execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
-            break;
-        }
-    }
+    bad = check_perm_map(body);
     json_object_foreach(body, key, v)
     {
         if (bad)
@@ -1419,7 +1367,6 @@ static struct http_response *directories_make(corral_sandbox *sb, const struct h
                                                    "%s exists and is not a directory", key)
                                      : execd_fail(&err);
     }
-    json_decref(body);
     return bad ? bad : ok_empty();
 }
 

@@ -12,6 +12,9 @@
 
 #include "api/opensandbox/execd.h"
 #include "api/apinet.h"
+#include "api/registry.h"
+#include "api/wire.h"
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -25,11 +28,11 @@
 #define TOKEN_HEADER      "X-EXECD-ACCESS-TOKEN"
 #define EGRESS_HEADER     "OPENSANDBOX-EGRESS-AUTH"
 
-/* A sandbox of this surface. Fields are read and changed under osb->lock;
- * sb is retained by the box, and handlers retain it again to use it
- * outside the lock. */
+/* A sandbox of this surface. Fields are read and changed under
+ * osb->boxes.lock; entry.sb is retained by the box, and handlers retain it
+ * again to use it outside the lock. */
 struct os_sandbox {
-    corral_sandbox *sb;
+    struct registry_entry entry;
     char token[33], egress_token[33];
     json_t *image;          /* {"uri": ...} */
     json_t *entrypoint;     /* [string] */
@@ -37,13 +40,11 @@ struct os_sandbox {
     json_t *network_policy; /* {defaultAction, egress} in force, or NULL: none given */
     uint64_t created_ms, transition_ms;
     bool manual; /* no expiry */
-    struct os_sandbox *next;
 };
 
 struct osb {
-    pthread_mutex_t lock;
+    struct registry boxes;
     pthread_mutex_t egress_lock; /* one policy change at a time */
-    struct os_sandbox *boxes;
     char **api_keys;
     char **templates;
     char *state_dir;
@@ -70,46 +71,61 @@ static struct http_response *no_body(int status)
     return http_text(status, "text/plain", ""); /* Content-Length: 0 */
 }
 
-/* The body as a JSON object (or array when want_array), or a 400. */
-static json_t *body_json(const struct http_request *req, bool want_array,
-                         struct http_response **bad)
+/* The answers to each class of error: the lifecycle API's and the egress
+ * API's (the same {"code", "message"} as execd's). */
+static const struct wire_code lifecycle_codes[WIRE_CLASSES] = {
+    [WIRE_INTERNAL] = {500, "SANDBOX::INTERNAL_ERROR"},
+    [WIRE_INVALID] = {400, "SANDBOX::INVALID_PARAMETER"},
+    [WIRE_FORBIDDEN] = {403, "SANDBOX::NETWORK_NOT_ALLOWED"},
+    [WIRE_UNSUPPORTED] = {501, "SANDBOX::INTERNAL_ERROR"},
+};
+
+static const struct wire_code egress_codes[WIRE_CLASSES] = {
+    [WIRE_INTERNAL] = {500, "INTERNAL_ERROR"},
+    [WIRE_INVALID] = {400, "INVALID_POLICY"},
+    [WIRE_FORBIDDEN] = {403, "POLICY_NOT_ALLOWED"},
+    [WIRE_PAUSED] = {409, "SANDBOX_PAUSED"},
+};
+
+static struct http_response *fail_as(const struct wire_code table[WIRE_CLASSES],
+                                     const struct corral_error *err)
 {
-    json_error_t e;
-    json_t *v =
-        req->body_len ? json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &e) : NULL;
-    if (!req->body_len)
-        *bad = execd_error(400, "SANDBOX::INVALID_PARAMETER", "the request needs a JSON body");
-    else if (!v)
-        *bad = execd_error(400, "SANDBOX::INVALID_PARAMETER", "malformed JSON body: %s (line %d)",
-                           e.text, e.line);
-    else if (want_array ? !json_is_array(v) : !json_is_object(v))
-        *bad = execd_error(400, "SANDBOX::INVALID_PARAMETER", "the JSON body must be an %s",
-                           want_array ? "array" : "object");
-    else
-        return v;
-    json_decref(v);
-    return NULL;
+    const struct wire_code *c = wire_code_of(table, err->code);
+    return execd_error(c->status, c->code, "%s", err->message);
 }
 
-/* A {string: string} object (NULL is fine), or why not. */
-static bool string_map_ok(json_t *v, const char *field, char *why, size_t len)
+/* The body as a JSON object (or array when want_array). */
+static int body_json(const struct http_request *req, bool want_array, json_t **out,
+                     struct corral_error *err)
+{
+    const struct wire_body rules = {
+        .want = want_array ? JSON_ARRAY : JSON_OBJECT,
+        .strict = true,
+        .empty = "the request needs a JSON body",
+        .what = "malformed JSON body",
+        .where = WIRE_WHERE_LINE,
+        .not_want =
+            want_array ? "the JSON body must be an array" : "the JSON body must be an object",
+    };
+    return wire_body_json(req->body, req->body_len, &rules, out, err);
+}
+
+/* A {string: string} object (NULL is fine), or EINVAL. */
+static int string_map_ok(json_t *v, const char *field, struct corral_error *err)
 {
     if (!v || json_is_null(v))
-        return true;
-    if (!json_is_object(v)) {
-        snprintf(why, len, "'%s' must be an object of strings", field);
-        return false;
-    }
+        return 0;
+    if (!json_is_object(v))
+        return corral_fail(err, EINVAL, "'%s' must be an object of strings", field);
     const char *k;
     json_t *x;
     json_object_foreach(v, k, x)
     {
-        if (!json_is_string(x) || !*k) {
-            snprintf(why, len, "'%s' must map names to strings ('%s' does not)", field, k);
-            return false;
-        }
+        if (!json_is_string(x) || !*k)
+            return corral_fail(err, EINVAL, "'%s' must map names to strings ('%s' does not)", field,
+                               k);
     }
-    return true;
+    return 0;
 }
 
 /* Kubernetes quantities: "500m", "1", "0.5" CPUs; "512Mi", "2Gi", "1G", "1048576" bytes. */
@@ -171,52 +187,27 @@ static void box_free(struct os_sandbox *b)
 }
 
 /* Drops (kills and releases) what is unlinked. */
-static void box_drop(struct os_sandbox *b)
+static void box_drop(struct registry_entry *entry)
 {
-    corral_sandbox_kill(b->sb);
-    execd_forget(b->sb);
-    corral_sandbox_release(b->sb);
-    box_free(b);
+    corral_sandbox_kill(entry->sb);
+    execd_forget(entry->sb);
+    corral_sandbox_release(entry->sb);
+    box_free(registry_container(entry, struct os_sandbox, entry));
 }
 
-/* Drops the sandboxes that ended (timeouts, OOM at the init): they read as gone. */
-static void sweep(struct osb *o)
-{
-    struct os_sandbox *dead = NULL;
-    pthread_mutex_lock(&o->lock);
-    for (struct os_sandbox **pp = &o->boxes; *pp;) {
-        if (!corral_sandbox_alive((*pp)->sb)) {
-            struct os_sandbox *b = *pp;
-            *pp = b->next;
-            b->next = dead;
-            dead = b;
-        } else {
-            pp = &(*pp)->next;
-        }
-    }
-    pthread_mutex_unlock(&o->lock);
-    while (dead) {
-        struct os_sandbox *b = dead;
-        dead = b->next;
-        box_drop(b);
-    }
-}
-
-/* The box with this id; under o->lock. */
+/* The box with this id; under o->boxes.lock. */
 static struct os_sandbox *lookup(struct osb *o, const char *id)
 {
-    for (struct os_sandbox *b = o->boxes; b; b = b->next)
-        if (!strcmp(corral_sandbox_id(b->sb), id))
-            return b;
-    return NULL;
+    struct registry_entry *entry = registry_lookup(&o->boxes, id);
+    return entry ? registry_container(entry, struct os_sandbox, entry) : NULL;
 }
 
 static const char *state_of(struct os_sandbox *b)
 {
-    return corral_sandbox_paused(b->sb) ? "Paused" : "Running";
+    return corral_sandbox_paused(b->entry.sb) ? "Paused" : "Running";
 }
 
-/* Sandbox (and CreateSandboxResponse without image); under o->lock. */
+/* Sandbox (and CreateSandboxResponse without image); under o->boxes.lock. */
 static json_t *box_json(struct os_sandbox *b, bool with_image)
 {
     const char *state = state_of(b);
@@ -226,10 +217,10 @@ static json_t *box_json(struct os_sandbox *b, bool with_image)
                                paused ? "The sandbox is paused: its processes are frozen."
                                       : "The sandbox is running.",
                                "lastTransitionAt", time_json(b->transition_ms));
-    json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:o}", "id", corral_sandbox_id(b->sb), "status",
-                          status, "metadata", b->metadata, "entrypoint", b->entrypoint, "createdAt",
-                          time_json(b->created_ms));
-    uint64_t deadline = corral_sandbox_deadline_ms(b->sb);
+    json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:o}", "id", corral_sandbox_id(b->entry.sb),
+                          "status", status, "metadata", b->metadata, "entrypoint", b->entrypoint,
+                          "createdAt", time_json(b->created_ms));
+    uint64_t deadline = corral_sandbox_deadline_ms(b->entry.sb);
     if (j && deadline && !b->manual)
         json_object_set_new(j, "expiresAt", time_json(deadline));
     if (j && with_image)
@@ -277,7 +268,7 @@ static struct http_response *unknown_image(struct osb *o, const char *uri)
 
 /* ---- network policy ---- */
 
-static bool rules_ok(json_t *rules, char *why, size_t len)
+static int rules_ok(json_t *rules, struct corral_error *err)
 {
     size_t i;
     json_t *r;
@@ -286,35 +277,28 @@ static bool rules_ok(json_t *rules, char *why, size_t len)
         json_t *a = json_object_get(r, "action"), *t = json_object_get(r, "target");
         if (!json_is_object(r) || !json_is_string(a) || !json_is_string(t) ||
             (strcmp(json_string_value(a), "allow") && strcmp(json_string_value(a), "deny")) ||
-            !json_string_length(t)) {
-            snprintf(why, len,
-                     "egress rule %zu must be {\"action\": \"allow\"|\"deny\", \"target\": "
-                     "a name, *.name, an IP address or a CIDR range}",
-                     i);
-            return false;
-        }
+            !json_string_length(t))
+            return corral_fail(err, EINVAL,
+                               "egress rule %zu must be {\"action\": \"allow\"|\"deny\", "
+                               "\"target\": a name, *.name, an IP address or a CIDR range}",
+                               i);
     }
-    return true;
+    return 0;
 }
 
-static bool policy_ok(json_t *p, char *why, size_t len)
+static int policy_ok(json_t *p, struct corral_error *err)
 {
-    if (!json_is_object(p)) {
-        snprintf(why, len, "'networkPolicy' must be an object");
-        return false;
-    }
+    if (!json_is_object(p))
+        return corral_fail(err, EINVAL, "'networkPolicy' must be an object");
     json_t *d = json_object_get(p, "defaultAction"), *e = json_object_get(p, "egress");
     if (d && !json_is_null(d) &&
         (!json_is_string(d) ||
-         (strcmp(json_string_value(d), "allow") && strcmp(json_string_value(d), "deny")))) {
-        snprintf(why, len, "'networkPolicy.defaultAction' must be \"allow\" or \"deny\"");
-        return false;
-    }
-    if (e && !json_is_null(e) && !json_is_array(e)) {
-        snprintf(why, len, "'networkPolicy.egress' must be an array of rules");
-        return false;
-    }
-    return !e || json_is_null(e) || rules_ok(e, why, len);
+         (strcmp(json_string_value(d), "allow") && strcmp(json_string_value(d), "deny"))))
+        return corral_fail(err, EINVAL,
+                           "'networkPolicy.defaultAction' must be \"allow\" or \"deny\"");
+    if (e && !json_is_null(e) && !json_is_array(e))
+        return corral_fail(err, EINVAL, "'networkPolicy.egress' must be an array of rules");
+    return !e || json_is_null(e) ? 0 : rules_ok(e, err);
 }
 
 /* A policy (checked by policy_ok, or NULL: none) as kept and reported:
@@ -329,10 +313,8 @@ static json_t *normal_policy(json_t *p)
 
 /* The sandbox's network for a normal policy: its rules in order, the first
  * that matches decides, else defaultAction (targets are borrowed from p).
- * 0, or -1 with the answer in *bad: 400 for a bad target, 403 for what this
- * server does not allow; lifecycle picks the codes of the lifecycle API,
- * else the egress API's. */
-static int policy_network(json_t *p, struct apinet *an, bool lifecycle, struct http_response **bad)
+ * 0; EINVAL for a bad target, EPERM for what this server does not allow. */
+static int policy_network(json_t *p, struct apinet *an, struct corral_error *err)
 {
     apinet_init(an, !strcmp(json_string_value(json_object_get(p, "defaultAction")), "allow"));
     size_t i;
@@ -340,197 +322,225 @@ static int policy_network(json_t *p, struct apinet *an, bool lifecycle, struct h
     json_array_foreach(json_object_get(p, "egress"), i, r)
     {
         if (apinet_add(an, !strcmp(json_string_value(json_object_get(r, "action")), "allow"),
-                       json_string_value(json_object_get(r, "target")), true) < 0) {
-            *bad = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
-            return -1;
-        }
+                       json_string_value(json_object_get(r, "target")), true) < 0)
+            return corral_fail(err, ENOMEM, "out of memory");
     }
-    struct corral_error err;
-    int e = apinet_finish(an, &err);
-    if (e == -EINVAL)
-        *bad = execd_error(400, lifecycle ? "SANDBOX::INVALID_PARAMETER" : "INVALID_POLICY",
-                           "networkPolicy: %s", err.message);
-    else if (e == -EPERM)
-        *bad = execd_error(403, lifecycle ? "SANDBOX::NETWORK_NOT_ALLOWED" : "POLICY_NOT_ALLOWED",
-                           "networkPolicy: %s", err.message);
-    else if (e < 0)
-        *bad = execd_error(500, "SANDBOX::INTERNAL_ERROR", "networkPolicy: %s", err.message);
-    return e < 0 ? -1 : 0;
+    return apinet_finish(an, err) < 0 ? corral_error_wrap(err, "networkPolicy") : 0;
 }
 
 /* ---- auth ---- */
 
-static bool key_ok(struct osb *o, const struct http_request *req, struct http_response **bad)
+/* NULL, or the answer to a request without a valid key. */
+static struct http_response *key_refused(struct osb *o, const struct http_request *req)
 {
     if (!o->api_keys || !o->api_keys[0])
-        return true;
+        return NULL;
     const char *key = http_header(req, "OPEN-SANDBOX-API-KEY");
-    if (!key || !*key) {
-        *bad = execd_error(401, "MISSING_API_KEY", "the OPEN-SANDBOX-API-KEY header is required");
-        return false;
-    }
+    if (!key || !*key)
+        return execd_error(401, "MISSING_API_KEY", "the OPEN-SANDBOX-API-KEY header is required");
     for (size_t i = 0; o->api_keys[i]; i++)
         if (corral_secret_equal(key, o->api_keys[i]))
-            return true;
-    *bad = execd_error(401, "INVALID_API_KEY", "the API key is not valid");
-    return false;
+            return NULL;
+    return execd_error(401, "INVALID_API_KEY", "the API key is not valid");
 }
 
 /* ---- lifecycle ---- */
 
-static struct http_response *create(struct osb *o, const struct http_request *req)
-{
-    struct http_response *bad = NULL;
-    json_t *body = body_json(req, false, &bad);
-    if (!body)
-        return bad;
-    char why[300] = "", tbuf[128];
-    json_t *image = json_object_get(body, "image"), *uri = json_object_get(image, "uri");
-    json_t *entry = json_object_get(body, "entrypoint"),
-           *timeout = json_object_get(body, "timeout");
-    json_t *limits = json_object_get(body, "resourceLimits"), *env = json_object_get(body, "env");
-    json_t *meta = json_object_get(body, "metadata"),
-           *policy = json_object_get(body, "networkPolicy");
-    json_t *volumes = json_object_get(body, "volumes"),
-           *platform = json_object_get(body, "platform");
+/* A create, read and checked: what the sandbox is made of. */
+struct create_req {
+    json_t *body, *uri, *entry, *meta;
+    const char *tpl;
+    char tbuf[128];
+    bool manual; /* no expiry */
     struct corral_sandbox_options so;
-    corral_sandbox_options_init(&so);
-    char **envv = NULL;
-    struct http_response *resp = NULL;
-    const char *tpl = NULL;
-    json_t *kept = NULL; /* the normal policy */
+    char **env;
+    json_t *kept; /* the normal policy, or NULL: none given */
     struct apinet net;
-    apinet_init(&net, false);
-    if (json_object_get(body, "snapshotId"))
-        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
-                           "corral has no snapshots: give an image");
-    else if (!json_is_object(image) || !json_is_string(uri) || !json_string_length(uri))
-        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER", "'image.uri' is required");
-    else if (!(tpl = template_for(json_string_value(uri), tbuf, sizeof(tbuf))))
-        resp = unknown_image(o, json_string_value(uri));
-    if (resp)
-        goto out;
-    if (entry && !json_is_null(entry)) {
-        size_t i;
-        json_t *a;
-        bool ok = json_is_array(entry) && json_array_size(entry) > 0;
-        json_array_foreach(entry, i, a) ok = ok && json_is_string(a);
-        if (!ok) {
-            resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
-                               "'entrypoint' must be a non-empty array of strings");
-            goto out;
-        }
-    }
-    bool manual = !timeout || json_is_null(timeout);
-    if (!manual && (!json_is_integer(timeout) || json_integer_value(timeout) < MIN_TIMEOUT_S ||
-                    (uint64_t)json_integer_value(timeout) > o->max_timeout_s)) {
-        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+};
+
+static void create_req_free(struct create_req *c)
+{
+    corral_strv_free(c->env);
+    apinet_free(&c->net);
+    json_decref(c->kept);
+    json_decref(c->body);
+}
+
+/* entrypoint: absent, null, or a non-empty array of strings. */
+static int check_entrypoint(json_t *entry, struct corral_error *err)
+{
+    if (!entry || json_is_null(entry))
+        return 0;
+    size_t i;
+    json_t *a;
+    bool ok = json_is_array(entry) && json_array_size(entry) > 0;
+    json_array_foreach(entry, i, a) ok = ok && json_is_string(a);
+    return ok ? 0 : corral_fail(err, EINVAL, "'entrypoint' must be a non-empty array of strings");
+}
+
+/* timeout (null: no expiry) and resourceLimits. */
+static int read_timeout_limits(struct osb *o, struct create_req *c, struct corral_error *err)
+{
+    json_t *timeout = json_object_get(c->body, "timeout");
+    json_t *limits = json_object_get(c->body, "resourceLimits");
+    c->manual = !timeout || json_is_null(timeout);
+    if (!c->manual && (!json_is_integer(timeout) || json_integer_value(timeout) < MIN_TIMEOUT_S ||
+                       (uint64_t)json_integer_value(timeout) > o->max_timeout_s))
+        return corral_fail(err, EINVAL,
                            "'timeout' must be whole seconds from %d to %llu, or null for no expiry",
                            MIN_TIMEOUT_S, (unsigned long long)o->max_timeout_s);
-        goto out;
-    }
-    so.timeout_ms = manual ? 0 : (uint64_t)json_integer_value(timeout) * 1000;
-    if (limits && !json_is_null(limits)) {
-        json_t *cpu = json_object_get(limits, "cpu"), *mem = json_object_get(limits, "memory");
-        if (!string_map_ok(limits, "resourceLimits", why, sizeof(why)) ||
-            (cpu && parse_cpu(json_string_value(cpu), &so.limits.millicpus) < 0) ||
-            (mem && parse_memory(json_string_value(mem), &so.limits.memory_bytes) < 0)) {
-            resp =
-                execd_error(400, "SANDBOX::INVALID_PARAMETER", "%s",
-                            why[0] ? why
-                                   : "'resourceLimits': cpu is a number of CPUs (\"1\", \"500m\"), "
-                                     "memory a size from 1Mi to 4Ti (\"512Mi\", \"2Gi\")");
-            goto out;
-        }
-    }
-    if (!string_map_ok(env, "env", why, sizeof(why)) ||
-        !string_map_ok(meta, "metadata", why, sizeof(why)) ||
-        (policy && !json_is_null(policy) && !policy_ok(policy, why, sizeof(why)))) {
-        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER", "%s", why);
-        goto out;
-    }
-    /* A policy is enforced from the start; without one the sandbox has the
-     * template's network: none unless the template says. */
-    if (policy && !json_is_null(policy)) {
-        if (!(kept = normal_policy(policy))) {
-            resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
-            goto out;
-        }
-        if (policy_network(kept, &net, true, &resp) < 0)
-            goto out;
-        so.network = &net.net;
-    }
+    c->so.timeout_ms = c->manual ? 0 : (uint64_t)json_integer_value(timeout) * 1000;
+    if (!limits || json_is_null(limits))
+        return 0;
+    int r = string_map_ok(limits, "resourceLimits", err);
+    if (r < 0)
+        return r;
+    json_t *cpu = json_object_get(limits, "cpu"), *mem = json_object_get(limits, "memory");
+    if ((cpu && parse_cpu(json_string_value(cpu), &c->so.limits.millicpus) < 0) ||
+        (mem && parse_memory(json_string_value(mem), &c->so.limits.memory_bytes) < 0))
+        return corral_fail(err, EINVAL,
+                           "'resourceLimits': cpu is a number of CPUs (\"1\", \"500m\"), memory "
+                           "a size from 1Mi to 4Ti (\"512Mi\", \"2Gi\")");
+    return 0;
+}
+
+/* A policy is enforced from the start; without one the sandbox has the
+ * template's network: none unless the template says. */
+static int read_policy(struct create_req *c, json_t *policy, struct corral_error *err)
+{
+    if (!policy || json_is_null(policy))
+        return 0;
+    if (!(c->kept = normal_policy(policy)))
+        return corral_fail(err, ENOMEM, "out of memory");
+    int r = policy_network(c->kept, &c->net, err);
+    if (r < 0)
+        return r;
+    c->so.network = &c->net.net;
+    return 0;
+}
+
+/* volumes (none) and platform (linux/amd64). */
+static int check_platform(json_t *body, struct corral_error *err)
+{
+    json_t *volumes = json_object_get(body, "volumes"),
+           *platform = json_object_get(body, "platform");
     if (volumes && !json_is_null(volumes) &&
-        !(json_is_array(volumes) && json_array_size(volumes) == 0)) {
-        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
+        !(json_is_array(volumes) && json_array_size(volumes) == 0))
+        return corral_fail(err, EINVAL,
                            "corral does not mount volumes into sandboxes: upload files instead");
-        goto out;
-    }
     json_t *os = json_object_get(platform, "os"), *arch = json_object_get(platform, "arch");
     if ((os && !(json_is_string(os) && !strcmp(json_string_value(os), "linux"))) ||
-        (arch && !(json_is_string(arch) && !strcmp(json_string_value(arch), "amd64")))) {
-        resp = execd_error(400, "SANDBOX::INVALID_PARAMETER",
-                           "this server runs linux/amd64 sandboxes only");
-        goto out;
-    }
-    size_t n_env = json_is_object(env) ? json_object_size(env) : 0, k = 0;
-    envv = calloc(n_env + 1, sizeof(char *));
+        (arch && !(json_is_string(arch) && !strcmp(json_string_value(arch), "amd64"))))
+        return corral_fail(err, EINVAL, "this server runs linux/amd64 sandboxes only");
+    return 0;
+}
+
+/* env (checked by string_map_ok) as NULL-terminated "key=value" strings. */
+static int env_strings(json_t *env, char ***out, struct corral_error *err)
+{
+    size_t k = 0;
+    cleanup_strv char **v =
+        calloc((json_is_object(env) ? json_object_size(env) : 0) + 1, sizeof(char *));
+    if (!v)
+        return corral_fail(err, ENOMEM, "out of memory");
     const char *key;
     json_t *val;
     json_object_foreach(json_is_object(env) ? env : NULL, key, val)
     {
-        if (!envv || asprintf(&envv[k], "%s=%s", key, json_string_value(val)) < 0) {
-            if (envv)
-                envv[k] = NULL;
-            resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
-            goto out;
+        if (asprintf(&v[k], "%s=%s", key, json_string_value(val)) < 0) {
+            v[k] = NULL;
+            return corral_fail(err, ENOMEM, "out of memory");
         }
         k++;
     }
-    struct os_sandbox *b = calloc(1, sizeof(*b));
+    *out = steal_pointer(&v);
+    return 0;
+}
+
+/* Reads and checks the body of a create into c, in the order the errors
+ * are told. NULL, or the answer that refuses it. */
+static struct http_response *read_create(struct osb *o, const struct http_request *req,
+                                         struct create_req *c)
+{
+    struct corral_error err;
+    if (body_json(req, false, &c->body, &err) < 0)
+        return fail_as(lifecycle_codes, &err);
+    json_t *image = json_object_get(c->body, "image");
+    c->uri = json_object_get(image, "uri");
+    c->entry = json_object_get(c->body, "entrypoint");
+    c->meta = json_object_get(c->body, "metadata");
+    json_t *env = json_object_get(c->body, "env"),
+           *policy = json_object_get(c->body, "networkPolicy");
+    if (json_object_get(c->body, "snapshotId"))
+        return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "corral has no snapshots: give an image");
+    if (!json_is_object(image) || !json_is_string(c->uri) || !json_string_length(c->uri))
+        return execd_error(400, "SANDBOX::INVALID_PARAMETER", "'image.uri' is required");
+    if (!(c->tpl = template_for(json_string_value(c->uri), c->tbuf, sizeof(c->tbuf))))
+        return unknown_image(o, json_string_value(c->uri));
+    if (check_entrypoint(c->entry, &err) < 0 || read_timeout_limits(o, c, &err) < 0 ||
+        string_map_ok(env, "env", &err) < 0 || string_map_ok(c->meta, "metadata", &err) < 0 ||
+        (policy && !json_is_null(policy) && policy_ok(policy, &err) < 0) ||
+        read_policy(c, policy, &err) < 0 || check_platform(c->body, &err) < 0 ||
+        env_strings(env, &c->env, &err) < 0)
+        return fail_as(lifecycle_codes, &err);
+    return NULL;
+}
+
+/* A failed corral_sandbox_create: a network this server does not allow is
+ * 403; a template gone, or a network it cannot give, 400; the rest 500. */
+static struct http_response *create_failed(const struct corral_error *err, bool network)
+{
+    enum wire_class c = wire_class_of(err->code);
+    if (network && c == WIRE_FORBIDDEN)
+        return fail_as(lifecycle_codes, err);
+    return execd_error(c == WIRE_NOT_FOUND || (c == WIRE_INVALID && network) ? 400 : 500,
+                       "SANDBOX::CREATE_FAILED", "cannot create the sandbox: %s", err->message);
+}
+
+/* The sandbox of a checked create, with its tokens; or the answer. */
+static struct http_response *start_box(struct osb *o, struct create_req *c, struct os_sandbox **out)
+{
+    cleanup_free struct os_sandbox *b = calloc(1, sizeof(*b));
     struct corral_error err;
     if (!b || corral_random_hex(b->token, 16, &err) < 0 ||
-        corral_random_hex(b->egress_token, 16, &err) < 0) {
-        free(b);
-        resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "cannot make the sandbox's tokens");
-        goto out;
-    }
-    so.template_id = tpl;
-    so.env = (const char *const *)envv;
-    so.state_dir = o->state_dir;
-    if (corral_sandbox_create(&so, &b->sb, &err) < 0) {
-        free(b);
-        if (err.code == EPERM && so.network)
-            resp = execd_error(403, "SANDBOX::NETWORK_NOT_ALLOWED", "%s", err.message);
-        else
-            resp =
-                execd_error(err.code == ENOENT || (err.code == EINVAL && so.network) ? 400 : 500,
-                            "SANDBOX::CREATE_FAILED", "cannot create the sandbox: %s", err.message);
-        goto out;
-    }
-    b->image = json_pack("{s:O}", "uri", uri);
-    b->entrypoint = entry && !json_is_null(entry)
-                        ? json_incref(entry)
+        corral_random_hex(b->egress_token, 16, &err) < 0)
+        return execd_error(500, "SANDBOX::INTERNAL_ERROR", "cannot make the sandbox's tokens");
+    c->so.template_id = c->tpl;
+    c->so.env = (const char *const *)c->env;
+    c->so.state_dir = o->state_dir;
+    if (corral_sandbox_create(&c->so, &b->entry.sb, &err) < 0)
+        return create_failed(&err, c->so.network != NULL);
+    b->image = json_pack("{s:O}", "uri", c->uri);
+    b->entrypoint = c->entry && !json_is_null(c->entry)
+                        ? json_incref(c->entry)
                         : json_pack("[s, s, s]", "tail", "-f", "/dev/null");
-    b->metadata = json_is_object(meta) ? json_deep_copy(meta) : json_object();
-    b->network_policy = kept;
-    kept = NULL;
+    b->metadata = json_is_object(c->meta) ? json_deep_copy(c->meta) : json_object();
+    b->network_policy = steal_pointer(&c->kept);
     b->created_ms = b->transition_ms = corral_wall_ms();
-    b->manual = manual;
-    pthread_mutex_lock(&o->lock);
-    b->next = o->boxes;
-    o->boxes = b;
-    json_t *j = box_json(b, false);
-    pthread_mutex_unlock(&o->lock);
-    resp = http_json(202, j);
+    b->manual = c->manual;
+    *out = steal_pointer(&b);
+    return NULL;
+}
+
+static struct http_response *create(struct osb *o, const struct http_request *req)
+{
+    struct create_req c = {0};
+    corral_sandbox_options_init(&c.so);
+    apinet_init(&c.net, false);
+    struct os_sandbox *b = NULL;
+    struct http_response *refused = read_create(o, req, &c);
+    if (!refused)
+        refused = start_box(o, &c, &b);
+    create_req_free(&c);
+    if (refused)
+        return refused;
+    /* Answered before it is shared: once added, a DELETE may drop it. */
+    struct http_response *resp = http_json(202, box_json(b, false));
     char location[128];
-    snprintf(location, sizeof(location), "/v1/sandboxes/%s", corral_sandbox_id(b->sb));
+    snprintf(location, sizeof(location), "/v1/sandboxes/%s", corral_sandbox_id(b->entry.sb));
     http_add_header(resp, "Location", location);
-out:
-    corral_strv_free(envv);
-    apinet_free(&net);
-    json_decref(kept);
-    json_decref(body);
+    registry_add(&o->boxes, &b->entry);
     return resp;
 }
 
@@ -553,7 +563,7 @@ static void list_param(void *arg, const char *key, const char *value)
     }
 }
 
-/* Whether the box's metadata holds every k=v pair of the filter; under o->lock. */
+/* Whether the box's metadata holds every k=v pair of the filter; under o->boxes.lock. */
 static bool metadata_matches(struct os_sandbox *b, const char *filter, bool *bad)
 {
     if (!filter || !*filter)
@@ -597,15 +607,16 @@ static struct http_response *list(struct osb *o, const struct http_request *req)
         size = MAX_PAGE_SIZE;
     json_t *all = json_array();
     bool bad = false;
-    pthread_mutex_lock(&o->lock);
-    for (struct os_sandbox *b = o->boxes; b && !bad; b = b->next) {
+    pthread_mutex_lock(&o->boxes.lock);
+    for (struct registry_entry *e = o->boxes.head; e && !bad; e = e->next) {
+        struct os_sandbox *b = registry_container(e, struct os_sandbox, entry);
         bool state_ok = q.n_states == 0;
         for (size_t i = 0; i < q.n_states; i++)
             state_ok |= !strcasecmp(q.states[i], state_of(b));
         if (state_ok && metadata_matches(b, q.metadata, &bad) && json_array_size(all) < MAX_LISTED)
             json_array_append_new(all, box_json(b, true));
     }
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     free(q.metadata);
     if (bad) {
         json_decref(all);
@@ -647,7 +658,7 @@ static struct http_response *endpoint(struct osb *o, const struct http_request *
                            "corral does not sign routes: use the endpoint with its headers");
     char host[256];
     client_host(req, host, sizeof(host));
-    pthread_mutex_lock(&o->lock);
+    pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
     json_t *j = NULL;
     if (b) {
@@ -657,62 +668,58 @@ static struct http_response *endpoint(struct osb *o, const struct http_request *
                       port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER,
                       port == EGRESS_PORT ? b->egress_token : b->token);
     }
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     return j ? http_json(200, j) : not_found(id);
 }
 
 static struct http_response *renew(struct osb *o, const struct http_request *req, const char *id)
 {
-    struct http_response *bad = NULL;
-    json_t *body = body_json(req, false, &bad);
-    if (!body)
-        return bad;
+    cleanup_json json_t *body = NULL;
+    struct corral_error err;
+    if (body_json(req, false, &body, &err) < 0)
+        return fail_as(lifecycle_codes, &err);
     json_t *at = json_object_get(body, "expiresAt");
     uint64_t ms = 0, now = corral_wall_ms();
-    struct http_response *resp = NULL;
     if (!json_is_string(at) || corral_time_parse(json_string_value(at), &ms) < 0)
-        resp =
-            execd_error(400, "SANDBOX::INVALID_PARAMETER", "'expiresAt' must be an RFC 3339 time");
-    else if (ms <= now || ms > now + o->max_timeout_s * 1000)
-        resp = execd_error(409, "SANDBOX::INVALID_EXPIRATION",
+        return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                           "'expiresAt' must be an RFC 3339 time");
+    if (ms <= now || ms > now + o->max_timeout_s * 1000)
+        return execd_error(409, "SANDBOX::INVALID_EXPIRATION",
                            "'expiresAt' must be in the future and at most %llu s away",
                            (unsigned long long)o->max_timeout_s);
-    json_decref(body);
-    if (resp)
-        return resp;
-    pthread_mutex_lock(&o->lock);
+    struct http_response *resp = NULL;
+    pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
-    uint64_t current = b ? corral_sandbox_deadline_ms(b->sb) : 0;
+    uint64_t current = b ? corral_sandbox_deadline_ms(b->entry.sb) : 0;
     if (b && (b->manual || ms > current)) {
-        corral_sandbox_set_timeout(b->sb, ms - now);
+        corral_sandbox_set_timeout(b->entry.sb, ms - now);
         b->manual = false;
         resp = http_json(200, json_pack("{s:o}", "expiresAt", time_json(ms)));
     } else if (b) {
         resp = execd_error(409, "SANDBOX::INVALID_EXPIRATION",
                            "'expiresAt' must be later than the current expiry");
     }
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     return resp ? resp : not_found(id);
 }
 
 static struct http_response *patch_metadata(struct osb *o, const struct http_request *req,
                                             const char *id)
 {
-    struct http_response *bad = NULL;
-    json_t *patch = body_json(req, false, &bad);
-    if (!patch)
-        return bad;
+    cleanup_json json_t *patch = NULL;
+    struct corral_error err;
+    if (body_json(req, false, &patch, &err) < 0)
+        return fail_as(lifecycle_codes, &err);
     const char *k;
     json_t *v;
     json_object_foreach(patch, k, v)
     {
         if (!*k || !(json_is_string(v) || json_is_null(v))) {
-            json_decref(patch);
             return execd_error(400, "SANDBOX::INVALID_PARAMETER",
                                "a metadata patch maps names to strings, or to null to remove them");
         }
     }
-    pthread_mutex_lock(&o->lock);
+    pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
     json_t *j = NULL;
     if (b) {
@@ -725,19 +732,18 @@ static struct http_response *patch_metadata(struct osb *o, const struct http_req
         }
         j = box_json(b, true);
     }
-    pthread_mutex_unlock(&o->lock);
-    json_decref(patch);
+    pthread_mutex_unlock(&o->boxes.lock);
     return j ? http_json(200, j) : not_found(id);
 }
 
 static struct http_response *pause_resume(struct osb *o, const char *id, bool pause)
 {
-    pthread_mutex_lock(&o->lock);
+    pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
-    corral_sandbox *sb = b ? b->sb : NULL;
+    corral_sandbox *sb = b ? b->entry.sb : NULL;
     if (sb)
         corral_sandbox_retain(sb);
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     if (!sb)
         return not_found(id);
     struct corral_error err;
@@ -746,26 +752,20 @@ static struct http_response *pause_resume(struct osb *o, const char *id, bool pa
     if (r == -EALREADY)
         return execd_error(409, pause ? "SANDBOX::NOT_RUNNING" : "SANDBOX::NOT_PAUSED",
                            "sandbox %s is %s", id, pause ? "already paused" : "not paused");
+    if (r < 0 && wire_class_of(r) == WIRE_UNSUPPORTED)
+        return fail_as(lifecycle_codes, &err);
     if (r < 0)
-        return execd_error(r == -ENOTSUP ? 501 : 500, "SANDBOX::INTERNAL_ERROR", "%s", err.message);
-    pthread_mutex_lock(&o->lock);
+        return execd_error(500, "SANDBOX::INTERNAL_ERROR", "%s", err.message);
+    pthread_mutex_lock(&o->boxes.lock);
     if ((b = lookup(o, id)))
         b->transition_ms = corral_wall_ms();
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     return no_body(202);
 }
 
 static struct http_response *delete_box(struct osb *o, const char *id)
 {
-    struct os_sandbox *hit = NULL;
-    pthread_mutex_lock(&o->lock);
-    for (struct os_sandbox **pp = &o->boxes; *pp; pp = &(*pp)->next)
-        if (!strcmp(corral_sandbox_id((*pp)->sb), id)) {
-            hit = *pp;
-            *pp = hit->next;
-            break;
-        }
-    pthread_mutex_unlock(&o->lock);
+    struct registry_entry *hit = registry_remove(&o->boxes, id);
     if (!hit)
         return not_found(id);
     box_drop(hit);
@@ -790,10 +790,10 @@ static struct http_response *one(struct osb *o, const struct http_request *req, 
     }
     const char *m = req->method;
     if (!action[0] && !strcmp(m, "GET")) {
-        pthread_mutex_lock(&o->lock);
+        pthread_mutex_lock(&o->boxes.lock);
         struct os_sandbox *b = lookup(o, id);
         json_t *j = b ? box_json(b, true) : NULL;
-        pthread_mutex_unlock(&o->lock);
+        pthread_mutex_unlock(&o->boxes.lock);
         return j ? http_json(200, j) : not_found(id);
     }
     if (!action[0] && !strcmp(m, "DELETE"))
@@ -833,7 +833,7 @@ static const char *policy_mode(json_t *p)
     return allow ? "allow_all" : "deny_all";
 }
 
-/* GET /policy's answer, and every change's; under o->lock. */
+/* GET /policy's answer, and every change's; under o->boxes.lock. */
 static json_t *policy_status(struct os_sandbox *b)
 {
     json_t *policy = b->network_policy ? json_incref(b->network_policy) : NULL;
@@ -843,7 +843,7 @@ static json_t *policy_status(struct os_sandbox *b)
         "connected to (a denied connection is refused); this host's, private and link-local "
         "addresses stay out of reach whatever the policy says";
     if (!policy) {
-        enum corral_network_mode m = corral_sandbox_network_mode(b->sb);
+        enum corral_network_mode m = corral_sandbox_network_mode(b->entry.sb);
         if (m == CORRAL_NETWORK_POLICY) {
             reason = "no networkPolicy was given: the sandbox has its template's policy";
         } else {
@@ -909,13 +909,13 @@ static json_t *changed_policy(json_t *cur, json_t *body, const char *m)
 static struct http_response *set_policy(struct osb *o, const char *id, json_t *body, const char *m)
 {
     pthread_mutex_lock(&o->egress_lock);
-    pthread_mutex_lock(&o->lock);
+    pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
-    corral_sandbox *sb = b ? b->sb : NULL;
+    corral_sandbox *sb = b ? b->entry.sb : NULL;
     json_t *cur = b && b->network_policy ? json_incref(b->network_policy) : NULL;
     if (sb)
         corral_sandbox_retain(sb);
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     struct http_response *resp = NULL;
     json_t *next = sb ? changed_policy(cur, body, m) : NULL;
     struct apinet net;
@@ -925,25 +925,20 @@ static struct http_response *set_policy(struct osb *o, const char *id, json_t *b
         resp = not_found(id);
     } else if (!next) {
         resp = execd_error(500, "INTERNAL_ERROR", "out of memory");
-    } else if (policy_network(next, &net, false, &resp) < 0) {
-        /* resp says why */
+    } else if (policy_network(next, &net, &err) < 0) {
+        resp = fail_as(egress_codes, &err);
     } else if (corral_sandbox_set_network(sb, &net.net, &err) < 0) {
-        if (err.code == EINVAL)
-            resp = execd_error(400, "INVALID_POLICY", "%s", err.message);
-        else if (err.code == EPERM)
-            resp = execd_error(403, "POLICY_NOT_ALLOWED", "%s", err.message);
-        else if (err.code == EAGAIN)
-            resp = execd_error(409, "SANDBOX_PAUSED", "%s", err.message);
-        else
-            resp = execd_error(500, "INTERNAL_ERROR", "cannot apply the policy: %s", err.message);
+        if (wire_code_of(egress_codes, err.code)->status == 500)
+            corral_error_wrap(&err, "cannot apply the policy");
+        resp = fail_as(egress_codes, &err);
     } else {
-        pthread_mutex_lock(&o->lock);
+        pthread_mutex_lock(&o->boxes.lock);
         if ((b = lookup(o, id))) {
             json_decref(b->network_policy);
             b->network_policy = json_incref(next);
             resp = http_json(200, policy_status(b));
         }
-        pthread_mutex_unlock(&o->lock);
+        pthread_mutex_unlock(&o->boxes.lock);
         if (!resp)
             resp = not_found(id);
     }
@@ -967,33 +962,28 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
     if (strcmp(path, "/policy") || !(get || patch || del || replace))
         return execd_error(404, "NOT_FOUND", "no %s %s in the egress API", m, path);
     if (get) {
-        pthread_mutex_lock(&o->lock);
+        pthread_mutex_lock(&o->boxes.lock);
         struct os_sandbox *b = lookup(o, id);
         json_t *j = b ? policy_status(b) : NULL;
-        pthread_mutex_unlock(&o->lock);
+        pthread_mutex_unlock(&o->boxes.lock);
         return j ? http_json(200, j) : not_found(id);
     }
-    json_t *body = NULL;
-    struct http_response *bad = NULL;
+    cleanup_json json_t *body = NULL;
+    struct corral_error err;
     /* An empty POST or PUT resets the policy to deny-all, as the sidecar's. */
-    if (!(replace && !req->body_len) && !(body = body_json(req, patch || del, &bad)))
-        return bad;
-    char why[200] = "";
+    if (!(replace && !req->body_len) && body_json(req, patch || del, &body, &err) < 0)
+        return fail_as(lifecycle_codes, &err);
     bool strings = true;
     size_t i;
     json_t *x;
     json_array_foreach(del ? body : NULL, i, x) strings = strings && json_is_string(x);
-    if (replace && body && !policy_ok(body, why, sizeof(why)))
-        bad = execd_error(400, "INVALID_POLICY", "%s", why);
-    else if (patch && !rules_ok(body, why, sizeof(why)))
-        bad = execd_error(400, "INVALID_POLICY", "%s", why);
-    else if ((patch || del) && !json_array_size(body))
-        bad = execd_error(400, "INVALID_POLICY", "the body must be a non-empty array");
-    else if (del && !strings)
-        bad = execd_error(400, "INVALID_POLICY", "DELETE /policy takes an array of targets");
-    struct http_response *resp = bad ? bad : set_policy(o, id, body, m);
-    json_decref(body);
-    return resp;
+    if ((replace && body && policy_ok(body, &err) < 0) || (patch && rules_ok(body, &err) < 0))
+        return fail_as(egress_codes, &err);
+    if ((patch || del) && !json_array_size(body))
+        return execd_error(400, "INVALID_POLICY", "the body must be a non-empty array");
+    if (del && !strings)
+        return execd_error(400, "INVALID_POLICY", "DELETE /policy takes an array of targets");
+    return set_policy(o, id, body, m);
 }
 
 static struct http_response *proxy(struct osb *o, const struct http_request *req, const char *rest)
@@ -1005,15 +995,15 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
         (rest[used] && rest[used] != '/'))
         return execd_error(404, "NOT_FOUND", "no such path");
     const char *path = rest[used] ? rest + used : "/";
-    pthread_mutex_lock(&o->lock);
+    pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
-    corral_sandbox *sb = b ? b->sb : NULL;
+    corral_sandbox *sb = b ? b->entry.sb : NULL;
     char token[33] = "";
     if (b) {
         corral_sandbox_retain(sb);
         memcpy(token, port == EGRESS_PORT ? b->egress_token : b->token, sizeof(token));
     }
-    pthread_mutex_unlock(&o->lock);
+    pthread_mutex_unlock(&o->boxes.lock);
     if (!sb)
         return not_found(id);
     const char *header = port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER;
@@ -1050,12 +1040,12 @@ static struct http_response *route(struct osb *o, const struct http_request *req
         return proxy(o, req, p + 11);
     if (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
-    struct http_response *bad = NULL;
-    if (!key_ok(o, req, &bad))
-        return bad;
+    struct http_response *refused = key_refused(o, req);
+    if (refused)
+        return refused;
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/v1"))
         p += 3;
-    sweep(o);
+    registry_sweep(&o->boxes);
     if (!strcmp(p, "/sandboxes")) {
         if (!strcmp(m, "POST"))
             return create(o, req);
@@ -1106,7 +1096,7 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
         return corral_fail(err, ENOMEM, "out of memory");
     }
     o->max_timeout_s = opt->max_timeout_s ? opt->max_timeout_s : DEFAULT_MAX_S;
-    pthread_mutex_init(&o->lock, NULL);
+    registry_init(&o->boxes, box_drop);
     pthread_mutex_init(&o->egress_lock, NULL);
     *out = o;
     return 0;
@@ -1114,29 +1104,17 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
 
 void osb_kill_all(struct osb *o)
 {
-    pthread_mutex_lock(&o->lock);
-    for (struct os_sandbox *b = o->boxes; b; b = b->next)
-        corral_sandbox_kill(b->sb);
-    pthread_mutex_unlock(&o->lock);
+    registry_kill_all(&o->boxes);
 }
 
 void osb_free(struct osb *o)
 {
     if (!o)
         return;
-    pthread_mutex_lock(&o->lock);
-    struct os_sandbox *list = o->boxes;
-    o->boxes = NULL;
-    pthread_mutex_unlock(&o->lock);
-    while (list) {
-        struct os_sandbox *b = list;
-        list = b->next;
-        box_drop(b);
-    }
+    registry_destroy(&o->boxes);
     corral_strv_free(o->api_keys);
     corral_strv_free(o->templates);
     free(o->state_dir);
     pthread_mutex_destroy(&o->egress_lock);
-    pthread_mutex_destroy(&o->lock);
     free(o);
 }
