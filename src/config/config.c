@@ -166,21 +166,16 @@ static int walk_count(const struct walk *w, const yaml_node_t *n, const char *wh
 
 static int walk_limits(const struct walk *w, const yaml_node_t *n, struct corral_template *t)
 {
-    char buf[64];
-    if (walk_is_null(n))
-        return 0;
-    if (n->type != YAML_MAPPING_NODE)
-        return walk_fail(w, n, EINVAL,
-                         "limits of template '%s' must be a mapping (keys: memory, cpus, pids, "
-                         "disk, open_files), not %s",
-                         t->name, walk_describe(n, buf, sizeof(buf)));
+    char what_limits[96], where[128];
+    snprintf(what_limits, sizeof(what_limits), "limits of template '%s'", t->name);
+    snprintf(where, sizeof(where), "in the %s", what_limits);
+    int r = walk_expect_mapping(w, n, what_limits, "memory, cpus, pids, disk, open_files", true);
+    if (r <= 0)
+        return r;
     static const char *const keys[] = {"memory", "cpus", "pids", "disk", "open_files"};
     enum { MEMORY, CPUS, PIDS, DISK, OPEN_FILES, N_LIMITS };
-    char where[128];
-    snprintf(where, sizeof(where), "in the limits of template '%s'", t->name);
     yaml_node_t *v[N_LIMITS];
-    int r = walk_match_keys(w, n, keys, N_LIMITS, where, false, v);
-    if (r < 0)
+    if ((r = walk_match_keys(w, n, keys, N_LIMITS, where, false, v)) < 0)
         return r;
     struct corral_limits *lim = &t->limits;
     char what[N_LIMITS][128];
@@ -207,41 +202,40 @@ static int walk_limits(const struct walk *w, const yaml_node_t *n, struct corral
     return 0;
 }
 
+/* network.modes: network modes, as bits in cfg->net_modes. */
+static int walk_network_modes(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
+{
+    cleanup_strv char **modes = NULL;
+    int r = walk_text_list(w, n, "network.modes", 3, &modes);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; modes[i]; i++) {
+        enum corral_network_mode m;
+        if (corral_network_mode_parse(modes[i], &m) < 0)
+            return walk_fail(w, walk_list_item(w, n, i), EINVAL,
+                             "'%.64s' in network.modes is not a network mode (off, internet, "
+                             "policy)",
+                             modes[i]);
+        cfg->net_modes |= 1u << m;
+    }
+    cfg->net_modes_given = true;
+    return 0;
+}
+
 /* The top-level `network:` (config.h). */
 static int walk_network_settings(const struct walk *w, const yaml_node_t *n,
                                  struct corral_config *cfg)
 {
-    char buf[64];
-    if (walk_is_null(n))
-        return 0;
-    if (n->type != YAML_MAPPING_NODE)
-        return walk_fail(w, n, EINVAL,
-                         "network must be a mapping (keys: modes, dns, allow_private), not %s",
-                         walk_describe(n, buf, sizeof(buf)));
+    int r = walk_expect_mapping(w, n, "network", "modes, dns, allow_private", true);
+    if (r <= 0)
+        return r;
     static const char *const keys[] = {"modes", "dns", "allow_private"};
     yaml_node_t *v[3];
-    int r = walk_match_keys(w, n, keys, 3, "in network", false, v);
-    if (r < 0)
+    if ((r = walk_match_keys(w, n, keys, 3, "in network", false, v)) < 0)
         return r;
     cfg->has_network = true;
-    if (v[0]) {
-        char **modes = NULL;
-        r = walk_text_list(w, v[0], "network.modes", 3, &modes);
-        for (size_t i = 0; r == 0 && modes[i]; i++) {
-            enum corral_network_mode m;
-            if (corral_network_mode_parse(modes[i], &m) < 0)
-                r = walk_fail(w, walk_list_item(w, v[0], i), EINVAL,
-                              "'%.64s' in network.modes is not a network mode (off, internet, "
-                              "policy)",
-                              modes[i]);
-            else
-                cfg->net_modes |= 1u << m;
-        }
-        walk_free_text_list(modes);
-        if (r < 0)
-            return r;
-        cfg->net_modes_given = true;
-    }
+    if (v[0] && (r = walk_network_modes(w, v[0], cfg)) < 0)
+        return r;
     if (v[1] && (r = walk_text_list(w, v[1], "network.dns", 4, &cfg->net_dns)) < 0)
         return r;
     if (v[2] && (r = walk_text_list(w, v[2], "network.allow_private", 1024, &cfg->net_private)) < 0)
@@ -260,18 +254,15 @@ static int walk_network_settings(const struct walk *w, const yaml_node_t *n,
 static int walk_template_network(const struct walk *w, const yaml_node_t *n,
                                  struct corral_template *t)
 {
-    char buf[64];
-    if (n->type != YAML_MAPPING_NODE)
-        return walk_fail(w, n, EINVAL,
-                         "the network of template '%s' must be a mapping (keys: mode, default, "
-                         "rules), not %s",
-                         t->name, walk_describe(n, buf, sizeof(buf)));
-    static const char *const keys[] = {"mode", "default", "rules"};
-    char where[96];
-    snprintf(where, sizeof(where), "in the network of template '%s'", t->name);
-    yaml_node_t *v[3];
-    int r = walk_match_keys(w, n, keys, 3, where, false, v);
+    char buf[64], what[96], where[104];
+    snprintf(what, sizeof(what), "the network of template '%s'", t->name);
+    snprintf(where, sizeof(where), "in %s", what);
+    int r = walk_expect_mapping(w, n, what, "mode, default, rules", false);
     if (r < 0)
+        return r;
+    static const char *const keys[] = {"mode", "default", "rules"};
+    yaml_node_t *v[3];
+    if ((r = walk_match_keys(w, n, keys, 3, where, false, v)) < 0)
         return r;
     struct corral_network *net = calloc(1, sizeof(*net));
     if (!net)
@@ -347,20 +338,16 @@ static void free_template_network(struct corral_template *t)
 
 static int walk_template(const struct walk *w, const yaml_node_t *n, struct corral_template *t)
 {
-    char buf[64];
-    if (walk_is_null(n))
-        return 0; /* `name:` alone: every default */
-    if (n->type != YAML_MAPPING_NODE)
-        return walk_fail(w, n, EINVAL,
-                         "template '%s' must be a mapping (keys: preload, pool_size, limits, "
-                         "network), not %s",
-                         t->name, walk_describe(n, buf, sizeof(buf)));
+    char what[80], where[96];
+    snprintf(what, sizeof(what), "template '%s'", t->name);
+    snprintf(where, sizeof(where), "in %s", what);
+    /* `name:` alone (null): every default */
+    int r = walk_expect_mapping(w, n, what, "preload, pool_size, limits, network", true);
+    if (r <= 0)
+        return r;
     static const char *const keys[] = {"preload", "pool_size", "limits", "network"};
-    char where[96];
-    snprintf(where, sizeof(where), "in template '%s'", t->name);
     yaml_node_t *v[4];
-    int r = walk_match_keys(w, n, keys, 4, where, false, v);
-    if (r < 0)
+    if ((r = walk_match_keys(w, n, keys, 4, where, false, v)) < 0)
         return r;
     if (v[0] && (r = walk_preload(w, v[0], t)) < 0)
         return r;
@@ -438,14 +425,13 @@ static int walk_disk_dir(const struct walk *w, const yaml_node_t *n, struct corr
 
 static int walk_root(const struct walk *w, const yaml_node_t *root, struct corral_config *cfg)
 {
-    char buf[64];
-    if (!root || walk_is_null(root))
-        return 0; /* an empty file, or only comments */
-    if (root->type != YAML_MAPPING_NODE)
-        return walk_fail(w, root, EINVAL,
-                         "the configuration must be a mapping (keys: state_dir, disk_dir, "
-                         "templates), not %s",
-                         walk_describe(root, buf, sizeof(buf)));
+    if (!root)
+        return 0; /* an empty file */
+    /* null: only comments */
+    int r =
+        walk_expect_mapping(w, root, "the configuration", "state_dir, disk_dir, templates", true);
+    if (r <= 0)
+        return r;
     static const char *const keys[] = {
         "state_dir",        "templates",        "model_list",      "sandbox_tools",
         "litellm_settings", "general_settings", "router_settings", "environment_variables",
@@ -469,7 +455,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
          pair < root->data.mapping.pairs.top; pair++) {
         yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
         const char *name = NULL;
-        int r = walk_key_text(w, k, "at the top level", &name);
+        r = walk_key_text(w, k, "at the top level", &name);
         if (r < 0)
             return r;
         size_t i = 0;
@@ -486,8 +472,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
                 name);
     }
     yaml_node_t *v[N];
-    int r = walk_match_keys(w, root, keys, N, "at the top level", false, v);
-    if (r < 0)
+    if ((r = walk_match_keys(w, root, keys, N, "at the top level", false, v)) < 0)
         return r;
     if (v[STATE_DIR] && (r = walk_dir(w, v[STATE_DIR], "state_dir", &cfg->state_dir)) < 0)
         return r;
@@ -586,6 +571,11 @@ static int compose(yaml_parser_t *parser, yaml_document_t *doc, const char *name
     return 0;
 }
 
+static void config_freep(struct corral_config **cfg)
+{
+    corral_config_free(*cfg);
+}
+
 int corral_config_parse(const char *text, size_t len, const char *name, struct corral_config **out,
                         struct corral_error *err)
 {
@@ -596,16 +586,10 @@ int corral_config_parse(const char *text, size_t len, const char *name, struct c
             return corral_fail(err, EINVAL, "%s: no text to parse", name);
         text = "";
     }
-    struct corral_config *cfg = calloc(1, sizeof(*cfg));
-    if (!cfg || !(cfg->path = strdup(name))) {
-        free(cfg);
-        return corral_fail(err, ENOMEM, "out of memory parsing %s", name);
-    }
+    __attribute__((cleanup(config_freep))) struct corral_config *cfg = calloc(1, sizeof(*cfg));
     yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
-        corral_config_free(cfg);
+    if (!cfg || !(cfg->path = strdup(name)) || !yaml_parser_initialize(&parser))
         return corral_fail(err, ENOMEM, "out of memory parsing %s", name);
-    }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     yaml_document_t doc;
     int r = compose(&parser, &doc, name, text, len, err);
@@ -615,11 +599,9 @@ int corral_config_parse(const char *text, size_t len, const char *name, struct c
         yaml_document_delete(&doc);
     }
     yaml_parser_delete(&parser);
-    if (r < 0) {
-        corral_config_free(cfg);
+    if (r < 0)
         return r;
-    }
-    *out = cfg;
+    *out = steal_pointer(&cfg);
     return 0;
 }
 
@@ -683,17 +665,12 @@ void corral_config_free(struct corral_config *cfg)
     for (size_t i = 0; i < cfg->n_templates; i++) {
         struct corral_template *t = &cfg->templates[i];
         free((char *)t->name);
-        if (t->preload) {
-            char **list = (char **)t->preload;
-            for (size_t j = 0; list[j]; j++)
-                free(list[j]);
-            free(list);
-        }
+        corral_strv_free((char **)t->preload);
         free_template_network(t);
     }
     free(cfg->templates);
-    walk_free_text_list(cfg->net_dns);
-    walk_free_text_list(cfg->net_private);
+    corral_strv_free(cfg->net_dns);
+    corral_strv_free(cfg->net_private);
     gw_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->disk_dir);

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <yaml.h>
 
+#include "base/cleanup.h"
 #include "base/error.h"
 #include "config/gateway_config.h"
 #include "config/walk.h"
@@ -187,40 +188,144 @@ static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_
     return 0;
 }
 
-static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
-                      struct gw_config *gw, struct gw_model *m)
+/* The name of a model_list or sandbox_tools entry at `path`: n must be a
+ * mapping (`keys` lists its keys in messages) whose name_key is walked into
+ * *name. v[0] is the name's node, v[1] litellm_params' (NULL when missing);
+ * other keys are LiteLLM's, ignored. */
+static int walk_entry_name(const struct walk *w, const yaml_node_t *n, const char *path,
+                           const char *keys, const char *name_key, yaml_node_t *v[2], char **name)
 {
-    char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
-    walk_key_path(path, sizeof(path), "model_list", NULL, index);
-    int r = walk_expect_mapping(w, n, path, "model_name, litellm_params, model_info", false);
+    int r = walk_expect_mapping(w, n, path, keys, false);
     if (r < 0)
         return r;
-    static const char *const keys[] = {"model_name", "litellm_params"};
-    yaml_node_t *v[2];
-    char where[KEY_PATH_MAX + 8];
+    const char *const known[] = {name_key, "litellm_params"};
+    char where[KEY_PATH_MAX + 8], what[KEY_PATH_MAX];
     snprintf(where, sizeof(where), "in %s", path);
-    if ((r = walk_match_keys(w, n, keys, 2, where, true, v)) < 0)
+    if ((r = walk_match_keys(w, n, known, 2, where, true, v)) < 0)
         return r;
     if (!v[0])
-        return walk_fail(w, n, EINVAL, "%s: model_name is missing", path);
-    if ((r = walk_string(w, v[0], walk_key_path(what, sizeof(what), path, "model_name", 0),
-                         STR_REQUIRED, &m->name)) < 0)
-        return r;
-    if (!v[1])
-        return walk_fail(w, n, EINVAL, "%s: litellm_params is missing", path);
-    walk_key_path(params_path, sizeof(params_path), path, "litellm_params", 0);
-    if ((r = walk_expect_mapping(w, v[1], params_path, "model, api_base, api_key, ...", false)) < 0)
-        return r;
-    const yaml_node_t *params = v[1];
+        return walk_fail(w, n, EINVAL, "%s: %s is missing", path, name_key);
+    return walk_string(w, v[0], walk_key_path(what, sizeof(what), path, name_key, 0), STR_REQUIRED,
+                       name);
+}
 
+/* The litellm_params of the entry n at `path`: a mapping (`keys` in messages)
+ * whose known[0..count) values go to values[]; its key path into
+ * params_path (KEY_PATH_MAX bytes). */
+static int walk_entry_params(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
+                             const char *path, const char *keys, const char *const *known,
+                             size_t count, char *params_path, yaml_node_t **values)
+{
+    if (!params)
+        return walk_fail(w, n, EINVAL, "%s: litellm_params is missing", path);
+    walk_key_path(params_path, KEY_PATH_MAX, path, "litellm_params", 0);
+    int r = walk_expect_mapping(w, params, params_path, keys, false);
+    if (r < 0)
+        return r;
+    char where[KEY_PATH_MAX + 8];
+    snprintf(where, sizeof(where), "in %s", params_path);
+    return walk_match_keys(w, params, known, count, where, true, values);
+}
+
+/* Fills entry i of a list the gateway's configuration owns. */
+typedef int walk_entry_fn(const struct walk *w, const yaml_node_t *list, size_t i,
+                          struct gw_config *gw);
+
+/* A list of entries (model_list, sandbox_tools) into *array, of elements of
+ * `size` bytes, each counted in *count before walk_entry fills it, so that
+ * gw_config_free() frees what it holds. */
+static int walk_entries(const struct walk *w, const yaml_node_t *n, const char *what, size_t size,
+                        void **array, size_t *count, struct gw_config *gw,
+                        walk_entry_fn *walk_entry)
+{
+    int r = walk_expect_list(w, n, what);
+    if (r <= 0)
+        return r;
+    size_t length = walk_list_length(n);
+    if (!length)
+        return 0;
+    if (!(*array = calloc(length, size)))
+        return walk_out_of_memory(w);
+    for (size_t i = 0; i < length; i++) {
+        (*count)++;
+        if ((r = walk_entry(w, n, i, gw)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* *dst: n's value when it is given (as walk_string with mode), else the
+ * environment variable var's when it is set and not empty (var may be
+ * NULL), else as it is. */
+static int walk_string_or_env(const struct walk *w, const yaml_node_t *n, const char *what,
+                              enum str_mode mode, const char *var, char **dst)
+{
+    if (walk_given(n))
+        return walk_string(w, n, what, mode, dst);
+    const char *value = env_nonempty(var);
+    if (!value)
+        return 0;
+    char *copy = strdup(value);
+    if (!copy)
+        return walk_out_of_memory(w);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+/* A timeout in seconds, more than 0 and at most a day, when n is given. */
+static int walk_timeout(const struct walk *w, const yaml_node_t *n, const char *what,
+                        uint64_t *out_ms)
+{
+    if (!walk_given(n))
+        return 0;
+    return walk_seconds(w, n, what, 1, DAY_MS, "more than 0 and at most 86400 seconds", out_ms);
+}
+
+/* litellm_params.upstream_api: which API the upstream speaks. */
+static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const char *what,
+                             struct gw_model *m)
+{
+    m->api = !strcmp(m->provider, "openai") ? GW_API_RESPONSES : GW_API_CHAT;
+    if (!walk_given(n))
+        return 0;
+    const char *api = NULL;
+    int r = walk_env_value(w, n, what, &api);
+    if (r < 0)
+        return r;
+    if (!strcmp(api, "chat_completions"))
+        m->api = GW_API_CHAT;
+    else if (!strcmp(api, "responses"))
+        m->api = GW_API_RESPONSES;
+    else
+        return walk_fail(w, n, EINVAL,
+                         "%s: unknown API '%.40s' (expected chat_completions or responses)", what,
+                         api);
+    return 0;
+}
+
+/* model_list[index]. */
+static int walk_model(const struct walk *w, const yaml_node_t *list, size_t index,
+                      struct gw_config *gw)
+{
+    struct gw_model *m = &gw->models[index];
+    const yaml_node_t *n = walk_list_item(w, list, index);
+    char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
+    walk_key_path(path, sizeof(path), "model_list", NULL, index);
+    yaml_node_t *v[2];
+    int r = walk_entry_name(w, n, path, "model_name, litellm_params, model_info", "model_name", v,
+                            &m->name);
+    if (r < 0)
+        return r;
     static const char *const pkeys[] = {"model",        "api_base",          "api_key",
                                         "api_version",  "max_agentic_loops", "timeout",
                                         "upstream_api", "sandbox_tool"};
     enum { MODEL, API_BASE, API_KEY, API_VERSION, LOOPS, TIMEOUT, UPSTREAM_API, SANDBOX_TOOL, N };
     yaml_node_t *p[N];
-    snprintf(where, sizeof(where), "in %s", params_path);
-    if ((r = walk_match_keys(w, params, pkeys, N, where, true, p)) < 0)
+    if ((r = walk_entry_params(w, n, v[1], path, "model, api_base, api_key, ...", pkeys, N,
+                               params_path, p)) < 0)
         return r;
+    const yaml_node_t *params = v[1];
 #define WHAT(i) walk_key_path(what, sizeof(what), params_path, pkeys[i], 0)
     if (!p[MODEL])
         return walk_fail(w, params, EINVAL, "%s: model is missing", params_path);
@@ -230,46 +335,21 @@ static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
     if ((r = walk_api_base(w, p[API_BASE], params, params_path, m)) < 0)
         return r;
     const struct provider_defaults *d = provider_defaults(m->provider);
-    if (p[API_KEY] && !walk_is_null(p[API_KEY])) {
-        if ((r = walk_string(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE, &m->api_key)) < 0)
-            return r;
-    } else if (d && env_nonempty(d->key_var) && !(m->api_key = strdup(env_nonempty(d->key_var)))) {
-        return walk_out_of_memory(w);
-    }
-    if (m->azure) {
-        if (walk_given(p[API_VERSION])) {
-            if ((r = walk_string(w, p[API_VERSION], WHAT(API_VERSION), STR_OPTIONAL,
-                                 &m->api_version)) < 0)
-                return r;
-        } else if (env_nonempty("AZURE_API_VERSION") &&
-                   !(m->api_version = strdup(env_nonempty("AZURE_API_VERSION")))) {
-            return walk_out_of_memory(w);
-        }
-    }
+    if ((r = walk_string_or_env(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE,
+                                d ? d->key_var : NULL, &m->api_key)) < 0)
+        return r;
+    if (m->azure && (r = walk_string_or_env(w, p[API_VERSION], WHAT(API_VERSION), STR_OPTIONAL,
+                                            "AZURE_API_VERSION", &m->api_version)) < 0)
+        return r;
     uint64_t u;
     if (walk_given(p[LOOPS])) {
         if ((r = walk_uint(w, p[LOOPS], WHAT(LOOPS), 1, 100, &u)) < 0)
             return r;
         m->max_agentic_loops = (unsigned)u;
     }
-    if (walk_given(p[TIMEOUT]) &&
-        (r = walk_seconds(w, p[TIMEOUT], WHAT(TIMEOUT), 1, DAY_MS,
-                          "more than 0 and at most 86400 seconds", &m->timeout_ms)) < 0)
+    if ((r = walk_timeout(w, p[TIMEOUT], WHAT(TIMEOUT), &m->timeout_ms)) < 0 ||
+        (r = walk_upstream_api(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), m)) < 0)
         return r;
-    m->api = !strcmp(m->provider, "openai") ? GW_API_RESPONSES : GW_API_CHAT;
-    if (walk_given(p[UPSTREAM_API])) {
-        const char *api = NULL;
-        if ((r = walk_env_value(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), &api)) < 0)
-            return r;
-        if (!strcmp(api, "chat_completions"))
-            m->api = GW_API_CHAT;
-        else if (!strcmp(api, "responses"))
-            m->api = GW_API_RESPONSES;
-        else
-            return walk_fail(w, p[UPSTREAM_API], EINVAL,
-                             "%s: unknown API '%.40s' (expected chat_completions or responses)",
-                             what, api);
-    }
     if (walk_given(p[SANDBOX_TOOL])) {
         if ((r = walk_string(w, p[SANDBOX_TOOL], WHAT(SANDBOX_TOOL), STR_OPTIONAL,
                              &m->sandbox_tool)) < 0 ||
@@ -282,21 +362,8 @@ static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
 
 static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
 {
-    int r = walk_expect_list(w, n, "model_list");
-    if (r <= 0)
-        return r;
-    size_t count = walk_list_length(n);
-    if (!count)
-        return 0;
-    if (!(gw->models = calloc(count, sizeof(*gw->models))))
-        return walk_out_of_memory(w);
-    for (size_t i = 0; i < count; i++) {
-        /* Counted before it is filled, so that gw_config_free() frees it. */
-        struct gw_model *m = &gw->models[gw->n_models++];
-        if ((r = walk_model(w, walk_list_item(w, n, i), i, gw, m)) < 0)
-            return r;
-    }
-    return 0;
+    return walk_entries(w, n, "model_list", sizeof(*gw->models), (void **)&gw->models,
+                        &gw->n_models, gw, walk_model);
 }
 
 /* The sandbox providers, as bits: which of them read a litellm_params key. */
@@ -529,196 +596,223 @@ static int walk_entrypoint(const struct walk *w, const yaml_node_t *n, const cha
     return 0;
 }
 
-static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const yaml_node_t *list,
-                             size_t index, struct gw_config *gw, struct gw_sandbox_tool *t)
+/* The keys of a sandbox tool's litellm_params. */
+enum {
+    TOOL_PROVIDER,
+    TOOL_API_BASE,
+    TOOL_API_KEY,
+    TOOL_TEMPLATE,
+    TOOL_TEMPLATE_ID,
+    TOOL_IMAGE,
+    TOOL_TIMEOUT,
+    TOOL_DOMAIN,
+    TOOL_SANDBOX_URL,
+    TOOL_INTERNET,
+    TOOL_NETWORK_POLICY,
+    TOOL_RESOURCES,
+    TOOL_ENTRYPOINT,
+    TOOL_REQUEST_TIMEOUT,
+    TOOL_READY_TIMEOUT,
+    N_TOOL_KEYS
+};
+
+static const char *const tool_keys[N_TOOL_KEYS] = {"sandbox_provider", "api_base",
+                                                   "api_key",          "template",
+                                                   "template_id",      "image",
+                                                   "timeout",          "domain",
+                                                   "sandbox_url",      "allow_internet_access",
+                                                   "network_policy",   "resources",
+                                                   "entrypoint",       "request_timeout",
+                                                   "ready_timeout"};
+
+/* The providers that read a key, for the keys not every provider reads
+ * (image has a message of its own, in walk_tool_image). */
+static const unsigned char tool_key_providers[N_TOOL_KEYS] = {
+    [TOOL_DOMAIN] = SB_E2B,
+    [TOOL_SANDBOX_URL] = SB_E2B,
+    [TOOL_NETWORK_POLICY] = SB_LOCAL | SB_OPENSANDBOX,
+    [TOOL_RESOURCES] = SB_OPENSANDBOX,
+    [TOOL_ENTRYPOINT] = SB_OPENSANDBOX,
+    [TOOL_REQUEST_TIMEOUT] = SB_E2B | SB_OPENSANDBOX,
+    [TOOL_READY_TIMEOUT] = SB_OPENSANDBOX,
+};
+
+/* A sandbox tool's litellm_params, as they are walked. */
+struct tool_params {
+    const yaml_node_t *node;
+    char path[KEY_PATH_MAX];     /* "sandbox_tools[I].litellm_params" */
+    yaml_node_t *v[N_TOOL_KEYS]; /* each key's value, or NULL */
+    unsigned provider;           /* SB_* */
+    char what[KEY_PATH_MAX];     /* the key path tool_key() made last */
+};
+
+/* The key path of a key, for messages. */
+static const char *tool_key(struct tool_params *tp, int key)
 {
-    char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
-    walk_key_path(path, sizeof(path), "sandbox_tools", NULL, index);
-    int r = walk_expect_mapping(w, n, path, "sandbox_tool_name, litellm_params", false);
+    return walk_key_path(tp->what, sizeof(tp->what), tp->path, tool_keys[key], 0);
+}
+
+/* sandbox_tools[index]'s name, unique among the entries before it. */
+static int walk_tool_name(const struct walk *w, const yaml_node_t *list, size_t index,
+                          struct gw_config *gw, const char *path, yaml_node_t *v[2])
+{
+    struct gw_sandbox_tool *t = &gw->tools[index];
+    int r = walk_entry_name(w, walk_list_item(w, list, index), path,
+                            "sandbox_tool_name, litellm_params", "sandbox_tool_name", v, &t->name);
     if (r < 0)
-        return r;
-    static const char *const keys[] = {"sandbox_tool_name", "litellm_params"};
-    yaml_node_t *v[2];
-    char where[KEY_PATH_MAX + 8];
-    snprintf(where, sizeof(where), "in %s", path);
-    if ((r = walk_match_keys(w, n, keys, 2, where, true, v)) < 0)
-        return r;
-    if (!v[0])
-        return walk_fail(w, n, EINVAL, "%s: sandbox_tool_name is missing", path);
-    if ((r = walk_string(w, v[0], walk_key_path(what, sizeof(what), path, "sandbox_tool_name", 0),
-                         STR_REQUIRED, &t->name)) < 0)
         return r;
     for (size_t j = 0; j < index; j++)
         if (!strcmp(gw->tools[j].name, t->name)) {
+            char what[KEY_PATH_MAX];
             const yaml_node_t *first =
                 walk_value_of(w, walk_list_item(w, list, j), "sandbox_tool_name");
             return walk_fail(w, v[0], EINVAL, "%s: duplicate name '%.80s' (first at line %zu)",
-                             what, t->name, first ? first->start_mark.line + 1 : 0);
+                             walk_key_path(what, sizeof(what), path, "sandbox_tool_name", 0),
+                             t->name, first ? first->start_mark.line + 1 : 0);
         }
-    if (!v[1])
-        return walk_fail(w, n, EINVAL, "%s: litellm_params is missing", path);
-    walk_key_path(params_path, sizeof(params_path), path, "litellm_params", 0);
-    if ((r = walk_expect_mapping(w, v[1], params_path, "sandbox_provider, api_base, api_key, ...",
-                                 false)) < 0)
-        return r;
-    const yaml_node_t *params = v[1];
+    return 0;
+}
 
-    static const char *const pkeys[] = {"sandbox_provider", "api_base",
-                                        "api_key",          "template",
-                                        "template_id",      "image",
-                                        "timeout",          "domain",
-                                        "sandbox_url",      "allow_internet_access",
-                                        "network_policy",   "resources",
-                                        "entrypoint",       "request_timeout",
-                                        "ready_timeout"};
-    enum {
-        PROVIDER,
-        API_BASE,
-        API_KEY,
-        TEMPLATE,
-        TEMPLATE_ID,
-        IMAGE,
-        TIMEOUT,
-        DOMAIN,
-        SANDBOX_URL,
-        INTERNET,
-        NETWORK_POLICY,
-        RESOURCES,
-        ENTRYPOINT,
-        REQUEST_TIMEOUT,
-        READY_TIMEOUT,
-        N
-    };
-    /* The providers that read a key, for the keys not every provider reads
-     * (image has a message of its own, below). */
-    static const unsigned char only[N] = {
-        [DOMAIN] = SB_E2B,
-        [SANDBOX_URL] = SB_E2B,
-        [NETWORK_POLICY] = SB_LOCAL | SB_OPENSANDBOX,
-        [RESOURCES] = SB_OPENSANDBOX,
-        [ENTRYPOINT] = SB_OPENSANDBOX,
-        [REQUEST_TIMEOUT] = SB_E2B | SB_OPENSANDBOX,
-        [READY_TIMEOUT] = SB_OPENSANDBOX,
-    };
-    yaml_node_t *p[N];
-    snprintf(where, sizeof(where), "in %s", params_path);
-    if ((r = walk_match_keys(w, params, pkeys, N, where, true, p)) < 0)
+/* sandbox_provider, and no key that provider does not read. */
+static int walk_tool_provider(const struct walk *w, struct tool_params *tp,
+                              struct gw_sandbox_tool *t)
+{
+    const yaml_node_t *n = tp->v[TOOL_PROVIDER];
+    if (!n)
+        return walk_fail(w, tp->node, EINVAL, "%s: sandbox_provider is missing", tp->path);
+    int r = walk_string(w, n, tool_key(tp, TOOL_PROVIDER), STR_REQUIRED, &t->provider);
+    if (r < 0)
         return r;
-#define WHAT(i) walk_key_path(what, sizeof(what), params_path, pkeys[i], 0)
-    if (!p[PROVIDER])
-        return walk_fail(w, params, EINVAL, "%s: sandbox_provider is missing", params_path);
-    if ((r = walk_string(w, p[PROVIDER], WHAT(PROVIDER), STR_REQUIRED, &t->provider)) < 0)
-        return r;
-    unsigned provider = sandbox_provider_bit(t->provider);
-    if (!provider)
-        return walk_fail(
-            w, p[PROVIDER], EINVAL,
-            "%s: unknown sandbox provider '%.40s' (expected local, e2b or opensandbox)", what,
-            t->provider);
-    for (int i = 0; i < N; i++)
-        if (only[i] && walk_given(p[i]) && !(only[i] & provider))
-            return walk_fail(w, p[i], EINVAL, "%s: %s is for sandbox_provider %s, not %s", WHAT(i),
-                             pkeys[i], sandbox_providers_text(only[i]), t->provider);
-    bool e2b = provider == SB_E2B, opensandbox = provider == SB_OPENSANDBOX;
+    if (!(tp->provider = sandbox_provider_bit(t->provider)))
+        return walk_fail(w, n, EINVAL,
+                         "%s: unknown sandbox provider '%.40s' (expected local, e2b or "
+                         "opensandbox)",
+                         tp->what, t->provider);
+    for (int i = 0; i < N_TOOL_KEYS; i++)
+        if (tool_key_providers[i] && walk_given(tp->v[i]) &&
+            !(tool_key_providers[i] & tp->provider))
+            return walk_fail(w, tp->v[i], EINVAL, "%s: %s is for sandbox_provider %s, not %s",
+                             tool_key(tp, i), tool_keys[i],
+                             sandbox_providers_text(tool_key_providers[i]), t->provider);
+    return 0;
+}
 
-    /* local reads neither api_base nor the variables. */
+/* api_base and api_key, or the remote provider's variables (local reads
+ * neither api_base nor the variables). */
+static int walk_tool_endpoint(const struct walk *w, struct tool_params *tp,
+                              struct gw_sandbox_tool *t)
+{
+    bool e2b = tp->provider == SB_E2B, opensandbox = tp->provider == SB_OPENSANDBOX;
+    int r;
     if (e2b || opensandbox) {
-        if ((r = walk_url(w, p[API_BASE], params, WHAT(API_BASE),
+        if ((r = walk_url(w, tp->v[TOOL_API_BASE], tp->node, tool_key(tp, TOOL_API_BASE),
                           e2b ? "E2B_API_URL" : "OPEN_SANDBOX_API_BASE", &t->api_base)) < 0)
             return r;
         if (opensandbox && !t->api_base)
-            return walk_fail(w, params, EINVAL,
+            return walk_fail(w, tp->node, EINVAL,
                              "%s: api_base is required for sandbox_provider opensandbox (or set "
                              "OPEN_SANDBOX_API_BASE)",
-                             params_path);
+                             tp->path);
     }
-    if (walk_given(p[API_KEY])) {
-        if ((r = walk_string(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE, &t->api_key)) < 0)
-            return r;
-    } else if (e2b || opensandbox) {
-        const char *key = env_nonempty(e2b ? "E2B_API_KEY" : "OPEN_SANDBOX_API_KEY");
-        if (key && !(t->api_key = strdup(key)))
-            return walk_out_of_memory(w);
-    }
+    const char *key_var = e2b ? "E2B_API_KEY" : opensandbox ? "OPEN_SANDBOX_API_KEY" : NULL;
+    return walk_string_or_env(w, tp->v[TOOL_API_KEY], tool_key(tp, TOOL_API_KEY), STR_EMPTY_IS_NONE,
+                              key_var, &t->api_key);
+}
+
+/* One of template, template_id and image (opensandbox's), into template_id. */
+static int walk_tool_image(const struct walk *w, struct tool_params *tp, struct gw_sandbox_tool *t)
+{
     const yaml_node_t *chosen = NULL;
-    for (int i = TEMPLATE; i <= IMAGE; i++) {
-        if (!walk_given(p[i]))
+    for (int i = TOOL_TEMPLATE; i <= TOOL_IMAGE; i++) {
+        if (!walk_given(tp->v[i]))
             continue;
         if (chosen)
-            return walk_fail(w, p[i], EINVAL,
+            return walk_fail(w, tp->v[i], EINVAL,
                              "%s: only one of template, template_id and image may be given",
-                             WHAT(i));
-        if (i == IMAGE && !opensandbox)
-            return walk_fail(w, p[i], EINVAL,
+                             tool_key(tp, i));
+        if (i == TOOL_IMAGE && tp->provider != SB_OPENSANDBOX)
+            return walk_fail(w, tp->v[i], EINVAL,
                              "%s: image is for sandbox_provider opensandbox (use template for "
                              "%s)",
-                             WHAT(IMAGE), t->provider);
-        chosen = p[i];
-        if ((r = walk_string(w, p[i], WHAT(i), STR_OPTIONAL, &t->template_id)) < 0)
+                             tool_key(tp, TOOL_IMAGE), t->provider);
+        chosen = tp->v[i];
+        int r = walk_string(w, tp->v[i], tool_key(tp, i), STR_OPTIONAL, &t->template_id);
+        if (r < 0)
             return r;
     }
-    if (walk_given(p[TIMEOUT]) &&
-        (r = walk_seconds(w, p[TIMEOUT], WHAT(TIMEOUT), 1, DAY_MS,
-                          "more than 0 and at most 86400 seconds", &t->timeout_ms)) < 0)
+    return 0;
+}
+
+/* allow_internet_access and network_policy: local's as the sandbox's
+ * network, opensandbox's as JSON. */
+static int walk_tool_network(const struct walk *w, struct tool_params *tp,
+                             struct gw_sandbox_tool *t)
+{
+    const yaml_node_t *policy = tp->v[TOOL_NETWORK_POLICY];
+    bool local = tp->provider == SB_LOCAL;
+    int r;
+    if (walk_given(tp->v[TOOL_INTERNET]) &&
+        (r = walk_bool(w, tp->v[TOOL_INTERNET], tool_key(tp, TOOL_INTERNET),
+                       &t->allow_internet_access)) < 0)
         return r;
-    if (e2b) {
-        if (walk_given(p[DOMAIN])) {
-            if ((r = walk_string(w, p[DOMAIN], WHAT(DOMAIN), STR_OPTIONAL, &t->domain)) < 0)
-                return r;
-        } else if (env_nonempty("E2B_DOMAIN") &&
-                   !(t->domain = strdup(env_nonempty("E2B_DOMAIN")))) {
-            return walk_out_of_memory(w);
-        }
-        if ((r = walk_url(w, p[SANDBOX_URL], params, WHAT(SANDBOX_URL), "E2B_SANDBOX_URL",
-                          &t->sandbox_url)) < 0)
-            return r;
-    }
-    if (walk_given(p[INTERNET]) &&
-        (r = walk_bool(w, p[INTERNET], WHAT(INTERNET), &t->allow_internet_access)) < 0)
+    if (walk_given(policy) && local &&
+        (r = walk_local_network(w, policy, tool_key(tp, TOOL_NETWORK_POLICY), t)) < 0)
         return r;
-    if (walk_given(p[NETWORK_POLICY]) && provider == SB_LOCAL &&
-        (r = walk_local_network(w, p[NETWORK_POLICY], WHAT(NETWORK_POLICY), t)) < 0)
+    if (walk_given(policy) && (r = walk_network_policy(w, policy, tool_key(tp, TOOL_NETWORK_POLICY),
+                                                       &t->network_policy)) < 0)
         return r;
-    if (walk_given(p[NETWORK_POLICY]) &&
-        (r = walk_network_policy(w, p[NETWORK_POLICY], WHAT(NETWORK_POLICY), &t->network_policy)) <
-            0)
-        return r;
-    if (provider == SB_LOCAL && !t->network_policy)
+    if (local && !t->network_policy)
         t->network.mode = t->allow_internet_access ? CORRAL_NETWORK_INTERNET : CORRAL_NETWORK_OFF;
-    if (walk_given(p[RESOURCES]) &&
-        (r = walk_resources(w, p[RESOURCES], WHAT(RESOURCES), &t->resources)) < 0)
+    return 0;
+}
+
+/* sandbox_tools[index]. */
+static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *list, size_t index,
+                             struct gw_config *gw)
+{
+    struct gw_sandbox_tool *t = &gw->tools[index];
+    char path[KEY_PATH_MAX];
+    walk_key_path(path, sizeof(path), "sandbox_tools", NULL, index);
+    yaml_node_t *v[2];
+    int r = walk_tool_name(w, list, index, gw, path, v);
+    if (r < 0)
         return r;
-    if (walk_given(p[ENTRYPOINT]) &&
-        (r = walk_entrypoint(w, p[ENTRYPOINT], WHAT(ENTRYPOINT), &t->entrypoint)) < 0)
+    struct tool_params tp = {.node = v[1]};
+    if ((r = walk_entry_params(w, walk_list_item(w, list, index), v[1], path,
+                               "sandbox_provider, api_base, api_key, ...", tool_keys, N_TOOL_KEYS,
+                               tp.path, tp.v)) < 0 ||
+        (r = walk_tool_provider(w, &tp, t)) < 0 || (r = walk_tool_endpoint(w, &tp, t)) < 0 ||
+        (r = walk_tool_image(w, &tp, t)) < 0 ||
+        (r = walk_timeout(w, tp.v[TOOL_TIMEOUT], tool_key(&tp, TOOL_TIMEOUT), &t->timeout_ms)) < 0)
         return r;
-    if (walk_given(p[REQUEST_TIMEOUT]) &&
-        (r = walk_seconds(w, p[REQUEST_TIMEOUT], WHAT(REQUEST_TIMEOUT), 1, DAY_MS,
-                          "more than 0 and at most 86400 seconds", &t->request_timeout_ms)) < 0)
+    if (tp.provider == SB_E2B &&
+        ((r = walk_string_or_env(w, tp.v[TOOL_DOMAIN], tool_key(&tp, TOOL_DOMAIN), STR_OPTIONAL,
+                                 "E2B_DOMAIN", &t->domain)) < 0 ||
+         (r = walk_url(w, tp.v[TOOL_SANDBOX_URL], tp.node, tool_key(&tp, TOOL_SANDBOX_URL),
+                       "E2B_SANDBOX_URL", &t->sandbox_url)) < 0))
         return r;
-    if (walk_given(p[READY_TIMEOUT]) &&
-        (r = walk_seconds(w, p[READY_TIMEOUT], WHAT(READY_TIMEOUT), 1, DAY_MS,
-                          "more than 0 and at most 86400 seconds", &t->ready_timeout_ms)) < 0)
+    if ((r = walk_tool_network(w, &tp, t)) < 0)
         return r;
-#undef WHAT
+    if (walk_given(tp.v[TOOL_RESOURCES]) &&
+        (r = walk_resources(w, tp.v[TOOL_RESOURCES], tool_key(&tp, TOOL_RESOURCES),
+                            &t->resources)) < 0)
+        return r;
+    if (walk_given(tp.v[TOOL_ENTRYPOINT]) &&
+        (r = walk_entrypoint(w, tp.v[TOOL_ENTRYPOINT], tool_key(&tp, TOOL_ENTRYPOINT),
+                             &t->entrypoint)) < 0)
+        return r;
+    if ((r = walk_timeout(w, tp.v[TOOL_REQUEST_TIMEOUT], tool_key(&tp, TOOL_REQUEST_TIMEOUT),
+                          &t->request_timeout_ms)) < 0 ||
+        (r = walk_timeout(w, tp.v[TOOL_READY_TIMEOUT], tool_key(&tp, TOOL_READY_TIMEOUT),
+                          &t->ready_timeout_ms)) < 0)
+        return r;
     return 0;
 }
 
 static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
 {
-    int r = walk_expect_list(w, n, "sandbox_tools");
-    if (r <= 0)
-        return r;
-    size_t count = walk_list_length(n);
-    if (!count)
-        return 0;
-    if (!(gw->tools = calloc(count, sizeof(*gw->tools))))
-        return walk_out_of_memory(w);
-    for (size_t i = 0; i < count; i++) {
-        struct gw_sandbox_tool *t = &gw->tools[gw->n_tools++];
-        if ((r = walk_sandbox_tool(w, walk_list_item(w, n, i), n, i, gw, t)) < 0)
-            return r;
-    }
-    return 0;
+    return walk_entries(w, n, "sandbox_tools", sizeof(*gw->tools), (void **)&gw->tools,
+                        &gw->n_tools, gw, walk_sandbox_tool);
 }
 
 static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
@@ -864,11 +958,10 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
                                        "from 1 second to 30 days", &gw->container_expiry_ms)) < 0)
         return r;
     if (v[MEMORY_MAX]) {
-        char *m = NULL;
+        cleanup_free char *m = NULL;
         if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
             return r;
         uint64_t bytes = gw_memory_limit_bytes(m);
-        free(m);
         if (!bytes)
             return walk_fail(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
         gw->container_memory_max = bytes;

@@ -177,13 +177,6 @@ int walk_text_list(const struct walk *w, const yaml_node_t *n, const char *what,
     return 0;
 }
 
-void walk_free_text_list(char **list)
-{
-    for (size_t i = 0; list && list[i]; i++)
-        free(list[i]);
-    free(list);
-}
-
 int walk_out_of_memory(const struct walk *w)
 {
     return corral_fail(w->err, ENOMEM, "out of memory reading %s", w->name);

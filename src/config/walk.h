@@ -83,10 +83,10 @@ const yaml_node_t *walk_value_of(const struct walk *w, const yaml_node_t *map, c
 int walk_expect_list(const struct walk *w, const yaml_node_t *n, const char *what);
 size_t walk_list_length(const yaml_node_t *n);
 yaml_node_t *walk_list_item(const struct walk *w, const yaml_node_t *n, size_t i);
-/* A list of at most max strings into a NULL-ended array *out owns. */
+/* A list of at most max strings into a NULL-ended array *out owns (as it
+ * fills: corral_strv_free() releases it). */
 int walk_text_list(const struct walk *w, const yaml_node_t *n, const char *what, size_t max,
                    char ***out);
-void walk_free_text_list(char **list);
 
 /* JSON */
 /* A JSON string of text, which n holds. */
