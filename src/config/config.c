@@ -607,12 +607,13 @@ int corral_config_parse(const char *text, size_t len, const char *name, struct c
 
 int corral_config_load(const char *path, struct corral_config **out, struct corral_error *err)
 {
-    struct corral_error rerr;
     cleanup_free char *text = NULL;
     size_t len;
-    int r = corral_read_file_alloc(path, CORRAL_CONFIG_MAX_BYTES, &text, &len, &rerr);
-    if (r < 0)
-        return corral_fail(err, -r, "cannot load the configuration: %s", rerr.message);
+    int r = corral_read_file_alloc(path, CORRAL_CONFIG_MAX_BYTES, &text, &len, err);
+    if (r < 0) {
+        corral_error_wrap(err, "cannot load the configuration");
+        return r;
+    }
     return corral_config_parse(text, len, path, out, err);
 }
 
@@ -638,10 +639,11 @@ int corral_config_apply(const struct corral_config *cfg, struct corral_error *er
                                t->pool_size, t->name, POOL_SIZE_MAX);
     }
     for (size_t i = 0; i < cfg->n_templates; i++) {
-        struct corral_error derr;
-        int r = corral_template_define(&cfg->templates[i], &derr);
-        if (r < 0)
-            return corral_fail(err, derr.code, "%s: %s", name, derr.message);
+        int r = corral_template_define(&cfg->templates[i], err);
+        if (r < 0) {
+            corral_error_wrap(err, "%s", name);
+            return r;
+        }
     }
     if (cfg->has_network) {
         struct corral_egress_settings es = {.modes = cfg->net_modes,
@@ -651,9 +653,11 @@ int corral_config_apply(const struct corral_config *cfg, struct corral_error *er
             for (unsigned m = CORRAL_NETWORK_INTERNET; m <= CORRAL_NETWORK_POLICY; m++)
                 if (corral_network_mode_allowed((enum corral_network_mode)m))
                     es.modes |= 1u << m;
-        struct corral_error derr;
-        if (corral_egress_configure(&es, &derr) < 0)
-            return corral_fail(err, derr.code, "%s: network: %s", name, derr.message);
+        int r = corral_egress_configure(&es, err);
+        if (r < 0) {
+            corral_error_wrap(err, "%s: network", name);
+            return r;
+        }
     }
     return 0;
 }
