@@ -1,4 +1,4 @@
-/* Units, files, ids and clocks; see util.h. */
+/* Units, files, ids, string arrays and SIGCHLD as a descriptor; see util.h. */
 #include "base/util.h"
 
 #include <ctype.h>
@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,33 +35,29 @@ static int parse_number(const char *text, double *out, const char **end)
     return 0;
 }
 
-int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err)
+/* A size's unit: b, k, m, g or t, any case, with an optional i then b
+ * (kb, KiB, ...); none is bytes. */
+static bool size_unit(const char *unit, double *mult)
 {
-    double v;
-    const char *unit;
-    if (!text || parse_number(text, &v, &unit) < 0)
-        goto bad;
-    double mult = 1;
     switch (tolower((unsigned char)*unit)) {
     case '\0':
-        break;
     case 'b':
-        mult = 1;
+        *mult = 1;
         break;
     case 'k':
-        mult = 1024.0;
+        *mult = 1024.0;
         break;
     case 'm':
-        mult = 1024.0 * 1024;
+        *mult = 1024.0 * 1024;
         break;
     case 'g':
-        mult = 1024.0 * 1024 * 1024;
+        *mult = 1024.0 * 1024 * 1024;
         break;
     case 't':
-        mult = 1024.0 * 1024 * 1024 * 1024;
+        *mult = 1024.0 * 1024 * 1024 * 1024;
         break;
     default:
-        goto bad;
+        return false;
     }
     if (*unit) {
         unit++;
@@ -68,48 +66,56 @@ int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err)
             unit++;
         if (tolower((unsigned char)*unit) == 'b')
             unit++;
-        if (*unit)
-            goto bad;
     }
-    double bytes = v * mult;
-    if (bytes > (double)UINT64_MAX / 2)
-        goto bad;
-    *out = (uint64_t)bytes;
+    return !*unit;
+}
+
+/* A duration's unit, in milliseconds: ms, s (or none), m or min, h. */
+static bool duration_unit(const char *unit, double *mult)
+{
+    if (!*unit || !strcmp(unit, "s"))
+        *mult = 1000;
+    else if (!strcmp(unit, "ms"))
+        *mult = 1;
+    else if (!strcmp(unit, "m") || !strcmp(unit, "min"))
+        *mult = 60000;
+    else if (!strcmp(unit, "h"))
+        *mult = 3600000;
+    else
+        return false;
+    return true;
+}
+
+/* A number with a unit that unit_of knows, scaled by it, at most max. */
+static int parse_scaled(const char *text, bool (*unit_of)(const char *, double *), double max,
+                        uint64_t *out)
+{
+    double v, mult;
+    const char *unit;
+    if (!text || parse_number(text, &v, &unit) < 0 || !unit_of(unit, &mult) || v * mult > max)
+        return -1;
+    *out = (uint64_t)(v * mult);
     return 0;
-bad:
-    return corral_fail(err, EINVAL,
-                       "invalid size '%s' (expected a number with an optional unit, "
-                       "such as 512m or 2g)",
-                       text ? text : "");
+}
+
+int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err)
+{
+    if (parse_scaled(text, size_unit, (double)UINT64_MAX / 2, out) < 0)
+        return corral_fail(err, EINVAL,
+                           "invalid size '%s' (expected a number with an optional unit, "
+                           "such as 512m or 2g)",
+                           text ? text : "");
+    return 0;
 }
 
 int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_error *err)
 {
-    double v;
-    const char *unit;
-    if (!text || parse_number(text, &v, &unit) < 0)
-        goto bad;
-    double mult;
-    if (!*unit || !strcmp(unit, "s"))
-        mult = 1000;
-    else if (!strcmp(unit, "ms"))
-        mult = 1;
-    else if (!strcmp(unit, "m") || !strcmp(unit, "min"))
-        mult = 60000;
-    else if (!strcmp(unit, "h"))
-        mult = 3600000;
-    else
-        goto bad;
-    double ms = v * mult;
-    if (ms > 1e15)
-        goto bad;
-    *out_ms = (uint64_t)ms;
+    if (parse_scaled(text, duration_unit, 1e15, out_ms) < 0)
+        return corral_fail(err, EINVAL,
+                           "invalid duration '%s' (expected seconds, or a number with "
+                           "a unit: 500ms, 30s, 5m, 1h)",
+                           text ? text : "");
     return 0;
-bad:
-    return corral_fail(err, EINVAL,
-                       "invalid duration '%s' (expected seconds, or a number with "
-                       "a unit: 500ms, 30s, 5m, 1h)",
-                       text ? text : "");
 }
 
 int corral_parse_cpus(const char *text, uint32_t *out_millicpus, struct corral_error *err)
@@ -206,6 +212,22 @@ int corral_write_file(const char *path, const char *text, struct corral_error *e
     return 0;
 }
 
+/* Reads what fits in buf[*got, end) from the file PATH open as fd, again
+ * when interrupted: 1 when it read (*got grows), 0 at the file's end, or the
+ * error "cannot read PATH". */
+static int read_more(int fd, char *buf, size_t *got, size_t end, const char *path,
+                     struct corral_error *err)
+{
+    ssize_t n;
+    do
+        n = read(fd, buf + *got, end - *got);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return corral_fail_errno(err, "cannot read %s", path);
+    *got += (size_t)n;
+    return n > 0;
+}
+
 int corral_read_file(const char *path, char *buf, size_t len, struct corral_error *err)
 {
     cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -213,15 +235,12 @@ int corral_read_file(const char *path, char *buf, size_t len, struct corral_erro
         return corral_fail_errno(err, "cannot open %s", path);
     size_t got = 0;
     while (got + 1 < len) {
-        ssize_t n = read(fd, buf + got, len - 1 - got);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return corral_fail_errno(err, "cannot read %s", path);
-        }
-        if (n == 0)
+        int r = read_more(fd, buf, &got, len - 1, path, err);
+        if (r <= 0) {
+            if (r < 0)
+                return r;
             break;
-        got += (size_t)n;
+        }
     }
     buf[got] = '\0';
     return (int)got;
@@ -248,15 +267,12 @@ int corral_read_file_alloc(const char *path, size_t max, char **out, size_t *out
             buf = nb;
             cap = ncap;
         }
-        ssize_t n = read(fd, buf + len, cap - 1 - len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return corral_fail_errno(err, "cannot read %s", path);
-        }
-        if (n == 0)
+        int r = read_more(fd, buf, &len, cap - 1, path, err);
+        if (r <= 0) {
+            if (r < 0)
+                return r;
             break;
-        len += (size_t)n;
+        }
     }
     buf[len] = '\0';
     *out = steal_pointer(&buf);
@@ -431,4 +447,13 @@ void corral_strv_free(char **v)
     for (char **p = v; *p; p++)
         free(*p);
     free(v);
+}
+
+int corral_sigchld_fd(void)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }

@@ -54,4 +54,9 @@ int corral_base64_decode(const char *text, size_t len, unsigned char **out, size
 char **corral_strv_dup(const char *const *v);
 void corral_strv_free(char **v);
 
+/* Blocks SIGCHLD and returns a signalfd that reads it (non-blocking,
+ * close-on-exec): how a process that reaps its children waits for them in
+ * its poll loop. -1 with errno when it cannot be made. */
+int corral_sigchld_fd(void);
+
 #endif

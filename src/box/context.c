@@ -15,6 +15,7 @@
 
 #include <sys/stat.h>
 
+#include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 #include "base/util.h"
@@ -478,6 +479,207 @@ static bool cancelled(const struct corral_exec_options *opts)
     return opts->cancel && __atomic_load_n(opts->cancel, __ATOMIC_ACQUIRE);
 }
 
+/* The environment of an execution, NAME=VALUE strings, as a JSON object. */
+static int exec_env(const struct corral_exec_options *opts, json_t **out, struct corral_error *err)
+{
+    cleanup_json json_t *env = json_object();
+    for (size_t i = 0; opts->env && opts->env[i]; i++) {
+        const char *eq = strchr(opts->env[i], '=');
+        if (!eq || eq == opts->env[i])
+            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
+                               opts->env[i]);
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)(eq - opts->env[i]), opts->env[i]);
+        json_object_set_new(env, name, json_string(eq + 1));
+    }
+    *out = steal_pointer(&env);
+    return 0;
+}
+
+/* One frame from the kernel about execution id (or its readiness); true
+ * when the execution is done. */
+static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, struct kframe *f)
+{
+    const struct corral_exec_options *opts = st->opts;
+    if (f->id != id && f->type != KFRAME_READY)
+        return false;
+    switch (f->type) {
+    case KFRAME_STREAM:
+        deliver_stream(st, f);
+        break;
+    case KFRAME_RESULT:
+        if (opts->callbacks.on_result)
+            deliver_result(f, &opts->callbacks);
+        break;
+    case KFRAME_ERROR:
+        st->out->error = true;
+        if (st->timed_out && !strcmp(f->name, "KeyboardInterrupt")) {
+            char value[96];
+            snprintf(value, sizeof(value), "the execution took longer than %.3g s",
+                     (double)opts->timeout_ms / 1000);
+            report(&opts->callbacks, "TimeoutError", value);
+        } else if (opts->callbacks.on_error) {
+            opts->callbacks.on_error(opts->callbacks.userdata, f->name, f->value, f->traceback);
+        }
+        break;
+    case KFRAME_DONE:
+        st->out->execution_count = ctx->execution_count = f->execution_count;
+        return true;
+    case KFRAME_READY:
+        break;
+    }
+    return false;
+}
+
+/* The frames the kernel has sent: EXEC_RUNNING when more may come. */
+enum exec_end { EXEC_RUNNING, EXEC_DONE, EXEC_DIED, EXEC_STUCK };
+
+static enum exec_end exec_read(corral_context *ctx, struct exec_state *st, int64_t id)
+{
+    for (;;) {
+        struct kframe f;
+        struct corral_error ferr;
+        int n = kreader_next(&ctx->reader, ctx->sock, &f, &ferr);
+        if (n == 0)
+            return EXEC_RUNNING;
+        if (n < 0)
+            return EXEC_DIED;
+        bool done = exec_frame(ctx, st, id, &f);
+        kframe_clear(&f);
+        if (done)
+            return EXEC_DONE;
+    }
+}
+
+/* Sends frame (len bytes) to the kernel and relays what it answers until
+ * execution id is done, the kernel died, or it ignored an interrupt for
+ * longer than the grace. Cancelling and the timeout interrupt it. */
+static enum exec_end exec_run(corral_sandbox *sb, corral_context *ctx, struct exec_state *st,
+                              int64_t id, const char *frame, size_t len)
+{
+    const struct corral_exec_options *opts = st->opts;
+    uint64_t grace = opts->grace_ms ? opts->grace_ms : DEFAULT_GRACE_MS;
+    uint64_t deadline = opts->timeout_ms ? corral_now_ms() + opts->timeout_ms : 0;
+    size_t sent = 0;
+    bool cancel_seen = false;
+    uint64_t repeated_at = 0;
+    for (;;) {
+        uint64_t now = corral_now_ms();
+        if (!cancel_seen && cancelled(opts)) {
+            cancel_seen = true;
+            corral_context_interrupt(ctx, NULL);
+        }
+        pthread_mutex_lock(&sb->lock);
+        uint64_t interrupted = ctx->interrupted_at;
+        bool kernel_gone = !ctx->kernel || ctx->kernel->exited;
+        pid_t kernel_pid = kernel_gone ? 0 : ctx->kernel->pid;
+        pthread_mutex_unlock(&sb->lock);
+        /* CPython runs a signal's handler between bytecodes: a SIGINT that
+         * lands just before a blocking call (time.sleep...) waits for the
+         * call's end. Repeating it until the execution ends interrupts the
+         * call itself. */
+        uint64_t last = repeated_at > interrupted ? repeated_at : interrupted;
+        if (interrupted && kernel_pid && now >= last + INTERRUPT_REPEAT_MS) {
+            repeated_at = now;
+            box_signal(sb, kernel_pid, SIGINT, false, NULL);
+        }
+        if (deadline && now >= deadline && !st->timed_out) {
+            st->timed_out = st->out->timed_out = true;
+            corral_context_interrupt(ctx, NULL);
+            continue;
+        }
+        if (interrupted && now >= interrupted + grace)
+            return EXEC_STUCK;
+        struct pollfd pfd = {.fd = ctx->sock, .events = POLLIN | (sent < len ? POLLOUT : 0)};
+        int wait_ms = kernel_gone ? 0 : 100;
+        poll(&pfd, 1, wait_ms);
+        if (sent < len && (pfd.revents & POLLOUT)) {
+            ssize_t n = write(ctx->sock, frame + sent, len - sent);
+            if (n > 0)
+                sent += (size_t)n;
+        }
+        enum exec_end end = exec_read(ctx, st, id);
+        if (end != EXEC_RUNNING)
+            return end;
+        if (kernel_gone && !(pfd.revents & POLLIN))
+            return EXEC_DIED;
+    }
+}
+
+/* After the kernel died or ignored an interrupt (end): what its pipes still
+ * hold, the error that says so, and a new kernel for the context. */
+static int exec_restart(corral_sandbox *sb, corral_context *ctx, struct exec_state *st,
+                        enum exec_end end, struct corral_error *err)
+{
+    const struct corral_exec_callbacks *cb = &st->opts->callbacks;
+    /* Its output pipes outlive it: what they hold goes before the error. */
+    int leftovers[2] = {ctx->out_fds[0], ctx->out_fds[1]};
+    ctx->out_fds[0] = ctx->out_fds[1] = -1;
+    stop_kernel(ctx);
+    deliver_leftovers(st, leftovers);
+    st->out->error = true;
+    st->out->context_restarted = true;
+    if (end == EXEC_STUCK && st->timed_out) {
+        char value[160];
+        snprintf(value, sizeof(value),
+                 "the execution took longer than %.3g s and ignored the interrupt; its "
+                 "context was restarted and its state is lost",
+                 (double)st->opts->timeout_ms / 1000);
+        report(cb, "TimeoutError", value);
+    } else if (end == EXEC_STUCK) {
+        report(cb, "KernelRestarted",
+               "the execution ignored the interrupt; its context was restarted and its "
+               "state is lost");
+    } else {
+        report(cb, "KernelDied",
+               "the kernel died during the execution (out of memory, or the code ended "
+               "the process); its context was restarted and its state is lost");
+    }
+    struct corral_error serr;
+    if (start_kernel(ctx, &serr) < 0 && corral_sandbox_alive(sb))
+        return corral_fail(err, serr.code, "%s", serr.message);
+    if (!corral_sandbox_alive(sb))
+        return corral_fail(err, ESRCH, "sandbox %s ended during the execution",
+                           corral_sandbox_id(sb));
+    return 0;
+}
+
+/* Runs code as execution id, ctx's exec_lock held. */
+static int exec_locked(corral_sandbox *sb, corral_context *ctx, const char *code,
+                       const struct corral_exec_options *opts, struct corral_exec_outcome *outcome,
+                       json_t *env, struct corral_error *err)
+{
+    cleanup_json json_t *owned_env = env;
+    if (cancelled(opts))
+        return corral_fail(err, ECANCELED, "the execution was cancelled before it started");
+    int r;
+    if (ctx->sock < 0 && (r = start_kernel(ctx, err)) < 0)
+        return r;
+    /* From here on an interrupt is this execution's, even one that lands
+     * before the kernel has the code (a client that leaves as soon as it
+     * sees the execution count): exec_run repeats it. */
+    pthread_mutex_lock(&sb->lock);
+    ctx->interrupted_at = 0;
+    pthread_mutex_unlock(&sb->lock);
+    int64_t id = ctx->execution_count + 1;
+    if (opts->callbacks.on_start)
+        opts->callbacks.on_start(opts->callbacks.userdata, id);
+    cleanup_json json_t *req = json_pack("{s:s, s:I, s:s, s:O}", "type", "execute", "id",
+                                         (json_int_t)id, "code", code, "env", owned_env);
+    size_t len = 0;
+    cleanup_free char *frame = req ? kframe_encode(req, &len) : NULL;
+    if (!frame)
+        return corral_fail(err, EINVAL, "the code is not valid UTF-8 text");
+    struct exec_state st = {.opts = opts,
+                            .out = outcome,
+                            .limit =
+                                opts->output_limit ? opts->output_limit : DEFAULT_OUTPUT_LIMIT};
+    enum exec_end end = exec_run(sb, ctx, &st, id, frame, len);
+    if (end == EXEC_DIED || end == EXEC_STUCK)
+        return exec_restart(sb, ctx, &st, end, err);
+    return 0;
+}
+
 int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
                    const struct corral_exec_options *opts, struct corral_exec_outcome *outcome,
                    struct corral_error *err)
@@ -499,175 +701,11 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     int r;
     if (!ctx && (r = corral_context_default(sb, &ctx, err)) < 0)
         return r;
-    json_t *env = json_object();
-    for (size_t i = 0; opts->env && opts->env[i]; i++) {
-        const char *eq = strchr(opts->env[i], '=');
-        if (!eq || eq == opts->env[i]) {
-            json_decref(env);
-            return corral_fail(err, EINVAL, "environment variable '%s' is not NAME=VALUE",
-                               opts->env[i]);
-        }
-        char name[256];
-        snprintf(name, sizeof(name), "%.*s", (int)(eq - opts->env[i]), opts->env[i]);
-        json_object_set_new(env, name, json_string(eq + 1));
-    }
-    pthread_mutex_lock(&ctx->exec_lock);
-    if (cancelled(opts)) {
-        pthread_mutex_unlock(&ctx->exec_lock);
-        json_decref(env);
-        return corral_fail(err, ECANCELED, "the execution was cancelled before it started");
-    }
-    if (ctx->sock < 0 && (r = start_kernel(ctx, err)) < 0) {
-        pthread_mutex_unlock(&ctx->exec_lock);
-        json_decref(env);
+    json_t *env = NULL;
+    if ((r = exec_env(opts, &env, err)) < 0)
         return r;
-    }
-    /* From here on an interrupt is this execution's, even one that lands
-     * before the kernel has the code (a client that leaves as soon as it
-     * sees the execution count): the loop below repeats it. */
-    pthread_mutex_lock(&sb->lock);
-    ctx->interrupted_at = 0;
-    pthread_mutex_unlock(&sb->lock);
-    int64_t id = ctx->execution_count + 1;
-    if (opts->callbacks.on_start)
-        opts->callbacks.on_start(opts->callbacks.userdata, id);
-    json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "type", "execute", "id", (json_int_t)id, "code",
-                            code, "env", env);
-    size_t len = 0;
-    char *frame = req ? kframe_encode(req, &len) : NULL;
-    json_decref(req);
-    if (!frame) {
-        pthread_mutex_unlock(&ctx->exec_lock);
-        return corral_fail(err, EINVAL, "the code is not valid UTF-8 text");
-    }
-    struct exec_state st = {.opts = opts,
-                            .out = outcome,
-                            .limit =
-                                opts->output_limit ? opts->output_limit : DEFAULT_OUTPUT_LIMIT};
-    uint64_t grace = opts->grace_ms ? opts->grace_ms : DEFAULT_GRACE_MS;
-    uint64_t deadline = opts->timeout_ms ? corral_now_ms() + opts->timeout_ms : 0;
-    size_t sent = 0;
-    bool done = false, died = false, stuck = false, cancel_seen = false;
-    uint64_t repeated_at = 0;
-    r = 0;
-    while (!done) {
-        uint64_t now = corral_now_ms();
-        if (!cancel_seen && cancelled(opts)) {
-            cancel_seen = true;
-            corral_context_interrupt(ctx, NULL);
-        }
-        pthread_mutex_lock(&sb->lock);
-        uint64_t interrupted = ctx->interrupted_at;
-        bool kernel_gone = !ctx->kernel || ctx->kernel->exited;
-        pid_t kernel_pid = kernel_gone ? 0 : ctx->kernel->pid;
-        pthread_mutex_unlock(&sb->lock);
-        /* CPython runs a signal's handler between bytecodes: a SIGINT that
-         * lands just before a blocking call (time.sleep...) waits for the
-         * call's end. Repeating it until the execution ends interrupts the
-         * call itself. */
-        uint64_t last = repeated_at > interrupted ? repeated_at : interrupted;
-        if (interrupted && kernel_pid && now >= last + INTERRUPT_REPEAT_MS) {
-            repeated_at = now;
-            box_signal(sb, kernel_pid, SIGINT, false, NULL);
-        }
-        if (deadline && now >= deadline && !st.timed_out) {
-            st.timed_out = outcome->timed_out = true;
-            corral_context_interrupt(ctx, NULL);
-            continue;
-        }
-        if (interrupted && now >= interrupted + grace) {
-            stuck = true;
-            break;
-        }
-        struct pollfd pfd = {.fd = ctx->sock, .events = POLLIN | (sent < len ? POLLOUT : 0)};
-        int wait_ms = kernel_gone ? 0 : 100;
-        poll(&pfd, 1, wait_ms);
-        if (sent < len && (pfd.revents & POLLOUT)) {
-            ssize_t n = write(ctx->sock, frame + sent, len - sent);
-            if (n > 0)
-                sent += (size_t)n;
-        }
-        for (;;) {
-            struct kframe f;
-            struct corral_error ferr;
-            int n = kreader_next(&ctx->reader, ctx->sock, &f, &ferr);
-            if (n == 0)
-                break;
-            if (n < 0) {
-                died = true;
-                done = true;
-                break;
-            }
-            if (f.id == id || f.type == KFRAME_READY) {
-                switch (f.type) {
-                case KFRAME_STREAM:
-                    deliver_stream(&st, &f);
-                    break;
-                case KFRAME_RESULT:
-                    if (opts->callbacks.on_result)
-                        deliver_result(&f, &opts->callbacks);
-                    break;
-                case KFRAME_ERROR:
-                    outcome->error = true;
-                    if (st.timed_out && !strcmp(f.name, "KeyboardInterrupt")) {
-                        char value[96];
-                        snprintf(value, sizeof(value), "the execution took longer than %.3g s",
-                                 (double)opts->timeout_ms / 1000);
-                        report(&opts->callbacks, "TimeoutError", value);
-                    } else if (opts->callbacks.on_error) {
-                        opts->callbacks.on_error(opts->callbacks.userdata, f.name, f.value,
-                                                 f.traceback);
-                    }
-                    break;
-                case KFRAME_DONE:
-                    outcome->execution_count = ctx->execution_count = f.execution_count;
-                    done = true;
-                    break;
-                case KFRAME_READY:
-                    break;
-                }
-            }
-            kframe_clear(&f);
-            if (done)
-                break;
-        }
-        if (kernel_gone && !done && !(pfd.revents & POLLIN)) {
-            died = true;
-            break;
-        }
-    }
-    free(frame);
-    if (died || stuck) {
-        /* Its output pipes outlive it: what they hold goes before the error. */
-        int leftovers[2] = {ctx->out_fds[0], ctx->out_fds[1]};
-        ctx->out_fds[0] = ctx->out_fds[1] = -1;
-        stop_kernel(ctx);
-        deliver_leftovers(&st, leftovers);
-        outcome->error = true;
-        outcome->context_restarted = true;
-        if (stuck && st.timed_out) {
-            char value[160];
-            snprintf(value, sizeof(value),
-                     "the execution took longer than %.3g s and ignored the interrupt; its "
-                     "context was restarted and its state is lost",
-                     (double)opts->timeout_ms / 1000);
-            report(&opts->callbacks, "TimeoutError", value);
-        } else if (stuck) {
-            report(&opts->callbacks, "KernelRestarted",
-                   "the execution ignored the interrupt; its context was restarted and its "
-                   "state is lost");
-        } else {
-            report(&opts->callbacks, "KernelDied",
-                   "the kernel died during the execution (out of memory, or the code ended "
-                   "the process); its context was restarted and its state is lost");
-        }
-        struct corral_error serr;
-        if (start_kernel(ctx, &serr) < 0 && corral_sandbox_alive(sb))
-            r = corral_fail(err, serr.code, "%s", serr.message);
-        else if (!corral_sandbox_alive(sb))
-            r = corral_fail(err, ESRCH, "sandbox %s ended during the execution",
-                            corral_sandbox_id(sb));
-    }
+    pthread_mutex_lock(&ctx->exec_lock);
+    r = exec_locked(sb, ctx, code, opts, outcome, env, err);
     pthread_mutex_unlock(&ctx->exec_lock);
     return r;
 }

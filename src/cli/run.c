@@ -189,26 +189,192 @@ static void repl_usage(FILE *out)
           out);
 }
 
+/* corral run's and repl's options without a short form. */
+enum {
+    OPT_CPUS = 256,
+    OPT_PIDS,
+    OPT_DISK,
+    OPT_OPEN_FILES,
+    OPT_PYTHON,
+    OPT_STATE,
+    OPT_DISK_DIR,
+    OPT_UNSAFE,
+    OPT_SCRIPT,
+    OPT_OUTPUT_LIMIT,
+    OPT_TEMPLATE,
+    OPT_CONFIG,
+    OPT_NETWORK,
+    OPT_ALLOW,
+    OPT_DENY,
+    OPT_NETWORK_DEFAULT
+};
+
+/* What an option's function returns for an option that is not its own. */
+#define OTHER_OPTION (-1)
+
+/* The limits' options: 0, the exit code, or OTHER_OPTION. */
+static int limit_option(int c, struct run_opts *o)
+{
+    struct corral_error err;
+    uint64_t v;
+    switch (c) {
+    case 't':
+        if (corral_parse_duration(optarg, &o->timeout_ms, &err) < 0)
+            return usage_error("--timeout: %s", err.message);
+        return 0;
+    case 'm':
+        if (corral_parse_size(optarg, &v, &err) < 0)
+            return usage_error("--memory: %s", err.message);
+        if (v && v < (16u << 20))
+            return usage_error("--memory: %s is below the minimum of 16m", optarg);
+        o->cfg.limits.memory_bytes = o->asked.memory_bytes = v;
+        return 0;
+    case OPT_CPUS:
+        if (corral_parse_cpus(optarg, &o->cfg.limits.millicpus, &err) < 0)
+            return usage_error("--cpus: %s", err.message);
+        o->asked.millicpus = o->cfg.limits.millicpus;
+        return 0;
+    case OPT_PIDS:
+        if (corral_parse_uint(optarg, 8, 1u << 22, &v, &err) < 0)
+            return usage_error("--pids: %s", err.message);
+        o->cfg.limits.pids = o->asked.pids = (uint32_t)v;
+        return 0;
+    case OPT_DISK:
+        if (corral_parse_size(optarg, &v, &err) < 0)
+            return usage_error("--disk: %s", err.message);
+        if (v < (1u << 20))
+            return usage_error("--disk: %s is below the minimum of 1m", optarg);
+        o->cfg.limits.disk_bytes = o->asked.disk_bytes = v;
+        return 0;
+    case OPT_OPEN_FILES:
+        if (corral_parse_uint(optarg, 16, 1u << 20, &v, &err) < 0)
+            return usage_error("--open-files: %s", err.message);
+        o->cfg.limits.open_files = o->asked.open_files = (uint32_t)v;
+        return 0;
+    case OPT_OUTPUT_LIMIT:
+        if (corral_parse_size(optarg, &v, &err) < 0)
+            return usage_error("--output-limit: %s", err.message);
+        if (v < 1024)
+            return usage_error("--output-limit: %s is below the minimum of 1k", optarg);
+        o->output_limit = v;
+        return 0;
+    default:
+        return OTHER_OPTION;
+    }
+}
+
+/* The network's options: 0, the exit code, or OTHER_OPTION. */
+static int network_option(int c, struct run_opts *o)
+{
+    switch (c) {
+    case OPT_NETWORK:
+        if (corral_network_mode_parse(optarg, &o->net.mode) < 0)
+            return usage_error("--network: '%s' is not off, internet or policy", optarg);
+        o->net_given = true;
+        return 0;
+    case OPT_ALLOW:
+    case OPT_DENY:
+        if (o->net.n_rules == MAX_NET_RULES)
+            return usage_error("too many --allow and --deny rules (at most %d)", MAX_NET_RULES);
+        o->rules[o->net.n_rules++] =
+            (struct corral_network_rule){.allow = c == OPT_ALLOW, .target = optarg};
+        return 0;
+    case OPT_NETWORK_DEFAULT:
+        if (strcmp(optarg, "allow") && strcmp(optarg, "deny"))
+            return usage_error("--network-default: '%s' is not allow or deny", optarg);
+        o->net.default_allow = !strcmp(optarg, "allow");
+        return 0;
+    default:
+        return OTHER_OPTION;
+    }
+}
+
+/* The other options: 0, the exit code, or OTHER_OPTION. */
+static int run_option(int c, struct run_opts *o, bool *python_given)
+{
+    switch (c) {
+    case 'c':
+        o->code = optarg;
+        return 0;
+    case 'e':
+        if (!strchr(optarg, '=') || optarg[0] == '=')
+            return usage_error("--env: expected NAME=VALUE, got '%s'", optarg);
+        if (set_env(o, optarg))
+            return CLI_USAGE;
+        o->user_env[o->n_user_env++] = optarg;
+        return 0;
+    case OPT_SCRIPT:
+        o->script = true;
+        return 0;
+    case 'o':
+        o->out_dir = optarg;
+        return 0;
+    case OPT_PYTHON:
+        if (optarg[0] != '/')
+            return usage_error("--python: '%s' is not an absolute path", optarg);
+        o->python = optarg;
+        *python_given = true;
+        return 0;
+    case OPT_TEMPLATE:
+        o->template_name = optarg;
+        return 0;
+    case OPT_CONFIG:
+        o->config = optarg;
+        return 0;
+    case OPT_STATE:
+        o->cfg.state_dir = optarg;
+        return 0;
+    case OPT_DISK_DIR:
+        o->disk_dir = optarg;
+        return 0;
+    case OPT_UNSAFE:
+        return parse_layers(o, optarg) ? CLI_USAGE : 0;
+    default:
+        return OTHER_OPTION;
+    }
+}
+
+/* The network asked for, checked: --allow and the like need policy, a mode
+ * other than off the net and userns layers. 0 or the exit code. */
+static int check_network(struct run_opts *o)
+{
+    struct corral_error err;
+    o->net.rules = o->rules;
+    if ((o->net.n_rules || o->net.default_allow) &&
+        !(o->net_given && o->net.mode == CORRAL_NETWORK_POLICY))
+        return usage_error("%s", "--allow, --deny and --network-default need --network policy");
+    if (o->net_given && corral_network_check(&o->net, &err) < 0)
+        return usage_error("--network: %s", err.message);
+    if (o->net_given && o->net.mode != CORRAL_NETWORK_OFF &&
+        (o->cfg.disabled_layers & (JAIL_LAYER_NET | JAIL_LAYER_USERNS)))
+        return usage_error("%s", "--network needs the net and userns layers");
+    return 0;
+}
+
+/* The program after the options: -c CODE or a FILE (- for stdin), then its
+ * ARGS. 0 or the exit code. */
+static int take_program(int argc, char **argv, struct run_opts *o)
+{
+    if (!o->code) {
+        if (optind >= argc)
+            return usage_error("%s", "nothing to run: give -c CODE, a FILE, or - for stdin");
+        o->file = argv[optind++];
+    }
+    if (o->code && strlen(o->code) > MAX_INLINE_CODE)
+        return usage_error("%s", "the code given with -c is longer than 100 KiB; pass it as a "
+                                 "FILE or on standard input");
+    o->args = argv + optind;
+    o->n_args = argc - optind;
+    if (o->n_args && !o->script)
+        return usage_error("%s", "program arguments need --script (a cell has no sys.argv)");
+    if (o->script && o->out_dir)
+        return usage_error("%s", "--out needs the kernel: it cannot be used with --script");
+    return 0;
+}
+
+/* The command line into o: 0 to run, -1 after --help, else the exit code. */
 static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
 {
-    enum {
-        OPT_CPUS = 256,
-        OPT_PIDS,
-        OPT_DISK,
-        OPT_OPEN_FILES,
-        OPT_PYTHON,
-        OPT_STATE,
-        OPT_DISK_DIR,
-        OPT_UNSAFE,
-        OPT_SCRIPT,
-        OPT_OUTPUT_LIMIT,
-        OPT_TEMPLATE,
-        OPT_CONFIG,
-        OPT_NETWORK,
-        OPT_ALLOW,
-        OPT_DENY,
-        OPT_NETWORK_DEFAULT
-    };
     static const struct option longopts[] = {
         {"code", required_argument, NULL, 'c'},
         {"timeout", required_argument, NULL, 't'},
@@ -241,135 +407,34 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         add_env(o, *e);
     add_env(o, "PYTHONUNBUFFERED=1"); /* a script's output as it prints it */
 
-    struct corral_error err;
-    uint64_t v;
-    int c;
+    int c, r;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+:c:t:m:e:o:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            o->code = optarg;
-            break;
-        case 't':
-            if (corral_parse_duration(optarg, &o->timeout_ms, &err) < 0)
-                return usage_error("--timeout: %s", err.message);
-            break;
-        case 'm':
-            if (corral_parse_size(optarg, &v, &err) < 0)
-                return usage_error("--memory: %s", err.message);
-            if (v && v < (16u << 20))
-                return usage_error("--memory: %s is below the minimum of 16m", optarg);
-            o->cfg.limits.memory_bytes = o->asked.memory_bytes = v;
-            break;
-        case OPT_CPUS:
-            if (corral_parse_cpus(optarg, &o->cfg.limits.millicpus, &err) < 0)
-                return usage_error("--cpus: %s", err.message);
-            o->asked.millicpus = o->cfg.limits.millicpus;
-            break;
-        case OPT_PIDS:
-            if (corral_parse_uint(optarg, 8, 1u << 22, &v, &err) < 0)
-                return usage_error("--pids: %s", err.message);
-            o->cfg.limits.pids = o->asked.pids = (uint32_t)v;
-            break;
-        case OPT_DISK:
-            if (corral_parse_size(optarg, &v, &err) < 0)
-                return usage_error("--disk: %s", err.message);
-            if (v < (1u << 20))
-                return usage_error("--disk: %s is below the minimum of 1m", optarg);
-            o->cfg.limits.disk_bytes = o->asked.disk_bytes = v;
-            break;
-        case OPT_OPEN_FILES:
-            if (corral_parse_uint(optarg, 16, 1u << 20, &v, &err) < 0)
-                return usage_error("--open-files: %s", err.message);
-            o->cfg.limits.open_files = o->asked.open_files = (uint32_t)v;
-            break;
-        case 'e':
-            if (!strchr(optarg, '=') || optarg[0] == '=')
-                return usage_error("--env: expected NAME=VALUE, got '%s'", optarg);
-            if (set_env(o, optarg))
-                return CLI_USAGE;
-            o->user_env[o->n_user_env++] = optarg;
-            break;
-        case OPT_SCRIPT:
-            o->script = true;
-            break;
-        case 'o':
-            o->out_dir = optarg;
-            break;
-        case OPT_OUTPUT_LIMIT:
-            if (corral_parse_size(optarg, &v, &err) < 0)
-                return usage_error("--output-limit: %s", err.message);
-            if (v < 1024)
-                return usage_error("--output-limit: %s is below the minimum of 1k", optarg);
-            o->output_limit = v;
-            break;
-        case OPT_PYTHON:
-            if (optarg[0] != '/')
-                return usage_error("--python: '%s' is not an absolute path", optarg);
-            o->python = optarg;
-            python_given = true;
-            break;
-        case OPT_TEMPLATE:
-            o->template_name = optarg;
-            break;
-        case OPT_CONFIG:
-            o->config = optarg;
-            break;
-        case OPT_STATE:
-            o->cfg.state_dir = optarg;
-            break;
-        case OPT_DISK_DIR:
-            o->disk_dir = optarg;
-            break;
-        case OPT_NETWORK:
-            if (corral_network_mode_parse(optarg, &o->net.mode) < 0)
-                return usage_error("--network: '%s' is not off, internet or policy", optarg);
-            o->net_given = true;
-            break;
-        case OPT_ALLOW:
-        case OPT_DENY:
-            if (o->net.n_rules == MAX_NET_RULES)
-                return usage_error("too many --allow and --deny rules (at most %d)", MAX_NET_RULES);
-            o->rules[o->net.n_rules++] =
-                (struct corral_network_rule){.allow = c == OPT_ALLOW, .target = optarg};
-            break;
-        case OPT_NETWORK_DEFAULT:
-            if (strcmp(optarg, "allow") && strcmp(optarg, "deny"))
-                return usage_error("--network-default: '%s' is not allow or deny", optarg);
-            o->net.default_allow = !strcmp(optarg, "allow");
-            break;
-        case OPT_UNSAFE:
-            if (parse_layers(o, optarg))
-                return CLI_USAGE;
-            break;
-        case 'h':
+        if (c == 'h') {
             if (repl)
                 repl_usage(stdout);
             else
                 run_usage(stdout);
             return -1;
-        case ':':
-            return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
+        if (c == ':')
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        if ((r = limit_option(c, o)) == OTHER_OPTION &&
+            (r = network_option(c, o)) == OTHER_OPTION &&
+            (r = run_option(c, o, &python_given)) == OTHER_OPTION)
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        if (r)
+            return r;
     }
-    if ((c = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir, o->disk_dir,
+    if ((r = cli_load_config(repl ? "repl" : "run", o->config, &o->cfg.state_dir, o->disk_dir,
                              NULL)) != 0)
-        return c;
+        return r;
     if (python_given && o->template_name)
         return usage_error("%s", "--python and --template exclude each other: a template's "
                                  "interpreter is the one its zygote embeds");
-    o->net.rules = o->rules;
-    if ((o->net.n_rules || o->net.default_allow) &&
-        !(o->net_given && o->net.mode == CORRAL_NETWORK_POLICY))
-        return usage_error("%s", "--allow, --deny and --network-default need --network policy");
-    if (o->net_given && corral_network_check(&o->net, &err) < 0)
-        return usage_error("--network: %s", err.message);
-    if (o->net_given && o->net.mode != CORRAL_NETWORK_OFF &&
-        (o->cfg.disabled_layers & (JAIL_LAYER_NET | JAIL_LAYER_USERNS)))
-        return usage_error("%s", "--network needs the net and userns layers");
+    if ((r = check_network(o)) != 0)
+        return r;
     if (!o->template_name)
         o->python = python_given ? o->python : "/usr/bin/python3";
     if (repl) {
@@ -377,21 +442,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
             return usage_error("%s", "corral repl takes no program: it reads inputs");
         return 0;
     }
-    if (!o->code) {
-        if (optind >= argc)
-            return usage_error("%s", "nothing to run: give -c CODE, a FILE, or - for stdin");
-        o->file = argv[optind++];
-    }
-    if (o->code && strlen(o->code) > MAX_INLINE_CODE)
-        return usage_error("%s", "the code given with -c is longer than 100 KiB; pass it as a "
-                                 "FILE or on standard input");
-    o->args = argv + optind;
-    o->n_args = argc - optind;
-    if (o->n_args && !o->script)
-        return usage_error("%s", "program arguments need --script (a cell has no sys.argv)");
-    if (o->script && o->out_dir)
-        return usage_error("%s", "--out needs the kernel: it cannot be used with --script");
-    return 0;
+    return take_program(argc, argv, o);
 }
 
 static const char *basename_of(const char *path)
@@ -868,87 +919,72 @@ static int script_netns(void *arg, const struct jail *j, int netns_fd, struct co
     return r;
 }
 
-int cli_run(int argc, char **argv)
+/* The workload's argv into wargv (room for n_args + 4): python3 -c CODE |
+ * python3 - | python3 /home/user/FILE, then ARGS. A FILE is opened into
+ * *file_fd and given to the sandbox as *file, at `inside` (4096 bytes). 0 or
+ * the exit code, said. */
+static int script_argv(struct run_opts *o, char **wargv, char *inside, struct jail_file *file,
+                       int *file_fd)
 {
-    struct run_opts o;
-    memset(&o, 0, sizeof(o));
-    int r = parse_args(argc, argv, &o, false);
-    if (r)
-        return r < 0 ? CLI_OK : r;
-    if (!o.script)
-        return run_kernel(&o, false);
-    if (o.template_name)
-        return run_forked_script(&o);
-
-    /* The workload's argv: python3 -c CODE | python3 - | python3 /home/user/FILE, then ARGS. */
-    cleanup_free char **wargv = calloc((size_t)o.n_args + 4, sizeof(char *));
-    if (!wargv)
-        return CLI_SANDBOX_ERROR;
-    char inside[4096];
-    struct jail_file file = {.source_fd = -1, .mode = 0644};
-    cleanup_close int file_fd = -1;
     size_t n = 0;
-    wargv[n++] = (char *)o.python;
-    if (o.code) {
+    wargv[n++] = (char *)o->python;
+    if (o->code) {
         wargv[n++] = "-c";
-        wargv[n++] = (char *)o.code;
-    } else if (!strcmp(o.file, "-")) {
+        wargv[n++] = (char *)o->code;
+    } else if (!strcmp(o->file, "-")) {
         wargv[n++] = "-";
     } else {
-        file_fd = open(o.file, O_RDONLY | O_CLOEXEC);
-        if (file_fd < 0) {
-            fprintf(stderr, "corral run: cannot open %s: %s\n", o.file, strerror(errno));
+        *file_fd = open(o->file, O_RDONLY | O_CLOEXEC);
+        if (*file_fd < 0) {
+            fprintf(stderr, "corral run: cannot open %s: %s\n", o->file, strerror(errno));
             return CLI_USAGE;
         }
-        const char *base = basename_of(o.file);
+        const char *base = basename_of(o->file);
         if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-            fprintf(stderr, "corral run: %s is not a file name\n", o.file);
+            fprintf(stderr, "corral run: %s is not a file name\n", o->file);
             return CLI_USAGE;
         }
-        snprintf(inside, sizeof(inside), "%s/%s", JAIL_HOME, base);
-        file.path = inside;
-        file.source_fd = file_fd;
-        o.cfg.files = &file;
-        o.cfg.n_files = 1;
+        snprintf(inside, 4096, "%s/%s", JAIL_HOME, base);
+        file->path = inside;
+        file->source_fd = *file_fd;
+        o->cfg.files = file;
+        o->cfg.n_files = 1;
         wargv[n++] = inside;
     }
-    for (int i = 0; i < o.n_args; i++)
-        wargv[n++] = o.args[i];
+    for (int i = 0; i < o->n_args; i++)
+        wargv[n++] = o->args[i];
     wargv[n] = NULL;
-    o.cfg.argv = wargv;
+    o->cfg.argv = wargv;
+    return 0;
+}
 
-    char threads[32];
-    uint32_t ncpu = o.cfg.limits.millicpus ? (o.cfg.limits.millicpus + 999) / 1000 : 0;
-    if (ncpu) {
-        /* Thread pools sized to the CPU quota rather than the host's cores. */
-        snprintf(threads, sizeof(threads), "OMP_NUM_THREADS=%u", ncpu);
-        if (add_env(&o, threads))
-            return CLI_USAGE;
-    }
-    o.cfg.envp = o.env;
+/* The sandbox's standard streams: pipes, never corral's own descriptors (a
+ * descriptor of a host file would let the code reopen that file through
+ * /proc/self/fd). corral's ends: in[1] (fed by the relay), out[0], err[0]. */
+struct script_pipes {
+    int in[2], out[2], err[2];
+};
 
-    struct corral_error err;
-    if (jail_cleanup_stale(o.cfg.state_dir, &err) < 0)
-        fprintf(stderr, "corral: warning: %s\n", err.message);
-
-    /* The sandbox gets pipes, never corral's own descriptors: a descriptor of a
-     * host file would let the code reopen that file through /proc/self/fd. */
-    int in_pipe[2], out_pipe[2], err_pipe[2];
-    if (pipe2(in_pipe, O_CLOEXEC) < 0 || pipe2(out_pipe, O_CLOEXEC) < 0 ||
-        pipe2(err_pipe, O_CLOEXEC) < 0) {
+static int open_script_pipes(struct run_opts *o, struct script_pipes *p, struct stdin_relay *in)
+{
+    if (pipe2(p->in, O_CLOEXEC) < 0 || pipe2(p->out, O_CLOEXEC) < 0 ||
+        pipe2(p->err, O_CLOEXEC) < 0) {
         perror("corral: cannot create pipes");
         return CLI_SANDBOX_ERROR;
     }
-    fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
-    static struct stdin_relay in;
-    in.from = STDIN_FILENO;
-    in.to = in_pipe[1];
-    o.cfg.stdin_fd = in_pipe[0];
-    o.cfg.stdout_fd = out_pipe[1];
-    o.cfg.stderr_fd = err_pipe[1];
+    fcntl(p->in[1], F_SETFL, O_NONBLOCK);
+    in->from = STDIN_FILENO;
+    in->to = p->in[1];
+    o->cfg.stdin_fd = p->in[0];
+    o->cfg.stdout_fd = p->out[1];
+    o->cfg.stderr_fd = p->err[1];
+    return 0;
+}
 
-    /* SIGINT interrupts the code (KeyboardInterrupt); a second one, SIGTERM or
-     * SIGHUP stop the sandbox. */
+/* SIGINT interrupts the code (KeyboardInterrupt); a second one, SIGTERM or
+ * SIGHUP stop the sandbox: blocked, and read from the signalfd returned. */
+static int script_signals(void)
+{
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -956,44 +992,32 @@ int cli_run(int argc, char **argv)
     sigaddset(&sigs, SIGHUP);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    cleanup_close int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+    return signalfd(-1, &sigs, SFD_CLOEXEC);
+}
 
-    /* A network: set up while the init waits for its maps, before the script starts. */
-    struct script_net net = {.o = &o};
-    if (o.net_given && o.net.mode != CORRAL_NETWORK_OFF) {
-        o.cfg.on_netns = script_netns;
-        o.cfg.on_netns_arg = &net;
-    }
-    struct jail *j = NULL;
-    r = jail_start(&o.cfg, &j, &err);
-    close(in_pipe[0]);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    if (r < 0) {
-        stdin_relay_stop(&in);
-        close(out_pipe[0]);
-        close(err_pipe[0]);
-        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
-        return CLI_SANDBOX_ERROR;
-    }
-
-    uint64_t deadline = o.timeout_ms ? corral_now_ms() + o.timeout_ms : 0;
+/* Relays the sandbox's output and corral's input until the workload has
+ * ended and what it wrote is drained; signals on sfd interrupt or kill it,
+ * the timeout kills it. jail_collect()'s result, *res filled. */
+static int relay_until_end(struct jail *j, const struct script_pipes *p, int sfd,
+                           struct stdin_relay *in, uint64_t timeout_ms, struct jail_result *res,
+                           struct corral_error *err)
+{
+    uint64_t deadline = timeout_ms ? corral_now_ms() + timeout_ms : 0;
     bool out_open = true, err_open = true, ended = false, out_broken = false, err_broken = false;
     bool timed_out = false;
     int interrupts = 0, collected = 0;
-    struct jail_result res;
     while (out_open || err_open || !ended) {
         if (ended)
-            stdin_relay_stop(&in);
+            stdin_relay_stop(in);
         struct pollfd fds[5] = {
-            {.fd = out_open ? out_pipe[0] : -1, .events = POLLIN},
-            {.fd = err_open ? err_pipe[0] : -1, .events = POLLIN},
+            {.fd = out_open ? p->out[0] : -1, .events = POLLIN},
+            {.fd = err_open ? p->err[0] : -1, .events = POLLIN},
             {.fd = ended ? -1 : jail_event_fd(j), .events = POLLIN},
             {.fd = sfd, .events = POLLIN},
-            {.fd = in.to < 0 ? -1
-                   : in.len  ? in.to
-                             : in.from,
-             .events = in.len ? POLLOUT : POLLIN},
+            {.fd = in->to < 0 ? -1
+                   : in->len  ? in->to
+                              : in->from,
+             .events = in->len ? POLLOUT : POLLIN},
         };
         int wait_ms = -1;
         if (deadline && !timed_out) {
@@ -1010,14 +1034,14 @@ int cli_run(int argc, char **argv)
             continue;
         }
         if (fds[4].revents)
-            stdin_relay_step(&in);
+            stdin_relay_step(in);
         if (fds[0].revents)
-            out_open = relay(out_pipe[0], STDOUT_FILENO, &out_broken);
+            out_open = relay(p->out[0], STDOUT_FILENO, &out_broken);
         if (fds[1].revents)
-            err_open = relay(err_pipe[0], STDERR_FILENO, &err_broken);
+            err_open = relay(p->err[0], STDERR_FILENO, &err_broken);
         if (fds[2].revents) {
             /* The workload finished: the sandbox is torn down, what it wrote is drained. */
-            collected = jail_collect(j, &res, &err);
+            collected = jail_collect(j, res, err);
             ended = true;
         }
         if (fds[3].revents) {
@@ -1031,12 +1055,74 @@ int cli_run(int argc, char **argv)
         }
     }
     if (!ended)
-        collected = jail_collect(j, &res, &err);
+        collected = jail_collect(j, res, err);
+    return collected;
+}
+
+int cli_run(int argc, char **argv)
+{
+    struct run_opts o;
+    memset(&o, 0, sizeof(o));
+    int r = parse_args(argc, argv, &o, false);
+    if (r)
+        return r < 0 ? CLI_OK : r;
+    if (!o.script)
+        return run_kernel(&o, false);
+    if (o.template_name)
+        return run_forked_script(&o);
+
+    cleanup_free char **wargv = calloc((size_t)o.n_args + 4, sizeof(char *));
+    if (!wargv)
+        return CLI_SANDBOX_ERROR;
+    char inside[4096];
+    struct jail_file file = {.source_fd = -1, .mode = 0644};
+    cleanup_close int file_fd = -1;
+    if ((r = script_argv(&o, wargv, inside, &file, &file_fd)) != 0)
+        return r;
+    char threads[32];
+    uint32_t ncpu = o.cfg.limits.millicpus ? (o.cfg.limits.millicpus + 999) / 1000 : 0;
+    if (ncpu) {
+        /* Thread pools sized to the CPU quota rather than the host's cores. */
+        snprintf(threads, sizeof(threads), "OMP_NUM_THREADS=%u", ncpu);
+        if (add_env(&o, threads))
+            return CLI_USAGE;
+    }
+    o.cfg.envp = o.env;
+
+    struct corral_error err;
+    if (jail_cleanup_stale(o.cfg.state_dir, &err) < 0)
+        fprintf(stderr, "corral: warning: %s\n", err.message);
+    struct script_pipes p;
+    static struct stdin_relay in;
+    if ((r = open_script_pipes(&o, &p, &in)) != 0)
+        return r;
+    cleanup_close int sfd = script_signals();
+
+    /* A network: set up while the init waits for its maps, before the script starts. */
+    struct script_net net = {.o = &o};
+    if (o.net_given && o.net.mode != CORRAL_NETWORK_OFF) {
+        o.cfg.on_netns = script_netns;
+        o.cfg.on_netns_arg = &net;
+    }
+    struct jail *j = NULL;
+    r = jail_start(&o.cfg, &j, &err);
+    close(p.in[0]);
+    close(p.out[1]);
+    close(p.err[1]);
+    if (r < 0) {
+        stdin_relay_stop(&in);
+        close(p.out[0]);
+        close(p.err[0]);
+        fprintf(stderr, "corral: cannot create the sandbox: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+    struct jail_result res;
+    int collected = relay_until_end(j, &p, sfd, &in, o.timeout_ms, &res, &err);
     stdin_relay_stop(&in);
     egressd_detach(net.box);
     jail_destroy(j);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
+    close(p.out[0]);
+    close(p.err[0]);
     if (collected < 0) {
         fprintf(stderr, "corral: %s\n", err.message);
         return CLI_SANDBOX_ERROR;

@@ -14,6 +14,7 @@
 #include "api/e2b/e2b.h"
 #include "api/openai.h"
 #include "api/opensandbox/opensandbox.h"
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "config/config.h"
@@ -76,6 +77,21 @@ static void serve_usage(FILE *out)
           out);
 }
 
+/* corral serve's options without a short form. */
+enum {
+    OPT_LISTEN = 256,
+    OPT_OSB_LISTEN,
+    OPT_GW_LISTEN,
+    OPT_KEY,
+    OPT_MASTER_KEY,
+    OPT_UPSTREAM,
+    OPT_GW_DATA,
+    OPT_MAX_BODY,
+    OPT_CONFIG,
+    OPT_STATE,
+    OPT_DISK_DIR
+};
+
 static int parse_listen(const char *text, char *host, size_t len, uint16_t *port)
 {
     const char *colon = strrchr(text, ':');
@@ -97,60 +113,70 @@ static bool beyond_loopback(const char *host)
     return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) != 127;
 }
 
+/* Replaces *dst with a copy of value; -1 when out of memory. */
+static int set_string(char **dst, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return -1;
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+/* --upstream's catch-all model ("*": every model no other entry serves),
+ * ahead of the file's. -1 when out of memory. */
+static int add_upstream_model(struct gw_config *gc, const char *upstream)
+{
+    struct gw_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
+    if (!models)
+        return -1;
+    gc->models = models;
+    memmove(models + 1, models, gc->n_models * sizeof(*models));
+    gc->n_models++; /* from here gw_config_free() frees what the entry holds */
+    struct gw_model *m = &models[0];
+    memset(m, 0, sizeof(*m));
+    const char *key = getenv("CORRAL_UPSTREAM_API_KEY");
+    size_t len = strlen(upstream);
+    while (len && upstream[len - 1] == '/')
+        len--;
+    m->name = strdup("*");
+    m->provider = strdup("openai_compatible");
+    m->model = strdup("*");
+    m->api_base = strndup(upstream, len);
+    m->api_key = key && *key ? strdup(key) : NULL;
+    m->api = GW_API_CHAT;
+    if (!m->name || !m->provider || !m->model || !m->api_base || (key && *key && !m->api_key))
+        return -1;
+    return 0;
+}
+
+static void gw_config_freep(struct gw_config **gc)
+{
+    gw_config_free(*gc);
+}
+
 /* The gateway's configuration: the file's (taken from it: the gateway owns
  * it) or the defaults, with the command line's master key and --upstream's
- * catch-all model ahead of the file's ("*": every model no other entry
- * serves). NULL when out of memory. */
+ * catch-all model. NULL when out of memory. */
 static struct gw_config *gateway_config(const struct corral_config *cfg, const char *master_key,
                                         const char *upstream, const char *data_dir)
 {
-    struct gw_config *gc;
+    __attribute__((cleanup(gw_config_freep))) struct gw_config *gc = NULL;
     if (cfg && cfg->gateway) {
         gc = cfg->gateway;
         ((struct corral_config *)cfg)->gateway = NULL;
     } else if (!(gc = gw_config_new())) {
         return NULL;
     }
-    if (master_key) {
-        char *copy = strdup(master_key);
-        if (!copy)
-            goto fail;
-        free(gc->master_key);
-        gc->master_key = copy;
-    }
-    if (data_dir || !gc->data_dir) {
-        char *copy = strdup(data_dir ? data_dir : DEFAULT_GATEWAY_DATA);
-        if (!copy)
-            goto fail;
-        free(gc->data_dir);
-        gc->data_dir = copy;
-    }
-    if (upstream) {
-        struct gw_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
-        if (!models)
-            goto fail;
-        gc->models = models;
-        memmove(models + 1, models, gc->n_models * sizeof(*models));
-        gc->n_models++; /* from here gw_config_free() frees what the entry holds */
-        struct gw_model *m = &models[0];
-        memset(m, 0, sizeof(*m));
-        const char *key = getenv("CORRAL_UPSTREAM_API_KEY");
-        size_t len = strlen(upstream);
-        while (len && upstream[len - 1] == '/')
-            len--;
-        m->name = strdup("*");
-        m->provider = strdup("openai_compatible");
-        m->model = strdup("*");
-        m->api_base = strndup(upstream, len);
-        m->api_key = key && *key ? strdup(key) : NULL;
-        m->api = GW_API_CHAT;
-        if (!m->name || !m->provider || !m->model || !m->api_base || (key && *key && !m->api_key))
-            goto fail;
-    }
-    return gc;
-fail:
-    gw_config_free(gc);
-    return NULL;
+    if (master_key && set_string(&gc->master_key, master_key) < 0)
+        return NULL;
+    if ((data_dir || !gc->data_dir) &&
+        set_string(&gc->data_dir, data_dir ? data_dir : DEFAULT_GATEWAY_DATA) < 0)
+        return NULL;
+    if (upstream && add_upstream_model(gc, upstream) < 0)
+        return NULL;
+    return steal_pointer(&gc);
 }
 
 struct warm_args {
@@ -177,21 +203,103 @@ static void *warm_templates(void *arg)
     return NULL;
 }
 
-int cli_serve(int argc, char **argv)
+/* Where one of the servers listens. */
+struct listen_addr {
+    char host[64];
+    uint16_t port;
+    bool on;
+};
+
+/* What the command line, the environment and the file ask of corral serve. */
+struct serve_opts {
+    struct listen_addr e2b, osb, gw;
+    bool gw_listen_set;
+    const char *master_key, *upstream, *gw_data;
+    const char *keys[MAX_KEYS + 1];
+    size_t n_keys;
+    uint64_t max_body;
+    const char *config, *state_dir, *disk_dir;
+};
+
+/* Sets a from HOST:PORT or off, the value of `option`; CLI_USAGE, said, when
+ * it is neither, else 0. */
+static int set_listen(struct listen_addr *a, const char *option, const char *text)
 {
-    enum {
-        OPT_LISTEN = 256,
-        OPT_OSB_LISTEN,
-        OPT_GW_LISTEN,
-        OPT_KEY,
-        OPT_MASTER_KEY,
-        OPT_UPSTREAM,
-        OPT_GW_DATA,
-        OPT_MAX_BODY,
-        OPT_CONFIG,
-        OPT_STATE,
-        OPT_DISK_DIR
-    };
+    a->on = strcmp(text, "off") != 0;
+    if (a->on && parse_listen(text, a->host, sizeof(a->host), &a->port) < 0) {
+        fprintf(stderr, "corral serve: %s: expected HOST:PORT or off, got '%s'\n", option, text);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+/* Reads the option c (its value optarg) into o: 0, or the exit code. */
+static int serve_option(int c, struct serve_opts *o)
+{
+    struct corral_error err;
+    switch (c) {
+    case OPT_LISTEN:
+        return set_listen(&o->e2b, "--listen", optarg);
+    case OPT_OSB_LISTEN:
+        return set_listen(&o->osb, "--opensandbox-listen", optarg);
+    case OPT_GW_LISTEN:
+        o->gw_listen_set = true;
+        return set_listen(&o->gw, "--gateway-listen", optarg);
+    case OPT_MASTER_KEY:
+        if (!*optarg) {
+            fprintf(stderr, "corral serve: --master-key: empty\n");
+            return CLI_USAGE;
+        }
+        o->master_key = optarg;
+        return 0;
+    case OPT_UPSTREAM:
+        if ((strncmp(optarg, "http://", 7) || !optarg[7]) &&
+            (strncmp(optarg, "https://", 8) || !optarg[8])) {
+            fprintf(stderr,
+                    "corral serve: --upstream: expected an http:// or https:// URL, got '%s'\n",
+                    optarg);
+            return CLI_USAGE;
+        }
+        o->upstream = optarg;
+        return 0;
+    case OPT_GW_DATA:
+        if (!*optarg) {
+            fprintf(stderr, "corral serve: --gateway-data-dir: empty\n");
+            return CLI_USAGE;
+        }
+        o->gw_data = optarg;
+        return 0;
+    case OPT_KEY:
+        if (o->n_keys >= MAX_KEYS || !*optarg) {
+            fprintf(stderr, "corral serve: --api-key: empty, or more than %d keys\n", MAX_KEYS);
+            return CLI_USAGE;
+        }
+        o->keys[o->n_keys++] = optarg;
+        return 0;
+    case OPT_MAX_BODY:
+        if (corral_parse_size(optarg, &o->max_body, &err) < 0 || o->max_body < 1024) {
+            fprintf(stderr, "corral serve: --max-body: %s\n",
+                    o->max_body < 1024 ? "at least 1k" : err.message);
+            return CLI_USAGE;
+        }
+        return 0;
+    case OPT_CONFIG:
+        o->config = optarg;
+        return 0;
+    case OPT_STATE:
+        o->state_dir = optarg;
+        return 0;
+    case OPT_DISK_DIR:
+        o->disk_dir = optarg;
+        return 0;
+    default:
+        return CLI_USAGE;
+    }
+}
+
+/* The command line into o: -1 to serve, else the exit code. */
+static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
+{
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"e2b-listen", required_argument, NULL, OPT_LISTEN},
@@ -207,275 +315,257 @@ int cli_serve(int argc, char **argv)
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    char host[64] = "127.0.0.1", osb_host[64] = "127.0.0.1";
-    uint16_t port = 3000, osb_port = 8080;
-    bool e2b_on = true, osb_on = true;
-    char gw_host[64] = "127.0.0.1";
-    uint16_t gw_port = 4000;
-    bool gw_on = true, gw_listen_set = false;
-    const char *master_key = NULL, *upstream = NULL, *gw_data = NULL;
-    const char *keys[MAX_KEYS + 1] = {NULL};
-    size_t n_keys = 0;
-    uint64_t max_body = 10u << 20;
-    const char *config = NULL, *state_dir = NULL, *disk_dir = NULL;
-    struct corral_error err;
-    int c;
+    int c, rc;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_LISTEN:
-        case OPT_OSB_LISTEN: {
-            bool osb = c == OPT_OSB_LISTEN;
-            if (!strcmp(optarg, "off")) {
-                *(osb ? &osb_on : &e2b_on) = false;
-                break;
-            }
-            *(osb ? &osb_on : &e2b_on) = true;
-            if (parse_listen(optarg, osb ? osb_host : host, sizeof(host), osb ? &osb_port : &port) <
-                0) {
-                fprintf(stderr, "corral serve: %s: expected HOST:PORT or off, got '%s'\n",
-                        osb ? "--opensandbox-listen" : "--listen", optarg);
-                return CLI_USAGE;
-            }
-            break;
-        }
-        case OPT_GW_LISTEN:
-            gw_listen_set = true;
-            gw_on = strcmp(optarg, "off") != 0;
-            if (gw_on && parse_listen(optarg, gw_host, sizeof(gw_host), &gw_port) < 0) {
-                fprintf(stderr,
-                        "corral serve: --gateway-listen: expected HOST:PORT or off, got '%s'\n",
-                        optarg);
-                return CLI_USAGE;
-            }
-            break;
-        case OPT_MASTER_KEY:
-            if (!*optarg) {
-                fprintf(stderr, "corral serve: --master-key: empty\n");
-                return CLI_USAGE;
-            }
-            master_key = optarg;
-            break;
-        case OPT_UPSTREAM:
-            if ((strncmp(optarg, "http://", 7) || !optarg[7]) &&
-                (strncmp(optarg, "https://", 8) || !optarg[8])) {
-                fprintf(stderr,
-                        "corral serve: --upstream: expected an http:// or https:// URL, got '%s'\n",
-                        optarg);
-                return CLI_USAGE;
-            }
-            upstream = optarg;
-            break;
-        case OPT_GW_DATA:
-            if (!*optarg) {
-                fprintf(stderr, "corral serve: --gateway-data-dir: empty\n");
-                return CLI_USAGE;
-            }
-            gw_data = optarg;
-            break;
-        case OPT_KEY:
-            if (n_keys >= MAX_KEYS || !*optarg) {
-                fprintf(stderr, "corral serve: --api-key: empty, or more than %d keys\n", MAX_KEYS);
-                return CLI_USAGE;
-            }
-            keys[n_keys++] = optarg;
-            break;
-        case OPT_MAX_BODY:
-            if (corral_parse_size(optarg, &max_body, &err) < 0 || max_body < 1024) {
-                fprintf(stderr, "corral serve: --max-body: %s\n",
-                        max_body < 1024 ? "at least 1k" : err.message);
-                return CLI_USAGE;
-            }
-            break;
-        case OPT_CONFIG:
-            config = optarg;
-            break;
-        case OPT_STATE:
-            state_dir = optarg;
-            break;
-        case OPT_DISK_DIR:
-            disk_dir = optarg;
-            break;
-        case 'h':
+        if (c == 'h') {
             serve_usage(stdout);
             return CLI_OK;
-        default:
+        }
+        if (c < OPT_LISTEN) {
             fprintf(stderr, "corral serve: unknown or incomplete option '%s'\n\n",
                     argv[optind - 1]);
             serve_usage(stderr);
             return CLI_USAGE;
         }
+        if ((rc = serve_option(c, o)) != 0)
+            return rc;
     }
     if (optind < argc) {
         fprintf(stderr, "corral serve: unexpected argument '%s'\n", argv[optind]);
         return CLI_USAGE;
     }
+    return -1;
+}
+
+/* $CORRAL_API_KEYS, comma-separated, after the --api-key ones; the copy the
+ * keys point into, which the caller frees (NULL when not set). */
+static char *add_env_keys(struct serve_opts *o)
+{
     char *env_keys = getenv("CORRAL_API_KEYS") ? strdup(getenv("CORRAL_API_KEYS")) : NULL;
     for (char *save = NULL, *k = env_keys ? strtok_r(env_keys, ",", &save) : NULL;
-         k && n_keys < MAX_KEYS; k = strtok_r(NULL, ",", &save))
-        keys[n_keys++] = k;
+         k && o->n_keys < MAX_KEYS; k = strtok_r(NULL, ",", &save))
+        o->keys[o->n_keys++] = k;
+    return env_keys;
+}
+
+/* The gateway's address when the command line did not say (the file's
+ * gateway.listen), and its master key: one is needed beyond loopback. 0, or
+ * CLI_USAGE, said. */
+static int settle_gateway(struct serve_opts *o, const struct corral_config *cfg)
+{
+    const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
+    if (!o->gw_listen_set && file_gw && file_gw->listen) {
+        o->gw_listen_set = true;
+        if (set_listen(&o->gw, "gateway.listen", file_gw->listen) != 0)
+            return CLI_USAGE;
+    }
+    if (!o->master_key && getenv("CORRAL_MASTER_KEY") && *getenv("CORRAL_MASTER_KEY"))
+        o->master_key = getenv("CORRAL_MASTER_KEY");
+    bool has_master_key = o->master_key || (file_gw && file_gw->master_key && *file_gw->master_key);
+    if (o->gw.on && !has_master_key && beyond_loopback(o->gw.host)) {
+        fprintf(stderr,
+                "corral serve: the gateway would listen on %s:%u without a master key; set "
+                "general_settings.master_key, --master-key or $CORRAL_MASTER_KEY, or listen on "
+                "127.0.0.1\n",
+                o->gw.host, (unsigned)o->gw.port);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+/* The process as a server wants it: descriptors for hundreds of sandboxes,
+ * no stale slots, disks made ahead; SIGINT, SIGTERM and SIGHUP blocked in
+ * every thread, for sigwait() on *sigs. */
+static void prepare_process(const char *state_dir, sigset_t *sigs)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    struct corral_error err;
+    if (jail_cleanup_stale(state_dir, &err) < 0)
+        fprintf(stderr, "corral: warning: %s\n", err.message);
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL); /* every thread inherits it */
+    corral_keep_disks_ready(READY_DISKS);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* What corral serve runs, each NULL when off or not (yet) made. */
+struct servers {
+    const char *names[65]; /* the templates OpenSandbox's API offers */
+    struct e2b *api;
+    struct osb *osb;
+    corral_gateway *gw;
+    struct openai *oa;
+    struct http_server *srv, *osb_srv, *gw_srv;
+    char gw_warning[CORRAL_ERROR_MESSAGE_MAX + 128]; /* why the gateway is not served */
+};
+
+/* The protocols over libcorral: E2B's, OpenSandbox's and the gateway's.
+ * CLI_OK, or the exit code, said. */
+static int start_apis(const struct serve_opts *o, const struct corral_config *cfg,
+                      struct servers *s)
+{
+    struct corral_error err;
+    for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
+        s->names[i] = cfg->templates[i].name;
+    struct e2b_options eo = {.api_keys = o->keys, .state_dir = o->state_dir};
+    struct osb_options oo = {.api_keys = o->keys, .templates = s->names, .state_dir = o->state_dir};
+    if ((o->e2b.on && e2b_new(&eo, &s->api, &err) < 0) ||
+        (o->osb.on && osb_new(&oo, &s->osb, &err) < 0)) {
+        fprintf(stderr, "corral serve: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+    if (!o->gw.on)
+        return CLI_OK;
+    struct gw_config *gc = gateway_config(cfg, o->master_key, o->upstream, o->gw_data);
+    if (!gc) {
+        fprintf(stderr, "corral serve: out of memory\n");
+        return CLI_SANDBOX_ERROR;
+    }
+    if (corral_gateway_new_with_config(gc, o->state_dir, &s->gw, &err) < 0 ||
+        openai_new(s->gw, &s->oa, &err) < 0) {
+        fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* The HTTP servers of the protocols. CLI_OK, or the exit code, said. */
+static int start_servers(const struct serve_opts *o, struct servers *s)
+{
+    struct corral_error err;
+    struct http_server_options ho = {.host = o->e2b.host,
+                                     .port = o->e2b.port,
+                                     .max_body = o->max_body,
+                                     .handler = e2b_handle,
+                                     .ctx = s->api};
+    struct http_server_options oho = {.host = o->osb.host,
+                                      .port = o->osb.port,
+                                      .max_body = o->max_body,
+                                      .handler = osb_handle,
+                                      .ctx = s->osb};
+    struct http_server_options gho = {.host = o->gw.host,
+                                      .port = o->gw.port,
+                                      .max_body = o->max_body,
+                                      .handler = openai_handle,
+                                      .too_large = openai_too_large,
+                                      .ctx = s->oa};
+    if ((o->e2b.on && http_server_start(&ho, &s->srv, &err) < 0) ||
+        (o->osb.on && http_server_start(&oho, &s->osb_srv, &err) < 0)) {
+        fprintf(stderr, "corral serve: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    if (o->gw.on && http_server_start(&gho, &s->gw_srv, &err) < 0) {
+        /* The default address may be taken (another server): the sandbox
+         * APIs are served all the same. An address asked for must be had. */
+        if (o->gw_listen_set || (!s->srv && !s->osb_srv)) {
+            fprintf(stderr, "corral serve: %s\n", err.message);
+            return CLI_USAGE;
+        }
+        snprintf(s->gw_warning, sizeof(s->gw_warning),
+                 "corral: warning: the OpenAI-compatible gateway is not served: %s "
+                 "(--gateway-listen HOST:PORT or off)",
+                 err.message);
+    }
+    return CLI_OK;
+}
+
+/* Says where each server listens. */
+static void announce(const struct serve_opts *o, const struct servers *s)
+{
+    const char *keys_note = o->n_keys ? ", API keys required" : "";
+    if (s->srv)
+        fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", o->e2b.host,
+                (unsigned)http_server_port(s->srv), keys_note);
+    if (s->osb_srv)
+        fprintf(stderr, "corral: listening on http://%s:%u (OpenSandbox API%s)\n", o->osb.host,
+                (unsigned)http_server_port(s->osb_srv), keys_note);
+    if (s->gw_srv)
+        fprintf(stderr, "corral: listening on http://%s:%u (OpenAI-compatible gateway)\n",
+                o->gw.host, (unsigned)http_server_port(s->gw_srv));
+    if (*s->gw_warning)
+        fprintf(stderr, "%s\n", s->gw_warning);
+}
+
+/* Warms the templates while serving, until a signal of sigs; then the
+ * running executions end and their streams close. */
+static void serve_until_signal(const sigset_t *sigs, const struct corral_config *cfg,
+                               const char *state_dir, struct servers *s)
+{
+    struct warm_args wa = {.cfg = cfg, .state_dir = state_dir};
+    pthread_t warm;
+    bool warming = pthread_create(&warm, NULL, warm_templates, &wa) == 0;
+    int sig = 0;
+    sigwait(sigs, &sig);
+    fprintf(stderr, "corral: %s: stopping\n", strsignal(sig));
+    if (warming)
+        pthread_join(warm, NULL);
+    if (s->api)
+        e2b_kill_all(s->api);
+    if (s->osb)
+        osb_kill_all(s->osb);
+}
+
+/* Stops whatever of s was started. The gateway's calls end first, with an
+ * error that says why, which their clients get before the connections
+ * close; then its sandboxes go. */
+static void stop_servers(struct servers *s)
+{
+    if (s->gw) {
+        corral_gateway_drain(s->gw, GATEWAY_DRAIN_MS);
+        http_server_drain(s->gw_srv, HTTP_DRAIN_MS);
+    }
+    if (s->gw_srv)
+        http_server_stop(s->gw_srv);
+    openai_free(s->oa);
+    corral_gateway_free(s->gw);
+    if (s->srv)
+        http_server_stop(s->srv);
+    if (s->osb_srv)
+        http_server_stop(s->osb_srv);
+    e2b_free(s->api);
+    osb_free(s->osb);
+}
+
+int cli_serve(int argc, char **argv)
+{
+    struct serve_opts o = {.e2b = {"127.0.0.1", 3000, true},
+                           .osb = {"127.0.0.1", 8080, true},
+                           .gw = {"127.0.0.1", 4000, true},
+                           .max_body = 10u << 20};
+    int rc = parse_serve_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    cleanup_free char *env_keys = add_env_keys(&o);
     /* Sandboxes made for API clients get no network unless the operator's
      * configuration allows it (network.modes). */
     struct corral_egress_settings off_only = {.modes = 0};
     struct corral_error nerr;
     corral_egress_configure(&off_only, &nerr);
     const struct corral_config *cfg = NULL;
-    if ((c = cli_load_config("serve", config, &state_dir, disk_dir, &cfg)) != 0) {
-        free(env_keys);
-        return c;
-    }
-    const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
-    if (!gw_listen_set && file_gw && file_gw->listen) {
-        gw_on = strcmp(file_gw->listen, "off") != 0;
-        gw_listen_set = true;
-        if (gw_on && parse_listen(file_gw->listen, gw_host, sizeof(gw_host), &gw_port) < 0) {
-            fprintf(stderr, "corral serve: gateway.listen: expected HOST:PORT or off, got '%s'\n",
-                    file_gw->listen);
-            free(env_keys);
-            return CLI_USAGE;
-        }
-    }
-    if (!master_key && getenv("CORRAL_MASTER_KEY") && *getenv("CORRAL_MASTER_KEY"))
-        master_key = getenv("CORRAL_MASTER_KEY");
-    bool has_master_key = master_key || (file_gw && file_gw->master_key && *file_gw->master_key);
-    if (gw_on && !has_master_key && beyond_loopback(gw_host)) {
-        fprintf(stderr,
-                "corral serve: the gateway would listen on %s:%u without a master key; set "
-                "general_settings.master_key, --master-key or $CORRAL_MASTER_KEY, or listen on "
-                "127.0.0.1\n",
-                gw_host, (unsigned)gw_port);
-        free(env_keys);
-        return CLI_USAGE;
-    }
-    /* Hundreds of sandboxes hold a few descriptors each. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    if (jail_cleanup_stale(state_dir, &err) < 0)
-        fprintf(stderr, "corral: warning: %s\n", err.message);
-
+    if ((rc = cli_load_config("serve", o.config, &o.state_dir, o.disk_dir, &cfg)) != 0 ||
+        (rc = settle_gateway(&o, cfg)) != 0)
+        return rc;
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* every thread inherits it */
-    corral_keep_disks_ready(READY_DISKS);
-    signal(SIGPIPE, SIG_IGN);
-
-    if (!e2b_on && !osb_on && !gw_on) {
+    prepare_process(o.state_dir, &sigs);
+    if (!o.e2b.on && !o.osb.on && !o.gw.on) {
         fprintf(stderr, "corral serve: every API is off: nothing to serve\n");
-        free(env_keys);
         return CLI_USAGE;
     }
-    const char *names[65] = {NULL};
-    for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
-        names[i] = cfg->templates[i].name;
-    struct e2b *api = NULL;
-    struct osb *osb = NULL;
-    struct http_server *srv = NULL, *osb_srv = NULL, *gw_srv = NULL;
-    corral_gateway *gw = NULL;
-    struct openai *oa = NULL;
-    char gw_warning[sizeof(err.message) + 128] = "";
-    struct e2b_options eo = {.api_keys = keys, .state_dir = state_dir};
-    struct osb_options oo = {.api_keys = keys, .templates = names, .state_dir = state_dir};
-    int rc = CLI_OK;
-    if ((e2b_on && e2b_new(&eo, &api, &err) < 0) || (osb_on && osb_new(&oo, &osb, &err) < 0)) {
-        fprintf(stderr, "corral serve: %s\n", err.message);
-        rc = CLI_SANDBOX_ERROR;
-        goto out;
+    struct servers s = {0};
+    if ((rc = start_apis(&o, cfg, &s)) == CLI_OK && (rc = start_servers(&o, &s)) == CLI_OK) {
+        announce(&o, &s);
+        serve_until_signal(&sigs, cfg, o.state_dir, &s);
     }
-    if (gw_on) {
-        struct gw_config *gc = gateway_config(cfg, master_key, upstream, gw_data);
-        if (!gc) {
-            fprintf(stderr, "corral serve: out of memory\n");
-            rc = CLI_SANDBOX_ERROR;
-            goto out;
-        }
-        if (corral_gateway_new_with_config(gc, state_dir, &gw, &err) < 0 ||
-            openai_new(gw, &oa, &err) < 0) {
-            fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
-            rc = CLI_USAGE;
-            goto out;
-        }
-    }
-    struct http_server_options ho = {
-        .host = host, .port = port, .max_body = max_body, .handler = e2b_handle, .ctx = api};
-    struct http_server_options oho = {.host = osb_host,
-                                      .port = osb_port,
-                                      .max_body = max_body,
-                                      .handler = osb_handle,
-                                      .ctx = osb};
-    struct http_server_options gho = {.host = gw_host,
-                                      .port = gw_port,
-                                      .max_body = max_body,
-                                      .handler = openai_handle,
-                                      .too_large = openai_too_large,
-                                      .ctx = oa};
-    if ((e2b_on && http_server_start(&ho, &srv, &err) < 0) ||
-        (osb_on && http_server_start(&oho, &osb_srv, &err) < 0)) {
-        fprintf(stderr, "corral serve: %s\n", err.message);
-        rc = CLI_USAGE;
-        goto out;
-    }
-    if (gw_on && http_server_start(&gho, &gw_srv, &err) < 0) {
-        /* The default address may be taken (another server): the sandbox
-         * APIs are served all the same. An address asked for must be had. */
-        if (gw_listen_set || (!srv && !osb_srv)) {
-            fprintf(stderr, "corral serve: %s\n", err.message);
-            rc = CLI_USAGE;
-            goto out;
-        }
-        snprintf(gw_warning, sizeof(gw_warning),
-                 "corral: warning: the OpenAI-compatible gateway is not served: %s "
-                 "(--gateway-listen HOST:PORT or off)",
-                 err.message);
-    }
-    if (srv)
-        fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", host,
-                (unsigned)http_server_port(srv), n_keys ? ", API keys required" : "");
-    if (osb_srv)
-        fprintf(stderr, "corral: listening on http://%s:%u (OpenSandbox API%s)\n", osb_host,
-                (unsigned)http_server_port(osb_srv), n_keys ? ", API keys required" : "");
-    if (gw_srv)
-        fprintf(stderr, "corral: listening on http://%s:%u (OpenAI-compatible gateway)\n", gw_host,
-                (unsigned)http_server_port(gw_srv));
-    if (*gw_warning)
-        fprintf(stderr, "%s\n", gw_warning);
-    struct warm_args wa = {.cfg = cfg, .state_dir = state_dir};
-    pthread_t warm;
-    bool warming = pthread_create(&warm, NULL, warm_templates, &wa) == 0;
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "corral: %s: stopping\n", strsignal(sig));
-    if (warming)
-        pthread_join(warm, NULL);
-    /* Running executions end, their streams close. */
-    if (api)
-        e2b_kill_all(api);
-    if (osb)
-        osb_kill_all(osb);
-out:
-    /* The gateway's calls end with an error that says why, which their
-     * clients get before the connections close; then its sandboxes go. */
-    if (gw) {
-        corral_gateway_drain(gw, GATEWAY_DRAIN_MS);
-        http_server_drain(gw_srv, HTTP_DRAIN_MS);
-    }
-    if (gw_srv)
-        http_server_stop(gw_srv);
-    openai_free(oa);
-    corral_gateway_free(gw);
-    if (srv)
-        http_server_stop(srv);
-    if (osb_srv)
-        http_server_stop(osb_srv);
-    e2b_free(api);
-    osb_free(osb);
+    stop_servers(&s);
     corral_shutdown();
-    free(env_keys);
     return rc;
 }

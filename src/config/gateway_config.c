@@ -1,6 +1,6 @@
 /*
  * The gateway's configuration: its defaults, its release and the look-ups
- * of models and sandbox tools (see gateway_config.h). config.c fills it from
+ * of models and sandbox tools (see gateway_config.h). litellm.c fills it from
  * the YAML file.
  */
 #include "config/gateway_config.h"

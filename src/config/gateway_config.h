@@ -1,9 +1,10 @@
 /*
  * The gateway's part of the YAML configuration. LiteLLM's proxy keys are
  * read as they are, so a LiteLLM config.yaml moves over unchanged; corral's
- * own settings sit beside them under `gateway:`. config.c parses the file
- * (struct corral_config's `gateway`, NULL when the file has none of the
- * keys below); gateway_config.c holds the defaults and the look-ups.
+ * own settings sit beside them under `gateway:`. litellm.c walks them as
+ * config.c parses the file (struct corral_config's `gateway`, NULL when the
+ * file has none of the keys below); gateway_config.c holds the defaults and
+ * the look-ups.
  *
  *   model_list:
  *     - model_name: gpt-5                  # what clients send as "model"

@@ -205,84 +205,96 @@ static const char *const proc_readonly[] = {"sys", NULL};
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
 
-int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
-                      struct corral_error *err)
+#define NOSUID_NODEV (MS_NOSUID | MS_NODEV)
+
+/* A remount of dir (allocated, or NULL when that failed) read-only with
+ * flags, once what is below it is assembled. */
+static void plan_remount_ro(struct planner *pl, char *dir, unsigned long flags)
 {
-    memset(plan, 0, sizeof(*plan));
-    struct planner pl = {.plan = plan, .params = params};
+    struct rootfs_op *op = add_op(pl->plan, ROOTFS_REMOUNT_RO);
+    if (!op || !dir) {
+        free(dir);
+        pl->failed = 1;
+        return;
+    }
+    op->dst = dir;
+    op->flags = flags;
+}
+
+/* /etc: the sandbox's own users, host name and name service, and the host's
+ * entries Python and TLS need. */
+static void plan_etc(struct planner *pl)
+{
+    const struct rootfs_params *params = pl->params;
     char buf[4096];
-    const unsigned long nosuid_nodev = MS_NOSUID | MS_NODEV;
-
-    plan->root_dir = strdup(params->root_dir);
-    if (!plan->root_dir)
-        return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
-
-    /* The new root: a small tmpfs that becomes read-only once assembled. */
-    plan_tmpfs(&pl, params->root_dir, "mode=0755,size=4m", nosuid_nodev);
-
-    for (const char *const *d = system_dirs; *d; d++)
-        plan_host_path(&pl, *d);
-
-    /* /etc */
-    plan_mkdir(&pl, "etc", 0755);
-    plan_mkdir(&pl, "etc/ssl", 0755);
-    plan_write(&pl, "etc/passwd",
+    plan_mkdir(pl, "etc", 0755);
+    plan_mkdir(pl, "etc/ssl", 0755);
+    plan_write(pl, "etc/passwd",
                "root:x:0:0:root:/root:/usr/sbin/nologin\n"
                "user:x:1000:1000:user:/home/user:/bin/bash\n"
                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
-    plan_write(&pl, "etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n");
+    plan_write(pl, "etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n");
     snprintf(buf, sizeof(buf), "%s\n", params->hostname);
-    plan_write(&pl, "etc/hostname", buf);
+    plan_write(pl, "etc/hostname", buf);
     snprintf(buf, sizeof(buf),
              "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
              "127.0.1.1\t%s\n",
              params->hostname);
-    plan_write(&pl, "etc/hosts", buf);
-    plan_write(&pl, "etc/resolv.conf", "# this sandbox has no network access\n");
-    plan_write(&pl, "etc/nsswitch.conf",
+    plan_write(pl, "etc/hosts", buf);
+    plan_write(pl, "etc/resolv.conf", "# this sandbox has no network access\n");
+    plan_write(pl, "etc/nsswitch.conf",
                "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
                "networks: files\nprotocols: files\nservices: files\nethers: files\n"
                "rpc: files\n");
     for (const char *const *e = etc_entries; *e; e++)
-        plan_host_path(&pl, *e);
-    char pattern[4096];
-    snprintf(pattern, sizeof(pattern), "%s/etc/python3*", params->host_root);
+        plan_host_path(pl, *e);
+    snprintf(buf, sizeof(buf), "%s/etc/python3*", params->host_root);
     glob_t g;
-    if (glob(pattern, 0, NULL, &g) == 0) {
+    if (glob(buf, 0, NULL, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++)
-            plan_host_path(&pl, g.gl_pathv[i] + strlen(params->host_root));
+            plan_host_path(pl, g.gl_pathv[i] + strlen(params->host_root));
         globfree(&g);
     }
+}
 
-    /* /proc */
-    plan_mkdir(&pl, "proc", 0555);
-    struct rootfs_op *op = op_at(&pl, ROOTFS_PROC, "proc");
-    (void)op;
-    if (params->mask_proc) {
-        for (const char *const *f = proc_masked_files; *f; f++) {
-            snprintf(buf, sizeof(buf), "%s/proc/%s", params->host_root, *f);
-            if (access(buf, F_OK) == 0) {
-                snprintf(buf, sizeof(buf), "proc/%s", *f);
-                op_at(&pl, ROOTFS_MASK_FILE, buf);
-            }
-        }
-        for (const char *const *f = proc_masked_dirs; *f; f++) {
-            snprintf(buf, sizeof(buf), "%s/proc/%s", params->host_root, *f);
-            if (access(buf, F_OK) == 0) {
-                snprintf(buf, sizeof(buf), "proc/%s", *f);
-                op_at(&pl, ROOTFS_MASK_DIR, buf);
-            }
-        }
-        for (const char *const *f = proc_readonly; *f; f++) {
+/* An op of kind on proc/NAME for each name the host's /proc has. */
+static void plan_proc_masks(struct planner *pl, const char *const *names, enum rootfs_op_kind kind)
+{
+    char buf[4096];
+    for (const char *const *f = names; *f; f++) {
+        snprintf(buf, sizeof(buf), "%s/proc/%s", pl->params->host_root, *f);
+        if (access(buf, F_OK) == 0) {
             snprintf(buf, sizeof(buf), "proc/%s", *f);
-            op_at(&pl, ROOTFS_READONLY, buf);
+            op_at(pl, kind, buf);
         }
     }
+}
 
-    /* /dev */
-    plan_mkdir(&pl, "dev", 0755);
+/* /proc, what would tell of the host masked when params->mask_proc. */
+static void plan_proc(struct planner *pl)
+{
+    plan_mkdir(pl, "proc", 0555);
+    op_at(pl, ROOTFS_PROC, "proc");
+    if (!pl->params->mask_proc)
+        return;
+    plan_proc_masks(pl, proc_masked_files, ROOTFS_MASK_FILE);
+    plan_proc_masks(pl, proc_masked_dirs, ROOTFS_MASK_DIR);
+    for (const char *const *f = proc_readonly; *f; f++) {
+        char buf[64];
+        snprintf(buf, sizeof(buf), "proc/%s", *f);
+        op_at(pl, ROOTFS_READONLY, buf);
+    }
+}
+
+/* /dev: a small tmpfs with the usual device nodes, ptys and links, then
+ * read-only (/dev/shm is mounted on it later). */
+static void plan_dev(struct planner *pl)
+{
+    const struct rootfs_params *params = pl->params;
+    char buf[4096];
+    plan_mkdir(pl, "dev", 0755);
     snprintf(buf, sizeof(buf), "%s/dev", params->root_dir);
-    plan_tmpfs(&pl, buf, "mode=0755,size=64k,nr_inodes=64", MS_NOSUID | MS_NOEXEC);
+    plan_tmpfs(pl, buf, "mode=0755,size=64k,nr_inodes=64", MS_NOSUID | MS_NOEXEC);
     for (const char *const *d = dev_nodes; *d; d++) {
         char rel[64], src[256];
         snprintf(rel, sizeof(rel), "dev/%s", *d);
@@ -290,46 +302,47 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
         struct stat st;
         if (stat(src, &st) == 0 && S_ISCHR(st.st_mode)) {
             /* The same device number on a tmpfs that allows devices. */
-            struct rootfs_op *m = op_at(&pl, ROOTFS_MKNOD, rel);
+            struct rootfs_op *m = op_at(pl, ROOTFS_MKNOD, rel);
             if (m) {
                 m->rdev = st.st_rdev;
                 m->mode = 0666;
             }
         } else {
-            struct rootfs_op *t = op_at(&pl, ROOTFS_TOUCH, rel);
+            struct rootfs_op *t = op_at(pl, ROOTFS_TOUCH, rel);
             if (t)
                 t->mode = 0666;
-            plan_bind(&pl, ROOTFS_BIND_DEV, src, rel);
+            plan_bind(pl, ROOTFS_BIND_DEV, src, rel);
         }
     }
-    plan_mkdir(&pl, "dev/pts", 0755);
-    op_at(&pl, ROOTFS_DEVPTS, "dev/pts");
-    plan_symlink(&pl, "dev/ptmx", "pts/ptmx");
-    plan_symlink(&pl, "dev/fd", "/proc/self/fd");
-    plan_symlink(&pl, "dev/stdin", "/proc/self/fd/0");
-    plan_symlink(&pl, "dev/stdout", "/proc/self/fd/1");
-    plan_symlink(&pl, "dev/stderr", "/proc/self/fd/2");
-    plan_mkdir(&pl, "dev/shm", 01777);
+    plan_mkdir(pl, "dev/pts", 0755);
+    op_at(pl, ROOTFS_DEVPTS, "dev/pts");
+    plan_symlink(pl, "dev/ptmx", "pts/ptmx");
+    plan_symlink(pl, "dev/fd", "/proc/self/fd");
+    plan_symlink(pl, "dev/stdin", "/proc/self/fd/0");
+    plan_symlink(pl, "dev/stdout", "/proc/self/fd/1");
+    plan_symlink(pl, "dev/stderr", "/proc/self/fd/2");
+    plan_mkdir(pl, "dev/shm", 01777);
     /* Nothing more is created in /dev: read-only, no new device nodes. */
-    op = add_op(plan, ROOTFS_REMOUNT_RO);
-    if (!op || !(op->dst = dupf("%s/dev", params->root_dir)))
-        pl.failed = 1;
-    else
-        op->flags = MS_NOSUID | MS_NOEXEC;
+    plan_remount_ro(pl, dupf("%s/dev", params->root_dir), MS_NOSUID | MS_NOEXEC);
+}
 
-    /* Writable storage: the sandbox's disk (its size is the disk limit),
-     * or a tmpfs of that size in memory mode, split into the sandbox's /tmp,
-     * /home/user and /mnt/data. */
+/* Writable storage: the sandbox's disk (its size is the disk limit), or a
+ * tmpfs of that size in memory mode, split into the sandbox's /tmp,
+ * /home/user and /mnt/data. */
+static void plan_storage(struct planner *pl)
+{
+    const struct rootfs_params *params = pl->params;
+    char buf[4096];
     if (params->disk_dev && *params->disk_dev) {
-        op = add_op(plan, ROOTFS_DISK);
+        struct rootfs_op *op = add_op(pl->plan, ROOTFS_DISK);
         if (!op || !(op->src = strdup(params->disk_dev)) ||
             !(op->dst = strdup(params->storage_dir)) || !(op->data = strdup(DISK_OPTIONS)))
-            pl.failed = 1;
+            pl->failed = 1;
         else
-            op->flags = nosuid_nodev | MS_NOATIME;
+            op->flags = NOSUID_NODEV | MS_NOATIME;
     } else {
         snprintf(buf, sizeof(buf), "mode=0755,size=%llu", params->disk_bytes);
-        plan_tmpfs(&pl, params->storage_dir, buf, nosuid_nodev);
+        plan_tmpfs(pl, params->storage_dir, buf, NOSUID_NODEV);
     }
     static const struct {
         const char *name, *target;
@@ -337,12 +350,12 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
         int owned;
     } areas[] = {
         {"tmp", "tmp", 01777, 0}, {"home", "home/user", 0755, 1}, {"data", "mnt/data", 0755, 1}};
-    plan_mkdir(&pl, "home", 0755);
-    plan_mkdir(&pl, "mnt", 0755);
+    plan_mkdir(pl, "home", 0755);
+    plan_mkdir(pl, "mnt", 0755);
     for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
-        struct rootfs_op *m = add_op(plan, ROOTFS_MKDIR);
+        struct rootfs_op *m = add_op(pl->plan, ROOTFS_MKDIR);
         if (!m || !(m->dst = dupf("%s/%s", params->storage_dir, areas[i].name))) {
-            pl.failed = 1;
+            pl->failed = 1;
             break;
         }
         m->mode = areas[i].mode;
@@ -350,27 +363,47 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
             m->uid = params->owner_uid;
             m->gid = params->owner_gid;
         }
-        plan_mkdir(&pl, areas[i].target, 0755);
+        plan_mkdir(pl, areas[i].target, 0755);
         snprintf(buf, sizeof(buf), "%s/%s", params->storage_dir, areas[i].name);
-        plan_bind(&pl, ROOTFS_BIND_RW, buf, areas[i].target);
+        plan_bind(pl, ROOTFS_BIND_RW, buf, areas[i].target);
     }
-    /* Shared memory is memory: a tmpfs charged to the memory limit, of half
-     * of it as on a Linux host (the disk's size when memory is unlimited). */
+}
+
+/* /dev/shm: shared memory is memory, a tmpfs charged to the memory limit, of
+ * half of it as on a Linux host (the disk's size when memory is unlimited). */
+static void plan_shm(struct planner *pl)
+{
+    const struct rootfs_params *params = pl->params;
     unsigned long long shm = params->memory_bytes ? params->memory_bytes / 2 : params->disk_bytes;
-    snprintf(buf, sizeof(buf), "%s/dev/shm", params->root_dir);
-    char shm_opts[64];
-    snprintf(shm_opts, sizeof(shm_opts), "mode=01777,size=%llu", shm);
-    plan_tmpfs(&pl, buf, shm_opts, nosuid_nodev);
+    char dir[4096], options[64];
+    snprintf(dir, sizeof(dir), "%s/dev/shm", params->root_dir);
+    snprintf(options, sizeof(options), "mode=01777,size=%llu", shm);
+    plan_tmpfs(pl, dir, options, NOSUID_NODEV);
+}
+
+int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
+                      struct corral_error *err)
+{
+    memset(plan, 0, sizeof(*plan));
+    struct planner pl = {.plan = plan, .params = params};
+    plan->root_dir = strdup(params->root_dir);
+    if (!plan->root_dir)
+        return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
+
+    /* The new root: a small tmpfs that becomes read-only once assembled. */
+    plan_tmpfs(&pl, params->root_dir, "mode=0755,size=4m", NOSUID_NODEV);
+    for (const char *const *d = system_dirs; *d; d++)
+        plan_host_path(&pl, *d);
+    plan_etc(&pl);
+    plan_proc(&pl);
+    plan_dev(&pl);
+    plan_storage(&pl);
+    plan_shm(&pl);
     plan_mkdir(&pl, "run", 0755);
     plan_mkdir(&pl, "var", 0755);
     plan_symlink(&pl, "var/tmp", "/tmp");
     plan_mkdir(&pl, "root", 0700);
-
-    op = add_op(plan, ROOTFS_REMOUNT_RO);
-    if (!op || !(op->dst = strdup(params->root_dir)))
-        pl.failed = 1;
-    else
-        op->flags = nosuid_nodev;
+    plan_remount_ro(&pl, strdup(params->root_dir), NOSUID_NODEV);
 
     if (pl.failed) {
         rootfs_plan_free(plan);

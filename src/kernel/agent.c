@@ -839,11 +839,7 @@ int agent_main(void)
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_NAME, "corral-agent", 0, 0, 0);
     signal(SIGPIPE, SIG_IGN);
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    int sfd = corral_sigchld_fd();
     struct ctl_msg *req = malloc(sizeof(*req)), *rep = malloc(sizeof(*rep));
     if (sfd < 0 || !req || !rep) {
         fprintf(stderr, "corral-agent: cannot start: %s\n", strerror(errno));

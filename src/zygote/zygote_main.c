@@ -307,11 +307,7 @@ int main(int argc, char **argv)
     }
     prctl(PR_SET_NAME, "corral-zygote", 0, 0, 0);
     signal(SIGPIPE, SIG_IGN);
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &mask, NULL);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    int sfd = corral_sigchld_fd();
     if (sfd < 0)
         fail_hello(errno, "cannot create a signalfd: %s", strerror(errno));
 

@@ -1,0 +1,988 @@
+/*
+ * The gateway's part of the configuration file, in LiteLLM's shape:
+ * model_list, sandbox_tools, litellm_settings, general_settings, and
+ * corral's own `gateway:` (gateway_config.h says what each key means).
+ * config.c hands over the top-level nodes; what is read fills a
+ * struct gw_config. Messages name a value by its key path
+ * ("model_list[0].litellm_params.model"), list entries counted from 0.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <jansson.h>
+#include <yaml.h>
+
+#include "base/cleanup.h"
+#include "base/error.h"
+#include "config/gateway_config.h"
+#include "config/walk.h"
+#include "egress/netpolicy.h"
+
+#define CODE_TOOL_NAME_MAX 64
+#define DAY_MS             86400000ull
+
+/* "*" or "PREFIX/\*": a model_name serving many models. */
+static bool is_wildcard_name(const char *name)
+{
+    size_t len = strlen(name);
+    return !strcmp(name, "*") || (len >= 3 && name[len - 1] == '*' && name[len - 2] == '/');
+}
+
+static bool is_http_url(const char *url)
+{
+    return (!strncasecmp(url, "http://", 7) && url[7]) ||
+           (!strncasecmp(url, "https://", 8) && url[8]);
+}
+
+/* A name of a sandbox tool: a sandbox_tools entry's, or "local" (built in). */
+static int check_tool_name(const struct walk *w, const yaml_node_t *n, const char *what,
+                           const struct gw_config *gw, const char *name)
+{
+    if (!strcmp(name, "local"))
+        return 0;
+    for (size_t i = 0; i < gw->n_tools; i++)
+        if (!strcmp(gw->tools[i].name, name))
+            return 0;
+    return walk_fail(w, n, EINVAL,
+                     "%s: '%.80s' names no sandbox_tools entry (only 'local', the built-in tool, "
+                     "needs none)",
+                     what, name);
+}
+
+/* Where a provider's upstream is when litellm_params does not say (LiteLLM's
+ * variables, then corral's default). */
+struct provider_defaults {
+    const char *name;
+    const char *base_vars[2]; /* read in order; NULL ends */
+    const char *key_var;
+    const char *base; /* NULL: api_base is required */
+};
+
+static const struct provider_defaults provider_table[] = {
+    {"openai",
+     {"OPENAI_BASE_URL", "OPENAI_API_BASE"},
+     "OPENAI_API_KEY",
+     "https://api.openai.com/v1"},
+    {"azure", {"AZURE_API_BASE", NULL}, "AZURE_API_KEY", NULL},
+    {"ollama", {"OLLAMA_API_BASE", NULL}, NULL, "http://127.0.0.1:11434/v1"},
+    {"ollama_chat", {"OLLAMA_API_BASE", NULL}, NULL, "http://127.0.0.1:11434/v1"},
+    {"hosted_vllm",
+     {"HOSTED_VLLM_API_BASE", NULL},
+     "HOSTED_VLLM_API_KEY",
+     "http://127.0.0.1:8000/v1"},
+    {"llamafile", {"LLAMAFILE_API_BASE", NULL}, NULL, "http://127.0.0.1:8080/v1"},
+    {"llamacpp", {NULL, NULL}, NULL, "http://127.0.0.1:8080/v1"},
+};
+
+static const struct provider_defaults *provider_defaults(const char *provider)
+{
+    for (size_t i = 0; i < sizeof(provider_table) / sizeof(provider_table[0]); i++)
+        if (!strcmp(provider_table[i].name, provider))
+            return &provider_table[i];
+    return NULL;
+}
+
+/* A set, non-empty environment variable, or NULL. */
+static const char *env_nonempty(const char *var)
+{
+    const char *v = var ? getenv(var) : NULL;
+    return v && *v ? v : NULL;
+}
+
+static bool is_provider_name(const char *p, size_t len)
+{
+    if (!len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!(p[i] == '-' || p[i] == '_' || p[i] == '.' || (p[i] >= '0' && p[i] <= '9') ||
+              (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+/* litellm_params.model: "PROVIDER/NAME" or "NAME" (provider openai). */
+static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char *what,
+                         struct gw_model *m)
+{
+    const char *text = NULL;
+    int r = walk_env_value(w, n, what, &text);
+    if (r < 0)
+        return r;
+    const char *slash = strchr(text, '/');
+    const char *provider = "openai", *name = text;
+    size_t provider_len = strlen(provider);
+    if (slash) {
+        provider = text;
+        provider_len = (size_t)(slash - text);
+        name = slash + 1;
+        if (!is_provider_name(provider, provider_len))
+            return walk_fail(w, n, EINVAL,
+                             "%s: '%.80s' does not start with a provider (PROVIDER/MODEL, the "
+                             "provider in letters, digits, '_', '-' and '.')",
+                             what, text);
+    }
+    if (!*name)
+        return walk_fail(w, n, EINVAL, "%s must name a model (PROVIDER/MODEL), not '%.80s'", what,
+                         text);
+    if (!strcmp(name, "*") && !is_wildcard_name(m->name))
+        return walk_fail(w, n, EINVAL,
+                         "%s: '%.80s' needs a wildcard model_name ('*' or 'PREFIX/*'), not '%.80s'",
+                         what, text, m->name);
+    if (!(m->provider = strndup(provider, provider_len)) || !(m->model = strdup(name)))
+        return walk_out_of_memory(w);
+    return 0;
+}
+
+/* litellm_params.api_base, or the provider's; `params` locates messages when
+ * the value is not written. */
+static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
+                         const char *params_path, struct gw_model *m)
+{
+    char what[KEY_PATH_MAX];
+    walk_key_path(what, sizeof(what), params_path, "api_base", 0);
+    const yaml_node_t *at = n;
+    const char *from = NULL; /* the variable it came from */
+    int r;
+    if (walk_given(n)) {
+        if ((r = walk_string(w, n, what, STR_OPTIONAL, &m->api_base)) < 0)
+            return r;
+    } else {
+        at = params;
+        const struct provider_defaults *d = provider_defaults(m->provider);
+        const char *value = NULL;
+        for (size_t i = 0; d && i < 2 && !value; i++)
+            if ((value = env_nonempty(d->base_vars[i])))
+                from = d->base_vars[i];
+        if (!value && d)
+            value = d->base;
+        if (!value)
+            return walk_fail(w, params, EINVAL,
+                             "%s: api_base is missing (provider '%.40s' has no default%s%s%s)",
+                             params_path, m->provider, d && d->base_vars[0] ? ", and " : "",
+                             d && d->base_vars[0] ? d->base_vars[0] : "",
+                             d && d->base_vars[0] ? " is not set" : "");
+        if (!(m->api_base = strdup(value)))
+            return walk_out_of_memory(w);
+    }
+    if (!is_http_url(m->api_base))
+        return walk_fail(w, at, EINVAL, "%s%s%s: '%.80s' is not an http:// or https:// URL", what,
+                         from ? " from " : "", from ? from : "", m->api_base);
+    size_t len = strlen(m->api_base);
+    while (len > 1 && m->api_base[len - 1] == '/')
+        m->api_base[--len] = '\0';
+    /* LiteLLM speaks ollama's own API at http://HOST:11434; corral its OpenAI one, under /v1. */
+    if ((!strcmp(m->provider, "ollama") || !strcmp(m->provider, "ollama_chat")) &&
+        (len < 3 || strcmp(m->api_base + len - 3, "/v1"))) {
+        char *longer = malloc(len + 4);
+        if (!longer)
+            return walk_out_of_memory(w);
+        memcpy(longer, m->api_base, len);
+        memcpy(longer + len, "/v1", 4);
+        free(m->api_base);
+        m->api_base = longer;
+    }
+    return 0;
+}
+
+/* The name of a model_list or sandbox_tools entry at `path`: n must be a
+ * mapping (`keys` lists its keys in messages) whose name_key is walked into
+ * *name. v[0] is the name's node, v[1] litellm_params' (NULL when missing);
+ * other keys are LiteLLM's, ignored. */
+static int walk_entry_name(const struct walk *w, const yaml_node_t *n, const char *path,
+                           const char *keys, const char *name_key, yaml_node_t *v[2], char **name)
+{
+    int r = walk_expect_mapping(w, n, path, keys, false);
+    if (r < 0)
+        return r;
+    const char *const known[] = {name_key, "litellm_params"};
+    char where[KEY_PATH_MAX + 8], what[KEY_PATH_MAX];
+    snprintf(where, sizeof(where), "in %s", path);
+    if ((r = walk_match_keys(w, n, known, 2, where, true, v)) < 0)
+        return r;
+    if (!v[0])
+        return walk_fail(w, n, EINVAL, "%s: %s is missing", path, name_key);
+    return walk_string(w, v[0], walk_key_path(what, sizeof(what), path, name_key, 0), STR_REQUIRED,
+                       name);
+}
+
+/* The litellm_params of the entry n at `path`: a mapping (`keys` in messages)
+ * whose known[0..count) values go to values[]; its key path into
+ * params_path (KEY_PATH_MAX bytes). */
+static int walk_entry_params(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
+                             const char *path, const char *keys, const char *const *known,
+                             size_t count, char *params_path, yaml_node_t **values)
+{
+    if (!params)
+        return walk_fail(w, n, EINVAL, "%s: litellm_params is missing", path);
+    walk_key_path(params_path, KEY_PATH_MAX, path, "litellm_params", 0);
+    int r = walk_expect_mapping(w, params, params_path, keys, false);
+    if (r < 0)
+        return r;
+    char where[KEY_PATH_MAX + 8];
+    snprintf(where, sizeof(where), "in %s", params_path);
+    return walk_match_keys(w, params, known, count, where, true, values);
+}
+
+/* Fills entry i of a list the gateway's configuration owns. */
+typedef int walk_entry_fn(const struct walk *w, const yaml_node_t *list, size_t i,
+                          struct gw_config *gw);
+
+/* A list of entries (model_list, sandbox_tools) into *array, of elements of
+ * `size` bytes, each counted in *count before walk_entry fills it, so that
+ * gw_config_free() frees what it holds. */
+static int walk_entries(const struct walk *w, const yaml_node_t *n, const char *what, size_t size,
+                        void **array, size_t *count, struct gw_config *gw,
+                        walk_entry_fn *walk_entry)
+{
+    int r = walk_expect_list(w, n, what);
+    if (r <= 0)
+        return r;
+    size_t length = walk_list_length(n);
+    if (!length)
+        return 0;
+    if (!(*array = calloc(length, size)))
+        return walk_out_of_memory(w);
+    for (size_t i = 0; i < length; i++) {
+        (*count)++;
+        if ((r = walk_entry(w, n, i, gw)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* *dst: n's value when it is given (as walk_string with mode), else the
+ * environment variable var's when it is set and not empty (var may be
+ * NULL), else as it is. */
+static int walk_string_or_env(const struct walk *w, const yaml_node_t *n, const char *what,
+                              enum str_mode mode, const char *var, char **dst)
+{
+    if (walk_given(n))
+        return walk_string(w, n, what, mode, dst);
+    const char *value = env_nonempty(var);
+    if (!value)
+        return 0;
+    char *copy = strdup(value);
+    if (!copy)
+        return walk_out_of_memory(w);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+/* A timeout in seconds, more than 0 and at most a day, when n is given. */
+static int walk_timeout(const struct walk *w, const yaml_node_t *n, const char *what,
+                        uint64_t *out_ms)
+{
+    if (!walk_given(n))
+        return 0;
+    return walk_seconds(w, n, what, 1, DAY_MS, "more than 0 and at most 86400 seconds", out_ms);
+}
+
+/* litellm_params.upstream_api: which API the upstream speaks. */
+static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const char *what,
+                             struct gw_model *m)
+{
+    m->api = !strcmp(m->provider, "openai") ? GW_API_RESPONSES : GW_API_CHAT;
+    if (!walk_given(n))
+        return 0;
+    const char *api = NULL;
+    int r = walk_env_value(w, n, what, &api);
+    if (r < 0)
+        return r;
+    if (!strcmp(api, "chat_completions"))
+        m->api = GW_API_CHAT;
+    else if (!strcmp(api, "responses"))
+        m->api = GW_API_RESPONSES;
+    else
+        return walk_fail(w, n, EINVAL,
+                         "%s: unknown API '%.40s' (expected chat_completions or responses)", what,
+                         api);
+    return 0;
+}
+
+/* model_list[index]. */
+static int walk_model(const struct walk *w, const yaml_node_t *list, size_t index,
+                      struct gw_config *gw)
+{
+    struct gw_model *m = &gw->models[index];
+    const yaml_node_t *n = walk_list_item(w, list, index);
+    char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
+    walk_key_path(path, sizeof(path), "model_list", NULL, index);
+    yaml_node_t *v[2];
+    int r = walk_entry_name(w, n, path, "model_name, litellm_params, model_info", "model_name", v,
+                            &m->name);
+    if (r < 0)
+        return r;
+    static const char *const pkeys[] = {"model",        "api_base",          "api_key",
+                                        "api_version",  "max_agentic_loops", "timeout",
+                                        "upstream_api", "sandbox_tool"};
+    enum { MODEL, API_BASE, API_KEY, API_VERSION, LOOPS, TIMEOUT, UPSTREAM_API, SANDBOX_TOOL, N };
+    yaml_node_t *p[N];
+    if ((r = walk_entry_params(w, n, v[1], path, "model, api_base, api_key, ...", pkeys, N,
+                               params_path, p)) < 0)
+        return r;
+    const yaml_node_t *params = v[1];
+#define WHAT(i) walk_key_path(what, sizeof(what), params_path, pkeys[i], 0)
+    if (!p[MODEL])
+        return walk_fail(w, params, EINVAL, "%s: model is missing", params_path);
+    if ((r = walk_model_id(w, p[MODEL], WHAT(MODEL), m)) < 0)
+        return r;
+    m->azure = !strcmp(m->provider, "azure");
+    if ((r = walk_api_base(w, p[API_BASE], params, params_path, m)) < 0)
+        return r;
+    const struct provider_defaults *d = provider_defaults(m->provider);
+    if ((r = walk_string_or_env(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE,
+                                d ? d->key_var : NULL, &m->api_key)) < 0)
+        return r;
+    if (m->azure && (r = walk_string_or_env(w, p[API_VERSION], WHAT(API_VERSION), STR_OPTIONAL,
+                                            "AZURE_API_VERSION", &m->api_version)) < 0)
+        return r;
+    uint64_t u;
+    if (walk_given(p[LOOPS])) {
+        if ((r = walk_uint(w, p[LOOPS], WHAT(LOOPS), 1, 100, &u)) < 0)
+            return r;
+        m->max_agentic_loops = (unsigned)u;
+    }
+    if ((r = walk_timeout(w, p[TIMEOUT], WHAT(TIMEOUT), &m->timeout_ms)) < 0 ||
+        (r = walk_upstream_api(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), m)) < 0)
+        return r;
+    if (walk_given(p[SANDBOX_TOOL])) {
+        if ((r = walk_string(w, p[SANDBOX_TOOL], WHAT(SANDBOX_TOOL), STR_OPTIONAL,
+                             &m->sandbox_tool)) < 0 ||
+            (r = check_tool_name(w, p[SANDBOX_TOOL], what, gw, m->sandbox_tool)) < 0)
+            return r;
+    }
+#undef WHAT
+    return 0;
+}
+
+static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    return walk_entries(w, n, "model_list", sizeof(*gw->models), (void **)&gw->models,
+                        &gw->n_models, gw, walk_model);
+}
+
+/* The sandbox providers, as bits: which of them read a litellm_params key. */
+enum { SB_LOCAL = 1, SB_E2B = 2, SB_OPENSANDBOX = 4 };
+
+static unsigned sandbox_provider_bit(const char *provider)
+{
+    return !strcmp(provider, "local")         ? SB_LOCAL
+           : !strcmp(provider, "e2b")         ? SB_E2B
+           : !strcmp(provider, "opensandbox") ? SB_OPENSANDBOX
+                                              : 0;
+}
+
+static const char *sandbox_providers_text(unsigned bits)
+{
+    switch (bits) {
+    case SB_E2B:
+        return "e2b";
+    case SB_OPENSANDBOX:
+        return "opensandbox";
+    case SB_E2B | SB_OPENSANDBOX:
+        return "e2b or opensandbox";
+    case SB_LOCAL | SB_OPENSANDBOX:
+        return "local or opensandbox";
+    default:
+        return "local, e2b or opensandbox";
+    }
+}
+
+/* An http:// or https:// URL, its trailing '/' removed, into *dst: the value n
+ * when it is given, else the environment variable `var` when it is set and not
+ * empty (messages then point at `params`), else *dst stays as it is. */
+static int walk_url(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
+                    const char *what, const char *var, char **dst)
+{
+    const yaml_node_t *at = n;
+    const char *from = NULL;
+    int r;
+    if (walk_given(n)) {
+        if ((r = walk_string(w, n, what, STR_OPTIONAL, dst)) < 0)
+            return r;
+    } else if (env_nonempty(var)) {
+        at = params;
+        from = var;
+        char *copy = strdup(env_nonempty(var));
+        if (!copy)
+            return walk_out_of_memory(w);
+        free(*dst);
+        *dst = copy;
+    } else {
+        return 0;
+    }
+    char *url = *dst;
+    size_t len = strlen(url);
+    while (len > 1 && url[len - 1] == '/')
+        len--;
+    size_t scheme = !strncasecmp(url, "http://", 7) ? 7 : !strncasecmp(url, "https://", 8) ? 8 : 0;
+    if (!scheme || len <= scheme)
+        return walk_fail(w, at, EINVAL, "%s%s%s: '%.80s' is not an http:// or https:// URL", what,
+                         from ? " from " : "", from ? from : "", url);
+    url[len] = '\0';
+    return 0;
+}
+
+#define JSON_DEPTH_MAX 32
+
+/* *dst = obj as compact JSON text. */
+static int store_json(const struct walk *w, const json_t *obj, char **dst)
+{
+    char *text = json_dumps(obj, JSON_COMPACT);
+    if (!text)
+        return walk_out_of_memory(w);
+    free(*dst);
+    *dst = text;
+    return 0;
+}
+
+/* opensandbox's networkPolicy: a mapping, as JSON. */
+static int walk_network_policy(const struct walk *w, const yaml_node_t *n, const char *what,
+                               char **dst)
+{
+    int r = walk_expect_mapping(w, n, what, "defaultAction, egress", false);
+    if (r < 0)
+        return r;
+    size_t budget = 0;
+    json_auto_t *policy = NULL;
+    if ((r = walk_yaml_to_json(w, n, what, 0, &budget, &policy)) < 0)
+        return r;
+    return store_json(w, policy, dst);
+}
+
+/* An egress action: allow (true) or deny (false). */
+static int walk_action(const struct walk *w, const yaml_node_t *n, const char *what, bool *allow)
+{
+    const char *text = NULL;
+    int r = walk_scalar(w, n, what, &text);
+    if (r < 0)
+        return r;
+    if (strcmp(text, "allow") && strcmp(text, "deny"))
+        return walk_fail(w, n, EINVAL, "%s: '%.40s' is not an action (expected allow or deny)",
+                         what, text);
+    *allow = !strcmp(text, "allow");
+    return 0;
+}
+
+/* local's network_policy: {defaultAction, egress: [{action, target}]} into
+ * t->network (POLICY), every target checked as the sandbox's policy will be. */
+static int walk_local_network(const struct walk *w, const yaml_node_t *n, const char *what,
+                              struct gw_sandbox_tool *t)
+{
+    int r = walk_expect_mapping(w, n, what, "defaultAction, egress", false);
+    if (r < 0)
+        return r;
+    static const char *const keys[] = {"defaultAction", "egress"};
+    static const char *const rkeys[] = {"action", "target"};
+    yaml_node_t *v[2], *rv[2];
+    char where[KEY_PATH_MAX + 8], sub[KEY_PATH_MAX], item[KEY_PATH_MAX], field[KEY_PATH_MAX];
+    snprintf(where, sizeof(where), "in %s", what);
+    if ((r = walk_match_keys(w, n, keys, 2, where, false, v)) < 0)
+        return r;
+    t->network.mode = CORRAL_NETWORK_POLICY;
+    t->network.default_allow = false;
+    if (walk_given(v[0]) &&
+        (r = walk_action(w, v[0], walk_key_path(sub, sizeof(sub), what, "defaultAction", 0),
+                         &t->network.default_allow)) < 0)
+        return r;
+    size_t count = 0;
+    if (v[1]) {
+        walk_key_path(sub, sizeof(sub), what, "egress", 0);
+        if ((r = walk_expect_list(w, v[1], sub)) < 0)
+            return r;
+        count = r ? walk_list_length(v[1]) : 0;
+        if (count > GW_NET_RULES_MAX)
+            return walk_fail(w, v[1], EINVAL, "%s: %zu rules, at most %d", sub, count,
+                             GW_NET_RULES_MAX);
+    }
+    struct corral_network_rule *rules = calloc(count ? count : 1, sizeof(*rules));
+    if (!rules)
+        return walk_out_of_memory(w);
+    t->network.rules = rules; /* t owns it as it fills */
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *rn = walk_list_item(w, v[1], i);
+        walk_key_path(item, sizeof(item), sub, NULL, i);
+        if ((r = walk_expect_mapping(w, rn, item, "action, target", false)) < 0)
+            return r;
+        snprintf(where, sizeof(where), "in %s", item);
+        if ((r = walk_match_keys(w, rn, rkeys, 2, where, false, rv)) < 0)
+            return r;
+        if (!rv[0] || !rv[1])
+            return walk_fail(w, rn, EINVAL, "%s: %s is missing", item, rv[0] ? "target" : "action");
+        bool allow = false;
+        if ((r = walk_action(w, rv[0], walk_key_path(field, sizeof(field), item, "action", 0),
+                             &allow)) < 0)
+            return r;
+        const char *target = NULL;
+        walk_key_path(field, sizeof(field), item, "target", 0);
+        if ((r = walk_scalar(w, rv[1], field, &target)) < 0)
+            return r;
+        struct netpolicy check = {0};
+        struct corral_error terr = {0};
+        r = netpolicy_add(&check, allow ? NETPOLICY_ALLOW : NETPOLICY_DENY, target, &terr);
+        netpolicy_free(&check);
+        if (r < 0)
+            return walk_fail(w, rv[1], EINVAL, "%s: %s", field, terr.message);
+        char *copy = strdup(target);
+        if (!copy)
+            return walk_out_of_memory(w);
+        rules[t->network.n_rules++] = (struct corral_network_rule){.allow = allow, .target = copy};
+    }
+    return 0;
+}
+
+/* opensandbox's resourceLimits: a mapping of names to single values, every
+ * value a JSON string (cpu: 1 is "1"). */
+static int walk_resources(const struct walk *w, const yaml_node_t *n, const char *what, char **dst)
+{
+    int r = walk_expect_mapping(w, n, what, "cpu, memory, ...", false);
+    if (r < 0)
+        return r;
+    char sub[KEY_PATH_MAX], where[KEY_PATH_MAX + 8];
+    snprintf(where, sizeof(where), "in %s", what);
+    json_auto_t *obj = json_object();
+    if (!obj)
+        return walk_out_of_memory(w);
+    for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
+        const yaml_node_t *v = yaml_document_get_node(w->doc, pair->value);
+        const char *name = NULL, *text = NULL;
+        if ((r = walk_key_text(w, k, where, &name)) < 0)
+            return r;
+        if (json_object_get(obj, name))
+            return walk_fail(w, k, EINVAL, "duplicate key '%.64s' %s", name, where);
+        walk_key_path(sub, sizeof(sub), what, name, 0);
+        if ((r = walk_env_value(w, v, sub, &text)) < 0)
+            return r;
+        if (!*text)
+            return walk_fail(w, v, EINVAL, "%s must not be empty", sub);
+        json_t *value = NULL;
+        if ((r = walk_json_text(w, v, sub, text, &value)) < 0)
+            return r;
+        if (json_object_set_new(obj, name, value) < 0)
+            return walk_fail(w, k, EINVAL, "%s: the key '%.64s' is not UTF-8 text", what, name);
+    }
+    return store_json(w, obj, dst);
+}
+
+/* opensandbox's entrypoint: a list of strings, not empty, into a NULL-terminated
+ * array that *dst owns as it fills. */
+static int walk_entrypoint(const struct walk *w, const yaml_node_t *n, const char *what,
+                           char ***dst)
+{
+    int r = walk_expect_list(w, n, what);
+    if (r < 0)
+        return r;
+    size_t count = r ? walk_list_length(n) : 0;
+    if (!count)
+        return walk_fail(w, n, EINVAL, "%s must not be empty (a command, then its arguments)",
+                         what);
+    char **argv = calloc(count + 1, sizeof(*argv));
+    if (!argv)
+        return walk_out_of_memory(w);
+    *dst = argv;
+    char item[KEY_PATH_MAX];
+    for (size_t i = 0; i < count; i++)
+        if ((r = walk_string(w, walk_list_item(w, n, i),
+                             walk_key_path(item, sizeof(item), what, NULL, i), STR_REQUIRED,
+                             &argv[i])) < 0)
+            return r;
+    return 0;
+}
+
+/* The keys of a sandbox tool's litellm_params. */
+enum {
+    TOOL_PROVIDER,
+    TOOL_API_BASE,
+    TOOL_API_KEY,
+    TOOL_TEMPLATE,
+    TOOL_TEMPLATE_ID,
+    TOOL_IMAGE,
+    TOOL_TIMEOUT,
+    TOOL_DOMAIN,
+    TOOL_SANDBOX_URL,
+    TOOL_INTERNET,
+    TOOL_NETWORK_POLICY,
+    TOOL_RESOURCES,
+    TOOL_ENTRYPOINT,
+    TOOL_REQUEST_TIMEOUT,
+    TOOL_READY_TIMEOUT,
+    N_TOOL_KEYS
+};
+
+static const char *const tool_keys[N_TOOL_KEYS] = {"sandbox_provider", "api_base",
+                                                   "api_key",          "template",
+                                                   "template_id",      "image",
+                                                   "timeout",          "domain",
+                                                   "sandbox_url",      "allow_internet_access",
+                                                   "network_policy",   "resources",
+                                                   "entrypoint",       "request_timeout",
+                                                   "ready_timeout"};
+
+/* The providers that read a key, for the keys not every provider reads
+ * (image has a message of its own, in walk_tool_image). */
+static const unsigned char tool_key_providers[N_TOOL_KEYS] = {
+    [TOOL_DOMAIN] = SB_E2B,
+    [TOOL_SANDBOX_URL] = SB_E2B,
+    [TOOL_NETWORK_POLICY] = SB_LOCAL | SB_OPENSANDBOX,
+    [TOOL_RESOURCES] = SB_OPENSANDBOX,
+    [TOOL_ENTRYPOINT] = SB_OPENSANDBOX,
+    [TOOL_REQUEST_TIMEOUT] = SB_E2B | SB_OPENSANDBOX,
+    [TOOL_READY_TIMEOUT] = SB_OPENSANDBOX,
+};
+
+/* A sandbox tool's litellm_params, as they are walked. */
+struct tool_params {
+    const yaml_node_t *node;
+    char path[KEY_PATH_MAX];     /* "sandbox_tools[I].litellm_params" */
+    yaml_node_t *v[N_TOOL_KEYS]; /* each key's value, or NULL */
+    unsigned provider;           /* SB_* */
+    char what[KEY_PATH_MAX];     /* the key path tool_key() made last */
+};
+
+/* The key path of a key, for messages. */
+static const char *tool_key(struct tool_params *tp, int key)
+{
+    return walk_key_path(tp->what, sizeof(tp->what), tp->path, tool_keys[key], 0);
+}
+
+/* sandbox_tools[index]'s name, unique among the entries before it. */
+static int walk_tool_name(const struct walk *w, const yaml_node_t *list, size_t index,
+                          struct gw_config *gw, const char *path, yaml_node_t *v[2])
+{
+    struct gw_sandbox_tool *t = &gw->tools[index];
+    int r = walk_entry_name(w, walk_list_item(w, list, index), path,
+                            "sandbox_tool_name, litellm_params", "sandbox_tool_name", v, &t->name);
+    if (r < 0)
+        return r;
+    for (size_t j = 0; j < index; j++)
+        if (!strcmp(gw->tools[j].name, t->name)) {
+            char what[KEY_PATH_MAX];
+            const yaml_node_t *first =
+                walk_value_of(w, walk_list_item(w, list, j), "sandbox_tool_name");
+            return walk_fail(w, v[0], EINVAL, "%s: duplicate name '%.80s' (first at line %zu)",
+                             walk_key_path(what, sizeof(what), path, "sandbox_tool_name", 0),
+                             t->name, first ? first->start_mark.line + 1 : 0);
+        }
+    return 0;
+}
+
+/* sandbox_provider, and no key that provider does not read. */
+static int walk_tool_provider(const struct walk *w, struct tool_params *tp,
+                              struct gw_sandbox_tool *t)
+{
+    const yaml_node_t *n = tp->v[TOOL_PROVIDER];
+    if (!n)
+        return walk_fail(w, tp->node, EINVAL, "%s: sandbox_provider is missing", tp->path);
+    int r = walk_string(w, n, tool_key(tp, TOOL_PROVIDER), STR_REQUIRED, &t->provider);
+    if (r < 0)
+        return r;
+    if (!(tp->provider = sandbox_provider_bit(t->provider)))
+        return walk_fail(w, n, EINVAL,
+                         "%s: unknown sandbox provider '%.40s' (expected local, e2b or "
+                         "opensandbox)",
+                         tp->what, t->provider);
+    for (int i = 0; i < N_TOOL_KEYS; i++)
+        if (tool_key_providers[i] && walk_given(tp->v[i]) &&
+            !(tool_key_providers[i] & tp->provider))
+            return walk_fail(w, tp->v[i], EINVAL, "%s: %s is for sandbox_provider %s, not %s",
+                             tool_key(tp, i), tool_keys[i],
+                             sandbox_providers_text(tool_key_providers[i]), t->provider);
+    return 0;
+}
+
+/* api_base and api_key, or the remote provider's variables (local reads
+ * neither api_base nor the variables). */
+static int walk_tool_endpoint(const struct walk *w, struct tool_params *tp,
+                              struct gw_sandbox_tool *t)
+{
+    bool e2b = tp->provider == SB_E2B, opensandbox = tp->provider == SB_OPENSANDBOX;
+    int r;
+    if (e2b || opensandbox) {
+        if ((r = walk_url(w, tp->v[TOOL_API_BASE], tp->node, tool_key(tp, TOOL_API_BASE),
+                          e2b ? "E2B_API_URL" : "OPEN_SANDBOX_API_BASE", &t->api_base)) < 0)
+            return r;
+        if (opensandbox && !t->api_base)
+            return walk_fail(w, tp->node, EINVAL,
+                             "%s: api_base is required for sandbox_provider opensandbox (or set "
+                             "OPEN_SANDBOX_API_BASE)",
+                             tp->path);
+    }
+    const char *key_var = e2b ? "E2B_API_KEY" : opensandbox ? "OPEN_SANDBOX_API_KEY" : NULL;
+    return walk_string_or_env(w, tp->v[TOOL_API_KEY], tool_key(tp, TOOL_API_KEY), STR_EMPTY_IS_NONE,
+                              key_var, &t->api_key);
+}
+
+/* One of template, template_id and image (opensandbox's), into template_id. */
+static int walk_tool_image(const struct walk *w, struct tool_params *tp, struct gw_sandbox_tool *t)
+{
+    const yaml_node_t *chosen = NULL;
+    for (int i = TOOL_TEMPLATE; i <= TOOL_IMAGE; i++) {
+        if (!walk_given(tp->v[i]))
+            continue;
+        if (chosen)
+            return walk_fail(w, tp->v[i], EINVAL,
+                             "%s: only one of template, template_id and image may be given",
+                             tool_key(tp, i));
+        if (i == TOOL_IMAGE && tp->provider != SB_OPENSANDBOX)
+            return walk_fail(w, tp->v[i], EINVAL,
+                             "%s: image is for sandbox_provider opensandbox (use template for "
+                             "%s)",
+                             tool_key(tp, TOOL_IMAGE), t->provider);
+        chosen = tp->v[i];
+        int r = walk_string(w, tp->v[i], tool_key(tp, i), STR_OPTIONAL, &t->template_id);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+/* allow_internet_access and network_policy: local's as the sandbox's
+ * network, opensandbox's as JSON. */
+static int walk_tool_network(const struct walk *w, struct tool_params *tp,
+                             struct gw_sandbox_tool *t)
+{
+    const yaml_node_t *policy = tp->v[TOOL_NETWORK_POLICY];
+    bool local = tp->provider == SB_LOCAL;
+    int r;
+    if (walk_given(tp->v[TOOL_INTERNET]) &&
+        (r = walk_bool(w, tp->v[TOOL_INTERNET], tool_key(tp, TOOL_INTERNET),
+                       &t->allow_internet_access)) < 0)
+        return r;
+    if (walk_given(policy) && local &&
+        (r = walk_local_network(w, policy, tool_key(tp, TOOL_NETWORK_POLICY), t)) < 0)
+        return r;
+    if (walk_given(policy) && (r = walk_network_policy(w, policy, tool_key(tp, TOOL_NETWORK_POLICY),
+                                                       &t->network_policy)) < 0)
+        return r;
+    if (local && !t->network_policy)
+        t->network.mode = t->allow_internet_access ? CORRAL_NETWORK_INTERNET : CORRAL_NETWORK_OFF;
+    return 0;
+}
+
+/* sandbox_tools[index]. */
+static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *list, size_t index,
+                             struct gw_config *gw)
+{
+    struct gw_sandbox_tool *t = &gw->tools[index];
+    char path[KEY_PATH_MAX];
+    walk_key_path(path, sizeof(path), "sandbox_tools", NULL, index);
+    yaml_node_t *v[2];
+    int r = walk_tool_name(w, list, index, gw, path, v);
+    if (r < 0)
+        return r;
+    struct tool_params tp = {.node = v[1]};
+    if ((r = walk_entry_params(w, walk_list_item(w, list, index), v[1], path,
+                               "sandbox_provider, api_base, api_key, ...", tool_keys, N_TOOL_KEYS,
+                               tp.path, tp.v)) < 0 ||
+        (r = walk_tool_provider(w, &tp, t)) < 0 || (r = walk_tool_endpoint(w, &tp, t)) < 0 ||
+        (r = walk_tool_image(w, &tp, t)) < 0 ||
+        (r = walk_timeout(w, tp.v[TOOL_TIMEOUT], tool_key(&tp, TOOL_TIMEOUT), &t->timeout_ms)) < 0)
+        return r;
+    if (tp.provider == SB_E2B &&
+        ((r = walk_string_or_env(w, tp.v[TOOL_DOMAIN], tool_key(&tp, TOOL_DOMAIN), STR_OPTIONAL,
+                                 "E2B_DOMAIN", &t->domain)) < 0 ||
+         (r = walk_url(w, tp.v[TOOL_SANDBOX_URL], tp.node, tool_key(&tp, TOOL_SANDBOX_URL),
+                       "E2B_SANDBOX_URL", &t->sandbox_url)) < 0))
+        return r;
+    if ((r = walk_tool_network(w, &tp, t)) < 0)
+        return r;
+    if (walk_given(tp.v[TOOL_RESOURCES]) &&
+        (r = walk_resources(w, tp.v[TOOL_RESOURCES], tool_key(&tp, TOOL_RESOURCES),
+                            &t->resources)) < 0)
+        return r;
+    if (walk_given(tp.v[TOOL_ENTRYPOINT]) &&
+        (r = walk_entrypoint(w, tp.v[TOOL_ENTRYPOINT], tool_key(&tp, TOOL_ENTRYPOINT),
+                             &t->entrypoint)) < 0)
+        return r;
+    if ((r = walk_timeout(w, tp.v[TOOL_REQUEST_TIMEOUT], tool_key(&tp, TOOL_REQUEST_TIMEOUT),
+                          &t->request_timeout_ms)) < 0 ||
+        (r = walk_timeout(w, tp.v[TOOL_READY_TIMEOUT], tool_key(&tp, TOOL_READY_TIMEOUT),
+                          &t->ready_timeout_ms)) < 0)
+        return r;
+    return 0;
+}
+
+static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    return walk_entries(w, n, "sandbox_tools", sizeof(*gw->tools), (void **)&gw->tools,
+                        &gw->n_tools, gw, walk_sandbox_tool);
+}
+
+static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = walk_expect_mapping(w, n, "litellm_settings",
+                                "callbacks, code_interpreter_interception_params, ...", true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"code_interpreter_interception_params"};
+    yaml_node_t *v[1];
+    if ((r = walk_match_keys(w, n, keys, 1, "in litellm_settings", true, v)) < 0)
+        return r;
+    if (!v[0])
+        return 0;
+    const char *path = "litellm_settings.code_interpreter_interception_params";
+    if ((r = walk_expect_mapping(w, v[0], path, "enabled, sandbox_tool_name, enabled_providers",
+                                 true)) <= 0)
+        return r;
+    static const char *const pkeys[] = {"enabled", "sandbox_tool_name"};
+    yaml_node_t *p[2];
+    if ((r = walk_match_keys(w, v[0], pkeys, 2,
+                             "in litellm_settings.code_interpreter_interception_params", true, p)) <
+        0)
+        return r;
+    char what[KEY_PATH_MAX];
+    if (walk_given(p[0]) &&
+        (r = walk_bool(w, p[0], walk_key_path(what, sizeof(what), path, "enabled", 0),
+                       &gw->interception)) < 0)
+        return r;
+    if (walk_given(p[1])) {
+        walk_key_path(what, sizeof(what), path, "sandbox_tool_name", 0);
+        if ((r = walk_string(w, p[1], what, STR_OPTIONAL, &gw->default_tool)) < 0 ||
+            (r = check_tool_name(w, p[1], what, gw, gw->default_tool)) < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int walk_general_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = walk_expect_mapping(w, n, "general_settings", "master_key, ...", true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"master_key"};
+    yaml_node_t *v[1];
+    if ((r = walk_match_keys(w, n, keys, 1, "in general_settings", true, v)) < 0)
+        return r;
+    if (walk_given(v[0]))
+        return walk_string(w, v[0], "general_settings.master_key", STR_OPTIONAL, &gw->master_key);
+    return 0;
+}
+
+static bool is_code_tool_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (!len || len > CODE_TOOL_NAME_MAX)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!(*p == '-' || *p == '_' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+              (*p >= 'A' && *p <= 'Z')))
+            return false;
+    return true;
+}
+
+/* corral's own keys: strict, every key with a value. */
+static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+{
+    int r = walk_expect_mapping(w, n, "gateway",
+                                "listen, store, data_dir, code_tool_name, max_agentic_loops, "
+                                "output_limit, exec_timeout, store_max_responses, store_days, "
+                                "container_expiry, container_memory_max",
+                                true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"listen",
+                                       "store",
+                                       "code_tool_name",
+                                       "max_agentic_loops",
+                                       "output_limit",
+                                       "exec_timeout",
+                                       "store_max_responses",
+                                       "store_days",
+                                       "data_dir",
+                                       "container_expiry",
+                                       "container_memory_max"};
+    enum {
+        LISTEN,
+        STORE,
+        CODE_TOOL_NAME,
+        LOOPS,
+        OUTPUT_LIMIT,
+        EXEC_TIMEOUT,
+        STORE_MAX,
+        STORE_DAYS,
+        DATA_DIR,
+        EXPIRY,
+        MEMORY_MAX,
+        N
+    };
+    yaml_node_t *v[N];
+    if ((r = walk_match_keys(w, n, keys, N, "under gateway", false, v)) < 0)
+        return r;
+    char what[KEY_PATH_MAX];
+#define WHAT(i) walk_key_path(what, sizeof(what), "gateway", keys[i], 0)
+    if (v[LISTEN] && (r = walk_string(w, v[LISTEN], WHAT(LISTEN), STR_REQUIRED, &gw->listen)) < 0)
+        return r;
+    if (v[STORE] && (r = walk_string(w, v[STORE], WHAT(STORE), STR_REQUIRED, &gw->store_path)) < 0)
+        return r;
+    if (v[CODE_TOOL_NAME]) {
+        if ((r = walk_string(w, v[CODE_TOOL_NAME], WHAT(CODE_TOOL_NAME), STR_REQUIRED,
+                             &gw->code_tool_name)) < 0)
+            return r;
+        if (!is_code_tool_name(gw->code_tool_name))
+            return walk_fail(w, v[CODE_TOOL_NAME], EINVAL,
+                             "%s: '%.80s' is not a function name (1 to 64 letters, digits, '_' "
+                             "and '-')",
+                             what, gw->code_tool_name);
+    }
+    uint64_t u;
+    if (v[LOOPS]) {
+        if ((r = walk_uint(w, v[LOOPS], WHAT(LOOPS), 1, 100, &u)) < 0)
+            return r;
+        gw->max_agentic_loops = (unsigned)u;
+    }
+    if (v[OUTPUT_LIMIT]) {
+        if ((r = walk_uint(w, v[OUTPUT_LIMIT], WHAT(OUTPUT_LIMIT), 256, 10000000, &u)) < 0)
+            return r;
+        gw->output_limit = (size_t)u;
+    }
+    if (v[EXEC_TIMEOUT] && (r = walk_seconds(w, v[EXEC_TIMEOUT], WHAT(EXEC_TIMEOUT), 1000, DAY_MS,
+                                             "from 1 to 86400 seconds", &gw->exec_timeout_ms)) < 0)
+        return r;
+    if (v[STORE_MAX] &&
+        (r = walk_uint(w, v[STORE_MAX], WHAT(STORE_MAX), 1, 100000000, &gw->store_max)) < 0)
+        return r;
+    if (v[STORE_DAYS] &&
+        (r = walk_uint(w, v[STORE_DAYS], WHAT(STORE_DAYS), 1, 3650, &gw->store_days)) < 0)
+        return r;
+    if (v[DATA_DIR] &&
+        (r = walk_string(w, v[DATA_DIR], WHAT(DATA_DIR), STR_REQUIRED, &gw->data_dir)) < 0)
+        return r;
+    if (v[EXPIRY] && (r = walk_seconds(w, v[EXPIRY], WHAT(EXPIRY), 1000, 30 * DAY_MS,
+                                       "from 1 second to 30 days", &gw->container_expiry_ms)) < 0)
+        return r;
+    if (v[MEMORY_MAX]) {
+        cleanup_free char *m = NULL;
+        if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
+            return r;
+        uint64_t bytes = gw_memory_limit_bytes(m);
+        if (!bytes)
+            return walk_fail(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
+        gw->container_memory_max = bytes;
+    }
+#undef WHAT
+    return 0;
+}
+
+int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gw_config *gw)
+{
+    int r;
+    /* The tools first: models and the interception settings name them. */
+    if (keys->sandbox_tools && (r = walk_sandbox_tools(w, keys->sandbox_tools, gw)) < 0)
+        return r;
+    if (keys->model_list && (r = walk_model_list(w, keys->model_list, gw)) < 0)
+        return r;
+    if (keys->litellm_settings && (r = walk_litellm_settings(w, keys->litellm_settings, gw)) < 0)
+        return r;
+    if (keys->general_settings && (r = walk_general_settings(w, keys->general_settings, gw)) < 0)
+        return r;
+    if (keys->gateway && (r = walk_gateway(w, keys->gateway, gw)) < 0)
+        return r;
+    return 0;
+}
