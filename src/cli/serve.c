@@ -126,15 +126,15 @@ static int set_string(char **dst, const char *value)
 
 /* --upstream's catch-all model ("*": every model no other entry serves),
  * ahead of the file's. -1 when out of memory. */
-static int add_upstream_model(struct gw_config *gc, const char *upstream)
+static int add_upstream_model(struct gateway_config *gc, const char *upstream)
 {
-    struct gw_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
+    struct gateway_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
     if (!models)
         return -1;
     gc->models = models;
     memmove(models + 1, models, gc->n_models * sizeof(*models));
-    gc->n_models++; /* from here gw_config_free() frees what the entry holds */
-    struct gw_model *m = &models[0];
+    gc->n_models++; /* from here gateway_config_free() frees what the entry holds */
+    struct gateway_model *m = &models[0];
     memset(m, 0, sizeof(*m));
     const char *key = getenv("CORRAL_UPSTREAM_API_KEY");
     size_t len = strlen(upstream);
@@ -145,28 +145,29 @@ static int add_upstream_model(struct gw_config *gc, const char *upstream)
     m->model = strdup("*");
     m->api_base = strndup(upstream, len);
     m->api_key = key && *key ? strdup(key) : NULL;
-    m->api = GW_API_CHAT;
+    m->api = GATEWAY_API_CHAT;
     if (!m->name || !m->provider || !m->model || !m->api_base || (key && *key && !m->api_key))
         return -1;
     return 0;
 }
 
-static void gw_config_freep(struct gw_config **gc)
+static void gateway_config_freep(struct gateway_config **gc)
 {
-    gw_config_free(*gc);
+    gateway_config_free(*gc);
 }
 
 /* The gateway's configuration: the file's (taken from it: the gateway owns
  * it) or the defaults, with the command line's master key and --upstream's
  * catch-all model. NULL when out of memory. */
-static struct gw_config *gateway_config(const struct corral_config *cfg, const char *master_key,
-                                        const char *upstream, const char *data_dir)
+static struct gateway_config *gateway_config_of(const struct corral_config *cfg,
+                                                const char *master_key, const char *upstream,
+                                                const char *data_dir)
 {
-    __attribute__((cleanup(gw_config_freep))) struct gw_config *gc = NULL;
+    __attribute__((cleanup(gateway_config_freep))) struct gateway_config *gc = NULL;
     if (cfg && cfg->gateway) {
         gc = cfg->gateway;
         ((struct corral_config *)cfg)->gateway = NULL;
-    } else if (!(gc = gw_config_new())) {
+    } else if (!(gc = gateway_config_new())) {
         return NULL;
     }
     if (master_key && set_string(&gc->master_key, master_key) < 0)
@@ -355,7 +356,7 @@ static char *add_env_keys(struct serve_opts *o)
  * CLI_USAGE, said. */
 static int settle_gateway(struct serve_opts *o, const struct corral_config *cfg)
 {
-    const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
+    const struct gateway_config *file_gw = cfg ? cfg->gateway : NULL;
     if (!o->gw_listen_set && file_gw && file_gw->listen) {
         o->gw_listen_set = true;
         if (set_listen(&o->gw, "gateway.listen", file_gw->listen) != 0)
@@ -425,7 +426,7 @@ static int start_apis(const struct serve_opts *o, const struct corral_config *cf
     }
     if (!o->gw.on)
         return CLI_OK;
-    struct gw_config *gc = gateway_config(cfg, o->master_key, o->upstream, o->gw_data);
+    struct gateway_config *gc = gateway_config_of(cfg, o->master_key, o->upstream, o->gw_data);
     if (!gc) {
         fprintf(stderr, "corral serve: out of memory\n");
         return CLI_SANDBOX_ERROR;

@@ -487,7 +487,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         any = any || v[i];
     if (!any)
         return 0;
-    if (!(cfg->gateway = gw_config_new()))
+    if (!(cfg->gateway = gateway_config_new()))
         return walk_out_of_memory(w);
     /* router_settings and environment_variables: accepted, not read. */
     struct litellm_keys gateway_keys = {.model_list = v[MODEL_LIST],
@@ -675,7 +675,7 @@ void corral_config_free(struct corral_config *cfg)
     free(cfg->templates);
     corral_strv_free(cfg->net_dns);
     corral_strv_free(cfg->net_private);
-    gw_config_free(cfg->gateway);
+    gateway_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->disk_dir);
     free(cfg->path);

@@ -3,7 +3,7 @@
  * model_list, sandbox_tools, litellm_settings, general_settings, and
  * corral's own `gateway:` (gateway_config.h says what each key means).
  * config.c hands over the top-level nodes; what is read fills a
- * struct gw_config. Messages name a value by its key path
+ * struct gateway_config. Messages name a value by its key path
  * ("model_list[0].litellm_params.model"), list entries counted from 0.
  */
 #include <errno.h>
@@ -40,7 +40,7 @@ static bool is_http_url(const char *url)
 
 /* A name of a sandbox tool: a sandbox_tools entry's, or "local" (built in). */
 static int check_tool_name(const struct walk *w, const yaml_node_t *n, const char *what,
-                           const struct gw_config *gw, const char *name)
+                           const struct gateway_config *gw, const char *name)
 {
     if (!strcmp(name, "local"))
         return 0;
@@ -106,7 +106,7 @@ static bool is_provider_name(const char *p, size_t len)
 
 /* litellm_params.model: "PROVIDER/NAME" or "NAME" (provider openai). */
 static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char *what,
-                         struct gw_model *m)
+                         struct gateway_model *m)
 {
     const char *text = NULL;
     int r = walk_env_value(w, n, what, &text);
@@ -140,7 +140,7 @@ static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char 
 /* litellm_params.api_base, or the provider's; `params` locates messages when
  * the value is not written. */
 static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
-                         const char *params_path, struct gw_model *m)
+                         const char *params_path, struct gateway_model *m)
 {
     char what[KEY_PATH_MAX];
     walk_key_path(what, sizeof(what), params_path, "api_base", 0);
@@ -229,13 +229,13 @@ static int walk_entry_params(const struct walk *w, const yaml_node_t *n, const y
 
 /* Fills entry i of a list the gateway's configuration owns. */
 typedef int walk_entry_fn(const struct walk *w, const yaml_node_t *list, size_t i,
-                          struct gw_config *gw);
+                          struct gateway_config *gw);
 
 /* A list of entries (model_list, sandbox_tools) into *array, of elements of
  * `size` bytes, each counted in *count before walk_entry fills it, so that
- * gw_config_free() frees what it holds. */
+ * gateway_config_free() frees what it holds. */
 static int walk_entries(const struct walk *w, const yaml_node_t *n, const char *what, size_t size,
-                        void **array, size_t *count, struct gw_config *gw,
+                        void **array, size_t *count, struct gateway_config *gw,
                         walk_entry_fn *walk_entry)
 {
     int r = walk_expect_list(w, n, what);
@@ -284,9 +284,9 @@ static int walk_timeout(const struct walk *w, const yaml_node_t *n, const char *
 
 /* litellm_params.upstream_api: which API the upstream speaks. */
 static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const char *what,
-                             struct gw_model *m)
+                             struct gateway_model *m)
 {
-    m->api = !strcmp(m->provider, "openai") ? GW_API_RESPONSES : GW_API_CHAT;
+    m->api = !strcmp(m->provider, "openai") ? GATEWAY_API_RESPONSES : GATEWAY_API_CHAT;
     if (!walk_given(n))
         return 0;
     const char *api = NULL;
@@ -294,9 +294,9 @@ static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const c
     if (r < 0)
         return r;
     if (!strcmp(api, "chat_completions"))
-        m->api = GW_API_CHAT;
+        m->api = GATEWAY_API_CHAT;
     else if (!strcmp(api, "responses"))
-        m->api = GW_API_RESPONSES;
+        m->api = GATEWAY_API_RESPONSES;
     else
         return walk_fail(w, n, EINVAL,
                          "%s: unknown API '%.40s' (expected chat_completions or responses)", what,
@@ -306,9 +306,9 @@ static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const c
 
 /* model_list[index]. */
 static int walk_model(const struct walk *w, const yaml_node_t *list, size_t index,
-                      struct gw_config *gw)
+                      struct gateway_config *gw)
 {
-    struct gw_model *m = &gw->models[index];
+    struct gateway_model *m = &gw->models[index];
     const yaml_node_t *n = walk_list_item(w, list, index);
     char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
     walk_key_path(path, sizeof(path), "model_list", NULL, index);
@@ -360,7 +360,7 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
     return 0;
 }
 
-static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     return walk_entries(w, n, "model_list", sizeof(*gw->models), (void **)&gw->models,
                         &gw->n_models, gw, walk_model);
@@ -472,7 +472,7 @@ static int walk_action(const struct walk *w, const yaml_node_t *n, const char *w
 /* local's network_policy: {defaultAction, egress: [{action, target}]} into
  * t->network (POLICY), every target checked as the sandbox's policy will be. */
 static int walk_local_network(const struct walk *w, const yaml_node_t *n, const char *what,
-                              struct gw_sandbox_tool *t)
+                              struct gateway_sandbox_tool *t)
 {
     int r = walk_expect_mapping(w, n, what, "defaultAction, egress", false);
     if (r < 0)
@@ -496,9 +496,9 @@ static int walk_local_network(const struct walk *w, const yaml_node_t *n, const 
         if ((r = walk_expect_list(w, v[1], sub)) < 0)
             return r;
         count = r ? walk_list_length(v[1]) : 0;
-        if (count > GW_NET_RULES_MAX)
+        if (count > GATEWAY_NET_RULES_MAX)
             return walk_fail(w, v[1], EINVAL, "%s: %zu rules, at most %d", sub, count,
-                             GW_NET_RULES_MAX);
+                             GATEWAY_NET_RULES_MAX);
     }
     struct corral_network_rule *rules = calloc(count ? count : 1, sizeof(*rules));
     if (!rules)
@@ -654,9 +654,9 @@ static const char *tool_key(struct tool_params *tp, int key)
 
 /* sandbox_tools[index]'s name, unique among the entries before it. */
 static int walk_tool_name(const struct walk *w, const yaml_node_t *list, size_t index,
-                          struct gw_config *gw, const char *path, yaml_node_t *v[2])
+                          struct gateway_config *gw, const char *path, yaml_node_t *v[2])
 {
-    struct gw_sandbox_tool *t = &gw->tools[index];
+    struct gateway_sandbox_tool *t = &gw->tools[index];
     int r = walk_entry_name(w, walk_list_item(w, list, index), path,
                             "sandbox_tool_name, litellm_params", "sandbox_tool_name", v, &t->name);
     if (r < 0)
@@ -675,7 +675,7 @@ static int walk_tool_name(const struct walk *w, const yaml_node_t *list, size_t 
 
 /* sandbox_provider, and no key that provider does not read. */
 static int walk_tool_provider(const struct walk *w, struct tool_params *tp,
-                              struct gw_sandbox_tool *t)
+                              struct gateway_sandbox_tool *t)
 {
     const yaml_node_t *n = tp->v[TOOL_PROVIDER];
     if (!n)
@@ -700,7 +700,7 @@ static int walk_tool_provider(const struct walk *w, struct tool_params *tp,
 /* api_base and api_key, or the remote provider's variables (local reads
  * neither api_base nor the variables). */
 static int walk_tool_endpoint(const struct walk *w, struct tool_params *tp,
-                              struct gw_sandbox_tool *t)
+                              struct gateway_sandbox_tool *t)
 {
     bool e2b = tp->provider == SB_E2B, opensandbox = tp->provider == SB_OPENSANDBOX;
     int r;
@@ -720,7 +720,8 @@ static int walk_tool_endpoint(const struct walk *w, struct tool_params *tp,
 }
 
 /* One of template, template_id and image (opensandbox's), into template_id. */
-static int walk_tool_image(const struct walk *w, struct tool_params *tp, struct gw_sandbox_tool *t)
+static int walk_tool_image(const struct walk *w, struct tool_params *tp,
+                           struct gateway_sandbox_tool *t)
 {
     const yaml_node_t *chosen = NULL;
     for (int i = TOOL_TEMPLATE; i <= TOOL_IMAGE; i++) {
@@ -746,7 +747,7 @@ static int walk_tool_image(const struct walk *w, struct tool_params *tp, struct 
 /* allow_internet_access and network_policy: local's as the sandbox's
  * network, opensandbox's as JSON. */
 static int walk_tool_network(const struct walk *w, struct tool_params *tp,
-                             struct gw_sandbox_tool *t)
+                             struct gateway_sandbox_tool *t)
 {
     const yaml_node_t *policy = tp->v[TOOL_NETWORK_POLICY];
     bool local = tp->provider == SB_LOCAL;
@@ -768,9 +769,9 @@ static int walk_tool_network(const struct walk *w, struct tool_params *tp,
 
 /* sandbox_tools[index]. */
 static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *list, size_t index,
-                             struct gw_config *gw)
+                             struct gateway_config *gw)
 {
-    struct gw_sandbox_tool *t = &gw->tools[index];
+    struct gateway_sandbox_tool *t = &gw->tools[index];
     char path[KEY_PATH_MAX];
     walk_key_path(path, sizeof(path), "sandbox_tools", NULL, index);
     yaml_node_t *v[2];
@@ -809,13 +810,14 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *list, size
     return 0;
 }
 
-static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     return walk_entries(w, n, "sandbox_tools", sizeof(*gw->tools), (void **)&gw->tools,
                         &gw->n_tools, gw, walk_sandbox_tool);
 }
 
-static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n,
+                                 struct gateway_config *gw)
 {
     int r = walk_expect_mapping(w, n, "litellm_settings",
                                 "callbacks, code_interpreter_interception_params, ...", true);
@@ -851,7 +853,8 @@ static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, str
     return 0;
 }
 
-static int walk_general_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_general_settings(const struct walk *w, const yaml_node_t *n,
+                                 struct gateway_config *gw)
 {
     int r = walk_expect_mapping(w, n, "general_settings", "master_key, ...", true);
     if (r <= 0)
@@ -878,7 +881,7 @@ static bool is_code_tool_name(const char *name)
 }
 
 /* corral's own keys: strict, every key with a value. */
-static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     int r = walk_expect_mapping(w, n, "gateway",
                                 "listen, store, data_dir, code_tool_name, max_agentic_loops, "
@@ -961,7 +964,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
         cleanup_free char *m = NULL;
         if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
             return r;
-        uint64_t bytes = gw_memory_limit_bytes(m);
+        uint64_t bytes = gateway_memory_limit_bytes(m);
         if (!bytes)
             return walk_fail(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
         gw->container_memory_max = bytes;
@@ -970,7 +973,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
     return 0;
 }
 
-int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gw_config *gw)
+int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gateway_config *gw)
 {
     int r;
     /* The tools first: models and the interception settings name them. */

@@ -101,6 +101,6 @@ int walk_yaml_to_json(const struct walk *w, const yaml_node_t *n, const char *wh
 struct litellm_keys {
     const yaml_node_t *model_list, *sandbox_tools, *litellm_settings, *general_settings, *gateway;
 };
-int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gw_config *gw);
+int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gateway_config *gw);
 
 #endif
