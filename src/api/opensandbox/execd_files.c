@@ -330,29 +330,45 @@ static struct http_response *check_perm_map(json_t *body)
     return NULL;
 }
 
-static struct http_response *files_permissions(corral_sandbox *sb, const struct http_request *req)
+/* What a {path: permissions} request does to one path; NULL when it did. */
+typedef struct http_response *(*perm_action)(corral_sandbox *sb, const char *key, const char *path,
+                                             const struct perm *pm);
+
+/* The body checked whole (nothing is done when any entry is wrong), then
+ * act on each entry in order, up to the first that fails. */
+static struct http_response *each_perm_entry(corral_sandbox *sb, const struct http_request *req,
+                                             perm_action act)
 {
-    struct http_response *bad = NULL;
     cleanup_json json_t *body = NULL;
     struct corral_error perr;
     if (parse_body(req, JSON_OBJECT, &body, &perr) < 0)
         return execd_fail(&perr);
+    struct http_response *bad = check_perm_map(body);
     const char *key;
     json_t *v;
     char path[PATH_LEN], why[256];
     struct perm pm;
-    bad = check_perm_map(body);
     json_object_foreach(body, key, v)
     {
         if (bad)
             break;
-        struct corral_error err;
         resolve(key, path);
         parse_perm(v, &pm, why, sizeof(why));
-        if (apply_perm(sb, path, &pm, &err) < 0)
-            bad = execd_fail(&err);
+        bad = act(sb, key, path, &pm);
     }
     return bad ? bad : ok_empty();
+}
+
+static struct http_response *chmod_one(corral_sandbox *sb, const char *key, const char *path,
+                                       const struct perm *pm)
+{
+    struct corral_error err;
+    return apply_perm(sb, path, pm, &err) < 0 ? execd_fail(&err) : NULL;
+}
+
+static struct http_response *files_permissions(corral_sandbox *sb, const struct http_request *req)
+{
+    return each_perm_entry(sb, req, chmod_one);
 }
 
 static struct http_response *parent_dirs(corral_sandbox *sb, const char *path)
@@ -1340,34 +1356,23 @@ static struct http_response *files_download(corral_sandbox *sb, const struct htt
 
 /* ---- POST /directories, DELETE /directories ---- */
 
+static struct http_response *mkdir_one(corral_sandbox *sb, const char *key, const char *path,
+                                       const struct perm *pm)
+{
+    struct corral_error err;
+    bool created = false;
+    /* As execd: the mode applies to a directory made now, not to one that was there. */
+    if (corral_file_mkdir(sb, path, true, &created, &err) == 0 &&
+        (!created || apply_perm(sb, path, pm, &err) == 0))
+        return NULL;
+    return err.code == EEXIST
+               ? execd_error(400, "INVALID_REQUEST_BODY", "%s exists and is not a directory", key)
+               : execd_fail(&err);
+}
+
 static struct http_response *directories_make(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    cleanup_json json_t *body = NULL;
-    struct corral_error perr;
-    if (parse_body(req, JSON_OBJECT, &body, &perr) < 0)
-        return execd_fail(&perr);
-    const char *key;
-    json_t *v;
-    char path[PATH_LEN], why[256];
-    struct perm pm;
-    bad = check_perm_map(body);
-    json_object_foreach(body, key, v)
-    {
-        if (bad)
-            break;
-        struct corral_error err;
-        bool created = false;
-        resolve(key, path);
-        parse_perm(v, &pm, why, sizeof(why));
-        /* As execd: the mode applies to a directory made now, not to one that was there. */
-        if (corral_file_mkdir(sb, path, true, &created, &err) < 0 ||
-            (created && apply_perm(sb, path, &pm, &err) < 0))
-            bad = err.code == EEXIST ? execd_error(400, "INVALID_REQUEST_BODY",
-                                                   "%s exists and is not a directory", key)
-                                     : execd_fail(&err);
-    }
-    return bad ? bad : ok_empty();
+    return each_perm_entry(sb, req, mkdir_one);
 }
 
 static struct http_response *directories_delete(corral_sandbox *sb, const struct http_request *req)
