@@ -80,16 +80,8 @@ static int on_data(void *u, const char *data, size_t len)
         } else {
             if (take > LINE_MAX_BYTES - l->len)
                 return l->stopped = -EMSGSIZE;
-            if (l->len + take + 1 > l->cap) {
-                size_t cap = l->cap ? l->cap : 4096;
-                while (cap < l->len + take + 1)
-                    cap *= 2;
-                char *b = realloc(l->buf, cap);
-                if (!b)
-                    return l->stopped = -ENOMEM;
-                l->buf = b;
-                l->cap = cap;
-            }
+            if (!strbuf_grow(&l->buf, &l->cap, l->len + take + 1, 4096, 0))
+                return l->stopped = -ENOMEM;
             memcpy(l->buf + l->len, data, take);
             l->len += take;
             if (nl) {
