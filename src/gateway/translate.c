@@ -727,7 +727,7 @@ static int user_message_to_item(const json_t *msg, const char *where, const char
                    : 0;
     if (!json_is_array(c))
         return bad_type(err, param_path(p, where, "content"), "a string or an array", c);
-    json_t *parts = json_array();
+    cleanup_json json_t *parts = json_array();
     if (!parts)
         return out_of_memory(err);
     size_t j;
@@ -738,36 +738,33 @@ static int user_message_to_item(const json_t *msg, const char *where, const char
         const char *t;
         json_t *out;
         if (element(part, pp, where, "content", j, "type", &t, err) < 0)
-            goto fail;
+            return -EINVAL;
         if (strcmp(t, "text") == 0) {
             if (get_string(part, pp, "text", true, &s, err) < 0)
-                goto fail;
+                return -EINVAL;
             out = json_pack("{s:s, s:O}", "type", "input_text", "text", s);
         } else if (strcmp(t, "image_url") == 0) {
             out = responses_image_part(part, pp, err);
             if (!out)
-                goto fail;
+                return -EINVAL;
         } else if (strcmp(t, "file") == 0) {
             out = file_part(json_object_get(part, "file"), "input_file", param_path(p, pp, "file"),
                             err);
             if (!out)
-                goto fail;
+                return -EINVAL;
         } else {
             bad_value(err, param_path(p, pp, "type"), t, "'text', 'image_url', and 'file'");
-            goto fail;
+            return -EINVAL;
         }
         if (append(parts, out) < 0) {
             out_of_memory(err);
-            goto fail;
+            return -EINVAL;
         }
     }
     return append(items, json_pack("{s:s, s:s, s:o}", "type", "message", "role", role, "content",
-                                   parts)) < 0
+                                   steal_pointer(&parts))) < 0
                ? out_of_memory(err)
                : 0;
-fail:
-    json_decref(parts);
-    return -EINVAL;
 }
 
 static int tool_call_to_item(const json_t *call, const char *where, json_t *items,
@@ -806,20 +803,18 @@ static int assistant_message_item(const json_t *text, const json_t *refusal, boo
         return *item ? 0 : -ENOMEM;
     }
     /* Output parts keep the refusal apart from the text. */
-    json_t *parts = json_array();
+    cleanup_json json_t *parts = json_array();
     if (!parts)
         return -ENOMEM;
     if (json_string_length(text) > 0 &&
         append(parts, json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text", text,
                                 "annotations")) < 0)
-        goto oom;
+        return -ENOMEM;
     if (append(parts, json_pack("{s:s, s:O}", "type", "refusal", "refusal", refusal)) < 0)
-        goto oom;
-    *item = json_pack("{s:s, s:s, s:o}", "type", "message", "role", "assistant", "content", parts);
+        return -ENOMEM;
+    *item = json_pack("{s:s, s:s, s:o}", "type", "message", "role", "assistant", "content",
+                      steal_pointer(&parts));
     return *item ? 0 : -ENOMEM;
-oom:
-    json_decref(parts);
-    return -ENOMEM;
 }
 
 static int assistant_to_items(const json_t *msg, const char *where, json_t *items,
