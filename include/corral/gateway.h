@@ -54,8 +54,8 @@ int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway
  * src/config's corral_config (config/gateway_config.h), as `corral serve`
  * has it after its command line's overrides; it is taken (freed with the
  * gateway, or at once on failure). state_dir as in corral_gateway_options. */
-struct gw_config;
-int corral_gateway_new_with_config(struct gw_config *cfg, const char *state_dir,
+struct gateway_config;
+int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state_dir,
                                    corral_gateway **out, struct corral_error *err);
 /* Stops the calls in progress and refuses new ones: each ends with an
  * error that says the gateway is shutting down (503, or an error event on

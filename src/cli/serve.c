@@ -101,14 +101,15 @@ static bool beyond_loopback(const char *host)
  * it) or the defaults, with the command line's master key and --upstream's
  * catch-all model ahead of the file's ("*": every model no other entry
  * serves). NULL when out of memory. */
-static struct gw_config *gateway_config(const struct corral_config *cfg, const char *master_key,
-                                        const char *upstream, const char *data_dir)
+static struct gateway_config *gateway_config_of(const struct corral_config *cfg,
+                                                const char *master_key, const char *upstream,
+                                                const char *data_dir)
 {
-    struct gw_config *gc;
+    struct gateway_config *gc;
     if (cfg && cfg->gateway) {
         gc = cfg->gateway;
         ((struct corral_config *)cfg)->gateway = NULL;
-    } else if (!(gc = gw_config_new())) {
+    } else if (!(gc = gateway_config_new())) {
         return NULL;
     }
     if (master_key) {
@@ -126,13 +127,13 @@ static struct gw_config *gateway_config(const struct corral_config *cfg, const c
         gc->data_dir = copy;
     }
     if (upstream) {
-        struct gw_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
+        struct gateway_model *models = realloc(gc->models, (gc->n_models + 1) * sizeof(*models));
         if (!models)
             goto fail;
         gc->models = models;
         memmove(models + 1, models, gc->n_models * sizeof(*models));
-        gc->n_models++; /* from here gw_config_free() frees what the entry holds */
-        struct gw_model *m = &models[0];
+        gc->n_models++; /* from here gateway_config_free() frees what the entry holds */
+        struct gateway_model *m = &models[0];
         memset(m, 0, sizeof(*m));
         const char *key = getenv("CORRAL_UPSTREAM_API_KEY");
         size_t len = strlen(upstream);
@@ -143,13 +144,13 @@ static struct gw_config *gateway_config(const struct corral_config *cfg, const c
         m->model = strdup("*");
         m->api_base = strndup(upstream, len);
         m->api_key = key && *key ? strdup(key) : NULL;
-        m->api = GW_API_CHAT;
+        m->api = GATEWAY_API_CHAT;
         if (!m->name || !m->provider || !m->model || !m->api_base || (key && *key && !m->api_key))
             goto fail;
     }
     return gc;
 fail:
-    gw_config_free(gc);
+    gateway_config_free(gc);
     return NULL;
 }
 
@@ -325,7 +326,7 @@ int cli_serve(int argc, char **argv)
         free(env_keys);
         return c;
     }
-    const struct gw_config *file_gw = cfg ? cfg->gateway : NULL;
+    const struct gateway_config *file_gw = cfg ? cfg->gateway : NULL;
     if (!gw_listen_set && file_gw && file_gw->listen) {
         gw_on = strcmp(file_gw->listen, "off") != 0;
         gw_listen_set = true;
@@ -389,7 +390,7 @@ int cli_serve(int argc, char **argv)
         goto out;
     }
     if (gw_on) {
-        struct gw_config *gc = gateway_config(cfg, master_key, upstream, gw_data);
+        struct gateway_config *gc = gateway_config_of(cfg, master_key, upstream, gw_data);
         if (!gc) {
             fprintf(stderr, "corral serve: out of memory\n");
             rc = CLI_SANDBOX_ERROR;

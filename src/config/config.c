@@ -770,7 +770,7 @@ static bool is_http_url(const char *url)
 
 /* A name of a sandbox tool: a sandbox_tools entry's, or "local" (built in). */
 static int check_tool_name(const struct walk *w, const yaml_node_t *n, const char *what,
-                           const struct gw_config *gw, const char *name)
+                           const struct gateway_config *gw, const char *name)
 {
     if (!strcmp(name, "local"))
         return 0;
@@ -836,7 +836,7 @@ static bool is_provider_name(const char *p, size_t len)
 
 /* litellm_params.model: "PROVIDER/NAME" or "NAME" (provider openai). */
 static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char *what,
-                         struct gw_model *m)
+                         struct gateway_model *m)
 {
     const char *text = NULL;
     int r = env_value(w, n, what, &text);
@@ -870,7 +870,7 @@ static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char 
 /* litellm_params.api_base, or the provider's; `params` locates messages when
  * the value is not written. */
 static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
-                         const char *params_path, struct gw_model *m)
+                         const char *params_path, struct gateway_model *m)
 {
     char what[KEY_PATH_MAX];
     key_path(what, sizeof(what), params_path, "api_base", 0);
@@ -919,7 +919,7 @@ static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_
 }
 
 static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
-                      struct gw_config *gw, struct gw_model *m)
+                      struct gateway_config *gw, struct gateway_model *m)
 {
     char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
     key_path(path, sizeof(path), "model_list", NULL, index);
@@ -987,15 +987,15 @@ static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
         (r = walk_seconds(w, p[TIMEOUT], WHAT(TIMEOUT), 1, DAY_MS,
                           "more than 0 and at most 86400 seconds", &m->timeout_ms)) < 0)
         return r;
-    m->api = !strcmp(m->provider, "openai") ? GW_API_RESPONSES : GW_API_CHAT;
+    m->api = !strcmp(m->provider, "openai") ? GATEWAY_API_RESPONSES : GATEWAY_API_CHAT;
     if (given(p[UPSTREAM_API])) {
         const char *api = NULL;
         if ((r = env_value(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), &api)) < 0)
             return r;
         if (!strcmp(api, "chat_completions"))
-            m->api = GW_API_CHAT;
+            m->api = GATEWAY_API_CHAT;
         else if (!strcmp(api, "responses"))
-            m->api = GW_API_RESPONSES;
+            m->api = GATEWAY_API_RESPONSES;
         else
             return fail_at(w, p[UPSTREAM_API], EINVAL,
                            "%s: unknown API '%.40s' (expected chat_completions or responses)", what,
@@ -1011,7 +1011,7 @@ static int walk_model(const struct walk *w, const yaml_node_t *n, size_t index,
     return 0;
 }
 
-static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     int r = expect_list(w, n, "model_list");
     if (r <= 0)
@@ -1022,8 +1022,8 @@ static int walk_model_list(const struct walk *w, const yaml_node_t *n, struct gw
     if (!(gw->models = calloc(count, sizeof(*gw->models))))
         return out_of_memory(w);
     for (size_t i = 0; i < count; i++) {
-        /* Counted before it is filled, so that gw_config_free() frees it. */
-        struct gw_model *m = &gw->models[gw->n_models++];
+        /* Counted before it is filled, so that gateway_config_free() frees it. */
+        struct gateway_model *m = &gw->models[gw->n_models++];
         if ((r = walk_model(w, list_item(w, n, i), i, gw, m)) < 0)
             return r;
     }
@@ -1253,7 +1253,7 @@ static int walk_action(const struct walk *w, const yaml_node_t *n, const char *w
 /* local's network_policy: {defaultAction, egress: [{action, target}]} into
  * t->network (POLICY), every target checked as the sandbox's policy will be. */
 static int walk_local_network(const struct walk *w, const yaml_node_t *n, const char *what,
-                              struct gw_sandbox_tool *t)
+                              struct gateway_sandbox_tool *t)
 {
     int r = expect_mapping(w, n, what, "defaultAction, egress", false);
     if (r < 0)
@@ -1277,9 +1277,9 @@ static int walk_local_network(const struct walk *w, const yaml_node_t *n, const 
         if ((r = expect_list(w, v[1], sub)) < 0)
             return r;
         count = r ? list_length(v[1]) : 0;
-        if (count > GW_NET_RULES_MAX)
+        if (count > GATEWAY_NET_RULES_MAX)
             return fail_at(w, v[1], EINVAL, "%s: %zu rules, at most %d", sub, count,
-                           GW_NET_RULES_MAX);
+                           GATEWAY_NET_RULES_MAX);
     }
     struct corral_network_rule *rules = calloc(count ? count : 1, sizeof(*rules));
     if (!rules)
@@ -1376,7 +1376,8 @@ static int walk_entrypoint(const struct walk *w, const yaml_node_t *n, const cha
 }
 
 static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const yaml_node_t *list,
-                             size_t index, struct gw_config *gw, struct gw_sandbox_tool *t)
+                             size_t index, struct gateway_config *gw,
+                             struct gateway_sandbox_tool *t)
 {
     char path[KEY_PATH_MAX], params_path[KEY_PATH_MAX], what[KEY_PATH_MAX];
     key_path(path, sizeof(path), "sandbox_tools", NULL, index);
@@ -1546,7 +1547,7 @@ static int walk_sandbox_tool(const struct walk *w, const yaml_node_t *n, const y
     return 0;
 }
 
-static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     int r = expect_list(w, n, "sandbox_tools");
     if (r <= 0)
@@ -1557,14 +1558,15 @@ static int walk_sandbox_tools(const struct walk *w, const yaml_node_t *n, struct
     if (!(gw->tools = calloc(count, sizeof(*gw->tools))))
         return out_of_memory(w);
     for (size_t i = 0; i < count; i++) {
-        struct gw_sandbox_tool *t = &gw->tools[gw->n_tools++];
+        struct gateway_sandbox_tool *t = &gw->tools[gw->n_tools++];
         if ((r = walk_sandbox_tool(w, list_item(w, n, i), n, i, gw, t)) < 0)
             return r;
     }
     return 0;
 }
 
-static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n,
+                                 struct gateway_config *gw)
 {
     int r = expect_mapping(w, n, "litellm_settings",
                            "callbacks, code_interpreter_interception_params, ...", true);
@@ -1598,7 +1600,8 @@ static int walk_litellm_settings(const struct walk *w, const yaml_node_t *n, str
     return 0;
 }
 
-static int walk_general_settings(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_general_settings(const struct walk *w, const yaml_node_t *n,
+                                 struct gateway_config *gw)
 {
     int r = expect_mapping(w, n, "general_settings", "master_key, ...", true);
     if (r <= 0)
@@ -1625,7 +1628,7 @@ static bool is_code_tool_name(const char *name)
 }
 
 /* corral's own keys: strict, every key with a value. */
-static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_config *gw)
+static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     int r = expect_mapping(w, n, "gateway",
                            "listen, store, data_dir, code_tool_name, max_agentic_loops, "
@@ -1708,7 +1711,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gw_co
         char *m = NULL;
         if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
             return r;
-        uint64_t bytes = gw_memory_limit_bytes(m);
+        uint64_t bytes = gateway_memory_limit_bytes(m);
         free(m);
         if (!bytes)
             return fail_at(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
@@ -1802,7 +1805,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         any = any || v[i];
     if (!any)
         return 0;
-    struct gw_config *gw = cfg->gateway = gw_config_new();
+    struct gateway_config *gw = cfg->gateway = gateway_config_new();
     if (!gw)
         return out_of_memory(w);
     /* The tools first: models and the interception settings name them. */
@@ -2001,7 +2004,7 @@ void corral_config_free(struct corral_config *cfg)
     free(cfg->templates);
     free_text_list(cfg->net_dns);
     free_text_list(cfg->net_private);
-    gw_config_free(cfg->gateway);
+    gateway_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->disk_dir);
     free(cfg->path);

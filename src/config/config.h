@@ -62,7 +62,7 @@
  * router_settings and environment_variables (the last two accepted and
  * ignored), and corral's own `gateway`. A file with none of them has no
  * gateway part (`gateway` is NULL); one with any of them has one, every
- * setting not written at its default (gw_config_new()).
+ * setting not written at its default (gateway_config_new()).
  *
  * Values may be written as YAML numbers or as strings ("1GiB", '2'). Unknown
  * keys, duplicate keys, values of the wrong shape (a list where a mapping is
@@ -90,7 +90,7 @@ struct corral_config {
     /* Every string (name, preload entries) and array is owned by the config. */
     struct corral_template *templates;
     size_t n_templates;
-    struct gw_config *gateway; /* NULL when the file has none of the gateway's keys */
+    struct gateway_config *gateway; /* NULL when the file has none of the gateway's keys */
     /* `network:` */
     bool has_network;
     bool net_modes_given;

@@ -13,9 +13,9 @@
 #define DEFAULT_OUTPUT_LIMIT      20000
 #define DEFAULT_EXEC_TIMEOUT_MS   120000
 
-struct gw_config *gw_config_new(void)
+struct gateway_config *gateway_config_new(void)
 {
-    struct gw_config *c = calloc(1, sizeof(*c));
+    struct gateway_config *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
     if (!(c->code_tool_name = strdup(DEFAULT_CODE_TOOL_NAME))) {
@@ -33,12 +33,12 @@ struct gw_config *gw_config_new(void)
     return c;
 }
 
-void gw_config_free(struct gw_config *c)
+void gateway_config_free(struct gateway_config *c)
 {
     if (!c)
         return;
     for (size_t i = 0; i < c->n_models; i++) {
-        struct gw_model *m = &c->models[i];
+        struct gateway_model *m = &c->models[i];
         free(m->name);
         free(m->provider);
         free(m->model);
@@ -49,7 +49,7 @@ void gw_config_free(struct gw_config *c)
     }
     free(c->models);
     for (size_t i = 0; i < c->n_tools; i++) {
-        struct gw_sandbox_tool *t = &c->tools[i];
+        struct gateway_sandbox_tool *t = &c->tools[i];
         free(t->name);
         free(t->provider);
         free(t->api_base);
@@ -86,14 +86,14 @@ static size_t wildcard_prefix(const char *name)
     return len - 1;
 }
 
-const struct gw_model *gw_config_model(const struct gw_config *c, const char *name)
+const struct gateway_model *gateway_config_model(const struct gateway_config *c, const char *name)
 {
     if (!c || !name)
         return NULL;
     for (size_t i = 0; i < c->n_models; i++)
         if (c->models[i].name && !strcmp(c->models[i].name, name))
             return &c->models[i];
-    const struct gw_model *best = NULL, *any = NULL;
+    const struct gateway_model *best = NULL, *any = NULL;
     size_t best_len = 0;
     size_t name_len = strlen(name);
     for (size_t i = 0; i < c->n_models; i++) {
@@ -115,9 +115,10 @@ const struct gw_model *gw_config_model(const struct gw_config *c, const char *na
     return best ? best : any;
 }
 
-const struct gw_sandbox_tool *gw_config_tool(const struct gw_config *c, const char *name)
+const struct gateway_sandbox_tool *gateway_config_tool(const struct gateway_config *c,
+                                                       const char *name)
 {
-    static const struct gw_sandbox_tool builtin_local = {.name = "local", .provider = "local"};
+    static const struct gateway_sandbox_tool builtin_local = {.name = "local", .provider = "local"};
     if (!name)
         return NULL;
     for (size_t i = 0; c && i < c->n_tools; i++)
@@ -128,7 +129,7 @@ const struct gw_sandbox_tool *gw_config_tool(const struct gw_config *c, const ch
     return NULL;
 }
 
-uint64_t gw_memory_limit_bytes(const char *limit)
+uint64_t gateway_memory_limit_bytes(const char *limit)
 {
     static const struct {
         const char *name;

@@ -131,7 +131,7 @@
  *                    null/~/nothing null; any other scalar, and every quoted one
  *                    ("443"), a string.
  *                    local: checked as written (no other keys; action and target
- *                    required; at most GW_NET_RULES_MAX rules; targets as corral's
+ *                    required; at most GATEWAY_NET_RULES_MAX rules; targets as corral's
  *                    struct corral_network_rule: example.com, "*.example.com", "*", an
  *                    address, a range) and the sandboxes' network mode is policy: the
  *                    first rule whose target matches decides, else defaultAction.
@@ -150,7 +150,7 @@
  *   anything else is ignored.
  * The variables are read when the file is, and only non-empty values count.
  * "local" always names a sandbox tool: when no entry has that name, it is the
- * built-in provider with every default (gw_config_tool returns it).
+ * built-in provider with every default (gateway_config_tool returns it).
  *
  * litellm_settings   a mapping; only code_interpreter_interception_params is read:
  *   enabled          a boolean (true/false, yes/no, on/off).
@@ -183,11 +183,11 @@
 
 #include "corral/corral.h"
 
-#define GW_NET_RULES_MAX 256 /* rules of a local tool's network_policy */
+#define GATEWAY_NET_RULES_MAX 256 /* rules of a local tool's network_policy */
 
-enum gw_upstream_api { GW_API_CHAT = 0, GW_API_RESPONSES = 1 };
+enum gateway_upstream_api { GATEWAY_API_CHAT = 0, GATEWAY_API_RESPONSES = 1 };
 
-struct gw_model {
+struct gateway_model {
     char *name;        /* model_name; "*" matches any model, "prefix/\*" any "prefix/NAME" */
     char *provider;    /* "openai", "azure", "hosted_vllm", "ollama", "ollama_chat",
                           "openai_compatible", "llamacpp"...: the part of
@@ -203,14 +203,14 @@ struct gw_model {
     char *api_version; /* azure's api-version, NULL otherwise (and for azure when
                           not configured) */
     bool azure;        /* provider == azure: api-key header, /openai/deployments/MODEL paths */
-    enum gw_upstream_api api;   /* upstream_api; default: responses for provider openai,
-                                   chat_completions otherwise */
-    unsigned max_agentic_loops; /* 0 = the gateway's default */
-    uint64_t timeout_ms;        /* 0 = 600 s */
-    char *sandbox_tool;         /* NULL = the default sandbox tool */
+    enum gateway_upstream_api api; /* upstream_api; default: responses for provider openai,
+                                 chat_completions otherwise */
+    unsigned max_agentic_loops;    /* 0 = the gateway's default */
+    uint64_t timeout_ms;           /* 0 = 600 s */
+    char *sandbox_tool;            /* NULL = the default sandbox tool */
 };
 
-struct gw_sandbox_tool {
+struct gateway_sandbox_tool {
     char *name;          /* sandbox_tool_name */
     char *provider;      /* "local", "e2b" or "opensandbox" */
     char *api_base;      /* e2b: the control plane, written or $E2B_API_URL, NULL = none
@@ -242,10 +242,10 @@ struct gw_sandbox_tool {
                                     take to be Running; 0 = 30 s */
 };
 
-struct gw_config {
-    struct gw_model *models;
+struct gateway_config {
+    struct gateway_model *models;
     size_t n_models;
-    struct gw_sandbox_tool *tools;
+    struct gateway_sandbox_tool *tools;
     size_t n_tools;
     char *master_key;              /* general_settings.master_key; NULL = none */
     bool interception;             /* litellm_settings...enabled (default true) */
@@ -267,18 +267,19 @@ struct gw_config {
 };
 
 /* The bytes of a container memory_limit ("1g", "4g", "16g", "64g"), or 0. */
-uint64_t gw_memory_limit_bytes(const char *limit);
+uint64_t gateway_memory_limit_bytes(const char *limit);
 
 /* A configuration with no models and every default. NULL on no memory. */
-struct gw_config *gw_config_new(void);
+struct gateway_config *gateway_config_new(void);
 /* Frees c and every string and array it holds; NULL is allowed. */
-void gw_config_free(struct gw_config *c);
+void gateway_config_free(struct gateway_config *c);
 /* The model entry serving `name` (exact names first, then "prefix/\*",
  * then "*"), or NULL. Among "prefix/\*" entries the longest prefix wins;
  * among equal names, the first entry. */
-const struct gw_model *gw_config_model(const struct gw_config *c, const char *name);
+const struct gateway_model *gateway_config_model(const struct gateway_config *c, const char *name);
 /* The sandbox tool named `name`, or NULL. "local" is never NULL: without an
  * entry of that name it is a built-in tool {"local", "local", every default}. */
-const struct gw_sandbox_tool *gw_config_tool(const struct gw_config *c, const char *name);
+const struct gateway_sandbox_tool *gateway_config_tool(const struct gateway_config *c,
+                                                       const char *name);
 
 #endif

@@ -35,7 +35,7 @@
  * a new one of the call's tool and the auto container's network_policy). */
 static const char *tool_description(struct gw_call *c)
 {
-    const struct gw_sandbox_tool *tool = gw_call_tool(c);
+    const struct gateway_sandbox_tool *tool = gw_call_tool(c);
     const json_t *policy = c->auto_network;
     json_t *held = NULL;
     struct gw_container *ct = NULL;
@@ -83,7 +83,7 @@ static bool in_list(const char *const *list, const char *key)
 
 static void resolve_path(struct gw_call *c)
 {
-    bool chat = c->model->api == GW_API_CHAT;
+    bool chat = c->model->api == GATEWAY_API_CHAT;
     if (c->model->azure && chat)
         snprintf(c->up_path_buf, sizeof(c->up_path_buf), "/openai/deployments/%s/chat/completions",
                  c->up_model);
@@ -97,7 +97,7 @@ static void resolve_path(struct gw_call *c)
 
 /* The upstream's name for the client's model: the configured one, or for a
  * wildcard entry the client's name without the entry's prefix. */
-static char *upstream_model(const struct gw_model *m, const char *client)
+static char *upstream_model(const struct gateway_model *m, const char *client)
 {
     if (strcmp(m->model, "*"))
         return strdup(m->model);
@@ -658,7 +658,7 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
                                             "call_id", t->calls[k].call_id, "output", results[k]));
     if (c->items)
         json_array_extend(c->items, add);
-    if (c->model->api == GW_API_RESPONSES) {
+    if (c->model->api == GATEWAY_API_RESPONSES) {
         json_array_extend(c->conv, add);
     } else {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
@@ -775,7 +775,7 @@ static int take_auto_options(struct gw_call *c, json_t *container, const char *p
     char p[96], msg[256];
     json_t *memory = json_object_get(container, "memory_limit");
     if (memory && !json_is_null(memory)) {
-        if (!json_is_string(memory) || !gw_memory_limit_bytes(json_string_value(memory))) {
+        if (!json_is_string(memory) || !gateway_memory_limit_bytes(json_string_value(memory))) {
             snprintf(p, sizeof(p), "%s.memory_limit", param);
             snprintf(msg, sizeof(msg),
                      "Invalid value for '%s': expected one of '1g', '4g', '16g' or '64g'.", p);
@@ -935,7 +935,7 @@ static int set_tool_choice(struct gw_call *c, struct corral_error *err)
     json_t *choice = json_object_get(c->req, "tool_choice");
     if (!choice || json_is_null(choice))
         return 0;
-    bool up_chat = c->model->api == GW_API_CHAT;
+    bool up_chat = c->model->api == GATEWAY_API_CHAT;
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (c->intercept && type && !strcmp(type, "code_interpreter")) {
         c->choice_first =
@@ -1102,7 +1102,7 @@ static int load_previous(struct gw_call *c, json_t **prev_items)
     char *response = NULL, *context = NULL;
     struct corral_error err;
     int rc =
-        gw_store_get_response(c->gw->store, c->prev_id, c->owner, &response, NULL, &context, &err);
+        store_get_response(c->gw->store, c->prev_id, c->owner, &response, NULL, &context, &err);
     if (rc < 0) {
         char msg[256];
         snprintf(msg, sizeof(msg), "Previous response with id '%s' not found.", c->prev_id);
@@ -1125,7 +1125,7 @@ static int load_previous(struct gw_call *c, json_t **prev_items)
 /* The request sent upstream, without conversation and tool_choice. */
 static int build_base(struct gw_call *c, json_t *client_tools, struct corral_error *err)
 {
-    bool up_chat = c->model->api == GW_API_CHAT;
+    bool up_chat = c->model->api == GATEWAY_API_CHAT;
     bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
     json_t *base = json_object();
     c->base = base;
@@ -1196,7 +1196,7 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
     c->chat_calls = json_array();
     c->usage = gw_usage_to_responses(NULL);
     c->status = "completed";
-    bool up_chat = c->model->api == GW_API_CHAT;
+    bool up_chat = c->model->api == GATEWAY_API_CHAT;
     if (c->api == CORRAL_GATEWAY_RESPONSES) {
         json_t *input = json_object_get(c->req, "input");
         if (input && !json_is_string(input) && !json_is_array(input)) {
@@ -1262,8 +1262,8 @@ static void store_response(struct gw_call *c)
     char *context = json_dumps(c->items, JSON_COMPACT);
     struct corral_error err;
     if (input && context &&
-        gw_store_put_response(c->gw->store, c->resp_id, c->owner, c->created_at, response, input,
-                              context, &err) < 0)
+        store_put_response(c->gw->store, c->resp_id, c->owner, c->created_at, response, input,
+                           context, &err) < 0)
         fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err.message);
     free(response);
     free(input);
@@ -1322,7 +1322,7 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         return -EINVAL;
     }
     c->client_model = json_string_value(model);
-    c->model = gw_config_model(c->gw->cfg, c->client_model);
+    c->model = gateway_config_model(c->gw->cfg, c->client_model);
     if (c->model && !gw_key_allows_model(&c->policy, c->client_model)) {
         gw_reply_error(c->out, 401, "invalid_request_error", "model", "model_not_allowed",
                        "This key is not allowed to use the model `%s`.", c->client_model);
@@ -1362,12 +1362,12 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         json_decref(client_tools);
         return -EINVAL;
     }
-    bool same_api = (c->api == CORRAL_GATEWAY_CHAT) == (c->model->api == GW_API_CHAT);
+    bool same_api = (c->api == CORRAL_GATEWAY_CHAT) == (c->model->api == GATEWAY_API_CHAT);
     json_t *prev = json_object_get(c->req, "previous_response_id");
     bool ours_prev = false;
     if (json_is_string(prev)) {
-        ours_prev = gw_store_get_response(c->gw->store, json_string_value(prev), c->owner, NULL,
-                                          NULL, NULL, &(struct corral_error){0}) == 0;
+        ours_prev = store_get_response(c->gw->store, json_string_value(prev), c->owner, NULL, NULL,
+                                       NULL, &(struct corral_error){0}) == 0;
     }
     if (!c->intercept && same_api && !ours_prev) {
         json_decref(client_tools);
@@ -1402,7 +1402,7 @@ static void record_usage(struct gw_call *c)
     json_int_t in = json_integer_value(json_object_get(c->usage, "input_tokens"));
     json_int_t out = json_integer_value(json_object_get(c->usage, "output_tokens"));
     struct corral_error err;
-    gw_store_add_usage(c->gw->store, c->owner, day, 1, in, out, c->code_calls, &err);
+    store_add_usage(c->gw->store, c->owner, day, 1, in, out, c->code_calls, &err);
 }
 
 static void store_streamed(struct gw_call *c)

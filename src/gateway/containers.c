@@ -179,7 +179,7 @@ static bool domain_ok(const char *d)
     return rc == 0;
 }
 
-int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *policy,
+int gw_network_policy_take(const struct gateway_sandbox_tool *tool, const json_t *policy,
                            const char *param, json_t **normalized, struct corral_gateway_reply *out)
 {
     char p[160], msg[512];
@@ -274,7 +274,7 @@ int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *pol
     return 0;
 }
 
-char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *policy)
+char *gw_network_sentence(const struct gateway_sandbox_tool *tool, const json_t *policy)
 {
     struct provider_network net;
     struct corral_error err;
@@ -314,11 +314,12 @@ static void save_record(corral_gateway *gw, struct gw_container *c)
     if (!c->persistent)
         return;
     struct corral_error err;
-    if (gw_store_put_container(gw->store, c->owner, c->obj, &err) < 0)
+    if (store_put_container(gw->store, c->owner, c->obj, &err) < 0)
         fprintf(stderr, "corral gateway: container %s: %s\n", c->id, err.message);
 }
 
-static struct gw_container *container_new(corral_gateway *gw, const struct gw_sandbox_tool *tool,
+static struct gw_container *container_new(corral_gateway *gw,
+                                          const struct gateway_sandbox_tool *tool,
                                           const char *owner, json_t *obj, uint64_t expiry_ms,
                                           uint64_t memory_bytes, bool persistent,
                                           struct corral_error *err)
@@ -358,9 +359,9 @@ static void link_container(corral_gateway *gw, struct gw_container *c)
     pthread_mutex_unlock(&gw->lock);
 }
 
-int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
-                        const struct gw_container_spec *spec, struct gw_container **out,
-                        struct corral_error *err)
+int gw_container_create(corral_gateway *gw, const struct gateway_sandbox_tool *tool,
+                        const char *owner, const struct gw_container_spec *spec,
+                        struct gw_container **out, struct corral_error *err)
 {
     if (spec && spec->max_containers) {
         unsigned n = 0;
@@ -377,7 +378,7 @@ int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, 
     int64_t now = now_s();
     uint64_t expiry = spec && spec->expiry_ms ? spec->expiry_ms : gw->cfg->container_expiry_ms;
     const char *memory = spec && spec->memory_limit ? spec->memory_limit : "1g";
-    uint64_t bytes = gw_memory_limit_bytes(memory);
+    uint64_t bytes = gateway_memory_limit_bytes(memory);
     if (bytes > gw->cfg->container_memory_max)
         bytes = gw->cfg->container_memory_max;
     if (spec && spec->max_memory && bytes > spec->max_memory)
@@ -399,7 +400,7 @@ void gw_containers_load(corral_gateway *gw)
 {
     json_t *list = NULL;
     struct corral_error err;
-    if (gw_store_running_containers(gw->store, &list, &err) < 0) {
+    if (store_running_containers(gw->store, &list, &err) < 0) {
         fprintf(stderr, "corral gateway: cannot load the containers: %s\n", err.message);
         return;
     }
@@ -410,14 +411,15 @@ void gw_containers_load(corral_gateway *gw)
         json_t *obj = json_object_get(e, "container");
         const char *owner = json_string_value(json_object_get(e, "owner"));
         const char *memory = json_string_value(json_object_get(obj, "memory_limit"));
-        uint64_t bytes = gw_memory_limit_bytes(memory ? memory : "1g");
+        uint64_t bytes = gateway_memory_limit_bytes(memory ? memory : "1g");
         if (bytes > gw->cfg->container_memory_max || !bytes)
             bytes = gw->cfg->container_memory_max;
         json_int_t minutes =
             json_integer_value(json_object_get(json_object_get(obj, "expires_after"), "minutes"));
         uint64_t expiry = (uint64_t)minutes * 60000; /* to the minute after a restart */
         const char *tool_name = gw->cfg->default_tool;
-        const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
+        const struct gateway_sandbox_tool *tool =
+            tool_name ? gateway_config_tool(gw->cfg, tool_name) : NULL;
         struct gw_container *c =
             container_new(gw, tool, owner, json_incref(obj),
                           expiry ? expiry : gw->cfg->container_expiry_ms, bytes, true, &err);
@@ -435,7 +437,7 @@ static void push_files(corral_gateway *gw, struct gw_container *c)
     json_t *list = NULL;
     bool more = false;
     struct corral_error err;
-    if (gw_store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) < 0)
+    if (store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) < 0)
         return;
     size_t i;
     json_t *f;
@@ -503,7 +505,7 @@ void gw_container_touch(corral_gateway *gw, struct gw_container *c)
         c->provider->touch(c->sb, sandbox_lifetime(c));
     if (obj && c->persistent) {
         struct corral_error err;
-        gw_store_put_container(gw->store, c->owner, obj, &err);
+        store_put_container(gw->store, c->owner, obj, &err);
     }
     json_decref(obj);
 }
@@ -538,7 +540,7 @@ static int save_cfile(corral_gateway *gw, struct gw_container *c, const char *id
     if (into_sandbox && c->sb && (rc = c->provider->write_file(c->sb, path, data, len, err)) < 0)
         return rc;
     json_t *obj = cfile_object(id, c->id, path, len, created, source);
-    if ((rc = gw_store_put_cfile(gw->store, obj, err)) < 0) {
+    if ((rc = store_put_cfile(gw->store, obj, err)) < 0) {
         json_decref(obj);
         return rc;
     }
@@ -556,7 +558,7 @@ int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char
     json_t *old = NULL;
     char id[64];
     int64_t created = now_s();
-    if (gw_store_find_cfile(gw->store, c->id, path, &old, err) == 0) {
+    if (store_find_cfile(gw->store, c->id, path, &old, err) == 0) {
         snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(old, "id")));
         created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
     } else {
@@ -624,7 +626,7 @@ int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
         return 0;
     json_t *obj = NULL;
     struct corral_error err;
-    if (gw_store_get_container(gw->store, id, owner ? owner : "", &obj, NULL, &err) == 0) {
+    if (store_get_container(gw->store, id, owner ? owner : "", &obj, NULL, &err) == 0) {
         const char *status = json_string_value(json_object_get(obj, "status"));
         rc = status && !strcmp(status, "expired") ? -ESTALE : -ENOENT;
     }
@@ -663,20 +665,20 @@ static void end_record(corral_gateway *gw, struct gw_container *c, bool expired)
         return;
     struct corral_error err;
     if (!expired) {
-        gw_store_delete_container(gw->store, c->id, c->owner, &err);
+        store_delete_container(gw->store, c->id, c->owner, &err);
         return;
     }
     json_t *list = NULL;
     bool more = false;
-    if (gw_store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) == 0) {
+    if (store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) == 0) {
         size_t i;
         json_t *f;
-        json_array_foreach(list, i, f) gw_store_delete_cfile(
-            gw->store, c->id, json_string_value(json_object_get(f, "id")), &err);
+        json_array_foreach(list, i, f)
+            store_delete_cfile(gw->store, c->id, json_string_value(json_object_get(f, "id")), &err);
     }
     json_decref(list);
     json_object_set_new(c->obj, "status", json_string("expired"));
-    gw_store_put_container(gw->store, c->owner, c->obj, &err);
+    store_put_container(gw->store, c->owner, c->obj, &err);
 }
 
 void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove)
@@ -708,7 +710,7 @@ int gw_container_delete(corral_gateway *gw, const char *id, const char *owner)
     int rc = gw_container_find(gw, id, owner, &c);
     if (rc == -ESTALE) { /* an expired record: only it is left */
         struct corral_error err;
-        return gw_store_delete_container(gw->store, id, owner, &err);
+        return store_delete_container(gw->store, id, owner, &err);
     }
     if (rc < 0)
         return rc;

@@ -248,7 +248,7 @@ static json_t *citations(struct gw_call *c, const char *text)
     json_t *files = NULL;
     bool more = false;
     struct corral_error err;
-    if (gw_store_list_cfiles(c->gw->store, cid, NULL, 100000, true, &files, &more, &err) < 0)
+    if (store_list_cfiles(c->gw->store, cid, NULL, 100000, true, &files, &more, &err) < 0)
         files = json_array();
     json_t *notes = gw_cite_files(text, cid, files, c->images);
     json_decref(files);

@@ -108,13 +108,13 @@ static void reply_page(corral_gateway *gw, const struct corral_gateway_object_re
     struct corral_error err;
     json_t *list = NULL;
     bool more = false;
-    int rc = kind == LIST_FILES ? gw_store_list_files(gw->store, scope, r->purpose, r->after,
-                                                      p.limit, p.ascending, &list, &more, &err)
+    int rc = kind == LIST_FILES ? store_list_files(gw->store, scope, r->purpose, r->after, p.limit,
+                                                   p.ascending, &list, &more, &err)
              : kind == LIST_CONTAINERS
-                 ? gw_store_list_containers(gw->store, scope, r->name, r->after, p.limit,
-                                            p.ascending, &list, &more, &err)
-                 : gw_store_list_cfiles(gw->store, scope, r->after, p.limit, p.ascending, &list,
-                                        &more, &err);
+                 ? store_list_containers(gw->store, scope, r->name, r->after, p.limit, p.ascending,
+                                         &list, &more, &err)
+                 : store_list_cfiles(gw->store, scope, r->after, p.limit, p.ascending, &list, &more,
+                                     &err);
     if (rc < 0)
         list_failed(out, rc, r->after, &err);
     else
@@ -211,7 +211,7 @@ bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner)
 {
     json_t *f = NULL;
     struct corral_error err;
-    bool ok = gw_store_get_file(gw->store, id, owner, &f, &err) == 0;
+    bool ok = store_get_file(gw->store, id, owner, &f, &err) == 0;
     json_decref(f);
     return ok;
 }
@@ -220,7 +220,7 @@ int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file
                     const char *owner, json_t **out, struct corral_error *err)
 {
     json_t *f = NULL;
-    int rc = gw_store_get_file(gw->store, file_id, owner, &f, err);
+    int rc = store_get_file(gw->store, file_id, owner, &f, err);
     if (rc < 0)
         return rc;
     char disk[4096], path[4096], *data = NULL;
@@ -282,7 +282,7 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
                           "file", "bytes", (json_int_t)r->file_len, "created_at",
                           (json_int_t)time(NULL), "expires_at", "filename", name, "purpose",
                           r->purpose, "status", "processed", "status_details");
-    if (gw_store_put_file(gw->store, owner, f, &err) < 0) {
+    if (store_put_file(gw->store, owner, f, &err) < 0) {
         unlink(disk);
         json_decref(f);
         failed(out, &err);
@@ -305,7 +305,7 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
         return;
     }
     json_t *f = NULL;
-    if (gw_store_get_file(gw->store, id, owner, &f, &err) < 0) {
+    if (store_get_file(gw->store, id, owner, &f, &err) < 0) {
         gw_reply_error(out, 404, "invalid_request_error", "id", NULL, "No such File object: %s",
                        id);
         return;
@@ -315,7 +315,7 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
     if (rest && !strcmp(rest, "content")) {
         reply_content(out, disk, json_string_value(json_object_get(f, "filename")));
     } else if (!strcmp(r->method, "DELETE")) {
-        gw_store_delete_file(gw->store, id, owner, &err);
+        store_delete_file(gw->store, id, owner, &err);
         unlink(disk);
         gw_reply_json(out, 200,
                       json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
@@ -366,7 +366,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
         spec.expiry_ms = (uint64_t)json_integer_value(minutes) * 60000;
     }
     if (memory && !json_is_null(memory)) {
-        if (!json_is_string(memory) || !gw_memory_limit_bytes(json_string_value(memory))) {
+        if (!json_is_string(memory) || !gateway_memory_limit_bytes(json_string_value(memory))) {
             invalid(out, "memory_limit", "%s",
                     "Invalid 'memory_limit': expected one of '1g', '4g', '16g' or '64g'.");
             goto done;
@@ -374,7 +374,8 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
         spec.memory_limit = json_string_value(memory);
     }
     const char *tool_name = gw->cfg->default_tool;
-    const struct gw_sandbox_tool *tool = tool_name ? gw_config_tool(gw->cfg, tool_name) : NULL;
+    const struct gateway_sandbox_tool *tool =
+        tool_name ? gateway_config_tool(gw->cfg, tool_name) : NULL;
     if (gw_network_policy_take(tool, json_object_get(body, "network_policy"), "network_policy",
                                &network, out) < 0)
         goto done;
@@ -479,7 +480,7 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
         return;
     }
     json_t *f = NULL;
-    if (gw_store_get_cfile(gw->store, c->id, fid, &f, &err) < 0) {
+    if (store_get_cfile(gw->store, c->id, fid, &f, &err) < 0) {
         not_found(out, "Container file", fid);
         return;
     }
@@ -493,7 +494,7 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
         if (c->sb && c->provider->alive(c->sb))
             c->provider->remove_file(c->sb, path, &err);
         pthread_mutex_unlock(&c->exec_lock);
-        gw_store_delete_cfile(gw->store, c->id, fid, &err);
+        store_delete_cfile(gw->store, c->id, fid, &err);
         unlink(disk);
         gw_reply_json(out, 200,
                       json_pack("{s:s, s:s, s:b}", "id", fid, "object", "container.file.deleted",
@@ -536,7 +537,7 @@ static void containers(corral_gateway *gw, const struct corral_gateway_object_re
         json_t *obj = NULL;
         if (rest)
             gw_reply_error(out, 400, "invalid_request_error", NULL, NULL, "Container is expired.");
-        else if (gw_store_get_container(gw->store, id, owner, &obj, NULL, &err) == 0)
+        else if (store_get_container(gw->store, id, owner, &obj, NULL, &err) == 0)
             gw_reply_json(out, 200, obj);
         else
             not_found(out, "Container", id);

@@ -45,7 +45,7 @@ static void prune_store(corral_gateway *gw)
 {
     struct corral_error err;
     int64_t before = (int64_t)time(NULL) - (int64_t)gw->cfg->store_days * 86400;
-    if (gw_store_prune(gw->store, before, gw->cfg->store_max, NULL, &err) < 0)
+    if (store_prune(gw->store, before, gw->cfg->store_max, NULL, &err) < 0)
         fprintf(stderr, "corral gateway: %s\n", err.message);
 }
 
@@ -56,7 +56,7 @@ static void reap_remote(corral_gateway *gw)
     if (gw->data_dir_temp) /* a gateway of its own temporary directory has no earlier run */
         return;
     for (size_t i = 0; i < gw->cfg->n_tools; i++) {
-        const struct gw_sandbox_tool *t = &gw->cfg->tools[i];
+        const struct gateway_sandbox_tool *t = &gw->cfg->tools[i];
         const struct provider *p = provider_find(t->provider);
         if (!p || !p->reap || __atomic_load_n(&gw->stop_reaping, __ATOMIC_RELAXED))
             continue;
@@ -149,27 +149,27 @@ static int open_data(corral_gateway *gw, struct corral_error *err)
         snprintf(path, sizeof(path), "%s/gateway.db", gw->data_dir);
         store = path;
     }
-    return gw_store_open(store, &gw->store, err);
+    return store_open(store, &gw->store, err);
 }
 
-int corral_gateway_new_with_config(struct gw_config *cfg, const char *state_dir,
+int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state_dir,
                                    corral_gateway **out, struct corral_error *err)
 {
     /* A local tool's network mode must be one the server allows (network.modes). */
     for (size_t i = 0; i < cfg->n_tools; i++) {
-        const struct gw_sandbox_tool *t = &cfg->tools[i];
+        const struct gateway_sandbox_tool *t = &cfg->tools[i];
         if (strcmp(t->provider, "local") || corral_network_mode_allowed(t->network.mode))
             continue;
         int rc = corral_fail(err, EPERM,
                              "sandbox tool '%s' asks for the network mode %s, which network.modes "
                              "does not allow",
                              t->name, corral_network_mode_name(t->network.mode));
-        gw_config_free(cfg);
+        gateway_config_free(cfg);
         return rc;
     }
     corral_gateway *gw = calloc(1, sizeof(*gw));
     if (!gw) {
-        gw_config_free(cfg);
+        gateway_config_free(cfg);
         return corral_fail(err, ENOMEM, "out of memory");
     }
     gw->cfg = cfg;
@@ -211,7 +211,7 @@ int corral_gateway_new(const struct corral_gateway_options *opts, corral_gateway
         corral_config_free(file);
         return rc;
     }
-    struct gw_config *cfg = file && file->gateway ? file->gateway : gw_config_new();
+    struct gateway_config *cfg = file && file->gateway ? file->gateway : gateway_config_new();
     if (file)
         file->gateway = NULL;
     if (!cfg) {
@@ -260,11 +260,11 @@ void corral_gateway_free(corral_gateway *gw)
         pthread_join(gw->monitor, NULL);
     gw_containers_free(gw);
     gw_keys_free(gw);
-    gw_store_close(gw->store);
+    store_close(gw->store);
     if (gw->data_dir_temp)
         gw_remove_tree(gw->data_dir);
     free(gw->data_dir);
-    gw_config_free(gw->cfg);
+    gateway_config_free(gw->cfg);
     corral_config_free(gw->file_cfg);
     pthread_cond_destroy(&gw->idle);
     pthread_cond_destroy(&gw->tick);
@@ -326,7 +326,7 @@ int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *
     gw_owner_of(key, owner, sizeof(owner));
     char *response = NULL;
     struct corral_error err;
-    int rc = gw_store_get_response(gw->store, id, owner, &response, NULL, NULL, &err);
+    int rc = store_get_response(gw->store, id, owner, &response, NULL, NULL, &err);
     if (stored_failure(out, id, rc, &err))
         return rc == -ENOENT ? 0 : rc;
     out->status = 200;
@@ -343,7 +343,7 @@ int corral_gateway_delete_response(corral_gateway *gw, const char *id, const cha
     char owner[80];
     gw_owner_of(key, owner, sizeof(owner));
     struct corral_error err;
-    int rc = gw_store_delete_response(gw->store, id, owner, &err);
+    int rc = store_delete_response(gw->store, id, owner, &err);
     if (stored_failure(out, id, rc, &err))
         return rc == -ENOENT ? 0 : rc;
     gw_reply_json(out, 200,
@@ -377,7 +377,7 @@ int corral_gateway_input_items(corral_gateway *gw, const char *id, const char *k
         asc = true;
     }
     char *input = NULL;
-    int rc = gw_store_get_response(gw->store, id, owner, NULL, &input, NULL, &err);
+    int rc = store_get_response(gw->store, id, owner, NULL, &input, NULL, &err);
     if (stored_failure(out, id, rc, &err))
         return rc == -ENOENT ? 0 : rc;
     json_t *items = json_loads(input, 0, NULL);

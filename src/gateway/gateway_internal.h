@@ -45,7 +45,7 @@ struct gw_container {
     char id[64]; /* cntr_ + 48 hex */
     char owner[80];
     json_t *obj; /* the Containers API object (gw->lock for last_active_at) */
-    const struct gw_sandbox_tool *tool;
+    const struct gateway_sandbox_tool *tool;
     const struct provider *provider;
     struct provider_sandbox *sb; /* NULL until first used (exec_lock) */
     uint64_t expiry_ms;          /* unused this long, it expires */
@@ -78,20 +78,20 @@ struct gw_container_spec {
  * shape, and a policy the tool's sandboxes could not have (the server's
  * network modes) fill `out` with a 400 in OpenAI's shape: -EINVAL. */
 #define GW_DOMAINS_MAX 256
-int gw_network_policy_take(const struct gw_sandbox_tool *tool, const json_t *policy,
+int gw_network_policy_take(const struct gateway_sandbox_tool *tool, const json_t *policy,
                            const char *param, json_t **normalized,
                            struct corral_gateway_reply *out);
 /* What the code tool's description says of a sandbox's network (tool and
  * container network_policy as provider_network_effective), malloc'ed. */
-char *gw_network_sentence(const struct gw_sandbox_tool *tool, const json_t *policy);
+char *gw_network_sentence(const struct gateway_sandbox_tool *tool, const json_t *policy);
 
 struct corral_gateway {
-    struct gw_config *cfg;
+    struct gateway_config *cfg;
     struct corral_config *file_cfg; /* when the gateway parsed the file itself */
     char *state_dir;
     char *data_dir;     /* containers' files and uploads */
     bool data_dir_temp; /* a private temporary one, removed at the end */
-    struct gw_store *store;
+    struct store *store;
     /* Labels of the sandboxes remote providers make for it: the gateway's
      * (kept in data_dir, so a restart finds what a killed run left) and this
      * run's. */
@@ -110,9 +110,9 @@ struct corral_gateway {
 };
 
 /* A new container for `owner` (no sandbox yet), retained once. */
-int gw_container_create(corral_gateway *gw, const struct gw_sandbox_tool *tool, const char *owner,
-                        const struct gw_container_spec *spec, struct gw_container **out,
-                        struct corral_error *err);
+int gw_container_create(corral_gateway *gw, const struct gateway_sandbox_tool *tool,
+                        const char *owner, const struct gw_container_spec *spec,
+                        struct gw_container **out, struct corral_error *err);
 /* The containers of the store (at start). */
 void gw_containers_load(corral_gateway *gw);
 /* The container `id` of `owner`, retained: 0, -ENOENT (none, or not
@@ -250,7 +250,7 @@ struct gw_call {
     unsigned code_calls;         /* run in this call */
     json_t *req;
     const char *client_model;
-    const struct gw_model *model;
+    const struct gateway_model *model;
     char *up_model;
     const char *up_path;
     char up_path_buf[512];
@@ -304,7 +304,7 @@ struct http_upstream;
 /* The upstream of the call's model: its address, credentials and timeout. */
 void gw_upstream_of(const struct gw_call *c, struct http_upstream *u);
 /* The sandbox tool of the call's new containers (NULL: none configured). */
-const struct gw_sandbox_tool *gw_call_tool(const struct gw_call *c);
+const struct gateway_sandbox_tool *gw_call_tool(const struct gw_call *c);
 /* The container of this call, created on first use; NULL with *err when no
  * sandbox could be had. */
 struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *err);

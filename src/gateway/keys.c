@@ -67,7 +67,7 @@ int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p)
     gw_key_token(key, token);
     json_t *obj = NULL;
     struct corral_error err;
-    int rc = gw_store_get_key(gw->store, token, &obj, &err);
+    int rc = store_get_key(gw->store, token, &obj, &err);
     if (rc < 0)
         return rc;
     p->found = true;
@@ -76,7 +76,7 @@ int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p)
     p->rpm = json_integer_value(json_object_get(obj, "rpm_limit"));
     p->max_containers = json_integer_value(json_object_get(obj, "max_containers"));
     p->max_memory =
-        gw_memory_limit_bytes(json_string_value(json_object_get(obj, "max_container_memory")));
+        gateway_memory_limit_bytes(json_string_value(json_object_get(obj, "max_container_memory")));
     json_decref(obj);
     return 0;
 }
@@ -204,7 +204,7 @@ static bool settings_valid(json_t *body, struct corral_gateway_reply *out)
         return false;
     }
     if (mem && !json_is_null(mem) &&
-        (!json_is_string(mem) || !gw_memory_limit_bytes(json_string_value(mem)))) {
+        (!json_is_string(mem) || !gateway_memory_limit_bytes(json_string_value(mem)))) {
         bad(out, "max_container_memory", "'max_container_memory' must be 1g, 4g, 16g or 64g.");
         return false;
     }
@@ -262,7 +262,7 @@ static void generate(corral_gateway *gw, json_t *body, struct corral_gateway_rep
     apply_settings(obj, body, true);
     json_object_set_new(obj, "created_at", json_integer((json_int_t)time(NULL)));
     struct corral_error err;
-    int rc = gw_store_put_key(gw->store, token, obj, &err);
+    int rc = store_put_key(gw->store, token, obj, &err);
     if (rc == -EEXIST) {
         bad(out, "key", "That key exists already.");
     } else if (rc < 0) {
@@ -298,10 +298,10 @@ static void update(corral_gateway *gw, json_t *body, struct corral_gateway_reply
     token_of(k, token);
     json_t *obj = NULL;
     struct corral_error err;
-    int rc = gw_store_get_key(gw->store, token, &obj, &err);
+    int rc = store_get_key(gw->store, token, &obj, &err);
     if (rc == 0) {
         apply_settings(obj, body, false);
-        rc = gw_store_update_key(gw->store, token, obj, &err);
+        rc = store_update_key(gw->store, token, obj, &err);
     }
     if (rc == -ENOENT)
         gw_reply_error(out, 404, "invalid_request_error", "key", NULL, "Key not found.");
@@ -334,7 +334,7 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
         json_decref(b);
     } else if (!strcmp(path, "key/list") && !strcmp(method, "GET")) {
         json_t *list = NULL;
-        if (gw_store_list_keys(gw->store, &list, &err) < 0) {
+        if (store_list_keys(gw->store, &list, &err) < 0) {
             gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
         } else {
             size_t n = json_array_size(list);
@@ -348,14 +348,14 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
             bad(out, "key", "Missing required parameter: 'key'.");
         } else {
             token_of(query_key, token);
-            if (gw_store_get_key(gw->store, token, &obj, &err) < 0) {
+            if (store_get_key(gw->store, token, &obj, &err) < 0) {
                 gw_reply_error(out, 404, "invalid_request_error", "key", NULL, "Key not found.");
             } else {
                 char owner[80];
                 json_t *usage = NULL;
                 if (strlen(query_key) != 64 || strspn(query_key, "0123456789abcdef") != 64) {
                     gw_owner_of(query_key, owner, sizeof(owner));
-                    gw_store_get_usage(gw->store, owner, 31, &usage, &err);
+                    store_get_usage(gw->store, owner, 31, &usage, &err);
                 }
                 json_object_set_new(obj, "usage", usage ? usage : json_array());
                 gw_reply_json(out, 200, json_pack("{s:s, s:o}", "key", token, "info", obj));
@@ -376,7 +376,7 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
                 if (!json_is_string(k))
                     continue;
                 token_of(json_string_value(k), token);
-                if (gw_store_delete_key(gw->store, token, &err) == 0)
+                if (store_delete_key(gw->store, token, &err) == 0)
                     json_array_append(deleted, k);
             }
             if (!json_array_size(deleted) && json_array_size(keys)) {

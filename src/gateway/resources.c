@@ -28,10 +28,10 @@ void gw_upstream_of(const struct gw_call *c, struct http_upstream *u)
 /* ---- the container ---- */
 
 /* The sandbox tool of the call's new containers. */
-const struct gw_sandbox_tool *gw_call_tool(const struct gw_call *c)
+const struct gateway_sandbox_tool *gw_call_tool(const struct gw_call *c)
 {
     const char *name = c->model->sandbox_tool ? c->model->sandbox_tool : c->gw->cfg->default_tool;
-    return name ? gw_config_tool(c->gw->cfg, name) : NULL;
+    return name ? gateway_config_tool(c->gw->cfg, name) : NULL;
 }
 
 /* c's container, with the request's input files copied in (once). */
@@ -72,7 +72,7 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         if (c->container_explicit)
             return NULL;
     }
-    const struct gw_sandbox_tool *tool = gw_call_tool(c);
+    const struct gateway_sandbox_tool *tool = gw_call_tool(c);
     struct gw_container_spec spec = {
         .max_containers = (unsigned)c->policy.max_containers,
         .max_memory = c->policy.max_memory,

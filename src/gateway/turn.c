@@ -270,8 +270,8 @@ static int on_sse(void *u, const char *ev, const char *data, size_t len)
     struct stream_ctx *s = u;
     if (gw_call_cancelled(s->c))
         return -ECANCELED;
-    return s->c->model->api == GW_API_CHAT ? chat_event(s->c, s->t, data)
-                                           : responses_event(s->c, s->t, data);
+    return s->c->model->api == GATEWAY_API_CHAT ? chat_event(s->c, s->t, data)
+                                                : responses_event(s->c, s->t, data);
 }
 
 static int on_data(void *u, const char *data, size_t len)
@@ -284,13 +284,13 @@ static int on_data(void *u, const char *data, size_t len)
 static json_t *turn_body(struct gw_call *c)
 {
     json_t *body = json_copy(c->base);
-    json_object_set(body, c->model->api == GW_API_CHAT ? "messages" : "input", c->conv);
+    json_object_set(body, c->model->api == GATEWAY_API_CHAT ? "messages" : "input", c->conv);
     json_t *choice = c->loops == 0 ? c->choice_first : c->choice_rest;
     if (choice)
         json_object_set(body, "tool_choice", choice);
     if (c->stream) {
         json_object_set_new(body, "stream", json_true());
-        if (c->model->api == GW_API_CHAT)
+        if (c->model->api == GATEWAY_API_CHAT)
             json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
     }
     return body;
@@ -420,7 +420,7 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
             http_reply_free(&r);
             return -EPROTO;
         }
-        if (c->model->api == GW_API_CHAT)
+        if (c->model->api == GATEWAY_API_CHAT)
             chat_whole(c, t, j);
         else
             responses_whole(c, t, j);

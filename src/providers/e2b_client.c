@@ -196,7 +196,7 @@ static const char *api_host_domain(const char *url)
 }
 
 /* Where the sandbox's services answer (see the top of the file). */
-static int locate(struct provider_sandbox *s, const struct gw_sandbox_tool *tool,
+static int locate(struct provider_sandbox *s, const struct gateway_sandbox_tool *tool,
                   const char *domain)
 {
     if (tool->sandbox_url) {
@@ -220,7 +220,7 @@ static int locate(struct provider_sandbox *s, const struct gw_sandbox_tool *tool
 }
 
 /* POST /sandboxes. */
-static int create_remote(struct provider_sandbox *s, const struct gw_sandbox_tool *tool,
+static int create_remote(struct provider_sandbox *s, const struct gateway_sandbox_tool *tool,
                          const struct provider_create_options *o, struct corral_error *err)
 {
     uint64_t secs = (o->lifetime_ms + 999) / 1000;
@@ -331,7 +331,7 @@ static const struct rm_ops e2b_ops = {
 };
 
 /* A sandbox object for the tool, not yet made remotely. */
-static struct provider_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
+static struct provider_sandbox *sandbox_new(const struct gateway_sandbox_tool *tool)
 {
     struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
@@ -352,8 +352,9 @@ static struct provider_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
     return s;
 }
 
-static int e2b_create(const struct gw_sandbox_tool *tool, const struct provider_create_options *o,
-                      struct provider_sandbox **out, struct corral_error *err)
+static int e2b_create(const struct gateway_sandbox_tool *tool,
+                      const struct provider_create_options *o, struct provider_sandbox **out,
+                      struct corral_error *err)
 {
     /* memory_bytes: E2B sizes a sandbox by its template */
     if (!tool)
@@ -589,7 +590,7 @@ static int e2b_execute(struct provider_sandbox *s, const char *code, uint64_t ti
 
 /* ---- what a killed gateway left ---- */
 
-static int e2b_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
+static int e2b_reap(const struct gateway_sandbox_tool *tool, const char *gateway_tag,
                     const char *run_tag, const int *cancel, struct corral_error *err)
 {
     struct provider_sandbox *s = tool ? sandbox_new(tool) : NULL;

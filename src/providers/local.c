@@ -18,7 +18,7 @@ struct provider_sandbox {
     corral_context *ctx;
 };
 
-static int local_create(const struct gw_sandbox_tool *tool,
+static int local_create(const struct gateway_sandbox_tool *tool,
                         const struct provider_create_options *co, struct provider_sandbox **out,
                         struct corral_error *err)
 {

@@ -177,7 +177,7 @@ static json_t *answer_json(struct http_reply *r, const char *where, struct corra
 
 /* CreateSandboxRequest: the tool's image, entrypoint, resourceLimits and
  * networkPolicy, as LiteLLM's OpenSandbox provider sends them. */
-static json_t *create_body(const struct gw_sandbox_tool *tool, uint64_t timeout_s,
+static json_t *create_body(const struct gateway_sandbox_tool *tool, uint64_t timeout_s,
                            const struct provider_create_options *o, struct corral_error *err)
 {
     json_t *entry = json_array();
@@ -474,7 +474,7 @@ static const struct rm_ops osb_ops = {
 };
 
 /* A sandbox object for the tool, not yet made remotely (NULL: no memory). */
-static struct provider_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
+static struct provider_sandbox *sandbox_new(const struct gateway_sandbox_tool *tool)
 {
     struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
@@ -492,8 +492,9 @@ static struct provider_sandbox *sandbox_new(const struct gw_sandbox_tool *tool)
     return s;
 }
 
-static int osb_create(const struct gw_sandbox_tool *tool, const struct provider_create_options *o,
-                      struct provider_sandbox **out, struct corral_error *err)
+static int osb_create(const struct gateway_sandbox_tool *tool,
+                      const struct provider_create_options *o, struct provider_sandbox **out,
+                      struct corral_error *err)
 {
     if (!tool || !tool->api_base || !*tool->api_base)
         return corral_fail(err, EINVAL,
@@ -855,7 +856,7 @@ static int osb_remove_file(struct provider_sandbox *s, const char *path, struct 
 
 /* ---- what a killed gateway left ---- */
 
-static int osb_reap(const struct gw_sandbox_tool *tool, const char *gateway_tag,
+static int osb_reap(const struct gateway_sandbox_tool *tool, const char *gateway_tag,
                     const char *run_tag, const int *cancel, struct corral_error *err)
 {
     if (!tool || !tool->api_base)

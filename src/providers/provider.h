@@ -117,7 +117,7 @@ void provider_network_free(struct provider_network *n);
  * OFF); opensandbox's network_policy when it is {defaultAction, egress:
  * [{action, target}]} (POLICY), else allow_internet_access. 0, or -EINVAL
  * (an opensandbox network_policy of another shape: *out is then OFF). */
-int provider_tool_network(const struct gw_sandbox_tool *tool, struct provider_network *out);
+int provider_tool_network(const struct gateway_sandbox_tool *tool, struct provider_network *out);
 
 /* The network of a sandbox of `tool` in a container whose network_policy
  * is `policy` (NULL = none): the tool's, narrowed by the container's.
@@ -132,20 +132,20 @@ int provider_tool_network(const struct gw_sandbox_tool *tool, struct provider_ne
  * An address or range never matches a domain: the tool's allow rules of
  * addresses are dropped (its deny rules stay). 0, -EINVAL with *err when
  * the tool's network cannot be read (provider_tool_network), -ENOMEM. */
-int provider_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
+int provider_network_effective(const struct gateway_sandbox_tool *tool, const json_t *policy,
                                struct provider_network *out, struct corral_error *err);
 
 struct provider {
     const char *name;
-    int (*create)(const struct gw_sandbox_tool *tool, const struct provider_create_options *o,
+    int (*create)(const struct gateway_sandbox_tool *tool, const struct provider_create_options *o,
                   struct provider_sandbox **out, struct corral_error *err);
     /* Deletes the provider's sandboxes labelled gateway_tag by a run other
      * than run_tag: those an earlier run of the gateway could not delete (it
      * was killed). How many, or a negative errno; *cancel non-zero stops it.
      * NULL for a provider whose
      * sandboxes cannot outlive the gateway's process. */
-    int (*reap)(const struct gw_sandbox_tool *tool, const char *gateway_tag, const char *run_tag,
-                const int *cancel, struct corral_error *err);
+    int (*reap)(const struct gateway_sandbox_tool *tool, const char *gateway_tag,
+                const char *run_tag, const int *cancel, struct corral_error *err);
     /* A whole file of the sandbox (at most max bytes), malloc'ed. */
     int (*read_file)(struct provider_sandbox *sb, const char *path, size_t max, char **data,
                      size_t *len, struct corral_error *err);

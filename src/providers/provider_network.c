@@ -178,7 +178,7 @@ static int opensandbox_network(const char *text, struct provider_network *out)
     return rc;
 }
 
-int provider_tool_network(const struct gw_sandbox_tool *tool, struct provider_network *out)
+int provider_tool_network(const struct gateway_sandbox_tool *tool, struct provider_network *out)
 {
     memset(out, 0, sizeof(*out));
     if (!tool || !tool->provider || !strcmp(tool->provider, "local"))
@@ -189,7 +189,7 @@ int provider_tool_network(const struct gw_sandbox_tool *tool, struct provider_ne
     return 0;
 }
 
-int provider_network_effective(const struct gw_sandbox_tool *tool, const json_t *policy,
+int provider_network_effective(const struct gateway_sandbox_tool *tool, const json_t *policy,
                                struct provider_network *out, struct corral_error *err)
 {
     struct provider_network base;

@@ -364,7 +364,7 @@ void rm_life_renewed(struct rm_life *l, uint64_t until)
 /* ---- a remote sandbox ---- */
 
 void rm_sandbox_init(struct rm_sandbox *rs, const struct rm_ops *ops,
-                     const struct gw_sandbox_tool *tool)
+                     const struct gateway_sandbox_tool *tool)
 {
     *rs = (struct rm_sandbox){.ops = ops};
     pthread_mutex_init(&rs->life.lock, NULL);

@@ -118,7 +118,7 @@ struct rm_sandbox {
 
 /* The head of a new client sandbox for `tool`; rm_sandbox_release undoes it. */
 void rm_sandbox_init(struct rm_sandbox *rs, const struct rm_ops *ops,
-                     const struct gw_sandbox_tool *tool);
+                     const struct gateway_sandbox_tool *tool);
 void rm_sandbox_release(struct rm_sandbox *rs);
 /* Names the sandbox the client acts on (a copy), to be deleted again. 0 or
  * -ENOMEM. */

@@ -109,7 +109,7 @@ static const char get_sql[] =
     "SELECT response, input, context FROM responses WHERE id = ?1 AND owner = ?2";
 static const char delete_sql[] = "DELETE FROM responses WHERE id = ?1 AND owner = ?2";
 
-struct gw_store {
+struct store {
     sqlite3 *db;
     pthread_mutex_t lock;
     sqlite3_stmt *put;
@@ -261,7 +261,7 @@ static int prepare(sqlite3 *db, const char *name, const char *sql, sqlite3_stmt 
     return 0;
 }
 
-static void store_free(struct gw_store *s)
+static void store_free(struct store *s)
 {
     sqlite3_finalize(s->put);
     sqlite3_finalize(s->get);
@@ -271,13 +271,13 @@ static void store_free(struct gw_store *s)
     free(s);
 }
 
-int gw_store_open(const char *path, struct gw_store **out, struct corral_error *err)
+int store_open(const char *path, struct store **out, struct corral_error *err)
 {
     *out = NULL;
     if (!sqlite3_threadsafe())
         return corral_fail(err, ENOTSUP, "this SQLite library was built without thread support");
     int memory = !path || strcmp(path, ":memory:") == 0;
-    struct gw_store *s = calloc(1, sizeof(*s));
+    struct store *s = calloc(1, sizeof(*s));
     if (!s)
         return corral_fail(err, ENOMEM, "out of memory");
     s->name = strdup(memory ? ":memory:" : path);
@@ -333,7 +333,7 @@ int gw_store_open(const char *path, struct gw_store **out, struct corral_error *
     return 0;
 }
 
-void gw_store_close(struct gw_store *s)
+void store_close(struct store *s)
 {
     if (!s)
         return;
@@ -343,8 +343,8 @@ void gw_store_close(struct gw_store *s)
 
 /* Binds texts[0..n) to the parameters of `st` from `first` on, with
  * SQLITE_TRANSIENT (SQLite copies them). Call with s->lock held. */
-static int bind_texts(struct gw_store *s, sqlite3_stmt *st, int first, const char *const *texts,
-                      int n, const char *what, struct corral_error *err)
+static int bind_texts(struct store *s, sqlite3_stmt *st, int first, const char *const *texts, int n,
+                      const char *what, struct corral_error *err)
 {
     for (int i = 0; i < n; i++) {
         int rc = sqlite3_bind_text(st, first + i, texts[i], -1, SQLITE_TRANSIENT);
@@ -361,9 +361,9 @@ static void finish(sqlite3_stmt *st)
     sqlite3_clear_bindings(st);
 }
 
-int gw_store_put_response(struct gw_store *s, const char *id, const char *owner, int64_t created_at,
-                          const char *response, const char *input, const char *context,
-                          struct corral_error *err)
+int store_put_response(struct store *s, const char *id, const char *owner, int64_t created_at,
+                       const char *response, const char *input, const char *context,
+                       struct corral_error *err)
 {
     if (!id || !response || !input || !context)
         return corral_fail(err, EINVAL, "cannot store a response without its id and texts");
@@ -394,7 +394,7 @@ int gw_store_put_response(struct gw_store *s, const char *id, const char *owner,
 }
 
 /* A malloc'ed copy of column `col` of the current row of `st` ("" for NULL). */
-static int copy_text(struct gw_store *s, sqlite3_stmt *st, int col, char **out, const char *what,
+static int copy_text(struct store *s, sqlite3_stmt *st, int col, char **out, const char *what,
                      struct corral_error *err)
 {
     const unsigned char *text = sqlite3_column_text(st, col);
@@ -412,14 +412,14 @@ static int copy_text(struct gw_store *s, sqlite3_stmt *st, int col, char **out, 
 }
 
 /* A malloc'ed copy of column `col` of the current row of s->get. */
-static int column_copy(struct gw_store *s, int col, char **out, const char *what,
+static int column_copy(struct store *s, int col, char **out, const char *what,
                        struct corral_error *err)
 {
     return copy_text(s, s->get, col, out, what, err);
 }
 
-int gw_store_get_response(struct gw_store *s, const char *id, const char *owner, char **response,
-                          char **input, char **context, struct corral_error *err)
+int store_get_response(struct store *s, const char *id, const char *owner, char **response,
+                       char **input, char **context, struct corral_error *err)
 {
     char **outs[] = {response, input, context};
     for (int i = 0; i < 3; i++)
@@ -456,8 +456,8 @@ int gw_store_get_response(struct gw_store *s, const char *id, const char *owner,
     return r;
 }
 
-int gw_store_delete_response(struct gw_store *s, const char *id, const char *owner,
-                             struct corral_error *err)
+int store_delete_response(struct store *s, const char *id, const char *owner,
+                          struct corral_error *err)
 {
     if (!id)
         return corral_fail(err, EINVAL, "cannot delete a response without its id");
@@ -479,8 +479,8 @@ int gw_store_delete_response(struct gw_store *s, const char *id, const char *own
     return r;
 }
 
-int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
-                   struct corral_error *err)
+int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
+                struct corral_error *err)
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot drop old responses and containers from %s", s->name);
@@ -605,7 +605,7 @@ static int bind_params(sqlite3_stmt *st, const struct param *p, int n)
 
 /* Prepares sql for this call only, with p[0..n) bound to ?1.. (*st to
  * finalize, even on failure). Call with s->lock held. */
-static int prepare_call(struct gw_store *s, const char *sql, const struct param *p, int n,
+static int prepare_call(struct store *s, const char *sql, const struct param *p, int n,
                         sqlite3_stmt **st, const char *what, struct corral_error *err)
 {
     *st = NULL;
@@ -619,8 +619,7 @@ static int prepare_call(struct gw_store *s, const char *sql, const struct param 
 
 /* Steps st to its next row: 1 for a row, 0 at the end, else the failure.
  * Call with s->lock held. */
-static int next_row(struct gw_store *s, sqlite3_stmt *st, const char *what,
-                    struct corral_error *err)
+static int next_row(struct store *s, sqlite3_stmt *st, const char *what, struct corral_error *err)
 {
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
@@ -632,7 +631,7 @@ static int next_row(struct gw_store *s, sqlite3_stmt *st, const char *what,
 
 /* Runs the write sql with p[0..n) bound to ?1..; *changes (may be NULL)
  * counts the rows it changed. Call with s->lock held. */
-static int write_params(struct gw_store *s, const char *sql, const struct param *p, int n,
+static int write_params(struct store *s, const char *sql, const struct param *p, int n,
                         int *changes, const char *what, struct corral_error *err)
 {
     sqlite3_stmt *st;
@@ -648,7 +647,7 @@ static int write_params(struct gw_store *s, const char *sql, const struct param 
 /* write_params taking s->lock, for one row: a write that changes none fails
  * with `code` and the message that follows. */
 __attribute__((format(printf, 8, 9))) static int
-write_row(struct gw_store *s, const char *sql, const struct param *p, int n, const char *what,
+write_row(struct store *s, const char *sql, const struct param *p, int n, const char *what,
           struct corral_error *err, int code, const char *fmt, ...)
 {
     int changes = 0;
@@ -666,8 +665,7 @@ write_row(struct gw_store *s, const char *sql, const struct param *p, int n, con
     return r;
 }
 
-static int exec_call(struct gw_store *s, const char *sql, const char *what,
-                     struct corral_error *err)
+static int exec_call(struct store *s, const char *sql, const char *what, struct corral_error *err)
 {
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -677,7 +675,7 @@ static int exec_call(struct gw_store *s, const char *sql, const char *what,
 
 /* Ends the transaction: commits it when r is 0, else (or when the commit
  * fails) rolls it back. Returns r or the commit's failure. */
-static int end_transaction(struct gw_store *s, int r, const char *what, struct corral_error *err)
+static int end_transaction(struct store *s, int r, const char *what, struct corral_error *err)
 {
     if (r == 0)
         r = exec_call(s, "COMMIT", what, err);
@@ -687,8 +685,8 @@ static int end_transaction(struct gw_store *s, int r, const char *what, struct c
 }
 
 /* Column `col` of the current row of `st`, a stored object, parsed. */
-static int column_object(struct gw_store *s, sqlite3_stmt *st, int col, json_t **out,
-                         const char *what, struct corral_error *err)
+static int column_object(struct store *s, sqlite3_stmt *st, int col, json_t **out, const char *what,
+                         struct corral_error *err)
 {
     const char *text = (const char *)sqlite3_column_text(st, col);
     if (!text) {
@@ -705,11 +703,11 @@ static int column_object(struct gw_store *s, sqlite3_stmt *st, int col, json_t *
 }
 
 /* Makes *out of the current row of st (for query_list). */
-typedef int (*row_fn)(struct gw_store *s, sqlite3_stmt *st, json_t **out, const char *what,
+typedef int (*row_fn)(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
                       struct corral_error *err);
 
 /* A row's column 0, a stored object. */
-static int row_object(struct gw_store *s, sqlite3_stmt *st, json_t **out, const char *what,
+static int row_object(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
                       struct corral_error *err)
 {
     return column_object(s, st, 0, out, what, err);
@@ -718,7 +716,7 @@ static int row_object(struct gw_store *s, sqlite3_stmt *st, json_t **out, const 
 /* Runs the query sql, p[0..n) bound to ?1.., into *list: an array of what
  * `row` makes of each row, at most `limit` of them (*more, when not NULL:
  * whether there were more). Call with s->lock held. */
-static int query_list(struct gw_store *s, const char *sql, const struct param *p, int n, row_fn row,
+static int query_list(struct store *s, const char *sql, const struct param *p, int n, row_fn row,
                       size_t limit, bool *more, json_t **list, const char *what,
                       struct corral_error *err)
 {
@@ -753,7 +751,7 @@ static int query_list(struct gw_store *s, const char *sql, const struct param *p
 /* Runs the query sql, p[0..n) bound to ?1.., for one row: its column 0,
  * an object, into *out; its column 1 (when text_out) copied into *text_out.
  * No row: -ENOENT with the message `missing`. Takes s->lock. */
-static int get_one(struct gw_store *s, const char *sql, const struct param *p, int n, json_t **out,
+static int get_one(struct store *s, const char *sql, const struct param *p, int n, json_t **out,
                    char **text_out, const char *missing, const char *what, struct corral_error *err)
 {
     json_t *obj = NULL;
@@ -787,7 +785,7 @@ static int get_one(struct gw_store *s, const char *sql, const struct param *p, i
  * filter_col, whose filter_col is `filter` unless that is NULL), in the
  * order of (created_at, rowid), after the object `after` (NULL: from the
  * start). Takes s->lock. */
-static int list_page(struct gw_store *s, const struct kind *k, const char *scope,
+static int list_page(struct store *s, const struct kind *k, const char *scope,
                      const char *filter_col, const char *filter, const char *after, unsigned limit,
                      bool ascending, json_t **list, bool *has_more, struct corral_error *err)
 {
@@ -854,8 +852,8 @@ static const char put_container_sql[] =
     " expires_minutes = excluded.expires_minutes, memory_limit = excluded.memory_limit,"
     " object = excluded.object WHERE containers.owner = excluded.owner";
 
-int gw_store_put_container(struct gw_store *s, const char *owner, json_t *container,
-                           struct corral_error *err)
+int store_put_container(struct store *s, const char *owner, json_t *container,
+                        struct corral_error *err)
 {
     const struct kind *k = &container_kind;
     if (!json_is_object(container))
@@ -903,8 +901,8 @@ int gw_store_put_container(struct gw_store *s, const char *owner, json_t *contai
                      "%s: the id belongs to another owner", what);
 }
 
-int gw_store_get_container(struct gw_store *s, const char *id, const char *owner, json_t **out,
-                           char **owner_out, struct corral_error *err)
+int store_get_container(struct store *s, const char *id, const char *owner, json_t **out,
+                        char **owner_out, struct corral_error *err)
 {
     if (out)
         *out = NULL;
@@ -921,9 +919,9 @@ int gw_store_get_container(struct gw_store *s, const char *id, const char *owner
         keys, 2, out, owner_out, missing, what, err);
 }
 
-int gw_store_list_containers(struct gw_store *s, const char *owner, const char *name,
-                             const char *after, unsigned limit, bool ascending, json_t **list,
-                             bool *has_more, struct corral_error *err)
+int store_list_containers(struct store *s, const char *owner, const char *name, const char *after,
+                          unsigned limit, bool ascending, json_t **list, bool *has_more,
+                          struct corral_error *err)
 {
     clear_list(list, has_more);
     return list_page(s, &container_kind, owner ? owner : "", "name", name, after, limit, ascending,
@@ -931,7 +929,7 @@ int gw_store_list_containers(struct gw_store *s, const char *owner, const char *
 }
 
 /* {"owner", "container"} of a row (owner, object). */
-static int row_running(struct gw_store *s, sqlite3_stmt *st, json_t **out, const char *what,
+static int row_running(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
                        struct corral_error *err)
 {
     const char *owner = (const char *)sqlite3_column_text(st, 0);
@@ -943,7 +941,7 @@ static int row_running(struct gw_store *s, sqlite3_stmt *st, json_t **out, const
     return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
 }
 
-int gw_store_running_containers(struct gw_store *s, json_t **list, struct corral_error *err)
+int store_running_containers(struct store *s, json_t **list, struct corral_error *err)
 {
     *list = NULL;
     char what[CORRAL_ERROR_MESSAGE_MAX];
@@ -957,8 +955,8 @@ int gw_store_running_containers(struct gw_store *s, json_t **list, struct corral
     return r;
 }
 
-int gw_store_delete_container(struct gw_store *s, const char *id, const char *owner,
-                              struct corral_error *err)
+int store_delete_container(struct store *s, const char *id, const char *owner,
+                           struct corral_error *err)
 {
     if (!id)
         return corral_fail(err, EINVAL, "cannot delete a container without its id");
@@ -989,7 +987,7 @@ static const char put_cfile_sql[] =
     " path = excluded.path, created_at = excluded.created_at, source = excluded.source,"
     " object = excluded.object";
 
-int gw_store_put_cfile(struct gw_store *s, json_t *cfile, struct corral_error *err)
+int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
 {
     const struct kind *k = &cfile_kind;
     if (!json_is_object(cfile))
@@ -1035,8 +1033,8 @@ int gw_store_put_cfile(struct gw_store *s, json_t *cfile, struct corral_error *e
     return r;
 }
 
-int gw_store_get_cfile(struct gw_store *s, const char *container_id, const char *id, json_t **out,
-                       struct corral_error *err)
+int store_get_cfile(struct store *s, const char *container_id, const char *id, json_t **out,
+                    struct corral_error *err)
 {
     if (out)
         *out = NULL;
@@ -1054,8 +1052,8 @@ int gw_store_get_cfile(struct gw_store *s, const char *container_id, const char 
                    keys, 2, out, NULL, missing, what, err);
 }
 
-int gw_store_find_cfile(struct gw_store *s, const char *container_id, const char *path,
-                        json_t **out, struct corral_error *err)
+int store_find_cfile(struct store *s, const char *container_id, const char *path, json_t **out,
+                     struct corral_error *err)
 {
     if (out)
         *out = NULL;
@@ -1072,9 +1070,8 @@ int gw_store_find_cfile(struct gw_store *s, const char *container_id, const char
                    keys, 2, out, NULL, missing, what, err);
 }
 
-int gw_store_list_cfiles(struct gw_store *s, const char *container_id, const char *after,
-                         unsigned limit, bool ascending, json_t **list, bool *has_more,
-                         struct corral_error *err)
+int store_list_cfiles(struct store *s, const char *container_id, const char *after, unsigned limit,
+                      bool ascending, json_t **list, bool *has_more, struct corral_error *err)
 {
     clear_list(list, has_more);
     if (!container_id)
@@ -1083,8 +1080,8 @@ int gw_store_list_cfiles(struct gw_store *s, const char *container_id, const cha
                      has_more, err);
 }
 
-int gw_store_delete_cfile(struct gw_store *s, const char *container_id, const char *id,
-                          struct corral_error *err)
+int store_delete_cfile(struct store *s, const char *container_id, const char *id,
+                       struct corral_error *err)
 {
     if (!container_id || !id)
         return corral_fail(err, EINVAL,
@@ -1104,7 +1101,7 @@ static const char put_file_sql[] =
     " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
     " purpose = excluded.purpose, object = excluded.object WHERE files.owner = excluded.owner";
 
-int gw_store_put_file(struct gw_store *s, const char *owner, json_t *file, struct corral_error *err)
+int store_put_file(struct store *s, const char *owner, json_t *file, struct corral_error *err)
 {
     const struct kind *k = &file_kind;
     if (!json_is_object(file))
@@ -1131,8 +1128,8 @@ int gw_store_put_file(struct gw_store *s, const char *owner, json_t *file, struc
                      "%s: the id belongs to another owner", what);
 }
 
-int gw_store_get_file(struct gw_store *s, const char *id, const char *owner, json_t **out,
-                      struct corral_error *err)
+int store_get_file(struct store *s, const char *id, const char *owner, json_t **out,
+                   struct corral_error *err)
 {
     if (out)
         *out = NULL;
@@ -1146,17 +1143,16 @@ int gw_store_get_file(struct gw_store *s, const char *id, const char *owner, jso
                    missing, what, err);
 }
 
-int gw_store_list_files(struct gw_store *s, const char *owner, const char *purpose,
-                        const char *after, unsigned limit, bool ascending, json_t **list,
-                        bool *has_more, struct corral_error *err)
+int store_list_files(struct store *s, const char *owner, const char *purpose, const char *after,
+                     unsigned limit, bool ascending, json_t **list, bool *has_more,
+                     struct corral_error *err)
 {
     clear_list(list, has_more);
     return list_page(s, &file_kind, owner ? owner : "", "purpose", purpose, after, limit, ascending,
                      list, has_more, err);
 }
 
-int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
-                         struct corral_error *err)
+int store_delete_file(struct store *s, const char *id, const char *owner, struct corral_error *err)
 {
     if (!id)
         return corral_fail(err, EINVAL, "cannot delete a file without its id");
@@ -1194,7 +1190,7 @@ static int refuse_token(const char *doing, struct corral_error *err)
                        doing, TOKEN_HEX_DIGITS);
 }
 
-int gw_store_put_key(struct gw_store *s, const char *token, json_t *obj, struct corral_error *err)
+int store_put_key(struct store *s, const char *token, json_t *obj, struct corral_error *err)
 {
     const struct kind *k = &key_kind;
     if (!valid_token(token))
@@ -1220,7 +1216,7 @@ int gw_store_put_key(struct gw_store *s, const char *token, json_t *obj, struct 
                      what);
 }
 
-int gw_store_get_key(struct gw_store *s, const char *token, json_t **out, struct corral_error *err)
+int store_get_key(struct store *s, const char *token, json_t **out, struct corral_error *err)
 {
     if (out)
         *out = NULL;
@@ -1234,7 +1230,7 @@ int gw_store_get_key(struct gw_store *s, const char *token, json_t **out, struct
                    err);
 }
 
-int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *err)
+int store_list_keys(struct store *s, json_t **list, struct corral_error *err)
 {
     if (!list)
         return corral_fail(err, EINVAL, "cannot list the keys without somewhere to put them");
@@ -1248,8 +1244,7 @@ int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *e
     return r;
 }
 
-int gw_store_update_key(struct gw_store *s, const char *token, json_t *obj,
-                        struct corral_error *err)
+int store_update_key(struct store *s, const char *token, json_t *obj, struct corral_error *err)
 {
     const struct kind *k = &key_kind;
     if (!valid_token(token))
@@ -1267,7 +1262,7 @@ int gw_store_update_key(struct gw_store *s, const char *token, json_t *obj,
                      "no key %s in store %s", token, s->name);
 }
 
-int gw_store_delete_key(struct gw_store *s, const char *token, struct corral_error *err)
+int store_delete_key(struct store *s, const char *token, struct corral_error *err)
 {
     if (!valid_token(token))
         return refuse_token("delete", err);
@@ -1300,9 +1295,9 @@ static const char add_usage_sql[] =
     " output_tokens = output_tokens + excluded.output_tokens,"
     " code_calls = code_calls + excluded.code_calls";
 
-int gw_store_add_usage(struct gw_store *s, const char *owner, const char *day, int64_t requests,
-                       int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
-                       struct corral_error *err)
+int store_add_usage(struct store *s, const char *owner, const char *day, int64_t requests,
+                    int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
+                    struct corral_error *err)
 {
     if (!valid_day(day))
         return corral_fail(err, EINVAL, "cannot count usage without its day (\"YYYY-MM-DD\")");
@@ -1327,7 +1322,7 @@ int gw_store_add_usage(struct gw_store *s, const char *owner, const char *day, i
 
 /* A day's usage, from a row (day, requests, input_tokens, output_tokens,
  * code_calls). */
-static int row_usage(struct gw_store *s, sqlite3_stmt *st, json_t **out, const char *what,
+static int row_usage(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
                      struct corral_error *err)
 {
     const char *day = (const char *)sqlite3_column_text(st, 0);
@@ -1341,8 +1336,8 @@ static int row_usage(struct gw_store *s, sqlite3_stmt *st, json_t **out, const c
     return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
 }
 
-int gw_store_get_usage(struct gw_store *s, const char *owner, unsigned days, json_t **out,
-                       struct corral_error *err)
+int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **out,
+                    struct corral_error *err)
 {
     if (!out)
         return corral_fail(err, EINVAL, "cannot read usage without somewhere to put it");

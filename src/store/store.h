@@ -24,31 +24,31 @@
 
 #include "base/error.h"
 
-struct gw_store;
+struct store;
 
 /* Opens (creating it and its tables when missing) the database at path;
  * NULL or ":memory:" is a private in-memory database. */
-int gw_store_open(const char *path, struct gw_store **out, struct corral_error *err);
-void gw_store_close(struct gw_store *s);
+int store_open(const char *path, struct store **out, struct corral_error *err);
+void store_close(struct store *s);
 
 /* Inserts or replaces the response `id`. */
-int gw_store_put_response(struct gw_store *s, const char *id, const char *owner, int64_t created_at,
-                          const char *response, const char *input, const char *context,
-                          struct corral_error *err);
+int store_put_response(struct store *s, const char *id, const char *owner, int64_t created_at,
+                       const char *response, const char *input, const char *context,
+                       struct corral_error *err);
 /* -ENOENT when there is no such response for this owner. Any of the out
  * pointers may be NULL; the texts are malloc'ed. */
-int gw_store_get_response(struct gw_store *s, const char *id, const char *owner, char **response,
-                          char **input, char **context, struct corral_error *err);
+int store_get_response(struct store *s, const char *id, const char *owner, char **response,
+                       char **input, char **context, struct corral_error *err);
 /* -ENOENT when there is no such response for this owner. */
-int gw_store_delete_response(struct gw_store *s, const char *id, const char *owner,
-                             struct corral_error *err);
+int store_delete_response(struct store *s, const char *id, const char *owner,
+                          struct corral_error *err);
 
 /* Drops the responses created before `created_before` (unix seconds) and
  * all but the `keep` newest, and the records of expired containers last
  * used before `created_before`; *dropped (may be NULL) counts the
  * responses. */
-int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
-                   struct corral_error *err);
+int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
+                struct corral_error *err);
 
 /* ---- containers, their files, and uploaded files ----
  *
@@ -64,50 +64,47 @@ int gw_store_prune(struct gw_store *s, int64_t created_before, uint64_t keep, ui
  * existing id of another owner: -EEXIST). Columns from the object: name,
  * created_at, last_active_at, status ("running", "expired"),
  * expires_after.minutes, memory_limit. */
-int gw_store_put_container(struct gw_store *s, const char *owner, json_t *container,
-                           struct corral_error *err);
+int store_put_container(struct store *s, const char *owner, json_t *container,
+                        struct corral_error *err);
 /* owner NULL: any owner. -ENOENT when missing. *owner_out (may be NULL):
  * malloc'ed owner. */
-int gw_store_get_container(struct gw_store *s, const char *id, const char *owner, json_t **out,
-                           char **owner_out, struct corral_error *err);
+int store_get_container(struct store *s, const char *id, const char *owner, json_t **out,
+                        char **owner_out, struct corral_error *err);
 /* name NULL: any name. */
-int gw_store_list_containers(struct gw_store *s, const char *owner, const char *name,
-                             const char *after, unsigned limit, bool ascending, json_t **list,
-                             bool *has_more, struct corral_error *err);
+int store_list_containers(struct store *s, const char *owner, const char *name, const char *after,
+                          unsigned limit, bool ascending, json_t **list, bool *has_more,
+                          struct corral_error *err);
 /* Every container of every owner whose status is "running": an array of
  * {"owner": ..., "container": {...}}. */
-int gw_store_running_containers(struct gw_store *s, json_t **list, struct corral_error *err);
+int store_running_containers(struct store *s, json_t **list, struct corral_error *err);
 /* Deletes the container and its files' rows; -ENOENT when missing. */
-int gw_store_delete_container(struct gw_store *s, const char *id, const char *owner,
-                              struct corral_error *err);
+int store_delete_container(struct store *s, const char *id, const char *owner,
+                           struct corral_error *err);
 
 /* Inserts or replaces the container file cfile["id"] (of
  * cfile["container_id"], at cfile["path"]: one file per path, so a put with
  * a new id at a taken path replaces the old row). */
-int gw_store_put_cfile(struct gw_store *s, json_t *cfile, struct corral_error *err);
-int gw_store_get_cfile(struct gw_store *s, const char *container_id, const char *id, json_t **out,
-                       struct corral_error *err);
+int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err);
+int store_get_cfile(struct store *s, const char *container_id, const char *id, json_t **out,
+                    struct corral_error *err);
 /* The file of the container at `path`; -ENOENT when none. */
-int gw_store_find_cfile(struct gw_store *s, const char *container_id, const char *path,
-                        json_t **out, struct corral_error *err);
-int gw_store_list_cfiles(struct gw_store *s, const char *container_id, const char *after,
-                         unsigned limit, bool ascending, json_t **list, bool *has_more,
-                         struct corral_error *err);
-int gw_store_delete_cfile(struct gw_store *s, const char *container_id, const char *id,
-                          struct corral_error *err);
+int store_find_cfile(struct store *s, const char *container_id, const char *path, json_t **out,
+                     struct corral_error *err);
+int store_list_cfiles(struct store *s, const char *container_id, const char *after, unsigned limit,
+                      bool ascending, json_t **list, bool *has_more, struct corral_error *err);
+int store_delete_cfile(struct store *s, const char *container_id, const char *id,
+                       struct corral_error *err);
 
 /* Uploaded files (/v1/files): file["id"], owned by owner. Columns:
  * created_at, purpose. */
-int gw_store_put_file(struct gw_store *s, const char *owner, json_t *file,
-                      struct corral_error *err);
-int gw_store_get_file(struct gw_store *s, const char *id, const char *owner, json_t **out,
-                      struct corral_error *err);
+int store_put_file(struct store *s, const char *owner, json_t *file, struct corral_error *err);
+int store_get_file(struct store *s, const char *id, const char *owner, json_t **out,
+                   struct corral_error *err);
 /* purpose NULL: any. */
-int gw_store_list_files(struct gw_store *s, const char *owner, const char *purpose,
-                        const char *after, unsigned limit, bool ascending, json_t **list,
-                        bool *has_more, struct corral_error *err);
-int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
-                         struct corral_error *err);
+int store_list_files(struct store *s, const char *owner, const char *purpose, const char *after,
+                     unsigned limit, bool ascending, json_t **list, bool *has_more,
+                     struct corral_error *err);
+int store_delete_file(struct store *s, const char *id, const char *owner, struct corral_error *err);
 
 /* ---- virtual keys and usage ----
  *
@@ -116,25 +113,24 @@ int gw_store_delete_file(struct gw_store *s, const char *id, const char *owner,
  * "key_alias", "models", "rpm_limit", "max_containers",
  * "max_container_memory", "created_at", "metadata"...): opaque to the store
  * but for "created_at" (an integer, required), which orders the list. */
-int gw_store_put_key(struct gw_store *s, const char *token, json_t *obj,
-                     struct corral_error *err); /* -EEXIST when the token exists */
-int gw_store_get_key(struct gw_store *s, const char *token, json_t **out,
-                     struct corral_error *err); /* -ENOENT */
+int store_put_key(struct store *s, const char *token, json_t *obj,
+                  struct corral_error *err); /* -EEXIST when the token exists */
+int store_get_key(struct store *s, const char *token, json_t **out,
+                  struct corral_error *err); /* -ENOENT */
 /* Replaces an existing key's obj (its created_at stays as stored). */
-int gw_store_update_key(struct gw_store *s, const char *token, json_t *obj,
-                        struct corral_error *err); /* -ENOENT */
+int store_update_key(struct store *s, const char *token, json_t *obj,
+                     struct corral_error *err); /* -ENOENT */
 /* Every key's obj, oldest first. */
-int gw_store_list_keys(struct gw_store *s, json_t **list, struct corral_error *err);
-int gw_store_delete_key(struct gw_store *s, const char *token,
-                        struct corral_error *err); /* -ENOENT */
+int store_list_keys(struct store *s, json_t **list, struct corral_error *err);
+int store_delete_key(struct store *s, const char *token, struct corral_error *err); /* -ENOENT */
 
 /* Adds to the owner's counters of the day ("YYYY-MM-DD", UTC). */
-int gw_store_add_usage(struct gw_store *s, const char *owner, const char *day, int64_t requests,
-                       int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
-                       struct corral_error *err);
+int store_add_usage(struct store *s, const char *owner, const char *day, int64_t requests,
+                    int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
+                    struct corral_error *err);
 /* The owner's days, newest first: [{"day", "requests", "input_tokens",
  * "output_tokens", "code_calls"}] (at most `days` of them). */
-int gw_store_get_usage(struct gw_store *s, const char *owner, unsigned days, json_t **out,
-                       struct corral_error *err);
+int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **out,
+                    struct corral_error *err);
 
 #endif

@@ -58,7 +58,7 @@ static void expect_error(const char *yaml, const char *want)
 }
 
 /* The one model of a config whose model_list has a single entry. */
-static const struct gw_model *only_model(const struct corral_config *cfg)
+static const struct gateway_model *only_model(const struct corral_config *cfg)
 {
     assert_non_null(cfg->gateway);
     assert_int_equal(cfg->gateway->n_models, 1);
@@ -146,11 +146,11 @@ static void parses_a_full_litellm_config(void **state)
                  "  container_memory_max: 16g\n");
     assert_string_equal(cfg->state_dir, "/run/corral-gw");
     assert_int_equal(cfg->n_templates, 1);
-    struct gw_config *gw = cfg->gateway;
+    struct gateway_config *gw = cfg->gateway;
     assert_non_null(gw);
     assert_int_equal(gw->n_models, 3);
 
-    const struct gw_model *m = &gw->models[0];
+    const struct gateway_model *m = &gw->models[0];
     assert_string_equal(m->name, "gpt-5");
     assert_string_equal(m->provider, "openai");
     assert_string_equal(m->model, "gpt-5");
@@ -158,7 +158,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_string_equal(m->api_key, "sk-upstream");
     assert_null(m->api_version);
     assert_false(m->azure);
-    assert_int_equal(m->api, GW_API_CHAT);
+    assert_int_equal(m->api, GATEWAY_API_CHAT);
     assert_int_equal(m->max_agentic_loops, 12);
     assert_int_equal(m->timeout_ms, 600000);
     assert_string_equal(m->sandbox_tool, "e2b-tool");
@@ -171,7 +171,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_string_equal(m->api_key, "azure-key");
     assert_string_equal(m->api_version, "2025-04-01-preview");
     assert_true(m->azure);
-    assert_int_equal(m->api, GW_API_CHAT);
+    assert_int_equal(m->api, GATEWAY_API_CHAT);
     assert_int_equal(m->max_agentic_loops, 3);
     assert_int_equal(m->timeout_ms, 1500);
     assert_null(m->sandbox_tool);
@@ -182,12 +182,12 @@ static void parses_a_full_litellm_config(void **state)
     assert_string_equal(m->model, "*");
     assert_string_equal(m->api_base, "https://api.openai.com/v1");
     assert_null(m->api_key);
-    assert_int_equal(m->api, GW_API_RESPONSES);
+    assert_int_equal(m->api, GATEWAY_API_RESPONSES);
     assert_int_equal(m->max_agentic_loops, 0);
     assert_int_equal(m->timeout_ms, 0);
 
     assert_int_equal(gw->n_tools, 3);
-    const struct gw_sandbox_tool *t = &gw->tools[0];
+    const struct gateway_sandbox_tool *t = &gw->tools[0];
     assert_string_equal(t->name, "e2b-tool");
     assert_string_equal(t->provider, "e2b");
     assert_null(t->api_base);
@@ -204,9 +204,9 @@ static void parses_a_full_litellm_config(void **state)
     t = &gw->tools[2];
     assert_string_equal(t->provider, "local");
     assert_string_equal(t->template_id, "minimal");
-    assert_ptr_equal(gw_config_tool(gw, "osb"), &gw->tools[1]);
-    assert_null(gw_config_tool(gw, "nope"));
-    assert_null(gw_config_tool(gw, NULL));
+    assert_ptr_equal(gateway_config_tool(gw, "osb"), &gw->tools[1]);
+    assert_null(gateway_config_tool(gw, "nope"));
+    assert_null(gateway_config_tool(gw, NULL));
 
     assert_false(gw->interception);
     assert_string_equal(gw->default_tool, "osb");
@@ -223,9 +223,9 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->container_expiry_ms, 90000);
     assert_int_equal(gw->container_memory_max, 16ull << 30);
 
-    assert_ptr_equal(gw_config_model(gw, "gpt-5"), &gw->models[0]);
-    assert_ptr_equal(gw_config_model(gw, "azure-gpt"), &gw->models[1]);
-    assert_ptr_equal(gw_config_model(gw, "gpt-4o-mini"), &gw->models[2]);
+    assert_ptr_equal(gateway_config_model(gw, "gpt-5"), &gw->models[0]);
+    assert_ptr_equal(gateway_config_model(gw, "azure-gpt"), &gw->models[1]);
+    assert_ptr_equal(gateway_config_model(gw, "gpt-4o-mini"), &gw->models[2]);
     corral_config_free(cfg);
     unsetenv("TEST_GW_OPENAI_KEY");
     unsetenv("TEST_GW_MASTER");
@@ -234,7 +234,7 @@ static void parses_a_full_litellm_config(void **state)
 
 static void defaults(void **state)
 {
-    struct gw_config *c = gw_config_new();
+    struct gateway_config *c = gateway_config_new();
     assert_non_null(c);
     assert_true(c->interception);
     assert_string_equal(c->code_tool_name, "python");
@@ -253,9 +253,9 @@ static void defaults(void **state)
     assert_null(c->default_tool);
     assert_null(c->listen);
     assert_null(c->store_path);
-    assert_null(gw_config_model(c, "gpt-5"));
-    gw_config_free(c);
-    gw_config_free(NULL);
+    assert_null(gateway_config_model(c, "gpt-5"));
+    gateway_config_free(c);
+    gateway_config_free(NULL);
 
     /* No gateway key: no gateway part. */
     struct corral_config *cfg = parse_ok("templates:\n  default: {}\n");
@@ -277,7 +277,7 @@ static void defaults(void **state)
     };
     for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++) {
         cfg = parse_ok(empty[i]);
-        struct gw_config *gw = cfg->gateway;
+        struct gateway_config *gw = cfg->gateway;
         if (!gw)
             fail_msg("no gateway part for \"%s\"", empty[i]);
         assert_int_equal(gw->n_models, 0);
@@ -303,12 +303,12 @@ static void defaults(void **state)
                    "  code_interpreter_interception_params:\n"
                    "general_settings:\n"
                    "  master_key:\n");
-    const struct gw_model *m = only_model(cfg);
+    const struct gateway_model *m = only_model(cfg);
     assert_string_equal(m->provider, "openai");
     assert_string_equal(m->model, "gpt-4o");
     assert_string_equal(m->api_base, "https://api.openai.com/v1");
     assert_null(m->api_key);
-    assert_int_equal(m->api, GW_API_RESPONSES);
+    assert_int_equal(m->api, GATEWAY_API_RESPONSES);
     assert_int_equal(m->timeout_ms, 0);
     assert_null(m->sandbox_tool);
     assert_true(cfg->gateway->interception);
@@ -316,7 +316,7 @@ static void defaults(void **state)
     corral_config_free(cfg);
 
     /* The built-in local tool. */
-    const struct gw_sandbox_tool *t = gw_config_tool(NULL, "local");
+    const struct gateway_sandbox_tool *t = gateway_config_tool(NULL, "local");
     assert_non_null(t);
     assert_string_equal(t->name, "local");
     assert_string_equal(t->provider, "local");
@@ -325,8 +325,8 @@ static void defaults(void **state)
     cfg = parse_ok("sandbox_tools:\n"
                    "  - sandbox_tool_name: local\n"
                    "    litellm_params: {sandbox_provider: local, template: big}\n");
-    assert_ptr_equal(gw_config_tool(cfg->gateway, "local"), &cfg->gateway->tools[0]);
-    assert_string_equal(gw_config_tool(cfg->gateway, "local")->template_id, "big");
+    assert_ptr_equal(gateway_config_tool(cfg->gateway, "local"), &cfg->gateway->tools[0]);
+    assert_string_equal(gateway_config_tool(cfg->gateway, "local")->template_id, "big");
     corral_config_free(cfg);
 }
 
@@ -336,42 +336,44 @@ static void splits_provider_and_model(void **state)
     static const struct {
         const char *params; /* inside litellm_params: {...} */
         const char *provider, *model, *api_base;
-        enum gw_upstream_api api;
+        enum gateway_upstream_api api;
         bool azure;
     } cases[] = {
-        {"model: gpt-4o", "openai", "gpt-4o", "https://api.openai.com/v1", GW_API_RESPONSES, false},
-        {"model: openai/gpt-4o", "openai", "gpt-4o", "https://api.openai.com/v1", GW_API_RESPONSES,
+        {"model: gpt-4o", "openai", "gpt-4o", "https://api.openai.com/v1", GATEWAY_API_RESPONSES,
          false},
+        {"model: openai/gpt-4o", "openai", "gpt-4o", "https://api.openai.com/v1",
+         GATEWAY_API_RESPONSES, false},
         {"model: openai/org/model-x, api_base: 'http://h:1/v1///'", "openai", "org/model-x",
-         "http://h:1/v1", GW_API_RESPONSES, false},
+         "http://h:1/v1", GATEWAY_API_RESPONSES, false},
         {"model: hosted_vllm/meta-llama/Llama-3.1-8B", "hosted_vllm", "meta-llama/Llama-3.1-8B",
-         "http://127.0.0.1:8000/v1", GW_API_CHAT, false},
+         "http://127.0.0.1:8000/v1", GATEWAY_API_CHAT, false},
         {"model: hosted_vllm/q, api_base: 'http://gpu:8000/v1'", "hosted_vllm", "q",
-         "http://gpu:8000/v1", GW_API_CHAT, false},
-        {"model: ollama/llama3", "ollama", "llama3", "http://127.0.0.1:11434/v1", GW_API_CHAT,
+         "http://gpu:8000/v1", GATEWAY_API_CHAT, false},
+        {"model: ollama/llama3", "ollama", "llama3", "http://127.0.0.1:11434/v1", GATEWAY_API_CHAT,
          false},
         {"model: ollama_chat/qwen3, api_base: 'http://localhost:11434'", "ollama_chat", "qwen3",
-         "http://localhost:11434/v1", GW_API_CHAT, false},
+         "http://localhost:11434/v1", GATEWAY_API_CHAT, false},
         {"model: ollama/x, api_base: 'http://o:11434/v1/'", "ollama", "x", "http://o:11434/v1",
-         GW_API_CHAT, false},
-        {"model: llamacpp/any", "llamacpp", "any", "http://127.0.0.1:8080/v1", GW_API_CHAT, false},
-        {"model: llamafile/any", "llamafile", "any", "http://127.0.0.1:8080/v1", GW_API_CHAT,
+         GATEWAY_API_CHAT, false},
+        {"model: llamacpp/any", "llamacpp", "any", "http://127.0.0.1:8080/v1", GATEWAY_API_CHAT,
+         false},
+        {"model: llamafile/any", "llamafile", "any", "http://127.0.0.1:8080/v1", GATEWAY_API_CHAT,
          false},
         {"model: openai_compatible/m, api_base: 'https://x.example/v1'", "openai_compatible", "m",
-         "https://x.example/v1", GW_API_CHAT, false},
+         "https://x.example/v1", GATEWAY_API_CHAT, false},
         {"model: openai/gpt-4o, upstream_api: chat_completions", "openai", "gpt-4o",
-         "https://api.openai.com/v1", GW_API_CHAT, false},
+         "https://api.openai.com/v1", GATEWAY_API_CHAT, false},
         {"model: hosted_vllm/m, upstream_api: responses", "hosted_vllm", "m",
-         "http://127.0.0.1:8000/v1", GW_API_RESPONSES, false},
+         "http://127.0.0.1:8000/v1", GATEWAY_API_RESPONSES, false},
         {"model: azure/dep, api_base: 'https://r.openai.azure.com/'", "azure", "dep",
-         "https://r.openai.azure.com", GW_API_CHAT, true},
+         "https://r.openai.azure.com", GATEWAY_API_CHAT, true},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char yaml[512];
         snprintf(yaml, sizeof(yaml), "model_list:\n  - model_name: m\n    litellm_params: {%s}\n",
                  cases[i].params);
         struct corral_config *cfg = parse_ok(yaml);
-        const struct gw_model *m = only_model(cfg);
+        const struct gateway_model *m = only_model(cfg);
         if (strcmp(m->provider, cases[i].provider) || strcmp(m->model, cases[i].model) ||
             strcmp(m->api_base, cases[i].api_base) || m->api != cases[i].api ||
             m->azure != cases[i].azure)
@@ -439,7 +441,7 @@ static void reads_the_providers_variables(void **state)
                                          "  - model_name: d\n"
                                          "    litellm_params: {model: gpt-4o, api_key: '',\n"
                                          "                     api_base: 'http://own/v1'}\n");
-    struct gw_config *gw = cfg->gateway;
+    struct gateway_config *gw = cfg->gateway;
     assert_string_equal(gw->models[0].api_key, "sk-env");
     assert_string_equal(gw->models[0].api_base, "http://proxy:1/v1");
     assert_string_equal(gw->models[1].api_key, "az-env");
@@ -475,22 +477,22 @@ static void routes_wildcards(void **state)
                                          "    litellm_params: {model: openai/gpt-5-second}\n"
                                          "  - model_name: hosted/exact\n"
                                          "    litellm_params: {model: hosted_vllm/e}\n");
-    const struct gw_config *gw = cfg->gateway;
+    const struct gateway_config *gw = cfg->gateway;
     assert_int_equal(gw->n_models, 6);
     assert_string_equal(gw->models[0].model, "*");
     assert_string_equal(gw->models[1].model, "*");
     /* Exact names first (the first of equal names), then the longest prefix, then "*". */
-    assert_ptr_equal(gw_config_model(gw, "gpt-5"), &gw->models[2]);
-    assert_ptr_equal(gw_config_model(gw, "hosted/exact"), &gw->models[5]);
-    assert_ptr_equal(gw_config_model(gw, "hosted/llama"), &gw->models[1]);
-    assert_ptr_equal(gw_config_model(gw, "hosted/big/llama"), &gw->models[3]);
-    assert_ptr_equal(gw_config_model(gw, "hosted/big"), &gw->models[1]);
-    assert_ptr_equal(gw_config_model(gw, "hosted/"), &gw->models[0]);
-    assert_ptr_equal(gw_config_model(gw, "hosted"), &gw->models[0]);
-    assert_ptr_equal(gw_config_model(gw, "o3"), &gw->models[0]);
-    assert_ptr_equal(gw_config_model(gw, ""), &gw->models[0]);
-    assert_null(gw_config_model(gw, NULL));
-    assert_null(gw_config_model(NULL, "gpt-5"));
+    assert_ptr_equal(gateway_config_model(gw, "gpt-5"), &gw->models[2]);
+    assert_ptr_equal(gateway_config_model(gw, "hosted/exact"), &gw->models[5]);
+    assert_ptr_equal(gateway_config_model(gw, "hosted/llama"), &gw->models[1]);
+    assert_ptr_equal(gateway_config_model(gw, "hosted/big/llama"), &gw->models[3]);
+    assert_ptr_equal(gateway_config_model(gw, "hosted/big"), &gw->models[1]);
+    assert_ptr_equal(gateway_config_model(gw, "hosted/"), &gw->models[0]);
+    assert_ptr_equal(gateway_config_model(gw, "hosted"), &gw->models[0]);
+    assert_ptr_equal(gateway_config_model(gw, "o3"), &gw->models[0]);
+    assert_ptr_equal(gateway_config_model(gw, ""), &gw->models[0]);
+    assert_null(gateway_config_model(gw, NULL));
+    assert_null(gateway_config_model(NULL, "gpt-5"));
     corral_config_free(cfg);
 
     /* Without "*", an unknown name has no model. */
@@ -500,10 +502,10 @@ static void routes_wildcards(void **state)
                    "  - model_name: gpt-*\n"
                    "    litellm_params: {model: openai/gpt-4o}\n");
     gw = cfg->gateway;
-    assert_ptr_equal(gw_config_model(gw, "openai/gpt-4o"), &gw->models[0]);
-    assert_null(gw_config_model(gw, "gpt-4o")); /* "gpt-*" is a name, not a pattern */
-    assert_ptr_equal(gw_config_model(gw, "gpt-*"), &gw->models[1]);
-    assert_null(gw_config_model(gw, "anthropic/claude"));
+    assert_ptr_equal(gateway_config_model(gw, "openai/gpt-4o"), &gw->models[0]);
+    assert_null(gateway_config_model(gw, "gpt-4o")); /* "gpt-*" is a name, not a pattern */
+    assert_ptr_equal(gateway_config_model(gw, "gpt-*"), &gw->models[1]);
+    assert_null(gateway_config_model(gw, "anthropic/claude"));
     corral_config_free(cfg);
 }
 
@@ -529,7 +531,7 @@ static void resolves_environment_variables(void **state)
                  "router_settings: {redis_password: os.environ/TEST_GW_NOT_SET_IGNORED}\n"
                  "gateway:\n"
                  "  max_agentic_loops: os.environ/TEST_GW_LOOPS\n");
-    const struct gw_model *m = only_model(cfg);
+    const struct gateway_model *m = only_model(cfg);
     assert_string_equal(m->name, "from-env");
     assert_string_equal(m->api_base, "http://env-host:9/v1");
     assert_null(m->api_key);
@@ -729,12 +731,12 @@ static void names_sandbox_tools(void **state)
                                          "sandbox_tools:\n"
                                          "  - sandbox_tool_name: remote\n"
                                          "    litellm_params: {sandbox_provider: e2b}\n");
-    struct gw_config *gw = cfg->gateway;
+    struct gateway_config *gw = cfg->gateway;
     assert_true(gw->interception);
     assert_string_equal(gw->default_tool, "remote");
     assert_string_equal(gw->models[0].sandbox_tool, "local");
-    assert_ptr_equal(gw_config_tool(gw, gw->default_tool), &gw->tools[0]);
-    const struct gw_sandbox_tool *local = gw_config_tool(gw, "local");
+    assert_ptr_equal(gateway_config_tool(gw, gw->default_tool), &gw->tools[0]);
+    const struct gateway_sandbox_tool *local = gateway_config_tool(gw, "local");
     assert_non_null(local);
     assert_string_equal(local->provider, "local");
     corral_config_free(cfg);
@@ -748,7 +750,7 @@ static void names_sandbox_tools(void **state)
 }
 
 /* The one sandbox tool of a config whose sandbox_tools has a single entry. */
-static const struct gw_sandbox_tool *only_tool(const struct corral_config *cfg)
+static const struct gateway_sandbox_tool *only_tool(const struct corral_config *cfg)
 {
     assert_non_null(cfg->gateway);
     assert_int_equal(cfg->gateway->n_tools, 1);
@@ -799,10 +801,10 @@ static void parses_remote_sandbox_tools(void **state)
                  "      sandbox_provider: local\n"
                  "      api_base: not even a url\n"
                  "      allow_internet_access: ~\n");
-    struct gw_config *gw = cfg->gateway;
+    struct gateway_config *gw = cfg->gateway;
     assert_int_equal(gw->n_tools, 4);
 
-    const struct gw_sandbox_tool *t = &gw->tools[0];
+    const struct gateway_sandbox_tool *t = &gw->tools[0];
     assert_string_equal(t->provider, "e2b");
     assert_string_equal(t->api_base, "https://api.e2b.example");
     assert_string_equal(t->api_key, "e2b-key");
@@ -905,9 +907,9 @@ static void reads_the_sandbox_providers_variables(void **state)
                                          "      api_key: own-key\n"
                                          "  - sandbox_tool_name: e\n"
                                          "    litellm_params: {sandbox_provider: local}\n");
-    struct gw_config *gw = cfg->gateway;
+    struct gateway_config *gw = cfg->gateway;
     assert_int_equal(gw->n_tools, 5);
-    const struct gw_sandbox_tool *t = &gw->tools[0];
+    const struct gateway_sandbox_tool *t = &gw->tools[0];
     assert_string_equal(t->api_base, "http://e2b-api:3000");
     assert_string_equal(t->api_key, "e2b-env");
     assert_string_equal(t->domain, "e2b.local");
@@ -1017,7 +1019,7 @@ static void converts_network_policy(void **state)
                  "        gpu: \"0\"\n"
                  "        fraction: 0.5\n"
                  "        enabled: true\n");
-    const struct gw_sandbox_tool *t = only_tool(cfg);
+    const struct gateway_sandbox_tool *t = only_tool(cfg);
     assert_string_equal(t->network_policy,
                         "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\","
                         "\"target\":\"pypi.org\",\"port\":443,\"quoted_port\":\"443\","
@@ -1207,7 +1209,7 @@ static void reads_local_networks(void **state)
                  "    litellm_params:\n"
                  "      sandbox_provider: local\n"
                  "      network_policy: {egress: ~}\n");
-    const struct gw_config *g = cfg->gateway;
+    const struct gateway_config *g = cfg->gateway;
     assert_int_equal(g->n_tools, 5);
     assert_int_equal(g->tools[0].network.mode, CORRAL_NETWORK_OFF);
     assert_int_equal(g->tools[0].network.n_rules, 0);
@@ -1235,7 +1237,7 @@ static void reads_local_networks(void **state)
     /* The built-in local tool: off. */
     corral_config_free(cfg);
     cfg = parse_ok("model_list: []\n");
-    assert_int_equal(gw_config_tool(cfg->gateway, "local")->network.mode, CORRAL_NETWORK_OFF);
+    assert_int_equal(gateway_config_tool(cfg->gateway, "local")->network.mode, CORRAL_NETWORK_OFF);
     corral_config_free(cfg);
 }
 
@@ -1295,10 +1297,10 @@ static void refuses_bad_local_networks(void **state)
     struct strbuf_local {
         char *text;
         size_t len;
-    } big = {calloc(1, 64 * (GW_NET_RULES_MAX + 2) + sizeof(head)), 0};
+    } big = {calloc(1, 64 * (GATEWAY_NET_RULES_MAX + 2) + sizeof(head)), 0};
     assert_non_null(big.text);
     big.len = (size_t)sprintf(big.text, "%s        egress:\n", head);
-    for (int i = 0; i <= GW_NET_RULES_MAX; i++)
+    for (int i = 0; i <= GATEWAY_NET_RULES_MAX; i++)
         big.len += (size_t)sprintf(big.text + big.len,
                                    "          - {action: allow, target: h%d.example.com}\n", i);
     expect_error(big.text, "gw.yaml:7:11: sandbox_tools[0].litellm_params.network_policy.egress: "

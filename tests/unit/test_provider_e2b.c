@@ -267,7 +267,7 @@ static const struct provider *e2b(void)
     return p;
 }
 
-static int create_with(const struct gw_sandbox_tool *tool, uint64_t lifetime_ms,
+static int create_with(const struct gateway_sandbox_tool *tool, uint64_t lifetime_ms,
                        struct provider_sandbox **sb, struct corral_error *err)
 {
     struct provider_create_options o = {
@@ -277,20 +277,20 @@ static int create_with(const struct gw_sandbox_tool *tool, uint64_t lifetime_ms,
 
 /* The control plane at the server's first port; nothing else set, so the
  * data plane is there too. */
-static struct gw_sandbox_tool tool_for(int port, char *base, size_t len)
+static struct gateway_sandbox_tool tool_for(int port, char *base, size_t len)
 {
     snprintf(base, len, "http://127.0.0.1:%d", port);
-    return (struct gw_sandbox_tool){.name = "e2b",
-                                    .provider = "e2b",
-                                    .api_base = base,
-                                    .api_key = "e2b_0123abcd",
-                                    .request_timeout_ms = 5000};
+    return (struct gateway_sandbox_tool){.name = "e2b",
+                                         .provider = "e2b",
+                                         .api_base = base,
+                                         .api_key = "e2b_0123abcd",
+                                         .request_timeout_ms = 5000};
 }
 
 static struct provider_sandbox *create_ok(struct srv *s)
 {
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, &sb, &err);
@@ -306,7 +306,7 @@ static void creates_a_sandbox(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 90500, &sb, &err); /* 90.5 s: 91 */
@@ -367,7 +367,7 @@ static void deletes_a_sandbox_that_cannot_start(void **state)
     struct srv *s = *state;
     s->mkdir_status = 500;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -EIO);
@@ -382,7 +382,7 @@ static void sends_the_tools_settings(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     tool.api_key = NULL;
     tool.template_id = "my-template";
     tool.allow_internet_access = true;
@@ -408,7 +408,7 @@ static void sandbox_url_takes_the_data_plane(void **state)
     s->stream = "{\"type\": \"stdout\", \"text\": \"hi\\n\", \"timestamp\": \"x\"}\n"
                 "{\"type\": \"end_of_execution\"}\n";
     char base[64], url[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", s->http->port[1]);
     tool.sandbox_url = url;
     struct provider_sandbox *sb = NULL;
@@ -585,7 +585,7 @@ static void reports_an_api_key_refused(void **state)
     struct srv *s = *state;
     s->create_status = 401;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, &sb, &err), -EACCES);
@@ -606,7 +606,7 @@ static void fails_fast_on_a_refused_connection(void **state)
     (void)state;
     int port = scripted_http_unused_port(); /* a port nothing listens on */
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(port, base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
@@ -774,7 +774,7 @@ static void reap_deletes_what_an_earlier_run_left(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct corral_error err = {0};
     int n = e2b()->reap(&tool, "abc123", "111", NULL, &err);
     if (n < 0)
@@ -800,7 +800,7 @@ static void reap_stops_when_cancelled(void **state)
     int cancel = 0;
     s->cancel = &cancel; /* set while old1 is being deleted */
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct corral_error err = {0};
     e2b()->reap(&tool, "abc123", "111", &cancel, &err);
     assert_true(__atomic_load_n(&cancel, __ATOMIC_RELAXED));

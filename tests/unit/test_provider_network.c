@@ -26,7 +26,8 @@ static void describe(const struct corral_network *n, char *buf, size_t len)
     snprintf(buf + used, len - used, "default:%s", n->default_allow ? "allow" : "deny");
 }
 
-static void expect(const struct gw_sandbox_tool *tool, const char *policy_json, const char *want)
+static void expect(const struct gateway_sandbox_tool *tool, const char *policy_json,
+                   const char *want)
 {
     json_error_t je;
     json_t *policy = policy_json ? json_loads(policy_json, 0, &je) : NULL;
@@ -48,17 +49,17 @@ static void expect(const struct gw_sandbox_tool *tool, const char *policy_json, 
 
 static void local_tools(void **state)
 {
-    struct gw_sandbox_tool off = {.name = "off", .provider = "local"};
-    struct gw_sandbox_tool net = {.name = "net", .provider = "local"};
+    struct gateway_sandbox_tool off = {.name = "off", .provider = "local"};
+    struct gateway_sandbox_tool net = {.name = "net", .provider = "local"};
     net.network.mode = CORRAL_NETWORK_INTERNET;
     static const struct corral_network_rule rules[] = {
         {false, "10.0.0.0/8"},         {true, "pypi.org"},  {false, "bad.example.com"},
         {true, "*.example.com"},       {true, "192.0.2.7"}, {true, "api.other.org"},
         {false, "*.secret.other.org"},
     };
-    struct gw_sandbox_tool pol = {.name = "pol", .provider = "local"};
+    struct gateway_sandbox_tool pol = {.name = "pol", .provider = "local"};
     pol.network = (struct corral_network){CORRAL_NETWORK_POLICY, rules, 7, false};
-    struct gw_sandbox_tool open = {.name = "open", .provider = "local"};
+    struct gateway_sandbox_tool open = {.name = "open", .provider = "local"};
     static const struct corral_network_rule deny_one[] = {{false, "evil.org"}};
     open.network = (struct corral_network){CORRAL_NETWORK_POLICY, deny_one, 1, true};
 
@@ -98,14 +99,14 @@ static void local_tools(void **state)
 
 static void remote_tools(void **state)
 {
-    struct gw_sandbox_tool e2b = {.name = "e", .provider = "e2b"};
+    struct gateway_sandbox_tool e2b = {.name = "e", .provider = "e2b"};
     expect(&e2b, NULL, "off");
     expect(&e2b, ALLOWLIST("\"pypi.org\""), "off");
     e2b.allow_internet_access = true;
     expect(&e2b, NULL, "internet");
     expect(&e2b, ALLOWLIST("\"pypi.org\""), "+pypi.org default:deny");
 
-    struct gw_sandbox_tool osb = {.name = "o", .provider = "opensandbox"};
+    struct gateway_sandbox_tool osb = {.name = "o", .provider = "opensandbox"};
     osb.network_policy = "{\"defaultAction\":\"deny\",\"egress\":[{\"action\":\"allow\","
                          "\"target\":\"*.org\"}]}";
     expect(&osb, NULL, "+*.org default:deny");

@@ -163,7 +163,7 @@ static const struct provider *osb(void)
     return p;
 }
 
-static int create_with(const struct gw_sandbox_tool *tool, uint64_t lifetime_ms,
+static int create_with(const struct gateway_sandbox_tool *tool, uint64_t lifetime_ms,
                        uint64_t memory_bytes, struct provider_sandbox **sb,
                        struct corral_error *err)
 {
@@ -171,21 +171,21 @@ static int create_with(const struct gw_sandbox_tool *tool, uint64_t lifetime_ms,
     return osb()->create(tool, &o, sb, err);
 }
 
-static struct gw_sandbox_tool tool_for(int port, char *base, size_t len)
+static struct gateway_sandbox_tool tool_for(int port, char *base, size_t len)
 {
     snprintf(base, len, "http://127.0.0.1:%d/v1", port);
-    return (struct gw_sandbox_tool){.name = "osb",
-                                    .provider = "opensandbox",
-                                    .api_base = base,
-                                    .api_key = "key-1",
-                                    .request_timeout_ms = 5000,
-                                    .ready_timeout_ms = 5000};
+    return (struct gateway_sandbox_tool){.name = "osb",
+                                         .provider = "opensandbox",
+                                         .api_base = base,
+                                         .api_key = "key-1",
+                                         .request_timeout_ms = 5000,
+                                         .ready_timeout_ms = 5000};
 }
 
 static struct provider_sandbox *create_ok(struct srv *s, uint64_t memory_bytes)
 {
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     int rc = create_with(&tool, 120000, memory_bytes, &sb, &err);
@@ -244,7 +244,7 @@ static void sends_the_tools_settings(void **state)
 {
     struct srv *s = *state;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     char *entry[] = {"/bin/run", "--fast", NULL};
     tool.api_key = NULL;
     tool.template_id = "python:3.12";
@@ -422,7 +422,7 @@ static void reports_an_api_key_refused(void **state)
     struct srv *s = *state;
     s->create_status = 401;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -EACCES);
@@ -439,7 +439,7 @@ static void deletes_a_sandbox_that_cannot_start(void **state)
     struct srv *s = *state;
     s->context_status = 400;
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(s->http->port[0], base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     assert_int_equal(create_with(&tool, 120000, 0, &sb, &err), -EIO);
@@ -452,7 +452,7 @@ static void fails_fast_on_a_refused_connection(void **state)
     (void)state;
     int port = scripted_http_unused_port(); /* a port nothing listens on */
     char base[64];
-    struct gw_sandbox_tool tool = tool_for(port, base, sizeof(base));
+    struct gateway_sandbox_tool tool = tool_for(port, base, sizeof(base));
     struct provider_sandbox *sb = NULL;
     struct corral_error err = {0};
     uint64_t t0 = corral_now_ms();
@@ -541,7 +541,7 @@ static void times_out_and_interrupts(void **state)
 static void reap_deletes_what_an_earlier_run_left(void **state)
 {
     struct srv *s = *state;
-    struct gw_sandbox_tool tool = {.name = "osb", .provider = "opensandbox"};
+    struct gateway_sandbox_tool tool = {.name = "osb", .provider = "opensandbox"};
     char base[64];
     snprintf(base, sizeof(base), "http://127.0.0.1:%d/v1", s->http->port[0]);
     tool.api_base = base;

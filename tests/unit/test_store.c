@@ -62,13 +62,13 @@ static int remove_tmp(void **state)
     return r;
 }
 
-static struct gw_store *open_ok(const char *path)
+static struct store *open_ok(const char *path)
 {
     struct corral_error err = {0};
-    struct gw_store *s = NULL;
-    int r = gw_store_open(path, &s, &err);
+    struct store *s = NULL;
+    int r = store_open(path, &s, &err);
     if (r != 0)
-        print_error("gw_store_open: %s\n", err.message);
+        print_error("store_open: %s\n", err.message);
     assert_int_equal(r, 0);
     assert_non_null(s);
     return s;
@@ -94,13 +94,13 @@ static int sql_int(const char *path, const char *sql)
 static void round_trips(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 1700000000,
-                                           "{\"id\":\"resp_1\",\"text\":\"h\u00e9llo\"}",
-                                           "[{\"id\":\"msg_1\"}]", "[\"ctx\"]", &err),
+    struct store *s = open_ok(NULL);
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 1700000000,
+                                        "{\"id\":\"resp_1\",\"text\":\"h\u00e9llo\"}",
+                                        "[{\"id\":\"msg_1\"}]", "[\"ctx\"]", &err),
                      0);
     char *response = NULL, *input = NULL, *context = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
                      0);
     assert_string_equal(response, "{\"id\":\"resp_1\",\"text\":\"h\u00e9llo\"}");
     assert_string_equal(input, "[{\"id\":\"msg_1\"}]");
@@ -110,27 +110,25 @@ static void round_trips(void **state)
     free(context);
 
     /* Empty texts and the empty owner are values like any other. */
-    assert_int_equal(gw_store_put_response(s, "resp_2", "", 0, "", "", "", &err), 0);
-    assert_int_equal(gw_store_get_response(s, "resp_2", "", &response, &input, &context, &err), 0);
+    assert_int_equal(store_put_response(s, "resp_2", "", 0, "", "", "", &err), 0);
+    assert_int_equal(store_get_response(s, "resp_2", "", &response, &input, &context, &err), 0);
     assert_string_equal(response, "");
     assert_string_equal(input, "");
     assert_string_equal(context, "");
     free(response);
     free(input);
     free(context);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void replaces(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(":memory:");
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 1, "first", "in1", "ctx1", &err),
-                     0);
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 2, "second", "in2", "ctx2", &err),
-                     0);
+    struct store *s = open_ok(":memory:");
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "first", "in1", "ctx1", &err), 0);
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 2, "second", "in2", "ctx2", &err), 0);
     char *response = NULL, *input = NULL, *context = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
                      0);
     assert_string_equal(response, "second");
     assert_string_equal(input, "in2");
@@ -138,126 +136,122 @@ static void replaces(void **state)
     free(response);
     free(input);
     free(context);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void isolates_owners(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 1, "secret", "in", "ctx", &err),
-                     0);
+    struct store *s = open_ok(NULL);
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "secret", "in", "ctx", &err), 0);
 
     /* Another owner, or none, sees nothing, exactly as for a missing id. */
     char *response = (char *)"unchanged";
-    assert_int_equal(gw_store_get_response(s, "resp_1", "bob", &response, NULL, NULL, &err),
-                     -ENOENT);
+    assert_int_equal(store_get_response(s, "resp_1", "bob", &response, NULL, NULL, &err), -ENOENT);
     assert_null(response);
     assert_int_equal(err.code, ENOENT);
-    assert_int_equal(gw_store_get_response(s, "resp_1", "", &response, NULL, NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_get_response(s, "resp_9", "alice", &response, NULL, NULL, &err),
+    assert_int_equal(store_get_response(s, "resp_1", "", &response, NULL, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_response(s, "resp_9", "alice", &response, NULL, NULL, &err),
                      -ENOENT);
-    assert_int_equal(gw_store_delete_response(s, "resp_1", "bob", &err), -ENOENT);
+    assert_int_equal(store_delete_response(s, "resp_1", "bob", &err), -ENOENT);
 
     /* Nor can it overwrite it. */
-    assert_int_equal(gw_store_put_response(s, "resp_1", "bob", 2, "mine", "in", "ctx", &err),
-                     -EEXIST);
+    assert_int_equal(store_put_response(s, "resp_1", "bob", 2, "mine", "in", "ctx", &err), -EEXIST);
     assert_non_null(strstr(err.message, "resp_1"));
 
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
     assert_string_equal(response, "secret");
     free(response);
 
     /* Two stores opened on ":memory:" are two databases. */
-    struct gw_store *other = open_ok(":memory:");
-    assert_int_equal(gw_store_get_response(other, "resp_1", "alice", NULL, NULL, NULL, &err),
-                     -ENOENT);
-    gw_store_close(other);
-    gw_store_close(s);
+    struct store *other = open_ok(":memory:");
+    assert_int_equal(store_get_response(other, "resp_1", "alice", NULL, NULL, NULL, &err), -ENOENT);
+    store_close(other);
+    store_close(s);
 }
 
 static void deletes(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 1, "r", "i", "c", &err), 0);
-    assert_int_equal(gw_store_put_response(s, "resp_2", "alice", 1, "r2", "i2", "c2", &err), 0);
-    assert_int_equal(gw_store_delete_response(s, "resp_1", "alice", &err), 0);
+    struct store *s = open_ok(NULL);
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "r", "i", "c", &err), 0);
+    assert_int_equal(store_put_response(s, "resp_2", "alice", 1, "r2", "i2", "c2", &err), 0);
+    assert_int_equal(store_delete_response(s, "resp_1", "alice", &err), 0);
     char *response = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err),
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err),
                      -ENOENT);
     assert_null(response);
     assert_non_null(strstr(err.message, "resp_1"));
-    assert_int_equal(gw_store_delete_response(s, "resp_1", "alice", &err), -ENOENT);
+    assert_int_equal(store_delete_response(s, "resp_1", "alice", &err), -ENOENT);
     /* Only that one. */
-    assert_int_equal(gw_store_get_response(s, "resp_2", "alice", &response, NULL, NULL, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_2", "alice", &response, NULL, NULL, &err), 0);
     assert_string_equal(response, "r2");
     free(response);
-    gw_store_close(s);
+    store_close(s);
 }
 
-static bool present(struct gw_store *s, const char *id)
+static bool present(struct store *s, const char *id)
 {
     struct corral_error err = {0};
-    return gw_store_get_response(s, id, "o", NULL, NULL, NULL, &err) == 0;
+    return store_get_response(s, id, "o", NULL, NULL, NULL, &err) == 0;
 }
 
 static void prunes_old_and_surplus_responses(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     const char *ids[] = {"resp_1", "resp_2", "resp_3", "resp_4", "resp_5", "resp_6"};
     for (int i = 0; i < 6; i++)
-        assert_int_equal(gw_store_put_response(s, ids[i], "o", 100 + i, "r", "i", "c", &err), 0);
+        assert_int_equal(store_put_response(s, ids[i], "o", 100 + i, "r", "i", "c", &err), 0);
     uint64_t dropped = 0;
     /* older than 102 (resp_1, resp_2), then all but the 3 newest (resp_3) */
-    assert_int_equal(gw_store_prune(s, 102, 3, &dropped, &err), 0);
+    assert_int_equal(store_prune(s, 102, 3, &dropped, &err), 0);
     assert_int_equal(dropped, 3);
     for (int i = 0; i < 6; i++)
         assert_int_equal(present(s, ids[i]), i >= 3);
-    assert_int_equal(gw_store_prune(s, 0, 10, &dropped, &err), 0);
+    assert_int_equal(store_prune(s, 0, 10, &dropped, &err), 0);
     assert_int_equal(dropped, 0);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void takes_null_out_pointers(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
-    assert_int_equal(gw_store_put_response(s, "resp_1", "o", 1, "r", "i", "c", &err), 0);
+    struct store *s = open_ok(NULL);
+    assert_int_equal(store_put_response(s, "resp_1", "o", 1, "r", "i", "c", &err), 0);
     /* An existence check. */
-    assert_int_equal(gw_store_get_response(s, "resp_1", "o", NULL, NULL, NULL, &err), 0);
-    assert_int_equal(gw_store_get_response(s, "resp_x", "o", NULL, NULL, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_response(s, "resp_1", "o", NULL, NULL, NULL, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_x", "o", NULL, NULL, NULL, &err), -ENOENT);
     /* Only the context, as a continuation needs. */
     char *context = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "o", NULL, NULL, &context, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_1", "o", NULL, NULL, &context, &err), 0);
     assert_string_equal(context, "c");
     free(context);
     char *input = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "o", NULL, &input, NULL, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_1", "o", NULL, &input, NULL, &err), 0);
     assert_string_equal(input, "i");
     free(input);
     /* A NULL owner is the empty owner. */
-    assert_int_equal(gw_store_put_response(s, "resp_2", NULL, 1, "r", "i", "c", &err), 0);
-    assert_int_equal(gw_store_get_response(s, "resp_2", "", NULL, NULL, NULL, &err), 0);
-    assert_int_equal(gw_store_delete_response(s, "resp_2", NULL, &err), 0);
+    assert_int_equal(store_put_response(s, "resp_2", NULL, 1, "r", "i", "c", &err), 0);
+    assert_int_equal(store_get_response(s, "resp_2", "", NULL, NULL, NULL, &err), 0);
+    assert_int_equal(store_delete_response(s, "resp_2", NULL, &err), 0);
     /* Missing arguments are refused. */
-    assert_int_equal(gw_store_put_response(s, NULL, "o", 1, "r", "i", "c", &err), -EINVAL);
-    assert_int_equal(gw_store_put_response(s, "resp_3", "o", 1, NULL, "i", "c", &err), -EINVAL);
-    assert_int_equal(gw_store_get_response(s, NULL, "o", NULL, NULL, NULL, &err), -EINVAL);
-    assert_int_equal(gw_store_delete_response(s, NULL, "o", &err), -EINVAL);
-    gw_store_close(s);
+    assert_int_equal(store_put_response(s, NULL, "o", 1, "r", "i", "c", &err), -EINVAL);
+    assert_int_equal(store_put_response(s, "resp_3", "o", 1, NULL, "i", "c", &err), -EINVAL);
+    assert_int_equal(store_get_response(s, NULL, "o", NULL, NULL, NULL, &err), -EINVAL);
+    assert_int_equal(store_delete_response(s, NULL, "o", &err), -EINVAL);
+    store_close(s);
 }
 
 static void persists_in_a_file(void **state)
 {
     struct tmp *t = *state;
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(t->path);
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
-    assert_int_equal(gw_store_put_response(s, "resp_2", "alice", 43, "r2", "i2", "c2", &err), 0);
-    assert_int_equal(gw_store_delete_response(s, "resp_2", "alice", &err), 0);
-    gw_store_close(s);
+    struct store *s = open_ok(t->path);
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
+    assert_int_equal(store_put_response(s, "resp_2", "alice", 43, "r2", "i2", "c2", &err), 0);
+    assert_int_equal(store_delete_response(s, "resp_2", "alice", &err), 0);
+    store_close(s);
 
     struct stat st;
     assert_int_equal(stat(t->path, &st), 0);
@@ -267,7 +261,7 @@ static void persists_in_a_file(void **state)
 
     s = open_ok(t->path);
     char *response = NULL, *input = NULL, *context = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
                      0);
     assert_string_equal(response, "r");
     assert_string_equal(input, "i");
@@ -275,8 +269,8 @@ static void persists_in_a_file(void **state)
     free(response);
     free(input);
     free(context);
-    assert_int_equal(gw_store_get_response(s, "resp_2", "alice", NULL, NULL, NULL, &err), -ENOENT);
-    gw_store_close(s);
+    assert_int_equal(store_get_response(s, "resp_2", "alice", NULL, NULL, NULL, &err), -ENOENT);
+    store_close(s);
     /* Left in WAL mode (a persistent setting of the file). */
     assert_int_equal(sql_int(t->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
 }
@@ -286,8 +280,8 @@ static void refuses_a_newer_schema(void **state)
     struct tmp *t = *state;
     sql_int(t->path, "PRAGMA user_version = 4");
     struct corral_error err = {0};
-    struct gw_store *s = (struct gw_store *)&err; /* overwritten with NULL */
-    int r = gw_store_open(t->path, &s, &err);
+    struct store *s = (struct store *)&err; /* overwritten with NULL */
+    int r = store_open(t->path, &s, &err);
     assert_true(r < 0);
     assert_int_equal(err.code, -r);
     assert_null(s);
@@ -306,8 +300,8 @@ static void names_a_missing_directory(void **state)
     snprintf(dir, sizeof(dir), "%s/missing", t->dir);
     snprintf(path, sizeof(path), "%s/responses.db", dir);
     struct corral_error err = {0};
-    struct gw_store *s = NULL;
-    int r = gw_store_open(path, &s, &err);
+    struct store *s = NULL;
+    int r = store_open(path, &s, &err);
     assert_int_equal(r, -ENOENT);
     assert_null(s);
     assert_non_null(strstr(err.message, path));
@@ -326,8 +320,8 @@ static void names_a_file_that_is_not_a_database(void **state)
         fputs("this is not an SQLite database, just text.\n", f);
     assert_int_equal(fclose(f), 0);
     struct corral_error err = {0};
-    struct gw_store *s = NULL;
-    assert_true(gw_store_open(t->path, &s, &err) < 0);
+    struct store *s = NULL;
+    assert_true(store_open(t->path, &s, &err) < 0);
     assert_null(s);
     assert_non_null(strstr(err.message, t->path));
     assert_non_null(strstr(err.message, "file is not a database"));
@@ -337,7 +331,7 @@ static void names_a_file_that_is_not_a_database(void **state)
 #define PUTS_PER_THREAD 200
 
 struct worker {
-    struct gw_store *s;
+    struct store *s;
     int n;
     int failures;
     char message[CORRAL_ERROR_MESSAGE_MAX + 64];
@@ -354,13 +348,13 @@ static void *put_many(void *arg)
         snprintf(owner, sizeof(owner), "owner%d", w->n);
         snprintf(text, sizeof(text), "{\"thread\":%d,\"i\":%d}", w->n, i);
         struct corral_error err = {0};
-        if (gw_store_put_response(w->s, id, owner, i, text, id, owner, &err) < 0) {
+        if (store_put_response(w->s, id, owner, i, text, id, owner, &err) < 0) {
             w->failures++;
             snprintf(w->message, sizeof(w->message), "%s", err.message);
             continue;
         }
         char *back = NULL;
-        if (gw_store_get_response(w->s, id, owner, &back, NULL, NULL, &err) < 0 ||
+        if (store_get_response(w->s, id, owner, &back, NULL, NULL, &err) < 0 ||
             strcmp(back, text) != 0) {
             w->failures++;
             snprintf(w->message, sizeof(w->message), "read back %s: %s", id, err.message);
@@ -373,7 +367,7 @@ static void *put_many(void *arg)
 static void takes_puts_from_many_threads(void **state)
 {
     struct tmp *t = *state;
-    struct gw_store *s = open_ok(t->path);
+    struct store *s = open_ok(t->path);
     struct worker workers[THREADS];
     pthread_t threads[THREADS];
     for (int n = 0; n < THREADS; n++) {
@@ -387,7 +381,7 @@ static void takes_puts_from_many_threads(void **state)
             print_error("thread %d: %s\n", n, workers[n].message);
         assert_int_equal(workers[n].failures, 0);
     }
-    gw_store_close(s);
+    store_close(s);
 
     /* All of them, intact, after reopening. */
     s = open_ok(t->path);
@@ -399,7 +393,7 @@ static void takes_puts_from_many_threads(void **state)
             snprintf(owner, sizeof(owner), "owner%d", n);
             snprintf(text, sizeof(text), "{\"thread\":%d,\"i\":%d}", n, i);
             char *response = NULL, *input = NULL, *context = NULL;
-            assert_int_equal(gw_store_get_response(s, id, owner, &response, &input, &context, &err),
+            assert_int_equal(store_get_response(s, id, owner, &response, &input, &context, &err),
                              0);
             assert_string_equal(response, text);
             assert_string_equal(input, id);
@@ -409,7 +403,7 @@ static void takes_puts_from_many_threads(void **state)
             free(context);
         }
     }
-    gw_store_close(s);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), THREADS * PUTS_PER_THREAD);
 }
 
@@ -444,12 +438,12 @@ static json_t *file(const char *id, const char *purpose, int64_t created_at)
     return f;
 }
 
-static void put_container_ok(struct gw_store *s, const char *owner, json_t *c)
+static void put_container_ok(struct store *s, const char *owner, json_t *c)
 {
     struct corral_error err = {0};
-    int r = gw_store_put_container(s, owner, c, &err);
+    int r = store_put_container(s, owner, c, &err);
     if (r != 0)
-        print_error("gw_store_put_container: %s\n", err.message);
+        print_error("store_put_container: %s\n", err.message);
     assert_int_equal(r, 0);
     json_decref(c);
 }
@@ -457,37 +451,37 @@ static void put_container_ok(struct gw_store *s, const char *owner, json_t *c)
 static void prunes_expired_containers(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     put_container_ok(s, "o", container("cntr_old", "a", 100, "expired"));
     put_container_ok(s, "o", container("cntr_new", "b", 300, "expired"));
     put_container_ok(s, "o", container("cntr_run", "c", 100, "running"));
-    assert_int_equal(gw_store_prune(s, 200, 10, NULL, &err), 0);
+    assert_int_equal(store_prune(s, 200, 10, NULL, &err), 0);
     json_t *obj = NULL;
-    assert_int_equal(gw_store_get_container(s, "cntr_old", "o", &obj, NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_get_container(s, "cntr_new", "o", &obj, NULL, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_old", "o", &obj, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_new", "o", &obj, NULL, &err), 0);
     json_decref(obj);
     /* a running container is never pruned, however old its last use */
-    assert_int_equal(gw_store_get_container(s, "cntr_run", "o", &obj, NULL, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_run", "o", &obj, NULL, &err), 0);
     json_decref(obj);
-    gw_store_close(s);
+    store_close(s);
 }
 
-static void put_cfile_ok(struct gw_store *s, json_t *f)
+static void put_cfile_ok(struct store *s, json_t *f)
 {
     struct corral_error err = {0};
-    int r = gw_store_put_cfile(s, f, &err);
+    int r = store_put_cfile(s, f, &err);
     if (r != 0)
-        print_error("gw_store_put_cfile: %s\n", err.message);
+        print_error("store_put_cfile: %s\n", err.message);
     assert_int_equal(r, 0);
     json_decref(f);
 }
 
-static void put_file_ok(struct gw_store *s, const char *owner, json_t *f)
+static void put_file_ok(struct store *s, const char *owner, json_t *f)
 {
     struct corral_error err = {0};
-    int r = gw_store_put_file(s, owner, f, &err);
+    int r = store_put_file(s, owner, f, &err);
     if (r != 0)
-        print_error("gw_store_put_file: %s\n", err.message);
+        print_error("store_put_file: %s\n", err.message);
     assert_int_equal(r, 0);
     json_decref(f);
 }
@@ -515,7 +509,7 @@ static void assert_ids(json_t *list, const char *want)
 enum which { CONTAINERS, CFILES, FILES };
 
 /* One page of a list: its ids checked against `want`, *has_more against `more`. */
-static void assert_page(struct gw_store *s, enum which w, const char *scope, const char *filter,
+static void assert_page(struct store *s, enum which w, const char *scope, const char *filter,
                         const char *after, unsigned limit, bool ascending, const char *want,
                         bool more)
 {
@@ -524,12 +518,12 @@ static void assert_page(struct gw_store *s, enum which w, const char *scope, con
     bool has_more = !more;
     int r;
     if (w == CONTAINERS)
-        r = gw_store_list_containers(s, scope, filter, after, limit, ascending, &list, &has_more,
-                                     &err);
+        r = store_list_containers(s, scope, filter, after, limit, ascending, &list, &has_more,
+                                  &err);
     else if (w == CFILES)
-        r = gw_store_list_cfiles(s, scope, after, limit, ascending, &list, &has_more, &err);
+        r = store_list_cfiles(s, scope, after, limit, ascending, &list, &has_more, &err);
     else
-        r = gw_store_list_files(s, scope, filter, after, limit, ascending, &list, &has_more, &err);
+        r = store_list_files(s, scope, filter, after, limit, ascending, &list, &has_more, &err);
     if (r != 0)
         print_error("list: %s\n", err.message);
     assert_int_equal(r, 0);
@@ -540,73 +534,73 @@ static void assert_page(struct gw_store *s, enum which w, const char *scope, con
 static void containers_round_trip(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     json_t *c = container("cntr_1", "box", 1700000000, "running");
     json_object_set_new(c, "note", json_string("h\u00e9llo"));
-    assert_int_equal(gw_store_put_container(s, "alice", c, &err), 0);
+    assert_int_equal(store_put_container(s, "alice", c, &err), 0);
 
     json_t *back = NULL;
     char *owner = NULL;
-    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", &back, &owner, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", "alice", &back, &owner, &err), 0);
     assert_true(json_equal(back, c));
     assert_string_equal(owner, "alice");
     json_decref(back);
     free(owner);
     /* Any owner: NULL, telling whose it is. */
-    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
     assert_true(json_equal(back, c));
     assert_string_equal(owner, "alice");
     json_decref(back);
     free(owner);
     /* The out pointers may be NULL. */
-    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", NULL, NULL, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", "alice", NULL, NULL, &err), 0);
 
     /* A put of the same id by its owner replaces it. */
     json_object_set_new(c, "status", json_string("expired"));
-    assert_int_equal(gw_store_put_container(s, "alice", c, &err), 0);
-    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
+    assert_int_equal(store_put_container(s, "alice", c, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "status")), "expired");
     json_decref(back);
     json_decref(c);
 
     /* Missing. */
     back = (json_t *)&err;
-    assert_int_equal(gw_store_get_container(s, "cntr_9", NULL, &back, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_9", NULL, &back, NULL, &err), -ENOENT);
     assert_null(back);
     assert_non_null(strstr(err.message, "cntr_9"));
-    assert_int_equal(gw_store_delete_container(s, "cntr_9", "alice", &err), -ENOENT);
+    assert_int_equal(store_delete_container(s, "cntr_9", "alice", &err), -ENOENT);
 
-    assert_int_equal(gw_store_delete_container(s, "cntr_1", "alice", &err), 0);
-    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
-    gw_store_close(s);
+    assert_int_equal(store_delete_container(s, "cntr_1", "alice", &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    store_close(s);
 }
 
 static void containers_isolate_owners(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
 
     json_t *back = NULL;
-    assert_int_equal(gw_store_get_container(s, "cntr_1", "bob", &back, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_1", "bob", &back, NULL, &err), -ENOENT);
     assert_null(back);
-    assert_int_equal(gw_store_get_container(s, "cntr_1", "", &back, NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_delete_container(s, "cntr_1", "bob", &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_1", "", &back, NULL, &err), -ENOENT);
+    assert_int_equal(store_delete_container(s, "cntr_1", "bob", &err), -ENOENT);
     assert_page(s, CONTAINERS, "bob", NULL, NULL, 10, true, "", false);
     /* bob cannot list after alice's container either. */
     json_t *list = NULL;
-    assert_int_equal(
-        gw_store_list_containers(s, "bob", NULL, "cntr_1", 10, true, &list, NULL, &err), -ENOENT);
+    assert_int_equal(store_list_containers(s, "bob", NULL, "cntr_1", 10, true, &list, NULL, &err),
+                     -ENOENT);
     assert_null(list);
 
     /* Nor overwrite it. */
     json_t *mine = container("cntr_1", "mine", 20, "expired");
-    assert_int_equal(gw_store_put_container(s, "bob", mine, &err), -EEXIST);
+    assert_int_equal(store_put_container(s, "bob", mine, &err), -EEXIST);
     assert_int_equal(err.code, EEXIST);
     assert_non_null(strstr(err.message, "cntr_1"));
     json_decref(mine);
     char *owner = NULL;
-    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
     assert_string_equal(owner, "alice");
     assert_string_equal(json_string_value(json_object_get(back, "name")), "box");
     json_decref(back);
@@ -614,23 +608,23 @@ static void containers_isolate_owners(void **state)
 
     /* Files likewise. */
     put_file_ok(s, "alice", file("file_1", "user_data", 10));
-    assert_int_equal(gw_store_get_file(s, "file_1", "bob", &back, &err), -ENOENT);
+    assert_int_equal(store_get_file(s, "file_1", "bob", &back, &err), -ENOENT);
     assert_null(back);
-    assert_int_equal(gw_store_delete_file(s, "file_1", "bob", &err), -ENOENT);
+    assert_int_equal(store_delete_file(s, "file_1", "bob", &err), -ENOENT);
     json_t *f = file("file_1", "assistants", 20);
-    assert_int_equal(gw_store_put_file(s, "bob", f, &err), -EEXIST);
+    assert_int_equal(store_put_file(s, "bob", f, &err), -EEXIST);
     json_decref(f);
     assert_page(s, FILES, "bob", NULL, NULL, 10, true, "", false);
-    assert_int_equal(gw_store_get_file(s, "file_1", "alice", &back, &err), 0);
+    assert_int_equal(store_get_file(s, "file_1", "alice", &back, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "purpose")), "user_data");
     json_decref(back);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void lists_containers_in_pages(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     /* c2 and c3 share their created_at: then the order of insertion. */
     put_container_ok(s, "alice", container("c4", "x", 30, "running"));
     put_container_ok(s, "alice", container("c2", "y", 20, "running"));
@@ -667,23 +661,21 @@ static void lists_containers_in_pages(void **state)
     json_t *list = (json_t *)&err;
     bool has_more = true;
     assert_int_equal(
-        gw_store_list_containers(s, "alice", NULL, "c9", 10, true, &list, &has_more, &err),
-        -ENOENT);
+        store_list_containers(s, "alice", NULL, "c9", 10, true, &list, &has_more, &err), -ENOENT);
     assert_null(list);
     assert_false(has_more);
     assert_non_null(strstr(err.message, "c9"));
     assert_int_equal(
-        gw_store_list_containers(s, "alice", NULL, "b1", 10, true, &list, &has_more, &err),
-        -ENOENT);
-    gw_store_close(s);
+        store_list_containers(s, "alice", NULL, "b1", 10, true, &list, &has_more, &err), -ENOENT);
+    store_close(s);
 }
 
 static void lists_running_containers(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     json_t *list = NULL;
-    assert_int_equal(gw_store_running_containers(s, &list, &err), 0);
+    assert_int_equal(store_running_containers(s, &list, &err), 0);
     assert_int_equal(json_array_size(list), 0);
     json_decref(list);
 
@@ -692,7 +684,7 @@ static void lists_running_containers(void **state)
     put_container_ok(s, "", container("c3", "c", 30, "running"));
     put_container_ok(s, "alice", container("c4", "d", 40, "running"));
     put_container_ok(s, "alice", container("c4", "d", 40, "expired"));
-    assert_int_equal(gw_store_running_containers(s, &list, &err), 0);
+    assert_int_equal(store_running_containers(s, &list, &err), 0);
     assert_int_equal(json_array_size(list), 2);
     json_t *e = json_array_get(list, 0);
     assert_string_equal(json_string_value(json_object_get(e, "owner")), "alice");
@@ -704,39 +696,39 @@ static void lists_running_containers(void **state)
     c = json_object_get(e, "container");
     assert_string_equal(json_string_value(json_object_get(c, "id")), "c3");
     json_decref(list);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void keeps_container_files(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
     json_t *f = cfile("cfile_1", "cntr_1", "/mnt/data/a.txt", 100);
-    assert_int_equal(gw_store_put_cfile(s, f, &err), 0);
+    assert_int_equal(store_put_cfile(s, f, &err), 0);
     put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b.txt", 101));
     put_cfile_ok(s, cfile("cfile_3", "cntr_1", "/mnt/data/c.txt", 101));
     put_cfile_ok(s, cfile("cfile_4", "cntr_2", "/mnt/data/a.txt", 100));
 
     json_t *back = NULL;
-    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", &back, &err), 0);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", &back, &err), 0);
     assert_true(json_equal(back, f));
     json_decref(back);
     json_decref(f);
     /* Only in its container. */
-    assert_int_equal(gw_store_get_cfile(s, "cntr_2", "cfile_1", &back, &err), -ENOENT);
+    assert_int_equal(store_get_cfile(s, "cntr_2", "cfile_1", &back, &err), -ENOENT);
     assert_null(back);
     assert_non_null(strstr(err.message, "cfile_1"));
-    assert_int_equal(gw_store_delete_cfile(s, "cntr_2", "cfile_1", &err), -ENOENT);
+    assert_int_equal(store_delete_cfile(s, "cntr_2", "cfile_1", &err), -ENOENT);
 
     /* By path. */
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/b.txt", &back, &err), 0);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/b.txt", &back, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_2");
     json_decref(back);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_2", "/mnt/data/a.txt", &back, &err), 0);
+    assert_int_equal(store_find_cfile(s, "cntr_2", "/mnt/data/a.txt", &back, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_4");
     json_decref(back);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/z.txt", &back, &err), -ENOENT);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/z.txt", &back, &err), -ENOENT);
     assert_null(back);
     assert_non_null(strstr(err.message, "/mnt/data/z.txt"));
 
@@ -750,7 +742,7 @@ static void keeps_container_files(void **state)
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 0, false, "", true);
     assert_page(s, CFILES, "cntr_9", NULL, NULL, 10, true, "", false);
     json_t *list = NULL;
-    assert_int_equal(gw_store_list_cfiles(s, "cntr_1", "cfile_4", 10, true, &list, NULL, &err),
+    assert_int_equal(store_list_cfiles(s, "cntr_1", "cfile_4", 10, true, &list, NULL, &err),
                      -ENOENT);
     assert_null(list);
 
@@ -758,41 +750,41 @@ static void keeps_container_files(void **state)
     f = cfile("cfile_5", "cntr_1", "/mnt/data/a.txt", 102);
     json_object_set_new(f, "bytes", json_integer(7));
     put_cfile_ok(s, f);
-    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/a.txt", &back, &err), 0);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/a.txt", &back, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_5");
     assert_int_equal(json_integer_value(json_object_get(back, "bytes")), 7);
     json_decref(back);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_2,cfile_3,cfile_5", false);
     /* The same path in another container is another file. */
-    assert_int_equal(gw_store_get_cfile(s, "cntr_2", "cfile_4", NULL, &err), 0);
+    assert_int_equal(store_get_cfile(s, "cntr_2", "cfile_4", NULL, &err), 0);
 
     /* The same id again replaces it in place. */
     f = cfile("cfile_2", "cntr_1", "/mnt/data/b.txt", 101);
     json_object_set_new(f, "bytes", json_integer(9));
     put_cfile_ok(s, f);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_2,cfile_3,cfile_5", false);
-    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_2", &back, &err), 0);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_2", &back, &err), 0);
     assert_int_equal(json_integer_value(json_object_get(back, "bytes")), 9);
     json_decref(back);
     /* ... and may move it to a free path, or to a taken one (whose file goes). */
     put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/d.txt", 101));
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/b.txt", NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/d.txt", NULL, &err), 0);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/b.txt", NULL, &err), -ENOENT);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/d.txt", NULL, &err), 0);
     put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/c.txt", 101));
-    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_3", NULL, &err), -ENOENT);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_3", NULL, &err), -ENOENT);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_2,cfile_5", false);
 
-    assert_int_equal(gw_store_delete_cfile(s, "cntr_1", "cfile_2", &err), 0);
-    assert_int_equal(gw_store_delete_cfile(s, "cntr_1", "cfile_2", &err), -ENOENT);
+    assert_int_equal(store_delete_cfile(s, "cntr_1", "cfile_2", &err), 0);
+    assert_int_equal(store_delete_cfile(s, "cntr_1", "cfile_2", &err), -ENOENT);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_5", false);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void deleting_a_container_deletes_its_files(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     put_container_ok(s, "alice", container("cntr_1", "a", 10, "running"));
     put_container_ok(s, "alice", container("cntr_2", "b", 20, "running"));
     put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 1));
@@ -800,28 +792,28 @@ static void deleting_a_container_deletes_its_files(void **state)
     put_cfile_ok(s, cfile("cfile_3", "cntr_2", "/mnt/data/a", 3));
 
     /* Not by another owner: the files stay too. */
-    assert_int_equal(gw_store_delete_container(s, "cntr_1", "bob", &err), -ENOENT);
+    assert_int_equal(store_delete_container(s, "cntr_1", "bob", &err), -ENOENT);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_1,cfile_2", false);
 
-    assert_int_equal(gw_store_delete_container(s, "cntr_1", "alice", &err), 0);
-    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    assert_int_equal(store_delete_container(s, "cntr_1", "alice", &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "", false);
-    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/b", NULL, &err), -ENOENT);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/b", NULL, &err), -ENOENT);
     /* Only its own. */
     assert_page(s, CFILES, "cntr_2", NULL, NULL, 10, true, "cfile_3", false);
     assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_2", false);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void keeps_files(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     json_t *f = file("file_1", "user_data", 100);
-    assert_int_equal(gw_store_put_file(s, "alice", f, &err), 0);
+    assert_int_equal(store_put_file(s, "alice", f, &err), 0);
     json_t *back = NULL;
-    assert_int_equal(gw_store_get_file(s, "file_1", "alice", &back, &err), 0);
+    assert_int_equal(store_get_file(s, "file_1", "alice", &back, &err), 0);
     assert_true(json_equal(back, f));
     json_decref(back);
     json_decref(f);
@@ -832,7 +824,7 @@ static void keeps_files(void **state)
     put_file_ok(s, "bob", file("file_5", "user_data", 120));
     /* A NULL owner is the empty owner. */
     put_file_ok(s, NULL, file("file_6", "user_data", 120));
-    assert_int_equal(gw_store_get_file(s, "file_6", "", NULL, &err), 0);
+    assert_int_equal(store_get_file(s, "file_6", "", NULL, &err), 0);
     assert_page(s, FILES, NULL, NULL, NULL, 10, true, "file_6", false);
 
     assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1,file_4,file_2,file_3", false);
@@ -847,7 +839,7 @@ static void keeps_files(void **state)
     assert_page(s, FILES, "alice", "batch", NULL, 10, true, "", false);
     assert_page(s, FILES, "alice", NULL, NULL, 0, true, "", true);
     json_t *list = NULL;
-    assert_int_equal(gw_store_list_files(s, "alice", NULL, "file_5", 10, true, &list, NULL, &err),
+    assert_int_equal(store_list_files(s, "alice", NULL, "file_5", 10, true, &list, NULL, &err),
                      -ENOENT);
     assert_null(list);
 
@@ -856,28 +848,28 @@ static void keeps_files(void **state)
     put_file_ok(s, "alice", f);
     assert_page(s, FILES, "alice", "assistants", NULL, 10, true, "file_4,file_2", false);
 
-    assert_int_equal(gw_store_delete_file(s, "file_4", "alice", &err), 0);
-    assert_int_equal(gw_store_delete_file(s, "file_4", "alice", &err), -ENOENT);
+    assert_int_equal(store_delete_file(s, "file_4", "alice", &err), 0);
+    assert_int_equal(store_delete_file(s, "file_4", "alice", &err), -ENOENT);
     assert_non_null(strstr(err.message, "file_4"));
-    assert_int_equal(gw_store_get_file(s, "file_4", "alice", &back, &err), -ENOENT);
+    assert_int_equal(store_get_file(s, "file_4", "alice", &back, &err), -ENOENT);
     assert_null(back);
     assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1,file_2,file_3", false);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void refuses_bad_objects(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     /* Not objects, or without their id. */
-    assert_int_equal(gw_store_put_container(s, "o", NULL, &err), -EINVAL);
+    assert_int_equal(store_put_container(s, "o", NULL, &err), -EINVAL);
     json_t *v = json_array();
-    assert_int_equal(gw_store_put_container(s, "o", v, &err), -EINVAL);
-    assert_int_equal(gw_store_put_cfile(s, v, &err), -EINVAL);
-    assert_int_equal(gw_store_put_file(s, "o", v, &err), -EINVAL);
+    assert_int_equal(store_put_container(s, "o", v, &err), -EINVAL);
+    assert_int_equal(store_put_cfile(s, v, &err), -EINVAL);
+    assert_int_equal(store_put_file(s, "o", v, &err), -EINVAL);
     json_decref(v);
-    assert_int_equal(gw_store_put_cfile(s, NULL, &err), -EINVAL);
-    assert_int_equal(gw_store_put_file(s, "o", NULL, &err), -EINVAL);
+    assert_int_equal(store_put_cfile(s, NULL, &err), -EINVAL);
+    assert_int_equal(store_put_file(s, "o", NULL, &err), -EINVAL);
 
     struct {
         const char *key;
@@ -901,19 +893,19 @@ static void refuses_bad_objects(void **state)
         else
             json_object_del(c, bad_containers[i].key);
         err = (struct corral_error){0};
-        assert_int_equal(gw_store_put_container(s, "o", c, &err), -EINVAL);
+        assert_int_equal(store_put_container(s, "o", c, &err), -EINVAL);
         assert_int_equal(err.code, EINVAL);
         assert_non_null(strstr(err.message, bad_containers[i].key));
         json_decref(c);
     }
     json_t *c = container("cntr_1", "box", 10, "running");
     json_object_set_new(json_object_get(c, "expires_after"), "minutes", json_string("20"));
-    assert_int_equal(gw_store_put_container(s, "o", c, &err), -EINVAL);
+    assert_int_equal(store_put_container(s, "o", c, &err), -EINVAL);
     assert_non_null(strstr(err.message, "minutes"));
     json_decref(c);
     /* Optional columns may be missing or null. */
     c = json_pack("{s:s, s:i, s:n}", "id", "cntr_2", "created_at", 5, "name");
-    assert_int_equal(gw_store_put_container(s, "o", c, &err), 0);
+    assert_int_equal(store_put_container(s, "o", c, &err), 0);
     json_decref(c);
     assert_page(s, CONTAINERS, "o", NULL, NULL, 10, true, "cntr_2", false);
 
@@ -921,25 +913,25 @@ static void refuses_bad_objects(void **state)
     for (size_t i = 0; i < 4; i++) {
         json_t *f = cfile("cfile_1", "cntr_2", "/mnt/data/a", 1);
         json_object_del(f, cfile_keys[i]);
-        assert_int_equal(gw_store_put_cfile(s, f, &err), -EINVAL);
+        assert_int_equal(store_put_cfile(s, f, &err), -EINVAL);
         assert_non_null(strstr(err.message, cfile_keys[i]));
         json_decref(f);
     }
     json_t *f = cfile("cfile_1", "cntr_2", "/mnt/data/a", 1);
     json_object_set_new(f, "source", json_integer(1));
-    assert_int_equal(gw_store_put_cfile(s, f, &err), -EINVAL);
+    assert_int_equal(store_put_cfile(s, f, &err), -EINVAL);
     json_decref(f);
     const char *file_keys[] = {"id", "created_at"};
     for (size_t i = 0; i < 2; i++) {
         f = file("file_1", "user_data", 1);
         json_object_del(f, file_keys[i]);
-        assert_int_equal(gw_store_put_file(s, "o", f, &err), -EINVAL);
+        assert_int_equal(store_put_file(s, "o", f, &err), -EINVAL);
         assert_non_null(strstr(err.message, file_keys[i]));
         json_decref(f);
     }
     f = file("file_1", "user_data", 1);
     json_object_set_new(f, "purpose", json_integer(1));
-    assert_int_equal(gw_store_put_file(s, "o", f, &err), -EINVAL);
+    assert_int_equal(store_put_file(s, "o", f, &err), -EINVAL);
     json_decref(f);
     /* Nothing of these was stored. */
     assert_page(s, CFILES, "cntr_2", NULL, NULL, 10, true, "", false);
@@ -948,34 +940,34 @@ static void refuses_bad_objects(void **state)
     /* Missing ids. */
     json_t *out = NULL;
     json_t *list = NULL;
-    assert_int_equal(gw_store_get_container(s, NULL, "o", &out, NULL, &err), -EINVAL);
-    assert_int_equal(gw_store_delete_container(s, NULL, "o", &err), -EINVAL);
-    assert_int_equal(gw_store_get_cfile(s, NULL, "cfile_1", &out, &err), -EINVAL);
-    assert_int_equal(gw_store_get_cfile(s, "cntr_2", NULL, &out, &err), -EINVAL);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_2", NULL, &out, &err), -EINVAL);
-    assert_int_equal(gw_store_find_cfile(s, NULL, "/a", &out, &err), -EINVAL);
-    assert_int_equal(gw_store_list_cfiles(s, NULL, NULL, 10, true, &list, NULL, &err), -EINVAL);
-    assert_int_equal(gw_store_delete_cfile(s, "cntr_2", NULL, &err), -EINVAL);
-    assert_int_equal(gw_store_delete_cfile(s, NULL, "cfile_1", &err), -EINVAL);
-    assert_int_equal(gw_store_get_file(s, NULL, "o", &out, &err), -EINVAL);
-    assert_int_equal(gw_store_delete_file(s, NULL, "o", &err), -EINVAL);
+    assert_int_equal(store_get_container(s, NULL, "o", &out, NULL, &err), -EINVAL);
+    assert_int_equal(store_delete_container(s, NULL, "o", &err), -EINVAL);
+    assert_int_equal(store_get_cfile(s, NULL, "cfile_1", &out, &err), -EINVAL);
+    assert_int_equal(store_get_cfile(s, "cntr_2", NULL, &out, &err), -EINVAL);
+    assert_int_equal(store_find_cfile(s, "cntr_2", NULL, &out, &err), -EINVAL);
+    assert_int_equal(store_find_cfile(s, NULL, "/a", &out, &err), -EINVAL);
+    assert_int_equal(store_list_cfiles(s, NULL, NULL, 10, true, &list, NULL, &err), -EINVAL);
+    assert_int_equal(store_delete_cfile(s, "cntr_2", NULL, &err), -EINVAL);
+    assert_int_equal(store_delete_cfile(s, NULL, "cfile_1", &err), -EINVAL);
+    assert_int_equal(store_get_file(s, NULL, "o", &out, &err), -EINVAL);
+    assert_int_equal(store_delete_file(s, NULL, "o", &err), -EINVAL);
     assert_null(out);
     assert_null(list);
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void persists_containers_and_files(void **state)
 {
     struct tmp *t = *state;
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(t->path);
+    struct store *s = open_ok(t->path);
     put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
     put_container_ok(s, "alice", container("cntr_2", "box", 20, "expired"));
     put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 11));
     put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b", 12));
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
-    assert_int_equal(gw_store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
-    gw_store_close(s);
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     /* The columns beside the objects. */
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers WHERE id = 'cntr_1' AND "
@@ -994,7 +986,7 @@ static void persists_containers_and_files(void **state)
     s = open_ok(t->path);
     json_t *back = NULL;
     char *owner = NULL;
-    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
     json_t *want = container("cntr_1", "box", 10, "running");
     assert_true(json_equal(back, want));
     json_decref(want);
@@ -1005,17 +997,17 @@ static void persists_containers_and_files(void **state)
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "cfile_1,cfile_2", false);
     assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1", false);
     json_t *list = NULL;
-    assert_int_equal(gw_store_running_containers(s, &list, &err), 0);
+    assert_int_equal(store_running_containers(s, &list, &err), 0);
     assert_int_equal(json_array_size(list), 1);
     json_decref(list);
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", NULL, NULL, NULL, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_1", "alice", NULL, NULL, NULL, &err), 0);
     /* A deletion lasts too. */
-    assert_int_equal(gw_store_delete_container(s, "cntr_1", "alice", &err), 0);
-    gw_store_close(s);
+    assert_int_equal(store_delete_container(s, "cntr_1", "alice", &err), 0);
+    store_close(s);
     s = open_ok(t->path);
-    assert_int_equal(gw_store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "", false);
-    gw_store_close(s);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files"), 0);
 }
 
@@ -1037,10 +1029,9 @@ static void migrates_a_schema_1_database(void **state)
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(t->path);
+    struct store *s = open_ok(t->path);
     char *response = NULL, *context = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, NULL, &context, &err),
-                     0);
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, &context, &err), 0);
     assert_string_equal(response, "r");
     assert_string_equal(context, "c");
     free(response);
@@ -1049,7 +1040,7 @@ static void migrates_a_schema_1_database(void **state)
     put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 11));
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
     assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_1", false);
-    gw_store_close(s);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND "
@@ -1058,8 +1049,8 @@ static void migrates_a_schema_1_database(void **state)
                      5);
     /* And opening it again changes nothing. */
     s = open_ok(t->path);
-    assert_int_equal(gw_store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), 0);
-    gw_store_close(s);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), 0);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
 }
 
@@ -1080,12 +1071,12 @@ static json_t *key_obj(const char *token, const char *alias, int64_t created_at)
     return k;
 }
 
-static void put_key_ok(struct gw_store *s, const char *token, json_t *k)
+static void put_key_ok(struct store *s, const char *token, json_t *k)
 {
     struct corral_error err = {0};
-    int r = gw_store_put_key(s, token, k, &err);
+    int r = store_put_key(s, token, k, &err);
     if (r != 0)
-        print_error("gw_store_put_key: %s\n", err.message);
+        print_error("store_put_key: %s\n", err.message);
     assert_int_equal(r, 0);
     json_decref(k);
 }
@@ -1111,13 +1102,13 @@ static void assert_aliases(json_t *list, const char *want)
     json_decref(list);
 }
 
-static void assert_keys(struct gw_store *s, const char *want)
+static void assert_keys(struct store *s, const char *want)
 {
     struct corral_error err = {0};
     json_t *list = NULL;
-    int r = gw_store_list_keys(s, &list, &err);
+    int r = store_list_keys(s, &list, &err);
     if (r != 0)
-        print_error("gw_store_list_keys: %s\n", err.message);
+        print_error("store_list_keys: %s\n", err.message);
     assert_int_equal(r, 0);
     assert_aliases(list, want);
 }
@@ -1125,68 +1116,68 @@ static void assert_keys(struct gw_store *s, const char *want)
 static void keeps_keys(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     char t1[65], t2[65];
     make_token(t1, 1);
     make_token(t2, 2);
     json_t *k = key_obj(t1, "first", 1700000000);
-    assert_int_equal(gw_store_put_key(s, t1, k, &err), 0);
+    assert_int_equal(store_put_key(s, t1, k, &err), 0);
     json_t *back = NULL;
-    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_int_equal(store_get_key(s, t1, &back, &err), 0);
     assert_true(json_equal(back, k));
     json_decref(back);
     /* An existence check. */
-    assert_int_equal(gw_store_get_key(s, t1, NULL, &err), 0);
+    assert_int_equal(store_get_key(s, t1, NULL, &err), 0);
 
     /* A token is stored once: a second put is refused and changes nothing. */
     json_t *other = key_obj(t1, "impostor", 1);
     err = (struct corral_error){0};
-    assert_int_equal(gw_store_put_key(s, t1, other, &err), -EEXIST);
+    assert_int_equal(store_put_key(s, t1, other, &err), -EEXIST);
     assert_int_equal(err.code, EEXIST);
     assert_non_null(strstr(err.message, t1));
     json_decref(other);
-    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_int_equal(store_get_key(s, t1, &back, &err), 0);
     assert_true(json_equal(back, k));
     json_decref(back);
     json_decref(k);
 
     /* An update replaces the object, and only of a key that exists. */
     json_t *changed = key_obj(t1, "renamed", 1700000000);
-    assert_int_equal(gw_store_update_key(s, t1, changed, &err), 0);
-    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_int_equal(store_update_key(s, t1, changed, &err), 0);
+    assert_int_equal(store_get_key(s, t1, &back, &err), 0);
     assert_true(json_equal(back, changed));
     json_decref(back);
     assert_keys(s, "renamed");
-    assert_int_equal(gw_store_update_key(s, t2, changed, &err), -ENOENT);
+    assert_int_equal(store_update_key(s, t2, changed, &err), -ENOENT);
     assert_non_null(strstr(err.message, t2));
-    assert_int_equal(gw_store_get_key(s, t2, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_key(s, t2, NULL, &err), -ENOENT);
     json_decref(changed);
 
     /* Missing. */
     back = (json_t *)&err;
     err = (struct corral_error){0};
-    assert_int_equal(gw_store_get_key(s, t2, &back, &err), -ENOENT);
+    assert_int_equal(store_get_key(s, t2, &back, &err), -ENOENT);
     assert_null(back);
     assert_int_equal(err.code, ENOENT);
     assert_non_null(strstr(err.message, t2));
-    assert_int_equal(gw_store_delete_key(s, t2, &err), -ENOENT);
+    assert_int_equal(store_delete_key(s, t2, &err), -ENOENT);
     assert_non_null(strstr(err.message, t2));
 
     put_key_ok(s, t2, key_obj(t2, "second", 1700000001));
-    assert_int_equal(gw_store_delete_key(s, t1, &err), 0);
-    assert_int_equal(gw_store_get_key(s, t1, NULL, &err), -ENOENT);
-    assert_int_equal(gw_store_delete_key(s, t1, &err), -ENOENT);
+    assert_int_equal(store_delete_key(s, t1, &err), 0);
+    assert_int_equal(store_get_key(s, t1, NULL, &err), -ENOENT);
+    assert_int_equal(store_delete_key(s, t1, &err), -ENOENT);
     /* Only that one. */
     assert_keys(s, "second");
     /* And a deleted token may be stored again. */
     put_key_ok(s, t1, key_obj(t1, "again", 1700000002));
     assert_keys(s, "second,again");
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void lists_keys_oldest_first(void **state)
 {
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     assert_keys(s, "");
     const struct {
         const char *alias;
@@ -1202,14 +1193,14 @@ static void lists_keys_oldest_first(void **state)
     struct corral_error err = {0};
     char t[65];
     make_token(t, 101); /* a1 */
-    assert_int_equal(gw_store_delete_key(s, t, &err), 0);
+    assert_int_equal(store_delete_key(s, t, &err), 0);
     assert_keys(s, "z,a2,b,c");
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void refuses_bad_keys(void **state)
 {
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     char t[65];
     make_token(t, 7);
     json_t *k = key_obj(t, "k", 1);
@@ -1231,22 +1222,22 @@ static void refuses_bad_keys(void **state)
     for (size_t i = 0; i < sizeof(bad_tokens) / sizeof(bad_tokens[0]); i++) {
         struct corral_error err = {0};
         json_t *back = (json_t *)&err;
-        assert_int_equal(gw_store_put_key(s, bad_tokens[i], k, &err), -EINVAL);
+        assert_int_equal(store_put_key(s, bad_tokens[i], k, &err), -EINVAL);
         assert_int_equal(err.code, EINVAL);
         assert_non_null(strstr(err.message, "token"));
         if (bad_tokens[i] && *bad_tokens[i])
             assert_null(strstr(err.message, bad_tokens[i]));
-        assert_int_equal(gw_store_get_key(s, bad_tokens[i], &back, &err), -EINVAL);
+        assert_int_equal(store_get_key(s, bad_tokens[i], &back, &err), -EINVAL);
         assert_null(back);
-        assert_int_equal(gw_store_delete_key(s, bad_tokens[i], &err), -EINVAL);
+        assert_int_equal(store_delete_key(s, bad_tokens[i], &err), -EINVAL);
     }
     json_decref(k);
 
     /* Objects that are not, or without an integer created_at. */
     struct corral_error err = {0};
-    assert_int_equal(gw_store_put_key(s, t, NULL, &err), -EINVAL);
+    assert_int_equal(store_put_key(s, t, NULL, &err), -EINVAL);
     json_t *v = json_array();
-    assert_int_equal(gw_store_put_key(s, t, v, &err), -EINVAL);
+    assert_int_equal(store_put_key(s, t, v, &err), -EINVAL);
     json_decref(v);
     json_t *bad_created[] = {NULL, json_string("10"), json_real(1.5), json_null()};
     for (size_t i = 0; i < sizeof(bad_created) / sizeof(bad_created[0]); i++) {
@@ -1256,27 +1247,27 @@ static void refuses_bad_keys(void **state)
         else
             json_object_del(k, "created_at");
         err = (struct corral_error){0};
-        assert_int_equal(gw_store_put_key(s, t, k, &err), -EINVAL);
+        assert_int_equal(store_put_key(s, t, k, &err), -EINVAL);
         assert_int_equal(err.code, EINVAL);
         assert_non_null(strstr(err.message, "created_at"));
         json_decref(k);
     }
-    assert_int_equal(gw_store_list_keys(s, NULL, &err), -EINVAL);
+    assert_int_equal(store_list_keys(s, NULL, &err), -EINVAL);
     /* Nothing was stored. */
     assert_keys(s, "");
-    assert_int_equal(gw_store_get_key(s, t, NULL, &err), -ENOENT);
-    gw_store_close(s);
+    assert_int_equal(store_get_key(s, t, NULL, &err), -ENOENT);
+    store_close(s);
 }
 
 /* The owner's usage (at most `days` days) as "day:requests/input/output/code"
  * joined by commas, checked against `want`. */
-static void assert_usage(struct gw_store *s, const char *owner, unsigned days, const char *want)
+static void assert_usage(struct store *s, const char *owner, unsigned days, const char *want)
 {
     struct corral_error err = {0};
     json_t *list = NULL;
-    int r = gw_store_get_usage(s, owner, days, &list, &err);
+    int r = store_get_usage(s, owner, days, &list, &err);
     if (r != 0)
-        print_error("gw_store_get_usage: %s\n", err.message);
+        print_error("store_get_usage: %s\n", err.message);
     assert_int_equal(r, 0);
     assert_true(json_is_array(list));
     char got[512] = "";
@@ -1304,20 +1295,19 @@ static void assert_usage(struct gw_store *s, const char *owner, unsigned days, c
     json_decref(list);
 }
 
-static void add_usage_ok(struct gw_store *s, const char *owner, const char *day, int64_t requests,
+static void add_usage_ok(struct store *s, const char *owner, const char *day, int64_t requests,
                          int64_t input_tokens, int64_t output_tokens, int64_t code_calls)
 {
     struct corral_error err = {0};
-    int r =
-        gw_store_add_usage(s, owner, day, requests, input_tokens, output_tokens, code_calls, &err);
+    int r = store_add_usage(s, owner, day, requests, input_tokens, output_tokens, code_calls, &err);
     if (r != 0)
-        print_error("gw_store_add_usage: %s\n", err.message);
+        print_error("store_add_usage: %s\n", err.message);
     assert_int_equal(r, 0);
 }
 
 static void counts_usage(void **state)
 {
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     assert_usage(s, "k:alice", 30, "");
 
     /* Calls of the same day add up. */
@@ -1356,13 +1346,13 @@ static void counts_usage(void **state)
     add_usage_ok(s, "", "2024-03-01", 1, 2, 3, 4);
     assert_usage(s, "", 10, "2024-03-01:2/4/6/8");
     assert_usage(s, NULL, 10, "2024-03-01:2/4/6/8");
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void refuses_bad_usage(void **state)
 {
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(NULL);
+    struct store *s = open_ok(NULL);
     const char *bad_days[] = {
         NULL,          "",
         "2024-3-01",   "2024-03-1",
@@ -1374,25 +1364,25 @@ static void refuses_bad_usage(void **state)
     };
     for (size_t i = 0; i < sizeof(bad_days) / sizeof(bad_days[0]); i++) {
         err = (struct corral_error){0};
-        assert_int_equal(gw_store_add_usage(s, "k:alice", bad_days[i], 1, 1, 1, 1, &err), -EINVAL);
+        assert_int_equal(store_add_usage(s, "k:alice", bad_days[i], 1, 1, 1, 1, &err), -EINVAL);
         assert_int_equal(err.code, EINVAL);
         assert_non_null(strstr(err.message, "YYYY-MM-DD"));
     }
-    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", -1, 0, 0, 0, &err), -EINVAL);
-    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", 0, -1, 0, 0, &err), -EINVAL);
-    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", 0, 0, -1, 0, &err), -EINVAL);
-    assert_int_equal(gw_store_add_usage(s, "k:alice", "2024-03-01", 0, 0, 0, -1, &err), -EINVAL);
-    assert_int_equal(gw_store_get_usage(s, "k:alice", 10, NULL, &err), -EINVAL);
+    assert_int_equal(store_add_usage(s, "k:alice", "2024-03-01", -1, 0, 0, 0, &err), -EINVAL);
+    assert_int_equal(store_add_usage(s, "k:alice", "2024-03-01", 0, -1, 0, 0, &err), -EINVAL);
+    assert_int_equal(store_add_usage(s, "k:alice", "2024-03-01", 0, 0, -1, 0, &err), -EINVAL);
+    assert_int_equal(store_add_usage(s, "k:alice", "2024-03-01", 0, 0, 0, -1, &err), -EINVAL);
+    assert_int_equal(store_get_usage(s, "k:alice", 10, NULL, &err), -EINVAL);
     /* Nothing was counted. */
     assert_usage(s, "k:alice", 10, "");
-    gw_store_close(s);
+    store_close(s);
 }
 
 #define USAGE_THREADS   4
 #define ADDS_PER_THREAD 250
 
 struct counter {
-    struct gw_store *s;
+    struct store *s;
     int failures;
     char message[CORRAL_ERROR_MESSAGE_MAX];
 };
@@ -1402,8 +1392,8 @@ static void *add_many(void *arg)
     struct counter *c = arg;
     for (int i = 0; i < ADDS_PER_THREAD; i++) {
         struct corral_error err = {0};
-        if (gw_store_add_usage(c->s, "k:busy", i % 2 ? "2024-05-02" : "2024-05-01", 1, 10, 100, 3,
-                               &err) < 0) {
+        if (store_add_usage(c->s, "k:busy", i % 2 ? "2024-05-02" : "2024-05-01", 1, 10, 100, 3,
+                            &err) < 0) {
             c->failures++;
             snprintf(c->message, sizeof(c->message), "%s", err.message);
         }
@@ -1414,7 +1404,7 @@ static void *add_many(void *arg)
 static void counts_usage_from_many_threads(void **state)
 {
     struct tmp *t = *state;
-    struct gw_store *s = open_ok(t->path);
+    struct store *s = open_ok(t->path);
     struct counter counters[USAGE_THREADS];
     pthread_t threads[USAGE_THREADS];
     for (int n = 0; n < USAGE_THREADS; n++) {
@@ -1430,7 +1420,7 @@ static void counts_usage_from_many_threads(void **state)
     }
     /* 4 threads x 125 adds a day: none lost. */
     assert_usage(s, "k:busy", 7, "2024-05-02:500/5000/50000/1500,2024-05-01:500/5000/50000/1500");
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void persists_keys_and_usage(void **state)
@@ -1441,15 +1431,15 @@ static void persists_keys_and_usage(void **state)
     make_token(t1, 0xa1);
     make_token(t2, 0xb2);
     make_token(t3, 0xc3);
-    struct gw_store *s = open_ok(t->path);
+    struct store *s = open_ok(t->path);
     put_key_ok(s, t1, key_obj(t1, "one", 20));
     put_key_ok(s, t2, key_obj(t2, "two", 10));
     put_key_ok(s, t3, key_obj(t3, "three", 30));
-    assert_int_equal(gw_store_delete_key(s, t3, &err), 0);
+    assert_int_equal(store_delete_key(s, t3, &err), 0);
     add_usage_ok(s, "k:alice", "2024-03-01", 1, 10, 20, 1);
     add_usage_ok(s, "k:alice", "2024-03-01", 1, 10, 20, 0);
     add_usage_ok(s, "k:alice", "2024-03-02", 5, 6, 7, 8);
-    gw_store_close(s);
+    store_close(s);
 
     assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     char sql[256];
@@ -1464,23 +1454,23 @@ static void persists_keys_and_usage(void **state)
 
     s = open_ok(t->path);
     json_t *back = NULL;
-    assert_int_equal(gw_store_get_key(s, t1, &back, &err), 0);
+    assert_int_equal(store_get_key(s, t1, &back, &err), 0);
     json_t *want = key_obj(t1, "one", 20);
     assert_true(json_equal(back, want));
     json_decref(want);
     json_decref(back);
-    assert_int_equal(gw_store_get_key(s, t3, NULL, &err), -ENOENT);
+    assert_int_equal(store_get_key(s, t3, NULL, &err), -ENOENT);
     assert_keys(s, "two,one");
     assert_usage(s, "k:alice", 10, "2024-03-02:5/6/7/8,2024-03-01:2/20/40/1");
     /* Counting goes on from what was stored. */
     add_usage_ok(s, "k:alice", "2024-03-02", 1, 1, 1, 1);
-    assert_int_equal(gw_store_delete_key(s, t2, &err), 0);
-    gw_store_close(s);
+    assert_int_equal(store_delete_key(s, t2, &err), 0);
+    store_close(s);
 
     s = open_ok(t->path);
     assert_keys(s, "one");
     assert_usage(s, "k:alice", 1, "2024-03-02:6/7/8/9");
-    gw_store_close(s);
+    store_close(s);
 }
 
 static void migrates_a_schema_2_database(void **state)
@@ -1522,18 +1512,18 @@ static void migrates_a_schema_2_database(void **state)
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 
     struct corral_error err = {0};
-    struct gw_store *s = open_ok(t->path);
+    struct store *s = open_ok(t->path);
     /* What it held is still there. */
     char *response = NULL;
-    assert_int_equal(gw_store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
     assert_string_equal(response, "r");
     free(response);
     json_t *back = NULL;
-    assert_int_equal(gw_store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
+    assert_int_equal(store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "name")), "box");
     json_decref(back);
     assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_1", false);
-    assert_int_equal(gw_store_find_cfile(s, "cntr_1", "/mnt/data/a", &back, &err), 0);
+    assert_int_equal(store_find_cfile(s, "cntr_1", "/mnt/data/a", &back, &err), 0);
     assert_string_equal(json_string_value(json_object_get(back, "id")), "cfile_1");
     json_decref(back);
     assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1", false);
@@ -1544,7 +1534,7 @@ static void migrates_a_schema_2_database(void **state)
     make_token(t1, 1);
     put_key_ok(s, t1, key_obj(t1, "one", 5));
     add_usage_ok(s, "k:alice", "2024-03-01", 1, 2, 3, 4);
-    gw_store_close(s);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers"), 1);
@@ -1555,7 +1545,7 @@ static void migrates_a_schema_2_database(void **state)
     s = open_ok(t->path);
     assert_keys(s, "one");
     assert_usage(s, "k:alice", 10, "2024-03-01:1/2/3/4");
-    gw_store_close(s);
+    store_close(s);
     assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
 }
 
