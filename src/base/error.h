@@ -15,14 +15,6 @@ struct corral_error {
     int code; /* positive errno value, or 0 when no error is set */
     char message[CORRAL_ERROR_MESSAGE_MAX];
 };
-/* Adds context to an error on its way up: the message becomes
- * "<context>: <message>", the code stays. Returns -code (EIO when err held
- * no error), so a caller writes `return corral_error_wrap(err, "cannot
- * start sandbox %s", id);`. A message cut at its size keeps whole
- * characters. */
-int corral_error_wrap(struct corral_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 #endif
 
 /* Sets the error and returns -code, so callers can write `return corral_fail(...)`. */

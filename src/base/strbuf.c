@@ -6,23 +6,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool strbuf_grow(char **data, size_t *cap, size_t need, size_t first, size_t most)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : first;
+    while (n < need)
+        n *= 2;
+    if (most && n > most)
+        n = most > need ? most : need;
+    char *p = realloc(*data, n);
+    if (!p)
+        return false;
+    *data = p;
+    *cap = n;
+    return true;
+}
+
 static bool reserve(struct strbuf *b, size_t extra)
 {
     if (b->oom)
         return false;
-    if (b->len + extra + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p) {
+    if (!strbuf_grow(&b->data, &b->cap, b->len + extra + 1, 64, 0))
         b->oom = true;
-        return false;
-    }
-    b->data = p;
-    b->cap = cap;
-    return true;
+    return !b->oom;
 }
 
 void strbuf_reserve(struct strbuf *b, size_t extra)

@@ -27,4 +27,10 @@ const char *strbuf_str(const struct strbuf *b);
 char *strbuf_take(struct strbuf *b);
 void strbuf_free(struct strbuf *b);
 
+/* How a strbuf grows, for buffers kept otherwise: makes *data (of *cap
+ * bytes) hold at least `need` bytes, its first size `first`, then doubling,
+ * but no more than `most` beyond need (0 = no bound). False when out of
+ * memory (*data is then as it was). */
+bool strbuf_grow(char **data, size_t *cap, size_t need, size_t first, size_t most);
+
 #endif

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/cleanup.h"
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "box/box.h"
 
@@ -121,17 +122,9 @@ static int collect_sink(void *ud, const void *data, size_t len)
     struct collect *c = ud;
     if (c->len + len > c->max)
         return -EFBIG;
-    if (c->len + len + 1 > c->cap) {
-        /* Doubling: a 100 MB file is not copied 1,600 times over. */
-        size_t cap = c->cap ? c->cap : 65536;
-        while (cap < c->len + len + 1)
-            cap *= 2;
-        char *n = realloc(c->data, cap);
-        if (!n)
-            return -ENOMEM;
-        c->data = n;
-        c->cap = cap;
-    }
+    /* Doubling: a 100 MB file is not copied 1,600 times over. */
+    if (!strbuf_grow(&c->data, &c->cap, c->len + len + 1, 65536, 0))
+        return -ENOMEM;
     memcpy(c->data + c->len, data, len);
     c->len += len;
     c->data[c->len] = '\0';

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 #include "egress/netpolicy.h"
@@ -44,23 +45,6 @@ static int64_t now_s(void)
 
 /* ---- files on disk ---- */
 
-int gw_mkdirs(const char *path)
-{
-    char p[4096];
-    snprintf(p, sizeof(p), "%s", path);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0700) < 0 && errno != EEXIST)
-            return -errno;
-        *s = '/';
-    }
-    if (mkdir(p, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err)
 {
     char tmp[4200];
@@ -70,9 +54,9 @@ int gw_blob_write(const char *path, const void *data, size_t len, struct corral_
     char *slash = strrchr(dir, '/');
     if (slash) {
         *slash = '\0';
-        int r = gw_mkdirs(dir);
-        if (r < 0) {
-            errno = -r;
+        struct corral_error why;
+        if (corral_mkdir_p(dir, 0700, &why) < 0) {
+            errno = why.code;
             return corral_fail_errno(err, "cannot create %s", dir);
         }
     }
@@ -105,22 +89,16 @@ int gw_blob_write(const char *path, const void *data, size_t len, struct corral_
 
 int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return corral_fail_errno(err, "cannot open %s", path);
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
+    if (fstat(fd, &st) < 0)
         return corral_fail_errno(err, "cannot read %s", path);
-    }
     size_t size = (size_t)st.st_size;
     char *buf = malloc(size + 1);
-    if (!buf) {
-        close(fd);
+    if (!buf)
         return corral_fail(err, ENOMEM, "out of memory");
-    }
     size_t got = 0;
     while (got < size) {
         ssize_t n = read(fd, buf + got, size - got);
@@ -130,7 +108,6 @@ int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error
             break;
         got += (size_t)n;
     }
-    close(fd);
     buf[got] = '\0';
     *data = buf;
     *len = got;

@@ -94,6 +94,33 @@ static void list_failed(struct corral_gateway_reply *out, int rc, const char *af
         failed(out, err);
 }
 
+enum list_kind { LIST_FILES, LIST_CONTAINERS, LIST_CFILES };
+
+/* Replies with a page of a list of `kind` (uploaded files and containers of
+ * the owner `scope`, or the files of the container `scope`), as r asks:
+ * limit, order, after, and the purpose or name it filters on. */
+static void reply_page(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                       enum list_kind kind, const char *scope, struct corral_gateway_reply *out)
+{
+    struct page p;
+    if (page_of(r, &p, out) < 0)
+        return;
+    struct corral_error err;
+    json_t *list = NULL;
+    bool more = false;
+    int rc = kind == LIST_FILES ? store_list_files(gw->store, scope, r->purpose, r->after, p.limit,
+                                                   p.ascending, &list, &more, &err)
+             : kind == LIST_CONTAINERS
+                 ? store_list_containers(gw->store, scope, r->name, r->after, p.limit, p.ascending,
+                                         &list, &more, &err)
+                 : store_list_cfiles(gw->store, scope, r->after, p.limit, p.ascending, &list, &more,
+                                     &err);
+    if (rc < 0)
+        list_failed(out, rc, r->after, &err);
+    else
+        reply_list(out, list, more);
+}
+
 /* ---- content ---- */
 
 static const char *content_type_of(const char *name)
@@ -274,17 +301,7 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
             file_create(gw, r, owner, out);
             return;
         }
-        struct page p;
-        if (page_of(r, &p, out) < 0)
-            return;
-        json_t *list = NULL;
-        bool more = false;
-        int rc = store_list_files(gw->store, owner, r->purpose, r->after, p.limit, p.ascending,
-                                  &list, &more, &err);
-        if (rc < 0)
-            list_failed(out, rc, r->after, &err);
-        else
-            reply_list(out, list, more);
+        reply_page(gw, r, LIST_FILES, owner, out);
         return;
     }
     json_t *f = NULL;
@@ -459,17 +476,7 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
             cfile_create(gw, r, owner, c, out);
             return;
         }
-        struct page p;
-        if (page_of(r, &p, out) < 0)
-            return;
-        json_t *list = NULL;
-        bool more = false;
-        int rc =
-            store_list_cfiles(gw->store, c->id, r->after, p.limit, p.ascending, &list, &more, &err);
-        if (rc < 0)
-            list_failed(out, rc, r->after, &err);
-        else
-            reply_list(out, list, more);
+        reply_page(gw, r, LIST_CFILES, c->id, out);
         return;
     }
     json_t *f = NULL;
@@ -508,17 +515,7 @@ static void containers(corral_gateway *gw, const struct corral_gateway_object_re
             container_create(gw, r, owner, out);
             return;
         }
-        struct page p;
-        if (page_of(r, &p, out) < 0)
-            return;
-        json_t *list = NULL;
-        bool more = false;
-        int rc = store_list_containers(gw->store, owner, r->name, r->after, p.limit, p.ascending,
-                                       &list, &more, &err);
-        if (rc < 0)
-            list_failed(out, rc, r->after, &err);
-        else
-            reply_list(out, list, more);
+        reply_page(gw, r, LIST_CONTAINERS, owner, out);
         return;
     }
     struct gw_container *c = NULL;

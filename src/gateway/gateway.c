@@ -106,9 +106,9 @@ static void *watch_thread(void *arg)
 static int open_data(corral_gateway *gw, struct corral_error *err)
 {
     if (gw->cfg->data_dir) {
-        int r = gw_mkdirs(gw->cfg->data_dir);
-        if (r < 0) {
-            errno = -r;
+        struct corral_error why;
+        if (corral_mkdir_p(gw->cfg->data_dir, 0700, &why) < 0) {
+            errno = why.code;
             return corral_fail_errno(err, "cannot create the gateway's data directory %s",
                                      gw->cfg->data_dir);
         }

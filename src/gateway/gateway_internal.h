@@ -178,8 +178,6 @@ void gw_keys_free(corral_gateway *gw);
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
 int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,
                     const char *owner, json_t **out, struct corral_error *err);
-/* mkdir -p (0700); 0 or -errno. */
-int gw_mkdirs(const char *path);
 /* rm -r. */
 void gw_remove_tree(const char *path);
 

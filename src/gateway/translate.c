@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cleanup.h"
+
 #define PATH_MAX_LEN 256
 
 /* ---- errors ---- */
@@ -97,47 +99,67 @@ static const char *index_path(char *buf, const char *where, const char *key, siz
 
 /* ---- typed getters: absent and null are the same; 0 or -EINVAL ---- */
 
-/* obj[key] as a string (*out = NULL when absent or null). */
-static int get_string(const json_t *obj, const char *where, const char *key, bool required,
-                      const json_t **out, struct corral_error *err)
+/* obj[key] when it is of `type` (*out = NULL when absent or null); `name`
+ * says the type in messages ("a string"). */
+static int get_typed(const json_t *obj, const char *where, const char *key, bool required,
+                     json_type type, const char *name, const json_t **out, struct corral_error *err)
 {
     char p[PATH_MAX_LEN];
     const json_t *v = json_object_get(obj, key);
     *out = NULL;
     if (!v || json_is_null(v))
         return required ? missing(err, param_path(p, where, key)) : 0;
-    if (!json_is_string(v))
-        return bad_type(err, param_path(p, where, key), "a string", v);
+    if (json_typeof(v) != type)
+        return bad_type(err, param_path(p, where, key), name, v);
     *out = v;
     return 0;
+}
+
+static int get_string(const json_t *obj, const char *where, const char *key, bool required,
+                      const json_t **out, struct corral_error *err)
+{
+    return get_typed(obj, where, key, required, JSON_STRING, "a string", out, err);
 }
 
 static int get_object(const json_t *obj, const char *where, const char *key, bool required,
                       const json_t **out, struct corral_error *err)
 {
-    char p[PATH_MAX_LEN];
-    const json_t *v = json_object_get(obj, key);
-    *out = NULL;
-    if (!v || json_is_null(v))
-        return required ? missing(err, param_path(p, where, key)) : 0;
-    if (!json_is_object(v))
-        return bad_type(err, param_path(p, where, key), "an object", v);
-    *out = v;
-    return 0;
+    return get_typed(obj, where, key, required, JSON_OBJECT, "an object", out, err);
 }
 
 static int get_array(const json_t *obj, const char *where, const char *key, bool required,
                      const json_t **out, struct corral_error *err)
 {
-    char p[PATH_MAX_LEN];
-    const json_t *v = json_object_get(obj, key);
+    return get_typed(obj, where, key, required, JSON_ARRAY, "an array", out, err);
+}
+
+/* Element i of the array `key` of `where` (its path written into path): an
+ * object with the string `field` ("type", "role"), whose value goes into
+ * *value. */
+static int element(const json_t *v, char *path, const char *where, const char *key, size_t i,
+                   const char *field, const char **value, struct corral_error *err)
+{
+    const json_t *f;
+    index_path(path, where, key, i);
+    if (!json_is_object(v))
+        return bad_type(err, path, "an object", v);
+    if (get_string(v, path, field, true, &f, err) < 0)
+        return -EINVAL;
+    *value = json_string_value(f);
+    return 0;
+}
+
+/* A request's top-level array `key` (v) and a new array (*out) for what it
+ * becomes; absent or null: *out NULL, an error when `required`. */
+static int top_array(const json_t *v, const char *key, bool required, json_t **out,
+                     struct corral_error *err)
+{
     *out = NULL;
     if (!v || json_is_null(v))
-        return required ? missing(err, param_path(p, where, key)) : 0;
+        return required ? missing(err, key) : 0;
     if (!json_is_array(v))
-        return bad_type(err, param_path(p, where, key), "an array", v);
-    *out = v;
-    return 0;
+        return bad_type(err, key, "an array", v);
+    return (*out = json_array()) ? 0 : out_of_memory(err);
 }
 
 enum kind { K_NUMBER, K_INTEGER, K_BOOLEAN, K_STRING };
@@ -358,15 +380,10 @@ static int content_to_chat(const json_t *item, const char *where, bool assistant
     const json_t *part;
     json_array_foreach(c, j, part)
     {
-        index_path(pp, where, "content", j);
-        const json_t *type, *s;
-        if (!json_is_object(part)) {
-            bad_type(err, pp, "an object", part);
+        const json_t *s;
+        const char *t;
+        if (element(part, pp, where, "content", j, "type", &t, err) < 0)
             goto fail;
-        }
-        if (get_string(part, pp, "type", true, &type, err) < 0)
-            goto fail;
-        const char *t = json_string_value(type);
         if (strcmp(t, "input_text") == 0 || strcmp(t, "output_text") == 0) {
             if (get_string(part, pp, "text", true, &s, err) < 0)
                 goto fail;
@@ -710,52 +727,44 @@ static int user_message_to_item(const json_t *msg, const char *where, const char
                    : 0;
     if (!json_is_array(c))
         return bad_type(err, param_path(p, where, "content"), "a string or an array", c);
-    json_t *parts = json_array();
+    cleanup_json json_t *parts = json_array();
     if (!parts)
         return out_of_memory(err);
     size_t j;
     const json_t *part;
     json_array_foreach(c, j, part)
     {
-        index_path(pp, where, "content", j);
-        const json_t *type, *s;
+        const json_t *s;
+        const char *t;
         json_t *out;
-        if (!json_is_object(part)) {
-            bad_type(err, pp, "an object", part);
-            goto fail;
-        }
-        if (get_string(part, pp, "type", true, &type, err) < 0)
-            goto fail;
-        const char *t = json_string_value(type);
+        if (element(part, pp, where, "content", j, "type", &t, err) < 0)
+            return -EINVAL;
         if (strcmp(t, "text") == 0) {
             if (get_string(part, pp, "text", true, &s, err) < 0)
-                goto fail;
+                return -EINVAL;
             out = json_pack("{s:s, s:O}", "type", "input_text", "text", s);
         } else if (strcmp(t, "image_url") == 0) {
             out = responses_image_part(part, pp, err);
             if (!out)
-                goto fail;
+                return -EINVAL;
         } else if (strcmp(t, "file") == 0) {
             out = file_part(json_object_get(part, "file"), "input_file", param_path(p, pp, "file"),
                             err);
             if (!out)
-                goto fail;
+                return -EINVAL;
         } else {
             bad_value(err, param_path(p, pp, "type"), t, "'text', 'image_url', and 'file'");
-            goto fail;
+            return -EINVAL;
         }
         if (append(parts, out) < 0) {
             out_of_memory(err);
-            goto fail;
+            return -EINVAL;
         }
     }
     return append(items, json_pack("{s:s, s:s, s:o}", "type", "message", "role", role, "content",
-                                   parts)) < 0
+                                   steal_pointer(&parts))) < 0
                ? out_of_memory(err)
                : 0;
-fail:
-    json_decref(parts);
-    return -EINVAL;
 }
 
 static int tool_call_to_item(const json_t *call, const char *where, json_t *items,
@@ -794,20 +803,18 @@ static int assistant_message_item(const json_t *text, const json_t *refusal, boo
         return *item ? 0 : -ENOMEM;
     }
     /* Output parts keep the refusal apart from the text. */
-    json_t *parts = json_array();
+    cleanup_json json_t *parts = json_array();
     if (!parts)
         return -ENOMEM;
     if (json_string_length(text) > 0 &&
         append(parts, json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text", text,
                                 "annotations")) < 0)
-        goto oom;
+        return -ENOMEM;
     if (append(parts, json_pack("{s:s, s:O}", "type", "refusal", "refusal", refusal)) < 0)
-        goto oom;
-    *item = json_pack("{s:s, s:s, s:o}", "type", "message", "role", "assistant", "content", parts);
+        return -ENOMEM;
+    *item = json_pack("{s:s, s:s, s:o}", "type", "message", "role", "assistant", "content",
+                      steal_pointer(&parts));
     return *item ? 0 : -ENOMEM;
-oom:
-    json_decref(parts);
-    return -ENOMEM;
 }
 
 static int assistant_to_items(const json_t *msg, const char *where, json_t *items,
@@ -881,33 +888,17 @@ json_t *gw_messages_to_items(const json_t *messages, struct corral_error *err)
 {
     clear_error(err);
     char where[PATH_MAX_LEN], p[PATH_MAX_LEN];
-    if (!messages || json_is_null(messages)) {
-        missing(err, "messages");
+    cleanup_json json_t *items = NULL;
+    if (top_array(messages, "messages", true, &items, err) < 0)
         return NULL;
-    }
-    if (!json_is_array(messages)) {
-        bad_type(err, "messages", "an array", messages);
-        return NULL;
-    }
-    json_t *items = json_array();
-    if (!items) {
-        out_of_memory(err);
-        return NULL;
-    }
     size_t i;
     const json_t *msg;
     json_array_foreach(messages, i, msg)
     {
-        index_path(where, "", "messages", i);
-        const json_t *role;
+        const char *r;
         int rc;
-        if (!json_is_object(msg)) {
-            bad_type(err, where, "an object", msg);
-            goto fail;
-        }
-        if (get_string(msg, where, "role", true, &role, err) < 0)
-            goto fail;
-        const char *r = json_string_value(role);
+        if (element(msg, where, "", "messages", i, "role", &r, err) < 0)
+            return NULL;
         if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0 || strcmp(r, "user") == 0)
             rc = user_message_to_item(msg, where, r, items, err);
         else if (strcmp(r, "assistant") == 0)
@@ -918,12 +909,9 @@ json_t *gw_messages_to_items(const json_t *messages, struct corral_error *err)
             rc = bad_value(err, param_path(p, where, "role"), r,
                            "'system', 'developer', 'user', 'assistant', and 'tool'");
         if (rc < 0)
-            goto fail;
+            return NULL;
     }
-    return items;
-fail:
-    json_decref(items);
-    return NULL;
+    return steal_pointer(&items);
 }
 
 /* ---- tools ---- */
@@ -957,43 +945,32 @@ static json_t *convert_tools(const json_t *tools, bool to_chat, struct corral_er
 {
     char where[PATH_MAX_LEN], p[PATH_MAX_LEN];
     clear_error(err);
-    if (!tools || json_is_null(tools))
+    cleanup_json json_t *out = NULL;
+    if (top_array(tools, "tools", false, &out, err) < 0 || !out)
         return NULL;
-    if (!json_is_array(tools)) {
-        bad_type(err, "tools", "an array", tools);
-        return NULL;
-    }
-    json_t *out = json_array();
-    if (!out) {
-        out_of_memory(err);
-        return NULL;
-    }
     size_t i;
     const json_t *tool;
     json_array_foreach(tools, i, tool)
     {
-        index_path(where, "", "tools", i);
-        if (!json_is_object(tool)) {
-            bad_type(err, where, "an object", tool);
-            goto fail;
-        }
-        if (check_function_type(tool, where, err) < 0)
-            goto fail;
+        const char *type;
+        if (element(tool, where, "", "tools", i, "type", &type, err) < 0 ||
+            check_function_type(tool, where, err) < 0)
+            return NULL;
         const json_t *src = tool, *name;
         const char *src_where = where;
         if (!to_chat) {
             if (get_object(tool, where, "function", true, &src, err) < 0)
-                goto fail;
+                return NULL;
             src_where = param_path(p, where, "function");
         }
         if (get_string(src, src_where, "name", true, &name, err) < 0)
-            goto fail;
+            return NULL;
         json_t *fn = json_pack("{s:O}", "name", name);
         if (!fn || copy_function_fields(src, src_where, fn, err) < 0) {
             json_decref(fn);
             if (!fn)
                 out_of_memory(err);
-            goto fail;
+            return NULL;
         }
         json_t *converted;
         if (to_chat) {
@@ -1007,13 +984,10 @@ static json_t *convert_tools(const json_t *tools, bool to_chat, struct corral_er
         }
         if (append(out, converted) < 0) {
             out_of_memory(err);
-            goto fail;
+            return NULL;
         }
     }
-    return out;
-fail:
-    json_decref(out);
-    return NULL;
+    return steal_pointer(&out);
 }
 
 json_t *gw_tools_to_chat(const json_t *tools, struct corral_error *err)
@@ -1248,13 +1222,21 @@ static int copy_common(const json_t *from, json_t *to, struct corral_error *err)
     return 0;
 }
 
-int gw_params_to_chat(const json_t *req, json_t *to, struct corral_error *err)
+/* 1 when the request body req is an object to read, 0 when it is absent or
+ * null, else the error. */
+static int request_body(const json_t *req, struct corral_error *err)
 {
     clear_error(err);
     if (!req || json_is_null(req))
         return 0;
-    if (!json_is_object(req))
-        return bad_type(err, "body", "an object", req);
+    return json_is_object(req) ? 1 : bad_type(err, "body", "an object", req);
+}
+
+int gw_params_to_chat(const json_t *req, json_t *to, struct corral_error *err)
+{
+    int body = request_body(req, err);
+    if (body <= 0)
+        return body;
     if (copy_common(req, to, err) < 0 ||
         copy_param(req, "", "max_output_tokens", K_INTEGER, to, "max_completion_tokens", err) < 0)
         return -EINVAL;
@@ -1298,11 +1280,9 @@ int gw_params_to_chat(const json_t *req, json_t *to, struct corral_error *err)
 
 int gw_params_to_responses(const json_t *req, json_t *to, struct corral_error *err)
 {
-    clear_error(err);
-    if (!req || json_is_null(req))
-        return 0;
-    if (!json_is_object(req))
-        return bad_type(err, "body", "an object", req);
+    int body = request_body(req, err);
+    if (body <= 0)
+        return body;
 
     const json_t *n = json_object_get(req, "n");
     if (n && !json_is_null(n)) {

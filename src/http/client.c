@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "base/cleanup.h"
+#include "base/strbuf.h"
 #include "http/client_internal.h"
 
 #define BODY_MAX           ((size_t)64 << 20) /* a buffered answer's bytes */
@@ -172,19 +173,8 @@ static int buffer_append(struct xfer *x, const char *data, size_t len)
     struct http_reply *r = x->out;
     if (len > BODY_MAX - r->len)
         return -EMSGSIZE;
-    size_t need = r->len + len + 1;
-    if (need > x->cap) {
-        size_t cap = x->cap ? x->cap : 16384;
-        while (cap < need)
-            cap *= 2;
-        if (cap > BODY_MAX + 1)
-            cap = BODY_MAX + 1;
-        char *b = realloc(r->body, cap);
-        if (!b)
-            return -ENOMEM;
-        r->body = b;
-        x->cap = cap;
-    }
+    if (!strbuf_grow(&r->body, &x->cap, r->len + len + 1, 16384, BODY_MAX + 1))
+        return -ENOMEM;
     memcpy(r->body + r->len, data, len);
     r->len += len;
     r->body[r->len] = '\0';

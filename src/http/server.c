@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "http/http_internal.h"
 #include "http/parse.h"
@@ -371,17 +372,7 @@ static int body_complete(struct conn *c)
 /* Room for at least `more` bytes after len (and the NUL after them). */
 static int reserve(struct conn *c, size_t more)
 {
-    if (c->cap - c->len > more)
-        return 0;
-    size_t cap = c->cap ? c->cap : 16384;
-    while (cap - c->len <= more)
-        cap *= 2;
-    char *in = realloc(c->in, cap);
-    if (!in)
-        return -ENOMEM;
-    c->in = in;
-    c->cap = cap;
-    return 0;
+    return strbuf_grow(&c->in, &c->cap, c->len + more + 1, 16384, 0) ? 0 : -ENOMEM;
 }
 
 /* The end of the head in in[0, len), or 0. */

@@ -36,21 +36,19 @@
 #define PORT_CODE        "49999"
 #define USER             "user"
 #define LIST_DEPTH       3
+#define ID_MAX           127 /* the longest sandbox id taken */
 
 struct provider_sandbox {
-    char *api;       /* the control plane */
-    char *envd_base; /* envd's base URL */
-    char *code_base; /* the code interpreter's */
-    char *context;   /* the Python context's id */
-    char *h_key;     /* "X-API-Key: ..." or NULL */
-    char *h_id;      /* "E2b-Sandbox-Id: ID" */
-    char *h_token;   /* "X-Access-Token: ..." or NULL */
-    char *h_traffic; /* "E2B-Traffic-Access-Token: ..." or NULL */
-    char h_user[64]; /* "Authorization: Basic ..." (envd's user) */
-    char id[128];
-    uint64_t request_timeout_ms;
-    struct rm_life life;
-    bool deleted;
+    struct rm_sandbox rm; /* first: the life both remote clients share (remote.h) */
+    char *api;            /* the control plane */
+    char *envd_base;      /* envd's base URL */
+    char *code_base;      /* the code interpreter's */
+    char *context;        /* the Python context's id */
+    char *h_key;          /* "X-API-Key: ..." or NULL */
+    char *h_id;           /* "E2b-Sandbox-Id: ID" */
+    char *h_token;        /* "X-Access-Token: ..." or NULL */
+    char *h_traffic;      /* "E2B-Traffic-Access-Token: ..." or NULL */
+    char h_user[64];      /* "Authorization: Basic ..." (envd's user) */
 };
 
 static void sandbox_free(struct provider_sandbox *s)
@@ -63,7 +61,7 @@ static void sandbox_free(struct provider_sandbox *s)
     free(s->h_id);
     free(s->h_token);
     free(s->h_traffic);
-    rm_life_destroy(&s->life);
+    rm_sandbox_release(&s->rm);
     free(s);
 }
 
@@ -87,11 +85,7 @@ static char *header_line(const char *name, const char *value)
 /* A request to the control plane. */
 static struct rm_request control(struct provider_sandbox *s, const char *method, const char *path)
 {
-    struct rm_request q = {.method = method,
-                           .base = s->api,
-                           .path = path,
-                           .timeout_ms = s->request_timeout_ms,
-                           .cancel = &s->life.killed};
+    struct rm_request q = rm_request_to(&s->rm, method, s->api, path);
     if (s->h_key)
         rm_header(&q, s->h_key);
     return q;
@@ -101,12 +95,8 @@ static struct rm_request control(struct provider_sandbox *s, const char *method,
 static struct rm_request data_plane(struct provider_sandbox *s, bool envd, const char *method,
                                     const char *path)
 {
-    struct rm_request q = {.method = method,
-                           .base = envd ? s->envd_base : s->code_base,
-                           .path = path,
-                           .timeout_ms = s->request_timeout_ms,
-                           .idempotent = !strcmp(method, "GET"),
-                           .cancel = &s->life.killed};
+    struct rm_request q = rm_request_to(&s->rm, method, envd ? s->envd_base : s->code_base, path);
+    q.idempotent = !strcmp(method, "GET");
     rm_header(&q, s->h_id);
     rm_header(&q, envd ? "E2b-Sandbox-Port: " PORT_ENVD : "E2b-Sandbox-Port: " PORT_CODE);
     if (s->h_token)
@@ -114,6 +104,21 @@ static struct rm_request data_plane(struct provider_sandbox *s, bool envd, const
     if (s->h_traffic)
         rm_header(&q, s->h_traffic);
     return q;
+}
+
+/* Sends q and wants a 2xx answer: 0 (with its JSON in *answer when answer
+ * is not NULL), else a negative errno, err naming `what`. */
+static int exchange(const struct rm_request *q, const char *what, json_t **answer,
+                    struct corral_error *err)
+{
+    struct http_reply r;
+    int rc = rm_send(q, &r, err);
+    if (rc == 0 && r.status / 100 != 2)
+        rc = rm_fail_status(err, what, &r);
+    if (rc == 0 && answer && !(*answer = rm_json(&r, what, err)))
+        rc = -EPROTO;
+    http_reply_free(&r);
+    return rc;
 }
 
 /* envd's Connect RPC `method` (filesystem.Filesystem/...) with a JSON body;
@@ -144,7 +149,7 @@ static int envd_rpc(struct provider_sandbox *s, const char *method, json_t *body
             snprintf(code_out, code_len, "%s", code);
         json_decref(j);
         char what[160];
-        snprintf(what, sizeof(what), "e2b sandbox %s: %s", s->id, method);
+        snprintf(what, sizeof(what), "e2b sandbox %s: %s", s->rm.id, method);
         rc = rm_fail_status(err, what, &r);
     } else if (rc == 0 && answer && !(*answer = rm_json(&r, method, err))) {
         rc = -EPROTO;
@@ -155,24 +160,19 @@ static int envd_rpc(struct provider_sandbox *s, const char *method, json_t *body
 
 /* ---- its life ---- */
 
-static int delete_remote(struct provider_sandbox *s)
+/* DELETE /sandboxes/ID (one already gone is fine). */
+static int remove_remote(struct provider_sandbox *s, struct corral_error *err)
 {
-    if (s->deleted)
-        return 0;
-    s->deleted = true;
     char path[160];
-    snprintf(path, sizeof(path), "/sandboxes/%s", s->id);
+    snprintf(path, sizeof(path), "/sandboxes/%s", s->rm.id);
     struct rm_request q = control(s, "DELETE", path);
     q.cancel = NULL; /* a killed sandbox is deleted all the same */
     q.idempotent = true;
     struct http_reply r;
-    struct corral_error err;
-    int rc = rm_send(&q, &r, &err);
+    int rc = rm_send(&q, &r, err);
     if (rc == 0 && r.status / 100 != 2 && r.status != 404)
-        rc = rm_fail_status(&err, "e2b: deleting the sandbox", &r);
+        rc = rm_fail_status(err, "e2b: deleting the sandbox", &r);
     http_reply_free(&r);
-    if (rc < 0)
-        fprintf(stderr, "corral gateway: e2b sandbox %s: %s\n", s->id, err.message);
     return rc;
 }
 
@@ -211,9 +211,9 @@ static int locate(struct provider_sandbox *s, const struct gateway_sandbox_tool 
                         : tool->domain    ? tool->domain
                         : tool->api_base  ? api_host_domain(tool->api_base)
                                           : DEFAULT_DOMAIN;
-        if (asprintf(&s->envd_base, "https://%s-%s.%s", PORT_ENVD, s->id, d) < 0)
+        if (asprintf(&s->envd_base, "https://%s-%s.%s", PORT_ENVD, s->rm.id, d) < 0)
             s->envd_base = NULL;
-        if (asprintf(&s->code_base, "https://%s-%s.%s", PORT_CODE, s->id, d) < 0)
+        if (asprintf(&s->code_base, "https://%s-%s.%s", PORT_CODE, s->rm.id, d) < 0)
             s->code_base = NULL;
     }
     return s->envd_base && s->code_base ? 0 : -ENOMEM;
@@ -251,35 +251,27 @@ static int create_remote(struct provider_sandbox *s, const struct gateway_sandbo
     struct rm_request q = control(s, "POST", "/sandboxes");
     q.body = text;
     q.len = strlen(text);
-    struct http_reply r;
     char what[512];
     snprintf(what, sizeof(what), "e2b at %s: creating a sandbox", s->api);
-    int rc = rm_send(&q, &r, err);
-    if (rc == 0 && r.status / 100 != 2)
-        rc = rm_fail_status(err, what, &r);
-    json_t *j = rc == 0 ? rm_json(&r, what, err) : NULL;
-    http_reply_free(&r);
+    cleanup_json json_t *j = NULL;
+    int rc = exchange(&q, what, &j, err);
     if (rc < 0)
         return rc;
-    if (!j)
-        return -EPROTO;
     const char *id = json_string_value(json_object_get(j, "sandboxID"));
-    if (!id || !*id || strlen(id) >= sizeof(s->id) ||
+    if (!id || !*id || strlen(id) > ID_MAX ||
         strspn(id, "abcdefghijklmnopqrstuvwxyz"
                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                   "0123456789-_") != strlen(id)) {
-        json_decref(j);
+                   "0123456789-_") != strlen(id))
         return corral_fail(err, EPROTO, "%s: the answer has no usable sandboxID", what);
-    }
-    snprintf(s->id, sizeof(s->id), "%s", id);
-    rm_life_renewed(&s->life, corral_wall_ms() + secs * 1000);
-    s->h_id = header_line("E2b-Sandbox-Id", s->id);
+    if (rm_sandbox_set_id(&s->rm, id) < 0)
+        return corral_fail(err, ENOMEM, "out of memory");
+    rm_life_renewed(&s->rm.life, corral_wall_ms() + secs * 1000);
+    s->h_id = header_line("E2b-Sandbox-Id", s->rm.id);
     s->h_token =
         header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
     s->h_traffic = header_line("E2B-Traffic-Access-Token",
                                json_string_value(json_object_get(j, "trafficAccessToken")));
     rc = s->h_id ? locate(s, tool, json_string_value(json_object_get(j, "domain"))) : -ENOMEM;
-    json_decref(j);
     return rc < 0 ? corral_fail(err, -rc, "out of memory") : 0;
 }
 
@@ -298,21 +290,45 @@ static int prepare(struct provider_sandbox *s, struct corral_error *err)
     struct rm_request q = data_plane(s, false, "POST", "/contexts");
     q.body = text;
     q.len = strlen(text);
-    struct http_reply r;
     char what[192];
-    snprintf(what, sizeof(what), "e2b sandbox %s: creating a Python context", s->id);
-    rc = rm_send(&q, &r, err);
-    if (rc == 0 && r.status / 100 != 2)
-        rc = rm_fail_status(err, what, &r);
-    json_t *j = rc == 0 ? rm_json(&r, what, err) : NULL;
-    http_reply_free(&r);
-    if (rc < 0 || !j)
-        return rc < 0 ? rc : -EPROTO;
+    snprintf(what, sizeof(what), "e2b sandbox %s: creating a Python context", s->rm.id);
+    cleanup_json json_t *j = NULL;
+    if ((rc = exchange(&q, what, &j, err)) < 0)
+        return rc;
     const char *id = json_string_value(json_object_get(j, "id"));
     s->context = id ? strdup(id) : NULL;
-    json_decref(j);
     return s->context ? 0 : corral_fail(err, EPROTO, "%s: the answer has no id", what);
 }
+
+/* POST /sandboxes/ID/timeout: the sandbox kept until `until` (wall clock ms). */
+static int renew_remote(struct provider_sandbox *s, uint64_t until, struct corral_error *err)
+{
+    uint64_t now = corral_wall_ms();
+    char path[160], body[64];
+    snprintf(path, sizeof(path), "/sandboxes/%s/timeout", s->rm.id);
+    snprintf(body, sizeof(body), "{\"timeout\":%llu}",
+             (unsigned long long)((until - now + 999) / 1000));
+    struct rm_request q = control(s, "POST", path);
+    q.body = body;
+    q.len = strlen(body);
+    q.idempotent = true;
+    return exchange(&q, "e2b: extending the sandbox's life", NULL, err);
+}
+
+/* Asks the service to keep the sandbox until at least `until` (wall clock
+ * ms, and RM_RENEW_SLACK_MS beyond), when it may not. */
+static void keep_until(struct provider_sandbox *s, uint64_t until, bool throttled)
+{
+    rm_keep(&s->rm, until, until + RM_RENEW_SLACK_MS, throttled);
+}
+
+static const struct rm_ops e2b_ops = {
+    .renew_failed = "e2b sandbox",
+    .delete_failed = "e2b sandbox",
+    .renew = renew_remote,
+    .remove = remove_remote,
+    .free = sandbox_free,
+};
 
 /* A sandbox object for the tool, not yet made remotely. */
 static struct provider_sandbox *sandbox_new(const struct gateway_sandbox_tool *tool)
@@ -320,9 +336,7 @@ static struct provider_sandbox *sandbox_new(const struct gateway_sandbox_tool *t
     struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
-    rm_life_init(&s->life);
-    s->request_timeout_ms =
-        tool->request_timeout_ms ? tool->request_timeout_ms : RM_REQUEST_TIMEOUT_MS;
+    rm_sandbox_init(&s->rm, &e2b_ops, tool);
     if (tool->api_base)
         s->api = strdup(tool->api_base);
     else if (asprintf(&s->api, "https://api.%s", tool->domain ? tool->domain : DEFAULT_DOMAIN) < 0)
@@ -352,8 +366,7 @@ static int e2b_create(const struct gateway_sandbox_tool *tool,
     if (rc == 0)
         rc = prepare(s, err);
     if (rc < 0) {
-        if (s->id[0])
-            delete_remote(s);
+        rm_delete(&s->rm); /* nothing when it was not made */
         sandbox_free(s);
         return rc;
     }
@@ -361,59 +374,10 @@ static int e2b_create(const struct gateway_sandbox_tool *tool,
     return 0;
 }
 
-/* Asks the service to keep the sandbox until at least `until` (wall clock
- * ms), when it may not. */
-static void keep_until(struct provider_sandbox *s, uint64_t until, bool throttled)
-{
-    if (!rm_life_renewal_due(&s->life, until, throttled))
-        return;
-    uint64_t now = corral_wall_ms(), want = until + RM_RENEW_SLACK_MS;
-    char path[160], body[64];
-    snprintf(path, sizeof(path), "/sandboxes/%s/timeout", s->id);
-    snprintf(body, sizeof(body), "{\"timeout\":%llu}",
-             (unsigned long long)((want - now + 999) / 1000));
-    struct rm_request q = control(s, "POST", path);
-    q.body = body;
-    q.len = strlen(body);
-    q.idempotent = true;
-    struct http_reply r;
-    struct corral_error err;
-    int rc = rm_send(&q, &r, &err);
-    if (rc == 0 && r.status / 100 != 2)
-        rc = rm_fail_status(&err, "e2b: extending the sandbox's life", &r);
-    http_reply_free(&r);
-    if (rc == 0)
-        rm_life_renewed(&s->life, want);
-    else if (!rm_life_killed(&s->life)) {
-        if (rc == -ENOENT) /* the sandbox is gone */
-            rm_life_fail(&s->life);
-        fprintf(stderr, "corral gateway: e2b sandbox %s: %s\n", s->id, err.message);
-    }
-}
-
 static void e2b_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
     uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
     keep_until(s, corral_wall_ms() + lifetime_ms - slack, true);
-}
-
-static void e2b_kill(struct provider_sandbox *s)
-{
-    rm_life_kill(&s->life);
-}
-
-static bool e2b_alive(struct provider_sandbox *s)
-{
-    return rm_life_alive(&s->life);
-}
-
-static void e2b_destroy(struct provider_sandbox *s)
-{
-    if (!s)
-        return;
-    e2b_kill(s);
-    delete_remote(s);
-    sandbox_free(s);
 }
 
 /* ---- files ---- */
@@ -436,7 +400,7 @@ static int e2b_read_file(struct provider_sandbox *s, const char *path, size_t ma
         return corral_fail(err, ENOMEM, "out of memory");
     struct rm_request q = data_plane(s, true, "GET", query);
     char what[4200];
-    snprintf(what, sizeof(what), "e2b sandbox %s: reading %s", s->id, path);
+    snprintf(what, sizeof(what), "e2b sandbox %s: reading %s", s->rm.id, path);
     return rm_download(&q, max, what, data, len, err);
 }
 
@@ -461,14 +425,9 @@ static int e2b_write_file(struct provider_sandbox *s, const char *path, const vo
     q.len = body.len;
     q.content_type = type;
     q.idempotent = true; /* the same bytes to the same path */
-    struct http_reply r;
-    int rc = rm_send(&q, &r, err);
-    if (rc == 0 && r.status / 100 != 2) {
-        char what[4200];
-        snprintf(what, sizeof(what), "e2b sandbox %s: writing %s", s->id, path);
-        rc = rm_fail_status(err, what, &r);
-    }
-    http_reply_free(&r);
+    char what[4200];
+    snprintf(what, sizeof(what), "e2b sandbox %s: writing %s", s->rm.id, path);
+    int rc = exchange(&q, what, NULL, err);
     strbuf_free(&body);
     return rc;
 }
@@ -575,11 +534,11 @@ static int run_code(struct provider_sandbox *s, const char *code, uint64_t timeo
     struct http_reply r;
     int rc = rm_send(&q, &r, err);
     char what[192];
-    snprintf(what, sizeof(what), "e2b sandbox %s: executing", s->id);
+    snprintf(what, sizeof(what), "e2b sandbox %s: executing", s->rm.id);
     /* curl's own clock may end the exchange a hair before ours says so */
     if (rc == -ETIMEDOUT && timeout_ms && corral_wall_ms() - start + 50 >= timeout_ms)
         rc = TIMED_OUT;
-    else if (rc == -ECANCELED && rm_life_killed(&s->life))
+    else if (rc == -ECANCELED && rm_life_killed(&s->rm.life))
         rc = corral_fail(err, ECANCELED, "%s: the sandbox was stopped", what);
     else if (rc == 0 && r.status / 100 != 2)
         rc = rm_fail_status(err, what, &r);
@@ -594,8 +553,8 @@ static int e2b_execute(struct provider_sandbox *s, const char *code, uint64_t ti
                        struct provider_output *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
-    if (!e2b_alive(s))
-        return corral_fail(err, ESRCH, "e2b sandbox %s is no longer running", s->id);
+    if (!rm_alive(s))
+        return corral_fail(err, ESRCH, "e2b sandbox %s is no longer running", s->rm.id);
     keep_until(s, corral_wall_ms() + timeout_ms + 60000, false);
     struct provider_file_list before = {0}, after = {0};
     struct run run = {0};
@@ -619,7 +578,7 @@ static int e2b_execute(struct provider_sandbox *s, const char *code, uint64_t ti
     provider_file_list_free(&before);
     provider_file_list_free(&after);
     if (rc < 0) {
-        rm_life_fail(&s->life);
+        rm_life_fail(&s->rm.life);
         json_decref(files);
         provider_collect_free(&run.c);
         return rc;
@@ -646,16 +605,10 @@ static int e2b_reap(const struct gateway_sandbox_tool *tool, const char *gateway
     struct rm_request q = control(s, "GET", path);
     q.idempotent = true;
     q.cancel = cancel;
-    struct http_reply r;
     char what[512];
     snprintf(what, sizeof(what), "e2b at %s: listing the gateway's sandboxes", s->api);
-    int rc = rm_send(&q, &r, err);
-    if (rc == 0 && r.status / 100 != 2)
-        rc = rm_fail_status(err, what, &r);
-    json_t *list = rc == 0 ? rm_json(&r, what, err) : NULL;
-    http_reply_free(&r);
-    if (rc == 0 && !list)
-        rc = -EPROTO;
+    cleanup_json json_t *list = NULL;
+    int rc = exchange(&q, what, &list, err);
     int reaped = 0;
     size_t i;
     json_t *e;
@@ -664,16 +617,14 @@ static int e2b_reap(const struct gateway_sandbox_tool *tool, const char *gateway
         const char *id = json_string_value(json_object_get(e, "sandboxID"));
         if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
             break;
-        if (!id || strlen(id) >= sizeof(s->id) ||
+        if (!id || strlen(id) > ID_MAX ||
             !rm_label_stale(json_object_get(e, "metadata"), gateway_tag, run_tag))
             continue;
-        snprintf(s->id, sizeof(s->id), "%s", id);
-        s->deleted = false;
-        if (delete_remote(s) == 0)
+        if (rm_sandbox_set_id(&s->rm, id) < 0)
+            break;
+        if (rm_delete(&s->rm) == 0)
             reaped++;
     }
-    json_decref(list);
-    s->deleted = true;
     sandbox_free(s);
     return rc < 0 ? rc : reaped;
 }
@@ -686,8 +637,8 @@ const struct provider provider_e2b = {
     .read_file = e2b_read_file,
     .write_file = e2b_write_file,
     .remove_file = e2b_remove_file,
-    .kill = e2b_kill,
-    .alive = e2b_alive,
+    .kill = rm_kill,
+    .alive = rm_alive,
     .touch = e2b_touch,
-    .destroy = e2b_destroy,
+    .destroy = rm_destroy,
 };

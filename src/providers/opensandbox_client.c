@@ -48,15 +48,13 @@
 #define ENDPOINT_HEADERS_MAX (RM_HEADERS_MAX - 3) /* room for Accept and Cache-Control */
 
 struct provider_sandbox {
-    char *api_base;   /* the lifecycle API, without a trailing '/' */
-    char *key_header; /* "OPEN-SANDBOX-API-KEY: KEY", or NULL */
-    char *id;
-    char *id_path;                           /* "/sandboxes/ID" (escaped) */
-    char *execd;                             /* execd's base URL */
+    struct rm_sandbox rm; /* first: the life both remote clients share (remote.h) */
+    char *api_base;       /* the lifecycle API, without a trailing '/' */
+    char *key_header;     /* "OPEN-SANDBOX-API-KEY: KEY", or NULL */
+    char *id_path;        /* "/sandboxes/ID" (escaped) */
+    char *execd;          /* execd's base URL */
     char *headers[ENDPOINT_HEADERS_MAX + 1]; /* the endpoint's "Name: value", NULL-ended */
     char *ctx;                               /* the Python context's id */
-    uint64_t request_timeout_ms;
-    struct rm_life life; /* killed: what every request but destroy's polls to cancel */
 };
 
 /* ---- small helpers ---- */
@@ -103,12 +101,8 @@ static int fail_status(struct corral_error *err, const char *where, const struct
 static void lifecycle(struct provider_sandbox *s, struct rm_request *q, const char *method,
                       const char *path)
 {
-    *q = (struct rm_request){.method = method,
-                             .base = s->api_base,
-                             .path = path,
-                             .timeout_ms = s->request_timeout_ms,
-                             .idempotent = strcmp(method, "POST") != 0,
-                             .cancel = &s->life.killed};
+    *q = rm_request_to(&s->rm, method, s->api_base, path);
+    q->idempotent = strcmp(method, "POST") != 0;
     if (s->key_header)
         rm_header(q, s->key_header);
 }
@@ -117,12 +111,8 @@ static void lifecycle(struct provider_sandbox *s, struct rm_request *q, const ch
 static void execd(struct provider_sandbox *s, struct rm_request *q, const char *method,
                   const char *path)
 {
-    *q = (struct rm_request){.method = method,
-                             .base = s->execd,
-                             .path = path,
-                             .timeout_ms = s->request_timeout_ms,
-                             .idempotent = strcmp(method, "POST") != 0,
-                             .cancel = &s->life.killed};
+    *q = rm_request_to(&s->rm, method, s->execd, path);
+    q->idempotent = strcmp(method, "POST") != 0;
     for (size_t i = 0; s->headers[i]; i++)
         rm_header(q, s->headers[i]);
 }
@@ -248,6 +238,20 @@ static json_t *create_body(const struct gateway_sandbox_tool *tool, uint64_t tim
     return body;
 }
 
+/* The sandbox the client acts on: its id and "/sandboxes/ID". 0 or -ENOMEM. */
+static int set_id(struct provider_sandbox *s, const char *id)
+{
+    cleanup_free char *escaped = escape(id, false);
+    free(s->id_path);
+    s->id_path = NULL;
+    if (!escaped || rm_sandbox_set_id(&s->rm, id) < 0 ||
+        asprintf(&s->id_path, "/sandboxes/%s", escaped) < 0) {
+        s->id_path = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 /* POST /sandboxes: the new sandbox's id into s, the answer (a Sandbox)
  * into *made. */
 static int post_sandbox(struct provider_sandbox *s, json_t *body, json_t **made,
@@ -265,12 +269,10 @@ static int post_sandbox(struct provider_sandbox *s, json_t *body, json_t **made,
     if (!j)
         return rc < 0 ? rc : -err->code;
     const char *id = json_string_value(json_object_get(j, "id"));
-    cleanup_free char *escaped = id && *id ? escape(id, false) : NULL;
     if (!id || !*id)
         rc = corral_fail(err, EPROTO, "opensandbox at %s: the created sandbox has no id",
                          s->api_base);
-    else if (!escaped || !(s->id = strdup(id)) ||
-             asprintf(&s->id_path, "/sandboxes/%s", escaped) < 0)
+    else if (set_id(s, id) < 0)
         rc = corral_fail(err, ENOMEM, "out of memory");
     if (rc < 0)
         json_decref(j);
@@ -297,7 +299,7 @@ static int wait_running(struct provider_sandbox *s, json_t *sandbox, uint64_t un
         if (!strcmp(state, "Failed") || !strcmp(state, "Terminated") ||
             !strcmp(state, "Stopping")) {
             rc = corral_fail(err, EIO, "opensandbox at %s: sandbox %s is %s%s%s%s%s", s->api_base,
-                             s->id, state, reason || msg ? ": " : "", reason ? reason : "",
+                             s->rm.id, state, reason || msg ? ": " : "", reason ? reason : "",
                              reason && msg ? ": " : "", msg ? msg : "");
             break;
         }
@@ -305,7 +307,7 @@ static int wait_running(struct provider_sandbox *s, json_t *sandbox, uint64_t un
             rc = corral_fail(err, ETIMEDOUT,
                              "opensandbox at %s: sandbox %s is still %s, not Running, after the "
                              "ready timeout",
-                             s->api_base, s->id, *state ? state : "without a state");
+                             s->api_base, s->rm.id, *state ? state : "without a state");
             break;
         }
         json_decref(j);
@@ -332,7 +334,7 @@ static int keep_header(struct provider_sandbox *s, size_t i, const char *name, c
         return corral_fail(err, EPROTO,
                            "opensandbox at %s: the endpoint of sandbox %s has too many or "
                            "malformed headers",
-                           s->api_base, s->id);
+                           s->api_base, s->rm.id);
     if (asprintf(&s->headers[i], "%s: %s", name, value) < 0) {
         s->headers[i] = NULL;
         return corral_fail(err, ENOMEM, "out of memory");
@@ -360,7 +362,7 @@ static int resolve_execd(struct provider_sandbox *s, uint64_t until, struct corr
     if (!ep || !*ep) {
         json_decref(j);
         return corral_fail(err, EPROTO, "opensandbox at %s: sandbox %s has no execd endpoint",
-                           s->api_base, s->id);
+                           s->api_base, s->rm.id);
     }
     const char *scheme = strncmp(s->api_base, "https://", 8) ? "http" : "https";
     bool bare = !strstr(ep, "://");
@@ -413,40 +415,64 @@ static int prepare_execd(struct provider_sandbox *s, uint64_t until, struct corr
     return rc;
 }
 
-/* DELETE /sandboxes/ID (a sandbox already gone is fine); failures are logged. */
-static void delete_remote(struct provider_sandbox *s)
+/* DELETE /sandboxes/ID (a sandbox already gone is fine). */
+static int remove_remote(struct provider_sandbox *s, struct corral_error *err)
 {
     if (!s->id_path)
-        return;
+        return 0;
     struct rm_request q;
     lifecycle(s, &q, "DELETE", s->id_path);
     q.cancel = NULL; /* killed is set by now */
     struct http_reply r;
-    struct corral_error err;
-    int rc = rm_send(&q, &r, &err);
+    int rc = rm_send(&q, &r, err);
     if (rc < 0)
-        fail_at(&err, s->api_base, rc);
+        rc = fail_at(err, s->api_base, rc);
     else if (r.status / 100 != 2 && r.status != 404)
-        rc = fail_status(&err, s->api_base, &r);
-    if (rc < 0)
-        fprintf(stderr, "corral gateway: cannot delete opensandbox sandbox %s: %s\n", s->id,
-                err.message);
+        rc = fail_status(err, s->api_base, &r);
     http_reply_free(&r);
+    return rc;
 }
 
 static void free_sandbox(struct provider_sandbox *s)
 {
     free(s->api_base);
     free(s->key_header);
-    free(s->id);
     free(s->id_path);
     free(s->execd);
     for (size_t i = 0; s->headers[i]; i++)
         free(s->headers[i]);
     free(s->ctx);
-    rm_life_destroy(&s->life);
+    rm_sandbox_release(&s->rm);
     free(s);
 }
+
+/* POST /sandboxes/ID/renew-expiration: the remote expiry moved to `target`. */
+static int renew_remote(struct provider_sandbox *s, uint64_t target, struct corral_error *err)
+{
+    char at[CORRAL_TIME_MAX], body[64];
+    corral_time_format(target * 1000000u, CORRAL_TIME_MS, at, sizeof(at));
+    snprintf(body, sizeof(body), "{\"expiresAt\":\"%s\"}", at);
+    cleanup_free char *path = NULL;
+    if (asprintf(&path, "%s/renew-expiration", s->id_path) < 0)
+        return corral_fail(err, ENOMEM, "out of memory");
+    struct rm_request q;
+    lifecycle(s, &q, "POST", path);
+    q.idempotent = true; /* the same expiry twice is the same */
+    set_body(&q, body);
+    struct http_reply r;
+    int rc = call(&q, &r, err);
+    if (rc == 0)
+        http_reply_free(&r);
+    return rc;
+}
+
+static const struct rm_ops osb_ops = {
+    .renew_failed = "cannot renew opensandbox sandbox",
+    .delete_failed = "cannot delete opensandbox sandbox",
+    .renew = renew_remote,
+    .remove = remove_remote,
+    .free = free_sandbox,
+};
 
 /* A sandbox object for the tool, not yet made remotely (NULL: no memory). */
 static struct provider_sandbox *sandbox_new(const struct gateway_sandbox_tool *tool)
@@ -454,9 +480,7 @@ static struct provider_sandbox *sandbox_new(const struct gateway_sandbox_tool *t
     struct provider_sandbox *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
-    rm_life_init(&s->life);
-    s->request_timeout_ms =
-        tool->request_timeout_ms ? tool->request_timeout_ms : RM_REQUEST_TIMEOUT_MS;
+    rm_sandbox_init(&s->rm, &osb_ops, tool);
     if (!(s->api_base = strdup(tool->api_base)) ||
         (tool->api_key && *tool->api_key &&
          asprintf(&s->key_header, "OPEN-SANDBOX-API-KEY: %s", tool->api_key) < 0)) {
@@ -496,7 +520,7 @@ static int osb_create(const struct gateway_sandbox_tool *tool,
     int rc = post_sandbox(s, body, &made, err);
     json_decref(body);
     if (rc == 0) {
-        rm_life_renewed(&s->life, started + timeout_s * 1000);
+        rm_life_renewed(&s->rm.life, started + timeout_s * 1000);
         uint64_t until =
             corral_wall_ms() + (tool->ready_timeout_ms ? tool->ready_timeout_ms : READY_TIMEOUT_MS);
         rc = wait_running(s, made, until, err);
@@ -506,7 +530,7 @@ static int osb_create(const struct gateway_sandbox_tool *tool,
             rc = prepare_execd(s, until, err);
     }
     if (rc < 0) {
-        delete_remote(s); /* nothing when it was not created */
+        rm_delete(&s->rm); /* nothing when it was not created */
         free_sandbox(s);
         return rc;
     }
@@ -516,44 +540,11 @@ static int osb_create(const struct gateway_sandbox_tool *tool,
 
 /* ---- the expiry ---- */
 
-/* Renews the remote expiry to `target` when the known one is before
- * `need`; `throttled`: not within RM_RENEW_SLACK_MS of the last attempt. */
-static void renew(struct provider_sandbox *s, uint64_t need, uint64_t target, bool throttled)
-{
-    if (!rm_life_renewal_due(&s->life, need, throttled))
-        return;
-    char at[CORRAL_TIME_MAX], body[64];
-    corral_time_format(target * 1000000u, CORRAL_TIME_MS, at, sizeof(at));
-    snprintf(body, sizeof(body), "{\"expiresAt\":\"%s\"}", at);
-    cleanup_free char *path = NULL;
-    struct corral_error err;
-    struct http_reply r = {0};
-    int rc = asprintf(&path, "%s/renew-expiration", s->id_path) < 0
-                 ? corral_fail(&err, ENOMEM, "out of memory")
-                 : 0;
-    if (rc == 0) {
-        struct rm_request q;
-        lifecycle(s, &q, "POST", path);
-        q.idempotent = true; /* the same expiry twice is the same */
-        set_body(&q, body);
-        rc = call(&q, &r, &err);
-    }
-    if (rc == 0) {
-        rm_life_renewed(&s->life, target);
-        http_reply_free(&r);
-    } else if (!rm_life_killed(&s->life)) {
-        if (rc == -ENOENT) /* the sandbox is gone */
-            rm_life_fail(&s->life);
-        fprintf(stderr, "corral gateway: cannot renew opensandbox sandbox %s: %s\n", s->id,
-                err.message);
-    }
-}
-
 static void osb_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 {
     uint64_t now = corral_wall_ms();
     uint64_t slack = lifetime_ms > RM_RENEW_SLACK_MS ? RM_RENEW_SLACK_MS : lifetime_ms;
-    renew(s, now + lifetime_ms - slack, now + lifetime_ms, true);
+    rm_keep(&s->rm, now + lifetime_ms - slack, now + lifetime_ms, true);
 }
 
 /* ---- what /mnt/data holds ---- */
@@ -740,12 +731,12 @@ static int osb_execute(struct provider_sandbox *s, const char *code, uint64_t ti
                        struct provider_output *out, struct corral_error *err)
 {
     memset(out, 0, sizeof(*out));
-    if (rm_life_killed(&s->life))
-        return corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->id);
-    if (rm_life_failed(&s->life))
-        return corral_fail(err, EIO, "opensandbox sandbox %s failed earlier", s->id);
+    if (rm_life_killed(&s->rm.life))
+        return corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->rm.id);
+    if (rm_life_failed(&s->rm.life))
+        return corral_fail(err, EIO, "opensandbox sandbox %s failed earlier", s->rm.id);
     uint64_t need = corral_wall_ms() + timeout_ms + EXEC_MARGIN_MS;
-    renew(s, need, need, false);
+    rm_keep(&s->rm, need, need, false);
     struct run r = {.seen = false};
     provider_collect_init(&r.c);
     struct provider_file_list before = {0}, after = {0};
@@ -755,8 +746,8 @@ static int osb_execute(struct provider_sandbox *s, const char *code, uint64_t ti
         rc = run_code(s, code, timeout_ms, &r, &timed_out, err);
     if (rc == 0 && timed_out) {
         struct corral_error ierr;
-        if (interrupt(s, &ierr) < 0 && !rm_life_killed(&s->life)) {
-            rm_life_fail(&s->life); /* the code may still run: a new sandbox next time */
+        if (interrupt(s, &ierr) < 0 && !rm_life_killed(&s->rm.life)) {
+            rm_life_fail(&s->rm.life); /* the code may still run: a new sandbox next time */
             strbuf_printf(&r.c.err, "\n[the code could not be stopped (%s): its state is lost]\n",
                           ierr.message);
         }
@@ -765,14 +756,14 @@ static int osb_execute(struct provider_sandbox *s, const char *code, uint64_t ti
                  (unsigned long long)(timeout_ms / 1000));
         provider_collect_error(&r.c, "TimeoutError", msg, "");
     }
-    if (rc == 0 && !rm_life_killed(&s->life)) {
+    if (rc == 0 && !rm_life_killed(&s->rm.life)) {
         struct corral_error ignored;
         list_data(s, &after, &ignored);
     }
-    if (rm_life_killed(&s->life))
-        rc = corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->id);
+    if (rm_life_killed(&s->rm.life))
+        rc = corral_fail(err, ECANCELED, "opensandbox sandbox %s was killed", s->rm.id);
     else if (rc < 0)
-        rm_life_fail(&s->life);
+        rm_life_fail(&s->rm.life);
     json_t *files = rc == 0 ? provider_changed_files(&before, &after) : NULL;
     provider_file_list_free(&before);
     provider_file_list_free(&after);
@@ -864,29 +855,6 @@ static int osb_remove_file(struct provider_sandbox *s, const char *path, struct 
     return rc;
 }
 
-/* ---- the rest of the life ---- */
-
-/* No I/O here (the gateway's lock may be held): the flag cancels what runs,
- * and destroy() deletes the remote sandbox. */
-static void osb_kill(struct provider_sandbox *s)
-{
-    rm_life_kill(&s->life);
-}
-
-static bool osb_alive(struct provider_sandbox *s)
-{
-    return rm_life_alive(&s->life);
-}
-
-static void osb_destroy(struct provider_sandbox *s)
-{
-    if (!s)
-        return;
-    rm_life_kill(&s->life);
-    delete_remote(s);
-    free_sandbox(s);
-}
-
 /* ---- what a killed gateway left ---- */
 
 static int osb_reap(const struct gateway_sandbox_tool *tool, const char *gateway_tag,
@@ -921,16 +889,9 @@ static int osb_reap(const struct gateway_sandbox_tool *tool, const char *gateway
             break;
         if (!id || !rm_label_stale(json_object_get(e, "metadata"), gateway_tag, run_tag))
             continue;
-        cleanup_free char *escaped = escape(id, false);
-        free(s->id_path);
-        s->id_path = NULL;
-        free(s->id);
-        s->id = strdup(id);
-        if (!escaped || !s->id || asprintf(&s->id_path, "/sandboxes/%s", escaped) < 0) {
-            s->id_path = NULL;
+        if (set_id(s, id) < 0)
             break;
-        }
-        delete_remote(s);
+        rm_delete(&s->rm);
         reaped++;
     }
     json_decref(list);
@@ -946,8 +907,8 @@ const struct provider provider_opensandbox = {
     .read_file = osb_read_file,
     .write_file = osb_write_file,
     .remove_file = osb_remove_file,
-    .kill = osb_kill,
-    .alive = osb_alive,
+    .kill = rm_kill,
+    .alive = rm_alive,
     .touch = osb_touch,
-    .destroy = osb_destroy,
+    .destroy = rm_destroy,
 };

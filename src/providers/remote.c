@@ -80,16 +80,8 @@ static int on_data(void *u, const char *data, size_t len)
         } else {
             if (take > LINE_MAX_BYTES - l->len)
                 return l->stopped = -EMSGSIZE;
-            if (l->len + take + 1 > l->cap) {
-                size_t cap = l->cap ? l->cap : 4096;
-                while (cap < l->len + take + 1)
-                    cap *= 2;
-                char *b = realloc(l->buf, cap);
-                if (!b)
-                    return l->stopped = -ENOMEM;
-                l->buf = b;
-                l->cap = cap;
-            }
+            if (!strbuf_grow(&l->buf, &l->cap, l->len + take + 1, 4096, 0))
+                return l->stopped = -ENOMEM;
             memcpy(l->buf + l->len, data, take);
             l->len += take;
             if (nl) {
@@ -323,17 +315,6 @@ bool rm_label_stale(const json_t *metadata, const char *gateway_tag, const char 
 
 /* ---- a sandbox's life ---- */
 
-void rm_life_init(struct rm_life *l)
-{
-    *l = (struct rm_life){0};
-    pthread_mutex_init(&l->lock, NULL);
-}
-
-void rm_life_destroy(struct rm_life *l)
-{
-    pthread_mutex_destroy(&l->lock);
-}
-
 void rm_life_kill(struct rm_life *l)
 {
     __atomic_store_n(&l->killed, 1, __ATOMIC_RELAXED);
@@ -354,17 +335,11 @@ bool rm_life_failed(const struct rm_life *l)
     return __atomic_load_n(&l->failed, __ATOMIC_RELAXED) != 0;
 }
 
-bool rm_life_alive(struct rm_life *l)
-{
-    if (rm_life_killed(l) || rm_life_failed(l))
-        return false;
-    pthread_mutex_lock(&l->lock);
-    bool alive = corral_wall_ms() < l->deadline_ms;
-    pthread_mutex_unlock(&l->lock);
-    return alive;
-}
-
-bool rm_life_renewal_due(struct rm_life *l, uint64_t need, bool throttled)
+/* Whether the service should now be asked to keep the sandbox until at
+ * least `need`: it is alive, the known deadline is earlier and (when
+ * `throttled`) no renewal was tried in the last RM_RENEW_SLACK_MS. A true
+ * answer counts as the attempt. */
+static bool renewal_due(struct rm_life *l, uint64_t need, bool throttled)
 {
     if (rm_life_killed(l) || rm_life_failed(l))
         return false;
@@ -384,4 +359,96 @@ void rm_life_renewed(struct rm_life *l, uint64_t until)
     if (l->deadline_ms < until)
         l->deadline_ms = until;
     pthread_mutex_unlock(&l->lock);
+}
+
+/* ---- a remote sandbox ---- */
+
+void rm_sandbox_init(struct rm_sandbox *rs, const struct rm_ops *ops,
+                     const struct gateway_sandbox_tool *tool)
+{
+    *rs = (struct rm_sandbox){.ops = ops};
+    pthread_mutex_init(&rs->life.lock, NULL);
+    rs->request_timeout_ms =
+        tool->request_timeout_ms ? tool->request_timeout_ms : RM_REQUEST_TIMEOUT_MS;
+}
+
+void rm_sandbox_release(struct rm_sandbox *rs)
+{
+    free(rs->id);
+    rs->id = NULL;
+    pthread_mutex_destroy(&rs->life.lock);
+}
+
+int rm_sandbox_set_id(struct rm_sandbox *rs, const char *id)
+{
+    char *copy = strdup(id);
+    if (!copy)
+        return -ENOMEM;
+    free(rs->id);
+    rs->id = copy;
+    rs->deleted = false;
+    return 0;
+}
+
+struct rm_request rm_request_to(struct rm_sandbox *rs, const char *method, const char *base,
+                                const char *path)
+{
+    return (struct rm_request){.method = method,
+                               .base = base,
+                               .path = path,
+                               .timeout_ms = rs->request_timeout_ms,
+                               .cancel = &rs->life.killed};
+}
+
+void rm_keep(struct rm_sandbox *rs, uint64_t need, uint64_t target, bool throttled)
+{
+    if (!renewal_due(&rs->life, need, throttled))
+        return;
+    struct corral_error err;
+    int rc = rs->ops->renew((struct provider_sandbox *)rs, target, &err);
+    if (rc == 0)
+        rm_life_renewed(&rs->life, target);
+    else if (!rm_life_killed(&rs->life)) {
+        if (rc == -ENOENT) /* the sandbox is gone */
+            rm_life_fail(&rs->life);
+        fprintf(stderr, "corral gateway: %s %s: %s\n", rs->ops->renew_failed, rs->id, err.message);
+    }
+}
+
+int rm_delete(struct rm_sandbox *rs)
+{
+    if (!rs->id || rs->deleted)
+        return 0;
+    rs->deleted = true;
+    struct corral_error err;
+    int rc = rs->ops->remove((struct provider_sandbox *)rs, &err);
+    if (rc < 0)
+        fprintf(stderr, "corral gateway: %s %s: %s\n", rs->ops->delete_failed, rs->id, err.message);
+    return rc;
+}
+
+void rm_kill(struct provider_sandbox *s)
+{
+    rm_life_kill(&((struct rm_sandbox *)s)->life);
+}
+
+bool rm_alive(struct provider_sandbox *s)
+{
+    struct rm_life *l = &((struct rm_sandbox *)s)->life;
+    if (rm_life_killed(l) || rm_life_failed(l))
+        return false;
+    pthread_mutex_lock(&l->lock);
+    bool alive = corral_wall_ms() < l->deadline_ms;
+    pthread_mutex_unlock(&l->lock);
+    return alive;
+}
+
+void rm_destroy(struct provider_sandbox *s)
+{
+    if (!s)
+        return;
+    struct rm_sandbox *rs = (struct rm_sandbox *)s;
+    rm_kill(s);
+    rm_delete(rs);
+    rs->ops->free(s);
 }

@@ -3,7 +3,9 @@
  * sandbox service over libcurl (src/http's client, http/client.h, with its
  * per-thread connection pools, so keep-alive connections are reused), with
  * retries of what may be retried, cancellation, and answers read line by
- * line as they stream; and the errors of those services.
+ * line as they stream; the errors of those services; and a remote
+ * sandbox's life (kill without I/O, alive, renewals, deletion), each client
+ * passing what its service does differently.
  */
 #ifndef CORRAL_PROVIDERS_REMOTE_H
 #define CORRAL_PROVIDERS_REMOTE_H
@@ -17,6 +19,7 @@
 #include "base/error.h"
 #include "base/strbuf.h"
 #include "http/client.h"
+#include "providers/provider.h"
 
 #define RM_REQUEST_TIMEOUT_MS 60000u /* request_timeout's default, as E2B's SDK */
 #define RM_HEADERS_MAX        12
@@ -79,21 +82,66 @@ struct rm_life {
 
 #define RM_RENEW_SLACK_MS 30000u /* renewals: at most one per this, each this early */
 
-void rm_life_init(struct rm_life *l);
-void rm_life_destroy(struct rm_life *l);
 void rm_life_kill(struct rm_life *l);
 void rm_life_fail(struct rm_life *l);
 bool rm_life_killed(const struct rm_life *l);
 bool rm_life_failed(const struct rm_life *l);
-/* Not killed, not failed, and before the deadline. */
-bool rm_life_alive(struct rm_life *l);
-/* Whether the service should now be asked to keep the sandbox until at
- * least `need`: it is alive, the known deadline is earlier and (when
- * `throttled`) no renewal was tried in the last RM_RENEW_SLACK_MS. A true
- * answer counts as the attempt. */
-bool rm_life_renewal_due(struct rm_life *l, uint64_t need, bool throttled);
 /* The service keeps the sandbox until `until` (never moves it earlier). */
 void rm_life_renewed(struct rm_life *l, uint64_t until);
+
+/* ---- a remote sandbox: what both clients do alike ----
+ *
+ * A client's struct provider_sandbox begins with a struct rm_sandbox, so
+ * that its provider table's kill, alive and destroy are rm_kill, rm_alive
+ * and rm_destroy, and its renewals and deletion go through rm_keep and
+ * rm_delete; what the services do differently comes in a struct rm_ops. */
+struct rm_ops {
+    /* How its log lines name a sandbox whose renewal or deletion failed:
+     * "corral gateway: RENEW_FAILED ID: MESSAGE". */
+    const char *renew_failed, *delete_failed;
+    /* Asks the service to keep the sandbox until `until` (wall clock ms). */
+    int (*renew)(struct provider_sandbox *s, uint64_t until, struct corral_error *err);
+    /* Deletes the remote sandbox (not cancelled by a kill); one already
+     * gone is 0. */
+    int (*remove)(struct provider_sandbox *s, struct corral_error *err);
+    /* Frees the client's sandbox, its rm_sandbox with rm_sandbox_release. */
+    void (*free)(struct provider_sandbox *s);
+};
+
+struct rm_sandbox {
+    const struct rm_ops *ops;
+    struct rm_life life; /* killed: what every request but the deletion polls to cancel */
+    char *id;            /* the service's id; NULL until it made the sandbox */
+    bool deleted;        /* rm_delete asked for it already */
+    uint64_t request_timeout_ms;
+};
+
+/* The head of a new client sandbox for `tool`; rm_sandbox_release undoes it. */
+void rm_sandbox_init(struct rm_sandbox *rs, const struct rm_ops *ops,
+                     const struct gateway_sandbox_tool *tool);
+void rm_sandbox_release(struct rm_sandbox *rs);
+/* Names the sandbox the client acts on (a copy), to be deleted again. 0 or
+ * -ENOMEM. */
+int rm_sandbox_set_id(struct rm_sandbox *rs, const char *id);
+/* A request to `base` for the sandbox: its request timeout, cancelled when
+ * it is killed. */
+struct rm_request rm_request_to(struct rm_sandbox *rs, const char *method, const char *base,
+                                const char *path);
+/* Asks the service to keep the sandbox until `target` when the known
+ * deadline is before `need` (and, when `throttled`, no renewal was tried in
+ * the last RM_RENEW_SLACK_MS). A failure is logged, and a sandbox the
+ * service no longer knows (ENOENT) has failed. */
+void rm_keep(struct rm_sandbox *rs, uint64_t need, uint64_t target, bool throttled);
+/* Deletes the remote sandbox once (nothing when it was not made); a
+ * failure is logged. 0 or the failure's negative errno. */
+int rm_delete(struct rm_sandbox *rs);
+
+/* The provider table's kill (no I/O: the gateway's lock may be held; the
+ * flag cancels what runs), alive (not killed, not failed, before the known
+ * deadline) and destroy (kills, deletes, frees). */
+void rm_kill(struct provider_sandbox *s);
+bool rm_alive(struct provider_sandbox *s);
+void rm_destroy(struct provider_sandbox *s);
 
 /* The metadata of a sandbox the gateway makes: {"corral": "gateway",
  * "corral_gateway": gateway_tag, "corral_run": run_tag} (NULL tags left

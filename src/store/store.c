@@ -29,6 +29,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/cleanup.h"
+
 #define STORE_BUSY_TIMEOUT_MS 5000
 
 static const char *const migrations[] = {
@@ -577,68 +579,90 @@ static int object_text(json_t *obj, char **out, const struct kind *k, struct cor
     return 0;
 }
 
-/* Binds parameters one after the other, keeping the first failure (none
- * without a statement: its preparation failed). */
-struct binder {
-    sqlite3_stmt *st;
-    int rc;
+/* A parameter of a statement: a text (NULL: SQL NULL), or an integer (SQL
+ * NULL unless `has`). */
+struct param {
+    const char *text;
+    bool integer, has;
+    int64_t value;
 };
+#define P_TEXT(t)     ((struct param){.text = (t)})
+#define P_INT(h, v)   ((struct param){.integer = true, .has = (h), .value = (v)})
+#define P_COUNT(args) ((int)(sizeof(args) / sizeof((args)[0])))
 
-static void bind_str(struct binder *b, int i, const char *text)
+/* Binds p[0..n) to ?1.. of st (SQLite copies the texts); the first
+ * failure's SQLite code, or SQLITE_OK. */
+static int bind_params(sqlite3_stmt *st, const struct param *p, int n)
 {
-    if (b->st && b->rc == SQLITE_OK)
-        b->rc = text ? sqlite3_bind_text(b->st, i, text, -1, SQLITE_TRANSIENT)
-                     : sqlite3_bind_null(b->st, i);
+    int rc = SQLITE_OK;
+    for (int i = 0; i < n && rc == SQLITE_OK; i++)
+        rc = p[i].integer ? p[i].has ? sqlite3_bind_int64(st, i + 1, p[i].value)
+                                     : sqlite3_bind_null(st, i + 1)
+             : p[i].text ? sqlite3_bind_text(st, i + 1, p[i].text, -1, SQLITE_TRANSIENT)
+                          : sqlite3_bind_null(st, i + 1);
+    return rc;
 }
 
-static void bind_i64(struct binder *b, int i, bool has, int64_t v)
-{
-    if (b->st && b->rc == SQLITE_OK)
-        b->rc = has ? sqlite3_bind_int64(b->st, i, v) : sqlite3_bind_null(b->st, i);
-}
-
-/* Prepares sql for this call only (*st to finalize, even on failure). Call
- * with s->lock held. */
-static int prepare_call(struct store *s, const char *sql, sqlite3_stmt **st, const char *what,
-                        struct corral_error *err)
+/* Prepares sql for this call only, with p[0..n) bound to ?1.. (*st to
+ * finalize, even on failure). Call with s->lock held. */
+static int prepare_call(struct store *s, const char *sql, const struct param *p, int n,
+                        sqlite3_stmt **st, const char *what, struct corral_error *err)
 {
     *st = NULL;
     int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc == SQLITE_OK)
+        rc = bind_params(*st, p, n);
     if (rc != SQLITE_OK)
         return fail_sqlite(err, s->db, rc, "%s", what);
     return 0;
 }
 
-/* Steps the bound statement of a write to its end and finalizes it; *changes
- * (may be NULL) counts the rows it changed. Call with s->lock held. */
-static int finish_write(struct store *s, struct binder *b, int *changes, const char *what,
-                        struct corral_error *err)
+/* Steps st to its next row: 1 for a row, 0 at the end, else the failure.
+ * Call with s->lock held. */
+static int next_row(struct store *s, sqlite3_stmt *st, const char *what, struct corral_error *err)
 {
-    int rc = b->rc == SQLITE_OK ? sqlite3_step(b->st) : b->rc;
-    int r = 0;
-    if (rc != SQLITE_DONE)
-        r = fail_sqlite(err, s->db, rc, "%s", what);
-    else if (changes)
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return fail_sqlite(err, s->db, rc, "%s", what);
+}
+
+/* Runs the write sql with p[0..n) bound to ?1..; *changes (may be NULL)
+ * counts the rows it changed. Call with s->lock held. */
+static int write_params(struct store *s, const char *sql, const struct param *p, int n,
+                        int *changes, const char *what, struct corral_error *err)
+{
+    sqlite3_stmt *st;
+    int r = prepare_call(s, sql, p, n, &st, what, err);
+    if (r == 0 && (r = next_row(s, st, what, err)) > 0) /* a write has no rows */
+        r = fail_sqlite(err, s->db, SQLITE_ROW, "%s", what);
+    if (r == 0 && changes)
         *changes = sqlite3_changes(s->db);
-    sqlite3_finalize(b->st);
-    b->st = NULL;
+    sqlite3_finalize(st);
     return r;
 }
 
-/* Runs the write sql with texts[0..n) bound to ?1.. (NULL: SQL NULL). Call
- * with s->lock held. */
-static int write_texts(struct store *s, const char *sql, const char *const *texts, int n,
-                       int *changes, const char *what, struct corral_error *err)
+/* write_params taking s->lock, for one row: a write that changes none fails
+ * with `code` and the message that follows. */
+__attribute__((format(printf, 8, 9))) static int
+write_row(struct store *s, const char *sql, const struct param *p, int n, const char *what,
+          struct corral_error *err, int code, const char *fmt, ...)
 {
-    struct binder b = {NULL, SQLITE_OK};
-    int r = prepare_call(s, sql, &b.st, what, err);
-    if (r < 0) {
-        sqlite3_finalize(b.st);
-        return r;
+    int changes = 0;
+    pthread_mutex_lock(&s->lock);
+    int r = write_params(s, sql, p, n, &changes, what, err);
+    pthread_mutex_unlock(&s->lock);
+    if (r == 0 && changes == 0) {
+        char msg[CORRAL_ERROR_MESSAGE_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        r = corral_fail(err, code, "%s", msg);
     }
-    for (int i = 0; i < n; i++)
-        bind_str(&b, i + 1, texts[i]);
-    return finish_write(s, &b, changes, what, err);
+    return r;
 }
 
 static int exec_call(struct store *s, const char *sql, const char *what, struct corral_error *err)
@@ -678,31 +702,72 @@ static int column_object(struct store *s, sqlite3_stmt *st, int col, json_t **ou
     return 0;
 }
 
-/* Runs the query sql, texts[0..n) bound to ?1.., for one row: its column 0,
+/* Makes *out of the current row of st (for query_list). */
+typedef int (*row_fn)(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
+                      struct corral_error *err);
+
+/* A row's column 0, a stored object. */
+static int row_object(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
+                      struct corral_error *err)
+{
+    return column_object(s, st, 0, out, what, err);
+}
+
+/* Runs the query sql, p[0..n) bound to ?1.., into *list: an array of what
+ * `row` makes of each row, at most `limit` of them (*more, when not NULL:
+ * whether there were more). Call with s->lock held. */
+static int query_list(struct store *s, const char *sql, const struct param *p, int n, row_fn row,
+                      size_t limit, bool *more, json_t **list, const char *what,
+                      struct corral_error *err)
+{
+    cleanup_json json_t *all = json_array();
+    if (!all)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    bool cut = false;
+    sqlite3_stmt *st;
+    int r = prepare_call(s, sql, p, n, &st, what, err);
+    for (size_t got = 0; r == 0; got++) {
+        if ((r = next_row(s, st, what, err)) <= 0)
+            break;
+        r = 0;
+        if (got == limit) {
+            cut = true;
+            break;
+        }
+        json_t *item = NULL;
+        r = row(s, st, &item, what, err);
+        if (r == 0 && json_array_append_new(all, item) < 0)
+            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+    }
+    sqlite3_finalize(st);
+    if (r < 0)
+        return r;
+    *list = steal_pointer(&all);
+    if (more)
+        *more = cut;
+    return 0;
+}
+
+/* Runs the query sql, p[0..n) bound to ?1.., for one row: its column 0,
  * an object, into *out; its column 1 (when text_out) copied into *text_out.
  * No row: -ENOENT with the message `missing`. Takes s->lock. */
-static int get_one(struct store *s, const char *sql, const char *const *texts, int n, json_t **out,
+static int get_one(struct store *s, const char *sql, const struct param *p, int n, json_t **out,
                    char **text_out, const char *missing, const char *what, struct corral_error *err)
 {
     json_t *obj = NULL;
     char *text = NULL;
-    struct binder b = {NULL, SQLITE_OK};
+    sqlite3_stmt *st;
     pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s, sql, &b.st, what, err);
-    for (int i = 0; r == 0 && i < n; i++)
-        bind_str(&b, i + 1, texts[i]);
-    if (r == 0) {
-        int rc = b.rc == SQLITE_OK ? sqlite3_step(b.st) : b.rc;
-        if (rc == SQLITE_DONE)
-            r = corral_fail(err, ENOENT, "%s", missing);
-        else if (rc != SQLITE_ROW)
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-    }
+    int r = prepare_call(s, sql, p, n, &st, what, err);
+    if (r == 0 && (r = next_row(s, st, what, err)) == 0)
+        r = corral_fail(err, ENOENT, "%s", missing);
+    if (r > 0)
+        r = 0;
     if (r == 0 && out)
-        r = column_object(s, b.st, 0, &obj, what, err);
+        r = column_object(s, st, 0, &obj, what, err);
     if (r == 0 && text_out)
-        r = copy_text(s, b.st, 1, &text, what, err);
-    sqlite3_finalize(b.st);
+        r = copy_text(s, st, 1, &text, what, err);
+    sqlite3_finalize(st);
     pthread_mutex_unlock(&s->lock);
     if (r < 0) {
         json_decref(obj);
@@ -726,36 +791,26 @@ static int list_page(struct store *s, const struct kind *k, const char *scope,
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot list %ss in store %s", k->name, s->name);
-    json_t *page = json_array();
-    if (!page)
-        return corral_fail(err, ENOMEM, "%s: out of memory", what);
-    bool more = false;
     int64_t after_at = 0, after_row = 0;
     char sql[512];
-    struct binder b = {NULL, SQLITE_OK};
 
     pthread_mutex_lock(&s->lock);
     int r = 0;
     if (after) {
         snprintf(sql, sizeof(sql), "SELECT created_at, rowid FROM %s WHERE id = ?1 AND %s = ?2",
                  k->table, k->scope);
-        r = prepare_call(s, sql, &b.st, what, err);
-        bind_str(&b, 1, after);
-        bind_str(&b, 2, scope);
-        if (r == 0) {
-            int rc = b.rc == SQLITE_OK ? sqlite3_step(b.st) : b.rc;
-            if (rc == SQLITE_ROW) {
-                after_at = sqlite3_column_int64(b.st, 0);
-                after_row = sqlite3_column_int64(b.st, 1);
-            } else if (rc == SQLITE_DONE) {
-                r = corral_fail(err, ENOENT, "%s: there is no %s %s to list after", what, k->name,
-                                after);
-            } else {
-                r = fail_sqlite(err, s->db, rc, "%s", what);
-            }
+        const struct param p[] = {P_TEXT(after), P_TEXT(scope)};
+        sqlite3_stmt *st;
+        r = prepare_call(s, sql, p, 2, &st, what, err);
+        if (r == 0 && (r = next_row(s, st, what, err)) == 0)
+            r = corral_fail(err, ENOENT, "%s: there is no %s %s to list after", what, k->name,
+                            after);
+        if (r > 0) {
+            after_at = sqlite3_column_int64(st, 0);
+            after_row = sqlite3_column_int64(st, 1);
+            r = 0;
         }
-        sqlite3_finalize(b.st);
-        b = (struct binder){NULL, SQLITE_OK};
+        sqlite3_finalize(st);
     }
     if (r == 0) {
         const char *order = ascending ? "ASC" : "DESC";
@@ -770,47 +825,14 @@ static int list_page(struct store *s, const struct kind *k, const char *scope,
                  : ascending ? " AND (created_at, rowid) > (?3, ?4)"
                              : " AND (created_at, rowid) < (?3, ?4)",
                  order, order);
-        r = prepare_call(s, sql, &b.st, what, err);
-        bind_str(&b, 1, scope);
-        if (filter_col && filter)
-            bind_str(&b, 2, filter);
-        if (after) {
-            bind_i64(&b, 3, true, after_at);
-            bind_i64(&b, 4, true, after_row);
-        }
-        bind_i64(&b, 5, true, (int64_t)limit + 1);
-        if (r == 0 && b.rc != SQLITE_OK)
-            r = fail_sqlite(err, s->db, b.rc, "%s", what);
-        for (size_t n = 0; r == 0;) {
-            int rc = sqlite3_step(b.st);
-            if (rc == SQLITE_DONE)
-                break;
-            if (rc != SQLITE_ROW) {
-                r = fail_sqlite(err, s->db, rc, "%s", what);
-                break;
-            }
-            if (n == limit) {
-                more = true;
-                break;
-            }
-            json_t *obj = NULL;
-            r = column_object(s, b.st, 0, &obj, what, err);
-            if (r == 0 && json_array_append_new(page, obj) < 0)
-                r = corral_fail(err, ENOMEM, "%s: out of memory", what);
-            n++;
-        }
-        sqlite3_finalize(b.st);
+        /* ?2 to ?4 bound NULL when the query has none */
+        const struct param p[] = {P_TEXT(scope), P_TEXT(filter_col ? filter : NULL),
+                                  P_INT(after, after_at), P_INT(after, after_row),
+                                  P_INT(true, (int64_t)limit + 1)};
+        r = query_list(s, sql, p, P_COUNT(p), row_object, limit, has_more, list, what, err);
     }
     pthread_mutex_unlock(&s->lock);
-
-    if (r < 0) {
-        json_decref(page);
-        return r;
-    }
-    *list = page;
-    if (has_more)
-        *has_more = more;
-    return 0;
+    return r;
 }
 
 /* Starts the outs of a list as a failure leaves them. */
@@ -858,7 +880,7 @@ int store_put_container(struct store *s, const char *owner, json_t *container,
         else
             r = field_integer(expires, "minutes", false, &has_minutes, &minutes, k, err);
     }
-    char *text = NULL;
+    cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(container, &text, k, err);
     if (r < 0)
@@ -866,28 +888,17 @@ int store_put_container(struct store *s, const char *owner, json_t *container,
 
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store container %s in store %s", id, s->name);
-    struct binder b = {NULL, SQLITE_OK};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    r = prepare_call(s, put_container_sql, &b.st, what, err);
-    if (r == 0) {
-        bind_str(&b, 1, id);
-        bind_str(&b, 2, owner ? owner : "");
-        bind_str(&b, 3, name);
-        bind_i64(&b, 4, true, created_at);
-        bind_i64(&b, 5, has_active, active);
-        bind_str(&b, 6, status);
-        bind_i64(&b, 7, has_minutes, minutes);
-        bind_str(&b, 8, memory_limit);
-        bind_str(&b, 9, text);
-        r = finish_write(s, &b, &changes, what, err);
-        if (r == 0 && changes == 0)
-            r = corral_fail(err, EEXIST, "%s: the id belongs to another owner", what);
-    }
-    sqlite3_finalize(b.st);
-    pthread_mutex_unlock(&s->lock);
-    free(text);
-    return r;
+    const struct param p[] = {P_TEXT(id),
+                              P_TEXT(owner ? owner : ""),
+                              P_TEXT(name),
+                              P_INT(true, created_at),
+                              P_INT(has_active, active),
+                              P_TEXT(status),
+                              P_INT(has_minutes, minutes),
+                              P_TEXT(memory_limit),
+                              P_TEXT(text)};
+    return write_row(s, put_container_sql, p, P_COUNT(p), what, err, EEXIST,
+                     "%s: the id belongs to another owner", what);
 }
 
 int store_get_container(struct store *s, const char *id, const char *owner, json_t **out,
@@ -902,7 +913,7 @@ int store_get_container(struct store *s, const char *id, const char *owner, json
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read container %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no container %s in store %s", id, s->name);
-    const char *const keys[] = {id, owner};
+    const struct param keys[] = {P_TEXT(id), P_TEXT(owner)};
     return get_one(
         s, "SELECT object, owner FROM containers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
         keys, 2, out, owner_out, missing, what, err);
@@ -917,46 +928,31 @@ int store_list_containers(struct store *s, const char *owner, const char *name, 
                      list, has_more, err);
 }
 
+/* {"owner", "container"} of a row (owner, object). */
+static int row_running(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
+                       struct corral_error *err)
+{
+    const char *owner = (const char *)sqlite3_column_text(st, 0);
+    json_t *container = NULL;
+    int r = column_object(s, st, 1, &container, what, err);
+    if (r < 0)
+        return r;
+    *out = json_pack("{s:s, s:o}", "owner", owner ? owner : "", "container", container);
+    return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
+}
+
 int store_running_containers(struct store *s, json_t **list, struct corral_error *err)
 {
     *list = NULL;
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot list the running containers in store %s", s->name);
-    json_t *all = json_array();
-    if (!all)
-        return corral_fail(err, ENOMEM, "%s: out of memory", what);
-    sqlite3_stmt *st = NULL;
     pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s,
-                         "SELECT owner, object FROM containers WHERE status = 'running'"
-                         " ORDER BY created_at, rowid",
-                         &st, what, err);
-    while (r == 0) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-            break;
-        }
-        const char *owner = (const char *)sqlite3_column_text(st, 0);
-        json_t *container = NULL;
-        r = column_object(s, st, 1, &container, what, err);
-        if (r < 0)
-            break;
-        json_t *entry =
-            json_pack("{s:s, s:o}", "owner", owner ? owner : "", "container", container);
-        if (!entry || json_array_append_new(all, entry) < 0)
-            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
-    }
-    sqlite3_finalize(st);
+    int r = query_list(s,
+                       "SELECT owner, object FROM containers WHERE status = 'running'"
+                       " ORDER BY created_at, rowid",
+                       NULL, 0, row_running, SIZE_MAX, NULL, list, what, err);
     pthread_mutex_unlock(&s->lock);
-    if (r < 0) {
-        json_decref(all);
-        return r;
-    }
-    *list = all;
-    return 0;
+    return r;
 }
 
 int store_delete_container(struct store *s, const char *id, const char *owner,
@@ -966,18 +962,18 @@ int store_delete_container(struct store *s, const char *id, const char *owner,
         return corral_fail(err, EINVAL, "cannot delete a container without its id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete container %s from store %s", id, s->name);
-    const char *const keys[] = {id, owner ? owner : ""};
+    const struct param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
     int changes = 0;
     pthread_mutex_lock(&s->lock);
     int r = exec_call(s, "BEGIN IMMEDIATE", what, err);
     if (r == 0) {
-        r = write_texts(s, "DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2, &changes,
-                        what, err);
+        r = write_params(s, "DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2,
+                         &changes, what, err);
         if (r == 0 && changes == 0)
             r = corral_fail(err, ENOENT, "no container %s in store %s", id, s->name);
         if (r == 0)
-            r = write_texts(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1, NULL,
-                            what, err);
+            r = write_params(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1,
+                             NULL, what, err);
         r = end_transaction(s, r, what, err);
     }
     pthread_mutex_unlock(&s->lock);
@@ -1008,7 +1004,7 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
         r = field_integer(cfile, "created_at", true, &has_created, &created_at, k, err);
     if (r == 0)
         r = field_string(cfile, "source", false, &source, k, err);
-    char *text = NULL;
+    cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(cfile, &text, k, err);
     if (r < 0)
@@ -1021,28 +1017,19 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
     /* One file per path: another id at this path gives way to this one. */
     r = exec_call(s, "BEGIN IMMEDIATE", what, err);
     if (r == 0) {
-        const char *const keys[] = {container_id, path, id};
-        r = write_texts(s,
-                        "DELETE FROM container_files WHERE container_id = ?1 AND path = ?2"
-                        " AND id <> ?3",
-                        keys, 3, NULL, what, err);
-        struct binder b = {NULL, SQLITE_OK};
+        const struct param keys[] = {P_TEXT(container_id), P_TEXT(path), P_TEXT(id)};
+        r = write_params(s,
+                         "DELETE FROM container_files WHERE container_id = ?1 AND path = ?2"
+                         " AND id <> ?3",
+                         keys, 3, NULL, what, err);
+        const struct param p[] = {P_TEXT(id),     P_TEXT(container_id),
+                                  P_TEXT(path),   P_INT(true, created_at),
+                                  P_TEXT(source), P_TEXT(text)};
         if (r == 0)
-            r = prepare_call(s, put_cfile_sql, &b.st, what, err);
-        if (r == 0) {
-            bind_str(&b, 1, id);
-            bind_str(&b, 2, container_id);
-            bind_str(&b, 3, path);
-            bind_i64(&b, 4, true, created_at);
-            bind_str(&b, 5, source);
-            bind_str(&b, 6, text);
-            r = finish_write(s, &b, NULL, what, err);
-        }
-        sqlite3_finalize(b.st);
+            r = write_params(s, put_cfile_sql, p, P_COUNT(p), NULL, what, err);
         r = end_transaction(s, r, what, err);
     }
     pthread_mutex_unlock(&s->lock);
-    free(text);
     return r;
 }
 
@@ -1060,7 +1047,7 @@ int store_get_cfile(struct store *s, const char *container_id, const char *id, j
              container_id, s->name);
     snprintf(missing, sizeof(missing), "no file %s in container %s in store %s", id, container_id,
              s->name);
-    const char *const keys[] = {id, container_id};
+    const struct param keys[] = {P_TEXT(id), P_TEXT(container_id)};
     return get_one(s, "SELECT object FROM container_files WHERE id = ?1 AND container_id = ?2",
                    keys, 2, out, NULL, missing, what, err);
 }
@@ -1078,7 +1065,7 @@ int store_find_cfile(struct store *s, const char *container_id, const char *path
              container_id, s->name);
     snprintf(missing, sizeof(missing), "no file at %s in container %s in store %s", path,
              container_id, s->name);
-    const char *const keys[] = {container_id, path};
+    const struct param keys[] = {P_TEXT(container_id), P_TEXT(path)};
     return get_one(s, "SELECT object FROM container_files WHERE container_id = ?1 AND path = ?2",
                    keys, 2, out, NULL, missing, what, err);
 }
@@ -1103,16 +1090,10 @@ int store_delete_cfile(struct store *s, const char *container_id, const char *id
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete file %s of container %s from store %s", id,
              container_id, s->name);
-    const char *const keys[] = {id, container_id};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    int r = write_texts(s, "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", keys,
-                        2, &changes, what, err);
-    if (r == 0 && changes == 0)
-        r = corral_fail(err, ENOENT, "no file %s in container %s in store %s", id, container_id,
-                        s->name);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct param keys[] = {P_TEXT(id), P_TEXT(container_id)};
+    return write_row(s, "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", keys, 2,
+                     what, err, ENOENT, "no file %s in container %s in store %s", id, container_id,
+                     s->name);
 }
 
 static const char put_file_sql[] =
@@ -1133,7 +1114,7 @@ int store_put_file(struct store *s, const char *owner, json_t *file, struct corr
         r = field_integer(file, "created_at", true, &has_created, &created_at, k, err);
     if (r == 0)
         r = field_string(file, "purpose", false, &purpose, k, err);
-    char *text = NULL;
+    cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(file, &text, k, err);
     if (r < 0)
@@ -1141,24 +1122,10 @@ int store_put_file(struct store *s, const char *owner, json_t *file, struct corr
 
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store file %s in store %s", id, s->name);
-    struct binder b = {NULL, SQLITE_OK};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    r = prepare_call(s, put_file_sql, &b.st, what, err);
-    if (r == 0) {
-        bind_str(&b, 1, id);
-        bind_str(&b, 2, owner ? owner : "");
-        bind_i64(&b, 3, true, created_at);
-        bind_str(&b, 4, purpose);
-        bind_str(&b, 5, text);
-        r = finish_write(s, &b, &changes, what, err);
-        if (r == 0 && changes == 0)
-            r = corral_fail(err, EEXIST, "%s: the id belongs to another owner", what);
-    }
-    sqlite3_finalize(b.st);
-    pthread_mutex_unlock(&s->lock);
-    free(text);
-    return r;
+    const struct param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_INT(true, created_at),
+                              P_TEXT(purpose), P_TEXT(text)};
+    return write_row(s, put_file_sql, p, P_COUNT(p), what, err, EEXIST,
+                     "%s: the id belongs to another owner", what);
 }
 
 int store_get_file(struct store *s, const char *id, const char *owner, json_t **out,
@@ -1171,7 +1138,7 @@ int store_get_file(struct store *s, const char *id, const char *owner, json_t **
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read file %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no file %s in store %s", id, s->name);
-    const char *const keys[] = {id, owner ? owner : ""};
+    const struct param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
     return get_one(s, "SELECT object FROM files WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
                    missing, what, err);
 }
@@ -1191,15 +1158,9 @@ int store_delete_file(struct store *s, const char *id, const char *owner, struct
         return corral_fail(err, EINVAL, "cannot delete a file without its id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete file %s from store %s", id, s->name);
-    const char *const keys[] = {id, owner ? owner : ""};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    int r = write_texts(s, "DELETE FROM files WHERE id = ?1 AND owner = ?2", keys, 2, &changes,
-                        what, err);
-    if (r == 0 && changes == 0)
-        r = corral_fail(err, ENOENT, "no file %s in store %s", id, s->name);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    return write_row(s, "DELETE FROM files WHERE id = ?1 AND owner = ?2", keys, 2, what, err,
+                     ENOENT, "no file %s in store %s", id, s->name);
 }
 
 /* ---- virtual keys and usage ---- */
@@ -1239,7 +1200,7 @@ int store_put_key(struct store *s, const char *token, json_t *obj, struct corral
     bool has_created;
     int64_t created_at;
     int r = field_integer(obj, "created_at", true, &has_created, &created_at, k, err);
-    char *text = NULL;
+    cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(obj, &text, k, err);
     if (r < 0)
@@ -1247,25 +1208,12 @@ int store_put_key(struct store *s, const char *token, json_t *obj, struct corral
 
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store key %s in store %s", token, s->name);
-    struct binder b = {NULL, SQLITE_OK};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    r = prepare_call(s,
+    const struct param p[] = {P_TEXT(token), P_INT(true, created_at), P_TEXT(text)};
+    return write_row(s,
                      "INSERT INTO keys (token, created_at, object) VALUES (?1, ?2, ?3)"
                      " ON CONFLICT (token) DO NOTHING",
-                     &b.st, what, err);
-    if (r == 0) {
-        bind_str(&b, 1, token);
-        bind_i64(&b, 2, true, created_at);
-        bind_str(&b, 3, text);
-        r = finish_write(s, &b, &changes, what, err);
-        if (r == 0 && changes == 0)
-            r = corral_fail(err, EEXIST, "%s: there is already a key with this token", what);
-    }
-    sqlite3_finalize(b.st);
-    pthread_mutex_unlock(&s->lock);
-    free(text);
-    return r;
+                     p, P_COUNT(p), what, err, EEXIST, "%s: there is already a key with this token",
+                     what);
 }
 
 int store_get_key(struct store *s, const char *token, json_t **out, struct corral_error *err)
@@ -1277,7 +1225,7 @@ int store_get_key(struct store *s, const char *token, json_t **out, struct corra
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read key %s from store %s", token, s->name);
     snprintf(missing, sizeof(missing), "no key %s in store %s", token, s->name);
-    const char *const keys[] = {token};
+    const struct param keys[] = {P_TEXT(token)};
     return get_one(s, "SELECT object FROM keys WHERE token = ?1", keys, 1, out, NULL, missing, what,
                    err);
 }
@@ -1289,33 +1237,11 @@ int store_list_keys(struct store *s, json_t **list, struct corral_error *err)
     *list = NULL;
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot list the keys in store %s", s->name);
-    json_t *all = json_array();
-    if (!all)
-        return corral_fail(err, ENOMEM, "%s: out of memory", what);
-    sqlite3_stmt *st = NULL;
     pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s, "SELECT object FROM keys ORDER BY created_at, rowid", &st, what, err);
-    while (r == 0) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-            break;
-        }
-        json_t *obj = NULL;
-        r = column_object(s, st, 0, &obj, what, err);
-        if (r == 0 && json_array_append_new(all, obj) < 0)
-            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
-    }
-    sqlite3_finalize(st);
+    int r = query_list(s, "SELECT object FROM keys ORDER BY created_at, rowid", NULL, 0, row_object,
+                       SIZE_MAX, NULL, list, what, err);
     pthread_mutex_unlock(&s->lock);
-    if (r < 0) {
-        json_decref(all);
-        return r;
-    }
-    *list = all;
-    return 0;
+    return r;
 }
 
 int store_update_key(struct store *s, const char *token, json_t *obj, struct corral_error *err)
@@ -1325,22 +1251,15 @@ int store_update_key(struct store *s, const char *token, json_t *obj, struct cor
         return refuse_token("update", err);
     if (!json_is_object(obj))
         return corral_fail(err, EINVAL, "cannot store a key that is not a JSON object");
-    char *text = NULL;
+    cleanup_free char *text = NULL;
     int r = object_text(obj, &text, k, err);
     if (r < 0)
         return r;
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot update key %s in store %s", token, s->name);
-    const char *const texts[] = {token, text};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    r = write_texts(s, "UPDATE keys SET object = ?2 WHERE token = ?1", texts, 2, &changes, what,
-                    err);
-    if (r == 0 && changes == 0)
-        r = corral_fail(err, ENOENT, "no key %s in store %s", token, s->name);
-    pthread_mutex_unlock(&s->lock);
-    free(text);
-    return r;
+    const struct param texts[] = {P_TEXT(token), P_TEXT(text)};
+    return write_row(s, "UPDATE keys SET object = ?2 WHERE token = ?1", texts, 2, what, err, ENOENT,
+                     "no key %s in store %s", token, s->name);
 }
 
 int store_delete_key(struct store *s, const char *token, struct corral_error *err)
@@ -1349,14 +1268,9 @@ int store_delete_key(struct store *s, const char *token, struct corral_error *er
         return refuse_token("delete", err);
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete key %s from store %s", token, s->name);
-    const char *const keys[] = {token};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    int r = write_texts(s, "DELETE FROM keys WHERE token = ?1", keys, 1, &changes, what, err);
-    if (r == 0 && changes == 0)
-        r = corral_fail(err, ENOENT, "no key %s in store %s", token, s->name);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct param keys[] = {P_TEXT(token)};
+    return write_row(s, "DELETE FROM keys WHERE token = ?1", keys, 1, what, err, ENOENT,
+                     "no key %s in store %s", token, s->name);
 }
 
 /* Whether day is "YYYY-MM-DD" (month 01-12, day 01-31), which sorts as the
@@ -1394,21 +1308,32 @@ int store_add_usage(struct store *s, const char *owner, const char *day, int64_t
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot count the usage of \"%s\" on %s in store %s", owner, day,
              s->name);
-    struct binder b = {NULL, SQLITE_OK};
+    const struct param p[] = {P_TEXT(owner),
+                              P_TEXT(day),
+                              P_INT(true, requests),
+                              P_INT(true, input_tokens),
+                              P_INT(true, output_tokens),
+                              P_INT(true, code_calls)};
     pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s, add_usage_sql, &b.st, what, err);
-    if (r == 0) {
-        bind_str(&b, 1, owner);
-        bind_str(&b, 2, day);
-        bind_i64(&b, 3, true, requests);
-        bind_i64(&b, 4, true, input_tokens);
-        bind_i64(&b, 5, true, output_tokens);
-        bind_i64(&b, 6, true, code_calls);
-        r = finish_write(s, &b, NULL, what, err);
-    }
-    sqlite3_finalize(b.st);
+    int r = write_params(s, add_usage_sql, p, P_COUNT(p), NULL, what, err);
     pthread_mutex_unlock(&s->lock);
     return r;
+}
+
+/* A day's usage, from a row (day, requests, input_tokens, output_tokens,
+ * code_calls). */
+static int row_usage(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
+                     struct corral_error *err)
+{
+    const char *day = (const char *)sqlite3_column_text(st, 0);
+    if (!day)
+        return fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:I}", "day", day, "requests",
+                     (json_int_t)sqlite3_column_int64(st, 1), "input_tokens",
+                     (json_int_t)sqlite3_column_int64(st, 2), "output_tokens",
+                     (json_int_t)sqlite3_column_int64(st, 3), "code_calls",
+                     (json_int_t)sqlite3_column_int64(st, 4));
+    return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
 }
 
 int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **out,
@@ -1421,46 +1346,12 @@ int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **
         owner = "";
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read the usage of \"%s\" from store %s", owner, s->name);
-    json_t *all = json_array();
-    if (!all)
-        return corral_fail(err, ENOMEM, "%s: out of memory", what);
-    struct binder b = {NULL, SQLITE_OK};
+    const struct param p[] = {P_TEXT(owner), P_INT(true, (int64_t)days)};
     pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s,
-                         "SELECT day, requests, input_tokens, output_tokens, code_calls"
-                         " FROM usage WHERE owner = ?1 ORDER BY day DESC LIMIT ?2",
-                         &b.st, what, err);
-    bind_str(&b, 1, owner);
-    bind_i64(&b, 2, true, (int64_t)days);
-    if (r == 0 && b.rc != SQLITE_OK)
-        r = fail_sqlite(err, s->db, b.rc, "%s", what);
-    while (r == 0) {
-        int rc = sqlite3_step(b.st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-            break;
-        }
-        const char *day = (const char *)sqlite3_column_text(b.st, 0);
-        if (!day) {
-            r = fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
-            break;
-        }
-        json_t *row = json_pack("{s:s, s:I, s:I, s:I, s:I}", "day", day, "requests",
-                                (json_int_t)sqlite3_column_int64(b.st, 1), "input_tokens",
-                                (json_int_t)sqlite3_column_int64(b.st, 2), "output_tokens",
-                                (json_int_t)sqlite3_column_int64(b.st, 3), "code_calls",
-                                (json_int_t)sqlite3_column_int64(b.st, 4));
-        if (!row || json_array_append_new(all, row) < 0)
-            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
-    }
-    sqlite3_finalize(b.st);
+    int r = query_list(s,
+                       "SELECT day, requests, input_tokens, output_tokens, code_calls"
+                       " FROM usage WHERE owner = ?1 ORDER BY day DESC LIMIT ?2",
+                       p, P_COUNT(p), row_usage, SIZE_MAX, NULL, out, what, err);
     pthread_mutex_unlock(&s->lock);
-    if (r < 0) {
-        json_decref(all);
-        return r;
-    }
-    *out = all;
-    return 0;
+    return r;
 }
