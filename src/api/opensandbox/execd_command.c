@@ -62,6 +62,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "base/cleanup.h"
 #include "base/utf8.h"
 #include "base/util.h"
 
@@ -938,9 +939,9 @@ static struct http_response *bad_request(const char *fmt, ...)
     return execd_error(400, "INVALID_REQUEST_BODY", "%s", msg);
 }
 
-/* The body as a JSON object; an empty body is {} when empty_ok. */
-static json_t *parse_body(const struct http_request *req, bool empty_ok,
-                          struct http_response **resp)
+/* The body as a JSON object into *out; an empty body is {} when empty_ok. */
+static int parse_body(const struct http_request *req, bool empty_ok, json_t **out,
+                      struct corral_error *err)
 {
     const struct wire_body rules = {
         .want = JSON_OBJECT,
@@ -951,13 +952,7 @@ static json_t *parse_body(const struct http_request *req, bool empty_ok,
         .where = WIRE_WHERE_LINE_COLUMN,
         .not_want = "error parsing request: the body must be a JSON object",
     };
-    json_t *body;
-    struct corral_error err;
-    if (wire_body_json(req->body, req->body_len, &rules, &body, &err) < 0) {
-        *resp = execd_fail(&err);
-        return NULL;
-    }
-    return body;
+    return wire_body_json(req->body, req->body_len, &rules, out, err);
 }
 
 /* A member, with null read as absent. */
@@ -968,27 +963,22 @@ static json_t *member(json_t *obj, const char *name)
 }
 
 /* A string member without NUL bytes; NULL when absent. */
-static int string_member(json_t *obj, const char *name, const char **out,
-                         struct http_response **resp)
+static int string_member(json_t *obj, const char *name, const char **out, struct corral_error *err)
 {
     json_t *v = member(obj, name);
     *out = NULL;
     if (!v)
         return 0;
-    if (!json_is_string(v)) {
-        *resp = bad_request("'%s' must be a string", name);
-        return -1;
-    }
-    if (strlen(json_string_value(v)) != json_string_length(v)) {
-        *resp = bad_request("'%s' must not contain NUL characters", name);
-        return -1;
-    }
+    if (!json_is_string(v))
+        return corral_fail(err, EINVAL, "'%s' must be a string", name);
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return corral_fail(err, EINVAL, "'%s' must not contain NUL characters", name);
     *out = json_string_value(v);
     return 0;
 }
 
 /* "timeout" in milliseconds: a whole number >= 0 (0 or absent: none). */
-static int timeout_member(json_t *obj, uint64_t *out, struct http_response **resp)
+static int timeout_member(json_t *obj, uint64_t *out, struct corral_error *err)
 {
     json_t *v = member(obj, "timeout");
     *out = 0;
@@ -997,75 +987,62 @@ static int timeout_member(json_t *obj, uint64_t *out, struct http_response **res
     double d = json_is_integer(v) ? (double)json_integer_value(v)
                : json_is_real(v)  ? json_real_value(v)
                                   : -1;
-    if (!json_is_number(v) || d < 0 || d > 1e15 || d != (double)(uint64_t)d) {
-        *resp = bad_request("'timeout' must be a whole number of milliseconds, at least 0");
-        return -1;
-    }
+    if (!json_is_number(v) || d < 0 || d > 1e15 || d != (double)(uint64_t)d)
+        return corral_fail(err, EINVAL,
+                           "'timeout' must be a whole number of milliseconds, at least 0");
     *out = (uint64_t)d;
     return 0;
 }
 
 /* uid and gid: the sandbox has one user (1000, group 1000); commands run as it. */
-static int check_ids(json_t *body, struct http_response **resp)
+static int check_ids(json_t *body, struct corral_error *err)
 {
     json_t *uid = member(body, "uid"), *gid = member(body, "gid");
-    if (gid && !uid) {
-        *resp = bad_request("invalid request: uid is required when gid is provided");
-        return -1;
-    }
-    if (uid && (!json_is_integer(uid) || json_integer_value(uid) != SANDBOX_UID)) {
-        *resp = bad_request("'uid' must be %d: commands run as the sandbox's only user (uid %d, "
-                            "gid %d); other users do not exist in it",
-                            SANDBOX_UID, SANDBOX_UID, SANDBOX_GID);
-        return -1;
-    }
-    if (gid && (!json_is_integer(gid) || json_integer_value(gid) != SANDBOX_GID)) {
-        *resp = bad_request("'gid' must be %d: commands run as the sandbox's only user (uid %d, "
-                            "gid %d); other groups do not exist in it",
-                            SANDBOX_GID, SANDBOX_UID, SANDBOX_GID);
-        return -1;
-    }
+    if (gid && !uid)
+        return corral_fail(err, EINVAL, "invalid request: uid is required when gid is provided");
+    if (uid && (!json_is_integer(uid) || json_integer_value(uid) != SANDBOX_UID))
+        return corral_fail(err, EINVAL,
+                           "'uid' must be %d: commands run as the sandbox's only user (uid %d, "
+                           "gid %d); other users do not exist in it",
+                           SANDBOX_UID, SANDBOX_UID, SANDBOX_GID);
+    if (gid && (!json_is_integer(gid) || json_integer_value(gid) != SANDBOX_GID))
+        return corral_fail(err, EINVAL,
+                           "'gid' must be %d: commands run as the sandbox's only user (uid %d, "
+                           "gid %d); other groups do not exist in it",
+                           SANDBOX_GID, SANDBOX_UID, SANDBOX_GID);
     return 0;
 }
 
 /* "envs": {"NAME": "value", ...} as a NULL-terminated NAME=VALUE array. */
-static int envs_member(json_t *body, char ***out, struct http_response **resp)
+static int envs_member(json_t *body, char ***out, struct corral_error *err)
 {
     json_t *envs = member(body, "envs");
     *out = NULL;
     if (!envs)
         return 0;
-    if (!json_is_object(envs)) {
-        *resp = bad_request("'envs' must be an object of names to string values");
-        return -1;
-    }
-    char **v = calloc(json_object_size(envs) + 1, sizeof(char *));
-    if (!v) {
-        *resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
-        return -1;
-    }
+    if (!json_is_object(envs))
+        return corral_fail(err, EINVAL, "'envs' must be an object of names to string values");
+    cleanup_strv char **v = calloc(json_object_size(envs) + 1, sizeof(char *));
+    if (!v)
+        return corral_fail(err, ENOMEM, "out of memory");
     const char *key;
     json_t *val;
     size_t k = 0;
     json_object_foreach(envs, key, val)
     {
         if (!json_is_string(val) || !*key || strchr(key, '=') ||
-            strlen(json_string_value(val)) != json_string_length(val)) {
-            *resp = bad_request("'envs' must map names (not empty, without '=') to strings "
-                                "without NUL characters ('%.100s' does not)",
-                                key);
-            corral_strv_free(v);
-            return -1;
-        }
+            strlen(json_string_value(val)) != json_string_length(val))
+            return corral_fail(err, EINVAL,
+                               "'envs' must map names (not empty, without '=') to strings "
+                               "without NUL characters ('%.100s' does not)",
+                               key);
         if (asprintf(&v[k], "%s=%s", key, json_string_value(val)) < 0) {
             v[k] = NULL;
-            corral_strv_free(v);
-            *resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
-            return -1;
+            return corral_fail(err, ENOMEM, "out of memory");
         }
         k++;
     }
-    *out = v;
+    *out = steal_pointer(&v);
     return 0;
 }
 
@@ -1231,32 +1208,23 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
 
 static struct http_response *post_command(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *resp = NULL;
-    json_t *body = parse_body(req, false, &resp);
-    if (!body)
-        return resp;
+    struct corral_error err;
+    cleanup_json json_t *body = NULL;
+    if (parse_body(req, false, &body, &err) < 0)
+        return execd_fail(&err);
     const char *command = NULL, *cwd = NULL;
-    char **envs = NULL;
+    cleanup_strv char **envs = NULL;
     uint64_t timeout_ms = 0;
     json_t *bg = member(body, "background");
-    if (string_member(body, "command", &command, &resp) < 0 ||
-        string_member(body, "cwd", &cwd, &resp) < 0 ||
-        timeout_member(body, &timeout_ms, &resp) < 0 || check_ids(body, &resp) < 0 ||
-        envs_member(body, &envs, &resp) < 0)
-        goto out;
-    if (!command || !*command) {
-        resp = bad_request("invalid request: 'command' is required and must not be empty");
-        goto out;
-    }
-    if (bg && !json_is_boolean(bg)) {
-        resp = bad_request("'background' must be true or false");
-        goto out;
-    }
-    resp = start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms);
-out:
-    corral_strv_free(envs);
-    json_decref(body);
-    return resp;
+    if (string_member(body, "command", &command, &err) < 0 ||
+        string_member(body, "cwd", &cwd, &err) < 0 || timeout_member(body, &timeout_ms, &err) < 0 ||
+        check_ids(body, &err) < 0 || envs_member(body, &envs, &err) < 0)
+        return execd_fail(&err);
+    if (!command || !*command)
+        return bad_request("invalid request: 'command' is required and must not be empty");
+    if (bg && !json_is_boolean(bg))
+        return bad_request("'background' must be true or false");
+    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms);
 }
 
 struct http_response *execd_command_stream(corral_sandbox *sb, const char *command)
@@ -1672,15 +1640,17 @@ static void session_interrupt(struct session *s)
 static struct http_response *post_session(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *resp = NULL;
-    json_t *body = parse_body(req, true, &resp);
-    if (!body)
-        return resp;
+    struct corral_error err;
+    cleanup_json json_t *body = NULL;
+    if (parse_body(req, true, &body, &err) < 0)
+        return execd_fail(&err);
     const char *cwd = NULL;
     char dir[PATH_CAP];
-    struct corral_error err;
     struct session *s = NULL;
-    if (string_member(body, "cwd", &cwd, &resp) < 0)
+    if (string_member(body, "cwd", &cwd, &err) < 0) {
+        resp = execd_fail(&err);
         goto out;
+    }
     if (cwd && *cwd) {
         if (expand_cwd(cwd, NULL, dir, sizeof(dir), &err) < 0) {
             resp = bad_request("invalid request: %s", err.message);
@@ -1737,7 +1707,6 @@ static struct http_response *post_session(corral_sandbox *sb, const struct http_
     resp = http_json(200, json_pack("{s:s}", "session_id", s->id));
 out:
     session_unref(s);
-    json_decref(body);
     return resp;
 }
 
@@ -1745,19 +1714,21 @@ static struct http_response *run_in_session(corral_sandbox *sb, const struct htt
                                             const char *id)
 {
     struct http_response *resp = NULL;
-    json_t *body = parse_body(req, false, &resp);
-    if (!body)
-        return resp;
+    struct corral_error err;
+    cleanup_json json_t *body = NULL;
+    if (parse_body(req, false, &body, &err) < 0)
+        return execd_fail(&err);
     const char *command = NULL, *cwd = NULL;
     uint64_t timeout_ms = 0;
     char dir[PATH_CAP];
     struct session *s = NULL;
     struct run *r = NULL;
     struct text script = {0};
-    struct corral_error err;
-    if (string_member(body, "command", &command, &resp) < 0 ||
-        string_member(body, "cwd", &cwd, &resp) < 0 || timeout_member(body, &timeout_ms, &resp) < 0)
+    if (string_member(body, "command", &command, &err) < 0 ||
+        string_member(body, "cwd", &cwd, &err) < 0 || timeout_member(body, &timeout_ms, &err) < 0) {
+        resp = execd_fail(&err);
         goto out;
+    }
     if (!command || !*command) {
         resp = bad_request("invalid request: 'command' is required and must not be empty");
         goto out;
@@ -1860,7 +1831,6 @@ out:
     free(script.buf);
     run_unref(r);
     session_unref(s);
-    json_decref(body);
     return resp;
 }
 
