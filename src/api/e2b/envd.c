@@ -19,6 +19,7 @@
 #include "api/multipart.h"
 #include "api/live.h"
 #include "api/names.h"
+#include "base/strbuf.h"
 #include "base/util.h"
 
 #define USER_NAME           "user"
@@ -1606,19 +1607,19 @@ static struct http_response *rpc(corral_sandbox *sb, const struct http_request *
 
 /* ---- /files ---- */
 
-static bool username_ok(const struct http_request *req, struct http_response **bad)
+/* NULL when the request's user is the sandbox's, else the answer. */
+static struct http_response *username_check(const struct http_request *req)
 {
     const char *u = http_query(req, "username");
     if (!u || !*u || !strcmp(u, USER_NAME))
-        return true;
-    *bad = http_error(401, "error looking up user '%s': corral sandboxes have one user, '%s'", u,
+        return NULL;
+    return http_error(401, "error looking up user '%s': corral sandboxes have one user, '%s'", u,
                       USER_NAME);
-    return false;
 }
 
 struct collect {
     char *data;
-    size_t len;
+    size_t len, cap;
     bool too_big;
 };
 
@@ -1629,10 +1630,8 @@ static int collect_sink(void *ud, const void *data, size_t len)
         c->too_big = true;
         return -ECANCELED;
     }
-    char *grown = realloc(c->data, c->len + len + 1);
-    if (!grown)
+    if (!strbuf_grow(&c->data, &c->cap, c->len + len + 1, 64 * 1024, INLINE_MAX))
         return -ENOMEM;
-    c->data = grown;
     memcpy(c->data + c->len, data, len);
     c->len += len;
     return 0;
@@ -1640,8 +1639,8 @@ static int collect_sink(void *ud, const void *data, size_t len)
 
 static struct http_response *download(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    if (!username_ok(req, &bad))
+    struct http_response *bad = username_check(req);
+    if (bad)
         return bad;
     const char *q = http_query(req, "path");
     char path[PATH_MAX_LEN];
@@ -1742,8 +1741,8 @@ static struct http_response *upload_raw(corral_sandbox *sb, const struct http_re
 
 static struct http_response *upload(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = NULL;
-    if (!username_ok(req, &bad))
+    struct http_response *bad = username_check(req);
+    if (bad)
         return bad;
     const char *ct = http_header(req, "Content-Type");
     if (ct && !strncasecmp(ct, "application/octet-stream", 24))
