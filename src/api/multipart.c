@@ -1,7 +1,9 @@
 /* multipart/form-data (RFC 7578); see multipart.h. */
 #include "api/multipart.h"
+#include "base/util.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,10 +126,12 @@ static bool part_headers(const char *h, const char *end, struct multipart_part *
     return true;
 }
 
-/* Splits body into parts (*parts: malloc'ed); false with a reason when malformed. */
-bool multipart_parse(const char *body, size_t len, const char *boundary,
-                     struct multipart_part **parts, size_t *count, char *why, size_t whylen)
+/* Splits body into parts (*parts: malloc'ed); see multipart.h. */
+int multipart_parse(const char *body, size_t len, const char *boundary,
+                    struct multipart_part **parts, size_t *count, struct corral_error *err)
 {
+    const char *bad = NULL; /* what is malformed */
+    size_t cap = 0;
     char delim[80];
     int dlen = snprintf(delim, sizeof(delim), "\r\n--%s", boundary);
     const char *end = body + len, *p;
@@ -137,24 +141,23 @@ bool multipart_parse(const char *body, size_t len, const char *boundary,
     else if ((p = memmem(body, len, delim, (size_t)dlen)))
         p += dlen;
     else {
-        snprintf(why, whylen, "no boundary '%s' in the body", boundary);
-        return false;
+        return corral_fail(err, EINVAL, "no boundary '%s' in the body", boundary);
     }
     *parts = NULL;
     *count = 0;
     for (;;) {
         if (end - p >= 2 && p[0] == '-' && p[1] == '-')
-            return true; /* the closing delimiter; the epilogue is ignored */
+            return 0; /* the closing delimiter; the epilogue is ignored */
         while (p < end && (*p == ' ' || *p == '\t'))
             p++;
         if (end - p < 2 || p[0] != '\r' || p[1] != '\n') {
-            snprintf(why, whylen, "a boundary line does not end with CRLF");
+            bad = "a boundary line does not end with CRLF";
             break;
         }
         p += 2;
         const char *next = memmem(p, (size_t)(end - p), delim, (size_t)dlen);
         if (!next) {
-            snprintf(why, whylen, "a part is not closed by a boundary");
+            bad = "a part is not closed by a boundary";
             break;
         }
         const char *data;
@@ -163,25 +166,23 @@ bool multipart_parse(const char *body, size_t len, const char *boundary,
         } else {
             const char *blank = memmem(p, (size_t)(next - p), "\r\n\r\n", 4);
             if (!blank) {
-                snprintf(why, whylen, "a part's headers do not end with an empty line");
+                bad = "a part's headers do not end with an empty line";
                 break;
             }
             data = blank + 4;
         }
         if (*count >= MULTIPART_MAX_PARTS) {
-            snprintf(why, whylen, "more than %d parts", MULTIPART_MAX_PARTS);
+            bad = "more than " MULTIPART_MAX_TEXT " parts";
             break;
         }
-        struct multipart_part *grown = realloc(*parts, (*count + 1) * sizeof(**parts));
-        if (!grown) {
-            snprintf(why, whylen, "out of memory");
+        struct multipart_part *grown = corral_array_room(*parts, &cap, *count, sizeof(**parts), 8);
+        if (!grown)
             break;
-        }
         *parts = grown;
         struct multipart_part *pt = &grown[(*count)++];
         memset(pt, 0, sizeof(*pt));
         if (data > p + 2 && !part_headers(p, data - 4, pt)) {
-            snprintf(why, whylen, "a part's headers are malformed");
+            bad = "a part's headers are malformed";
             break;
         }
         pt->data = data;
@@ -190,5 +191,7 @@ bool multipart_parse(const char *body, size_t len, const char *boundary,
     }
     free(*parts);
     *parts = NULL;
-    return false;
+    if (!bad)
+        return corral_fail(err, ENOMEM, "out of memory");
+    return corral_fail(err, EINVAL, "%s", bad);
 }

@@ -8,7 +8,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/error.h"
+
 #define MULTIPART_MAX_PARTS 1024
+#define MULTIPART_MAX_TEXT  "1024"
 
 struct multipart_part {
     char name[64];       /* Content-Disposition's name, "" when absent */
@@ -20,8 +23,9 @@ struct multipart_part {
 /* The boundary of a multipart Content-Type (NULL or another type: false). */
 bool multipart_boundary(const char *content_type, char *out, size_t len);
 /* Splits body into parts (*parts: malloc'ed, *count of them; at most
- * MULTIPART_MAX_PARTS); false with a reason in why when malformed. */
-bool multipart_parse(const char *body, size_t len, const char *boundary,
-                     struct multipart_part **parts, size_t *count, char *why, size_t whylen);
+ * MULTIPART_MAX_PARTS): 0, or -EINVAL saying what is malformed, or -ENOMEM;
+ * *parts is then NULL. */
+int multipart_parse(const char *body, size_t len, const char *boundary,
+                    struct multipart_part **parts, size_t *count, struct corral_error *err);
 
 #endif

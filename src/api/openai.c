@@ -359,12 +359,7 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     pthread_mutex_lock(&oa->lock);
     oa->workers++;
     pthread_mutex_unlock(&oa->lock);
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int e = pthread_create(&t, &attr, job_run, j);
-    pthread_attr_destroy(&attr);
+    int e = corral_thread_detached(job_run, j, 0);
     if (e != 0) {
         pthread_mutex_lock(&oa->lock);
         oa->workers--;
@@ -497,9 +492,11 @@ static struct http_response *objects(struct openai *oa, const struct http_reques
     size_t n = 0;
     if (!strcmp(req->method, "POST") &&
         multipart_boundary(http_header(req, "Content-Type"), boundary, sizeof(boundary))) {
-        char why[256];
-        if (!multipart_parse(req->body, req->body_len, boundary, &parts, &n, why, sizeof(why)))
-            return invalid(400, NULL, "The multipart body cannot be read: %s.", why);
+        struct corral_error perr;
+        if (multipart_parse(req->body, req->body_len, boundary, &parts, &n, &perr) < 0)
+            return perr.code == ENOMEM
+                       ? oa_error(500, "server_error", NULL, "The gateway is out of memory.")
+                       : invalid(400, NULL, "The multipart body cannot be read: %s.", perr.message);
         for (size_t i = 0; i < n; i++) {
             if (!strcmp(parts[i].name, "file")) {
                 r.has_file = true;

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -456,4 +457,35 @@ int corral_sigchld_fd(void)
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes)
+{
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc)
+        return rc;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (stack_bytes)
+        rc = pthread_attr_setstacksize(&attr, stack_bytes);
+    pthread_t t;
+    if (!rc)
+        rc = pthread_create(&t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
+void *corral_array_room(void *v, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return v;
+    size_t want = *cap ? *cap * 2 : first;
+    if (want < n + 1 || want > SIZE_MAX / elem) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *grown = realloc(v, want * elem);
+    if (grown)
+        *cap = want;
+    return grown;
 }

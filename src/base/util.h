@@ -59,4 +59,14 @@ void corral_strv_free(char **v);
  * its poll loop. -1 with errno when it cannot be made. */
 int corral_sigchld_fd(void);
 
+/* Starts fn(arg) in a thread nobody joins, with a stack of stack_bytes (0:
+ * the default): 0, or the error number pthread_create gave. */
+int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes);
+
+/* The array v (cap elements of elem bytes, n of them used), with room for
+ * one more: v itself while n < cap, else a copy twice as long (`first`
+ * elements when cap is 0) with *cap updated. NULL when memory runs out, v
+ * then still valid and *cap unchanged. */
+void *corral_array_room(void *v, size_t *cap, size_t n, size_t elem, size_t first);
+
 #endif

@@ -310,14 +310,10 @@ struct entries {
 static int collect_entry(void *ud, const struct corral_entry *e)
 {
     struct entries *c = ud;
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 16;
-        struct corral_entry *v = realloc(c->v, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        c->v = v;
-        c->cap = cap;
-    }
+    struct corral_entry *v = corral_array_room(c->v, &c->cap, c->n, sizeof(*v), 16);
+    if (!v)
+        return -ENOMEM;
+    c->v = v;
     c->v[c->n++] = *e;
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "box/box.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -37,15 +38,8 @@ void box_register(corral_sandbox *sb)
     sb->next_registered = registry;
     registry = sb;
     sb->registered = true;
-    if (!reaper_started) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 64 * 1024);
-        reaper_started = pthread_create(&t, &attr, reaper_main, NULL) == 0;
-        pthread_attr_destroy(&attr);
-    }
+    if (!reaper_started)
+        reaper_started = corral_thread_detached(reaper_main, NULL, 64 * 1024) == 0;
     pthread_mutex_unlock(&registry_lock);
 }
 

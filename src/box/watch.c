@@ -53,14 +53,10 @@ static int add_dir(corral_watch *w, int wd, const char *rel)
         d->rel = copy;
         return 0;
     }
-    if (w->n_dirs == w->cap_dirs) {
-        size_t cap = w->cap_dirs ? w->cap_dirs * 2 : 16;
-        struct dir *v = realloc(w->dirs, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        w->dirs = v;
-        w->cap_dirs = cap;
-    }
+    struct dir *v = corral_array_room(w->dirs, &w->cap_dirs, w->n_dirs, sizeof(*v), 16);
+    if (!v)
+        return -ENOMEM;
+    w->dirs = v;
     if (!(w->dirs[w->n_dirs].rel = strdup(rel)))
         return -ENOMEM;
     w->dirs[w->n_dirs++].wd = wd;
@@ -79,14 +75,11 @@ static void drop_dir(corral_watch *w, int wd)
 
 static int add_found(corral_watch *w, bool is_dir, const char *rel)
 {
-    if (w->n_found == w->cap_found) {
-        size_t cap = w->cap_found ? w->cap_found * 2 : 16;
-        struct corral_fs_event *v = realloc(w->found, cap * sizeof(*v));
-        if (!v)
-            return -ENOMEM;
-        w->found = v;
-        w->cap_found = cap;
-    }
+    struct corral_fs_event *v =
+        corral_array_room(w->found, &w->cap_found, w->n_found, sizeof(*v), 16);
+    if (!v)
+        return -ENOMEM;
+    w->found = v;
     char *name = strdup(rel);
     if (!name)
         return -ENOMEM;

@@ -276,14 +276,7 @@ static void box_unref(struct egress_sandbox *b)
 /* Starts fn(arg) in a detached thread with a small stack. */
 static int start_worker(void *(*fn)(void *), void *arg)
 {
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, WORKER_STACK);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, fn, arg);
-    pthread_attr_destroy(&attr);
-    return rc;
+    return corral_thread_detached(fn, arg, WORKER_STACK);
 }
 
 /* ---- the policy ---- */
@@ -1294,13 +1287,7 @@ static int start_locked(struct corral_error *err)
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     if (epoll_ctl(svc.epfd, EPOLL_CTL_ADD, svc.wake, &ev) < 0)
         goto fail;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, watcher_main, NULL);
-    pthread_attr_destroy(&attr);
+    int rc = corral_thread_detached(watcher_main, NULL, 256 * 1024);
     if (rc) {
         errno = rc;
         goto fail;

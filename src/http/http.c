@@ -316,14 +316,7 @@ struct http_stream *http_response_take_stream(struct http_response *resp, bool *
     s->ops = resp->ops;
     s->arg = resp->arg;
     resp->ops = NULL; /* the stream owns arg now */
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 512 * 1024);
-    int rc = pthread_create(&t, &attr, producer_thread, s);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
+    if (corral_thread_detached(producer_thread, s, 512 * 1024) != 0) {
         /* Nothing produced it: an error answer, not an empty 200 body. */
         s->finished = true; /* no client left: nothing to tell the producer */
         close_writer(s);

@@ -864,14 +864,7 @@ static void *pool_thread(void *arg)
 
 static int start_thread(struct http_server *srv)
 {
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, STACK_SIZE);
-    int rc = pthread_create(&t, &attr, pool_thread, srv);
-    pthread_attr_destroy(&attr);
-    return rc;
+    return corral_thread_detached(pool_thread, srv, STACK_SIZE);
 }
 
 static void server_free(struct http_server *s)

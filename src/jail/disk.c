@@ -262,15 +262,12 @@ static int read_blank(int fd, uint64_t bytes, struct blank **out, struct corral_
         off_t hole = lseek(fd, data, SEEK_HOLE);
         if (hole <= data)
             break;
-        if (b->n == cap) {
-            cap = cap ? cap * 2 : 16;
-            struct extent *grown = realloc(b->ext, cap * sizeof(*grown));
-            if (!grown) {
-                blank_free(b);
-                return corral_fail(err, ENOMEM, "out of memory reading a disk image");
-            }
-            b->ext = grown;
+        struct extent *grown = corral_array_room(b->ext, &cap, b->n, sizeof(*grown), 16);
+        if (!grown) {
+            blank_free(b);
+            return corral_fail(err, ENOMEM, "out of memory reading a disk image");
         }
+        b->ext = grown;
         struct extent *e = &b->ext[b->n];
         e->off = (uint64_t)data;
         e->len = (size_t)(hole - data);

@@ -42,14 +42,10 @@ static char *dupf(const char *fmt, ...)
 
 static struct rootfs_op *add_op(struct rootfs_plan *p, enum rootfs_op_kind kind)
 {
-    if (p->n == p->cap) {
-        size_t ncap = p->cap ? p->cap * 2 : 64;
-        struct rootfs_op *n = realloc(p->ops, ncap * sizeof(*n));
-        if (!n)
-            return NULL;
-        p->ops = n;
-        p->cap = ncap;
-    }
+    struct rootfs_op *ops = corral_array_room(p->ops, &p->cap, p->n, sizeof(*ops), 64);
+    if (!ops)
+        return NULL;
+    p->ops = ops;
     struct rootfs_op *op = &p->ops[p->n++];
     memset(op, 0, sizeof(*op));
     op->kind = kind;

@@ -409,19 +409,13 @@ static void start_default_kernel(struct e2b *e, corral_sandbox *sb)
     pthread_mutex_lock(&e->lock);
     e->starting_kernels++;
     pthread_mutex_unlock(&e->lock);
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    if (pthread_create(&t, &attr, default_kernel_main, k) != 0) {
+    if (corral_thread_detached(default_kernel_main, k, 256 * 1024) != 0) {
         pthread_mutex_lock(&e->lock);
         e->starting_kernels--;
         pthread_mutex_unlock(&e->lock);
         corral_sandbox_release(sb);
         free(k);
     }
-    pthread_attr_destroy(&attr);
 }
 
 /* A create's timeout: seconds, DEFAULT_TIMEOUT_S when absent. */

@@ -1750,7 +1750,7 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
     const char *enc = http_header(req, "Content-Encoding");
     if (enc && strcasecmp(enc, "identity"))
         return http_error(400, "unsupported Content-Encoding for a multipart upload: %s", enc);
-    char boundary[80], why[160];
+    char boundary[80];
     if (!multipart_boundary(ct, boundary, sizeof(boundary)))
         return http_error(400,
                           "unsupported content type: %s, expected multipart/form-data with a "
@@ -1758,8 +1758,11 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
                           ct ? ct : "(none)");
     struct multipart_part *parts;
     size_t n;
-    if (!multipart_parse(req->body, req->body_len, boundary, &parts, &n, why, sizeof(why)))
-        return http_error(400, "malformed multipart body: %s", why);
+    struct corral_error perr;
+    if (multipart_parse(req->body, req->body_len, boundary, &parts, &n, &perr) < 0) {
+        corral_error_wrap(&perr, "malformed multipart body");
+        return files_error(&perr);
+    }
     const char *q = http_query(req, "path");
     bool has_path = q && *q;
     json_t *written = json_array();

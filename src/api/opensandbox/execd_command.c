@@ -63,6 +63,7 @@
 #include <time.h>
 
 #include "base/cleanup.h"
+#include "base/strbuf.h"
 #include "base/utf8.h"
 #include "base/util.h"
 
@@ -134,16 +135,8 @@ static void split_feed(struct splitter *sp, bool err, const char *data, size_t n
         while (j < n && data[j] != '\n' && data[j] != '\r')
             j++;
         size_t add = j - i;
-        if (sp->len + add > sp->cap) {
-            size_t cap = sp->cap ? sp->cap : 256;
-            while (cap < sp->len + add)
-                cap *= 2;
-            char *b = realloc(sp->buf, cap);
-            if (!b)
-                return; /* out of memory: this output is lost */
-            sp->buf = b;
-            sp->cap = cap;
-        }
+        if (!strbuf_grow(&sp->buf, &sp->cap, sp->len + add, 256, 0))
+            return; /* out of memory: this output is lost */
         memcpy(sp->buf + sp->len, data + i, add);
         sp->len += add;
         i = j - 1;
@@ -528,17 +521,13 @@ static void runner_enter(corral_sandbox *sb)
     while (i < n_counts && counts[i].sb != sb)
         i++;
     if (i == n_counts) {
-        if (n_counts == cap_counts) {
-            size_t cap = cap_counts ? cap_counts * 2 : 16;
-            struct runner_count *v = realloc(counts, cap * sizeof(*v));
-            if (!v) { /* counted in the total only: forget waits less */
-                total_runners++;
-                pthread_mutex_unlock(&runners_lock);
-                return;
-            }
-            counts = v;
-            cap_counts = cap;
+        struct runner_count *v = corral_array_room(counts, &cap_counts, n_counts, sizeof(*v), 16);
+        if (!v) { /* counted in the total only: forget waits less */
+            total_runners++;
+            pthread_mutex_unlock(&runners_lock);
+            return;
         }
+        counts = v;
         counts[n_counts++] = (struct runner_count){sb, 0};
     }
     counts[i].n++;
@@ -791,18 +780,6 @@ static void *command_main(void *arg)
     corral_sandbox_release(sb);
     runner_leave(sb);
     return NULL;
-}
-
-static int start_detached(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    int rc = pthread_create(&t, &attr, fn, arg);
-    pthread_attr_destroy(&attr);
-    return rc;
 }
 
 /* ---- streams: a run's events ---- */
@@ -1174,7 +1151,7 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
     corral_sandbox_retain(sb); /* the runner's references */
     run_ref(r);
     runner_enter(sb);
-    if (start_detached(command_main, r) != 0) {
+    if (corral_thread_detached(command_main, r, 256 * 1024) != 0) {
         runner_leave(sb);
         corral_process_signal(p, SIGKILL, NULL);
         corral_process_wait(p, NULL, 5000, NULL, NULL);
@@ -1325,17 +1302,9 @@ static void text_add(struct text *t, const char *s, size_t n)
 {
     if (t->failed)
         return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + n + 1)
-            cap *= 2;
-        char *b = realloc(t->buf, cap);
-        if (!b) {
-            t->failed = true;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
+    if (!strbuf_grow(&t->buf, &t->cap, t->len + n + 1, 4096, 0)) {
+        t->failed = true;
+        return;
     }
     memcpy(t->buf + t->len, s, n);
     t->len += n;
@@ -1598,7 +1567,7 @@ static int shell_start(struct session *s, struct corral_error *err)
     corral_sandbox_retain(s->sb);
     s->p = sh->p;
     runner_enter(s->sb);
-    if (start_detached(shell_main, sh) != 0) {
+    if (corral_thread_detached(shell_main, sh, 256 * 1024) != 0) {
         runner_leave(s->sb);
         s->p = NULL;
         corral_process_signal(sh->p, SIGKILL, NULL);

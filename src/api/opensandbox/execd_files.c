@@ -11,12 +11,6 @@
  * INLINE_MAX are read before answering (errors get their status); larger ones
  * are streamed.
  */
-#include "api/opensandbox/execd.h"
-#include "api/live.h"
-#include "api/names.h"
-#include "api/wire.h"
-#include "base/cleanup.h"
-
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,7 +20,14 @@
 #include <strings.h>
 #include <time.h>
 
+#include "api/live.h"
 #include "api/multipart.h"
+#include "api/names.h"
+#include "api/opensandbox/execd.h"
+#include "api/wire.h"
+#include "base/cleanup.h"
+#include "base/strbuf.h"
+#include "base/util.h"
 
 #define USER_NAME   "user"
 #define USER_ID     1000
@@ -181,46 +182,43 @@ struct perm {
     gid_t gid;
 };
 
-static bool id_field(json_t *obj, const char *key, uint32_t *out, char *why, size_t len)
+/* The owner or group member `key` of obj into *out ((uint32_t)-1 when
+ * absent or empty): 0, or -EINVAL naming what is wrong. */
+static int id_field(json_t *obj, const char *key, uint32_t *out, struct corral_error *err)
 {
     json_t *v = json_object_get(obj, key);
     *out = (uint32_t)-1;
     if (!v || json_is_null(v))
-        return true;
-    if (!json_is_string(v)) {
-        snprintf(why, len, "'%s' must be a string", key);
-        return false;
-    }
+        return 0;
+    if (!json_is_string(v))
+        return corral_fail(err, EINVAL, "'%s' must be a string", key);
     const char *s = json_string_value(v);
     if (!*s)
-        return true;
+        return 0;
     if (!strcmp(s, USER_NAME) || !strcmp(s, "1000")) {
         *out = USER_ID;
-        return true;
+        return 0;
     }
-    snprintf(why, len,
-             "%s '%.64s' cannot be given files: corral sandboxes have one user and group, '%s' "
-             "(1000)",
-             strcmp(key, "owner") ? "group" : "owner", s, USER_NAME);
-    return false;
+    return corral_fail(err, EINVAL,
+                       "%s '%.64s' cannot be given files: corral sandboxes have one user and "
+                       "group, '%s' (1000)",
+                       strcmp(key, "owner") ? "group" : "owner", s, USER_NAME);
 }
 
-/* Parses a Permission (or upload metadata); false with a reason. */
-static bool parse_perm(json_t *v, struct perm *p, char *why, size_t len)
+/* Parses a Permission (or upload metadata): 0, or -EINVAL with a reason. */
+static int parse_perm(json_t *v, struct perm *p, struct corral_error *err)
 {
-    if (!json_is_object(v)) {
-        snprintf(why, len, "permissions must be an object {owner?, group?, mode?}");
-        return false;
-    }
+    if (!json_is_object(v))
+        return corral_fail(err, EINVAL, "permissions must be an object {owner?, group?, mode?}");
     uint32_t uid, gid;
-    if (!id_field(v, "owner", &uid, why, len) || !id_field(v, "group", &gid, why, len))
-        return false;
+    if (id_field(v, "owner", &uid, err) < 0 || id_field(v, "group", &gid, err) < 0)
+        return -EINVAL;
     p->uid = (uid_t)uid;
     p->gid = (gid_t)gid;
     p->mode = -1;
     json_t *m = json_object_get(v, "mode");
     if (!m || json_is_null(m))
-        return true;
+        return 0;
     json_int_t digits = json_is_integer(m) ? json_integer_value(m) : -1;
     int mode = 0;
     for (json_int_t d = digits, shift = 0; d > 0 && shift <= 9; d /= 10, shift += 3) {
@@ -230,14 +228,12 @@ static bool parse_perm(json_t *v, struct perm *p, char *why, size_t len)
         }
         mode |= (int)(d % 10) << shift;
     }
-    if (digits < 0 || digits > 7777) {
-        snprintf(why, len,
-                 "'mode' must be an integer whose digits are an octal permission, such as 644 "
-                 "or 755");
-        return false;
-    }
+    if (digits < 0 || digits > 7777)
+        return corral_fail(err, EINVAL,
+                           "'mode' must be an integer whose digits are an octal permission, such "
+                           "as 644 or 755");
     p->mode = mode;
-    return true;
+    return 0;
 }
 
 static int apply_perm(corral_sandbox *sb, const char *path, const struct perm *p,
@@ -317,15 +313,16 @@ static struct http_response *check_perm_map(json_t *body)
 {
     const char *key;
     json_t *v;
-    char path[PATH_LEN], why[256];
+    char path[PATH_LEN];
     struct perm pm;
+    struct corral_error err;
     json_object_foreach(body, key, v)
     {
         struct http_response *bad = resolve(key, path);
         if (bad)
             return bad;
-        if (!parse_perm(v, &pm, why, sizeof(why)))
-            return execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, why);
+        if (parse_perm(v, &pm, &err) < 0)
+            return execd_error(400, "INVALID_REQUEST_BODY", "%s: %s", key, err.message);
     }
     return NULL;
 }
@@ -346,14 +343,14 @@ static struct http_response *each_perm_entry(corral_sandbox *sb, const struct ht
     struct http_response *bad = check_perm_map(body);
     const char *key;
     json_t *v;
-    char path[PATH_LEN], why[256];
+    char path[PATH_LEN];
     struct perm pm;
     json_object_foreach(body, key, v)
     {
         if (bad)
             break;
         resolve(key, path);
-        parse_perm(v, &pm, why, sizeof(why));
+        parse_perm(v, &pm, &perr); /* checked above */
         bad = act(sb, key, path, &pm);
     }
     return bad ? bad : ok_empty();
@@ -586,17 +583,9 @@ struct text {
 static void text_item(struct text *t, const char *item)
 {
     size_t n = strlen(item);
-    if (t->failed || t->len + n + 3 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + n + 3)
-            cap *= 2;
-        char *grown = t->failed ? NULL : realloc(t->s, cap);
-        if (!grown) {
-            t->failed = true;
-            return;
-        }
-        t->s = grown;
-        t->cap = cap;
+    if (t->failed || !strbuf_grow(&t->s, &t->cap, t->len + n + 3, 4096, 0)) {
+        t->failed = true;
+        return;
     }
     t->s[t->len++] = t->n++ ? ',' : '[';
     memcpy(t->s + t->len, item, n);
@@ -705,14 +694,10 @@ static int dir_item(void *ud, const struct corral_entry *e)
     }
     if (!wanted && !is_dir)
         return 0;
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 32;
-        struct item *v = realloc(d->v, cap * sizeof(*v));
-        if (!v)
-            goto oom;
-        d->v = v;
-        d->cap = cap;
-    }
+    struct item *v = corral_array_room(d->v, &d->cap, d->n, sizeof(*v), 32);
+    if (!v)
+        goto oom;
+    d->v = v;
     struct item *it = &d->v[d->n];
     *it = (struct item){.is_dir = is_dir};
     if (!(it->name = strdup(e->name)) || (wanted && !(it->info = info_text(e, e->path)))) {
@@ -964,15 +949,19 @@ static struct http_response *files_replace(corral_sandbox *sb, const struct http
 static struct http_response *files_upload(corral_sandbox *sb, const struct http_request *req)
 {
     const char *ct = http_header(req, "Content-Type");
-    char boundary[80], why[256];
+    char boundary[80];
+    struct corral_error perr;
     if (!multipart_boundary(ct, boundary, sizeof(boundary)))
         return execd_error(400, "INVALID_FILE",
                            "expected multipart/form-data with a boundary, not %s",
                            ct ? ct : "no content type");
     struct multipart_part *parts;
     size_t n;
-    if (!multipart_parse(req->body, req->body_len, boundary, &parts, &n, why, sizeof(why)))
-        return execd_error(400, "INVALID_FILE", "malformed multipart body: %s", why);
+    if (multipart_parse(req->body, req->body_len, boundary, &parts, &n, &perr) < 0) {
+        corral_error_wrap(&perr, "malformed multipart body");
+        return perr.code == EINVAL ? execd_error(400, "INVALID_FILE", "%s", perr.message)
+                                   : execd_fail(&perr);
+    }
     size_t *metas = calloc(n + 1, sizeof(size_t)), *files = calloc(n + 1, sizeof(size_t));
     struct perm *perms = calloc(n + 1, sizeof(*perms));
     char(*paths)[PATH_LEN] = calloc(n + 1, PATH_LEN);
@@ -1007,8 +996,8 @@ static struct http_response *files_upload(corral_sandbox *sb, const struct http_
             bad = execd_error(400, "INVALID_FILE_METADATA", "metadata must be a JSON object");
         else if (!path || !*path)
             bad = execd_error(400, "INVALID_FILE_METADATA", "metadata path is empty");
-        else if (!parse_perm(meta, &perms[i], why, sizeof(why)))
-            bad = execd_error(400, "INVALID_FILE_METADATA", "%s: %s", path, why);
+        else if (parse_perm(meta, &perms[i], &perr) < 0)
+            bad = execd_error(400, "INVALID_FILE_METADATA", "%s: %s", path, perr.message);
         else
             bad = resolve(path, paths[i]);
         json_decref(meta);
