@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "api/multipart.h"
+#include "base/cleanup.h"
 #include "base/util.h"
 
 #define OPENAI_VERSION "2020-10-01"
@@ -643,10 +644,7 @@ static struct http_response *not_allowed(const struct http_request *req, enum ro
     return resp;
 }
 
-static void key_freep(corral_gateway_key **k)
-{
-    corral_gateway_key_free(*k);
-}
+CORRAL_CLEANUP_FUNC(corral_gateway_key, corral_gateway_key_free)
 
 static struct http_response *route(struct openai *oa, const struct http_request *req, char *rid)
 {
@@ -659,7 +657,7 @@ static struct http_response *route(struct openai *oa, const struct http_request 
             return not_allowed(req, r);
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
     }
-    __attribute__((cleanup(key_freep))) corral_gateway_key *policy = NULL;
+    cleanup_with(corral_gateway_key_free) corral_gateway_key *policy = NULL;
     struct http_response *denied = authenticate(oa, req, &key, &policy);
     if (denied)
         return denied;

@@ -4,7 +4,9 @@
  * returns cannot leak. steal_pointer() hands ownership on. Owned locals of
  * every kind have one: cleanup_free (malloc), cleanup_close (descriptors),
  * cleanup_fclose, cleanup_json (a json_t reference), cleanup_strv (a
- * NULL-ended array of strings).
+ * NULL-ended array of strings), cleanup_strbuf (a struct strbuf). A type with a release function of
+ * its own gets one with CORRAL_CLEANUP_FUNC(type, release), and its locals are declared
+ * `cleanup_with(release) type *v`.
  */
 #ifndef CORRAL_BASE_CLEANUP_H
 #define CORRAL_BASE_CLEANUP_H
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/strbuf.h"
 #include "base/util.h"
 
 static inline void corral_freep(void *p)
@@ -52,6 +55,16 @@ static inline void corral_strv_freep(char ***v)
 #define cleanup_fclose __attribute__((cleanup(corral_fclosep)))
 #define cleanup_json   __attribute__((cleanup(corral_json_decrefp))) /* json_t * */
 #define cleanup_strv   __attribute__((cleanup(corral_strv_freep)))   /* char **, NULL-ended */
+#define cleanup_strbuf __attribute__((cleanup(strbuf_free)))         /* struct strbuf */
+
+/* Defines release##p, which calls release(v) on a non-NULL v. */
+#define CORRAL_CLEANUP_FUNC(type, release)                                                         \
+    static inline void release##p(type **p)                                                        \
+    {                                                                                              \
+        if (*p)                                                                                    \
+            release(*p);                                                                           \
+    }
+#define cleanup_with(release) __attribute__((cleanup(release##p)))
 
 static inline void *corral_steal_pointer(void *pp)
 {

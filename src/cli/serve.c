@@ -151,10 +151,7 @@ static int add_upstream_model(struct gateway_config *gc, const char *upstream)
     return 0;
 }
 
-static void gateway_config_freep(struct gateway_config **gc)
-{
-    gateway_config_free(*gc);
-}
+CORRAL_CLEANUP_FUNC(struct gateway_config, gateway_config_free)
 
 /* The gateway's configuration: the file's (taken from it: the gateway owns
  * it) or the defaults, with the command line's master key and --upstream's
@@ -163,7 +160,7 @@ static struct gateway_config *gateway_config_of(const struct corral_config *cfg,
                                                 const char *master_key, const char *upstream,
                                                 const char *data_dir)
 {
-    __attribute__((cleanup(gateway_config_freep))) struct gateway_config *gc = NULL;
+    cleanup_with(gateway_config_free) struct gateway_config *gc = NULL;
     if (cfg && cfg->gateway) {
         gc = cfg->gateway;
         ((struct corral_config *)cfg)->gateway = NULL;

@@ -571,10 +571,7 @@ static int compose(yaml_parser_t *parser, yaml_document_t *doc, const char *name
     return 0;
 }
 
-static void config_freep(struct corral_config **cfg)
-{
-    corral_config_free(*cfg);
-}
+CORRAL_CLEANUP_FUNC(struct corral_config, corral_config_free)
 
 int corral_config_parse(const char *text, size_t len, const char *name, struct corral_config **out,
                         struct corral_error *err)
@@ -586,7 +583,7 @@ int corral_config_parse(const char *text, size_t len, const char *name, struct c
             return corral_fail(err, EINVAL, "%s: no text to parse", name);
         text = "";
     }
-    __attribute__((cleanup(config_freep))) struct corral_config *cfg = calloc(1, sizeof(*cfg));
+    cleanup_with(corral_config_free) struct corral_config *cfg = calloc(1, sizeof(*cfg));
     yaml_parser_t parser;
     if (!cfg || !(cfg->path = strdup(name)) || !yaml_parser_initialize(&parser))
         return corral_fail(err, ENOMEM, "out of memory parsing %s", name);

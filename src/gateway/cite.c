@@ -321,19 +321,25 @@ static int cite_images(struct cite_ctx *c, json_t *images, size_t linked)
     return 0;
 }
 
+/* Releases what c holds (c->out too, unless it was taken). */
+static void cite_ctx_free(struct cite_ctx *c)
+{
+    for (size_t i = 0; i < c->nfiles; i++)
+        free(c->files[i].norm);
+    free(c->files);
+    json_decref(c->container_id);
+    json_decref(c->out);
+}
+
 json_t *gw_cite_files(const char *text, const char *container_id, json_t *files, json_t *images)
 {
-    struct cite_ctx c = {.text = text ? text : ""};
-    bool failed = false;
-
+    __attribute__((cleanup(cite_ctx_free))) struct cite_ctx c = {.text = text ? text : ""};
     c.out = json_array();
     c.container_id = container_id ? json_string(container_id) : json_null();
     size_t n = json_is_array(files) ? json_array_size(files) : 0;
     c.files = calloc(n ? n : 1, sizeof(*c.files));
-    if (!c.out || !c.container_id || !c.files) {
-        failed = true;
-        goto out;
-    }
+    if (!c.out || !c.container_id || !c.files)
+        return NULL;
     for (size_t i = 0; i < n; i++) {
         json_t *f = json_array_get(files, i);
         const char *id = json_string_value(json_object_get(f, "id"));
@@ -344,10 +350,8 @@ json_t *gw_cite_files(const char *text, const char *container_id, json_t *files,
         c.files[i].id = id;
         c.files[i].path = path;
         c.files[i].norm = normalize(path, strlen(path));
-        if (!c.files[i].norm) {
-            failed = true;
-            goto out;
-        }
+        if (!c.files[i].norm)
+            return NULL;
     }
 
     const char *hit;
@@ -359,23 +363,12 @@ json_t *gw_cite_files(const char *text, const char *container_id, json_t *files,
             from = at + SCHEME_LEN;
             continue;
         }
-        from = occurrence(&c, at);
-        if (from == 0) {
-            failed = true;
-            goto out;
-        }
+        if ((from = occurrence(&c, at)) == 0)
+            return NULL;
     }
     if (json_is_array(images) && cite_images(&c, images, json_array_size(c.out)) < 0)
-        failed = true;
-
-out:
-    for (size_t i = 0; i < c.nfiles; i++)
-        free(c.files[i].norm);
-    free(c.files);
-    json_decref(c.container_id);
-    if (failed) {
-        json_decref(c.out);
         return NULL;
-    }
-    return c.out;
+    json_t *out = c.out;
+    c.out = NULL;
+    return out;
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 
@@ -331,9 +332,8 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
                              const char *owner, struct corral_gateway_reply *out)
 {
     struct corral_error err;
-    json_t *body = r->json ? json_loadb(r->json, r->json_len, 0, NULL) : NULL;
+    cleanup_json json_t *body = r->json ? json_loadb(r->json, r->json_len, 0, NULL) : NULL;
     if (!json_is_object(body)) {
-        json_decref(body);
         invalid(out, NULL, "%s", "The request body must be a JSON object.");
         return;
     }
@@ -341,7 +341,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     json_t *expires = json_object_get(body, "expires_after");
     json_t *memory = json_object_get(body, "memory_limit");
     json_t *ids = json_object_get(body, "file_ids");
-    json_t *network = NULL;
+    cleanup_json json_t *network = NULL;
     struct gw_key_policy policy;
     gw_key_policy(gw, r->key, &policy);
     struct gw_container_spec spec = {.name = name,
@@ -351,7 +351,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     gw_key_policy_free(&policy);
     if (!name) {
         invalid(out, "name", "%s", "Missing required parameter: 'name'.");
-        goto done;
+        return;
     }
     if (expires && !json_is_null(expires)) {
         const char *anchor = json_string_value(json_object_get(expires, "anchor"));
@@ -361,7 +361,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
             invalid(out, "expires_after", "%s",
                     "Invalid 'expires_after': expected {\"anchor\": \"last_active_at\", "
                     "\"minutes\": 1 to 43200}.");
-            goto done;
+            return;
         }
         spec.expiry_ms = (uint64_t)json_integer_value(minutes) * 60000;
     }
@@ -369,7 +369,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
         if (!json_is_string(memory) || !gateway_memory_limit_bytes(json_string_value(memory))) {
             invalid(out, "memory_limit", "%s",
                     "Invalid 'memory_limit': expected one of '1g', '4g', '16g' or '64g'.");
-            goto done;
+            return;
         }
         spec.memory_limit = json_string_value(memory);
     }
@@ -378,14 +378,14 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
         tool_name ? gateway_config_tool(gw->cfg, tool_name) : NULL;
     if (gw_network_policy_take(tool, json_object_get(body, "network_policy"), "network_policy",
                                &network, out) < 0)
-        goto done;
+        return;
     spec.network_policy = network;
     if (ids && !json_is_null(ids)) {
         size_t i;
         json_t *fid;
         if (!json_is_array(ids)) {
             invalid(out, "file_ids", "%s", "Invalid 'file_ids': expected an array of file ids.");
-            goto done;
+            return;
         }
         json_array_foreach(ids, i, fid)
         {
@@ -393,7 +393,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
                 gw_reply_error(out, 404, "invalid_request_error", "file_ids", NULL,
                                "No such File object: %s",
                                json_is_string(fid) ? json_string_value(fid) : "(not a string)");
-                goto done;
+                return;
             }
         }
     }
@@ -404,7 +404,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
                            "%s.", err.message);
         else
             failed(out, &err);
-        goto done;
+        return;
     }
     size_t i;
     json_t *fid;
@@ -418,9 +418,6 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     pthread_mutex_unlock(&gw->lock);
     gw_container_put(gw, c, false);
     gw_reply_json(out, 200, obj);
-done:
-    json_decref(network);
-    json_decref(body);
 }
 
 static void cfile_create(corral_gateway *gw, const struct corral_gateway_object_request *r,

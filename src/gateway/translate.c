@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/cleanup.h"
+#include "base/strbuf.h"
 
 #define PATH_MAX_LEN 256
 
@@ -217,45 +218,30 @@ static int append(json_t *arr, json_t *v)
 }
 
 /* Text joined from pieces (kept as JSON strings, which may hold NUL bytes). */
+/* Text joined from parts; `used` once a part (even an empty one) is added. */
 struct text_buf {
-    char *data;
-    size_t len;
-    FILE *f;
+    struct strbuf s;
     bool used;
 };
 
-static int text_open(struct text_buf *t)
-{
-    memset(t, 0, sizeof(*t));
-    t->f = open_memstream(&t->data, &t->len);
-    return t->f ? 0 : -1;
-}
-
 static void text_add(struct text_buf *t, const json_t *s)
 {
-    fwrite(json_string_value(s), 1, json_string_length(s), t->f);
+    strbuf_append(&t->s, json_string_value(s), json_string_length(s));
     t->used = true;
-}
-
-/* Closes the buffer and returns its text as a JSON string (NULL on failure). */
-static json_t *text_close(struct text_buf *t)
-{
-    json_t *s = NULL;
-    if (fclose(t->f) == 0)
-        s = json_stringn(t->data ? t->data : "", t->len);
-    free(t->data);
-    t->f = NULL;
-    t->data = NULL;
-    return s;
 }
 
 static void text_discard(struct text_buf *t)
 {
-    if (t->f)
-        fclose(t->f);
-    free(t->data);
-    t->f = NULL;
-    t->data = NULL;
+    strbuf_free(&t->s);
+}
+#define cleanup_text __attribute__((cleanup(text_discard)))
+
+/* The text as a JSON string (NULL when out of memory); t is emptied. */
+static json_t *text_close(struct text_buf *t)
+{
+    json_t *s = t->s.oom ? NULL : json_stringn(strbuf_str(&t->s), t->s.len);
+    text_discard(t);
+    return s;
 }
 
 /* A file part: chat's {"type": "file", "file": {file_id | file_data,
@@ -362,62 +348,48 @@ static int content_to_chat(const json_t *item, const char *where, bool assistant
     const char *supported = assistant ? "'output_text' and 'refusal'"
                                       : "'input_text', 'output_text', 'input_image', and "
                                         "'input_file'";
-    struct text_buf text, refusals;
-    int rc = -EINVAL;
-    json_t *parts = json_array();
+    cleanup_text struct text_buf text = {0};
+    cleanup_text struct text_buf refusals = {0};
+    cleanup_json json_t *parts = json_array();
     if (!parts)
         return out_of_memory(err);
-    if (text_open(&text) < 0) {
-        json_decref(parts);
-        return out_of_memory(err);
-    }
-    if (text_open(&refusals) < 0) {
-        text_discard(&text);
-        json_decref(parts);
-        return out_of_memory(err);
-    }
     size_t j;
     const json_t *part;
     json_array_foreach(c, j, part)
     {
         const json_t *s;
         const char *t;
+        json_t *out = NULL;
         if (element(part, pp, where, "content", j, "type", &t, err) < 0)
-            goto fail;
+            return -EINVAL;
         if (strcmp(t, "input_text") == 0 || strcmp(t, "output_text") == 0) {
             if (get_string(part, pp, "text", true, &s, err) < 0)
-                goto fail;
+                return -EINVAL;
             if (assistant)
                 text_add(&text, s);
-            else if (append(parts, json_pack("{s:s, s:O}", "type", "text", "text", s)) < 0)
-                goto oom;
+            else
+                out = json_pack("{s:s, s:O}", "type", "text", "text", s);
         } else if (strcmp(t, "input_image") == 0 && !assistant) {
-            json_t *img = chat_image_part(part, pp, err);
-            if (!img)
-                goto fail;
-            if (append(parts, img) < 0)
-                goto oom;
+            if (!(out = chat_image_part(part, pp, err)))
+                return -EINVAL;
         } else if (strcmp(t, "input_file") == 0 && !assistant) {
-            json_t *file = file_part(part, "file", pp, err);
-            if (!file)
-                goto fail;
-            if (append(parts, file) < 0)
-                goto oom;
+            if (!(out = file_part(part, "file", pp, err)))
+                return -EINVAL;
         } else if (strcmp(t, "refusal") == 0 && assistant) {
             if (get_string(part, pp, "refusal", true, &s, err) < 0)
-                goto fail;
+                return -EINVAL;
             text_add(&refusals, s);
         } else {
-            bad_value(err, param_path(p, pp, "type"), t, supported);
-            goto fail;
+            return bad_value(err, param_path(p, pp, "type"), t, supported);
         }
+        if (!assistant && append(parts, out) < 0)
+            return out_of_memory(err);
     }
     if (assistant) {
         bool only_refusal = !text.used && refusals.used;
         bool any_refusal = refusals.used;
         json_t *joined = text_close(&text);
         json_t *r = text_close(&refusals);
-        json_decref(parts);
         if (!joined || !r) {
             json_decref(joined);
             json_decref(r);
@@ -435,17 +407,8 @@ static int content_to_chat(const json_t *item, const char *where, bool assistant
         *refusal = r;
         return 0;
     }
-    text_discard(&text);
-    text_discard(&refusals);
-    *content = parts;
+    *content = steal_pointer(&parts);
     return 0;
-oom:
-    rc = out_of_memory(err);
-fail:
-    text_discard(&text);
-    text_discard(&refusals);
-    json_decref(parts);
-    return rc;
 }
 
 static json_t *message_to_chat(const json_t *item, const char *where, struct corral_error *err)
@@ -524,11 +487,7 @@ static json_t *output_text(const json_t *item, const char *where, struct corral_
         bad_type(err, param_path(p, where, "output"), "a string or an array", out);
         return NULL;
     }
-    struct text_buf text;
-    if (text_open(&text) < 0) {
-        out_of_memory(err);
-        return NULL;
-    }
+    cleanup_text struct text_buf text = {0};
     size_t j;
     const json_t *part;
     json_array_foreach(out, j, part)
@@ -537,20 +496,15 @@ static json_t *output_text(const json_t *item, const char *where, struct corral_
         const json_t *type, *s;
         if (!json_is_object(part)) {
             bad_type(err, pp, "an object", part);
-            text_discard(&text);
             return NULL;
         }
-        if (get_string(part, pp, "type", true, &type, err) < 0) {
-            text_discard(&text);
+        if (get_string(part, pp, "type", true, &type, err) < 0)
             return NULL;
-        }
         const char *t = json_string_value(type);
         if (strcmp(t, "input_text") != 0 && strcmp(t, "output_text") != 0)
             continue; /* images and files have no place in a chat tool message */
-        if (get_string(part, pp, "text", true, &s, err) < 0) {
-            text_discard(&text);
+        if (get_string(part, pp, "text", true, &s, err) < 0)
             return NULL;
-        }
         text_add(&text, s);
     }
     json_t *joined = text_close(&text);
@@ -607,40 +561,29 @@ json_t *gw_items_to_messages(const json_t *input, const char *instructions,
                              struct corral_error *err)
 {
     clear_error(err);
-    json_t *msgs = json_array();
-    if (!msgs) {
+    cleanup_json json_t *msgs = json_array();
+    if (!msgs ||
+        (instructions && *instructions &&
+         append(msgs, json_pack("{s:s, s:s}", "role", "system", "content", instructions)) < 0) ||
+        (json_is_string(input) &&
+         append(msgs, json_pack("{s:s, s:O}", "role", "user", "content", input)) < 0)) {
         out_of_memory(err);
         return NULL;
     }
-    if (instructions && *instructions &&
-        append(msgs, json_pack("{s:s, s:s}", "role", "system", "content", instructions)) < 0)
-        goto oom;
-    if (!input || json_is_null(input))
-        return msgs;
-    if (json_is_string(input)) {
-        if (append(msgs, json_pack("{s:s, s:O}", "role", "user", "content", input)) < 0)
-            goto oom;
-        return msgs;
-    }
+    if (!input || json_is_null(input) || json_is_string(input))
+        return steal_pointer(&msgs);
     if (!json_is_array(input)) {
         bad_type(err, "input", "a string or an array", input);
-        json_decref(msgs);
         return NULL;
     }
     size_t i;
     const json_t *item;
     json_array_foreach(input, i, item)
     {
-        if (item_to_chat(item, i, msgs, err) < 0) {
-            json_decref(msgs);
+        if (item_to_chat(item, i, msgs, err) < 0)
             return NULL;
-        }
     }
-    return msgs;
-oom:
-    json_decref(msgs);
-    out_of_memory(err);
-    return NULL;
+    return steal_pointer(&msgs);
 }
 
 /* ---- chat messages -> Responses items ---- */
@@ -825,18 +768,10 @@ static int assistant_to_items(const json_t *msg, const char *where, json_t *item
     if (get_string(msg, where, "refusal", false, &refusal, err) < 0 ||
         get_array(msg, where, "tool_calls", false, &calls, err) < 0)
         return -EINVAL;
-    struct text_buf text, refusals;
-    if (text_open(&text) < 0)
-        return out_of_memory(err);
-    if (text_open(&refusals) < 0) {
-        text_discard(&text);
-        return out_of_memory(err);
-    }
-    if (chat_text(msg, where, &text, &refusals, err) < 0) {
-        text_discard(&text);
-        text_discard(&refusals);
+    cleanup_text struct text_buf text = {0};
+    cleanup_text struct text_buf refusals = {0};
+    if (chat_text(msg, where, &text, &refusals, err) < 0)
         return -EINVAL;
-    }
     if (refusal)
         text_add(&refusals, refusal);
     bool any_refusal = refusals.used;
@@ -869,13 +804,9 @@ static int tool_to_item(const json_t *msg, const char *where, json_t *items,
     const json_t *c = json_object_get(msg, "content");
     if (!c || json_is_null(c))
         return missing(err, param_path(p, where, "content"));
-    struct text_buf text;
-    if (text_open(&text) < 0)
-        return out_of_memory(err);
-    if (chat_text(msg, where, &text, NULL, err) < 0) {
-        text_discard(&text);
+    cleanup_text struct text_buf text = {0};
+    if (chat_text(msg, where, &text, NULL, err) < 0)
         return -EINVAL;
-    }
     json_t *out = text_close(&text);
     if (!out)
         return out_of_memory(err);

@@ -505,6 +505,12 @@ struct filter {
     bool bad;
 };
 
+static void filter_free(struct filter *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        free(f->pairs[i]);
+}
+
 static void parse_metadata_filter(struct filter *f, const char *query)
 {
     char *copy = strdup(query), *save = NULL;
@@ -544,15 +550,12 @@ static bool matches(corral_sandbox *sb, const struct filter *f)
 static struct http_response *list_sandboxes(struct e2b *e, const struct http_request *req)
 {
     registry_sweep(&e->owned);
-    struct filter f = {0};
+    __attribute__((cleanup(filter_free))) struct filter f = {0};
     const char *meta = http_query(req, "metadata");
     if (meta && *meta)
         parse_metadata_filter(&f, meta);
-    struct http_response *resp = NULL;
-    if (f.bad) {
-        resp = http_error(400, "'metadata' must be key=value pairs joined by '&'");
-        goto out;
-    }
+    if (f.bad)
+        return http_error(400, "'metadata' must be key=value pairs joined by '&'");
     const char *state = http_query(req, "state");
     bool all = !state || !*state;
     bool want_running = all || strstr(state, "running"),
@@ -565,11 +568,7 @@ static struct http_response *list_sandboxes(struct e2b *e, const struct http_req
             json_array_append_new(arr, detail_json(o->sb));
     }
     pthread_mutex_unlock(&e->owned.lock);
-    resp = http_json(200, arr);
-out:
-    for (size_t i = 0; i < f.n; i++)
-        free(f.pairs[i]);
-    return resp;
+    return http_json(200, arr);
 }
 
 static struct http_response *not_found(const char *id)

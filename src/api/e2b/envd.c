@@ -19,6 +19,7 @@
 #include "api/multipart.h"
 #include "api/live.h"
 #include "api/names.h"
+#include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "base/util.h"
 
@@ -789,6 +790,53 @@ static int pty_size(json_t *pty, uint32_t size[2], struct corral_error *err)
     return 0;
 }
 
+static struct http_response *out_of_memory(void)
+{
+    return stream_error("resource_exhausted", "out of memory");
+}
+
+/* A Start request's command line and environment into *argv_out and
+ * *env_out (NULL-ended, for the process), and their checked copies into
+ * config ("args", "envs"): NULL, or the answer why not. */
+static struct http_response *process_words(json_t *cmd, json_t *args, json_t *envs, json_t *config,
+                                           char ***argv_out, char ***env_out)
+{
+    size_t nargs = args ? json_array_size(args) : 0;
+    cleanup_strv char **argv = calloc(nargs + 2, sizeof(char *));
+    cleanup_strv char **env = calloc((envs ? json_object_size(envs) : 0) + 1, sizeof(char *));
+    json_t *clean_args = json_array(), *clean_envs = json_object();
+    if (json_object_set_new(config, "args", clean_args) < 0 ||
+        json_object_set_new(config, "envs", clean_envs) < 0 || !argv || !env ||
+        !(argv[0] = strdup(json_string_value(cmd))))
+        return out_of_memory();
+    for (size_t i = 0; i < nargs; i++) {
+        json_t *a = json_array_get(args, i);
+        if (!json_is_string(a))
+            return stream_error("invalid_argument", "'process.args' must be strings");
+        if (!(argv[i + 1] = strdup(json_string_value(a))))
+            return out_of_memory();
+        json_array_append(clean_args, a);
+    }
+    const char *key;
+    json_t *val;
+    size_t k = 0;
+    json_object_foreach(envs, key, val)
+    {
+        if (!json_is_string(val) || !*key || strchr(key, '='))
+            return stream_error("invalid_argument",
+                                "'process.envs' must map names to strings ('%s' does not)", key);
+        if (asprintf(&env[k], "%s=%s", key, json_string_value(val)) < 0) {
+            env[k] = NULL;
+            return out_of_memory();
+        }
+        k++;
+        json_object_set(clean_envs, key, val);
+    }
+    *argv_out = steal_pointer(&argv);
+    *env_out = steal_pointer(&env);
+    return NULL;
+}
+
 static struct http_response *process_start(struct rpc *c)
 {
     json_t *cfg = field(c->msg, "process", NULL);
@@ -813,55 +861,22 @@ static struct http_response *process_start(struct rpc *c)
     uint64_t timeout_ms;
     if (number_header(c->req, "Connect-Timeout-Ms", &timeout_ms, &err) < 0)
         return stream_error("invalid_argument", "%s", err.message);
-    size_t nargs = args ? json_array_size(args) : 0;
-    char **argv = calloc(nargs + 2, sizeof(char *));
-    char **env = calloc((envs ? json_object_size(envs) : 0) + 1, sizeof(char *));
-    json_t *config = json_pack("{s:O}", "cmd", cmd);
-    struct http_response *resp = NULL;
-    if (!argv || !env || !config || !(argv[0] = strdup(json_string_value(cmd))))
-        goto oom;
-    json_t *clean_args = json_array(), *clean_envs = json_object();
-    json_object_set_new(config, "args", clean_args);
-    json_object_set_new(config, "envs", clean_envs);
-    for (size_t i = 0; i < nargs; i++) {
-        json_t *a = json_array_get(args, i);
-        if (!json_is_string(a)) {
-            resp = stream_error("invalid_argument", "'process.args' must be strings");
-            goto out;
-        }
-        if (!(argv[i + 1] = strdup(json_string_value(a))))
-            goto oom;
-        json_array_append(clean_args, a);
-    }
-    const char *key;
-    json_t *val;
-    size_t k = 0;
-    json_object_foreach(envs, key, val)
-    {
-        if (!json_is_string(val) || !*key || strchr(key, '=')) {
-            resp = stream_error("invalid_argument",
-                                "'process.envs' must map names to strings ('%s' does not)", key);
-            goto out;
-        }
-        if (asprintf(&env[k], "%s=%s", key, json_string_value(val)) < 0) {
-            env[k] = NULL;
-            goto oom;
-        }
-        k++;
-        json_object_set(clean_envs, key, val);
-    }
+    cleanup_json json_t *config = json_pack("{s:O}", "cmd", cmd);
+    cleanup_strv char **argv = NULL;
+    cleanup_strv char **env = NULL;
+    if (!config)
+        return out_of_memory();
+    struct http_response *bad = process_words(cmd, args, envs, config, &argv, &env);
+    if (bad)
+        return bad;
     char dir[PATH_MAX_LEN];
     if (cwd && json_string_length(cwd)) {
-        if (resolve_path(json_string_value(cwd), dir, &err) < 0) {
-            resp = stream_error("invalid_argument", "cwd: %s", err.message);
-            goto out;
-        }
+        if (resolve_path(json_string_value(cwd), dir, &err) < 0)
+            return stream_error("invalid_argument", "cwd: %s", err.message);
         json_object_set_new(config, "cwd", json_string(dir));
     }
-    if (check_user(c->req, &err) < 0) {
-        resp = stream_error("unauthenticated", "%s", err.message);
-        goto out;
-    }
+    if (check_user(c->req, &err) < 0)
+        return stream_error("unauthenticated", "%s", err.message);
     struct corral_command_options co;
     corral_command_options_init(&co);
     co.cwd = json_object_get(config, "cwd") ? dir : NULL;
@@ -871,30 +886,21 @@ static struct http_response *process_start(struct rpc *c)
     co.pty_rows = (uint16_t)size[0];
     co.pty_cols = (uint16_t)size[1];
     corral_process *p;
-    if (corral_process_start_argv(c->sb, (const char *const *)argv, &co, &p, &err) < 0) {
-        resp = stream_error(err.code == ESRCH    ? "unavailable"
+    if (corral_process_start_argv(c->sb, (const char *const *)argv, &co, &p, &err) < 0)
+        return stream_error(err.code == ESRCH    ? "unavailable"
                             : err.code == EAGAIN ? "resource_exhausted"
                             : err.code == ENOMEM ? "resource_exhausted"
                                                  : "invalid_argument",
                             "%s", err.message);
-        goto out;
-    }
     struct proc *entry =
         proc_add(c->sb, corral_process_pid(p), tag ? json_string_value(tag) : NULL, config);
-    resp = process_stream(c, p, entry, timeout_ms, &start_ops);
+    struct http_response *resp = process_stream(c, p, entry, timeout_ms, &start_ops);
     if (!resp) { /* nobody would relay it */
         corral_process_signal(p, SIGKILL, NULL);
         corral_process_wait(p, NULL, 5000, NULL, NULL);
         proc_remove(entry);
         corral_process_release(p);
     }
-    goto out;
-oom:
-    resp = stream_error("resource_exhausted", "out of memory");
-out:
-    corral_strv_free(argv);
-    corral_strv_free(env);
-    json_decref(config);
     return resp;
 }
 

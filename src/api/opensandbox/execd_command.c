@@ -1292,25 +1292,6 @@ static struct http_response *command_status(corral_sandbox *sb, const char *id)
     return http_json(200, st);
 }
 
-struct text {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-};
-
-static void text_add(struct text *t, const char *s, size_t n)
-{
-    if (t->failed)
-        return;
-    if (!strbuf_grow(&t->buf, &t->cap, t->len + n + 1, 4096, 0)) {
-        t->failed = true;
-        return;
-    }
-    memcpy(t->buf + t->len, s, n);
-    t->len += n;
-    t->buf[t->len] = '\0';
-}
-
 /* The lines after line `cursor` (0-based: ?cursor=2 skips lines 0 and 1),
  * stdout and stderr interleaved as they came, each ending with \n; the
  * header carries the cursor for the next call. A last line without \n is
@@ -1326,8 +1307,7 @@ static struct http_response *command_logs(corral_sandbox *sb, const struct http_
     struct run *r = registry_find(sb, id);
     if (!r)
         return execd_error(404, "COMMAND_NOT_FOUND", "command not found: %s", id);
-    struct text t = {0};
-    text_add(&t, "", 0);
+    cleanup_strbuf struct strbuf t = {0};
     pthread_mutex_lock(&r->lock);
     uint64_t end = r->first + r->n;
     if (cursor < r->first) {
@@ -1336,7 +1316,7 @@ static struct http_response *command_logs(corral_sandbox *sb, const struct http_
                          "[corral: %llu earlier lines were dropped: a command keeps its last "
                          "%s of output]\n",
                          (unsigned long long)(r->first - cursor), OUTPUT_CAP_TEXT);
-        text_add(&t, note, (size_t)n);
+        strbuf_append(&t, note, (size_t)n);
     }
     for (uint64_t i = cursor < r->first ? r->first : cursor; i < end; i++) {
         const struct line *l = line_at(r, i);
@@ -1344,23 +1324,20 @@ static struct http_response *command_logs(corral_sandbox *sb, const struct http_
         const char *s = l->text;
         for (size_t k = 0; k < l->len;) {
             size_t m = strnlen(s + k, l->len - k);
-            text_add(&t, s + k, m);
+            strbuf_append(&t, s + k, m);
             k += m;
             if (k < l->len) {
-                text_add(&t, "\xEF\xBF\xBD", 3);
+                strbuf_append(&t, "\xEF\xBF\xBD", 3);
                 k++;
             }
         }
-        text_add(&t, "\n", 1);
+        strbuf_append(&t, "\n", 1);
     }
     pthread_mutex_unlock(&r->lock);
     run_unref(r);
-    if (t.failed) {
-        free(t.buf);
+    if (t.oom)
         return execd_error(500, "RUNTIME_ERROR", "out of memory");
-    }
-    struct http_response *resp = http_text(200, "text/plain; charset=utf-8", t.buf);
-    free(t.buf);
+    struct http_response *resp = http_text(200, "text/plain; charset=utf-8", strbuf_str(&t));
     char next[32];
     snprintf(next, sizeof(next), "%llu", (unsigned long long)(cursor > end ? cursor : end));
     http_add_header(resp, "EXECD-COMMANDS-TAIL-CURSOR", next);
@@ -1376,16 +1353,16 @@ struct shell {
 };
 
 /* Single-quoted for bash: 'it'\''s'. */
-static void quote_into(struct text *t, const char *s)
+static void quote_into(struct strbuf *t, const char *s)
 {
-    text_add(t, "'", 1);
+    strbuf_append(t, "'", 1);
     for (const char *q; (q = strchr(s, '\''));) {
-        text_add(t, s, (size_t)(q - s));
-        text_add(t, "'\\''", 4);
+        strbuf_append(t, s, (size_t)(q - s));
+        strbuf_append(t, "'\\''", 4);
         s = q + 1;
     }
-    text_add(t, s, strlen(s));
-    text_add(t, "'", 1);
+    strbuf_append(t, s, strlen(s));
+    strbuf_append(t, "'", 1);
 }
 
 /* A line from the shell: the current run's output, or its end marker. */
@@ -1606,47 +1583,25 @@ static void session_interrupt(struct session *s)
 
 /* ---- POST /session, POST /session/{id}/run, DELETE /session/{id} ---- */
 
-static struct http_response *post_session(corral_sandbox *sb, const struct http_request *req)
+CORRAL_CLEANUP_FUNC(struct session, session_unref)
+CORRAL_CLEANUP_FUNC(struct run, run_unref)
+
+/* A new session of sb, in the registry (which holds a reference; *out
+ * holds the caller's), its shell started in dir (NULL: the home). */
+static struct http_response *session_open(corral_sandbox *sb, const char *dir, struct session **out)
 {
-    struct http_response *resp = NULL;
     struct corral_error err;
-    cleanup_json json_t *body = NULL;
-    if (parse_body(req, true, &body, &err) < 0)
-        return execd_fail(&err);
-    const char *cwd = NULL;
-    char dir[PATH_CAP];
-    struct session *s = NULL;
-    if (string_member(body, "cwd", &cwd, &err) < 0) {
-        resp = execd_fail(&err);
-        goto out;
-    }
-    if (cwd && *cwd) {
-        if (expand_cwd(cwd, NULL, dir, sizeof(dir), &err) < 0) {
-            resp = bad_request("invalid request: %s", err.message);
-            goto out;
-        }
-        /* As execd: the directory is made when missing. */
-        if (corral_file_mkdir(sb, dir, true, NULL, &err) < 0) {
-            resp = execd_fail(&err);
-            goto out;
-        }
-    }
-    if (!(s = calloc(1, sizeof(*s)))) {
-        resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
-        goto out;
-    }
+    cleanup_with(session_unref) struct session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return execd_error(500, "RUNTIME_ERROR", "out of memory");
     s->refs = 1; /* ours */
     s->sb = sb;
     pthread_mutex_init(&s->lock, NULL);
     cond_init_mono(&s->cond);
-    if (cwd && *cwd && !(s->cwd = strdup(dir))) {
-        resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
-        goto out;
-    }
-    if (corral_random_hex(s->id, TOKEN_LEN / 2, &err) < 0) {
-        resp = execd_error(500, "RUNTIME_ERROR", "%s", err.message);
-        goto out;
-    }
+    if (dir && !(s->cwd = strdup(dir)))
+        return execd_error(500, "RUNTIME_ERROR", "out of memory");
+    if (corral_random_hex(s->id, TOKEN_LEN / 2, &err) < 0)
+        return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
     unsigned n = 0;
     pthread_mutex_lock(&reg_lock);
     for (struct session *e = sessions; e; e = e->next)
@@ -1657,92 +1612,71 @@ static struct http_response *post_session(corral_sandbox *sb, const struct http_
         sessions = s;
     }
     pthread_mutex_unlock(&reg_lock);
-    if (n >= MAX_SESSIONS) {
-        resp = execd_error(429, "TOO_MANY_SESSIONS",
+    if (n >= MAX_SESSIONS)
+        return execd_error(429, "TOO_MANY_SESSIONS",
                            "this sandbox already has %d sessions; delete one first "
                            "(DELETE /session/{id})",
                            MAX_SESSIONS);
-        goto out;
-    }
     pthread_mutex_lock(&s->lock);
     int rc = s->deleted ? corral_fail(&err, ESRCH, "the sandbox is gone") : shell_start(s, &err);
     pthread_mutex_unlock(&s->lock);
     if (rc < 0) {
         if (session_unlink(s))
             session_unref(s);
-        resp = execd_fail(&err);
-        goto out;
+        return execd_fail(&err);
     }
-    resp = http_json(200, json_pack("{s:s}", "session_id", s->id));
-out:
-    session_unref(s);
-    return resp;
+    *out = steal_pointer(&s);
+    return NULL;
 }
 
-static struct http_response *run_in_session(corral_sandbox *sb, const struct http_request *req,
-                                            const char *id)
+static struct http_response *post_session(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *resp = NULL;
     struct corral_error err;
     cleanup_json json_t *body = NULL;
-    if (parse_body(req, false, &body, &err) < 0)
+    if (parse_body(req, true, &body, &err) < 0)
         return execd_fail(&err);
-    const char *command = NULL, *cwd = NULL;
-    uint64_t timeout_ms = 0;
+    const char *cwd = NULL;
     char dir[PATH_CAP];
-    struct session *s = NULL;
-    struct run *r = NULL;
-    struct text script = {0};
-    if (string_member(body, "command", &command, &err) < 0 ||
-        string_member(body, "cwd", &cwd, &err) < 0 || timeout_member(body, &timeout_ms, &err) < 0) {
-        resp = execd_fail(&err);
-        goto out;
-    }
-    if (!command || !*command) {
-        resp = bad_request("invalid request: 'command' is required and must not be empty");
-        goto out;
-    }
-    if (cwd && *cwd && expand_cwd(cwd, NULL, dir, sizeof(dir), &err) < 0) {
-        resp = bad_request("invalid request: %s", err.message);
-        goto out;
-    }
-    if (!(s = session_find(sb, id))) {
-        resp = execd_error(404, "CONTEXT_NOT_FOUND", "session %s not found", id);
-        goto out;
-    }
-    if (!(r = run_new(sb, command, &err))) {
-        resp = execd_error(500, "RUNTIME_ERROR", "%s", err.message);
-        goto out;
-    }
-    memcpy(r->id, s->id, sizeof(r->id)); /* the init event names the session */
-    r->session = s;
-    session_ref(s);
-    r->timeout_ms = timeout_ms;
-    r->deadline_ms = timeout_ms ? r->started_ms + timeout_ms : 0;
-    r->consumer = true;
-    char token[TOKEN_LEN + 1];
-    if (corral_random_hex(token, TOKEN_LEN / 2, &err) < 0) {
-        resp = execd_error(500, "RUNTIME_ERROR", "%s", err.message);
-        goto out;
-    }
+    if (string_member(body, "cwd", &cwd, &err) < 0)
+        return execd_fail(&err);
     if (cwd && *cwd) {
-        text_add(&script, "builtin cd -- ", 14);
-        quote_into(&script, dir);
-        text_add(&script, " && ", 4);
+        if (expand_cwd(cwd, NULL, dir, sizeof(dir), &err) < 0)
+            return bad_request("invalid request: %s", err.message);
+        /* As execd: the directory is made when missing. */
+        if (corral_file_mkdir(sb, dir, true, NULL, &err) < 0)
+            return execd_fail(&err);
     }
-    text_add(&script, "builtin eval -- ", 16);
-    quote_into(&script, command);
-    char tail[256];
-    int tn = snprintf(tail, sizeof(tail),
-                      " </dev/null 98>&- 99>&-\n"
-                      "builtin printf '%%s %%d\\n' %s \"$?\" >&98; "
-                      "builtin printf '%%s\\n' %s >&99; command exec 1>&98 2>&99\n",
-                      token, token);
-    text_add(&script, tail, (size_t)tn);
-    if (script.failed) {
-        resp = execd_error(500, "RUNTIME_ERROR", "out of memory");
-        goto out;
+    cleanup_with(session_unref) struct session *s = NULL;
+    struct http_response *bad = session_open(sb, cwd && *cwd ? dir : NULL, &s);
+    return bad ? bad : http_json(200, json_pack("{s:s}", "session_id", s->id));
+}
+
+/* The text the session's shell reads for one command: it runs command (in
+ * dir, when given) with no stdin, then prints token and the status on fd 98
+ * and token alone on fd 99, the end markers of its two streams. */
+static void session_script(struct strbuf *script, const char *command, const char *dir,
+                           const char *token)
+{
+    if (dir) {
+        strbuf_append(script, "builtin cd -- ", 14);
+        quote_into(script, dir);
+        strbuf_append(script, " && ", 4);
     }
+    strbuf_append(script, "builtin eval -- ", 16);
+    quote_into(script, command);
+    strbuf_printf(script,
+                  " </dev/null 98>&- 99>&-\n"
+                  "builtin printf '%%s %%d\\n' %s \"$?\" >&98; "
+                  "builtin printf '%%s\\n' %s >&99; command exec 1>&98 2>&99\n",
+                  token, token);
+}
+
+/* Makes r the session's current run (a new shell when the last one ended):
+ * NULL, or the answer why not; *pid is the shell's. */
+static struct http_response *session_take(struct session *s, struct run *r, const char *token,
+                                          pid_t *pid)
+{
+    struct corral_error err;
     pthread_mutex_lock(&s->lock);
     int rc = 0;
     if (s->deleted)
@@ -1751,35 +1685,69 @@ static struct http_response *run_in_session(corral_sandbox *sb, const struct htt
         rc = -EBUSY;
     else if (!s->p)
         rc = shell_start(s, &err); /* the last one ended: a new shell */
-    pid_t pid = 0;
     if (rc == 0) {
         run_ref(r);
         s->current = r;
-        memcpy(s->token, token, sizeof(token));
+        memcpy(s->token, token, sizeof(s->token));
         s->got_out = s->got_err = false;
         s->marker_status = 0;
         s->shell_killed = false;
-        pid = corral_process_pid(s->p);
+        *pid = corral_process_pid(s->p);
     }
     pthread_mutex_unlock(&s->lock);
-    if (rc == -ENOENT) {
-        resp = execd_error(404, "CONTEXT_NOT_FOUND", "session %s not found", id);
-        goto out;
-    }
-    if (rc == -EBUSY) {
-        resp = execd_error(409, "SESSION_BUSY",
+    if (rc == -ENOENT)
+        return execd_error(404, "CONTEXT_NOT_FOUND", "session %s not found", s->id);
+    if (rc == -EBUSY)
+        return execd_error(409, "SESSION_BUSY",
                            "session %s is running another command; wait for its end, or "
                            "interrupt it (DELETE /command?id=%s)",
-                           id, id);
-        goto out;
-    }
-    if (rc < 0) {
-        resp = execd_fail(&err);
-        goto out;
-    }
+                           s->id, s->id);
+    return rc < 0 ? execd_fail(&err) : NULL;
+}
+
+static struct http_response *run_in_session(corral_sandbox *sb, const struct http_request *req,
+                                            const char *id)
+{
+    struct corral_error err;
+    cleanup_json json_t *body = NULL;
+    if (parse_body(req, false, &body, &err) < 0)
+        return execd_fail(&err);
+    const char *command = NULL, *cwd = NULL;
+    uint64_t timeout_ms = 0;
+    char dir[PATH_CAP];
+    if (string_member(body, "command", &command, &err) < 0 ||
+        string_member(body, "cwd", &cwd, &err) < 0 || timeout_member(body, &timeout_ms, &err) < 0)
+        return execd_fail(&err);
+    if (!command || !*command)
+        return bad_request("invalid request: 'command' is required and must not be empty");
+    if (cwd && *cwd && expand_cwd(cwd, NULL, dir, sizeof(dir), &err) < 0)
+        return bad_request("invalid request: %s", err.message);
+    cleanup_with(session_unref) struct session *s = session_find(sb, id);
+    if (!s)
+        return execd_error(404, "CONTEXT_NOT_FOUND", "session %s not found", id);
+    cleanup_with(run_unref) struct run *r = run_new(sb, command, &err);
+    if (!r)
+        return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
+    memcpy(r->id, s->id, sizeof(r->id)); /* the init event names the session */
+    r->session = s;
+    session_ref(s);
+    r->timeout_ms = timeout_ms;
+    r->deadline_ms = timeout_ms ? r->started_ms + timeout_ms : 0;
+    r->consumer = true;
+    char token[TOKEN_LEN + 1];
+    if (corral_random_hex(token, TOKEN_LEN / 2, &err) < 0)
+        return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
+    cleanup_strbuf struct strbuf script = {0};
+    session_script(&script, command, cwd && *cwd ? dir : NULL, token);
+    if (script.oom)
+        return execd_error(500, "RUNTIME_ERROR", "out of memory");
+    pid_t pid = 0;
+    struct http_response *busy = session_take(s, r, token, &pid);
+    if (busy)
+        return busy;
     corral_process *p = corral_process_get(sb, pid);
-    rc = p ? corral_process_write(p, script.buf, script.len, &err)
-           : corral_fail(&err, ESRCH, "the session's shell has ended");
+    int rc = p ? corral_process_write(p, script.data, script.len, &err)
+               : corral_fail(&err, ESRCH, "the session's shell has ended");
     corral_process_release(p);
     if (rc < 0) {
         /* It may have read part of it: a new shell next time. */
@@ -1791,16 +1759,10 @@ static struct http_response *run_in_session(corral_sandbox *sb, const struct htt
         if (mine)
             run_unref(r);
         session_signal(s, SIGKILL);
-        resp = execd_error(500, "RUNTIME_ERROR", "cannot send the command to session %s: %s", id,
+        return execd_error(500, "RUNTIME_ERROR", "cannot send the command to session %s: %s", id,
                            err.message);
-        goto out;
     }
-    resp = run_stream(r);
-out:
-    free(script.buf);
-    run_unref(r);
-    session_unref(s);
-    return resp;
+    return run_stream(r);
 }
 
 /* Marks the session deleted and kills its shell (its current run ends so). */

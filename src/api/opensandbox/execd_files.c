@@ -695,18 +695,16 @@ static int dir_item(void *ud, const struct corral_entry *e)
     if (!wanted && !is_dir)
         return 0;
     struct item *v = corral_array_room(d->v, &d->cap, d->n, sizeof(*v), 32);
-    if (!v)
-        goto oom;
-    d->v = v;
-    struct item *it = &d->v[d->n];
-    *it = (struct item){.is_dir = is_dir};
-    if (!(it->name = strdup(e->name)) || (wanted && !(it->info = info_text(e, e->path)))) {
+    if (v) {
+        d->v = v;
+        struct item *it = &d->v[d->n];
+        *it = (struct item){.is_dir = is_dir};
+        if ((it->name = strdup(e->name)) && (!wanted || (it->info = info_text(e, e->path)))) {
+            d->n++;
+            return 0;
+        }
         free(it->name);
-        goto oom;
     }
-    d->n++;
-    return 0;
-oom:
     w->error = execd_error(500, "RUNTIME_ERROR", "out of memory listing %s", d->dir);
     return -ENOMEM;
 }
