@@ -135,16 +135,16 @@ int corral_parse_cpus(const char *text, uint32_t *out_millicpus, struct corral_e
 int corral_parse_uint(const char *text, uint64_t min, uint64_t max, uint64_t *out,
                       struct corral_error *err)
 {
-    if (!text || !isdigit((unsigned char)*text))
-        goto bad;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end || v < min || v > max)
-        goto bad;
-    *out = v;
-    return 0;
-bad:
+    unsigned long long v = 0;
+    char *end = NULL;
+    if (text && isdigit((unsigned char)*text)) {
+        errno = 0;
+        v = strtoull(text, &end, 10);
+    }
+    if (end && !errno && !*end && v >= min && v <= max) {
+        *out = v;
+        return 0;
+    }
     return corral_fail(err, EINVAL,
                        "invalid number '%s' (expected an integer from %" PRIu64 " to %" PRIu64 ")",
                        text ? text : "", min, max);

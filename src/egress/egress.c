@@ -29,6 +29,7 @@
  *   workqueue item runs).
  */
 #include "egress/egress.h"
+#include "base/cleanup.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -137,6 +138,12 @@ static uint16_t local_port(int s)
     return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
+static int dns_bind_failed(int r, const char *where, struct corral_error *err)
+{
+    return corral_fail(err, -r, "cannot bind %s:53 for the DNS stub: %s", where,
+                       strerrordesc_np(-r));
+}
+
 /* The IPv4 listeners, then the IPv6 ones on the same port. *v6 tells whether
  * the namespace has IPv6: no AF_INET6 in the kernel, or no ::1 on lo
  * (disable_ipv6), means IPv4 only. */
@@ -144,11 +151,11 @@ static int make_listeners(struct egress_netns *e, bool *v6, struct corral_error 
 {
     int r = loopback_socket(AF_INET, SOCK_DGRAM, DNS_PORT);
     if (r < 0)
-        goto fail_dns4;
+        return dns_bind_failed(r, "127.0.0.1", err);
     e->dns_udp4 = r;
     r = loopback_socket(AF_INET, SOCK_STREAM, DNS_PORT);
     if (r < 0)
-        goto fail_dns4;
+        return dns_bind_failed(r, "127.0.0.1", err);
     e->dns_tcp4 = r;
 
     r = loopback_socket(AF_INET6, SOCK_DGRAM, DNS_PORT);
@@ -156,12 +163,12 @@ static int make_listeners(struct egress_netns *e, bool *v6, struct corral_error 
     if (r == -EAFNOSUPPORT || r == -EADDRNOTAVAIL)
         r = 0;
     else if (r < 0)
-        goto fail_dns6;
+        return dns_bind_failed(r, "[::1]", err);
     else {
         e->dns_udp6 = r;
         r = loopback_socket(AF_INET6, SOCK_STREAM, DNS_PORT);
         if (r < 0)
-            goto fail_dns6;
+            return dns_bind_failed(r, "[::1]", err);
         e->dns_tcp6 = r;
     }
 
@@ -186,11 +193,6 @@ static int make_listeners(struct egress_netns *e, bool *v6, struct corral_error 
     }
     return corral_fail(err, -r, "cannot listen on [::1]:%u for egress: %s", e->port,
                        strerrordesc_np(-r));
-fail_dns4:
-    return corral_fail(err, -r, "cannot bind 127.0.0.1:53 for the DNS stub: %s",
-                       strerrordesc_np(-r));
-fail_dns6:
-    return corral_fail(err, -r, "cannot bind [::1]:53 for the DNS stub: %s", strerrordesc_np(-r));
 }
 
 /* Creates the TUN device and brings it up; returns its fd. */
@@ -275,15 +277,12 @@ static int add_ipv6_address(int ifindex, struct corral_error *err)
     req.rta.rta_len = RTA_LENGTH(sizeof(req.addr));
     inet_pton(AF_INET6, JAIL_EGRESS_ADDR6, &req.addr);
 
-    int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    cleanup_close int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (s < 0)
         return corral_fail_errno(err, "cannot open a rtnetlink socket");
     struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
-    int r = 0;
-    if (sendto(s, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
-        r = corral_fail_errno(err, "cannot send RTM_NEWADDR");
-        goto out;
-    }
+    if (sendto(s, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+        return corral_fail_errno(err, "cannot send RTM_NEWADDR");
     struct {
         struct nlmsghdr nh;
         struct nlmsgerr e;
@@ -293,22 +292,16 @@ static int add_ipv6_address(int ifindex, struct corral_error *err)
     do
         n = recv(s, &ack, sizeof(ack), 0);
     while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        r = corral_fail_errno(err, "cannot read the answer to RTM_NEWADDR");
-        goto out;
-    }
-    if ((size_t)n < sizeof(ack.nh) + sizeof(ack.e) || ack.nh.nlmsg_type != NLMSG_ERROR) {
-        r = corral_fail(err, EPROTO, "unexpected answer to RTM_NEWADDR");
-        goto out;
-    }
+    if (n < 0)
+        return corral_fail_errno(err, "cannot read the answer to RTM_NEWADDR");
+    if ((size_t)n < sizeof(ack.nh) + sizeof(ack.e) || ack.nh.nlmsg_type != NLMSG_ERROR)
+        return corral_fail(err, EPROTO, "unexpected answer to RTM_NEWADDR");
     if (ack.e.error) {
         errno = -ack.e.error;
-        r = corral_fail_errno(err, "cannot give %s the address %s", JAIL_EGRESS_IFNAME,
-                              JAIL_EGRESS_ADDR6);
+        return corral_fail_errno(err, "cannot give %s the address %s", JAIL_EGRESS_IFNAME,
+                                 JAIL_EGRESS_ADDR6);
     }
-out:
-    close(s);
-    return r;
+    return 0;
 }
 
 /* JAIL_EGRESS_ADDR6/128 and ::/0 through the device. Returns 1 when IPv6 is
@@ -373,21 +366,20 @@ static int run_nft(const char *cmds, const char *what, struct corral_error *err)
     pthread_mutex_lock(&nft_lock);
     int r = 0;
     struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
-    if (!nft) {
+    if (!nft)
         r = corral_fail(err, ENOMEM, "cannot create an nftables context");
-        goto out;
+    else {
+        nft_ctx_buffer_output(nft);
+        nft_ctx_buffer_error(nft);
+        if (nft_run_cmd_from_buffer(nft, cmds) != 0) {
+            const char *msg = nft_ctx_get_error_buffer(nft);
+            if (!msg || !*msg)
+                msg = "no message\n";
+            int len = (int)strcspn(msg, "\n");
+            r = corral_fail(err, EIO, "cannot %s: %.*s", what, len, msg);
+        }
+        nft_ctx_free(nft);
     }
-    nft_ctx_buffer_output(nft);
-    nft_ctx_buffer_error(nft);
-    if (nft_run_cmd_from_buffer(nft, cmds) != 0) {
-        const char *msg = nft_ctx_get_error_buffer(nft);
-        if (!msg || !*msg)
-            msg = "no message\n";
-        int len = (int)strcspn(msg, "\n");
-        r = corral_fail(err, EIO, "cannot %s: %.*s", what, len, msg);
-    }
-    nft_ctx_free(nft);
-out:
     pthread_mutex_unlock(&nft_lock);
     return r;
 }
@@ -406,19 +398,22 @@ static int load_rules(uint16_t port, const char *policy, struct corral_error *er
     return r;
 }
 
+static int nflog_bind_failed(struct corral_error *err)
+{
+    return corral_fail_errno(err, "cannot bind nflog group %d", JAIL_EGRESS_NFLOG_GROUP);
+}
+
 /* A NETLINK_NETFILTER socket that receives the packets the rules log to
  * nflog group JAIL_EGRESS_NFLOG_GROUP (their first bytes). */
 static int open_nflog(struct corral_error *err)
 {
-    int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+    cleanup_close int s =
+        socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
     if (s < 0)
         return corral_fail_errno(err, "cannot open an nflog socket");
     struct sockaddr_nl self = {.nl_family = AF_NETLINK};
-    if (bind(s, (struct sockaddr *)&self, sizeof(self)) < 0) {
-        int r = corral_fail_errno(err, "cannot bind the nflog socket");
-        close(s);
-        return r;
-    }
+    if (bind(s, (struct sockaddr *)&self, sizeof(self)) < 0)
+        return corral_fail_errno(err, "cannot bind the nflog socket");
     struct {
         struct nlmsghdr nh;
         struct nfgenmsg g;
@@ -455,7 +450,7 @@ static int open_nflog(struct corral_error *err)
         }
         req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(req.g)) + NLA_ALIGN(req.a.nla_len);
         if (sendto(s, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
-            goto fail;
+            return nflog_bind_failed(err);
         struct {
             struct nlmsghdr nh;
             struct nlmsgerr e;
@@ -463,20 +458,16 @@ static int open_nflog(struct corral_error *err)
         } ack;
         struct pollfd pfd = {.fd = s, .events = POLLIN};
         if (poll(&pfd, 1, 2000) != 1)
-            goto fail;
+            return nflog_bind_failed(err);
         ssize_t n = recv(s, &ack, sizeof(ack), 0);
         if (n < (ssize_t)(sizeof(ack.nh) + sizeof(ack.e)) || ack.nh.nlmsg_type != NLMSG_ERROR)
-            goto fail;
+            return nflog_bind_failed(err);
         if (ack.e.error) {
             errno = -ack.e.error;
-            goto fail;
+            return nflog_bind_failed(err);
         }
     }
-    return s;
-fail:;
-    int r = corral_fail_errno(err, "cannot bind nflog group %d", JAIL_EGRESS_NFLOG_GROUP);
-    close(s);
-    return r;
+    return steal_fd(&s);
 }
 
 /* Everything after setns(), in the namespace. */
@@ -491,34 +482,28 @@ static int setup_in_netns(struct egress_netns *e, const char *policy, struct cor
         return r;
     if (policy && (e->nflog = open_nflog(err)) < 0)
         return e->nflog;
-    int tun = make_tun(err);
+    /* On failure the descriptor closes before the device is persistent:
+     * the device and its routes go with it. */
+    cleanup_close int tun = make_tun(err);
     if (tun < 0)
         return tun;
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) {
-        r = corral_fail_errno(err, "cannot open a socket to configure %s", JAIL_EGRESS_IFNAME);
-        goto out;
-    }
+    cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return corral_fail_errno(err, "cannot open a socket to configure %s", JAIL_EGRESS_IFNAME);
     if ((r = link_up(s, err)) < 0 || (r = setup_ipv4(s, err)) < 0)
-        goto out;
+        return r;
     if (v6 && (r = setup_ipv6(err)) < 0)
-        goto out;
+        return r;
     if (r == 1) {
         close_fd(&e->tcp6);
         close_fd(&e->dns_udp6);
         close_fd(&e->dns_tcp6);
     }
-    if (ioctl(tun, TUNSETPERSIST, 1) < 0) {
-        r = corral_fail_errno(err, "cannot make %s persistent", JAIL_EGRESS_IFNAME);
-        goto out;
-    }
+    if (ioctl(tun, TUNSETPERSIST, 1) < 0)
+        return corral_fail_errno(err, "cannot make %s persistent", JAIL_EGRESS_IFNAME);
     r = load_rules(e->port, policy, err);
     if (r < 0)
-        ioctl(tun, TUNSETPERSIST, 0); /* the device goes away with its fd below */
-out:
-    if (s >= 0)
-        close(s);
-    close(tun); /* on failure, before persistence: the device and its routes go */
+        ioctl(tun, TUNSETPERSIST, 0); /* the device goes away with its fd */
     return r;
 }
 

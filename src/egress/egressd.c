@@ -32,6 +32,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "base/util.h"
 #include "egress/dns.h"
@@ -1280,28 +1281,22 @@ static int start_locked(struct corral_error *err)
 {
     if (svc.started)
         return 0;
-    svc.epfd = epoll_create1(EPOLL_CLOEXEC);
-    svc.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (svc.epfd < 0 || svc.wake < 0)
-        goto fail;
+    cleanup_close int epfd = epoll_create1(EPOLL_CLOEXEC);
+    cleanup_close int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (epoll_ctl(svc.epfd, EPOLL_CTL_ADD, svc.wake, &ev) < 0)
-        goto fail;
+    if (epfd < 0 || wake < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, wake, &ev) < 0)
+        return corral_fail_errno(err, "cannot start the egress service");
+    svc.epfd = epfd;
+    svc.wake = wake;
     int rc = corral_thread_detached(watcher_main, NULL, 256 * 1024);
     if (rc) {
-        errno = rc;
-        goto fail;
+        svc.epfd = svc.wake = -1; /* closed on return */
+        return corral_fail(err, rc, "cannot start the egress service: %s", strerrordesc_np(rc));
     }
+    steal_fd(&epfd);
+    steal_fd(&wake);
     svc.started = true;
     return 0;
-fail:;
-    int r = corral_fail_errno(err, "cannot start the egress service");
-    if (svc.epfd >= 0)
-        close(svc.epfd);
-    if (svc.wake >= 0)
-        close(svc.wake);
-    svc.epfd = svc.wake = -1;
-    return r;
 }
 
 /* ---- the interface ---- */

@@ -213,34 +213,34 @@ static int write_limits_v1(struct cgroup *cg, const struct jail_limits *lim,
     return 0;
 }
 
+/* cgroup_create's steps: the directories, then the limits. */
+static int cgroup_make(const struct cgroup_env *env, const char *id, const struct jail_limits *lim,
+                       struct cgroup *cg, struct corral_error *err)
+{
+    int n = env->version == CGROUP_V2 ? 1 : CGROUP_V1_CONTROLLERS;
+    int r;
+    for (int i = 0; i < n; i++) {
+        if ((r = ensure_parent(env, i, err)) < 0)
+            return r;
+        char dir[CGROUP_PATH_MAX];
+        if (cgroup_path_for(env, id, i, dir, sizeof(dir)) < 0)
+            return corral_fail(err, ENAMETOOLONG, "cgroup path too long for sandbox %s", id);
+        if (mkdir(dir, 0755) < 0)
+            return corral_fail_errno(err, "cannot create cgroup %s", dir);
+        snprintf(cg->dirs[i], sizeof(cg->dirs[i]), "%s", dir);
+    }
+    return env->version == CGROUP_V2 ? write_limits_v2(cg->dirs[0], lim, err)
+                                     : write_limits_v1(cg, lim, err);
+}
+
 int cgroup_create(const struct cgroup_env *env, const char *id, const struct jail_limits *lim,
                   struct cgroup *cg, struct corral_error *err)
 {
     memset(cg, 0, sizeof(*cg));
     cg->version = env->version;
-    int n = env->version == CGROUP_V2 ? 1 : CGROUP_V1_CONTROLLERS;
-    int r;
-    for (int i = 0; i < n; i++) {
-        if ((r = ensure_parent(env, i, err)) < 0)
-            goto fail;
-        char dir[CGROUP_PATH_MAX];
-        if (cgroup_path_for(env, id, i, dir, sizeof(dir)) < 0) {
-            r = corral_fail(err, ENAMETOOLONG, "cgroup path too long for sandbox %s", id);
-            goto fail;
-        }
-        if (mkdir(dir, 0755) < 0) {
-            r = corral_fail_errno(err, "cannot create cgroup %s", dir);
-            goto fail;
-        }
-        snprintf(cg->dirs[i], sizeof(cg->dirs[i]), "%s", dir);
-    }
-    r = env->version == CGROUP_V2 ? write_limits_v2(cg->dirs[0], lim, err)
-                                  : write_limits_v1(cg, lim, err);
+    int r = cgroup_make(env, id, lim, cg, err);
     if (r < 0)
-        goto fail;
-    return 0;
-fail:
-    cgroup_destroy(cg, NULL);
+        cgroup_destroy(cg, NULL); /* what was made of it */
     return r;
 }
 

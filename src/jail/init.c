@@ -351,16 +351,11 @@ static pid_t start_workload(const struct jail_init_args *a)
     return pid;
 }
 
-__attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
+/* Closes every descriptor but the init's pipes and what the configuration
+ * hands the workload. */
+static void close_all_but_ours(const struct jail_init_args *a)
 {
     const struct jail_config *cfg = a->cfg;
-    unsigned off = a->disabled_layers;
-    struct corral_error err;
-    ev_fd = a->ev_fd;
-
-    raw_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    raw_prctl(PR_SET_NAME, (unsigned long)"corral-init", 0, 0, 0);
-
     int keep[8 + 64];
     size_t nkeep = 0;
     keep[nkeep++] = a->ctl_fd;
@@ -376,6 +371,57 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     for (size_t i = 0; i < cfg->n_files && nkeep < sizeof(keep) / sizeof(keep[0]); i++)
         keep[nkeep++] = cfg->files[i].source_fd;
     close_all_but(keep, nkeep);
+}
+
+/* The init's life once the workload runs: it reaps what exits, passes an
+ * interrupt on, and leaves (killing the rest of the sandbox) when the
+ * workload exits or the parent goes. */
+__attribute__((noreturn)) static void wait_workload(const struct jail_init_args *a, int sfd,
+                                                    pid_t main_pid)
+{
+    struct pollfd fds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = a->ctl_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(1);
+        }
+        if (fds[0].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
+                ;
+            int status;
+            pid_t pid;
+            while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+                if (pid == main_pid) {
+                    /* Leaving kills every other process of the sandbox. */
+                    send_msg(JAIL_MSG_EXITED, 0, status, NULL);
+                    _exit(0);
+                }
+            }
+        }
+        if (fds[1].revents) {
+            char c;
+            ssize_t n = read(a->ctl_fd, &c, 1);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                _exit(1); /* the parent is gone */
+            if (n == 1 && c == JAIL_CTL_INTERRUPT)
+                kill(main_pid, SIGINT);
+        }
+    }
+}
+
+__attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
+{
+    const struct jail_config *cfg = a->cfg;
+    unsigned off = a->disabled_layers;
+    struct corral_error err;
+    ev_fd = a->ev_fd;
+
+    raw_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    raw_prctl(PR_SET_NAME, (unsigned long)"corral-init", 0, 0, 0);
+
+    close_all_but_ours(a);
 
     /* Signals: SIGCHLD arrives through a signalfd; a vanished parent must not
      * kill us with SIGPIPE before we can exit cleanly. */
@@ -442,34 +488,5 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     scrub_cmdline();
     send_msg(JAIL_MSG_STARTED, 0, 0, NULL);
 
-    struct pollfd fds[2] = {{.fd = sfd, .events = POLLIN}, {.fd = a->ctl_fd, .events = POLLIN}};
-    for (;;) {
-        if (poll(fds, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            _exit(1);
-        }
-        if (fds[0].revents) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof(si)) < 0 && errno == EINTR)
-                ;
-            int status;
-            pid_t pid;
-            while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-                if (pid == main_pid) {
-                    /* Leaving kills every other process of the sandbox. */
-                    send_msg(JAIL_MSG_EXITED, 0, status, NULL);
-                    _exit(0);
-                }
-            }
-        }
-        if (fds[1].revents) {
-            char c;
-            ssize_t n = read(a->ctl_fd, &c, 1);
-            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-                _exit(1); /* the parent is gone */
-            if (n == 1 && c == JAIL_CTL_INTERRUPT)
-                kill(main_pid, SIGINT);
-        }
-    }
+    wait_workload(a, sfd, main_pid);
 }

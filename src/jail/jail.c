@@ -257,6 +257,86 @@ int jail_clone_init(const struct jail_clone_params *p, const struct jail_config 
     return 0;
 }
 
+CORRAL_CLEANUP_FUNC(struct jail, jail_destroy)
+
+static void close_pipe(int (*fds)[2])
+{
+    for (int i = 0; i < 2; i++)
+        if ((*fds)[i] >= 0)
+            close((*fds)[i]);
+}
+
+/* What a sandbox holds before its init starts: its id, slot (and so its
+ * host uid), cgroup and disk. */
+static int jail_claim(struct jail *j, const struct jail_config *cfg, const struct cgroup_env *cgenv,
+                      struct corral_error *err)
+{
+    int r;
+    if ((r = corral_random_hex(j->id, 16, err)) < 0 ||
+        (r = corral_mkdir_p(j->state_dir, 0700, err)) < 0 ||
+        (r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
+        return r;
+    j->host_uid =
+        (cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE) + (uint32_t)j->slot.number;
+    if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
+        return r;
+    if (!(cfg->disabled_layers & JAIL_LAYER_ROOTFS) && !jail_disk_in_memory() &&
+        (r = jail_disk_open(cfg->limits.disk_bytes, &j->disk, err)) < 0)
+        return r;
+    return 0;
+}
+
+/* What the init asks for before it drops into its namespaces' user: the
+ * network namespace set up by the caller's hook, then the id maps. */
+static int jail_map_ids(struct jail *j, const struct jail_config *cfg, struct corral_error *err)
+{
+    int r;
+    if (cfg->on_netns) {
+        int ns = jail_netns_open(j);
+        if (ns < 0)
+            return corral_fail(err, -ns, "cannot open the sandbox's network namespace: %s",
+                               strerrordesc_np(-ns));
+        r = cfg->on_netns(cfg->on_netns_arg, j, ns, err);
+        close(ns);
+        if (r < 0)
+            return r;
+    }
+    if ((r = write_idmaps(j->pid, j->host_uid, err)) < 0)
+        return r;
+    char c = JAIL_CTL_MAPPED;
+    if (corral_write_all(j->ctl_fd, &c, 1) < 0)
+        return corral_fail_errno(err, "cannot signal the sandbox's init");
+    return 0;
+}
+
+/* Answers the init's messages during its setup until it reports that it
+ * started (0) or failed. */
+static int jail_await_start(struct jail *j, const struct jail_config *cfg, struct corral_error *err)
+{
+    for (;;) {
+        struct jail_msg m;
+        if (read_msg(j, &m) < 0) {
+            reap(j);
+            return corral_fail(err, ECHILD,
+                               "the sandbox's init died during setup (wait status %#x)",
+                               (unsigned)j->status);
+        }
+        if (m.type == JAIL_MSG_NEED_IDMAP) {
+            int r = jail_map_ids(j, cfg, err);
+            if (r < 0)
+                return r;
+        } else if (m.type == JAIL_MSG_STARTED) {
+            jail_disk_close(&j->disk); /* mounted: the sandbox holds it now */
+            return 0;
+        } else if (m.type == JAIL_MSG_FAILED) {
+            return corral_fail(err, m.code, "%s", m.text);
+        } else {
+            return corral_fail(err, EPROTO, "unexpected message %d from the sandbox's init",
+                               (int)m.type);
+        }
+    }
+}
+
 int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err)
 {
     int r = validate(cfg, err);
@@ -267,35 +347,18 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     if (!(off & JAIL_LAYER_CGROUP) && (r = cgroup_env_get(&cgenv, err)) < 0)
         return r;
 
-    struct jail *j = calloc(1, sizeof(*j));
-    struct jail_clone_params *p = calloc(1, sizeof(*p));
-    if (!j || !p) {
-        free(j);
-        free(p);
+    cleanup_with(jail_destroy) struct jail *j = calloc(1, sizeof(*j));
+    cleanup_free struct jail_clone_params *p = calloc(1, sizeof(*p));
+    if (!j || !p)
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
-    }
     j->ctl_fd = j->ev_fd = j->pidfd = -1;
     j->slot.fd = -1;
     j->disk.loop_fd = -1;
     j->forced = JAIL_EXITED;
     snprintf(j->state_dir, sizeof(j->state_dir), "%s",
              cfg->state_dir ? cfg->state_dir : JAIL_DEFAULT_STATE_DIR);
-
-    int ctl[2] = {-1, -1}, ev[2] = {-1, -1};
-    if ((r = corral_random_hex(j->id, 16, err)) < 0)
-        goto fail;
-    if ((r = corral_mkdir_p(j->state_dir, 0700, err)) < 0)
-        goto fail;
-    if ((r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
-        goto fail;
-    j->host_uid =
-        (cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE) + (uint32_t)j->slot.number;
-
-    if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
-        goto fail;
-    if (!(off & JAIL_LAYER_ROOTFS) && !jail_disk_in_memory() &&
-        (r = jail_disk_open(cfg->limits.disk_bytes, &j->disk, err)) < 0)
-        goto fail;
+    if ((r = jail_claim(j, cfg, cgenv, err)) < 0)
+        return r;
 
     snprintf(p->id, sizeof(p->id), "%s", j->id);
     snprintf(p->state_dir, sizeof(p->state_dir), "%s", j->state_dir);
@@ -306,10 +369,10 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     p->cg = j->cg;
     snprintf(p->disk_dev, sizeof(p->disk_dev), "%s", j->disk.dev);
 
-    if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(ev, O_CLOEXEC) < 0) {
-        r = corral_fail_errno(err, "cannot create pipes for the sandbox");
-        goto fail;
-    }
+    __attribute__((cleanup(close_pipe))) int ctl[2] = {-1, -1};
+    __attribute__((cleanup(close_pipe))) int ev[2] = {-1, -1};
+    if (pipe2(ctl, O_CLOEXEC) < 0 || pipe2(ev, O_CLOEXEC) < 0)
+        return corral_fail_errno(err, "cannot create pipes for the sandbox");
     pid_t pid = 0;
     if (cfg->spawner)
         r = cfg->spawner->spawn(cfg->spawner->ctx, p, ctl[0], ev[1], cfg->stdin_fd, &pid, &j->pidfd,
@@ -317,69 +380,17 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     else
         r = jail_clone_init(p, cfg, ctl[0], ev[1], &pid, err);
     if (r < 0)
-        goto fail;
+        return r;
     j->pid = pid;
-    close(ctl[0]);
-    close(ev[1]);
-    j->ctl_fd = ctl[1];
-    j->ev_fd = ev[0];
-    ctl[0] = ctl[1] = ev[0] = ev[1] = -1;
-
-    char c;
-    for (;;) {
-        struct jail_msg m;
-        if (read_msg(j, &m) < 0) {
-            reap(j);
-            r = corral_fail(err, ECHILD, "the sandbox's init died during setup (wait status %#x)",
-                            (unsigned)j->status);
-            goto fail;
-        }
-        if (m.type == JAIL_MSG_NEED_IDMAP) {
-            if (cfg->on_netns) {
-                int ns = jail_netns_open(j);
-                if (ns < 0) {
-                    r = corral_fail(err, -ns, "cannot open the sandbox's network namespace: %s",
-                                    strerrordesc_np(-ns));
-                    goto fail;
-                }
-                r = cfg->on_netns(cfg->on_netns_arg, j, ns, err);
-                close(ns);
-                if (r < 0)
-                    goto fail;
-            }
-            if ((r = write_idmaps(pid, j->host_uid, err)) < 0)
-                goto fail;
-            c = JAIL_CTL_MAPPED;
-            if (corral_write_all(j->ctl_fd, &c, 1) < 0) {
-                r = corral_fail_errno(err, "cannot signal the sandbox's init");
-                goto fail;
-            }
-        } else if (m.type == JAIL_MSG_STARTED) {
-            jail_disk_close(&j->disk); /* mounted: the sandbox holds it now */
-            break;
-        } else if (m.type == JAIL_MSG_FAILED) {
-            r = corral_fail(err, m.code, "%s", m.text);
-            goto fail;
-        } else {
-            r = corral_fail(err, EPROTO, "unexpected message %d from the sandbox's init",
-                            (int)m.type);
-            goto fail;
-        }
-    }
-    free(p);
-    *out = j;
+    /* The init's ends close here, so that its death reads as EOF. */
+    close(steal_fd(&ctl[0]));
+    close(steal_fd(&ev[1]));
+    j->ctl_fd = steal_fd(&ctl[1]);
+    j->ev_fd = steal_fd(&ev[0]);
+    if ((r = jail_await_start(j, cfg, err)) < 0)
+        return r;
+    *out = steal_pointer(&j);
     return 0;
-
-fail:
-    for (int i = 0; i < 2; i++) {
-        if (ctl[i] >= 0)
-            close(ctl[i]);
-        if (ev[i] >= 0)
-            close(ev[i]);
-    }
-    free(p);
-    jail_destroy(j);
-    return r;
 }
 
 bool jail_exited(struct jail *j)

@@ -104,6 +104,14 @@ static char **get_strv(struct ctl_reader *r)
     return v;
 }
 
+/* In the child: tells the agent which stage failed, with errno, and exits. */
+__attribute__((noreturn)) static void child_failed(int status_fd, int stage)
+{
+    int e[2] = {stage, errno};
+    corral_write_all(status_fd, e, sizeof(e));
+    _exit(127);
+}
+
 /* In the child: set up descriptors and exec; on failure write {stage, errno}. */
 __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int fds[4],
                                                  int status_fd)
@@ -113,7 +121,6 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
     else
         setpgid(0, 0);
     int targets[4] = {0, 1, 2, 3};
-    int stage = 0;
     /* Move everything above 10 first so that dup2 cannot clobber a source. */
     int moved[4];
     status_fd = fcntl(status_fd, F_DUPFD_CLOEXEC, 10);
@@ -123,10 +130,10 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
         if (moved[i] < 0)
             continue;
         if (dup2(moved[i], targets[i]) < 0)
-            goto fail;
+            child_failed(status_fd, 0);
     }
     if ((s->flags & CTL_SPAWN_PTY) && ioctl(0, TIOCSCTTY, 0) < 0)
-        goto fail;
+        child_failed(status_fd, 0);
     /* Close everything but 0-3 and the status pipe. */
     int first = fds[3] >= 0 ? 4 : 3;
     if (status_fd > first)
@@ -137,20 +144,15 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (int sig = 1; sig < NSIG; sig++)
         signal(sig, SIG_DFL);
-    stage = 1;
     if (s->cwd[0] && chdir(s->cwd) < 0)
-        goto fail;
-    stage = 2;
+        child_failed(status_fd, 1);
     if (s->flags & CTL_SPAWN_PRISTINE) {
         close(status_fd); /* the agent reads end-of-file: started */
         agent_pristine(s->envp, s->argv, (s->flags & CTL_SPAWN_KERNEL) != 0);
         _exit(127);
     }
     execvpe(s->argv[0], s->argv, s->envp);
-fail:;
-    int e[2] = {stage, errno};
-    corral_write_all(status_fd, e, sizeof(e));
-    _exit(127);
+    child_failed(status_fd, 2);
 }
 
 /* A new terminal of the sandbox's devpts: tty[0] its master, tty[1] its slave. */
@@ -171,56 +173,53 @@ static int open_pty(int tty[2], const struct winsize *size)
     return -1;
 }
 
-static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+static void spawn_req_free(struct spawn_req *s)
 {
-    struct spawn_req s = {0};
-    s.flags = ctl_get_u32(r);
-    ctl_get_str(r, s.cwd, sizeof(s.cwd));
-    s.argv = get_strv(r);
-    s.envp = get_strv(r);
-    if (s.flags & CTL_SPAWN_PTY) {
-        uint32_t rows = ctl_get_u32(r), cols = ctl_get_u32(r);
-        s.size.ws_row = (unsigned short)(rows ? rows : 24);
-        s.size.ws_col = (unsigned short)(cols ? cols : 80);
-        if (rows > 65535 || cols > 65535)
-            r->bad = true;
-    }
-    if (!ctl_reader_done(r) || !s.argv || !s.argv[0] ||
-        ((s.flags & CTL_SPAWN_PTY) && (s.flags & (CTL_SPAWN_STDIN | CTL_SPAWN_KERNEL)))) {
-        reply_err(rep, seq, EINVAL, "malformed spawn request");
-        goto out;
-    }
-    if ((s.flags & CTL_SPAWN_PRISTINE) && !agent_pristine) {
+    corral_strv_free(s->argv);
+    corral_strv_free(s->envp);
+}
+
+/* 0 when s can be started (a kernel without a pre-warmed interpreter gets
+ * the argv that runs it), else -1 with the error reply in rep. */
+static int spawn_check(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
+{
+    if ((s->flags & CTL_SPAWN_PRISTINE) && !agent_pristine) {
         reply_err(rep, seq, ENOTSUP, "this sandbox has no pre-warmed interpreter to fork");
-        goto out;
+        return -1;
     }
-    if ((s.flags & CTL_SPAWN_PRISTINE) && !(s.flags & CTL_SPAWN_KERNEL) && !s.argv[1]) {
+    if ((s->flags & CTL_SPAWN_PRISTINE) && !(s->flags & CTL_SPAWN_KERNEL) && !s->argv[1]) {
         reply_err(rep, seq, EINVAL, "a script needs its code");
-        goto out;
+        return -1;
     }
-    if ((s.flags & CTL_SPAWN_KERNEL) && !(s.flags & CTL_SPAWN_PRISTINE)) {
+    if ((s->flags & CTL_SPAWN_KERNEL) && !(s->flags & CTL_SPAWN_PRISTINE)) {
         char **kargv = calloc(4, sizeof(char *));
-        if (!kargv || !(kargv[0] = strdup(s.argv[0])) || !(kargv[1] = strdup("-c")) ||
+        if (!kargv || !(kargv[0] = strdup(s->argv[0])) || !(kargv[1] = strdup("-c")) ||
             !(kargv[2] = strdup(corral_kernel_py))) {
             corral_strv_free(kargv);
             reply_err(rep, seq, ENOMEM, "out of memory starting the kernel");
-            goto out;
+            return -1;
         }
-        corral_strv_free(s.argv);
-        s.argv = kargv;
+        corral_strv_free(s->argv);
+        s->argv = kargv;
     }
     if (n_children >= MAX_CHILDREN) {
         reply_err(rep, seq, EAGAIN, "too many processes started in this sandbox");
-        goto out;
+        return -1;
     }
+    return 0;
+}
+
+/* Forks and execs s with its pipes (or terminal); the reply in rep. */
+static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
+{
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, sock[2] = {-1, -1};
     int st[2] = {-1, -1}, tty[2] = {-1, -1}; /* the terminal's master and slave */
     bool ok = pipe2(st, O_CLOEXEC) == 0 &&
-              ((s.flags & CTL_SPAWN_PTY)
-                   ? open_pty(tty, &s.size) == 0
+              ((s->flags & CTL_SPAWN_PTY)
+                   ? open_pty(tty, &s->size) == 0
                    : pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
-                         (!(s.flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
-              (!(s.flags & CTL_SPAWN_SOCKET) ||
+                         (!(s->flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
+              (!(s->flags & CTL_SPAWN_SOCKET) ||
                socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0);
     int e = errno;
     pid_t pid = ok ? fork() : -1;
@@ -230,7 +229,7 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
         if (tty[1] >= 0)
             fds[0] = fds[1] = fds[2] = tty[1];
         close(st[0]);
-        child_exec(&s, fds, st[1]);
+        child_exec(s, fds, st[1]);
     }
     if (pid < 0 && ok)
         e = errno;
@@ -243,12 +242,12 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
         waitpid(pid, NULL, 0); /* it exits 127 at once: no EXITED for it */
         e = stage_errno[1];
         if (stage_errno[0] == 1)
-            reply_err(rep, seq, e, "cannot enter directory %s: %s", s.cwd, strerror(e));
+            reply_err(rep, seq, e, "cannot enter directory %s: %s", s->cwd, strerror(e));
         else
-            reply_err(rep, seq, e, "cannot execute %s: %s", s.argv[0], strerror(e));
+            reply_err(rep, seq, e, "cannot execute %s: %s", s->argv[0], strerror(e));
         pid = -2;
     } else if (pid < 0) {
-        reply_err(rep, seq, e, "cannot start %s: %s", s.argv[0], strerror(e));
+        reply_err(rep, seq, e, "cannot start %s: %s", s->argv[0], strerror(e));
     }
     if (st[0] >= 0)
         close(st[0]);
@@ -272,9 +271,29 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
             if (ours[i] >= 0)
                 close(ours[i]);
     }
-out:
-    corral_strv_free(s.argv);
-    corral_strv_free(s.envp);
+}
+
+static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    __attribute__((cleanup(spawn_req_free))) struct spawn_req s = {0};
+    s.flags = ctl_get_u32(r);
+    ctl_get_str(r, s.cwd, sizeof(s.cwd));
+    s.argv = get_strv(r);
+    s.envp = get_strv(r);
+    if (s.flags & CTL_SPAWN_PTY) {
+        uint32_t rows = ctl_get_u32(r), cols = ctl_get_u32(r);
+        s.size.ws_row = (unsigned short)(rows ? rows : 24);
+        s.size.ws_col = (unsigned short)(cols ? cols : 80);
+        if (rows > 65535 || cols > 65535)
+            r->bad = true;
+    }
+    if (!ctl_reader_done(r) || !s.argv || !s.argv[0] ||
+        ((s.flags & CTL_SPAWN_PTY) && (s.flags & (CTL_SPAWN_STDIN | CTL_SPAWN_KERNEL)))) {
+        reply_err(rep, seq, EINVAL, "malformed spawn request");
+        return;
+    }
+    if (spawn_check(&s, seq, rep) == 0)
+        spawn_start(&s, seq, rep);
 }
 
 static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)

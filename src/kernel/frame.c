@@ -69,24 +69,16 @@ static int parse_result(struct kframe *f, struct corral_error *err)
     return 0;
 }
 
-int kframe_parse(const char *body, size_t len, struct kframe *f, struct corral_error *err)
+/* The members of f->root by its type into f. */
+static int parse_typed(struct kframe *f, struct corral_error *err)
 {
-    memset(f, 0, sizeof(*f));
-    json_error_t jerr;
-    f->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!f->root)
-        return corral_fail(err, EBADMSG, "malformed frame from the kernel: %s", jerr.text);
     int r = 0;
     const char *type = get_string(f->root, "type", NULL);
-    if (!json_is_object(f->root) || !type) {
-        r = bad(err, "no type");
-        goto out;
-    }
+    if (!json_is_object(f->root) || !type)
+        return bad(err, "no type");
     json_t *id = json_object_get(f->root, "id");
-    if (id && !json_is_integer(id)) {
-        r = bad(err, "an id that is not an integer");
-        goto out;
-    }
+    if (id && !json_is_integer(id))
+        return bad(err, "an id that is not an integer");
     f->id = id ? json_integer_value(id) : -1;
     if (!strcmp(type, "ready")) {
         f->type = KFRAME_READY;
@@ -128,7 +120,17 @@ int kframe_parse(const char *body, size_t len, struct kframe *f, struct corral_e
     } else {
         r = bad(err, "an unknown type");
     }
-out:
+    return r;
+}
+
+int kframe_parse(const char *body, size_t len, struct kframe *f, struct corral_error *err)
+{
+    memset(f, 0, sizeof(*f));
+    json_error_t jerr;
+    f->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!f->root)
+        return corral_fail(err, EBADMSG, "malformed frame from the kernel: %s", jerr.text);
+    int r = parse_typed(f, err);
     if (r < 0)
         kframe_clear(f);
     return r;

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/cleanup.h"
 #include "base/util.h"
 
 struct zygote {
@@ -180,42 +181,18 @@ static int wait_hello(struct zygote *z, uint64_t timeout_ms, struct corral_error
     return 0;
 }
 
-int zygote_start(const struct zygote_options *o, struct zygote **out, struct corral_error *err)
+CORRAL_CLEANUP_FUNC(struct zygote, zygote_stop)
+
+/* Starts the zygote's process, its socket ZYGOTE_SOCK_FD, into z->pid and
+ * z->sock. */
+static int zygote_exec(struct zygote *z, const char *exe, const char *preload,
+                       const char *state_dir, char **env, struct corral_error *err)
 {
-    char exe[4096];
-    int r;
-    if (o->exe)
-        snprintf(exe, sizeof(exe), "%s", o->exe);
-    else if ((r = zygote_exe(exe, sizeof(exe), err)) < 0)
-        return r;
-    size_t plen = 1;
-    for (size_t i = 0; i < o->n_preload; i++)
-        plen += strlen(o->preload[i]) + 1;
-    char *preload = calloc(1, plen);
-    struct zygote *z = calloc(1, sizeof(*z));
-    char **env = zygote_env();
-    if (!preload || !z || !env) {
-        free(preload);
-        free(z);
-        corral_strv_free(env);
-        return corral_fail(err, ENOMEM, "out of memory starting a zygote");
-    }
-    for (size_t i = 0; i < o->n_preload; i++) {
-        if (i)
-            strcat(preload, ",");
-        strcat(preload, o->preload[i]);
-    }
-    pthread_mutex_init(&z->lock, NULL);
-    snprintf(z->name, sizeof(z->name), "%s", o->name ? o->name : "default");
-    z->sock = -1;
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        r = corral_fail_errno(err, "cannot create the zygote's socket");
-        goto fail;
-    }
-    const char *state_dir = o->state_dir ? o->state_dir : JAIL_DEFAULT_STATE_DIR;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return corral_fail_errno(err, "cannot create the zygote's socket");
     char *argv[] = {"corral-zygote", "--name",      z->name,           "--preload",
-                    preload,         "--state-dir", (char *)state_dir, NULL};
+                    (char *)preload, "--state-dir", (char *)state_dir, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
@@ -247,41 +224,61 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
     if (e) {
         errno = e;
         z->pid = 0;
-        r = corral_fail_errno(err, "cannot start the zygote %s", exe);
-        goto fail;
+        return corral_fail_errno(err, "cannot start the zygote %s", exe);
     }
-    if ((r = wait_hello(z, o->start_timeout_ms ? o->start_timeout_ms : 120000, err)) < 0)
-        goto fail;
-    free(preload);
-    corral_strv_free(env);
-    *out = z;
     return 0;
-fail:
-    free(preload);
-    corral_strv_free(env);
-    zygote_stop(z);
-    return r;
+}
+
+int zygote_start(const struct zygote_options *o, struct zygote **out, struct corral_error *err)
+{
+    char exe[4096];
+    int r;
+    if (o->exe)
+        snprintf(exe, sizeof(exe), "%s", o->exe);
+    else if ((r = zygote_exe(exe, sizeof(exe), err)) < 0)
+        return r;
+    size_t plen = 1;
+    for (size_t i = 0; i < o->n_preload; i++)
+        plen += strlen(o->preload[i]) + 1;
+    cleanup_with(zygote_stop) struct zygote *z = calloc(1, sizeof(*z));
+    if (!z)
+        return corral_fail(err, ENOMEM, "out of memory starting a zygote");
+    z->sock = -1;
+    pthread_mutex_init(&z->lock, NULL);
+    snprintf(z->name, sizeof(z->name), "%s", o->name ? o->name : "default");
+    cleanup_free char *preload = calloc(1, plen);
+    cleanup_strv char **env = zygote_env();
+    if (!preload || !env)
+        return corral_fail(err, ENOMEM, "out of memory starting a zygote");
+    for (size_t i = 0; i < o->n_preload; i++) {
+        if (i)
+            strcat(preload, ",");
+        strcat(preload, o->preload[i]);
+    }
+    const char *state_dir = o->state_dir ? o->state_dir : JAIL_DEFAULT_STATE_DIR;
+    if ((r = zygote_exec(z, exe, preload, state_dir, env, err)) < 0 ||
+        (r = wait_hello(z, o->start_timeout_ms ? o->start_timeout_ms : 120000, err)) < 0)
+        return r;
+    *out = steal_pointer(&z);
+    return 0;
 }
 
 int zygote_spawn(void *ctx, const struct jail_clone_params *p, int ctl_fd, int ev_fd, int stdin_fd,
                  pid_t *pid, int *pidfd, struct corral_error *err)
 {
     struct zygote *z = ctx;
-    struct zygote_request *req = calloc(1, sizeof(*req));
-    struct zygote_reply *rep = calloc(1, sizeof(*rep));
+    cleanup_free struct zygote_request *req = calloc(1, sizeof(*req));
+    cleanup_free struct zygote_reply *rep = calloc(1, sizeof(*rep));
     int r;
-    if (!req || !rep) {
-        r = corral_fail(err, ENOMEM, "out of memory");
-        goto out;
-    }
+    if (!req || !rep)
+        return corral_fail(err, ENOMEM, "out of memory");
     req->magic = ZYGOTE_MAGIC;
     req->params = *p;
     int fds[3] = {ctl_fd, ev_fd, stdin_fd};
     pthread_mutex_lock(&z->lock);
     if (z->dead) {
         pthread_mutex_unlock(&z->lock);
-        r = corral_fail(err, ECHILD, "the zygote of template '%s' is gone", z->name);
-        goto out;
+        return corral_fail(err, ECHILD, "the zygote of template '%s' is gone", z->name);
     }
     r = zygote_send(z->sock, req, sizeof(*req), fds, 3);
     int got = -1;
@@ -290,30 +287,19 @@ int zygote_spawn(void *ctx, const struct jail_clone_params *p, int ctl_fd, int e
     if (r < 0)
         z->dead = true;
     pthread_mutex_unlock(&z->lock);
-    if (r < 0) {
-        r = corral_fail(err, ECHILD, "the zygote of template '%s' is gone: %s", z->name,
-                        strerrordesc_np(-r));
-        goto out;
-    }
+    if (r < 0)
+        return corral_fail(err, ECHILD, "the zygote of template '%s' is gone: %s", z->name,
+                           strerrordesc_np(-r));
     rep->text[sizeof(rep->text) - 1] = '\0';
-    if (rep->code != 0) {
+    if (rep->code != 0 || got != 1 || rep->pid <= 0) {
         if (got > 0)
             close(*pidfd);
-        r = corral_fail(err, rep->code > 0 ? rep->code : EIO, "%s", rep->text);
-        goto out;
-    }
-    if (got != 1 || rep->pid <= 0) {
-        if (got > 0)
-            close(*pidfd);
-        r = corral_fail(err, EPROTO, "the zygote of template '%s' sent no pidfd", z->name);
-        goto out;
+        return rep->code != 0
+                   ? corral_fail(err, rep->code > 0 ? rep->code : EIO, "%s", rep->text)
+                   : corral_fail(err, EPROTO, "the zygote of template '%s' sent no pidfd", z->name);
     }
     *pid = rep->pid;
-    r = 0;
-out:
-    free(req);
-    free(rep);
-    return r;
+    return 0;
 }
 
 bool zygote_alive(struct zygote *z)
