@@ -348,13 +348,15 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
         return r;
 
     cleanup_with(jail_destroy) struct jail *j = calloc(1, sizeof(*j));
-    cleanup_free struct jail_clone_params *p = calloc(1, sizeof(*p));
-    if (!j || !p)
+    if (!j)
         return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
-    j->ctl_fd = j->ev_fd = j->pidfd = -1;
+    j->ctl_fd = j->ev_fd = j->pidfd = -1; /* before anything can fail: jail_destroy closes them */
     j->slot.fd = -1;
     j->disk.loop_fd = -1;
     j->forced = JAIL_EXITED;
+    cleanup_free struct jail_clone_params *p = calloc(1, sizeof(*p));
+    if (!p)
+        return corral_fail(err, ENOMEM, "out of memory creating a sandbox");
     snprintf(j->state_dir, sizeof(j->state_dir), "%s",
              cfg->state_dir ? cfg->state_dir : JAIL_DEFAULT_STATE_DIR);
     if ((r = jail_claim(j, cfg, cgenv, err)) < 0)

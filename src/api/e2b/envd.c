@@ -804,9 +804,11 @@ static struct http_response *process_words(json_t *cmd, json_t *args, json_t *en
     size_t nargs = args ? json_array_size(args) : 0;
     cleanup_strv char **argv = calloc(nargs + 2, sizeof(char *));
     cleanup_strv char **env = calloc((envs ? json_object_size(envs) : 0) + 1, sizeof(char *));
-    json_t *clean_args = json_array(), *clean_envs = json_object();
-    if (json_object_set_new(config, "args", clean_args) < 0 ||
-        json_object_set_new(config, "envs", clean_envs) < 0 || !argv || !env ||
+    json_t *clean_args = json_array();
+    if (json_object_set_new(config, "args", clean_args) < 0) /* NULL: nothing set */
+        return out_of_memory();
+    json_t *clean_envs = json_object();
+    if (json_object_set_new(config, "envs", clean_envs) < 0 || !argv || !env ||
         !(argv[0] = strdup(json_string_value(cmd))))
         return out_of_memory();
     for (size_t i = 0; i < nargs; i++) {
