@@ -10,6 +10,7 @@
  */
 #include "api/openai.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -94,15 +95,28 @@ static struct http_response *invalid(int status, const char *code, const char *f
     return oa_error(status, "invalid_request_error", code, "%s", msg);
 }
 
-struct http_response *openai_too_large(void *ctx, size_t max_body)
+/* r with the headers every answer of the gateway has. */
+static struct http_response *with_request_id(struct http_response *r)
 {
-    struct http_response *r =
-        invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body);
     char id[REQUEST_ID_MAX];
     corral_new_id(id, sizeof(id), "req_", 32);
     http_add_header(r, "x-request-id", id);
     http_add_header(r, "openai-version", OPENAI_VERSION);
     return r;
+}
+
+struct http_response *openai_too_large(void *ctx, size_t max_body)
+{
+    return with_request_id(
+        invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body));
+}
+
+struct http_response *openai_refusal(void *ctx, int status, const char *message)
+{
+    const char *code = status == 408 ? "request_timeout" : status == 503 ? "server_busy" : NULL;
+    return with_request_id(oa_error(status,
+                                    status >= 500 ? "server_error" : "invalid_request_error", code,
+                                    "%c%s.", toupper((unsigned char)*message), message + 1));
 }
 
 /* The gateway's answer as an HTTP response; its request id replaces *rid. */

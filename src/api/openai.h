@@ -41,6 +41,8 @@ int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err
 struct http_response *openai_handle(const struct http_request *req, void *ctx);
 /* http_server_options.too_large: 413 in OpenAI's error shape. */
 struct http_response *openai_too_large(void *ctx, size_t max_body);
+/* The http_server's own refusals (408, 503...) in OpenAI's error shape. */
+struct http_response *openai_refusal(void *ctx, int status, const char *message);
 /* Waits for the calls still streaming (stop the listener first: their
  * clients are then gone and the calls cancelled), and frees oa. */
 void openai_free(struct openai *oa);

@@ -67,6 +67,18 @@ static void serve_usage(FILE *out)
           "                      X-API-Key (E2B) or OPEN-SANDBOX-API-KEY (OpenSandbox);\n"
           "                      also $CORRAL_API_KEYS, comma-separated\n"
           "  --max-body SIZE     largest request body (default 10m; beyond: 413)\n"
+          "  --head-timeout DURATION  a request's head must come whole within this of\n"
+          "                      its first byte (default 10s; then 408)\n"
+          "  --body-min-rate SIZE  a body must come at least this fast, bytes a second,\n"
+          "                      after a grace of --head-timeout (default 1k; then 408)\n"
+          "  --idle-timeout DURATION  a kept-alive connection waits this long for its\n"
+          "                      next request (default 60s; then it closes)\n"
+          "  --write-timeout DURATION  each write of an answer must make progress\n"
+          "                      within this (default 30s; then the connection closes)\n"
+          "  --max-connections N   open connections of each listener (default 4096;\n"
+          "                      beyond: 503 and closed)\n"
+          "  --max-connections-per-client N  open connections of one client address\n"
+          "                      to each listener (default 256; beyond: 503 and closed)\n"
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
           "                      else /etc/corral/corral.yaml if present)\n"
@@ -87,6 +99,12 @@ enum {
     OPT_UPSTREAM,
     OPT_GW_DATA,
     OPT_MAX_BODY,
+    OPT_HEAD_TIMEOUT,
+    OPT_BODY_MIN_RATE,
+    OPT_IDLE_TIMEOUT,
+    OPT_WRITE_TIMEOUT,
+    OPT_MAX_CONNECTIONS,
+    OPT_MAX_PER_CLIENT,
     OPT_CONFIG,
     OPT_STATE,
     OPT_DISK_DIR
@@ -216,8 +234,37 @@ struct serve_opts {
     const char *keys[MAX_KEYS + 1];
     size_t n_keys;
     uint64_t max_body;
+    struct http_server_limits limits;
     const char *config, *state_dir, *disk_dir;
 };
+
+/* A duration option in milliseconds, at least 100 ms and under 24 days
+ * (what poll takes): 0, or CLI_USAGE, said. */
+static int set_duration_ms(unsigned *out, const char *option, const char *text)
+{
+    uint64_t ms;
+    struct corral_error err = {0};
+    if (corral_parse_duration(text, &ms, &err) < 0 || ms < 100 || ms > INT32_MAX) {
+        fprintf(stderr, "corral serve: %s: %s\n", option,
+                err.code ? err.message : "from 100ms to 24 days");
+        return CLI_USAGE;
+    }
+    *out = (unsigned)ms;
+    return 0;
+}
+
+/* A count option from 1 to a million: 0, or CLI_USAGE, said. */
+static int set_count(unsigned *out, const char *option, const char *text)
+{
+    uint64_t n;
+    struct corral_error err;
+    if (corral_parse_uint(text, 1, 1000000, &n, &err) < 0) {
+        fprintf(stderr, "corral serve: %s: %s\n", option, err.message);
+        return CLI_USAGE;
+    }
+    *out = (unsigned)n;
+    return 0;
+}
 
 /* Sets a from HOST:PORT or off, the value of `option`; CLI_USAGE, said, when
  * it is neither, else 0. */
@@ -281,6 +328,27 @@ static int serve_option(int c, struct serve_opts *o)
             return CLI_USAGE;
         }
         return 0;
+    case OPT_HEAD_TIMEOUT:
+        return set_duration_ms(&o->limits.head_timeout_ms, "--head-timeout", optarg);
+    case OPT_IDLE_TIMEOUT:
+        return set_duration_ms(&o->limits.idle_timeout_ms, "--idle-timeout", optarg);
+    case OPT_WRITE_TIMEOUT:
+        return set_duration_ms(&o->limits.write_timeout_ms, "--write-timeout", optarg);
+    case OPT_BODY_MIN_RATE: {
+        uint64_t rate;
+        err.code = 0;
+        if (corral_parse_size(optarg, &rate, &err) < 0 || !rate || rate > (1ull << 30)) {
+            fprintf(stderr, "corral serve: --body-min-rate: %s\n",
+                    err.code ? err.message : "from 1 byte to 1g a second");
+            return CLI_USAGE;
+        }
+        o->limits.body_min_rate = (size_t)rate;
+        return 0;
+    }
+    case OPT_MAX_CONNECTIONS:
+        return set_count(&o->limits.max_connections, "--max-connections", optarg);
+    case OPT_MAX_PER_CLIENT:
+        return set_count(&o->limits.max_per_client, "--max-connections-per-client", optarg);
     case OPT_CONFIG:
         o->config = optarg;
         return 0;
@@ -308,6 +376,12 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"gateway-data-dir", required_argument, NULL, OPT_GW_DATA},
         {"api-key", required_argument, NULL, OPT_KEY},
         {"max-body", required_argument, NULL, OPT_MAX_BODY},
+        {"head-timeout", required_argument, NULL, OPT_HEAD_TIMEOUT},
+        {"body-min-rate", required_argument, NULL, OPT_BODY_MIN_RATE},
+        {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+        {"write-timeout", required_argument, NULL, OPT_WRITE_TIMEOUT},
+        {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
+        {"max-connections-per-client", required_argument, NULL, OPT_MAX_PER_CLIENT},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
@@ -443,18 +517,23 @@ static int start_servers(const struct serve_opts *o, struct servers *s)
     struct http_server_options ho = {.host = o->e2b.host,
                                      .port = o->e2b.port,
                                      .max_body = o->max_body,
+                                     .limits = o->limits,
                                      .handler = e2b_handle,
                                      .ctx = s->api};
     struct http_server_options oho = {.host = o->osb.host,
                                       .port = o->osb.port,
                                       .max_body = o->max_body,
+                                      .limits = o->limits,
                                       .handler = osb_handle,
+                                      .refusal = osb_refusal,
                                       .ctx = s->osb};
     struct http_server_options gho = {.host = o->gw.host,
                                       .port = o->gw.port,
                                       .max_body = o->max_body,
+                                      .limits = o->limits,
                                       .handler = openai_handle,
                                       .too_large = openai_too_large,
+                                      .refusal = openai_refusal,
                                       .ctx = s->oa};
     if ((o->e2b.on && http_server_start(&ho, &s->srv, &err) < 0) ||
         (o->osb.on && http_server_start(&oho, &s->osb_srv, &err) < 0)) {

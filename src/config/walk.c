@@ -168,7 +168,7 @@ int walk_text_list(const struct walk *w, const yaml_node_t *n, const char *what,
     for (size_t i = 0; i < count; i++) {
         char entry[128];
         snprintf(entry, sizeof(entry), "an entry of %s", what);
-        const char *text;
+        const char *text = NULL;
         if ((r = walk_scalar(w, walk_list_item(w, n, i), entry, &text)) < 0)
             return r;
         if (!(list[i] = strdup(text)))

@@ -102,13 +102,40 @@ void http_stream_discard(struct http_stream *s);
 
 typedef struct http_response *(*http_handler)(const struct http_request *req, void *ctx);
 
+/* What a server holds a client to; 0 in any field means its default. */
+struct http_server_limits {
+    /* From a request's first byte (a connection's first request: from the
+     * connection) to the end of its head: 10 s. Then 408, and the
+     * connection closes. */
+    unsigned head_timeout_ms;
+    /* A body arrives at least this fast (bytes a second), after a grace of
+     * head_timeout_ms from the end of the head: 1 KiB/s. Then 408. */
+    size_t body_min_rate;
+    /* A kept-alive connection waiting for its next request: 60 s, then it
+     * closes (no answer). */
+    unsigned idle_timeout_ms;
+    /* Each write of an answer makes progress within this: 30 s, else the
+     * connection closes (a client that never reads). */
+    unsigned write_timeout_ms;
+    /* Open connections, all clients together: 4096. More are answered 503
+     * and closed at once. */
+    unsigned max_connections;
+    /* Open connections from one client address: 256. Then 503. */
+    unsigned max_per_client;
+};
+
 struct http_server_options {
     const char *host; /* IPv4 literal; NULL = 127.0.0.1 */
     uint16_t port;    /* 0 = any free port */
     size_t max_body;  /* 0 = 10 MiB */
+    struct http_server_limits limits;
     http_handler handler;
-    /* The answer to a body beyond max_body; NULL = http_error(413, ...). */
+    /* The answer to a body beyond max_body; NULL = refusal(413, ...). */
     struct http_response *(*too_large)(void *ctx, size_t max_body);
+    /* The protocol's answer to what the server refuses itself (a malformed
+     * request 400, 408, 431, 501, 503, 505), with a message that says why;
+     * NULL = http_error(status, message). */
+    struct http_response *(*refusal)(void *ctx, int status, const char *message);
     void *ctx;
 };
 
@@ -117,6 +144,8 @@ struct http_server;
 int http_server_start(const struct http_server_options *o, struct http_server **out,
                       struct corral_error *err);
 uint16_t http_server_port(const struct http_server *s);
+/* The connections s holds open now. */
+unsigned http_server_connections(struct http_server *s);
 /* Stops accepting and waits up to wait_ms for the requests being served
  * to finish their answers (each connection then closes); whether they
  * did. http_server_stop() must still follow. */

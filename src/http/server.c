@@ -9,6 +9,15 @@
  * spares leave. epoll wakes the thread that went idle last, so a handful of
  * warm threads serve any number of keep-alive connections, where a thread
  * per connection would wake a cold thread for every request.
+ *
+ * Every connection that waits in epoll has a deadline (http.h's
+ * http_server_limits: its head, its body's rate, idle keep-alive); a timer
+ * in the same epoll set sweeps them twice a second and shuts the reading
+ * side of each one past it, so that the thread that next reads it answers
+ * 408 (or just closes an idle one). Nothing but that thread frees a
+ * connection. Writes wait for progress at most write_timeout_ms. The
+ * connections are capped in total and per client address; a body's buffer
+ * grows as its bytes arrive.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -24,6 +33,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +52,15 @@
 #define IDLE_EXIT_MS     5000
 #define MAX_THREADS      4096
 #define STACK_SIZE       (512u << 10)
+#define SWEEP_MS         500
+#define READ_STEP        (64u << 10) /* a body's buffer grows by at most this a read */
+
+#define DEFAULT_HEAD_TIMEOUT_MS  10000
+#define DEFAULT_BODY_MIN_RATE    1024
+#define DEFAULT_IDLE_TIMEOUT_MS  60000
+#define DEFAULT_WRITE_TIMEOUT_MS 30000
+#define DEFAULT_MAX_CONNECTIONS  4096
+#define DEFAULT_MAX_PER_CLIENT   256
 
 enum framing { BODY_NONE, BODY_LENGTH, BODY_CHUNKED };
 
@@ -52,8 +71,16 @@ struct hdr {
 struct conn {
     struct http_server *srv;
     int fd;
+    uint32_t peer; /* the client's IPv4 address */
     struct conn *prev, *next;
-    bool busy; /* a thread serves it (srv->lock) */
+    bool busy;            /* a thread serves it (srv->lock) */
+    bool expired;         /* past its deadline: its reading side is shut (srv->lock) */
+    uint64_t deadline_ms; /* while it waits in epoll (srv->lock) */
+    uint64_t opened_ms;   /* accepted */
+    uint64_t started_ms;  /* the current request's first byte; 0: none yet */
+    uint64_t body_ms;     /* the end of the current request's head */
+    size_t body_got;      /* bytes read since */
+    unsigned served;      /* requests answered */
 
     char *in; /* bytes read and not yet consumed; in[len] is writable */
     size_t len, cap;
@@ -75,17 +102,20 @@ struct conn {
 };
 
 struct http_server {
-    int lfd, epfd, efd;
+    int lfd, epfd, efd, tfd;
     uint16_t port;
     size_t max_body;
+    struct http_server_limits limits; /* defaults filled in */
     http_handler handler;
     struct http_response *(*too_large)(void *ctx, size_t max_body);
+    struct http_response *(*refusal)(void *ctx, int status, const char *message);
     void *ctx;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     unsigned threads, idle;
     bool stopping;
     struct conn *conns; /* every open connection */
+    unsigned n_conns;
 };
 
 /* ---- requests ---- */
@@ -215,7 +245,50 @@ static void split_target(struct conn *c, char *target)
 }
 
 /* Parses the head in[0, head_len) in place; 0, or the status to answer. */
-static int parse_head(struct conn *c)
+/* The body's framing from Content-Length and Transfer-Encoding: 0, or 400
+ * for what could be read two ways (RFC 9112, section 6.3): Content-Length
+ * values that differ, a Transfer-Encoding other than exactly "chunked"
+ * (and more than one), both at once. */
+static int body_framing(struct conn *c)
+{
+    const char *te = NULL, *cl = NULL;
+    size_t n_te = 0;
+    for (size_t i = 0; i < c->n_hdrs; i++) {
+        const char *name = c->in + c->hdrs[i].name, *value = c->in + c->hdrs[i].value;
+        if (!strcasecmp(name, "Transfer-Encoding")) {
+            te = value;
+            n_te++;
+        } else if (!strcasecmp(name, "Content-Length")) {
+            if (cl && strcmp(cl, value))
+                return 400;
+            cl = value;
+        }
+    }
+    c->dec = c->raw = c->head_len;
+    if (te && (n_te > 1 || strcasecmp(te, "chunked") || cl))
+        return 400;
+    if (te) {
+        c->framing = BODY_CHUNKED;
+        c->chunks = (struct http_chunks){0};
+    } else if (cl) {
+        char *e;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &e, 10);
+        if (!isdigit((unsigned char)*cl) || *e || errno)
+            return 400;
+        c->framing = v ? BODY_LENGTH : BODY_NONE;
+        c->length = (size_t)v;
+        if (v > c->srv->max_body)
+            c->too_large = true;
+    } else {
+        c->framing = BODY_NONE;
+    }
+    return 0;
+}
+
+/* The head of the request in c: 0, or the status that refuses it with
+ * *why saying why. */
+static int parse_head(struct conn *c, const char **why)
 {
     char *p = c->in, *end = c->in + c->head_len;
     char *lines[MAX_HEADERS + 2];
@@ -228,8 +301,10 @@ static int parse_head(struct conn *c)
         if (nl > p && nl[-1] == '\r')
             nl[-1] = '\0';
         if (*p) {
-            if (n == MAX_HEADERS + 1)
+            if (n == MAX_HEADERS + 1) {
+                *why = "the request's headers are too large";
                 return 431;
+            }
             lines[n++] = p;
         } else if (n) {
             break; /* the empty line */
@@ -252,8 +327,12 @@ static int parse_head(struct conn *c)
         c->http10 = false;
     else if (!strcmp(version, "HTTP/1.0"))
         c->http10 = true;
-    else
-        return strncmp(version, "HTTP/", 5) ? 400 : 505;
+    else if (strncmp(version, "HTTP/", 5))
+        return 400;
+    else {
+        *why = "unsupported HTTP version";
+        return 505;
+    }
     c->method = (uint32_t)(method - c->in);
     c->n_hdrs = 0;
     for (size_t i = 1; i < n; i++) {
@@ -270,32 +349,15 @@ static int parse_head(struct conn *c)
     const char *conn = find_header(c, "Connection");
     c->keep_alive =
         c->http10 ? conn && has_token(conn, "keep-alive") : !(conn && has_token(conn, "close"));
-    const char *te = find_header(c, "Transfer-Encoding");
-    const char *cl = find_header(c, "Content-Length");
-    c->dec = c->raw = c->head_len;
-    if (te) {
-        if (!has_token(te, "chunked"))
-            return 501;
-        c->framing = BODY_CHUNKED;
-        c->chunks = (struct http_chunks){0};
-        c->keep_alive = c->keep_alive && !cl; /* both: a smuggling attempt, answered then closed */
-    } else if (cl) {
-        char *e;
-        errno = 0;
-        unsigned long long v = strtoull(cl, &e, 10);
-        if (!isdigit((unsigned char)*cl) || *e || errno)
-            return 400;
-        c->framing = v ? BODY_LENGTH : BODY_NONE;
-        c->length = (size_t)v;
-        if (v > c->srv->max_body)
-            c->too_large = true;
-    } else {
-        c->framing = BODY_NONE;
+    if (body_framing(c)) {
+        *why = "the request's body framing is ambiguous or unsupported: send one "
+               "Content-Length, or Transfer-Encoding: chunked alone";
+        return 400;
     }
     return 0;
 }
 
-static int send_all(int fd, const char *buf, size_t len);
+static int send_all(struct conn *c, const char *buf, size_t len);
 
 /* Decodes the chunked body in place as far as it has come: 1 when it is
  * complete (c->end set), 0 for more, -1 when it is malformed. */
@@ -391,6 +453,20 @@ static size_t find_head_end(const struct conn *c)
 
 static void answer_error(struct conn *c, int status, const char *msg);
 
+/* 408 for a request whose head or body came too slowly. */
+static void answer_late(struct conn *c)
+{
+    const struct http_server_limits *l = &c->srv->limits;
+    char msg[160];
+    if (c->head_len)
+        snprintf(msg, sizeof(msg), "the request's body came slower than %zu bytes a second",
+                 l->body_min_rate);
+    else
+        snprintf(msg, sizeof(msg), "the request's head did not come whole within %u ms",
+                 l->head_timeout_ms);
+    answer_error(c, 408, msg);
+}
+
 /* Reads until a whole request is there: 1, 0 when the socket has no more
  * for now (the connection waits in epoll), -1 when it must close (an
  * error was answered, or the client left). */
@@ -409,13 +485,12 @@ static int read_request(struct conn *c)
             size_t h = find_head_end(c);
             if (h) {
                 c->head_len = h;
-                int status = parse_head(c);
+                c->body_ms = corral_now_ms();
+                c->body_got = c->len - h;
+                const char *why = "malformed request";
+                int status = parse_head(c, &why);
                 if (status) {
-                    answer_error(c, status,
-                                 status == 431   ? "the request's headers are too large"
-                                 : status == 501 ? "unsupported transfer encoding"
-                                 : status == 505 ? "unsupported HTTP version"
-                                                 : "malformed request");
+                    answer_error(c, status, why);
                     return -1;
                 }
             } else if (c->len >= HEAD_MAX) {
@@ -434,28 +509,39 @@ static int read_request(struct conn *c)
             const char *expect = find_header(c, "Expect");
             if (!c->continue_sent && !c->http10 && expect && !strcasecmp(expect, "100-continue")) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                if (send_all(c->fd, cont, sizeof(cont) - 1) < 0)
+                if (send_all(c, cont, sizeof(cont) - 1) < 0)
                     return -1;
                 c->continue_sent = true;
             }
             if (c->framing == BODY_CHUNKED)
                 compact(c);
         }
+        /* The buffer grows as the body arrives, never ahead of it. */
         size_t want = 16384;
         if (c->head_len && c->framing == BODY_LENGTH && !c->too_large &&
-            c->head_len + c->length > c->len)
+            c->head_len + c->length > c->len) {
             want = c->head_len + c->length - c->len;
+            if (want > READ_STEP)
+                want = READ_STEP;
+        }
         if (reserve(c, want) < 0) {
             answer_error(c, 503, "out of memory");
             return -1;
         }
         ssize_t n = recv(c->fd, c->in + c->len, c->cap - c->len - 1, 0);
         if (n > 0) {
+            if (!c->len && !c->head_len)
+                c->started_ms = corral_now_ms();
             c->len += (size_t)n;
+            if (c->head_len)
+                c->body_got += (size_t)n;
             continue;
         }
-        if (n == 0)
+        if (n == 0) {
+            if (c->expired && (c->len || c->head_len))
+                answer_late(c);
             return -1;
+        }
         if (errno == EINTR)
             continue;
         return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
@@ -464,12 +550,17 @@ static int read_request(struct conn *c)
 
 /* ---- writing a response ---- */
 
-/* Waits until fd can take more, or the client is gone. */
-static int wait_writable(int fd)
+/* Waits until fd can take more: 0, or -1 when the client is gone or took
+ * nothing for timeout_ms. */
+static int wait_writable(int fd, unsigned timeout_ms)
 {
     struct pollfd p = {.fd = fd, .events = POLLOUT};
+    uint64_t until = corral_now_ms() + timeout_ms;
     for (;;) {
-        int n = poll(&p, 1, -1);
+        uint64_t now = corral_now_ms();
+        if (now >= until)
+            return -1;
+        int n = poll(&p, 1, (int)(until - now));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL)))
@@ -479,15 +570,16 @@ static int wait_writable(int fd)
     }
 }
 
-static int send_iov(int fd, struct iovec *iov, int n)
+static int send_iov(struct conn *c, struct iovec *iov, int n)
 {
     while (n) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable(fd) == 0)
+            if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
+                wait_writable(c->fd, c->srv->limits.write_timeout_ms) == 0)
                 continue;
             return -1;
         }
@@ -505,10 +597,10 @@ static int send_iov(int fd, struct iovec *iov, int n)
     return 0;
 }
 
-static int send_all(int fd, const char *buf, size_t len)
+static int send_all(struct conn *c, const char *buf, size_t len)
 {
     struct iovec iov = {(void *)buf, len};
-    return send_iov(fd, &iov, 1);
+    return send_iov(c, &iov, 1);
 }
 
 static const char *reason(int status)
@@ -630,13 +722,19 @@ static int emit_chunk(void *u, const char *buf, size_t len)
     char size[24];
     int n = snprintf(size, sizeof(size), "%zx\r\n", len);
     struct iovec iov[3] = {{size, (size_t)n}, {(void *)buf, len}, {"\r\n", 2}};
-    return send_iov(c->fd, iov, 3);
+    return send_iov(c, iov, 3);
 }
 
 static int emit_raw(void *u, const char *buf, size_t len)
 {
     struct conn *c = u;
-    return send_all(c->fd, buf, len);
+    return send_all(c, buf, len);
+}
+
+/* The protocol's answer to what the server refuses itself. */
+static struct http_response *refusal(struct http_server *srv, int status, const char *msg)
+{
+    return srv->refusal ? srv->refusal(srv->ctx, status, msg) : http_error(status, "%s", msg);
 }
 
 /* Sends resp (and frees it); whether the connection may serve another
@@ -663,11 +761,11 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         bool chunked = !c->http10 && !head_only;
         keep = keep && chunked;
         head = response_head(resp, NULL, chunked, !keep, &hlen);
-        if (head && send_all(c->fd, head, hlen) == 0) {
+        if (head && send_all(c, head, hlen) == 0) {
             if (head_only) {
                 ok = true;
             } else if (http_stream_pump(s, c->fd, chunked ? emit_chunk : emit_raw, c) == 0) {
-                ok = !chunked || send_all(c->fd, "0\r\n\r\n", 5) == 0;
+                ok = !chunked || send_all(c, "0\r\n\r\n", 5) == 0;
             }
         }
         http_stream_reader_done(s);
@@ -678,7 +776,7 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         head = response_head(resp, bodiless ? NULL : length, false, !keep, &hlen);
         if (head) {
             struct iovec iov[2] = {{head, hlen}, {resp->body, resp->len}};
-            ok = send_iov(c->fd, iov, bodiless || head_only || !resp->len ? 1 : 2) == 0;
+            ok = send_iov(c, iov, bodiless || head_only || !resp->len ? 1 : 2) == 0;
         }
     }
     free(head);
@@ -690,7 +788,7 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
 static void answer_error(struct conn *c, int status, const char *msg)
 {
     c->keep_alive = false;
-    send_response(c, http_error(status, "%s", msg), false);
+    send_response(c, refusal(c->srv, status, msg), false);
 }
 
 /* ---- connections ---- */
@@ -711,6 +809,7 @@ static void close_conn(struct conn *c)
         srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    srv->n_conns--;
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
@@ -728,6 +827,9 @@ static void next_request(struct conn *c)
     c->head_len = c->end = 0;
     c->continue_sent = c->too_large = false;
     c->n_hdrs = c->n_args = 0;
+    c->started_ms = c->len ? corral_now_ms() : 0; /* pipelined: the next one has begun */
+    c->body_got = 0;
+    c->served++;
 }
 
 /* Runs the handler for the complete request in c, and answers. */
@@ -736,9 +838,9 @@ static bool answer(struct conn *c)
     struct http_server *srv = c->srv;
     struct http_response *resp;
     if (c->too_large) {
-        resp = srv->too_large
-                   ? srv->too_large(srv->ctx, srv->max_body)
-                   : http_error(413, "the request body is larger than %zu bytes", srv->max_body);
+        char msg[80];
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", srv->max_body);
+        resp = srv->too_large ? srv->too_large(srv->ctx, srv->max_body) : refusal(srv, 413, msg);
     } else {
         size_t body_len = c->dec - c->head_len;
         char *body = c->in + c->head_len;
@@ -757,6 +859,36 @@ static bool answer(struct conn *c)
     return send_response(c, resp, !strcmp(c->in + c->method, "HEAD"));
 }
 
+/* When c, about to wait in epoll, has waited too long. */
+static uint64_t deadline_of(const struct conn *c)
+{
+    const struct http_server_limits *l = &c->srv->limits;
+    if (c->head_len) /* its body: a grace, then the minimum rate */
+        return c->body_ms + l->head_timeout_ms + (uint64_t)c->body_got * 1000 / l->body_min_rate;
+    if (c->len || !c->served) /* a head under way, or the first request's */
+        return (c->started_ms ? c->started_ms : c->opened_ms) + l->head_timeout_ms;
+    return corral_now_ms() + l->idle_timeout_ms;
+}
+
+/* Shuts the reading side of every waiting connection past its deadline:
+ * the thread that reads it next answers or closes it. */
+static void sweep(struct http_server *srv)
+{
+    uint64_t ticks;
+    if (read(srv->tfd, &ticks, sizeof(ticks)) < 0) { /* EAGAIN: another thread read it */
+    }
+    uint64_t now = corral_now_ms();
+    pthread_mutex_lock(&srv->lock);
+    for (struct conn *c = srv->conns; c; c = c->next)
+        if (!c->busy && !c->expired && c->deadline_ms <= now) {
+            c->expired = true;
+            shutdown(c->fd, SHUT_RD);
+        }
+    pthread_mutex_unlock(&srv->lock);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = &srv->tfd};
+    epoll_ctl(srv->epfd, EPOLL_CTL_MOD, srv->tfd, &ev);
+}
+
 static void serve(struct conn *c)
 {
     struct http_server *srv = c->srv;
@@ -768,6 +900,7 @@ static void serve(struct conn *c)
         }
         if (r == 0) {
             pthread_mutex_lock(&srv->lock);
+            c->deadline_ms = deadline_of(c);
             c->busy = false;
             pthread_mutex_unlock(&srv->lock);
             rearm(srv, c->fd, c);
@@ -781,10 +914,45 @@ static void serve(struct conn *c)
     }
 }
 
+/* Why a new connection from peer cannot be had (a message for its 503),
+ * or NULL (under srv->lock). */
+static const char *over_limit(struct http_server *srv, uint32_t peer, char *msg, size_t len)
+{
+    const struct http_server_limits *l = &srv->limits;
+    if (srv->n_conns >= l->max_connections) {
+        snprintf(msg, len, "the server holds its most connections (%u); try again later",
+                 l->max_connections);
+        return msg;
+    }
+    unsigned same = 0;
+    for (struct conn *c = srv->conns; c && same < l->max_per_client; c = c->next)
+        same += c->peer == peer;
+    if (same < l->max_per_client)
+        return NULL;
+    snprintf(msg, len, "this client address holds its most connections (%u); close some",
+             l->max_per_client);
+    return msg;
+}
+
+/* Answers a connection that is not taken 503, at once, and closes it. */
+static void refuse_connection(struct http_server *srv, int fd, const char *msg)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    if (c) {
+        c->srv = srv;
+        c->fd = fd;
+        send_response(c, refusal(srv, 503, msg), false);
+        free(c);
+    }
+    close(fd);
+}
+
 static void accept_all(struct http_server *srv)
 {
     for (;;) {
-        int fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_in peer = {0};
+        socklen_t plen = sizeof(peer);
+        int fd = accept4(srv->lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
@@ -801,12 +969,25 @@ static void accept_all(struct http_server *srv)
         }
         c->srv = srv;
         c->fd = fd;
+        c->peer = peer.sin_addr.s_addr;
+        c->opened_ms = corral_now_ms();
+        c->deadline_ms = c->opened_ms + srv->limits.head_timeout_ms;
+        char msg[128];
         pthread_mutex_lock(&srv->lock);
-        c->next = srv->conns;
-        if (c->next)
-            c->next->prev = c;
-        srv->conns = c;
+        const char *refused = over_limit(srv, c->peer, msg, sizeof(msg));
+        if (!refused) {
+            c->next = srv->conns;
+            if (c->next)
+                c->next->prev = c;
+            srv->conns = c;
+            srv->n_conns++;
+        }
         pthread_mutex_unlock(&srv->lock);
+        if (refused) {
+            free(c);
+            refuse_connection(srv, fd, refused);
+            continue;
+        }
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
         if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
             close_conn(c);
@@ -842,7 +1023,8 @@ static void *pool_thread(void *arg)
             srv->threads++;
             srv->idle++;
         }
-        struct conn *c = ev.data.ptr == &srv->lfd ? NULL : ev.data.ptr;
+        bool timer = ev.data.ptr == &srv->tfd;
+        struct conn *c = ev.data.ptr == &srv->lfd || timer ? NULL : ev.data.ptr;
         if (c)
             c->busy = true;
         pthread_mutex_unlock(&srv->lock);
@@ -854,6 +1036,8 @@ static void *pool_thread(void *arg)
         }
         if (c)
             serve(c);
+        else if (timer)
+            sweep(srv);
         else
             accept_all(srv);
         pthread_mutex_lock(&srv->lock);
@@ -875,9 +1059,23 @@ static void server_free(struct http_server *s)
         close(s->epfd);
     if (s->efd >= 0)
         close(s->efd);
+    if (s->tfd >= 0)
+        close(s->tfd);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+static struct http_server_limits limits_or_defaults(const struct http_server_limits *o)
+{
+    struct http_server_limits l = *o;
+    l.head_timeout_ms = l.head_timeout_ms ? l.head_timeout_ms : DEFAULT_HEAD_TIMEOUT_MS;
+    l.body_min_rate = l.body_min_rate ? l.body_min_rate : DEFAULT_BODY_MIN_RATE;
+    l.idle_timeout_ms = l.idle_timeout_ms ? l.idle_timeout_ms : DEFAULT_IDLE_TIMEOUT_MS;
+    l.write_timeout_ms = l.write_timeout_ms ? l.write_timeout_ms : DEFAULT_WRITE_TIMEOUT_MS;
+    l.max_connections = l.max_connections ? l.max_connections : DEFAULT_MAX_CONNECTIONS;
+    l.max_per_client = l.max_per_client ? l.max_per_client : DEFAULT_MAX_PER_CLIENT;
+    return l;
 }
 
 int http_server_start(const struct http_server_options *o, struct http_server **out,
@@ -890,12 +1088,14 @@ int http_server_start(const struct http_server_options *o, struct http_server **
     struct http_server *s = calloc(1, sizeof(*s));
     if (!s)
         return corral_fail(err, ENOMEM, "out of memory");
-    s->lfd = s->epfd = s->efd = -1;
+    s->lfd = s->epfd = s->efd = s->tfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+    s->limits = limits_or_defaults(&o->limits);
     s->handler = o->handler;
     s->too_large = o->too_large;
+    s->refusal = o->refusal;
     s->ctx = o->ctx;
     int one = 1;
     s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -911,10 +1111,16 @@ int http_server_start(const struct http_server_options *o, struct http_server **
     s->port = ntohs(addr.sin_port);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    struct itimerspec every = {.it_interval = {0, SWEEP_MS * 1000000L},
+                               .it_value = {0, SWEEP_MS * 1000000L}};
     struct epoll_event lev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = &s->lfd};
     struct epoll_event eev = {.events = EPOLLIN, .data.ptr = &s->efd};
-    if (s->epfd < 0 || s->efd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &lev) < 0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &eev) < 0) {
+    struct epoll_event tev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = &s->tfd};
+    if (s->epfd < 0 || s->efd < 0 || s->tfd < 0 || timerfd_settime(s->tfd, 0, &every, NULL) < 0 ||
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &lev) < 0 ||
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &eev) < 0 ||
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &tev) < 0) {
         int e = errno;
         server_free(s);
         errno = e;
@@ -945,6 +1151,14 @@ int http_server_start(const struct http_server_options *o, struct http_server **
 uint16_t http_server_port(const struct http_server *s)
 {
     return s->port;
+}
+
+unsigned http_server_connections(struct http_server *s)
+{
+    pthread_mutex_lock(&s->lock);
+    unsigned n = s->n_conns;
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 bool http_server_drain(struct http_server *s, unsigned wait_ms)

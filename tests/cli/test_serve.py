@@ -316,3 +316,80 @@ def test_stopping_the_server_kills_its_sandboxes():
     sid = create(s)["sandboxID"]
     assert execute(s, sid, "1")[0] == 200
     s.stop()  # the autouse fixture then finds nothing left behind
+
+
+def answer_of(port, first_bytes, source="127.0.0.1"):
+    """What a listener answers a client that sends first_bytes and then
+    nothing: (status, JSON body), read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30,
+                                  source_address=(source, 0)) as s:
+        s.sendall(first_bytes)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), data
+    assert b"Connection: close" in head, head
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_slow_clients_get_408_in_each_protocols_shape():
+    e2b, osb, gw = free_port(), free_port(), free_port()
+    s = Server("--opensandbox-listen", f"127.0.0.1:{osb}", "--gateway-listen",
+               f"127.0.0.1:{gw}", "--head-timeout", "200ms", "--body-min-rate", "10")
+    try:
+        half_head = b"GET /health HTTP/1.1\r\nHost: x\r\n"
+        assert answer_of(s.port, half_head) == (408, {
+            "code": 408, "message": "the request's head did not come whole within 200 ms"})
+        assert answer_of(osb, half_head) == (408, {
+            "code": "SANDBOX::REQUEST_TIMEOUT",
+            "message": "the request's head did not come whole within 200 ms"})
+        status, body = answer_of(gw, b"POST /v1/responses HTTP/1.1\r\nContent-Length: 99\r\n\r\n{")
+        assert status == 408
+        assert body["error"]["code"] == "request_timeout"
+        assert body["error"]["type"] == "invalid_request_error"
+        assert body["error"]["message"] == "The request's body came slower than 10 bytes a second."
+        # the server still serves
+        assert s.request("GET", "/health")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_connections_over_the_caps_get_503():
+    s = Server("--max-connections-per-client", "2", "--max-connections", "3")
+    held = []
+    try:
+        for _ in range(2):  # two kept-alive connections, each answered: both held
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+            c.request("GET", "/health")
+            assert c.getresponse().read() is not None
+            held.append(c)
+        assert answer_of(s.port, b"") == (503, {
+            "code": 503,
+            "message": "this client address holds its most connections (2); close some"})
+        other = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30,
+                                           source_address=("127.0.0.2", 0))
+        other.request("GET", "/health")
+        assert other.getresponse().status == 200
+        held.append(other)
+        assert answer_of(s.port, b"", source="127.0.0.3") == (503, {
+            "code": 503,
+            "message": "the server holds its most connections (3); try again later"})
+    finally:
+        for c in held:
+            c.close()
+        s.stop()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--head-timeout", "5ms", "--head-timeout: from 100ms to 24 days"),
+    ("--idle-timeout", "soon", "--idle-timeout: invalid duration 'soon'"),
+    ("--write-timeout", "0", "--write-timeout: from 100ms to 24 days"),
+    ("--body-min-rate", "0", "--body-min-rate: from 1 byte to 1g a second"),
+    ("--max-connections", "0", "--max-connections: invalid number '0'"),
+    ("--max-connections-per-client", "x", "--max-connections-per-client: invalid number 'x'"),
+])
+def test_bad_connection_limits_are_refused(option, value, message):
+    p = subprocess.run([CORRAL, "serve", option, value], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2 and message in p.stderr, p.stderr

@@ -19,7 +19,8 @@
 
 #include "http/http.h"
 
-#define MAX_BODY 1000
+#define MAX_BODY  1000
+#define HUGE_BODY (64u << 20)
 
 static int in_handler, most_in_handler;
 static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -71,6 +72,11 @@ static struct http_response *handler(const struct http_request *r, void *ctx)
     }
     if (!strcmp(r->path, "/empty"))
         return http_empty(204);
+    if (!strcmp(r->path, "/huge")) { /* more than any socket buffers hold */
+        char *body = malloc(HUGE_BODY);
+        memset(body, 'h', HUGE_BODY);
+        return http_body(200, "application/octet-stream", body, HUGE_BODY);
+    }
     const char *a = http_query(r, "a"), *x = http_header(r, "x-thing");
     struct http_response *resp =
         http_json(200, json_pack("{s:s, s:s, s:s?, s:s?, s:s%}", "method", r->method, "path",
@@ -79,24 +85,51 @@ static struct http_response *handler(const struct http_request *r, void *ctx)
     return resp;
 }
 
-static struct http_server *start(void)
+static struct http_server *start_with(const struct http_server_limits *limits)
 {
     struct http_server *srv;
     struct corral_error err = {0};
     struct http_server_options o = {.max_body = MAX_BODY, .handler = handler};
+    if (limits)
+        o.limits = *limits;
     assert_int_equal(http_server_start(&o, &srv, &err), 0);
     return srv;
 }
 
-static int dial(struct http_server *srv)
+static struct http_server *start(void)
+{
+    return start_with(NULL);
+}
+
+/* A connection to srv from 127.0.0.<from> (1: the usual loopback). */
+static int dial_from(struct http_server *srv, int from)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in self = {.sin_family = AF_INET};
+    self.sin_addr.s_addr = htonl(INADDR_LOOPBACK - 1 + (uint32_t)from);
+    assert_int_equal(bind(fd, (struct sockaddr *)&self, sizeof(self)), 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(http_server_port(srv))};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     struct timeval tv = {10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     return fd;
+}
+
+static int dial(struct http_server *srv)
+{
+    return dial_from(srv, 1);
+}
+
+/* Waits (at most 20 s) until srv holds n connections; whether it did. */
+static bool holds(struct http_server *srv, unsigned n)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (http_server_connections(srv) == n)
+            return true;
+        usleep(10 * 1000);
+    }
+    return false;
 }
 
 static void put(int fd, const char *text)
@@ -258,9 +291,16 @@ static void test_bad_requests_get_an_error(void **state)
         "POST / HTTP/1.1\r\nContent-Length: 12x\r\n\r\n",
         "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         "POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        /* framing that could be read two ways (RFC 9112, 6.3) */
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        "POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     };
     const char *want[] = {"400 Bad Request", "505 HTTP Version", "400 Bad Request",
-                          "400 Bad Request", "400 Bad Request",  "501 Not Implemented"};
+                          "400 Bad Request", "400 Bad Request",  "400 Bad Request",
+                          "400 Bad Request", "400 Bad Request",  "400 Bad Request",
+                          "400 Bad Request"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int fd = dial(srv);
         put(fd, bad[i]);
@@ -270,6 +310,13 @@ static void test_bad_requests_get_an_error(void **state)
         free(r);
         close(fd);
     }
+    /* the same Content-Length twice is one length */
+    int same = dial(srv);
+    put(same, "POST /twice HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok");
+    char *twice = read_one(same);
+    assert_non_null(strstr(twice, "\"body\":\"ok\""));
+    free(twice);
+    close(same);
     /* headers beyond 64 KiB */
     int fd = dial(srv);
     put(fd, "GET / HTTP/1.1\r\n");
@@ -319,6 +366,104 @@ static void test_bodies_beyond_the_limit_get_413_and_the_connection_lives(void *
     free(r);
     free(big);
     close(fd);
+    http_server_stop(srv);
+}
+
+/* The head, the body and the idle wait each have a deadline: a slow head
+ * or body gets 408, an idle connection closes; none waits for ever. */
+static void test_slow_heads_slow_bodies_and_idle_connections_are_closed(void **state)
+{
+    struct http_server_limits l = {
+        .head_timeout_ms = 300, .body_min_rate = 100, .idle_timeout_ms = 300};
+    struct http_server *srv = start_with(&l);
+    int head = dial(srv), body = dial(srv), idle = dial(srv), silent = dial(srv);
+    put(head, "GET / HTTP/1.1\r\nX-Thing: ");
+    put(body, "POST / HTTP/1.1\r\nContent-Length: 900\r\n\r\nonly this");
+    put(idle, "GET /first HTTP/1.1\r\n\r\n");
+    char *r = read_one(idle);
+    assert_non_null(strstr(r, "\"path\":\"/first\""));
+    free(r);
+    r = read_all(head); /* read_all ends at the server's close (or after 10 s) */
+    assert_non_null(strstr(r, "408 Request Timeout"));
+    assert_non_null(strstr(r, "the request's head did not come whole within 300 ms"));
+    free(r);
+    r = read_all(body);
+    assert_non_null(strstr(r, "408 Request Timeout"));
+    assert_non_null(strstr(r, "the request's body came slower than 100 bytes a second"));
+    free(r);
+    char c;
+    assert_int_equal(recv(idle, &c, 1, 0), 0); /* closed, with nothing to say */
+    assert_int_equal(recv(silent, &c, 1, 0), 0);
+    assert_true(holds(srv, 0));
+    close(head);
+    close(body);
+    close(idle);
+    close(silent);
+    http_server_stop(srv);
+}
+
+/* A client that asks for more than the socket buffers hold and never reads
+ * is let go once a write has made no progress for write_timeout_ms. */
+static void test_a_client_that_never_reads_is_let_go(void **state)
+{
+    struct http_server_limits l = {.write_timeout_ms = 1000};
+    struct http_server *srv = start_with(&l);
+    int fd = dial(srv);
+    put(fd, "GET /huge HTTP/1.1\r\n\r\n");
+    assert_true(holds(srv, 1)); /* taken, */
+    assert_true(holds(srv, 0)); /* then let go without our reading a byte */
+    size_t got = 0;
+    char buf[65536];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        got += (size_t)n;
+    assert_int_equal(n, 0); /* the server's end, not our timeout */
+    assert_true(got < HUGE_BODY);
+    close(fd);
+    http_server_stop(srv);
+}
+
+/* Connections are capped per client address and in total; one over a cap
+ * gets 503 saying which, and the others are served. */
+static void test_connections_are_capped_per_client_and_in_total(void **state)
+{
+    struct http_server_limits l = {.max_connections = 3, .max_per_client = 2};
+    struct http_server *srv = start_with(&l);
+    int a1 = dial_from(srv, 1), a2 = dial_from(srv, 1);
+    int fds[2] = {a1, a2};
+    for (int i = 0; i < 2; i++) { /* each one served: both are held */
+        put(fds[i], "GET /held HTTP/1.1\r\n\r\n");
+        char *r = read_one(fds[i]);
+        assert_non_null(strstr(r, "200 OK"));
+        free(r);
+    }
+    int a3 = dial_from(srv, 1);
+    char *r = read_all(a3);
+    assert_non_null(strstr(r, "503 Service Unavailable"));
+    assert_non_null(strstr(r, "this client address holds its most connections (2)"));
+    free(r);
+    close(a3);
+    int b1 = dial_from(srv, 2); /* another address: the third connection */
+    put(b1, "GET /other HTTP/1.1\r\n\r\n");
+    r = read_one(b1);
+    assert_non_null(strstr(r, "\"path\":\"/other\""));
+    free(r);
+    int c1 = dial_from(srv, 3);
+    r = read_all(c1);
+    assert_non_null(strstr(r, "503 Service Unavailable"));
+    assert_non_null(strstr(r, "the server holds its most connections (3)"));
+    free(r);
+    close(c1);
+    close(a1); /* room again */
+    assert_true(holds(srv, 2));
+    int a4 = dial_from(srv, 1);
+    put(a4, "GET /again HTTP/1.1\r\n\r\n");
+    r = read_one(a4);
+    assert_non_null(strstr(r, "\"path\":\"/again\""));
+    free(r);
+    close(a2);
+    close(a4);
+    close(b1);
     http_server_stop(srv);
 }
 
@@ -438,6 +583,9 @@ int main(void)
         cmocka_unit_test(test_http10_closes_unless_kept),
         cmocka_unit_test(test_bad_requests_get_an_error),
         cmocka_unit_test(test_bodies_beyond_the_limit_get_413_and_the_connection_lives),
+        cmocka_unit_test(test_slow_heads_slow_bodies_and_idle_connections_are_closed),
+        cmocka_unit_test(test_a_client_that_never_reads_is_let_go),
+        cmocka_unit_test(test_connections_are_capped_per_client_and_in_total),
         cmocka_unit_test(test_streams_are_chunked_and_a_leaving_client_is_noticed),
         cmocka_unit_test(test_blocking_handlers_run_side_by_side),
         cmocka_unit_test(test_stopping_with_open_connections_and_a_stream),

@@ -1062,6 +1062,15 @@ static struct http_response *route(struct osb *o, const struct http_request *req
     return execd_error(404, "NOT_FOUND", "no %s %s in the OpenSandbox API", m, req->path);
 }
 
+struct http_response *osb_refusal(void *ctx, int status, const char *message)
+{
+    const char *code = status == 408   ? "SANDBOX::REQUEST_TIMEOUT"
+                       : status == 413 ? "SANDBOX::REQUEST_TOO_LARGE"
+                       : status == 503 ? "SANDBOX::UNAVAILABLE"
+                                       : "SANDBOX::INVALID_PARAMETER";
+    return execd_error(status, code, "%s", message);
+}
+
 struct http_response *osb_handle(const struct http_request *req, void *ctx)
 {
     struct osb *o = ctx;

@@ -38,6 +38,9 @@ struct osb;
 int osb_new(const struct osb_options *o, struct osb **out, struct corral_error *err);
 /* The http_handler of the OpenSandbox surface (ctx is the struct osb). */
 struct http_response *osb_handle(const struct http_request *req, void *ctx);
+/* The http_server's own refusals (408, 413, 503...) in OpenSandbox's error
+ * shape: {"code": "SANDBOX::...", "message"}. */
+struct http_response *osb_refusal(void *ctx, int status, const char *message);
 /* Kills every sandbox created through it. */
 void osb_kill_all(struct osb *o);
 /* Kills and releases every sandbox created through it. */
