@@ -65,7 +65,8 @@ static void serve_usage(FILE *out)
           "                      (default gateway.data_dir, else " DEFAULT_GATEWAY_DATA ")\n"
           "  --api-key KEY       accept only this key (repeatable; default: any key), as\n"
           "                      X-API-Key (E2B) or OPEN-SANDBOX-API-KEY (OpenSandbox);\n"
-          "                      also $CORRAL_API_KEYS, comma-separated\n"
+          "                      also $CORRAL_API_KEYS, comma-separated. Beyond 127.0.0.1\n"
+          "                      the sandbox APIs need one\n"
           "  --max-body SIZE     largest request body (default 10m; beyond: 413)\n"
           "  --head-timeout DURATION  a request's head must come whole within this of\n"
           "                      its first byte (default 10s; then 408)\n"
@@ -422,6 +423,26 @@ static char *add_env_keys(struct serve_opts *o)
     return env_keys;
 }
 
+/* The sandbox APIs serve beyond loopback only with keys: 0, or CLI_USAGE,
+ * said. */
+static int check_api_keys(const struct serve_opts *o)
+{
+    const struct {
+        const struct listen_addr *a;
+        const char *name;
+    } apis[] = {{&o->e2b, "E2B's API"}, {&o->osb, "OpenSandbox's API"}};
+    for (size_t i = 0; i < 2 && !o->n_keys; i++)
+        if (apis[i].a->on && beyond_loopback(apis[i].a->host)) {
+            fprintf(stderr,
+                    "corral serve: %s would listen on %s:%u without API keys, open to anyone "
+                    "who reaches it; give --api-key KEY (or $CORRAL_API_KEYS), or listen on "
+                    "127.0.0.1\n",
+                    apis[i].name, apis[i].a->host, (unsigned)apis[i].a->port);
+            return CLI_USAGE;
+        }
+    return 0;
+}
+
 /* The gateway's address when the command line did not say (the file's
  * gateway.listen), and its master key: one is needed beyond loopback. 0, or
  * CLI_USAGE, said. */
@@ -622,6 +643,8 @@ int cli_serve(int argc, char **argv)
     if (rc >= 0)
         return rc;
     cleanup_free char *env_keys = add_env_keys(&o);
+    if ((rc = check_api_keys(&o)) != 0)
+        return rc;
     /* Sandboxes made for API clients get no network unless the operator's
      * configuration allows it (network.modes). */
     struct corral_egress_settings off_only = {.modes = 0};

@@ -393,3 +393,33 @@ def test_bad_connection_limits_are_refused(option, value, message):
     p = subprocess.run([CORRAL, "serve", option, value], capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("option, name", [("--listen", "E2B's API"),
+                                          ("--opensandbox-listen", "OpenSandbox's API")])
+def test_a_sandbox_api_beyond_loopback_needs_keys(option, name):
+    port = free_port()
+    args = ["--listen", "off", "--gateway-listen", "off", "--opensandbox-listen", "off",
+            option, f"0.0.0.0:{port}"]
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_API_KEYS"}
+    p = subprocess.run([CORRAL, "serve", *args], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert p.returncode == 2
+    assert p.stderr == (f"corral serve: {name} would listen on 0.0.0.0:{port} without API keys, "
+                        "open to anyone who reaches it; give --api-key KEY (or "
+                        "$CORRAL_API_KEYS), or listen on 127.0.0.1\n")
+    # with a key it serves, and asks for the key
+    proc = subprocess.Popen([CORRAL, "serve", *args], stderr=subprocess.PIPE, text=True,
+                            env={**env, "CORRAL_API_KEYS": KEY})
+    try:
+        line = proc.stderr.readline()
+        assert f"listening on http://0.0.0.0:{port}" in line and "API keys required" in line, line
+        path = "/v2/sandboxes" if option == "--listen" else "/v1/sandboxes"
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", path)
+        assert conn.getresponse().status == 401
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
