@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <sched.h>
 #include <signal.h>
@@ -71,16 +73,29 @@ static int blocked_syscalls_get_eperm(void)
         return 12;
     if (errno_of(syscall(SYS_ioctl, 0, TIOCSTI, "x")) != EPERM)
         return 13;
+    /* the query bit does not carry a forbidden flag through */
+    if (errno_of(syscall(SYS_personality, 0x80000000u | ADDR_NO_RANDOMIZE)) != EPERM)
+        return 14;
+    if (errno_of(syscall(SYS_personality, 0x80000000u)) != EPERM)
+        return 15;
+    char ldt[16];
+    if (errno_of(syscall(SYS_modify_ldt, 0, ldt, sizeof(ldt))) != EPERM)
+        return 16;
+    if (errno_of(syscall(SYS_vmsplice, -1, NULL, 0, 0)) != EPERM)
+        return 17;
     return 0;
 }
 
 static int ordinary_syscalls_work(void)
 {
-    /* personality queries and PER_LINUX stay allowed */
+    /* personality queries and the values Docker allows stay allowed */
     if (syscall(SYS_personality, 0xffffffff) < 0)
         return 1;
-    if (syscall(SYS_personality, PER_LINUX) < 0)
-        return 2;
+    static const unsigned long personas[] = {PER_LINUX32, UNAME26, PER_LINUX32 | UNAME26,
+                                             PER_LINUX};
+    for (size_t i = 0; i < sizeof(personas) / sizeof(personas[0]); i++)
+        if (syscall(SYS_personality, personas[i]) < 0)
+            return 2;
     /* fork (clone without namespace flags) works */
     pid_t pid = fork();
     if (pid < 0)
@@ -135,6 +150,57 @@ static int only_four_socket_families(void)
     return 0;
 }
 
+/* socket(family, type, protocol)'s errno, 0 when a socket came. */
+static int socket3_errno(long family, long type, long protocol)
+{
+    long fd = syscall(SYS_socket, family, type, protocol);
+    if (fd < 0)
+        return errno;
+    close((int)fd);
+    return 0;
+}
+
+static int only_plain_inet_and_route_netlink(void)
+{
+    /* what would load a module or reach the host: refused as a kernel
+     * without it would refuse it */
+    static const struct {
+        long family, type, protocol;
+        int want;
+    } refused[] = {
+        {AF_INET, SOCK_STREAM, IPPROTO_SCTP, EPROTONOSUPPORT},
+        {AF_INET6, SOCK_STREAM, IPPROTO_SCTP, EPROTONOSUPPORT},
+        {AF_INET, SOCK_SEQPACKET, 0, ESOCKTNOSUPPORT},
+        {AF_INET, 6 /* SOCK_DCCP */, 33 /* IPPROTO_DCCP */, ESOCKTNOSUPPORT},
+        {AF_INET, SOCK_DGRAM, 115 /* IPPROTO_L2TP */, EPROTONOSUPPORT},
+        {AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE, EPROTONOSUPPORT},
+        {AF_INET, SOCK_STREAM, 262 /* IPPROTO_MPTCP */, EPROTONOSUPPORT},
+        {AF_INET, SOCK_RAW, IPPROTO_ICMP, EPERM},
+        {AF_NETLINK, SOCK_RAW, NETLINK_KOBJECT_UEVENT, EPROTONOSUPPORT},
+        {AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_AUDIT, EPROTONOSUPPORT},
+        /* the kernel reads ints: bits above 32 change nothing */
+        {AF_INET, SOCK_STREAM, (1L << 32) | IPPROTO_SCTP, EPROTONOSUPPORT},
+        {(1L << 32) | AF_NETLINK, SOCK_RAW, NETLINK_KOBJECT_UEVENT, EPROTONOSUPPORT},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        if (socket3_errno(refused[i].family, refused[i].type, refused[i].protocol) !=
+            refused[i].want)
+            return 1 + (int)i;
+    /* what code uses */
+    if (socket3_errno(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) ||
+        socket3_errno(AF_INET, SOCK_STREAM, IPPROTO_TCP) ||
+        socket3_errno(AF_INET, SOCK_DGRAM, IPPROTO_UDP) ||
+        socket3_errno(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE))
+        return 30;
+    int e6 = socket3_errno(AF_INET6, SOCK_DGRAM, IPPROTO_UDP);
+    if (e6 && e6 != EAFNOSUPPORT)
+        return 31;
+    /* ping reaches the kernel, which decides by net.ipv4.ping_group_range */
+    if (socket3_errno(AF_INET, SOCK_DGRAM, IPPROTO_ICMP) == EPROTONOSUPPORT)
+        return 32;
+    return 0;
+}
+
 static void blocks_what_it_must(void **state)
 {
     assert_int_equal(filtered(blocked_syscalls_get_eperm), 0);
@@ -145,6 +211,11 @@ static void refuses_socket_families_but_four(void **state)
     assert_int_equal(filtered(only_four_socket_families), 0);
 }
 
+static void refuses_inet_and_netlink_protocols_but_the_plain_ones(void **state)
+{
+    assert_int_equal(filtered(only_plain_inet_and_route_netlink), 0);
+}
+
 static void lets_ordinary_code_through(void **state)
 {
     assert_int_equal(filtered(ordinary_syscalls_work), 0);
@@ -152,14 +223,31 @@ static void lets_ordinary_code_through(void **state)
 
 static void lists_the_required_syscalls(void **state)
 {
-    static const char *required[] = {"io_uring_setup",    "userfaultfd", "bpf",
-                                     "perf_event_open",   "keyctl",      "add_key",
-                                     "request_key",       "ptrace",      "process_vm_readv",
-                                     "process_vm_writev", "mount",       "umount2",
-                                     "pivot_root",        "unshare",     "setns",
-                                     "kexec_load",        "init_module", "finit_module",
-                                     "delete_module",     "reboot",      "swapon",
-                                     "open_by_handle_at", NULL};
+    static const char *required[] = {"io_uring_setup",
+                                     "userfaultfd",
+                                     "bpf",
+                                     "perf_event_open",
+                                     "keyctl",
+                                     "add_key",
+                                     "request_key",
+                                     "ptrace",
+                                     "process_vm_readv",
+                                     "process_vm_writev",
+                                     "mount",
+                                     "umount2",
+                                     "pivot_root",
+                                     "unshare",
+                                     "setns",
+                                     "kexec_load",
+                                     "init_module",
+                                     "finit_module",
+                                     "delete_module",
+                                     "reboot",
+                                     "swapon",
+                                     "open_by_handle_at",
+                                     "modify_ldt",
+                                     "vmsplice",
+                                     NULL};
     const char *const *blocked = jail_seccomp_blocked();
     for (const char **r = required; *r; r++) {
         bool found = false;
@@ -175,6 +263,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(blocks_what_it_must),
         cmocka_unit_test(refuses_socket_families_but_four),
+        cmocka_unit_test(refuses_inet_and_netlink_protocols_but_the_plain_ones),
         cmocka_unit_test(lets_ordinary_code_through),
         cmocka_unit_test(lists_the_required_syscalls),
     };
