@@ -157,8 +157,9 @@ static void plan_tmpfs(struct planner *pl, const char *dst_abs, const char *opti
 static const char *const system_dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
                                           "/lib32", "/lib64", "/libx32", NULL};
 
-/* Host files under /etc that libraries need; nothing secret (no shadow,
- * no machine-id, no ssh keys, no ssl private keys). */
+/* Host files under /etc that libraries need, and nothing else: none that
+ * holds secrets (shadow, machine-id, ssh and ssl private keys) or often
+ * does (gitconfig and environment carry tokens and proxy credentials). */
 static const char *const etc_entries[] = {"/etc/alternatives",
                                           "/etc/ld.so.cache",
                                           "/etc/ld.so.conf",
@@ -187,8 +188,6 @@ static const char *const etc_entries[] = {"/etc/alternatives",
                                           "/etc/rpc",
                                           "/etc/papersize",
                                           "/etc/mailcap",
-                                          "/etc/gitconfig",
-                                          "/etc/environment",
                                           NULL};
 
 static const char *const proc_masked_files[] = {

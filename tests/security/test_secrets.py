@@ -56,6 +56,33 @@ def test_etc_shadow():
     assert r.probe["sha256"] == host, r
 
 
+ETC_FILES = r'''
+emit(**{os.path.basename(p): try_read(p)[1] or "ok" for p in P["paths"]})
+'''
+
+
+def test_etc_files_that_often_hold_tokens_stay_out(tmp_path):
+    # /etc/gitconfig and /etc/environment often hold tokens and proxy
+    # credentials; the sandbox's /etc has only an explicit list of harmless
+    # files. Each is made on the host for the test when it is missing.
+    paths = ["/etc/gitconfig", "/etc/environment"]
+    made = [p for p in paths if not os.path.exists(p)]
+    for p in made:
+        with open(p, "w") as f:
+            f.write("# corral test\n")
+    try:
+        r = run(ETC_FILES, params={"paths": paths})
+        assert r.rc == 0, r
+        assert r.probe == {"gitconfig": "ENOENT", "environment": "ENOENT"}, r
+        # Proof: the host's /etc (rootfs) has them.
+        r = run(ETC_FILES, *disable("rootfs", "user"), params={"paths": paths})
+        assert r.rc == 0, r
+        assert r.probe == {"gitconfig": "ok", "environment": "ok"}, r
+    finally:
+        for p in made:
+            os.unlink(p)
+
+
 DAEMON_SECRETS = r'''
 import glob, hashlib, re
 want = P["sha256"]
