@@ -80,6 +80,8 @@ static void serve_usage(FILE *out)
           "                      beyond: 503 and closed)\n"
           "  --max-connections-per-client N  open connections of one client address\n"
           "                      to each listener (default 256; beyond: 503 and closed)\n"
+          "  --execute-timeout DURATION  the longest an E2B /execute runs before it is\n"
+          "                      interrupted with a TimeoutError (default 5m)\n"
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
           "                      else /etc/corral/corral.yaml if present)\n"
@@ -106,6 +108,7 @@ enum {
     OPT_WRITE_TIMEOUT,
     OPT_MAX_CONNECTIONS,
     OPT_MAX_PER_CLIENT,
+    OPT_EXECUTE_TIMEOUT,
     OPT_CONFIG,
     OPT_STATE,
     OPT_DISK_DIR
@@ -236,6 +239,7 @@ struct serve_opts {
     size_t n_keys;
     uint64_t max_body;
     struct http_server_limits limits;
+    unsigned execute_timeout_ms;
     const char *config, *state_dir, *disk_dir;
 };
 
@@ -346,6 +350,8 @@ static int serve_option(int c, struct serve_opts *o)
         o->limits.body_min_rate = (size_t)rate;
         return 0;
     }
+    case OPT_EXECUTE_TIMEOUT:
+        return set_duration_ms(&o->execute_timeout_ms, "--execute-timeout", optarg);
     case OPT_MAX_CONNECTIONS:
         return set_count(&o->limits.max_connections, "--max-connections", optarg);
     case OPT_MAX_PER_CLIENT:
@@ -383,6 +389,7 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"write-timeout", required_argument, NULL, OPT_WRITE_TIMEOUT},
         {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
         {"max-connections-per-client", required_argument, NULL, OPT_MAX_PER_CLIENT},
+        {"execute-timeout", required_argument, NULL, OPT_EXECUTE_TIMEOUT},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
@@ -509,7 +516,9 @@ static int start_apis(const struct serve_opts *o, const struct corral_config *cf
     struct corral_error err;
     for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
         s->names[i] = cfg->templates[i].name;
-    struct e2b_options eo = {.api_keys = o->keys, .state_dir = o->state_dir};
+    struct e2b_options eo = {.api_keys = o->keys,
+                             .state_dir = o->state_dir,
+                             .execute_timeout_ms = o->execute_timeout_ms};
     struct osb_options oo = {.api_keys = o->keys, .templates = s->names, .state_dir = o->state_dir};
     if ((o->e2b.on && e2b_new(&eo, &s->api, &err) < 0) ||
         (o->osb.on && osb_new(&oo, &s->osb, &err) < 0)) {

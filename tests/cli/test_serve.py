@@ -423,3 +423,22 @@ def test_a_sandbox_api_beyond_loopback_needs_keys(option, name):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+
+
+def test_an_execution_past_the_servers_limit_is_a_timeout_error():
+    s = Server("--execute-timeout", "1s")
+    try:
+        sid = create(s)["sandboxID"]
+        status, lines = execute(s, sid, "import time\nprint('start', flush=True)\ntime.sleep(600)")
+        assert status == 200
+        errors = [l for l in lines if l["type"] == "error"]
+        assert len(errors) == 1 and errors[0]["name"] == "TimeoutError", lines
+        assert errors[0]["value"] == ("the execution ran past the server's limit of 1000 ms "
+                                      "(corral serve --execute-timeout) and was interrupted")
+        assert lines[-1] == {"type": "end_of_execution"}
+        # the context lives on; code that ends in time is not touched
+        status, lines = execute(s, sid, "x = 6 * 7\nx")
+        assert [l["type"] for l in lines] == ["number_of_executions", "result", "end_of_execution"]
+        assert lines[1]["text"] == "42"
+    finally:
+        s.stop()

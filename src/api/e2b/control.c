@@ -41,6 +41,7 @@ struct e2b {
     unsigned starting_kernels; /* default_kernel_main threads running */
     char **api_keys;
     char *state_dir;
+    uint64_t execute_timeout_ms;
 };
 
 /* ---- small helpers ---- */
@@ -799,6 +800,8 @@ struct job {
     char *code;
     char **env;
     struct http_stream *s;
+    uint64_t timeout_ms;
+    uint64_t deadline_ms; /* set when it starts */
     bool errored;
     bool gone; /* the client left: cancels this execution (atomic) */
 };
@@ -893,6 +896,19 @@ static void on_error(void *u, const char *name, const char *value, const char *t
     struct job *j = u;
     if (j->errored)
         return; /* only the first error of an execution */
+    if (!strcmp(name, "KeyboardInterrupt") && corral_now_ms() >= j->deadline_ms &&
+        !__atomic_load_n(&j->gone, __ATOMIC_RELAXED)) {
+        /* the server's limit interrupted it: say so */
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "the execution ran past the server's limit of %llu ms (corral serve "
+                 "--execute-timeout) and was interrupted",
+                 (unsigned long long)j->timeout_ms);
+        j->errored = true;
+        job_line(j, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", "TimeoutError",
+                              "value", msg, "traceback", ""));
+        return;
+    }
     j->errored = true;
     job_line(j, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value", value,
                           "traceback", traceback));
@@ -913,6 +929,8 @@ static void job_produce(struct http_stream *s, void *arg)
                                                  .on_error = on_error,
                                                  .userdata = j};
     x.cancel = &j->gone;
+    x.timeout_ms = j->timeout_ms;
+    j->deadline_ms = corral_now_ms() + j->timeout_ms;
     struct corral_exec_outcome out;
     struct corral_error err;
     int r = corral_execute(j->sb, j->ctx, j->code, &x, &out, &err);
@@ -967,7 +985,8 @@ static struct http_response *context_not_found(const char *id)
     return http_text(404, "text/plain", msg);
 }
 
-static struct http_response *execute(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *execute(struct e2b *e, corral_sandbox *sb,
+                                     const struct http_request *req)
 {
     cleanup_json json_t *body = NULL;
     cleanup_strv char **env = NULL;
@@ -1007,6 +1026,7 @@ static struct http_response *execute(corral_sandbox *sb, const struct http_reque
     j->sb = sb;
     j->ctx = ctx;
     j->env = steal_pointer(&env);
+    j->timeout_ms = e->execute_timeout_ms;
     struct http_response *resp = http_stream(200, "application/x-ndjson", &job_ops, j);
     if (!resp)
         job_release(j);
@@ -1066,13 +1086,14 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
     return http_json(200, json_null());
 }
 
-static struct http_response *interpreter(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *interpreter(struct e2b *e, corral_sandbox *sb,
+                                         const struct http_request *req)
 {
     const char *p = req->path;
     if (!strcmp(p, "/health"))
         return http_json(200, json_string("OK"));
     if (!strcmp(p, "/execute") && !strcmp(req->method, "POST"))
-        return execute(sb, req);
+        return execute(e, sb, req);
     if (!strncmp(p, "/contexts", 9))
         return contexts(sb, req, p + 9);
     return http_error(404, "no %s %s in the code interpreter", req->method, p);
@@ -1124,7 +1145,7 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
                                         "The sandbox is paused: connect to it to resume it", "code",
                                         502));
     else if (port && !strcmp(port, PORT_INTERPRETER))
-        resp = interpreter(sb, req);
+        resp = interpreter(e, sb, req);
     else if (port && !strcmp(port, PORT_ENVD))
         resp = envd(sb, req);
     else
@@ -1165,6 +1186,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
+    e->execute_timeout_ms = o->execute_timeout_ms ? o->execute_timeout_ms : 300000;
     registry_init(&e->owned, owned_drop);
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->net_lock, NULL);

@@ -11,6 +11,7 @@
 #define CORRAL_API_E2B_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/error.h"
 #include "http/http.h"
@@ -18,6 +19,9 @@
 struct e2b_options {
     const char *const *api_keys; /* NULL-terminated; none = any key is accepted */
     const char *state_dir;
+    /* The longest an /execute runs (the client may give up sooner): past it
+     * the execution is interrupted and answers TimeoutError. 0 = 300 s. */
+    uint64_t execute_timeout_ms;
 };
 
 struct e2b;
