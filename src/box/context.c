@@ -506,6 +506,8 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
     switch (f->type) {
     case KFRAME_STREAM:
         deliver_stream(st, f);
+        /* past the cap the daemon no longer parses the output it drops */
+        ctx->reader.skip_streams = st->out->output_truncated;
         break;
     case KFRAME_RESULT:
         if (opts->callbacks.on_result)
@@ -562,6 +564,7 @@ static enum exec_end exec_run(corral_sandbox *sb, corral_context *ctx, struct ex
     uint64_t deadline = opts->timeout_ms ? corral_now_ms() + opts->timeout_ms : 0;
     size_t sent = 0;
     bool cancel_seen = false;
+    ctx->reader.skip_streams = false; /* this execution's output is read until its cap */
     uint64_t repeated_at = 0;
     for (;;) {
         uint64_t now = corral_now_ms();

@@ -193,6 +193,46 @@ static ssize_t read_some(struct kreader *r, int fd, void *buf, size_t len)
     return n;
 }
 
+/* The frame's first bytes while skip_streams decides whether it is an
+ * output frame to drop: 1 when decided (r->skipping, or r->body holding
+ * them), 0 for more, negative as kreader_next. */
+static int peek_frame(struct kreader *r, int fd, struct corral_error *err)
+{
+    size_t want = r->body_len < sizeof(r->peek) ? r->body_len : sizeof(r->peek);
+    while (r->body_got < want) {
+        ssize_t n = read_some(r, fd, r->peek + r->body_got, want - r->body_got);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+        if (n == 0)
+            return -EPIPE;
+        r->body_got += (size_t)n;
+    }
+    r->skipping = want == sizeof(STREAM_PREFIX) - 1 &&
+                  !memcmp(r->peek, STREAM_PREFIX, sizeof(STREAM_PREFIX) - 1);
+    if (!r->skipping) {
+        if (!(r->body = malloc(r->body_len)))
+            return corral_fail(err, ENOMEM, "out of memory for a kernel frame");
+        memcpy(r->body, r->peek, want);
+    }
+    return 1;
+}
+
+/* Reads past the rest of a dropped frame: 1 when it is all read. */
+static int skip_frame(struct kreader *r, int fd)
+{
+    char buf[65536];
+    while (r->body_got < r->body_len) {
+        size_t want = r->body_len - r->body_got;
+        ssize_t n = read_some(r, fd, buf, want < sizeof(buf) ? want : sizeof(buf));
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+        if (n == 0)
+            return -EPIPE;
+        r->body_got += (size_t)n;
+    }
+    return 1;
+}
+
 int kreader_next(struct kreader *r, int fd, struct kframe *f, struct corral_error *err)
 {
     while (r->hdr_got < 4) {
@@ -208,11 +248,27 @@ int kreader_next(struct kreader *r, int fd, struct kframe *f, struct corral_erro
             if (r->body_len > KFRAME_MAX || r->body_len == 0)
                 return corral_fail(err, EMSGSIZE, "the kernel sent a frame of %zu bytes",
                                    r->body_len);
-            r->body = malloc(r->body_len);
-            if (!r->body)
-                return corral_fail(err, ENOMEM, "out of memory for a kernel frame");
             r->body_got = 0;
+            r->skipping = false;
+            if (!r->skip_streams && !(r->body = malloc(r->body_len)))
+                return corral_fail(err, ENOMEM, "out of memory for a kernel frame");
         }
+    }
+    if (!r->body && !r->skipping) { /* skip_streams: its first bytes decide */
+        int p = peek_frame(r, fd, err);
+        if (p <= 0)
+            return p;
+    }
+    if (r->skipping) {
+        int s = skip_frame(r, fd);
+        if (s <= 0)
+            return s;
+        r->hdr_got = 0;
+        r->skipping = false;
+        memset(f, 0, sizeof(*f));
+        f->type = KFRAME_STREAM;
+        f->id = -1;
+        return 1;
     }
     while (r->body_got < r->body_len) {
         ssize_t n = read_some(r, fd, r->body + r->body_got, r->body_len - r->body_got);

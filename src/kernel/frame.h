@@ -55,10 +55,19 @@ struct kreader {
     bool accept_fds;
     int fds[KREADER_FDS];
     int n_fds;
+    /* Set by the reader's owner once an execution's output is past its cap:
+     * stream frames (as kernel.py writes them, starting STREAM_PREFIX) are
+     * then read past unparsed and unbuffered, and come back as a
+     * KFRAME_STREAM with no root, text or id (-1). */
+    bool skip_streams;
+    char peek[16]; /* a frame's first bytes, while skip_streams decides */
+    bool skipping; /* the frame being read is dropped */
 };
 void kreader_init(struct kreader *r);
 /* Frees the buffer and closes the descriptors still kept. */
 void kreader_free(struct kreader *r);
+#define STREAM_PREFIX "{\"type\":\"stream\""
+
 /* Reads what is available: 1 and a parsed frame when one is complete, 0 when
  * more is needed (EAGAIN), -EPIPE at EOF, another negative errno on a bad
  * frame (err says why). */

@@ -58,6 +58,8 @@ def check_frame(frame, raw):
     assert len(json.dumps(frame, separators=(",", ":"))) == len(raw), "duplicate keys?"
     assert isinstance(frame, dict) and isinstance(frame.get("type"), str), frame
     kind = frame["type"]
+    # the type comes first: the daemon drops output past its cap by it, unparsed
+    assert raw.startswith(b'{"type":"' + kind.encode() + b'"'), raw[:40]
     keys = set(frame)
     if kind == "ready":
         assert keys == {"type", "language", "version", "ipython"}

@@ -801,7 +801,6 @@ struct job {
     char **env;
     struct http_stream *s;
     uint64_t timeout_ms;
-    uint64_t deadline_ms; /* set when it starts */
     bool errored;
     bool gone; /* the client left: cancels this execution (atomic) */
 };
@@ -896,19 +895,6 @@ static void on_error(void *u, const char *name, const char *value, const char *t
     struct job *j = u;
     if (j->errored)
         return; /* only the first error of an execution */
-    if (!strcmp(name, "KeyboardInterrupt") && corral_now_ms() >= j->deadline_ms &&
-        !__atomic_load_n(&j->gone, __ATOMIC_RELAXED)) {
-        /* the server's limit interrupted it: say so */
-        char msg[160];
-        snprintf(msg, sizeof(msg),
-                 "the execution ran past the server's limit of %llu ms (corral serve "
-                 "--execute-timeout) and was interrupted",
-                 (unsigned long long)j->timeout_ms);
-        j->errored = true;
-        job_line(j, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", "TimeoutError",
-                              "value", msg, "traceback", ""));
-        return;
-    }
     j->errored = true;
     job_line(j, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value", value,
                           "traceback", traceback));
@@ -930,7 +916,6 @@ static void job_produce(struct http_stream *s, void *arg)
                                                  .userdata = j};
     x.cancel = &j->gone;
     x.timeout_ms = j->timeout_ms;
-    j->deadline_ms = corral_now_ms() + j->timeout_ms;
     struct corral_exec_outcome out;
     struct corral_error err;
     int r = corral_execute(j->sb, j->ctx, j->code, &x, &out, &err);
