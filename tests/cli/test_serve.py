@@ -178,6 +178,7 @@ def test_secure_sandboxes_need_their_access_token(server):
     assert json.loads(text)["envdAccessToken"] == token
     assert "envdAccessToken" not in json.loads(server.request("GET", "/v2/sandboxes")[1])[0]
     assert "envdAccessToken" not in create(server, secure=False)
+    assert "trafficAccessToken" not in create(server, secure=False)
     status, text = server.request("POST", "/sandboxes", {"templateID": "base"})
     assert len(json.loads(text)["envdAccessToken"]) == 32  # secure unless asked otherwise
     ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"}
@@ -190,7 +191,20 @@ def test_secure_sandboxes_need_their_access_token(server):
     status, text = server.request("POST", "/execute", {"code": "6 * 7"},
                                   {**ci, "X-Access-Token": token})
     assert status == 200 and '"42"' in text
-    assert server.request("GET", "/contexts", headers=ci)[0] == 200  # as E2B: unchecked
+    # every code-interpreter route but /health takes the access token, or the
+    # same token as E2B-Traffic-Access-Token (the SDK sends that on /contexts)
+    assert sb["trafficAccessToken"] == token
+    for method, path, body in (("GET", "/contexts", None), ("POST", "/contexts", {}),
+                               ("DELETE", "/contexts/none", None),
+                               ("POST", "/contexts/none/restart", None)):
+        status, text = server.request(method, path, body, ci)
+        assert status == 401 and "access token" in json.loads(text)["message"], (path, text)
+        status, text = server.request(method, path, body,
+                                      {**ci, "E2B-Traffic-Access-Token": token[::-1]})
+        assert status == 401, (path, text)
+    assert server.request("GET", "/contexts", headers={**ci, "E2B-Traffic-Access-Token": token})[0] == 200
+    assert server.request("GET", "/contexts", headers={**ci, "X-Access-Token": token})[0] == 200
+    assert server.request("GET", "/health", headers=ci)[0] == 200
     assert server.request("GET", "/health", headers=envd)[0] == 204
     rpc = {**envd, "Content-Type": "application/json"}
     assert server.request("POST", "/filesystem.Filesystem/Stat", {"path": "/tmp"}, rpc)[0] == 401

@@ -327,7 +327,10 @@ static json_t *metadata_json(corral_sandbox *sb)
     return m;
 }
 
-/* The Sandbox shape of a create/connect answer; envdAccessToken when it is secure. */
+/* The Sandbox shape of a create/connect answer; when it is secure, its
+ * access token as envdAccessToken (which envd and /execute take) and as
+ * trafficAccessToken (which the code interpreter SDK sends on every
+ * request, /contexts included). */
 static json_t *sandbox_json(struct e2b *e, corral_sandbox *sb)
 {
     char token[33];
@@ -335,8 +338,10 @@ static json_t *sandbox_json(struct e2b *e, corral_sandbox *sb)
     json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:n}", "sandboxID", corral_sandbox_id(sb),
                           "templateID", corral_sandbox_template(sb), "clientID", CLIENT_ID,
                           "envdVersion", ENVD_VERSION, "domain");
-    if (j && token[0])
+    if (j && token[0]) {
         json_object_set_new(j, "envdAccessToken", json_string(token));
+        json_object_set_new(j, "trafficAccessToken", json_string(token));
+    }
     return j;
 }
 
@@ -1090,20 +1095,19 @@ static struct http_response *envd(corral_sandbox *sb, const struct http_request 
 }
 
 /* Whether the request may reach a secure sandbox (token: its access
- * token): X-Access-Token on envd and /execute, as E2B's envd and code
- * interpreter check it; envd's /health needs nothing, and /files takes a
- * signed URL instead (see e2b_signature_ok). */
+ * token): every route but /health needs it. envd takes X-Access-Token, and
+ * /files a signed URL instead (see e2b_signature_ok); the code interpreter
+ * takes X-Access-Token (the SDK sends it on /execute) or
+ * E2B-Traffic-Access-Token (on every request, once the sandbox's answer
+ * gave one). */
 static bool allowed(const struct http_request *req, const char *port, const char *token)
 {
-    if (!token[0])
+    if (!token[0] || !strcmp(req->path, "/health"))
         return true;
-    const char *given = http_header(req, "X-Access-Token");
-    if (corral_secret_equal(given, token))
+    if (corral_secret_equal(http_header(req, "X-Access-Token"), token))
         return true;
-    if (port && !strcmp(port, PORT_INTERPRETER)) /* the SDKs send it on /execute only */
-        return strcmp(req->path, "/execute") != 0;
-    if (!strcmp(req->path, "/health"))
-        return true;
+    if (port && !strcmp(port, PORT_INTERPRETER))
+        return corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), token);
     if (strcmp(req->path, "/files"))
         return false;
     const char *op = !strcmp(req->method, "GET") ? "read" : "write";
