@@ -309,15 +309,6 @@ static void token_of(struct e2b *e, corral_sandbox *sb, char out[33])
     pthread_mutex_unlock(&e->owned.lock);
 }
 
-/* Removes it from the owned sandboxes; true if it was there. */
-static bool disown(struct e2b *e, corral_sandbox *sb)
-{
-    struct registry_entry *hit = registry_remove(&e->owned, corral_sandbox_id(sb));
-    if (hit)
-        owned_drop(hit);
-    return hit != NULL;
-}
-
 static json_t *metadata_json(corral_sandbox *sb)
 {
     json_t *m = json_object();
@@ -711,8 +702,14 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         add_net_info(e, sb, j);
         resp = http_json(200, j);
     } else if (!*action && !strcmp(req->method, "DELETE")) {
+        /* Out of the registry before it dies: a sweep by another request
+         * between the kill and the removal would take it, and this delete
+         * would answer 404 for the sandbox it killed. */
+        struct registry_entry *hit = registry_remove(&e->owned, id);
         corral_sandbox_kill(sb);
-        resp = disown(e, sb) ? http_empty(204) : not_found(id);
+        if (hit)
+            owned_drop(hit);
+        resp = hit ? http_empty(204) : not_found(id);
     } else if (post && (!strcmp(action, "/timeout") || !strcmp(action, "/connect") ||
                         !strcmp(action, "/refreshes"))) {
         json_int_t secs = 0;
