@@ -1,6 +1,8 @@
 /* The sandboxes a protocol surface owns; see registry.h. */
 #include "api/registry.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 void registry_init(struct registry *r, void (*drop)(struct registry_entry *e))
@@ -36,6 +38,26 @@ void registry_add(struct registry *r, struct registry_entry *e)
     e->next = r->head;
     r->head = e;
     pthread_mutex_unlock(&r->lock);
+}
+
+unsigned registry_count(struct registry *r, int tenant)
+{
+    unsigned n = 0;
+    for (struct registry_entry *e = r->head; e; e = e->next)
+        n += e->tenant == tenant && corral_sandbox_alive(e->sb);
+    return n;
+}
+
+int registry_add_capped(struct registry *r, struct registry_entry *e, unsigned most)
+{
+    pthread_mutex_lock(&r->lock);
+    bool full = most && registry_count(r, e->tenant) >= most;
+    if (!full) {
+        e->next = r->head;
+        r->head = e;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return full ? -EDQUOT : 0;
 }
 
 void registry_sweep(struct registry *r)

@@ -82,6 +82,15 @@ static void serve_usage(FILE *out)
           "                      to each listener (default 256; beyond: 503 and closed)\n"
           "  --execute-timeout DURATION  the longest an E2B /execute runs before it is\n"
           "                      interrupted with a TimeoutError (default 5m)\n"
+          "  --admin-key KEY     a key that sees and manages every sandbox of the sandbox\n"
+          "                      APIs (repeatable; also $CORRAL_ADMIN_KEYS); an --api-key\n"
+          "                      sees only the sandboxes it created\n"
+          "  --max-sandboxes-per-key N  sandboxes one key holds at once on each sandbox\n"
+          "                      API (default 100; beyond: 429)\n"
+          "  --max-sandbox-memory SIZE  the most memory a sandbox may ask for (default\n"
+          "                      the host's memory; beyond: 400)\n"
+          "  --max-sandbox-cpus N  the most CPUs a sandbox may ask for (default the\n"
+          "                      host's; beyond: 400)\n"
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
           "                      else /etc/corral/corral.yaml if present)\n"
@@ -109,6 +118,10 @@ enum {
     OPT_MAX_CONNECTIONS,
     OPT_MAX_PER_CLIENT,
     OPT_EXECUTE_TIMEOUT,
+    OPT_ADMIN_KEY,
+    OPT_MAX_PER_KEY,
+    OPT_MAX_SANDBOX_MEMORY,
+    OPT_MAX_SANDBOX_CPUS,
     OPT_CONFIG,
     OPT_STATE,
     OPT_DISK_DIR
@@ -237,6 +250,11 @@ struct serve_opts {
     const char *master_key, *upstream, *gw_data;
     const char *keys[MAX_KEYS + 1];
     size_t n_keys;
+    const char *admin_keys[MAX_KEYS + 1];
+    size_t n_admin_keys;
+    unsigned max_per_key;
+    uint64_t max_sandbox_memory;
+    uint32_t max_sandbox_millicpus;
     uint64_t max_body;
     struct http_server_limits limits;
     unsigned execute_timeout_ms;
@@ -256,6 +274,13 @@ static int set_duration_ms(unsigned *out, const char *option, const char *text)
     }
     *out = (unsigned)ms;
     return 0;
+}
+
+/* The host's memory in bytes. */
+static uint64_t host_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
 }
 
 /* A count option from 1 to a million: 0, or CLI_USAGE, said. */
@@ -326,6 +351,29 @@ static int serve_option(int c, struct serve_opts *o)
         }
         o->keys[o->n_keys++] = optarg;
         return 0;
+    case OPT_ADMIN_KEY:
+        if (o->n_admin_keys >= MAX_KEYS || !*optarg) {
+            fprintf(stderr, "corral serve: --admin-key: empty, or more than %d keys\n", MAX_KEYS);
+            return CLI_USAGE;
+        }
+        o->admin_keys[o->n_admin_keys++] = optarg;
+        return 0;
+    case OPT_MAX_PER_KEY:
+        return set_count(&o->max_per_key, "--max-sandboxes-per-key", optarg);
+    case OPT_MAX_SANDBOX_MEMORY:
+        if (corral_parse_size(optarg, &o->max_sandbox_memory, &err) < 0 ||
+            o->max_sandbox_memory < (16u << 20)) {
+            fprintf(stderr, "corral serve: --max-sandbox-memory: %s\n",
+                    o->max_sandbox_memory < (16u << 20) ? "at least 16m" : err.message);
+            return CLI_USAGE;
+        }
+        return 0;
+    case OPT_MAX_SANDBOX_CPUS:
+        if (corral_parse_cpus(optarg, &o->max_sandbox_millicpus, &err) < 0) {
+            fprintf(stderr, "corral serve: --max-sandbox-cpus: %s\n", err.message);
+            return CLI_USAGE;
+        }
+        return 0;
     case OPT_MAX_BODY:
         if (corral_parse_size(optarg, &o->max_body, &err) < 0 || o->max_body < 1024) {
             fprintf(stderr, "corral serve: --max-body: %s\n",
@@ -390,6 +438,10 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
         {"max-connections-per-client", required_argument, NULL, OPT_MAX_PER_CLIENT},
         {"execute-timeout", required_argument, NULL, OPT_EXECUTE_TIMEOUT},
+        {"admin-key", required_argument, NULL, OPT_ADMIN_KEY},
+        {"max-sandboxes-per-key", required_argument, NULL, OPT_MAX_PER_KEY},
+        {"max-sandbox-memory", required_argument, NULL, OPT_MAX_SANDBOX_MEMORY},
+        {"max-sandbox-cpus", required_argument, NULL, OPT_MAX_SANDBOX_CPUS},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
@@ -419,14 +471,14 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
     return -1;
 }
 
-/* $CORRAL_API_KEYS, comma-separated, after the --api-key ones; the copy the
- * keys point into, which the caller frees (NULL when not set). */
-static char *add_env_keys(struct serve_opts *o)
+/* The comma-separated keys of $name after those of the command line; the
+ * copy they point into, which the caller frees (NULL when not set). */
+static char *add_env_keys(const char *name, const char **keys, size_t *n)
 {
-    char *env_keys = getenv("CORRAL_API_KEYS") ? strdup(getenv("CORRAL_API_KEYS")) : NULL;
+    char *env_keys = getenv(name) ? strdup(getenv(name)) : NULL;
     for (char *save = NULL, *k = env_keys ? strtok_r(env_keys, ",", &save) : NULL;
-         k && o->n_keys < MAX_KEYS; k = strtok_r(NULL, ",", &save))
-        o->keys[o->n_keys++] = k;
+         k && *n < MAX_KEYS; k = strtok_r(NULL, ",", &save))
+        keys[(*n)++] = k;
     return env_keys;
 }
 
@@ -438,7 +490,7 @@ static int check_api_keys(const struct serve_opts *o)
         const struct listen_addr *a;
         const char *name;
     } apis[] = {{&o->e2b, "E2B's API"}, {&o->osb, "OpenSandbox's API"}};
-    for (size_t i = 0; i < 2 && !o->n_keys; i++)
+    for (size_t i = 0; i < 2 && !o->n_keys && !o->n_admin_keys; i++)
         if (apis[i].a->on && beyond_loopback(apis[i].a->host)) {
             fprintf(stderr,
                     "corral serve: %s would listen on %s:%u without API keys, open to anyone "
@@ -517,9 +569,17 @@ static int start_apis(const struct serve_opts *o, const struct corral_config *cf
     for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
         s->names[i] = cfg->templates[i].name;
     struct e2b_options eo = {.api_keys = o->keys,
+                             .admin_keys = o->admin_keys,
+                             .max_sandboxes_per_key = o->max_per_key,
                              .state_dir = o->state_dir,
                              .execute_timeout_ms = o->execute_timeout_ms};
-    struct osb_options oo = {.api_keys = o->keys, .templates = s->names, .state_dir = o->state_dir};
+    struct osb_options oo = {.api_keys = o->keys,
+                             .admin_keys = o->admin_keys,
+                             .max_sandboxes_per_key = o->max_per_key,
+                             .templates = s->names,
+                             .state_dir = o->state_dir,
+                             .max_memory = o->max_sandbox_memory,
+                             .max_millicpus = o->max_sandbox_millicpus};
     if ((o->e2b.on && e2b_new(&eo, &s->api, &err) < 0) ||
         (o->osb.on && osb_new(&oo, &s->osb, &err) < 0)) {
         fprintf(stderr, "corral serve: %s\n", err.message);
@@ -588,7 +648,7 @@ static int start_servers(const struct serve_opts *o, struct servers *s)
 /* Says where each server listens. */
 static void announce(const struct serve_opts *o, const struct servers *s)
 {
-    const char *keys_note = o->n_keys ? ", API keys required" : "";
+    const char *keys_note = o->n_keys || o->n_admin_keys ? ", API keys required" : "";
     if (s->srv)
         fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", o->e2b.host,
                 (unsigned)http_server_port(s->srv), keys_note);
@@ -647,11 +707,15 @@ int cli_serve(int argc, char **argv)
     struct serve_opts o = {.e2b = {"127.0.0.1", 3000, true},
                            .osb = {"127.0.0.1", 8080, true},
                            .gw = {"127.0.0.1", 4000, true},
-                           .max_body = 10u << 20};
+                           .max_body = 10u << 20,
+                           .max_per_key = 100,
+                           .max_sandbox_memory = host_memory(),
+                           .max_sandbox_millicpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN) * 1000};
     int rc = parse_serve_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
-    cleanup_free char *env_keys = add_env_keys(&o);
+    cleanup_free char *env_keys = add_env_keys("CORRAL_API_KEYS", o.keys, &o.n_keys);
+    cleanup_free char *env_admin = add_env_keys("CORRAL_ADMIN_KEYS", o.admin_keys, &o.n_admin_keys);
     if ((rc = check_api_keys(&o)) != 0)
         return rc;
     /* Sandboxes made for API clients get no network unless the operator's

@@ -310,3 +310,43 @@ def test_stopping_the_server_ends_its_sandboxes():
     sid = o.create()["id"]
     assert o.execd(sid, "GET", "/ping")[0] == 200
     o.stop()  # the autouse fixture then finds nothing left behind
+
+
+def test_each_api_key_sees_only_its_sandboxes():
+    a, b, admin = "key-a", "key-b", "key-admin"
+    o = Osb("--api-key", a, "--api-key", b, "--admin-key", admin,
+            "--max-sandboxes-per-key", "1", "--max-sandbox-memory", "4g",
+            "--max-sandbox-cpus", "2")
+    as_ = lambda key: {"OPEN-SANDBOX-API-KEY": key}  # noqa: E731
+    body = {"image": {"uri": IMAGE}, "entrypoint": ["/opt/code-interpreter/code-interpreter.sh"],
+            "resourceLimits": {"cpu": "1", "memory": "2Gi"}, "timeout": 600}
+    try:
+        status, text, _ = o.request("POST", "/v1/sandboxes", body, as_(a))
+        assert status == 202, text
+        sa = json.loads(text)["id"]
+        status, text, _ = o.request("GET", "/v1/sandboxes", headers=as_(b))
+        assert status == 200 and json.loads(text)["items"] == [], text
+        status, text, _ = o.request("GET", "/v1/sandboxes", headers=as_(admin))
+        assert [x["id"] for x in json.loads(text)["items"]] == [sa]
+        for method, path in (("GET", ""), ("DELETE", ""), ("POST", "/pause"),
+                             ("GET", "/endpoints/44772"), ("POST", "/renew-expiration")):
+            status, text, _ = o.request(method, f"/v1/sandboxes/{sa}{path}", {}, as_(b))
+            assert status == 404 and json.loads(text)["code"] == "SANDBOX::NOT_FOUND", (path, text)
+        # one at a time per key
+        status, text, _ = o.request("POST", "/v1/sandboxes", body, as_(a))
+        assert status == 429 and json.loads(text) == {
+            "code": "SANDBOX::QUOTA_EXCEEDED",
+            "message": "this API key holds its most sandboxes at once (1; corral serve "
+                       "--max-sandboxes-per-key): kill one first"}
+        # what one sandbox may ask for
+        for limits, message in (({"cpu": "1", "memory": "8Gi"}, "memory 8Gi is more than a "
+                                 "sandbox may have here: 4096 MiB (corral serve "
+                                 "--max-sandbox-memory)"),
+                                ({"cpu": "3", "memory": "1Gi"}, "cpu 3 is more than a sandbox "
+                                 "may have here: 2 (corral serve --max-sandbox-cpus)")):
+            status, text, _ = o.request("POST", "/v1/sandboxes",
+                                        {**body, "resourceLimits": limits}, as_(b))
+            assert status == 400 and message in json.loads(text)["message"], text
+        assert o.request("DELETE", f"/v1/sandboxes/{sa}", headers=as_(admin))[0] == 204
+    finally:
+        o.stop()

@@ -455,3 +455,48 @@ def test_an_execution_past_the_servers_limit_is_a_timeout_error():
         assert lines[1]["text"] == "42"
     finally:
         s.stop()
+
+
+def test_each_api_key_sees_only_its_sandboxes():
+    a, b, admin = KEY, "e2b_" + "cd" * 20, "e2b_" + "ef" * 20
+    s = Server("--api-key", a, "--api-key", b, "--admin-key", admin,
+               "--max-sandboxes-per-key", "2")
+    as_ = lambda key: {"X-API-Key": key}  # noqa: E731
+
+    def make(key):
+        status, text = s.request("POST", "/sandboxes", {"templateID": "base", "secure": False},
+                                 as_(key))
+        assert status == 201, text
+        return json.loads(text)["sandboxID"]
+
+    def listed(key):
+        status, text = s.request("GET", "/v2/sandboxes", headers=as_(key))
+        assert status == 200, text
+        return sorted(x["sandboxID"] for x in json.loads(text))
+
+    try:
+        sa, sb = make(a), make(b)
+        assert listed(a) == [sa] and listed(b) == [sb] and listed(admin) == sorted([sa, sb])
+        # another key's sandbox answers as one that does not exist, on every route
+        for method, path, body in (("GET", "", None), ("DELETE", "", None),
+                                   ("POST", "/timeout", {"timeout": 60}),
+                                   ("POST", "/connect", {"timeout": 60}),
+                                   ("POST", "/pause", {}), ("GET", "/metrics", None),
+                                   ("PUT", "/network", {"allowOut": []})):
+            got = s.request(method, f"/sandboxes/{sa}{path}", body, as_(b))
+            none = s.request(method, f"/sandboxes/{'0' * len(sa)}{path}", body, as_(b))
+            assert got[0] == 404 and json.loads(got[1])["message"] == \
+                json.loads(none[1])["message"].replace("0" * len(sa), sa), (path, got)
+        assert s.request("GET", f"/sandboxes/{sa}", headers=as_(admin))[0] == 200
+        # a key holds at most 2 at once; the admin is not counted against it
+        make(a)
+        status, text = s.request("POST", "/sandboxes", {"templateID": "base"}, as_(a))
+        assert status == 429 and json.loads(text) == {
+            "code": 429, "message": "this API key holds its most sandboxes at once (2; corral "
+            "serve --max-sandboxes-per-key): kill one first"}
+        make(b)
+        assert s.request("DELETE", f"/sandboxes/{sa}", headers=as_(a))[0] == 204
+        make(a)  # room again
+        assert s.request("DELETE", f"/sandboxes/{sb}", headers=as_(admin))[0] == 204
+    finally:
+        s.stop()

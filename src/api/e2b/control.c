@@ -3,6 +3,7 @@
 #include "api/e2b/envd.h"
 #include "api/apinet.h"
 #include "api/registry.h"
+#include "api/tenants.h"
 #include "api/signature.h"
 #include "api/wire.h"
 
@@ -39,7 +40,7 @@ struct e2b {
     pthread_mutex_t net_lock; /* one network update at a time */
     pthread_cond_t kernels_done;
     unsigned starting_kernels; /* default_kernel_main threads running */
-    char **api_keys;
+    struct tenants tenants;
     char *state_dir;
     uint64_t execute_timeout_ms;
 };
@@ -276,19 +277,27 @@ static void owned_drop(struct registry_entry *entry)
     free(o);
 }
 
-/* Takes sb's reference and net (the detail's network fields). */
-static void own(struct e2b *e, corral_sandbox *sb, const char *token, json_t *net)
+/* Takes sb's reference and net (the detail's network fields), as caller's:
+ * 0, or -EDQUOT when caller already holds its most sandboxes (sb is then
+ * killed and released). */
+static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token, json_t *net)
 {
     struct owned *o = calloc(1, sizeof(*o));
     if (!o) {
         corral_sandbox_release(sb);
         json_decref(net);
-        return;
+        return 0; /* running, though no API can reach it: its timeout ends it */
     }
     o->entry.sb = sb;
+    o->entry.tenant = caller;
     o->net = net;
     snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
-    registry_add(&e->owned, &o->entry);
+    if (registry_add_capped(&e->owned, &o->entry, tenant_ceiling(&e->tenants, caller)) < 0) {
+        corral_sandbox_kill(sb);
+        owned_drop(&o->entry);
+        return -EDQUOT;
+    }
+    return 0;
 }
 
 /* What this surface keeps of sb; under e->owned.lock. */
@@ -444,12 +453,15 @@ static struct http_response *create_failed(struct corral_error *err, const char 
     return e2b_fail(err);
 }
 
-static struct http_response *create_sandbox(struct e2b *e, const struct http_request *req)
+static struct http_response *create_sandbox(struct e2b *e, const struct http_request *req,
+                                            int caller)
 {
     cleanup_json json_t *body = NULL;
     cleanup_strv char **env = NULL;
     cleanup_strv char **meta = NULL;
     struct corral_error err;
+    if (tenant_room(&e->tenants, &e->owned, caller, &err) < 0)
+        return http_error(429, "%s", err.message);
     if (read_body(req, &body, &err) < 0)
         return e2b_fail(&err);
     json_t *tpl = json_object_get(body, "templateID");
@@ -487,12 +499,19 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
         netreq_free(&net);
         return http_error(500, "%s", err.message);
     }
-    own(e, sb, token, net_info(&net, corral_sandbox_network_mode(sb)));
+    corral_sandbox_retain(sb); /* ours, past what own() does with its reference */
+    int owned = own(e, sb, caller, token, net_info(&net, corral_sandbox_network_mode(sb)));
     netreq_free(&net);
+    if (owned < 0) {
+        corral_sandbox_release(sb);
+        tenant_full(&e->tenants, &err);
+        return http_error(429, "%s", err.message);
+    }
     json_t *j = sandbox_json(e, sb);
     json_object_set_new(j, "templateID", json_copy(tpl));
     if (strcmp(json_string_value(tpl), "base"))
         start_default_kernel(e, sb);
+    corral_sandbox_release(sb);
     return http_json(201, j);
 }
 
@@ -544,7 +563,8 @@ static bool matches(corral_sandbox *sb, const struct filter *f)
     return true;
 }
 
-static struct http_response *list_sandboxes(struct e2b *e, const struct http_request *req)
+static struct http_response *list_sandboxes(struct e2b *e, const struct http_request *req,
+                                            int caller)
 {
     registry_sweep(&e->owned);
     __attribute__((cleanup(filter_free))) struct filter f = {0};
@@ -561,7 +581,8 @@ static struct http_response *list_sandboxes(struct e2b *e, const struct http_req
     pthread_mutex_lock(&e->owned.lock);
     for (struct registry_entry *o = e->owned.head; o; o = o->next) {
         bool paused = corral_sandbox_paused(o->sb);
-        if ((paused ? want_paused : want_running) && matches(o->sb, &f))
+        if (tenant_sees(caller, o->tenant) && (paused ? want_paused : want_running) &&
+            matches(o->sb, &f))
             json_array_append_new(arr, detail_json(o->sb));
     }
     pthread_mutex_unlock(&e->owned.lock);
@@ -684,10 +705,26 @@ static void add_net_info(struct e2b *e, corral_sandbox *sb, json_t *j)
     pthread_mutex_unlock(&e->owned.lock);
 }
 
-static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
-                                         const char *id, const char *action)
+/* The live sandbox with this id, retained, when caller sees it; else NULL. */
+static corral_sandbox *find_as(struct e2b *e, const char *id, int caller)
 {
     corral_sandbox *sb = registry_find(&e->owned, id);
+    if (!sb)
+        return NULL;
+    pthread_mutex_lock(&e->owned.lock);
+    struct registry_entry *entry = registry_lookup(&e->owned, id);
+    bool seen = entry && entry->sb == sb && tenant_sees(caller, entry->tenant);
+    pthread_mutex_unlock(&e->owned.lock);
+    if (seen)
+        return sb;
+    corral_sandbox_release(sb);
+    return NULL;
+}
+
+static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
+                                         const char *id, const char *action, int caller)
+{
+    corral_sandbox *sb = find_as(e, id, caller);
     if (!sb)
         return not_found(id);
     struct http_response *resp = NULL;
@@ -757,30 +794,20 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
     return resp;
 }
 
-static bool key_ok(struct e2b *e, const struct http_request *req)
-{
-    if (!e->api_keys || !e->api_keys[0])
-        return true;
-    const char *key = http_header(req, "X-API-Key");
-    for (size_t i = 0; key && e->api_keys[i]; i++)
-        if (corral_secret_equal(key, e->api_keys[i]))
-            return true;
-    return false;
-}
-
 static struct http_response *control_plane(struct e2b *e, const struct http_request *req)
 {
     const char *m = req->method, *p = req->path;
     if (!strcmp(p, "/health"))
         return http_empty(204);
-    if (!key_ok(e, req))
+    int caller = tenant_of(&e->tenants, http_header(req, "X-API-Key"));
+    if (caller == TENANT_REFUSED)
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
     if ((!strcmp(p, "/sandboxes") || !strcmp(p, "/v2/sandboxes")) && !strcmp(m, "POST"))
-        return create_sandbox(e, req);
+        return create_sandbox(e, req, caller);
     if (!strncmp(p, "/v2/sandboxes/", 14))
         p += 3; /* /v2/sandboxes/{id}/connect: the same as without v2 */
     if ((!strcmp(p, "/v2/sandboxes") || !strcmp(p, "/sandboxes")) && !strcmp(m, "GET"))
-        return list_sandboxes(e, req);
+        return list_sandboxes(e, req, caller);
     if (!strncmp(p, "/sandboxes/", 11) && p[11]) {
         char id[128];
         const char *rest = p + 11, *slash = strchr(rest, '/');
@@ -789,7 +816,7 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
             return not_found(rest);
         memcpy(id, rest, len);
         id[len] = '\0';
-        return one_sandbox(e, req, id, slash ? slash : "");
+        return one_sandbox(e, req, id, slash ? slash : "", caller);
     }
     return http_error(404, "no %s %s in the sandbox API", m, p);
 }
@@ -1165,10 +1192,11 @@ struct http_response *e2b_handle(const struct http_request *req, void *ctx)
 int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *err)
 {
     struct e2b *e = calloc(1, sizeof(*e));
-    if (!e || !(e->api_keys = corral_strv_dup(o->api_keys)) ||
+    if (!e)
+        return corral_fail(err, ENOMEM, "out of memory");
+    if (tenants_init(&e->tenants, o->api_keys, o->admin_keys, o->max_sandboxes_per_key, err) < 0 ||
         (o->state_dir && !(e->state_dir = strdup(o->state_dir)))) {
-        if (e)
-            corral_strv_free(e->api_keys);
+        tenants_free(&e->tenants);
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -1196,7 +1224,7 @@ void e2b_free(struct e2b *e)
         pthread_cond_wait(&e->kernels_done, &e->lock);
     pthread_mutex_unlock(&e->lock);
     pthread_cond_destroy(&e->kernels_done);
-    corral_strv_free(e->api_keys);
+    tenants_free(&e->tenants);
     free(e->state_dir);
     pthread_mutex_destroy(&e->net_lock);
     pthread_mutex_destroy(&e->lock);

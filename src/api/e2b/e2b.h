@@ -17,7 +17,9 @@
 #include "http/http.h"
 
 struct e2b_options {
-    const char *const *api_keys; /* NULL-terminated; none = any key is accepted */
+    const char *const *api_keys;    /* NULL-terminated; none = any key is accepted */
+    const char *const *admin_keys;  /* NULL-terminated: keys that see every sandbox */
+    unsigned max_sandboxes_per_key; /* 0: no ceiling */
     const char *state_dir;
     /* The longest an /execute runs (the client may give up sooner): past it
      * the execution is interrupted and answers TimeoutError. 0 = 300 s. */

@@ -13,6 +13,7 @@
 #include "api/opensandbox/execd.h"
 #include "api/apinet.h"
 #include "api/registry.h"
+#include "api/tenants.h"
 #include "api/wire.h"
 #include "base/cleanup.h"
 #include "base/util.h"
@@ -45,10 +46,12 @@ struct os_sandbox {
 struct osb {
     struct registry boxes;
     pthread_mutex_t egress_lock; /* one policy change at a time */
-    char **api_keys;
+    struct tenants tenants;
     char **templates;
     char *state_dir;
     uint64_t max_timeout_s;
+    uint64_t max_memory;    /* a sandbox's resourceLimits.memory at most */
+    uint32_t max_millicpus; /* and its cpu */
 };
 
 /* ---- small helpers ---- */
@@ -330,17 +333,16 @@ static int policy_network(json_t *p, struct apinet *an, struct corral_error *err
 
 /* ---- auth ---- */
 
-/* NULL, or the answer to a request without a valid key. */
-static struct http_response *key_refused(struct osb *o, const struct http_request *req)
+/* NULL and the tenant of the request's key in *caller, or the answer to a
+ * request without a valid key. */
+static struct http_response *key_refused(struct osb *o, const struct http_request *req, int *caller)
 {
-    if (!o->api_keys || !o->api_keys[0])
-        return NULL;
     const char *key = http_header(req, "OPEN-SANDBOX-API-KEY");
+    *caller = tenant_of(&o->tenants, key);
+    if (*caller != TENANT_REFUSED)
+        return NULL;
     if (!key || !*key)
         return execd_error(401, "MISSING_API_KEY", "the OPEN-SANDBOX-API-KEY header is required");
-    for (size_t i = 0; o->api_keys[i]; i++)
-        if (corral_secret_equal(key, o->api_keys[i]))
-            return NULL;
     return execd_error(401, "INVALID_API_KEY", "the API key is not valid");
 }
 
@@ -401,6 +403,16 @@ static int read_timeout_limits(struct osb *o, struct create_req *c, struct corra
         return corral_fail(err, EINVAL,
                            "'resourceLimits': cpu is a number of CPUs (\"1\", \"500m\"), memory "
                            "a size from 1Mi to 4Ti (\"512Mi\", \"2Gi\")");
+    if (c->so.limits.memory_bytes > o->max_memory)
+        return corral_fail(err, EINVAL,
+                           "'resourceLimits': memory %s is more than a sandbox may have here: "
+                           "%llu MiB (corral serve --max-sandbox-memory)",
+                           json_string_value(mem), (unsigned long long)(o->max_memory >> 20));
+    if (c->so.limits.millicpus > o->max_millicpus)
+        return corral_fail(err, EINVAL,
+                           "'resourceLimits': cpu %s is more than a sandbox may have here: %.3g "
+                           "(corral serve --max-sandbox-cpus)",
+                           json_string_value(cpu), o->max_millicpus / 1000.0);
     return 0;
 }
 
@@ -523,8 +535,11 @@ static struct http_response *start_box(struct osb *o, struct create_req *c, stru
     return NULL;
 }
 
-static struct http_response *create(struct osb *o, const struct http_request *req)
+static struct http_response *create(struct osb *o, const struct http_request *req, int caller)
 {
+    struct corral_error err;
+    if (tenant_room(&o->tenants, &o->boxes, caller, &err) < 0)
+        return execd_error(429, "SANDBOX::QUOTA_EXCEEDED", "%s", err.message);
     struct create_req c = {0};
     corral_sandbox_options_init(&c.so);
     apinet_init(&c.net, false);
@@ -535,12 +550,19 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     create_req_free(&c);
     if (refused)
         return refused;
-    /* Answered before it is shared: once added, a DELETE may drop it. */
-    struct http_response *resp = http_json(202, box_json(b, false));
+    /* Described before it is shared: once added, a DELETE may drop it. */
+    json_t *j = box_json(b, false);
     char location[128];
     snprintf(location, sizeof(location), "/v1/sandboxes/%s", corral_sandbox_id(b->entry.sb));
+    b->entry.tenant = caller;
+    if (registry_add_capped(&o->boxes, &b->entry, tenant_ceiling(&o->tenants, caller)) < 0) {
+        box_drop(&b->entry); /* another create of the key's came first */
+        json_decref(j);
+        tenant_full(&o->tenants, &err);
+        return execd_error(429, "SANDBOX::QUOTA_EXCEEDED", "%s", err.message);
+    }
+    struct http_response *resp = http_json(202, j);
     http_add_header(resp, "Location", location);
-    registry_add(&o->boxes, &b->entry);
     return resp;
 }
 
@@ -592,7 +614,7 @@ static bool positive(const char *text, uint64_t max, uint64_t *out)
     return !text || corral_parse_uint(text, 1, max, out, &err) == 0;
 }
 
-static struct http_response *list(struct osb *o, const struct http_request *req)
+static struct http_response *list(struct osb *o, const struct http_request *req, int caller)
 {
     struct list_query q = {0};
     http_query_each(req, list_param, &q);
@@ -610,6 +632,8 @@ static struct http_response *list(struct osb *o, const struct http_request *req)
     pthread_mutex_lock(&o->boxes.lock);
     for (struct registry_entry *e = o->boxes.head; e && !bad; e = e->next) {
         struct os_sandbox *b = registry_container(e, struct os_sandbox, entry);
+        if (!tenant_sees(caller, e->tenant))
+            continue;
         bool state_ok = q.n_states == 0;
         for (size_t i = 0; i < q.n_states; i++)
             state_ok |= !strcasecmp(q.states[i], state_of(b));
@@ -773,7 +797,8 @@ static struct http_response *delete_box(struct osb *o, const char *id)
 }
 
 /* /sandboxes/{id}[/action[/arg]] */
-static struct http_response *one(struct osb *o, const struct http_request *req, const char *rest)
+static struct http_response *one(struct osb *o, const struct http_request *req, const char *rest,
+                                 int caller)
 {
     char id[128], action[64] = "", arg[64] = "";
     const char *slash = strchr(rest, '/');
@@ -789,6 +814,12 @@ static struct http_response *one(struct osb *o, const struct http_request *req, 
             snprintf(arg, sizeof(arg), "%s", s2 + 1);
     }
     const char *m = req->method;
+    pthread_mutex_lock(&o->boxes.lock);
+    struct os_sandbox *seen = lookup(o, id);
+    bool theirs = seen && tenant_sees(caller, seen->entry.tenant);
+    pthread_mutex_unlock(&o->boxes.lock);
+    if (!theirs) /* another key's is as absent as none */
+        return not_found(id);
     if (!action[0] && !strcmp(m, "GET")) {
         pthread_mutex_lock(&o->boxes.lock);
         struct os_sandbox *b = lookup(o, id);
@@ -1040,7 +1071,8 @@ static struct http_response *route(struct osb *o, const struct http_request *req
         return proxy(o, req, p + 11);
     if (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
-    struct http_response *refused = key_refused(o, req);
+    int caller;
+    struct http_response *refused = key_refused(o, req, &caller);
     if (refused)
         return refused;
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/v1"))
@@ -1048,11 +1080,11 @@ static struct http_response *route(struct osb *o, const struct http_request *req
     registry_sweep(&o->boxes);
     if (!strcmp(p, "/sandboxes")) {
         if (!strcmp(m, "POST"))
-            return create(o, req);
+            return create(o, req, caller);
         if (!strcmp(m, "GET"))
-            return list(o, req);
+            return list(o, req, caller);
     } else if (!strncmp(p, "/sandboxes/", 11)) {
-        return one(o, req, p + 11);
+        return one(o, req, p + 11, caller);
     } else if (!strcmp(p, "/metrics/events") && !strcmp(m, "POST")) {
         return http_empty(204); /* the SDKs' telemetry: not kept */
     } else if (!strcmp(p, "/snapshots") || !strncmp(p, "/snapshots/", 11)) {
@@ -1094,17 +1126,20 @@ struct http_response *osb_handle(const struct http_request *req, void *ctx)
 int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error *err)
 {
     struct osb *o = calloc(1, sizeof(*o));
-    if (!o || !(o->api_keys = corral_strv_dup(opt->api_keys)) ||
+    if (!o)
+        return corral_fail(err, ENOMEM, "out of memory");
+    if (tenants_init(&o->tenants, opt->api_keys, opt->admin_keys, opt->max_sandboxes_per_key, err) <
+            0 ||
         !(o->templates = corral_strv_dup(opt->templates)) ||
         (opt->state_dir && !(o->state_dir = strdup(opt->state_dir)))) {
-        if (o) {
-            corral_strv_free(o->api_keys);
-            corral_strv_free(o->templates);
-        }
+        tenants_free(&o->tenants);
+        corral_strv_free(o->templates);
         free(o);
         return corral_fail(err, ENOMEM, "out of memory");
     }
     o->max_timeout_s = opt->max_timeout_s ? opt->max_timeout_s : DEFAULT_MAX_S;
+    o->max_memory = opt->max_memory ? opt->max_memory : (4ull << 40);
+    o->max_millicpus = opt->max_millicpus ? opt->max_millicpus : 1024000;
     registry_init(&o->boxes, box_drop);
     pthread_mutex_init(&o->egress_lock, NULL);
     *out = o;
@@ -1121,7 +1156,7 @@ void osb_free(struct osb *o)
     if (!o)
         return;
     registry_destroy(&o->boxes);
-    corral_strv_free(o->api_keys);
+    tenants_free(&o->tenants);
     corral_strv_free(o->templates);
     free(o->state_dir);
     pthread_mutex_destroy(&o->egress_lock);

@@ -27,10 +27,14 @@
 #include "http/http.h"
 
 struct osb_options {
-    const char *const *api_keys;  /* NULL-terminated; none = no key needed */
-    const char *const *templates; /* the configured template names, for errors */
+    const char *const *api_keys;    /* NULL-terminated; none = no key needed */
+    const char *const *admin_keys;  /* NULL-terminated: keys that see every sandbox */
+    unsigned max_sandboxes_per_key; /* 0: no ceiling */
+    const char *const *templates;   /* the configured template names, for errors */
     const char *state_dir;
     uint64_t max_timeout_s; /* 0 = 86400 */
+    uint64_t max_memory;    /* a sandbox's resourceLimits.memory at most; 0: 4 TiB */
+    uint32_t max_millicpus; /* and its cpu, in thousandths; 0: 1024 CPUs */
 };
 
 struct osb;

@@ -1,0 +1,77 @@
+/* API keys as tenants; see tenants.h. */
+#include "api/tenants.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+#include "base/clock.h"
+#include "base/util.h"
+
+int tenants_init(struct tenants *t, const char *const *keys, const char *const *admin_keys,
+                 unsigned max_per_key, struct corral_error *err)
+{
+    t->keys = corral_strv_dup(keys);
+    t->admin_keys = corral_strv_dup(admin_keys);
+    t->max_per_key = max_per_key;
+    if (!t->keys || !t->admin_keys) {
+        tenants_free(t);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+void tenants_free(struct tenants *t)
+{
+    corral_strv_free(t->keys);
+    corral_strv_free(t->admin_keys);
+    t->keys = t->admin_keys = NULL;
+}
+
+bool tenants_keyed(const struct tenants *t)
+{
+    return (t->keys && t->keys[0]) || (t->admin_keys && t->admin_keys[0]);
+}
+
+int tenant_of(const struct tenants *t, const char *given)
+{
+    if (!tenants_keyed(t))
+        return TENANT_OPEN;
+    if (!given || !*given)
+        return TENANT_REFUSED;
+    /* Every key is compared, so that the time taken says nothing of which. */
+    int found = TENANT_REFUSED;
+    for (int i = 0; t->admin_keys[i]; i++)
+        if (corral_secret_equal(given, t->admin_keys[i]))
+            found = TENANT_ADMIN;
+    for (int i = 0; t->keys[i]; i++)
+        if (corral_secret_equal(given, t->keys[i]) && found == TENANT_REFUSED)
+            found = i;
+    return found;
+}
+
+bool tenant_sees(int caller, int owner)
+{
+    return caller == TENANT_ADMIN || caller == TENANT_OPEN || caller == owner;
+}
+
+int tenant_room(const struct tenants *t, struct registry *r, int caller, struct corral_error *err)
+{
+    unsigned most = tenant_ceiling(t, caller);
+    pthread_mutex_lock(&r->lock);
+    bool full = most && registry_count(r, caller) >= most;
+    pthread_mutex_unlock(&r->lock);
+    return full ? tenant_full(t, err) : 0;
+}
+
+unsigned tenant_ceiling(const struct tenants *t, int caller)
+{
+    return caller == TENANT_ADMIN ? 0 : t->max_per_key;
+}
+
+int tenant_full(const struct tenants *t, struct corral_error *err)
+{
+    return corral_fail(err, EDQUOT,
+                       "this API key holds its most sandboxes at once (%u; corral serve "
+                       "--max-sandboxes-per-key): kill one first",
+                       t->max_per_key);
+}

@@ -1,0 +1,47 @@
+/*
+ * API keys as tenants, on E2B's and OpenSandbox's APIs as on the gateway: a
+ * sandbox belongs to the key that created it, and only that key sees it (a
+ * list leaves it out; every other route answers the protocol's "not found",
+ * never a hint that it exists). An admin key sees every sandbox. Without
+ * keys (a server on loopback) everyone is one tenant. Each key holds at most
+ * max_per_key sandboxes at once on each API.
+ */
+#ifndef CORRAL_API_TENANTS_H
+#define CORRAL_API_TENANTS_H
+
+#include <stdbool.h>
+
+#include "api/registry.h"
+#include "base/error.h"
+
+enum {
+    TENANT_OPEN = -1,    /* no keys are configured: everyone */
+    TENANT_ADMIN = -2,   /* an admin key */
+    TENANT_REFUSED = -3, /* no key, or not one of them */
+};
+
+struct tenants {
+    char **keys;          /* NULL-terminated; a tenant is its index */
+    char **admin_keys;    /* NULL-terminated */
+    unsigned max_per_key; /* 0: no ceiling */
+};
+
+int tenants_init(struct tenants *t, const char *const *keys, const char *const *admin_keys,
+                 unsigned max_per_key, struct corral_error *err);
+void tenants_free(struct tenants *t);
+/* Whether any key is configured (then requests need one). */
+bool tenants_keyed(const struct tenants *t);
+/* The tenant the key given with a request is (NULL: none given). */
+int tenant_of(const struct tenants *t, const char *given);
+/* Whether caller sees what owner created. */
+bool tenant_sees(int caller, int owner);
+/* 0 when caller may create one more sandbox in r, else tenant_full: a
+ * check before the work of a create; registry_add_capped with
+ * tenant_ceiling is the one that holds. */
+int tenant_room(const struct tenants *t, struct registry *r, int caller, struct corral_error *err);
+/* The most sandboxes caller may hold at once (0: no ceiling). */
+unsigned tenant_ceiling(const struct tenants *t, int caller);
+/* -EDQUOT, with a message that names the ceiling. */
+int tenant_full(const struct tenants *t, struct corral_error *err);
+
+#endif
