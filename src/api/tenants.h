@@ -3,8 +3,9 @@
  * sandbox belongs to the key that created it, and only that key sees it (a
  * list leaves it out; every other route answers the protocol's "not found",
  * never a hint that it exists). An admin key sees every sandbox. Without
- * keys (a server on loopback) everyone is one tenant. Each key holds at most
- * max_per_key sandboxes at once on each API.
+ * keys (a server on loopback) everyone is one tenant. Each key (not an
+ * admin's, and none without keys) holds at most max_per_key sandboxes at
+ * once on each API.
  */
 #ifndef CORRAL_API_TENANTS_H
 #define CORRAL_API_TENANTS_H

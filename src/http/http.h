@@ -104,15 +104,16 @@ typedef struct http_response *(*http_handler)(const struct http_request *req, vo
 
 /* What a server holds a client to; 0 in any field means its default. */
 struct http_server_limits {
-    /* From a request's first byte (a connection's first request: from the
-     * connection) to the end of its head: 10 s. Then 408, and the
-     * connection closes. */
+    /* A connection's first request has its whole head within this of the
+     * connection's start, and a later one within this of its first byte
+     * (blank lines before a request count for nothing): 10 s. Then 408, and
+     * the connection closes (without an answer when nothing came). */
     unsigned head_timeout_ms;
     /* A body arrives at least this fast (bytes a second), after a grace of
      * head_timeout_ms from the end of the head: 1 KiB/s. Then 408. */
     size_t body_min_rate;
-    /* A kept-alive connection waiting for its next request: 60 s, then it
-     * closes (no answer). */
+    /* A kept-alive connection waiting for its next request, from the end
+     * of its last answer: 60 s, then it closes (no answer). */
     unsigned idle_timeout_ms;
     /* Each write of an answer makes progress within this: 30 s, else the
      * connection closes (a client that never reads). */

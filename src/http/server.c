@@ -77,7 +77,8 @@ struct conn {
     bool expired;         /* past its deadline: its reading side is shut (srv->lock) */
     uint64_t deadline_ms; /* while it waits in epoll (srv->lock) */
     uint64_t opened_ms;   /* accepted */
-    uint64_t started_ms;  /* the current request's first byte; 0: none yet */
+    uint64_t started_ms;  /* the current request's first byte (not a blank line); 0: none */
+    uint64_t answered_ms; /* the end of the last answer */
     uint64_t body_ms;     /* the end of the current request's head */
     size_t body_got;      /* bytes read since */
     unsigned served;      /* requests answered */
@@ -482,6 +483,8 @@ static int read_request(struct conn *c)
                 memmove(c->in, c->in + skip, c->len - skip);
                 c->len -= skip;
             }
+            if (c->len && !c->started_ms) /* blank lines start nothing */
+                c->started_ms = corral_now_ms();
             size_t h = find_head_end(c);
             if (h) {
                 c->head_len = h;
@@ -530,15 +533,13 @@ static int read_request(struct conn *c)
         }
         ssize_t n = recv(c->fd, c->in + c->len, c->cap - c->len - 1, 0);
         if (n > 0) {
-            if (!c->len && !c->head_len)
-                c->started_ms = corral_now_ms();
             c->len += (size_t)n;
             if (c->head_len)
                 c->body_got += (size_t)n;
             continue;
         }
         if (n == 0) {
-            if (c->expired && (c->len || c->head_len))
+            if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED) && (c->len || c->head_len))
                 answer_late(c);
             return -1;
         }
@@ -827,7 +828,8 @@ static void next_request(struct conn *c)
     c->head_len = c->end = 0;
     c->continue_sent = c->too_large = false;
     c->n_hdrs = c->n_args = 0;
-    c->started_ms = c->len ? corral_now_ms() : 0; /* pipelined: the next one has begun */
+    c->answered_ms = corral_now_ms();
+    c->started_ms = c->len ? c->answered_ms : 0; /* pipelined: the next one has begun */
     c->body_got = 0;
     c->served++;
 }
@@ -836,6 +838,8 @@ static void next_request(struct conn *c)
 static bool answer(struct conn *c)
 {
     struct http_server *srv = c->srv;
+    if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
+        c->keep_alive = false; /* its deadline passed as it was taken: this answer is its last */
     struct http_response *resp;
     if (c->too_large) {
         char msg[80];
@@ -865,9 +869,11 @@ static uint64_t deadline_of(const struct conn *c)
     const struct http_server_limits *l = &c->srv->limits;
     if (c->head_len) /* its body: a grace, then the minimum rate */
         return c->body_ms + l->head_timeout_ms + (uint64_t)c->body_got * 1000 / l->body_min_rate;
-    if (c->len || !c->served) /* a head under way, or the first request's */
-        return (c->started_ms ? c->started_ms : c->opened_ms) + l->head_timeout_ms;
-    return corral_now_ms() + l->idle_timeout_ms;
+    if (!c->served) /* the first request's head: from the connection */
+        return c->opened_ms + l->head_timeout_ms;
+    if (c->started_ms) /* a later one's: from its first byte */
+        return c->started_ms + l->head_timeout_ms;
+    return c->answered_ms + l->idle_timeout_ms; /* what arrives meanwhile extends nothing */
 }
 
 /* Shuts the reading side of every waiting connection past its deadline:
@@ -881,7 +887,7 @@ static void sweep(struct http_server *srv)
     pthread_mutex_lock(&srv->lock);
     for (struct conn *c = srv->conns; c; c = c->next)
         if (!c->busy && !c->expired && c->deadline_ms <= now) {
-            c->expired = true;
+            __atomic_store_n(&c->expired, true, __ATOMIC_RELAXED);
             shutdown(c->fd, SHUT_RD);
         }
     pthread_mutex_unlock(&srv->lock);

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +395,19 @@ static void test_slow_heads_slow_bodies_and_idle_connections_are_closed(void **s
     char c;
     assert_int_equal(recv(idle, &c, 1, 0), 0); /* closed, with nothing to say */
     assert_int_equal(recv(silent, &c, 1, 0), 0);
+    /* blank lines (allowed before a request) extend no deadline */
+    int blank = dial(srv);
+    put(blank, "GET /then HTTP/1.1\r\n\r\n");
+    r = read_one(blank);
+    free(r);
+    bool closed = false;                       /* the server's end seen, reading or writing */
+    for (int i = 0; i < 200 && !closed; i++) { /* 10 s at most */
+        struct pollfd p = {.fd = blank, .events = POLLIN};
+        closed = send(blank, "\r\n", 2, MSG_NOSIGNAL) < 0 ||
+                 (poll(&p, 1, 50) == 1 && recv(blank, &c, 1, 0) <= 0);
+    }
+    assert_true(closed);
+    close(blank);
     assert_true(holds(srv, 0));
     close(head);
     close(body);

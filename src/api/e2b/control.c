@@ -278,15 +278,16 @@ static void owned_drop(struct registry_entry *entry)
 }
 
 /* Takes sb's reference and net (the detail's network fields), as caller's:
- * 0, or -EDQUOT when caller already holds its most sandboxes (sb is then
- * killed and released). */
+ * 0, or -EDQUOT when caller already holds its most sandboxes, -ENOMEM (sb
+ * is then killed and the reference released). */
 static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token, json_t *net)
 {
     struct owned *o = calloc(1, sizeof(*o));
     if (!o) {
+        corral_sandbox_kill(sb);
         corral_sandbox_release(sb);
         json_decref(net);
-        return 0; /* running, though no API can reach it: its timeout ends it */
+        return -ENOMEM;
     }
     o->entry.sb = sb;
     o->entry.tenant = caller;
@@ -504,6 +505,8 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     netreq_free(&net);
     if (owned < 0) {
         corral_sandbox_release(sb);
+        if (owned == -ENOMEM)
+            return http_error(500, "out of memory");
         tenant_full(&e->tenants, &err);
         return http_error(429, "%s", err.message);
     }
