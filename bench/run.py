@@ -66,6 +66,7 @@ with one of the given prefixes) runs only those rows; their table is printed
 and written only to an explicit --results FILE.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -854,28 +855,9 @@ def http_calls(corral, creates, runs):
     one kept-alive connection: create + /execute of '1+1' (to the end of its
     stream), then the /execute round trip in a warm sandbox. The HTTP layer's
     own cost, with as little client as possible. Returns both lists of ms."""
-    import http.client
     import json
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = subprocess.Popen([corral, "serve", "--listen", f"127.0.0.1:{port}",
-                            "--opensandbox-listen", "off"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        line = srv.stderr.readline()
-        if "listening" not in line:
-            raise BenchError(f"corral serve did not start: {line}")
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-        def call(method, path, body=None, headers=None):
-            c.request(method, path, json.dumps(body) if body is not None else None,
-                      headers or {})
-            r = c.getresponse()
-            return r.status, r.read()
-
+    with e2b_server(corral, "--opensandbox-listen", "off") as (port, call):
         def create():  # as Sandbox.create() does: a secure sandbox
             status, body = call("POST", "/v2/sandboxes", {"templateID": "code-interpreter-v1"},
                                 {"Content-Type": "application/json"})
@@ -910,9 +892,37 @@ def http_calls(corral, creates, runs):
             if i >= 20:
                 trips.append((time.perf_counter() - t) * 1000)
         call("DELETE", f"/sandboxes/{sb[0]}")
-        c.close()
         return made, trips
+
+
+@contextlib.contextmanager
+def e2b_server(corral, *args):
+    """`corral serve` with E2B's API on a free port (args: more options), and
+    one kept-alive http.client connection to it: (port, call), where
+    call(method, path, body=None, headers=None) is (status, bytes)."""
+    import http.client
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = subprocess.Popen([corral, "serve", "--listen", f"127.0.0.1:{port}", *args],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        line = srv.stderr.readline()
+        if "listening" not in line:
+            raise BenchError(f"corral serve did not start: {line}")
+
+        def call(method, path, body=None, headers=None):
+            c.request(method, path, json.dumps(body) if body is not None else None,
+                      headers or {})
+            r = c.getresponse()
+            return r.status, r.read()
+        yield port, call
     finally:
+        c.close()
         srv.terminate()
         srv.wait(30)
 
@@ -951,30 +961,13 @@ def hostile_row(corral, table, runs):
     serve` from a kept-alive http.client connection, `runs` times with no
     attack, then `runs` times while 2,000 hostile connections are open
     (the server's default deadlines). Target: p99 within 2x, no error."""
-    import http.client
     import json
     import resource
-    import socket
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = subprocess.Popen([corral, "serve", "--listen", f"127.0.0.1:{port}",
-                            "--opensandbox-listen", "off", "--gateway-listen", "off"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        if "listening" not in srv.stderr.readline():
-            raise BenchError("corral serve did not start")
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-        def call(method, path, body=None, headers=None):
-            c.request(method, path, json.dumps(body) if body is not None else None,
-                      headers or {})
-            r = c.getresponse()
-            return r.status, r.read()
-
+    with e2b_server(corral, "--opensandbox-listen", "off", "--gateway-listen", "off") as (
+            port, call):
         def one_round():
             t = time.perf_counter()
             status, body = call("POST", "/sandboxes",
@@ -998,10 +991,6 @@ def hostile_row(corral, table, runs):
         finally:
             for s in socks:
                 s.close()
-        c.close()
-    finally:
-        srv.terminate()
-        srv.wait(30)
     r = p99(loud) / p99(quiet)
     table.add("11", "create + execute('1+1') p99 beside 2,000 hostile connections",
               f"{p99(loud):.1f} ms p99 (p50 {med(loud):.1f}, n={runs})",
