@@ -1,6 +1,7 @@
-/* Directory watches: the daemon owns an inotify descriptor, the agent adds
- * watches to it from inside the sandbox (paths resolve in the sandbox's
- * root), and the daemon reads the events. New directories under a recursive
+/* Directory watches: the agent makes an inotify instance inside the sandbox
+ * (so that it and its watches count against the sandbox's own limits, not the
+ * daemon's), adds watches to it there (paths resolve in the sandbox's root)
+ * and hands it over; the daemon reads the events. New directories under a recursive
  * watch are added as they appear, and what they already hold is reported as
  * created, so that nothing written before their watch existed goes unseen. */
 #include <errno.h>
@@ -105,7 +106,9 @@ static int watch_below(corral_watch *w, const char *rel, bool report, struct cor
     ctl_msg_init(req, CTL_WATCH, 0);
     ctl_put_str(req, path);
     ctl_put_u32(req, w->recursive);
-    ctl_add_fd(req, w->ifd);
+    /* The first request has no descriptor: the agent makes the instance. */
+    if (w->ifd >= 0)
+        ctl_add_fd(req, w->ifd);
     int r = box_request(w->sb, req, rep, err);
     req->nfds = 0; /* the descriptor stays ours */
     free(req);
@@ -116,10 +119,14 @@ static int watch_below(corral_watch *w, const char *rel, bool report, struct cor
         struct ctl_reader rd;
         ctl_reader_init(&rd, rep);
         n = ctl_get_u32(&rd);
-        if (!ctl_reader_done(&rd) || rep->nfds != 1) {
+        if (!ctl_reader_done(&rd) || rep->nfds != (w->ifd >= 0 ? 1 : 2)) {
             r = corral_fail(err, EPROTO, "sandbox %s sent a malformed reply to watch",
                             corral_sandbox_id(w->sb));
         } else {
+            if (w->ifd < 0) {
+                w->ifd = rep->fds[1];
+                rep->nfds = 1; /* the instance is ours now */
+            }
             char proc[64];
             snprintf(proc, sizeof(proc), "/proc/self/fd/%d", rep->fds[0]);
             r = corral_read_file_alloc(proc, WATCH_LIST_MAX, &data, &len, err);
@@ -191,15 +198,7 @@ int corral_watch_start(corral_sandbox *sb, const char *path, bool recursive, cor
     size_t n = strlen(w->root);
     while (n > 1 && w->root[n - 1] == '/')
         w->root[--n] = '\0';
-    w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (w->ifd < 0) {
-        int e = errno;
-        corral_watch_stop(w);
-        return corral_fail(err, e, "cannot watch %s: %s", path,
-                           e == EMFILE ? "too many directory watches on this host "
-                                         "(fs.inotify.max_user_instances)"
-                                       : strerror(e));
-    }
+    w->ifd = -1;
     int r = watch_below(w, "", false, err);
     if (r < 0) {
         corral_watch_stop(w);

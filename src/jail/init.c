@@ -134,10 +134,70 @@ static int drop_capabilities(struct corral_error *err)
     return 0;
 }
 
+/* Raises the effective capabilities back to the permitted ones: a change of
+ * the effective uid away from 0 clears them. */
+static int raise_effective(struct corral_error *err)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) < 0)
+        return corral_fail_errno(err, "cannot read capabilities");
+    for (int i = 0; i < 2; i++)
+        data[i].effective = data[i].permitted;
+    if (syscall(SYS_capset, &hdr, data) < 0)
+        return corral_fail_errno(err, "cannot raise capabilities");
+    return 0;
+}
+
+static int write_sysctl(int sysctl_dir, const char *name, unsigned value, struct corral_error *err)
+{
+    char text[16];
+    int n = snprintf(text, sizeof(text), "%u\n", value);
+    int fd = openat(sysctl_dir, name, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open /proc/sys/%s in the sandbox's user namespace",
+                                 name);
+    int r = corral_write_all(fd, text, (size_t)n);
+    int e = errno;
+    close(fd);
+    if (r < 0) {
+        errno = e;
+        return corral_fail_errno(err, "cannot set %s in the sandbox's user namespace", name);
+    }
+    return 0;
+}
+
+/* The sandbox's user namespace belongs to the sandbox's own host uid, not to
+ * root: what the kernel counts per user and user namespace (inotify instances
+ * and watches) is charged to that uid, never to host root's limits, and
+ * inside the namespace it is capped per sandbox. sysctl_dir is the host's
+ * /proc/sys, opened before the root changed: names under it are looked up in
+ * the namespace of whoever opens them. */
+static int own_user_namespace(const struct jail_init_args *a, int sysctl_dir,
+                              struct corral_error *err)
+{
+    uid_t host_uid = a->host_uid;
+    int r;
+    if (syscall(SYS_setresgid, -1, host_uid, -1) < 0 ||
+        syscall(SYS_setresuid, -1, host_uid, -1) < 0)
+        return corral_fail_errno(err, "cannot take the sandbox's host uid %u", (unsigned)host_uid);
+    if ((r = raise_effective(err)) < 0)
+        return r;
+    if (unshare(CLONE_NEWUSER) < 0)
+        return corral_fail_errno(err, "cannot create a user namespace");
+    send_msg(JAIL_MSG_NEED_IDMAP, 0, 0, NULL);
+    wait_for(a->ctl_fd, JAIL_CTL_MAPPED);
+    if ((r = write_sysctl(sysctl_dir, "user/max_inotify_instances", JAIL_INOTIFY_INSTANCES, err)) <
+            0 ||
+        (r = write_sysctl(sysctl_dir, "user/max_inotify_watches", JAIL_INOTIFY_WATCHES, err)) < 0)
+        return r;
+    return 0;
+}
+
 /* Becomes the unprivileged sandbox user: uid 1000 in a user namespace mapped
  * to host_uid outside (or host_uid itself without the userns layer), with no
  * supplementary groups, an empty bounding set and no capabilities. */
-static int become_user(const struct jail_init_args *a, struct corral_error *err)
+static int become_user(const struct jail_init_args *a, int sysctl_dir, struct corral_error *err)
 {
     unsigned off = a->disabled_layers;
     uid_t uid = a->host_uid;
@@ -148,10 +208,9 @@ static int become_user(const struct jail_init_args *a, struct corral_error *err)
     if (syscall(SYS_setgroups, 0, NULL) < 0)
         return corral_fail_errno(err, "cannot clear supplementary groups");
     if (!(off & JAIL_LAYER_USERNS)) {
-        if (unshare(CLONE_NEWUSER) < 0)
-            return corral_fail_errno(err, "cannot create a user namespace");
-        send_msg(JAIL_MSG_NEED_IDMAP, 0, 0, NULL);
-        wait_for(a->ctl_fd, JAIL_CTL_MAPPED);
+        int r = own_user_namespace(a, sysctl_dir, err);
+        if (r < 0)
+            return r;
         uid = JAIL_INSIDE_UID;
     }
     for (int cap = 0; cap < 64; cap++) {
@@ -422,6 +481,14 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     raw_prctl(PR_SET_NAME, (unsigned long)"corral-init", 0, 0, 0);
 
     close_all_but_ours(a);
+    /* The host's /proc/sys, for the limits of the sandbox's user namespace
+     * (become_user), while the host's /proc is still in sight. */
+    int sysctl_dir = -1;
+    if (!(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS)) &&
+        (sysctl_dir = open("/proc/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        corral_fail_errno(&err, "cannot open /proc/sys");
+        fail(&err);
+    }
 
     /* Signals: SIGCHLD arrives through a signalfd; a vanished parent must not
      * kill us with SIGPIPE before we can exit cleanly. */
@@ -457,8 +524,10 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         fail(&err);
     if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(a->limits, &err) < 0)
         fail(&err);
-    if (!(off & JAIL_LAYER_USER) && become_user(a, &err) < 0)
+    if (!(off & JAIL_LAYER_USER) && become_user(a, sysctl_dir, &err) < 0)
         fail(&err);
+    if (sysctl_dir >= 0)
+        close(sysctl_dir);
     if (!(off & JAIL_LAYER_NNP) && raw_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         corral_fail_errno(&err, "cannot set no_new_privs");
         fail(&err);

@@ -62,7 +62,10 @@ struct jail_limits {
 #define JAIL_DEFAULT_UID_BASE   1879048192u /* host uids base..base+65535 belong to sandboxes */
 #define JAIL_SLOTS              65536u
 #define JAIL_INSIDE_UID         1000u
-#define JAIL_HOME               CORRAL_HOME
+/* inotify, per sandbox (its user namespace's limits): instances and watches. */
+#define JAIL_INOTIFY_INSTANCES 128u
+#define JAIL_INOTIFY_WATCHES   16384u
+#define JAIL_HOME              CORRAL_HOME
 
 /* A file the init writes into the sandbox (as the sandbox user) before the
  * workload starts, read from a descriptor of the caller's. */

@@ -760,7 +760,7 @@ static void handle_watch(struct ctl_reader *r, const struct ctl_msg *req, struct
     char path[4096];
     ctl_get_str(r, path, sizeof(path));
     uint32_t recursive = ctl_get_u32(r);
-    if (!ctl_reader_done(r) || !path[0] || req->nfds != 1) {
+    if (!ctl_reader_done(r) || !path[0] || req->nfds > 1) {
         reply_err(rep, req->seq, EINVAL, "malformed watch request");
         return;
     }
@@ -770,13 +770,24 @@ static void handle_watch(struct ctl_reader *r, const struct ctl_msg *req, struct
         reply_err(rep, req->seq, e, "cannot watch %s: %s", path, strerror(e));
         return;
     }
-    struct watcher w = {.ifd = req->fds[0],
+    /* Without a descriptor, a new inotify instance, made here so that it
+     * counts against the sandbox user's limits. */
+    int created = req->nfds ? -1 : inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (!req->nfds && created < 0) {
+        e = errno;
+        reply_err(rep, req->seq, e, "cannot watch %s: %s", path,
+                  e == EMFILE ? "too many inotify instances in this sandbox" : strerror(e));
+        return;
+    }
+    struct watcher w = {.ifd = req->nfds ? req->fds[0] : created,
                         .out = memfd_create("corral-watch", MFD_CLOEXEC),
                         .recursive = recursive != 0};
     w.scratch = malloc(sizeof(*w.scratch));
     if (w.out < 0 || !w.scratch) {
         if (w.out >= 0)
             close(w.out);
+        if (created >= 0)
+            close(created);
         free(w.scratch);
         reply_err(rep, req->seq, ENOMEM, "cannot watch %s: out of memory", path);
         return;
@@ -786,14 +797,18 @@ static void handle_watch(struct ctl_reader *r, const struct ctl_msg *req, struct
     free(w.scratch);
     if (e) {
         close(w.out);
+        if (created >= 0)
+            close(created);
         reply_err(rep, req->seq, e, "cannot watch %s: %s", path,
-                  e == ENOSPC ? "too many watched directories" : strerror(e));
+                  e == ENOSPC ? "too many watched directories in this sandbox" : strerror(e));
         return;
     }
     lseek(w.out, 0, SEEK_SET);
     ctl_msg_init(rep, CTL_OK, req->seq);
     ctl_put_u32(rep, w.count);
     ctl_add_fd(rep, w.out);
+    if (created >= 0)
+        ctl_add_fd(rep, created);
 }
 
 static void handle(struct ctl_msg *req, struct ctl_msg *rep)

@@ -3,6 +3,7 @@ with multipart uploads, and the Connect RPC services process.Process and
 filesystem.Filesystem, unary (JSON in and out) and server streams (enveloped
 messages ending with an end-of-stream envelope)."""
 import base64
+import ctypes
 import http.client
 import json
 import os
@@ -707,8 +708,19 @@ def test_watches_are_bounded_and_freed_with_their_sandbox(server, sid):
     assert flags == 2 and msg["error"]["code"] == "resource_exhausted"
     s.close()
     assert open_fds(server) >= before + 64
-    # A watcher of another sandbox is not found through this one.
+    # Each sandbox's watches count against its own limits, not the daemon's
+    # (host root's 128 inotify instances by default): a second sandbox gets
+    # its 64 as well.
     other = create(server)["sandboxID"]
+    for _ in range(64):
+        status, body = unary(server, other, "filesystem.Filesystem/CreateWatcher",
+                             {"path": "/tmp"})
+        assert status == 200, body
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    assert fd >= 0, os.strerror(ctypes.get_errno())  # host root has all of its own
+    os.close(fd)
+    # A watcher of another sandbox is not found through this one.
     status, body = unary(server, other, "filesystem.Filesystem/GetWatcherEvents",
                          {"watcherId": ids[0]})
     assert status == 404, body

@@ -1,7 +1,9 @@
 """Probes that try to exhaust resources or outlive the sandbox: a fork bomb,
 a memory bomb, filling the disk, exhausting descriptors, flooding stdout,
-looping forever and leaving a daemon behind."""
+looping forever, leaving a daemon behind and holding every inotify
+instance and watch."""
 
+import json
 import os
 import signal
 import subprocess
@@ -293,3 +295,66 @@ def test_setuid_binary(suid_helper):
     assert r.rc == 0, r
     assert r.probe["helper"]["euid"] == 0, r
     assert r.probe["helper"]["ruid"] >= UID_BASE, r
+
+
+INOTIFY = r'''
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+instances, instances_error = [], None
+while len(instances) < 1000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        instances_error = ename(ctypes.get_errno())
+        break
+    instances.append(fd)
+os.makedirs("/tmp/watched", exist_ok=True)
+files = []
+for i in range(len(instances) and (P["watches"] // len(instances) + 1)):
+    files.append(b"/tmp/watched/%d" % i)
+    open(files[-1], "wb").close()
+watches, watches_error = 0, None
+for fd in instances:
+    for f in files:
+        if libc.inotify_add_watch(fd, f, 2) < 0:
+            watches_error = ename(ctypes.get_errno())
+            break
+        watches += 1
+    if watches_error:
+        break
+emit(limits=[int(read_text("/proc/sys/user/max_inotify_" + n)) for n in ("instances", "watches")],
+     instances=len(instances), instances_error=instances_error,
+     watches=watches, watches_error=watches_error)
+sys.stdin.read(1)  # hold them until the host has looked
+'''
+
+
+def host_inotify_instance():
+    """Whether host root can make an inotify instance now."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        return os.strerror(ctypes.get_errno())
+    os.close(fd)
+    return True
+
+
+def test_inotify_limits():
+    # Contained: a sandbox's inotify instances and watches count against its
+    # own user namespace's limits (128 and 16384) and its own host uid, never
+    # against host root's: while one sandbox holds all it may, host root can
+    # still make an instance.
+    p = subprocess.Popen(corral_cmd(INOTIFY, params={"watches": 16384}), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = p.stdout.readline().decode()
+        assert line.startswith("PROBE "), (line, p.stderr.read(4000) if p.poll() is not None else "")
+        probe = json.loads(line[len("PROBE "):])
+        assert probe["limits"] == [128, 16384], probe
+        assert probe["instances"] == 128 and probe["instances_error"] == "EMFILE", probe
+        assert probe["watches"] == 16384 and probe["watches_error"] == "ENOSPC", probe
+        assert host_inotify_instance() is True
+    finally:
+        out, err = p.communicate(b"x", timeout=60)
+    assert p.returncode == 0, (out, err)
+    check_sanitizers(err)
