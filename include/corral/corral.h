@@ -142,6 +142,11 @@ struct corral_sandbox_options {
     /* NULL: the template's network (OFF unless the template says). */
     const struct corral_network *network;
     unsigned disabled_layers; /* isolation layers off: for tests only */
+    /* Whom the sandbox is charged to, a number of the caller's (0: no one),
+     * and the most live sandboxes that owner may hold at once (0: no
+     * ceiling): a create past it fails with EUSERS. */
+    unsigned owner;
+    unsigned owner_max;
 };
 
 void corral_sandbox_options_init(struct corral_sandbox_options *opts);
@@ -241,6 +246,11 @@ void corral_set_disk_dir(const char *dir);
  * ahead by a thread, so that a sandbox's start pays only the mount
  * (corral_shutdown stops it). 0 = none (the default). */
 void corral_keep_disks_ready(unsigned n);
+/* The most memory (the sum of their memory limits) the live sandboxes this
+ * process hands out may be given at once; 0 = no ceiling (the default).
+ * A create past it fails with EDQUOT and a message that says so. Sandboxes
+ * kept ready in pools count only once handed out. */
+void corral_set_memory_ceiling(uint64_t bytes);
 
 /* ---- executing code ---- */
 

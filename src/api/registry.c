@@ -40,26 +40,6 @@ void registry_add(struct registry *r, struct registry_entry *e)
     pthread_mutex_unlock(&r->lock);
 }
 
-unsigned registry_count(struct registry *r, int tenant)
-{
-    unsigned n = 0;
-    for (struct registry_entry *e = r->head; e; e = e->next)
-        n += e->tenant == tenant && corral_sandbox_alive(e->sb);
-    return n;
-}
-
-int registry_add_capped(struct registry *r, struct registry_entry *e, unsigned most)
-{
-    pthread_mutex_lock(&r->lock);
-    bool full = most && registry_count(r, e->tenant) >= most;
-    if (!full) {
-        e->next = r->head;
-        r->head = e;
-    }
-    pthread_mutex_unlock(&r->lock);
-    return full ? -EDQUOT : 0;
-}
-
 void registry_sweep(struct registry *r)
 {
     struct registry_entry *dead = NULL;

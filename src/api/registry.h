@@ -38,11 +38,6 @@ void registry_destroy(struct registry *r);
 
 /* Takes e (e->sb set, its reference taken over). */
 void registry_add(struct registry *r, struct registry_entry *e);
-/* registry_add, unless r already holds `most` live sandboxes of e->tenant
- * (0: no ceiling): then -EDQUOT, and e is not taken. */
-int registry_add_capped(struct registry *r, struct registry_entry *e, unsigned most);
-/* The live sandboxes of tenant in r; under r->lock. */
-unsigned registry_count(struct registry *r, int tenant);
 /* Drops the entries whose sandbox ended. */
 void registry_sweep(struct registry *r);
 /* The entry with this id, or NULL; under r->lock. */

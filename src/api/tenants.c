@@ -2,7 +2,6 @@
 #include "api/tenants.h"
 
 #include <errno.h>
-#include <pthread.h>
 
 #include "base/clock.h"
 #include "base/util.h"
@@ -54,23 +53,17 @@ bool tenant_sees(int caller, int owner)
     return caller == TENANT_ADMIN || caller == TENANT_OPEN || caller == owner;
 }
 
-int tenant_room(const struct tenants *t, struct registry *r, int caller, struct corral_error *err)
+void tenant_charge(const struct tenants *t, int caller, struct corral_sandbox_options *so)
 {
-    unsigned most = tenant_ceiling(t, caller);
-    pthread_mutex_lock(&r->lock);
-    bool full = most && registry_count(r, caller) >= most;
-    pthread_mutex_unlock(&r->lock);
-    return full ? tenant_full(t, err) : 0;
-}
-
-unsigned tenant_ceiling(const struct tenants *t, int caller)
-{
-    return caller >= 0 ? t->max_per_key : 0; /* admins, and a server without keys: none */
+    /* Admins, and a server without keys: no ceiling. Every API of the
+     * server has the same keys, so a key is the same owner on each. */
+    so->owner = caller >= 0 ? (unsigned)caller + 1 : 0;
+    so->owner_max = caller >= 0 ? t->max_per_key : 0;
 }
 
 int tenant_full(const struct tenants *t, struct corral_error *err)
 {
-    return corral_fail(err, EDQUOT,
+    return corral_fail(err, EUSERS,
                        "this API key holds its most sandboxes at once (%u; corral serve "
                        "--max-sandboxes-per-key): kill one first",
                        t->max_per_key);

@@ -5,7 +5,7 @@
  * never a hint that it exists). An admin key sees every sandbox. Without
  * keys (a server on loopback) everyone is one tenant. Each key (not an
  * admin's, and none without keys) holds at most max_per_key sandboxes at
- * once on each API.
+ * once, on all the server's APIs together.
  */
 #ifndef CORRAL_API_TENANTS_H
 #define CORRAL_API_TENANTS_H
@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "api/registry.h"
+#include "corral/corral.h"
 #include "base/error.h"
 
 enum {
@@ -36,13 +37,10 @@ bool tenants_keyed(const struct tenants *t);
 int tenant_of(const struct tenants *t, const char *given);
 /* Whether caller sees what owner created. */
 bool tenant_sees(int caller, int owner);
-/* 0 when caller may create one more sandbox in r, else tenant_full: a
- * check before the work of a create; registry_add_capped with
- * tenant_ceiling is the one that holds. */
-int tenant_room(const struct tenants *t, struct registry *r, int caller, struct corral_error *err);
-/* The most sandboxes caller may hold at once (0: no ceiling). */
-unsigned tenant_ceiling(const struct tenants *t, int caller);
-/* -EDQUOT, with a message that names the ceiling. */
+/* Charges a create to caller: the sandbox is the key's, counted against
+ * its ceiling (corral_sandbox_create fails with EUSERS past it). */
+void tenant_charge(const struct tenants *t, int caller, struct corral_sandbox_options *so);
+/* -EUSERS, with a message that names the ceiling. */
 int tenant_full(const struct tenants *t, struct corral_error *err);
 
 #endif

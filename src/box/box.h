@@ -94,6 +94,10 @@ struct corral_sandbox {
     uint64_t started_at_ms, deadline_ms; /* wall clock */
     bool registered;
     corral_sandbox *next_registered;
+    /* Handed out: counted against the memory ceiling and its owner's most
+     * (under the manager's lock). */
+    bool charged;
+    unsigned owner;
     /* the network (box/network.c; under its lock) */
     struct egress_sandbox *egress; /* NULL: off, or never attached */
     enum corral_network_mode net_mode;
@@ -150,6 +154,20 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
 /* The manager's registry of live sandboxes (manager.c). */
 void box_register(corral_sandbox *sb);
 void box_unregister(corral_sandbox *sb);
+/* A create under way, counted against the memory ceiling and its owner's
+ * most until settled. */
+struct box_claim {
+    uint64_t bytes;
+    unsigned owner;
+    struct box_claim *next;
+};
+/* Claims bytes of the memory ceiling and a sandbox of owner's (when
+ * owner_max is not 0): -EUSERS when owner holds owner_max already, -EDQUOT
+ * past the memory ceiling, said. box_settle hands the claim over to the
+ * sandbox made, or (sb NULL) gives it back. */
+int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owner_max,
+              struct corral_error *err);
+void box_settle(struct box_claim *c, corral_sandbox *sb);
 void box_contexts_free(corral_sandbox *sb);
 
 #endif

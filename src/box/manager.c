@@ -1,6 +1,8 @@
 /*
  * The sandbox manager: every live sandbox of this process, found by id, and
- * killed when its deadline passes (a reaper thread checks every 100 ms).
+ * killed when its deadline passes (a reaper thread checks every 100 ms); and
+ * the process's memory ceiling, the most memory the sandboxes handed out may
+ * be given in total.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,6 +16,8 @@
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static corral_sandbox *registry;
 static bool reaper_started;
+static uint64_t memory_ceiling;  /* bytes; 0: none */
+static struct box_claim *claims; /* of the creates under way */
 
 static void *reaper_main(void *arg)
 {
@@ -53,6 +57,83 @@ void box_unregister(corral_sandbox *sb)
                 break;
             }
     sb->registered = false;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void corral_set_memory_ceiling(uint64_t bytes)
+{
+    pthread_mutex_lock(&registry_lock);
+    memory_ceiling = bytes;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* Whether sb still holds what it was given: alive, and not killed (a
+ * sandbox killed a moment ago may take a few milliseconds to be gone). */
+static bool box_holding(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    bool holding = !sb->dead && !sb->killed && sb->jail && !jail_exited(sb->jail);
+    pthread_mutex_unlock(&sb->lock);
+    return holding;
+}
+
+/* What the live sandboxes handed out and the creates under way hold: memory,
+ * and the number of them charged to owner (when not 0). */
+static void held(unsigned owner, uint64_t *memory, unsigned *owned)
+{
+    *memory = 0;
+    *owned = 0;
+    for (struct box_claim *c = claims; c; c = c->next) {
+        *memory += c->bytes;
+        *owned += owner && c->owner == owner;
+    }
+    for (corral_sandbox *sb = registry; sb; sb = sb->next_registered)
+        if (sb->charged && box_holding(sb)) {
+            *memory += sb->limits.memory_bytes;
+            *owned += owner && sb->owner == owner;
+        }
+}
+
+int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owner_max,
+              struct corral_error *err)
+{
+    *c = (struct box_claim){.bytes = bytes, .owner = owner};
+    pthread_mutex_lock(&registry_lock);
+    uint64_t memory;
+    unsigned owned;
+    held(owner_max ? owner : 0, &memory, &owned);
+    uint64_t ceiling = memory_ceiling;
+    bool memory_room = !ceiling || (bytes <= ceiling && memory <= ceiling - bytes);
+    bool owner_room = !owner_max || owned < owner_max;
+    if (memory_room && owner_room) {
+        c->next = claims;
+        claims = c;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (!owner_room)
+        return corral_fail(err, EUSERS, "its owner holds its most sandboxes at once (%u)",
+                           owner_max);
+    if (!memory_room)
+        return corral_fail(err, EDQUOT,
+                           "the server's memory ceiling is reached: its sandboxes hold %llu MiB "
+                           "of %llu MiB, and this one asks for %llu MiB",
+                           (unsigned long long)(memory >> 20), (unsigned long long)(ceiling >> 20),
+                           (unsigned long long)(bytes >> 20));
+    return 0;
+}
+
+void box_settle(struct box_claim *c, corral_sandbox *sb)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (struct box_claim **pp = &claims; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    if (sb) {
+        sb->charged = true;
+        sb->owner = c->owner;
+    }
     pthread_mutex_unlock(&registry_lock);
 }
 

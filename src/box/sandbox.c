@@ -442,12 +442,18 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     const struct netpolicy *policy;
     if ((r = sandbox_network(o, t, &net_mode, &own_policy, &policy, err)) < 0)
         return r;
+    struct box_claim claim;
+    if ((r = box_claim(&claim, limits.memory_bytes, o->owner, o->owner_max, err)) < 0) {
+        netpolicy_free(&own_policy);
+        return r;
+    }
     corral_sandbox *sb = NULL;
     bool poolable = !o->python && !o->disabled_layers &&
                     (!o->state_dir || !strcmp(o->state_dir, JAIL_DEFAULT_STATE_DIR));
     if (poolable)
         sb = box_pool_take(t, &limits);
     if (!sb && (r = sandbox_new(o, t, &limits, &sb, err)) < 0) {
+        box_settle(&claim, NULL);
         netpolicy_free(&own_policy);
         return r;
     }
@@ -456,9 +462,11 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     r = box_network_attach(sb, net_mode, policy, err);
     netpolicy_free(&own_policy);
     if (r < 0 || (r = hand_out(sb, o, err)) < 0) {
+        box_settle(&claim, NULL);
         corral_sandbox_release(sb);
         return r;
     }
+    box_settle(&claim, sb);
     *out = sb;
     return 0;
 }

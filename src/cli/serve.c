@@ -85,12 +85,15 @@ static void serve_usage(FILE *out)
           "  --admin-key KEY     a key that sees and manages every sandbox of the sandbox\n"
           "                      APIs (repeatable; also $CORRAL_ADMIN_KEYS); an --api-key\n"
           "                      sees only the sandboxes it created\n"
-          "  --max-sandboxes-per-key N  sandboxes one key holds at once on each sandbox\n"
-          "                      API (default 100; beyond: 429)\n"
+          "  --max-sandboxes-per-key N  sandboxes one key holds at once, on the sandbox\n"
+          "                      APIs together (default 100; beyond: 429)\n"
           "  --max-sandbox-memory SIZE  the most memory a sandbox may ask for (default\n"
           "                      the host's memory; beyond: 400)\n"
           "  --max-sandbox-cpus N  the most CPUs a sandbox may ask for (default the\n"
           "                      host's; beyond: 400)\n"
+          "  --max-total-memory SIZE  the most memory (the sum of their limits) the\n"
+          "                      server's sandboxes are given at once, on every API\n"
+          "                      (default none; beyond: 429)\n"
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
           "                      else /etc/corral/corral.yaml if present)\n"
@@ -122,6 +125,7 @@ enum {
     OPT_MAX_PER_KEY,
     OPT_MAX_SANDBOX_MEMORY,
     OPT_MAX_SANDBOX_CPUS,
+    OPT_MAX_TOTAL_MEMORY,
     OPT_CONFIG,
     OPT_STATE,
     OPT_DISK_DIR
@@ -255,6 +259,7 @@ struct serve_opts {
     unsigned max_per_key;
     uint64_t max_sandbox_memory;
     uint32_t max_sandbox_millicpus;
+    uint64_t max_total_memory; /* 0: none */
     uint64_t max_body;
     struct http_server_limits limits;
     unsigned execute_timeout_ms;
@@ -368,6 +373,14 @@ static int serve_option(int c, struct serve_opts *o)
             return CLI_USAGE;
         }
         return 0;
+    case OPT_MAX_TOTAL_MEMORY:
+        if (corral_parse_size(optarg, &o->max_total_memory, &err) < 0 ||
+            o->max_total_memory < (16u << 20)) {
+            fprintf(stderr, "corral serve: --max-total-memory: %s\n",
+                    o->max_total_memory < (16u << 20) ? "at least 16m" : err.message);
+            return CLI_USAGE;
+        }
+        return 0;
     case OPT_MAX_SANDBOX_CPUS:
         if (corral_parse_cpus(optarg, &o->max_sandbox_millicpus, &err) < 0) {
             fprintf(stderr, "corral serve: --max-sandbox-cpus: %s\n", err.message);
@@ -442,6 +455,7 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"max-sandboxes-per-key", required_argument, NULL, OPT_MAX_PER_KEY},
         {"max-sandbox-memory", required_argument, NULL, OPT_MAX_SANDBOX_MEMORY},
         {"max-sandbox-cpus", required_argument, NULL, OPT_MAX_SANDBOX_CPUS},
+        {"max-total-memory", required_argument, NULL, OPT_MAX_TOTAL_MEMORY},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
@@ -729,6 +743,7 @@ int cli_serve(int argc, char **argv)
         return rc;
     sigset_t sigs;
     prepare_process(o.state_dir, &sigs);
+    corral_set_memory_ceiling(o.max_total_memory);
     if (!o.e2b.on && !o.osb.on && !o.gw.on) {
         fprintf(stderr, "corral serve: every API is off: nothing to serve\n");
         return CLI_USAGE;

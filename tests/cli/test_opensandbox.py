@@ -305,6 +305,63 @@ def test_metrics(osb):
     assert abs(m["timestamp"] / 1000 - time.time()) < 5
 
 
+def test_ceilings_hold_across_both_apis():
+    """A key's sandboxes are counted on E2B's and OpenSandbox's APIs together,
+    and the server's memory ceiling is the sum of the limits of every
+    sandbox it holds, on both."""
+    a, b, admin = "e2b_" + "a1" * 20, "e2b_" + "b2" * 20, "e2b_" + "c3" * 20
+    o = Osb("--api-key", a, "--api-key", b, "--admin-key", admin,
+            "--max-sandboxes-per-key", "1", "--max-total-memory", "3g")
+    e2b = o.server
+    body = {"image": {"uri": IMAGE}, "entrypoint": ["/opt/code-interpreter/code-interpreter.sh"],
+            "resourceLimits": {"cpu": "1", "memory": "2Gi"}, "timeout": 600}
+
+    def e2b_create(key):
+        return e2b.request("POST", "/sandboxes", {"templateID": "base", "secure": False},
+                           {"X-API-Key": key})
+
+    try:
+        status, text = e2b_create(a)
+        assert status == 201, text
+        ea = json.loads(text)["sandboxID"]
+        status, text = e2b.request("GET", f"/sandboxes/{ea}", headers={"X-API-Key": a})
+        assert status == 200 and json.loads(text)["memoryMB"] == 1024, text
+        # key a holds its one sandbox, made on the other API
+        status, text, _ = o.request("POST", "/v1/sandboxes", body, {"OPEN-SANDBOX-API-KEY": a})
+        assert status == 429 and json.loads(text) == {
+            "code": "SANDBOX::QUOTA_EXCEEDED",
+            "message": "this API key holds its most sandboxes at once (1; corral serve "
+                       "--max-sandboxes-per-key): kill one first"}, text
+        # 1 GiB + 2 GiB fill the 3 GiB ceiling exactly
+        status, text, _ = o.request("POST", "/v1/sandboxes", body,
+                                    {"OPEN-SANDBOX-API-KEY": admin})
+        assert status == 202, text
+        oa = json.loads(text)["id"]
+        full = ("the server's memory ceiling is reached: its sandboxes hold 3072 MiB of "
+                "3072 MiB, and this one asks for 1024 MiB")
+        status, text = e2b_create(b)
+        assert status == 429 and json.loads(text) == {"code": 429, "message": full}, text
+        status, text, _ = o.request("POST", "/v1/sandboxes",
+                                    {**body, "resourceLimits": {"cpu": "1", "memory": "1Gi"}},
+                                    {"OPEN-SANDBOX-API-KEY": b})
+        assert status == 429 and json.loads(text) == {"code": "SANDBOX::QUOTA_EXCEEDED",
+                                                      "message": full}, text
+        # a sandbox deleted gives its memory back at once
+        status, _, _ = o.request("DELETE", f"/v1/sandboxes/{oa}",
+                                 headers={"OPEN-SANDBOX-API-KEY": admin})
+        assert status == 204
+        status, text = e2b_create(b)
+        assert status == 201, text
+        # and a key's sandbox deleted on one API makes room for it on the other
+        assert e2b.request("DELETE", f"/sandboxes/{ea}", headers={"X-API-Key": a})[0] == 204
+        status, text, _ = o.request("POST", "/v1/sandboxes",
+                                    {**body, "resourceLimits": {"cpu": "1", "memory": "1Gi"}},
+                                    {"OPEN-SANDBOX-API-KEY": a})
+        assert status == 202, text
+    finally:
+        o.stop()
+
+
 def test_stopping_the_server_ends_its_sandboxes():
     o = Osb()
     sid = o.create()["id"]

@@ -278,8 +278,7 @@ static void owned_drop(struct registry_entry *entry)
 }
 
 /* Takes sb's reference and net (the detail's network fields), as caller's:
- * 0, or -EDQUOT when caller already holds its most sandboxes, -ENOMEM (sb
- * is then killed and the reference released). */
+ * 0, or -ENOMEM (sb is then killed and the reference released). */
 static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token, json_t *net)
 {
     struct owned *o = calloc(1, sizeof(*o));
@@ -293,11 +292,7 @@ static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token,
     o->entry.tenant = caller;
     o->net = net;
     snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
-    if (registry_add_capped(&e->owned, &o->entry, tenant_ceiling(&e->tenants, caller)) < 0) {
-        corral_sandbox_kill(sb);
-        owned_drop(&o->entry);
-        return -EDQUOT;
-    }
+    registry_add(&e->owned, &o->entry);
     return 0;
 }
 
@@ -443,9 +438,12 @@ static int create_timeout(json_t *timeout, json_int_t *secs, struct corral_error
 }
 
 /* A failed corral_sandbox_create, as E2B answers it: a template that does
- * not exist is 404, a network refused 400, the rest 500. */
+ * not exist is 404, a network refused 400, a ceiling (the key's, the
+ * server's memory) 429, the rest 500. */
 static struct http_response *create_failed(struct corral_error *err, const char *tpl, bool network)
 {
+    if (err->code == EDQUOT || err->code == EUSERS)
+        return http_error(429, "%s", err->message);
     enum wire_class c = wire_class_of(err->code);
     if (c == WIRE_NOT_FOUND)
         corral_error_wrap(err, "template '%s' not found", tpl);
@@ -461,8 +459,6 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     cleanup_strv char **env = NULL;
     cleanup_strv char **meta = NULL;
     struct corral_error err;
-    if (tenant_room(&e->tenants, &e->owned, caller, &err) < 0)
-        return http_error(429, "%s", err.message);
     if (read_body(req, &body, &err) < 0)
         return e2b_fail(&err);
     json_t *tpl = json_object_get(body, "templateID");
@@ -486,9 +482,12 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     o.metadata = (const char *const *)meta;
     o.state_dir = e->state_dir;
     o.network = net.given ? &net.an.net : NULL; /* NULL: the template's */
+    tenant_charge(&e->tenants, caller, &o);
     corral_sandbox *sb;
     if (corral_sandbox_create(&o, &sb, &err) < 0) {
         netreq_free(&net);
+        if (err.code == EUSERS)
+            tenant_full(&e->tenants, &err);
         return create_failed(&err, json_string_value(tpl), o.network != NULL);
     }
     /* Secure unless asked otherwise, as E2B's sandboxes are (the SDKs no
@@ -505,10 +504,7 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     netreq_free(&net);
     if (owned < 0) {
         corral_sandbox_release(sb);
-        if (owned == -ENOMEM)
-            return http_error(500, "out of memory");
-        tenant_full(&e->tenants, &err);
-        return http_error(429, "%s", err.message);
+        return http_error(500, "out of memory");
     }
     json_t *j = sandbox_json(e, sb);
     json_object_set_new(j, "templateID", json_copy(tpl));

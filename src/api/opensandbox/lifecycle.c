@@ -500,9 +500,12 @@ static struct http_response *read_create(struct osb *o, const struct http_reques
 }
 
 /* A failed corral_sandbox_create: a network this server does not allow is
- * 403; a template gone, or a network it cannot give, 400; the rest 500. */
+ * 403; a template gone, or a network it cannot give, 400; a ceiling (the
+ * key's, the server's memory) 429; the rest 500. */
 static struct http_response *create_failed(const struct corral_error *err, bool network)
 {
+    if (err->code == EDQUOT || err->code == EUSERS)
+        return execd_error(429, "SANDBOX::QUOTA_EXCEEDED", "%s", err->message);
     enum wire_class c = wire_class_of(err->code);
     if (network && c == WIRE_FORBIDDEN)
         return fail_as(lifecycle_codes, err);
@@ -521,8 +524,11 @@ static struct http_response *start_box(struct osb *o, struct create_req *c, stru
     c->so.template_id = c->tpl;
     c->so.env = (const char *const *)c->env;
     c->so.state_dir = o->state_dir;
-    if (corral_sandbox_create(&c->so, &b->entry.sb, &err) < 0)
+    if (corral_sandbox_create(&c->so, &b->entry.sb, &err) < 0) {
+        if (err.code == EUSERS)
+            tenant_full(&o->tenants, &err);
         return create_failed(&err, c->so.network != NULL);
+    }
     b->image = json_pack("{s:O}", "uri", c->uri);
     b->entrypoint = c->entry && !json_is_null(c->entry)
                         ? json_incref(c->entry)
@@ -537,11 +543,9 @@ static struct http_response *start_box(struct osb *o, struct create_req *c, stru
 
 static struct http_response *create(struct osb *o, const struct http_request *req, int caller)
 {
-    struct corral_error err;
-    if (tenant_room(&o->tenants, &o->boxes, caller, &err) < 0)
-        return execd_error(429, "SANDBOX::QUOTA_EXCEEDED", "%s", err.message);
     struct create_req c = {0};
     corral_sandbox_options_init(&c.so);
+    tenant_charge(&o->tenants, caller, &c.so);
     apinet_init(&c.net, false);
     struct os_sandbox *b = NULL;
     struct http_response *refused = read_create(o, req, &c);
@@ -555,12 +559,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
     char location[128];
     snprintf(location, sizeof(location), "/v1/sandboxes/%s", corral_sandbox_id(b->entry.sb));
     b->entry.tenant = caller;
-    if (registry_add_capped(&o->boxes, &b->entry, tenant_ceiling(&o->tenants, caller)) < 0) {
-        box_drop(&b->entry); /* another create of the key's came first */
-        json_decref(j);
-        tenant_full(&o->tenants, &err);
-        return execd_error(429, "SANDBOX::QUOTA_EXCEEDED", "%s", err.message);
-    }
+    registry_add(&o->boxes, &b->entry);
     struct http_response *resp = http_json(202, j);
     http_add_header(resp, "Location", location);
     return resp;
