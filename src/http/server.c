@@ -54,6 +54,14 @@
 #define STACK_SIZE       (512u << 10)
 #define SWEEP_MS         500
 #define READ_STEP        (64u << 10) /* a body's buffer grows by at most this a read */
+/* Pipelined requests answered in a row before the connection goes back to
+ * the end of the queue, so that one client's pipeline cannot hold a thread
+ * (and its share of the CPU) while others wait. */
+#define TURN_MAX 8
+/* Unsent answer bytes a connection may hold in the kernel: a client that
+ * does not read gets no more than this queued for it (TCP_NOTSENT_LOWAT),
+ * and its pipeline waits, without a thread, until it reads. */
+#define UNSENT_MAX (32u << 10)
 
 #define DEFAULT_HEAD_TIMEOUT_MS  10000
 #define DEFAULT_BODY_MIN_RATE    1024
@@ -895,21 +903,49 @@ static void sweep(struct http_server *srv)
     epoll_ctl(srv->epfd, EPOLL_CTL_MOD, srv->tfd, &ev);
 }
 
+/* Hands c back to epoll until one of events, with its deadline. */
+static void park(struct conn *c, uint32_t events)
+{
+    struct http_server *srv = c->srv;
+    pthread_mutex_lock(&srv->lock);
+    c->deadline_ms = deadline_of(c);
+    c->busy = false;
+    pthread_mutex_unlock(&srv->lock);
+    struct epoll_event ev = {.events = events | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
+    epoll_ctl(srv->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static bool writable_now(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT);
+}
+
+/* Serves c's requests: at most TURN_MAX of a pipeline at a time, and none
+ * while the client leaves what it was sent unread. */
 static void serve(struct conn *c)
 {
     struct http_server *srv = c->srv;
-    for (;;) {
+    for (unsigned turn = 0;; turn++) {
+        if (!writable_now(c->fd)) {
+            if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED)) {
+                close_conn(c); /* past its deadline, and not reading */
+                return;
+            }
+            park(c, EPOLLOUT); /* its pipeline waits until it reads */
+            return;
+        }
+        if (c->len && turn == TURN_MAX) {
+            park(c, EPOLLIN | EPOLLOUT); /* ready again at once, behind the others */
+            return;
+        }
         int r = read_request(c);
         if (r < 0) {
             close_conn(c);
             return;
         }
         if (r == 0) {
-            pthread_mutex_lock(&srv->lock);
-            c->deadline_ms = deadline_of(c);
-            c->busy = false;
-            pthread_mutex_unlock(&srv->lock);
-            rearm(srv, c->fd, c);
+            park(c, EPOLLIN);
             return;
         }
         if (!answer(c) || __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED)) {
@@ -966,8 +1002,9 @@ static void accept_all(struct http_server *srv)
                 nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL); /* let some close */
             break;
         }
-        int one = 1;
+        int one = 1, unsent = UNSENT_MAX;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, sizeof(unsent));
         struct conn *c = calloc(1, sizeof(*c));
         if (!c) {
             close(fd);
