@@ -45,6 +45,7 @@
 
 #define DEFAULT_MAX_BODY (10u << 20)
 #define HEAD_MAX         (64u << 10) /* request line and headers */
+#define HEAD_READ        4096u       /* bytes read at a time while no head is whole */
 #define MAX_HEADERS      128
 #define MAX_ARGS         128
 #define START_THREADS    2
@@ -61,7 +62,10 @@
 /* Unsent answer bytes a connection may hold in the kernel: a client that
  * does not read gets no more than this queued for it (TCP_NOTSENT_LOWAT),
  * and its pipeline waits, without a thread, until it reads. */
-#define UNSENT_MAX (32u << 10)
+#define UNSENT_MAX (8u << 10)
+/* An answer this small, with a pipelined request behind it, waits to go out
+ * with the next ones: a turn's answers take one write. */
+#define HOLD_MAX (8u << 10)
 
 #define DEFAULT_HEAD_TIMEOUT_MS  10000
 #define DEFAULT_BODY_MIN_RATE    1024
@@ -93,6 +97,11 @@ struct conn {
 
     char *in; /* bytes read and not yet consumed; in[len] is writable */
     size_t len, cap;
+    /* Answers to a pipeline held to go out together, at the end of its turn
+     * (or before anything else is sent); hold: the next answer may join. */
+    char *out;
+    size_t out_len, out_cap;
+    bool hold;
 
     /* the request being read; head_len is 0 until its head is complete */
     size_t head_len;
@@ -527,8 +536,10 @@ static int read_request(struct conn *c)
             if (c->framing == BODY_CHUNKED)
                 compact(c);
         }
-        /* The buffer grows as the body arrives, never ahead of it. */
-        size_t want = 16384;
+        /* The buffer grows as the body arrives, never ahead of it; a head
+         * is read a little at a time, so that the requests pipelined
+         * behind it, moved to the front one by one, stay few. */
+        size_t want = HEAD_READ;
         if (c->head_len && c->framing == BODY_LENGTH && !c->too_large &&
             c->head_len + c->length > c->len) {
             want = c->head_len + c->length - c->len;
@@ -539,7 +550,10 @@ static int read_request(struct conn *c)
             answer_error(c, 503, "out of memory");
             return -1;
         }
-        ssize_t n = recv(c->fd, c->in + c->len, c->cap - c->len - 1, 0);
+        size_t room = c->cap - c->len - 1;
+        if (!c->head_len && room > HEAD_READ)
+            room = HEAD_READ;
+        ssize_t n = recv(c->fd, c->in + c->len, room, 0);
         if (n > 0) {
             c->len += (size_t)n;
             if (c->head_len)
@@ -579,7 +593,7 @@ static int wait_writable(int fd, unsigned timeout_ms)
     }
 }
 
-static int send_iov(struct conn *c, struct iovec *iov, int n)
+static int send_iov_now(struct conn *c, struct iovec *iov, int n)
 {
     while (n) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -604,6 +618,38 @@ static int send_iov(struct conn *c, struct iovec *iov, int n)
         }
     }
     return 0;
+}
+
+/* Sends the answers held back; 0, or -1 when the client is gone. */
+static int flush_held(struct conn *c)
+{
+    if (!c->out_len)
+        return 0;
+    struct iovec iov = {c->out, c->out_len};
+    c->out_len = 0;
+    return send_iov_now(c, &iov, 1);
+}
+
+static int send_iov(struct conn *c, struct iovec *iov, int n)
+{
+    if (flush_held(c) < 0)
+        return -1;
+    return send_iov_now(c, iov, n);
+}
+
+/* Holds an answer back to go out with the next (c->hold): whether it did. */
+static bool hold_answer(struct conn *c, const struct iovec *iov, int n)
+{
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += iov[i].iov_len;
+    if (!c->hold || len > HOLD_MAX || !strbuf_grow(&c->out, &c->out_cap, c->out_len + len, 4096, 0))
+        return false;
+    for (int i = 0; i < n; i++) {
+        memcpy(c->out + c->out_len, iov[i].iov_base, iov[i].iov_len);
+        c->out_len += iov[i].iov_len;
+    }
+    return true;
 }
 
 static int send_all(struct conn *c, const char *buf, size_t len)
@@ -785,7 +831,8 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         head = response_head(resp, bodiless ? NULL : length, false, !keep, &hlen);
         if (head) {
             struct iovec iov[2] = {{head, hlen}, {resp->body, resp->len}};
-            ok = send_iov(c, iov, bodiless || head_only || !resp->len ? 1 : 2) == 0;
+            int n = bodiless || head_only || !resp->len ? 1 : 2;
+            ok = (keep && hold_answer(c, iov, n)) || send_iov(c, iov, n) == 0;
         }
     }
     free(head);
@@ -822,6 +869,7 @@ static void close_conn(struct conn *c)
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
+    free(c->out);
     free(c);
 }
 
@@ -921,39 +969,46 @@ static bool writable_now(int fd)
     return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT);
 }
 
-/* Serves c's requests: at most TURN_MAX of a pipeline at a time, and none
- * while the client leaves what it was sent unread. */
+/* What serve does with c next. */
+enum turn_end { TURN_GO_ON, TURN_CLOSE, TURN_WAIT_READ, TURN_WAIT_WRITE, TURN_REQUEUE };
+
+/* One step of c's turn: a request read and answered, or why the turn ends. */
+static enum turn_end serve_one(struct conn *c, unsigned turn)
+{
+    if (!writable_now(c->fd))
+        /* past its deadline and not reading: let go; else its pipeline waits until it reads */
+        return __atomic_load_n(&c->expired, __ATOMIC_RELAXED) ? TURN_CLOSE : TURN_WAIT_WRITE;
+    if (c->len && turn == TURN_MAX)
+        return TURN_REQUEUE;
+    int r = read_request(c);
+    if (r <= 0)
+        return r < 0 ? TURN_CLOSE : TURN_WAIT_READ;
+    /* With the next request already here, this answer may wait for its. */
+    c->hold = turn + 1 < TURN_MAX && c->len > c->end;
+    bool go_on = answer(c);
+    c->hold = false;
+    if (!go_on || __atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED))
+        return TURN_CLOSE;
+    next_request(c);
+    return TURN_GO_ON;
+}
+
+/* Serves c's requests: at most TURN_MAX of a pipeline at a time, their
+ * answers in one write, and none while the client leaves what it was sent
+ * unread. */
 static void serve(struct conn *c)
 {
-    struct http_server *srv = c->srv;
-    for (unsigned turn = 0;; turn++) {
-        if (!writable_now(c->fd)) {
-            if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED)) {
-                close_conn(c); /* past its deadline, and not reading */
-                return;
-            }
-            park(c, EPOLLOUT); /* its pipeline waits until it reads */
-            return;
-        }
-        if (c->len && turn == TURN_MAX) {
-            park(c, EPOLLIN | EPOLLOUT); /* ready again at once, behind the others */
-            return;
-        }
-        int r = read_request(c);
-        if (r < 0) {
-            close_conn(c);
-            return;
-        }
-        if (r == 0) {
-            park(c, EPOLLIN);
-            return;
-        }
-        if (!answer(c) || __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED)) {
-            close_conn(c);
-            return;
-        }
-        next_request(c);
-    }
+    enum turn_end end = TURN_GO_ON;
+    for (unsigned turn = 0; end == TURN_GO_ON; turn++)
+        end = serve_one(c, turn);
+    if (flush_held(c) < 0)
+        end = TURN_CLOSE;
+    if (end == TURN_CLOSE)
+        close_conn(c);
+    else /* requeued: ready again at once, behind the others */
+        park(c, end == TURN_WAIT_READ    ? EPOLLIN
+                : end == TURN_WAIT_WRITE ? EPOLLOUT
+                                         : EPOLLIN | EPOLLOUT);
 }
 
 /* Why a new connection from peer cannot be had (a message for its 503),
@@ -1251,6 +1306,7 @@ void http_server_stop(struct http_server *s)
         s->conns = c->next;
         close(c->fd);
         free(c->in);
+        free(c->out);
         free(c);
     }
     server_free(s);
