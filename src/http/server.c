@@ -102,6 +102,7 @@ struct conn {
     char *out;
     size_t out_len, out_cap;
     bool hold;
+    bool wrote; /* something was written since writability was last checked */
 
     /* the request being read; head_len is 0 until its head is complete */
     size_t head_len;
@@ -595,6 +596,7 @@ static int wait_writable(int fd, unsigned timeout_ms)
 
 static int send_iov_now(struct conn *c, struct iovec *iov, int n)
 {
+    c->wrote = true;
     while (n) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
@@ -975,7 +977,11 @@ enum turn_end { TURN_GO_ON, TURN_CLOSE, TURN_WAIT_READ, TURN_WAIT_WRITE, TURN_RE
 /* One step of c's turn: a request read and answered, or why the turn ends. */
 static enum turn_end serve_one(struct conn *c, unsigned turn)
 {
-    if (!writable_now(c->fd))
+    /* Answers held back leave the socket as it was: it is asked again only
+     * after a write. */
+    bool ask = turn == 0 || c->wrote;
+    c->wrote = false;
+    if (ask && !writable_now(c->fd))
         /* past its deadline and not reading: let go; else its pipeline waits until it reads */
         return __atomic_load_n(&c->expired, __ATOMIC_RELAXED) ? TURN_CLOSE : TURN_WAIT_WRITE;
     if (c->len && turn == TURN_MAX)
