@@ -52,6 +52,8 @@
  *     data_dir: /var/lib/corral/gateway    # containers' files, uploads, gateway.db
  *     container_expiry: 1200               # seconds a container lives unused (default)
  *     container_memory_max: 4g             # the most a container's memory_limit gets
+ *     container_files_max: 1g              # bytes of files one container keeps
+ *     key_files_max: 10g                   # bytes of container files one key keeps
  *
  * Any value written "os.environ/NAME" is read from the environment (an
  * unset variable is an error naming it). Keys LiteLLM has that corral does
@@ -170,6 +172,9 @@
  *   exec_timeout     seconds (or with a unit), from 1 s to 86400 s.
  *   store_max_responses  an integer from 1 to 100000000.
  *   store_days       an integer from 1 to 3650.
+ *   container_expiry seconds (or with a unit), from 1 s to 30 days.
+ *   container_memory_max  one of 1g, 4g, 16g, 64g.
+ *   container_files_max, key_files_max  a size ("512m", "1g", bytes), at least 1m.
  *
  * os.environ/ is resolved in the values corral reads (not in ignored keys);
  * for optional keys, YAML null (`api_base:` or ~) is the same as a missing key,
@@ -259,6 +264,10 @@ struct gateway_config {
                                       temporary directory; corral serve sets a default) */
     uint64_t container_expiry_ms;  /* gateway.container_expiry, default 20 min */
     uint64_t container_memory_max; /* gateway.container_memory_max (bytes), default 4g */
+    uint64_t container_files_max;  /* gateway.container_files_max: bytes of one container's
+                                      files, default 1 GiB */
+    uint64_t key_files_max;        /* gateway.key_files_max: bytes of the files of one key's
+                                      (owner's) containers together, default 10 GiB */
     char *code_tool_name;          /* gateway.code_tool_name, never NULL (default "python") */
     unsigned max_agentic_loops;    /* gateway.max_agentic_loops, default 8 (1..100) */
     size_t output_limit;           /* gateway.output_limit, default 20000 (256..10000000) */

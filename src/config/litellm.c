@@ -18,6 +18,7 @@
 
 #include "base/cleanup.h"
 #include "base/error.h"
+#include "base/util.h"
 #include "config/gateway_config.h"
 #include "config/walk.h"
 #include "egress/netpolicy.h"
@@ -880,13 +881,31 @@ static bool is_code_tool_name(const char *name)
     return true;
 }
 
+/* A size of files ("512m", "1g", bytes), at least 1 MiB. */
+static int walk_bytes(const struct walk *w, const yaml_node_t *n, const char *what, uint64_t *out)
+{
+    const char *text = NULL;
+    int r = walk_env_value(w, n, what, &text);
+    if (r < 0)
+        return r;
+    struct corral_error perr;
+    uint64_t bytes;
+    if (corral_parse_size(text, &bytes, &perr) < 0)
+        return walk_fail(w, n, EINVAL, "%s: %s", what, perr.message);
+    if (bytes < (1u << 20))
+        return walk_fail(w, n, EINVAL, "%s: '%.40s' is below the minimum of 1m", what, text);
+    *out = bytes;
+    return 0;
+}
+
 /* corral's own keys: strict, every key with a value. */
 static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
     int r = walk_expect_mapping(w, n, "gateway",
                                 "listen, store, data_dir, code_tool_name, max_agentic_loops, "
                                 "output_limit, exec_timeout, store_max_responses, store_days, "
-                                "container_expiry, container_memory_max",
+                                "container_expiry, container_memory_max, "
+                                "container_files_max, key_files_max",
                                 true);
     if (r <= 0)
         return r;
@@ -900,7 +919,9 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                        "store_days",
                                        "data_dir",
                                        "container_expiry",
-                                       "container_memory_max"};
+                                       "container_memory_max",
+                                       "container_files_max",
+                                       "key_files_max"};
     enum {
         LISTEN,
         STORE,
@@ -913,6 +934,8 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         DATA_DIR,
         EXPIRY,
         MEMORY_MAX,
+        FILES_MAX,
+        KEY_FILES_MAX,
         N
     };
     yaml_node_t *v[N];
@@ -969,6 +992,12 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
             return walk_fail(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
         gw->container_memory_max = bytes;
     }
+    if (v[FILES_MAX] &&
+        (r = walk_bytes(w, v[FILES_MAX], WHAT(FILES_MAX), &gw->container_files_max)) < 0)
+        return r;
+    if (v[KEY_FILES_MAX] &&
+        (r = walk_bytes(w, v[KEY_FILES_MAX], WHAT(KEY_FILES_MAX), &gw->key_files_max)) < 0)
+        return r;
 #undef WHAT
     return 0;
 }

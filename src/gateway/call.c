@@ -444,9 +444,15 @@ static char *tool_result(const struct provider_output *o, size_t limit)
             strbuf_puts(&b, "files:");
         }
         first = false;
-        strbuf_printf(&b, "\n%s (%s, %lld bytes)", json_string_value(json_object_get(f, "path")),
-                      json_string_value(json_object_get(f, "status")),
-                      (long long)json_integer_value(json_object_get(f, "bytes")));
+        const char *status = json_string_value(json_object_get(f, "status"));
+        const char *not_kept = json_string_value(json_object_get(f, "not_kept"));
+        strbuf_printf(&b, "\n%s (%s", json_string_value(json_object_get(f, "path")), status);
+        if (status && strcmp(status, "deleted"))
+            strbuf_printf(&b, ", %lld bytes",
+                          (long long)json_integer_value(json_object_get(f, "bytes")));
+        if (not_kept)
+            strbuf_printf(&b, "; not kept as a container file: %s", not_kept);
+        strbuf_puts(&b, ")");
     }
     for (i = 0; i < json_array_size(o->images); i++) {
         separate(&b);
@@ -457,8 +463,27 @@ static char *tool_result(const struct provider_output *o, size_t limit)
     return strbuf_take(&b);
 }
 
+/* A line of the logs for each file the code wrote that the container did
+ * not keep, and why. */
+static void not_kept_notes(struct strbuf *logs, const struct provider_output *o)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(o->files, i, f)
+    {
+        const char *why = json_string_value(json_object_get(f, "not_kept"));
+        if (!why)
+            continue;
+        if (logs->len && logs->data[logs->len - 1] != '\n')
+            strbuf_puts(logs, "\n");
+        strbuf_printf(logs, "[%s was not kept as a container file: %s]\n",
+                      json_string_value(json_object_get(f, "path")), why);
+    }
+}
+
 /* The item's outputs: images first (as OpenAI orders a plotting cell), then
- * the logs: stdout, the last expression's value, the error. */
+ * the logs: stdout, the last expression's value, the error, and what the
+ * container did not keep of the files. */
 static json_t *item_outputs(const struct provider_output *o)
 {
     json_t *outs = json_array();
@@ -488,6 +513,7 @@ static json_t *item_outputs(const struct provider_output *o)
         else
             strbuf_printf(&logs, "%s: %s", o->error_name, o->error_value);
     }
+    not_kept_notes(&logs, o);
     if (logs.len)
         json_array_append_new(outs,
                               json_pack("{s:s, s:s}", "type", "logs", "logs", strbuf_str(&logs)));

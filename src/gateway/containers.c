@@ -8,7 +8,16 @@
  * first used (after a restart, again), and the container's files are copied
  * into its /mnt/data then. After each execution the files the code created
  * or changed in /mnt/data are copied out and become container files
- * (source "assistant"); images the code displayed become files too.
+ * (source "assistant"); images the code displayed become files too; the
+ * files the code deleted from /mnt/data are deleted from the container.
+ *
+ * A container's files together keep at most gateway.container_files_max
+ * bytes, and those of one owner's (key's) containers together at most
+ * gateway.key_files_max: a file that would pass either quota is not saved
+ * (an upload gets an error; a file the code wrote is left out, and the
+ * model and the client's logs are told). The quotas count what the store
+ * says each file holds, so overwriting, deleting and ending containers
+ * keep them right.
  *
  * A container expires when unused for its expires_after (default
  * gateway.container_expiry): its sandbox and files go, its record stays
@@ -526,22 +535,120 @@ void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const cha
     snprintf(out, len, "%s/containers/%s/%s", gw->data_dir, container_id, id);
 }
 
-/* Keeps the file `id` of c at `path`: on disk, in the sandbox when asked
- * and it runs, in the store. */
-static int save_cfile(corral_gateway *gw, struct gw_container *c, const char *id, const char *path,
-                      const void *data, size_t len, int64_t created, const char *source,
-                      bool into_sandbox, json_t **out, struct corral_error *err)
+/* ---- the quotas of its files ---- */
+
+/* The bytes the files of the owner's other containers keep, and those
+ * being saved to them. quota_lock held. */
+static int others_bytes(corral_gateway *gw, const struct gw_container *c, uint64_t *out,
+                        struct corral_error *err)
+{
+    struct other {
+        char id[64];
+        uint64_t reserved;
+    } *v = NULL;
+    size_t n = 0;
+    *out = 0;
+    pthread_mutex_lock(&gw->lock);
+    for (struct gw_container *o = gw->containers; o; o = o->next)
+        n += o != c && !o->dead && !strcmp(o->owner, c->owner);
+    if ((v = calloc(n ? n : 1, sizeof(*v)))) {
+        size_t i = 0;
+        for (struct gw_container *o = gw->containers; o; o = o->next)
+            if (o != c && !o->dead && !strcmp(o->owner, c->owner)) {
+                memcpy(v[i].id, o->id, sizeof(v[i].id));
+                v[i++].reserved = o->files_reserved;
+            }
+    }
+    pthread_mutex_unlock(&gw->lock);
+    if (!v)
+        return corral_fail(err, ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint64_t bytes = 0;
+        rc = store_cfiles_bytes(gw->store, v[i].id, &bytes, err);
+        *out += bytes + v[i].reserved;
+    }
+    free(v);
+    return rc;
+}
+
+static int quota_fail(struct corral_error *err, const char *whose, uint64_t kept, uint64_t len,
+                      uint64_t max, const char *setting)
+{
+    char k[32], l[32], m[32];
+    corral_format_size(kept, k, sizeof(k));
+    corral_format_size(len, l, sizeof(l));
+    corral_format_size(max, m, sizeof(m));
+    return corral_fail(err, EDQUOT,
+                       "%s files take %s; %s more would pass the quota of %s (%s): delete "
+                       "files to make room",
+                       whose, k, l, m, setting);
+}
+
+/* Room for `len` bytes in c, in place of `old` bytes (the file they
+ * replace): reserved until quota_release, or -EDQUOT. */
+static int quota_reserve(corral_gateway *gw, struct gw_container *c, uint64_t old, uint64_t len,
+                         struct corral_error *err)
+{
+    const struct gateway_config *cfg = gw->cfg;
+    char whose[96];
+    uint64_t mine = 0, others = 0;
+    pthread_mutex_lock(&gw->quota_lock);
+    int rc = store_cfiles_bytes(gw->store, c->id, &mine, err);
+    mine += c->files_reserved;
+    mine = mine > old ? mine - old : 0;
+    if (rc == 0 && mine + len > cfg->container_files_max) {
+        snprintf(whose, sizeof(whose), "container %s's", c->id);
+        rc = quota_fail(err, whose, mine, len, cfg->container_files_max,
+                        "gateway.container_files_max");
+    }
+    if (rc == 0 && (rc = others_bytes(gw, c, &others, err)) == 0 &&
+        others + mine + len > cfg->key_files_max)
+        rc = quota_fail(err, "this key's containers'", others + mine, len, cfg->key_files_max,
+                        "gateway.key_files_max");
+    if (rc == 0)
+        c->files_reserved += len;
+    pthread_mutex_unlock(&gw->quota_lock);
+    return rc;
+}
+
+static void quota_release(corral_gateway *gw, struct gw_container *c, uint64_t len)
+{
+    pthread_mutex_lock(&gw->quota_lock);
+    c->files_reserved -= len;
+    pthread_mutex_unlock(&gw->quota_lock);
+}
+
+/* The file `id` of c at `path` as it will be kept, and what it replaces. */
+struct cfile_spec {
+    const char *id, *path, *source;
+    int64_t created;
+    uint64_t old_bytes; /* of the file it replaces (same id); 0 for a new file */
+    bool replaces;
+};
+
+/* Keeps the file on disk, in the sandbox when asked and it runs, in the
+ * store; a new file that fails leaves nothing on disk. */
+static int keep_cfile(corral_gateway *gw, struct gw_container *c, const struct cfile_spec *f,
+                      const void *data, size_t len, bool into_sandbox, json_t **out,
+                      struct corral_error *err)
 {
     char disk[4096];
-    gw_cfile_disk(gw, c->id, id, disk, sizeof(disk));
+    gw_cfile_disk(gw, c->id, f->id, disk, sizeof(disk));
     int rc = gw_blob_write(disk, data, len, err);
     if (rc < 0)
         return rc;
-    if (into_sandbox && c->sb && (rc = c->provider->write_file(c->sb, path, data, len, err)) < 0)
-        return rc;
-    json_t *obj = cfile_object(id, c->id, path, len, created, source);
-    if ((rc = store_put_cfile(gw->store, obj, err)) < 0) {
+    json_t *obj = NULL;
+    if (into_sandbox && c->sb)
+        rc = c->provider->write_file(c->sb, f->path, data, len, err);
+    if (rc == 0 && !(obj = cfile_object(f->id, c->id, f->path, len, f->created, f->source)))
+        rc = corral_fail(err, ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = store_put_cfile(gw->store, obj, err);
+    if (rc < 0) {
         json_decref(obj);
+        if (!f->replaces)
+            unlink(disk);
         return rc;
     }
     if (out)
@@ -551,43 +658,125 @@ static int save_cfile(corral_gateway *gw, struct gw_container *c, const char *id
     return 0;
 }
 
+/* keep_cfile within the quotas. */
+static int save_cfile(corral_gateway *gw, struct gw_container *c, const struct cfile_spec *f,
+                      const void *data, size_t len, bool into_sandbox, json_t **out,
+                      struct corral_error *err)
+{
+    int rc = quota_reserve(gw, c, f->old_bytes, len, err);
+    if (rc < 0)
+        return rc;
+    rc = keep_cfile(gw, c, f, data, len, into_sandbox, out, err);
+    quota_release(gw, c, len);
+    return rc;
+}
+
+/* The file of c at `path`, to be replaced: f's id, created_at and old
+ * bytes are its own; else f is a new file. */
+static void cfile_at(corral_gateway *gw, struct gw_container *c, const char *path,
+                     struct cfile_spec *f, char id[64])
+{
+    json_t *old = NULL;
+    struct corral_error err;
+    f->path = path;
+    f->id = id;
+    f->created = now_s();
+    f->old_bytes = 0;
+    f->replaces = store_find_cfile(gw->store, c->id, path, &old, &err) == 0;
+    if (f->replaces) {
+        snprintf(id, 64, "%s", json_string_value(json_object_get(old, "id")));
+        f->created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
+        json_int_t bytes = json_integer_value(json_object_get(old, "bytes"));
+        f->old_bytes = bytes > 0 ? (uint64_t)bytes : 0;
+    } else {
+        corral_new_id(id, 64, "cfile_", 32);
+    }
+    json_decref(old);
+}
+
 int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
                           const void *data, size_t len, const char *source, bool into_sandbox,
                           json_t **out, struct corral_error *err)
 {
-    json_t *old = NULL;
     char id[64];
-    int64_t created = now_s();
-    if (store_find_cfile(gw->store, c->id, path, &old, err) == 0) {
-        snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(old, "id")));
-        created = (int64_t)json_integer_value(json_object_get(old, "created_at"));
-    } else {
-        corral_new_id(id, sizeof(id), "cfile_", 32);
-    }
+    struct cfile_spec f;
+    cfile_at(gw, c, path, &f, id);
+    f.source = source;
+    return save_cfile(gw, c, &f, data, len, into_sandbox, out, err);
+}
+
+/* The code deleted `path`: its container file goes too. */
+static void forget_path(corral_gateway *gw, struct gw_container *c, const char *path)
+{
+    json_t *old = NULL;
+    struct corral_error err;
+    if (store_find_cfile(gw->store, c->id, path, &old, &err) < 0)
+        return;
+    const char *id = json_string_value(json_object_get(old, "id"));
+    char disk[4096];
+    gw_cfile_disk(gw, c->id, id, disk, sizeof(disk));
+    if (store_delete_cfile(gw->store, c->id, id, &err) < 0)
+        fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
+    else
+        unlink(disk);
     json_decref(old);
-    return save_cfile(gw, c, id, path, data, len, created, source, into_sandbox, out, err);
+}
+
+/* Copies out one file the code created or changed; why not, when not. */
+static void collect_one(corral_gateway *gw, struct gw_container *c, json_t *f)
+{
+    const char *path = json_string_value(json_object_get(f, "path"));
+    json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
+    char id[64], size[32], why[CORRAL_ERROR_MESSAGE_MAX];
+    struct cfile_spec spec;
+    struct corral_error err;
+    if (!path || bytes < 0)
+        return;
+    if ((uint64_t)bytes > FILE_MAX) {
+        corral_format_size(FILE_MAX, size, sizeof(size));
+        snprintf(why, sizeof(why), "it is larger than the %s a container file may have", size);
+        json_object_set_new(f, "not_kept", json_string(why));
+        return;
+    }
+    cfile_at(gw, c, path, &spec, id);
+    spec.source = "assistant";
+    /* The listing's size first: a file past a quota is not read at all. */
+    if (quota_reserve(gw, c, spec.old_bytes, (uint64_t)bytes, &err) < 0) {
+        json_object_set_new(f, "not_kept", json_string(err.message));
+        return;
+    }
+    quota_release(gw, c, (uint64_t)bytes);
+    char *data = NULL;
+    size_t len = 0;
+    json_t *obj = NULL;
+    int rc = c->provider->read_file(c->sb, path, FILE_MAX, &data, &len, &err);
+    if (rc == 0)
+        rc = save_cfile(gw, c, &spec, data, len, false, &obj, &err);
+    if (rc == 0)
+        json_object_set_new(f, "id", json_incref(json_object_get(obj, "id")));
+    else
+        json_object_set_new(f, "not_kept", json_string(err.message));
+    json_decref(obj);
+    free(data);
 }
 
 void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed)
 {
     size_t i;
     json_t *f;
+    /* Deletions first: the room they make counts for what follows. */
     json_array_foreach(changed, i, f)
     {
+        const char *status = json_string_value(json_object_get(f, "status"));
         const char *path = json_string_value(json_object_get(f, "path"));
-        json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
-        if (!path || bytes < 0 || (uint64_t)bytes > FILE_MAX)
-            continue;
-        char *data = NULL;
-        size_t len = 0;
-        struct corral_error err;
-        if (c->provider->read_file(c->sb, path, FILE_MAX, &data, &len, &err) < 0)
-            continue;
-        json_t *obj = NULL;
-        if (gw_container_add_file(gw, c, path, data, len, "assistant", false, &obj, &err) == 0)
-            json_object_set_new(f, "id", json_incref(json_object_get(obj, "id")));
-        json_decref(obj);
-        free(data);
+        if (status && path && !strcmp(status, "deleted"))
+            forget_path(gw, c, path);
+    }
+    json_array_foreach(changed, i, f)
+    {
+        const char *status = json_string_value(json_object_get(f, "status"));
+        if (!status || strcmp(status, "deleted"))
+            collect_one(gw, c, f);
     }
 }
 
@@ -601,7 +790,8 @@ char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const c
     char id[64], path[128];
     corral_new_id(id, sizeof(id), "cfile_", 32);
     snprintf(path, sizeof(path), "/mnt/data/%s.png", id);
-    int rc = save_cfile(gw, c, id, path, png, len, now_s(), "assistant", false, NULL, &err);
+    struct cfile_spec f = {.id = id, .path = path, .source = "assistant", .created = now_s()};
+    int rc = save_cfile(gw, c, &f, png, len, false, NULL, &err);
     free(png);
     return rc == 0 ? strdup(id) : NULL;
 }
@@ -661,9 +851,11 @@ static void unlink_container(corral_gateway *gw, struct gw_container *c)
  * files' rows gone) or deleted (gone). */
 static void end_record(corral_gateway *gw, struct gw_container *c, bool expired)
 {
-    if (!c->persistent)
-        return;
     struct corral_error err;
+    if (!c->persistent) { /* only its files' rows */
+        store_delete_cfiles(gw->store, c->id, &err);
+        return;
+    }
     if (!expired) {
         store_delete_container(gw->store, c->id, c->owner, &err);
         return;

@@ -42,6 +42,18 @@ static void failed(struct corral_gateway_reply *out, const struct corral_error *
     gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
 }
 
+/* A container file that could not be saved: past a quota, a 400 (waiting
+ * frees nothing, so not a 429 that clients retry); else a 500. */
+static void not_saved(struct corral_gateway_reply *out, const char *param,
+                      const struct corral_error *err)
+{
+    if (err->code == EDQUOT)
+        gw_reply_error(out, 400, "invalid_request_error", param, "storage_limit_reached",
+                       "The file was not saved: %s.", err->message);
+    else
+        failed(out, err);
+}
+
 /* ---- lists ---- */
 
 struct page {
@@ -410,8 +422,14 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     json_t *fid;
     json_array_foreach(ids, i, fid)
     {
-        if (gw_copy_file_in(gw, c, json_string_value(fid), owner, NULL, &err) < 0)
-            fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
+        if (gw_copy_file_in(gw, c, json_string_value(fid), owner, NULL, &err) == 0)
+            continue;
+        if (err.code == EDQUOT) { /* no container with part of its files */
+            gw_container_put(gw, c, true);
+            not_saved(out, "file_ids", &err);
+            return;
+        }
+        fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
     }
     pthread_mutex_lock(&gw->lock);
     json_t *obj = json_deep_copy(c->obj);
@@ -438,7 +456,7 @@ static void cfile_create(corral_gateway *gw, const struct corral_gateway_object_
             gw_container_add_file(gw, c, path, r->file_data, r->file_len, "user", true, &obj, &err);
         pthread_mutex_unlock(&c->exec_lock);
         if (rc < 0) {
-            failed(out, &err);
+            not_saved(out, "file", &err);
             return;
         }
     } else {
@@ -455,7 +473,7 @@ static void cfile_create(corral_gateway *gw, const struct corral_gateway_object_
             gw_reply_error(out, 404, "invalid_request_error", "file_id", NULL,
                            "No such File object: %s", fid);
         else if (rc < 0)
-            failed(out, &err);
+            not_saved(out, "file_id", &err);
         json_decref(body);
         if (rc < 0)
             return;

@@ -174,6 +174,7 @@ int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state
     }
     gw->cfg = cfg;
     pthread_mutex_init(&gw->lock, NULL);
+    pthread_mutex_init(&gw->quota_lock, NULL);
     pthread_cond_init(&gw->idle, NULL);
     pthread_cond_init(&gw->tick, NULL);
     if (state_dir && !(gw->state_dir = strdup(state_dir))) {
@@ -269,6 +270,7 @@ void corral_gateway_free(corral_gateway *gw)
     pthread_cond_destroy(&gw->idle);
     pthread_cond_destroy(&gw->tick);
     pthread_mutex_destroy(&gw->lock);
+    pthread_mutex_destroy(&gw->quota_lock);
     free(gw->state_dir);
     free(gw);
 }

@@ -57,6 +57,7 @@ struct gw_container {
     bool gone;                 /* deleted or expired: its files go with it */
     bool ended_expired;        /* expired, not deleted: its record stays */
     pthread_mutex_t exec_lock; /* one execution or file copy at a time */
+    uint64_t files_reserved;   /* bytes of files being saved (gw->quota_lock) */
     struct gw_container *next;
 };
 
@@ -98,6 +99,9 @@ struct corral_gateway {
     char tag[33], run_tag[33];
     int stop_reaping; /* atomic: the watch thread's start-up reaping stops */
     pthread_mutex_t lock;
+    /* Held while a file's bytes are checked against the quotas and
+     * reserved (gw_container.files_reserved); taken before lock. */
+    pthread_mutex_t quota_lock;
     pthread_cond_t idle; /* calls reached 0 */
     pthread_cond_t tick; /* the watch thread's sleep, cut short when stopping */
     struct gw_container *containers;
@@ -130,7 +134,10 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
 /* The container was used now. */
 void gw_container_touch(corral_gateway *gw, struct gw_container *c);
 /* Saves a file of c at `path` (same path: same id), into the sandbox too
- * when asked and it runs; *out (may be NULL): its object. */
+ * when asked and it runs; *out (may be NULL): its object. -EDQUOT, with
+ * err saying which, when c's files (gateway.container_files_max) or those
+ * of its owner's containers together (gateway.key_files_max) would pass
+ * their quota: nothing is then saved. */
 int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
                           const void *data, size_t len, const char *source, bool into_sandbox,
                           json_t **out, struct corral_error *err);
@@ -139,7 +146,10 @@ int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char
 void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
                    size_t len);
 /* Copies out the files an execution changed (provider_output.files); each
- * entry gets the "id" of its container file. exec_lock held. */
+ * entry gets the "id" of its container file, or, when it was not kept
+ * (larger than a container file may be, past a quota, unreadable), a
+ * "not_kept" string saying why. A deleted file's container file goes.
+ * exec_lock held. */
 void gw_container_collect(corral_gateway *gw, struct gw_container *c, json_t *changed);
 /* Saves a displayed image (base64 PNG) as a container file; its id. */
 char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const char *base64);

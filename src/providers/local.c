@@ -63,10 +63,14 @@ static int add_entry(void *arg, const struct corral_entry *e)
     return e->type == CORRAL_FILE ? provider_file_list_add(arg, e->path, e->size, e->mtime_ns) : 0;
 }
 
+/* A listing that fails is partial, unless /mnt/data is gone (the code
+ * removed it): then it is whole and empty. */
 static void list_data(corral_sandbox *sb, struct provider_file_list *l)
 {
-    struct corral_error ignored;
-    corral_file_list_each(sb, PROVIDER_DATA_DIR, 3, add_entry, l, &ignored);
+    struct corral_error why;
+    if (corral_file_list_each(sb, PROVIDER_DATA_DIR, 3, add_entry, l, &why) < 0 &&
+        why.code != ENOENT)
+        l->partial = true;
 }
 
 /* ---- one execution ---- */

@@ -550,9 +550,10 @@ static void osb_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
 /* ---- what /mnt/data holds ---- */
 
 /* The files under /mnt/data (GET /files/search, which lists files only;
- * other types are skipped all the same). An answer other than 2xx lists
- * nothing (the code may have removed the directory); a request that fails
- * is an error. */
+ * other types are skipped all the same). A 404 lists nothing (the code
+ * may have removed the directory); another answer other than a 2xx JSON
+ * array lists nothing and is partial; a request that fails is an error
+ * (the list partial). */
 static int list_data(struct provider_sandbox *s, struct provider_file_list *l,
                      struct corral_error *err)
 {
@@ -560,9 +561,13 @@ static int list_data(struct provider_sandbox *s, struct provider_file_list *l,
     execd(s, &q, "GET", "/files/search?path=" PROVIDER_DATA_DIR "&pattern=**");
     struct http_reply r;
     int rc = rm_send(&q, &r, err);
-    if (rc < 0)
+    if (rc < 0) {
+        l->partial = true;
         return fail_at(err, s->execd, rc);
+    }
     json_t *list = r.status / 100 == 2 && r.body ? json_loadb(r.body, r.len, 0, NULL) : NULL;
+    if (!json_is_array(list) && r.status != 404)
+        l->partial = true;
     http_reply_free(&r);
     size_t i;
     json_t *e;

@@ -1,7 +1,7 @@
 /*
  * What every sandbox provider does alike: gathering an execution's output
  * under the caps of provider_output, and finding the files an execution
- * created or changed under /mnt/data from two listings; and finding a
+ * created, changed or deleted under /mnt/data from two listings; and finding a
  * provider by its name. See provider.h.
  */
 #include <errno.h>
@@ -100,8 +100,10 @@ int provider_collect_finish(struct provider_collect *c, json_t *files, struct pr
 int provider_file_list_add(struct provider_file_list *l, const char *path, uint64_t size,
                            uint64_t stamp)
 {
-    if (l->n >= 4 * PROVIDER_FILES_MAX)
+    if (l->n >= 4 * PROVIDER_FILES_MAX) {
+        l->partial = true;
         return 0;
+    }
     struct provider_file_state *v = realloc(l->v, (l->n + 1) * sizeof(*v));
     if (!v)
         return -ENOMEM;
@@ -121,6 +123,15 @@ void provider_file_list_free(struct provider_file_list *l)
     free(l->v);
     l->v = NULL;
     l->n = 0;
+    l->partial = false;
+}
+
+static bool listed(const struct provider_file_list *l, const char *path)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (!strcmp(l->v[i].path, path))
+            return true;
+    return false;
 }
 
 json_t *provider_changed_files(const struct provider_file_list *before,
@@ -138,6 +149,11 @@ json_t *provider_changed_files(const struct provider_file_list *before,
                               json_pack("{s:s, s:s, s:I}", "path", a->path, "status",
                                         b ? "modified" : "created", "bytes", (json_int_t)a->size));
     }
+    /* A file is gone only when both listings are whole. */
+    for (size_t i = 0; files && !before->partial && !after->partial && i < before->n; i++)
+        if (!listed(after, before->v[i].path))
+            json_array_append_new(files, json_pack("{s:s, s:s, s:i}", "path", before->v[i].path,
+                                                   "status", "deleted", "bytes", 0));
     return files;
 }
 

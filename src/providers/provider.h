@@ -31,8 +31,9 @@ struct provider_output {
     char *result;   /* text/plain of the main result (the last expression) */
     json_t *images; /* array of base64 PNG strings, in display order */
     char *error_name, *error_value, *traceback; /* empty unless the code raised */
-    json_t *files; /* [{"path": "/mnt/data/x.csv", "status": "created"|"modified",
-                       "bytes": N}] changed under /mnt/data by this execution */
+    json_t *files; /* [{"path": "/mnt/data/x.csv", "status": "created"|"modified"|
+                       "deleted", "bytes": N}] changed under /mnt/data by this
+                       execution (deleted: bytes 0) */
     bool raised;   /* the code raised */
     bool timed_out;
     bool truncated;
@@ -68,21 +69,27 @@ int provider_collect_finish(struct provider_collect *c, json_t *files, struct pr
 void provider_collect_free(struct provider_collect *c);
 
 /* What the files under /mnt/data were at one moment: path, size and a stamp
- * of their modification (a time, or a hash of the provider's time text). */
+ * of their modification (a time, or a hash of the provider's time text).
+ * `partial`: the listing may lack files (it failed, or files were left
+ * out), so a file missing from it may still be there. */
 struct provider_file_list {
     struct provider_file_state {
         char *path;
         uint64_t size, stamp;
     } * v;
     size_t n;
+    bool partial;
 };
 
-/* Adds a file (files beyond 4 * PROVIDER_FILES_MAX are left out). */
+/* Adds a file (files beyond 4 * PROVIDER_FILES_MAX are left out, and the
+ * list is then partial). */
 int provider_file_list_add(struct provider_file_list *l, const char *path, uint64_t size,
                            uint64_t stamp);
 void provider_file_list_free(struct provider_file_list *l);
-/* The files of `after` created or modified since `before`, as in
- * provider_output's files; never NULL unless out of memory. */
+/* The files of `after` created or modified since `before` (at most
+ * PROVIDER_FILES_MAX), then those of `before` missing from `after`
+ * (deleted; only when neither list is partial), as in provider_output's
+ * files; never NULL unless out of memory. */
 json_t *provider_changed_files(const struct provider_file_list *before,
                                const struct provider_file_list *after);
 /* A stamp for a provider's textual modification time (FNV-1a). */

@@ -1096,6 +1096,49 @@ int store_delete_cfile(struct store *s, const char *container_id, const char *id
                      s->name);
 }
 
+int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *bytes,
+                       struct corral_error *err)
+{
+    *bytes = 0;
+    if (!container_id)
+        return corral_fail(err, EINVAL, "cannot count container files without the container's id");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot count the bytes of container %s's files in store %s",
+             container_id, s->name);
+    const struct param keys[] = {P_TEXT(container_id)};
+    sqlite3_stmt *st;
+    pthread_mutex_lock(&s->lock);
+    int r = prepare_call(s,
+                         "SELECT COALESCE(SUM(json_extract(object, '$.bytes')), 0)"
+                         " FROM container_files WHERE container_id = ?1",
+                         keys, 1, &st, what, err);
+    if (r == 0 && (r = next_row(s, st, what, err)) == 0)
+        r = corral_fail(err, EIO, "%s: no answer", what);
+    if (r > 0) {
+        sqlite3_int64 sum = sqlite3_column_int64(st, 0);
+        *bytes = sum > 0 ? (uint64_t)sum : 0;
+        r = 0;
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+int store_delete_cfiles(struct store *s, const char *container_id, struct corral_error *err)
+{
+    if (!container_id)
+        return corral_fail(err, EINVAL, "cannot delete container files without the container's id");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete the files of container %s from store %s",
+             container_id, s->name);
+    const struct param keys[] = {P_TEXT(container_id)};
+    pthread_mutex_lock(&s->lock);
+    int r = write_params(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1, NULL,
+                         what, err);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
 static const char put_file_sql[] =
     "INSERT INTO files (id, owner, created_at, purpose, object) VALUES (?1, ?2, ?3, ?4, ?5)"
     " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"

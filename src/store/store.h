@@ -94,6 +94,11 @@ int store_list_cfiles(struct store *s, const char *container_id, const char *aft
                       bool ascending, json_t **list, bool *has_more, struct corral_error *err);
 int store_delete_cfile(struct store *s, const char *container_id, const char *id,
                        struct corral_error *err);
+/* The bytes of the container's files together (their objects' "bytes"). */
+int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *bytes,
+                       struct corral_error *err);
+/* Deletes the rows of every file of the container. */
+int store_delete_cfiles(struct store *s, const char *container_id, struct corral_error *err);
 
 /* Uploaded files (/v1/files): file["id"], owned by owner. Columns:
  * created_at, purpose. */

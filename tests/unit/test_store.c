@@ -806,6 +806,40 @@ static void deleting_a_container_deletes_its_files(void **state)
     store_close(s);
 }
 
+/* The bytes a container's files keep: what quotas count. */
+static void counts_a_containers_bytes(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_ok(NULL);
+    uint64_t bytes = 99;
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 0);
+    json_t *f = cfile("cfile_1", "cntr_1", "/mnt/data/a", 1);
+    json_object_set_new(f, "bytes", json_integer(5000000000));
+    put_cfile_ok(s, f);
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b", 2));
+    put_cfile_ok(s, cfile("cfile_3", "cntr_2", "/mnt/data/a", 3));
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 5000000003ull);
+    /* An overwrite counts its new size only. */
+    f = cfile("cfile_1", "cntr_1", "/mnt/data/a", 1);
+    json_object_set_new(f, "bytes", json_integer(10));
+    put_cfile_ok(s, f);
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 13);
+    assert_int_equal(store_delete_cfile(s, "cntr_1", "cfile_2", &err), 0);
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 10);
+    /* All of a container's rows at once; another's stay. */
+    assert_int_equal(store_delete_cfiles(s, "cntr_1", &err), 0);
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 0);
+    assert_page(s, CFILES, "cntr_2", NULL, NULL, 10, true, "cfile_3", false);
+    assert_int_equal(store_cfiles_bytes(s, NULL, &bytes, &err), -EINVAL);
+    assert_int_equal(store_delete_cfiles(s, NULL, &err), -EINVAL);
+    store_close(s);
+}
+
 static void keeps_files(void **state)
 {
     struct corral_error err = {0};
@@ -1570,6 +1604,7 @@ int main(void)
         cmocka_unit_test(lists_running_containers),
         cmocka_unit_test(keeps_container_files),
         cmocka_unit_test(deleting_a_container_deletes_its_files),
+        cmocka_unit_test(counts_a_containers_bytes),
         cmocka_unit_test(keeps_files),
         cmocka_unit_test(refuses_bad_objects),
         cmocka_unit_test_setup_teardown(persists_containers_and_files, make_tmp, remove_tmp),
