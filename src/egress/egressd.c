@@ -314,9 +314,9 @@ static void add_range(struct strbuf *sb, int family, const uint8_t *addr, unsign
 static const char *const forbid4[] = {"0.0.0.0/8",      "127.0.0.0/8",  "169.254.0.0/16",
                                       "192.0.0.0/24",   "192.0.2.0/24", "198.51.100.0/24",
                                       "203.0.113.0/24", "224.0.0.0/3",  NULL};
-static const char *const forbid6[] = {
-    "::/127",    "::ffff:0.0.0.0/96", "64:ff9b::/96",  "2002::/16",
-    "fe80::/10", "ff00::/8",          "2001:db8::/32", NULL};
+static const char *const forbid6[] = {"::/96",          "::ffff:0.0.0.0/96", "64:ff9b::/96",
+                                      "64:ff9b:1::/48", "2002::/16",         "fe80::/10",
+                                      "ff00::/8",       "2001:db8::/32",     NULL};
 static const char *const private4[] = {"10.0.0.0/8",    "172.16.0.0/12", "192.168.0.0/16",
                                        "100.64.0.0/10", "198.18.0.0/15", NULL};
 static const char *const private6[] = {"fc00::/7", NULL};
