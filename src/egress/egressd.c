@@ -106,6 +106,8 @@ static struct {
     bool dns_given;
     struct netpolicy_rule *open;
     size_t n_open;
+    struct netpolicy_rule *hosts; /* the operator's: counted as this host's own addresses */
+    size_t n_hosts;
     struct egress_sandbox *graveyard;
     /* this host's own addresses, refreshed at most once a second */
     struct sockaddr_storage *local;
@@ -233,7 +235,8 @@ static void refresh_local_locked(void)
     freeifaddrs(ifa);
 }
 
-/* Whether a is one of this host's own addresses. */
+/* Whether a is one of this host's own addresses: those of its interfaces,
+ * and those the operator names (a public address under 1:1 NAT). */
 static bool host_local(const struct sockaddr *a)
 {
     uint8_t x[16], y[16];
@@ -241,6 +244,8 @@ static bool host_local(const struct sockaddr *a)
     pthread_mutex_lock(&svc.lock);
     refresh_local_locked();
     bool found = false;
+    for (size_t i = 0; i < svc.n_hosts && !found; i++)
+        found = netpolicy_range_covers(&svc.hosts[i], a);
     for (size_t i = 0; i < svc.n_local && !found; i++) {
         int fy = addr_bytes((struct sockaddr *)&svc.local[i], y);
         found = fx == fy && !memcmp(x, y, fx == AF_INET ? 4 : 16);
@@ -336,6 +341,9 @@ static void add_set(struct strbuf *sb, const char *name, int family, const char 
         if (rules[i].family == family)
             add_range(&el, family, rules[i].addr, rules[i].prefix, &first);
     if (local) {
+        for (size_t i = 0; i < svc.n_hosts; i++)
+            if (svc.hosts[i].family == family)
+                add_range(&el, family, svc.hosts[i].addr, svc.hosts[i].prefix, &first);
         for (size_t i = 0; i < svc.n_local; i++) {
             uint8_t b[16];
             int f = addr_bytes((struct sockaddr *)&svc.local[i], b);
@@ -1301,19 +1309,33 @@ static int start_locked(struct corral_error *err)
 
 /* ---- the interface ---- */
 
+/* A copy of n rules in *out (NULL when n is 0); false when out of memory. */
+static bool copy_rules(const struct netpolicy_rule *rules, size_t n, struct netpolicy_rule **out)
+{
+    *out = NULL;
+    if (!n)
+        return true;
+    *out = calloc(n, sizeof(**out));
+    if (*out)
+        memcpy(*out, rules, n * sizeof(**out));
+    return *out != NULL;
+}
+
 int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
-                      const struct netpolicy_rule *open, size_t n_open, struct corral_error *err)
+                      const struct netpolicy_rule *open, size_t n_open,
+                      const struct netpolicy_rule *hosts, size_t n_hosts, struct corral_error *err)
 {
     if (n_dns > EGRESSD_MAX_DNS)
         return corral_fail(err, EINVAL, "at most %d DNS resolvers", EGRESSD_MAX_DNS);
-    struct netpolicy_rule *copy = NULL;
-    if (n_open) {
-        copy = calloc(n_open, sizeof(*copy));
-        if (!copy)
-            return corral_fail(err, ENOMEM, "out of memory");
-        memcpy(copy, open, n_open * sizeof(*copy));
+    struct netpolicy_rule *copy, *host_copy;
+    if (!copy_rules(open, n_open, &copy) || !copy_rules(hosts, n_hosts, &host_copy)) {
+        free(copy);
+        return corral_fail(err, ENOMEM, "out of memory");
     }
     pthread_mutex_lock(&svc.lock);
+    free(svc.hosts);
+    svc.hosts = host_copy;
+    svc.n_hosts = n_hosts;
     if (n_dns)
         memcpy(svc.dns, dns, n_dns * sizeof(*dns));
     svc.n_dns = n_dns;

@@ -146,6 +146,13 @@ enum netpolicy_class netpolicy_addr_class(const struct sockaddr *a)
     return addr_of(a, &x) ? class_of(&x) : NETPOLICY_FORBIDDEN;
 }
 
+bool netpolicy_range_covers(const struct netpolicy_rule *r, const struct sockaddr *a)
+{
+    struct addr x;
+    return r->kind == NETPOLICY_RANGE && addr_of(a, &x) &&
+           in_range(&x, r->family, r->addr, r->prefix);
+}
+
 /* "ADDR" or "ADDR/PREFIX" into r; false when it is neither. */
 static bool parse_range(const char *target, struct netpolicy_rule *r)
 {

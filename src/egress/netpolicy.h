@@ -81,6 +81,8 @@ enum netpolicy_class {
 };
 
 enum netpolicy_class netpolicy_addr_class(const struct sockaddr *a);
+/* Whether the RANGE rule r covers a (an IPv4-mapped address as IPv4). */
+bool netpolicy_range_covers(const struct netpolicy_rule *r, const struct sockaddr *a);
 /* The same, with the policy's open ranges counted as public. */
 enum netpolicy_class netpolicy_class_of(const struct netpolicy *p, const struct sockaddr *a);
 
