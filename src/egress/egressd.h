@@ -19,7 +19,10 @@
  * - accepts the connections the rules let through, checks the destination
  *   again, connects to it from the host's network namespace and relays
  *   bytes both ways (a thread per connection, at most
- *   EGRESSD_MAX_CONNECTIONS per sandbox);
+ *   EGRESSD_MAX_CONNECTIONS per sandbox); to an address reachable only
+ *   through a learned name, only once the connection's first bytes (at
+ *   most SNIFF_MAX, within 5 s) name a host the policy allows (sniff.h):
+ *   else it is reset without connecting out (fail closed);
  * - logs each denial on stderr: `corral: egress: sandbox ID: denied ...`,
  *   at most 10 lines a second per sandbox (the rest are counted in the
  *   next line).
