@@ -533,16 +533,18 @@ static bool send_all(int fd, const char *buf, size_t len)
 }
 
 /* Reads the first bytes of a connection to an address the sandbox may reach
- * only because an allowed name resolved to it, into head (SNIFF_MAX bytes),
- * until they say which name they ask for. True when the policy allows that
- * name. Fails closed: no name read (egress_sniff's reasons), or none within
- * NAME_WAIT_MS of the connection, is a refusal; each refusal is logged. */
-static bool read_name(struct egress_sandbox *b, int fd, const char *where, char *head, size_t *len)
+ * only because an allowed name resolved to it into *head (grown as bytes
+ * arrive, to SNIFF_MAX at most; the caller frees it), until they say which
+ * name they ask for. True when the policy allows that name. Fails closed:
+ * no name read (egress_sniff's reasons), or none within NAME_WAIT_MS of the
+ * connection, is a refusal; each refusal is logged. */
+static bool read_name(struct egress_sandbox *b, int fd, const char *where, char **head, size_t *len)
 {
     uint64_t deadline = corral_now_ms() + NAME_WAIT_MS;
     char name[254];
     const char *why = "";
     enum sniff_result r = SNIFF_MORE;
+    size_t cap = 0;
     *len = 0;
     while (r == SNIFF_MORE) {
         uint64_t now = corral_now_ms();
@@ -558,7 +560,17 @@ static bool read_name(struct egress_sandbox *b, int fd, const char *where, char 
         }
         if (n <= 0)
             continue;
-        ssize_t got = recv(fd, head + *len, SNIFF_MAX - *len, MSG_DONTWAIT);
+        if (*len == cap) {
+            size_t grown = cap ? (cap * 2 < SNIFF_MAX ? cap * 2 : SNIFF_MAX) : 4096;
+            char *more = realloc(*head, grown);
+            if (!more) {
+                why = "no memory to hold its first bytes";
+                break;
+            }
+            *head = more;
+            cap = grown;
+        }
+        ssize_t got = recv(fd, *head + *len, cap - *len, MSG_DONTWAIT);
         if (got < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
         if (got <= 0) {
@@ -566,7 +578,7 @@ static bool read_name(struct egress_sandbox *b, int fd, const char *where, char 
             break;
         }
         *len += (size_t)got;
-        r = egress_sniff((const uint8_t *)head, *len, name, &why);
+        r = egress_sniff((const uint8_t *)*head, *len, name, &why);
     }
     if (r != SNIFF_NAME) {
         deny_log(b, "tcp %s (reached through a name, but no name was read: %s)", where, why);
@@ -637,8 +649,7 @@ static bool forward(struct conn_job *job, const struct sockaddr_storage *dst, co
     char *head = NULL;
     size_t head_len = 0;
     if (through_name) {
-        head = malloc(SNIFF_MAX);
-        if (!head || !read_name(b, job->fd, where, head, &head_len)) {
+        if (!read_name(b, job->fd, where, &head, &head_len)) {
             free(head);
             return false;
         }
@@ -1324,7 +1335,7 @@ int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
 {
     if (n_dns > EGRESSD_MAX_DNS)
         return corral_fail(err, EINVAL, "at most %d DNS resolvers", EGRESSD_MAX_DNS);
-    struct netpolicy_rule *copy, *host_copy;
+    struct netpolicy_rule *copy = NULL, *host_copy = NULL;
     if (!copy_rules(open, n_open, &copy) || !copy_rules(hosts, n_hosts, &host_copy)) {
         free(copy);
         return corral_fail(err, ENOMEM, "out of memory");
