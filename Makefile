@@ -64,7 +64,7 @@ fuzz:
 	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined tests/fuzz/fuzz_sniff.c src/egress/sniff.c -o $(FUZZ_BUILD)/fuzz_sniff
 	@cp tests/fuzz/sniff-corpus/* $(FUZZ_BUILD)/sniff-corpus/
-	@$(FUZZ_BUILD)/fuzz_sniff -max_total_time=$(FUZZ_SNIFF_SECONDS) -max_len=20000 \
+	@$(FUZZ_BUILD)/fuzz_sniff -max_total_time=$(FUZZ_SNIFF_SECONDS) -max_len=70000 \
 		-print_final_stats=1 $(FUZZ_BUILD)/sniff-corpus 2>&1 | grep -E 'stat::number_of_executed_units|ERROR|SUMMARY|Done' ; \
 		test $${PIPESTATUS[0]} -eq 0
 

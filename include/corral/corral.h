@@ -116,6 +116,11 @@ struct corral_egress_settings {
     /* Private ranges sandboxes may reach (when their mode allows), such as
      * "10.20.0.0/16" (NULL-terminated). NULL: none. */
     const char *const *allow_private;
+    /* Addresses (or ranges) of this host that are not on its interfaces,
+     * such as its public address under 1:1 NAT, "203.0.113.7": no sandbox
+     * reaches them, as it reaches none of the interfaces' own addresses
+     * (NULL-terminated). NULL: none. */
+    const char *const *host_addresses;
 };
 int corral_egress_configure(const struct corral_egress_settings *s, struct corral_error *err);
 /* Checks settings without applying them. */

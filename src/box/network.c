@@ -91,6 +91,23 @@ int corral_network_check(const struct corral_network *n, struct corral_error *er
     return box_network_allowed(mode, err);
 }
 
+/* Each of list (NULL-terminated, or NULL) as a range into *out; `example`
+ * completes the message for what is not one. */
+static int parse_ranges(const char *const *list, const char *example, struct netpolicy *out,
+                        struct corral_error *err)
+{
+    for (size_t i = 0; list && list[i]; i++) {
+        int r = netpolicy_add(out, NETPOLICY_ALLOW, list[i], err);
+        if (r == 0 && out->rules[out->n - 1].kind != NETPOLICY_RANGE)
+            r = corral_fail(err, EINVAL, "'%.80s' is not %s", list[i], example);
+        if (r < 0) {
+            netpolicy_free(out);
+            return r;
+        }
+    }
+    return 0;
+}
+
 /* Parses the settings; with apply, puts them in force. */
 static int egress_settings(const struct corral_egress_settings *s, bool apply,
                            struct corral_error *err)
@@ -106,24 +123,18 @@ static int egress_settings(const struct corral_egress_settings *s, bool apply,
                                "192.0.2.53:5353 or [2001:db8::53]:53)",
                                s->dns[i]);
     }
-    struct netpolicy open = {0};
-    for (size_t i = 0; s->allow_private && s->allow_private[i]; i++) {
-        int r = netpolicy_add(&open, NETPOLICY_ALLOW, s->allow_private[i], err);
-        if (r == 0 && open.rules[open.n - 1].kind != NETPOLICY_RANGE)
-            r = corral_fail(err, EINVAL, "'%.80s' is not an address range (such as 10.20.0.0/16)",
-                            s->allow_private[i]);
-        if (r < 0) {
-            netpolicy_free(&open);
-            return r;
-        }
-    }
     if (s->modes & ~((1u << CORRAL_NETWORK_OFF) | (1u << CORRAL_NETWORK_INTERNET) |
-                     (1u << CORRAL_NETWORK_POLICY))) {
-        netpolicy_free(&open);
+                     (1u << CORRAL_NETWORK_POLICY)))
         return corral_fail(err, EINVAL, "unknown network modes %#x", s->modes);
-    }
-    int r = apply ? egressd_configure(dns, n_dns, open.rules, open.n, err) : 0;
+    struct netpolicy open = {0}, hosts = {0};
+    int r = parse_ranges(s->allow_private, "an address range (such as 10.20.0.0/16)", &open, err);
+    if (r == 0)
+        r = parse_ranges(s->host_addresses,
+                         "an address or range of this host (such as 203.0.113.7)", &hosts, err);
+    if (r == 0 && apply)
+        r = egressd_configure(dns, n_dns, open.rules, open.n, hosts.rules, hosts.n, err);
     netpolicy_free(&open);
+    netpolicy_free(&hosts);
     if (r < 0 || !apply)
         return r;
     pthread_mutex_lock(&net_lock);

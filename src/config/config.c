@@ -226,12 +226,12 @@ static int walk_network_modes(const struct walk *w, const yaml_node_t *n, struct
 static int walk_network_settings(const struct walk *w, const yaml_node_t *n,
                                  struct corral_config *cfg)
 {
-    int r = walk_expect_mapping(w, n, "network", "modes, dns, allow_private", true);
+    int r = walk_expect_mapping(w, n, "network", "modes, dns, allow_private, host_addresses", true);
     if (r <= 0)
         return r;
-    static const char *const keys[] = {"modes", "dns", "allow_private"};
-    yaml_node_t *v[3];
-    if ((r = walk_match_keys(w, n, keys, 3, "in network", false, v)) < 0)
+    static const char *const keys[] = {"modes", "dns", "allow_private", "host_addresses"};
+    yaml_node_t *v[4];
+    if ((r = walk_match_keys(w, n, keys, 4, "in network", false, v)) < 0)
         return r;
     cfg->has_network = true;
     if (v[0] && (r = walk_network_modes(w, v[0], cfg)) < 0)
@@ -240,10 +240,13 @@ static int walk_network_settings(const struct walk *w, const yaml_node_t *n,
         return r;
     if (v[2] && (r = walk_text_list(w, v[2], "network.allow_private", 1024, &cfg->net_private)) < 0)
         return r;
+    if (v[3] && (r = walk_text_list(w, v[3], "network.host_addresses", 1024, &cfg->net_hosts)) < 0)
+        return r;
     /* the values, checked as corral_egress_configure() will */
     struct corral_egress_settings probe = {.modes = 0,
                                            .dns = (const char *const *)cfg->net_dns,
-                                           .allow_private = (const char *const *)cfg->net_private};
+                                           .allow_private = (const char *const *)cfg->net_private,
+                                           .host_addresses = (const char *const *)cfg->net_hosts};
     struct corral_error e;
     if (corral_egress_check(&probe, &e) < 0)
         return walk_fail(w, n, EINVAL, "network: %s", e.message);
@@ -645,7 +648,8 @@ int corral_config_apply(const struct corral_config *cfg, struct corral_error *er
     if (cfg->has_network) {
         struct corral_egress_settings es = {.modes = cfg->net_modes,
                                             .dns = (const char *const *)cfg->net_dns,
-                                            .allow_private = (const char *const *)cfg->net_private};
+                                            .allow_private = (const char *const *)cfg->net_private,
+                                            .host_addresses = (const char *const *)cfg->net_hosts};
         if (!cfg->net_modes_given)
             for (unsigned m = CORRAL_NETWORK_INTERNET; m <= CORRAL_NETWORK_POLICY; m++)
                 if (corral_network_mode_allowed((enum corral_network_mode)m))
@@ -672,6 +676,7 @@ void corral_config_free(struct corral_config *cfg)
     free(cfg->templates);
     corral_strv_free(cfg->net_dns);
     corral_strv_free(cfg->net_private);
+    corral_strv_free(cfg->net_hosts);
     gateway_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->disk_dir);

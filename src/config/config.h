@@ -32,6 +32,10 @@
  *                    Missing: the nameservers of /etc/resolv.conf.
  *     allow_private  private ranges sandboxes may reach ("10.20.0.0/16").
  *                    Missing: none.
+ *     host_addresses addresses (or ranges) of this host beyond its
+ *                    interfaces', such as its public address under 1:1 NAT
+ *                    ("203.0.113.7"): closed to sandboxes like the
+ *                    interfaces' own. Missing: none.
  *   templates   a mapping from template names to templates; names are 1 to 63
  *               letters, digits, '.', '_' or '-', each defined once. Missing
  *               or empty (`templates:`): no templates.
@@ -97,6 +101,7 @@ struct corral_config {
     unsigned net_modes; /* bits 1u << CORRAL_NETWORK_* */
     char **net_dns;     /* NULL-terminated, or NULL */
     char **net_private;
+    char **net_hosts; /* network.host_addresses */
 };
 
 /* Parses a YAML file. */

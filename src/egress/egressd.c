@@ -49,6 +49,8 @@
 #define UPSTREAM_WAIT_MS   2000
 #define CONNECT_WAIT_MS    10000
 #define DNS_TCP_WAIT_MS    5000
+#define NAME_WAIT_MS       5000 /* for the name a connection reached through a name asks for */
+#define NAME_WAIT_TEXT     "5 s"
 #define WORKER_STACK       (128 * 1024)
 #define RELAY_BUF          (32 * 1024)
 #define LOG_PER_SECOND     10
@@ -106,6 +108,8 @@ static struct {
     bool dns_given;
     struct netpolicy_rule *open;
     size_t n_open;
+    struct netpolicy_rule *hosts; /* the operator's: counted as this host's own addresses */
+    size_t n_hosts;
     struct egress_sandbox *graveyard;
     /* this host's own addresses, refreshed at most once a second */
     struct sockaddr_storage *local;
@@ -233,7 +237,8 @@ static void refresh_local_locked(void)
     freeifaddrs(ifa);
 }
 
-/* Whether a is one of this host's own addresses. */
+/* Whether a is one of this host's own addresses: those of its interfaces,
+ * and those the operator names (a public address under 1:1 NAT). */
 static bool host_local(const struct sockaddr *a)
 {
     uint8_t x[16], y[16];
@@ -241,6 +246,8 @@ static bool host_local(const struct sockaddr *a)
     pthread_mutex_lock(&svc.lock);
     refresh_local_locked();
     bool found = false;
+    for (size_t i = 0; i < svc.n_hosts && !found; i++)
+        found = netpolicy_range_covers(&svc.hosts[i], a);
     for (size_t i = 0; i < svc.n_local && !found; i++) {
         int fy = addr_bytes((struct sockaddr *)&svc.local[i], y);
         found = fx == fy && !memcmp(x, y, fx == AF_INET ? 4 : 16);
@@ -314,9 +321,9 @@ static void add_range(struct strbuf *sb, int family, const uint8_t *addr, unsign
 static const char *const forbid4[] = {"0.0.0.0/8",      "127.0.0.0/8",  "169.254.0.0/16",
                                       "192.0.0.0/24",   "192.0.2.0/24", "198.51.100.0/24",
                                       "203.0.113.0/24", "224.0.0.0/3",  NULL};
-static const char *const forbid6[] = {
-    "::/127",    "::ffff:0.0.0.0/96", "64:ff9b::/96",  "2002::/16",
-    "fe80::/10", "ff00::/8",          "2001:db8::/32", NULL};
+static const char *const forbid6[] = {"::/96",          "::ffff:0.0.0.0/96", "64:ff9b::/96",
+                                      "64:ff9b:1::/48", "2002::/16",         "fe80::/10",
+                                      "ff00::/8",       "2001:db8::/32",     NULL};
 static const char *const private4[] = {"10.0.0.0/8",    "172.16.0.0/12", "192.168.0.0/16",
                                        "100.64.0.0/10", "198.18.0.0/15", NULL};
 static const char *const private6[] = {"fc00::/7", NULL};
@@ -336,6 +343,9 @@ static void add_set(struct strbuf *sb, const char *name, int family, const char 
         if (rules[i].family == family)
             add_range(&el, family, rules[i].addr, rules[i].prefix, &first);
     if (local) {
+        for (size_t i = 0; i < svc.n_hosts; i++)
+            if (svc.hosts[i].family == family)
+                add_range(&el, family, svc.hosts[i].addr, svc.hosts[i].prefix, &first);
         for (size_t i = 0; i < svc.n_local; i++) {
             uint8_t b[16];
             int f = addr_bytes((struct sockaddr *)&svc.local[i], b);
@@ -522,49 +532,73 @@ static bool send_all(int fd, const char *buf, size_t len)
     return true;
 }
 
-/* What a connection's first bytes ask for, while the proxy holds them back
- * (struct relay's `head`): the name is checked before any byte reaches the
- * destination. */
-struct inspect {
-    struct egress_sandbox *b;
-    const char *where;
-    char *head;
-    size_t len;
-    uint64_t deadline_ms; /* a name that never completes: decided by the address */
-};
-
-/* Adds got bytes (already in i->head) and decides: 1 pass them on, 0 wait
- * for more, -1 refuse. */
-static int inspect_step(struct inspect *i, bool eof)
+/* Reads the first bytes of a connection to an address the sandbox may reach
+ * only because an allowed name resolved to it into *head (grown as bytes
+ * arrive, to SNIFF_MAX at most; the caller frees it), until they say which
+ * name they ask for. True when the policy allows that name. Fails closed:
+ * no name read (egress_sniff's reasons), or none within NAME_WAIT_MS of the
+ * connection, is a refusal; each refusal is logged. */
+static bool read_name(struct egress_sandbox *b, int fd, const char *where, char **head, size_t *len)
 {
+    uint64_t deadline = corral_now_ms() + NAME_WAIT_MS;
     char name[254];
-    enum sniff_result r = egress_sniff((const uint8_t *)i->head, i->len, name);
-    if (r == SNIFF_MORE && !eof && i->len < SNIFF_MAX && corral_now_ms() < i->deadline_ms)
-        return 0;
-    if (r != SNIFF_NAME)
-        return 1;
-    pthread_mutex_lock(&i->b->lock);
-    bool ok = netpolicy_name(&i->b->policy, name) == NETPOLICY_ALLOW;
-    pthread_mutex_unlock(&i->b->lock);
-    if (ok)
-        return 1;
-    deny_log(i->b, "tcp %s (it asks for %s, which the policy does not allow)", i->where, name);
-    return -1;
+    const char *why = "";
+    enum sniff_result r = SNIFF_MORE;
+    size_t cap = 0;
+    *len = 0;
+    while (r == SNIFF_MORE) {
+        uint64_t now = corral_now_ms();
+        if (now >= deadline) {
+            why = "none came within " NAME_WAIT_TEXT;
+            break;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, (int)(deadline - now));
+        if (n < 0 && errno != EINTR) {
+            why = "the connection failed";
+            break;
+        }
+        if (n <= 0)
+            continue;
+        if (*len == cap) {
+            size_t grown = cap ? (cap * 2 < SNIFF_MAX ? cap * 2 : SNIFF_MAX) : 4096;
+            char *more = realloc(*head, grown);
+            if (!more) {
+                why = "no memory to hold its first bytes";
+                break;
+            }
+            *head = more;
+            cap = grown;
+        }
+        ssize_t got = recv(fd, *head + *len, cap - *len, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (got <= 0) {
+            why = "the connection ended first";
+            break;
+        }
+        *len += (size_t)got;
+        r = egress_sniff((const uint8_t *)*head, *len, name, &why);
+    }
+    if (r != SNIFF_NAME) {
+        deny_log(b, "tcp %s (reached through a name, but no name was read: %s)", where, why);
+        return false;
+    }
+    pthread_mutex_lock(&b->lock);
+    bool ok = netpolicy_name(&b->policy, name) == NETPOLICY_ALLOW;
+    pthread_mutex_unlock(&b->lock);
+    if (!ok)
+        deny_log(b, "tcp %s (it asks for %s, which the policy does not allow)", where, name);
+    return ok;
 }
 
-/* Copies bytes both ways until both sides are done; with ins, what the
- * sandbox sends first is held back until its name is checked. False when
- * one side failed (a reset) or the name is refused, for the caller to
- * reset both. */
-static bool relay(int a, int b, struct inspect *ins)
+/* Copies bytes both ways until both sides are done. False when one side
+ * failed (a reset), for the caller to reset both. */
+static bool relay(int a, int b)
 {
     char *buf = malloc(RELAY_BUF);
     if (!buf)
         return false;
-    if (ins && !(ins->head = malloc(SNIFF_MAX))) {
-        free(buf);
-        return false;
-    }
     bool open_in[2] = {true, true}; /* a -> b, b -> a */
     int from[2] = {a, b}, to[2] = {b, a};
     bool fail = false;
@@ -577,53 +611,21 @@ static bool relay(int a, int b, struct inspect *ins)
                 p[n].events = POLLIN;
                 which[n++] = d;
             }
-        int wait = -1;
-        if (ins && ins->len) {
-            uint64_t now = corral_now_ms();
-            wait = now >= ins->deadline_ms ? 0 : (int)(ins->deadline_ms - now);
-        }
-        int pr = poll(p, (nfds_t)n, wait);
-        if (pr < 0) {
+        if (poll(p, (nfds_t)n, -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
-        }
-        if (pr == 0 && ins) { /* the name never completed */
-            fail = !send_all(b, ins->head, ins->len);
-            free(ins->head);
-            ins = NULL;
-            continue;
         }
         for (int i = 0; i < n && !fail; i++) {
             if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             int d = which[i];
-            bool held = d == 0 && ins;
-            char *into = held ? ins->head + ins->len : buf;
-            size_t room = held ? SNIFF_MAX - ins->len : RELAY_BUF;
-            ssize_t got = recv(from[d], into, room, MSG_DONTWAIT);
+            ssize_t got = recv(from[d], buf, RELAY_BUF, MSG_DONTWAIT);
             if (got < 0 && (errno == EAGAIN || errno == EINTR))
                 continue;
             if (got < 0) {
                 fail = true; /* a reset: pass it on */
                 break;
-            }
-            if (held) {
-                if (got > 0 && !ins->len)
-                    ins->deadline_ms = corral_now_ms() + DNS_TCP_WAIT_MS;
-                ins->len += (size_t)got;
-                int verdict = inspect_step(ins, got == 0);
-                if (verdict < 0) {
-                    fail = true;
-                    break;
-                }
-                if (verdict == 0)
-                    continue;
-                fail = !send_all(b, ins->head, ins->len);
-                free(ins->head);
-                ins = NULL;
-                if (fail || got > 0)
-                    continue;
             }
             if (got == 0) {
                 open_in[d] = false;
@@ -633,10 +635,46 @@ static bool relay(int a, int b, struct inspect *ins)
             fail = !send_all(to[d], buf, (size_t)got);
         }
     }
-    if (ins)
-        free(ins->head);
     free(buf);
     return !fail;
+}
+
+/* Connects to dst for the sandbox's connection fd and relays it; with
+ * through_name, only once its first bytes name a host the policy allows
+ * (they then go first). False when fd is to be reset. */
+static bool forward(struct conn_job *job, const struct sockaddr_storage *dst, const char *where,
+                    bool through_name)
+{
+    struct egress_sandbox *b = job->b;
+    char *head = NULL;
+    size_t head_len = 0;
+    if (through_name) {
+        if (!read_name(b, job->fd, where, &head, &head_len)) {
+            free(head);
+            return false;
+        }
+    }
+    int out = connect_out(dst);
+    if (out < 0) {
+        fprintf(stderr, "corral: egress: sandbox %s: cannot connect to %s: %s\n", b->id, where,
+                strerrordesc_np(-out));
+        free(head);
+        return false;
+    }
+    int one = 1;
+    setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(job->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    pthread_mutex_lock(&b->lock);
+    b->conns[job->slot].out = out;
+    bool gone = b->detached;
+    pthread_mutex_unlock(&b->lock);
+    bool clean = !gone && (!head_len || send_all(out, head, head_len)) && relay(job->fd, out);
+    free(head);
+    pthread_mutex_lock(&b->lock);
+    b->conns[job->slot].out = -1;
+    pthread_mutex_unlock(&b->lock);
+    clean ? close(out) : reset_close(out);
+    return clean;
 }
 
 static void *conn_main(void *arg)
@@ -646,44 +684,22 @@ static void *conn_main(void *arg)
     struct sockaddr_storage dst;
     socklen_t len;
     const char *reason = NULL;
-    char where[80] = "?";
-    int r = egress_netns_original_dst(job->fd, &dst, &len);
-    int out = -1;
-    bool learned_only = false;
-    if (r < 0) {
-        reason = "no original destination";
+    char where[80];
+    bool clean = false, through_name = false;
+    if (egress_netns_original_dst(job->fd, &dst, &len) < 0) {
+        deny_log(b, "tcp ? (no original destination)");
     } else {
         format_addr((struct sockaddr *)&dst, where, sizeof(where));
-        if (conn_allowed(b, (struct sockaddr *)&dst, &reason, &learned_only)) {
-            reason = NULL;
-            out = connect_out(&dst);
-            if (out < 0) {
-                fprintf(stderr, "corral: egress: sandbox %s: cannot connect to %s: %s\n", b->id,
-                        where, strerrordesc_np(-out));
-            }
-        }
-    }
-    if (reason)
-        deny_log(b, "tcp %s (%s)", where, reason);
-    bool clean = false;
-    if (out >= 0) {
-        int one = 1;
-        setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        setsockopt(job->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        pthread_mutex_lock(&b->lock);
-        b->conns[job->slot].out = out;
-        bool gone = b->detached;
-        pthread_mutex_unlock(&b->lock);
         /* reached through a name: the name the bytes ask for must be allowed too */
-        struct inspect ins = {.b = b, .where = where};
-        clean = !gone && relay(job->fd, out, learned_only ? &ins : NULL);
+        if (conn_allowed(b, (struct sockaddr *)&dst, &reason, &through_name))
+            clean = forward(job, &dst, where, through_name);
+        else
+            deny_log(b, "tcp %s (%s)", where, reason);
     }
     pthread_mutex_lock(&b->lock);
     b->conns[job->slot].fd = b->conns[job->slot].out = -1;
     b->n_conns--;
     pthread_mutex_unlock(&b->lock);
-    if (out >= 0)
-        clean ? close(out) : reset_close(out);
     clean ? close(job->fd) : reset_close(job->fd);
     free(job);
     box_unref(b);
@@ -1301,19 +1317,33 @@ static int start_locked(struct corral_error *err)
 
 /* ---- the interface ---- */
 
+/* A copy of n rules in *out (NULL when n is 0); false when out of memory. */
+static bool copy_rules(const struct netpolicy_rule *rules, size_t n, struct netpolicy_rule **out)
+{
+    *out = NULL;
+    if (!n)
+        return true;
+    *out = calloc(n, sizeof(**out));
+    if (*out)
+        memcpy(*out, rules, n * sizeof(**out));
+    return *out != NULL;
+}
+
 int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
-                      const struct netpolicy_rule *open, size_t n_open, struct corral_error *err)
+                      const struct netpolicy_rule *open, size_t n_open,
+                      const struct netpolicy_rule *hosts, size_t n_hosts, struct corral_error *err)
 {
     if (n_dns > EGRESSD_MAX_DNS)
         return corral_fail(err, EINVAL, "at most %d DNS resolvers", EGRESSD_MAX_DNS);
-    struct netpolicy_rule *copy = NULL;
-    if (n_open) {
-        copy = calloc(n_open, sizeof(*copy));
-        if (!copy)
-            return corral_fail(err, ENOMEM, "out of memory");
-        memcpy(copy, open, n_open * sizeof(*copy));
+    struct netpolicy_rule *copy = NULL, *host_copy = NULL;
+    if (!copy_rules(open, n_open, &copy) || !copy_rules(hosts, n_hosts, &host_copy)) {
+        free(copy);
+        return corral_fail(err, ENOMEM, "out of memory");
     }
     pthread_mutex_lock(&svc.lock);
+    free(svc.hosts);
+    svc.hosts = host_copy;
+    svc.n_hosts = n_hosts;
     if (n_dns)
         memcpy(svc.dns, dns, n_dns * sizeof(*dns));
     svc.n_dns = n_dns;

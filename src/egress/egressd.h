@@ -6,7 +6,8 @@
  * For each attached sandbox it
  * - loads, with the plumbing, nft rules that refuse at connect() (a TCP
  *   reset: ECONNREFUSED) every connection the policy denies, and log it to
- *   nflog: forbidden addresses and this host's own, private ranges not
+ *   nflog: forbidden addresses and this host's own (its interfaces', and
+ *   those the operator names), private ranges not
  *   opened, then the policy (addresses learned from allowed names, the
  *   range rules in order, the default);
  * - answers DNS (the stub): a name the policy denies gets NXDOMAIN; an
@@ -18,7 +19,10 @@
  * - accepts the connections the rules let through, checks the destination
  *   again, connects to it from the host's network namespace and relays
  *   bytes both ways (a thread per connection, at most
- *   EGRESSD_MAX_CONNECTIONS per sandbox);
+ *   EGRESSD_MAX_CONNECTIONS per sandbox); to an address reachable only
+ *   through a learned name, only once the connection's first bytes (at
+ *   most SNIFF_MAX, within 5 s) name a host the policy allows (sniff.h):
+ *   else it is reset without connecting out (fail closed);
  * - logs each denial on stderr: `corral: egress: sandbox ID: denied ...`,
  *   at most 10 lines a second per sandbox (the rest are counted in the
  *   next line).
@@ -43,10 +47,14 @@ struct egress_sandbox;
 bool egressd_parse_resolver(const char *s, struct sockaddr_storage *ss);
 
 /* The upstream resolvers (NULL/0: the nameservers of /etc/resolv.conf, read
- * when first needed) and the private ranges every policy opens (copied).
- * Affects sandboxes attached afterwards. */
+ * when first needed), the private ranges every policy opens, and the
+ * operator's addresses of this host that are not on its interfaces (a
+ * public address under 1:1 NAT), closed like the interfaces' own (rules
+ * copied; RANGE rules, their action not used). Affects sandboxes attached
+ * afterwards. */
 int egressd_configure(const struct sockaddr_storage *dns, size_t n_dns,
-                      const struct netpolicy_rule *open, size_t n_open, struct corral_error *err);
+                      const struct netpolicy_rule *open, size_t n_open,
+                      const struct netpolicy_rule *hosts, size_t n_hosts, struct corral_error *err);
 
 /* Sets egress up in the namespace netns_fd (not taken: it is duplicated)
  * for the sandbox `id` (for logs) under policy (copied; its open ranges are

@@ -111,10 +111,15 @@ static const struct range forbidden[] = {
     V4(203, 0, 113, 0, 24),
     V4(224, 0, 0, 0, 4),                      /* multicast */
     V4(240, 0, 0, 0, 4),                      /* reserved, and broadcast */
-    {AF_INET6, {0}, 127},                     /* :: and ::1 */
+    {AF_INET6, {0}, 96},                      /* ::, ::1 and IPv4-compatible ::a.b.c.d */
     {AF_INET6, {0xfe, 0x80}, 10},             /* link-local */
     {AF_INET6, {0xff}, 8},                    /* multicast */
     {AF_INET6, {0x20, 0x01, 0x0d, 0xb8}, 32}, /* documentation */
+    /* addresses that carry an IPv4 address to a translator or a tunnel:
+     * NAT64 (well-known and local-use prefixes) and 6to4 */
+    {AF_INET6, {0, 0x64, 0xff, 0x9b}, 96},
+    {AF_INET6, {0, 0x64, 0xff, 0x9b, 0, 1}, 48},
+    {AF_INET6, {0x20, 0x02}, 16},
 };
 
 static const struct range private_ranges[] = {
@@ -129,14 +134,6 @@ static enum netpolicy_class class_of(const struct addr *a)
     for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
         if (in_range(a, forbidden[i].family, forbidden[i].net, forbidden[i].prefix))
             return NETPOLICY_FORBIDDEN;
-    /* NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address: judged by it */
-    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
-    if (a->family == AF_INET6 &&
-        (!memcmp(a->b, nat64, 12) || (a->b[0] == 0x20 && a->b[1] == 0x02))) {
-        struct addr inner = {.family = AF_INET};
-        memcpy(inner.b, a->b[0] == 0x20 ? a->b + 2 : a->b + 12, 4);
-        return class_of(&inner);
-    }
     for (size_t i = 0; i < sizeof(private_ranges) / sizeof(private_ranges[0]); i++)
         if (in_range(a, private_ranges[i].family, private_ranges[i].net, private_ranges[i].prefix))
             return NETPOLICY_PRIVATE;
@@ -147,6 +144,13 @@ enum netpolicy_class netpolicy_addr_class(const struct sockaddr *a)
 {
     struct addr x;
     return addr_of(a, &x) ? class_of(&x) : NETPOLICY_FORBIDDEN;
+}
+
+bool netpolicy_range_covers(const struct netpolicy_rule *r, const struct sockaddr *a)
+{
+    struct addr x;
+    return r->kind == NETPOLICY_RANGE && addr_of(a, &x) &&
+           in_range(&x, r->family, r->addr, r->prefix);
 }
 
 /* "ADDR" or "ADDR/PREFIX" into r; false when it is neither. */

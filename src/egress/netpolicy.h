@@ -14,8 +14,12 @@
  * looks up, address rules for the addresses it connects to. Whatever the
  * policy says, some addresses are never reachable (netpolicy_addr_class):
  * this host's loopback, "this network", link-local (cloud metadata services
- * answer there), multicast, broadcast, documentation and reserved ranges;
- * and private ranges (RFC 1918, unique local, shared address space) only
+ * answer there), multicast, broadcast, documentation and reserved ranges,
+ * and the IPv6 prefixes that carry an IPv4 address to a translator or a
+ * tunnel (IPv4-compatible ::/96, NAT64 64:ff9b::/96 and 64:ff9b:1::/48,
+ * 6to4 2002::/16), whatever address they carry (an IPv4-mapped address,
+ * ::ffff:0:0/96, is the IPv4 address it maps, as for the kernel); and
+ * private ranges (RFC 1918, unique local, shared address space) only
  * where the policy's `open` ranges (the operator's, not the sandbox's) open
  * them: no rule of a sandbox's own opens a LAN.
  */
@@ -77,6 +81,8 @@ enum netpolicy_class {
 };
 
 enum netpolicy_class netpolicy_addr_class(const struct sockaddr *a);
+/* Whether the RANGE rule r covers a (an IPv4-mapped address as IPv4). */
+bool netpolicy_range_covers(const struct netpolicy_rule *r, const struct sockaddr *a);
 /* The same, with the policy's open ranges counted as public. */
 enum netpolicy_class netpolicy_class_of(const struct netpolicy *p, const struct sockaddr *a);
 

@@ -156,13 +156,14 @@ def corral_cmd(code, *opts, params=None, config=None):
 
 
 def run(code, *opts, params=None, env=None, timeout=60, stdin=subprocess.DEVNULL,
-        pass_fds=(), config=None):
+        pass_fds=(), config=None, wrap=()):
     """Runs probe code in a sandbox; returns its exit code, stdout and stderr.
 
     opts are corral run options; params become P inside the probe; env is
     corral's own environment (default: the test's); config replaces
-    CORRAL_TEST_CONFIG (see mode_opts)."""
-    cmd = corral_cmd(code, *opts, params=params, config=config)
+    CORRAL_TEST_CONFIG (see mode_opts); wrap is a command corral runs under
+    (such as nsenter into a network namespace of the test's)."""
+    cmd = [*wrap, *corral_cmd(code, *opts, params=params, config=config)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=env, timeout=timeout, pass_fds=pass_fds)

@@ -142,6 +142,45 @@ def tls(target, sni, port=80):
     finally:
         s.close()
 
+def hello(name, frag=16384, pad=0):
+    """A TLS ClientHello asking for name (None: no server_name), with pad
+    bytes of padding, in handshake records of frag bytes each."""
+    ext = struct.pack(">HHHH", 10, 4, 2, 0x1d)
+    if pad:
+        ext += struct.pack(">HH", 21, pad) + bytes(pad)
+    if name:
+        n = name.encode()
+        ext += struct.pack(">HHHBH", 0, len(n) + 5, len(n) + 3, 0, len(n)) + n
+    body = (b"\3\3" + bytes(32) + b"\0" + b"\0\2\x13\x01" + b"\1\0"
+            + struct.pack(">H", len(ext)) + ext)
+    hs = b"\1" + len(body).to_bytes(3, "big") + body
+    return b"".join(b"\x16\3\1" + struct.pack(">H", len(hs[i:i + frag])) + hs[i:i + frag]
+                    for i in range(0, len(hs), frag))
+
+def raw(target, data, shut=True, port=80):
+    """data sent to target:port (then, with shut, the end of what is sent),
+    and what comes back until the server's end: reply:TEXT, or the error
+    that ended it (a generous timeout: the proxy's own deadline is 5 s)."""
+    try:
+        s = socket.create_connection((target, port), timeout=30)
+    except OSError as e:
+        return err(e)
+    try:
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        return "reply:" + got.decode(errors="replace")
+    except OSError as e:
+        return err(e)
+    finally:
+        s.close()
+
 def udp(addr, port):
     """A datagram to addr:port on a connected socket, then a read: the first
     error (EPERM at once, or ECONNREFUSED from the rejection), or what came."""
@@ -192,6 +231,9 @@ def ping(addr):
         s.close()
 
 STEPS = {"resolve": resolve, "http": http, "connect": connect, "dns": dns_query, "tls": tls,
+         "hello": lambda target, sni, frag, pad=0: raw(target, hello(sni, frag, pad)),
+         "send": lambda target, text: raw(target, text.encode()),
+         "silent": lambda target: raw(target, b"", shut=False),
          "udp": udp, "udp_sendto": udp_sendto, "ping": ping,
          "raw4": lambda: opened(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
          "raw6": lambda: opened(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6),
@@ -204,16 +246,21 @@ emit(**out)
 '''
 
 
-def probe(net, tmp_path, steps, *opts, allow_private=True, modes=None):
+def probe(net, tmp_path, steps, *opts, allow_private=True, modes=None, host_addresses=(),
+          wrap=()):
     """Runs steps in one sandbox with opts (the --network options); corral's
     configuration names the test's DNS server and, with allow_private, opens
-    10.233.0.0/16 and fd10:233::/32. Returns (Result, outcomes by label)."""
+    10.233.0.0/16 and fd10:233::/32; host_addresses become its
+    network.host_addresses; corral runs under wrap. Returns (Result,
+    outcomes by label)."""
     cfg = tmp_path / "corral.yaml"
     lines = ["network:",
              f"  modes: [{', '.join(modes or ('off', 'internet', 'policy'))}]",
              f'  dns: ["{net.a2}"]']
     if allow_private:
         lines.append('  allow_private: ["10.233.0.0/16", "fd10:233::/32"]')
+    if host_addresses:
+        lines.append(f"  host_addresses: [{', '.join(host_addresses)}]")
     text = "\n".join(lines) + "\n"
     if TEMPLATE:
         # Forked mode: the template must be defined here too.
@@ -223,7 +270,7 @@ def probe(net, tmp_path, steps, *opts, allow_private=True, modes=None):
         else:
             text += f"templates:\n  {TEMPLATE}:\n    preload: []\n"
     cfg.write_text(text)
-    r = run(PROBE, *opts, params={"steps": steps}, config=str(cfg))
+    r = run(PROBE, *opts, params={"steps": steps}, config=str(cfg), wrap=wrap, timeout=120)
     return r, (r.probe if r.rc == 0 else None)
 
 
@@ -375,10 +422,11 @@ def test_policy_name(egress_net, tmp_path):
         ["sub", "resolve", "sub.allowed.test"],
         ["by_ip3", "http", net.a3],
         # the address allowed.test resolved to, asked for other names: refused
-        # before a byte reaches the server (HTTP Host, TLS server name)
+        # before the proxy connects (HTTP Host, TLS server name)
         ["shared_host", "http", "allowed.test", 80, "denied.test"],
         ["shared_sni", "tls", "allowed.test", "sub.allowed.test"],
-        # by address, with no name in the request: the learned address
+        # by address, with no name in the request: the address is reachable
+        # only through a name, and none is asked for
         ["by_ip2", "http", net.a2],
     ], "--network", "policy", "--allow", "allowed.test")
     assert r.rc == 0, r
@@ -386,11 +434,12 @@ def test_policy_name(egress_net, tmp_path):
     assert p["by_name"] == body(net, net.a2, "allowed.test"), r
     assert p["shared_host"] == "ECONNRESET", r
     assert p["shared_sni"] == "ECONNRESET", r
-    assert p["by_ip2"] == body(net, net.a2, net.a2), r
+    assert p["by_ip2"] == "ECONNRESET", r
     hosts = net.counts()["hosts"]
     assert not {"denied.test", "sub.allowed.test"} & set(hosts), hosts
     assert_logged(r, p, "denied.test, which the policy does not allow")
     assert_logged(r, p, "sub.allowed.test, which the policy does not allow")
+    assert_logged(r, p, "no name was read: an HTTP request for an address")
     assert p["denied"] == "gaierror:EAI_NONAME", r
     assert p["denied_dot"] == "gaierror:EAI_NONAME", r
     assert p["sub"] == "gaierror:EAI_NONAME", r
@@ -398,10 +447,95 @@ def test_policy_name(egress_net, tmp_path):
     names = net.dns_names()
     assert "allowed.test" in names
     assert not names & {"denied.test", "sub.allowed.test"}, names
-    # the proxy connected for the two refused requests, and sent them nothing
-    assert net.counts()["http"] == http_counts(net, {net.a2: 4})
+    # the proxy never connected for the three refused requests
+    assert net.counts()["http"] == http_counts(net, {net.a2: 1})
     assert_logged(r, p, f"{net.a3}:80")
     assert_logged(r, p, "denied.test")
+
+
+def test_policy_name_fails_closed(egress_net, tmp_path):
+    """An address reachable only because an allowed name resolved to it takes
+    only connections whose first bytes name an allowed name: a ClientHello
+    is read across TLS records (split in two, or in records of 2^14 bytes),
+    and a connection that names nothing readable (no server name, an h2c
+    preface, no Host) or nothing at all within the proxy's 5 s is reset
+    without the proxy ever connecting, and logged with its reason."""
+    net = egress_net
+    r, p = probe(net, tmp_path, [
+        ["resolve", "resolve", "allowed.test"],
+        ["split_denied", "hello", "allowed.test", "denied.test", 60],
+        ["split_allowed", "hello", "allowed.test", "allowed.test", 60],
+        ["big_allowed", "hello", "allowed.test", "allowed.test", 16384, 20000],
+        ["no_sni", "hello", "allowed.test", None, 16384],
+        ["h2c", "send", "allowed.test", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"],
+        ["no_host", "send", "allowed.test", "GET / HTTP/1.0\r\n\r\n"],
+        ["silent", "silent", "allowed.test"],
+    ], "--network", "policy", "--allow", "allowed.test")
+    assert r.rc == 0, r
+    assert p["resolve"] == [net.a2], r
+    for k in ("split_denied", "no_sni", "h2c", "no_host", "silent"):
+        assert p[k] == "ECONNRESET", (k, r)
+    # let through: the server (HTTP) answers what it read, naming no Host
+    assert p["split_allowed"].startswith("reply:HTTP/1.0 200"), r
+    assert body(net, net.a2, "")[len("body:"):] in p["split_allowed"], r
+    # (the server stops reading at 8 KiB and may reset the rest)
+    assert p["big_allowed"].startswith("reply:HTTP/1.0 200") or \
+        p["big_allowed"] == "ECONNRESET", r
+    # only the two allowed ClientHellos reached the server
+    assert net.counts()["http"] == http_counts(net, {net.a2: 2})
+    assert_logged(r, p, "denied.test, which the policy does not allow")
+    assert_logged(r, p, "no name was read: no server name in the ClientHello")
+    assert_logged(r, p, "no name was read: an HTTP/2 preface")
+    assert_logged(r, p, "no name was read: no Host in the HTTP request")
+    assert_logged(r, p, "no name was read: none came within 5 s")
+
+
+def test_translation_prefixes(egress_net, tmp_path):
+    """IPv6 addresses that carry an IPv4 address (IPv4-compatible ::/96,
+    NAT64 64:ff9b::/96 and 64:ff9b:1::/48) are refused at connect() in any
+    mode, whichever address they carry; an IPv4-mapped one is its IPv4
+    address. corral runs in the test network's namespace here, so that
+    nothing could leave the machine even if they were let through (and so
+    that the namespace's addresses are the host's own: the denials logged
+    show that corral's rules refused them, not a missing route)."""
+    net = egress_net
+    mapped_lan = "::" + net.a2   # IPv4-compatible form of a reachable address
+    r, p = probe(net, tmp_path, [
+        ["compat", "connect", "::7f00:1", 80],
+        ["compat_lan", "connect", mapped_lan, 80],
+        ["nat64", "connect", "64:ff9b::7f00:1", 80],
+        ["nat64_local", "connect", "64:ff9b:1::7f00:1", 80],
+        ["mapped", "connect", "::ffff:127.0.0.1", 80],
+    ], "--network", "internet", wrap=("nsenter", f"--net=/run/netns/{net.ns}"))
+    assert r.rc == 0, r
+    for k in ("compat", "compat_lan", "nat64", "nat64_local", "mapped"):
+        assert p[k] == REFUSED, (k, r)
+    assert net.counts()["http"] == http_counts(net)
+    assert_logged(r, p, "[::127.0.0.1]:80")
+    assert_logged(r, p, "[64:ff9b::7f00:1]:80")
+    assert_logged(r, p, "[64:ff9b:1::7f00:1]:80")
+    assert_logged(r, p, f"[::{net.a2}]:80")
+
+
+def test_operator_host_addresses(egress_net, tmp_path):
+    """network.host_addresses: addresses of this host beyond its interfaces'
+    (its public address under 1:1 NAT) are closed like the interfaces' own,
+    by address and in DNS answers, even in internet mode."""
+    net = egress_net
+    r, p = probe(net, tmp_path, [
+        ["by_ip3", "http", net.a3],
+        ["by_ip6", "http", net.a2_6],
+        ["resolve3", "resolve", "denied.test"],
+        ["by_ip2", "http", net.a2],
+    ], "--network", "internet", host_addresses=(net.a3, f"{net.a2_6}/128"))
+    assert r.rc == 0, r
+    assert p["by_ip3"] == REFUSED, r
+    assert p["by_ip6"] == REFUSED, r
+    assert p["resolve3"] == [] or p["resolve3"].startswith("gaierror:"), r
+    assert p["by_ip2"] == body(net, net.a2, net.a2), r
+    assert net.counts()["http"] == http_counts(net, {net.a2: 1})
+    assert_logged(r, p, f"{net.a3}:80 (an address of this host)")
+    assert_logged(r, p, f"[{net.a2_6}]:80 (an address of this host)")
 
 
 def test_policy_cidr(egress_net, tmp_path):

@@ -320,6 +320,7 @@ static void parses_network_settings(void **state)
                                          "  modes: [off, policy]\n"
                                          "  dns: [10.0.0.53, \"[fd00::53]:5353\"]\n"
                                          "  allow_private: [10.20.0.0/16]\n"
+                                         "  host_addresses: [203.0.113.7, 2001:db8::/64]\n"
                                          "templates:\n"
                                          "  web:\n"
                                          "    network:\n"
@@ -333,6 +334,9 @@ static void parses_network_settings(void **state)
     assert_string_equal(cfg->net_dns[1], "[fd00::53]:5353");
     assert_null(cfg->net_dns[2]);
     assert_string_equal(cfg->net_private[0], "10.20.0.0/16");
+    assert_string_equal(cfg->net_hosts[0], "203.0.113.7");
+    assert_string_equal(cfg->net_hosts[1], "2001:db8::/64");
+    assert_null(cfg->net_hosts[2]);
     const struct corral_network *n = find(cfg, "web")->network;
     assert_non_null(n);
     assert_int_equal(n->mode, CORRAL_NETWORK_POLICY);
@@ -368,7 +372,12 @@ static void refuses_bad_network_settings(void **state)
     expect_error("network:\n  allow_private: [[10.0.0.0/8]]\n", EINVAL,
                  "corral.yaml:2:19: an entry of network.allow_private must be");
     expect_error("network:\n  mode: internet\n", EINVAL,
-                 "unknown key 'mode' in network (known: modes, dns, allow_private)");
+                 "unknown key 'mode' in network (known: modes, dns, allow_private, "
+                 "host_addresses)");
+    expect_error("network:\n  host_addresses: [host.example]\n", EINVAL,
+                 "'host.example' is not an address or range of this host");
+    expect_error("network:\n  host_addresses: 203.0.113.7\n", EINVAL,
+                 "corral.yaml:2:19: network.host_addresses must be a list, not");
     expect_error("templates:\n  t:\n    network: {default: allow}\n", EINVAL,
                  "the network of template 't' needs a mode");
     expect_error("templates:\n  t:\n    network: {mode: open}\n", EINVAL,

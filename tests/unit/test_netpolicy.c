@@ -132,8 +132,8 @@ static void private_ranges_need_the_operator(void **state)
     struct netpolicy p = {.default_action = NETPOLICY_ALLOW};
     add(&p, NETPOLICY_ALLOW, "*");
     static const char *const lan[] = {
-        "10.1.2.3",   "172.16.0.1", "172.31.255.254", "192.168.1.1",      "100.64.0.1",
-        "198.18.0.1", "fd00::1",    "fc12::1",        "64:ff9b::a01:203", NULL};
+        "10.1.2.3",   "172.16.0.1", "172.31.255.254", "192.168.1.1",     "100.64.0.1",
+        "198.18.0.1", "fd00::1",    "fc12::1",        "::ffff:10.1.2.3", NULL};
     for (size_t i = 0; lan[i]; i++) {
         if (netpolicy_addr_class(sa(lan[i])) != NETPOLICY_PRIVATE)
             fail_msg("%s is not private", lan[i]);
@@ -169,6 +169,56 @@ static void private_ranges_need_the_operator(void **state)
     netpolicy_free(&p);
 }
 
+/* Addresses that carry an IPv4 address to a translator or a tunnel are
+ * never opened, whichever IPv4 address they carry, by any rule or by the
+ * operator; IPv4-mapped addresses are the IPv4 address they map. */
+static void translation_prefixes_are_never_opened(void **state)
+{
+    static const char *const never[] = {"::7f00:1",
+                                        "::127.0.0.2",
+                                        "::a9fe:a9fe",
+                                        "::a01:203",
+                                        "::808:808",
+                                        "64:ff9b::7f00:1",
+                                        "64:ff9b::808:808",
+                                        "64:ff9b::a01:203",
+                                        "64:ff9b:1::7f00:1",
+                                        "64:ff9b:1:ffff::1",
+                                        "2002:808:808::1",
+                                        "2002:a01:203::1",
+                                        NULL};
+    struct netpolicy p = {.default_action = NETPOLICY_ALLOW};
+    add(&p, NETPOLICY_ALLOW, "::/0");
+    add(&p, NETPOLICY_ALLOW, "::/96");
+    add(&p, NETPOLICY_ALLOW, "64:ff9b::/96");
+    struct netpolicy ops = {0};
+    add(&ops, NETPOLICY_ALLOW, "64:ff9b::/96");
+    add(&ops, NETPOLICY_ALLOW, "64:ff9b:1::/48");
+    add(&ops, NETPOLICY_ALLOW, "::/96");
+    add(&ops, NETPOLICY_ALLOW, "10.0.0.0/8");
+    p.open = ops.rules;
+    p.n_open = ops.n;
+    for (size_t i = 0; never[i]; i++) {
+        if (netpolicy_addr_class(sa(never[i])) != NETPOLICY_FORBIDDEN)
+            fail_msg("%s is not forbidden", never[i]);
+        if (netpolicy_class_of(&p, sa(never[i])) != NETPOLICY_FORBIDDEN)
+            fail_msg("%s is opened by the operator", never[i]);
+        assert_int_equal(netpolicy_addr(&p, sa(never[i])), NETPOLICY_DENY);
+        assert_int_equal(netpolicy_learned(&p, sa(never[i])), NETPOLICY_DENY);
+    }
+    /* the prefixes' edges */
+    assert_int_equal(netpolicy_addr_class(sa("::1:0:0")), NETPOLICY_PUBLIC);
+    assert_int_equal(netpolicy_addr_class(sa("64:ff9b:2::1")), NETPOLICY_PUBLIC);
+    assert_int_equal(netpolicy_addr_class(sa("64:ff9b:0:1::1")), NETPOLICY_PUBLIC);
+    /* IPv4-mapped: the IPv4 address (the kernel connects to it over IPv4) */
+    assert_int_equal(netpolicy_addr_class(sa("::ffff:127.0.0.1")), NETPOLICY_FORBIDDEN);
+    assert_int_equal(netpolicy_addr_class(sa("::ffff:10.1.2.3")), NETPOLICY_PRIVATE);
+    assert_int_equal(netpolicy_class_of(&p, sa("::ffff:10.1.2.3")), NETPOLICY_PUBLIC);
+    assert_int_equal(netpolicy_addr(&p, sa("::ffff:8.8.8.8")), NETPOLICY_ALLOW);
+    netpolicy_free(&ops);
+    netpolicy_free(&p);
+}
+
 static void bad_targets(void **state)
 {
     struct netpolicy p = {0};
@@ -194,6 +244,7 @@ int main(void)
         cmocka_unit_test(addresses_and_ranges),
         cmocka_unit_test(some_addresses_are_never_reached),
         cmocka_unit_test(private_ranges_need_the_operator),
+        cmocka_unit_test(translation_prefixes_are_never_opened),
         cmocka_unit_test(bad_targets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
