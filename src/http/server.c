@@ -63,9 +63,6 @@
  * does not read gets no more than this queued for it (TCP_NOTSENT_LOWAT),
  * and its pipeline waits, without a thread, until it reads. */
 #define UNSENT_MAX (8u << 10)
-/* An answer this small, with a pipelined request behind it, waits to go out
- * with the next ones: a turn's answers take one write. */
-#define HOLD_MAX (8u << 10)
 
 #define DEFAULT_HEAD_TIMEOUT_MS  10000
 #define DEFAULT_BODY_MIN_RATE    1024
@@ -97,12 +94,15 @@ struct conn {
 
     char *in; /* bytes read and not yet consumed; in[len] is writable */
     size_t len, cap;
-    /* Answers to a pipeline held to go out together, at the end of its turn
-     * (or before anything else is sent); hold: the next answer may join. */
-    char *out;
-    size_t out_len, out_cap;
-    bool hold;
-    bool wrote; /* something was written since writability was last checked */
+    /* An answer the socket would not take all of at once: the rest goes
+     * when the client reads (serve parks the connection until then). */
+    struct pending {
+        char *head; /* owned */
+        struct http_response *resp;
+        struct iovec iov[2];
+        int n;
+    } out;
+    uint64_t wrote_ms; /* the last write that made progress */
 
     /* the request being read; head_len is 0 until its head is complete */
     size_t head_len;
@@ -594,9 +594,22 @@ static int wait_writable(int fd, unsigned timeout_ms)
     }
 }
 
-static int send_iov_now(struct conn *c, struct iovec *iov, int n)
+/* Moves iov[0..*n) past `done` bytes. */
+static void iov_advance(struct iovec **iov, int *n, size_t done)
 {
-    c->wrote = true;
+    while (*n && done >= (*iov)->iov_len) {
+        done -= (*iov)->iov_len;
+        (*iov)++;
+        (*n)--;
+    }
+    if (*n) {
+        (*iov)->iov_base = (char *)(*iov)->iov_base + done;
+        (*iov)->iov_len -= done;
+    }
+}
+
+static int send_iov(struct conn *c, struct iovec *iov, int n)
+{
     while (n) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
@@ -608,50 +621,36 @@ static int send_iov_now(struct conn *c, struct iovec *iov, int n)
                 continue;
             return -1;
         }
-        size_t done = (size_t)w;
-        while (n && done >= iov->iov_len) {
-            done -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n) {
-            iov->iov_base = (char *)iov->iov_base + done;
-            iov->iov_len -= done;
-        }
+        c->wrote_ms = corral_now_ms();
+        iov_advance(&iov, &n, (size_t)w);
     }
     return 0;
 }
 
-/* Sends the answers held back; 0, or -1 when the client is gone. */
-static int flush_held(struct conn *c)
+/* Writes what the socket takes of c's pending answer without waiting:
+ * 1 when it is all sent (or there was none), 0 when some is left, -1 when
+ * the client is gone. */
+static int send_pending(struct conn *c)
 {
-    if (!c->out_len)
-        return 0;
-    struct iovec iov = {c->out, c->out_len};
-    c->out_len = 0;
-    return send_iov_now(c, &iov, 1);
-}
-
-static int send_iov(struct conn *c, struct iovec *iov, int n)
-{
-    if (flush_held(c) < 0)
-        return -1;
-    return send_iov_now(c, iov, n);
-}
-
-/* Holds an answer back to go out with the next (c->hold): whether it did. */
-static bool hold_answer(struct conn *c, const struct iovec *iov, int n)
-{
-    size_t len = 0;
-    for (int i = 0; i < n; i++)
-        len += iov[i].iov_len;
-    if (!c->hold || len > HOLD_MAX || !strbuf_grow(&c->out, &c->out_cap, c->out_len + len, 4096, 0))
-        return false;
-    for (int i = 0; i < n; i++) {
-        memcpy(c->out + c->out_len, iov[i].iov_base, iov[i].iov_len);
-        c->out_len += iov[i].iov_len;
+    struct pending *p = &c->out;
+    struct iovec *iov = p->iov;
+    while (p->n) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)p->n};
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        c->wrote_ms = corral_now_ms();
+        iov_advance(&iov, &p->n, (size_t)w);
+        if (iov != p->iov) /* what is left, at the front */
+            memmove(p->iov, iov, (size_t)p->n * sizeof(*iov));
+        iov = p->iov;
     }
-    return true;
+    free(p->head);
+    http_response_free(p->resp);
+    *p = (struct pending){0};
+    return 1;
 }
 
 static int send_all(struct conn *c, const char *buf, size_t len)
@@ -831,10 +830,19 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         char length[24];
         snprintf(length, sizeof(length), "%zu", resp->len);
         head = response_head(resp, bodiless ? NULL : length, false, !keep, &hlen);
-        if (head) {
+        if (head && keep) {
+            /* What the socket does not take now is sent when the client
+             * reads: no thread waits for it. */
+            c->wrote_ms = corral_now_ms(); /* its write deadline counts from here */
+            c->out = (struct pending){.head = head,
+                                      .resp = resp,
+                                      .iov = {{head, hlen}, {resp->body, resp->len}},
+                                      .n = bodiless || head_only || !resp->len ? 1 : 2};
+            return send_pending(c) >= 0;
+        }
+        if (head) { /* the last answer: sent before the connection closes */
             struct iovec iov[2] = {{head, hlen}, {resp->body, resp->len}};
-            int n = bodiless || head_only || !resp->len ? 1 : 2;
-            ok = (keep && hold_answer(c, iov, n)) || send_iov(c, iov, n) == 0;
+            ok = send_iov(c, iov, bodiless || head_only || !resp->len ? 1 : 2) == 0;
         }
     }
     free(head);
@@ -871,7 +879,8 @@ static void close_conn(struct conn *c)
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
-    free(c->out);
+    free(c->out.head);
+    http_response_free(c->out.resp);
     free(c);
 }
 
@@ -925,6 +934,8 @@ static bool answer(struct conn *c)
 static uint64_t deadline_of(const struct conn *c)
 {
     const struct http_server_limits *l = &c->srv->limits;
+    if (c->out.n) /* an answer the client leaves unread */
+        return c->wrote_ms + l->write_timeout_ms;
     if (c->head_len) /* its body: a grace, then the minimum rate */
         return c->body_ms + l->head_timeout_ms + (uint64_t)c->body_got * 1000 / l->body_min_rate;
     if (!c->served) /* the first request's head: from the connection */
@@ -934,8 +945,9 @@ static uint64_t deadline_of(const struct conn *c)
     return c->answered_ms + l->idle_timeout_ms; /* what arrives meanwhile extends nothing */
 }
 
-/* Shuts the reading side of every waiting connection past its deadline:
- * the thread that reads it next answers or closes it. */
+/* Shuts the reading side of every waiting connection past its deadline
+ * (both sides of one waiting to write): the thread that takes it next
+ * answers or closes it. */
 static void sweep(struct http_server *srv)
 {
     uint64_t ticks;
@@ -946,7 +958,8 @@ static void sweep(struct http_server *srv)
     for (struct conn *c = srv->conns; c; c = c->next)
         if (!c->busy && !c->expired && c->deadline_ms <= now) {
             __atomic_store_n(&c->expired, true, __ATOMIC_RELAXED);
-            shutdown(c->fd, SHUT_RD);
+            /* one waiting to write wakes only at a hang-up */
+            shutdown(c->fd, c->out.n ? SHUT_RDWR : SHUT_RD);
         }
     pthread_mutex_unlock(&srv->lock);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = &srv->tfd};
@@ -961,14 +974,8 @@ static void park(struct conn *c, uint32_t events)
     c->deadline_ms = deadline_of(c);
     c->busy = false;
     pthread_mutex_unlock(&srv->lock);
-    struct epoll_event ev = {.events = events | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
+    struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = c};
     epoll_ctl(srv->epfd, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-static bool writable_now(int fd)
-{
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
-    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT);
 }
 
 /* What serve does with c next. */
@@ -977,44 +984,34 @@ enum turn_end { TURN_GO_ON, TURN_CLOSE, TURN_WAIT_READ, TURN_WAIT_WRITE, TURN_RE
 /* One step of c's turn: a request read and answered, or why the turn ends. */
 static enum turn_end serve_one(struct conn *c, unsigned turn)
 {
-    /* Answers held back leave the socket as it was: it is asked again only
-     * after a write. */
-    bool ask = turn == 0 || c->wrote;
-    c->wrote = false;
-    if (ask && !writable_now(c->fd))
-        /* past its deadline and not reading: let go; else its pipeline waits until it reads */
-        return __atomic_load_n(&c->expired, __ATOMIC_RELAXED) ? TURN_CLOSE : TURN_WAIT_WRITE;
+    int sent = send_pending(c);
+    if (sent <= 0) /* its pipeline waits until the client reads, or is let go */
+        return sent < 0 || __atomic_load_n(&c->expired, __ATOMIC_RELAXED) ? TURN_CLOSE
+                                                                          : TURN_WAIT_WRITE;
     if (c->len && turn == TURN_MAX)
         return TURN_REQUEUE;
     int r = read_request(c);
     if (r <= 0)
         return r < 0 ? TURN_CLOSE : TURN_WAIT_READ;
-    /* With the next request already here, this answer may wait for its. */
-    c->hold = turn + 1 < TURN_MAX && c->len > c->end;
-    bool go_on = answer(c);
-    c->hold = false;
-    if (!go_on || __atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED))
+    if (!answer(c) || __atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED))
         return TURN_CLOSE;
     next_request(c);
     return TURN_GO_ON;
 }
 
-/* Serves c's requests: at most TURN_MAX of a pipeline at a time, their
- * answers in one write, and none while the client leaves what it was sent
- * unread. */
+/* Serves c's requests: at most TURN_MAX of a pipeline at a time, and none
+ * while the client leaves an answer unread. */
 static void serve(struct conn *c)
 {
     enum turn_end end = TURN_GO_ON;
     for (unsigned turn = 0; end == TURN_GO_ON; turn++)
         end = serve_one(c, turn);
-    if (flush_held(c) < 0)
-        end = TURN_CLOSE;
     if (end == TURN_CLOSE)
         close_conn(c);
-    else /* requeued: ready again at once, behind the others */
-        park(c, end == TURN_WAIT_READ    ? EPOLLIN
-                : end == TURN_WAIT_WRITE ? EPOLLOUT
-                                         : EPOLLIN | EPOLLOUT);
+    else if (end == TURN_WAIT_WRITE)
+        park(c, EPOLLOUT); /* no RDHUP: a client that half-closed may still read */
+    else                   /* requeued: ready again at once, behind the others */
+        park(c, end == TURN_WAIT_READ ? EPOLLIN | EPOLLRDHUP : EPOLLIN | EPOLLOUT | EPOLLRDHUP);
 }
 
 /* Why a new connection from peer cannot be had (a message for its 503),
@@ -1312,7 +1309,8 @@ void http_server_stop(struct http_server *s)
         s->conns = c->next;
         close(c->fd);
         free(c->in);
-        free(c->out);
+        free(c->out.head);
+        http_response_free(c->out.resp);
         free(c);
     }
     server_free(s);

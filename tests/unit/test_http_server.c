@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -27,6 +28,8 @@
 static int in_handler, most_in_handler;
 static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
 static int gone_calls, released;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_open;
 
 static void produce(struct http_stream *s, void *arg)
 {
@@ -70,6 +73,12 @@ static struct http_response *handler(const struct http_request *r, void *ctx)
         usleep(100 * 1000);
         pthread_mutex_lock(&count_lock);
         in_handler--;
+        pthread_mutex_unlock(&count_lock);
+    }
+    if (!strcmp(r->path, "/gate")) { /* until the test opens it */
+        pthread_mutex_lock(&count_lock);
+        while (!gate_open)
+            pthread_cond_wait(&gate_cond, &count_lock);
         pthread_mutex_unlock(&count_lock);
     }
     if (!strcmp(r->path, "/empty"))
@@ -529,6 +538,62 @@ static void test_pipelines_that_are_not_read_wait_without_a_thread(void **state)
     http_server_stop(srv);
 }
 
+/* An answer goes out as soon as it is ready, whatever the handler of the
+ * request pipelined behind it does: here that one waits until the client
+ * has read the first answer. */
+static void test_an_answer_does_not_wait_for_the_next_request(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    put(fd, "GET /first HTTP/1.1\r\n\r\nGET /gate HTTP/1.1\r\n\r\n");
+    char *first = read_one(fd); /* times out (and fails) if held back */
+    assert_non_null(strstr(first, "/first"));
+    free(first);
+    pthread_mutex_lock(&count_lock);
+    gate_open = true;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&count_lock);
+    char *second = read_one(fd);
+    assert_non_null(strstr(second, "/gate"));
+    free(second);
+    close(fd);
+    http_server_stop(srv);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* A client that pipelines, half-closes and never reads: its answers wait
+ * without a thread and without the CPU, and it is let go once the write
+ * timeout has passed with nothing taken. */
+static void test_a_half_closed_client_that_never_reads_is_let_go(void **state)
+{
+    struct http_server_limits l = {.write_timeout_ms = 2000};
+    struct http_server *srv = start_with(&l);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(http_server_port(srv))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[] =
+        "GET /a?a=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxxxxxxxxxxxxxxxx HTTP/1.1\r\n\r\n";
+    for (int i = 0; i < 1000; i++)
+        put(fd, req);
+    shutdown(fd, SHUT_WR);
+    double before = cpu_seconds();
+    assert_true(holds(srv, 0));                /* let go, */
+    assert_true(cpu_seconds() - before < 0.5); /* having waited, not spun */
+    close(fd);
+    http_server_stop(srv);
+}
+
 /* Connections are capped per client address and in total; one over a cap
  * gets 503 saying which, and the others are served. */
 static void test_connections_are_capped_per_client_and_in_total(void **state)
@@ -692,6 +757,8 @@ int main(void)
         cmocka_unit_test(test_slow_heads_slow_bodies_and_idle_connections_are_closed),
         cmocka_unit_test(test_a_client_that_never_reads_is_let_go),
         cmocka_unit_test(test_pipelines_that_are_not_read_wait_without_a_thread),
+        cmocka_unit_test(test_an_answer_does_not_wait_for_the_next_request),
+        cmocka_unit_test(test_a_half_closed_client_that_never_reads_is_let_go),
         cmocka_unit_test(test_connections_are_capped_per_client_and_in_total),
         cmocka_unit_test(test_streams_are_chunked_and_a_leaving_client_is_noticed),
         cmocka_unit_test(test_blocking_handlers_run_side_by_side),
