@@ -99,9 +99,10 @@ int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owne
 {
     *c = (struct box_claim){.bytes = bytes, .owner = owner};
     pthread_mutex_lock(&registry_lock);
-    uint64_t memory;
-    unsigned owned;
-    held(owner_max ? owner : 0, &memory, &owned);
+    uint64_t memory = 0;
+    unsigned owned = 0;
+    if (memory_ceiling || owner_max) /* else nothing to count */
+        held(owner_max ? owner : 0, &memory, &owned);
     uint64_t ceiling = memory_ceiling;
     bool memory_room = !ceiling || (bytes <= ceiling && memory <= ceiling - bytes);
     bool owner_room = !owner_max || owned < owner_max;

@@ -32,7 +32,9 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -102,7 +104,8 @@ struct conn {
         struct iovec iov[2];
         int n;
     } out;
-    uint64_t wrote_ms; /* the last write that made progress */
+    uint64_t wrote_ms;      /* the last write that made progress */
+    struct conn *lane_next; /* queued for the pipeline lane (srv->lock) */
 
     /* the request being read; head_len is 0 until its head is complete */
     size_t head_len;
@@ -135,6 +138,11 @@ struct http_server {
     bool stopping;
     struct conn *conns; /* every open connection */
     unsigned n_conns;
+    /* The pipeline lane: a connection's requests after the first of a turn
+     * are answered by one thread of low priority, which takes the
+     * connections queued for it in turn. */
+    pthread_cond_t lane_cond;
+    struct conn *lane_head, *lane_tail;
 };
 
 /* ---- requests ---- */
@@ -979,15 +987,24 @@ static void park(struct conn *c, uint32_t events)
 }
 
 /* What serve does with c next. */
-enum turn_end { TURN_GO_ON, TURN_CLOSE, TURN_WAIT_READ, TURN_WAIT_WRITE, TURN_REQUEUE };
+enum turn_end {
+    TURN_GO_ON,
+    TURN_CLOSE,
+    TURN_WAIT_READ,
+    TURN_WAIT_WRITE,
+    TURN_REQUEUE, /* its turn is over, and more of its pipeline is here */
+    TURN_LANE,    /* more of its pipeline is here: for the lane */
+};
 
 /* One step of c's turn: a request read and answered, or why the turn ends. */
-static enum turn_end serve_one(struct conn *c, unsigned turn)
+static enum turn_end serve_one(struct conn *c, unsigned turn, bool lane)
 {
     int sent = send_pending(c);
     if (sent <= 0) /* its pipeline waits until the client reads, or is let go */
         return sent < 0 || __atomic_load_n(&c->expired, __ATOMIC_RELAXED) ? TURN_CLOSE
                                                                           : TURN_WAIT_WRITE;
+    if (c->len && turn > 0 && !lane)
+        return TURN_LANE;
     if (c->len && turn == TURN_MAX)
         return TURN_REQUEUE;
     int r = read_request(c);
@@ -999,19 +1016,72 @@ static enum turn_end serve_one(struct conn *c, unsigned turn)
     return TURN_GO_ON;
 }
 
-/* Serves c's requests: at most TURN_MAX of a pipeline at a time, and none
- * while the client leaves an answer unread. */
-static void serve(struct conn *c)
+static void lane_join(struct http_server *srv, struct conn *c)
+{
+    pthread_mutex_lock(&srv->lock);
+    c->lane_next = NULL;
+    if (srv->lane_tail)
+        srv->lane_tail->lane_next = c;
+    else
+        srv->lane_head = c;
+    srv->lane_tail = c;
+    pthread_cond_signal(&srv->lane_cond);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* One turn of c's: its first request (lane: up to TURN_MAX of its
+ * pipeline), then c waits in epoll, joins the lane, or is closed. */
+static void serve_turn(struct conn *c, bool lane)
 {
     enum turn_end end = TURN_GO_ON;
     for (unsigned turn = 0; end == TURN_GO_ON; turn++)
-        end = serve_one(c, turn);
+        end = serve_one(c, turn, lane);
     if (end == TURN_CLOSE)
         close_conn(c);
     else if (end == TURN_WAIT_WRITE)
         park(c, EPOLLOUT); /* no RDHUP: a client that half-closed may still read */
-    else                   /* requeued: ready again at once, behind the others */
-        park(c, end == TURN_WAIT_READ ? EPOLLIN | EPOLLRDHUP : EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+    else if (end == TURN_WAIT_READ)
+        park(c, EPOLLIN | EPOLLRDHUP);
+    else /* TURN_LANE, TURN_REQUEUE: behind the others */
+        lane_join(c->srv, c);
+}
+
+/* Serves c's requests: its first at once; the rest of a pipeline in the
+ * lane, so that pipelines take one low-priority thread's share of the CPU
+ * however many clients send them; and none while the client leaves an
+ * answer unread. */
+static void serve(struct conn *c)
+{
+    serve_turn(c, false);
+}
+
+/* The lane's thread: at a low priority (nice 10), so that when the CPU is
+ * short, pipelines get what the rest leaves. It ends with the server, once
+ * its queue is empty. */
+static void *lane_thread(void *arg)
+{
+    struct http_server *srv = arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    pthread_mutex_lock(&srv->lock);
+    for (;;) {
+        struct conn *c = srv->lane_head;
+        if (!c && srv->stopping)
+            break;
+        if (!c) {
+            pthread_cond_wait(&srv->lane_cond, &srv->lock);
+            continue;
+        }
+        srv->lane_head = c->lane_next;
+        if (!srv->lane_head)
+            srv->lane_tail = NULL;
+        pthread_mutex_unlock(&srv->lock);
+        serve_turn(c, true);
+        pthread_mutex_lock(&srv->lock);
+    }
+    srv->threads--;
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock); /* srv is not touched after this */
+    return NULL;
 }
 
 /* Why a new connection from peer cannot be had (a message for its 503),
@@ -1163,6 +1233,7 @@ static void server_free(struct http_server *s)
     if (s->tfd >= 0)
         close(s->tfd);
     pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->lane_cond);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -1192,6 +1263,7 @@ int http_server_start(const struct http_server_options *o, struct http_server **
     s->lfd = s->epfd = s->efd = s->tfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
+    pthread_cond_init(&s->lane_cond, NULL);
     s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
     s->limits = limits_or_defaults(&o->limits);
     s->handler = o->handler;
@@ -1245,6 +1317,18 @@ int http_server_start(const struct http_server_options *o, struct http_server **
             }
         }
     }
+    pthread_mutex_lock(&s->lock);
+    s->threads++;
+    pthread_mutex_unlock(&s->lock);
+    int rc = corral_thread_detached(lane_thread, s, STACK_SIZE);
+    if (rc != 0) {
+        pthread_mutex_lock(&s->lock);
+        s->threads--;
+        pthread_mutex_unlock(&s->lock);
+        http_server_stop(s);
+        errno = rc;
+        return corral_fail_errno(err, "cannot start the server's threads");
+    }
     *out = s;
     return 0;
 }
@@ -1294,6 +1378,7 @@ void http_server_stop(struct http_server *s)
     for (struct conn *c = s->conns; c; c = c->next)
         if (c->busy)
             shutdown(c->fd, SHUT_RDWR); /* its thread sees the end */
+    pthread_cond_broadcast(&s->lane_cond);
     while (s->threads) {
         /* each write wakes one thread waiting in epoll; busy ones see
          * `stopping` when their request is done */
