@@ -560,6 +560,10 @@ static bool read_name(struct egress_sandbox *b, int fd, const char *where, char 
         }
         if (n <= 0)
             continue;
+        if (*len == SNIFF_MAX) { /* egress_sniff has judged by now; never read 0 bytes */
+            why = "its first bytes name nothing within the limit";
+            break;
+        }
         if (*len == cap) {
             size_t grown = cap ? (cap * 2 < SNIFF_MAX ? cap * 2 : SNIFF_MAX) : 4096;
             char *more = realloc(*head, grown);

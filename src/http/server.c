@@ -61,10 +61,6 @@
  * the end of the queue, so that one client's pipeline cannot hold a thread
  * (and its share of the CPU) while others wait. */
 #define TURN_MAX 8
-/* Unsent answer bytes a connection may hold in the kernel: a client that
- * does not read gets no more than this queued for it (TCP_NOTSENT_LOWAT),
- * and its pipeline waits, without a thread, until it reads. */
-#define UNSENT_MAX (8u << 10)
 
 #define DEFAULT_HEAD_TIMEOUT_MS  10000
 #define DEFAULT_BODY_MIN_RATE    1024
@@ -105,6 +101,7 @@ struct conn {
         int n;
     } out;
     uint64_t wrote_ms;      /* the last write that made progress */
+    bool abort;             /* let go while answers were unread: reset, not closed */
     struct conn *lane_next; /* queued for the pipeline lane (srv->lock) */
 
     /* the request being read; head_len is 0 until its head is complete */
@@ -627,6 +624,7 @@ static int send_iov(struct conn *c, struct iovec *iov, int n)
             if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
                 wait_writable(c->fd, c->srv->limits.write_timeout_ms) == 0)
                 continue;
+            c->abort = true;
             return -1;
         }
         c->wrote_ms = corral_now_ms();
@@ -884,6 +882,10 @@ static void close_conn(struct conn *c)
     if (c->next)
         c->next->prev = c->prev;
     srv->n_conns--;
+    if (c->abort) { /* a reset: the kernel keeps nothing unsent for a client let go */
+        struct linger now = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+    }
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
@@ -1000,9 +1002,12 @@ enum turn_end {
 static enum turn_end serve_one(struct conn *c, unsigned turn, bool lane)
 {
     int sent = send_pending(c);
-    if (sent <= 0) /* its pipeline waits until the client reads, or is let go */
-        return sent < 0 || __atomic_load_n(&c->expired, __ATOMIC_RELAXED) ? TURN_CLOSE
-                                                                          : TURN_WAIT_WRITE;
+    if (sent == 0 && !__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
+        return TURN_WAIT_WRITE; /* its pipeline waits until the client reads */
+    if (sent <= 0) {            /* gone, or let go */
+        c->abort = true;
+        return TURN_CLOSE;
+    }
     if (c->len && turn > 0 && !lane)
         return TURN_LANE;
     if (c->len && turn == TURN_MAX)
@@ -1130,9 +1135,8 @@ static void accept_all(struct http_server *srv)
                 nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL); /* let some close */
             break;
         }
-        int one = 1, unsent = UNSENT_MAX;
+        int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &unsent, sizeof(unsent));
         struct conn *c = calloc(1, sizeof(*c));
         if (!c) {
             close(fd);

@@ -441,7 +441,9 @@ static void test_a_client_that_never_reads_is_let_go(void **state)
     ssize_t n;
     while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
         got += (size_t)n;
-    assert_int_equal(n, 0); /* the server's end, not our timeout */
+    /* the server's end (a reset: it keeps nothing unsent for a client it let
+     * go), not our timeout */
+    assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
     assert_true(got < HUGE_BODY);
     close(fd);
     http_server_stop(srv);
@@ -581,11 +583,21 @@ static void test_a_half_closed_client_that_never_reads_is_let_go(void **state)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(http_server_port(srv))};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    char req[] =
-        "GET /a?a=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-        "xxxxxxxxxxxxxxxxxxx HTTP/1.1\r\n\r\n";
-    for (int i = 0; i < 1000; i++)
-        put(fd, req);
+    /* Answers of about 1 KiB, more of them than the socket buffers hold. */
+    enum { REQUESTS = 8000 };
+    char req[1024];
+    int len = snprintf(req, sizeof(req), "GET /a?a=%0900d HTTP/1.1\r\n\r\n", 0);
+    char *pipeline = malloc((size_t)len * REQUESTS);
+    for (int i = 0; i < REQUESTS; i++)
+        memcpy(pipeline + (size_t)i * (size_t)len, req, (size_t)len);
+    size_t done = 0, total = (size_t)len * REQUESTS;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    while (done < total && poll(&p, 1, 300) == 1) {
+        ssize_t n = send(fd, pipeline + done, total - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+        assert_true(n > 0 || errno == EAGAIN);
+        done += n > 0 ? (size_t)n : 0;
+    }
+    free(pipeline);
     shutdown(fd, SHUT_WR);
     double before = cpu_seconds();
     assert_true(holds(srv, 0));                /* let go, */
