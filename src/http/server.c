@@ -613,21 +613,27 @@ static void iov_advance(struct iovec **iov, int *n, size_t done)
     }
 }
 
+/* Sends iov whole, waiting for room; -1 when the client is gone or took
+ * nothing for the write timeout (counted from the last byte it took, across
+ * every wait: a socket that polls writable yet takes nothing gains no time). */
 static int send_iov(struct conn *c, struct iovec *iov, int n)
 {
+    uint64_t until = corral_now_ms() + c->srv->limits.write_timeout_ms;
     while (n) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (w < 0) {
+            uint64_t now = corral_now_ms();
             if (errno == EINTR)
                 continue;
-            if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
-                wait_writable(c->fd, c->srv->limits.write_timeout_ms) == 0)
+            if ((errno == EAGAIN || errno == EWOULDBLOCK) && now < until &&
+                wait_writable(c->fd, (unsigned)(until - now)) == 0)
                 continue;
             c->abort = true;
             return -1;
         }
         c->wrote_ms = corral_now_ms();
+        until = c->wrote_ms + c->srv->limits.write_timeout_ms;
         iov_advance(&iov, &n, (size_t)w);
     }
     return 0;
