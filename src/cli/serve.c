@@ -301,6 +301,22 @@ static int set_count(unsigned *out, const char *option, const char *text)
     return 0;
 }
 
+/* Sets *out from a size of at least 16m, the value of `option`; CLI_USAGE,
+ * said, when it is not one. */
+static int set_memory(uint64_t *out, const char *option, const char *text)
+{
+    struct corral_error err;
+    if (corral_parse_size(text, out, &err) < 0) {
+        fprintf(stderr, "corral serve: %s: %s\n", option, err.message);
+        return CLI_USAGE;
+    }
+    if (*out < (16u << 20)) {
+        fprintf(stderr, "corral serve: %s: at least 16m\n", option);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
 /* Sets a from HOST:PORT or off, the value of `option`; CLI_USAGE, said, when
  * it is neither, else 0. */
 static int set_listen(struct listen_addr *a, const char *option, const char *text)
@@ -366,21 +382,9 @@ static int serve_option(int c, struct serve_opts *o)
     case OPT_MAX_PER_KEY:
         return set_count(&o->max_per_key, "--max-sandboxes-per-key", optarg);
     case OPT_MAX_SANDBOX_MEMORY:
-        if (corral_parse_size(optarg, &o->max_sandbox_memory, &err) < 0 ||
-            o->max_sandbox_memory < (16u << 20)) {
-            fprintf(stderr, "corral serve: --max-sandbox-memory: %s\n",
-                    o->max_sandbox_memory < (16u << 20) ? "at least 16m" : err.message);
-            return CLI_USAGE;
-        }
-        return 0;
+        return set_memory(&o->max_sandbox_memory, "--max-sandbox-memory", optarg);
     case OPT_MAX_TOTAL_MEMORY:
-        if (corral_parse_size(optarg, &o->max_total_memory, &err) < 0 ||
-            o->max_total_memory < (16u << 20)) {
-            fprintf(stderr, "corral serve: --max-total-memory: %s\n",
-                    o->max_total_memory < (16u << 20) ? "at least 16m" : err.message);
-            return CLI_USAGE;
-        }
-        return 0;
+        return set_memory(&o->max_total_memory, "--max-total-memory", optarg);
     case OPT_MAX_SANDBOX_CPUS:
         if (corral_parse_cpus(optarg, &o->max_sandbox_millicpus, &err) < 0) {
             fprintf(stderr, "corral serve: --max-sandbox-cpus: %s\n", err.message);

@@ -402,6 +402,9 @@ def test_connections_over_the_caps_get_503():
     ("--body-min-rate", "0", "--body-min-rate: from 1 byte to 1g a second"),
     ("--max-connections", "0", "--max-connections: invalid number '0'"),
     ("--max-connections-per-client", "x", "--max-connections-per-client: invalid number 'x'"),
+    ("--max-total-memory", "banana", "--max-total-memory: invalid size 'banana'"),
+    ("--max-total-memory", "1k", "--max-total-memory: at least 16m"),
+    ("--max-sandbox-memory", "x", "--max-sandbox-memory: invalid size 'x'"),
 ])
 def test_bad_connection_limits_are_refused(option, value, message):
     p = subprocess.run([CORRAL, "serve", option, value], capture_output=True, text=True,
