@@ -32,7 +32,9 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -45,6 +47,7 @@
 
 #define DEFAULT_MAX_BODY (10u << 20)
 #define HEAD_MAX         (64u << 10) /* request line and headers */
+#define HEAD_READ        4096u       /* bytes read at a time while no head is whole */
 #define MAX_HEADERS      128
 #define MAX_ARGS         128
 #define START_THREADS    2
@@ -54,6 +57,10 @@
 #define STACK_SIZE       (512u << 10)
 #define SWEEP_MS         500
 #define READ_STEP        (64u << 10) /* a body's buffer grows by at most this a read */
+/* Pipelined requests answered in a row before the connection goes back to
+ * the end of the queue, so that one client's pipeline cannot hold a thread
+ * (and its share of the CPU) while others wait. */
+#define TURN_MAX 8
 
 #define DEFAULT_HEAD_TIMEOUT_MS  10000
 #define DEFAULT_BODY_MIN_RATE    1024
@@ -85,6 +92,17 @@ struct conn {
 
     char *in; /* bytes read and not yet consumed; in[len] is writable */
     size_t len, cap;
+    /* An answer the socket would not take all of at once: the rest goes
+     * when the client reads (serve parks the connection until then). */
+    struct pending {
+        char *head; /* owned */
+        struct http_response *resp;
+        struct iovec iov[2];
+        int n;
+    } out;
+    uint64_t wrote_ms;      /* the last write that made progress */
+    bool abort;             /* let go while answers were unread: reset, not closed */
+    struct conn *lane_next; /* queued for the pipeline lane (srv->lock) */
 
     /* the request being read; head_len is 0 until its head is complete */
     size_t head_len;
@@ -117,6 +135,11 @@ struct http_server {
     bool stopping;
     struct conn *conns; /* every open connection */
     unsigned n_conns;
+    /* The pipeline lane: a connection's requests after the first of a turn
+     * are answered by one thread of low priority, which takes the
+     * connections queued for it in turn. */
+    pthread_cond_t lane_cond;
+    struct conn *lane_head, *lane_tail;
 };
 
 /* ---- requests ---- */
@@ -519,8 +542,10 @@ static int read_request(struct conn *c)
             if (c->framing == BODY_CHUNKED)
                 compact(c);
         }
-        /* The buffer grows as the body arrives, never ahead of it. */
-        size_t want = 16384;
+        /* The buffer grows as the body arrives, never ahead of it; a head
+         * is read a little at a time, so that the requests pipelined
+         * behind it, moved to the front one by one, stay few. */
+        size_t want = HEAD_READ;
         if (c->head_len && c->framing == BODY_LENGTH && !c->too_large &&
             c->head_len + c->length > c->len) {
             want = c->head_len + c->length - c->len;
@@ -531,7 +556,10 @@ static int read_request(struct conn *c)
             answer_error(c, 503, "out of memory");
             return -1;
         }
-        ssize_t n = recv(c->fd, c->in + c->len, c->cap - c->len - 1, 0);
+        size_t room = c->cap - c->len - 1;
+        if (!c->head_len && room > HEAD_READ)
+            room = HEAD_READ;
+        ssize_t n = recv(c->fd, c->in + c->len, room, 0);
         if (n > 0) {
             c->len += (size_t)n;
             if (c->head_len)
@@ -571,31 +599,70 @@ static int wait_writable(int fd, unsigned timeout_ms)
     }
 }
 
+/* Moves iov[0..*n) past `done` bytes. */
+static void iov_advance(struct iovec **iov, int *n, size_t done)
+{
+    while (*n && done >= (*iov)->iov_len) {
+        done -= (*iov)->iov_len;
+        (*iov)++;
+        (*n)--;
+    }
+    if (*n) {
+        (*iov)->iov_base = (char *)(*iov)->iov_base + done;
+        (*iov)->iov_len -= done;
+    }
+}
+
+/* Sends iov whole, waiting for room; -1 when the client is gone or took
+ * nothing for the write timeout (counted from the last byte it took, across
+ * every wait: a socket that polls writable yet takes nothing gains no time). */
 static int send_iov(struct conn *c, struct iovec *iov, int n)
 {
+    uint64_t until = corral_now_ms() + c->srv->limits.write_timeout_ms;
     while (n) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
         if (w < 0) {
+            uint64_t now = corral_now_ms();
             if (errno == EINTR)
                 continue;
-            if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
-                wait_writable(c->fd, c->srv->limits.write_timeout_ms) == 0)
+            if ((errno == EAGAIN || errno == EWOULDBLOCK) && now < until &&
+                wait_writable(c->fd, (unsigned)(until - now)) == 0)
                 continue;
+            c->abort = true;
             return -1;
         }
-        size_t done = (size_t)w;
-        while (n && done >= iov->iov_len) {
-            done -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n) {
-            iov->iov_base = (char *)iov->iov_base + done;
-            iov->iov_len -= done;
-        }
+        c->wrote_ms = corral_now_ms();
+        until = c->wrote_ms + c->srv->limits.write_timeout_ms;
+        iov_advance(&iov, &n, (size_t)w);
     }
     return 0;
+}
+
+/* Writes what the socket takes of c's pending answer without waiting:
+ * 1 when it is all sent (or there was none), 0 when some is left, -1 when
+ * the client is gone. */
+static int send_pending(struct conn *c)
+{
+    struct pending *p = &c->out;
+    struct iovec *iov = p->iov;
+    while (p->n) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)p->n};
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        c->wrote_ms = corral_now_ms();
+        iov_advance(&iov, &p->n, (size_t)w);
+        if (iov != p->iov) /* what is left, at the front */
+            memmove(p->iov, iov, (size_t)p->n * sizeof(*iov));
+        iov = p->iov;
+    }
+    free(p->head);
+    http_response_free(p->resp);
+    *p = (struct pending){0};
+    return 1;
 }
 
 static int send_all(struct conn *c, const char *buf, size_t len)
@@ -775,7 +842,17 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         char length[24];
         snprintf(length, sizeof(length), "%zu", resp->len);
         head = response_head(resp, bodiless ? NULL : length, false, !keep, &hlen);
-        if (head) {
+        if (head && keep) {
+            /* What the socket does not take now is sent when the client
+             * reads: no thread waits for it. */
+            c->wrote_ms = corral_now_ms(); /* its write deadline counts from here */
+            c->out = (struct pending){.head = head,
+                                      .resp = resp,
+                                      .iov = {{head, hlen}, {resp->body, resp->len}},
+                                      .n = bodiless || head_only || !resp->len ? 1 : 2};
+            return send_pending(c) >= 0;
+        }
+        if (head) { /* the last answer: sent before the connection closes */
             struct iovec iov[2] = {{head, hlen}, {resp->body, resp->len}};
             ok = send_iov(c, iov, bodiless || head_only || !resp->len ? 1 : 2) == 0;
         }
@@ -811,9 +888,15 @@ static void close_conn(struct conn *c)
     if (c->next)
         c->next->prev = c->prev;
     srv->n_conns--;
+    if (c->abort) { /* a reset: the kernel keeps nothing unsent for a client let go */
+        struct linger now = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+    }
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
+    free(c->out.head);
+    http_response_free(c->out.resp);
     free(c);
 }
 
@@ -867,6 +950,8 @@ static bool answer(struct conn *c)
 static uint64_t deadline_of(const struct conn *c)
 {
     const struct http_server_limits *l = &c->srv->limits;
+    if (c->out.n) /* an answer the client leaves unread */
+        return c->wrote_ms + l->write_timeout_ms;
     if (c->head_len) /* its body: a grace, then the minimum rate */
         return c->body_ms + l->head_timeout_ms + (uint64_t)c->body_got * 1000 / l->body_min_rate;
     if (!c->served) /* the first request's head: from the connection */
@@ -876,8 +961,9 @@ static uint64_t deadline_of(const struct conn *c)
     return c->answered_ms + l->idle_timeout_ms; /* what arrives meanwhile extends nothing */
 }
 
-/* Shuts the reading side of every waiting connection past its deadline:
- * the thread that reads it next answers or closes it. */
+/* Shuts the reading side of every waiting connection past its deadline
+ * (both sides of one waiting to write): the thread that takes it next
+ * answers or closes it. */
 static void sweep(struct http_server *srv)
 {
     uint64_t ticks;
@@ -888,36 +974,125 @@ static void sweep(struct http_server *srv)
     for (struct conn *c = srv->conns; c; c = c->next)
         if (!c->busy && !c->expired && c->deadline_ms <= now) {
             __atomic_store_n(&c->expired, true, __ATOMIC_RELAXED);
-            shutdown(c->fd, SHUT_RD);
+            /* one waiting to write wakes only at a hang-up */
+            shutdown(c->fd, c->out.n ? SHUT_RDWR : SHUT_RD);
         }
     pthread_mutex_unlock(&srv->lock);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = &srv->tfd};
     epoll_ctl(srv->epfd, EPOLL_CTL_MOD, srv->tfd, &ev);
 }
 
-static void serve(struct conn *c)
+/* Hands c back to epoll until one of events, with its deadline. */
+static void park(struct conn *c, uint32_t events)
 {
     struct http_server *srv = c->srv;
-    for (;;) {
-        int r = read_request(c);
-        if (r < 0) {
-            close_conn(c);
-            return;
-        }
-        if (r == 0) {
-            pthread_mutex_lock(&srv->lock);
-            c->deadline_ms = deadline_of(c);
-            c->busy = false;
-            pthread_mutex_unlock(&srv->lock);
-            rearm(srv, c->fd, c);
-            return;
-        }
-        if (!answer(c) || __atomic_load_n(&srv->stopping, __ATOMIC_RELAXED)) {
-            close_conn(c);
-            return;
-        }
-        next_request(c);
+    pthread_mutex_lock(&srv->lock);
+    c->deadline_ms = deadline_of(c);
+    c->busy = false;
+    pthread_mutex_unlock(&srv->lock);
+    struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = c};
+    epoll_ctl(srv->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* What serve does with c next. */
+enum turn_end {
+    TURN_GO_ON,
+    TURN_CLOSE,
+    TURN_WAIT_READ,
+    TURN_WAIT_WRITE,
+    TURN_REQUEUE, /* its turn is over, and more of its pipeline is here */
+    TURN_LANE,    /* more of its pipeline is here: for the lane */
+};
+
+/* One step of c's turn: a request read and answered, or why the turn ends. */
+static enum turn_end serve_one(struct conn *c, unsigned turn, bool lane)
+{
+    int sent = send_pending(c);
+    if (sent == 0 && !__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
+        return TURN_WAIT_WRITE; /* its pipeline waits until the client reads */
+    if (sent <= 0) {            /* gone, or let go */
+        c->abort = true;
+        return TURN_CLOSE;
     }
+    if (c->len && turn > 0 && !lane)
+        return TURN_LANE;
+    if (c->len && turn == TURN_MAX)
+        return TURN_REQUEUE;
+    int r = read_request(c);
+    if (r <= 0)
+        return r < 0 ? TURN_CLOSE : TURN_WAIT_READ;
+    if (!answer(c) || __atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED))
+        return TURN_CLOSE;
+    next_request(c);
+    return TURN_GO_ON;
+}
+
+static void lane_join(struct http_server *srv, struct conn *c)
+{
+    pthread_mutex_lock(&srv->lock);
+    c->lane_next = NULL;
+    if (srv->lane_tail)
+        srv->lane_tail->lane_next = c;
+    else
+        srv->lane_head = c;
+    srv->lane_tail = c;
+    pthread_cond_signal(&srv->lane_cond);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* One turn of c's: its first request (lane: up to TURN_MAX of its
+ * pipeline), then c waits in epoll, joins the lane, or is closed. */
+static void serve_turn(struct conn *c, bool lane)
+{
+    enum turn_end end = TURN_GO_ON;
+    for (unsigned turn = 0; end == TURN_GO_ON; turn++)
+        end = serve_one(c, turn, lane);
+    if (end == TURN_CLOSE)
+        close_conn(c);
+    else if (end == TURN_WAIT_WRITE)
+        park(c, EPOLLOUT); /* no RDHUP: a client that half-closed may still read */
+    else if (end == TURN_WAIT_READ)
+        park(c, EPOLLIN | EPOLLRDHUP);
+    else /* TURN_LANE, TURN_REQUEUE: behind the others */
+        lane_join(c->srv, c);
+}
+
+/* Serves c's requests: its first at once; the rest of a pipeline in the
+ * lane, so that pipelines take one low-priority thread's share of the CPU
+ * however many clients send them; and none while the client leaves an
+ * answer unread. */
+static void serve(struct conn *c)
+{
+    serve_turn(c, false);
+}
+
+/* The lane's thread: at a low priority (nice 10), so that when the CPU is
+ * short, pipelines get what the rest leaves. It ends with the server, once
+ * its queue is empty. */
+static void *lane_thread(void *arg)
+{
+    struct http_server *srv = arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    pthread_mutex_lock(&srv->lock);
+    for (;;) {
+        struct conn *c = srv->lane_head;
+        if (!c && srv->stopping)
+            break;
+        if (!c) {
+            pthread_cond_wait(&srv->lane_cond, &srv->lock);
+            continue;
+        }
+        srv->lane_head = c->lane_next;
+        if (!srv->lane_head)
+            srv->lane_tail = NULL;
+        pthread_mutex_unlock(&srv->lock);
+        serve_turn(c, true);
+        pthread_mutex_lock(&srv->lock);
+    }
+    srv->threads--;
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock); /* srv is not touched after this */
+    return NULL;
 }
 
 /* Why a new connection from peer cannot be had (a message for its 503),
@@ -1068,6 +1243,7 @@ static void server_free(struct http_server *s)
     if (s->tfd >= 0)
         close(s->tfd);
     pthread_cond_destroy(&s->cond);
+    pthread_cond_destroy(&s->lane_cond);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -1097,6 +1273,7 @@ int http_server_start(const struct http_server_options *o, struct http_server **
     s->lfd = s->epfd = s->efd = s->tfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
+    pthread_cond_init(&s->lane_cond, NULL);
     s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
     s->limits = limits_or_defaults(&o->limits);
     s->handler = o->handler;
@@ -1150,6 +1327,18 @@ int http_server_start(const struct http_server_options *o, struct http_server **
             }
         }
     }
+    pthread_mutex_lock(&s->lock);
+    s->threads++;
+    pthread_mutex_unlock(&s->lock);
+    int rc = corral_thread_detached(lane_thread, s, STACK_SIZE);
+    if (rc != 0) {
+        pthread_mutex_lock(&s->lock);
+        s->threads--;
+        pthread_mutex_unlock(&s->lock);
+        http_server_stop(s);
+        errno = rc;
+        return corral_fail_errno(err, "cannot start the server's threads");
+    }
     *out = s;
     return 0;
 }
@@ -1199,6 +1388,7 @@ void http_server_stop(struct http_server *s)
     for (struct conn *c = s->conns; c; c = c->next)
         if (c->busy)
             shutdown(c->fd, SHUT_RDWR); /* its thread sees the end */
+    pthread_cond_broadcast(&s->lane_cond);
     while (s->threads) {
         /* each write wakes one thread waiting in epoll; busy ones see
          * `stopping` when their request is done */
@@ -1214,6 +1404,8 @@ void http_server_stop(struct http_server *s)
         s->conns = c->next;
         close(c->fd);
         free(c->in);
+        free(c->out.head);
+        http_response_free(c->out.resp);
         free(c);
     }
     server_free(s);
