@@ -251,25 +251,37 @@ def ancestry(pid):
     return chain
 
 
+def descends_from(pid, ancestor):
+    """Whether ancestor is among pid's parents."""
+    p = pid
+    for _ in range(64):
+        p = proc_ppid(p)
+        if not p:
+            return False
+        if p == ancestor:
+            return True
+    return False
+
+
 def foreign_corrals():
     """corral processes on this machine not started by this test run (someone
-    else using corral at the same time: their sandboxes are not ours)."""
+    else using corral at the same time: their sandboxes are not ours): the
+    `corral` binaries, and the owners of sandboxes that other programs
+    embedding libcorral run (a live parent outside this run's tree, not PID 1,
+    to which a sandbox whose owner died would belong)."""
     me = os.getpid()
     found = []
     for pid in host_pids():
         cmd = proc_cmdline(pid)
-        if not cmd or os.path.basename(cmd[0]) != "corral":
-            continue
-        p, ours = pid, False
-        for _ in range(64):
-            p = proc_ppid(p)
-            if not p:
-                break
-            if p == me:
-                ours = True
-                break
-        if not ours:
+        if cmd and os.path.basename(cmd[0]) == "corral" and not descends_from(pid, me):
             found.append(pid)
+    sandboxed = {pid for pid, *_ in sandbox_processes()}
+    for pid in sandboxed:
+        p = proc_ppid(pid)
+        while p in sandboxed:
+            p = proc_ppid(p)
+        if p and p != 1 and p != me and not descends_from(p, me):
+            found.append(p)
     return found
 
 
