@@ -210,6 +210,13 @@ void gw_reply_error(struct corral_gateway_reply *out, int status, const char *ty
                     const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body); /* takes body */
+/* Whether a failure's code (a positive errno) says that a service the
+ * gateway needs, its store above all, cannot be reached now or did not
+ * answer in time: a 503, which clients may retry, rather than a 500. */
+bool gw_unavailable(int code);
+/* Fills a reply with a failure the client cannot mend: 503 (code
+ * "service_unavailable") when gw_unavailable, else 500; err's message. */
+void gw_reply_failure(struct corral_gateway_reply *out, const struct corral_error *err);
 
 struct gw_codeargs;
 
