@@ -889,6 +889,10 @@ static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_too
                                "Container is expired.");
                 return rc;
             }
+            if (gw_unavailable(-rc)) {
+                gw_reply_store_down(c->out, rc);
+                return rc;
+            }
             if (rc < 0) {
                 gw_reply_error(c->out, 404, "invalid_request_error", NULL, NULL,
                                "Container with id '%s' not found.", c->wanted_container);

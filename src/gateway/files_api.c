@@ -547,6 +547,10 @@ static void containers(corral_gateway *gw, const struct corral_gateway_object_re
         not_found(out, "Container", id);
         return;
     }
+    if (gw_unavailable(-rc)) {
+        gw_reply_store_down(out, rc);
+        return;
+    }
     if (!rest && !strcmp(r->method, "DELETE")) {
         if (c)
             gw_container_put(gw, c, false);

@@ -47,6 +47,12 @@ void gw_reply_failure(struct corral_gateway_reply *out, const struct corral_erro
         gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
 }
 
+void gw_reply_store_down(struct corral_gateway_reply *out, int rc)
+{
+    gw_reply_error(out, 503, "server_error", NULL, "service_unavailable",
+                   "The gateway's store is unreachable (%s). Try again later.", strerror(-rc));
+}
+
 void corral_gateway_reply_free(struct corral_gateway_reply *r)
 {
     if (!r)

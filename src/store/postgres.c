@@ -136,19 +136,20 @@ static int connect_pg(struct pg_pool *pool, struct pg_conn *c, struct corral_err
 }
 
 /* Whether the server closed c while it was idle (a restart, a shutdown):
- * what it sent is read without waiting. */
+ * what it sent is read without waiting, its last word (a FATAL message,
+ * which libpq takes as a notice) and then the end of the stream. */
 static bool went_away(struct pg_conn *c)
 {
-    if (PQstatus(c->pg) != CONNECTION_OK)
-        return true;
-    struct pollfd p = {.fd = PQsocket(c->pg), .events = POLLIN};
-    if (poll(&p, 1, 0) <= 0)
-        return false;
-    if (!PQconsumeInput(c->pg))
-        return true;
-    PGnotify *note;
-    while ((note = PQnotifies(c->pg)))
-        PQfreemem(note);
+    for (int reads = 0; reads < 8 && PQstatus(c->pg) == CONNECTION_OK; reads++) {
+        struct pollfd p = {.fd = PQsocket(c->pg), .events = POLLIN};
+        if (poll(&p, 1, 0) <= 0)
+            break;
+        if (!PQconsumeInput(c->pg))
+            return true;
+        PGnotify *note;
+        while ((note = PQnotifies(c->pg)))
+            PQfreemem(note);
+    }
     return PQstatus(c->pg) != CONNECTION_OK;
 }
 
@@ -162,16 +163,24 @@ static int pg_acquire(struct store *s, struct store_conn **out, struct corral_er
 {
     struct pg_pool *pool = s->impl;
     struct pg_conn *c = NULL;
+    /* each holder is done within its own deadline, so this one is enough */
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (STORE_PG_STATEMENT_TIMEOUT_MS + STORE_PG_ANSWER_GRACE_MS) / 1000;
+    int waited = 0;
     pthread_mutex_lock(&pool->lock);
-    while (!c) {
+    while (!c && waited == 0) {
         for (int i = 0; i < STORE_PG_CONNECTIONS && !c; i++)
             if (!pool->conns[i].busy)
                 c = &pool->conns[i];
         if (!c)
-            pthread_cond_wait(&pool->freed, &pool->lock);
+            waited = pthread_cond_timedwait(&pool->freed, &pool->lock, &deadline);
     }
-    c->busy = true;
+    if (c)
+        c->busy = true;
     pthread_mutex_unlock(&pool->lock);
+    if (!c)
+        return corral_fail(err, ETIMEDOUT, "every connection to the store stayed busy");
 
     if (c->pg && went_away(c))
         drop(c);
@@ -418,7 +427,14 @@ int store_postgres_open(struct store *s, const char *url, struct corral_error *e
         pool_free(pool);
         return corral_fail(err, EAGAIN, "cannot create the lock of store %s", s->name);
     }
-    if (pthread_cond_init(&pool->freed, NULL) != 0) {
+    pthread_condattr_t attr; /* deadlines on the monotonic clock */
+    bool cond_ok = false;
+    if (pthread_condattr_init(&attr) == 0) {
+        cond_ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+                  pthread_cond_init(&pool->freed, &attr) == 0;
+        pthread_condattr_destroy(&attr);
+    }
+    if (!cond_ok) {
         pthread_mutex_destroy(&pool->lock);
         pool_free(pool);
         return corral_fail(err, EAGAIN, "cannot create the lock of store %s", s->name);

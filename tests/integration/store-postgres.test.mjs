@@ -4,7 +4,8 @@
 // (tests/postgres: its own cluster in a temporary folder, on a Unix socket);
 // then that server stopped mid-way: what needs the store is answered 503 in
 // OpenAI's shape, saying the store is unreachable, at once; and started
-// again: the same gateway carries on by itself, nothing it acknowledged lost.
+// again: the same gateway carries on by itself, nothing it acknowledged lost,
+// also when the server restarted while the gateway was idle.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -123,4 +124,11 @@ test('PostgreSQL stopped: 503 saying the store is unreachable; started again: th
   const later = await gw.client.responses.create({ model: MODEL, input: `${d} What was the code word?`, previous_response_id: kept.id });
   assert.equal(later.output_text, 'I recall osprey-12.');
   assert.equal((await gw.client.responses.retrieve(later.id)).id, later.id);
+
+  // A restart while the gateway is idle: its connections, closed by the
+  // server meanwhile, are made again before their next use.
+  postgres('stop');
+  postgres('start');
+  assert.equal((await gw.client.responses.retrieve(later.id)).output_text, 'I recall osprey-12.');
+  assert.equal((await gw.client.responses.retrieve(kept.id)).output_text, 'Noted: the code word is osprey-12.');
 });
