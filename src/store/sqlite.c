@@ -22,7 +22,7 @@
 #include "store/store_internal.h"
 
 #define SQLITE_BUSY_TIMEOUT_MS   5000
-#define SQLITE_CACHED_STATEMENTS 64
+#define SQLITE_CACHED_STATEMENTS 128
 
 struct cached_statement {
     char *sql;

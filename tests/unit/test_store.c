@@ -1749,6 +1749,52 @@ static void names_an_unreachable_store(void **state)
     assert_null(strstr(err.message, "hunter2"));
 }
 
+/* Stops or starts the PostgreSQL server under test (tests/postgres). */
+static void postgres_server(const char *verb)
+{
+    const char *ctl = getenv("CORRAL_TEST_POSTGRES_CTL");
+    const char *dir = getenv("CORRAL_TEST_POSTGRES_DIR");
+    assert_non_null(ctl);
+    assert_non_null(dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s' %s '%s'", ctl, verb, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A PostgreSQL server that goes away: the store's calls fail at once with
+ * -ECONNREFUSED, saying it is unreachable; once it is back, the same store
+ * carries on by itself, with what it had. */
+static void outlives_a_postgres_restart(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "kept", "i", "c", &err), 0);
+
+    postgres_server("stop");
+    char *response = NULL;
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err),
+                     -ECONNREFUSED);
+    assert_null(response);
+    assert_non_null(strstr(err.message, "the store is unreachable"));
+    assert_non_null(strstr(err.message, "resp_1"));
+    assert_int_equal(store_put_response(s, "resp_2", "alice", 2, "lost", "i", "c", &err),
+                     -ECONNREFUSED);
+    uint64_t bytes;
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), -ECONNREFUSED);
+
+    postgres_server("start");
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
+    assert_string_equal(response, "kept");
+    free(response);
+    assert_int_equal(store_get_response(s, "resp_2", "alice", NULL, NULL, NULL, &err), -ENOENT);
+
+    /* restarted while the store was idle: no call is lost to it */
+    postgres_server("stop");
+    postgres_server("start");
+    assert_int_equal(store_put_response(s, "resp_3", "alice", 3, "after", "i", "c", &err), 0);
+    store_close(s);
+}
+
 #define WITH_TMP(test) cmocka_unit_test_setup_teardown(test, make_tmp, remove_tmp)
 
 int main(void)
@@ -1791,9 +1837,16 @@ int main(void)
         WITH_TMP(migrates_a_schema_2_database),        WITH_TMP(migrates_a_schema_3_database),
         WITH_TMP(names_an_unreachable_store),
     };
+    /* a server the tests may stop and start */
+    const struct CMUnitTest postgres_only[] = {
+        cmocka_unit_test(outlives_a_postgres_restart),
+    };
     pg_url = getenv("CORRAL_TEST_POSTGRES");
-    if (pg_url && *pg_url)
-        return cmocka_run_group_tests_name("store on PostgreSQL", everywhere, NULL, NULL);
+    if (pg_url && *pg_url) {
+        int failed = cmocka_run_group_tests_name("store on PostgreSQL", everywhere, NULL, NULL);
+        return failed +
+               cmocka_run_group_tests_name("store on PostgreSQL only", postgres_only, NULL, NULL);
+    }
     pg_url = NULL;
     int failed = cmocka_run_group_tests_name("store on SQLite", everywhere, NULL, NULL);
     return failed + cmocka_run_group_tests_name("store on SQLite only", sqlite_only, NULL, NULL);
