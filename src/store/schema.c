@@ -102,7 +102,8 @@ static const struct migration migrations[] = {
      * responses by age, which pruning reads. */
     {"ALTER TABLE container_files ADD COLUMN bytes BIGINT;"
      "CREATE INDEX responses_by_created ON responses (created_at)",
-     "UPDATE container_files SET bytes = json_extract(object, '$.bytes')", NULL},
+     "UPDATE container_files SET bytes = json_extract(object, '$.bytes')",
+     "UPDATE container_files SET bytes = (object::jsonb ->> 'bytes')::bigint"},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -1749,6 +1749,35 @@ static void names_an_unreachable_store(void **state)
     assert_null(strstr(err.message, "hunter2"));
 }
 
+/* A database one version behind gets only the migration it lacks, which
+ * fills the new column from the objects already stored. */
+static void applies_the_missing_migration(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    json_t *f = cfile("cfile_1", "cntr_1", "/mnt/data/a", 1);
+    json_object_set_new(f, "bytes", json_integer(4096));
+    put_cfile_ok(s, f);
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b", 2)); /* 3 bytes */
+    store_close(s);
+    /* back to schema 3, as the corral before left it */
+    sql_int(t->location, "DROP INDEX responses_by_created");
+    sql_int(t->location, "ALTER TABLE container_files DROP COLUMN bytes");
+    sql_int(t->location, "DELETE FROM schema_version WHERE version = 4");
+    if (!pg_url)
+        sql_int(t->location, "PRAGMA user_version = 3");
+    assert_int_equal(schema_version(t->location), 3);
+
+    s = open_ok(t->location);
+    uint64_t bytes = 0;
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 4099);
+    store_close(s);
+    assert_int_equal(schema_version(t->location), 4);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM schema_version"), 4);
+}
+
 /* Stops or starts the PostgreSQL server under test (tests/postgres). */
 static void postgres_server(const char *verb)
 {
@@ -1810,6 +1839,7 @@ int main(void)
         cmocka_unit_test(prunes_expired_containers),
         WITH_TMP(persists_in_a_file),
         WITH_TMP(refuses_a_newer_schema),
+        WITH_TMP(applies_the_missing_migration),
         WITH_TMP(takes_puts_from_many_threads),
         cmocka_unit_test(containers_round_trip),
         cmocka_unit_test(containers_isolate_owners),
