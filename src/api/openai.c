@@ -175,7 +175,7 @@ static void mask_key(const char *key, char *out, size_t len)
 }
 
 /* NULL when the request may go on (*key: the key it presented, or NULL),
- * else the 401 answer. */
+ * else the 401 answer (503 when the store of virtual keys is unreachable). */
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
                                           const char **key, corral_gateway_key **policy)
 {
@@ -191,8 +191,13 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
         *key = azure;
         return NULL;
     }
-    if (*key && corral_gateway_key_find(oa->gw, *key, policy) == 0)
+    int found = *key ? corral_gateway_key_find(oa->gw, *key, policy) : -ENOENT;
+    if (found == 0)
         return NULL; /* a virtual key: its settings are in *policy */
+    if (found == -ECONNREFUSED || found == -ETIMEDOUT) /* its keys are in the store */
+        return oa_error(503, "server_error", "service_unavailable",
+                        "Cannot check the API key: the gateway's store is unreachable. Try "
+                        "again later.");
     if (!*key)
         return invalid(401, NULL,
                        "You didn't provide an API key. You need to provide your API key in an "

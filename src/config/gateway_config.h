@@ -42,7 +42,7 @@
  *     master_key: os.environ/CORRAL_MASTER_KEY
  *   gateway:
  *     listen: 127.0.0.1:4000
- *     store: /var/lib/corral/gateway.db    # SQLite; default: in memory
+ *     store: /var/lib/corral/gateway.db    # SQLite, or postgresql://...; default: in memory
  *     code_tool_name: python
  *     max_agentic_loops: 8
  *     output_limit: 20000                  # characters of tool output the model reads
@@ -166,7 +166,7 @@
  *                    come from corral's own environment).
  * gateway            a mapping (null: every default); every key is optional:
  *   listen           HOST:PORT, not empty (its form is the server's to check).
- *   store            the SQLite file, not empty.
+ *   store            the SQLite file, or a postgresql:// URL; not empty.
  *   code_tool_name   1 to 64 letters, digits, '_' and '-'.
  *   max_agentic_loops  1..100;  output_limit  256..10000000;
  *   exec_timeout     seconds (or with a unit), from 1 s to 86400 s.

@@ -889,6 +889,10 @@ static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_too
                                "Container is expired.");
                 return rc;
             }
+            if (gw_unavailable(-rc)) {
+                gw_reply_store_down(c->out, rc);
+                return rc;
+            }
             if (rc < 0) {
                 gw_reply_error(c->out, 404, "invalid_request_error", NULL, NULL,
                                "Container with id '%s' not found.", c->wanted_container);
@@ -1129,6 +1133,10 @@ static int load_previous(struct gw_call *c, json_t **prev_items)
     struct corral_error err;
     int rc =
         store_get_response(c->gw->store, c->prev_id, c->owner, &response, NULL, &context, &err);
+    if (rc < 0 && rc != -ENOENT) {
+        gw_reply_failure(c->out, &err);
+        return rc;
+    }
     if (rc < 0) {
         char msg[256];
         snprintf(msg, sizeof(msg), "Previous response with id '%s' not found.", c->prev_id);
@@ -1272,28 +1280,32 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
 
 /* ---- storing ---- */
 
-static void store_response(struct gw_call *c)
+/* Stores the call's response (when it is to be kept): 0, or the store's
+ * failure, which is also logged. */
+static int store_response(struct gw_call *c, struct corral_error *err)
 {
     if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled)
-        return;
+        return 0;
     json_t *r = NULL;
     if (c->out->body)
         r = json_loads(c->out->body, 0, NULL);
     char *response = r ? json_dumps(r, JSON_COMPACT) : NULL;
     json_decref(r);
     if (!response) { /* streamed: rebuild the final object */
-        return;
+        return 0;
     }
     char *input = json_dumps(c->input_items, JSON_COMPACT);
     char *context = json_dumps(c->items, JSON_COMPACT);
-    struct corral_error err;
-    if (input && context &&
-        store_put_response(c->gw->store, c->resp_id, c->owner, c->created_at, response, input,
-                           context, &err) < 0)
-        fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err.message);
+    int rc = input && context
+                 ? store_put_response(c->gw->store, c->resp_id, c->owner, c->created_at, response,
+                                      input, context, err)
+                 : corral_fail(err, ENOMEM, "cannot store %s: out of memory", c->resp_id);
+    if (rc < 0)
+        fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err->message);
     free(response);
     free(input);
     free(context);
+    return rc;
 }
 
 /* ---- the entry point ---- */
@@ -1392,8 +1404,15 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     json_t *prev = json_object_get(c->req, "previous_response_id");
     bool ours_prev = false;
     if (json_is_string(prev)) {
-        ours_prev = store_get_response(c->gw->store, json_string_value(prev), c->owner, NULL, NULL,
-                                       NULL, &(struct corral_error){0}) == 0;
+        struct corral_error err;
+        int found = store_get_response(c->gw->store, json_string_value(prev), c->owner, NULL, NULL,
+                                       NULL, &err);
+        if (found < 0 && found != -ENOENT) {
+            json_decref(client_tools);
+            gw_reply_failure(c->out, &err);
+            return found;
+        }
+        ours_prev = found == 0;
     }
     if (!c->intercept && same_api && !ours_prev) {
         json_decref(client_tools);
@@ -1443,10 +1462,24 @@ static void store_streamed(struct gw_call *c)
     struct corral_gateway_reply *saved = c->out;
     c->out = &tmp;
     gw_emit_finish(c);
-    store_response(c);
+    struct corral_error err; /* logged: the client has had the stream */
+    store_response(c, &err);
     c->out = saved;
     c->stream = was_stream;
     corral_gateway_reply_free(&tmp);
+}
+
+/* Stores a whole (not streamed) answer; one that could not be stored is
+ * not given: the client gets the store's failure instead (a 503 when the
+ * store cannot be reached), so that what it was given can be continued. */
+static void store_or_fail(struct gw_call *c)
+{
+    struct corral_error err;
+    if (store_response(c, &err) == 0)
+        return;
+    free(c->out->body);
+    c->out->body = NULL;
+    gw_reply_failure(c->out, &err);
 }
 
 /* corral_gateway_call with the key's settings already looked up (policy:
@@ -1482,7 +1515,7 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
         if (out->streamed)
             store_streamed(&c);
         else if (out->status == 200 && c.output)
-            store_response(&c);
+            store_or_fail(&c);
     }
     /* the containers this call made live on only when its response was stored */
     bool keep = c.api == CORRAL_GATEWAY_RESPONSES && c.store && !c.cancelled &&

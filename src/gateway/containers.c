@@ -816,9 +816,12 @@ int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
         return 0;
     json_t *obj = NULL;
     struct corral_error err;
-    if (store_get_container(gw->store, id, owner ? owner : "", &obj, NULL, &err) == 0) {
+    int found = store_get_container(gw->store, id, owner ? owner : "", &obj, NULL, &err);
+    if (found == 0) {
         const char *status = json_string_value(json_object_get(obj, "status"));
         rc = status && !strcmp(status, "expired") ? -ESTALE : -ENOENT;
+    } else if (gw_unavailable(-found)) {
+        rc = found;
     }
     json_decref(obj);
     return rc;

@@ -39,7 +39,7 @@ __attribute__((format(printf, 3, 4))) static void invalid(struct corral_gateway_
 
 static void failed(struct corral_gateway_reply *out, const struct corral_error *err)
 {
-    gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
+    gw_reply_failure(out, err);
 }
 
 /* A container file that could not be saved: past a quota, a 400 (waiting
@@ -318,9 +318,13 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
         return;
     }
     json_t *f = NULL;
-    if (store_get_file(gw->store, id, owner, &f, &err) < 0) {
-        gw_reply_error(out, 404, "invalid_request_error", "id", NULL, "No such File object: %s",
-                       id);
+    int rc = store_get_file(gw->store, id, owner, &f, &err);
+    if (rc < 0) {
+        if (rc == -ENOENT)
+            gw_reply_error(out, 404, "invalid_request_error", "id", NULL, "No such File object: %s",
+                           id);
+        else
+            failed(out, &err);
         return;
     }
     char disk[4096];
@@ -495,8 +499,12 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
         return;
     }
     json_t *f = NULL;
-    if (store_get_cfile(gw->store, c->id, fid, &f, &err) < 0) {
-        not_found(out, "Container file", fid);
+    int rc = store_get_cfile(gw->store, c->id, fid, &f, &err);
+    if (rc < 0) {
+        if (rc == -ENOENT)
+            not_found(out, "Container file", fid);
+        else
+            failed(out, &err);
         return;
     }
     char disk[4096];
@@ -537,6 +545,10 @@ static void containers(corral_gateway *gw, const struct corral_gateway_object_re
     int rc = gw_container_find(gw, id, owner, &c);
     if (rc == -ENOENT) {
         not_found(out, "Container", id);
+        return;
+    }
+    if (gw_unavailable(-rc)) {
+        gw_reply_store_down(out, rc);
         return;
     }
     if (!rest && !strcmp(r->method, "DELETE")) {

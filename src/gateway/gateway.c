@@ -307,7 +307,8 @@ int corral_gateway_models(corral_gateway *gw, struct corral_gateway_reply *out)
 }
 
 /* A store call's failure as the answer: 404 for a response that is not
- * there (or not the caller's), 500 otherwise. Returns 1 when rc was a
+ * there (or not the caller's), 503 for a store that cannot be reached, 500
+ * otherwise. Returns 1 when rc was a
  * failure (the answer is made), else 0. */
 static int stored_failure(struct corral_gateway_reply *out, const char *id, int rc,
                           const struct corral_error *err)
@@ -316,7 +317,7 @@ static int stored_failure(struct corral_gateway_reply *out, const char *id, int 
         gw_reply_error(out, 404, "invalid_request_error", NULL, NULL,
                        "Response with id '%s' not found.", id);
     else if (rc < 0)
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
+        gw_reply_failure(out, err);
     return rc < 0;
 }
 

@@ -120,7 +120,8 @@ int gw_container_create(corral_gateway *gw, const struct gateway_sandbox_tool *t
 /* The containers of the store (at start). */
 void gw_containers_load(corral_gateway *gw);
 /* The container `id` of `owner`, retained: 0, -ENOENT (none, or not
- * theirs) or -ESTALE (expired). */
+ * theirs), -ESTALE (expired), or the store's failure when it had to be
+ * asked and could not answer (gw_unavailable). */
 int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
                       struct gw_container **out);
 /* Drops a reference; `remove` deletes the container. */
@@ -210,6 +211,16 @@ void gw_reply_error(struct corral_gateway_reply *out, int status, const char *ty
                     const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body); /* takes body */
+/* Whether a failure's code (a positive errno) says that a service the
+ * gateway needs, its store above all, cannot be reached now or did not
+ * answer in time: a 503, which clients may retry, rather than a 500. */
+bool gw_unavailable(int code);
+/* Fills a reply with a failure the client cannot mend: 503 (code
+ * "service_unavailable") when gw_unavailable, else 500; err's message. */
+void gw_reply_failure(struct corral_gateway_reply *out, const struct corral_error *err);
+/* The 503 of a store that could not answer, where its message is not at
+ * hand (rc: its failure). */
+void gw_reply_store_down(struct corral_gateway_reply *out, int rc);
 
 struct gw_codeargs;
 

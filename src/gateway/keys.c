@@ -266,7 +266,7 @@ static void generate(corral_gateway *gw, json_t *body, struct corral_gateway_rep
     if (rc == -EEXIST) {
         bad(out, "key", "That key exists already.");
     } else if (rc < 0) {
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+        gw_reply_failure(out, &err);
     } else {
         json_object_set_new(obj, "key", json_string(key));
         gw_reply_json(out, 200, json_incref(obj));
@@ -306,7 +306,7 @@ static void update(corral_gateway *gw, json_t *body, struct corral_gateway_reply
     if (rc == -ENOENT)
         gw_reply_error(out, 404, "invalid_request_error", "key", NULL, "Key not found.");
     else if (rc < 0)
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+        gw_reply_failure(out, &err);
     else
         gw_reply_json(out, 200, json_pack("{s:s, s:O}", "key", token, "info", obj));
     json_decref(obj);
@@ -335,7 +335,7 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
     } else if (!strcmp(path, "key/list") && !strcmp(method, "GET")) {
         json_t *list = NULL;
         if (store_list_keys(gw->store, &list, &err) < 0) {
-            gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err.message);
+            gw_reply_failure(out, &err);
         } else {
             size_t n = json_array_size(list);
             gw_reply_json(out, 200,

@@ -2,6 +2,7 @@
  * The gateway's answers in OpenAI's shape: a JSON body, an error object
  * ({"error": {message, type, param, code}}), and their release.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,25 @@ void gw_reply_error(struct corral_gateway_reply *out, int status, const char *ty
                           param ? json_string(param) : json_null(), "code",
                           code ? json_string(code) : json_null());
     gw_reply_json(out, status, json_pack("{s:o}", "error", e));
+}
+
+bool gw_unavailable(int code)
+{
+    return code == ECONNREFUSED || code == ETIMEDOUT;
+}
+
+void gw_reply_failure(struct corral_gateway_reply *out, const struct corral_error *err)
+{
+    if (gw_unavailable(err->code))
+        gw_reply_error(out, 503, "server_error", NULL, "service_unavailable", "%s", err->message);
+    else
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "%s", err->message);
+}
+
+void gw_reply_store_down(struct corral_gateway_reply *out, int rc)
+{
+    gw_reply_error(out, 503, "server_error", NULL, "service_unavailable",
+                   "The gateway's store is unreachable (%s). Try again later.", strerror(-rc));
 }
 
 void corral_gateway_reply_free(struct corral_gateway_reply *r)

@@ -64,7 +64,9 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         int rc = gw_container_find(c->gw, c->wanted_container, c->owner, &c->container);
         if (rc < 0 && c->container_explicit)
             corral_fail(err, -rc, "the container %s %s", c->wanted_container,
-                        rc == -ESTALE ? "expired" : "was deleted");
+                        rc == -ESTALE   ? "expired"
+                        : rc == -ENOENT ? "was deleted"
+                                        : "could not be looked up: the store is unreachable");
         free(c->wanted_container);
         c->wanted_container = NULL;
         if (rc == 0)

@@ -1,330 +1,89 @@
 /*
- * The gateway's SQLite store (see store.h): opening and migrating the
- * database, the prepared statements that put, get and delete a response on
- * behalf of its owner, and the containers, container files, uploaded files,
- * virtual keys and usage counters (statements prepared per call, objects kept
- * as JSON text).
+ * The gateway's store (store.h) over the SQL layer of store_internal.h: the
+ * store's calls written once, in SQL that SQLite and PostgreSQL both accept,
+ * whichever backend the location chose (sqlite.c for a path or ":memory:",
+ * postgres.c for a postgresql:// URL). Here: opening (the backend, then its
+ * migrations, schema.c), stored responses, containers, container files,
+ * uploaded files, virtual keys and usage counters, objects kept as JSON text
+ * beside the columns that queries need.
  *
- * Schema versions live in PRAGMA user_version; migrations[i] takes a database
- * from version i to i + 1, so a later corral appends to that array. A
- * database written by a newer corral (a higher version) is refused rather than
- * guessed at.
- *
- * Threads: the connection is opened SQLITE_OPEN_FULLMUTEX, and s->lock is held
- * around each use of a prepared statement (bind, step, read, reset are several
- * calls that another thread must not interleave with) and around reading the
- * connection's error message and change count, which are per connection.
+ * Each call takes a connection of the backend for its statements and gives
+ * it back; a call whose statements must happen together runs them in one
+ * transaction. A row's place in a list is (created_at, rowid): rowid grows
+ * with each insertion and an upsert keeps it.
  */
 #include "store/store.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <pthread.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/cleanup.h"
+#include "store/store_internal.h"
 
-#define STORE_BUSY_TIMEOUT_MS 5000
+/* ---- rows ---- */
 
-static const char *const migrations[] = {
-    /* 0 -> 1 */
-    "CREATE TABLE responses ("
-    " id TEXT PRIMARY KEY,"
-    " owner TEXT NOT NULL,"
-    " created_at INTEGER NOT NULL,"
-    " response TEXT NOT NULL,"
-    " input TEXT NOT NULL,"
-    " context TEXT NOT NULL"
-    ");",
-    /* 1 -> 2: containers, their files, uploaded files. Each row keeps the
-     * object as the API shows it (`object`, JSON) and beside it the columns
-     * that queries select and order by. */
-    "CREATE TABLE containers ("
-    " id TEXT PRIMARY KEY,"
-    " owner TEXT NOT NULL,"
-    " name TEXT,"
-    " created_at INTEGER NOT NULL,"
-    " last_active_at INTEGER,"
-    " status TEXT,"
-    " expires_minutes INTEGER,"
-    " memory_limit TEXT,"
-    " object TEXT NOT NULL"
-    ");"
-    "CREATE INDEX containers_by_owner ON containers (owner, created_at);"
-    "CREATE INDEX containers_by_status ON containers (status);"
-    "CREATE TABLE container_files ("
-    " id TEXT PRIMARY KEY,"
-    " container_id TEXT NOT NULL,"
-    " path TEXT NOT NULL,"
-    " created_at INTEGER NOT NULL,"
-    " source TEXT,"
-    " object TEXT NOT NULL,"
-    " UNIQUE (container_id, path)"
-    ");"
-    "CREATE INDEX container_files_by_container ON container_files (container_id, created_at);"
-    "CREATE TABLE files ("
-    " id TEXT PRIMARY KEY,"
-    " owner TEXT NOT NULL,"
-    " created_at INTEGER NOT NULL,"
-    " purpose TEXT,"
-    " object TEXT NOT NULL"
-    ");"
-    "CREATE INDEX files_by_owner ON files (owner, created_at);",
-    /* 2 -> 3: virtual keys (by token, the SHA-256 of the key in hex; the
-     * object as /key/info shows it) and each owner's counters per UTC day. */
-    "CREATE TABLE keys ("
-    " token TEXT PRIMARY KEY,"
-    " created_at INTEGER NOT NULL,"
-    " object TEXT NOT NULL"
-    ");"
-    "CREATE TABLE usage ("
-    " owner TEXT NOT NULL,"
-    " day TEXT NOT NULL,"
-    " requests INTEGER NOT NULL DEFAULT 0,"
-    " input_tokens INTEGER NOT NULL DEFAULT 0,"
-    " output_tokens INTEGER NOT NULL DEFAULT 0,"
-    " code_calls INTEGER NOT NULL DEFAULT 0,"
-    " PRIMARY KEY (owner, day)"
-    ");",
-};
-#define STORE_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
-
-/* A response of another owner is neither overwritten nor seen: the update of
- * an existing id only happens when the owner matches (no row changes
- * otherwise, which put reports as -EEXIST). */
-static const char put_sql[] =
-    "INSERT INTO responses (id, owner, created_at, response, input, context)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-    " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
-    " response = excluded.response, input = excluded.input, context = excluded.context"
-    " WHERE responses.owner = excluded.owner";
-static const char get_sql[] =
-    "SELECT response, input, context FROM responses WHERE id = ?1 AND owner = ?2";
-static const char delete_sql[] = "DELETE FROM responses WHERE id = ?1 AND owner = ?2";
-
-struct store {
-    sqlite3 *db;
-    pthread_mutex_t lock;
-    sqlite3_stmt *put;
-    sqlite3_stmt *get;
-    sqlite3_stmt *del;
-    char *name; /* the path, or ":memory:", for messages */
-};
-
-/* The errno-style code for an SQLite result code. */
-static int sqlite_code(sqlite3 *db, int rc)
+const char *store_cell(const struct store_rows *rows, int row, int col)
 {
-    switch (rc & 0xff) {
-    case SQLITE_NOMEM:
-        return ENOMEM;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        return EBUSY;
-    case SQLITE_PERM:
-    case SQLITE_READONLY:
-    case SQLITE_AUTH:
-        return EACCES;
-    case SQLITE_FULL:
-        return ENOSPC;
-    case SQLITE_TOOBIG:
-        return E2BIG;
-    case SQLITE_CONSTRAINT:
-    case SQLITE_MISMATCH:
-    case SQLITE_RANGE:
-    case SQLITE_MISUSE:
-        return EINVAL;
-    case SQLITE_CANTOPEN: {
-        int e = db ? sqlite3_system_errno(db) : 0;
-        return e > 0 ? e : EIO;
-    }
-    default:
-        return EIO;
-    }
+    if (row < 0 || row >= rows->n_rows || col < 0 || col >= rows->n_cols)
+        return NULL;
+    return rows->cells[(size_t)row * (size_t)rows->n_cols + (size_t)col];
 }
 
-/* corral_fail with "<what>: <SQLite's message>", the message read from the
- * connection when there is one (call it before resetting the statement). */
-__attribute__((format(printf, 4, 5))) static int fail_sqlite(struct corral_error *err, sqlite3 *db,
-                                                             int rc, const char *fmt, ...)
+int64_t store_cell_int(const struct store_rows *rows, int row, int col)
 {
-    char what[CORRAL_ERROR_MESSAGE_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    const char *msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    return corral_fail(err, sqlite_code(db, rc), "%s: %s", what, msg);
+    const char *text = store_cell(rows, row, col);
+    return text ? strtoll(text, NULL, 10) : 0;
 }
 
-static int exec_sql(sqlite3 *db, const char *name, const char *sql, struct corral_error *err)
+int store_rows_alloc(struct store_rows *rows, int n_rows, int n_cols)
 {
-    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return fail_sqlite(err, db, rc, "cannot open response store %s (%s)", name, sql);
-    return 0;
+    rows->n_rows = n_rows;
+    rows->n_cols = n_cols;
+    rows->cells = calloc((size_t)n_rows * (size_t)n_cols + 1, sizeof(char *));
+    return rows->cells ? 0 : -ENOMEM;
 }
 
-static int read_user_version(sqlite3 *db, const char *name, int *out, struct corral_error *err)
+void store_rows_free(struct store_rows *rows)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        int r =
-            fail_sqlite(err, db, rc, "cannot read the schema version of response store %s", name);
-        sqlite3_finalize(st);
-        return r;
-    }
-    *out = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    return 0;
+    if (rows->cells)
+        for (size_t i = 0; i < (size_t)rows->n_rows * (size_t)rows->n_cols; i++)
+            free(rows->cells[i]);
+    free(rows->cells);
+    rows->cells = NULL;
+    rows->n_rows = 0;
 }
 
-static int refuse_newer(const char *name, int version, struct corral_error *err)
+/* The cell, taken from rows (which then holds NULL there). */
+static char *take_cell(struct store_rows *rows, int row, int col)
 {
-    return corral_fail(err, EPROTO,
-                       "response store %s was written by a newer corral (schema %d); this one "
-                       "knows schemas up to %d",
-                       name, version, STORE_SCHEMA_VERSION);
+    if (!store_cell(rows, row, col))
+        return NULL;
+    return steal_pointer(&rows->cells[(size_t)row * (size_t)rows->n_cols + (size_t)col]);
 }
 
-/* Brings the database to STORE_SCHEMA_VERSION, in one transaction that also
- * keeps two processes opening a new database at once from both creating it. */
-static int migrate(sqlite3 *db, const char *name, struct corral_error *err)
-{
-    int version;
-    int r = read_user_version(db, name, &version, err);
-    if (r < 0)
-        return r;
-    if (version > STORE_SCHEMA_VERSION)
-        return refuse_newer(name, version, err);
-    if (version == STORE_SCHEMA_VERSION)
-        return 0;
-
-    r = exec_sql(db, name, "BEGIN IMMEDIATE", err);
-    if (r < 0)
-        return r;
-    r = read_user_version(db, name, &version, err);
-    if (r == 0 && version > STORE_SCHEMA_VERSION)
-        r = refuse_newer(name, version, err);
-    for (int v = version; r == 0 && v < STORE_SCHEMA_VERSION; v++) {
-        int rc = sqlite3_exec(db, migrations[v], NULL, NULL, NULL);
-        if (rc != SQLITE_OK)
-            r = fail_sqlite(err, db, rc, "cannot migrate response store %s to schema %d", name,
-                            v + 1);
-    }
-    if (r == 0 && version < STORE_SCHEMA_VERSION) {
-        char sql[64];
-        snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
-        r = exec_sql(db, name, sql, err);
-    }
-    if (r == 0)
-        r = exec_sql(db, name, "COMMIT", err);
-    if (r < 0)
-        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    return r;
-}
-
-/* The message when SQLite cannot open a file: says so when the directory it
- * would be in is missing, which is the usual reason (it is not created). */
-static int fail_open(sqlite3 *db, int rc, const char *path, struct corral_error *err)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if ((rc & 0xff) == SQLITE_CANTOPEN && slash && slash != path &&
-        (size_t)(slash - path) < sizeof(dir)) {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-        struct stat st;
-        if (stat(dir, &st) < 0 && errno == ENOENT)
-            return corral_fail(err, ENOENT,
-                               "cannot open response store %s: %s (directory %s does not exist)",
-                               path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), dir);
-    }
-    return fail_sqlite(err, db, rc, "cannot open response store %s", path);
-}
-
-static int prepare(sqlite3 *db, const char *name, const char *sql, sqlite3_stmt **out,
-                   struct corral_error *err)
-{
-    int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, out, NULL);
-    if (rc != SQLITE_OK)
-        return fail_sqlite(err, db, rc, "response store %s: cannot prepare \"%s\"", name, sql);
-    return 0;
-}
+/* ---- opening ---- */
 
 static void store_free(struct store *s)
 {
-    sqlite3_finalize(s->put);
-    sqlite3_finalize(s->get);
-    sqlite3_finalize(s->del);
-    sqlite3_close(s->db);
+    if (s->backend)
+        s->backend->close(s);
     free(s->name);
     free(s);
 }
 
-int store_open(const char *path, struct store **out, struct corral_error *err)
+int store_open(const char *location, struct store **out, struct corral_error *err)
 {
     *out = NULL;
-    if (!sqlite3_threadsafe())
-        return corral_fail(err, ENOTSUP, "this SQLite library was built without thread support");
-    int memory = !path || strcmp(path, ":memory:") == 0;
     struct store *s = calloc(1, sizeof(*s));
     if (!s)
         return corral_fail(err, ENOMEM, "out of memory");
-    s->name = strdup(memory ? ":memory:" : path);
-    if (!s->name) {
-        free(s);
-        return corral_fail(err, ENOMEM, "out of memory");
-    }
-
-    /* Stored conversations are private: a new database file is created
-     * owner-only (SQLite gives its -wal and -shm files the same mode). Any
-     * failure here is reported by the open below. */
-    if (!memory) {
-        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            close(fd);
-    }
-
-    int rc = sqlite3_open_v2(
-        s->name, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
-    int r = 0;
-    if (rc != SQLITE_OK)
-        r = fail_open(s->db, rc, s->name, err);
-    if (r == 0) {
-        rc = sqlite3_busy_timeout(s->db, STORE_BUSY_TIMEOUT_MS);
-        if (rc != SQLITE_OK)
-            r = fail_sqlite(err, s->db, rc, "response store %s: cannot set the busy timeout",
-                            s->name);
-    }
-    if (r == 0 && !memory)
-        r = exec_sql(s->db, s->name, "PRAGMA journal_mode = WAL", err);
+    int r = store_is_postgres_url(location) ? store_postgres_open(s, location, err)
+                                            : store_sqlite_open(s, location, err);
     if (r == 0)
-        r = exec_sql(s->db, s->name, "PRAGMA synchronous = NORMAL", err);
-    if (r == 0)
-        r = exec_sql(s->db, s->name, "PRAGMA foreign_keys = ON", err);
-    if (r == 0)
-        r = migrate(s->db, s->name, err);
-    if (r == 0)
-        r = prepare(s->db, s->name, put_sql, &s->put, err);
-    if (r == 0)
-        r = prepare(s->db, s->name, get_sql, &s->get, err);
-    if (r == 0)
-        r = prepare(s->db, s->name, delete_sql, &s->del, err);
-    if (r == 0) {
-        int e = pthread_mutex_init(&s->lock, NULL);
-        if (e != 0)
-            r = corral_fail(err, e, "response store %s: cannot create its lock", s->name);
-    }
+        r = store_migrate(s, err);
     if (r < 0) {
         store_free(s);
         return r;
@@ -335,31 +94,167 @@ int store_open(const char *path, struct store **out, struct corral_error *err)
 
 void store_close(struct store *s)
 {
-    if (!s)
-        return;
-    pthread_mutex_destroy(&s->lock);
-    store_free(s);
+    if (s)
+        store_free(s);
 }
 
-/* Binds texts[0..n) to the parameters of `st` from `first` on, with
- * SQLITE_TRANSIENT (SQLite copies them). Call with s->lock held. */
-static int bind_texts(struct store *s, sqlite3_stmt *st, int first, const char *const *texts, int n,
-                      const char *what, struct corral_error *err)
+/* ---- running statements ---- */
+
+/* A statement and its parameters, one step of a call. */
+struct step {
+    const char *sql;
+    const struct store_param *p;
+    int n;
+};
+
+/* Runs steps[0..n) on one connection, in a transaction when there are
+ * several; rows (may be NULL) gets the last one's result, changes[i] (may
+ * be NULL) the rows each step changed. The error is "<what>: <why>". */
+static int run_steps(struct store *s, const struct step *steps, int n, struct store_rows *rows,
+                     int64_t *changes, const char *what, struct corral_error *err)
 {
-    for (int i = 0; i < n; i++) {
-        int rc = sqlite3_bind_text(st, first + i, texts[i], -1, SQLITE_TRANSIENT);
-        if (rc != SQLITE_OK)
-            return fail_sqlite(err, s->db, rc, "%s", what);
+    const struct store_backend *b = s->backend;
+    struct store_conn *c;
+    int r = b->acquire(s, &c, err);
+    if (r < 0)
+        return corral_error_wrap(err, "%s", what);
+    bool transaction = n > 1;
+    if (transaction)
+        r = b->script(c, b->begin_sql, err);
+    for (int i = 0; r == 0 && i < n; i++) {
+        struct store_rows got = {0};
+        r = b->query(c, steps[i].sql, steps[i].p, steps[i].n, &got, err);
+        if (r == 0 && changes)
+            changes[i] = got.changes;
+        if (r == 0 && rows && i == n - 1)
+            *rows = got;
+        else
+            store_rows_free(&got);
     }
+    if (transaction && r == 0)
+        r = b->script(c, "COMMIT", err);
+    if (transaction && r < 0) {
+        struct corral_error ignored;
+        b->script(c, "ROLLBACK", &ignored);
+    }
+    b->release(s, c);
+    return r < 0 ? corral_error_wrap(err, "%s", what) : 0;
+}
+
+/* Runs one statement, p[0..n) bound to ?1..; rows and changes may be NULL. */
+static int run(struct store *s, const char *sql, const struct store_param *p, int n,
+               struct store_rows *rows, int64_t *changes, const char *what,
+               struct corral_error *err)
+{
+    const struct step step = {sql, p, n};
+    return run_steps(s, &step, 1, rows, changes, what, err);
+}
+
+/* run for a write of one row: a write that changes none fails with `code`
+ * and the message that follows. */
+__attribute__((format(printf, 8, 9))) static int
+write_row(struct store *s, const char *sql, const struct store_param *p, int n, const char *what,
+          struct corral_error *err, int code, const char *fmt, ...)
+{
+    int64_t changes = 0;
+    int r = run(s, sql, p, n, NULL, &changes, what, err);
+    if (r == 0 && changes == 0) {
+        char msg[CORRAL_ERROR_MESSAGE_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        r = corral_fail(err, code, "%s", msg);
+    }
+    return r;
+}
+
+/* A cell of rows, a stored object, parsed. */
+static int cell_object(const struct store_rows *rows, int row, int col, json_t **out,
+                       const char *what, struct corral_error *err)
+{
+    const char *text = store_cell(rows, row, col);
+    if (!text)
+        return corral_fail(err, EIO, "%s: the stored object is missing", what);
+    json_error_t jerr;
+    json_t *v = json_loads(text, 0, &jerr);
+    if (!v)
+        return corral_fail(err, EIO, "%s: the stored object is not JSON: %s", what, jerr.text);
+    *out = v;
     return 0;
 }
 
-/* Ready for the next use, holding no copies of the texts. */
-static void finish(sqlite3_stmt *st)
+/* Makes *out of row i of rows (for query_list). */
+typedef int (*row_fn)(struct store_rows *rows, int i, json_t **out, const char *what,
+                      struct corral_error *err);
+
+/* A row's column 0, a stored object. */
+static int row_object(struct store_rows *rows, int i, json_t **out, const char *what,
+                      struct corral_error *err)
 {
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
+    return cell_object(rows, i, 0, out, what, err);
 }
+
+/* Runs the query sql, p[0..n) bound to ?1.., into *list: an array of what
+ * `row` makes of each row, at most `limit` of them (*more, when not NULL:
+ * whether there were more). */
+static int query_list(struct store *s, const char *sql, const struct store_param *p, int n,
+                      row_fn row, size_t limit, bool *more, json_t **list, const char *what,
+                      struct corral_error *err)
+{
+    cleanup_json json_t *all = json_array();
+    if (!all)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, sql, p, n, &rows, NULL, what, err);
+    for (int i = 0; r == 0 && i < rows.n_rows && (size_t)i < limit; i++) {
+        json_t *item = NULL;
+        r = row(&rows, i, &item, what, err);
+        if (r == 0 && json_array_append_new(all, item) < 0)
+            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+    }
+    if (r < 0)
+        return r;
+    *list = steal_pointer(&all);
+    if (more)
+        *more = (size_t)rows.n_rows > limit;
+    return 0;
+}
+
+/* Runs the query sql, p[0..n) bound to ?1.., for one row: its column 0,
+ * an object, into *out; its column 1 (when text_out) into *text_out. No
+ * row: -ENOENT with the message `missing`. */
+static int get_one(struct store *s, const char *sql, const struct store_param *p, int n,
+                   json_t **out, char **text_out, const char *missing, const char *what,
+                   struct corral_error *err)
+{
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, sql, p, n, &rows, NULL, what, err);
+    if (r < 0)
+        return r;
+    if (rows.n_rows == 0)
+        return corral_fail(err, ENOENT, "%s", missing);
+    json_t *obj = NULL;
+    if (out && (r = cell_object(&rows, 0, 0, &obj, what, err)) < 0)
+        return r;
+    if (out)
+        *out = obj;
+    if (text_out)
+        *text_out = take_cell(&rows, 0, 1);
+    return 0;
+}
+
+/* ---- stored responses ---- */
+
+/* A response of another owner is neither overwritten nor seen: the update of
+ * an existing id only happens when the owner matches (no row changes
+ * otherwise, which put reports as -EEXIST). */
+static const char put_response_sql[] =
+    "INSERT INTO responses (id, owner, created_at, response, input, context)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
+    " response = excluded.response, input = excluded.input, context = excluded.context"
+    " WHERE responses.owner = excluded.owner";
 
 int store_put_response(struct store *s, const char *id, const char *owner, int64_t created_at,
                        const char *response, const char *input, const char *context,
@@ -369,53 +264,14 @@ int store_put_response(struct store *s, const char *id, const char *owner, int64
         return corral_fail(err, EINVAL, "cannot store a response without its id and texts");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store response %s in %s", id, s->name);
-    const char *const keys[] = {id, owner ? owner : ""};
-    const char *const texts[] = {response, input, context};
-
-    pthread_mutex_lock(&s->lock);
-    int r = bind_texts(s, s->put, 1, keys, 2, what, err);
-    if (r == 0) {
-        int rc = sqlite3_bind_int64(s->put, 3, created_at);
-        if (rc != SQLITE_OK)
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-    }
-    if (r == 0)
-        r = bind_texts(s, s->put, 4, texts, 3, what, err);
-    if (r == 0) {
-        int rc = sqlite3_step(s->put);
-        if (rc != SQLITE_DONE)
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-        else if (sqlite3_changes(s->db) == 0)
-            r = corral_fail(err, EEXIST, "%s: the id belongs to another owner", what);
-    }
-    finish(s->put);
-    pthread_mutex_unlock(&s->lock);
-    return r;
-}
-
-/* A malloc'ed copy of column `col` of the current row of `st` ("" for NULL). */
-static int copy_text(struct store *s, sqlite3_stmt *st, int col, char **out, const char *what,
-                     struct corral_error *err)
-{
-    const unsigned char *text = sqlite3_column_text(st, col);
-    if (!text && sqlite3_column_type(st, col) != SQLITE_NULL)
-        return fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
-    size_t len = text ? (size_t)sqlite3_column_bytes(st, col) : 0;
-    char *copy = malloc(len + 1);
-    if (!copy)
-        return corral_fail(err, ENOMEM, "%s: out of memory", what);
-    if (len)
-        memcpy(copy, text, len);
-    copy[len] = '\0';
-    *out = copy;
-    return 0;
-}
-
-/* A malloc'ed copy of column `col` of the current row of s->get. */
-static int column_copy(struct store *s, int col, char **out, const char *what,
-                       struct corral_error *err)
-{
-    return copy_text(s, s->get, col, out, what, err);
+    const struct store_param p[] = {P_TEXT(id),
+                                    P_TEXT(owner ? owner : ""),
+                                    P_INT(true, created_at),
+                                    P_TEXT(response),
+                                    P_TEXT(input),
+                                    P_TEXT(context)};
+    return write_row(s, put_response_sql, p, P_COUNT(p), what, err, EEXIST,
+                     "%s: the id belongs to another owner", what);
 }
 
 int store_get_response(struct store *s, const char *id, const char *owner, char **response,
@@ -429,31 +285,21 @@ int store_get_response(struct store *s, const char *id, const char *owner, char 
         return corral_fail(err, EINVAL, "cannot look up a response without its id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read response %s from %s", id, s->name);
-    const char *const keys[] = {id, owner ? owner : ""};
-    char *copies[3] = {NULL, NULL, NULL};
-
-    pthread_mutex_lock(&s->lock);
-    int r = bind_texts(s, s->get, 1, keys, 2, what, err);
-    if (r == 0) {
-        int rc = sqlite3_step(s->get);
-        if (rc == SQLITE_DONE)
-            r = corral_fail(err, ENOENT, "no response %s in %s", id, s->name);
-        else if (rc != SQLITE_ROW)
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-    }
-    for (int i = 0; r == 0 && i < 3; i++)
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, "SELECT response, input, context FROM responses WHERE id = ?1 AND owner = ?2", p,
+                2, &rows, NULL, what, err);
+    if (r < 0)
+        return r;
+    if (rows.n_rows == 0)
+        return corral_fail(err, ENOENT, "no response %s in %s", id, s->name);
+    for (int i = 0; i < 3; i++)
+        if (outs[i] && !store_cell(&rows, 0, i))
+            return corral_fail(err, EIO, "%s: a text is missing", what);
+    for (int i = 0; i < 3; i++)
         if (outs[i])
-            r = column_copy(s, i, &copies[i], what, err);
-    finish(s->get);
-    pthread_mutex_unlock(&s->lock);
-
-    for (int i = 0; i < 3; i++) {
-        if (r == 0 && outs[i])
-            *outs[i] = copies[i];
-        else
-            free(copies[i]);
-    }
-    return r;
+            *outs[i] = take_cell(&rows, 0, i);
+    return 0;
 }
 
 int store_delete_response(struct store *s, const char *id, const char *owner,
@@ -463,20 +309,9 @@ int store_delete_response(struct store *s, const char *id, const char *owner,
         return corral_fail(err, EINVAL, "cannot delete a response without its id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete response %s from %s", id, s->name);
-    const char *const keys[] = {id, owner ? owner : ""};
-
-    pthread_mutex_lock(&s->lock);
-    int r = bind_texts(s, s->del, 1, keys, 2, what, err);
-    if (r == 0) {
-        int rc = sqlite3_step(s->del);
-        if (rc != SQLITE_DONE)
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-        else if (sqlite3_changes(s->db) == 0)
-            r = corral_fail(err, ENOENT, "no response %s in %s", id, s->name);
-    }
-    finish(s->del);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    return write_row(s, "DELETE FROM responses WHERE id = ?1 AND owner = ?2", p, 2, what, err,
+                     ENOENT, "no response %s in %s", id, s->name);
 }
 
 int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
@@ -484,40 +319,25 @@ int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot drop old responses and containers from %s", s->name);
-    static const char *const sql[] = {
-        "DELETE FROM responses WHERE created_at < ?1",
-        "DELETE FROM responses WHERE rowid IN (SELECT rowid FROM responses "
-        "ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?1)",
+    const struct store_param before[] = {P_INT(true, created_before)};
+    const struct store_param kept[] = {P_INT(true, keep > INT64_MAX ? INT64_MAX : (int64_t)keep)};
+    const struct step steps[] = {
+        {"DELETE FROM responses WHERE created_at < ?1", before, 1},
+        /* every response from the first one past the `keep` newest on */
+        {"DELETE FROM responses WHERE (created_at, rowid) <= (SELECT created_at, rowid"
+         " FROM responses ORDER BY created_at DESC, rowid DESC LIMIT 1 OFFSET ?1)",
+         kept, 1},
         /* an expired container's record (its files went when it expired) */
-        "DELETE FROM containers WHERE status = 'expired' AND last_active_at < ?1",
+        {"DELETE FROM containers WHERE status = 'expired' AND last_active_at < ?1", before, 1},
     };
-    int r = 0;
-    uint64_t gone = 0;
-    pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < 3 && r == 0; i++) {
-        sqlite3_stmt *st = NULL;
-        int rc = sqlite3_prepare_v2(s->db, sql[i], -1, &st, NULL);
-        if (rc == SQLITE_OK)
-            rc = sqlite3_bind_int64(st, 1, i == 1 ? (sqlite3_int64)keep : created_before);
-        if (rc == SQLITE_OK)
-            rc = sqlite3_step(st);
-        if (rc != SQLITE_DONE)
-            r = fail_sqlite(err, s->db, rc, "%s", what);
-        else if (i < 2)
-            gone += (uint64_t)sqlite3_changes(s->db);
-        sqlite3_finalize(st);
-    }
-    pthread_mutex_unlock(&s->lock);
+    int64_t changes[3] = {0, 0, 0};
+    int r = run_steps(s, steps, 3, NULL, changes, what, err);
     if (dropped)
-        *dropped = gone;
+        *dropped = r == 0 ? (uint64_t)(changes[0] + changes[1]) : 0;
     return r;
 }
 
-/* ---- containers, their files, and uploaded files ----
- *
- * Statements are prepared per call (sqlite3_prepare_v2) and finalized before
- * s->lock is released. A row's place in a list is (created_at, rowid): rowid
- * grows with each insertion and an update (an upsert) keeps it. */
+/* ---- containers, their files, and uploaded files ---- */
 
 /* A kind of object: its table, the column that scopes it (its owner, or the
  * container it is in), and its name in messages. */
@@ -579,212 +399,10 @@ static int object_text(json_t *obj, char **out, const struct kind *k, struct cor
     return 0;
 }
 
-/* A parameter of a statement: a text (NULL: SQL NULL), or an integer (SQL
- * NULL unless `has`). */
-struct param {
-    const char *text;
-    bool integer, has;
-    int64_t value;
-};
-#define P_TEXT(t)     ((struct param){.text = (t)})
-#define P_INT(h, v)   ((struct param){.integer = true, .has = (h), .value = (v)})
-#define P_COUNT(args) ((int)(sizeof(args) / sizeof((args)[0])))
-
-/* Binds p[0..n) to ?1.. of st (SQLite copies the texts); the first
- * failure's SQLite code, or SQLITE_OK. */
-static int bind_params(sqlite3_stmt *st, const struct param *p, int n)
-{
-    int rc = SQLITE_OK;
-    for (int i = 0; i < n && rc == SQLITE_OK; i++)
-        rc = p[i].integer ? p[i].has ? sqlite3_bind_int64(st, i + 1, p[i].value)
-                                     : sqlite3_bind_null(st, i + 1)
-             : p[i].text ? sqlite3_bind_text(st, i + 1, p[i].text, -1, SQLITE_TRANSIENT)
-                          : sqlite3_bind_null(st, i + 1);
-    return rc;
-}
-
-/* Prepares sql for this call only, with p[0..n) bound to ?1.. (*st to
- * finalize, even on failure). Call with s->lock held. */
-static int prepare_call(struct store *s, const char *sql, const struct param *p, int n,
-                        sqlite3_stmt **st, const char *what, struct corral_error *err)
-{
-    *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
-    if (rc == SQLITE_OK)
-        rc = bind_params(*st, p, n);
-    if (rc != SQLITE_OK)
-        return fail_sqlite(err, s->db, rc, "%s", what);
-    return 0;
-}
-
-/* Steps st to its next row: 1 for a row, 0 at the end, else the failure.
- * Call with s->lock held. */
-static int next_row(struct store *s, sqlite3_stmt *st, const char *what, struct corral_error *err)
-{
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    if (rc == SQLITE_DONE)
-        return 0;
-    return fail_sqlite(err, s->db, rc, "%s", what);
-}
-
-/* Runs the write sql with p[0..n) bound to ?1..; *changes (may be NULL)
- * counts the rows it changed. Call with s->lock held. */
-static int write_params(struct store *s, const char *sql, const struct param *p, int n,
-                        int *changes, const char *what, struct corral_error *err)
-{
-    sqlite3_stmt *st;
-    int r = prepare_call(s, sql, p, n, &st, what, err);
-    if (r == 0 && (r = next_row(s, st, what, err)) > 0) /* a write has no rows */
-        r = fail_sqlite(err, s->db, SQLITE_ROW, "%s", what);
-    if (r == 0 && changes)
-        *changes = sqlite3_changes(s->db);
-    sqlite3_finalize(st);
-    return r;
-}
-
-/* write_params taking s->lock, for one row: a write that changes none fails
- * with `code` and the message that follows. */
-__attribute__((format(printf, 8, 9))) static int
-write_row(struct store *s, const char *sql, const struct param *p, int n, const char *what,
-          struct corral_error *err, int code, const char *fmt, ...)
-{
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    int r = write_params(s, sql, p, n, &changes, what, err);
-    pthread_mutex_unlock(&s->lock);
-    if (r == 0 && changes == 0) {
-        char msg[CORRAL_ERROR_MESSAGE_MAX];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
-        r = corral_fail(err, code, "%s", msg);
-    }
-    return r;
-}
-
-static int exec_call(struct store *s, const char *sql, const char *what, struct corral_error *err)
-{
-    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return fail_sqlite(err, s->db, rc, "%s", what);
-    return 0;
-}
-
-/* Ends the transaction: commits it when r is 0, else (or when the commit
- * fails) rolls it back. Returns r or the commit's failure. */
-static int end_transaction(struct store *s, int r, const char *what, struct corral_error *err)
-{
-    if (r == 0)
-        r = exec_call(s, "COMMIT", what, err);
-    if (r < 0)
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return r;
-}
-
-/* Column `col` of the current row of `st`, a stored object, parsed. */
-static int column_object(struct store *s, sqlite3_stmt *st, int col, json_t **out, const char *what,
-                         struct corral_error *err)
-{
-    const char *text = (const char *)sqlite3_column_text(st, col);
-    if (!text) {
-        if (sqlite3_column_type(st, col) != SQLITE_NULL)
-            return fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
-        return corral_fail(err, EIO, "%s: the stored object is missing", what);
-    }
-    json_error_t jerr;
-    json_t *v = json_loadb(text, (size_t)sqlite3_column_bytes(st, col), 0, &jerr);
-    if (!v)
-        return corral_fail(err, EIO, "%s: the stored object is not JSON: %s", what, jerr.text);
-    *out = v;
-    return 0;
-}
-
-/* Makes *out of the current row of st (for query_list). */
-typedef int (*row_fn)(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
-                      struct corral_error *err);
-
-/* A row's column 0, a stored object. */
-static int row_object(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
-                      struct corral_error *err)
-{
-    return column_object(s, st, 0, out, what, err);
-}
-
-/* Runs the query sql, p[0..n) bound to ?1.., into *list: an array of what
- * `row` makes of each row, at most `limit` of them (*more, when not NULL:
- * whether there were more). Call with s->lock held. */
-static int query_list(struct store *s, const char *sql, const struct param *p, int n, row_fn row,
-                      size_t limit, bool *more, json_t **list, const char *what,
-                      struct corral_error *err)
-{
-    cleanup_json json_t *all = json_array();
-    if (!all)
-        return corral_fail(err, ENOMEM, "%s: out of memory", what);
-    bool cut = false;
-    sqlite3_stmt *st;
-    int r = prepare_call(s, sql, p, n, &st, what, err);
-    for (size_t got = 0; r == 0; got++) {
-        if ((r = next_row(s, st, what, err)) <= 0)
-            break;
-        r = 0;
-        if (got == limit) {
-            cut = true;
-            break;
-        }
-        json_t *item = NULL;
-        r = row(s, st, &item, what, err);
-        if (r == 0 && json_array_append_new(all, item) < 0)
-            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
-    }
-    sqlite3_finalize(st);
-    if (r < 0)
-        return r;
-    *list = steal_pointer(&all);
-    if (more)
-        *more = cut;
-    return 0;
-}
-
-/* Runs the query sql, p[0..n) bound to ?1.., for one row: its column 0,
- * an object, into *out; its column 1 (when text_out) copied into *text_out.
- * No row: -ENOENT with the message `missing`. Takes s->lock. */
-static int get_one(struct store *s, const char *sql, const struct param *p, int n, json_t **out,
-                   char **text_out, const char *missing, const char *what, struct corral_error *err)
-{
-    json_t *obj = NULL;
-    char *text = NULL;
-    sqlite3_stmt *st;
-    pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s, sql, p, n, &st, what, err);
-    if (r == 0 && (r = next_row(s, st, what, err)) == 0)
-        r = corral_fail(err, ENOENT, "%s", missing);
-    if (r > 0)
-        r = 0;
-    if (r == 0 && out)
-        r = column_object(s, st, 0, &obj, what, err);
-    if (r == 0 && text_out)
-        r = copy_text(s, st, 1, &text, what, err);
-    sqlite3_finalize(st);
-    pthread_mutex_unlock(&s->lock);
-    if (r < 0) {
-        json_decref(obj);
-        free(text);
-        return r;
-    }
-    if (out)
-        *out = obj;
-    if (text_out)
-        *text_out = text;
-    return 0;
-}
-
 /* A page of the objects of kind k whose scope column is `scope` (and, when
  * filter_col, whose filter_col is `filter` unless that is NULL), in the
  * order of (created_at, rowid), after the object `after` (NULL: from the
- * start). Takes s->lock. */
+ * start). */
 static int list_page(struct store *s, const struct kind *k, const char *scope,
                      const char *filter_col, const char *filter, const char *after, unsigned limit,
                      bool ascending, json_t **list, bool *has_more, struct corral_error *err)
@@ -793,46 +411,36 @@ static int list_page(struct store *s, const struct kind *k, const char *scope,
     snprintf(what, sizeof(what), "cannot list %ss in store %s", k->name, s->name);
     int64_t after_at = 0, after_row = 0;
     char sql[512];
-
-    pthread_mutex_lock(&s->lock);
-    int r = 0;
     if (after) {
         snprintf(sql, sizeof(sql), "SELECT created_at, rowid FROM %s WHERE id = ?1 AND %s = ?2",
                  k->table, k->scope);
-        const struct param p[] = {P_TEXT(after), P_TEXT(scope)};
-        sqlite3_stmt *st;
-        r = prepare_call(s, sql, p, 2, &st, what, err);
-        if (r == 0 && (r = next_row(s, st, what, err)) == 0)
-            r = corral_fail(err, ENOENT, "%s: there is no %s %s to list after", what, k->name,
-                            after);
-        if (r > 0) {
-            after_at = sqlite3_column_int64(st, 0);
-            after_row = sqlite3_column_int64(st, 1);
-            r = 0;
-        }
-        sqlite3_finalize(st);
+        const struct store_param p[] = {P_TEXT(after), P_TEXT(scope)};
+        cleanup_rows struct store_rows rows = {0};
+        int r = run(s, sql, p, 2, &rows, NULL, what, err);
+        if (r < 0)
+            return r;
+        if (rows.n_rows == 0)
+            return corral_fail(err, ENOENT, "%s: there is no %s %s to list after", what, k->name,
+                               after);
+        after_at = store_cell_int(&rows, 0, 0);
+        after_row = store_cell_int(&rows, 0, 1);
     }
-    if (r == 0) {
-        const char *order = ascending ? "ASC" : "DESC";
-        char filter_sql[64] = "";
-        if (filter_col && filter)
-            snprintf(filter_sql, sizeof(filter_sql), " AND %s = ?2", filter_col);
-        snprintf(sql, sizeof(sql),
-                 "SELECT object FROM %s WHERE %s = ?1%s%s ORDER BY created_at %s, rowid %s"
-                 " LIMIT ?5",
-                 k->table, k->scope, filter_sql,
-                 !after      ? ""
-                 : ascending ? " AND (created_at, rowid) > (?3, ?4)"
-                             : " AND (created_at, rowid) < (?3, ?4)",
-                 order, order);
-        /* ?2 to ?4 bound NULL when the query has none */
-        const struct param p[] = {P_TEXT(scope), P_TEXT(filter_col ? filter : NULL),
-                                  P_INT(after, after_at), P_INT(after, after_row),
-                                  P_INT(true, (int64_t)limit + 1)};
-        r = query_list(s, sql, p, P_COUNT(p), row_object, limit, has_more, list, what, err);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const char *order = ascending ? "ASC" : "DESC";
+    char filter_sql[64] = "";
+    if (filter_col && filter)
+        snprintf(filter_sql, sizeof(filter_sql), " AND %s = ?2", filter_col);
+    snprintf(sql, sizeof(sql),
+             "SELECT object FROM %s WHERE %s = ?1%s%s ORDER BY created_at %s, rowid %s LIMIT ?5",
+             k->table, k->scope, filter_sql,
+             !after      ? ""
+             : ascending ? " AND (created_at, rowid) > (?3, ?4)"
+                         : " AND (created_at, rowid) < (?3, ?4)",
+             order, order);
+    /* ?2 to ?4 bound NULL when the query has none */
+    const struct store_param p[] = {P_TEXT(scope), P_TEXT(filter_col ? filter : NULL),
+                                    P_INT(after, after_at), P_INT(after, after_row),
+                                    P_INT(true, (int64_t)limit + 1)};
+    return query_list(s, sql, p, P_COUNT(p), row_object, limit, has_more, list, what, err);
 }
 
 /* Starts the outs of a list as a failure leaves them. */
@@ -888,15 +496,15 @@ int store_put_container(struct store *s, const char *owner, json_t *container,
 
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store container %s in store %s", id, s->name);
-    const struct param p[] = {P_TEXT(id),
-                              P_TEXT(owner ? owner : ""),
-                              P_TEXT(name),
-                              P_INT(true, created_at),
-                              P_INT(has_active, active),
-                              P_TEXT(status),
-                              P_INT(has_minutes, minutes),
-                              P_TEXT(memory_limit),
-                              P_TEXT(text)};
+    const struct store_param p[] = {P_TEXT(id),
+                                    P_TEXT(owner ? owner : ""),
+                                    P_TEXT(name),
+                                    P_INT(true, created_at),
+                                    P_INT(has_active, active),
+                                    P_TEXT(status),
+                                    P_INT(has_minutes, minutes),
+                                    P_TEXT(memory_limit),
+                                    P_TEXT(text)};
     return write_row(s, put_container_sql, p, P_COUNT(p), what, err, EEXIST,
                      "%s: the id belongs to another owner", what);
 }
@@ -913,7 +521,7 @@ int store_get_container(struct store *s, const char *id, const char *owner, json
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read container %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no container %s in store %s", id, s->name);
-    const struct param keys[] = {P_TEXT(id), P_TEXT(owner)};
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner)};
     return get_one(
         s, "SELECT object, owner FROM containers WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)",
         keys, 2, out, owner_out, missing, what, err);
@@ -929,12 +537,12 @@ int store_list_containers(struct store *s, const char *owner, const char *name, 
 }
 
 /* {"owner", "container"} of a row (owner, object). */
-static int row_running(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
+static int row_running(struct store_rows *rows, int i, json_t **out, const char *what,
                        struct corral_error *err)
 {
-    const char *owner = (const char *)sqlite3_column_text(st, 0);
+    const char *owner = store_cell(rows, i, 0);
     json_t *container = NULL;
-    int r = column_object(s, st, 1, &container, what, err);
+    int r = cell_object(rows, i, 1, &container, what, err);
     if (r < 0)
         return r;
     *out = json_pack("{s:s, s:o}", "owner", owner ? owner : "", "container", container);
@@ -946,13 +554,10 @@ int store_running_containers(struct store *s, json_t **list, struct corral_error
     *list = NULL;
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot list the running containers in store %s", s->name);
-    pthread_mutex_lock(&s->lock);
-    int r = query_list(s,
-                       "SELECT owner, object FROM containers WHERE status = 'running'"
-                       " ORDER BY created_at, rowid",
-                       NULL, 0, row_running, SIZE_MAX, NULL, list, what, err);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    return query_list(s,
+                      "SELECT owner, object FROM containers WHERE status = 'running'"
+                      " ORDER BY created_at, rowid",
+                      NULL, 0, row_running, SIZE_MAX, NULL, list, what, err);
 }
 
 int store_delete_container(struct store *s, const char *id, const char *owner,
@@ -962,30 +567,28 @@ int store_delete_container(struct store *s, const char *id, const char *owner,
         return corral_fail(err, EINVAL, "cannot delete a container without its id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete container %s from store %s", id, s->name);
-    const struct param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
-    int changes = 0;
-    pthread_mutex_lock(&s->lock);
-    int r = exec_call(s, "BEGIN IMMEDIATE", what, err);
-    if (r == 0) {
-        r = write_params(s, "DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2,
-                         &changes, what, err);
-        if (r == 0 && changes == 0)
-            r = corral_fail(err, ENOENT, "no container %s in store %s", id, s->name);
-        if (r == 0)
-            r = write_params(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1,
-                             NULL, what, err);
-        r = end_transaction(s, r, what, err);
-    }
-    pthread_mutex_unlock(&s->lock);
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    /* its files go with it, and only then: those of a container of another
+     * owner stay */
+    const struct step steps[] = {
+        {"DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2},
+        {"DELETE FROM container_files WHERE container_id = ?1"
+         " AND NOT EXISTS (SELECT 1 FROM containers WHERE id = ?1)",
+         keys, 1},
+    };
+    int64_t changes[2] = {0, 0};
+    int r = run_steps(s, steps, 2, NULL, changes, what, err);
+    if (r == 0 && changes[0] == 0)
+        r = corral_fail(err, ENOENT, "no container %s in store %s", id, s->name);
     return r;
 }
 
 static const char put_cfile_sql[] =
-    "INSERT INTO container_files (id, container_id, path, created_at, source, object)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    "INSERT INTO container_files (id, container_id, path, created_at, source, bytes, object)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
     " ON CONFLICT (id) DO UPDATE SET container_id = excluded.container_id,"
     " path = excluded.path, created_at = excluded.created_at, source = excluded.source,"
-    " object = excluded.object";
+    " bytes = excluded.bytes, object = excluded.object";
 
 int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
 {
@@ -993,8 +596,8 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
     if (!json_is_object(cfile))
         return corral_fail(err, EINVAL, "cannot store a container file that is not a JSON object");
     const char *id, *container_id, *path, *source;
-    bool has_created;
-    int64_t created_at;
+    bool has_created, has_bytes;
+    int64_t created_at, bytes;
     int r = field_string(cfile, "id", true, &id, k, err);
     if (r == 0)
         r = field_string(cfile, "container_id", true, &container_id, k, err);
@@ -1004,6 +607,8 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
         r = field_integer(cfile, "created_at", true, &has_created, &created_at, k, err);
     if (r == 0)
         r = field_string(cfile, "source", false, &source, k, err);
+    if (r == 0)
+        r = field_integer(cfile, "bytes", false, &has_bytes, &bytes, k, err);
     cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(cfile, &text, k, err);
@@ -1013,24 +618,16 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store file %s of container %s in store %s", id,
              container_id, s->name);
-    pthread_mutex_lock(&s->lock);
     /* One file per path: another id at this path gives way to this one. */
-    r = exec_call(s, "BEGIN IMMEDIATE", what, err);
-    if (r == 0) {
-        const struct param keys[] = {P_TEXT(container_id), P_TEXT(path), P_TEXT(id)};
-        r = write_params(s,
-                         "DELETE FROM container_files WHERE container_id = ?1 AND path = ?2"
-                         " AND id <> ?3",
-                         keys, 3, NULL, what, err);
-        const struct param p[] = {P_TEXT(id),     P_TEXT(container_id),
-                                  P_TEXT(path),   P_INT(true, created_at),
-                                  P_TEXT(source), P_TEXT(text)};
-        if (r == 0)
-            r = write_params(s, put_cfile_sql, p, P_COUNT(p), NULL, what, err);
-        r = end_transaction(s, r, what, err);
-    }
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct store_param keys[] = {P_TEXT(container_id), P_TEXT(path), P_TEXT(id)};
+    const struct store_param p[] = {
+        P_TEXT(id),     P_TEXT(container_id),    P_TEXT(path), P_INT(true, created_at),
+        P_TEXT(source), P_INT(has_bytes, bytes), P_TEXT(text)};
+    const struct step steps[] = {
+        {"DELETE FROM container_files WHERE container_id = ?1 AND path = ?2 AND id <> ?3", keys, 3},
+        {put_cfile_sql, p, P_COUNT(p)},
+    };
+    return run_steps(s, steps, 2, NULL, NULL, what, err);
 }
 
 int store_get_cfile(struct store *s, const char *container_id, const char *id, json_t **out,
@@ -1047,7 +644,7 @@ int store_get_cfile(struct store *s, const char *container_id, const char *id, j
              container_id, s->name);
     snprintf(missing, sizeof(missing), "no file %s in container %s in store %s", id, container_id,
              s->name);
-    const struct param keys[] = {P_TEXT(id), P_TEXT(container_id)};
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(container_id)};
     return get_one(s, "SELECT object FROM container_files WHERE id = ?1 AND container_id = ?2",
                    keys, 2, out, NULL, missing, what, err);
 }
@@ -1065,7 +662,7 @@ int store_find_cfile(struct store *s, const char *container_id, const char *path
              container_id, s->name);
     snprintf(missing, sizeof(missing), "no file at %s in container %s in store %s", path,
              container_id, s->name);
-    const struct param keys[] = {P_TEXT(container_id), P_TEXT(path)};
+    const struct store_param keys[] = {P_TEXT(container_id), P_TEXT(path)};
     return get_one(s, "SELECT object FROM container_files WHERE container_id = ?1 AND path = ?2",
                    keys, 2, out, NULL, missing, what, err);
 }
@@ -1090,7 +687,7 @@ int store_delete_cfile(struct store *s, const char *container_id, const char *id
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete file %s of container %s from store %s", id,
              container_id, s->name);
-    const struct param keys[] = {P_TEXT(id), P_TEXT(container_id)};
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(container_id)};
     return write_row(s, "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", keys, 2,
                      what, err, ENOENT, "no file %s in container %s in store %s", id, container_id,
                      s->name);
@@ -1105,23 +702,15 @@ int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *byte
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot count the bytes of container %s's files in store %s",
              container_id, s->name);
-    const struct param keys[] = {P_TEXT(container_id)};
-    sqlite3_stmt *st;
-    pthread_mutex_lock(&s->lock);
-    int r = prepare_call(s,
-                         "SELECT COALESCE(SUM(json_extract(object, '$.bytes')), 0)"
-                         " FROM container_files WHERE container_id = ?1",
-                         keys, 1, &st, what, err);
-    if (r == 0 && (r = next_row(s, st, what, err)) == 0)
-        r = corral_fail(err, EIO, "%s: no answer", what);
-    if (r > 0) {
-        sqlite3_int64 sum = sqlite3_column_int64(st, 0);
-        *bytes = sum > 0 ? (uint64_t)sum : 0;
-        r = 0;
-    }
-    sqlite3_finalize(st);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct store_param keys[] = {P_TEXT(container_id)};
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, "SELECT COALESCE(SUM(bytes), 0) FROM container_files WHERE container_id = ?1",
+                keys, 1, &rows, NULL, what, err);
+    if (r < 0)
+        return r;
+    int64_t sum = store_cell_int(&rows, 0, 0);
+    *bytes = sum > 0 ? (uint64_t)sum : 0;
+    return 0;
 }
 
 int store_delete_cfiles(struct store *s, const char *container_id, struct corral_error *err)
@@ -1131,12 +720,9 @@ int store_delete_cfiles(struct store *s, const char *container_id, struct corral
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete the files of container %s from store %s",
              container_id, s->name);
-    const struct param keys[] = {P_TEXT(container_id)};
-    pthread_mutex_lock(&s->lock);
-    int r = write_params(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1, NULL,
-                         what, err);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct store_param keys[] = {P_TEXT(container_id)};
+    return run(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1, NULL, NULL, what,
+               err);
 }
 
 static const char put_file_sql[] =
@@ -1165,8 +751,8 @@ int store_put_file(struct store *s, const char *owner, json_t *file, struct corr
 
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store file %s in store %s", id, s->name);
-    const struct param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_INT(true, created_at),
-                              P_TEXT(purpose), P_TEXT(text)};
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_INT(true, created_at),
+                                    P_TEXT(purpose), P_TEXT(text)};
     return write_row(s, put_file_sql, p, P_COUNT(p), what, err, EEXIST,
                      "%s: the id belongs to another owner", what);
 }
@@ -1181,7 +767,7 @@ int store_get_file(struct store *s, const char *id, const char *owner, json_t **
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read file %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no file %s in store %s", id, s->name);
-    const struct param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
     return get_one(s, "SELECT object FROM files WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
                    missing, what, err);
 }
@@ -1201,7 +787,7 @@ int store_delete_file(struct store *s, const char *id, const char *owner, struct
         return corral_fail(err, EINVAL, "cannot delete a file without its id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete file %s from store %s", id, s->name);
-    const struct param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
     return write_row(s, "DELETE FROM files WHERE id = ?1 AND owner = ?2", keys, 2, what, err,
                      ENOENT, "no file %s in store %s", id, s->name);
 }
@@ -1251,7 +837,7 @@ int store_put_key(struct store *s, const char *token, json_t *obj, struct corral
 
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store key %s in store %s", token, s->name);
-    const struct param p[] = {P_TEXT(token), P_INT(true, created_at), P_TEXT(text)};
+    const struct store_param p[] = {P_TEXT(token), P_INT(true, created_at), P_TEXT(text)};
     return write_row(s,
                      "INSERT INTO keys (token, created_at, object) VALUES (?1, ?2, ?3)"
                      " ON CONFLICT (token) DO NOTHING",
@@ -1268,7 +854,7 @@ int store_get_key(struct store *s, const char *token, json_t **out, struct corra
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read key %s from store %s", token, s->name);
     snprintf(missing, sizeof(missing), "no key %s in store %s", token, s->name);
-    const struct param keys[] = {P_TEXT(token)};
+    const struct store_param keys[] = {P_TEXT(token)};
     return get_one(s, "SELECT object FROM keys WHERE token = ?1", keys, 1, out, NULL, missing, what,
                    err);
 }
@@ -1280,11 +866,8 @@ int store_list_keys(struct store *s, json_t **list, struct corral_error *err)
     *list = NULL;
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot list the keys in store %s", s->name);
-    pthread_mutex_lock(&s->lock);
-    int r = query_list(s, "SELECT object FROM keys ORDER BY created_at, rowid", NULL, 0, row_object,
-                       SIZE_MAX, NULL, list, what, err);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    return query_list(s, "SELECT object FROM keys ORDER BY created_at, rowid", NULL, 0, row_object,
+                      SIZE_MAX, NULL, list, what, err);
 }
 
 int store_update_key(struct store *s, const char *token, json_t *obj, struct corral_error *err)
@@ -1300,7 +883,7 @@ int store_update_key(struct store *s, const char *token, json_t *obj, struct cor
         return r;
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot update key %s in store %s", token, s->name);
-    const struct param texts[] = {P_TEXT(token), P_TEXT(text)};
+    const struct store_param texts[] = {P_TEXT(token), P_TEXT(text)};
     return write_row(s, "UPDATE keys SET object = ?2 WHERE token = ?1", texts, 2, what, err, ENOENT,
                      "no key %s in store %s", token, s->name);
 }
@@ -1311,7 +894,7 @@ int store_delete_key(struct store *s, const char *token, struct corral_error *er
         return refuse_token("delete", err);
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete key %s from store %s", token, s->name);
-    const struct param keys[] = {P_TEXT(token)};
+    const struct store_param keys[] = {P_TEXT(token)};
     return write_row(s, "DELETE FROM keys WHERE token = ?1", keys, 1, what, err, ENOENT,
                      "no key %s in store %s", token, s->name);
 }
@@ -1333,10 +916,10 @@ static bool valid_day(const char *day)
 static const char add_usage_sql[] =
     "INSERT INTO usage (owner, day, requests, input_tokens, output_tokens, code_calls)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner, day) DO UPDATE SET"
-    " requests = requests + excluded.requests,"
-    " input_tokens = input_tokens + excluded.input_tokens,"
-    " output_tokens = output_tokens + excluded.output_tokens,"
-    " code_calls = code_calls + excluded.code_calls";
+    " requests = usage.requests + excluded.requests,"
+    " input_tokens = usage.input_tokens + excluded.input_tokens,"
+    " output_tokens = usage.output_tokens + excluded.output_tokens,"
+    " code_calls = usage.code_calls + excluded.code_calls";
 
 int store_add_usage(struct store *s, const char *owner, const char *day, int64_t requests,
                     int64_t input_tokens, int64_t output_tokens, int64_t code_calls,
@@ -1351,31 +934,28 @@ int store_add_usage(struct store *s, const char *owner, const char *day, int64_t
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot count the usage of \"%s\" on %s in store %s", owner, day,
              s->name);
-    const struct param p[] = {P_TEXT(owner),
-                              P_TEXT(day),
-                              P_INT(true, requests),
-                              P_INT(true, input_tokens),
-                              P_INT(true, output_tokens),
-                              P_INT(true, code_calls)};
-    pthread_mutex_lock(&s->lock);
-    int r = write_params(s, add_usage_sql, p, P_COUNT(p), NULL, what, err);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct store_param p[] = {P_TEXT(owner),
+                                    P_TEXT(day),
+                                    P_INT(true, requests),
+                                    P_INT(true, input_tokens),
+                                    P_INT(true, output_tokens),
+                                    P_INT(true, code_calls)};
+    return run(s, add_usage_sql, p, P_COUNT(p), NULL, NULL, what, err);
 }
 
 /* A day's usage, from a row (day, requests, input_tokens, output_tokens,
  * code_calls). */
-static int row_usage(struct store *s, sqlite3_stmt *st, json_t **out, const char *what,
+static int row_usage(struct store_rows *rows, int i, json_t **out, const char *what,
                      struct corral_error *err)
 {
-    const char *day = (const char *)sqlite3_column_text(st, 0);
+    const char *day = store_cell(rows, i, 0);
     if (!day)
-        return fail_sqlite(err, s->db, SQLITE_NOMEM, "%s", what);
+        return corral_fail(err, EIO, "%s: a day is missing", what);
     *out = json_pack("{s:s, s:I, s:I, s:I, s:I}", "day", day, "requests",
-                     (json_int_t)sqlite3_column_int64(st, 1), "input_tokens",
-                     (json_int_t)sqlite3_column_int64(st, 2), "output_tokens",
-                     (json_int_t)sqlite3_column_int64(st, 3), "code_calls",
-                     (json_int_t)sqlite3_column_int64(st, 4));
+                     (json_int_t)store_cell_int(rows, i, 1), "input_tokens",
+                     (json_int_t)store_cell_int(rows, i, 2), "output_tokens",
+                     (json_int_t)store_cell_int(rows, i, 3), "code_calls",
+                     (json_int_t)store_cell_int(rows, i, 4));
     return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
 }
 
@@ -1389,12 +969,9 @@ int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **
         owner = "";
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read the usage of \"%s\" from store %s", owner, s->name);
-    const struct param p[] = {P_TEXT(owner), P_INT(true, (int64_t)days)};
-    pthread_mutex_lock(&s->lock);
-    int r = query_list(s,
-                       "SELECT day, requests, input_tokens, output_tokens, code_calls"
-                       " FROM usage WHERE owner = ?1 ORDER BY day DESC LIMIT ?2",
-                       p, P_COUNT(p), row_usage, SIZE_MAX, NULL, out, what, err);
-    pthread_mutex_unlock(&s->lock);
-    return r;
+    const struct store_param p[] = {P_TEXT(owner), P_INT(true, (int64_t)days)};
+    return query_list(s,
+                      "SELECT day, requests, input_tokens, output_tokens, code_calls"
+                      " FROM usage WHERE owner = ?1 ORDER BY day DESC LIMIT ?2",
+                      p, P_COUNT(p), row_usage, SIZE_MAX, NULL, out, what, err);
 }

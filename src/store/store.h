@@ -1,7 +1,18 @@
 /*
- * The gateway's state in SQLite: stored responses (for GET /v1/responses/{id}
- * and previous_response_id). One database file (or ":memory:"), opened in
- * WAL mode, safe to use from many threads at once.
+ * The gateway's records: stored responses (for GET /v1/responses/{id} and
+ * previous_response_id), containers and their files, uploaded files, virtual
+ * keys and usage. One contract for two engines, chosen by the location given
+ * to store_open: a path (or ":memory:") is an SQLite database, the embedded
+ * default, opened in WAL mode; a postgresql:// (or postgres://) URL is a
+ * PostgreSQL database through libpq, which several gateways may share. Both
+ * are safe to use from many threads at once, and both bring their schema up
+ * to date at open (numbered migrations, refusing a newer schema).
+ *
+ * Every call returns 0 or a negative errno and fills err. Besides the codes
+ * each call names: -ECONNREFUSED when the store cannot be reached (a
+ * PostgreSQL server down or cut off; the message says the store is
+ * unreachable) and -ETIMEDOUT when it did not answer in time, both worth a
+ * retry later; a broken connection is made again by the next call.
  *
  * A stored response has three JSON texts:
  *   response  the Response object as the client received it;
@@ -26,9 +37,13 @@
 
 struct store;
 
-/* Opens (creating it and its tables when missing) the database at path;
- * NULL or ":memory:" is a private in-memory database. */
-int store_open(const char *path, struct store **out, struct corral_error *err);
+/* Opens the store at `location` and migrates its schema: an SQLite file
+ * (created with its tables when missing); NULL or ":memory:", a private
+ * in-memory SQLite database; a postgresql:// or postgres:// URL, an
+ * existing PostgreSQL database (its tables created when missing), connected
+ * to at once: an unreachable one is -ECONNREFUSED. -EPROTO for a database of
+ * a newer schema. Messages name the store, a URL without its password. */
+int store_open(const char *location, struct store **out, struct corral_error *err);
 void store_close(struct store *s);
 
 /* Inserts or replaces the response `id`. */

@@ -1,5 +1,9 @@
-/* The gateway's SQLite store (responses, containers, their files, uploaded
- * files, virtual keys, usage): src/store/store.c. */
+/* The gateway's store (responses, containers, their files, uploaded files,
+ * virtual keys, usage): src/store/. The same tests run against both
+ * backends: SQLite, and PostgreSQL when CORRAL_TEST_POSTGRES holds the URL
+ * of a database they may empty (tests/with-postgres starts a server of its
+ * own for them); then the few that only mean something for one backend run
+ * for it alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -24,8 +29,42 @@
  * holds (the database and its -wal and -shm files) by the teardown. */
 struct tmp {
     char dir[64];
-    char path[128]; /* dir/responses.db */
+    char path[128];       /* dir/responses.db */
+    const char *location; /* what the test opens: path, or the emptied PostgreSQL database */
 };
+
+/* The PostgreSQL database under test; NULL when testing SQLite. */
+static const char *pg_url;
+
+/* Runs one statement against the PostgreSQL database directly, returning the
+ * integer of its first row (or 0). */
+static int pg_int(const char *sql)
+{
+    PGconn *pg = PQconnectdb(pg_url);
+    if (PQstatus(pg) != CONNECTION_OK)
+        print_error("%s\n", PQerrorMessage(pg));
+    assert_int_equal(PQstatus(pg), CONNECTION_OK);
+    PQclear(PQexec(pg, "SET client_min_messages = warning"));
+    PGresult *res = PQexec(pg, sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK)
+        print_error("%s: %s\n", sql, PQresultErrorMessage(res));
+    assert_true(st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK);
+    int v = st == PGRES_TUPLES_OK && PQntuples(res) > 0 ? atoi(PQgetvalue(res, 0, 0)) : 0;
+    PQclear(res);
+    PQfinish(pg);
+    return v;
+}
+
+/* Where a test's empty store is: a private in-memory SQLite database, or the
+ * PostgreSQL database emptied. */
+static const char *fresh_location(void)
+{
+    if (!pg_url)
+        return NULL;
+    pg_int("DROP SCHEMA public CASCADE; CREATE SCHEMA public");
+    return pg_url;
+}
 
 static int make_tmp(void **state)
 {
@@ -38,6 +77,7 @@ static int make_tmp(void **state)
         return -1;
     }
     snprintf(t->path, sizeof(t->path), "%s/responses.db", t->dir);
+    t->location = pg_url ? fresh_location() : t->path;
     *state = t;
     return 0;
 }
@@ -74,10 +114,14 @@ static struct store *open_ok(const char *path)
     return s;
 }
 
-/* Runs one statement against the database file directly, returning the
- * integer of its first row (or 0). */
-static int sql_int(const char *path, const char *sql)
+/* Runs one statement against the database directly (the SQLite file at
+ * `location`, or the PostgreSQL database), returning the integer of its
+ * first row (or 0). */
+static int sql_int(const char *location, const char *sql)
 {
+    if (pg_url)
+        return pg_int(sql);
+    const char *path = location;
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
                      SQLITE_OK);
@@ -91,10 +135,21 @@ static int sql_int(const char *path, const char *sql)
     return v;
 }
 
+static struct store *open_fresh(void)
+{
+    return open_ok(fresh_location());
+}
+
+/* The schema version the store recorded. */
+static int schema_version(const char *location)
+{
+    return sql_int(location, "SELECT MAX(version) FROM schema_version");
+}
+
 static void round_trips(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     assert_int_equal(store_put_response(s, "resp_1", "alice", 1700000000,
                                         "{\"id\":\"resp_1\",\"text\":\"h\u00e9llo\"}",
                                         "[{\"id\":\"msg_1\"}]", "[\"ctx\"]", &err),
@@ -124,7 +179,7 @@ static void round_trips(void **state)
 static void replaces(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(":memory:");
+    struct store *s = open_fresh();
     assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "first", "in1", "ctx1", &err), 0);
     assert_int_equal(store_put_response(s, "resp_1", "alice", 2, "second", "in2", "ctx2", &err), 0);
     char *response = NULL, *input = NULL, *context = NULL;
@@ -142,7 +197,7 @@ static void replaces(void **state)
 static void isolates_owners(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "secret", "in", "ctx", &err), 0);
 
     /* Another owner, or none, sees nothing, exactly as for a missing id. */
@@ -164,16 +219,19 @@ static void isolates_owners(void **state)
     free(response);
 
     /* Two stores opened on ":memory:" are two databases. */
-    struct store *other = open_ok(":memory:");
-    assert_int_equal(store_get_response(other, "resp_1", "alice", NULL, NULL, NULL, &err), -ENOENT);
-    store_close(other);
+    if (!pg_url) {
+        struct store *other = open_ok(":memory:");
+        assert_int_equal(store_get_response(other, "resp_1", "alice", NULL, NULL, NULL, &err),
+                         -ENOENT);
+        store_close(other);
+    }
     store_close(s);
 }
 
 static void deletes(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "r", "i", "c", &err), 0);
     assert_int_equal(store_put_response(s, "resp_2", "alice", 1, "r2", "i2", "c2", &err), 0);
     assert_int_equal(store_delete_response(s, "resp_1", "alice", &err), 0);
@@ -199,7 +257,7 @@ static bool present(struct store *s, const char *id)
 static void prunes_old_and_surplus_responses(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     const char *ids[] = {"resp_1", "resp_2", "resp_3", "resp_4", "resp_5", "resp_6"};
     for (int i = 0; i < 6; i++)
         assert_int_equal(store_put_response(s, ids[i], "o", 100 + i, "r", "i", "c", &err), 0);
@@ -217,7 +275,7 @@ static void prunes_old_and_surplus_responses(void **state)
 static void takes_null_out_pointers(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     assert_int_equal(store_put_response(s, "resp_1", "o", 1, "r", "i", "c", &err), 0);
     /* An existence check. */
     assert_int_equal(store_get_response(s, "resp_1", "o", NULL, NULL, NULL, &err), 0);
@@ -247,19 +305,22 @@ static void persists_in_a_file(void **state)
 {
     struct tmp *t = *state;
     struct corral_error err = {0};
-    struct store *s = open_ok(t->path);
+    struct store *s = open_ok(t->location);
     assert_int_equal(store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
     assert_int_equal(store_put_response(s, "resp_2", "alice", 43, "r2", "i2", "c2", &err), 0);
     assert_int_equal(store_delete_response(s, "resp_2", "alice", &err), 0);
     store_close(s);
 
-    struct stat st;
-    assert_int_equal(stat(t->path, &st), 0);
-    assert_int_equal(st.st_mode & 0777, 0600);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
-    assert_int_equal(sql_int(t->path, "SELECT created_at FROM responses WHERE id = 'resp_1'"), 42);
+    if (!pg_url) { /* a file of the owner's only */
+        struct stat st;
+        assert_int_equal(stat(t->path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+    }
+    assert_int_equal(schema_version(t->location), 4);
+    assert_int_equal(sql_int(t->location, "SELECT created_at FROM responses WHERE id = 'resp_1'"),
+                     42);
 
-    s = open_ok(t->path);
+    s = open_ok(t->location);
     char *response = NULL, *input = NULL, *context = NULL;
     assert_int_equal(store_get_response(s, "resp_1", "alice", &response, &input, &context, &err),
                      0);
@@ -272,13 +333,34 @@ static void persists_in_a_file(void **state)
     assert_int_equal(store_get_response(s, "resp_2", "alice", NULL, NULL, NULL, &err), -ENOENT);
     store_close(s);
     /* Left in WAL mode (a persistent setting of the file). */
-    assert_int_equal(sql_int(t->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+    if (!pg_url)
+        assert_int_equal(sql_int(t->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode"),
+                         1);
 }
 
+/* A database that a newer corral migrated further is refused, and left as
+ * it was. */
 static void refuses_a_newer_schema(void **state)
 {
     struct tmp *t = *state;
-    sql_int(t->path, "PRAGMA user_version = 4");
+    store_close(open_ok(t->location));
+    sql_int(t->location, "INSERT INTO schema_version (version, applied_at) VALUES (99, 0)");
+    struct corral_error err = {0};
+    struct store *s = (struct store *)&err; /* overwritten with NULL */
+    int r = store_open(t->location, &s, &err);
+    assert_int_equal(r, -EPROTO);
+    assert_int_equal(err.code, EPROTO);
+    assert_null(s);
+    assert_non_null(strstr(err.message, pg_url ? "postgresql://" : t->path));
+    assert_non_null(strstr(err.message, "was written by a newer corral (schema 99)"));
+    assert_non_null(strstr(err.message, "knows schemas up to 4"));
+    assert_int_equal(schema_version(t->location), 99);
+}
+
+static void refuses_a_newer_legacy_schema(void **state)
+{
+    struct tmp *t = *state;
+    sql_int(t->path, "PRAGMA user_version = 5");
     struct corral_error err = {0};
     struct store *s = (struct store *)&err; /* overwritten with NULL */
     int r = store_open(t->path, &s, &err);
@@ -286,9 +368,9 @@ static void refuses_a_newer_schema(void **state)
     assert_int_equal(err.code, -r);
     assert_null(s);
     assert_non_null(strstr(err.message, t->path));
-    assert_non_null(strstr(err.message, "was written by a newer corral (schema 4)"));
+    assert_non_null(strstr(err.message, "was written by a newer corral (schema 5)"));
     /* And left as it was. */
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 4);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 5);
     assert_int_equal(
         sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE name = 'responses'"), 0);
 }
@@ -367,7 +449,7 @@ static void *put_many(void *arg)
 static void takes_puts_from_many_threads(void **state)
 {
     struct tmp *t = *state;
-    struct store *s = open_ok(t->path);
+    struct store *s = open_ok(t->location);
     struct worker workers[THREADS];
     pthread_t threads[THREADS];
     for (int n = 0; n < THREADS; n++) {
@@ -384,7 +466,7 @@ static void takes_puts_from_many_threads(void **state)
     store_close(s);
 
     /* All of them, intact, after reopening. */
-    s = open_ok(t->path);
+    s = open_ok(t->location);
     struct corral_error err = {0};
     for (int n = 0; n < THREADS; n++) {
         for (int i = 0; i < PUTS_PER_THREAD; i++) {
@@ -404,7 +486,8 @@ static void takes_puts_from_many_threads(void **state)
         }
     }
     store_close(s);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), THREADS * PUTS_PER_THREAD);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM responses"),
+                     THREADS * PUTS_PER_THREAD);
 }
 
 /* ---- containers, their files, and uploaded files ---- */
@@ -451,7 +534,7 @@ static void put_container_ok(struct store *s, const char *owner, json_t *c)
 static void prunes_expired_containers(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     put_container_ok(s, "o", container("cntr_old", "a", 100, "expired"));
     put_container_ok(s, "o", container("cntr_new", "b", 300, "expired"));
     put_container_ok(s, "o", container("cntr_run", "c", 100, "running"));
@@ -534,7 +617,7 @@ static void assert_page(struct store *s, enum which w, const char *scope, const 
 static void containers_round_trip(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     json_t *c = container("cntr_1", "box", 1700000000, "running");
     json_object_set_new(c, "note", json_string("h\u00e9llo"));
     assert_int_equal(store_put_container(s, "alice", c, &err), 0);
@@ -578,7 +661,7 @@ static void containers_round_trip(void **state)
 static void containers_isolate_owners(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
 
     json_t *back = NULL;
@@ -624,7 +707,7 @@ static void containers_isolate_owners(void **state)
 static void lists_containers_in_pages(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     /* c2 and c3 share their created_at: then the order of insertion. */
     put_container_ok(s, "alice", container("c4", "x", 30, "running"));
     put_container_ok(s, "alice", container("c2", "y", 20, "running"));
@@ -673,7 +756,7 @@ static void lists_containers_in_pages(void **state)
 static void lists_running_containers(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     json_t *list = NULL;
     assert_int_equal(store_running_containers(s, &list, &err), 0);
     assert_int_equal(json_array_size(list), 0);
@@ -702,7 +785,7 @@ static void lists_running_containers(void **state)
 static void keeps_container_files(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
     json_t *f = cfile("cfile_1", "cntr_1", "/mnt/data/a.txt", 100);
     assert_int_equal(store_put_cfile(s, f, &err), 0);
@@ -784,7 +867,7 @@ static void keeps_container_files(void **state)
 static void deleting_a_container_deletes_its_files(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     put_container_ok(s, "alice", container("cntr_1", "a", 10, "running"));
     put_container_ok(s, "alice", container("cntr_2", "b", 20, "running"));
     put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 1));
@@ -810,7 +893,7 @@ static void deleting_a_container_deletes_its_files(void **state)
 static void counts_a_containers_bytes(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     uint64_t bytes = 99;
     assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
     assert_int_equal(bytes, 0);
@@ -843,7 +926,7 @@ static void counts_a_containers_bytes(void **state)
 static void keeps_files(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     json_t *f = file("file_1", "user_data", 100);
     assert_int_equal(store_put_file(s, "alice", f, &err), 0);
     json_t *back = NULL;
@@ -894,7 +977,7 @@ static void keeps_files(void **state)
 static void refuses_bad_objects(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     /* Not objects, or without their id. */
     assert_int_equal(store_put_container(s, "o", NULL, &err), -EINVAL);
     json_t *v = json_array();
@@ -994,7 +1077,7 @@ static void persists_containers_and_files(void **state)
 {
     struct tmp *t = *state;
     struct corral_error err = {0};
-    struct store *s = open_ok(t->path);
+    struct store *s = open_ok(t->location);
     put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
     put_container_ok(s, "alice", container("cntr_2", "box", 20, "expired"));
     put_cfile_ok(s, cfile("cfile_1", "cntr_1", "/mnt/data/a", 11));
@@ -1002,22 +1085,25 @@ static void persists_containers_and_files(void **state)
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
     assert_int_equal(store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
     store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_int_equal(schema_version(t->location), 4);
     /* The columns beside the objects. */
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers WHERE id = 'cntr_1' AND "
-                                      "owner = 'alice' AND name = 'box' AND created_at = 10 AND "
-                                      "last_active_at = 10 AND status = 'running' AND "
-                                      "expires_minutes = 20 AND memory_limit = '1g'"),
+    assert_int_equal(sql_int(t->location,
+                             "SELECT count(*) FROM containers WHERE id = 'cntr_1' AND "
+                             "owner = 'alice' AND name = 'box' AND created_at = 10 AND "
+                             "last_active_at = 10 AND status = 'running' AND "
+                             "expires_minutes = 20 AND memory_limit = '1g'"),
                      1);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files WHERE id = 'cfile_2' "
-                                      "AND container_id = 'cntr_1' AND path = '/mnt/data/b' AND "
-                                      "created_at = 12 AND source = 'user'"),
+    assert_int_equal(sql_int(t->location,
+                             "SELECT count(*) FROM container_files WHERE id = 'cfile_2' "
+                             "AND container_id = 'cntr_1' AND path = '/mnt/data/b' AND "
+                             "created_at = 12 AND source = 'user'"),
                      1);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM files WHERE id = 'file_1' AND owner = "
-                                      "'alice' AND created_at = 30 AND purpose = 'user_data'"),
+    assert_int_equal(sql_int(t->location,
+                             "SELECT count(*) FROM files WHERE id = 'file_1' AND owner = "
+                             "'alice' AND created_at = 30 AND purpose = 'user_data'"),
                      1);
 
-    s = open_ok(t->path);
+    s = open_ok(t->location);
     json_t *back = NULL;
     char *owner = NULL;
     assert_int_equal(store_get_container(s, "cntr_1", NULL, &back, &owner, &err), 0);
@@ -1038,29 +1124,71 @@ static void persists_containers_and_files(void **state)
     /* A deletion lasts too. */
     assert_int_equal(store_delete_container(s, "cntr_1", "alice", &err), 0);
     store_close(s);
-    s = open_ok(t->path);
+    s = open_ok(t->location);
     assert_int_equal(store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
     assert_page(s, CFILES, "cntr_1", NULL, NULL, 10, true, "", false);
     store_close(s);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files"), 0);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM container_files"), 0);
+}
+
+/* The schemas of the SQLite databases that corral made before the
+ * schema_version table: legacy_schemas[v] took one from version v to v + 1,
+ * which it recorded in user_version alone. */
+static const char *const legacy_schemas[] = {
+    "CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at INTEGER "
+    "NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL, context TEXT NOT NULL);",
+    "CREATE TABLE containers (id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT, "
+    "created_at INTEGER NOT NULL, last_active_at INTEGER, status TEXT, expires_minutes "
+    "INTEGER, memory_limit TEXT, object TEXT NOT NULL);"
+    "CREATE INDEX containers_by_owner ON containers (owner, created_at);"
+    "CREATE INDEX containers_by_status ON containers (status);"
+    "CREATE TABLE container_files (id TEXT PRIMARY KEY, container_id TEXT NOT NULL, path "
+    "TEXT NOT NULL, created_at INTEGER NOT NULL, source TEXT, object TEXT NOT NULL, "
+    "UNIQUE (container_id, path));"
+    "CREATE INDEX container_files_by_container ON container_files (container_id, "
+    "created_at);"
+    "CREATE TABLE files (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at INTEGER NOT "
+    "NULL, purpose TEXT, object TEXT NOT NULL);"
+    "CREATE INDEX files_by_owner ON files (owner, created_at);",
+    "CREATE TABLE keys (token TEXT PRIMARY KEY, created_at INTEGER NOT NULL, object TEXT NOT "
+    "NULL);"
+    "CREATE TABLE usage (owner TEXT NOT NULL, day TEXT NOT NULL, requests INTEGER NOT NULL "
+    "DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL "
+    "DEFAULT 0, code_calls INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (owner, day));",
+};
+
+/* A database as a corral of schema `version` left it, holding `rows`. */
+static void make_legacy_database(const char *path, int version, const char *rows)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    for (int v = 0; v < version; v++)
+        assert_int_equal(sqlite3_exec(db, legacy_schemas[v], NULL, NULL, NULL), SQLITE_OK);
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", version);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+/* Where a database migrated from a legacy one must be: at schema 4 in both
+ * records, with each step it took in schema_version. */
+static void assert_migrated(const char *path, int from)
+{
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), 4);
+    assert_int_equal(schema_version(path), 4);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM schema_version"), 4 - from + 1);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
+                                   "name = 'responses_by_created'"),
+                     1);
 }
 
 static void migrates_a_schema_1_database(void **state)
 {
     struct tmp *t = *state;
     /* As the first corral with a store left it. */
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(t->path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT "
-                                  "NULL, created_at INTEGER NOT NULL, response TEXT NOT NULL, "
-                                  "input TEXT NOT NULL, context TEXT NOT NULL);"
-                                  "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', "
-                                  "'c');"
-                                  "PRAGMA user_version = 1;",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    make_legacy_database(t->path, 1,
+                         "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', 'c');");
 
     struct corral_error err = {0};
     struct store *s = open_ok(t->path);
@@ -1075,7 +1203,7 @@ static void migrates_a_schema_1_database(void **state)
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
     assert_page(s, CONTAINERS, "alice", NULL, NULL, 10, true, "cntr_1", false);
     store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_migrated(t->path, 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND "
                                       "name IN ('containers', 'container_files', 'files', "
@@ -1085,7 +1213,7 @@ static void migrates_a_schema_1_database(void **state)
     s = open_ok(t->path);
     assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), 0);
     store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_migrated(t->path, 1);
 }
 
 /* ---- virtual keys and usage ---- */
@@ -1150,7 +1278,7 @@ static void assert_keys(struct store *s, const char *want)
 static void keeps_keys(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     char t1[65], t2[65];
     make_token(t1, 1);
     make_token(t2, 2);
@@ -1211,7 +1339,7 @@ static void keeps_keys(void **state)
 
 static void lists_keys_oldest_first(void **state)
 {
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     assert_keys(s, "");
     const struct {
         const char *alias;
@@ -1234,7 +1362,7 @@ static void lists_keys_oldest_first(void **state)
 
 static void refuses_bad_keys(void **state)
 {
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     char t[65];
     make_token(t, 7);
     json_t *k = key_obj(t, "k", 1);
@@ -1341,7 +1469,7 @@ static void add_usage_ok(struct store *s, const char *owner, const char *day, in
 
 static void counts_usage(void **state)
 {
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     assert_usage(s, "k:alice", 30, "");
 
     /* Calls of the same day add up. */
@@ -1386,7 +1514,7 @@ static void counts_usage(void **state)
 static void refuses_bad_usage(void **state)
 {
     struct corral_error err = {0};
-    struct store *s = open_ok(NULL);
+    struct store *s = open_fresh();
     const char *bad_days[] = {
         NULL,          "",
         "2024-3-01",   "2024-03-1",
@@ -1438,7 +1566,7 @@ static void *add_many(void *arg)
 static void counts_usage_from_many_threads(void **state)
 {
     struct tmp *t = *state;
-    struct store *s = open_ok(t->path);
+    struct store *s = open_ok(t->location);
     struct counter counters[USAGE_THREADS];
     pthread_t threads[USAGE_THREADS];
     for (int n = 0; n < USAGE_THREADS; n++) {
@@ -1465,7 +1593,7 @@ static void persists_keys_and_usage(void **state)
     make_token(t1, 0xa1);
     make_token(t2, 0xb2);
     make_token(t3, 0xc3);
-    struct store *s = open_ok(t->path);
+    struct store *s = open_ok(t->location);
     put_key_ok(s, t1, key_obj(t1, "one", 20));
     put_key_ok(s, t2, key_obj(t2, "two", 10));
     put_key_ok(s, t3, key_obj(t3, "three", 30));
@@ -1475,18 +1603,18 @@ static void persists_keys_and_usage(void **state)
     add_usage_ok(s, "k:alice", "2024-03-02", 5, 6, 7, 8);
     store_close(s);
 
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_int_equal(schema_version(t->location), 4);
     char sql[256];
     snprintf(sql, sizeof(sql), "SELECT created_at FROM keys WHERE token = '%s'", t1);
-    assert_int_equal(sql_int(t->path, sql), 20);
-    assert_int_equal(sql_int(t->path, "SELECT count(*) FROM keys"), 2);
-    assert_int_equal(sql_int(t->path,
+    assert_int_equal(sql_int(t->location, sql), 20);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM keys"), 2);
+    assert_int_equal(sql_int(t->location,
                              "SELECT count(*) FROM usage WHERE owner = 'k:alice' AND day = "
                              "'2024-03-01' AND requests = 2 AND input_tokens = 20 AND "
                              "output_tokens = 40 AND code_calls = 1"),
                      1);
 
-    s = open_ok(t->path);
+    s = open_ok(t->location);
     json_t *back = NULL;
     assert_int_equal(store_get_key(s, t1, &back, &err), 0);
     json_t *want = key_obj(t1, "one", 20);
@@ -1501,7 +1629,7 @@ static void persists_keys_and_usage(void **state)
     assert_int_equal(store_delete_key(s, t2, &err), 0);
     store_close(s);
 
-    s = open_ok(t->path);
+    s = open_ok(t->location);
     assert_keys(s, "one");
     assert_usage(s, "k:alice", 1, "2024-03-02:6/7/8/9");
     store_close(s);
@@ -1511,39 +1639,17 @@ static void migrates_a_schema_2_database(void **state)
 {
     struct tmp *t = *state;
     /* As a corral with containers and files left it. */
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(t->path, &db), SQLITE_OK);
-    assert_int_equal(
-        sqlite3_exec(
-            db,
-            "CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at INTEGER "
-            "NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL, context TEXT NOT NULL);"
-            "CREATE TABLE containers (id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT, "
-            "created_at INTEGER NOT NULL, last_active_at INTEGER, status TEXT, expires_minutes "
-            "INTEGER, memory_limit TEXT, object TEXT NOT NULL);"
-            "CREATE INDEX containers_by_owner ON containers (owner, created_at);"
-            "CREATE INDEX containers_by_status ON containers (status);"
-            "CREATE TABLE container_files (id TEXT PRIMARY KEY, container_id TEXT NOT NULL, path "
-            "TEXT NOT NULL, created_at INTEGER NOT NULL, source TEXT, object TEXT NOT NULL, "
-            "UNIQUE (container_id, path));"
-            "CREATE INDEX container_files_by_container ON container_files (container_id, "
-            "created_at);"
-            "CREATE TABLE files (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at INTEGER NOT "
-            "NULL, purpose TEXT, object TEXT NOT NULL);"
-            "CREATE INDEX files_by_owner ON files (owner, created_at);"
-            "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', 'c');"
-            "INSERT INTO containers VALUES ('cntr_1', 'alice', 'box', 10, 10, 'running', 20, "
-            "'1g', '{\"id\":\"cntr_1\",\"object\":\"container\",\"created_at\":10,"
-            "\"status\":\"running\",\"name\":\"box\"}');"
-            "INSERT INTO container_files VALUES ('cfile_1', 'cntr_1', '/mnt/data/a', 11, 'user', "
-            "'{\"id\":\"cfile_1\",\"container_id\":\"cntr_1\",\"path\":\"/mnt/data/a\","
-            "\"created_at\":11}');"
-            "INSERT INTO files VALUES ('file_1', 'alice', 30, 'user_data', "
-            "'{\"id\":\"file_1\",\"object\":\"file\",\"created_at\":30}');"
-            "PRAGMA user_version = 2;",
-            NULL, NULL, NULL),
-        SQLITE_OK);
-    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    make_legacy_database(
+        t->path, 2,
+        "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', 'c');"
+        "INSERT INTO containers VALUES ('cntr_1', 'alice', 'box', 10, 10, 'running', 20, "
+        "'1g', '{\"id\":\"cntr_1\",\"object\":\"container\",\"created_at\":10,"
+        "\"status\":\"running\",\"name\":\"box\"}');"
+        "INSERT INTO container_files VALUES ('cfile_1', 'cntr_1', '/mnt/data/a', 11, 'user', "
+        "'{\"id\":\"cfile_1\",\"container_id\":\"cntr_1\",\"path\":\"/mnt/data/a\","
+        "\"created_at\":11}');"
+        "INSERT INTO files VALUES ('file_1', 'alice', 30, 'user_data', "
+        "'{\"id\":\"file_1\",\"object\":\"file\",\"created_at\":30}');");
 
     struct corral_error err = {0};
     struct store *s = open_ok(t->path);
@@ -1569,7 +1675,7 @@ static void migrates_a_schema_2_database(void **state)
     put_key_ok(s, t1, key_obj(t1, "one", 5));
     add_usage_ok(s, "k:alice", "2024-03-01", 1, 2, 3, 4);
     store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_migrated(t->path, 2);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM responses"), 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM containers"), 1);
     assert_int_equal(sql_int(t->path, "SELECT count(*) FROM container_files"), 1);
@@ -1580,12 +1686,150 @@ static void migrates_a_schema_2_database(void **state)
     assert_keys(s, "one");
     assert_usage(s, "k:alice", 10, "2024-03-01:1/2/3/4");
     store_close(s);
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 3);
+    assert_migrated(t->path, 2);
 }
+
+/* A database of schema 3, as the corral before schema_version left it, is
+ * upgraded in place: a container file's size gets its column, filled from
+ * the objects already stored. */
+static void migrates_a_schema_3_database(void **state)
+{
+    struct tmp *t = *state;
+    char token[65], sql[1024];
+    make_token(token, 3);
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO responses VALUES ('resp_1', 'alice', 7, 'r', 'i', 'c');"
+             "INSERT INTO container_files VALUES ('cfile_1', 'cntr_1', '/mnt/data/a', 11, "
+             "'user', '{\"id\":\"cfile_1\",\"container_id\":\"cntr_1\",\"path\":"
+             "\"/mnt/data/a\",\"created_at\":11,\"bytes\":1000}');"
+             "INSERT INTO container_files VALUES ('cfile_2', 'cntr_1', '/mnt/data/b', 12, "
+             "'user', '{\"id\":\"cfile_2\",\"container_id\":\"cntr_1\",\"path\":"
+             "\"/mnt/data/b\",\"created_at\":12,\"bytes\":24}');"
+             "INSERT INTO keys VALUES ('%s', 5, '{\"token\":\"%s\",\"created_at\":5}');"
+             "INSERT INTO usage VALUES ('k:alice', '2024-03-01', 1, 2, 3, 4);",
+             token, token);
+    make_legacy_database(t->path, 3, sql);
+
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->path);
+    uint64_t bytes = 0;
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 1024);
+    assert_int_equal(store_get_response(s, "resp_1", "alice", NULL, NULL, NULL, &err), 0);
+    assert_int_equal(store_get_key(s, token, NULL, &err), 0);
+    assert_usage(s, "k:alice", 10, "2024-03-01:1/2/3/4");
+    store_close(s);
+    assert_migrated(t->path, 3);
+    assert_int_equal(sql_int(t->path, "SELECT bytes FROM container_files WHERE id = 'cfile_1'"),
+                     1000);
+
+    /* And opening it again changes nothing. */
+    store_close(open_ok(t->path));
+    assert_migrated(t->path, 3);
+}
+
+/* A PostgreSQL store that cannot be reached is a clear error at open,
+ * naming the store, never its password. */
+static void names_an_unreachable_store(void **state)
+{
+    struct tmp *t = *state;
+    char url[256];
+    snprintf(url, sizeof(url), "postgresql://corral:hunter2@/corral?host=%s/nowhere", t->dir);
+    struct corral_error err = {0};
+    struct store *s = (struct store *)&err; /* overwritten with NULL */
+    assert_int_equal(store_open(url, &s, &err), -ECONNREFUSED);
+    assert_null(s);
+    assert_non_null(strstr(err.message, "postgresql://corral:***@/corral?host="));
+    assert_non_null(strstr(err.message, "the store is unreachable"));
+    assert_null(strstr(err.message, "hunter2"));
+    /* nor as a parameter of the URL */
+    snprintf(url, sizeof(url), "postgres:///corral?password=hunter2&host=%s/nowhere", t->dir);
+    assert_int_equal(store_open(url, &s, &err), -ECONNREFUSED);
+    assert_non_null(strstr(err.message, "postgres:///corral?password=***&host="));
+    assert_null(strstr(err.message, "hunter2"));
+}
+
+/* A database one version behind gets only the migration it lacks, which
+ * fills the new column from the objects already stored. */
+static void applies_the_missing_migration(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    json_t *f = cfile("cfile_1", "cntr_1", "/mnt/data/a", 1);
+    json_object_set_new(f, "bytes", json_integer(4096));
+    put_cfile_ok(s, f);
+    put_cfile_ok(s, cfile("cfile_2", "cntr_1", "/mnt/data/b", 2)); /* 3 bytes */
+    store_close(s);
+    /* back to schema 3, as the corral before left it */
+    sql_int(t->location, "DROP INDEX responses_by_created");
+    sql_int(t->location, "ALTER TABLE container_files DROP COLUMN bytes");
+    sql_int(t->location, "DELETE FROM schema_version WHERE version = 4");
+    if (!pg_url)
+        sql_int(t->location, "PRAGMA user_version = 3");
+    assert_int_equal(schema_version(t->location), 3);
+
+    s = open_ok(t->location);
+    uint64_t bytes = 0;
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 4099);
+    store_close(s);
+    assert_int_equal(schema_version(t->location), 4);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM schema_version"), 4);
+}
+
+/* Stops or starts the PostgreSQL server under test (tests/postgres). */
+static void postgres_server(const char *verb)
+{
+    const char *ctl = getenv("CORRAL_TEST_POSTGRES_CTL");
+    const char *dir = getenv("CORRAL_TEST_POSTGRES_DIR");
+    assert_non_null(ctl);
+    assert_non_null(dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s' %s '%s'", ctl, verb, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A PostgreSQL server that goes away: the store's calls fail at once with
+ * -ECONNREFUSED, saying it is unreachable; once it is back, the same store
+ * carries on by itself, with what it had. */
+static void outlives_a_postgres_restart(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    assert_int_equal(store_put_response(s, "resp_1", "alice", 1, "kept", "i", "c", &err), 0);
+
+    postgres_server("stop");
+    char *response = NULL;
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err),
+                     -ECONNREFUSED);
+    assert_null(response);
+    assert_non_null(strstr(err.message, "the store is unreachable"));
+    assert_non_null(strstr(err.message, "resp_1"));
+    assert_int_equal(store_put_response(s, "resp_2", "alice", 2, "lost", "i", "c", &err),
+                     -ECONNREFUSED);
+    uint64_t bytes;
+    assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), -ECONNREFUSED);
+
+    postgres_server("start");
+    assert_int_equal(store_get_response(s, "resp_1", "alice", &response, NULL, NULL, &err), 0);
+    assert_string_equal(response, "kept");
+    free(response);
+    assert_int_equal(store_get_response(s, "resp_2", "alice", NULL, NULL, NULL, &err), -ENOENT);
+
+    /* restarted while the store was idle: no call is lost to it */
+    postgres_server("stop");
+    postgres_server("start");
+    assert_int_equal(store_put_response(s, "resp_3", "alice", 3, "after", "i", "c", &err), 0);
+    store_close(s);
+}
+
+#define WITH_TMP(test) cmocka_unit_test_setup_teardown(test, make_tmp, remove_tmp)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
+    /* for every backend */
+    const struct CMUnitTest everywhere[] = {
         cmocka_unit_test(round_trips),
         cmocka_unit_test(replaces),
         cmocka_unit_test(isolates_owners),
@@ -1593,11 +1837,10 @@ int main(void)
         cmocka_unit_test(takes_null_out_pointers),
         cmocka_unit_test(prunes_old_and_surplus_responses),
         cmocka_unit_test(prunes_expired_containers),
-        cmocka_unit_test_setup_teardown(persists_in_a_file, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(refuses_a_newer_schema, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(names_a_missing_directory, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(names_a_file_that_is_not_a_database, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(takes_puts_from_many_threads, make_tmp, remove_tmp),
+        WITH_TMP(persists_in_a_file),
+        WITH_TMP(refuses_a_newer_schema),
+        WITH_TMP(applies_the_missing_migration),
+        WITH_TMP(takes_puts_from_many_threads),
         cmocka_unit_test(containers_round_trip),
         cmocka_unit_test(containers_isolate_owners),
         cmocka_unit_test(lists_containers_in_pages),
@@ -1607,16 +1850,34 @@ int main(void)
         cmocka_unit_test(counts_a_containers_bytes),
         cmocka_unit_test(keeps_files),
         cmocka_unit_test(refuses_bad_objects),
-        cmocka_unit_test_setup_teardown(persists_containers_and_files, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(migrates_a_schema_1_database, make_tmp, remove_tmp),
+        WITH_TMP(persists_containers_and_files),
         cmocka_unit_test(keeps_keys),
         cmocka_unit_test(lists_keys_oldest_first),
         cmocka_unit_test(refuses_bad_keys),
         cmocka_unit_test(counts_usage),
         cmocka_unit_test(refuses_bad_usage),
-        cmocka_unit_test_setup_teardown(counts_usage_from_many_threads, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(persists_keys_and_usage, make_tmp, remove_tmp),
-        cmocka_unit_test_setup_teardown(migrates_a_schema_2_database, make_tmp, remove_tmp),
+        WITH_TMP(counts_usage_from_many_threads),
+        WITH_TMP(persists_keys_and_usage),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* SQLite's files and their history; the open of a PostgreSQL URL that
+     * leads nowhere (which needs no server) */
+    const struct CMUnitTest sqlite_only[] = {
+        WITH_TMP(refuses_a_newer_legacy_schema),       WITH_TMP(names_a_missing_directory),
+        WITH_TMP(names_a_file_that_is_not_a_database), WITH_TMP(migrates_a_schema_1_database),
+        WITH_TMP(migrates_a_schema_2_database),        WITH_TMP(migrates_a_schema_3_database),
+        WITH_TMP(names_an_unreachable_store),
+    };
+    /* a server the tests may stop and start */
+    const struct CMUnitTest postgres_only[] = {
+        cmocka_unit_test(outlives_a_postgres_restart),
+    };
+    pg_url = getenv("CORRAL_TEST_POSTGRES");
+    if (pg_url && *pg_url) {
+        int failed = cmocka_run_group_tests_name("store on PostgreSQL", everywhere, NULL, NULL);
+        return failed +
+               cmocka_run_group_tests_name("store on PostgreSQL only", postgres_only, NULL, NULL);
+    }
+    pg_url = NULL;
+    int failed = cmocka_run_group_tests_name("store on SQLite", everywhere, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("store on SQLite only", sqlite_only, NULL, NULL);
 }
