@@ -143,7 +143,9 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
 /* Whether key is a live virtual key. */
 int corral_gateway_key_valid(corral_gateway *gw, const char *key);
 /* A virtual key's request against its rate limit: 0, or -EBUSY with the
- * answer (429 with Retry-After) in out. Other keys: 0. */
+ * answer (429 with Retry-After) in out. Other keys: 0. When the store
+ * cannot say whether the key is a virtual one: its failure, with the 503
+ * in out. */
 int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gateway_reply *out);
 
 /* A server in front of the gateway (corral serve's OpenAI listener) finds a

@@ -418,8 +418,13 @@ int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gatew
 {
     memset(out, 0, sizeof(*out));
     struct gw_key_policy p;
-    if (gw_key_policy(gw, key, &p) < 0)
+    int found = gw_key_policy(gw, key, &p);
+    if (found == -ENOENT) /* not a virtual key: no limit of its own */
         return 0;
+    if (found < 0) { /* the limit cannot be known: refused, not waved through */
+        gw_reply_store_down(out, found);
+        return found;
+    }
     unsigned wait = 0;
     int rc = key_take(gw, &p, &wait);
     if (rc < 0)
