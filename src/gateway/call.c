@@ -1508,13 +1508,8 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
         json_incref(c.policy.models);
     }
     int rc = 0;
-    if (!policy && gw->cfg->master_key && key && strcmp(key, gw->cfg->master_key)) {
-        rc = gw_key_policy(gw, key, &c.policy); /* found only for a virtual key */
-        if (rc == -ENOENT)
-            rc = 0;
-        else if (rc < 0) /* its limits cannot be known: refused, not waved through */
-            gw_reply_store_down(out, rc);
-    }
+    if (!policy && gw->cfg->master_key && key && strcmp(key, gw->cfg->master_key))
+        rc = gw_key_policy_or_refuse(gw, key, &c.policy, out); /* found: a virtual key */
     if (rc == 0)
         rc = dispatch(&c, body, len);
     record_usage(&c);

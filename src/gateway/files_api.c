@@ -359,11 +359,8 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
     json_t *ids = json_object_get(body, "file_ids");
     cleanup_json json_t *network = NULL;
     struct gw_key_policy policy;
-    int found = gw_key_policy(gw, r->key, &policy);
-    if (found < 0 && found != -ENOENT) { /* its limits cannot be known */
-        gw_reply_store_down(out, found);
+    if (gw_key_policy_or_refuse(gw, r->key, &policy, out) < 0)
         return;
-    }
     struct gw_container_spec spec = {.name = name,
                                      .persistent = true,
                                      .max_containers = (unsigned)policy.max_containers,

@@ -176,6 +176,11 @@ void gw_key_token(const char *key, char out[65]);
 void gw_owner_of(const char *key, char *buf, size_t len);
 /* The settings of a virtual key: 0, or -ENOENT for any other key. */
 int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p);
+/* gw_key_policy for a request: 0 for a virtual key (p->found) and for any
+ * other key (no limits of its own); when the store cannot say which it is,
+ * its failure, with the 503 in out: refused, not waved through. */
+int gw_key_policy_or_refuse(corral_gateway *gw, const char *key, struct gw_key_policy *p,
+                            struct corral_gateway_reply *out);
 void gw_key_policy_free(struct gw_key_policy *p);
 /* corral_gateway_key: a virtual key's settings, found once for a request. */
 struct corral_gateway_key {

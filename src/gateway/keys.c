@@ -81,6 +81,17 @@ int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p)
     return 0;
 }
 
+int gw_key_policy_or_refuse(corral_gateway *gw, const char *key, struct gw_key_policy *p,
+                            struct corral_gateway_reply *out)
+{
+    int rc = gw_key_policy(gw, key, p);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        gw_reply_store_down(out, rc);
+    return rc;
+}
+
 void gw_key_policy_free(struct gw_key_policy *p)
 {
     json_decref(p->models);
@@ -418,13 +429,9 @@ int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gatew
 {
     memset(out, 0, sizeof(*out));
     struct gw_key_policy p;
-    int found = gw_key_policy(gw, key, &p);
-    if (found == -ENOENT) /* not a virtual key: no limit of its own */
-        return 0;
-    if (found < 0) { /* the limit cannot be known: refused, not waved through */
-        gw_reply_store_down(out, found);
+    int found = gw_key_policy_or_refuse(gw, key, &p, out);
+    if (found < 0 || !p.found) /* no limit of its own, or none to be known */
         return found;
-    }
     unsigned wait = 0;
     int rc = key_take(gw, &p, &wait);
     if (rc < 0)
