@@ -257,6 +257,24 @@ void corral_keep_disks_ready(unsigned n);
  * kept ready in pools count only once handed out. */
 void corral_set_memory_ceiling(uint64_t bytes);
 
+/* Draining: while on, every create fails with ESHUTDOWN ("this server is
+ * draining: it takes no new sandboxes"); live sandboxes go on. */
+void corral_set_draining(bool on);
+
+/* What the sandboxes handed out hold now (creates under way included). */
+struct corral_capacity {
+    unsigned sandboxes;
+    uint64_t memory_promised; /* the sum of their memory limits, bytes */
+    uint64_t memory_ceiling;  /* corral_set_memory_ceiling's; 0: none */
+    bool draining;
+};
+void corral_capacity(struct corral_capacity *out);
+
+/* The first characters of every sandbox id made from now on (at most 8
+ * lowercase hex digits; ids stay 32 hex digits long): a fleet's node says
+ * with it which node holds a sandbox. NULL or "": none. */
+void corral_set_id_prefix(const char *prefix);
+
 /* ---- executing code ---- */
 
 /* A rich result: a MIME bundle. Binary types (image/png, image/jpeg,

@@ -2,7 +2,8 @@
  * The sandbox manager: every live sandbox of this process, found by id, and
  * killed when its deadline passes (a reaper thread checks every 100 ms); and
  * the process's memory ceiling, the most memory the sandboxes handed out may
- * be given in total.
+ * be given in total; what they hold (corral_capacity), and whether new ones
+ * may be made (not while draining).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static corral_sandbox *registry;
 static bool reaper_started;
 static uint64_t memory_ceiling;  /* bytes; 0: none */
+static bool draining;            /* no new sandboxes */
 static struct box_claim *claims; /* of the creates under way */
 
 static void *reaper_main(void *arg)
@@ -67,6 +69,21 @@ void corral_set_memory_ceiling(uint64_t bytes)
     pthread_mutex_unlock(&registry_lock);
 }
 
+void corral_set_id_prefix(const char *prefix)
+{
+    size_t n = prefix ? strspn(prefix, "0123456789abcdef") : 0;
+    if (prefix && (n != strlen(prefix) || n > JAIL_ID_PREFIX_MAX))
+        return; /* not an id's beginning: ids stay as they were */
+    jail_set_id_prefix(prefix);
+}
+
+void corral_set_draining(bool on)
+{
+    pthread_mutex_lock(&registry_lock);
+    draining = on;
+    pthread_mutex_unlock(&registry_lock);
+}
+
 /* Whether sb still holds what it was given: alive, and not killed (a
  * sandbox killed a moment ago may take a few milliseconds to be gone). */
 static bool box_holding(corral_sandbox *sb)
@@ -94,11 +111,28 @@ static void held(unsigned owner, uint64_t *memory, unsigned *owned)
         }
 }
 
+void corral_capacity(struct corral_capacity *out)
+{
+    pthread_mutex_lock(&registry_lock);
+    unsigned ignored;
+    held(0, &out->memory_promised, &ignored);
+    out->sandboxes = 0;
+    for (corral_sandbox *sb = registry; sb; sb = sb->next_registered)
+        out->sandboxes += sb->charged && box_holding(sb);
+    out->memory_ceiling = memory_ceiling;
+    out->draining = draining;
+    pthread_mutex_unlock(&registry_lock);
+}
+
 int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owner_max,
               struct corral_error *err)
 {
     *c = (struct box_claim){.bytes = bytes, .owner = owner};
     pthread_mutex_lock(&registry_lock);
+    if (draining) {
+        pthread_mutex_unlock(&registry_lock);
+        return corral_fail(err, ESHUTDOWN, "this server is draining: it takes no new sandboxes");
+    }
     uint64_t memory = 0;
     unsigned owned = 0;
     if (memory_ceiling || owner_max) /* else nothing to count */

@@ -17,6 +17,7 @@
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/serve.h"
 #include "config/config.h"
 #include "config/gateway_config.h"
 #include "corral/gateway.h"
@@ -25,7 +26,6 @@
 
 #define DEFAULT_GATEWAY_DATA "/var/lib/corral/gateway"
 
-#define MAX_KEYS 64
 /* At a stop, how long the gateway's calls get to end with their error, then
  * their answers to reach the clients. */
 #define GATEWAY_DRAIN_MS 10000
@@ -43,7 +43,8 @@ static void serve_usage(FILE *out)
           "api_base http://HOST:PORT/v1), and an OpenAI-compatible gateway (OpenAI's SDKs\n"
           "with base_url http://HOST:PORT/v1) that runs the code_interpreter tool of the\n"
           "configured models in corral's sandboxes. Sandboxes are forked from the\n"
-          "templates' zygotes; SIGTERM or SIGINT stop the server and kill every sandbox.\n"
+          "templates' zygotes; SIGTERM or SIGINT stop the server and kill every sandbox\n"
+          "(a node drains first: fleet.drain_grace).\n"
           "\n"
           "  --listen HOST:PORT  where E2B's API listens (default 127.0.0.1:3000;\n"
           "                      also --e2b-listen; 'off': not served)\n"
@@ -100,7 +101,13 @@ static void serve_usage(FILE *out)
           "  --state-dir DIR     where corral keeps sandbox slots (default /run/corral)\n"
           "  --disk-dir DIR      where sandboxes' disks are made, on a disk filesystem\n"
           "                      (default disk_dir, else /var/lib/corral/disks); memory:\n"
-          "                      a tmpfs charged to the sandbox's memory instead\n",
+          "                      a tmpfs charged to the sandbox's memory instead\n"
+          "  --role ROLE         node (sandboxes and their APIs, for fronts), front (no\n"
+          "                      sandboxes: routes to the nodes of fleet.nodes or\n"
+          "                      fleet.discovery) or both (default fleet.role, else both:\n"
+          "                      one machine); docs/fleet.md\n"
+          "  --check             check the configuration and options, say what would run,\n"
+          "                      and exit (0 when they are good) without serving\n",
           out);
 }
 
@@ -128,7 +135,9 @@ enum {
     OPT_MAX_TOTAL_MEMORY,
     OPT_CONFIG,
     OPT_STATE,
-    OPT_DISK_DIR
+    OPT_DISK_DIR,
+    OPT_ROLE,
+    OPT_CHECK
 };
 
 static int parse_listen(const char *text, char *host, size_t len, uint16_t *port)
@@ -219,6 +228,7 @@ static struct gateway_config *gateway_config_of(const struct corral_config *cfg,
 struct warm_args {
     const struct corral_config *cfg;
     const char *state_dir;
+    bool *ready; /* set once every template is warm (or failed to be) */
 };
 
 /* Starts the zygotes (and fills the pools) of the default template and of
@@ -237,34 +247,9 @@ static void *warm_templates(void *arg)
         if (corral_template_warm(name, w->state_dir, &err) < 0)
             fprintf(stderr, "corral: template '%s' is not ready: %s\n", name, err.message);
     }
+    __atomic_store_n(w->ready, true, __ATOMIC_RELEASE);
     return NULL;
 }
-
-/* Where one of the servers listens. */
-struct listen_addr {
-    char host[64];
-    uint16_t port;
-    bool on;
-};
-
-/* What the command line, the environment and the file ask of corral serve. */
-struct serve_opts {
-    struct listen_addr e2b, osb, gw;
-    bool gw_listen_set;
-    const char *master_key, *upstream, *gw_data;
-    const char *keys[MAX_KEYS + 1];
-    size_t n_keys;
-    const char *admin_keys[MAX_KEYS + 1];
-    size_t n_admin_keys;
-    unsigned max_per_key;
-    uint64_t max_sandbox_memory;
-    uint32_t max_sandbox_millicpus;
-    uint64_t max_total_memory; /* 0: none */
-    uint64_t max_body;
-    struct http_server_limits limits;
-    unsigned execute_timeout_ms;
-    const char *config, *state_dir, *disk_dir;
-};
 
 /* A duration option in milliseconds, at least 100 ms and under 24 days
  * (what poll takes): 0, or CLI_USAGE, said. */
@@ -430,6 +415,12 @@ static int serve_option(int c, struct serve_opts *o)
     case OPT_DISK_DIR:
         o->disk_dir = optarg;
         return 0;
+    case OPT_ROLE:
+        o->role_arg = optarg;
+        return 0;
+    case OPT_CHECK:
+        o->check = true;
+        return 0;
     default:
         return CLI_USAGE;
     }
@@ -463,6 +454,8 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"config", required_argument, NULL, OPT_CONFIG},
         {"state-dir", required_argument, NULL, OPT_STATE},
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
+        {"role", required_argument, NULL, OPT_ROLE},
+        {"check", no_argument, NULL, OPT_CHECK},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int c, rc;
@@ -548,7 +541,7 @@ static int settle_gateway(struct serve_opts *o, const struct corral_config *cfg)
 /* The process as a server wants it: descriptors for hundreds of sandboxes,
  * no stale slots, disks made ahead; SIGINT, SIGTERM and SIGHUP blocked in
  * every thread, for sigwait() on *sigs. */
-static void prepare_process(const char *state_dir, sigset_t *sigs)
+static void prepare_process(const char *state_dir, bool sandboxes, sigset_t *sigs)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -556,34 +549,26 @@ static void prepare_process(const char *state_dir, sigset_t *sigs)
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     struct corral_error err;
-    if (jail_cleanup_stale(state_dir, &err) < 0)
+    if (sandboxes && jail_cleanup_stale(state_dir, &err) < 0)
         fprintf(stderr, "corral: warning: %s\n", err.message);
     sigemptyset(sigs);
     sigaddset(sigs, SIGINT);
     sigaddset(sigs, SIGTERM);
     sigaddset(sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, sigs, NULL); /* every thread inherits it */
-    corral_keep_disks_ready(READY_DISKS);
+    if (sandboxes)
+        corral_keep_disks_ready(READY_DISKS);
     signal(SIGPIPE, SIG_IGN);
 }
 
-/* What corral serve runs, each NULL when off or not (yet) made. */
-struct servers {
-    const char *names[65]; /* the templates OpenSandbox's API offers */
-    struct e2b *api;
-    struct osb *osb;
-    corral_gateway *gw;
-    struct openai *oa;
-    struct http_server *srv, *osb_srv, *gw_srv;
-    char gw_warning[CORRAL_ERROR_MESSAGE_MAX + 128]; /* why the gateway is not served */
-};
-
-/* The protocols over libcorral: E2B's, OpenSandbox's and the gateway's.
- * CLI_OK, or the exit code, said. */
-static int start_apis(const struct serve_opts *o, const struct corral_config *cfg,
-                      struct servers *s)
+/* The sandbox protocols over libcorral, E2B's and OpenSandbox's (a front
+ * has none: it routes). CLI_OK, or the exit code, said. */
+static int start_sandbox_apis(const struct serve_opts *o, const struct corral_config *cfg,
+                              struct servers *s)
 {
     struct corral_error err;
+    if (o->role == FLEET_FRONT)
+        return CLI_OK;
     for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
         s->names[i] = cfg->templates[i].name;
     struct e2b_options eo = {.api_keys = o->keys,
@@ -603,10 +588,67 @@ static int start_apis(const struct serve_opts *o, const struct corral_config *cf
         fprintf(stderr, "corral serve: %s\n", err.message);
         return CLI_SANDBOX_ERROR;
     }
+    return CLI_OK;
+}
+
+/* One listener, its protocol behind the probes. */
+static int listen_on(const struct serve_opts *o, const char *host, uint16_t port, struct probes *pr,
+                     struct http_server_options *ho, struct http_server **out,
+                     struct corral_error *err)
+{
+    pr->inner = ho->handler;
+    pr->inner_ctx = ho->ctx;
+    ho->host = host;
+    ho->port = port;
+    ho->max_body = o->max_body;
+    ho->limits = o->limits;
+    ho->handler = probes_handle;
+    ho->ctx = pr;
+    return http_server_start(ho, out, err);
+}
+
+/* The sandbox APIs' listeners (a front's route to its nodes; a front's
+ * gateway gets one on loopback when E2B's is off). CLI_OK, or CLI_USAGE. */
+static int start_sandbox_servers(const struct serve_opts *o, struct servers *s)
+{
+    struct corral_error err;
+    bool front = o->role == FLEET_FRONT;
+    s->probe_e2b = (struct probes){.state = &s->state, .node_state = o->role == FLEET_NODE};
+    s->probe_osb = (struct probes){.state = &s->state};
+    struct http_server_options ho = {.handler = front ? front_e2b_handle : e2b_handle,
+                                     .ctx = front ? (void *)&s->front : (void *)s->api};
+    struct http_server_options oho = {.handler = front ? front_osb_handle : osb_handle,
+                                      .refusal = osb_refusal,
+                                      .ctx = front ? (void *)&s->front : (void *)s->osb};
+    bool internal = front && o->gw.on && !o->e2b.on;
+    if (((o->e2b.on || internal) &&
+         listen_on(o, internal ? "127.0.0.1" : o->e2b.host, internal ? 0 : o->e2b.port,
+                   &s->probe_e2b, &ho, &s->srv, &err) < 0) ||
+        (o->osb.on &&
+         listen_on(o, o->osb.host, o->osb.port, &s->probe_osb, &oho, &s->osb_srv, &err) < 0)) {
+        fprintf(stderr, "corral serve: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    s->srv_internal = internal;
+    return CLI_OK;
+}
+
+/* The gateway: on a front, its local sandbox tools run on the fleet through
+ * the front's own E2B routing. CLI_OK, or the exit code, said. */
+static int start_gateway(const struct serve_opts *o, const struct corral_config *cfg,
+                         struct servers *s)
+{
+    struct corral_error err;
     if (!o->gw.on)
         return CLI_OK;
     struct gateway_config *gc = gateway_config_of(cfg, o->master_key, o->upstream, o->gw_data);
-    if (!gc) {
+    char url[96];
+    const char *host =
+        !strcmp(o->e2b.host, "0.0.0.0") || s->srv_internal ? "127.0.0.1" : o->e2b.host;
+    snprintf(url, sizeof(url), "http://%s:%u", host,
+             s->srv ? (unsigned)http_server_port(s->srv) : 0u);
+    if (!gc || (o->role == FLEET_FRONT && serve_front_tools(gc, url, o->fleet->key) < 0)) {
+        gateway_config_free(gc);
         fprintf(stderr, "corral serve: out of memory\n");
         return CLI_SANDBOX_ERROR;
     }
@@ -615,43 +657,15 @@ static int start_apis(const struct serve_opts *o, const struct corral_config *cf
         fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
         return CLI_USAGE;
     }
-    return CLI_OK;
-}
-
-/* The HTTP servers of the protocols. CLI_OK, or the exit code, said. */
-static int start_servers(const struct serve_opts *o, struct servers *s)
-{
-    struct corral_error err;
-    struct http_server_options ho = {.host = o->e2b.host,
-                                     .port = o->e2b.port,
-                                     .max_body = o->max_body,
-                                     .limits = o->limits,
-                                     .handler = e2b_handle,
-                                     .ctx = s->api};
-    struct http_server_options oho = {.host = o->osb.host,
-                                      .port = o->osb.port,
-                                      .max_body = o->max_body,
-                                      .limits = o->limits,
-                                      .handler = osb_handle,
-                                      .refusal = osb_refusal,
-                                      .ctx = s->osb};
-    struct http_server_options gho = {.host = o->gw.host,
-                                      .port = o->gw.port,
-                                      .max_body = o->max_body,
-                                      .limits = o->limits,
-                                      .handler = openai_handle,
+    s->probe_gw = (struct probes){.state = &s->state};
+    struct http_server_options gho = {.handler = openai_handle,
                                       .too_large = openai_too_large,
                                       .refusal = openai_refusal,
                                       .ctx = s->oa};
-    if ((o->e2b.on && http_server_start(&ho, &s->srv, &err) < 0) ||
-        (o->osb.on && http_server_start(&oho, &s->osb_srv, &err) < 0)) {
-        fprintf(stderr, "corral serve: %s\n", err.message);
-        return CLI_USAGE;
-    }
-    if (o->gw.on && http_server_start(&gho, &s->gw_srv, &err) < 0) {
+    if (listen_on(o, o->gw.host, o->gw.port, &s->probe_gw, &gho, &s->gw_srv, &err) < 0) {
         /* The default address may be taken (another server): the sandbox
          * APIs are served all the same. An address asked for must be had. */
-        if (o->gw_listen_set || (!s->srv && !s->osb_srv)) {
+        if (o->gw_listen_set || (!s->srv && !s->osb_srv) || o->role == FLEET_FRONT) {
             fprintf(stderr, "corral serve: %s\n", err.message);
             return CLI_USAGE;
         }
@@ -666,8 +680,10 @@ static int start_servers(const struct serve_opts *o, struct servers *s)
 /* Says where each server listens. */
 static void announce(const struct serve_opts *o, const struct servers *s)
 {
-    const char *keys_note = o->n_keys || o->n_admin_keys ? ", API keys required" : "";
-    if (s->srv)
+    const char *keys_note = o->role == FLEET_FRONT         ? ", routed to the fleet's nodes"
+                            : o->n_keys || o->n_admin_keys ? ", API keys required"
+                                                           : "";
+    if (s->srv && !s->srv_internal)
         fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", o->e2b.host,
                 (unsigned)http_server_port(s->srv), keys_note);
     if (s->osb_srv)
@@ -680,17 +696,19 @@ static void announce(const struct serve_opts *o, const struct servers *s)
         fprintf(stderr, "%s\n", s->gw_warning);
 }
 
-/* Warms the templates while serving, until a signal of sigs; then the
- * running executions end and their streams close. */
-static void serve_until_signal(const sigset_t *sigs, const struct corral_config *cfg,
-                               const char *state_dir, struct servers *s)
+/* Warms the templates while serving (ready once done), until a signal of
+ * sigs; then drains, and the running executions end and their streams
+ * close. */
+static void serve_until_signal(const sigset_t *sigs, const struct serve_opts *o,
+                               const struct corral_config *cfg, struct servers *s)
 {
-    struct warm_args wa = {.cfg = cfg, .state_dir = state_dir};
+    struct warm_args wa = {.cfg = cfg, .state_dir = o->state_dir, .ready = &s->state.ready};
     pthread_t warm;
-    bool warming = pthread_create(&warm, NULL, warm_templates, &wa) == 0;
+    bool warming = o->role != FLEET_FRONT && pthread_create(&warm, NULL, warm_templates, &wa) == 0;
     int sig = 0;
     sigwait(sigs, &sig);
     fprintf(stderr, "corral: %s: stopping\n", strsignal(sig));
+    serve_drain(o, s, sigs);
     if (warming)
         pthread_join(warm, NULL);
     if (s->api)
@@ -718,6 +736,29 @@ static void stop_servers(struct servers *s)
         http_server_stop(s->osb_srv);
     e2b_free(s->api);
     osb_free(s->osb);
+    serve_stop_role(s);
+}
+
+/* Everything that decides what runs: the command line, the environment,
+ * the file. -1 to go on, else the exit code. */
+static int settle(struct serve_opts *o, const struct corral_config **cfg)
+{
+    /* Sandboxes made for API clients get no network unless the operator's
+     * configuration allows it (network.modes). */
+    struct corral_egress_settings off_only = {.modes = 0};
+    struct corral_error nerr;
+    corral_egress_configure(&off_only, &nerr);
+    int rc;
+    if ((rc = cli_load_config("serve", o->config, &o->state_dir, o->disk_dir, cfg)) != 0 ||
+        (rc = settle_gateway(o, *cfg)) != 0 || (rc = serve_settle_role(o, *cfg)) != 0)
+        return rc;
+    if (o->role != FLEET_FRONT && (rc = check_api_keys(o)) != 0)
+        return rc; /* a front's keys are its nodes' to check */
+    if (!o->e2b.on && !o->osb.on && !o->gw.on) {
+        fprintf(stderr, "corral serve: every API is off: nothing to serve\n");
+        return CLI_USAGE;
+    }
+    return o->check ? serve_report(o, *cfg) : -1;
 }
 
 int cli_serve(int argc, char **argv)
@@ -734,28 +775,19 @@ int cli_serve(int argc, char **argv)
         return rc;
     cleanup_free char *env_keys = add_env_keys("CORRAL_API_KEYS", o.keys, &o.n_keys);
     cleanup_free char *env_admin = add_env_keys("CORRAL_ADMIN_KEYS", o.admin_keys, &o.n_admin_keys);
-    if ((rc = check_api_keys(&o)) != 0)
-        return rc;
-    /* Sandboxes made for API clients get no network unless the operator's
-     * configuration allows it (network.modes). */
-    struct corral_egress_settings off_only = {.modes = 0};
-    struct corral_error nerr;
-    corral_egress_configure(&off_only, &nerr);
     const struct corral_config *cfg = NULL;
-    if ((rc = cli_load_config("serve", o.config, &o.state_dir, o.disk_dir, &cfg)) != 0 ||
-        (rc = settle_gateway(&o, cfg)) != 0)
+    if ((rc = settle(&o, &cfg)) >= 0)
         return rc;
     sigset_t sigs;
-    prepare_process(o.state_dir, &sigs);
+    prepare_process(o.state_dir, o.role != FLEET_FRONT, &sigs);
     corral_set_memory_ceiling(o.max_total_memory);
-    if (!o.e2b.on && !o.osb.on && !o.gw.on) {
-        fprintf(stderr, "corral serve: every API is off: nothing to serve\n");
-        return CLI_USAGE;
-    }
     struct servers s = {0};
-    if ((rc = start_apis(&o, cfg, &s)) == CLI_OK && (rc = start_servers(&o, &s)) == CLI_OK) {
+    if ((rc = serve_start_role(&o, &s)) == CLI_OK &&
+        (rc = start_sandbox_apis(&o, cfg, &s)) == CLI_OK &&
+        (rc = start_sandbox_servers(&o, &s)) == CLI_OK &&
+        (rc = start_gateway(&o, cfg, &s)) == CLI_OK) {
         announce(&o, &s);
-        serve_until_signal(&sigs, cfg, o.state_dir, &s);
+        serve_until_signal(&sigs, &o, cfg, &s);
     }
     stop_servers(&s);
     corral_shutdown();

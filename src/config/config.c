@@ -438,7 +438,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     static const char *const keys[] = {
         "state_dir",        "templates",        "model_list",      "sandbox_tools",
         "litellm_settings", "general_settings", "router_settings", "environment_variables",
-        "gateway",          "network",          "disk_dir"};
+        "gateway",          "network",          "disk_dir",        "fleet"};
     enum {
         STATE_DIR,
         TEMPLATES,
@@ -451,6 +451,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         GATEWAY,
         NETWORK,
         DISK_DIR,
+        FLEET,
         N
     };
     /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
@@ -468,7 +469,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
             return walk_fail(
                 w, k, EINVAL,
                 "unknown key '%.64s' at the top level (known: state_dir, disk_dir, templates, "
-                "network) "
+                "network, fleet) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -484,6 +485,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     if (v[TEMPLATES] && (r = walk_templates(w, v[TEMPLATES], cfg)) < 0)
         return r;
     if (v[NETWORK] && (r = walk_network_settings(w, v[NETWORK], cfg)) < 0)
+        return r;
+    if (v[FLEET] && (r = walk_fleet(w, v[FLEET], &cfg->fleet)) < 0)
         return r;
     bool any = false;
     for (int i = MODEL_LIST; i < GATEWAY + 1; i++)
@@ -674,6 +677,7 @@ void corral_config_free(struct corral_config *cfg)
         free_template_network(t);
     }
     free(cfg->templates);
+    fleet_config_free(cfg->fleet);
     corral_strv_free(cfg->net_dns);
     corral_strv_free(cfg->net_private);
     corral_strv_free(cfg->net_hosts);

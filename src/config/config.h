@@ -79,6 +79,7 @@
 
 #include <stddef.h>
 
+#include "config/fleet_config.h"
 #include "config/gateway_config.h"
 #include "corral/corral.h"
 
@@ -102,6 +103,7 @@ struct corral_config {
     char **net_dns;     /* NULL-terminated, or NULL */
     char **net_private;
     char **net_hosts; /* network.host_addresses */
+    struct fleet_config *fleet; /* `fleet:`; NULL when absent */
 };
 
 /* Parses a YAML file. */

@@ -101,6 +101,10 @@ int walk_yaml_to_json(const struct walk *w, const yaml_node_t *n, const char *wh
 struct litellm_keys {
     const yaml_node_t *model_list, *sandbox_tools, *litellm_settings, *general_settings, *gateway;
 };
+/* `fleet:` (fleet.c); *out stays NULL when it is null. */
+struct fleet_config;
+int walk_fleet(const struct walk *w, const yaml_node_t *n, struct fleet_config **out);
+
 int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gateway_config *gw);
 
 #endif

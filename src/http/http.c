@@ -87,6 +87,11 @@ struct http_response *http_empty(int status)
     return new_response(status, NULL);
 }
 
+int http_response_status(const struct http_response *r)
+{
+    return r ? r->status : 0;
+}
+
 void http_add_header(struct http_response *resp, const char *name, const char *value)
 {
     if (!resp || resp->n_headers >= sizeof(resp->headers) / sizeof(resp->headers[0]))

@@ -41,6 +41,12 @@ const char *http_query(const struct http_request *r, const char *name);
 /* Calls fn for every query parameter, in order. */
 void http_query_each(const struct http_request *r,
                      void (*fn)(void *arg, const char *key, const char *value), void *arg);
+/* Calls fn for every request header, in the order sent. */
+void http_header_each(const struct http_request *r,
+                      void (*fn)(void *arg, const char *name, const char *value), void *arg);
+/* The query string as the client sent it (still %-encoded, without the
+ * '?'), or NULL when there is none. */
+const char *http_raw_query(const struct http_request *r);
 /* Whether the client has closed (or reset) its connection while its request
  * is being answered: polls the socket, without waiting. For handlers that
  * block for long before answering a whole response. */
@@ -54,6 +60,10 @@ struct http_response *http_empty(int status);
 /* A response of `len` bytes at body, which it takes (malloc'd; freed also on
  * failure). */
 struct http_response *http_body(int status, const char *content_type, char *body, size_t len);
+/* A response's status. */
+int http_response_status(const struct http_response *r);
+/* Frees a response not given to the server; NULL is allowed. */
+void http_response_free(struct http_response *r);
 /* Adds a header to a response (copied). */
 void http_add_header(struct http_response *resp, const char *name, const char *value);
 

@@ -36,8 +36,6 @@ struct http_stream {
     void *arg;
 };
 
-void http_response_free(struct http_response *r);
-
 /* A stream with its pipe and `refs` references, or NULL. */
 struct http_stream *http_stream_new(int refs);
 /* The reader's reference is dropped: later writes fail with EPIPE. */

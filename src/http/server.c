@@ -118,6 +118,7 @@ struct conn {
     size_t n_hdrs;
     struct hdr args[MAX_ARGS];
     size_t n_args;
+    char *query; /* the request's query string as sent (without '?'), or NULL */
 };
 
 struct http_server {
@@ -168,6 +169,20 @@ void http_query_each(const struct http_request *r,
     const struct conn *c = r->conn;
     for (size_t i = 0; i < c->n_args; i++)
         fn(arg, c->in + c->args[i].name, c->in + c->args[i].value);
+}
+
+void http_header_each(const struct http_request *r,
+                      void (*fn)(void *arg, const char *name, const char *value), void *arg)
+{
+    const struct conn *c = r->conn;
+    for (size_t i = 0; i < c->n_hdrs; i++)
+        fn(arg, c->in + c->hdrs[i].name, c->in + c->hdrs[i].value);
+}
+
+const char *http_raw_query(const struct http_request *r)
+{
+    const struct conn *c = r->conn;
+    return c->query;
 }
 
 bool http_client_gone(const struct http_request *r)
@@ -244,8 +259,12 @@ static void split_target(struct conn *c, char *target)
             target[0] = '\0';
     }
     char *q = strchr(target, '?');
-    if (q)
+    free(c->query);
+    c->query = NULL;
+    if (q) {
         *q++ = '\0';
+        c->query = *q ? strdup(q) : NULL; /* without memory: forwarded without it */
+    }
     unescape(target, false);
     c->path = (uint32_t)(target - c->in);
     c->n_args = 0;
@@ -895,6 +914,7 @@ static void close_conn(struct conn *c)
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
+    free(c->query);
     free(c->out.head);
     http_response_free(c->out.resp);
     free(c);
@@ -1404,6 +1424,7 @@ void http_server_stop(struct http_server *s)
         s->conns = c->next;
         close(c->fd);
         free(c->in);
+        free(c->query);
         free(c->out.head);
         http_response_free(c->out.resp);
         free(c);

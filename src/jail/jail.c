@@ -266,14 +266,23 @@ static void close_pipe(int (*fds)[2])
             close((*fds)[i]);
 }
 
+static char id_prefix[JAIL_ID_PREFIX_MAX + 1];
+
+void jail_set_id_prefix(const char *prefix)
+{
+    snprintf(id_prefix, sizeof(id_prefix), "%s", prefix ? prefix : "");
+}
+
 /* What a sandbox holds before its init starts: its id, slot (and so its
  * host uid), cgroup and disk. */
 static int jail_claim(struct jail *j, const struct jail_config *cfg, const struct cgroup_env *cgenv,
                       struct corral_error *err)
 {
     int r;
-    if ((r = corral_random_hex(j->id, 16, err)) < 0 ||
-        (r = corral_mkdir_p(j->state_dir, 0700, err)) < 0 ||
+    if ((r = corral_random_hex(j->id, 16, err)) < 0)
+        return r;
+    memcpy(j->id, id_prefix, strlen(id_prefix));
+    if ((r = corral_mkdir_p(j->state_dir, 0700, err)) < 0 ||
         (r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
         return r;
     j->host_uid =

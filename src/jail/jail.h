@@ -149,6 +149,10 @@ struct jail;
 
 int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_error *err);
 const char *jail_id(const struct jail *j);
+/* Ids made from now on start with prefix (at most JAIL_ID_PREFIX_MAX hex
+ * digits; the rest stays random). Set before any sandbox is made. */
+#define JAIL_ID_PREFIX_MAX 8
+void jail_set_id_prefix(const char *prefix);
 /* An fd of the sandbox's network namespace (close it), or a negative errno
  * once its init is gone. */
 int jail_netns_open(const struct jail *j);

@@ -439,11 +439,13 @@ static int create_timeout(json_t *timeout, json_int_t *secs, struct corral_error
 
 /* A failed corral_sandbox_create, as E2B answers it: a template that does
  * not exist is 404, a network refused 400, a ceiling (the key's, the
- * server's memory) 429, the rest 500. */
+ * server's memory) 429, a draining server 503, the rest 500. */
 static struct http_response *create_failed(struct corral_error *err, const char *tpl, bool network)
 {
     if (err->code == EDQUOT || err->code == EUSERS)
         return http_error(429, "%s", err->message);
+    if (err->code == ESHUTDOWN)
+        return http_error(503, "%s", err->message);
     enum wire_class c = wire_class_of(err->code);
     if (c == WIRE_NOT_FOUND)
         corral_error_wrap(err, "template '%s' not found", tpl);

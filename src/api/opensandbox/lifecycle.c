@@ -501,11 +501,13 @@ static struct http_response *read_create(struct osb *o, const struct http_reques
 
 /* A failed corral_sandbox_create: a network this server does not allow is
  * 403; a template gone, or a network it cannot give, 400; a ceiling (the
- * key's, the server's memory) 429; the rest 500. */
+ * key's, the server's memory) 429; a draining server 503; the rest 500. */
 static struct http_response *create_failed(const struct corral_error *err, bool network)
 {
     if (err->code == EDQUOT || err->code == EUSERS)
         return execd_error(429, "SANDBOX::QUOTA_EXCEEDED", "%s", err->message);
+    if (err->code == ESHUTDOWN)
+        return execd_error(503, "SANDBOX::UNAVAILABLE", "%s", err->message);
     enum wire_class c = wire_class_of(err->code);
     if (network && c == WIRE_FORBIDDEN)
         return fail_as(lifecycle_codes, err);

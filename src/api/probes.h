@@ -1,0 +1,44 @@
+/*
+ * What every listener of `corral serve` answers before its protocol does
+ * (probes.c), in every role, without a key:
+ *   GET /healthz  200 {"status": "ok"} while the process serves;
+ *   GET /readyz   200 {"status": "ready"} when it takes new work, else 503
+ *                 {"status": "starting" | "draining" | "no node up"};
+ * and, on a node's E2B listener, its state for the fronts (GET
+ * /fleet/v1/node, with the fleet's key in X-Corral-Fleet-Key when one is
+ * set; fleet.h says what it holds).
+ */
+#ifndef CORRAL_API_PROBES_H
+#define CORRAL_API_PROBES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config/fleet_config.h"
+#include "fleet/fleet.h"
+#include "http/http.h"
+
+/* The process's state, shared by its listeners. */
+struct serve_state {
+    enum fleet_role role;
+    bool ready;                  /* warmed up (atomic) */
+    bool draining;               /* told to stop: takes no new work (atomic) */
+    char tag[FLEET_TAG_LEN + 1]; /* a node's */
+    const char *fleet_key;       /* NULL: none */
+    uint16_t osb_port;           /* a node's OpenSandbox listener; 0: none */
+    uint64_t memory_capacity;    /* what a node's sandboxes may be given in all */
+    struct fleet *fleet;         /* a front's */
+};
+
+/* One listener: its protocol's handler behind the probes. */
+struct probes {
+    struct serve_state *state;
+    http_handler inner;
+    void *inner_ctx;
+    bool node_state; /* serves /fleet/v1/node */
+};
+
+/* The http_handler of a listener (ctx: its struct probes). */
+struct http_response *probes_handle(const struct http_request *req, void *ctx);
+
+#endif
