@@ -61,14 +61,21 @@ static struct http_response *forward_to(struct front *f, const struct front_prot
  * that no node has. data_plane: E2B's envd and code interpreter. */
 static struct http_response *to_sandbox(struct front *f, const struct front_proto *p,
                                         const struct http_request *req, const char *id,
-                                        bool data_plane)
+                                        bool data_plane, bool again)
 {
     struct fleet_target t;
     struct corral_error err;
     int r = fleet_route(f->fleet, id, &t, &err);
     if (r == 0) {
         int failed;
-        return forward_to(f, p, req, &t, &failed);
+        struct http_response *resp = forward_to(f, p, req, &t, &failed);
+        if (failed != -ENOTCONN || again)
+            return resp;
+        /* Nothing was sent: is the node gone (its sandboxes lost), or was
+         * that a moment's trouble (then once more)? */
+        http_response_free(resp);
+        fleet_recheck(f->fleet, &t);
+        return to_sandbox(f, p, req, id, data_plane, true);
     }
     if (data_plane) /* as E2B's proxy answers a sandbox it does not have */
         return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
@@ -186,13 +193,13 @@ static struct http_response *front_route(struct front *f, const struct front_pro
     if (resp)
         return resp;
     if (!p->osb && e2b_data_plane(req, id, sizeof(id)))
-        return to_sandbox(f, p, req, id, true);
+        return to_sandbox(f, p, req, id, true, false);
     if (is_collection(req->path) && !strcmp(req->method, "POST"))
         return create(f, p, req);
     if (is_collection(req->path) && !strcmp(req->method, "GET"))
         return front_list(f, p, req);
     if (id_in_path(req->path, id, sizeof(id)))
-        return to_sandbox(f, p, req, id, false);
+        return to_sandbox(f, p, req, id, false, false);
     return to_any(f, p, req);
 }
 

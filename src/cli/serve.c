@@ -730,6 +730,12 @@ static void stop_servers(struct servers *s)
         http_server_stop(s->gw_srv);
     openai_free(s->oa);
     corral_gateway_free(s->gw);
+    /* The answers under way go out whole (a DELETE that ended a node's
+     * drain, an execution's end): their sandboxes are gone by now. */
+    if (s->srv)
+        http_server_drain(s->srv, HTTP_DRAIN_MS);
+    if (s->osb_srv)
+        http_server_drain(s->osb_srv, HTTP_DRAIN_MS);
     if (s->srv)
         http_server_stop(s->srv);
     if (s->osb_srv)

@@ -29,6 +29,9 @@ int fleet_role_parse(const char *name)
 
 int fleet_parse_address(const char *text, char *host, uint16_t *port, struct corral_error *err)
 {
+    for (const char *p = text; *p; p++)
+        if (*p <= ' ' || *p == '/' || *p == '@' || *p == '?' || *p == '#')
+            return corral_fail(err, EINVAL, "'%.100s': not a host name or address", text);
     const char *colon = strrchr(text, ':');
     const char *h = text, *h_end = colon;
     if (text[0] == '[') {
@@ -49,9 +52,6 @@ int fleet_parse_address(const char *text, char *host, uint16_t *port, struct cor
         return corral_fail(err, EINVAL, "'%.100s': the host name is too long", text);
     if (corral_parse_uint(colon + 1, 1, 65535, &v, &perr) < 0)
         return corral_fail(err, EINVAL, "'%.100s': the port: %s", text, perr.message);
-    for (const char *p = h; p < h_end; p++)
-        if (*p <= ' ' || *p == '/' || *p == '@' || *p == '?' || *p == '#')
-            return corral_fail(err, EINVAL, "'%.100s': not a host name or address", text);
     snprintf(host, FLEET_HOST_MAX, "%.*s", (int)(h_end - h), h);
     *port = (uint16_t)v;
     return 0;
@@ -103,7 +103,7 @@ static int walk_nodes(const struct walk *w, const yaml_node_t *n, struct fleet_c
         return walk_out_of_memory(w);
     for (size_t i = 0; i < count; i++) {
         char what[KEY_PATH_MAX];
-        walk_key_path(what, sizeof(what), "fleet", "nodes", i);
+        snprintf(what, sizeof(what), "fleet.nodes[%zu]", i);
         if ((r = walk_address(w, walk_list_item(w, n, i), what, &f->nodes[i])) < 0)
             return r;
     }

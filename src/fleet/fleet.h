@@ -72,6 +72,11 @@ size_t fleet_up(struct fleet *f, struct fleet_target *out, size_t n);
  * (it is down if it does not answer). */
 void fleet_suspect(struct fleet *f, const struct fleet_target *t);
 
+/* Asks t's node its state now, in the caller's thread (a request for it
+ * could not connect): 0 when it answers with t's tag, else -EHOSTDOWN (it
+ * is then down, or started again: its sandboxes are lost). */
+int fleet_recheck(struct fleet *f, const struct fleet_target *t);
+
 /* Whether some node is up and not draining. */
 bool fleet_ready(struct fleet *f);
 

@@ -172,7 +172,10 @@ static int probe(struct fleet *f, const char *host, uint16_t port, struct node_s
 
 static void mark_down(struct fleet *f, struct member *m, const char *why)
 {
-    if (m->state != MEMBER_DOWN)
+    if (m->state == MEMBER_NEW)
+        fprintf(stderr, "corral: node %s:%u does not answer yet: %s\n", m->host, (unsigned)m->port,
+                why);
+    else if (m->state != MEMBER_DOWN)
         fprintf(stderr, "corral: node %s:%u%s%s is down: %s\n", m->host, (unsigned)m->port,
                 m->tag[0] ? " tag " : "", m->tag, why);
     m->state = MEMBER_DOWN;
@@ -555,6 +558,25 @@ void fleet_suspect(struct fleet *f, const struct fleet_target *t)
             f->members[i]->probe_now = true;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
+}
+
+int fleet_recheck(struct fleet *f, const struct fleet_target *t)
+{
+    struct node_state s;
+    struct corral_error err;
+    int r = probe(f, t->host, t->e2b_port, &s, &err);
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->n; i++) {
+        struct member *m = f->members[i];
+        if (m->gone || strcmp(m->host, t->host) || m->port != t->e2b_port)
+            continue;
+        if (r == 0)
+            take_state(f, m, &s);
+        else
+            mark_down(f, m, err.message);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r == 0 && !strcmp(s.tag, t->tag) ? 0 : -EHOSTDOWN;
 }
 
 bool fleet_ready(struct fleet *f)

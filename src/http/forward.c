@@ -682,6 +682,10 @@ int http_forward(const struct http_request *req, const struct http_forward *o,
         copy_headers(r, &h);
         exchange_free(x);
     } else {
+        /* The producer outlives the handler: the request and the options
+         * are gone by then (the stream says when the client goes). */
+        x->req = NULL;
+        x->o = NULL;
         r = http_stream(x->status, h.content_type, &stream_ops, x);
         copy_headers(r, &h);
         if (!r)

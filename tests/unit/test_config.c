@@ -249,7 +249,7 @@ static void refuses_unknown_keys(void **state)
                                      "'default' (known: preload, pool_size, limits, network)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, templates, network)");
+                 "disk_dir, templates, network, fleet)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
@@ -391,6 +391,68 @@ static void refuses_bad_network_settings(void **state)
     expect_error("templates:\n  t:\n    network:\n      mode: policy\n      rules: [{permit: "
                  "x.com}]\n",
                  EINVAL, "unknown key 'permit'");
+}
+
+static void parses_fleet_settings(void **state)
+{
+    (void)state;
+    struct corral_config *cfg =
+        parse_ok("fleet:\n"
+                 "  role: front\n"
+                 "  nodes: [10.0.0.5:3000, \"[fd00::7]:3001\", node-c:3002]\n"
+                 "  probe_interval: 0.5s\n"
+                 "  key: sekrit\n"
+                 "  drain_grace: 45\n");
+    assert_non_null(cfg->fleet);
+    assert_int_equal(cfg->fleet->role, FLEET_FRONT);
+    assert_true(cfg->fleet->role_given);
+    assert_string_equal(cfg->fleet->nodes[0], "10.0.0.5:3000");
+    assert_string_equal(cfg->fleet->nodes[1], "[fd00::7]:3001");
+    assert_string_equal(cfg->fleet->nodes[2], "node-c:3002");
+    assert_null(cfg->fleet->nodes[3]);
+    assert_null(cfg->fleet->discovery);
+    assert_int_equal(cfg->fleet->probe_interval_ms, 500);
+    assert_int_equal(cfg->fleet->resolve_interval_ms, FLEET_RESOLVE_INTERVAL_MS);
+    assert_string_equal(cfg->fleet->key, "sekrit");
+    assert_int_equal(cfg->fleet->drain_grace_ms, 45000);
+    assert_true(cfg->fleet->drain_grace_given);
+    corral_config_free(cfg);
+
+    cfg = parse_ok("fleet:\n  discovery: corral-node.corral.svc:3000\n  resolve_interval: 2s\n");
+    assert_int_equal(cfg->fleet->role, FLEET_BOTH);
+    assert_false(cfg->fleet->role_given);
+    assert_string_equal(cfg->fleet->discovery, "corral-node.corral.svc:3000");
+    assert_int_equal(cfg->fleet->resolve_interval_ms, 2000);
+    assert_int_equal(cfg->fleet->drain_grace_ms, FLEET_DRAIN_GRACE_MS);
+    assert_false(cfg->fleet->drain_grace_given);
+    corral_config_free(cfg);
+
+    cfg = parse_ok("fleet:\n");
+    assert_null(cfg->fleet);
+    corral_config_free(cfg);
+}
+
+static void refuses_bad_fleet_settings(void **state)
+{
+    (void)state;
+    expect_error("fleet:\n  role: leader\n", EINVAL,
+                 "corral.yaml:2:9: fleet.role: 'leader' is not node, front or both");
+    expect_error("fleet:\n  nodes: [10.0.0.5]\n", EINVAL,
+                 "fleet.nodes[0]: '10.0.0.5': expected HOST:PORT");
+    expect_error("fleet:\n  nodes: [\"10.0.0.5:99999\"]\n", EINVAL, "'10.0.0.5:99999': the port");
+    expect_error("fleet:\n  nodes: [\"fd00::7:3000\"]\n", EINVAL,
+                 "write an IPv6 address as [ADDRESS]:PORT");
+    expect_error("fleet:\n  nodes: [\"http://x:1\"]\n", EINVAL, "not a host name or address");
+    expect_error("fleet:\n  nodes: 10.0.0.5:3000\n", EINVAL, "fleet.nodes must be a list");
+    expect_error("fleet:\n  nodes: [a:1]\n  discovery: b:2\n", EINVAL,
+                 "fleet: give nodes or discovery, not both");
+    expect_error("fleet:\n  probe_interval: 0\n", EINVAL,
+                 "fleet.probe_interval: '0' is out of range (expected 0.05 s to 60 s)");
+    expect_error("fleet:\n  key: os.environ/CORRAL_TEST_UNSET_FLEET_KEY\n", EINVAL,
+                 "fleet.key: environment variable CORRAL_TEST_UNSET_FLEET_KEY is not set");
+    expect_error("fleet:\n  rol: node\n", EINVAL,
+                 "unknown key 'rol' in fleet (known: role, nodes, discovery");
+    expect_error("fleet: [node]\n", EINVAL, "fleet must be a mapping");
 }
 
 static void refuses_invalid_values(void **state)
@@ -556,6 +618,8 @@ int main(void)
         cmocka_unit_test(refuses_invalid_values),
         cmocka_unit_test(parses_network_settings),
         cmocka_unit_test(refuses_bad_network_settings),
+        cmocka_unit_test(parses_fleet_settings),
+        cmocka_unit_test(refuses_bad_fleet_settings),
         cmocka_unit_test(loads_a_file),
         cmocka_unit_test(load_reports_unreadable_files),
         cmocka_unit_test(applies_a_config),

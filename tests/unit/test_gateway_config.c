@@ -720,7 +720,7 @@ static void refuses_bad_values(void **state)
     expect_error(
         "model_list: []\ngeneral_setting: {}\n",
         "gw.yaml:2:1: unknown key 'general_setting' at the top level (known: state_dir, "
-        "disk_dir, templates, network) and not one of the gateway's (model_list, sandbox_tools, "
+        "disk_dir, templates, network, fleet) and not one of the gateway's (model_list, sandbox_tools, "
         "litellm_settings, general_settings, router_settings, environment_variables, "
         "gateway)");
     expect_error("model_list: []\nmodel_list: []\n",
