@@ -102,7 +102,7 @@ struct corral_config {
     unsigned net_modes; /* bits 1u << CORRAL_NETWORK_* */
     char **net_dns;     /* NULL-terminated, or NULL */
     char **net_private;
-    char **net_hosts; /* network.host_addresses */
+    char **net_hosts;           /* network.host_addresses */
     struct fleet_config *fleet; /* `fleet:`; NULL when absent */
 };
 
