@@ -110,7 +110,7 @@ after(async () => {
         problems.push(err.message);
       }
     }
-    fleet.bad?.close();
+    await new Promise((resolve) => (fleet.bad ? fleet.bad.close(resolve) : resolve()));
     for (const dir of fleet.dirs) {
       const slots = path.join(dir, 'slots');
       const left = fs.existsSync(slots) ? fs.readdirSync(slots) : [];
@@ -184,10 +184,15 @@ test('sandboxes spread over the nodes and work through either front as on one ma
       assert.equal(run.logs.stdout.map((m) => m.text).join('').trim(), 'fleet-42');
       await osb.files.writeFiles([{ path: '/tmp/o.txt', data: 'osb' }]);
       assert.equal(await osb.files.readFile('/tmp/o.txt'), 'osb');
-      const info = await OsbSandbox.connect({ sandboxId: osb.id, connectionConfig: osbConfig(a) });
-      assert.equal((await info.getInfo()).status.state, 'Running');
+      const viaA = await OsbSandbox.connect({ sandboxId: osb.id, connectionConfig: osbConfig(a) });
+      try {
+        assert.equal((await viaA.getInfo()).status.state, 'Running');
+      } finally {
+        await viaA.close();
+      }
     } finally {
       await osb.kill();
+      await osb.close();
     }
   } finally {
     await Promise.allSettled(made.map((s) => s.kill()));
@@ -231,7 +236,9 @@ test('kill -9 of a node: its sandboxes are lost, the others carry on, creates go
       let after = 0;
       for (;;) {
         try {
-          assert.equal((await s.runCode('6 * 7')).text, '42');
+          // (the SDK leaves its request timer running when an answer is an
+          // error: a short one keeps the file from lingering after the tests)
+          assert.equal((await s.runCode('6 * 7', { requestTimeoutMs: 20_000 })).text, '42');
         } catch (err) {
           return { s, err };
         }
