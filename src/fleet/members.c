@@ -287,11 +287,14 @@ static int add_member(struct fleet *f, const char *host, uint16_t port, struct c
 /* ---- discovery ---- */
 
 /* The addresses of the discovery name (numeric), at most RESOLVED_MAX:
- * how many, or -errno with a message. */
+ * how many (0 when it has no records), or -errno with a message when it
+ * could not be resolved now (the resolver failed: the nodes known stay). */
 static int resolve(const char *name, char out[][INET6_ADDRSTRLEN], struct corral_error *err)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(name, NULL, &hints, &ai);
+    if (g == EAI_NONAME || g == EAI_NODATA)
+        return 0; /* the name has no records: no nodes (a Service with none ready) */
     if (g != 0)
         return corral_fail(err, EHOSTUNREACH, "cannot resolve %s: %s", name,
                            g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
@@ -388,8 +391,8 @@ static int start_members(struct fleet *f, const struct fleet_config *cfg, struct
     if (n < 0)
         return corral_error_wrap(err, "fleet.discovery %s", cfg->discovery);
     if (n == 0)
-        return corral_fail(err, ENOENT, "fleet.discovery %s resolves to no address",
-                           cfg->discovery);
+        return corral_fail(err, ENOENT, "fleet.discovery %s: %s has no address records",
+                           cfg->discovery, f->disc_host);
     pthread_mutex_lock(&f->lock);
     sync_members(f, addrs, n);
     f->threads++;
