@@ -4,7 +4,7 @@
 // (kubernetes-models), and hold together as a reader needs them to: Services
 // reach ports the containers declare and corral listens on, probes ask
 // /healthz and /readyz, every Secret and ConfigMap key referred to exists,
-// the headless Service of fleet.discovery selects the node pods, a node
+// the headless Service of fleet.discovery selects the node pods, each role
 // outlasts its drain, and `corral serve --check` accepts the ConfigMap's
 // corral.yaml with each role's arguments and environment.
 //
@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import {
-  CORRAL, KUBE, argValue, assemble, cmakeVersion, containerEnv, containerPort, environRefs,
+  CORRAL, KUBE, REPO, argValue, assemble, cmakeVersion, containerEnv, containerPort, environRefs,
   fileFromConfigMap, filesBelow, find, imageUid, kustomizations, mountOf, named, parseYaml, podLabels,
   refValue, rel, seconds, secretData, selects, validateObject, workloads, CLUSTER_KINDS,
 } from './lib.mjs';
@@ -106,6 +106,16 @@ function configValue(config, dotted) {
 function resolved(pod, value) {
   const m = typeof value === 'string' && /^os\.environ\/(.*)$/.exec(value);
   return m ? pod.env[m[1]] : value;
+}
+
+// What a gateway takes to stop after the drain, in seconds: its calls get
+// GATEWAY_DRAIN_MS to end, then their answers HTTP_DRAIN_MS to reach the
+// clients (src/cli/serve.c); NaN when they cannot be read there.
+function gatewayStopSeconds() {
+  const text = fs.readFileSync(path.join(REPO, 'src/cli/serve.c'), 'utf8');
+  const ms = ['GATEWAY_DRAIN_MS', 'HTTP_DRAIN_MS']
+    .map((name) => Number(new RegExp(`#define\\s+${name}\\s+(\\d+)`).exec(text)?.[1]));
+  return (ms[0] + ms[1]) / 1000;
 }
 
 const securityOf = (pod) => ({ ...(pod.spec.securityContext ?? {}), ...(pod.container.securityContext ?? {}) });
@@ -402,16 +412,21 @@ function checkSet(dir) {
     assert.deepEqual(problems, []);
   });
 
-  test('a node outlasts its drain: terminationGracePeriodSeconds is longer than fleet.drain_grace', () => {
+  test('each role outlasts its drain: terminationGracePeriodSeconds is longer than fleet.drain_grace, and a gateway\'s stop', () => {
     const problems = [];
-    for (const p of role('node').filter((x) => x.config)) {
+    const gatewayStop = gatewayStopSeconds();
+    for (const p of pods.filter((x) => x.config)) {
       const grace = configValue(p.config, 'fleet.drain_grace') ?? DEFAULTS.drain_grace;
       const drain = seconds(grace);
+      const gateway = !listenAddress(argValue(p.args, '--gateway-listen')).off;
+      const need = drain + (gateway ? gatewayStop : 0);
       const termination = p.spec.terminationGracePeriodSeconds ?? DEFAULTS.termination_grace;
       if (Number.isNaN(drain)) problems.push(`${p.configFile}: fleet.drain_grace ${grace} is not a duration`);
-      else if (!(termination > drain)) {
+      else if (Number.isNaN(need)) problems.push('src/cli/serve.c: no GATEWAY_DRAIN_MS and HTTP_DRAIN_MS to read');
+      else if (!(termination > need)) {
         problems.push(`${named(p.workload)}: terminationGracePeriodSeconds ${termination} is not longer than ` +
-          `fleet.drain_grace ${grace}: the kubelet would kill a node still draining`);
+          `fleet.drain_grace ${grace}${gateway ? ` and the gateway's stop (${gatewayStop} s)` : ''}: ` +
+          `the kubelet would kill a ${p.role} still draining`);
       }
     }
     assert.deepEqual(problems, []);
