@@ -5,7 +5,7 @@
 // reach ports the containers declare and corral listens on, probes ask
 // /healthz and /readyz, every Secret and ConfigMap key referred to exists,
 // the headless Service of fleet.discovery selects the node pods, each role
-// outlasts its drain, and `corral serve --check` accepts the ConfigMap's
+// outlasts its drain and stop, and `corral serve --check` accepts the ConfigMap's
 // corral.yaml with each role's arguments and environment.
 //
 //   CORRAL=build/corral node --test tests/deploy/
@@ -108,14 +108,16 @@ function resolved(pod, value) {
   return m ? pod.env[m[1]] : value;
 }
 
-// What a gateway takes to stop after the drain, in seconds: its calls get
-// GATEWAY_DRAIN_MS to end, then their answers HTTP_DRAIN_MS to reach the
-// clients (src/cli/serve.c); NaN when they cannot be read there.
-function gatewayStopSeconds() {
+// The most a role takes to stop once its drain is over, in seconds, as
+// src/cli/serve.c stops (stop_servers): a gateway's calls get
+// GATEWAY_DRAIN_MS to end, then each listener HTTP_DRAIN_MS for the answers
+// under way; NaN when the constants cannot be read there.
+function stopSeconds(args) {
   const text = fs.readFileSync(path.join(REPO, 'src/cli/serve.c'), 'utf8');
-  const ms = ['GATEWAY_DRAIN_MS', 'HTTP_DRAIN_MS']
-    .map((name) => Number(new RegExp(`#define\\s+${name}\\s+(\\d+)`).exec(text)?.[1]));
-  return (ms[0] + ms[1]) / 1000;
+  const [gateway, http] = ['GATEWAY_DRAIN_MS', 'HTTP_DRAIN_MS']
+    .map((name) => Number(new RegExp(`#define\\s+${name}\\s+(\\d+)`).exec(text)?.[1]) / 1000);
+  const on = (l) => !listenAddress(argValue(args, ...l.options)).off;
+  return LISTENERS.reduce((sum, l) => sum + (on(l) ? http + (l.port === 'gateway' ? gateway : 0) : 0), 0);
 }
 
 const securityOf = (pod) => ({ ...(pod.spec.securityContext ?? {}), ...(pod.container.securityContext ?? {}) });
@@ -412,21 +414,19 @@ function checkSet(dir) {
     assert.deepEqual(problems, []);
   });
 
-  test('each role outlasts its drain: terminationGracePeriodSeconds is longer than fleet.drain_grace, and a gateway\'s stop', () => {
+  test('each role outlasts its drain and its stop: terminationGracePeriodSeconds is longer than fleet.drain_grace and what stopping takes after it', () => {
     const problems = [];
-    const gatewayStop = gatewayStopSeconds();
     for (const p of pods.filter((x) => x.config)) {
       const grace = configValue(p.config, 'fleet.drain_grace') ?? DEFAULTS.drain_grace;
       const drain = seconds(grace);
-      const gateway = !listenAddress(argValue(p.args, '--gateway-listen')).off;
-      const need = drain + (gateway ? gatewayStop : 0);
+      const stop = stopSeconds(p.args);
       const termination = p.spec.terminationGracePeriodSeconds ?? DEFAULTS.termination_grace;
       if (Number.isNaN(drain)) problems.push(`${p.configFile}: fleet.drain_grace ${grace} is not a duration`);
-      else if (Number.isNaN(need)) problems.push('src/cli/serve.c: no GATEWAY_DRAIN_MS and HTTP_DRAIN_MS to read');
-      else if (!(termination > need)) {
+      else if (Number.isNaN(stop)) problems.push('src/cli/serve.c: no GATEWAY_DRAIN_MS and HTTP_DRAIN_MS to read');
+      else if (!(termination > drain + stop)) {
         problems.push(`${named(p.workload)}: terminationGracePeriodSeconds ${termination} is not longer than ` +
-          `fleet.drain_grace ${grace}${gateway ? ` and the gateway's stop (${gatewayStop} s)` : ''}: ` +
-          `the kubelet would kill a ${p.role} still draining`);
+          `fleet.drain_grace ${grace} and the ${stop} s stopping takes after it: the kubelet would kill a ` +
+          `${p.role} still draining`);
       }
     }
     assert.deepEqual(problems, []);
