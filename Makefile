@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: stress-test all build test-build test docs-check layers-check style-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
+.PHONY: stress-test all build test-build test docs-check layers-check style-check deploy-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
 
 all: build
 
@@ -79,7 +79,7 @@ cli-test: test-build
 # opensandbox, pointed at a second `corral serve`.
 GATEWAY_SUITE = $(wildcard tests/integration/gateway*.test.mjs)
 integration-test: test-build
-	@scripts/install-node-deps
+	@scripts/install-node-deps tests/integration
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral node --test --test-concurrency=1 tests/integration/
 	@for provider in e2b opensandbox; do \
 		echo "the gateway suite, sandbox provider $$provider:"; \
@@ -103,10 +103,20 @@ layers-check:
 style-check:
 	@scripts/check-style
 
+# deploy/: the Kubernetes manifests against the API's schemas and against
+# each other, the container image's definition against the repository and
+# Debian's packages, and `corral serve --check` of the release build on the
+# manifests' configuration (tests/deploy, docs/kubernetes.md). No cluster
+# or container engine needed; seconds.
+deploy-check: build
+	@scripts/install-node-deps tests/deploy
+	@CORRAL=$(CURDIR)/$(BUILD)/corral node --test tests/deploy/
+
 # The release build first: -O2 sees warnings (-Werror) that the test build's
 # -O0 does not.
 test: docs-check layers-check style-check deps format-check
 	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory deploy-check
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory kernel-test
 	@$(MAKE) --no-print-directory unit-test
@@ -127,12 +137,12 @@ run: deps build
 
 # The gateway's seed example with the official openai SDK against a scripted model.
 gateway-demo: deps build
-	@scripts/install-node-deps
+	@scripts/install-node-deps tests/integration
 	@node examples/gateway-demo.mjs $(BUILD)/corral
 
 bench: deps build
 	@scripts/install-bench-deps
-	@scripts/install-node-deps
+	@scripts/install-node-deps tests/integration
 	@$(PYTHON) bench/run.py --corral $(BUILD)/corral
 
 format:
