@@ -58,6 +58,11 @@ the same run, with the ratio of the medians and a target.
    kept-alive client, p99, while 2,000 hostile connections are open (slow
    heads, half bodies, pipelined requests never read), against the same with
    no attack. Target: within 2x, and no error.
+12. a fleet's front (`corral serve --role front`) before one node (`--role
+   node`): the /execute '1+1' round trip and create + first /execute, from
+   a kept-alive client, through the front against the node directly,
+   alternating one call of each in the same run. Target: the front adds at
+   most 0.3 ms at p50 and 1 ms at p99.
 
 The table is printed and written as markdown to bench/results.md. The exit
 status is 1 when a benchmark could not run (or, with --strict, when a target
@@ -563,6 +568,10 @@ def run_all(args, table):
     def row11():
         hostile_row(corral, table, max(30, args.runs // 2))
     attempt("11", "create + execute beside 2,000 hostile connections", "<= 2x, no error", row11)
+
+    def rows12():
+        front_rows(corral, table, max(100, args.runs * 3))
+    attempt("12", "a fleet's front before a node", "see rows 12a-12d", rows12)
     return errors
 
 
@@ -1000,6 +1009,128 @@ def hostile_row(corral, table, runs):
                      "heads), a third half a body, a third 2,000 pipelined requests that they "
                      "never read; all from 20 loopback addresses, open while the measured "
                      "client ran")
+
+
+# ---- row 12: a fleet's front ----
+
+def serve_on(corral, args, ready_port, log):
+    """`corral serve ARGS` started, once GET /readyz on ready_port says 200."""
+    import urllib.request
+    srv = subprocess.Popen([corral, "serve", *args], stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if srv.poll() is not None:
+            raise BenchError(f"corral serve {' '.join(args)} exited ({srv.returncode})")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ready_port}/readyz", timeout=5) as r:
+                if r.status == 200:
+                    return srv
+        except OSError:
+            pass
+        time.sleep(0.1)
+    srv.kill()
+    raise BenchError(f"corral serve {' '.join(args)} was not ready in 180 s")
+
+
+def front_rows(corral, table, runs):
+    """12a-12d: the /execute '1+1' round trip and create + first /execute
+    through a front and directly to its node, one of each in turn, from two
+    kept-alive http.client connections. The front's added latency is the
+    difference of the two percentiles."""
+    import http.client
+    import socket
+
+    print("bench: 12. a fleet's front before a node ...", file=sys.stderr, flush=True)
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    node_port, osb_port, front_port = ports
+    tmp = tempfile.mkdtemp(prefix="corral-bench-fleet-")
+    node_cfg = os.path.join(tmp, "node.yaml")
+    front_cfg = os.path.join(tmp, "front.yaml")
+    with open(node_cfg, "w") as f:
+        f.write("fleet:\n  key: bench\n  drain_grace: 0\n")
+    with open(front_cfg, "w") as f:
+        f.write(f"fleet:\n  role: front\n  key: bench\n  nodes: [127.0.0.1:{node_port}]\n")
+    log = open(os.path.join(tmp, "serve.log"), "w")
+    servers = []
+    try:
+        servers.append(serve_on(corral, ["--role", "node", "--config", node_cfg, "--listen",
+                                         f"127.0.0.1:{node_port}", "--opensandbox-listen",
+                                         f"127.0.0.1:{osb_port}", "--gateway-listen", "off"],
+                                node_port, log))
+        servers.append(serve_on(corral, ["--config", front_cfg, "--listen",
+                                         f"127.0.0.1:{front_port}", "--opensandbox-listen",
+                                         "off", "--gateway-listen", "off"], front_port, log))
+        conns = {"node": http.client.HTTPConnection("127.0.0.1", node_port, timeout=60),
+                 "front": http.client.HTTPConnection("127.0.0.1", front_port, timeout=60)}
+
+        def call(via, method, path, body=None, headers=None):
+            c = conns[via]
+            c.request(method, path, json.dumps(body) if body is not None else None,
+                      headers or {})
+            r = c.getresponse()
+            return r.status, r.read()
+
+        def create(via):
+            status, body = call(via, "POST", "/sandboxes",
+                                {"templateID": "code-interpreter-v1", "secure": False},
+                                {"Content-Type": "application/json"})
+            if status != 201:
+                raise BenchError(f"create via the {via} answered {status}: {body[:200]!r}")
+            return json.loads(body)["sandboxID"]
+
+        def execute(via, sid):
+            status, body = call(via, "POST", "/execute", {"code": "1+1"},
+                                {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999",
+                                 "Content-Type": "application/json"})
+            if status != 200 or b'"text":"2"' not in body:
+                raise BenchError(f"/execute via the {via} answered {status}: {body[:200]!r}")
+
+        made = {"node": [], "front": []}
+        for i in range(2 + max(20, runs // 8)):  # the first of each: warm-up
+            for via in ("node", "front"):
+                t = time.perf_counter()
+                sid = create(via)
+                execute(via, sid)
+                if i >= 2:
+                    made[via].append((time.perf_counter() - t) * 1000)
+                call(via, "DELETE", f"/sandboxes/{sid}")
+        sid = create("node")
+        trips = {"node": [], "front": []}
+        for i in range(runs + 20):
+            for via in ("node", "front"):
+                t = time.perf_counter()
+                execute(via, sid)
+                if i >= 20:
+                    trips[via].append((time.perf_counter() - t) * 1000)
+        call("node", "DELETE", f"/sandboxes/{sid}")
+        for c in conns.values():
+            c.close()
+    finally:
+        for srv in reversed(servers):
+            srv.terminate()
+            srv.wait(60)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    for num, what, vals in (("12a", "/execute '1+1' round trip", trips),
+                            ("12c", "create + first /execute '1+1'", made)):
+        f, d = vals["front"], vals["node"]
+        p50 = med(f) - med(d)
+        table.add(num, f"through a front: {what}, p50", f"{med(f):.2f} ms (n={len(f)})",
+                  "the node directly", f"{med(d):.2f} ms (n={len(d)})", f"{p50 * 1000:+.0f} us",
+                  "<= +0.3 ms", p50 <= 0.3)
+        p99_over = p99(f) - p99(d)
+        num99 = chr(ord(num[-1]) + 1)
+        table.add(num[:-1] + num99, f"through a front: {what}, p99", f"{p99(f):.2f} ms",
+                  "the node directly", f"{p99(d):.2f} ms", f"{p99_over * 1000:+.0f} us",
+                  "<= +1 ms", p99_over <= 1.0)
+    table.note("12", "a node and a front on this machine, one kept-alive connection to each; "
+                     "one call through the front, then one to the node, in turn; the front "
+                     "forwards over a kept-alive connection of its own and streams the "
+                     "NDJSON answer as it comes")
 
 
 # ---- row 9: network egress ----
