@@ -219,6 +219,14 @@ static int locate(struct provider_sandbox *s, const struct gateway_sandbox_tool 
     return s->envd_base && s->code_base ? 0 : -ENOMEM;
 }
 
+static bool usable_id(const char *id)
+{
+    return id && *id && strlen(id) <= ID_MAX &&
+           strspn(id, "abcdefghijklmnopqrstuvwxyz"
+                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789-_") == strlen(id);
+}
+
 /* POST /sandboxes. */
 static int create_remote(struct provider_sandbox *s, const struct gateway_sandbox_tool *tool,
                          const struct provider_create_options *o, struct corral_error *err)
@@ -258,10 +266,7 @@ static int create_remote(struct provider_sandbox *s, const struct gateway_sandbo
     if (rc < 0)
         return rc;
     const char *id = json_string_value(json_object_get(j, "sandboxID"));
-    if (!id || !*id || strlen(id) > ID_MAX ||
-        strspn(id, "abcdefghijklmnopqrstuvwxyz"
-                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                   "0123456789-_") != strlen(id))
+    if (!usable_id(id))
         return corral_fail(err, EPROTO, "%s: the answer has no usable sandboxID", what);
     if (rm_sandbox_set_id(&s->rm, id) < 0)
         return corral_fail(err, ENOMEM, "out of memory");
@@ -372,6 +377,67 @@ static int e2b_create(const struct gateway_sandbox_tool *tool,
     }
     *out = s;
     return 0;
+}
+
+static json_t *e2b_handle(struct provider_sandbox *s)
+{
+    return json_pack("{s:s, s:s}", "sandbox", s->rm.id, "context", s->context);
+}
+
+/* POST /sandboxes/ID/connect: the sandbox another gateway made, its access
+ * token again, kept secs more. */
+static int connect_remote(struct provider_sandbox *s, const struct gateway_sandbox_tool *tool,
+                          uint64_t secs, struct corral_error *err)
+{
+    char path[160], body[64], what[256];
+    snprintf(path, sizeof(path), "/sandboxes/%s/connect", s->rm.id);
+    snprintf(body, sizeof(body), "{\"timeout\":%llu}", (unsigned long long)secs);
+    snprintf(what, sizeof(what), "e2b sandbox %s: connecting", s->rm.id);
+    struct rm_request q = control(s, "POST", path);
+    q.body = body;
+    q.len = strlen(body);
+    q.idempotent = true;
+    cleanup_json json_t *j = NULL;
+    int rc = exchange(&q, what, &j, err);
+    if (rc < 0)
+        return rc;
+    rm_life_renewed(&s->rm.life, corral_wall_ms() + secs * 1000);
+    s->h_id = header_line("E2b-Sandbox-Id", s->rm.id);
+    s->h_token =
+        header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
+    s->h_traffic = header_line("E2B-Traffic-Access-Token",
+                               json_string_value(json_object_get(j, "trafficAccessToken")));
+    rc = s->h_id ? locate(s, tool, json_string_value(json_object_get(j, "domain"))) : -ENOMEM;
+    return rc < 0 ? corral_fail(err, -rc, "out of memory") : 0;
+}
+
+static int e2b_attach(const struct gateway_sandbox_tool *tool, const json_t *handle,
+                      const struct provider_create_options *o, struct provider_sandbox **out,
+                      struct corral_error *err)
+{
+    const char *id = json_string_value(json_object_get(handle, "sandbox"));
+    const char *context = json_string_value(json_object_get(handle, "context"));
+    if (!tool || !usable_id(id) || !context || !*context)
+        return corral_fail(err, EINVAL, "not a handle of an e2b sandbox");
+    struct provider_sandbox *s = sandbox_new(tool);
+    if (!s || rm_sandbox_set_id(&s->rm, id) < 0 || !(s->context = strdup(context))) {
+        if (s)
+            sandbox_free(s);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    int rc = connect_remote(s, tool, (o->lifetime_ms + 999) / 1000, err);
+    if (rc < 0) {
+        sandbox_free(s); /* someone else's: not deleted */
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static void e2b_leave(struct provider_sandbox *s)
+{
+    rm_kill(s); /* what runs stops (its renewals too); the sandbox itself stays */
+    sandbox_free(s);
 }
 
 static void e2b_touch(struct provider_sandbox *s, uint64_t lifetime_ms)
@@ -641,4 +707,7 @@ const struct provider provider_e2b = {
     .alive = rm_alive,
     .touch = e2b_touch,
     .destroy = rm_destroy,
+    .handle = e2b_handle,
+    .attach = e2b_attach,
+    .leave = e2b_leave,
 };

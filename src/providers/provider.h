@@ -171,6 +171,18 @@ struct provider {
     void (*touch)(struct provider_sandbox *sb, uint64_t lifetime_ms);
     /* Kills (if still alive) and frees. */
     void (*destroy)(struct provider_sandbox *sb);
+    /* For sandboxes that outlive the gateway's process (remote ones; NULL
+     * for others): what reaches sb again from another gateway (a JSON
+     * object, new reference; NULL when out of memory), that handle taken
+     * up again (the service keeps the sandbox lifetime_ms from now; a
+     * negative errno when it is gone: -ENOENT), and sb let go without
+     * deleting it (it ends at its own deadline, or another gateway takes it
+     * up). */
+    json_t *(*handle)(struct provider_sandbox *sb);
+    int (*attach)(const struct gateway_sandbox_tool *tool, const json_t *handle,
+                  const struct provider_create_options *o, struct provider_sandbox **out,
+                  struct corral_error *err);
+    void (*leave)(struct provider_sandbox *sb);
 };
 
 extern const struct provider provider_local;
