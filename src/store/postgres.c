@@ -20,6 +20,7 @@
  * Messages name the store by its URL without the password.
  */
 #include <errno.h>
+#include <limits.h>
 #include <libpq-fe.h>
 #include <poll.h>
 #include <pthread.h>
@@ -36,8 +37,9 @@
 #define STORE_PG_STATEMENT_TIMEOUT_MS 10000
 #define STORE_PG_ANSWER_GRACE_MS      2000
 
-#define PG_TEXT_OID 25 /* the types of parameters, from pg_type */
-#define PG_INT8_OID 20
+#define PG_TEXT_OID  25 /* the types of parameters, from pg_type */
+#define PG_INT8_OID  20
+#define PG_BYTEA_OID 17
 
 struct pg_conn {
     PGconn *pg; /* NULL until connected, and again once broken */
@@ -336,38 +338,95 @@ static int copy_rows(PGresult *res, struct store_rows *rows, struct corral_error
     return 0;
 }
 
-static int pg_query(struct store_conn *conn, const char *sql, const struct store_param *p, int n,
-                    struct store_rows *rows, struct corral_error *err)
+enum { PG_MAX_PARAMS = 16, PG_INT_TEXT = 24 };
+
+/* A statement's parameters as libpq takes them: texts and integers as text,
+ * bytes as binary (bytea). */
+struct pg_params {
+    char ints[PG_MAX_PARAMS][PG_INT_TEXT];
+    const char *values[PG_MAX_PARAMS];
+    int lengths[PG_MAX_PARAMS], formats[PG_MAX_PARAMS];
+    Oid types[PG_MAX_PARAMS];
+};
+
+static int pg_params_of(const struct store_param *p, int n, struct pg_params *out,
+                        struct corral_error *err)
 {
-    struct pg_conn *c = (struct pg_conn *)conn;
-    enum { MAX_PARAMS = 16, INT_TEXT = 24 };
+    if (n > PG_MAX_PARAMS)
+        return corral_fail(err, E2BIG, "a statement with more than %d parameters", PG_MAX_PARAMS);
+    for (int i = 0; i < n; i++) {
+        out->types[i] = p[i].binary ? PG_BYTEA_OID : p[i].integer ? PG_INT8_OID : PG_TEXT_OID;
+        out->values[i] = p[i].text;
+        out->lengths[i] = 0;
+        out->formats[i] = 0;
+        if (p[i].integer) {
+            snprintf(out->ints[i], PG_INT_TEXT, "%lld", (long long)p[i].value);
+            out->values[i] = p[i].has ? out->ints[i] : NULL;
+        } else if (p[i].binary) {
+            if (p[i].len > INT_MAX)
+                return corral_fail(err, E2BIG, "a value of %zu bytes is too large", p[i].len);
+            out->values[i] = p[i].len ? p[i].bytes : ""; /* NULL would be SQL NULL */
+            out->lengths[i] = (int)p[i].len;
+            out->formats[i] = 1;
+        }
+    }
+    return 0;
+}
+
+/* Runs sql with p[0..n) bound, its result in `format` (0 text, 1 binary)
+ * into *res (to be cleared by the caller; NULL for a statement with none). */
+static int pg_run(struct pg_conn *c, const char *sql, const struct store_param *p, int n,
+                  int format, PGresult **res, struct corral_error *err)
+{
+    *res = NULL;
     if (!c->pg)
         return fail_unreachable(NULL, err);
-    if (n > MAX_PARAMS)
-        return corral_fail(err, E2BIG, "a statement with more than %d parameters", MAX_PARAMS);
+    struct pg_params params;
+    int r = pg_params_of(p, n, &params, err);
+    if (r < 0)
+        return r;
     cleanup_free char *text = dollar_params(sql);
     if (!text)
         return corral_fail(err, ENOMEM, "out of memory");
-    char ints[MAX_PARAMS][INT_TEXT];
-    const char *values[MAX_PARAMS];
-    Oid types[MAX_PARAMS];
-    for (int i = 0; i < n; i++) {
-        types[i] = p[i].integer ? PG_INT8_OID : PG_TEXT_OID;
-        values[i] = p[i].text;
-        if (p[i].integer) {
-            snprintf(ints[i], INT_TEXT, "%lld", (long long)p[i].value);
-            values[i] = p[i].has ? ints[i] : NULL;
-        }
-    }
-    if (!PQsendQueryParams(c->pg, text, n, types, values, NULL, NULL, 0))
+    if (!PQsendQueryParams(c->pg, text, n, params.types, params.values, params.lengths,
+                           params.formats, format))
         return fail_result(c, NULL, err);
+    return collect(c, res, err);
+}
+
+static int pg_query(struct store_conn *conn, const char *sql, const struct store_param *p, int n,
+                    struct store_rows *rows, struct corral_error *err)
+{
     PGresult *res = NULL;
-    int r = collect(c, &res, err);
+    int r = pg_run((struct pg_conn *)conn, sql, p, n, 0, &res, err);
     struct store_rows got = {0};
     if (r == 0 && res && (r = copy_rows(res, &got, err)) == 0 && rows)
         *rows = got;
     else
         store_rows_free(&got);
+    PQclear(res);
+    return r;
+}
+
+static int pg_query_bytes(struct store_conn *conn, const char *sql, const struct store_param *p,
+                          int n, void **data, size_t *len, struct corral_error *err)
+{
+    *data = NULL;
+    *len = 0;
+    PGresult *res = NULL;
+    int r = pg_run((struct pg_conn *)conn, sql, p, n, 1, &res, err);
+    if (r == 0 && (!res || PQntuples(res) == 0 || PQnfields(res) < 1 || PQgetisnull(res, 0, 0)))
+        r = corral_fail(err, ENOENT, "no such row");
+    if (r == 0) {
+        size_t size = (size_t)PQgetlength(res, 0, 0);
+        *data = malloc(size ? size : 1);
+        if (*data) {
+            memcpy(*data, PQgetvalue(res, 0, 0), size);
+            *len = size;
+        } else {
+            r = corral_fail(err, ENOMEM, "out of memory");
+        }
+    }
     PQclear(res);
     return r;
 }
@@ -406,9 +465,11 @@ static const struct store_backend postgres_backend = {
     .begin_sql = "BEGIN",
     /* the lock's key: any constant of ours ("corral" in ASCII) */
     .begin_migration_sql = "BEGIN; SELECT pg_advisory_xact_lock(107236913218156)",
+    .begin_read_sql = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
     .acquire = pg_acquire,
     .release = pg_release,
     .query = pg_query,
+    .query_bytes = pg_query_bytes,
     .script = pg_script,
     .legacy_version = NULL,
     .record_version = NULL,

@@ -15,7 +15,9 @@
  * corrals refuse a newer database in turn.
  *
  * A migration's SQL is what both engines accept (BIGINT, TEXT); the few
- * statements one engine needs and the other has no words for are beside it.
+ * statements one engine needs and the other has no words for are beside it
+ * (a migration may have only those: the type of bytes is BLOB in one, BYTEA
+ * in the other).
  * PostgreSQL has no rowid: its tables get one, an identity column, so that
  * lists order (created_at, rowid) alike on both.
  */
@@ -26,7 +28,7 @@
 #include "store/store_internal.h"
 
 struct migration {
-    const char *sql;      /* for every backend */
+    const char *sql;      /* for every backend (NULL: nothing) */
     const char *sqlite;   /* then for SQLite only (NULL: nothing) */
     const char *postgres; /* then for PostgreSQL only */
 };
@@ -104,6 +106,31 @@ static const struct migration migrations[] = {
      "CREATE INDEX responses_by_created ON responses (created_at)",
      "UPDATE container_files SET bytes = json_extract(object, '$.bytes')",
      "UPDATE container_files SET bytes = (object::jsonb ->> 'bytes')::bigint"},
+    /* 4 -> 5: the bytes of files, for the gateways that share a store
+     * (store.h, "the bytes of files"): chunks of at most STORE_BLOB_CHUNK
+     * bytes, numbered from 0 (a file has at least chunk 0, empty for an
+     * empty file), keyed by what names the file: its container's id and its
+     * own (an uploaded file: "" and its id); `version` names the bytes as a
+     * whole, the same in each chunk. PostgreSQL keeps a chunk out of line
+     * and uncompressed (most of what code writes is compressed already). */
+    {NULL,
+     "CREATE TABLE blobs ("
+     " container_id TEXT NOT NULL,"
+     " id TEXT NOT NULL,"
+     " chunk BIGINT NOT NULL,"
+     " version TEXT NOT NULL,"
+     " data BLOB NOT NULL,"
+     " PRIMARY KEY (container_id, id, chunk)"
+     ")",
+     "CREATE TABLE blobs ("
+     " container_id TEXT NOT NULL,"
+     " id TEXT NOT NULL,"
+     " chunk BIGINT NOT NULL,"
+     " version TEXT NOT NULL,"
+     " data BYTEA NOT NULL,"
+     " PRIMARY KEY (container_id, id, chunk)"
+     ");"
+     "ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL"},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -149,7 +176,7 @@ static int apply(struct store *s, struct store_conn *c, int v, struct corral_err
 {
     const struct migration *m = &migrations[v];
     const char *own = s->backend->dialect == STORE_SQLITE ? m->sqlite : m->postgres;
-    int r = s->backend->script(c, m->sql, err);
+    int r = m->sql ? s->backend->script(c, m->sql, err) : 0;
     if (r == 0 && own)
         r = s->backend->script(c, own, err);
     if (r == 0)

@@ -115,16 +115,19 @@ static void statement_done(struct sqlite_conn *c, sqlite3_stmt *st)
     sqlite3_finalize(st);
 }
 
-/* Binds p[0..n) to ?1.. of st (SQLite copies the texts); the first
- * failure's SQLite code, or SQLITE_OK. */
+/* Binds p[0..n) to ?1.. of st (SQLite copies the texts; bytes stay the
+ * caller's until the statement is done); the first failure's SQLite code,
+ * or SQLITE_OK. */
 static int bind_params(sqlite3_stmt *st, const struct store_param *p, int n)
 {
     int rc = SQLITE_OK;
     for (int i = 0; i < n && rc == SQLITE_OK; i++)
-        rc = p[i].integer ? p[i].has ? sqlite3_bind_int64(st, i + 1, p[i].value)
-                                     : sqlite3_bind_null(st, i + 1)
+        rc = p[i].binary    ? sqlite3_bind_blob64(st, i + 1, p[i].len ? p[i].bytes : "", p[i].len,
+                                                  SQLITE_STATIC)
+             : p[i].integer ? p[i].has ? sqlite3_bind_int64(st, i + 1, p[i].value)
+                                       : sqlite3_bind_null(st, i + 1)
              : p[i].text ? sqlite3_bind_text(st, i + 1, p[i].text, -1, SQLITE_TRANSIENT)
-                          : sqlite3_bind_null(st, i + 1);
+                            : sqlite3_bind_null(st, i + 1);
     return rc;
 }
 
@@ -183,6 +186,36 @@ static int sqlite_query(struct store_conn *conn, const char *sql, const struct s
         *rows = got;
     else
         store_rows_free(&got);
+    return r;
+}
+
+static int sqlite_query_bytes(struct store_conn *conn, const char *sql, const struct store_param *p,
+                              int n, void **data, size_t *len, struct corral_error *err)
+{
+    struct sqlite_conn *c = conn_of(conn);
+    *data = NULL;
+    *len = 0;
+    sqlite3_stmt *st;
+    int r = statement(c, sql, &st, err);
+    if (r < 0)
+        return r;
+    int rc = bind_params(st, p, n);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        const void *blob = sqlite3_column_blob(st, 0);
+        size_t size = (size_t)sqlite3_column_bytes(st, 0);
+        *data = malloc(size ? size : 1);
+        if (*data && size)
+            memcpy(*data, blob, size);
+        *len = size;
+        r = *data ? 0 : corral_fail(err, ENOMEM, "out of memory");
+    } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+        r = corral_fail(err, ENOENT, "no such row");
+    } else {
+        r = fail_sqlite(err, c->db, rc);
+    }
+    statement_done(c, st);
     return r;
 }
 
@@ -248,9 +281,11 @@ static const struct store_backend sqlite_backend = {
     .dialect = STORE_SQLITE,
     .begin_sql = "BEGIN IMMEDIATE",
     .begin_migration_sql = "BEGIN IMMEDIATE",
+    .begin_read_sql = "BEGIN", /* deferred: its snapshot is taken at its first read */
     .acquire = sqlite_acquire,
     .release = sqlite_release,
     .query = sqlite_query,
+    .query_bytes = sqlite_query_bytes,
     .script = sqlite_script,
     .legacy_version = sqlite_legacy_version,
     .record_version = sqlite_record_version,

@@ -4,8 +4,9 @@
  * whichever backend the location chose (sqlite.c for a path or ":memory:",
  * postgres.c for a postgresql:// URL). Here: opening (the backend, then its
  * migrations, schema.c), stored responses, containers, container files,
- * uploaded files, virtual keys and usage counters, objects kept as JSON text
- * beside the columns that queries need.
+ * uploaded files, the bytes of files (in chunks, streamed from and to a
+ * file descriptor), virtual keys and usage counters, objects kept as JSON
+ * text beside the columns that queries need.
  *
  * Each call takes a connection of the backend for its statements and gives
  * it back; a call whose statements must happen together runs them in one
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/cleanup.h"
 #include "store/store_internal.h"
@@ -100,45 +102,95 @@ void store_close(struct store *s)
 
 /* ---- running statements ---- */
 
-/* A statement and its parameters, one step of a call. */
+/* A statement and its parameters, one step of a call. A step with a
+ * `must_change` code must change a row: the call fails with that code and
+ * the message `unchanged` (as it is, not prefixed) when it changes none. */
 struct step {
     const char *sql;
     const struct store_param *p;
     int n;
+    int must_change;
+    const char *unchanged;
+};
+#define STEP(sql_, p_, n_)                                                                         \
+    {                                                                                              \
+        .sql = (sql_), .p = (p_), .n = (n_)                                                        \
+    }
+#define STEP_MUST(sql_, p_, n_, code_, msg_)                                                       \
+    {                                                                                              \
+        .sql = (sql_), .p = (p_), .n = (n_), .must_change = (code_), .unchanged = (msg_)           \
+    }
+
+/* The bytes a call stores before its steps (see store_put_cfile_bytes). */
+struct bytes_put {
+    const char *container_id, *id;
+    const struct store_bytes *bytes;
+    bool has_size;
+    int64_t size; /* what the file's object says, when it does */
 };
 
-/* Runs steps[0..n) on one connection, in a transaction when there are
- * several; rows (may be NULL) gets the last one's result, changes[i] (may
- * be NULL) the rows each step changed. The error is "<what>: <why>". */
-static int run_steps(struct store *s, const struct step *steps, int n, struct store_rows *rows,
-                     int64_t *changes, const char *what, struct corral_error *err)
+static int put_chunks(struct store *s, struct store_conn *c, const struct bytes_put *put,
+                      struct corral_error *err);
+
+/* The steps of run_steps on the connection c; *plain: the failure is a
+ * step's `unchanged`, whose message stays as it is. */
+static int run_steps_on(struct store *s, struct store_conn *c, const struct bytes_put *put,
+                        const struct step *steps, int n, struct store_rows *rows, int64_t *changes,
+                        bool *plain, struct corral_error *err)
+{
+    int r = put ? put_chunks(s, c, put, err) : 0;
+    for (int i = 0; r == 0 && i < n; i++) {
+        struct store_rows got = {0};
+        r = s->backend->query(c, steps[i].sql, steps[i].p, steps[i].n, &got, err);
+        if (r == 0 && changes)
+            changes[i] = got.changes;
+        if (r == 0 && steps[i].must_change && got.changes == 0) {
+            r = corral_fail(err, steps[i].must_change, "%s", steps[i].unchanged);
+            *plain = true;
+        }
+        if (r == 0 && rows && i == n - 1)
+            *rows = got;
+        else
+            store_rows_free(&got);
+    }
+    return r;
+}
+
+/* Runs steps[0..n) on one connection, after storing the bytes `put` (may
+ * be NULL), in a transaction when there are several things to do; rows
+ * (may be NULL) gets the last step's result, changes[i] (may be NULL) the
+ * rows each step changed. The error is "<what>: <why>". */
+static int run_steps_with(struct store *s, const struct bytes_put *put, const struct step *steps,
+                          int n, struct store_rows *rows, int64_t *changes, const char *what,
+                          struct corral_error *err)
 {
     const struct store_backend *b = s->backend;
     struct store_conn *c;
     int r = b->acquire(s, &c, err);
     if (r < 0)
         return corral_error_wrap(err, "%s", what);
-    bool transaction = n > 1;
+    bool transaction = n > 1 || put;
+    bool plain = false;
     if (transaction)
         r = b->script(c, b->begin_sql, err);
-    for (int i = 0; r == 0 && i < n; i++) {
-        struct store_rows got = {0};
-        r = b->query(c, steps[i].sql, steps[i].p, steps[i].n, &got, err);
-        if (r == 0 && changes)
-            changes[i] = got.changes;
-        if (r == 0 && rows && i == n - 1)
-            *rows = got;
-        else
-            store_rows_free(&got);
-    }
+    if (r == 0)
+        r = run_steps_on(s, c, put, steps, n, rows, changes, &plain, err);
     if (transaction && r == 0)
         r = b->script(c, "COMMIT", err);
     if (transaction && r < 0) {
         struct corral_error ignored;
         b->script(c, "ROLLBACK", &ignored);
     }
+    if (r < 0 && rows)
+        store_rows_free(rows);
     b->release(s, c);
-    return r < 0 ? corral_error_wrap(err, "%s", what) : 0;
+    return r < 0 && !plain ? corral_error_wrap(err, "%s", what) : r;
+}
+
+static int run_steps(struct store *s, const struct step *steps, int n, struct store_rows *rows,
+                     int64_t *changes, const char *what, struct corral_error *err)
+{
+    return run_steps_with(s, NULL, steps, n, rows, changes, what, err);
 }
 
 /* Runs one statement, p[0..n) bound to ?1..; rows and changes may be NULL. */
@@ -146,7 +198,7 @@ static int run(struct store *s, const char *sql, const struct store_param *p, in
                struct store_rows *rows, int64_t *changes, const char *what,
                struct corral_error *err)
 {
-    const struct step step = {sql, p, n};
+    const struct step step = STEP(sql, p, n);
     return run_steps(s, &step, 1, rows, changes, what, err);
 }
 
@@ -322,16 +374,23 @@ int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t
     const struct store_param before[] = {P_INT(true, created_before)};
     const struct store_param kept[] = {P_INT(true, keep > INT64_MAX ? INT64_MAX : (int64_t)keep)};
     const struct step steps[] = {
-        {"DELETE FROM responses WHERE created_at < ?1", before, 1},
+        STEP("DELETE FROM responses WHERE created_at < ?1", before, 1),
         /* every response from the first one past the `keep` newest on */
-        {"DELETE FROM responses WHERE (created_at, rowid) <= (SELECT created_at, rowid"
-         " FROM responses ORDER BY created_at DESC, rowid DESC LIMIT 1 OFFSET ?1)",
-         kept, 1},
-        /* an expired container's record (its files went when it expired) */
-        {"DELETE FROM containers WHERE status = 'expired' AND last_active_at < ?1", before, 1},
+        STEP("DELETE FROM responses WHERE (created_at, rowid) <= (SELECT created_at, rowid"
+             " FROM responses ORDER BY created_at DESC, rowid DESC LIMIT 1 OFFSET ?1)",
+             kept, 1),
+        /* an expired container's record (its files went when it expired:
+         * any a gateway stopped before deleting go now) */
+        STEP("DELETE FROM blobs WHERE container_id IN (SELECT id FROM containers"
+             " WHERE status = 'expired' AND last_active_at < ?1)",
+             before, 1),
+        STEP("DELETE FROM container_files WHERE container_id IN (SELECT id FROM containers"
+             " WHERE status = 'expired' AND last_active_at < ?1)",
+             before, 1),
+        STEP("DELETE FROM containers WHERE status = 'expired' AND last_active_at < ?1", before, 1),
     };
-    int64_t changes[3] = {0, 0, 0};
-    int r = run_steps(s, steps, 3, NULL, changes, what, err);
+    int64_t changes[5] = {0, 0, 0, 0, 0};
+    int r = run_steps(s, steps, 5, NULL, changes, what, err);
     if (dropped)
         *dropped = r == 0 ? (uint64_t)(changes[0] + changes[1]) : 0;
     return r;
@@ -568,16 +627,19 @@ int store_delete_container(struct store *s, const char *id, const char *owner,
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete container %s from store %s", id, s->name);
     const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
-    /* its files go with it, and only then: those of a container of another
-     * owner stay */
+    /* its files and their bytes go with it, and only then: those of a
+     * container of another owner stay */
     const struct step steps[] = {
-        {"DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2},
-        {"DELETE FROM container_files WHERE container_id = ?1"
-         " AND NOT EXISTS (SELECT 1 FROM containers WHERE id = ?1)",
-         keys, 1},
+        STEP("DELETE FROM containers WHERE id = ?1 AND owner = ?2", keys, 2),
+        STEP("DELETE FROM container_files WHERE container_id = ?1"
+             " AND NOT EXISTS (SELECT 1 FROM containers WHERE id = ?1)",
+             keys, 1),
+        STEP("DELETE FROM blobs WHERE container_id = ?1"
+             " AND NOT EXISTS (SELECT 1 FROM containers WHERE id = ?1)",
+             keys, 1),
     };
-    int64_t changes[2] = {0, 0};
-    int r = run_steps(s, steps, 2, NULL, changes, what, err);
+    int64_t changes[3] = {0, 0, 0};
+    int r = run_steps(s, steps, 3, NULL, changes, what, err);
     if (r == 0 && changes[0] == 0)
         r = corral_fail(err, ENOENT, "no container %s in store %s", id, s->name);
     return r;
@@ -590,14 +652,16 @@ static const char put_cfile_sql[] =
     " path = excluded.path, created_at = excluded.created_at, source = excluded.source,"
     " bytes = excluded.bytes, object = excluded.object";
 
-int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
+/* store_put_cfile, with the bytes `bytes` when not NULL. */
+static int put_cfile(struct store *s, json_t *cfile, const struct store_bytes *bytes,
+                     struct corral_error *err)
 {
     const struct kind *k = &cfile_kind;
     if (!json_is_object(cfile))
         return corral_fail(err, EINVAL, "cannot store a container file that is not a JSON object");
     const char *id, *container_id, *path, *source;
     bool has_created, has_bytes;
-    int64_t created_at, bytes;
+    int64_t created_at, size;
     int r = field_string(cfile, "id", true, &id, k, err);
     if (r == 0)
         r = field_string(cfile, "container_id", true, &container_id, k, err);
@@ -608,7 +672,7 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
     if (r == 0)
         r = field_string(cfile, "source", false, &source, k, err);
     if (r == 0)
-        r = field_integer(cfile, "bytes", false, &has_bytes, &bytes, k, err);
+        r = field_integer(cfile, "bytes", false, &has_bytes, &size, k, err);
     cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(cfile, &text, k, err);
@@ -618,16 +682,35 @@ int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store file %s of container %s in store %s", id,
              container_id, s->name);
-    /* One file per path: another id at this path gives way to this one. */
+    /* One file per path: another id at this path gives way to this one,
+     * and its bytes with it. */
     const struct store_param keys[] = {P_TEXT(container_id), P_TEXT(path), P_TEXT(id)};
     const struct store_param p[] = {
-        P_TEXT(id),     P_TEXT(container_id),    P_TEXT(path), P_INT(true, created_at),
-        P_TEXT(source), P_INT(has_bytes, bytes), P_TEXT(text)};
+        P_TEXT(id),     P_TEXT(container_id),   P_TEXT(path), P_INT(true, created_at),
+        P_TEXT(source), P_INT(has_bytes, size), P_TEXT(text)};
     const struct step steps[] = {
-        {"DELETE FROM container_files WHERE container_id = ?1 AND path = ?2 AND id <> ?3", keys, 3},
-        {put_cfile_sql, p, P_COUNT(p)},
+        STEP("DELETE FROM blobs WHERE container_id = ?1 AND id IN (SELECT id FROM container_files"
+             " WHERE container_id = ?1 AND path = ?2 AND id <> ?3)",
+             keys, 3),
+        STEP("DELETE FROM container_files WHERE container_id = ?1 AND path = ?2 AND id <> ?3", keys,
+             3),
+        STEP(put_cfile_sql, p, P_COUNT(p)),
     };
-    return run_steps(s, steps, 2, NULL, NULL, what, err);
+    const struct bytes_put put = {container_id, id, bytes, has_bytes, size};
+    return run_steps_with(s, bytes ? &put : NULL, steps, 3, NULL, NULL, what, err);
+}
+
+int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err)
+{
+    return put_cfile(s, cfile, NULL, err);
+}
+
+int store_put_cfile_bytes(struct store *s, json_t *cfile, const struct store_bytes *bytes,
+                          struct corral_error *err)
+{
+    if (!bytes)
+        return corral_fail(err, EINVAL, "cannot store a container file's bytes without them");
+    return put_cfile(s, cfile, bytes, err);
 }
 
 int store_get_cfile(struct store *s, const char *container_id, const char *id, json_t **out,
@@ -680,17 +763,22 @@ int store_list_cfiles(struct store *s, const char *container_id, const char *aft
 int store_delete_cfile(struct store *s, const char *container_id, const char *id,
                        struct corral_error *err)
 {
-    if (!container_id || !id)
+    if (!container_id || !*container_id || !id)
         return corral_fail(err, EINVAL,
                            "cannot delete a container file without its id and its "
                            "container's");
-    char what[CORRAL_ERROR_MESSAGE_MAX];
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete file %s of container %s from store %s", id,
              container_id, s->name);
+    snprintf(missing, sizeof(missing), "no file %s in container %s in store %s", id, container_id,
+             s->name);
     const struct store_param keys[] = {P_TEXT(id), P_TEXT(container_id)};
-    return write_row(s, "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", keys, 2,
-                     what, err, ENOENT, "no file %s in container %s in store %s", id, container_id,
-                     s->name);
+    const struct step steps[] = {
+        STEP_MUST("DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", keys, 2,
+                  ENOENT, missing),
+        STEP("DELETE FROM blobs WHERE id = ?1 AND container_id = ?2", keys, 2),
+    };
+    return run_steps(s, steps, 2, NULL, NULL, what, err);
 }
 
 int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *bytes,
@@ -715,14 +803,17 @@ int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *byte
 
 int store_delete_cfiles(struct store *s, const char *container_id, struct corral_error *err)
 {
-    if (!container_id)
+    if (!container_id || !*container_id)
         return corral_fail(err, EINVAL, "cannot delete container files without the container's id");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete the files of container %s from store %s",
              container_id, s->name);
     const struct store_param keys[] = {P_TEXT(container_id)};
-    return run(s, "DELETE FROM container_files WHERE container_id = ?1", keys, 1, NULL, NULL, what,
-               err);
+    const struct step steps[] = {
+        STEP("DELETE FROM container_files WHERE container_id = ?1", keys, 1),
+        STEP("DELETE FROM blobs WHERE container_id = ?1", keys, 1),
+    };
+    return run_steps(s, steps, 2, NULL, NULL, what, err);
 }
 
 static const char put_file_sql[] =
@@ -730,31 +821,51 @@ static const char put_file_sql[] =
     " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
     " purpose = excluded.purpose, object = excluded.object WHERE files.owner = excluded.owner";
 
-int store_put_file(struct store *s, const char *owner, json_t *file, struct corral_error *err)
+/* store_put_file, with the bytes `bytes` when not NULL. */
+static int put_file(struct store *s, const char *owner, json_t *file,
+                    const struct store_bytes *bytes, struct corral_error *err)
 {
     const struct kind *k = &file_kind;
     if (!json_is_object(file))
         return corral_fail(err, EINVAL, "cannot store a file that is not a JSON object");
     const char *id, *purpose;
-    bool has_created;
-    int64_t created_at;
+    bool has_created, has_bytes;
+    int64_t created_at, size;
     int r = field_string(file, "id", true, &id, k, err);
     if (r == 0)
         r = field_integer(file, "created_at", true, &has_created, &created_at, k, err);
     if (r == 0)
         r = field_string(file, "purpose", false, &purpose, k, err);
+    if (r == 0)
+        r = field_integer(file, "bytes", false, &has_bytes, &size, k, err);
     cleanup_free char *text = NULL;
     if (r == 0)
         r = object_text(file, &text, k, err);
     if (r < 0)
         return r;
 
-    char what[CORRAL_ERROR_MESSAGE_MAX];
+    char what[CORRAL_ERROR_MESSAGE_MAX], taken[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store file %s in store %s", id, s->name);
+    snprintf(taken, sizeof(taken),
+             "cannot store file %s in store %s: the id belongs to another owner", id, s->name);
     const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_INT(true, created_at),
                                     P_TEXT(purpose), P_TEXT(text)};
-    return write_row(s, put_file_sql, p, P_COUNT(p), what, err, EEXIST,
-                     "%s: the id belongs to another owner", what);
+    const struct step step = STEP_MUST(put_file_sql, p, P_COUNT(p), EEXIST, taken);
+    const struct bytes_put put = {"", id, bytes, has_bytes, size};
+    return run_steps_with(s, bytes ? &put : NULL, &step, 1, NULL, NULL, what, err);
+}
+
+int store_put_file(struct store *s, const char *owner, json_t *file, struct corral_error *err)
+{
+    return put_file(s, owner, file, NULL, err);
+}
+
+int store_put_file_bytes(struct store *s, const char *owner, json_t *file,
+                         const struct store_bytes *bytes, struct corral_error *err)
+{
+    if (!bytes)
+        return corral_fail(err, EINVAL, "cannot store a file's bytes without them");
+    return put_file(s, owner, file, bytes, err);
 }
 
 int store_get_file(struct store *s, const char *id, const char *owner, json_t **out,
@@ -785,11 +896,226 @@ int store_delete_file(struct store *s, const char *id, const char *owner, struct
 {
     if (!id)
         return corral_fail(err, EINVAL, "cannot delete a file without its id");
-    char what[CORRAL_ERROR_MESSAGE_MAX];
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete file %s from store %s", id, s->name);
+    snprintf(missing, sizeof(missing), "no file %s in store %s", id, s->name);
     const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
-    return write_row(s, "DELETE FROM files WHERE id = ?1 AND owner = ?2", keys, 2, what, err,
-                     ENOENT, "no file %s in store %s", id, s->name);
+    /* its bytes go with it, and only then */
+    const struct step steps[] = {
+        STEP_MUST("DELETE FROM files WHERE id = ?1 AND owner = ?2", keys, 2, ENOENT, missing),
+        STEP("DELETE FROM blobs WHERE container_id = '' AND id = ?1"
+             " AND NOT EXISTS (SELECT 1 FROM files WHERE id = ?1)",
+             keys, 1),
+    };
+    return run_steps(s, steps, 2, NULL, NULL, what, err);
+}
+
+/* ---- the bytes of files ---- */
+
+bool store_is_shared(const struct store *s)
+{
+    return s->backend->dialect == STORE_POSTGRES;
+}
+
+/* "file ID of container CID", or "uploaded file ID", for messages. */
+static void file_name(const char *container_id, const char *id, char *out, size_t len)
+{
+    if (*container_id)
+        snprintf(out, len, "file %s of container %s", id, container_id);
+    else
+        snprintf(out, len, "uploaded file %s", id);
+}
+
+/* Reads from fd until buf holds `size` bytes or the file ends: *got. */
+static int read_chunk(int fd, char *buf, size_t size, size_t *got, struct corral_error *err)
+{
+    *got = 0;
+    while (*got < size) {
+        ssize_t n = read(fd, buf + *got, size - *got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return corral_fail_errno(err, "cannot read the file's bytes");
+        if (n == 0)
+            break;
+        *got += (size_t)n;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const char *data, size_t len, struct corral_error *err)
+{
+    while (len) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return corral_fail_errno(err, "cannot write the file's bytes");
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Stores the bytes of put on c (in the caller's transaction), replacing
+ * those of the file: chunk after chunk, one in memory at a time. */
+static int put_chunks(struct store *s, struct store_conn *c, const struct bytes_put *put,
+                      struct corral_error *err)
+{
+    const struct store_backend *b = s->backend;
+    const char *version = put->bytes->version;
+    if (!version || !*version)
+        return corral_fail(err, EINVAL, "cannot store a file's bytes without their version");
+    const struct store_param keys[] = {P_TEXT(put->container_id), P_TEXT(put->id)};
+    int r =
+        b->query(c, "DELETE FROM blobs WHERE container_id = ?1 AND id = ?2", keys, 2, NULL, err);
+    cleanup_free char *buf = r == 0 ? malloc(STORE_BLOB_CHUNK) : NULL;
+    if (r == 0 && !buf)
+        r = corral_fail(err, ENOMEM, "out of memory");
+    uint64_t total = 0;
+    for (int64_t chunk = 0; r == 0; chunk++) {
+        size_t got = 0;
+        r = read_chunk(put->bytes->fd, buf, STORE_BLOB_CHUNK, &got, err);
+        if (r < 0 || (chunk > 0 && got == 0)) /* chunk 0 is there, even empty */
+            break;
+        const struct store_param p[] = {P_TEXT(put->container_id), P_TEXT(put->id),
+                                        P_INT(true, chunk), P_TEXT(version), P_BYTES(buf, got)};
+        r = b->query(c,
+                     "INSERT INTO blobs (container_id, id, chunk, version, data)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5)",
+                     p, P_COUNT(p), NULL, err);
+        total += got;
+        if (got < STORE_BLOB_CHUNK)
+            break;
+    }
+    if (r == 0 && put->has_size && (put->size < 0 || total != (uint64_t)put->size))
+        r = corral_fail(err, EINVAL, "the file holds %llu bytes, not the %lld its object says",
+                        (unsigned long long)total, (long long)put->size);
+    return r;
+}
+
+static const char bytes_info_sql[] =
+    "SELECT version, COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM blobs"
+    " WHERE container_id = ?1 AND id = ?2 GROUP BY version";
+
+/* The version, chunk count and size of the bytes of a file, from rows of
+ * bytes_info_sql. */
+static int bytes_head(struct store_rows *rows, char **version, int64_t *chunks, uint64_t *size,
+                      const char *name, struct corral_error *err)
+{
+    if (rows->n_rows == 0)
+        return corral_fail(err, ENOENT, "the store has no bytes of %s", name);
+    if (rows->n_rows > 1 || !store_cell(rows, 0, 0))
+        return corral_fail(err, EIO, "the bytes of %s in the store are of several versions", name);
+    *chunks = store_cell_int(rows, 0, 1);
+    int64_t total = store_cell_int(rows, 0, 2);
+    *size = total > 0 ? (uint64_t)total : 0;
+    if (version)
+        *version = take_cell(rows, 0, 0);
+    return 0;
+}
+
+int store_bytes_info(struct store *s, const char *container_id, const char *id, char **version,
+                     uint64_t *size, struct corral_error *err)
+{
+    if (version)
+        *version = NULL;
+    *size = 0;
+    if (!container_id || !id)
+        return corral_fail(err, EINVAL, "cannot look up a file's bytes without its id");
+    char name[CORRAL_ERROR_MESSAGE_MAX / 2], what[CORRAL_ERROR_MESSAGE_MAX];
+    file_name(container_id, id, name, sizeof(name));
+    snprintf(what, sizeof(what), "cannot look up the bytes of %s in store %s", name, s->name);
+    const struct store_param keys[] = {P_TEXT(container_id), P_TEXT(id)};
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, bytes_info_sql, keys, 2, &rows, NULL, what, err);
+    int64_t chunks = 0;
+    if (r == 0)
+        r = bytes_head(&rows, version, &chunks, size, name, err);
+    return r;
+}
+
+/* The chunks 0..chunks-1 of a file's bytes, on c, written to fd: *written. */
+static int copy_chunks(struct store *s, struct store_conn *c, const struct store_param *keys,
+                       int64_t chunks, int fd, uint64_t *written, const char *name,
+                       struct corral_error *err)
+{
+    int r = 0;
+    *written = 0;
+    for (int64_t i = 0; r == 0 && i < chunks; i++) {
+        const struct store_param p[] = {keys[0], keys[1], P_INT(true, i)};
+        void *data = NULL;
+        size_t len = 0;
+        r = s->backend->query_bytes(
+            c, "SELECT data FROM blobs WHERE container_id = ?1 AND id = ?2 AND chunk = ?3", p, 3,
+            &data, &len, err);
+        if (r == -ENOENT)
+            r = corral_fail(err, EIO, "chunk %lld of the bytes of %s is missing", (long long)i,
+                            name);
+        if (r == 0)
+            r = write_all(fd, data, len, err);
+        *written += len;
+        free(data);
+    }
+    return r;
+}
+
+/* store_read_bytes on c, in the read transaction it opened. */
+static int read_bytes_on(struct store *s, struct store_conn *c, const struct store_param *keys,
+                         int fd, char **version, uint64_t *size, const char *name,
+                         struct corral_error *err)
+{
+    cleanup_rows struct store_rows rows = {0};
+    int r = s->backend->query(c, bytes_info_sql, keys, 2, &rows, err);
+    int64_t chunks = 0;
+    uint64_t expected = 0, written = 0;
+    if (r == 0)
+        r = bytes_head(&rows, version, &chunks, &expected, name, err);
+    if (r == 0)
+        r = copy_chunks(s, c, keys, chunks, fd, &written, name, err);
+    if (r == 0 && written != expected)
+        r = corral_fail(err, EIO, "the bytes of %s in the store are not whole", name);
+    if (r == 0 && size)
+        *size = written;
+    return r;
+}
+
+int store_read_bytes(struct store *s, const char *container_id, const char *id, int fd,
+                     char **version, uint64_t *size, struct corral_error *err)
+{
+    if (version)
+        *version = NULL;
+    if (size)
+        *size = 0;
+    if (!container_id || !id)
+        return corral_fail(err, EINVAL, "cannot read a file's bytes without its id");
+    char name[CORRAL_ERROR_MESSAGE_MAX / 2], what[CORRAL_ERROR_MESSAGE_MAX];
+    file_name(container_id, id, name, sizeof(name));
+    snprintf(what, sizeof(what), "cannot read the bytes of %s from store %s", name, s->name);
+    const struct store_backend *b = s->backend;
+    struct store_conn *c;
+    int r = b->acquire(s, &c, err);
+    if (r < 0)
+        return corral_error_wrap(err, "%s", what);
+    const struct store_param keys[] = {P_TEXT(container_id), P_TEXT(id)};
+    char *got = NULL;
+    r = b->script(c, b->begin_read_sql, err);
+    if (r == 0)
+        r = read_bytes_on(s, c, keys, fd, &got, size, name, err);
+    if (r == 0)
+        r = b->script(c, "COMMIT", err);
+    if (r < 0) {
+        struct corral_error ignored;
+        b->script(c, "ROLLBACK", &ignored);
+        free(got);
+        got = NULL;
+    }
+    b->release(s, c);
+    if (version)
+        *version = got;
+    else
+        free(got);
+    return r < 0 && r != -ENOENT ? corral_error_wrap(err, "%s", what) : r;
 }
 
 /* ---- virtual keys and usage ---- */

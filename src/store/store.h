@@ -60,8 +60,8 @@ int store_delete_response(struct store *s, const char *id, const char *owner,
 
 /* Drops the responses created before `created_before` (unix seconds) and
  * all but the `keep` newest, and the records of expired containers last
- * used before `created_before`; *dropped (may be NULL) counts the
- * responses. */
+ * used before `created_before` (with any file row or bytes of theirs left);
+ * *dropped (may be NULL) counts the responses. */
 int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t *dropped,
                 struct corral_error *err);
 
@@ -92,13 +92,14 @@ int store_list_containers(struct store *s, const char *owner, const char *name, 
 /* Every container of every owner whose status is "running": an array of
  * {"owner": ..., "container": {...}}. */
 int store_running_containers(struct store *s, json_t **list, struct corral_error *err);
-/* Deletes the container and its files' rows; -ENOENT when missing. */
+/* Deletes the container, its files' rows and their bytes; -ENOENT when
+ * missing. */
 int store_delete_container(struct store *s, const char *id, const char *owner,
                            struct corral_error *err);
 
 /* Inserts or replaces the container file cfile["id"] (of
  * cfile["container_id"], at cfile["path"]: one file per path, so a put with
- * a new id at a taken path replaces the old row). */
+ * a new id at a taken path replaces the old row, and its bytes go). */
 int store_put_cfile(struct store *s, json_t *cfile, struct corral_error *err);
 int store_get_cfile(struct store *s, const char *container_id, const char *id, json_t **out,
                     struct corral_error *err);
@@ -112,7 +113,7 @@ int store_delete_cfile(struct store *s, const char *container_id, const char *id
 /* The bytes of the container's files together (their objects' "bytes"). */
 int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *bytes,
                        struct corral_error *err);
-/* Deletes the rows of every file of the container. */
+/* Deletes the rows (and bytes) of every file of the container. */
 int store_delete_cfiles(struct store *s, const char *container_id, struct corral_error *err);
 
 /* Uploaded files (/v1/files): file["id"], owned by owner. Columns:
@@ -125,6 +126,52 @@ int store_list_files(struct store *s, const char *owner, const char *purpose, co
                      unsigned limit, bool ascending, json_t **list, bool *has_more,
                      struct corral_error *err);
 int store_delete_file(struct store *s, const char *id, const char *owner, struct corral_error *err);
+
+/* ---- the bytes of files ----
+ *
+ * A store that several gateways share keeps the bytes of their files too,
+ * so that each finds what another wrote (store_is_shared). Bytes are named
+ * by their file: the id of its container and its own id (an uploaded file:
+ * container "" and its id), and by a version, a text the writer chooses
+ * (a random one), which changes whenever the bytes do. They are kept in
+ * chunks of at most STORE_BLOB_CHUNK bytes: nothing holds more than a chunk
+ * in memory while writing or reading them. Deleting a file, a container
+ * (its files) or an uploaded file deletes its bytes; store_prune those of
+ * the containers it drops.
+ */
+#define STORE_BLOB_CHUNK (1u << 20)
+
+/* Whether several gateways may share this store (PostgreSQL): they then
+ * keep the bytes of their files in it. An SQLite store is one process's;
+ * its calls below work as well, but the gateway keeps bytes on its disk. */
+bool store_is_shared(const struct store *s);
+
+/* The bytes of a file to store: read from fd, from its current offset to
+ * its end, and named `version` (a non-empty text). */
+struct store_bytes {
+    int fd;
+    const char *version;
+};
+
+/* store_put_cfile and store_put_file, with the file's bytes: the bytes
+ * (replacing any the file had) and the row in one transaction, so that the
+ * row is never seen without its bytes, nor with those of another version.
+ * The bytes read must be the object's "bytes" when it says (-EINVAL). */
+int store_put_cfile_bytes(struct store *s, json_t *cfile, const struct store_bytes *bytes,
+                          struct corral_error *err);
+int store_put_file_bytes(struct store *s, const char *owner, json_t *file,
+                         const struct store_bytes *bytes, struct corral_error *err);
+/* The version (malloc'ed; may be NULL) and the size of the bytes kept for
+ * the file `id` of container_id ("" for an uploaded file); -ENOENT when the
+ * store has none. */
+int store_bytes_info(struct store *s, const char *container_id, const char *id, char **version,
+                     uint64_t *size, struct corral_error *err);
+/* Writes the bytes kept for that file to fd (at its offset), all of one
+ * version (*version, malloc'ed; may be NULL) read from one snapshot;
+ * *size (may be NULL): how many. -ENOENT when the store has none, -EIO
+ * when they are not whole; a failure to write fd is its errno. */
+int store_read_bytes(struct store *s, const char *container_id, const char *id, int fd,
+                     char **version, uint64_t *size, struct corral_error *err);
 
 /* ---- virtual keys and usage ----
  *

@@ -8,25 +8,31 @@
  * which is what makes a transaction (BEGIN ... COMMIT on one connection)
  * possible. Statements name their parameters ?1, ?2...; every value is bound
  * as a parameter, never formatted into the SQL. Results come back whole, as
- * texts (integers in decimal, NULL as a NULL pointer).
+ * texts (integers in decimal, NULL as a NULL pointer); bytes (a chunk of a
+ * file) come back one value at a time through query_bytes.
  */
 #ifndef CORRAL_STORE_INTERNAL_H
 #define CORRAL_STORE_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store/store.h"
 
-/* A parameter of a statement: a text (NULL: SQL NULL), or an integer (SQL
- * NULL unless `has`). */
+/* A parameter of a statement: a text (NULL: SQL NULL), an integer (SQL
+ * NULL unless `has`), or bytes (a BLOB, a bytea: `len` bytes at `bytes`). */
 struct store_param {
     const char *text;
     bool integer, has;
     int64_t value;
+    bool binary;
+    const void *bytes;
+    size_t len;
 };
 #define P_TEXT(t)     ((struct store_param){.text = (t)})
 #define P_INT(h, v)   ((struct store_param){.integer = true, .has = (h), .value = (v)})
+#define P_BYTES(b, n) ((struct store_param){.binary = true, .bytes = (b), .len = (n)})
 #define P_COUNT(args) ((int)(sizeof(args) / sizeof((args)[0])))
 
 /* The rows a statement returned, and how many rows it changed. */
@@ -62,6 +68,9 @@ struct store_backend {
     const char *begin_sql;
     /* Starts the migrations' transaction: no two processes migrate at once. */
     const char *begin_migration_sql;
+    /* Starts a transaction that only reads, all of it from one snapshot of
+     * the database (the chunks of a file's bytes, read one by one). */
+    const char *begin_read_sql;
     /* Waits for a free connection of s, (re)connecting it when needed. */
     int (*acquire)(struct store *s, struct store_conn **out, struct corral_error *err);
     void (*release)(struct store *s, struct store_conn *c);
@@ -71,6 +80,11 @@ struct store_backend {
      * reached, -ETIMEDOUT when it did not answer in time. */
     int (*query)(struct store_conn *c, const char *sql, const struct store_param *p, int n,
                  struct store_rows *rows, struct corral_error *err);
+    /* Runs a statement whose result is at most one row whose first column
+     * is bytes: *data (malloc'ed, never NULL) and *len; -ENOENT when there
+     * is no row. Errors as query's. */
+    int (*query_bytes)(struct store_conn *c, const char *sql, const struct store_param *p, int n,
+                       void **data, size_t *len, struct corral_error *err);
     /* Runs statements without parameters or results (schema changes,
      * transactions); a script may hold several, separated by ';'. */
     int (*script)(struct store_conn *c, const char *sql, struct corral_error *err);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <limits.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +141,9 @@ static struct store *open_fresh(void)
 {
     return open_ok(fresh_location());
 }
+
+/* The schema this corral's store migrates to. */
+#define SCHEMA_NOW 5
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -316,7 +321,7 @@ static void persists_in_a_file(void **state)
         assert_int_equal(stat(t->path, &st), 0);
         assert_int_equal(st.st_mode & 0777, 0600);
     }
-    assert_int_equal(schema_version(t->location), 4);
+    assert_int_equal(schema_version(t->location), SCHEMA_NOW);
     assert_int_equal(sql_int(t->location, "SELECT created_at FROM responses WHERE id = 'resp_1'"),
                      42);
 
@@ -353,14 +358,16 @@ static void refuses_a_newer_schema(void **state)
     assert_null(s);
     assert_non_null(strstr(err.message, pg_url ? "postgresql://" : t->path));
     assert_non_null(strstr(err.message, "was written by a newer corral (schema 99)"));
-    assert_non_null(strstr(err.message, "knows schemas up to 4"));
+    char knows[64];
+    snprintf(knows, sizeof(knows), "knows schemas up to %d", SCHEMA_NOW);
+    assert_non_null(strstr(err.message, knows));
     assert_int_equal(schema_version(t->location), 99);
 }
 
 static void refuses_a_newer_legacy_schema(void **state)
 {
     struct tmp *t = *state;
-    sql_int(t->path, "PRAGMA user_version = 5");
+    sql_int(t->path, "PRAGMA user_version = 99");
     struct corral_error err = {0};
     struct store *s = (struct store *)&err; /* overwritten with NULL */
     int r = store_open(t->path, &s, &err);
@@ -368,9 +375,9 @@ static void refuses_a_newer_legacy_schema(void **state)
     assert_int_equal(err.code, -r);
     assert_null(s);
     assert_non_null(strstr(err.message, t->path));
-    assert_non_null(strstr(err.message, "was written by a newer corral (schema 5)"));
+    assert_non_null(strstr(err.message, "was written by a newer corral (schema 99)"));
     /* And left as it was. */
-    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 5);
+    assert_int_equal(sql_int(t->path, "PRAGMA user_version"), 99);
     assert_int_equal(
         sql_int(t->path, "SELECT count(*) FROM sqlite_schema WHERE name = 'responses'"), 0);
 }
@@ -1085,7 +1092,7 @@ static void persists_containers_and_files(void **state)
     put_file_ok(s, "alice", file("file_1", "user_data", 30));
     assert_int_equal(store_put_response(s, "resp_1", "alice", 42, "r", "i", "c", &err), 0);
     store_close(s);
-    assert_int_equal(schema_version(t->location), 4);
+    assert_int_equal(schema_version(t->location), SCHEMA_NOW);
     /* The columns beside the objects. */
     assert_int_equal(sql_int(t->location,
                              "SELECT count(*) FROM containers WHERE id = 'cntr_1' AND "
@@ -1171,13 +1178,13 @@ static void make_legacy_database(const char *path, int version, const char *rows
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
 }
 
-/* Where a database migrated from a legacy one must be: at schema 4 in both
- * records, with each step it took in schema_version. */
+/* Where a database migrated from a legacy one must be: at this corral's
+ * schema in both records, with each step it took in schema_version. */
 static void assert_migrated(const char *path, int from)
 {
-    assert_int_equal(sql_int(path, "PRAGMA user_version"), 4);
-    assert_int_equal(schema_version(path), 4);
-    assert_int_equal(sql_int(path, "SELECT count(*) FROM schema_version"), 4 - from + 1);
+    assert_int_equal(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
+    assert_int_equal(schema_version(path), SCHEMA_NOW);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM schema_version"), SCHEMA_NOW - from + 1);
     assert_int_equal(sql_int(path, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
                                    "name = 'responses_by_created'"),
                      1);
@@ -1603,7 +1610,7 @@ static void persists_keys_and_usage(void **state)
     add_usage_ok(s, "k:alice", "2024-03-02", 5, 6, 7, 8);
     store_close(s);
 
-    assert_int_equal(schema_version(t->location), 4);
+    assert_int_equal(schema_version(t->location), SCHEMA_NOW);
     char sql[256];
     snprintf(sql, sizeof(sql), "SELECT created_at FROM keys WHERE token = '%s'", t1);
     assert_int_equal(sql_int(t->location, sql), 20);
@@ -1749,8 +1756,8 @@ static void names_an_unreachable_store(void **state)
     assert_null(strstr(err.message, "hunter2"));
 }
 
-/* A database one version behind gets only the migration it lacks, which
- * fills the new column from the objects already stored. */
+/* A database some versions behind gets only the migrations it lacks, the
+ * first of which fills the new column from the objects already stored. */
 static void applies_the_missing_migration(void **state)
 {
     struct tmp *t = *state;
@@ -1764,7 +1771,8 @@ static void applies_the_missing_migration(void **state)
     /* back to schema 3, as the corral before left it */
     sql_int(t->location, "DROP INDEX responses_by_created");
     sql_int(t->location, "ALTER TABLE container_files DROP COLUMN bytes");
-    sql_int(t->location, "DELETE FROM schema_version WHERE version = 4");
+    sql_int(t->location, "DROP TABLE blobs");
+    sql_int(t->location, "DELETE FROM schema_version WHERE version >= 4");
     if (!pg_url)
         sql_int(t->location, "PRAGMA user_version = 3");
     assert_int_equal(schema_version(t->location), 3);
@@ -1774,8 +1782,269 @@ static void applies_the_missing_migration(void **state)
     assert_int_equal(store_cfiles_bytes(s, "cntr_1", &bytes, &err), 0);
     assert_int_equal(bytes, 4099);
     store_close(s);
-    assert_int_equal(schema_version(t->location), 4);
-    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM schema_version"), 4);
+    assert_int_equal(schema_version(t->location), SCHEMA_NOW);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM schema_version"), SCHEMA_NOW);
+}
+
+/* ---- the bytes of files ---- */
+
+/* The byte at i of the pattern `seed`. */
+static unsigned char pattern_byte(size_t i, unsigned seed)
+{
+    return (unsigned char)(((i + seed) * 2654435761u) >> 13);
+}
+
+/* A file in memory holding `len` bytes of the pattern `seed`, read from its
+ * start. */
+static int pattern_file(size_t len, unsigned seed)
+{
+    int fd = memfd_create("bytes", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    unsigned char buf[4096];
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < sizeof(buf) ? len - done : sizeof(buf);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = pattern_byte(done + i, seed);
+        assert_int_equal(write(fd, buf, n), (ssize_t)n);
+        done += n;
+    }
+    assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+    return fd;
+}
+
+/* fd (of store_read_bytes) holds exactly `len` bytes of the pattern `seed`. */
+static void assert_pattern(int fd, size_t len, unsigned seed)
+{
+    assert_int_equal(lseek(fd, 0, SEEK_END), (off_t)len);
+    assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+    unsigned char buf[4096];
+    size_t done = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] != pattern_byte(done + (size_t)i, seed))
+                fail_msg("byte %zu differs", done + (size_t)i);
+        done += (size_t)n;
+    }
+    assert_int_equal(done, len);
+}
+
+/* A container file object of `len` bytes. */
+static json_t *cfile_of(const char *id, const char *container_id, const char *path, size_t len)
+{
+    json_t *f = cfile(id, container_id, path, 10);
+    json_object_set_new(f, "bytes", json_integer((json_int_t)len));
+    return f;
+}
+
+/* Stores the container file `id` with `len` bytes of the pattern `seed`
+ * under `version`. */
+static int put_cfile_bytes(struct store *s, const char *id, const char *container_id,
+                           const char *path, size_t len, unsigned seed, const char *version,
+                           struct corral_error *err)
+{
+    int fd = pattern_file(len, seed);
+    json_t *f = cfile_of(id, container_id, path, len);
+    const struct store_bytes bytes = {fd, version};
+    int r = store_put_cfile_bytes(s, f, &bytes, err);
+    json_decref(f);
+    close(fd);
+    return r;
+}
+
+/* The bytes kept for (container_id, id) are `len` bytes of the pattern
+ * `seed`, of `version`. */
+static void assert_kept(struct store *s, const char *container_id, const char *id, size_t len,
+                        unsigned seed, const char *version)
+{
+    struct corral_error err = {0};
+    char *v = NULL;
+    uint64_t size = 1;
+    int r = store_bytes_info(s, container_id, id, &v, &size, &err);
+    if (r != 0)
+        print_error("store_bytes_info: %s\n", err.message);
+    assert_int_equal(r, 0);
+    assert_string_equal(v, version);
+    assert_int_equal(size, len);
+    free(v);
+    int fd = memfd_create("read", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    r = store_read_bytes(s, container_id, id, fd, &v, &size, &err);
+    if (r != 0)
+        print_error("store_read_bytes: %s\n", err.message);
+    assert_int_equal(r, 0);
+    assert_string_equal(v, version);
+    assert_int_equal(size, len);
+    free(v);
+    assert_pattern(fd, len, seed);
+    close(fd);
+}
+
+static void assert_no_bytes(struct store *s, const char *container_id, const char *id)
+{
+    struct corral_error err = {0};
+    uint64_t size = 0;
+    assert_int_equal(store_bytes_info(s, container_id, id, NULL, &size, &err), -ENOENT);
+    int fd = memfd_create("read", MFD_CLOEXEC);
+    assert_int_equal(store_read_bytes(s, container_id, id, fd, NULL, NULL, &err), -ENOENT);
+    assert_int_equal(lseek(fd, 0, SEEK_END), 0);
+    close(fd);
+}
+
+/* Bytes of several chunks, of one chunk and of none come back as they
+ * went, with their version, kept in chunks of at most STORE_BLOB_CHUNK
+ * bytes; a new version replaces the old whole. */
+static void keeps_the_bytes_of_files(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    assert_int_equal(store_is_shared(s), pg_url != NULL);
+    size_t big = 2 * STORE_BLOB_CHUNK + 12345;
+    assert_int_equal(put_cfile_bytes(s, "cfile_1", "cntr_1", "/mnt/data/big", big, 1, "v1", &err),
+                     0);
+    assert_kept(s, "cntr_1", "cfile_1", big, 1, "v1");
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM blobs WHERE id = 'cfile_1'"), 3);
+    assert_int_equal(sql_int(t->location, "SELECT MAX(LENGTH(data)) FROM blobs"), STORE_BLOB_CHUNK);
+    json_t *obj = NULL;
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", &obj, &err), 0);
+    assert_int_equal(json_integer_value(json_object_get(obj, "bytes")), (json_int_t)big);
+    json_decref(obj);
+
+    /* a new version, shorter: nothing of the old one is left */
+    assert_int_equal(put_cfile_bytes(s, "cfile_1", "cntr_1", "/mnt/data/big", 5, 2, "v2", &err), 0);
+    assert_kept(s, "cntr_1", "cfile_1", 5, 2, "v2");
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM blobs WHERE id = 'cfile_1'"), 1);
+
+    /* an empty file has bytes too: none */
+    assert_int_equal(put_cfile_bytes(s, "cfile_2", "cntr_1", "/mnt/data/empty", 0, 3, "v3", &err),
+                     0);
+    assert_kept(s, "cntr_1", "cfile_2", 0, 3, "v3");
+
+    /* an uploaded file: container "" */
+    int fd = pattern_file(STORE_BLOB_CHUNK, 4);
+    json_t *f = file("file_1", "user_data", 20);
+    json_object_set_new(f, "bytes", json_integer(STORE_BLOB_CHUNK));
+    const struct store_bytes bytes = {fd, "v4"};
+    assert_int_equal(store_put_file_bytes(s, "alice", f, &bytes, &err), 0);
+    assert_kept(s, "", "file_1", STORE_BLOB_CHUNK, 4, "v4");
+    assert_no_bytes(s, "cntr_1", "file_1");
+    /* another owner's upload of that id changes nothing, bytes included */
+    assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+    const struct store_bytes other = {fd, "v5"};
+    assert_int_equal(store_put_file_bytes(s, "bob", f, &other, &err), -EEXIST);
+    assert_kept(s, "", "file_1", STORE_BLOB_CHUNK, 4, "v4");
+    json_decref(f);
+    close(fd);
+
+    assert_no_bytes(s, "cntr_1", "cfile_9");
+    assert_no_bytes(s, "", "file_9");
+    store_close(s);
+}
+
+/* A file's row is never stored without its bytes: bytes that are not what
+ * the object says, a file that cannot be read or no version store
+ * nothing, and leave an earlier version as it was. */
+static void stores_bytes_and_row_together(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    int fd = pattern_file(10, 1);
+    json_t *f = cfile_of("cfile_1", "cntr_1", "/mnt/data/a", 11); /* one byte more */
+    const struct store_bytes bytes = {fd, "v1"};
+    assert_int_equal(store_put_cfile_bytes(s, f, &bytes, &err), -EINVAL);
+    assert_non_null(strstr(err.message, "holds 10 bytes, not the 11"));
+    json_decref(f);
+    assert_int_equal(store_get_cfile(s, "cntr_1", "cfile_1", NULL, &err), -ENOENT);
+    assert_no_bytes(s, "cntr_1", "cfile_1");
+    close(fd);
+
+    assert_int_equal(put_cfile_bytes(s, "cfile_1", "cntr_1", "/mnt/data/a", 100, 2, "v1", &err), 0);
+    int dir = open(t->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* read(2) fails: EISDIR */
+    assert_true(dir >= 0);
+    f = cfile_of("cfile_1", "cntr_1", "/mnt/data/a", 100);
+    const struct store_bytes unreadable = {dir, "v2"};
+    assert_int_equal(store_put_cfile_bytes(s, f, &unreadable, &err), -EISDIR);
+    const struct store_bytes unnamed = {dir, ""};
+    assert_int_equal(store_put_cfile_bytes(s, f, &unnamed, &err), -EINVAL);
+    json_decref(f);
+    close(dir);
+    assert_kept(s, "cntr_1", "cfile_1", 100, 2, "v1");
+    store_close(s);
+}
+
+/* Bytes go with their file: deleted with it, with its container (not with
+ * another owner's attempt), with the container's files, when another file
+ * takes its path, and when an expired container is pruned. */
+static void deletes_bytes_with_their_files(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    put_container_ok(s, "alice", container("cntr_1", "box", 10, "running"));
+    put_container_ok(s, "alice", container("cntr_2", "box", 10, "running"));
+    put_container_ok(s, "alice", container("cntr_3", "old", 10, "expired"));
+    const char *ids[] = {"cfile_a", "cfile_b", "cfile_c", "cfile_d", "cfile_e", "cfile_f"};
+    const char *containers[] = {"cntr_1", "cntr_1", "cntr_2", "cntr_2", "cntr_3", "cntr_1"};
+    const char *paths[] = {"/mnt/data/a", "/mnt/data/b", "/mnt/data/c",
+                           "/mnt/data/d", "/mnt/data/e", "/mnt/data/f"};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(put_cfile_bytes(s, ids[i], containers[i], paths[i], 3, i, "v", &err), 0);
+    int fd = pattern_file(3, 9);
+    json_t *f = file("file_1", "user_data", 20);
+    const struct store_bytes bytes = {fd, "v"};
+    assert_int_equal(store_put_file_bytes(s, "alice", f, &bytes, &err), 0);
+    json_decref(f);
+    close(fd);
+
+    assert_int_equal(store_delete_cfile(s, "cntr_1", "cfile_a", &err), 0);
+    assert_no_bytes(s, "cntr_1", "cfile_a");
+    assert_kept(s, "cntr_1", "cfile_b", 3, 1, "v");
+    /* another id at cfile_b's path: cfile_b and its bytes give way */
+    assert_int_equal(put_cfile_bytes(s, "cfile_g", "cntr_1", "/mnt/data/b", 3, 7, "w", &err), 0);
+    assert_no_bytes(s, "cntr_1", "cfile_b");
+    assert_kept(s, "cntr_1", "cfile_g", 3, 7, "w");
+    assert_int_equal(store_delete_cfiles(s, "cntr_1", &err), 0);
+    assert_no_bytes(s, "cntr_1", "cfile_f");
+    assert_no_bytes(s, "cntr_1", "cfile_g");
+
+    assert_int_equal(store_delete_container(s, "cntr_2", "bob", &err), -ENOENT);
+    assert_kept(s, "cntr_2", "cfile_c", 3, 2, "v");
+    assert_int_equal(store_delete_container(s, "cntr_2", "alice", &err), 0);
+    assert_no_bytes(s, "cntr_2", "cfile_c");
+    assert_no_bytes(s, "cntr_2", "cfile_d");
+
+    assert_int_equal(store_delete_file(s, "file_1", "bob", &err), -ENOENT);
+    assert_kept(s, "", "file_1", 3, 9, "v");
+    assert_int_equal(store_delete_file(s, "file_1", "alice", &err), 0);
+    assert_no_bytes(s, "", "file_1");
+
+    /* an expired container pruned with a file it still had */
+    assert_kept(s, "cntr_3", "cfile_e", 3, 4, "v");
+    assert_int_equal(store_prune(s, 100, 10, NULL, &err), 0);
+    assert_no_bytes(s, "cntr_3", "cfile_e");
+    assert_int_equal(store_get_cfile(s, "cntr_3", "cfile_e", NULL, &err), -ENOENT);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM blobs"), 0);
+    store_close(s);
+}
+
+/* Bytes missing a chunk (or with a chunk too many) are refused, not
+ * passed on as the file. */
+static void refuses_bytes_not_whole(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    size_t len = STORE_BLOB_CHUNK + 10;
+    assert_int_equal(put_cfile_bytes(s, "cfile_1", "cntr_1", "/mnt/data/a", len, 1, "v1", &err), 0);
+    sql_int(t->location, "DELETE FROM blobs WHERE chunk = 0");
+    int fd = memfd_create("read", MFD_CLOEXEC);
+    assert_int_equal(store_read_bytes(s, "cntr_1", "cfile_1", fd, NULL, NULL, &err), -EIO);
+    assert_non_null(strstr(err.message, "chunk 0"));
+    assert_non_null(strstr(err.message, "cfile_1"));
+    close(fd);
+    store_close(s);
 }
 
 /* Stops or starts the PostgreSQL server under test (tests/postgres). */
@@ -1824,6 +2093,33 @@ static void outlives_a_postgres_restart(void **state)
     store_close(s);
 }
 
+/* A PostgreSQL server that is down: storing or reading bytes fails at
+ * once, saying the store is unreachable; once it is back, the bytes are as
+ * they were, nothing of the failed write in them. */
+static void bytes_wait_for_no_unreachable_store(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    size_t len = STORE_BLOB_CHUNK + 1;
+    assert_int_equal(put_cfile_bytes(s, "cfile_1", "cntr_1", "/mnt/data/a", len, 1, "v1", &err), 0);
+
+    postgres_server("stop");
+    assert_int_equal(put_cfile_bytes(s, "cfile_1", "cntr_1", "/mnt/data/a", 7, 2, "v2", &err),
+                     -ECONNREFUSED);
+    assert_non_null(strstr(err.message, "the store is unreachable"));
+    assert_non_null(strstr(err.message, "cfile_1"));
+    uint64_t size = 0;
+    assert_int_equal(store_bytes_info(s, "cntr_1", "cfile_1", NULL, &size, &err), -ECONNREFUSED);
+    int fd = memfd_create("read", MFD_CLOEXEC);
+    assert_int_equal(store_read_bytes(s, "cntr_1", "cfile_1", fd, NULL, NULL, &err), -ECONNREFUSED);
+    assert_non_null(strstr(err.message, "the store is unreachable"));
+    close(fd);
+
+    postgres_server("start");
+    assert_kept(s, "cntr_1", "cfile_1", len, 1, "v1");
+    store_close(s);
+}
+
 #define WITH_TMP(test) cmocka_unit_test_setup_teardown(test, make_tmp, remove_tmp)
 
 int main(void)
@@ -1858,6 +2154,10 @@ int main(void)
         cmocka_unit_test(refuses_bad_usage),
         WITH_TMP(counts_usage_from_many_threads),
         WITH_TMP(persists_keys_and_usage),
+        WITH_TMP(keeps_the_bytes_of_files),
+        WITH_TMP(stores_bytes_and_row_together),
+        WITH_TMP(deletes_bytes_with_their_files),
+        WITH_TMP(refuses_bytes_not_whole),
     };
     /* SQLite's files and their history; the open of a PostgreSQL URL that
      * leads nowhere (which needs no server) */
@@ -1870,6 +2170,7 @@ int main(void)
     /* a server the tests may stop and start */
     const struct CMUnitTest postgres_only[] = {
         cmocka_unit_test(outlives_a_postgres_restart),
+        cmocka_unit_test(bytes_wait_for_no_unreachable_store),
     };
     pg_url = getenv("CORRAL_TEST_POSTGRES");
     if (pg_url && *pg_url) {
