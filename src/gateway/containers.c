@@ -2,8 +2,12 @@
  * Containers: a provider sandbox with an id, an owner, a lifetime and files.
  *
  * A container's record (the Containers API object) is kept in the store;
- * its files live on disk under data_dir/containers/<id>/ with their rows in
- * the store, so both survive a restart of the server. Its sandbox, and the
+ * its files live on disk under data_dir/containers/<id>/ (with a shared
+ * store, in the store too: bytes.c) with their rows in the store, so both
+ * survive a restart of the server. With a shared store, a container
+ * another gateway made is taken from the store when it is first asked for
+ * here, and one held here is checked with the store before it is used or
+ * expired: another gateway may have used it since, or ended it. Its sandbox, and the
  * Python state in it, do not: the sandbox is started when the container is
  * first used (after a restart, again), and the container's files are copied
  * into its /mnt/data then. After each execution the files the code created
@@ -50,97 +54,6 @@
 static int64_t now_s(void)
 {
     return (int64_t)time(NULL);
-}
-
-/* ---- files on disk ---- */
-
-int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.part", path);
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-        struct corral_error why;
-        if (corral_mkdir_p(dir, 0700, &why) < 0) {
-            errno = why.code;
-            return corral_fail_errno(err, "cannot create %s", dir);
-        }
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return corral_fail_errno(err, "cannot create %s", tmp);
-    const char *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            errno = e;
-            return corral_fail_errno(err, "cannot write %s", tmp);
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    if (fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
-        int e = errno;
-        unlink(tmp);
-        errno = e;
-        return corral_fail_errno(err, "cannot save %s", path);
-    }
-    return 0;
-}
-
-int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err)
-{
-    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return corral_fail_errno(err, "cannot open %s", path);
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return corral_fail_errno(err, "cannot read %s", path);
-    size_t size = (size_t)st.st_size;
-    char *buf = malloc(size + 1);
-    if (!buf)
-        return corral_fail(err, ENOMEM, "out of memory");
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, buf + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    buf[got] = '\0';
-    *data = buf;
-    *len = got;
-    return 0;
-}
-
-void gw_remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char p[4096];
-            snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-            if (e->d_type == DT_DIR)
-                gw_remove_tree(p);
-            else
-                unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
 }
 
 /* ---- the record ---- */
@@ -405,6 +318,24 @@ int gw_container_create(corral_gateway *gw, const struct gateway_sandbox_tool *t
     return 0;
 }
 
+/* A container of the store's record obj (a running one), not linked. */
+static struct gw_container *container_of_record(corral_gateway *gw, const char *owner, json_t *obj,
+                                                struct corral_error *err)
+{
+    const char *memory = json_string_value(json_object_get(obj, "memory_limit"));
+    uint64_t bytes = gateway_memory_limit_bytes(memory ? memory : "1g");
+    if (bytes > gw->cfg->container_memory_max || !bytes)
+        bytes = gw->cfg->container_memory_max;
+    json_int_t minutes =
+        json_integer_value(json_object_get(json_object_get(obj, "expires_after"), "minutes"));
+    uint64_t expiry = (uint64_t)minutes * 60000; /* to the minute after a restart */
+    const char *tool_name = gw->cfg->default_tool;
+    const struct gateway_sandbox_tool *tool =
+        tool_name ? gateway_config_tool(gw->cfg, tool_name) : NULL;
+    return container_new(gw, tool, owner, json_incref(obj),
+                         expiry ? expiry : gw->cfg->container_expiry_ms, bytes, true, err);
+}
+
 void gw_containers_load(corral_gateway *gw)
 {
     json_t *list = NULL;
@@ -417,21 +348,9 @@ void gw_containers_load(corral_gateway *gw)
     json_t *e;
     json_array_foreach(list, i, e)
     {
-        json_t *obj = json_object_get(e, "container");
         const char *owner = json_string_value(json_object_get(e, "owner"));
-        const char *memory = json_string_value(json_object_get(obj, "memory_limit"));
-        uint64_t bytes = gateway_memory_limit_bytes(memory ? memory : "1g");
-        if (bytes > gw->cfg->container_memory_max || !bytes)
-            bytes = gw->cfg->container_memory_max;
-        json_int_t minutes =
-            json_integer_value(json_object_get(json_object_get(obj, "expires_after"), "minutes"));
-        uint64_t expiry = (uint64_t)minutes * 60000; /* to the minute after a restart */
-        const char *tool_name = gw->cfg->default_tool;
-        const struct gateway_sandbox_tool *tool =
-            tool_name ? gateway_config_tool(gw->cfg, tool_name) : NULL;
         struct gw_container *c =
-            container_new(gw, tool, owner, json_incref(obj),
-                          expiry ? expiry : gw->cfg->container_expiry_ms, bytes, true, &err);
+            container_of_record(gw, owner, json_object_get(e, "container"), &err);
         if (c)
             link_container(gw, c);
     }
@@ -440,30 +359,40 @@ void gw_containers_load(corral_gateway *gw)
 
 /* ---- its sandbox ---- */
 
-/* Copies the container's files into a new sandbox's /mnt/data. */
-static void push_files(corral_gateway *gw, struct gw_container *c)
+/* Copies the container's files into a new sandbox's /mnt/data. A store
+ * that cannot say which files they are, or give their bytes, fails it: a
+ * sandbox without some of its files would look like one whose code
+ * deleted them. */
+static int push_files(corral_gateway *gw, struct gw_container *c, struct corral_error *err)
 {
     json_t *list = NULL;
     bool more = false;
-    struct corral_error err;
-    if (store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, &err) < 0)
-        return;
+    int rc = store_list_cfiles(gw->store, c->id, NULL, 100000, true, &list, &more, err);
+    if (rc < 0)
+        return gw_unavailable(-rc) ? rc : 0;
     size_t i;
     json_t *f;
     json_array_foreach(list, i, f)
     {
         const char *id = json_string_value(json_object_get(f, "id"));
         const char *path = json_string_value(json_object_get(f, "path"));
-        char disk[4096], *data = NULL;
+        char *data = NULL;
         size_t len = 0;
-        gw_cfile_disk(gw, c->id, id, disk, sizeof(disk));
-        if (gw_blob_read(disk, &data, &len, &err) == 0) {
-            if (c->provider->write_file(c->sb, path, data, len, &err) < 0)
-                fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
-            free(data);
+        struct corral_error why;
+        int r = gw_bytes_read(gw, c->id, id, &data, &len, &why);
+        if (r == 0 && c->provider->write_file(c->sb, path, data, len, &why) < 0)
+            r = -why.code;
+        free(data);
+        if (r < 0 && gw_unavailable(-r)) {
+            *err = why;
+            rc = r;
+            break;
         }
+        if (r < 0)
+            fprintf(stderr, "corral gateway: %s: %s\n", c->id, why.message);
     }
     json_decref(list);
+    return rc;
 }
 
 /* How long c's sandbox lives after its last use: a little longer than the
@@ -494,9 +423,13 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
                                         .network_policy =
                                             json_object_get(c->obj, "network_policy")};
     int rc = c->provider->create(c->tool, &o, &c->sb, err);
+    if (rc == 0 && (rc = push_files(gw, c, err)) < 0) {
+        c->provider->destroy(c->sb);
+        c->sb = NULL;
+        corral_error_wrap(err, "cannot copy container %s's files into its sandbox", c->id);
+    }
     if (rc < 0)
         return rc;
-    push_files(gw, c);
     return replaced ? 1 : 0;
 }
 
@@ -527,12 +460,6 @@ static json_t *cfile_object(const char *id, const char *container_id, const char
     return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "id", id, "object", "container.file",
                      "created_at", (json_int_t)created_at, "bytes", (json_int_t)bytes,
                      "container_id", container_id, "path", path, "source", source);
-}
-
-void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
-                   size_t len)
-{
-    snprintf(out, len, "%s/containers/%s/%s", gw->data_dir, container_id, id);
 }
 
 /* ---- the quotas of its files ---- */
@@ -627,28 +554,23 @@ struct cfile_spec {
     bool replaces;
 };
 
-/* Keeps the file on disk, in the sandbox when asked and it runs, in the
- * store; a new file that fails leaves nothing on disk. */
+/* Keeps the file in the sandbox when asked and it runs, then its bytes
+ * and its row (gw_bytes_keep_cfile); a new file that fails leaves nothing
+ * kept. */
 static int keep_cfile(corral_gateway *gw, struct gw_container *c, const struct cfile_spec *f,
                       const void *data, size_t len, bool into_sandbox, json_t **out,
                       struct corral_error *err)
 {
-    char disk[4096];
-    gw_cfile_disk(gw, c->id, f->id, disk, sizeof(disk));
-    int rc = gw_blob_write(disk, data, len, err);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
     json_t *obj = NULL;
     if (into_sandbox && c->sb)
         rc = c->provider->write_file(c->sb, f->path, data, len, err);
     if (rc == 0 && !(obj = cfile_object(f->id, c->id, f->path, len, f->created, f->source)))
         rc = corral_fail(err, ENOMEM, "out of memory");
     if (rc == 0)
-        rc = store_put_cfile(gw->store, obj, err);
+        rc = gw_bytes_keep_cfile(gw, obj, f->replaces, data, len, err);
     if (rc < 0) {
         json_decref(obj);
-        if (!f->replaces)
-            unlink(disk);
         return rc;
     }
     if (out)
@@ -713,12 +635,10 @@ static void forget_path(corral_gateway *gw, struct gw_container *c, const char *
     if (store_find_cfile(gw->store, c->id, path, &old, &err) < 0)
         return;
     const char *id = json_string_value(json_object_get(old, "id"));
-    char disk[4096];
-    gw_cfile_disk(gw, c->id, id, disk, sizeof(disk));
     if (store_delete_cfile(gw->store, c->id, id, &err) < 0)
         fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
     else
-        unlink(disk);
+        gw_bytes_forget(gw, c->id, id);
     json_decref(old);
 }
 
@@ -798,30 +718,111 @@ char *gw_container_add_image(corral_gateway *gw, struct gw_container *c, const c
 
 /* ---- finding, releasing, expiring ---- */
 
+static void container_free(corral_gateway *gw, struct gw_container *c);
+
+/* The live container `id` of owner in this gateway's memory, retained
+ * (NULL: none). gw->lock held. */
+static struct gw_container *held_container(corral_gateway *gw, const char *id, const char *owner)
+{
+    for (struct gw_container *c = gw->containers; c; c = c->next)
+        if (!strcmp(c->id, id) && !strcmp(c->owner, owner) && !c->dead) {
+            c->refs++;
+            return c;
+        }
+    return NULL;
+}
+
+/* A container another gateway ended (deleted, or expired): it ends here
+ * too, without touching the store (its record and files are that
+ * gateway's to end): its sandbox and local copies go with the last
+ * reference. gw->lock held. */
+static void forget_container(struct gw_container *c)
+{
+    if (!c->dead)
+        c->dead = c->gone = c->forgotten = true;
+}
+
+/* The running container of the store's record obj, taken into this
+ * gateway's memory (another gateway made it, or this one before it knew),
+ * retained: NULL when it cannot be had. */
+static struct gw_container *adopt(corral_gateway *gw, const char *owner, json_t *obj)
+{
+    struct corral_error err;
+    struct gw_container *c = container_of_record(gw, owner, obj, &err);
+    if (!c) {
+        fprintf(stderr, "corral gateway: cannot take container %s: %s\n",
+                json_string_value(json_object_get(obj, "id")), err.message);
+        return NULL;
+    }
+    pthread_mutex_lock(&gw->lock);
+    struct gw_container *held = held_container(gw, c->id, owner); /* taken meanwhile? */
+    if (!held) {
+        c->refs = 1;
+        c->next = gw->containers;
+        gw->containers = c;
+    }
+    pthread_mutex_unlock(&gw->lock);
+    if (held) {
+        container_free(gw, c);
+        return held;
+    }
+    return c;
+}
+
+/* c (retained, persistent) as the shared store has it now (found: the
+ * store's answer, obj its record): still running, used last when another
+ * gateway says (0); or ended by another gateway, then forgotten here
+ * (-ENOENT, -ESTALE); or the store's failure when it could not answer (a
+ * record it could not read leaves c as it is). */
+static int check_shared(corral_gateway *gw, struct gw_container *c, json_t *obj, int found)
+{
+    const char *status = found == 0 ? json_string_value(json_object_get(obj, "status")) : NULL;
+    if (found < 0 && found != -ENOENT)
+        return gw_unavailable(-found) ? found : 0;
+    bool running = found == 0 && (!status || strcmp(status, "expired"));
+    int64_t used = json_integer_value(json_object_get(obj, "last_active_at"));
+    pthread_mutex_lock(&gw->lock);
+    if (running && (uint64_t)used * 1000 > c->last_active_ms) {
+        c->last_active_ms = (uint64_t)used * 1000;
+        json_object_set_new(c->obj, "last_active_at", json_integer(used));
+    }
+    if (!running)
+        forget_container(c);
+    pthread_mutex_unlock(&gw->lock);
+    return running ? 0 : found == 0 ? -ESTALE : -ENOENT;
+}
+
 int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
                       struct gw_container **out)
 {
     *out = NULL;
-    int rc = -ENOENT;
+    owner = owner ? owner : "";
     pthread_mutex_lock(&gw->lock);
-    for (struct gw_container *c = gw->containers; c; c = c->next)
-        if (!strcmp(c->id, id) && !strcmp(c->owner, owner ? owner : "") && !c->dead) {
-            c->refs++;
-            *out = c;
-            rc = 0;
-            break;
-        }
+    struct gw_container *c = held_container(gw, id, owner);
     pthread_mutex_unlock(&gw->lock);
-    if (rc == 0)
+    bool shared = store_is_shared(gw->store);
+    if (c && (!shared || !c->persistent)) {
+        *out = c;
         return 0;
+    }
+    /* With a shared store, the store says what another gateway did with a
+     * container: made it, used it, ended it. */
     json_t *obj = NULL;
     struct corral_error err;
-    int found = store_get_container(gw->store, id, owner ? owner : "", &obj, NULL, &err);
-    if (found == 0) {
-        const char *status = json_string_value(json_object_get(obj, "status"));
-        rc = status && !strcmp(status, "expired") ? -ESTALE : -ENOENT;
-    } else if (gw_unavailable(-found)) {
-        rc = found;
+    int found = store_get_container(gw->store, id, owner, &obj, NULL, &err);
+    const char *status = found == 0 ? json_string_value(json_object_get(obj, "status")) : NULL;
+    int rc = found < 0 && !gw_unavailable(-found) ? -ENOENT : found;
+    if (c) {
+        rc = check_shared(gw, c, obj, found);
+        if (rc == 0)
+            *out = c;
+        else
+            gw_container_put(gw, c, false);
+    } else if (found == 0 && status && !strcmp(status, "expired")) {
+        rc = -ESTALE;
+    } else if (found == 0) {
+        *out = shared ? adopt(gw, owner, obj) : NULL;
+        rc = *out ? 0 : -ENOENT;
     }
     json_decref(obj);
     return rc;
@@ -893,7 +894,7 @@ void gw_container_put(corral_gateway *gw, struct gw_container *c, bool remove)
     if (last && !drop)
         gw_container_touch(gw, c);
     if (drop) {
-        if (c->gone)
+        if (c->gone && !c->forgotten)
             end_record(gw, c, c->ended_expired);
         container_free(gw, c);
     }
@@ -915,14 +916,55 @@ int gw_container_delete(corral_gateway *gw, const char *id, const char *owner)
     return 0;
 }
 
+/* Whether c's lifetime has ended by this gateway's clock. gw->lock held. */
+static bool past_expiry(const struct gw_container *c, uint64_t now)
+{
+    return c->persistent && !c->dead && now > c->last_active_ms + c->expiry_ms;
+}
+
+/* With a shared store, a container this gateway would expire may have been
+ * used since through another gateway, or ended by one: the store is asked
+ * first (check_shared), each container retained meanwhile (and released
+ * without being touched); one it cannot answer for is spared this round. */
+static void check_expiring(corral_gateway *gw, uint64_t now)
+{
+    pthread_mutex_lock(&gw->lock);
+    size_t n = 0;
+    for (struct gw_container *c = gw->containers; c; c = c->next)
+        n += !c->refs && past_expiry(c, now);
+    struct gw_container **v = n ? calloc(n, sizeof(*v)) : NULL;
+    size_t k = 0;
+    for (struct gw_container *c = gw->containers; v && c; c = c->next)
+        if (!c->refs && past_expiry(c, now)) {
+            c->refs++;
+            v[k++] = c;
+        }
+    pthread_mutex_unlock(&gw->lock);
+    for (size_t i = 0; i < k; i++) {
+        json_t *obj = NULL;
+        struct corral_error err;
+        int found = store_get_container(gw->store, v[i]->id, v[i]->owner, &obj, NULL, &err);
+        int rc = check_shared(gw, v[i], obj, found);
+        json_decref(obj);
+        pthread_mutex_lock(&gw->lock);
+        v[i]->expiry_spared = rc < 0 && rc != -ENOENT && rc != -ESTALE;
+        v[i]->refs--;
+        pthread_mutex_unlock(&gw->lock);
+    }
+    free(v);
+}
+
 void gw_containers_expire(corral_gateway *gw)
 {
     uint64_t now = corral_wall_ms();
     struct gw_container *ended = NULL;
+    if (store_is_shared(gw->store))
+        check_expiring(gw, now);
     pthread_mutex_lock(&gw->lock);
     for (struct gw_container **p = &gw->containers; *p;) {
         struct gw_container *c = *p;
-        bool expired = c->persistent && !c->dead && now > c->last_active_ms + c->expiry_ms;
+        bool expired = past_expiry(c, now) && !c->expiry_spared;
+        c->expiry_spared = false;
         bool died = !c->persistent && !c->dead && c->sb && !c->provider->alive(c->sb);
         if (!c->refs && (expired || died || c->dead)) {
             *p = c->next;
@@ -939,7 +981,7 @@ void gw_containers_expire(corral_gateway *gw)
     pthread_mutex_unlock(&gw->lock);
     while (ended) {
         struct gw_container *next = ended->next;
-        if (ended->gone)
+        if (ended->gone && !ended->forgotten)
             end_record(gw, ended, ended->ended_expired);
         container_free(gw, ended);
         ended = next;

@@ -1,7 +1,7 @@
 /*
  * The Containers and Files APIs (corral_gateway_objects): uploaded files
- * (/v1/files, kept under data_dir/files/), containers and their files, in
- * OpenAI's shapes, each object visible only to the key that made it.
+ * (/v1/files), containers and their files, in OpenAI's shapes, each object
+ * visible only to the key that made it. Their bytes are bytes.c's.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -190,12 +190,15 @@ static char *disposition_of(const char *name)
     return strbuf_take(&b);
 }
 
-static int reply_content(struct corral_gateway_reply *out, const char *disk, const char *name)
+/* The bytes of the file `id` of container_id ("" for an upload), named
+ * `name`. */
+static int reply_content(corral_gateway *gw, struct corral_gateway_reply *out,
+                         const char *container_id, const char *id, const char *name)
 {
     char *data = NULL;
     size_t len = 0;
     struct corral_error err;
-    if (gw_blob_read(disk, &data, &len, &err) < 0) {
+    if (gw_bytes_read(gw, container_id, id, &data, &len, &err) < 0) {
         failed(out, &err);
         return 0;
     }
@@ -215,11 +218,6 @@ static const char *base_name(const char *path)
 
 /* ---- /v1/files ---- */
 
-static void file_disk(const corral_gateway *gw, const char *id, char *out, size_t len)
-{
-    snprintf(out, len, "%s/files/%s", gw->data_dir, id);
-}
-
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner)
 {
     json_t *f = NULL;
@@ -236,13 +234,12 @@ int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file
     int rc = store_get_file(gw->store, file_id, owner, &f, err);
     if (rc < 0)
         return rc;
-    char disk[4096], path[4096], *data = NULL;
+    char path[4096], *data = NULL;
     size_t len = 0;
-    file_disk(gw, file_id, disk, sizeof(disk));
     snprintf(path, sizeof(path), "/mnt/data/%s",
              base_name(json_string_value(json_object_get(f, "filename"))));
     json_decref(f);
-    if ((rc = gw_blob_read(disk, &data, &len, err)) < 0)
+    if ((rc = gw_bytes_read(gw, "", file_id, &data, &len, err)) < 0)
         return rc;
     pthread_mutex_lock(&c->exec_lock);
     rc = gw_container_add_file(gw, c, path, data, len, "user", true, out, err);
@@ -283,20 +280,18 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
     }
     const char *name =
         r->file_name && usable_name(r->file_name) ? base_name(r->file_name) : "upload";
-    char id[64], disk[4096];
+    char id[64];
     corral_new_id(id, sizeof(id), "file-", 24);
-    file_disk(gw, id, disk, sizeof(disk));
     struct corral_error err;
-    if (gw_blob_write(disk, r->file_data, r->file_len, &err) < 0) {
-        failed(out, &err);
-        return;
-    }
     json_t *f = json_pack("{s:s, s:s, s:I, s:I, s:n, s:s, s:s, s:s, s:n}", "id", id, "object",
                           "file", "bytes", (json_int_t)r->file_len, "created_at",
                           (json_int_t)time(NULL), "expires_at", "filename", name, "purpose",
                           r->purpose, "status", "processed", "status_details");
-    if (store_put_file(gw->store, owner, f, &err) < 0) {
-        unlink(disk);
+    if (!f) {
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "Out of memory.");
+        return;
+    }
+    if (gw_bytes_keep_file(gw, owner, f, r->file_data, r->file_len, &err) < 0) {
         json_decref(f);
         failed(out, &err);
         return;
@@ -327,15 +322,17 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
             failed(out, &err);
         return;
     }
-    char disk[4096];
-    file_disk(gw, id, disk, sizeof(disk));
     if (rest && !strcmp(rest, "content")) {
-        reply_content(out, disk, json_string_value(json_object_get(f, "filename")));
+        reply_content(gw, out, "", id, json_string_value(json_object_get(f, "filename")));
     } else if (!strcmp(r->method, "DELETE")) {
-        store_delete_file(gw->store, id, owner, &err);
-        unlink(disk);
-        gw_reply_json(out, 200,
-                      json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
+        rc = store_delete_file(gw->store, id, owner, &err);
+        if (rc < 0 && rc != -ENOENT) { /* not deleted: say so */
+            failed(out, &err);
+        } else {
+            gw_bytes_forget(gw, "", id);
+            gw_reply_json(out, 200,
+                          json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
+        }
     } else {
         gw_reply_json(out, 200, json_incref(f));
     }
@@ -508,21 +505,23 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
             failed(out, &err);
         return;
     }
-    char disk[4096];
-    gw_cfile_disk(gw, c->id, fid, disk, sizeof(disk));
     const char *path = json_string_value(json_object_get(f, "path"));
     if (rest && !strcmp(rest, "content")) {
-        reply_content(out, disk, base_name(path));
+        reply_content(gw, out, c->id, fid, base_name(path));
     } else if (!strcmp(r->method, "DELETE")) {
-        pthread_mutex_lock(&c->exec_lock);
-        if (c->sb && c->provider->alive(c->sb))
-            c->provider->remove_file(c->sb, path, &err);
-        pthread_mutex_unlock(&c->exec_lock);
-        store_delete_cfile(gw->store, c->id, fid, &err);
-        unlink(disk);
-        gw_reply_json(out, 200,
-                      json_pack("{s:s, s:s, s:b}", "id", fid, "object", "container.file.deleted",
-                                "deleted", 1));
+        rc = store_delete_cfile(gw->store, c->id, fid, &err);
+        if (rc < 0 && rc != -ENOENT) { /* not deleted: say so */
+            failed(out, &err);
+        } else {
+            pthread_mutex_lock(&c->exec_lock);
+            if (c->sb && c->provider->alive(c->sb))
+                c->provider->remove_file(c->sb, path, &err);
+            pthread_mutex_unlock(&c->exec_lock);
+            gw_bytes_forget(gw, c->id, fid);
+            gw_reply_json(out, 200,
+                          json_pack("{s:s, s:s, s:b}", "id", fid, "object",
+                                    "container.file.deleted", "deleted", 1));
+        }
     } else {
         gw_reply_json(out, 200, json_incref(f));
     }

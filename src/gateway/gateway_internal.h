@@ -14,6 +14,8 @@
  *   keys.c       virtual keys, owners, rate limits, the admin endpoints
  *   containers.c containers: provider sandboxes with an id, an owner, a
  *                lifetime and files
+ *   bytes.c      the bytes of files: on disk under data_dir, and in a store
+ *                that several gateways share
  *   translate.c  Chat Completions <-> Responses (translate.h)
  *   cite.c       file citations of an answer (cite.h)
  *   codeargs.c   the code as it streams out of a tool call's JSON arguments
@@ -56,6 +58,8 @@ struct gw_container {
     bool dead;                 /* to go when the last reference is dropped */
     bool gone;                 /* deleted or expired: its files go with it */
     bool ended_expired;        /* expired, not deleted: its record stays */
+    bool forgotten;            /* ended by another gateway: only what is here goes */
+    bool expiry_spared;        /* the shared store could not confirm its expiry */
     pthread_mutex_t exec_lock; /* one execution or file copy at a time */
     uint64_t files_reserved;   /* bytes of files being saved (gw->quota_lock) */
     struct gw_container *next;
@@ -142,10 +146,6 @@ void gw_container_touch(corral_gateway *gw, struct gw_container *c);
 int gw_container_add_file(corral_gateway *gw, struct gw_container *c, const char *path,
                           const void *data, size_t len, const char *source, bool into_sandbox,
                           json_t **out, struct corral_error *err);
-/* Where the file `id` of a container is kept (id "": the container's
- * directory). */
-void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
-                   size_t len);
 /* Copies out the files an execution changed (provider_output.files); each
  * entry gets the "id" of its container file, or, when it was not kept
  * (larger than a container file may be, past a quota, unreadable), a
@@ -159,9 +159,42 @@ void gw_containers_expire(corral_gateway *gw);
 /* Frees every container (the gateway's end; files of stored ones stay). */
 void gw_containers_free(corral_gateway *gw);
 
+/* ---- the bytes of files (bytes.c) ----
+ *
+ * A file is named by its container's id and its own (an uploaded file:
+ * container "" and its id). Its bytes are on disk, and with a shared store
+ * in the store too, the disk then being a cache of it. */
+
+/* The file's bytes, open for reading from their start: the local copy,
+ * fetched from a shared store first when this host lacks it (or has
+ * another version). The store's failures are its own (gw_unavailable);
+ * -ENOENT when neither has them. */
+int gw_bytes_open(corral_gateway *gw, const char *container_id, const char *id, int *fd,
+                  struct corral_error *err);
+/* gw_bytes_open, and the whole file read into *data (malloc'ed). */
+int gw_bytes_read(corral_gateway *gw, const char *container_id, const char *id, char **data,
+                  size_t *len, struct corral_error *err);
+/* Keeps a new upload (file: its /v1/files object, with its "id") or a new
+ * or changed container file (cfile: its object, with its "id" and
+ * "container_id"; replaces: the file is there already) with its row in the
+ * store: data on disk and (shared store) in the store, the row stored with
+ * the bytes. A failure leaves no row and, for a new file, nothing on disk. */
+int gw_bytes_keep_file(corral_gateway *gw, const char *owner, json_t *file, const void *data,
+                       size_t len, struct corral_error *err);
+int gw_bytes_keep_cfile(corral_gateway *gw, json_t *cfile, bool replaces, const void *data,
+                        size_t len, struct corral_error *err);
+/* Removes the local copies of a file (its row and stored bytes are the
+ * store's to delete). */
+void gw_bytes_forget(corral_gateway *gw, const char *container_id, const char *id);
+/* Where the local copies of a container's files are: its directory (id "")
+ * and, without a shared store, the file `id`. */
+void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
+                   size_t len);
 /* Files on disk: written whole (through a temporary name) and read whole. */
 int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err);
 int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err);
+/* rm -r. */
+void gw_remove_tree(const char *path);
 /* keys.c: a virtual key's settings. */
 struct gw_key_policy {
     bool found;
@@ -194,8 +227,6 @@ void gw_keys_free(corral_gateway *gw);
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
 int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,
                     const char *owner, json_t **out, struct corral_error *err);
-/* rm -r. */
-void gw_remove_tree(const char *path);
 
 /* While fn runs an execution of c: if cancelled(userdata) turns true, the
  * container is killed (the execution then returns). */

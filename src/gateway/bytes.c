@@ -1,0 +1,415 @@
+/*
+ * The bytes of the gateway's files: uploads (/v1/files) and container files.
+ *
+ * Every file's bytes are on the local disk, under data_dir: an upload at
+ * files/<id>, a container file at containers/<container id>/<id>. With a
+ * store that several gateways share (PostgreSQL, store_is_shared), the
+ * store keeps them too, and the disk is a cache: a gateway that lacks a
+ * file (another one wrote it) fetches it from the store before using it,
+ * and each write goes to the store with the file's row, in one transaction,
+ * before the local copy takes its name. A container file may be rewritten
+ * under its id, so its local copy is named by the version of its bytes
+ * too (<id>@<version>, a random text chosen at each write): a copy of an
+ * older version is never taken for the file. Uploads never change.
+ *
+ * Every read of a file's bytes goes through gw_bytes_open (or
+ * gw_bytes_read); every write through gw_bytes_keep_file and
+ * gw_bytes_keep_cfile; gw_bytes_forget removes local copies. With SQLite
+ * the disk is all there is, as it always was.
+ *
+ * Also here: writing and reading a whole file on disk (through a temporary
+ * name), and removing a tree.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/cleanup.h"
+#include "base/util.h"
+#include "gateway/gateway_internal.h"
+
+#define VERSION_BYTES 16 /* random bytes of a version, written in hex */
+
+/* ---- files on disk ---- */
+
+static int write_all(int fd, const void *data, size_t len, const char *path,
+                     struct corral_error *err)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return corral_fail_errno(err, "cannot write %s", path);
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* The directory that path is in, created when missing. */
+static int make_parent(const char *path, struct corral_error *err)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return 0;
+    *slash = '\0';
+    struct corral_error why;
+    if (corral_mkdir_p(dir, 0700, &why) < 0) {
+        errno = why.code;
+        return corral_fail_errno(err, "cannot create %s", dir);
+    }
+    return 0;
+}
+
+/* A new file beside `path`, under a temporary name of its own (tmp):
+ * its descriptor, or a negative errno. */
+static int open_temp(const char *path, char *tmp, size_t len, struct corral_error *err)
+{
+    int r = make_parent(path, err);
+    if (r < 0)
+        return r;
+    snprintf(tmp, len, "%s.part-XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot create %s", tmp);
+    return fd;
+}
+
+/* data into a new file beside path, synced: its descriptor (tmp: its
+ * name), or a negative errno with nothing left. */
+static int write_temp(const char *path, const void *data, size_t len, char *tmp, size_t tmp_len,
+                      struct corral_error *err)
+{
+    int fd = open_temp(path, tmp, tmp_len, err);
+    if (fd < 0)
+        return fd;
+    int r = write_all(fd, data, len, tmp, err);
+    if (r == 0 && fsync(fd) < 0)
+        r = corral_fail_errno(err, "cannot save %s", tmp);
+    if (r < 0) {
+        close(fd);
+        unlink(tmp);
+        return r;
+    }
+    return fd;
+}
+
+int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err)
+{
+    char tmp[4200];
+    int fd = write_temp(path, data, len, tmp, sizeof(tmp), err);
+    if (fd < 0)
+        return fd;
+    if (close(fd) < 0 || rename(tmp, path) < 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return corral_fail_errno(err, "cannot save %s", path);
+    }
+    return 0;
+}
+
+/* The whole of the file open at fd (read from its start; `path` names it
+ * in messages). */
+static int read_fd(int fd, const char *path, char **data, size_t *len, struct corral_error *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || lseek(fd, 0, SEEK_SET) < 0)
+        return corral_fail_errno(err, "cannot read %s", path);
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf)
+        return corral_fail(err, ENOMEM, "out of memory");
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            free(buf);
+            return corral_fail_errno(err, "cannot read %s", path);
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    return 0;
+}
+
+int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err)
+{
+    cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot open %s", path);
+    return read_fd(fd, path, data, len, err);
+}
+
+void gw_remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+            if (e->d_type == DT_DIR)
+                gw_remove_tree(p);
+            else
+                unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* ---- where a file's bytes are on disk ---- */
+
+void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
+                   size_t len)
+{
+    snprintf(out, len, "%s/containers/%s/%s", gw->data_dir, container_id, id);
+}
+
+/* The local copy of the file `id` of container_id ("" for an upload), of
+ * `version` (NULL: the name without one). */
+static void local_path(const corral_gateway *gw, const char *container_id, const char *id,
+                       const char *version, char *out, size_t len)
+{
+    char base[4096];
+    if (*container_id)
+        gw_cfile_disk(gw, container_id, id, base, sizeof(base));
+    else
+        snprintf(base, sizeof(base), "%s/files/%s", gw->data_dir, id);
+    snprintf(out, len, "%s%s%s", base, version ? "@" : "", version ? version : "");
+}
+
+/* Removes the local copies of the file `id` of a container (in its
+ * directory dir), whatever their version, except the one named `keep`
+ * (NULL: none). */
+static void remove_versions(const char *dir, const char *id, const char *keep)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t n = strlen(id);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        if (strncmp(name, id, n) || (name[n] && name[n] != '@') || (keep && !strcmp(name, keep)))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", dir, name);
+        unlink(p);
+    }
+    closedir(d);
+}
+
+void gw_bytes_forget(corral_gateway *gw, const char *container_id, const char *id)
+{
+    char path[4096];
+    local_path(gw, container_id, id, NULL, path, sizeof(path));
+    unlink(path);
+    if (*container_id && store_is_shared(gw->store)) {
+        *strrchr(path, '/') = '\0';
+        remove_versions(path, id, NULL);
+    }
+}
+
+/* ---- reading ---- */
+
+/* Fetches the file's bytes from the store into a new local copy (named by
+ * their version, for a container file), which it opens: its descriptor,
+ * at its start. */
+static int fetch(corral_gateway *gw, const char *container_id, const char *id, int *out,
+                 struct corral_error *err)
+{
+    char base[4096], tmp[4200], path[4300];
+    local_path(gw, container_id, id, NULL, base, sizeof(base));
+    int fd = open_temp(base, tmp, sizeof(tmp), err);
+    if (fd < 0)
+        return fd;
+    cleanup_free char *version = NULL;
+    int r = store_read_bytes(gw->store, container_id, id, fd, &version, NULL, err);
+    if (r == 0 && fsync(fd) < 0)
+        r = corral_fail_errno(err, "cannot save %s", tmp);
+    local_path(gw, container_id, id, *container_id ? version : NULL, path, sizeof(path));
+    if (r == 0 && rename(tmp, path) < 0)
+        r = corral_fail_errno(err, "cannot save %s", path);
+    if (r < 0 || lseek(fd, 0, SEEK_SET) < 0) {
+        if (r == 0)
+            r = corral_fail_errno(err, "cannot read %s", path);
+        close(fd);
+        unlink(tmp);
+        return r;
+    }
+    if (*container_id) { /* older versions are of no more use */
+        *strrchr(base, '/') = '\0';
+        remove_versions(base, id, strrchr(path, '/') + 1);
+    }
+    *out = fd;
+    return 0;
+}
+
+/* gw_bytes_open with a shared store: the local copy of the version the
+ * store has, else that version fetched. A container file whose bytes the
+ * store lacks (written before it kept them) is read from the disk, when
+ * it is here. */
+static int open_shared(corral_gateway *gw, const char *container_id, const char *id, int *out,
+                       struct corral_error *err)
+{
+    char path[4300];
+    cleanup_free char *version = NULL;
+    if (*container_id) {
+        uint64_t size = 0;
+        int r = store_bytes_info(gw->store, container_id, id, &version, &size, err);
+        if (r < 0 && r != -ENOENT)
+            return r;
+        local_path(gw, container_id, id, version, path, sizeof(path));
+    } else {
+        local_path(gw, container_id, id, NULL, path, sizeof(path));
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        *out = fd;
+        return 0;
+    }
+    if (*container_id && !version)
+        return corral_fail(err, ENOENT,
+                           "the bytes of file %s of container %s are neither in the "
+                           "store nor on this host",
+                           id, container_id);
+    int r = fetch(gw, container_id, id, out, err);
+    if (r == -ENOENT)
+        corral_fail(err, ENOENT, "the bytes of %s %s are neither in the store nor on this host",
+                    *container_id ? "container file" : "uploaded file", id);
+    return r;
+}
+
+int gw_bytes_open(corral_gateway *gw, const char *container_id, const char *id, int *fd,
+                  struct corral_error *err)
+{
+    *fd = -1;
+    if (store_is_shared(gw->store))
+        return open_shared(gw, container_id, id, fd, err);
+    char path[4300];
+    local_path(gw, container_id, id, NULL, path, sizeof(path));
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    return *fd >= 0 ? 0 : corral_fail_errno(err, "cannot open %s", path);
+}
+
+int gw_bytes_read(corral_gateway *gw, const char *container_id, const char *id, char **data,
+                  size_t *len, struct corral_error *err)
+{
+    cleanup_close int fd = -1;
+    int r = gw_bytes_open(gw, container_id, id, &fd, err);
+    if (r == 0) {
+        char name[200];
+        snprintf(name, sizeof(name), "the bytes of %s", id);
+        r = read_fd(fd, name, data, len, err);
+    }
+    return r;
+}
+
+/* ---- writing ---- */
+
+/* The file to keep: an upload (container_id "", owner, obj its /v1/files
+ * object) or a container file (obj its object; replaces: it is at its id
+ * already). */
+struct keep {
+    const char *container_id, *id, *owner;
+    json_t *obj;
+    bool replaces;
+};
+
+/* The store's row of k (and, with bytes, its bytes). */
+static int put_row(corral_gateway *gw, const struct keep *k, const struct store_bytes *bytes,
+                   struct corral_error *err)
+{
+    if (*k->container_id)
+        return bytes ? store_put_cfile_bytes(gw->store, k->obj, bytes, err)
+                     : store_put_cfile(gw->store, k->obj, err);
+    return bytes ? store_put_file_bytes(gw->store, k->owner, k->obj, bytes, err)
+                 : store_put_file(gw->store, k->owner, k->obj, err);
+}
+
+/* With a shared store: the bytes into a temporary file, from it into the
+ * store with the row, and only then the local copy named. */
+static int keep_shared(corral_gateway *gw, const struct keep *k, const void *data, size_t len,
+                       struct corral_error *err)
+{
+    char version[2 * VERSION_BYTES + 1], base[4096], tmp[4200], path[4300];
+    int r = corral_random_hex(version, VERSION_BYTES, err);
+    if (r < 0)
+        return r;
+    local_path(gw, k->container_id, k->id, NULL, base, sizeof(base));
+    cleanup_close int fd = write_temp(base, data, len, tmp, sizeof(tmp), err);
+    if (fd < 0)
+        return fd;
+    const struct store_bytes bytes = {fd, version};
+    if (lseek(fd, 0, SEEK_SET) < 0)
+        r = corral_fail_errno(err, "cannot read %s", tmp);
+    if (r == 0)
+        r = put_row(gw, k, &bytes, err);
+    if (r < 0) {
+        unlink(tmp);
+        return r;
+    }
+    local_path(gw, k->container_id, k->id, *k->container_id ? version : NULL, path, sizeof(path));
+    if (rename(tmp, path) < 0) { /* the store has them: a later read fetches them */
+        fprintf(stderr, "corral gateway: cannot save %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
+    if (*k->container_id) {
+        *strrchr(base, '/') = '\0';
+        remove_versions(base, k->id, strrchr(path, '/') + 1);
+    }
+    return 0;
+}
+
+/* k's bytes on disk, then its row; a new file whose row fails leaves
+ * nothing. With a shared store: keep_shared. */
+static int keep(corral_gateway *gw, const struct keep *k, const void *data, size_t len,
+                struct corral_error *err)
+{
+    if (store_is_shared(gw->store))
+        return keep_shared(gw, k, data, len, err);
+    char path[4300];
+    local_path(gw, k->container_id, k->id, NULL, path, sizeof(path));
+    int r = gw_blob_write(path, data, len, err);
+    if (r == 0 && (r = put_row(gw, k, NULL, err)) < 0 && !k->replaces)
+        unlink(path);
+    return r;
+}
+
+int gw_bytes_keep_file(corral_gateway *gw, const char *owner, json_t *file, const void *data,
+                       size_t len, struct corral_error *err)
+{
+    const struct keep k = {"", json_string_value(json_object_get(file, "id")), owner, file, false};
+    if (!k.id)
+        return corral_fail(err, EINVAL, "cannot keep a file without its id");
+    return keep(gw, &k, data, len, err);
+}
+
+int gw_bytes_keep_cfile(corral_gateway *gw, json_t *cfile, bool replaces, const void *data,
+                        size_t len, struct corral_error *err)
+{
+    const struct keep k = {json_string_value(json_object_get(cfile, "container_id")),
+                           json_string_value(json_object_get(cfile, "id")), NULL, cfile, replaces};
+    if (!k.container_id || !*k.container_id || !k.id)
+        return corral_fail(err, EINVAL, "cannot keep a container file without its ids");
+    return keep(gw, &k, data, len, err);
+}
