@@ -111,11 +111,22 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
  * Returns {upstream, server, client, dir, marker()}.
  */
 export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
-  const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null };
+  const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null, peers: [] };
   let client = null;
-  // With a remote provider: every sandbox the gateway made must be deleted
-  // once it has stopped; then the sandbox host stops (before the host check).
+  // Peers still running stop (and are checked) first. With a remote
+  // provider: every sandbox the gateway made must be deleted once it has
+  // stopped; then the sandbox host stops (before the host check).
   const afterStop = async () => {
+    const problems = [];
+    for (const peer of gw.peers.splice(0)) {
+      if (peer.exitStatus) continue; // stopped by its test, which checked it
+      try {
+        await peer.stop();
+      } catch (err) {
+        problems.push(`a peer gateway: ${err.message}`);
+      }
+    }
+    if (problems.length) throw new Error(problems.join('\n'));
     const host = gw.sandboxHost;
     if (!host) return;
     gw.sandboxHost = null;
@@ -166,6 +177,23 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
     ctx.server = await startServer({ config: gw.config, gateway: true });
     ctx.server.setEnv();
     client = null;
+  };
+  /**
+   * Another `corral serve` with the same configuration but a data
+   * directory of its own: with a shared store (PostgreSQL), a second front
+   * of the same gateway. Stopped and checked after the tests, unless a test
+   * stopped it (`await peer.stop()`, which checks it then).
+   */
+  gw.startPeer = async () => {
+    const n = gw.peers.length + 1;
+    const config = path.join(gw.dir, `gateway-peer-${n}.yaml`);
+    fs.writeFileSync(
+      config,
+      gatewayConfig(gw.upstream.url, { dataDir: path.join(gw.dir, `data-peer-${n}`), gatewayLines, topLines, sandboxHost: gw.sandboxHost }),
+    );
+    const peer = await startServer({ config, gateway: true });
+    gw.peers.push(peer);
+    return peer;
   };
   /** A marker no other script's marker contains (or is contained in). */
   gw.marker = (name) => `{{${name}#${++gw.seq}}}`;

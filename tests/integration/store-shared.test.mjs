@@ -1,0 +1,210 @@
+// Two gateways sharing one PostgreSQL store (`gateway.store:
+// postgresql://...`), each with a data directory of its own, as two fronts
+// of a fleet: through the official `openai` SDK, what one of them made (an
+// upload, a container and its files, the files its code wrote, a stored
+// response) is served by the other once the first has stopped: listed,
+// downloaded byte for byte, read by code in a sandbox of the second, and
+// continued with previous_response_id. The bytes of files live in the store
+// (in chunks), so the second needs nothing of the first; with the store
+// down, what needs them is answered 503 and nothing half-written appears.
+// PostgreSQL is a server of this test's own (tests/postgres).
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+
+import OpenAI, { APIError, toFile } from 'openai';
+
+import { CI_TOOL, INCLUDE_OUTPUTS, MASTER_KEY, useGateway } from './gateway-helpers.mjs';
+import { REPO_ROOT } from './harness.mjs';
+import { contentText } from './upstream.mjs';
+
+const PG = path.join(REPO_ROOT, 'tests', 'postgres');
+const pgDir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-pg-'));
+const pgUrl = `postgresql://corral@/corral?host=${pgDir}`;
+const postgres = (...args) => execFileSync(PG, [...args, pgDir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+let removed = false;
+const removeServer = () => {
+  if (!removed) postgres('remove');
+  removed = true;
+};
+process.on('exit', removeServer); // also when a hook failed
+
+before(() => {
+  assert.equal(postgres('init').trim(), pgUrl);
+});
+
+// "B": the gateway of useGateway; "A", a peer started by each test.
+const gw = useGateway({ gatewayLines: [`store: "${pgUrl}"`] });
+
+after(removeServer); // after the gateway's own after(): it stops first
+
+const T = { timeout: 180_000 };
+const MODEL = 'mock-chat';
+const CHUNK = 1 << 20; // the store's chunk of bytes (STORE_BLOB_CHUNK)
+
+const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? '(no stdout)';
+const clientOf = (server) => new OpenAI({ baseURL: server.gatewayUrl, apiKey: MASTER_KEY, maxRetries: 0, timeout: 120_000 });
+const sha256 = (bytes) => crypto.createHash('sha256').update(bytes).digest('hex');
+
+/** One integer from the PostgreSQL database, read with psql. */
+function countRows(sql) {
+  const out = execFileSync('psql', ['-X', '-At', '-h', pgDir, '-U', 'corral', '-d', 'corral', '-c', sql], { encoding: 'utf8' });
+  return Number(out.trim());
+}
+
+async function readAll(list) {
+  const out = [];
+  for await (const x of list) out.push(x);
+  return out;
+}
+
+/** The bytes of a download (a Response of the SDK's content()). */
+async function bytesOf(download) {
+  return Buffer.from(await download.arrayBuffer());
+}
+
+/** The APIError a call fails with, or a failed assertion. */
+async function failure(call, what) {
+  try {
+    await call();
+  } catch (err) {
+    assert.ok(err instanceof APIError, `${what}: expected an APIError, got ${err?.constructor?.name}: ${err?.message}`);
+    return err;
+  }
+  assert.fail(`${what}: succeeded while the store was down`);
+}
+
+function assertUnreachable(err, what) {
+  assert.equal(err.status, 503, `${what}: ${err.message}`);
+  assert.equal(err.code, 'service_unavailable', what);
+  assert.match(err.message, /store is unreachable/i, what);
+}
+
+test('files and a container made through one gateway are served by another once the first has stopped', T, async () => {
+  const A = await gw.startPeer();
+  const a = clientOf(A);
+  const b = gw.client;
+
+  // through A: an upload of several chunks, a container holding it and a
+  // CSV, and code that writes a file of its own
+  const blob = crypto.randomBytes(3 * CHUNK + 123);
+  const upload = await a.files.create({ file: await toFile(blob, 'data.bin'), purpose: 'user_data' });
+  assert.equal(upload.bytes, blob.length);
+  assert.equal(countRows(`SELECT count(*) FROM blobs WHERE container_id = '' AND id = '${upload.id}'`), 4);
+  const box = await a.containers.create({ name: 'shared', file_ids: [upload.id] });
+  const csv = 'city,people\nOslo,709000\nBergen,291000\nTrondheim,212000\n';
+  const cities = await a.containers.files.create(box.id, { file: await toFile(Buffer.from(csv), 'cities.csv') });
+  const m1 = gw.marker('shared-write');
+  gw.upstream.script(m1, [
+    { code: "open('/mnt/data/note.txt', 'w').write('written through A')\nprint(len(open('/mnt/data/data.bin', 'rb').read()))" },
+    (body, ctx) => ({ text: `read ${stdoutOf(ctx.lastCodeOutput)} bytes` }),
+  ]);
+  const r1 = await a.responses.create({ model: MODEL, input: `${m1} Write a note.`, tools: [{ type: 'code_interpreter', container: box.id }] });
+  assert.equal(r1.output_text, `read ${blob.length} bytes`);
+
+  // A goes: B needs nothing of it
+  await A.stop();
+
+  const files = await readAll(await b.containers.files.list(box.id, { order: 'asc' }));
+  assert.deepEqual(
+    files.map((f) => [f.path, f.bytes]),
+    [
+      ['/mnt/data/data.bin', blob.length],
+      ['/mnt/data/cities.csv', csv.length],
+      ['/mnt/data/note.txt', 'written through A'.length],
+    ],
+  );
+  const byPath = Object.fromEntries(files.map((f) => [f.path, f]));
+  assert.equal(byPath['/mnt/data/cities.csv'].id, cities.id);
+  assert.ok(sha256(await bytesOf(await b.containers.files.content.retrieve(byPath['/mnt/data/data.bin'].id, { container_id: box.id }))) === sha256(blob), 'the container copy of the upload, byte for byte');
+  assert.equal((await bytesOf(await b.containers.files.content.retrieve(cities.id, { container_id: box.id }))).toString(), csv);
+  assert.equal((await bytesOf(await b.containers.files.content.retrieve(byPath['/mnt/data/note.txt'].id, { container_id: box.id }))).toString(), 'written through A');
+  const back = await bytesOf(await b.files.content(upload.id));
+  assert.equal(back.length, blob.length);
+  assert.ok(back.equals(blob), 'the upload, byte for byte');
+
+  // code run through B, in a sandbox of B's, reads what A's wrote
+  const m2 = gw.marker('shared-read');
+  gw.upstream.script(m2, [
+    {
+      code:
+        "import hashlib, pandas as pd\n" +
+        "b = open('/mnt/data/data.bin', 'rb').read()\n" +
+        "print(len(b), hashlib.sha256(b).hexdigest(), int(pd.read_csv('/mnt/data/cities.csv').people.sum()), open('/mnt/data/note.txt').read())",
+    },
+    (body, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) }),
+  ]);
+  const r2 = await b.responses.create({ model: MODEL, input: `${m2} Check the files.`, tools: [{ type: 'code_interpreter', container: box.id }] });
+  assert.equal(r2.output_text, `${blob.length} ${sha256(blob)} 1212000 written through A`);
+  assert.equal(r2.output.find((i) => i.type === 'code_interpreter_call').container_id, box.id);
+
+  // deleting through B deletes the bytes in the store too
+  await b.files.delete(upload.id);
+  await b.containers.delete(box.id);
+  assert.equal(countRows(`SELECT count(*) FROM blobs WHERE id = '${upload.id}' OR container_id = '${box.id}'`), 0);
+});
+
+test('a response through one gateway is continued with previous_response_id through another', T, async () => {
+  const A = await gw.startPeer();
+  const a = clientOf(A);
+  const m1 = gw.marker('shared-prev-1');
+  gw.upstream.script(m1, [
+    { code: "secret = 'heron-77'\nopen('/mnt/data/secret.txt', 'w').write(secret)\nprint('kept')" },
+    { text: 'Noted: the code word is kept in secret.txt.' },
+  ]);
+  const r1 = await a.responses.create({ model: MODEL, input: `${m1} Keep the code word heron-77.`, tools: [CI_TOOL] });
+  assert.equal(r1.status, 'completed');
+  const box = r1.output.find((i) => i.type === 'code_interpreter_call').container_id;
+  await A.stop();
+
+  const m2 = gw.marker('shared-prev-2');
+  gw.upstream.script(m2, [
+    { code: "print(open('/mnt/data/secret.txt').read())" },
+    (body, ctx) => {
+      const said = body.messages.some((m) => contentText(m.content).includes('Keep the code word heron-77'));
+      return { text: `${said ? 'I recall' : 'I do not recall'} ${stdoutOf(ctx.lastCodeOutput)}.` };
+    },
+  ]);
+  const r2 = await gw.client.responses.create({
+    model: MODEL,
+    input: `${m2} What was the code word?`,
+    previous_response_id: r1.id,
+    tools: [CI_TOOL],
+    include: INCLUDE_OUTPUTS,
+  });
+  assert.equal(r2.previous_response_id, r1.id);
+  assert.equal(r2.output_text, 'I recall heron-77.');
+  const call = r2.output.find((i) => i.type === 'code_interpreter_call');
+  assert.equal(call.container_id, box, 'continued in the container of the first response');
+  assert.equal((await gw.client.responses.retrieve(r1.id)).id, r1.id);
+});
+
+test('the store down: uploads and downloads answer 503, and nothing half-written appears', T, async () => {
+  const b = gw.client;
+  const kept = await b.files.create({ file: await toFile(Buffer.from('kept\n'), 'kept.txt'), purpose: 'user_data' });
+  const box = await b.containers.create({ name: 'down' });
+  const cfile = await b.containers.files.create(box.id, { file: await toFile(Buffer.from('in box\n'), 'in.txt') });
+
+  const lost = await toFile(Buffer.from('lost\n'), 'lost.txt');
+  postgres('stop');
+  try {
+    assertUnreachable(await failure(() => b.files.create({ file: lost, purpose: 'user_data' }), 'an upload'), 'an upload');
+    assertUnreachable(await failure(() => b.files.content(kept.id), 'a download'), 'a download');
+    assertUnreachable(
+      await failure(() => b.containers.files.content.retrieve(cfile.id, { container_id: box.id }), 'a container file download'),
+      'a container file download',
+    );
+  } finally {
+    postgres('start');
+  }
+  const uploads = await readAll(await b.files.list());
+  assert.deepEqual(uploads.filter((f) => f.filename === 'lost.txt'), [], 'the failed upload is not listed');
+  assert.equal(countRows("SELECT count(*) FROM files WHERE object LIKE '%lost.txt%'"), 0);
+  assert.equal((await bytesOf(await b.files.content(kept.id))).toString(), 'kept\n');
+  assert.equal((await bytesOf(await b.containers.files.content.retrieve(cfile.id, { container_id: box.id }))).toString(), 'in box\n');
+  await b.containers.delete(box.id);
+});
