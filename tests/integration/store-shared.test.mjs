@@ -4,9 +4,10 @@
 // upload, a container and its files, the files its code wrote, a stored
 // response) is served by the other once the first has stopped: listed,
 // downloaded byte for byte, read by code in a sandbox of the second, and
-// continued with previous_response_id. The bytes of files live in the store
-// (in chunks), so the second needs nothing of the first; with the store
-// down, what needs them is answered 503 and nothing half-written appears.
+// continued with previous_response_id; and a file one rewrites is not
+// served stale by the other. The bytes of files live in the store (in
+// chunks), so the second needs nothing of the first; with the store down,
+// what needs them is answered 503 and nothing half-written appears.
 // PostgreSQL is a server of this test's own (tests/postgres).
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
@@ -181,6 +182,26 @@ test('a response through one gateway is continued with previous_response_id thro
   const call = r2.output.find((i) => i.type === 'code_interpreter_call');
   assert.equal(call.container_id, box, 'continued in the container of the first response');
   assert.equal((await gw.client.responses.retrieve(r1.id)).id, r1.id);
+});
+
+test('a file rewritten through one gateway is never served stale by another that had read it', T, async () => {
+  const A = await gw.startPeer();
+  const a = clientOf(A);
+  const b = gw.client;
+  const box = await b.containers.create({ name: 'rewritten' });
+  const note = await b.containers.files.create(box.id, { file: await toFile(Buffer.from('first\n'), 'note.txt') });
+  const read = async () => (await bytesOf(await b.containers.files.content.retrieve(note.id, { container_id: box.id }))).toString();
+  assert.equal(await read(), 'first\n'); // B has a copy now
+
+  // code through A rewrites it: the same file (its id), new bytes
+  const m = gw.marker('shared-rewrite');
+  gw.upstream.script(m, [{ code: "open('/mnt/data/note.txt', 'w').write('second, longer\\n')" }, { text: 'rewritten' }]);
+  await a.responses.create({ model: MODEL, input: `${m} Rewrite the note.`, tools: [{ type: 'code_interpreter', container: box.id }] });
+  const files = await readAll(await b.containers.files.list(box.id));
+  assert.deepEqual(files.map((f) => [f.id, f.bytes]), [[note.id, 'second, longer\n'.length]]);
+  assert.equal(await read(), 'second, longer\n');
+  await a.containers.delete(box.id);
+  await assert.rejects(b.containers.files.list(box.id), (e) => e.status === 404);
 });
 
 test('the store down: uploads and downloads answer 503, and nothing half-written appears', T, async () => {
