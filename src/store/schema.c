@@ -131,6 +131,17 @@ static const struct migration migrations[] = {
      " PRIMARY KEY (container_id, id, chunk)"
      ");"
      "ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL"},
+    /* 5 -> 6: each virtual key's rate bucket (store_take_rate), for the
+     * gateways that share a store: its level in 1/60000ths of a request,
+     * when it was last taken from (ms since the epoch), and whether that
+     * take was granted. */
+    {"CREATE TABLE rate_buckets ("
+     " token TEXT PRIMARY KEY,"
+     " level BIGINT NOT NULL,"
+     " at_ms BIGINT NOT NULL,"
+     " taken BIGINT NOT NULL"
+     ")",
+     NULL, NULL},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -1218,11 +1218,69 @@ int store_delete_key(struct store *s, const char *token, struct corral_error *er
 {
     if (!valid_token(token))
         return refuse_token("delete", err);
-    char what[CORRAL_ERROR_MESSAGE_MAX];
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot delete key %s from store %s", token, s->name);
+    snprintf(missing, sizeof(missing), "no key %s in store %s", token, s->name);
     const struct store_param keys[] = {P_TEXT(token)};
-    return write_row(s, "DELETE FROM keys WHERE token = ?1", keys, 1, what, err, ENOENT,
-                     "no key %s in store %s", token, s->name);
+    const struct step steps[] = {
+        STEP_MUST("DELETE FROM keys WHERE token = ?1", keys, 1, ENOENT, missing),
+        STEP("DELETE FROM rate_buckets WHERE token = ?1", keys, 1),
+    };
+    return run_steps(s, steps, 2, NULL, NULL, what, err);
+}
+
+/* The rate bucket in integers: a request is RATE_UNIT units, a bucket of
+ * rpm requests holds rpm * RATE_UNIT, and it refills rpm units a
+ * millisecond (rpm requests a minute), for at most a minute (then it is
+ * full whatever it held). */
+#define RATE_UNIT    "60000"
+#define RATE_RPM_MAX 1000000000ll /* rpm * RATE_UNIT stays far from overflowing */
+#define RATE_ELAPSED                                                                               \
+    "(CASE WHEN ?3 <= rate_buckets.at_ms THEN 0 WHEN ?3 - rate_buckets.at_ms > " RATE_UNIT         \
+    " THEN " RATE_UNIT " ELSE ?3 - rate_buckets.at_ms END)"
+#define RATE_REFILLED                                                                              \
+    "(CASE WHEN rate_buckets.level + " RATE_ELAPSED " * ?2 > ?2 * " RATE_UNIT                      \
+    " THEN ?2 * " RATE_UNIT " ELSE rate_buckets.level + " RATE_ELAPSED " * ?2 END)"
+
+/* One statement: the bucket made full less one request, or refilled to now
+ * and less one request when it holds one; RETURNING what is left and
+ * whether it was taken. */
+static const char take_rate_sql[] =
+    "INSERT INTO rate_buckets (token, level, at_ms, taken)"
+    " VALUES (?1, ?2 * " RATE_UNIT " - " RATE_UNIT ", ?3, 1)"
+    " ON CONFLICT (token) DO UPDATE SET"
+    " level = " RATE_REFILLED " - CASE WHEN " RATE_REFILLED " >= " RATE_UNIT " THEN " RATE_UNIT
+    " ELSE 0 END,"
+    " taken = CASE WHEN " RATE_REFILLED " >= " RATE_UNIT " THEN 1 ELSE 0 END,"
+    " at_ms = CASE WHEN ?3 > rate_buckets.at_ms THEN ?3 ELSE rate_buckets.at_ms END"
+    " RETURNING level, taken";
+
+int store_take_rate(struct store *s, const char *token, int64_t rpm, int64_t now_ms,
+                    uint64_t *retry_ms, struct corral_error *err)
+{
+    if (retry_ms)
+        *retry_ms = 0;
+    if (!valid_token(token))
+        return refuse_token("take a request of", err);
+    if (rpm < 1)
+        return corral_fail(err, EINVAL, "a rate limit takes at least one request a minute");
+    if (rpm > RATE_RPM_MAX)
+        rpm = RATE_RPM_MAX;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot count a request of key %s in store %s", token, s->name);
+    const struct store_param p[] = {P_TEXT(token), P_INT(true, rpm), P_INT(true, now_ms)};
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, take_rate_sql, p, P_COUNT(p), &rows, NULL, what, err);
+    if (r < 0)
+        return r;
+    if (rows.n_rows != 1)
+        return corral_fail(err, EIO, "%s: the store did not say what it took", what);
+    if (store_cell_int(&rows, 0, 1))
+        return 0;
+    int64_t missing = 60000 - store_cell_int(&rows, 0, 0); /* units until a request is there */
+    if (retry_ms)
+        *retry_ms = missing > 0 ? (uint64_t)((missing + rpm - 1) / rpm) : 0;
+    return -EBUSY;
 }
 
 /* Whether day is "YYYY-MM-DD" (month 01-12, day 01-31), which sorts as the

@@ -1,7 +1,8 @@
 /*
  * The gateway's records: stored responses (for GET /v1/responses/{id} and
  * previous_response_id), containers and their files, uploaded files, virtual
- * keys and usage. One contract for two engines, chosen by the location given
+ * keys and usage; and, for the gateways that share a store, the bytes of
+ * files and the keys' rate buckets. One contract for two engines, chosen by the location given
  * to store_open: a path (or ":memory:") is an SQLite database, the embedded
  * default, opened in WAL mode; a postgresql:// (or postgres://) URL is a
  * PostgreSQL database through libpq, which several gateways may share. Both
@@ -189,7 +190,19 @@ int store_update_key(struct store *s, const char *token, json_t *obj,
                      struct corral_error *err); /* -ENOENT */
 /* Every key's obj, oldest first. */
 int store_list_keys(struct store *s, json_t **list, struct corral_error *err);
+/* Deletes the key and its rate bucket. */
 int store_delete_key(struct store *s, const char *token, struct corral_error *err); /* -ENOENT */
+
+/* Takes one request from the rate limit of the key `token`: a bucket of
+ * `rpm` requests, full when first used, refilled evenly by rpm requests a
+ * minute, by the clock now_ms (milliseconds since the epoch, the caller's:
+ * a time before the bucket's last take refills nothing). One statement,
+ * atomic however many gateways take from the bucket at once. 0 when a
+ * request was there (taken); -EBUSY when not, with *retry_ms (may be NULL)
+ * the milliseconds until one is. A change of rpm applies from the next
+ * take (a fuller bucket is cut down to the new size). */
+int store_take_rate(struct store *s, const char *token, int64_t rpm, int64_t now_ms,
+                    uint64_t *retry_ms, struct corral_error *err);
 
 /* Adds to the owner's counters of the day ("YYYY-MM-DD", UTC). */
 int store_add_usage(struct store *s, const char *owner, const char *day, int64_t requests,

@@ -143,7 +143,7 @@ static struct store *open_fresh(void)
 }
 
 /* The schema this corral's store migrates to. */
-#define SCHEMA_NOW 5
+#define SCHEMA_NOW 6
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -1592,6 +1592,145 @@ static void counts_usage_from_many_threads(void **state)
     store_close(s);
 }
 
+/* ---- rate limits ---- */
+
+/* One take of the bucket of token at now_ms: 0 or -EBUSY, *retry_ms. */
+static int take(struct store *s, const char *token, int64_t rpm, int64_t now_ms, uint64_t *retry_ms)
+{
+    struct corral_error err = {0};
+    int r = store_take_rate(s, token, rpm, now_ms, retry_ms, &err);
+    if (r != 0 && r != -EBUSY)
+        print_error("store_take_rate: %s\n", err.message);
+    assert_true(r == 0 || r == -EBUSY);
+    return r;
+}
+
+/* A bucket of rpm requests, full at first, refilled evenly by rpm a minute
+ * by the caller's clock; each key its own; a clock behind the last take
+ * refills nothing; a new rpm applies at once. */
+static void takes_requests_at_a_rate(void **state)
+{
+    struct store *s = open_fresh();
+    char t1[65], t2[65];
+    make_token(t1, 0xb1);
+    make_token(t2, 0xb2);
+    const int64_t t0 = 1700000000000;
+    uint64_t retry = 0;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(take(s, t1, 3, t0, &retry), 0);
+    assert_int_equal(take(s, t1, 3, t0, &retry), -EBUSY);
+    assert_int_equal(retry, 20000);                               /* a request every 20 s */
+    assert_int_equal(take(s, t2, 3, t0, &retry), 0);              /* another key's own bucket */
+    assert_int_equal(take(s, t1, 3, t0 + 19999, &retry), -EBUSY); /* 59997 of 60000 */
+    assert_int_equal(retry, 1);
+    assert_int_equal(take(s, t1, 3, t0 + 20000, &retry), 0);
+    assert_int_equal(take(s, t1, 3, t0 + 20000, &retry), -EBUSY);
+    assert_int_equal(take(s, t1, 3, t0 + 5000, &retry), -EBUSY); /* a clock behind: nothing */
+    assert_int_equal(take(s, t1, 3, t0 + 20000 + 6667, &retry), -EBUSY); /* 20001 of 60000... */
+    assert_int_equal(retry, 13333);
+    /* idle for long: full again, never more */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(take(s, t1, 3, t0 + 3600000, &retry), 0);
+    assert_int_equal(take(s, t1, 3, t0 + 3600000, &retry), -EBUSY);
+    /* rpm raised to 60: a request a second */
+    assert_int_equal(take(s, t1, 60, t0 + 3601000, &retry), 0);
+    assert_int_equal(take(s, t1, 60, t0 + 3601000, &retry), -EBUSY);
+    assert_int_equal(retry, 1000);
+    /* and cut: a full bucket of 60 holds 2 once the limit is 2 */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(take(s, t2, 2, t0 + 7200000, &retry), 0);
+    assert_int_equal(take(s, t2, 2, t0 + 7200000, &retry), -EBUSY);
+    store_close(s);
+}
+
+static void refuses_bad_rates(void **state)
+{
+    struct store *s = open_fresh();
+    struct corral_error err = {0};
+    char t1[65];
+    make_token(t1, 0xb3);
+    assert_int_equal(store_take_rate(s, "sk-not-a-token", 3, 0, NULL, &err), -EINVAL);
+    assert_null(strstr(err.message, "sk-not-a-token"));
+    assert_int_equal(store_take_rate(s, t1, 0, 0, NULL, &err), -EINVAL);
+    assert_int_equal(store_take_rate(s, t1, -5, 0, NULL, &err), -EINVAL);
+    store_close(s);
+}
+
+#define RATE_THREADS     4
+#define TAKES_PER_THREAD 30
+#define RATE_RPM         50
+
+struct taker {
+    struct store *s;
+    int taken, failures;
+    char message[CORRAL_ERROR_MESSAGE_MAX];
+};
+
+static void *take_many(void *arg)
+{
+    struct taker *k = arg;
+    char token[65];
+    make_token(token, 0xbb);
+    for (int i = 0; i < TAKES_PER_THREAD; i++) {
+        struct corral_error err = {0};
+        int r = store_take_rate(k->s, token, RATE_RPM, 1700000000000, NULL, &err);
+        if (r == 0) {
+            k->taken++;
+        } else if (r != -EBUSY) {
+            k->failures++;
+            snprintf(k->message, sizeof(k->message), "%s", err.message);
+        }
+    }
+    return NULL;
+}
+
+/* Two stores on one database (two gateways), two threads each, all taking
+ * from one bucket at one moment: exactly its size is taken. */
+static void takes_from_one_bucket_through_two_stores(void **state)
+{
+    struct tmp *t = *state;
+    struct store *stores[2] = {open_ok(t->location), open_ok(t->location)};
+    struct taker takers[RATE_THREADS];
+    pthread_t threads[RATE_THREADS];
+    for (int n = 0; n < RATE_THREADS; n++) {
+        takers[n] = (struct taker){.s = stores[n % 2]};
+        assert_int_equal(pthread_create(&threads[n], NULL, take_many, &takers[n]), 0);
+    }
+    int taken = 0;
+    for (int n = 0; n < RATE_THREADS; n++) {
+        assert_int_equal(pthread_join(threads[n], NULL), 0);
+        if (takers[n].failures)
+            print_error("thread %d: %s\n", n, takers[n].message);
+        assert_int_equal(takers[n].failures, 0);
+        taken += takers[n].taken;
+    }
+    assert_int_equal(taken, RATE_RPM);
+    store_close(stores[0]);
+    store_close(stores[1]);
+}
+
+/* A deleted key's bucket goes with it. */
+static void deletes_a_keys_bucket(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    char t1[65], t2[65];
+    make_token(t1, 0xc1);
+    make_token(t2, 0xc2);
+    put_key_ok(s, t1, key_obj(t1, "one", 1));
+    put_key_ok(s, t2, key_obj(t2, "two", 2));
+    assert_int_equal(take(s, t1, 1, 0, NULL), 0);
+    assert_int_equal(take(s, t2, 1, 0, NULL), 0);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM rate_buckets"), 2);
+    assert_int_equal(store_delete_key(s, t1, &err), 0);
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM rate_buckets WHERE token = '%s'", t2);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM rate_buckets"), 1);
+    assert_int_equal(sql_int(t->location, sql), 1);
+    store_close(s);
+}
+
 static void persists_keys_and_usage(void **state)
 {
     struct tmp *t = *state;
@@ -1772,6 +1911,7 @@ static void applies_the_missing_migration(void **state)
     sql_int(t->location, "DROP INDEX responses_by_created");
     sql_int(t->location, "ALTER TABLE container_files DROP COLUMN bytes");
     sql_int(t->location, "DROP TABLE blobs");
+    sql_int(t->location, "DROP TABLE rate_buckets");
     sql_int(t->location, "DELETE FROM schema_version WHERE version >= 4");
     if (!pg_url)
         sql_int(t->location, "PRAGMA user_version = 3");
@@ -2093,9 +2233,10 @@ static void outlives_a_postgres_restart(void **state)
     store_close(s);
 }
 
-/* A PostgreSQL server that is down: storing or reading bytes fails at
- * once, saying the store is unreachable; once it is back, the bytes are as
- * they were, nothing of the failed write in them. */
+/* A PostgreSQL server that is down: storing or reading bytes (or taking
+ * from a rate bucket) fails at once, saying the store is unreachable; once
+ * it is back, the bytes are as they were, nothing of the failed write in
+ * them. */
 static void bytes_wait_for_no_unreachable_store(void **state)
 {
     struct corral_error err = {0};
@@ -2114,6 +2255,9 @@ static void bytes_wait_for_no_unreachable_store(void **state)
     assert_int_equal(store_read_bytes(s, "cntr_1", "cfile_1", fd, NULL, NULL, &err), -ECONNREFUSED);
     assert_non_null(strstr(err.message, "the store is unreachable"));
     close(fd);
+    char token[65];
+    make_token(token, 0xd1);
+    assert_int_equal(store_take_rate(s, token, 3, 0, NULL, &err), -ECONNREFUSED);
 
     postgres_server("start");
     assert_kept(s, "cntr_1", "cfile_1", len, 1, "v1");
@@ -2158,6 +2302,10 @@ int main(void)
         WITH_TMP(stores_bytes_and_row_together),
         WITH_TMP(deletes_bytes_with_their_files),
         WITH_TMP(refuses_bytes_not_whole),
+        cmocka_unit_test(takes_requests_at_a_rate),
+        cmocka_unit_test(refuses_bad_rates),
+        WITH_TMP(takes_from_one_bucket_through_two_stores),
+        WITH_TMP(deletes_a_keys_bucket),
     };
     /* SQLite's files and their history; the open of a PostgreSQL URL that
      * leads nowhere (which needs no server) */
