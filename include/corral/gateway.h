@@ -144,8 +144,9 @@ int corral_gateway_admin(corral_gateway *gw, const char *method, const char *pat
 int corral_gateway_key_valid(corral_gateway *gw, const char *key);
 /* A virtual key's request against its rate limit: 0, or -EBUSY with the
  * answer (429 with Retry-After) in out. Other keys: 0. When the store
- * cannot say whether the key is a virtual one: its failure, with the 503
- * in out. */
+ * cannot say whether the key is a virtual one, or (a PostgreSQL store,
+ * which keeps the limits' counters) cannot count the request: its failure,
+ * with the 503 in out. */
 int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gateway_reply *out);
 
 /* A server in front of the gateway (corral serve's OpenAI listener) finds a
@@ -161,7 +162,8 @@ int corral_gateway_key_find(corral_gateway *gw, const char *key, corral_gateway_
 corral_gateway_key *corral_gateway_key_dup(const corral_gateway_key *k);
 void corral_gateway_key_free(corral_gateway_key *k);
 /* One request of k against its rate limit: 0, or -EBUSY with the answer
- * (429 with Retry-After) in out. */
+ * (429 with Retry-After) in out; a PostgreSQL store that cannot count it:
+ * its failure, with the 503 in out. */
 int corral_gateway_key_take(corral_gateway *gw, const corral_gateway_key *k,
                             struct corral_gateway_reply *out);
 /* corral_gateway_call for a request whose key the caller has checked: k is

@@ -113,7 +113,10 @@ bool gw_key_allows_model(const struct gw_key_policy *p, const char *model)
     return false;
 }
 
-/* ---- the rate limit: a bucket of rpm requests per key, refilled evenly ---- */
+/* ---- the rate limit: a bucket of rpm requests per key, refilled evenly ----
+ *
+ * In this process's memory; with a shared store, in the store, so that the
+ * limit holds across the gateways that share it (store_take_rate). */
 
 struct bucket {
     char token[65];
@@ -122,10 +125,28 @@ struct bucket {
     struct bucket *next;
 };
 
-static int key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after)
+/* key_take with a shared store: -EBUSY (*retry_after), or the store's
+ * failure (err). */
+static int shared_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after,
+                       struct corral_error *err)
+{
+    uint64_t retry_ms = 0;
+    int rc =
+        store_take_rate(gw->store, p->token, p->rpm, (int64_t)corral_wall_ms(), &retry_ms, err);
+    if (rc == -EBUSY)
+        *retry_after = (unsigned)(retry_ms / 1000) + 1; /* as the bucket in memory says it */
+    return rc;
+}
+
+/* One request of p's key against its rate limit: 0, -EBUSY (wait
+ * *retry_after seconds), or (shared store) the store's failure in err. */
+static int key_take(corral_gateway *gw, const struct gw_key_policy *p, unsigned *retry_after,
+                    struct corral_error *err)
 {
     if (!p->found || p->rpm <= 0)
         return 0;
+    if (store_is_shared(gw->store))
+        return shared_take(gw, p, retry_after, err);
     uint64_t now = corral_now_ms();
     double rate = (double)p->rpm / 60000.0; /* per ms */
     int rc = 0;
@@ -417,6 +438,8 @@ int corral_gateway_key_valid(corral_gateway *gw, const char *key)
 static void reply_rate_limited(struct corral_gateway_reply *out, const struct gw_key_policy *p,
                                unsigned wait)
 {
+    if (!wait)
+        wait = 1;
     gw_reply_error(out, 429, "requests", NULL, "rate_limit_exceeded",
                    "Rate limit reached for this key: %lld requests per minute. Try again in %u s.",
                    (long long)p->rpm, wait);
@@ -433,9 +456,12 @@ int corral_gateway_rate(corral_gateway *gw, const char *key, struct corral_gatew
     if (found < 0 || !p.found) /* no limit of its own, or none to be known */
         return found;
     unsigned wait = 0;
-    int rc = key_take(gw, &p, &wait);
-    if (rc < 0)
+    struct corral_error err;
+    int rc = key_take(gw, &p, &wait, &err);
+    if (rc == -EBUSY)
         reply_rate_limited(out, &p, wait);
+    else if (rc < 0) /* a limit that cannot be counted is not waved through */
+        gw_reply_failure(out, &err);
     gw_key_policy_free(&p);
     return rc;
 }
@@ -480,8 +506,11 @@ int corral_gateway_key_take(corral_gateway *gw, const corral_gateway_key *k,
 {
     memset(out, 0, sizeof(*out));
     unsigned wait = 0;
-    int rc = key_take(gw, &k->policy, &wait);
-    if (rc < 0)
+    struct corral_error err;
+    int rc = key_take(gw, &k->policy, &wait, &err);
+    if (rc == -EBUSY)
         reply_rate_limited(out, &k->policy, wait);
+    else if (rc < 0) /* a limit that cannot be counted is not waved through */
+        gw_reply_failure(out, &err);
     return rc;
 }

@@ -48,7 +48,7 @@ const MODEL = 'mock-chat';
 const CHUNK = 1 << 20; // the store's chunk of bytes (STORE_BLOB_CHUNK)
 
 const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? '(no stdout)';
-const clientOf = (server) => new OpenAI({ baseURL: server.gatewayUrl, apiKey: MASTER_KEY, maxRetries: 0, timeout: 120_000 });
+const clientOf = (server, key = MASTER_KEY) => new OpenAI({ baseURL: server.gatewayUrl, apiKey: key, maxRetries: 0, timeout: 120_000 });
 const sha256 = (bytes) => crypto.createHash('sha256').update(bytes).digest('hex');
 
 /** One integer from the PostgreSQL database, read with psql. */
@@ -228,4 +228,43 @@ test('the store down: uploads and downloads answer 503, and nothing half-written
   assert.equal((await bytesOf(await b.files.content(kept.id))).toString(), 'kept\n');
   assert.equal((await bytesOf(await b.containers.files.content.retrieve(cfile.id, { container_id: box.id }))).toString(), 'in box\n');
   await b.containers.delete(box.id);
+});
+
+test("a key's rpm_limit holds across the gateways that share the store", T, async () => {
+  const A = await gw.startPeer();
+  const base = gw.server.gatewayUrl.replace(/\/v1$/, '');
+  const res = await fetch(`${base}/key/generate`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${MASTER_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ key_alias: 'shared-rate', rpm_limit: 3 }),
+  });
+  const made = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(made));
+  const clients = [clientOf(A, made.key), clientOf(gw.server, made.key)];
+
+  // requests alternating between the gateways: the key's bucket of 3 is
+  // one, so the 4th is refused, whichever gateway it reaches
+  const started = Date.now();
+  let limited = null;
+  for (let i = 0; i < 8 && !limited; i++) {
+    try {
+      await clients[i % 2].models.list();
+    } catch (err) {
+      assert.ok(err instanceof APIError && err.status === 429, `request ${i + 1}: ${err?.message}`);
+      limited = { err, index: i };
+    }
+  }
+  // The bucket refills one request every 20 s: on a machine so slow that
+  // the first requests took that long, a later one is the first refused.
+  const refills = Math.floor((Date.now() - started) / 20_000);
+  assert.ok(limited, 'no request was refused');
+  assert.ok(limited.index >= 3 && limited.index <= 3 + refills, `request ${limited.index + 1} was the first refused, not the 4th`);
+  assert.equal(limited.err.code, 'rate_limit_exceeded');
+  assert.equal(limited.err.type, 'requests');
+  assert.match(limited.err.message, /3 requests per minute/);
+  assert.ok(Number(limited.err.headers?.get?.('retry-after')) >= 1, 'Retry-After');
+  // and the next, through the other gateway, too
+  const other = clients[(limited.index + 1) % 2];
+  await assert.rejects(other.models.list(), (err) => err.status === 429 && err.code === 'rate_limit_exceeded');
+  assert.equal(countRows(`SELECT count(*) FROM rate_buckets WHERE token = '${made.token}'`), 1);
 });
