@@ -433,6 +433,16 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
     return replaced ? 1 : 0;
 }
 
+/* A container another gateway ended (deleted, or expired): it ends here
+ * too, without touching the store (its record and files are that
+ * gateway's to end): its sandbox and local copies go with the last
+ * reference. gw->lock held. */
+static void forget_container(struct gw_container *c)
+{
+    if (!c->dead)
+        c->dead = c->gone = c->forgotten = true;
+}
+
 void gw_container_touch(corral_gateway *gw, struct gw_container *c)
 {
     int64_t now = now_s();
@@ -447,7 +457,16 @@ void gw_container_touch(corral_gateway *gw, struct gw_container *c)
         c->provider->touch(c->sb, sandbox_lifetime(c));
     if (obj && c->persistent) {
         struct corral_error err;
-        store_put_container(gw->store, c->owner, obj, &err);
+        /* With a shared store, only a running record is updated: one that
+         * another gateway deleted or expired meanwhile is not made again,
+         * and the container ends here too. */
+        if (!store_is_shared(gw->store)) {
+            store_put_container(gw->store, c->owner, obj, &err);
+        } else if (store_update_container(gw->store, c->owner, obj, &err) == -ENOENT) {
+            pthread_mutex_lock(&gw->lock);
+            forget_container(c);
+            pthread_mutex_unlock(&gw->lock);
+        }
     }
     json_decref(obj);
 }
@@ -730,16 +749,6 @@ static struct gw_container *held_container(corral_gateway *gw, const char *id, c
             return c;
         }
     return NULL;
-}
-
-/* A container another gateway ended (deleted, or expired): it ends here
- * too, without touching the store (its record and files are that
- * gateway's to end): its sandbox and local copies go with the last
- * reference. gw->lock held. */
-static void forget_container(struct gw_container *c)
-{
-    if (!c->dead)
-        c->dead = c->gone = c->forgotten = true;
 }
 
 /* The running container of the store's record obj, taken into this

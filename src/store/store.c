@@ -519,8 +519,15 @@ static const char put_container_sql[] =
     " expires_minutes = excluded.expires_minutes, memory_limit = excluded.memory_limit,"
     " object = excluded.object WHERE containers.owner = excluded.owner";
 
-int store_put_container(struct store *s, const char *owner, json_t *container,
-                        struct corral_error *err)
+/* An existing running container's columns and object, of its owner. */
+static const char update_container_sql[] =
+    "UPDATE containers SET name = ?3, created_at = ?4, last_active_at = ?5, status = ?6,"
+    " expires_minutes = ?7, memory_limit = ?8, object = ?9"
+    " WHERE id = ?1 AND owner = ?2 AND status = 'running'";
+
+/* store_put_container, or (update) store_update_container. */
+static int put_container(struct store *s, const char *owner, json_t *container, bool update,
+                         struct corral_error *err)
 {
     const struct kind *k = &container_kind;
     if (!json_is_object(container))
@@ -564,8 +571,23 @@ int store_put_container(struct store *s, const char *owner, json_t *container,
                                     P_INT(has_minutes, minutes),
                                     P_TEXT(memory_limit),
                                     P_TEXT(text)};
+    if (update)
+        return write_row(s, update_container_sql, p, P_COUNT(p), what, err, ENOENT,
+                         "no running container %s in store %s", id, s->name);
     return write_row(s, put_container_sql, p, P_COUNT(p), what, err, EEXIST,
                      "%s: the id belongs to another owner", what);
+}
+
+int store_put_container(struct store *s, const char *owner, json_t *container,
+                        struct corral_error *err)
+{
+    return put_container(s, owner, container, false, err);
+}
+
+int store_update_container(struct store *s, const char *owner, json_t *container,
+                           struct corral_error *err)
+{
+    return put_container(s, owner, container, true, err);
 }
 
 int store_get_container(struct store *s, const char *id, const char *owner, json_t **out,

@@ -82,6 +82,11 @@ int store_prune(struct store *s, int64_t created_before, uint64_t keep, uint64_t
  * expires_after.minutes, memory_limit. */
 int store_put_container(struct store *s, const char *owner, json_t *container,
                         struct corral_error *err);
+/* store_put_container for a container that must be there, running, and
+ * the owner's: -ENOENT when it is not (deleted, or expired, meanwhile: it
+ * is not made again). */
+int store_update_container(struct store *s, const char *owner, json_t *container,
+                           struct corral_error *err);
 /* owner NULL: any owner. -ENOENT when missing. *owner_out (may be NULL):
  * malloc'ed owner. */
 int store_get_container(struct store *s, const char *id, const char *owner, json_t **out,

@@ -621,6 +621,39 @@ static void assert_page(struct store *s, enum which w, const char *scope, const 
     assert_int_equal(has_more, more);
 }
 
+/* An update changes a running container of its owner, and never makes one
+ * again that is gone or expired (another gateway ended it). */
+static void updates_only_a_running_container(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    json_t *c = container("cntr_1", "box", 100, "running");
+    assert_int_equal(store_update_container(s, "alice", c, &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_1", NULL, NULL, NULL, &err), -ENOENT);
+    assert_int_equal(store_put_container(s, "alice", c, &err), 0);
+    json_object_set_new(c, "last_active_at", json_integer(200));
+    assert_int_equal(store_update_container(s, "bob", c, &err), -ENOENT);
+    assert_int_equal(store_update_container(s, "alice", c, &err), 0);
+    json_t *back = NULL;
+    assert_int_equal(store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
+    assert_int_equal(json_integer_value(json_object_get(back, "last_active_at")), 200);
+    json_decref(back);
+    json_t *ended = json_deep_copy(c);
+    json_object_set_new(ended, "status", json_string("expired"));
+    assert_int_equal(store_put_container(s, "alice", ended, &err), 0);
+    json_decref(ended);
+    json_object_set_new(c, "last_active_at", json_integer(300));
+    assert_int_equal(store_update_container(s, "alice", c, &err), -ENOENT);
+    assert_int_equal(store_get_container(s, "cntr_1", "alice", &back, NULL, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "status")), "expired");
+    assert_int_equal(json_integer_value(json_object_get(back, "last_active_at")), 200);
+    json_decref(back);
+    assert_int_equal(store_delete_container(s, "cntr_1", "alice", &err), 0);
+    assert_int_equal(store_update_container(s, "alice", c, &err), -ENOENT);
+    json_decref(c);
+    store_close(s);
+}
+
 static void containers_round_trip(void **state)
 {
     struct corral_error err = {0};
@@ -2282,6 +2315,7 @@ int main(void)
         WITH_TMP(applies_the_missing_migration),
         WITH_TMP(takes_puts_from_many_threads),
         cmocka_unit_test(containers_round_trip),
+        cmocka_unit_test(updates_only_a_running_container),
         cmocka_unit_test(containers_isolate_owners),
         cmocka_unit_test(lists_containers_in_pages),
         cmocka_unit_test(lists_running_containers),
