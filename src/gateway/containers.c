@@ -4,13 +4,10 @@
  * A container's record (the Containers API object) is kept in the store;
  * its files live on disk under data_dir/containers/<id>/ (with a shared
  * store, in the store too: bytes.c) with their rows in the store, so both
- * survive a restart of the server. With a shared store, a container
- * another gateway made is taken from the store when it is first asked for
- * here, and one held here is checked with the store before it is used or
- * expired: another gateway may have used it since, or ended it. Its sandbox, and the
- * Python state in it, do not: the sandbox is started when the container is
- * first used (after a restart, again), and the container's files are copied
- * into its /mnt/data then. After each execution the files the code created
+ * survive a restart of the server. Its sandbox, and the Python state in
+ * it, do not: the sandbox is started when the container is first used
+ * (after a restart, again), and the container's files are copied into its
+ * /mnt/data then. After each execution the files the code created
  * or changed in /mnt/data are copied out and become container files
  * (source "assistant"); images the code displayed become files too; the
  * files the code deleted from /mnt/data are deleted from the container.
@@ -32,6 +29,12 @@
  * A container's network_policy (OpenAI's: disabled, or an allowlist of
  * domains) is kept in its record and narrows its sandbox tool's network
  * when the sandbox starts (provider_network_effective).
+ *
+ * With a shared store (several gateways, store_is_shared), a container
+ * another gateway made is taken from the store when it is first asked for
+ * here; one held here is checked with the store before it is used or
+ * expired (another gateway may have used it since, or ended it: then it
+ * ends here too), and its last use updates only a running record.
  */
 #include <dirent.h>
 #include <errno.h>
