@@ -2270,7 +2270,7 @@ static void outlives_a_postgres_restart(void **state)
  * from a rate bucket) fails at once, saying the store is unreachable; once
  * it is back, the bytes are as they were, nothing of the failed write in
  * them. */
-static void bytes_wait_for_no_unreachable_store(void **state)
+static void bytes_fail_at_once_while_postgres_is_down(void **state)
 {
     struct corral_error err = {0};
     struct store *s = open_fresh();
@@ -2352,7 +2352,7 @@ int main(void)
     /* a server the tests may stop and start */
     const struct CMUnitTest postgres_only[] = {
         cmocka_unit_test(outlives_a_postgres_restart),
-        cmocka_unit_test(bytes_wait_for_no_unreachable_store),
+        cmocka_unit_test(bytes_fail_at_once_while_postgres_is_down),
     };
     pg_url = getenv("CORRAL_TEST_POSTGRES");
     if (pg_url && *pg_url) {
