@@ -206,6 +206,9 @@ static int tool_to_fleet(struct gateway_sandbox_tool *t, const char *url, const 
 
 int serve_front_tools(struct gateway_config *gc, const char *e2b_url, const char *key)
 {
+    /* The built-in tool, which no name selects, is the entry "local" here. */
+    if (!gc->default_tool && !(gc->default_tool = strdup("local")))
+        return -1;
     bool has_local = false;
     for (size_t i = 0; i < gc->n_tools; i++) {
         struct gateway_sandbox_tool *t = &gc->tools[i];

@@ -34,7 +34,13 @@
  * another gateway made is taken from the store when it is first asked for
  * here; one held here is checked with the store before it is used or
  * expired (another gateway may have used it since, or ended it: then it
- * ends here too), and its last use updates only a running record.
+ * ends here too), and its last use updates only a running record. Its
+ * sandbox is shared too, when its provider's sandboxes outlive a process
+ * (the remote ones: a fleet's fronts reach the nodes through E2B's API):
+ * the store records where it is (store_set_container_sandbox), the next
+ * gateway to use the container takes it up, Python state and all, and a
+ * gateway that stops lets it go rather than deleting it (it ends at its
+ * deadline, a minute past the container's expiry, unless used).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -408,15 +414,53 @@ static uint64_t sandbox_lifetime(const struct gw_container *c)
     return c->tool && c->tool->timeout_ms && c->tool->timeout_ms < ms ? c->tool->timeout_ms : ms;
 }
 
+/* Whether c's sandbox is one that gateways sharing the store share. */
+static bool sandbox_shared(corral_gateway *gw, const struct gw_container *c)
+{
+    return c->persistent && c->provider->attach && store_is_shared(gw->store);
+}
+
+/* The sandbox another gateway recorded for c, taken up: 0 with c->sb, or a
+ * negative errno (none recorded, gone with its node, expired). */
+static int take_up(corral_gateway *gw, struct gw_container *c,
+                   const struct provider_create_options *o)
+{
+    struct corral_error err;
+    char *text = NULL;
+    if (store_get_container_sandbox(gw->store, c->id, &text, &err) < 0 || !text)
+        return -ENOENT;
+    json_t *handle = json_loads(text, 0, NULL);
+    free(text);
+    int rc = handle ? c->provider->attach(c->tool, handle, o, &c->sb, &err) : -EPROTO;
+    json_decref(handle);
+    if (rc < 0)
+        c->sb = NULL;
+    return rc;
+}
+
+/* Records where c's new sandbox is, for the other gateways. */
+static void record_sandbox(corral_gateway *gw, struct gw_container *c)
+{
+    json_t *handle = c->provider->handle(c->sb);
+    char *text = handle ? json_dumps(handle, JSON_COMPACT) : NULL;
+    json_decref(handle);
+    struct corral_error err;
+    if (!text || store_set_container_sandbox(gw->store, c->id, text, &err) < 0)
+        fprintf(stderr, "corral gateway: %s: its sandbox is not shared: %s\n", c->id,
+                text ? err.message : "out of memory");
+    free(text);
+}
+
 int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corral_error *err)
 {
     if (c->sb && c->provider->alive(c->sb))
         return 0;
-    bool replaced = c->sb != NULL;
-    if (c->sb) {
+    bool replaced = c->sb != NULL, shared = sandbox_shared(gw, c);
+    if (c->sb && shared)
+        c->provider->leave(c->sb); /* another gateway may have kept it alive */
+    else if (c->sb)
         c->provider->destroy(c->sb);
-        c->sb = NULL;
-    }
+    c->sb = NULL;
     struct provider_create_options o = {.state_dir = gw->state_dir,
                                         .lifetime_ms = sandbox_lifetime(c),
                                         .memory_bytes = c->memory_bytes,
@@ -425,6 +469,8 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
                                         /* set at creation, never changed: no lock */
                                         .network_policy =
                                             json_object_get(c->obj, "network_policy")};
+    if (shared && take_up(gw, c, &o) == 0)
+        return 0; /* the container's sandbox, its files and state in it */
     int rc = c->provider->create(c->tool, &o, &c->sb, err);
     if (rc == 0 && (rc = push_files(gw, c, err)) < 0) {
         c->provider->destroy(c->sb);
@@ -433,6 +479,8 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
     }
     if (rc < 0)
         return rc;
+    if (shared)
+        record_sandbox(gw, c);
     return replaced ? 1 : 0;
 }
 
@@ -842,7 +890,9 @@ int gw_container_find(corral_gateway *gw, const char *id, const char *owner,
 
 static void container_free(corral_gateway *gw, struct gw_container *c)
 {
-    if (c->sb)
+    if (c->sb && !c->gone && sandbox_shared(gw, c))
+        c->provider->leave(c->sb); /* running on: for the other gateways */
+    else if (c->sb)
         c->provider->destroy(c->sb);
     if (c->gone) { /* deleted or expired: its files go */
         char dir[4096];

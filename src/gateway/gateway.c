@@ -55,6 +55,10 @@ static void reap_remote(corral_gateway *gw)
 {
     if (gw->data_dir_temp) /* a gateway of its own temporary directory has no earlier run */
         return;
+    /* With a shared store, what an earlier run left may be a container's
+     * sandbox that another gateway uses now: it ends at its own deadline. */
+    if (store_is_shared(gw->store))
+        return;
     for (size_t i = 0; i < gw->cfg->n_tools; i++) {
         const struct gateway_sandbox_tool *t = &gw->cfg->tools[i];
         const struct provider *p = provider_find(t->provider);

@@ -142,6 +142,9 @@ static const struct migration migrations[] = {
      " taken BIGINT NOT NULL"
      ")",
      NULL, NULL},
+    /* 6 -> 7: where a container's sandbox is (its provider's handle, JSON),
+     * for the gateways that share a store: any of them takes it up. */
+    {"ALTER TABLE containers ADD COLUMN sandbox TEXT", NULL, NULL},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

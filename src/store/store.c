@@ -608,6 +608,34 @@ int store_get_container(struct store *s, const char *id, const char *owner, json
         keys, 2, out, owner_out, missing, what, err);
 }
 
+int store_set_container_sandbox(struct store *s, const char *id, const char *handle,
+                                struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot record the sandbox of container %s in store %s", id,
+             s->name);
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(handle)};
+    return run(s, "UPDATE containers SET sandbox = ?2 WHERE id = ?1", p, 2, NULL, NULL, what, err);
+}
+
+int store_get_container_sandbox(struct store *s, const char *id, char **handle,
+                                struct corral_error *err)
+{
+    *handle = NULL;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read the sandbox of container %s from store %s", id,
+             s->name);
+    const struct store_param p[] = {P_TEXT(id)};
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, "SELECT sandbox FROM containers WHERE id = ?1", p, 1, &rows, NULL, what, err);
+    if (r < 0)
+        return r;
+    const char *text = rows.n_rows ? store_cell(&rows, 0, 0) : NULL;
+    if (text && !(*handle = strdup(text)))
+        return corral_fail(err, ENOMEM, "out of memory");
+    return 0;
+}
+
 int store_list_containers(struct store *s, const char *owner, const char *name, const char *after,
                           unsigned limit, bool ascending, json_t **list, bool *has_more,
                           struct corral_error *err)

@@ -116,6 +116,14 @@ int store_list_cfiles(struct store *s, const char *container_id, const char *aft
                       bool ascending, json_t **list, bool *has_more, struct corral_error *err);
 int store_delete_cfile(struct store *s, const char *container_id, const char *id,
                        struct corral_error *err);
+/* Where a container's sandbox is: its provider's handle (JSON text; NULL
+ * clears it), for another gateway sharing the store to take it up; and
+ * that handle (*handle NULL when none is recorded, or no such container). */
+int store_set_container_sandbox(struct store *s, const char *id, const char *handle,
+                                struct corral_error *err);
+int store_get_container_sandbox(struct store *s, const char *id, char **handle,
+                                struct corral_error *err);
+
 /* The bytes of the container's files together (their objects' "bytes"). */
 int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *bytes,
                        struct corral_error *err);

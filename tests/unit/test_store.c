@@ -143,7 +143,7 @@ static struct store *open_fresh(void)
 }
 
 /* The schema this corral's store migrates to. */
-#define SCHEMA_NOW 6
+#define SCHEMA_NOW 7
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -650,6 +650,34 @@ static void updates_only_a_running_container(void **state)
     json_decref(back);
     assert_int_equal(store_delete_container(s, "cntr_1", "alice", &err), 0);
     assert_int_equal(store_update_container(s, "alice", c, &err), -ENOENT);
+    json_decref(c);
+    store_close(s);
+}
+
+/* Where a container's sandbox is: recorded, kept by the container's
+ * updates, cleared, and nothing for a container that is not there. */
+static void keeps_a_containers_sandbox(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    char *handle = (char *)"x";
+    assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
+    assert_null(handle);
+    json_t *c = container("cntr_1", "box", 100, "running");
+    assert_int_equal(store_put_container(s, "alice", c, &err), 0);
+    assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
+    assert_null(handle);
+    const char *h = "{\"sandbox\":\"1f2e3d4c00\",\"context\":\"ctx\"}";
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", h, &err), 0);
+    json_object_set_new(c, "last_active_at", json_integer(200));
+    assert_int_equal(store_update_container(s, "alice", c, &err), 0);
+    assert_int_equal(store_put_container(s, "alice", c, &err), 0);
+    assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
+    assert_string_equal(handle, h);
+    free(handle);
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", NULL, &err), 0);
+    assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
+    assert_null(handle);
     json_decref(c);
     store_close(s);
 }
@@ -1945,6 +1973,7 @@ static void applies_the_missing_migration(void **state)
     sql_int(t->location, "ALTER TABLE container_files DROP COLUMN bytes");
     sql_int(t->location, "DROP TABLE blobs");
     sql_int(t->location, "DROP TABLE rate_buckets");
+    sql_int(t->location, "ALTER TABLE containers DROP COLUMN sandbox");
     sql_int(t->location, "DELETE FROM schema_version WHERE version >= 4");
     if (!pg_url)
         sql_int(t->location, "PRAGMA user_version = 3");
@@ -2315,6 +2344,7 @@ int main(void)
         WITH_TMP(applies_the_missing_migration),
         WITH_TMP(takes_puts_from_many_threads),
         cmocka_unit_test(containers_round_trip),
+        cmocka_unit_test(keeps_a_containers_sandbox),
         cmocka_unit_test(updates_only_a_running_container),
         cmocka_unit_test(containers_isolate_owners),
         cmocka_unit_test(lists_containers_in_pages),
