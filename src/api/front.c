@@ -36,6 +36,13 @@ static uint16_t port_of(const struct front_proto *p, const struct fleet_target *
     return p->osb ? t->osb_port : t->e2b_port;
 }
 
+/* Whether a failed exchange sent nothing (another node may be tried, or
+ * the same one again). */
+static bool nothing_sent(int rc)
+{
+    return rc == -ENOTCONN || rc == -ECONNREFUSED;
+}
+
 /* Sends req to t's node; the protocol's 502 when it cannot be reached or
  * does not answer as HTTP (and the node is asked its state at once). */
 static struct http_response *forward_to(struct front *f, const struct front_proto *p,
@@ -69,7 +76,7 @@ static struct http_response *to_sandbox(struct front *f, const struct front_prot
     if (r == 0) {
         int failed;
         struct http_response *resp = forward_to(f, p, req, &t, &failed);
-        if (failed != -ENOTCONN || again)
+        if (!nothing_sent(failed) || again)
             return resp;
         /* Nothing was sent: is the node gone (its sandboxes lost), or was
          * that a moment's trouble (then once more)? */
@@ -105,7 +112,7 @@ static struct http_response *create(struct front *f, const struct front_proto *p
     for (size_t i = 0; i < n; i++) {
         int failed;
         struct http_response *resp = forward_to(f, p, req, &t[i], &failed);
-        if (failed && failed != -ENOTCONN) /* it may have made it: not twice */
+        if (failed && !nothing_sent(failed)) /* it may have made it: not twice */
             return resp;
         if (!failed && !refused(resp)) {
             http_response_free(last);

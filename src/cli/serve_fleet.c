@@ -272,8 +272,10 @@ void serve_drain(const struct serve_opts *o, struct servers *s, const sigset_t *
     fprintf(stderr, "corral: draining: waiting up to %.1f s for the requests under way\n",
             (double)grace / 1000);
     uint64_t end = corral_now_ms() + grace;
-    struct http_server *servers[] = {s->srv, s->osb_srv}; /* the gateway drains at its stop */
-    for (size_t i = 0; i < 2; i++) {
+    /* The gateway's calls first: they reach the fleet through the E2B
+     * listener (srv), which closes last. */
+    struct http_server *servers[] = {s->gw_srv, s->osb_srv, s->srv};
+    for (size_t i = 0; i < 3; i++) {
         uint64_t now = corral_now_ms();
         if (servers[i])
             http_server_drain(servers[i], now < end ? (unsigned)(end - now) : 0);

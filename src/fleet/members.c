@@ -36,7 +36,8 @@ struct member {
     uint16_t osb_port;
     enum member_state state;
     bool ready, draining;
-    bool gone;      /* no longer named by discovery: its prober ends */
+    bool unlisted;  /* no longer named by discovery: nothing new goes there */
+    bool gone;      /* left the fleet: its prober ends */
     bool probe_now; /* an exchange with it failed */
     unsigned missed;
     unsigned sandboxes, pending;
@@ -246,10 +247,21 @@ static void *prober_main(void *arg)
         struct corral_error err;
         int r = probe(f, host, port, &s, &err);
         pthread_mutex_lock(&f->lock);
+        if (m->gone)
+            break;
         if (r == 0)
             take_state(f, m, &s);
-        else if (++m->missed >= FLEET_DOWN_AFTER || suspected || m->state == MEMBER_NEW)
+        else if (++m->missed >= FLEET_DOWN_AFTER || (suspected && r == -ECONNREFUSED) ||
+                 m->state == MEMBER_NEW)
             mark_down(f, m, err.message);
+        /* A node discovery stopped listing (a draining pod leaves its
+         * Service's records) keeps serving its sandboxes until it has none
+         * or stops answering. */
+        if (m->unlisted && (r < 0 || s.sandboxes == 0)) {
+            m->gone = true;
+            lose(f, m, "discovery no longer lists it");
+            break;
+        }
         nap(f, m, f->probe_ms);
     }
     remove_member(f, m);
@@ -321,16 +333,19 @@ static void sync_members(struct fleet *f, char addrs[][INET6_ADDRSTRLEN], int n)
         bool named = false;
         for (int k = 0; k < n && !named; k++)
             named = !strcmp(f->members[i]->host, addrs[k]);
-        if (!named && !f->members[i]->gone) {
-            f->members[i]->gone = true;
-            lose(f, f->members[i], "discovery no longer lists it");
+        if (!named && !f->members[i]->unlisted) {
+            f->members[i]->unlisted = true;
+            f->members[i]->probe_now = true; /* gone at once if it has no sandboxes */
             pthread_cond_broadcast(&f->cond);
         }
     }
     for (int k = 0; k < n; k++) {
         bool known = false;
         for (size_t i = 0; i < f->n && !known; i++)
-            known = !f->members[i]->gone && !strcmp(f->members[i]->host, addrs[k]);
+            if (!f->members[i]->gone && !strcmp(f->members[i]->host, addrs[k])) {
+                known = true;
+                f->members[i]->unlisted = false; /* listed again */
+            }
         struct corral_error err;
         if (!known && add_member(f, addrs[k], f->disc_port, &err) < 0)
             fprintf(stderr, "corral: %s\n", err.message);
@@ -524,7 +539,7 @@ size_t fleet_place(struct fleet *f, struct fleet_target *out, size_t n)
     pthread_mutex_lock(&f->lock);
     for (size_t i = 0; i < f->n && k < 64; i++) {
         struct member *m = f->members[i];
-        if (m->gone || m->state != MEMBER_UP || m->draining || !m->ready)
+        if (m->gone || m->unlisted || m->state != MEMBER_UP || m->draining || !m->ready)
             continue;
         size_t at = k++;
         while (at > 0 && better(m, pick[at - 1])) {
@@ -573,9 +588,12 @@ int fleet_recheck(struct fleet *f, const struct fleet_target *t)
         struct member *m = f->members[i];
         if (m->gone || strcmp(m->host, t->host) || m->port != t->e2b_port)
             continue;
+        /* Nothing listening there: the node's process is gone, and its
+         * sandboxes with it. Anything else (a timeout, a full backlog) is
+         * one probe missed of the few that make a node down. */
         if (r == 0)
             take_state(f, m, &s);
-        else
+        else if (r == -ECONNREFUSED || ++m->missed >= FLEET_DOWN_AFTER)
             mark_down(f, m, err.message);
     }
     pthread_mutex_unlock(&f->lock);
@@ -588,7 +606,7 @@ bool fleet_ready(struct fleet *f)
     pthread_mutex_lock(&f->lock);
     for (size_t i = 0; i < f->n && !ready; i++) {
         const struct member *m = f->members[i];
-        ready = !m->gone && m->state == MEMBER_UP && m->ready && !m->draining;
+        ready = !m->gone && !m->unlisted && m->state == MEMBER_UP && m->ready && !m->draining;
     }
     pthread_mutex_unlock(&f->lock);
     return ready;
@@ -600,7 +618,11 @@ json_t *fleet_nodes_json(struct fleet *f)
     pthread_mutex_lock(&f->lock);
     for (size_t i = 0; i < f->n; i++) {
         const struct member *m = f->members[i];
-        const char *state = m->state == MEMBER_UP     ? (m->draining ? "draining" : "up")
+        if (m->gone)
+            continue;
+        const char *state = m->state == MEMBER_UP     ? (m->draining   ? "draining"
+                                                         : m->unlisted ? "unlisted"
+                                                                       : "up")
                             : m->state == MEMBER_DOWN ? "down"
                                                       : "unknown";
         char addr[FLEET_HOST_MAX + 8];

@@ -423,27 +423,39 @@ static bool sandbox_shared(corral_gateway *gw, const struct gw_container *c)
 /* The sandbox another gateway recorded for c, taken up: 0 with c->sb, or a
  * negative errno (none recorded, gone with its node, expired). */
 static int take_up(corral_gateway *gw, struct gw_container *c,
-                   const struct provider_create_options *o)
+                   const struct provider_create_options *o, const char *not_this,
+                   struct corral_error *err)
 {
-    struct corral_error err;
     char *text = NULL;
-    if (store_get_container_sandbox(gw->store, c->id, &text, &err) < 0 || !text)
-        return -ENOENT;
+    int rc = store_get_container_sandbox(gw->store, c->id, &text, err);
+    if (rc < 0)
+        return rc;
+    if (!text || (not_this && !strcmp(text, not_this))) {
+        free(text);
+        return -ENOENT; /* none, or the one that failed here */
+    }
     json_t *handle = json_loads(text, 0, NULL);
     free(text);
-    int rc = handle ? c->provider->attach(c->tool, handle, o, &c->sb, &err) : -EPROTO;
+    rc = handle ? c->provider->attach(c->tool, handle, o, &c->sb, err) : -ENOENT;
     json_decref(handle);
     if (rc < 0)
         c->sb = NULL;
     return rc;
 }
 
+/* The provider's handle of sb as text, malloc'ed, or NULL. */
+static char *handle_text(const struct gw_container *c, struct provider_sandbox *sb)
+{
+    json_t *handle = c->provider->handle(sb);
+    char *text = handle ? json_dumps(handle, JSON_COMPACT) : NULL;
+    json_decref(handle);
+    return text;
+}
+
 /* Records where c's new sandbox is, for the other gateways. */
 static void record_sandbox(corral_gateway *gw, struct gw_container *c)
 {
-    json_t *handle = c->provider->handle(c->sb);
-    char *text = handle ? json_dumps(handle, JSON_COMPACT) : NULL;
-    json_decref(handle);
+    char *text = handle_text(c, c->sb);
     struct corral_error err;
     if (!text || store_set_container_sandbox(gw->store, c->id, text, &err) < 0)
         fprintf(stderr, "corral gateway: %s: its sandbox is not shared: %s\n", c->id,
@@ -456,9 +468,9 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
     if (c->sb && c->provider->alive(c->sb))
         return 0;
     bool replaced = c->sb != NULL, shared = sandbox_shared(gw, c);
-    if (c->sb && shared)
-        c->provider->leave(c->sb); /* another gateway may have kept it alive */
-    else if (c->sb)
+    /* A sandbox that failed here goes, and is not taken up again. */
+    cleanup_free char *failed = replaced && shared ? handle_text(c, c->sb) : NULL;
+    if (c->sb)
         c->provider->destroy(c->sb);
     c->sb = NULL;
     struct provider_create_options o = {.state_dir = gw->state_dir,
@@ -469,8 +481,16 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
                                         /* set at creation, never changed: no lock */
                                         .network_policy =
                                             json_object_get(c->obj, "network_policy")};
-    if (shared && take_up(gw, c, &o) == 0)
-        return 0; /* the container's sandbox, its files and state in it */
+    if (shared) {
+        /* The container's sandbox, its files and state in it; a new one only
+         * when there is none (recorded, or still there): a sandbox out of
+         * reach for a moment is not replaced behind its users' back. */
+        int taken = take_up(gw, c, &o, failed, err);
+        if (taken == 0)
+            return 0;
+        if (taken != -ENOENT)
+            return corral_error_wrap(err, "cannot reach container %s's sandbox", c->id);
+    }
     int rc = c->provider->create(c->tool, &o, &c->sb, err);
     if (rc == 0 && (rc = push_files(gw, c, err)) < 0) {
         c->provider->destroy(c->sb);

@@ -178,8 +178,8 @@ static int dial(struct exchange *x, struct corral_error *err)
     snprintf(port, sizeof(port), "%u", (unsigned)x->o->port);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
     int g = getaddrinfo(x->o->host, port, &hints, &ai);
-    if (g != 0)
-        return corral_fail(err, EHOSTUNREACH, "%s: cannot resolve %s: %s", x->where, x->o->host,
+    if (g != 0) /* ENOTCONN: nothing was sent */
+        return corral_fail(err, ENOTCONN, "%s: cannot resolve %s: %s", x->where, x->o->host,
                            gai_strerror(g));
     unsigned ms = x->o->connect_timeout_ms ? x->o->connect_timeout_ms : CONNECT_MS;
     uint64_t deadline = corral_now_ms() + ms;
@@ -207,8 +207,11 @@ static int dial(struct exchange *x, struct corral_error *err)
     freeaddrinfo(ai);
     if (x->fd < 0 && rc == -ECANCELED)
         return corral_fail(err, ECANCELED, "%s: the client went away", x->where);
-    if (x->fd < 0) /* ENOTCONN: nothing was sent, another server may be tried */
-        return corral_fail(err, ENOTCONN, "%s: cannot connect: %s", x->where, strerror(-rc));
+    /* ENOTCONN, ECONNREFUSED (nothing listens there): nothing was sent,
+     * another server may be tried */
+    if (x->fd < 0)
+        return corral_fail(err, rc == -ECONNREFUSED ? ECONNREFUSED : ENOTCONN,
+                           "%s: cannot connect: %s", x->where, strerror(-rc));
     tune(x->fd);
     return 0;
 }
@@ -533,7 +536,11 @@ static int exchange_start(struct exchange *x, struct answer_head *h, struct corr
         x->reused = x->fd >= 0;
         int rc;
         if (!x->reused && (rc = dial(x, err)) < 0)
-            return rc;
+            return attempt ? corral_fail(err, ECONNRESET,
+                                         "%s: it closed the connection before "
+                                         "answering, then %s",
+                                         x->where, err->message)
+                           : rc; /* the request may have reached it before */
         struct iovec iov[2] = {{head.data, head.len}, {(void *)body, body_len}};
         x->at = x->len = 0;
         rc = send_request(x, iov, body_len ? 2 : 1, deadline);

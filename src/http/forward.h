@@ -48,8 +48,9 @@ struct http_forward_answer {
 /*
  * Sends req (changed as o says) to o->host:o->port and makes *out the answer
  * to give req's client. 0, or a negative errno when no answer came, with a
- * message naming the server: -ENOTCONN when it cannot be reached (nothing
- * was sent: another server may be tried), -ETIMEDOUT, -EPROTO for an answer that is not HTTP,
+ * message naming the server: -ENOTCONN when it cannot be reached, and
+ * -ECONNREFUSED when nothing listens at its address (nothing was sent
+ * either way: another server may be tried), -ETIMEDOUT, -EPROTO for an answer that is not HTTP,
  * -ECONNRESET when it closed before its head, -ECANCELED when req's client went away. Hop-by-hop
  * headers (Connection, Keep-Alive, Transfer-Encoding, Upgrade, TE, Trailer, Proxy-*) are not passed
  * on either way; Host is. A body that the server cuts short ends the client's stream abruptly.

@@ -41,6 +41,8 @@ void http_response_free(struct http_response *r)
     free(r->content_type);
     free(r->body);
     http_stream_discard(r->stream); /* never answered with */
+    if (r->ops && r->ops->release)  /* a producer never started */
+        r->ops->release(r->arg);
     free(r);
 }
 

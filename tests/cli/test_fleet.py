@@ -197,8 +197,19 @@ def test_a_front_follows_the_records_of_its_discovery_name(tmp_path, names):
         status, info = front.request("GET", "/sandboxes/" + sid)
         assert status == 200 and info["sandboxID"] == sid
 
-        # the name loses a record: that node is gone, its sandboxes lost
+        # the name loses a record (a draining pod leaves its Service's
+        # records): nothing new goes there, its sandbox is served on until
+        # it ends; then the node leaves the fleet
         records("127.0.0.2")
+        unlisted = {"127.0.0.2:%d" % port: "up", "127.0.0.3:%d" % port: "unlisted"}
+        assert eventually(lambda: states() == unlisted), states()
+        status, info = front.request("GET", "/sandboxes/" + sid)
+        assert status == 200 and info["sandboxID"] == sid
+        for _ in range(2):
+            status, other = front.request("POST", "/sandboxes", {"templateID": "base"})
+            assert status == 201 and not other["sandboxID"].startswith(sid[:8]), other
+            front.request("DELETE", "/sandboxes/" + other["sandboxID"])
+        assert front.request("DELETE", "/sandboxes/" + sid)[0] == 204
         assert eventually(lambda: states() == {"127.0.0.2:%d" % port: "up"}), states()
         status, body = front.request("GET", "/sandboxes/" + sid)
         assert status == 404, body

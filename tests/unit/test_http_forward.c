@@ -254,7 +254,7 @@ static void test_a_node_that_fails_costs_its_request_a_502(void **state)
     expect_502(garbage_answer, "its answer is not HTTP/1.1");
     expect_502(close_answer, "it closed the connection before answering");
     char refused[64];
-    snprintf(refused, sizeof(refused), "cannot connect: Connection refused (%d)", ENOTCONN);
+    snprintf(refused, sizeof(refused), "cannot connect: Connection refused (%d)", ECONNREFUSED);
     expect_502(NULL, refused);
 }
 
