@@ -149,9 +149,12 @@ struct corral_sandbox_options {
     unsigned disabled_layers; /* isolation layers off: for tests only */
     /* Whom the sandbox is charged to, a number of the caller's (0: no one),
      * and the most live sandboxes that owner may hold at once (0: no
-     * ceiling): a create past it fails with EUSERS. */
+     * ceiling): a create past it fails with EUSERS. owner_elsewhere: the
+     * sandboxes the owner holds on other servers of its fleet, counted
+     * against owner_max with those it holds here. */
     unsigned owner;
     unsigned owner_max;
+    unsigned owner_elsewhere;
 };
 
 void corral_sandbox_options_init(struct corral_sandbox_options *opts);
@@ -269,6 +272,8 @@ struct corral_capacity {
     bool draining;
 };
 void corral_capacity(struct corral_capacity *out);
+/* The live sandboxes owner holds (creates under way included). */
+unsigned corral_owner_holds(unsigned owner);
 
 /* The first characters of every sandbox id made from now on (at most 8
  * lowercase hex digits; ids stay 32 hex digits long): a fleet's node says

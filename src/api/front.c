@@ -5,17 +5,23 @@
 #include "api/front.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/opensandbox/execd.h"
+#include "api/tenants.h"
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "http/forward.h"
 
-#define PLACE_MAX 16 /* nodes a create tries */
+#define PLACE_MAX      16   /* nodes a create tries */
+#define HELD_ANSWER_MS 5000 /* a node's count of a key's sandboxes */
 
-const char *const front_dropped[] = {FLEET_KEY_HEADER, NULL};
+const char *const front_dropped[] = {FLEET_KEY_HEADER, TENANT_ELSEWHERE_HEADER, NULL};
 
 static const struct front_proto e2b_proto = {.osb = false, .name = "E2B"};
 static const struct front_proto osb_proto = {.osb = true, .name = "OpenSandbox"};
@@ -43,25 +49,34 @@ static bool nothing_sent(int rc)
     return rc == -ENOTCONN || rc == -ECONNREFUSED;
 }
 
-/* Sends req to t's node; the protocol's 502 when it cannot be reached or
- * does not answer as HTTP (and the node is asked its state at once). */
-static struct http_response *forward_to(struct front *f, const struct front_proto *p,
-                                        const struct http_request *req,
-                                        const struct fleet_target *t, int *failed)
+/* Sends req to t's node as o says; the protocol's 502 when it cannot be
+ * reached or does not answer as HTTP (and the node is asked its state at
+ * once). */
+static struct http_response *forward_with(struct front *f, const struct front_proto *p,
+                                          const struct http_request *req,
+                                          const struct fleet_target *t,
+                                          const struct http_forward *o, int *failed)
 {
     *failed = 0;
     if (!port_of(p, t))
         return front_error(p, 502, "SANDBOX::UNAVAILABLE", "node %s:%u does not serve %s's API",
                            t->host, (unsigned)t->e2b_port, p->name);
-    struct http_forward o = {.host = t->host, .port = port_of(p, t), .drop = front_dropped};
     struct http_response *resp;
     struct corral_error err;
-    if ((*failed = http_forward(req, &o, &resp, &err)) == 0)
+    if ((*failed = http_forward(req, o, &resp, &err)) == 0)
         return resp;
     if (*failed != -ECANCELED)
         fleet_suspect(f->fleet, t);
     return front_error(p, 502, "SANDBOX::UNAVAILABLE", "node %s (tag %s): %s", t->host, t->tag,
                        err.message);
+}
+
+static struct http_response *forward_to(struct front *f, const struct front_proto *p,
+                                        const struct http_request *req,
+                                        const struct fleet_target *t, int *failed)
+{
+    struct http_forward o = {.host = t->host, .port = port_of(p, t), .drop = front_dropped};
+    return forward_with(f, p, req, t, &o, failed);
 }
 
 /* A request about sandbox id: to its node, or the answer for a sandbox
@@ -95,23 +110,32 @@ static struct http_response *to_sandbox(struct front *f, const struct front_prot
 }
 
 /* Whether a node's answer to a create says to try another node: it has
- * no room (429) or is draining (503). */
+ * no room (429) or is draining (503), but not for the key's own ceiling,
+ * which holds on every node. */
 static bool refused(const struct http_response *resp)
 {
     int status = http_response_status(resp);
-    return status == 429 || status == 503;
+    return (status == 429 && !http_response_header(resp, TENANT_CEILING_HEADER)) || status == 503;
 }
 
-/* A create: on the best node that takes it. */
-static struct http_response *create(struct front *f, const struct front_proto *p,
-                                    const struct http_request *req)
+/* A create on the first of t[0..n) that takes it; elsewhere[i] (NULL:
+ * none) the sandboxes its key holds on the nodes other than t[i]. */
+static struct http_response *place(struct front *f, const struct front_proto *p,
+                                   const struct http_request *req, const struct fleet_target *t,
+                                   size_t n, const unsigned *elsewhere)
 {
-    struct fleet_target t[PLACE_MAX];
-    size_t n = fleet_place(f->fleet, t, PLACE_MAX);
     struct http_response *last = NULL;
     for (size_t i = 0; i < n; i++) {
         int failed;
-        struct http_response *resp = forward_to(f, p, req, &t[i], &failed);
+        char line[64];
+        const char *extra[2] = {line, NULL};
+        if (elsewhere)
+            snprintf(line, sizeof(line), "%s: %u", TENANT_ELSEWHERE_HEADER, elsewhere[i]);
+        struct http_forward o = {.host = t[i].host,
+                                 .port = port_of(p, &t[i]),
+                                 .drop = front_dropped,
+                                 .headers = elsewhere ? extra : NULL};
+        struct http_response *resp = forward_with(f, p, req, &t[i], &o, &failed);
         if (failed && !nothing_sent(failed)) /* it may have made it: not twice */
             return resp;
         if (!failed && !refused(resp)) {
@@ -129,6 +153,163 @@ static struct http_response *create(struct front *f, const struct front_proto *p
                            "no node of this fleet is up and ready to take a sandbox");
     return front_error(p, 429, "SANDBOX::QUOTA_EXCEEDED",
                        "no node of this fleet has room for a new sandbox: %zu tried", n);
+}
+
+/* ---- a key's ceiling over the whole fleet (api/tenants.h) ---- */
+
+/* While a key's create is under way its count, asked of every node, must
+ * stay true until the node answers: a key's creates pass one at a time
+ * through a front (only while its nodes keep a ceiling per key). */
+struct key_turn {
+    char *key;
+    unsigned users;
+    pthread_mutex_t m;
+    struct key_turn *next;
+};
+
+static pthread_mutex_t turns_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct key_turn *turns;
+
+static struct key_turn *turn_take(const char *key)
+{
+    pthread_mutex_lock(&turns_lock);
+    struct key_turn *k = turns;
+    while (k && strcmp(k->key, key))
+        k = k->next;
+    if (!k && (k = calloc(1, sizeof(*k))) && !(k->key = strdup(key))) {
+        free(k);
+        k = NULL;
+    } else if (k && !k->users) { /* new */
+        pthread_mutex_init(&k->m, NULL);
+        k->next = turns;
+        turns = k;
+    }
+    if (k)
+        k->users++;
+    pthread_mutex_unlock(&turns_lock);
+    if (k)
+        pthread_mutex_lock(&k->m);
+    return k;
+}
+
+static void turn_give(struct key_turn *k)
+{
+    pthread_mutex_unlock(&k->m);
+    pthread_mutex_lock(&turns_lock);
+    if (--k->users == 0) {
+        struct key_turn **pp = &turns;
+        while (*pp != k)
+            pp = &(*pp)->next;
+        *pp = k->next;
+        pthread_mutex_destroy(&k->m);
+        free(k->key);
+        free(k);
+    }
+    pthread_mutex_unlock(&turns_lock);
+}
+
+static const char *key_header(const struct front_proto *p)
+{
+    return p->osb ? "OPEN-SANDBOX-API-KEY" : "X-API-Key";
+}
+
+/* How many sandboxes key holds on t's node, and its ceiling there (0:
+ * none): 0, or negative when the node does not say. */
+static int held_on(const struct front_proto *p, const char *key, const struct fleet_target *t,
+                   unsigned *held, unsigned *max)
+{
+    cleanup_free char *line = NULL;
+    if (asprintf(&line, "%s: %s", key_header(p), key) < 0)
+        return -ENOMEM;
+    const char *headers[2] = {line, NULL};
+    struct http_forward o = {.host = t->host,
+                             .port = port_of(p, t),
+                             .method = "GET",
+                             .path = TENANT_HELD_PATH,
+                             .query = "",
+                             .headers = headers,
+                             .head_timeout_ms = HELD_ANSWER_MS};
+    struct http_forward_answer a;
+    struct corral_error err;
+    int r = http_forward_fetch(NULL, &o, &a, &err);
+    if (r < 0)
+        return r;
+    cleanup_json json_t *j = a.status == 200 ? json_loads(a.body, 0, NULL) : NULL;
+    json_int_t h = -1, m = -1;
+    http_forward_answer_free(&a);
+    if (!j || json_unpack(j, "{s:I, s:I}", "held", &h, "max", &m) < 0 || h < 0 || m < 0 ||
+        h > UINT_MAX || m > UINT_MAX)
+        return -EPROTO;
+    *held = (unsigned)h;
+    *max = (unsigned)m;
+    return 0;
+}
+
+static bool same_node(const struct fleet_target *a, const struct fleet_target *b)
+{
+    return a->e2b_port == b->e2b_port && !strcmp(a->host, b->host) && !strcmp(a->tag, b->tag);
+}
+
+/* A create of key's, its turn taken: the key's sandboxes counted on every
+ * node up; past its ceiling the protocol's 429, else placed with what it
+ * holds on the other nodes. A node that does not answer counts none. */
+static struct http_response *create_counted(struct front *f, const struct front_proto *p,
+                                            const struct http_request *req, const char *key,
+                                            const struct fleet_target *t, size_t n)
+{
+    cleanup_free struct fleet_target *up = calloc(FRONT_NODES_MAX, sizeof(*up));
+    cleanup_free unsigned *held = calloc(FRONT_NODES_MAX, sizeof(*held));
+    unsigned elsewhere[PLACE_MAX];
+    if (!up || !held)
+        return front_error(p, 500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+    size_t n_up = fleet_up(f->fleet, up, FRONT_NODES_MAX);
+    unsigned total = 0, ceiling = 0;
+    for (size_t i = 0; i < n_up; i++) {
+        unsigned max = 0;
+        if (held_on(p, key, &up[i], &held[i], &max) < 0)
+            held[i] = 0;
+        total += held[i];
+        if (max && (!ceiling || max < ceiling))
+            ceiling = max;
+    }
+    if (!ceiling) /* an admin's key, or none: no ceiling */
+        return place(f, p, req, t, n, NULL);
+    if (total >= ceiling) {
+        struct http_response *resp =
+            front_error(p, 429, "SANDBOX::QUOTA_EXCEEDED",
+                        "this API key holds its most sandboxes at once (%u, on the whole fleet; "
+                        "corral serve --max-sandboxes-per-key): kill one first",
+                        ceiling);
+        http_add_header(resp, TENANT_CEILING_HEADER, "key");
+        return resp;
+    }
+    for (size_t i = 0; i < n; i++) {
+        elsewhere[i] = total;
+        for (size_t k = 0; k < n_up; k++)
+            if (same_node(&t[i], &up[k]))
+                elsewhere[i] = total - held[k];
+    }
+    return place(f, p, req, t, n, elsewhere);
+}
+
+/* A create: on the best node that takes it. */
+static struct http_response *create(struct front *f, const struct front_proto *p,
+                                    const struct http_request *req)
+{
+    struct fleet_target t[PLACE_MAX];
+    size_t n = fleet_place(f->fleet, t, PLACE_MAX);
+    bool ceiling = false;
+    for (size_t i = 0; i < n; i++)
+        ceiling |= t[i].max_per_key != 0;
+    const char *key = http_header(req, key_header(p));
+    if (!ceiling || !key || !*key)
+        return place(f, p, req, t, n, NULL);
+    struct key_turn *turn = turn_take(key);
+    if (!turn)
+        return front_error(p, 500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+    struct http_response *resp = create_counted(f, p, req, key, t, n);
+    turn_give(turn);
+    return resp;
 }
 
 /* Anything else: to any node up (the answer is the same on each). */

@@ -41,6 +41,9 @@ struct front_proto {
 struct http_response *front_error(const struct front_proto *p, int status, const char *osb_code,
                                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* The most nodes a front asks all of (a list, a key's count). */
+#define FRONT_NODES_MAX 256
+
 /* The request's headers a front does not pass on. */
 extern const char *const front_dropped[];
 

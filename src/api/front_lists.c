@@ -18,7 +18,6 @@
 #include "base/util.h"
 #include "http/forward.h"
 
-#define NODES_MAX        256
 #define OSB_PAGE_DEFAULT 20
 #define OSB_PAGE_MAX     200
 #define OSB_NODE_PAGE    200
@@ -176,10 +175,10 @@ static struct http_response *osb_list(struct front *f, const struct front_proto 
 struct http_response *front_list(struct front *f, const struct front_proto *p,
                                  const struct http_request *req)
 {
-    struct fleet_target *t = calloc(NODES_MAX, sizeof(*t));
+    struct fleet_target *t = calloc(FRONT_NODES_MAX, sizeof(*t));
     if (!t)
         return NULL;
-    size_t n = fleet_up(f->fleet, t, NODES_MAX);
+    size_t n = fleet_up(f->fleet, t, FRONT_NODES_MAX);
     struct http_response *resp =
         !n       ? front_error(p, 503, "SANDBOX::UNAVAILABLE", "no node of this fleet is up")
         : p->osb ? osb_list(f, p, req, t, n)

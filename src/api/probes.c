@@ -26,12 +26,12 @@ static struct http_response *node_state(const struct serve_state *s, const struc
     struct corral_capacity c;
     corral_capacity(&c);
     bool draining = c.draining || __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
-    return http_json(200, json_pack("{s:s, s:b, s:b, s:I, s:I, s:I, s:I}", "tag", s->tag, "ready",
-                                    not_ready_because(s) == NULL, "draining", draining, "sandboxes",
-                                    (json_int_t)c.sandboxes, "memory_promised",
-                                    (json_int_t)c.memory_promised, "memory_capacity",
-                                    (json_int_t)s->memory_capacity, "opensandbox_port",
-                                    (json_int_t)s->osb_port));
+    return http_json(
+        200, json_pack("{s:s, s:b, s:b, s:I, s:I, s:I, s:I, s:I}", "tag", s->tag, "ready",
+                       not_ready_because(s) == NULL, "draining", draining, "sandboxes",
+                       (json_int_t)c.sandboxes, "memory_promised", (json_int_t)c.memory_promised,
+                       "memory_capacity", (json_int_t)s->memory_capacity, "opensandbox_port",
+                       (json_int_t)s->osb_port, "max_per_key", (json_int_t)s->max_per_key));
 }
 
 struct http_response *probes_handle(const struct http_request *req, void *ctx)

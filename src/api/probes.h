@@ -27,6 +27,7 @@ struct serve_state {
     const char *fleet_key;       /* NULL: none */
     uint16_t osb_port;           /* a node's OpenSandbox listener; 0: none */
     uint64_t memory_capacity;    /* what a node's sandboxes may be given in all */
+    unsigned max_per_key;        /* a node's ceiling per key; 0: none */
     struct fleet *fleet;         /* a front's */
 };
 

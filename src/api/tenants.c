@@ -2,6 +2,7 @@
 #include "api/tenants.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include "base/clock.h"
 #include "base/util.h"
@@ -53,12 +54,46 @@ bool tenant_sees(int caller, int owner)
     return caller == TENANT_ADMIN || caller == TENANT_OPEN || caller == owner;
 }
 
-void tenant_charge(const struct tenants *t, int caller, struct corral_sandbox_options *so)
+/* The owner a tenant's sandboxes are charged to: admins, and a server
+ * without keys, none (no ceiling). Every API of the server has the same
+ * keys, so a key is the same owner on each. */
+static unsigned owner_of(int caller)
 {
-    /* Admins, and a server without keys: no ceiling. Every API of the
-     * server has the same keys, so a key is the same owner on each. */
-    so->owner = caller >= 0 ? (unsigned)caller + 1 : 0;
+    return caller >= 0 ? (unsigned)caller + 1 : 0;
+}
+
+void tenant_charge(const struct tenants *t, int caller, const struct http_request *req,
+                   struct corral_sandbox_options *so)
+{
+    so->owner = owner_of(caller);
     so->owner_max = caller >= 0 ? t->max_per_key : 0;
+    const char *elsewhere = http_header(req, TENANT_ELSEWHERE_HEADER);
+    unsigned long long n;
+    char *end;
+    so->owner_elsewhere = 0;
+    if (so->owner_max && elsewhere && *elsewhere >= '0' && *elsewhere <= '9') {
+        errno = 0;
+        n = strtoull(elsewhere, &end, 10);
+        /* A number too large, or not one: as many as the ceiling. */
+        so->owner_elsewhere = (!*end && !errno && n < so->owner_max) ? (unsigned)n : so->owner_max;
+    } else if (so->owner_max && elsewhere) {
+        so->owner_elsewhere = so->owner_max;
+    }
+}
+
+struct http_response *tenant_mark(struct http_response *resp, const struct corral_error *err)
+{
+    if (resp && err->code == EUSERS)
+        http_add_header(resp, TENANT_CEILING_HEADER, "key");
+    return resp;
+}
+
+struct http_response *tenant_held(const struct tenants *t, int caller)
+{
+    unsigned owner = owner_of(caller);
+    return http_json(200, json_pack("{s:I, s:I}", "held",
+                                    (json_int_t)(owner ? corral_owner_holds(owner) : 0), "max",
+                                    (json_int_t)(owner ? t->max_per_key : 0)));
 }
 
 int tenant_full(const struct tenants *t, struct corral_error *err)

@@ -13,8 +13,24 @@
 #include <stdbool.h>
 
 #include "api/registry.h"
-#include "corral/corral.h"
 #include "base/error.h"
+#include "corral/corral.h"
+#include "http/http.h"
+
+/*
+ * A fleet's ceiling: a key's sandboxes on every node count against it. A
+ * front asks each node how many the key holds (GET TENANT_HELD_PATH with
+ * the key, answered {"held": N, "max": M}; max 0: no ceiling for that
+ * key), sends a create with how many it holds on the other nodes
+ * (TENANT_ELSEWHERE_HEADER), and a node that refuses a create for the
+ * key's ceiling says so (TENANT_CEILING_HEADER: key), so that the front
+ * gives that answer as it is instead of trying another node. The header
+ * can only lower what a key may create, so a client sending it itself
+ * harms no one but itself.
+ */
+#define TENANT_HELD_PATH        "/fleet/v1/held"
+#define TENANT_ELSEWHERE_HEADER "X-Corral-Held-Elsewhere"
+#define TENANT_CEILING_HEADER   "X-Corral-Ceiling"
 
 enum {
     TENANT_OPEN = -1,    /* no keys are configured: everyone */
@@ -37,10 +53,17 @@ bool tenants_keyed(const struct tenants *t);
 int tenant_of(const struct tenants *t, const char *given);
 /* Whether caller sees what owner created. */
 bool tenant_sees(int caller, int owner);
-/* Charges a create to caller: the sandbox is the key's, counted against
- * its ceiling (corral_sandbox_create fails with EUSERS past it). */
-void tenant_charge(const struct tenants *t, int caller, struct corral_sandbox_options *so);
+/* Charges a create (req) to caller: the sandbox is the key's, counted
+ * against its ceiling with those req says it holds elsewhere
+ * (corral_sandbox_create fails with EUSERS past it). */
+void tenant_charge(const struct tenants *t, int caller, const struct http_request *req,
+                   struct corral_sandbox_options *so);
 /* -EUSERS, with a message that names the ceiling. */
 int tenant_full(const struct tenants *t, struct corral_error *err);
+/* resp, the answer to a create that failed with err: marked as the key's
+ * ceiling when it is (err's code EUSERS). */
+struct http_response *tenant_mark(struct http_response *resp, const struct corral_error *err);
+/* The answer to GET TENANT_HELD_PATH from caller. */
+struct http_response *tenant_held(const struct tenants *t, int caller);
 
 #endif

@@ -162,11 +162,12 @@ struct box_claim {
     struct box_claim *next;
 };
 /* Claims bytes of the memory ceiling and a sandbox of owner's (when
- * owner_max is not 0): -EUSERS when owner holds owner_max already, -EDQUOT
+ * owner_max is not 0): -EUSERS when owner holds owner_max already, with
+ * the elsewhere it holds on other servers, -EDQUOT
  * past the memory ceiling, said. box_settle hands the claim over to the
  * sandbox made, or (sb NULL) gives it back. */
 int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owner_max,
-              struct corral_error *err);
+              unsigned elsewhere, struct corral_error *err);
 void box_settle(struct box_claim *c, corral_sandbox *sb);
 void box_contexts_free(corral_sandbox *sb);
 

@@ -124,8 +124,19 @@ void corral_capacity(struct corral_capacity *out)
     pthread_mutex_unlock(&registry_lock);
 }
 
+unsigned corral_owner_holds(unsigned owner)
+{
+    uint64_t memory;
+    unsigned owned = 0;
+    pthread_mutex_lock(&registry_lock);
+    if (owner)
+        held(owner, &memory, &owned);
+    pthread_mutex_unlock(&registry_lock);
+    return owned;
+}
+
 int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owner_max,
-              struct corral_error *err)
+              unsigned elsewhere, struct corral_error *err)
 {
     *c = (struct box_claim){.bytes = bytes, .owner = owner};
     pthread_mutex_lock(&registry_lock);
@@ -139,7 +150,7 @@ int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owne
         held(owner_max ? owner : 0, &memory, &owned);
     uint64_t ceiling = memory_ceiling;
     bool memory_room = !ceiling || (bytes <= ceiling && memory <= ceiling - bytes);
-    bool owner_room = !owner_max || owned < owner_max;
+    bool owner_room = !owner_max || (owned < owner_max && elsewhere < owner_max - owned);
     if (memory_room && owner_room) {
         c->next = claims;
         claims = c;
@@ -147,7 +158,7 @@ int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owne
     pthread_mutex_unlock(&registry_lock);
     if (!owner_room)
         return corral_fail(err, EUSERS, "its owner holds its most sandboxes at once (%u)",
-                           owner_max);
+                           owner_max); /* with those elsewhere */
     if (!memory_room)
         return corral_fail(err, EDQUOT,
                            "the server's memory ceiling is reached: its sandboxes hold %llu MiB "

@@ -443,7 +443,8 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     if ((r = sandbox_network(o, t, &net_mode, &own_policy, &policy, err)) < 0)
         return r;
     struct box_claim claim;
-    if ((r = box_claim(&claim, limits.memory_bytes, o->owner, o->owner_max, err)) < 0) {
+    if ((r = box_claim(&claim, limits.memory_bytes, o->owner, o->owner_max, o->owner_elsewhere,
+                       err)) < 0) {
         netpolicy_free(&own_policy);
         return r;
     }

@@ -162,6 +162,7 @@ int serve_start_role(const struct serve_opts *o, struct servers *s)
     s->state.fleet_key = o->fleet->key;
     s->state.osb_port = o->osb.on ? o->osb.port : 0;
     s->state.memory_capacity = o->max_total_memory ? o->max_total_memory : host_memory_bytes();
+    s->state.max_per_key = o->n_keys ? o->max_per_key : 0; /* no keys: one tenant, no ceiling */
     if (o->role == FLEET_NODE) {
         if (fleet_new_tag(s->state.tag, &err) < 0) {
             fprintf(stderr, "corral serve: %s\n", err.message);

@@ -15,7 +15,10 @@
  * A node's state (GET /fleet/v1/node on its E2B listener, with the fleet's
  * key in X-Corral-Fleet-Key):
  *   {"tag": "1f2e3d4c", "ready": true, "draining": false, "sandboxes": 3,
- *    "memory_promised": BYTES, "memory_capacity": BYTES, "opensandbox_port": 8080}
+ *    "memory_promised": BYTES, "memory_capacity": BYTES, "opensandbox_port": 8080,
+ *    "max_per_key": 0}
+ * (max_per_key: the sandboxes one API key may hold, on the whole fleet;
+ * 0: no ceiling. See api/tenants.h for how a front keeps it.)
  */
 #ifndef CORRAL_FLEET_FLEET_H
 #define CORRAL_FLEET_FLEET_H
@@ -43,6 +46,7 @@ struct fleet_target {
     uint16_t e2b_port; /* the node's E2B listener (the address it was found by) */
     uint16_t osb_port; /* its OpenSandbox listener; 0: none */
     char tag[FLEET_TAG_LEN + 1];
+    unsigned max_per_key; /* its ceiling per key; 0: none */
 };
 
 /* Starts knowing the nodes cfg names (a static list, or discovery). At

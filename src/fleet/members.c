@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ struct member {
     uint16_t port;
     char tag[FLEET_TAG_LEN + 1]; /* "" until its first state */
     uint16_t osb_port;
+    unsigned max_per_key;
     enum member_state state;
     bool ready, draining;
     bool unlisted;  /* no longer named by discovery: nothing new goes there */
@@ -116,20 +118,23 @@ struct node_state {
     unsigned sandboxes;
     uint64_t promised, capacity;
     uint16_t osb_port;
+    unsigned max_per_key;
 };
 
 static int parse_state(const char *body, struct node_state *s, struct corral_error *err)
 {
     cleanup_json json_t *j = json_loads(body, 0, NULL);
     const char *tag = NULL;
-    json_int_t sandboxes = -1, promised = -1, capacity = -1, osb = 0;
+    json_int_t sandboxes = -1, promised = -1, capacity = -1, osb = 0, per_key = 0;
     int ready = 0, draining = 0;
     if (!j ||
-        json_unpack(j, "{s:s, s:b, s:b, s:I, s:I, s:I, s?I}", "tag", &tag, "ready", &ready,
+        json_unpack(j, "{s:s, s:b, s:b, s:I, s:I, s:I, s?I, s?I}", "tag", &tag, "ready", &ready,
                     "draining", &draining, "sandboxes", &sandboxes, "memory_promised", &promised,
-                    "memory_capacity", &capacity, "opensandbox_port", &osb) < 0 ||
+                    "memory_capacity", &capacity, "opensandbox_port", &osb, "max_per_key",
+                    &per_key) < 0 ||
         strlen(tag) != FLEET_TAG_LEN || strspn(tag, "0123456789abcdef") != FLEET_TAG_LEN ||
-        sandboxes < 0 || promised < 0 || capacity < 0 || osb < 0 || osb > 65535)
+        sandboxes < 0 || promised < 0 || capacity < 0 || osb < 0 || osb > 65535 || per_key < 0 ||
+        per_key > UINT_MAX)
         return corral_fail(err, EPROTO, "its state is not what a corral node answers");
     snprintf(s->tag, sizeof(s->tag), "%s", tag);
     s->ready = ready;
@@ -138,6 +143,7 @@ static int parse_state(const char *body, struct node_state *s, struct corral_err
     s->promised = (uint64_t)promised;
     s->capacity = (uint64_t)capacity;
     s->osb_port = (uint16_t)osb;
+    s->max_per_key = (unsigned)per_key;
     return 0;
 }
 
@@ -201,6 +207,7 @@ static void take_state(struct fleet *f, struct member *m, const struct node_stat
     m->promised = s->promised;
     m->capacity = s->capacity;
     m->osb_port = s->osb_port;
+    m->max_per_key = s->max_per_key;
     m->missed = 0;
     m->seen_ms = corral_wall_ms();
 }
@@ -473,6 +480,7 @@ static void target_of(const struct member *m, struct fleet_target *t)
     snprintf(t->host, sizeof(t->host), "%s", m->host);
     t->e2b_port = m->port;
     t->osb_port = m->osb_port;
+    t->max_per_key = m->max_per_key;
     snprintf(t->tag, sizeof(t->tag), "%s", m->tag);
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -92,6 +93,14 @@ struct http_response *http_empty(int status)
 int http_response_status(const struct http_response *r)
 {
     return r ? r->status : 0;
+}
+
+const char *http_response_header(const struct http_response *r, const char *name)
+{
+    for (size_t i = 0; r && i < r->n_headers; i++)
+        if (!strcasecmp(r->headers[i].name, name))
+            return r->headers[i].value;
+    return NULL;
 }
 
 void http_add_header(struct http_response *resp, const char *name, const char *value)

@@ -66,6 +66,8 @@ int http_response_status(const struct http_response *r);
 void http_response_free(struct http_response *r);
 /* Adds a header to a response (copied). */
 void http_add_header(struct http_response *resp, const char *name, const char *value);
+/* The value of a header added to r (the first of that name), or NULL. */
+const char *http_response_header(const struct http_response *r, const char *name);
 
 struct http_stream; /* the writer side of a streamed response */
 

@@ -269,3 +269,68 @@ def test_every_listener_answers_health_and_readiness(tmp_path):
         conn.close()
     finally:
         node.stop()
+
+
+def test_a_node_counts_a_keys_sandboxes_elsewhere_against_its_ceiling(tmp_path):
+    """What a front keeps a key's ceiling on the whole fleet with: the node
+    says how many a key holds, counts those the front says it holds on the
+    other nodes, and marks a refusal for the key's ceiling as such."""
+    port, osb = free_port(), free_port()
+    cfg = write(tmp_path / "node.yaml", "fleet:\n  key: %s\n  drain_grace: 0\ntemplates:\n"
+                "  default:\n    preload: []\n" % FLEET_KEY)
+    node = Proc([CORRAL, "serve", "--role", "node", "--config", str(cfg), "--listen",
+                 "127.0.0.1:%d" % port, "--opensandbox-listen", "127.0.0.1:%d" % osb,
+                 "--gateway-listen", "off", "--state-dir", str(tmp_path), "--disk-dir",
+                 "memory", "--api-key", "k1", "--admin-key", "boss",
+                 "--max-sandboxes-per-key", "2"], "127.0.0.1", port)
+
+    def e2b(method, path, key, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers={"X-API-Key": key, **(headers or {})})
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        return resp.status, resp.getheader("X-Corral-Ceiling"), json.loads(text) if text else None
+
+    def create(elsewhere=None):
+        return e2b("POST", "/sandboxes", "k1", {"templateID": "base"},
+                   {"X-Corral-Held-Elsewhere": elsewhere} if elsewhere is not None else None)
+
+    try:
+        status, st = node.request("GET", "/fleet/v1/node",
+                                  headers={"X-Corral-Fleet-Key": FLEET_KEY})
+        assert status == 200 and st["max_per_key"] == 2
+        assert e2b("GET", "/fleet/v1/held", "k1")[2] == {"held": 0, "max": 2}
+        assert e2b("GET", "/fleet/v1/held", "boss")[2] == {"held": 0, "max": 0}
+        assert e2b("GET", "/fleet/v1/held", "nobody")[0] == 401
+        status, mark, made = create("1")
+        assert status == 201 and mark is None, made
+        assert e2b("GET", "/fleet/v1/held", "k1")[2] == {"held": 1, "max": 2}
+        # one here and one elsewhere: the ceiling, marked as the key's
+        status, mark, body = create("1")
+        assert (status, mark) == (429, "key"), body
+        assert "holds its most sandboxes at once (2" in body["message"]
+        # a count that is not one holds the key back; none at all counts none
+        assert create("-1")[:2] == (429, "key")
+        assert create("99999999999999999999")[:2] == (429, "key")
+        status, mark, second = create()
+        assert status == 201, second
+        # OpenSandbox's API counts the same, and so marks its refusal
+        conn = http.client.HTTPConnection("127.0.0.1", osb, timeout=60)
+        conn.request("GET", "/fleet/v1/held", headers={"OPEN-SANDBOX-API-KEY": "k1"})
+        resp = conn.getresponse()
+        assert (resp.status, json.loads(resp.read())) == (200, {"held": 2, "max": 2})
+        conn.request("POST", "/v1/sandboxes", body=json.dumps(
+            {"image": {"uri": "python:3.12"}, "timeout": 60, "resourceLimits": {},
+             "entrypoint": ["tail", "-f", "/dev/null"]}),
+            headers={"OPEN-SANDBOX-API-KEY": "k1", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        body = json.loads(resp.read())
+        assert (resp.status, resp.getheader("X-Corral-Ceiling")) == (429, "key"), body
+        assert body["code"] == "SANDBOX::QUOTA_EXCEEDED"
+        conn.close()
+        for sid in (made["sandboxID"], second["sandboxID"]):
+            assert e2b("DELETE", "/sandboxes/" + sid, "k1")[0] == 204
+    finally:
+        node.stop()

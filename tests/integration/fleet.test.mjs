@@ -9,7 +9,9 @@
 //   - SIGTERM of a node: it drains (not ready, no new sandboxes) and exits
 //     once its last sandbox ends;
 //   - a node that answers garbage or cuts a stream costs its request a 502
-//     or a cut stream, never the front.
+//     or a cut stream, never the front;
+//   - a key's ceiling (--max-sandboxes-per-key) holds on the whole fleet,
+//     across both APIs and both fronts, not on each node.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -31,6 +33,8 @@ import {
 } from './harness.mjs';
 
 const KEY = randomApiKey();
+const KEY2 = randomApiKey(); // the ceiling's test only
+const CEILING = 16; // per key, on the whole fleet
 const FLEET_KEY = `fleet-${randomApiKey()}`;
 const BAD_TAG = 'badbad00';
 const T = { timeout: 180_000 };
@@ -75,8 +79,9 @@ before(async () => {
   for (let i = 0; i < 3; i++) {
     const state = fs.mkdtempSync(path.join(dir, `node${i}-`));
     fleet.dirs.push(state);
-    const node = await startServer({ apiKeys: [KEY], config: nodeConfig, gateway: false,
-      args: ['--role', 'node', '--state-dir', state, '--disk-dir', 'memory'] });
+    const node = await startServer({ apiKeys: [KEY, KEY2], config: nodeConfig, gateway: false,
+      args: ['--role', 'node', '--state-dir', state, '--disk-dir', 'memory',
+        '--max-sandboxes-per-key', String(CEILING)] });
     const tag = /tag ([0-9a-f]{8})/.exec(node.stderr)?.[1];
     assert.ok(tag, `node ${i} said no tag: ${node.stderr}`);
     fleet.nodes.push(node);
@@ -196,6 +201,50 @@ test('sandboxes spread over the nodes and work through either front as on one ma
     }
   } finally {
     await Promise.allSettled(made.map((s) => s.kill()));
+  }
+});
+
+test('a key holds at most its ceiling of sandboxes on the whole fleet, not on each node', T, async () => {
+  const [a, b] = fleet.fronts;
+  const e2b = (front) => opts(front, { apiKey: KEY2 });
+  const osb = (front) => ({ ...osbConfig(front), apiKey: KEY2 });
+  const made = [];
+  const osbs = [];
+  const refusal = /holds its most sandboxes at once \(16, on the whole fleet/;
+  try {
+    // more creates at once than the ceiling, through one front: exactly the
+    // ceiling is let through, spread over the nodes
+    const tries = await Promise.allSettled(Array.from({ length: CEILING + 4 },
+      () => Sandbox.create(e2b(a))));
+    for (const t of tries) if (t.status === 'fulfilled') made.push(t.value);
+    assert.equal(made.length, CEILING, `${made.length} of ${CEILING + 4} creates were let through`);
+    assert.ok(new Set(made.map((s) => tagOf(s.sandboxId))).size > 1, 'the sandboxes are all on one node');
+    for (const t of tries.filter((r) => r.status === 'rejected')) {
+      assert.equal(t.reason.name, 'RateLimitError');
+      assert.match(t.reason.message, refusal);
+    }
+    // through the other front, and through OpenSandbox's API: the same ceiling
+    await assert.rejects(Sandbox.create(e2b(b)), refusal);
+    await assert.rejects(OsbSandbox.create({ connectionConfig: osb(b), image: 'python:3.12' }),
+      (err) => { assert.match(String(err.message ?? err), /holds its most sandboxes at once/); return true; });
+    const res = await fetch(`${b.osbUrl}/v1/sandboxes`, {
+      method: 'POST', headers: { 'OPEN-SANDBOX-API-KEY': KEY2, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ image: { uri: 'python:3.12' }, timeout: 60, resourceLimits: {}, entrypoint: ['true'] }),
+    });
+    assert.equal(res.status, 429);
+    assert.equal((await res.json()).code, 'SANDBOX::QUOTA_EXCEEDED');
+    // another key is not held back
+    const other = await Sandbox.create(opts(b));
+    await other.kill();
+    // a sandbox killed gives its room back, to either API
+    await made.pop().kill();
+    const o = await OsbSandbox.create({ connectionConfig: osb(b), image: 'python:3.12', timeoutSeconds: 120 });
+    osbs.push(o);
+    assert.ok(fleet.tags.includes(tagOf(o.id)));
+    await assert.rejects(Sandbox.create(e2b(a)), refusal);
+  } finally {
+    await Promise.allSettled(made.map((s) => s.kill()));
+    await Promise.allSettled(osbs.map(async (o) => { await o.kill(); await o.close(); }));
   }
 });
 

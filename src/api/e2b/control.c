@@ -484,13 +484,13 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     o.metadata = (const char *const *)meta;
     o.state_dir = e->state_dir;
     o.network = net.given ? &net.an.net : NULL; /* NULL: the template's */
-    tenant_charge(&e->tenants, caller, &o);
+    tenant_charge(&e->tenants, caller, req, &o);
     corral_sandbox *sb;
     if (corral_sandbox_create(&o, &sb, &err) < 0) {
         netreq_free(&net);
         if (err.code == EUSERS)
             tenant_full(&e->tenants, &err);
-        return create_failed(&err, json_string_value(tpl), o.network != NULL);
+        return tenant_mark(create_failed(&err, json_string_value(tpl), o.network != NULL), &err);
     }
     /* Secure unless asked otherwise, as E2B's sandboxes are (the SDKs no
      * longer send the field): the data plane then needs the token. */
@@ -805,6 +805,8 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
     if ((!strcmp(p, "/sandboxes") || !strcmp(p, "/v2/sandboxes")) && !strcmp(m, "POST"))
         return create_sandbox(e, req, caller);
+    if (!strcmp(p, TENANT_HELD_PATH) && !strcmp(m, "GET"))
+        return tenant_held(&e->tenants, caller);
     if (!strncmp(p, "/v2/sandboxes/", 14))
         p += 3; /* /v2/sandboxes/{id}/connect: the same as without v2 */
     if ((!strcmp(p, "/v2/sandboxes") || !strcmp(p, "/sandboxes")) && !strcmp(m, "GET"))

@@ -529,7 +529,7 @@ static struct http_response *start_box(struct osb *o, struct create_req *c, stru
     if (corral_sandbox_create(&c->so, &b->entry.sb, &err) < 0) {
         if (err.code == EUSERS)
             tenant_full(&o->tenants, &err);
-        return create_failed(&err, c->so.network != NULL);
+        return tenant_mark(create_failed(&err, c->so.network != NULL), &err);
     }
     b->image = json_pack("{s:O}", "uri", c->uri);
     b->entrypoint = c->entry && !json_is_null(c->entry)
@@ -547,7 +547,7 @@ static struct http_response *create(struct osb *o, const struct http_request *re
 {
     struct create_req c = {0};
     corral_sandbox_options_init(&c.so);
-    tenant_charge(&o->tenants, caller, &c.so);
+    tenant_charge(&o->tenants, caller, req, &c.so);
     apinet_init(&c.net, false);
     struct os_sandbox *b = NULL;
     struct http_response *refused = read_create(o, req, &c);
@@ -1076,6 +1076,8 @@ static struct http_response *route(struct osb *o, const struct http_request *req
     struct http_response *refused = key_refused(o, req, &caller);
     if (refused)
         return refused;
+    if (!strcmp(p, TENANT_HELD_PATH) && !strcmp(m, "GET"))
+        return tenant_held(&o->tenants, caller);
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/v1"))
         p += 3;
     registry_sweep(&o->boxes);
