@@ -33,12 +33,14 @@
 
 #define IDLE_MAX           256
 #define HEAD_MAX           (64u << 10)
-#define WHOLE_MAX          (256u << 10) /* answers of known length read whole */
+#define READ_MAX           (HEAD_MAX + (32u << 10)) /* the read buffer */
+#define WHOLE_MAX          (256u << 10)             /* answers of known length read whole */
 #define SLICE_MS           100
 #define CONNECT_MS         3000
 #define HEAD_MS            300000
 #define KEY_MAX            300
 #define ANSWER_HEADERS_MAX 32
+#define INTERIM_MAX        8 /* 1xx heads before the answer's */
 
 /* ---- kept-alive connections, by server ---- */
 
@@ -321,10 +323,18 @@ static int send_request(struct exchange *x, struct iovec *iov, int n, uint64_t d
  * none. */
 static int fill(struct exchange *x, uint64_t deadline)
 {
-    if (x->at == x->len)
+    if (x->at == x->len) {
         x->at = x->len = 0;
+    } else if (x->at && x->len + 4096 > x->cap) { /* only what is not consumed stays */
+        memmove(x->buf, x->buf + x->at, x->len - x->at);
+        x->len -= x->at;
+        x->at = 0;
+    }
     if (x->len + 4096 > x->cap) {
         size_t need = x->len + 16384;
+        /* What is kept is at most a head, or a chunk's size line. */
+        if (need > READ_MAX)
+            return -EPROTO;
         if (!strbuf_grow(&x->buf, &x->cap, need, 16384, 0))
             return -ENOMEM;
     }
@@ -449,11 +459,13 @@ static int parse_head(struct exchange *x, struct answer_head *h, size_t end, boo
     return 0;
 }
 
-/* Reads the answer's head (past any 1xx): 0, or -errno. */
+/* Reads the answer's head (past at most INTERIM_MAX 1xx): 0, or -errno. */
 static int read_head(struct exchange *x, struct answer_head *h, uint64_t deadline)
 {
     const char *method = x->o->method ? x->o->method : x->req->method;
-    for (;;) {
+    for (unsigned interim = 0;; interim++) {
+        if (interim > INTERIM_MAX)
+            return -EPROTO;
         char *found = NULL;
         while (!(found = strstr(x->buf ? x->buf + x->at : "", "\r\n\r\n"))) {
             if (x->len - x->at > HEAD_MAX)

@@ -213,6 +213,71 @@ static void test_a_body_cut_by_the_node_is_cut_for_the_client(void **state)
     scripted_http_stop(node);
 }
 
+#define ROUNDS 2000
+#define PIECE  0x64
+
+/* A long chunked answer whose every read ends inside a chunk's size line
+ * (the "6" of the next "64"): what the forwarder keeps between reads is
+ * that partial line, never all that came before it. */
+static void split_lines_answer(struct scripted_http *s, int fd, int index, void *ctx)
+{
+    (void)index;
+    (void)ctx;
+    char round[PIECE + 16];
+    memcpy(round, "4\r\n", 3);
+    memset(round + 3, 'x', PIECE);
+    round[3 + PIECE - 1] = '!'; /* one per round, the client waits for it */
+    memcpy(round + 3 + PIECE, "\r\n6", 3);
+    scripted_http_send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n6");
+    for (int i = 0; i < ROUNDS; i++) {
+        char c;
+        struct pollfd p = {.fd = released_fd[0], .events = POLLIN};
+        scripted_http_send(fd, round, PIECE + 6);
+        if (poll(&p, 1, 20000) != 1 || read(released_fd[0], &c, 1) != 1)
+            return;
+    }
+    scripted_http_send(fd, round, PIECE + 5);
+    scripted_http_send_str(fd, "\r\n0\r\n\r\n");
+    scripted_http_wait_close(s, fd);
+}
+
+static void test_a_long_stream_split_mid_line_keeps_little(void **state)
+{
+    (void)state;
+    assert_int_equal(pipe(released_fd), 0);
+    struct scripted_http *node = scripted_http_start(1, split_lines_answer, NULL);
+    node_port = (uint16_t)node->port[0];
+    struct http_server *srv = start_front();
+    int fd = dial(http_server_port(srv));
+    put(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    for (int i = 0; i < ROUNDS; i++) {
+        char *got = read_until(fd, "!");
+        if (!strchr(got, '!'))
+            fail_msg("round %d of %d did not come: %.200s", i + 1, ROUNDS, got);
+        free(got);
+        assert_int_equal(write(released_fd[1], "x", 1), 1);
+    }
+    char *rest = read_until(fd, "0\r\n\r\n");
+    assert_non_null(strchr(rest, '!'));
+    free(rest);
+    close(fd);
+    http_server_stop(srv);
+    scripted_http_stop(node);
+    close(released_fd[0]);
+    close(released_fd[1]);
+}
+
+static void interim_answer(struct scripted_http *s, int fd, int index, void *ctx)
+{
+    (void)s;
+    (void)index;
+    (void)ctx;
+    for (int i = 0; i < 50; i++)
+        scripted_http_send_str(fd, "HTTP/1.1 102 Processing\r\n\r\n");
+    scripted_http_send_str(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+}
+
 /* ---- nodes that fail ---- */
 
 static void garbage_answer(struct scripted_http *s, int fd, int index, void *ctx)
@@ -253,6 +318,7 @@ static void test_a_node_that_fails_costs_its_request_a_502(void **state)
     (void)state;
     expect_502(garbage_answer, "its answer is not HTTP/1.1");
     expect_502(close_answer, "it closed the connection before answering");
+    expect_502(interim_answer, "its answer is not HTTP/1.1"); /* 1xx without end */
     char refused[64];
     snprintf(refused, sizeof(refused), "cannot connect: Connection refused (%d)", ECONNREFUSED);
     expect_502(NULL, refused);
@@ -300,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_request_and_answer_pass_through),
         cmocka_unit_test(test_a_body_streams_as_it_is_produced),
         cmocka_unit_test(test_a_body_cut_by_the_node_is_cut_for_the_client),
+        cmocka_unit_test(test_a_long_stream_split_mid_line_keeps_little),
         cmocka_unit_test(test_a_node_that_fails_costs_its_request_a_502),
         cmocka_unit_test(test_connections_to_a_node_are_kept_alive),
     };
