@@ -421,21 +421,19 @@ static bool sandbox_shared(corral_gateway *gw, const struct gw_container *c)
 }
 
 /* The sandbox another gateway recorded for c, taken up: 0 with c->sb, or a
- * negative errno (none recorded, gone with its node, expired). */
+ * negative errno (gone with its node, expired), -ENOENT when none is
+ * recorded or the one recorded is not_this; *seen (malloc'ed, or NULL) is
+ * what the store recorded. */
 static int take_up(corral_gateway *gw, struct gw_container *c,
-                   const struct provider_create_options *o, const char *not_this,
+                   const struct provider_create_options *o, const char *not_this, char **seen,
                    struct corral_error *err)
 {
-    char *text = NULL;
-    int rc = store_get_container_sandbox(gw->store, c->id, &text, err);
+    int rc = store_get_container_sandbox(gw->store, c->id, seen, err);
     if (rc < 0)
         return rc;
-    if (!text || (not_this && !strcmp(text, not_this))) {
-        free(text);
+    if (!*seen || (not_this && !strcmp(*seen, not_this)))
         return -ENOENT; /* none, or the one that failed here */
-    }
-    json_t *handle = json_loads(text, 0, NULL);
-    free(text);
+    json_t *handle = json_loads(*seen, 0, NULL);
     rc = handle ? c->provider->attach(c->tool, handle, o, &c->sb, err) : -ENOENT;
     json_decref(handle);
     if (rc < 0)
@@ -452,15 +450,33 @@ static char *handle_text(const struct gw_container *c, struct provider_sandbox *
     return text;
 }
 
-/* Records where c's new sandbox is, for the other gateways. */
-static void record_sandbox(corral_gateway *gw, struct gw_container *c)
+/* Records where c's new sandbox is, for the other gateways, if the store
+ * still records `was` (what it recorded when this one was made): 1 when
+ * recorded (or when it cannot be: the sandbox is then this gateway's
+ * alone), 0 when another gateway recorded its own first. */
+static int record_sandbox(corral_gateway *gw, struct gw_container *c, const char *was)
 {
     char *text = handle_text(c, c->sb);
     struct corral_error err;
-    if (!text || store_set_container_sandbox(gw->store, c->id, text, &err) < 0)
+    int r = text ? store_set_container_sandbox(gw->store, c->id, text, was, &err) : -ENOMEM;
+    if (r < 0)
         fprintf(stderr, "corral gateway: %s: its sandbox is not shared: %s\n", c->id,
                 text ? err.message : "out of memory");
     free(text);
+    return r == 0 ? 0 : 1;
+}
+
+/* A new sandbox for c, with its files. */
+static int make_sandbox(corral_gateway *gw, struct gw_container *c,
+                        const struct provider_create_options *o, struct corral_error *err)
+{
+    int rc = c->provider->create(c->tool, o, &c->sb, err);
+    if (rc == 0 && (rc = push_files(gw, c, err)) < 0) {
+        c->provider->destroy(c->sb);
+        c->sb = NULL;
+        corral_error_wrap(err, "cannot copy container %s's files into its sandbox", c->id);
+    }
+    return rc;
 }
 
 int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corral_error *err)
@@ -481,27 +497,34 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
                                         /* set at creation, never changed: no lock */
                                         .network_policy =
                                             json_object_get(c->obj, "network_policy")};
-    if (shared) {
-        /* The container's sandbox, its files and state in it; a new one only
-         * when there is none (recorded, or still there): a sandbox out of
-         * reach for a moment is not replaced behind its users' back. */
-        int taken = take_up(gw, c, &o, failed, err);
+    if (!shared) {
+        int rc = make_sandbox(gw, c, &o, err);
+        return rc < 0 ? rc : replaced ? 1 : 0;
+    }
+    /* The container's sandbox, its files and state in it; a new one only
+     * when there is none (recorded, or still there): a sandbox out of reach
+     * for a moment is not replaced behind its users' back. Two gateways
+     * that both found none each make one; the first recorded is the
+     * container's, and the other's goes. */
+    for (int round = 0;; round++) {
+        cleanup_free char *seen = NULL;
+        int taken = take_up(gw, c, &o, failed, &seen, err);
         if (taken == 0)
             return 0;
+        if (taken == -ENOENT && round > 0)
+            return corral_fail(err, EAGAIN,
+                               "container %s's sandbox changed hands as it was made: try again",
+                               c->id);
         if (taken != -ENOENT)
             return corral_error_wrap(err, "cannot reach container %s's sandbox", c->id);
-    }
-    int rc = c->provider->create(c->tool, &o, &c->sb, err);
-    if (rc == 0 && (rc = push_files(gw, c, err)) < 0) {
+        int rc = make_sandbox(gw, c, &o, err);
+        if (rc < 0)
+            return rc;
+        if (record_sandbox(gw, c, seen))
+            return replaced ? 1 : 0;
         c->provider->destroy(c->sb);
         c->sb = NULL;
-        corral_error_wrap(err, "cannot copy container %s's files into its sandbox", c->id);
     }
-    if (rc < 0)
-        return rc;
-    if (shared)
-        record_sandbox(gw, c);
-    return replaced ? 1 : 0;
 }
 
 /* A container another gateway ended (deleted, or expired): it ends here

@@ -609,13 +609,18 @@ int store_get_container(struct store *s, const char *id, const char *owner, json
 }
 
 int store_set_container_sandbox(struct store *s, const char *id, const char *handle,
-                                struct corral_error *err)
+                                const char *was, struct corral_error *err)
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot record the sandbox of container %s in store %s", id,
              s->name);
-    const struct store_param p[] = {P_TEXT(id), P_TEXT(handle)};
-    return run(s, "UPDATE containers SET sandbox = ?2 WHERE id = ?1", p, 2, NULL, NULL, what, err);
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(handle), P_TEXT(was)};
+    int64_t changed = 0;
+    int r = was ? run(s, "UPDATE containers SET sandbox = ?2 WHERE id = ?1 AND sandbox = ?3", p, 3,
+                      NULL, &changed, what, err)
+                : run(s, "UPDATE containers SET sandbox = ?2 WHERE id = ?1 AND sandbox IS NULL", p,
+                      2, NULL, &changed, what, err);
+    return r < 0 ? r : changed > 0;
 }
 
 int store_get_container_sandbox(struct store *s, const char *id, char **handle,

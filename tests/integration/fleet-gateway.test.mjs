@@ -170,6 +170,35 @@ test('a conversation through one front goes on through the other, in the same sa
   assert.ok(listed.data.some((c) => c.id === container), 'the other front lists the container');
 });
 
+test('two fronts that start a container\'s sandbox at once end with one sandbox, shared', T, async () => {
+  const [a, b] = fleet.fronts;
+  const container = await client(a).containers.create({ name: 'race' });
+  const tool = { type: 'code_interpreter', container: container.id };
+  const before = await gatewaySandboxes();
+  try {
+    // both fronts find no sandbox recorded and make one: the first recorded
+    // is the container's, the other goes and its code runs in the first
+    await Promise.all([a, b].map(async (front, i) => {
+      const m = marker(`race-${i}`);
+      fleet.upstream.script(m, [{ code: `v_${i} = ${i}` }, { text: 'set' }]);
+      const r = await client(front).responses.create({ model: MODEL, input: `${m} set`, tools: [tool] });
+      assert.equal(r.status, 'completed', JSON.stringify(r.error));
+      assert.equal(ciCalls(r)[0].container_id, container.id);
+    }));
+    for (const front of [a, b]) {
+      const m = marker('race-both');
+      fleet.upstream.script(m, [{ code: "print(sorted(k for k in globals() if k.startswith('v_')))" },
+        (req, ctx) => ({ text: stdoutOf(ctx.lastCodeOutput) })]);
+      const r = await client(front).responses.create({ model: MODEL, input: `${m} which?`, tools: [tool] });
+      assert.equal(r.output_text, "['v_0', 'v_1']", 'the two fronts ran in different sandboxes');
+    }
+    const made = (await gatewaySandboxes()).filter((id) => !before.includes(id));
+    assert.equal(made.length, 1, `sandboxes made for one container: ${made.join(', ')}`);
+  } finally {
+    await client(a).containers.delete(container.id);
+  }
+});
+
 test('one front stopped, the other serves its responses, containers and keys; all restarted, the state is intact', T, async () => {
   const [a, b] = fleet.fronts;
   const { r1, container } = await conversation(a, a);

@@ -668,14 +668,24 @@ static void keeps_a_containers_sandbox(void **state)
     assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
     assert_null(handle);
     const char *h = "{\"sandbox\":\"1f2e3d4c00\",\"context\":\"ctx\"}";
-    assert_int_equal(store_set_container_sandbox(s, "cntr_1", h, &err), 0);
+    const char *h2 = "{\"sandbox\":\"5a6b7c8d00\",\"context\":\"ctx\"}";
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", h, NULL, &err), 1);
+    /* a second gateway that also saw none comes second: not recorded */
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", h2, NULL, &err), 0);
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", h2, "{}", &err), 0);
+    assert_int_equal(store_set_container_sandbox(s, "cntr_2", h2, NULL, &err), 0);
     json_object_set_new(c, "last_active_at", json_integer(200));
     assert_int_equal(store_update_container(s, "alice", c, &err), 0);
     assert_int_equal(store_put_container(s, "alice", c, &err), 0);
     assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
     assert_string_equal(handle, h);
     free(handle);
-    assert_int_equal(store_set_container_sandbox(s, "cntr_1", NULL, &err), 0);
+    /* one that replaces the one it saw fail */
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", h2, h, &err), 1);
+    assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
+    assert_string_equal(handle, h2);
+    free(handle);
+    assert_int_equal(store_set_container_sandbox(s, "cntr_1", NULL, h2, &err), 1);
     assert_int_equal(store_get_container_sandbox(s, "cntr_1", &handle, &err), 0);
     assert_null(handle);
     json_decref(c);
