@@ -274,11 +274,17 @@ void serve_drain(const struct serve_opts *o, struct servers *s, const sigset_t *
             (double)grace / 1000);
     uint64_t end = corral_now_ms() + grace;
     /* The gateway's calls first: they reach the fleet through the E2B
-     * listener (srv), which closes last. */
+     * listener (srv), which closes last. A second signal ends the wait. */
     struct http_server *servers[] = {s->gw_srv, s->osb_srv, s->srv};
     for (size_t i = 0; i < 3; i++) {
-        uint64_t now = corral_now_ms();
-        if (servers[i])
-            http_server_drain(servers[i], now < end ? (unsigned)(end - now) : 0);
+        while (servers[i] && !http_server_drain(servers[i], 0)) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            if (corral_now_ms() >= end)
+                break;
+            if (sigtimedwait(sigs, NULL, &ts) > 0) {
+                fprintf(stderr, "corral: drain cut short by a second signal\n");
+                return;
+            }
+        }
     }
 }

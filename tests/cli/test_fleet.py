@@ -47,16 +47,19 @@ class Proc:
 
     def __init__(self, argv, host, port):
         self.host, self.port = host, port
+        # unbuffered: select() sees every byte not read yet
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+                                     bufsize=0)
         self.err = ""
-        want = "listening on http://%s:%d" % (host, port)
-        deadline = time.monotonic() + 60
-        while want not in self.err:
+        self.read_err_until("listening on http://%s:%d" % (host, port), 60)
+
+    def read_err_until(self, text, timeout=30):
+        deadline = time.monotonic() + timeout
+        while text not in self.err:
             left = deadline - time.monotonic()
             assert left > 0 and self.proc.poll() is None, self.err
             if select.select([self.proc.stderr], [], [], left)[0]:
-                self.err += self.proc.stderr.readline()
+                self.err += os.read(self.proc.stderr.fileno(), 65536).decode(errors="replace")
 
     def request(self, method, path, body=None, headers=None):
         conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
@@ -69,8 +72,12 @@ class Proc:
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
+        self.stop_waited()
+
+    def stop_waited(self):
+        """Waits for the exit a signal asked for: clean, and said so."""
         _, rest = self.proc.communicate(timeout=30)
-        self.err += rest
+        self.err += rest.decode(errors="replace")
         assert self.proc.returncode == 0, self.err
         for marker in ("ERROR: AddressSanitizer", "runtime error:"):
             assert marker not in self.err, self.err
@@ -334,3 +341,64 @@ def test_a_node_counts_a_keys_sandboxes_elsewhere_against_its_ceiling(tmp_path):
             assert e2b("DELETE", "/sandboxes/" + sid, "k1")[0] == 204
     finally:
         node.stop()
+
+
+def test_a_second_signal_cuts_a_fronts_drain_short(tmp_path):
+    """A front told to stop waits for the requests under way, up to its
+    grace; told again, it stops at once (as an operator's second Ctrl-C
+    means), and the request held is answered or closed, not left."""
+    import http.server
+    import threading
+
+    held = threading.Event()
+    tag = "0badf00d"
+
+    class Node(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/fleet/v1/node":
+                body = json.dumps({"tag": tag, "ready": True, "draining": False, "sandboxes": 1,
+                                   "memory_promised": 0, "memory_capacity": 1 << 30,
+                                   "opensandbox_port": 0}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            held.set()
+            time.sleep(60)  # a request that does not end by itself
+
+    node = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Node)
+    node.daemon_threads = True
+    threading.Thread(target=node.serve_forever, daemon=True).start()
+    port = free_port()
+    cfg = write(tmp_path / "front.yaml", "fleet:\n  role: front\n  key: %s\n  drain_grace: 60s\n"
+                "  probe_interval: 0.2s\n  nodes: [127.0.0.1:%d]\n"
+                % (FLEET_KEY, node.server_address[1]))
+    front = Proc([CORRAL, "serve", "--config", str(cfg), "--listen", "127.0.0.1:%d" % port,
+                  "--opensandbox-listen", "off", "--gateway-listen", "off"], "127.0.0.1", port)
+    client = None
+    try:
+        assert eventually(lambda: front.request("GET", "/readyz")[0] == 200)
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        client.request("GET", "/sandboxes/%s%s" % (tag, "0" * 24))
+        assert held.wait(30), "the front did not pass the request on"
+        front.proc.send_signal(signal.SIGTERM)
+        front.read_err_until("draining: waiting up to 60.0 s")
+        assert front.proc.poll() is None, "the front did not wait for the request under way"
+        started = time.monotonic()
+        front.proc.send_signal(signal.SIGTERM)
+        front.stop_waited()
+        assert time.monotonic() - started < 30, "the second signal did not cut the drain short"
+        assert "drain cut short by a second signal" in front.err
+    finally:
+        if client:
+            client.close()
+        if front.proc.poll() is None:
+            front.proc.kill()
+            front.proc.wait()
+        node.shutdown()
+
