@@ -117,7 +117,7 @@ struct exchange {
     struct http_chunks chunks;
     bool keep;     /* the server keeps the connection open after this answer */
     bool finished; /* the body was read to its end */
-    struct http_stream *stream;
+    int client_fd; /* a relayed body's client; -1: none */
 };
 
 static void exchange_free(struct exchange *x)
@@ -141,21 +141,22 @@ static int fail(struct exchange *x, struct corral_error *err, int code, const ch
                        code > 0 ? strerror(code) : "");
 }
 
-/* Waits until fd is ready for events, in slices in which req's client is
- * checked: 0, -ETIMEDOUT at deadline (0: none), -ECANCELED when the client
- * went away. */
+/* Waits until fd is ready for events, watching the client of a relayed
+ * body (client_fd), or in slices in which req's client is checked: 0,
+ * -ETIMEDOUT at deadline (0: none), -ECANCELED when the client went away. */
 static int await(struct exchange *x, short events, uint64_t deadline)
 {
     for (;;) {
-        struct pollfd p = {.fd = x->fd, .events = events};
-        int n = poll(&p, 1, SLICE_MS);
-        if (n > 0)
+        struct pollfd p[2] = {{.fd = x->fd, .events = events},
+                              {.fd = x->client_fd, .events = POLLRDHUP}};
+        int n = poll(p, x->client_fd >= 0 ? 2 : 1, SLICE_MS);
+        if (n > 0 && p[0].revents)
             return 0;
         if (n < 0 && errno != EINTR)
             return -errno;
-        if (x->req && http_client_gone(x->req))
+        if (n > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
             return -ECANCELED;
-        if (x->stream && http_stream_gone(x->stream))
+        if (x->req && http_client_gone(x->req))
             return -ECANCELED;
         if (deadline && corral_now_ms() >= deadline)
             return -ETIMEDOUT;
@@ -585,7 +586,7 @@ static int exchange_new(const struct http_request *req, const struct http_forwar
         return corral_fail(err, ENOMEM, "out of memory forwarding a request");
     x->req = req;
     x->o = o;
-    x->fd = -1;
+    x->fd = x->client_fd = -1;
     bool v6 = strchr(o->host, ':') != NULL;
     snprintf(x->key, sizeof(x->key), "%s|%u", o->host, (unsigned)o->port);
     snprintf(x->where, sizeof(x->where), "http://%s%s%s:%u", v6 ? "[" : "", o->host, v6 ? "]" : "",
@@ -641,29 +642,27 @@ void http_forward_answer_free(struct http_forward_answer *a)
     *a = (struct http_forward_answer){0};
 }
 
-/* ---- streamed answers ---- */
+/* ---- relayed answers ---- */
 
-static void stream_produce(struct http_stream *s, void *arg)
+static int relay_body(void *arg, struct http_relay *out)
 {
     struct exchange *x = arg;
-    x->stream = s;
+    x->client_fd = http_relay_client(out);
     const char *p;
     size_t n;
     int rc;
     while ((rc = body_next(x, &p, &n, 0)) > 0)
-        if (http_stream_write(s, p, n) < 0)
-            return; /* the client is gone: the connection closes */
-    if (rc < 0)
-        http_stream_abort(s); /* the server cut its answer: so is the client's */
+        if (http_relay_write(out, p, n) < 0)
+            return -1;      /* the client is gone: the connection closes */
+    return rc < 0 ? -1 : 0; /* the server cut its answer: so is the client's */
 }
 
-static void stream_release(void *arg)
+static void relay_release(void *arg)
 {
     exchange_free(arg);
 }
 
-static const struct http_stream_ops stream_ops = {.produce = stream_produce,
-                                                  .release = stream_release};
+static const struct http_relay_ops relay_ops = {.relay = relay_body, .release = relay_release};
 
 static void copy_headers(struct http_response *r, const struct answer_head *h)
 {
@@ -701,11 +700,12 @@ int http_forward(const struct http_request *req, const struct http_forward *o,
         copy_headers(r, &h);
         exchange_free(x);
     } else {
-        /* The producer outlives the handler: the request and the options
-         * are gone by then (the stream says when the client goes). */
+        /* The body is relayed after the handler returns: the request and
+         * the options are gone by then (the client's socket says when it
+         * goes). */
         x->req = NULL;
         x->o = NULL;
-        r = http_stream(x->status, h.content_type, &stream_ops, x);
+        r = http_relay(x->status, h.content_type, &relay_ops, x);
         copy_headers(r, &h);
         if (!r)
             exchange_free(x);

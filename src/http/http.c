@@ -44,6 +44,8 @@ void http_response_free(struct http_response *r)
     http_stream_discard(r->stream); /* never answered with */
     if (r->ops && r->ops->release)  /* a producer never started */
         r->ops->release(r->arg);
+    if (r->relay && r->relay->release)
+        r->relay->release(r->arg);
     free(r);
 }
 
@@ -280,6 +282,27 @@ struct http_response *http_stream(int status, const char *content_type,
     r->ops = ops;
     r->arg = arg;
     return r;
+}
+
+struct http_response *http_relay(int status, const char *content_type,
+                                 const struct http_relay_ops *ops, void *arg)
+{
+    struct http_response *r = new_response(status, content_type);
+    if (!r)
+        return NULL;
+    r->relay = ops;
+    r->arg = arg;
+    return r;
+}
+
+int http_relay_write(struct http_relay *out, const void *buf, size_t len)
+{
+    return len ? out->emit(out->u, buf, len) : 0;
+}
+
+int http_relay_client(const struct http_relay *out)
+{
+    return out->fd;
 }
 
 struct http_stream *http_stream_open(void)

@@ -112,6 +112,26 @@ void http_stream_close(struct http_stream *s);
 /* The handler answers otherwise: drops its reference. NULL is allowed. */
 void http_stream_discard(struct http_stream *s);
 
+/*
+ * A body relayed by the connection's own thread as it comes from a source
+ * (a forwarded answer): no thread and no pipe of its own, so each piece
+ * costs one wake-up, not three. Once the head is sent, relay(arg, out)
+ * writes the body with http_relay_write and returns 0 at its end, or
+ * negative to cut it abruptly (its source failed, or the client went:
+ * http_relay_client is the client's socket, to poll for POLLRDHUP while it
+ * waits). release(arg) is called once, relayed or not.
+ */
+struct http_relay;
+struct http_relay_ops {
+    int (*relay)(void *arg, struct http_relay *out);
+    void (*release)(void *arg);
+};
+struct http_response *http_relay(int status, const char *content_type,
+                                 const struct http_relay_ops *ops, void *arg);
+/* Writes all of buf to the client: 0, or negative once it is gone. */
+int http_relay_write(struct http_relay *out, const void *buf, size_t len);
+int http_relay_client(const struct http_relay *out);
+
 typedef struct http_response *(*http_handler)(const struct http_request *req, void *ctx);
 
 /* What a server holds a client to; 0 in any field means its default. */

@@ -17,10 +17,17 @@ struct http_response {
     size_t len;
     struct header headers[16];
     size_t n_headers;
-    /* streamed */
+    /* streamed (ops), or relayed (relay) */
     const struct http_stream_ops *ops;
+    const struct http_relay_ops *relay;
     void *arg;
     struct http_stream *stream; /* opened with http_stream_open */
+};
+
+struct http_relay {
+    int fd; /* the client's */
+    int (*emit)(void *u, const char *buf, size_t len);
+    void *u;
 };
 
 struct http_stream {

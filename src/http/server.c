@@ -824,6 +824,26 @@ static struct http_response *refusal(struct http_server *srv, int status, const 
     return srv->refusal ? srv->refusal(srv->ctx, status, msg) : http_error(status, "%s", msg);
 }
 
+/* Sends a relayed resp (and frees it); whether the connection may serve
+ * another request. */
+static bool send_relayed(struct conn *c, struct http_response *resp, bool head_only)
+{
+    /* HTTP/1.0 has no chunks: the body ends with the connection */
+    bool chunked = !c->http10 && !head_only;
+    bool keep = c->keep_alive && chunked && !__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED);
+    size_t hlen;
+    char *head = response_head(resp, NULL, chunked, !keep, &hlen);
+    bool ok = false;
+    if (head && send_all(c, head, hlen) == 0) {
+        struct http_relay out = {.fd = c->fd, .emit = chunked ? emit_chunk : emit_raw, .u = c};
+        ok = head_only || (resp->relay->relay(resp->arg, &out) == 0 &&
+                           (!chunked || send_all(c, "0\r\n\r\n", 5) == 0));
+    }
+    free(head);
+    http_response_free(resp); /* releases its source */
+    return ok && keep;
+}
+
 /* Sends resp (and frees it); whether the connection may serve another
  * request. */
 static bool send_response(struct conn *c, struct http_response *resp, bool head_only)
@@ -832,6 +852,8 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         resp = http_text(500, "text/plain", "out of memory");
     if (!resp)
         return false;
+    if (resp->relay)
+        return send_relayed(c, resp, head_only);
     bool failed;
     struct http_stream *s = http_response_take_stream(resp, &failed);
     bool keep = c->keep_alive && !__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED);

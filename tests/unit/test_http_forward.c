@@ -213,6 +213,44 @@ static void test_a_body_cut_by_the_node_is_cut_for_the_client(void **state)
     scripted_http_stop(node);
 }
 
+static int closed_fd[2];
+
+static void endless_answer(struct scripted_http *s, int fd, int index, void *ctx)
+{
+    (void)index;
+    (void)ctx;
+    scripted_http_send_str(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\nb\r\n{\"line\":1}\n\r\n");
+    (void)s;
+    /* and nothing more until the front closes (however long that is) */
+    char buf[64];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, 60000) == 1 && recv(fd, buf, sizeof(buf), 0) > 0)
+        ;
+    assert_int_equal(write(closed_fd[1], "c", 1), 1);
+}
+
+/* A client that goes in the middle of a silent stream: the front closes
+ * its connection to the node at once, not when the node next writes. */
+static void test_a_client_gone_mid_stream_closes_the_nodes_connection(void **state)
+{
+    (void)state;
+    assert_int_equal(pipe(closed_fd), 0);
+    struct scripted_http *node = scripted_http_start(1, endless_answer, NULL);
+    node_port = (uint16_t)node->port[0];
+    struct http_server *srv = start_front();
+    int fd = dial(http_server_port(srv));
+    put(fd, "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    free(read_until(fd, "{\"line\":1}"));
+    close(fd);
+    struct pollfd p = {.fd = closed_fd[0], .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 20000), 1); /* the node saw its connection closed */
+    http_server_stop(srv);
+    scripted_http_stop(node);
+    close(closed_fd[0]);
+    close(closed_fd[1]);
+}
+
 #define ROUNDS 2000
 #define PIECE  0x64
 
@@ -367,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_a_body_streams_as_it_is_produced),
         cmocka_unit_test(test_a_body_cut_by_the_node_is_cut_for_the_client),
         cmocka_unit_test(test_a_long_stream_split_mid_line_keeps_little),
+        cmocka_unit_test(test_a_client_gone_mid_stream_closes_the_nodes_connection),
         cmocka_unit_test(test_a_node_that_fails_costs_its_request_a_502),
         cmocka_unit_test(test_connections_to_a_node_are_kept_alive),
     };
