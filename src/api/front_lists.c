@@ -1,13 +1,15 @@
 /*
  * A front's lists (front.h): GET /sandboxes asked of every node up, with
  * the client's own headers (so each node shows what that key may see), and
- * the answers merged. E2B's list is an array, concatenated; OpenSandbox's
- * is paginated, so the front reads every page of each node and paginates
- * the whole, newest first, as one server does. A node that does not answer
- * is left out (its sandboxes are lost with it); an answer that refuses the
- * request (a key not accepted, a bad filter) is the front's answer too.
+ * the answers merged. The nodes are asked at once (16 at a time). E2B's
+ * list is an array, concatenated; OpenSandbox's is paginated, so the front
+ * reads every page of each node and paginates the whole, newest first, as
+ * one server does. A node that does not answer (within 30 s) is left out
+ * (its sandboxes are lost with it); an answer that refuses the request (a
+ * key not accepted, a bad filter) is the front's answer too.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,9 @@
 #define OSB_PAGE_DEFAULT 20
 #define OSB_PAGE_MAX     200
 #define OSB_NODE_PAGE    200
-#define OSB_NODE_PAGES   64 /* pages read of one node: 12800 sandboxes */
+#define OSB_NODE_PAGES   64    /* pages read of one node: 12800 sandboxes */
+#define LIST_WORKERS     16    /* nodes asked at once */
+#define LIST_ANSWER_MS   30000 /* a node that does not answer by then is left out */
 
 /* The client's query without page and pageSize. */
 static void query_without_pages(const struct http_request *req, struct strbuf *q)
@@ -50,7 +54,11 @@ static int ask(struct front *f, const struct front_proto *p, const struct http_r
     uint16_t port = p->osb ? t->osb_port : t->e2b_port;
     if (!port)
         return -1;
-    struct http_forward o = {.host = t->host, .port = port, .query = query, .drop = front_dropped};
+    struct http_forward o = {.host = t->host,
+                             .port = port,
+                             .query = query,
+                             .drop = front_dropped,
+                             .head_timeout_ms = LIST_ANSWER_MS};
     struct http_forward_answer a;
     struct corral_error err;
     if (http_forward_fetch(req, &o, &a, &err) < 0) {
@@ -71,26 +79,6 @@ static int ask(struct front *f, const struct front_proto *p, const struct http_r
     }
     http_forward_answer_free(&a);
     return r;
-}
-
-static struct http_response *e2b_list(struct front *f, const struct front_proto *p,
-                                      const struct http_request *req, const struct fleet_target *t,
-                                      size_t n)
-{
-    json_t *all = json_array();
-    for (size_t i = 0; i < n; i++) {
-        json_t *part = NULL;
-        struct http_response *refusal = NULL;
-        int r = ask(f, p, req, &t[i], NULL, &part, &refusal);
-        if (r == 1) {
-            json_decref(all);
-            return refusal;
-        }
-        if (r == 0 && json_is_array(part))
-            json_array_extend(all, part);
-        json_decref(part);
-    }
-    return http_json(200, all);
 }
 
 /* Every page of one node's list into all: 0, 1 with *refusal, or -1. */
@@ -114,6 +102,109 @@ static int osb_node_items(struct front *f, const struct front_proto *p,
             return 0;
     }
     return 0;
+}
+
+/* ---- every node at once ---- */
+
+/* One node's part of a list. */
+struct part {
+    const struct fleet_target *t;
+    json_t *items; /* its sandboxes, an array */
+    struct http_response *refusal;
+};
+
+struct fanout {
+    struct front *f;
+    const struct front_proto *p;
+    const struct http_request *req;
+    const char *filters; /* OpenSandbox's query without paging */
+    struct part *parts;
+    size_t n, next; /* next: the next part to ask (atomic) */
+};
+
+static void ask_part(struct fanout *o, struct part *part)
+{
+    part->items = json_array();
+    if (!part->items)
+        return;
+    if (o->p->osb) {
+        osb_node_items(o->f, o->p, o->req, part->t, o->filters, part->items, &part->refusal);
+        return;
+    }
+    json_t *got = NULL;
+    if (ask(o->f, o->p, o->req, part->t, NULL, &got, &part->refusal) == 0 && json_is_array(got))
+        json_array_extend(part->items, got);
+    json_decref(got);
+}
+
+static void *fanout_worker(void *arg)
+{
+    struct fanout *o = arg;
+    size_t i;
+    while ((i = __atomic_fetch_add(&o->next, 1, __ATOMIC_RELAXED)) < o->n)
+        ask_part(o, &o->parts[i]);
+    return NULL;
+}
+
+/* Asks every part's node at once (LIST_WORKERS at a time), the first in
+ * this thread; returns when all have answered or failed. */
+static void fan_out(struct fanout *o)
+{
+    pthread_t workers[LIST_WORKERS];
+    size_t started = 0;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    while (started + 1 < o->n && started + 1 < LIST_WORKERS &&
+           pthread_create(&workers[started], &attr, fanout_worker, o) == 0)
+        started++;
+    pthread_attr_destroy(&attr);
+    fanout_worker(o); /* and whatever no thread took */
+    for (size_t i = 0; i < started; i++)
+        pthread_join(workers[i], NULL);
+}
+
+/* Every node's sandboxes into one array (*out), or the first node's
+ * refusal (in the nodes' order). */
+static struct http_response *gather(struct front *f, const struct front_proto *p,
+                                    const struct http_request *req, const struct fleet_target *t,
+                                    size_t n, const char *filters, json_t **out)
+{
+    struct fanout o = {.f = f, .p = p, .req = req, .filters = filters, .n = n};
+    o.parts = calloc(n, sizeof(*o.parts));
+    *out = json_array();
+    if (!o.parts || !*out) {
+        free(o.parts);
+        return front_error(p, 500, "SANDBOX::INTERNAL_ERROR", "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        o.parts[i].t = &t[i];
+    fan_out(&o);
+    struct http_response *refusal = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!refusal && o.parts[i].refusal)
+            refusal = o.parts[i].refusal;
+        else
+            http_response_free(o.parts[i].refusal);
+        if (o.parts[i].items)
+            json_array_extend(*out, o.parts[i].items);
+        json_decref(o.parts[i].items);
+    }
+    free(o.parts);
+    return refusal;
+}
+
+static struct http_response *e2b_list(struct front *f, const struct front_proto *p,
+                                      const struct http_request *req, const struct fleet_target *t,
+                                      size_t n)
+{
+    json_t *all = NULL;
+    struct http_response *refusal = gather(f, p, req, t, n, NULL, &all);
+    if (refusal) {
+        json_decref(all);
+        return refusal;
+    }
+    return http_json(200, all);
 }
 
 static int newest_first(const void *a, const void *b)
@@ -163,12 +254,10 @@ static struct http_response *osb_list(struct front *f, const struct front_proto 
         size = OSB_PAGE_MAX;
     cleanup_strbuf struct strbuf filters = {0};
     query_without_pages(req, &filters);
-    cleanup_json json_t *all = json_array();
-    for (size_t i = 0; i < n; i++) {
-        struct http_response *refusal = NULL;
-        if (osb_node_items(f, p, req, &t[i], strbuf_str(&filters), all, &refusal) == 1)
-            return refusal;
-    }
+    cleanup_json json_t *all = NULL;
+    struct http_response *refusal = gather(f, p, req, t, n, strbuf_str(&filters), &all);
+    if (refusal)
+        return refusal;
     return osb_page(all, page, size);
 }
 

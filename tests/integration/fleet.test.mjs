@@ -189,6 +189,15 @@ test('sandboxes spread over the nodes and work through either front as on one ma
       assert.equal(run.logs.stdout.map((m) => m.text).join('').trim(), 'fleet-42');
       await osb.files.writeFiles([{ path: '/tmp/o.txt', data: 'osb' }]);
       assert.equal(await osb.files.readFile('/tmp/o.txt'), 'osb');
+      // OpenSandbox's list through the other front: every node's, paginated
+      // again over the whole, newest first
+      const page = await fetch(`${a.osbUrl}/v1/sandboxes?pageSize=1`, { headers: { 'OPEN-SANDBOX-API-KEY': KEY } });
+      assert.equal(page.status, 200);
+      const listed = await page.json();
+      assert.equal(listed.items.length, 1);
+      assert.equal(listed.items[0].id, osb.id);
+      assert.equal(listed.pagination.pageSize, 1);
+      assert.equal(listed.pagination.hasNextPage, listed.pagination.totalItems > 1);
       const viaA = await OsbSandbox.connect({ sandboxId: osb.id, connectionConfig: osbConfig(a) });
       try {
         assert.equal((await viaA.getInfo()).status.state, 'Running');
