@@ -42,7 +42,7 @@ struct http_response *front_error(const struct front_proto *p, int status, const
                                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* The most nodes a front asks all of (a list, a key's count). */
-#define FRONT_NODES_MAX 256
+#define FRONT_NODES_MAX FLEET_NODES_MAX
 
 /* The request's headers a front does not pass on. */
 extern const char *const front_dropped[];

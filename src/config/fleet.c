@@ -97,8 +97,8 @@ static int walk_nodes(const struct walk *w, const yaml_node_t *n, struct fleet_c
     if (r < 0)
         return r;
     size_t count = walk_list_length(n);
-    if (count > 4096)
-        return walk_fail(w, n, EINVAL, "fleet.nodes: at most 4096 nodes");
+    if (count > FLEET_NODES_MAX)
+        return walk_fail(w, n, EINVAL, "fleet.nodes: at most %d nodes", FLEET_NODES_MAX);
     if (!(f->nodes = calloc(count + 1, sizeof(char *))))
         return walk_out_of_memory(w);
     for (size_t i = 0; i < count; i++) {

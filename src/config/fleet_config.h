@@ -27,6 +27,7 @@ enum fleet_role { FLEET_BOTH, FLEET_NODE, FLEET_FRONT };
 #define FLEET_PROBE_INTERVAL_MS   1000
 #define FLEET_DRAIN_GRACE_MS      30000
 #define FLEET_HOST_MAX            256
+#define FLEET_NODES_MAX           256 /* nodes a front knows: listed, or a name's records */
 
 struct fleet_config {
     enum fleet_role role;

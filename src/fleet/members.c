@@ -24,7 +24,7 @@
 
 #define PROBE_CONNECT_MS 1000
 #define PROBE_ANSWER_MS  2000
-#define RESOLVED_MAX     256
+#define RESOLVED_MAX     FLEET_NODES_MAX
 #define SANDBOX_GUESS    (256ull << 20) /* a sandbox's memory before a node says */
 
 enum member_state { MEMBER_NEW, MEMBER_UP, MEMBER_DOWN };
@@ -542,10 +542,10 @@ static bool better(const struct member *a, const struct member *b)
 
 size_t fleet_place(struct fleet *f, struct fleet_target *out, size_t n)
 {
-    struct member *pick[64];
+    struct member *pick[FLEET_NODES_MAX];
     size_t k = 0;
     pthread_mutex_lock(&f->lock);
-    for (size_t i = 0; i < f->n && k < 64; i++) {
+    for (size_t i = 0; i < f->n && k < FLEET_NODES_MAX; i++) {
         struct member *m = f->members[i];
         if (m->gone || m->unlisted || m->state != MEMBER_UP || m->draining || !m->ready)
             continue;

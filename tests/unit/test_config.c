@@ -453,6 +453,18 @@ static void refuses_bad_fleet_settings(void **state)
     expect_error("fleet:\n  rol: node\n", EINVAL,
                  "unknown key 'rol' in fleet (known: role, nodes, discovery");
     expect_error("fleet: [node]\n", EINVAL, "fleet must be a mapping");
+    /* as many nodes as a front knows, and one more */
+    char many[16 + (FLEET_NODES_MAX + 1) * 16];
+    size_t len = (size_t)snprintf(many, sizeof(many), "fleet:\n  nodes: [");
+    for (int i = 0; i <= FLEET_NODES_MAX; i++)
+        len += (size_t)snprintf(many + len, sizeof(many) - len, "%sn%d:1", i ? ", " : "", i);
+    snprintf(many + len, sizeof(many) - len, "]\n");
+    expect_error(many, EINVAL, "fleet.nodes: at most 256 nodes");
+    *strrchr(many, ',') = '\0';
+    strcat(many, "]\n");
+    struct corral_config *cfg = parse_ok(many);
+    assert_non_null(cfg->fleet->nodes[FLEET_NODES_MAX - 1]);
+    corral_config_free(cfg);
 }
 
 static void refuses_invalid_values(void **state)
