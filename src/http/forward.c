@@ -273,7 +273,11 @@ static int build_head(struct exchange *x, struct strbuf *b, size_t body_len)
     const char *method = o->method ? o->method : x->req->method;
     const char *query = o->query ? o->query : x->req ? http_raw_query(x->req) : NULL;
     strbuf_printf(b, "%s ", method);
-    put_path(b, o->path ? o->path : x->req->path);
+    const char *raw = o->path ? NULL : http_raw_path(x->req);
+    if (raw && raw[0] == '/') /* as sent: %2F stays %2F */
+        strbuf_puts(b, raw);
+    else
+        put_path(b, o->path ? o->path : x->req->path);
     if (query && *query)
         strbuf_printf(b, "?%s", query);
     strbuf_puts(b, " HTTP/1.1\r\n");

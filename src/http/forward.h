@@ -24,7 +24,7 @@ struct http_forward {
     const char *host; /* an IPv4 or IPv6 literal, or a name */
     uint16_t port;
     const char *method;
-    const char *path;  /* decoded, as http_request's: encoded again when sent */
+    const char *path;  /* decoded, encoded when sent; NULL: the request's, as it was sent */
     const char *query; /* as sent (%-encoded); "" for none */
     const char *body;  /* with body_len: this body instead of the request's */
     size_t body_len;

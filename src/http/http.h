@@ -47,6 +47,9 @@ void http_header_each(const struct http_request *r,
 /* The query string as the client sent it (still %-encoded, without the
  * '?'), or NULL when there is none. */
 const char *http_raw_query(const struct http_request *r);
+/* The path as the client sent it (still %-encoded, without the query), or
+ * NULL when it could not be kept. */
+const char *http_raw_path(const struct http_request *r);
 /* Whether the client has closed (or reset) its connection while its request
  * is being answered: polls the socket, without waiting. For handlers that
  * block for long before answering a whole response. */

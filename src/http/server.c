@@ -118,7 +118,8 @@ struct conn {
     size_t n_hdrs;
     struct hdr args[MAX_ARGS];
     size_t n_args;
-    char *query; /* the request's query string as sent (without '?'), or NULL */
+    char *query;    /* the request's query string as sent (without '?'), or NULL */
+    char *raw_path; /* its path as sent (%-encoded), or NULL */
 };
 
 struct http_server {
@@ -183,6 +184,12 @@ const char *http_raw_query(const struct http_request *r)
 {
     const struct conn *c = r->conn;
     return c->query;
+}
+
+const char *http_raw_path(const struct http_request *r)
+{
+    const struct conn *c = r->conn;
+    return c->raw_path;
 }
 
 bool http_client_gone(const struct http_request *r)
@@ -265,6 +272,8 @@ static void split_target(struct conn *c, char *target)
         *q++ = '\0';
         c->query = *q ? strdup(q) : NULL; /* without memory: forwarded without it */
     }
+    free(c->raw_path);
+    c->raw_path = strdup(target); /* without memory: forwarded encoded again */
     unescape(target, false);
     c->path = (uint32_t)(target - c->in);
     c->n_args = 0;
@@ -937,6 +946,7 @@ static void close_conn(struct conn *c)
     pthread_mutex_unlock(&srv->lock);
     free(c->in);
     free(c->query);
+    free(c->raw_path);
     free(c->out.head);
     http_response_free(c->out.resp);
     free(c);
@@ -1447,6 +1457,7 @@ void http_server_stop(struct http_server *s)
         close(c->fd);
         free(c->in);
         free(c->query);
+        free(c->raw_path);
         free(c->out.head);
         http_response_free(c->out.resp);
         free(c);
