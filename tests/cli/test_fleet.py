@@ -245,14 +245,21 @@ def test_a_front_follows_the_records_of_its_discovery_name(tmp_path, names):
 
 # ---- health, readiness, a node's state ----
 
-def test_every_listener_answers_health_and_readiness(tmp_path):
+def start_node(tmp_path, *args):
+    """A node on loopback with its state in tmp_path: (Proc, E2B port,
+    OpenSandbox port)."""
     port, osb = free_port(), free_port()
     cfg = write(tmp_path / "node.yaml", "fleet:\n  key: %s\n  drain_grace: 0\ntemplates:\n"
                 "  default:\n    preload: []\n" % FLEET_KEY)
     node = Proc([CORRAL, "serve", "--role", "node", "--config", str(cfg), "--listen",
                  "127.0.0.1:%d" % port, "--opensandbox-listen", "127.0.0.1:%d" % osb,
                  "--gateway-listen", "off", "--state-dir", str(tmp_path), "--disk-dir",
-                 "memory"], "127.0.0.1", port)
+                 "memory", *args], "127.0.0.1", port)
+    return node, port, osb
+
+
+def test_every_listener_answers_health_and_readiness(tmp_path):
+    node, port, osb = start_node(tmp_path)
     try:
         assert node.request("GET", "/healthz") == (200, {"status": "ok"})
         assert eventually(lambda: node.request("GET", "/readyz") == (200, {"status": "ready"}))
@@ -282,14 +289,8 @@ def test_a_node_counts_a_keys_sandboxes_elsewhere_against_its_ceiling(tmp_path):
     """What a front keeps a key's ceiling on the whole fleet with: the node
     says how many a key holds, counts those the front says it holds on the
     other nodes, and marks a refusal for the key's ceiling as such."""
-    port, osb = free_port(), free_port()
-    cfg = write(tmp_path / "node.yaml", "fleet:\n  key: %s\n  drain_grace: 0\ntemplates:\n"
-                "  default:\n    preload: []\n" % FLEET_KEY)
-    node = Proc([CORRAL, "serve", "--role", "node", "--config", str(cfg), "--listen",
-                 "127.0.0.1:%d" % port, "--opensandbox-listen", "127.0.0.1:%d" % osb,
-                 "--gateway-listen", "off", "--state-dir", str(tmp_path), "--disk-dir",
-                 "memory", "--api-key", "k1", "--admin-key", "boss",
-                 "--max-sandboxes-per-key", "2"], "127.0.0.1", port)
+    node, port, osb = start_node(tmp_path, "--api-key", "k1", "--admin-key", "boss",
+                                 "--max-sandboxes-per-key", "2")
 
     def e2b(method, path, key, body=None, headers=None):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

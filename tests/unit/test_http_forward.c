@@ -91,6 +91,32 @@ static char *read_until(int fd, const char *want)
     return buf;
 }
 
+/* A node answering with `answer`, a front before it, and a client of the
+ * front that has sent `request`. */
+struct scene {
+    struct scripted_http *node;
+    struct http_server *srv;
+    int fd;
+};
+
+static struct scene scene_start(scripted_http_answer *answer, const char *request)
+{
+    struct scene sc = {.node = scripted_http_start(1, answer, NULL)};
+    node_port = (uint16_t)sc.node->port[0];
+    sc.srv = start_front();
+    sc.fd = dial(http_server_port(sc.srv));
+    put(sc.fd, request);
+    return sc;
+}
+
+static void scene_end(struct scene *sc)
+{
+    if (sc->fd >= 0)
+        close(sc->fd);
+    http_server_stop(sc->srv);
+    scripted_http_stop(sc->node);
+}
+
 /* ---- what is passed on ---- */
 
 static void echo_answer(struct scripted_http *s, int fd, int index, void *ctx)
@@ -106,20 +132,18 @@ static void echo_answer(struct scripted_http *s, int fd, int index, void *ctx)
 static void test_request_and_answer_pass_through(void **state)
 {
     (void)state;
-    struct scripted_http *node = scripted_http_start(1, echo_answer, NULL);
-    node_port = (uint16_t)node->port[0];
-    struct http_server *srv = start_front();
-    int fd = dial(http_server_port(srv));
-    put(fd, "POST /sandboxes/a%20b/files/x%2Fy%3F?path=%2Ftmp%2Fx&user=root HTTP/1.1\r\n"
-            "Host: 49983-abc.example.com\r\nX-API-Key: k1\r\nX-Secret: s\r\n"
-            "Connection: keep-alive\r\nContent-Length: 5\r\n\r\nhello");
+    struct scene sc = scene_start(
+        echo_answer, "POST /sandboxes/a%20b/files/x%2Fy%3F?path=%2Ftmp%2Fx&user=root HTTP/1.1\r\n"
+                     "Host: 49983-abc.example.com\r\nX-API-Key: k1\r\nX-Secret: s\r\n"
+                     "Connection: keep-alive\r\nContent-Length: 5\r\n\r\nhello");
+    int fd = sc.fd;
     char *got = read_until(fd, "{\"ok\":true}");
     assert_non_null(strstr(got, "HTTP/1.1 201 Created"));
     assert_non_null(strstr(got, "X-Node: n1"));
     assert_null(strstr(got, "Keep-Alive"));
     assert_null(strstr(got, "Connection: close")); /* the node's, not the client's */
     free(got);
-    const struct scripted_http_request *r = scripted_http_find(node, "POST", "/sandboxes/");
+    const struct scripted_http_request *r = scripted_http_find(sc.node, "POST", "/sandboxes/");
     assert_non_null(r);
     /* the path as sent: an encoded slash is not a slash */
     assert_string_equal(r->target, "/sandboxes/a%20b/files/x%2Fy%3F?path=%2Ftmp%2Fx&user=root");
@@ -131,9 +155,7 @@ static void test_request_and_answer_pass_through(void **state)
     assert_string_equal(scripted_http_header(r, "Content-Length"), "5");
     assert_int_equal(r->body_len, 5);
     assert_memory_equal(r->body, "hello", 5);
-    close(fd);
-    http_server_stop(srv);
-    scripted_http_stop(node);
+    scene_end(&sc);
 }
 
 /* ---- streams ---- */
@@ -160,11 +182,9 @@ static void test_a_body_streams_as_it_is_produced(void **state)
 {
     (void)state;
     assert_int_equal(pipe(released_fd), 0);
-    struct scripted_http *node = scripted_http_start(1, stream_answer, NULL);
-    node_port = (uint16_t)node->port[0];
-    struct http_server *srv = start_front();
-    int fd = dial(http_server_port(srv));
-    put(fd, "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    struct scene sc = scene_start(
+        stream_answer, "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    int fd = sc.fd;
     char *first = read_until(fd, "{\"line\":1}");
     assert_non_null(strstr(first, "Content-Type: application/x-ndjson"));
     assert_null(strstr(first, "{\"line\":2}"));
@@ -173,9 +193,7 @@ static void test_a_body_streams_as_it_is_produced(void **state)
     char *rest = read_until(fd, "0\r\n\r\n");
     assert_non_null(strstr(rest, "{\"line\":2}"));
     free(rest);
-    close(fd);
-    http_server_stop(srv);
-    scripted_http_stop(node);
+    scene_end(&sc);
     close(released_fd[0]);
     close(released_fd[1]);
 }
@@ -193,25 +211,20 @@ static void cut_answer(struct scripted_http *s, int fd, int index, void *ctx)
 static void test_a_body_cut_by_the_node_is_cut_for_the_client(void **state)
 {
     (void)state;
-    struct scripted_http *node = scripted_http_start(1, cut_answer, NULL);
-    node_port = (uint16_t)node->port[0];
-    struct http_server *srv = start_front();
-    int fd = dial(http_server_port(srv));
-    put(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct scene sc = scene_start(cut_answer, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    int fd = sc.fd;
     char *got = read_until(fd, NULL); /* to the end: the front closes */
     assert_non_null(strstr(got, "{\"line\":1}"));
     assert_null(strstr(got, "\r\n0\r\n\r\n")); /* no proper end: the client knows it was cut */
     free(got);
     close(fd);
     /* the front is unharmed */
-    int fd2 = dial(http_server_port(srv));
-    put(fd2, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
-    char *again = read_until(fd2, "{\"line\":1}");
+    sc.fd = dial(http_server_port(sc.srv));
+    put(sc.fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    char *again = read_until(sc.fd, "{\"line\":1}");
     assert_non_null(strstr(again, "200 OK"));
     free(again);
-    close(fd2);
-    http_server_stop(srv);
-    scripted_http_stop(node);
+    scene_end(&sc);
 }
 
 static int closed_fd[2];
@@ -237,17 +250,15 @@ static void test_a_client_gone_mid_stream_closes_the_nodes_connection(void **sta
 {
     (void)state;
     assert_int_equal(pipe(closed_fd), 0);
-    struct scripted_http *node = scripted_http_start(1, endless_answer, NULL);
-    node_port = (uint16_t)node->port[0];
-    struct http_server *srv = start_front();
-    int fd = dial(http_server_port(srv));
-    put(fd, "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    struct scene sc = scene_start(
+        endless_answer, "POST /execute HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}");
+    int fd = sc.fd;
     free(read_until(fd, "{\"line\":1}"));
     close(fd);
+    sc.fd = -1;
     struct pollfd p = {.fd = closed_fd[0], .events = POLLIN};
     assert_int_equal(poll(&p, 1, 20000), 1); /* the node saw its connection closed */
-    http_server_stop(srv);
-    scripted_http_stop(node);
+    scene_end(&sc);
     close(closed_fd[0]);
     close(closed_fd[1]);
 }
@@ -285,11 +296,8 @@ static void test_a_long_stream_split_mid_line_keeps_little(void **state)
 {
     (void)state;
     assert_int_equal(pipe(released_fd), 0);
-    struct scripted_http *node = scripted_http_start(1, split_lines_answer, NULL);
-    node_port = (uint16_t)node->port[0];
-    struct http_server *srv = start_front();
-    int fd = dial(http_server_port(srv));
-    put(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct scene sc = scene_start(split_lines_answer, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    int fd = sc.fd;
     for (int i = 0; i < ROUNDS; i++) {
         char *got = read_until(fd, "!");
         if (!strchr(got, '!'))
@@ -300,9 +308,7 @@ static void test_a_long_stream_split_mid_line_keeps_little(void **state)
     char *rest = read_until(fd, "0\r\n\r\n");
     assert_non_null(strchr(rest, '!'));
     free(rest);
-    close(fd);
-    http_server_stop(srv);
-    scripted_http_stop(node);
+    scene_end(&sc);
     close(released_fd[0]);
     close(released_fd[1]);
 }
