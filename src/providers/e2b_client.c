@@ -227,6 +227,21 @@ static bool usable_id(const char *id)
                       "0123456789-_") == strlen(id);
 }
 
+/* What a create or a connect answered (j): the sandbox's lifetime, the
+ * headers its data plane takes, and where that is. */
+static int take_answer(struct provider_sandbox *s, const struct gateway_sandbox_tool *tool,
+                       const json_t *j, uint64_t secs, struct corral_error *err)
+{
+    rm_life_renewed(&s->rm.life, corral_wall_ms() + secs * 1000);
+    s->h_id = header_line("E2b-Sandbox-Id", s->rm.id);
+    s->h_token =
+        header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
+    s->h_traffic = header_line("E2B-Traffic-Access-Token",
+                               json_string_value(json_object_get(j, "trafficAccessToken")));
+    int rc = s->h_id ? locate(s, tool, json_string_value(json_object_get(j, "domain"))) : -ENOMEM;
+    return rc < 0 ? corral_fail(err, -rc, "out of memory") : 0;
+}
+
 /* POST /sandboxes. */
 static int create_remote(struct provider_sandbox *s, const struct gateway_sandbox_tool *tool,
                          const struct provider_create_options *o, struct corral_error *err)
@@ -270,14 +285,7 @@ static int create_remote(struct provider_sandbox *s, const struct gateway_sandbo
         return corral_fail(err, EPROTO, "%s: the answer has no usable sandboxID", what);
     if (rm_sandbox_set_id(&s->rm, id) < 0)
         return corral_fail(err, ENOMEM, "out of memory");
-    rm_life_renewed(&s->rm.life, corral_wall_ms() + secs * 1000);
-    s->h_id = header_line("E2b-Sandbox-Id", s->rm.id);
-    s->h_token =
-        header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
-    s->h_traffic = header_line("E2B-Traffic-Access-Token",
-                               json_string_value(json_object_get(j, "trafficAccessToken")));
-    rc = s->h_id ? locate(s, tool, json_string_value(json_object_get(j, "domain"))) : -ENOMEM;
-    return rc < 0 ? corral_fail(err, -rc, "out of memory") : 0;
+    return take_answer(s, tool, j, secs, err);
 }
 
 /* /mnt/data, and a Python context working there. */
@@ -401,14 +409,7 @@ static int connect_remote(struct provider_sandbox *s, const struct gateway_sandb
     int rc = exchange(&q, what, &j, err);
     if (rc < 0)
         return rc;
-    rm_life_renewed(&s->rm.life, corral_wall_ms() + secs * 1000);
-    s->h_id = header_line("E2b-Sandbox-Id", s->rm.id);
-    s->h_token =
-        header_line("X-Access-Token", json_string_value(json_object_get(j, "envdAccessToken")));
-    s->h_traffic = header_line("E2B-Traffic-Access-Token",
-                               json_string_value(json_object_get(j, "trafficAccessToken")));
-    rc = s->h_id ? locate(s, tool, json_string_value(json_object_get(j, "domain"))) : -ENOMEM;
-    return rc < 0 ? corral_fail(err, -rc, "out of memory") : 0;
+    return take_answer(s, tool, j, secs, err);
 }
 
 static int e2b_attach(const struct gateway_sandbox_tool *tool, const json_t *handle,

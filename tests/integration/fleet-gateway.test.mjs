@@ -11,7 +11,6 @@
 //     back, and nothing acknowledged is lost; a front that cannot reach the
 //     store at start-up says so and exits.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,7 +21,6 @@ import OpenAI, { APIError } from 'openai';
 
 import { CI_TOOL, MASTER_KEY, ciCalls, gatewayConfig } from './gateway-helpers.mjs';
 import {
-  REPO_ROOT,
   acquireHostLock,
   assertNothingLeft,
   eventually,
@@ -30,24 +28,16 @@ import {
   randomApiKey,
   startServer,
 } from './harness.mjs';
+import { usePostgres } from './postgres.mjs';
 import { startUpstream } from './upstream.mjs';
 
-const PG = path.join(REPO_ROOT, 'tests', 'postgres');
 const KEY = randomApiKey();
 const FLEET_KEY = `fleet-${randomApiKey()}`;
 const T = { timeout: 180_000 };
 const MODEL = 'mock-chat';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-fleet-gw-'));
-const pgDir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-pg-')); // tests/postgres hands it to the postgres user
-const pgUrl = `postgresql://corral@/corral?host=${pgDir}`;
-const postgres = (...args) => execFileSync(PG, [...args, pgDir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-let pgRemoved = false;
-const removePg = () => {
-  if (!pgRemoved && fs.existsSync(pgDir)) postgres('remove');
-  pgRemoved = true;
-};
-process.on('exit', removePg);
+const pg = usePostgres();
 
 const fleet = { nodes: [], fronts: [], upstream: null, seq: 0 };
 let release = null;
@@ -74,7 +64,7 @@ function frontConfig(i) {
   const nodes = fleet.nodes.map((n) => `127.0.0.1:${n.port}`).join(', ');
   fs.writeFileSync(file, gatewayConfig(fleet.upstream.url, {
     dataDir: path.join(dir, `front${i}-data`),
-    gatewayLines: [`store: "${pgUrl}"`],
+    gatewayLines: [`store: "${pg.url}"`],
     topLines: ['fleet:', '  role: front', `  key: ${FLEET_KEY}`, '  probe_interval: 0.2s', `  nodes: [${nodes}]`],
   }));
   return file;
@@ -106,7 +96,7 @@ async function stopAll(servers) {
 before(async () => {
   release = await acquireHostLock();
   baseline = hostBaseline();
-  assert.equal(postgres('init').trim(), pgUrl);
+  pg.init();
   fleet.upstream = await startUpstream();
   await startNodes();
   await startFronts();
@@ -117,7 +107,7 @@ after(async () => {
   try {
     problems.push(...(await stopAll([...fleet.fronts, ...fleet.nodes])));
     await fleet.upstream?.close();
-    removePg();
+    pg.remove();
     try {
       await assertNothingLeft(baseline);
     } catch (err) {
@@ -249,7 +239,7 @@ test('PostgreSQL stopped: 503 saying so, sandboxes run on; started again: the fr
   const sbx = await Sandbox.create({ apiUrl: b.url, sandboxUrl: b.url, apiKey: KEY });
   try {
     await sbx.runCode('z = 5');
-    postgres('stop');
+    pg.stop();
     for (const front of [a, b]) {
       const err = await client(front).responses.retrieve(kept.id).then(() => null, (e) => e);
       assert.ok(err instanceof APIError, `expected an APIError, got ${err}`);
@@ -263,7 +253,7 @@ test('PostgreSQL stopped: 503 saying so, sandboxes run on; started again: the fr
     assert.equal((await other.runCode('1 + 1')).text, '2');
     await other.kill();
 
-    postgres('start');
+    pg.start();
     for (const front of [a, b]) {
       const back = await eventually(() => client(front).responses.retrieve(kept.id).catch(() => null));
       assert.ok(back, 'a front did not recover once the store came back');
@@ -274,11 +264,11 @@ test('PostgreSQL stopped: 503 saying so, sandboxes run on; started again: the fr
   }
 
   // a front that cannot reach the store at start-up says so and exits
-  postgres('stop');
+  pg.stop();
   try {
     await assert.rejects(startServer({ config: frontConfig(9), gateway: true }),
       /cannot open response store postgresql:\/\/corral@[^\n]*the store is unreachable/);
   } finally {
-    postgres('start');
+    pg.start();
   }
 });

@@ -7,36 +7,23 @@
 // again: the same gateway carries on by itself, nothing it acknowledged lost,
 // also when the server restarted while the gateway was idle.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { APIError } from 'openai';
 
 import { useGateway } from './gateway-helpers.mjs';
-import { REPO_ROOT } from './harness.mjs';
+import { usePostgres } from './postgres.mjs';
 import { contentText } from './upstream.mjs';
 
-const PG = path.join(REPO_ROOT, 'tests', 'postgres');
-const pgDir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-pg-'));
-const pgUrl = `postgresql://corral@/corral?host=${pgDir}`;
-const postgres = (...args) => execFileSync(PG, [...args, pgDir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-let removed = false;
-const removeServer = () => {
-  if (!removed) postgres('remove');
-  removed = true;
-};
-process.on('exit', removeServer); // also when a hook failed
+const pg = usePostgres();
 
 before(() => {
-  assert.equal(postgres('init').trim(), pgUrl);
+  pg.init();
 });
 
-const gw = useGateway({ gatewayLines: [`store: "${pgUrl}"`] });
+const gw = useGateway({ gatewayLines: [`store: "${pg.url}"`] });
 
-after(removeServer); // after the gateway's own after(): it stops first
+after(pg.remove); // after the gateway's own after(): it stops first
 
 const T = { timeout: 60_000 };
 const MODEL = 'mock-chat'; // a chat upstream behind the Responses API: the gateway answers, and stores
@@ -45,12 +32,6 @@ const MODEL = 'mock-chat'; // a chat upstream behind the Responses API: the gate
 const recalls = (text) => (body) => ({
   text: body.messages.some((m) => contentText(m.content).includes(text)) ? `I recall ${text}.` : 'I recall nothing.',
 });
-
-/** One row's count in the PostgreSQL database, read with psql. */
-function countRows(sql) {
-  const out = execFileSync('psql', ['-X', '-At', '-h', pgDir, '-U', 'corral', '-d', 'corral', '-c', sql], { encoding: 'utf8' });
-  return Number(out.trim());
-}
 
 /** The APIError a call fails with (and how long it took to fail), or a failed assertion. */
 async function failure(call) {
@@ -79,7 +60,7 @@ test('stored responses and previous_response_id live in PostgreSQL', T, async ()
   gw.upstream.script(a, [{ text: 'Noted: the code word is heron-77.' }]);
   const r1 = await gw.client.responses.create({ model: MODEL, input: `${a} The code word is heron-77.` });
   assert.equal(r1.status, 'completed');
-  assert.equal(countRows(`SELECT count(*) FROM responses WHERE id = '${r1.id}'`), 1);
+  assert.equal(pg.number(`SELECT count(*) FROM responses WHERE id = '${r1.id}'`), 1);
 
   const back = await gw.client.responses.retrieve(r1.id);
   assert.equal(back.id, r1.id);
@@ -90,7 +71,7 @@ test('stored responses and previous_response_id live in PostgreSQL', T, async ()
   const r2 = await gw.client.responses.create({ model: MODEL, input: `${b} What was the code word?`, previous_response_id: r1.id });
   assert.equal(r2.previous_response_id, r1.id);
   assert.equal(r2.output_text, 'I recall heron-77.');
-  assert.equal(countRows("SELECT MAX(version) FROM schema_version"), 7);
+  assert.equal(pg.number("SELECT MAX(version) FROM schema_version"), 7);
 });
 
 test('PostgreSQL stopped: 503 saying the store is unreachable; started again: the gateway recovers, nothing lost', T, async () => {
@@ -99,7 +80,7 @@ test('PostgreSQL stopped: 503 saying the store is unreachable; started again: th
   const kept = await gw.client.responses.create({ model: MODEL, input: `${a} The code word is osprey-12.` });
   assert.equal(kept.status, 'completed');
 
-  postgres('stop');
+  pg.stop();
   assertUnreachable(await failure(() => gw.client.responses.retrieve(kept.id)), 'GET /v1/responses/{id}');
   assertUnreachable(await failure(() => gw.client.responses.retrieve('resp_never_made')), 'GET of an unknown id');
   const b = gw.marker('pg-during-prev');
@@ -116,7 +97,7 @@ test('PostgreSQL stopped: 503 saying the store is unreachable; started again: th
   const models = await gw.client.models.list();
   assert.ok(models.data.some((m) => m.id === MODEL));
 
-  postgres('start');
+  pg.start();
   const back = await gw.client.responses.retrieve(kept.id);
   assert.equal(back.output_text, 'Noted: the code word is osprey-12.');
   const d = gw.marker('pg-after');
@@ -127,8 +108,8 @@ test('PostgreSQL stopped: 503 saying the store is unreachable; started again: th
 
   // A restart while the gateway is idle: its connections, closed by the
   // server meanwhile, are made again before their next use.
-  postgres('stop');
-  postgres('start');
+  pg.stop();
+  pg.start();
   assert.equal((await gw.client.responses.retrieve(later.id)).output_text, 'I recall osprey-12.');
   assert.equal((await gw.client.responses.retrieve(kept.id)).output_text, 'Noted: the code word is osprey-12.');
 });

@@ -11,37 +11,24 @@
 // PostgreSQL is a server of this test's own (tests/postgres).
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
 
 import OpenAI, { APIError, toFile } from 'openai';
 
 import { CI_TOOL, INCLUDE_OUTPUTS, MASTER_KEY, useGateway } from './gateway-helpers.mjs';
-import { REPO_ROOT } from './harness.mjs';
+import { usePostgres } from './postgres.mjs';
 import { contentText } from './upstream.mjs';
 
-const PG = path.join(REPO_ROOT, 'tests', 'postgres');
-const pgDir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-pg-'));
-const pgUrl = `postgresql://corral@/corral?host=${pgDir}`;
-const postgres = (...args) => execFileSync(PG, [...args, pgDir], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-let removed = false;
-const removeServer = () => {
-  if (!removed) postgres('remove');
-  removed = true;
-};
-process.on('exit', removeServer); // also when a hook failed
+const pg = usePostgres();
 
 before(() => {
-  assert.equal(postgres('init').trim(), pgUrl);
+  pg.init();
 });
 
 // "B": the gateway of useGateway; "A", a peer started by each test.
-const gw = useGateway({ gatewayLines: [`store: "${pgUrl}"`] });
+const gw = useGateway({ gatewayLines: [`store: "${pg.url}"`] });
 
-after(removeServer); // after the gateway's own after(): it stops first
+after(pg.remove); // after the gateway's own after(): it stops first
 
 const T = { timeout: 180_000 };
 const MODEL = 'mock-chat';
@@ -50,12 +37,6 @@ const CHUNK = 1 << 20; // the store's chunk of bytes (STORE_BLOB_CHUNK)
 const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? '(no stdout)';
 const clientOf = (server, key = MASTER_KEY) => new OpenAI({ baseURL: server.gatewayUrl, apiKey: key, maxRetries: 0, timeout: 120_000 });
 const sha256 = (bytes) => crypto.createHash('sha256').update(bytes).digest('hex');
-
-/** One integer from the PostgreSQL database, read with psql. */
-function countRows(sql) {
-  const out = execFileSync('psql', ['-X', '-At', '-h', pgDir, '-U', 'corral', '-d', 'corral', '-c', sql], { encoding: 'utf8' });
-  return Number(out.trim());
-}
 
 async function readAll(list) {
   const out = [];
@@ -95,7 +76,7 @@ test('files and a container made through one gateway are served by another once 
   const blob = crypto.randomBytes(3 * CHUNK + 123);
   const upload = await a.files.create({ file: await toFile(blob, 'data.bin'), purpose: 'user_data' });
   assert.equal(upload.bytes, blob.length);
-  assert.equal(countRows(`SELECT count(*) FROM blobs WHERE container_id = '' AND id = '${upload.id}'`), 4);
+  assert.equal(pg.number(`SELECT count(*) FROM blobs WHERE container_id = '' AND id = '${upload.id}'`), 4);
   const box = await a.containers.create({ name: 'shared', file_ids: [upload.id] });
   const csv = 'city,people\nOslo,709000\nBergen,291000\nTrondheim,212000\n';
   const cities = await a.containers.files.create(box.id, { file: await toFile(Buffer.from(csv), 'cities.csv') });
@@ -146,7 +127,7 @@ test('files and a container made through one gateway are served by another once 
   // deleting through B deletes the bytes in the store too
   await b.files.delete(upload.id);
   await b.containers.delete(box.id);
-  assert.equal(countRows(`SELECT count(*) FROM blobs WHERE id = '${upload.id}' OR container_id = '${box.id}'`), 0);
+  assert.equal(pg.number(`SELECT count(*) FROM blobs WHERE id = '${upload.id}' OR container_id = '${box.id}'`), 0);
 });
 
 test('a response through one gateway is continued with previous_response_id through another', T, async () => {
@@ -211,7 +192,7 @@ test('the store down: uploads and downloads answer 503, and nothing half-written
   const cfile = await b.containers.files.create(box.id, { file: await toFile(Buffer.from('in box\n'), 'in.txt') });
 
   const lost = await toFile(Buffer.from('lost\n'), 'lost.txt');
-  postgres('stop');
+  pg.stop();
   try {
     assertUnreachable(await failure(() => b.files.create({ file: lost, purpose: 'user_data' }), 'an upload'), 'an upload');
     assertUnreachable(await failure(() => b.files.content(kept.id), 'a download'), 'a download');
@@ -220,11 +201,11 @@ test('the store down: uploads and downloads answer 503, and nothing half-written
       'a container file download',
     );
   } finally {
-    postgres('start');
+    pg.start();
   }
   const uploads = await readAll(await b.files.list());
   assert.deepEqual(uploads.filter((f) => f.filename === 'lost.txt'), [], 'the failed upload is not listed');
-  assert.equal(countRows("SELECT count(*) FROM files WHERE object LIKE '%lost.txt%'"), 0);
+  assert.equal(pg.number("SELECT count(*) FROM files WHERE object LIKE '%lost.txt%'"), 0);
   assert.equal((await bytesOf(await b.files.content(kept.id))).toString(), 'kept\n');
   assert.equal((await bytesOf(await b.containers.files.content.retrieve(cfile.id, { container_id: box.id }))).toString(), 'in box\n');
   await b.containers.delete(box.id);
@@ -266,5 +247,5 @@ test("a key's rpm_limit holds across the gateways that share the store", T, asyn
   // and the next, through the other gateway, too
   const other = clients[(limited.index + 1) % 2];
   await assert.rejects(other.models.list(), (err) => err.status === 429 && err.code === 'rate_limit_exceeded');
-  assert.equal(countRows(`SELECT count(*) FROM rate_buckets WHERE token = '${made.token}'`), 1);
+  assert.equal(pg.number(`SELECT count(*) FROM rate_buckets WHERE token = '${made.token}'`), 1);
 });
