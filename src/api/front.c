@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/opensandbox/execd.h"
 #include "api/tenants.h"
@@ -20,6 +21,7 @@
 
 #define PLACE_MAX      16   /* nodes a create tries */
 #define HELD_ANSWER_MS 5000 /* a node's count of a key's sandboxes */
+#define TURN_SLICE_MS  100  /* a create waiting for its key's turn checks its client */
 
 const char *const front_dropped[] = {FLEET_KEY_HEADER, TENANT_ELSEWHERE_HEADER, NULL};
 
@@ -170,7 +172,24 @@ struct key_turn {
 static pthread_mutex_t turns_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct key_turn *turns;
 
-static struct key_turn *turn_take(const char *key)
+static void turn_leave(struct key_turn *k)
+{
+    pthread_mutex_lock(&turns_lock);
+    if (--k->users == 0) {
+        struct key_turn **pp = &turns;
+        while (*pp != k)
+            pp = &(*pp)->next;
+        *pp = k->next;
+        pthread_mutex_destroy(&k->m);
+        free(k->key);
+        free(k);
+    }
+    pthread_mutex_unlock(&turns_lock);
+}
+
+/* key's turn, once the creates before it are answered: 0 with *out; -ENOMEM,
+ * or -ECANCELED when req's client went away while it waited. */
+static int turn_take(const char *key, const struct http_request *req, struct key_turn **out)
 {
     pthread_mutex_lock(&turns_lock);
     struct key_turn *k = turns;
@@ -187,25 +206,31 @@ static struct key_turn *turn_take(const char *key)
     if (k)
         k->users++;
     pthread_mutex_unlock(&turns_lock);
-    if (k)
-        pthread_mutex_lock(&k->m);
-    return k;
+    if (!k)
+        return -ENOMEM;
+    for (;;) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += TURN_SLICE_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_mutex_timedlock(&k->m, &until) == 0)
+            break;
+        if (http_client_gone(req)) {
+            turn_leave(k);
+            return -ECANCELED;
+        }
+    }
+    *out = k;
+    return 0;
 }
 
 static void turn_give(struct key_turn *k)
 {
     pthread_mutex_unlock(&k->m);
-    pthread_mutex_lock(&turns_lock);
-    if (--k->users == 0) {
-        struct key_turn **pp = &turns;
-        while (*pp != k)
-            pp = &(*pp)->next;
-        *pp = k->next;
-        pthread_mutex_destroy(&k->m);
-        free(k->key);
-        free(k);
-    }
-    pthread_mutex_unlock(&turns_lock);
+    turn_leave(k);
 }
 
 static const char *key_header(const struct front_proto *p)
@@ -214,9 +239,10 @@ static const char *key_header(const struct front_proto *p)
 }
 
 /* How many sandboxes key holds on t's node, and its ceiling there (0:
- * none): 0, or negative when the node does not say. */
-static int held_on(const struct front_proto *p, const char *key, const struct fleet_target *t,
-                   unsigned *held, unsigned *max)
+ * none): 0; -EACCES when the node refuses the key; another negative errno
+ * when it does not say (a node that cannot be reached is asked its state). */
+static int held_on(struct front *f, const struct front_proto *p, const char *key,
+                   const struct fleet_target *t, unsigned *held, unsigned *max)
 {
     cleanup_free char *line = NULL;
     if (asprintf(&line, "%s: %s", key_header(p), key) < 0)
@@ -232,11 +258,16 @@ static int held_on(const struct front_proto *p, const char *key, const struct fl
     struct http_forward_answer a;
     struct corral_error err;
     int r = http_forward_fetch(NULL, &o, &a, &err);
-    if (r < 0)
+    if (r < 0) {
+        fleet_suspect(f->fleet, t);
         return r;
-    cleanup_json json_t *j = a.status == 200 ? json_loads(a.body, 0, NULL) : NULL;
+    }
+    int status = a.status;
+    cleanup_json json_t *j = status == 200 ? json_loads(a.body, 0, NULL) : NULL;
     json_int_t h = -1, m = -1;
     http_forward_answer_free(&a);
+    if (status == 401 || status == 403)
+        return -EACCES;
     if (!j || json_unpack(j, "{s:I, s:I}", "held", &h, "max", &m) < 0 || h < 0 || m < 0 ||
         h > UINT_MAX || m > UINT_MAX)
         return -EPROTO;
@@ -245,34 +276,57 @@ static int held_on(const struct front_proto *p, const char *key, const struct fl
     return 0;
 }
 
+/* A key's count on every node up but the first (asked already). */
+struct count {
+    struct front *f;
+    const struct front_proto *p;
+    const char *key;
+    struct fleet_target *up;
+    unsigned *held, *max;
+};
+
+static void count_one(void *arg, size_t i)
+{
+    struct count *c = arg;
+    if (held_on(c->f, c->p, c->key, &c->up[i + 1], &c->held[i + 1], &c->max[i + 1]) < 0)
+        c->held[i + 1] = c->max[i + 1] = 0; /* it does not say: none */
+}
+
 static bool same_node(const struct fleet_target *a, const struct fleet_target *b)
 {
     return a->e2b_port == b->e2b_port && !strcmp(a->host, b->host) && !strcmp(a->tag, b->tag);
 }
 
-/* A create of key's, its turn taken: the key's sandboxes counted on every
- * node up; past its ceiling the protocol's 429, else placed with what it
- * holds on the other nodes. A node that does not answer counts none. */
+/* A create of key's, its turn taken, placed now: the key's sandboxes counted
+ * on every node up (one first: a key it refuses, or one with no ceiling,
+ * costs no more); past its ceiling the protocol's 429, else placed with
+ * what it holds on the other nodes. A node that does not answer counts
+ * none. */
 static struct http_response *create_counted(struct front *f, const struct front_proto *p,
-                                            const struct http_request *req, const char *key,
-                                            const struct fleet_target *t, size_t n)
+                                            const struct http_request *req, const char *key)
 {
+    struct fleet_target t[PLACE_MAX];
+    size_t n = fleet_place(f->fleet, t, PLACE_MAX);
     cleanup_free struct fleet_target *up = calloc(FRONT_NODES_MAX, sizeof(*up));
     cleanup_free unsigned *held = calloc(FRONT_NODES_MAX, sizeof(*held));
+    cleanup_free unsigned *max = calloc(FRONT_NODES_MAX, sizeof(*max));
     unsigned elsewhere[PLACE_MAX];
-    if (!up || !held)
+    if (!up || !held || !max)
         return front_error(p, 500, "SANDBOX::INTERNAL_ERROR", "out of memory");
     size_t n_up = fleet_up(f->fleet, up, FRONT_NODES_MAX);
+    int first = n_up ? held_on(f, p, key, &up[0], &held[0], &max[0]) : -ENOENT;
+    if (first == -EACCES || (first == 0 && !max[0])) /* its refusal, or no ceiling for this key */
+        return place(f, p, req, t, n, NULL);
+    struct count c = {.f = f, .p = p, .key = key, .up = up, .held = held, .max = max};
+    if (n_up > 1)
+        front_each(n_up - 1, count_one, &c);
     unsigned total = 0, ceiling = 0;
     for (size_t i = 0; i < n_up; i++) {
-        unsigned max = 0;
-        if (held_on(p, key, &up[i], &held[i], &max) < 0)
-            held[i] = 0;
         total += held[i];
-        if (max && (!ceiling || max < ceiling))
-            ceiling = max;
+        if (max[i] && (!ceiling || max[i] < ceiling))
+            ceiling = max[i];
     }
-    if (!ceiling) /* an admin's key, or none: no ceiling */
+    if (!ceiling)
         return place(f, p, req, t, n, NULL);
     if (total >= ceiling) {
         struct http_response *resp =
@@ -289,6 +343,8 @@ static struct http_response *create_counted(struct front *f, const struct front_
             if (same_node(&t[i], &up[k]))
                 elsewhere[i] = total - held[k];
     }
+    if (http_client_gone(req)) /* no sandbox for no one */
+        return front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away");
     return place(f, p, req, t, n, elsewhere);
 }
 
@@ -296,18 +352,21 @@ static struct http_response *create_counted(struct front *f, const struct front_
 static struct http_response *create(struct front *f, const struct front_proto *p,
                                     const struct http_request *req)
 {
-    struct fleet_target t[PLACE_MAX];
-    size_t n = fleet_place(f->fleet, t, PLACE_MAX);
-    bool ceiling = false;
-    for (size_t i = 0; i < n; i++)
-        ceiling |= t[i].max_per_key != 0;
     const char *key = http_header(req, key_header(p));
-    if (!ceiling || !key || !*key)
+    if (!key || !*key || !fleet_key_ceiling(f->fleet)) {
+        struct fleet_target t[PLACE_MAX];
+        size_t n = fleet_place(f->fleet, t, PLACE_MAX);
         return place(f, p, req, t, n, NULL);
-    struct key_turn *turn = turn_take(key);
-    if (!turn)
+    }
+    struct key_turn *turn;
+    int r = turn_take(key, req, &turn);
+    if (r == -ECANCELED)
+        return front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away");
+    if (r < 0)
         return front_error(p, 500, "SANDBOX::INTERNAL_ERROR", "out of memory");
-    struct http_response *resp = create_counted(f, p, req, key, t, n);
+    struct http_response *resp =
+        http_client_gone(req) ? front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away")
+                              : create_counted(f, p, req, key);
     turn_give(turn);
     return resp;
 }

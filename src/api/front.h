@@ -44,6 +44,11 @@ struct http_response *front_error(const struct front_proto *p, int status, const
 /* The most nodes a front asks all of (a list, a key's count). */
 #define FRONT_NODES_MAX FLEET_NODES_MAX
 
+/* Runs fn(arg, i) for every i below n, FRONT_EACH_AT_ONCE at a time (the
+ * first in the caller's thread); returns when all have. */
+#define FRONT_EACH_AT_ONCE 16
+void front_each(size_t n, void (*fn)(void *arg, size_t i), void *arg);
+
 /* The request's headers a front does not pass on. */
 extern const char *const front_dropped[];
 

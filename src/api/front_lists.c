@@ -16,6 +16,7 @@
 
 #include "api/front.h"
 #include "base/cleanup.h"
+#include "base/clock.h"
 #include "base/strbuf.h"
 #include "base/util.h"
 #include "http/forward.h"
@@ -24,7 +25,6 @@
 #define OSB_PAGE_MAX     200
 #define OSB_NODE_PAGE    200
 #define OSB_NODE_PAGES   64    /* pages read of one node: 12800 sandboxes */
-#define LIST_WORKERS     16    /* nodes asked at once */
 #define LIST_ANSWER_MS   30000 /* a node that does not answer by then is left out */
 
 /* The client's query without page and pageSize. */
@@ -48,17 +48,19 @@ static void query_without_pages(const struct http_request *req, struct strbuf *q
 /* One node's answer: 0 with *out (a JSON value), 1 with *refusal (the
  * answer to give the client), or -1 when the node failed. */
 static int ask(struct front *f, const struct front_proto *p, const struct http_request *req,
-               const struct fleet_target *t, const char *query, json_t **out,
+               const struct fleet_target *t, const char *query, uint64_t deadline, json_t **out,
                struct http_response **refusal)
 {
     uint16_t port = p->osb ? t->osb_port : t->e2b_port;
-    if (!port)
+    uint64_t now = corral_now_ms();
+    if (!port || now >= deadline)
         return -1;
+    /* the head within half of what is left, and the body within as much */
     struct http_forward o = {.host = t->host,
                              .port = port,
                              .query = query,
                              .drop = front_dropped,
-                             .head_timeout_ms = LIST_ANSWER_MS};
+                             .head_timeout_ms = (unsigned)((deadline - now) / 2) + 1};
     struct http_forward_answer a;
     struct corral_error err;
     if (http_forward_fetch(req, &o, &a, &err) < 0) {
@@ -81,17 +83,19 @@ static int ask(struct front *f, const struct front_proto *p, const struct http_r
     return r;
 }
 
-/* Every page of one node's list into all: 0, 1 with *refusal, or -1. */
+/* Every page of one node's list into all: 0, 1 with *refusal, or -1 (also
+ * when they have not all come within LIST_ANSWER_MS). */
 static int osb_node_items(struct front *f, const struct front_proto *p,
                           const struct http_request *req, const struct fleet_target *t,
                           const char *filters, json_t *all, struct http_response **refusal)
 {
+    uint64_t deadline = corral_now_ms() + LIST_ANSWER_MS;
     for (int page = 1; page <= OSB_NODE_PAGES; page++) {
         cleanup_strbuf struct strbuf q = {0};
         strbuf_printf(&q, "%s%spage=%d&pageSize=%d", filters, *filters ? "&" : "", page,
                       OSB_NODE_PAGE);
         cleanup_json json_t *part = NULL;
-        int r = ask(f, p, req, t, strbuf_str(&q), &part, refusal);
+        int r = ask(f, p, req, t, strbuf_str(&q), deadline, &part, refusal);
         if (r != 0)
             return r;
         json_t *items = json_object_get(part, "items");
@@ -119,11 +123,12 @@ struct fanout {
     const struct http_request *req;
     const char *filters; /* OpenSandbox's query without paging */
     struct part *parts;
-    size_t n, next; /* next: the next part to ask (atomic) */
 };
 
-static void ask_part(struct fanout *o, struct part *part)
+static void ask_part(void *arg, size_t i)
 {
+    struct fanout *o = arg;
+    struct part *part = &o->parts[i];
     part->items = json_array();
     if (!part->items)
         return;
@@ -132,34 +137,41 @@ static void ask_part(struct fanout *o, struct part *part)
         return;
     }
     json_t *got = NULL;
-    if (ask(o->f, o->p, o->req, part->t, NULL, &got, &part->refusal) == 0 && json_is_array(got))
+    if (ask(o->f, o->p, o->req, part->t, NULL, corral_now_ms() + LIST_ANSWER_MS, &got,
+            &part->refusal) == 0 &&
+        json_is_array(got))
         json_array_extend(part->items, got);
     json_decref(got);
 }
 
-static void *fanout_worker(void *arg)
+struct each {
+    void (*fn)(void *arg, size_t i);
+    void *arg;
+    size_t n, next; /* next: the next i to do (atomic) */
+};
+
+static void *each_worker(void *arg)
 {
-    struct fanout *o = arg;
+    struct each *e = arg;
     size_t i;
-    while ((i = __atomic_fetch_add(&o->next, 1, __ATOMIC_RELAXED)) < o->n)
-        ask_part(o, &o->parts[i]);
+    while ((i = __atomic_fetch_add(&e->next, 1, __ATOMIC_RELAXED)) < e->n)
+        e->fn(e->arg, i);
     return NULL;
 }
 
-/* Asks every part's node at once (LIST_WORKERS at a time), the first in
- * this thread; returns when all have answered or failed. */
-static void fan_out(struct fanout *o)
+void front_each(size_t n, void (*fn)(void *arg, size_t i), void *arg)
 {
-    pthread_t workers[LIST_WORKERS];
+    struct each e = {.fn = fn, .arg = arg, .n = n};
+    pthread_t workers[FRONT_EACH_AT_ONCE];
     size_t started = 0;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
-    while (started + 1 < o->n && started + 1 < LIST_WORKERS &&
-           pthread_create(&workers[started], &attr, fanout_worker, o) == 0)
+    while (started + 1 < n && started + 1 < FRONT_EACH_AT_ONCE &&
+           pthread_create(&workers[started], &attr, each_worker, &e) == 0)
         started++;
     pthread_attr_destroy(&attr);
-    fanout_worker(o); /* and whatever no thread took */
+    each_worker(&e); /* and whatever no thread took */
     for (size_t i = 0; i < started; i++)
         pthread_join(workers[i], NULL);
 }
@@ -170,7 +182,7 @@ static struct http_response *gather(struct front *f, const struct front_proto *p
                                     const struct http_request *req, const struct fleet_target *t,
                                     size_t n, const char *filters, json_t **out)
 {
-    struct fanout o = {.f = f, .p = p, .req = req, .filters = filters, .n = n};
+    struct fanout o = {.f = f, .p = p, .req = req, .filters = filters};
     o.parts = calloc(n, sizeof(*o.parts));
     *out = json_array();
     if (!o.parts || !*out) {
@@ -179,7 +191,7 @@ static struct http_response *gather(struct front *f, const struct front_proto *p
     }
     for (size_t i = 0; i < n; i++)
         o.parts[i].t = &t[i];
-    fan_out(&o);
+    front_each(n, ask_part, &o);
     struct http_response *refusal = NULL;
     for (size_t i = 0; i < n; i++) {
         if (!refusal && o.parts[i].refusal)

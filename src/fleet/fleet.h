@@ -46,7 +46,6 @@ struct fleet_target {
     uint16_t e2b_port; /* the node's E2B listener (the address it was found by) */
     uint16_t osb_port; /* its OpenSandbox listener; 0: none */
     char tag[FLEET_TAG_LEN + 1];
-    unsigned max_per_key; /* its ceiling per key; 0: none */
 };
 
 /* Starts knowing the nodes cfg names (a static list, or discovery). At
@@ -71,6 +70,9 @@ size_t fleet_place(struct fleet *f, struct fleet_target *out, size_t n);
 /* Every node up (draining ones too), for what a front asks all of: at most
  * n into out; how many. */
 size_t fleet_up(struct fleet *f, struct fleet_target *out, size_t n);
+
+/* Whether a node up keeps a ceiling per API key (its max_per_key). */
+bool fleet_key_ceiling(struct fleet *f);
 
 /* An exchange with the node at host:e2b_port failed: ask it its state now
  * (it is down if it does not answer). */

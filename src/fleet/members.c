@@ -480,7 +480,6 @@ static void target_of(const struct member *m, struct fleet_target *t)
     snprintf(t->host, sizeof(t->host), "%s", m->host);
     t->e2b_port = m->port;
     t->osb_port = m->osb_port;
-    t->max_per_key = m->max_per_key;
     snprintf(t->tag, sizeof(t->tag), "%s", m->tag);
 }
 
@@ -563,6 +562,17 @@ size_t fleet_place(struct fleet *f, struct fleet_target *out, size_t n)
         target_of(pick[i], &out[i]);
     pthread_mutex_unlock(&f->lock);
     return got;
+}
+
+bool fleet_key_ceiling(struct fleet *f)
+{
+    bool any = false;
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->n && !any; i++)
+        any =
+            !f->members[i]->gone && f->members[i]->state == MEMBER_UP && f->members[i]->max_per_key;
+    pthread_mutex_unlock(&f->lock);
+    return any;
 }
 
 size_t fleet_up(struct fleet *f, struct fleet_target *out, size_t n)

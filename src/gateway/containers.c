@@ -509,8 +509,8 @@ int gw_container_sandbox(corral_gateway *gw, struct gw_container *c, struct corr
     for (int round = 0;; round++) {
         cleanup_free char *seen = NULL;
         int taken = take_up(gw, c, &o, failed, &seen, err);
-        if (taken == 0)
-            return 0;
+        if (taken == 0) /* after a lost race it is new here: say so if one was lost */
+            return round > 0 && replaced ? 1 : 0;
         if (taken == -ENOENT && round > 0)
             return corral_fail(err, EAGAIN,
                                "container %s's sandbox changed hands as it was made: try again",

@@ -11,6 +11,7 @@
  */
 #include "http/forward.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -239,16 +240,33 @@ static bool hop_by_hop(const char *name)
 }
 
 /* The path, %-encoded again where RFC 3986 does not allow the byte. */
+static bool path_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("-._~!$&'()*+,;=:@/", c));
+}
+
 static void put_path(struct strbuf *b, const char *path)
 {
-    static const char ok[] = "-._~!$&'()*+,;=:@/";
     for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            strchr(ok, *p))
+        if (path_char(*p))
             strbuf_append(b, (const char *)p, 1);
         else
             strbuf_printf(b, "%%%02X", *p);
     }
+}
+
+/* Whether a path as a client sent it may go on as it is: an absolute path
+ * of the characters a path may hold, and %XX escapes. */
+static bool raw_path_ok(const char *raw)
+{
+    if (!raw || raw[0] != '/')
+        return false;
+    for (const char *p = raw; *p; p++)
+        if (*p == '%' ? !(isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2]))
+                      : !path_char((unsigned char)*p))
+            return false;
+    return true;
 }
 
 struct head_args {
@@ -274,7 +292,7 @@ static int build_head(struct exchange *x, struct strbuf *b, size_t body_len)
     const char *query = o->query ? o->query : x->req ? http_raw_query(x->req) : NULL;
     strbuf_printf(b, "%s ", method);
     const char *raw = o->path ? NULL : http_raw_path(x->req);
-    if (raw && raw[0] == '/') /* as sent: %2F stays %2F */
+    if (raw_path_ok(raw)) /* as sent: %2F stays %2F */
         strbuf_puts(b, raw);
     else
         put_path(b, o->path ? o->path : x->req->path);

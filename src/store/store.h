@@ -116,8 +116,8 @@ int store_list_cfiles(struct store *s, const char *container_id, const char *aft
                       bool ascending, json_t **list, bool *has_more, struct corral_error *err);
 int store_delete_cfile(struct store *s, const char *container_id, const char *id,
                        struct corral_error *err);
-/* Where a container's sandbox is: its provider's handle (JSON text; NULL
- * clears it), for another gateway sharing the store to take it up, recorded
+/* Where a container's sandbox is: its provider's handle (JSON text; NULL:
+ * none), for another gateway sharing the store to take it up, recorded
  * only while the record is still `was` (NULL: none): 1 when recorded, 0
  * when it is not (another gateway recorded its own first, or no such
  * container); and that handle (*handle NULL when none is recorded, or no

@@ -158,6 +158,18 @@ static void test_request_and_answer_pass_through(void **state)
     scene_end(&sc);
 }
 
+/* A path with bytes a path does not hold as they are goes on encoded. */
+static void test_an_odd_path_goes_on_encoded(void **state)
+{
+    (void)state;
+    struct scene sc = scene_start(echo_answer, "GET /files/a\"b%7e HTTP/1.1\r\nHost: x\r\n\r\n");
+    free(read_until(sc.fd, "{\"ok\":true}"));
+    const struct scripted_http_request *r = scripted_http_find(sc.node, "GET", "/files/");
+    assert_non_null(r);
+    assert_string_equal(r->target, "/files/a%22b~");
+    scene_end(&sc);
+}
+
 /* ---- streams ---- */
 
 static int released_fd[2];
@@ -409,6 +421,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_and_answer_pass_through),
+        cmocka_unit_test(test_an_odd_path_goes_on_encoded),
         cmocka_unit_test(test_a_body_streams_as_it_is_produced),
         cmocka_unit_test(test_a_body_cut_by_the_node_is_cut_for_the_client),
         cmocka_unit_test(test_a_long_stream_split_mid_line_keeps_little),
