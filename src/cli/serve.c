@@ -266,8 +266,7 @@ static int set_duration_ms(unsigned *out, const char *option, const char *text)
     return 0;
 }
 
-/* The host's memory in bytes. */
-static uint64_t host_memory(void)
+uint64_t serve_host_memory(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
@@ -774,7 +773,7 @@ int cli_serve(int argc, char **argv)
                            .gw = {"127.0.0.1", 4000, true},
                            .max_body = 10u << 20,
                            .max_per_key = 100,
-                           .max_sandbox_memory = host_memory(),
+                           .max_sandbox_memory = serve_host_memory(),
                            .max_sandbox_millicpus = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN) * 1000};
     int rc = parse_serve_args(argc, argv, &o);
     if (rc >= 0)

@@ -71,6 +71,8 @@ struct servers {
 int serve_settle_role(struct serve_opts *o, const struct corral_config *cfg);
 /* --check: what would run, on stdout. */
 int serve_report(const struct serve_opts *o, const struct corral_config *cfg);
+/* The host's memory, bytes (0: unknown). */
+uint64_t serve_host_memory(void);
 /* A node's tag (its ids' beginning), a front's fleet: CLI_OK, or the exit
  * code, said. */
 int serve_start_role(const struct serve_opts *o, struct servers *s);

@@ -149,19 +149,13 @@ int serve_report(const struct serve_opts *o, const struct corral_config *cfg)
     return CLI_OK;
 }
 
-static uint64_t host_memory_bytes(void)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
-}
-
 int serve_start_role(const struct serve_opts *o, struct servers *s)
 {
     struct corral_error err;
     s->state.role = o->role;
     s->state.fleet_key = o->fleet->key;
     s->state.osb_port = o->osb.on ? o->osb.port : 0;
-    s->state.memory_capacity = o->max_total_memory ? o->max_total_memory : host_memory_bytes();
+    s->state.memory_capacity = o->max_total_memory ? o->max_total_memory : serve_host_memory();
     s->state.max_per_key = o->n_keys ? o->max_per_key : 0; /* no keys: one tenant, no ceiling */
     if (o->role == FLEET_NODE) {
         if (fleet_new_tag(s->state.tag, &err) < 0) {
