@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/opensandbox/execd.h"
 #include "api/tenants.h"
 #include "base/cleanup.h"
+#include "base/clock.h"
 #include "base/util.h"
 #include "http/forward.h"
 
@@ -209,13 +209,7 @@ static int turn_take(const char *key, const struct http_request *req, struct key
     if (!k)
         return -ENOMEM;
     for (;;) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += TURN_SLICE_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = corral_realtime_in(TURN_SLICE_MS);
         if (pthread_mutex_timedlock(&k->m, &until) == 0)
             break;
         if (http_client_gone(req)) {
@@ -231,6 +225,12 @@ static void turn_give(struct key_turn *k)
 {
     pthread_mutex_unlock(&k->m);
     turn_leave(k);
+}
+
+/* The answer to a create whose client went away (it reaches no one). */
+static struct http_response *client_gone(const struct front_proto *p)
+{
+    return front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away");
 }
 
 static const char *key_header(const struct front_proto *p)
@@ -344,7 +344,7 @@ static struct http_response *create_counted(struct front *f, const struct front_
                 elsewhere[i] = total - held[k];
     }
     if (http_client_gone(req)) /* no sandbox for no one */
-        return front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away");
+        return client_gone(p);
     return place(f, p, req, t, n, elsewhere);
 }
 
@@ -361,12 +361,11 @@ static struct http_response *create(struct front *f, const struct front_proto *p
     struct key_turn *turn;
     int r = turn_take(key, req, &turn);
     if (r == -ECANCELED)
-        return front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away");
+        return client_gone(p);
     if (r < 0)
         return front_error(p, 500, "SANDBOX::INTERNAL_ERROR", "out of memory");
     struct http_response *resp =
-        http_client_gone(req) ? front_error(p, 503, "SANDBOX::UNAVAILABLE", "the client went away")
-                              : create_counted(f, p, req, key);
+        http_client_gone(req) ? client_gone(p) : create_counted(f, p, req, key);
     turn_give(turn);
     return resp;
 }

@@ -2,7 +2,6 @@
 #include "api/tenants.h"
 
 #include <errno.h>
-#include <stdlib.h>
 
 #include "base/clock.h"
 #include "base/util.h"
@@ -68,17 +67,13 @@ void tenant_charge(const struct tenants *t, int caller, const struct http_reques
     so->owner = owner_of(caller);
     so->owner_max = caller >= 0 ? t->max_per_key : 0;
     const char *elsewhere = http_header(req, TENANT_ELSEWHERE_HEADER);
-    unsigned long long n;
-    char *end;
+    uint64_t n;
+    struct corral_error ignored;
     so->owner_elsewhere = 0;
-    if (so->owner_max && elsewhere && *elsewhere >= '0' && *elsewhere <= '9') {
-        errno = 0;
-        n = strtoull(elsewhere, &end, 10);
-        /* A number too large, or not one: as many as the ceiling. */
-        so->owner_elsewhere = (!*end && !errno && n < so->owner_max) ? (unsigned)n : so->owner_max;
-    } else if (so->owner_max && elsewhere) {
-        so->owner_elsewhere = so->owner_max;
-    }
+    if (so->owner_max && elsewhere) /* a number too large, or not one: the ceiling */
+        so->owner_elsewhere = corral_parse_uint(elsewhere, 0, so->owner_max - 1, &n, &ignored) == 0
+                                  ? (unsigned)n
+                                  : so->owner_max;
 }
 
 struct http_response *tenant_mark(struct http_response *resp, const struct corral_error *err)
