@@ -510,7 +510,7 @@ static void test_pipelines_that_are_not_read_wait_without_a_thread(void **state)
     while (threads_now() > before + 2 && i++ < 3000)
         usleep(10 * 1000);
     assert_true(threads_now() <= before + 2);
-    assert_int_equal(http_server_connections(srv), CLIENTS);
+    assert_true(holds(srv, CLIENTS)); /* the good client's close is seen */
     /* Read now, one pipeline gets every answer. */
     struct timeval tv = {30, 0};
     setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
