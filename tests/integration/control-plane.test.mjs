@@ -1,11 +1,12 @@
 // The control plane (E2B_API_URL) through the official SDKs: create with
 // metadata and envs, list, getInfo, setTimeout, kill, connect, API keys and
-// unknown sandboxes.
+// unknown sandboxes, the templates it has, and the features it refuses.
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { test } from 'node:test';
 
 import { AuthenticationError, Sandbox, SandboxNotFoundError } from '@e2b/code-interpreter';
+import { NotFoundError, SandboxError, Secret, Template, Volume } from 'e2b';
 
 import { eventually, randomApiKey, startServer, useServer, withSandbox } from './harness.mjs';
 
@@ -189,3 +190,42 @@ test('getMetrics reports CPU, memory and disk', T, () =>
     assert.ok(m.diskUsed >= 2 << 20 && m.diskUsed < m.diskTotal, `disk ${m.diskUsed} of ${m.diskTotal}`);
   }),
 );
+
+test('Template.exists knows the templates this server has', T, async () => {
+  assert.equal(await Template.exists('code-interpreter-v1'), true);
+  assert.equal(await Template.exists('base'), true);
+  assert.equal(await Template.exists('no-such-template'), false);
+});
+
+// What corral does not do is refused with a 501 that names it: never a
+// "sandbox not found", a quiet false, or an option silently ignored.
+test('snapshots, forks, volumes, secrets, template builds and MCP are refused by name', T, async () => {
+  const refused = (feature) => (err) => {
+    assert.ok(!(err instanceof NotFoundError), `${err.name}: ${err.message}`);
+    if (err instanceof SandboxError) assert.equal(err.statusCode, 501, err.message);
+    assert.match(err.message, new RegExp(`^501: .*${feature} (is|are) not supported by this server`));
+    return true;
+  };
+  await withSandbox(Sandbox, async (sbx) => {
+    await assert.rejects(sbx.createSnapshot(), refused('snapshots'));
+    await assert.rejects(sbx.listSnapshots().nextItems(), refused('snapshots'));
+    await assert.rejects(sbx.fork(), refused('forking sandboxes'));
+    assert.equal((await sbx.runCode('1 + 1')).text, '2', 'the sandbox is untouched');
+  });
+  await assert.rejects(Sandbox.fork(UNKNOWN_ID), refused('forking sandboxes'));
+  await assert.rejects(Sandbox.listSnapshots().nextItems(), refused('snapshots'));
+  await assert.rejects(Sandbox.deleteSnapshot('snapshot-1'), refused('deleting templates'));
+  await assert.rejects(Volume.create('data'), refused('volumes'));
+  await assert.rejects(Volume.list(), refused('volumes'));
+  await assert.rejects(Secret.create('token', 's3cret'), refused('secrets'));
+  await assert.rejects(Secret.list().nextItems(), refused('secrets'));
+  await assert.rejects(
+    Sandbox.create({ volumeMounts: { '/data': 'data' } }),
+    refused('volume mounts'),
+  );
+  await assert.rejects(
+    Sandbox.create({ mcp: { exa: { apiKey: 'k' } } }),
+    refused('MCP gateways in sandboxes'),
+  );
+  assert.deepEqual(await Sandbox.list().nextItems(), [], 'no sandbox was left behind');
+});

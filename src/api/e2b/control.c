@@ -375,6 +375,52 @@ static const char *template_for(const char *e2b_template)
 
 /* ---- control plane ---- */
 
+/* What this server does not do, as E2B's API answers a feature it lacks: a
+ * 501 naming it, which the SDKs report as it is (never a 404 that they turn
+ * into "sandbox not found", or into a quiet false). */
+static struct http_response *unsupported(const char *feature)
+{
+    return http_error(501, "%s not supported by this server", feature);
+}
+
+/* Whether path is prefix or below it. */
+static bool path_under(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return !strncmp(path, prefix, n) && (!path[n] || path[n] == '/');
+}
+
+/* The feature a path of E2B's API serves that corral does not, or NULL. */
+static const char *unsupported_path(const char *p)
+{
+    static const struct {
+        const char *prefix, *feature;
+    } paths[] = {
+        {"/snapshots", "snapshots are"},
+        {"/volumes", "volumes are"},
+        {"/volumecontent", "volumes are"},
+        {"/secrets", "secrets are"},
+        {"/templates", "building, tagging and deleting templates are"},
+        {"/v2/templates", "building templates is"},
+        {"/v3/templates", "building templates is"},
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (path_under(p, paths[i].prefix))
+            return paths[i].feature;
+    return NULL;
+}
+
+/* GET /templates/aliases/{alias}: Template.exists. corral's templates are
+ * the server's own, open to every key. */
+static struct http_response *template_alias(const char *alias)
+{
+    struct corral_template_stats st;
+    struct corral_error err;
+    if (!*alias || strchr(alias, '/') || corral_template_stats(template_for(alias), &st, &err) < 0)
+        return http_error(404, "template '%s' not found", alias);
+    return http_json(200, json_pack("{s:s, s:b}", "templateID", alias, "public", 1));
+}
+
 struct kernel_start {
     struct e2b *e;
     corral_sandbox *sb;
@@ -466,6 +512,12 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     json_t *tpl = json_object_get(body, "templateID");
     if (!json_is_string(tpl) || !json_string_length(tpl))
         return http_error(400, "'templateID' is required and must be a string");
+    json_t *mounts = json_object_get(body, "volumeMounts");
+    if (mounts && !json_is_null(mounts) && !(json_is_array(mounts) && !json_array_size(mounts)))
+        return unsupported("volume mounts are");
+    json_t *mcp = json_object_get(body, "mcp");
+    if (mcp && !json_is_null(mcp))
+        return unsupported("MCP gateways in sandboxes are");
     json_int_t secs;
     struct netreq net = {0};
     if (create_timeout(json_object_get(body, "timeout"), &secs, &err) < 0 ||
@@ -725,6 +777,10 @@ static corral_sandbox *find_as(struct e2b *e, const char *id, int caller)
 static struct http_response *one_sandbox(struct e2b *e, const struct http_request *req,
                                          const char *id, const char *action, int caller)
 {
+    if (path_under(action, "/snapshots"))
+        return unsupported("snapshots are");
+    if (path_under(action, "/fork"))
+        return unsupported("forking sandboxes is");
     corral_sandbox *sb = find_as(e, id, caller);
     if (!sb)
         return not_found(id);
@@ -821,6 +877,11 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
         id[len] = '\0';
         return one_sandbox(e, req, id, slash ? slash : "", caller);
     }
+    if (!strncmp(p, "/templates/aliases/", 19) && !strcmp(m, "GET"))
+        return template_alias(p + 19);
+    const char *feature = unsupported_path(p);
+    if (feature)
+        return unsupported(feature);
     return http_error(404, "no %s %s in the sandbox API", m, p);
 }
 
