@@ -377,6 +377,20 @@ test('getMetrics reports the CPU and memory of the sandbox', async () => {
   );
 });
 
+test('isolation: capabilities say none, and an isolated session is refused by name', async () => {
+  await withSandbox(async (sbx) => {
+    const caps = await sbx.isolation.capabilities();
+    assert.equal(caps.available, false);
+    assert.equal(caps.commit_supported, false);
+    // The SDK's isolation client reports the status and the body as they came.
+    await assert.rejects(
+      sbx.isolation.create({ workspace: { path: '/tmp' } }),
+      /failed: 501 \{"code":"NOT_SUPPORTED","message":"isolated sessions are not supported by this server"\}/,
+    );
+    assert.equal((await sbx.commands.run('echo still here')).logs.stdout[0].text, 'still here');
+  });
+});
+
 /** The counter the background loop writes, or NaN. */
 async function readCounter(sbx) {
   return Number.parseInt(await sbx.files.readFile('/tmp/counter'), 10);

@@ -408,6 +408,18 @@ void execd_forget(corral_sandbox *sb)
     execd_command_forget(sb);
 }
 
+/* execd's isolated sessions (a sandbox inside the sandbox): corral has
+ * none. Their capabilities say so, as OpenSandbox's SDK reports a server
+ * without them, and every other route is refused by name. */
+static struct http_response *isolated(const struct http_request *req, const char *rest)
+{
+    if (!strcmp(rest, "/capabilities") && !strcmp(req->method, "GET"))
+        return http_json(200, json_pack("{s:b, s:b, s:b, s:b, s:b}", "available", 0,
+                                        "setpriv_available", 0, "userns_available", 0,
+                                        "commit_supported", 0, "diff_supported", 0));
+    return execd_error(501, "NOT_SUPPORTED", "isolated sessions are not supported by this server");
+}
+
 struct http_response *execd_handle(corral_sandbox *sb, const struct http_request *req,
                                    const char *path)
 {
@@ -429,6 +441,8 @@ struct http_response *execd_handle(corral_sandbox *sb, const struct http_request
         r = contexts(sb, req, path + 14);
     else if (!strncmp(path, "/metrics", 8) && !strcmp(m, "GET"))
         r = metrics(sb, path + 8);
+    else if (!strncmp(path, "/v1/isolated", 12) && (!path[12] || path[12] == '/'))
+        r = isolated(req, path + 12);
     if (!r)
         r = execd_files_handle(sb, req, path);
     if (!r)
