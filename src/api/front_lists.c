@@ -2,9 +2,10 @@
  * A front's lists (front.h): GET /sandboxes asked of every node up, with
  * the client's own headers (so each node shows what that key may see), and
  * the answers merged. The nodes are asked at once (16 at a time). E2B's
- * list is an array, concatenated; OpenSandbox's is paginated, so the front
- * reads every page of each node and paginates the whole, newest first, as
- * one server does. A node that does not answer (within 30 s) is left out
+ * list: each node's whole list (E2B_WHOLE_LIST_HEADER), paged by the front
+ * as one server pages it; OpenSandbox's is paginated, so the front reads
+ * every page of each node and paginates the whole, newest first, as one
+ * server does. A node that does not answer (within 30 s) is left out
  * (its sandboxes are lost with it); an answer that refuses the request (a
  * key not accepted, a bad filter) is the front's answer too.
  */
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/e2b/e2b.h"
 #include "api/front.h"
 #include "base/cleanup.h"
 #include "base/clock.h"
@@ -51,6 +53,7 @@ static int ask(struct front *f, const struct front_proto *p, const struct http_r
                const struct fleet_target *t, const char *query, uint64_t deadline, json_t **out,
                struct http_response **refusal)
 {
+    static const char *const whole[] = {E2B_WHOLE_LIST_HEADER ": 1", NULL};
     uint16_t port = p->osb ? t->osb_port : t->e2b_port;
     uint64_t now = corral_now_ms();
     if (!port || now >= deadline)
@@ -59,6 +62,7 @@ static int ask(struct front *f, const struct front_proto *p, const struct http_r
     struct http_forward o = {.host = t->host,
                              .port = port,
                              .query = query,
+                             .headers = p->osb ? NULL : whole,
                              .drop = front_dropped,
                              .head_timeout_ms = (unsigned)((deadline - now) / 2) + 1};
     struct http_forward_answer a;
@@ -216,7 +220,7 @@ static struct http_response *e2b_list(struct front *f, const struct front_proto 
         json_decref(all);
         return refusal;
     }
-    return http_json(200, all);
+    return e2b_list_page(all, req);
 }
 
 static int newest_first(const void *a, const void *b)

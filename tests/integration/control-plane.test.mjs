@@ -191,6 +191,47 @@ test('getMetrics reports CPU, memory and disk', T, () =>
   }),
 );
 
+test('Sandbox.list pages with limit and nextToken, in either order, by template and start', T, async () => {
+  const suite = `paging-${crypto.randomUUID()}`;
+  const made = [];
+  try {
+    for (let i = 0; i < 3; i++) {
+      made.push(await Sandbox.create({ metadata: { suite } }));
+      await new Promise((resolve) => setTimeout(resolve, 1100)); // starts a second apart
+    }
+    const query = { metadata: { suite } };
+    const ids = (items) => items.map((s) => s.sandboxId);
+    const newest = made.map((s) => s.sandboxId).reverse();
+    const pages = Sandbox.list({ query, limit: 2 });
+    assert.deepEqual(ids(await pages.nextItems()), newest.slice(0, 2));
+    assert.equal(pages.hasNext, true);
+    assert.deepEqual(ids(await pages.nextItems()), newest.slice(2));
+    assert.equal(pages.hasNext, false);
+    const oldest = Sandbox.list({ query, limit: 2, order: 'asc' });
+    assert.deepEqual(ids(await oldest.nextItems()), [...newest].reverse().slice(0, 2));
+    assert.deepEqual(ids(await oldest.nextItems()), [...newest].reverse().slice(2));
+    // a sandbox gone between pages moves nothing else
+    const again = Sandbox.list({ query, limit: 1 });
+    assert.deepEqual(ids(await again.nextItems()), newest.slice(0, 1));
+    await made[1].kill();
+    assert.deepEqual(ids(await again.nextItems()), newest.slice(2));
+    assert.equal(again.hasNext, false);
+    const second = (await Sandbox.getInfo(made[2].sandboxId)).startedAt;
+    const later = await Sandbox.list({ query: { ...query, startedAfter: second } }).nextItems();
+    assert.deepEqual(ids(later), [made[2].sandboxId]);
+    const byTemplate = (template) => Sandbox.list({ query: { ...query, template } }).nextItems();
+    assert.equal((await byTemplate('code-interpreter-v1')).length, 2);
+    assert.deepEqual(await byTemplate('no-such-template'), []);
+    await assert.rejects(Sandbox.list({ query, limit: 101 }).nextItems(), /400: 'limit' must be a whole number from 1 to 100/);
+    await assert.rejects(
+      Sandbox.list({ query, nextToken: 'forged' }).nextItems(),
+      /400: 'nextToken' is not a token this server gave/,
+    );
+  } finally {
+    await Promise.all(made.map((s) => s.kill()));
+  }
+});
+
 test('Template.exists knows the templates this server has', T, async () => {
   assert.equal(await Template.exists('code-interpreter-v1'), true);
   assert.equal(await Template.exists('base'), true);

@@ -179,6 +179,13 @@ test('sandboxes spread over the nodes and work through either front as on one ma
     for (const front of [a, b]) {
       const listed = (await Sandbox.list(opts(front)).nextItems()).map((s) => s.sandboxId);
       for (const s of made) assert.ok(listed.includes(s.sandboxId), `${s.sandboxId} not listed via ${front.port}`);
+      // paged one at a time, every node's sandboxes come once each, in order
+      const paged = [];
+      for (const pages = Sandbox.list({ ...opts(front), limit: 1 }); pages.hasNext;)
+        paged.push(...(await pages.nextItems()));
+      assert.deepEqual(paged.map((s) => s.sandboxId).sort(), [...listed].sort());
+      const starts = paged.map((s) => s.startedAt.getTime());
+      assert.deepEqual(starts, [...starts].sort((x, y) => y - x), 'newest first');
     }
 
     // OpenSandbox's SDK through a front

@@ -362,17 +362,6 @@ static json_t *detail_json(corral_sandbox *sb)
                      "metadata", metadata_json(sb));
 }
 
-static const char *template_for(const char *e2b_template)
-{
-    /* E2B's own names for its Python images are corral's default template. */
-    static const char *const aliases[] = {"code-interpreter-v1", "code-interpreter", "base",
-                                          "code-interpreter-beta", NULL};
-    for (size_t i = 0; aliases[i]; i++)
-        if (!strcmp(e2b_template, aliases[i]))
-            return "default";
-    return e2b_template;
-}
-
 /* ---- control plane ---- */
 
 /* What this server does not do, as E2B's API answers a feature it lacks: a
@@ -416,7 +405,8 @@ static struct http_response *template_alias(const char *alias)
 {
     struct corral_template_stats st;
     struct corral_error err;
-    if (!*alias || strchr(alias, '/') || corral_template_stats(template_for(alias), &st, &err) < 0)
+    if (!*alias || strchr(alias, '/') ||
+        corral_template_stats(e2b_template_name(alias), &st, &err) < 0)
         return http_error(404, "template '%s' not found", alias);
     return http_json(200, json_pack("{s:s, s:b}", "templateID", alias, "public", 1));
 }
@@ -530,7 +520,7 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     }
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
-    o.template_id = template_for(json_string_value(tpl));
+    o.template_id = e2b_template_name(json_string_value(tpl));
     o.timeout_ms = (uint64_t)secs * 1000;
     o.env = (const char *const *)env;
     o.metadata = (const char *const *)meta;
@@ -639,7 +629,9 @@ static struct http_response *list_sandboxes(struct e2b *e, const struct http_req
             json_array_append_new(arr, detail_json(o->sb));
     }
     pthread_mutex_unlock(&e->owned.lock);
-    return http_json(200, arr);
+    if (http_header(req, E2B_WHOLE_LIST_HEADER))
+        return http_json(200, arr);
+    return e2b_list_page(arr, req);
 }
 
 static struct http_response *not_found(const char *id)

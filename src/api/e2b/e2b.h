@@ -31,6 +31,21 @@ struct e2b;
 int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *err);
 /* The http_handler of the E2B surface (ctx is the struct e2b). */
 struct http_response *e2b_handle(const struct http_request *req, void *ctx);
+/* corral's template for an E2B template name (E2B's names of its Python
+ * images are "default"). */
+const char *e2b_template_name(const char *e2b_template);
+/* A list's page as GET /v2/sandboxes answers it (the older GET /sandboxes:
+ * all as it is): all (the SandboxDetails
+ * that pass the request's metadata and state filters, taken) filtered by
+ * `template` and `startedAfter`, sorted by start (`order`: newest first
+ * unless asc), and cut after `nextToken` to `limit` (1 to 100, 100 when
+ * absent); X-Next-Token when more follow, X-Total-Running when running
+ * sandboxes were asked for. A bad parameter is a 400 naming it. */
+struct http_response *e2b_list_page(json_t *all, const struct http_request *req);
+/* Sent by a front to its nodes: the whole list, unpaged, for the front to
+ * page (the metadata and state filters still apply). */
+#define E2B_WHOLE_LIST_HEADER "X-Corral-Whole-List"
+
 /* Kills every sandbox created through it (running executions end). */
 void e2b_kill_all(struct e2b *e);
 /* Kills and releases every sandbox created through it. */
