@@ -223,10 +223,12 @@ test('Sandbox.list pages with limit and nextToken, in either order, by template 
     assert.equal((await byTemplate('code-interpreter-v1')).length, 2);
     assert.deepEqual(await byTemplate('no-such-template'), []);
     await assert.rejects(Sandbox.list({ query, limit: 101 }).nextItems(), /400: 'limit' must be a whole number from 1 to 100/);
-    await assert.rejects(
-      Sandbox.list({ query, nextToken: 'forged' }).nextItems(),
-      /400: 'nextToken' is not a token this server gave/,
-    );
+    for (const nextToken of ['forged', '-1_abc', '99999999999999999999999_abc', `1_${made[0].sandboxId}&x`])
+      await assert.rejects(
+        Sandbox.list({ query, nextToken }).nextItems(),
+        /400: 'nextToken' is not a token this server gave/,
+        nextToken,
+      );
   } finally {
     await Promise.all(made.map((s) => s.kill()));
   }
@@ -255,7 +257,7 @@ test('snapshots, forks, volumes, secrets, template builds and MCP are refused by
   });
   await assert.rejects(Sandbox.fork(UNKNOWN_ID), refused('forking sandboxes'));
   await assert.rejects(Sandbox.listSnapshots().nextItems(), refused('snapshots'));
-  await assert.rejects(Sandbox.deleteSnapshot('snapshot-1'), refused('deleting templates'));
+  await assert.rejects(Sandbox.deleteSnapshot('snapshot-1'), refused('managing templates \\(listing, building, tagging, deleting\\)'));
   await assert.rejects(Volume.create('data'), refused('volumes'));
   await assert.rejects(Volume.list(), refused('volumes'));
   await assert.rejects(Secret.create('token', 's3cret'), refused('secrets'));

@@ -389,7 +389,7 @@ static const char *unsupported_path(const char *p)
         {"/volumes", "volumes are"},
         {"/volumecontent", "volumes are"},
         {"/secrets", "secrets are"},
-        {"/templates", "building, tagging and deleting templates are"},
+        {"/templates", "managing templates (listing, building, tagging, deleting) is"},
         {"/v2/templates", "building templates is"},
         {"/v3/templates", "building templates is"},
     };
@@ -404,7 +404,7 @@ static const char *unsupported_path(const char *p)
 static struct http_response *template_alias(const char *alias)
 {
     struct corral_template_stats st;
-    struct corral_error err;
+    struct corral_error err = {0};
     if (!*alias || strchr(alias, '/') ||
         corral_template_stats(e2b_template_name(alias), &st, &err) < 0)
         return http_error(404, "template '%s' not found", alias);

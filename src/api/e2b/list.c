@@ -70,6 +70,27 @@ struct paging {
     const char *tpl;
 };
 
+/* A cursor "<ms>_<id>", as e2b_list_page writes it: -1 for anything else. */
+static int read_token(const char *v, struct paging *pg)
+{
+    static const char id_chars[] = "abcdefghijklmnopqrstuvwxyz0123456789-";
+    struct corral_error err;
+    char digits[21];
+    size_t d = strspn(v, "0123456789");
+    const char *id = v + d + 1;
+    if (!d || d >= sizeof(digits) || v[d] != '_' || !*id || id[strspn(id, id_chars)] ||
+        strlen(id) >= sizeof(pg->token_id))
+        return -1;
+    memcpy(digits, v, d);
+    digits[d] = '\0';
+    if (corral_parse_uint(digits, 0, UINT64_MAX, &pg->token.ms, &err) < 0)
+        return -1;
+    strcpy(pg->token_id, id);
+    pg->token.id = pg->token_id;
+    pg->has_token = true;
+    return 0;
+}
+
 static const char *read_paging(const struct http_request *req, struct paging *pg)
 {
     struct corral_error err;
@@ -86,14 +107,8 @@ static const char *read_paging(const struct http_request *req, struct paging *pg
         return "'startedAfter' must be an RFC 3339 date-time";
     pg->started_after = v && *v;
     v = http_query(req, "nextToken");
-    if (v && *v) {
-        unsigned long long ms;
-        int used = 0;
-        if (sscanf(v, "%llu_%127[a-z0-9-]%n", &ms, pg->token_id, &used) != 2 || v[used])
-            return "'nextToken' is not a token this server gave";
-        pg->token = (struct place){ms, pg->token_id};
-        pg->has_token = true;
-    }
+    if (v && *v && read_token(v, pg) < 0)
+        return "'nextToken' is not a token this server gave";
     v = http_query(req, "template");
     pg->tpl = v && *v ? e2b_template_name(v) : NULL;
     v = http_query(req, "state");
