@@ -150,6 +150,10 @@ corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits
 int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct corral_error *err);
 /* Makes env (NAME=VALUE, NULL-terminated) part of the kernel's environment. */
 int box_context_environ(corral_context *ctx, const char *const *env, struct corral_error *err);
+/* Has the kernel run a first cell and forget it (see kernel.py's
+ * _warm_up_forked), and waits until it has: a pooled sandbox's first
+ * execution then does not pay for the pages its fork copies on first use. */
+int box_context_warm(corral_context *ctx, struct corral_error *err);
 
 /* The manager's registry of live sandboxes (manager.c). */
 void box_register(corral_sandbox *sb);

@@ -172,6 +172,30 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     }
 }
 
+/* Writes a request to the kernel, ctx's exec_lock held (what: for the error). */
+static int send_request(corral_context *ctx, json_t *req, const char *what,
+                        struct corral_error *err)
+{
+    size_t len = 0;
+    cleanup_free char *frame = req ? kframe_encode(req, &len) : NULL;
+    if (!frame)
+        return corral_fail(err, EINVAL, "%s is not valid UTF-8 text", what);
+    size_t sent = 0;
+    uint64_t deadline = corral_now_ms() + 5000;
+    while (sent < len) {
+        ssize_t n = ctx->sock >= 0 ? write(ctx->sock, frame + sent, len - sent) : -1;
+        if (n > 0) {
+            sent += (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR) && corral_now_ms() < deadline) {
+            struct pollfd p = {.fd = ctx->sock, .events = POLLOUT};
+            poll(&p, 1, 100);
+        } else {
+            return corral_fail(err, EPIPE, "cannot pass %s to the %s kernel", what, ctx->language);
+        }
+    }
+    return 0;
+}
+
 int box_context_environ(corral_context *ctx, const char *const *env, struct corral_error *err)
 {
     json_t *vars = json_object();
@@ -183,30 +207,39 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
         snprintf(name, sizeof(name), "%.*s", (int)(eq - env[i]), env[i]);
         json_object_set_new(vars, name, json_string(eq + 1));
     }
-    json_t *req = json_pack("{s:s, s:o}", "type", "environ", "env", vars);
-    size_t len = 0;
-    char *frame = req ? kframe_encode(req, &len) : NULL;
-    json_decref(req);
-    if (!frame)
-        return corral_fail(err, EINVAL, "the environment is not valid UTF-8 text");
+    cleanup_json json_t *req = json_pack("{s:s, s:o}", "type", "environ", "env", vars);
     pthread_mutex_lock(&ctx->exec_lock);
-    int r = 0;
-    size_t sent = 0;
-    uint64_t deadline = corral_now_ms() + 5000;
-    while (r == 0 && sent < len) {
-        ssize_t n = ctx->sock >= 0 ? write(ctx->sock, frame + sent, len - sent) : -1;
+    int r = send_request(ctx, req, "the environment", err);
+    pthread_mutex_unlock(&ctx->exec_lock);
+    return r;
+}
+
+int box_context_warm(corral_context *ctx, struct corral_error *err)
+{
+    cleanup_json json_t *req = json_pack("{s:s}", "type", "warm");
+    pthread_mutex_lock(&ctx->exec_lock);
+    int r = send_request(ctx, req, "a warm-up", err);
+    /* Its frames carry id 0, which no execution has: they end with its done. */
+    uint64_t deadline = corral_now_ms() + KERNEL_START_TIMEOUT_MS;
+    bool done = false;
+    while (r == 0 && !done) {
+        struct kframe f;
+        int n = kreader_next(&ctx->reader, ctx->sock, &f, err);
         if (n > 0) {
-            sent += (size_t)n;
-        } else if (n < 0 && (errno == EAGAIN || errno == EINTR) && corral_now_ms() < deadline) {
-            struct pollfd p = {.fd = ctx->sock, .events = POLLOUT};
-            poll(&p, 1, 100);
-        } else {
-            r = corral_fail(err, EPIPE, "cannot pass the environment to the %s kernel",
-                            ctx->language);
+            done = f.type == KFRAME_DONE && f.id == 0;
+            kframe_clear(&f);
+            continue;
         }
+        uint64_t now = corral_now_ms();
+        if (n < 0)
+            r = corral_fail(err, ECHILD, "the %s kernel ended during its warm-up", ctx->language);
+        else if (now >= deadline)
+            r = corral_fail(err, ETIMEDOUT, "the %s kernel's warm-up took over %d s", ctx->language,
+                            KERNEL_START_TIMEOUT_MS / 1000);
+        else
+            poll(&(struct pollfd){.fd = ctx->sock, .events = POLLIN}, 1, (int)(deadline - now));
     }
     pthread_mutex_unlock(&ctx->exec_lock);
-    free(frame);
     return r;
 }
 

@@ -1016,6 +1016,28 @@ static void the_daemons_environment_does_not_reach_sandboxes(void **state)
     unsetenv("CORRAL_TEST_SECRET");
 }
 
+/* What a first cell sees of its kernel: names, history, output cache,
+ * counters; printed, so that its stdout is checked too. */
+static const char *FIRST_CELL =
+    "ip = get_ipython()\n"
+    "print(sorted(k for k in globals() if k != '__builtins__'), In, Out,\n"
+    "      (_, __, ___, _i, _ii, _iii), ip.execution_count,\n"
+    "      ip.last_execution_result, sorted(ip.user_ns_hidden))\n";
+
+static char *first_cell_state(corral_sandbox *sb, int *execution_count)
+{
+    struct collected c;
+    struct corral_exec_outcome out;
+    reset(&c);
+    exec_ok(sb, NULL, FIRST_CELL, &c, &out);
+    assert_false(out.error);
+    assert_null(main_result(&c));
+    *execution_count = out.execution_count;
+    char *v = strndup(c.out, c.out_len);
+    reset(&c);
+    return v;
+}
+
 static void pools_hand_out_ready_sandboxes(void **state)
 {
     const char *none[] = {NULL};
@@ -1065,6 +1087,24 @@ static void pools_hand_out_ready_sandboxes(void **state)
     assert_int_equal(corral_template_stats("pooled", &st, &err), 0);
     assert_int_equal(st.pool_hits, 1);
     assert_true(st.pool_misses >= 1);
+    /* A pooled kernel ran a cell of its own ahead (its warm-up) and forgot
+     * it: the user's first cell sees what a new kernel's first cell sees. */
+    o.limits.memory_bytes = 256u << 20;
+    corral_sandbox *pooled;
+    assert_int_equal(corral_sandbox_create(&o, &pooled, &err), 0);
+    assert_int_equal(corral_template_stats("pooled", &st, &err), 0);
+    assert_int_equal(st.pool_hits, 2);
+    int n_pooled = 0, n_forked = 0;
+    char *seen_pooled = first_cell_state(pooled, &n_pooled);
+    char *seen_forked = first_cell_state(other, &n_forked);
+    assert_string_equal(seen_pooled, seen_forked);
+    assert_non_null(strstr(seen_pooled, "['', \"ip = get_ipython()\\n"));
+    assert_non_null(strstr(seen_pooled, " {} ('', '', '', '', '', '') 1 "));
+    assert_int_equal(n_pooled, 1);
+    assert_int_equal(n_forked, 1);
+    free(seen_pooled);
+    free(seen_forked);
+    corral_sandbox_release(pooled);
     char *id = value_of(other, NULL, "1 + 1");
     assert_string_equal(id, "2");
     free(id);
