@@ -97,7 +97,8 @@ static void serve_usage(FILE *out)
           "                      (default none; beyond: 429)\n"
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
-          "                      else /etc/corral/corral.yaml if present)\n"
+          "                      else /etc/corral/corral.yaml if present); the default\n"
+          "                      template keeps 2 sandboxes ready unless defined there\n"
           "  --state-dir DIR     where corral keeps sandbox slots (default /run/corral)\n"
           "  --disk-dir DIR      where sandboxes' disks are made, on a disk filesystem\n"
           "                      (default disk_dir, else /var/lib/corral/disks); memory:\n"
@@ -232,7 +233,8 @@ struct warm_args {
 };
 
 /* Starts the zygotes (and fills the pools) of the default template and of
- * every configured one, so that the first sandbox is a fork too. */
+ * every configured one, so that the first sandbox is a fork too. An
+ * unconfigured default template keeps serve_default_pool() ready. */
 static void *warm_templates(void *arg)
 {
     struct warm_args *w = arg;
@@ -244,6 +246,10 @@ static void *warm_templates(void *arg)
         if (i == n && has_default)
             break;
         has_default |= !strcmp(name, "default");
+        struct corral_template pooled = {.name = "default",
+                                         .pool_size = serve_default_pool(w->cfg)};
+        if (i == n && corral_template_define(&pooled, &err) < 0)
+            fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
         if (corral_template_warm(name, w->state_dir, &err) < 0)
             fprintf(stderr, "corral: template '%s' is not ready: %s\n", name, err.message);
     }
