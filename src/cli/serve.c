@@ -233,8 +233,7 @@ struct warm_args {
 };
 
 /* Starts the zygotes (and fills the pools) of the default template and of
- * every configured one, so that the first sandbox is a fork too. An
- * unconfigured default template keeps serve_default_pool() ready. */
+ * every configured one, so that the first sandbox is a fork too. */
 static void *warm_templates(void *arg)
 {
     struct warm_args *w = arg;
@@ -246,10 +245,6 @@ static void *warm_templates(void *arg)
         if (i == n && has_default)
             break;
         has_default |= !strcmp(name, "default");
-        struct corral_template pooled = {.name = "default",
-                                         .pool_size = serve_default_pool(w->cfg)};
-        if (i == n && corral_template_define(&pooled, &err) < 0)
-            fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
         if (corral_template_warm(name, w->state_dir, &err) < 0)
             fprintf(stderr, "corral: template '%s' is not ready: %s\n", name, err.message);
     }
@@ -791,6 +786,13 @@ int cli_serve(int argc, char **argv)
         return rc;
     sigset_t sigs;
     prepare_process(o.state_dir, o.role != FLEET_FRONT, &sigs);
+    /* Before any create can use it: an unconfigured default template keeps
+     * a warm pool. */
+    struct corral_template pooled = {.name = "default", .pool_size = serve_default_pool(cfg)};
+    struct corral_error err;
+    if (o.role != FLEET_FRONT && !serve_default_defined(cfg) &&
+        corral_template_define(&pooled, &err) < 0)
+        fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
     corral_set_memory_ceiling(o.max_total_memory);
     struct servers s = {0};
     if ((rc = serve_start_role(&o, &s)) == CLI_OK &&

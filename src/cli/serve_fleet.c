@@ -124,12 +124,23 @@ static void report_fleet(const struct serve_opts *o)
     printf("%-16s %.1f s\n", "drain grace:", (double)grace / 1000);
 }
 
-unsigned serve_default_pool(const struct corral_config *cfg)
+static const struct corral_template *default_template(const struct corral_config *cfg)
 {
     for (size_t i = 0; cfg && i < cfg->n_templates; i++)
         if (!strcmp(cfg->templates[i].name, "default"))
-            return cfg->templates[i].pool_size;
-    return SERVE_DEFAULT_POOL;
+            return &cfg->templates[i];
+    return NULL;
+}
+
+bool serve_default_defined(const struct corral_config *cfg)
+{
+    return default_template(cfg) != NULL;
+}
+
+unsigned serve_default_pool(const struct corral_config *cfg)
+{
+    const struct corral_template *t = default_template(cfg);
+    return t ? t->pool_size : SERVE_DEFAULT_POOL;
 }
 
 int serve_report(const struct serve_opts *o, const struct corral_config *cfg)
