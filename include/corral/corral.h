@@ -435,6 +435,12 @@ void corral_process_release(corral_process *p);
 
 enum corral_entry_type { CORRAL_FILE = 1, CORRAL_DIR = 2, CORRAL_SYMLINK = 3, CORRAL_OTHER = 4 };
 
+/* A file's metadata: its extended attributes user.e2b.KEY (where E2B's
+ * envd keeps a file's metadata too), as "KEY=VALUE\n" lines; keys and values
+ * printable ASCII, keys without '=', at most this many bytes in all with
+ * the "user.e2b." of each key. */
+#define CORRAL_METADATA_MAX 4096
+
 struct corral_entry {
     enum corral_entry_type type;
     uint32_t mode;
@@ -443,7 +449,8 @@ struct corral_entry {
     uint32_t uid, gid; /* as seen inside: 1000 is the sandbox's user */
     char path[4096];
     char name[256];
-    char target[4096]; /* for symlinks */
+    char target[4096];                      /* for symlinks */
+    char metadata[CORRAL_METADATA_MAX + 1]; /* "KEY=VALUE\n" lines; "" when none */
 };
 
 /* Relative paths are relative to /home/user. */
@@ -460,6 +467,14 @@ int corral_file_write(corral_sandbox *sb, const char *path,
                       struct corral_error *err);
 int corral_file_write_all(corral_sandbox *sb, const char *path, const void *data, size_t len,
                           struct corral_error *err);
+/* corral_file_write that also replaces the file's metadata with metadata
+ * ("KEY=VALUE\n" lines, see CORRAL_METADATA_MAX; "" removes it all) once
+ * its content is written; corral_file_write leaves it as it was. */
+int corral_file_write_with_metadata(corral_sandbox *sb, const char *path,
+                                    long (*source)(void *userdata, void *buf, size_t cap),
+                                    void *userdata, const char *metadata, struct corral_error *err);
+int corral_file_write_all_with_metadata(corral_sandbox *sb, const char *path, const void *data,
+                                        size_t len, const char *metadata, struct corral_error *err);
 int corral_file_stat(corral_sandbox *sb, const char *path, struct corral_entry *out,
                      struct corral_error *err);
 /* Entries below path, depth levels deep (1 = the directory itself); free() *out.

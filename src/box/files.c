@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "base/cleanup.h"
@@ -147,13 +148,75 @@ int corral_file_read_all(corral_sandbox *sb, const char *path, size_t max, char 
     return 0;
 }
 
+#define METADATA_PREFIX "user.e2b."
+
+/* Checks metadata's shape (corral.h): 0, or EINVAL said. */
+static int check_metadata(const char *metadata, struct corral_error *err)
+{
+    size_t total = 0;
+    for (const char *l = metadata; *l;) {
+        const char *nl = strchr(l, '\n'), *eq = strchr(l, '=');
+        if (!nl || !eq || eq == l || eq > nl)
+            return corral_fail(err, EINVAL,
+                               "metadata must be KEY=VALUE lines, each ended by a "
+                               "newline, with a key");
+        for (const char *c = l; c < nl; c++)
+            if (*c < 0x20 || *c > 0x7e)
+                return corral_fail(err, EINVAL, "metadata must be printable ASCII");
+        total += strlen(METADATA_PREFIX) + (size_t)(nl - l) - 1;
+        if (eq - l > 255 - (long)strlen(METADATA_PREFIX))
+            return corral_fail(err, EINVAL, "a metadata key is longer than %zu bytes",
+                               255 - strlen(METADATA_PREFIX));
+        l = nl + 1;
+    }
+    if (total > CORRAL_METADATA_MAX)
+        return corral_fail(err, EINVAL, "the metadata takes %zu bytes, more than %d", total,
+                           CORRAL_METADATA_MAX);
+    return 0;
+}
+
+/* Replaces the user.e2b.* attributes of the open file fd with metadata. */
+static int set_metadata(int fd, const char *path, const char *metadata, struct corral_error *err)
+{
+    ssize_t n = flistxattr(fd, NULL, 0);
+    cleanup_free char *names = n > 0 ? malloc((size_t)n) : NULL;
+    if (n > 0 && (!names || (n = flistxattr(fd, names, (size_t)n)) < 0))
+        return corral_fail_errno(err, "cannot read the metadata of %s", path);
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1)
+        if (!strncmp(names + i, METADATA_PREFIX, strlen(METADATA_PREFIX)) &&
+            fremovexattr(fd, names + i) < 0 && errno != ENODATA)
+            return corral_fail_errno(err, "cannot replace the metadata of %s", path);
+    for (const char *l = metadata; *l;) {
+        const char *eq = strchr(l, '='), *nl = strchr(eq, '\n');
+        char name[256];
+        snprintf(name, sizeof(name), "%s%.*s", METADATA_PREFIX, (int)(eq - l), l);
+        if (fsetxattr(fd, name, eq + 1, (size_t)(nl - eq - 1), 0) < 0) {
+            if (errno == ENOSPC || errno == E2BIG)
+                return corral_fail(err, ENOSPC,
+                                   "the metadata of %s does not fit in the room its filesystem "
+                                   "gives a file's attributes",
+                                   path);
+            return corral_fail_errno(err, "cannot store the metadata of %s", path);
+        }
+        l = nl + 1;
+    }
+    return 0;
+}
+
 int corral_file_write(corral_sandbox *sb, const char *path,
                       long (*source)(void *userdata, void *buf, size_t cap), void *userdata,
                       struct corral_error *err)
 {
+    return corral_file_write_with_metadata(sb, path, source, userdata, NULL, err);
+}
+
+int corral_file_write_with_metadata(corral_sandbox *sb, const char *path,
+                                    long (*source)(void *userdata, void *buf, size_t cap),
+                                    void *userdata, const char *metadata, struct corral_error *err)
+{
     int fd;
-    int r = open_file(sb, path, CTL_OPEN_WRITE, &fd, NULL, err);
-    if (r < 0)
+    int r = metadata ? check_metadata(metadata, err) : 0;
+    if (r < 0 || (r = open_file(sb, path, CTL_OPEN_WRITE, &fd, NULL, err)) < 0)
         return r;
     char *buf = malloc(65536);
     if (!buf) {
@@ -174,6 +237,8 @@ int corral_file_write(corral_sandbox *sb, const char *path,
         }
     }
     free(buf);
+    if (r >= 0 && metadata)
+        r = set_metadata(fd, path, metadata, err);
     close(fd);
     return r < 0 ? r : 0;
 }
@@ -195,8 +260,14 @@ static long buffer_source(void *ud, void *buf, size_t cap)
 int corral_file_write_all(corral_sandbox *sb, const char *path, const void *data, size_t len,
                           struct corral_error *err)
 {
+    return corral_file_write_all_with_metadata(sb, path, data, len, NULL, err);
+}
+
+int corral_file_write_all_with_metadata(corral_sandbox *sb, const char *path, const void *data,
+                                        size_t len, const char *metadata, struct corral_error *err)
+{
     struct buffer_source s = {.data = data, .len = len};
-    return corral_file_write(sb, path, buffer_source, &s, err);
+    return corral_file_write_with_metadata(sb, path, buffer_source, &s, metadata, err);
 }
 
 static void entry_from_ctl(const struct ctl_entry *c, struct corral_entry *e)
@@ -210,6 +281,7 @@ static void entry_from_ctl(const struct ctl_entry *c, struct corral_entry *e)
     memcpy(e->path, c->path, sizeof(e->path));
     memcpy(e->name, c->name, sizeof(e->name));
     memcpy(e->target, c->target, sizeof(e->target));
+    memcpy(e->metadata, c->metadata, sizeof(e->metadata));
 }
 
 static int reply_entry(corral_sandbox *sb, struct request *q, struct corral_entry *out,

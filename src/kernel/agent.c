@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "base/cleanup.h"
@@ -322,6 +323,36 @@ static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *re
 
 /* ---- files ---- */
 
+#define METADATA_PREFIX "user.e2b."
+
+/* path's metadata (corral.h: its user.e2b.* attributes) as "key=value\n"
+ * lines; attributes that do not fit that shape are left out. */
+static void read_metadata(const char *path, char *out, size_t cap)
+{
+    out[0] = '\0';
+    ssize_t n = llistxattr(path, NULL, 0);
+    cleanup_free char *names = n > 0 ? malloc((size_t)n) : NULL;
+    if (!names || (n = llistxattr(path, names, (size_t)n)) <= 0)
+        return;
+    size_t used = 0, plen = strlen(METADATA_PREFIX);
+    char value[CORRAL_METADATA_MAX + 1];
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1) {
+        const char *key = names + i + plen;
+        if (strncmp(names + i, METADATA_PREFIX, plen) || !*key || strpbrk(key, "=\n"))
+            continue;
+        ssize_t v = lgetxattr(path, names + i, value, sizeof(value) - 1);
+        if (v < 0 || memchr(value, '\n', (size_t)v) || memchr(value, '\0', (size_t)v))
+            continue;
+        value[v] = '\0';
+        int w = snprintf(out + used, cap - used, "%s=%s\n", key, value);
+        if (w < 0 || (size_t)w >= cap - used) {
+            out[used] = '\0';
+            return;
+        }
+        used += (size_t)w;
+    }
+}
+
 static void fill_entry(struct ctl_entry *e, const char *path, const char *name,
                        const struct stat *st)
 {
@@ -340,6 +371,8 @@ static void fill_entry(struct ctl_entry *e, const char *path, const char *name,
     if (S_ISLNK(st->st_mode)) {
         ssize_t n = readlink(path, e->target, sizeof(e->target) - 1);
         e->target[n > 0 ? n : 0] = '\0';
+    } else {
+        read_metadata(path, e->metadata, sizeof(e->metadata));
     }
 }
 

@@ -257,6 +257,7 @@ void ctl_put_entry(struct ctl_msg *m, const struct ctl_entry *e)
     ctl_put_str(m, e->path);
     ctl_put_str(m, e->name);
     ctl_put_str(m, e->target);
+    ctl_put_str(m, e->metadata);
 }
 
 void ctl_get_entry(struct ctl_reader *r, struct ctl_entry *e)
@@ -270,6 +271,7 @@ void ctl_get_entry(struct ctl_reader *r, struct ctl_entry *e)
     ctl_get_str(r, e->path, sizeof(e->path));
     ctl_get_str(r, e->name, sizeof(e->name));
     ctl_get_str(r, e->target, sizeof(e->target));
+    ctl_get_str(r, e->metadata, sizeof(e->metadata));
     if (e->type < CTL_TYPE_FILE || e->type > CTL_TYPE_OTHER)
         r->bad = true;
 }

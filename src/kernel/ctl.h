@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "corral/corral.h"
 
 #define CTL_HEADER_SIZE 12
 #define CTL_MAX_PAYLOAD (64 * 1024)
@@ -141,6 +142,7 @@ struct ctl_entry {
     char path[4096];
     char name[256];
     char target[4096];
+    char metadata[CORRAL_METADATA_MAX + 1]; /* "key=value\n" per user.e2b.* attribute */
 };
 void ctl_put_entry(struct ctl_msg *m, const struct ctl_entry *e);
 void ctl_get_entry(struct ctl_reader *r, struct ctl_entry *e);

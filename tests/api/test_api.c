@@ -767,6 +767,44 @@ static void files_round_trip(void **state)
     assert_int_equal(e.size, big);
     assert_int_equal(e.uid, 1000);
     assert_string_equal(e.name, "été ☀.bin");
+    assert_string_equal(e.metadata, "");
+
+    /* Metadata: user.e2b.* attributes, replaced by each write that gives it. */
+    assert_int_equal(
+        corral_file_write_all_with_metadata(sb, "m.txt", "1", 1, "owner=ann\nnote=a = b\n", &err),
+        0);
+    assert_int_equal(corral_file_stat(sb, "m.txt", &e, &err), 0);
+    assert_true(!strcmp(e.metadata, "owner=ann\nnote=a = b\n") ||
+                !strcmp(e.metadata, "note=a = b\nowner=ann\n"));
+    assert_int_equal(corral_file_write_all(sb, "m.txt", "2", 1, &err), 0); /* kept */
+    assert_int_equal(corral_file_stat(sb, "m.txt", &e, &err), 0);
+    assert_non_null(strstr(e.metadata, "owner=ann\n"));
+    assert_int_equal(corral_file_write_all_with_metadata(sb, "m.txt", "3", 1, "k=v\n", &err), 0);
+    assert_int_equal(corral_file_stat(sb, "m.txt", &e, &err), 0);
+    assert_string_equal(e.metadata, "k=v\n");
+    int code = -1;
+    assert_int_equal(corral_command_run(sb,
+                                        "python3 -c \"import os; os.setxattr('m.txt', "
+                                        "'user.e2b.k', b'from inside'); os.setxattr('m.txt', "
+                                        "'user.other', b'not ours')\"",
+                                        NULL, NULL, 0, &code, &err),
+                     0);
+    assert_int_equal(code, 0);
+    assert_int_equal(corral_file_stat(sb, "/home/user/m.txt", &e, &err), 0);
+    assert_string_equal(e.metadata, "k=from inside\n");
+    assert_int_equal(corral_file_write_all_with_metadata(sb, "m.txt", "4", 1, "", &err), 0);
+    assert_int_equal(corral_file_stat(sb, "m.txt", &e, &err), 0);
+    assert_string_equal(e.metadata, "");
+    static const char *const bad[] = {"k=v", "=v\n", "novalue\n", "k=caf\xc3\xa9\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        assert_true(corral_file_write_all_with_metadata(sb, "m.txt", "5", 1, bad[i], &err) < 0);
+        assert_int_equal(err.code, EINVAL);
+    }
+    char *left;
+    size_t left_len;
+    assert_int_equal(corral_file_read_all(sb, "m.txt", 10, &left, &left_len, &err), 0);
+    assert_string_equal(left, "4"); /* refused metadata: the file untouched */
+    free(left);
 
     bool created;
     assert_int_equal(corral_file_mkdir(sb, "/mnt/data/a/b/c", true, &created, &err), 0);

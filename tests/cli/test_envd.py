@@ -31,6 +31,17 @@ def sid(server):
     return create(server)["sandboxID"]
 
 
+@pytest.fixture
+def unpooled(tmp_path):
+    """A server without a warm pool: its descriptors change only with what
+    a test does, not with a pool filling up in the background."""
+    config = tmp_path / "corral.yaml"
+    config.write_text("templates:\n  default:\n    pool_size: 0\n")
+    s = Server("--config", str(config))
+    yield s
+    s.stop()
+
+
 def headers(sid, **extra):
     return {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", **extra}
 
@@ -241,6 +252,53 @@ def test_octet_stream_upload_errors(server, sid, query, extra, body, message):
     status, _, data = envd(server, sid, "POST", "/files" + query, body,
                            {"Content-Type": "application/octet-stream", **extra})
     assert status == 400 and message in json.loads(data)["message"], data
+
+
+def meta_upload(server, sid, path, meta_headers):
+    """An octet-stream upload with X-Metadata-* headers (a list of pairs,
+    repeats kept); returns (status, JSON body)."""
+    conn = connection(server)
+    conn.putrequest("POST", f"/files?path={path}")
+    for name, value in [*headers(sid).items(), ("Content-Type", "application/octet-stream"),
+                        ("Content-Length", "1"), *meta_headers]:
+        conn.putheader(name, value)
+    conn.endheaders(b"x")
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    conn.close()
+    return resp.status, body
+
+
+def test_upload_metadata_is_kept_as_envd_keeps_it(server, sid):
+    status, body = meta_upload(server, sid, "m.txt", [("X-Metadata-Owner", "ann"),
+                                                      ("x-metadata-owner", "bob"),
+                                                      ("X-Metadata-Empty", "")])
+    assert status == 200, body
+    assert body == [{"path": "/home/user/m.txt", "name": "m.txt", "type": "file",
+                     "metadata": {"owner": "ann", "empty": ""}}]
+    status, entry = unary(server, sid, "filesystem.Filesystem/Stat", {"path": "m.txt"})
+    assert entry["entry"]["metadata"] == {"owner": "ann", "empty": ""}
+    # the attributes a program in the sandbox sees
+    check = ("import os, sys; p = '/home/user/m.txt'; sys.exit(sorted(os.listxattr(p)) != "
+             "['user.e2b.empty', 'user.e2b.owner'] or os.getxattr(p, 'user.e2b.owner') != b'ann')")
+    assert sh(server, sid, f'python3 -c "{check}"') == 0
+    # a key of 246 bytes is kept; metadata over the limits is refused before
+    # the file is touched
+    assert meta_upload(server, sid, "m.txt", [("X-Metadata-" + "k" * 246, "v")])[0] == 200
+    kept = [("X-Metadata-k%d" % i, "v" * 300) for i in range(10)]
+    assert meta_upload(server, sid, "m.txt", kept)[0] == 200
+    # each key counts "user.e2b." (9 bytes), itself and its value
+    over = [("X-Metadata-k%d" % i, "v" * 87) for i in range(41)]
+    used = sum(9 + len(name) - len("X-Metadata-") + len(value) for name, value in over)
+    over.append(("X-Metadata-last", "w" * (4096 - used - 9 - 4 + 1)))
+    for extra, message in (([("X-Metadata-" + "k" * 247, "v")], "must be 1 to 246 bytes"),
+                           (over, "exceeds 4096 bytes"),
+                           ([("X-Metadata-bad", "caf\u00e9".encode().decode("latin-1"))],
+                            "printable US-ASCII")):
+        status, body = meta_upload(server, sid, "m.txt", extra)
+        assert status == 400 and message in body["message"], body
+    status, entry = unary(server, sid, "filesystem.Filesystem/Stat", {"path": "m.txt"})
+    assert entry["entry"]["metadata"] == {"k%d" % i: "v" * 300 for i in range(10)}
 
 
 def test_upload_errors(server, sid):
@@ -599,7 +657,9 @@ def open_fds(server):
     return len(os.listdir(f"/proc/{server.proc.pid}/fd"))
 
 
-def test_watch_dir_streams_events_recursively(server, sid):
+def test_watch_dir_streams_events_recursively(unpooled):
+    server = unpooled  # its descriptors are counted
+    sid = create(server)["sandboxID"]
     assert sh(server, sid, "mkdir -p /home/user/w/old") == 0
     s = Stream(server, sid, "filesystem.Filesystem/WatchDir",
                {"path": "w", "recursive": True, "includeEntry": True},
@@ -694,7 +754,9 @@ def test_watchers_polled_with_get_watcher_events(server, sid):
     assert status == 400 and body["code"] == "invalid_argument"
 
 
-def test_watches_are_bounded_and_freed_with_their_sandbox(server, sid):
+def test_watches_are_bounded_and_freed_with_their_sandbox(unpooled):
+    server = unpooled
+    sid = create(server)["sandboxID"]
     before = open_fds(server)
     ids = []
     for _ in range(64):

@@ -221,6 +221,54 @@ test('files.watchDir reports creations, writes and removals, recursively', T, ()
   }),
 );
 
+test('files.write keeps metadata that getInfo, list and watch events report (envd 0.6.x)', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const written = await sbx.files.write('/home/user/meta/a.txt', 'one', {
+      metadata: { Owner: 'ann', 'build.id': 'x=1; y=2' },
+    });
+    assert.deepEqual(written.metadata, { owner: 'ann', 'build.id': 'x=1; y=2' });
+    assert.deepEqual((await sbx.files.getInfo('/home/user/meta/a.txt')).metadata, {
+      owner: 'ann',
+      'build.id': 'x=1; y=2',
+    });
+    const multi = await sbx.files.write(
+      [
+        { path: '/home/user/meta/b.txt', data: 'two' },
+        { path: '/home/user/meta/c.txt', data: 'three' },
+      ],
+      { metadata: { batch: '7' } },
+    );
+    assert.deepEqual(multi.map((f) => f.metadata), [{ batch: '7' }, { batch: '7' }]);
+    const listed = Object.fromEntries((await sbx.files.list('/home/user/meta')).map((e) => [e.name, e.metadata]));
+    assert.deepEqual(listed, {
+      'a.txt': { owner: 'ann', 'build.id': 'x=1; y=2' },
+      'b.txt': { batch: '7' },
+      'c.txt': { batch: '7' },
+    });
+    // Each upload replaces the metadata; one without any clears it.
+    await sbx.files.write('/home/user/meta/a.txt', 'one again', { metadata: { stage: 'two' } });
+    assert.deepEqual((await sbx.files.getInfo('/home/user/meta/a.txt')).metadata, { stage: 'two' });
+    await sbx.files.write('/home/user/meta/a.txt', 'plain');
+    assert.equal((await sbx.files.getInfo('/home/user/meta/a.txt')).metadata, undefined);
+    assert.equal(await sbx.files.read('/home/user/meta/a.txt'), 'plain');
+    // A watch with includeEntry gets the entry of what changed, metadata included.
+    const events = [];
+    const handle = await sbx.files.watchDir('/home/user/meta', (ev) => events.push(ev), {
+      includeEntry: true,
+      allowNetworkMounts: true,
+    });
+    await sbx.files.write('/home/user/meta/d.txt', 'four', { metadata: { seen: 'yes' } });
+    await until(
+      () => events.some((ev) => ev.name === 'd.txt' && ev.entry?.metadata?.seen === 'yes'),
+      `an event of d.txt with its entry in ${JSON.stringify(events)}`,
+    );
+    const ev = events.find((e) => e.name === 'd.txt' && e.entry);
+    assert.equal(ev.entry.path, '/home/user/meta/d.txt');
+    assert.equal(ev.entry.type, 'file');
+    await handle.stop();
+  }),
+);
+
 test('pty.create runs an interactive shell that takes input and resizes', T, () =>
   withSandbox(Sandbox, async (sbx) => {
     const decoder = new TextDecoder();

@@ -20,7 +20,7 @@
 #include "corral/corral.h"
 
 #define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
-#define ENVD_VERSION      "0.5.7"    /* closeStdin, octet-stream uploads; no file metadata */
+#define ENVD_VERSION      "0.6.4"    /* file metadata, entries in watch events, network mounts */
 #define PORT_ENVD         "49983"
 #define PORT_INTERPRETER  "49999"
 #define KEEPALIVE_MS      5000

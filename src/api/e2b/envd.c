@@ -1071,6 +1071,22 @@ static void permissions_text(enum corral_entry_type type, uint32_t mode, char *o
 }
 
 /* EntryInfo; a symlink is reported as what it points to, with symlinkTarget. */
+/* A file's metadata ("key=value\n" lines) as a JSON object. */
+static json_t *metadata_json(const char *metadata)
+{
+    json_t *o = json_object();
+    for (const char *l = metadata; o && *l;) {
+        const char *eq = strchr(l, '='), *nl = strchr(l, '\n');
+        if (!eq || !nl || eq > nl)
+            break;
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - l), l);
+        json_object_set_new(o, key, json_stringn(eq + 1, (size_t)(nl - eq - 1)));
+        l = nl + 1;
+    }
+    return o;
+}
+
 static json_t *entry_json(corral_sandbox *sb, const struct corral_entry *e)
 {
     struct corral_entry *target = NULL;
@@ -1117,6 +1133,8 @@ static json_t *entry_json(corral_sandbox *sb, const struct corral_entry *e)
         json_object_set_new(j, "type", json_string(types[t->type]));
     if (j && e->type == CORRAL_SYMLINK)
         json_object_set_new(j, "symlinkTarget", api_text_json(target ? resolved : e->target));
+    if (j && t->metadata[0])
+        json_object_set_new(j, "metadata", metadata_json(t->metadata));
     free(target);
     return j;
 }
@@ -1362,11 +1380,14 @@ static int watch_args(struct rpc *c, char *path, bool *recursive, bool *include_
                       struct corral_error *err)
 {
     json_t *p = field(c->msg, "path", NULL), *r = field(c->msg, "recursive", NULL),
-           *ie = field(c->msg, "includeEntry", "include_entry");
+           *ie = field(c->msg, "includeEntry", "include_entry"),
+           *nm = field(c->msg, "allowNetworkMounts", "allow_network_mounts");
     if (p && !json_is_string(p))
         return corral_fail(err, EINVAL, "'path' must be a string");
-    if ((r && !json_is_boolean(r)) || (ie && !json_is_boolean(ie)))
-        return corral_fail(err, EINVAL, "'recursive' and 'includeEntry' must be booleans");
+    /* allowNetworkMounts: a sandbox here has no network mount to refuse. */
+    if ((r && !json_is_boolean(r)) || (ie && !json_is_boolean(ie)) || (nm && !json_is_boolean(nm)))
+        return corral_fail(err, EINVAL,
+                           "'recursive', 'includeEntry' and 'allowNetworkMounts' must be booleans");
     *recursive = r && json_is_true(r);
     *include_entry = ie && json_is_true(ie);
     return resolve_path(p ? json_string_value(p) : "", path, err);
@@ -1712,9 +1733,73 @@ static long inflate_source(void *u, void *buf, size_t cap)
     return n;
 }
 
+/* An upload's X-Metadata-KEY headers, as envd 0.6.2 keeps them: the key
+ * lowercased, printable ASCII values, the first of a repeated key, at most
+ * METADATA_KEY_MAX bytes a key and CORRAL_METADATA_MAX in all. */
+#define METADATA_HEADER  "X-Metadata-"
+#define METADATA_XATTR   "user.e2b."
+#define METADATA_KEY_MAX 246
+
+struct metadata_headers {
+    char text[CORRAL_METADATA_MAX + 1]; /* "key=value\n" lines */
+    size_t len, total;
+    char bad[320]; /* why they are refused; "" when they are not */
+};
+
+static bool has_key(const char *text, const char *key, size_t klen)
+{
+    for (const char *l = text; *l; l = strchr(l, '\n') + 1)
+        if (!strncmp(l, key, klen) && l[klen] == '=')
+            return true;
+    return false;
+}
+
+static void add_metadata(void *arg, const char *name, const char *value)
+{
+    struct metadata_headers *m = arg;
+    size_t plen = strlen(METADATA_HEADER), klen = strlen(name) - plen;
+    if (m->bad[0] || strncasecmp(name, METADATA_HEADER, plen))
+        return;
+    char key[METADATA_KEY_MAX + 1];
+    if (!klen || klen > METADATA_KEY_MAX) {
+        snprintf(m->bad, sizeof(m->bad), "metadata key '%.60s' must be 1 to %d bytes long",
+                 name + plen, METADATA_KEY_MAX);
+        return;
+    }
+    for (size_t i = 0; i <= klen; i++)
+        key[i] = (char)tolower((unsigned char)name[plen + i]);
+    if (has_key(m->text, key, klen))
+        return; /* the first value of a repeated key holds */
+    for (const char *c = value; *c; c++)
+        if (*c < 0x20 || *c > 0x7e) {
+            snprintf(m->bad, sizeof(m->bad),
+                     "the value of metadata key '%s' must be printable US-ASCII", key);
+            return;
+        }
+    m->total += strlen(METADATA_XATTR) + klen + strlen(value);
+    if (m->total > CORRAL_METADATA_MAX) {
+        snprintf(m->bad, sizeof(m->bad),
+                 "the metadata exceeds %d bytes (keys and values, with '%s' per key)",
+                 CORRAL_METADATA_MAX, METADATA_XATTR);
+        return;
+    }
+    m->len += (size_t)snprintf(m->text + m->len, sizeof(m->text) - m->len, "%s=%s\n", key, value);
+}
+
+/* An uploaded file's entry in the answer. */
+static json_t *written_json(const char *path, const struct metadata_headers *md)
+{
+    json_t *j = json_pack("{s:o, s:o, s:s}", "path", api_text_json(path), "name",
+                          api_text_json(api_base_name(path)), "type", "file");
+    if (j && md->len)
+        json_object_set_new(j, "metadata", metadata_json(md->text));
+    return j;
+}
+
 /* application/octet-stream: the body is the file (gzip-compressed with
  * Content-Encoding: gzip), written to the path query parameter. */
-static struct http_response *upload_raw(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *upload_raw(corral_sandbox *sb, const struct http_request *req,
+                                        const struct metadata_headers *md)
 {
     const char *q = http_query(req, "path"), *enc = http_header(req, "Content-Encoding");
     bool gzip = enc && !strcasecmp(enc, "gzip");
@@ -1734,27 +1819,46 @@ static struct http_response *upload_raw(corral_sandbox *sb, const struct http_re
             return http_error(500, "out of memory");
         in.z.next_in = (unsigned char *)req->body;
         in.z.avail_in = (uInt)req->body_len;
-        r = corral_file_write(sb, path, inflate_source, &in, &err);
+        r = corral_file_write_with_metadata(sb, path, inflate_source, &in, md->text, &err);
         inflateEnd(&in.z);
         if (r == -EILSEQ)
             return http_error(400, "the body is not valid gzip data");
     } else {
-        r = corral_file_write_all(sb, path, req->body, req->body_len, &err);
+        r = corral_file_write_all_with_metadata(sb, path, req->body, req->body_len, md->text, &err);
     }
     if (r < 0)
         return write_error(&err, path);
-    return http_json(200, json_pack("[{s:o, s:o, s:s}]", "path", api_text_json(path), "name",
-                                    api_text_json(api_base_name(path)), "type", "file"));
+    return http_json(200, json_pack("[o]", written_json(path, md)));
 }
+
+static struct http_response *upload_parts(corral_sandbox *sb, const struct http_request *req,
+                                          const struct metadata_headers *md);
 
 static struct http_response *upload(corral_sandbox *sb, const struct http_request *req)
 {
     struct http_response *bad = username_check(req);
     if (bad)
         return bad;
+    struct metadata_headers *md = calloc(1, sizeof(*md));
+    if (!md)
+        return http_error(500, "out of memory");
+    http_header_each(req, add_metadata, md);
+    struct http_response *resp = md->bad[0] ? http_error(400, "%s", md->bad) : NULL;
     const char *ct = http_header(req, "Content-Type");
-    if (ct && !strncasecmp(ct, "application/octet-stream", 24))
-        return upload_raw(sb, req);
+    if (!resp && ct && !strncasecmp(ct, "application/octet-stream", 24))
+        resp = upload_raw(sb, req, md);
+    if (!resp)
+        resp = upload_parts(sb, req, md);
+    free(md);
+    return resp;
+}
+
+/* multipart/form-data: each 'file' part is a file, at the path query
+ * parameter or at its filename. */
+static struct http_response *upload_parts(corral_sandbox *sb, const struct http_request *req,
+                                          const struct metadata_headers *md)
+{
+    const char *ct = http_header(req, "Content-Type");
     const char *enc = http_header(req, "Content-Encoding");
     if (enc && strcasecmp(enc, "identity"))
         return http_error(400, "unsupported Content-Encoding for a multipart upload: %s", enc);
@@ -1801,7 +1905,8 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
                               path);
             break;
         }
-        if (corral_file_write_all(sb, path, parts[i].data, parts[i].len, &err) < 0) {
+        if (corral_file_write_all_with_metadata(sb, path, parts[i].data, parts[i].len, md->text,
+                                                &err) < 0) {
             resp = write_error(&err, path);
             break;
         }
@@ -1810,9 +1915,7 @@ static struct http_response *upload(corral_sandbox *sb, const struct http_reques
             break;
         }
         n_dests++;
-        json_array_append_new(written,
-                              json_pack("{s:o, s:o, s:s}", "path", api_text_json(path), "name",
-                                        api_text_json(api_base_name(path)), "type", "file"));
+        json_array_append_new(written, written_json(path, md));
     }
     free(parts);
     corral_strv_free(dests);

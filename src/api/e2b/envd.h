@@ -1,13 +1,14 @@
 /*
  * envd, the daemon E2B runs in each sandbox (E2b-Sandbox-Port: 49983), over
- * libcorral, as an E2B sandbox that reports envdVersion 0.5.7 offers it:
+ * libcorral, as an E2B sandbox that reports envdVersion 0.6.4 offers it:
  *
  *   GET /health                      204
  *   GET /files?path=&username=       the file's bytes (400 for a directory, 404 missing)
  *   POST /files?path=&username=      multipart/form-data uploads ('file' parts; a part's
  *                                    filename is its destination when path is absent), or
  *                                    application/octet-stream (the body is the file at
- *                                    path; Content-Encoding: gzip is inflated)
+ *                                    path; Content-Encoding: gzip is inflated); its
+ *                                    X-Metadata-KEY headers become the file's metadata
  *   /process.Process/...             Connect RPC: Start and Connect (server streams, also
  *                                    on a terminal), List, SendInput, SendSignal,
  *                                    CloseStdin, Update; StreamInput answers `unimplemented`
