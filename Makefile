@@ -47,7 +47,7 @@ FUZZ_SOURCES = tests/fuzz/fuzz_frames.c src/kernel/ctl.c src/kernel/frame.c src/
 # (TLS SNI, HTTP Host), under libFuzzer (clang), for a short run each.
 fuzz:
 	@mkdir -p $(FUZZ_BUILD)/corpus
-	@clang -g -O1 -D_GNU_SOURCE -Isrc -fsanitize=fuzzer,address,undefined \
+	@clang -g -O1 -D_GNU_SOURCE -Isrc -Iinclude -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $(FUZZ_SOURCES) -ljansson -o $(FUZZ_BUILD)/fuzz_frames
 	@cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
 	@$(FUZZ_BUILD)/fuzz_frames -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
