@@ -889,13 +889,11 @@ sandbox_tools:
         g.stop()
 
 
-def test_connections_that_end_leave_no_descriptor(upstream, tmp_path):
+def test_connections_that_end_leave_no_descriptor(upstream):
     """Each client connection has its thread and its kept-alive upstream
     connection; both go when the client's connection ends."""
     upstream.script = lambda body: (200, "application/json", [completion()], 0)
-    cfg = tmp_path / "corral.yaml"  # no warm pool filling up while descriptors are counted
-    cfg.write_text("templates:\n  default:\n    pool_size: 0\n")
-    g = upstream_gateway(upstream, "--config", str(cfg))
+    g = upstream_gateway(upstream)
     try:
         def one():
             resp, text = g.request("POST", "/v1/chat/completions", body={
