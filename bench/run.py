@@ -950,7 +950,9 @@ def pool_http_calls(corral, runs):
                     raise BenchError(f"/execute answered {status}: {body[:200]!r}")
                 if i >= 3:
                     made.append((time.perf_counter() - t) * 1000)
-                call("DELETE", f"/sandboxes/{sid}")
+                status, body = call("DELETE", f"/sandboxes/{sid}")
+                if status != 204:
+                    raise BenchError(f"delete answered {status}: {body[:200]!r}")
             return made
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

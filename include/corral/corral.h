@@ -136,6 +136,7 @@ const char *const *corral_base_env(void);
 struct corral_sandbox_options {
     const char *template_id; /* NULL = "default"; see corral_template_define() */
     uint64_t timeout_ms;     /* the sandbox is killed this long after creation; 0 = never */
+    bool pause_at_deadline;  /* at its deadline it is paused instead (corral_sandbox_pause) */
     struct corral_limits limits;
     const char *const *env;      /* NULL-terminated NAME=VALUE for every kernel and command */
     const char *const *metadata; /* NULL-terminated key=value, kept with the sandbox */
@@ -173,9 +174,13 @@ const char *corral_sandbox_metadata(const corral_sandbox *sb, const char *key);
 bool corral_sandbox_metadata_at(const corral_sandbox *sb, size_t i, const char **key,
                                 const char **value);
 uint64_t corral_sandbox_started_at_ms(const corral_sandbox *sb); /* wall clock */
-/* Deadline (wall clock, ms since the epoch; 0 = none), and changing it. */
+/* Deadline (wall clock, ms since the epoch; 0 = none, or paused), and
+ * changing it: the timeout counts from now, or from the resume of a paused
+ * sandbox. */
 uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb);
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms_from_now);
+/* Whether its deadline pauses it rather than kills it (pause_at_deadline). */
+bool corral_sandbox_pauses_at_deadline(corral_sandbox *sb);
 const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);
 /* Changes the sandbox's network (a policy swap; connections already open
  * stay open).  corral_sandbox_network_mode() tells its mode. */
@@ -186,8 +191,10 @@ enum corral_network_mode corral_sandbox_network_mode(corral_sandbox *sb);
 uint64_t corral_sandbox_oom_kills(corral_sandbox *sb);
 /* Pausing freezes every process of the sandbox: memory and state are kept,
  * no CPU is used, and calls that need the sandbox fail with EAGAIN until it
- * is resumed (its deadline still applies; a kill works at any time).
- * -EALREADY when it already is paused, or not paused. */
+ * is resumed; a kill works at any time. Its deadline stops while it is
+ * paused: a resume gives it its timeout (the create's, or the last
+ * corral_sandbox_set_timeout's) from then on. -EALREADY when it already is
+ * paused, or not paused. */
 int corral_sandbox_pause(corral_sandbox *sb, struct corral_error *err);
 int corral_sandbox_resume(corral_sandbox *sb, struct corral_error *err);
 bool corral_sandbox_paused(corral_sandbox *sb);

@@ -91,7 +91,9 @@ struct corral_sandbox {
     char python[256];
     bool forked; /* from a zygote: kernels are forks of the agent's interpreter */
     struct corral_limits limits;
-    uint64_t started_at_ms, deadline_ms; /* wall clock */
+    uint64_t started_at_ms, deadline_ms; /* wall clock; no deadline while paused */
+    uint64_t timeout_ms;                 /* the deadline's, from the start or a resume */
+    bool pause_at_deadline;
     bool registered;
     corral_sandbox *next_registered;
     /* Handed out: counted against the memory ceiling and its owner's most

@@ -219,7 +219,8 @@ int box_context_warm(corral_context *ctx, struct corral_error *err)
     cleanup_json json_t *req = json_pack("{s:s}", "type", "warm");
     pthread_mutex_lock(&ctx->exec_lock);
     int r = send_request(ctx, req, "a warm-up", err);
-    /* Its frames carry id 0, which no execution has: they end with its done. */
+    /* Its cell's frames carry id -1, which no execution has; a done of id
+     * 0 ends it, not ok when the kernel could not forget the cell. */
     uint64_t deadline = corral_now_ms() + KERNEL_START_TIMEOUT_MS;
     bool done = false;
     while (r == 0 && !done) {
@@ -227,6 +228,8 @@ int box_context_warm(corral_context *ctx, struct corral_error *err)
         int n = kreader_next(&ctx->reader, ctx->sock, &f, err);
         if (n > 0) {
             done = f.type == KFRAME_DONE && f.id == 0;
+            if (done && !f.ok)
+                r = corral_fail(err, ECHILD, "the %s kernel's warm-up failed", ctx->language);
             kframe_clear(&f);
             continue;
         }

@@ -175,17 +175,20 @@ static int check_metadata(const char *metadata, struct corral_error *err)
     return 0;
 }
 
-/* Replaces the user.e2b.* attributes of the open file fd with metadata. */
+/* Whether metadata ("key=value\n" lines) has a line for key (klen bytes). */
+static bool metadata_has(const char *metadata, const char *key, size_t klen)
+{
+    for (const char *l = metadata; *l; l = strchr(l, '\n') + 1)
+        if (!strncmp(l, key, klen) && l[klen] == '=')
+            return true;
+    return false;
+}
+
+/* Replaces the user.e2b.* attributes of the open file fd with metadata: the
+ * new ones first, then those it no longer has. */
 static int set_metadata(int fd, const char *path, const char *metadata, struct corral_error *err)
 {
-    ssize_t n = flistxattr(fd, NULL, 0);
-    cleanup_free char *names = n > 0 ? malloc((size_t)n) : NULL;
-    if (n > 0 && (!names || (n = flistxattr(fd, names, (size_t)n)) < 0))
-        return corral_fail_errno(err, "cannot read the metadata of %s", path);
-    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1)
-        if (!strncmp(names + i, METADATA_PREFIX, strlen(METADATA_PREFIX)) &&
-            fremovexattr(fd, names + i) < 0 && errno != ENODATA)
-            return corral_fail_errno(err, "cannot replace the metadata of %s", path);
+    size_t plen = strlen(METADATA_PREFIX);
     for (const char *l = metadata; *l;) {
         const char *eq = strchr(l, '='), *nl = strchr(eq, '\n');
         char name[256];
@@ -196,9 +199,24 @@ static int set_metadata(int fd, const char *path, const char *metadata, struct c
                                    "the metadata of %s does not fit in the room its filesystem "
                                    "gives a file's attributes",
                                    path);
+            if (errno == EOPNOTSUPP)
+                return corral_fail(err, EOPNOTSUPP,
+                                   "the filesystem of %s keeps no metadata (user attributes)",
+                                   path);
             return corral_fail_errno(err, "cannot store the metadata of %s", path);
         }
         l = nl + 1;
+    }
+    ssize_t n = flistxattr(fd, NULL, 0);
+    cleanup_free char *names = n > 0 ? malloc((size_t)n + 256) : NULL; /* room to grow */
+    if (n > 0 && (!names || (n = flistxattr(fd, names, (size_t)n + 256)) < 0))
+        return corral_fail_errno(err, "cannot read the metadata of %s", path);
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(names + i) + 1) {
+        const char *key = names + i + plen;
+        if (!strncmp(names + i, METADATA_PREFIX, plen) &&
+            !metadata_has(metadata, key, strlen(key)) && fremovexattr(fd, names + i) < 0 &&
+            errno != ENODATA)
+            return corral_fail_errno(err, "cannot replace the metadata of %s", path);
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 /*
  * The sandbox manager: every live sandbox of this process, found by id, and
- * killed when its deadline passes (a reaper thread checks every 100 ms); and
+ * killed (or paused, if it asked to be) when its deadline passes (a reaper
+ * thread checks every 100 ms); and
  * the process's memory ceiling, the most memory the sandboxes handed out may
  * be given in total; what they hold (corral_capacity), and whether new ones
  * may be made (not while draining).
@@ -21,19 +22,37 @@ static uint64_t memory_ceiling;  /* bytes; 0: none */
 static bool draining;            /* no new sandboxes */
 static struct box_claim *claims; /* of the creates under way */
 
+#define PAUSES_PER_ROUND 64
+
 static void *reaper_main(void *arg)
 {
     for (;;) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
         uint64_t now = corral_wall_ms();
+        corral_sandbox *to_pause[PAUSES_PER_ROUND];
+        size_t n = 0;
         pthread_mutex_lock(&registry_lock);
         for (corral_sandbox *sb = registry; sb; sb = sb->next_registered) {
             uint64_t deadline = corral_sandbox_deadline_ms(sb);
-            if (deadline && now >= deadline && corral_sandbox_alive(sb))
+            if (!deadline || now < deadline || !corral_sandbox_alive(sb))
+                continue;
+            if (!corral_sandbox_pauses_at_deadline(sb)) {
                 corral_sandbox_kill(sb);
+            } else if (n < PAUSES_PER_ROUND) { /* the others at the next round */
+                corral_sandbox_retain(sb);
+                to_pause[n++] = sb;
+            }
         }
         pthread_mutex_unlock(&registry_lock);
+        /* Freezing takes a while: not under the registry's lock. One that
+         * cannot be paused (EALREADY: paused meanwhile) is not let run on. */
+        for (size_t i = 0; i < n; i++) {
+            struct corral_error err;
+            if (corral_sandbox_pause(to_pause[i], &err) < 0 && err.code != EALREADY)
+                corral_sandbox_kill(to_pause[i]);
+            corral_sandbox_release(to_pause[i]);
+        }
     }
     return arg;
 }

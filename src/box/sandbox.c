@@ -300,6 +300,8 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     sb->started_at_ms = corral_wall_ms();
     sb->started_mono_ms = corral_now_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
+    sb->timeout_ms = o->timeout_ms;
+    sb->pause_at_deadline = o->pause_at_deadline;
     corral_context *ctx = sb->default_ctx;
     pthread_mutex_unlock(&sb->lock);
     /* A pooled kernel started with the template's environment. */
@@ -395,6 +397,8 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     sb->started_at_ms = corral_wall_ms();
     sb->started_mono_ms = corral_now_ms();
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
+    sb->timeout_ms = o->timeout_ms;
+    sb->pause_at_deadline = o->pause_at_deadline;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
@@ -496,6 +500,9 @@ static int set_paused(corral_sandbox *sb, bool frozen, struct corral_error *err)
                         frozen ? "already paused" : "not paused");
     else if (frozen)
         sb->paused = true; /* requests fail from now on, rather than wait */
+    uint64_t deadline = sb->deadline_ms;
+    if (r == 0 && frozen)
+        sb->deadline_ms = 0; /* stopped while it is paused */
     pthread_mutex_unlock(&sb->lock);
     if (r == 0) {
         r = jail_freeze(sb->jail, frozen, err);
@@ -503,6 +510,10 @@ static int set_paused(corral_sandbox *sb, bool frozen, struct corral_error *err)
             jail_freeze(sb->jail, false, NULL); /* what froze, thaws */
         pthread_mutex_lock(&sb->lock);
         sb->paused = r < 0 ? !frozen : frozen;
+        if (r < 0 && frozen)
+            sb->deadline_ms = deadline;
+        else if (r == 0 && !frozen) /* its timeout again, from now */
+            sb->deadline_ms = sb->timeout_ms ? corral_wall_ms() + sb->timeout_ms : 0;
         pthread_cond_broadcast(&sb->cond);
         pthread_mutex_unlock(&sb->lock);
     }
@@ -667,8 +678,18 @@ uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb)
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms)
 {
     pthread_mutex_lock(&sb->lock);
-    sb->deadline_ms = timeout_ms ? corral_wall_ms() + timeout_ms : 0;
+    sb->timeout_ms = timeout_ms;
+    if (!sb->paused) /* a paused one's counts from its resume */
+        sb->deadline_ms = timeout_ms ? corral_wall_ms() + timeout_ms : 0;
     pthread_mutex_unlock(&sb->lock);
+}
+
+bool corral_sandbox_pauses_at_deadline(corral_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    bool pauses = sb->pause_at_deadline;
+    pthread_mutex_unlock(&sb->lock);
+    return pauses;
 }
 
 const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb)

@@ -1698,32 +1698,41 @@ def _warm_up_forked():
     would be run (its history, a result to display), then forgets it.
     A fork shares the zygote's memory until it writes to it, and a first cell
     writes to many pages (reference counts, caches): their copies, over 10 ms
-    of page faults, are made here instead of in the user's first cell.  Its
-    frames carry id 0, which no execution of the daemon's has."""
-    hm = shell.history_manager
-    dh = shell.displayhook
-    ns = shell.user_ns
-    kept = (len(hm.input_hist_parsed), len(hm.input_hist_raw), len(hm.db_input_cache),
-            len(hm.db_output_cache), dict(hm.output_hist), dict(hm.output_hist_reprs),
-            [getattr(hm, n) for n in ("_i00", "_i", "_ii", "_iii")],
-            [getattr(dh, n) for n in ("_", "__", "___")],
-            shell.execution_count, shell.last_execution_result,
-            shell.last_execution_succeeded, dict(ns), dict(shell.user_ns_hidden))
+    of page faults, are made here instead of in the user's first cell.  The
+    cell's frames carry id -1, which no execution of the daemon's has; a done
+    frame of id 0 ends the warm-up, with status "error" when the kernel could
+    not forget the cell (the daemon then discards the sandbox)."""
+    ok = False
     try:
-        _execute({"type": "execute", "id": 0, "code": "0"})
-    finally:
-        del hm.input_hist_parsed[kept[0]:], hm.input_hist_raw[kept[1]:]
-        del hm.db_input_cache[kept[2]:], hm.db_output_cache[kept[3]:]
-        for d, saved in ((hm.output_hist, kept[4]), (hm.output_hist_reprs, kept[5]),
-                         (ns, kept[11]), (shell.user_ns_hidden, kept[12])):
-            d.clear()
-            d.update(saved)
-        for n, v in zip(("_i00", "_i", "_ii", "_iii"), kept[6]):
-            setattr(hm, n, v)
-        for n, v in zip(("_", "__", "___"), kept[7]):
-            setattr(dh, n, v)
-        shell.execution_count, shell.last_execution_result = kept[8:10]
-        shell.last_execution_succeeded = kept[10]
+        hm = shell.history_manager
+        dh = shell.displayhook
+        ns = shell.user_ns
+        kept = (len(hm.input_hist_parsed), len(hm.input_hist_raw), len(hm.db_input_cache),
+                len(hm.db_output_cache), dict(hm.output_hist), dict(hm.output_hist_reprs),
+                [getattr(hm, n) for n in ("_i00", "_i", "_ii", "_iii")],
+                [getattr(dh, n) for n in ("_", "__", "___")],
+                shell.execution_count, shell.last_execution_result,
+                shell.last_execution_succeeded, dict(ns), dict(shell.user_ns_hidden))
+        try:
+            _execute({"type": "execute", "id": -1, "code": "0"})
+        finally:
+            del hm.input_hist_parsed[kept[0]:], hm.input_hist_raw[kept[1]:]
+            del hm.db_input_cache[kept[2]:], hm.db_output_cache[kept[3]:]
+            for d, saved in ((hm.output_hist, kept[4]), (hm.output_hist_reprs, kept[5]),
+                             (ns, kept[11]), (shell.user_ns_hidden, kept[12])):
+                d.clear()
+                d.update(saved)
+            for n, v in zip(("_i00", "_i", "_ii", "_iii"), kept[6]):
+                setattr(hm, n, v)
+            for n, v in zip(("_", "__", "___"), kept[7]):
+                setattr(dh, n, v)
+            shell.execution_count, shell.last_execution_result = kept[8:10]
+            shell.last_execution_succeeded = kept[10]
+        ok = True
+    except Exception as e:
+        _diag("warm-up failed: %r" % e)
+    _out.begin(0)
+    _out.end({"type": "done", "id": 0, "execution_count": 0, "status": "ok" if ok else "error"})
 
 
 def start():

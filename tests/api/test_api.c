@@ -187,6 +187,59 @@ static bool freezer_dir_exists(corral_sandbox *sb)
     return access(path, F_OK) == 0;
 }
 
+/* Waits (up to 30 s) until the sandbox is paused. */
+static bool becomes_paused(corral_sandbox *sb)
+{
+    for (int i = 0; i < 3000 && !corral_sandbox_paused(sb); i++)
+        sleep_ms(10);
+    return corral_sandbox_paused(sb);
+}
+
+static void a_deadline_pauses_when_asked_and_stops_while_paused(void **state)
+{
+    struct corral_sandbox_options o;
+    corral_sandbox_options_init(&o);
+    o.timeout_ms = 60000;
+    o.pause_at_deadline = true;
+    corral_sandbox *sb;
+    struct corral_error err;
+    assert_int_equal(corral_sandbox_create(&o, &sb, &err), 0);
+    assert_true(corral_sandbox_pauses_at_deadline(sb));
+    struct collected c;
+    struct corral_exec_outcome out;
+    reset(&c);
+    exec_ok(sb, NULL, "kept = 3", &c, &out);
+    corral_sandbox_set_timeout(sb, 200);
+    assert_true(becomes_paused(sb)); /* not killed: paused, with no deadline */
+    assert_true(corral_sandbox_alive(sb));
+    assert_int_equal(corral_sandbox_deadline_ms(sb), 0);
+    /* A timeout set while paused counts from the resume. */
+    corral_sandbox_set_timeout(sb, 60000);
+    assert_int_equal(corral_sandbox_deadline_ms(sb), 0);
+    uint64_t before = (uint64_t)time(NULL) * 1000;
+    assert_int_equal(corral_sandbox_resume(sb, &err), 0);
+    uint64_t deadline = corral_sandbox_deadline_ms(sb);
+    assert_true(deadline >= before + 59000 && deadline <= (uint64_t)time(NULL) * 1000 + 61000);
+    reset(&c);
+    exec_ok(sb, NULL, "kept", &c, &out);
+    assert_string_equal(main_result(&c)->text, "3");
+    reset(&c);
+    corral_sandbox_release(sb);
+
+    /* Without pause_at_deadline, a pause stops the clock just as well. */
+    sb = sandbox();
+    assert_false(corral_sandbox_pauses_at_deadline(sb));
+    corral_sandbox_set_timeout(sb, 300);
+    assert_int_equal(corral_sandbox_pause(sb, &err), 0);
+    assert_int_equal(corral_sandbox_deadline_ms(sb), 0);
+    sleep_ms(600); /* past the timeout: a paused sandbox is not killed */
+    assert_true(corral_sandbox_alive(sb));
+    corral_sandbox_set_timeout(sb, 60000);
+    assert_int_equal(corral_sandbox_resume(sb, &err), 0);
+    assert_true(corral_sandbox_alive(sb));
+    corral_sandbox_release(sb);
+}
+
 static void pause_freezes_and_resume_keeps_state(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -1140,6 +1193,13 @@ static void pools_hand_out_ready_sandboxes(void **state)
     assert_non_null(strstr(seen_pooled, " {} ('', '', '', '', '', '') 1 "));
     assert_int_equal(n_pooled, 1);
     assert_int_equal(n_forked, 1);
+    /* The one trace it leaves: the source of its cell, in linecache. */
+    const char *cells = "import linecache\nsum('ipython-input' in k for k in linecache.cache)";
+    char *cells_pooled = value_of(pooled, NULL, cells),
+         *cells_forked = value_of(other, NULL, cells);
+    assert_int_equal(atoi(cells_pooled), atoi(cells_forked) + 1);
+    free(cells_pooled);
+    free(cells_forked);
     free(seen_pooled);
     free(seen_forked);
     corral_sandbox_release(pooled);
@@ -1219,6 +1279,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(state_persists_between_executions),
         cmocka_unit_test(pause_freezes_and_resume_keeps_state),
+        cmocka_unit_test(a_deadline_pauses_when_asked_and_stops_while_paused),
         cmocka_unit_test(streams_arrive_in_order),
         cmocka_unit_test(errors_have_name_value_and_traceback),
         cmocka_unit_test(interrupts_keep_state_and_are_never_lost),

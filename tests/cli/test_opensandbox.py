@@ -1,5 +1,6 @@
 """`corral serve`: OpenSandbox's lifecycle API and execd's code API on the wire,
 as its SDKs and LiteLLM's provider use them."""
+import calendar
 import http.client
 import json
 import socket
@@ -244,12 +245,19 @@ def test_pause_resume_renew_and_metadata(osb):
     osb.execd(sid, "POST", "/code", {"code": "kept = 7", "context": {"language": "python"}})
     status, text, resp = osb.request("POST", f"/v1/sandboxes/{sid}/pause")
     assert status == 202 and text == "" and resp.getheader("Content-Length") == "0"
-    assert json.loads(osb.request("GET", f"/v1/sandboxes/{sid}")[1])["status"]["state"] == "Paused"
+    paused = json.loads(osb.request("GET", f"/v1/sandboxes/{sid}")[1])
+    assert paused["status"]["state"] == "Paused"
+    assert "expiresAt" not in paused  # its clock stops while it is paused
     assert osb.request("POST", f"/v1/sandboxes/{sid}/pause")[0] == 409
     status, text, _ = osb.execd(sid, "GET", "/ping")
     assert status == 409 and json.loads(text)["code"] == "SANDBOX_PAUSED"
+    resumed_at = time.time()
     assert osb.request("POST", f"/v1/sandboxes/{sid}/resume")[0] == 202
     assert osb.request("POST", f"/v1/sandboxes/{sid}/resume")[0] == 409
+    # resumed, it has its whole timeout again, from the resume
+    expires = json.loads(osb.request("GET", f"/v1/sandboxes/{sid}")[1])["expiresAt"]
+    left = calendar.timegm(time.strptime(expires[:19], "%Y-%m-%dT%H:%M:%S")) - resumed_at
+    assert 118 <= left <= 121 + (time.time() - resumed_at), expires
     status, text, _ = osb.execd(sid, "POST", "/code", {"code": "kept",
                                                        "context": {"language": "python"}})
     assert [e["results"]["text"] for e in events(text) if e["type"] == "result"] == ["7"]

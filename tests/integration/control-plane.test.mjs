@@ -74,6 +74,7 @@ test('getInfo describes the sandbox', T, () =>
       assert.deepEqual(info.metadata, { owner: 'getInfo' });
       assert.equal(info.state, 'running');
       assert.equal(typeof info.envdVersion, 'string');
+      assert.deepEqual(info.lifecycle, { onTimeout: 'kill', autoResume: false });
       assert.ok(info.startedAt.getTime() <= before + 1_000, 'startedAt is in the future');
       near(info.endAt.getTime() - info.startedAt.getTime(), 120_000, 5_000, 'endAt - startedAt (ms)');
       const same = await Sandbox.getInfo(sbx.sandboxId);
@@ -179,6 +180,61 @@ test('pause freezes a sandbox; connect resumes it with its state', T, () =>
     assert.equal((await resumed.runCode('counter + 1')).text, '42');
   }),
 );
+
+test('lifecycle onTimeout pause: the sandbox pauses at its timeout, its clock stops, connect resumes it', T, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause' } });
+  try {
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false });
+    await sbx.runCode('kept = 5');
+    await sbx.setTimeout(1_000);
+    const paused = await eventually(async () => (await sbx.getInfo()).state === 'paused', {
+      timeoutMs: 15_000,
+      intervalMs: 100,
+    });
+    assert.ok(paused, 'not paused 15 s after a timeout of 1 s');
+    // Paused, its timeout no longer runs: it is still there, paused, after another.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    assert.equal((await sbx.getInfo()).state, 'paused');
+    // Without autoResume a request does not resume it.
+    await assert.rejects(sbx.runCode('kept'));
+    assert.equal((await sbx.getInfo()).state, 'paused');
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 });
+    assert.equal((await again.getInfo()).state, 'running');
+    assert.equal((await again.runCode('kept')).text, '5');
+  } finally {
+    await sbx.kill().catch(() => {});
+  }
+});
+
+test('lifecycle autoResume: a request to a paused sandbox resumes it', T, async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 60_000, lifecycle: { onTimeout: 'pause', autoResume: true } });
+  try {
+    assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true });
+    await sbx.runCode('kept = 6');
+    assert.equal(await sbx.pause(), true);
+    assert.equal((await sbx.getInfo()).state, 'paused');
+    assert.equal((await sbx.runCode('kept + 1')).text, '7');
+    assert.equal((await sbx.getInfo()).state, 'running');
+    assert.equal(await sbx.pause(), true);
+    assert.equal((await sbx.commands.run('echo resumed')).stdout, 'resumed\n');
+  } finally {
+    await sbx.kill().catch(() => {});
+  }
+});
+
+test('a pause that drops memory and a resume by reboot are refused by name', T, async () => {
+  await assert.rejects(
+    Sandbox.create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
+    (e) => e.message.includes('filesystem-only snapshot') && e.message.includes('not supported by this server'),
+  );
+  await withSandbox(Sandbox, async (sbx) => {
+    assert.equal(await sbx.pause(), true);
+    await assert.rejects(Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' }), (e) =>
+      e.message.includes('rebooting it') && e.message.includes('not supported by this server'),
+    );
+    assert.equal((await sbx.getInfo()).state, 'paused', 'the refused connect did not resume it');
+  });
+});
 
 test('getMetrics reports CPU, memory and disk', T, () =>
   withSandbox(Sandbox, async (sbx) => {

@@ -30,8 +30,9 @@
 /* A sandbox created through this surface (its fields under owned.lock). */
 struct owned {
     struct registry_entry entry;
-    char token[33]; /* envdAccessToken of a secure sandbox; "" = none */
-    json_t *net;    /* {allowInternetAccess, network?} for its detail */
+    char token[33];   /* envdAccessToken of a secure sandbox; "" = none */
+    json_t *net;      /* {allowInternetAccess, network?} for its detail */
+    bool auto_resume; /* paused at its timeout, a request resumes it */
 };
 
 struct e2b {
@@ -279,7 +280,8 @@ static void owned_drop(struct registry_entry *entry)
 
 /* Takes sb's reference and net (the detail's network fields), as caller's:
  * 0, or -ENOMEM (sb is then killed and the reference released). */
-static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token, json_t *net)
+static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token, json_t *net,
+               bool auto_resume)
 {
     struct owned *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -291,6 +293,7 @@ static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token,
     o->entry.sb = sb;
     o->entry.tenant = caller;
     o->net = net;
+    o->auto_resume = auto_resume;
     snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
     registry_add(&e->owned, &o->entry);
     return 0;
@@ -304,6 +307,16 @@ static struct owned *owned_of(struct e2b *e, corral_sandbox *sb)
 }
 
 /* The sandbox's access token ("" when it has none). */
+/* Whether a request to sb resumes it when it is paused (autoResume). */
+static bool auto_resumes(struct e2b *e, corral_sandbox *sb)
+{
+    pthread_mutex_lock(&e->owned.lock);
+    struct owned *o = owned_of(e, sb);
+    bool yes = o && o->auto_resume;
+    pthread_mutex_unlock(&e->owned.lock);
+    return yes;
+}
+
 static void token_of(struct e2b *e, corral_sandbox *sb, char out[33])
 {
     out[0] = '\0';
@@ -456,6 +469,38 @@ static void start_default_kernel(struct e2b *e, corral_sandbox *sb)
     }
 }
 
+/* What a sandbox does at its timeout (E2B's lifecycle: autoPause,
+ * autoPauseMemory, autoResume.enabled). */
+struct lifecycle {
+    bool pause, auto_resume;
+};
+
+/* A create's lifecycle fields; NULL, or the answer that refuses them. */
+static struct http_response *read_lifecycle(json_t *body, struct lifecycle *out)
+{
+    json_t *pause = json_object_get(body, "autoPause"),
+           *memory = json_object_get(body, "autoPauseMemory"),
+           *resume = json_object_get(body, "autoResume");
+    json_t *enabled = json_is_object(resume) ? json_object_get(resume, "enabled") : NULL;
+    *out = (struct lifecycle){0};
+    if ((pause && !json_is_null(pause) && !json_is_boolean(pause)) ||
+        (memory && !json_is_null(memory) && !json_is_boolean(memory)))
+        return http_error(400, "'autoPause' and 'autoPauseMemory' must be booleans");
+    if (resume && !json_is_null(resume) &&
+        (!json_is_object(resume) ||
+         (enabled && !json_is_null(enabled) && !json_is_boolean(enabled))))
+        return http_error(400, "'autoResume' must be an object with a boolean 'enabled'");
+    out->pause = json_is_true(pause);
+    out->auto_resume = json_is_true(enabled);
+    if (out->auto_resume && !out->pause)
+        return http_error(400, "autoResume can only be enabled when the sandbox pauses at its "
+                               "timeout (autoPause)");
+    if (out->pause && json_is_false(memory))
+        return unsupported("pausing without the sandbox's memory (a filesystem-only snapshot "
+                           "that reboots on resume) is");
+    return NULL;
+}
+
 /* A create's timeout: seconds, DEFAULT_TIMEOUT_S when absent. */
 static int create_timeout(json_t *timeout, json_int_t *secs, struct corral_error *err)
 {
@@ -508,6 +553,10 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     json_t *mcp = json_object_get(body, "mcp");
     if (mcp && !json_is_null(mcp))
         return unsupported("MCP gateways in sandboxes are");
+    struct lifecycle life;
+    struct http_response *bad = read_lifecycle(body, &life);
+    if (bad)
+        return bad;
     json_int_t secs;
     struct netreq net = {0};
     if (create_timeout(json_object_get(body, "timeout"), &secs, &err) < 0 ||
@@ -526,6 +575,7 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     o.metadata = (const char *const *)meta;
     o.state_dir = e->state_dir;
     o.network = net.given ? &net.an.net : NULL; /* NULL: the template's */
+    o.pause_at_deadline = life.pause;
     tenant_charge(&e->tenants, caller, req, &o);
     corral_sandbox *sb;
     if (corral_sandbox_create(&o, &sb, &err) < 0) {
@@ -544,7 +594,8 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
         return http_error(500, "%s", err.message);
     }
     corral_sandbox_retain(sb); /* ours, past what own() does with its reference */
-    int owned = own(e, sb, caller, token, net_info(&net, corral_sandbox_network_mode(sb)));
+    int owned = own(e, sb, caller, token, net_info(&net, corral_sandbox_network_mode(sb)),
+                    life.auto_resume);
     netreq_free(&net);
     if (owned < 0) {
         corral_sandbox_release(sb);
@@ -658,6 +709,14 @@ static int body_timeout(const struct http_request *req, bool optional, json_int_
                            MAX_TIMEOUT_S / 3600);
     *secs = json_integer_value(t);
     return 0;
+}
+
+/* Whether a connect asks for a reboot (memory: false) rather than a restore. */
+static bool connect_reboots(const struct http_request *req)
+{
+    cleanup_json json_t *body = NULL;
+    struct corral_error err;
+    return read_body(req, &body, &err) == 0 && json_is_false(json_object_get(body, "memory"));
 }
 
 /* A whole number of seconds from the query, or -1 when absent; -2 when malformed. */
@@ -786,6 +845,9 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         if (j && token[0])
             json_object_set_new(j, "envdAccessToken", json_string(token));
         add_net_info(e, sb, j);
+        json_object_set_new(j, "lifecycle",
+                            json_pack("{s:b, s:s}", "autoResume", auto_resumes(e, sb), "onTimeout",
+                                      corral_sandbox_pauses_at_deadline(sb) ? "pause" : "kill"));
         resp = http_json(200, j);
     } else if (!*action && !strcmp(req->method, "DELETE")) {
         /* Out of the registry before it dies: a sweep by another request
@@ -805,6 +867,11 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
         } else if (body_timeout(req, connect, &secs, &err) < 0) {
             corral_sandbox_release(sb);
             return e2b_fail(&err);
+        }
+        if (connect && connect_reboots(req)) {
+            corral_sandbox_release(sb);
+            return unsupported("resuming a sandbox by rebooting it (onResume 'reboot', memory: "
+                               "false) is");
         }
         /* connect resumes a paused sandbox (201), as E2B's does */
         bool resumed = connect && corral_sandbox_resume(sb, NULL) == 0;
@@ -1196,6 +1263,13 @@ static bool allowed(const struct http_request *req, const char *port, const char
                             (uint64_t)time(NULL));
 }
 
+/* autoResume: a request to a paused sandbox resumes it (true once it runs). */
+static bool resume_for_request(corral_sandbox *sb)
+{
+    struct corral_error err;
+    return corral_sandbox_resume(sb, &err) == 0 || err.code == EALREADY;
+}
+
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
                                         const char *id, const char *port)
 {
@@ -1209,7 +1283,7 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
     if (!allowed(req, port, token))
         resp = http_error(401, "unauthorized access, please provide a valid access token or "
                                "signature");
-    else if (corral_sandbox_paused(sb))
+    else if (corral_sandbox_paused(sb) && !(auto_resumes(e, sb) && resume_for_request(sb)))
         resp = http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox is paused: connect to it to resume it", "code",
                                         502));

@@ -1766,8 +1766,17 @@ static void add_metadata(void *arg, const char *name, const char *value)
                  name + plen, METADATA_KEY_MAX);
         return;
     }
-    for (size_t i = 0; i <= klen; i++)
-        key[i] = (char)tolower((unsigned char)name[plen + i]);
+    for (size_t i = 0; i <= klen; i++) {
+        unsigned char c = (unsigned char)name[plen + i];
+        if (i < klen && !isalnum(c) && !strchr("!#$%&'*+-.^_`|~", c)) {
+            snprintf(m->bad, sizeof(m->bad),
+                     "metadata key '%s' must be made of HTTP token characters (letters, digits "
+                     "and !#$%%&'*+-.^_`|~)",
+                     name + plen);
+            return;
+        }
+        key[i] = (char)tolower(c);
+    }
     if (has_key(m->text, key, klen))
         return; /* the first value of a repeated key holds */
     for (const char *c = value; *c; c++)
