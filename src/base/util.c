@@ -162,6 +162,14 @@ void corral_format_size(uint64_t bytes, char *buf, size_t len)
     snprintf(buf, len, "%.0f %s", v, units[u]);
 }
 
+bool corral_printable_ascii(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] > 0x7e)
+            return false;
+    return true;
+}
+
 int corral_write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;

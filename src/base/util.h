@@ -32,6 +32,8 @@ int corral_read_file_alloc(const char *path, size_t max, char **out, size_t *out
 int corral_mkdir_p(const char *path, mode_t mode, struct corral_error *err);
 /* Writes all of buf, retrying on EINTR and short writes. */
 int corral_write_all(int fd, const void *buf, size_t len);
+/* Whether the n bytes at s are all printable ASCII (0x20 to 0x7e). */
+bool corral_printable_ascii(const char *s, size_t n);
 /* Reads exactly len bytes; returns 0, -EPIPE at EOF before len, or -errno. */
 int corral_read_exact(int fd, void *buf, size_t len);
 

@@ -160,9 +160,8 @@ static int check_metadata(const char *metadata, struct corral_error *err)
             return corral_fail(err, EINVAL,
                                "metadata must be KEY=VALUE lines, each ended by a "
                                "newline, with a key");
-        for (const char *c = l; c < nl; c++)
-            if (*c < 0x20 || *c > 0x7e)
-                return corral_fail(err, EINVAL, "metadata must be printable ASCII");
+        if (!corral_printable_ascii(l, (size_t)(nl - l)))
+            return corral_fail(err, EINVAL, "metadata must be printable ASCII");
         total += strlen(METADATA_PREFIX) + (size_t)(nl - l) - 1;
         if (eq - l > 255 - (long)strlen(METADATA_PREFIX))
             return corral_fail(err, EINVAL, "a metadata key is longer than %zu bytes",

@@ -325,14 +325,6 @@ static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *re
 
 #define METADATA_PREFIX "user.e2b."
 
-static bool printable(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] < 0x20 || s[i] > 0x7e)
-            return false;
-    return true;
-}
-
 /* path's metadata (corral.h: its user.e2b.* attributes) as "key=value\n"
  * lines; attributes that do not fit that shape (a key with '=', what is
  * not printable ASCII) are left out. */
@@ -350,7 +342,8 @@ static void read_metadata(const char *path, char *out, size_t cap)
         if (strncmp(names + i, METADATA_PREFIX, plen) || !*key || strpbrk(key, "=\n"))
             continue;
         ssize_t v = lgetxattr(path, names + i, value, sizeof(value) - 1);
-        if (v < 0 || !printable(key, strlen(key)) || !printable(value, (size_t)v))
+        if (v < 0 || !corral_printable_ascii(key, strlen(key)) ||
+            !corral_printable_ascii(value, (size_t)v))
             continue;
         value[v] = '\0';
         int w = snprintf(out + used, cap - used, "%s=%s\n", key, value);

@@ -306,7 +306,6 @@ static struct owned *owned_of(struct e2b *e, corral_sandbox *sb)
     return entry && entry->sb == sb ? registry_container(entry, struct owned, entry) : NULL;
 }
 
-/* The sandbox's access token ("" when it has none). */
 /* Whether a request to sb resumes it when it is paused (autoResume). */
 static bool auto_resumes(struct e2b *e, corral_sandbox *sb)
 {
@@ -317,6 +316,7 @@ static bool auto_resumes(struct e2b *e, corral_sandbox *sb)
     return yes;
 }
 
+/* The sandbox's access token ("" when it has none). */
 static void token_of(struct e2b *e, corral_sandbox *sb, char out[33])
 {
     out[0] = '\0';

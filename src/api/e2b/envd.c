@@ -1779,12 +1779,11 @@ static void add_metadata(void *arg, const char *name, const char *value)
     }
     if (has_key(m->text, key, klen))
         return; /* the first value of a repeated key holds */
-    for (const char *c = value; *c; c++)
-        if (*c < 0x20 || *c > 0x7e) {
-            snprintf(m->bad, sizeof(m->bad),
-                     "the value of metadata key '%s' must be printable US-ASCII", key);
-            return;
-        }
+    if (!corral_printable_ascii(value, strlen(value))) {
+        snprintf(m->bad, sizeof(m->bad),
+                 "the value of metadata key '%s' must be printable US-ASCII", key);
+        return;
+    }
     m->total += strlen(METADATA_XATTR) + klen + strlen(value);
     if (m->total > CORRAL_METADATA_MAX) {
         snprintf(m->bad, sizeof(m->bad),
