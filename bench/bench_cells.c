@@ -85,6 +85,7 @@ static int first_output(const char *template, const char *code, bool png, double
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
     o.template_id = template;
+    o.read_only_root = getenv("CORRAL_BENCH_READ_ONLY_ROOT") != NULL;
     struct corral_exec_options x;
     corral_exec_options_init(&x);
     struct first f = {0};

@@ -57,7 +57,8 @@ the same run, with the ratio of the medians and a target.
    after the upstream's first byte: from the upstream's write of its first
    event (the time is in the event) to the client's read of it. Target: p99
    <= 1 ms.
-9, 10: network egress and sandbox disks (see egress_rows and disk_rows).
+9, 10: network egress and sandbox disks (see egress_rows and disk_rows);
+   10c: the writable root (see root_row).
 11. create + /execute of '1+1' + kill through `corral serve` from a
    kept-alive client, p99, while 2,000 hostile connections are open (slow
    heads, half bodies, pipelined requests never read), against the same with
@@ -579,6 +580,10 @@ def run_all(args, table):
     def rows10():
         disk_rows(corral, bench_cells, env, table)
     attempt("10", "sandbox disks", "see rows 10 and 10b", rows10)
+
+    def row10c():
+        root_row(bench_cells, env, table)
+    attempt("10c", "create -> print(1), writable root", "<= +1 ms", row10c)
 
     def row11():
         hostile_row(corral, table, max(30, args.runs // 2))
@@ -1343,6 +1348,24 @@ def disk_rows(corral, bench_cells, env, table):
     table.add("10b", f"write {mib} MiB to /mnt/data (fsync), MB/s", f"{med(via):.0f}",
               "the same on the host, in the disk directory", f"{med(host):.0f}",
               f"{r:.2f}x the host's", ">= 0.50x", r >= 0.5)
+
+
+def root_row(bench_cells, env, table):
+    """10c: create -> print(1), forked, with the sandbox's own writable root
+    (its directory of the disk, the host's system under overlays whose
+    lower layers are idmapped) against the same with a read-only root (a
+    tmpfs and read-only binds), interleaved in batches. Target: at most
+    +1 ms."""
+    print("bench: 10c. writable root ...", file=sys.stderr, flush=True)
+    rw, ro = [], []
+    for _ in range(6):
+        for extra, into in (({}, rw), ({"CORRAL_BENCH_READ_ONLY_ROOT": "1"}, ro)):
+            out = tool([bench_cells, "fork", "10"], "10c. create -> print(1), root writable or not",
+                       env=dict(env, **extra))
+            into += floats(out, "fork", "fork")
+    diff = med(rw) - med(ro)
+    table.add("10c", "create -> print(1), fork, writable root (overlays)", ms(rw),
+              "the same, read-only root", ms(ro), f"{diff:+.2f} ms", "<= +1 ms", diff <= 1)
 
 
 def main():

@@ -131,6 +131,10 @@ bool corral_network_mode_allowed(enum corral_network_mode m);
  * (NULL-ended: PATH, HOME, USER, LANG, TERM, ...), before the template's and
  * the caller's variables. */
 #define CORRAL_HOME "/home/user"
+/* The user's uid and gid inside; the sandbox's root is uid 0 there (of its
+ * user namespace: root in the sandbox and nowhere else), home /root. */
+#define CORRAL_USER_UID  1000
+#define CORRAL_ROOT_HOME "/root"
 const char *const *corral_base_env(void);
 
 struct corral_sandbox_options {
@@ -147,6 +151,11 @@ struct corral_sandbox_options {
     const char *state_dir; /* NULL = /run/corral */
     /* NULL: the template's network (OFF unless the template says). */
     const struct corral_network *network;
+    /* The root filesystem read-only, as the host's system: nothing installs
+     * into it, not even as the sandbox's root. false (the default): it is
+     * the sandbox's own, writable by its root, its changes on the
+     * sandbox's disk. */
+    bool read_only_root;
     unsigned disabled_layers; /* isolation layers off: for tests only */
     /* Whom the sandbox is charged to, a number of the caller's (0: no one),
      * and the most live sandboxes that owner may hold at once (0: no
@@ -373,6 +382,12 @@ struct corral_command_options {
      * corral_process_write() types into it. Size 0 = 24 rows, 80 columns. */
     bool pty;
     uint16_t pty_rows, pty_cols;
+    /* As the sandbox's root (uid 0 of its user namespace, with HOME=/root
+     * and USER=root, in /root unless cwd says otherwise) instead of its
+     * user: it may write the whole root filesystem (the sandbox's own
+     * copy), install packages, own files; it has no power over anything
+     * outside the sandbox. */
+    bool root;
 };
 void corral_command_options_init(struct corral_command_options *opts);
 
@@ -382,7 +397,7 @@ struct corral_output_callbacks {
     void *userdata;
 };
 
-/* Starts `/bin/bash -c command` as the sandbox's user. */
+/* Starts `/bin/bash -c command` as the sandbox's user (or root: opts->root). */
 int corral_command_start(corral_sandbox *sb, const char *command,
                          const struct corral_command_options *opts, corral_process **out,
                          struct corral_error *err);
@@ -459,6 +474,13 @@ struct corral_entry {
     char target[4096];                      /* for symlinks */
     char metadata[CORRAL_METADATA_MAX + 1]; /* "KEY=VALUE\n" lines; "" when none */
 };
+
+/* The file calls below act as the sandbox's user: their files are the
+ * user's, the user's permissions apply. After corral_files_as_root(true),
+ * those of the calling thread act as the sandbox's root instead (relative
+ * paths are then relative to /root), until corral_files_as_root(false).
+ * Returns the setting it replaces. */
+bool corral_files_as_root(bool root);
 
 /* Relative paths are relative to /home/user. */
 int corral_file_read(corral_sandbox *sb, const char *path,

@@ -60,14 +60,21 @@ int wire_clean_path(const char *in, char *out, const struct wire_path_words *w,
     if (strlen(in) >= WIRE_PATH_MAX)
         return too_long(w, err);
     char full[WIRE_PATH_MAX + sizeof(CORRAL_HOME) + 1];
+    const char *home = w->root ? CORRAL_ROOT_HOME : CORRAL_HOME;
     if (in[0] == '~') {
-        if (in[1] && in[1] != '/')
+        size_t name = strcspn(in + 1, "/");
+        if (name == 4 && !strncmp(in + 1, "user", 4))
+            home = CORRAL_HOME;
+        else if (name == 4 && !strncmp(in + 1, "root", 4))
+            home = CORRAL_ROOT_HOME;
+        else if (name)
             return corral_fail(err, EINVAL,
-                               "cannot resolve '%.*s': corral sandboxes have one user, 'user'",
+                               "cannot resolve '%.*s': corral sandboxes have the users 'user' and "
+                               "'root'",
                                w->quoted ? w->quoted : WIRE_PATH_MAX, in);
-        snprintf(full, sizeof(full), "%s%s", CORRAL_HOME, in + 1);
+        snprintf(full, sizeof(full), "%s%s", home, in + 1 + name);
     } else if (in[0] != '/') {
-        snprintf(full, sizeof(full), "%s/%s", CORRAL_HOME, in);
+        snprintf(full, sizeof(full), "%s/%s", home, in);
     } else {
         snprintf(full, sizeof(full), "%s", in);
     }

@@ -53,10 +53,12 @@ int wire_body_json(const char *body, size_t len, const struct wire_body *r, json
 struct wire_path_words {
     int longest;
     int quoted;
+    bool root; /* the call's user is the sandbox's root: its home is /root */
 };
 
 /* The absolute, clean form of a path a client sent, into out
- * (WIRE_PATH_MAX bytes): "~" and relative paths start at CORRAL_HOME, "."
+ * (WIRE_PATH_MAX bytes): "~" and relative paths start at the user's home
+ * (CORRAL_HOME, or CORRAL_ROOT_HOME for root), "~user" and "~root" at theirs, "."
  * and ".." are resolved lexically (".." stops at /), so no path reaches
  * past the sandbox's root. 0; -EINVAL (empty, or another user's "~name");
  * -ENAMETOOLONG. */

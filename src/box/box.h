@@ -124,6 +124,10 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
                 struct corral_error *err);
 /* Starts a process through the agent; fds as the reply carries them.
  * pty_size {rows, cols} is needed with CTL_SPAWN_PTY. */
+/* op, acting as root when the calling thread's file calls do
+ * (corral_files_as_root). */
+uint32_t box_files_op(uint32_t op);
+
 int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
               const char *const *extra_env, const uint16_t *pty_size, corral_process **out,
               int *sock, struct corral_error *err);

@@ -14,6 +14,20 @@
 
 #define LIST_MAX_BYTES (256u << 20)
 
+static __thread bool as_root;
+
+bool corral_files_as_root(bool root)
+{
+    bool was = as_root;
+    as_root = root;
+    return was;
+}
+
+uint32_t box_files_op(uint32_t op)
+{
+    return as_root ? op | CTL_AS_ROOT : op;
+}
+
 struct request {
     struct ctl_msg *req, *rep;
 };
@@ -27,7 +41,7 @@ static int request_init(struct request *q, uint32_t op, struct corral_error *err
         free(q->rep);
         return corral_fail(err, ENOMEM, "out of memory");
     }
-    ctl_msg_init(q->req, op, 0);
+    ctl_msg_init(q->req, box_files_op(op), 0);
     return 0;
 }
 

@@ -53,7 +53,27 @@ static int start(corral_sandbox *sb, uint32_t flags, char **argv,
         flags |= CTL_SPAWN_PTY;
     else if (opts->with_stdin)
         flags |= CTL_SPAWN_STDIN;
-    int r = box_spawn(sb, flags, opts->cwd, argv, opts->env, size, out, NULL, err);
+    const char *cwd = opts->cwd;
+    const char *const *env = opts->env;
+    const char **root_env = NULL;
+    if (opts->root) {
+        /* root's own variables, then the caller's (which win) */
+        static const char *const own[] = {"HOME=" CORRAL_ROOT_HOME, "USER=root", "LOGNAME=root"};
+        size_t n = 0, k = sizeof(own) / sizeof(own[0]);
+        while (env && env[n])
+            n++;
+        if (!(root_env = calloc(n + k + 1, sizeof(char *))))
+            return corral_fail(err, ENOMEM, "out of memory starting a process");
+        memcpy(root_env, own, sizeof(own));
+        for (size_t i = 0; i < n; i++)
+            root_env[k + i] = env[i];
+        env = root_env;
+        flags |= CTL_SPAWN_ROOT;
+        if (!cwd)
+            cwd = CORRAL_ROOT_HOME;
+    }
+    int r = box_spawn(sb, flags, cwd, argv, env, size, out, NULL, err);
+    free(root_env);
     if (r == 0) {
         fcntl((*out)->out_fd, F_SETFL, O_NONBLOCK);
         if ((*out)->err_fd >= 0)

@@ -183,15 +183,11 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
 
 /* ---- creation and teardown ---- */
 
-static const char *const base_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
-                                       "HOME=" CORRAL_HOME,
-                                       "USER=user",
-                                       "LOGNAME=user",
-                                       "LANG=C.UTF-8",
-                                       "TERM=dumb",
-                                       "PYTHONDONTWRITEBYTECODE=1",
-                                       "MPLBACKEND=Agg",
-                                       NULL};
+static const char *const base_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" CORRAL_HOME,
+                                       "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "TERM=dumb",
+                                       "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg",
+                                       /* the system is the sandbox's own copy */
+                                       "PIP_BREAK_SYSTEM_PACKAGES=1", NULL};
 
 const char *const *corral_base_env(void)
 {
@@ -357,12 +353,14 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     jail_config_init(&cfg);
     cfg.state_dir = o->state_dir;
     cfg.disabled_layers = o->disabled_layers;
+    cfg.read_only_root = o->read_only_root;
     cfg.limits.memory_bytes = sb->limits.memory_bytes;
     cfg.limits.millicpus = sb->limits.millicpus;
     cfg.limits.pids = sb->limits.pids;
     cfg.limits.disk_bytes = sb->limits.disk_bytes;
     cfg.limits.open_files = sb->limits.open_files;
     cfg.stdin_fd = sv[1];
+    cfg.workload_root = true; /* the agent: it acts as the user, or root */
     int r;
     if (forked) {
         /* A zygote may die at any time (killed, out of memory). One found
@@ -453,7 +451,7 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
         return r;
     }
     corral_sandbox *sb = NULL;
-    bool poolable = !o->python && !o->disabled_layers &&
+    bool poolable = !o->python && !o->disabled_layers && !o->read_only_root &&
                     (!o->state_dir || !strcmp(o->state_dir, JAIL_DEFAULT_STATE_DIR));
     if (poolable)
         sb = box_pool_take(t, &limits);

@@ -103,7 +103,7 @@ static int watch_below(corral_watch *w, const char *rel, bool report, struct cor
         free(rep);
         return corral_fail(err, ENOMEM, "out of memory");
     }
-    ctl_msg_init(req, CTL_WATCH, 0);
+    ctl_msg_init(req, box_files_op(CTL_WATCH), 0);
     ctl_put_str(req, path);
     ctl_put_u32(req, w->recursive);
     /* The first request has no descriptor: the agent makes the instance. */

@@ -24,7 +24,7 @@
 
 /* Blank images are named by this and their size: a change of mke2fs
  * options takes a new name. */
-#define BLANK_VERSION "v2"
+#define BLANK_VERSION "v3"
 #define BLANKS_CACHED 16
 #define LOOP_ATTEMPTS 64
 
@@ -85,7 +85,7 @@ static const char *find_mke2fs(void)
 /* The directories the sandbox's areas are made of (see rootfs.c), made in
  * the image: creating them at each start would read inode tables through
  * the loop device. */
-static const char *const areas[] = {"tmp", "home", "data"};
+static const char *const areas[] = {"tmp", "home", "data", "root", "layers"};
 
 /* A staging directory holding the areas, for mke2fs -d. */
 static int make_areas(char *path, size_t len, struct corral_error *err)

@@ -149,58 +149,130 @@ static int raise_effective(struct corral_error *err)
     return 0;
 }
 
-static int write_sysctl(int sysctl_dir, const char *name, unsigned value, struct corral_error *err)
+/* Opens name under the directory dir and writes text to it. */
+static int write_at(int dir, const char *name, const char *text, struct corral_error *err)
 {
-    char text[16];
-    int n = snprintf(text, sizeof(text), "%u\n", value);
-    int fd = openat(sysctl_dir, name, O_WRONLY | O_CLOEXEC);
+    int fd = openat(dir, name, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
-        return corral_fail_errno(err, "cannot open /proc/sys/%s in the sandbox's user namespace",
-                                 name);
-    int r = corral_write_all(fd, text, (size_t)n);
+        return corral_fail_errno(err, "cannot open %s of the sandbox's user namespace", name);
+    int r = corral_write_all(fd, text, strlen(text));
     int e = errno;
     close(fd);
     if (r < 0) {
         errno = e;
-        return corral_fail_errno(err, "cannot set %s in the sandbox's user namespace", name);
+        return corral_fail_errno(err, "cannot write %s of the sandbox's user namespace", name);
     }
     return 0;
 }
 
-/* The sandbox's user namespace belongs to the sandbox's own host uid, not to
- * root: what the kernel counts per user and user namespace (inotify instances
- * and watches) is charged to that uid, never to host root's limits, and
- * inside the namespace it is capped per sandbox. sysctl_dir is the host's
- * /proc/sys, opened before the root changed: names under it are looked up in
- * the namespace of whoever opens them. */
-static int own_user_namespace(const struct jail_init_args *a, int sysctl_dir,
-                              struct corral_error *err)
+/* Takes uid as effective uid and gid (0: back to the host's root, whose
+ * effective capabilities come back with it). */
+static int set_effective_ids(uid_t uid, struct corral_error *err)
 {
-    uid_t host_uid = a->host_uid;
-    int r;
-    if (syscall(SYS_setresgid, -1, host_uid, -1) < 0 ||
-        syscall(SYS_setresuid, -1, host_uid, -1) < 0)
-        return corral_fail_errno(err, "cannot take the sandbox's host uid %u", (unsigned)host_uid);
-    if ((r = raise_effective(err)) < 0)
-        return r;
-    if (unshare(CLONE_NEWUSER) < 0)
-        return corral_fail_errno(err, "cannot create a user namespace");
-    send_msg(JAIL_MSG_NEED_IDMAP, 0, 0, NULL);
-    wait_for(a->ctl_fd, JAIL_CTL_MAPPED);
-    if ((r = write_sysctl(sysctl_dir, "user/max_inotify_instances", JAIL_INOTIFY_INSTANCES, err)) <
-            0 ||
-        (r = write_sysctl(sysctl_dir, "user/max_inotify_watches", JAIL_INOTIFY_WATCHES, err)) < 0)
-        return r;
+    bool ok =
+        uid ? syscall(SYS_setresgid, -1, uid, -1) == 0 && syscall(SYS_setresuid, -1, uid, -1) == 0
+            : syscall(SYS_setresuid, -1, 0, -1) == 0 && syscall(SYS_setresgid, -1, 0, -1) == 0;
+    return ok ? 0 : corral_fail_errno(err, "cannot take the effective uid %u", (unsigned)uid);
+}
+
+/* Makes the sandbox's user namespace and returns its descriptor: uid and gid
+ * 0 inside are the sandbox's root (root_uid outside), 1000 its user
+ * (host_uid). A child made in it holds it while the init, still the host's
+ * root, writes its maps; the init joins it in become_user(), once the root
+ * filesystem, whose host directories are mapped through it, is built.
+ *
+ * The namespace belongs to the sandbox's host uid, not to root: what the
+ * kernel counts per user and user namespace (inotify instances and
+ * watches) is charged to that uid, never to host root's limits. */
+static int make_user_namespace(const struct jail_init_args *a, struct corral_error *err)
+{
+    send_msg(JAIL_MSG_NEED_NETNS, 0, 0, NULL);
+    wait_for(a->ctl_fd, JAIL_CTL_NETNS_SET);
+    int dir_fd[2];
+    if (pipe2(dir_fd, O_CLOEXEC) < 0)
+        return corral_fail_errno(err, "cannot create a pipe");
+    int r = set_effective_ids(a->host_uid, err);
+    if (r == 0)
+        r = raise_effective(err);
+    pid_t pid = -1;
+    if (r == 0) {
+        /* Sharing the descriptor table: the child opens its /proc directory
+         * (the host's /proc, which names it by its host PID) for the init. */
+        pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | CLONE_FILES | SIGCHLD, NULL, NULL, NULL, 0);
+        if (pid == 0) {
+            int d = open("/proc/self", O_PATH | O_DIRECTORY | O_CLOEXEC);
+            corral_write_all(dir_fd[1], &d, sizeof(d));
+            for (;;)
+                pause();
+        }
+        if (pid < 0)
+            r = corral_fail_errno(err, "cannot create a user namespace");
+    }
+    struct corral_error ignored;
+    int back = set_effective_ids(0, r < 0 ? &ignored : err);
+    r = r < 0 ? r : back;
+    int proc = -1, ns = -1;
+    if (r == 0 && (corral_read_exact(dir_fd[0], &proc, sizeof(proc)) < 0 || proc < 0))
+        r = corral_fail_errno(err, "cannot find the user namespace's holder");
+    if (r == 0) {
+        char map[64];
+        snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)a->root_uid, JAIL_INSIDE_UID,
+                 (unsigned)a->host_uid);
+        if ((r = write_at(proc, "uid_map", map, err)) == 0 &&
+            (r = write_at(proc, "gid_map", map, err)) == 0 &&
+            (ns = openat(proc, "ns/user", O_RDONLY | O_CLOEXEC)) < 0)
+            r = corral_fail_errno(err, "cannot open the sandbox's user namespace");
+    }
+    if (proc >= 0)
+        close(proc);
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+    }
+    close(dir_fd[0]);
+    close(dir_fd[1]);
+    return r < 0 ? r : ns;
+}
+
+/* What the sandbox's root may do in its user namespace (which owns no other
+ * namespace, so none of this reaches anything of the host's): files and
+ * processes of its own uids. */
+static const int root_caps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,  CAP_FSETID,    CAP_KILL,
+                                CAP_SETGID, CAP_SETUID,       CAP_SETFCAP, CAP_SYS_CHROOT};
+
+static bool is_root_cap(int cap)
+{
+    for (size_t i = 0; i < sizeof(root_caps) / sizeof(root_caps[0]); i++)
+        if (root_caps[i] == cap)
+            return true;
+    return false;
+}
+
+static int keep_root_capabilities(struct corral_error *err)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    for (size_t i = 0; i < sizeof(root_caps) / sizeof(root_caps[0]); i++) {
+        data[root_caps[i] / 32].permitted |= 1u << (root_caps[i] % 32);
+        data[root_caps[i] / 32].effective |= 1u << (root_caps[i] % 32);
+    }
+    if (syscall(SYS_capset, &hdr, data) < 0)
+        return corral_fail_errno(err, "cannot set the sandbox root's capabilities");
     return 0;
 }
 
-/* Becomes the unprivileged sandbox user: uid 1000 in a user namespace mapped
- * to host_uid outside (or host_uid itself without the userns layer), with no
- * supplementary groups, an empty bounding set and no capabilities. */
-static int become_user(const struct jail_init_args *a, int sysctl_dir, struct corral_error *err)
+/* Becomes the sandbox's user: uid 1000 in the user namespace userns_fd
+ * (host_uid outside), or host_uid itself without the userns layer; or, for
+ * a workload that keeps root, uid 0 there. No supplementary groups, no
+ * ambient capabilities, and none at all but root's in the bounding set. */
+static int become_user(const struct jail_init_args *a, int sysctl_dir, int userns_fd,
+                       struct corral_error *err)
 {
     unsigned off = a->disabled_layers;
     uid_t uid = a->host_uid;
+    bool root = false;
     /* Raw syscalls, not libc's wrappers: those apply a credential change to
      * every thread libc believes exists, and in a child cloned from a
      * multithreaded daemon they would wait forever for threads that are not
@@ -208,13 +280,22 @@ static int become_user(const struct jail_init_args *a, int sysctl_dir, struct co
     if (syscall(SYS_setgroups, 0, NULL) < 0)
         return corral_fail_errno(err, "cannot clear supplementary groups");
     if (!(off & JAIL_LAYER_USERNS)) {
-        int r = own_user_namespace(a, sysctl_dir, err);
-        if (r < 0)
+        if (setns(userns_fd, CLONE_NEWUSER) < 0)
+            return corral_fail_errno(err, "cannot enter the sandbox's user namespace");
+        /* Capped per sandbox inside; sysctl_dir is the host's /proc/sys,
+         * opened before the root changed: names under it are looked up in
+         * the namespace of whoever opens them. */
+        char text[16];
+        snprintf(text, sizeof(text), "%u\n", JAIL_INOTIFY_INSTANCES);
+        int r = write_at(sysctl_dir, "user/max_inotify_instances", text, err);
+        snprintf(text, sizeof(text), "%u\n", JAIL_INOTIFY_WATCHES);
+        if (r < 0 || (r = write_at(sysctl_dir, "user/max_inotify_watches", text, err)) < 0)
             return r;
-        uid = JAIL_INSIDE_UID;
+        root = a->cfg->workload_root;
+        uid = root ? 0 : JAIL_INSIDE_UID;
     }
     for (int cap = 0; cap < 64; cap++) {
-        if (raw_prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+        if ((root && is_root_cap(cap)) || raw_prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
             continue;
         if (errno == EINVAL)
             break; /* past the kernel's last capability */
@@ -226,12 +307,16 @@ static int become_user(const struct jail_init_args *a, int sysctl_dir, struct co
         return corral_fail_errno(err, "cannot switch to gid %u", (unsigned)uid);
     if (syscall(SYS_setresuid, uid, uid, uid) < 0)
         return corral_fail_errno(err, "cannot switch to uid %u", (unsigned)uid);
-    return drop_capabilities(err);
+    return root ? keep_root_capabilities(err) : drop_capabilities(err);
 }
 
 static int copy_files(const struct jail_config *cfg, struct corral_error *err)
 {
     char buf[16384];
+    if (cfg->n_files && cfg->workload_root) { /* the files are the user's */
+        syscall(SYS_setfsgid, JAIL_INSIDE_UID);
+        syscall(SYS_setfsuid, JAIL_INSIDE_UID);
+    }
     for (size_t i = 0; i < cfg->n_files; i++) {
         const struct jail_file *f = &cfg->files[i];
         int out = open(f->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, f->mode);
@@ -255,6 +340,8 @@ static int copy_files(const struct jail_config *cfg, struct corral_error *err)
         close(out);
         close(f->source_fd);
     }
+    syscall(SYS_setfsuid, 0);
+    syscall(SYS_setfsgid, 0);
     return 0;
 }
 
@@ -514,7 +601,11 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     }
     if (rootfs_make_private(&err) < 0)
         fail(&err);
-    if (a->plan && rootfs_apply(a->plan, &err) < 0)
+    int userns = -1;
+    if (!(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS)) &&
+        (userns = make_user_namespace(a, &err)) < 0)
+        fail(&err);
+    if (a->plan && rootfs_apply(a->plan, userns, &err) < 0)
         fail(&err);
     if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
         corral_fail_errno(&err, "cannot set the hostname");
@@ -524,10 +615,12 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         fail(&err);
     if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(a->limits, &err) < 0)
         fail(&err);
-    if (!(off & JAIL_LAYER_USER) && become_user(a, sysctl_dir, &err) < 0)
+    if (!(off & JAIL_LAYER_USER) && become_user(a, sysctl_dir, userns, &err) < 0)
         fail(&err);
     if (sysctl_dir >= 0)
         close(sysctl_dir);
+    if (userns >= 0)
+        close(userns);
     if (!(off & JAIL_LAYER_NNP) && raw_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         corral_fail_errno(&err, "cannot set no_new_privs");
         fail(&err);

@@ -17,12 +17,12 @@
 #include "jail/seccomp.h"
 
 /* Parent -> init, one byte each. */
-#define JAIL_CTL_MAPPED    'M' /* uid and gid maps are written */
+#define JAIL_CTL_NETNS_SET 'N' /* the caller's network namespace hook ran */
 #define JAIL_CTL_INTERRUPT 'I' /* send SIGINT to the workload */
 
 /* Init -> parent. Fixed size, below PIPE_BUF, so each write is atomic. */
 enum jail_msg_type {
-    JAIL_MSG_NEED_IDMAP = 1, /* the init created its user namespace */
+    JAIL_MSG_NEED_NETNS = 1, /* the init is about to make its user namespace */
     JAIL_MSG_STARTED,        /* the workload was executed */
     JAIL_MSG_FAILED,         /* setup failed: code and text say why */
     JAIL_MSG_EXITED          /* the workload ended: status is its wait status */
@@ -41,7 +41,9 @@ struct jail_clone_params {
     char id[33];
     char state_dir[256];
     uint32_t host_uid;
+    uint32_t root_uid; /* the host uid of the sandbox's root */
     uint32_t disabled_layers;
+    uint32_t read_only_root;
     uint32_t has_cgroup;
     struct jail_limits limits;
     struct cgroup cg;
@@ -61,6 +63,7 @@ struct jail_init_args {
     const struct jail_seccomp_program *seccomp; /* NULL when the seccomp layer is off */
     const char *hostname;
     uint32_t host_uid;
+    uint32_t root_uid;
     int ctl_fd;                  /* read end */
     int ev_fd;                   /* write end */
     const struct cgroup *cgroup; /* NULL when the cgroup layer is off */

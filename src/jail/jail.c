@@ -32,7 +32,7 @@ struct jail {
     char id[33];
     char state_dir[256];
     struct slot slot;
-    uint32_t host_uid;
+    uint32_t host_uid, root_uid;
     struct cgroup cg;
     pid_t pid;             /* host PID of the init; 0 once reaped */
     int pidfd;             /* when a zygote cloned the init (it is not our child); else -1 */
@@ -115,21 +115,6 @@ static int cgroup_env_get(const struct cgroup_env **out, struct corral_error *er
     }
     *out = &env;
     return 0;
-}
-
-static int write_idmaps(pid_t pid, uint32_t host_uid, struct corral_error *err)
-{
-    char path[64], map[64];
-    snprintf(map, sizeof(map), "%u %u 1\n", JAIL_INSIDE_UID, host_uid);
-    snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
-    int r = corral_write_file(path, map, err);
-    if (r < 0)
-        return r;
-    snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
-    if ((r = corral_write_file(path, "deny", err)) < 0)
-        return r;
-    snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
-    return corral_write_file(path, map, err);
 }
 
 /* Reads one message from the init; returns 0, or -EPIPE when the init closed its end. */
@@ -221,6 +206,8 @@ int jail_clone_init(const struct jail_clone_params *p, const struct jail_config 
             .disk_bytes = p->limits.disk_bytes,
             .owner_uid = (off & JAIL_LAYER_USER) ? 0 : p->host_uid,
             .owner_gid = (off & JAIL_LAYER_USER) ? 0 : p->host_uid,
+            .writable = !(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS)) && !p->read_only_root,
+            .root_uid = p->root_uid,
             .mask_proc = !(off & JAIL_LAYER_PROCMASK),
             .host_root = "",
         };
@@ -246,6 +233,7 @@ int jail_clone_init(const struct jail_clone_params *p, const struct jail_config 
             .seccomp = prog,
             .hostname = hostname,
             .host_uid = p->host_uid,
+            .root_uid = p->root_uid,
             .ctl_fd = ctl_fd,
             .ev_fd = ev_fd,
             .cgroup = p->has_cgroup ? &p->cg : NULL,
@@ -285,8 +273,9 @@ static int jail_claim(struct jail *j, const struct jail_config *cfg, const struc
     if ((r = corral_mkdir_p(j->state_dir, 0700, err)) < 0 ||
         (r = slot_acquire(j->state_dir, j->id, &j->slot, err)) < 0)
         return r;
-    j->host_uid =
-        (cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE) + (uint32_t)j->slot.number;
+    uint32_t base = cfg->uid_base ? cfg->uid_base : JAIL_DEFAULT_UID_BASE;
+    j->host_uid = base + (uint32_t)j->slot.number;
+    j->root_uid = base + JAIL_SLOTS + (uint32_t)j->slot.number;
     if (cgenv && (r = cgroup_create(cgenv, j->id, &cfg->limits, &j->cg, err)) < 0)
         return r;
     if (!(cfg->disabled_layers & JAIL_LAYER_ROOTFS) && !jail_disk_in_memory() &&
@@ -295,24 +284,21 @@ static int jail_claim(struct jail *j, const struct jail_config *cfg, const struc
     return 0;
 }
 
-/* What the init asks for before it drops into its namespaces' user: the
- * network namespace set up by the caller's hook, then the id maps. */
-static int jail_map_ids(struct jail *j, const struct jail_config *cfg, struct corral_error *err)
+/* What the init asks for before it makes its user namespace: the network
+ * namespace set up by the caller's hook. */
+static int jail_set_netns(struct jail *j, const struct jail_config *cfg, struct corral_error *err)
 {
-    int r;
     if (cfg->on_netns) {
         int ns = jail_netns_open(j);
         if (ns < 0)
             return corral_fail(err, -ns, "cannot open the sandbox's network namespace: %s",
                                strerrordesc_np(-ns));
-        r = cfg->on_netns(cfg->on_netns_arg, j, ns, err);
+        int r = cfg->on_netns(cfg->on_netns_arg, j, ns, err);
         close(ns);
         if (r < 0)
             return r;
     }
-    if ((r = write_idmaps(j->pid, j->host_uid, err)) < 0)
-        return r;
-    char c = JAIL_CTL_MAPPED;
+    char c = JAIL_CTL_NETNS_SET;
     if (corral_write_all(j->ctl_fd, &c, 1) < 0)
         return corral_fail_errno(err, "cannot signal the sandbox's init");
     return 0;
@@ -330,8 +316,8 @@ static int jail_await_start(struct jail *j, const struct jail_config *cfg, struc
                                "the sandbox's init died during setup (wait status %#x)",
                                (unsigned)j->status);
         }
-        if (m.type == JAIL_MSG_NEED_IDMAP) {
-            int r = jail_map_ids(j, cfg, err);
+        if (m.type == JAIL_MSG_NEED_NETNS) {
+            int r = jail_set_netns(j, cfg, err);
             if (r < 0)
                 return r;
         } else if (m.type == JAIL_MSG_STARTED) {
@@ -374,7 +360,9 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     snprintf(p->id, sizeof(p->id), "%s", j->id);
     snprintf(p->state_dir, sizeof(p->state_dir), "%s", j->state_dir);
     p->host_uid = j->host_uid;
+    p->root_uid = j->root_uid;
     p->disabled_layers = off;
+    p->read_only_root = cfg->read_only_root;
     p->limits = cfg->limits;
     p->has_cgroup = cgenv != NULL;
     p->cg = j->cg;
@@ -488,8 +476,8 @@ int jail_usage(struct jail *j, struct jail_usage *out, struct corral_error *err)
         return corral_fail(err, ESRCH, "sandbox %s has ended", j->id);
     out->cpu_ns = cgroup_cpu_ns(&j->cg);
     cgroup_memory_usage(&j->cg, &out->mem_used, &out->mem_cache);
-    /* The storage as the init sees it: /tmp is one of its bind mounts, and
-     * the sandbox cannot replace it (the root is read-only). */
+    /* The storage as the init sees it: /tmp is one of its bind mounts, which
+     * nothing in the sandbox can move or unmount. */
     char path[64];
     struct statfs st;
     snprintf(path, sizeof(path), "/proc/%d/root/tmp", (int)j->pid);

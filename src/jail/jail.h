@@ -59,9 +59,11 @@ struct jail_limits {
 #define JAIL_DEFAULT_DISK       (1024ull << 20)
 #define JAIL_DEFAULT_OPEN_FILES 1024u
 #define JAIL_DEFAULT_STATE_DIR  "/run/corral"
-#define JAIL_DEFAULT_UID_BASE   1879048192u /* host uids base..base+65535 belong to sandboxes */
-#define JAIL_SLOTS              65536u
-#define JAIL_INSIDE_UID         1000u
+/* Host uids base..base+65535 are the sandboxes' users, base+65536..
+ * base+131071 their roots (uid 0 of each sandbox's user namespace). */
+#define JAIL_DEFAULT_UID_BASE 1879048192u
+#define JAIL_SLOTS            65536u
+#define JAIL_INSIDE_UID       1000u
 /* inotify, per sandbox (its user namespace's limits): instances and watches. */
 #define JAIL_INOTIFY_INSTANCES 128u
 #define JAIL_INOTIFY_WATCHES   16384u
@@ -94,6 +96,15 @@ struct jail_config {
 
     const struct jail_file *files;
     size_t n_files;
+
+    /* The workload runs as the sandbox's root (uid 0 of its user namespace,
+     * with the capabilities of JAIL_ROOT_CAPS there and none over anything
+     * of the host's) instead of its user: the agent, which starts what it
+     * runs as either. Needs the user and userns layers. */
+    bool workload_root;
+    /* The root filesystem read-only (the host's system, bind-mounted),
+     * instead of the sandbox's own copy. */
+    bool read_only_root;
 
     /* Descriptors of the caller that become the workload's 0, 1, 2; -1 = /dev/null. */
     int stdin_fd, stdout_fd, stderr_fd;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 /* ---- planning (parent) ---- */
 
 #define ROOTFS_COPY_MAX (1 << 20) /* larger host files are bind-mounted */
+#define NOSUID_NODEV    (MS_NOSUID | MS_NODEV)
 
 static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *dupf(const char *fmt, ...)
@@ -57,10 +59,18 @@ static struct rootfs_op *add_op(struct rootfs_plan *p, enum rootfs_op_kind kind)
 struct planner {
     struct rootfs_plan *plan;
     const struct rootfs_params *params;
+    unsigned layers; /* overlays planned so far */
     int failed;
 };
 
-/* Adds an op with dst = root/<rel>. */
+static bool creates_entry(enum rootfs_op_kind kind)
+{
+    return kind == ROOTFS_MKDIR || kind == ROOTFS_TOUCH || kind == ROOTFS_WRITE ||
+           kind == ROOTFS_SYMLINK || kind == ROOTFS_COPY;
+}
+
+/* Adds an op with dst = root/<rel>. What it creates in a writable root
+ * (not in /dev, a tmpfs of its own) belongs to the sandbox's root. */
 static struct rootfs_op *op_at(struct planner *pl, enum rootfs_op_kind kind, const char *rel)
 {
     struct rootfs_op *op = add_op(pl->plan, kind);
@@ -71,6 +81,10 @@ static struct rootfs_op *op_at(struct planner *pl, enum rootfs_op_kind kind, con
     op->dst = dupf("%s/%s", pl->params->root_dir, rel);
     if (!op->dst)
         pl->failed = 1;
+    if (pl->params->writable && creates_entry(kind) && strncmp(rel, "dev/", 4)) {
+        op->uid = pl->params->root_uid;
+        op->gid = pl->params->root_uid;
+    }
     return op;
 }
 
@@ -107,10 +121,50 @@ static void plan_bind(struct planner *pl, enum rootfs_op_kind kind, const char *
         pl->failed = 1;
 }
 
-/* Mirrors a host path into the sandbox read-only: a symlink stays a symlink, a
- * directory is bind-mounted, a small regular file is copied (one mount costs
- * more than a copy, and the root is read-only anyway). Missing host paths are
- * skipped. */
+/* A directory of the disk's layers/ area: owned by the sandbox's root
+ * when root, else by the host's root (what overlayfs itself uses). */
+static char *plan_layer_dir(struct planner *pl, unsigned n, char kind, mode_t mode, bool root)
+{
+    struct rootfs_op *op = add_op(pl->plan, ROOTFS_MKDIR);
+    char *dir = dupf("%s/layers/%u%c", pl->params->storage_dir, n, kind);
+    if (!op || !dir || !(op->dst = strdup(dir))) {
+        pl->failed = 1;
+        free(dir);
+        return NULL;
+    }
+    op->mode = mode;
+    if (root) {
+        op->uid = pl->params->root_uid;
+        op->gid = pl->params->root_uid;
+    }
+    return dir;
+}
+
+/* The host directory host on rel, an overlay whose upper layer (a new
+ * directory of the disk's with the host directory's mode, the sandbox
+ * root's) takes the sandbox's changes. The lower layer is host itself,
+ * mapped, mounted on rel first: the overlay then stacks on it. */
+static void plan_overlay(struct planner *pl, const char *host, const char *rel, mode_t mode)
+{
+    unsigned n = pl->layers++;
+    char *upper = plan_layer_dir(pl, n, 'u', mode, true);
+    char *work = plan_layer_dir(pl, n, 'w', 0700, false);
+    struct rootfs_op *op = op_at(pl, ROOTFS_OVERLAY, rel);
+    if (op && upper && work) {
+        op->src = strdup(host);
+        op->data = dupf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", op->dst, upper, work);
+        op->flags = NOSUID_NODEV;
+        if (!op->src || !op->data)
+            pl->failed = 1;
+    }
+    free(upper);
+    free(work);
+}
+
+/* Mirrors a host path into the sandbox: a symlink stays a symlink, a
+ * directory is bind-mounted read-only (an overlay in a writable root), a
+ * small regular file is copied (one mount costs more than a copy). Missing
+ * host paths are skipped. */
 static void plan_host_path(struct planner *pl, const char *abs)
 {
     char host[4096];
@@ -128,7 +182,10 @@ static void plan_host_path(struct planner *pl, const char *abs)
         plan_symlink(pl, rel, target);
     } else if (S_ISDIR(st.st_mode)) {
         plan_mkdir(pl, rel, 0755);
-        plan_bind(pl, ROOTFS_BIND_RO, host, rel);
+        if (pl->params->writable)
+            plan_overlay(pl, host, rel, st.st_mode & 07777);
+        else
+            plan_bind(pl, ROOTFS_BIND_RO, host, rel);
     } else if (S_ISREG(st.st_mode) && st.st_size <= ROOTFS_COPY_MAX) {
         struct rootfs_op *op = op_at(pl, ROOTFS_COPY, rel);
         if (op && !(op->src = strdup(host)))
@@ -199,8 +256,6 @@ static const char *const proc_masked_dirs[] = {"acpi", "scsi",   "asound",  "bus
 static const char *const proc_readonly[] = {"sys", NULL};
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
-
-#define NOSUID_NODEV (MS_NOSUID | MS_NODEV)
 
 /* A remount of dir (allocated, or NULL when that failed) read-only with
  * flags, once what is below it is assembled. */
@@ -324,10 +379,10 @@ static void plan_dev(struct planner *pl)
 /* Writable storage: the sandbox's disk (its size is the disk limit), or a
  * tmpfs of that size in memory mode, split into the sandbox's /tmp,
  * /home/user and /mnt/data. */
-static void plan_storage(struct planner *pl)
+static void plan_disk(struct planner *pl)
 {
     const struct rootfs_params *params = pl->params;
-    char buf[4096];
+    char buf[64];
     if (params->disk_dev && *params->disk_dev) {
         struct rootfs_op *op = add_op(pl->plan, ROOTFS_DISK);
         if (!op || !(op->src = strdup(params->disk_dev)) ||
@@ -339,6 +394,21 @@ static void plan_storage(struct planner *pl)
         snprintf(buf, sizeof(buf), "mode=0755,size=%llu", params->disk_bytes);
         plan_tmpfs(pl, params->storage_dir, buf, NOSUID_NODEV);
     }
+    if (params->writable) { /* the overlays' layers (a disk has it already) */
+        struct rootfs_op *op = add_op(pl->plan, ROOTFS_MKDIR);
+        if (!op || !(op->dst = dupf("%s/layers", params->storage_dir)))
+            pl->failed = 1;
+        else
+            op->mode = 0700;
+    }
+}
+
+static void plan_storage(struct planner *pl)
+{
+    const struct rootfs_params *params = pl->params;
+    char buf[4096];
+    if (!params->writable)
+        plan_disk(pl);
     static const struct {
         const char *name, *target;
         mode_t mode;
@@ -357,6 +427,9 @@ static void plan_storage(struct planner *pl)
         if (areas[i].owned) {
             m->uid = params->owner_uid;
             m->gid = params->owner_gid;
+        } else if (params->writable) {
+            m->uid = params->root_uid;
+            m->gid = params->root_uid;
         }
         plan_mkdir(pl, areas[i].target, 0755);
         snprintf(buf, sizeof(buf), "%s/%s", params->storage_dir, areas[i].name);
@@ -385,8 +458,24 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     if (!plan->root_dir)
         return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
 
-    /* The new root: a small tmpfs that becomes read-only once assembled. */
-    plan_tmpfs(&pl, params->root_dir, "mode=0755,size=4m", NOSUID_NODEV);
+    if (params->writable) {
+        /* The new root: the disk's root/ area, the sandbox root's. */
+        plan_disk(&pl);
+        struct rootfs_op *op = add_op(plan, ROOTFS_MKDIR);
+        char *dir = dupf("%s/root", params->storage_dir);
+        if (!op || !dir || !(op->dst = strdup(dir))) {
+            pl.failed = 1;
+        } else {
+            op->mode = 0755;
+            op->uid = params->root_uid;
+            op->gid = params->root_uid;
+            plan_bind(&pl, ROOTFS_BIND_RW, dir, "");
+        }
+        free(dir);
+    } else {
+        /* The new root: a small tmpfs that becomes read-only once assembled. */
+        plan_tmpfs(&pl, params->root_dir, "mode=0755,size=4m", NOSUID_NODEV);
+    }
     for (const char *const *d = system_dirs; *d; d++)
         plan_host_path(&pl, *d);
     plan_etc(&pl);
@@ -398,7 +487,8 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     plan_mkdir(&pl, "var", 0755);
     plan_symlink(&pl, "var/tmp", "/tmp");
     plan_mkdir(&pl, "root", 0700);
-    plan_remount_ro(&pl, strdup(params->root_dir), NOSUID_NODEV);
+    if (!params->writable)
+        plan_remount_ro(&pl, strdup(params->root_dir), NOSUID_NODEV);
 
     if (pl.failed) {
         rootfs_plan_free(plan);
@@ -457,22 +547,10 @@ static int copy_file(const struct rootfs_op *op, struct corral_error *err)
     return r;
 }
 
-static int apply_op(const struct rootfs_op *op, struct corral_error *err)
+/* Creates the file, symlink or copy op describes. */
+static int apply_entry(const struct rootfs_op *op, struct corral_error *err)
 {
     switch (op->kind) {
-    case ROOTFS_MKDIR:
-        /* rootfs_apply() runs with umask 0, so the mode is exact. A disk's
-         * blank image has its areas already (a mkdir there costs a read of
-         * an inode table through the loop device): they get the mode. */
-        if (mkdir(op->dst, op->mode) < 0) {
-            struct stat st;
-            if (errno != EEXIST || lstat(op->dst, &st) < 0 || !S_ISDIR(st.st_mode) ||
-                chmod(op->dst, op->mode) < 0)
-                return corral_fail_errno(err, "cannot create directory %s", op->dst);
-        }
-        if (op->uid != (uid_t)-1 && chown(op->dst, op->uid, op->gid) < 0)
-            return corral_fail_errno(err, "cannot give %s to the sandbox user", op->dst);
-        return 0;
     case ROOTFS_TOUCH: {
         int fd = open(op->dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, op->mode);
         if (fd < 0)
@@ -497,6 +575,56 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
         return 0;
     case ROOTFS_COPY:
         return copy_file(op, err);
+    default:
+        return corral_fail(err, EINVAL, "not a file operation: %d", (int)op->kind);
+    }
+}
+
+/* The host directory op->src, mapped through the user namespace userns_fd,
+ * on op->dst; then the overlay of op->data over it. */
+static int mount_overlay(const struct rootfs_op *op, int userns_fd, struct corral_error *err)
+{
+    int tree = open_tree(AT_FDCWD, op->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0)
+        return corral_fail_errno(err, "cannot clone the mount of %s", op->src);
+    struct mount_attr attr = {
+        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        .userns_fd = (uint64_t)userns_fd,
+    };
+    int r = 0;
+    if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+        r = corral_fail_errno(err, "cannot map %s into the sandbox's user namespace", op->src);
+    else if (move_mount(tree, "", AT_FDCWD, op->dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        r = corral_fail_errno(err, "cannot mount %s on %s", op->src, op->dst);
+    close(tree);
+    if (r == 0 && mount("overlay", op->dst, "overlay", op->flags, op->data) < 0)
+        r = corral_fail_errno(err, "cannot mount an overlay on %s", op->dst);
+    return r;
+}
+
+static int apply_op(const struct rootfs_op *op, int userns_fd, struct corral_error *err)
+{
+    if (creates_entry(op->kind) && op->kind != ROOTFS_MKDIR) {
+        int r = apply_entry(op, err);
+        if (r == 0 && op->uid != (uid_t)-1 &&
+            fchownat(AT_FDCWD, op->dst, op->uid, op->gid, AT_SYMLINK_NOFOLLOW) < 0)
+            r = corral_fail_errno(err, "cannot give %s to the sandbox's root", op->dst);
+        return r;
+    }
+    switch (op->kind) {
+    case ROOTFS_MKDIR:
+        /* rootfs_apply() runs with umask 0, so the mode is exact. A disk's
+         * blank image has its areas already (a mkdir there costs a read of
+         * an inode table through the loop device): they get the mode. */
+        if (mkdir(op->dst, op->mode) < 0) {
+            struct stat st;
+            if (errno != EEXIST || lstat(op->dst, &st) < 0 || !S_ISDIR(st.st_mode) ||
+                chmod(op->dst, op->mode) < 0)
+                return corral_fail_errno(err, "cannot create directory %s", op->dst);
+        }
+        if (op->uid != (uid_t)-1 && chown(op->dst, op->uid, op->gid) < 0)
+            return corral_fail_errno(err, "cannot give %s to the sandbox's user or root", op->dst);
+        return 0;
     case ROOTFS_MKNOD:
         if (mknod(op->dst, S_IFCHR | op->mode, op->rdev) < 0)
             return corral_fail_errno(err, "cannot create device %s", op->dst);
@@ -544,6 +672,10 @@ static int apply_op(const struct rootfs_op *op, struct corral_error *err)
         if (mount(NULL, op->dst, NULL, MS_REMOUNT | MS_RDONLY | op->flags, NULL) < 0)
             return corral_fail_errno(err, "cannot make %s read-only", op->dst);
         return 0;
+    case ROOTFS_OVERLAY:
+        return mount_overlay(op, userns_fd, err);
+    default:
+        break;
     }
     return corral_fail(err, EINVAL, "unknown root filesystem operation %d", (int)op->kind);
 }
@@ -555,11 +687,11 @@ int rootfs_make_private(struct corral_error *err)
     return 0;
 }
 
-int rootfs_apply(const struct rootfs_plan *plan, struct corral_error *err)
+int rootfs_apply(const struct rootfs_plan *plan, int userns_fd, struct corral_error *err)
 {
     mode_t old_umask = umask(0);
     for (size_t i = 0; i < plan->n; i++) {
-        int r = apply_op(&plan->ops[i], err);
+        int r = apply_op(&plan->ops[i], userns_fd, err);
         if (r < 0)
             return r;
     }

@@ -5,9 +5,12 @@
  * may allocate; applying only makes syscalls.
  *
  * The result:
- *   /usr /bin /sbin /lib*   the host's, read-only (or the same symlinks)
+ *   /usr /bin /sbin /lib*   the host's, read-only (or the same symlinks);
+ *                           with a writable root, overlays of them whose
+ *                           changes go to the sandbox's disk
  *   /etc                    generated passwd, group, hosts, ...; a few host
- *                           files needed by libraries, read-only; no secrets
+ *                           files needed by libraries (copies, and host
+ *                           directories as above); no secrets
  *   /proc                   fresh, for the sandbox's PID namespace, with
  *                           sensitive entries masked and /proc/sys read-only
  *   /dev                    null zero full random urandom tty, pts, shm
@@ -16,7 +19,9 @@
  *                           of a tmpfs of the disk's size in memory mode
  *   /dev/shm                a tmpfs of half the memory limit (memory, as on
  *                           any Linux host)
- *   everything else         read-only and empty
+ *   everything else         empty; read-only, or with a writable root a
+ *                           directory of the sandbox's disk (the sandbox's
+ *                           root may create anything there)
  */
 #ifndef CORRAL_JAIL_ROOTFS_H
 #define CORRAL_JAIL_ROOTFS_H
@@ -27,23 +32,27 @@
 #include "base/error.h"
 
 enum rootfs_op_kind {
-    ROOTFS_MKDIR,     /* dst, mode, owner */
-    ROOTFS_TOUCH,     /* empty file dst (a bind target) */
-    ROOTFS_WRITE,     /* file dst with text data, mode */
-    ROOTFS_SYMLINK,   /* dst -> src */
-    ROOTFS_COPY,      /* a copy of the host file src at dst, mode */
-    ROOTFS_MKNOD,     /* character device dst with the host's device number rdev */
-    ROOTFS_BIND_RO,   /* src on dst, read-only, nosuid, nodev */
-    ROOTFS_BIND_DEV,  /* device node src on dst, nosuid, noexec */
-    ROOTFS_BIND_RW,   /* src on dst, writable, nosuid, nodev */
-    ROOTFS_TMPFS,     /* tmpfs on dst with options data, flags */
-    ROOTFS_DISK,      /* the ext4 on block device src on dst with options data, flags */
-    ROOTFS_PROC,      /* procfs on dst */
-    ROOTFS_DEVPTS,    /* a new devpts instance on dst */
-    ROOTFS_MASK_FILE, /* /dev/null on dst, read-only */
-    ROOTFS_MASK_DIR,  /* an empty read-only tmpfs on dst */
-    ROOTFS_READONLY,  /* bind dst on itself, read-only */
-    ROOTFS_REMOUNT_RO /* remount the mount at dst read-only */
+    ROOTFS_MKDIR,      /* dst, mode, owner */
+    ROOTFS_TOUCH,      /* empty file dst (a bind target) */
+    ROOTFS_WRITE,      /* file dst with text data, mode */
+    ROOTFS_SYMLINK,    /* dst -> src */
+    ROOTFS_COPY,       /* a copy of the host file src at dst, mode */
+    ROOTFS_MKNOD,      /* character device dst with the host's device number rdev */
+    ROOTFS_BIND_RO,    /* src on dst, read-only, nosuid, nodev */
+    ROOTFS_BIND_DEV,   /* device node src on dst, nosuid, noexec */
+    ROOTFS_BIND_RW,    /* src on dst, writable, nosuid, nodev */
+    ROOTFS_TMPFS,      /* tmpfs on dst with options data, flags */
+    ROOTFS_DISK,       /* the ext4 on block device src on dst with options data, flags */
+    ROOTFS_PROC,       /* procfs on dst */
+    ROOTFS_DEVPTS,     /* a new devpts instance on dst */
+    ROOTFS_MASK_FILE,  /* /dev/null on dst, read-only */
+    ROOTFS_MASK_DIR,   /* an empty read-only tmpfs on dst */
+    ROOTFS_READONLY,   /* bind dst on itself, read-only */
+    ROOTFS_REMOUNT_RO, /* remount the mount at dst read-only */
+    /* An overlay on dst: the host directory src, mapped into the sandbox's
+     * user namespace (its files owned by the host's root are the sandbox
+     * root's), under the writable layer named by data's upperdir. */
+    ROOTFS_OVERLAY
 };
 
 struct rootfs_op {
@@ -67,6 +76,13 @@ struct rootfs_params {
     unsigned long long disk_bytes;
     uid_t owner_uid; /* host uid of the sandbox user */
     gid_t owner_gid;
+    /* A writable root: the sandbox's own, on its disk, the host's
+     * directories overlays whose changes go to that disk too. Needs the
+     * sandbox's user namespace (rootfs_apply's userns_fd); what the root
+     * filesystem holds then belongs to root_uid, the host uid of the
+     * sandbox's root. */
+    int writable;
+    uid_t root_uid;
     int mask_proc;         /* mask sensitive /proc entries */
     const char *host_root; /* "" normally; a test directory for unit tests */
 };
@@ -80,8 +96,10 @@ struct rootfs_plan {
 int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
                       struct corral_error *err);
 void rootfs_plan_free(struct rootfs_plan *plan);
-/* Applies every operation, then pivots into the new root. Runs in the child. */
-int rootfs_apply(const struct rootfs_plan *plan, struct corral_error *err);
+/* Applies every operation, then pivots into the new root. Runs in the child;
+ * userns_fd: the sandbox's user namespace, for a writable root's overlays
+ * (-1 without). */
+int rootfs_apply(const struct rootfs_plan *plan, int userns_fd, struct corral_error *err);
 /* Makes every mount private so nothing propagates back to the host. */
 int rootfs_make_private(struct corral_error *err);
 

@@ -40,6 +40,39 @@ void (*agent_pristine)(char *const *envp, char *const *argv, bool kernel);
 static pid_t children[MAX_CHILDREN];
 static size_t n_children;
 
+/* The agent runs as the sandbox's root (uid 0 of its user namespace): it
+ * acts as the sandbox's user (uid 1000) unless a request asks for root. */
+static bool root_agent;
+
+/* The filesystem identity of the agent: root's, or the user's, and the
+ * home that relative paths start from. */
+static void act_as(bool root)
+{
+    if (!root_agent)
+        return;
+    unsigned id = root ? 0 : CORRAL_USER_UID;
+    syscall(SYS_setfsgid, id);
+    syscall(SYS_setfsuid, id);
+    if (chdir(root ? CORRAL_ROOT_HOME : CORRAL_HOME) < 0 && chdir("/") < 0)
+        return; /* relative paths then start from wherever the agent is */
+}
+
+/* Whether this process is root in a user namespace that maps the user. */
+static bool runs_as_sandbox_root(void)
+{
+    if (getuid() != 0)
+        return false;
+    FILE *f = fopen("/proc/self/uid_map", "re");
+    if (!f)
+        return false;
+    unsigned inside, outside, count;
+    bool user = false;
+    while (fscanf(f, "%u %u %u", &inside, &outside, &count) == 3)
+        user |= inside == CORRAL_USER_UID && count == 1;
+    fclose(f);
+    return user;
+}
+
 static bool is_child(pid_t pid)
 {
     for (size_t i = 0; i < n_children; i++)
@@ -145,6 +178,13 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
     sigprocmask(SIG_SETMASK, &none, NULL);
     for (int sig = 1; sig < NSIG; sig++)
         signal(sig, SIG_DFL);
+    if (root_agent && (s->flags & CTL_SPAWN_ROOT)) {
+        act_as(true);
+    } else if (root_agent &&
+               (syscall(SYS_setresgid, CORRAL_USER_UID, CORRAL_USER_UID, CORRAL_USER_UID) < 0 ||
+                syscall(SYS_setresuid, CORRAL_USER_UID, CORRAL_USER_UID, CORRAL_USER_UID) < 0)) {
+        child_failed(status_fd, 3);
+    }
     if (s->cwd[0] && chdir(s->cwd) < 0)
         child_failed(status_fd, 1);
     if (s->flags & CTL_SPAWN_PRISTINE) {
@@ -244,6 +284,8 @@ static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
         e = stage_errno[1];
         if (stage_errno[0] == 1)
             reply_err(rep, seq, e, "cannot enter directory %s: %s", s->cwd, strerror(e));
+        else if (stage_errno[0] == 3)
+            reply_err(rep, seq, e, "cannot become the sandbox's user: %s", strerror(e));
         else
             reply_err(rep, seq, e, "cannot execute %s: %s", s->argv[0], strerror(e));
         pid = -2;
@@ -851,7 +893,10 @@ static void handle(struct ctl_msg *req, struct ctl_msg *rep)
     struct ctl_reader r;
     ctl_reader_init(&r, req);
     ctl_msg_init(rep, CTL_OK, req->seq);
-    switch (req->op) {
+    bool as_root = (req->op & CTL_AS_ROOT) != 0;
+    if (as_root)
+        act_as(true);
+    switch (req->op & ~CTL_AS_ROOT) {
     case CTL_SPAWN:
         handle_spawn(&r, req->seq, rep);
         break;
@@ -886,6 +931,8 @@ static void handle(struct ctl_msg *req, struct ctl_msg *rep)
         reply_err(rep, req->seq, ENOSYS, "unknown request %u", req->op);
         break;
     }
+    if (as_root)
+        act_as(false);
 }
 
 static void report_exits(struct ctl_msg *ev)
@@ -914,6 +961,8 @@ int agent_main(void)
         fprintf(stderr, "corral-agent: cannot start: %s\n", strerror(errno));
         return 1;
     }
+    root_agent = runs_as_sandbox_root();
+    act_as(false);
     if (chdir(CORRAL_HOME) < 0 && chdir("/") < 0)
         return 1;
     struct pollfd fds[2] = {{.fd = CTL_FD, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};

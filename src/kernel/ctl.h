@@ -32,6 +32,7 @@
  *           seen inside; CTL_KEEP for any of the three leaves it unchanged.
  *           Symbolic links are followed, magic links (/proc/.../fd/N) are not;
  *           the entry is the file's afterwards, under the path as given.
+ * A request's op may carry CTL_AS_ROOT (see there).
  * Replies: OK (payload as above) or ERR i32 errno, str message.
  * Events (agent -> daemon, seq 0): EXITED i32 pid, i32 wait status.
  *
@@ -82,8 +83,12 @@ enum {
     CTL_SPAWN_SOCKET = 2,
     CTL_SPAWN_KERNEL = 4,
     CTL_SPAWN_PRISTINE = 8,
-    CTL_SPAWN_PTY = 16
+    CTL_SPAWN_PTY = 16,
+    CTL_SPAWN_ROOT = 32 /* as the sandbox's root, not its user */
 };
+/* Or'ed into a request's op: the request acts as the sandbox's root (its
+ * files are root's, root's permissions apply) instead of its user. */
+#define CTL_AS_ROOT 0x10000u
 enum { CTL_OPEN_READ = 0, CTL_OPEN_WRITE = 1, CTL_OPEN_APPEND = 2 };
 enum { CTL_TYPE_FILE = 1, CTL_TYPE_DIR, CTL_TYPE_SYMLINK, CTL_TYPE_OTHER };
 #define CTL_KEEP 0xffffffffu /* CHMOD: leave this one unchanged */

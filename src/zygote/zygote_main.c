@@ -260,6 +260,7 @@ static void serve(int *fds, struct zygote_request *req)
     cfg.disabled_layers = p->disabled_layers;
     cfg.stdin_fd = fds[2];
     cfg.workload_fn = run_agent;
+    cfg.workload_root = true; /* the agent: it acts as the user, or root */
 
     struct corral_error err;
     pid_t pid = 0;

@@ -193,7 +193,7 @@ def test_large_files_are_streamed():
     ("?path=/home/user/missing.txt", 404, "does not exist"),
     ("?path=/tmp", 400, "is a directory"),
     ("?path=", 400, "the path is empty"),
-    ("?path=/etc/hostname&username=root", 401, "one user"),
+    ("?path=/etc/hostname&username=nobody", 401, "the users 'user' and 'root'"),
 ])
 def test_download_errors(server, sid, query, status, message):
     got, ctype, data = envd(server, sid, "GET", "/files" + query)
@@ -484,11 +484,11 @@ def test_unary_errors(server, sid):
     assert status == 400 and body["code"] == "invalid_argument"
     status, body = unary(server, sid, "process.Process/Nope", {})
     assert status == 404 and body["code"] == "unimplemented"
-    # Only the sandbox's user: Authorization: Basic base64("root:") is refused.
+    # The sandbox's user and root only: Basic base64("nobody:") is refused.
     status, _, data = envd(server, sid, "POST", "/filesystem.Filesystem/Stat",
                            json.dumps({"path": "/tmp"}).encode(),
                            {"Content-Type": "application/json",
-                            "Authorization": "Basic " + base64.b64encode(b"root:").decode()})
+                            "Authorization": "Basic " + base64.b64encode(b"nobody:").decode()})
     assert status == 401 and json.loads(data)["code"] == "unauthenticated"
 
 

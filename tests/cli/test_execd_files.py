@@ -209,7 +209,7 @@ def test_upload_errors(x):
     for meta, why in [(b"{not json", "invalid metadata format"),
                       (b"[1]", "must be a JSON object"),
                       (b'{"mode": 644}', "metadata path is empty"),
-                      (b'{"path": "/tmp/x", "owner": "root"}', "one user"),
+                      (b'{"path": "/tmp/x", "owner": "www-data"}', "the users and groups"),
                       (b'{"path": "/tmp/x", "mode": 888}', "octal"),
                       (b'{"path": "/tmp/x", "mode": "644"}', "octal")]:
         body = multipart([("metadata", "metadata", meta), ("file", "x", b"1")])
@@ -339,8 +339,9 @@ def test_permissions(x):
     x.ok("POST", "/files/permissions", {"/home/user/p.sh": {}})
     x.ok("POST", "/files/permissions", {})
     # Errors: nothing is changed when one entry is bad.
-    for body, why in [({"/home/user/p.sh": {"owner": "root", "mode": 600}}, "one user"),
-                      ({"/home/user/p.sh": {"group": "nogroup"}}, "one user"),
+    for body, why in [({"/home/user/p.sh": {"owner": "www-data", "mode": 600}},
+                       "the users and groups"),
+                      ({"/home/user/p.sh": {"group": "nogroup"}}, "the users and groups"),
                       ({"/home/user/p.sh": {"mode": 800}}, "octal"),
                       ({"/home/user/p.sh": {"mode": 77777}}, "octal"),
                       ({"/home/user/p.sh": {"mode": -1}}, "octal"),
@@ -356,6 +357,10 @@ def test_permissions(x):
     assert x.error("POST", "/files/permissions", {"/home/user/nope": {"mode": 644}})[:2] == (
         404, "FILE_NOT_FOUND")
     assert x.error("POST", "/files/permissions", {"/usr/bin/env": {"mode": 777}})[0] == 403
+    # Root may be given a file (the sandbox's root, uid 0 of its own user namespace).
+    x.ok("POST", "/files/permissions", {"/home/user/p.sh": {"owner": "root", "group": "0"}})
+    got = x.info("/home/user/p.sh")["/home/user/p.sh"]
+    assert (got["owner"], got["group"]) == ("root", "root"), got
 
 
 def test_move(x):

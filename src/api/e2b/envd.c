@@ -24,6 +24,7 @@
 #include "base/util.h"
 
 #define USER_NAME           "user"
+#define ROOT_NAME           "root"
 #define PATH_MAX_LEN        4096
 #define CONNECT_JSON        "application/connect+json"
 #define INLINE_MAX          (8u << 20) /* downloads up to this are read before answering */
@@ -80,7 +81,9 @@ static int b64_decode(const char *text, size_t len, unsigned char **out, size_t 
 /* The absolute, clean form of a path a client sent (wire_clean_path). */
 static int resolve_path(const char *in, char *out, struct corral_error *err)
 {
-    static const struct wire_path_words words = {.longest = PATH_MAX_LEN, .quoted = 0};
+    bool root = corral_files_as_root(false); /* the call's user: its home */
+    corral_files_as_root(root);
+    const struct wire_path_words words = {.longest = PATH_MAX_LEN, .quoted = 0, .root = root};
     return wire_clean_path(in, out, &words, err);
 }
 
@@ -226,6 +229,7 @@ struct bytes_stream {
     size_t len;
     corral_sandbox *sb; /* set: stream this file instead */
     char path[PATH_MAX_LEN];
+    bool root; /* read as the sandbox's root */
 };
 
 static int to_stream(void *s, const void *data, size_t len)
@@ -238,7 +242,9 @@ static void bytes_produce(struct http_stream *s, void *arg)
     struct bytes_stream *b = arg;
     if (b->sb) {
         struct corral_error err;
+        bool was = corral_files_as_root(b->root);
         corral_file_read(b->sb, b->path, to_stream, s, &err); /* a failure cuts the body */
+        corral_files_as_root(was);
     } else if (b->len) {
         http_stream_write(s, b->data, b->len);
     }
@@ -271,6 +277,8 @@ static struct http_response *bytes_response(const char *content_type, char *data
         corral_sandbox_retain(file_sb);
         b->sb = file_sb;
         snprintf(b->path, sizeof(b->path), "%s", file);
+        b->root = corral_files_as_root(false); /* as the request reads it */
+        corral_files_as_root(b->root);
     }
     live_add();
     struct http_response *r = http_stream(200, content_type, &bytes_ops, b);
@@ -339,9 +347,20 @@ static json_t *request_message(const struct http_request *req, bool stream,
     return wire_body_json(body, len, &rules, &v, err) < 0 ? NULL : v;
 }
 
-/* The user of the call (Authorization: Basic base64("name:")): only 'user'. */
-static int check_user(const struct http_request *req, struct corral_error *err)
+/* Whether name is the sandbox's root ("root") rather than its user
+ * ("user", or none); -1 for anybody else. */
+static int user_is_root(const char *name)
 {
+    if (!*name || !strcmp(name, USER_NAME))
+        return 0;
+    return strcmp(name, ROOT_NAME) ? -1 : 1;
+}
+
+/* The user of the call (Authorization: Basic base64("name:")): 'user' (the
+ * default) or 'root'; *root says which. */
+static int call_user(const struct http_request *req, bool *root, struct corral_error *err)
+{
+    *root = false;
     const char *auth = http_header(req, "Authorization");
     if (!auth)
         return 0;
@@ -356,11 +375,19 @@ static int check_user(const struct http_request *req, struct corral_error *err)
     size_t len = colon ? (size_t)(colon - dec) : n;
     snprintf(name, sizeof(name), "%.*s", (int)len, (const char *)dec);
     free(dec);
-    if (*name && strcmp(name, USER_NAME))
+    int is_root = user_is_root(name);
+    if (is_root < 0)
         return corral_fail(err, EACCES,
-                           "invalid username: '%s' (corral sandboxes run everything as '%s')", name,
-                           USER_NAME);
+                           "invalid username: '%s' (corral sandboxes have the users '%s' and '%s')",
+                           name, USER_NAME, ROOT_NAME);
+    *root = is_root == 1;
     return 0;
+}
+
+static int check_user(const struct http_request *req, struct corral_error *err)
+{
+    bool root;
+    return call_user(req, &root, err);
 }
 
 /* A header holding a whole number (Connect-Timeout-Ms, Keepalive-Ping-Interval). */
@@ -877,10 +904,12 @@ static struct http_response *process_start(struct rpc *c)
             return stream_error("invalid_argument", "cwd: %s", err.message);
         json_object_set_new(config, "cwd", json_string(dir));
     }
-    if (check_user(c->req, &err) < 0)
+    bool root;
+    if (call_user(c->req, &root, &err) < 0)
         return stream_error("unauthenticated", "%s", err.message);
     struct corral_command_options co;
     corral_command_options_init(&co);
+    co.root = root;
     co.cwd = json_object_get(config, "cwd") ? dir : NULL;
     co.env = (const char *const *)env;
     co.with_stdin = stdin_ ? json_is_true(stdin_) : true; /* absent: envd's old default */
@@ -1629,21 +1658,29 @@ static struct http_response *rpc(corral_sandbox *sb, const struct http_request *
         return RPCS[i].stream ? stream_error("invalid_argument", "%s", err.message)
                               : unary_error("invalid_argument", "%s", err.message);
     struct rpc c = {.sb = sb, .req = req, .msg = msg};
+    /* Files are the call's user's (a bad user is the handler's to answer). */
+    bool root;
+    bool was = corral_files_as_root(call_user(req, &root, &err) == 0 && root);
     struct http_response *r = RPCS[i].fn(&c);
+    corral_files_as_root(was);
     json_decref(msg);
     return r;
 }
 
 /* ---- /files ---- */
 
-/* NULL when the request's user is the sandbox's, else the answer. */
-static struct http_response *username_check(const struct http_request *req)
+/* NULL when the request's user (?username=) is the sandbox's user or root
+ * (*root says which), else the answer. */
+static struct http_response *username_check(const struct http_request *req, bool *root)
 {
     const char *u = http_query(req, "username");
-    if (!u || !*u || !strcmp(u, USER_NAME))
+    int is_root = user_is_root(u ? u : "");
+    *root = is_root == 1;
+    if (is_root >= 0)
         return NULL;
-    return http_error(401, "error looking up user '%s': corral sandboxes have one user, '%s'", u,
-                      USER_NAME);
+    return http_error(401,
+                      "error looking up user '%s': corral sandboxes have the users '%s' and '%s'",
+                      u, USER_NAME, ROOT_NAME);
 }
 
 struct collect {
@@ -1668,9 +1705,6 @@ static int collect_sink(void *ud, const void *data, size_t len)
 
 static struct http_response *download(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = username_check(req);
-    if (bad)
-        return bad;
     const char *q = http_query(req, "path");
     char path[PATH_MAX_LEN];
     struct corral_error err;
@@ -1844,9 +1878,6 @@ static struct http_response *upload_parts(corral_sandbox *sb, const struct http_
 
 static struct http_response *upload(corral_sandbox *sb, const struct http_request *req)
 {
-    struct http_response *bad = username_check(req);
-    if (bad)
-        return bad;
     struct metadata_headers *md = calloc(1, sizeof(*md));
     if (!md)
         return http_error(500, "out of memory");
@@ -1942,11 +1973,16 @@ struct http_response *envd_handle(corral_sandbox *sb, const struct http_request 
     if (!strcmp(p, "/health"))
         return http_empty(204);
     if (!strcmp(p, "/files")) {
-        if (!strcmp(m, "GET"))
-            return download(sb, req);
-        if (!strcmp(m, "POST"))
-            return upload(sb, req);
-        return http_error(405, "%s /files: only GET and POST", m);
+        if (strcmp(m, "GET") && strcmp(m, "POST"))
+            return http_error(405, "%s /files: only GET and POST", m);
+        bool root;
+        struct http_response *r = username_check(req, &root);
+        if (r)
+            return r;
+        bool was = corral_files_as_root(root);
+        r = !strcmp(m, "GET") ? download(sb, req) : upload(sb, req);
+        corral_files_as_root(was);
+        return r;
     }
     if (!strncmp(p, "/process.Process/", 17) || !strncmp(p, "/filesystem.Filesystem/", 23))
         return rpc(sb, req);

@@ -971,22 +971,29 @@ static int timeout_member(json_t *obj, uint64_t *out, struct corral_error *err)
     return 0;
 }
 
-/* uid and gid: the sandbox has one user (1000, group 1000); commands run as it. */
-static int check_ids(json_t *body, struct corral_error *err)
+/* uid and gid: the sandbox's user (1000, group 1000), whom commands run as
+ * by default, or its root (0, group 0); *root says which. */
+static int check_ids(json_t *body, bool *root, struct corral_error *err)
 {
     json_t *uid = member(body, "uid"), *gid = member(body, "gid");
+    *root = false;
     if (gid && !uid)
         return corral_fail(err, EINVAL, "invalid request: uid is required when gid is provided");
-    if (uid && (!json_is_integer(uid) || json_integer_value(uid) != SANDBOX_UID))
+    if (!uid)
+        return 0;
+    json_int_t u = json_is_integer(uid) ? json_integer_value(uid) : -1;
+    if (u != SANDBOX_UID && u != 0)
         return corral_fail(err, EINVAL,
-                           "'uid' must be %d: commands run as the sandbox's only user (uid %d, "
-                           "gid %d); other users do not exist in it",
-                           SANDBOX_UID, SANDBOX_UID, SANDBOX_GID);
-    if (gid && (!json_is_integer(gid) || json_integer_value(gid) != SANDBOX_GID))
+                           "'uid' must be %d (the sandbox's user) or 0 (its root); other users "
+                           "do not exist in it",
+                           SANDBOX_UID);
+    json_int_t want = u ? SANDBOX_GID : 0;
+    if (gid && (!json_is_integer(gid) || json_integer_value(gid) != want))
         return corral_fail(err, EINVAL,
-                           "'gid' must be %d: commands run as the sandbox's only user (uid %d, "
-                           "gid %d); other groups do not exist in it",
-                           SANDBOX_GID, SANDBOX_UID, SANDBOX_GID);
+                           "'gid' must be %d with uid %d: commands run as the sandbox's user (uid "
+                           "%d, gid %d) or its root (uid 0, gid 0)",
+                           (int)want, (int)u, SANDBOX_UID, SANDBOX_GID);
+    *root = u == 0;
     return 0;
 }
 
@@ -1119,7 +1126,8 @@ static struct http_response *too_many_commands(void)
 }
 
 static struct http_response *start_command(corral_sandbox *sb, const char *command, const char *cwd,
-                                           char **envs, bool background, uint64_t timeout_ms)
+                                           char **envs, bool background, uint64_t timeout_ms,
+                                           bool root)
 {
     struct http_response *resp = NULL;
     char dir[PATH_CAP];
@@ -1141,6 +1149,7 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
     corral_command_options_init(&co);
     co.cwd = cwd && *cwd ? dir : NULL;
     co.env = (const char *const *)envs;
+    co.root = root;
     corral_process *p;
     if (corral_command_start(sb, command, &co, &p, &err) < 0) {
         registry_remove(r);
@@ -1192,23 +1201,24 @@ static struct http_response *post_command(corral_sandbox *sb, const struct http_
     const char *command = NULL, *cwd = NULL;
     cleanup_strv char **envs = NULL;
     uint64_t timeout_ms = 0;
+    bool root;
     json_t *bg = member(body, "background");
     if (string_member(body, "command", &command, &err) < 0 ||
         string_member(body, "cwd", &cwd, &err) < 0 || timeout_member(body, &timeout_ms, &err) < 0 ||
-        check_ids(body, &err) < 0 || envs_member(body, &envs, &err) < 0)
+        check_ids(body, &root, &err) < 0 || envs_member(body, &envs, &err) < 0)
         return execd_fail(&err);
     if (!command || !*command)
         return bad_request("invalid request: 'command' is required and must not be empty");
     if (bg && !json_is_boolean(bg))
         return bad_request("'background' must be true or false");
-    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms);
+    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms, root);
 }
 
 struct http_response *execd_command_stream(corral_sandbox *sb, const char *command)
 {
     if (!command || !*command)
         return bad_request("invalid request: the command is empty");
-    return start_command(sb, command, NULL, NULL, false, 0);
+    return start_command(sb, command, NULL, NULL, false, 0, false);
 }
 
 /* ---- DELETE /command?id= ---- */

@@ -199,9 +199,13 @@ static int id_field(json_t *obj, const char *key, uint32_t *out, struct corral_e
         *out = USER_ID;
         return 0;
     }
+    if (!strcmp(s, "root") || !strcmp(s, "0")) {
+        *out = 0;
+        return 0;
+    }
     return corral_fail(err, EINVAL,
-                       "%s '%.64s' cannot be given files: corral sandboxes have one user and "
-                       "group, '%s' (1000)",
+                       "%s '%.64s' cannot be given files: corral sandboxes have the users and "
+                       "groups '%s' (1000) and 'root' (0)",
                        strcmp(key, "owner") ? "group" : "owner", s, USER_NAME);
 }
 
@@ -241,7 +245,11 @@ static int apply_perm(corral_sandbox *sb, const char *path, const struct perm *p
 {
     if (p->mode < 0 && p->uid == (uid_t)-1 && p->gid == (gid_t)-1)
         return 0;
-    return corral_file_chmod(sb, path, p->mode, p->uid, p->gid, NULL, err);
+    /* Giving a file to root takes root's rights. */
+    bool was = corral_files_as_root(p->uid == 0 || p->gid == 0);
+    int r = corral_file_chmod(sb, path, p->mode, p->uid, p->gid, NULL, err);
+    corral_files_as_root(was);
+    return r;
 }
 
 /* ---- GET /files/info, DELETE /files, POST /files/permissions, POST /files/mv ---- */
