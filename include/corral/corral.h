@@ -168,6 +168,13 @@ struct corral_sandbox_options {
 };
 
 void corral_sandbox_options_init(struct corral_sandbox_options *opts);
+/* A TCP connection to port on the sandbox's loopback (127.0.0.1, else
+ * ::1), made inside the sandbox whatever its network: what a server the
+ * sandbox runs (a web app, a notebook) listens on, on any address. *fd:
+ * a connected, blocking socket of the caller's (close it). -ECONNREFUSED
+ * when nothing listens there, -ETIMEDOUT when the listener takes no more
+ * (3 s), -EAGAIN while the sandbox is paused. */
+int corral_sandbox_connect(corral_sandbox *sb, uint16_t port, int *fd, struct corral_error *err);
 int corral_sandbox_create(const struct corral_sandbox_options *opts, corral_sandbox **out,
                           struct corral_error *err);
 /* Kills the sandbox now; it stays valid (and dead) until released. */

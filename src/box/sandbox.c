@@ -787,6 +787,29 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
     return 0;
 }
 
+int corral_sandbox_connect(corral_sandbox *sb, uint16_t port, int *fd, struct corral_error *err)
+{
+    *fd = -1;
+    if (!port)
+        return corral_fail(err, EINVAL, "port 0 is no port");
+    cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
+    cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
+    if (!req || !rep)
+        return corral_fail(err, ENOMEM, "out of memory");
+    ctl_msg_init(req, CTL_CONNECT, 0);
+    ctl_put_u32(req, port);
+    int r = box_request(sb, req, rep, err);
+    if (r < 0)
+        return r;
+    if (rep->nfds != 1 || rep->len != 0) {
+        ctl_close_fds(rep);
+        return corral_fail(err, EPROTO, "sandbox %s sent a malformed reply to connect",
+                           corral_sandbox_id(sb));
+    }
+    *fd = rep->fds[0];
+    return 0;
+}
+
 int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err)
 {
     cleanup_free struct ctl_msg *req = malloc(sizeof(*req));

@@ -126,7 +126,7 @@ static void exchange_free(struct exchange *x)
     if (!x)
         return;
     if (x->fd >= 0) {
-        if (x->finished && x->keep && x->at == x->len)
+        if (x->finished && x->keep && x->at == x->len && x->key[0])
             pool_put(x->key, x->fd);
         else
             close(x->fd);
@@ -567,10 +567,15 @@ static int exchange_start(struct exchange *x, struct answer_head *h, struct corr
         return corral_fail(err, ENOMEM, "%s: out of memory", x->where);
     uint64_t deadline = corral_now_ms() + (o->head_timeout_ms ? o->head_timeout_ms : HEAD_MS);
     for (int attempt = 0;; attempt++) {
-        x->fd = pool_take(x->key);
+        x->fd = x->key[0] ? pool_take(x->key) : -1;
         x->reused = x->fd >= 0;
         int rc;
-        if (!x->reused && (rc = dial(x, err)) < 0)
+        if (!x->reused && o->dial) {
+            if ((x->fd = o->dial(o->dial_arg, err)) < 0)
+                return x->fd;
+            fcntl(x->fd, F_SETFL, fcntl(x->fd, F_GETFL) | O_NONBLOCK); /* waits poll */
+            tune(x->fd);
+        } else if (!x->reused && (rc = dial(x, err)) < 0)
             return attempt ? corral_fail(err, ECONNRESET,
                                          "%s: it closed the connection before "
                                          "answering, then %s",
@@ -610,7 +615,8 @@ static int exchange_new(const struct http_request *req, const struct http_forwar
     x->o = o;
     x->fd = x->client_fd = -1;
     bool v6 = strchr(o->host, ':') != NULL;
-    snprintf(x->key, sizeof(x->key), "%s|%u", o->host, (unsigned)o->port);
+    if (!o->dial) /* a connection of the caller's is never kept */
+        snprintf(x->key, sizeof(x->key), "%s|%u", o->host, (unsigned)o->port);
     snprintf(x->where, sizeof(x->where), "http://%s%s%s:%u", v6 ? "[" : "", o->host, v6 ? "]" : "",
              (unsigned)o->port);
     *out = x;

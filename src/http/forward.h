@@ -32,6 +32,13 @@ struct http_forward {
     const char *const *drop;     /* names of the request's headers not to pass on */
     unsigned connect_timeout_ms; /* 0: 3 s */
     unsigned head_timeout_ms;    /* the answer's head within this of the request: 0: 5 min */
+    /* Instead of connecting to host:port, a connection of the caller's:
+     * dial(dial_arg, err) returns a connected socket, or a negative errno
+     * (-ECONNREFUSED: nothing listens) with err set; it serves this
+     * exchange only, never kept alive. host and port then only name the
+     * server in messages. */
+    int (*dial)(void *arg, struct corral_error *err);
+    void *dial_arg;
 };
 
 /* A buffered answer. */

@@ -6,10 +6,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -24,6 +26,7 @@ static struct http_response *new_response(int status, const char *content_type)
     if (!r)
         return NULL;
     r->status = status;
+    r->tunnel_fd = -1;
     if (content_type && !(r->content_type = strdup(content_type))) {
         free(r);
         return NULL;
@@ -46,6 +49,8 @@ void http_response_free(struct http_response *r)
         r->ops->release(r->arg);
     if (r->relay && r->relay->release)
         r->relay->release(r->arg);
+    if (r->tunnel_fd >= 0)
+        close(r->tunnel_fd);
     free(r);
 }
 
@@ -293,6 +298,73 @@ struct http_response *http_relay(int status, const char *content_type,
     r->relay = ops;
     r->arg = arg;
     return r;
+}
+
+struct http_response *http_tunnel(char *head, size_t len, int fd)
+{
+    struct http_response *r = new_response(101, NULL);
+    if (!r) {
+        free(head);
+        close(fd);
+        return NULL;
+    }
+    r->body = head;
+    r->len = len;
+    r->tunnel_fd = fd;
+    return r;
+}
+
+/* Writes all of buf to fd, waiting for room when it is non-blocking. */
+static int write_fully(int fd, const char *buf, size_t len)
+{
+    while (len) {
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                return -1;
+            continue;
+        }
+        if (w <= 0)
+            return -1;
+        buf += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+void http_tunnel_pump(int a, int b)
+{
+    int fds[2] = {a, b};
+    bool open[2] = {true, true}; /* each side's reading: open[0] is a -> b */
+    char buf[65536];
+    while (open[0] || open[1]) {
+        struct pollfd p[2] = {{.fd = open[0] ? a : -1, .events = POLLIN},
+                              {.fd = open[1] ? b : -1, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (!open[i] || !p[i].revents)
+                continue;
+            ssize_t n = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+                continue;
+            if (n < 0)
+                return; /* a reset: the other side's close says so */
+            if (n == 0) {
+                open[i] = false;
+                shutdown(fds[!i], SHUT_WR);
+                continue;
+            }
+            if (write_fully(fds[!i], buf, (size_t)n) < 0)
+                return;
+        }
+    }
 }
 
 int http_relay_write(struct http_relay *out, const void *buf, size_t len)

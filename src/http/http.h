@@ -135,6 +135,16 @@ struct http_response *http_relay(int status, const char *content_type,
 int http_relay_write(struct http_relay *out, const void *buf, size_t len);
 int http_relay_client(const struct http_relay *out);
 
+/*
+ * A response that hands the connection over (an upgrade, such as a
+ * WebSocket's): the server sends head (len bytes: a status line, headers
+ * and the empty line, as given, then perhaps the first bytes that follow),
+ * passes on what the client sent after its request, and copies bytes both
+ * ways between the client and fd until both sides are done; then the
+ * connection closes. Takes head (malloc'd) and fd, also on failure.
+ */
+struct http_response *http_tunnel(char *head, size_t len, int fd);
+
 typedef struct http_response *(*http_handler)(const struct http_request *req, void *ctx);
 
 /* What a server holds a client to; 0 in any field means its default. */

@@ -22,6 +22,7 @@ struct http_response {
     const struct http_relay_ops *relay;
     void *arg;
     struct http_stream *stream; /* opened with http_stream_open */
+    int tunnel_fd;              /* a tunnel's other end (body: its head); -1: none */
 };
 
 struct http_relay {
@@ -42,6 +43,11 @@ struct http_stream {
     const struct http_stream_ops *ops; /* NULL for a stream of http_stream_open */
     void *arg;
 };
+
+/* Copies bytes both ways between the sockets a and b (either may be
+ * non-blocking) until both directions have ended (an end in one is passed
+ * on as a shutdown of the other's writing side) or one fails. */
+void http_tunnel_pump(int a, int b);
 
 /* A stream with its pipe and `refs` references, or NULL. */
 struct http_stream *http_stream_new(int refs);

@@ -853,6 +853,19 @@ static bool send_relayed(struct conn *c, struct http_response *resp, bool head_o
     return ok && keep;
 }
 
+/* Hands c over to a tunnel (http_tunnel): its head, what the client sent
+ * after its request, then bytes both ways. The connection ends with it. */
+static bool send_tunnel(struct conn *c, struct http_response *resp)
+{
+    size_t end = c->end < c->len ? c->end : c->len;
+    if (send_all(c, resp->body, resp->len) == 0 &&
+        (end == c->len || corral_write_all(resp->tunnel_fd, c->in + end, c->len - end) == 0))
+        http_tunnel_pump(c->fd, resp->tunnel_fd);
+    c->len = end;
+    http_response_free(resp); /* closes the other end */
+    return false;
+}
+
 /* Sends resp (and frees it); whether the connection may serve another
  * request. */
 static bool send_response(struct conn *c, struct http_response *resp, bool head_only)
@@ -863,6 +876,8 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         return false;
     if (resp->relay)
         return send_relayed(c, resp, head_only);
+    if (resp->tunnel_fd >= 0)
+        return send_tunnel(c, resp);
     bool failed;
     struct http_stream *s = http_response_take_stream(resp, &failed);
     bool keep = c->keep_alive && !__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED);

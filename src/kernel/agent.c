@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -337,6 +339,76 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
     }
     if (spawn_check(&s, seq, rep) == 0)
         spawn_start(&s, seq, rep);
+}
+
+/* ---- connections ---- */
+
+#define CONNECT_MS 3000
+
+/* A connection of fd to addr within CONNECT_MS (a listener whose backlog is
+ * full would hold a blocking connect, and the agent, for minutes): 0, or
+ * an errno. fd is left blocking. */
+static int connect_within(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    int e = 0;
+    if (connect(fd, addr, len) < 0) {
+        e = errno;
+        if (e == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int n;
+            while ((n = poll(&p, 1, CONNECT_MS)) < 0 && errno == EINTR)
+                ;
+            socklen_t l = sizeof(e);
+            if (n == 0)
+                e = ETIMEDOUT;
+            else if (n < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
+                e = errno;
+        }
+    }
+    fcntl(fd, F_SETFL, flags);
+    return e;
+}
+
+static void handle_connect(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
+{
+    uint32_t port = ctl_get_u32(r);
+    if (!ctl_reader_done(r) || port == 0 || port > 65535) {
+        reply_err(rep, seq, EINVAL, "malformed connect request");
+        return;
+    }
+    struct sockaddr_in v4 = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6,
+                              .sin6_port = htons((uint16_t)port),
+                              .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    const struct sockaddr *addrs[2] = {(const struct sockaddr *)&v4, (const struct sockaddr *)&v6};
+    socklen_t lens[2] = {sizeof(v4), sizeof(v6)};
+    int e = ECONNREFUSED;
+    for (int i = 0; i < 2; i++) {
+        int fd = socket(addrs[i]->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int got = fd < 0 ? errno : connect_within(fd, addrs[i], lens[i]);
+        if (got == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            ctl_add_fd(rep, fd);
+            return;
+        }
+        if (fd >= 0)
+            close(fd);
+        /* refused on 127.0.0.1: ::1 may listen (no IPv6: the refusal stands) */
+        if (i == 0 || (got != EAFNOSUPPORT && got != EADDRNOTAVAIL))
+            e = got;
+        if (e != ECONNREFUSED)
+            break;
+    }
+    if (e == ECONNREFUSED)
+        reply_err(rep, seq, e, "nothing listens on port %u in the sandbox", (unsigned)port);
+    else
+        reply_err(rep, seq, e, "cannot connect to port %u in the sandbox: %s", (unsigned)port,
+                  strerror(e));
 }
 
 static void handle_signal(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep)
@@ -926,6 +998,9 @@ static void handle(struct ctl_msg *req, struct ctl_msg *rep)
         break;
     case CTL_CHMOD:
         handle_chmod(&r, req->seq, rep);
+        break;
+    case CTL_CONNECT:
+        handle_connect(&r, req->seq, rep);
         break;
     default:
         reply_err(rep, req->seq, ENOSYS, "unknown request %u", req->op);

@@ -27,6 +27,9 @@
  *           -> OK u32 count; fd (a memfd of count (i32 wd, u32 is_dir, str
  *              relative path) records: a watch added on path and, if recursive,
  *              on every directory under it (wd -1: a file found under it))
+ *   CONNECT u32 port                                      -> OK; fd
+ *           a TCP connection to port on the sandbox's loopback (127.0.0.1,
+ *           else ::1), made inside it: ECONNREFUSED when nothing listens
  *   CHMOD   str path, u32 mode, u32 uid, u32 gid                 -> OK entry
  *           the permission bits (mode & 07777) and the owner and group as
  *           seen inside; CTL_KEEP for any of the three leaves it unchanged.
@@ -66,6 +69,7 @@ enum ctl_op {
     CTL_REMOVE,
     CTL_WATCH,
     CTL_CHMOD,
+    CTL_CONNECT,
     CTL_OK = 100,
     CTL_ERR,
     CTL_EXITED,

@@ -9,14 +9,20 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/cleanup.h"
+#include "base/clock.h"
+#include "base/strbuf.h"
 #include "base/util.h"
+#include "http/forward.h"
 #include "corral/corral.h"
 
 #define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
@@ -30,9 +36,11 @@
 /* A sandbox created through this surface (its fields under owned.lock). */
 struct owned {
     struct registry_entry entry;
-    char token[33];   /* envdAccessToken of a secure sandbox; "" = none */
-    json_t *net;      /* {allowInternetAccess, network?} for its detail */
-    bool auto_resume; /* paused at its timeout, a request resumes it */
+    char token[33];     /* envdAccessToken of a secure sandbox; "" = none */
+    char traffic[33];   /* trafficAccessToken: the token's, or its own; "" = none */
+    bool private_ports; /* allowPublicTraffic: false: ports need the traffic token */
+    json_t *net;        /* {allowInternetAccess, network?} for its detail */
+    bool auto_resume;   /* paused at its timeout, a request resumes it */
 };
 
 struct e2b {
@@ -128,9 +136,10 @@ static int string_map(json_t *obj, const char *field, char ***out, struct corral
 /* What a create or a network update asks of the sandbox's network. */
 struct netreq {
     struct apinet an;
-    bool given;       /* allow_internet_access or a network at all */
-    bool rules;       /* allowOut or denyOut has entries */
-    json_t *reported; /* {allowOut, denyOut} as given, for the detail; or NULL */
+    bool given;         /* allow_internet_access or a network at all */
+    bool rules;         /* allowOut or denyOut has entries */
+    json_t *reported;   /* {allowOut, denyOut} as given, for the detail; or NULL */
+    bool private_ports; /* allowPublicTraffic: false */
 };
 
 static void netreq_free(struct netreq *r)
@@ -198,6 +207,10 @@ static int read_network(json_t *aia, json_t *net, const char *prefix, struct net
             return corral_fail(err, EINVAL, "'%s%s' is not supported by corral", prefix,
                                unsupported[i]);
     }
+    json_t *apt = json_object_get(net, "allowPublicTraffic");
+    if (apt && !json_is_null(apt) && !json_is_boolean(apt))
+        return corral_fail(err, EINVAL, "'%sallowPublicTraffic' must be a boolean", prefix);
+    r->private_ports = json_is_false(apt);
     json_t *rules = json_object_get(net, "rules");
     if (rules && !json_is_null(rules) && !(json_is_object(rules) && !json_object_size(rules)))
         return corral_fail(err, EINVAL,
@@ -280,8 +293,8 @@ static void owned_drop(struct registry_entry *entry)
 
 /* Takes sb's reference and net (the detail's network fields), as caller's:
  * 0, or -ENOMEM (sb is then killed and the reference released). */
-static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token, json_t *net,
-               bool auto_resume)
+static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token,
+               const char *traffic, json_t *net, bool auto_resume)
 {
     struct owned *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -295,6 +308,8 @@ static int own(struct e2b *e, corral_sandbox *sb, int caller, const char *token,
     o->net = net;
     o->auto_resume = auto_resume;
     snprintf(o->token, sizeof(o->token), "%s", token ? token : "");
+    snprintf(o->traffic, sizeof(o->traffic), "%s", traffic && *traffic ? traffic : o->token);
+    o->private_ports = traffic && *traffic;
     registry_add(&e->owned, &o->entry);
     return 0;
 }
@@ -327,6 +342,26 @@ static void token_of(struct e2b *e, corral_sandbox *sb, char out[33])
     pthread_mutex_unlock(&e->owned.lock);
 }
 
+/* What the data plane checks: the access token, the traffic token and
+ * whether the sandbox's own ports need the latter. */
+struct access {
+    char token[33], traffic[33];
+    bool private_ports;
+};
+
+static void access_of(struct e2b *e, corral_sandbox *sb, struct access *a)
+{
+    memset(a, 0, sizeof(*a));
+    pthread_mutex_lock(&e->owned.lock);
+    struct owned *o = owned_of(e, sb);
+    if (o) {
+        memcpy(a->token, o->token, 33);
+        memcpy(a->traffic, o->traffic, 33);
+        a->private_ports = o->private_ports;
+    }
+    pthread_mutex_unlock(&e->owned.lock);
+}
+
 static json_t *metadata_json(corral_sandbox *sb)
 {
     json_t *m = json_object();
@@ -342,15 +377,15 @@ static json_t *metadata_json(corral_sandbox *sb)
  * request, /contexts included). */
 static json_t *sandbox_json(struct e2b *e, corral_sandbox *sb)
 {
-    char token[33];
-    token_of(e, sb, token);
+    struct access a;
+    access_of(e, sb, &a);
     json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:n}", "sandboxID", corral_sandbox_id(sb),
                           "templateID", corral_sandbox_template(sb), "clientID", CLIENT_ID,
                           "envdVersion", ENVD_VERSION, "domain");
-    if (j && token[0]) {
-        json_object_set_new(j, "envdAccessToken", json_string(token));
-        json_object_set_new(j, "trafficAccessToken", json_string(token));
-    }
+    if (j && a.token[0])
+        json_object_set_new(j, "envdAccessToken", json_string(a.token));
+    if (j && a.traffic[0])
+        json_object_set_new(j, "trafficAccessToken", json_string(a.traffic));
     return j;
 }
 
@@ -587,14 +622,15 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     /* Secure unless asked otherwise, as E2B's sandboxes are (the SDKs no
      * longer send the field): the data plane then needs the token. */
     json_t *secure = json_object_get(body, "secure");
-    char token[33] = "";
-    if (!json_is_false(secure) && corral_random_hex(token, 16, &err) < 0) {
+    char token[33] = "", traffic[33] = "";
+    if ((!json_is_false(secure) && corral_random_hex(token, 16, &err) < 0) ||
+        (net.private_ports && corral_random_hex(traffic, 16, &err) < 0)) {
         corral_sandbox_release(sb);
         netreq_free(&net);
         return http_error(500, "%s", err.message);
     }
     corral_sandbox_retain(sb); /* ours, past what own() does with its reference */
-    int owned = own(e, sb, caller, token, net_info(&net, corral_sandbox_network_mode(sb)),
+    int owned = own(e, sb, caller, token, traffic, net_info(&net, corral_sandbox_network_mode(sb)),
                     life.auto_resume);
     netreq_free(&net);
     if (owned < 0) {
@@ -806,6 +842,12 @@ static void add_net_info(struct e2b *e, corral_sandbox *sb, json_t *j)
     struct owned *o = owned_of(e, sb);
     if (o && o->net && j)
         json_object_update(j, o->net);
+    if (o && o->private_ports && j) { /* network.allowPublicTraffic: false */
+        json_t *n = json_object_get(j, "network");
+        json_t *with = n ? json_copy(n) : json_object();
+        json_object_set_new(with, "allowPublicTraffic", json_false());
+        json_object_set_new(j, "network", with);
+    }
     pthread_mutex_unlock(&e->owned.lock);
 }
 
@@ -1241,24 +1283,31 @@ static struct http_response *envd(corral_sandbox *sb, const struct http_request 
     return envd_handle(sb, req);
 }
 
-/* Whether the request may reach a secure sandbox (token: its access
- * token): every route but /health needs it. envd takes X-Access-Token, and
- * /files a signed URL instead (see e2b_signature_ok); the code interpreter
- * takes X-Access-Token (the SDK sends it on /execute) or
+/* Whether the request may reach the sandbox on port (NULL: none named).
+ * envd and the code interpreter of a secure sandbox need its access token
+ * (every route but /health): envd takes X-Access-Token, and /files a
+ * signed URL instead (see e2b_signature_ok); the code interpreter takes
+ * X-Access-Token (the SDK sends it on /execute) or
  * E2B-Traffic-Access-Token (on every request, once the sandbox's answer
- * gave one). */
-static bool allowed(const struct http_request *req, const char *port, const char *token)
+ * gave one). The sandbox's own ports are public, unless it was created
+ * with allowPublicTraffic: false: then they need its traffic token in
+ * E2B-Traffic-Access-Token. */
+static bool allowed(const struct http_request *req, const char *port, const struct access *a)
 {
-    if (!token[0] || !strcmp(req->path, "/health"))
+    bool own_port = !port || (strcmp(port, PORT_ENVD) && strcmp(port, PORT_INTERPRETER));
+    if (own_port)
+        return !a->private_ports ||
+               corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), a->traffic);
+    if (!a->token[0] || !strcmp(req->path, "/health"))
         return true;
-    if (corral_secret_equal(http_header(req, "X-Access-Token"), token))
+    if (corral_secret_equal(http_header(req, "X-Access-Token"), a->token))
         return true;
-    if (port && !strcmp(port, PORT_INTERPRETER))
-        return corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), token);
+    if (!strcmp(port, PORT_INTERPRETER))
+        return corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), a->traffic);
     if (strcmp(req->path, "/files"))
         return false;
     const char *op = !strcmp(req->method, "GET") ? "read" : "write";
-    return e2b_signature_ok(http_query(req, "path"), op, http_query(req, "username"), token,
+    return e2b_signature_ok(http_query(req, "path"), op, http_query(req, "username"), a->token,
                             http_query(req, "signature"), http_query(req, "signature_expiration"),
                             (uint64_t)time(NULL));
 }
@@ -1270,6 +1319,146 @@ static bool resume_for_request(corral_sandbox *sb)
     return corral_sandbox_resume(sb, &err) == 0 || err.code == EALREADY;
 }
 
+/* E2B's answer for a port nothing listens on. */
+static struct http_response *port_closed(const char *id, const char *port)
+{
+    return http_json(502, json_pack("{s:s, s:s, s:s?, s:i}", "sandboxId", id, "message",
+                                    "The sandbox is running but port is not open", "port", port,
+                                    "code", 502));
+}
+
+static struct http_response *port_error(const char *id, const char *port,
+                                        const struct corral_error *err)
+{
+    if (err->code == ECONNREFUSED)
+        return port_closed(id, port);
+    return http_json(502, json_pack("{s:s, s:s, s:s?, s:i}", "sandboxId", id, "message",
+                                    err->message, "port", port, "code", 502));
+}
+
+/* ---- the sandbox's own ports: HTTP and WebSocket, reached inside it ---- */
+
+struct port_dial {
+    corral_sandbox *sb;
+    uint16_t port;
+};
+
+static int dial_port(void *arg, struct corral_error *err)
+{
+    struct port_dial *d = arg;
+    int fd;
+    int r = corral_sandbox_connect(d->sb, d->port, &fd, err);
+    return r < 0 ? r : fd;
+}
+
+/* E2B's routing and tokens stay here; everything else goes to the sandbox. */
+static const char *const proxy_drop[] = {"E2b-Sandbox-Id", "E2b-Sandbox-Port",
+                                         "E2B-Traffic-Access-Token", "X-Access-Token", NULL};
+
+static bool dropped(const char *name)
+{
+    for (size_t i = 0; proxy_drop[i]; i++)
+        if (!strcasecmp(name, proxy_drop[i]))
+            return true;
+    return false;
+}
+
+static bool upgrade_asked(const struct http_request *req)
+{
+    const char *conn = http_header(req, "Connection");
+    return http_header(req, "Upgrade") && conn && strcasestr(conn, "upgrade");
+}
+
+static void put_request_header(void *arg, const char *name, const char *value)
+{
+    if (!dropped(name))
+        strbuf_printf(arg, "%s: %s\r\n", name, value);
+}
+
+#define UPGRADE_HEAD_MAX (64 * 1024)
+#define UPGRADE_HEAD_MS  30000
+
+/* Reads the server's answer head from fd (and what came with it): its
+ * length in *len, or NULL when it did not come whole in time. */
+static char *read_answer_head(int fd, size_t *len)
+{
+    char *buf = malloc(UPGRADE_HEAD_MAX + 1);
+    size_t n = 0;
+    uint64_t until = corral_now_ms() + UPGRADE_HEAD_MS;
+    while (buf && n < UPGRADE_HEAD_MAX) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        uint64_t now = corral_now_ms();
+        if (now >= until || poll(&p, 1, (int)(until - now)) <= 0)
+            break;
+        ssize_t got = read(fd, buf + n, UPGRADE_HEAD_MAX - n);
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+        buf[n] = '\0';
+        if (strstr(buf, "\r\n\r\n")) {
+            *len = n;
+            return buf;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* An upgrade (a WebSocket): the request goes to the sandbox's port as it
+ * came; the server's answer (101, or whatever it says) and everything
+ * after it are relayed both ways until either side closes. */
+static struct http_response *port_upgrade(corral_sandbox *sb, const struct http_request *req,
+                                          const char *id, const char *port, uint16_t number)
+{
+    struct corral_error err;
+    int fd;
+    if (corral_sandbox_connect(sb, number, &fd, &err) < 0)
+        return port_error(id, port, &err);
+    struct strbuf head = {0};
+    const char *path = http_raw_path(req), *query = http_raw_query(req);
+    strbuf_printf(&head, "%s %s%s%s HTTP/1.1\r\n", req->method, path ? path : req->path,
+                  query ? "?" : "", query ? query : "");
+    http_header_each(req, put_request_header, &head);
+    strbuf_printf(&head, "\r\n");
+    size_t got = 0;
+    char *answer = NULL;
+    if (head.data && corral_write_all(fd, head.data, head.len) == 0 &&
+        (!req->body_len || corral_write_all(fd, req->body, req->body_len) == 0))
+        answer = read_answer_head(fd, &got);
+    strbuf_free(&head);
+    if (!answer) {
+        close(fd);
+        return http_json(502, json_pack("{s:s, s:s, s:s, s:i}", "sandboxId", id, "message",
+                                        "the sandbox's server did not answer the upgrade", "port",
+                                        port, "code", 502));
+    }
+    return http_tunnel(answer, got, fd);
+}
+
+/* A request to one of the sandbox's own ports. */
+static struct http_response *sandbox_port(corral_sandbox *sb, const struct http_request *req,
+                                          const char *id, const char *port)
+{
+    uint64_t number = 0;
+    struct corral_error err;
+    if (!port || corral_parse_uint(port, 1, 65535, &number, &err) < 0)
+        return http_json(400, json_pack("{s:s, s:s?, s:i}", "message",
+                                        "E2b-Sandbox-Port must be a port number (1-65535)", "port",
+                                        port, "code", 400));
+    if (upgrade_asked(req))
+        return port_upgrade(sb, req, id, port, (uint16_t)number);
+    struct port_dial d = {.sb = sb, .port = (uint16_t)number};
+    struct http_forward o = {.host = "sandbox",
+                             .port = (uint16_t)number,
+                             .drop = proxy_drop,
+                             .dial = dial_port,
+                             .dial_arg = &d};
+    struct http_response *resp;
+    if (http_forward(req, &o, &resp, &err) < 0)
+        return port_error(id, port, &err);
+    return resp;
+}
+
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
                                         const char *id, const char *port)
 {
@@ -1278,9 +1467,9 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
         return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox was not found", "code", 502));
     struct http_response *resp;
-    char token[33];
-    token_of(e, sb, token);
-    if (!allowed(req, port, token))
+    struct access a;
+    access_of(e, sb, &a);
+    if (!allowed(req, port, &a))
         resp = http_error(401, "unauthorized access, please provide a valid access token or "
                                "signature");
     else if (corral_sandbox_paused(sb) && !(auto_resumes(e, sb) && resume_for_request(sb)))
@@ -1292,9 +1481,7 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
     else if (port && !strcmp(port, PORT_ENVD))
         resp = envd(sb, req);
     else
-        resp = http_json(502, json_pack("{s:s, s:s, s:s?, s:i}", "sandboxId", id, "message",
-                                        "The sandbox is running but port is not open", "port", port,
-                                        "code", 502));
+        resp = sandbox_port(sb, req, id, port);
     corral_sandbox_release(sb);
     return resp;
 }

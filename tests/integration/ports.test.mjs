@@ -1,0 +1,181 @@
+// A sandbox's own ports through the official `e2b` SDK: a web server and a
+// WebSocket echo server started in the sandbox (with commands.run, no
+// network of its own) answer at the host sbx.getHost(port) names (E2B's
+// `<port>-<sandboxId>.<domain>`, reached here through this server's
+// address, as a wildcard DNS name would) and through E2B's routing headers;
+// a port nothing listens on is E2B's 502; `allowPublicTraffic: false` makes
+// the ports need the sandbox's traffic access token.
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import http from 'node:http';
+import net from 'node:net';
+import { test } from 'node:test';
+
+import { Sandbox } from 'e2b';
+
+import { eventually, useServer, withSandbox } from './harness.mjs';
+
+const ctx = useServer({ gateway: false });
+const T = { timeout: 120_000 };
+
+/** GET path through the server with these headers: {status, headers, body}. */
+function get(path, headers) {
+  const url = new URL(ctx.server.url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: url.hostname, port: url.port, path, headers, agent: false }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Starts `code` (Python) in the sandbox in the background and waits until port listens. */
+async function serve(sbx, code, port) {
+  await sbx.files.write('/home/user/server.py', code);
+  let stderr = '';
+  await sbx.commands.run('python3 /home/user/server.py', { background: true, onStderr: (d) => { stderr += d; } });
+  const check = `python3 -c "import socket; socket.create_connection(('127.0.0.1', ${port})).close()"`;
+  const up = await eventually(async () => (await sbx.commands.run(check).catch((e) => e)).exitCode === 0);
+  assert.ok(up, `port ${port} does not listen; the server's stderr: ${stderr}`);
+}
+
+const WEB = `
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("path=%s host=%s token=%s" % (self.path, self.headers.get("Host"),
+                self.headers.get("E2B-Traffic-Access-Token"))).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("X-From-Sandbox", "yes")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
+`;
+
+// A WebSocket echo server of the standard library's parts (RFC 6455: the
+// handshake, then unfragmented text frames, masked from the client).
+const ECHO = `
+import base64, hashlib, socket, socketserver, struct
+GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+class H(socketserver.BaseRequestHandler):
+    def handle(self):
+        s, data = self.request, b""
+        while b"\\r\\n\\r\\n" not in data:
+            data += s.recv(4096)
+        head = data.split(b"\\r\\n\\r\\n")[0].decode()
+        key = [l.split(":", 1)[1].strip() for l in head.split("\\r\\n") if l.lower().startswith("sec-websocket-key:")][0]
+        accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+        s.sendall(("HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n"
+                   "Sec-WebSocket-Accept: %s\\r\\n\\r\\n" % accept).encode())
+        f = s.makefile("rb")
+        while True:
+            b = f.read(2)
+            if len(b) < 2 or b[0] & 0x0f == 8:
+                return
+            n = b[1] & 0x7f
+            if n == 126:
+                n = struct.unpack(">H", f.read(2))[0]
+            mask = f.read(4)
+            payload = bytes(c ^ mask[i % 4] for i, c in enumerate(f.read(n)))
+            reply = b"echo: " + payload
+            s.sendall(bytes([0x81, len(reply)]) + reply)
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer(("127.0.0.1", 8765), H).serve_forever()
+`;
+
+/** A WebSocket handshake and one text message through the server: the reply's text. */
+function wsEcho(headers, message) {
+  const url = new URL(ctx.server.url);
+  const key = crypto.randomBytes(16).toString('base64');
+  const want = crypto.createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host: url.hostname, port: Number(url.port) });
+    let buf = Buffer.alloc(0);
+    let upgraded = false;
+    s.on('error', reject);
+    s.on('connect', () => {
+      const lines = [`GET /chat?room=1 HTTP/1.1`, 'Upgrade: websocket', 'Connection: Upgrade',
+        `Sec-WebSocket-Key: ${key}`, 'Sec-WebSocket-Version: 13',
+        ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+      s.write(`${lines.join('\r\n')}\r\n\r\n`);
+    });
+    s.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      if (!upgraded) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString();
+        buf = buf.subarray(end + 4);
+        if (!head.startsWith('HTTP/1.1 101') || !head.includes(`Sec-WebSocket-Accept: ${want}`)) {
+          s.destroy();
+          reject(new Error(`no upgrade: ${head}`));
+          return;
+        }
+        upgraded = true;
+        const payload = Buffer.from(message);
+        const mask = crypto.randomBytes(4);
+        const masked = Buffer.from(payload.map((c, i) => c ^ mask[i % 4]));
+        s.write(Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, masked]));
+      }
+      if (buf.length >= 2 && buf.length >= 2 + (buf[1] & 0x7f)) {
+        const text = buf.subarray(2, 2 + (buf[1] & 0x7f)).toString();
+        s.end(Buffer.from([0x88, 0x80, 0, 0, 0, 0]));
+        s.destroy();
+        resolve(text);
+      }
+    });
+  });
+}
+
+test('getHost(port): a web server started in the sandbox answers, by host name and by headers', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await serve(sbx, WEB, 8000);
+    const host = sbx.getHost(8000);
+    assert.equal(host, `8000-${sbx.sandboxId}.${sbx.sandboxDomain ?? 'e2b.app'}`);
+    const byHost = await get('/hello?x=1', { Host: host });
+    assert.equal(byHost.status, 200);
+    assert.equal(byHost.headers['x-from-sandbox'], 'yes');
+    assert.equal(byHost.body, `path=/hello?x=1 host=${host} token=None`);
+    const byHeaders = await get('/again', { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' });
+    assert.equal(byHeaders.status, 200);
+    assert.match(byHeaders.body, /^path=\/again /);
+    // Nothing listens on 8001: E2B's answer.
+    const closed = await get('/', { Host: sbx.getHost(8001) });
+    assert.equal(closed.status, 502);
+    assert.deepEqual(JSON.parse(closed.body), {
+      sandboxId: sbx.sandboxId, message: 'The sandbox is running but port is not open', port: '8001', code: 502,
+    });
+  }),
+);
+
+test('a WebSocket echo server started in the sandbox answers through getHost(port)', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    await serve(sbx, ECHO, 8765);
+    assert.equal(await wsEcho({ Host: sbx.getHost(8765) }, 'hello'), 'echo: hello');
+    assert.equal(await wsEcho({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8765' }, 'twice'), 'echo: twice');
+  }),
+);
+
+test('allowPublicTraffic: false: the ports need the traffic access token', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    assert.ok(sbx.trafficAccessToken, 'no trafficAccessToken in the answer');
+    const info = await sbx.getInfo();
+    assert.equal(info.network?.allowPublicTraffic, false);
+    await serve(sbx, WEB, 8000);
+    const host = sbx.getHost(8000);
+    const without = await get('/', { Host: host });
+    assert.equal(without.status, 401);
+    const wrong = await get('/', { Host: host, 'E2B-Traffic-Access-Token': 'not-the-token' });
+    assert.equal(wrong.status, 401);
+    const ok = await get('/', { Host: host, 'E2B-Traffic-Access-Token': sbx.trafficAccessToken });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.body, `path=/ host=${host} token=None`); // the token stays at the door
+  }, { network: { allowPublicTraffic: false } }),
+);
