@@ -9,6 +9,26 @@
 #include <string.h>
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+int osb_route_signature(const char *id, unsigned port, const char *expires_b36, const char *token,
+                        char out[33])
+{
+    char *text = NULL;
+    int n = asprintf(&text, "%s:%u:%s", id, port, expires_b36);
+    if (n < 0)
+        return -ENOMEM;
+    unsigned char mac[32];
+    unsigned int len = 0;
+    bool ok = HMAC(EVP_sha256(), token, (int)strlen(token), (const unsigned char *)text, (size_t)n,
+                   mac, &len) != NULL;
+    free(text);
+    if (!ok || len != sizeof(mac))
+        return -ENOMEM;
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    return 0;
+}
 
 bool e2b_signature_ok(const char *path, const char *op, const char *user, const char *token,
                       const char *signature, const char *expiration, uint64_t now)

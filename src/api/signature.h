@@ -15,4 +15,11 @@
 bool e2b_signature_ok(const char *path, const char *op, const char *user, const char *token,
                       const char *signature, const char *expiration, uint64_t now);
 
+/* A signed route of an OpenSandbox sandbox's port (an endpoint asked for
+ * with `expires`): 32 hex digits of HMAC-SHA-256 over "ID:PORT:EXPIRES"
+ * (EXPIRES in base 36), keyed with the sandbox's token, into out. 0, or
+ * -ENOMEM. */
+int osb_route_signature(const char *id, unsigned port, const char *expires_b36, const char *token,
+                        char out[33]);
+
 #endif

@@ -246,7 +246,7 @@ static bool path_char(unsigned char c)
            (c && strchr("-._~!$&'()*+,;=:@/", c));
 }
 
-static void put_path(struct strbuf *b, const char *path)
+void http_put_path(struct strbuf *b, const char *path)
 {
     for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
         if (path_char(*p))
@@ -295,7 +295,7 @@ static int build_head(struct exchange *x, struct strbuf *b, size_t body_len)
     if (raw_path_ok(raw)) /* as sent: %2F stays %2F */
         strbuf_puts(b, raw);
     else
-        put_path(b, o->path ? o->path : x->req->path);
+        http_put_path(b, o->path ? o->path : x->req->path);
     if (query && *query)
         strbuf_printf(b, "?%s", query);
     strbuf_puts(b, " HTTP/1.1\r\n");

@@ -72,6 +72,10 @@ int http_forward_fetch(const struct http_request *req, const struct http_forward
                        struct http_forward_answer *out, struct corral_error *err);
 void http_forward_answer_free(struct http_forward_answer *a);
 
+/* Appends path (decoded) to b %-encoded, as a request line carries it. */
+struct strbuf;
+void http_put_path(struct strbuf *b, const char *path);
+
 /* Closes the kept-alive connections to every server (at a stop, and in
  * tests that count descriptors). */
 void http_forward_close_idle(void);

@@ -298,6 +298,12 @@ def test_endpoints_and_the_egress_policy(osb):
     assert status == 502 and json.loads(text)["code"] == "PORT_NOT_REACHABLE"
     for bad in ("0", "70000", "x"):
         assert osb.request("GET", f"/v1/sandboxes/{sid}/endpoints/{bad}")[0] == 400
+    # Signed routes: a time to come, in whole seconds, and not with the server's proxy.
+    soon = int(time.time()) + 60
+    for query, words in ((f"expires={soon}x", "whole seconds"), ("expires=1", "in the past"),
+                         (f"expires={soon}&use_server_proxy=true", "cannot be combined")):
+        status, text = osb.request("GET", f"/v1/sandboxes/{sid}/endpoints/8000?{query}")[:2]
+        assert status == 400 and words in json.loads(text)["message"], (query, text)
     assert osb.request("GET", f"/v1/sandboxes/{sid}/endpoints/44772?expires=99")[0] == 400
     assert osb.request("GET", "/v1/sandboxes/nope/endpoints/44772")[0] == 404
     assert osb.request("POST", "/v1/metrics/events", {"eventType": "sandbox.create"})[0] == 204

@@ -1,4 +1,5 @@
-// A sandbox's own ports through the official `e2b` SDK: a web server and a
+// A sandbox's own ports through the official SDKs, `e2b` and
+// `@alibaba-group/opensandbox`: a web server and a
 // WebSocket echo server started in the sandbox (with commands.run, no
 // network of its own) answer at the host sbx.getHost(port) names (E2B's
 // `<port>-<sandboxId>.<domain>`, reached here through this server's
@@ -11,18 +12,24 @@ import http from 'node:http';
 import net from 'node:net';
 import { test } from 'node:test';
 
+import { Sandbox as OsbSandbox } from '@alibaba-group/opensandbox';
 import { Sandbox } from 'e2b';
 
-import { eventually, useServer, withSandbox } from './harness.mjs';
+import { eventually, killAfter, useServer, withSandbox } from './harness.mjs';
 
 const ctx = useServer({ gateway: false });
 const T = { timeout: 120_000 };
 
 /** GET path through the server with these headers: {status, headers, body}. */
 function get(path, headers) {
-  const url = new URL(ctx.server.url);
+  return fetchUrl(new URL(path, ctx.server.url).href, headers);
+}
+
+/** GET the URL u with these headers. */
+function fetchUrl(u, headers) {
+  const url = new URL(u);
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: url.hostname, port: url.port, path, headers, agent: false }, (res) => {
+    const req = http.request({ host: url.hostname, port: url.port, path: url.pathname + url.search, headers, agent: false }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
@@ -91,8 +98,8 @@ socketserver.ThreadingTCPServer(("127.0.0.1", 8765), H).serve_forever()
 `;
 
 /** A WebSocket handshake and one text message through the server: the reply's text. */
-function wsEcho(headers, message) {
-  const url = new URL(ctx.server.url);
+function wsEcho(headers, message, { base = ctx.server.url, path = '/chat?room=1' } = {}) {
+  const url = new URL(base);
   const key = crypto.randomBytes(16).toString('base64');
   const want = crypto.createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
   return new Promise((resolve, reject) => {
@@ -101,7 +108,7 @@ function wsEcho(headers, message) {
     let upgraded = false;
     s.on('error', reject);
     s.on('connect', () => {
-      const lines = [`GET /chat?room=1 HTTP/1.1`, 'Upgrade: websocket', 'Connection: Upgrade',
+      const lines = [`GET ${path} HTTP/1.1`, 'Upgrade: websocket', 'Connection: Upgrade',
         `Sec-WebSocket-Key: ${key}`, 'Sec-WebSocket-Version: 13',
         ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
       s.write(`${lines.join('\r\n')}\r\n\r\n`);
@@ -179,3 +186,41 @@ test('allowPublicTraffic: false: the ports need the traffic access token', T, ()
     assert.equal(ok.body, `path=/ host=${host} token=None`); // the token stays at the door
   }, { network: { allowPublicTraffic: false } }),
 );
+
+test('OpenSandbox getEndpoint and getSignedEndpoint: the web server and a WebSocket through the endpoints', T, async () => {
+  const connectionConfig = { domain: new URL(ctx.server.osbUrl).host, protocol: 'http', apiKey: ctx.server.apiKey, requestTimeoutSeconds: 30 };
+  const sbx = await OsbSandbox.create({ connectionConfig, image: 'python:3.12', timeoutSeconds: 300 });
+  await killAfter(sbx, async () => {
+    for (const [code, port] of [[WEB, 8000], [ECHO, 8765]]) {
+      await sbx.files.writeFiles([{ path: `/home/user/server${port}.py`, data: code }]);
+      await sbx.commands.run(`python3 /home/user/server${port}.py`, { background: true });
+      const check = `python3 -c "import socket; socket.create_connection(('127.0.0.1', ${port})).close()"`;
+      const up = await eventually(async () => (await sbx.commands.run(check)).exitCode === 0);
+      assert.ok(up, `port ${port} does not listen`);
+    }
+    // With the endpoint's headers.
+    const ep = await sbx.getEndpoint(8000);
+    assert.ok(ep.headers && Object.keys(ep.headers).length === 1, JSON.stringify(ep));
+    const url = await sbx.getEndpointUrl(8000);
+    const viaHeaders = await fetchUrl(`${url}/page?q=1`, ep.headers);
+    assert.equal(viaHeaders.status, 200);
+    assert.match(viaHeaders.body, /^path=\/page\?q=1 /);
+    assert.equal((await fetchUrl(`${url}/`, {})).status, 401);
+    const ws = new URL(await sbx.getEndpointUrl(8765));
+    assert.equal(await wsEcho(ep.headers, 'osb', { base: ws.href, path: `${ws.pathname}/ws` }), 'echo: osb');
+    // Signed: the endpoint alone, until it expires.
+    const signed = await sbx.getSignedEndpoint(8000, Math.floor(Date.now() / 1000) + 60);
+    assert.equal(signed.headers, undefined);
+    const signedUrl = `http://${signed.endpoint}`;
+    const viaSigned = await fetchUrl(`${signedUrl}/signed-page`, {});
+    assert.equal(viaSigned.status, 200);
+    assert.match(viaSigned.body, /^path=\/signed-page /);
+    const tampered = signedUrl.replace(/.$/, (c) => (c === '0' ? '1' : '0'));
+    assert.equal((await fetchUrl(`${tampered}/`, {})).status, 401);
+    await assert.rejects(sbx.getSignedEndpoint(8000, Math.floor(Date.now() / 1000) - 1), /in the past/);
+    // Nothing listens on 8001.
+    const closed = await fetchUrl(`${await sbx.getEndpointUrl(8001)}/`, ep.headers);
+    assert.equal(closed.status, 502);
+    assert.match(closed.body, /nothing listens on port 8001/);
+  }, { afterKill: () => sbx.close() });
+});

@@ -2,6 +2,7 @@
 #include "api/e2b/e2b.h"
 #include "api/e2b/envd.h"
 #include "api/apinet.h"
+#include "api/ports.h"
 #include "api/registry.h"
 #include "api/tenants.h"
 #include "api/signature.h"
@@ -9,20 +10,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/cleanup.h"
-#include "base/clock.h"
-#include "base/strbuf.h"
 #include "base/util.h"
-#include "http/forward.h"
 #include "corral/corral.h"
 
 #define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
@@ -1336,104 +1331,9 @@ static struct http_response *port_error(const char *id, const char *port,
                                     err->message, "port", port, "code", 502));
 }
 
-/* ---- the sandbox's own ports: HTTP and WebSocket, reached inside it ---- */
-
-struct port_dial {
-    corral_sandbox *sb;
-    uint16_t port;
-};
-
-static int dial_port(void *arg, struct corral_error *err)
-{
-    struct port_dial *d = arg;
-    int fd;
-    int r = corral_sandbox_connect(d->sb, d->port, &fd, err);
-    return r < 0 ? r : fd;
-}
-
 /* E2B's routing and tokens stay here; everything else goes to the sandbox. */
 static const char *const proxy_drop[] = {"E2b-Sandbox-Id", "E2b-Sandbox-Port",
                                          "E2B-Traffic-Access-Token", "X-Access-Token", NULL};
-
-static bool dropped(const char *name)
-{
-    for (size_t i = 0; proxy_drop[i]; i++)
-        if (!strcasecmp(name, proxy_drop[i]))
-            return true;
-    return false;
-}
-
-static bool upgrade_asked(const struct http_request *req)
-{
-    const char *conn = http_header(req, "Connection");
-    return http_header(req, "Upgrade") && conn && strcasestr(conn, "upgrade");
-}
-
-static void put_request_header(void *arg, const char *name, const char *value)
-{
-    if (!dropped(name))
-        strbuf_printf(arg, "%s: %s\r\n", name, value);
-}
-
-#define UPGRADE_HEAD_MAX (64 * 1024)
-#define UPGRADE_HEAD_MS  30000
-
-/* Reads the server's answer head from fd (and what came with it): its
- * length in *len, or NULL when it did not come whole in time. */
-static char *read_answer_head(int fd, size_t *len)
-{
-    char *buf = malloc(UPGRADE_HEAD_MAX + 1);
-    size_t n = 0;
-    uint64_t until = corral_now_ms() + UPGRADE_HEAD_MS;
-    while (buf && n < UPGRADE_HEAD_MAX) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        uint64_t now = corral_now_ms();
-        if (now >= until || poll(&p, 1, (int)(until - now)) <= 0)
-            break;
-        ssize_t got = read(fd, buf + n, UPGRADE_HEAD_MAX - n);
-        if (got <= 0)
-            break;
-        n += (size_t)got;
-        buf[n] = '\0';
-        if (strstr(buf, "\r\n\r\n")) {
-            *len = n;
-            return buf;
-        }
-    }
-    free(buf);
-    return NULL;
-}
-
-/* An upgrade (a WebSocket): the request goes to the sandbox's port as it
- * came; the server's answer (101, or whatever it says) and everything
- * after it are relayed both ways until either side closes. */
-static struct http_response *port_upgrade(corral_sandbox *sb, const struct http_request *req,
-                                          const char *id, const char *port, uint16_t number)
-{
-    struct corral_error err;
-    int fd;
-    if (corral_sandbox_connect(sb, number, &fd, &err) < 0)
-        return port_error(id, port, &err);
-    struct strbuf head = {0};
-    const char *path = http_raw_path(req), *query = http_raw_query(req);
-    strbuf_printf(&head, "%s %s%s%s HTTP/1.1\r\n", req->method, path ? path : req->path,
-                  query ? "?" : "", query ? query : "");
-    http_header_each(req, put_request_header, &head);
-    strbuf_printf(&head, "\r\n");
-    size_t got = 0;
-    char *answer = NULL;
-    if (head.data && corral_write_all(fd, head.data, head.len) == 0 &&
-        (!req->body_len || corral_write_all(fd, req->body, req->body_len) == 0))
-        answer = read_answer_head(fd, &got);
-    strbuf_free(&head);
-    if (!answer) {
-        close(fd);
-        return http_json(502, json_pack("{s:s, s:s, s:s, s:i}", "sandboxId", id, "message",
-                                        "the sandbox's server did not answer the upgrade", "port",
-                                        port, "code", 502));
-    }
-    return http_tunnel(answer, got, fd);
-}
 
 /* A request to one of the sandbox's own ports. */
 static struct http_response *sandbox_port(corral_sandbox *sb, const struct http_request *req,
@@ -1445,18 +1345,9 @@ static struct http_response *sandbox_port(corral_sandbox *sb, const struct http_
         return http_json(400, json_pack("{s:s, s:s?, s:i}", "message",
                                         "E2b-Sandbox-Port must be a port number (1-65535)", "port",
                                         port, "code", 400));
-    if (upgrade_asked(req))
-        return port_upgrade(sb, req, id, port, (uint16_t)number);
-    struct port_dial d = {.sb = sb, .port = (uint16_t)number};
-    struct http_forward o = {.host = "sandbox",
-                             .port = (uint16_t)number,
-                             .drop = proxy_drop,
-                             .dial = dial_port,
-                             .dial_arg = &d};
-    struct http_response *resp;
-    if (http_forward(req, &o, &resp, &err) < 0)
-        return port_error(id, port, &err);
-    return resp;
+    struct http_response *resp =
+        api_port_request(sb, req, (uint16_t)number, NULL, proxy_drop, &err);
+    return resp ? resp : port_error(id, port, &err);
 }
 
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,

@@ -12,7 +12,9 @@
 
 #include "api/opensandbox/execd.h"
 #include "api/apinet.h"
+#include "api/ports.h"
 #include "api/registry.h"
+#include "api/signature.h"
 #include "api/tenants.h"
 #include "api/wire.h"
 #include "base/cleanup.h"
@@ -677,23 +679,49 @@ static struct http_response *endpoint(struct osb *o, const struct http_request *
     struct corral_error err;
     if (corral_parse_uint(port_text, 1, 65535, &port, &err) < 0)
         return execd_error(400, "SANDBOX::INVALID_PARAMETER", "the port must be 1 to 65535");
-    const char *expires = http_query(req, "expires");
-    if (expires && *expires)
-        return execd_error(400, "SANDBOX::INVALID_PARAMETER",
-                           "corral does not sign routes: use the endpoint with its headers");
+    const char *expires = http_query(req, "expires"),
+               *proxied = http_query(req, "use_server_proxy");
+    uint64_t until = 0;
+    if (expires) {
+        if (corral_parse_uint(expires, 0, UINT64_MAX, &until, &err) < 0 || strlen(expires) > 20)
+            return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                               "'expires' must be Unix time in whole seconds");
+        if (until <= (uint64_t)time(NULL))
+            return execd_error(400, "SANDBOX::INVALID_PARAMETER", "'expires' is in the past");
+        if (proxied && !strcmp(proxied, "true"))
+            return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                               "'expires' cannot be combined with use_server_proxy=true");
+    }
     char host[256];
     client_host(req, host, sizeof(host));
     pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
     json_t *j = NULL;
-    if (b) {
-        char url[512];
+    char url[512], b36[16], sig[33];
+    if (b && expires) {
+        /* A signed route: the endpoint alone reaches the port until then. */
+        int n = 0;
+        char digits[16];
+        do
+            digits[n++] = "0123456789abcdefghijklmnopqrstuvwxyz"[until % 36];
+        while ((until /= 36) && n < 15);
+        for (int i = 0; i < n; i++)
+            b36[i] = digits[n - 1 - i];
+        b36[n] = '\0';
+        if (osb_route_signature(id, (unsigned)port, b36, b->token, sig) == 0) {
+            snprintf(url, sizeof(url), "%s/sandboxes/%s/signed/%u-%s-%s", host, id, (unsigned)port,
+                     b36, sig);
+            j = json_pack("{s:s}", "endpoint", url);
+        }
+    } else if (b) {
         snprintf(url, sizeof(url), "%s/sandboxes/%s/proxy/%u", host, id, (unsigned)port);
         j = json_pack("{s:s, s:{s:s}}", "endpoint", url, "headers",
                       port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER,
                       port == EGRESS_PORT ? b->egress_token : b->token);
     }
     pthread_mutex_unlock(&o->boxes.lock);
+    if (b && !j)
+        return execd_error(500, "INTERNAL_ERROR", "out of memory");
     return j ? http_json(200, j) : not_found(id);
 }
 
@@ -1018,43 +1046,78 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
     return set_policy(o, id, body, m);
 }
 
+/* The headers of the sandbox APIs that stay here. */
+static const char *const proxy_drop[] = {TOKEN_HEADER, EGRESS_HEADER, NULL};
+
+/* Whether a signed route's token ("PORT-EXPIRES_B36-SIGNATURE") is the
+ * sandbox's, for port, and not yet expired. */
+static bool route_ok(const char *id, const char *token, const char *route, unsigned *port)
+{
+    char b36[16], sig[40], want[33];
+    unsigned p;
+    int used = 0;
+    if (sscanf(route, "%5u-%15[0-9a-z]-%39[0-9a-f]%n", &p, b36, sig, &used) < 3 || route[used] ||
+        !p || p > 65535)
+        return false;
+    errno = 0;
+    unsigned long long until = strtoull(b36, NULL, 36);
+    if (errno || until < (unsigned long long)time(NULL))
+        return false;
+    *port = p;
+    return osb_route_signature(id, p, b36, token, want) == 0 && corral_secret_equal(sig, want);
+}
+
+/* /sandboxes/{id}/proxy/{port}[/path] (the sandbox's token in its header)
+ * and /sandboxes/{id}/signed/{route}[/path] (a signed route: no header). */
 static struct http_response *proxy(struct osb *o, const struct http_request *req, const char *rest)
 {
-    char id[128];
-    unsigned port = 0;
+    char id[128], kind[8], route[96];
     int used = 0;
-    if (sscanf(rest, "%127[^/]/proxy/%5u%n", id, &port, &used) < 2 ||
-        (rest[used] && rest[used] != '/'))
+    if (sscanf(rest, "%127[^/]/%7[a-z]/%95[^/]%n", id, kind, route, &used) < 3 ||
+        (rest[used] && rest[used] != '/') || (strcmp(kind, "proxy") && strcmp(kind, "signed")))
         return execd_error(404, "NOT_FOUND", "no such path");
+    bool signed_route = !strcmp(kind, "signed");
+    unsigned port = 0;
+    uint64_t number = 0;
+    struct corral_error err;
+    if (!signed_route && corral_parse_uint(route, 1, 65535, &number, &err) < 0)
+        return execd_error(404, "NOT_FOUND", "no such path");
+    port = (unsigned)number;
     const char *path = rest[used] ? rest + used : "/";
     pthread_mutex_lock(&o->boxes.lock);
     struct os_sandbox *b = lookup(o, id);
     corral_sandbox *sb = b ? b->entry.sb : NULL;
-    char token[33] = "";
-    if (b) {
-        corral_sandbox_retain(sb);
-        memcpy(token, port == EGRESS_PORT ? b->egress_token : b->token, sizeof(token));
+    bool ok = false;
+    if (b && signed_route) {
+        ok = route_ok(id, b->token, route, &port);
+    } else if (b) {
+        const char *token = port == EGRESS_PORT ? b->egress_token : b->token;
+        ok = corral_secret_equal(
+            http_header(req, port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER), token);
     }
+    if (b)
+        corral_sandbox_retain(sb);
     pthread_mutex_unlock(&o->boxes.lock);
     if (!sb)
         return not_found(id);
-    const char *header = port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER;
-    const char *given = http_header(req, header);
     struct http_response *resp;
-    if (!corral_secret_equal(given, token))
+    if (!ok && signed_route)
         resp =
-            execd_error(401, "UNAUTHORIZED", "the sandbox's %s header is missing or wrong", header);
+            execd_error(401, "UNAUTHORIZED", "the signed route is not this sandbox's, or expired");
+    else if (!ok)
+        resp = execd_error(401, "UNAUTHORIZED", "the sandbox's %s header is missing or wrong",
+                           port == EGRESS_PORT ? EGRESS_HEADER : TOKEN_HEADER);
     else if (port == EGRESS_PORT)
         resp = egress(o, req, id, path);
     else if (corral_sandbox_paused(sb))
         resp = execd_error(409, "SANDBOX_PAUSED", "sandbox %s is paused: resume it first", id);
     else if (port == EXECD_PORT)
         resp = execd_handle(sb, req, path);
-    else
-        resp = execd_error(502, "PORT_NOT_REACHABLE",
-                           "nothing answers on port %u: this server reaches a sandbox's execd "
-                           "(%d) and its egress API (%d) only",
-                           port, EXECD_PORT, EGRESS_PORT);
+    else if (!(resp = api_port_request(sb, req, (uint16_t)port, path, proxy_drop, &err)))
+        resp = err.code == ECONNREFUSED
+                   ? execd_error(502, "PORT_NOT_REACHABLE",
+                                 "nothing listens on port %u in the sandbox", port)
+                   : execd_error(502, "PORT_NOT_REACHABLE", "%s", err.message);
     corral_sandbox_release(sb);
     return resp;
 }
@@ -1065,10 +1128,11 @@ static struct http_response *route(struct osb *o, const struct http_request *req
 {
     const char *p = req->path, *m = req->method;
     /* The services of a sandbox: their own tokens, not the API key. */
-    if (!strncmp(p, "/v1/", 4) && strstr(p, "/proxy/"))
+    if (!strncmp(p, "/v1/", 4) && (strstr(p, "/proxy/") || strstr(p, "/signed/")))
         p += 3;
-    if (!strncmp(p, "/sandboxes/", 11) && strstr(p + 11, "/proxy/") &&
-        strchr(p + 11, '/') == strstr(p + 11, "/proxy/"))
+    if (!strncmp(p, "/sandboxes/", 11) &&
+        ((strstr(p + 11, "/proxy/") && strchr(p + 11, '/') == strstr(p + 11, "/proxy/")) ||
+         (strstr(p + 11, "/signed/") && strchr(p + 11, '/') == strstr(p + 11, "/signed/"))))
         return proxy(o, req, p + 11);
     if (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
