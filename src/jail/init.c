@@ -613,6 +613,11 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     }
     if (!(off & JAIL_LAYER_NET) && loopback_up(&err) < 0)
         fail(&err);
+    /* Any port may be bound in the sandbox's own network namespace (as in a
+     * container: a web server on port 80 needs no privilege there). */
+    if (!(off & JAIL_LAYER_NET) && sysctl_dir >= 0 &&
+        write_at(sysctl_dir, "net/ipv4/ip_unprivileged_port_start", "0\n", &err) < 0)
+        fail(&err);
     if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(a->limits, &err) < 0)
         fail(&err);
     if (!(off & JAIL_LAYER_USER) && become_user(a, sysctl_dir, userns, &err) < 0)

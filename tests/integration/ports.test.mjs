@@ -224,3 +224,30 @@ test('OpenSandbox getEndpoint and getSignedEndpoint: the web server and a WebSoc
     assert.match(closed.body, /nothing listens on port 8001/);
   }, { afterKill: () => sbx.close() });
 });
+
+test("OpenSandbox's entrypoint runs as the sandbox's long-lived process: it serves port 80, its output is readable", T, async () => {
+  const connectionConfig = { domain: new URL(ctx.server.osbUrl).host, protocol: 'http', apiKey: ctx.server.apiKey, requestTimeoutSeconds: 30 };
+  const entrypoint = ['python3', '-c', [
+    'import http.server, sys',
+    'print("serving on 80", flush=True)',
+    'http.server.ThreadingHTTPServer(("0.0.0.0", 80), http.server.SimpleHTTPRequestHandler).serve_forever()',
+  ].join('\n')];
+  const sbx = await OsbSandbox.create({ connectionConfig, image: 'python:3.12', timeoutSeconds: 300, entrypoint });
+  await killAfter(sbx, async () => {
+    assert.deepEqual((await sbx.getInfo()).entrypoint, entrypoint);
+    const status = await sbx.commands.getCommandStatus('entrypoint');
+    assert.equal(status.running, true);
+    assert.match(status.content, /^exec 'python3' '-c' /);
+    const logs = await eventually(async () => {
+      const l = await sbx.commands.getBackgroundCommandLogs('entrypoint');
+      return l.content.includes('serving on 80') ? l : null;
+    });
+    assert.ok(logs, 'the entrypoint printed nothing');
+    const ep = await sbx.getEndpoint(80);
+    const page = await eventually(async () => {
+      const r = await fetchUrl(`${await sbx.getEndpointUrl(80)}/`, ep.headers);
+      return r.status === 200 ? r : null;
+    });
+    assert.ok(page && /Directory listing for \//.test(page.body), page?.body);
+  }, { afterKill: () => sbx.close() });
+});

@@ -38,6 +38,11 @@ struct http_response *execd_command_handle(corral_sandbox *sb, const struct http
 /* POST /code without a language runs the code as a shell command: the same
  * stream as POST /command with {"command": command} (execd_command.c). */
 struct http_response *execd_command_stream(corral_sandbox *sb, const char *command);
+/* Starts argv (NULL-terminated) as the sandbox's entrypoint: a background
+ * command of id EXECD_ENTRYPOINT_ID, whose status and output execd reports
+ * as any other's (GET /command/entrypoint/status, .../logs). */
+#define EXECD_ENTRYPOINT_ID "entrypoint"
+int execd_start_entrypoint(corral_sandbox *sb, const char *const *argv, struct corral_error *err);
 /* Drops what execd keeps for sb (commands and their output): called once it
  * is killed. */
 void execd_forget(corral_sandbox *sb);

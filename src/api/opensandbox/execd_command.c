@@ -246,7 +246,9 @@ static void cond_wait_until(pthread_cond_t *c, pthread_mutex_t *m, uint64_t unti
     pthread_cond_timedwait(c, m, &ts);
 }
 
-static struct run *run_new(corral_sandbox *sb, const char *content, struct corral_error *err)
+/* A run of content, its id given (or random when NULL). */
+static struct run *run_new(corral_sandbox *sb, const char *content, const char *id,
+                           struct corral_error *err)
 {
     struct run *r = calloc(1, sizeof(*r));
     if (!r || !(r->content = strdup(content))) {
@@ -254,7 +256,9 @@ static struct run *run_new(corral_sandbox *sb, const char *content, struct corra
         corral_fail(err, ENOMEM, "out of memory");
         return NULL;
     }
-    if (corral_random_hex(r->id, TOKEN_LEN / 2, err) < 0) {
+    if (id)
+        snprintf(r->id, sizeof(r->id), "%s", id);
+    else if (corral_random_hex(r->id, TOKEN_LEN / 2, err) < 0) {
         free(r->content);
         free(r);
         return NULL;
@@ -1127,14 +1131,14 @@ static struct http_response *too_many_commands(void)
 
 static struct http_response *start_command(corral_sandbox *sb, const char *command, const char *cwd,
                                            char **envs, bool background, uint64_t timeout_ms,
-                                           bool root)
+                                           bool root, const char *id)
 {
     struct http_response *resp = NULL;
     char dir[PATH_CAP];
     struct corral_error err;
     if (cwd && *cwd && expand_cwd(cwd, envs, dir, sizeof(dir), &err) < 0)
         return bad_request("invalid request: %s", err.message);
-    struct run *r = run_new(sb, command, &err); /* our reference */
+    struct run *r = run_new(sb, command, id, &err); /* our reference */
     if (!r)
         return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
     r->background = background;
@@ -1211,14 +1215,40 @@ static struct http_response *post_command(corral_sandbox *sb, const struct http_
         return bad_request("invalid request: 'command' is required and must not be empty");
     if (bg && !json_is_boolean(bg))
         return bad_request("'background' must be true or false");
-    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms, root);
+    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms, root, NULL);
 }
 
 struct http_response *execd_command_stream(corral_sandbox *sb, const char *command)
 {
     if (!command || !*command)
         return bad_request("invalid request: the command is empty");
-    return start_command(sb, command, NULL, NULL, false, 0, false);
+    return start_command(sb, command, NULL, NULL, false, 0, false, NULL);
+}
+
+int execd_start_entrypoint(corral_sandbox *sb, const char *const *argv, struct corral_error *err)
+{
+    struct strbuf cmd = {0};
+    strbuf_printf(&cmd, "exec");
+    for (size_t i = 0; argv[i]; i++) { /* each word quoted for bash */
+        strbuf_printf(&cmd, " '");
+        for (const char *c = argv[i]; *c; c++)
+            if (*c == '\'')
+                strbuf_printf(&cmd, "'\\''");
+            else
+                strbuf_append(&cmd, c, 1);
+        strbuf_printf(&cmd, "'");
+    }
+    if (!cmd.data) {
+        strbuf_free(&cmd);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    struct http_response *r =
+        start_command(sb, cmd.data, NULL, NULL, true, 0, false, EXECD_ENTRYPOINT_ID);
+    strbuf_free(&cmd);
+    int status = http_response_status(r);
+    http_response_free(r);
+    return status == 200 ? 0
+                         : corral_fail(err, EIO, "cannot start the entrypoint (status %d)", status);
 }
 
 /* ---- DELETE /command?id= ---- */
@@ -1735,10 +1765,10 @@ static struct http_response *run_in_session(corral_sandbox *sb, const struct htt
     cleanup_with(session_unref) struct session *s = session_find(sb, id);
     if (!s)
         return execd_error(404, "CONTEXT_NOT_FOUND", "session %s not found", id);
-    cleanup_with(run_unref) struct run *r = run_new(sb, command, &err);
+    /* The init event names the session. */
+    cleanup_with(run_unref) struct run *r = run_new(sb, command, s->id, &err);
     if (!r)
         return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
-    memcpy(r->id, s->id, sizeof(r->id)); /* the init event names the session */
     r->session = s;
     session_ref(s);
     r->timeout_ms = timeout_ms;

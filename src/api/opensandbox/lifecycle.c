@@ -517,6 +517,28 @@ static struct http_response *create_failed(const struct corral_error *err, bool 
                        "SANDBOX::CREATE_FAILED", "cannot create the sandbox: %s", err->message);
 }
 
+/* Starts the entrypoint as the sandbox's long-lived process, as a
+ * container runs its own. Two are not run: OpenSandbox's default, `tail -f
+ * /dev/null`, which only keeps a container alive (a sandbox lives anyway),
+ * and the code interpreter image's, which starts what corral serves
+ * itself (execd and its kernels). */
+#define CODE_INTERPRETER_ENTRYPOINT "/opt/code-interpreter/code-interpreter.sh"
+static int start_entrypoint(corral_sandbox *sb, json_t *entry, struct corral_error *err)
+{
+    size_t n = json_array_size(entry);
+    const char *argv[64];
+    if (n >= sizeof(argv) / sizeof(argv[0]))
+        return corral_fail(err, E2BIG, "the entrypoint has more than 63 words");
+    for (size_t i = 0; i < n; i++)
+        argv[i] = json_string_value(json_array_get(entry, i));
+    argv[n] = NULL;
+    if ((n == 3 && !strcmp(argv[0], "tail") && !strcmp(argv[1], "-f") &&
+         !strcmp(argv[2], "/dev/null")) ||
+        (n == 1 && !strcmp(argv[0], CODE_INTERPRETER_ENTRYPOINT)))
+        return 0;
+    return execd_start_entrypoint(sb, argv, err);
+}
+
 /* The sandbox of a checked create, with its tokens; or the answer. */
 static struct http_response *start_box(struct osb *o, struct create_req *c, struct os_sandbox **out)
 {
@@ -537,6 +559,13 @@ static struct http_response *start_box(struct osb *o, struct create_req *c, stru
     b->entrypoint = c->entry && !json_is_null(c->entry)
                         ? json_incref(c->entry)
                         : json_pack("[s, s, s]", "tail", "-f", "/dev/null");
+    if (start_entrypoint(b->entry.sb, b->entrypoint, &err) < 0) {
+        corral_sandbox_kill(b->entry.sb);
+        corral_sandbox_release(b->entry.sb);
+        json_decref(b->image);
+        json_decref(b->entrypoint);
+        return execd_error(500, "SANDBOX::CREATE_FAILED", "%s", err.message);
+    }
     b->metadata = json_is_object(c->meta) ? json_deep_copy(c->meta) : json_object();
     b->network_policy = steal_pointer(&c->kept);
     b->created_ms = b->transition_ms = corral_wall_ms();
