@@ -262,7 +262,8 @@ struct corral_template_stats {
 int corral_template_stats(const char *name, struct corral_template_stats *out,
                           struct corral_error *err);
 /* Empties the pools and stops every zygote, with every sandbox forked from
- * them. Call last, after releasing the sandboxes. */
+ * them. Call last, after releasing the sandboxes: a create meanwhile fails
+ * with ESHUTDOWN; one after it starts new zygotes. */
 void corral_shutdown(void);
 
 /* Where sandboxes' disks are made (NULL: /var/lib/corral/disks): a

@@ -44,6 +44,10 @@ struct box_template {
 };
 
 static pthread_mutex_t templates_lock = PTHREAD_MUTEX_INITIALIZER;
+/* corral_shutdown() runs: no template is made or redefined meanwhile
+ * (under templates_lock), so that no zygote nor pool starts that it would
+ * miss. */
+static bool shut_down;
 static struct box_template *templates;
 
 static struct box_template *find_locked(const char *name)
@@ -132,6 +136,11 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
     if (!t)
         return -err->code;
     pthread_mutex_lock(&templates_lock);
+    if (shut_down) {
+        pthread_mutex_unlock(&templates_lock);
+        free_template(t);
+        return corral_fail(err, ESHUTDOWN, "corral is shutting down its templates");
+    }
     struct box_template **pp = &templates;
     while (*pp && strcmp((*pp)->name, def->name))
         pp = &(*pp)->next;
@@ -158,6 +167,10 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
     if (!name || !*name)
         name = "default";
     pthread_mutex_lock(&templates_lock);
+    if (shut_down) {
+        pthread_mutex_unlock(&templates_lock);
+        return corral_fail(err, ESHUTDOWN, "corral is shutting down its templates");
+    }
     struct box_template *t = find_locked(name);
     if (!t && !strcmp(name, "default")) {
         struct corral_template def = {.name = "default"};
@@ -439,6 +452,7 @@ void corral_shutdown(void)
     pthread_mutex_lock(&templates_lock);
     struct box_template *list = templates;
     templates = NULL;
+    shut_down = true;
     pthread_mutex_unlock(&templates_lock);
     while (list) {
         struct box_template *t = list;
@@ -457,4 +471,7 @@ void corral_shutdown(void)
         free_template(t);
     }
     jail_disk_stop_ready();
+    pthread_mutex_lock(&templates_lock);
+    shut_down = false; /* a later create starts afresh */
+    pthread_mutex_unlock(&templates_lock);
 }

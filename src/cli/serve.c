@@ -97,7 +97,8 @@ static void serve_usage(FILE *out)
           "                      (default none; beyond: 429)\n"
           "  --config FILE       YAML configuration with the templates and the gateway's\n"
           "                      models (LiteLLM's model_list...; default $CORRAL_CONFIG,\n"
-          "                      else /etc/corral/corral.yaml if present)\n"
+          "                      else /etc/corral/corral.yaml if present); the default\n"
+          "                      template keeps 2 sandboxes ready unless defined there\n"
           "  --state-dir DIR     where corral keeps sandbox slots (default /run/corral)\n"
           "  --disk-dir DIR      where sandboxes' disks are made, on a disk filesystem\n"
           "                      (default disk_dir, else /var/lib/corral/disks); memory:\n"
@@ -785,6 +786,13 @@ int cli_serve(int argc, char **argv)
         return rc;
     sigset_t sigs;
     prepare_process(o.state_dir, o.role != FLEET_FRONT, &sigs);
+    /* Before any create can use it: an unconfigured default template keeps
+     * a warm pool. */
+    struct corral_template pooled = {.name = "default", .pool_size = serve_default_pool(cfg)};
+    struct corral_error err;
+    if (o.role != FLEET_FRONT && !serve_default_defined(cfg) &&
+        corral_template_define(&pooled, &err) < 0)
+        fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
     corral_set_memory_ceiling(o.max_total_memory);
     struct servers s = {0};
     if ((rc = serve_start_role(&o, &s)) == CLI_OK &&

@@ -71,6 +71,13 @@ struct servers {
 int serve_settle_role(struct serve_opts *o, const struct corral_config *cfg);
 /* --check: what would run, on stdout. */
 int serve_report(const struct serve_opts *o, const struct corral_config *cfg);
+/* Sandboxes of the default template kept ready when the configuration does
+ * not define it. */
+#define SERVE_DEFAULT_POOL 2
+/* The default template's pool: its configured pool_size, else SERVE_DEFAULT_POOL. */
+unsigned serve_default_pool(const struct corral_config *cfg);
+/* Whether the configuration defines the default template. */
+bool serve_default_defined(const struct corral_config *cfg);
 /* The host's memory, bytes (0: unknown). */
 uint64_t serve_host_memory(void);
 /* A node's tag (its ids' beginning), a front's fleet: CLI_OK, or the exit

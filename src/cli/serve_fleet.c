@@ -124,6 +124,25 @@ static void report_fleet(const struct serve_opts *o)
     printf("%-16s %.1f s\n", "drain grace:", (double)grace / 1000);
 }
 
+static const struct corral_template *default_template(const struct corral_config *cfg)
+{
+    for (size_t i = 0; cfg && i < cfg->n_templates; i++)
+        if (!strcmp(cfg->templates[i].name, "default"))
+            return &cfg->templates[i];
+    return NULL;
+}
+
+bool serve_default_defined(const struct corral_config *cfg)
+{
+    return default_template(cfg) != NULL;
+}
+
+unsigned serve_default_pool(const struct corral_config *cfg)
+{
+    const struct corral_template *t = default_template(cfg);
+    return t ? t->pool_size : SERVE_DEFAULT_POOL;
+}
+
 int serve_report(const struct serve_opts *o, const struct corral_config *cfg)
 {
     const char *keys = o->role == FLEET_FRONT         ? " (keys checked by the nodes)"
@@ -143,6 +162,7 @@ int serve_report(const struct serve_opts *o, const struct corral_config *cfg)
     }
     if (o->role != FLEET_FRONT) {
         printf("%-16s %zu configured, and default\n", "templates:", cfg ? cfg->n_templates : 0);
+        printf("%-16s %u of the default template\n", "warm pool:", serve_default_pool(cfg));
         printf("%-16s %s\n", "state dir:", o->state_dir ? o->state_dir : "/run/corral");
     }
     report_fleet(o);

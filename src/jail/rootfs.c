@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -143,12 +145,37 @@ static char *plan_layer_dir(struct planner *pl, unsigned n, char kind, mode_t mo
 /* The host directory host on rel, an overlay whose upper layer (a new
  * directory of the disk's with the host directory's mode, the sandbox
  * root's) takes the sandbox's changes. The lower layer is host itself,
- * mapped, mounted on rel first: the overlay then stacks on it. */
-static void plan_overlay(struct planner *pl, const char *host, const char *rel, mode_t mode)
+ * mapped, mounted on rel first: the overlay then stacks on it. The names in
+ * hide (NULL-terminated, or NULL) are whited out, the sandbox never sees
+ * them; those that end with '/' are empty directories of the sandbox
+ * root's instead (over what the host has there). */
+static void plan_overlay(struct planner *pl, const char *host, const char *rel, mode_t mode,
+                         const char *const *hide)
 {
     unsigned n = pl->layers++;
     char *upper = plan_layer_dir(pl, n, 'u', mode, true);
     char *work = plan_layer_dir(pl, n, 'w', 0700, false);
+    for (size_t i = 0; upper && hide && hide[i]; i++) {
+        /* "a/b/": an empty directory b (over the host's), in a, the root's */
+        const char *name = hide[i];
+        size_t len = strlen(name);
+        bool dir = len && name[len - 1] == '/';
+        for (const char *slash = strchr(name, '/'); slash && (size_t)(slash - name) < len - dir;
+             slash = strchr(slash + 1, '/')) {
+            struct rootfs_op *m = add_op(pl->plan, ROOTFS_MKDIR);
+            if (!m || !(m->dst = dupf("%s/%.*s", upper, (int)(slash - name), name))) {
+                pl->failed = 1;
+                break;
+            }
+            m->mode = 0755;
+            m->uid = m->gid = pl->params->root_uid;
+        }
+        struct rootfs_op *w = add_op(pl->plan, dir ? ROOTFS_OPAQUE : ROOTFS_WHITEOUT);
+        if (!w || !(w->dst = dupf("%s/%.*s", upper, (int)(len - dir), name)))
+            pl->failed = 1;
+        else if (dir)
+            w->uid = w->gid = pl->params->root_uid;
+    }
     struct rootfs_op *op = op_at(pl, ROOTFS_OVERLAY, rel);
     if (op && upper && work) {
         op->src = strdup(host);
@@ -183,7 +210,7 @@ static void plan_host_path(struct planner *pl, const char *abs)
     } else if (S_ISDIR(st.st_mode)) {
         plan_mkdir(pl, rel, 0755);
         if (pl->params->writable)
-            plan_overlay(pl, host, rel, st.st_mode & 07777);
+            plan_overlay(pl, host, rel, st.st_mode & 07777, NULL);
         else
             plan_bind(pl, ROOTFS_BIND_RO, host, rel);
     } else if (S_ISREG(st.st_mode) && st.st_size <= ROOTFS_COPY_MAX) {
@@ -304,6 +331,41 @@ static void plan_etc(struct planner *pl)
         for (size_t i = 0; i < g.gl_pathc; i++)
             plan_host_path(pl, g.gl_pathv[i] + strlen(params->host_root));
         globfree(&g);
+    }
+}
+
+/* What apt and dpkg need to install packages in a writable root: the
+ * host's package database and apt's lists and sources, as overlays (what
+ * is installed goes to the sandbox's disk), without apt's credentials and
+ * settings (auth.conf, and apt.conf.d, where proxies and their passwords
+ * are set). */
+static void plan_packages(struct planner *pl)
+{
+    static const char *const apt_secrets[] = {"auth.conf", "auth.conf.d/", "apt.conf.d/", NULL};
+    /* apt's own directories belong to its user (_apt), whom the sandbox
+     * does not have: empty ones of root's instead */
+    static const char *const apt_own[] = {"lists/partial/", "lists/auxfiles/", NULL};
+    /* the host's overrides name its groups and users, which the sandbox
+     * does not have (and its paths, which it does not see either) */
+    static const char *const dpkg_host[] = {"statoverride", NULL};
+    static const struct {
+        const char *path;
+        const char *const *hide;
+    } dirs[] = {{"/etc/apt", apt_secrets},
+                {"/etc/dpkg", NULL},
+                {"/var/lib/dpkg", dpkg_host},
+                {"/var/lib/apt", apt_own}};
+    plan_mkdir(pl, "var/lib", 0755);
+    plan_mkdir(pl, "var/cache", 0755);
+    plan_mkdir(pl, "var/log", 0755);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        char host[4096];
+        snprintf(host, sizeof(host), "%s%s", pl->params->host_root, dirs[i].path);
+        struct stat st;
+        if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode))
+            continue;
+        plan_mkdir(pl, dirs[i].path + 1, 0755);
+        plan_overlay(pl, host, dirs[i].path + 1, st.st_mode & 07777, dirs[i].hide);
     }
 }
 
@@ -486,6 +548,8 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     plan_mkdir(&pl, "run", 0755);
     plan_mkdir(&pl, "var", 0755);
     plan_symlink(&pl, "var/tmp", "/tmp");
+    if (params->writable)
+        plan_packages(&pl);
     plan_mkdir(&pl, "root", 0700);
     if (!params->writable)
         plan_remount_ro(&pl, strdup(params->root_dir), NOSUID_NODEV);
@@ -674,6 +738,16 @@ static int apply_op(const struct rootfs_op *op, int userns_fd, struct corral_err
         return 0;
     case ROOTFS_OVERLAY:
         return mount_overlay(op, userns_fd, err);
+    case ROOTFS_WHITEOUT:
+        if (mknod(op->dst, S_IFCHR | 0000, makedev(0, 0)) < 0)
+            return corral_fail_errno(err, "cannot hide %s", op->dst);
+        return 0;
+    case ROOTFS_OPAQUE:
+        if (mkdir(op->dst, 0755) < 0 ||
+            setxattr(op->dst, "trusted.overlay.opaque", "y", 1, 0) < 0 ||
+            chown(op->dst, op->uid, op->gid) < 0)
+            return corral_fail_errno(err, "cannot hide what %s holds", op->dst);
+        return 0;
     default:
         break;
     }

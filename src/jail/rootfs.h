@@ -52,7 +52,9 @@ enum rootfs_op_kind {
     /* An overlay on dst: the host directory src, mapped into the sandbox's
      * user namespace (its files owned by the host's root are the sandbox
      * root's), under the writable layer named by data's upperdir. */
-    ROOTFS_OVERLAY
+    ROOTFS_OVERLAY,
+    ROOTFS_WHITEOUT, /* an overlay's whiteout at dst (in an upper layer): the name is hidden */
+    ROOTFS_OPAQUE    /* an opaque directory at dst (in an upper layer), owner: empty inside */
 };
 
 struct rootfs_op {

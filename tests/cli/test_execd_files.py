@@ -182,7 +182,9 @@ def test_info_errors(x):
     status, code, _ = x.error("GET", "/files/info?path=/home/user&path=/nope")
     assert (status, code) == (404, "FILE_NOT_FOUND")
     assert x.error("GET", "/files/info")[:2] == (400, "MISSING_QUERY")
-    assert x.error("GET", "/files/info?path=~root/x")[:2] == (400, "INVALID_REQUEST_BODY")
+    assert x.error("GET", "/files/info?path=~nobody/x")[:2] == (400, "INVALID_REQUEST_BODY")
+    # root's home is root's: the sandbox's user may not look in.
+    assert x.error("GET", "/files/info?path=~root/x")[:2] == (403, "PERMISSION_DENIED")
     assert x.error("GET", "/files/info?path=/" + "a" * 5000)[:2] == (400, "INVALID_REQUEST_BODY")
     status, code, message = x.error("POST", "/files/info")
     assert (status, code) == (405, "METHOD_NOT_ALLOWED") and "GET" in message
@@ -522,7 +524,10 @@ def test_directories(x):
     assert "symbolic link" in x.error("GET", "/directories/list?path=/home/user/t/linked")[2]
     status, code, message = x.error("POST", "/directories", {"/home/user/t/b.txt": {"mode": 755}})
     assert status == 400 and "not a directory" in message
-    assert x.error("POST", "/directories", {"/home/user/t/q": {"owner": "root"}})[0] == 400
+    assert x.error("POST", "/directories", {"/home/user/t/q": {"owner": "www-data"}})[0] == 400
+    # The sandbox's root may be given one.
+    x.ok("POST", "/directories", {"/home/user/t/r": {"owner": "root"}})
+    assert x.info("/home/user/t/r")["/home/user/t/r"]["owner"] == "root"
     assert x.error("POST", "/directories", ["/home/user/t/q"])[0] == 400
     assert x.error("POST", "/directories", {"/usr/new": {"mode": 755}})[0] == 403
     # rm -rf: links inside go, what they point to stays.

@@ -889,11 +889,13 @@ sandbox_tools:
         g.stop()
 
 
-def test_connections_that_end_leave_no_descriptor(upstream):
+def test_connections_that_end_leave_no_descriptor(upstream, tmp_path):
     """Each client connection has its thread and its kept-alive upstream
     connection; both go when the client's connection ends."""
     upstream.script = lambda body: (200, "application/json", [completion()], 0)
-    g = upstream_gateway(upstream)
+    cfg = tmp_path / "corral.yaml"  # no warm pool filling up while descriptors are counted
+    cfg.write_text("templates:\n  default:\n    pool_size: 0\n")
+    g = upstream_gateway(upstream, "--config", str(cfg))
     try:
         def one():
             resp, text = g.request("POST", "/v1/chat/completions", body={

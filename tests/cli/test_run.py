@@ -213,7 +213,8 @@ print(json.dumps({
     assert (info["uid"], info["gid"], info["user"]) == (1000, 1000, "user")
     assert info["cwd"] == "/home/user"
     assert info["hostname"].startswith("corral-")
-    assert info["pid"] == 2  # the sandbox's init is PID 1
+    # The sandbox's init is PID 1; PID 2 held the user namespace while it was made.
+    assert info["pid"] == 3
     assert info["interfaces"] == ["lo"]
     assert info["shadow"] is False
     assert info["root"] == ["bin", "dev", "etc", "home", "lib", "lib32", "lib64", "mnt", "proc",

@@ -1,5 +1,6 @@
 """`corral serve`: E2B's wire protocol as seen on the wire (the official SDKs are
 tested in tests/integration): status codes, error bodies, the NDJSON stream."""
+import glob
 import http.client
 import json
 import os
@@ -336,6 +337,46 @@ def test_stopping_the_server_kills_its_sandboxes():
     sid = create(s)["sandboxID"]
     assert execute(s, sid, "1")[0] == 200
     s.stop()  # the autouse fixture then finds nothing left behind
+
+
+def sandbox_ids():
+    """The ids of the sandboxes alive on this host (their cgroups' names)."""
+    return {os.path.basename(d.rstrip("/")) for d in glob.glob("/sys/fs/cgroup/memory/corral/*/")}
+
+
+def test_serve_keeps_a_warm_pool_of_the_default_template():
+    s = Server()
+    try:
+        deadline = time.monotonic() + 120
+        while len(sandbox_ids()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pooled = sandbox_ids()
+        assert len(pooled) == 2  # made before any create, by no one but the pool
+        sb = create(s, envVars={"GREETING": "hi"})
+        assert sb["sandboxID"] in pooled
+        # Its kernel ran a cell of its own while it waited, and forgot it.
+        status, lines = execute(s, sb["sandboxID"],
+                                "import os; print(os.environ['GREETING'], In[1:], Out, _)\n7")
+        assert status == 200, lines
+        assert lines[0] == {"type": "number_of_executions", "execution_count": 1}
+        assert lines[1]["type"] == "stdout"
+        assert lines[1]["text"] == "hi [\"import os; print(os.environ['GREETING'], In[1:], " \
+                                   "Out, _)\\n7\"] {} \n"
+        assert lines[2] == {"type": "result", "text": "7", "extra": {}, "is_main_result": True}
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("config, pool", [("", "2"), ("templates:\n  default:\n", "0"),
+                                          ("templates:\n  default:\n    pool_size: 5\n", "5"),
+                                          ("templates:\n  other:\n    pool_size: 5\n", "2")])
+def test_check_reports_the_default_templates_pool(tmp_path, config, pool):
+    path = tmp_path / "corral.yaml"
+    path.write_text(config or "{}\n")
+    r = subprocess.run([CORRAL, "serve", "--check", "--config", str(path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"warm pool:       {pool} of the default template\n" in r.stdout
 
 
 def answer_of(port, first_bytes, source="127.0.0.1"):

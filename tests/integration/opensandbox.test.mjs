@@ -391,6 +391,19 @@ test('isolation: capabilities say none, and an isolated session is refused by na
   });
 });
 
+test('the credential vault is refused by name, in the protocol\'s error shape', async () => {
+  await withSandbox(async (sbx) => {
+    for (const call of [() => sbx.credentialVault.get(), () => sbx.credentialVault.listCredentials()]) {
+      await assert.rejects(call(), (err) => {
+        assert.equal(err.statusCode, 501, err.message);
+        assert.equal(err.error?.code, 'NOT_SUPPORTED');
+        assert.match(err.message, /the credential vault is not supported by this server/);
+        return true;
+      });
+    }
+  });
+});
+
 /** The counter the background loop writes, or NaN. */
 async function readCounter(sbx) {
   return Number.parseInt(await sbx.files.readFile('/tmp/counter'), 10);

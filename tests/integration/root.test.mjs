@@ -10,6 +10,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
+import zlib from 'node:zlib';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -22,6 +23,7 @@ import { killAfter, useServer, withSandbox } from './harness.mjs';
 
 const T = { timeout: 180_000 };
 const PKG = `corral_root_${crypto.randomBytes(4).toString('hex')}`;
+const DEB = `corral-root-${crypto.randomBytes(4).toString('hex')}`;
 const SECRET = crypto.randomBytes(8).toString('hex');
 
 /** A network namespace with a package index on ADDR:80 (a python3 http.server). */
@@ -74,6 +76,26 @@ with zipfile.ZipFile(out, "w") as z:
         z.writestr(path, text)
 `, PKG, SECRET, path.join(pkgDir, wheel)]);
     fs.writeFileSync(path.join(pkgDir, 'index.html'), `<html><body><a href="${wheel}">${wheel}</a></body></html>\n`);
+    this.writeDebian();
+  }
+
+  /** A flat Debian repository under debian/: DEB, built with dpkg-deb, and its Packages. */
+  writeDebian() {
+    const repo = path.join(this.dir, 'debian');
+    const root = path.join(this.dir, 'deb-root');
+    fs.mkdirSync(path.join(root, 'DEBIAN'), { recursive: true });
+    fs.mkdirSync(path.join(root, 'usr', 'share', DEB), { recursive: true });
+    fs.mkdirSync(repo, { recursive: true });
+    fs.writeFileSync(path.join(root, 'usr', 'share', DEB, 'secret'), `${SECRET}\n`);
+    fs.writeFileSync(path.join(root, 'DEBIAN', 'control'),
+      `Package: ${DEB}\nVersion: 1.0\nArchitecture: all\nMaintainer: corral tests <tests@corral.invalid>\nDescription: a package of corral's tests\n`);
+    const file = `${DEB}_1.0_all.deb`;
+    execFileSync('dpkg-deb', ['--root-owner-group', '--build', root, path.join(repo, file)], { stdio: 'ignore' });
+    const deb = fs.readFileSync(path.join(repo, file));
+    const control = fs.readFileSync(path.join(root, 'DEBIAN', 'control'), 'utf8');
+    const packages = `${control}Filename: ./${file}\nSize: ${deb.length}\nSHA256: ${crypto.createHash('sha256').update(deb).digest('hex')}\n\n`;
+    fs.writeFileSync(path.join(repo, 'Packages'), packages);
+    fs.writeFileSync(path.join(repo, 'Packages.gz'), zlib.gzipSync(packages));
   }
 
   async start() {
@@ -207,6 +229,33 @@ test('pip install as root from a package index: the package is the sandbox\'s, a
   await withSandbox(Sandbox, async (sbx) => {
     const r = await sbx.commands.run(`python3 -c "import ${PKG}"`).then(() => null, (e) => e);
     assert.ok(r instanceof CommandExitError && /ModuleNotFoundError/.test(r.stderr), r?.stderr);
+  });
+});
+
+test('apt-get install as root from a Debian repository: installed in the sandbox only', T, async () => {
+  await withSandbox(Sandbox, async (sbx) => {
+    // apt's settings and credentials of the host are not in sight.
+    const hidden = await sbx.commands.run(
+      'find /etc/apt/apt.conf.d /etc/apt/auth.conf.d -mindepth 1 | wc -l; test -e /etc/apt/auth.conf || echo no-auth',
+      { user: 'root' },
+    );
+    assert.equal(hidden.stdout, '0\nno-auth\n');
+    assert.ok(fs.readdirSync('/etc/apt/apt.conf.d').length > 0, 'the host has apt settings to hide');
+    const list = '/etc/apt/sources.list.d/corral-test.list';
+    await sbx.files.write(list, `deb [trusted=yes] http://${index.addr}/debian ./\n`, { user: 'root' });
+    const only = `-o Dir::Etc::sourcelist=${list} -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0`;
+    const apt = await sbx.commands.run(
+      `apt-get ${only} update -q && DEBIAN_FRONTEND=noninteractive apt-get ${only} install -y -q ${DEB}`,
+      { user: 'root', timeoutMs: 120_000 },
+    ).catch((e) => (e instanceof CommandExitError ? assert.fail(`apt-get failed: ${e.stdout}\n${e.stderr}`) : Promise.reject(e)));
+    assert.match(apt.stdout, new RegExp(`Setting up ${DEB} \\(1\\.0\\)`));
+    const got = await sbx.commands.run(`cat /usr/share/${DEB}/secret; dpkg-query -W -f='\${Status}' ${DEB}`);
+    assert.equal(got.stdout, `${SECRET}\ninstall ok installed`);
+    assert.ok(!fs.existsSync(`/usr/share/${DEB}`), "the host's own /usr changed");
+  }, { allowInternetAccess: true });
+  await withSandbox(Sandbox, async (sbx) => {
+    const r = await sbx.commands.run(`test -e /usr/share/${DEB} || echo gone; dpkg-query -W ${DEB} 2>&1 || true`);
+    assert.match(r.stdout, /^gone\n.*no packages found/s);
   });
 });
 

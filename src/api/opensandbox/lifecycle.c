@@ -1048,6 +1048,10 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
         return http_text(200, "text/plain", "ok");
     bool get = !strcmp(m, "GET"), patch = !strcmp(m, "PATCH"), del = !strcmp(m, "DELETE"),
          replace = !strcmp(m, "POST") || !strcmp(m, "PUT");
+    if (!strcmp(path, "/credential-vault") || !strncmp(path, "/credential-vault/", 18))
+        return execd_error(501, "NOT_SUPPORTED",
+                           "the credential vault is not supported by this server: give the "
+                           "sandbox its credentials in its environment or its files");
     if (strcmp(path, "/policy") || !(get || patch || del || replace))
         return execd_error(404, "NOT_FOUND", "no %s %s in the egress API", m, path);
     if (get) {
