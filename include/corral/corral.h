@@ -173,7 +173,7 @@ void corral_sandbox_options_init(struct corral_sandbox_options *opts);
  * sandbox runs (a web app, a notebook) listens on, on any address. *fd:
  * a connected, blocking socket of the caller's (close it). -ECONNREFUSED
  * when nothing listens there, -ETIMEDOUT when the listener takes no more
- * (3 s), -EAGAIN while the sandbox is paused. */
+ * (1 s), -EAGAIN while the sandbox is paused. */
 int corral_sandbox_connect(corral_sandbox *sb, uint16_t port, int *fd, struct corral_error *err);
 int corral_sandbox_create(const struct corral_sandbox_options *opts, corral_sandbox **out,
                           struct corral_error *err);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -47,6 +49,9 @@ static void put_header(void *arg, const char *name, const char *value)
     for (size_t i = 0; h->drop && h->drop[i]; i++)
         if (!strcasecmp(name, h->drop[i]))
             return;
+    /* the body goes as it was read: whole, its length said below */
+    if (!strcasecmp(name, "Content-Length") || !strcasecmp(name, "Transfer-Encoding"))
+        return;
     strbuf_printf(h->b, "%s: %s\r\n", name, value);
 }
 
@@ -96,7 +101,12 @@ static struct http_response *upgrade(corral_sandbox *sb, const struct http_reque
     strbuf_printf(&head, "%s%s HTTP/1.1\r\n", query ? "?" : "", query ? query : "");
     struct head_build h = {&head, drop};
     http_header_each(req, put_header, &h);
+    if (req->body_len)
+        strbuf_printf(&head, "Content-Length: %zu\r\n", req->body_len);
     strbuf_printf(&head, "\r\n");
+    /* A server that reads nothing holds no thread of ours for long. */
+    struct timeval tv = {.tv_sec = UPGRADE_HEAD_MS / 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     size_t got = 0;
     char *answer = NULL;
     if (head.data && corral_write_all(fd, head.data, head.len) == 0 &&

@@ -26,7 +26,8 @@ struct corral_watch {
     corral_sandbox *sb; /* retained */
     int ifd;
     bool recursive;
-    bool gone; /* the watched directory was removed or moved */
+    bool as_root; /* started as the sandbox's root: its later requests too */
+    bool gone;    /* the watched directory was removed or moved */
     char root[4096];
     struct dir *dirs;
     size_t n_dirs, cap_dirs;
@@ -103,7 +104,7 @@ static int watch_below(corral_watch *w, const char *rel, bool report, struct cor
         free(rep);
         return corral_fail(err, ENOMEM, "out of memory");
     }
-    ctl_msg_init(req, box_files_op(CTL_WATCH), 0);
+    ctl_msg_init(req, w->as_root ? CTL_WATCH | CTL_AS_ROOT : CTL_WATCH, 0);
     ctl_put_str(req, path);
     ctl_put_u32(req, w->recursive);
     /* The first request has no descriptor: the agent makes the instance. */
@@ -194,6 +195,7 @@ int corral_watch_start(corral_sandbox *sb, const char *path, bool recursive, cor
     corral_sandbox_retain(sb);
     w->sb = sb;
     w->recursive = recursive;
+    w->as_root = box_files_op(0) != 0; /* the caller's acting user, kept */
     snprintf(w->root, sizeof(w->root), "%s", path);
     size_t n = strlen(w->root);
     while (n > 1 && w->root[n - 1] == '/')

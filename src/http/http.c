@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/util.h"
 
 #define STREAM_BLOCK (64u << 10)
@@ -314,16 +315,18 @@ struct http_response *http_tunnel(char *head, size_t len, int fd)
     return r;
 }
 
-/* Writes all of buf to fd, waiting for room when it is non-blocking. */
+/* Writes all of buf to fd, waiting for room (HTTP_TUNNEL_WRITE_MS at
+ * most) when it is non-blocking. */
 static int write_fully(int fd, const char *buf, size_t len)
 {
     while (len) {
-        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+        ssize_t w = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            int n = poll(&p, 1, HTTP_TUNNEL_WRITE_MS);
+            if (n == 0 || (n < 0 && errno != EINTR))
                 return -1;
             continue;
         }
@@ -335,33 +338,38 @@ static int write_fully(int fd, const char *buf, size_t len)
     return 0;
 }
 
-void http_tunnel_pump(int a, int b)
+void http_tunnel_pump(int a, int b, const bool *stopping)
 {
     int fds[2] = {a, b};
     bool open[2] = {true, true}; /* each side's reading: open[0] is a -> b */
+    uint64_t half_closed_at = 0;
     char buf[65536];
     while (open[0] || open[1]) {
+        if (__atomic_load_n(stopping, __ATOMIC_RELAXED))
+            return;
+        if (half_closed_at && corral_now_ms() - half_closed_at > HTTP_TUNNEL_HALF_MS)
+            return;
         struct pollfd p[2] = {{.fd = open[0] ? a : -1, .events = POLLIN},
                               {.fd = open[1] ? b : -1, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
+        int n = poll(p, 2, 1000); /* slices: a stop is seen within one */
+        if (n < 0 && errno != EINTR)
             return;
-        }
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; n > 0 && i < 2; i++) {
             if (!open[i] || !p[i].revents)
                 continue;
-            ssize_t n = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT);
-            if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            ssize_t got = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT);
+            if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
                 continue;
-            if (n < 0)
+            if (got < 0)
                 return; /* a reset: the other side's close says so */
-            if (n == 0) {
+            if (got == 0) {
                 open[i] = false;
                 shutdown(fds[!i], SHUT_WR);
+                if (!half_closed_at)
+                    half_closed_at = corral_now_ms();
                 continue;
             }
-            if (write_fully(fds[!i], buf, (size_t)n) < 0)
+            if (write_fully(fds[!i], buf, (size_t)got) < 0)
                 return;
         }
     }

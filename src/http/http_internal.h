@@ -46,8 +46,12 @@ struct http_stream {
 
 /* Copies bytes both ways between the sockets a and b (either may be
  * non-blocking) until both directions have ended (an end in one is passed
- * on as a shutdown of the other's writing side) or one fails. */
-void http_tunnel_pump(int a, int b);
+ * on as a shutdown of the other's writing side, and the other then has
+ * HTTP_TUNNEL_HALF_MS to end too), one fails, a side takes nothing written
+ * to it for HTTP_TUNNEL_WRITE_MS, or *stopping becomes true. */
+#define HTTP_TUNNEL_HALF_MS  30000
+#define HTTP_TUNNEL_WRITE_MS 30000
+void http_tunnel_pump(int a, int b, const bool *stopping);
 
 /* A stream with its pipe and `refs` references, or NULL. */
 struct http_stream *http_stream_new(int refs);

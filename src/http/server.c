@@ -860,7 +860,7 @@ static bool send_tunnel(struct conn *c, struct http_response *resp)
     size_t end = c->end < c->len ? c->end : c->len;
     if (send_all(c, resp->body, resp->len) == 0 &&
         (end == c->len || corral_write_all(resp->tunnel_fd, c->in + end, c->len - end) == 0))
-        http_tunnel_pump(c->fd, resp->tunnel_fd);
+        http_tunnel_pump(c->fd, resp->tunnel_fd, &c->srv->stopping);
     c->len = end;
     http_response_free(resp); /* closes the other end */
     return false;

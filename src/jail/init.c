@@ -175,19 +175,14 @@ static int set_effective_ids(uid_t uid, struct corral_error *err)
     return ok ? 0 : corral_fail_errno(err, "cannot take the effective uid %u", (unsigned)uid);
 }
 
-/* Makes the sandbox's user namespace and returns its descriptor: uid and gid
- * 0 inside are the sandbox's root (root_uid outside), 1000 its user
- * (host_uid). A child made in it holds it while the init, still the host's
- * root, writes its maps; the init joins it in become_user(), once the root
- * filesystem, whose host directories are mapped through it, is built.
- *
- * The namespace belongs to the sandbox's host uid, not to root: what the
- * kernel counts per user and user namespace (inotify instances and
- * watches) is charged to that uid, never to host root's limits. */
-static int make_user_namespace(const struct jail_init_args *a, struct corral_error *err)
+/* Makes a user namespace with map as its uid and gid maps, and returns
+ * its descriptor. A child made in it holds it while the init, still the
+ * host's root, writes its maps. The namespace belongs to the sandbox's
+ * host uid, not to root: what the kernel counts per user and user
+ * namespace (inotify instances and watches) is charged to that uid, never
+ * to host root's limits. */
+static int make_namespace(const struct jail_init_args *a, const char *map, struct corral_error *err)
 {
-    send_msg(JAIL_MSG_NEED_NETNS, 0, 0, NULL);
-    wait_for(a->ctl_fd, JAIL_CTL_NETNS_SET);
     int dir_fd[2];
     if (pipe2(dir_fd, O_CLOEXEC) < 0)
         return corral_fail_errno(err, "cannot create a pipe");
@@ -212,17 +207,14 @@ static int make_user_namespace(const struct jail_init_args *a, struct corral_err
     int back = set_effective_ids(0, r < 0 ? &ignored : err);
     r = r < 0 ? r : back;
     int proc = -1, ns = -1;
-    if (r == 0 && (corral_read_exact(dir_fd[0], &proc, sizeof(proc)) < 0 || proc < 0))
-        r = corral_fail_errno(err, "cannot find the user namespace's holder");
-    if (r == 0) {
-        char map[64];
-        snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)a->root_uid, JAIL_INSIDE_UID,
-                 (unsigned)a->host_uid);
-        if ((r = write_at(proc, "uid_map", map, err)) == 0 &&
-            (r = write_at(proc, "gid_map", map, err)) == 0 &&
-            (ns = openat(proc, "ns/user", O_RDONLY | O_CLOEXEC)) < 0)
-            r = corral_fail_errno(err, "cannot open the sandbox's user namespace");
-    }
+    struct pollfd p = {.fd = dir_fd[0], .events = POLLIN};
+    if (r == 0 && (poll(&p, 1, 10000) != 1 || /* a holder killed before it wrote */
+                   corral_read_exact(dir_fd[0], &proc, sizeof(proc)) < 0 || proc < 0))
+        r = corral_fail(err, ECHILD, "the user namespace's holder did not answer");
+    if (r == 0 && ((r = write_at(proc, "uid_map", map, err)) < 0 ||
+                   (r = write_at(proc, "gid_map", map, err)) < 0 ||
+                   (ns = openat(proc, "ns/user", O_RDONLY | O_CLOEXEC)) < 0))
+        r = r < 0 ? r : corral_fail_errno(err, "cannot open the sandbox's user namespace");
     if (proc >= 0)
         close(proc);
     if (pid > 0) {
@@ -233,6 +225,32 @@ static int make_user_namespace(const struct jail_init_args *a, struct corral_err
     close(dir_fd[0]);
     close(dir_fd[1]);
     return r < 0 ? r : ns;
+}
+
+/* The sandbox's user namespace (uid and gid 0 inside are the sandbox's
+ * root, root_uid outside; 1000 its user, host_uid; nothing else), once the
+ * caller's network hook ran, and *idmap the namespace the host's
+ * directories are mapped through into a writable root's overlays (their
+ * owner 0 is the sandbox's root; nothing else of the host's is anyone's).
+ * The init joins the first in become_user(), once the root filesystem is
+ * built. */
+static int make_user_namespace(const struct jail_init_args *a, int *idmap, struct corral_error *err)
+{
+    send_msg(JAIL_MSG_NEED_NETNS, 0, 0, NULL);
+    wait_for(a->ctl_fd, JAIL_CTL_NETNS_SET);
+    char map[64];
+    *idmap = -1;
+    snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)a->root_uid);
+    if (a->plan && (*idmap = make_namespace(a, map, err)) < 0)
+        return *idmap;
+    snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)a->root_uid, JAIL_INSIDE_UID,
+             (unsigned)a->host_uid);
+    int ns = make_namespace(a, map, err);
+    if (ns < 0 && *idmap >= 0) {
+        close(*idmap);
+        *idmap = -1;
+    }
+    return ns;
 }
 
 /* What the sandbox's root may do in its user namespace (which owns no other
@@ -601,23 +619,27 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     }
     if (rootfs_make_private(&err) < 0)
         fail(&err);
-    int userns = -1;
+    /* lo first: the caller's network hook (make_user_namespace) finds the
+     * namespace as the workload will (IPv6 is there when lo has ::1). Any
+     * port may be bound in it (as in a container: a web server on port 80
+     * needs no privilege there). */
+    if (!(off & JAIL_LAYER_NET) && loopback_up(&err) < 0)
+        fail(&err);
+    if (!(off & JAIL_LAYER_NET) && sysctl_dir >= 0 &&
+        write_at(sysctl_dir, "net/ipv4/ip_unprivileged_port_start", "0\n", &err) < 0)
+        fail(&err);
+    int userns = -1, idmap = -1;
     if (!(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS)) &&
-        (userns = make_user_namespace(a, &err)) < 0)
+        (userns = make_user_namespace(a, &idmap, &err)) < 0)
         fail(&err);
-    if (a->plan && rootfs_apply(a->plan, userns, &err) < 0)
+    if (a->plan && rootfs_apply(a->plan, idmap, &err) < 0)
         fail(&err);
+    if (idmap >= 0)
+        close(idmap);
     if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
         corral_fail_errno(&err, "cannot set the hostname");
         fail(&err);
     }
-    if (!(off & JAIL_LAYER_NET) && loopback_up(&err) < 0)
-        fail(&err);
-    /* Any port may be bound in the sandbox's own network namespace (as in a
-     * container: a web server on port 80 needs no privilege there). */
-    if (!(off & JAIL_LAYER_NET) && sysctl_dir >= 0 &&
-        write_at(sysctl_dir, "net/ipv4/ip_unprivileged_port_start", "0\n", &err) < 0)
-        fail(&err);
     if (!(off & JAIL_LAYER_RLIMIT) && set_rlimits(a->limits, &err) < 0)
         fail(&err);
     if (!(off & JAIL_LAYER_USER) && become_user(a, sysctl_dir, userns, &err) < 0)

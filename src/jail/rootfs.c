@@ -337,11 +337,12 @@ static void plan_etc(struct planner *pl)
 /* What apt and dpkg need to install packages in a writable root: the
  * host's package database and apt's lists and sources, as overlays (what
  * is installed goes to the sandbox's disk), without apt's credentials and
- * settings (auth.conf, and apt.conf.d, where proxies and their passwords
- * are set). */
+ * settings (auth.conf, apt.conf and their directories, where proxies and
+ * their passwords are set). */
 static void plan_packages(struct planner *pl)
 {
-    static const char *const apt_secrets[] = {"auth.conf", "auth.conf.d/", "apt.conf.d/", NULL};
+    static const char *const apt_secrets[] = {"auth.conf", "apt.conf", "auth.conf.d/",
+                                              "apt.conf.d/", NULL};
     /* apt's own directories belong to its user (_apt), whom the sandbox
      * does not have: empty ones of root's instead */
     static const char *const apt_own[] = {"lists/partial/", "lists/auxfiles/", NULL};

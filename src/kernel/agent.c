@@ -257,6 +257,9 @@ static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, sock[2] = {-1, -1};
     int st[2] = {-1, -1}, tty[2] = {-1, -1}; /* the terminal's master and slave */
+    bool root = (s->flags & CTL_SPAWN_ROOT) != 0;
+    if (root)
+        act_as(true); /* root's terminal is root's (devpts gives it the opener's) */
     bool ok = pipe2(st, O_CLOEXEC) == 0 &&
               ((s->flags & CTL_SPAWN_PTY)
                    ? open_pty(tty, &s->size) == 0
@@ -265,6 +268,8 @@ static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
               (!(s->flags & CTL_SPAWN_SOCKET) ||
                socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0);
     int e = errno;
+    if (root)
+        act_as(false);
     pid_t pid = ok ? fork() : -1;
     if (pid == 0) {
         int devnull = in[0] >= 0 || tty[1] >= 0 ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -343,10 +348,11 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
 
 /* ---- connections ---- */
 
-#define CONNECT_MS 3000
+#define CONNECT_MS 1000
 
 /* A connection of fd to addr within CONNECT_MS (a listener whose backlog is
- * full would hold a blocking connect, and the agent, for minutes): 0, or
+ * full would hold a blocking connect, and the agent, for minutes; a
+ * loopback connection is made at once or refused): 0, or
  * an errno. fd is left blocking. */
 static int connect_within(int fd, const struct sockaddr *addr, socklen_t len)
 {

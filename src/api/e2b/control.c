@@ -22,8 +22,6 @@
 
 #define CLIENT_ID         "6532622b" /* deprecated by E2B; its API answers this constant */
 #define ENVD_VERSION      "0.6.4"    /* file metadata, entries in watch events, network mounts */
-#define PORT_ENVD         "49983"
-#define PORT_INTERPRETER  "49999"
 #define KEEPALIVE_MS      5000
 #define DEFAULT_TIMEOUT_S 300 /* when a create names none (the SDKs' documented default) */
 #define MAX_TIMEOUT_S     (24 * 3600)
@@ -803,6 +801,10 @@ static struct http_response *update_network(struct e2b *e, corral_sandbox *sb,
         return e2b_fail(&err);
     struct http_response *resp = NULL;
     struct netreq net;
+    json_t *apt = json_object_get(body, "allowPublicTraffic");
+    if (apt && !json_is_null(apt))
+        return http_error(400, "'allowPublicTraffic' is set when the sandbox is created: a "
+                               "running sandbox's ports stay as they were made");
     if (read_network(json_object_get(body, "allow_internet_access"), body, "", &net, &err) < 0) {
         resp = e2b_fail(&err);
     } else {
@@ -1278,27 +1280,38 @@ static struct http_response *envd(corral_sandbox *sb, const struct http_request 
     return envd_handle(sb, req);
 }
 
-/* Whether the request may reach the sandbox on port (NULL: none named).
- * envd and the code interpreter of a secure sandbox need its access token
- * (every route but /health): envd takes X-Access-Token, and /files a
- * signed URL instead (see e2b_signature_ok); the code interpreter takes
- * X-Access-Token (the SDK sends it on /execute) or
- * E2B-Traffic-Access-Token (on every request, once the sandbox's answer
- * gave one). The sandbox's own ports are public, unless it was created
- * with allowPublicTraffic: false: then they need its traffic token in
- * E2B-Traffic-Access-Token. */
-static bool allowed(const struct http_request *req, const char *port, const struct access *a)
+/* The port a request names: 0 when none, or not a port number. */
+static unsigned port_number(const char *port)
 {
-    bool own_port = !port || (strcmp(port, PORT_ENVD) && strcmp(port, PORT_INTERPRETER));
-    if (own_port)
-        return !a->private_ports ||
-               corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), a->traffic);
-    if (!a->token[0] || !strcmp(req->path, "/health"))
+    uint64_t n = 0;
+    struct corral_error err;
+    return port && corral_parse_uint(port, 1, 65535, &n, &err) == 0 ? (unsigned)n : 0;
+}
+
+#define ENVD_PORT        49983u
+#define INTERPRETER_PORT 49999u
+
+/* Whether the request may reach the sandbox on port. envd and the code
+ * interpreter of a secure sandbox need its access token (every route but
+ * /health): envd takes X-Access-Token, and /files a signed URL instead (see
+ * e2b_signature_ok); the code interpreter takes X-Access-Token (the SDK
+ * sends it on /execute) or E2B-Traffic-Access-Token (on every request,
+ * once the sandbox's answer gave one). The sandbox's own ports are public,
+ * unless it was created with allowPublicTraffic: false: then they, and the
+ * code interpreter, need its traffic token in E2B-Traffic-Access-Token. */
+static bool allowed(const struct http_request *req, unsigned port, const struct access *a)
+{
+    bool traffic = a->traffic[0] &&
+                   corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), a->traffic);
+    if (port != ENVD_PORT && port != INTERPRETER_PORT)
+        return !a->private_ports || traffic;
+    if (!strcmp(req->path, "/health"))
         return true;
-    if (corral_secret_equal(http_header(req, "X-Access-Token"), a->token))
+    bool access = a->token[0] && corral_secret_equal(http_header(req, "X-Access-Token"), a->token);
+    if (port == INTERPRETER_PORT)
+        return access || traffic || (!a->token[0] && !a->private_ports);
+    if (!a->token[0] || access)
         return true;
-    if (!strcmp(port, PORT_INTERPRETER))
-        return corral_secret_equal(http_header(req, "E2B-Traffic-Access-Token"), a->traffic);
     if (strcmp(req->path, "/files"))
         return false;
     const char *op = !strcmp(req->method, "GET") ? "read" : "write";
@@ -1332,16 +1345,17 @@ static struct http_response *port_error(const char *id, const char *port,
 }
 
 /* E2B's routing and tokens stay here; everything else goes to the sandbox. */
-static const char *const proxy_drop[] = {"E2b-Sandbox-Id", "E2b-Sandbox-Port",
-                                         "E2B-Traffic-Access-Token", "X-Access-Token", NULL};
+static const char *const proxy_drop[] = {
+    "E2b-Sandbox-Id", "E2b-Sandbox-Port", "E2B-Traffic-Access-Token",
+    "X-Access-Token", "X-API-Key",        NULL};
 
-/* A request to one of the sandbox's own ports. */
+/* A request to one of the sandbox's own ports (number: 0 when port is
+ * none, or not a number). */
 static struct http_response *sandbox_port(corral_sandbox *sb, const struct http_request *req,
-                                          const char *id, const char *port)
+                                          const char *id, const char *port, unsigned number)
 {
-    uint64_t number = 0;
     struct corral_error err;
-    if (!port || corral_parse_uint(port, 1, 65535, &number, &err) < 0)
+    if (!number)
         return http_json(400, json_pack("{s:s, s:s?, s:i}", "message",
                                         "E2b-Sandbox-Port must be a port number (1-65535)", "port",
                                         port, "code", 400));
@@ -1360,19 +1374,20 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
     struct http_response *resp;
     struct access a;
     access_of(e, sb, &a);
-    if (!allowed(req, port, &a))
+    unsigned number = port_number(port);
+    if (!allowed(req, number, &a))
         resp = http_error(401, "unauthorized access, please provide a valid access token or "
                                "signature");
     else if (corral_sandbox_paused(sb) && !(auto_resumes(e, sb) && resume_for_request(sb)))
         resp = http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox is paused: connect to it to resume it", "code",
                                         502));
-    else if (port && !strcmp(port, PORT_INTERPRETER))
+    else if (number == INTERPRETER_PORT)
         resp = interpreter(e, sb, req);
-    else if (port && !strcmp(port, PORT_ENVD))
+    else if (number == ENVD_PORT)
         resp = envd(sb, req);
     else
-        resp = sandbox_port(sb, req, id, port);
+        resp = sandbox_port(sb, req, id, port, number);
     corral_sandbox_release(sb);
     return resp;
 }

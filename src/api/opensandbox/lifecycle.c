@@ -21,15 +21,16 @@
 #include "base/util.h"
 #include "corral/corral.h"
 
-#define EXECD_PORT        44772
-#define EGRESS_PORT       18080
-#define MIN_TIMEOUT_S     60
-#define DEFAULT_MAX_S     86400
-#define DEFAULT_PAGE_SIZE 20
-#define MAX_PAGE_SIZE     200
-#define MAX_LISTED        4096
-#define TOKEN_HEADER      "X-EXECD-ACCESS-TOKEN"
-#define EGRESS_HEADER     "OPENSANDBOX-EGRESS-AUTH"
+#define EXECD_PORT         44772
+#define EGRESS_PORT        18080
+#define MIN_TIMEOUT_S      60
+#define DEFAULT_MAX_S      86400
+#define DEFAULT_PAGE_SIZE  20
+#define MAX_PAGE_SIZE      200
+#define MAX_LISTED         4096
+#define TOKEN_HEADER       "X-EXECD-ACCESS-TOKEN"
+#define EGRESS_HEADER      "OPENSANDBOX-EGRESS-AUTH"
+#define SIGNED_ROUTE_MAX_S (30ull * 24 * 3600)
 
 /* A sandbox of this surface. Fields are read and changed under
  * osb->boxes.lock; entry.sb is retained by the box, and handlers retain it
@@ -717,6 +718,13 @@ static struct http_response *endpoint(struct osb *o, const struct http_request *
                                "'expires' must be Unix time in whole seconds");
         if (until <= (uint64_t)time(NULL))
             return execd_error(400, "SANDBOX::INVALID_PARAMETER", "'expires' is in the past");
+        if (until > (uint64_t)time(NULL) + SIGNED_ROUTE_MAX_S)
+            return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                               "'expires' is at most 30 days away");
+        if (port == EGRESS_PORT) /* its own token, which a route would bypass */
+            return execd_error(400, "SANDBOX::INVALID_PARAMETER",
+                               "the egress API (%d) has no signed routes: use its header",
+                               EGRESS_PORT);
         if (proxied && !strcmp(proxied, "true"))
             return execd_error(400, "SANDBOX::INVALID_PARAMETER",
                                "'expires' cannot be combined with use_server_proxy=true");
@@ -1080,7 +1088,7 @@ static struct http_response *egress(struct osb *o, const struct http_request *re
 }
 
 /* The headers of the sandbox APIs that stay here. */
-static const char *const proxy_drop[] = {TOKEN_HEADER, EGRESS_HEADER, NULL};
+static const char *const proxy_drop[] = {TOKEN_HEADER, EGRESS_HEADER, "OPEN-SANDBOX-API-KEY", NULL};
 
 /* Whether a signed route's token ("PORT-EXPIRES_B36-SIGNATURE") is the
  * sandbox's, for port, and not yet expired. */
@@ -1089,8 +1097,9 @@ static bool route_ok(const char *id, const char *token, const char *route, unsig
     char b36[16], sig[40], want[33];
     unsigned p;
     int used = 0;
-    if (sscanf(route, "%5u-%15[0-9a-z]-%39[0-9a-f]%n", &p, b36, sig, &used) < 3 || route[used] ||
-        !p || p > 65535)
+    if (!(route[0] >= '1' && route[0] <= '9') ||
+        sscanf(route, "%5u-%15[0-9a-z]-%39[0-9a-f]%n", &p, b36, sig, &used) < 3 || route[used] ||
+        p > 65535 || p == EGRESS_PORT)
         return false;
     errno = 0;
     unsigned long long until = strtoull(b36, NULL, 36);
