@@ -93,6 +93,11 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
         ]
       : []),
     ...topLines,
+    // The tests count the sandboxes a request makes: no warm pool making
+    // sandboxes of its own beside them.
+    'templates:',
+    '  default:',
+    '    pool_size: 0',
     'general_settings:',
     `  master_key: ${MASTER_KEY}`,
     'gateway:',
