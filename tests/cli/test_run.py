@@ -213,8 +213,9 @@ print(json.dumps({
     assert (info["uid"], info["gid"], info["user"]) == (1000, 1000, "user")
     assert info["cwd"] == "/home/user"
     assert info["hostname"].startswith("corral-")
-    # The sandbox's init is PID 1; PID 2 held the user namespace while it was made.
-    assert info["pid"] == 3
+    # The sandbox's init is PID 1; PIDs 2 and 3 held its user namespaces (its
+    # own, and the one its host directories are mapped through) as they were made.
+    assert info["pid"] == 4
     assert info["interfaces"] == ["lo"]
     assert info["shadow"] is False
     assert info["root"] == ["bin", "dev", "etc", "home", "lib", "lib32", "lib64", "mnt", "proc",
