@@ -276,6 +276,18 @@ static int sandbox_network(const struct corral_sandbox_options *o, struct box_te
     return 0;
 }
 
+/* CPU use is counted from now: what the sandbox's setup (its mounts and
+ * namespaces) or its time in a pool took is not its user's. */
+static void usage_from_now(corral_sandbox *sb)
+{
+    struct jail_usage u;
+    struct corral_error err;
+    if (jail_usage(sb->jail, &u, &err) == 0) {
+        sb->usage_cpu_ns = u.cpu_ns;
+        sb->usage_at_ms = sb->started_mono_ms;
+    }
+}
+
 /* Gives a sandbox (new or from the pool) to its user: environment,
  * metadata, clock, and a place in the registry. */
 static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
@@ -295,6 +307,7 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     sb->metadata = metadata;
     sb->started_at_ms = corral_wall_ms();
     sb->started_mono_ms = corral_now_ms();
+    usage_from_now(sb);
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     sb->timeout_ms = o->timeout_ms;
     sb->pause_at_deadline = o->pause_at_deadline;
@@ -394,6 +407,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     sb->ctl = sv[0];
     sb->started_at_ms = corral_wall_ms();
     sb->started_mono_ms = corral_now_ms();
+    usage_from_now(sb);
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     sb->timeout_ms = o->timeout_ms;
     sb->pause_at_deadline = o->pause_at_deadline;

@@ -15,6 +15,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import hostlock  # noqa: E402
 
 CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../../build/corral"))
+
+# The servers of these tests keep no warm pool (`corral serve` keeps one of
+# the default template unless its configuration defines it): a pool filling
+# up beside every test would cost each of them its CPU, and sandboxes the
+# tests do not expect. The tests of the pool give a configuration of their own.
+_NO_POOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no-pool.yaml")
+os.environ.setdefault("CORRAL_CONFIG", _NO_POOL)
 UID_BASE = 1879048192
 STATE_DIR = "/run/corral"
 CONTROLLERS = ("memory", "pids", "cpu")
