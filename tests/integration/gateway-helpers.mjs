@@ -144,11 +144,16 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
     assert.deepEqual(left, [], `the gateway left sandboxes on the ${PROVIDER} sandbox host`);
   };
   const ctx = useServer(async () => {
-    if (PROVIDER !== 'local') gw.sandboxHost = await startServer({ apiKeys: [SANDBOX_HOST_KEY], gateway: false });
-    gw.upstream = await startUpstream();
     gw.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-gateway-'));
     const dir = gw.dir;
     process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true })); // also when an earlier after() hook failed
+    if (PROVIDER !== 'local') {
+      // As the gateway's own: the tests count the sandboxes a request makes, so no warm pool.
+      const hostConfig = path.join(gw.dir, 'sandbox-host.yaml');
+      fs.writeFileSync(hostConfig, 'templates:\n  default:\n    pool_size: 0\n');
+      gw.sandboxHost = await startServer({ apiKeys: [SANDBOX_HOST_KEY], config: hostConfig, gateway: false });
+    }
+    gw.upstream = await startUpstream();
     const config = path.join(gw.dir, 'gateway.yaml');
     gw.config = config;
     fs.writeFileSync(
