@@ -187,6 +187,34 @@ test('allowPublicTraffic: false: the ports need the traffic access token', T, ()
   }, { network: { allowPublicTraffic: false } }),
 );
 
+test('allowPublicTraffic: a non-boolean is a 400 at creation, and a running sandbox\'s ports cannot be opened or closed', T, async () => {
+  /** A request of the control plane as E2B's API takes it: {status, body}. */
+  async function control(method, path, body) {
+    const res = await fetch(new URL(path, ctx.server.url), {
+      method, headers: { 'X-API-Key': ctx.server.apiKey, 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+    });
+    return { status: res.status, body: await res.json() };
+  }
+  const made = await control('POST', '/sandboxes', { templateID: 'base', network: { allowPublicTraffic: 'no' } });
+  assert.equal(made.status, 400);
+  assert.equal(made.body.code, 400);
+  assert.match(made.body.message, /'network\.allowPublicTraffic' must be a boolean/);
+  const listed = await Sandbox.list({ ...ctx.server.sdkOpts() }).nextItems();
+  assert.deepEqual(listed, [], 'the refused create made a sandbox');
+
+  await withSandbox(Sandbox, async (sbx) => {
+    for (const value of [true, false, 'yes']) {
+      const put = await control('PUT', `/sandboxes/${sbx.sandboxId}/network`, { allowPublicTraffic: value });
+      assert.equal(put.status, 400, `allowPublicTraffic: ${JSON.stringify(value)}`);
+      assert.equal(put.body.code, 400);
+      assert.match(put.body.message, /'allowPublicTraffic' is set when the sandbox is created/);
+    }
+    const info = await sbx.getInfo();
+    assert.equal(info.network?.allowPublicTraffic, undefined, 'the ports stay public');
+    assert.equal((await get('/', { Host: sbx.getHost(8001) })).status, 502, 'no token asked for: nothing listens');
+  });
+});
+
 test('OpenSandbox getEndpoint and getSignedEndpoint: the web server and a WebSocket through the endpoints', T, async () => {
   const connectionConfig = { domain: new URL(ctx.server.osbUrl).host, protocol: 'http', apiKey: ctx.server.apiKey, requestTimeoutSeconds: 30 };
   const sbx = await OsbSandbox.create({ connectionConfig, image: 'python:3.12', timeoutSeconds: 300 });
