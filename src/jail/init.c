@@ -175,55 +175,71 @@ static int set_effective_ids(uid_t uid, struct corral_error *err)
     return ok ? 0 : corral_fail_errno(err, "cannot take the effective uid %u", (unsigned)uid);
 }
 
+/* A user namespace's holder: a child that shares the init's memory (no
+ * copy of the daemon's page tables to make) and descriptor table, and runs
+ * on holder_stack. It opens its /proc directory (the host's /proc, which
+ * names it by its host PID) into holder_dir, says so on holder_pipe, and
+ * waits to be killed. No sanitizer instrumentation: nothing of its frame may
+ * be poisoned in memory the init shares. */
+static int holder_pipe = -1, holder_dir = -1;
+static char holder_stack[16384] __attribute__((aligned(64)));
+
+__attribute__((no_sanitize_address, no_sanitize_undefined)) static int hold_namespace(void *unused)
+{
+    (void)unused;
+    holder_dir = open("/proc/self", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    static const char ready = 1;
+    if (write(holder_pipe, &ready, 1) < 0)
+        _exit(1);
+    for (;;)
+        pause();
+}
+
 /* Makes a user namespace with map as its uid and gid maps, and returns
- * its descriptor. A child made in it holds it while the init, still the
- * host's root, writes its maps. The namespace belongs to the sandbox's
+ * its descriptor. A holder child made in it keeps it while the init, still
+ * the host's root, writes its maps. The namespace belongs to the sandbox's
  * host uid, not to root: what the kernel counts per user and user
  * namespace (inotify instances and watches) is charged to that uid, never
  * to host root's limits. */
 static int make_namespace(const struct jail_init_args *a, const char *map, struct corral_error *err)
 {
-    int dir_fd[2];
-    if (pipe2(dir_fd, O_CLOEXEC) < 0)
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) < 0)
         return corral_fail_errno(err, "cannot create a pipe");
+    holder_pipe = ready[1];
+    holder_dir = -1;
     int r = set_effective_ids(a->host_uid, err);
     if (r == 0)
         r = raise_effective(err);
     pid_t pid = -1;
     if (r == 0) {
-        /* Sharing the descriptor table: the child opens its /proc directory
-         * (the host's /proc, which names it by its host PID) for the init. */
-        pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | CLONE_FILES | SIGCHLD, NULL, NULL, NULL, 0);
-        if (pid == 0) {
-            int d = open("/proc/self", O_PATH | O_DIRECTORY | O_CLOEXEC);
-            corral_write_all(dir_fd[1], &d, sizeof(d));
-            for (;;)
-                pause();
-        }
+        pid = clone(hold_namespace, holder_stack + sizeof(holder_stack),
+                    CLONE_VM | CLONE_FILES | CLONE_NEWUSER | SIGCHLD, NULL);
         if (pid < 0)
             r = corral_fail_errno(err, "cannot create a user namespace");
     }
     struct corral_error ignored;
     int back = set_effective_ids(0, r < 0 ? &ignored : err);
     r = r < 0 ? r : back;
-    int proc = -1, ns = -1;
-    struct pollfd p = {.fd = dir_fd[0], .events = POLLIN};
+    int ns = -1;
+    char got = 0;
+    struct pollfd p = {.fd = ready[0], .events = POLLIN};
     if (r == 0 && (poll(&p, 1, 10000) != 1 || /* a holder killed before it wrote */
-                   corral_read_exact(dir_fd[0], &proc, sizeof(proc)) < 0 || proc < 0))
+                   read(ready[0], &got, 1) != 1 || holder_dir < 0))
         r = corral_fail(err, ECHILD, "the user namespace's holder did not answer");
-    if (r == 0 && ((r = write_at(proc, "uid_map", map, err)) < 0 ||
-                   (r = write_at(proc, "gid_map", map, err)) < 0 ||
-                   (ns = openat(proc, "ns/user", O_RDONLY | O_CLOEXEC)) < 0))
+    if (r == 0 && ((r = write_at(holder_dir, "uid_map", map, err)) < 0 ||
+                   (r = write_at(holder_dir, "gid_map", map, err)) < 0 ||
+                   (ns = openat(holder_dir, "ns/user", O_RDONLY | O_CLOEXEC)) < 0))
         r = r < 0 ? r : corral_fail_errno(err, "cannot open the sandbox's user namespace");
-    if (proc >= 0)
-        close(proc);
     if (pid > 0) {
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
             ;
     }
-    close(dir_fd[0]);
-    close(dir_fd[1]);
+    if (holder_dir >= 0)
+        close(holder_dir);
+    close(ready[0]);
+    close(ready[1]);
     return r < 0 ? r : ns;
 }
 
@@ -241,7 +257,7 @@ static int make_user_namespace(const struct jail_init_args *a, int *idmap, struc
     char map[64];
     *idmap = -1;
     snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)a->root_uid);
-    if (a->plan && (*idmap = make_namespace(a, map, err)) < 0)
+    if (a->plan && a->plan->writable && (*idmap = make_namespace(a, map, err)) < 0)
         return *idmap;
     snprintf(map, sizeof(map), "0 %u 1\n%u %u 1\n", (unsigned)a->root_uid, JAIL_INSIDE_UID,
              (unsigned)a->host_uid);

@@ -521,6 +521,7 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     if (!plan->root_dir)
         return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
 
+    plan->writable = params->writable;
     if (params->writable) {
         /* The new root: the disk's root/ area, the sandbox root's. */
         plan_disk(&pl);

@@ -93,6 +93,7 @@ struct rootfs_plan {
     struct rootfs_op *ops;
     size_t n, cap;
     char *root_dir;
+    int writable; /* params->writable: rootfs_apply needs a userns_fd */
 };
 
 int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *params,
