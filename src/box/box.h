@@ -119,6 +119,17 @@ void box_network_detach(corral_sandbox *sb);
 void box_template_network(const struct box_template *t, enum corral_network_mode *mode,
                           const struct netpolicy **p);
 
+/* A request to a sandbox's agent and room for its reply (on the heap: each
+ * holds up to CTL_MAX_PAYLOAD bytes). */
+struct box_exchange {
+    struct ctl_msg *req, *rep;
+};
+/* Allocates both and starts the request as op. */
+int box_exchange_init(struct box_exchange *x, uint32_t op, struct corral_error *err);
+/* Closes the descriptors the reply carried that were not taken (nfds set
+ * to what is left), and frees both. */
+void box_exchange_free(struct box_exchange *x);
+#define cleanup_exchange __attribute__((cleanup(box_exchange_free)))
 /* Sends a request and waits for its reply (OK or ERR, turned into err). */
 int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
                 struct corral_error *err);

@@ -28,28 +28,9 @@ uint32_t box_files_op(uint32_t op)
     return as_root ? op | CTL_AS_ROOT : op;
 }
 
-struct request {
-    struct ctl_msg *req, *rep;
-};
-
-static int request_init(struct request *q, uint32_t op, struct corral_error *err)
+static int request_init(struct box_exchange *q, uint32_t op, struct corral_error *err)
 {
-    q->req = malloc(sizeof(*q->req));
-    q->rep = malloc(sizeof(*q->rep));
-    if (!q->req || !q->rep) {
-        free(q->req);
-        free(q->rep);
-        return corral_fail(err, ENOMEM, "out of memory");
-    }
-    ctl_msg_init(q->req, box_files_op(op), 0);
-    return 0;
-}
-
-static void request_free(struct request *q)
-{
-    ctl_close_fds(q->rep);
-    free(q->req);
-    free(q->rep);
+    return box_exchange_init(q, box_files_op(op), err);
 }
 
 static int check_path(const char *path, struct corral_error *err)
@@ -69,7 +50,7 @@ static int malformed(corral_sandbox *sb, struct corral_error *err)
 static int open_file(corral_sandbox *sb, const char *path, uint32_t mode, int *fd, uint64_t *size,
                      struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(path, err);
     if (r < 0 || (r = request_init(&q, CTL_OPEN, err)) < 0)
         return r;
@@ -90,7 +71,7 @@ static int open_file(corral_sandbox *sb, const char *path, uint32_t mode, int *f
                 *size = sz;
         }
     }
-    request_free(&q);
+    box_exchange_free(&q);
     return r;
 }
 
@@ -315,7 +296,7 @@ static void entry_from_ctl(const struct ctl_entry *c, struct corral_entry *e)
     memcpy(e->metadata, c->metadata, sizeof(e->metadata));
 }
 
-static int reply_entry(corral_sandbox *sb, struct request *q, struct corral_entry *out,
+static int reply_entry(corral_sandbox *sb, struct box_exchange *q, struct corral_entry *out,
                        struct corral_error *err)
 {
     struct ctl_reader rd;
@@ -334,7 +315,7 @@ static int reply_entry(corral_sandbox *sb, struct request *q, struct corral_entr
 int corral_file_stat(corral_sandbox *sb, const char *path, struct corral_entry *out,
                      struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(path, err);
     if (r < 0 || (r = request_init(&q, CTL_STAT, err)) < 0)
         return r;
@@ -342,7 +323,7 @@ int corral_file_stat(corral_sandbox *sb, const char *path, struct corral_entry *
     r = box_request(sb, q.req, q.rep, err);
     if (r == 0)
         r = reply_entry(sb, &q, out, err);
-    request_free(&q);
+    box_exchange_free(&q);
     return r;
 }
 
@@ -350,7 +331,7 @@ int corral_file_list_each(corral_sandbox *sb, const char *path, unsigned depth,
                           int (*fn)(void *userdata, const struct corral_entry *e), void *userdata,
                           struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(path, err);
     if (r < 0 || (r = request_init(&q, CTL_LIST, err)) < 0)
         return r;
@@ -360,14 +341,14 @@ int corral_file_list_each(corral_sandbox *sb, const char *path, unsigned depth,
     ctl_put_u32(q.req, depth);
     r = box_request(sb, q.req, q.rep, err);
     if (r < 0) {
-        request_free(&q);
+        box_exchange_free(&q);
         return r;
     }
     struct ctl_reader rd;
     ctl_reader_init(&rd, q.rep);
     uint32_t n = ctl_get_u32(&rd);
     if (!ctl_reader_done(&rd) || q.rep->nfds != 1) {
-        request_free(&q);
+        box_exchange_free(&q);
         return malformed(sb, err);
     }
     /* The listing comes in a memfd written by the sandbox: bounded, and parsed
@@ -377,7 +358,7 @@ int corral_file_list_each(corral_sandbox *sb, const char *path, unsigned depth,
     char *data = NULL;
     size_t len = 0;
     r = corral_read_file_alloc(proc, LIST_MAX_BYTES, &data, &len, err);
-    request_free(&q);
+    box_exchange_free(&q);
     if (r < 0)
         return r;
     struct ctl_entry *c = malloc(sizeof(*c));
@@ -438,7 +419,7 @@ int corral_file_list(corral_sandbox *sb, const char *path, unsigned depth,
 int corral_file_mkdir(corral_sandbox *sb, const char *path, bool parents, bool *created,
                       struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(path, err);
     if (r < 0 || (r = request_init(&q, CTL_MKDIR, err)) < 0)
         return r;
@@ -455,14 +436,14 @@ int corral_file_mkdir(corral_sandbox *sb, const char *path, bool parents, bool *
         else if (created)
             *created = c != 0;
     }
-    request_free(&q);
+    box_exchange_free(&q);
     return r;
 }
 
 int corral_file_rename(corral_sandbox *sb, const char *from, const char *to,
                        struct corral_entry *out, struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(from, err);
     if (r < 0 || (r = check_path(to, err)) < 0 || (r = request_init(&q, CTL_RENAME, err)) < 0)
         return r;
@@ -471,28 +452,28 @@ int corral_file_rename(corral_sandbox *sb, const char *from, const char *to,
     r = box_request(sb, q.req, q.rep, err);
     if (r == 0)
         r = reply_entry(sb, &q, out, err);
-    request_free(&q);
+    box_exchange_free(&q);
     return r;
 }
 
 int corral_file_remove(corral_sandbox *sb, const char *path, bool recursive,
                        struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(path, err);
     if (r < 0 || (r = request_init(&q, CTL_REMOVE, err)) < 0)
         return r;
     ctl_put_str(q.req, path);
     ctl_put_u32(q.req, recursive);
     r = box_request(sb, q.req, q.rep, err);
-    request_free(&q);
+    box_exchange_free(&q);
     return r;
 }
 
 int corral_file_chmod(corral_sandbox *sb, const char *path, int mode, uid_t uid, gid_t gid,
                       struct corral_entry *out, struct corral_error *err)
 {
-    struct request q;
+    struct box_exchange q;
     int r = check_path(path, err);
     if (r < 0)
         return r;
@@ -508,6 +489,6 @@ int corral_file_chmod(corral_sandbox *sb, const char *path, int mode, uid_t uid,
     r = box_request(sb, q.req, q.rep, err);
     if (r == 0)
         r = reply_entry(sb, &q, out, err);
-    request_free(&q);
+    box_exchange_free(&q);
     return r;
 }

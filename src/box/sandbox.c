@@ -127,6 +127,28 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+int box_exchange_init(struct box_exchange *x, uint32_t op, struct corral_error *err)
+{
+    x->req = malloc(sizeof(*x->req));
+    x->rep = malloc(sizeof(*x->rep));
+    if (!x->req || !x->rep) {
+        box_exchange_free(x);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    ctl_msg_init(x->req, op, 0);
+    x->rep->nfds = 0;
+    return 0;
+}
+
+void box_exchange_free(struct box_exchange *x)
+{
+    if (x->rep)
+        ctl_close_fds(x->rep);
+    free(x->req);
+    free(x->rep);
+    x->req = x->rep = NULL;
+}
+
 int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
                 struct corral_error *err)
 {
@@ -715,11 +737,11 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
               const char *const *extra_env, const uint16_t *pty_size, corral_process **out,
               int *sock, struct corral_error *err)
 {
-    cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
-    cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
-    if (!req || !rep)
-        return corral_fail(err, ENOMEM, "out of memory starting a process");
-    ctl_msg_init(req, CTL_SPAWN, 0);
+    cleanup_exchange struct box_exchange x = {0};
+    int r = box_exchange_init(&x, CTL_SPAWN, err);
+    if (r < 0)
+        return r;
+    struct ctl_msg *req = x.req, *rep = x.rep;
     ctl_put_u32(req, flags);
     ctl_put_str(req, cwd ? cwd : JAIL_HOME);
     uint32_t argc = 0;
@@ -747,23 +769,19 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
                            "the command, its arguments and environment are too "
                            "large (at most %d KiB)",
                            CTL_MAX_PAYLOAD / 1024);
-    int r = box_request(sb, req, rep, err);
-    if (r < 0)
+    if ((r = box_request(sb, req, rep, err)) < 0)
         return r;
     struct ctl_reader rd;
     ctl_reader_init(&rd, rep);
     pid_t pid = ctl_get_i32(&rd);
     bool pty = (flags & CTL_SPAWN_PTY) != 0;
     int want = (pty ? 1 : 2 + !!(flags & CTL_SPAWN_STDIN)) + !!(flags & CTL_SPAWN_SOCKET);
-    if (!ctl_reader_done(&rd) || pid <= 0 || rep->nfds != want) {
-        ctl_close_fds(rep);
+    if (!ctl_reader_done(&rd) || pid <= 0 || rep->nfds != want)
         return corral_fail(err, EPROTO, "sandbox %s sent a malformed reply to spawn",
                            corral_sandbox_id(sb));
-    }
     corral_process *p = calloc(1, sizeof(*p));
     if (!p || !(p->command = strdup(argv[argc - 1]))) {
         free(p);
-        ctl_close_fds(rep);
         box_signal(sb, pid, SIGKILL, true, NULL);
         return corral_fail(err, ENOMEM, "out of memory starting a process");
     }
@@ -780,6 +798,7 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
     }
     if (flags & CTL_SPAWN_SOCKET)
         *sock = rep->fds[k++];
+    rep->nfds = 0; /* the process's now */
     p->sb = sb;
     p->pid = pid;
     p->refs = 1;
@@ -806,35 +825,29 @@ int corral_sandbox_connect(corral_sandbox *sb, uint16_t port, int *fd, struct co
     *fd = -1;
     if (!port)
         return corral_fail(err, EINVAL, "port 0 is no port");
-    cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
-    cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
-    if (!req || !rep)
-        return corral_fail(err, ENOMEM, "out of memory");
-    ctl_msg_init(req, CTL_CONNECT, 0);
-    ctl_put_u32(req, port);
-    int r = box_request(sb, req, rep, err);
+    cleanup_exchange struct box_exchange x = {0};
+    int r = box_exchange_init(&x, CTL_CONNECT, err);
     if (r < 0)
         return r;
-    if (rep->nfds != 1 || rep->len != 0) {
-        ctl_close_fds(rep);
+    ctl_put_u32(x.req, port);
+    if ((r = box_request(sb, x.req, x.rep, err)) < 0)
+        return r;
+    if (x.rep->nfds != 1 || x.rep->len != 0)
         return corral_fail(err, EPROTO, "sandbox %s sent a malformed reply to connect",
                            corral_sandbox_id(sb));
-    }
-    *fd = rep->fds[0];
+    *fd = x.rep->fds[0];
+    x.rep->nfds = 0;
     return 0;
 }
 
 int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err)
 {
-    cleanup_free struct ctl_msg *req = malloc(sizeof(*req));
-    cleanup_free struct ctl_msg *rep = malloc(sizeof(*rep));
-    if (!req || !rep)
-        return corral_fail(err, ENOMEM, "out of memory");
-    ctl_msg_init(req, CTL_SIGNAL, 0);
-    ctl_put_i32(req, pid);
-    ctl_put_i32(req, sig);
-    ctl_put_u32(req, group);
-    int r = box_request(sb, req, rep, err);
-    ctl_close_fds(rep);
-    return r;
+    cleanup_exchange struct box_exchange x = {0};
+    int r = box_exchange_init(&x, CTL_SIGNAL, err);
+    if (r < 0)
+        return r;
+    ctl_put_i32(x.req, pid);
+    ctl_put_i32(x.req, sig);
+    ctl_put_u32(x.req, group);
+    return box_request(sb, x.req, x.rep, err);
 }

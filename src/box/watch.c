@@ -98,21 +98,18 @@ static int watch_below(corral_watch *w, const char *rel, bool report, struct cor
     if (snprintf(path, sizeof(path), "%s%s%s", w->root, rel[0] ? "/" : "", rel) >=
         (int)sizeof(path))
         return corral_fail(err, ENAMETOOLONG, "the path %s/%s is too long", w->root, rel);
-    struct ctl_msg *req = malloc(sizeof(*req)), *rep = malloc(sizeof(*rep));
-    if (!req || !rep) {
-        free(req);
-        free(rep);
-        return corral_fail(err, ENOMEM, "out of memory");
-    }
-    ctl_msg_init(req, w->as_root ? CTL_WATCH | CTL_AS_ROOT : CTL_WATCH, 0);
+    struct box_exchange x;
+    int r = box_exchange_init(&x, w->as_root ? CTL_WATCH | CTL_AS_ROOT : CTL_WATCH, err);
+    if (r < 0)
+        return r;
+    struct ctl_msg *req = x.req, *rep = x.rep;
     ctl_put_str(req, path);
     ctl_put_u32(req, w->recursive);
     /* The first request has no descriptor: the agent makes the instance. */
     if (w->ifd >= 0)
         ctl_add_fd(req, w->ifd);
-    int r = box_request(w->sb, req, rep, err);
+    r = box_request(w->sb, req, rep, err);
     req->nfds = 0; /* the descriptor stays ours */
-    free(req);
     char *data = NULL;
     size_t len = 0;
     uint32_t n = 0;
@@ -132,9 +129,8 @@ static int watch_below(corral_watch *w, const char *rel, bool report, struct cor
             snprintf(proc, sizeof(proc), "/proc/self/fd/%d", rep->fds[0]);
             r = corral_read_file_alloc(proc, WATCH_LIST_MAX, &data, &len, err);
         }
-        ctl_close_fds(rep);
     }
-    free(rep);
+    box_exchange_free(&x);
     if (r < 0)
         return r;
     struct ctl_reader rd;
