@@ -13,6 +13,10 @@
  *                             round trips of "1+1" (the E2B SDK rows' baseline)
  *   bench_cells density N K   N idle forked sandboxes at once, then K times
  *                             create -> first output of `print(1)` beside them
+ *   bench_cells roots N       fork's measure in pairs, N times: a sandbox with
+ *                             its own writable root ("writable") and one with
+ *                             a read-only root ("read_only"), in turns, each
+ *                             order half the time
  *
  * Prints one line per measurement, "<name> <value>...", times in ms and
  * memory in KiB. A failure prints "error <message>" and exits 1, except in
@@ -79,13 +83,13 @@ static void on_result(void *ud, const struct corral_result *r)
 /* Creates a sandbox of `template`, runs code in its default context and
  * releases it: *ms is the time from the create call to the first output
  * (stdout, or a PNG when png is set). */
-static int first_output(const char *template, const char *code, bool png, double *ms,
-                        struct corral_error *err)
+static int first_output_of(const char *template, bool read_only_root, const char *code, bool png,
+                           double *ms, struct corral_error *err)
 {
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
     o.template_id = template;
-    o.read_only_root = getenv("CORRAL_BENCH_READ_ONLY_ROOT") != NULL;
+    o.read_only_root = read_only_root;
     struct corral_exec_options x;
     corral_exec_options_init(&x);
     struct first f = {0};
@@ -112,6 +116,12 @@ static int first_output(const char *template, const char *code, bool png, double
     return 0;
 }
 
+static int first_output(const char *template, const char *code, bool png, double *ms,
+                        struct corral_error *err)
+{
+    return first_output_of(template, false, code, png, ms, err);
+}
+
 static int zygote_info(const char *template)
 {
     struct corral_template_stats st;
@@ -136,6 +146,26 @@ static int bench_fork(int runs, const char *name, const char *code, bool png)
             status = fail("%s", err.message);
         else if (i >= 0)
             printf("%s %.3f\n", name, ms);
+    }
+    corral_shutdown();
+    return status;
+}
+
+static int bench_roots(int runs)
+{
+    struct corral_error err;
+    if (corral_template_warm("default", NULL, &err) < 0)
+        return fail("%s", err.message);
+    int status = 0;
+    for (int i = -WARMUP; i < runs && !status; i++) {
+        for (int k = 0; k < 2 && !status; k++) {
+            bool read_only = (i + k) % 2 != 0;
+            double ms;
+            if (first_output_of("default", read_only, PRINT_CODE, false, &ms, &err) < 0)
+                status = fail("%s", err.message);
+            else if (i >= 0)
+                printf("%s %.3f\n", read_only ? "read_only" : "writable", ms);
+        }
     }
     corral_shutdown();
     return status;
@@ -482,9 +512,11 @@ int main(int argc, char **argv)
         return bench_fork(n, "png", PNG_CODE, true);
     if (!strcmp(cmd, "mem"))
         return bench_mem(n);
+    if (!strcmp(cmd, "roots"))
+        return bench_roots(n);
     if (!strcmp(cmd, "density"))
         return bench_density(n, argc > 3 ? atoi(argv[3]) : 5);
-    fprintf(stderr,
-            "usage: bench_cells trip|pool|fork|png|mem N | density N [K] | direct N [TRIPS]\n");
+    fprintf(stderr, "usage: bench_cells trip|pool|fork|png|mem|roots N | density N [K] | direct N "
+                    "[TRIPS]\n");
     return 2;
 }
