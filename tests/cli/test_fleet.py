@@ -194,9 +194,16 @@ def test_a_front_follows_the_records_of_its_discovery_name(tmp_path, names):
             return {n["address"]: n["state"]
                     for n in front.request("GET", "/fleet/v1/nodes", headers=auth)[1]["nodes"]}
 
+        def ready():
+            return {n["address"]
+                    for n in front.request("GET", "/fleet/v1/nodes", headers=auth)[1]["nodes"]
+                    if n["ready"]}
+
         both = {"127.0.0.2:%d" % port: "up", "127.0.0.3:%d" % port: "up"}
         assert eventually(lambda: states() == both), states()
-        assert eventually(lambda: front.request("GET", "/readyz")[0] == 200)
+        # both take sandboxes (a node is up before its templates are warm)
+        assert eventually(lambda: ready() == set(both)), ready()
+        assert front.request("GET", "/readyz")[0] == 200
         # a sandbox of the second node, reached through the front
         status, made = nodes[1].request("POST", "/sandboxes", {"templateID": "base"})
         assert status == 201, made
