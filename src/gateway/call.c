@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
@@ -711,6 +712,28 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
     json_decref(add);
 }
 
+/* Whether the response's max_tool_calls are spent; else one is taken. */
+static bool spent(struct gw_call *c)
+{
+    if (c->max_tool_calls >= 0 && c->tool_calls >= c->max_tool_calls)
+        return true;
+    c->tool_calls++;
+    return false;
+}
+
+/* A code call beyond max_tool_calls (asked for although the turn's
+ * tool_choice was "none"): not made; the model is told so. */
+static char *not_run(struct gw_call *c, struct gw_tool_call *tc)
+{
+    gw_emit_code_done(c, tc, "incomplete", NULL);
+    struct strbuf b = {0};
+    strbuf_printf(&b,
+                  "error: not run: this response may make at most %lld tool calls "
+                  "(max_tool_calls), and made them all. Answer without running code.",
+                  c->max_tool_calls);
+    return strbuf_take(&b);
+}
+
 static void add_usage(struct gw_call *c, struct gw_turn *t)
 {
     if (t->usage)
@@ -728,7 +751,7 @@ static void run_loop(struct gw_call *c)
             return;
         }
         add_usage(c, &t);
-        size_t n_code = 0, n_client = 0;
+        size_t n_code = 0, n_client = t.client_items;
         for (size_t i = 0; i < t.n_calls; i++)
             t.calls[i].is_code ? n_code++ : n_client++;
         char *results[GW_MAX_TOOL_CALLS] = {0};
@@ -748,7 +771,7 @@ static void run_loop(struct gw_call *c)
         }
         for (size_t i = 0; i < t.n_calls && !c->cancelled; i++)
             if (t.calls[i].is_code)
-                results[i] = run_code(c, &t.calls[i]);
+                results[i] = spent(c) ? not_run(c, &t.calls[i]) : run_code(c, &t.calls[i]);
         if (n_code)
             c->loops++;
         if (c->cancelled) {
@@ -759,12 +782,14 @@ static void run_loop(struct gw_call *c)
         }
         append_turn(c, &t, results);
         for (size_t i = 0; i < t.n_calls; i++) {
+            bool custom = t.calls[i].custom;
             if (!t.calls[i].is_code && c->api == CORRAL_GATEWAY_CHAT)
-                json_array_append_new(c->chat_calls,
-                                      json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
-                                                t.calls[i].call_id, "type", "function", "function",
-                                                "name", t.calls[i].name, "arguments",
-                                                strbuf_str(&t.calls[i].args)));
+                json_array_append_new(
+                    c->chat_calls,
+                    json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t.calls[i].call_id, "type",
+                              custom ? "custom" : "function", custom ? "custom" : "function",
+                              "name", t.calls[i].name, custom ? "input" : "arguments",
+                              strbuf_str(&t.calls[i].args)));
             free(results[i]);
         }
         if (n_code && !n_client) {
@@ -959,6 +984,30 @@ static json_t *code_tool(struct gw_call *c, bool chat)
                      "description", tool_description(c), "parameters", params);
 }
 
+/* An allowed_tools choice (in the client's shape) with each
+ * {type: code_interpreter} of its list turned into the code tool's
+ * function; a new reference. */
+static json_t *allowed_code_tool(struct gw_call *c, json_t *choice)
+{
+    bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
+    json_t *copy = json_deep_copy(choice);
+    json_t *tools =
+        json_object_get(client_chat ? json_object_get(copy, "allowed_tools") : copy, "tools");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        const char *type = json_string_value(json_object_get(t, "type"));
+        if (type && !strcmp(type, "code_interpreter"))
+            json_array_set_new(
+                tools, i,
+                client_chat ? json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name",
+                                        c->tool_name)
+                            : json_pack("{s:s, s:s}", "type", "function", "name", c->tool_name));
+    }
+    return copy;
+}
+
 /* tool_choice for the upstream: forced code calls on the first turn only. */
 static int set_tool_choice(struct gw_call *c, struct corral_error *err)
 {
@@ -967,6 +1016,23 @@ static int set_tool_choice(struct gw_call *c, struct corral_error *err)
         return 0;
     bool up_chat = c->model->api == GATEWAY_API_CHAT;
     const char *type = json_string_value(json_object_get(choice, "type"));
+    if (c->intercept && type && !strcmp(type, "allowed_tools")) {
+        cleanup_json json_t *mine = allowed_code_tool(c, choice);
+        bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
+        json_t *t = client_chat == up_chat ? json_incref(mine)
+                    : up_chat              ? gw_tool_choice_to_chat(mine, err)
+                                           : gw_tool_choice_to_responses(mine, err);
+        if (!t)
+            return -EINVAL;
+        c->choice_first = t;
+        /* "required" is met by the first turn's calls: the later turns may
+         * answer, among the same tools. */
+        c->choice_rest = json_deep_copy(t);
+        json_t *rest = up_chat ? json_object_get(c->choice_rest, "allowed_tools") : c->choice_rest;
+        if (json_object_get(rest, "mode"))
+            json_object_set_new(rest, "mode", json_string("auto"));
+        return 0;
+    }
     if (c->intercept && type && !strcmp(type, "code_interpreter")) {
         c->choice_first =
             up_chat
@@ -1157,6 +1223,18 @@ static int load_previous(struct gw_call *c, json_t **prev_items)
 }
 
 /* The request sent upstream, without conversation and tool_choice. */
+static bool has_string(const json_t *array, const char *s)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(array, i, x)
+    {
+        if (json_is_string(x) && !strcmp(json_string_value(x), s))
+            return true;
+    }
+    return false;
+}
+
 static int build_base(struct gw_call *c, json_t *client_tools, struct corral_error *err)
 {
     bool up_chat = c->model->api == GATEWAY_API_CHAT;
@@ -1183,6 +1261,14 @@ static int build_base(struct gw_call *c, json_t *client_tools, struct corral_err
                 if (!json_is_string(x) ||
                     strcmp(json_string_value(x), "code_interpreter_call.outputs"))
                     json_array_append(keep, x);
+            }
+            if (!c->store) {
+                /* The upstream keeps none of the loop's turns either; its
+                 * reasoning items then come back whole (encrypted), as the
+                 * next turn must send them. */
+                json_object_set_new(base, "store", json_false());
+                if (!has_string(keep, "reasoning.encrypted_content"))
+                    json_array_append_new(keep, json_string("reasoning.encrypted_content"));
             }
             if (json_array_size(keep))
                 json_object_set(base, "include", keep);
@@ -1221,11 +1307,39 @@ static unsigned loop_limit(struct gw_call *c)
     return ceiling;
 }
 
+/* Responses' max_tool_calls: null or an integer >= 0. */
+static int take_max_tool_calls(struct gw_call *c)
+{
+    c->max_tool_calls = -1;
+    json_t *m = json_object_get(c->req, "max_tool_calls");
+    if (c->api != CORRAL_GATEWAY_RESPONSES || !m || json_is_null(m))
+        return 0;
+    if (!json_is_integer(m)) {
+        gw_reply_error(c->out, 400, "invalid_request_error", "max_tool_calls", "invalid_type",
+                       "Invalid type for 'max_tool_calls': expected an integer, but got %s "
+                       "instead.",
+                       gw_json_type_name(m));
+        return -EINVAL;
+    }
+    if (json_integer_value(m) < 0) {
+        gw_reply_error(c->out, 400, "invalid_request_error", "max_tool_calls",
+                       "integer_below_min_value",
+                       "Invalid 'max_tool_calls': integer below minimum value. Expected a value "
+                       ">= 0, but got %lld instead.",
+                       (long long)json_integer_value(m));
+        return -EINVAL;
+    }
+    c->max_tool_calls = json_integer_value(m);
+    return 0;
+}
+
 static int setup_loop(struct gw_call *c, json_t *client_tools)
 {
     struct corral_error err = {0};
     pick_tool_name(c, client_tools);
     c->max_loops = loop_limit(c);
+    if (take_max_tool_calls(c) < 0)
+        return -EINVAL;
     c->output = json_array();
     c->chat_calls = json_array();
     c->usage = gw_usage_to_responses(NULL);
@@ -1498,7 +1612,7 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
     gw->calls++;
     pthread_mutex_unlock(&gw->lock);
 
-    struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out};
+    struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out, .max_tool_calls = -1};
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
     c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;

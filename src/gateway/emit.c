@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "base/utf8.h"
@@ -341,7 +342,7 @@ void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_
 }
 
 struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
-                                        const char *call_id, const char *name)
+                                        const char *call_id, const char *name, bool custom)
 {
     if (t->n_calls >= GW_MAX_TOOL_CALLS)
         return NULL;
@@ -357,7 +358,8 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
     }
     tc->call_id = strdup(call_id);
     tc->name = strdup(name ? name : "");
-    tc->is_code = c->intercept && name && !strcmp(name, c->tool_name);
+    tc->custom = custom;
+    tc->is_code = !custom && c->intercept && name && !strcmp(name, c->tool_name);
     if (tc->is_code) {
         tc->cx = calloc(1, sizeof(*tc->cx));
         if (tc->cx)
@@ -385,15 +387,17 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
     if (c->api == CORRAL_GATEWAY_CHAT) {
         tc->chat_index = c->chat_next_index++;
         chat_chunk(c, json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index",
-                                tc->chat_index, "id", tc->call_id, "type", "function", "function",
-                                "name", tc->name, "arguments", ""));
+                                tc->chat_index, "id", tc->call_id, "type",
+                                custom ? "custom" : "function", custom ? "custom" : "function",
+                                "name", tc->name, custom ? "input" : "arguments", ""));
         return tc;
     }
     char item_id[64];
-    corral_new_id(item_id, sizeof(item_id), "fc_", 48);
-    tc->item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", item_id, "type", "function_call",
-                         "status", "in_progress", "arguments", "", "call_id", tc->call_id, "name",
-                         tc->name);
+    corral_new_id(item_id, sizeof(item_id), custom ? "ctc_" : "fc_", 48);
+    tc->item =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", item_id, "type",
+                  custom ? "custom_tool_call" : "function_call", "status", "in_progress",
+                  custom ? "input" : "arguments", "", "call_id", tc->call_id, "name", tc->name);
     tc->output_index = add_item(c, tc->item);
     json_decref(tc->item);
     return tc;
@@ -417,22 +421,87 @@ void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *d
     }
     if (c->api == CORRAL_GATEWAY_CHAT) {
         chat_chunk(c, json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", tc->chat_index,
-                                "function", "arguments", delta, len));
+                                tc->custom ? "custom" : "function",
+                                tc->custom ? "input" : "arguments", delta, len));
         return;
     }
-    event(c, "response.function_call_arguments.delta",
+    event(c,
+          tc->custom ? "response.custom_tool_call_input.delta"
+                     : "response.function_call_arguments.delta",
           json_pack("{s:O, s:I, s:s%}", "item_id", json_object_get(tc->item, "id"), "output_index",
                     (json_int_t)tc->output_index, "delta", delta, len));
 }
 
-void gw_emit_reasoning(struct gw_call *c, json_t *item)
+/* Items that are calls for the client to answer: they end the loop, as a
+ * call of one of its function or custom tools does. */
+static bool client_item(const char *type)
 {
-    if (c->api != CORRAL_GATEWAY_RESPONSES)
+    static const char *const types[] = {"mcp_approval_request", "computer_call",
+                                        "local_shell_call",     "shell_call",
+                                        "apply_patch_call",     NULL};
+    for (size_t i = 0; type && types[i]; i++)
+        if (!strcmp(type, types[i]))
+            return true;
+    return false;
+}
+
+static ssize_t item_slot(const struct gw_turn *t, int upstream_index)
+{
+    for (size_t i = 0; i < t->n_items; i++)
+        if (t->item_upstream[i] == upstream_index)
+            return (ssize_t)i;
+    return -1;
+}
+
+bool gw_turn_has_item(const struct gw_turn *t, int upstream_index)
+{
+    return item_slot(t, upstream_index) >= 0;
+}
+
+void gw_emit_item_added(struct gw_call *c, struct gw_turn *t, int upstream_index, json_t *item)
+{
+    if (!json_is_object(item) || gw_turn_has_item(t, upstream_index) ||
+        t->n_items >= GW_MAX_TOOL_CALLS)
         return;
-    gw_emit_started(c);
-    size_t index = add_item(c, item);
+    if (client_item(json_string_value(json_object_get(item, "type"))))
+        t->client_items++;
+    t->item_upstream[t->n_items] = upstream_index;
+    t->item_index[t->n_items] = SIZE_MAX;
+    if (c->api == CORRAL_GATEWAY_RESPONSES) {
+        gw_emit_started(c);
+        close_message(c, t);
+        json_t *copy = json_deep_copy(item);
+        t->item_index[t->n_items] = add_item(c, copy);
+        json_decref(copy);
+    }
+    t->n_items++;
+}
+
+void gw_emit_item_event(struct gw_call *c, struct gw_turn *t, int upstream_index, json_t *ev)
+{
+    ssize_t k = item_slot(t, upstream_index);
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    if (k < 0 || !type || t->item_index[k] == SIZE_MAX)
+        return;
+    json_t *payload = json_deep_copy(ev);
+    json_object_del(payload, "type");
+    json_object_del(payload, "sequence_number");
+    json_object_set_new(payload, "output_index", json_integer((json_int_t)t->item_index[k]));
+    event(c, type, payload);
+}
+
+void gw_emit_item_done(struct gw_call *c, struct gw_turn *t, int upstream_index, json_t *item)
+{
+    if (!json_is_object(item))
+        return;
+    if (!gw_turn_has_item(t, upstream_index))
+        gw_emit_item_added(c, t, upstream_index, item);
+    ssize_t k = item_slot(t, upstream_index);
+    if (k < 0 || t->item_index[k] == SIZE_MAX)
+        return;
+    json_array_set_new(c->output, t->item_index[k], json_deep_copy(item));
     event(c, "response.output_item.done",
-          json_pack("{s:I, s:O}", "output_index", (json_int_t)index, "item", item));
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)t->item_index[k], "item", item));
 }
 
 /* The code of a finished call: its arguments' "code" (the streamed text
@@ -471,12 +540,18 @@ void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
                             "item_id", id, "code", strbuf_str(&tc->code)));
             continue;
         }
-        json_object_set_new(tc->item, "arguments", json_string(strbuf_str(&tc->args)));
+        json_object_set_new(tc->item, tc->custom ? "input" : "arguments",
+                            json_string(strbuf_str(&tc->args)));
         json_object_set_new(tc->item, "status", json_string("completed"));
-        event(c, "response.function_call_arguments.done",
-              json_pack("{s:O, s:I, s:s, s:s}", "item_id", id, "output_index",
-                        (json_int_t)tc->output_index, "arguments", strbuf_str(&tc->args), "name",
-                        tc->name));
+        if (tc->custom)
+            event(c, "response.custom_tool_call_input.done",
+                  json_pack("{s:O, s:I, s:s}", "item_id", id, "output_index",
+                            (json_int_t)tc->output_index, "input", strbuf_str(&tc->args)));
+        else
+            event(c, "response.function_call_arguments.done",
+                  json_pack("{s:O, s:I, s:s, s:s}", "item_id", id, "output_index",
+                            (json_int_t)tc->output_index, "arguments", strbuf_str(&tc->args),
+                            "name", tc->name));
         event(c, "response.output_item.done",
               json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item",
                         tc->item));

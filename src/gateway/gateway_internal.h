@@ -265,8 +265,9 @@ struct gw_codeargs;
 /* A tool call of the current upstream turn. */
 struct gw_tool_call {
     char *call_id, *name;
-    struct strbuf args;
+    struct strbuf args; /* a custom tool's input */
     bool is_code;
+    bool custom; /* a custom tool's call (free-form input), not a function's */
     /* the client's side */
     json_t *item; /* its Responses output item (owned by call->output) */
     size_t output_index;
@@ -286,6 +287,13 @@ struct gw_turn {
     json_t *native;      /* Responses upstreams: the turn's output items as returned */
     json_t *usage;       /* Responses-shaped */
     char *finish_reason; /* chat's, or "length" when the upstream stopped on tokens */
+    /* A Responses upstream's other items (reasoning, hosted tools' calls,
+     * custom tools' calls...), passed on as they come: the upstream's index
+     * of each and its index in the client's output. */
+    int item_upstream[GW_MAX_TOOL_CALLS];
+    size_t item_index[GW_MAX_TOOL_CALLS];
+    size_t n_items;
+    unsigned client_items; /* of them, calls the client answers (MCP approvals...) */
     bool refused;
     /* the open message item of a Responses client, and its text so far */
     json_t *msg_item;
@@ -314,11 +322,13 @@ struct gw_call {
     bool stream, intercept, include_outputs, store;
     char tool_name[96];
     unsigned max_loops, loops;
-    json_t *base;         /* the upstream request without conversation, tool_choice, stream */
-    json_t *conv;         /* the conversation in the upstream's shape */
-    json_t *items;        /* Responses clients: the conversation as items (stored) */
-    json_t *input_items;  /* Responses clients: this request's input items, with ids */
-    json_t *choice_first; /* tool_choice of the first upstream turn (NULL: none) */
+    long long max_tool_calls; /* Responses' max_tool_calls: code calls at most; -1: none */
+    unsigned tool_calls;      /* code calls started, run or not */
+    json_t *base;             /* the upstream request without conversation, tool_choice, stream */
+    json_t *conv;             /* the conversation in the upstream's shape */
+    json_t *items;            /* Responses clients: the conversation as items (stored) */
+    json_t *input_items;      /* Responses clients: this request's input items, with ids */
+    json_t *choice_first;     /* tool_choice of the first upstream turn (NULL: none) */
     json_t *choice_rest;
     json_t *output; /* Responses output items */
     struct strbuf chat_text;
@@ -376,9 +386,18 @@ bool gw_call_cancelled(struct gw_call *c);
 void gw_emit_started(struct gw_call *c);
 void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_t len);
 struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
-                                        const char *call_id, const char *name);
+                                        const char *call_id, const char *name, bool custom);
 void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *delta, size_t len);
-void gw_emit_reasoning(struct gw_call *c, json_t *item);
+/* An output item of a Responses upstream's other than a message or a
+ * function call, passed on as it is (a Chat client gets nothing of it):
+ * when it starts (added), each event of its as it streams (the upstream's
+ * event, renumbered), and whole when it is done (item_done adds it first
+ * if it never started). upstream_index: its output_index upstream. */
+void gw_emit_item_added(struct gw_call *c, struct gw_turn *t, int upstream_index, json_t *item);
+void gw_emit_item_event(struct gw_call *c, struct gw_turn *t, int upstream_index, json_t *ev);
+void gw_emit_item_done(struct gw_call *c, struct gw_turn *t, int upstream_index, json_t *item);
+/* Whether the turn's item of this upstream index is one passed on. */
+bool gw_turn_has_item(const struct gw_turn *t, int upstream_index);
 void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t);
 void gw_emit_interpreting(struct gw_call *c, struct gw_tool_call *tc);
 /* status: completed | failed | incomplete; outputs: the item's outputs (taken). */

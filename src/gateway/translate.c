@@ -31,8 +31,7 @@ static void clear_error(struct corral_error *err)
     }
 }
 
-/* A JSON value's type, as OpenAI's error messages name it. */
-static const char *type_name(const json_t *v)
+const char *gw_json_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
@@ -58,7 +57,7 @@ static int bad_type(struct corral_error *err, const char *param, const char *exp
                     const json_t *got)
 {
     return corral_fail(err, EINVAL, "Invalid type for '%s': expected %s, but got %s instead.",
-                       param, expected, type_name(got));
+                       param, expected, gw_json_type_name(got));
 }
 
 static int bad_value(struct corral_error *err, const char *param, const char *value,

@@ -29,6 +29,10 @@
 
 #include "base/error.h"
 
+/* A JSON value's type as OpenAI's error messages name it ("a string", "an
+ * integer", ...). */
+const char *gw_json_type_name(const json_t *v);
+
 /* Responses `input` (a string, an array of items, or NULL) and
  * `instructions` (NULL or "" for none) -> chat `messages`.
  *  - instructions become a leading "system" message; "developer" messages

@@ -79,12 +79,14 @@ static void chat_delta(struct gw_call *c, struct gw_turn *t, json_t *delta)
     {
         json_t *idx = json_object_get(call, "index");
         int index = json_is_integer(idx) ? (int)json_integer_value(idx) : (int)i;
-        json_t *fn = json_object_get(call, "function");
+        /* a custom tool's call: {type: custom, custom: {name, input}} */
+        json_t *custom = json_object_get(call, "custom");
+        json_t *fn = custom ? custom : json_object_get(call, "function");
         struct gw_tool_call *tc = gw_turn_find(t, index);
         if (!tc)
             tc = gw_emit_tool_start(c, t, index, json_string_value(json_object_get(call, "id")),
-                                    json_string_value(json_object_get(fn, "name")));
-        const char *args = json_string_value(json_object_get(fn, "arguments"));
+                                    json_string_value(json_object_get(fn, "name")), custom != NULL);
+        const char *args = json_string_value(json_object_get(fn, custom ? "input" : "arguments"));
         if (tc && args)
             gw_emit_tool_args(c, tc, args, strlen(args));
     }
@@ -165,6 +167,33 @@ static void message_text(struct gw_call *c, struct gw_turn *t, json_t *item)
     }
 }
 
+/* A function's or a custom tool's call item (0: function, 1: custom, -1:
+ * another item). */
+static int call_kind(const char *type)
+{
+    if (type && !strcmp(type, "function_call"))
+        return 0;
+    if (type && !strcmp(type, "custom_tool_call"))
+        return 1;
+    return -1;
+}
+
+/* The call item the upstream numbers index: started (when it was not),
+ * with its arguments or input when none streamed before. */
+static void call_item(struct gw_call *c, struct gw_turn *t, int index, json_t *item, int kind,
+                      bool whole)
+{
+    struct gw_tool_call *tc = gw_turn_find(t, index);
+    if (!tc)
+        tc = gw_emit_tool_start(c, t, index, json_string_value(json_object_get(item, "call_id")),
+                                json_string_value(json_object_get(item, "name")), kind == 1);
+    if (!whole)
+        return;
+    const char *args = json_string_value(json_object_get(item, kind ? "input" : "arguments"));
+    if (tc && args && !tc->args.len)
+        gw_emit_tool_args(c, tc, args, strlen(args));
+}
+
 /* A whole Responses answer (or the final response of a stream when nothing
  * was streamed before) into the emitter. */
 static void responses_whole(struct gw_call *c, struct gw_turn *t, json_t *response)
@@ -174,20 +203,15 @@ static void responses_whole(struct gw_call *c, struct gw_turn *t, json_t *respon
     json_array_foreach(json_object_get(response, "output"), i, item)
     {
         const char *type = json_string_value(json_object_get(item, "type"));
+        int kind = call_kind(type);
         if (!type)
             continue;
         if (!strcmp(type, "message"))
             message_text(c, t, item);
-        else if (!strcmp(type, "reasoning"))
-            gw_emit_reasoning(c, item);
-        else if (!strcmp(type, "function_call")) {
-            struct gw_tool_call *tc = gw_emit_tool_start(
-                c, t, (int)i, json_string_value(json_object_get(item, "call_id")),
-                json_string_value(json_object_get(item, "name")));
-            const char *args = json_string_value(json_object_get(item, "arguments"));
-            if (tc && args)
-                gw_emit_tool_args(c, tc, args, strlen(args));
-        }
+        else if (kind >= 0)
+            call_item(c, t, (int)i, item, kind, true);
+        else
+            gw_emit_item_done(c, t, (int)i, item);
     }
     json_decref(t->native);
     t->native = json_deep_copy(json_object_get(response, "output"));
@@ -201,6 +225,9 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
     if (!j)
         return 0;
     const char *type = json_string_value(json_object_get(j, "type"));
+    json_t *item = json_object_get(j, "item");
+    const char *it = json_string_value(json_object_get(item, "type"));
+    int index = (int)json_integer_value(json_object_get(j, "output_index"));
     int rc = 0;
     if (!type) {
         /* nothing */
@@ -210,37 +237,23 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
         if (d)
             gw_emit_text(c, t, d, strlen(d));
     } else if (!strcmp(type, "response.output_item.added")) {
-        json_t *item = json_object_get(j, "item");
-        const char *it = json_string_value(json_object_get(item, "type"));
-        if (it && !strcmp(it, "function_call"))
-            gw_emit_tool_start(c, t, (int)json_integer_value(json_object_get(j, "output_index")),
-                               json_string_value(json_object_get(item, "call_id")),
-                               json_string_value(json_object_get(item, "name")));
-    } else if (!strcmp(type, "response.function_call_arguments.delta")) {
+        if (call_kind(it) >= 0)
+            call_item(c, t, index, item, call_kind(it), false);
+        else if (it && strcmp(it, "message"))
+            gw_emit_item_added(c, t, index, item);
+    } else if (!strcmp(type, "response.function_call_arguments.delta") ||
+               !strcmp(type, "response.custom_tool_call_input.delta")) {
         const char *d = json_string_value(json_object_get(j, "delta"));
-        struct gw_tool_call *tc =
-            gw_turn_find(t, (int)json_integer_value(json_object_get(j, "output_index")));
+        struct gw_tool_call *tc = gw_turn_find(t, index);
         if (tc && d)
             gw_emit_tool_args(c, tc, d, strlen(d));
     } else if (!strcmp(type, "response.output_item.done")) {
-        json_t *item = json_object_get(j, "item");
-        const char *it = json_string_value(json_object_get(item, "type"));
-        int index = (int)json_integer_value(json_object_get(j, "output_index"));
-        if (it && !strcmp(it, "reasoning")) {
-            gw_emit_reasoning(c, item);
-        } else if (it && !strcmp(it, "function_call")) {
-            /* arguments that never streamed as deltas */
-            struct gw_tool_call *tc = gw_turn_find(t, index);
-            if (!tc)
-                tc = gw_emit_tool_start(c, t, index,
-                                        json_string_value(json_object_get(item, "call_id")),
-                                        json_string_value(json_object_get(item, "name")));
-            const char *args = json_string_value(json_object_get(item, "arguments"));
-            if (tc && args && !tc->args.len)
-                gw_emit_tool_args(c, tc, args, strlen(args));
-        } else if (it && !strcmp(it, "message") && !t->text.len) {
+        if (call_kind(it) >= 0) /* arguments that never streamed as deltas */
+            call_item(c, t, index, item, call_kind(it), true);
+        else if (it && strcmp(it, "message"))
+            gw_emit_item_done(c, t, index, item);
+        else if (it && !t->text.len)
             message_text(c, t, item);
-        }
     } else if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete")) {
         json_t *response = json_object_get(j, "response");
         json_decref(t->native);
@@ -251,6 +264,10 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
         free(t->failure);
         t->failure = json_dumps(j, JSON_COMPACT);
         rc = -EPROTO;
+    } else if (json_is_integer(json_object_get(j, "output_index")) && gw_turn_has_item(t, index)) {
+        /* an event of an item passed on: reasoning summaries, a hosted
+         * tool's progress, an MCP call's arguments... */
+        gw_emit_item_event(c, t, index, j);
     }
     json_decref(j);
     return rc;
@@ -286,7 +303,9 @@ static json_t *turn_body(struct gw_call *c)
     json_t *body = json_copy(c->base);
     json_object_set(body, c->model->api == GATEWAY_API_CHAT ? "messages" : "input", c->conv);
     json_t *choice = c->loops == 0 ? c->choice_first : c->choice_rest;
-    if (choice)
+    if (c->max_tool_calls >= 0 && c->tool_calls >= c->max_tool_calls)
+        json_object_set_new(body, "tool_choice", json_string("none")); /* the calls are spent */
+    else if (choice)
         json_object_set(body, "tool_choice", choice);
     if (c->stream) {
         json_object_set_new(body, "stream", json_true());

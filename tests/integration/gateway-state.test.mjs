@@ -96,6 +96,26 @@ for (const model of KINDS) {
   });
 }
 
+test('store: false reaches a Responses upstream on every turn, with the reasoning it needs back; the response is not kept', T, async () => {
+  for (const store of [false, undefined]) {
+    const m = gw.marker(`store-${store}`);
+    gw.upstream.script(m, [{ code: 'print(6 * 7)' }, (req, ctx) => ({ text: `got ${stdoutOf(ctx.lastCodeOutput)}` })]);
+    const r = await gw.client.responses.create({ model: 'mock-responses', input: `${m} go`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS, store });
+    assert.equal(r.output_text, 'got 42');
+    const seen = gw.upstream.requestsFor(m);
+    assert.equal(seen.length, 2);
+    for (const q of seen) {
+      assert.equal(q.body.store, store, 'store as the client sent it');
+      assert.deepEqual(q.body.include, store === false ? ['reasoning.encrypted_content'] : undefined, 'the upstream\'s include');
+    }
+    if (store === false) {
+      await assert.rejects(gw.client.responses.retrieve(r.id), (err) => err instanceof OpenAI.NotFoundError);
+    } else {
+      assert.equal((await gw.client.responses.retrieve(r.id)).output_text, 'got 42');
+    }
+  }
+});
+
 test('GET and DELETE /v1/responses/{id}, GET .../input_items', T, async () => {
   const m = gw.marker('stored');
   gw.upstream.script(m, [{ code: 'print(2 ** 10)' }, (req, ctx) => ({ text: `2**10 = ${stdoutOf(ctx.lastCodeOutput)}` })]);

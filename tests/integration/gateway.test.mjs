@@ -25,6 +25,7 @@ import {
   checkUpstreamRequests,
   ciCalls,
   codeOutputsSeen,
+  codeToolOf,
   imagesOf,
   logsOf,
   normalise,
@@ -368,6 +369,190 @@ test('chat completions: the loop limit ends with finish_reason length (plain, st
   const plain = await loopChat(false);
   const streamed = await loopChat(true);
   assert.deepEqual(chatGist(streamed), chatGist(plain));
+});
+
+/* ------------------------------------------------------------------------ */
+/* max_tool_calls: the code calls one response may make                      */
+
+const CAP_TURNS = [
+  { code: 'print("one")' },
+  { code: 'print("two")' },
+  { code: 'print("three")' },
+  (req, ctx) => ({ text: `told: ${ctx.lastToolOutput}` }),
+];
+
+for (const model of KINDS) {
+  test(`responses, ${model}: max_tool_calls caps the code calls, and the turns after them get tool_choice none (plain, streamed)`, T, async () => {
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`cap-${model}-${stream}`);
+      gw.upstream.script(marker, CAP_TURNS);
+      const body = { model, input: `${marker} go`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS, max_tool_calls: 2 };
+      const r = stream ? await gw.client.responses.stream(body).finalResponse() : await gw.client.responses.create(body);
+      const seen = gw.upstream.requestsFor(marker);
+      assert.deepEqual(seen.map((q) => q.body.tool_choice ?? null), [null, null, 'none', 'none'], 'the upstream turns\' tool_choice');
+      assert.equal(r.status, 'completed');
+      assert.equal(r.max_tool_calls, 2);
+      const calls = r.output.filter((o) => o.type === 'code_interpreter_call');
+      assert.deepEqual(calls.map((c) => [c.status, logsOf(c).trim()]), [['completed', 'one'], ['completed', 'two'], ['incomplete', '']]);
+      assert.match(r.output_text, /^told: error: not run: this response may make at most 2 tool calls \(max_tool_calls\)/);
+      assertNoLeak(r);
+    }
+  });
+}
+
+for (const model of KINDS) {
+  for (const client of ['responses', 'chat completions']) {
+    test(`${client}, ${model}: allowed_tools naming code_interpreter names the code tool upstream; "required" holds for the first turn only`, T, async () => {
+      const marker = gw.marker(`allowed-${client}-${model}`);
+      gw.upstream.script(marker, [{ code: 'print("allowed")' }, { text: 'done' }]);
+      let text;
+      if (client === 'responses') {
+        const choice = { type: 'allowed_tools', mode: 'required', tools: [{ type: 'code_interpreter' }, { type: 'function', name: 'get_weather' }] };
+        const r = await gw.client.responses.create({ model, input: `${marker} go`, tools: [CI_TOOL, WEATHER_RESP], tool_choice: choice });
+        text = r.output_text;
+      } else {
+        const choice = { type: 'allowed_tools', allowed_tools: { mode: 'required', tools: [{ type: 'code_interpreter' }, { type: 'function', function: { name: 'get_weather' } }] } };
+        const c = await gw.client.chat.completions.create({ model, messages: [{ role: 'user', content: `${marker} go` }], tools: [CI_TOOL, WEATHER_CHAT], tool_choice: choice });
+        text = c.choices[0].message.content;
+      }
+      assert.equal(text, 'done');
+      const seen = gw.upstream.requestsFor(marker);
+      const name = codeToolOf(seen[0])?.name;
+      assert.ok(name, 'no code tool upstream');
+      const want = (mode) => (model === 'mock-chat'
+        ? { type: 'allowed_tools', allowed_tools: { mode, tools: [{ type: 'function', function: { name } }, { type: 'function', function: { name: 'get_weather' } }] } }
+        : { type: 'allowed_tools', mode, tools: [{ type: 'function', name }, { type: 'function', name: 'get_weather' }] });
+      assert.deepEqual(seen.map((q) => q.body.tool_choice), [want('required'), want('auto')]);
+    });
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Other items of a Responses upstream, and custom tools                     */
+
+const SUMMARY = 'Look it up first.';
+const REASONING = {
+  item: { id: 'rs_mock1', type: 'reasoning', summary: [{ type: 'summary_text', text: SUMMARY }] },
+  added: { id: 'rs_mock1', type: 'reasoning', summary: [] },
+  events: [
+    { type: 'response.reasoning_summary_part.added', summary_index: 0, part: { type: 'summary_text', text: '' } },
+    { type: 'response.reasoning_summary_text.delta', summary_index: 0, delta: 'Look it ' },
+    { type: 'response.reasoning_summary_text.delta', summary_index: 0, delta: 'up first.' },
+    { type: 'response.reasoning_summary_text.done', summary_index: 0, text: SUMMARY },
+    { type: 'response.reasoning_summary_part.done', summary_index: 0, part: { type: 'summary_text', text: SUMMARY } },
+  ],
+};
+const SEARCH = {
+  item: { id: 'ws_mock1', type: 'web_search_call', status: 'completed', action: { type: 'search', query: 'corral sandboxes' } },
+  events: [{ type: 'response.web_search_call.in_progress' }, { type: 'response.web_search_call.searching' }, { type: 'response.web_search_call.completed' }],
+};
+const APPROVAL = { item: { id: 'mcpr_mock1', type: 'mcp_approval_request', server_label: 'deepwiki', name: 'ask_question', arguments: '{"question":"x"}' } };
+
+test('responses, mock-responses: reasoning summaries, hosted tools\' calls and MCP approval requests reach the client, and an approval request ends the loop (plain, streamed)', T, async () => {
+  const runs = [];
+  for (const stream of [false, true]) {
+    const marker = gw.marker(`items-${stream}`);
+    gw.upstream.script(marker, [
+      { items: [REASONING, SEARCH], code: 'print("after the search")' },
+      { items: [APPROVAL], text: 'Approve the question, please.' },
+    ]);
+    const body = { model: 'mock-responses', input: `${marker} go`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS };
+    const events = [];
+    let r;
+    if (stream) {
+      const s = gw.client.responses.stream(body);
+      s.on('event', (e) => events.push(e));
+      r = await s.finalResponse();
+    } else {
+      r = await gw.client.responses.create(body);
+    }
+    assert.equal(gw.upstream.requestsFor(marker).length, 2, 'the approval request ended the loop');
+    assert.equal(r.status, 'completed');
+    assert.deepEqual(r.output.map((o) => o.type), ['reasoning', 'web_search_call', 'code_interpreter_call', 'mcp_approval_request', 'message']);
+    assert.deepEqual(r.output[0], REASONING.item);
+    assert.deepEqual(r.output[1], SEARCH.item);
+    assert.equal(logsOf(r.output[2]).trim(), 'after the search');
+    assert.deepEqual(r.output[3], APPROVAL.item);
+    assert.equal(r.output_text, 'Approve the question, please.');
+    assertNoLeak(r);
+    if (stream) {
+      checkResponseEvents(events, r);
+      const deltas = events.filter((e) => e.type === 'response.reasoning_summary_text.delta');
+      assert.deepEqual(deltas.map((e) => [e.output_index, e.item_id, e.summary_index]), [[0, 'rs_mock1', 0], [0, 'rs_mock1', 0]]);
+      assert.equal(deltas.map((e) => e.delta).join(''), SUMMARY);
+      const search = events.filter((e) => e.type.startsWith('response.web_search_call.'));
+      assert.deepEqual(search.map((e) => [e.type, e.output_index]), SEARCH.events.map((e) => [e.type, 1]));
+    }
+    runs.push(r);
+  }
+  assert.deepEqual(normalise(runs[1]), normalise(runs[0]), 'the streamed response differs from the plain one');
+});
+
+const GRAMMAR_TOOL = { type: 'custom', name: 'run_sql', description: 'Runs a SQL query' };
+const GRAMMAR_TOOL_CHAT = { type: 'custom', custom: { name: 'run_sql', description: 'Runs a SQL query' } };
+const SQL = 'SELECT 1 FROM dual';
+
+for (const model of KINDS) {
+  const client = model === 'mock-chat' ? 'chat completions' : 'responses';
+  test(`${client}, ${model}: a custom tool's call comes back after the code ran, with its name and input (plain, streamed)`, T, async () => {
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`custom-${model}-${stream}`);
+      gw.upstream.script(marker, [{ code: 'print("prepared")' }, { calls: [{ custom: { name: 'run_sql', input: SQL } }] }]);
+      if (client === 'responses') {
+        const body = { model, input: `${marker} go`, tools: [CI_TOOL, GRAMMAR_TOOL] };
+        const events = [];
+        let r;
+        if (stream) {
+          const s = gw.client.responses.stream(body);
+          s.on('event', (e) => events.push(e));
+          r = await s.finalResponse();
+        } else {
+          r = await gw.client.responses.create(body);
+        }
+        assert.deepEqual(r.output.map((o) => o.type), ['code_interpreter_call', 'custom_tool_call']);
+        const call = r.output[1];
+        assert.deepEqual([call.name, call.input, call.status], ['run_sql', SQL, 'completed']);
+        assert.match(call.call_id, /^call_/);
+        if (stream) {
+          checkResponseEvents(events, r);
+          const deltas = events.filter((e) => e.type === 'response.custom_tool_call_input.delta');
+          assert.ok(deltas.length >= 2, 'the input did not stream');
+          assert.equal(deltas.map((e) => e.delta).join(''), SQL);
+          assert.equal(events.find((e) => e.type === 'response.custom_tool_call_input.done')?.input, SQL);
+        }
+      } else {
+        const body = { model, messages: [{ role: 'user', content: `${marker} go` }], tools: [CI_TOOL, GRAMMAR_TOOL_CHAT] };
+        const c = stream
+          ? await gw.client.chat.completions.stream(body).finalChatCompletion()
+          : await gw.client.chat.completions.create(body);
+        assert.equal(c.choices[0].finish_reason, 'tool_calls');
+        const calls = c.choices[0].message.tool_calls;
+        assert.equal(calls.length, 1);
+        assert.equal(calls[0].type, 'custom');
+        assert.deepEqual(calls[0].custom, { name: 'run_sql', input: SQL });
+      }
+      assert.equal(gw.upstream.requestsFor(marker).length, 2);
+    }
+  });
+}
+
+test('responses: max_tool_calls 0 runs no code; a negative or non-integer one is a 400', T, async () => {
+  const marker = gw.marker('cap-zero');
+  gw.upstream.script(marker, [{ text: 'no code' }]);
+  const r = await gw.client.responses.create({ model: 'mock-responses', input: `${marker} go`, tools: [CI_TOOL], max_tool_calls: 0 });
+  assert.equal(r.output_text, 'no code');
+  assert.deepEqual(gw.upstream.requestsFor(marker).map((q) => q.body.tool_choice), ['none']);
+  for (const [value, code, message] of [
+    [-1, 'integer_below_min_value', "Invalid 'max_tool_calls': integer below minimum value. Expected a value >= 0, but got -1 instead."],
+    ['2', 'invalid_type', "Invalid type for 'max_tool_calls': expected an integer, but got a string instead."],
+    [1.5, 'invalid_type', "Invalid type for 'max_tool_calls': expected an integer, but got a decimal instead."],
+  ]) {
+    await assert.rejects(
+      gw.client.responses.create({ model: 'mock-responses', input: 'x', tools: [CI_TOOL], max_tool_calls: value }),
+      (e) => e.status === 400 && e.param === 'max_tool_calls' && e.code === code && e.error?.message === message,
+      `max_tool_calls ${JSON.stringify(value)}`,
+    );
+  }
 });
 
 /* ------------------------------------------------------------------------ */

@@ -28,8 +28,17 @@
 // Turns
 //   { text }                              an assistant message
 //   { code }                              one call of the code tool (arguments {"code": ...})
-//   { calls: [{code} | {fn: {name, arguments}}], text? }
-//                                         several calls in one turn (text first, if any)
+//   { calls: [{code} | {fn: {name, arguments}} | {custom: {name, input}}], text? }
+//                                         several calls in one turn (text first, if any);
+//                                         custom: a call of a custom tool the request declares
+//   { items: [{item, added?, events?}], ...turn }
+//                                         Responses only: output items of other kinds
+//                                         (reasoning, web_search_call, mcp_approval_request...)
+//                                         before the rest of the turn, as given; streamed as
+//                                         output_item.added (`added`, else the item with
+//                                         status "in_progress" when it has a status), the
+//                                         events given (output_index and item_id filled in),
+//                                         then output_item.done
 //   { status, error, headers? }           an HTTP error with an OpenAI error body
 //                                         ({error: {message, type, param, code}})
 //   (request, ctx) => turn                computed from the request; ctx holds
@@ -133,6 +142,12 @@ function functionTools(api, body) {
   return tools
     .filter((t) => t?.type === 'function')
     .map((t) => (api === 'chat' ? { ...(t.function ?? {}) } : t));
+}
+
+/** The names of a request's custom tools. */
+function customTools(api, body) {
+  const tools = Array.isArray(body.tools) ? body.tools : [];
+  return tools.filter((t) => t?.type === 'custom').map((t) => (api === 'chat' ? t.custom?.name : t.name));
 }
 
 class MockError extends Error {}
@@ -386,10 +401,18 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
         const args = typeof c.fn.arguments === 'string' ? c.fn.arguments : JSON.stringify(c.fn.arguments ?? {});
         return { name: c.fn.name, arguments: args };
       }
-      throw new MockError('mock: a call is neither {code} nor {fn}');
+      if (c.custom) {
+        const declared = customTools(api, body);
+        if (!declared.includes(c.custom.name)) {
+          throw new MockError(`mock: the turn calls the custom tool ${c.custom.name} but the request declares only [${declared.join(', ')}]`);
+        }
+        return { name: c.custom.name, input: c.custom.input, custom: true };
+      }
+      throw new MockError('mock: a call is neither {code} nor {fn} nor {custom}');
     });
+    if (turn.items && api !== 'responses') throw new MockError('mock: output items need a Responses request');
     const usage = { ...usageOf(info.round), ...(turn.usage ?? {}) };
-    return { text: turn.text ?? null, calls: resolved, usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, cutAfterEvents: turn.cutAfterEvents };
+    return { text: turn.text ?? null, calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, cutAfterEvents: turn.cutAfterEvents };
   }
 
   function buildAnswer(api, body, entry, turn) {
@@ -415,7 +438,9 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
     };
     const finish = calls.length ? 'tool_calls' : 'stop';
-    const toolCalls = calls.map((c) => ({ id: c.callId, type: 'function', function: { name: c.name, arguments: c.arguments } }));
+    const toolCalls = calls.map((c) => (c.custom
+      ? { id: c.callId, type: 'custom', custom: { name: c.name, input: c.input } }
+      : { id: c.callId, type: 'function', function: { name: c.name, arguments: c.arguments } }));
     if (!body.stream) {
       const message = { role: 'assistant', content: turn.text, refusal: null, annotations: [] };
       if (toolCalls.length) message.tool_calls = toolCalls;
@@ -453,11 +478,13 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       for (const p of pieces) events.push(chunk({ content: p }));
     }
     calls.forEach((c, i) => {
-      const start = { index: i, id: c.callId, type: 'function', function: { name: c.name, arguments: '' } };
+      const start = c.custom
+        ? { index: i, id: c.callId, type: 'custom', custom: { name: c.name, input: '' } }
+        : { index: i, id: c.callId, type: 'function', function: { name: c.name, arguments: '' } };
       if (events.length === 0) events.push(chunk({ role: 'assistant', content: null, tool_calls: [start], refusal: null }));
       else events.push(chunk({ tool_calls: [start] }));
-      for (const frag of splitChunks(c.arguments, chunkSize)) {
-        events.push(chunk({ tool_calls: [{ index: i, function: { arguments: frag } }] }));
+      for (const frag of splitChunks(c.custom ? c.input : c.arguments, chunkSize)) {
+        events.push(chunk({ tool_calls: [{ index: i, ...(c.custom ? { custom: { input: frag } } : { function: { arguments: frag } }) }] }));
       }
     });
     events.push(chunk({}, finish));
@@ -487,6 +514,11 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       total_tokens: u.prompt_tokens + u.completion_tokens,
     };
     const items = [];
+    const raw = new Map(); // a raw item -> {added, events} as given for it
+    for (const { item, added, events: given } of turn.items) {
+      items.push(item);
+      raw.set(item, { added: added ?? (item.status ? { ...item, status: 'in_progress' } : item), events: given ?? [] });
+    }
     if (turn.text !== null) {
       items.push({
         id: nextId('msg_'),
@@ -497,7 +529,8 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       });
     }
     for (const c of calls) {
-      items.push({ id: nextId('fc_'), type: 'function_call', status: 'completed', arguments: c.arguments, call_id: c.callId, name: c.name });
+      if (c.custom) items.push({ id: nextId('ctc_'), type: 'custom_tool_call', status: 'completed', call_id: c.callId, name: c.name, input: c.input });
+      else items.push({ id: nextId('fc_'), type: 'function_call', status: 'completed', arguments: c.arguments, call_id: c.callId, name: c.name });
     }
     const response = (status, output, usageValue) => ({
       id,
@@ -538,7 +571,18 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     push({ type: 'response.created', response: response('in_progress', [], null) });
     push({ type: 'response.in_progress', response: response('in_progress', [], null) });
     items.forEach((item, o) => {
-      if (item.type === 'message') {
+      if (raw.has(item)) {
+        push({ type: 'response.output_item.added', output_index: o, item: raw.get(item).added });
+        for (const ev of raw.get(item).events) push({ ...ev, output_index: o, ...(item.id ? { item_id: item.id } : {}) });
+        push({ type: 'response.output_item.done', output_index: o, item });
+      } else if (item.type === 'custom_tool_call') {
+        push({ type: 'response.output_item.added', output_index: o, item: { ...item, status: 'in_progress', input: '' } });
+        for (const d of splitChunks(item.input, chunkSize)) {
+          push({ type: 'response.custom_tool_call_input.delta', item_id: item.id, output_index: o, delta: d });
+        }
+        push({ type: 'response.custom_tool_call_input.done', item_id: item.id, output_index: o, input: item.input });
+        push({ type: 'response.output_item.done', output_index: o, item });
+      } else if (item.type === 'message') {
         const text = item.content[0].text;
         push({ type: 'response.output_item.added', output_index: o, item: { ...item, status: 'in_progress', content: [] } });
         const emptyPart = { type: 'output_text', annotations: [], logprobs: [], text: '' };
