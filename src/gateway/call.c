@@ -634,7 +634,7 @@ static bool native_usable(const struct gw_turn *t)
     json_array_foreach(t->native, i, it)
     {
         const char *type = json_string_value(json_object_get(it, "type"));
-        calls += type && !strcmp(type, "function_call");
+        calls += type && (!strcmp(type, "function_call") || !strcmp(type, "custom_tool_call"));
         messages += type && !strcmp(type, "message");
     }
     return calls == t->n_calls && (messages || !t->text.len);
@@ -673,10 +673,12 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
                                                  "output_text", "text", text, "annotations"));
         for (size_t k = 0; k < t->n_calls; k++)
             if (!t->calls[k].is_code || results[k])
-                json_array_append_new(add, json_pack("{s:s, s:s, s:s, s:s}", "type",
-                                                     "function_call", "call_id",
-                                                     t->calls[k].call_id, "name", t->calls[k].name,
-                                                     "arguments", strbuf_str(&t->calls[k].args)));
+                json_array_append_new(
+                    add, json_pack("{s:s, s:s, s:s, s:s}", "type",
+                                   t->calls[k].custom ? "custom_tool_call" : "function_call",
+                                   "call_id", t->calls[k].call_id, "name", t->calls[k].name,
+                                   t->calls[k].custom ? "input" : "arguments",
+                                   strbuf_str(&t->calls[k].args)));
     }
     for (size_t k = 0; k < t->n_calls; k++)
         if (results[k])
@@ -692,11 +694,14 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
                                 t->text.len ? json_string(text) : json_null());
         json_t *calls = json_array();
         for (size_t k = 0; k < t->n_calls; k++)
-            if (!t->calls[k].is_code || results[k])
-                json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
-                                                       t->calls[k].call_id, "type", "function",
-                                                       "function", "name", t->calls[k].name,
-                                                       "arguments", strbuf_str(&t->calls[k].args)));
+            if (!t->calls[k].is_code || results[k]) {
+                bool custom = t->calls[k].custom;
+                json_array_append_new(
+                    calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t->calls[k].call_id, "type",
+                                     custom ? "custom" : "function", custom ? "custom" : "function",
+                                     "name", t->calls[k].name, custom ? "input" : "arguments",
+                                     strbuf_str(&t->calls[k].args)));
+            }
         if (json_array_size(calls))
             json_object_set(msg, "tool_calls", calls);
         json_decref(calls);
@@ -1008,6 +1013,16 @@ static json_t *allowed_code_tool(struct gw_call *c, json_t *choice)
     return copy;
 }
 
+/* A client's tool_choice in the upstream's shape: a new reference, or NULL
+ * with err set. */
+static json_t *upstream_choice(struct gw_call *c, json_t *choice, struct corral_error *err)
+{
+    bool up_chat = c->model->api == GATEWAY_API_CHAT;
+    if ((c->api == CORRAL_GATEWAY_CHAT) == up_chat)
+        return json_incref(choice);
+    return up_chat ? gw_tool_choice_to_chat(choice, err) : gw_tool_choice_to_responses(choice, err);
+}
+
 /* tool_choice for the upstream: forced code calls on the first turn only. */
 static int set_tool_choice(struct gw_call *c, struct corral_error *err)
 {
@@ -1018,10 +1033,7 @@ static int set_tool_choice(struct gw_call *c, struct corral_error *err)
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (c->intercept && type && !strcmp(type, "allowed_tools")) {
         cleanup_json json_t *mine = allowed_code_tool(c, choice);
-        bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
-        json_t *t = client_chat == up_chat ? json_incref(mine)
-                    : up_chat              ? gw_tool_choice_to_chat(mine, err)
-                                           : gw_tool_choice_to_responses(mine, err);
+        json_t *t = upstream_choice(c, mine, err);
         if (!t)
             return -EINVAL;
         c->choice_first = t;
@@ -1046,10 +1058,7 @@ static int set_tool_choice(struct gw_call *c, struct corral_error *err)
         c->choice_rest = json_string("auto");
         return 0;
     }
-    bool client_chat = c->api == CORRAL_GATEWAY_CHAT;
-    json_t *t = client_chat == up_chat ? json_incref(choice)
-                : up_chat              ? gw_tool_choice_to_chat(choice, err)
-                                       : gw_tool_choice_to_responses(choice, err);
+    json_t *t = upstream_choice(c, choice, err);
     if (!t)
         return -EINVAL;
     c->choice_first = t;
@@ -1156,12 +1165,13 @@ static json_t *conversation_items(struct gw_call *c, json_t *items)
             continue;
         }
         json_t *copy = json_deep_copy(it);
+        json_t *given = json_array_get(json_object_get(c->req, "input"), i);
         if (type && !strcmp(type, "message")) { /* the id is ours, not the upstream's */
             json_object_del(copy, "id");
             flatten_text(copy);
         }
-        if (type && !strcmp(type, "function_call_output"))
-            json_object_del(copy, "id");
+        if (!json_object_get(given, "id") || (type && !strcmp(type, "function_call_output")))
+            json_object_del(copy, "id"); /* made up by normalize_input, or not the upstream's */
         json_object_del(copy, "status");
         json_array_append_new(conv, copy);
     }
@@ -1222,7 +1232,7 @@ static int load_previous(struct gw_call *c, json_t **prev_items)
     return 0;
 }
 
-/* The request sent upstream, without conversation and tool_choice. */
+/* Whether the array holds the string s. */
 static bool has_string(const json_t *array, const char *s)
 {
     size_t i;
@@ -1235,6 +1245,7 @@ static bool has_string(const json_t *array, const char *s)
     return false;
 }
 
+/* The request sent upstream, without conversation and tool_choice. */
 static int build_base(struct gw_call *c, json_t *client_tools, struct corral_error *err)
 {
     bool up_chat = c->model->api == GATEWAY_API_CHAT;

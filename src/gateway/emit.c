@@ -463,7 +463,9 @@ void gw_emit_item_added(struct gw_call *c, struct gw_turn *t, int upstream_index
     if (!json_is_object(item) || gw_turn_has_item(t, upstream_index) ||
         t->n_items >= GW_MAX_TOOL_CALLS)
         return;
-    if (client_item(json_string_value(json_object_get(item, "type"))))
+    /* a Chat client could not answer it: it gets nothing of these items */
+    if (c->api == CORRAL_GATEWAY_RESPONSES &&
+        client_item(json_string_value(json_object_get(item, "type"))))
         t->client_items++;
     t->item_upstream[t->n_items] = upstream_index;
     t->item_index[t->n_items] = SIZE_MAX;
@@ -585,6 +587,17 @@ void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *s
                         json_object_get(tc->item, "id")));
     event(c, "response.output_item.done",
           json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item", tc->item));
+    /* done: what its turn streamed after it goes out, up to the next open call */
+    size_t i;
+    json_t *x;
+    json_array_foreach(c->open_code, i, x)
+    {
+        if ((size_t)json_integer_value(x) == tc->output_index) {
+            json_array_remove(c->open_code, i);
+            break;
+        }
+    }
+    release_held(c);
 }
 
 /* ---- the end ---- */

@@ -283,7 +283,6 @@ struct gw_turn {
     int upstream_index[GW_MAX_TOOL_CALLS]; /* the upstream's index of each call */
     size_t n_calls;
     struct strbuf text;  /* the assistant text of the turn */
-    json_t *reasoning;   /* reasoning items (Responses upstreams) */
     json_t *native;      /* Responses upstreams: the turn's output items as returned */
     json_t *usage;       /* Responses-shaped */
     char *finish_reason; /* chat's, or "length" when the upstream stopped on tokens */
@@ -323,7 +322,7 @@ struct gw_call {
     char tool_name[96];
     unsigned max_loops, loops;
     long long max_tool_calls; /* Responses' max_tool_calls: code calls at most; -1: none */
-    unsigned tool_calls;      /* code calls started, run or not */
+    unsigned tool_calls;      /* code calls run or being run (max_tool_calls' count) */
     json_t *base;             /* the upstream request without conversation, tool_choice, stream */
     json_t *conv;             /* the conversation in the upstream's shape */
     json_t *items;            /* Responses clients: the conversation as items (stored) */

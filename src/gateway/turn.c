@@ -30,7 +30,6 @@ void gw_turn_free(struct gw_turn *t)
     }
     strbuf_free(&t->text);
     strbuf_free(&t->msg_text);
-    json_decref(t->reasoning);
     json_decref(t->native);
     json_decref(t->usage);
     free(t->finish_reason);

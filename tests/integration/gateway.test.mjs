@@ -222,6 +222,15 @@ const SCENARIOS = {
 /* ------------------------------------------------------------------------ */
 /* Running a scenario                                                        */
 
+/** responses.create, or the same streamed: {r, events} (events: null when not streamed). */
+async function createResponse(body, stream) {
+  if (!stream) return { r: await gw.client.responses.create(body), events: null };
+  const events = [];
+  const s = gw.client.responses.stream(body);
+  s.on('event', (e) => events.push(e));
+  return { r: await s.finalResponse(), events };
+}
+
 async function runResponses(model, scenario, { stream, include }) {
   const marker = gw.marker(`${model}-responses`);
   gw.upstream.script(marker, scenario.turns);
@@ -232,16 +241,7 @@ async function runResponses(model, scenario, { stream, include }) {
     ...(scenario.toolChoice ? { tool_choice: scenario.toolChoice.responses } : {}),
     ...(include ? { include: INCLUDE_OUTPUTS } : {}),
   };
-  let events = null;
-  let result;
-  if (stream) {
-    events = [];
-    const s = gw.client.responses.stream(body);
-    s.on('event', (e) => events.push(e));
-    result = await s.finalResponse();
-  } else {
-    result = await gw.client.responses.create(body);
-  }
+  const { r: result, events } = await createResponse(body, stream);
   const seen = gw.upstream.requestsFor(marker);
   return { result, events, seen, marker };
 }
@@ -320,16 +320,7 @@ async function loopResponses(stream) {
   const marker = gw.marker('loop-responses');
   gw.upstream.script(marker, LOOP_TURNS);
   const body = { model: 'mock-loop', input: `${marker} never stop`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS };
-  let events = null;
-  let r;
-  if (stream) {
-    events = [];
-    const s = gw.client.responses.stream(body);
-    s.on('event', (e) => events.push(e));
-    r = await s.finalResponse();
-  } else {
-    r = await gw.client.responses.create(body);
-  }
+  const { r, events } = await createResponse(body, stream);
   const seen = gw.upstream.requestsFor(marker);
   checkUpstreamRequests(seen, 'mock-loop', { rounds: LOOP_LIMIT + 1 });
   assert.equal(r.status, 'incomplete');
@@ -387,7 +378,7 @@ for (const model of KINDS) {
       const marker = gw.marker(`cap-${model}-${stream}`);
       gw.upstream.script(marker, CAP_TURNS);
       const body = { model, input: `${marker} go`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS, max_tool_calls: 2 };
-      const r = stream ? await gw.client.responses.stream(body).finalResponse() : await gw.client.responses.create(body);
+      const { r } = await createResponse(body, stream);
       const seen = gw.upstream.requestsFor(marker);
       assert.deepEqual(seen.map((q) => q.body.tool_choice ?? null), [null, null, 'none', 'none'], 'the upstream turns\' tool_choice');
       assert.equal(r.status, 'completed');
@@ -457,15 +448,7 @@ test('responses, mock-responses: reasoning summaries, hosted tools\' calls and M
       { items: [APPROVAL], text: 'Approve the question, please.' },
     ]);
     const body = { model: 'mock-responses', input: `${marker} go`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS };
-    const events = [];
-    let r;
-    if (stream) {
-      const s = gw.client.responses.stream(body);
-      s.on('event', (e) => events.push(e));
-      r = await s.finalResponse();
-    } else {
-      r = await gw.client.responses.create(body);
-    }
+    const { r, events } = await createResponse(body, stream);
     assert.equal(gw.upstream.requestsFor(marker).length, 2, 'the approval request ended the loop');
     assert.equal(r.status, 'completed');
     assert.deepEqual(r.output.map((o) => o.type), ['reasoning', 'web_search_call', 'code_interpreter_call', 'mcp_approval_request', 'message']);
@@ -475,6 +458,24 @@ test('responses, mock-responses: reasoning summaries, hosted tools\' calls and M
     assert.deepEqual(r.output[3], APPROVAL.item);
     assert.equal(r.output_text, 'Approve the question, please.');
     assertNoLeak(r);
+    if (!stream) {
+      // the client answers the approval request and goes on: its answer
+      // reaches the upstream as it sent it (no id of the gateway's), after
+      // the request it answers
+      const next = gw.marker('items-next');
+      gw.upstream.script(next, [{ text: 'Answered.' }]);
+      const approval = { type: 'mcp_approval_response', approval_request_id: 'mcpr_mock1', approve: true };
+      const r2 = await gw.client.responses.create({
+        model: 'mock-responses', previous_response_id: r.id, tools: [CI_TOOL],
+        input: [approval, { role: 'user', content: `${next} go on` }],
+      });
+      assert.equal(r2.output_text, 'Answered.');
+      const [sent] = gw.upstream.requestsFor(next);
+      const types = sent.body.input.map((i) => i.type ?? 'message');
+      assert.ok(types.indexOf('mcp_approval_request') < types.indexOf('mcp_approval_response'), types.join(', '));
+      assert.deepEqual(sent.body.input.find((i) => i.type === 'mcp_approval_response'), approval);
+      assert.deepEqual(sent.body.input.find((i) => i.type === 'reasoning'), REASONING.item);
+    }
     if (stream) {
       checkResponseEvents(events, r);
       const deltas = events.filter((e) => e.type === 'response.reasoning_summary_text.delta');
@@ -499,16 +500,7 @@ for (const model of KINDS) {
       const marker = gw.marker(`custom-${model}-${stream}`);
       gw.upstream.script(marker, [{ code: 'print("prepared")' }, { calls: [{ custom: { name: 'run_sql', input: SQL } }] }]);
       if (client === 'responses') {
-        const body = { model, input: `${marker} go`, tools: [CI_TOOL, GRAMMAR_TOOL] };
-        const events = [];
-        let r;
-        if (stream) {
-          const s = gw.client.responses.stream(body);
-          s.on('event', (e) => events.push(e));
-          r = await s.finalResponse();
-        } else {
-          r = await gw.client.responses.create(body);
-        }
+        const { r, events } = await createResponse({ model, input: `${marker} go`, tools: [CI_TOOL, GRAMMAR_TOOL] }, stream);
         assert.deepEqual(r.output.map((o) => o.type), ['code_interpreter_call', 'custom_tool_call']);
         const call = r.output[1];
         assert.deepEqual([call.name, call.input, call.status], ['run_sql', SQL, 'completed']);
@@ -573,13 +565,7 @@ const WEATHER = '{"temp_c": 21, "sky": "sunny"}';
 async function mixedResponses(model, stream) {
   const marker = gw.marker(`${model}-mixed`);
   gw.upstream.script(marker, mixedTurns());
-  const create = async (body) => {
-    if (!stream) return { r: await gw.client.responses.create(body), events: null };
-    const events = [];
-    const s = gw.client.responses.stream(body);
-    s.on('event', (e) => events.push(e));
-    return { r: await s.finalResponse(), events };
-  };
+  const create = (body) => createResponse(body, stream);
   const tools = [CI_TOOL, WEATHER_RESP];
   const first = await create({ model, input: `${marker} What is the weather in Paris?`, tools, include: INCLUDE_OUTPUTS });
   const r1 = first.r;
