@@ -251,6 +251,10 @@ struct corral_template {
 int corral_template_define(const struct corral_template *t, struct corral_error *err);
 /* Starts the template's zygote now and begins filling its pool. */
 int corral_template_warm(const char *name, const char *state_dir, struct corral_error *err);
+/* Ends the corral_template_warm calls under way, and fails later ones, with
+ * ECANCELED (a zygote still starting is killed): for a process that stops
+ * before its templates are warm. Sandboxes still start their zygotes. */
+void corral_template_warm_cancel(void);
 /* Waits until the template's pool is full (for benchmarks and tests). */
 int corral_template_wait_pool(const char *name, uint64_t timeout_ms, struct corral_error *err);
 struct corral_template_stats {

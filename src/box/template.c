@@ -240,7 +240,7 @@ void box_template_limits(const struct box_template *t, const struct corral_limit
 }
 
 /* Starts (or restarts) the zygote; called with zlock held for writing. */
-static int ensure_zygote_locked(struct box_template *t, const char *state_dir,
+static int ensure_zygote_locked(struct box_template *t, const char *state_dir, const int *cancel,
                                 struct corral_error *err)
 {
     if (t->zygote && zygote_alive(t->zygote))
@@ -252,7 +252,8 @@ static int ensure_zygote_locked(struct box_template *t, const char *state_dir,
     struct zygote_options zo = {.name = t->name,
                                 .preload = (const char *const *)t->preload,
                                 .n_preload = t->n_preload,
-                                .state_dir = state_dir};
+                                .state_dir = state_dir,
+                                .cancel = cancel};
     int r = zygote_start(&zo, &t->zygote, err);
     if (r < 0)
         return r;
@@ -272,7 +273,7 @@ int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
     }
     pthread_rwlock_unlock(&t->zlock);
     pthread_rwlock_wrlock(&t->zlock);
-    int r = ensure_zygote_locked(t, state_dir, err);
+    int r = ensure_zygote_locked(t, state_dir, NULL, err);
     pthread_rwlock_unlock(&t->zlock);
     if (r < 0)
         return r;
@@ -373,6 +374,14 @@ corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits
     return found;
 }
 
+/* Non-zero once corral_template_warm_cancel was called. */
+static int warm_cancelled;
+
+void corral_template_warm_cancel(void)
+{
+    __atomic_store_n(&warm_cancelled, 1, __ATOMIC_RELEASE);
+}
+
 int corral_template_warm(const char *name, const char *state_dir, struct corral_error *err)
 {
     struct box_template *t;
@@ -380,7 +389,7 @@ int corral_template_warm(const char *name, const char *state_dir, struct corral_
     if (r < 0)
         return r;
     pthread_rwlock_wrlock(&t->zlock);
-    r = ensure_zygote_locked(t, state_dir, err);
+    r = ensure_zygote_locked(t, state_dir, &warm_cancelled, err);
     pthread_rwlock_unlock(&t->zlock);
     if (r < 0)
         return r;

@@ -245,7 +245,10 @@ static void *warm_templates(void *arg)
         if (i == n && has_default)
             break;
         has_default |= !strcmp(name, "default");
-        if (corral_template_warm(name, w->state_dir, &err) < 0)
+        int r = corral_template_warm(name, w->state_dir, &err);
+        if (r == -ECANCELED)
+            break; /* the server stops */
+        if (r < 0)
             fprintf(stderr, "corral: template '%s' is not ready: %s\n", name, err.message);
     }
     __atomic_store_n(w->ready, true, __ATOMIC_RELEASE);
@@ -708,6 +711,7 @@ static void serve_until_signal(const sigset_t *sigs, const struct serve_opts *o,
     int sig = 0;
     sigwait(sigs, &sig);
     fprintf(stderr, "corral: %s: stopping\n", strsignal(sig));
+    corral_template_warm_cancel(); /* a zygote still starting is not waited for */
     serve_drain(o, s, sigs);
     if (warming)
         pthread_join(warm, NULL);

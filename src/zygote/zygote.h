@@ -63,6 +63,7 @@ struct zygote_options {
     size_t n_preload;
     const char *state_dir;     /* NULL = /run/corral */
     uint64_t start_timeout_ms; /* 0 = 120 s */
+    const int *cancel;         /* non-zero (atomic) ends the start: -ECANCELED; may be NULL */
 };
 
 struct zygote;

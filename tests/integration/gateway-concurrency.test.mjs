@@ -12,6 +12,7 @@ import { eventually } from './harness.mjs';
 import {
   CI_TOOL,
   INCLUDE_OUTPUTS,
+  KINDS as PROVIDER_KINDS,
   checkResponseEvents,
   checkUpstreamRequests,
   ciCalls,
@@ -23,7 +24,7 @@ import {
 
 const gw = useGateway();
 
-const KINDS = ['mock-chat', 'mock-responses'];
+const BOTH_KINDS = ['mock-chat', 'mock-responses'];
 const SLEEPER = 'import time\nprint("sleeping", flush=True)\ntime.sleep(60)\nprint("woke up")';
 // The tool output in full when it has no stdout: what went wrong shows.
 const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? `(no stdout: ${JSON.stringify(out)})`;
@@ -57,7 +58,7 @@ async function waitForSandbox(before) {
   assert.ok(started, 'no sandbox appeared for the request');
 }
 
-for (const model of KINDS) {
+for (const model of PROVIDER_KINDS) {
   test(`${model}: a client that aborts a Responses stream while the code runs leaves nothing behind`, { timeout: 60_000 }, async (t) => {
     const before = sandboxIds();
     const m = gw.marker(`${model}-abort-responses`);
@@ -140,7 +141,7 @@ test('100 concurrent requests each see only their own state, in their own contai
   const N = 100;
   const jobs = Array.from({ length: N }, (_, i) => {
     const value = `v${i}-${crypto.randomBytes(6).toString('hex')}`;
-    const model = KINDS[i % 2];
+    const model = BOTH_KINDS[i % 2];
     const stream = i % 4 >= 2;
     const marker = gw.marker(`concurrent-${i}`);
     gw.upstream.script(marker, [

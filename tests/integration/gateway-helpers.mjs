@@ -42,6 +42,13 @@ export const PROVIDER = process.env.CORRAL_GW_PROVIDER || 'local';
 if (!['local', 'e2b', 'opensandbox'].includes(PROVIDER)) {
   throw new Error(`CORRAL_GW_PROVIDER must be local, e2b or opensandbox, not '${PROVIDER}'`);
 }
+/**
+ * The upstream models a scenario runs over: one of each API with the local
+ * provider; with a remote one, only the first, since what that run tests is
+ * the provider, which is the same whatever API the upstream speaks (the
+ * local run covers both).
+ */
+export const KINDS = PROVIDER === 'local' ? ['mock-chat', 'mock-responses'] : ['mock-chat'];
 export const SANDBOX_HOST_KEY = 'e2b_5a4db0c1f2e3d4c5b6a7980112233445566778899';
 
 /** The sandbox_tools entry (YAML lines) for a remote provider at `host` (a CorralServer). */

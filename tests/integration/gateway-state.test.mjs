@@ -11,6 +11,7 @@ import OpenAI from 'openai';
 import {
   CI_TOOL,
   INCLUDE_OUTPUTS,
+  KINDS,
   MASTER_KEY,
   UPSTREAM_MODEL,
   assertNoLeak,
@@ -26,7 +27,6 @@ import { contentText } from './upstream.mjs';
 const gw = useGateway();
 
 const T = { timeout: 60_000 };
-const KINDS = ['mock-chat', 'mock-responses'];
 
 const stdoutOf = (out) => /stdout:\n(.*)\n?/.exec(out ?? '')?.[1] ?? '(no stdout)';
 

@@ -15,6 +15,7 @@ import {
   CI_TOOL,
   CODE_TOOL,
   INCLUDE_OUTPUTS,
+  KINDS,
   LOOP_LIMIT,
   assertChatUsage,
   assertNoLeak,
@@ -36,7 +37,6 @@ import { expectedUsage } from './upstream.mjs';
 const gw = useGateway();
 
 const T = { timeout: 120_000 };
-const KINDS = ['mock-chat', 'mock-responses'];
 
 const firstMatch = (re, text) => re.exec(text ?? '')?.[1] ?? '(not found)';
 
