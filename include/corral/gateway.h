@@ -175,9 +175,31 @@ int corral_gateway_call_as(corral_gateway *gw, enum corral_gateway_api api, cons
                            struct corral_gateway_reply *out);
 
 /* GET /v1/responses/{id}, DELETE /v1/responses/{id} and
- * GET /v1/responses/{id}/input_items (query: limit, order, after). */
+ * GET /v1/responses/{id}/input_items (query: limit, order, after). A
+ * response still running (background, or streamed) is answered as it
+ * stands (status queued or in_progress). */
 int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,
                                 struct corral_gateway_reply *out);
+/* GET /v1/responses/{id} with its query. stream: the response's events
+ * (those of a streamed or background response, kept while it runs and for
+ * gateway.events_kept after) go to ev as corral_gateway_call's would: those
+ * after the sequence number starting_after (NULL: from the first), then
+ * each one as it comes until the response ends or ev's client goes. */
+struct corral_gateway_retrieve {
+    bool stream;
+    const char *starting_after; /* the query's text, checked; NULL: none */
+};
+int corral_gateway_retrieve_response(corral_gateway *gw, const char *id, const char *key,
+                                     const struct corral_gateway_retrieve *q,
+                                     const struct corral_gateway_events *ev,
+                                     struct corral_gateway_reply *out);
+/* POST /v1/responses/{id}/cancel: a background response still running
+ * stops (its code killed, its upstream call ended) and is stored with
+ * status cancelled; the answer is the Response. One that ended already is
+ * answered as it is; a response that was not created with background is a
+ * 400. */
+int corral_gateway_cancel_response(corral_gateway *gw, const char *id, const char *key,
+                                   struct corral_gateway_reply *out);
 int corral_gateway_delete_response(corral_gateway *gw, const char *id, const char *key,
                                    struct corral_gateway_reply *out);
 int corral_gateway_input_items(corral_gateway *gw, const char *id, const char *key,

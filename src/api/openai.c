@@ -244,6 +244,8 @@ struct job {
     bool started, done, cancel;
     int rc;
     struct corral_gateway_reply reply;
+    /* GET /responses/{id}?stream=true: the response followed, not a call */
+    char *id, *after;
 };
 
 static void job_unref(struct job *j)
@@ -256,6 +258,8 @@ static void job_unref(struct job *j)
     corral_gateway_reply_free(&j->reply);
     free(j->body);
     free(j->key);
+    free(j->id);
+    free(j->after);
     corral_gateway_key_free(j->policy);
     pthread_cond_destroy(&j->cond);
     pthread_mutex_destroy(&j->lock);
@@ -305,7 +309,10 @@ static void *job_run(void *arg)
         .userdata = j,
     };
     struct corral_gateway_reply rep = {0};
-    int rc = corral_gateway_call_as(oa->gw, j->api, j->body, j->len, j->key, j->policy, &ev, &rep);
+    struct corral_gateway_retrieve q = {.stream = true, .starting_after = j->after};
+    int rc = j->id ? corral_gateway_retrieve_response(oa->gw, j->id, j->key, &q, &ev, &rep)
+                   : corral_gateway_call_as(oa->gw, j->api, j->body, j->len, j->key, j->policy, &ev,
+                                            &rep);
     pthread_mutex_lock(&j->lock);
     j->rc = rc;
     j->reply = rep;
@@ -351,26 +358,24 @@ static struct http_response *job_answer(struct job *j, const struct http_request
     return reply_response(&j->reply, j->rc, rid);
 }
 
-static struct http_response *call_streamed(struct openai *oa, const struct http_request *req,
-                                           enum corral_gateway_api api, const char *body,
-                                           size_t len, const char *key,
-                                           const corral_gateway_key *policy, char *rid)
+static void job_abandon(struct job *j)
 {
-    struct job *j = calloc(1, sizeof(*j));
-    if (!j || !(j->body = malloc(len + 1)) || (key && !(j->key = strdup(key))) ||
-        (policy && !(j->policy = corral_gateway_key_dup(policy))) || !(j->s = http_stream_open())) {
-        if (j) {
-            free(j->body);
-            free(j->key);
-            corral_gateway_key_free(j->policy);
-        }
-        free(j);
+    free(j->body);
+    free(j->key);
+    free(j->id);
+    free(j->after);
+    corral_gateway_key_free(j->policy);
+    free(j);
+}
+
+/* Runs j (with its body, key, policy or id set) on a worker; the answer. */
+static struct http_response *job_launch(struct openai *oa, struct job *j,
+                                        const struct http_request *req, char *rid)
+{
+    if (!(j->s = http_stream_open())) {
+        job_abandon(j);
         return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
     }
-    memcpy(j->body, body, len);
-    j->body[len] = '\0';
-    j->len = len;
-    j->api = api;
     j->oa = oa;
     j->refs = 2; /* the worker and this thread */
     pthread_mutex_init(&j->lock, NULL);
@@ -393,6 +398,52 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     }
     struct http_response *resp = job_answer(j, req, rid);
     job_unref(j);
+    return resp;
+}
+
+static struct http_response *call_streamed(struct openai *oa, const struct http_request *req,
+                                           enum corral_gateway_api api, const char *body,
+                                           size_t len, const char *key,
+                                           const corral_gateway_key *policy, char *rid)
+{
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j || !(j->body = malloc(len + 1)) || (key && !(j->key = strdup(key))) ||
+        (policy && !(j->policy = corral_gateway_key_dup(policy)))) {
+        if (j)
+            job_abandon(j);
+        return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+    }
+    memcpy(j->body, body, len);
+    j->body[len] = '\0';
+    j->len = len;
+    j->api = api;
+    return job_launch(oa, j, req, rid);
+}
+
+/* GET /responses/{id}: whole, or (stream=true) its events on a worker. */
+static struct http_response *retrieve(struct openai *oa, const struct http_request *req,
+                                      const char *id, const char *key, char *rid)
+{
+    const char *stream = http_query(req, "stream");
+    const char *after = http_query(req, "starting_after");
+    if (stream && strcmp(stream, "true") && strcmp(stream, "false"))
+        return invalid(400, "invalid_type",
+                       "Invalid value for 'stream': expected true or false, got '%.40s'.", stream);
+    if (stream && !strcmp(stream, "true")) {
+        struct job *j = calloc(1, sizeof(*j));
+        if (!j || !(j->id = strdup(id)) || (key && !(j->key = strdup(key))) ||
+            (after && !(j->after = strdup(after)))) {
+            if (j)
+                job_abandon(j);
+            return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+        }
+        return job_launch(oa, j, req, rid);
+    }
+    struct corral_gateway_retrieve q = {.starting_after = after};
+    struct corral_gateway_reply rep = {0};
+    int rc = corral_gateway_retrieve_response(oa->gw, id, key, &q, NULL, &rep);
+    struct http_response *resp = reply_response(&rep, rc, rid);
+    corral_gateway_reply_free(&rep);
     return resp;
 }
 
@@ -556,6 +607,7 @@ enum route {
     R_CHAT,
     R_RESPONSE,    /* /responses/{id} */
     R_INPUT_ITEMS, /* /responses/{id}/input_items */
+    R_CANCEL,      /* /responses/{id}/cancel */
     R_MODELS,
     R_MODEL,   /* /models/{id} */
     R_OBJECTS, /* /containers..., /files... */
@@ -570,6 +622,7 @@ static const char *route_methods(enum route r)
         return "GET, HEAD";
     case R_RESPONSES:
     case R_CHAT:
+    case R_CANCEL:
         return "POST";
     case R_RESPONSE:
         return "GET, DELETE";
@@ -652,7 +705,9 @@ static enum route find_route(const char *path, char *buf, size_t len, const char
     *arg = buf;
     if (!slash)
         return R_RESPONSE;
-    return !strcmp(slash, "/input_items") ? R_INPUT_ITEMS : R_NONE;
+    return !strcmp(slash, "/input_items") ? R_INPUT_ITEMS
+           : !strcmp(slash, "/cancel")    ? R_CANCEL
+                                          : R_NONE;
 }
 
 static struct http_response *not_allowed(const struct http_request *req, enum route r)
@@ -714,8 +769,12 @@ static struct http_response *route(struct openai *oa, const struct http_request 
         rc = corral_gateway_models(oa->gw, &rep);
         break;
     case R_RESPONSE:
-        rc = !strcmp(req->method, "DELETE") ? corral_gateway_delete_response(oa->gw, arg, key, &rep)
-                                            : corral_gateway_get_response(oa->gw, arg, key, &rep);
+        if (strcmp(req->method, "DELETE"))
+            return retrieve(oa, req, arg, key, rid);
+        rc = corral_gateway_delete_response(oa->gw, arg, key, &rep);
+        break;
+    case R_CANCEL:
+        rc = corral_gateway_cancel_response(oa->gw, arg, key, &rep);
         break;
     default: /* R_INPUT_ITEMS */
         rc = corral_gateway_input_items(oa->gw, arg, key, http_query(req, "limit"),

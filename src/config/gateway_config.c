@@ -28,6 +28,7 @@ struct gateway_config *gateway_config_new(void)
     c->exec_timeout_ms = DEFAULT_EXEC_TIMEOUT_MS;
     c->store_max = 10000;
     c->store_days = 30;
+    c->events_kept_ms = 10ull * 60 * 1000;
     c->container_expiry_ms = 20ull * 60 * 1000;
     c->container_memory_max = 4ull << 30;
     c->container_files_max = 1ull << 30;

@@ -49,6 +49,7 @@
  *     exec_timeout: 120                    # seconds per code call
  *     store_max_responses: 10000           # the newest kept; older ones are dropped
  *     store_days: 30                       # responses (and expired containers) older: dropped
+ *     events_kept: 10m                     # a response's events, for GET ?stream=true
  *     data_dir: /var/lib/corral/gateway    # containers' files, uploads, gateway.db
  *     container_expiry: 1200               # seconds a container lives unused (default)
  *     container_memory_max: 4g             # the most a container's memory_limit gets
@@ -172,6 +173,8 @@
  *   exec_timeout     seconds (or with a unit), from 1 s to 86400 s.
  *   store_max_responses  an integer from 1 to 100000000.
  *   store_days       an integer from 1 to 3650.
+ *   events_kept      a duration from 0 seconds to 24 hours (0: none kept once the
+ *                    response has ended).
  *   container_expiry seconds (or with a unit), from 1 s to 30 days.
  *   container_memory_max  one of 1g, 4g, 16g, 64g.
  *   container_files_max, key_files_max  a size ("512m", "1g", bytes), at least 1m.
@@ -274,6 +277,7 @@ struct gateway_config {
     uint64_t exec_timeout_ms;      /* gateway.exec_timeout, default 120 s */
     uint64_t store_max;            /* gateway.store_max_responses, default 10000 */
     uint64_t store_days;           /* gateway.store_days, default 30 */
+    uint64_t events_kept_ms;       /* gateway.events_kept, default 10 minutes */
 };
 
 /* The bytes of a container memory_limit ("1g", "4g", "16g", "64g"), or 0. */

@@ -904,7 +904,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
     int r = walk_expect_mapping(w, n, "gateway",
                                 "listen, store, data_dir, code_tool_name, max_agentic_loops, "
                                 "output_limit, exec_timeout, store_max_responses, store_days, "
-                                "container_expiry, container_memory_max, "
+                                "events_kept, container_expiry, container_memory_max, "
                                 "container_files_max, key_files_max",
                                 true);
     if (r <= 0)
@@ -917,6 +917,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                        "exec_timeout",
                                        "store_max_responses",
                                        "store_days",
+                                       "events_kept",
                                        "data_dir",
                                        "container_expiry",
                                        "container_memory_max",
@@ -931,6 +932,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         EXEC_TIMEOUT,
         STORE_MAX,
         STORE_DAYS,
+        EVENTS_KEPT,
         DATA_DIR,
         EXPIRY,
         MEMORY_MAX,
@@ -976,6 +978,9 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         return r;
     if (v[STORE_DAYS] &&
         (r = walk_uint(w, v[STORE_DAYS], WHAT(STORE_DAYS), 1, 3650, &gw->store_days)) < 0)
+        return r;
+    if (v[EVENTS_KEPT] && (r = walk_seconds(w, v[EVENTS_KEPT], WHAT(EVENTS_KEPT), 0, DAY_MS,
+                                            "from 0 seconds to 24 hours", &gw->events_kept_ms)) < 0)
         return r;
     if (v[DATA_DIR] &&
         (r = walk_string(w, v[DATA_DIR], WHAT(DATA_DIR), STR_REQUIRED, &gw->data_dir)) < 0)

@@ -1409,7 +1409,7 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
  * failure, which is also logged. */
 static int store_response(struct gw_call *c, struct corral_error *err)
 {
-    if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled)
+    if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || (c->cancelled && !c->background))
         return 0;
     json_t *r = NULL;
     if (c->out->body)
@@ -1463,6 +1463,8 @@ static void call_free(struct gw_call *c)
     json_decref(c->images);
 }
 
+static int start_background(struct gw_call *c);
+
 static int dispatch(struct gw_call *c, const char *body, size_t len)
 {
     json_error_t jerr;
@@ -1507,6 +1509,16 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     }
     json_t *store = json_object_get(c->req, "store");
     c->store = !json_is_false(store);
+    json_t *background = json_object_get(c->req, "background");
+    if (background && !json_is_boolean(background) && !json_is_null(background)) {
+        bad_request(c, "background", "invalid_type",
+                    "Invalid type for 'background': expected a boolean.");
+        return -EINVAL;
+    }
+    if (c->bg) { /* a background call: its client is the response's log */
+        c->background = true;
+        c->stream = true;
+    }
     json_t *include = json_object_get(c->req, "include");
     size_t i;
     json_t *x;
@@ -1539,7 +1551,7 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         }
         ours_prev = found == 0;
     }
-    if (!c->intercept && same_api && !ours_prev) {
+    if (!c->intercept && same_api && !ours_prev && !c->background) {
         json_decref(client_tools);
         proxy(c, body, len);
         return 0;
@@ -1550,6 +1562,13 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     int rc = setup_loop(c, client_tools);
     json_decref(client_tools);
     if (rc < 0)
+        return rc;
+    if (c->api == CORRAL_GATEWAY_RESPONSES && c->store && c->stream &&
+        !(c->live = gw_live_open(c->gw, c->resp_id, c->owner, c->background)) && c->background) {
+        gw_reply_error(c->out, 500, "server_error", NULL, NULL, "The gateway is out of memory.");
+        return -ENOMEM;
+    }
+    if (c->background && (rc = start_background(c)) < 0)
         return rc;
     run_loop(c);
     if (c->api == CORRAL_GATEWAY_RESPONSES && c->out->streamed && !c->cancelled) {
@@ -1575,12 +1594,9 @@ static void record_usage(struct gw_call *c)
     store_add_usage(c->gw->store, c->owner, day, 1, in, out, c->code_calls, &err);
 }
 
-static void store_streamed(struct gw_call *c)
+/* Stores the final object, rebuilt exactly as a stream's last event held it. */
+static void store_rebuilt(struct gw_call *c)
 {
-    if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled || !c->out->streamed ||
-        !c->output)
-        return;
-    /* rebuild the final object exactly as the stream's last event held it */
     bool was_stream = c->stream;
     c->stream = false;
     struct corral_gateway_reply tmp = {0};
@@ -1592,6 +1608,93 @@ static void store_streamed(struct gw_call *c)
     c->out = saved;
     c->stream = was_stream;
     corral_gateway_reply_free(&tmp);
+}
+
+static void store_streamed(struct gw_call *c)
+{
+    if (c->api != CORRAL_GATEWAY_RESPONSES || !c->store || c->cancelled || !c->out->streamed ||
+        !c->output)
+        return;
+    store_rebuilt(c);
+}
+
+/* ---- background responses ---- */
+
+/* Stores the response as it stands (queued or in_progress), and its log's
+ * snapshot: 0, or the store's failure. */
+static int store_now(struct gw_call *c, struct corral_error *err)
+{
+    json_t *now = gw_response_now(c);
+    gw_live_set_snapshot(c->gw, c->live, now);
+    char *response = json_dumps(now, JSON_COMPACT);
+    json_decref(now);
+    char *input = json_dumps(c->input_items, JSON_COMPACT);
+    char *context = json_dumps(c->items, JSON_COMPACT);
+    int rc = response && input && context
+                 ? store_put_response(c->gw->store, c->resp_id, c->owner, c->created_at, response,
+                                      input, context, err)
+                 : corral_fail(err, ENOMEM, "cannot store %s: out of memory", c->resp_id);
+    free(response);
+    free(input);
+    free(context);
+    return rc;
+}
+
+/* A background call is accepted: stored as queued (and noted, so that a
+ * restart can tell it did not finish), its creator answered; then it
+ * leaves the queue. A failure before that is the creator's answer. */
+static int start_background(struct gw_call *c)
+{
+    struct corral_error err;
+    c->phase = "queued";
+    int rc = gw_background_mark(c->gw, c->resp_id, c->owner, &err);
+    if (rc == 0 && (rc = store_now(c, &err)) < 0)
+        gw_background_unmark(c->gw, c->resp_id);
+    if (rc < 0) {
+        gw_reply_failure(c->out, &err);
+        return rc;
+    }
+    gw_bg_accept(c->bg, c->gw, c->live);
+    gw_emit_started(c);
+    gw_emit_in_progress(c);
+    if (store_now(c, &err) < 0) /* GET elsewhere says queued a little longer */
+        fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err.message);
+    return 0;
+}
+
+/* The end of a background call that did not end as a stream does: cancelled
+ * (POST /cancel), stopped (the gateway drains) or failed with an answer of
+ * its own; its final object is stored all the same. */
+static void finish_background(struct gw_call *c)
+{
+    if (!c->live || !c->started)
+        return;
+    bool rebuilt = false;
+    if (c->cancelled && gw_live_cancel_asked(c->gw, c->live)) {
+        c->status = "cancelled";
+        gw_emit_cancelled(c);
+        rebuilt = true;
+    } else if (c->cancelled || !c->out->streamed) {
+        json_t *body = c->out->body ? json_loads(c->out->body, 0, NULL) : NULL;
+        json_t *e = json_object_get(body, "error");
+        if (!c->error || strcmp(c->status, "failed")) {
+            json_decref(c->error);
+            c->error = json_pack("{s:s, s:s}", "code",
+                                 json_string_value(json_object_get(e, "code")) ?: "server_error",
+                                 "message",
+                                 json_string_value(json_object_get(e, "message"))
+                                     ?: "The response was stopped before it finished.");
+        }
+        json_decref(body);
+        c->status = "failed";
+        rebuilt = true;
+    }
+    if (rebuilt) {
+        free(c->out->body);
+        c->out->body = NULL;
+        store_rebuilt(c);
+    }
+    gw_background_unmark(c->gw, c->resp_id);
 }
 
 /* Stores a whole (not streamed) answer; one that could not be stored is
@@ -1607,23 +1710,33 @@ static void store_or_fail(struct gw_call *c)
     gw_reply_failure(c->out, &err);
 }
 
-/* corral_gateway_call with the key's settings already looked up (policy:
- * its gw_key_policy, copied; NULL: looked up here). */
-static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
-                   const char *key, const struct gw_key_policy *policy,
-                   const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
+bool gw_enter(corral_gateway *gw, struct corral_gateway_reply *out)
 {
-    memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&gw->lock);
     if (gw->stopping || __atomic_load_n(&gw->draining, __ATOMIC_ACQUIRE)) {
         pthread_mutex_unlock(&gw->lock);
         gw_reply_error(out, 503, "server_error", NULL, NULL, "The gateway is shutting down.");
-        return -ESHUTDOWN;
+        return false;
     }
     gw->calls++;
     pthread_mutex_unlock(&gw->lock);
+    return true;
+}
 
-    struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out, .max_tool_calls = -1};
+void gw_leave(corral_gateway *gw)
+{
+    pthread_mutex_lock(&gw->lock);
+    if (--gw->calls == 0)
+        pthread_cond_broadcast(&gw->idle);
+    pthread_mutex_unlock(&gw->lock);
+}
+
+int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
+                const char *key, const struct gw_key_policy *policy,
+                const struct corral_gateway_events *ev, struct corral_gateway_reply *out,
+                struct gw_bg *bg)
+{
+    struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out, .max_tool_calls = -1, .bg = bg};
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
     c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
@@ -1644,9 +1757,14 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
         else if (out->status == 200 && c.output)
             store_or_fail(&c);
     }
+    if (c.background)
+        finish_background(&c);
+    if (c.live)
+        gw_live_end(gw, c.live);
     /* the containers this call made live on only when its response was stored */
-    bool keep = c.api == CORRAL_GATEWAY_RESPONSES && c.store && !c.cancelled &&
-                (out->status == 200 || out->streamed);
+    bool keep =
+        c.api == CORRAL_GATEWAY_RESPONSES && c.store &&
+        ((!c.cancelled && (out->status == 200 || out->streamed)) || (c.background && c.started));
     if (c.container)
         gw_container_put(gw, c.container, c.container_new && !keep);
     if (c.cancelled) {
@@ -1655,11 +1773,22 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
             out->status = 499;
     }
     call_free(&c);
+    return rc;
+}
 
-    pthread_mutex_lock(&gw->lock);
-    if (--gw->calls == 0)
-        pthread_cond_broadcast(&gw->idle);
-    pthread_mutex_unlock(&gw->lock);
+/* corral_gateway_call with the key's settings already looked up (policy:
+ * its gw_key_policy, copied; NULL: looked up here). */
+static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
+                   const char *key, const struct gw_key_policy *policy,
+                   const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (api == CORRAL_GATEWAY_RESPONSES && gw_asks_background(body, len))
+        return gw_background_call(gw, body, len, key, policy, ev, out);
+    if (!gw_enter(gw, out))
+        return -ESHUTDOWN;
+    int rc = gw_run_call(gw, api, body, len, key, policy, ev, out, NULL);
+    gw_leave(gw);
     return rc;
 }
 

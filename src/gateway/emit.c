@@ -28,6 +28,8 @@ void gw_send(struct gw_call *c, const char *data, size_t len)
 {
     if (c->cancelled || !c->ev || !c->ev->on_bytes)
         return;
+    if (c->live)
+        gw_live_append(c->gw, c->live, data, len);
     if (c->ev->on_bytes(c->ev->userdata, data, len) != 0)
         c->cancelled = true;
 }
@@ -176,12 +178,12 @@ static json_t *response_object(struct gw_call *c, bool final)
     json_object_set_new(r, "id", json_string(c->resp_id));
     json_object_set_new(r, "object", json_string("response"));
     json_object_set_new(r, "created_at", json_integer(c->created_at));
-    const char *status = final ? c->status : "in_progress";
+    const char *status = final ? c->status : c->phase ? c->phase : "in_progress";
     json_object_set_new(r, "status", json_string(status));
     json_object_set_new(r, "completed_at",
                         final && !strcmp(status, "completed") ? json_integer((json_int_t)time(NULL))
                                                               : json_null());
-    json_object_set_new(r, "background", json_false());
+    json_object_set_new(r, "background", json_boolean(c->background));
     json_object_set_new(r, "error", final && c->error ? json_incref(c->error) : json_null());
     json_object_set_new(r, "incomplete_details",
                         final && c->incomplete_reason
@@ -225,8 +227,38 @@ void gw_emit_started(struct gw_call *c)
     }
     if (c->api == CORRAL_GATEWAY_RESPONSES) {
         event(c, "response.created", json_pack("{s:o}", "response", response_object(c, false)));
-        event(c, "response.in_progress", json_pack("{s:o}", "response", response_object(c, false)));
+        event(c, c->background ? "response.queued" : "response.in_progress",
+              json_pack("{s:o}", "response", response_object(c, false)));
     }
+}
+
+void gw_emit_in_progress(struct gw_call *c)
+{
+    c->phase = "in_progress";
+    event(c, "response.in_progress", json_pack("{s:o}", "response", response_object(c, false)));
+}
+
+json_t *gw_response_now(struct gw_call *c)
+{
+    return response_object(c, false);
+}
+
+void gw_emit_cancelled(struct gw_call *c)
+{
+    if (!c->live)
+        return;
+    json_t *e = json_pack("{s:s, s:I, s:s, s:s, s:n}", "type", "error", "sequence_number",
+                          (json_int_t)c->seq++, "code", "response_cancelled", "message",
+                          "The response was cancelled.", "param");
+    char *text = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    if (!text)
+        return;
+    struct strbuf b = {0};
+    strbuf_printf(&b, "event: error\ndata: %s\n\n", text);
+    free(text);
+    gw_live_append(c->gw, c->live, strbuf_str(&b), b.len);
+    strbuf_free(&b);
 }
 
 /* ---- items ---- */

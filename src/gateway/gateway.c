@@ -94,6 +94,7 @@ static void *watch_thread(void *arg)
         if (++ticks % 10 == 0) { /* every second: containers whose lifetime ended */
             pthread_mutex_unlock(&gw->lock);
             gw_containers_expire(gw);
+            gw_live_expire(gw);
             if (ticks % 50 == 0)
                 prune_store(gw);
             pthread_mutex_lock(&gw->lock);
@@ -181,6 +182,8 @@ int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state
     pthread_mutex_init(&gw->quota_lock, NULL);
     pthread_cond_init(&gw->idle, NULL);
     pthread_cond_init(&gw->tick, NULL);
+    pthread_mutex_init(&gw->live_lock, NULL);
+    pthread_cond_init(&gw->live_cond, NULL);
     if (state_dir && !(gw->state_dir = strdup(state_dir))) {
         corral_gateway_free(gw);
         return corral_fail(err, ENOMEM, "out of memory");
@@ -191,6 +194,7 @@ int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state
         return rc;
     }
     gw_containers_load(gw);
+    gw_background_recover(gw);
     if (pthread_create(&gw->monitor, NULL, watch_thread, gw) != 0) {
         corral_gateway_free(gw);
         return corral_fail(err, EAGAIN, "cannot start the gateway's watch thread");
@@ -264,6 +268,7 @@ void corral_gateway_free(corral_gateway *gw)
     if (gw->monitor_started)
         pthread_join(gw->monitor, NULL);
     gw_containers_free(gw);
+    gw_live_free_all(gw);
     gw_keys_free(gw);
     store_close(gw->store);
     if (gw->data_dir_temp)
@@ -275,6 +280,8 @@ void corral_gateway_free(corral_gateway *gw)
     pthread_cond_destroy(&gw->tick);
     pthread_mutex_destroy(&gw->lock);
     pthread_mutex_destroy(&gw->quota_lock);
+    pthread_cond_destroy(&gw->live_cond);
+    pthread_mutex_destroy(&gw->live_lock);
     free(gw->state_dir);
     free(gw);
 }
@@ -325,21 +332,157 @@ static int stored_failure(struct corral_gateway_reply *out, const char *id, int 
     return rc < 0;
 }
 
+/* The response `id` as it stands: a running one's log snapshot here, else
+ * the stored object. 1 when *response is set; else the answer is in out
+ * (0 or the store's failure). */
+static int response_text(corral_gateway *gw, const char *id, const char *owner, char **response,
+                         struct corral_gateway_reply *out)
+{
+    struct gw_live *l = gw_live_find(gw, id, owner);
+    *response = NULL;
+    if (l && gw_live_state(gw, l) != GW_LIVE_DONE)
+        *response = gw_live_snapshot(gw, l);
+    gw_live_put(gw, l);
+    if (*response)
+        return 1;
+    struct corral_error err;
+    int rc = store_get_response(gw->store, id, owner, response, NULL, NULL, &err);
+    if (stored_failure(out, id, rc, &err))
+        return rc == -ENOENT ? 0 : rc;
+    return 1;
+}
+
+static void reply_text(struct corral_gateway_reply *out, char *json_text)
+{
+    out->status = 200;
+    out->body = json_text;
+    out->body_len = strlen(json_text);
+    out->content_type = strdup("application/json");
+}
+
 int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,
                                 struct corral_gateway_reply *out)
+{
+    return corral_gateway_retrieve_response(gw, id, key, NULL, NULL, out);
+}
+
+/* starting_after: absent (-1), or a sequence number; -EINVAL answered. */
+static int take_after(const char *text, long long *after, struct corral_gateway_reply *out)
+{
+    *after = -1;
+    if (!text)
+        return 0;
+    uint64_t n;
+    struct corral_error err;
+    if (corral_parse_uint(text, 0, INT64_MAX, &n, &err) < 0) {
+        gw_reply_error(out, 400, "invalid_request_error", "starting_after", "invalid_type",
+                       "Invalid 'starting_after': expected a sequence number (an integer from "
+                       "0), got '%.40s'.",
+                       text);
+        return -EINVAL;
+    }
+    *after = (long long)n;
+    return 0;
+}
+
+/* GET ...?stream=true: the response's events, replayed and followed. */
+static int stream_response(corral_gateway *gw, const char *id, const char *owner,
+                           const char *starting_after, const struct corral_gateway_events *ev,
+                           struct corral_gateway_reply *out)
+{
+    long long after;
+    if (take_after(starting_after, &after, out) < 0)
+        return 0;
+    if (!ev || !ev->on_bytes) {
+        gw_reply_error(out, 400, "invalid_request_error", "stream", "unsupported_value",
+                       "Streaming needs an event callback in this embedding.");
+        return 0;
+    }
+    struct gw_live *l = gw_live_find(gw, id, owner);
+    if (!l) {
+        char *response = NULL;
+        int rc = response_text(gw, id, owner, &response, out);
+        if (rc <= 0)
+            return rc;
+        free(response);
+        gw_reply_error(out, 400, "invalid_request_error", "stream", "events_not_kept",
+                       "Response '%s' has no events to stream: they are kept for responses "
+                       "created with stream or background, while they run and for %llu s "
+                       "after (gateway.events_kept). Retrieve it without stream.",
+                       id, (unsigned long long)(gw->cfg->events_kept_ms / 1000));
+        return 0;
+    }
+    if (!gw_enter(gw, out)) {
+        gw_live_put(gw, l);
+        return -ESHUTDOWN;
+    }
+    int rc = gw_live_follow(gw, l, after, ev);
+    gw_leave(gw);
+    gw_live_put(gw, l);
+    out->streamed = true;
+    out->status = 200;
+    return rc == -ECANCELED ? 0 : rc;
+}
+
+int corral_gateway_retrieve_response(corral_gateway *gw, const char *id, const char *key,
+                                     const struct corral_gateway_retrieve *q,
+                                     const struct corral_gateway_events *ev,
+                                     struct corral_gateway_reply *out)
 {
     reply_init(out);
     char owner[80];
     gw_owner_of(key, owner, sizeof(owner));
+    if (q && q->stream)
+        return stream_response(gw, id, owner, q->starting_after, ev, out);
+    if (q && q->starting_after) {
+        long long after;
+        if (take_after(q->starting_after, &after, out) < 0)
+            return 0;
+    }
     char *response = NULL;
-    struct corral_error err;
-    int rc = store_get_response(gw->store, id, owner, &response, NULL, NULL, &err);
-    if (stored_failure(out, id, rc, &err))
-        return rc == -ENOENT ? 0 : rc;
-    out->status = 200;
-    out->body = response;
-    out->body_len = strlen(response);
-    out->content_type = strdup("application/json");
+    int rc = response_text(gw, id, owner, &response, out);
+    if (rc <= 0)
+        return rc;
+    reply_text(out, response);
+    return 0;
+}
+
+int corral_gateway_cancel_response(corral_gateway *gw, const char *id, const char *key,
+                                   struct corral_gateway_reply *out)
+{
+    reply_init(out);
+    char owner[80];
+    gw_owner_of(key, owner, sizeof(owner));
+    struct gw_live *l = gw_live_find(gw, id, owner);
+    if (l && gw_live_background(l) && gw_live_state(gw, l) != GW_LIVE_DONE) {
+        gw_live_cancel(gw, l);
+        gw_live_wait_done(gw, l); /* the run ends at its next look, its code killed */
+    }
+    gw_live_put(gw, l);
+    char *response = NULL;
+    int rc = response_text(gw, id, owner, &response, out);
+    if (rc <= 0)
+        return rc;
+    json_t *r = json_loads(response, 0, NULL);
+    const char *status = json_string_value(json_object_get(r, "status"));
+    bool background = json_is_true(json_object_get(r, "background"));
+    bool running = status && (!strcmp(status, "queued") || !strcmp(status, "in_progress"));
+    json_decref(r);
+    if (!background) {
+        free(response);
+        gw_reply_error(out, 400, "invalid_request_error", NULL, NULL,
+                       "Cannot cancel a synchronous response.");
+        return 0;
+    }
+    if (running) { /* stored as running, run by another gateway of the same store */
+        free(response);
+        gw_reply_error(out, 400, "invalid_request_error", NULL, "response_elsewhere",
+                       "Response '%s' runs on another gateway sharing this store; only that "
+                       "gateway can cancel it.",
+                       id);
+        return 0;
+    }
+    reply_text(out, response); /* ended: cancelled now or before, or finished */
     return 0;
 }
 

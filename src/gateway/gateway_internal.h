@@ -115,7 +115,56 @@ struct corral_gateway {
     pthread_t monitor;
     bool monitor_started, stopping;
     int draining; /* atomic: corral_gateway_drain() ends the calls in progress */
+    /* live.c: the events of responses (live_lock over them) */
+    pthread_mutex_t live_lock;
+    pthread_cond_t live_cond; /* an event, or a response's end */
+    struct gw_live *live;
+    size_t live_bytes;
 };
+
+/* ---- the events of responses (live.c) ----
+ *
+ * A streamed or background Responses call keeps its events (the framed
+ * text sent, at the index of its sequence number) in a log that readers
+ * follow; a log is held (retain/put) by whoever reads it, the call's own
+ * reference going with gw_live_end. */
+struct gw_live;
+enum { GW_LIVE_RUNNING, GW_LIVE_CANCELLING, GW_LIVE_DONE };
+/* A new log (NULL when out of memory), held once for the call. */
+struct gw_live *gw_live_open(corral_gateway *gw, const char *id, const char *owner,
+                             bool background);
+/* One framed event, as sent (comments are dropped). */
+void gw_live_append(corral_gateway *gw, struct gw_live *l, const char *data, size_t len);
+size_t gw_live_count(corral_gateway *gw, struct gw_live *l);
+/* The Response as it stands, for GET while it runs (set: a copy is kept). */
+void gw_live_set_snapshot(corral_gateway *gw, struct gw_live *l, json_t *response);
+char *gw_live_snapshot(corral_gateway *gw, struct gw_live *l); /* malloc'ed, or NULL */
+/* No more events; drops the call's reference. */
+void gw_live_end(corral_gateway *gw, struct gw_live *l);
+/* The log of `owner`'s response `id`, held; NULL when none is kept. */
+struct gw_live *gw_live_find(corral_gateway *gw, const char *id, const char *owner);
+void gw_live_retain(corral_gateway *gw, struct gw_live *l);
+void gw_live_put(corral_gateway *gw, struct gw_live *l);
+bool gw_live_background(const struct gw_live *l);
+int gw_live_state(corral_gateway *gw, struct gw_live *l); /* GW_LIVE_... */
+/* POST /cancel: the call's `cancelled` turns true. */
+void gw_live_cancel(corral_gateway *gw, struct gw_live *l);
+bool gw_live_cancel_asked(corral_gateway *gw, struct gw_live *l);
+void gw_live_wait_done(corral_gateway *gw, struct gw_live *l);
+/* Sends the events after sequence number `after` (-1: from the first) to
+ * ev (on_stream_start first), then each one as it comes, until the
+ * response ends: 0, or -ECANCELED when ev's client went away. */
+int gw_live_follow(corral_gateway *gw, struct gw_live *l, long long after,
+                   const struct corral_gateway_events *ev);
+/* Drops ended logs past gateway.events_kept (the watch thread). */
+void gw_live_expire(corral_gateway *gw);
+void gw_live_free_all(corral_gateway *gw);
+/* A background response's marker in data_dir while it runs; at start, the
+ * responses of markers left behind are marked failed. */
+int gw_background_mark(corral_gateway *gw, const char *id, const char *owner,
+                       struct corral_error *err);
+void gw_background_unmark(corral_gateway *gw, const char *id);
+void gw_background_recover(corral_gateway *gw);
 
 /* A new container for `owner` (no sandbox yet), retained once. */
 int gw_container_create(corral_gateway *gw, const struct gateway_sandbox_tool *tool,
@@ -259,6 +308,7 @@ void gw_reply_failure(struct corral_gateway_reply *out, const struct corral_erro
 void gw_reply_store_down(struct corral_gateway_reply *out, int rc);
 
 struct gw_codeargs;
+struct gw_bg;
 
 /* ---- one request ---- */
 
@@ -362,7 +412,35 @@ struct gw_call {
      * waits to run, the events of later items are held ({type, payload}). */
     json_t *held;
     json_t *open_code; /* output indexes of code calls not done yet, in order */
+    /* Responses kept as events (streamed, or background): their log. A
+     * background call runs on a thread of its own (bg), its client being
+     * the log; `phase` is its status until the end (queued, in_progress). */
+    struct gw_live *live;
+    struct gw_bg *bg;
+    bool background;
+    const char *phase;
 };
+
+/* ---- calls (call.c, background.c) ---- */
+
+/* A call counts while it runs (corral_gateway_free waits for none): false,
+ * with the 503 in out, once the gateway stops or drains. */
+bool gw_enter(corral_gateway *gw, struct corral_gateway_reply *out);
+void gw_leave(corral_gateway *gw);
+/* One call, counted by its caller; bg: the background run it is, or NULL. */
+int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *body, size_t len,
+                const char *key, const struct gw_key_policy *policy,
+                const struct corral_gateway_events *ev, struct corral_gateway_reply *out,
+                struct gw_bg *bg);
+/* Whether a Responses body asks for background: true. */
+bool gw_asks_background(const char *body, size_t len);
+/* A background call: its run on a thread of its own; the creator gets the
+ * queued Response, or (stream: true) follows its events. */
+int gw_background_call(corral_gateway *gw, const char *body, size_t len, const char *key,
+                       const struct gw_key_policy *policy, const struct corral_gateway_events *ev,
+                       struct corral_gateway_reply *out);
+/* The run is accepted (stored, queued): its creator is answered, l held for it. */
+void gw_bg_accept(struct gw_bg *bg, corral_gateway *gw, struct gw_live *l);
 
 /* ---- what a call runs against (resources.c) ---- */
 
@@ -383,6 +461,13 @@ void gw_send(struct gw_call *c, const char *data, size_t len);
  * 20 ms), or the gateway drains (the client is then told why). */
 bool gw_call_cancelled(struct gw_call *c);
 void gw_emit_started(struct gw_call *c);
+/* A background response leaves the queue. */
+void gw_emit_in_progress(struct gw_call *c);
+/* The Response as it stands (not final), for a log's snapshot. */
+json_t *gw_response_now(struct gw_call *c);
+/* The last event of a background response's log when it was cancelled
+ * (the client that cancelled it is gone from the call by then). */
+void gw_emit_cancelled(struct gw_call *c);
 void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_t len);
 struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
                                         const char *call_id, const char *name, bool custom);

@@ -107,7 +107,8 @@ export function expectedUsage(rounds) {
   };
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// (unref: a scripted delay that outlives its test does not keep the test process alive)
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 
 function splitChunks(text, size) {

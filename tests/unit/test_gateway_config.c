@@ -141,6 +141,7 @@ static void parses_a_full_litellm_config(void **state)
                  "  exec_timeout: 30\n"
                  "  store_max_responses: 500\n"
                  "  store_days: 7\n"
+                 "  events_kept: 90s\n"
                  "  data_dir: /srv/gw\n"
                  "  container_expiry: 90\n"
                  "  container_memory_max: 16g\n"
@@ -221,6 +222,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->exec_timeout_ms, 30000);
     assert_int_equal(gw->store_max, 500);
     assert_int_equal(gw->store_days, 7);
+    assert_int_equal(gw->events_kept_ms, 90000);
     assert_string_equal(gw->data_dir, "/srv/gw");
     assert_int_equal(gw->container_expiry_ms, 90000);
     assert_int_equal(gw->container_memory_max, 16ull << 30);
@@ -247,6 +249,7 @@ static void defaults(void **state)
     assert_int_equal(c->exec_timeout_ms, 120000);
     assert_int_equal(c->store_max, 10000);
     assert_int_equal(c->store_days, 30);
+    assert_int_equal(c->events_kept_ms, 10 * 60 * 1000);
     assert_null(c->data_dir);
     assert_int_equal(c->container_expiry_ms, 20 * 60 * 1000);
     assert_int_equal(c->container_memory_max, 4ull << 30);
@@ -598,14 +601,17 @@ static void refuses_bad_values(void **state)
         "gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
         "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days, data_dir, container_expiry, container_memory_max, container_files_max, "
-        "key_files_max)");
+        "store_days, events_kept, data_dir, container_expiry, container_memory_max, "
+        "container_files_max, key_files_max)");
     expect_error("gateway:\n  container_memory_max: 2g\n",
                  "gw.yaml:2:25: gateway.container_memory_max: one of 1g, 4g, 16g and 64g");
     expect_error("gateway:\n  container_files_max: 1000k\n",
                  "gw.yaml:2:24: gateway.container_files_max: '1000k' is below the minimum of 1m");
     expect_error("gateway:\n  key_files_max: lots\n",
                  "gw.yaml:2:18: gateway.key_files_max: invalid size 'lots'");
+    expect_error("gateway:\n  events_kept: 25h\n",
+                 "gw.yaml:2:16: gateway.events_kept: '25h' is out of range (expected from 0 "
+                 "seconds to 24 hours)");
     expect_error("gateway:\n  container_expiry: 0\n",
                  "gw.yaml:2:21: gateway.container_expiry: '0' is out of range (expected from 1 "
                  "second to 30 days)");
@@ -617,8 +623,8 @@ static void refuses_bad_values(void **state)
         "gateway: [listen]\n",
         "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, data_dir, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days, container_expiry, container_memory_max, container_files_max, "
-        "key_files_max), not a list");
+        "store_days, events_kept, container_expiry, container_memory_max, "
+        "container_files_max, key_files_max), not a list");
     expect_error("gateway:\n  max_agentic_loops: 0\n",
                  "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
                  "integer from 1 to 100)");
