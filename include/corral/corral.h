@@ -218,7 +218,7 @@ bool corral_sandbox_paused(corral_sandbox *sb);
 struct corral_sandbox_usage {
     uint64_t at_ms;     /* wall clock of the sample */
     uint64_t cpu_ns;    /* CPU time used since it started */
-    double cpu_pct;     /* of its CPU limit, since the previous sample (or its start) */
+    double cpu_pct;     /* of its CPU limit (0 to 100), since the previous sample (or its start) */
     uint64_t mem_used;  /* bytes charged to it, page cache included */
     uint64_t mem_cache; /* of which page cache */
     uint64_t mem_limit; /* its memory limit */

@@ -591,6 +591,11 @@ int corral_sandbox_usage(corral_sandbox *sb, struct corral_sandbox_usage *out,
         if (now > since && u.cpu_ns >= base)
             out->cpu_pct = (double)(u.cpu_ns - base) / 1e6 / (double)(now - since) * 100.0 /
                            ((double)sb->limits.millicpus / 1000.0);
+        /* The quota holds over its 100 ms periods: a window that does not
+         * line up with them (a sample soon after the last, or the start's
+         * burst) can show more than the limit, which no sandbox gets. */
+        if (out->cpu_pct > 100.0)
+            out->cpu_pct = 100.0;
         sb->usage_cpu_ns = u.cpu_ns;
         sb->usage_at_ms = now;
         out->mem_used = u.mem_used;
