@@ -109,9 +109,10 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
                         size_t len, const char *key, const struct corral_gateway_events *ev,
                         struct corral_gateway_reply *out);
 
-/* The Containers and Files APIs (/v1/containers..., /v1/files...): one
- * request. `path` is what follows "/v1/" ("files", "files/ID/content",
- * "containers/ID/files"...). A file upload (multipart) comes as file_name,
+/* The Containers, Files and Conversations APIs (/v1/containers...,
+ * /v1/files..., /v1/conversations...): one request. `path` is what follows
+ * "/v1/" ("files", "files/ID/content", "containers/ID/files",
+ * "conversations/ID/items"...). A file upload (multipart) comes as file_name,
  * file_data and file_len with has_file set (and `purpose`); other bodies as
  * JSON in json/json_len. List parameters are the query's, NULL when absent.
  * A file's content comes back as the reply's body with its content_type
@@ -180,7 +181,8 @@ int corral_gateway_call_as(corral_gateway *gw, enum corral_gateway_api api, cons
  * stands (status queued or in_progress). */
 int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *key,
                                 struct corral_gateway_reply *out);
-/* GET /v1/responses/{id} with its query. stream: the response's events
+/* GET /v1/responses/{id} with its query: the code calls' outputs when
+ * include asks for them (stored whatever the request's include was). stream: the response's events
  * (those of a streamed or background response, kept while it runs and for
  * gateway.events_kept after) go to ev as corral_gateway_call's would: those
  * after the sequence number starting_after (NULL: from the first), then
@@ -188,6 +190,7 @@ int corral_gateway_get_response(corral_gateway *gw, const char *id, const char *
 struct corral_gateway_retrieve {
     bool stream;
     const char *starting_after; /* the query's text, checked; NULL: none */
+    bool include_code_outputs;  /* include=code_interpreter_call.outputs: else they are null */
 };
 int corral_gateway_retrieve_response(corral_gateway *gw, const char *id, const char *key,
                                      const struct corral_gateway_retrieve *q,

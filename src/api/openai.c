@@ -420,6 +420,15 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     return job_launch(oa, j, req, rid);
 }
 
+/* include=, include[]= or include[N]= (as the SDKs write arrays). */
+static void take_include(void *arg, const char *key, const char *value)
+{
+    struct corral_gateway_retrieve *q = arg;
+    if (!strncmp(key, "include", 7) && (!key[7] || key[7] == '[') &&
+        !strcmp(value, "code_interpreter_call.outputs"))
+        q->include_code_outputs = true;
+}
+
 /* GET /responses/{id}: whole, or (stream=true) its events on a worker. */
 static struct http_response *retrieve(struct openai *oa, const struct http_request *req,
                                       const char *id, const char *key, char *rid)
@@ -440,6 +449,7 @@ static struct http_response *retrieve(struct openai *oa, const struct http_reque
         return job_launch(oa, j, req, rid);
     }
     struct corral_gateway_retrieve q = {.starting_after = after};
+    http_query_each(req, take_include, &q);
     struct corral_gateway_reply rep = {0};
     int rc = corral_gateway_retrieve_response(oa->gw, id, key, &q, NULL, &rep);
     struct http_response *resp = reply_response(&rep, rc, rid);
@@ -678,7 +688,9 @@ static enum route find_route(const char *path, char *buf, size_t len, const char
         return R_ADMIN;
     }
     strip(&path, "/v1");
-    if (!*deployment && (!strncmp(path, "/containers", 11) || !strncmp(path, "/files", 6)) &&
+    if (!*deployment &&
+        (!strncmp(path, "/containers", 11) || !strncmp(path, "/files", 6) ||
+         !strncmp(path, "/conversations", 14)) &&
         strlen(path) < len) {
         snprintf(buf, len, "%s", path + 1);
         *arg = buf;

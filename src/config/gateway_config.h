@@ -101,7 +101,9 @@
  *     upstream_api   chat_completions | responses.
  *     sandbox_tool   the name of a sandbox_tools entry, or "local" (below).
  *     anything else (rpm, tpm, stream_timeout, extra_headers...) is ignored.
- *   anything else (model_info...) is ignored.
+ *   model_info.supports_vision (a boolean, LiteLLM's): the images the code
+ *   displays go back to the model with the call's output; the rest of
+ *   model_info, and anything else, is ignored.
  *
  * sandbox_tools      a list (null or [] = none). An entry is a mapping:
  *   sandbox_tool_name  required, not empty, each name once.
@@ -217,6 +219,8 @@ struct gateway_model {
     unsigned max_agentic_loops;    /* 0 = the gateway's default */
     uint64_t timeout_ms;           /* 0 = 600 s */
     char *sandbox_tool;            /* NULL = the default sandbox tool */
+    bool supports_vision;          /* model_info.supports_vision: images the code displays go
+                                      back to the model */
 };
 
 struct gateway_sandbox_tool {

@@ -358,6 +358,14 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
             return r;
     }
 #undef WHAT
+    const yaml_node_t *info = walk_value_of(w, n, "model_info");
+    const yaml_node_t *vision = info ? walk_value_of(w, info, "supports_vision") : NULL;
+    if (vision && walk_given(vision)) {
+        walk_key_path(what, sizeof(what), path, "model_info", 0);
+        walk_key_path(params_path, KEY_PATH_MAX, what, "supports_vision", 0);
+        if ((r = walk_bool(w, vision, params_path, &m->supports_vision)) < 0)
+            return r;
+    }
     return 0;
 }
 

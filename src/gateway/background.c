@@ -117,12 +117,14 @@ static void *bg_main(void *arg)
 }
 
 /* The creator's answer once the run is accepted: the Response as it was
- * accepted (queued), or its events followed. */
+ * accepted (queued), or its events followed. Drops the creator's hold on l
+ * (before the gateway may be freed). */
 static int answer_creator(corral_gateway *gw, struct gw_live *l, const char *accepted_as,
                           bool stream, const struct corral_gateway_events *ev,
                           struct corral_gateway_reply *out)
 {
     if (!stream) {
+        gw_live_put(gw, l);
         json_t *r = accepted_as ? json_loads(accepted_as, 0, NULL) : NULL;
         if (!r) {
             gw_reply_error(out, 500, "server_error", NULL, NULL, "The gateway is out of memory.");
@@ -131,9 +133,12 @@ static int answer_creator(corral_gateway *gw, struct gw_live *l, const char *acc
         gw_reply_json(out, 200, r);
         return 0;
     }
-    if (!gw_enter(gw, out))
+    if (!gw_enter(gw, out)) {
+        gw_live_put(gw, l);
         return -ESHUTDOWN;
+    }
     gw_live_follow(gw, l, -1, ev); /* a creator that goes away leaves the run alone */
+    gw_live_put(gw, l);
     gw_leave(gw);
     out->streamed = true;
     out->status = 200;
@@ -212,6 +217,5 @@ int gw_background_call(corral_gateway *gw, const char *body, size_t len, const c
         return rc;
     rc = answer_creator(gw, l, accepted_as, stream, ev, out);
     free(accepted_as);
-    gw_live_put(gw, l);
     return rc;
 }

@@ -11,6 +11,7 @@
  *   - Responses are stored for previous_response_id and GET.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,6 +532,74 @@ static bool client_gone(void *u)
            (c->ev && c->ev->cancelled && c->ev->cancelled(c->ev->userdata));
 }
 
+/* The images a vision model sees of a call (base64 PNG), bounded: the
+ * first GW_VISION_IMAGES of them, each of at most GW_VISION_IMAGE_BYTES. */
+static void keep_images_for_model(struct gw_tool_call *tc, json_t *images)
+{
+    size_t i;
+    json_t *png;
+    json_array_foreach(images, i, png)
+    {
+        if (json_array_size(tc->images) >= GW_VISION_IMAGES)
+            break;
+        if (!json_is_string(png) || json_string_length(png) > GW_VISION_IMAGE_BYTES / 3 * 4)
+            continue;
+        if (!tc->images)
+            tc->images = json_array();
+        json_array_append(tc->images, png);
+    }
+}
+
+/* A call's output as a vision model reads it: the text, then its images
+ * (Responses' function_call_output with content parts). */
+static json_t *output_with_images(const char *text, json_t *images)
+{
+    json_t *parts = json_pack("[{s:s, s:s}]", "type", "input_text", "text", text);
+    size_t i;
+    json_t *png;
+    json_array_foreach(images, i, png)
+    {
+        struct strbuf url = {0};
+        strbuf_printf(&url, "data:image/png;base64,%s", json_string_value(png));
+        json_array_append_new(parts, json_pack("{s:s, s:s, s:s}", "type", "input_image",
+                                               "image_url", strbuf_str(&url), "detail", "auto"));
+        strbuf_free(&url);
+    }
+    return parts;
+}
+
+/* A Chat upstream's tool messages carry text only: the images of the
+ * turn's calls follow in one user message, each after a line naming its
+ * call. NULL when there are none. */
+static json_t *images_message(struct gw_turn *t)
+{
+    json_t *content = json_array();
+    for (size_t k = 0; k < t->n_calls; k++) {
+        if (!json_array_size(t->calls[k].images))
+            continue;
+        struct strbuf line = {0};
+        strbuf_printf(&line, "The images that the code of call %s displayed:", t->calls[k].call_id);
+        json_array_append_new(content,
+                              json_pack("{s:s, s:s}", "type", "text", "text", strbuf_str(&line)));
+        strbuf_free(&line);
+        size_t i;
+        json_t *png;
+        json_array_foreach(t->calls[k].images, i, png)
+        {
+            struct strbuf url = {0};
+            strbuf_printf(&url, "data:image/png;base64,%s", json_string_value(png));
+            json_array_append_new(content, json_pack("{s:s, s:{s:s}}", "type", "image_url",
+                                                     "image_url", "url", strbuf_str(&url)));
+            strbuf_free(&url);
+        }
+    }
+    if (!json_array_size(content)) {
+        json_decref(content);
+        return NULL;
+    }
+    return json_pack("{s:s, s:o}", "role", "user", "content", content);
+}
+
 /* Runs one code call; returns the text the model reads (malloc'ed). */
 static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
 {
@@ -607,6 +676,8 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     }
     gw_emit_code_done(c, tc, "completed", item_outputs(&o));
     char *text = tool_result(&o, limit);
+    if (c->model->supports_vision)
+        keep_images_for_model(tc, o.images);
     provider_output_free(&o);
     if (restarted && text) {
         /* The model reads why names it defined earlier are gone. */
@@ -685,10 +756,27 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
             json_array_append_new(add,
                                   json_pack("{s:s, s:s, s:s}", "type", "function_call_output",
                                             "call_id", t->calls[k].call_id, "output", results[k]));
-    if (c->items)
+    if (c->items) /* what is stored: the text (the images are the container's files) */
         json_array_extend(c->items, add);
     if (c->model->api == GATEWAY_API_RESPONSES) {
+        size_t n = json_array_size(c->conv);
         json_array_extend(c->conv, add);
+        for (size_t k = 0; k < t->n_calls; k++) { /* a vision model sees the images */
+            if (!results[k] || !json_array_size(t->calls[k].images))
+                continue;
+            for (size_t j = n; j < json_array_size(c->conv); j++) {
+                json_t *o = json_array_get(c->conv, j);
+                const char *type = json_string_value(json_object_get(o, "type"));
+                const char *id = json_string_value(json_object_get(o, "call_id"));
+                if (type && !strcmp(type, "function_call_output") && id &&
+                    !strcmp(id, t->calls[k].call_id)) {
+                    json_t *copy = json_copy(o);
+                    json_object_set_new(copy, "output",
+                                        output_with_images(results[k], t->calls[k].images));
+                    json_array_set_new(c->conv, j, copy);
+                }
+            }
+        }
     } else {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
                                 t->text.len ? json_string(text) : json_null());
@@ -713,6 +801,9 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
                 json_array_append_new(c->conv,
                                       json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id",
                                                 t->calls[k].call_id, "content", results[k]));
+        json_t *images = images_message(t);
+        if (images)
+            json_array_append_new(c->conv, images);
     }
     json_decref(add);
 }
@@ -746,9 +837,36 @@ static void add_usage(struct gw_call *c, struct gw_turn *t)
 }
 
 /* The loop; on return the answer is made (c->out, or the stream's end). */
+/* The output tokens left of the response's budget (max_output_tokens,
+ * max_completion_tokens or max_tokens: one budget for all its turns);
+ * LLONG_MAX without one. */
+long long gw_tokens_left(const struct gw_call *c)
+{
+    if (c->token_budget < 0)
+        return LLONG_MAX;
+    long long used = (long long)json_integer_value(json_object_get(c->usage, "output_tokens"));
+    return c->token_budget - used;
+}
+
+/* Whether the budget leaves no turn: nothing left, or less than a Responses
+ * upstream takes (16). */
+static bool budget_spent(const struct gw_call *c)
+{
+    long long left = gw_tokens_left(c);
+    return left <= 0 || (c->model->api != GATEWAY_API_CHAT && left < 16);
+}
+
 static void run_loop(struct gw_call *c)
 {
-    for (;;) {
+    for (bool first = true;; first = false) {
+        if (!first && budget_spent(c)) { /* the answer would be cut: incomplete, as OpenAI's */
+            c->status = "incomplete";
+            c->incomplete_reason = "max_output_tokens";
+            free(c->finish_reason);
+            c->finish_reason = strdup("length");
+            gw_emit_finish(c);
+            return;
+        }
         struct gw_turn t = {0};
         int rc = gw_turn_run(c, &t);
         if (rc < 0) {
@@ -775,8 +893,13 @@ static void run_loop(struct gw_call *c)
             return;
         }
         for (size_t i = 0; i < t.n_calls && !c->cancelled; i++)
-            if (t.calls[i].is_code)
+            if (t.calls[i].is_code) {
                 results[i] = spent(c) ? not_run(c, &t.calls[i]) : run_code(c, &t.calls[i]);
+                json_t *item_id = json_object_get(t.calls[i].item, "id");
+                if (c->model_read && json_is_string(item_id) && results[i])
+                    json_object_set_new(c->model_read, json_string_value(item_id),
+                                        json_string(results[i]));
+            }
         if (n_code)
             c->loops++;
         if (c->cancelled) {
@@ -1124,9 +1247,11 @@ static void flatten_text(json_t *msg)
     strbuf_free(&b);
 }
 
-/* The conversation items sent upstream for the input items: replayed
- * code_interpreter_call items become a call of the code tool and its output. */
-static json_t *conversation_items(struct gw_call *c, json_t *items)
+/* The conversation items sent upstream for the input items (stored: the
+ * items of a conversation): replayed code_interpreter_call items become a
+ * call of the code tool and its output (what the model read of it, when
+ * the conversation kept that). */
+static json_t *conversation_items(struct gw_call *c, json_t *items, bool stored)
 {
     json_t *conv = json_array();
     size_t i;
@@ -1157,20 +1282,25 @@ static json_t *conversation_items(struct gw_call *c, json_t *items)
             json_array_append_new(conv, json_pack("{s:s, s:s, s:s, s:s}", "type", "function_call",
                                                   "call_id", id ? id : "ci", "name", c->tool_name,
                                                   "arguments", a ? a : "{}"));
+            const char *read = json_string_value(json_object_get(it, "_model_read"));
             json_array_append_new(conv, json_pack("{s:s, s:s, s:s}", "type", "function_call_output",
                                                   "call_id", id ? id : "ci", "output",
-                                                  logs.len ? strbuf_str(&logs) : "(no output)"));
+                                                  read       ? read
+                                                  : logs.len ? strbuf_str(&logs)
+                                                             : "(no output)"));
             free(a);
             strbuf_free(&logs);
             continue;
         }
-        json_t *copy = json_deep_copy(it);
-        json_t *given = json_array_get(json_object_get(c->req, "input"), i);
+        json_t *copy = stored ? gw_item_public(it) : json_deep_copy(it);
+        json_t *given = stored ? NULL : json_array_get(json_object_get(c->req, "input"), i);
         if (type && !strcmp(type, "message")) { /* the id is ours, not the upstream's */
             json_object_del(copy, "id");
             flatten_text(copy);
         }
-        if (!json_object_get(given, "id") || (type && !strcmp(type, "function_call_output")))
+        if (stored
+                ? !type || strcmp(type, "reasoning")
+                : !json_object_get(given, "id") || (type && !strcmp(type, "function_call_output")))
             json_object_del(copy, "id"); /* made up by normalize_input, or not the upstream's */
         json_object_del(copy, "status");
         json_array_append_new(conv, copy);
@@ -1193,10 +1323,42 @@ static void note_container(struct gw_call *c, json_t *response)
     }
 }
 
+/* `conversation` (an id, or {id}): its items, as the upstream sees them,
+ * into *prev_items; -EINVAL or -ENOENT answered. */
+static int load_conversation(struct gw_call *c, json_t *conv, json_t *prev, json_t **prev_items)
+{
+    const char *id = json_is_string(conv) ? json_string_value(conv)
+                                          : json_string_value(json_object_get(conv, "id"));
+    if (!id) {
+        bad_request(c, "conversation", "invalid_type",
+                    "Invalid type for 'conversation': expected a conversation id or an object "
+                    "with its 'id'.");
+        return -EINVAL;
+    }
+    if (prev && !json_is_null(prev)) {
+        bad_request(c, "conversation", "mutually_exclusive_parameters",
+                    "Mutually exclusive parameters: Ensure you are only providing one of: "
+                    "'previous_response_id' or 'conversation'.");
+        return -EINVAL;
+    }
+    json_t *items = NULL;
+    int rc = gw_conversation_load(c->gw, id, c->owner, &items, c->out);
+    if (rc < 0)
+        return rc;
+    c->conversation_id = strdup(id);
+    c->model_read = json_object();
+    *prev_items = conversation_items(c, items, true);
+    json_decref(items);
+    return 0;
+}
+
 static int load_previous(struct gw_call *c, json_t **prev_items)
 {
     json_t *prev = json_object_get(c->req, "previous_response_id");
+    json_t *conv = json_object_get(c->req, "conversation");
     *prev_items = NULL;
+    if (conv && !json_is_null(conv))
+        return load_conversation(c, conv, prev, prev_items);
     if (!prev || json_is_null(prev))
         return 0;
     if (!json_is_string(prev)) {
@@ -1370,7 +1532,7 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
         if (input == NULL)
             json_decref(json_array_get(c->input_items, 0)); /* never: input is required */
         c->input_files = input_file_ids(c, c->input_items);
-        json_t *mine = conversation_items(c, c->input_items);
+        json_t *mine = conversation_items(c, c->input_items, false);
         c->items = prev_items ? prev_items : json_array();
         json_array_extend(c->items, mine);
         json_decref(mine);
@@ -1396,7 +1558,19 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
         c->conv = up_chat ? json_deep_copy(messages) : gw_messages_to_items(messages, &err);
         c->input_files = input_file_ids(c, messages);
     }
-    if (!c->conv || build_base(c, client_tools, &err) < 0 || set_tool_choice(c, &err) < 0) {
+    if (c->conv && build_base(c, client_tools, &err) == 0) {
+        static const char *const budget_keys[] = {"max_output_tokens", "max_completion_tokens",
+                                                  "max_tokens"};
+        for (size_t k = 0; k < 3 && c->token_budget < 0; k++) {
+            json_t *v = json_object_get(c->base, budget_keys[k]);
+            if (json_is_integer(v) && json_integer_value(v) >= 0)
+                c->token_budget = json_integer_value(v);
+        }
+    } else {
+        json_decref(c->base);
+        c->base = NULL;
+    }
+    if (!c->conv || !c->base || set_tool_choice(c, &err) < 0) {
         bad_request(c, NULL, "invalid_value", err.message[0] ? err.message : "Invalid request.");
         return -EINVAL;
     }
@@ -1414,6 +1588,16 @@ static int store_response(struct gw_call *c, struct corral_error *err)
     json_t *r = NULL;
     if (c->out->body)
         r = json_loads(c->out->body, 0, NULL);
+    size_t i;
+    json_t *it;
+    json_array_foreach(json_object_get(r, "output"), i, it)
+    {
+        /* the code's outputs are kept, for a GET that includes them */
+        json_t *full =
+            json_object_get(c->full_outputs, json_string_value(json_object_get(it, "id")) ?: "");
+        if (full)
+            json_object_set(it, "outputs", full);
+    }
     char *response = r ? json_dumps(r, JSON_COMPACT) : NULL;
     json_decref(r);
     if (!response) { /* streamed: rebuild the final object */
@@ -1427,6 +1611,8 @@ static int store_response(struct gw_call *c, struct corral_error *err)
                  : corral_fail(err, ENOMEM, "cannot store %s: out of memory", c->resp_id);
     if (rc < 0)
         fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err->message);
+    else
+        c->stored_final = true;
     free(response);
     free(input);
     free(context);
@@ -1461,6 +1647,9 @@ static void call_free(struct gw_call *c)
     free(c->tool_desc);
     json_decref(c->input_files);
     json_decref(c->images);
+    free(c->conversation_id);
+    json_decref(c->model_read);
+    json_decref(c->full_outputs);
 }
 
 static int start_background(struct gw_call *c);
@@ -1510,7 +1699,8 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     json_t *store = json_object_get(c->req, "store");
     c->store = !json_is_false(store);
     json_t *background = json_object_get(c->req, "background");
-    if (background && !json_is_boolean(background) && !json_is_null(background)) {
+    if (c->api == CORRAL_GATEWAY_RESPONSES && background && !json_is_boolean(background) &&
+        !json_is_null(background)) {
         bad_request(c, "background", "invalid_type",
                     "Invalid type for 'background': expected a boolean.");
         return -EINVAL;
@@ -1551,7 +1741,9 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         }
         ours_prev = found == 0;
     }
-    if (!c->intercept && same_api && !ours_prev && !c->background) {
+    json_t *conversation = json_object_get(c->req, "conversation");
+    if (!c->intercept && same_api && !ours_prev && !c->background &&
+        (!conversation || json_is_null(conversation))) {
         json_decref(client_tools);
         proxy(c, body, len);
         return 0;
@@ -1655,6 +1847,7 @@ static int start_background(struct gw_call *c)
         return rc;
     }
     gw_bg_accept(c->bg, c->gw, c->live);
+    c->accepted = true;
     gw_emit_started(c);
     gw_emit_in_progress(c);
     if (store_now(c, &err) < 0) /* GET elsewhere says queued a little longer */
@@ -1667,7 +1860,7 @@ static int start_background(struct gw_call *c)
  * its own; its final object is stored all the same. */
 static void finish_background(struct gw_call *c)
 {
-    if (!c->live || !c->started)
+    if (!c->accepted)
         return;
     bool rebuilt = false;
     if (c->cancelled && gw_live_cancel_asked(c->gw, c->live)) {
@@ -1694,7 +1887,8 @@ static void finish_background(struct gw_call *c)
         c->out->body = NULL;
         store_rebuilt(c);
     }
-    gw_background_unmark(c->gw, c->resp_id);
+    if (c->stored_final) /* else a restart marks it failed */
+        gw_background_unmark(c->gw, c->resp_id);
 }
 
 /* Stores a whole (not streamed) answer; one that could not be stored is
@@ -1708,6 +1902,31 @@ static void store_or_fail(struct gw_call *c)
     free(c->out->body);
     c->out->body = NULL;
     gw_reply_failure(c->out, &err);
+}
+
+/* The response's input and output items go at the end of its
+ * conversation; a code call keeps what the model read of it (for the
+ * responses that continue the conversation). Logged when it fails: the
+ * client has its answer. */
+static void append_conversation(struct gw_call *c)
+{
+    json_t *items = json_deep_copy(c->input_items);
+    size_t i;
+    json_t *it;
+    json_array_foreach(c->output, i, it)
+    {
+        json_t *copy = json_deep_copy(it);
+        json_t *read =
+            json_object_get(c->model_read, json_string_value(json_object_get(it, "id")) ?: "");
+        if (read)
+            json_object_set(copy, "_model_read", read);
+        json_array_append_new(items, copy);
+    }
+    struct corral_error err;
+    if (gw_conversation_append(c->gw, c->conversation_id, items, &err) < 0)
+        fprintf(stderr, "corral gateway: cannot add %s to %s: %s\n", c->resp_id, c->conversation_id,
+                err.message);
+    json_decref(items);
 }
 
 bool gw_enter(corral_gateway *gw, struct corral_gateway_reply *out)
@@ -1736,7 +1955,13 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
                 const struct corral_gateway_events *ev, struct corral_gateway_reply *out,
                 struct gw_bg *bg)
 {
-    struct gw_call c = {.gw = gw, .api = api, .ev = ev, .out = out, .max_tool_calls = -1, .bg = bg};
+    struct gw_call c = {.gw = gw,
+                        .api = api,
+                        .ev = ev,
+                        .out = out,
+                        .max_tool_calls = -1,
+                        .token_budget = -1,
+                        .bg = bg};
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
     c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
@@ -1759,6 +1984,9 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
     }
     if (c.background)
         finish_background(&c);
+    if (c.conversation_id && c.output &&
+        ((rc == 0 && !c.cancelled && (out->status == 200 || out->streamed)) || c.accepted))
+        append_conversation(&c);
     if (c.live)
         gw_live_end(gw, c.live);
     /* the containers this call made live on only when its response was stored */

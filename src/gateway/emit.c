@@ -197,6 +197,9 @@ static json_t *response_object(struct gw_call *c, bool final)
     json_object_set_new(r, "parallel_tool_calls", echo(c, "parallel_tool_calls", json_true()));
     json_object_set_new(r, "previous_response_id",
                         c->prev_id ? json_string(c->prev_id) : json_null());
+    json_object_set_new(r, "conversation",
+                        c->conversation_id ? json_pack("{s:s}", "id", c->conversation_id)
+                                           : json_null());
     json_object_set_new(r, "reasoning",
                         echo(c, "reasoning", json_pack("{s:n, s:n}", "effort", "summary")));
     json_object_set_new(r, "service_tier",
@@ -226,6 +229,11 @@ void gw_emit_started(struct gw_call *c)
         return;
     }
     if (c->api == CORRAL_GATEWAY_RESPONSES) {
+        if (c->live && !c->background) { /* GET while it runs (a background one has its own) */
+            json_t *now = response_object(c, false);
+            gw_live_set_snapshot(c->gw, c->live, now);
+            json_decref(now);
+        }
         event(c, "response.created", json_pack("{s:o}", "response", response_object(c, false)));
         event(c, c->background ? "response.queued" : "response.in_progress",
               json_pack("{s:o}", "response", response_object(c, false)));
@@ -610,6 +618,12 @@ void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *s
         return;
     }
     json_object_set_new(tc->item, "status", json_string(status));
+    if (outputs) { /* stored whole, whatever this request's include (GET may ask for them) */
+        if (!c->full_outputs)
+            c->full_outputs = json_object();
+        json_object_set(c->full_outputs, json_string_value(json_object_get(tc->item, "id")) ?: "",
+                        outputs);
+    }
     json_object_set_new(tc->item, "outputs", c->include_outputs && outputs ? outputs : json_null());
     if (!c->include_outputs || !outputs)
         json_decref(outputs);

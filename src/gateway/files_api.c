@@ -16,8 +16,6 @@
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 
-#define LIST_DEFAULT 20
-#define LIST_MAX     100
 #define NAME_MAX_LEN 256
 
 static void not_found(struct corral_gateway_reply *out, const char *what, const char *id)
@@ -56,48 +54,6 @@ static void not_saved(struct corral_gateway_reply *out, const char *param,
 
 /* ---- lists ---- */
 
-struct page {
-    unsigned limit;
-    bool ascending;
-};
-
-static int page_of(const struct corral_gateway_object_request *r, struct page *p,
-                   struct corral_gateway_reply *out)
-{
-    p->limit = LIST_DEFAULT;
-    p->ascending = false;
-    if (r->limit) {
-        char *e;
-        long v = strtol(r->limit, &e, 10);
-        if (*e || e == r->limit || v < 1 || v > LIST_MAX) {
-            invalid(out, "limit", "Invalid 'limit': '%s'. Expected an integer from 1 to 100.",
-                    r->limit);
-            return -EINVAL;
-        }
-        p->limit = (unsigned)v;
-    }
-    if (r->order) {
-        if (strcmp(r->order, "asc") && strcmp(r->order, "desc")) {
-            invalid(out, "order", "Invalid 'order': '%s'. Expected 'asc' or 'desc'.", r->order);
-            return -EINVAL;
-        }
-        p->ascending = !strcmp(r->order, "asc");
-    }
-    return 0;
-}
-
-static void reply_list(struct corral_gateway_reply *out, json_t *data, bool more)
-{
-    json_t *first = json_array_size(data) ? json_object_get(json_array_get(data, 0), "id") : NULL;
-    json_t *last = json_array_size(data)
-                       ? json_object_get(json_array_get(data, json_array_size(data) - 1), "id")
-                       : NULL;
-    gw_reply_json(out, 200,
-                  json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id",
-                            first ? first : json_null(), "last_id", last ? last : json_null(),
-                            "has_more", more));
-}
-
 static void list_failed(struct corral_gateway_reply *out, int rc, const char *after,
                         const struct corral_error *err)
 {
@@ -115,8 +71,8 @@ enum list_kind { LIST_FILES, LIST_CONTAINERS, LIST_CFILES };
 static void reply_page(corral_gateway *gw, const struct corral_gateway_object_request *r,
                        enum list_kind kind, const char *scope, struct corral_gateway_reply *out)
 {
-    struct page p;
-    if (page_of(r, &p, out) < 0)
+    struct gw_page p;
+    if (gw_page_of(r, &p, out) < 0)
         return;
     struct corral_error err;
     json_t *list = NULL;
@@ -131,7 +87,7 @@ static void reply_page(corral_gateway *gw, const struct corral_gateway_object_re
     if (rc < 0)
         list_failed(out, rc, r->after, &err);
     else
-        reply_list(out, list, more);
+        gw_reply_list(out, list, more);
 }
 
 /* ---- content ---- */
@@ -601,7 +557,7 @@ int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_objec
     memset(out, 0, sizeof(*out));
     char owner[80];
     gw_owner_of(r->key, owner, sizeof(owner));
-    /* "files[/ID[/content]]" or "containers[/ID[/...]]" */
+    /* "files[/ID[/content]]", "containers[/ID[/...]]" or "conversations[/ID[/...]]" */
     char kind[16] = "", id[128] = "";
     const char *rest = NULL;
     const char *slash = strchr(r->path, '/');
@@ -617,6 +573,8 @@ int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_objec
         files(gw, r, owner, *id ? id : NULL, rest, out);
     else if (!strcmp(kind, "containers"))
         containers(gw, r, owner, *id ? id : NULL, rest, out);
+    else if (!strcmp(kind, "conversations"))
+        gw_conversations(gw, r, owner, *id ? id : NULL, rest, out);
     else
         gw_reply_error(out, 404, "invalid_request_error", NULL, NULL, "Unknown path /v1/%s.",
                        r->path);

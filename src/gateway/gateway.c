@@ -17,6 +17,7 @@
 #include "gateway/gateway_internal.h"
 
 #define WATCH_INTERVAL_MS 100
+#define CANCEL_WAIT_MS    30000 /* a cancel waits for the run's end this long at most */
 
 /* ---- the watch over running executions ---- */
 
@@ -352,6 +353,27 @@ static int response_text(corral_gateway *gw, const char *id, const char *owner, 
     return 1;
 }
 
+/* A stored response's code calls without their outputs (kept for a GET
+ * that includes them, as OpenAI shows them only then). */
+static void without_outputs(char **response)
+{
+    json_t *r = json_loads(*response, 0, NULL);
+    size_t i;
+    json_t *it;
+    json_array_foreach(json_object_get(r, "output"), i, it)
+    {
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (type && !strcmp(type, "code_interpreter_call"))
+            json_object_set_new(it, "outputs", json_null());
+    }
+    char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+    json_decref(r);
+    if (text) {
+        free(*response);
+        *response = text;
+    }
+}
+
 static void reply_text(struct corral_gateway_reply *out, char *json_text)
 {
     out->status = 200;
@@ -417,8 +439,8 @@ static int stream_response(corral_gateway *gw, const char *id, const char *owner
         return -ESHUTDOWN;
     }
     int rc = gw_live_follow(gw, l, after, ev);
-    gw_leave(gw);
     gw_live_put(gw, l);
+    gw_leave(gw);
     out->streamed = true;
     out->status = 200;
     return rc == -ECANCELED ? 0 : rc;
@@ -443,6 +465,8 @@ int corral_gateway_retrieve_response(corral_gateway *gw, const char *id, const c
     int rc = response_text(gw, id, owner, &response, out);
     if (rc <= 0)
         return rc;
+    if (!q || !q->include_code_outputs)
+        without_outputs(&response);
     reply_text(out, response);
     return 0;
 }
@@ -456,8 +480,11 @@ int corral_gateway_cancel_response(corral_gateway *gw, const char *id, const cha
     struct gw_live *l = gw_live_find(gw, id, owner);
     if (l && gw_live_background(l) && gw_live_state(gw, l) != GW_LIVE_DONE) {
         gw_live_cancel(gw, l);
-        gw_live_wait_done(gw, l); /* the run ends at its next look, its code killed */
+        /* the run ends at its next look, its code killed; an answer as it
+         * stands if it takes longer (a sandbox still starting) */
+        gw_live_wait_done(gw, l, CANCEL_WAIT_MS);
     }
+    bool here = l != NULL;
     gw_live_put(gw, l);
     char *response = NULL;
     int rc = response_text(gw, id, owner, &response, out);
@@ -474,7 +501,7 @@ int corral_gateway_cancel_response(corral_gateway *gw, const char *id, const cha
                        "Cannot cancel a synchronous response.");
         return 0;
     }
-    if (running) { /* stored as running, run by another gateway of the same store */
+    if (running && !here) { /* stored as running, run by another gateway of the same store */
         free(response);
         gw_reply_error(out, 400, "invalid_request_error", NULL, "response_elsewhere",
                        "Response '%s' runs on another gateway sharing this store; only that "
@@ -482,6 +509,7 @@ int corral_gateway_cancel_response(corral_gateway *gw, const char *id, const cha
                        id);
         return 0;
     }
+    without_outputs(&response);
     reply_text(out, response); /* ended: cancelled now or before, or finished */
     return 0;
 }
@@ -492,6 +520,14 @@ int corral_gateway_delete_response(corral_gateway *gw, const char *id, const cha
     reply_init(out);
     char owner[80];
     gw_owner_of(key, owner, sizeof(owner));
+    /* a background response still running stops first: its end would
+     * store it again */
+    struct gw_live *l = gw_live_find(gw, id, owner);
+    if (l && gw_live_background(l) && gw_live_state(gw, l) != GW_LIVE_DONE) {
+        gw_live_cancel(gw, l);
+        gw_live_wait_done(gw, l, CANCEL_WAIT_MS);
+    }
+    gw_live_put(gw, l);
     struct corral_error err;
     int rc = store_delete_response(gw->store, id, owner, &err);
     if (stored_failure(out, id, rc, &err))

@@ -37,6 +37,10 @@
 #include "store/store.h"
 
 #define GW_MAX_TOOL_CALLS 64 /* tool calls in one upstream turn */
+/* What a vision model sees of a code call: its first 4 images, each of at
+ * most 4 MiB */
+#define GW_VISION_IMAGES      4
+#define GW_VISION_IMAGE_BYTES (4u << 20)
 struct bucket;
 #define GW_CONTAINER_LIFETIME_MS (20ull * 60 * 1000)
 
@@ -150,7 +154,8 @@ int gw_live_state(corral_gateway *gw, struct gw_live *l); /* GW_LIVE_... */
 /* POST /cancel: the call's `cancelled` turns true. */
 void gw_live_cancel(corral_gateway *gw, struct gw_live *l);
 bool gw_live_cancel_asked(corral_gateway *gw, struct gw_live *l);
-void gw_live_wait_done(corral_gateway *gw, struct gw_live *l);
+/* Until the response ends, wait_ms at most. */
+void gw_live_wait_done(corral_gateway *gw, struct gw_live *l, unsigned wait_ms);
 /* Sends the events after sequence number `after` (-1: from the first) to
  * ev (on_stream_start first), then each one as it comes, until the
  * response ends: 0, or -ECANCELED when ev's client went away. */
@@ -307,6 +312,35 @@ void gw_reply_failure(struct corral_gateway_reply *out, const struct corral_erro
  * hand (rc: its failure). */
 void gw_reply_store_down(struct corral_gateway_reply *out, int rc);
 
+/* A list request's limit (1 to 100, default 20) and order (default desc),
+ * checked: -EINVAL answered. */
+struct gw_page {
+    unsigned limit;
+    bool ascending;
+};
+int gw_page_of(const struct corral_gateway_object_request *r, struct gw_page *p,
+               struct corral_gateway_reply *out);
+/* OpenAI's list: {object: list, data, first_id, last_id, has_more}; takes data. */
+void gw_reply_list(struct corral_gateway_reply *out, json_t *data, bool more);
+
+/* ---- conversations (conversations.c) ---- */
+
+/* /v1/conversations[/ID[/items[/ITEM]]] (id, rest: after the id). */
+void gw_conversations(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                      const char *owner, const char *id, const char *rest,
+                      struct corral_gateway_reply *out);
+/* The items of owner's conversation `id`, in order, for a response that
+ * continues it: 0, or the answer in out (404 in OpenAI's shape, the
+ * store's failure). */
+int gw_conversation_load(corral_gateway *gw, const char *id, const char *owner, json_t **items,
+                         struct corral_gateway_reply *out);
+/* Appends a response's items (its input, then its output) to the conversation. */
+int gw_conversation_append(corral_gateway *gw, const char *id, json_t *items,
+                           struct corral_error *err);
+/* Item fields a conversation keeps for the model and no client sees: names
+ * that start with '_' (the text the model read of a code call). */
+json_t *gw_item_public(json_t *item);
+
 struct gw_codeargs;
 struct gw_bg;
 
@@ -325,6 +359,7 @@ struct gw_tool_call {
     struct gw_codeargs *cx;
     struct strbuf code; /* code decoded so far */
     bool executed;
+    json_t *images; /* base64 PNGs the code displayed, for a vision model; NULL: none */
 };
 
 /* One upstream turn, as it arrives. */
@@ -372,6 +407,7 @@ struct gw_call {
     char tool_name[96];
     unsigned max_loops, loops;
     long long max_tool_calls; /* Responses' max_tool_calls: code calls at most; -1: none */
+    long long token_budget;   /* output tokens of all turns together; -1: none */
     unsigned tool_calls;      /* code calls run or being run (max_tool_calls' count) */
     json_t *base;             /* the upstream request without conversation, tool_choice, stream */
     json_t *conv;             /* the conversation in the upstream's shape */
@@ -417,8 +453,14 @@ struct gw_call {
      * the log; `phase` is its status until the end (queued, in_progress). */
     struct gw_live *live;
     struct gw_bg *bg;
-    bool background;
+    bool background, accepted; /* accepted: stored queued, its creator answered */
+    bool stored_final;         /* the final object is in the store */
     const char *phase;
+    /* `conversation`: its id, and what the model read of each code call
+     * (by item id), kept with the items added to it */
+    char *conversation_id;
+    json_t *model_read;
+    json_t *full_outputs; /* each code call's outputs (by item id), stored whatever `include` */
 };
 
 /* ---- calls (call.c, background.c) ---- */
@@ -441,6 +483,9 @@ int gw_background_call(corral_gateway *gw, const char *body, size_t len, const c
                        struct corral_gateway_reply *out);
 /* The run is accepted (stored, queued): its creator is answered, l held for it. */
 void gw_bg_accept(struct gw_bg *bg, corral_gateway *gw, struct gw_live *l);
+
+/* What is left of the call's output-token budget (LLONG_MAX: none). */
+long long gw_tokens_left(const struct gw_call *c);
 
 /* ---- what a call runs against (resources.c) ---- */
 

@@ -218,11 +218,14 @@ bool gw_live_cancel_asked(corral_gateway *gw, struct gw_live *l)
     return asked;
 }
 
-void gw_live_wait_done(corral_gateway *gw, struct gw_live *l)
+void gw_live_wait_done(corral_gateway *gw, struct gw_live *l, unsigned wait_ms)
 {
+    uint64_t until = corral_now_ms() + wait_ms;
     pthread_mutex_lock(&gw->live_lock);
-    while (!l->done)
-        pthread_cond_wait(&gw->live_cond, &gw->live_lock);
+    while (!l->done && corral_now_ms() < until) {
+        struct timespec ts = corral_realtime_in(until - corral_now_ms());
+        pthread_cond_timedwait(&gw->live_cond, &gw->live_lock, &ts);
+    }
     pthread_mutex_unlock(&gw->live_lock);
 }
 

@@ -64,3 +64,41 @@ void corral_gateway_reply_free(struct corral_gateway_reply *r)
     free(r->content_disposition);
     r->body = r->content_type = r->request_id = r->retry_after = r->content_disposition = NULL;
 }
+
+int gw_page_of(const struct corral_gateway_object_request *r, struct gw_page *p,
+               struct corral_gateway_reply *out)
+{
+    p->limit = 20;
+    p->ascending = false;
+    if (r->limit) {
+        char *e;
+        long v = strtol(r->limit, &e, 10);
+        if (*e || e == r->limit || v < 1 || v > 100) {
+            gw_reply_error(out, 400, "invalid_request_error", "limit", NULL,
+                           "Invalid 'limit': '%s'. Expected an integer from 1 to 100.", r->limit);
+            return -EINVAL;
+        }
+        p->limit = (unsigned)v;
+    }
+    if (r->order) {
+        if (strcmp(r->order, "asc") && strcmp(r->order, "desc")) {
+            gw_reply_error(out, 400, "invalid_request_error", "order", NULL,
+                           "Invalid 'order': '%s'. Expected 'asc' or 'desc'.", r->order);
+            return -EINVAL;
+        }
+        p->ascending = !strcmp(r->order, "asc");
+    }
+    return 0;
+}
+
+void gw_reply_list(struct corral_gateway_reply *out, json_t *data, bool more)
+{
+    json_t *first = json_array_size(data) ? json_object_get(json_array_get(data, 0), "id") : NULL;
+    json_t *last = json_array_size(data)
+                       ? json_object_get(json_array_get(data, json_array_size(data) - 1), "id")
+                       : NULL;
+    gw_reply_json(out, 200,
+                  json_pack("{s:s, s:o, s:O, s:O, s:b}", "object", "list", "data", data, "first_id",
+                            first ? first : json_null(), "last_id", last ? last : json_null(),
+                            "has_more", more));
+}

@@ -7,6 +7,7 @@
  * stream and a non-streamed call build the same result.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ void gw_turn_free(struct gw_turn *t)
         free(tc->name);
         strbuf_free(&tc->args);
         strbuf_free(&tc->code);
+        json_decref(tc->images);
         if (tc->cx) {
             gw_codeargs_free(tc->cx);
             free(tc->cx);
@@ -281,6 +283,14 @@ struct stream_ctx {
     bool ok_status;
 };
 
+/* A background call's cancel comes with no event from the upstream: it is
+ * looked at while the upstream is silent too. */
+static bool stream_cancelled(void *u)
+{
+    const struct stream_ctx *s = u;
+    return gw_call_cancelled(s->c);
+}
+
 static int on_sse(void *u, const char *ev, const char *data, size_t len)
 {
     struct stream_ctx *s = u;
@@ -306,6 +316,14 @@ static json_t *turn_body(struct gw_call *c)
         json_object_set_new(body, "tool_choice", json_string("none")); /* the calls are spent */
     else if (choice)
         json_object_set(body, "tool_choice", choice);
+    long long left = gw_tokens_left(c);
+    if (left != LLONG_MAX) /* what the earlier turns left of the response's budget */
+        for (const char *const *k =
+                 (const char *const[]){"max_output_tokens", "max_completion_tokens", "max_tokens",
+                                       NULL};
+             *k; k++)
+            if (json_object_get(body, *k))
+                json_object_set_new(body, *k, json_integer(left));
     if (c->stream) {
         json_object_set_new(body, "stream", json_true());
         if (c->model->api == GATEWAY_API_CHAT)
@@ -398,7 +416,8 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
         http_sse_init(&s.sse, on_sse, &s);
         sink.on_data = on_data;
         sink.userdata = &s;
-        sink.cancelled = NULL; /* polled through on_sse and the call below */
+        /* polled through on_sse and the call below (and while silent, for background) */
+        sink.cancelled = c->background ? stream_cancelled : NULL;
     }
     struct http_sink *sp = &sink;
     struct http_reply r;

@@ -145,6 +145,24 @@ static const struct migration migrations[] = {
     /* 6 -> 7: where a container's sandbox is (its provider's handle, JSON),
      * for the gateways that share a store: any of them takes it up. */
     {"ALTER TABLE containers ADD COLUMN sandbox TEXT", NULL, NULL},
+    /* 7 -> 8: conversations (/v1/conversations): the object as the API
+     * shows it, and its items in order (position from 0), each an item
+     * object with its id. */
+    {"CREATE TABLE conversations ("
+     " id TEXT PRIMARY KEY,"
+     " owner TEXT NOT NULL,"
+     " created_at BIGINT NOT NULL,"
+     " object TEXT NOT NULL"
+     ");"
+     "CREATE TABLE conversation_items ("
+     " conversation_id TEXT NOT NULL,"
+     " position BIGINT NOT NULL,"
+     " id TEXT NOT NULL,"
+     " item TEXT NOT NULL,"
+     " PRIMARY KEY (conversation_id, position),"
+     " UNIQUE (conversation_id, id)"
+     ")",
+     NULL, NULL},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -1414,3 +1414,138 @@ int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **
                       " FROM usage WHERE owner = ?1 ORDER BY day DESC LIMIT ?2",
                       p, P_COUNT(p), row_usage, SIZE_MAX, NULL, out, what, err);
 }
+
+/* ---- conversations ---- */
+
+int store_put_conversation(struct store *s, const char *owner, json_t *conv,
+                           struct corral_error *err)
+{
+    const char *id = json_string_value(json_object_get(conv, "id"));
+    json_t *created = json_object_get(conv, "created_at");
+    if (!id || !json_is_integer(created))
+        return corral_fail(err, EINVAL, "cannot store a conversation without its id and time");
+    cleanup_free char *text = json_dumps(conv, JSON_COMPACT);
+    if (!text)
+        return corral_fail(err, ENOMEM, "cannot store conversation %s: out of memory", id);
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store conversation %s in %s", id, s->name);
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""),
+                                    P_INT(true, json_integer_value(created)), P_TEXT(text)};
+    return write_row(s,
+                     "INSERT INTO conversations (id, owner, created_at, object)"
+                     " VALUES (?1, ?2, ?3, ?4)"
+                     " ON CONFLICT (id) DO UPDATE SET object = excluded.object"
+                     " WHERE conversations.owner = excluded.owner",
+                     p, P_COUNT(p), what, err, EEXIST, "%s: the id belongs to another owner", what);
+}
+
+int store_get_conversation(struct store *s, const char *id, const char *owner, json_t **out,
+                           struct corral_error *err)
+{
+    if (!id || !out)
+        return corral_fail(err, EINVAL, "cannot look up a conversation without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read conversation %s from %s", id, s->name);
+    snprintf(missing, sizeof(missing), "no conversation %s in %s", id, s->name);
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    return get_one(s, "SELECT object FROM conversations WHERE id = ?1 AND owner = ?2", p, 2, out,
+                   NULL, missing, what, err);
+}
+
+int store_delete_conversation(struct store *s, const char *id, const char *owner,
+                              struct corral_error *err)
+{
+    if (!id)
+        return corral_fail(err, EINVAL, "cannot delete a conversation without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete conversation %s from %s", id, s->name);
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    const struct step steps[] = {
+        STEP("DELETE FROM conversations WHERE id = ?1 AND owner = ?2", keys, 2),
+        STEP("DELETE FROM conversation_items WHERE conversation_id = ?1"
+             " AND NOT EXISTS (SELECT 1 FROM conversations WHERE id = ?1)",
+             keys, 1),
+    };
+    int64_t changes[2] = {0, 0};
+    int r = run_steps(s, steps, 2, NULL, changes, what, err);
+    if (r == 0 && changes[0] == 0)
+        r = corral_fail(err, ENOENT, "no conversation %s in %s", id, s->name);
+    return r;
+}
+
+int store_add_conversation_items(struct store *s, const char *conversation_id, json_t *items,
+                                 struct corral_error *err)
+{
+    size_t n = json_array_size(items);
+    if (!conversation_id || !json_is_array(items))
+        return corral_fail(err, EINVAL, "cannot add items without a conversation and an array");
+    if (n == 0)
+        return 0;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot add items to conversation %s in %s", conversation_id,
+             s->name);
+    struct step *steps = calloc(n, sizeof(*steps));
+    struct store_param *params = calloc(n * 3, sizeof(*params));
+    char **texts = calloc(n, sizeof(*texts));
+    char(*taken)[CORRAL_ERROR_MESSAGE_MAX] = calloc(n, sizeof(*taken));
+    int r =
+        steps && params && texts && taken ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        json_t *it = json_array_get(items, i);
+        const char *id = json_string_value(json_object_get(it, "id"));
+        if (!id)
+            r = corral_fail(err, EINVAL, "%s: an item has no id", what);
+        else if (!(texts[i] = json_dumps(it, JSON_COMPACT)))
+            r = corral_fail(err, ENOMEM, "%s: out of memory", what);
+        if (r < 0)
+            break;
+        params[i * 3] = P_TEXT(conversation_id);
+        params[i * 3 + 1] = P_TEXT(id);
+        params[i * 3 + 2] = P_TEXT(texts[i]);
+        snprintf(taken[i], sizeof(taken[i]),
+                 "an item with id %.200s is in conversation %.200s already", id, conversation_id);
+        steps[i] = (struct step)STEP_MUST(
+            "INSERT INTO conversation_items (conversation_id, position, id, item)"
+            " SELECT ?1, COALESCE(MAX(position), -1) + 1, ?2, ?3"
+            " FROM conversation_items WHERE conversation_id = ?1 ON CONFLICT DO NOTHING",
+            &params[i * 3], 3, EEXIST, taken[i]);
+    }
+    if (r == 0)
+        r = run_steps(s, steps, (int)n, NULL, NULL, what, err);
+    for (size_t i = 0; texts && i < n; i++)
+        free(texts[i]);
+    free(texts);
+    free(taken);
+    free(params);
+    free(steps);
+    return r;
+}
+
+int store_list_conversation_items(struct store *s, const char *conversation_id, json_t **items,
+                                  struct corral_error *err)
+{
+    if (!conversation_id || !items)
+        return corral_fail(err, EINVAL, "cannot list the items of no conversation");
+    *items = NULL;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot list the items of conversation %s in %s", conversation_id,
+             s->name);
+    const struct store_param p[] = {P_TEXT(conversation_id)};
+    return query_list(s,
+                      "SELECT item FROM conversation_items WHERE conversation_id = ?1"
+                      " ORDER BY position",
+                      p, 1, row_object, SIZE_MAX, NULL, items, what, err);
+}
+
+int store_delete_conversation_item(struct store *s, const char *conversation_id, const char *id,
+                                   struct corral_error *err)
+{
+    if (!conversation_id || !id)
+        return corral_fail(err, EINVAL, "cannot delete an item without its ids");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete item %s of conversation %s in %s", id,
+             conversation_id, s->name);
+    const struct store_param p[] = {P_TEXT(conversation_id), P_TEXT(id)};
+    return write_row(s, "DELETE FROM conversation_items WHERE conversation_id = ?1 AND id = ?2", p,
+                     2, what, err, ENOENT, "no item %s in conversation %s", id, conversation_id);
+}

@@ -190,6 +190,31 @@ int store_bytes_info(struct store *s, const char *container_id, const char *id, 
 int store_read_bytes(struct store *s, const char *container_id, const char *id, int fd,
                      char **version, uint64_t *size, struct corral_error *err);
 
+/* ---- conversations (/v1/conversations) ----
+ *
+ * A conversation: its object as the API shows it (conv["id"], an integer
+ * conv["created_at"]), owned by owner (another owner does not see it), and
+ * its items in the order they were added, each an object with an "id"
+ * unique in the conversation. */
+
+/* Inserts or replaces the conversation (not one of another owner: -EEXIST). */
+int store_put_conversation(struct store *s, const char *owner, json_t *conv,
+                           struct corral_error *err);
+int store_get_conversation(struct store *s, const char *id, const char *owner, json_t **out,
+                           struct corral_error *err); /* -ENOENT */
+/* Deletes the conversation and its items; -ENOENT when missing. */
+int store_delete_conversation(struct store *s, const char *id, const char *owner,
+                              struct corral_error *err);
+/* Appends items (an array) after the conversation's last, all or none:
+ * -EEXIST when an id is taken. */
+int store_add_conversation_items(struct store *s, const char *conversation_id, json_t *items,
+                                 struct corral_error *err);
+/* Every item, in order (an array). */
+int store_list_conversation_items(struct store *s, const char *conversation_id, json_t **items,
+                                  struct corral_error *err);
+int store_delete_conversation_item(struct store *s, const char *conversation_id, const char *id,
+                                   struct corral_error *err); /* -ENOENT */
+
 /* ---- virtual keys and usage ----
  *
  * A key is kept as its token: the SHA-256 of the key in lowercase hex,

@@ -75,7 +75,7 @@ export async function remoteSandboxes(provider, host) {
 }
 
 export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], sandboxHost = null, topLines = [] } = {}) {
-  const model = (name, api, extra = '') =>
+  const model = (name, api, extra = '', info = []) =>
     [
       `  - model_name: ${name}`,
       '    litellm_params:',
@@ -84,12 +84,16 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
       `      api_key: ${UPSTREAM_KEY}`,
       `      upstream_api: ${api}`,
       ...(extra ? [`      ${extra}`] : []),
+      ...(info.length ? ['    model_info:', ...info.map((l) => `      ${l}`)] : []),
     ].join('\n');
   return [
     'model_list:',
     model('mock-chat', 'chat_completions'),
     model('mock-responses', 'responses'),
     model('mock-loop', 'chat_completions', `max_agentic_loops: ${LOOP_LIMIT}`),
+    // vision models: the images the code displays go back to them
+    model('mock-vision-chat', 'chat_completions', '', ['supports_vision: true', 'max_tokens: 4096']),
+    model('mock-vision-responses', 'responses', '', ['supports_vision: true']),
     ...(sandboxHost
       ? [
           'sandbox_tools:',

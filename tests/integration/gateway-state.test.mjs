@@ -133,6 +133,10 @@ test('GET and DELETE /v1/responses/{id}, GET .../input_items', T, async () => {
   );
   assert.deepEqual(got.usage, r.usage);
   assertNoLeak(got);
+  // the code's outputs only when include asks for them (kept whatever the create's include)
+  assert.equal(got.output.find((o) => o.type === 'code_interpreter_call').outputs, null);
+  const full = await gw.client.responses.retrieve(r.id, { include: ['code_interpreter_call.outputs'] });
+  assert.deepEqual(full.output.find((o) => o.type === 'code_interpreter_call').outputs, [{ type: 'logs', logs: '1024\n' }]);
 
   const items = [];
   for await (const item of gw.client.responses.inputItems.list(r.id)) items.push(item);
@@ -389,4 +393,100 @@ test('GET /v1/models lists the configured models', T, async () => {
   for (const name of ['mock-chat', 'mock-responses', 'mock-loop']) assert.ok(ids.includes(name), `${name} not in ${JSON.stringify(ids)}`);
   const wrong = new OpenAI({ baseURL: gw.server.gatewayUrl, apiKey: `${MASTER_KEY}-not`, maxRetries: 0 });
   await assert.rejects(wrong.models.list(), (err) => err instanceof OpenAI.AuthenticationError);
+});
+
+/* ------------------------------------------------------------------------ */
+/* conversations                                                              */
+
+for (const model of KINDS) {
+  test(`conversations, ${model}: three responses continue one conversation (its items, the code's state); its items listed, added, fetched, deleted`, T, async () => {
+    const c = gw.client;
+    const conv = await c.conversations.create({
+      items: [{ type: 'message', role: 'user', content: 'Remember the word heron.' }],
+      metadata: { topic: 'birds' },
+    });
+    assert.match(conv.id, /^conv_[0-9a-f]{48}$/);
+    assert.equal(conv.object, 'conversation');
+    assert.deepEqual(conv.metadata, { topic: 'birds' });
+    assert.deepEqual(await c.conversations.retrieve(conv.id), conv);
+
+    const a = gw.marker(`${model}-conv-1`);
+    gw.upstream.script(a, [{ code: 'x = 6 * 7\nprint(x)' }, (req, ctx) => ({ text: `x is ${stdoutOf(ctx.lastCodeOutput)}` })]);
+    const r1 = await c.responses.create({ model, input: `${a} compute`, tools: [CI_TOOL], conversation: conv.id });
+    assert.equal(r1.output_text, 'x is 42');
+    assert.deepEqual(r1.conversation, { id: conv.id });
+    assert.ok(conversationHas(gw.upstream.requestsFor(a)[0], 'Remember the word heron.'), 'the first response did not see the conversation');
+
+    const b = gw.marker(`${model}-conv-2`);
+    gw.upstream.script(b, [{ code: 'print(x + 1)' }, (req, ctx) => ({ text: `then ${stdoutOf(ctx.lastCodeOutput)}` })]);
+    const r2 = await c.responses.create({ model, input: `${b} more`, tools: [CI_TOOL], conversation: { id: conv.id } });
+    assert.equal(r2.output_text, 'then 43', 'the second response ran in the first one\'s container');
+
+    const d = gw.marker(`${model}-conv-3`);
+    gw.upstream.script(d, [{ text: 'third' }]);
+    const r3 = await c.responses.create({ model, input: `${d} and?`, conversation: conv.id });
+    assert.equal(r3.output_text, 'third');
+    const seen = gw.upstream.requestsFor(d)[0];
+    for (const text of ['Remember the word heron.', `${a} compute`, 'x is 42', `${b} more`, 'then 43']) {
+      assert.ok(conversationHas(seen, text), `the third response's upstream request lacks ${JSON.stringify(text)}`);
+    }
+    assert.ok(conversationHas(seen, '43'), 'what the model read of the earlier code is in the conversation');
+
+    const page = await c.conversations.items.list(conv.id, { order: 'asc', limit: 100 });
+    const items = page.data;
+    assert.deepEqual(items.map((it) => it.type), [
+      'message', 'message', 'code_interpreter_call', 'message', 'message', 'code_interpreter_call', 'message', 'message', 'message',
+    ]);
+    assert.deepEqual(items.map((it) => it.role ?? null), ['user', 'user', null, 'assistant', 'user', null, 'assistant', 'user', 'assistant']);
+    assert.deepEqual(items[0].content, [{ type: 'input_text', text: 'Remember the word heron.' }]);
+    assert.equal(items[2].code, 'x = 6 * 7\nprint(x)');
+    assert.ok(items.every((it) => !Object.keys(it).some((k) => k.startsWith('_'))), 'an item shows a field of the gateway\'s own');
+    assert.equal(new Set(items.map((it) => it.id)).size, items.length, 'item ids are unique');
+    // pages, newest first by default
+    const newest = await c.conversations.items.list(conv.id, { limit: 2 });
+    assert.deepEqual(newest.data.map((it) => it.id), [items[8].id, items[7].id]);
+    assert.equal(newest.has_more, true);
+    const next = await c.conversations.items.list(conv.id, { limit: 2, after: newest.data[1].id });
+    assert.deepEqual(next.data.map((it) => it.id), [items[6].id, items[5].id]);
+
+    const added = await c.conversations.items.create(conv.id, { items: [{ type: 'message', role: 'user', content: 'an extra' }] });
+    assert.equal(added.data.length, 1);
+    const extra = added.data[0];
+    assert.deepEqual(await c.conversations.items.retrieve(extra.id, { conversation_id: conv.id }), extra);
+    const afterDelete = await c.conversations.items.delete(extra.id, { conversation_id: conv.id });
+    assert.equal(afterDelete.id, conv.id);
+    await assert.rejects(c.conversations.items.retrieve(extra.id, { conversation_id: conv.id }), (e) => e.status === 404);
+
+    const updated = await c.conversations.update(conv.id, { metadata: { topic: 'herons' } });
+    assert.deepEqual(updated.metadata, { topic: 'herons' });
+    assert.deepEqual(await c.conversations.delete(conv.id), { id: conv.id, object: 'conversation.deleted', deleted: true });
+    await assert.rejects(c.conversations.retrieve(conv.id), (e) => e.status === 404);
+  });
+}
+
+test('conversations: the refusals, in OpenAI\'s shape', T, async () => {
+  const c = gw.client;
+  const conv = await c.conversations.create();
+  assert.deepEqual(conv.metadata, {});
+  const m = gw.marker('conv-refusals');
+  gw.upstream.script(m, [{ text: 'one' }]);
+  const r = await c.responses.create({ model: 'mock-chat', input: `${m} hi`, conversation: conv.id });
+  for (const [body, status, param, code] of [
+    [{ conversation: conv.id, previous_response_id: r.id }, 400, 'conversation', 'mutually_exclusive_parameters'],
+    [{ conversation: 'conv_nothing' }, 404, 'conversation', null],
+    [{ conversation: 42 }, 400, 'conversation', 'invalid_type'],
+  ]) {
+    await assert.rejects(c.responses.create({ model: 'mock-chat', input: 'hi', ...body }), (e) => {
+      assert.equal(e.status, status, JSON.stringify(body));
+      assert.equal(e.param, param);
+      assert.equal(e.code ?? null, code);
+      return true;
+    });
+  }
+  await assert.rejects(c.conversations.items.create(conv.id, { items: [] }), (e) => e.status === 400 && e.param === 'items');
+  await assert.rejects(c.conversations.items.create(conv.id, { items: [42] }), (e) => e.status === 400 && e.param === 'items');
+  await assert.rejects(c.conversations.create({ metadata: { k: 1 } }), (e) => e.status === 400 && e.param === 'metadata');
+  await assert.rejects(c.conversations.items.list(conv.id, { limit: 0 }), (e) => e.status === 400 && e.param === 'limit');
+  await assert.rejects(c.conversations.retrieve('conv_nothing'), (e) => e.status === 404 && /Conversation with id 'conv_nothing' not found/.test(e.message));
+  await c.conversations.delete(conv.id);
 });

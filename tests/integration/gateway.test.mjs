@@ -17,6 +17,7 @@ import {
   INCLUDE_OUTPUTS,
   KINDS,
   LOOP_LIMIT,
+  MODELS,
   assertChatUsage,
   assertNoLeak,
   assertPng,
@@ -387,6 +388,67 @@ for (const model of KINDS) {
       assert.deepEqual(calls.map((c) => [c.status, logsOf(c).trim()]), [['completed', 'one'], ['completed', 'two'], ['incomplete', '']]);
       assert.match(r.output_text, /^told: error: not run: this response may make at most 2 tool calls \(max_tool_calls\)/);
       assertNoLeak(r);
+    }
+  });
+}
+
+for (const model of KINDS) {
+  test(`${model}: max_output_tokens is one budget for the whole response: each turn gets what the earlier ones left, and a spent one ends it (plain, streamed, chat)`, T, async () => {
+    const key = MODELS[model] === 'chat' ? 'max_completion_tokens' : 'max_output_tokens';
+    // the scripted upstream's rounds report 20 and 21 output tokens: 41 spends the budget
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`budget-${model}-${stream}`);
+      gw.upstream.script(marker, [{ code: 'print(1)' }, { code: 'print(2)' }, { text: 'never reached' }]);
+      const { r } = await createResponse({ model, input: `${marker} go`, tools: [CI_TOOL], max_output_tokens: 41 }, stream);
+      assert.deepEqual(gw.upstream.requestsFor(marker).map((q) => q.body[key]), [41, 21], `the upstream turns' ${key}`);
+      assert.equal(r.status, 'incomplete');
+      assert.deepEqual(r.incomplete_details, { reason: 'max_output_tokens' });
+      assert.equal(r.max_output_tokens, 41);
+      assert.equal(r.usage.output_tokens, 41);
+      assert.equal(r.output.filter((o) => o.type === 'code_interpreter_call').length, 2);
+      assertNoLeak(r);
+    }
+    const marker = gw.marker(`budget-chat-${model}`);
+    gw.upstream.script(marker, [{ code: 'print(1)' }, { text: 'within budget' }]);
+    const c = await gw.client.chat.completions.create({ model, messages: [{ role: 'user', content: `${marker} go` }], tools: [CI_TOOL], max_completion_tokens: 100 });
+    assert.equal(c.choices[0].message.content, 'within budget');
+    assert.equal(c.choices[0].finish_reason, 'stop');
+    assert.deepEqual(gw.upstream.requestsFor(marker).map((q) => q.body[key]), [100, 80]);
+  });
+}
+
+/** The data: URLs of the images in an upstream request (a Chat request's image_url parts, a Responses request's input_image parts). */
+function imagesIn(req) {
+  const urls = [];
+  const parts = (content) => (Array.isArray(content) ? content : []);
+  if (req.api === 'chat') {
+    for (const m of req.body.messages) for (const p of parts(m.content)) if (p.type === 'image_url') urls.push(p.image_url.url);
+  } else {
+    for (const it of req.body.input) {
+      for (const p of parts(it.content).concat(parts(it.output))) if (p.type === 'input_image') urls.push(p.image_url);
+    }
+  }
+  return urls;
+}
+
+for (const [vision, plain] of [['mock-vision-chat', 'mock-chat'], ['mock-vision-responses', 'mock-responses']]) {
+  test(`${vision}: a vision model sees the chart its code displayed, with the call's output; ${plain} reads the text only`, T, async () => {
+    for (const model of [vision, plain]) {
+      const marker = gw.marker(`vision-${model}`);
+      gw.upstream.script(marker, [{ code: SCENARIOS.chart.turns[0].code }, (req, ctx) => ({ text: `seen: ${ctx.lastCodeOutput.split('\n')[0]}` })]);
+      const r = await gw.client.responses.create({ model, input: `${marker} plot it`, tools: [CI_TOOL] });
+      assert.equal(r.status, 'completed');
+      const [first, second] = gw.upstream.requestsFor(marker);
+      assert.deepEqual(imagesIn(first), []);
+      const images = imagesIn(second);
+      if (model === plain) {
+        assert.deepEqual(images, [], `${plain} got an image`);
+        continue;
+      }
+      assert.equal(images.length, 1, `${model} got ${images.length} images`);
+      assertPng(images[0]);
+      // beside the text of the call's output, which it reads as the plain model does
+      assert.match(JSON.stringify(second.body), /image: /);
     }
   });
 }

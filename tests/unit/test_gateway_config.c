@@ -92,6 +92,7 @@ static void parses_a_full_litellm_config(void **state)
                  "    model_info:\n"
                  "      id: abc\n"
                  "      mode: chat\n"
+                 "      supports_vision: true\n"
                  "  - model_name: azure-gpt\n"
                  "    litellm_params:\n"
                  "      model: azure/my-deployment\n"
@@ -165,6 +166,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(m->max_agentic_loops, 12);
     assert_int_equal(m->timeout_ms, 600000);
     assert_string_equal(m->sandbox_tool, "e2b-tool");
+    assert_true(m->supports_vision);
 
     m = &gw->models[1];
     assert_string_equal(m->name, "azure-gpt");
@@ -178,6 +180,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(m->max_agentic_loops, 3);
     assert_int_equal(m->timeout_ms, 1500);
     assert_null(m->sandbox_tool);
+    assert_false(m->supports_vision);
 
     m = &gw->models[2];
     assert_string_equal(m->name, "*");
@@ -609,6 +612,10 @@ static void refuses_bad_values(void **state)
                  "gw.yaml:2:24: gateway.container_files_max: '1000k' is below the minimum of 1m");
     expect_error("gateway:\n  key_files_max: lots\n",
                  "gw.yaml:2:18: gateway.key_files_max: invalid size 'lots'");
+    expect_error("model_list:\n  - model_name: m\n    litellm_params: {model: x}\n    model_info: "
+                 "{supports_vision: maybe}\n",
+                 "gw.yaml:4:35: model_list[0].model_info.supports_vision: 'maybe' is not a "
+                 "boolean (expected true or false)");
     expect_error("gateway:\n  events_kept: 25h\n",
                  "gw.yaml:2:16: gateway.events_kept: '25h' is out of range (expected from 0 "
                  "seconds to 24 hours)");

@@ -143,7 +143,7 @@ static struct store *open_fresh(void)
 }
 
 /* The schema this corral's store migrates to. */
-#define SCHEMA_NOW 7
+#define SCHEMA_NOW 8
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -1415,6 +1415,88 @@ static void keeps_keys(void **state)
     store_close(s);
 }
 
+static json_t *conversation_obj(const char *id, const char *topic)
+{
+    return json_pack("{s:s, s:s, s:I, s:{s:s}}", "id", id, "object", "conversation", "created_at",
+                     (json_int_t)1700000000, "metadata", "topic", topic);
+}
+
+/* The ids of the conversation's items, in order, joined with ','. */
+static void assert_items(struct store *s, const char *conv, const char *want)
+{
+    struct corral_error err = {0};
+    json_t *items = NULL;
+    assert_int_equal(store_list_conversation_items(s, conv, &items, &err), 0);
+    char got[256] = "";
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+    {
+        if (i)
+            strcat(got, ",");
+        strcat(got, json_string_value(json_object_get(it, "id")));
+    }
+    json_decref(items);
+    assert_string_equal(got, want);
+}
+
+static void keeps_conversations(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    json_t *conv = conversation_obj("conv_1", "birds");
+    assert_int_equal(store_put_conversation(s, "k:a", conv, &err), 0);
+    json_t *back = NULL;
+    assert_int_equal(store_get_conversation(s, "conv_1", "k:a", &back, &err), 0);
+    assert_true(json_equal(back, conv));
+    json_decref(back);
+    /* another owner neither sees nor replaces it */
+    assert_int_equal(store_get_conversation(s, "conv_1", "k:b", &back, &err), -ENOENT);
+    json_t *other = conversation_obj("conv_1", "impostor");
+    assert_int_equal(store_put_conversation(s, "k:b", other, &err), -EEXIST);
+    json_decref(other);
+    /* its owner updates it */
+    json_t *changed = conversation_obj("conv_1", "herons");
+    assert_int_equal(store_put_conversation(s, "k:a", changed, &err), 0);
+    assert_int_equal(store_get_conversation(s, "conv_1", "k:a", &back, &err), 0);
+    assert_true(json_equal(back, changed));
+    json_decref(back);
+    json_decref(changed);
+    json_decref(conv);
+
+    /* items keep the order they were added in, all of a call or none */
+    json_t *items = json_pack("[{s:s, s:s}, {s:s, s:s}]", "id", "msg_1", "type", "message", "id",
+                              "ci_1", "type", "code_interpreter_call");
+    assert_int_equal(store_add_conversation_items(s, "conv_1", items, &err), 0);
+    json_decref(items);
+    items = json_pack("[{s:s}, {s:s}]", "id", "msg_2", "id", "msg_1");
+    assert_int_equal(store_add_conversation_items(s, "conv_1", items, &err), -EEXIST);
+    json_decref(items);
+    assert_items(s, "conv_1", "msg_1,ci_1");
+    items = json_pack("[{s:s}]", "id", "msg_2");
+    assert_int_equal(store_add_conversation_items(s, "conv_1", items, &err), 0);
+    json_decref(items);
+    assert_items(s, "conv_1", "msg_1,ci_1,msg_2");
+    assert_int_equal(store_delete_conversation_item(s, "conv_1", "ci_1", &err), 0);
+    assert_int_equal(store_delete_conversation_item(s, "conv_1", "ci_1", &err), -ENOENT);
+    assert_items(s, "conv_1", "msg_1,msg_2");
+    items = json_pack("[{s:s}]", "id", "msg_3");
+    assert_int_equal(store_add_conversation_items(s, "conv_1", items, &err), 0);
+    json_decref(items);
+    assert_items(s, "conv_1", "msg_1,msg_2,msg_3");
+    items = json_pack("[{s:s}]", "type", "message");
+    assert_int_equal(store_add_conversation_items(s, "conv_1", items, &err), -EINVAL);
+    json_decref(items);
+
+    /* deleting it takes its items; only its owner can */
+    assert_int_equal(store_delete_conversation(s, "conv_1", "k:b", &err), -ENOENT);
+    assert_int_equal(store_delete_conversation(s, "conv_1", "k:a", &err), 0);
+    assert_int_equal(store_get_conversation(s, "conv_1", "k:a", &back, &err), -ENOENT);
+    assert_items(s, "conv_1", "");
+    assert_int_equal(store_delete_conversation(s, "conv_1", "k:a", &err), -ENOENT);
+    store_close(s);
+}
+
 static void lists_keys_oldest_first(void **state)
 {
     struct store *s = open_fresh();
@@ -1984,6 +2066,8 @@ static void applies_the_missing_migration(void **state)
     sql_int(t->location, "DROP TABLE blobs");
     sql_int(t->location, "DROP TABLE rate_buckets");
     sql_int(t->location, "ALTER TABLE containers DROP COLUMN sandbox");
+    sql_int(t->location, "DROP TABLE conversations");
+    sql_int(t->location, "DROP TABLE conversation_items");
     sql_int(t->location, "DELETE FROM schema_version WHERE version >= 4");
     if (!pg_url)
         sql_int(t->location, "PRAGMA user_version = 3");
@@ -2366,6 +2450,7 @@ int main(void)
         cmocka_unit_test(refuses_bad_objects),
         WITH_TMP(persists_containers_and_files),
         cmocka_unit_test(keeps_keys),
+        cmocka_unit_test(keeps_conversations),
         cmocka_unit_test(lists_keys_oldest_first),
         cmocka_unit_test(refuses_bad_keys),
         cmocka_unit_test(counts_usage),
