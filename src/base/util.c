@@ -370,6 +370,28 @@ void corral_new_id(char *buf, size_t len, const char *prefix, size_t hex)
     buf[at < len ? at : len - 1] = '\0';
 }
 
+char *corral_base64_encode(const void *data, size_t len)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *in = data;
+    char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)in[i] << 16;
+        if (i + 1 < len)
+            v |= (unsigned)in[i + 1] << 8;
+        if (i + 2 < len)
+            v |= in[i + 2];
+        *o++ = abc[v >> 18 & 63];
+        *o++ = abc[v >> 12 & 63];
+        *o++ = i + 1 < len ? abc[v >> 6 & 63] : '=';
+        *o++ = i + 2 < len ? abc[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
 int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
                          struct corral_error *err)
 {

@@ -48,6 +48,8 @@ void corral_new_id(char *buf, size_t len, const char *prefix, size_t hex);
  * the running program), or "./name" when that has no directory. */
 void corral_path_beside(const char *beside, const char *name, char *out, size_t len);
 
+/* Standard base64 of data (padded), malloc'ed; NULL when out of memory. */
+char *corral_base64_encode(const void *data, size_t len);
 /* Decodes standard base64 (whitespace ignored) into a malloc'ed buffer. */
 int corral_base64_decode(const char *text, size_t len, unsigned char **out, size_t *out_len,
                          struct corral_error *err);

@@ -35,7 +35,7 @@
 /* What the model is told of the sandbox, its network included: the network
  * of the container the code will run in (the one named or continued, else
  * a new one of the call's tool and the auto container's network_policy). */
-static const char *tool_description(struct gw_call *c)
+char *gw_call_network_sentence(struct gw_call *c)
 {
     const struct gateway_sandbox_tool *tool = gw_call_tool(c);
     const json_t *policy = c->auto_network;
@@ -54,6 +54,12 @@ static const char *tool_description(struct gw_call *c)
     }
     char *network = gw_network_sentence(tool, policy);
     json_decref(held);
+    return network;
+}
+
+static const char *tool_description(struct gw_call *c)
+{
+    char *network = gw_call_network_sentence(c);
     free(c->tool_desc);
     c->tool_desc = NULL;
     if (asprintf(&c->tool_desc, "%s%s%s", TOOL_DESCRIPTION_HEAD,
@@ -523,9 +529,24 @@ static json_t *item_outputs(const struct provider_output *o)
     return outs;
 }
 
+struct gw_container *gw_call_sandbox(struct gw_call *c, bool *restarted, struct corral_error *err)
+{
+    struct gw_container *ct = gw_call_container(c, err);
+    if (!ct)
+        return NULL;
+    pthread_mutex_lock(&ct->exec_lock);
+    int rc = gw_container_sandbox(c->gw, ct, err);
+    if (rc < 0) {
+        pthread_mutex_unlock(&ct->exec_lock);
+        return NULL;
+    }
+    *restarted = rc == 1;
+    return ct;
+}
+
 /* For the watch thread: the client's own test (or a draining gateway),
  * without touching the call. */
-static bool client_gone(void *u)
+bool gw_call_gone(void *u)
 {
     const struct gw_call *c = u;
     return c->cancelled || __atomic_load_n(&c->gw->draining, __ATOMIC_ACQUIRE) ||
@@ -613,17 +634,10 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
         return strdup("error: the call's arguments must be a JSON object with a \"code\" "
                       "string; nothing ran.");
     }
-    struct gw_container *ct = gw_call_container(c, &err);
-    int rc = 0;
     bool restarted = false;
-    if (ct) {
-        pthread_mutex_lock(&ct->exec_lock);
-        if ((rc = gw_container_sandbox(c->gw, ct, &err)) < 0)
-            pthread_mutex_unlock(&ct->exec_lock);
-        restarted = rc == 1;
-        rc = rc < 0 ? rc : 0;
-    }
-    if (!ct || rc < 0) {
+    struct gw_container *ct = gw_call_sandbox(c, &restarted, &err);
+    int rc = 0;
+    if (!ct) {
         json_decref(args);
         gw_emit_code_done(c, tc, "failed", NULL);
         struct strbuf b = {0};
@@ -634,7 +648,7 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     if (tc->item) /* the container may have changed since the item was added */
         json_object_set_new(tc->item, "container_id", json_string(ct->id));
     gw_emit_interpreting(c, tc);
-    struct gw_running watch = {.c = ct, .cancelled = client_gone, .userdata = c};
+    struct gw_running watch = {.c = ct, .cancelled = gw_call_gone, .userdata = c};
     struct provider_output o = {0};
     gw_watch_start(c->gw, &watch);
     rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
@@ -727,7 +741,8 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
             const char *type = json_string_value(json_object_get(it, "type"));
             const char *name = json_string_value(json_object_get(it, "name"));
             const char *call_id = json_string_value(json_object_get(it, "call_id"));
-            if (type && !strcmp(type, "function_call") && name && !strcmp(name, c->tool_name)) {
+            if (type && !strcmp(type, "function_call") && name &&
+                (!strcmp(name, c->tool_name) || (c->shell && !strcmp(name, c->shell_name)))) {
                 bool ran = false;
                 for (size_t k = 0; k < t->n_calls; k++)
                     if (call_id && !strcmp(t->calls[k].call_id, call_id))
@@ -743,7 +758,7 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
                                                  "message", "role", "assistant", "content", "type",
                                                  "output_text", "text", text, "annotations"));
         for (size_t k = 0; k < t->n_calls; k++)
-            if (!t->calls[k].is_code || results[k])
+            if (!gw_runs(&t->calls[k]) || results[k])
                 json_array_append_new(
                     add, json_pack("{s:s, s:s, s:s, s:s}", "type",
                                    t->calls[k].custom ? "custom_tool_call" : "function_call",
@@ -782,7 +797,7 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
                                 t->text.len ? json_string(text) : json_null());
         json_t *calls = json_array();
         for (size_t k = 0; k < t->n_calls; k++)
-            if (!t->calls[k].is_code || results[k]) {
+            if (!gw_runs(&t->calls[k]) || results[k]) {
                 bool custom = t->calls[k].custom;
                 json_array_append_new(
                     calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t->calls[k].call_id, "type",
@@ -821,7 +836,8 @@ static bool spent(struct gw_call *c)
  * tool_choice was "none"): not made; the model is told so. */
 static char *not_run(struct gw_call *c, struct gw_tool_call *tc)
 {
-    gw_emit_code_done(c, tc, "incomplete", NULL);
+    if (tc->is_code)
+        gw_emit_code_done(c, tc, "incomplete", NULL);
     struct strbuf b = {0};
     strbuf_printf(&b,
                   "error: not run: this response may make at most %lld tool calls "
@@ -876,7 +892,7 @@ static void run_loop(struct gw_call *c)
         add_usage(c, &t);
         size_t n_code = 0, n_client = t.client_items;
         for (size_t i = 0; i < t.n_calls; i++)
-            t.calls[i].is_code ? n_code++ : n_client++;
+            gw_runs(&t.calls[i]) ? n_code++ : n_client++;
         char *results[GW_MAX_TOOL_CALLS] = {0};
         if (n_code && c->loops >= c->max_loops) {
             /* the limit: the calls not run end incomplete, nothing leaks */
@@ -893,7 +909,9 @@ static void run_loop(struct gw_call *c)
             return;
         }
         for (size_t i = 0; i < t.n_calls && !c->cancelled; i++)
-            if (t.calls[i].is_code) {
+            if (t.calls[i].is_shell) {
+                results[i] = spent(c) ? not_run(c, &t.calls[i]) : gw_run_shell(c, &t.calls[i]);
+            } else if (t.calls[i].is_code) {
                 results[i] = spent(c) ? not_run(c, &t.calls[i]) : run_code(c, &t.calls[i]);
                 json_t *item_id = json_object_get(t.calls[i].item, "id");
                 if (c->model_read && json_is_string(item_id) && results[i])
@@ -911,7 +929,7 @@ static void run_loop(struct gw_call *c)
         append_turn(c, &t, results);
         for (size_t i = 0; i < t.n_calls; i++) {
             bool custom = t.calls[i].custom;
-            if (!t.calls[i].is_code && c->api == CORRAL_GATEWAY_CHAT)
+            if (!gw_runs(&t.calls[i]) && c->api == CORRAL_GATEWAY_CHAT)
                 json_array_append_new(
                     c->chat_calls,
                     json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t.calls[i].call_id, "type",
@@ -1001,6 +1019,77 @@ static int take_auto_options(struct gw_call *c, json_t *container, const char *p
 
 /* The code_interpreter tools of the request: checked, removed from the
  * tools sent upstream; their container noted. */
+/* A container the request names (a code_interpreter's container, a shell's
+ * container_reference): it must be the caller's and live; -errno answered. */
+static int take_explicit_container(struct gw_call *c, const char *id)
+{
+    free(c->wanted_container);
+    c->wanted_container = strdup(id);
+    c->container_explicit = true;
+    struct gw_container *ct;
+    int rc = gw_container_find(c->gw, c->wanted_container, c->owner, &ct);
+    if (rc == -ESTALE) {
+        gw_reply_error(c->out, 400, "invalid_request_error", NULL, NULL, "Container is expired.");
+        return rc;
+    }
+    if (gw_unavailable(-rc)) {
+        gw_reply_store_down(c->out, rc);
+        return rc;
+    }
+    if (rc < 0) {
+        gw_reply_error(c->out, 404, "invalid_request_error", NULL, NULL,
+                       "Container with id '%s' not found.", c->wanted_container);
+        return -ENOENT;
+    }
+    gw_container_put(c->gw, ct, false);
+    return 0;
+}
+
+/* A hosted shell tool (Responses): one whose environment is a container
+ * (container_auto, container_reference) runs in the request's container
+ * like code_interpreter; a local one (or none) is the client's, forwarded. */
+static int take_shell(struct gw_call *c, json_t *tool, size_t i, json_t *client_tools)
+{
+    json_t *env = json_object_get(tool, "environment");
+    const char *type = json_string_value(json_object_get(env, "type"));
+    if (!env || json_is_null(env) || (type && !strcmp(type, "local"))) {
+        json_array_append(client_tools, tool);
+        return 0;
+    }
+    char param[64], msg[256];
+    snprintf(param, sizeof(param), "tools[%zu].environment", i);
+    int rc = 0;
+    if (type && !strcmp(type, "container_reference")) {
+        const char *id = json_string_value(json_object_get(env, "container_id"));
+        if (!id) {
+            char p[96];
+            snprintf(p, sizeof(p), "%s.container_id", param);
+            snprintf(msg, sizeof(msg), "Missing required parameter: '%s'.", p);
+            bad_request(c, p, "missing_required_parameter", msg);
+            return -EINVAL;
+        }
+        rc = take_explicit_container(c, id);
+    } else if (type && !strcmp(type, "container_auto")) {
+        rc = take_auto_options(c, env, param);
+    } else {
+        snprintf(msg, sizeof(msg),
+                 "Invalid value for '%s.type': expected 'container_auto', "
+                 "'container_reference' or 'local'.",
+                 param);
+        bad_request(c, param, "invalid_value", msg);
+        return -EINVAL;
+    }
+    if (rc < 0)
+        return rc;
+    if (!c->gw->cfg->interception) {
+        json_array_append(client_tools, tool);
+        return 0;
+    }
+    c->shell = true;
+    c->intercept = true;
+    return 0;
+}
+
 static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_tools)
 {
     *client_tools = json_array();
@@ -1017,6 +1106,12 @@ static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_too
             bad_request(c, param, "missing_required_parameter", msg);
             return -EINVAL;
         }
+        if (!strcmp(type, "shell") && c->api == CORRAL_GATEWAY_RESPONSES) {
+            int rc = take_shell(c, tool, i, *client_tools);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         if (strcmp(type, "code_interpreter")) {
             json_array_append(*client_tools, tool);
             continue;
@@ -1029,29 +1124,12 @@ static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_too
             bad_request(c, param, "missing_required_parameter", msg);
             return -EINVAL;
         }
+        int rc;
         if (!container || json_is_null(container)) {
             /* chat has no containers: one of its own */
         } else if (json_is_string(container)) {
-            free(c->wanted_container);
-            c->wanted_container = strdup(json_string_value(container));
-            c->container_explicit = true;
-            struct gw_container *ct;
-            int rc = gw_container_find(c->gw, c->wanted_container, c->owner, &ct);
-            if (rc == -ESTALE) {
-                gw_reply_error(c->out, 400, "invalid_request_error", NULL, NULL,
-                               "Container is expired.");
+            if ((rc = take_explicit_container(c, json_string_value(container))) < 0)
                 return rc;
-            }
-            if (gw_unavailable(-rc)) {
-                gw_reply_store_down(c->out, rc);
-                return rc;
-            }
-            if (rc < 0) {
-                gw_reply_error(c->out, 404, "invalid_request_error", NULL, NULL,
-                               "Container with id '%s' not found.", c->wanted_container);
-                return -ENOENT;
-            }
-            gw_container_put(c->gw, ct, false);
         } else if (json_is_object(container) && take_auto_options(c, container, param) < 0) {
             return -EINVAL;
         } else if (!json_is_object(container) ||
@@ -1067,22 +1145,23 @@ static int take_code_tools(struct gw_call *c, json_t *tools, json_t **client_too
             bad_request(c, param, "invalid_value", msg);
             return -EINVAL;
         }
-        c->intercept = c->gw->cfg->interception;
-        if (!c->intercept)
+        c->code_tool = c->gw->cfg->interception;
+        c->intercept |= c->code_tool;
+        if (!c->code_tool)
             json_array_append(*client_tools, tool);
     }
     return 0;
 }
 
-/* The function tool's name: the configured one, unless a client tool has it. */
-static void pick_tool_name(struct gw_call *c, json_t *client_tools)
+/* A function tool's name: base, unless a client tool has it (then
+ * base_2, base_3...). */
+static void pick_name(json_t *client_tools, const char *base, char *out, size_t len)
 {
-    const char *base = c->gw->cfg->code_tool_name;
     for (int n = 0; n < 100; n++) {
         if (n == 0)
-            snprintf(c->tool_name, sizeof(c->tool_name), "%s", base);
+            snprintf(out, len, "%s", base);
         else
-            snprintf(c->tool_name, sizeof(c->tool_name), "%s_%d", base, n + 1);
+            snprintf(out, len, "%s_%d", base, n + 1);
         bool taken = false;
         size_t i;
         json_t *tool;
@@ -1092,11 +1171,18 @@ static void pick_tool_name(struct gw_call *c, json_t *client_tools)
             if (!name)
                 name =
                     json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
-            taken |= name && !strcmp(name, c->tool_name);
+            taken |= name && !strcmp(name, out);
         }
         if (!taken)
             return;
     }
+}
+
+/* The code tool's name (the configured one) and the shell's ("shell"). */
+static void pick_tool_name(struct gw_call *c, json_t *client_tools)
+{
+    pick_name(client_tools, c->gw->cfg->code_tool_name, c->tool_name, sizeof(c->tool_name));
+    pick_name(client_tools, "shell", c->shell_name, sizeof(c->shell_name));
 }
 
 static json_t *code_tool(struct gw_call *c, bool chat)
@@ -1126,12 +1212,16 @@ static json_t *allowed_code_tool(struct gw_call *c, json_t *choice)
     json_array_foreach(tools, i, t)
     {
         const char *type = json_string_value(json_object_get(t, "type"));
-        if (type && !strcmp(type, "code_interpreter"))
+        const char *name = !type                                               ? NULL
+                           : c->code_tool && !strcmp(type, "code_interpreter") ? c->tool_name
+                           : c->shell && !strcmp(type, "shell")                ? c->shell_name
+                                                                               : NULL;
+        if (name)
             json_array_set_new(
                 tools, i,
-                client_chat ? json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name",
-                                        c->tool_name)
-                            : json_pack("{s:s, s:s}", "type", "function", "name", c->tool_name));
+                client_chat
+                    ? json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name)
+                    : json_pack("{s:s, s:s}", "type", "function", "name", name));
     }
     return copy;
 }
@@ -1168,11 +1258,12 @@ static int set_tool_choice(struct gw_call *c, struct corral_error *err)
             json_object_set_new(rest, "mode", json_string("auto"));
         return 0;
     }
-    if (c->intercept && type && !strcmp(type, "code_interpreter")) {
+    bool code = c->code_tool && type && !strcmp(type, "code_interpreter");
+    if (code || (c->shell && type && !strcmp(type, "shell"))) {
+        const char *name = code ? c->tool_name : c->shell_name;
         c->choice_first =
-            up_chat
-                ? json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", c->tool_name)
-                : json_pack("{s:s, s:s}", "type", "function", "name", c->tool_name);
+            up_chat ? json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name)
+                    : json_pack("{s:s, s:s}", "type", "function", "name", name);
         c->choice_rest = json_string("auto");
         return 0;
     }
@@ -1290,6 +1381,11 @@ static json_t *conversation_items(struct gw_call *c, json_t *items, bool stored)
                                                              : "(no output)"));
             free(a);
             strbuf_free(&logs);
+            continue;
+        }
+        if (c->shell && type &&
+            (!strcmp(type, "shell_call") || !strcmp(type, "shell_call_output"))) {
+            json_array_append_new(conv, gw_shell_item_upstream(c, it));
             continue;
         }
         json_t *copy = stored ? gw_item_public(it) : json_deep_copy(it);
@@ -1459,7 +1555,9 @@ static int build_base(struct gw_call *c, json_t *client_tools, struct corral_err
                                            : gw_tools_to_responses(client_tools, err);
     if (!tools)
         return -EINVAL;
-    if (c->intercept)
+    if (c->shell)
+        json_array_insert_new(tools, 0, gw_shell_tool(c, up_chat));
+    if (c->code_tool)
         json_array_insert_new(tools, 0, code_tool(c, up_chat));
     if (json_array_size(tools))
         json_object_set(base, "tools", tools);
@@ -1645,6 +1743,7 @@ static void call_free(struct gw_call *c)
     json_decref(c->auto_file_ids);
     json_decref(c->auto_network);
     free(c->tool_desc);
+    free(c->shell_desc);
     json_decref(c->input_files);
     json_decref(c->images);
     free(c->conversation_id);

@@ -399,7 +399,10 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
     tc->call_id = strdup(call_id);
     tc->name = strdup(name ? name : "");
     tc->custom = custom;
-    tc->is_code = !custom && c->intercept && name && !strcmp(name, c->tool_name);
+    tc->is_code = !custom && c->code_tool && name && !strcmp(name, c->tool_name);
+    tc->is_shell = !custom && c->shell && name && !strcmp(name, c->shell_name);
+    if (tc->is_shell) /* its items come when it runs (gw_emit_shell_call) */
+        return tc;
     if (tc->is_code) {
         tc->cx = calloc(1, sizeof(*tc->cx));
         if (tc->cx)
@@ -448,6 +451,8 @@ void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *d
     if (!tc || !len)
         return;
     strbuf_append(&tc->args, delta, len);
+    if (tc->is_shell)
+        return;
     if (tc->is_code) {
         size_t before = tc->code.len;
         if (tc->cx)
@@ -598,6 +603,42 @@ void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
               json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item",
                         tc->item));
     }
+}
+
+void gw_emit_shell_call(struct gw_call *c, struct gw_tool_call *tc, json_t *action,
+                        const char *container_id)
+{
+    if (c->api != CORRAL_GATEWAY_RESPONSES)
+        return;
+    char id[64];
+    corral_new_id(id, sizeof(id), "sh_", 48);
+    tc->item = json_pack("{s:s, s:s, s:s, s:O, s:{s:s, s:s}, s:s}", "id", id, "type", "shell_call",
+                         "call_id", tc->call_id, "action", action, "environment", "type",
+                         "container_reference", "container_id", container_id ? container_id : "",
+                         "status", "in_progress");
+    tc->output_index = add_item(c, tc->item);
+    json_decref(tc->item);
+}
+
+void gw_emit_shell_done(struct gw_call *c, struct gw_tool_call *tc, json_t *output,
+                        const char *status, json_t *max_output_length)
+{
+    if (!tc->item) {
+        json_decref(output);
+        return;
+    }
+    json_object_set_new(tc->item, "status", json_string(status));
+    event(c, "response.output_item.done",
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)tc->output_index, "item", tc->item));
+    char id[64];
+    corral_new_id(id, sizeof(id), "sho_", 48);
+    json_t *out = json_pack("{s:s, s:s, s:s, s:o, s:O, s:s}", "id", id, "type", "shell_call_output",
+                            "call_id", tc->call_id, "output", output, "max_output_length",
+                            max_output_length ? max_output_length : json_null(), "status", status);
+    size_t index = add_item(c, out);
+    event(c, "response.output_item.done",
+          json_pack("{s:I, s:O}", "output_index", (json_int_t)index, "item", out));
+    json_decref(out);
 }
 
 void gw_emit_interpreting(struct gw_call *c, struct gw_tool_call *tc)

@@ -359,6 +359,7 @@ struct gw_tool_call {
     struct gw_codeargs *cx;
     struct strbuf code; /* code decoded so far */
     bool executed;
+    bool is_shell;  /* a call of the shell tool (the gateway runs it, like code) */
     json_t *images; /* base64 PNGs the code displayed, for a vision model; NULL: none */
 };
 
@@ -404,7 +405,10 @@ struct gw_call {
     const char *up_path;
     char up_path_buf[512];
     bool stream, intercept, include_outputs, store;
+    bool code_tool, shell; /* code_interpreter, a container shell: the gateway's tools */
     char tool_name[96];
+    char shell_name[96];
+    char *shell_desc;
     unsigned max_loops, loops;
     long long max_tool_calls; /* Responses' max_tool_calls: code calls at most; -1: none */
     long long token_budget;   /* output tokens of all turns together; -1: none */
@@ -484,6 +488,28 @@ int gw_background_call(corral_gateway *gw, const char *body, size_t len, const c
 /* The run is accepted (stored, queued): its creator is answered, l held for it. */
 void gw_bg_accept(struct gw_bg *bg, corral_gateway *gw, struct gw_live *l);
 
+/* Whether the gateway runs the call (code, shell) rather than the client. */
+static inline bool gw_runs(const struct gw_tool_call *tc)
+{
+    return tc->is_code || tc->is_shell;
+}
+/* What the model is told of the network of the call's container. */
+char *gw_call_network_sentence(struct gw_call *c);
+/* The container of the call's code, its sandbox started, exec_lock held:
+ * *restarted when it replaced one that had ended. NULL with *err. */
+struct gw_container *gw_call_sandbox(struct gw_call *c, bool *restarted, struct corral_error *err);
+/* For the watch over running code: the client's own test, or a draining gateway. */
+bool gw_call_gone(void *call);
+
+/* ---- the shell tool (shell.c) ---- */
+
+/* The upstream's function tool for the shell (chat: Chat Completions' shape). */
+json_t *gw_shell_tool(struct gw_call *c, bool chat);
+/* Runs a shell call's commands in the container: the text the model reads. */
+char *gw_run_shell(struct gw_call *c, struct gw_tool_call *tc);
+/* A replayed shell_call or shell_call_output item as the upstream sees it. */
+json_t *gw_shell_item_upstream(struct gw_call *c, json_t *item);
+
 /* What is left of the call's output-token budget (LLONG_MAX: none). */
 long long gw_tokens_left(const struct gw_call *c);
 
@@ -506,6 +532,13 @@ void gw_send(struct gw_call *c, const char *data, size_t len);
  * 20 ms), or the gateway drains (the client is then told why). */
 bool gw_call_cancelled(struct gw_call *c);
 void gw_emit_started(struct gw_call *c);
+/* A shell call's items: shell_call as it starts (action: its commands
+ * and limits), then done, and its shell_call_output (status completed or
+ * incomplete). */
+void gw_emit_shell_call(struct gw_call *c, struct gw_tool_call *tc, json_t *action,
+                        const char *container_id);
+void gw_emit_shell_done(struct gw_call *c, struct gw_tool_call *tc, json_t *output,
+                        const char *status, json_t *max_output_length);
 /* A background response leaves the queue. */
 void gw_emit_in_progress(struct gw_call *c);
 /* The Response as it stands (not final), for a log's snapshot. */

@@ -417,6 +417,95 @@ for (const model of KINDS) {
   });
 }
 
+const SHELL_TOOL = { type: 'shell', environment: { type: 'container_auto' } };
+const SHELL_COMMANDS = ['echo hello > greet.txt && cat greet.txt', 'echo oops >&2; exit 3', 'sleep 30 & sleep 30'];
+
+/** The shell_call and shell_call_output items of a response (each one, checked against each other). */
+function shellItems(r) {
+  const calls = r.output.filter((o) => o.type === 'shell_call');
+  const outputs = r.output.filter((o) => o.type === 'shell_call_output');
+  assert.equal(calls.length, 1, `shell_call items: ${JSON.stringify(r.output.map((o) => o.type))}`);
+  assert.equal(outputs.length, 1);
+  assert.match(calls[0].id, /^sh_[0-9a-f]{48}$/);
+  assert.match(outputs[0].id, /^sho_[0-9a-f]{48}$/);
+  assert.equal(outputs[0].call_id, calls[0].call_id);
+  assert.ok(r.output.indexOf(outputs[0]) > r.output.indexOf(calls[0]), 'the output comes after its call');
+  assert.ok(!r.output.some((o) => o.type === 'function_call' && o.name === 'shell'), 'the shell\'s function call reached the client');
+  return { call: calls[0], out: outputs[0] };
+}
+
+for (const model of KINDS) {
+  test(`responses, ${model}: the shell tool runs the model's commands in the container: shell_call and shell_call_output, exit codes, stderr, a timeout (plain, streamed)`, T, async () => {
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`shell-${model}-${stream}`);
+      gw.upstream.script(marker, [
+        { calls: [{ fn: { name: 'shell', arguments: JSON.stringify({ commands: SHELL_COMMANDS, timeout_ms: 1500 }) } }] },
+        (req, ctx) => ({ text: `read: ${ctx.lastToolOutput.split('\n').slice(0, 4).join(' | ')}` }),
+      ]);
+      const { r, events } = await createResponse({ model, input: `${marker} run them`, tools: [SHELL_TOOL] }, stream);
+      assert.equal(r.status, 'completed', JSON.stringify(r.error));
+      const { call, out } = shellItems(r);
+      assert.deepEqual(call.action, { commands: SHELL_COMMANDS, max_output_length: null, timeout_ms: 1500 });
+      assert.equal(call.status, 'completed');
+      assert.equal(call.environment.type, 'container_reference');
+      assert.match(call.environment.container_id, /^cntr_/);
+      assert.equal(out.status, 'completed');
+      assert.deepEqual(out.output.map((e) => [e.stdout, e.stderr, e.outcome]), [
+        ['hello\n', '', { type: 'exit', exit_code: 0 }],
+        ['', 'oops\n', { type: 'exit', exit_code: 3 }],
+        ['', '', { type: 'timeout' }],
+      ]);
+      assert.equal(r.output_text, 'read: $ echo hello > greet.txt && cat greet.txt | exit code: 0 | stdout: | hello');
+      const tools = gw.upstream.requestsFor(marker)[0].body.tools;
+      assert.ok(JSON.stringify(tools).includes('Run shell commands'), 'the upstream got the shell as a function tool');
+      assertNoLeak(r);
+      if (events) {
+        checkResponseEvents(events, r);
+        const added = events.filter((e) => e.type === 'response.output_item.added').map((e) => e.item.type);
+        assert.ok(added.includes('shell_call') && added.includes('shell_call_output'), added.join(', '));
+      }
+    }
+  });
+}
+
+test('responses: the shell and code_interpreter share a container; tool_choice shell; a container_reference; max_output_length', T, async () => {
+  const marker = gw.marker('shell-shared');
+  gw.upstream.script(marker, [
+    { code: "open('/mnt/data/from-python.txt', 'w').write('written by python')" },
+    { calls: [{ fn: { name: 'shell', arguments: JSON.stringify({ commands: ['cat from-python.txt', 'seq 1 1000'], max_output_length: 20 }) } }] },
+    { text: 'done' },
+  ]);
+  const r = await gw.client.responses.create({ model: 'mock-responses', input: `${marker} go`, tools: [CI_TOOL, SHELL_TOOL], tool_choice: { type: 'shell' } });
+  assert.equal(r.status, 'completed');
+  const first = gw.upstream.requestsFor(marker)[0].body;
+  assert.deepEqual(first.tool_choice, { type: 'function', name: 'shell' }, 'tool_choice shell names the shell function on the first turn');
+  const { out } = shellItems(r);
+  assert.equal(out.output[0].stdout, 'written by python');
+  assert.equal(out.output[1].stdout, '1\n2\n3\n4\n5\n6\n7\n8\n9\n10', 'cut at max_output_length (20 characters)');
+  assert.equal(out.max_output_length, 20);
+  const ci = r.output.find((o) => o.type === 'code_interpreter_call');
+  const call = r.output.find((o) => o.type === 'shell_call');
+  assert.equal(call.environment.container_id, ci.container_id, 'one container for both tools');
+
+  // a later request names that container
+  const again = gw.marker('shell-ref');
+  gw.upstream.script(again, [{ calls: [{ fn: { name: 'shell', arguments: JSON.stringify({ commands: ['ls'] }) } }] }, { text: 'listed' }]);
+  const r2 = await gw.client.responses.create({
+    model: 'mock-chat',
+    input: `${again} list`,
+    tools: [{ type: 'shell', environment: { type: 'container_reference', container_id: ci.container_id } }],
+  });
+  assert.match(shellItems(r2).out.output[0].stdout, /from-python\.txt/);
+  await assert.rejects(
+    gw.client.responses.create({ model: 'mock-chat', input: 'x', tools: [{ type: 'shell', environment: { type: 'container_reference' } }] }),
+    (e) => e.status === 400 && e.param === 'tools[0].environment.container_id',
+  );
+  await assert.rejects(
+    gw.client.responses.create({ model: 'mock-chat', input: 'x', tools: [{ type: 'shell', environment: { type: 'elsewhere' } }] }),
+    (e) => e.status === 400 && e.param === 'tools[0].environment',
+  );
+});
+
 /** The data: URLs of the images in an upstream request (a Chat request's image_url parts, a Responses request's input_image parts). */
 function imagesIn(req) {
   const urls = [];

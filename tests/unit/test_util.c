@@ -150,6 +150,19 @@ static void decodes_base64(void **state)
     assert_true(corral_base64_decode("ab$c", 4, &out, &len, &err) < 0);
     assert_non_null(strstr(err.message, "invalid base64 character at offset 2"));
     assert_true(corral_base64_decode("YQ==YQ", 6, &out, &len, &err) < 0);
+    /* encoding, each padding, and back */
+    const char *const plain[] = {"", "a", "ab", "abc", "hello world", "\xff\xfe\x00x"};
+    const char *const coded[] = {"", "YQ==", "YWI=", "YWJj", "aGVsbG8gd29ybGQ=", "//4AeA=="};
+    const size_t lens[] = {0, 1, 2, 3, 11, 4};
+    for (size_t i = 0; i < 6; i++) {
+        char *b64 = corral_base64_encode(plain[i], lens[i]);
+        assert_string_equal(b64, coded[i]);
+        assert_int_equal(corral_base64_decode(b64, strlen(b64), &out, &len, &err), 0);
+        assert_int_equal(len, lens[i]);
+        assert_memory_equal(out, plain[i], lens[i]);
+        free(out);
+        free(b64);
+    }
 }
 
 /* 2026-06-12T10:00:00Z and a fraction, in every style the protocols print. */
