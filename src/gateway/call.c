@@ -1354,7 +1354,7 @@ static json_t *conversation_items(struct gw_call *c, json_t *items, bool stored)
             const char *id = json_string_value(json_object_get(it, "id"));
             const char *code = json_string_value(json_object_get(it, "code"));
             const char *cid = json_string_value(json_object_get(it, "container_id"));
-            if (cid) {
+            if (cid && !c->container_explicit) { /* a container the request names wins */
                 free(c->wanted_container);
                 c->wanted_container = strdup(cid);
             }
@@ -1383,8 +1383,13 @@ static json_t *conversation_items(struct gw_call *c, json_t *items, bool stored)
             strbuf_free(&logs);
             continue;
         }
-        if (c->shell && type &&
-            (!strcmp(type, "shell_call") || !strcmp(type, "shell_call_output"))) {
+        if (type && (!strcmp(type, "shell_call") || !strcmp(type, "shell_call_output"))) {
+            const char *cid = json_string_value(
+                json_object_get(json_object_get(it, "environment"), "container_id"));
+            if (cid && *cid && !c->container_explicit) {
+                free(c->wanted_container);
+                c->wanted_container = strdup(cid);
+            }
             json_array_append_new(conv, gw_shell_item_upstream(c, it));
             continue;
         }
@@ -1412,7 +1417,10 @@ static void note_container(struct gw_call *c, json_t *response)
     json_array_foreach(json_object_get(response, "output"), i, it)
     {
         const char *cid = json_string_value(json_object_get(it, "container_id"));
-        if (cid && *cid) {
+        if (!cid) /* a shell call's */
+            cid = json_string_value(
+                json_object_get(json_object_get(it, "environment"), "container_id"));
+        if (cid && *cid && !c->container_explicit) {
             free(c->wanted_container);
             c->wanted_container = strdup(cid);
         }

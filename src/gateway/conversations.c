@@ -196,17 +196,18 @@ static void create(corral_gateway *gw, const struct corral_gateway_object_reques
                              "created_at", (json_int_t)time(NULL), "metadata",
                              json_is_object(metadata) ? json_incref(metadata) : json_object());
     json_decref(body);
-    struct corral_error err;
+    struct corral_error err, ignored;
     int rc = store_put_conversation(gw->store, owner, conv, &err);
-    if (rc == 0)
-        rc = store_add_conversation_items(gw->store, id, items, &err);
+    if (rc == 0 && (rc = store_add_conversation_items(gw->store, id, items, &err)) < 0)
+        store_delete_conversation(gw->store, id, owner, &ignored); /* all or nothing */
     json_decref(items);
-    if (rc < 0) {
-        json_decref(conv);
+    if (rc == -EEXIST)
+        bad(out, "items", "invalid_value", "Invalid 'items': two items have the same id.");
+    else if (rc < 0)
         gw_reply_failure(out, &err);
-        return;
-    }
-    gw_reply_json(out, 200, conv);
+    else
+        gw_reply_json(out, 200, json_incref(conv));
+    json_decref(conv);
 }
 
 /* The conversation of owner, or the answer (404, the store's failure). */

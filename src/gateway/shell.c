@@ -22,7 +22,7 @@
 #include "gateway/gateway_internal.h"
 
 #define SHELL_COMMANDS_MAX 32
-#define SHELL_OUTPUT_MAX   (1u << 20) /* of a command's stdout, and of its stderr */
+#define SHELL_OUTPUT_MAX   65536 /* characters of a command's stdout, and of its stderr */
 #define SHELL_MARK                                                                                 \
     "\x1e"                                                                                         \
     "corral-shell "
@@ -58,36 +58,44 @@ json_t *gw_shell_tool(struct gw_call *c, bool chat)
 }
 
 /* The Python cell that runs one command (base64, so that any text passes)
- * and prints its result after SHELL_MARK, as JSON. */
+ * and prints its result after SHELL_MARK, as JSON: the command's output
+ * goes to files, of which the first max_len characters are read back; at
+ * its timeout its whole session is killed (what it started in the
+ * background otherwise runs on, as in a shell). */
 static char *command_cell(const char *command, uint64_t timeout_ms, size_t max_len)
 {
     char *b64 = corral_base64_encode(command, strlen(command));
     if (!b64)
         return NULL;
     struct strbuf b = {0};
-    strbuf_printf(&b,
-                  "def __corral_shell():\n"
-                  "    import base64, json, os, signal, subprocess\n"
-                  "    cmd = base64.b64decode('%s').decode()\n"
-                  "    cwd = '/mnt/data' if os.path.isdir('/mnt/data') else None\n"
-                  "    p = subprocess.Popen(['/bin/sh', '-c', cmd], stdin=subprocess.DEVNULL,\n"
-                  "                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,\n"
-                  "                         cwd=cwd, start_new_session=True)\n"
-                  "    timed_out = False\n"
-                  "    try:\n"
-                  "        out, err = p.communicate(timeout=%.3f)\n"
-                  "    except subprocess.TimeoutExpired:\n"
-                  "        timed_out = True\n"
-                  "        os.killpg(p.pid, signal.SIGKILL)\n"
-                  "        out, err = p.communicate()\n"
-                  "    text = lambda b: b[:%zu].decode('utf-8', 'replace')\n"
-                  "    r = {'stdout': text(out), 'stderr': text(err),\n"
-                  "         'outcome': {'type': 'timeout'} if timed_out else\n"
-                  "                    {'type': 'exit', 'exit_code': p.returncode}}\n"
-                  "    print('\\x1ecorral-shell ' + json.dumps(r), flush=True)\n"
-                  "__corral_shell()\n"
-                  "del __corral_shell\n",
-                  b64, (double)timeout_ms / 1000.0, max_len);
+    strbuf_printf(
+        &b,
+        "def __corral_shell():\n"
+        "    import base64, json, os, signal, subprocess, tempfile\n"
+        "    cmd = base64.b64decode('%s').decode()\n"
+        "    cwd = '/mnt/data' if os.path.isdir('/mnt/data') else None\n"
+        "    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:\n"
+        "        p = subprocess.Popen(['/bin/sh', '-c', cmd], stdin=subprocess.DEVNULL,\n"
+        "                             stdout=out, stderr=err, cwd=cwd, start_new_session=True)\n"
+        "        timed_out = False\n"
+        "        try:\n"
+        "            p.wait(timeout=%.3f)\n"
+        "        except subprocess.TimeoutExpired:\n"
+        "            timed_out = True\n"
+        "            os.killpg(p.pid, signal.SIGKILL)\n"
+        "            p.wait()\n"
+        "        def text(f):\n"
+        "            f.seek(0)\n"
+        "            t = f.read(%zu * 4).decode('utf-8', 'replace')[:%zu]\n"
+        "            return t.replace('\\x00', '\\ufffd')\n"
+        "        rc = p.returncode\n"
+        "        r = {'stdout': text(out), 'stderr': text(err),\n"
+        "             'outcome': {'type': 'timeout'} if timed_out else\n"
+        "                        {'type': 'exit', 'exit_code': 128 - rc if rc < 0 else rc}}\n"
+        "    print('\\x1ecorral-shell ' + json.dumps(r), flush=True)\n"
+        "__corral_shell()\n"
+        "del __corral_shell\n",
+        b64, (double)timeout_ms / 1000.0, max_len, max_len);
     free(b64);
     return strbuf_take(&b);
 }
@@ -107,18 +115,6 @@ static json_t *command_result(const struct provider_output *o)
         return NULL;
     }
     return r;
-}
-
-/* Cuts a text of an output entry to max characters (whole UTF-8 ones). */
-static void cut(json_t *entry, const char *key, size_t max)
-{
-    const char *text = json_string_value(json_object_get(entry, key));
-    if (!text || strlen(text) <= max)
-        return;
-    size_t n = max;
-    while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
-        n--;
-    json_object_set_new(entry, key, json_stringn(text, n));
 }
 
 /* What the model reads of the commands' results. */
@@ -191,8 +187,7 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
     json_t *cmd;
     json_array_foreach(commands, i, cmd)
     {
-        char *cell = command_cell(json_string_value(cmd), timeout_ms,
-                                  max_len < SHELL_OUTPUT_MAX ? max_len : SHELL_OUTPUT_MAX);
+        char *cell = command_cell(json_string_value(cmd), timeout_ms, max_len);
         if (!cell)
             return "out of memory";
         struct gw_running watch = {.c = ct, .cancelled = gw_call_gone, .userdata = c};
@@ -208,6 +203,8 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
             return "stopped";
         }
         json_t *r = rc == 0 ? command_result(&o) : NULL;
+        if (rc == 0) /* the files the command made, changed or deleted */
+            gw_container_collect(c->gw, ct, o.files);
         provider_output_free(&o);
         if (rc < 0) {
             if (ct->sb)
@@ -216,8 +213,6 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
         }
         if (!r)
             return "the command's result could not be read from the sandbox";
-        cut(r, "stdout", max_len);
-        cut(r, "stderr", max_len);
         json_array_append_new(output, r);
     }
     return NULL;
@@ -237,7 +232,13 @@ char *gw_run_shell(struct gw_call *c, struct gw_tool_call *tc)
     json_t *action =
         json_pack("{s:O, s:O, s:I}", "commands", commands, "max_output_length",
                   max_len ? max_len : json_null(), "timeout_ms", (json_int_t)timeout_ms);
-    size_t cap = max_len ? (size_t)json_integer_value(max_len) : c->gw->cfg->output_limit;
+    /* each text at most max_output_length characters, output_limit and
+     * SHELL_OUTPUT_MAX (what a provider's answer carries whole) */
+    size_t cap = c->gw->cfg->output_limit;
+    if (max_len && (size_t)json_integer_value(max_len) < cap)
+        cap = (size_t)json_integer_value(max_len);
+    if (cap > SHELL_OUTPUT_MAX)
+        cap = SHELL_OUTPUT_MAX;
     struct corral_error err = {0};
     bool restarted = false;
     struct gw_container *ct = gw_call_sandbox(c, &restarted, &err);

@@ -1484,7 +1484,9 @@ int store_add_conversation_items(struct store *s, const char *conversation_id, j
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot add items to conversation %s in %s", conversation_id,
              s->name);
-    struct step *steps = calloc(n, sizeof(*steps));
+    /* first, the conversation's row: a PostgreSQL transaction that adds
+     * items to it waits for another's end (the positions follow on) */
+    struct step *steps = calloc(n + 1, sizeof(*steps));
     struct store_param *params = calloc(n * 3, sizeof(*params));
     char **texts = calloc(n, sizeof(*texts));
     char(*taken)[CORRAL_ERROR_MESSAGE_MAX] = calloc(n, sizeof(*taken));
@@ -1504,14 +1506,19 @@ int store_add_conversation_items(struct store *s, const char *conversation_id, j
         params[i * 3 + 2] = P_TEXT(texts[i]);
         snprintf(taken[i], sizeof(taken[i]),
                  "an item with id %.200s is in conversation %.200s already", id, conversation_id);
-        steps[i] = (struct step)STEP_MUST(
+        steps[i + 1] = (struct step)STEP_MUST(
             "INSERT INTO conversation_items (conversation_id, position, id, item)"
             " SELECT ?1, COALESCE(MAX(position), -1) + 1, ?2, ?3"
-            " FROM conversation_items WHERE conversation_id = ?1 ON CONFLICT DO NOTHING",
+            " FROM conversation_items WHERE conversation_id = ?1"
+            " ON CONFLICT (conversation_id, id) DO NOTHING",
             &params[i * 3], 3, EEXIST, taken[i]);
     }
-    if (r == 0)
-        r = run_steps(s, steps, (int)n, NULL, NULL, what, err);
+    const struct store_param conv[] = {P_TEXT(conversation_id)};
+    if (r == 0) {
+        steps[0] =
+            (struct step)STEP("UPDATE conversations SET object = object WHERE id = ?1", conv, 1);
+        r = run_steps(s, steps, (int)n + 1, NULL, NULL, what, err);
+    }
     for (size_t i = 0; texts && i < n; i++)
         free(texts[i]);
     free(texts);

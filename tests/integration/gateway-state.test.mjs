@@ -486,6 +486,8 @@ test('conversations: the refusals, in OpenAI\'s shape', T, async () => {
   await assert.rejects(c.conversations.items.create(conv.id, { items: [] }), (e) => e.status === 400 && e.param === 'items');
   await assert.rejects(c.conversations.items.create(conv.id, { items: [42] }), (e) => e.status === 400 && e.param === 'items');
   await assert.rejects(c.conversations.create({ metadata: { k: 1 } }), (e) => e.status === 400 && e.param === 'metadata');
+  const twice = { type: 'message', role: 'user', content: 'same', id: 'msg_twice' };
+  await assert.rejects(c.conversations.create({ items: [twice, twice] }), (e) => e.status === 400 && e.param === 'items');
   await assert.rejects(c.conversations.items.list(conv.id, { limit: 0 }), (e) => e.status === 400 && e.param === 'limit');
   await assert.rejects(c.conversations.retrieve('conv_nothing'), (e) => e.status === 404 && /Conversation with id 'conv_nothing' not found/.test(e.message));
   await c.conversations.delete(conv.id);

@@ -472,7 +472,16 @@ test('responses: the shell and code_interpreter share a container; tool_choice s
   const marker = gw.marker('shell-shared');
   gw.upstream.script(marker, [
     { code: "open('/mnt/data/from-python.txt', 'w').write('written by python')" },
-    { calls: [{ fn: { name: 'shell', arguments: JSON.stringify({ commands: ['cat from-python.txt', 'seq 1 1000'], max_output_length: 20 }) } }] },
+    {
+      calls: [
+        {
+          fn: {
+            name: 'shell',
+            arguments: JSON.stringify({ commands: ['cat from-python.txt', 'seq 1 1000', "printf 'a\\0b' && echo made > by-shell.txt"], max_output_length: 20 }),
+          },
+        },
+      ],
+    },
     { text: 'done' },
   ]);
   const r = await gw.client.responses.create({ model: 'mock-responses', input: `${marker} go`, tools: [CI_TOOL, SHELL_TOOL], tool_choice: { type: 'shell' } });
@@ -483,9 +492,13 @@ test('responses: the shell and code_interpreter share a container; tool_choice s
   assert.equal(out.output[0].stdout, 'written by python');
   assert.equal(out.output[1].stdout, '1\n2\n3\n4\n5\n6\n7\n8\n9\n10', 'cut at max_output_length (20 characters)');
   assert.equal(out.max_output_length, 20);
+  assert.equal(out.output[2].stdout, 'a\ufffdb', 'a NUL byte comes back as U+FFFD');
   const ci = r.output.find((o) => o.type === 'code_interpreter_call');
   const call = r.output.find((o) => o.type === 'shell_call');
   assert.equal(call.environment.container_id, ci.container_id, 'one container for both tools');
+  const files = [];
+  for await (const f of gw.client.containers.files.list(ci.container_id)) files.push(f.path);
+  assert.ok(files.includes('/mnt/data/by-shell.txt'), `the file the shell made is the container's: ${files.join(', ')}`);
 
   // a later request names that container
   const again = gw.marker('shell-ref');
