@@ -471,21 +471,27 @@ int corral_gateway_retrieve_response(corral_gateway *gw, const char *id, const c
     return 0;
 }
 
+/* Stops owner's background response `id` if it runs here: its run ends at
+ * its next look, its code killed (waited for CANCEL_WAIT_MS at most: a
+ * sandbox still starting). Whether this gateway keeps its events. */
+static bool stop_background(corral_gateway *gw, const char *id, const char *owner)
+{
+    struct gw_live *l = gw_live_find(gw, id, owner);
+    if (l && gw_live_background(l) && gw_live_state(gw, l) != GW_LIVE_DONE) {
+        gw_live_cancel(gw, l);
+        gw_live_wait_done(gw, l, CANCEL_WAIT_MS);
+    }
+    gw_live_put(gw, l);
+    return l != NULL;
+}
+
 int corral_gateway_cancel_response(corral_gateway *gw, const char *id, const char *key,
                                    struct corral_gateway_reply *out)
 {
     reply_init(out);
     char owner[80];
     gw_owner_of(key, owner, sizeof(owner));
-    struct gw_live *l = gw_live_find(gw, id, owner);
-    if (l && gw_live_background(l) && gw_live_state(gw, l) != GW_LIVE_DONE) {
-        gw_live_cancel(gw, l);
-        /* the run ends at its next look, its code killed; an answer as it
-         * stands if it takes longer (a sandbox still starting) */
-        gw_live_wait_done(gw, l, CANCEL_WAIT_MS);
-    }
-    bool here = l != NULL;
-    gw_live_put(gw, l);
+    bool here = stop_background(gw, id, owner);
     char *response = NULL;
     int rc = response_text(gw, id, owner, &response, out);
     if (rc <= 0)
@@ -520,14 +526,7 @@ int corral_gateway_delete_response(corral_gateway *gw, const char *id, const cha
     reply_init(out);
     char owner[80];
     gw_owner_of(key, owner, sizeof(owner));
-    /* a background response still running stops first: its end would
-     * store it again */
-    struct gw_live *l = gw_live_find(gw, id, owner);
-    if (l && gw_live_background(l) && gw_live_state(gw, l) != GW_LIVE_DONE) {
-        gw_live_cancel(gw, l);
-        gw_live_wait_done(gw, l, CANCEL_WAIT_MS);
-    }
-    gw_live_put(gw, l);
+    stop_background(gw, id, owner); /* still running, its end would store it again */
     struct corral_error err;
     int rc = store_delete_response(gw->store, id, owner, &err);
     if (stored_failure(out, id, rc, &err))
