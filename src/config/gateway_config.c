@@ -30,6 +30,7 @@ struct gateway_config *gateway_config_new(void)
     c->store_days = 30;
     c->events_kept_ms = 10ull * 60 * 1000;
     c->container_expiry_ms = 20ull * 60 * 1000;
+    c->chat_container_expiry_ms = UINT64_MAX;
     c->container_memory_max = 4ull << 30;
     c->container_files_max = 1ull << 30;
     c->key_files_max = 10ull << 30;

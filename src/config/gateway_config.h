@@ -178,6 +178,9 @@
  *   events_kept      a duration from 0 seconds to 24 hours (0: none kept once the
  *                    response has ended).
  *   container_expiry seconds (or with a unit), from 1 s to 30 days.
+ *   chat_container_expiry  the same, from 0 s (a Chat Completions request's
+ *                    own container is removed when the request ends) to 30
+ *                    days; default: container_expiry's.
  *   container_memory_max  one of 1g, 4g, 16g, 64g.
  *   container_files_max, key_files_max  a size ("512m", "1g", bytes), at least 1m.
  *
@@ -260,28 +263,31 @@ struct gateway_config {
     size_t n_models;
     struct gateway_sandbox_tool *tools;
     size_t n_tools;
-    char *master_key;              /* general_settings.master_key; NULL = none */
-    bool interception;             /* litellm_settings...enabled (default true) */
-    char *default_tool;            /* code_interpreter_interception_params.sandbox_tool_name;
-                                      NULL = the built-in local sandboxes */
-    char *listen;                  /* gateway.listen, NULL = default */
-    char *store_path;              /* gateway.store, NULL = data_dir/gateway.db, or in memory
-                                      without a data_dir */
-    char *data_dir;                /* gateway.data_dir, NULL = none (files in a private
-                                      temporary directory; corral serve sets a default) */
-    uint64_t container_expiry_ms;  /* gateway.container_expiry, default 20 min */
-    uint64_t container_memory_max; /* gateway.container_memory_max (bytes), default 4g */
-    uint64_t container_files_max;  /* gateway.container_files_max: bytes of one container's
-                                      files, default 1 GiB */
-    uint64_t key_files_max;        /* gateway.key_files_max: bytes of the files of one key's
-                                      (owner's) containers together, default 10 GiB */
-    char *code_tool_name;          /* gateway.code_tool_name, never NULL (default "python") */
-    unsigned max_agentic_loops;    /* gateway.max_agentic_loops, default 8 (1..100) */
-    size_t output_limit;           /* gateway.output_limit, default 20000 (256..10000000) */
-    uint64_t exec_timeout_ms;      /* gateway.exec_timeout, default 120 s */
-    uint64_t store_max;            /* gateway.store_max_responses, default 10000 */
-    uint64_t store_days;           /* gateway.store_days, default 30 */
-    uint64_t events_kept_ms;       /* gateway.events_kept, default 10 minutes */
+    char *master_key;                  /* general_settings.master_key; NULL = none */
+    bool interception;                 /* litellm_settings...enabled (default true) */
+    char *default_tool;                /* code_interpreter_interception_params.sandbox_tool_name;
+                                          NULL = the built-in local sandboxes */
+    char *listen;                      /* gateway.listen, NULL = default */
+    char *store_path;                  /* gateway.store, NULL = data_dir/gateway.db, or in memory
+                                          without a data_dir */
+    char *data_dir;                    /* gateway.data_dir, NULL = none (files in a private
+                                          temporary directory; corral serve sets a default) */
+    uint64_t container_expiry_ms;      /* gateway.container_expiry, default 20 min */
+    uint64_t chat_container_expiry_ms; /* gateway.chat_container_expiry; UINT64_MAX (the
+                                          default): container_expiry_ms; 0: removed at the
+                                          end of the request */
+    uint64_t container_memory_max;     /* gateway.container_memory_max (bytes), default 4g */
+    uint64_t container_files_max;      /* gateway.container_files_max: bytes of one container's
+                                          files, default 1 GiB */
+    uint64_t key_files_max;            /* gateway.key_files_max: bytes of the files of one key's
+                                          (owner's) containers together, default 10 GiB */
+    char *code_tool_name;              /* gateway.code_tool_name, never NULL (default "python") */
+    unsigned max_agentic_loops;        /* gateway.max_agentic_loops, default 8 (1..100) */
+    size_t output_limit;               /* gateway.output_limit, default 20000 (256..10000000) */
+    uint64_t exec_timeout_ms;          /* gateway.exec_timeout, default 120 s */
+    uint64_t store_max;                /* gateway.store_max_responses, default 10000 */
+    uint64_t store_days;               /* gateway.store_days, default 30 */
+    uint64_t events_kept_ms;           /* gateway.events_kept, default 10 minutes */
 };
 
 /* The bytes of a container memory_limit ("1g", "4g", "16g", "64g"), or 0. */

@@ -912,8 +912,8 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
     int r = walk_expect_mapping(w, n, "gateway",
                                 "listen, store, data_dir, code_tool_name, max_agentic_loops, "
                                 "output_limit, exec_timeout, store_max_responses, store_days, "
-                                "events_kept, container_expiry, container_memory_max, "
-                                "container_files_max, key_files_max",
+                                "events_kept, container_expiry, chat_container_expiry, "
+                                "container_memory_max, container_files_max, key_files_max",
                                 true);
     if (r <= 0)
         return r;
@@ -928,6 +928,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                        "events_kept",
                                        "data_dir",
                                        "container_expiry",
+                                       "chat_container_expiry",
                                        "container_memory_max",
                                        "container_files_max",
                                        "key_files_max"};
@@ -943,6 +944,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         EVENTS_KEPT,
         DATA_DIR,
         EXPIRY,
+        CHAT_EXPIRY,
         MEMORY_MAX,
         FILES_MAX,
         KEY_FILES_MAX,
@@ -995,6 +997,10 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         return r;
     if (v[EXPIRY] && (r = walk_seconds(w, v[EXPIRY], WHAT(EXPIRY), 1000, 30 * DAY_MS,
                                        "from 1 second to 30 days", &gw->container_expiry_ms)) < 0)
+        return r;
+    if (v[CHAT_EXPIRY] &&
+        (r = walk_seconds(w, v[CHAT_EXPIRY], WHAT(CHAT_EXPIRY), 0, 30 * DAY_MS,
+                          "from 0 seconds to 30 days", &gw->chat_container_expiry_ms)) < 0)
         return r;
     if (v[MEMORY_MAX]) {
         cleanup_free char *m = NULL;

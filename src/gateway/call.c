@@ -665,6 +665,9 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
             if (!c->images)
                 c->images = json_array();
             json_array_append_new(c->images, json_string(id));
+            if (!c->shown_images)
+                c->shown_images = json_array();
+            json_array_append_new(c->shown_images, json_string(id));
             free(id);
         }
     }
@@ -1409,6 +1412,88 @@ static json_t *conversation_items(struct gw_call *c, json_t *items, bool stored)
     return conv;
 }
 
+/* Whether a Chat client's messages replay one of this gateway's answers
+ * (an assistant message with its code_interpreter field). */
+static bool chat_replays_any(const struct gw_call *c)
+{
+    if (c->api != CORRAL_GATEWAY_CHAT)
+        return false;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(c->req, "messages"), i, m)
+    {
+        if (json_is_object(json_object_get(m, "code_interpreter")))
+            return true;
+    }
+    return false;
+}
+
+/* A Chat client's messages as the upstream gets them: an assistant message
+ * of this gateway's, replayed with its code_interpreter field, becomes the
+ * turns the model made (its texts, its code calls and what it read of
+ * them, then the client's own tool calls), and its container is the one
+ * the request continues in (unless the request names one). NULL with
+ * *err when a message cannot be turned into those. */
+static json_t *chat_replays(struct gw_call *c, json_t *messages, struct corral_error *err)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m)
+    {
+        json_t *ext = json_object_get(m, "code_interpreter");
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!json_is_object(ext) || !role || strcmp(role, "assistant")) {
+            json_array_append(out, m);
+            continue;
+        }
+        const char *cid = json_string_value(json_object_get(ext, "container_id"));
+        if (cid && !c->container_explicit) {
+            free(c->wanted_container);
+            c->wanted_container = strdup(cid);
+        }
+        json_t *items = json_array();
+        size_t k;
+        json_t *it;
+        json_array_foreach(json_object_get(ext, "output"), k, it)
+        {
+            const char *type = json_string_value(json_object_get(it, "type"));
+            if (type && (!strcmp(type, "message") || !strcmp(type, "code_interpreter_call")))
+                json_array_append(items, it);
+        }
+        if (!json_array_size(items)) { /* nothing of the model's turns: the message as it is */
+            json_decref(items);
+            json_t *copy = json_copy(m);
+            json_object_del(copy, "code_interpreter");
+            json_array_append_new(out, copy);
+            continue;
+        }
+        json_t *turns = conversation_items(c, items, true);
+        json_decref(items);
+        json_t *back = gw_items_to_messages(turns, NULL, err);
+        json_decref(turns);
+        if (!back) {
+            json_decref(out);
+            return NULL;
+        }
+        /* the client's own calls end the message, as they came */
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (json_array_size(calls)) {
+            json_t *last = json_array_get(back, json_array_size(back) - 1);
+            const char *last_role = json_string_value(json_object_get(last, "role"));
+            if (last && last_role && !strcmp(last_role, "assistant") &&
+                !json_object_get(last, "tool_calls"))
+                json_object_set(last, "tool_calls", calls);
+            else
+                json_array_append_new(back, json_pack("{s:s, s:n, s:O}", "role", "assistant",
+                                                      "content", "tool_calls", calls));
+        }
+        json_array_extend(out, back);
+        json_decref(back);
+    }
+    return out;
+}
+
 /* The container of the latest code call of a stored response. */
 static void note_container(struct gw_call *c, json_t *response)
 {
@@ -1661,7 +1746,9 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
                         "'n' greater than 1 is not supported with code_interpreter.");
             return -EINVAL;
         }
-        c->conv = up_chat ? json_deep_copy(messages) : gw_messages_to_items(messages, &err);
+        json_t *turns = chat_replays(c, messages, &err);
+        c->conv = up_chat || !turns ? json_deep_copy(turns) : gw_messages_to_items(turns, &err);
+        json_decref(turns);
         c->input_files = input_file_ids(c, messages);
     }
     if (c->conv && build_base(c, client_tools, &err) == 0) {
@@ -1740,6 +1827,7 @@ static void call_free(struct gw_call *c)
     json_decref(c->output);
     strbuf_free(&c->chat_text);
     json_decref(c->chat_calls);
+    json_decref(c->shown_images);
     json_decref(c->usage);
     json_decref(c->error);
     json_decref(c->held);
@@ -1757,6 +1845,26 @@ static void call_free(struct gw_call *c)
     free(c->conversation_id);
     json_decref(c->model_read);
     json_decref(c->full_outputs);
+}
+
+/* What the client gets of the code: its outputs (`include`; a Chat
+ * client's code_interpreter field has them all), and whether a Chat
+ * client's content must be the last turn's text only (JSON asked for). */
+static void take_output_options(struct gw_call *c)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(c->req, "include"), i, x)
+    {
+        if (json_is_string(x) && !strcmp(json_string_value(x), "code_interpreter_call.outputs"))
+            c->include_outputs = true;
+    }
+    if (c->api != CORRAL_GATEWAY_CHAT)
+        return;
+    c->include_outputs = true;
+    const char *format =
+        json_string_value(json_object_get(json_object_get(c->req, "response_format"), "type"));
+    c->chat_hold = format && (!strcmp(format, "json_object") || !strcmp(format, "json_schema"));
 }
 
 static int start_background(struct gw_call *c);
@@ -1816,14 +1924,7 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         c->background = true;
         c->stream = true;
     }
-    json_t *include = json_object_get(c->req, "include");
-    size_t i;
-    json_t *x;
-    json_array_foreach(include, i, x)
-    {
-        if (json_is_string(x) && !strcmp(json_string_value(x), "code_interpreter_call.outputs"))
-            c->include_outputs = true;
-    }
+    take_output_options(c);
     json_t *tools = json_object_get(c->req, "tools");
     if (tools && !json_is_array(tools) && !json_is_null(tools)) {
         bad_request(c, "tools", "invalid_type", "Invalid type for 'tools': expected an array.");
@@ -1850,7 +1951,7 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     }
     json_t *conversation = json_object_get(c->req, "conversation");
     if (!c->intercept && same_api && !ours_prev && !c->background &&
-        (!conversation || json_is_null(conversation))) {
+        (!conversation || json_is_null(conversation)) && !chat_replays_any(c)) {
         json_decref(client_tools);
         proxy(c, body, len);
         return 0;
@@ -2096,9 +2197,10 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
         append_conversation(&c);
     if (c.live)
         gw_live_end(gw, c.live);
-    /* the containers this call made live on only when its response was stored */
+    /* the containers this call made live on only when its response was
+     * stored, or its chat completion given */
     bool keep =
-        c.api == CORRAL_GATEWAY_RESPONSES && c.store &&
+        gw_call_keeps_container(&c) &&
         ((!c.cancelled && (out->status == 200 || out->streamed)) || (c.background && c.started));
     if (c.container)
         gw_container_put(gw, c.container, c.container_new && !keep);
@@ -2109,6 +2211,19 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
     }
     call_free(&c);
     return rc;
+}
+
+uint64_t gw_chat_container_expiry(const corral_gateway *gw)
+{
+    uint64_t ms = gw->cfg->chat_container_expiry_ms;
+    return ms == UINT64_MAX ? gw->cfg->container_expiry_ms : ms;
+}
+
+bool gw_call_keeps_container(const struct gw_call *c)
+{
+    if (c->api == CORRAL_GATEWAY_CHAT)
+        return gw_chat_container_expiry(c->gw) > 0;
+    return c->store;
 }
 
 /* corral_gateway_call with the key's settings already looked up (policy:

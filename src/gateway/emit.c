@@ -78,9 +78,16 @@ static void send_json(struct gw_call *c, const char *event, json_t *payload)
     strbuf_free(&b);
 }
 
-/* A Responses event, sent now: `type`, the sequence number, the payload. */
+static void chat_event(struct gw_call *c, const char *type, json_t *payload);
+
+/* A Responses event, sent now: `type`, the sequence number, the payload
+ * (a Chat client's stream: in a chunk's code_interpreter field). */
 static void send_event(struct gw_call *c, const char *type, json_t *payload)
 {
+    if (c->api == CORRAL_GATEWAY_CHAT) {
+        chat_event(c, type, payload);
+        return;
+    }
     json_t *e = json_pack("{s:s, s:I}", "type", type, "sequence_number", (json_int_t)c->seq++);
     json_object_update(e, payload);
     json_decref(payload);
@@ -158,6 +165,42 @@ static void chat_chunk(struct gw_call *c, json_t *delta)
         json_object_set_new(delta, "refusal", json_null());
     }
     send_json(c, NULL, chunk(c, delta, NULL));
+}
+
+/* The Responses events a Chat client's chunks carry in `code_interpreter`,
+ * "response." left out: those of the items of its output but their text
+ * (which is the chunks' content). */
+static void chat_event(struct gw_call *c, const char *type, json_t *payload)
+{
+    static const char *const skipped[] = {"response.output_text.", "response.content_part.",
+                                          "response.refusal.",     "response.created",
+                                          "response.in_progress",  "response.queued",
+                                          "response.completed",    "response.failed",
+                                          "response.incomplete",   NULL};
+    for (size_t i = 0; skipped[i]; i++)
+        if (!strncmp(type, skipped[i], strlen(skipped[i]))) {
+            json_decref(payload);
+            return;
+        }
+    if (!strncmp(type, "response.", 9))
+        type += 9;
+    json_t *e = json_pack("{s:s}", "type", type);
+    json_object_update(e, payload);
+    json_decref(payload);
+    chat_chunk(c, json_pack("{s:o}", "code_interpreter", e));
+}
+
+/* Text of a Chat client's content, a turn's first (after a blank line
+ * when an earlier turn wrote some). */
+static void chat_content(struct gw_call *c, bool turn_first, const char *text, size_t len)
+{
+    struct strbuf piece = {0};
+    if (turn_first && c->chat_text.len)
+        strbuf_puts(&piece, "\n\n");
+    strbuf_append(&piece, text, len);
+    strbuf_append(&c->chat_text, strbuf_str(&piece), piece.len);
+    chat_chunk(c, json_pack("{s:s%}", "content", strbuf_str(&piece), piece.len));
+    strbuf_free(&piece);
 }
 
 /* ---- the Response object ---- */
@@ -303,8 +346,6 @@ static void close_message(struct gw_call *c, struct gw_turn *t)
     if (!t->msg_open)
         return;
     t->msg_open = false;
-    if (c->api != CORRAL_GATEWAY_RESPONSES)
-        return;
     const char *id = json_string_value(json_object_get(t->msg_item, "id"));
     /* the text of this message: what came since it opened */
     const char *text = strbuf_str(&t->msg_text);
@@ -348,17 +389,8 @@ void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_
         return;
     gw_emit_started(c);
     strbuf_append(&t->text, delta, len);
-    if (c->api == CORRAL_GATEWAY_CHAT) {
-        struct strbuf piece = {0};
-        if (!t->text_started && c->chat_text.len)
-            strbuf_puts(&piece, "\n\n");
-        strbuf_append(&piece, delta, len);
-        t->text_started = true;
-        strbuf_append(&c->chat_text, strbuf_str(&piece), piece.len);
-        chat_chunk(c, json_pack("{s:s%}", "content", strbuf_str(&piece), piece.len));
-        strbuf_free(&piece);
-        return;
-    }
+    if (c->api == CORRAL_GATEWAY_CHAT && !c->chat_hold)
+        chat_content(c, !t->text_started, delta, len);
     t->text_started = true;
     if (!t->msg_open) {
         char id[64];
@@ -407,8 +439,6 @@ struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, in
         tc->cx = calloc(1, sizeof(*tc->cx));
         if (tc->cx)
             gw_codeargs_init(tc->cx);
-        if (c->api != CORRAL_GATEWAY_RESPONSES)
-            return tc;
         struct corral_error err;
         struct gw_container *ct = gw_call_container(c, &err);
         char item_id[64];
@@ -508,19 +538,16 @@ void gw_emit_item_added(struct gw_call *c, struct gw_turn *t, int upstream_index
     if (!json_is_object(item) || gw_turn_has_item(t, upstream_index) ||
         t->n_items >= GW_MAX_TOOL_CALLS)
         return;
-    /* a Chat client could not answer it: it gets nothing of these items */
+    /* a Chat client could not answer it: it only sees it (code_interpreter) */
     if (c->api == CORRAL_GATEWAY_RESPONSES &&
         client_item(json_string_value(json_object_get(item, "type"))))
         t->client_items++;
     t->item_upstream[t->n_items] = upstream_index;
-    t->item_index[t->n_items] = SIZE_MAX;
-    if (c->api == CORRAL_GATEWAY_RESPONSES) {
-        gw_emit_started(c);
-        close_message(c, t);
-        json_t *copy = json_deep_copy(item);
-        t->item_index[t->n_items] = add_item(c, copy);
-        json_decref(copy);
-    }
+    gw_emit_started(c);
+    close_message(c, t);
+    json_t *copy = json_deep_copy(item);
+    t->item_index[t->n_items] = add_item(c, copy);
+    json_decref(copy);
     t->n_items++;
 }
 
@@ -565,17 +592,27 @@ static void settle_code(struct gw_tool_call *tc)
     json_decref(args);
 }
 
+/* A turn's text held for a Chat client (chat_hold): the content when the
+ * turn ends the loop (it runs none of its calls, or the client has calls
+ * to answer), else only in code_interpreter's output. */
+static void chat_release_text(struct gw_call *c, struct gw_turn *t)
+{
+    bool runs = false, client = t->client_items > 0;
+    for (size_t i = 0; i < t->n_calls; i++)
+        gw_runs(&t->calls[i]) ? (runs = true) : (client = true);
+    if (t->text.len && (!runs || client))
+        chat_content(c, true, strbuf_str(&t->text), t->text.len);
+}
+
 void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
 {
     close_message(c, t);
-    if (c->api != CORRAL_GATEWAY_RESPONSES) {
-        for (size_t i = 0; i < t->n_calls; i++)
-            if (t->calls[i].is_code)
-                settle_code(&t->calls[i]);
-        return;
-    }
+    if (c->api == CORRAL_GATEWAY_CHAT && c->chat_hold)
+        chat_release_text(c, t);
     for (size_t i = 0; i < t->n_calls; i++) {
         struct gw_tool_call *tc = &t->calls[i];
+        if (tc->is_code && !tc->item)
+            settle_code(tc);
         if (!tc->item)
             continue;
         json_t *id = json_object_get(tc->item, "id");
@@ -689,6 +726,23 @@ void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *s
 
 /* ---- the end ---- */
 
+/* A Chat client's code_interpreter field: the container, the output a
+ * Responses client would have, and the citations of the content. */
+static json_t *chat_extension(struct gw_call *c)
+{
+    const char *cid = c->container ? c->container->id : NULL;
+    json_t *files = NULL;
+    bool more = false;
+    struct corral_error err;
+    if (!cid || store_list_cfiles(c->gw->store, cid, NULL, 100000, true, &files, &more, &err) < 0)
+        files = json_array();
+    json_t *notes =
+        cid ? gw_cite_files(strbuf_str(&c->chat_text), cid, files, c->shown_images) : NULL;
+    json_decref(files);
+    return json_pack("{s:o, s:O, s:o}", "container_id", cid ? json_string(cid) : json_null(),
+                     "output", c->output, "annotations", notes ? notes : json_array());
+}
+
 static json_t *chat_completion(struct gw_call *c)
 {
     json_t *msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
@@ -698,6 +752,8 @@ static json_t *chat_completion(struct gw_call *c)
                             "refusal");
     if (json_array_size(c->chat_calls))
         json_object_set(msg, "tool_calls", c->chat_calls);
+    if (c->code_tool)
+        json_object_set_new(msg, "code_interpreter", chat_extension(c));
     json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
                                "finish_reason", c->finish_reason ? c->finish_reason : "stop");
     return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:n}", "id", c->chat_id, "object",
@@ -731,9 +787,15 @@ void gw_emit_finish(struct gw_call *c)
         return;
     }
     gw_emit_started(c);
-    if (!c->chat_role_sent) /* an empty answer */
+    json_array_clear(c->open_code);
+    release_held(c);
+    if (!c->chat_text.len && !json_array_size(c->chat_calls)) /* as the whole answer has it */
         chat_chunk(c, json_pack("{s:s}", "content", ""));
-    send_json(c, NULL, chunk(c, json_object(), c->finish_reason ? c->finish_reason : "stop"));
+    /* the whole field last: a client that sets each chunk's on its message
+     * (as the SDKs' accumulators do) ends with the non-streamed one */
+    json_t *last =
+        c->code_tool ? json_pack("{s:o}", "code_interpreter", chat_extension(c)) : json_object();
+    send_json(c, NULL, chunk(c, last, c->finish_reason ? c->finish_reason : "stop"));
     json_t *so = json_object_get(c->req, "stream_options");
     if (json_is_true(json_object_get(so, "include_usage"))) {
         json_t *u = chunk(c, json_object(), NULL);

@@ -420,11 +420,17 @@ struct gw_call {
     json_t *choice_first;     /* tool_choice of the first upstream turn (NULL: none) */
     json_t *choice_rest;
     json_t *output; /* Responses output items */
+    /* A Chat client: its message's content (each turn's text in order, a
+     * blank line between turns; only the last turn's when chat_hold), its
+     * own tool calls. Its `code_interpreter` field is `output` (the items a
+     * Responses client would get) with the container and citations. */
     struct strbuf chat_text;
-    json_t *chat_calls; /* a chat client's own tool calls */
+    json_t *chat_calls;
     int chat_next_index;
-    json_t *usage;      /* summed, Responses-shaped */
-    const char *status; /* completed | incomplete | failed */
+    bool chat_hold;       /* response_format asks for JSON: a turn's text waits for its end */
+    json_t *shown_images; /* file ids of every image displayed (chat's citations) */
+    json_t *usage;        /* summed, Responses-shaped */
+    const char *status;   /* completed | incomplete | failed */
     const char *incomplete_reason;
     json_t *error; /* {code, message} of a failed response */
     char *finish_reason;
@@ -487,6 +493,14 @@ int gw_background_call(corral_gateway *gw, const char *body, size_t len, const c
                        struct corral_gateway_reply *out);
 /* The run is accepted (stored, queued): its creator is answered, l held for it. */
 void gw_bg_accept(struct gw_bg *bg, corral_gateway *gw, struct gw_live *l);
+
+/* How long a Chat Completions request's own container lives unused
+ * (gateway.chat_container_expiry); 0: it goes when the request ends. */
+uint64_t gw_chat_container_expiry(const corral_gateway *gw);
+/* Whether the container the call makes outlives it (when the call ends
+ * well): a stored response's, or a Chat Completions request's unless
+ * gateway.chat_container_expiry is 0. */
+bool gw_call_keeps_container(const struct gw_call *c);
 
 /* Whether the gateway runs the call (code, shell) rather than the client. */
 static inline bool gw_runs(const struct gw_tool_call *tc)

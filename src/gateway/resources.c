@@ -80,7 +80,8 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
         .max_memory = c->policy.max_memory,
         .memory_limit = c->auto_memory,
         .network_policy = c->auto_network,
-        .persistent = c->api == CORRAL_GATEWAY_RESPONSES && c->store,
+        .persistent = gw_call_keeps_container(c),
+        .expiry_ms = c->api == CORRAL_GATEWAY_CHAT ? gw_chat_container_expiry(c->gw) : 0,
     };
     if (gw_container_create(c->gw, tool, c->owner, &spec, &c->container, err) < 0)
         return NULL;

@@ -14,7 +14,7 @@ import OpenAI, { toFile } from 'openai';
 import { MASTER_KEY, PNG_SIGNATURE, PROVIDER, codeOutputsSeen, sandboxIds, sandboxProcesses, useGateway } from './gateway-helpers.mjs';
 import { eventually } from './harness.mjs';
 
-const gw = useGateway({ gatewayLines: ['container_expiry: 3'] });
+const gw = useGateway({ gatewayLines: ['container_expiry: 3', 'chat_container_expiry: 0'] });
 const T = { timeout: 120_000 };
 const MODEL = 'mock-chat';
 
@@ -191,6 +191,19 @@ test('an unused container expires: its files go, using it is an error', T, async
     c.responses.create({ model: MODEL, input: `${a} hi`, tools: [{ type: 'code_interpreter', container: box.id }] }),
     (e) => e.status === 400 && e.error?.message === 'Container is expired.',
   );
+});
+
+test('chat_container_expiry 0: the container of a Chat Completions request goes when the request ends', T, async () => {
+  const c = gw.client;
+  const marker = gw.marker('chat-gone');
+  gw.upstream.script(marker, [{ code: "open('/mnt/data/n.txt', 'w').write('1')" }, { text: 'done' }]);
+  const before = sandboxIds();
+  const answer = await c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: `${marker} go` }], tools: [{ type: 'code_interpreter' }] });
+  const ext = answer.choices[0].message.code_interpreter;
+  assert.match(ext.container_id, /^cntr_/);
+  assert.equal(ext.output.find((o) => o.type === 'code_interpreter_call').status, 'completed');
+  await assert.rejects(c.containers.retrieve(ext.container_id), (e) => e.status === 404);
+  if (PROVIDER === 'local') assert.deepEqual([...sandboxIds()].filter((id) => !before.has(id)), [], 'its sandbox is gone');
 });
 
 test('after a kill -9 of the server and a restart, the container and its files are there', T, async () => {

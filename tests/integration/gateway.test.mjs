@@ -20,6 +20,7 @@ import {
   MODELS,
   assertChatUsage,
   assertNoLeak,
+  PNG_SIGNATURE,
   assertPng,
   assertResponsesUsage,
   chatGist,
@@ -851,5 +852,140 @@ for (const model of KINDS) {
     }
     checkResponseEvents(streamed.events, streamed.result);
     assert.deepEqual(normalise(streamed.result), normalise(plain.result));
+  });
+}
+
+/* ------------------------------------------------------------------------ */
+/* A Chat client sees the code: the message's code_interpreter field         */
+
+const SEE_CODE = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.savefig('/mnt/data/line.png')\nplt.show()\nsecret = 41\nprint('saved')";
+const SEE_TURNS = [
+  { text: 'Let me plot it.', code: SEE_CODE },
+  { text: 'The chart: [line](sandbox:/mnt/data/line.png)' },
+];
+
+/* A chat completion through the SDK; streamed: the chunks too. */
+async function chatWithChunks(body, stream) {
+  if (!stream) return { c: await gw.client.chat.completions.create(body), chunks: null };
+  const s = gw.client.chat.completions.stream({ ...body, stream_options: { include_usage: true } });
+  const chunks = [];
+  for await (const chunk of s) chunks.push(chunk);
+  return { c: await s.finalChatCompletion(), chunks };
+}
+
+/* The index of the first chunk that passes `test` (-1: none). */
+const chunkAt = (chunks, test) => chunks.findIndex((k) => k.choices?.[0] && test(k.choices[0].delta ?? {}));
+
+for (const model of KINDS) {
+  test(`chat completions, ${model}: the message's code_interpreter field has the code, its outputs, the container and the citations; the chart downloads (plain, streamed)`, T, async () => {
+    const exts = [];
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`${model}-see-chat`);
+      gw.upstream.script(marker, SEE_TURNS);
+      const body = { model, messages: [{ role: 'user', content: `${marker} Plot it.` }], tools: [{ type: 'code_interpreter' }] };
+      const { c, chunks } = await chatWithChunks(body, stream);
+      checkUpstreamRequests(gw.upstream.requestsFor(marker), model, { rounds: 2 });
+      assertNoLeak(c);
+      const msg = c.choices[0].message;
+      assert.equal(msg.content, 'Let me plot it.\n\nThe chart: [line](sandbox:/mnt/data/line.png)');
+      assert.equal(c.choices[0].finish_reason, 'stop');
+      const ext = msg.code_interpreter;
+      assert.ok(ext, `no code_interpreter field: ${JSON.stringify(msg).slice(0, 500)}`);
+      assert.match(ext.container_id, /^cntr_/);
+      assert.deepEqual(ext.output.map((o) => o.type), ['message', 'code_interpreter_call', 'message']);
+      assert.deepEqual(ext.output[0].content.map((p) => p.text), ['Let me plot it.']);
+      const call = ext.output[1];
+      assert.equal(call.status, 'completed');
+      assert.equal(call.code, SEE_CODE);
+      assert.equal(call.container_id, ext.container_id);
+      assert.equal(logsOf(call), 'saved\n');
+      assert.equal(imagesOf(call).length, 1);
+      assertPng(imagesOf(call)[0]);
+      // the citations of the content: the link, over exactly its target, and the displayed image
+      const files = (await gw.client.containers.files.list(ext.container_id)).data;
+      const line = files.find((f) => f.path === '/mnt/data/line.png');
+      assert.ok(line, `no line.png among ${JSON.stringify(files)}`);
+      const link = ext.annotations.find((a) => a.filename === 'line.png');
+      assert.ok(link, `no citation of line.png: ${JSON.stringify(ext.annotations)}`);
+      assert.deepEqual(link, { type: 'container_file_citation', container_id: ext.container_id, file_id: line.id, filename: 'line.png', start_index: link.start_index, end_index: link.end_index });
+      assert.equal(msg.content.slice(link.start_index, link.end_index), 'sandbox:/mnt/data/line.png');
+      assert.equal(ext.annotations.length, 2, JSON.stringify(ext.annotations));
+      assert.ok(ext.annotations.some((a) => a.start_index === 0 && a.end_index === 0 && /^cfile_.*\.png$/.test(a.filename)), 'the displayed image is cited');
+      // the container outlives the request (gateway.chat_container_expiry: container_expiry's 20 minutes): its chart downloads
+      const box = await gw.client.containers.retrieve(ext.container_id);
+      assert.equal(box.status, 'running');
+      assert.deepEqual(box.expires_after, { anchor: 'last_active_at', minutes: 20 });
+      const png = Buffer.from(await (await gw.client.containers.files.content.retrieve(line.id, { container_id: ext.container_id })).arrayBuffer());
+      assert.ok(png.subarray(0, 8).equals(PNG_SIGNATURE), 'the chart is a PNG');
+      assert.equal(png.length, line.bytes);
+      if (stream) {
+        // progress while the code runs: the call's events come as they happen, before the answer
+        const type = (t) => (d) => d.code_interpreter?.type === t;
+        const added = chunkAt(chunks, (d) => d.code_interpreter?.type === 'output_item.added' && d.code_interpreter.item.type === 'code_interpreter_call');
+        const code = chunkAt(chunks, type('code_interpreter_call_code.delta'));
+        const running = chunkAt(chunks, type('code_interpreter_call.interpreting'));
+        const done = chunkAt(chunks, (d) => d.code_interpreter?.type === 'output_item.done' && d.code_interpreter.item.type === 'code_interpreter_call');
+        const answer = chunkAt(chunks, (d) => typeof d.content === 'string' && d.content.startsWith('\n\nThe'));
+        assert.ok(added >= 0 && added < code && code < running && running < done && done < answer, `chunk order: ${[added, code, running, done, answer]}`);
+        assert.equal(chunks[done].choices[0].delta.code_interpreter.item.status, 'completed');
+        assert.equal(logsOf(chunks[done].choices[0].delta.code_interpreter.item), 'saved\n');
+        assert.ok(!chunks.some((k) => JSON.stringify(k).includes('output_text.delta')), 'the text is the content, not events');
+        // the last chunk of the choice holds the whole field, as the plain answer has it
+        const last = chunks.findLast((k) => k.choices?.[0]?.finish_reason);
+        assert.deepEqual(last.choices[0].delta.code_interpreter, ext);
+      }
+      exts.push({ c, ext });
+    }
+    assert.deepEqual(normalise(exts[1].ext), normalise(exts[0].ext));
+    assert.deepEqual(chatGist(exts[1].c), chatGist(exts[0].c));
+  });
+
+  test(`chat completions, ${model}: a replayed answer continues in its container, the model seeing its earlier code and output`, T, async () => {
+    const first = gw.marker(`${model}-replay-1`);
+    gw.upstream.script(first, SEE_TURNS);
+    const messages = [{ role: 'user', content: `${first} Plot it.` }];
+    const tools = [{ type: 'code_interpreter' }];
+    const c1 = await gw.client.chat.completions.create({ model, messages, tools });
+    const second = gw.marker(`${model}-replay-2`);
+    gw.upstream.script(second, [{ code: 'print(secret + 1)' }, (req, ctx) => ({ text: `It is ${firstMatch(/stdout:\n(\d+)/, ctx.lastCodeOutput)}.` })]);
+    messages.push(c1.choices[0].message, { role: 'user', content: `${second} And the secret plus one?` });
+    const c2 = await gw.client.chat.completions.create({ model, messages, tools });
+    assert.equal(c2.choices[0].message.content, 'It is 42.', 'the state of the first request is there');
+    assert.equal(c2.choices[0].message.code_interpreter.container_id, c1.choices[0].message.code_interpreter.container_id);
+    const seen = gw.upstream.requestsFor(second);
+    checkUpstreamRequests(seen, model, { rounds: 2 });
+    const sent = JSON.stringify(seen[0].body);
+    assert.ok(!sent.includes('"code_interpreter"'), `the field went upstream: ${sent.slice(0, 800)}`);
+    assert.ok(sent.includes(JSON.stringify(JSON.stringify({ code: SEE_CODE })).slice(1, -1)), 'the model sees its earlier code');
+    assert.ok(sent.includes('saved'), 'the model sees what its earlier code printed');
+    assert.ok(sent.includes('Let me plot it.') && sent.includes('The chart: [line]'), 'the model sees its earlier texts');
+  });
+
+  test(`chat completions, ${model}: with a JSON response_format the content is the last turn's text only; earlier text is in code_interpreter (plain, streamed)`, T, async () => {
+    const results = [];
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`${model}-json-chat`);
+      gw.upstream.script(marker, [
+        { text: 'Let me count.', code: 'print(6 * 7)' },
+        (req, ctx) => ({ text: JSON.stringify({ answer: Number(firstMatch(/stdout:\n(\d+)/, ctx.lastCodeOutput)) }) }),
+      ]);
+      const body = {
+        model,
+        messages: [{ role: 'user', content: `${marker} Count.` }],
+        tools: [{ type: 'code_interpreter' }],
+        response_format: { type: 'json_schema', json_schema: { name: 'answer', strict: true, schema: { type: 'object', properties: { answer: { type: 'integer' } }, required: ['answer'], additionalProperties: false } } },
+      };
+      const { c, chunks } = await chatWithChunks(body, stream);
+      const msg = c.choices[0].message;
+      assert.deepEqual(JSON.parse(msg.content), { answer: 42 });
+      assert.deepEqual(msg.code_interpreter.output.map((o) => o.type), ['message', 'code_interpreter_call', 'message']);
+      assert.equal(msg.code_interpreter.output[0].content[0].text, 'Let me count.');
+      if (stream) {
+        const contents = chunks.map((k) => k.choices?.[0]?.delta?.content).filter((t) => t);
+        assert.deepEqual(contents, ['{"answer":42}'], 'the content chunks');
+      }
+      results.push(c);
+    }
+    assert.deepEqual(chatGist(results[1]), chatGist(results[0]));
   });
 }

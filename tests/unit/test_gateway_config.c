@@ -145,6 +145,7 @@ static void parses_a_full_litellm_config(void **state)
                  "  events_kept: 90s\n"
                  "  data_dir: /srv/gw\n"
                  "  container_expiry: 90\n"
+                 "  chat_container_expiry: 0\n"
                  "  container_memory_max: 16g\n"
                  "  container_files_max: 512m\n"
                  "  key_files_max: 2g\n");
@@ -228,6 +229,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->events_kept_ms, 90000);
     assert_string_equal(gw->data_dir, "/srv/gw");
     assert_int_equal(gw->container_expiry_ms, 90000);
+    assert_int_equal(gw->chat_container_expiry_ms, 0);
     assert_int_equal(gw->container_memory_max, 16ull << 30);
     assert_int_equal(gw->container_files_max, 512ull << 20);
     assert_int_equal(gw->key_files_max, 2ull << 30);
@@ -255,6 +257,7 @@ static void defaults(void **state)
     assert_int_equal(c->events_kept_ms, 10 * 60 * 1000);
     assert_null(c->data_dir);
     assert_int_equal(c->container_expiry_ms, 20 * 60 * 1000);
+    assert_true(c->chat_container_expiry_ms == UINT64_MAX); /* container_expiry's */
     assert_int_equal(c->container_memory_max, 4ull << 30);
     assert_int_equal(c->container_files_max, 1ull << 30);
     assert_int_equal(c->key_files_max, 10ull << 30);
@@ -604,8 +607,8 @@ static void refuses_bad_values(void **state)
         "gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
         "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days, events_kept, data_dir, container_expiry, container_memory_max, "
-        "container_files_max, key_files_max)");
+        "store_days, events_kept, data_dir, container_expiry, chat_container_expiry, "
+        "container_memory_max, container_files_max, key_files_max)");
     expect_error("gateway:\n  container_memory_max: 2g\n",
                  "gw.yaml:2:25: gateway.container_memory_max: one of 1g, 4g, 16g and 64g");
     expect_error("gateway:\n  container_files_max: 1000k\n",
@@ -622,6 +625,9 @@ static void refuses_bad_values(void **state)
     expect_error("gateway:\n  container_expiry: 0\n",
                  "gw.yaml:2:21: gateway.container_expiry: '0' is out of range (expected from 1 "
                  "second to 30 days)");
+    expect_error("gateway:\n  chat_container_expiry: 745h\n",
+                 "gw.yaml:2:26: gateway.chat_container_expiry: '745h' is out of range (expected "
+                 "from 0 seconds to 30 days)");
     expect_error("gateway:\n  listen: a\n  listen: b\n",
                  "gw.yaml:3:3: duplicate key 'listen' under gateway (first at line 2)");
     expect_error("gateway:\n  listen:\n", "gw.yaml:2:10: gateway.listen has no value");
@@ -630,8 +636,8 @@ static void refuses_bad_values(void **state)
         "gateway: [listen]\n",
         "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, data_dir, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days, events_kept, container_expiry, container_memory_max, "
-        "container_files_max, key_files_max), not a list");
+        "store_days, events_kept, container_expiry, chat_container_expiry, "
+        "container_memory_max, container_files_max, key_files_max), not a list");
     expect_error("gateway:\n  max_agentic_loops: 0\n",
                  "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
                  "integer from 1 to 100)");
