@@ -67,3 +67,11 @@ size_t corral_utf8_repair(char *out, const char *s, size_t len)
     }
     return o;
 }
+
+size_t corral_utf8_length(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return n;
+}

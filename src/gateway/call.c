@@ -1828,6 +1828,7 @@ static void call_free(struct gw_call *c)
     strbuf_free(&c->chat_text);
     json_decref(c->chat_calls);
     json_decref(c->shown_images);
+    json_decref(c->chat_annotations);
     json_decref(c->usage);
     json_decref(c->error);
     json_decref(c->held);

@@ -341,6 +341,75 @@ static json_t *citations(struct gw_call *c, const char *text)
     return notes ? notes : json_array();
 }
 
+/* A Chat client's url citations of a message (the upstream's), in chat's
+ * shape and counted in the content (chat_hold: in the turn's text). */
+static void chat_keep_notes(struct gw_turn *t, json_t *notes)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(notes, i, n)
+    {
+        const char *type = json_string_value(json_object_get(n, "type"));
+        if (!type || strcmp(type, "url_citation"))
+            continue;
+        json_t *cite = json_deep_copy(n);
+        json_object_del(cite, "type");
+        static const char *const offsets[] = {"start_index", "end_index"};
+        for (size_t k = 0; k < 2; k++) {
+            json_t *v = json_object_get(cite, offsets[k]);
+            if (json_is_integer(v))
+                json_object_set_new(
+                    cite, offsets[k],
+                    json_integer(json_integer_value(v) + (json_int_t)t->msg_chat_at));
+        }
+        if (!t->chat_notes)
+            t->chat_notes = json_array();
+        json_array_append_new(
+            t->chat_notes, json_pack("{s:s, s:o}", "type", "url_citation", "url_citation", cite));
+    }
+}
+
+/* The turn's url citations join the content's (the turn's text is in it). */
+static void chat_take_notes(struct gw_call *c, struct gw_turn *t)
+{
+    if (!t->chat_notes)
+        return;
+    if (!c->chat_annotations)
+        c->chat_annotations = json_array();
+    json_array_extend(c->chat_annotations, t->chat_notes);
+    json_decref(t->chat_notes);
+    t->chat_notes = NULL;
+}
+
+size_t gw_text_position(const struct gw_turn *t)
+{
+    return t->msg_open ? corral_utf8_length(strbuf_str(&t->msg_text), t->msg_text.len) : 0;
+}
+
+void gw_emit_upstream_notes(struct gw_turn *t, json_t *notes, size_t at)
+{
+    if (!t->msg_open || !json_array_size(notes))
+        return;
+    if (!t->up_notes)
+        t->up_notes = json_array();
+    size_t i;
+    json_t *n;
+    json_array_foreach(notes, i, n)
+    {
+        if (!json_is_object(n))
+            continue;
+        json_t *copy = json_deep_copy(n);
+        static const char *const offsets[] = {"start_index", "end_index", "index"};
+        for (size_t k = 0; k < 3; k++) {
+            json_t *v = json_object_get(copy, offsets[k]);
+            if (json_is_integer(v))
+                json_object_set_new(copy, offsets[k],
+                                    json_integer(json_integer_value(v) + (json_int_t)at));
+        }
+        json_array_append_new(t->up_notes, copy);
+    }
+}
+
 static void close_message(struct gw_call *c, struct gw_turn *t)
 {
     if (!t->msg_open)
@@ -351,6 +420,14 @@ static void close_message(struct gw_call *c, struct gw_turn *t)
     const char *text = strbuf_str(&t->msg_text);
     json_t *part = text_part(text);
     json_t *notes = citations(c, text);
+    if (t->up_notes) { /* the upstream's first */
+        json_array_extend(t->up_notes, notes);
+        json_decref(notes);
+        notes = t->up_notes;
+        t->up_notes = NULL;
+    }
+    if (c->api == CORRAL_GATEWAY_CHAT)
+        chat_keep_notes(t, notes);
     size_t i;
     json_t *note;
     json_array_foreach(notes, i, note)
@@ -393,6 +470,11 @@ void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_
         chat_content(c, !t->text_started, delta, len);
     t->text_started = true;
     if (!t->msg_open) {
+        if (c->api == CORRAL_GATEWAY_CHAT) { /* where it starts in the content */
+            const struct strbuf *in = c->chat_hold ? &t->text : &c->chat_text;
+            t->msg_chat_at =
+                corral_utf8_length(strbuf_str(in), in->len) - corral_utf8_length(delta, len);
+        }
         char id[64];
         corral_new_id(id, sizeof(id), "msg_", 48);
         json_t *item = json_pack("{s:s, s:s, s:s, s:[], s:s}", "id", id, "type", "message",
@@ -520,6 +602,15 @@ static bool client_item(const char *type)
     return false;
 }
 
+/* A call of one of the upstream's built-in tools (web search, MCP...):
+ * what OpenAI's max_tool_calls counts, as the gateway's code calls. */
+static bool hosted_call(const char *type)
+{
+    size_t n = type ? strlen(type) : 0;
+    return n > 5 && !strcmp(type + n - 5, "_call") && strcmp(type, "function_call") &&
+           strcmp(type, "custom_tool_call");
+}
+
 static ssize_t item_slot(const struct gw_turn *t, int upstream_index)
 {
     for (size_t i = 0; i < t->n_items; i++)
@@ -538,10 +629,12 @@ void gw_emit_item_added(struct gw_call *c, struct gw_turn *t, int upstream_index
     if (!json_is_object(item) || gw_turn_has_item(t, upstream_index) ||
         t->n_items >= GW_MAX_TOOL_CALLS)
         return;
+    const char *type = json_string_value(json_object_get(item, "type"));
     /* a Chat client could not answer it: it only sees it (code_interpreter) */
-    if (c->api == CORRAL_GATEWAY_RESPONSES &&
-        client_item(json_string_value(json_object_get(item, "type"))))
+    if (c->api == CORRAL_GATEWAY_RESPONSES && client_item(type))
         t->client_items++;
+    if (hosted_call(type)) /* max_tool_calls counts it */
+        c->tool_calls++;
     t->item_upstream[t->n_items] = upstream_index;
     gw_emit_started(c);
     close_message(c, t);
@@ -600,8 +693,10 @@ static void chat_release_text(struct gw_call *c, struct gw_turn *t)
     bool runs = false, client = t->client_items > 0;
     for (size_t i = 0; i < t->n_calls; i++)
         gw_runs(&t->calls[i]) ? (runs = true) : (client = true);
-    if (t->text.len && (!runs || client))
+    if (t->text.len && (!runs || client)) {
         chat_content(c, true, strbuf_str(&t->text), t->text.len);
+        chat_take_notes(c, t);
+    }
 }
 
 void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
@@ -609,6 +704,8 @@ void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
     close_message(c, t);
     if (c->api == CORRAL_GATEWAY_CHAT && c->chat_hold)
         chat_release_text(c, t);
+    else if (c->api == CORRAL_GATEWAY_CHAT)
+        chat_take_notes(c, t);
     for (size_t i = 0; i < t->n_calls; i++) {
         struct gw_tool_call *tc = &t->calls[i];
         if (tc->is_code && !tc->item)
@@ -752,6 +849,8 @@ static json_t *chat_completion(struct gw_call *c)
                             "refusal");
     if (json_array_size(c->chat_calls))
         json_object_set(msg, "tool_calls", c->chat_calls);
+    if (json_array_size(c->chat_annotations))
+        json_object_set(msg, "annotations", c->chat_annotations);
     if (c->code_tool)
         json_object_set_new(msg, "code_interpreter", chat_extension(c));
     json_t *choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs",
@@ -793,8 +892,11 @@ void gw_emit_finish(struct gw_call *c)
         chat_chunk(c, json_pack("{s:s}", "content", ""));
     /* the whole field last: a client that sets each chunk's on its message
      * (as the SDKs' accumulators do) ends with the non-streamed one */
-    json_t *last =
-        c->code_tool ? json_pack("{s:o}", "code_interpreter", chat_extension(c)) : json_object();
+    json_t *last = json_object();
+    if (json_array_size(c->chat_annotations))
+        json_object_set(last, "annotations", c->chat_annotations);
+    if (c->code_tool)
+        json_object_set_new(last, "code_interpreter", chat_extension(c));
     send_json(c, NULL, chunk(c, last, c->finish_reason ? c->finish_reason : "stop"));
     json_t *so = json_object_get(c->req, "stream_options");
     if (json_is_true(json_object_get(so, "include_usage"))) {

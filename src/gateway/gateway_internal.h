@@ -384,6 +384,11 @@ struct gw_turn {
     json_t *msg_item;
     struct strbuf msg_text;
     size_t msg_index;
+    json_t *up_notes;    /* the upstream's annotations of the open message */
+    size_t up_msg_start; /* where the upstream's current message began in it */
+    size_t msg_chat_at;  /* a Chat client: where the open message began in the content
+                            (chat_hold: in the turn's text) */
+    json_t *chat_notes;  /* a Chat client: url citations of the turn's text, chat's shape */
     bool msg_open, text_started;
     /* streamed parsing */
     char *failure; /* an error event of the upstream's stream: its JSON */
@@ -427,10 +432,11 @@ struct gw_call {
     struct strbuf chat_text;
     json_t *chat_calls;
     int chat_next_index;
-    bool chat_hold;       /* response_format asks for JSON: a turn's text waits for its end */
-    json_t *shown_images; /* file ids of every image displayed (chat's citations) */
-    json_t *usage;        /* summed, Responses-shaped */
-    const char *status;   /* completed | incomplete | failed */
+    bool chat_hold;           /* response_format asks for JSON: a turn's text waits for its end */
+    json_t *chat_annotations; /* the upstream's url citations of the content, chat's shape */
+    json_t *shown_images;     /* file ids of every image displayed (chat's citations) */
+    json_t *usage;            /* summed, Responses-shaped */
+    const char *status;       /* completed | incomplete | failed */
     const char *incomplete_reason;
     json_t *error; /* {code, message} of a failed response */
     char *finish_reason;
@@ -561,11 +567,19 @@ json_t *gw_response_now(struct gw_call *c);
  * (the client that cancelled it is gone from the call by then). */
 void gw_emit_cancelled(struct gw_call *c);
 void gw_emit_text(struct gw_call *c, struct gw_turn *t, const char *delta, size_t len);
+/* Where the turn's next text goes in its open message, in code points (0
+ * when none is open: the text opens one). */
+size_t gw_text_position(const struct gw_turn *t);
+/* The upstream's annotations of text now in the open message (Responses'
+ * shape), their offsets counted from `at` in it; they join the message's
+ * citations when it closes. None when no message is open. */
+void gw_emit_upstream_notes(struct gw_turn *t, json_t *notes, size_t at);
 struct gw_tool_call *gw_emit_tool_start(struct gw_call *c, struct gw_turn *t, int upstream_index,
                                         const char *call_id, const char *name, bool custom);
 void gw_emit_tool_args(struct gw_call *c, struct gw_tool_call *tc, const char *delta, size_t len);
 /* An output item of a Responses upstream's other than a message or a
- * function call, passed on as it is (a Chat client gets nothing of it):
+ * function call, passed on as it is (a Chat client sees it in its
+ * message's code_interpreter field):
  * when it starts (added), each event of its as it streams (the upstream's
  * event, renumbered), and whole when it is done (item_done adds it first
  * if it never started). upstream_index: its output_index upstream. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
 #include "http/client.h"
@@ -32,6 +33,8 @@ void gw_turn_free(struct gw_turn *t)
     }
     strbuf_free(&t->text);
     strbuf_free(&t->msg_text);
+    json_decref(t->up_notes);
+    json_decref(t->chat_notes);
     json_decref(t->native);
     json_decref(t->usage);
     free(t->finish_reason);
@@ -64,11 +67,38 @@ static void set_finish(struct gw_turn *t, const char *reason)
 /* ---- chat upstreams ---- */
 
 /* A chat message (whole, or a chunk's delta) into the emitter. */
+/* A Chat upstream's annotations (url citations of the turn's text) in
+ * Responses' shape. */
+static json_t *chat_notes(json_t *notes)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *n;
+    json_array_foreach(notes, i, n)
+    {
+        json_t *cite = json_object_get(n, "url_citation");
+        if (!json_is_object(cite))
+            continue;
+        json_t *r = json_pack("{s:s}", "type", "url_citation");
+        json_object_update(r, cite);
+        json_array_append_new(out, r);
+    }
+    return out;
+}
+
 static void chat_delta(struct gw_call *c, struct gw_turn *t, json_t *delta)
 {
     const char *text = json_string_value(json_object_get(delta, "content"));
+    if (text && *text && !t->text.len) /* the turn's message: its annotations count from here */
+        t->up_msg_start = gw_text_position(t);
     if (text)
         gw_emit_text(c, t, text, strlen(text));
+    json_t *notes = json_object_get(delta, "annotations");
+    if (json_array_size(notes)) {
+        json_t *r = chat_notes(notes);
+        gw_emit_upstream_notes(t, r, t->up_msg_start);
+        json_decref(r);
+    }
     const char *refusal = json_string_value(json_object_get(delta, "refusal"));
     if (refusal && *refusal) {
         t->refused = true;
@@ -149,7 +179,10 @@ static void responses_usage_of(struct gw_turn *t, json_t *response)
         set_finish(t, "length");
 }
 
-static void message_text(struct gw_call *c, struct gw_turn *t, json_t *item)
+/* A Responses upstream's message item: its text (unless it streamed
+ * before, from `at` in the open message) and its parts' annotations. */
+static void message_item(struct gw_call *c, struct gw_turn *t, json_t *item, bool streamed,
+                         size_t at)
 {
     size_t i;
     json_t *part;
@@ -163,8 +196,14 @@ static void message_text(struct gw_call *c, struct gw_turn *t, json_t *item)
             text = json_string_value(json_object_get(part, "refusal"));
             t->refused = true;
         }
-        if (text)
+        if (!text)
+            continue;
+        if (!streamed) {
+            at = gw_text_position(t);
             gw_emit_text(c, t, text, strlen(text));
+        }
+        gw_emit_upstream_notes(t, json_object_get(part, "annotations"), at);
+        at += corral_utf8_length(text, strlen(text));
     }
 }
 
@@ -208,7 +247,7 @@ static void responses_whole(struct gw_call *c, struct gw_turn *t, json_t *respon
         if (!type)
             continue;
         if (!strcmp(type, "message"))
-            message_text(c, t, item);
+            message_item(c, t, item, false, 0);
         else if (kind >= 0)
             call_item(c, t, (int)i, item, kind, true);
         else
@@ -242,6 +281,8 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
             call_item(c, t, index, item, call_kind(it), false);
         else if (it && strcmp(it, "message"))
             gw_emit_item_added(c, t, index, item);
+        else if (it)
+            t->up_msg_start = gw_text_position(t);
     } else if (!strcmp(type, "response.function_call_arguments.delta") ||
                !strcmp(type, "response.custom_tool_call_input.delta")) {
         const char *d = json_string_value(json_object_get(j, "delta"));
@@ -253,8 +294,8 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
             call_item(c, t, index, item, call_kind(it), true);
         else if (it && strcmp(it, "message"))
             gw_emit_item_done(c, t, index, item);
-        else if (it && !t->text.len)
-            message_text(c, t, item);
+        else if (it)
+            message_item(c, t, item, t->text.len > 0, t->up_msg_start);
     } else if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete")) {
         json_t *response = json_object_get(j, "response");
         json_decref(t->native);
@@ -316,6 +357,10 @@ static json_t *turn_body(struct gw_call *c)
         json_object_set_new(body, "tool_choice", json_string("none")); /* the calls are spent */
     else if (choice)
         json_object_set(body, "tool_choice", choice);
+    /* what is left for the upstream's own tools (none left: tool_choice none) */
+    if (c->max_tool_calls > (long long)c->tool_calls && c->model->api == GATEWAY_API_RESPONSES)
+        json_object_set_new(body, "max_tool_calls",
+                            json_integer(c->max_tool_calls - (long long)c->tool_calls));
     long long left = gw_tokens_left(c);
     if (left != LLONG_MAX) /* what the earlier turns left of the response's budget */
         for (const char *const *k =

@@ -393,6 +393,29 @@ for (const model of KINDS) {
   });
 }
 
+if (KINDS.includes('mock-responses')) {
+  test("responses, mock-responses: max_tool_calls counts the upstream's hosted tool calls with the code calls; the upstream gets what is left", T, async () => {
+    const search = { id: 'ws_cap1', type: 'web_search_call', status: 'completed', action: { type: 'search', query: 'sums' } };
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`cap-hosted-${stream}`);
+      gw.upstream.script(marker, [
+        { items: [{ item: search }], code: 'print("one")' },
+        { code: 'print("two")' },
+        (req, ctx) => ({ text: `told: ${ctx.lastToolOutput}` }),
+      ]);
+      const body = { model: 'mock-responses', input: `${marker} go`, tools: [CI_TOOL, { type: 'web_search' }], include: INCLUDE_OUTPUTS, max_tool_calls: 3 };
+      const { r } = await createResponse(body, stream);
+      const seen = gw.upstream.requestsFor(marker);
+      assert.deepEqual(seen.map((q) => [q.body.max_tool_calls ?? null, q.body.tool_choice ?? null]), [[3, null], [1, null], [null, 'none']], "the upstream turns' max_tool_calls and tool_choice");
+      assert.equal(r.status, 'completed');
+      assert.equal(r.max_tool_calls, 3);
+      assert.deepEqual(r.output.map((o) => o.type), ['web_search_call', 'code_interpreter_call', 'code_interpreter_call', 'message']);
+      assert.deepEqual(r.output.filter((o) => o.type === 'code_interpreter_call').map((c) => c.status), ['completed', 'completed']);
+      assert.match(r.output_text, /^told: stdout:\ntwo/);
+    }
+  });
+}
+
 for (const model of KINDS) {
   test(`${model}: max_output_tokens is one budget for the whole response: each turn gets what the earlier ones left, and a spent one ends it (plain, streamed, chat)`, T, async () => {
     const key = MODELS[model] === 'chat' ? 'max_completion_tokens' : 'max_output_tokens';
@@ -987,5 +1010,62 @@ for (const model of KINDS) {
       results.push(c);
     }
     assert.deepEqual(chatGist(results[1]), chatGist(results[0]));
+  });
+}
+
+/* ------------------------------------------------------------------------ */
+/* The upstream's own annotations (url citations) reach the client           */
+
+const DOCS = { url: 'https://docs.example/sum', title: 'Sums' };
+const SPEC = { url: 'https://spec.example/café', title: 'Café spec' };
+const CITED_TURNS = [
+  { text: 'Per the docs, I sum.', citations: [{ ...DOCS, start_index: 8, end_index: 12 }], code: 'print(1 + 1)' },
+  { text: 'Café rule: it is 2.', citations: [{ ...SPEC, start_index: 0, end_index: 9 }] },
+];
+const cp = (text, from, to) => Array.from(text).slice(from, to).join('');
+
+for (const model of KINDS) {
+  test(`responses, ${model}: the upstream's url citations stay on the text they cite (plain, streamed)`, T, async () => {
+    const results = [];
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`${model}-cited`);
+      gw.upstream.script(marker, CITED_TURNS);
+      const { r, events } = await createResponse({ model, input: `${marker} Sum.`, tools: [CI_TOOL] }, stream);
+      assert.equal(r.status, 'completed');
+      const messages = r.output.filter((o) => o.type === 'message');
+      assert.deepEqual(messages.map((m) => m.content[0].annotations), [
+        [{ type: 'url_citation', ...DOCS, start_index: 8, end_index: 12 }],
+        [{ type: 'url_citation', ...SPEC, start_index: 0, end_index: 9 }],
+      ]);
+      assert.equal(cp(messages[0].content[0].text, 8, 12), 'docs');
+      assert.equal(cp(messages[1].content[0].text, 0, 9), 'Café rule');
+      if (stream) {
+        const added = events.filter((e) => e.type === 'response.output_text.annotation.added');
+        assert.deepEqual(added.map((e) => e.annotation.url), [DOCS.url, SPEC.url]);
+        checkResponseEvents(events, r);
+      }
+      results.push(r);
+    }
+    assert.deepEqual(normalise(results[1]), normalise(results[0]));
+  });
+
+  test(`chat completions, ${model}: the upstream's url citations are the message's annotations, counted in its content (plain, streamed)`, T, async () => {
+    const results = [];
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`${model}-cited-chat`);
+      gw.upstream.script(marker, CITED_TURNS);
+      const { c } = await chatWithChunks({ model, messages: [{ role: 'user', content: `${marker} Sum.` }], tools: [{ type: 'code_interpreter' }] }, stream);
+      const msg = c.choices[0].message;
+      assert.equal(msg.content, 'Per the docs, I sum.\n\nCafé rule: it is 2.');
+      assert.deepEqual(msg.annotations, [
+        { type: 'url_citation', url_citation: { ...DOCS, start_index: 8, end_index: 12 } },
+        { type: 'url_citation', url_citation: { ...SPEC, start_index: 22, end_index: 31 } },
+      ]);
+      assert.equal(cp(msg.content, 22, 31), 'Café rule');
+      const texts = msg.code_interpreter.output.filter((o) => o.type === 'message');
+      assert.deepEqual(texts.map((m) => m.content[0].annotations.map((a) => a.url)), [[DOCS.url], [SPEC.url]]);
+      results.push(c);
+    }
+    assert.deepEqual(normalise(results[1].choices[0].message), normalise(results[0].choices[0].message));
   });
 }

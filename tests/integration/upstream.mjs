@@ -27,6 +27,12 @@
 //
 // Turns
 //   { text }                              an assistant message
+//   { text, citations: [{url, title, start_index, end_index}] }
+//                                         with url citations of its text (offsets in
+//                                         code points): chat, message.annotations
+//                                         (streamed in a chunk after the content);
+//                                         responses, the output_text part's annotations
+//                                         (streamed as response.output_text.annotation.added)
 //   { code }                              one call of the code tool (arguments {"code": ...})
 //   { calls: [{code} | {fn: {name, arguments}} | {custom: {name, input}}], text? }
 //                                         several calls in one turn (text first, if any);
@@ -413,7 +419,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     });
     if (turn.items && api !== 'responses') throw new MockError('mock: output items need a Responses request');
     const usage = { ...usageOf(info.round), ...(turn.usage ?? {}) };
-    return { text: turn.text ?? null, calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, cutAfterEvents: turn.cutAfterEvents };
+    return { text: turn.text ?? null, citations: turn.citations ?? [], calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, cutAfterEvents: turn.cutAfterEvents };
   }
 
   function buildAnswer(api, body, entry, turn) {
@@ -427,6 +433,10 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     const created = Math.floor(Date.now() / 1000);
     if (api === 'chat') return chatAnswer(body, turn, calls, { prompt_tokens, completion_tokens }, created);
     return responsesAnswer(body, turn, calls, { prompt_tokens, completion_tokens }, created);
+  }
+
+  function chatCitations(turn) {
+    return turn.citations.map((c) => ({ type: 'url_citation', url_citation: { ...c } }));
   }
 
   function chatAnswer(body, turn, calls, u, created) {
@@ -443,7 +453,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       ? { id: c.callId, type: 'custom', custom: { name: c.name, input: c.input } }
       : { id: c.callId, type: 'function', function: { name: c.name, arguments: c.arguments } }));
     if (!body.stream) {
-      const message = { role: 'assistant', content: turn.text, refusal: null, annotations: [] };
+      const message = { role: 'assistant', content: turn.text, refusal: null, annotations: chatCitations(turn) };
       if (toolCalls.length) message.tool_calls = toolCalls;
       return {
         json: {
@@ -477,6 +487,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     if (turn.text !== null || !calls.length) {
       events.push(chunk({ role: 'assistant', content: '', refusal: null }));
       for (const p of pieces) events.push(chunk({ content: p }));
+      if (turn.citations.length) events.push(chunk({ annotations: chatCitations(turn) }));
     }
     calls.forEach((c, i) => {
       const start = c.custom
@@ -526,7 +537,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
         type: 'message',
         status: 'completed',
         role: 'assistant',
-        content: [{ type: 'output_text', text: turn.text, annotations: [], logprobs: [] }],
+        content: [{ type: 'output_text', text: turn.text, annotations: turn.citations.map((c) => ({ type: 'url_citation', ...c })), logprobs: [] }],
       });
     }
     for (const c of calls) {
@@ -591,8 +602,11 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
         for (const d of splitChunks(text, chunkSize)) {
           push({ type: 'response.output_text.delta', item_id: item.id, output_index: o, content_index: 0, delta: d, logprobs: [] });
         }
+        item.content[0].annotations.forEach((annotation, k) => {
+          push({ type: 'response.output_text.annotation.added', item_id: item.id, output_index: o, content_index: 0, annotation_index: k, annotation });
+        });
         push({ type: 'response.output_text.done', item_id: item.id, output_index: o, content_index: 0, text, logprobs: [] });
-        push({ type: 'response.content_part.done', item_id: item.id, output_index: o, content_index: 0, part: { ...emptyPart, text } });
+        push({ type: 'response.content_part.done', item_id: item.id, output_index: o, content_index: 0, part: { ...emptyPart, text, annotations: item.content[0].annotations } });
         push({ type: 'response.output_item.done', output_index: o, item });
       } else {
         push({ type: 'response.output_item.added', output_index: o, item: { ...item, status: 'in_progress', arguments: '' } });

@@ -114,6 +114,9 @@ static void cut_messages_keep_whole_characters(void **state)
     assert_int_equal(corral_utf8_whole("x\xf0\x9f\x98", 4), 1);
     assert_int_equal(corral_utf8_whole("\xf0\x9f\x98\x80", 4), 4);
     assert_int_equal(corral_utf8_whole("", 0), 0);
+    /* code points, as annotations count them */
+    assert_int_equal(corral_utf8_length("caf\xc3\xa9 \xf0\x9f\x98\x80!", 11), 7);
+    assert_int_equal(corral_utf8_length("", 0), 0);
     char fixed[32];
     /* each byte that starts no valid character (a surrogate's three too) */
     assert_int_equal(corral_utf8_repair(fixed, "a\xff\xc3\xa9\xed\xa0\x80", 7), 15);
