@@ -29,6 +29,7 @@ struct gateway_config *gateway_config_new(void)
     c->store_max = 10000;
     c->store_days = 30;
     c->events_kept_ms = 10ull * 60 * 1000;
+    c->background_max = 32;
     c->container_expiry_ms = 20ull * 60 * 1000;
     c->chat_container_expiry_ms = UINT64_MAX;
     c->container_memory_max = 4ull << 30;

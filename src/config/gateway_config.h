@@ -177,6 +177,8 @@
  *   store_days       an integer from 1 to 3650.
  *   events_kept      a duration from 0 seconds to 24 hours (0: none kept once the
  *                    response has ended).
+ *   background_max   background responses running at once, 1..100000 (the
+ *                    others wait, queued).
  *   container_expiry seconds (or with a unit), from 1 s to 30 days.
  *   chat_container_expiry  the same, from 0 s (a Chat Completions request's
  *                    own container is removed when the request ends) to 30
@@ -288,6 +290,7 @@ struct gateway_config {
     uint64_t store_max;                /* gateway.store_max_responses, default 10000 */
     uint64_t store_days;               /* gateway.store_days, default 30 */
     uint64_t events_kept_ms;           /* gateway.events_kept, default 10 minutes */
+    unsigned background_max;           /* gateway.background_max, default 32 */
 };
 
 /* The bytes of a container memory_limit ("1g", "4g", "16g", "64g"), or 0. */

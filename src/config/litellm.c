@@ -906,15 +906,52 @@ static int walk_bytes(const struct walk *w, const yaml_node_t *n, const char *wh
     return 0;
 }
 
+/* gateway's keys about containers, their nodes (or NULL) in this order:
+ * container_expiry, chat_container_expiry, container_memory_max,
+ * container_files_max, key_files_max; names: the keys. */
+static int walk_container_limits(const struct walk *w, yaml_node_t *const *v,
+                                 const char *const *names, struct gateway_config *gw)
+{
+    enum { EXPIRY, CHAT_EXPIRY, MEMORY_MAX, FILES_MAX, KEY_FILES_MAX };
+    char what[KEY_PATH_MAX];
+    int r;
+#define WHAT(i) walk_key_path(what, sizeof(what), "gateway", names[i], 0)
+    if (v[EXPIRY] && (r = walk_seconds(w, v[EXPIRY], WHAT(EXPIRY), 1000, 30 * DAY_MS,
+                                       "from 1 second to 30 days", &gw->container_expiry_ms)) < 0)
+        return r;
+    if (v[CHAT_EXPIRY] &&
+        (r = walk_seconds(w, v[CHAT_EXPIRY], WHAT(CHAT_EXPIRY), 0, 30 * DAY_MS,
+                          "from 0 seconds to 30 days", &gw->chat_container_expiry_ms)) < 0)
+        return r;
+    if (v[MEMORY_MAX]) {
+        cleanup_free char *m = NULL;
+        if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
+            return r;
+        uint64_t bytes = gateway_memory_limit_bytes(m);
+        if (!bytes)
+            return walk_fail(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
+        gw->container_memory_max = bytes;
+    }
+    if (v[FILES_MAX] &&
+        (r = walk_bytes(w, v[FILES_MAX], WHAT(FILES_MAX), &gw->container_files_max)) < 0)
+        return r;
+    if (v[KEY_FILES_MAX] &&
+        (r = walk_bytes(w, v[KEY_FILES_MAX], WHAT(KEY_FILES_MAX), &gw->key_files_max)) < 0)
+        return r;
+#undef WHAT
+    return 0;
+}
+
 /* corral's own keys: strict, every key with a value. */
 static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
-    int r = walk_expect_mapping(w, n, "gateway",
-                                "listen, store, data_dir, code_tool_name, max_agentic_loops, "
-                                "output_limit, exec_timeout, store_max_responses, store_days, "
-                                "events_kept, container_expiry, chat_container_expiry, "
-                                "container_memory_max, container_files_max, key_files_max",
-                                true);
+    int r =
+        walk_expect_mapping(w, n, "gateway",
+                            "listen, store, data_dir, code_tool_name, max_agentic_loops, "
+                            "output_limit, exec_timeout, store_max_responses, store_days, "
+                            "events_kept, background_max, container_expiry, chat_container_expiry, "
+                            "container_memory_max, container_files_max, key_files_max",
+                            true);
     if (r <= 0)
         return r;
     static const char *const keys[] = {"listen",
@@ -926,6 +963,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                        "store_max_responses",
                                        "store_days",
                                        "events_kept",
+                                       "background_max",
                                        "data_dir",
                                        "container_expiry",
                                        "chat_container_expiry",
@@ -942,6 +980,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         STORE_MAX,
         STORE_DAYS,
         EVENTS_KEPT,
+        BACKGROUND_MAX,
         DATA_DIR,
         EXPIRY,
         CHAT_EXPIRY,
@@ -992,33 +1031,16 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
     if (v[EVENTS_KEPT] && (r = walk_seconds(w, v[EVENTS_KEPT], WHAT(EVENTS_KEPT), 0, DAY_MS,
                                             "from 0 seconds to 24 hours", &gw->events_kept_ms)) < 0)
         return r;
+    if (v[BACKGROUND_MAX]) {
+        if ((r = walk_uint(w, v[BACKGROUND_MAX], WHAT(BACKGROUND_MAX), 1, 100000, &u)) < 0)
+            return r;
+        gw->background_max = (unsigned)u;
+    }
     if (v[DATA_DIR] &&
         (r = walk_string(w, v[DATA_DIR], WHAT(DATA_DIR), STR_REQUIRED, &gw->data_dir)) < 0)
         return r;
-    if (v[EXPIRY] && (r = walk_seconds(w, v[EXPIRY], WHAT(EXPIRY), 1000, 30 * DAY_MS,
-                                       "from 1 second to 30 days", &gw->container_expiry_ms)) < 0)
-        return r;
-    if (v[CHAT_EXPIRY] &&
-        (r = walk_seconds(w, v[CHAT_EXPIRY], WHAT(CHAT_EXPIRY), 0, 30 * DAY_MS,
-                          "from 0 seconds to 30 days", &gw->chat_container_expiry_ms)) < 0)
-        return r;
-    if (v[MEMORY_MAX]) {
-        cleanup_free char *m = NULL;
-        if ((r = walk_string(w, v[MEMORY_MAX], WHAT(MEMORY_MAX), STR_REQUIRED, &m)) < 0)
-            return r;
-        uint64_t bytes = gateway_memory_limit_bytes(m);
-        if (!bytes)
-            return walk_fail(w, v[MEMORY_MAX], EINVAL, "%s: one of 1g, 4g, 16g and 64g", what);
-        gw->container_memory_max = bytes;
-    }
-    if (v[FILES_MAX] &&
-        (r = walk_bytes(w, v[FILES_MAX], WHAT(FILES_MAX), &gw->container_files_max)) < 0)
-        return r;
-    if (v[KEY_FILES_MAX] &&
-        (r = walk_bytes(w, v[KEY_FILES_MAX], WHAT(KEY_FILES_MAX), &gw->key_files_max)) < 0)
-        return r;
 #undef WHAT
-    return 0;
+    return walk_container_limits(w, v + EXPIRY, keys + EXPIRY, gw);
 }
 
 int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gateway_config *gw)

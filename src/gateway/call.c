@@ -1971,7 +1971,8 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
     }
     if (c->background && (rc = start_background(c)) < 0)
         return rc;
-    run_loop(c);
+    if (!c->cancelled)
+        run_loop(c);
     if (c->api == CORRAL_GATEWAY_RESPONSES && c->out->streamed && !c->cancelled) {
         /* a streamed response is stored as the non-streamed one would be */
         c->out->body = NULL;
@@ -2058,6 +2059,11 @@ static int start_background(struct gw_call *c)
     gw_bg_accept(c->bg, c->gw, c->live);
     c->accepted = true;
     gw_emit_started(c);
+    if (!(c->bg_slot = gw_live_slot_take(c->gw, c->live))) { /* cancelled while queued */
+        if (!gw_call_cancelled(c))                           /* (a drain: its error event too) */
+            c->cancelled = true;
+        return 0;
+    }
     gw_emit_in_progress(c);
     if (store_now(c, &err) < 0) /* GET elsewhere says queued a little longer */
         fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err.message);
@@ -2193,6 +2199,8 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
     }
     if (c.background)
         finish_background(&c);
+    if (c.bg_slot)
+        gw_live_slot_give(gw);
     if (c.conversation_id && c.output &&
         ((rc == 0 && !c.cancelled && (out->status == 200 || out->streamed)) || c.accepted))
         append_conversation(&c);

@@ -124,6 +124,8 @@ struct corral_gateway {
     pthread_cond_t live_cond; /* an event, or a response's end */
     struct gw_live *live;
     size_t live_bytes;
+    unsigned bg_running; /* background responses running (under live_lock) */
+    struct gw_bg_wait *bg_queue, **bg_queue_end; /* those waiting, in order */
 };
 
 /* ---- the events of responses (live.c) ----
@@ -145,6 +147,11 @@ void gw_live_set_snapshot(corral_gateway *gw, struct gw_live *l, json_t *respons
 char *gw_live_snapshot(corral_gateway *gw, struct gw_live *l); /* malloc'ed, or NULL */
 /* No more events; drops the call's reference. */
 void gw_live_end(corral_gateway *gw, struct gw_live *l);
+/* The background response of l takes its turn to run: it waits while
+ * gateway.background_max others run, until one ends, it is cancelled
+ * (false) or the gateway drains (false). true: gw_live_slot_give follows. */
+bool gw_live_slot_take(corral_gateway *gw, struct gw_live *l);
+void gw_live_slot_give(corral_gateway *gw);
 /* The log of `owner`'s response `id`, held; NULL when none is kept. */
 struct gw_live *gw_live_find(corral_gateway *gw, const char *id, const char *owner);
 void gw_live_retain(corral_gateway *gw, struct gw_live *l);
@@ -471,6 +478,7 @@ struct gw_call {
     struct gw_bg *bg;
     bool background, accepted; /* accepted: stored queued, its creator answered */
     bool stored_final;         /* the final object is in the store */
+    bool bg_slot;              /* a background run's turn taken (gw_live_slot_take) */
     const char *phase;
     /* `conversation`: its id, and what the model read of each code call
      * (by item id), kept with the items added to it */

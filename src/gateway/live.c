@@ -207,6 +207,48 @@ void gw_live_cancel(corral_gateway *gw, struct gw_live *l)
 {
     pthread_mutex_lock(&gw->live_lock);
     l->cancel = true;
+    pthread_cond_broadcast(&gw->live_cond); /* a run waiting for its turn */
+    pthread_mutex_unlock(&gw->live_lock);
+}
+
+/* A background run waiting for its turn (on its thread's stack). */
+struct gw_bg_wait {
+    struct gw_bg_wait *next;
+};
+
+bool gw_live_slot_take(corral_gateway *gw, struct gw_live *l)
+{
+    struct gw_bg_wait me = {0};
+    pthread_mutex_lock(&gw->live_lock);
+    if (!gw->bg_queue_end)
+        gw->bg_queue_end = &gw->bg_queue;
+    *gw->bg_queue_end = &me; /* first come, first served */
+    gw->bg_queue_end = &me.next;
+    /* a drain is seen within 100 ms (it wakes nobody) */
+    while ((gw->bg_queue != &me || gw->bg_running >= gw->cfg->background_max) && !l->cancel &&
+           !__atomic_load_n(&gw->draining, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = corral_realtime_in(100);
+        pthread_cond_timedwait(&gw->live_cond, &gw->live_lock, &ts);
+    }
+    struct gw_bg_wait **p = &gw->bg_queue;
+    while (*p != &me)
+        p = &(*p)->next;
+    *p = me.next;
+    if (gw->bg_queue_end == &me.next)
+        gw->bg_queue_end = p;
+    bool taken = !l->cancel && !__atomic_load_n(&gw->draining, __ATOMIC_ACQUIRE);
+    if (taken)
+        gw->bg_running++;
+    pthread_cond_broadcast(&gw->live_cond); /* the next in line may be first now */
+    pthread_mutex_unlock(&gw->live_lock);
+    return taken;
+}
+
+void gw_live_slot_give(corral_gateway *gw)
+{
+    pthread_mutex_lock(&gw->live_lock);
+    gw->bg_running--;
+    pthread_cond_broadcast(&gw->live_cond);
     pthread_mutex_unlock(&gw->live_lock);
 }
 

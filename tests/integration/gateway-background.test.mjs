@@ -3,7 +3,8 @@
 // that runs on (polled with retrieve, cancelled with cancel, its code
 // stopped), `retrieve(id, {stream: true, starting_after})` replays a
 // response's events and follows the live ones, and a gateway that stops
-// while a background response runs leaves it failed, saying why.
+// while a background response runs leaves it failed, saying why; beyond
+// gateway.background_max (1 here) a background response waits, queued.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
@@ -12,7 +13,7 @@ import { APIError } from 'openai';
 import { eventually } from './harness.mjs';
 import { CI_TOOL, PROVIDER, sandboxIds, sandboxProcesses, useGateway } from './gateway-helpers.mjs';
 
-const gw = useGateway();
+const gw = useGateway({ gatewayLines: ['background_max: 1'] });
 
 const T = { timeout: 120_000 };
 const MODEL = 'mock-chat';
@@ -158,6 +159,44 @@ test('background: a creator that goes away leaves the run alone; it resumes the 
   assert.equal((await gw.client.responses.retrieve(id)).status, 'completed');
 });
 
+test('background_max: a background response beyond it waits queued, runs when the running one ends, and is cancelled without ever running', T, async () => {
+  // A takes the only turn; its model's answer waits until the test lets it go
+  let letGo;
+  const gate = new Promise((resolve) => {
+    letGo = resolve;
+  });
+  const a = gw.marker('bg-slot-a');
+  gw.upstream.script(a, [{ text: 'a done', until: gate }]);
+  const ra = await gw.client.responses.create({ model: MODEL, input: `${a} go`, tools: [CI_TOOL], background: true });
+  await eventually(() => gw.upstream.requestsFor(a).length === 1, { timeoutMs: 60_000, intervalMs: 20 });
+  assert.equal((await gw.client.responses.retrieve(ra.id)).status, 'in_progress');
+  // B waits, queued, and a cancel ends it before it ever reaches the model
+  const b = gw.marker('bg-slot-b');
+  gw.upstream.script(b, [{ text: 'never' }]);
+  const rb = await gw.client.responses.create({ model: MODEL, input: `${b} go`, tools: [CI_TOOL], background: true });
+  assert.equal(rb.status, 'queued');
+  assert.equal((await gw.client.responses.retrieve(rb.id)).status, 'queued');
+  const cancelled = await gw.client.responses.cancel(rb.id);
+  assert.equal(cancelled.status, 'cancelled');
+  // C waits too, and runs once A is done
+  const c = gw.marker('bg-slot-c');
+  gw.upstream.script(c, [{ text: 'c ran' }]);
+  const rc = await gw.client.responses.create({ model: MODEL, input: `${c} go`, tools: [CI_TOOL], background: true });
+  assert.equal((await gw.client.responses.retrieve(rc.id)).status, 'queued');
+  assert.equal(gw.upstream.requestsFor(c).length, 0, 'C reached the model while A ran');
+  const released = Date.now();
+  letGo();
+  const { r: doneA } = await settle(ra.id);
+  assert.equal(doneA.status, 'completed', JSON.stringify(doneA.error));
+  assert.equal(doneA.output_text, 'a done');
+  const { r: doneC } = await settle(rc.id);
+  assert.equal(doneC.status, 'completed', JSON.stringify(doneC.error));
+  assert.equal(doneC.output_text, 'c ran');
+  assert.ok(gw.upstream.requestsFor(c)[0].time >= released, 'C reached the model before A was let go');
+  assert.equal(gw.upstream.requestsFor(b).length, 0, 'the cancelled B reached the model');
+  assert.equal((await gw.client.responses.retrieve(rb.id)).status, 'cancelled');
+});
+
 test('a streamed response (not background) is streamed again by retrieve, from its start or after a sequence number', T, async () => {
   const m = gw.marker('re-stream');
   gw.upstream.script(m, [{ code: 'print(3 * 3)' }, (req, ctx) => ({ text: `nine? ${stdoutOf(ctx.lastCodeOutput)}` })]);
@@ -209,7 +248,7 @@ test('a background response running when the server is killed is failed after th
   assert.match(after.error.message, /stopped while this background response ran/);
 });
 
-test('a background response running when the server stops ends failed: the gateway is shutting down', T, async () => {
+test('background responses running or queued when the server stops end failed: the gateway is shutting down', T, async () => {
   const m = gw.marker('bg-stopped');
   gw.upstream.script(m, [{ code: SLEEPER }, { text: 'never reached' }]);
   const r = await gw.client.responses.create({ model: MODEL, input: `${m} wait`, tools: [CI_TOOL], background: true });
@@ -217,8 +256,15 @@ test('a background response running when the server stops ends failed: the gatew
     until: (e) => e.type === 'response.code_interpreter_call.interpreting',
   });
   assert.equal(events.at(-1)?.type, 'response.code_interpreter_call.interpreting');
+  const q = gw.marker('bg-stopped-queued');
+  gw.upstream.script(q, [{ text: 'never reached' }]);
+  const queued = await gw.client.responses.create({ model: MODEL, input: `${q} wait`, tools: [CI_TOOL], background: true });
+  assert.equal((await gw.client.responses.retrieve(queued.id)).status, 'queued'); // background_max: 1
   await gw.restart(); // SIGTERM: a clean exit is asserted, then a fresh server
-  const after = await gw.client.responses.retrieve(r.id);
-  assert.equal(after.status, 'failed');
-  assert.equal(after.error.code, 'server_shutting_down');
+  for (const id of [r.id, queued.id]) {
+    const after = await gw.client.responses.retrieve(id);
+    assert.equal(after.status, 'failed', id);
+    assert.equal(after.error.code, 'server_shutting_down', id);
+  }
+  assert.equal(gw.upstream.requestsFor(q).length, 0, 'the queued one reached the model');
 });

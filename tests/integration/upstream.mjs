@@ -53,7 +53,9 @@
 //       tools (function tool names), toolOutputs ([{callId, name, output}]
 //       after the marker message), lastToolOutput, codeOutputs (outputs of
 //       code tool calls), lastCodeOutput.
-//   Any turn may also have `usage: {prompt_tokens, completion_tokens}`; by
+//   Any turn may also have `until` (a promise: the answer waits for it, so
+//   that a test holds a request open until it lets it go), and
+//   `usage: {prompt_tokens, completion_tokens}`; by
 //   default round r reports prompt_tokens 100 + 10 r and completion_tokens
 //   20 + r (see usageOf / expectedUsage), and `delayMs` (wait before answering)
 //   or `chunkDelayMs` (between streamed events). A streamed turn with
@@ -344,6 +346,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     entry.stream = body?.stream === true;
     try {
       const turn = resolveTurn(api, body, entry);
+      if (turn.until) await turn.until;
       if (turn.delayMs) await sleep(turn.delayMs);
       if (turn.status !== undefined) {
         return answerJson(res, entry, turn.status, errorBody(turn.error), turn.headers ?? {});
@@ -419,7 +422,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     });
     if (turn.items && api !== 'responses') throw new MockError('mock: output items need a Responses request');
     const usage = { ...usageOf(info.round), ...(turn.usage ?? {}) };
-    return { text: turn.text ?? null, citations: turn.citations ?? [], calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, cutAfterEvents: turn.cutAfterEvents };
+    return { text: turn.text ?? null, citations: turn.citations ?? [], calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, until: turn.until, cutAfterEvents: turn.cutAfterEvents };
   }
 
   function buildAnswer(api, body, entry, turn) {

@@ -143,6 +143,7 @@ static void parses_a_full_litellm_config(void **state)
                  "  store_max_responses: 500\n"
                  "  store_days: 7\n"
                  "  events_kept: 90s\n"
+                 "  background_max: 4\n"
                  "  data_dir: /srv/gw\n"
                  "  container_expiry: 90\n"
                  "  chat_container_expiry: 0\n"
@@ -227,6 +228,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->store_max, 500);
     assert_int_equal(gw->store_days, 7);
     assert_int_equal(gw->events_kept_ms, 90000);
+    assert_int_equal(gw->background_max, 4);
     assert_string_equal(gw->data_dir, "/srv/gw");
     assert_int_equal(gw->container_expiry_ms, 90000);
     assert_int_equal(gw->chat_container_expiry_ms, 0);
@@ -255,6 +257,7 @@ static void defaults(void **state)
     assert_int_equal(c->store_max, 10000);
     assert_int_equal(c->store_days, 30);
     assert_int_equal(c->events_kept_ms, 10 * 60 * 1000);
+    assert_int_equal(c->background_max, 32);
     assert_null(c->data_dir);
     assert_int_equal(c->container_expiry_ms, 20 * 60 * 1000);
     assert_true(c->chat_container_expiry_ms == UINT64_MAX); /* container_expiry's */
@@ -607,7 +610,8 @@ static void refuses_bad_values(void **state)
         "gateway:\n  listen: 127.0.0.1:4000\n  port: 4000\n",
         "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days, events_kept, data_dir, container_expiry, chat_container_expiry, "
+        "store_days, events_kept, background_max, data_dir, container_expiry, "
+        "chat_container_expiry, "
         "container_memory_max, container_files_max, key_files_max)");
     expect_error("gateway:\n  container_memory_max: 2g\n",
                  "gw.yaml:2:25: gateway.container_memory_max: one of 1g, 4g, 16g and 64g");
@@ -625,6 +629,9 @@ static void refuses_bad_values(void **state)
     expect_error("gateway:\n  container_expiry: 0\n",
                  "gw.yaml:2:21: gateway.container_expiry: '0' is out of range (expected from 1 "
                  "second to 30 days)");
+    expect_error("gateway:\n  background_max: 0\n",
+                 "gw.yaml:2:19: gateway.background_max: invalid number '0' (expected an integer "
+                 "from 1 to 100000)");
     expect_error("gateway:\n  chat_container_expiry: 745h\n",
                  "gw.yaml:2:26: gateway.chat_container_expiry: '745h' is out of range (expected "
                  "from 0 seconds to 30 days)");
@@ -636,7 +643,7 @@ static void refuses_bad_values(void **state)
         "gateway: [listen]\n",
         "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, data_dir, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
-        "store_days, events_kept, container_expiry, chat_container_expiry, "
+        "store_days, events_kept, background_max, container_expiry, chat_container_expiry, "
         "container_memory_max, container_files_max, key_files_max), not a list");
     expect_error("gateway:\n  max_agentic_loops: 0\n",
                  "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
