@@ -492,6 +492,17 @@ static void not_kept_notes(struct strbuf *logs, const struct provider_output *o)
 /* The item's outputs: images first (as OpenAI orders a plotting cell), then
  * the logs: stdout, the last expression's value, the error, and what the
  * container did not keep of the files. */
+/* A displayed image (base64 PNG) as a data URL. */
+static json_t *png_url(const json_t *png)
+{
+    struct strbuf url = {0};
+    strbuf_puts(&url, "data:image/png;base64,");
+    strbuf_puts(&url, json_string_value(png));
+    json_t *s = json_stringn(strbuf_str(&url), url.len);
+    strbuf_free(&url);
+    return s;
+}
+
 static json_t *item_outputs(const struct provider_output *o)
 {
     json_t *outs = json_array();
@@ -499,12 +510,7 @@ static json_t *item_outputs(const struct provider_output *o)
     json_t *img;
     json_array_foreach(o->images, i, img)
     {
-        struct strbuf url = {0};
-        strbuf_puts(&url, "data:image/png;base64,");
-        strbuf_puts(&url, json_string_value(img));
-        json_array_append_new(outs,
-                              json_pack("{s:s, s:s}", "type", "image", "url", strbuf_str(&url)));
-        strbuf_free(&url);
+        json_array_append_new(outs, json_pack("{s:s, s:o}", "type", "image", "url", png_url(img)));
     }
     struct strbuf logs = {0};
     strbuf_puts(&logs, o->out);
@@ -580,11 +586,8 @@ static json_t *output_with_images(const char *text, json_t *images)
     json_t *png;
     json_array_foreach(images, i, png)
     {
-        struct strbuf url = {0};
-        strbuf_printf(&url, "data:image/png;base64,%s", json_string_value(png));
-        json_array_append_new(parts, json_pack("{s:s, s:s, s:s}", "type", "input_image",
-                                               "image_url", strbuf_str(&url), "detail", "auto"));
-        strbuf_free(&url);
+        json_array_append_new(parts, json_pack("{s:s, s:o, s:s}", "type", "input_image",
+                                               "image_url", png_url(png), "detail", "auto"));
     }
     return parts;
 }
@@ -607,11 +610,8 @@ static json_t *images_message(struct gw_turn *t)
         json_t *png;
         json_array_foreach(t->calls[k].images, i, png)
         {
-            struct strbuf url = {0};
-            strbuf_printf(&url, "data:image/png;base64,%s", json_string_value(png));
-            json_array_append_new(content, json_pack("{s:s, s:{s:s}}", "type", "image_url",
-                                                     "image_url", "url", strbuf_str(&url)));
-            strbuf_free(&url);
+            json_array_append_new(content, json_pack("{s:s, s:{s:o}}", "type", "image_url",
+                                                     "image_url", "url", png_url(png)));
         }
     }
     if (!json_array_size(content)) {
