@@ -1307,9 +1307,13 @@ static json_t *normalize_input(struct gw_call *c, json_t *input)
             json_object_set_new(copy, "type", json_string("message"));
         if (!json_object_get(copy, "id") && json_is_object(copy)) {
             char id[64];
+            const char *prefix = "msg_";
             type = json_string_value(json_object_get(copy, "type"));
-            corral_new_id(id, sizeof(id),
-                          type && !strcmp(type, "function_call_output") ? "fco_" : "msg_", 48);
+            if (type && !strcmp(type, "function_call_output"))
+                prefix = "fco_";
+            else if (type && !strcmp(type, "custom_tool_call_output"))
+                prefix = "ctco_";
+            corral_new_id(id, sizeof(id), prefix, 48);
             json_object_set_new(copy, "id", json_string(id));
         }
         json_array_append_new(items, copy);
@@ -1402,9 +1406,10 @@ static json_t *conversation_items(struct gw_call *c, json_t *items, bool stored)
             json_object_del(copy, "id");
             flatten_text(copy);
         }
-        if (stored
-                ? !type || strcmp(type, "reasoning")
-                : !json_object_get(given, "id") || (type && !strcmp(type, "function_call_output")))
+        if (stored ? !type || strcmp(type, "reasoning")
+                   : !json_object_get(given, "id") ||
+                         (type && (!strcmp(type, "function_call_output") ||
+                                   !strcmp(type, "custom_tool_call_output"))))
             json_object_del(copy, "id"); /* made up by normalize_input, or not the upstream's */
         json_object_del(copy, "status");
         json_array_append_new(conv, copy);

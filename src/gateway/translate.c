@@ -438,18 +438,21 @@ static json_t *message_to_chat(const json_t *item, const char *where, struct cor
     return msg;
 }
 
-/* A function_call item -> a chat tool call, appended to the last assistant
- * message when there is one, or to a new one. */
-static int function_call_to_chat(const json_t *item, const char *where, json_t *msgs,
-                                 struct corral_error *err)
+/* A function_call or custom_tool_call item -> a chat tool call ({id, type,
+ * function:{name, arguments}} or {id, type, custom:{name, input}}),
+ * appended to the last assistant message when there is one, or to a new one. */
+static int call_to_chat(const json_t *item, const char *where, bool custom, json_t *msgs,
+                        struct corral_error *err)
 {
+    const char *kind = custom ? "custom" : "function";
+    const char *payload = custom ? "input" : "arguments";
     const json_t *call_id, *name, *args;
     if (get_string(item, where, "call_id", true, &call_id, err) < 0 ||
         get_string(item, where, "name", true, &name, err) < 0 ||
-        get_string(item, where, "arguments", true, &args, err) < 0)
+        get_string(item, where, payload, true, &args, err) < 0)
         return -EINVAL;
-    json_t *call = json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", call_id, "type", "function",
-                             "function", "name", name, "arguments", args);
+    json_t *call = json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", call_id, "type", kind, kind, "name",
+                             name, payload, args);
     if (!call)
         return out_of_memory(err);
     size_t n = json_array_size(msgs);
@@ -471,7 +474,8 @@ static int function_call_to_chat(const json_t *item, const char *where, json_t *
     return append(msgs, msg) < 0 ? out_of_memory(err) : 0;
 }
 
-/* A function_call_output's output (a string, or parts whose texts are joined). */
+/* A function_call_output's or custom_tool_call_output's output (a string,
+ * or parts whose texts are joined). */
 static json_t *output_text(const json_t *item, const char *where, struct corral_error *err)
 {
     char p[PATH_MAX_LEN], pp[PATH_MAX_LEN];
@@ -537,9 +541,9 @@ static int item_to_chat(const json_t *item, size_t i, json_t *msgs, struct corra
             return -EINVAL;
         return append(msgs, msg) < 0 ? out_of_memory(err) : 0;
     }
-    if (strcmp(t, "function_call") == 0)
-        return function_call_to_chat(item, where, msgs, err);
-    if (strcmp(t, "function_call_output") == 0) {
+    if (strcmp(t, "function_call") == 0 || strcmp(t, "custom_tool_call") == 0)
+        return call_to_chat(item, where, strcmp(t, "custom_tool_call") == 0, msgs, err);
+    if (strcmp(t, "function_call_output") == 0 || strcmp(t, "custom_tool_call_output") == 0) {
         const json_t *call_id;
         if (get_string(item, where, "call_id", true, &call_id, err) < 0)
             return -EINVAL;
@@ -553,7 +557,8 @@ static int item_to_chat(const json_t *item, size_t i, json_t *msgs, struct corra
     if (strcmp(t, "reasoning") == 0)
         return 0; /* chat upstreams take no reasoning back */
     return bad_value(err, param_path(p, where, "type"), t,
-                     "'message', 'function_call', 'function_call_output', and 'reasoning'");
+                     "'message', 'function_call', 'function_call_output', 'custom_tool_call', "
+                     "'custom_tool_call_output', and 'reasoning'");
 }
 
 json_t *gw_items_to_messages(const json_t *input, const char *instructions,
@@ -709,26 +714,33 @@ static int user_message_to_item(const json_t *msg, const char *where, const char
                : 0;
 }
 
+/* A chat tool call -> a function_call item, or a custom_tool_call item for
+ * a call of type "custom". */
 static int tool_call_to_item(const json_t *call, const char *where, json_t *items,
                              struct corral_error *err)
 {
     char p[PATH_MAX_LEN];
-    const json_t *type, *id, *fn, *name, *args;
+    const json_t *type, *id, *inner, *name, *args;
     if (!json_is_object(call))
         return bad_type(err, where, "an object", call);
     if (get_string(call, where, "type", false, &type, err) < 0)
         return -EINVAL;
-    if (type && strcmp(json_string_value(type), "function") != 0)
-        return bad_value(err, param_path(p, where, "type"), json_string_value(type), "'function'");
+    const char *t = type ? json_string_value(type) : "function";
+    bool custom = strcmp(t, "custom") == 0;
+    if (!custom && strcmp(t, "function") != 0)
+        return bad_value(err, param_path(p, where, "type"), t, "'function' and 'custom'");
+    const char *kind = custom ? "custom" : "function";
+    const char *payload = custom ? "input" : "arguments";
     if (get_string(call, where, "id", true, &id, err) < 0 ||
-        get_object(call, where, "function", true, &fn, err) < 0)
+        get_object(call, where, kind, true, &inner, err) < 0)
         return -EINVAL;
-    param_path(p, where, "function");
-    if (get_string(fn, p, "name", true, &name, err) < 0 ||
-        get_string(fn, p, "arguments", true, &args, err) < 0)
+    param_path(p, where, kind);
+    if (get_string(inner, p, "name", true, &name, err) < 0 ||
+        get_string(inner, p, payload, true, &args, err) < 0)
         return -EINVAL;
-    json_t *item = json_pack("{s:s, s:O, s:O, s:O}", "type", "function_call", "call_id", id, "name",
-                             name, "arguments", args);
+    json_t *item =
+        json_pack("{s:s, s:O, s:O, s:O}", "type", custom ? "custom_tool_call" : "function_call",
+                  "call_id", id, "name", name, payload, args);
     return append(items, item) < 0 ? out_of_memory(err) : 0;
 }
 
@@ -793,6 +805,24 @@ static int assistant_to_items(const json_t *msg, const char *where, json_t *item
     return 0;
 }
 
+/* Whether the call that call_id answers, among the items made so far, is a
+ * custom tool's (the latest call of that id decides). */
+static bool answers_custom_call(const json_t *items, const json_t *call_id)
+{
+    for (size_t i = json_array_size(items); i-- > 0;) {
+        const json_t *it = json_array_get(items, i);
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (!type || (strcmp(type, "function_call") != 0 && strcmp(type, "custom_tool_call") != 0))
+            continue;
+        if (json_equal(json_object_get(it, "call_id"), (json_t *)call_id))
+            return strcmp(type, "custom_tool_call") == 0;
+    }
+    return false;
+}
+
+/* A tool message -> the output of the call it answers: a
+ * custom_tool_call_output when that is a custom tool's call, else a
+ * function_call_output. */
 static int tool_to_item(const json_t *msg, const char *where, json_t *items,
                         struct corral_error *err)
 {
@@ -809,8 +839,9 @@ static int tool_to_item(const json_t *msg, const char *where, json_t *items,
     json_t *out = text_close(&text);
     if (!out)
         return out_of_memory(err);
-    json_t *item = json_pack("{s:s, s:O, s:o}", "type", "function_call_output", "call_id", call_id,
-                             "output", out);
+    const char *type =
+        answers_custom_call(items, call_id) ? "custom_tool_call_output" : "function_call_output";
+    json_t *item = json_pack("{s:s, s:O, s:o}", "type", type, "call_id", call_id, "output", out);
     return append(items, item) < 0 ? out_of_memory(err) : 0;
 }
 
@@ -860,20 +891,121 @@ static int copy_function_fields(const json_t *from, const char *where, json_t *t
     return 0;
 }
 
-static int check_function_type(const json_t *obj, const char *where, struct corral_error *err)
+/* A custom tool's input format: {type: "text"}, or a grammar, which
+ * Responses spells {type: "grammar", definition, syntax} and chat
+ * {type: "grammar", grammar: {definition, syntax}}. */
+static json_t *custom_format(const json_t *format, const char *where, bool to_chat,
+                             struct corral_error *err)
+{
+    char p[PATH_MAX_LEN], gp[PATH_MAX_LEN];
+    const json_t *type, *grammar = format, *definition, *syntax;
+    if (get_string(format, where, "type", true, &type, err) < 0)
+        return NULL;
+    const char *t = json_string_value(type);
+    if (strcmp(t, "text") != 0 && strcmp(t, "grammar") != 0) {
+        bad_value(err, param_path(p, where, "type"), t, "'text' and 'grammar'");
+        return NULL;
+    }
+    json_t *out;
+    if (strcmp(t, "text") == 0) {
+        out = json_pack("{s:s}", "type", "text");
+    } else {
+        const char *gwhere = where;
+        if (!to_chat) {
+            if (get_object(format, where, "grammar", true, &grammar, err) < 0)
+                return NULL;
+            gwhere = param_path(gp, where, "grammar");
+        }
+        if (get_string(grammar, gwhere, "definition", true, &definition, err) < 0 ||
+            get_string(grammar, gwhere, "syntax", true, &syntax, err) < 0)
+            return NULL;
+        const char *s = json_string_value(syntax);
+        if (strcmp(s, "lark") != 0 && strcmp(s, "regex") != 0) {
+            bad_value(err, param_path(p, gwhere, "syntax"), s, "'lark' and 'regex'");
+            return NULL;
+        }
+        out = to_chat ? json_pack("{s:s, s:{s:O, s:O}}", "type", "grammar", "grammar", "definition",
+                                  definition, "syntax", syntax)
+                      : json_pack("{s:s, s:O, s:O}", "type", "grammar", "definition", definition,
+                                  "syntax", syntax);
+    }
+    if (!out)
+        out_of_memory(err);
+    return out;
+}
+
+/* Copies a custom tool's description and format (converted) from `from` to `to`. */
+static int copy_custom_fields(const json_t *from, const char *where, bool to_chat, json_t *to,
+                              struct corral_error *err)
+{
+    char p[PATH_MAX_LEN];
+    const json_t *format;
+    if (copy_param(from, where, "description", K_STRING, to, "description", err) < 0 ||
+        get_object(from, where, "format", false, &format, err) < 0)
+        return -EINVAL;
+    if (!format)
+        return 0;
+    json_t *f = custom_format(format, param_path(p, where, "format"), to_chat, err);
+    if (!f)
+        return -EINVAL;
+    return put(to, "format", f) < 0 ? out_of_memory(err) : 0;
+}
+
+/* The kind of tool `obj` (a tool, or a tool named in a tool choice) is:
+ * *custom is false for a function, true for a custom tool. */
+static int tool_kind(const json_t *obj, const char *where, bool *custom, struct corral_error *err)
 {
     char p[PATH_MAX_LEN];
     const json_t *type;
     if (get_string(obj, where, "type", true, &type, err) < 0)
         return -EINVAL;
-    if (strcmp(json_string_value(type), "function") != 0)
-        return bad_value(err, param_path(p, where, "type"), json_string_value(type), "'function'");
+    const char *t = json_string_value(type);
+    *custom = strcmp(t, "custom") == 0;
+    if (!*custom && strcmp(t, "function") != 0)
+        return bad_value(err, param_path(p, where, "type"), t, "'function' and 'custom'");
     return 0;
+}
+
+/* One function or custom tool (at `where`) in the other API's shape. */
+static json_t *convert_tool(const json_t *tool, const char *where, bool to_chat,
+                            struct corral_error *err)
+{
+    char p[PATH_MAX_LEN];
+    bool custom;
+    if (tool_kind(tool, where, &custom, err) < 0)
+        return NULL;
+    const char *kind = custom ? "custom" : "function";
+    const json_t *src = tool, *name;
+    const char *src_where = where;
+    if (!to_chat) {
+        if (get_object(tool, where, kind, true, &src, err) < 0)
+            return NULL;
+        src_where = param_path(p, where, kind);
+    }
+    if (get_string(src, src_where, "name", true, &name, err) < 0)
+        return NULL;
+    cleanup_json json_t *fields = json_pack("{s:O}", "name", name);
+    if (!fields) {
+        out_of_memory(err);
+        return NULL;
+    }
+    if ((custom ? copy_custom_fields(src, src_where, to_chat, fields, err)
+                : copy_function_fields(src, src_where, fields, err)) < 0)
+        return NULL;
+    json_t *out;
+    if (to_chat) {
+        out = json_pack("{s:s, s:o}", "type", kind, kind, steal_pointer(&fields));
+    } else {
+        out = put(fields, "type", json_string(kind)) < 0 ? NULL : steal_pointer(&fields);
+    }
+    if (!out)
+        out_of_memory(err);
+    return out;
 }
 
 static json_t *convert_tools(const json_t *tools, bool to_chat, struct corral_error *err)
 {
-    char where[PATH_MAX_LEN], p[PATH_MAX_LEN];
+    char where[PATH_MAX_LEN];
     clear_error(err);
     cleanup_json json_t *out = NULL;
     if (top_array(tools, "tools", false, &out, err) < 0 || !out)
@@ -883,35 +1015,11 @@ static json_t *convert_tools(const json_t *tools, bool to_chat, struct corral_er
     json_array_foreach(tools, i, tool)
     {
         const char *type;
-        if (element(tool, where, "", "tools", i, "type", &type, err) < 0 ||
-            check_function_type(tool, where, err) < 0)
+        if (element(tool, where, "", "tools", i, "type", &type, err) < 0)
             return NULL;
-        const json_t *src = tool, *name;
-        const char *src_where = where;
-        if (!to_chat) {
-            if (get_object(tool, where, "function", true, &src, err) < 0)
-                return NULL;
-            src_where = param_path(p, where, "function");
-        }
-        if (get_string(src, src_where, "name", true, &name, err) < 0)
+        json_t *converted = convert_tool(tool, where, to_chat, err);
+        if (!converted)
             return NULL;
-        json_t *fn = json_pack("{s:O}", "name", name);
-        if (!fn || copy_function_fields(src, src_where, fn, err) < 0) {
-            json_decref(fn);
-            if (!fn)
-                out_of_memory(err);
-            return NULL;
-        }
-        json_t *converted;
-        if (to_chat) {
-            converted = json_pack("{s:s, s:o}", "type", "function", "function", fn);
-        } else {
-            converted = fn;
-            if (put(converted, "type", json_string("function")) < 0) {
-                json_decref(converted);
-                converted = NULL;
-            }
-        }
         if (append(out, converted) < 0) {
             out_of_memory(err);
             return NULL;
@@ -932,27 +1040,30 @@ json_t *gw_tools_to_responses(const json_t *tools, struct corral_error *err)
 
 /* ---- tool_choice ---- */
 
-/* A function named in a tool choice: Responses {type, name}, chat {type, function:{name}}. */
-static json_t *named_function(const json_t *v, const char *where, bool to_chat,
-                              struct corral_error *err)
+/* A function or custom tool named in a tool choice: Responses {type, name},
+ * chat {type, function:{name}} or {type, custom:{name}}. */
+static json_t *named_tool(const json_t *v, const char *where, bool to_chat,
+                          struct corral_error *err)
 {
     char p[PATH_MAX_LEN];
-    const json_t *name, *fn;
+    const json_t *name, *inner;
+    bool custom;
     if (!json_is_object(v)) {
         bad_type(err, where, "an object", v);
         return NULL;
     }
-    if (check_function_type(v, where, err) < 0)
+    if (tool_kind(v, where, &custom, err) < 0)
         return NULL;
+    const char *kind = custom ? "custom" : "function";
     if (to_chat) {
         if (get_string(v, where, "name", true, &name, err) < 0)
             return NULL;
-        return json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name);
+        return json_pack("{s:s, s:{s:O}}", "type", kind, kind, "name", name);
     }
-    if (get_object(v, where, "function", true, &fn, err) < 0 ||
-        get_string(fn, param_path(p, where, "function"), "name", true, &name, err) < 0)
+    if (get_object(v, where, kind, true, &inner, err) < 0 ||
+        get_string(inner, param_path(p, where, kind), "name", true, &name, err) < 0)
         return NULL;
-    return json_pack("{s:s, s:O}", "type", "function", "name", name);
+    return json_pack("{s:s, s:O}", "type", kind, "name", name);
 }
 
 /* An allowed_tools choice; `src` holds mode and tools (the choice itself in
@@ -979,7 +1090,7 @@ static json_t *allowed_tools(const json_t *src, const char *where, bool to_chat,
     const json_t *t;
     json_array_foreach(tools, k, t)
     {
-        json_t *conv = named_function(t, index_path(p, where, "tools", k), to_chat, err);
+        json_t *conv = named_tool(t, index_path(p, where, "tools", k), to_chat, err);
         if (!conv || append(list, conv) < 0) {
             if (conv)
                 out_of_memory(err);
@@ -1016,8 +1127,8 @@ static json_t *convert_tool_choice(const json_t *choice, bool to_chat, struct co
         return NULL;
     const char *t = json_string_value(type);
     json_t *out = NULL;
-    if (strcmp(t, "function") == 0) {
-        out = named_function(choice, "tool_choice", to_chat, err);
+    if (strcmp(t, "function") == 0 || strcmp(t, "custom") == 0) {
+        out = named_tool(choice, "tool_choice", to_chat, err);
     } else if (strcmp(t, "allowed_tools") == 0) {
         const json_t *src = choice;
         const char *where = "tool_choice";
@@ -1028,7 +1139,8 @@ static json_t *convert_tool_choice(const json_t *choice, bool to_chat, struct co
         }
         out = allowed_tools(src, where, to_chat, err);
     } else {
-        bad_value(err, param_path(p, "tool_choice", "type"), t, "'function' and 'allowed_tools'");
+        bad_value(err, param_path(p, "tool_choice", "type"), t,
+                  "'function', 'custom', and 'allowed_tools'");
         return NULL;
     }
     if (!out && err && err->code == 0)

@@ -11,16 +11,18 @@
  *   Invalid type for 'messages[0].content': expected a string or an array,
  *     but got an integer instead.
  *   Invalid value for 'input[2].type': 'item_reference'. Supported values
- *     are: 'message', 'function_call', 'function_call_output', and 'reasoning'.
+ *     are: 'message', 'function_call', 'function_call_output',
+ *     'custom_tool_call', 'custom_tool_call_output', and 'reasoning'.
  *   Missing required parameter: 'tools[1].name'.
  * Every function clears *err (code 0) when it succeeds; err may be NULL.
  *
  * Responses items handled: easy messages ({role, content}), typed
  * `message` items (content string or parts input_text/output_text/
  * input_image/refusal), `function_call`, `function_call_output`,
- * `reasoning` (dropped towards chat). `item_reference` (also the bare
- * {id} form), `code_interpreter_call` and any other type are rejected:
- * the caller resolves references and rewrites code interpreter calls first.
+ * `custom_tool_call`, `custom_tool_call_output`, `reasoning` (dropped
+ * towards chat). `item_reference` (also the bare {id} form),
+ * `code_interpreter_call` and any other type are rejected: the caller
+ * resolves references and rewrites code interpreter calls first.
  */
 #ifndef CORRAL_GATEWAY_TRANSLATE_H
 #define CORRAL_GATEWAY_TRANSLATE_H
@@ -44,8 +46,10 @@ const char *gw_json_type_name(const json_t *v);
  *    parts into the message's `refusal` (content null when only refusals);
  *  - function_call items become tool_calls of the assistant message just
  *    before them (consecutive calls share one message), or of a new one
- *    with content null; function_call_output -> a "tool" message (parts of
- *    an output: their texts joined). */
+ *    with content null; custom_tool_call items likewise, as tool calls
+ *    {id: call_id, type: "custom", custom: {name, input}};
+ *    function_call_output and custom_tool_call_output -> a "tool" message
+ *    (parts of an output: their texts joined). */
 json_t *gw_items_to_messages(const json_t *input, const char *instructions,
                              struct corral_error *err);
 
@@ -55,26 +59,36 @@ json_t *gw_items_to_messages(const json_t *input, const char *instructions,
  * System and developer messages keep their role. An assistant's text (parts
  * joined) gives an easy message, omitted when it is empty and tool calls
  * follow; a refusal gives a typed message with output_text and refusal
- * parts. tool_calls become function_call items (call_id = the call's id);
- * tool messages become function_call_output items (text parts joined).
+ * parts. tool_calls become function_call items (call_id = the call's id),
+ * or custom_tool_call items {call_id, name, input} for calls of type
+ * "custom"; tool messages become function_call_output items (text parts
+ * joined), or custom_tool_call_output items when the call they answer (the
+ * latest earlier call of their tool_call_id) is a custom tool's.
  * `name` members are dropped; the deprecated "function" role is an error.
  * gw_items_to_messages(gw_messages_to_items(m)) gives m back for the usual
- * conversations (string contents, assistant content null with tool_calls). */
+ * conversations (string contents, assistant content null with tool_calls),
+ * custom tools' calls and outputs included. */
 json_t *gw_messages_to_items(const json_t *messages, struct corral_error *err);
 
 /* Tools: Responses' flat function tools ({type, name, description,
- * parameters, strict}) <-> chat's nested ones ({type, function:{...}}).
- * Absent or null members stay absent; other members are dropped. Tools of
- * any other type are an error (the caller removes code_interpreter first).
- * NULL or JSON null in: NULL out with err->code 0. */
+ * parameters, strict}) <-> chat's nested ones ({type, function:{...}}), and
+ * Responses' flat custom tools ({type: "custom", name, description,
+ * format}) <-> chat's ({type: "custom", custom:{...}}). A custom tool's
+ * format is {type: "text"} in both, or a grammar: Responses {type:
+ * "grammar", definition, syntax} <-> chat {type: "grammar", grammar:
+ * {definition, syntax}} (syntax "lark" or "regex"). Absent or null members
+ * stay absent; other members are dropped. Tools of any other type are an
+ * error (the caller removes code_interpreter first). NULL or JSON null in:
+ * NULL out with err->code 0. */
 json_t *gw_tools_to_chat(const json_t *tools, struct corral_error *err);
 json_t *gw_tools_to_responses(const json_t *tools, struct corral_error *err);
 
 /* tool_choice: "none"/"auto"/"required" unchanged; {"type":"function",
- * "name":N} <-> {"type":"function","function":{"name":N}}; allowed_tools
- * likewise ({type, mode, tools} <-> {type, allowed_tools:{mode, tools}},
- * function tools only). Hosted-tool and custom choices are errors. NULL or
- * JSON null in: NULL out with err->code 0. */
+ * "name":N} <-> {"type":"function","function":{"name":N}} and
+ * {"type":"custom","name":N} <-> {"type":"custom","custom":{"name":N}};
+ * allowed_tools likewise ({type, mode, tools} <-> {type, allowed_tools:
+ * {mode, tools}}, function and custom tools only). Hosted-tool choices are
+ * errors. NULL or JSON null in: NULL out with err->code 0. */
 json_t *gw_tool_choice_to_chat(const json_t *choice, struct corral_error *err);
 json_t *gw_tool_choice_to_responses(const json_t *choice, struct corral_error *err);
 

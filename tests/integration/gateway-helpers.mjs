@@ -361,7 +361,7 @@ export function assertChatUsage(completion, expected, label = 'usage') {
 /* ------------------------------------------------------------------------ */
 /* Comparing a streamed result with a non-streamed one                      */
 
-const ID_PATTERN = /^(resp|ci|cntr|msg|fc|call|chatcmpl|rs|cfile)([_-])([A-Za-z0-9_-]+)(\.[a-z0-9]+)?$/; // an image's filename is its id + ".png"
+const ID_PATTERN = /^(resp|ci|cntr|msg|fc|ctc|call|chatcmpl|rs|cfile)([_-])([A-Za-z0-9_-]+)(\.[a-z0-9]+)?$/; // an image's filename is its id + ".png"
 const TIME_KEYS = new Set(['created', 'created_at', 'completed_at']);
 const SDK_KEYS = new Set(['parsed', 'parsed_arguments', 'output_parsed']); // added by the SDK's helpers
 
@@ -403,7 +403,11 @@ export function chatGist(c) {
       role: ch.message.role,
       content: ch.message.content ?? null,
       refusal: ch.message.refusal ?? null,
-      tool_calls: (ch.message.tool_calls ?? []).map((t) => ({ id: t.id, type: t.type, name: t.function.name, arguments: t.function.arguments })),
+      tool_calls: (ch.message.tool_calls ?? []).map((t) =>
+        t.type === 'custom'
+          ? { id: t.id, type: t.type, name: t.custom.name, input: t.custom.input }
+          : { id: t.id, type: t.type, name: t.function.name, arguments: t.function.arguments },
+      ),
     })),
     usage: c.usage
       ? { prompt_tokens: c.usage.prompt_tokens, completion_tokens: c.usage.completion_tokens, total_tokens: c.usage.total_tokens }

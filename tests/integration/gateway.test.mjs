@@ -677,43 +677,143 @@ test('responses, mock-responses: reasoning summaries, hosted tools\' calls and M
   assert.deepEqual(normalise(runs[1]), normalise(runs[0]), 'the streamed response differs from the plain one');
 });
 
-const GRAMMAR_TOOL = { type: 'custom', name: 'run_sql', description: 'Runs a SQL query' };
-const GRAMMAR_TOOL_CHAT = { type: 'custom', custom: { name: 'run_sql', description: 'Runs a SQL query' } };
-const SQL = 'SELECT 1 FROM dual';
+const SQL_GRAMMAR = 'start: "SELECT " NAME " FROM " NAME\nNAME: /[a-z]+/';
+const GRAMMAR_TOOL = {
+  type: 'custom',
+  name: 'run_sql',
+  description: 'Runs a SQL query',
+  format: { type: 'grammar', syntax: 'lark', definition: SQL_GRAMMAR },
+};
+const GRAMMAR_TOOL_CHAT = {
+  type: 'custom',
+  custom: {
+    name: 'run_sql',
+    description: 'Runs a SQL query',
+    format: { type: 'grammar', grammar: { definition: SQL_GRAMMAR, syntax: 'lark' } },
+  },
+};
+const SQL = 'SELECT name FROM users';
+const ROWS = 'ann\nbob';
+// the code tool and the custom tool may be called; the first turn must call one
+const CUSTOM_CHOICE = { type: 'allowed_tools', mode: 'required', tools: [{ type: 'code_interpreter' }, { type: 'custom', name: 'run_sql' }] };
+const CUSTOM_CHOICE_CHAT = {
+  type: 'allowed_tools',
+  allowed_tools: { mode: 'required', tools: [{ type: 'code_interpreter' }, { type: 'custom', custom: { name: 'run_sql' } }] },
+};
+const customTurns = () => [
+  { code: 'print("prepared")' },
+  { calls: [{ custom: { name: 'run_sql', input: SQL } }] },
+  (req, ctx) => ({ text: `run_sql said: ${ctx.toolOutputs.find((o) => o.name === 'run_sql')?.output ?? '(nothing)'}` }),
+];
+
+/* What the upstream of `model` received for the custom tool: the tool and,
+ * in the request after the client's answer, the call and its output, each
+ * in the upstream's own API. */
+function checkCustomUpstream(seen, model, callId) {
+  assert.equal(seen.length, 3, `upstream requests: ${seen.length}`);
+  for (const q of seen) {
+    const tool = q.body.tools.find((t) => t.type === 'custom');
+    assert.deepEqual(tool, model === 'mock-chat' ? GRAMMAR_TOOL_CHAT : GRAMMAR_TOOL);
+  }
+  const last = seen[2].body;
+  if (model === 'mock-chat') {
+    const calls = last.messages.flatMap((m) => m.tool_calls ?? []);
+    assert.deepEqual(calls.find((c) => c.type === 'custom'), { id: callId, type: 'custom', custom: { name: 'run_sql', input: SQL } });
+    assert.deepEqual(last.messages.at(-1), { role: 'tool', tool_call_id: callId, content: ROWS });
+  } else {
+    const call = last.input.find((i) => i.type === 'custom_tool_call');
+    assert.deepEqual([call?.call_id, call?.name, call?.input], [callId, 'run_sql', SQL]);
+    assert.deepEqual(last.input.at(-1), { type: 'custom_tool_call_output', call_id: callId, output: ROWS });
+    assert.ok(!last.input.some((i) => i.type === 'function_call_output' && i.call_id === callId), 'the output came as a function\'s');
+  }
+  // the first turn's choice, in the upstream's shape, naming the code tool and the custom tool
+  const code = codeToolOf(seen[0])?.name;
+  assert.deepEqual(
+    seen[0].body.tool_choice,
+    model === 'mock-chat'
+      ? { type: 'allowed_tools', allowed_tools: { mode: 'required', tools: [{ type: 'function', function: { name: code } }, { type: 'custom', custom: { name: 'run_sql' } }] } }
+      : { type: 'allowed_tools', mode: 'required', tools: [{ type: 'function', name: code }, { type: 'custom', name: 'run_sql' }] },
+  );
+}
+
+async function customResponses(model, stream) {
+  const marker = gw.marker(`custom-responses-${model}-${stream}`);
+  gw.upstream.script(marker, customTurns());
+  const tools = [CI_TOOL, GRAMMAR_TOOL];
+  const { r, events } = await createResponse({ model, input: `${marker} go`, tools, tool_choice: CUSTOM_CHOICE }, stream);
+  assert.deepEqual(r.output.map((o) => o.type), ['code_interpreter_call', 'custom_tool_call']);
+  const call = r.output[1];
+  assert.deepEqual([call.name, call.input, call.status], ['run_sql', SQL, 'completed']);
+  assert.match(call.call_id, /^call_/);
+  if (stream) {
+    checkResponseEvents(events, r);
+    const deltas = events.filter((e) => e.type === 'response.custom_tool_call_input.delta');
+    assert.ok(deltas.length >= 2, 'the input did not stream');
+    assert.equal(deltas.map((e) => e.delta).join(''), SQL);
+    assert.equal(events.find((e) => e.type === 'response.custom_tool_call_input.done')?.input, SQL);
+  }
+  assert.equal(gw.upstream.requestsFor(marker).length, 2);
+
+  // the client runs the tool and sends its output back
+  const next = await createResponse({
+    model,
+    previous_response_id: r.id,
+    input: [{ type: 'custom_tool_call_output', call_id: call.call_id, output: ROWS }],
+    tools,
+  }, stream);
+  assert.equal(next.r.status, 'completed');
+  assert.equal(next.r.output_text, `run_sql said: ${ROWS}`);
+  if (stream) checkResponseEvents(next.events, next.r);
+  checkCustomUpstream(gw.upstream.requestsFor(marker), model, call.call_id);
+  // the output is kept among the response's input items, with an id of its kind
+  const items = [];
+  for await (const item of gw.client.responses.inputItems.list(next.r.id)) items.push(item);
+  const output = items.find((i) => i.type === 'custom_tool_call_output');
+  assert.deepEqual([output?.call_id, output?.output], [call.call_id, ROWS]);
+  assert.match(output.id, /^ctco_/);
+  return [r, next.r];
+}
+
+async function customChat(model, stream) {
+  const marker = gw.marker(`custom-chat-${model}-${stream}`);
+  gw.upstream.script(marker, customTurns());
+  const create = (body) =>
+    stream
+      ? gw.client.chat.completions.stream({ ...body, stream_options: { include_usage: true } }).finalChatCompletion()
+      : gw.client.chat.completions.create(body);
+  const tools = [CI_TOOL, GRAMMAR_TOOL_CHAT];
+  const messages = [{ role: 'user', content: `${marker} go` }];
+  const c = await create({ model, messages, tools, tool_choice: CUSTOM_CHOICE_CHAT });
+  assert.equal(c.choices[0].finish_reason, 'tool_calls');
+  const calls = c.choices[0].message.tool_calls;
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].type, 'custom');
+  assert.deepEqual(calls[0].custom, { name: 'run_sql', input: SQL });
+  assert.equal(gw.upstream.requestsFor(marker).length, 2);
+
+  // the client runs the tool and sends its output back
+  messages.push(c.choices[0].message, { role: 'tool', tool_call_id: calls[0].id, content: ROWS });
+  const c2 = await create({ model, messages, tools });
+  assert.equal(c2.choices[0].finish_reason, 'stop');
+  assert.equal(c2.choices[0].message.content, `run_sql said: ${ROWS}`);
+  checkCustomUpstream(gw.upstream.requestsFor(marker), model, calls[0].id);
+  return [c, c2];
+}
 
 for (const model of KINDS) {
-  const client = model === 'mock-chat' ? 'chat completions' : 'responses';
-  test(`${client}, ${model}: a custom tool's call comes back after the code ran, with its name and input (plain, streamed)`, T, async () => {
-    for (const stream of [false, true]) {
-      const marker = gw.marker(`custom-${model}-${stream}`);
-      gw.upstream.script(marker, [{ code: 'print("prepared")' }, { calls: [{ custom: { name: 'run_sql', input: SQL } }] }]);
+  for (const client of ['responses', 'chat completions']) {
+    test(`${client}, ${model}: a custom tool's call comes back after the code ran, with its name and input, and its output goes back to the model (plain, streamed)`, T, async () => {
       if (client === 'responses') {
-        const { r, events } = await createResponse({ model, input: `${marker} go`, tools: [CI_TOOL, GRAMMAR_TOOL] }, stream);
-        assert.deepEqual(r.output.map((o) => o.type), ['code_interpreter_call', 'custom_tool_call']);
-        const call = r.output[1];
-        assert.deepEqual([call.name, call.input, call.status], ['run_sql', SQL, 'completed']);
-        assert.match(call.call_id, /^call_/);
-        if (stream) {
-          checkResponseEvents(events, r);
-          const deltas = events.filter((e) => e.type === 'response.custom_tool_call_input.delta');
-          assert.ok(deltas.length >= 2, 'the input did not stream');
-          assert.equal(deltas.map((e) => e.delta).join(''), SQL);
-          assert.equal(events.find((e) => e.type === 'response.custom_tool_call_input.done')?.input, SQL);
-        }
+        const plain = await customResponses(model, false);
+        const streamed = await customResponses(model, true);
+        plain.forEach((r, i) => assert.deepEqual(normalise(streamed[i]), normalise(r)));
       } else {
-        const body = { model, messages: [{ role: 'user', content: `${marker} go` }], tools: [CI_TOOL, GRAMMAR_TOOL_CHAT] };
-        const c = stream
-          ? await gw.client.chat.completions.stream(body).finalChatCompletion()
-          : await gw.client.chat.completions.create(body);
-        assert.equal(c.choices[0].finish_reason, 'tool_calls');
-        const calls = c.choices[0].message.tool_calls;
-        assert.equal(calls.length, 1);
-        assert.equal(calls[0].type, 'custom');
-        assert.deepEqual(calls[0].custom, { name: 'run_sql', input: SQL });
+        const plain = await customChat(model, false);
+        const streamed = await customChat(model, true);
+        plain.forEach((c, i) => assert.deepEqual(chatGist(streamed[i]), chatGist(c)));
       }
-      assert.equal(gw.upstream.requestsFor(marker).length, 2);
-    }
-  });
+    });
+  }
 }
 
 test('responses: max_tool_calls 0 runs no code; a negative or non-integer one is a 400', T, async () => {

@@ -21,7 +21,7 @@
 //   message, the longest wins. The turn answered is the number of tool-call
 //   rounds in the conversation after that user message: chat, the assistant
 //   messages with tool_calls; responses, the groups of consecutive
-//   function_call items in `input`. A tool call whose id this mock issued
+//   function_call and custom_tool_call items in `input`. A tool call whose id this mock issued
 //   counts for the upstream answer that issued it, so a round is counted
 //   once however the caller arranges the calls and outputs of one round.
 //
@@ -51,8 +51,10 @@
 //       api ('chat' | 'responses'), round, marker, userText (the marker
 //       message's text), stream, codeTool (the code tool's name, or null),
 //       tools (function tool names), toolOutputs ([{callId, name, output}]
-//       after the marker message), lastToolOutput, codeOutputs (outputs of
-//       code tool calls), lastCodeOutput.
+//       after the marker message: outputs of function and custom tools'
+//       calls, chat tool messages or Responses function_call_output and
+//       custom_tool_call_output items), lastToolOutput, codeOutputs
+//       (outputs of code tool calls), lastCodeOutput.
 //   Any turn may also have `until` (a promise: the answer waits for it, so
 //   that a test holds a request open until it lets it go), and
 //   `usage: {prompt_tokens, completion_tokens}`; by
@@ -172,7 +174,7 @@ function analyse(api, body, scripts, issuedCalls) {
         const calls = Array.isArray(m.tool_calls) ? m.tool_calls : [];
         entries.push({
           kind: 'assistant',
-          calls: calls.map((c) => ({ id: c?.id, name: c?.function?.name })),
+          calls: calls.map((c) => ({ id: c?.id, name: c?.function?.name ?? c?.custom?.name })),
         });
       } else if (m?.role === 'tool') entries.push({ kind: 'output', callId: m.tool_call_id, output: contentText(m.content) });
       else entries.push({ kind: 'other' });
@@ -182,8 +184,8 @@ function analyse(api, body, scripts, issuedCalls) {
     for (const item of input) {
       const type = item?.type ?? 'message';
       if (type === 'message' && item.role === 'user') entries.push({ kind: 'user', text: contentText(item.content) });
-      else if (type === 'function_call') entries.push({ kind: 'call', id: item.call_id, name: item.name });
-      else if (type === 'function_call_output') {
+      else if (type === 'function_call' || type === 'custom_tool_call') entries.push({ kind: 'call', id: item.call_id, name: item.name });
+      else if (type === 'function_call_output' || type === 'custom_tool_call_output') {
         const output = typeof item.output === 'string' ? item.output : contentText(item.output);
         entries.push({ kind: 'output', callId: item.call_id, output });
       } else entries.push({ kind: 'other', type });
@@ -206,7 +208,7 @@ function analyse(api, body, scripts, issuedCalls) {
   const rest = entries.slice(at + 1);
 
   // Rounds: groups of calls (an assistant message's tool_calls, or a run of
-  // consecutive function_call items); a group with calls this mock issued
+  // consecutive function_call and custom_tool_call items); a group with calls this mock issued
   // counts for the answers that issued them.
   const groups = [];
   if (api === 'chat') {

@@ -180,7 +180,8 @@ static void expect_items_error(const char *input, const char *message)
 static void items_errors(void **state)
 {
     static const char *types = "Supported values are: 'message', 'function_call', "
-                               "'function_call_output', and 'reasoning'.";
+                               "'function_call_output', 'custom_tool_call', "
+                               "'custom_tool_call_output', and 'reasoning'.";
     char want[512];
     expect_items_error("42", "Invalid type for 'input': expected a string or an array, but got "
                              "an integer instead.");
@@ -235,6 +236,18 @@ static void items_errors(void **state)
                        " \"arguments\":{}}]",
                        "Invalid type for 'input[0].arguments': expected a string, but got an "
                        "object instead.");
+    expect_items_error("[{\"type\":\"custom_tool_call\",\"call_id\":\"c\",\"input\":\"x\"}]",
+                       "Missing required parameter: 'input[0].name'.");
+    expect_items_error("[{\"type\":\"custom_tool_call\",\"call_id\":\"c\",\"name\":\"g\"}]",
+                       "Missing required parameter: 'input[0].input'.");
+    expect_items_error("[{\"type\":\"custom_tool_call\",\"call_id\":\"c\",\"name\":\"g\","
+                       " \"arguments\":\"x\",\"input\":[]}]",
+                       "Invalid type for 'input[0].input': expected a string, but got an array "
+                       "instead.");
+    expect_items_error("[{\"type\":\"custom_tool_call_output\",\"output\":\"x\"}]",
+                       "Missing required parameter: 'input[0].call_id'.");
+    expect_items_error("[{\"type\":\"custom_tool_call_output\",\"call_id\":\"c\"}]",
+                       "Missing required parameter: 'input[0].output'.");
     expect_items_error("[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]",
                        "Missing required parameter: 'input[0].output'.");
     expect_items_error("[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":true}]",
@@ -368,6 +381,109 @@ static void round_trips(void **state)
     json_decref(messages);
 }
 
+/* Custom tools' calls and outputs, beside a function's. */
+static const char *custom_items =
+    "["
+    " {\"role\":\"user\",\"content\":\"Count the rows.\"},"
+    " {\"type\":\"custom_tool_call\",\"call_id\":\"call_a\",\"name\":\"run_sql\","
+    "  \"input\":\"SELECT count(*) FROM t\"},"
+    " {\"type\":\"function_call\",\"call_id\":\"call_b\",\"name\":\"now\",\"arguments\":\"{}\"},"
+    " {\"type\":\"custom_tool_call_output\",\"call_id\":\"call_a\",\"output\":\"42\"},"
+    " {\"type\":\"function_call_output\",\"call_id\":\"call_b\",\"output\":\"noon\"},"
+    " {\"role\":\"assistant\",\"content\":\"Let me check the rest.\"},"
+    " {\"type\":\"custom_tool_call\",\"call_id\":\"call_c\",\"name\":\"run_sql\","
+    "  \"input\":\"SELECT 1\"},"
+    " {\"type\":\"custom_tool_call_output\",\"call_id\":\"call_c\",\"output\":\"1 row\"},"
+    " {\"role\":\"assistant\",\"content\":\"42 rows at noon.\"}"
+    "]";
+static const char *custom_messages =
+    "["
+    " {\"role\":\"user\",\"content\":\"Count the rows.\"},"
+    " {\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+    "   {\"id\":\"call_a\",\"type\":\"custom\",\"custom\":{\"name\":\"run_sql\","
+    "    \"input\":\"SELECT count(*) FROM t\"}},"
+    "   {\"id\":\"call_b\",\"type\":\"function\",\"function\":{\"name\":\"now\","
+    "    \"arguments\":\"{}\"}}]},"
+    " {\"role\":\"tool\",\"tool_call_id\":\"call_a\",\"content\":\"42\"},"
+    " {\"role\":\"tool\",\"tool_call_id\":\"call_b\",\"content\":\"noon\"},"
+    " {\"role\":\"assistant\",\"content\":\"Let me check the rest.\",\"tool_calls\":["
+    "   {\"id\":\"call_c\",\"type\":\"custom\",\"custom\":{\"name\":\"run_sql\","
+    "    \"input\":\"SELECT 1\"}}]},"
+    " {\"role\":\"tool\",\"tool_call_id\":\"call_c\",\"content\":\"1 row\"},"
+    " {\"role\":\"assistant\",\"content\":\"42 rows at noon.\"}"
+    "]";
+
+static void items_custom_calls(void **state)
+{
+    struct corral_error err;
+    assert_json(to_messages(custom_items, NULL, &err), custom_messages);
+    assert_int_equal(err.code, 0);
+
+    /* Stored items carry ids and statuses; an output may be parts. */
+    assert_json(
+        to_messages("[{\"type\":\"custom_tool_call\",\"id\":\"ctc_1\",\"status\":\"completed\","
+                    "  \"call_id\":\"call_x\",\"name\":\"g\",\"input\":\"\"},"
+                    " {\"type\":\"custom_tool_call_output\",\"id\":\"ctco_1\","
+                    "  \"call_id\":\"call_x\",\"output\":[{\"type\":\"input_text\",\"text\":\"o\"},"
+                    "   {\"type\":\"input_text\",\"text\":\"k\"}]}]",
+                    NULL, &err),
+        "[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+        "   {\"id\":\"call_x\",\"type\":\"custom\",\"custom\":{\"name\":\"g\",\"input\":\"\"}}]},"
+        " {\"role\":\"tool\",\"tool_call_id\":\"call_x\",\"content\":\"ok\"}]");
+    assert_int_equal(err.code, 0);
+}
+
+static void messages_to_items_custom(void **state)
+{
+    struct corral_error err;
+    assert_json(to_items(custom_messages, &err), custom_items);
+    assert_int_equal(err.code, 0);
+
+    /* A tool message answers the latest earlier call of its id; an unknown
+     * id gives a function's output. */
+    assert_json(
+        to_items("["
+                 " {\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+                 "   {\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                 "    \"arguments\":\"{}\"}}]},"
+                 " {\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"a\"},"
+                 " {\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+                 "   {\"id\":\"c1\",\"type\":\"custom\",\"custom\":{\"name\":\"g\","
+                 "    \"input\":\"x\"}}]},"
+                 " {\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"b\"},"
+                 " {\"role\":\"tool\",\"tool_call_id\":\"c9\",\"content\":\"c\"}"
+                 "]",
+                 &err),
+        "["
+        " {\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+        " {\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"a\"},"
+        " {\"type\":\"custom_tool_call\",\"call_id\":\"c1\",\"name\":\"g\",\"input\":\"x\"},"
+        " {\"type\":\"custom_tool_call_output\",\"call_id\":\"c1\",\"output\":\"b\"},"
+        " {\"type\":\"function_call_output\",\"call_id\":\"c9\",\"output\":\"c\"}"
+        "]");
+    assert_int_equal(err.code, 0);
+}
+
+static void custom_round_trips(void **state)
+{
+    struct corral_error err;
+    json_t *messages = J(custom_messages), *items = J(custom_items);
+    json_t *m = gw_messages_to_items(messages, &err);
+    json_t *back = gw_items_to_messages(m, NULL, &err);
+    assert_non_null(back);
+    assert_true(json_equal(messages, back));
+    json_decref(m);
+    json_decref(back);
+    m = gw_items_to_messages(items, NULL, &err);
+    back = gw_messages_to_items(m, &err);
+    assert_non_null(back);
+    assert_true(json_equal(items, back));
+    json_decref(m);
+    json_decref(back);
+    json_decref(messages);
+    json_decref(items);
+}
+
 static void expect_messages_error(const char *messages, const char *message)
 {
     struct corral_error err;
@@ -451,9 +567,19 @@ static void messages_errors(void **state)
                           " \"type\":\"function\"}]}]",
                           "Missing required parameter: 'messages[0].tool_calls[0].function'.");
     expect_messages_error("[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
-                          " \"type\":\"custom\",\"custom\":{\"name\":\"g\",\"input\":\"x\"}}]}]",
-                          "Invalid value for 'messages[0].tool_calls[0].type': 'custom'. "
-                          "Supported values are: 'function'.");
+                          " \"type\":\"mcp\",\"mcp\":{\"name\":\"g\"}}]}]",
+                          "Invalid value for 'messages[0].tool_calls[0].type': 'mcp'. "
+                          "Supported values are: 'function' and 'custom'.");
+    expect_messages_error("[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+                          " \"type\":\"custom\",\"function\":{\"name\":\"g\",\"input\":\"x\"}}]}]",
+                          "Missing required parameter: 'messages[0].tool_calls[0].custom'.");
+    expect_messages_error("[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+                          " \"type\":\"custom\",\"custom\":{\"input\":\"x\"}}]}]",
+                          "Missing required parameter: 'messages[0].tool_calls[0].custom.name'.");
+    expect_messages_error("[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+                          " \"type\":\"custom\",\"custom\":{\"name\":\"g\",\"input\":{}}}]}]",
+                          "Invalid type for 'messages[0].tool_calls[0].custom.input': expected a "
+                          "string, but got an object instead.");
     expect_messages_error(
         "[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
         " \"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]",
@@ -507,6 +633,46 @@ static void tools_both_ways(void **state)
     json_decref(in);
 }
 
+static void custom_tools_both_ways(void **state)
+{
+    struct corral_error err;
+    const char *flat =
+        "[{\"type\":\"custom\",\"name\":\"run_sql\",\"description\":\"Runs a SQL query\","
+        "  \"format\":{\"type\":\"grammar\",\"syntax\":\"lark\","
+        "   \"definition\":\"start: \\\"SELECT \\\" NAME\"}},"
+        " {\"type\":\"custom\",\"name\":\"note\",\"format\":{\"type\":\"text\"}},"
+        " {\"type\":\"function\",\"name\":\"now\"},"
+        " {\"type\":\"custom\",\"name\":\"free\"},"
+        " {\"type\":\"custom\",\"name\":\"digits\",\"format\":{\"type\":\"grammar\","
+        "   \"syntax\":\"regex\",\"definition\":\"\\\\d+\"}}]";
+    const char *nested =
+        "[{\"type\":\"custom\",\"custom\":{\"name\":\"run_sql\","
+        "  \"description\":\"Runs a SQL query\",\"format\":{\"type\":\"grammar\","
+        "   \"grammar\":{\"syntax\":\"lark\",\"definition\":\"start: \\\"SELECT \\\" NAME\"}}}},"
+        " {\"type\":\"custom\",\"custom\":{\"name\":\"note\",\"format\":{\"type\":\"text\"}}},"
+        " {\"type\":\"function\",\"function\":{\"name\":\"now\"}},"
+        " {\"type\":\"custom\",\"custom\":{\"name\":\"free\"}},"
+        " {\"type\":\"custom\",\"custom\":{\"name\":\"digits\",\"format\":{\"type\":\"grammar\","
+        "   \"grammar\":{\"syntax\":\"regex\",\"definition\":\"\\\\d+\"}}}}]";
+    json_t *in = J(flat);
+    assert_json(gw_tools_to_chat(in, &err), nested);
+    json_decref(in);
+    in = J(nested);
+    assert_json(gw_tools_to_responses(in, &err), flat);
+    json_decref(in);
+
+    /* Nulls are dropped, and members the other API lacks. */
+    in = J("[{\"type\":\"custom\",\"name\":\"f\",\"description\":null,\"format\":null,"
+           "  \"defer_loading\":true}]");
+    assert_json(gw_tools_to_chat(in, &err), "[{\"type\":\"custom\",\"custom\":{\"name\":\"f\"}}]");
+    json_decref(in);
+    in = J("[{\"type\":\"custom\",\"custom\":{\"name\":\"f\",\"format\":{\"type\":\"text\","
+           "  \"extra\":1}}}]");
+    assert_json(gw_tools_to_responses(in, &err),
+                "[{\"type\":\"custom\",\"name\":\"f\",\"format\":{\"type\":\"text\"}}]");
+    json_decref(in);
+}
+
 static void tools_errors(void **state)
 {
     struct corral_error err;
@@ -517,7 +683,7 @@ static void tools_errors(void **state)
         {true, "{}", "Invalid type for 'tools': expected an array, but got an object instead."},
         {true, "[{\"type\":\"code_interpreter\",\"container\":{\"type\":\"auto\"}}]",
          "Invalid value for 'tools[0].type': 'code_interpreter'. Supported values are: "
-         "'function'."},
+         "'function' and 'custom'."},
         {true, "[{\"type\":\"function\",\"name\":\"f\"}, {\"type\":\"function\"}]",
          "Missing required parameter: 'tools[1].name'."},
         {true, "[{\"name\":\"f\"}]", "Missing required parameter: 'tools[0].type'."},
@@ -530,8 +696,45 @@ static void tools_errors(void **state)
          "Missing required parameter: 'tools[0].function'."},
         {false, "[{\"type\":\"function\",\"function\":{\"description\":\"d\"}}]",
          "Missing required parameter: 'tools[0].function.name'."},
-        {false, "[{\"type\":\"custom\",\"custom\":{\"name\":\"g\"}}]",
-         "Invalid value for 'tools[0].type': 'custom'. Supported values are: 'function'."},
+        {false, "[{\"type\":\"web_search\"}]",
+         "Invalid value for 'tools[0].type': 'web_search'. Supported values are: 'function' and "
+         "'custom'."},
+        {true, "[{\"type\":\"function\",\"name\":\"f\"}, {\"type\":\"custom\"}]",
+         "Missing required parameter: 'tools[1].name'."},
+        {false,
+         "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+         " {\"type\":\"custom\",\"custom\":{\"description\":\"d\"}}]",
+         "Missing required parameter: 'tools[1].custom.name'."},
+        {false, "[{\"type\":\"custom\",\"name\":\"g\"}]",
+         "Missing required parameter: 'tools[0].custom'."},
+        {true, "[{\"type\":\"custom\",\"name\":\"g\",\"format\":\"text\"}]",
+         "Invalid type for 'tools[0].format': expected an object, but got a string instead."},
+        {true, "[{\"type\":\"custom\",\"name\":\"g\",\"format\":{\"type\":\"json_schema\"}}]",
+         "Invalid value for 'tools[0].format.type': 'json_schema'. Supported values are: 'text' "
+         "and 'grammar'."},
+        {true, "[{\"type\":\"custom\",\"name\":\"g\",\"format\":{}}]",
+         "Missing required parameter: 'tools[0].format.type'."},
+        {true,
+         "[{\"type\":\"custom\",\"name\":\"g\",\"format\":{\"type\":\"grammar\","
+         " \"syntax\":\"lark\"}}]",
+         "Missing required parameter: 'tools[0].format.definition'."},
+        {true,
+         "[{\"type\":\"custom\",\"name\":\"g\",\"format\":{\"type\":\"grammar\","
+         " \"syntax\":\"ebnf\",\"definition\":\"x\"}}]",
+         "Invalid value for 'tools[0].format.syntax': 'ebnf'. Supported values are: 'lark' and "
+         "'regex'."},
+        {false,
+         "[{\"type\":\"custom\",\"custom\":{\"name\":\"g\",\"format\":{\"type\":\"regex\"}}}]",
+         "Invalid value for 'tools[0].custom.format.type': 'regex'. Supported values are: 'text' "
+         "and 'grammar'."},
+        {false,
+         "[{\"type\":\"custom\",\"custom\":{\"name\":\"g\",\"format\":{\"type\":\"grammar\","
+         " \"syntax\":\"lark\",\"definition\":\"x\"}}}]",
+         "Missing required parameter: 'tools[0].custom.format.grammar'."},
+        {false,
+         "[{\"type\":\"custom\",\"custom\":{\"name\":\"g\",\"format\":{\"type\":\"grammar\","
+         " \"grammar\":{\"definition\":\"x\"}}}}]",
+         "Missing required parameter: 'tools[0].custom.format.grammar.syntax'."},
         {false, "[[]]",
          "Invalid type for 'tools[0]': expected an object, but got an array "
          "instead."},
@@ -562,6 +765,13 @@ static void tool_choice_both_ways(void **state)
          "{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"required\",\"tools\":["
          " {\"type\":\"function\",\"function\":{\"name\":\"a\"}},"
          " {\"type\":\"function\",\"function\":{\"name\":\"b\"}}]}}"},
+        {"{\"type\":\"custom\",\"name\":\"run_sql\"}",
+         "{\"type\":\"custom\",\"custom\":{\"name\":\"run_sql\"}}"},
+        {"{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":["
+         " {\"type\":\"custom\",\"name\":\"run_sql\"},{\"type\":\"function\",\"name\":\"a\"}]}",
+         "{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"auto\",\"tools\":["
+         " {\"type\":\"custom\",\"custom\":{\"name\":\"run_sql\"}},"
+         " {\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}}"},
     };
     for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
         json_t *responses = J(pairs[i][0]), *chat = J(pairs[i][1]);
@@ -591,11 +801,11 @@ static void tool_choice_errors(void **state)
          "integer instead."},
         {true, "{\"type\":\"code_interpreter\"}",
          "Invalid value for 'tool_choice.type': 'code_interpreter'. Supported values are: "
-         "'function' and 'allowed_tools'."},
+         "'function', 'custom', and 'allowed_tools'."},
         {true, "{\"type\":\"function\"}", "Missing required parameter: 'tool_choice.name'."},
         {true, "{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[{\"type\":\"mcp\"}]}",
          "Invalid value for 'tool_choice.tools[0].type': 'mcp'. Supported values are: "
-         "'function'."},
+         "'function' and 'custom'."},
         {true, "{\"type\":\"allowed_tools\",\"mode\":\"any\",\"tools\":[]}",
          "Invalid value for 'tool_choice.mode': 'any'. Supported values are: 'auto' and "
          "'required'."},
@@ -603,9 +813,18 @@ static void tool_choice_errors(void **state)
          "Missing required parameter: 'tool_choice.function'."},
         {false, "{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"auto\"}}",
          "Missing required parameter: 'tool_choice.allowed_tools.tools'."},
-        {false, "{\"type\":\"custom\",\"custom\":{\"name\":\"g\"}}",
-         "Invalid value for 'tool_choice.type': 'custom'. Supported values are: 'function' and "
-         "'allowed_tools'."},
+        {true, "{\"type\":\"custom\"}", "Missing required parameter: 'tool_choice.name'."},
+        {false, "{\"type\":\"custom\",\"name\":\"g\"}",
+         "Missing required parameter: 'tool_choice.custom'."},
+        {false, "{\"type\":\"custom\",\"custom\":{}}",
+         "Missing required parameter: 'tool_choice.custom.name'."},
+        {false,
+         "{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"auto\",\"tools\":["
+         " {\"type\":\"custom\",\"name\":\"g\"}]}}",
+         "Missing required parameter: 'tool_choice.allowed_tools.tools[0].custom'."},
+        {false, "{\"type\":\"web_search\"}",
+         "Invalid value for 'tool_choice.type': 'web_search'. Supported values are: 'function', "
+         "'custom', and 'allowed_tools'."},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         json_t *in = J(cases[i].choice);
@@ -829,12 +1048,16 @@ int main(void)
         cmocka_unit_test(items_messages_and_parts),
         cmocka_unit_test(items_function_calls_merge),
         cmocka_unit_test(items_errors),
+        cmocka_unit_test(items_custom_calls),
+        cmocka_unit_test(messages_to_items_custom),
+        cmocka_unit_test(custom_round_trips),
         cmocka_unit_test(messages_to_items_conversation),
         cmocka_unit_test(messages_to_items_details),
         cmocka_unit_test(file_parts_both_ways),
         cmocka_unit_test(round_trips),
         cmocka_unit_test(messages_errors),
         cmocka_unit_test(tools_both_ways),
+        cmocka_unit_test(custom_tools_both_ways),
         cmocka_unit_test(tools_errors),
         cmocka_unit_test(tool_choice_both_ways),
         cmocka_unit_test(tool_choice_errors),
