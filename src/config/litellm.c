@@ -913,7 +913,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                 "listen, store, data_dir, code_tool_name, max_agentic_loops, "
                                 "output_limit, exec_timeout, store_max_responses, store_days, "
                                 "events_kept, container_expiry, container_memory_max, "
-                                "container_files_max, key_files_max",
+                                "container_files_max, key_files_max, file_max",
                                 true);
     if (r <= 0)
         return r;
@@ -930,7 +930,8 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                        "container_expiry",
                                        "container_memory_max",
                                        "container_files_max",
-                                       "key_files_max"};
+                                       "key_files_max",
+                                       "file_max"};
     enum {
         LISTEN,
         STORE,
@@ -946,6 +947,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         MEMORY_MAX,
         FILES_MAX,
         KEY_FILES_MAX,
+        FILE_MAX,
         N
     };
     yaml_node_t *v[N];
@@ -1010,6 +1012,8 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         return r;
     if (v[KEY_FILES_MAX] &&
         (r = walk_bytes(w, v[KEY_FILES_MAX], WHAT(KEY_FILES_MAX), &gw->key_files_max)) < 0)
+        return r;
+    if (v[FILE_MAX] && (r = walk_bytes(w, v[FILE_MAX], WHAT(FILE_MAX), &gw->file_max)) < 0)
         return r;
 #undef WHAT
     return 0;
