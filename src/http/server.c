@@ -1175,8 +1175,9 @@ static void next_request(struct conn *c)
 }
 
 /* The handler's answer to a request whose body is in its file (mapped,
- * with a NUL after it, as a body in memory has). */
-static struct http_response *handle_spooled(struct conn *c)
+ * with a NUL after it, as a body in memory has, until the answer is sent:
+ * a stream's producer may still read it). */
+static struct http_response *handle_spooled(struct conn *c, void **map_out, size_t *map_len)
 {
     struct http_server *srv = c->srv;
     size_t len = c->spooled;
@@ -1195,9 +1196,9 @@ static struct http_response *handle_spooled(struct conn *c)
         .body_len = len,
         .conn = c,
     };
-    struct http_response *resp = srv->handler(&req, srv->ctx);
-    munmap(map, len + 1);
-    return resp;
+    *map_out = map;
+    *map_len = len + 1;
+    return srv->handler(&req, srv->ctx);
 }
 
 /* Runs the handler for the complete request in c, and answers. */
@@ -1207,12 +1208,14 @@ static bool answer(struct conn *c)
     if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
         c->keep_alive = false; /* its deadline passed as it was taken: this answer is its last */
     struct http_response *resp;
+    void *map = NULL;
+    size_t map_len = 0;
     if (c->too_large) {
         char msg[80];
         snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", c->limit);
         resp = srv->too_large ? srv->too_large(srv->ctx, c->limit) : refusal(srv, 413, msg);
     } else if (c->spool >= 0) {
-        resp = handle_spooled(c);
+        resp = handle_spooled(c, &map, &map_len);
     } else {
         size_t body_len = c->dec - c->head_len;
         char *body = c->in + c->head_len;
@@ -1229,6 +1232,8 @@ static bool answer(struct conn *c)
         body[body_len] = saved;
     }
     bool go_on = send_response(c, resp, !strcmp(c->in + c->method, "HEAD"));
+    if (map)
+        munmap(map, map_len);
     drop_spool(c);
     return go_on;
 }
