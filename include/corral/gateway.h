@@ -123,8 +123,8 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
  * expires_after[anchor] and expires_after[seconds]); an Upload's part as the
  * same file fields (its field `data`); other bodies as JSON in
  * json/json_len. A file whose bytes are also in a file (a body the server
- * spooled) has file_fd >= 0 and file_offset, from which the gateway copies
- * them without reading them into memory; else file_fd is -1. List
+ * spooled) has has_file_fd set, with file_fd and file_offset, from which
+ * the gateway copies them without reading them into memory. List
  * parameters are the query's, NULL when absent. A file's content comes
  * back as the reply's body (or body_fd) with its content_type and
  * content_disposition. */
@@ -138,6 +138,7 @@ struct corral_gateway_object_request {
     const char *file_name;
     const void *file_data;
     size_t file_len;
+    bool has_file_fd;
     int file_fd;
     uint64_t file_offset;
     const char *purpose;

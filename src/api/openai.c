@@ -583,6 +583,7 @@ static void read_fields(struct corral_gateway_object_request *r, const struct ht
             r->file_data = p->data;
             r->file_len = p->len;
             r->file_fd = http_body_fd(req);
+            r->has_file_fd = r->file_fd >= 0;
             r->file_offset = p->offset;
         } else if (!strcmp(p->name, "purpose")) {
             r->purpose = field_text(p, texts[0], sizeof(texts[0]));

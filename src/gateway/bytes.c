@@ -99,6 +99,7 @@ static int copy_range(int in, uint64_t offset, size_t len, int out, const char *
 {
     loff_t off = (loff_t)offset;
     bool ranges = true, sends = true;
+    cleanup_free char *buf = NULL;
     while (len) {
         size_t step = len < (1u << 30) ? len : (1u << 30);
         ssize_t n = ranges ? copy_file_range(in, &off, out, NULL, step, 0) : -1;
@@ -116,7 +117,6 @@ static int copy_range(int in, uint64_t offset, size_t len, int out, const char *
             off = (loff_t)o;
         }
         if (!ranges && !sends) {
-            static __thread char *buf;
             if (!buf && !(buf = malloc(COPY_STEP)))
                 return corral_fail(err, ENOMEM, "out of memory");
             n = pread(in, buf, step < COPY_STEP ? step : COPY_STEP, (off_t)off);

@@ -335,7 +335,8 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
         gw_reply_error(out, 500, "server_error", NULL, NULL, "Out of memory.");
         return;
     }
-    const struct gw_source src = {r->file_data, r->file_len, r->file_fd, r->file_offset};
+    const struct gw_source src = {r->file_data, r->file_len, r->has_file_fd ? r->file_fd : -1,
+                                  r->file_offset};
     if (gw_bytes_keep_file(gw, owner, f, &src, &err) < 0) {
         json_decref(f);
         failed(out, &err);

@@ -220,7 +220,8 @@ static void part_add(corral_gateway *gw, const struct corral_gateway_object_requ
     json_t *part =
         json_pack("{s:s, s:s, s:I, s:s, s:I}", "id", pid, "object", "upload.part", "created_at",
                   (json_int_t)time(NULL), "upload_id", id, "bytes", (json_int_t)r->file_len);
-    const struct gw_source src = {r->file_data, r->file_len, r->file_fd, r->file_offset};
+    const struct gw_source src = {r->file_data, r->file_len, r->has_file_fd ? r->file_fd : -1,
+                                  r->file_offset};
     int rc = part ? gw_bytes_keep_part(gw, part, &src, &err)
                   : corral_fail(&err, ENOMEM, "out of memory");
     if (rc == -EBUSY)
