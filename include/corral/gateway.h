@@ -98,6 +98,11 @@ struct corral_gateway_reply {
     char *retry_after;         /* Retry-After to pass on, or NULL */
     char *content_disposition; /* of a file's content, or NULL */
     bool streamed;             /* events went to on_bytes */
+    /* A file's content too large to hold: body is NULL and the content is
+     * the body_len bytes of the file open at body_fd, from its start
+     * (closed by corral_gateway_reply_free unless taken: set it to -1). */
+    bool has_body_fd;
+    int body_fd;
 };
 
 /* Runs one request: `body` is the JSON a client posted. A streamed answer
@@ -109,14 +114,20 @@ int corral_gateway_call(corral_gateway *gw, enum corral_gateway_api api, const c
                         size_t len, const char *key, const struct corral_gateway_events *ev,
                         struct corral_gateway_reply *out);
 
-/* The Containers, Files and Conversations APIs (/v1/containers...,
- * /v1/files..., /v1/conversations...): one request. `path` is what follows
- * "/v1/" ("files", "files/ID/content", "containers/ID/files",
- * "conversations/ID/items"...). A file upload (multipart) comes as file_name,
- * file_data and file_len with has_file set (and `purpose`); other bodies as
- * JSON in json/json_len. List parameters are the query's, NULL when absent.
- * A file's content comes back as the reply's body with its content_type
- * and content_disposition. */
+/* The Containers, Files, Uploads and Conversations APIs (/v1/containers...,
+ * /v1/files..., /v1/uploads..., /v1/conversations...): one request. `path`
+ * is what follows "/v1/" ("files", "files/ID/content", "containers/ID/files",
+ * "uploads/ID/parts", "conversations/ID/items"...). A file upload (multipart)
+ * comes as file_name, file_data and file_len with has_file set (and
+ * `purpose`, and `expires_anchor` / `expires_seconds` from the fields
+ * expires_after[anchor] and expires_after[seconds]); an Upload's part as the
+ * same file fields (its field `data`); other bodies as JSON in
+ * json/json_len. A file whose bytes are also in a file (a body the server
+ * spooled) has has_file_fd set, with file_fd and file_offset, from which
+ * the gateway copies them without reading them into memory. List
+ * parameters are the query's, NULL when absent. A file's content comes
+ * back as the reply's body (or body_fd) with its content_type and
+ * content_disposition. */
 struct corral_gateway_object_request {
     const char *method;
     const char *path;
@@ -127,7 +138,11 @@ struct corral_gateway_object_request {
     const char *file_name;
     const void *file_data;
     size_t file_len;
+    bool has_file_fd;
+    int file_fd;
+    uint64_t file_offset;
     const char *purpose;
+    const char *expires_anchor, *expires_seconds;
     const char *after, *limit, *order, *name;
 };
 int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_object_request *r,
@@ -213,6 +228,12 @@ int corral_gateway_models(corral_gateway *gw, struct corral_gateway_reply *out);
 
 /* The master key of the configuration (general_settings.master_key), or NULL. */
 const char *corral_gateway_master_key(const corral_gateway *gw);
+/* The most bytes one uploaded file may have (gateway.file_max). */
+uint64_t corral_gateway_file_max(const corral_gateway *gw);
+/* The most bytes one part of an Upload may have: 64 MiB, or file_max when less. */
+uint64_t corral_gateway_part_max(const corral_gateway *gw);
+/* The gateway's data directory (where its files are kept). */
+const char *corral_gateway_data_dir(const corral_gateway *gw);
 
 void corral_gateway_reply_free(struct corral_gateway_reply *r);
 

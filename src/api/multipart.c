@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,28 +127,78 @@ static bool part_headers(const char *h, const char *end, struct multipart_part *
     return true;
 }
 
-/* Splits body into parts (*parts: malloc'ed); see multipart.h. */
+#define WINDOW      (1u << 20) /* bytes of a spooled body searched at a time */
+#define HEADERS_MAX (64u << 10)
+
+/* Where the delimiters are searched: the body in memory, or its file. */
+struct finder {
+    const char *body;
+    size_t len;
+    int fd;     /* -1: memory */
+    char *win;  /* WINDOW bytes, for a file */
+    bool error; /* the file could not be read */
+};
+
+/* The first d[0, n) in [from, end of the body), or NULL. */
+static const char *find(struct finder *f, const char *from, const char *d, size_t n)
+{
+    const char *end = f->body + f->len;
+    if (f->fd < 0)
+        return memmem(from, (size_t)(end - from), d, n);
+    for (size_t off = (size_t)(from - f->body); off + n <= f->len;) {
+        size_t want = f->len - off < WINDOW ? f->len - off : WINDOW;
+        ssize_t got = pread(f->fd, f->win, want, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < (ssize_t)n) {
+            f->error = got < 0 || off + (size_t)got < f->len;
+            if (f->error && got >= 0)
+                errno = EIO; /* the file is shorter than the body */
+            return NULL;
+        }
+        const char *hit = memmem(f->win, (size_t)got, d, n);
+        if (hit)
+            return f->body + off + (size_t)(hit - f->win);
+        off += (size_t)got - (n - 1); /* a delimiter across two windows is found in the next */
+    }
+    return NULL;
+}
+
 int multipart_parse(const char *body, size_t len, const char *boundary,
                     struct multipart_part **parts, size_t *count, struct corral_error *err)
 {
+    return multipart_parse_fd(body, len, -1, boundary, parts, count, err);
+}
+
+/* Splits body into parts (*parts: malloc'ed); see multipart.h. */
+int multipart_parse_fd(const char *body, size_t len, int fd, const char *boundary,
+                       struct multipart_part **parts, size_t *count, struct corral_error *err)
+{
     const char *bad = NULL; /* what is malformed */
     size_t cap = 0;
+    struct finder f = {body, len, fd, NULL, false};
+    if (fd >= 0 && !(f.win = malloc(WINDOW)))
+        return corral_fail(err, ENOMEM, "out of memory");
     char delim[80];
     int dlen = snprintf(delim, sizeof(delim), "\r\n--%s", boundary);
     const char *end = body + len, *p;
     /* The first delimiter may open the body (without its CRLF) or follow a preamble. */
     if (len >= (size_t)dlen - 2 && !memcmp(body, delim + 2, (size_t)dlen - 2))
         p = body + dlen - 2;
-    else if ((p = memmem(body, len, delim, (size_t)dlen)))
+    else if ((p = find(&f, body, delim, (size_t)dlen)))
         p += dlen;
     else {
-        return corral_fail(err, EINVAL, "no boundary '%s' in the body", boundary);
+        free(f.win);
+        return f.error ? corral_fail_errno(err, "cannot read the body")
+                       : corral_fail(err, EINVAL, "no boundary '%s' in the body", boundary);
     }
     *parts = NULL;
     *count = 0;
     for (;;) {
-        if (end - p >= 2 && p[0] == '-' && p[1] == '-')
+        if (end - p >= 2 && p[0] == '-' && p[1] == '-') {
+            free(f.win);
             return 0; /* the closing delimiter; the epilogue is ignored */
+        }
         while (p < end && (*p == ' ' || *p == '\t'))
             p++;
         if (end - p < 2 || p[0] != '\r' || p[1] != '\n') {
@@ -155,16 +206,19 @@ int multipart_parse(const char *body, size_t len, const char *boundary,
             break;
         }
         p += 2;
-        const char *next = memmem(p, (size_t)(end - p), delim, (size_t)dlen);
+        const char *next = find(&f, p, delim, (size_t)dlen);
         if (!next) {
-            bad = "a part is not closed by a boundary";
+            bad = f.error ? NULL : "a part is not closed by a boundary";
             break;
         }
         const char *data;
         if (next - p >= 2 && p[0] == '\r' && p[1] == '\n') {
             data = p + 2; /* no headers */
         } else {
-            const char *blank = memmem(p, (size_t)(next - p), "\r\n\r\n", 4);
+            size_t room = (size_t)(next - p);
+            if (fd >= 0 && room > HEADERS_MAX)
+                room = HEADERS_MAX;
+            const char *blank = memmem(p, room, "\r\n\r\n", 4);
             if (!blank) {
                 bad = "a part's headers do not end with an empty line";
                 break;
@@ -187,10 +241,14 @@ int multipart_parse(const char *body, size_t len, const char *boundary,
         }
         pt->data = data;
         pt->len = (size_t)(next - data);
+        pt->offset = (size_t)(data - body);
         p = next + dlen;
     }
     free(*parts);
     *parts = NULL;
+    free(f.win);
+    if (f.error)
+        return corral_fail_errno(err, "cannot read the body");
     if (!bad)
         return corral_fail(err, ENOMEM, "out of memory");
     return corral_fail(err, EINVAL, "%s", bad);

@@ -1,6 +1,10 @@
 /*
  * multipart/form-data bodies (RFC 7578), parsed in place: the parts point
- * into the body. Shared by envd's and execd's uploads.
+ * into the body. Shared by envd's and execd's uploads and the gateway's
+ * files. A body the server spooled to a file (http_body_fd) is searched
+ * through its descriptor, a window at a time, so that finding the parts
+ * does not bring the whole body into memory: only the pages of the parts'
+ * headers are read through the body's mapping.
  */
 #ifndef CORRAL_API_MULTIPART_H
 #define CORRAL_API_MULTIPART_H
@@ -18,6 +22,7 @@ struct multipart_part {
     char filename[4096]; /* its filename (filename* decoded), "" when absent */
     const char *data;    /* into the body */
     size_t len;
+    size_t offset; /* of data in the body */
 };
 
 /* The boundary of a multipart Content-Type (NULL or another type: false). */
@@ -27,5 +32,10 @@ bool multipart_boundary(const char *content_type, char *out, size_t len);
  * *parts is then NULL. */
 int multipart_parse(const char *body, size_t len, const char *boundary,
                     struct multipart_part **parts, size_t *count, struct corral_error *err);
+/* multipart_parse for a body that is also the file open at fd (offset 0:
+ * its first byte); fd -1 is multipart_parse. A part's headers must then end
+ * within 64 KiB of its start. */
+int multipart_parse_fd(const char *body, size_t len, int fd, const char *boundary,
+                       struct multipart_part **parts, size_t *count, struct corral_error *err);
 
 #endif

@@ -125,7 +125,12 @@ static struct http_response *reply_response(struct corral_gateway_reply *rep, in
     if (rep->request_id && *rep->request_id && strlen(rep->request_id) < REQUEST_ID_MAX)
         snprintf(rid, REQUEST_ID_MAX, "%s", rep->request_id);
     struct http_response *resp;
-    if (!rep->body) {
+    if (rep->has_body_fd && rep->body_fd >= 0) {
+        resp = http_file(rep->status ? rep->status : 200,
+                         rep->content_type ? rep->content_type : "application/octet-stream",
+                         rep->body_fd, rep->body_len);
+        rep->body_fd = -1; /* the response's now */
+    } else if (!rep->body) {
         if (rc < 0 || !rep->status)
             return oa_error(500, "server_error", NULL, "The gateway failed: %s.",
                             strerror(rc < 0 ? -rc : EIO));
@@ -555,6 +560,61 @@ static struct http_response *model(struct openai *oa, const char *id, char *rid)
 
 /* ---- containers and files ---- */
 
+static bool strip(const char **path, const char *prefix);
+
+/* A multipart field's value (not NUL-terminated in the body) into buf. */
+static const char *field_text(const struct multipart_part *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*s", (int)(p->len < len ? p->len : len - 1), p->data);
+    return buf;
+}
+
+/* The file and fields of a multipart upload into r: the file part is
+ * `file`, or `data` for an Upload's part (uploads/ID/parts). */
+static void read_fields(struct corral_gateway_object_request *r, const struct http_request *req,
+                        const struct multipart_part *parts, size_t n, char texts[3][64])
+{
+    const char *file_field = !strncmp(r->path, "uploads/", 8) ? "data" : "file";
+    for (size_t i = 0; i < n; i++) {
+        const struct multipart_part *p = &parts[i];
+        if (!strcmp(p->name, file_field)) {
+            r->has_file = true;
+            r->file_name = p->filename;
+            r->file_data = p->data;
+            r->file_len = p->len;
+            r->file_fd = http_body_fd(req);
+            r->has_file_fd = r->file_fd >= 0;
+            r->file_offset = p->offset;
+        } else if (!strcmp(p->name, "purpose")) {
+            r->purpose = field_text(p, texts[0], sizeof(texts[0]));
+        } else if (!strcmp(p->name, "expires_after[anchor]")) {
+            r->expires_anchor = field_text(p, texts[1], sizeof(texts[1]));
+        } else if (!strcmp(p->name, "expires_after[seconds]")) {
+            r->expires_seconds = field_text(p, texts[2], sizeof(texts[2]));
+        }
+    }
+}
+
+/* The routes that take a file (POST /v1/files, /v1/containers/ID/files,
+ * /v1/uploads/ID/parts): the envelope of a multipart body around it. */
+#define MULTIPART_ENVELOPE (64u << 10)
+
+size_t openai_body_limit(void *ctx, const struct http_request *req)
+{
+    struct openai *oa = ctx;
+    const char *p = req->path;
+    if (strcmp(req->method, "POST"))
+        return 0;
+    strip(&p, "/v1");
+    const char *slash = !strncmp(p, "/containers/", 12) ? strchr(p + 12, '/') : NULL;
+    const char *up = !strncmp(p, "/uploads/", 9) ? strchr(p + 9, '/') : NULL;
+    if (!strcmp(p, "/files") || (slash && slash > p + 12 && !strcmp(slash, "/files")))
+        return (size_t)corral_gateway_file_max(oa->gw) + MULTIPART_ENVELOPE;
+    if (up && up > p + 9 && !strcmp(up, "/parts"))
+        return (size_t)corral_gateway_part_max(oa->gw) + MULTIPART_ENVELOPE;
+    return 0;
+}
+
 static struct http_response *objects(struct openai *oa, const struct http_request *req,
                                      const char *path, const char *key, char *rid)
 {
@@ -567,30 +627,22 @@ static struct http_response *objects(struct openai *oa, const struct http_reques
         .order = http_query(req, "order"),
         .name = http_query(req, "name"),
         .purpose = http_query(req, "purpose"),
+        .file_fd = -1,
     };
+    char texts[3][64];
     char boundary[256];
     struct multipart_part *parts = NULL;
     size_t n = 0;
     if (!strcmp(req->method, "POST") &&
         multipart_boundary(http_header(req, "Content-Type"), boundary, sizeof(boundary))) {
         struct corral_error perr;
-        if (multipart_parse(req->body, req->body_len, boundary, &parts, &n, &perr) < 0)
-            return perr.code == ENOMEM
-                       ? oa_error(500, "server_error", NULL, "The gateway is out of memory.")
-                       : invalid(400, NULL, "The multipart body cannot be read: %s.", perr.message);
-        for (size_t i = 0; i < n; i++) {
-            if (!strcmp(parts[i].name, "file")) {
-                r.has_file = true;
-                r.file_name = parts[i].filename;
-                r.file_data = parts[i].data;
-                r.file_len = parts[i].len;
-            } else if (!strcmp(parts[i].name, "purpose")) {
-                /* a field's value is not NUL-terminated in the body */
-                static __thread char purpose[64];
-                snprintf(purpose, sizeof(purpose), "%.*s", (int)parts[i].len, parts[i].data);
-                r.purpose = purpose;
-            }
-        }
+        if (multipart_parse_fd(req->body, req->body_len, http_body_fd(req), boundary, &parts, &n,
+                               &perr) < 0)
+            return perr.code == EINVAL
+                       ? invalid(400, NULL, "The multipart body cannot be read: %s.", perr.message)
+                       : oa_error(500, "server_error", NULL, "The gateway failed: %s.",
+                                  perr.message);
+        read_fields(&r, req, parts, n, texts);
     } else if (req->body_len) {
         r.json = req->body;
         r.json_len = req->body_len;
@@ -690,7 +742,7 @@ static enum route find_route(const char *path, char *buf, size_t len, const char
     strip(&path, "/v1");
     if (!*deployment &&
         (!strncmp(path, "/containers", 11) || !strncmp(path, "/files", 6) ||
-         !strncmp(path, "/conversations", 14)) &&
+         !strncmp(path, "/uploads", 8) || !strncmp(path, "/conversations", 14)) &&
         strlen(path) < len) {
         snprintf(buf, len, "%s", path + 1);
         *arg = buf;

@@ -41,6 +41,12 @@ int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err
 struct http_response *openai_handle(const struct http_request *req, void *ctx);
 /* http_server_options.too_large: 413 in OpenAI's error shape. */
 struct http_response *openai_too_large(void *ctx, size_t max_body);
+/* http_server_options.body_limit (ctx: the struct openai): the routes that
+ * take a file (POST /v1/files, /v1/containers/{id}/files) take
+ * gateway.file_max and the envelope of its multipart body, an Upload's part
+ * (POST /v1/uploads/{id}/parts) 64 MiB and its envelope; others the
+ * server's max_body. */
+size_t openai_body_limit(void *ctx, const struct http_request *req);
 /* The http_server's own refusals (408, 503...) in OpenAI's error shape. */
 struct http_response *openai_refusal(void *ctx, int status, const char *message);
 /* Waits for the calls still streaming (stop the listener first: their

@@ -50,3 +50,9 @@ struct http_response *probes_handle(const struct http_request *req, void *ctx)
     }
     return p->inner(req, p->inner_ctx);
 }
+
+size_t probes_body_limit(void *ctx, const struct http_request *req)
+{
+    const struct probes *p = ctx;
+    return p->inner_limit ? p->inner_limit(p->inner_ctx, req) : 0;
+}

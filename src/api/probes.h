@@ -36,10 +36,14 @@ struct probes {
     struct serve_state *state;
     http_handler inner;
     void *inner_ctx;
+    /* The protocol's body limits (http_server_options.body_limit), or NULL. */
+    size_t (*inner_limit)(void *ctx, const struct http_request *req);
     bool node_state; /* serves /fleet/v1/node */
 };
 
 /* The http_handler of a listener (ctx: its struct probes). */
 struct http_response *probes_handle(const struct http_request *req, void *ctx);
+/* Its http_server_options.body_limit: the protocol's (the probes take no body). */
+size_t probes_body_limit(void *ctx, const struct http_request *req);
 
 #endif

@@ -601,6 +601,8 @@ static int listen_on(const struct serve_opts *o, const char *host, uint16_t port
 {
     pr->inner = ho->handler;
     pr->inner_ctx = ho->ctx;
+    pr->inner_limit = ho->body_limit;
+    ho->body_limit = probes_body_limit;
     ho->host = host;
     ho->port = port;
     ho->max_body = o->max_body;
@@ -661,9 +663,14 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         return CLI_USAGE;
     }
     s->probe_gw = (struct probes){.state = &s->state};
+    /* Files come up to gateway.file_max, spooled to the gateway's data
+     * directory as they arrive (where they are kept: copied within one file
+     * system); other bodies up to --max-body. */
     struct http_server_options gho = {.handler = openai_handle,
                                       .too_large = openai_too_large,
                                       .refusal = openai_refusal,
+                                      .body_limit = openai_body_limit,
+                                      .spool_dir = corral_gateway_data_dir(s->gw),
                                       .ctx = s->oa};
     if (listen_on(o, o->gw.host, o->gw.port, &s->probe_gw, &gho, &s->gw_srv, &err) < 0) {
         /* The default address may be taken (another server): the sandbox

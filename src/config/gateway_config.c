@@ -35,6 +35,7 @@ struct gateway_config *gateway_config_new(void)
     c->container_memory_max = 4ull << 30;
     c->container_files_max = 1ull << 30;
     c->key_files_max = 10ull << 30;
+    c->file_max = 512ull << 20;
     return c;
 }
 

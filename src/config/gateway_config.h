@@ -55,6 +55,7 @@
  *     container_memory_max: 4g             # the most a container's memory_limit gets
  *     container_files_max: 1g              # bytes of files one container keeps
  *     key_files_max: 10g                   # bytes of container files one key keeps
+ *     file_max: 512m                       # bytes of one uploaded file (or Upload)
  *
  * Any value written "os.environ/NAME" is read from the environment (an
  * unset variable is an error naming it). Keys LiteLLM has that corral does
@@ -184,7 +185,8 @@
  *                    own container is removed when the request ends) to 30
  *                    days; default: container_expiry's.
  *   container_memory_max  one of 1g, 4g, 16g, 64g.
- *   container_files_max, key_files_max  a size ("512m", "1g", bytes), at least 1m.
+ *   container_files_max, key_files_max, file_max  a size ("512m", "1g", bytes), at
+ *                    least 1m.
  *
  * os.environ/ is resolved in the values corral reads (not in ignored keys);
  * for optional keys, YAML null (`api_base:` or ~) is the same as a missing key,
@@ -283,6 +285,8 @@ struct gateway_config {
                                           files, default 1 GiB */
     uint64_t key_files_max;            /* gateway.key_files_max: bytes of the files of one key's
                                           (owner's) containers together, default 10 GiB */
+    uint64_t file_max;                 /* gateway.file_max: bytes of one file uploaded (/v1/files,
+                                          a container's, an Upload's), default 512 MiB */
     char *code_tool_name;              /* gateway.code_tool_name, never NULL (default "python") */
     unsigned max_agentic_loops;        /* gateway.max_agentic_loops, default 8 (1..100) */
     size_t output_limit;               /* gateway.output_limit, default 20000 (256..10000000) */

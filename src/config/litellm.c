@@ -906,13 +906,13 @@ static int walk_bytes(const struct walk *w, const yaml_node_t *n, const char *wh
     return 0;
 }
 
-/* gateway's keys about containers, their nodes (or NULL) in this order:
- * container_expiry, chat_container_expiry, container_memory_max,
- * container_files_max, key_files_max; names: the keys. */
+/* gateway's keys about containers and files, their nodes (or NULL) in this
+ * order: container_expiry, chat_container_expiry, container_memory_max,
+ * container_files_max, key_files_max, file_max; names: the keys. */
 static int walk_container_limits(const struct walk *w, yaml_node_t *const *v,
                                  const char *const *names, struct gateway_config *gw)
 {
-    enum { EXPIRY, CHAT_EXPIRY, MEMORY_MAX, FILES_MAX, KEY_FILES_MAX };
+    enum { EXPIRY, CHAT_EXPIRY, MEMORY_MAX, FILES_MAX, KEY_FILES_MAX, FILE_MAX };
     char what[KEY_PATH_MAX];
     int r;
 #define WHAT(i) walk_key_path(what, sizeof(what), "gateway", names[i], 0)
@@ -938,6 +938,8 @@ static int walk_container_limits(const struct walk *w, yaml_node_t *const *v,
     if (v[KEY_FILES_MAX] &&
         (r = walk_bytes(w, v[KEY_FILES_MAX], WHAT(KEY_FILES_MAX), &gw->key_files_max)) < 0)
         return r;
+    if (v[FILE_MAX] && (r = walk_bytes(w, v[FILE_MAX], WHAT(FILE_MAX), &gw->file_max)) < 0)
+        return r;
 #undef WHAT
     return 0;
 }
@@ -945,13 +947,13 @@ static int walk_container_limits(const struct walk *w, yaml_node_t *const *v,
 /* corral's own keys: strict, every key with a value. */
 static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gateway_config *gw)
 {
-    int r =
-        walk_expect_mapping(w, n, "gateway",
-                            "listen, store, data_dir, code_tool_name, max_agentic_loops, "
-                            "output_limit, exec_timeout, store_max_responses, store_days, "
-                            "events_kept, background_max, container_expiry, chat_container_expiry, "
-                            "container_memory_max, container_files_max, key_files_max",
-                            true);
+    int r = walk_expect_mapping(w, n, "gateway",
+                                "listen, store, data_dir, code_tool_name, max_agentic_loops, "
+                                "output_limit, exec_timeout, store_max_responses, store_days, "
+                                "events_kept, background_max, container_expiry, "
+                                "chat_container_expiry, container_memory_max, "
+                                "container_files_max, key_files_max, file_max",
+                                true);
     if (r <= 0)
         return r;
     static const char *const keys[] = {"listen",
@@ -969,7 +971,8 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
                                        "chat_container_expiry",
                                        "container_memory_max",
                                        "container_files_max",
-                                       "key_files_max"};
+                                       "key_files_max",
+                                       "file_max"};
     enum {
         LISTEN,
         STORE,
@@ -987,6 +990,7 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
         MEMORY_MAX,
         FILES_MAX,
         KEY_FILES_MAX,
+        FILE_MAX,
         N
     };
     yaml_node_t *v[N];

@@ -98,6 +98,9 @@ int walk_match_keys(const struct walk *w, const yaml_node_t *map, const char *co
                     size_t n, const char *where, bool others_ok, yaml_node_t **values)
 {
     const yaml_node_t *seen[MAX_KEYS] = {0};
+    if (n > MAX_KEYS) /* a mapping of more keys than MAX_KEYS says */
+        return walk_fail(w, map, EINVAL, "%zu keys %s: more than corral reads (%d)", n, where,
+                         MAX_KEYS);
     for (size_t i = 0; i < n; i++)
         values[i] = NULL;
     for (yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
@@ -113,7 +116,7 @@ int walk_match_keys(const struct walk *w, const yaml_node_t *map, const char *co
         if (i == n && others_ok)
             continue;
         if (i == n) {
-            char list[256] = "";
+            char list[512] = "";
             size_t used = 0;
             for (size_t j = 0; j < n && used < sizeof(list); j++)
                 used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", j ? ", " : "",

@@ -19,7 +19,7 @@
 #include "config/gateway_config.h"
 #include "corral/corral.h"
 
-#define MAX_KEYS     16  /* keys of the largest fixed mapping (a sandbox tool's has 15) */
+#define MAX_KEYS     32  /* keys of the largest fixed mapping (gateway: has 17) */
 #define KEY_PATH_MAX 192 /* "model_list[0].litellm_params.model" and the like */
 
 /* One walk over a composed document. */

@@ -1,8 +1,10 @@
 /*
- * The bytes of the gateway's files: uploads (/v1/files) and container files.
+ * The bytes of the gateway's files: uploads (/v1/files), container files,
+ * and the parts of Uploads (/v1/uploads).
  *
  * Every file's bytes are on the local disk, under data_dir: an upload at
- * files/<id>, a container file at containers/<container id>/<id>. With a
+ * files/<id>, a container file at containers/<container id>/<id>, a part
+ * at uploads/<upload id>/<part id> (its "container" is its Upload). With a
  * store that several gateways share (PostgreSQL, store_is_shared), the
  * store keeps them too, and the disk is a cache: a gateway that lacks a
  * file (another one wrote it) fetches it from the store before using it,
@@ -13,9 +15,11 @@
  * older version is never taken for the file. Uploads never change.
  *
  * Every read of a file's bytes goes through gw_bytes_open (or
- * gw_bytes_read); every write through gw_bytes_keep_file and
- * gw_bytes_keep_cfile; gw_bytes_forget removes local copies. With SQLite
- * the disk is all there is, as it always was.
+ * gw_bytes_map); every write through gw_bytes_keep_file, gw_bytes_keep_cfile
+ * and gw_bytes_keep_part; gw_bytes_forget removes local copies. With SQLite
+ * the disk is all there is, as it always was. No path holds a whole file in
+ * the heap: bytes are copied file to file (copy_file_range, sendfile, or a
+ * window at a time), written from a mapping, or mapped for reading.
  *
  * Also here: writing and reading a whole file on disk (through a temporary
  * name), and removing a tree.
@@ -23,9 +27,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,7 +40,8 @@
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 
-#define VERSION_BYTES 16 /* random bytes of a version, written in hex */
+#define VERSION_BYTES 16         /* random bytes of a version, written in hex */
+#define COPY_STEP     (1u << 20) /* bytes copied at a time, file to file */
 
 /* ---- files on disk ---- */
 
@@ -84,15 +92,60 @@ static int open_temp(const char *path, char *tmp, size_t len, struct corral_erro
     return fd;
 }
 
-/* data into a new file beside path, synced: its descriptor (tmp: its
+/* The len bytes of the file `in` from offset into `out` at its offset:
+ * copy_file_range, else sendfile, else through a buffer of COPY_STEP. */
+static int copy_range(int in, uint64_t offset, size_t len, int out, const char *path,
+                      struct corral_error *err)
+{
+    loff_t off = (loff_t)offset;
+    bool ranges = true, sends = true;
+    cleanup_free char *buf = NULL;
+    while (len) {
+        size_t step = len < (1u << 30) ? len : (1u << 30);
+        ssize_t n = ranges ? copy_file_range(in, &off, out, NULL, step, 0) : -1;
+        if (n < 0 && ranges && errno != EINTR) { /* EXDEV, ENOSYS, EINVAL: another way */
+            ranges = false;
+            continue;
+        }
+        if (!ranges && sends) {
+            off_t o = (off_t)off;
+            n = sendfile(out, in, &o, step);
+            if (n < 0 && errno != EINTR) {
+                sends = false;
+                continue;
+            }
+            off = (loff_t)o;
+        }
+        if (!ranges && !sends) {
+            if (!buf && !(buf = malloc(COPY_STEP)))
+                return corral_fail(err, ENOMEM, "out of memory");
+            n = pread(in, buf, step < COPY_STEP ? step : COPY_STEP, (off_t)off);
+            if (n > 0 && write_all(out, buf, (size_t)n, path, err) < 0)
+                return -err->code;
+            if (n > 0)
+                off += n;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return corral_fail_errno(err, "cannot write %s", path);
+        if (n == 0)
+            return corral_fail(err, EIO, "cannot write %s: its source ended early", path);
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* src into a new file beside path, synced: its descriptor (tmp: its
  * name), or a negative errno with nothing left. */
-static int write_temp(const char *path, const void *data, size_t len, char *tmp, size_t tmp_len,
+static int write_temp(const char *path, const struct gw_source *src, char *tmp, size_t tmp_len,
                       struct corral_error *err)
 {
     int fd = open_temp(path, tmp, tmp_len, err);
     if (fd < 0)
         return fd;
-    int r = write_all(fd, data, len, tmp, err);
+    int r = src->fd >= 0 ? copy_range(src->fd, src->offset, src->len, fd, tmp, err)
+                         : write_all(fd, src->data, src->len, tmp, err);
     if (r == 0 && fsync(fd) < 0)
         r = corral_fail_errno(err, "cannot save %s", tmp);
     if (r < 0) {
@@ -106,7 +159,8 @@ static int write_temp(const char *path, const void *data, size_t len, char *tmp,
 int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err)
 {
     char tmp[4200];
-    int fd = write_temp(path, data, len, tmp, sizeof(tmp), err);
+    const struct gw_source src = GW_SOURCE_MEMORY(data, len);
+    int fd = write_temp(path, &src, tmp, sizeof(tmp), err);
     if (fd < 0)
         return fd;
     if (close(fd) < 0 || rename(tmp, path) < 0) {
@@ -184,13 +238,15 @@ void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const cha
     snprintf(out, len, "%s/containers/%s/%s", gw->data_dir, container_id, id);
 }
 
-/* The local copy of the file `id` of container_id ("" for an upload), of
- * `version` (NULL: the name without one). */
+/* The local copy of the file `id` of container_id ("" for an upload; an
+ * Upload's id for its part), of `version` (NULL: the name without one). */
 static void local_path(const corral_gateway *gw, const char *container_id, const char *id,
                        const char *version, char *out, size_t len)
 {
     char base[4096];
-    if (*container_id)
+    if (gw_is_upload_id(container_id))
+        snprintf(base, sizeof(base), "%s/uploads/%s/%s", gw->data_dir, container_id, id);
+    else if (*container_id)
         gw_cfile_disk(gw, container_id, id, base, sizeof(base));
     else
         snprintf(base, sizeof(base), "%s/files/%s", gw->data_dir, id);
@@ -311,25 +367,43 @@ int gw_bytes_open(corral_gateway *gw, const char *container_id, const char *id, 
     return *fd >= 0 ? 0 : corral_fail_errno(err, "cannot open %s", path);
 }
 
-int gw_bytes_read(corral_gateway *gw, const char *container_id, const char *id, char **data,
-                  size_t *len, struct corral_error *err)
+int gw_bytes_map(corral_gateway *gw, const char *container_id, const char *id, const void **data,
+                 size_t *len, struct corral_error *err)
 {
     cleanup_close int fd = -1;
     int r = gw_bytes_open(gw, container_id, id, &fd, err);
-    if (r == 0) {
-        char name[200];
-        snprintf(name, sizeof(name), "the bytes of %s", id);
-        r = read_fd(fd, name, data, len, err);
-    }
-    return r;
+    struct stat st;
+    if (r == 0 && fstat(fd, &st) < 0)
+        r = corral_fail_errno(err, "cannot read the bytes of %s", id);
+    if (r < 0)
+        return r;
+    *len = (size_t)st.st_size;
+    *data = "";
+    if (!*len)
+        return 0;
+    void *map = mmap(NULL, *len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return corral_fail_errno(err, "cannot read the bytes of %s", id);
+    *data = map;
+    return 0;
+}
+
+void gw_bytes_unmap(const void *data, size_t len)
+{
+    if (len)
+        munmap((void *)data, len);
 }
 
 /* ---- writing ---- */
 
+enum keep_kind { KEEP_FILE, KEEP_CFILE, KEEP_PART };
+
 /* The file to keep: an upload (container_id "", owner, obj its /v1/files
- * object) or a container file (obj its object; replaces: it is at its id
- * already). */
+ * object), a container file (obj its object; replaces: it is at its id
+ * already) or an Upload's part (container_id the Upload's id, obj the
+ * part's object). */
 struct keep {
+    enum keep_kind kind;
     const char *container_id, *id, *owner;
     json_t *obj;
     bool replaces;
@@ -339,16 +413,22 @@ struct keep {
 static int put_row(corral_gateway *gw, const struct keep *k, const struct store_bytes *bytes,
                    struct corral_error *err)
 {
-    if (*k->container_id)
+    switch (k->kind) {
+    case KEEP_CFILE:
         return bytes ? store_put_cfile_bytes(gw->store, k->obj, bytes, err)
                      : store_put_cfile(gw->store, k->obj, err);
+    case KEEP_PART:
+        return store_put_part(gw->store, k->obj, bytes, err);
+    case KEEP_FILE:
+        break;
+    }
     return bytes ? store_put_file_bytes(gw->store, k->owner, k->obj, bytes, err)
                  : store_put_file(gw->store, k->owner, k->obj, err);
 }
 
 /* With a shared store: the bytes into a temporary file, from it into the
  * store with the row, and only then the local copy named. */
-static int keep_shared(corral_gateway *gw, const struct keep *k, const void *data, size_t len,
+static int keep_shared(corral_gateway *gw, const struct keep *k, const struct gw_source *src,
                        struct corral_error *err)
 {
     char version[2 * VERSION_BYTES + 1], base[4096], tmp[4200], path[4300];
@@ -356,7 +436,7 @@ static int keep_shared(corral_gateway *gw, const struct keep *k, const void *dat
     if (r < 0)
         return r;
     local_path(gw, k->container_id, k->id, NULL, base, sizeof(base));
-    cleanup_close int fd = write_temp(base, data, len, tmp, sizeof(tmp), err);
+    cleanup_close int fd = write_temp(base, src, tmp, sizeof(tmp), err);
     if (fd < 0)
         return fd;
     const struct store_bytes bytes = {fd, version};
@@ -382,34 +462,123 @@ static int keep_shared(corral_gateway *gw, const struct keep *k, const void *dat
 
 /* k's bytes on disk, then its row; a new file whose row fails leaves
  * nothing. With a shared store: keep_shared. */
-static int keep(corral_gateway *gw, const struct keep *k, const void *data, size_t len,
+static int keep(corral_gateway *gw, const struct keep *k, const struct gw_source *src,
                 struct corral_error *err)
 {
     if (store_is_shared(gw->store))
-        return keep_shared(gw, k, data, len, err);
-    char path[4300];
+        return keep_shared(gw, k, src, err);
+    char path[4300], tmp[4400];
     local_path(gw, k->container_id, k->id, NULL, path, sizeof(path));
-    int r = gw_blob_write(path, data, len, err);
-    if (r == 0 && (r = put_row(gw, k, NULL, err)) < 0 && !k->replaces)
+    int fd = write_temp(path, src, tmp, sizeof(tmp), err);
+    if (fd < 0)
+        return fd;
+    if (close(fd) < 0 || rename(tmp, path) < 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return corral_fail_errno(err, "cannot save %s", path);
+    }
+    int r = put_row(gw, k, NULL, err);
+    if (r < 0 && !k->replaces)
         unlink(path);
     return r;
 }
 
-int gw_bytes_keep_file(corral_gateway *gw, const char *owner, json_t *file, const void *data,
-                       size_t len, struct corral_error *err)
+int gw_bytes_keep_file(corral_gateway *gw, const char *owner, json_t *file,
+                       const struct gw_source *src, struct corral_error *err)
 {
-    const struct keep k = {"", json_string_value(json_object_get(file, "id")), owner, file, false};
+    const struct keep k = {KEEP_FILE, "",   json_string_value(json_object_get(file, "id")),
+                           owner,     file, false};
     if (!k.id)
         return corral_fail(err, EINVAL, "cannot keep a file without its id");
-    return keep(gw, &k, data, len, err);
+    return keep(gw, &k, src, err);
 }
 
 int gw_bytes_keep_cfile(corral_gateway *gw, json_t *cfile, bool replaces, const void *data,
                         size_t len, struct corral_error *err)
 {
-    const struct keep k = {json_string_value(json_object_get(cfile, "container_id")),
-                           json_string_value(json_object_get(cfile, "id")), NULL, cfile, replaces};
+    const struct keep k = {KEEP_CFILE,
+                           json_string_value(json_object_get(cfile, "container_id")),
+                           json_string_value(json_object_get(cfile, "id")),
+                           NULL,
+                           cfile,
+                           replaces};
     if (!k.container_id || !*k.container_id || !k.id)
         return corral_fail(err, EINVAL, "cannot keep a container file without its ids");
-    return keep(gw, &k, data, len, err);
+    const struct gw_source src = GW_SOURCE_MEMORY(data, len);
+    return keep(gw, &k, &src, err);
+}
+
+int gw_bytes_keep_part(corral_gateway *gw, json_t *part, const struct gw_source *src,
+                       struct corral_error *err)
+{
+    const struct keep k = {KEEP_PART,
+                           json_string_value(json_object_get(part, "upload_id")),
+                           json_string_value(json_object_get(part, "id")),
+                           NULL,
+                           part,
+                           false};
+    if (!k.container_id || !gw_is_upload_id(k.container_id) || !k.id)
+        return corral_fail(err, EINVAL, "cannot keep an upload's part without its ids");
+    return keep(gw, &k, src, err);
+}
+
+void gw_bytes_forget_upload(corral_gateway *gw, const char *upload_id)
+{
+    char dir[4096];
+    if (!gw_is_upload_id(upload_id))
+        return;
+    snprintf(dir, sizeof(dir), "%s/uploads/%s", gw->data_dir, upload_id);
+    gw_remove_tree(dir);
+}
+
+int gw_bytes_concat(corral_gateway *gw, const char *upload_id, json_t *part_ids, int *out,
+                    char md5_hex[33], struct corral_error *err)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/uploads/%s/", gw->data_dir, upload_id);
+    char tmp[4200];
+    int fd = open_temp(dir, tmp, sizeof(tmp), err); /* "<dir>/.part-XXXXXX" */
+    if (fd < 0)
+        return fd;
+    unlink(tmp);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    cleanup_free char *buf = malloc(COPY_STEP);
+    int r = md && buf && EVP_DigestInit_ex(md, EVP_md5(), NULL) == 1
+                ? 0
+                : corral_fail(err, ENOMEM, "out of memory");
+    size_t i;
+    json_t *pid;
+    json_array_foreach(part_ids, i, pid)
+    {
+        cleanup_close int in = -1;
+        if (r < 0 || (r = gw_bytes_open(gw, upload_id, json_string_value(pid), &in, err)) < 0)
+            break;
+        for (;;) { /* through a buffer: the md5 reads what is copied */
+            ssize_t n = read(in, buf, COPY_STEP);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                r = corral_fail_errno(err, "cannot read part %s", json_string_value(pid));
+            if (n <= 0)
+                break;
+            EVP_DigestUpdate(md, buf, (size_t)n);
+            if ((r = write_all(fd, buf, (size_t)n, tmp, err)) < 0)
+                break;
+        }
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (r == 0 && EVP_DigestFinal_ex(md, digest, &dlen) == 1)
+        for (unsigned k = 0; k < dlen && k < 16; k++)
+            snprintf(md5_hex + 2 * k, 3, "%02x", digest[k]);
+    EVP_MD_CTX_free(md);
+    if (r == 0 && lseek(fd, 0, SEEK_SET) < 0)
+        r = corral_fail_errno(err, "cannot read %s", tmp);
+    if (r < 0) {
+        close(fd);
+        return r;
+    }
+    *out = fd;
+    return 0;
 }

@@ -385,13 +385,14 @@ static int push_files(corral_gateway *gw, struct gw_container *c, struct corral_
     {
         const char *id = json_string_value(json_object_get(f, "id"));
         const char *path = json_string_value(json_object_get(f, "path"));
-        char *data = NULL;
+        const void *data = NULL;
         size_t len = 0;
         struct corral_error why;
-        int r = gw_bytes_read(gw, c->id, id, &data, &len, &why);
+        int r = gw_bytes_map(gw, c->id, id, &data, &len, &why);
         if (r == 0 && c->provider->write_file(c->sb, path, data, len, &why) < 0)
             r = -why.code;
-        free(data);
+        if (data)
+            gw_bytes_unmap(data, len);
         if (r < 0 && gw_unavailable(-r)) {
             *err = why;
             rc = r;

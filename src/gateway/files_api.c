@@ -1,7 +1,10 @@
 /*
  * The Containers and Files APIs (corral_gateway_objects): uploaded files
  * (/v1/files), containers and their files, in OpenAI's shapes, each object
- * visible only to the key that made it. Their bytes are bytes.c's.
+ * visible only to the key that made it; Uploads are uploads.c's. Their
+ * bytes are bytes.c's. A file is at most gateway.file_max bytes, copied to
+ * disk from the request's spooled body and answered from its file: no path
+ * here holds a whole file in the heap.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -9,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,16 +155,20 @@ static char *disposition_of(const char *name)
 static int reply_content(corral_gateway *gw, struct corral_gateway_reply *out,
                          const char *container_id, const char *id, const char *name)
 {
-    char *data = NULL;
-    size_t len = 0;
+    int fd = -1;
     struct corral_error err;
-    if (gw_bytes_read(gw, container_id, id, &data, &len, &err) < 0) {
+    struct stat st;
+    if (gw_bytes_open(gw, container_id, id, &fd, &err) < 0 ||
+        (fstat(fd, &st) < 0 && corral_fail_errno(&err, "cannot read the bytes of %s", id))) {
+        if (fd >= 0)
+            close(fd);
         failed(out, &err);
         return 0;
     }
     out->status = 200;
-    out->body = data;
-    out->body_len = len;
+    out->has_body_fd = true;
+    out->body_fd = fd;
+    out->body_len = (size_t)st.st_size;
     out->content_type = strdup(content_type_of(name));
     out->content_disposition = disposition_of(name);
     return 0;
@@ -190,17 +198,18 @@ int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file
     int rc = store_get_file(gw->store, file_id, owner, &f, err);
     if (rc < 0)
         return rc;
-    char path[4096], *data = NULL;
+    char path[4096];
+    const void *data = NULL;
     size_t len = 0;
     snprintf(path, sizeof(path), "/mnt/data/%s",
              base_name(json_string_value(json_object_get(f, "filename"))));
     json_decref(f);
-    if ((rc = gw_bytes_read(gw, "", file_id, &data, &len, err)) < 0)
+    if ((rc = gw_bytes_map(gw, "", file_id, &data, &len, err)) < 0)
         return rc;
     pthread_mutex_lock(&c->exec_lock);
     rc = gw_container_add_file(gw, c, path, data, len, "user", true, out, err);
     pthread_mutex_unlock(&c->exec_lock);
-    free(data);
+    gw_bytes_unmap(data, len);
     return rc;
 }
 
@@ -211,6 +220,97 @@ static bool usable_name(const char *name)
     return *b && strcmp(b, ".") && strcmp(b, "..") && strlen(b) < NAME_MAX_LEN;
 }
 
+bool gw_file_purpose_ok(const char *purpose, struct corral_gateway_reply *out)
+{
+    if (!purpose || !*purpose) {
+        invalid(out, "purpose", "%s", "Missing required parameter: 'purpose'.");
+        return false;
+    }
+    static const char *const purposes[] = {"assistants", "batch",     "fine-tune",
+                                           "vision",     "user_data", "evals"};
+    for (size_t i = 0; i < sizeof(purposes) / sizeof(purposes[0]); i++)
+        if (!strcmp(purpose, purposes[i]))
+            return true;
+    invalid(out, "purpose",
+            "Invalid value for 'purpose': '%s'. Expected one of assistants, batch, "
+            "fine-tune, vision, user_data, evals.",
+            purpose);
+    return false;
+}
+
+bool gw_file_expiry_ok(const char *anchor, const json_t *seconds, int64_t *out_seconds,
+                       struct corral_gateway_reply *out)
+{
+    *out_seconds = 0;
+    if (!anchor && !seconds)
+        return true;
+    if (!anchor) {
+        invalid(out, "expires_after.anchor", "%s",
+                "Missing required parameter: 'expires_after.anchor'.");
+        return false;
+    }
+    if (strcmp(anchor, "created_at")) {
+        invalid(out, "expires_after.anchor",
+                "Invalid value for 'expires_after.anchor': '%s'. Expected 'created_at'.", anchor);
+        return false;
+    }
+    if (!seconds) {
+        invalid(out, "expires_after.seconds", "%s",
+                "Missing required parameter: 'expires_after.seconds'.");
+        return false;
+    }
+    json_int_t n = json_is_integer(seconds) ? json_integer_value(seconds) : 0;
+    if (n < GW_FILE_EXPIRY_MIN || n > GW_FILE_EXPIRY_MAX) {
+        invalid(out, "expires_after.seconds",
+                "Invalid 'expires_after.seconds': expected an integer from %d (1 hour) to %d "
+                "(30 days).",
+                GW_FILE_EXPIRY_MIN, GW_FILE_EXPIRY_MAX);
+        return false;
+    }
+    *out_seconds = (int64_t)n;
+    return true;
+}
+
+/* expires_after[seconds] of a multipart body: a JSON integer, or a string
+ * (an error to come) when it is not one. */
+static json_t *seconds_field(const char *text)
+{
+    if (!text)
+        return NULL;
+    char *end;
+    errno = 0;
+    long long n = strtoll(text, &end, 10);
+    if (*text && !*end && !errno)
+        return json_integer(n);
+    return json_string(text);
+}
+
+json_t *gw_file_object(const char *id, uint64_t bytes, int64_t created, int64_t expiry_seconds,
+                       const char *name, const char *purpose)
+{
+    json_t *f =
+        json_pack("{s:s, s:s, s:I, s:I, s:n, s:s, s:s, s:s, s:n}", "id", id, "object", "file",
+                  "bytes", (json_int_t)bytes, "created_at", (json_int_t)created, "expires_at",
+                  "filename", name, "purpose", purpose, "status", "processed", "status_details");
+    if (f && expiry_seconds)
+        json_object_set_new(f, "expires_at", json_integer(created + expiry_seconds));
+    return f;
+}
+
+bool gw_file_size_ok(corral_gateway *gw, uint64_t bytes, const char *param,
+                     struct corral_gateway_reply *out)
+{
+    if (bytes <= gw->cfg->file_max)
+        return true;
+    char size[32];
+    corral_format_size(gw->cfg->file_max, size, sizeof(size));
+    gw_reply_error(out, 413, "invalid_request_error", param, "file_too_large",
+                   "The file is larger than %llu bytes (%s), the most this gateway keeps of "
+                   "one file.",
+                   (unsigned long long)gw->cfg->file_max, size);
+    return false;
+}
+
 static void file_create(corral_gateway *gw, const struct corral_gateway_object_request *r,
                         const char *owner, struct corral_gateway_reply *out)
 {
@@ -218,36 +318,26 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
         invalid(out, "file", "%s", "Missing required parameter: 'file'.");
         return;
     }
-    if (!r->purpose || !*r->purpose) {
-        invalid(out, "purpose", "%s", "Missing required parameter: 'purpose'.");
+    if (!gw_file_purpose_ok(r->purpose, out))
         return;
-    }
-    static const char *const purposes[] = {"assistants", "batch",     "fine-tune",
-                                           "vision",     "user_data", "evals"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof(purposes) / sizeof(purposes[0]); i++)
-        known = known || !strcmp(r->purpose, purposes[i]);
-    if (!known) {
-        invalid(out, "purpose",
-                "Invalid value for 'purpose': '%s'. Expected one of assistants, batch, "
-                "fine-tune, vision, user_data, evals.",
-                r->purpose);
+    cleanup_json json_t *seconds = seconds_field(r->expires_seconds);
+    int64_t expiry = 0;
+    if (!gw_file_expiry_ok(r->expires_anchor, seconds, &expiry, out) ||
+        !gw_file_size_ok(gw, r->file_len, "file", out))
         return;
-    }
     const char *name =
         r->file_name && usable_name(r->file_name) ? base_name(r->file_name) : "upload";
     char id[64];
     corral_new_id(id, sizeof(id), "file-", 24);
     struct corral_error err;
-    json_t *f = json_pack("{s:s, s:s, s:I, s:I, s:n, s:s, s:s, s:s, s:n}", "id", id, "object",
-                          "file", "bytes", (json_int_t)r->file_len, "created_at",
-                          (json_int_t)time(NULL), "expires_at", "filename", name, "purpose",
-                          r->purpose, "status", "processed", "status_details");
+    json_t *f = gw_file_object(id, r->file_len, (int64_t)time(NULL), expiry, name, r->purpose);
     if (!f) {
         gw_reply_error(out, 500, "server_error", NULL, NULL, "Out of memory.");
         return;
     }
-    if (gw_bytes_keep_file(gw, owner, f, r->file_data, r->file_len, &err) < 0) {
+    const struct gw_source src = {r->file_data, r->file_len, r->has_file_fd ? r->file_fd : -1,
+                                  r->file_offset};
+    if (gw_bytes_keep_file(gw, owner, f, &src, &err) < 0) {
         json_decref(f);
         failed(out, &err);
         return;
@@ -407,6 +497,8 @@ static void cfile_create(corral_gateway *gw, const struct corral_gateway_object_
             invalid(out, "file", "%s", "The uploaded file needs a file name.");
             return;
         }
+        if (!gw_file_size_ok(gw, r->file_len, "file", out))
+            return;
         char path[4096];
         snprintf(path, sizeof(path), "/mnt/data/%s", base_name(r->file_name));
         pthread_mutex_lock(&c->exec_lock);
@@ -571,6 +663,8 @@ int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_objec
     }
     if (!strcmp(kind, "files"))
         files(gw, r, owner, *id ? id : NULL, rest, out);
+    else if (!strcmp(kind, "uploads"))
+        gw_uploads(gw, r, owner, *id ? id : NULL, rest, out);
     else if (!strcmp(kind, "containers"))
         containers(gw, r, owner, *id ? id : NULL, rest, out);
     else if (!strcmp(kind, "conversations"))

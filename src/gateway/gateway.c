@@ -41,13 +41,26 @@ void gw_watch_stop(corral_gateway *gw, struct gw_running *r)
     pthread_mutex_unlock(&gw->lock);
 }
 
-/* Stored responses past their days, or beyond the newest store_max. */
+/* Stored responses past their days, or beyond the newest store_max; files
+ * and Uploads past their expiry, with their bytes here. */
 static void prune_store(corral_gateway *gw)
 {
     struct corral_error err;
     int64_t before = (int64_t)time(NULL) - (int64_t)gw->cfg->store_days * 86400;
     if (store_prune(gw->store, before, gw->cfg->store_max, NULL, &err) < 0)
         fprintf(stderr, "corral gateway: %s\n", err.message);
+    json_t *dropped = NULL;
+    if (store_drop_expired(gw->store, (int64_t)time(NULL), &dropped, &err) < 0) {
+        fprintf(stderr, "corral gateway: %s\n", err.message);
+        return;
+    }
+    size_t i;
+    json_t *id;
+    json_array_foreach(json_object_get(dropped, "files"), i, id)
+        gw_bytes_forget(gw, "", json_string_value(id));
+    json_array_foreach(json_object_get(dropped, "uploads"), i, id)
+        gw_bytes_forget_upload(gw, json_string_value(id));
+    json_decref(dropped);
 }
 
 /* Deletes the remote sandboxes an earlier run of this gateway left (it was
@@ -290,6 +303,21 @@ void corral_gateway_free(corral_gateway *gw)
 const char *corral_gateway_master_key(const corral_gateway *gw)
 {
     return gw->cfg->master_key && *gw->cfg->master_key ? gw->cfg->master_key : NULL;
+}
+
+uint64_t corral_gateway_file_max(const corral_gateway *gw)
+{
+    return gw->cfg->file_max;
+}
+
+uint64_t corral_gateway_part_max(const corral_gateway *gw)
+{
+    return gw->cfg->file_max < GW_PART_MAX ? gw->cfg->file_max : GW_PART_MAX;
+}
+
+const char *corral_gateway_data_dir(const corral_gateway *gw)
+{
+    return gw->data_dir;
 }
 
 /* ---- small endpoints ---- */

@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/strbuf.h"
 #include "config/config.h"
@@ -232,18 +233,72 @@ void gw_containers_free(corral_gateway *gw);
  * -ENOENT when neither has them. */
 int gw_bytes_open(corral_gateway *gw, const char *container_id, const char *id, int *fd,
                   struct corral_error *err);
-/* gw_bytes_open, and the whole file read into *data (malloc'ed). */
-int gw_bytes_read(corral_gateway *gw, const char *container_id, const char *id, char **data,
-                  size_t *len, struct corral_error *err);
+/* gw_bytes_open, and the whole file mapped read-only at *data (its pages
+ * are the page cache's, read as they are touched: never a copy in the
+ * heap); gw_bytes_unmap releases it. */
+int gw_bytes_map(corral_gateway *gw, const char *container_id, const char *id, const void **data,
+                 size_t *len, struct corral_error *err);
+void gw_bytes_unmap(const void *data, size_t len);
+/* Where the bytes of a file to keep are: len bytes at data, or, when fd >=
+ * 0, the len bytes of the file open at fd from `offset` (copied file to
+ * file, never through memory whole). */
+struct gw_source {
+    const void *data;
+    size_t len;
+    int fd;
+    uint64_t offset;
+};
+#define GW_SOURCE_MEMORY(d, n) ((struct gw_source){.data = (d), .len = (n), .fd = -1})
 /* Keeps a new upload (file: its /v1/files object, with its "id") or a new
  * or changed container file (cfile: its object, with its "id" and
  * "container_id"; replaces: the file is there already) with its row in the
  * store: data on disk and (shared store) in the store, the row stored with
  * the bytes. A failure leaves no row and, for a new file, nothing on disk. */
-int gw_bytes_keep_file(corral_gateway *gw, const char *owner, json_t *file, const void *data,
-                       size_t len, struct corral_error *err);
+int gw_bytes_keep_file(corral_gateway *gw, const char *owner, json_t *file,
+                       const struct gw_source *src, struct corral_error *err);
 int gw_bytes_keep_cfile(corral_gateway *gw, json_t *cfile, bool replaces, const void *data,
                         size_t len, struct corral_error *err);
+/* Keeps an Upload's part (part: its object, with "id" and "upload_id", and
+ * "bytes"), as gw_bytes_keep_file keeps a file. */
+int gw_bytes_keep_part(corral_gateway *gw, json_t *part, const struct gw_source *src,
+                       struct corral_error *err);
+/* The Upload's parts named in part_ids (an array of ids), in that order,
+ * copied into a new unlinked file (open at *out, from its start) with the
+ * md5 of them all in md5_hex; a part whose bytes are missing is -ENOENT. */
+int gw_bytes_concat(corral_gateway *gw, const char *upload_id, json_t *part_ids, int *out,
+                    char md5_hex[33], struct corral_error *err);
+/* Removes the local copies of every part of the Upload. */
+void gw_bytes_forget_upload(corral_gateway *gw, const char *upload_id);
+/* Whether id names an Upload ("upload_..."). */
+static inline bool gw_is_upload_id(const char *id)
+{
+    return id && !strncmp(id, "upload_", 7);
+}
+/* The largest part of an Upload (OpenAI's). */
+#define GW_PART_MAX (64ull << 20)
+
+/* ---- files and Uploads (files_api.c, uploads.c) ---- */
+
+#define GW_FILE_EXPIRY_MIN 3600    /* seconds of a file's expires_after: an hour */
+#define GW_FILE_EXPIRY_MAX 2592000 /* to 30 days */
+#define GW_UPLOAD_LIFETIME 3600    /* an Upload expires an hour after its creation */
+
+/* Whether purpose is one a file may have; else the 400 is in out. */
+bool gw_file_purpose_ok(const char *purpose, struct corral_gateway_reply *out);
+/* An expires_after's anchor and seconds (a JSON value; both NULL: none):
+ * *seconds, or false with the 400 in out. */
+bool gw_file_expiry_ok(const char *anchor, const json_t *seconds, int64_t *out_seconds,
+                       struct corral_gateway_reply *out);
+/* Whether bytes is within gateway.file_max; else the 413 (param) is in out. */
+bool gw_file_size_ok(corral_gateway *gw, uint64_t bytes, const char *param,
+                     struct corral_gateway_reply *out);
+/* A File object (expiry_seconds 0: it does not expire). */
+json_t *gw_file_object(const char *id, uint64_t bytes, int64_t created, int64_t expiry_seconds,
+                       const char *name, const char *purpose);
+/* /v1/uploads[/ID/(parts|complete|cancel)]. */
+void gw_uploads(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                const char *owner, const char *id, const char *rest,
+                struct corral_gateway_reply *out);
 /* Removes the local copies of a file (its row and stored bytes are the
  * store's to delete). */
 void gw_bytes_forget(corral_gateway *gw, const char *container_id, const char *id);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gateway/gateway_internal.h"
 
@@ -62,6 +63,9 @@ void corral_gateway_reply_free(struct corral_gateway_reply *r)
     free(r->request_id);
     free(r->retry_after);
     free(r->content_disposition);
+    if (r->has_body_fd && r->body_fd >= 0)
+        close(r->body_fd);
+    r->has_body_fd = false;
     r->body = r->content_type = r->request_id = r->retry_after = r->content_disposition = NULL;
 }
 

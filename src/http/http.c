@@ -28,6 +28,7 @@ static struct http_response *new_response(int status, const char *content_type)
         return NULL;
     r->status = status;
     r->tunnel_fd = -1;
+    r->file_fd = -1;
     if (content_type && !(r->content_type = strdup(content_type))) {
         free(r);
         return NULL;
@@ -52,6 +53,8 @@ void http_response_free(struct http_response *r)
         r->relay->release(r->arg);
     if (r->tunnel_fd >= 0)
         close(r->tunnel_fd);
+    if (r->file_fd >= 0)
+        close(r->file_fd);
     free(r);
 }
 
@@ -312,6 +315,18 @@ struct http_response *http_tunnel(char *head, size_t len, int fd)
     r->body = head;
     r->len = len;
     r->tunnel_fd = fd;
+    return r;
+}
+
+struct http_response *http_file(int status, const char *content_type, int fd, size_t len)
+{
+    struct http_response *r = new_response(status, content_type);
+    if (!r) {
+        close(fd);
+        return NULL;
+    }
+    r->file_fd = fd;
+    r->len = len;
     return r;
 }
 

@@ -1,7 +1,9 @@
 /*
  * A small HTTP/1.1 server (server.c): keep-alive connections served by a
  * pool of threads, whole request bodies (Content-Length or chunked; bounded:
- * 413 beyond the limit), JSON helpers, and streamed responses whose
+ * 413 beyond the limit that applies to the request; a large one spooled to
+ * an unlinked temporary file as it arrives and mapped read-only, so that
+ * the heap never holds it), JSON helpers, and streamed responses whose
  * producer runs on its own thread and notices when the client goes away.
  *
  * A handler gets the request and returns a response; it may block (its
@@ -30,10 +32,18 @@
 struct http_request {
     const char *method;
     const char *path; /* without the query string */
-    const char *body; /* NUL-terminated; body_len bytes */
+    const char *body; /* NUL-terminated; body_len bytes (NULL while only the head is read) */
     size_t body_len;
     void *conn; /* the server's connection */
 };
+
+/* The descriptor of the file that holds the body when it was spooled (see
+ * http_server_options.spool_over): body is then that file mapped read-only,
+ * and a reader that must not bring the whole body into memory (a large
+ * upload) copies from the descriptor instead (pread, sendfile,
+ * copy_file_range; offsets are the body's). -1 when the body is in memory.
+ * The server closes it once the answer is sent. */
+int http_body_fd(const struct http_request *r);
 
 /* A request header (case-insensitive) or query parameter (decoded), or NULL. */
 const char *http_header(const struct http_request *r, const char *name);
@@ -63,6 +73,11 @@ struct http_response *http_empty(int status);
 /* A response of `len` bytes at body, which it takes (malloc'd; freed also on
  * failure). */
 struct http_response *http_body(int status, const char *content_type, char *body, size_t len);
+/* A response whose body is the first `len` bytes of the file open at fd
+ * (read with pread from offset 0, sent with a Content-Length); it takes fd
+ * (closed also on failure). For a large download: the file is never read
+ * whole into memory. */
+struct http_response *http_file(int status, const char *content_type, int fd, size_t len);
 /* A response's status. */
 int http_response_status(const struct http_response *r);
 /* Frees a response not given to the server; NULL is allowed. */
@@ -176,7 +191,17 @@ struct http_server_options {
     size_t max_body;  /* 0 = 10 MiB */
     struct http_server_limits limits;
     http_handler handler;
-    /* The answer to a body beyond max_body; NULL = refusal(413, ...). */
+    /* The largest body this request may have, asked once its head is read
+     * (req: method, path, headers and query; body NULL); 0 = max_body.
+     * NULL: max_body for every request. */
+    size_t (*body_limit)(void *ctx, const struct http_request *req);
+    /* A body larger than this (0 = 1 MiB) is written to a temporary file as
+     * it arrives (unlinked at once: O_TMPFILE, else mkstemp and unlink) in
+     * spool_dir (NULL = $TMPDIR, else /tmp), not to memory. */
+    size_t spool_over;
+    const char *spool_dir;
+    /* The answer to a body beyond its limit (the one that applied, from
+     * body_limit or max_body); NULL = refusal(413, ...). */
     struct http_response *(*too_large)(void *ctx, size_t max_body);
     /* The protocol's answer to what the server refuses itself (a malformed
      * request 400, 408, 431, 501, 503, 505), with a message that says why;

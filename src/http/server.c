@@ -18,6 +18,14 @@
  * connection. Writes wait for progress at most write_timeout_ms. The
  * connections are capped in total and per client address; a body's buffer
  * grows as its bytes arrive.
+ *
+ * Each request's body has the limit that the server's body_limit gives for
+ * its head (a Content-Length beyond it is refused before a byte of the body
+ * is read; a chunked body once its chunks pass it). A body larger than
+ * spool_over goes to a temporary file, unlinked at once, as it arrives: the
+ * buffer holds at most a read's worth of it at a time. Its handler sees the
+ * file mapped read-only (and its descriptor, http_body_fd), both released
+ * once the answer is sent.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -30,8 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -45,18 +55,19 @@
 #include "http/http_internal.h"
 #include "http/parse.h"
 
-#define DEFAULT_MAX_BODY (10u << 20)
-#define HEAD_MAX         (64u << 10) /* request line and headers */
-#define HEAD_READ        4096u       /* bytes read at a time while no head is whole */
-#define MAX_HEADERS      128
-#define MAX_ARGS         128
-#define START_THREADS    2
-#define SPARE_THREADS    2 /* idle threads beyond this leave after IDLE_EXIT_MS */
-#define IDLE_EXIT_MS     5000
-#define MAX_THREADS      4096
-#define STACK_SIZE       (512u << 10)
-#define SWEEP_MS         500
-#define READ_STEP        (64u << 10) /* a body's buffer grows by at most this a read */
+#define DEFAULT_MAX_BODY   (10u << 20)
+#define DEFAULT_SPOOL_OVER (1u << 20)
+#define HEAD_MAX           (64u << 10) /* request line and headers */
+#define HEAD_READ          4096u       /* bytes read at a time while no head is whole */
+#define MAX_HEADERS        128
+#define MAX_ARGS           128
+#define START_THREADS      2
+#define SPARE_THREADS      2 /* idle threads beyond this leave after IDLE_EXIT_MS */
+#define IDLE_EXIT_MS       5000
+#define MAX_THREADS        4096
+#define STACK_SIZE         (512u << 10)
+#define SWEEP_MS           500
+#define READ_STEP          (64u << 10) /* a body's buffer grows by at most this a read */
 /* Pipelined requests answered in a row before the connection goes back to
  * the end of the queue, so that one client's pipeline cannot hold a thread
  * (and its share of the CPU) while others wait. */
@@ -120,12 +131,18 @@ struct conn {
     size_t n_args;
     char *query;    /* the request's query string as sent (without '?'), or NULL */
     char *raw_path; /* its path as sent (%-encoded), or NULL */
+    size_t limit;   /* the largest body this request may have */
+    int spool;      /* the file its body goes to, when large; -1: none */
+    size_t spooled; /* bytes of the body written to it */
 };
 
 struct http_server {
     int lfd, epfd, efd, tfd;
     uint16_t port;
     size_t max_body;
+    size_t (*body_limit)(void *ctx, const struct http_request *req);
+    size_t spool_over;
+    char *spool_dir;
     struct http_server_limits limits; /* defaults filled in */
     http_handler handler;
     struct http_response *(*too_large)(void *ctx, size_t max_body);
@@ -190,6 +207,12 @@ const char *http_raw_path(const struct http_request *r)
 {
     const struct conn *c = r->conn;
     return c->raw_path;
+}
+
+int http_body_fd(const struct http_request *r)
+{
+    const struct conn *c = r->conn;
+    return c->spool;
 }
 
 bool http_client_gone(const struct http_request *r)
@@ -328,10 +351,10 @@ static int body_framing(struct conn *c)
         unsigned long long v = strtoull(cl, &e, 10);
         if (!isdigit((unsigned char)*cl) || *e || errno)
             return 400;
+        if (v > SIZE_MAX)
+            return 400;
         c->framing = v ? BODY_LENGTH : BODY_NONE;
         c->length = (size_t)v;
-        if (v > c->srv->max_body)
-            c->too_large = true;
     } else {
         c->framing = BODY_NONE;
     }
@@ -410,6 +433,91 @@ static int parse_head(struct conn *c, const char **why)
 }
 
 static int send_all(struct conn *c, const char *buf, size_t len);
+static void answer_error(struct conn *c, int status, const char *msg);
+
+/* ---- large bodies, spooled ---- */
+
+/* Closes the body's file, if any. */
+static void drop_spool(struct conn *c)
+{
+    if (c->spool >= 0)
+        close(c->spool);
+    c->spool = -1;
+    c->spooled = 0;
+}
+
+/* A new unlinked file in the spool directory for the body: 0, or -errno. */
+static int open_spool(struct conn *c)
+{
+    const char *dir = c->srv->spool_dir;
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) { /* a file system without O_TMPFILE */
+        char tmp[4200];
+        snprintf(tmp, sizeof(tmp), "%s/corral-body-XXXXXX", dir);
+        fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        unlink(tmp);
+    }
+    c->spool = fd;
+    c->spooled = 0;
+    return 0;
+}
+
+/* Moves the body's bytes that are in `in` to its file: for a Content-Length
+ * body those up to its end, for a chunked one those decoded (the encoded
+ * rest moves down behind the head). 0, or -errno. */
+static int spill(struct conn *c)
+{
+    size_t n, from;
+    if (c->framing == BODY_LENGTH) {
+        size_t have = c->len - c->head_len, need = c->length - c->spooled;
+        n = have < need ? have : need;
+        from = c->head_len + n;
+    } else {
+        n = c->dec - c->head_len;
+        from = c->raw;
+    }
+    if (n && corral_write_all(c->spool, c->in + c->head_len, n) < 0)
+        return -errno;
+    c->spooled += n;
+    memmove(c->in + c->head_len, c->in + from, c->len - from);
+    c->len -= from - c->head_len;
+    if (c->framing == BODY_CHUNKED) {
+        if (c->end == c->raw)
+            c->end = c->head_len;
+        c->raw = c->dec = c->head_len;
+    }
+    return 0;
+}
+
+/* The body's limit, from the head just read, and whether it goes to a
+ * file: 0, or -1 when an answer was sent (the connection closes). */
+static int settle_body(struct conn *c)
+{
+    struct http_server *srv = c->srv;
+    struct http_request req = {
+        .method = c->in + c->method, .path = c->in + c->path, .body = NULL, .conn = c};
+    c->limit = srv->body_limit ? srv->body_limit(srv->ctx, &req) : 0;
+    if (!c->limit)
+        c->limit = srv->max_body;
+    if (c->framing != BODY_LENGTH)
+        return 0;
+    if (c->length > c->limit) {
+        c->too_large = true;
+        return 0;
+    }
+    if (c->length <= srv->spool_over)
+        return 0;
+    int e = open_spool(c);
+    if (e < 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "cannot keep the request's body: %s", strerror(-e));
+        answer_error(c, 503, msg);
+        return -1;
+    }
+    return 0;
+}
 
 /* Decodes the chunked body in place as far as it has come: 1 when it is
  * complete (c->end set), 0 for more, -1 when it is malformed. */
@@ -424,9 +532,10 @@ static int dechunk(struct conn *c)
         if (step == HTTP_CHUNK_BAD)
             return -1;
         if (step == HTTP_CHUNK_SIZE && !c->too_large &&
-            c->chunks.left > c->srv->max_body - (c->dec - c->head_len)) {
+            c->chunks.left > c->limit - (c->spooled + (c->dec - c->head_len))) {
             c->too_large = true;
             c->dec = c->head_len;
+            drop_spool(c);
         }
         if (step == HTTP_CHUNK_DATA && !c->too_large) {
             memmove(c->in + c->dec, c->in + c->raw, used);
@@ -457,7 +566,28 @@ static void compact(struct conn *c)
     }
 }
 
-/* Whether the request in `in` is complete (then c->end is set). */
+/* A chunked body: dechunk, its decoded bytes then spooled once they pass
+ * spool_over. */
+static int chunked_complete(struct conn *c)
+{
+    int r = dechunk(c);
+    if (r < 0 || c->too_large)
+        return r;
+    if (c->spool < 0 && c->dec - c->head_len > c->srv->spool_over) {
+        int e = open_spool(c);
+        if (e < 0) {
+            errno = -e;
+            return -2;
+        }
+    }
+    if (c->spool >= 0 && spill(c) < 0)
+        return -2;
+    return r;
+}
+
+/* Whether the request in `in` is complete (then c->end is set): 1, 0 for
+ * more, -1 when the chunked encoding is malformed, -2 when the body
+ * cannot be spooled (errno says why). */
 static int body_complete(struct conn *c)
 {
     switch (c->framing) {
@@ -472,13 +602,21 @@ static int body_complete(struct conn *c)
             c->end = c->head_len;
             return 1;
         }
+        if (c->spool >= 0) {
+            if (spill(c) < 0)
+                return -2;
+            if (c->spooled < c->length)
+                return 0;
+            c->end = c->dec = c->head_len;
+            return 1;
+        }
         if (c->len - c->head_len < c->length)
             return 0;
         c->dec = c->head_len + c->length;
         c->end = c->dec;
         return 1;
     case BODY_CHUNKED:
-        return dechunk(c);
+        return chunked_complete(c);
     }
     return -1;
 }
@@ -547,6 +685,8 @@ static int read_request(struct conn *c)
                     answer_error(c, status, why);
                     return -1;
                 }
+                if (settle_body(c) < 0)
+                    return -1;
             } else if (c->len >= HEAD_MAX) {
                 answer_error(c, 431, "the request's headers are too large");
                 return -1;
@@ -554,6 +694,12 @@ static int read_request(struct conn *c)
         }
         if (c->head_len) {
             int r = body_complete(c);
+            if (r == -2) {
+                char msg[160];
+                snprintf(msg, sizeof(msg), "cannot keep the request's body: %s", strerror(errno));
+                answer_error(c, 503, msg);
+                return -1;
+            }
             if (r < 0) {
                 answer_error(c, 400, "malformed chunked body");
                 return -1;
@@ -573,10 +719,10 @@ static int read_request(struct conn *c)
         /* The buffer grows as the body arrives, never ahead of it; a head
          * is read a little at a time, so that the requests pipelined
          * behind it, moved to the front one by one, stay few. */
-        size_t want = HEAD_READ;
+        size_t want = c->head_len && c->framing == BODY_CHUNKED ? READ_STEP : HEAD_READ;
         if (c->head_len && c->framing == BODY_LENGTH && !c->too_large &&
-            c->head_len + c->length > c->len) {
-            want = c->head_len + c->length - c->len;
+            c->head_len + (c->length - c->spooled) > c->len) {
+            want = c->head_len + (c->length - c->spooled) - c->len;
             if (want > READ_STEP)
                 want = READ_STEP;
         }
@@ -866,6 +1012,47 @@ static bool send_tunnel(struct conn *c, struct http_response *resp)
     return false;
 }
 
+/* Sends the file of resp (http_file) after its head, waiting for room as
+ * send_iov does: 0, or -1 when the client is gone or the file cannot be
+ * read. */
+static int send_file_body(struct conn *c, const struct http_response *resp)
+{
+    char *buf = malloc(READ_STEP);
+    if (!buf)
+        return -1;
+    int r = 0;
+    for (size_t off = 0; r == 0 && off < resp->len;) {
+        size_t want = resp->len - off < READ_STEP ? resp->len - off : READ_STEP;
+        ssize_t n = pread(resp->file_fd, buf, want, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) { /* the file is shorter than it said: the answer cannot end well */
+            c->abort = true;
+            r = -1;
+            break;
+        }
+        r = send_all(c, buf, (size_t)n);
+        off += (size_t)n;
+    }
+    free(buf);
+    return r;
+}
+
+/* Sends a response whose body is a file (and frees it); whether the
+ * connection may serve another request. */
+static bool send_file(struct conn *c, struct http_response *resp, bool head_only)
+{
+    bool keep = c->keep_alive && !__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED);
+    char length[24];
+    snprintf(length, sizeof(length), "%zu", resp->len);
+    size_t hlen;
+    char *head = response_head(resp, length, false, !keep, &hlen);
+    bool ok = head && send_all(c, head, hlen) == 0 && (head_only || send_file_body(c, resp) == 0);
+    free(head);
+    http_response_free(resp);
+    return ok && keep;
+}
+
 /* Sends resp (and frees it); whether the connection may serve another
  * request. */
 static bool send_response(struct conn *c, struct http_response *resp, bool head_only)
@@ -878,6 +1065,8 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
         return send_relayed(c, resp, head_only);
     if (resp->tunnel_fd >= 0)
         return send_tunnel(c, resp);
+    if (resp->file_fd >= 0)
+        return send_file(c, resp, head_only);
     bool failed;
     struct http_stream *s = http_response_take_stream(resp, &failed);
     bool keep = c->keep_alive && !__atomic_load_n(&c->srv->stopping, __ATOMIC_RELAXED);
@@ -959,6 +1148,7 @@ static void close_conn(struct conn *c)
     }
     close(c->fd); /* under the lock: http_server_stop shuts busy sockets down */
     pthread_mutex_unlock(&srv->lock);
+    drop_spool(c);
     free(c->in);
     free(c->query);
     free(c->raw_path);
@@ -984,6 +1174,33 @@ static void next_request(struct conn *c)
     c->served++;
 }
 
+/* The handler's answer to a request whose body is in its file (mapped,
+ * with a NUL after it, as a body in memory has, until the answer is sent:
+ * a stream's producer may still read it). */
+static struct http_response *handle_spooled(struct conn *c, void **map_out, size_t *map_len)
+{
+    struct http_server *srv = c->srv;
+    size_t len = c->spooled;
+    char *map = MAP_FAILED;
+    if (ftruncate(c->spool, (off_t)len + 1) == 0)
+        map = mmap(NULL, len + 1, PROT_READ, MAP_SHARED, c->spool, 0);
+    if (map == MAP_FAILED) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "cannot read the request's body: %s", strerror(errno));
+        return refusal(srv, 503, msg);
+    }
+    struct http_request req = {
+        .method = c->in + c->method,
+        .path = c->in + c->path,
+        .body = map,
+        .body_len = len,
+        .conn = c,
+    };
+    *map_out = map;
+    *map_len = len + 1;
+    return srv->handler(&req, srv->ctx);
+}
+
 /* Runs the handler for the complete request in c, and answers. */
 static bool answer(struct conn *c)
 {
@@ -991,10 +1208,14 @@ static bool answer(struct conn *c)
     if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
         c->keep_alive = false; /* its deadline passed as it was taken: this answer is its last */
     struct http_response *resp;
+    void *map = NULL;
+    size_t map_len = 0;
     if (c->too_large) {
         char msg[80];
-        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", srv->max_body);
-        resp = srv->too_large ? srv->too_large(srv->ctx, srv->max_body) : refusal(srv, 413, msg);
+        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", c->limit);
+        resp = srv->too_large ? srv->too_large(srv->ctx, c->limit) : refusal(srv, 413, msg);
+    } else if (c->spool >= 0) {
+        resp = handle_spooled(c, &map, &map_len);
     } else {
         size_t body_len = c->dec - c->head_len;
         char *body = c->in + c->head_len;
@@ -1010,7 +1231,11 @@ static bool answer(struct conn *c)
         resp = srv->handler(&req, srv->ctx);
         body[body_len] = saved;
     }
-    return send_response(c, resp, !strcmp(c->in + c->method, "HEAD"));
+    bool go_on = send_response(c, resp, !strcmp(c->in + c->method, "HEAD"));
+    if (map)
+        munmap(map, map_len);
+    drop_spool(c);
+    return go_on;
 }
 
 /* When c, about to wait in epoll, has waited too long. */
@@ -1189,6 +1414,7 @@ static void refuse_connection(struct http_server *srv, int fd, const char *msg)
     if (c) {
         c->srv = srv;
         c->fd = fd;
+        c->spool = -1;
         send_response(c, refusal(srv, 503, msg), false);
         free(c);
     }
@@ -1217,6 +1443,7 @@ static void accept_all(struct http_server *srv)
         }
         c->srv = srv;
         c->fd = fd;
+        c->spool = -1;
         c->peer = peer.sin_addr.s_addr;
         c->opened_ms = corral_now_ms();
         c->deadline_ms = c->opened_ms + srv->limits.head_timeout_ms;
@@ -1312,6 +1539,7 @@ static void server_free(struct http_server *s)
     pthread_cond_destroy(&s->cond);
     pthread_cond_destroy(&s->lane_cond);
     pthread_mutex_destroy(&s->lock);
+    free(s->spool_dir);
     free(s);
 }
 
@@ -1342,6 +1570,14 @@ int http_server_start(const struct http_server_options *o, struct http_server **
     pthread_cond_init(&s->cond, NULL);
     pthread_cond_init(&s->lane_cond, NULL);
     s->max_body = o->max_body ? o->max_body : DEFAULT_MAX_BODY;
+    s->body_limit = o->body_limit;
+    s->spool_over = o->spool_over ? o->spool_over : DEFAULT_SPOOL_OVER;
+    const char *spool_dir = o->spool_dir ? o->spool_dir : getenv("TMPDIR");
+    s->spool_dir = strdup(spool_dir && *spool_dir ? spool_dir : "/tmp");
+    if (!s->spool_dir) {
+        server_free(s);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
     s->limits = limits_or_defaults(&o->limits);
     s->handler = o->handler;
     s->too_large = o->too_large;
@@ -1470,6 +1706,7 @@ void http_server_stop(struct http_server *s)
         struct conn *c = s->conns;
         s->conns = c->next;
         close(c->fd);
+        drop_spool(c);
         free(c->in);
         free(c->query);
         free(c->raw_path);

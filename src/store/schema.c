@@ -163,6 +163,30 @@ static const struct migration migrations[] = {
      " UNIQUE (conversation_id, id)"
      ")",
      NULL, NULL},
+    /* 8 -> 9: when an uploaded file expires (NULL: never); Uploads
+     * (/v1/uploads: the object, its status and expiry) and their parts
+     * (each its size; its bytes are the blobs of container_id = the
+     * Upload's id, with a shared store). */
+    {"ALTER TABLE files ADD COLUMN expires_at BIGINT;"
+     "CREATE INDEX files_by_expiry ON files (expires_at);"
+     "CREATE TABLE uploads ("
+     " id TEXT PRIMARY KEY,"
+     " owner TEXT NOT NULL,"
+     " created_at BIGINT NOT NULL,"
+     " expires_at BIGINT NOT NULL,"
+     " status TEXT NOT NULL,"
+     " object TEXT NOT NULL"
+     ");"
+     "CREATE INDEX uploads_by_expiry ON uploads (expires_at);"
+     "CREATE TABLE upload_parts ("
+     " id TEXT PRIMARY KEY,"
+     " upload_id TEXT NOT NULL,"
+     " created_at BIGINT NOT NULL,"
+     " bytes BIGINT NOT NULL,"
+     " object TEXT NOT NULL"
+     ");"
+     "CREATE INDEX upload_parts_by_upload ON upload_parts (upload_id)",
+     NULL, NULL},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

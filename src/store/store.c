@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cleanup.h"
@@ -404,11 +405,14 @@ struct kind {
     const char *table;
     const char *scope;
     const char *name;
+    bool expires; /* its rows past their expires_at are not listed */
 };
 
-static const struct kind container_kind = {"containers", "owner", "container"};
-static const struct kind cfile_kind = {"container_files", "container_id", "container file"};
-static const struct kind file_kind = {"files", "owner", "file"};
+static const struct kind container_kind = {"containers", "owner", "container", false};
+static const struct kind cfile_kind = {"container_files", "container_id", "container file", false};
+static const struct kind file_kind = {"files", "owner", "file", true};
+static const struct kind upload_kind = {"uploads", "owner", "upload", false};
+static const struct kind part_kind = {"upload_parts", "upload_id", "upload part", false};
 
 /* obj[key] as a string into *out: NULL when absent or null, which is an error
  * when `required` (as is the empty string then); another type is an error. */
@@ -489,17 +493,20 @@ static int list_page(struct store *s, const struct kind *k, const char *scope,
     if (filter_col && filter)
         snprintf(filter_sql, sizeof(filter_sql), " AND %s = ?2", filter_col);
     snprintf(sql, sizeof(sql),
-             "SELECT object FROM %s WHERE %s = ?1%s%s ORDER BY created_at %s, rowid %s LIMIT ?5",
+             "SELECT object FROM %s WHERE %s = ?1%s%s%s ORDER BY created_at %s, rowid %s LIMIT ?5",
              k->table, k->scope, filter_sql,
              !after      ? ""
              : ascending ? " AND (created_at, rowid) > (?3, ?4)"
                          : " AND (created_at, rowid) < (?3, ?4)",
-             order, order);
-    /* ?2 to ?4 bound NULL when the query has none */
-    const struct store_param p[] = {P_TEXT(scope), P_TEXT(filter_col ? filter : NULL),
-                                    P_INT(after, after_at), P_INT(after, after_row),
-                                    P_INT(true, (int64_t)limit + 1)};
-    return query_list(s, sql, p, P_COUNT(p), row_object, limit, has_more, list, what, err);
+             k->expires ? " AND (expires_at IS NULL OR expires_at > ?6)" : "", order, order);
+    /* ?2 to ?4 and ?6 bound NULL when the query has none */
+    const struct store_param p[] = {P_TEXT(scope),
+                                    P_TEXT(filter_col ? filter : NULL),
+                                    P_INT(after, after_at),
+                                    P_INT(after, after_row),
+                                    P_INT(true, (int64_t)limit + 1),
+                                    P_INT(k->expires, (int64_t)time(NULL))};
+    return query_list(s, sql, p, k->expires ? 6 : 5, row_object, limit, has_more, list, what, err);
 }
 
 /* Starts the outs of a list as a failure leaves them. */
@@ -872,9 +879,11 @@ int store_delete_cfiles(struct store *s, const char *container_id, struct corral
 }
 
 static const char put_file_sql[] =
-    "INSERT INTO files (id, owner, created_at, purpose, object) VALUES (?1, ?2, ?3, ?4, ?5)"
+    "INSERT INTO files (id, owner, created_at, purpose, object, expires_at)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
     " ON CONFLICT (id) DO UPDATE SET created_at = excluded.created_at,"
-    " purpose = excluded.purpose, object = excluded.object WHERE files.owner = excluded.owner";
+    " purpose = excluded.purpose, object = excluded.object, expires_at = excluded.expires_at"
+    " WHERE files.owner = excluded.owner";
 
 /* store_put_file, with the bytes `bytes` when not NULL. */
 static int put_file(struct store *s, const char *owner, json_t *file,
@@ -884,11 +893,13 @@ static int put_file(struct store *s, const char *owner, json_t *file,
     if (!json_is_object(file))
         return corral_fail(err, EINVAL, "cannot store a file that is not a JSON object");
     const char *id, *purpose;
-    bool has_created, has_bytes;
-    int64_t created_at, size;
+    bool has_created, has_bytes, has_expiry;
+    int64_t created_at, size, expires_at;
     int r = field_string(file, "id", true, &id, k, err);
     if (r == 0)
         r = field_integer(file, "created_at", true, &has_created, &created_at, k, err);
+    if (r == 0)
+        r = field_integer(file, "expires_at", false, &has_expiry, &expires_at, k, err);
     if (r == 0)
         r = field_string(file, "purpose", false, &purpose, k, err);
     if (r == 0)
@@ -903,8 +914,9 @@ static int put_file(struct store *s, const char *owner, json_t *file,
     snprintf(what, sizeof(what), "cannot store file %s in store %s", id, s->name);
     snprintf(taken, sizeof(taken),
              "cannot store file %s in store %s: the id belongs to another owner", id, s->name);
-    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_INT(true, created_at),
-                                    P_TEXT(purpose), P_TEXT(text)};
+    const struct store_param p[] = {
+        P_TEXT(id),   P_TEXT(owner ? owner : ""),   P_INT(true, created_at), P_TEXT(purpose),
+        P_TEXT(text), P_INT(has_expiry, expires_at)};
     const struct step step = STEP_MUST(put_file_sql, p, P_COUNT(p), EEXIST, taken);
     const struct bytes_put put = {"", id, bytes, has_bytes, size};
     return run_steps_with(s, bytes ? &put : NULL, &step, 1, NULL, NULL, what, err);
@@ -933,9 +945,12 @@ int store_get_file(struct store *s, const char *id, const char *owner, json_t **
     char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot read file %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no file %s in store %s", id, s->name);
-    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
-    return get_one(s, "SELECT object FROM files WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
-                   missing, what, err);
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : ""),
+                                       P_INT(true, (int64_t)time(NULL))};
+    return get_one(s,
+                   "SELECT object FROM files WHERE id = ?1 AND owner = ?2"
+                   " AND (expires_at IS NULL OR expires_at > ?3)",
+                   keys, 3, out, NULL, missing, what, err);
 }
 
 int store_list_files(struct store *s, const char *owner, const char *purpose, const char *after,
@@ -963,6 +978,220 @@ int store_delete_file(struct store *s, const char *id, const char *owner, struct
              keys, 1),
     };
     return run_steps(s, steps, 2, NULL, NULL, what, err);
+}
+
+/* ---- Uploads and their parts ---- */
+
+/* The columns of an Upload from its object. */
+struct upload_cols {
+    const char *id, *status;
+    int64_t created_at, expires_at;
+    char *text;
+};
+
+static int upload_columns(json_t *upload, struct upload_cols *c, struct corral_error *err)
+{
+    const struct kind *k = &upload_kind;
+    bool has;
+    c->text = NULL;
+    if (!json_is_object(upload))
+        return corral_fail(err, EINVAL, "cannot store an upload that is not a JSON object");
+    int r = field_string(upload, "id", true, &c->id, k, err);
+    if (r == 0)
+        r = field_string(upload, "status", true, &c->status, k, err);
+    if (r == 0)
+        r = field_integer(upload, "created_at", true, &has, &c->created_at, k, err);
+    if (r == 0)
+        r = field_integer(upload, "expires_at", true, &has, &c->expires_at, k, err);
+    if (r == 0)
+        r = object_text(upload, &c->text, k, err);
+    return r;
+}
+
+int store_put_upload(struct store *s, const char *owner, json_t *upload, struct corral_error *err)
+{
+    struct upload_cols c;
+    int r = upload_columns(upload, &c, err);
+    cleanup_free char *text = c.text;
+    if (r < 0)
+        return r;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store upload %s in store %s", c.id, s->name);
+    const struct store_param p[] = {P_TEXT(c.id),
+                                    P_TEXT(owner ? owner : ""),
+                                    P_INT(true, c.created_at),
+                                    P_INT(true, c.expires_at),
+                                    P_TEXT(c.status),
+                                    P_TEXT(text)};
+    return write_row(s,
+                     "INSERT INTO uploads (id, owner, created_at, expires_at, status, object)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
+                     p, P_COUNT(p), what, err, EEXIST, "%s: the id is taken", what);
+}
+
+int store_get_upload(struct store *s, const char *id, const char *owner, json_t **out,
+                     struct corral_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!id)
+        return corral_fail(err, EINVAL, "cannot look up an upload without its id");
+    char what[CORRAL_ERROR_MESSAGE_MAX], missing[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot read upload %s from store %s", id, s->name);
+    snprintf(missing, sizeof(missing), "no upload %s in store %s", id, s->name);
+    const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
+    return get_one(s, "SELECT object FROM uploads WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
+                   missing, what, err);
+}
+
+int store_update_pending_upload(struct store *s, const char *owner, json_t *upload,
+                                struct corral_error *err)
+{
+    struct upload_cols c;
+    int r = upload_columns(upload, &c, err);
+    cleanup_free char *text = c.text;
+    if (r < 0)
+        return r;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot update upload %s in store %s", c.id, s->name);
+    const struct store_param p[] = {P_TEXT(c.id), P_TEXT(owner ? owner : ""), P_TEXT(c.status),
+                                    P_TEXT(text)};
+    r = write_row(s,
+                  "UPDATE uploads SET status = ?3, object = ?4"
+                  " WHERE id = ?1 AND owner = ?2 AND status = 'pending'",
+                  p, P_COUNT(p), what, err, EBUSY, "upload %s is no longer pending", c.id);
+    if (r == -EBUSY) {
+        struct corral_error ignored;
+        if (store_get_upload(s, c.id, owner, NULL, &ignored) == -ENOENT)
+            return corral_fail(err, ENOENT, "no upload %s in store %s", c.id, s->name);
+    }
+    return r;
+}
+
+int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,
+                   struct corral_error *err)
+{
+    const struct kind *k = &part_kind;
+    if (!json_is_object(part))
+        return corral_fail(err, EINVAL, "cannot store a part that is not a JSON object");
+    const char *id, *upload_id;
+    bool has;
+    int64_t created_at, size;
+    int r = field_string(part, "id", true, &id, k, err);
+    if (r == 0)
+        r = field_string(part, "upload_id", true, &upload_id, k, err);
+    if (r == 0)
+        r = field_integer(part, "created_at", true, &has, &created_at, k, err);
+    if (r == 0)
+        r = field_integer(part, "bytes", true, &has, &size, k, err);
+    cleanup_free char *text = NULL;
+    if (r == 0)
+        r = object_text(part, &text, k, err);
+    if (r < 0)
+        return r;
+    char what[CORRAL_ERROR_MESSAGE_MAX], busy[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot store part %s of upload %s in store %s", id, upload_id,
+             s->name);
+    snprintf(busy, sizeof(busy), "upload %s is not pending", upload_id);
+    const struct store_param up[] = {P_TEXT(upload_id)};
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(upload_id), P_INT(true, created_at),
+                                    P_INT(true, size), P_TEXT(text)};
+    /* the Upload's row, locked while the part goes in: it is pending then */
+    const struct step steps[] = {
+        STEP_MUST("UPDATE uploads SET status = status WHERE id = ?1 AND status = 'pending'", up, 1,
+                  EBUSY, busy),
+        STEP("INSERT INTO upload_parts (id, upload_id, created_at, bytes, object)"
+             " VALUES (?1, ?2, ?3, ?4, ?5)",
+             p, P_COUNT(p)),
+    };
+    const struct bytes_put put = {upload_id, id, bytes, true, size};
+    return run_steps_with(s, bytes ? &put : NULL, steps, 2, NULL, NULL, what, err);
+}
+
+int store_list_parts(struct store *s, const char *upload_id, json_t **list,
+                     struct corral_error *err)
+{
+    *list = NULL;
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot list the parts of upload %s in store %s", upload_id,
+             s->name);
+    const struct store_param p[] = {P_TEXT(upload_id)};
+    return query_list(s,
+                      "SELECT object FROM upload_parts WHERE upload_id = ?1"
+                      " ORDER BY created_at, id",
+                      p, 1, row_object, SIZE_MAX, NULL, list, what, err);
+}
+
+int store_parts_bytes(struct store *s, const char *upload_id, uint64_t *bytes,
+                      struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot sum the parts of upload %s in store %s", upload_id,
+             s->name);
+    const struct store_param p[] = {P_TEXT(upload_id)};
+    cleanup_rows struct store_rows rows = {0};
+    int r = run(s, "SELECT COALESCE(SUM(bytes), 0) FROM upload_parts WHERE upload_id = ?1", p, 1,
+                &rows, NULL, what, err);
+    if (r == 0)
+        *bytes = (uint64_t)store_cell_int(&rows, 0, 0);
+    return r;
+}
+
+int store_delete_parts(struct store *s, const char *upload_id, struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot delete the parts of upload %s from store %s", upload_id,
+             s->name);
+    const struct store_param p[] = {P_TEXT(upload_id)};
+    const struct step steps[] = {
+        STEP("DELETE FROM blobs WHERE container_id = ?1", p, 1),
+        STEP("DELETE FROM upload_parts WHERE upload_id = ?1", p, 1),
+    };
+    return run_steps(s, steps, 2, NULL, NULL, what, err);
+}
+
+/* A row's column 0, a text, as a JSON string. */
+static int row_text(struct store_rows *rows, int i, json_t **out, const char *what,
+                    struct corral_error *err)
+{
+    const char *text = store_cell(rows, i, 0);
+    *out = json_string(text ? text : "");
+    return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
+}
+
+int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot drop expired files and uploads from %s", s->name);
+    const struct store_param p[] = {P_INT(true, now)};
+    json_t *files = NULL, *uploads = NULL;
+    int r = query_list(s, "SELECT id FROM files WHERE expires_at <= ?1", p, 1, row_text, SIZE_MAX,
+                       NULL, &files, what, err);
+    if (r == 0)
+        r = query_list(s, "SELECT id FROM uploads WHERE expires_at <= ?1", p, 1, row_text, SIZE_MAX,
+                       NULL, &uploads, what, err);
+    const struct step steps[] = {
+        STEP("DELETE FROM blobs WHERE container_id = '' AND id IN"
+             " (SELECT id FROM files WHERE expires_at <= ?1)",
+             p, 1),
+        STEP("DELETE FROM files WHERE expires_at <= ?1", p, 1),
+        STEP("DELETE FROM blobs WHERE container_id IN"
+             " (SELECT id FROM uploads WHERE expires_at <= ?1)",
+             p, 1),
+        STEP("DELETE FROM upload_parts WHERE upload_id IN"
+             " (SELECT id FROM uploads WHERE expires_at <= ?1)",
+             p, 1),
+        STEP("DELETE FROM uploads WHERE expires_at <= ?1", p, 1),
+    };
+    if (r == 0 && (json_array_size(files) || json_array_size(uploads)))
+        r = run_steps(s, steps, 5, NULL, NULL, what, err);
+    if (r == 0 && dropped)
+        *dropped = json_pack("{s:o, s:o}", "files", files, "uploads", uploads);
+    else {
+        json_decref(files);
+        json_decref(uploads);
+    }
+    return r;
 }
 
 /* ---- the bytes of files ---- */
@@ -1175,7 +1404,7 @@ int store_read_bytes(struct store *s, const char *container_id, const char *id, 
 
 /* ---- virtual keys and usage ---- */
 
-static const struct kind key_kind = {"keys", NULL, "key"};
+static const struct kind key_kind = {"keys", NULL, "key", false};
 
 #define TOKEN_HEX_DIGITS 64 /* a SHA-256 */
 

@@ -134,7 +134,9 @@ int store_cfiles_bytes(struct store *s, const char *container_id, uint64_t *byte
 int store_delete_cfiles(struct store *s, const char *container_id, struct corral_error *err);
 
 /* Uploaded files (/v1/files): file["id"], owned by owner. Columns:
- * created_at, purpose. */
+ * created_at, purpose, expires_at (null or absent: never). A file past its
+ * expires_at (unix seconds, by this host's clock) is neither got nor
+ * listed; store_drop_expired deletes it. */
 int store_put_file(struct store *s, const char *owner, json_t *file, struct corral_error *err);
 int store_get_file(struct store *s, const char *id, const char *owner, json_t **out,
                    struct corral_error *err);
@@ -189,6 +191,42 @@ int store_bytes_info(struct store *s, const char *container_id, const char *id, 
  * when they are not whole; a failure to write fd is its errno. */
 int store_read_bytes(struct store *s, const char *container_id, const char *id, int fd,
                      char **version, uint64_t *size, struct corral_error *err);
+
+/* ---- Uploads (/v1/uploads) and their parts ----
+ *
+ * An Upload: its object (upload["id"], integer "created_at" and
+ * "expires_at", "status"), owned by owner. Its parts: each an object
+ * (part["id"], part["upload_id"], integer "created_at" and "bytes"), with,
+ * for a shared store, its bytes named by container_id = the Upload's id and
+ * its own id. */
+
+/* Inserts the new Upload (an id taken: -EEXIST). */
+int store_put_upload(struct store *s, const char *owner, json_t *upload, struct corral_error *err);
+int store_get_upload(struct store *s, const char *id, const char *owner, json_t **out,
+                     struct corral_error *err); /* -ENOENT */
+/* Replaces the Upload's object (its status from it) only while its status
+ * is still "pending": -EBUSY when it is not (completed, cancelled by
+ * another request meanwhile), -ENOENT when there is no such Upload. */
+int store_update_pending_upload(struct store *s, const char *owner, json_t *upload,
+                                struct corral_error *err);
+/* Adds a part (with its bytes when not NULL, as store_put_file_bytes) to
+ * an Upload that is pending: -EBUSY when it is not. */
+int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,
+                   struct corral_error *err);
+/* Every part of the Upload (an array of their objects), oldest first. */
+int store_list_parts(struct store *s, const char *upload_id, json_t **list,
+                     struct corral_error *err);
+/* The bytes of the Upload's parts together. */
+int store_parts_bytes(struct store *s, const char *upload_id, uint64_t *bytes,
+                      struct corral_error *err);
+/* Deletes the Upload's parts and their bytes (the Upload stays). */
+int store_delete_parts(struct store *s, const char *upload_id, struct corral_error *err);
+
+/* Deletes what expired before `now` (unix seconds): uploaded files past
+ * their expires_at with their bytes, and Uploads past theirs with their
+ * parts and bytes. *dropped (may be NULL): {"files": [ids], "uploads":
+ * [ids]}, for the caller to remove local copies. */
+int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err);
 
 /* ---- conversations (/v1/conversations) ----
  *

@@ -2,7 +2,7 @@
 // postgresql://...`), each with a data directory of its own, as two fronts
 // of a fleet: through the official `openai` SDK, what one of them made (an
 // upload, a container and its files, the files its code wrote, a stored
-// response) is served by the other once the first has stopped: listed,
+// response, an Upload's parts) is served by the other once the first has stopped: listed,
 // downloaded byte for byte, read by code in a sandbox of the second, and
 // continued with previous_response_id; and a file one rewrites is not
 // served stale by the other. The bytes of files live in the store (in
@@ -128,6 +128,27 @@ test('files and a container made through one gateway are served by another once 
   await b.files.delete(upload.id);
   await b.containers.delete(box.id);
   assert.equal(pg.number(`SELECT count(*) FROM blobs WHERE id = '${upload.id}' OR container_id = '${box.id}'`), 0);
+});
+
+test('an Upload gets parts through either gateway and is completed through the other', T, async () => {
+  const A = await gw.startPeer();
+  const a = clientOf(A);
+  const b = gw.client;
+  const parts = [crypto.randomBytes(2 * CHUNK + 5), crypto.randomBytes(300)];
+  const total = parts[0].length + parts[1].length;
+  const u = await a.uploads.create({ bytes: total, filename: 'two.bin', mime_type: 'application/octet-stream', purpose: 'assistants' });
+  const p0 = await a.uploads.parts.create(u.id, { data: await toFile(parts[0], 'p0') });
+  const p1 = await b.uploads.parts.create(u.id, { data: await toFile(parts[1], 'p1') });
+  // the parts' bytes are in the store, under the Upload
+  assert.equal(pg.number(`SELECT count(*) FROM blobs WHERE container_id = '${u.id}'`), 4);
+  await A.stop();
+  const done = await b.uploads.complete(u.id, { part_ids: [p1.id, p0.id] });
+  assert.equal(done.status, 'completed');
+  const back = await bytesOf(await b.files.content(done.file.id));
+  assert.ok(back.equals(Buffer.concat([parts[1], parts[0]])), 'the file, its parts in the order given');
+  assert.equal(pg.number(`SELECT count(*) FROM blobs WHERE container_id = '${u.id}'`), 0);
+  assert.equal(pg.number(`SELECT count(*) FROM upload_parts WHERE upload_id = '${u.id}'`), 0);
+  await b.files.delete(done.file.id);
 });
 
 test('a response through one gateway is continued with previous_response_id through another', T, async () => {

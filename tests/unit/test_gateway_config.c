@@ -149,7 +149,8 @@ static void parses_a_full_litellm_config(void **state)
                  "  chat_container_expiry: 0\n"
                  "  container_memory_max: 16g\n"
                  "  container_files_max: 512m\n"
-                 "  key_files_max: 2g\n");
+                 "  key_files_max: 2g\n"
+                 "  file_max: 100m\n");
     assert_string_equal(cfg->state_dir, "/run/corral-gw");
     assert_int_equal(cfg->n_templates, 1);
     struct gateway_config *gw = cfg->gateway;
@@ -235,6 +236,7 @@ static void parses_a_full_litellm_config(void **state)
     assert_int_equal(gw->container_memory_max, 16ull << 30);
     assert_int_equal(gw->container_files_max, 512ull << 20);
     assert_int_equal(gw->key_files_max, 2ull << 30);
+    assert_int_equal(gw->file_max, 100ull << 20);
 
     assert_ptr_equal(gateway_config_model(gw, "gpt-5"), &gw->models[0]);
     assert_ptr_equal(gateway_config_model(gw, "azure-gpt"), &gw->models[1]);
@@ -264,6 +266,7 @@ static void defaults(void **state)
     assert_int_equal(c->container_memory_max, 4ull << 30);
     assert_int_equal(c->container_files_max, 1ull << 30);
     assert_int_equal(c->key_files_max, 10ull << 30);
+    assert_int_equal(c->file_max, 512ull << 20);
     assert_int_equal(c->n_models, 0);
     assert_null(c->models);
     assert_int_equal(c->n_tools, 0);
@@ -611,8 +614,8 @@ static void refuses_bad_values(void **state)
         "gw.yaml:3:3: unknown key 'port' under gateway (known: listen, store, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
         "store_days, events_kept, background_max, data_dir, container_expiry, "
-        "chat_container_expiry, "
-        "container_memory_max, container_files_max, key_files_max)");
+        "chat_container_expiry, container_memory_max, container_files_max, key_files_max, "
+        "file_max)");
     expect_error("gateway:\n  container_memory_max: 2g\n",
                  "gw.yaml:2:25: gateway.container_memory_max: one of 1g, 4g, 16g and 64g");
     expect_error("gateway:\n  container_files_max: 1000k\n",
@@ -644,7 +647,7 @@ static void refuses_bad_values(void **state)
         "gw.yaml:1:10: gateway must be a mapping (keys: listen, store, data_dir, "
         "code_tool_name, max_agentic_loops, output_limit, exec_timeout, store_max_responses, "
         "store_days, events_kept, background_max, container_expiry, chat_container_expiry, "
-        "container_memory_max, container_files_max, key_files_max), not a list");
+        "container_memory_max, container_files_max, key_files_max, file_max), not a list");
     expect_error("gateway:\n  max_agentic_loops: 0\n",
                  "gw.yaml:2:22: gateway.max_agentic_loops: invalid number '0' (expected an "
                  "integer from 1 to 100)");

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +25,10 @@
 
 #define MAX_BODY  1000
 #define HUGE_BODY (64u << 20)
+/* /spool/...: bodies up to SPOOL_LIMIT, those over SPOOL_OVER in a file */
+#define SPOOL_LIMIT (8u << 20)
+#define SPOOL_OVER  4096
+#define SPOOL_BODY  (3u << 20)
 
 static int in_handler, most_in_handler;
 static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -59,8 +64,47 @@ static void release(void *arg)
 
 static const struct http_stream_ops stream_ops = {produce, on_gone, release};
 
+/* The byte at i of the bodies the spooling tests send. */
+static char pattern_at(size_t i)
+{
+    return (char)('a' + (i * 7 + i / 4099) % 26);
+}
+
+/* What /spool/... answers: the body's length, whether it was spooled,
+ * whether it is the pattern, and NUL-terminated. */
+static struct http_response *spool_answer(const struct http_request *r)
+{
+    bool same = true;
+    for (size_t i = 0; same && i < r->body_len; i++)
+        same = r->body[i] == pattern_at(i);
+    return http_json(200, json_pack("{s:I, s:b, s:b, s:b}", "len", (json_int_t)r->body_len,
+                                    "spooled", http_body_fd(r) >= 0, "pattern", same, "nul",
+                                    r->body[r->body_len] == '\0'));
+}
+
+/* A file of `len` bytes of the pattern, unlinked, for http_file. */
+static int pattern_file(size_t len)
+{
+    char tmp[] = "/tmp/corral-test-file-XXXXXX";
+    int fd = mkstemp(tmp);
+    unlink(tmp);
+    char buf[4096];
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < sizeof(buf) ? len - off : sizeof(buf);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = pattern_at(off + i);
+        assert_int_equal(write(fd, buf, n), (ssize_t)n);
+        off += n;
+    }
+    return fd;
+}
+
 static struct http_response *handler(const struct http_request *r, void *ctx)
 {
+    if (!strncmp(r->path, "/spool/", 7))
+        return spool_answer(r);
+    if (!strcmp(r->path, "/file"))
+        return http_file(200, "application/octet-stream", pattern_file(SPOOL_BODY), SPOOL_BODY);
     if (!strcmp(r->path, "/stream"))
         return http_stream(200, "text/event-stream", &stream_ops, NULL);
     if (!strcmp(r->path, "/endless"))
@@ -110,6 +154,27 @@ static struct http_server *start_with(const struct http_server_limits *limits)
 static struct http_server *start(void)
 {
     return start_with(NULL);
+}
+
+static size_t spool_limit(void *ctx, const struct http_request *r)
+{
+    assert_null(r->body);
+    return !strncmp(r->path, "/spool/", 7) ? SPOOL_LIMIT : 0;
+}
+
+/* A server whose /spool/ routes take bodies up to SPOOL_LIMIT, spooled to
+ * dir past SPOOL_OVER. */
+static struct http_server *start_spooling(const char *dir)
+{
+    struct http_server *srv;
+    struct corral_error err = {0};
+    struct http_server_options o = {.max_body = MAX_BODY,
+                                    .handler = handler,
+                                    .body_limit = spool_limit,
+                                    .spool_over = SPOOL_OVER,
+                                    .spool_dir = dir};
+    assert_int_equal(http_server_start(&o, &srv, &err), 0);
+    return srv;
 }
 
 /* A connection to srv from 127.0.0.<from> (1: the usual loopback). */
@@ -382,6 +447,193 @@ static void test_bodies_beyond_the_limit_get_413_and_the_connection_lives(void *
 
 /* The head, the body and the idle wait each have a deadline: a slow head
  * or body gets 408, an idle connection closes; none waits for ever. */
+/* Sends `len` bytes of the pattern: whole, or (chunk) in chunks of that size. */
+static void send_pattern(int fd, size_t len, size_t chunk)
+{
+    char *buf = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        buf[i] = pattern_at(i);
+    if (!chunk) {
+        for (size_t off = 0; off < len;) {
+            ssize_t n = send(fd, buf + off, len - off, MSG_NOSIGNAL);
+            assert_true(n > 0);
+            off += (size_t)n;
+        }
+    } else {
+        for (size_t off = 0; off < len; off += chunk) {
+            size_t n = len - off < chunk ? len - off : chunk;
+            char size[32];
+            snprintf(size, sizeof(size), "%zx\r\n", n);
+            put(fd, size);
+            for (size_t done = 0; done < n;) {
+                ssize_t w = send(fd, buf + off + done, n - done, MSG_NOSIGNAL);
+                assert_true(w > 0);
+                done += (size_t)w;
+            }
+            put(fd, "\r\n");
+        }
+        put(fd, "0\r\n\r\n");
+    }
+    free(buf);
+}
+
+static unsigned open_fds(void)
+{
+    unsigned n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+static unsigned entries(const char *dir)
+{
+    unsigned n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* Large bodies, Content-Length or chunked, reach the handler whole from a
+ * file (mapped, NUL-terminated, its descriptor given), small ones from
+ * memory; the limit is the one the route's head asked for; no descriptor
+ * and no file is left behind. */
+static void test_large_bodies_are_spooled_with_a_limit_per_request(void **state)
+{
+    char dir[] = "/tmp/corral-spool-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct http_server *srv = start_spooling(dir);
+    int fd = dial(srv);
+    char head[160];
+    /* Content-Length, with a request pipelined right behind it */
+    snprintf(head, sizeof(head), "POST /spool/a HTTP/1.1\r\nContent-Length: %u\r\n\r\n",
+             SPOOL_BODY);
+    put(fd, head);
+    send_pattern(fd, SPOOL_BODY, 0);
+    put(fd, "POST /spool/small HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "\"len\":3145728"));
+    assert_non_null(strstr(r, "\"spooled\":true"));
+    assert_non_null(strstr(r, "\"pattern\":true"));
+    assert_non_null(strstr(r, "\"nul\":true"));
+    free(r);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"len\":3,\"spooled\":false"));
+    free(r);
+    /* the connection is accepted, the first body's file closed by this answer */
+    unsigned fds = open_fds();
+    /* chunked: spooled once its decoded bytes pass the threshold */
+    put(fd, "POST /spool/b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    send_pattern(fd, SPOOL_BODY, 65536 + 13);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"len\":3145728"));
+    assert_non_null(strstr(r, "\"spooled\":true"));
+    assert_non_null(strstr(r, "\"pattern\":true"));
+    free(r);
+    /* a body of exactly a page's multiple, and one just over the threshold */
+    snprintf(head, sizeof(head), "POST /spool/c HTTP/1.1\r\nContent-Length: %u\r\n\r\n",
+             SPOOL_OVER + 1);
+    put(fd, head);
+    send_pattern(fd, SPOOL_OVER + 1, 0);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"len\":4097,\"spooled\":true,\"pattern\":true,\"nul\":true"));
+    free(r);
+    snprintf(head, sizeof(head), "POST /spool/d HTTP/1.1\r\nContent-Length: %u\r\n\r\n", 1u << 20);
+    put(fd, head);
+    send_pattern(fd, 1u << 20, 0);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"spooled\":true,\"pattern\":true,\"nul\":true"));
+    free(r);
+    /* the limits: the route's, and the server's elsewhere; each 413 names its own */
+    snprintf(head, sizeof(head), "POST /spool/e HTTP/1.1\r\nContent-Length: %u\r\n\r\n",
+             SPOOL_LIMIT + 1);
+    put(fd, head);
+    send_pattern(fd, SPOOL_LIMIT + 1, 0);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "413 Content Too Large"));
+    assert_non_null(strstr(r, "larger than 8388608 bytes"));
+    free(r);
+    put(fd, "POST /spool/f HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    send_pattern(fd, SPOOL_LIMIT + 1, 1u << 20);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "larger than 8388608 bytes"));
+    free(r);
+    put(fd, "POST /other HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
+    send_pattern(fd, 5000, 0);
+    r = read_one(fd);
+    assert_non_null(strstr(r, "larger than 1000 bytes"));
+    free(r);
+    /* the connection still serves; by its answer the earlier files are closed */
+    put(fd, "GET /spool/g HTTP/1.1\r\n\r\n");
+    r = read_one(fd);
+    assert_non_null(strstr(r, "\"len\":0,\"spooled\":false"));
+    free(r);
+    assert_int_equal(open_fds(), fds);
+    assert_int_equal(entries(dir), 0);
+    close(fd);
+    http_server_stop(srv);
+    assert_int_equal(entries(dir), 0);
+    rmdir(dir);
+}
+
+/* A client that leaves in the middle of a spooled body leaves no
+ * descriptor open. */
+static void test_a_spooled_body_cut_short_leaves_nothing(void **state)
+{
+    char dir[] = "/tmp/corral-spool-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct http_server *srv = start_spooling(dir);
+    unsigned fds = open_fds();
+    int fd = dial(srv);
+    put(fd, "POST /spool/a HTTP/1.1\r\nContent-Length: 3145728\r\n\r\n");
+    send_pattern(fd, 1u << 20, 0);
+    /* the client's socket, the server's, and the body's file */
+    for (int i = 0; i < 2000 && open_fds() != fds + 3; i++)
+        usleep(10 * 1000);
+    assert_int_equal(open_fds(), fds + 3);
+    close(fd);
+    assert_true(holds(srv, 0));
+    assert_int_equal(open_fds(), fds);
+    http_server_stop(srv);
+    rmdir(dir);
+}
+
+/* http_file: a body read from a file, with its length. */
+static void test_a_file_answer(void **state)
+{
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    put(fd, "GET /file HTTP/1.1\r\n\r\n");
+    char head[4096] = "";
+    size_t len = 0;
+    while (!strstr(head, "\r\n\r\n")) {
+        assert_int_equal(recv(fd, head + len, 1, 0), 1);
+        head[++len] = '\0';
+    }
+    assert_non_null(strstr(head, "Content-Length: 3145728\r\n"));
+    char *buf = malloc(SPOOL_BODY);
+    size_t got = 0;
+    while (got < SPOOL_BODY) {
+        ssize_t n = recv(fd, buf + got, SPOOL_BODY - got, 0);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < SPOOL_BODY; i++)
+        if (buf[i] != pattern_at(i))
+            fail_msg("byte %zu differs", i);
+    free(buf);
+    put(fd, "GET /after HTTP/1.1\r\n\r\n");
+    char *r = read_one(fd);
+    assert_non_null(strstr(r, "\"path\":\"/after\""));
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+}
+
 static void test_slow_heads_slow_bodies_and_idle_connections_are_closed(void **state)
 {
     struct http_server_limits l = {
@@ -766,6 +1018,9 @@ int main(void)
         cmocka_unit_test(test_http10_closes_unless_kept),
         cmocka_unit_test(test_bad_requests_get_an_error),
         cmocka_unit_test(test_bodies_beyond_the_limit_get_413_and_the_connection_lives),
+        cmocka_unit_test(test_large_bodies_are_spooled_with_a_limit_per_request),
+        cmocka_unit_test(test_a_spooled_body_cut_short_leaves_nothing),
+        cmocka_unit_test(test_a_file_answer),
         cmocka_unit_test(test_slow_heads_slow_bodies_and_idle_connections_are_closed),
         cmocka_unit_test(test_a_client_that_never_reads_is_let_go),
         cmocka_unit_test(test_pipelines_that_are_not_read_wait_without_a_thread),

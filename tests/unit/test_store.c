@@ -143,7 +143,7 @@ static struct store *open_fresh(void)
 }
 
 /* The schema this corral's store migrates to. */
-#define SCHEMA_NOW 8
+#define SCHEMA_NOW 9
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -1151,6 +1151,87 @@ static void refuses_bad_objects(void **state)
     store_close(s);
 }
 
+/* Uploads and their parts; files and Uploads past their expiry: not seen,
+ * then dropped. */
+static void keeps_uploads_and_drops_what_expired(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    int64_t now = (int64_t)time(NULL);
+    json_t *f = file("file_1", "user_data", 100);
+    json_object_set_new(f, "expires_at", json_integer(now + 3600));
+    put_file_ok(s, "alice", f);
+    f = file("file_2", "user_data", 101);
+    json_object_set_new(f, "expires_at", json_integer(now - 1));
+    put_file_ok(s, "alice", f);
+    put_file_ok(s, "alice", file("file_3", "user_data", 102));
+    assert_int_equal(store_get_file(s, "file_2", "alice", NULL, &err), -ENOENT);
+    assert_page(s, FILES, "alice", NULL, NULL, 10, true, "file_1,file_3", false);
+
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    assert_int_equal(store_put_upload(s, "alice", u, &err), -EEXIST);
+    json_t *back = NULL;
+    assert_int_equal(store_get_upload(s, "upload_1", "bob", &back, &err), -ENOENT);
+    assert_int_equal(store_get_upload(s, "upload_1", "alice", &back, &err), 0);
+    assert_true(json_equal(back, u));
+    json_decref(back);
+    for (int i = 1; i <= 2; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "part_%d", i);
+        json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", id, "upload_id", "upload_1",
+                              "created_at", (json_int_t)now, "bytes", (json_int_t)(5 * i));
+        assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+        json_decref(p);
+    }
+    uint64_t bytes = 0;
+    assert_int_equal(store_parts_bytes(s, "upload_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 15);
+    json_t *list = NULL;
+    assert_int_equal(store_list_parts(s, "upload_1", &list, &err), 0);
+    assert_int_equal(json_array_size(list), 2);
+    json_decref(list);
+    /* once completed, it takes no part and changes no more */
+    json_object_set_new(u, "status", json_string("completed"));
+    assert_int_equal(store_update_pending_upload(s, "bob", u, &err), -ENOENT);
+    assert_int_equal(store_update_pending_upload(s, "alice", u, &err), 0);
+    assert_int_equal(store_update_pending_upload(s, "alice", u, &err), -EBUSY);
+    json_t *late = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_3", "upload_id", "upload_1",
+                             "created_at", (json_int_t)now, "bytes", (json_int_t)1);
+    assert_int_equal(store_put_part(s, late, NULL, &err), -EBUSY);
+    json_decref(late);
+    assert_int_equal(store_delete_parts(s, "upload_1", &err), 0);
+    assert_int_equal(store_parts_bytes(s, "upload_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 0);
+    json_decref(u);
+
+    /* an Upload past its expiry goes with its parts, as the expired file does */
+    u = json_pack("{s:s, s:I, s:I, s:s}", "id", "upload_2", "created_at", (json_int_t)now,
+                  "expires_at", (json_int_t)(now - 1), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    json_decref(u);
+    json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_9", "upload_id", "upload_2",
+                          "created_at", (json_int_t)now, "bytes", (json_int_t)3);
+    assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+    json_decref(p);
+    json_t *dropped = NULL;
+    assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
+    json_t *want = json_pack("{s:[s], s:[s]}", "files", "file_2", "uploads", "upload_2");
+    assert_true(json_equal(dropped, want));
+    json_decref(want);
+    json_decref(dropped);
+    assert_int_equal(store_get_upload(s, "upload_2", "alice", NULL, &err), -ENOENT);
+    assert_int_equal(store_parts_bytes(s, "upload_2", &bytes, &err), 0);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(store_get_upload(s, "upload_1", "alice", NULL, &err), 0);
+    assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
+    assert_int_equal(json_array_size(json_object_get(dropped, "files")), 0);
+    json_decref(dropped);
+    store_close(s);
+}
+
 static void persists_containers_and_files(void **state)
 {
     struct tmp *t = *state;
@@ -2068,6 +2149,10 @@ static void applies_the_missing_migration(void **state)
     sql_int(t->location, "ALTER TABLE containers DROP COLUMN sandbox");
     sql_int(t->location, "DROP TABLE conversations");
     sql_int(t->location, "DROP TABLE conversation_items");
+    sql_int(t->location, "DROP INDEX files_by_expiry");
+    sql_int(t->location, "ALTER TABLE files DROP COLUMN expires_at");
+    sql_int(t->location, "DROP TABLE uploads");
+    sql_int(t->location, "DROP TABLE upload_parts");
     sql_int(t->location, "DELETE FROM schema_version WHERE version >= 4");
     if (!pg_url)
         sql_int(t->location, "PRAGMA user_version = 3");
@@ -2447,6 +2532,7 @@ int main(void)
         cmocka_unit_test(deleting_a_container_deletes_its_files),
         cmocka_unit_test(counts_a_containers_bytes),
         cmocka_unit_test(keeps_files),
+        cmocka_unit_test(keeps_uploads_and_drops_what_expired),
         cmocka_unit_test(refuses_bad_objects),
         WITH_TMP(persists_containers_and_files),
         cmocka_unit_test(keeps_keys),

@@ -1910,7 +1910,8 @@ static struct http_response *upload_parts(corral_sandbox *sb, const struct http_
     struct multipart_part *parts;
     size_t n;
     struct corral_error perr;
-    if (multipart_parse(req->body, req->body_len, boundary, &parts, &n, &perr) < 0) {
+    if (multipart_parse_fd(req->body, req->body_len, http_body_fd(req), boundary, &parts, &n,
+                           &perr) < 0) {
         corral_error_wrap(&perr, "malformed multipart body");
         return files_error(&perr);
     }

@@ -963,7 +963,8 @@ static struct http_response *files_upload(corral_sandbox *sb, const struct http_
                            ct ? ct : "no content type");
     struct multipart_part *parts;
     size_t n;
-    if (multipart_parse(req->body, req->body_len, boundary, &parts, &n, &perr) < 0) {
+    if (multipart_parse_fd(req->body, req->body_len, http_body_fd(req), boundary, &parts, &n,
+                           &perr) < 0) {
         corral_error_wrap(&perr, "malformed multipart body");
         return perr.code == EINVAL ? execd_error(400, "INVALID_FILE", "%s", perr.message)
                                    : execd_fail(&perr);
