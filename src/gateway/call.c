@@ -875,6 +875,21 @@ static bool budget_spent(const struct gw_call *c)
     return left <= 0 || (c->model->api != GATEWAY_API_CHAT && left < 16);
 }
 
+/* A Chat client's own tool calls of the turn, for its message. */
+static void keep_chat_calls(struct gw_call *c, struct gw_turn *t)
+{
+    for (size_t i = 0; i < t->n_calls && c->api == CORRAL_GATEWAY_CHAT; i++) {
+        bool custom = t->calls[i].custom;
+        if (!gw_runs(&t->calls[i]))
+            json_array_append_new(c->chat_calls,
+                                  json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t->calls[i].call_id,
+                                            "type", custom ? "custom" : "function",
+                                            custom ? "custom" : "function", "name",
+                                            t->calls[i].name, custom ? "input" : "arguments",
+                                            strbuf_str(&t->calls[i].args)));
+    }
+}
+
 static void run_loop(struct gw_call *c)
 {
     for (bool first = true;; first = false) {
@@ -903,6 +918,8 @@ static void run_loop(struct gw_call *c)
                 if (t.calls[i].is_code)
                     gw_emit_code_done(c, &t.calls[i], "incomplete", NULL);
             append_turn(c, &t, results);
+            keep_chat_calls(c, &t);
+            gw_emit_last_text(c, &t);
             c->status = "incomplete";
             c->incomplete_reason = "max_agentic_loops";
             free(c->finish_reason);
@@ -930,17 +947,9 @@ static void run_loop(struct gw_call *c)
             return;
         }
         append_turn(c, &t, results);
-        for (size_t i = 0; i < t.n_calls; i++) {
-            bool custom = t.calls[i].custom;
-            if (!gw_runs(&t.calls[i]) && c->api == CORRAL_GATEWAY_CHAT)
-                json_array_append_new(
-                    c->chat_calls,
-                    json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", t.calls[i].call_id, "type",
-                              custom ? "custom" : "function", custom ? "custom" : "function",
-                              "name", t.calls[i].name, custom ? "input" : "arguments",
-                              strbuf_str(&t.calls[i].args)));
+        keep_chat_calls(c, &t);
+        for (size_t i = 0; i < t.n_calls; i++)
             free(results[i]);
-        }
         if (n_code && !n_client) {
             gw_turn_free(&t);
             if (gw_call_cancelled(c))

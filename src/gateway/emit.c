@@ -16,6 +16,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "base/cleanup.h"
 #include "base/utf8.h"
 #include "base/util.h"
 #include "gateway/cite.h"
@@ -172,6 +173,10 @@ static void chat_chunk(struct gw_call *c, json_t *delta)
  * (which is the chunks' content). */
 static void chat_event(struct gw_call *c, const char *type, json_t *payload)
 {
+    if (!c->code_tool) { /* no code_interpreter: no field of its */
+        json_decref(payload);
+        return;
+    }
     static const char *const skipped[] = {"response.output_text.", "response.content_part.",
                                           "response.refusal.",     "response.created",
                                           "response.in_progress",  "response.queued",
@@ -322,11 +327,24 @@ static json_t *text_part(const char *text)
 
 /* The container files the text links (and the images displayed since the
  * last message), as container_file_citation annotations. */
+/* The container whose files an answer cites: the one of the call's code,
+ * else the one it continues, when it is the caller's (malloc'ed; NULL:
+ * none). */
+static char *cited_container(struct gw_call *c)
+{
+    if (c->container)
+        return strdup(c->container->id);
+    struct gw_container *ct = NULL;
+    if (!c->wanted_container || gw_container_find(c->gw, c->wanted_container, c->owner, &ct) < 0)
+        return NULL;
+    char *id = strdup(ct->id);
+    gw_container_put(c->gw, ct, false);
+    return id;
+}
+
 static json_t *citations(struct gw_call *c, const char *text)
 {
-    /* the container of this call's code, else the conversation's (checked
-     * to be the caller's when the request named it) */
-    const char *cid = c->container ? c->container->id : c->wanted_container;
+    cleanup_free char *cid = cited_container(c);
     if (!cid)
         return json_array();
     json_t *files = NULL;
@@ -690,13 +708,21 @@ static void settle_code(struct gw_tool_call *tc)
  * to answer), else only in code_interpreter's output. */
 static void chat_release_text(struct gw_call *c, struct gw_turn *t)
 {
-    bool runs = false, client = t->client_items > 0;
+    bool runs = false, client = false;
     for (size_t i = 0; i < t->n_calls; i++)
         gw_runs(&t->calls[i]) ? (runs = true) : (client = true);
-    if (t->text.len && (!runs || client)) {
+    if (!runs || client)
+        gw_emit_last_text(c, t);
+}
+
+void gw_emit_last_text(struct gw_call *c, struct gw_turn *t)
+{
+    if (c->api != CORRAL_GATEWAY_CHAT || !c->chat_hold || t->text_released)
+        return;
+    t->text_released = true;
+    if (t->text.len)
         chat_content(c, true, strbuf_str(&t->text), t->text.len);
-        chat_take_notes(c, t);
-    }
+    chat_take_notes(c, t);
 }
 
 void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t)
@@ -827,7 +853,7 @@ void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *s
  * Responses client would have, and the citations of the content. */
 static json_t *chat_extension(struct gw_call *c)
 {
-    const char *cid = c->container ? c->container->id : NULL;
+    cleanup_free char *cid = cited_container(c);
     json_t *files = NULL;
     bool more = false;
     struct corral_error err;

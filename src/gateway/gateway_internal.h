@@ -452,6 +452,7 @@ struct gw_turn {
                             (chat_hold: in the turn's text) */
     json_t *chat_notes;  /* a Chat client: url citations of the turn's text, chat's shape */
     bool msg_open, text_started;
+    bool text_released; /* chat_hold: the turn's text became the content */
     /* streamed parsing */
     char *failure; /* an error event of the upstream's stream: its JSON */
     bool completed;
@@ -479,7 +480,8 @@ struct gw_call {
     unsigned max_loops, loops;
     long long max_tool_calls; /* Responses' max_tool_calls: code calls at most; -1: none */
     long long token_budget;   /* output tokens of all turns together; -1: none */
-    unsigned tool_calls;      /* code calls run or being run (max_tool_calls' count) */
+    unsigned tool_calls;      /* code calls run or being run, and the upstream's built-in
+                                 tools' calls (max_tool_calls' count) */
     json_t *base;             /* the upstream request without conversation, tool_choice, stream */
     json_t *conv;             /* the conversation in the upstream's shape */
     json_t *items;            /* Responses clients: the conversation as items (stored) */
@@ -652,6 +654,9 @@ void gw_emit_item_done(struct gw_call *c, struct gw_turn *t, int upstream_index,
 /* Whether the turn's item of this upstream index is one passed on. */
 bool gw_turn_has_item(const struct gw_turn *t, int upstream_index);
 void gw_emit_turn_end(struct gw_call *c, struct gw_turn *t);
+/* The turn ends the loop: a Chat client's text held for it (chat_hold) is
+ * its content now (when its turn's end did not show that already). */
+void gw_emit_last_text(struct gw_call *c, struct gw_turn *t);
 void gw_emit_interpreting(struct gw_call *c, struct gw_tool_call *tc);
 /* status: completed | failed | incomplete; outputs: the item's outputs (taken). */
 void gw_emit_code_done(struct gw_call *c, struct gw_tool_call *tc, const char *status,

@@ -294,8 +294,8 @@ static int responses_event(struct gw_call *c, struct gw_turn *t, const char *dat
             call_item(c, t, index, item, call_kind(it), true);
         else if (it && strcmp(it, "message"))
             gw_emit_item_done(c, t, index, item);
-        else if (it)
-            message_item(c, t, item, t->text.len > 0, t->up_msg_start);
+        else if (it) /* its text streamed when the message grew since it was added */
+            message_item(c, t, item, gw_text_position(t) > t->up_msg_start, t->up_msg_start);
     } else if (!strcmp(type, "response.completed") || !strcmp(type, "response.incomplete")) {
         json_t *response = json_object_get(j, "response");
         json_decref(t->native);

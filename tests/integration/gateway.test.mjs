@@ -987,6 +987,9 @@ const SEE_TURNS = [
   { text: 'The chart: [line](sandbox:/mnt/data/line.png)' },
 ];
 
+/* The code points [from, to) of a text, as OpenAI's offsets count them. */
+const cp = (text, from, to) => Array.from(text).slice(from, to).join('');
+
 /* A chat completion through the SDK; streamed: the chunks too. */
 async function chatWithChunks(body, stream) {
   if (!stream) return { c: await gw.client.chat.completions.create(body), chunks: null };
@@ -1082,6 +1085,15 @@ for (const model of KINDS) {
     assert.ok(sent.includes(JSON.stringify(JSON.stringify({ code: SEE_CODE })).slice(1, -1)), 'the model sees its earlier code');
     assert.ok(sent.includes('saved'), 'the model sees what its earlier code printed');
     assert.ok(sent.includes('Let me plot it.') && sent.includes('The chart: [line]'), 'the model sees its earlier texts');
+    // an answer without code names the container it continues, and cites its files
+    const third = gw.marker(`${model}-replay-3`);
+    gw.upstream.script(third, [{ text: 'Again: [line](sandbox:/mnt/data/line.png)' }]);
+    messages.push(c2.choices[0].message, { role: 'user', content: `${third} The chart again?` });
+    const c3 = await gw.client.chat.completions.create({ model, messages, tools });
+    const ext3 = c3.choices[0].message.code_interpreter;
+    assert.equal(ext3.container_id, c1.choices[0].message.code_interpreter.container_id);
+    assert.deepEqual(ext3.output.map((o) => o.type), ['message']);
+    assert.deepEqual(ext3.annotations.map((a) => [a.filename, cp(c3.choices[0].message.content, a.start_index, a.end_index)]), [['line.png', 'sandbox:/mnt/data/line.png']]);
   });
 
   test(`chat completions, ${model}: with a JSON response_format the content is the last turn's text only; earlier text is in code_interpreter (plain, streamed)`, T, async () => {
@@ -1113,6 +1125,38 @@ for (const model of KINDS) {
   });
 }
 
+test('chat completions: with a JSON response_format, an answer the loop limit ends has the last turn\'s text (plain, streamed)', T, async () => {
+  const results = [];
+  for (const stream of [false, true]) {
+    const marker = gw.marker('json-loop');
+    gw.upstream.script(marker, [
+      { text: '{"step": 1}', code: 'print(1)' },
+      { text: '{"step": 2}', code: 'print(2)' },
+      { text: '{"step": 3}', code: 'print(3)' },
+    ]);
+    const body = { model: 'mock-loop', messages: [{ role: 'user', content: `${marker} go` }], tools: [{ type: 'code_interpreter' }], response_format: { type: 'json_object' } };
+    const { c } = await chatWithChunks(body, stream);
+    assert.equal(c.choices[0].finish_reason, 'length');
+    assert.equal(c.choices[0].message.content, '{"step": 3}');
+    assert.deepEqual(c.choices[0].message.code_interpreter.output.filter((o) => o.type === 'code_interpreter_call').map((o) => o.status), ['completed', 'completed', 'incomplete']);
+    results.push(c);
+  }
+  assert.deepEqual(chatGist(results[1]), chatGist(results[0]));
+});
+
+if (KINDS.includes('mock-responses')) {
+  test('chat completions, mock-responses: without code_interpreter a streamed answer has no code_interpreter field, as the plain one', T, async () => {
+    for (const stream of [false, true]) {
+      const marker = gw.marker(`no-ci-${stream}`);
+      gw.upstream.script(marker, [{ items: [{ item: { id: 'rs_noci', type: 'reasoning', summary: [] } }], text: 'plain answer' }]);
+      const { c, chunks } = await chatWithChunks({ model: 'mock-responses', messages: [{ role: 'user', content: `${marker} hi` }] }, stream);
+      assert.equal(c.choices[0].message.content, 'plain answer');
+      assert.equal(c.choices[0].message.code_interpreter, undefined);
+      if (stream) assert.ok(!chunks.some((k) => k.choices?.[0]?.delta?.code_interpreter), 'a chunk carries code_interpreter');
+    }
+  });
+}
+
 /* ------------------------------------------------------------------------ */
 /* The upstream's own annotations (url citations) reach the client           */
 
@@ -1122,7 +1166,6 @@ const CITED_TURNS = [
   { text: 'Per the docs, I sum.', citations: [{ ...DOCS, start_index: 8, end_index: 12 }], code: 'print(1 + 1)' },
   { text: 'Café rule: it is 2.', citations: [{ ...SPEC, start_index: 0, end_index: 9 }] },
 ];
-const cp = (text, from, to) => Array.from(text).slice(from, to).join('');
 
 for (const model of KINDS) {
   test(`responses, ${model}: the upstream's url citations stay on the text they cite (plain, streamed)`, T, async () => {
