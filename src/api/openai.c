@@ -105,8 +105,30 @@ static struct http_response *with_request_id(struct http_response *r)
     return r;
 }
 
-struct http_response *openai_too_large(void *ctx, size_t max_body)
+static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
+                                          const char **key, corral_gateway_key **policy);
+
+/* Whether the request's key is one the gateway takes (no master key: any). */
+static bool authenticated(const struct openai *oa, const struct http_request *req)
 {
+    const char *key;
+    corral_gateway_key *policy = NULL;
+    struct http_response *refused = authenticate(oa, req, &key, &policy);
+    corral_gateway_key_free(policy);
+    if (!refused)
+        return true;
+    http_response_free(refused);
+    return false;
+}
+
+struct http_response *openai_too_large(void *ctx, const struct http_request *req, size_t max_body)
+{
+    const char *key;
+    corral_gateway_key *policy = NULL;
+    struct http_response *refused = authenticate(ctx, req, &key, &policy);
+    corral_gateway_key_free(policy);
+    if (refused) /* a bad key is told so, whatever its body */
+        return with_request_id(refused);
     return with_request_id(
         invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body));
 }
@@ -608,11 +630,13 @@ size_t openai_body_limit(void *ctx, const struct http_request *req)
     strip(&p, "/v1");
     const char *slash = !strncmp(p, "/containers/", 12) ? strchr(p + 12, '/') : NULL;
     const char *up = !strncmp(p, "/uploads/", 9) ? strchr(p + 9, '/') : NULL;
-    if (!strcmp(p, "/files") || (slash && slash > p + 12 && !strcmp(slash, "/files")))
-        return (size_t)corral_gateway_file_max(oa->gw) + MULTIPART_ENVELOPE;
-    if (up && up > p + 9 && !strcmp(up, "/parts"))
-        return (size_t)corral_gateway_part_max(oa->gw) + MULTIPART_ENVELOPE;
-    return 0;
+    bool file = !strcmp(p, "/files") || (slash && slash > p + 12 && !strcmp(slash, "/files"));
+    bool part = up && up > p + 9 && !strcmp(up, "/parts");
+    /* only a key the gateway takes may send a file's bytes (to its disk) */
+    if ((!file && !part) || !authenticated(oa, req))
+        return 0;
+    return (size_t)(file ? corral_gateway_file_max(oa->gw) : corral_gateway_part_max(oa->gw)) +
+           MULTIPART_ENVELOPE;
 }
 
 static struct http_response *objects(struct openai *oa, const struct http_request *req,

@@ -40,7 +40,7 @@ int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err
 /* The http_handler of the gateway's listener (ctx is the struct openai). */
 struct http_response *openai_handle(const struct http_request *req, void *ctx);
 /* http_server_options.too_large: 413 in OpenAI's error shape. */
-struct http_response *openai_too_large(void *ctx, size_t max_body);
+struct http_response *openai_too_large(void *ctx, const struct http_request *req, size_t max_body);
 /* http_server_options.body_limit (ctx: the struct openai): the routes that
  * take a file (POST /v1/files, /v1/containers/{id}/files) take
  * gateway.file_max and the envelope of its multipart body, an Upload's part

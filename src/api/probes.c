@@ -56,3 +56,9 @@ size_t probes_body_limit(void *ctx, const struct http_request *req)
     const struct probes *p = ctx;
     return p->inner_limit ? p->inner_limit(p->inner_ctx, req) : 0;
 }
+
+struct http_response *probes_too_large(void *ctx, const struct http_request *req, size_t max_body)
+{
+    const struct probes *p = ctx;
+    return p->inner_too_large(p->inner_ctx, req, max_body);
+}

@@ -38,6 +38,9 @@ struct probes {
     void *inner_ctx;
     /* The protocol's body limits (http_server_options.body_limit), or NULL. */
     size_t (*inner_limit)(void *ctx, const struct http_request *req);
+    /* Its answer to a body beyond them (http_server_options.too_large), or NULL. */
+    struct http_response *(*inner_too_large)(void *ctx, const struct http_request *req,
+                                             size_t max_body);
     bool node_state; /* serves /fleet/v1/node */
 };
 
@@ -45,5 +48,7 @@ struct probes {
 struct http_response *probes_handle(const struct http_request *req, void *ctx);
 /* Its http_server_options.body_limit: the protocol's (the probes take no body). */
 size_t probes_body_limit(void *ctx, const struct http_request *req);
+/* Its http_server_options.too_large when the protocol has one: the protocol's. */
+struct http_response *probes_too_large(void *ctx, const struct http_request *req, size_t max_body);
 
 #endif

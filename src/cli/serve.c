@@ -603,6 +603,9 @@ static int listen_on(const struct serve_opts *o, const char *host, uint16_t port
     pr->inner_ctx = ho->ctx;
     pr->inner_limit = ho->body_limit;
     ho->body_limit = probes_body_limit;
+    pr->inner_too_large = ho->too_large;
+    if (ho->too_large)
+        ho->too_large = probes_too_large;
     ho->host = host;
     ho->port = port;
     ho->max_body = o->max_body;

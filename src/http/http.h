@@ -201,8 +201,9 @@ struct http_server_options {
     size_t spool_over;
     const char *spool_dir;
     /* The answer to a body beyond its limit (the one that applied, from
-     * body_limit or max_body); NULL = refusal(413, ...). */
-    struct http_response *(*too_large)(void *ctx, size_t max_body);
+     * body_limit or max_body; req as body_limit has it); NULL =
+     * refusal(413, ...). */
+    struct http_response *(*too_large)(void *ctx, const struct http_request *req, size_t max_body);
     /* The protocol's answer to what the server refuses itself (a malformed
      * request 400, 408, 431, 501, 503, 505), with a message that says why;
      * NULL = http_error(status, message). */

@@ -20,8 +20,11 @@
  * grows as its bytes arrive.
  *
  * Each request's body has the limit that the server's body_limit gives for
- * its head (a Content-Length beyond it is refused before a byte of the body
- * is read; a chunked body once its chunks pass it). A body larger than
+ * its head. A Content-Length beyond it is answered (too_large) at once when
+ * the client waits for "100 Continue" before sending the body (which it is
+ * then not sent; the connection closes after a short lingering read), else
+ * once the body has arrived and been dropped, kept nowhere; a chunked body
+ * is answered once its chunks pass the limit. A body larger than
  * spool_over goes to a temporary file, unlinked at once, as it arrives: the
  * buffer holds at most a read's worth of it at a time. Its handler sees the
  * file mapped read-only (and its descriptor, http_body_fd), both released
@@ -68,6 +71,7 @@
 #define STACK_SIZE         (512u << 10)
 #define SWEEP_MS           500
 #define READ_STEP          (64u << 10) /* a body's buffer grows by at most this a read */
+#define LINGER_MS          1000        /* reading after a 413 that closes the connection */
 /* Pipelined requests answered in a row before the connection goes back to
  * the end of the queue, so that one client's pipeline cannot hold a thread
  * (and its share of the CPU) while others wait. */
@@ -145,7 +149,7 @@ struct http_server {
     char *spool_dir;
     struct http_server_limits limits; /* defaults filled in */
     http_handler handler;
-    struct http_response *(*too_large)(void *ctx, size_t max_body);
+    struct http_response *(*too_large)(void *ctx, const struct http_request *req, size_t max_body);
     struct http_response *(*refusal)(void *ctx, int status, const char *message);
     void *ctx;
     pthread_mutex_t lock;
@@ -491,6 +495,41 @@ static int spill(struct conn *c)
     return 0;
 }
 
+static bool send_response(struct conn *c, struct http_response *resp, bool head_only);
+static struct http_response *refusal(struct http_server *srv, int status, const char *message);
+
+static struct http_response *too_large_answer(struct conn *c)
+{
+    struct http_server *srv = c->srv;
+    struct http_request req = {
+        .method = c->in + c->method, .path = c->in + c->path, .body = NULL, .conn = c};
+    char msg[80];
+    snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", c->limit);
+    return srv->too_large ? srv->too_large(srv->ctx, &req, c->limit) : refusal(srv, 413, msg);
+}
+
+/* The answer to a body too large that the client has not sent (it waits
+ * for 100 Continue): the connection closes after it, once what the client
+ * may have sent all the same has been read for a moment (a close with
+ * unread bytes would reset the connection, and the answer with it). */
+static void refuse_unsent(struct conn *c)
+{
+    c->keep_alive = false;
+    if (!send_response(c, too_large_answer(c), false))
+        return;
+    shutdown(c->fd, SHUT_WR);
+    char sink[4096];
+    uint64_t until = corral_now_ms() + LINGER_MS;
+    for (uint64_t now = corral_now_ms(); now < until; now = corral_now_ms()) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(until - now)) <= 0)
+            break;
+        ssize_t n = recv(c->fd, sink, sizeof(sink), 0);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+            break;
+    }
+}
+
 /* The body's limit, from the head just read, and whether it goes to a
  * file: 0, or -1 when an answer was sent (the connection closes). */
 static int settle_body(struct conn *c)
@@ -505,6 +544,11 @@ static int settle_body(struct conn *c)
         return 0;
     if (c->length > c->limit) {
         c->too_large = true;
+        const char *expect = find_header(c, "Expect");
+        if (!c->http10 && expect && !strcasecmp(expect, "100-continue")) {
+            refuse_unsent(c); /* the client sends nothing more: no need to read it */
+            return -1;
+        }
         return 0;
     }
     if (c->length <= srv->spool_over)
@@ -1211,9 +1255,7 @@ static bool answer(struct conn *c)
     void *map = NULL;
     size_t map_len = 0;
     if (c->too_large) {
-        char msg[80];
-        snprintf(msg, sizeof(msg), "the request body is larger than %zu bytes", c->limit);
-        resp = srv->too_large ? srv->too_large(srv->ctx, c->limit) : refusal(srv, 413, msg);
+        resp = too_large_answer(c);
     } else if (c->spool >= 0) {
         resp = handle_spooled(c, &map, &map_len);
     } else {

@@ -94,3 +94,22 @@ test('keys: made, listed, limited, and each sees only its own objects', T, async
   assert.deepEqual(del.body.deleted_keys, [a.body.key]);
   await assert.rejects(A.containers.list(), (e) => e.status === 401);
 });
+
+test("a file's bytes go to the gateway's disk only for a key it takes: another one is refused before they are kept", T, async () => {
+  const bytes = Buffer.alloc(12 << 20, 7); // past --max-body (10 MiB), within gateway.file_max
+  const upload = (key) => {
+    const form = new FormData();
+    form.append('purpose', 'assistants');
+    form.append('file', new Blob([bytes]), 'big.bin');
+    return fetch(`${gw.server.gatewayUrl}/files`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  };
+  const refused = await upload('sk-not-a-key');
+  assert.equal(refused.status, 401);
+  const body = await refused.json();
+  assert.equal(body.error.code, 'invalid_api_key', JSON.stringify(body));
+  const kept = await upload(MASTER_KEY);
+  assert.equal(kept.status, 200);
+  const file = await kept.json();
+  assert.equal(file.bytes, bytes.length);
+  await gw.client.files.delete(file.id);
+});

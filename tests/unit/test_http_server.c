@@ -442,6 +442,19 @@ static void test_bodies_beyond_the_limit_get_413_and_the_connection_lives(void *
     free(r);
     free(big);
     close(fd);
+    /* A client waiting for 100 Continue is refused at once, its body never
+     * asked for (it declares far more than would ever be read), and the
+     * connection closes. */
+    fd = dial(srv);
+    put(fd, "POST /big HTTP/1.1\r\nContent-Length: 600000000000\r\nExpect: 100-continue\r\n\r\n");
+    char all[4096] = {0};
+    size_t got = 0;
+    for (ssize_t n; (n = recv(fd, all + got, sizeof(all) - 1 - got, 0)) > 0;)
+        got += (size_t)n;
+    assert_non_null(strstr(all, "HTTP/1.1 413 Content Too Large\r\n"));
+    assert_null(strstr(all, "100 Continue"));
+    assert_non_null(strstr(all, "Connection: close\r\n"));
+    close(fd);
     http_server_stop(srv);
 }
 
