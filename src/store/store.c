@@ -1040,31 +1040,76 @@ int store_get_upload(struct store *s, const char *id, const char *owner, json_t 
     snprintf(what, sizeof(what), "cannot read upload %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no upload %s in store %s", id, s->name);
     const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
-    return get_one(s, "SELECT object FROM uploads WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
-                   missing, what, err);
+    json_t *u = NULL;
+    cleanup_free char *status = NULL;
+    int r = get_one(s, "SELECT object, status FROM uploads WHERE id = ?1 AND owner = ?2", keys, 2,
+                    &u, &status, missing, what, err);
+    if (r < 0)
+        return r;
+    if (status) /* the column is the truth: a move changes only it */
+        json_object_set_new(u, "status", json_string(status));
+    if (out)
+        *out = u;
+    else
+        json_decref(u);
+    return 0;
 }
 
-int store_update_pending_upload(struct store *s, const char *owner, json_t *upload,
-                                struct corral_error *err)
+/* After a conditional write to the Upload `id` changed nothing: -ENOENT
+ * when there is no such Upload, else -EBUSY saying its status. */
+static int upload_not_moved(struct store *s, const char *id, const char *owner, const char *from,
+                            struct corral_error *err)
+{
+    struct corral_error why;
+    json_t *u = NULL;
+    int r = store_get_upload(s, id, owner, &u, &why);
+    if (r == -ENOENT)
+        return corral_fail(err, ENOENT, "no upload %s in store %s", id, s->name);
+    const char *status = json_string_value(json_object_get(u, "status"));
+    r = corral_fail(err, EBUSY, "upload %s is %s, not %s", id, status ? status : "changing", from);
+    json_decref(u);
+    return r;
+}
+
+int store_move_upload(struct store *s, const char *id, const char *owner, const char *from,
+                      const char *to, struct corral_error *err)
+{
+    if (!id || !from || !to)
+        return corral_fail(err, EINVAL, "cannot move an upload without its id and statuses");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot move upload %s from %s to %s in store %s", id, from, to,
+             s->name);
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_TEXT(from),
+                                    P_TEXT(to)};
+    int64_t changes = 0;
+    int r = run(s, "UPDATE uploads SET status = ?4 WHERE id = ?1 AND owner = ?2 AND status = ?3", p,
+                P_COUNT(p), NULL, &changes, what, err);
+    if (r == 0 && changes == 0)
+        r = upload_not_moved(s, id, owner, from, err);
+    return r;
+}
+
+int store_update_upload(struct store *s, const char *owner, json_t *upload, const char *from,
+                        struct corral_error *err)
 {
     struct upload_cols c;
     int r = upload_columns(upload, &c, err);
     cleanup_free char *text = c.text;
     if (r < 0)
         return r;
+    if (!from)
+        return corral_fail(err, EINVAL, "cannot update upload %s without its status", c.id);
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot update upload %s in store %s", c.id, s->name);
     const struct store_param p[] = {P_TEXT(c.id), P_TEXT(owner ? owner : ""), P_TEXT(c.status),
-                                    P_TEXT(text)};
-    r = write_row(s,
-                  "UPDATE uploads SET status = ?3, object = ?4"
-                  " WHERE id = ?1 AND owner = ?2 AND status = 'pending'",
-                  p, P_COUNT(p), what, err, EBUSY, "upload %s is no longer pending", c.id);
-    if (r == -EBUSY) {
-        struct corral_error ignored;
-        if (store_get_upload(s, c.id, owner, NULL, &ignored) == -ENOENT)
-            return corral_fail(err, ENOENT, "no upload %s in store %s", c.id, s->name);
-    }
+                                    P_TEXT(text), P_TEXT(from)};
+    int64_t changes = 0;
+    r = run(s,
+            "UPDATE uploads SET status = ?3, object = ?4"
+            " WHERE id = ?1 AND owner = ?2 AND status = ?5",
+            p, P_COUNT(p), NULL, &changes, what, err);
+    if (r == 0 && changes == 0)
+        r = upload_not_moved(s, c.id, owner, from, err);
     return r;
 }
 

@@ -202,13 +202,20 @@ int store_read_bytes(struct store *s, const char *container_id, const char *id, 
 
 /* Inserts the new Upload (an id taken: -EEXIST). */
 int store_put_upload(struct store *s, const char *owner, json_t *upload, struct corral_error *err);
+/* The Upload, its "status" the stored one (-ENOENT: none of owner's). */
 int store_get_upload(struct store *s, const char *id, const char *owner, json_t **out,
-                     struct corral_error *err); /* -ENOENT */
+                     struct corral_error *err);
+/* Moves the Upload's status from `from` to `to`, in one conditional
+ * write: -EBUSY when its status is not `from` (another request changed it
+ * first; the message says what it is), -ENOENT when there is no such
+ * Upload of owner. Completing one goes pending -> completing (no part,
+ * complete or cancel is taken then), and back to pending if it fails. */
+int store_move_upload(struct store *s, const char *id, const char *owner, const char *from,
+                      const char *to, struct corral_error *err);
 /* Replaces the Upload's object (its status from it) only while its status
- * is still "pending": -EBUSY when it is not (completed, cancelled by
- * another request meanwhile), -ENOENT when there is no such Upload. */
-int store_update_pending_upload(struct store *s, const char *owner, json_t *upload,
-                                struct corral_error *err);
+ * is `from`: -EBUSY when it is not, -ENOENT when there is no such Upload. */
+int store_update_upload(struct store *s, const char *owner, json_t *upload, const char *from,
+                        struct corral_error *err);
 /* Adds a part (with its bytes when not NULL, as store_put_file_bytes) to
  * an Upload that is pending: -EBUSY when it is not. */
 int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,

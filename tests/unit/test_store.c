@@ -1195,9 +1195,9 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     json_decref(list);
     /* once completed, it takes no part and changes no more */
     json_object_set_new(u, "status", json_string("completed"));
-    assert_int_equal(store_update_pending_upload(s, "bob", u, &err), -ENOENT);
-    assert_int_equal(store_update_pending_upload(s, "alice", u, &err), 0);
-    assert_int_equal(store_update_pending_upload(s, "alice", u, &err), -EBUSY);
+    assert_int_equal(store_update_upload(s, "bob", u, "pending", &err), -ENOENT);
+    assert_int_equal(store_update_upload(s, "alice", u, "pending", &err), 0);
+    assert_int_equal(store_update_upload(s, "alice", u, "pending", &err), -EBUSY);
     json_t *late = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_3", "upload_id", "upload_1",
                              "created_at", (json_int_t)now, "bytes", (json_int_t)1);
     assert_int_equal(store_put_part(s, late, NULL, &err), -EBUSY);
@@ -1229,6 +1229,52 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
     assert_int_equal(json_array_size(json_object_get(dropped, "files")), 0);
     json_decref(dropped);
+    store_close(s);
+}
+
+/* A complete moves its Upload from pending to completing in one
+ * conditional write: while it is completing, a second complete, a cancel
+ * and a part are refused; it then moves to completed, or back to pending. */
+static void completes_an_upload_once(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    int64_t now = (int64_t)time(NULL);
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    assert_int_equal(store_move_upload(s, "upload_1", "bob", "pending", "completing", &err),
+                     -ENOENT);
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err), 0);
+    /* the second complete, and a cancel, find it moved */
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err),
+                     -EBUSY);
+    assert_non_null(strstr(err.message, "completing"));
+    json_t *cancelled = json_deep_copy(u);
+    json_object_set_new(cancelled, "status", json_string("cancelled"));
+    assert_int_equal(store_update_upload(s, "alice", cancelled, "pending", &err), -EBUSY);
+    json_decref(cancelled);
+    json_t *back = NULL;
+    assert_int_equal(store_get_upload(s, "upload_1", "alice", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "status")), "completing");
+    json_decref(back);
+    json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_1", "upload_id", "upload_1",
+                          "created_at", (json_int_t)now, "bytes", (json_int_t)1);
+    assert_int_equal(store_put_part(s, p, NULL, &err), -EBUSY);
+    /* a complete that failed: pending again, it takes parts */
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "completing", "pending", &err), 0);
+    assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+    json_decref(p);
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err), 0);
+    json_object_set_new(u, "status", json_string("completed"));
+    assert_int_equal(store_update_upload(s, "alice", u, "completing", &err), 0);
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "completing", "pending", &err),
+                     -EBUSY);
+    assert_int_equal(store_get_upload(s, "upload_1", "alice", &back, &err), 0);
+    assert_true(json_equal(back, u));
+    json_decref(back);
+    json_decref(u);
     store_close(s);
 }
 
@@ -2533,6 +2579,7 @@ int main(void)
         cmocka_unit_test(counts_a_containers_bytes),
         cmocka_unit_test(keeps_files),
         cmocka_unit_test(keeps_uploads_and_drops_what_expired),
+        cmocka_unit_test(completes_an_upload_once),
         cmocka_unit_test(refuses_bad_objects),
         WITH_TMP(persists_containers_and_files),
         cmocka_unit_test(keeps_keys),
