@@ -418,7 +418,7 @@ static int put_row(corral_gateway *gw, const struct keep *k, const struct store_
         return bytes ? store_put_cfile_bytes(gw->store, k->obj, bytes, err)
                      : store_put_cfile(gw->store, k->obj, err);
     case KEEP_PART:
-        return store_put_part(gw->store, k->obj, bytes, err);
+        return store_put_part(gw->store, k->obj, bytes, gw->cfg->file_max, err);
     case KEEP_FILE:
         break;
     }

@@ -228,6 +228,15 @@ static void upload_create(corral_gateway *gw, json_t *body, const char *owner,
 
 /* ---- POST /v1/uploads/{id}/parts ---- */
 
+/* The 400 for a part that would take the Upload `id` past file_max. */
+static void too_many_bytes(corral_gateway *gw, const char *id, struct corral_gateway_reply *out)
+{
+    gw_reply_error(out, 400, "invalid_request_error", "data", "file_too_large",
+                   "Invalid 'data': the parts of upload %s would hold more than the %llu "
+                   "bytes this gateway keeps of one file.",
+                   id, (unsigned long long)gw->cfg->file_max);
+}
+
 static void part_add(corral_gateway *gw, const struct corral_gateway_object_request *r,
                      const char *owner, const char *id, struct corral_gateway_reply *out)
 {
@@ -246,16 +255,15 @@ static void part_add(corral_gateway *gw, const struct corral_gateway_object_requ
                        (unsigned long long)part_max);
         return;
     }
+    /* a first look, before the bytes are written; the store checks again
+     * as it adds the part, for parts added at once */
     struct corral_error err;
     if (store_parts_bytes(gw->store, id, &have, &err) < 0) {
         gw_reply_failure(out, &err);
         return;
     }
     if (have + r->file_len > gw->cfg->file_max) {
-        gw_reply_error(out, 400, "invalid_request_error", "data", "file_too_large",
-                       "Invalid 'data': the parts of upload %s would hold more than the %llu "
-                       "bytes this gateway keeps of one file.",
-                       id, (unsigned long long)gw->cfg->file_max);
+        too_many_bytes(gw, id, out);
         return;
     }
     char pid[64];
@@ -269,6 +277,8 @@ static void part_add(corral_gateway *gw, const struct corral_gateway_object_requ
                   : corral_fail(&err, ENOMEM, "out of memory");
     if (rc == -EBUSY)
         not_pending(gw, owner, id, out);
+    else if (rc == -EFBIG)
+        too_many_bytes(gw, id, out);
     else if (rc < 0)
         gw_reply_failure(out, &err);
     if (rc < 0) {

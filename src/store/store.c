@@ -1114,7 +1114,7 @@ int store_update_upload(struct store *s, const char *owner, json_t *upload, cons
 }
 
 int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,
-                   struct corral_error *err)
+                   uint64_t max_total, struct corral_error *err)
 {
     const struct kind *k = &part_kind;
     if (!json_is_object(part))
@@ -1134,20 +1134,27 @@ int store_put_part(struct store *s, json_t *part, const struct store_bytes *byte
         r = object_text(part, &text, k, err);
     if (r < 0)
         return r;
-    char what[CORRAL_ERROR_MESSAGE_MAX], busy[CORRAL_ERROR_MESSAGE_MAX];
+    char what[CORRAL_ERROR_MESSAGE_MAX], busy[CORRAL_ERROR_MESSAGE_MAX],
+        full[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store part %s of upload %s in store %s", id, upload_id,
              s->name);
     snprintf(busy, sizeof(busy), "upload %s is not pending", upload_id);
+    snprintf(full, sizeof(full), "the parts of upload %s would hold more than %llu bytes",
+             upload_id, (unsigned long long)max_total);
+    int64_t max = max_total > INT64_MAX ? INT64_MAX : (int64_t)max_total;
     const struct store_param up[] = {P_TEXT(upload_id)};
-    const struct store_param p[] = {P_TEXT(id), P_TEXT(upload_id), P_INT(true, created_at),
-                                    P_INT(true, size), P_TEXT(text)};
-    /* the Upload's row, locked while the part goes in: it is pending then */
+    const struct store_param p[] = {P_TEXT(id),        P_TEXT(upload_id), P_INT(true, created_at),
+                                    P_INT(true, size), P_TEXT(text),      P_INT(true, max)};
+    /* the Upload's row, locked while the part goes in: it is pending then,
+     * and the parts it has are all committed ones (the sum is read after
+     * the lock, by the insert's own statement) */
     const struct step steps[] = {
         STEP_MUST("UPDATE uploads SET status = status WHERE id = ?1 AND status = 'pending'", up, 1,
                   EBUSY, busy),
-        STEP("INSERT INTO upload_parts (id, upload_id, created_at, bytes, object)"
-             " VALUES (?1, ?2, ?3, ?4, ?5)",
-             p, P_COUNT(p)),
+        STEP_MUST("INSERT INTO upload_parts (id, upload_id, created_at, bytes, object)"
+                  " SELECT ?1, ?2, ?3, ?4, ?5 WHERE ?4 <= ?6 - (SELECT COALESCE(SUM(bytes), 0)"
+                  " FROM upload_parts WHERE upload_id = ?2)",
+                  p, P_COUNT(p), EFBIG, full),
     };
     const struct bytes_put put = {upload_id, id, bytes, true, size};
     return run_steps_with(s, bytes ? &put : NULL, steps, 2, NULL, NULL, what, err);

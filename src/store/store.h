@@ -217,9 +217,12 @@ int store_move_upload(struct store *s, const char *id, const char *owner, const 
 int store_update_upload(struct store *s, const char *owner, json_t *upload, const char *from,
                         struct corral_error *err);
 /* Adds a part (with its bytes when not NULL, as store_put_file_bytes) to
- * an Upload that is pending: -EBUSY when it is not. */
+ * an Upload that is pending: -EBUSY when it is not; -EFBIG when the
+ * Upload's parts would then hold more than `max_total` bytes (checked in
+ * the transaction that adds it, the Upload's row locked, so that parts
+ * added at once cannot pass it together). */
 int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,
-                   struct corral_error *err);
+                   uint64_t max_total, struct corral_error *err);
 /* Every part of the Upload (an array of their objects), oldest first. */
 int store_list_parts(struct store *s, const char *upload_id, json_t **list,
                      struct corral_error *err);

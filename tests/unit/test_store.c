@@ -1151,6 +1151,9 @@ static void refuses_bad_objects(void **state)
     store_close(s);
 }
 
+/* What an Upload's parts may hold together, for the tests of other things. */
+#define PARTS_MAX 1000
+
 /* Uploads and their parts; files and Uploads past their expiry: not seen,
  * then dropped. */
 static void keeps_uploads_and_drops_what_expired(void **state)
@@ -1183,7 +1186,7 @@ static void keeps_uploads_and_drops_what_expired(void **state)
         snprintf(id, sizeof(id), "part_%d", i);
         json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", id, "upload_id", "upload_1",
                               "created_at", (json_int_t)now, "bytes", (json_int_t)(5 * i));
-        assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+        assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), 0);
         json_decref(p);
     }
     uint64_t bytes = 0;
@@ -1200,7 +1203,7 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     assert_int_equal(store_update_upload(s, "alice", u, "pending", &err), -EBUSY);
     json_t *late = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_3", "upload_id", "upload_1",
                              "created_at", (json_int_t)now, "bytes", (json_int_t)1);
-    assert_int_equal(store_put_part(s, late, NULL, &err), -EBUSY);
+    assert_int_equal(store_put_part(s, late, NULL, PARTS_MAX, &err), -EBUSY);
     json_decref(late);
     assert_int_equal(store_delete_parts(s, "upload_1", &err), 0);
     assert_int_equal(store_parts_bytes(s, "upload_1", &bytes, &err), 0);
@@ -1214,7 +1217,7 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     json_decref(u);
     json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_9", "upload_id", "upload_2",
                           "created_at", (json_int_t)now, "bytes", (json_int_t)3);
-    assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+    assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), 0);
     json_decref(p);
     json_t *dropped = NULL;
     assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
@@ -1229,6 +1232,40 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
     assert_int_equal(json_array_size(json_object_get(dropped, "files")), 0);
     json_decref(dropped);
+    store_close(s);
+}
+
+/* The parts of an Upload hold at most what store_put_part is given: the
+ * sum is checked as each part goes in, in its transaction, so that parts
+ * added at once cannot pass it together. */
+static void keeps_an_uploads_parts_under_a_total(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    int64_t now = (int64_t)time(NULL);
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    json_decref(u);
+    const int sizes[] = {6, 4, 1, 0};
+    const int want[] = {0, 0, -EFBIG, 0};
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "part_%d", i);
+        json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", id, "upload_id", "upload_1",
+                              "created_at", (json_int_t)now, "bytes", (json_int_t)sizes[i]);
+        assert_int_equal(store_put_part(s, p, NULL, 10, &err), want[i]);
+        json_decref(p);
+    }
+    assert_non_null(strstr(err.message, "upload_1"));
+    uint64_t bytes = 0;
+    assert_int_equal(store_parts_bytes(s, "upload_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 10);
+    json_t *list = NULL;
+    assert_int_equal(store_list_parts(s, "upload_1", &list, &err), 0);
+    assert_int_equal(json_array_size(list), 3);
+    json_decref(list);
     store_close(s);
 }
 
@@ -1261,10 +1298,10 @@ static void completes_an_upload_once(void **state)
     json_decref(back);
     json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_1", "upload_id", "upload_1",
                           "created_at", (json_int_t)now, "bytes", (json_int_t)1);
-    assert_int_equal(store_put_part(s, p, NULL, &err), -EBUSY);
+    assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), -EBUSY);
     /* a complete that failed: pending again, it takes parts */
     assert_int_equal(store_move_upload(s, "upload_1", "alice", "completing", "pending", &err), 0);
-    assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+    assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), 0);
     json_decref(p);
     assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err), 0);
     json_object_set_new(u, "status", json_string("completed"));
@@ -2580,6 +2617,7 @@ int main(void)
         cmocka_unit_test(keeps_files),
         cmocka_unit_test(keeps_uploads_and_drops_what_expired),
         cmocka_unit_test(completes_an_upload_once),
+        cmocka_unit_test(keeps_an_uploads_parts_under_a_total),
         cmocka_unit_test(refuses_bad_objects),
         WITH_TMP(persists_containers_and_files),
         cmocka_unit_test(keeps_keys),
