@@ -1211,6 +1211,10 @@ static int row_text(struct store_rows *rows, int i, json_t **out, const char *wh
     return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
 }
 
+/* A part (upload_parts row) whose Upload is gone. */
+#define PART_WITHOUT_UPLOAD                                                                        \
+    "NOT EXISTS (SELECT 1 FROM uploads WHERE uploads.id = upload_parts.upload_id)"
+
 int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err)
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
@@ -1222,20 +1226,28 @@ int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct co
     if (r == 0)
         r = query_list(s, "SELECT id FROM uploads WHERE expires_at <= ?1", p, 1, row_text, SIZE_MAX,
                        NULL, &uploads, what, err);
+    /* The Uploads' rows go first, and then the parts (and their bytes) of
+     * any Upload that is gone: a part added meanwhile waited for its
+     * Upload's row (store_put_part locks it) and found it gone, or went in
+     * first and is dropped here, or by the next prune if it went in
+     * between (a part is never left without its Upload). */
     const struct step steps[] = {
         STEP("DELETE FROM blobs WHERE container_id = '' AND id IN"
              " (SELECT id FROM files WHERE expires_at <= ?1)",
              p, 1),
         STEP("DELETE FROM files WHERE expires_at <= ?1", p, 1),
-        STEP("DELETE FROM blobs WHERE container_id IN"
-             " (SELECT id FROM uploads WHERE expires_at <= ?1)",
-             p, 1),
-        STEP("DELETE FROM upload_parts WHERE upload_id IN"
-             " (SELECT id FROM uploads WHERE expires_at <= ?1)",
-             p, 1),
         STEP("DELETE FROM uploads WHERE expires_at <= ?1", p, 1),
+        STEP("DELETE FROM blobs WHERE (container_id, id) IN (SELECT upload_id, id FROM"
+             " upload_parts WHERE " PART_WITHOUT_UPLOAD ")",
+             NULL, 0),
+        STEP("DELETE FROM upload_parts WHERE " PART_WITHOUT_UPLOAD, NULL, 0),
     };
-    if (r == 0 && (json_array_size(files) || json_array_size(uploads)))
+    cleanup_rows struct store_rows orphans = {0};
+    if (r == 0) /* a look at the parts only (the blobs are many), for what is to do */
+        r = run(s, "SELECT count(*) FROM upload_parts WHERE " PART_WITHOUT_UPLOAD, NULL, 0,
+                &orphans, NULL, what, err);
+    if (r == 0 &&
+        (json_array_size(files) || json_array_size(uploads) || store_cell_int(&orphans, 0, 0)))
         r = run_steps(s, steps, 5, NULL, NULL, what, err);
     if (r == 0 && dropped)
         *dropped = json_pack("{s:o, s:o}", "files", files, "uploads", uploads);

@@ -233,9 +233,10 @@ int store_parts_bytes(struct store *s, const char *upload_id, uint64_t *bytes,
 int store_delete_parts(struct store *s, const char *upload_id, struct corral_error *err);
 
 /* Deletes what expired before `now` (unix seconds): uploaded files past
- * their expires_at with their bytes, and Uploads past theirs with their
- * parts and bytes. *dropped (may be NULL): {"files": [ids], "uploads":
- * [ids]}, for the caller to remove local copies. */
+ * their expires_at with their bytes, and Uploads past theirs, then the
+ * parts and bytes of every Upload that is gone. *dropped (may be NULL):
+ * {"files": [ids], "uploads": [ids]}, for the caller to remove local
+ * copies. */
 int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err);
 
 /* ---- conversations (/v1/conversations) ----

@@ -2355,6 +2355,39 @@ static void assert_no_bytes(struct store *s, const char *container_id, const cha
     close(fd);
 }
 
+/* A part whose Upload is gone (it went in while a prune dropped the
+ * Upload) is dropped, with its bytes, by the next prune. */
+static void drops_the_parts_of_an_upload_that_is_gone(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    int64_t now = (int64_t)time(NULL);
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    json_decref(u);
+    int fd = pattern_file(10, 1);
+    json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_1", "upload_id", "upload_1",
+                          "created_at", (json_int_t)now, "bytes", (json_int_t)10);
+    const struct store_bytes bytes = {fd, "v1"};
+    assert_int_equal(store_put_part(s, p, &bytes, PARTS_MAX, &err), 0);
+    json_decref(p);
+    close(fd);
+    assert_kept(s, "upload_1", "part_1", 10, 1, "v1");
+    /* the Upload's row gone, its part left behind */
+    sql_int(t->location, "DELETE FROM uploads WHERE id = 'upload_1'");
+    json_t *dropped = NULL;
+    assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
+    json_decref(dropped);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM upload_parts"), 0);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM blobs"), 0);
+    uint64_t size = 0;
+    assert_int_equal(store_bytes_info(s, "upload_1", "part_1", NULL, &size, &err), -ENOENT);
+    store_close(s);
+}
+
 /* Bytes of several chunks, of one chunk and of none come back as they
  * went, with their version, kept in chunks of at most STORE_BLOB_CHUNK
  * bytes; a new version replaces the old whole. */
@@ -2631,6 +2664,7 @@ int main(void)
         WITH_TMP(keeps_the_bytes_of_files),
         WITH_TMP(stores_bytes_and_row_together),
         WITH_TMP(deletes_bytes_with_their_files),
+        WITH_TMP(drops_the_parts_of_an_upload_that_is_gone),
         WITH_TMP(refuses_bytes_not_whole),
         cmocka_unit_test(takes_requests_at_a_rate),
         cmocka_unit_test(refuses_bad_rates),
