@@ -1258,6 +1258,65 @@ int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct co
     return r;
 }
 
+/* Ids asked about at once by which_ids (the statement's parameters, with
+ * `now`, stay under what a backend binds). */
+#define IDS_AT_ONCE 60
+
+/* Of ids, into *kept: those `select` (a statement "SELECT id FROM ... WHERE
+ * <condition, ?1 bound to now> AND id IN " to which the list of ids is
+ * added) returns, asked IDS_AT_ONCE at a time. */
+static int which_ids(struct store *s, const char *select, json_t *ids, int64_t now, json_t **kept,
+                     const char *what, struct corral_error *err)
+{
+    *kept = json_array();
+    if (!*kept)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    size_t n = json_array_size(ids);
+    int r = 0;
+    for (size_t at = 0; r == 0 && at < n; at += IDS_AT_ONCE) {
+        struct store_param p[IDS_AT_ONCE + 1] = {P_INT(true, now)};
+        char sql[512 + IDS_AT_ONCE * 8];
+        int len = snprintf(sql, sizeof(sql), "%s(", select), k = 0;
+        for (size_t i = at; i < n && k < IDS_AT_ONCE; i++, k++) {
+            const char *id = json_string_value(json_array_get(ids, i));
+            p[k + 1] = P_TEXT(id ? id : "");
+            len += snprintf(sql + len, sizeof(sql) - (size_t)len, "%s?%d", k ? ", " : "", k + 2);
+        }
+        snprintf(sql + len, sizeof(sql) - (size_t)len, ")");
+        json_t *got = NULL;
+        r = query_list(s, sql, p, k + 1, row_text, SIZE_MAX, NULL, &got, what, err);
+        if (r == 0)
+            json_array_extend(*kept, got);
+        json_decref(got);
+    }
+    if (r < 0) {
+        json_decref(*kept);
+        *kept = NULL;
+    }
+    return r;
+}
+
+int store_kept_files(struct store *s, json_t *ids, int64_t now, json_t **kept,
+                     struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot look up files in store %s", s->name);
+    return which_ids(s,
+                     "SELECT id FROM files WHERE (expires_at IS NULL OR expires_at > ?1)"
+                     " AND id IN ",
+                     ids, now, kept, what, err);
+}
+
+int store_pending_uploads(struct store *s, json_t *ids, json_t **kept, struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot look up uploads in store %s", s->name);
+    return which_ids(s,
+                     "SELECT id FROM uploads WHERE ?1 = ?1 AND status IN ('pending', 'completing')"
+                     " AND id IN ",
+                     ids, 0, kept, what, err);
+}
+
 /* ---- the bytes of files ---- */
 
 bool store_is_shared(const struct store *s)

@@ -239,6 +239,15 @@ int store_delete_parts(struct store *s, const char *upload_id, struct corral_err
  * copies. */
 int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err);
 
+/* Of ids (an array of ids, any number), into *kept (a new array): those
+ * of uploaded files the store keeps and that have not expired at `now`
+ * (store_kept_files), and those of Uploads that are pending or being
+ * completed (store_pending_uploads). For a gateway to find the local
+ * copies it may remove; the store is asked a batch of ids at a time. */
+int store_kept_files(struct store *s, json_t *ids, int64_t now, json_t **kept,
+                     struct corral_error *err);
+int store_pending_uploads(struct store *s, json_t *ids, json_t **kept, struct corral_error *err);
+
 /* ---- conversations (/v1/conversations) ----
  *
  * A conversation: its object as the API shows it (conv["id"], an integer
