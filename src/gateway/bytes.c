@@ -34,6 +34,7 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cleanup.h"
@@ -418,7 +419,7 @@ static int put_row(corral_gateway *gw, const struct keep *k, const struct store_
         return bytes ? store_put_cfile_bytes(gw->store, k->obj, bytes, err)
                      : store_put_cfile(gw->store, k->obj, err);
     case KEEP_PART:
-        return store_put_part(gw->store, k->obj, bytes, err);
+        return store_put_part(gw->store, k->obj, bytes, gw->cfg->file_max, err);
     case KEEP_FILE:
         break;
     }
@@ -530,6 +531,79 @@ void gw_bytes_forget_upload(corral_gateway *gw, const char *upload_id)
         return;
     snprintf(dir, sizeof(dir), "%s/uploads/%s", gw->data_dir, upload_id);
     gw_remove_tree(dir);
+}
+
+/* The names in dir that `keep_name` takes, as an array. */
+static json_t *names_in(const char *dir, bool (*keep_name)(const char *))
+{
+    json_t *names = json_array();
+    DIR *d = opendir(dir);
+    if (!d || !names)
+        return names;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (keep_name(e->d_name))
+            json_array_append_new(names, json_string(e->d_name));
+    closedir(d);
+    return names;
+}
+
+/* A local copy's name, not a temporary one (in flight). */
+static bool settled_name(const char *name)
+{
+    return name[0] != '.' && !strstr(name, ".part-");
+}
+
+static bool upload_name(const char *name)
+{
+    return gw_is_upload_id(name) && settled_name(name);
+}
+
+/* Removes dir/<name> (a tree when `tree`) for each name of `names` that is
+ * not in `kept`. */
+static void remove_unkept(const char *dir, json_t *names, json_t *kept, bool tree)
+{
+    json_t *set = json_object(), *name, *k;
+    size_t i;
+    json_array_foreach(kept, i, k) json_object_set(set, json_string_value(k), json_true());
+    json_array_foreach(names, i, name)
+    {
+        if (!set || json_object_get(set, json_string_value(name)))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, json_string_value(name));
+        if (tree)
+            gw_remove_tree(path);
+        else
+            unlink(path);
+    }
+    json_decref(set);
+}
+
+void gw_bytes_sweep(corral_gateway *gw)
+{
+    if (!store_is_shared(gw->store))
+        return; /* alone, the gateway removes its copies as it drops them */
+    char dir[4096];
+    struct corral_error err;
+    snprintf(dir, sizeof(dir), "%s/uploads", gw->data_dir);
+    json_t *names = names_in(dir, upload_name), *kept = NULL;
+    if (json_array_size(names) && store_pending_uploads(gw->store, names, &kept, &err) < 0)
+        fprintf(stderr, "corral gateway: %s\n", err.message);
+    else if (json_array_size(names))
+        remove_unkept(dir, names, kept, true);
+    json_decref(names);
+    json_decref(kept);
+    kept = NULL;
+    snprintf(dir, sizeof(dir), "%s/files", gw->data_dir);
+    names = names_in(dir, settled_name);
+    if (json_array_size(names) &&
+        store_kept_files(gw->store, names, (int64_t)time(NULL), &kept, &err) < 0)
+        fprintf(stderr, "corral gateway: %s\n", err.message);
+    else if (json_array_size(names))
+        remove_unkept(dir, names, kept, false);
+    json_decref(names);
+    json_decref(kept);
 }
 
 int gw_bytes_concat(corral_gateway *gw, const char *upload_id, json_t *part_ids, int *out,

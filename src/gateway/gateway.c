@@ -61,6 +61,7 @@ static void prune_store(corral_gateway *gw)
     json_array_foreach(json_object_get(dropped, "uploads"), i, id)
         gw_bytes_forget_upload(gw, json_string_value(id));
     json_decref(dropped);
+    gw_bytes_sweep(gw);
 }
 
 /* Deletes the remote sandboxes an earlier run of this gateway left (it was

@@ -269,6 +269,10 @@ int gw_bytes_concat(corral_gateway *gw, const char *upload_id, json_t *part_ids,
                     char md5_hex[33], struct corral_error *err);
 /* Removes the local copies of every part of the Upload. */
 void gw_bytes_forget_upload(corral_gateway *gw, const char *upload_id);
+/* With a shared store: removes the local copies another gateway's request
+ * made useless here (the parts of an Upload no longer pending, an uploaded
+ * file deleted or expired); copies being written (temporary names) stay. */
+void gw_bytes_sweep(corral_gateway *gw);
 /* Whether id names an Upload ("upload_..."). */
 static inline bool gw_is_upload_id(const char *id)
 {

@@ -11,9 +11,14 @@
  * rows are in the store (uploads, upload_parts); a part's bytes are kept as
  * a file's are (bytes.c), named by the Upload's id and its own, so that
  * with a shared store any gateway can add a part and any complete the
- * Upload. The Upload's status moves from pending only once (the store
- * changes a row that is still pending, else the request is refused), so
- * that a part cannot land in an Upload being completed or cancelled.
+ * Upload. The Upload's status moves from pending only once, and only by a
+ * write to the store conditional on its status (store_move_upload,
+ * store_update_upload): a complete first moves it from pending to
+ * completing, so that no part, complete or cancel is taken while it joins
+ * the parts and keeps the File, then to completed (back to pending when it
+ * fails); a cancel moves it from pending to cancelled. The API shows a
+ * completing Upload as pending (OpenAI's statuses are pending, completed,
+ * cancelled and expired).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -48,14 +53,46 @@ static void no_upload(struct corral_gateway_reply *out, const char *id)
                    "No such Upload object: %s", id);
 }
 
-/* The status an Upload shows: a pending one past its expires_at has expired. */
+/* The status an Upload shows: one being completed is still pending; a
+ * pending one past its expires_at has expired. */
 static const char *status_of(json_t *u)
 {
     const char *status = json_string_value(json_object_get(u, "status"));
     json_int_t expires = json_integer_value(json_object_get(u, "expires_at"));
-    if (status && !strcmp(status, "pending") && (json_int_t)time(NULL) >= expires)
+    if (!status || !strcmp(status, "completing"))
+        status = "pending";
+    if (!strcmp(status, "pending") && (json_int_t)time(NULL) >= expires)
         return "expired";
-    return status ? status : "pending";
+    return status;
+}
+
+/* The 400 for a request on an Upload that another one is completing. */
+static void being_completed(struct corral_gateway_reply *out, const char *id)
+{
+    invalid(out, NULL,
+            "Upload %s is being completed by another request: it takes no more parts and "
+            "cannot be completed or cancelled.",
+            id);
+}
+
+/* The answer to a request on the Upload `id` of owner that the store
+ * refused (-EBUSY: another request changed its status first): what its
+ * status is now. */
+static void not_pending(corral_gateway *gw, const char *owner, const char *id,
+                        struct corral_gateway_reply *out)
+{
+    struct corral_error err;
+    cleanup_json json_t *u = NULL;
+    const char *status = NULL;
+    if (store_get_upload(gw->store, id, owner, &u, &err) == 0)
+        status = json_string_value(json_object_get(u, "status"));
+    if (status && !strcmp(status, "completing"))
+        being_completed(out, id);
+    else if (status && !strcmp(status_of(u), "pending")) /* a complete failed meanwhile */
+        invalid(out, NULL, "Upload %s changed while this request ran: try it again.", id);
+    else
+        invalid(out, NULL, "Upload %s is %s: it takes no more parts and cannot be %s.", id,
+                status ? status_of(u) : "no longer pending", "completed or cancelled");
 }
 
 /* The Upload as the API shows it (takes u). */
@@ -80,7 +117,13 @@ static int pending_upload(corral_gateway *gw, const char *id, const char *owner,
         gw_reply_failure(out, &err);
         return rc;
     }
-    const char *status = status_of(*u);
+    const char *status = status_of(*u), *stored = json_string_value(json_object_get(*u, "status"));
+    if (stored && !strcmp(stored, "completing")) {
+        being_completed(out, id);
+        json_decref(*u);
+        *u = NULL;
+        return -EBUSY;
+    }
     if (strcmp(status, "pending")) {
         invalid(out, NULL, "Upload %s is %s: it takes no more parts and cannot be %s.", id, status,
                 "completed or cancelled");
@@ -91,18 +134,18 @@ static int pending_upload(corral_gateway *gw, const char *id, const char *owner,
     return 0;
 }
 
-/* A change of a pending Upload's status, stored: 0, else the answer is in
- * out (another request changed it first). */
-static int store_status(corral_gateway *gw, const char *owner, json_t *u,
+/* The Upload u (its new status in it), stored if its status is still
+ * `from`: 0, else the answer is in out (another request changed it first). */
+static int store_status(corral_gateway *gw, const char *owner, json_t *u, const char *from,
                         struct corral_gateway_reply *out)
 {
     struct corral_error err;
-    int rc = store_update_pending_upload(gw->store, owner, u, &err);
+    int rc = store_update_upload(gw->store, owner, u, from, &err);
     const char *id = json_string_value(json_object_get(u, "id"));
     if (rc == -ENOENT)
         no_upload(out, id);
     else if (rc == -EBUSY)
-        invalid(out, NULL, "Upload %s is no longer pending.", id);
+        not_pending(gw, owner, id, out);
     else if (rc < 0)
         gw_reply_failure(out, &err);
     return rc;
@@ -185,6 +228,15 @@ static void upload_create(corral_gateway *gw, json_t *body, const char *owner,
 
 /* ---- POST /v1/uploads/{id}/parts ---- */
 
+/* The 400 for a part that would take the Upload `id` past file_max. */
+static void too_many_bytes(corral_gateway *gw, const char *id, struct corral_gateway_reply *out)
+{
+    gw_reply_error(out, 400, "invalid_request_error", "data", "file_too_large",
+                   "Invalid 'data': the parts of upload %s would hold more than the %llu "
+                   "bytes this gateway keeps of one file.",
+                   id, (unsigned long long)gw->cfg->file_max);
+}
+
 static void part_add(corral_gateway *gw, const struct corral_gateway_object_request *r,
                      const char *owner, const char *id, struct corral_gateway_reply *out)
 {
@@ -203,16 +255,15 @@ static void part_add(corral_gateway *gw, const struct corral_gateway_object_requ
                        (unsigned long long)part_max);
         return;
     }
+    /* a first look, before the bytes are written; the store checks again
+     * as it adds the part, for parts added at once */
     struct corral_error err;
     if (store_parts_bytes(gw->store, id, &have, &err) < 0) {
         gw_reply_failure(out, &err);
         return;
     }
     if (have + r->file_len > gw->cfg->file_max) {
-        gw_reply_error(out, 400, "invalid_request_error", "data", "file_too_large",
-                       "Invalid 'data': the parts of upload %s would hold more than the %llu "
-                       "bytes this gateway keeps of one file.",
-                       id, (unsigned long long)gw->cfg->file_max);
+        too_many_bytes(gw, id, out);
         return;
     }
     char pid[64];
@@ -225,7 +276,9 @@ static void part_add(corral_gateway *gw, const struct corral_gateway_object_requ
     int rc = part ? gw_bytes_keep_part(gw, part, &src, &err)
                   : corral_fail(&err, ENOMEM, "out of memory");
     if (rc == -EBUSY)
-        invalid(out, NULL, "Upload %s is no longer pending.", id);
+        not_pending(gw, owner, id, out);
+    else if (rc == -EFBIG)
+        too_many_bytes(gw, id, out);
     else if (rc < 0)
         gw_reply_failure(out, &err);
     if (rc < 0) {
@@ -291,6 +344,56 @@ static json_t *keep_joined(corral_gateway *gw, json_t *u, const char *owner, int
     return f;
 }
 
+/* The File of the Upload u (being completed), from the parts that body
+ * names joined: it, or NULL with the answer in out. */
+static json_t *join_parts(corral_gateway *gw, json_t *body, const char *owner, json_t *u,
+                          struct corral_gateway_reply *out)
+{
+    const char *id = json_string_value(json_object_get(u, "id"));
+    struct corral_error err;
+    cleanup_json json_t *parts = NULL;
+    if (store_list_parts(gw->store, id, &parts, &err) < 0) {
+        gw_reply_failure(out, &err);
+        return NULL;
+    }
+    json_t *ids = json_object_get(body, "part_ids");
+    const char *md5 = json_string_value(json_object_get(body, "md5"));
+    uint64_t total = 0, want = (uint64_t)json_integer_value(json_object_get(u, "bytes"));
+    if (parts_total(ids, parts, &total, out) < 0)
+        return NULL;
+    if (total != want) {
+        invalid(out, "part_ids",
+                "The parts named hold %llu bytes, not the %llu the upload was created with.",
+                (unsigned long long)total, (unsigned long long)want);
+        return NULL;
+    }
+    char sum[33] = "";
+    cleanup_close int fd = -1;
+    if (gw_bytes_concat(gw, id, ids, &fd, sum, &err) < 0) {
+        gw_reply_failure(out, &err);
+        return NULL;
+    }
+    if (md5 && *md5 && strcasecmp(md5, sum)) {
+        invalid(out, "md5", "The md5 of the parts joined is %s, not %s.", sum, md5);
+        return NULL;
+    }
+    json_t *f = keep_joined(gw, u, owner, fd, total, &err);
+    if (!f)
+        gw_reply_failure(out, &err);
+    return f;
+}
+
+/* The Upload id, being completed, back to pending (its complete failed). */
+static void complete_failed(corral_gateway *gw, const char *owner, const char *id)
+{
+    struct corral_error err;
+    if (store_move_upload(gw->store, id, owner, "completing", "pending", &err) < 0)
+        fprintf(stderr, "corral gateway: %s\n", err.message);
+}
+
+/* Completing: the Upload moves from pending to completing first (in the
+ * store, refused if another request moved it), so that nothing changes its
+ * parts while they are joined; then to completed with its File. */
 static void upload_complete(corral_gateway *gw, json_t *body, const char *owner, const char *id,
                             struct corral_gateway_reply *out)
 {
@@ -298,44 +401,30 @@ static void upload_complete(corral_gateway *gw, json_t *body, const char *owner,
     if (pending_upload(gw, id, owner, &u, out) < 0)
         return;
     struct corral_error err;
-    cleanup_json json_t *parts = NULL;
-    if (store_list_parts(gw->store, id, &parts, &err) < 0) {
+    int rc = store_move_upload(gw->store, id, owner, "pending", "completing", &err);
+    if (rc == -ENOENT)
+        no_upload(out, id);
+    else if (rc == -EBUSY)
+        not_pending(gw, owner, id, out);
+    else if (rc < 0)
         gw_reply_failure(out, &err);
+    if (rc < 0)
         return;
-    }
-    json_t *ids = json_object_get(body, "part_ids");
-    const char *md5 = json_string_value(json_object_get(body, "md5"));
-    uint64_t total = 0, want = (uint64_t)json_integer_value(json_object_get(u, "bytes"));
-    if (parts_total(ids, parts, &total, out) < 0)
-        return;
-    if (total != want) {
-        invalid(out, "part_ids",
-                "The parts named hold %llu bytes, not the %llu the upload was created with.",
-                (unsigned long long)total, (unsigned long long)want);
-        return;
-    }
-    char sum[33] = "";
-    cleanup_close int fd = -1;
-    if (gw_bytes_concat(gw, id, ids, &fd, sum, &err) < 0) {
-        gw_reply_failure(out, &err);
-        return;
-    }
-    if (md5 && *md5 && strcasecmp(md5, sum)) {
-        invalid(out, "md5", "The md5 of the parts joined is %s, not %s.", sum, md5);
-        return;
-    }
-    json_t *f = keep_joined(gw, u, owner, fd, total, &err);
+    json_t *f = join_parts(gw, body, owner, u, out);
     if (!f) {
-        gw_reply_failure(out, &err);
+        complete_failed(gw, owner, id);
         return;
     }
-    const char *fid = json_string_value(json_object_get(f, "id"));
+    char fid[64];
+    snprintf(fid, sizeof(fid), "%s", json_string_value(json_object_get(f, "id")));
     json_object_set_new(u, "status", json_string("completed"));
     json_object_set_new(u, "file", f);
-    if (store_status(gw, owner, u, out) < 0) { /* cancelled or completed meanwhile */
-        struct corral_error ignored;
-        store_delete_file(gw->store, fid, owner, &ignored);
+    rc = store_status(gw, owner, u, "completing", out);
+    if (rc < 0) { /* the store failed, or the Upload expired and was dropped meanwhile */
+        store_delete_file(gw->store, fid, owner, &err);
         gw_bytes_forget(gw, "", fid);
+        if (rc != -ENOENT)
+            complete_failed(gw, owner, id);
         return;
     }
     drop_parts(gw, id);
@@ -351,7 +440,7 @@ static void upload_cancel(corral_gateway *gw, const char *owner, const char *id,
     if (pending_upload(gw, id, owner, &u, out) < 0)
         return;
     json_object_set_new(u, "status", json_string("cancelled"));
-    if (store_status(gw, owner, u, out) < 0)
+    if (store_status(gw, owner, u, "pending", out) < 0)
         return;
     drop_parts(gw, id);
     reply_upload(out, json_incref(u));

@@ -338,7 +338,7 @@ static int copy_rows(PGresult *res, struct store_rows *rows, struct corral_error
     return 0;
 }
 
-enum { PG_MAX_PARAMS = 16, PG_INT_TEXT = 24 };
+enum { PG_MAX_PARAMS = 64, PG_INT_TEXT = 24 };
 
 /* A statement's parameters as libpq takes them: texts and integers as text,
  * bytes as binary (bytea). */

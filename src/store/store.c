@@ -1040,36 +1040,81 @@ int store_get_upload(struct store *s, const char *id, const char *owner, json_t 
     snprintf(what, sizeof(what), "cannot read upload %s from store %s", id, s->name);
     snprintf(missing, sizeof(missing), "no upload %s in store %s", id, s->name);
     const struct store_param keys[] = {P_TEXT(id), P_TEXT(owner ? owner : "")};
-    return get_one(s, "SELECT object FROM uploads WHERE id = ?1 AND owner = ?2", keys, 2, out, NULL,
-                   missing, what, err);
+    json_t *u = NULL;
+    cleanup_free char *status = NULL;
+    int r = get_one(s, "SELECT object, status FROM uploads WHERE id = ?1 AND owner = ?2", keys, 2,
+                    &u, &status, missing, what, err);
+    if (r < 0)
+        return r;
+    if (status) /* the column is the truth: a move changes only it */
+        json_object_set_new(u, "status", json_string(status));
+    if (out)
+        *out = u;
+    else
+        json_decref(u);
+    return 0;
 }
 
-int store_update_pending_upload(struct store *s, const char *owner, json_t *upload,
-                                struct corral_error *err)
+/* After a conditional write to the Upload `id` changed nothing: -ENOENT
+ * when there is no such Upload, else -EBUSY saying its status. */
+static int upload_not_moved(struct store *s, const char *id, const char *owner, const char *from,
+                            struct corral_error *err)
+{
+    struct corral_error why;
+    json_t *u = NULL;
+    int r = store_get_upload(s, id, owner, &u, &why);
+    if (r == -ENOENT)
+        return corral_fail(err, ENOENT, "no upload %s in store %s", id, s->name);
+    const char *status = json_string_value(json_object_get(u, "status"));
+    r = corral_fail(err, EBUSY, "upload %s is %s, not %s", id, status ? status : "changing", from);
+    json_decref(u);
+    return r;
+}
+
+int store_move_upload(struct store *s, const char *id, const char *owner, const char *from,
+                      const char *to, struct corral_error *err)
+{
+    if (!id || !from || !to)
+        return corral_fail(err, EINVAL, "cannot move an upload without its id and statuses");
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot move upload %s from %s to %s in store %s", id, from, to,
+             s->name);
+    const struct store_param p[] = {P_TEXT(id), P_TEXT(owner ? owner : ""), P_TEXT(from),
+                                    P_TEXT(to)};
+    int64_t changes = 0;
+    int r = run(s, "UPDATE uploads SET status = ?4 WHERE id = ?1 AND owner = ?2 AND status = ?3", p,
+                P_COUNT(p), NULL, &changes, what, err);
+    if (r == 0 && changes == 0)
+        r = upload_not_moved(s, id, owner, from, err);
+    return r;
+}
+
+int store_update_upload(struct store *s, const char *owner, json_t *upload, const char *from,
+                        struct corral_error *err)
 {
     struct upload_cols c;
     int r = upload_columns(upload, &c, err);
     cleanup_free char *text = c.text;
     if (r < 0)
         return r;
+    if (!from)
+        return corral_fail(err, EINVAL, "cannot update upload %s without its status", c.id);
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot update upload %s in store %s", c.id, s->name);
     const struct store_param p[] = {P_TEXT(c.id), P_TEXT(owner ? owner : ""), P_TEXT(c.status),
-                                    P_TEXT(text)};
-    r = write_row(s,
-                  "UPDATE uploads SET status = ?3, object = ?4"
-                  " WHERE id = ?1 AND owner = ?2 AND status = 'pending'",
-                  p, P_COUNT(p), what, err, EBUSY, "upload %s is no longer pending", c.id);
-    if (r == -EBUSY) {
-        struct corral_error ignored;
-        if (store_get_upload(s, c.id, owner, NULL, &ignored) == -ENOENT)
-            return corral_fail(err, ENOENT, "no upload %s in store %s", c.id, s->name);
-    }
+                                    P_TEXT(text), P_TEXT(from)};
+    int64_t changes = 0;
+    r = run(s,
+            "UPDATE uploads SET status = ?3, object = ?4"
+            " WHERE id = ?1 AND owner = ?2 AND status = ?5",
+            p, P_COUNT(p), NULL, &changes, what, err);
+    if (r == 0 && changes == 0)
+        r = upload_not_moved(s, c.id, owner, from, err);
     return r;
 }
 
 int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,
-                   struct corral_error *err)
+                   uint64_t max_total, struct corral_error *err)
 {
     const struct kind *k = &part_kind;
     if (!json_is_object(part))
@@ -1089,20 +1134,27 @@ int store_put_part(struct store *s, json_t *part, const struct store_bytes *byte
         r = object_text(part, &text, k, err);
     if (r < 0)
         return r;
-    char what[CORRAL_ERROR_MESSAGE_MAX], busy[CORRAL_ERROR_MESSAGE_MAX];
+    char what[CORRAL_ERROR_MESSAGE_MAX], busy[CORRAL_ERROR_MESSAGE_MAX],
+        full[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store part %s of upload %s in store %s", id, upload_id,
              s->name);
     snprintf(busy, sizeof(busy), "upload %s is not pending", upload_id);
+    snprintf(full, sizeof(full), "the parts of upload %s would hold more than %llu bytes",
+             upload_id, (unsigned long long)max_total);
+    int64_t max = max_total > INT64_MAX ? INT64_MAX : (int64_t)max_total;
     const struct store_param up[] = {P_TEXT(upload_id)};
-    const struct store_param p[] = {P_TEXT(id), P_TEXT(upload_id), P_INT(true, created_at),
-                                    P_INT(true, size), P_TEXT(text)};
-    /* the Upload's row, locked while the part goes in: it is pending then */
+    const struct store_param p[] = {P_TEXT(id),        P_TEXT(upload_id), P_INT(true, created_at),
+                                    P_INT(true, size), P_TEXT(text),      P_INT(true, max)};
+    /* the Upload's row, locked while the part goes in: it is pending then,
+     * and the parts it has are all committed ones (the sum is read after
+     * the lock, by the insert's own statement) */
     const struct step steps[] = {
         STEP_MUST("UPDATE uploads SET status = status WHERE id = ?1 AND status = 'pending'", up, 1,
                   EBUSY, busy),
-        STEP("INSERT INTO upload_parts (id, upload_id, created_at, bytes, object)"
-             " VALUES (?1, ?2, ?3, ?4, ?5)",
-             p, P_COUNT(p)),
+        STEP_MUST("INSERT INTO upload_parts (id, upload_id, created_at, bytes, object)"
+                  " SELECT ?1, ?2, ?3, ?4, ?5 WHERE ?4 <= ?6 - (SELECT COALESCE(SUM(bytes), 0)"
+                  " FROM upload_parts WHERE upload_id = ?2)",
+                  p, P_COUNT(p), EFBIG, full),
     };
     const struct bytes_put put = {upload_id, id, bytes, true, size};
     return run_steps_with(s, bytes ? &put : NULL, steps, 2, NULL, NULL, what, err);
@@ -1159,6 +1211,10 @@ static int row_text(struct store_rows *rows, int i, json_t **out, const char *wh
     return *out ? 0 : corral_fail(err, ENOMEM, "%s: out of memory", what);
 }
 
+/* A part (upload_parts row) whose Upload is gone. */
+#define PART_WITHOUT_UPLOAD                                                                        \
+    "NOT EXISTS (SELECT 1 FROM uploads WHERE uploads.id = upload_parts.upload_id)"
+
 int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err)
 {
     char what[CORRAL_ERROR_MESSAGE_MAX];
@@ -1170,20 +1226,28 @@ int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct co
     if (r == 0)
         r = query_list(s, "SELECT id FROM uploads WHERE expires_at <= ?1", p, 1, row_text, SIZE_MAX,
                        NULL, &uploads, what, err);
+    /* The Uploads' rows go first, and then the parts (and their bytes) of
+     * any Upload that is gone: a part added meanwhile waited for its
+     * Upload's row (store_put_part locks it) and found it gone, or went in
+     * first and is dropped here, or by the next prune if it went in
+     * between (a part is never left without its Upload). */
     const struct step steps[] = {
         STEP("DELETE FROM blobs WHERE container_id = '' AND id IN"
              " (SELECT id FROM files WHERE expires_at <= ?1)",
              p, 1),
         STEP("DELETE FROM files WHERE expires_at <= ?1", p, 1),
-        STEP("DELETE FROM blobs WHERE container_id IN"
-             " (SELECT id FROM uploads WHERE expires_at <= ?1)",
-             p, 1),
-        STEP("DELETE FROM upload_parts WHERE upload_id IN"
-             " (SELECT id FROM uploads WHERE expires_at <= ?1)",
-             p, 1),
         STEP("DELETE FROM uploads WHERE expires_at <= ?1", p, 1),
+        STEP("DELETE FROM blobs WHERE (container_id, id) IN (SELECT upload_id, id FROM"
+             " upload_parts WHERE " PART_WITHOUT_UPLOAD ")",
+             NULL, 0),
+        STEP("DELETE FROM upload_parts WHERE " PART_WITHOUT_UPLOAD, NULL, 0),
     };
-    if (r == 0 && (json_array_size(files) || json_array_size(uploads)))
+    cleanup_rows struct store_rows orphans = {0};
+    if (r == 0) /* a look at the parts only (the blobs are many), for what is to do */
+        r = run(s, "SELECT count(*) FROM upload_parts WHERE " PART_WITHOUT_UPLOAD, NULL, 0,
+                &orphans, NULL, what, err);
+    if (r == 0 &&
+        (json_array_size(files) || json_array_size(uploads) || store_cell_int(&orphans, 0, 0)))
         r = run_steps(s, steps, 5, NULL, NULL, what, err);
     if (r == 0 && dropped)
         *dropped = json_pack("{s:o, s:o}", "files", files, "uploads", uploads);
@@ -1192,6 +1256,65 @@ int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct co
         json_decref(uploads);
     }
     return r;
+}
+
+/* Ids asked about at once by which_ids (the statement's parameters, with
+ * `now`, stay under what a backend binds). */
+#define IDS_AT_ONCE 60
+
+/* Of ids, into *kept: those `select` (a statement "SELECT id FROM ... WHERE
+ * <condition, ?1 bound to now> AND id IN " to which the list of ids is
+ * added) returns, asked IDS_AT_ONCE at a time. */
+static int which_ids(struct store *s, const char *select, json_t *ids, int64_t now, json_t **kept,
+                     const char *what, struct corral_error *err)
+{
+    *kept = json_array();
+    if (!*kept)
+        return corral_fail(err, ENOMEM, "%s: out of memory", what);
+    size_t n = json_array_size(ids);
+    int r = 0;
+    for (size_t at = 0; r == 0 && at < n; at += IDS_AT_ONCE) {
+        struct store_param p[IDS_AT_ONCE + 1] = {P_INT(true, now)};
+        char sql[512 + IDS_AT_ONCE * 8];
+        int len = snprintf(sql, sizeof(sql), "%s(", select), k = 0;
+        for (size_t i = at; i < n && k < IDS_AT_ONCE; i++, k++) {
+            const char *id = json_string_value(json_array_get(ids, i));
+            p[k + 1] = P_TEXT(id ? id : "");
+            len += snprintf(sql + len, sizeof(sql) - (size_t)len, "%s?%d", k ? ", " : "", k + 2);
+        }
+        snprintf(sql + len, sizeof(sql) - (size_t)len, ")");
+        json_t *got = NULL;
+        r = query_list(s, sql, p, k + 1, row_text, SIZE_MAX, NULL, &got, what, err);
+        if (r == 0)
+            json_array_extend(*kept, got);
+        json_decref(got);
+    }
+    if (r < 0) {
+        json_decref(*kept);
+        *kept = NULL;
+    }
+    return r;
+}
+
+int store_kept_files(struct store *s, json_t *ids, int64_t now, json_t **kept,
+                     struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot look up files in store %s", s->name);
+    return which_ids(s,
+                     "SELECT id FROM files WHERE (expires_at IS NULL OR expires_at > ?1)"
+                     " AND id IN ",
+                     ids, now, kept, what, err);
+}
+
+int store_pending_uploads(struct store *s, json_t *ids, json_t **kept, struct corral_error *err)
+{
+    char what[CORRAL_ERROR_MESSAGE_MAX];
+    snprintf(what, sizeof(what), "cannot look up uploads in store %s", s->name);
+    return which_ids(s,
+                     "SELECT id FROM uploads WHERE ?1 = ?1 AND status IN ('pending', 'completing')"
+                     " AND id IN ",
+                     ids, 0, kept, what, err);
 }
 
 /* ---- the bytes of files ---- */

@@ -202,17 +202,27 @@ int store_read_bytes(struct store *s, const char *container_id, const char *id, 
 
 /* Inserts the new Upload (an id taken: -EEXIST). */
 int store_put_upload(struct store *s, const char *owner, json_t *upload, struct corral_error *err);
+/* The Upload, its "status" the stored one (-ENOENT: none of owner's). */
 int store_get_upload(struct store *s, const char *id, const char *owner, json_t **out,
-                     struct corral_error *err); /* -ENOENT */
+                     struct corral_error *err);
+/* Moves the Upload's status from `from` to `to`, in one conditional
+ * write: -EBUSY when its status is not `from` (another request changed it
+ * first; the message says what it is), -ENOENT when there is no such
+ * Upload of owner. Completing one goes pending -> completing (no part,
+ * complete or cancel is taken then), and back to pending if it fails. */
+int store_move_upload(struct store *s, const char *id, const char *owner, const char *from,
+                      const char *to, struct corral_error *err);
 /* Replaces the Upload's object (its status from it) only while its status
- * is still "pending": -EBUSY when it is not (completed, cancelled by
- * another request meanwhile), -ENOENT when there is no such Upload. */
-int store_update_pending_upload(struct store *s, const char *owner, json_t *upload,
-                                struct corral_error *err);
+ * is `from`: -EBUSY when it is not, -ENOENT when there is no such Upload. */
+int store_update_upload(struct store *s, const char *owner, json_t *upload, const char *from,
+                        struct corral_error *err);
 /* Adds a part (with its bytes when not NULL, as store_put_file_bytes) to
- * an Upload that is pending: -EBUSY when it is not. */
+ * an Upload that is pending: -EBUSY when it is not; -EFBIG when the
+ * Upload's parts would then hold more than `max_total` bytes (checked in
+ * the transaction that adds it, the Upload's row locked, so that parts
+ * added at once cannot pass it together). */
 int store_put_part(struct store *s, json_t *part, const struct store_bytes *bytes,
-                   struct corral_error *err);
+                   uint64_t max_total, struct corral_error *err);
 /* Every part of the Upload (an array of their objects), oldest first. */
 int store_list_parts(struct store *s, const char *upload_id, json_t **list,
                      struct corral_error *err);
@@ -223,10 +233,20 @@ int store_parts_bytes(struct store *s, const char *upload_id, uint64_t *bytes,
 int store_delete_parts(struct store *s, const char *upload_id, struct corral_error *err);
 
 /* Deletes what expired before `now` (unix seconds): uploaded files past
- * their expires_at with their bytes, and Uploads past theirs with their
- * parts and bytes. *dropped (may be NULL): {"files": [ids], "uploads":
- * [ids]}, for the caller to remove local copies. */
+ * their expires_at with their bytes, and Uploads past theirs, then the
+ * parts and bytes of every Upload that is gone. *dropped (may be NULL):
+ * {"files": [ids], "uploads": [ids]}, for the caller to remove local
+ * copies. */
 int store_drop_expired(struct store *s, int64_t now, json_t **dropped, struct corral_error *err);
+
+/* Of ids (an array of ids, any number), into *kept (a new array): those
+ * of uploaded files the store keeps and that have not expired at `now`
+ * (store_kept_files), and those of Uploads that are pending or being
+ * completed (store_pending_uploads). For a gateway to find the local
+ * copies it may remove; the store is asked a batch of ids at a time. */
+int store_kept_files(struct store *s, json_t *ids, int64_t now, json_t **kept,
+                     struct corral_error *err);
+int store_pending_uploads(struct store *s, json_t *ids, json_t **kept, struct corral_error *err);
 
 /* ---- conversations (/v1/conversations) ----
  *

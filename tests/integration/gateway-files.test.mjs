@@ -200,6 +200,40 @@ test('the Uploads API refuses in OpenAI\'s shape: unknown upload or part, sizes,
   await assert.rejects(c.uploads.complete(u.id, { part_ids: [p.id] }), isError(400, null, /cancelled/));
 });
 
+/** Sets the stored status of an Upload, as a complete in progress would. */
+function setUploadStatus(id, status) {
+  const db = path.join(gw.dir, 'data', 'gateway.db');
+  execFileSync('python3', [
+    '-c',
+    'import sqlite3, sys\n' +
+      'c = sqlite3.connect(sys.argv[1], timeout=30)\n' +
+      'n = c.execute("UPDATE uploads SET status = ? WHERE id = ?", (sys.argv[3], sys.argv[2])).rowcount\n' +
+      'c.commit()\n' +
+      'assert n == 1, n',
+    db,
+    id,
+    status,
+  ]);
+}
+
+test('an Upload being completed takes no part, no second complete and no cancel; a complete that fails leaves it pending', T, async () => {
+  const c = gw.client;
+  const data = Buffer.from('abcd');
+  const u = await c.uploads.create({ bytes: 4, filename: 'a.bin', mime_type: 'application/octet-stream', purpose: 'assistants' });
+  const p = await c.uploads.parts.create(u.id, { data: await toFile(data, 'p') });
+  setUploadStatus(u.id, 'completing'); // another request is joining its parts
+  const busy = isError(400, null, /being completed/);
+  await assert.rejects(c.uploads.parts.create(u.id, { data: await toFile(data, 'p') }), busy);
+  await assert.rejects(c.uploads.complete(u.id, { part_ids: [p.id] }), busy);
+  await assert.rejects(c.uploads.cancel(u.id), busy);
+  setUploadStatus(u.id, 'pending');
+  // a complete refused after it moved the Upload moves it back: it still completes
+  await assert.rejects(c.uploads.complete(u.id, { part_ids: [p.id], md5: '0'.repeat(32) }), isError(400, 'md5'));
+  const done = await c.uploads.complete(u.id, { part_ids: [p.id] });
+  assert.equal(done.status, 'completed');
+  assert.equal(Buffer.from(await (await c.files.content(done.file.id)).arrayBuffer()).toString(), 'abcd');
+});
+
 /** Moves a stored file's expiry into the past, as an hour's passing would. */
 function expireFile(id) {
   const db = path.join(gw.dir, 'data', 'gateway.db');

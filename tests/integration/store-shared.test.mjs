@@ -11,11 +11,14 @@
 // PostgreSQL is a server of this test's own (tests/postgres).
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 
 import OpenAI, { APIError, toFile } from 'openai';
 
 import { CI_TOOL, INCLUDE_OUTPUTS, MASTER_KEY, useGateway } from './gateway-helpers.mjs';
+import { eventually } from './harness.mjs';
 import { usePostgres } from './postgres.mjs';
 import { contentText } from './upstream.mjs';
 
@@ -149,6 +152,27 @@ test('an Upload gets parts through either gateway and is completed through the o
   assert.equal(pg.number(`SELECT count(*) FROM blobs WHERE container_id = '${u.id}'`), 0);
   assert.equal(pg.number(`SELECT count(*) FROM upload_parts WHERE upload_id = '${u.id}'`), 0);
   await b.files.delete(done.file.id);
+});
+
+test('a gateway\'s prune removes its local copies that another gateway made useless: parts of an Upload it completed, a file it deleted', T, async () => {
+  const A = await gw.startPeer();
+  const a = clientOf(A);
+  const b = gw.client;
+  const data = crypto.randomBytes(1000);
+  const u = await a.uploads.create({ bytes: data.length, filename: 'one.bin', mime_type: 'application/octet-stream', purpose: 'assistants' });
+  const p = await b.uploads.parts.create(u.id, { data: await toFile(data, 'p') });
+  const parts = path.join(gw.dir, 'data', 'uploads', u.id);
+  assert.ok(fs.existsSync(parts), 'the part is kept on the disk of the gateway that took it');
+  const done = await a.uploads.complete(u.id, { part_ids: [p.id] });
+  assert.equal(done.status, 'completed');
+  // the file read through B: B keeps a copy of it
+  assert.ok((await bytesOf(await b.files.content(done.file.id))).equals(data));
+  const copy = path.join(gw.dir, 'data', 'files', done.file.id);
+  assert.ok(fs.existsSync(copy), 'B keeps a copy of the file it read');
+  await a.files.delete(done.file.id);
+  // B's prune (every few seconds) finds both useless
+  assert.ok(await eventually(() => !fs.existsSync(parts), { timeoutMs: 60_000 }), 'B still has the parts of the completed Upload');
+  assert.ok(await eventually(() => !fs.existsSync(copy), { timeoutMs: 60_000 }), 'B still has its copy of the deleted file');
 });
 
 test('a response through one gateway is continued with previous_response_id through another', T, async () => {

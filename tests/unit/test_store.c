@@ -1151,6 +1151,9 @@ static void refuses_bad_objects(void **state)
     store_close(s);
 }
 
+/* What an Upload's parts may hold together, for the tests of other things. */
+#define PARTS_MAX 1000
+
 /* Uploads and their parts; files and Uploads past their expiry: not seen,
  * then dropped. */
 static void keeps_uploads_and_drops_what_expired(void **state)
@@ -1183,7 +1186,7 @@ static void keeps_uploads_and_drops_what_expired(void **state)
         snprintf(id, sizeof(id), "part_%d", i);
         json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", id, "upload_id", "upload_1",
                               "created_at", (json_int_t)now, "bytes", (json_int_t)(5 * i));
-        assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+        assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), 0);
         json_decref(p);
     }
     uint64_t bytes = 0;
@@ -1195,12 +1198,12 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     json_decref(list);
     /* once completed, it takes no part and changes no more */
     json_object_set_new(u, "status", json_string("completed"));
-    assert_int_equal(store_update_pending_upload(s, "bob", u, &err), -ENOENT);
-    assert_int_equal(store_update_pending_upload(s, "alice", u, &err), 0);
-    assert_int_equal(store_update_pending_upload(s, "alice", u, &err), -EBUSY);
+    assert_int_equal(store_update_upload(s, "bob", u, "pending", &err), -ENOENT);
+    assert_int_equal(store_update_upload(s, "alice", u, "pending", &err), 0);
+    assert_int_equal(store_update_upload(s, "alice", u, "pending", &err), -EBUSY);
     json_t *late = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_3", "upload_id", "upload_1",
                              "created_at", (json_int_t)now, "bytes", (json_int_t)1);
-    assert_int_equal(store_put_part(s, late, NULL, &err), -EBUSY);
+    assert_int_equal(store_put_part(s, late, NULL, PARTS_MAX, &err), -EBUSY);
     json_decref(late);
     assert_int_equal(store_delete_parts(s, "upload_1", &err), 0);
     assert_int_equal(store_parts_bytes(s, "upload_1", &bytes, &err), 0);
@@ -1214,7 +1217,7 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     json_decref(u);
     json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_9", "upload_id", "upload_2",
                           "created_at", (json_int_t)now, "bytes", (json_int_t)3);
-    assert_int_equal(store_put_part(s, p, NULL, &err), 0);
+    assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), 0);
     json_decref(p);
     json_t *dropped = NULL;
     assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
@@ -1229,6 +1232,86 @@ static void keeps_uploads_and_drops_what_expired(void **state)
     assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
     assert_int_equal(json_array_size(json_object_get(dropped, "files")), 0);
     json_decref(dropped);
+    store_close(s);
+}
+
+/* The parts of an Upload hold at most what store_put_part is given: the
+ * sum is checked as each part goes in, in its transaction, so that parts
+ * added at once cannot pass it together. */
+static void keeps_an_uploads_parts_under_a_total(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    int64_t now = (int64_t)time(NULL);
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    json_decref(u);
+    const int sizes[] = {6, 4, 1, 0};
+    const int want[] = {0, 0, -EFBIG, 0};
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "part_%d", i);
+        json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", id, "upload_id", "upload_1",
+                              "created_at", (json_int_t)now, "bytes", (json_int_t)sizes[i]);
+        assert_int_equal(store_put_part(s, p, NULL, 10, &err), want[i]);
+        json_decref(p);
+    }
+    assert_non_null(strstr(err.message, "upload_1"));
+    uint64_t bytes = 0;
+    assert_int_equal(store_parts_bytes(s, "upload_1", &bytes, &err), 0);
+    assert_int_equal(bytes, 10);
+    json_t *list = NULL;
+    assert_int_equal(store_list_parts(s, "upload_1", &list, &err), 0);
+    assert_int_equal(json_array_size(list), 3);
+    json_decref(list);
+    store_close(s);
+}
+
+/* A complete moves its Upload from pending to completing in one
+ * conditional write: while it is completing, a second complete, a cancel
+ * and a part are refused; it then moves to completed, or back to pending. */
+static void completes_an_upload_once(void **state)
+{
+    struct corral_error err = {0};
+    struct store *s = open_fresh();
+    int64_t now = (int64_t)time(NULL);
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    assert_int_equal(store_move_upload(s, "upload_1", "bob", "pending", "completing", &err),
+                     -ENOENT);
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err), 0);
+    /* the second complete, and a cancel, find it moved */
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err),
+                     -EBUSY);
+    assert_non_null(strstr(err.message, "completing"));
+    json_t *cancelled = json_deep_copy(u);
+    json_object_set_new(cancelled, "status", json_string("cancelled"));
+    assert_int_equal(store_update_upload(s, "alice", cancelled, "pending", &err), -EBUSY);
+    json_decref(cancelled);
+    json_t *back = NULL;
+    assert_int_equal(store_get_upload(s, "upload_1", "alice", &back, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(back, "status")), "completing");
+    json_decref(back);
+    json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_1", "upload_id", "upload_1",
+                          "created_at", (json_int_t)now, "bytes", (json_int_t)1);
+    assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), -EBUSY);
+    /* a complete that failed: pending again, it takes parts */
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "completing", "pending", &err), 0);
+    assert_int_equal(store_put_part(s, p, NULL, PARTS_MAX, &err), 0);
+    json_decref(p);
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "pending", "completing", &err), 0);
+    json_object_set_new(u, "status", json_string("completed"));
+    assert_int_equal(store_update_upload(s, "alice", u, "completing", &err), 0);
+    assert_int_equal(store_move_upload(s, "upload_1", "alice", "completing", "pending", &err),
+                     -EBUSY);
+    assert_int_equal(store_get_upload(s, "upload_1", "alice", &back, &err), 0);
+    assert_true(json_equal(back, u));
+    json_decref(back);
+    json_decref(u);
     store_close(s);
 }
 
@@ -2272,6 +2355,39 @@ static void assert_no_bytes(struct store *s, const char *container_id, const cha
     close(fd);
 }
 
+/* A part whose Upload is gone (it went in while a prune dropped the
+ * Upload) is dropped, with its bytes, by the next prune. */
+static void drops_the_parts_of_an_upload_that_is_gone(void **state)
+{
+    struct tmp *t = *state;
+    struct corral_error err = {0};
+    struct store *s = open_ok(t->location);
+    int64_t now = (int64_t)time(NULL);
+    json_t *u =
+        json_pack("{s:s, s:s, s:I, s:I, s:s}", "id", "upload_1", "object", "upload", "created_at",
+                  (json_int_t)now, "expires_at", (json_int_t)(now + 3600), "status", "pending");
+    assert_int_equal(store_put_upload(s, "alice", u, &err), 0);
+    json_decref(u);
+    int fd = pattern_file(10, 1);
+    json_t *p = json_pack("{s:s, s:s, s:I, s:I}", "id", "part_1", "upload_id", "upload_1",
+                          "created_at", (json_int_t)now, "bytes", (json_int_t)10);
+    const struct store_bytes bytes = {fd, "v1"};
+    assert_int_equal(store_put_part(s, p, &bytes, PARTS_MAX, &err), 0);
+    json_decref(p);
+    close(fd);
+    assert_kept(s, "upload_1", "part_1", 10, 1, "v1");
+    /* the Upload's row gone, its part left behind */
+    sql_int(t->location, "DELETE FROM uploads WHERE id = 'upload_1'");
+    json_t *dropped = NULL;
+    assert_int_equal(store_drop_expired(s, now, &dropped, &err), 0);
+    json_decref(dropped);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM upload_parts"), 0);
+    assert_int_equal(sql_int(t->location, "SELECT count(*) FROM blobs"), 0);
+    uint64_t size = 0;
+    assert_int_equal(store_bytes_info(s, "upload_1", "part_1", NULL, &size, &err), -ENOENT);
+    store_close(s);
+}
+
 /* Bytes of several chunks, of one chunk and of none come back as they
  * went, with their version, kept in chunks of at most STORE_BLOB_CHUNK
  * bytes; a new version replaces the old whole. */
@@ -2533,6 +2649,8 @@ int main(void)
         cmocka_unit_test(counts_a_containers_bytes),
         cmocka_unit_test(keeps_files),
         cmocka_unit_test(keeps_uploads_and_drops_what_expired),
+        cmocka_unit_test(completes_an_upload_once),
+        cmocka_unit_test(keeps_an_uploads_parts_under_a_total),
         cmocka_unit_test(refuses_bad_objects),
         WITH_TMP(persists_containers_and_files),
         cmocka_unit_test(keeps_keys),
@@ -2546,6 +2664,7 @@ int main(void)
         WITH_TMP(keeps_the_bytes_of_files),
         WITH_TMP(stores_bytes_and_row_together),
         WITH_TMP(deletes_bytes_with_their_files),
+        WITH_TMP(drops_the_parts_of_an_upload_that_is_gone),
         WITH_TMP(refuses_bytes_not_whole),
         cmocka_unit_test(takes_requests_at_a_rate),
         cmocka_unit_test(refuses_bad_rates),
