@@ -214,7 +214,7 @@ int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file
 }
 
 /* A file name for /mnt/data: its last component, not empty, no NUL. */
-static bool usable_name(const char *name)
+bool gw_file_name_ok(const char *name)
 {
     const char *b = base_name(name);
     return *b && strcmp(b, ".") && strcmp(b, "..") && strlen(b) < NAME_MAX_LEN;
@@ -326,7 +326,7 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
         !gw_file_size_ok(gw, r->file_len, "file", out))
         return;
     const char *name =
-        r->file_name && usable_name(r->file_name) ? base_name(r->file_name) : "upload";
+        r->file_name && gw_file_name_ok(r->file_name) ? base_name(r->file_name) : "upload";
     char id[64];
     corral_new_id(id, sizeof(id), "file-", 24);
     struct corral_error err;
@@ -493,7 +493,7 @@ static void cfile_create(corral_gateway *gw, const struct corral_gateway_object_
     struct corral_error err;
     json_t *obj = NULL;
     if (r->has_file) {
-        if (!r->file_name || !usable_name(r->file_name)) {
+        if (!r->file_name || !gw_file_name_ok(r->file_name)) {
             invalid(out, "file", "%s", "The uploaded file needs a file name.");
             return;
         }

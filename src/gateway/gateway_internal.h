@@ -344,6 +344,9 @@ void gw_keys_free(corral_gateway *gw);
 
 /* files_api.c: whether the uploaded file `id` is owner's; a copy of it in c's
  * /mnt/data (source "user"), *out (may be NULL) its container file. */
+/* Whether a file's name gives one in /mnt/data (its last component: not
+ * empty, ".", ".." or longer than 255 bytes). */
+bool gw_file_name_ok(const char *name);
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
 int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,
                     const char *owner, json_t **out, struct corral_error *err);

@@ -169,8 +169,19 @@ static void upload_create(corral_gateway *gw, json_t *body, const char *owner,
     const char *purpose = json_string_value(json_object_get(body, "purpose"));
     json_t *bytes = json_object_get(body, "bytes");
     json_t *expires = json_object_get(body, "expires_after");
+    json_t *mime = json_object_get(body, "mime_type");
     if (!filename || !*filename) {
         invalid(out, "filename", "%s", "Missing required parameter: 'filename'.");
+        return;
+    }
+    if (!gw_file_name_ok(filename)) {
+        invalid(out, "filename", "%s",
+                "Invalid 'filename': its last part must be a file name of 1 to 255 bytes, not "
+                "'.' or '..'.");
+        return;
+    }
+    if (!json_is_string(mime) || !json_string_length(mime)) {
+        invalid(out, "mime_type", "%s", "Missing required parameter: 'mime_type'.");
         return;
     }
     if (!gw_file_purpose_ok(purpose, out))

@@ -179,6 +179,10 @@ test('the Uploads API refuses in OpenAI\'s shape: unknown upload or part, sizes,
   await assert.rejects(c.uploads.cancel('upload_nope'), isError(404, 'upload_id'));
   const base = { filename: 'x.bin', mime_type: 'application/octet-stream', purpose: 'assistants' };
   await assert.rejects(c.uploads.create({ ...base, purpose: 'nonsense' }), isError(400, 'purpose', /nonsense/));
+  for (const filename of ['..', 'dir/', 'x'.repeat(256)]) {
+    await assert.rejects(c.uploads.create({ ...base, bytes: 1, filename }), isError(400, 'filename', /file name/));
+  }
+  await assert.rejects(c.uploads.create({ filename: 'x.bin', purpose: 'assistants', bytes: 1 }), isError(400, 'mime_type', /mime_type/));
   await assert.rejects(c.uploads.create({ ...base, bytes: FILE_MAX + 1 }), isError(400, 'bytes', /bytes/));
   await assert.rejects(c.uploads.create({ ...base, bytes: 3, expires_after: { anchor: 'created_at', seconds: 60 } }), isError(400, 'expires_after.seconds'));
   const u = await c.uploads.create({ ...base, bytes: 4 });
