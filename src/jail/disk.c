@@ -358,12 +358,8 @@ static int copy_blank(uint64_t bytes, struct corral_error *err)
 }
 
 /* Binds the file to a free loop device that clears itself once unused. */
-static int attach(int file, struct jail_disk *d, struct corral_error *err)
+static int attach_free(int ctl, int file, struct jail_disk *d, struct corral_error *err)
 {
-    cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-    if (ctl < 0)
-        return corral_fail_errno(err, "cannot open /dev/loop-control (sandbox disks need loop "
-                                      "devices: modprobe loop, or in a container, give it /dev)");
     for (int attempt = 0; attempt < LOOP_ATTEMPTS; attempt++) {
         int n = ioctl(ctl, LOOP_CTL_GET_FREE);
         if (n < 0)
@@ -389,6 +385,23 @@ static int attach(int file, struct jail_disk *d, struct corral_error *err)
     }
     return corral_fail(err, EBUSY, "cannot get a free loop device: all taken, %d times",
                        LOOP_ATTEMPTS);
+}
+
+/* attach_free, one thread of the process at a time: the kernel names the
+ * same free device to every caller until one configures it, so that
+ * sandboxes started together would each lose the race to the others over
+ * and over (only other processes' attaches still race, seldom). */
+static int attach(int file, struct jail_disk *d, struct corral_error *err)
+{
+    static pthread_mutex_t attaching = PTHREAD_MUTEX_INITIALIZER;
+    cleanup_close int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return corral_fail_errno(err, "cannot open /dev/loop-control (sandbox disks need loop "
+                                      "devices: modprobe loop, or in a container, give it /dev)");
+    pthread_mutex_lock(&attaching);
+    int r = attach_free(ctl, file, d, err);
+    pthread_mutex_unlock(&attaching);
+    return r;
 }
 
 /* Reads the blank's data through the device: the filesystem's mount then
