@@ -162,7 +162,10 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
       // As the gateway's own: the tests count the sandboxes a request makes, so no warm pool.
       const hostConfig = path.join(gw.dir, 'sandbox-host.yaml');
       fs.writeFileSync(hostConfig, 'templates:\n  default:\n    pool_size: 0\n');
-      gw.sandboxHost = await startServer({ apiKeys: [SANDBOX_HOST_KEY], config: hostConfig, gateway: false });
+      // Its ceiling per key is above what one test makes at once (100 concurrent
+      // requests), so that a sandbox an earlier test's request is still
+      // deleting does not count against them.
+      gw.sandboxHost = await startServer({ apiKeys: [SANDBOX_HOST_KEY], config: hostConfig, gateway: false, args: ['--max-sandboxes-per-key', '1000'] });
     }
     gw.upstream = await startUpstream();
     const config = path.join(gw.dir, 'gateway.yaml');
