@@ -495,8 +495,9 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return 0;
     if (!(cfg->gateway = gateway_config_new()))
         return walk_out_of_memory(w);
-    /* router_settings and environment_variables: accepted, not read. */
+    /* environment_variables: accepted, not read. */
     struct litellm_keys gateway_keys = {.model_list = v[MODEL_LIST],
+                                        .router_settings = v[ROUTER_SETTINGS],
                                         .sandbox_tools = v[SANDBOX_TOOLS],
                                         .litellm_settings = v[LITELLM_SETTINGS],
                                         .general_settings = v[GENERAL_SETTINGS],

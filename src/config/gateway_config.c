@@ -52,6 +52,13 @@ void gateway_config_free(struct gateway_config *c)
         free(m->api_key);
         free(m->api_version);
         free(m->sandbox_tool);
+        free(m->vertex_project);
+        free(m->vertex_location);
+        free(m->vertex_credentials);
+        free(m->aws_access_key_id);
+        free(m->aws_secret_access_key);
+        free(m->aws_session_token);
+        free(m->aws_region_name);
     }
     free(c->models);
     for (size_t i = 0; i < c->n_tools; i++) {

@@ -205,6 +205,18 @@
 
 enum gateway_upstream_api { GATEWAY_API_CHAT = 0, GATEWAY_API_RESPONSES = 1 };
 
+/* The wire format of an upstream: OpenAI's (Chat Completions or Responses,
+ * `api` says which), or a native API the gateway translates to and from
+ * (then `api` is GATEWAY_API_CHAT, the shape the loop keeps the conversation
+ * in; see src/gateway/wire.h). */
+enum gateway_wire {
+    GATEWAY_WIRE_OPENAI = 0,
+    GATEWAY_WIRE_ANTHROPIC, /* anthropic/: Messages */
+    GATEWAY_WIRE_GEMINI,    /* gemini/: generateContent with an API key */
+    GATEWAY_WIRE_VERTEX,    /* vertex_ai/: generateContent with a service account */
+    GATEWAY_WIRE_BEDROCK,   /* bedrock/: Converse, SigV4 */
+};
+
 struct gateway_model {
     char *name;        /* model_name; "*" matches any model, "prefix/\*" any "prefix/NAME" */
     char *provider;    /* "openai", "azure", "hosted_vllm", "ollama", "ollama_chat",
@@ -228,6 +240,23 @@ struct gateway_model {
     char *sandbox_tool;            /* NULL = the default sandbox tool */
     bool supports_vision;          /* model_info.supports_vision: images the code displays go
                                       back to the model */
+    enum gateway_wire wire;        /* from the provider */
+    const char *api_key_from;      /* the variable api_key came from; NULL: written or none */
+    const char *api_base_from;     /* the variable api_base came from; NULL: written or the
+                                      provider's default */
+    unsigned num_retries;          /* num_retries (or max_retries, or router_settings'):
+                                      retries of a failed upstream request, 0 = none */
+    uint64_t max_tokens;           /* max_tokens: the output budget of a request that sets
+                                      none; 0 = none (anthropic: 4096, its API needs one) */
+    /* vertex_ai: the project and location (vertex_project / $VERTEXAI_PROJECT, else the
+     * key's project_id; vertex_location / $VERTEXAI_LOCATION, default us-central1), and the
+     * service account's key as JSON text (vertex_credentials: a file or the JSON itself,
+     * else $GOOGLE_APPLICATION_CREDENTIALS's file; NULL = none) */
+    char *vertex_project, *vertex_location, *vertex_credentials;
+    /* bedrock: aws_* or $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN, and
+     * the region (aws_region_name, $AWS_REGION_NAME, $AWS_REGION, $AWS_DEFAULT_REGION,
+     * default us-west-2); NULL = none */
+    char *aws_access_key_id, *aws_secret_access_key, *aws_session_token, *aws_region_name;
 };
 
 struct gateway_sandbox_tool {
@@ -295,6 +324,8 @@ struct gateway_config {
     uint64_t store_days;               /* gateway.store_days, default 30 */
     uint64_t events_kept_ms;           /* gateway.events_kept, default 10 minutes */
     unsigned background_max;           /* gateway.background_max, default 32 */
+    unsigned num_retries;              /* router_settings.num_retries, else litellm_settings':
+                                          the models' default, 0 = none */
 };
 
 /* The bytes of a container memory_limit ("1g", "4g", "16g", "64g"), or 0. */

@@ -26,6 +26,8 @@
 #define CODE_TOOL_NAME_MAX 64
 #define DAY_MS             86400000ull
 
+static int store_json(const struct walk *w, const json_t *obj, char **dst);
+
 /* "*" or "PREFIX/\*": a model_name serving many models. */
 static bool is_wildcard_name(const char *name)
 {
@@ -55,28 +57,87 @@ static int check_tool_name(const struct walk *w, const yaml_node_t *n, const cha
 }
 
 /* Where a provider's upstream is when litellm_params does not say (LiteLLM's
- * variables, then corral's default). */
+ * variables, then its default), which variables hold its key, and which wire
+ * format it speaks. */
 struct provider_defaults {
     const char *name;
     const char *base_vars[2]; /* read in order; NULL ends */
-    const char *key_var;
-    const char *base; /* NULL: api_base is required */
+    const char *key_vars[4];  /* likewise */
+    const char *base;         /* NULL: api_base is required (vertex_ai, bedrock: built) */
+    enum gateway_wire wire;
 };
 
 static const struct provider_defaults provider_table[] = {
     {"openai",
      {"OPENAI_BASE_URL", "OPENAI_API_BASE"},
-     "OPENAI_API_KEY",
-     "https://api.openai.com/v1"},
-    {"azure", {"AZURE_API_BASE", NULL}, "AZURE_API_KEY", NULL},
-    {"ollama", {"OLLAMA_API_BASE", NULL}, NULL, "http://127.0.0.1:11434/v1"},
-    {"ollama_chat", {"OLLAMA_API_BASE", NULL}, NULL, "http://127.0.0.1:11434/v1"},
+     {"OPENAI_API_KEY"},
+     "https://api.openai.com/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"azure", {"AZURE_API_BASE"}, {"AZURE_API_KEY"}, NULL, GATEWAY_WIRE_OPENAI},
+    {"ollama", {"OLLAMA_API_BASE"}, {NULL}, "http://127.0.0.1:11434/v1", GATEWAY_WIRE_OPENAI},
+    {"ollama_chat", {"OLLAMA_API_BASE"}, {NULL}, "http://127.0.0.1:11434/v1", GATEWAY_WIRE_OPENAI},
     {"hosted_vllm",
-     {"HOSTED_VLLM_API_BASE", NULL},
-     "HOSTED_VLLM_API_KEY",
-     "http://127.0.0.1:8000/v1"},
-    {"llamafile", {"LLAMAFILE_API_BASE", NULL}, NULL, "http://127.0.0.1:8080/v1"},
-    {"llamacpp", {NULL, NULL}, NULL, "http://127.0.0.1:8080/v1"},
+     {"HOSTED_VLLM_API_BASE"},
+     {"HOSTED_VLLM_API_KEY"},
+     "http://127.0.0.1:8000/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"llamafile", {"LLAMAFILE_API_BASE"}, {NULL}, "http://127.0.0.1:8080/v1", GATEWAY_WIRE_OPENAI},
+    {"llamacpp", {NULL}, {NULL}, "http://127.0.0.1:8080/v1", GATEWAY_WIRE_OPENAI},
+    /* OpenAI-compatible services LiteLLM knows by name */
+    {"groq",
+     {"GROQ_API_BASE"},
+     {"GROQ_API_KEY"},
+     "https://api.groq.com/openai/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"mistral",
+     {"MISTRAL_API_BASE"},
+     {"MISTRAL_API_KEY"},
+     "https://api.mistral.ai/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"deepseek",
+     {"DEEPSEEK_API_BASE"},
+     {"DEEPSEEK_API_KEY"},
+     "https://api.deepseek.com/beta",
+     GATEWAY_WIRE_OPENAI},
+    {"together_ai",
+     {"TOGETHER_AI_API_BASE"},
+     {"TOGETHER_API_KEY", "TOGETHER_AI_API_KEY", "TOGETHERAI_API_KEY", "TOGETHER_AI_TOKEN"},
+     "https://api.together.xyz/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"openrouter",
+     {"OPENROUTER_API_BASE"},
+     {"OPENROUTER_API_KEY", "OR_API_KEY"},
+     "https://openrouter.ai/api/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"fireworks_ai",
+     {"FIREWORKS_API_BASE"},
+     {"FIREWORKS_API_KEY", "FIREWORKS_AI_API_KEY", "FIREWORKSAI_API_KEY", "FIREWORKS_AI_TOKEN"},
+     "https://api.fireworks.ai/inference/v1",
+     GATEWAY_WIRE_OPENAI},
+    {"xai", {"XAI_API_BASE"}, {"XAI_API_KEY"}, "https://api.x.ai/v1", GATEWAY_WIRE_OPENAI},
+    {"perplexity",
+     {"PERPLEXITY_API_BASE"},
+     {"PERPLEXITYAI_API_KEY", "PERPLEXITY_API_KEY"},
+     "https://api.perplexity.ai",
+     GATEWAY_WIRE_OPENAI},
+    {"cerebras",
+     {"CEREBRAS_API_BASE"},
+     {"CEREBRAS_API_KEY"},
+     "https://api.cerebras.ai/v1",
+     GATEWAY_WIRE_OPENAI},
+    /* native APIs (src/gateway/wire.h) */
+    {"anthropic",
+     {"ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"},
+     {"ANTHROPIC_API_KEY"},
+     "https://api.anthropic.com",
+     GATEWAY_WIRE_ANTHROPIC},
+    {"gemini",
+     {"GEMINI_API_BASE"},
+     {"GEMINI_API_KEY", "GOOGLE_API_KEY"},
+     "https://generativelanguage.googleapis.com",
+     GATEWAY_WIRE_GEMINI},
+    {"vertex_ai", {"VERTEXAI_API_BASE"}, {NULL}, NULL, GATEWAY_WIRE_VERTEX},
+    {"bedrock", {"AWS_BEDROCK_RUNTIME_ENDPOINT"}, {NULL}, NULL, GATEWAY_WIRE_BEDROCK},
 };
 
 static const struct provider_defaults *provider_defaults(const char *provider)
@@ -138,12 +199,44 @@ static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char 
     return 0;
 }
 
+/* The first of vars (NULL ends, at most 4) that is set and not empty, its
+ * name in *from. */
+static const char *first_env(const char *const *vars, size_t n, const char **from)
+{
+    for (size_t i = 0; i < n && vars[i]; i++)
+        if (env_nonempty(vars[i])) {
+            *from = vars[i];
+            return env_nonempty(vars[i]);
+        }
+    return NULL;
+}
+
+/* Removes `suffix` from the end of url (length *len) when it is there. */
+static void drop_suffix(char *url, size_t *len, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    if (*len > n && !strcmp(url + *len - n, suffix))
+        url[ *len -= n] = '\0';
+}
+
+/* The base a vertex_ai or bedrock model is reached at when none is written. */
+static void built_base(const struct gateway_model *m, char *out, size_t len)
+{
+    *out = '\0';
+    if (m->wire == GATEWAY_WIRE_VERTEX)
+        snprintf(out, len, "https://%s%saiplatform.googleapis.com",
+                 strcmp(m->vertex_location, "global") ? m->vertex_location : "",
+                 strcmp(m->vertex_location, "global") ? "-" : "");
+    else if (m->wire == GATEWAY_WIRE_BEDROCK)
+        snprintf(out, len, "https://bedrock-runtime.%s.amazonaws.com", m->aws_region_name);
+}
+
 /* litellm_params.api_base, or the provider's; `params` locates messages when
  * the value is not written. */
 static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_node_t *params,
                          const char *params_path, struct gateway_model *m)
 {
-    char what[KEY_PATH_MAX];
+    char what[KEY_PATH_MAX], built[256];
     walk_key_path(what, sizeof(what), params_path, "api_base", 0);
     const yaml_node_t *at = n;
     const char *from = NULL; /* the variable it came from */
@@ -154,12 +247,11 @@ static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_
     } else {
         at = params;
         const struct provider_defaults *d = provider_defaults(m->provider);
-        const char *value = NULL;
-        for (size_t i = 0; d && i < 2 && !value; i++)
-            if ((value = env_nonempty(d->base_vars[i])))
-                from = d->base_vars[i];
+        const char *value = d ? first_env(d->base_vars, 2, &from) : NULL;
         if (!value && d)
             value = d->base;
+        if (!value && (built_base(m, built, sizeof(built)), *built))
+            value = built;
         if (!value)
             return walk_fail(w, params, EINVAL,
                              "%s: api_base is missing (provider '%.40s' has no default%s%s%s)",
@@ -168,6 +260,7 @@ static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_
                              d && d->base_vars[0] ? " is not set" : "");
         if (!(m->api_base = strdup(value)))
             return walk_out_of_memory(w);
+        m->api_base_from = from;
     }
     if (!is_http_url(m->api_base))
         return walk_fail(w, at, EINVAL, "%s%s%s: '%.80s' is not an http:// or https:// URL", what,
@@ -175,6 +268,15 @@ static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_
     size_t len = strlen(m->api_base);
     while (len > 1 && m->api_base[len - 1] == '/')
         m->api_base[--len] = '\0';
+    /* The native APIs' paths are the converters' (src/gateway/wire.h): a base
+     * written with the start of one (as LiteLLM accepts it) loses it. */
+    if (m->wire == GATEWAY_WIRE_ANTHROPIC) {
+        drop_suffix(m->api_base, &len, "/messages");
+        drop_suffix(m->api_base, &len, "/v1");
+    } else if (m->wire == GATEWAY_WIRE_GEMINI) {
+        drop_suffix(m->api_base, &len, "/v1beta");
+        drop_suffix(m->api_base, &len, "/v1");
+    }
     /* LiteLLM speaks ollama's own API at http://HOST:11434; corral its OpenAI one, under /v1. */
     if ((!strcmp(m->provider, "ollama") || !strcmp(m->provider, "ollama_chat")) &&
         (len < 3 || strcmp(m->api_base + len - 3, "/v1"))) {
@@ -305,6 +407,138 @@ static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const c
     return 0;
 }
 
+/* *dst: n's value when it is given (as walk_string with mode), else the first
+ * of the environment variables vars (NULL ends, at most 4) that is set and
+ * not empty, its name in *from; else as it is. */
+static int walk_string_or_envs(const struct walk *w, const yaml_node_t *n, const char *what,
+                               enum str_mode mode, const char *const *vars, char **dst,
+                               const char **from)
+{
+    if (walk_given(n))
+        return walk_string(w, n, what, mode, dst);
+    const char *value = first_env(vars, 4, from);
+    if (!value)
+        return 0;
+    char *copy = strdup(value);
+    if (!copy)
+        return walk_out_of_memory(w);
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+#define CREDENTIALS_MAX (64u << 10)
+
+/* vertex_credentials (n, else $GOOGLE_APPLICATION_CREDENTIALS): a service
+ * account's key, as JSON text or the file holding it, into m as compact
+ * JSON; its project_id is the model's project when none is set. */
+static int walk_vertex_credentials(const struct walk *w, const yaml_node_t *n,
+                                   const yaml_node_t *params, const char *what,
+                                   struct gateway_model *m)
+{
+    const char *text = NULL, *from = NULL;
+    int r;
+    if (walk_given(n)) {
+        if ((r = walk_env_value(w, n, what, &text)) < 0)
+            return r;
+    } else if (!(text = first_env((const char *const[]){"GOOGLE_APPLICATION_CREDENTIALS"}, 1,
+                                  &from))) {
+        return 0; /* none: requests say so */
+    }
+    const yaml_node_t *at = from ? params : n;
+    cleanup_free char *file = NULL;
+    const char *json = text;
+    while (*json == ' ' || *json == '\n' || *json == '\t' || *json == '\r')
+        json++;
+    if (*json != '{') { /* a file */
+        struct corral_error err;
+        size_t len = 0;
+        if (corral_read_file_alloc(text, CREDENTIALS_MAX, &file, &len, &err) < 0)
+            return walk_fail(w, at, EINVAL, "%s%s%s: %s", what, from ? " from " : "",
+                             from ? from : "", err.message);
+        json = file;
+    }
+    json_error_t jerr;
+    json_auto_t *key = json_loads(json, 0, &jerr);
+    const char *email = json_string_value(json_object_get(key, "client_email"));
+    const char *pem = json_string_value(json_object_get(key, "private_key"));
+    if (!json_is_object(key) || !email || !pem)
+        return walk_fail(w, at, EINVAL,
+                         "%s%s%s: not a service account's key (JSON with client_email and "
+                         "private_key)%s%s",
+                         what, from ? " from " : "", from ? from : "", key ? "" : ": ",
+                         key ? "" : jerr.text);
+    const char *project = json_string_value(json_object_get(key, "project_id"));
+    if (!m->vertex_project && project && !(m->vertex_project = strdup(project)))
+        return walk_out_of_memory(w);
+    return store_json(w, key, &m->vertex_credentials);
+}
+
+/* A native model's own litellm_params (vertex_ai's, bedrock's). */
+static int walk_native_params(const struct walk *w, yaml_node_t *const *p, const char *const *names,
+                              const yaml_node_t *params, const char *params_path,
+                              struct gateway_model *m)
+{
+    enum { PROJECT, LOCATION, CREDENTIALS, KEY_ID, SECRET, TOKEN, REGION };
+    char what[KEY_PATH_MAX];
+    const char *from = NULL;
+    int r;
+#define WHAT(i) walk_key_path(what, sizeof(what), params_path, names[i], 0)
+#define VARS(...)                                                                                  \
+    (const char *const[])                                                                          \
+    {                                                                                              \
+        __VA_ARGS__, NULL                                                                          \
+    }
+    if (m->wire == GATEWAY_WIRE_VERTEX) {
+        if ((r = walk_string_or_envs(w, p[PROJECT], WHAT(PROJECT), STR_OPTIONAL,
+                                     VARS("VERTEXAI_PROJECT", "VERTEX_PROJECT"), &m->vertex_project,
+                                     &from)) < 0 ||
+            (r = walk_string_or_envs(w, p[LOCATION], WHAT(LOCATION), STR_OPTIONAL,
+                                     VARS("VERTEXAI_LOCATION", "VERTEX_LOCATION"),
+                                     &m->vertex_location, &from)) < 0 ||
+            (r = walk_vertex_credentials(w, p[CREDENTIALS], params, WHAT(CREDENTIALS), m)) < 0)
+            return r;
+        if (!m->vertex_location && !(m->vertex_location = strdup("us-central1")))
+            return walk_out_of_memory(w);
+        if (!m->vertex_project)
+            return walk_fail(w, params, EINVAL,
+                             "%s: vertex_project is missing (and VERTEXAI_PROJECT is not set, "
+                             "nor a project_id in the credentials)",
+                             params_path);
+        if (!is_provider_name(m->vertex_location, strlen(m->vertex_location)) ||
+            !is_provider_name(m->vertex_project, strlen(m->vertex_project)))
+            return walk_fail(w, params, EINVAL,
+                             "%s: vertex_project and vertex_location are names (letters, digits, "
+                             "'_', '-' and '.'), not '%.60s' and '%.60s'",
+                             params_path, m->vertex_project, m->vertex_location);
+    } else if (m->wire == GATEWAY_WIRE_BEDROCK) {
+        if ((r = walk_string_or_envs(w, p[KEY_ID], WHAT(KEY_ID), STR_EMPTY_IS_NONE,
+                                     VARS("AWS_ACCESS_KEY_ID"), &m->aws_access_key_id, &from)) <
+                0 ||
+            (r = walk_string_or_envs(w, p[SECRET], WHAT(SECRET), STR_EMPTY_IS_NONE,
+                                     VARS("AWS_SECRET_ACCESS_KEY"), &m->aws_secret_access_key,
+                                     &from)) < 0 ||
+            (r = walk_string_or_envs(w, p[TOKEN], WHAT(TOKEN), STR_EMPTY_IS_NONE,
+                                     VARS("AWS_SESSION_TOKEN"), &m->aws_session_token, &from)) <
+                0 ||
+            (r = walk_string_or_envs(w, p[REGION], WHAT(REGION), STR_OPTIONAL,
+                                     VARS("AWS_REGION_NAME", "AWS_REGION", "AWS_DEFAULT_REGION"),
+                                     &m->aws_region_name, &from)) < 0)
+            return r;
+        if (!m->aws_region_name && !(m->aws_region_name = strdup("us-west-2")))
+            return walk_out_of_memory(w);
+        if (!is_provider_name(m->aws_region_name, strlen(m->aws_region_name)))
+            return walk_fail(w, params, EINVAL, "%s: '%.60s' is not a region name", WHAT(REGION),
+                             m->aws_region_name);
+        /* LiteLLM's route prefix: bedrock/converse/MODEL is MODEL through Converse */
+        if (!strncmp(m->model, "converse/", 9))
+            memmove(m->model, m->model + 9, strlen(m->model + 9) + 1);
+    }
+#undef VARS
+#undef WHAT
+    return 0;
+}
+
 /* model_list[index]. */
 static int walk_model(const struct walk *w, const yaml_node_t *list, size_t index,
                       struct gateway_config *gw)
@@ -318,10 +552,39 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
                             &m->name);
     if (r < 0)
         return r;
-    static const char *const pkeys[] = {"model",        "api_base",          "api_key",
-                                        "api_version",  "max_agentic_loops", "timeout",
-                                        "upstream_api", "sandbox_tool"};
-    enum { MODEL, API_BASE, API_KEY, API_VERSION, LOOPS, TIMEOUT, UPSTREAM_API, SANDBOX_TOOL, N };
+    static const char *const pkeys[] = {"model",
+                                        "api_base",
+                                        "api_key",
+                                        "api_version",
+                                        "max_agentic_loops",
+                                        "timeout",
+                                        "upstream_api",
+                                        "sandbox_tool",
+                                        "num_retries",
+                                        "max_retries",
+                                        "max_tokens",
+                                        "vertex_project",
+                                        "vertex_location",
+                                        "vertex_credentials",
+                                        "aws_access_key_id",
+                                        "aws_secret_access_key",
+                                        "aws_session_token",
+                                        "aws_region_name"};
+    enum {
+        MODEL,
+        API_BASE,
+        API_KEY,
+        API_VERSION,
+        LOOPS,
+        TIMEOUT,
+        UPSTREAM_API,
+        SANDBOX_TOOL,
+        NUM_RETRIES,
+        MAX_RETRIES,
+        MAX_TOKENS,
+        NATIVE, /* the rest: walk_native_params' */
+        N = NATIVE + 7
+    };
     yaml_node_t *p[N];
     if ((r = walk_entry_params(w, n, v[1], path, "model, api_base, api_key, ...", pkeys, N,
                                params_path, p)) < 0)
@@ -333,11 +596,17 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
     if ((r = walk_model_id(w, p[MODEL], WHAT(MODEL), m)) < 0)
         return r;
     m->azure = !strcmp(m->provider, "azure");
-    if ((r = walk_api_base(w, p[API_BASE], params, params_path, m)) < 0)
-        return r;
     const struct provider_defaults *d = provider_defaults(m->provider);
-    if ((r = walk_string_or_env(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE,
-                                d ? d->key_var : NULL, &m->api_key)) < 0)
+    m->wire = d ? d->wire : GATEWAY_WIRE_OPENAI;
+    if (m->wire != GATEWAY_WIRE_OPENAI)
+        return walk_fail(w, p[MODEL], EINVAL, "%s: provider '%.40s' is not supported yet",
+                         WHAT(MODEL), m->provider);
+    if ((r = walk_native_params(w, p + NATIVE, pkeys + NATIVE, params, params_path, m)) < 0 ||
+        (r = walk_api_base(w, p[API_BASE], params, params_path, m)) < 0)
+        return r;
+    static const char *const no_vars[] = {NULL};
+    if ((r = walk_string_or_envs(w, p[API_KEY], WHAT(API_KEY), STR_EMPTY_IS_NONE,
+                                 d ? d->key_vars : no_vars, &m->api_key, &m->api_key_from)) < 0)
         return r;
     if (m->azure && (r = walk_string_or_env(w, p[API_VERSION], WHAT(API_VERSION), STR_OPTIONAL,
                                             "AZURE_API_VERSION", &m->api_version)) < 0)
@@ -348,9 +617,27 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
             return r;
         m->max_agentic_loops = (unsigned)u;
     }
+    /* retries: num_retries (LiteLLM's), else max_retries (its OpenAI client's), else the
+     * router's default (walk_router_retries) */
+    m->num_retries = gw->num_retries;
+    for (int k = MAX_RETRIES; k >= NUM_RETRIES; k--)
+        if (walk_given(p[k])) {
+            if ((r = walk_uint(w, p[k], WHAT(k), 0, 10, &u)) < 0)
+                return r;
+            m->num_retries = (unsigned)u;
+        }
+    if (walk_given(p[MAX_TOKENS])) {
+        if ((r = walk_uint(w, p[MAX_TOKENS], WHAT(MAX_TOKENS), 1, 10000000, &u)) < 0)
+            return r;
+        m->max_tokens = u;
+    }
     if ((r = walk_timeout(w, p[TIMEOUT], WHAT(TIMEOUT), &m->timeout_ms)) < 0 ||
         (r = walk_upstream_api(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), m)) < 0)
         return r;
+    if (m->wire != GATEWAY_WIRE_OPENAI && m->api != GATEWAY_API_CHAT)
+        return walk_fail(w, p[UPSTREAM_API], EINVAL,
+                         "%s: provider '%.40s' speaks its own API (upstream_api does not apply)",
+                         WHAT(UPSTREAM_API), m->provider);
     if (walk_given(p[SANDBOX_TOOL])) {
         if ((r = walk_string(w, p[SANDBOX_TOOL], WHAT(SANDBOX_TOOL), STR_OPTIONAL,
                              &m->sandbox_tool)) < 0 ||
@@ -1047,9 +1334,33 @@ static int walk_gateway(const struct walk *w, const yaml_node_t *n, struct gatew
     return walk_container_limits(w, v + EXPIRY, keys + EXPIRY, gw);
 }
 
+/* The retries of every model that sets none: router_settings.num_retries,
+ * else litellm_settings.num_retries (LiteLLM's order). */
+static int walk_router_retries(const struct walk *w, const struct litellm_keys *keys,
+                               struct gateway_config *gw)
+{
+    const yaml_node_t *maps[] = {keys->litellm_settings, keys->router_settings};
+    const char *names[] = {"litellm_settings.num_retries", "router_settings.num_retries"};
+    for (int i = 0; i < 2; i++) {
+        const yaml_node_t *n = maps[i] && maps[i]->type == YAML_MAPPING_NODE
+                                   ? walk_value_of(w, maps[i], "num_retries")
+                                   : NULL;
+        uint64_t u;
+        int r;
+        if (n && walk_given(n)) {
+            if ((r = walk_uint(w, n, names[i], 0, 10, &u)) < 0)
+                return r;
+            gw->num_retries = (unsigned)u;
+        }
+    }
+    return 0;
+}
+
 int walk_litellm(const struct walk *w, const struct litellm_keys *keys, struct gateway_config *gw)
 {
     int r;
+    if ((r = walk_router_retries(w, keys, gw)) < 0)
+        return r;
     /* The tools first: models and the interception settings name them. */
     if (keys->sandbox_tools && (r = walk_sandbox_tools(w, keys->sandbox_tools, gw)) < 0)
         return r;

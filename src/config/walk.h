@@ -100,6 +100,7 @@ int walk_yaml_to_json(const struct walk *w, const yaml_node_t *n, const char *wh
 /* litellm.c: the gateway's keys of the top level, each NULL when missing. */
 struct litellm_keys {
     const yaml_node_t *model_list, *sandbox_tools, *litellm_settings, *general_settings, *gateway;
+    const yaml_node_t *router_settings; /* read for num_retries only */
 };
 /* `fleet:` (fleet.c); *out stays NULL when it is null. */
 struct fleet_config;

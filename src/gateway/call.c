@@ -798,6 +798,8 @@ static void append_turn(struct gw_call *c, struct gw_turn *t, char **results)
     } else {
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
                                 t->text.len ? json_string(text) : json_null());
+        if (t->wire_native) /* what chat has no place for goes back to a native upstream */
+            json_object_set(msg, "wire_native", t->wire_native);
         json_t *calls = json_array();
         for (size_t k = 0; k < t->n_calls; k++)
             if (!gw_runs(&t->calls[k]) || results[k]) {
@@ -1950,7 +1952,9 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
         json_decref(client_tools);
         return -EINVAL;
     }
-    bool same_api = (c->api == CORRAL_GATEWAY_CHAT) == (c->model->api == GATEWAY_API_CHAT);
+    /* (a native upstream is reached only through the loop's translation) */
+    bool same_api = c->model->wire == GATEWAY_WIRE_OPENAI &&
+                    (c->api == CORRAL_GATEWAY_CHAT) == (c->model->api == GATEWAY_API_CHAT);
     json_t *prev = json_object_get(c->req, "previous_response_id");
     bool ours_prev = false;
     if (json_is_string(prev)) {

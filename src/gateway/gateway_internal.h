@@ -439,6 +439,7 @@ struct gw_turn {
     size_t n_calls;
     struct strbuf text;  /* the assistant text of the turn */
     json_t *native;      /* Responses upstreams: the turn's output items as returned */
+    json_t *wire_native; /* native upstreams: the turn's message as returned (wire.h) */
     json_t *usage;       /* Responses-shaped */
     char *finish_reason; /* chat's, or "length" when the upstream stopped on tokens */
     /* A Responses upstream's other items (reasoning, hosted tools' calls,

@@ -11,11 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+#include <time.h>
+
+#include "base/cleanup.h"
+#include "base/clock.h"
 #include "base/utf8.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
 #include "http/client.h"
 #include "http/sse.h"
+#include "gateway/wire.h"
 
 void gw_turn_free(struct gw_turn *t)
 {
@@ -36,6 +42,7 @@ void gw_turn_free(struct gw_turn *t)
     json_decref(t->up_notes);
     json_decref(t->chat_notes);
     json_decref(t->native);
+    json_decref(t->wire_native);
     json_decref(t->usage);
     free(t->finish_reason);
     free(t->failure);
@@ -121,6 +128,11 @@ static void chat_delta(struct gw_call *c, struct gw_turn *t, json_t *delta)
         if (tc && args)
             gw_emit_tool_args(c, tc, args, strlen(args));
     }
+    json_t *native = json_object_get(delta, "wire_native");
+    if (native) { /* a native upstream's message, for the next turn */
+        json_decref(t->wire_native);
+        t->wire_native = json_incref(native);
+    }
 }
 
 static void chat_usage(struct gw_turn *t, json_t *usage)
@@ -140,6 +152,17 @@ static void chat_whole(struct gw_call *c, struct gw_turn *t, json_t *body)
     t->completed = true;
 }
 
+/* One chunk of a chat stream (or of a native one, converted). */
+static void chat_chunk(struct gw_call *c, struct gw_turn *t, json_t *j)
+{
+    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+    if (choice) {
+        chat_delta(c, t, json_object_get(choice, "delta"));
+        set_finish(t, json_string_value(json_object_get(choice, "finish_reason")));
+    }
+    chat_usage(t, json_object_get(j, "usage"));
+}
+
 static int chat_event(struct gw_call *c, struct gw_turn *t, const char *data)
 {
     if (!strcmp(data, "[DONE]")) {
@@ -155,12 +178,7 @@ static int chat_event(struct gw_call *c, struct gw_turn *t, const char *data)
         json_decref(j);
         return -EPROTO;
     }
-    json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
-    if (choice) {
-        chat_delta(c, t, json_object_get(choice, "delta"));
-        set_finish(t, json_string_value(json_object_get(choice, "finish_reason")));
-    }
-    chat_usage(t, json_object_get(j, "usage"));
+    chat_chunk(c, t, j);
     json_decref(j);
     return 0;
 }
@@ -321,7 +339,9 @@ struct stream_ctx {
     struct gw_call *c;
     struct gw_turn *t;
     struct http_sse sse;
-    bool ok_status;
+    const struct gw_wire_ops *wire; /* a native upstream's converter, or NULL */
+    struct gw_wire_stream *ws;
+    bool fed; /* bytes of the answer came */
 };
 
 /* A background call's cancel comes with no event from the upstream: it is
@@ -341,10 +361,30 @@ static int on_sse(void *u, const char *ev, const char *data, size_t len)
                                                 : responses_event(s->c, s->t, data);
 }
 
+/* A native upstream's stream: converted into chat chunks. */
+static int wire_feed(struct stream_ctx *s, const char *data, size_t len)
+{
+    json_t *chunks = json_array(), *error = NULL, *j;
+    int rc = s->wire->stream_feed(s->ws, data, len, chunks, &error);
+    size_t i;
+    json_array_foreach(chunks, i, j) chat_chunk(s->c, s->t, j);
+    json_decref(chunks);
+    if (rc < 0) {
+        free(s->t->failure);
+        s->t->failure = error ? json_dumps(error, JSON_COMPACT) : NULL;
+        if (!s->t->failure)
+            s->t->failure = strdup("{\"error\":{\"message\":\"the upstream model's stream "
+                                   "cannot be read\"}}");
+    }
+    json_decref(error);
+    return rc;
+}
+
 static int on_data(void *u, const char *data, size_t len)
 {
     struct stream_ctx *s = u;
-    int rc = http_sse_feed(&s->sse, data, len);
+    s->fed = true;
+    int rc = s->wire ? wire_feed(s, data, len) : http_sse_feed(&s->sse, data, len);
     return rc || s->c->cancelled ? -1 : 0;
 }
 
@@ -444,36 +484,151 @@ static void transport_failed(struct gw_call *c, int rc, const struct corral_erro
                    err->message);
 }
 
+/* ---- retries ---- */
+
+/* Whether a failed exchange is tried again (as LiteLLM retries: a
+ * connection that failed or timed out, a rate limit, a conflict, a server
+ * error), when nothing of its answer was read yet. */
+static bool retryable(int rc, long status)
+{
+    if (rc < 0)
+        return rc != -ECANCELED;
+    return status == 408 || status == 409 || status == 429 || status >= 500;
+}
+
+/* How long before retry `attempt` (0 first): the upstream's Retry-After in
+ * seconds when it gave one (at most 60 s), else 0.5 s doubled each time, at
+ * most 8 s. */
+static uint64_t retry_delay_ms(unsigned attempt, const struct http_reply *r)
+{
+    if (r->retry_after) {
+        char *end;
+        double seconds = strtod(r->retry_after, &end);
+        if (end != r->retry_after && seconds >= 0)
+            return seconds > 60 ? 60000 : (uint64_t)(seconds * 1000);
+    }
+    uint64_t ms = 500ull << (attempt < 4 ? attempt : 4);
+    return ms > 8000 ? 8000 : ms;
+}
+
+/* Waits ms, or less when the call is cancelled: whether it still runs. */
+static bool retry_wait(struct gw_call *c, uint64_t ms)
+{
+    uint64_t end = corral_now_ms() + ms;
+    while (!gw_call_cancelled(c)) {
+        uint64_t now = corral_now_ms();
+        if (now >= end)
+            return true;
+        uint64_t step = end - now < 100 ? end - now : 100;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* ---- the turn ---- */
+
+/* A turn's request that cannot be made: a request the upstream's API cannot
+ * carry (EINVAL, a 400), a key that cannot sign, no memory. */
+static int request_failed(struct gw_call *c, struct gw_wire_request *req, int rc,
+                          const struct corral_error *err)
+{
+    gw_wire_request_free(req);
+    const char *type = rc == -EINVAL ? "invalid_request_error" : "server_error";
+    const char *code = rc == -EINVAL ? "unsupported_value" : "upstream_error";
+    if (c->started)
+        gw_emit_stream_error(c, type, code, err->message);
+    else
+        gw_reply_error(c->out,
+                       rc == -EINVAL   ? 400
+                       : rc == -ENOMEM ? 500
+                                       : 502,
+                       type, NULL, code, "%s", err->message);
+    return rc;
+}
+
+/* The turn's request: for an OpenAI upstream, body as it is at c->up_path;
+ * for a native one, its converter's request, signed. */
+static int turn_request(struct gw_call *c, const struct gw_wire_ops *wire, json_t *body,
+                        struct gw_wire_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    struct corral_error err = {0};
+    int rc = 0;
+    if (!wire) {
+        snprintf(req->path, sizeof(req->path), "%s", c->up_path);
+        if (!(req->body = json_dumps(body, JSON_COMPACT)))
+            return request_failed(c, req, corral_fail(&err, ENOMEM, "out of memory"), &err);
+        req->len = strlen(req->body);
+        return 0;
+    }
+    if (c->model->max_tokens && !json_object_get(body, "max_tokens") &&
+        !json_object_get(body, "max_completion_tokens"))
+        json_object_set_new(body, "max_tokens", json_integer((json_int_t)c->model->max_tokens));
+    json_object_set_new(body, "model", json_string(c->up_model));
+    rc = wire->request(c->model, body, c->stream, req, &err);
+    if (rc == 0) {
+        size_t n = strlen(c->model->api_base);
+        cleanup_free char *url = malloc(n + strlen(req->path) + 1);
+        if (!url)
+            rc = corral_fail(&err, ENOMEM, "out of memory");
+        else {
+            memcpy(url, c->model->api_base, n);
+            strcpy(url + n, req->path);
+            rc = wire->sign(c->model, url, req, &err);
+        }
+    }
+    return rc < 0 ? request_failed(c, req, rc, &err) : 0;
+}
+
 int gw_turn_run(struct gw_call *c, struct gw_turn *t)
 {
+    const struct gw_wire_ops *wire = gw_wire_of(c->model);
     json_t *body = turn_body(c);
-    char *text = json_dumps(body, JSON_COMPACT);
+    struct gw_wire_request req;
+    int rc = turn_request(c, wire, body, &req);
     json_decref(body);
-    if (!text) {
-        gw_reply_error(c->out, 500, "server_error", NULL, NULL, "out of memory");
-        return -ENOMEM;
-    }
+    if (rc < 0)
+        return rc;
     struct http_upstream u;
     gw_upstream_of(c, &u);
-    struct stream_ctx s = {.c = c, .t = t};
+    if (wire) { /* authentication is in the converter's headers */
+        u.api_key = NULL;
+        u.headers = (const char *const *)req.headers;
+    }
+    struct stream_ctx s = {.c = c, .t = t, .wire = wire};
     struct http_sink sink = {.cancelled = sink_cancelled, .userdata = c};
     if (c->stream) {
-        http_sse_init(&s.sse, on_sse, &s);
         sink.on_data = on_data;
         sink.userdata = &s;
         /* polled through on_sse and the call below (and while silent, for background) */
         sink.cancelled = c->background ? stream_cancelled : NULL;
     }
-    struct http_sink *sp = &sink;
     struct http_reply r;
     struct corral_error err = {0};
-    int rc = http_upstream_request(&u, "POST", c->up_path, text, strlen(text), sp, &r, &err);
-    free(text);
-    if (c->stream) {
-        if (rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)
+    for (unsigned attempt = 0;; attempt++) {
+        if (c->stream && wire)
+            s.ws = wire->stream_new();
+        else if (c->stream)
+            http_sse_init(&s.sse, on_sse, &s);
+        rc = http_upstream_request(&u, "POST", req.path, req.body, req.len, &sink, &r, &err);
+        if (c->stream && !wire && rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)
             http_sse_finish(&s.sse);
-        http_sse_free(&s.sse);
+        if (c->stream && wire && rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)
+            t->completed = wire->stream_complete(s.ws);
+        if (c->stream && wire)
+            wire->stream_free(s.ws);
+        else if (c->stream)
+            http_sse_free(&s.sse);
+        if (attempt >= c->model->num_retries || s.fed || t->failure || gw_call_cancelled(c) ||
+            !retryable(rc, r.status))
+            break;
+        uint64_t wait = retry_delay_ms(attempt, &r);
+        http_reply_free(&r);
+        if (!retry_wait(c, wait))
+            break;
     }
+    gw_wire_request_free(&req);
     if (gw_call_cancelled(c)) {
         http_reply_free(&r);
         return -ECANCELED;
@@ -484,6 +639,16 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
         return rc;
     }
     if (r.status < 200 || r.status >= 300) {
+        if (wire) { /* the upstream's error in OpenAI's shape */
+            json_t *e = wire->error(r.status, r.body, r.len);
+            char *text = e ? json_dumps(e, JSON_COMPACT) : NULL;
+            json_decref(e);
+            if (text) {
+                free(r.body);
+                r.body = text;
+                r.len = strlen(text);
+            }
+        }
         upstream_failed(c, &r);
         http_reply_free(&r);
         return -EPROTO;
@@ -495,6 +660,14 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
     }
     if (!c->stream) {
         json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+        json_t *chunk = NULL;
+        if (json_is_object(j) && wire && !(chunk = wire->answer(j, &err))) {
+            json_decref(j);
+            gw_reply_error(c->out, 502, "server_error", NULL, "upstream_error",
+                           "The upstream model's answer cannot be read: %s", err.message);
+            http_reply_free(&r);
+            return -EPROTO;
+        }
         if (!json_is_object(j)) {
             json_decref(j);
             gw_reply_error(c->out, 502, "server_error", NULL, "upstream_error",
@@ -502,7 +675,11 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
             http_reply_free(&r);
             return -EPROTO;
         }
-        if (c->model->api == GATEWAY_API_CHAT)
+        if (chunk) {
+            chat_chunk(c, t, chunk);
+            t->completed = true;
+            json_decref(chunk);
+        } else if (c->model->api == GATEWAY_API_CHAT)
             chat_whole(c, t, j);
         else
             responses_whole(c, t, j);

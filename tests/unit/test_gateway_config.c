@@ -413,9 +413,9 @@ static void splits_provider_and_model(void **state)
     expect_error("model_list:\n  - model_name: m\n    litellm_params: {model: 'azure/dep'}\n",
                  "gw.yaml:3:21: model_list[0].litellm_params: api_base is missing (provider "
                  "'azure' has no default, and AZURE_API_BASE is not set)");
-    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: anthropic/c\n",
+    expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: cohere/c\n",
                  "gw.yaml:4:7: model_list[0].litellm_params: api_base is missing (provider "
-                 "'anthropic' has no default)");
+                 "'cohere' has no default)");
     expect_error("model_list:\n  - model_name: m\n    litellm_params:\n      model: /gpt\n",
                  "gw.yaml:4:14: model_list[0].litellm_params.model: '/gpt' does not start with "
                  "a provider");
