@@ -256,9 +256,10 @@ export function gatewaySupported() {
  * but then starts without the gateway (gatewayUrl null) if its line does
  * not come within a few seconds of the E2B one; false passes
  * `--gateway-listen off` (when this corral has the option). Either way the
- * gateway's default port (4000) is never used.
+ * gateway's default port (4000) is never used. `env`: variables added to
+ * its environment.
  */
-export async function startServer({ apiKeys = [], config, args = [], gateway } = {}) {
+export async function startServer({ apiKeys = [], config, args = [], gateway, env = {} } = {}) {
   if (typeof process.getuid === 'function' && process.getuid() !== 0) {
     throw new Error('corral serve did not start: the integration tests must run as root (sandboxes need namespaces, cgroups and mounts)');
   }
@@ -270,7 +271,7 @@ export async function startServer({ apiKeys = [], config, args = [], gateway } =
   let lastError;
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      return await startOnce({ apiKeys, config, args, gateway });
+      return await startOnce({ apiKeys, config, args, gateway, extraEnv: env });
     } catch (err) {
       lastError = err;
       if (!err.addressInUse) throw err; // only a lost race for the port is worth a retry
@@ -279,7 +280,7 @@ export async function startServer({ apiKeys = [], config, args = [], gateway } =
   throw lastError;
 }
 
-async function startOnce({ apiKeys, config, args, gateway }) {
+async function startOnce({ apiKeys, config, args, gateway, extraEnv }) {
   const port = await freePort();
   const osbPort = await freePort();
   const withGateway = gateway === true || (gateway === undefined && gatewaySupported());
@@ -291,7 +292,7 @@ async function startOnce({ apiKeys, config, args, gateway }) {
   if (config) argv.push('--config', config);
   argv.push(...args);
 
-  const env = { ...process.env };
+  const env = { ...process.env, ...extraEnv };
   delete env.CORRAL_API_KEYS; // the keys are what `apiKeys` says
   // setEnv() points this process's SDKs at a server: a server started later
   // must not read them (the gateway's e2b and opensandbox providers would)

@@ -161,7 +161,8 @@ function customTools(api, body) {
   return tools.filter((t) => t?.type === 'custom').map((t) => (api === 'chat' ? t.custom?.name : t.name));
 }
 
-class MockError extends Error {}
+/** A request the mock refuses: answered 400 with the message (which starts with "mock:"). */
+export class MockError extends Error {}
 
 /** Conversation analysis: the marker message, the round, the tool outputs. */
 function analyse(api, body, scripts, issuedCalls) {
@@ -249,8 +250,32 @@ function errorBody(error = {}) {
   };
 }
 
-/** Starts the mock on 127.0.0.1:<free port>. */
-export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
+/**
+ * Starts the mock on 127.0.0.1:<free port>.
+ *
+ * dialects: native wire formats it speaks beside OpenAI's, each an object
+ *   name                      'anthropic', ... (the recorded requests' `api`)
+ *   match(method, path)       whether a request is the dialect's
+ *   stream(path, body, url)   whether it asks for a stream
+ *   check(req)                the authentication failure of a request ({method,
+ *                             path, url (a URL), headers, rawBody}), as
+ *                             {status, message}, or null when it is let in
+ *   toChat(body, req)         the request validated (anything malformed throws a
+ *                             MockError 'mock: ...') and converted to a chat
+ *                             request: {model, messages, tools (chat's nested
+ *                             function tools), tool_choice}, enough for the
+ *                             scripts (user texts, assistant tool_calls with ids and
+ *                             names, tool messages with tool_call_id)
+ *   answer(a)                 the answer of a turn: a = {body, chat, turn: {text
+ *                             (or null), calls: [{name, arguments (JSON text),
+ *                             callId}]}, usage: {prompt_tokens, completion_tokens},
+ *                             stream, chunkSize, nextId(prefix), splitChunks}; returns
+ *                             {json} or {events, frame(ev) -> string | Buffer,
+ *                             contentType}
+ *   error(status, error)      the dialect's error answer of an {message, type, code}:
+ *                             {body, headers}
+ */
+export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [] } = {}) {
   const scripts = new Map();
   const requests = [];
   const issuedCalls = new Map(); // call id -> answer serial
@@ -272,11 +297,11 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     res.end(body);
   }
 
-  async function answerStream(res, entry, events, frame, chunkDelayMs, cutAfterEvents) {
+  async function answerStream(res, entry, events, frame, chunkDelayMs, cutAfterEvents, contentType = 'text/event-stream; charset=utf-8') {
     entry.status = 200;
     entry.reply = { events, raw: '' };
     res.writeHead(200, {
-      'content-type': 'text/event-stream; charset=utf-8',
+      'content-type': contentType,
       'cache-control': 'no-cache',
       'x-request-id': nextId('req_'),
     });
@@ -288,14 +313,14 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       if (gone) break;
       if (i === cutAfterEvents) {
         const half = frame(ev).slice(0, Math.floor(frame(ev).length / 2));
-        entry.reply.raw += half;
+        entry.reply.raw += typeof half === 'string' ? half : half.toString('latin1');
         res.write(half);
         await tick();
         res.socket.resetAndDestroy();
         return;
       }
       const bytes = frame(ev);
-      entry.reply.raw += bytes;
+      entry.reply.raw += typeof bytes === 'string' ? bytes : bytes.toString('latin1');
       res.write(bytes);
       if (chunkDelayMs) await sleep(chunkDelayMs);
       else await tick();
@@ -325,6 +350,8 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
     };
     requests.push(entry);
 
+    const dialect = dialects.find((d) => d.match(req.method, path));
+    if (dialect) return handleDialect(dialect, req, res, entry, url, rawBody);
     if (apiKey !== null && req.headers.authorization !== `Bearer ${apiKey}`) {
       return answerJson(res, entry, 401, errorBody({ message: 'mock: Incorrect API key provided.', code: 'invalid_api_key' }));
     }
@@ -360,6 +387,47 @@ export async function startUpstream({ chunkSize = 7, apiKey = null } = {}) {
       if (!(err instanceof MockError)) throw err;
       entry.mockError = err.message;
       return answerJson(res, entry, 400, errorBody({ message: err.message, code: 'mock_error' }));
+    }
+  }
+
+  async function handleDialect(d, req, res, entry, url, rawBody) {
+    entry.api = d.name;
+    const answerError = (status, error) => {
+      const { body, headers = {} } = d.error(status, error);
+      return answerJson(res, entry, status, body, headers);
+    };
+    const denied = d.check({ method: req.method, path: entry.path, url, headers: req.headers, rawBody });
+    if (denied) return answerError(denied.status ?? 401, { message: denied.message, type: 'authentication_error' });
+    let body;
+    try {
+      body = JSON.parse(rawBody);
+    } catch {
+      return answerError(400, { message: 'mock: the body is not JSON', type: 'invalid_request_error' });
+    }
+    entry.body = body;
+    try {
+      entry.stream = d.stream(entry.path, body, url) === true;
+      const chat = d.toChat(body, { method: req.method, path: entry.path, url, headers: req.headers });
+      entry.chatBody = chat;
+      const turn = resolveTurn('chat', chat, entry);
+      if (turn.until) await turn.until;
+      if (turn.delayMs) await sleep(turn.delayMs);
+      if (turn.status !== undefined) return answerError(turn.status, { type: 'invalid_request_error', message: 'mock error', ...(turn.error ?? {}) });
+      if (turn.calls.some((c) => c.custom)) throw new MockError('mock: custom tools have no native form');
+      if (turn.items.length) throw new MockError('mock: output items need a Responses request');
+      const answerSerial = ++serial;
+      const calls = turn.calls.map((c) => {
+        const callId = nextId('call_');
+        issuedCalls.set(callId, answerSerial);
+        return { name: c.name, arguments: c.arguments, callId };
+      });
+      const a = d.answer({ body, chat, turn: { text: turn.text, citations: turn.citations, calls }, usage: turn.usage, stream: entry.stream, chunkSize, nextId, splitChunks });
+      if (!entry.stream) return answerJson(res, entry, 200, a.json);
+      return await answerStream(res, entry, a.events, a.frame, turn.chunkDelayMs ?? 0, turn.cutAfterEvents, a.contentType);
+    } catch (err) {
+      if (!(err instanceof MockError)) throw err;
+      entry.mockError = err.message;
+      return answerError(400, { message: err.message, type: 'invalid_request_error', code: 'mock_error' });
     }
   }
 
