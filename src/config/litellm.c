@@ -598,9 +598,6 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
     m->azure = !strcmp(m->provider, "azure");
     const struct provider_defaults *d = provider_defaults(m->provider);
     m->wire = d ? d->wire : GATEWAY_WIRE_OPENAI;
-    if (m->wire != GATEWAY_WIRE_OPENAI)
-        return walk_fail(w, p[MODEL], EINVAL, "%s: provider '%.40s' is not supported yet",
-                         WHAT(MODEL), m->provider);
     if ((r = walk_native_params(w, p + NATIVE, pkeys + NATIVE, params, params_path, m)) < 0 ||
         (r = walk_api_base(w, p[API_BASE], params, params_path, m)) < 0)
         return r;

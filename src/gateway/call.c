@@ -21,6 +21,7 @@
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
+#include "gateway/wire.h"
 #include "http/client.h"
 
 #define TOOL_DESCRIPTION_HEAD                                                                      \
@@ -1919,6 +1920,12 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
                        "The model `%s` does not exist or you do not have access to it.",
                        c->client_model);
         return -ENOENT;
+    }
+    if (c->model->wire != GATEWAY_WIRE_OPENAI && !gw_wire_of(c->model)) {
+        gw_reply_error(c->out, 501, "server_error", "model", "unsupported_provider",
+                       "The provider '%s' of the model `%s` has no converter in this gateway.",
+                       c->model->provider, c->client_model);
+        return -ENOTSUP;
     }
     c->up_model = upstream_model(c->model, c->client_model);
     resolve_path(c);

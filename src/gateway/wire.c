@@ -23,6 +23,7 @@ void gw_wire_request_free(struct gw_wire_request *r)
 const struct gw_wire_ops *gw_wire_of(const struct gateway_model *m)
 {
     switch (m->wire) {
+    /* one case per converter */
     default:
         return NULL;
     }
