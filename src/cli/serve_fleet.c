@@ -143,6 +143,45 @@ unsigned serve_default_pool(const struct corral_config *cfg)
     return t ? t->pool_size : SERVE_DEFAULT_POOL;
 }
 
+/* The API a model's upstream speaks, as --check names it. */
+static const char *upstream_api_name(const struct gateway_model *m)
+{
+    switch (m->wire) {
+    case GATEWAY_WIRE_ANTHROPIC:
+        return "Anthropic Messages";
+    case GATEWAY_WIRE_GEMINI:
+        return "Gemini generateContent";
+    case GATEWAY_WIRE_VERTEX:
+        return "Vertex AI generateContent";
+    case GATEWAY_WIRE_BEDROCK:
+        return "Bedrock Converse";
+    default:
+        return m->api == GATEWAY_API_RESPONSES ? "OpenAI Responses" : "OpenAI Chat Completions";
+    }
+}
+
+/* One model of the gateway: where its upstream is, which API it speaks and
+ * where its credentials come from (never the credentials themselves). */
+static void report_model(const struct gateway_model *m)
+{
+    char key[96];
+    if (m->wire == GATEWAY_WIRE_VERTEX)
+        snprintf(key, sizeof(key), "%s, project %s, location %s",
+                 m->vertex_credentials ? "a service account's key" : "no credentials",
+                 m->vertex_project, m->vertex_location);
+    else if (m->wire == GATEWAY_WIRE_BEDROCK)
+        snprintf(key, sizeof(key), "%s, region %s",
+                 m->aws_access_key_id && m->aws_secret_access_key ? "AWS keys" : "no AWS keys",
+                 m->aws_region_name);
+    else if (m->api_key_from)
+        snprintf(key, sizeof(key), "key from %s", m->api_key_from);
+    else
+        snprintf(key, sizeof(key), "%s", m->api_key ? "key given" : "no key");
+    printf("  %s: %s/%s at %s%s%s (%s; %s)\n", m->name, m->provider, m->model, m->api_base,
+           m->api_base_from ? " from " : "", m->api_base_from ? m->api_base_from : "",
+           upstream_api_name(m), key);
+}
+
 int serve_report(const struct serve_opts *o, const struct corral_config *cfg)
 {
     const char *keys = o->role == FLEET_FRONT         ? " (keys checked by the nodes)"
@@ -159,6 +198,8 @@ int serve_report(const struct serve_opts *o, const struct corral_config *cfg)
         printf("%-16s %s\n",
                "gateway store:", !strncmp(store, "postgres", 8) ? "PostgreSQL" : store);
         printf("%-16s %zu\n", "models:", gc ? gc->n_models : 0);
+        for (size_t i = 0; gc && i < gc->n_models; i++)
+            report_model(&gc->models[i]);
     }
     if (o->role != FLEET_FRONT) {
         printf("%-16s %zu configured, and default\n", "templates:", cfg ? cfg->n_templates : 0);

@@ -16,10 +16,60 @@
 /* The variables LiteLLM (and so corral) reads when litellm_params do not say;
  * the last six are E2B's and OpenSandbox's SDKs'. */
 static const char *const provider_vars[] = {
-    "OPENAI_API_KEY",      "OPENAI_BASE_URL",    "OPENAI_API_BASE",       "AZURE_API_KEY",
-    "AZURE_API_BASE",      "AZURE_API_VERSION",  "OLLAMA_API_BASE",       "HOSTED_VLLM_API_BASE",
-    "HOSTED_VLLM_API_KEY", "LLAMAFILE_API_BASE", "E2B_API_URL",           "E2B_API_KEY",
-    "E2B_DOMAIN",          "E2B_SANDBOX_URL",    "OPEN_SANDBOX_API_BASE", "OPEN_SANDBOX_API_KEY",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "AZURE_API_KEY",
+    "AZURE_API_BASE",
+    "AZURE_API_VERSION",
+    "OLLAMA_API_BASE",
+    "HOSTED_VLLM_API_BASE",
+    "HOSTED_VLLM_API_KEY",
+    "LLAMAFILE_API_BASE",
+    "E2B_API_URL",
+    "E2B_API_KEY",
+    "E2B_DOMAIN",
+    "E2B_SANDBOX_URL",
+    "OPEN_SANDBOX_API_BASE",
+    "OPEN_SANDBOX_API_KEY",
+    /* the named OpenAI-compatible services and the native APIs */
+    "GROQ_API_KEY",
+    "GROQ_API_BASE",
+    "MISTRAL_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "TOGETHER_API_KEY",
+    "TOGETHER_AI_API_KEY",
+    "TOGETHERAI_API_KEY",
+    "TOGETHER_AI_TOKEN",
+    "OPENROUTER_API_KEY",
+    "OR_API_KEY",
+    "FIREWORKS_API_KEY",
+    "FIREWORKS_AI_API_KEY",
+    "FIREWORKSAI_API_KEY",
+    "FIREWORKS_AI_TOKEN",
+    "XAI_API_KEY",
+    "PERPLEXITYAI_API_KEY",
+    "PERPLEXITY_API_KEY",
+    "CEREBRAS_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_API_BASE",
+    "ANTHROPIC_BASE_URL",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GEMINI_API_BASE",
+    "VERTEXAI_PROJECT",
+    "VERTEX_PROJECT",
+    "VERTEXAI_LOCATION",
+    "VERTEX_LOCATION",
+    "VERTEXAI_API_BASE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION_NAME",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_BEDROCK_RUNTIME_ENDPOINT",
 };
 
 static int clear_provider_vars(void **state)
@@ -1349,6 +1399,167 @@ static void refuses_bad_local_networks(void **state)
     free(big.text);
 }
 
+/* The OpenAI-compatible services LiteLLM knows by name start at their public
+ * base with their usual key variable; api_base overrides the base. */
+static void resolves_named_providers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *provider, *base, *key_var;
+    } want[] = {
+        {"groq", "https://api.groq.com/openai/v1", "GROQ_API_KEY"},
+        {"mistral", "https://api.mistral.ai/v1", "MISTRAL_API_KEY"},
+        {"deepseek", "https://api.deepseek.com/beta", "DEEPSEEK_API_KEY"},
+        {"together_ai", "https://api.together.xyz/v1", "TOGETHERAI_API_KEY"},
+        {"openrouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"},
+        {"fireworks_ai", "https://api.fireworks.ai/inference/v1", "FIREWORKS_AI_API_KEY"},
+        {"xai", "https://api.x.ai/v1", "XAI_API_KEY"},
+        {"perplexity", "https://api.perplexity.ai", "PERPLEXITYAI_API_KEY"},
+        {"cerebras", "https://api.cerebras.ai/v1", "CEREBRAS_API_KEY"},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char yaml[256], key[64];
+        snprintf(key, sizeof(key), "key-of-%s", want[i].provider);
+        setenv(want[i].key_var, key, 1);
+        snprintf(yaml, sizeof(yaml),
+                 "model_list:\n  - model_name: m\n    litellm_params: {model: %s/x}\n",
+                 want[i].provider);
+        struct corral_config *cfg = parse_ok(yaml);
+        const struct gateway_model *m = only_model(cfg);
+        assert_string_equal(m->api_base, want[i].base);
+        assert_string_equal(m->api_key, key);
+        assert_string_equal(m->api_key_from, want[i].key_var);
+        assert_int_equal(m->wire, GATEWAY_WIRE_OPENAI);
+        assert_int_equal(m->api, GATEWAY_API_CHAT);
+        corral_config_free(cfg);
+        unsetenv(want[i].key_var);
+    }
+    /* the first variable of LiteLLM's order wins; api_base overrides */
+    setenv("TOGETHER_API_KEY", "first", 1);
+    setenv("TOGETHER_AI_TOKEN", "last", 1);
+    struct corral_config *cfg =
+        parse_ok("model_list:\n  - model_name: m\n    litellm_params: "
+                 "{model: together_ai/x, api_base: 'http://127.0.0.1:9/v1/'}\n");
+    assert_string_equal(only_model(cfg)->api_key, "first");
+    assert_string_equal(only_model(cfg)->api_base, "http://127.0.0.1:9/v1");
+    assert_null(only_model(cfg)->api_base_from);
+    corral_config_free(cfg);
+    setenv("GROQ_API_BASE", "http://127.0.0.1:8/openai/v1", 1);
+    cfg = parse_ok("model_list:\n  - model_name: m\n    litellm_params: {model: groq/x}\n");
+    assert_string_equal(only_model(cfg)->api_base, "http://127.0.0.1:8/openai/v1");
+    assert_string_equal(only_model(cfg)->api_base_from, "GROQ_API_BASE");
+    corral_config_free(cfg);
+}
+
+/* A LiteLLM proxy config as users write it, with Claude, Gemini and Bedrock
+ * models and the keys corral does not read, starts unchanged. */
+static void reads_native_providers(void **state)
+{
+    (void)state;
+    setenv("ANTHROPIC_API_KEY", "sk-ant", 1);
+    setenv("GEMINI_API_KEY", "gem-key", 1);
+    setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+    setenv("AWS_REGION", "eu-central-1", 1);
+    struct corral_config *cfg = parse_ok(
+        "model_list:\n"
+        "  - model_name: claude\n"
+        "    litellm_params:\n"
+        "      model: anthropic/claude-sonnet-4-5\n"
+        "      api_key: os.environ/ANTHROPIC_API_KEY\n"
+        "      rpm: 60\n"
+        "      tpm: 100000\n"
+        "      num_retries: 3\n"
+        "    model_info: {supports_vision: true, max_tokens: 8192}\n"
+        "  - model_name: gemini\n"
+        "    litellm_params: {model: gemini/gemini-2.5-pro, max_tokens: 2048}\n"
+        "  - model_name: bedrock\n"
+        "    litellm_params:\n"
+        "      model: bedrock/converse/anthropic.claude-3-5-sonnet-20240620-v1:0\n"
+        "  - model_name: vertex\n"
+        "    litellm_params:\n"
+        "      model: vertex_ai/gemini-2.5-flash\n"
+        "      vertex_project: my-proj\n"
+        "      vertex_location: europe-west4\n"
+        "      vertex_credentials: '{\"type\": \"service_account\", \"client_email\": "
+        "\"a@b.iam.gserviceaccount.com\", \"private_key\": \"PEM\", \"project_id\": \"other\"}'\n"
+        "  - model_name: anthropic-proxy\n"
+        "    litellm_params: {model: anthropic/c, api_base: 'https://llm.example/v1/messages'}\n"
+        "router_settings:\n"
+        "  routing_strategy: simple-shuffle\n"
+        "  num_retries: 2\n"
+        "general_settings:\n"
+        "  master_key: sk-1234\n"
+        "  database_url: postgresql://u:p@db/litellm\n"
+        "environment_variables:\n"
+        "  SOME_VAR: x\n");
+    const struct gateway_config *gw = cfg->gateway;
+    assert_int_equal(gw->n_models, 5);
+    const struct gateway_model *claude = &gw->models[0], *gemini = &gw->models[1],
+                               *bedrock = &gw->models[2], *vertex = &gw->models[3],
+                               *proxy = &gw->models[4];
+    assert_int_equal(claude->wire, GATEWAY_WIRE_ANTHROPIC);
+    assert_int_equal(claude->api, GATEWAY_API_CHAT);
+    assert_string_equal(claude->api_base, "https://api.anthropic.com");
+    assert_string_equal(claude->api_key, "sk-ant");
+    assert_int_equal(claude->num_retries, 3);
+    assert_true(claude->supports_vision);
+    assert_int_equal(gemini->wire, GATEWAY_WIRE_GEMINI);
+    assert_string_equal(gemini->api_base, "https://generativelanguage.googleapis.com");
+    assert_string_equal(gemini->api_key, "gem-key");
+    assert_string_equal(gemini->api_key_from, "GEMINI_API_KEY");
+    assert_int_equal(gemini->max_tokens, 2048);
+    assert_int_equal(gemini->num_retries, 2); /* the router's */
+    assert_int_equal(bedrock->wire, GATEWAY_WIRE_BEDROCK);
+    assert_string_equal(bedrock->model, "anthropic.claude-3-5-sonnet-20240620-v1:0");
+    assert_string_equal(bedrock->aws_region_name, "eu-central-1");
+    assert_string_equal(bedrock->api_base, "https://bedrock-runtime.eu-central-1.amazonaws.com");
+    assert_string_equal(bedrock->aws_access_key_id, "AKIDEXAMPLE");
+    assert_string_equal(bedrock->aws_secret_access_key, "secret");
+    assert_null(bedrock->aws_session_token);
+    assert_int_equal(vertex->wire, GATEWAY_WIRE_VERTEX);
+    assert_string_equal(vertex->vertex_project, "my-proj");
+    assert_string_equal(vertex->api_base, "https://europe-west4-aiplatform.googleapis.com");
+    assert_non_null(strstr(vertex->vertex_credentials, "a@b.iam.gserviceaccount.com"));
+    assert_string_equal(proxy->api_base, "https://llm.example");
+    corral_config_free(cfg);
+
+    /* vertex: the key's project, the default location, "global" */
+    cfg = parse_ok("model_list:\n  - model_name: v\n    litellm_params: {model: vertex_ai/g, "
+                   "vertex_location: global, vertex_credentials: '{\"client_email\": \"e\", "
+                   "\"private_key\": \"k\", \"project_id\": \"from-key\"}'}\n");
+    assert_string_equal(only_model(cfg)->vertex_project, "from-key");
+    assert_string_equal(only_model(cfg)->api_base, "https://aiplatform.googleapis.com");
+    corral_config_free(cfg);
+    setenv("VERTEXAI_PROJECT", "env-proj", 1);
+    cfg = parse_ok("model_list:\n  - model_name: v\n    litellm_params: {model: vertex_ai/g}\n");
+    assert_string_equal(only_model(cfg)->vertex_project, "env-proj");
+    assert_string_equal(only_model(cfg)->vertex_location, "us-central1");
+    assert_null(only_model(cfg)->vertex_credentials);
+    corral_config_free(cfg);
+    unsetenv("VERTEXAI_PROJECT");
+    expect_error("model_list:\n  - model_name: v\n    litellm_params: {model: vertex_ai/g}\n",
+                 "model_list[0].litellm_params: vertex_project is missing");
+    expect_error("model_list:\n  - model_name: v\n    litellm_params: {model: vertex_ai/g, "
+                 "vertex_project: p, vertex_credentials: /nonexistent/key.json}\n",
+                 "model_list[0].litellm_params.vertex_credentials: ");
+    expect_error("model_list:\n  - model_name: v\n    litellm_params: {model: vertex_ai/g, "
+                 "vertex_project: p, vertex_credentials: '{\"a\": 1}'}\n",
+                 "not a service account's key");
+    expect_error("model_list:\n  - model_name: c\n    litellm_params: {model: anthropic/c, "
+                 "upstream_api: responses}\n",
+                 "provider 'anthropic' speaks its own API");
+    expect_error("model_list:\n  - model_name: c\n    litellm_params: {model: anthropic/c, "
+                 "num_retries: 11}\n",
+                 "num_retries");
+    /* bedrock: the default region */
+    unsetenv("AWS_REGION");
+    cfg = parse_ok("model_list:\n  - model_name: b\n    litellm_params: {model: bedrock/m}\n");
+    assert_string_equal(only_model(cfg)->aws_region_name, "us-west-2");
+    assert_int_equal(only_model(cfg)->num_retries, 0);
+    corral_config_free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1366,6 +1577,8 @@ int main(void)
         cmocka_unit_test_setup(refuses_keys_of_other_sandbox_providers, clear_provider_vars),
         cmocka_unit_test_setup(reads_local_networks, clear_provider_vars),
         cmocka_unit_test_setup(refuses_bad_local_networks, clear_provider_vars),
+        cmocka_unit_test_setup(resolves_named_providers, clear_provider_vars),
+        cmocka_unit_test_setup(reads_native_providers, clear_provider_vars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
