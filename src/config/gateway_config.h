@@ -236,7 +236,8 @@ struct gateway_model {
     enum gateway_upstream_api api; /* upstream_api; default: responses for provider openai,
                                  chat_completions otherwise */
     unsigned max_agentic_loops;    /* 0 = the gateway's default */
-    uint64_t timeout_ms;           /* 0 = 600 s */
+    uint64_t timeout_ms;           /* timeout: each upstream request, 0 = 600 s */
+    uint64_t stream_timeout_ms;    /* stream_timeout: a streamed one, 0 = timeout_ms */
     char *sandbox_tool;            /* NULL = the default sandbox tool */
     bool supports_vision;          /* model_info.supports_vision: images the code displays go
                                       back to the model */

@@ -569,7 +569,8 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
                                         "aws_access_key_id",
                                         "aws_secret_access_key",
                                         "aws_session_token",
-                                        "aws_region_name"};
+                                        "aws_region_name",
+                                        "stream_timeout"};
     enum {
         MODEL,
         API_BASE,
@@ -582,9 +583,11 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
         NUM_RETRIES,
         MAX_RETRIES,
         MAX_TOKENS,
-        NATIVE, /* the rest: walk_native_params' */
-        N = NATIVE + 7
+        NATIVE, /* walk_native_params' seven */
+        STREAM_TIMEOUT = NATIVE + 7,
+        N
     };
+    _Static_assert(sizeof(pkeys) / sizeof(pkeys[0]) == N, "a name for each key");
     yaml_node_t *p[N];
     if ((r = walk_entry_params(w, n, v[1], path, "model, api_base, api_key, ...", pkeys, N,
                                params_path, p)) < 0)
@@ -629,6 +632,7 @@ static int walk_model(const struct walk *w, const yaml_node_t *list, size_t inde
         m->max_tokens = u;
     }
     if ((r = walk_timeout(w, p[TIMEOUT], WHAT(TIMEOUT), &m->timeout_ms)) < 0 ||
+        (r = walk_timeout(w, p[STREAM_TIMEOUT], WHAT(STREAM_TIMEOUT), &m->stream_timeout_ms)) < 0 ||
         (r = walk_upstream_api(w, p[UPSTREAM_API], WHAT(UPSTREAM_API), m)) < 0)
         return r;
     if (m->wire != GATEWAY_WIRE_OPENAI && m->api != GATEWAY_API_CHAT)

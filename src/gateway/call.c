@@ -321,7 +321,12 @@ static void proxy(struct gw_call *c, const char *body, size_t body_len)
         sink.on_data = proxy_data;
     struct http_reply r;
     struct corral_error err = {0};
-    int rc = http_upstream_request(&u, "POST", c->up_path, text, len, &sink, &r, &err);
+    int rc;
+    for (unsigned attempt = 0;; attempt++) {
+        rc = http_upstream_request(&u, "POST", c->up_path, text, len, &sink, &r, &err);
+        if (p.started || !gw_retry(c, attempt, rc, &r))
+            break;
+    }
     free(text);
     if (p.started) {
         c->out->streamed = true;

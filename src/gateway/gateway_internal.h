@@ -685,6 +685,14 @@ void gw_emit_shutdown(struct gw_call *c);
 /* Runs one upstream turn into t through the emitter. 0, or a negative
  * errno: the answer (an error reply or a failed stream) is then already
  * made, or the call was cancelled. */
+/* After an upstream exchange that failed before any of its answer was read
+ * (rc < 0, or an HTTP error in *r): whether to try it again, as LiteLLM
+ * retries (a connection that failed or timed out, 408, 409, 429, 5xx), at
+ * most the model's num_retries times (attempt counts from 0). When it is,
+ * *r is freed and the wait is over: the upstream's Retry-After (seconds, at
+ * most 60), else 0.5 s doubled each time up to 8 s, cut short by a cancel. */
+struct http_reply;
+bool gw_retry(struct gw_call *c, unsigned attempt, int rc, struct http_reply *r);
 int gw_turn_run(struct gw_call *c, struct gw_turn *t);
 void gw_turn_free(struct gw_turn *t);
 

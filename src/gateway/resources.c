@@ -23,6 +23,8 @@ void gw_upstream_of(const struct gw_call *c, struct http_upstream *u)
     u->azure = c->model->azure;
     u->api_version = c->model->api_version;
     u->timeout_ms = c->model->timeout_ms ? c->model->timeout_ms : 600000;
+    if (c->stream && c->model->stream_timeout_ms)
+        u->timeout_ms = c->model->stream_timeout_ms;
 }
 
 /* ---- the container ---- */

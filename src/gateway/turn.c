@@ -486,9 +486,6 @@ static void transport_failed(struct gw_call *c, int rc, const struct corral_erro
 
 /* ---- retries ---- */
 
-/* Whether a failed exchange is tried again (as LiteLLM retries: a
- * connection that failed or timed out, a rate limit, a conflict, a server
- * error), when nothing of its answer was read yet. */
 static bool retryable(int rc, long status)
 {
     if (rc < 0)
@@ -511,7 +508,6 @@ static uint64_t retry_delay_ms(unsigned attempt, const struct http_reply *r)
     return ms > 8000 ? 8000 : ms;
 }
 
-/* Waits ms, or less when the call is cancelled: whether it still runs. */
 static bool retry_wait(struct gw_call *c, uint64_t ms)
 {
     uint64_t end = corral_now_ms() + ms;
@@ -524,6 +520,15 @@ static bool retry_wait(struct gw_call *c, uint64_t ms)
         nanosleep(&ts, NULL);
     }
     return false;
+}
+
+bool gw_retry(struct gw_call *c, unsigned attempt, int rc, struct http_reply *r)
+{
+    if (attempt >= c->model->num_retries || gw_call_cancelled(c) || !retryable(rc, r->status))
+        return false;
+    uint64_t wait = retry_delay_ms(attempt, r);
+    http_reply_free(r);
+    return retry_wait(c, wait);
 }
 
 /* ---- the turn ---- */
@@ -620,12 +625,7 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
             wire->stream_free(s.ws);
         else if (c->stream)
             http_sse_free(&s.sse);
-        if (attempt >= c->model->num_retries || s.fed || t->failure || gw_call_cancelled(c) ||
-            !retryable(rc, r.status))
-            break;
-        uint64_t wait = retry_delay_ms(attempt, &r);
-        http_reply_free(&r);
-        if (!retry_wait(c, wait))
+        if (s.fed || t->failure || !gw_retry(c, attempt, rc, &r))
             break;
     }
     gw_wire_request_free(&req);
