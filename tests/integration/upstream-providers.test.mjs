@@ -77,8 +77,23 @@ const marker = (name) => `{{${name}#${++seq}}}`;
 
 test('serve --check shows each named provider at its public base, with its key variable', T, async () => {
   const config = path.join(dir, 'check.yaml');
-  fs.writeFileSync(config, ['model_list:', ...PROVIDERS.flatMap(([p]) => modelLines(p, `${p}/some-model`)), ''].join('\n'));
-  const env = { ...process.env, ...ENV };
+  fs.writeFileSync(
+    config,
+    [
+      'model_list:',
+      ...PROVIDERS.flatMap(([p]) => modelLines(p, `${p}/some-model`)),
+      // a LiteLLM config's native models, as users write them
+      ...modelLines('claude', 'anthropic/claude-sonnet-4-5', ['api_key: os.environ/ANTHROPIC_API_KEY', 'rpm: 60']),
+      ...modelLines('gemini', 'gemini/gemini-2.5-pro'),
+      ...modelLines('bedrock', 'bedrock/anthropic.claude-3-5-sonnet-20240620-v1:0', ['aws_region_name: eu-west-1']),
+      'router_settings:',
+      '  routing_strategy: usage-based-routing',
+      'environment_variables:',
+      '  SOME_VARIABLE: x',
+      '',
+    ].join('\n'),
+  );
+  const env = { ...process.env, ...ENV, ANTHROPIC_API_KEY: 'sk-ant-x', GEMINI_API_KEY: 'gem-x', AWS_ACCESS_KEY_ID: 'AKIDX', AWS_SECRET_ACCESS_KEY: 'secret-x' };
   for (const name of Object.keys(env)) if (/_API_BASE$/.test(name)) delete env[name];
   const { stdout } = await promisify(execFile)(CORRAL, ['serve', '--check', '--config', config], { env });
   for (const [p, base, variable] of PROVIDERS) {
@@ -87,7 +102,13 @@ test('serve --check shows each named provider at its public base, with its key v
       `${p} in:\n${stdout}`,
     );
   }
-  assert.ok(!Object.values(ENV).some((key) => stdout.includes(key)), 'a key appears in the check');
+  assert.ok(stdout.includes('  claude: anthropic/claude-sonnet-4-5 at https://api.anthropic.com (Anthropic Messages; key given)\n'), stdout);
+  assert.ok(stdout.includes('  gemini: gemini/gemini-2.5-pro at https://generativelanguage.googleapis.com (Gemini generateContent; key from GEMINI_API_KEY)\n'), stdout);
+  assert.ok(
+    stdout.includes('  bedrock: bedrock/anthropic.claude-3-5-sonnet-20240620-v1:0 at https://bedrock-runtime.eu-west-1.amazonaws.com (Bedrock Converse; AWS keys, region eu-west-1)\n'),
+    stdout,
+  );
+  for (const key of [...Object.values(ENV), 'sk-ant-x', 'gem-x', 'AKIDX', 'secret-x']) assert.ok(!stdout.includes(key), `a key appears in the check: ${key}`);
 });
 
 for (const [provider, , variable] of PROVIDERS) {
