@@ -357,15 +357,16 @@ static int walk_entries(const struct walk *w, const yaml_node_t *n, const char *
     return 0;
 }
 
-/* *dst: n's value when it is given (as walk_string with mode), else the
- * environment variable var's when it is set and not empty (var may be
- * NULL), else as it is. */
-static int walk_string_or_env(const struct walk *w, const yaml_node_t *n, const char *what,
-                              enum str_mode mode, const char *var, char **dst)
+/* *dst: n's value when it is given (as walk_string with mode), else the first
+ * of the environment variables vars (NULL ends, at most 4) that is set and
+ * not empty, its name in *from; else as it is. */
+static int walk_string_or_envs(const struct walk *w, const yaml_node_t *n, const char *what,
+                               enum str_mode mode, const char *const *vars, char **dst,
+                               const char **from)
 {
     if (walk_given(n))
         return walk_string(w, n, what, mode, dst);
-    const char *value = env_nonempty(var);
+    const char *value = first_env(vars, 4, from);
     if (!value)
         return 0;
     char *copy = strdup(value);
@@ -374,6 +375,14 @@ static int walk_string_or_env(const struct walk *w, const yaml_node_t *n, const 
     free(*dst);
     *dst = copy;
     return 0;
+}
+
+/* As walk_string_or_envs with one variable (NULL: none). */
+static int walk_string_or_env(const struct walk *w, const yaml_node_t *n, const char *what,
+                              enum str_mode mode, const char *var, char **dst)
+{
+    const char *from = NULL;
+    return walk_string_or_envs(w, n, what, mode, (const char *const[]){var, NULL}, dst, &from);
 }
 
 /* A timeout in seconds, more than 0 and at most a day, when n is given. */
@@ -404,26 +413,6 @@ static int walk_upstream_api(const struct walk *w, const yaml_node_t *n, const c
         return walk_fail(w, n, EINVAL,
                          "%s: unknown API '%.40s' (expected chat_completions or responses)", what,
                          api);
-    return 0;
-}
-
-/* *dst: n's value when it is given (as walk_string with mode), else the first
- * of the environment variables vars (NULL ends, at most 4) that is set and
- * not empty, its name in *from; else as it is. */
-static int walk_string_or_envs(const struct walk *w, const yaml_node_t *n, const char *what,
-                               enum str_mode mode, const char *const *vars, char **dst,
-                               const char **from)
-{
-    if (walk_given(n))
-        return walk_string(w, n, what, mode, dst);
-    const char *value = first_env(vars, 4, from);
-    if (!value)
-        return 0;
-    char *copy = strdup(value);
-    if (!copy)
-        return walk_out_of_memory(w);
-    free(*dst);
-    *dst = copy;
     return 0;
 }
 
