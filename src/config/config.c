@@ -426,6 +426,30 @@ static int walk_disk_dir(const struct walk *w, const yaml_node_t *n, struct corr
     return walk_dir(w, n, "disk_dir", &cfg->disk_dir);
 }
 
+/* LiteLLM's environment_variables: NAME: value pairs that the configuration's
+ * environment lookups (os.environ/NAME, the providers' variables) see before
+ * the process's environment, which is left as it is. */
+static int walk_environment(const struct walk *w, const yaml_node_t *n, struct walk *out)
+{
+    int r = walk_expect_mapping(w, n, "environment_variables", "NAME: value", true);
+    if (r <= 0)
+        return r;
+    for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
+        const yaml_node_t *v = yaml_document_get_node(w->doc, pair->value);
+        const char *name = NULL, *value = NULL;
+        if ((r = walk_key_text(w, k, "in environment_variables", &name)) < 0)
+            return r;
+        char what[KEY_PATH_MAX];
+        walk_key_path(what, sizeof(what), "environment_variables", name, 0);
+        if ((r = walk_scalar(w, v, what, &value)) < 0)
+            return r;
+    }
+    out->environment = n;
+    return 0;
+}
+
 static int walk_root(const struct walk *w, const yaml_node_t *root, struct corral_config *cfg)
 {
     if (!root)
@@ -478,6 +502,12 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     yaml_node_t *v[N];
     if ((r = walk_match_keys(w, root, keys, N, "at the top level", false, v)) < 0)
         return r;
+    /* environment_variables first: every value after it may name them */
+    struct walk with_env = *w;
+    if (v[ENVIRONMENT_VARIABLES] &&
+        (r = walk_environment(w, v[ENVIRONMENT_VARIABLES], &with_env)) < 0)
+        return r;
+    w = &with_env;
     if (v[STATE_DIR] && (r = walk_dir(w, v[STATE_DIR], "state_dir", &cfg->state_dir)) < 0)
         return r;
     if (v[DISK_DIR] && (r = walk_disk_dir(w, v[DISK_DIR], cfg)) < 0)
@@ -495,7 +525,6 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return 0;
     if (!(cfg->gateway = gateway_config_new()))
         return walk_out_of_memory(w);
-    /* environment_variables: accepted, not read. */
     struct litellm_keys gateway_keys = {.model_list = v[MODEL_LIST],
                                         .router_settings = v[ROUTER_SETTINGS],
                                         .sandbox_tools = v[SANDBOX_TOOLS],

@@ -149,9 +149,9 @@ static const struct provider_defaults *provider_defaults(const char *provider)
 }
 
 /* A set, non-empty environment variable, or NULL. */
-static const char *env_nonempty(const char *var)
+static const char *env_nonempty(const struct walk *w, const char *var)
 {
-    const char *v = var ? getenv(var) : NULL;
+    const char *v = var ? walk_getenv(w, var) : NULL;
     return v && *v ? v : NULL;
 }
 
@@ -201,12 +201,13 @@ static int walk_model_id(const struct walk *w, const yaml_node_t *n, const char 
 
 /* The first of vars (NULL ends, at most 4) that is set and not empty, its
  * name in *from. */
-static const char *first_env(const char *const *vars, size_t n, const char **from)
+static const char *first_env(const struct walk *w, const char *const *vars, size_t n,
+                             const char **from)
 {
     for (size_t i = 0; i < n && vars[i]; i++)
-        if (env_nonempty(vars[i])) {
+        if (env_nonempty(w, vars[i])) {
             *from = vars[i];
-            return env_nonempty(vars[i]);
+            return env_nonempty(w, vars[i]);
         }
     return NULL;
 }
@@ -247,7 +248,7 @@ static int walk_api_base(const struct walk *w, const yaml_node_t *n, const yaml_
     } else {
         at = params;
         const struct provider_defaults *d = provider_defaults(m->provider);
-        const char *value = d ? first_env(d->base_vars, 2, &from) : NULL;
+        const char *value = d ? first_env(w, d->base_vars, 2, &from) : NULL;
         if (!value && d)
             value = d->base;
         if (!value && (built_base(m, built, sizeof(built)), *built))
@@ -366,7 +367,7 @@ static int walk_string_or_envs(const struct walk *w, const yaml_node_t *n, const
 {
     if (walk_given(n))
         return walk_string(w, n, what, mode, dst);
-    const char *value = first_env(vars, 4, from);
+    const char *value = first_env(w, vars, 4, from);
     if (!value)
         return 0;
     char *copy = strdup(value);
@@ -430,7 +431,7 @@ static int walk_vertex_credentials(const struct walk *w, const yaml_node_t *n,
     if (walk_given(n)) {
         if ((r = walk_env_value(w, n, what, &text)) < 0)
             return r;
-    } else if (!(text = first_env((const char *const[]){"GOOGLE_APPLICATION_CREDENTIALS"}, 1,
+    } else if (!(text = first_env(w, (const char *const[]){"GOOGLE_APPLICATION_CREDENTIALS"}, 1,
                                   &from))) {
         return 0; /* none: requests say so */
     }
@@ -691,10 +692,10 @@ static int walk_url(const struct walk *w, const yaml_node_t *n, const yaml_node_
     if (walk_given(n)) {
         if ((r = walk_string(w, n, what, STR_OPTIONAL, dst)) < 0)
             return r;
-    } else if (env_nonempty(var)) {
+    } else if (env_nonempty(w, var)) {
         at = params;
         from = var;
-        char *copy = strdup(env_nonempty(var));
+        char *copy = strdup(env_nonempty(w, var));
         if (!copy)
             return walk_out_of_memory(w);
         free(*dst);

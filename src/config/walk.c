@@ -203,6 +203,21 @@ bool walk_given(const yaml_node_t *n)
 
 /* The text of a scalar, or the value of the environment variable NAME when it
  * is written "os.environ/NAME" (an unset variable is an error). */
+const char *walk_getenv(const struct walk *w, const char *var)
+{
+    const yaml_node_t *map = w->environment;
+    if (map && map->type == YAML_MAPPING_NODE)
+        for (yaml_node_pair_t *pair = map->data.mapping.pairs.start;
+             pair < map->data.mapping.pairs.top; pair++) {
+            const yaml_node_t *k = yaml_document_get_node(w->doc, pair->key);
+            const yaml_node_t *v = yaml_document_get_node(w->doc, pair->value);
+            if (k && k->type == YAML_SCALAR_NODE && v && v->type == YAML_SCALAR_NODE &&
+                !strcmp(walk_text(k), var))
+                return walk_text(v);
+        }
+    return getenv(var);
+}
+
 int walk_env_value(const struct walk *w, const yaml_node_t *n, const char *what, const char **out)
 {
     static const char prefix[] = "os.environ/";
@@ -217,7 +232,7 @@ int walk_env_value(const struct walk *w, const yaml_node_t *n, const char *what,
     const char *var = text + sizeof(prefix) - 1;
     if (!*var)
         return walk_fail(w, n, EINVAL, "%s: 'os.environ/' names no environment variable", what);
-    const char *value = getenv(var);
+    const char *value = walk_getenv(w, var);
     if (!value)
         return walk_fail(w, n, EINVAL, "%s: environment variable %.100s is not set", what, var);
     *out = value;

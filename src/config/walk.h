@@ -27,6 +27,10 @@ struct walk {
     const char *name; /* the file, for messages */
     yaml_document_t *doc;
     struct corral_error *err;
+    /* environment_variables: a mapping of names to values that the
+     * configuration's environment lookups see before the process's (as
+     * LiteLLM sets them into its environment); NULL = none */
+    const yaml_node_t *environment;
 };
 
 /* Fails with "FILE:LINE:COLUMN: message" about node. */
@@ -49,6 +53,9 @@ int walk_scalar(const struct walk *w, const yaml_node_t *n, const char *what, co
 int walk_key_text(const struct walk *w, const yaml_node_t *k, const char *where, const char **out);
 /* A scalar's text, or the environment variable NAME's value when it is
  * written "os.environ/NAME" (an unset variable is an error). */
+/* An environment variable as the configuration sees it: environment_variables'
+ * value, else the process's; NULL when neither has it. */
+const char *walk_getenv(const struct walk *w, const char *var);
 int walk_env_value(const struct walk *w, const yaml_node_t *n, const char *what, const char **out);
 
 enum str_mode {

@@ -1560,6 +1560,36 @@ static void reads_native_providers(void **state)
     corral_config_free(cfg);
 }
 
+/* environment_variables are seen by the configuration's lookups (before the
+ * process's environment, which stays as it is). */
+static void reads_environment_variables(void **state)
+{
+    (void)state;
+    unsetenv("TEST_GW_FROM_CONFIG");
+    setenv("GEMINI_API_KEY", "from-process", 1);
+    struct corral_config *cfg =
+        parse_ok("environment_variables:\n"
+                 "  ANTHROPIC_API_KEY: from-config\n"
+                 "  TEST_GW_FROM_CONFIG: k2\n"
+                 "  GEMINI_API_KEY: overridden\n"
+                 "model_list:\n"
+                 "  - model_name: a\n    litellm_params: {model: anthropic/c}\n"
+                 "  - model_name: b\n    litellm_params: {model: openai/x, api_key: "
+                 "os.environ/TEST_GW_FROM_CONFIG}\n"
+                 "  - model_name: g\n    litellm_params: {model: gemini/x}\n");
+    const struct gateway_config *gw = cfg->gateway;
+    assert_string_equal(gw->models[0].api_key, "from-config");
+    assert_string_equal(gw->models[0].api_key_from, "ANTHROPIC_API_KEY");
+    assert_string_equal(gw->models[1].api_key, "k2");
+    assert_string_equal(gw->models[2].api_key, "overridden");
+    assert_null(getenv("TEST_GW_FROM_CONFIG"));
+    assert_string_equal(getenv("GEMINI_API_KEY"), "from-process");
+    corral_config_free(cfg);
+    expect_error("environment_variables:\n  A: [1]\n",
+                 "gw.yaml:2:6: environment_variables.A must be a single value, not a list");
+    expect_error("environment_variables: [A]\n", "gw.yaml:1:24: environment_variables");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1579,6 +1609,7 @@ int main(void)
         cmocka_unit_test_setup(refuses_bad_local_networks, clear_provider_vars),
         cmocka_unit_test_setup(resolves_named_providers, clear_provider_vars),
         cmocka_unit_test_setup(reads_native_providers, clear_provider_vars),
+        cmocka_unit_test_setup(reads_environment_variables, clear_provider_vars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
