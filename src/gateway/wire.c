@@ -24,6 +24,8 @@ const struct gw_wire_ops *gw_wire_of(const struct gateway_model *m)
 {
     switch (m->wire) {
     /* one case per converter */
+    case GATEWAY_WIRE_BEDROCK:
+        return &gw_wire_bedrock;
     default:
         return NULL;
     }
