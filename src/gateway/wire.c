@@ -26,6 +26,8 @@ const struct gw_wire_ops *gw_wire_of(const struct gateway_model *m)
     /* one case per converter */
     case GATEWAY_WIRE_ANTHROPIC:
         return &gw_wire_anthropic;
+    case GATEWAY_WIRE_BEDROCK:
+        return &gw_wire_bedrock;
     default:
         return NULL;
     }
