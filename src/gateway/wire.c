@@ -24,6 +24,9 @@ const struct gw_wire_ops *gw_wire_of(const struct gateway_model *m)
 {
     switch (m->wire) {
     /* one case per converter */
+    case GATEWAY_WIRE_GEMINI:
+    case GATEWAY_WIRE_VERTEX:
+        return &gw_wire_gemini;
     default:
         return NULL;
     }
