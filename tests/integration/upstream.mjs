@@ -164,6 +164,22 @@ function customTools(api, body) {
 /** A request the mock refuses: answered 400 with the message (which starts with "mock:"). */
 export class MockError extends Error {}
 
+/**
+ * The key under which a call is also known by what it is (the script's
+ * marker, its name, its arguments): a caller that replays an issued call
+ * under an id of its own (the gateway replays a Chat client's code calls
+ * under their code_interpreter_call item ids) still replays that answer.
+ */
+function callKey(marker, name, args) {
+  let canonical = args;
+  try {
+    canonical = JSON.stringify(JSON.parse(args));
+  } catch {
+    // not JSON: as it is
+  }
+  return `call:${marker}\n${name}\n${canonical}`;
+}
+
 /** Conversation analysis: the marker message, the round, the tool outputs. */
 function analyse(api, body, scripts, issuedCalls) {
   // The conversation as a flat list of {kind, ...}.
@@ -175,7 +191,7 @@ function analyse(api, body, scripts, issuedCalls) {
         const calls = Array.isArray(m.tool_calls) ? m.tool_calls : [];
         entries.push({
           kind: 'assistant',
-          calls: calls.map((c) => ({ id: c?.id, name: c?.function?.name ?? c?.custom?.name })),
+          calls: calls.map((c) => ({ id: c?.id, name: c?.function?.name ?? c?.custom?.name, args: c?.function?.arguments ?? c?.custom?.input })),
         });
       } else if (m?.role === 'tool') entries.push({ kind: 'output', callId: m.tool_call_id, output: contentText(m.content) });
       else entries.push({ kind: 'other' });
@@ -185,7 +201,7 @@ function analyse(api, body, scripts, issuedCalls) {
     for (const item of input) {
       const type = item?.type ?? 'message';
       if (type === 'message' && item.role === 'user') entries.push({ kind: 'user', text: contentText(item.content) });
-      else if (type === 'function_call' || type === 'custom_tool_call') entries.push({ kind: 'call', id: item.call_id, name: item.name });
+      else if (type === 'function_call' || type === 'custom_tool_call') entries.push({ kind: 'call', id: item.call_id, name: item.name, args: item.arguments ?? item.input });
       else if (type === 'function_call_output' || type === 'custom_tool_call_output') {
         const output = typeof item.output === 'string' ? item.output : contentText(item.output);
         entries.push({ kind: 'output', callId: item.call_id, output });
@@ -227,7 +243,7 @@ function analyse(api, body, scripts, issuedCalls) {
   const callNames = new Map();
   groups.forEach((calls, g) => {
     for (const c of calls) callNames.set(c.id, c.name);
-    const known = calls.map((c) => issuedCalls.get(c.id)).filter((k) => k !== undefined);
+    const known = calls.map((c) => issuedCalls.get(c.id) ?? issuedCalls.get(callKey(marker, c.name, c.args))).filter((k) => k !== undefined);
     if (known.length) for (const k of known) keys.add(`answer:${k}`);
     else keys.add(`group:${g}`);
   });
@@ -269,7 +285,9 @@ function errorBody(error = {}) {
  *   answer(a)                 the answer of a turn: a = {body, chat, turn: {text
  *                             (or null), calls: [{name, arguments (JSON text),
  *                             callId}]}, usage: {prompt_tokens, completion_tokens},
- *                             stream, chunkSize, nextId(prefix), splitChunks}; returns
+ *                             stream, chunkSize, nextId(prefix), splitChunks, raw (the
+ *                             script's turn object as written, for a dialect's own
+ *                             turn fields)}; returns
  *                             {json} or {events, frame(ev) -> string | Buffer,
  *                             contentType}
  *   error(status, error)      the dialect's error answer of an {message, type, code}:
@@ -278,7 +296,7 @@ function errorBody(error = {}) {
 export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [] } = {}) {
   const scripts = new Map();
   const requests = [];
-  const issuedCalls = new Map(); // call id -> answer serial
+  const issuedCalls = new Map(); // call id (and callKey) -> answer serial
   let serial = 0;
   const sockets = new Set();
 
@@ -419,9 +437,10 @@ export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [
       const calls = turn.calls.map((c) => {
         const callId = nextId('call_');
         issuedCalls.set(callId, answerSerial);
+        issuedCalls.set(callKey(entry.marker, c.name, c.arguments), answerSerial);
         return { name: c.name, arguments: c.arguments, callId };
       });
-      const a = d.answer({ body, chat, turn: { text: turn.text, citations: turn.citations, calls }, usage: turn.usage, stream: entry.stream, chunkSize, nextId, splitChunks });
+      const a = d.answer({ body, chat, turn: { text: turn.text, citations: turn.citations, calls }, raw: turn.raw, usage: turn.usage, stream: entry.stream, chunkSize, nextId, splitChunks });
       if (!entry.stream) return answerJson(res, entry, 200, a.json);
       return await answerStream(res, entry, a.events, a.frame, turn.chunkDelayMs ?? 0, turn.cutAfterEvents, a.contentType);
     } catch (err) {
@@ -492,7 +511,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [
     });
     if (turn.items && api !== 'responses') throw new MockError('mock: output items need a Responses request');
     const usage = { ...usageOf(info.round), ...(turn.usage ?? {}) };
-    return { text: turn.text ?? null, citations: turn.citations ?? [], calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, until: turn.until, cutAfterEvents: turn.cutAfterEvents };
+    return { text: turn.text ?? null, citations: turn.citations ?? [], calls: resolved, items: turn.items ?? [], usage, chunkDelayMs: turn.chunkDelayMs, delayMs: turn.delayMs, until: turn.until, cutAfterEvents: turn.cutAfterEvents, raw: turn };
   }
 
   function buildAnswer(api, body, entry, turn) {
@@ -500,6 +519,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [
     const calls = turn.calls.map((c) => {
       const callId = nextId('call_');
       issuedCalls.set(callId, answerSerial);
+      issuedCalls.set(callKey(entry.marker, c.name, c.custom ? c.input : c.arguments), answerSerial);
       return { ...c, callId };
     });
     const { prompt_tokens, completion_tokens } = turn.usage;
