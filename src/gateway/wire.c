@@ -28,6 +28,9 @@ const struct gw_wire_ops *gw_wire_of(const struct gateway_model *m)
         return &gw_wire_anthropic;
     case GATEWAY_WIRE_BEDROCK:
         return &gw_wire_bedrock;
+    case GATEWAY_WIRE_GEMINI:
+    case GATEWAY_WIRE_VERTEX:
+        return &gw_wire_gemini;
     default:
         return NULL;
     }

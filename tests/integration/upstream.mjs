@@ -292,6 +292,9 @@ function errorBody(error = {}) {
  *                             contentType}
  *   error(status, error)      the dialect's error answer of an {message, type, code}:
  *                             {body, headers}
+ *   serve(req)                optional: a request the dialect answers itself (an OAuth
+ *                             token endpoint...), {method, path, url, headers, rawBody}
+ *                             -> {status, body (JSON), headers} or null (the model's)
  */
 export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [] } = {}) {
   const scripts = new Map();
@@ -414,6 +417,9 @@ export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [
       const { body, headers = {} } = d.error(status, error);
       return answerJson(res, entry, status, body, headers);
     };
+    // a route of the dialect's own beside the model's (a token endpoint...), answered as it says
+    const served = d.serve?.({ method: req.method, path: entry.path, url, headers: req.headers, rawBody });
+    if (served) return answerJson(res, entry, served.status, served.body, served.headers ?? {});
     const denied = d.check({ method: req.method, path: entry.path, url, headers: req.headers, rawBody });
     if (denied) return answerError(denied.status ?? 401, { message: denied.message, type: 'authentication_error' });
     let body;
