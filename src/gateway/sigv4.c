@@ -258,8 +258,8 @@ char *gw_sigv4_authorization(const struct gw_sigv4_key *key, const char *method,
                              const char *const *headers, const char *payload_sha256, time_t t,
                              struct corral_error *err)
 {
-    const char *path, *query;
-    size_t path_len, n;
+    const char *path = NULL, *query = NULL;
+    size_t path_len = 0, n = 0;
     struct header_line h[SIGV4_HEADERS_MAX];
     cleanup_strbuf struct strbuf req = {0}, names = {0}, to_sign = {0};
     if (url_parts(url, &path, &path_len, &query, err) < 0 || read_headers(headers, h, &n, err) < 0)
