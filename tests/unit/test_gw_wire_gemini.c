@@ -488,7 +488,11 @@ static void test_jwt(void **state)
     assert_null(strpbrk(jwt, "+/="));
     /* the claims */
     char claims_b64[512];
-    size_t cn = (size_t)(dot2 - dot1 - 1);
+    size_t cn = dot2 ? (size_t)(dot2 - dot1 - 1) : 0;
+    if (cn == 0 || cn >= sizeof(claims_b64) - 4) {
+        fail_msg("the JWT's claims: %zu bytes", cn);
+        return;
+    }
     memcpy(claims_b64, dot1 + 1, cn);
     for (size_t i = 0; i < cn; i++)
         claims_b64[i] = claims_b64[i] == '-' ? '+' : claims_b64[i] == '_' ? '/' : claims_b64[i];
