@@ -68,6 +68,25 @@ size_t corral_utf8_repair(char *out, const char *s, size_t len)
     return o;
 }
 
+void corral_utf8_fit(char *out, size_t cap, const char *s)
+{
+    if (!cap)
+        return;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0, len = strlen(s);
+    for (size_t i = 0; i < len;) {
+        size_t k = corral_utf8_char(u + i, len - i);
+        const char *piece = k ? s + i : "\xEF\xBF\xBD";
+        size_t n = k ? k : 3;
+        if (o + n >= cap)
+            break;
+        memcpy(out + o, piece, n);
+        o += n;
+        i += k ? k : 1;
+    }
+    out[o] = '\0';
+}
+
 size_t corral_utf8_length(const char *s, size_t len)
 {
     size_t n = 0;

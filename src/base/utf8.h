@@ -17,6 +17,9 @@ size_t corral_utf8_char(const unsigned char *s, size_t n);
  * character becoming U+FFFD (as Go's encoding/json does); out needs room
  * for 3 * len bytes. Returns the length written (no NUL is added). */
 size_t corral_utf8_repair(char *out, const char *s, size_t len);
+/* The NUL-terminated s as valid UTF-8 into out (cap bytes, NUL included):
+ * repaired as corral_utf8_repair does, and cut to fit at a whole character. */
+void corral_utf8_fit(char *out, size_t cap, const char *s);
 /* The code points of s[0..len) (valid UTF-8): the unit of an offset into a
  * text as OpenAI's annotations count it. */
 size_t corral_utf8_length(const char *s, size_t len);

@@ -437,27 +437,40 @@ static int walk_vertex_credentials(const struct walk *w, const yaml_node_t *n,
     }
     const yaml_node_t *at = from ? params : n;
     cleanup_free char *file = NULL;
+    /* the JSON itself (after blanks and a byte order mark), or a file's name;
+     * messages never quote either's content: it is a secret */
     const char *json = text;
-    while (*json == ' ' || *json == '\n' || *json == '\t' || *json == '\r')
-        json++;
-    if (*json != '{') { /* a file */
+    if (!strncmp(json, "\xef\xbb\xbf", 3))
+        json += 3;
+    json += strspn(json, " \t\r\n");
+    if (*json != '{') {
         struct corral_error err;
         size_t len = 0;
+        if (strpbrk(text, "\r\n") || strlen(text) > 1024)
+            return walk_fail(w, at, EINVAL,
+                             "%s%s%s: neither a service account's key (JSON) nor a file name", what,
+                             from ? " from " : "", from ? from : "");
         if (corral_read_file_alloc(text, CREDENTIALS_MAX, &file, &len, &err) < 0)
             return walk_fail(w, at, EINVAL, "%s%s%s: %s", what, from ? " from " : "",
                              from ? from : "", err.message);
         json = file;
+        if (!strncmp(json, "\xef\xbb\xbf", 3))
+            json += 3;
     }
     json_error_t jerr;
     json_auto_t *key = json_loads(json, 0, &jerr);
     const char *email = json_string_value(json_object_get(key, "client_email"));
     const char *pem = json_string_value(json_object_get(key, "private_key"));
-    if (!json_is_object(key) || !email || !pem)
+    if (!json_is_object(key) || !email || !pem) {
+        char where[64] = "";
+        if (!key)
+            snprintf(where, sizeof(where), ": not JSON (line %d, column %d)", jerr.line,
+                     jerr.column);
         return walk_fail(w, at, EINVAL,
                          "%s%s%s: not a service account's key (JSON with client_email and "
-                         "private_key)%s%s",
-                         what, from ? " from " : "", from ? from : "", key ? "" : ": ",
-                         key ? "" : jerr.text);
+                         "private_key)%s",
+                         what, from ? " from " : "", from ? from : "", where);
+    }
     const char *project = json_string_value(json_object_get(key, "project_id"));
     if (!m->vertex_project && project && !(m->vertex_project = strdup(project)))
         return walk_out_of_memory(w);

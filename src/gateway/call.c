@@ -171,7 +171,7 @@ static int proxy_data(void *u, const char *data, size_t len)
     if (!p->held.len) {
         size_t end = events_end(data, len);
         strbuf_append(&p->held, data + end, len - end);
-        return proxy_forward(c, data, end);
+        return p->held.oom ? -1 : proxy_forward(c, data, end);
     }
     strbuf_append(&p->held, data, len);
     if (p->held.oom)
@@ -1771,6 +1771,11 @@ static int setup_loop(struct gw_call *c, json_t *client_tools)
         json_t *turns = chat_replays(c, messages, &err);
         c->conv = up_chat || !turns ? json_deep_copy(turns) : gw_messages_to_items(turns, &err);
         json_decref(turns);
+        /* a native upstream's own message is the loop's to give (wire.h): a
+         * client's message never passes one off as the upstream's */
+        size_t i;
+        json_t *m;
+        json_array_foreach(up_chat ? c->conv : NULL, i, m) json_object_del(m, "wire_native");
         c->input_files = input_file_ids(c, messages);
     }
     if (c->conv && build_base(c, client_tools, &err) == 0) {

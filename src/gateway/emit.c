@@ -939,9 +939,8 @@ void gw_emit_finish(struct gw_call *c)
 void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
                           const char *message)
 {
-    char whole[512]; /* messages cut to a size keep whole characters: JSON takes only those */
-    snprintf(whole, sizeof(whole), "%s", message);
-    whole[corral_utf8_whole(whole, strlen(whole))] = '\0';
+    char whole[512]; /* valid UTF-8, cut at a whole character: JSON takes only that */
+    corral_utf8_fit(whole, sizeof(whole), message);
     message = whole;
     c->out->streamed = true;
     c->out->status = 200;

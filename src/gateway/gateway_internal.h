@@ -689,8 +689,9 @@ void gw_emit_shutdown(struct gw_call *c);
  * (rc < 0, or an HTTP error in *r): whether to try it again, as LiteLLM
  * retries (a connection that failed or timed out, 408, 409, 429, 5xx), at
  * most the model's num_retries times (attempt counts from 0). When it is,
- * *r is freed and the wait is over: the upstream's Retry-After (seconds, at
- * most 60), else 0.5 s doubled each time up to 8 s, cut short by a cancel. */
+ * *r is freed and the wait is over: the upstream's Retry-After (seconds; one
+ * of more than 60 is not waited for, and the error stands), else 0.5 s
+ * doubled each time up to 8 s, cut short by a cancel. */
 struct http_reply;
 bool gw_retry(struct gw_call *c, unsigned attempt, int rc, struct http_reply *r);
 int gw_turn_run(struct gw_call *c, struct gw_turn *t);

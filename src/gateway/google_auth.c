@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,11 +31,13 @@
 
 struct kept_token {
     unsigned char key[32]; /* SHA-256 of the credentials */
-    char *token;           /* NULL: a free entry */
+    char *token;           /* NULL: none yet (a free entry unless exchanging) */
     long long expires;     /* wall clock seconds */
+    bool exchanging;       /* a thread gets the key's token: the others wait for it */
 };
 
 static pthread_mutex_t tokens_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tokens_changed = PTHREAD_COND_INITIALIZER;
 static struct kept_token tokens[TOKENS_KEPT];
 
 /* data in base64url without padding (JWT's), appended to b. */
@@ -152,6 +155,8 @@ static int exchange_answer(const char *uri, const struct http_reply *r, char **t
                            "the service account's token endpoint %s answered no access_token", uri);
     json_t *e = json_object_get(j, "expires_in");
     *expires_in = json_is_integer(e) ? (long long)json_integer_value(e) : 3600;
+    if (*expires_in < 0 || *expires_in > 86400) /* not a lifetime: kept no longer than a day */
+        *expires_in = *expires_in < 0 ? 0 : 86400;
     *token = strdup(t);
     return *token ? 0 : corral_fail(err, ENOMEM, "out of memory");
 }
@@ -188,23 +193,26 @@ static int exchange(const char *credentials, char **token, long long *expires_in
 }
 
 /* The entry of key: its own, else a free one, else the one that expires
- * first. */
+ * first; NULL when every other entry is being exchanged. */
 static struct kept_token *entry_of(const unsigned char key[32])
 {
-    struct kept_token *free_one = NULL, *first = &tokens[0];
+    struct kept_token *free_one = NULL, *first = NULL;
     for (size_t i = 0; i < TOKENS_KEPT; i++) {
-        if (tokens[i].token && !memcmp(tokens[i].key, key, 32))
-            return &tokens[i];
-        if (!tokens[i].token && !free_one)
-            free_one = &tokens[i];
-        if (tokens[i].expires < first->expires)
-            first = &tokens[i];
+        struct kept_token *t = &tokens[i];
+        bool used = t->token || t->exchanging;
+        if (used && !memcmp(t->key, key, 32))
+            return t;
+        if (!used && !free_one)
+            free_one = t;
+        if (!t->exchanging && (!first || t->expires < first->expires))
+            first = t;
     }
     return free_one ? free_one : first;
 }
 
-/* (The lock is held through an exchange: one exchange per key at a time,
- * and a token is exchanged about once an hour.) */
+/* One exchange per key at a time, made without the lock: other keys'
+ * tokens are served meanwhile, and the key's other callers wait for its
+ * result (a failed exchange leaves them to try their own). */
 int google_access_token(const char *credentials, char **token, struct corral_error *err)
 {
     *token = NULL;
@@ -214,26 +222,47 @@ int google_access_token(const char *credentials, char **token, struct corral_err
         EVP_Digest(credentials, strlen(credentials), key, &key_len, EVP_sha256(), NULL) != 1)
         return corral_fail(err, EINVAL, "no service account's key");
     pthread_mutex_lock(&tokens_lock);
-    struct kept_token *e = entry_of(key);
-    long long now = (long long)time(NULL);
-    int rc = 0;
-    if (e->token && !memcmp(e->key, key, 32) && e->expires - TOKEN_MARGIN_S > now) {
-        *token = strdup(e->token);
-    } else {
-        char *fresh = NULL;
-        long long expires_in = 0;
-        rc = exchange(credentials, &fresh, &expires_in, err);
-        if (rc == 0) {
-            free(e->token);
-            memcpy(e->key, key, 32);
-            e->token = fresh;
-            e->expires = now + expires_in;
-            *token = strdup(fresh);
+    struct kept_token *e;
+    for (;;) {
+        e = entry_of(key);
+        bool ours = e && (e->token || e->exchanging) && !memcmp(e->key, key, 32);
+        if (ours && e->token && e->expires - TOKEN_MARGIN_S > (long long)time(NULL)) {
+            *token = strdup(e->token);
+            pthread_mutex_unlock(&tokens_lock);
+            return *token ? 0 : corral_fail(err, ENOMEM, "out of memory");
         }
+        if (!ours || !e->exchanging)
+            break;
+        pthread_cond_wait(&tokens_changed, &tokens_lock);
+    }
+    if (e) { /* this thread gets the key's token */
+        if (memcmp(e->key, key, 32)) {
+            free(e->token);
+            e->token = NULL;
+            memcpy(e->key, key, 32);
+        }
+        e->exchanging = true;
     }
     pthread_mutex_unlock(&tokens_lock);
-    if (rc == 0 && !*token)
+    char *fresh = NULL;
+    long long expires_in = 0;
+    long long now = (long long)time(NULL);
+    int rc = exchange(credentials, &fresh, &expires_in, err);
+    if (rc == 0 && !(*token = strdup(fresh)))
         rc = corral_fail(err, ENOMEM, "out of memory");
+    pthread_mutex_lock(&tokens_lock);
+    if (e) {
+        e->exchanging = false;
+        if (rc == 0) {
+            free(e->token);
+            e->token = fresh;
+            e->expires = now + expires_in;
+            fresh = NULL;
+        }
+        pthread_cond_broadcast(&tokens_changed);
+    }
+    pthread_mutex_unlock(&tokens_lock);
+    free(fresh);
     return rc;
 }
 
@@ -241,6 +270,8 @@ void google_auth_forget(void)
 {
     pthread_mutex_lock(&tokens_lock);
     for (size_t i = 0; i < TOKENS_KEPT; i++) {
+        if (tokens[i].exchanging)
+            continue; /* its exchanger owns it */
         free(tokens[i].token);
         memset(&tokens[i], 0, sizeof(tokens[i]));
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/utf8.h"
 #include "gateway/gateway_internal.h"
 
 void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body)
@@ -24,11 +25,12 @@ void gw_reply_json(struct corral_gateway_reply *out, int status, json_t *body)
 void gw_reply_error(struct corral_gateway_reply *out, int status, const char *type,
                     const char *param, const char *code, const char *fmt, ...)
 {
-    char msg[1024];
+    char raw[1024], msg[1024]; /* an upstream's text may be any bytes: JSON takes UTF-8 */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    corral_utf8_fit(msg, sizeof(msg), raw);
     json_t *e = json_pack("{s:s, s:s, s:o, s:o}", "message", msg, "type", type, "param",
                           param ? json_string(param) : json_null(), "code",
                           code ? json_string(code) : json_null());

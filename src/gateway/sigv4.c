@@ -241,10 +241,20 @@ static void hmac(const void *key, size_t key_len, const char *data, unsigned cha
 static void signature_of(const struct gw_sigv4_key *key, const char *date, const char *to_sign,
                          char out[65])
 {
-    cleanup_strbuf struct strbuf secret = {0};
-    strbuf_printf(&secret, "AWS4%s", key->secret_access_key);
+    /* "AWS4" + the secret, in one buffer wiped after use */
+    size_t n = 4 + strlen(key->secret_access_key);
     unsigned char k[32], k2[32];
-    hmac(strbuf_str(&secret), secret.len, date, k);
+    char *secret = malloc(n);
+    if (!secret) {
+        memset(out, '0', 64);
+        out[64] = '\0';
+        return;
+    }
+    memcpy(secret, "AWS4", 4);
+    memcpy(secret + 4, key->secret_access_key, n - 4);
+    hmac(secret, n, date, k);
+    OPENSSL_cleanse(secret, n);
+    free(secret);
     hmac(k, sizeof(k), key->region, k2);
     hmac(k2, sizeof(k2), key->service, k);
     hmac(k, sizeof(k), "aws4_request", k2);

@@ -486,23 +486,42 @@ static void transport_failed(struct gw_call *c, int rc, const struct corral_erro
 
 /* ---- retries ---- */
 
+/* Whether a failed exchange may fare better the next time: the transport
+ * failed (not the request, memory or a limit of ours), or the status is one
+ * LiteLLM retries. */
 static bool retryable(int rc, long status)
 {
-    if (rc < 0)
-        return rc != -ECANCELED;
-    return status == 408 || status == 409 || status == 429 || status >= 500;
+    switch (-rc) {
+    case 0:
+        return status == 408 || status == 409 || status == 429 || status >= 500;
+    case ETIMEDOUT:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EPIPE:
+    case EPROTO:
+    case EIO:
+    case EAGAIN:
+        return true;
+    default:
+        return false;
+    }
 }
 
+#define RETRY_AFTER_MAX_MS 60000
+
 /* How long before retry `attempt` (0 first): the upstream's Retry-After in
- * seconds when it gave one (at most 60 s), else 0.5 s doubled each time, at
- * most 8 s. */
+ * seconds when it gave one, else 0.5 s doubled each time, at most 8 s;
+ * UINT64_MAX when the upstream asks for longer than a minute (no retry). */
 static uint64_t retry_delay_ms(unsigned attempt, const struct http_reply *r)
 {
     if (r->retry_after) {
         char *end;
         double seconds = strtod(r->retry_after, &end);
         if (end != r->retry_after && seconds >= 0)
-            return seconds > 60 ? 60000 : (uint64_t)(seconds * 1000);
+            return seconds * 1000 > RETRY_AFTER_MAX_MS ? UINT64_MAX : (uint64_t)(seconds * 1000);
     }
     uint64_t ms = 500ull << (attempt < 4 ? attempt : 4);
     return ms > 8000 ? 8000 : ms;
@@ -527,6 +546,8 @@ bool gw_retry(struct gw_call *c, unsigned attempt, int rc, struct http_reply *r)
     if (attempt >= c->model->num_retries || gw_call_cancelled(c) || !retryable(rc, r->status))
         return false;
     uint64_t wait = retry_delay_ms(attempt, r);
+    if (wait == UINT64_MAX)
+        return false;
     http_reply_free(r);
     return retry_wait(c, wait);
 }
@@ -572,17 +593,27 @@ static int turn_request(struct gw_call *c, const struct gw_wire_ops *wire, json_
         json_object_set_new(body, "max_tokens", json_integer((json_int_t)c->model->max_tokens));
     json_object_set_new(body, "model", json_string(c->up_model));
     rc = wire->request(c->model, body, c->stream, req, &err);
-    if (rc == 0) {
-        size_t n = strlen(c->model->api_base);
-        cleanup_free char *url = malloc(n + strlen(req->path) + 1);
-        if (!url)
-            rc = corral_fail(&err, ENOMEM, "out of memory");
-        else {
-            memcpy(url, c->model->api_base, n);
-            strcpy(url + n, req->path);
-            rc = wire->sign(c->model, url, req, &err);
-        }
+    return rc < 0 ? request_failed(c, req, rc, &err) : 0;
+}
+
+/* The authentication of a native upstream's request, made anew for each
+ * attempt (a signature's time, a token, may not outlive the retries'
+ * waits): the headers from `unsigned_count` on are the last attempt's. */
+static int sign_request(struct gw_call *c, const struct gw_wire_ops *wire,
+                        struct gw_wire_request *req, size_t unsigned_count)
+{
+    for (size_t i = unsigned_count; i < sizeof(req->headers) / sizeof(req->headers[0]); i++) {
+        free(req->headers[i]);
+        req->headers[i] = NULL;
     }
+    struct corral_error err = {0};
+    size_t n = strlen(c->model->api_base);
+    cleanup_free char *url = malloc(n + strlen(req->path) + 1);
+    if (!url)
+        return request_failed(c, req, corral_fail(&err, ENOMEM, "out of memory"), &err);
+    memcpy(url, c->model->api_base, n);
+    strcpy(url + n, req->path);
+    int rc = wire->sign(c->model, url, req, &err);
     return rc < 0 ? request_failed(c, req, rc, &err) : 0;
 }
 
@@ -609,9 +640,15 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
         /* polled through on_sse and the call below (and while silent, for background) */
         sink.cancelled = c->background ? stream_cancelled : NULL;
     }
+    size_t unsigned_count = 0;
+    while (wire && unsigned_count < sizeof(req.headers) / sizeof(req.headers[0]) &&
+           req.headers[unsigned_count])
+        unsigned_count++;
     struct http_reply r;
     struct corral_error err = {0};
     for (unsigned attempt = 0;; attempt++) {
+        if (wire && (rc = sign_request(c, wire, &req, unsigned_count)) < 0)
+            return rc; /* (req freed) */
         if (c->stream && wire)
             s.ws = wire->stream_new();
         else if (c->stream)

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "base/util.h"
 #include "gateway/wire.h"
 
@@ -51,9 +52,11 @@ json_t *gw_wire_error_object(long status, const char *message, const char *code)
                        : status == 429 ? "rate_limit_error"
                        : status >= 500 ? "server_error"
                                        : "invalid_request_error";
-    return json_pack("{s:{s:s, s:s, s:n, s:o}}", "error", "message",
-                     message && *message ? message : "the upstream model answered an error", "type",
-                     type, "param", "code", code ? json_string(code) : json_null());
+    char text[2048]; /* an upstream's text may be any bytes: JSON takes UTF-8 */
+    corral_utf8_fit(text, sizeof(text),
+                    message && *message ? message : "the upstream model answered an error");
+    return json_pack("{s:{s:s, s:s, s:n, s:o}}", "error", "message", text, "type", type, "param",
+                     "code", code ? json_string(code) : json_null());
 }
 
 const char *gw_wire_text_of(const json_t *content, char **owned)
@@ -72,6 +75,19 @@ const char *gw_wire_text_of(const json_t *content, char **owned)
     }
     *owned = strbuf_take(&b);
     return *owned ? *owned : "";
+}
+
+bool gw_wire_call_listed(const json_t *tool_calls, const char *id)
+{
+    size_t i;
+    json_t *call;
+    json_array_foreach(tool_calls, i, call)
+    {
+        const char *cid = json_string_value(json_object_get(call, "id"));
+        if (id && cid && !strcmp(cid, id))
+            return true;
+    }
+    return false;
 }
 
 bool gw_wire_data_url(const char *url, char *media_type, size_t len, const char **base64)

@@ -122,6 +122,8 @@ json_t *gw_wire_error_object(long status, const char *message, const char *code)
 /* The text of a chat message's content (a string, or text parts joined), ""
  * when none. */
 const char *gw_wire_text_of(const json_t *content, char **owned);
+/* Whether a chat message's tool_calls array lists a call of this id. */
+bool gw_wire_call_listed(const json_t *tool_calls, const char *id);
 /* A data: URL ("data:image/png;base64,...") split into its media type and
  * base64 text; false when it is not one. */
 bool gw_wire_data_url(const char *url, char *media_type, size_t len, const char **base64);

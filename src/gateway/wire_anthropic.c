@@ -142,18 +142,22 @@ static int tool_use_block(const json_t *call, const char *where, json_t **out,
     return *out ? 0 : corral_fail(err, ENOMEM, "out of memory");
 }
 
-/* Whether a chat tool_calls array has a call of this id. */
-static bool call_listed(const json_t *tool_calls, const char *id)
+/* The text of a message's content (null, a string or parts), or NULL with
+ * *err: content of another type (EINVAL), no memory. */
+static const char *content_text(const json_t *content, const char *where, char **owned,
+                                struct corral_error *err)
 {
-    size_t i;
-    json_t *call;
-    json_array_foreach(tool_calls, i, call)
-    {
-        const char *cid = json_string_value(json_object_get(call, "id"));
-        if (id && cid && !strcmp(cid, id))
-            return true;
+    *owned = NULL;
+    if (content && !json_is_null(content) && !json_is_string(content) && !json_is_array(content)) {
+        corral_fail(err, EINVAL,
+                    "Invalid type for '%s.content': expected one of a string or array of objects.",
+                    where);
+        return NULL;
     }
-    return false;
+    const char *text = gw_wire_text_of(content, owned);
+    if (!text)
+        corral_fail(err, ENOMEM, "out of memory");
+    return text;
 }
 
 /* Whether blocks hold a tool_use block of this id. */
@@ -218,9 +222,11 @@ static int replay_native(const json_t *msg, const json_t *native, const char *wh
             return corral_fail(err, EINVAL,
                                "Invalid '%s.wire_native.content[%zu]': not a content block.", where,
                                i);
-        if (!strcmp(type, "tool_use") &&
-            !call_listed(calls, json_string_value(json_object_get(b, "id"))))
-            continue;
+        const char *text = json_string_value(json_object_get(b, "text"));
+        if ((!strcmp(type, "tool_use") &&
+             !gw_wire_call_listed(calls, json_string_value(json_object_get(b, "id")))) ||
+            (!strcmp(type, "text") && (!text || !text[strspn(text, " \t\r\n")])))
+            continue; /* a call not run; a blank text, which the API refuses */
         json_array_append(blocks, b);
     }
     return tool_calls_blocks(msg, where, blocks, err);
@@ -235,15 +241,10 @@ static int assistant_blocks(const json_t *msg, const char *where, json_t *blocks
     if (native && !json_is_null(native))
         return replay_native(msg, native, where, blocks, err);
     const json_t *content = json_object_get(msg, "content");
-    if (content && !json_is_null(content) && !json_is_string(content) && !json_is_array(content))
-        return corral_fail(err, EINVAL,
-                           "Invalid type for '%s.content': expected one of a string or array of "
-                           "objects.",
-                           where);
     cleanup_free char *owned = NULL;
-    const char *text = gw_wire_text_of(content, &owned);
+    const char *text = content_text(content, where, &owned, err);
     if (!text)
-        return corral_fail(err, ENOMEM, "out of memory");
+        return -err->code;
     size_t i;
     json_t *part;
     json_array_foreach(content, i, part)
@@ -265,15 +266,10 @@ static int tool_result_block(const json_t *msg, const char *where, json_t **out,
     if (!id || !*id)
         return corral_fail(err, EINVAL, "Missing required parameter: '%s.tool_call_id'.", where);
     const json_t *content = json_object_get(msg, "content");
-    if (content && !json_is_null(content) && !json_is_string(content) && !json_is_array(content))
-        return corral_fail(err, EINVAL,
-                           "Invalid type for '%s.content': expected one of a string or array of "
-                           "objects.",
-                           where);
     cleanup_free char *owned = NULL;
-    const char *text = gw_wire_text_of(content, &owned);
+    const char *text = content_text(content, where, &owned, err);
     if (!text)
-        return corral_fail(err, ENOMEM, "out of memory");
+        return -err->code;
     *out = json_pack("{s:s, s:s}", "type", "tool_result", "tool_use_id", id);
     if (*out && *text)
         json_object_set_new(*out, "content", json_string(text));
@@ -603,6 +599,23 @@ static int translate_params(const struct gateway_model *m, const json_t *chat, j
     return 0;
 }
 
+/* With thinking on, the API refuses a changed temperature, a top_p under
+ * 0.95 and a forced tool: those are left to the model (auto), as it would
+ * otherwise refuse the whole request. */
+static void fit_thinking(json_t *body)
+{
+    json_object_del(body, "temperature");
+    json_t *top_p = json_object_get(body, "top_p");
+    if (top_p && json_number_value(top_p) < 0.95)
+        json_object_del(body, "top_p");
+    json_t *choice = json_object_get(body, "tool_choice");
+    const char *type = json_string_value(json_object_get(choice, "type"));
+    if (type && (!strcmp(type, "any") || !strcmp(type, "tool"))) {
+        json_object_set_new(choice, "type", json_string("auto"));
+        json_object_del(choice, "name");
+    }
+}
+
 /* ---- request ---- */
 
 static int anthropic_request(const struct gateway_model *m, const json_t *chat, bool stream,
@@ -617,6 +630,8 @@ static int anthropic_request(const struct gateway_model *m, const json_t *chat, 
     if (translate_messages(chat, body, err) < 0 || translate_tools(chat, body, err) < 0 ||
         translate_tool_choice(chat, body, err) < 0 || translate_params(m, chat, body, err) < 0)
         return -err->code;
+    if (json_object_get(body, "thinking"))
+        fit_thinking(body);
     if (stream)
         json_object_set_new(body, "stream", json_true());
     memset(out, 0, sizeof(*out));
@@ -694,7 +709,10 @@ static json_t *replay_block(const json_t *b)
     if (!type)
         return NULL;
     if (!strcmp(type, "text")) {
-        json_t *out = text_block(json_string_value(json_object_get(b, "text")) ?: "");
+        const char *text = json_string_value(json_object_get(b, "text")) ?: "";
+        if (!text[strspn(text, " \t\r\n")]) /* the API refuses a blank text block */
+            return NULL;
+        json_t *out = text_block(text);
         json_t *citations = json_object_get(b, "citations");
         if (json_array_size(citations))
             json_object_set(out, "citations", citations);
@@ -706,10 +724,10 @@ static json_t *replay_block(const json_t *b)
                          json_string_value(json_object_get(b, "signature")) ?: "");
     if (!strcmp(type, "tool_use")) {
         json_t *input = json_object_get(b, "input");
-        return json_pack("{s:s, s:s, s:s, s:O}", "type", "tool_use", "id",
+        return json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id",
                          json_string_value(json_object_get(b, "id")) ?: "", "name",
                          json_string_value(json_object_get(b, "name")) ?: "", "input",
-                         json_is_object(input) ? input : json_object());
+                         json_is_object(input) ? json_incref(input) : json_object());
     }
     return json_deep_copy(b); /* redacted_thinking, server tools' blocks */
 }

@@ -202,20 +202,6 @@ static int tool_use_block(const json_t *call, const char *where, json_t **out,
     return 0;
 }
 
-/* Whether the chat message's tool_calls list the id. */
-static bool lists_call(const json_t *calls, const char *id)
-{
-    size_t i;
-    json_t *call;
-    json_array_foreach(calls, i, call)
-    {
-        const char *cid = json_string_value(json_object_get(call, "id"));
-        if (id && cid && !strcmp(cid, id))
-            return true;
-    }
-    return false;
-}
-
 /* Whether the native blocks hold the toolUse of id. */
 static bool holds_tool_use(const json_t *blocks, const char *id)
 {
@@ -244,8 +230,10 @@ static void assistant_content(struct conversation *cv, const json_t *msg)
         json_array_foreach(native, i, b)
         {
             json_t *use = json_object_get(b, "toolUse");
-            if (!json_is_object(b) ||
-                (use && !lists_call(calls, json_string_value(json_object_get(use, "toolUseId")))))
+            const char *text = json_string_value(json_object_get(b, "text"));
+            if (!json_is_object(b) || (text && blank(text)) ||
+                (use &&
+                 !gw_wire_call_listed(calls, json_string_value(json_object_get(use, "toolUseId")))))
                 continue;
             add_block(cv, "assistant", json_deep_copy(b));
         }

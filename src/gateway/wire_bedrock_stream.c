@@ -71,7 +71,7 @@ void gw_bedrock_stream_free(struct gw_wire_stream *s)
 
 bool gw_bedrock_stream_complete(struct gw_wire_stream *s)
 {
-    return s->stopped && s->buf.len == 0;
+    return s && s->stopped && s->buf.len == 0;
 }
 
 static int stream_error(json_t **error, long status, const char *message, const char *code)
@@ -197,7 +197,9 @@ static int block_delta(struct gw_wire_stream *s, const json_t *payload, json_t *
 static json_t *native_block(const struct block *b, bool *bad)
 {
     switch (b->kind) {
-    case BLOCK_TEXT:
+    case BLOCK_TEXT: /* Converse refuses a blank text block */
+        if (!strbuf_str(&b->text)[strspn(strbuf_str(&b->text), " \t\r\n")])
+            return NULL;
         return json_pack("{s:s}", "text", strbuf_str(&b->text));
     case BLOCK_TOOL: {
         json_t *input = b->text.len ? json_loads(strbuf_str(&b->text), 0, NULL) : json_object();
@@ -390,6 +392,9 @@ static int next_message(struct gw_wire_stream *s, const unsigned char *p, size_t
 int gw_bedrock_stream_feed(struct gw_wire_stream *s, const char *data, size_t len, json_t *chunks,
                            json_t **error)
 {
+    *error = NULL;
+    if (!s)
+        return stream_error(error, 500, "out of memory", NULL);
     if (len)
         strbuf_append(&s->buf, data, len);
     if (!s->buf.data)

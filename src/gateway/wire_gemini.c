@@ -615,6 +615,10 @@ struct reader {
     json_t *parts;    /* the model's content as it came */
     json_t *call_ids; /* the ids made for its function calls, in order */
     bool finished;
+    /* the last part while it is plain text (streamed text grows it, in one
+     * buffer: a part made of many events is copied once, into parts) */
+    struct strbuf tail;
+    bool has_tail, tail_thought;
 };
 
 static void reader_init(struct reader *r)
@@ -622,12 +626,29 @@ static void reader_init(struct reader *r)
     r->parts = json_array();
     r->call_ids = json_array();
     r->finished = false;
+    r->tail = (struct strbuf){0};
+    r->has_tail = false;
 }
 
 static void reader_free(struct reader *r)
 {
     json_decref(r->parts);
     json_decref(r->call_ids);
+    strbuf_free(&r->tail);
+}
+
+/* The plain text part being grown, into parts. */
+static void flush_tail(struct reader *r)
+{
+    if (!r->has_tail)
+        return;
+    json_t *part = json_pack("{s:s%}", "text", r->tail.data ? r->tail.data : "", r->tail.len);
+    if (part && r->tail_thought)
+        json_object_set_new(part, "thought", json_true());
+    if (part)
+        json_array_append_new(r->parts, part);
+    r->tail.len = 0;
+    r->has_tail = false;
 }
 
 static bool is_plain_text(const json_t *p, bool thought)
@@ -641,17 +662,18 @@ static bool is_plain_text(const json_t *p, bool thought)
  * when neither carries anything else (a thought signature stays alone). */
 static void keep_part(struct reader *r, json_t *part)
 {
-    json_t *last = json_array_get(r->parts, json_array_size(r->parts) - 1);
     bool thought = json_is_true(json_object_get(part, "thought"));
-    if (last && is_plain_text(part, thought) && is_plain_text(last, thought)) {
-        struct strbuf b = {0};
-        strbuf_puts(&b, json_string_value(json_object_get(last, "text")));
-        strbuf_puts(&b, json_string_value(json_object_get(part, "text")));
-        json_object_set_new(last, "text", json_stringn(b.data ? b.data : "", b.len));
-        strbuf_free(&b);
+    if (!is_plain_text(part, thought)) {
+        flush_tail(r);
+        json_array_append_new(r->parts, json_deep_copy(part));
         return;
     }
-    json_array_append_new(r->parts, json_deep_copy(part));
+    if (r->has_tail && r->tail_thought != thought)
+        flush_tail(r);
+    const json_t *text = json_object_get(part, "text");
+    strbuf_append(&r->tail, json_string_value(text), json_string_length(text));
+    r->has_tail = true;
+    r->tail_thought = thought;
 }
 
 static void append_text(json_t *delta, const char *key, const char *text)
@@ -697,6 +719,8 @@ static void parts_into(struct reader *r, const json_t *content, json_t *delta)
     {
         if (!json_is_object(part))
             continue;
+        if (r->finished)
+            continue; /* (nothing comes after the last event) */
         const char *text = json_string_value(json_object_get(part, "text"));
         json_t *fc = json_object_get(part, "functionCall");
         if (text && *text)
@@ -704,18 +728,17 @@ static void parts_into(struct reader *r, const json_t *content, json_t *delta)
                         json_is_true(json_object_get(part, "thought")) ? "reasoning_content"
                                                                        : "content",
                         text);
-        else if (json_is_object(fc))
+        if (json_is_object(fc)) /* (a part with text may carry a call too) */
             call_into(r, fc, delta);
-        if (r->finished)
-            continue; /* (nothing comes after the last event) */
         if (text && !*text && json_object_size(part) == 1)
             continue; /* an empty text: nothing to replay */
         keep_part(r, part);
     }
 }
 
-static json_t *native_of(const struct reader *r)
+static json_t *native_of(struct reader *r)
 {
+    flush_tail(r);
     return json_pack("{s:{s:s, s:O}, s:O}", "content", "role", "model", "parts", r->parts,
                      "call_ids", r->call_ids);
 }

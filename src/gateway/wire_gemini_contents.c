@@ -213,19 +213,6 @@ static json_t *call_part(struct conv *cv, const json_t *call, size_t i, size_t k
     return json_pack("{s:{s:s, s:o}}", "functionCall", "name", name, "args", obj);
 }
 
-static bool call_listed(const json_t *calls, const char *id)
-{
-    size_t k;
-    json_t *c;
-    json_array_foreach(calls, k, c)
-    {
-        const char *cid = json_string_value(json_object_get(c, "id"));
-        if (id && cid && !strcmp(id, cid))
-            return true;
-    }
-    return false;
-}
-
 static bool native_lists(const json_t *native, const char *id)
 {
     size_t k;
@@ -254,7 +241,7 @@ static json_t *replayed_parts(const json_t *native, const json_t *calls)
             continue;
         }
         const char *id = json_string_value(json_array_get(ids, n++));
-        if (!call_listed(calls, id)) {
+        if (!gw_wire_call_listed(calls, id)) {
             if (!signature)
                 signature = json_object_get(p, "thoughtSignature");
             continue;

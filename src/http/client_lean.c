@@ -565,8 +565,12 @@ int http_lean_request(const char *url, const char *method, const char *const *he
         return corral_fail(err, EINVAL, "cannot use the upstream URL %s", url);
     struct strbuf head = {0};
     bool v6 = strchr(t.host, ':') != NULL; /* an IPv6 literal goes in brackets */
-    strbuf_printf(&head, "%s %s HTTP/1.1\r\nHost: %s%s%s:%s\r\n", method, t.path, v6 ? "[" : "",
-                  t.host, v6 ? "]" : "", t.port);
+    bool own_host = false;                 /* the caller's Host (a signed one) is the only one */
+    for (size_t i = 0; i < n_headers; i++)
+        own_host = own_host || !strncasecmp(headers[i], "host:", 5);
+    strbuf_printf(&head, "%s %s HTTP/1.1\r\n", method, t.path);
+    if (!own_host)
+        strbuf_printf(&head, "Host: %s%s%s:%s\r\n", v6 ? "[" : "", t.host, v6 ? "]" : "", t.port);
     for (size_t i = 0; i < n_headers; i++) {
         const char *h = headers[i];
         size_t hl = strlen(h);

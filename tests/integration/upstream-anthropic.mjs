@@ -243,6 +243,10 @@ function checkTop(body) {
       onlyFields(t, ['type', 'budget_tokens'], 'thinking');
       if (!Number.isInteger(t.budget_tokens) || t.budget_tokens < 1024) fail('thinking.budget_tokens: Input should be greater than or equal to 1024');
       if (t.budget_tokens >= body.max_tokens) fail('`max_tokens` must be greater than `thinking.budget_tokens`');
+      // what the API refuses beside thinking
+      if (body.temperature !== undefined && body.temperature !== 1) fail('`temperature` may only be set to 1 when thinking is enabled');
+      if (body.top_p !== undefined && body.top_p < 0.95) fail('`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled');
+      if (['any', 'tool'].includes(body.tool_choice?.type)) fail('Thinking may not be enabled when tool_choice forces tool use.');
     }
   }
 }

@@ -143,7 +143,6 @@ test('anthropic: the parameters that map are translated', T, async () => {
     tools: [weather],
     tool_choice: 'required',
     parallel_tool_calls: false,
-    reasoning_effort: 'low',
   });
   const [b] = bodiesFor(marker);
   assert.equal(b.max_tokens, 3000);
@@ -151,9 +150,30 @@ test('anthropic: the parameters that map are translated', T, async () => {
   assert.equal(b.top_p, 0.5);
   assert.deepEqual(b.stop_sequences, ['END']);
   assert.deepEqual(b.metadata, { user_id: 'user-42' });
-  assert.deepEqual(b.thinking, { type: 'enabled', budget_tokens: 1024 });
+  assert.equal(b.thinking, undefined);
   assert.deepEqual(b.tool_choice, { type: 'any', disable_parallel_tool_use: true });
   assert.deepEqual(b.tools, [{ name: 'get_weather', description: 'The weather', input_schema: weather.function.parameters }]);
+
+  // with thinking on, what the API refuses beside it is left out: the temperature, a
+  // top_p under 0.95, a forced tool (the dialect refuses those as the API does)
+  const thinking = gw.upstream.script(gw.marker('params-thinking'), [{ text: 'Fine.' }]);
+  const c = await gw.client.chat.completions.create({
+    model: NATIVE_MODEL,
+    messages: [{ role: 'user', content: `${thinking} hi` }],
+    max_completion_tokens: 3000,
+    temperature: 0.25,
+    top_p: 0.5,
+    tools: [weather],
+    tool_choice: 'required',
+    parallel_tool_calls: false,
+    reasoning_effort: 'low',
+  });
+  assert.equal(c.choices[0].message.content, 'Fine.');
+  const [t] = bodiesFor(thinking);
+  assert.deepEqual(t.thinking, { type: 'enabled', budget_tokens: 1024 });
+  assert.equal(t.temperature, undefined);
+  assert.equal(t.top_p, undefined);
+  assert.deepEqual(t.tool_choice, { type: 'auto', disable_parallel_tool_use: true });
 });
 
 test('anthropic: a parameter Anthropic cannot take is refused with a 400 naming it', T, async () => {

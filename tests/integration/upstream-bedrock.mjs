@@ -55,6 +55,8 @@ function signatureOf(secret, date, region, service, toSign) {
 /** The failure of a request's SigV4 authentication ({status, message}), or null. */
 function checkSignature(req, { accessKeyId, secretAccessKey, sessionToken, region }) {
   const h = req.headers;
+  const hosts = (req.rawHeaders ?? []).filter((v, i) => i % 2 === 0 && v.toLowerCase() === 'host');
+  if (hosts.length !== 1) return { status: 400, message: `mock: ${hosts.length} Host headers` };
   const auth = h.authorization;
   if (!auth) return { status: 403, message: 'Missing Authentication Token' };
   const m = /^AWS4-HMAC-SHA256 Credential=([^/,]+)\/(\d{8})\/([^/,]+)\/([^/,]+)\/aws4_request, SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$/.exec(auth);

@@ -169,6 +169,15 @@ test('retries stop at the limit, keep the last error, and a 400 is never retried
   await assert.rejects(gw().chat.completions.create({ model: 'not-retried', messages: [{ role: 'user', content: `${none} hi` }] }), { status: 503 });
   assert.equal(upstream.requestsFor(none).length, 1);
 
+  // an upstream that asks for more than a minute is not waited for: its error stands
+  const later = upstream.script(marker('retry-later'), flaky(1, { status: 429, error: { message: 'mock: come back in an hour' }, headers: { 'retry-after': '3600' } }));
+  await assert.rejects(gw().chat.completions.create({ model: 'retried', messages: [{ role: 'user', content: `${later} hi` }] }), (err) => {
+    assert.equal(err.status, 429);
+    assert.match(err.message, /come back in an hour/);
+    return true;
+  });
+  assert.equal(upstream.requestsFor(later).length, 1);
+
   const router = upstream.script(marker('retry-router'), flaky(1, { status: 503, error: { message: 'mock: overloaded' } }));
   const c = await gw().chat.completions.create({ model: 'router-retried', messages: [{ role: 'user', content: `${router} hi` }] });
   assert.equal(c.choices[0].message.content, 'answered after 1 failures', 'router_settings.num_retries applies');

@@ -274,7 +274,7 @@ function errorBody(error = {}) {
  *   match(method, path)       whether a request is the dialect's
  *   stream(path, body, url)   whether it asks for a stream
  *   check(req)                the authentication failure of a request ({method,
- *                             path, url (a URL), headers, rawBody}), as
+ *                             path, url (a URL), headers, rawHeaders, rawBody}), as
  *                             {status, message}, or null when it is let in
  *   toChat(body, req)         the request validated (anything malformed throws a
  *                             MockError 'mock: ...') and converted to a chat
@@ -420,7 +420,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [
     // a route of the dialect's own beside the model's (a token endpoint...), answered as it says
     const served = d.serve?.({ method: req.method, path: entry.path, url, headers: req.headers, rawBody });
     if (served) return answerJson(res, entry, served.status, served.body, served.headers ?? {});
-    const denied = d.check({ method: req.method, path: entry.path, url, headers: req.headers, rawBody });
+    const denied = d.check({ method: req.method, path: entry.path, url, headers: req.headers, rawHeaders: req.rawHeaders, rawBody });
     if (denied) return answerError(denied.status ?? 401, { message: denied.message, type: 'authentication_error' });
     let body;
     try {

@@ -1546,6 +1546,16 @@ static void reads_native_providers(void **state)
     expect_error("model_list:\n  - model_name: v\n    litellm_params: {model: vertex_ai/g, "
                  "vertex_project: p, vertex_credentials: '{\"a\": 1}'}\n",
                  "not a service account's key");
+    /* a key that does not parse is never quoted */
+    static const char broken[] = "model_list:\n  - model_name: v\n    litellm_params: {model: "
+                                 "vertex_ai/g, vertex_project: p, vertex_credentials: "
+                                 "'{\"client_email\": \"e\", \"private_key\": \"SECRETPEM\" x}'}\n";
+    expect_error(broken, "not a service account's key (JSON with client_email and private_key): "
+                         "not JSON (line 1, column");
+    struct corral_config *none = NULL;
+    struct corral_error err = {0};
+    assert_int_equal(corral_config_parse(broken, strlen(broken), "gw.yaml", &none, &err), -EINVAL);
+    assert_null(strstr(err.message, "SECRETPEM"));
     expect_error("model_list:\n  - model_name: c\n    litellm_params: {model: anthropic/c, "
                  "upstream_api: responses}\n",
                  "provider 'anthropic' speaks its own API");

@@ -202,9 +202,10 @@ static void test_parameters(void **state)
     json_t *b = body_of("{\"model\":\"m\"," HI ",\"max_completion_tokens\":100,\"max_tokens\":5,"
                         "\"temperature\":0.5,\"top_p\":1,\"stop\":\"END\",\"user\":\"u1\","
                         "\"reasoning_effort\":\"medium\"}");
-    /* 100 does not exceed the budget: the budget is added */
+    /* 100 does not exceed the budget: the budget is added; with thinking on,
+     * the temperature is not sent (the API refuses it) */
     assert_json(b, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-                   "\"text\",\"text\":\"hi\"}]}],\"max_tokens\":2148,\"temperature\":0.5,"
+                   "\"text\",\"text\":\"hi\"}]}],\"max_tokens\":2148,"
                    "\"top_p\":1.0,\"stop_sequences\":[\"END\"],\"metadata\":{\"user_id\":\"u1\"},"
                    "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048}}");
     json_decref(b);
@@ -213,6 +214,22 @@ static void test_parameters(void **state)
     assert_int_equal(json_integer_value(json_object_get(b, "max_tokens")), 8000);
     assert_json(json_object_get(b, "stop_sequences"), "[\"a\",\"b\"]");
     assert_json(json_object_get(b, "thinking"), "{\"type\":\"enabled\",\"budget_tokens\":4096}");
+    json_decref(b);
+    /* thinking: a low top_p and a forced tool are left to the model; without it, kept */
+#define TOOL                                                                                       \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"     \
+    "\"object\"}}}],\"tool_choice\":\"required\""
+    b = body_of("{\"model\":\"m\"," HI
+                ",\"top_p\":0.5,\"temperature\":0.2,\"reasoning_effort\":\"low\"," TOOL "}");
+    assert_null(json_object_get(b, "top_p"));
+    assert_null(json_object_get(b, "temperature"));
+    assert_json(json_object_get(b, "tool_choice"), "{\"type\":\"auto\"}");
+    json_decref(b);
+    b = body_of("{\"model\":\"m\"," HI ",\"top_p\":0.5,\"temperature\":0.2," TOOL "}");
+#undef TOOL
+    assert_json(json_object_get(b, "tool_choice"), "{\"type\":\"any\"}");
+    assert_true(json_number_value(json_object_get(b, "temperature")) == 0.2);
+    assert_true(json_number_value(json_object_get(b, "top_p")) == 0.5);
     json_decref(b);
     struct gateway_model m = {.max_tokens = 1234};
     json_t *chat = parse("{\"model\":\"m\"," HI ",\"reasoning_effort\":\"minimal\"}");

@@ -121,6 +121,17 @@ static void cut_messages_keep_whole_characters(void **state)
     /* each byte that starts no valid character (a surrogate's three too) */
     assert_int_equal(corral_utf8_repair(fixed, "a\xff\xc3\xa9\xed\xa0\x80", 7), 15);
     assert_memory_equal(fixed, "a\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 15);
+    /* repaired and cut to a buffer at a whole character */
+    corral_utf8_fit(fixed, sizeof(fixed), "a\xff\xc3\xa9");
+    assert_string_equal(fixed, "a\xef\xbf\xbd\xc3\xa9");
+    corral_utf8_fit(fixed, 6, "a\xff\xc3\xa9");
+    assert_string_equal(fixed, "a\xef\xbf\xbd");
+    corral_utf8_fit(fixed, 4, "a\xff");
+    assert_string_equal(fixed, "a");
+    corral_utf8_fit(fixed, 1, "abc");
+    assert_string_equal(fixed, "");
+    corral_utf8_fit(fixed, sizeof(fixed), "x\xc3");
+    assert_string_equal(fixed, "x\xef\xbf\xbd");
     /* A message cut at its buffer's size ends with a whole character. */
     struct corral_error err;
     char arg[600];
