@@ -11,7 +11,8 @@
 //   useNativeGateway({ dialect, modelLines: (base) => [...], env })
 //     before(): the mock with the dialect, a config whose model `native` is
 //     modelLines (litellm_params' lines, at the mock's base URL), `corral
-//     serve` with env added to its environment. Returns gw (upstream,
+//     serve` with env added to its environment (topLines: more models'
+//     lines, or a function of (base, dir) giving them). Returns gw (upstream,
 //     server, client, marker()).
 //   nativeScenarioTests(gw, { dialect })
 //     registers the scenarios' tests.
@@ -193,7 +194,7 @@ export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [] 
         ...modelLines(base, dir).map((l) => `      ${l}`),
         '    model_info:',
         '      supports_vision: true',
-        ...topLines,
+        ...(typeof topLines === 'function' ? topLines(base, dir) : topLines),
         'templates:',
         '  default:',
         '    pool_size: 0',

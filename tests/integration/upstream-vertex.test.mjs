@@ -19,6 +19,7 @@ const stranger = serviceAccount(); // a key the token endpoint does not know
 const keyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-vertex-'));
 after(() => fs.rmSync(keyDir, { recursive: true, force: true }));
 const badKeyFile = path.join(keyDir, 'bad-key.json');
+const secondKeyFile = path.join(keyDir, 'second-key.json'); // the same account, another key text: a token of its own
 
 const dialect = vertexDialect({ project: 'proj-test', location: 'us-central1', clientEmail: account.email, keyId: account.keyId, publicKey: account.publicKey });
 const gw = useNativeGateway({
@@ -27,15 +28,22 @@ const gw = useNativeGateway({
     const keyFile = path.join(dir, 'service-account.json');
     fs.writeFileSync(keyFile, JSON.stringify(account.keyJson(base)));
     fs.writeFileSync(badKeyFile, JSON.stringify({ ...stranger.keyJson(base), client_email: account.email, private_key_id: account.keyId }));
+    fs.writeFileSync(secondKeyFile, JSON.stringify({ ...account.keyJson(base), universe_domain: 'googleapis.com' }));
     return ['model: vertex_ai/gemini-test', `api_base: ${base}`, 'vertex_project: proj-test', 'vertex_location: us-central1', `vertex_credentials: ${keyFile}`];
   },
-  topLines: [
+  topLines: (base) => [
     '  - model_name: vertex-bad-key',
     '    litellm_params:',
     '      model: vertex_ai/gemini-test',
     '      api_base: http://127.0.0.1:9/unused',
     '      vertex_project: proj-test',
     `      vertex_credentials: ${badKeyFile}`,
+    '  - model_name: vertex-second-key',
+    '    litellm_params:',
+    '      model: vertex_ai/gemini-test',
+    `      api_base: ${base}`,
+    '      vertex_project: proj-test',
+    `      vertex_credentials: ${secondKeyFile}`,
   ],
 });
 
@@ -67,4 +75,14 @@ test('vertex: a key the token endpoint refuses gives the client its error', T, a
     });
   }
   assert.deepEqual(dialect.tokenRequests.slice(exchanges).map((r) => r.ok), [false, false], 'a refused key is not cached');
+});
+
+test('vertex: requests that need a first token together wait for one exchange', T, async () => {
+  const marker = gw.upstream.script(gw.marker('together'), [{ text: 'ok' }]);
+  const exchanges = dialect.tokenRequests.length;
+  const answers = await Promise.all(
+    Array.from({ length: 6 }, () => gw.client.chat.completions.create({ model: 'vertex-second-key', messages: [{ role: 'user', content: `${marker} hi` }] })),
+  );
+  for (const c of answers) assert.equal(c.choices[0].message.content, 'ok');
+  assert.deepEqual(dialect.tokenRequests.slice(exchanges), [{ ok: true }], 'one exchange for the six requests');
 });
