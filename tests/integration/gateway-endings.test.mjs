@@ -8,23 +8,13 @@ import { test } from 'node:test';
 
 import { APIError } from 'openai';
 
-import { CI_TOOL, useGateway } from './gateway-helpers.mjs';
+import { CI_TOOL, drain, useGateway } from './gateway-helpers.mjs';
 
 const gw = useGateway();
 
 const T = { timeout: 120_000 };
 const LONG_TEXT = 'The answer comes in many small pieces, one after the other. '.repeat(4);
 
-/** Every event of a stream, and what ended it (null: it ended cleanly). */
-async function drain(stream) {
-  const events = [];
-  try {
-    for await (const e of stream) events.push(e);
-    return { events, thrown: null };
-  } catch (err) {
-    return { events, thrown: err };
-  }
-}
 
 test('a proxied chat stream that the upstream breaks off ends with an error chunk', T, async () => {
   const marker = gw.marker('CUT-CHAT');

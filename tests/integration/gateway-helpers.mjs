@@ -104,8 +104,18 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
         ]
       : []),
     ...topLines,
-    // The tests count the sandboxes a request makes: no warm pool making
-    // sandboxes of its own beside them.
+    ...serverLines({ dataDir, gatewayLines }),
+  ].join('\n');
+}
+
+/**
+ * The lines of a gateway test's config after its models: no warm pool (the
+ * tests count the sandboxes a request makes, and a pool would make its
+ * own), the master key, the code tool's name, the data folder (when given)
+ * and gatewayLines under `gateway:`; the last line is empty.
+ */
+export function serverLines({ dataDir = null, gatewayLines = [] } = {}) {
+  return [
     'templates:',
     '  default:',
     '    pool_size: 0',
@@ -116,7 +126,27 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
     ...(dataDir ? [`  data_dir: ${dataDir}`] : []),
     ...gatewayLines.map((l) => `  ${l}`),
     '',
-  ].join('\n');
+  ];
+}
+
+/**
+ * gw.server and gw.client over a useServer context: the server, and an
+ * `openai` client of its gateway made on first use. Returns a function that
+ * forgets the client (a restarted server has other ports).
+ */
+export function exposeGateway(gw, ctx) {
+  let client = null;
+  Object.defineProperty(gw, 'server', { get: () => ctx.server });
+  Object.defineProperty(gw, 'client', {
+    get: () => {
+      if (!ctx.server?.gatewayUrl) throw new Error('the gateway is not running (see the before hook\'s error)');
+      client ??= new OpenAI({ baseURL: ctx.server.gatewayUrl, apiKey: MASTER_KEY, maxRetries: 0, timeout: 120_000 });
+      return client;
+    },
+  });
+  return () => {
+    client = null;
+  };
 }
 
 /**
@@ -128,7 +158,6 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
  */
 export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
   const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null, peers: [] };
-  let client = null;
   // Peers still running stop (and are checked) first. With a remote
   // provider: every sandbox the gateway made must be deleted once it has
   // stopped; then the sandbox host stops (before the host check).
@@ -176,14 +205,7 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
     );
     return { config, gateway: true };
   }, { afterStop });
-  Object.defineProperty(gw, 'server', { get: () => ctx.server });
-  Object.defineProperty(gw, 'client', {
-    get: () => {
-      if (!ctx.server?.gatewayUrl) throw new Error('the gateway is not running (see the before hook\'s error)');
-      client ??= new OpenAI({ baseURL: ctx.server.gatewayUrl, apiKey: MASTER_KEY, maxRetries: 0, timeout: 120_000 });
-      return client;
-    },
-  });
+  const forgetClient = exposeGateway(gw, ctx);
   after(async () => {
     await gw.upstream?.close();
     if (gw.dir) fs.rmSync(gw.dir, { recursive: true, force: true });
@@ -200,7 +222,7 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
     }
     ctx.server = await startServer({ config: gw.config, gateway: true });
     ctx.server.setEnv();
-    client = null;
+    forgetClient();
   };
   /**
    * Another `corral serve` with the same configuration but a data
@@ -222,6 +244,17 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
   /** A marker no other script's marker contains (or is contained in). */
   gw.marker = (name) => `{{${name}#${++gw.seq}}}`;
   return gw;
+}
+
+/** Every event of a stream, and what ended it (null: it ended cleanly). */
+export async function drain(stream) {
+  const events = [];
+  try {
+    for await (const e of stream) events.push(e);
+    return { events, thrown: null };
+  } catch (err) {
+    return { events, thrown: err };
+  }
 }
 
 /* ------------------------------------------------------------------------ */

@@ -22,19 +22,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 
-import OpenAI from 'openai';
-
-import {
-  assertPng,
-  ciCalls,
-  codeOutputsSeen,
-  imagesOf,
-  INCLUDE_OUTPUTS,
-  logsOf,
-  MASTER_KEY,
-  CI_TOOL,
-  CODE_TOOL,
-} from './gateway-helpers.mjs';
+import { assertPng, CI_TOOL, ciCalls, codeOutputsSeen, exposeGateway, imagesOf, INCLUDE_OUTPUTS, logsOf, serverLines } from './gateway-helpers.mjs';
 import { useServer } from './harness.mjs';
 import { startUpstream } from './upstream.mjs';
 
@@ -177,7 +165,6 @@ async function complete(client, body, stream) {
  */
 export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [] }) {
   const gw = { upstream: null, dir: null, seq: 0 };
-  let client = null;
   const ctx = useServer(async () => {
     gw.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-native-'));
     const dir = gw.dir;
@@ -195,27 +182,12 @@ export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [] 
         '    model_info:',
         '      supports_vision: true',
         ...(typeof topLines === 'function' ? topLines(base, dir) : topLines),
-        'templates:',
-        '  default:',
-        '    pool_size: 0',
-        'general_settings:',
-        `  master_key: ${MASTER_KEY}`,
-        'gateway:',
-        `  code_tool_name: ${CODE_TOOL}`,
-        `  data_dir: ${path.join(dir, 'data')}`,
-        '',
+        ...serverLines({ dataDir: path.join(dir, 'data') }),
       ].join('\n'),
     );
     return { config, gateway: true, env };
   });
-  Object.defineProperty(gw, 'server', { get: () => ctx.server });
-  Object.defineProperty(gw, 'client', {
-    get: () => {
-      if (!ctx.server?.gatewayUrl) throw new Error('the gateway is not running (see the before hook\'s error)');
-      client ??= new OpenAI({ baseURL: ctx.server.gatewayUrl, apiKey: MASTER_KEY, maxRetries: 0, timeout: 120_000 });
-      return client;
-    },
-  });
+  exposeGateway(gw, ctx);
   after(async () => {
     await gw.upstream?.close();
     if (gw.dir) fs.rmSync(gw.dir, { recursive: true, force: true });

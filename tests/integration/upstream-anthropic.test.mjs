@@ -9,7 +9,7 @@ import { test } from 'node:test';
 
 import { APIError } from 'openai';
 
-import { CI_TOOL, INCLUDE_OUTPUTS, ciCalls } from './gateway-helpers.mjs';
+import { CI_TOOL, INCLUDE_OUTPUTS, ciCalls, drain } from './gateway-helpers.mjs';
 import { NATIVE_MODEL, nativeScenarioTests, useNativeGateway } from './native-scenarios.mjs';
 import { anthropicDialect } from './upstream-anthropic.mjs';
 
@@ -27,15 +27,6 @@ nativeScenarioTests(gw, { dialect });
 /** The Messages requests the mock answered for marker, in order. */
 const bodiesFor = (marker) => gw.upstream.requestsFor(marker).map((r) => r.body);
 
-async function drain(stream) {
-  const events = [];
-  try {
-    for await (const e of stream) events.push(e);
-    return { events, thrown: null };
-  } catch (err) {
-    return { events, thrown: err };
-  }
-}
 
 test('anthropic: the key goes as x-api-key with anthropic-version; a wrong one is a 401 with the upstream\'s message', T, async () => {
   const marker = gw.upstream.script(gw.marker('auth'), [{ text: 'Welcome.' }]);

@@ -10,7 +10,7 @@ import { test } from 'node:test';
 
 import { APIError } from 'openai';
 
-import { CI_TOOL, INCLUDE_OUTPUTS } from './gateway-helpers.mjs';
+import { CI_TOOL, INCLUDE_OUTPUTS, drain } from './gateway-helpers.mjs';
 import { checkNativeRequests, nativeScenarioTests, NATIVE_MODEL, useNativeGateway } from './native-scenarios.mjs';
 import { bedrockDialect } from './upstream-bedrock.mjs';
 import { expectedUsage } from './upstream.mjs';
@@ -42,16 +42,6 @@ const gw = useNativeGateway({
 
 nativeScenarioTests(gw, { dialect });
 
-/** Every event of a stream, and what ended it (null: it ended cleanly). */
-async function drain(stream) {
-  const events = [];
-  try {
-    for await (const e of stream) events.push(e);
-    return { events, thrown: null };
-  } catch (err) {
-    return { events, thrown: err };
-  }
-}
 
 test('bedrock: requests are signed with SigV4, the model id encoded in the path, no model in the body', T, async () => {
   const marker = gw.upstream.script(gw.marker('signed'), [{ text: 'Signed.' }]);

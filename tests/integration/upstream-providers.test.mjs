@@ -13,9 +13,7 @@ import path from 'node:path';
 import { after, test } from 'node:test';
 import { promisify } from 'node:util';
 
-import OpenAI from 'openai';
-
-import { CI_TOOL, CODE_TOOL, MASTER_KEY } from './gateway-helpers.mjs';
+import { CI_TOOL, exposeGateway, serverLines } from './gateway-helpers.mjs';
 import { CORRAL, useServer } from './harness.mjs';
 import { startUpstream } from './upstream.mjs';
 
@@ -41,7 +39,6 @@ const modelLines = (name, model, extra = []) => [`  - model_name: ${name}`, '   
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-providers-'));
 after(() => fs.rmSync(dir, { recursive: true, force: true }));
 let upstream = null;
-let client = null;
 
 const ctx = useServer(async () => {
   upstream = await startUpstream();
@@ -57,21 +54,15 @@ const ctx = useServer(async () => {
       'router_settings:',
       '  routing_strategy: simple-shuffle',
       '  num_retries: 1',
-      'templates:',
-      '  default:',
-      '    pool_size: 0',
-      'general_settings:',
-      `  master_key: ${MASTER_KEY}`,
-      'gateway:',
-      `  code_tool_name: ${CODE_TOOL}`,
-      `  data_dir: ${path.join(dir, 'data')}`,
-      '',
+      ...serverLines({ dataDir: path.join(dir, 'data') }),
     ].join('\n'),
   );
   return { config, gateway: true, env: ENV };
 });
 after(async () => upstream?.close());
-const gw = () => (client ??= new OpenAI({ baseURL: ctx.server.gatewayUrl, apiKey: MASTER_KEY, maxRetries: 0, timeout: 120_000 }));
+const served = {};
+exposeGateway(served, ctx);
+const gw = () => served.client;
 let seq = 0;
 const marker = (name) => `{{${name}#${++seq}}}`;
 
