@@ -17,6 +17,7 @@
  *   bytes.c      the bytes of files: on disk under data_dir, and in a store
  *                that several gateways share
  *   translate.c  Chat Completions <-> Responses (translate.h)
+ *   wire*.c      native upstream APIs <-> chat (wire.h)
  *   cite.c       file citations of an answer (cite.h)
  *   codeargs.c   the code as it streams out of a tool call's JSON arguments
  *   reply.c      answers in OpenAI's shape (JSON bodies, errors)
