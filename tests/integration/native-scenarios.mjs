@@ -22,7 +22,19 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 
-import { assertPng, CI_TOOL, ciCalls, codeOutputsSeen, exposeGateway, imagesOf, INCLUDE_OUTPUTS, logsOf, serverLines } from './gateway-helpers.mjs';
+import {
+  assertNoLeak,
+  assertPng,
+  checkResponseEvents,
+  CI_TOOL,
+  ciCalls,
+  codeOutputsSeen,
+  exposeGateway,
+  imagesOf,
+  INCLUDE_OUTPUTS,
+  logsOf,
+  serverLines,
+} from './gateway-helpers.mjs';
 import { useServer } from './harness.mjs';
 import { startUpstream } from './upstream.mjs';
 
@@ -145,11 +157,22 @@ export const NATIVE_SCENARIOS = {
   },
 };
 
-/** A response or chat completion through the SDK, streamed or not. */
-async function respond(client, body, stream) {
-  if (!stream) return client.responses.create(body);
+/** A response through the SDK, streamed or not; a stream's events are
+ * checked against the contract (sequence numbers, item order, one terminal
+ * event), and nothing of the internal code tool shows. */
+async function respond(client, body, stream, { wholeCalls = false } = {}) {
+  if (!stream) {
+    const r = await client.responses.create(body);
+    assertNoLeak(r);
+    return r;
+  }
+  const events = [];
   const s = client.responses.stream(body);
-  return s.finalResponse();
+  s.on('event', (e) => events.push(e));
+  const r = await s.finalResponse();
+  checkResponseEvents(events, r, { wholeCalls });
+  assertNoLeak(r);
+  return r;
 }
 
 async function complete(client, body, stream) {
@@ -215,7 +238,7 @@ export function nativeScenarioTests(gw, { dialect }) {
       const how = stream ? 'streamed' : 'whole';
       test(`${dialect.name}: ${name} through /v1/responses, ${how}`, T, async () => {
         const marker = gw.upstream.script(gw.marker(name), sc.turns);
-        const r = await respond(gw.client, { model: NATIVE_MODEL, input: `${marker} ${sc.prompt}`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS }, stream);
+        const r = await respond(gw.client, { model: NATIVE_MODEL, input: `${marker} ${sc.prompt}`, tools: [CI_TOOL], include: INCLUDE_OUTPUTS }, stream, dialect);
         const seen = checkNativeRequests(gw, dialect, marker, sc.rounds);
         assert.equal(r.status, 'completed');
         sc.checkSeen(seen);
@@ -245,7 +268,7 @@ export function nativeScenarioTests(gw, { dialect }) {
     test(`${dialect.name}: a client tool beside a code call, /v1/responses, ${how}`, T, async () => {
       const marker = gw.upstream.script(gw.marker('mixed'), mixedTurns);
       const tools = [CI_TOOL, { type: 'function', ...WEATHER }];
-      const first = await respond(gw.client, { model: NATIVE_MODEL, input: `${marker} Compute and check the weather.`, tools }, stream);
+      const first = await respond(gw.client, { model: NATIVE_MODEL, input: `${marker} Compute and check the weather.`, tools }, stream, dialect);
       const call = first.output.find((o) => o.type === 'function_call');
       assert.ok(call, `no function_call in ${JSON.stringify(first.output)}`);
       assert.equal(call.name, WEATHER.name);
@@ -255,6 +278,7 @@ export function nativeScenarioTests(gw, { dialect }) {
         gw.client,
         { model: NATIVE_MODEL, previous_response_id: first.id, input: [{ type: 'function_call_output', call_id: call.call_id, output: 'sunny' }], tools },
         stream,
+        dialect,
       );
       checkNativeRequests(gw, dialect, marker, 2);
       assert.equal(second.output_text, 'x is 42, the weather is sunny.');

@@ -293,6 +293,7 @@ export function geminiDialect({ apiKey = 'test-gemini-key' } = {}) {
   const route = /^\/v1beta\/models\/([A-Za-z0-9._-]+):(generateContent|streamGenerateContent)$/;
   const d = {
     name: 'gemini',
+    wholeCalls: true, // Gemini streams a function call whole, in one part
     signatures: new Map(),
     failNextStream: null,
     match: (method, path) => method === 'POST' && /^\/v1beta\/models\//.test(path),
@@ -354,6 +355,7 @@ export function vertexDialect({ project = 'proj-test', location = 'us-central1',
   const route = /^\/v1\/projects\/([^/]+)\/locations\/([^/]+)\/publishers\/google\/models\/([A-Za-z0-9._-]+):(generateContent|streamGenerateContent)$/;
   const d = {
     name: 'vertex',
+    wholeCalls: true,
     signatures: new Map(),
     failNextStream: null,
     clientEmail,

@@ -271,6 +271,8 @@ function errorBody(error = {}) {
  *
  * dialects: native wire formats it speaks beside OpenAI's, each an object
  *   name                      'anthropic', ... (the recorded requests' `api`)
+ *   wholeCalls                optional: true when the API streams a tool call
+ *                             whole (Gemini), not its arguments in pieces
  *   match(method, path)       whether a request is the dialect's
  *   stream(path, body, url)   whether it asks for a stream
  *   check(req)                the authentication failure of a request ({method,
