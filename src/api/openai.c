@@ -37,6 +37,7 @@ struct openai {
     pthread_mutex_t lock;
     pthread_cond_t idle;
     unsigned workers; /* streamed calls still running */
+    unsigned keepalive_ms;
 };
 
 int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err)
@@ -45,10 +46,16 @@ int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err
     if (!oa)
         return corral_fail(err, ENOMEM, "out of memory");
     oa->gw = gw;
+    oa->keepalive_ms = KEEPALIVE_MS;
     pthread_mutex_init(&oa->lock, NULL);
     pthread_cond_init(&oa->idle, NULL);
     *out = oa;
     return 0;
+}
+
+void openai_set_keepalive(struct openai *oa, unsigned ms)
+{
+    oa->keepalive_ms = ms ? ms : KEEPALIVE_MS;
 }
 
 void openai_free(struct openai *oa)
@@ -407,7 +414,7 @@ static struct http_response *job_launch(struct openai *oa, struct job *j,
     j->refs = 2; /* the worker and this thread */
     pthread_mutex_init(&j->lock, NULL);
     pthread_cond_init(&j->cond, NULL);
-    http_stream_set_keepalive(j->s, KEEPALIVE, KEEPALIVE_MS);
+    http_stream_set_keepalive(j->s, KEEPALIVE, oa->keepalive_ms);
     pthread_mutex_lock(&oa->lock);
     oa->workers++;
     pthread_mutex_unlock(&oa->lock);

@@ -37,6 +37,8 @@ struct openai;
 
 /* The surface of gw (which must outlive it). */
 int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err);
+/* The silence after which a stream gets a keep-alive comment (0: 5 s). */
+void openai_set_keepalive(struct openai *oa, unsigned ms);
 /* The http_handler of the gateway's listener (ctx is the struct openai). */
 struct http_response *openai_handle(const struct http_request *req, void *ctx);
 /* http_server_options.too_large: 413 in OpenAI's error shape. */

@@ -83,6 +83,9 @@ static void serve_usage(FILE *out)
           "                      to each listener (default 256; beyond: 503 and closed)\n"
           "  --execute-timeout DURATION  the longest an E2B /execute runs before it is\n"
           "                      interrupted with a TimeoutError (default 5m)\n"
+          "  --keepalive-interval DURATION  the silence after which a streamed answer\n"
+          "                      gets a keep-alive line: E2B's /execute, the gateway's\n"
+          "                      event streams (default 5s)\n"
           "  --admin-key KEY     a key that sees and manages every sandbox of the sandbox\n"
           "                      APIs (repeatable; also $CORRAL_ADMIN_KEYS); an --api-key\n"
           "                      sees only the sandboxes it created\n"
@@ -129,6 +132,7 @@ enum {
     OPT_MAX_CONNECTIONS,
     OPT_MAX_PER_CLIENT,
     OPT_EXECUTE_TIMEOUT,
+    OPT_KEEPALIVE,
     OPT_ADMIN_KEY,
     OPT_MAX_PER_KEY,
     OPT_MAX_SANDBOX_MEMORY,
@@ -405,6 +409,8 @@ static int serve_option(int c, struct serve_opts *o)
     }
     case OPT_EXECUTE_TIMEOUT:
         return set_duration_ms(&o->execute_timeout_ms, "--execute-timeout", optarg);
+    case OPT_KEEPALIVE:
+        return set_duration_ms(&o->keepalive_ms, "--keepalive-interval", optarg);
     case OPT_MAX_CONNECTIONS:
         return set_count(&o->limits.max_connections, "--max-connections", optarg);
     case OPT_MAX_PER_CLIENT:
@@ -449,6 +455,7 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS},
         {"max-connections-per-client", required_argument, NULL, OPT_MAX_PER_CLIENT},
         {"execute-timeout", required_argument, NULL, OPT_EXECUTE_TIMEOUT},
+        {"keepalive-interval", required_argument, NULL, OPT_KEEPALIVE},
         {"admin-key", required_argument, NULL, OPT_ADMIN_KEY},
         {"max-sandboxes-per-key", required_argument, NULL, OPT_MAX_PER_KEY},
         {"max-sandbox-memory", required_argument, NULL, OPT_MAX_SANDBOX_MEMORY},
@@ -578,7 +585,8 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                              .admin_keys = o->admin_keys,
                              .max_sandboxes_per_key = o->max_per_key,
                              .state_dir = o->state_dir,
-                             .execute_timeout_ms = o->execute_timeout_ms};
+                             .execute_timeout_ms = o->execute_timeout_ms,
+                             .keepalive_ms = o->keepalive_ms};
     struct osb_options oo = {.api_keys = o->keys,
                              .admin_keys = o->admin_keys,
                              .max_sandboxes_per_key = o->max_per_key,
@@ -665,6 +673,7 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
         return CLI_USAGE;
     }
+    openai_set_keepalive(s->oa, o->keepalive_ms);
     s->probe_gw = (struct probes){.state = &s->state};
     /* Files come up to gateway.file_max, spooled to the gateway's data
      * directory as they arrive (where they are kept: copied within one file

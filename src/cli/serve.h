@@ -41,6 +41,7 @@ struct serve_opts {
     uint64_t max_body;
     struct http_server_limits limits;
     unsigned execute_timeout_ms;
+    unsigned keepalive_ms; /* 0: each protocol's default */
     const char *config, *state_dir, *disk_dir;
     /* the fleet */
     const char *role_arg; /* --role, or NULL */

@@ -8,7 +8,9 @@ import { NotFoundError, Sandbox, TimeoutError } from '@e2b/code-interpreter';
 
 import { useServer, withSandbox } from './harness.mjs';
 
-useServer();
+// Keep-alive lines after 1 s of silence (5 s by default): every slower cell
+// of this file gets some, which the SDK must pass over.
+useServer({ args: ['--keepalive-interval', '1s'] });
 
 const T = { timeout: 120_000 };
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -69,7 +71,7 @@ test('non-ASCII output and results survive intact', T, () =>
 
 test('a cell silent for longer than the keepalive interval still completes', T, () =>
   withSandbox(Sandbox, async (sbx) => {
-    const execution = await sbx.runCode('import time; time.sleep(7); "done"');
+    const execution = await sbx.runCode('import time; time.sleep(2); "done"'); // the server's interval: 1 s
     assert.equal(execution.error, undefined, JSON.stringify(execution.error));
     assert.equal(execution.text, 'done');
   }),

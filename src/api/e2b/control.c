@@ -45,6 +45,7 @@ struct e2b {
     struct tenants tenants;
     char *state_dir;
     uint64_t execute_timeout_ms;
+    unsigned keepalive_ms;
 };
 
 /* ---- small helpers ---- */
@@ -992,6 +993,7 @@ struct job {
     char **env;
     struct http_stream *s;
     uint64_t timeout_ms;
+    unsigned keepalive_ms;
     bool errored;
     bool gone; /* the client left: cancels this execution (atomic) */
 };
@@ -1095,7 +1097,7 @@ static void job_produce(struct http_stream *s, void *arg)
 {
     struct job *j = arg;
     j->s = s;
-    http_stream_set_keepalive(s, "{\"type\":\"keepalive\"}\n", KEEPALIVE_MS);
+    http_stream_set_keepalive(s, "{\"type\":\"keepalive\"}\n", j->keepalive_ms);
     struct corral_exec_options x;
     corral_exec_options_init(&x);
     x.env = (const char *const *)j->env;
@@ -1203,6 +1205,7 @@ static struct http_response *execute(struct e2b *e, corral_sandbox *sb,
     j->ctx = ctx;
     j->env = steal_pointer(&env);
     j->timeout_ms = e->execute_timeout_ms;
+    j->keepalive_ms = e->keepalive_ms;
     struct http_response *resp = http_stream(200, "application/x-ndjson", &job_ops, j);
     if (!resp)
         job_release(j);
@@ -1424,6 +1427,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         return corral_fail(err, ENOMEM, "out of memory");
     }
     e->execute_timeout_ms = o->execute_timeout_ms ? o->execute_timeout_ms : 300000;
+    e->keepalive_ms = o->keepalive_ms ? o->keepalive_ms : KEEPALIVE_MS;
     registry_init(&e->owned, owned_drop);
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->net_lock, NULL);

@@ -24,6 +24,9 @@ struct e2b_options {
     /* The longest an /execute runs (the client may give up sooner): past it
      * the execution is interrupted and answers TimeoutError. 0 = 300 s. */
     uint64_t execute_timeout_ms;
+    /* The silence after which an /execute stream gets a keepalive line.
+     * 0 = 5 s. */
+    unsigned keepalive_ms;
 };
 
 struct e2b;
