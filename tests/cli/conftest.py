@@ -20,8 +20,8 @@ CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../..
 # the default template unless its configuration defines it): a pool filling
 # up beside every test would cost each of them its CPU, and sandboxes the
 # tests do not expect. The tests of the pool give a configuration of their own.
-_NO_POOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no-pool.yaml")
-os.environ.setdefault("CORRAL_CONFIG", _NO_POOL)
+NO_POOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no-pool.yaml")
+os.environ.setdefault("CORRAL_CONFIG", NO_POOL)
 UID_BASE = 1879048192
 STATE_DIR = "/run/corral"
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -60,11 +60,48 @@ def sandbox_cgroups():
 sandbox_disks = hostlock.sandbox_disks
 
 
+# The pids of servers that outlive a test (a module's shared server). The
+# disks such a server holds open are made ahead for its next sandbox
+# (src/jail/disk.c), the server's while it lives, as a server stopped after
+# each test would have closed them before the check: not a sandbox's
+# leftovers.
+SHARED_SERVERS = set()
+
+
+def shared_servers_disks():
+    held = set()
+    for pid in SHARED_SERVERS:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/dev/loop"):
+                held.add(target[len("/dev/"):])
+    return held
+
+
 def leftovers():
     slots = glob.glob(os.path.join(STATE_DIR, "slots", "*"))
     mounts = [l for l in open("/proc/self/mountinfo") if STATE_DIR in l]
+    held = shared_servers_disks()
     return {"processes": sandbox_processes(), "cgroups": sandbox_cgroups(), "slots": slots,
-            "mounts": mounts, "disks": sandbox_disks()}
+            "mounts": mounts, "disks": [d for d in sandbox_disks() if d not in held]}
+
+
+def shared(server):
+    """Marks server (a Server or Gateway of the tests) as one that outlives
+    its tests, until it stops; returns it."""
+    SHARED_SERVERS.add(server.proc.pid)
+    return server
+
+
+def unshared(server):
+    SHARED_SERVERS.discard(server.proc.pid)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,15 +15,9 @@ import time
 import pytest
 
 from test_serve import KEY, Server, create
+from test_serve import server, shared_server  # noqa: F401 (one server for the module's tests)
 
 ALL_BYTES = bytes(range(256))
-
-
-@pytest.fixture
-def server():
-    s = Server()
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -8,15 +8,11 @@ import time
 import pytest
 
 from test_opensandbox import Osb, events
+from test_opensandbox import osb, shared_osb  # noqa: F401 (one server for the module's tests)
 
 UTF8_FFFD = "\ufffd"
 
 
-@pytest.fixture
-def osb():
-    o = Osb()
-    yield o
-    o.stop()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from conftest import shared, unshared
 from test_serve import Server
 
 IMAGE = "opensandbox/code-interpreter:v1.1.0"
@@ -24,11 +25,11 @@ def free_port():
 
 
 class Execd:
-    """A corral serve with its OpenSandbox surface, one sandbox, and its execd endpoint."""
+    """A sandbox of a corral serve's OpenSandbox surface, and its execd endpoint."""
 
-    def __init__(self, *args):
-        self.port = free_port()
-        self.server = Server("--opensandbox-listen", f"127.0.0.1:{self.port}", *args)
+    def __init__(self, server, port):
+        self.port = port
+        self.server = server
         status, body, _ = self.raw("POST", "/v1/sandboxes", json.dumps({
             "image": {"uri": IMAGE}, "entrypoint": ["/opt/code-interpreter/code-interpreter.sh"],
             "resourceLimits": {"cpu": "1", "memory": "2Gi"}, "timeout": 600}).encode())
@@ -109,9 +110,6 @@ class Execd:
         assert status == 200, body
         return body
 
-    def stop(self):
-        self.server.stop()
-
 
 def quote(s):
     from urllib.parse import quote as q
@@ -129,11 +127,22 @@ def multipart(parts, boundary=BOUNDARY):
     return body + f"--{boundary}--\r\n".encode()
 
 
+@pytest.fixture(scope="module")
+def shared_server(host_lock):
+    """One server for the module's tests, each with a sandbox of its own."""
+    port = free_port()
+    s = shared(Server("--opensandbox-listen", f"127.0.0.1:{port}", "--max-body", "64m"))
+    yield s, port
+    unshared(s)
+    s.stop()
+
+
 @pytest.fixture
-def x():
-    e = Execd("--max-body", "64m")
-    yield e
-    e.stop()
+def x(shared_server):
+    server, port = shared_server
+    yield Execd(server, port)
+    server.check()
+    server.kill_sandboxes()
 
 
 ALL_BYTES = bytes(range(256)) * 4

@@ -8,13 +8,16 @@ import uuid
 
 import pytest
 
-from test_gateway_serve import MASTER, REQUEST_ID, Gateway
+from conftest import NO_POOL, shared, unshared
+from test_gateway_serve import MASTER, REQUEST_ID, Gateway, clean_env
 
 
 @pytest.fixture(scope="module")
 def gw():
-    g = Gateway("--master-key", MASTER)
+    # no warm pool: its sandboxes would outlive each test's check of the host
+    g = shared(Gateway("--master-key", MASTER, env=clean_env(CORRAL_CONFIG=NO_POOL)))
     yield g
+    unshared(g)
     g.stop()
 
 

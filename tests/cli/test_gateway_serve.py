@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import CORRAL
+from conftest import CORRAL, NO_POOL, shared, unshared
 
 MASTER = "sk-corral-test-" + "9f" * 8
 REQUEST_ID = re.compile(r"^req_[0-9a-f]{32}$")
@@ -83,6 +83,21 @@ class Gateway:
             self.proc.kill()
             self.proc.communicate()
             raise
+        # Read as it comes: a gateway shared by a module's tests never blocks
+        # on a full pipe.
+        self.reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self.reader.start()
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def check(self):
+        """The gateway still runs, and has reported no sanitizer error."""
+        err = "".join(self.lines)
+        assert self.proc.poll() is None, f"corral serve ended ({self.proc.returncode}):\n{err}"
+        for marker in ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer"):
+            assert marker not in err, err
 
     def connect(self, timeout=60):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -106,10 +121,21 @@ class Gateway:
             return ""
         self.stopped = True
         if self.proc.poll() is not None:
-            _, err = self.proc.communicate()
+            self.reader.join(30)
             shutil.rmtree(self.data, ignore_errors=True)
-            raise AssertionError(f"corral serve ended by itself ({self.proc.returncode}):\n{err}")
-        err = terminate(self.proc)
+            raise AssertionError(f"corral serve ended by itself ({self.proc.returncode}):\n"
+                                 + "".join(self.lines))
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("corral serve did not stop within 30 s of SIGTERM:\n"
+                                 + "".join(self.lines))
+        finally:
+            self.reader.join(30)
+        err = "".join(self.lines)
         shutil.rmtree(self.data, ignore_errors=True)
         assert self.proc.returncode == 0, err
         for marker in ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer"):
@@ -117,18 +143,34 @@ class Gateway:
         return err
 
 
-@pytest.fixture
-def gateway():
-    g = Gateway()
+@pytest.fixture(scope="module")
+def shared_gateway(host_lock):
+    """One gateway for the module's tests that need none of their own (and
+    no warm pool, whose sandboxes would outlive each test)."""
+    g = shared(Gateway(env=clean_env(CORRAL_CONFIG=NO_POOL)))
     yield g
+    unshared(g)
     g.stop()
 
 
 @pytest.fixture
-def keyed():
-    g = Gateway("--master-key", MASTER)
+def gateway(shared_gateway):
+    yield shared_gateway
+    shared_gateway.check()
+
+
+@pytest.fixture(scope="module")
+def shared_keyed(host_lock):
+    g = shared(Gateway("--master-key", MASTER, env=clean_env(CORRAL_CONFIG=NO_POOL)))
     yield g
+    unshared(g)
     g.stop()
+
+
+@pytest.fixture
+def keyed(shared_keyed):
+    yield shared_keyed
+    shared_keyed.check()
 
 
 def error_of(resp, text, status):
@@ -464,6 +506,7 @@ class Upstream:
                 pass
 
             def do_POST(self):
+                closed = outer.closed  # the test's that made this request
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append((self.path, dict(self.headers), body))
                 status, ctype, chunks, pause = outer.script(body)
@@ -482,7 +525,7 @@ class Upstream:
                         self.wfile.write(b"0\r\n\r\n")
                         self.wfile.flush()
                     except OSError:
-                        outer.closed.set()
+                        closed.set()
                     return
                 data = "".join(chunks).encode()
                 if pause:
@@ -490,7 +533,7 @@ class Upstream:
                     self.connection.settimeout(pause)
                     try:
                         if self.connection.recv(1) == b"":
-                            outer.closed.set()
+                            closed.set()
                     except OSError:
                         pass
                 self.send_header("Content-Length", str(len(data)))
@@ -498,7 +541,7 @@ class Upstream:
                 try:
                     self.wfile.write(data)
                 except OSError:
-                    outer.closed.set()
+                    closed.set()
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -534,6 +577,31 @@ def upstream():
     u.stop()
 
 
+@pytest.fixture(scope="module")
+def shared_upstream_gw(host_lock):
+    """An upstream and a gateway before it, for the module's calls that run no
+    code and need no gateway of their own (no warm pool: its sandboxes would
+    outlive each test)."""
+    u = Upstream()
+    g = shared(Gateway("--upstream", u.url, env=clean_env(CORRAL_UPSTREAM_API_KEY="sk-up-secret",
+                                                          CORRAL_CONFIG=NO_POOL)))
+    yield u, g
+    unshared(g)
+    g.stop()
+    u.stop()
+
+
+@pytest.fixture
+def upstream_gw(shared_upstream_gw):
+    """The shared upstream, with nothing recorded yet, and its gateway."""
+    u, g = shared_upstream_gw
+    u.requests = []
+    u.closed = threading.Event()
+    u.script = None
+    yield u, g
+    g.check()
+
+
 def upstream_gateway(upstream, *args):
     return Gateway("--upstream", upstream.url, *args,
                    env=clean_env(CORRAL_UPSTREAM_API_KEY="sk-up-secret"))
@@ -563,21 +631,18 @@ def test_a_whole_chat_completion(upstream):
         g.stop()
 
 
-def test_upstream_errors_keep_their_status_and_retry_after(upstream):
+def test_upstream_errors_keep_their_status_and_retry_after(upstream_gw):
+    upstream, g = upstream_gw
     def script(body):
         return (429, "application/json",
                 [json.dumps({"error": {"message": "slow down", "type": "rate_limit_error",
                                        "param": None, "code": "rate_limit_exceeded"}})], 0)
     upstream.script = script
-    g = upstream_gateway(upstream)
-    try:
-        resp, text = g.request("POST", "/v1/chat/completions", body={
-            "model": "m", "messages": [{"role": "user", "content": "hello"}]})
-        assert resp.status == 429, text
-        assert "error" in json.loads(text)
-        assert resp.getheader("x-request-id")
-    finally:
-        g.stop()
+    resp, text = g.request("POST", "/v1/chat/completions", body={
+        "model": "m", "messages": [{"role": "user", "content": "hello"}]})
+    assert resp.status == 429, text
+    assert "error" in json.loads(text)
+    assert resp.getheader("x-request-id")
 
 
 def read_sse(resp):
@@ -585,37 +650,35 @@ def read_sse(resp):
     return resp.read().decode()
 
 
-def test_a_streamed_chat_completion(upstream):
+def test_a_streamed_chat_completion(upstream_gw):
+    upstream, g = upstream_gw
     chunks = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}),
               chunk({"content": "lo"}), chunk({}, "stop"), "data: [DONE]\n\n"]
     upstream.script = lambda body: (200, "text/event-stream", chunks, 0)
-    g = upstream_gateway(upstream)
-    try:
-        conn = g.connect()
-        conn.request("POST", "/v1/chat/completions", body=json.dumps({
-            "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}),
-            headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200
-        assert resp.getheader("Content-Type") == "text/event-stream; charset=utf-8"
-        assert REQUEST_ID.match(resp.getheader("x-request-id"))
-        assert resp.getheader("openai-version") == "2020-10-01"
-        text = read_sse(resp)
-        conn.close()
-        events = [e for e in text.split("\n\n") if e.strip()]
-        assert all(e.startswith("data: ") or e.startswith(":") for e in events), text
-        deltas = "".join(json.loads(e[6:])["choices"][0]["delta"].get("content") or ""
-                         for e in events if e.startswith("data: {"))
-        assert deltas == "Hello"
-    finally:
-        g.stop()
+    conn = g.connect()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}),
+        headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") == "text/event-stream; charset=utf-8"
+    assert REQUEST_ID.match(resp.getheader("x-request-id"))
+    assert resp.getheader("openai-version") == "2020-10-01"
+    text = read_sse(resp)
+    conn.close()
+    events = [e for e in text.split("\n\n") if e.strip()]
+    assert all(e.startswith("data: ") or e.startswith(":") for e in events), text
+    deltas = "".join(json.loads(e[6:])["choices"][0]["delta"].get("content") or ""
+                     for e in events if e.startswith("data: {"))
+    assert deltas == "Hello"
 
 
 def test_keepalives_only_between_events(upstream):
+    # Each pause of the upstream is a silence longer than the interval.
     chunks = [chunk({"role": "assistant", "content": "a"}), chunk({"content": "b"}, "stop"),
               "data: [DONE]\n\n"]
-    upstream.script = lambda body: (200, "text/event-stream", chunks, 6.5)
-    g = upstream_gateway(upstream)
+    upstream.script = lambda body: (200, "text/event-stream", chunks, 1.5)
+    g = upstream_gateway(upstream, "--keepalive-interval", "1s")
     try:
         conn = g.connect()
         conn.request("POST", "/v1/chat/completions", body=json.dumps({
@@ -631,57 +694,48 @@ def test_keepalives_only_between_events(upstream):
         g.stop()
 
 
-def test_a_streamed_call_failing_first_is_a_whole_error(upstream):
+def test_a_streamed_call_failing_first_is_a_whole_error(upstream_gw):
+    upstream, g = upstream_gw
     upstream.script = lambda body: (
         401, "application/json",
         [json.dumps({"error": {"message": "bad upstream key", "type": "invalid_request_error",
                                "param": None, "code": "invalid_api_key"}})], 0)
-    g = upstream_gateway(upstream)
-    try:
-        resp, text = g.request("POST", "/v1/chat/completions", body={
-            "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
-        assert resp.status >= 400, text
-        assert resp.getheader("Content-Type").startswith("application/json")
-        assert "error" in json.loads(text)
-    finally:
-        g.stop()
+    resp, text = g.request("POST", "/v1/chat/completions", body={
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    assert resp.status >= 400, text
+    assert resp.getheader("Content-Type").startswith("application/json")
+    assert "error" in json.loads(text)
 
 
-def test_a_client_that_goes_away_cancels_its_streamed_call(upstream):
+def test_a_client_that_goes_away_cancels_its_streamed_call(upstream_gw):
+    upstream, g = upstream_gw
     chunks = [chunk({"role": "assistant", "content": "a"})] + \
         [chunk({"content": "x"}) for _ in range(30)]
     upstream.script = lambda body: (200, "text/event-stream", chunks, 1)
-    g = upstream_gateway(upstream)
-    try:
-        conn = g.connect()
-        conn.request("POST", "/v1/chat/completions", body=json.dumps({
-            "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}))
-        resp = conn.getresponse()
-        assert resp.status == 200
-        assert resp.readline().startswith(b"data: ")
-        conn.sock.shutdown(socket.SHUT_RDWR)
-        conn.close()
-        assert upstream.closed.wait(15), "the upstream was never hung up on"
-    finally:
-        g.stop()
+    conn = g.connect()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.readline().startswith(b"data: ")
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert upstream.closed.wait(15), "the upstream was never hung up on"
 
 
-def test_a_client_that_goes_away_cancels_its_whole_call(upstream):
+def test_a_client_that_goes_away_cancels_its_whole_call(upstream_gw):
+    upstream, g = upstream_gw
     upstream.script = lambda body: (200, "application/json", [completion()], 30)
-    g = upstream_gateway(upstream)
-    try:
-        conn = g.connect()
-        conn.request("POST", "/v1/chat/completions", body=json.dumps({
-            "model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        deadline = time.monotonic() + 10
-        while not upstream.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert upstream.requests
-        conn.sock.shutdown(socket.SHUT_RDWR)
-        conn.close()
-        assert upstream.closed.wait(15), "the upstream was never hung up on"
-    finally:
-        g.stop()
+    conn = g.connect()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps({
+        "model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+    deadline = time.monotonic() + 10
+    while not upstream.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.requests
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert upstream.closed.wait(15), "the upstream was never hung up on"
 
 
 def test_stopping_the_server_ends_calls_in_flight(upstream):
@@ -762,8 +816,9 @@ def test_a_code_interpreter_call_whole(upstream):
 
 
 def test_a_code_interpreter_call_streamed_with_keepalives(upstream):
-    upstream.script = code_script("import time\ntime.sleep(6.5)\nprint(6 * 7)", "The answer:")
-    g = upstream_gateway(upstream)
+    # the code's silence is longer than the interval
+    upstream.script = code_script("import time\ntime.sleep(1.5)\nprint(6 * 7)", "The answer:")
+    g = upstream_gateway(upstream, "--keepalive-interval", "1s")
     try:
         conn = g.connect()
         conn.request("POST", "/v1/responses", body=json.dumps({

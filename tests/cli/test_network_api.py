@@ -12,7 +12,9 @@ import json
 import pytest
 
 from test_opensandbox import Osb, events
+from test_opensandbox import osb, shared_osb  # noqa: F401 (one server for the module's tests)
 from test_serve import KEY, Server
+from test_serve import server, shared_server  # noqa: F401 (the same for E2B's API)
 
 ALL_MODES = "network:\n  modes: [off, internet, policy]\n"
 
@@ -74,11 +76,6 @@ def e2b_error(status, text, code, *words):
         assert w in body["message"], body["message"]
 
 
-@pytest.fixture
-def server():
-    s = Server()
-    yield s
-    s.stop()
 
 
 @pytest.fixture
@@ -205,11 +202,6 @@ def policy(osb, sid, method="GET", body=None):
     return status, json.loads(text)
 
 
-@pytest.fixture
-def osb():
-    o = Osb()
-    yield o
-    o.stop()
 
 
 @pytest.fixture

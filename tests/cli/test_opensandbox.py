@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import shared, unshared
 from test_serve import Server
 
 IMAGE = "opensandbox/code-interpreter:v1.1.0"
@@ -66,11 +67,22 @@ def events(text):
     return [json.loads(line) for line in lines if json.loads(line).get("type") != "ping"]
 
 
-@pytest.fixture
-def osb():
+@pytest.fixture(scope="module")
+def shared_osb(host_lock):
+    """One server for the tests of a module that need no server of their own."""
     o = Osb()
+    shared(o.server)
     yield o
+    unshared(o.server)
     o.stop()
+
+
+@pytest.fixture
+def osb(shared_osb):
+    """The module's server, with no sandbox once the test is over."""
+    yield shared_osb
+    shared_osb.server.check()
+    shared_osb.server.kill_sandboxes()
 
 
 def test_create_get_list_and_delete(osb):

@@ -7,11 +7,12 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
 
-from conftest import CORRAL
+from conftest import CORRAL, shared, unshared
 
 KEY = "e2b_" + "ab" * 20
 
@@ -23,17 +24,35 @@ def free_port():
 
 
 class Server:
+    """A `corral serve` with E2B's API on a free port (OpenSandbox's and the
+    gateway's off unless args name them). Its stderr is read as it comes, so
+    a server shared by a module's tests never blocks on a full pipe."""
+
     def __init__(self, *args):
         self.port = free_port()
+        self.osb_port = None
         if not any(a.startswith("--opensandbox-listen") for a in args):
             args = ("--opensandbox-listen", "off", *args)
+        elif "--opensandbox-listen" in args:
+            where = args[args.index("--opensandbox-listen") + 1]
+            self.osb_port = None if where == "off" else int(where.rpartition(":")[2])
         if not any(a.startswith("--gateway-listen") for a in args):
             args = ("--gateway-listen", "off", *args)
         self.proc = subprocess.Popen([CORRAL, "serve", "--listen", f"127.0.0.1:{self.port}",
-                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
         line = self.proc.stderr.readline()
         assert "listening on http://127.0.0.1:%d" % self.port in line, line
+        self.lines = [line]
+        self.reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self.reader.start()
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def stderr(self):
+        return "".join(self.lines)
 
     def request(self, method, path, body=None, headers=None, raw=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -44,19 +63,71 @@ class Server:
         conn.close()
         return resp.status, text
 
+    def check(self):
+        """The server still runs, and has reported no sanitizer error."""
+        assert self.proc.poll() is None, f"corral serve ended ({self.proc.returncode}):\n" + \
+            self.stderr()
+        for marker in SANITIZER_MARKERS:
+            assert marker not in self.stderr(), self.stderr()
+
+    def kill_sandboxes(self):
+        """Kills every sandbox of this server's E2B and OpenSandbox APIs, as
+        stopping it would: what a server shared by tests does after each,
+        so that the next starts with none and the host check sees what this
+        one left."""
+        while True:
+            status, text = self.request("GET", "/v2/sandboxes")
+            assert status == 200, text
+            ids = [s["sandboxID"] for s in json.loads(text)]
+            if not ids:
+                break
+            for sid in ids:
+                status, text = self.request("DELETE", f"/sandboxes/{sid}")
+                assert status in (204, 404), text
+        while self.osb_port is not None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.osb_port, timeout=60)
+            conn.request("GET", "/v1/sandboxes?pageSize=1000")
+            resp = conn.getresponse()
+            text = resp.read().decode()
+            assert resp.status == 200, text
+            ids = [s["id"] for s in json.loads(text)["items"]]
+            if not ids:
+                break
+            for sid in ids:
+                conn.request("DELETE", f"/v1/sandboxes/{sid}")
+                resp = conn.getresponse()
+                text = resp.read().decode()
+                assert resp.status in (204, 404), text
+            conn.close()
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=30)
+        self.proc.wait(timeout=30)
+        self.reader.join(30)
+        err = self.stderr()
         assert self.proc.returncode == 0, err
-        for marker in ("ERROR: AddressSanitizer", "runtime error:"):
+        for marker in SANITIZER_MARKERS:
             assert marker not in err, err
 
 
-@pytest.fixture
-def server():
-    s = Server()
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:")
+
+
+@pytest.fixture(scope="module")
+def shared_server(host_lock):
+    """One server for the tests of a module that need no server of their own."""
+    s = shared(Server())
     yield s
+    unshared(s)
     s.stop()
+
+
+@pytest.fixture
+def server(shared_server):
+    """The module's server, with no sandbox once the test is over."""
+    yield shared_server
+    shared_server.check()
+    shared_server.kill_sandboxes()
 
 
 def create(server, **fields):
@@ -454,6 +525,7 @@ def test_connections_over_the_caps_get_503():
     ("--max-total-memory", "banana", "--max-total-memory: invalid size 'banana'"),
     ("--max-total-memory", "1k", "--max-total-memory: at least 16m"),
     ("--max-sandbox-memory", "x", "--max-sandbox-memory: invalid size 'x'"),
+    ("--keepalive-interval", "10ms", "--keepalive-interval: from 100ms to 24 days"),
 ])
 def test_bad_connection_limits_are_refused(option, value, message):
     p = subprocess.run([CORRAL, "serve", option, value], capture_output=True, text=True,
