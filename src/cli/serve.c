@@ -621,8 +621,12 @@ static int start_sandbox_servers(const struct serve_opts *o, struct servers *s)
 {
     struct corral_error err;
     bool front = o->role == FLEET_FRONT;
-    s->probe_e2b = (struct probes){.state = &s->state, .node_state = o->role == FLEET_NODE};
-    s->probe_osb = (struct probes){.state = &s->state};
+    s->probe_e2b = (struct probes){.state = &s->state,
+                                   .node_state = o->role == FLEET_NODE,
+                                   .listener = API_LISTENER_E2B,
+                                   .keys = &s->metrics_keys};
+    s->probe_osb = (struct probes){
+        .state = &s->state, .listener = API_LISTENER_OPENSANDBOX, .keys = &s->metrics_keys};
     struct http_server_options ho = {.handler = front ? front_e2b_handle : e2b_handle,
                                      .ctx = front ? (void *)&s->front : (void *)s->api};
     struct http_server_options oho = {.handler = front ? front_osb_handle : osb_handle,
@@ -665,7 +669,8 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
         return CLI_USAGE;
     }
-    s->probe_gw = (struct probes){.state = &s->state};
+    s->probe_gw = (struct probes){
+        .state = &s->state, .listener = API_LISTENER_GATEWAY, .keys = &s->metrics_keys};
     /* Files come up to gateway.file_max, spooled to the gateway's data
      * directory as they arrive (where they are kept: copied within one file
      * system); other bodies up to --max-body. */
@@ -688,6 +693,23 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
                  err.message);
     }
     return CLI_OK;
+}
+
+/* Who may read /metrics: an admin key or the gateway's master key, once
+ * any key is configured (the master key copied: the gateway frees its
+ * own before the sandbox APIs' listeners stop). -1 when out of memory. */
+static int settle_metrics_keys(const struct serve_opts *o, const struct corral_config *cfg,
+                               struct servers *s)
+{
+    const char *master = o->master_key;
+    if (!master && cfg && cfg->gateway && cfg->gateway->master_key && *cfg->gateway->master_key)
+        master = cfg->gateway->master_key;
+    if (master && !(s->metrics_master_key = strdup(master)))
+        return -1;
+    s->metrics_keys = (struct probes_keys){.keyed = o->n_keys || o->n_admin_keys || master,
+                                           .admin_keys = o->admin_keys,
+                                           .master_key = s->metrics_master_key};
+    return 0;
 }
 
 /* Says where each server listens. */
@@ -757,6 +779,7 @@ static void stop_servers(struct servers *s)
     e2b_free(s->api);
     osb_free(s->osb);
     serve_stop_role(s);
+    free(s->metrics_master_key);
 }
 
 /* Everything that decides what runs: the command line, the environment,
@@ -809,6 +832,10 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
     corral_set_memory_ceiling(o.max_total_memory);
     struct servers s = {0};
+    if (settle_metrics_keys(&o, cfg, &s) < 0) {
+        fprintf(stderr, "corral serve: out of memory\n");
+        return CLI_SANDBOX_ERROR;
+    }
     if ((rc = serve_start_role(&o, &s)) == CLI_OK &&
         (rc = start_sandbox_apis(&o, cfg, &s)) == CLI_OK &&
         (rc = start_sandbox_servers(&o, &s)) == CLI_OK &&
