@@ -203,7 +203,7 @@ static struct series *add_series(struct metric_family *f, const char *const *val
  * lock held. NULL when out of memory. */
 static struct series *series_of(struct metric_family *f, const char *const *given)
 {
-    const char *values[METRIC_MAX_LABELS];
+    const char *values[METRIC_MAX_LABELS] = {0};
     for (size_t k = 0; k < f->n_labels; k++)
         values[k] = bounded(given ? given[k] : NULL);
     uint32_t hash = hash_of(values, f->n_labels);
@@ -291,7 +291,7 @@ bool metric_read(struct metric *m, const char *const *values, double *value, uin
     if (!f)
         return false;
     pthread_mutex_lock(&f->lock);
-    const char *mapped[METRIC_MAX_LABELS];
+    const char *mapped[METRIC_MAX_LABELS] = {0};
     for (size_t k = 0; k < f->n_labels; k++)
         mapped[k] = bounded(values ? values[k] : NULL);
     struct series *s = find(f, mapped, hash_of(mapped, f->n_labels));

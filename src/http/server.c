@@ -1128,7 +1128,8 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
     char *head;
     if (failed) {
         http_response_free(resp);
-        answer_error(c, 503, "cannot start the response's stream");
+        c->keep_alive = false; /* answer_error's, not counted twice */
+        send_response(c, refusal(c->srv, 503, "cannot start the response's stream"), false);
         return false;
     }
     if (s) {
@@ -1169,11 +1170,17 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
     return ok && keep;
 }
 
-/* Answers a request that could not be read; the connection then closes. */
+static void count_request(const struct conn *c, const char *method, int status, uint64_t t0_ns);
+
+/* Answers a request that could not be read; the connection then closes.
+ * Counted in the metrics as surface and route "other". */
 static void answer_error(struct conn *c, int status, const char *msg)
 {
+    uint64_t t0 = corral_mono_ns();
     c->keep_alive = false;
+    c->surface = c->route = NULL;
     send_response(c, refusal(c->srv, status, msg), false);
+    count_request(c, "", status, t0);
 }
 
 /* ---- connections ---- */
