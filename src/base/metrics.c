@@ -305,6 +305,23 @@ bool metric_read(struct metric *m, const char *const *values, double *value, uin
     return found;
 }
 
+bool metrics_each(const char *name,
+                  void (*fn)(void *arg, const char *const *values, double value, uint64_t count),
+                  void *arg)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct metric_family *f = family_named(name);
+    pthread_mutex_unlock(&registry_lock);
+    if (!f)
+        return false;
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->n; i++)
+        if (f->series[i].touched)
+            fn(arg, f->series[i].values, f->series[i].value, f->series[i].count);
+    pthread_mutex_unlock(&f->lock);
+    return true;
+}
+
 /* ---- collectors ---- */
 
 struct collector {

@@ -93,6 +93,16 @@ void metric_zero(struct metric *m);
  * series was never updated. Values are mapped as updates map them. */
 bool metric_read(struct metric *m, const char *const *values, double *value, uint64_t *count);
 
+/* For a reader that has no `struct metric` (the console): calls fn with
+ * each series of the family called name (label values in the order of
+ * its label names; a histogram's sum as value, with its count; 0 for the
+ * others), in no particular order, under the family's lock (fn must not
+ * update metrics). False when no family has that name. Collectors do not
+ * run: gauges they set hold the last scrape's values. */
+bool metrics_each(const char *name,
+                  void (*fn)(void *arg, const char *const *values, double value, uint64_t count),
+                  void *arg);
+
 /* A function setting gauges from a scan (the sandboxes, the containers),
  * run before each exposition. Removing waits for a run under way. */
 int metrics_collector_add(void (*fn)(void *arg), void *arg);

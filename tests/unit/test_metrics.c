@@ -66,6 +66,29 @@ static void test_counter_and_format(void **state)
 }
 
 static const double BOUNDS[] = {0.1, 1, 2.5};
+struct summed {
+    double value;
+    uint64_t count;
+};
+
+static void sum_status_200(void *arg, const char *const *values, double value, uint64_t count)
+{
+    struct summed *s = arg;
+    if (!strcmp(values[1], "200")) {
+        s->value += value;
+        s->count += count;
+    }
+}
+
+static void test_each_by_name(void **state)
+{
+    (void)state;
+    struct summed s = {0};
+    assert_true(metrics_each("t_requests_total", sum_status_200, &s));
+    assert_true(s.value == 3); /* /a and /b, of test_counter_and_format */
+    assert_false(metrics_each("t_no_such_total", sum_status_200, &s));
+}
+
 static struct metric LATENCY = METRIC_HISTOGRAM("t_latency_seconds", "Latency.", BOUNDS, "surface");
 
 static void test_histogram(void **state)
@@ -227,6 +250,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counter_and_format),
+        cmocka_unit_test(test_each_by_name),
         cmocka_unit_test(test_histogram),
         cmocka_unit_test(test_label_bounds),
         cmocka_unit_test(test_series_bound),
