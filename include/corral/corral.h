@@ -442,6 +442,9 @@ bool corral_process_has_pty(const corral_process *p);
 int corral_process_resize(corral_process *p, uint16_t rows, uint16_t cols,
                           struct corral_error *err);
 int corral_process_signal(corral_process *p, int signal, struct corral_error *err);
+/* Says that p's client kills it for its deadline: the metrics count its end
+ * as a timeout. */
+void corral_process_timed_out(corral_process *p);
 /* Relays output until the process exits (or timeout_ms, 0 = none: then -ETIMEDOUT). */
 int corral_process_wait(corral_process *p, const struct corral_output_callbacks *cb,
                         uint64_t timeout_ms, int *exit_code, struct corral_error *err);

@@ -6,7 +6,14 @@
  *                 {"status": "starting" | "draining" | "no node up"};
  * and, on a node's E2B listener, its state for the fronts (GET
  * /fleet/v1/node, with the fleet's key in X-Corral-Fleet-Key when one is
- * set; fleet.h says what it holds).
+ * set; fleet.h says what it holds);
+ *   GET /metrics  the process's metrics in Prometheus' text format, with an
+ *                 admin key or the gateway's master key when the server has
+ *                 keys (Authorization: Bearer KEY, or the listener's own
+ *                 key header), else 401 in the listener's shape; open when
+ *                 no key is configured at all.
+ * Every request is named for the metrics here (routes.h) before it is
+ * answered.
  */
 #ifndef CORRAL_API_PROBES_H
 #define CORRAL_API_PROBES_H
@@ -14,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "api/routes.h"
 #include "config/fleet_config.h"
 #include "fleet/fleet.h"
 #include "http/http.h"
@@ -31,9 +39,18 @@ struct serve_state {
     struct fleet *fleet;         /* a front's */
 };
 
+/* Who may read /metrics: the server's keys. */
+struct probes_keys {
+    bool keyed;                    /* any key configured (API, admin, master) */
+    const char *const *admin_keys; /* NULL-terminated, or NULL */
+    const char *master_key;        /* the gateway's, or NULL */
+};
+
 /* One listener: its protocol's handler behind the probes. */
 struct probes {
     struct serve_state *state;
+    enum api_listener listener;
+    const struct probes_keys *keys; /* NULL: /metrics is open */
     http_handler inner;
     void *inner_ctx;
     /* The protocol's body limits (http_server_options.body_limit), or NULL. */

@@ -13,6 +13,8 @@
 
 /* Milliseconds of CLOCK_MONOTONIC: durations, deadlines, timeouts. */
 uint64_t corral_now_ms(void);
+/* Nanoseconds of CLOCK_MONOTONIC: short durations (the metrics' latencies). */
+uint64_t corral_mono_ns(void);
 /* Milliseconds since the epoch (CLOCK_REALTIME): what a protocol shows as a
  * date (created, started, expires). */
 uint64_t corral_wall_ms(void);

@@ -38,6 +38,10 @@ struct corral_process {
     pthread_mutex_t tap_lock;
     struct corral_tap *taps; /* under tap_lock */
     bool relayed;            /* the end was relayed to taps; under tap_lock */
+    /* the metrics: when it started, its sandbox's OOM kills then, and
+     * whether a client killed it for its deadline */
+    uint64_t started_ns, oom_kills_before;
+    bool timed_out;
     struct corral_process *next;
 };
 
@@ -191,5 +195,26 @@ int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owne
               unsigned elsewhere, struct corral_error *err);
 void box_settle(struct box_claim *c, corral_sandbox *sb);
 void box_contexts_free(corral_sandbox *sb);
+
+/* The metrics (box_metrics.c). */
+struct box_exec_end {
+    uint64_t t0_ns, oom_kills_before; /* at its start */
+    bool timed_out, died, error;      /* died: the kernel, killed or stuck */
+    const char *error_name;           /* what the code raised (error) */
+};
+/* A create ended (r: its result) t0_ns after it was asked. */
+void box_metrics_created(const char *tmpl, int r, uint64_t t0_ns);
+void box_metrics_pool_take(const char *tmpl, bool hit);
+void box_metrics_killed(const char *tmpl);
+void box_metrics_executed(corral_sandbox *sb, const struct box_exec_end *e);
+/* A command's end (its wait status), once. */
+void box_metrics_command_ended(corral_process *p, int status);
+/* The sandboxes gauge, set at each scrape: zeroed, then counted. */
+void box_metrics_sandboxes_zero(void);
+void box_metrics_sandboxes_add(const char *state, const char *tmpl, unsigned n);
+/* Counts every template's pooled sandboxes into the gauge (template.c). */
+void box_templates_count_pooled(void);
+/* Has the sandboxes gauge counted at each scrape (once; manager.c). */
+void box_metrics_start(void);
 
 #endif

@@ -404,6 +404,7 @@ struct exec_state {
     struct corral_exec_outcome *out;
     uint64_t output, limit;
     bool timed_out;
+    char error_name[64]; /* the first error's, for the metrics */
 };
 
 static void deliver_result(struct kframe *f, const struct corral_exec_callbacks *cb)
@@ -551,6 +552,8 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
         break;
     case KFRAME_ERROR:
         st->out->error = true;
+        if (!st->error_name[0])
+            snprintf(st->error_name, sizeof(st->error_name), "%s", f->name ? f->name : "");
         if (st->timed_out && !strcmp(f->name, "KeyboardInterrupt")) {
             char value[96];
             snprintf(value, sizeof(value), "the execution took longer than %.3g s",
@@ -713,10 +716,16 @@ static int exec_locked(corral_sandbox *sb, corral_context *ctx, const char *code
                             .out = outcome,
                             .limit =
                                 opts->output_limit ? opts->output_limit : DEFAULT_OUTPUT_LIMIT};
+    struct box_exec_end metrics = {.t0_ns = corral_mono_ns(),
+                                   .oom_kills_before = corral_sandbox_oom_kills(sb)};
     enum exec_end end = exec_run(sb, ctx, &st, id, frame, len);
-    if (end == EXEC_DIED || end == EXEC_STUCK)
-        return exec_restart(sb, ctx, &st, end, err);
-    return 0;
+    r = end == EXEC_DIED || end == EXEC_STUCK ? exec_restart(sb, ctx, &st, end, err) : 0;
+    metrics.timed_out = st.timed_out;
+    metrics.died = end == EXEC_DIED || end == EXEC_STUCK;
+    metrics.error = outcome->error;
+    metrics.error_name = st.error_name;
+    box_metrics_executed(sb, &metrics);
+    return r;
 }
 
 int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/metrics.h"
 #include "base/util.h"
 #include "box/box.h"
 
@@ -57,8 +58,36 @@ static void *reaper_main(void *arg)
     return arg;
 }
 
+/* The sandboxes gauge: this process's by state and template, and the
+ * pools'. */
+static void count_sandboxes(void *arg)
+{
+    box_metrics_sandboxes_zero();
+    pthread_mutex_lock(&registry_lock);
+    for (corral_sandbox *sb = registry; sb; sb = sb->next_registered) {
+        pthread_mutex_lock(&sb->lock);
+        const char *state = sb->dead || sb->killed ? "ending" : sb->paused ? "paused" : "running";
+        pthread_mutex_unlock(&sb->lock);
+        box_metrics_sandboxes_add(state, sb->template_id, 1);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    box_templates_count_pooled();
+}
+
+static void start_counting(void)
+{
+    metrics_collector_add(count_sandboxes, NULL);
+}
+
+void box_metrics_start(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, start_counting);
+}
+
 void box_register(corral_sandbox *sb)
 {
+    box_metrics_start();
     pthread_mutex_lock(&registry_lock);
     sb->next_registered = registry;
     registry = sb;

@@ -339,6 +339,8 @@ int corral_process_wait(corral_process *p, const struct corral_output_callbacks 
     pthread_mutex_lock(&p->tap_lock);
     if (!p->relayed) {
         p->relayed = true;
+        if (!p->is_kernel)
+            box_metrics_command_ended(p, status);
         for (corral_tap *t = p->taps; t; t = t->next)
             if (t->on_exit)
                 t->on_exit(t->cb.userdata, status);
@@ -360,6 +362,7 @@ int corral_command_run(corral_sandbox *sb, const char *command,
         return r;
     r = corral_process_wait(p, cb, timeout_ms, exit_code, err);
     if (r == -ETIMEDOUT) {
+        corral_process_timed_out(p);
         box_signal(sb, p->pid, SIGKILL, true, NULL);
         corral_process_wait(p, cb, 5000, NULL, NULL);
     }
@@ -407,4 +410,9 @@ void corral_process_release(corral_process *p)
     if (--p->refs == 0 && p->exited)
         box_process_unlink(p);
     pthread_mutex_unlock(&sb->lock);
+}
+
+void corral_process_timed_out(corral_process *p)
+{
+    __atomic_store_n(&p->timed_out, true, __ATOMIC_RELAXED);
 }

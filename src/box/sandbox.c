@@ -466,7 +466,7 @@ int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct co
     return 0;
 }
 
-int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
+static int sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
                           struct corral_error *err)
 {
     int r = check_options(o, err);
@@ -510,10 +510,26 @@ int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     return 0;
 }
 
+int corral_sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
+                          struct corral_error *err)
+{
+    uint64_t t0 = corral_mono_ns();
+    int r = sandbox_create(o, out, err);
+    struct box_template *t;
+    struct corral_error ignored;
+    const char *tmpl = r == 0                                                ? (*out)->template_id
+                       : box_template_get(o->template_id, &t, &ignored) == 0 ? box_template_name(t)
+                                                                             : "other";
+    box_metrics_created(tmpl, r, t0);
+    return r;
+}
+
 void corral_sandbox_kill(corral_sandbox *sb)
 {
     pthread_mutex_lock(&sb->freeze_lock);
     pthread_mutex_lock(&sb->lock);
+    if (!sb->killed && !sb->dead && sb->registered)
+        box_metrics_killed(sb->template_id);
     sb->killed = true;
     if (sb->jail && !sb->dead)
         jail_kill(sb->jail, JAIL_KILLED); /* a paused sandbox is thawed to die */
@@ -807,6 +823,8 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
     p->sb = sb;
     p->pid = pid;
     p->refs = 1;
+    p->started_ns = corral_mono_ns();
+    p->oom_kills_before = corral_sandbox_oom_kills(sb);
     pthread_mutex_init(&p->tap_lock, NULL);
     pthread_mutex_lock(&sb->lock);
     p->next = sb->processes;

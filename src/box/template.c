@@ -164,6 +164,7 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
 
 int box_template_get(const char *name, struct box_template **out, struct corral_error *err)
 {
+    box_metrics_start(); /* the pools' sandboxes are counted too */
     if (!name || !*name)
         name = "default";
     pthread_mutex_lock(&templates_lock);
@@ -369,6 +370,7 @@ corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits
         t->hits++;
     else
         t->misses++;
+    box_metrics_pool_take(t->name, found != NULL);
     pthread_cond_broadcast(&t->cond);
     pthread_mutex_unlock(&t->lock);
     return found;
@@ -482,5 +484,17 @@ void corral_shutdown(void)
     jail_disk_stop_ready();
     pthread_mutex_lock(&templates_lock);
     shut_down = false; /* a later create starts afresh */
+    pthread_mutex_unlock(&templates_lock);
+}
+
+void box_templates_count_pooled(void)
+{
+    pthread_mutex_lock(&templates_lock);
+    for (struct box_template *t = templates; t; t = t->next) {
+        pthread_mutex_lock(&t->lock);
+        unsigned n = t->n_pool;
+        pthread_mutex_unlock(&t->lock);
+        box_metrics_sandboxes_add("pooled", t->name, n);
+    }
     pthread_mutex_unlock(&templates_lock);
 }

@@ -88,7 +88,8 @@ static void serve_usage(FILE *out)
           "                      event streams (default 5s)\n"
           "  --admin-key KEY     a key that sees and manages every sandbox of the sandbox\n"
           "                      APIs (repeatable; also $CORRAL_ADMIN_KEYS); an --api-key\n"
-          "                      sees only the sandboxes it created\n"
+          "                      sees only the sandboxes it created; admin keys and the\n"
+          "                      master key read /metrics (docs/operations.md)\n"
           "  --max-sandboxes-per-key N  sandboxes one key holds at once, on the sandbox\n"
           "                      APIs together (default 100; beyond: 429)\n"
           "  --max-sandbox-memory SIZE  the most memory a sandbox may ask for (default\n"
@@ -629,8 +630,12 @@ static int start_sandbox_servers(const struct serve_opts *o, struct servers *s)
 {
     struct corral_error err;
     bool front = o->role == FLEET_FRONT;
-    s->probe_e2b = (struct probes){.state = &s->state, .node_state = o->role == FLEET_NODE};
-    s->probe_osb = (struct probes){.state = &s->state};
+    s->probe_e2b = (struct probes){.state = &s->state,
+                                   .node_state = o->role == FLEET_NODE,
+                                   .listener = API_LISTENER_E2B,
+                                   .keys = &s->metrics_keys};
+    s->probe_osb = (struct probes){
+        .state = &s->state, .listener = API_LISTENER_OPENSANDBOX, .keys = &s->metrics_keys};
     struct http_server_options ho = {.handler = front ? front_e2b_handle : e2b_handle,
                                      .ctx = front ? (void *)&s->front : (void *)s->api};
     struct http_server_options oho = {.handler = front ? front_osb_handle : osb_handle,
@@ -674,7 +679,8 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         return CLI_USAGE;
     }
     openai_set_keepalive(s->oa, o->keepalive_ms);
-    s->probe_gw = (struct probes){.state = &s->state};
+    s->probe_gw = (struct probes){
+        .state = &s->state, .listener = API_LISTENER_GATEWAY, .keys = &s->metrics_keys};
     /* Files come up to gateway.file_max, spooled to the gateway's data
      * directory as they arrive (where they are kept: copied within one file
      * system); other bodies up to --max-body. */
@@ -697,6 +703,23 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
                  err.message);
     }
     return CLI_OK;
+}
+
+/* Who may read /metrics: an admin key or the gateway's master key, once
+ * any key is configured (the master key copied: the gateway frees its
+ * own before the sandbox APIs' listeners stop). -1 when out of memory. */
+static int settle_metrics_keys(const struct serve_opts *o, const struct corral_config *cfg,
+                               struct servers *s)
+{
+    const char *master = o->master_key;
+    if (!master && cfg && cfg->gateway && cfg->gateway->master_key && *cfg->gateway->master_key)
+        master = cfg->gateway->master_key;
+    if (master && !(s->metrics_master_key = strdup(master)))
+        return -1;
+    s->metrics_keys = (struct probes_keys){.keyed = o->n_keys || o->n_admin_keys || master,
+                                           .admin_keys = o->admin_keys,
+                                           .master_key = s->metrics_master_key};
+    return 0;
 }
 
 /* Says where each server listens. */
@@ -766,6 +789,7 @@ static void stop_servers(struct servers *s)
     e2b_free(s->api);
     osb_free(s->osb);
     serve_stop_role(s);
+    free(s->metrics_master_key);
 }
 
 /* Everything that decides what runs: the command line, the environment,
@@ -818,6 +842,10 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
     corral_set_memory_ceiling(o.max_total_memory);
     struct servers s = {0};
+    if (settle_metrics_keys(&o, cfg, &s) < 0) {
+        fprintf(stderr, "corral serve: out of memory\n");
+        return CLI_SANDBOX_ERROR;
+    }
     if ((rc = serve_start_role(&o, &s)) == CLI_OK &&
         (rc = start_sandbox_apis(&o, cfg, &s)) == CLI_OK &&
         (rc = start_sandbox_servers(&o, &s)) == CLI_OK &&

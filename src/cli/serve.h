@@ -62,6 +62,8 @@ struct servers {
     char gw_warning[CORRAL_ERROR_MESSAGE_MAX + 128]; /* why the gateway is not served */
     struct serve_state state;
     struct probes probe_e2b, probe_osb, probe_gw;
+    struct probes_keys metrics_keys; /* who may read /metrics */
+    char *metrics_master_key;        /* its copy of the gateway's master key */
     struct front front;
 };
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "base/cleanup.h"
+#include "base/metrics.h"
 #include "base/strbuf.h"
 #include "base/util.h"
 #include "egress/dns.h"
@@ -117,7 +118,37 @@ static struct {
     uint64_t local_at_ms;
 } svc = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .wake = -1};
 
-/* ---- logging ---- */
+/* ---- logging and counting ---- */
+
+static struct metric DECISIONS = METRIC_COUNTER(
+    "corral_egress_decisions_total",
+    "Sandboxes' outgoing connections and DNS queries by kind (tcp, dns, udp, other), decision "
+    "(allowed, denied) and the reason of a denial.",
+    "kind", "decision", "reason");
+
+/* One decision in the metrics; why: the reason the log gives a denial. */
+static void count_decision(const char *kind, bool allowed, const char *why)
+{
+    static const struct {
+        const char *why, *label;
+    } reasons[] = {{"an address of this host", "host_address"},
+                   {"a forbidden address", "forbidden_address"},
+                   {"a private address the server does not open", "private_address"},
+                   {"not allowed by the policy", "policy"},
+                   {"only TCP and DNS leave a sandbox", "protocol"},
+                   {"no_name", "no_name"},
+                   {"name_policy", "name_policy"},
+                   {"answer_address", "answer_address"},
+                   {"too_many_connections", "too_many_connections"}};
+    const char *reason = "";
+    if (!allowed) {
+        reason = "other";
+        for (size_t i = 0; why && i < sizeof(reasons) / sizeof(reasons[0]); i++)
+            if (!strcmp(why, reasons[i].why))
+                reason = reasons[i].label;
+    }
+    metric_inc(&DECISIONS, METRIC_LABELS(kind, allowed ? "allowed" : "denied", reason));
+}
 
 static void deny_log(struct egress_sandbox *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -586,6 +617,7 @@ static bool read_name(struct egress_sandbox *b, int fd, const char *where, char 
     }
     if (r != SNIFF_NAME) {
         deny_log(b, "tcp %s (reached through a name, but no name was read: %s)", where, why);
+        count_decision("tcp", false, "no_name");
         return false;
     }
     pthread_mutex_lock(&b->lock);
@@ -593,6 +625,7 @@ static bool read_name(struct egress_sandbox *b, int fd, const char *where, char 
     pthread_mutex_unlock(&b->lock);
     if (!ok)
         deny_log(b, "tcp %s (it asks for %s, which the policy does not allow)", where, name);
+    count_decision("tcp", ok, "name_policy");
     return ok;
 }
 
@@ -692,10 +725,14 @@ static void *conn_main(void *arg)
     bool clean = false, through_name = false;
     if (egress_netns_original_dst(job->fd, &dst, &len) < 0) {
         deny_log(b, "tcp ? (no original destination)");
+        count_decision("tcp", false, NULL);
     } else {
         format_addr((struct sockaddr *)&dst, where, sizeof(where));
         /* reached through a name: the name the bytes ask for must be allowed too */
-        if (conn_allowed(b, (struct sockaddr *)&dst, &reason, &through_name))
+        bool allowed = conn_allowed(b, (struct sockaddr *)&dst, &reason, &through_name);
+        if (!allowed || !through_name) /* else counted once its name is read */
+            count_decision("tcp", allowed, reason);
+        if (allowed)
             clean = forward(job, &dst, where, through_name);
         else
             deny_log(b, "tcp %s (%s)", where, reason);
@@ -736,6 +773,7 @@ static void on_tcp(struct egress_sandbox *b, int lfd)
                 pthread_mutex_unlock(&b->lock);
             }
             deny_log(b, "a connection (more than %d open at once)", EGRESSD_MAX_CONNECTIONS);
+            count_decision("tcp", false, "too_many_connections");
             reset_close(fd);
             continue;
         }
@@ -1026,6 +1064,7 @@ static size_t resolve(struct egress_sandbox *b, const uint8_t *msg, size_t len, 
     pthread_mutex_lock(&b->lock);
     bool allowed = netpolicy_name(&b->policy, q.name) == NETPOLICY_ALLOW;
     pthread_mutex_unlock(&b->lock);
+    count_decision("dns", allowed, "name_policy");
     if (!allowed) {
         deny_log(b, "dns %s (not allowed by the policy)", q.name[0] ? q.name : ".");
         return dns_write_answer(&q, msg, DNS_RCODE_NXDOMAIN, NULL, 0, out, cap);
@@ -1052,6 +1091,7 @@ static size_t resolve(struct egress_sandbox *b, const uint8_t *msg, size_t len, 
             char text[INET6_ADDRSTRLEN];
             inet_ntop(addrs[i].family, addrs[i].addr, text, sizeof(text));
             deny_log(b, "dns %s -> %s (address dropped from the answer)", q.name, text);
+            count_decision("dns", false, "answer_address");
             continue;
         }
         addrs[kept++] = addrs[i];
@@ -1231,6 +1271,10 @@ static void on_nflog(struct egress_sandbox *b, int fd)
             const char *why = "only TCP and DNS leave a sandbox";
             if (proto == IPPROTO_TCP && !(why = closed_address(b, (struct sockaddr *)&dst)))
                 why = "not allowed by the policy";
+            count_decision(proto == IPPROTO_TCP   ? "tcp"
+                           : proto == IPPROTO_UDP ? "udp"
+                                                  : "other",
+                           false, why);
             if (proto == IPPROTO_TCP)
                 deny_log(b, "tcp %s (%s)", where, why);
             else if (proto == IPPROTO_UDP)

@@ -507,7 +507,10 @@ int gw_bytes_keep_cfile(corral_gateway *gw, json_t *cfile, bool replaces, const 
     if (!k.container_id || !*k.container_id || !k.id)
         return corral_fail(err, EINVAL, "cannot keep a container file without its ids");
     const struct gw_source src = GW_SOURCE_MEMORY(data, len);
-    return keep(gw, &k, &src, err);
+    int rc = keep(gw, &k, &src, err);
+    if (rc == 0)
+        gw_metrics_container_bytes(len);
+    return rc;
 }
 
 int gw_bytes_keep_part(corral_gateway *gw, json_t *part, const struct gw_source *src,

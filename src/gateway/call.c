@@ -910,6 +910,7 @@ static void run_loop(struct gw_call *c)
             return;
         }
         struct gw_turn t = {0};
+        gw_metrics_turn(c);
         int rc = gw_turn_run(c, &t);
         if (rc < 0) {
             gw_turn_free(&t);
@@ -2226,6 +2227,7 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
     if (rc == 0)
         rc = dispatch(&c, body, len);
     record_usage(&c);
+    gw_metrics_tokens(&c, c.usage);
     if (rc == 0 && !c.cancelled) {
         if (out->streamed)
             store_streamed(&c);

@@ -210,6 +210,7 @@ int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state
     }
     gw_containers_load(gw);
     gw_background_recover(gw);
+    gw_metrics_start(gw);
     if (pthread_create(&gw->monitor, NULL, watch_thread, gw) != 0) {
         corral_gateway_free(gw);
         return corral_fail(err, EAGAIN, "cannot start the gateway's watch thread");
@@ -282,6 +283,7 @@ void corral_gateway_free(corral_gateway *gw)
     pthread_mutex_unlock(&gw->lock);
     if (gw->monitor_started)
         pthread_join(gw->monitor, NULL);
+    gw_metrics_stop(gw);
     gw_containers_free(gw);
     gw_live_free_all(gw);
     gw_keys_free(gw);

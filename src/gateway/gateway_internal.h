@@ -320,6 +320,7 @@ void gw_remove_tree(const char *path);
 struct gw_key_policy {
     bool found;
     char token[65];
+    char alias[64];         /* its key_alias, for the metrics; "" when none */
     json_t *models;         /* allow-list; empty = every model */
     int64_t rpm;            /* requests per minute; 0 = no limit */
     int64_t max_containers; /* 0 = no limit */
@@ -720,5 +721,18 @@ void gw_codeargs_init(struct gw_codeargs *c);
 /* Feeds argument text; appends the newly decoded code to `code`. */
 void gw_codeargs_feed(struct gw_codeargs *c, const char *text, size_t len, struct strbuf *code);
 void gw_codeargs_free(struct gw_codeargs *c);
+
+/* ---- the metrics (gw_metrics.c) ---- */
+
+/* An upstream request's attempt (rc < 0: no answer; else its status),
+ * t0_ns its start (corral_mono_ns). */
+void gw_metrics_upstream(const struct gw_call *c, int rc, long status, uint64_t t0_ns);
+void gw_metrics_turn(const struct gw_call *c);
+/* A call's tokens (usage in Responses' shape), at its end. */
+void gw_metrics_tokens(const struct gw_call *c, const json_t *usage);
+void gw_metrics_container_bytes(size_t len);
+/* The containers gauge, counted at each scrape while gw lives. */
+void gw_metrics_start(corral_gateway *gw);
+void gw_metrics_stop(corral_gateway *gw);
 
 #endif

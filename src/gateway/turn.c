@@ -653,7 +653,9 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t)
             s.ws = wire->stream_new();
         else if (c->stream)
             http_sse_init(&s.sse, on_sse, &s);
+        uint64_t t0 = corral_mono_ns();
         rc = http_upstream_request(&u, "POST", req.path, req.body, req.len, &sink, &r, &err);
+        gw_metrics_upstream(c, rc, r.status, t0);
         if (c->stream && !wire && rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)
             http_sse_finish(&s.sse);
         if (c->stream && wire && rc == 0 && r.status >= 200 && r.status < 300 && !t->failure)

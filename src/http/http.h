@@ -60,6 +60,11 @@ const char *http_raw_query(const struct http_request *r);
 /* The path as the client sent it (still %-encoded, without the query), or
  * NULL when it could not be kept. */
 const char *http_raw_path(const struct http_request *r);
+/* Names the request for the metrics (corral_http_requests_total...): its
+ * surface (the protocol: "e2b", "envd"...) and its route's template
+ * ("/sandboxes/{id}"), both static strings of a bounded set, never the raw
+ * path. A request whose handler names neither counts as "other". */
+void http_set_route(const struct http_request *r, const char *surface, const char *route);
 /* Whether the client has closed (or reset) its connection while its request
  * is being answered: polls the socket, without waiting. For handlers that
  * block for long before answering a whole response. */

@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/metrics.h"
 #include "base/strbuf.h"
 #include "base/util.h"
 #include "http/http_internal.h"
@@ -133,11 +134,12 @@ struct conn {
     size_t n_hdrs;
     struct hdr args[MAX_ARGS];
     size_t n_args;
-    char *query;    /* the request's query string as sent (without '?'), or NULL */
-    char *raw_path; /* its path as sent (%-encoded), or NULL */
-    size_t limit;   /* the largest body this request may have */
-    int spool;      /* the file its body goes to, when large; -1: none */
-    size_t spooled; /* bytes of the body written to it */
+    char *query;                 /* the request's query string as sent (without '?'), or NULL */
+    char *raw_path;              /* its path as sent (%-encoded), or NULL */
+    size_t limit;                /* the largest body this request may have */
+    int spool;                   /* the file its body goes to, when large; -1: none */
+    size_t spooled;              /* bytes of the body written to it */
+    const char *surface, *route; /* for the metrics (http_set_route); NULL: other */
 };
 
 struct http_server {
@@ -217,6 +219,13 @@ int http_body_fd(const struct http_request *r)
 {
     const struct conn *c = r->conn;
     return c->spool;
+}
+
+void http_set_route(const struct http_request *r, const char *surface, const char *route)
+{
+    struct conn *c = r->conn;
+    c->surface = surface;
+    c->route = route;
 }
 
 bool http_client_gone(const struct http_request *r)
@@ -1119,7 +1128,8 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
     char *head;
     if (failed) {
         http_response_free(resp);
-        answer_error(c, 503, "cannot start the response's stream");
+        c->keep_alive = false; /* answer_error's, not counted twice */
+        send_response(c, refusal(c->srv, 503, "cannot start the response's stream"), false);
         return false;
     }
     if (s) {
@@ -1160,11 +1170,17 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
     return ok && keep;
 }
 
-/* Answers a request that could not be read; the connection then closes. */
+static void count_request(const struct conn *c, const char *method, int status, uint64_t t0_ns);
+
+/* Answers a request that could not be read; the connection then closes.
+ * Counted in the metrics as surface and route "other". */
 static void answer_error(struct conn *c, int status, const char *msg)
 {
+    uint64_t t0 = corral_mono_ns();
     c->keep_alive = false;
+    c->surface = c->route = NULL;
     send_response(c, refusal(c->srv, status, msg), false);
+    count_request(c, "", status, t0);
 }
 
 /* ---- connections ---- */
@@ -1245,10 +1261,45 @@ static struct http_response *handle_spooled(struct conn *c, void **map_out, size
     return srv->handler(&req, srv->ctx);
 }
 
+static struct metric REQUESTS = {
+    .name = "corral_http_requests_total",
+    .help = "HTTP requests answered, by surface, route template, method and status.",
+    .type = METRIC_TYPE_COUNTER,
+    .labels = {"surface", "route", "method", "status"},
+    .max_values = {32, 256, 16, 64}};
+static struct metric REQUEST_SECONDS = {
+    .name = "corral_http_request_duration_seconds",
+    .help = "Time from a request read whole to its answer sent (a stream: its end).",
+    .type = METRIC_TYPE_HISTOGRAM,
+    .labels = {"surface", "route"},
+    .max_values = {32, 256},
+    .buckets = METRIC_SECONDS_BUCKETS,
+    .n_buckets = sizeof(METRIC_SECONDS_BUCKETS) / sizeof(METRIC_SECONDS_BUCKETS[0])};
+
+/* One answered request in the metrics: its surface and route as its
+ * handler named them, its method among the standard ones, its status. */
+static void count_request(const struct conn *c, const char *method, int status, uint64_t t0_ns)
+{
+    static const char *const methods[] = {"GET",  "POST",    "PUT",  "DELETE",
+                                          "HEAD", "OPTIONS", "PATCH"};
+    const char *m = "other";
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+        if (!strcmp(method, methods[i]))
+            m = methods[i];
+    char code[8];
+    snprintf(code, sizeof(code), "%d", status);
+    const char *surface = c->surface ? c->surface : "other", *route = c->route ? c->route : "other";
+    metric_inc(&REQUESTS, METRIC_LABELS(surface, route, m, code));
+    metric_observe(&REQUEST_SECONDS, (double)(corral_mono_ns() - t0_ns) / 1e9,
+                   METRIC_LABELS(surface, route));
+}
+
 /* Runs the handler for the complete request in c, and answers. */
 static bool answer(struct conn *c)
 {
     struct http_server *srv = c->srv;
+    uint64_t t0 = corral_mono_ns();
+    c->surface = c->route = NULL;
     if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
         c->keep_alive = false; /* its deadline passed as it was taken: this answer is its last */
     struct http_response *resp;
@@ -1273,7 +1324,9 @@ static bool answer(struct conn *c)
         resp = srv->handler(&req, srv->ctx);
         body[body_len] = saved;
     }
+    int status = resp ? http_response_status(resp) : 500;
     bool go_on = send_response(c, resp, !strcmp(c->in + c->method, "HEAD"));
+    count_request(c, c->in + c->method, status, t0);
     if (map)
         munmap(map, map_len);
     drop_spool(c);

@@ -650,6 +650,7 @@ static void start_produce(struct http_stream *s, void *arg)
         now = corral_now_ms();
         if (ps->deadline_ms && !killed_for_deadline && now >= ps->deadline_ms) {
             killed_for_deadline = true;
+            corral_process_timed_out(ps->p);
             corral_process_signal(ps->p, SIGKILL, NULL);
         }
         pthread_mutex_lock(&ps->lock);

@@ -763,6 +763,8 @@ static void *command_main(void *arg)
             r->timed_out = true;
             pthread_mutex_unlock(&r->lock);
             if (first)
+                corral_process_timed_out(p);
+            if (first)
                 run_kill(r, SIGKILL);
         }
     }
