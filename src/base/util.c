@@ -82,6 +82,8 @@ static bool duration_unit(const char *unit, double *mult)
         *mult = 60000;
     else if (!strcmp(unit, "h"))
         *mult = 3600000;
+    else if (!strcmp(unit, "d"))
+        *mult = 86400000;
     else
         return false;
     return true;
@@ -114,7 +116,7 @@ int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_erro
     if (parse_scaled(text, duration_unit, 1e15, out_ms) < 0)
         return corral_fail(err, EINVAL,
                            "invalid duration '%s' (expected seconds, or a number with "
-                           "a unit: 500ms, 30s, 5m, 1h)",
+                           "a unit: 500ms, 30s, 5m, 1h, 30d)",
                            text ? text : "");
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "api/opensandbox/execd.h"
+#include "api/audit_api.h"
 #include "api/apinet.h"
 #include "api/ports.h"
 #include "api/registry.h"
@@ -55,6 +56,8 @@ struct osb {
     uint64_t max_timeout_s;
     uint64_t max_memory;    /* a sandbox's resourceLimits.memory at most */
     uint32_t max_millicpus; /* and its cpu */
+    struct audit *audit;
+    char *audit_skip_key;
 };
 
 /* ---- small helpers ---- */
@@ -1139,9 +1142,15 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     }
     if (b)
         corral_sandbox_retain(sb);
+    int tenant = b ? b->entry.tenant : TENANT_OPEN;
     pthread_mutex_unlock(&o->boxes.lock);
     if (!sb)
         return not_found(id);
+    struct audit_scope scope = {
+        .audit = o->audit, .surface = "opensandbox", .request_id = audit_request_id(req)};
+    audit_who_of_tenant(&o->tenants, tenant, &scope.who);
+    if (tenant >= 0 && o->audit_skip_key && !strcmp(o->tenants.keys[tenant], o->audit_skip_key))
+        scope.audit = NULL; /* a front's gateway: it records its own */
     struct http_response *resp;
     if (!ok && signed_route)
         resp =
@@ -1154,7 +1163,7 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     else if (corral_sandbox_paused(sb))
         resp = execd_error(409, "SANDBOX_PAUSED", "sandbox %s is paused: resume it first", id);
     else if (port == EXECD_PORT)
-        resp = execd_handle(sb, req, path);
+        resp = execd_handle(sb, req, path, &scope);
     else if (!(resp = api_port_request(sb, req, (uint16_t)port, path, proxy_drop, &err)))
         resp = err.code == ECONNREFUSED
                    ? execd_error(502, "PORT_NOT_REACHABLE",
@@ -1249,6 +1258,14 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
     o->max_timeout_s = opt->max_timeout_s ? opt->max_timeout_s : DEFAULT_MAX_S;
     o->max_memory = opt->max_memory ? opt->max_memory : (4ull << 40);
     o->max_millicpus = opt->max_millicpus ? opt->max_millicpus : 1024000;
+    o->audit = opt->audit;
+    if (opt->audit_skip_key && !(o->audit_skip_key = strdup(opt->audit_skip_key))) {
+        tenants_free(&o->tenants);
+        corral_strv_free(o->templates);
+        free(o->state_dir);
+        free(o);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
     registry_init(&o->boxes, box_drop);
     pthread_mutex_init(&o->egress_lock, NULL);
     *out = o;
@@ -1268,6 +1285,7 @@ void osb_free(struct osb *o)
     tenants_free(&o->tenants);
     corral_strv_free(o->templates);
     free(o->state_dir);
+    free(o->audit_skip_key);
     pthread_mutex_destroy(&o->egress_lock);
     free(o);
 }
