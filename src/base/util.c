@@ -82,8 +82,6 @@ static bool duration_unit(const char *unit, double *mult)
         *mult = 60000;
     else if (!strcmp(unit, "h"))
         *mult = 3600000;
-    else if (!strcmp(unit, "d"))
-        *mult = 86400000;
     else
         return false;
     return true;
@@ -116,7 +114,7 @@ int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_erro
     if (parse_scaled(text, duration_unit, 1e15, out_ms) < 0)
         return corral_fail(err, EINVAL,
                            "invalid duration '%s' (expected seconds, or a number with "
-                           "a unit: 500ms, 30s, 5m, 1h, 30d)",
+                           "a unit: 500ms, 30s, 5m, 1h)",
                            text ? text : "");
     return 0;
 }

@@ -14,7 +14,7 @@
 
 /* "512m", "1g", "64k", "4096", "1.5g" (binary units) -> bytes. */
 int corral_parse_size(const char *text, uint64_t *out, struct corral_error *err);
-/* "30", "30s", "500ms", "5m", "1h", "30d" -> milliseconds. */
+/* "30", "30s", "500ms", "5m", "1h" -> milliseconds. */
 int corral_parse_duration(const char *text, uint64_t *out_ms, struct corral_error *err);
 /* "1", "0.5", "2" -> thousandths of a CPU. */
 int corral_parse_cpus(const char *text, uint32_t *out_millicpus, struct corral_error *err);

@@ -452,10 +452,19 @@ static int walk_environment(const struct walk *w, const yaml_node_t *n, struct w
 
 int corral_parse_retention(const char *text, uint64_t *out_s, struct corral_error *err)
 {
-    uint64_t ms;
+    uint64_t ms, days;
     if (text && (!strcmp(text, "off") || !strcmp(text, "0"))) {
         *out_s = 0;
         return 0;
+    }
+    size_t n = text ? strlen(text) : 0;
+    char digits[24];
+    if (n > 1 && n < sizeof(digits) && text[n - 1] == 'd') { /* days, beside the durations */
+        snprintf(digits, sizeof(digits), "%.*s", (int)(n - 1), text);
+        if (corral_parse_uint(digits, 1, 100000, &days, err) == 0) {
+            *out_s = days * 86400;
+            return 0;
+        }
     }
     if (corral_parse_duration(text, &ms, err) < 0 || ms < 1000)
         return corral_fail(err, EINVAL,
