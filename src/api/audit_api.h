@@ -1,8 +1,8 @@
 /*
  * The audit trail on the wire: GET /audit/executions (a page, filtered),
  * GET /audit/executions/{id}, GET /audit/executions/export (JSON lines,
- * streamed a page at a time) and POST /audit/purge, served alike on E2B's
- * listener and on the gateway's, each answering errors in its own shape;
+ * streamed a page at a time) and POST /audit/purge, served alike on E2B's,
+ * OpenSandbox's and the gateway's listeners, each answering errors in its own shape;
  * and the who of a sandbox API's tenant. docs/operations.md, "Audit trail".
  */
 #ifndef CORRAL_API_AUDIT_API_H

@@ -176,7 +176,8 @@ static void enqueue(struct audit *a, const char *owner, json_t *exec)
 {
     struct pending *p = calloc(1, sizeof(*p));
     pthread_mutex_lock(&a->lock);
-    bool full = !p || a->queued >= AUDIT_QUEUE_MAX || a->stopping;
+    bool stopping = a->stopping;
+    bool full = !p || a->queued >= AUDIT_QUEUE_MAX || stopping;
     uint64_t dropped = full ? ++a->dropped : 0;
     if (!full) {
         snprintf(p->owner, sizeof(p->owner), "%s", owner);
@@ -193,7 +194,12 @@ static void enqueue(struct audit *a, const char *owner, json_t *exec)
     pthread_mutex_unlock(&a->lock);
     if (!full)
         return;
-    if (dropped == 1 || dropped % AUDIT_DROP_LOG_EVERY == 0)
+    if (stopping || !p)
+        fprintf(stderr, "corral: audit: execution %s is not recorded: %s (%llu lost so far)\n",
+                json_string_value(json_object_get(exec, "id")),
+                stopping ? "the audit trail is closed" : "out of memory",
+                (unsigned long long)dropped);
+    else if (dropped == 1 || dropped % AUDIT_DROP_LOG_EVERY == 0)
         fprintf(stderr,
                 "corral: audit: the queue of records is full (%u waiting for the store): "
                 "execution %s is not recorded (%llu lost so far)\n",

@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 
+import { Sandbox as OsbSandbox } from '@alibaba-group/opensandbox';
 import { Sandbox } from '@e2b/code-interpreter';
 import { CommandExitError } from 'e2b';
 import OpenAI from 'openai';
@@ -184,6 +185,38 @@ test('each key lists exactly its own executions, with their outcomes, code and o
   assert.ok(lines.every((r) => r.sandbox_id === ran.A));
   const all = await e2bAudit(ADMIN, '/audit/executions/export?kind=code');
   assert.equal(all.body.trimEnd().split('\n').length, 6);
+
+  // an OpenSandbox command, recorded as B's
+  const box = await OsbSandbox.create({
+    connectionConfig: { domain: new URL(ctx.server.osbUrl).host, protocol: 'http', apiKey: KEY_B, requestTimeoutSeconds: 30 },
+    image: 'python:3.12',
+    timeoutSeconds: 300,
+  });
+  try {
+    const failed = await box.commands.run('echo osb-out; exit 7');
+    assert.equal(failed.exitCode, 7);
+  } finally {
+    await box.kill();
+    await box.close();
+  }
+  const [osbRecord] = await listAll(KEY_B, 'surface=opensandbox');
+  assert.equal(osbRecord.kind, 'command');
+  assert.equal(osbRecord.outcome, 'error');
+  assert.equal(osbRecord.exit_code, 7);
+  assert.equal(osbRecord.code, 'echo osb-out; exit 7');
+  assert.equal(osbRecord.stdout, 'osb-out\n');
+  assert.equal(osbRecord.sandbox_id, box.id);
+
+  // the same API on OpenSandbox's listener, in its error shape
+  const osb = (key, route) =>
+    fetch(`${ctx.server.osbUrl}${route}`, { headers: { 'OPEN-SANDBOX-API-KEY': key } }).then(async (r) => ({ status: r.status, body: await r.json() }));
+  const viaOsb = await osb(KEY_B, '/v1/audit/executions?limit=10&surface=e2b');
+  assert.equal(viaOsb.status, 200);
+  assert.equal(viaOsb.body.data.length, 5);
+  assert.ok(viaOsb.body.data.every((r) => r.sandbox_id === ran.B));
+  const hiddenOsb = await osb(KEY_B, `/v1/audit/executions/${lines[0].id}`);
+  assert.equal(hiddenOsb.status, 404);
+  assert.equal(hiddenOsb.body.code, 'SANDBOX::NOT_FOUND');
 });
 
 test('a gateway code_interpreter call is recorded with the virtual key\'s alias', T, async () => {

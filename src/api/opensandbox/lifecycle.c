@@ -2,6 +2,7 @@
  * see opensandbox.h. */
 #include "api/opensandbox/opensandbox.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1175,6 +1176,16 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
 
 /* ---- the entry point ---- */
 
+/* The audit API's errors as OpenSandbox's: {"code": "SANDBOX::...", "message"}. */
+static struct http_response *audit_fail(int status, const char *code, const char *message)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "SANDBOX::%s", code);
+    for (char *c = name; *c; c++)
+        *c = (char)toupper((unsigned char)*c);
+    return execd_error(status, name, "%s", message);
+}
+
 static struct http_response *route(struct osb *o, const struct http_request *req)
 {
     const char *p = req->path, *m = req->method;
@@ -1195,6 +1206,13 @@ static struct http_response *route(struct osb *o, const struct http_request *req
         return tenant_held(&o->tenants, caller);
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/v1"))
         p += 3;
+    if (audit_api_path(p)) { /* /audit/... and /v1/audit/... */
+        char viewer[80];
+        bool mine = audit_viewer_of_tenant(&o->tenants, caller, viewer, sizeof(viewer));
+        struct http_request at = *req;
+        at.path = p;
+        return audit_api_handle(o->audit, &at, mine ? viewer : NULL, !mine, audit_fail);
+    }
     registry_sweep(&o->boxes);
     if (!strcmp(p, "/sandboxes")) {
         if (!strcmp(m, "POST"))
