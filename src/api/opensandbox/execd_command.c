@@ -764,6 +764,7 @@ static void record_end(struct run *r, int status, const char *failure)
     if (timed_out)
         outcome = "timeout";
     audit_exec_finish(r->audit, &r->rec, outcome);
+    r->audit = NULL; /* recorded once */
 }
 
 /* Relays a command's output until it ends, records the end, lets go of the
@@ -1463,13 +1464,18 @@ static void shell_line(void *u, bool err, const char *text, size_t len)
     if (!r)
         return; /* between runs (background jobs): nobody to tell */
     const char *m = memmem(text, len, token, TOKEN_LEN);
+    struct audit_text *kept = err ? &r->rec.err : &r->rec.out;
     if (!m) {
+        audit_text_add(kept, text, len);
+        audit_text_add(kept, "\n", 1);
         run_append(r, err, text, len);
         run_unref(r);
         return;
     }
-    if (m > text) /* the command's last line had no terminator */
+    if (m > text) { /* the command's last line had no terminator */
+        audit_text_add(kept, text, (size_t)(m - text));
         run_append(r, err, text, (size_t)(m - text));
+    }
     int code = 0;
     if (!err) {
         const char *c = m + TOKEN_LEN;
@@ -1497,6 +1503,7 @@ static void shell_line(void *u, bool err, const char *text, size_t len)
     int status = s->marker_status;
     pthread_mutex_unlock(&s->lock);
     if (done) {
+        record_end(r, (status & 0xff) << 8, "");
         run_finish(r, (status & 0xff) << 8, NULL);
         run_unref(r);
     }
@@ -1580,6 +1587,7 @@ static void *shell_main(void *arg)
                      "%s: the session's shell exited; the next run starts a new one, without "
                      "its state",
                      how);
+        record_end(r, status, "");
         run_finish(r, status, why);
         run_unref(r);
     }
@@ -1788,7 +1796,7 @@ static struct http_response *session_take(struct session *s, struct run *r, cons
 }
 
 static struct http_response *run_in_session(corral_sandbox *sb, const struct http_request *req,
-                                            const char *id)
+                                            const char *id, const struct audit_scope *scope)
 {
     struct corral_error err;
     cleanup_json json_t *body = NULL;
@@ -1816,6 +1824,11 @@ static struct http_response *run_in_session(corral_sandbox *sb, const struct htt
     r->timeout_ms = timeout_ms;
     r->deadline_ms = timeout_ms ? r->started_ms + timeout_ms : 0;
     r->consumer = true;
+    if (scope) {
+        r->audit = scope->audit;
+        r->oom_before = corral_sandbox_oom_kills(sb);
+        audit_scope_begin(scope, &r->rec, sb, "command", NULL, command);
+    }
     char token[TOKEN_LEN + 1];
     if (corral_random_hex(token, TOKEN_LEN / 2, &err) < 0)
         return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
@@ -1924,7 +1937,7 @@ struct http_response *execd_command_handle(corral_sandbox *sb, const struct http
         if (!strcmp(rest, "/run")) {
             if (strcmp(m, "POST"))
                 return method_not_allowed(path, "POST");
-            return run_in_session(sb, req, id);
+            return run_in_session(sb, req, id, scope);
         }
         if (!*rest) {
             if (strcmp(m, "DELETE"))
