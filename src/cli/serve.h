@@ -43,6 +43,7 @@ struct serve_opts {
     unsigned execute_timeout_ms;
     unsigned keepalive_ms; /* 0: each protocol's default */
     const char *config, *state_dir, *disk_dir;
+    const char *audit_retention; /* --audit-retention, or NULL */
     /* the fleet */
     const char *role_arg; /* --role, or NULL */
     bool check;           /* --check: say what would run, run nothing */
@@ -65,6 +66,9 @@ struct servers {
     struct probes_keys metrics_keys; /* who may read /metrics */
     char *metrics_master_key;        /* its copy of the gateway's master key */
     struct front front;
+    /* the audit trail: the gateway's, else one of its own (audit_owned) */
+    struct audit *audit;
+    bool audit_owned;
 };
 
 /* ---- serve_fleet.c ---- */

@@ -12,6 +12,7 @@
  *   gateway.c    the object, the watch over running code, stored responses
  *                and the small endpoints
  *   keys.c       virtual keys, owners, rate limits, the admin endpoints
+ *   recording.c  the audit trail of a call's code and commands
  *   containers.c containers: provider sandboxes with an id, an owner, a
  *                lifetime and files
  *   bytes.c      the bytes of files: on disk under data_dir, and in a store
@@ -36,6 +37,7 @@
 #include "config/gateway_config.h"
 #include "corral/gateway.h"
 #include "providers/provider.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 #define GW_MAX_TOOL_CALLS 64 /* tool calls in one upstream turn */
@@ -103,6 +105,7 @@ struct corral_gateway {
     char *data_dir;     /* containers' files and uploads */
     bool data_dir_temp; /* a private temporary one, removed at the end */
     struct store *store;
+    struct audit *audit; /* the audit trail, in store */
     /* Labels of the sandboxes remote providers make for it: the gateway's
      * (kept in data_dir, so a restart finds what a killed run left) and this
      * run's. */
@@ -320,7 +323,7 @@ void gw_remove_tree(const char *path);
 struct gw_key_policy {
     bool found;
     char token[65];
-    char alias[64];         /* its key_alias, for the metrics; "" when none */
+    char alias[80];         /* its key_alias ("" for none) */
     json_t *models;         /* allow-list; empty = every model */
     int64_t rpm;            /* requests per minute; 0 = no limit */
     int64_t max_containers; /* 0 = no limit */
@@ -470,6 +473,7 @@ struct gw_turn {
 
 struct gw_call {
     corral_gateway *gw;
+    char request_id[128]; /* the request's X-Request-ID, "" for none */
     enum corral_gateway_api api;
     const struct corral_gateway_events *ev;
     struct corral_gateway_reply *out;
@@ -734,5 +738,18 @@ void gw_metrics_container_bytes(size_t len);
 /* The containers gauge, counted at each scrape while gw lives. */
 void gw_metrics_start(corral_gateway *gw);
 void gw_metrics_stop(corral_gateway *gw);
+
+/* ---- the audit trail (recording.c) ---- */
+
+/* Starts the record of code (kind "code") or a command ("command") run in
+ * ct for c: as its key's (the virtual key's alias, else the key's
+ * fingerprint), in the container's id. */
+void gw_record_begin(struct gw_call *c, const struct gw_container *ct, const char *kind,
+                     const char *code, struct audit_exec *e);
+/* Ends it: rc and err the provider's answer, o what came out, stopped
+ * when the call's client went or the gateway stopped it; a command's
+ * result (the shell cell's, may be NULL) gives its exit code. */
+void gw_record_end(struct gw_call *c, struct audit_exec *e, int rc, const struct provider_output *o,
+                   json_t *command_result, bool stopped, const struct corral_error *err);
 
 #endif
