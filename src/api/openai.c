@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "api/multipart.h"
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/util.h"
 
@@ -201,6 +202,16 @@ static void mask_key(const char *key, char *out, size_t len)
             *p = '?';
 }
 
+/* The request's log lines name its key by a label, never its text. */
+static void log_key(const char *key)
+{
+    char label[CORRAL_KEY_LABEL_MAX];
+    if (!key)
+        return;
+    corral_log_key_label(key, label, sizeof(label));
+    corral_log_context_key(label);
+}
+
 /* NULL when the request may go on (*key: the key it presented, or NULL),
  * else the 401 answer (503 when the store of virtual keys is unreachable). */
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
@@ -210,12 +221,16 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
     const char *bearer = bearer_key(req), *azure = azure_key(req);
     const char *master = corral_gateway_master_key(oa->gw);
     *key = bearer ? bearer : azure;
+    log_key(*key);
     if (!master || !*master)
         return NULL;
-    if (bearer && corral_secret_equal(bearer, master))
+    if (bearer && corral_secret_equal(bearer, master)) {
+        corral_log_context_key("master");
         return NULL;
+    }
     if (azure && corral_secret_equal(azure, master)) {
         *key = azure;
+        corral_log_context_key("master");
         return NULL;
     }
     int found = *key ? corral_gateway_key_find(oa->gw, *key, policy) : -ENOENT;

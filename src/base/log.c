@@ -41,11 +41,7 @@ static struct {
             .fd = 2,
             .lock = PTHREAD_MUTEX_INITIALIZER};
 
-static __thread struct {
-    char request_id[CORRAL_REQUEST_ID_MAX + 1];
-    char sandbox_id[CORRAL_SANDBOX_ID_MAX + 1];
-    char key[CORRAL_KEY_LABEL_MAX];
-} context;
+static __thread struct corral_log_context context;
 
 /* A descriptor of our own on the pipe at fd, non-blocking (the pipe's other
  * users keep theirs as it was), else fd itself. */
@@ -133,6 +129,16 @@ void corral_log_context_key(const char *key_label)
 void corral_log_context_clear(void)
 {
     context.request_id[0] = context.sandbox_id[0] = context.key[0] = '\0';
+}
+
+void corral_log_context_save(struct corral_log_context *out)
+{
+    *out = context;
+}
+
+void corral_log_context_restore(const struct corral_log_context *ctx)
+{
+    context = *ctx;
 }
 
 const char *corral_log_request_id(void)

@@ -65,6 +65,15 @@ void corral_log_context_request(const char *request_id);
 void corral_log_context_sandbox(const char *sandbox_id);
 void corral_log_context_key(const char *key_label);
 void corral_log_context_clear(void);
+/* A thread's context, handed to a thread it starts (corral_thread_detached
+ * does: a thread that works for a request logs as its request). */
+struct corral_log_context {
+    char request_id[CORRAL_REQUEST_ID_MAX + 1];
+    char sandbox_id[CORRAL_SANDBOX_ID_MAX + 1];
+    char key[CORRAL_KEY_LABEL_MAX];
+};
+void corral_log_context_save(struct corral_log_context *out);
+void corral_log_context_restore(const struct corral_log_context *ctx);
 /* The thread's request id, sandbox id, key label ("" when none). */
 const char *corral_log_request_id(void);
 const char *corral_log_sandbox_id(void);
