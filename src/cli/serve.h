@@ -42,6 +42,7 @@ struct serve_opts {
     struct http_server_limits limits;
     unsigned execute_timeout_ms;
     const char *config, *state_dir, *disk_dir;
+    const char *log_level, *log_format; /* --log-level, --log-format, else settled */
     /* the fleet */
     const char *role_arg; /* --role, or NULL */
     bool check;           /* --check: say what would run, run nothing */
