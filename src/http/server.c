@@ -792,7 +792,8 @@ static int read_request(struct conn *c)
                 const char *why = "malformed request";
                 int status = parse_head(c, &why);
                 c->head_ok = !status;
-                take_request_id(c, status ? NULL : find_header(c, "X-Request-ID"));
+                /* the headers read before a failure count: a refusal has the id */
+                take_request_id(c, find_header(c, "X-Request-ID"));
                 if (status) {
                     answer_error(c, status, why);
                     return -1;
