@@ -269,7 +269,7 @@ static void take_request_id(struct conn *c, const char *given)
     if (corral_request_id_valid(given))
         snprintf(c->request_id, sizeof(c->request_id), "%s", given);
     else
-        corral_new_id(c->request_id, sizeof(c->request_id), "req_", 24);
+        corral_new_id(c->request_id, sizeof(c->request_id), "req_", 32);
     corral_log_context_clear();
     corral_log_context_request(c->request_id);
     c->surface = c->srv->surface;
