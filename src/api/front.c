@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "api/opensandbox/execd.h"
+#include "api/opensandbox/opensandbox.h"
 #include "api/tenants.h"
 #include "base/cleanup.h"
 #include "base/clock.h"
@@ -457,6 +458,7 @@ struct http_response *front_e2b_handle(const struct http_request *req, void *ctx
 
 struct http_response *front_osb_handle(const struct http_request *req, void *ctx)
 {
+    osb_log_path(req);
     struct http_response *resp = front_route(ctx, &osb_proto, req);
     return resp ? resp : execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
 }

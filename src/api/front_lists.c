@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "api/e2b/e2b.h"
 #include "api/front.h"
 #include "base/cleanup.h"
@@ -70,7 +71,7 @@ static int ask(struct front *f, const struct front_proto *p, const struct http_r
     if (http_forward_fetch(req, &o, &a, &err) < 0) {
         if (err.code != ECANCELED)
             fleet_suspect(f->fleet, t);
-        fprintf(stderr, "corral: listing sandboxes: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "fleet", "listing sandboxes: %s", err.message);
         return -1;
     }
     int r = -1;

@@ -23,6 +23,7 @@
 
 #include "api/audit_api.h"
 #include "api/multipart.h"
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/util.h"
 
@@ -103,12 +104,10 @@ static struct http_response *invalid(int status, const char *code, const char *f
     return oa_error(status, "invalid_request_error", code, "%s", msg);
 }
 
-/* r with the headers every answer of the gateway has. */
-static struct http_response *with_request_id(struct http_response *r)
+/* r with the headers every answer of the gateway has (the server adds
+ * x-request-id). */
+static struct http_response *with_openai_headers(struct http_response *r)
 {
-    char id[REQUEST_ID_MAX];
-    corral_new_id(id, sizeof(id), "req_", 32);
-    http_add_header(r, "x-request-id", id);
     http_add_header(r, "openai-version", OPENAI_VERSION);
     return r;
 }
@@ -136,20 +135,21 @@ struct http_response *openai_too_large(void *ctx, const struct http_request *req
     struct http_response *refused = authenticate(ctx, req, &key, &policy);
     corral_gateway_key_free(policy);
     if (refused) /* a bad key is told so, whatever its body */
-        return with_request_id(refused);
-    return with_request_id(
+        return with_openai_headers(refused);
+    return with_openai_headers(
         invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body));
 }
 
 struct http_response *openai_refusal(void *ctx, int status, const char *message)
 {
     const char *code = status == 408 ? "request_timeout" : status == 503 ? "server_busy" : NULL;
-    return with_request_id(oa_error(status,
-                                    status >= 500 ? "server_error" : "invalid_request_error", code,
-                                    "%c%s.", toupper((unsigned char)*message), message + 1));
+    return with_openai_headers(
+        oa_error(status, status >= 500 ? "server_error" : "invalid_request_error", code, "%c%s.",
+                 toupper((unsigned char)*message), message + 1));
 }
 
-/* The gateway's answer as an HTTP response; its request id replaces *rid. */
+/* The gateway's answer as an HTTP response; the upstream's id of its answer, if any, goes
+ * to *rid (logged: the answer carries the request's own id). */
 static struct http_response *reply_response(struct corral_gateway_reply *rep, int rc, char *rid)
 {
     if (rep->request_id && *rep->request_id && strlen(rep->request_id) < REQUEST_ID_MAX)
@@ -209,6 +209,16 @@ static void mask_key(const char *key, char *out, size_t len)
             *p = '?';
 }
 
+/* The request's log lines name its key by a label, never its text. */
+static void log_key(const char *key)
+{
+    char label[CORRAL_KEY_LABEL_MAX];
+    if (!key)
+        return;
+    corral_log_key_label(key, label, sizeof(label));
+    corral_log_context_key(label);
+}
+
 /* NULL when the request may go on (*key: the key it presented, or NULL),
  * else the 401 answer (503 when the store of virtual keys is unreachable). */
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
@@ -218,12 +228,16 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
     const char *bearer = bearer_key(req), *azure = azure_key(req);
     const char *master = corral_gateway_master_key(oa->gw);
     *key = bearer ? bearer : azure;
+    log_key(*key);
     if (!master || !*master)
         return NULL;
-    if (bearer && corral_secret_equal(bearer, master))
+    if (bearer && corral_secret_equal(bearer, master)) {
+        corral_log_context_key("master");
         return NULL;
+    }
     if (azure && corral_secret_equal(azure, master)) {
         *key = azure;
+        corral_log_context_key("master");
         return NULL;
     }
     int found = *key ? corral_gateway_key_find(oa->gw, *key, policy) : -ENOENT;
@@ -908,14 +922,16 @@ struct http_response *openai_handle(const struct http_request *req, void *ctx)
 {
     struct openai *oa = ctx;
     uint64_t started = corral_now_ms();
-    char rid[REQUEST_ID_MAX];
-    corral_new_id(rid, sizeof(rid), "req_", 32);
+    char rid[REQUEST_ID_MAX] = ""; /* the upstream's own id of its answer, if it gave one */
     struct http_response *resp = route(oa, req, rid);
     if (!resp)
         resp = oa_error(500, "server_error", NULL, "The gateway is out of memory.");
     char ms[32];
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)(corral_now_ms() - started));
-    http_add_header(resp, "x-request-id", rid);
+    if (*rid) { /* the answer carries the request's id; the upstream's is logged */
+        struct corral_log_field f = CORRAL_LOG_STR("upstream_request_id", rid);
+        corral_log_with(CORRAL_LOG_DEBUG, "gateway", &f, 1, "the upstream's id of its answer");
+    }
     http_add_header(resp, "openai-version", OPENAI_VERSION);
     http_add_header(resp, "openai-processing-ms", ms);
     return resp;

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "api/opensandbox/execd.h"
+#include "base/log.h"
 #include "base/metrics.h"
 #include "base/util.h"
 #include "corral/corral.h"
@@ -113,6 +114,9 @@ struct http_response *probes_handle(const struct http_request *req, void *ctx)
     if (path[0] == '/' && path[1] == 'm' && asks_metrics(p, req))
         return metrics(p, req);
     if (path[0] == '/' && (path[1] == 'h' || path[1] == 'r' || path[1] == 'f')) {
+        bool probe = !strcmp(path, "/healthz") || !strcmp(path, "/readyz") ||
+                     (p->node_state && !strcmp(path, FLEET_STATE_PATH));
+        http_request_surface(req, NULL, probe); /* asked every few seconds: debug lines */
         if (!strcmp(path, "/healthz"))
             return http_json(200, json_pack("{s:s}", "status", "ok"));
         if (!strcmp(path, "/readyz")) {

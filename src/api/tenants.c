@@ -3,6 +3,7 @@
 
 #include <errno.h>
 
+#include "base/log.h"
 #include "base/clock.h"
 #include "base/util.h"
 
@@ -37,6 +38,9 @@ int tenant_of(const struct tenants *t, const char *given)
         return TENANT_OPEN;
     if (!given || !*given)
         return TENANT_REFUSED;
+    char label[CORRAL_KEY_LABEL_MAX];
+    corral_log_key_label(given, label, sizeof(label));
+    corral_log_context_key(label); /* the request's log lines name the key, not its text */
     /* Every key is compared, so that the time taken says nothing of which. */
     int found = TENANT_REFUSED;
     for (int i = 0; t->admin_keys[i]; i++)

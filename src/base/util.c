@@ -1,4 +1,5 @@
 /* Units, files, ids, string arrays and SIGCHLD as a descriptor; see util.h. */
+#include "base/log.h"
 #include "base/util.h"
 
 #include <ctype.h>
@@ -489,19 +490,44 @@ int corral_sigchld_fd(void)
     return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
+/* A detached thread's start: the log context of the thread that started
+ * it (the request it works for), then its function. */
+struct detached {
+    void *(*fn)(void *);
+    void *arg;
+    struct corral_log_context ctx;
+};
+
+static void *detached_main(void *p)
+{
+    struct detached d = *(struct detached *)p;
+    free(p);
+    corral_log_context_restore(&d.ctx);
+    return d.fn(d.arg);
+}
+
 int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes)
 {
+    struct detached *d = malloc(sizeof(*d));
+    if (!d)
+        return ENOMEM;
+    *d = (struct detached){.fn = fn, .arg = arg};
+    corral_log_context_save(&d->ctx);
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
-    if (rc)
+    if (rc) {
+        free(d);
         return rc;
+    }
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (stack_bytes)
         rc = pthread_attr_setstacksize(&attr, stack_bytes);
     pthread_t t;
     if (!rc)
-        rc = pthread_create(&t, &attr, fn, arg);
+        rc = pthread_create(&t, &attr, detached_main, d);
     pthread_attr_destroy(&attr);
+    if (rc)
+        free(d);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "box/box.h"
 #include "jail/disk.h"
 #include "egress/netpolicy.h"
@@ -313,8 +314,8 @@ static void *refill_main(void *arg)
         pthread_mutex_lock(&t->lock);
         if (r < 0) {
             if (failures++ == 0)
-                fprintf(stderr, "corral: cannot fill the pool of template '%s': %s\n", t->name,
-                        err.message);
+                corral_log(CORRAL_LOG_WARN, "serve", "cannot fill the pool of template '%s': %s",
+                           t->name, err.message);
             /* Back off, but wake up at once to stop. */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

@@ -15,6 +15,7 @@
 #include "api/openai.h"
 #include "api/opensandbox/opensandbox.h"
 #include "base/cleanup.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/serve.h"
@@ -114,6 +115,11 @@ static void serve_usage(FILE *out)
           "                      one machine); docs/fleet.md\n"
           "  --audit-retention DURATION  how long the audit trail keeps an execution's\n"
           "                      record (default audit.retention, else 30d; off: forever)\n"
+          "  --log-level LEVEL   debug, info, warn or error (default $CORRAL_LOG_LEVEL,\n"
+          "                      else the config's log.level, else info: a line for\n"
+          "                      every request)\n"
+          "  --log-format FORMAT text (\"corral: ...\" lines) or json (JSON lines; default\n"
+          "                      $CORRAL_LOG_FORMAT, else log.format, else text)\n"
           "  --check             check the configuration and options, say what would run,\n"
           "                      and exit (0 when they are good) without serving\n",
           out);
@@ -147,7 +153,9 @@ enum {
     OPT_DISK_DIR,
     OPT_ROLE,
     OPT_CHECK,
-    OPT_AUDIT_RETENTION
+    OPT_AUDIT_RETENTION,
+    OPT_LOG_LEVEL,
+    OPT_LOG_FORMAT
 };
 
 static int parse_listen(const char *text, char *host, size_t len, uint16_t *port)
@@ -258,7 +266,8 @@ static void *warm_templates(void *arg)
         if (r == -ECANCELED)
             break; /* the server stops */
         if (r < 0)
-            fprintf(stderr, "corral: template '%s' is not ready: %s\n", name, err.message);
+            corral_log(CORRAL_LOG_WARN, "serve", "template '%s' is not ready: %s", name,
+                       err.message);
     }
     __atomic_store_n(w->ready, true, __ATOMIC_RELEASE);
     return NULL;
@@ -323,6 +332,66 @@ static int set_listen(struct listen_addr *a, const char *option, const char *tex
         fprintf(stderr, "corral serve: %s: expected HOST:PORT or off, got '%s'\n", option, text);
         return CLI_USAGE;
     }
+    return 0;
+}
+
+/* --log-level or --log-format (level: which), from `from` (an option, a
+ * variable): 0, or CLI_USAGE, said. */
+static int check_log_setting(bool level, const char *from, const char *text)
+{
+    enum corral_log_level l;
+    enum corral_log_format f;
+    if (level ? corral_log_level_parse(text, &l) == 0 : corral_log_format_parse(text, &f) == 0)
+        return 0;
+    fprintf(stderr, "corral serve: %s: expected %s, got '%s'\n", from,
+            level ? "debug, info, warn or error" : "text or json", text);
+    return CLI_USAGE;
+}
+
+static int set_log_option(struct serve_opts *o, bool level, const char *text)
+{
+    *(level ? &o->log_level : &o->log_format) = text;
+    return check_log_setting(level, level ? "--log-level" : "--log-format", text);
+}
+
+/* The log's level and format: the command line's, else the environment's,
+ * else the file's (log.level, log.format), else info and text. 0, or CLI_USAGE, said. */
+static int settle_log(struct serve_opts *o, const struct corral_config *cfg)
+{
+    const char *vars[2] = {"CORRAL_LOG_LEVEL", "CORRAL_LOG_FORMAT"};
+    const char **set[2] = {&o->log_level, &o->log_format};
+    const char *file[2] = {cfg ? cfg->log_level : NULL, cfg ? cfg->log_format : NULL};
+    for (int i = 0; i < 2; i++) {
+        const char *env = getenv(vars[i]);
+        if (!*set[i] && env && *env) {
+            if (check_log_setting(i == 0, vars[i], env) != 0)
+                return CLI_USAGE;
+            *set[i] = env;
+        }
+        if (!*set[i])
+            *set[i] = file[i];
+    }
+    enum corral_log_level level = CORRAL_LOG_INFO;
+    enum corral_log_format format = CORRAL_LOG_TEXT;
+    if (o->log_level)
+        corral_log_level_parse(o->log_level, &level);
+    if (o->log_format)
+        corral_log_format_parse(o->log_format, &format);
+    if (!o->check)
+        corral_log_setup(level, format, STDERR_FILENO);
+    return 0;
+}
+
+/* --audit-retention: checked now, applied once the audit trail is open. */
+static int set_audit_retention(struct serve_opts *o, const char *text)
+{
+    uint64_t secs;
+    struct corral_error err;
+    if (corral_parse_retention(text, &secs, &err) < 0) {
+        fprintf(stderr, "corral serve: --audit-retention: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    o->audit_retention = text;
     return 0;
 }
 
@@ -435,15 +504,11 @@ static int serve_option(int c, struct serve_opts *o)
     case OPT_CHECK:
         o->check = true;
         return 0;
-    case OPT_AUDIT_RETENTION: {
-        uint64_t secs;
-        if (corral_parse_retention(optarg, &secs, &err) < 0) {
-            fprintf(stderr, "corral serve: --audit-retention: %s\n", err.message);
-            return CLI_USAGE;
-        }
-        o->audit_retention = optarg;
-        return 0;
-    }
+    case OPT_AUDIT_RETENTION:
+        return set_audit_retention(o, optarg);
+    case OPT_LOG_LEVEL:
+    case OPT_LOG_FORMAT:
+        return set_log_option(o, c == OPT_LOG_LEVEL, optarg);
     default:
         return CLI_USAGE;
     }
@@ -481,6 +546,8 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"role", required_argument, NULL, OPT_ROLE},
         {"check", no_argument, NULL, OPT_CHECK},
         {"audit-retention", required_argument, NULL, OPT_AUDIT_RETENTION},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"log-format", required_argument, NULL, OPT_LOG_FORMAT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int c, rc;
@@ -575,7 +642,7 @@ static void prepare_process(const char *state_dir, bool sandboxes, sigset_t *sig
     }
     struct corral_error err;
     if (sandboxes && jail_cleanup_stale(state_dir, &err) < 0)
-        fprintf(stderr, "corral: warning: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "serve", "%s", err.message);
     sigemptyset(sigs);
     sigaddset(sigs, SIGINT);
     sigaddset(sigs, SIGTERM);
@@ -656,8 +723,10 @@ static int start_sandbox_servers(const struct serve_opts *o, struct servers *s)
     s->probe_osb = (struct probes){
         .state = &s->state, .listener = API_LISTENER_OPENSANDBOX, .keys = &s->metrics_keys};
     struct http_server_options ho = {.handler = front ? front_e2b_handle : e2b_handle,
+                                     .surface = "e2b",
                                      .ctx = front ? (void *)&s->front : (void *)s->api};
     struct http_server_options oho = {.handler = front ? front_osb_handle : osb_handle,
+                                      .surface = "opensandbox",
                                       .refusal = osb_refusal,
                                       .ctx = front ? (void *)&s->front : (void *)s->osb};
     bool internal = front && o->gw.on && !o->e2b.on;
@@ -719,6 +788,7 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
      * directory as they arrive (where they are kept: copied within one file
      * system); other bodies up to --max-body. */
     struct http_server_options gho = {.handler = openai_handle,
+                                      .surface = "gateway",
                                       .too_large = openai_too_large,
                                       .refusal = openai_refusal,
                                       .body_limit = openai_body_limit,
@@ -732,7 +802,7 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
             return CLI_USAGE;
         }
         snprintf(s->gw_warning, sizeof(s->gw_warning),
-                 "corral: warning: the OpenAI-compatible gateway is not served: %s "
+                 "the OpenAI-compatible gateway is not served: %s "
                  "(--gateway-listen HOST:PORT or off)",
                  err.message);
     }
@@ -816,16 +886,17 @@ static void announce(const struct serve_opts *o, const struct servers *s)
                             : o->n_keys || o->n_admin_keys ? ", API keys required"
                                                            : "";
     if (s->srv && !s->srv_internal)
-        fprintf(stderr, "corral: listening on http://%s:%u (E2B sandbox API%s)\n", o->e2b.host,
-                (unsigned)http_server_port(s->srv), keys_note);
+        corral_log(CORRAL_LOG_INFO, "e2b", "listening on http://%s:%u (E2B sandbox API%s)",
+                   o->e2b.host, (unsigned)http_server_port(s->srv), keys_note);
     if (s->osb_srv)
-        fprintf(stderr, "corral: listening on http://%s:%u (OpenSandbox API%s)\n", o->osb.host,
-                (unsigned)http_server_port(s->osb_srv), keys_note);
+        corral_log(CORRAL_LOG_INFO, "opensandbox", "listening on http://%s:%u (OpenSandbox API%s)",
+                   o->osb.host, (unsigned)http_server_port(s->osb_srv), keys_note);
     if (s->gw_srv)
-        fprintf(stderr, "corral: listening on http://%s:%u (OpenAI-compatible gateway)\n",
-                o->gw.host, (unsigned)http_server_port(s->gw_srv));
+        corral_log(CORRAL_LOG_INFO, "gateway",
+                   "listening on http://%s:%u (OpenAI-compatible gateway)", o->gw.host,
+                   (unsigned)http_server_port(s->gw_srv));
     if (*s->gw_warning)
-        fprintf(stderr, "%s\n", s->gw_warning);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", s->gw_warning);
 }
 
 /* Warms the templates while serving (ready once done), until a signal of
@@ -839,7 +910,7 @@ static void serve_until_signal(const sigset_t *sigs, const struct serve_opts *o,
     bool warming = o->role != FLEET_FRONT && pthread_create(&warm, NULL, warm_templates, &wa) == 0;
     int sig = 0;
     sigwait(sigs, &sig);
-    fprintf(stderr, "corral: %s: stopping\n", strsignal(sig));
+    corral_log(CORRAL_LOG_INFO, "serve", "%s: stopping", strsignal(sig));
     corral_template_warm_cancel(); /* a zygote still starting is not waited for */
     serve_drain(o, s, sigs);
     if (warming)
@@ -899,7 +970,8 @@ static int settle(struct serve_opts *o, const struct corral_config **cfg)
     corral_egress_configure(&off_only, &nerr);
     int rc;
     if ((rc = cli_load_config("serve", o->config, &o->state_dir, o->disk_dir, cfg)) != 0 ||
-        (rc = settle_gateway(o, *cfg)) != 0 || (rc = serve_settle_role(o, *cfg)) != 0)
+        (rc = settle_log(o, *cfg)) != 0 || (rc = settle_gateway(o, *cfg)) != 0 ||
+        (rc = serve_settle_role(o, *cfg)) != 0)
         return rc;
     if (o->role != FLEET_FRONT && (rc = check_api_keys(o)) != 0)
         return rc; /* a front's keys are its nodes' to check */
@@ -935,7 +1007,7 @@ int cli_serve(int argc, char **argv)
     struct corral_error err;
     if (o.role != FLEET_FRONT && !serve_default_defined(cfg) &&
         corral_template_define(&pooled, &err) < 0)
-        fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "serve", "the default template keeps no pool: %s", err.message);
     corral_set_memory_ceiling(o.max_total_memory);
     struct servers s = {0};
     if (settle_metrics_keys(&o, cfg, &s) < 0) {

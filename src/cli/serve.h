@@ -43,7 +43,8 @@ struct serve_opts {
     unsigned execute_timeout_ms;
     unsigned keepalive_ms; /* 0: each protocol's default */
     const char *config, *state_dir, *disk_dir;
-    const char *audit_retention; /* --audit-retention, or NULL */
+    const char *audit_retention;        /* --audit-retention, or NULL */
+    const char *log_level, *log_format; /* --log-level, --log-format, else settled */
     /* the fleet */
     const char *role_arg; /* --role, or NULL */
     bool check;           /* --check: say what would run, run nothing */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/serve.h"
@@ -224,8 +225,8 @@ int serve_start_role(const struct serve_opts *o, struct servers *s)
             return CLI_SANDBOX_ERROR;
         }
         corral_set_id_prefix(s->state.tag);
-        fprintf(stderr, "corral: a node of a fleet, tag %s (its sandboxes' ids start with it)\n",
-                s->state.tag);
+        corral_log(CORRAL_LOG_INFO, "fleet",
+                   "a node of a fleet, tag %s (its sandboxes' ids start with it)", s->state.tag);
     }
     if (o->role == FLEET_FRONT) {
         if (fleet_start(o->fleet, &s->state.fleet, &err) < 0) {
@@ -317,16 +318,15 @@ void serve_drain(const struct serve_opts *o, struct servers *s, const sigset_t *
         corral_set_draining(true);
         struct corral_capacity c;
         corral_capacity(&c);
-        fprintf(stderr,
-                "corral: draining: no new sandboxes; waiting up to %.1f s for the %u "
-                "running\n",
-                (double)grace / 1000, c.sandboxes);
+        corral_log(CORRAL_LOG_INFO, "fleet",
+                   "draining: no new sandboxes; waiting up to %.1f s for the %u running",
+                   (double)grace / 1000, c.sandboxes);
         if (!wait_until(no_sandboxes, grace, sigs))
-            fprintf(stderr, "corral: drain over: the sandboxes left are killed\n");
+            corral_log(CORRAL_LOG_WARN, "fleet", "drain over: the sandboxes left are killed");
         return;
     }
-    fprintf(stderr, "corral: draining: waiting up to %.1f s for the requests under way\n",
-            (double)grace / 1000);
+    corral_log(CORRAL_LOG_INFO, "fleet",
+               "draining: waiting up to %.1f s for the requests under way", (double)grace / 1000);
     uint64_t end = corral_now_ms() + grace;
     /* The gateway's calls first: they reach the fleet through the E2B
      * listener (srv), which closes last. A second signal ends the wait. */
@@ -337,7 +337,7 @@ void serve_drain(const struct serve_opts *o, struct servers *s, const sigset_t *
             if (corral_now_ms() >= end)
                 break;
             if (sigtimedwait(sigs, NULL, &ts) > 0) {
-                fprintf(stderr, "corral: drain cut short by a second signal\n");
+                corral_log(CORRAL_LOG_WARN, "fleet", "drain cut short by a second signal");
                 return;
             }
         }

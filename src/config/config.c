@@ -18,6 +18,7 @@
 
 #include "base/cleanup.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "config/walk.h"
 
@@ -497,6 +498,33 @@ static int walk_audit(const struct walk *w, const yaml_node_t *n, struct corral_
     return 0;
 }
 
+/* log: corral serve's log, its level and format (base/log.h's names). */
+static int walk_log(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
+{
+    int r = walk_expect_mapping(w, n, "log", "level, format", true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"level", "format"};
+    yaml_node_t *v[2];
+    if ((r = walk_match_keys(w, n, keys, 2, "in log", false, v)) < 0)
+        return r;
+    enum corral_log_level level;
+    enum corral_log_format format;
+    if (v[0] && ((r = walk_string(w, v[0], "log.level", STR_EMPTY_IS_NONE, &cfg->log_level)) < 0 ||
+                 (cfg->log_level && corral_log_level_parse(cfg->log_level, &level) < 0)))
+        return r < 0 ? r
+                     : walk_fail(w, v[0], EINVAL,
+                                 "log.level must be debug, info, warn or error, not '%.40s'",
+                                 cfg->log_level);
+    if (v[1] &&
+        ((r = walk_string(w, v[1], "log.format", STR_EMPTY_IS_NONE, &cfg->log_format)) < 0 ||
+         (cfg->log_format && corral_log_format_parse(cfg->log_format, &format) < 0)))
+        return r < 0 ? r
+                     : walk_fail(w, v[1], EINVAL, "log.format must be text or json, not '%.40s'",
+                                 cfg->log_format);
+    return 0;
+}
+
 static int walk_root(const struct walk *w, const yaml_node_t *root, struct corral_config *cfg)
 {
     if (!root)
@@ -518,7 +546,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
                                        "network",
                                        "disk_dir",
                                        "fleet",
-                                       "audit"};
+                                       "audit",
+                                       "log"};
     enum {
         STATE_DIR,
         TEMPLATES,
@@ -533,6 +562,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         DISK_DIR,
         FLEET,
         AUDIT,
+        LOG,
         N
     };
     /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
@@ -550,7 +580,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
             return walk_fail(
                 w, k, EINVAL,
                 "unknown key '%.64s' at the top level (known: state_dir, disk_dir, templates, "
-                "network, fleet, audit) "
+                "network, fleet, audit, log) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -576,6 +606,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     if (v[FLEET] && (r = walk_fleet(w, v[FLEET], &cfg->fleet)) < 0)
         return r;
     if (v[AUDIT] && (r = walk_audit(w, v[AUDIT], cfg)) < 0)
+        return r;
+    if (v[LOG] && (r = walk_log(w, v[LOG], cfg)) < 0)
         return r;
     bool any = false;
     for (int i = MODEL_LIST; i < GATEWAY + 1; i++)
@@ -773,6 +805,8 @@ void corral_config_free(struct corral_config *cfg)
     gateway_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->disk_dir);
+    free(cfg->log_level);
+    free(cfg->log_format);
     free(cfg->path);
     free(cfg);
 }

@@ -92,6 +92,8 @@ struct corral_config {
     char *path;      /* the file it came from (the name given to corral_config_parse) */
     char *state_dir; /* NULL = default */
     char *disk_dir;  /* NULL = default */
+    /* `log:` level and format of corral serve's log (checked); NULL = not set */
+    char *log_level, *log_format;
     /* Every string (name, preload entries) and array is owned by the config. */
     struct corral_template *templates;
     size_t n_templates;

@@ -9,6 +9,7 @@
  * still name it. The box's sockets (which keep its namespace alive) close
  * then.
  */
+#include "base/log.h"
 #include "egress/egressd.h"
 
 #include <arpa/inet.h>
@@ -178,12 +179,20 @@ static void deny_log(struct egress_sandbox *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
+    struct corral_log_field f[] = {{.name = "sandbox_id", .text = b->id, .text_hidden = true},
+                                   CORRAL_LOG_NUM("suppressed", suppressed)};
     if (suppressed)
-        fprintf(stderr, "corral: egress: sandbox %s: denied %s (and %llu more denials not shown)\n",
-                b->id, what, (unsigned long long)suppressed);
+        corral_log_with(CORRAL_LOG_INFO, "egress", f, 2,
+                        "egress: sandbox %s: denied %s (and %llu more denials not shown)", b->id,
+                        what, (unsigned long long)suppressed);
     else
-        fprintf(stderr, "corral: egress: sandbox %s: denied %s\n", b->id, what);
+        corral_log_with(CORRAL_LOG_INFO, "egress", f, 1, "egress: sandbox %s: denied %s", b->id,
+                        what);
 }
+
+/* A box's sandbox id as a log field (said by the message already). */
+#define SANDBOX_FIELD(b)                                                                           \
+    (&(struct corral_log_field){.name = "sandbox_id", .text = (b)->id, .text_hidden = true})
 
 static void format_addr(const struct sockaddr *a, char *out, size_t cap)
 {
@@ -693,8 +702,9 @@ static bool forward(struct conn_job *job, const struct sockaddr_storage *dst, co
     }
     int out = connect_out(dst);
     if (out < 0) {
-        fprintf(stderr, "corral: egress: sandbox %s: cannot connect to %s: %s\n", b->id, where,
-                strerrordesc_np(-out));
+        corral_log_with(CORRAL_LOG_WARN, "egress", SANDBOX_FIELD(b), 1,
+                        "egress: sandbox %s: cannot connect to %s: %s", b->id, where,
+                        strerrordesc_np(-out));
         free(head);
         return false;
     }
@@ -1046,7 +1056,8 @@ static void learn(struct egress_sandbox *b, const struct dns_address *a, size_t 
                 p += l;
             }
             if (adds.len && egress_netns_nft(b->netns_fd, strbuf_str(&adds), &err) < 0)
-                fprintf(stderr, "corral: egress: sandbox %s: %s\n", b->id, err.message);
+                corral_log_with(CORRAL_LOG_WARN, "egress", SANDBOX_FIELD(b), 1,
+                                "egress: sandbox %s: %s", b->id, err.message);
             strbuf_free(&adds);
         }
     }

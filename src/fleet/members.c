@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/clock.h"
 #include "base/util.h"
@@ -180,11 +181,11 @@ static int probe(struct fleet *f, const char *host, uint16_t port, struct node_s
 static void mark_down(struct fleet *f, struct member *m, const char *why)
 {
     if (m->state == MEMBER_NEW)
-        fprintf(stderr, "corral: node %s:%u does not answer yet: %s\n", m->host, (unsigned)m->port,
-                why);
+        corral_log(CORRAL_LOG_WARN, "fleet", "node %s:%u does not answer yet: %s", m->host,
+                   (unsigned)m->port, why);
     else if (m->state != MEMBER_DOWN)
-        fprintf(stderr, "corral: node %s:%u%s%s is down: %s\n", m->host, (unsigned)m->port,
-                m->tag[0] ? " tag " : "", m->tag, why);
+        corral_log(CORRAL_LOG_WARN, "fleet", "node %s:%u%s%s is down: %s", m->host,
+                   (unsigned)m->port, m->tag[0] ? " tag " : "", m->tag, why);
     m->state = MEMBER_DOWN;
     snprintf(m->why, sizeof(m->why), "%s", why);
     lose(f, m, why);
@@ -196,7 +197,8 @@ static void take_state(struct fleet *f, struct member *m, const struct node_stat
     if (m->tag[0] && strcmp(m->tag, s->tag))
         mark_down(f, m, "it started again (its sandboxes ended with it)");
     if (m->state != MEMBER_UP)
-        fprintf(stderr, "corral: node %s:%u tag %s is up\n", m->host, (unsigned)m->port, s->tag);
+        corral_log(CORRAL_LOG_INFO, "fleet", "node %s:%u tag %s is up", m->host, (unsigned)m->port,
+                   s->tag);
     unlose(f, s->tag);
     snprintf(m->tag, sizeof(m->tag), "%s", s->tag);
     m->state = MEMBER_UP;
@@ -355,7 +357,7 @@ static void sync_members(struct fleet *f, char addrs[][INET6_ADDRSTRLEN], int n)
             }
         struct corral_error err;
         if (!known && add_member(f, addrs[k], f->disc_port, &err) < 0)
-            fprintf(stderr, "corral: %s\n", err.message);
+            corral_log(CORRAL_LOG_WARN, "fleet", "%s", err.message);
     }
 }
 
@@ -382,7 +384,8 @@ static void *discovery_main(void *arg)
         int n = resolve(f->disc_host, addrs, &err);
         pthread_mutex_lock(&f->lock);
         if (n < 0)
-            fprintf(stderr, "corral: fleet.discovery: %s (the nodes known stay)\n", err.message);
+            corral_log(CORRAL_LOG_WARN, "fleet", "fleet.discovery: %s (the nodes known stay)",
+                       err.message);
         else
             sync_members(f, addrs, n); /* none: a Service with no ready node */
     }

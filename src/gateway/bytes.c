@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
@@ -451,7 +452,7 @@ static int keep_shared(corral_gateway *gw, const struct keep *k, const struct gw
     }
     local_path(gw, k->container_id, k->id, *k->container_id ? version : NULL, path, sizeof(path));
     if (rename(tmp, path) < 0) { /* the store has them: a later read fetches them */
-        fprintf(stderr, "corral gateway: cannot save %s: %s\n", path, strerror(errno));
+        corral_log(CORRAL_LOG_ERROR, "gateway", "cannot save %s: %s", path, strerror(errno));
         unlink(tmp);
     }
     if (*k->container_id) {
@@ -592,7 +593,7 @@ void gw_bytes_sweep(corral_gateway *gw)
     snprintf(dir, sizeof(dir), "%s/uploads", gw->data_dir);
     json_t *names = names_in(dir, upload_name), *kept = NULL;
     if (json_array_size(names) && store_pending_uploads(gw->store, names, &kept, &err) < 0)
-        fprintf(stderr, "corral gateway: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", err.message);
     else if (json_array_size(names))
         remove_unkept(dir, names, kept, true);
     json_decref(names);
@@ -602,7 +603,7 @@ void gw_bytes_sweep(corral_gateway *gw)
     names = names_in(dir, settled_name);
     if (json_array_size(names) &&
         store_kept_files(gw->store, names, (int64_t)time(NULL), &kept, &err) < 0)
-        fprintf(stderr, "corral gateway: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", err.message);
     else if (json_array_size(names))
         remove_unkept(dir, names, kept, false);
     json_decref(names);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/utf8.h"
 #include "base/util.h"
@@ -1835,7 +1836,7 @@ static int store_response(struct gw_call *c, struct corral_error *err)
                                       input, context, err)
                  : corral_fail(err, ENOMEM, "cannot store %s: out of memory", c->resp_id);
     if (rc < 0)
-        fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err->message);
+        corral_log(CORRAL_LOG_ERROR, "gateway", "cannot store %s: %s", c->resp_id, err->message);
     else
         c->stored_final = true;
     free(response);
@@ -2106,7 +2107,7 @@ static int start_background(struct gw_call *c)
     }
     gw_emit_in_progress(c);
     if (store_now(c, &err) < 0) /* GET elsewhere says queued a little longer */
-        fprintf(stderr, "corral gateway: cannot store %s: %s\n", c->resp_id, err.message);
+        corral_log(CORRAL_LOG_ERROR, "gateway", "cannot store %s: %s", c->resp_id, err.message);
     return 0;
 }
 
@@ -2179,8 +2180,8 @@ static void append_conversation(struct gw_call *c)
     }
     struct corral_error err;
     if (gw_conversation_append(c->gw, c->conversation_id, items, &err) < 0)
-        fprintf(stderr, "corral gateway: cannot add %s to %s: %s\n", c->resp_id, c->conversation_id,
-                err.message);
+        corral_log(CORRAL_LOG_ERROR, "gateway", "cannot add %s to %s: %s", c->resp_id,
+                   c->conversation_id, err.message);
     json_decref(items);
 }
 

@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
@@ -246,7 +247,7 @@ static void save_record(corral_gateway *gw, struct gw_container *c)
         return;
     struct corral_error err;
     if (store_put_container(gw->store, c->owner, c->obj, &err) < 0)
-        fprintf(stderr, "corral gateway: container %s: %s\n", c->id, err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "container %s: %s", c->id, err.message);
 }
 
 static struct gw_container *container_new(corral_gateway *gw,
@@ -350,7 +351,7 @@ void gw_containers_load(corral_gateway *gw)
     json_t *list = NULL;
     struct corral_error err;
     if (store_running_containers(gw->store, &list, &err) < 0) {
-        fprintf(stderr, "corral gateway: cannot load the containers: %s\n", err.message);
+        corral_log(CORRAL_LOG_ERROR, "gateway", "cannot load the containers: %s", err.message);
         return;
     }
     size_t i;
@@ -399,7 +400,7 @@ static int push_files(corral_gateway *gw, struct gw_container *c, struct corral_
             break;
         }
         if (r < 0)
-            fprintf(stderr, "corral gateway: %s: %s\n", c->id, why.message);
+            corral_log(CORRAL_LOG_WARN, "gateway", "%s: %s", c->id, why.message);
     }
     json_decref(list);
     return rc;
@@ -461,8 +462,8 @@ static int record_sandbox(corral_gateway *gw, struct gw_container *c, const char
     struct corral_error err;
     int r = text ? store_set_container_sandbox(gw->store, c->id, text, was, &err) : -ENOMEM;
     if (r < 0)
-        fprintf(stderr, "corral gateway: %s: its sandbox is not shared: %s\n", c->id,
-                text ? err.message : "out of memory");
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s: its sandbox is not shared: %s", c->id,
+                   text ? err.message : "out of memory");
     free(text);
     return r == 0 ? 0 : 1;
 }
@@ -750,7 +751,7 @@ static void forget_path(corral_gateway *gw, struct gw_container *c, const char *
         return;
     const char *id = json_string_value(json_object_get(old, "id"));
     if (store_delete_cfile(gw->store, c->id, id, &err) < 0)
-        fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s: %s", c->id, err.message);
     else
         gw_bytes_forget(gw, c->id, id);
     json_decref(old);
@@ -854,8 +855,8 @@ static struct gw_container *adopt(corral_gateway *gw, const char *owner, json_t 
     struct corral_error err;
     struct gw_container *c = container_of_record(gw, owner, obj, &err);
     if (!c) {
-        fprintf(stderr, "corral gateway: cannot take container %s: %s\n",
-                json_string_value(json_object_get(obj, "id")), err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "cannot take container %s: %s",
+                   json_string_value(json_object_get(obj, "id")), err.message);
         return NULL;
     }
     pthread_mutex_lock(&gw->lock);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
@@ -477,7 +478,7 @@ static void container_create(corral_gateway *gw, const struct corral_gateway_obj
             not_saved(out, "file_ids", &err);
             return;
         }
-        fprintf(stderr, "corral gateway: %s: %s\n", c->id, err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s: %s", c->id, err.message);
     }
     pthread_mutex_lock(&gw->lock);
     json_t *obj = json_deep_copy(c->obj);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 
@@ -48,10 +49,10 @@ static void prune_store(corral_gateway *gw)
     struct corral_error err;
     int64_t before = (int64_t)time(NULL) - (int64_t)gw->cfg->store_days * 86400;
     if (store_prune(gw->store, before, gw->cfg->store_max, NULL, &err) < 0)
-        fprintf(stderr, "corral gateway: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", err.message);
     json_t *dropped = NULL;
     if (store_drop_expired(gw->store, (int64_t)time(NULL), &dropped, &err) < 0) {
-        fprintf(stderr, "corral gateway: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", err.message);
         return;
     }
     size_t i;
@@ -82,11 +83,10 @@ static void reap_remote(corral_gateway *gw)
         struct corral_error err;
         int n = p->reap(t, gw->tag, gw->run_tag, &gw->stop_reaping, &err);
         if (n < 0)
-            fprintf(stderr, "corral gateway: sandbox tool %s: %s\n", t->name, err.message);
+            corral_log(CORRAL_LOG_WARN, "gateway", "sandbox tool %s: %s", t->name, err.message);
         else if (n > 0)
-            fprintf(stderr,
-                    "corral gateway: sandbox tool %s: deleted %d sandboxes an earlier run left\n",
-                    t->name, n);
+            corral_log(CORRAL_LOG_INFO, "gateway",
+                       "sandbox tool %s: deleted %d sandboxes an earlier run left", t->name, n);
     }
 }
 

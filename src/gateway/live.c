@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 
@@ -396,7 +397,7 @@ static void fail_unfinished(corral_gateway *gw, const char *id, const char *owne
         int64_t created = json_integer_value(json_object_get(r, "created_at"));
         if (text &&
             store_put_response(gw->store, id, owner, created, text, input, context, &err) < 0)
-            fprintf(stderr, "corral gateway: cannot mark %s failed: %s\n", id, err.message);
+            corral_log(CORRAL_LOG_WARN, "gateway", "cannot mark %s failed: %s", id, err.message);
         free(text);
     }
     json_decref(r);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "gateway/gateway_internal.h"
 #include "http/client.h"
 
@@ -48,7 +49,7 @@ static struct gw_container *with_inputs(struct gw_call *c)
         {
             if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, &err) <
                 0)
-                fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err.message);
+                corral_log(CORRAL_LOG_WARN, "gateway", "%s: %s", c->container->id, err.message);
         }
     }
     return c->container;
@@ -93,7 +94,7 @@ struct gw_container *gw_call_container(struct gw_call *c, struct corral_error *e
     json_array_foreach(c->auto_file_ids, i, fid)
     {
         if (gw_copy_file_in(c->gw, c->container, json_string_value(fid), c->owner, NULL, err) < 0)
-            fprintf(stderr, "corral gateway: %s: %s\n", c->container->id, err->message);
+            corral_log(CORRAL_LOG_WARN, "gateway", "%s: %s", c->container->id, err->message);
     }
     return with_inputs(c);
 }

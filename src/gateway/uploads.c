@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
@@ -156,7 +157,7 @@ static void drop_parts(corral_gateway *gw, const char *id)
 {
     struct corral_error err;
     if (store_delete_parts(gw->store, id, &err) < 0)
-        fprintf(stderr, "corral gateway: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", err.message);
     gw_bytes_forget_upload(gw, id);
 }
 
@@ -399,7 +400,7 @@ static void complete_failed(corral_gateway *gw, const char *owner, const char *i
 {
     struct corral_error err;
     if (store_move_upload(gw->store, id, owner, "completing", "pending", &err) < 0)
-        fprintf(stderr, "corral gateway: %s\n", err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s", err.message);
 }
 
 /* Completing: the Upload moves from pending to completing first (in the

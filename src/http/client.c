@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "base/cleanup.h"
+#include "base/log.h"
 #include "base/strbuf.h"
 #include "http/client_internal.h"
 
@@ -282,6 +283,13 @@ static int build_headers(const struct http_upstream *u, bool has_body, struct cu
         r = add_header(&list, "Content-Type: application/json");
     if (r == 0)
         r = add_credential(u, &list);
+    /* A request made for a client's request carries its id on (base/log.h) */
+    const char *rid = corral_log_request_id();
+    char rid_line[CORRAL_REQUEST_ID_MAX + 16];
+    if (r == 0 && *rid && !has_header(u->headers, "X-Request-ID")) {
+        snprintf(rid_line, sizeof(rid_line), "X-Request-ID: %s", rid);
+        r = add_header(&list, rid_line);
+    }
     if (r == 0 && !has_header(u->headers, "Expect"))
         r = add_header(&list, "Expect:"); /* no 100-continue round trip */
     if (r < 0) {

@@ -27,6 +27,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/clock.h"
 #include "base/strbuf.h"
@@ -277,7 +278,8 @@ struct head_args {
 static void put_header(void *arg, const char *name, const char *value)
 {
     struct head_args *h = arg;
-    if (hop_by_hop(name) || !strcasecmp(name, "Content-Length") || !strcasecmp(name, "Expect"))
+    if (hop_by_hop(name) || !strcasecmp(name, "Content-Length") || !strcasecmp(name, "Expect") ||
+        !strcasecmp(name, "X-Request-ID")) /* the request's own goes on (build_head) */
         return;
     for (const char *const *d = h->drop; d && *d; d++)
         if (!strcasecmp(name, *d))
@@ -307,6 +309,10 @@ static int build_head(struct exchange *x, struct strbuf *b, size_t body_len)
     }
     for (const char *const *h = o->headers; h && *h; h++)
         strbuf_printf(b, "%s\r\n", *h);
+    /* One id follows a request across the fleet: the node logs it too. */
+    const char *rid = x->req ? http_request_id(x->req) : corral_log_request_id();
+    if (*rid)
+        strbuf_printf(b, "X-Request-ID: %s\r\n", rid);
     if (body_len || (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE")))
         strbuf_printf(b, "Content-Length: %zu\r\n", body_len);
     strbuf_puts(b, "\r\n");

@@ -60,15 +60,28 @@ const char *http_raw_query(const struct http_request *r);
 /* The path as the client sent it (still %-encoded, without the query), or
  * NULL when it could not be kept. */
 const char *http_raw_path(const struct http_request *r);
-/* Names the request for the metrics (corral_http_requests_total...): its
- * surface (the protocol: "e2b", "envd"...) and its route's template
- * ("/sandboxes/{id}"), both static strings of a bounded set, never the raw
- * path. A request whose handler names neither counts as "other". */
+/* Names the request for the metrics (corral_http_requests_total...) and
+ * its access line: its surface (the protocol: "e2b", "envd"...; NULL: the
+ * listener's) and its route's template ("/sandboxes/{id}"), both static
+ * strings of a bounded set, never the raw path. A request whose handler
+ * names no route counts as "other". */
 void http_set_route(const struct http_request *r, const char *surface, const char *route);
 /* Whether the client has closed (or reset) its connection while its request
  * is being answered: polls the socket, without waiting. For handlers that
  * block for long before answering a whole response. */
 bool http_client_gone(const struct http_request *r);
+/* The request's id: the client's X-Request-ID when it sent a sane one (1 to
+ * 128 printable characters, no space), else one the server made. The
+ * answer carries it back as X-Request-ID, and the log lines of the thread
+ * that serves the request name it (base/log.h). */
+const char *http_request_id(const struct http_request *r);
+/* The surface the request's access line names ("envd" on E2B's listener),
+ * when not the listener's (NULL: keep it); quiet: that line is a debug one
+ * (probes, asked every few seconds). */
+void http_request_surface(const struct http_request *r, const char *surface, bool quiet);
+/* The path the access line shows instead of the request's: one that held
+ * a credential (a signed route), with it left out. */
+void http_request_log_path(const struct http_request *r, const char *path);
 
 struct http_response;
 
@@ -214,6 +227,9 @@ struct http_server_options {
      * NULL = http_error(status, message). */
     struct http_response *(*refusal)(void *ctx, int status, const char *message);
     void *ctx;
+    /* What the access log calls this listener's requests ("e2b", "gateway";
+     * NULL: "serve"): one line each, once answered. */
+    const char *surface;
 };
 
 struct http_server;

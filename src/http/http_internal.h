@@ -23,7 +23,8 @@ struct http_response {
     void *arg;
     struct http_stream *stream; /* opened with http_stream_open */
     int tunnel_fd;              /* a tunnel's other end (body: its head); -1: none */
-    int file_fd; /* a body read from this file (len bytes from its start); -1: none */
+    int file_fd;            /* a body read from this file (len bytes from its start); -1: none */
+    const char *request_id; /* sent as X-Request-ID (the server's; not owned) */
 };
 
 struct http_relay {

@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "base/metrics.h"
 #include "base/strbuf.h"
 #include "base/util.h"
@@ -134,12 +135,21 @@ struct conn {
     size_t n_hdrs;
     struct hdr args[MAX_ARGS];
     size_t n_args;
-    char *query;                 /* the request's query string as sent (without '?'), or NULL */
-    char *raw_path;              /* its path as sent (%-encoded), or NULL */
-    size_t limit;                /* the largest body this request may have */
-    int spool;                   /* the file its body goes to, when large; -1: none */
-    size_t spooled;              /* bytes of the body written to it */
-    const char *surface, *route; /* for the metrics (http_set_route); NULL: other */
+    char *query;    /* the request's query string as sent (without '?'), or NULL */
+    char *raw_path; /* its path as sent (%-encoded), or NULL */
+    size_t limit;   /* the largest body this request may have */
+    int spool;      /* the file its body goes to, when large; -1: none */
+    size_t spooled; /* bytes of the body written to it */
+
+    /* the access log's: the request's id (the client's X-Request-ID when
+     * sane, else made), its surface, level, and the bytes of its answer */
+    char request_id[CORRAL_REQUEST_ID_MAX + 1];
+    bool head_ok;        /* method and path are the request's */
+    bool quiet;          /* the access line is a debug one (probes) */
+    const char *surface; /* the listener's, unless the handler names another; also the metrics' */
+    const char *route;   /* the metrics' route template (http_set_route); NULL: other */
+    uint64_t body_sent;
+    char log_path[256]; /* the path the access line shows instead ("": the request's) */
 };
 
 struct http_server {
@@ -154,6 +164,7 @@ struct http_server {
     struct http_response *(*too_large)(void *ctx, const struct http_request *req, size_t max_body);
     struct http_response *(*refusal)(void *ctx, int status, const char *message);
     void *ctx;
+    const char *surface; /* the access log's */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     unsigned threads, idle;
@@ -224,7 +235,8 @@ int http_body_fd(const struct http_request *r)
 void http_set_route(const struct http_request *r, const char *surface, const char *route)
 {
     struct conn *c = r->conn;
-    c->surface = surface;
+    if (surface)
+        c->surface = surface;
     c->route = route;
 }
 
@@ -236,6 +248,61 @@ bool http_client_gone(const struct http_request *r)
     while ((n = poll(&p, 1, 0)) < 0 && errno == EINTR)
         ;
     return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+const char *http_request_id(const struct http_request *r)
+{
+    const struct conn *c = r->conn;
+    return c->request_id;
+}
+
+void http_request_log_path(const struct http_request *r, const char *path)
+{
+    struct conn *c = r->conn;
+    snprintf(c->log_path, sizeof(c->log_path), "%s", path);
+}
+
+void http_request_surface(const struct http_request *r, const char *surface, bool quiet)
+{
+    struct conn *c = r->conn;
+    if (surface)
+        c->surface = surface;
+    c->quiet = quiet;
+}
+
+/* ---- request ids and the access log ---- */
+
+/* The request's id: the client's X-Request-ID when it is a sane token,
+ * else one made here; the thread's log context from now on. */
+static void take_request_id(struct conn *c, const char *given)
+{
+    if (corral_request_id_valid(given))
+        snprintf(c->request_id, sizeof(c->request_id), "%s", given);
+    else
+        corral_new_id(c->request_id, sizeof(c->request_id), "req_", 32);
+    corral_log_context_clear();
+    corral_log_context_request(c->request_id);
+    c->surface = c->srv->surface;
+    c->quiet = false;
+    c->body_sent = 0;
+    c->log_path[0] = '\0';
+}
+
+/* One line for an answered request: what it asked, how it was answered. */
+static void log_access(struct conn *c, int status, uint64_t took_ms)
+{
+    bool head = c->head_ok;
+    const char *method = head ? c->in + c->method : NULL;
+    const char *path = !head ? NULL : *c->log_path ? c->log_path : c->in + c->path;
+    struct corral_log_field f[] = {
+        {.name = "method", .text = method, .text_hidden = true},
+        {.name = "path", .text = path, .text_hidden = true},
+        {.name = "status", .num = status, .is_num = true, .text_hidden = true},
+        CORRAL_LOG_NUM("duration_ms", took_ms),
+        CORRAL_LOG_NUM("bytes", c->body_sent),
+    };
+    corral_log_with(c->quiet ? CORRAL_LOG_DEBUG : CORRAL_LOG_INFO, c->surface, f, 5, "%s %s %d",
+                    head ? method : "-", head ? path : "-", status);
 }
 
 /* ---- reading a request ---- */
@@ -734,6 +801,9 @@ static int read_request(struct conn *c)
                 c->body_got = c->len - h;
                 const char *why = "malformed request";
                 int status = parse_head(c, &why);
+                c->head_ok = !status;
+                /* the headers read before a failure count: a refusal has the id */
+                take_request_id(c, find_header(c, "X-Request-ID"));
                 if (status) {
                     answer_error(c, status, why);
                     return -1;
@@ -976,7 +1046,7 @@ static const char *reason(int status)
 static char *response_head(const struct http_response *r, const char *length, bool chunked,
                            bool close_after, size_t *out_len)
 {
-    size_t cap = 256 + (r->content_type ? strlen(r->content_type) : 0);
+    size_t cap = 256 + CORRAL_REQUEST_ID_MAX + (r->content_type ? strlen(r->content_type) : 0);
     for (size_t i = 0; i < r->n_headers; i++)
         cap += strlen(r->headers[i].name) + strlen(r->headers[i].value) + 4;
     char *h = malloc(cap);
@@ -990,10 +1060,12 @@ static char *response_head(const struct http_response *r, const char *length, bo
     for (size_t i = 0; i < r->n_headers; i++) {
         const char *name = r->headers[i].name;
         if (!strcasecmp(name, "Content-Length") || !strcasecmp(name, "Transfer-Encoding") ||
-            !strcasecmp(name, "Connection"))
+            !strcasecmp(name, "Connection") || !strcasecmp(name, "X-Request-ID"))
             continue; /* the server's to say */
         PUT("%s: %s\r\n", name, r->headers[i].value);
     }
+    if (r->request_id && *r->request_id)
+        PUT("X-Request-ID: %s\r\n", r->request_id);
     if (length)
         PUT("Content-Length: %s\r\n", length);
     if (chunked)
@@ -1017,12 +1089,14 @@ static int emit_chunk(void *u, const char *buf, size_t len)
     char size[24];
     int n = snprintf(size, sizeof(size), "%zx\r\n", len);
     struct iovec iov[3] = {{size, (size_t)n}, {(void *)buf, len}, {"\r\n", 2}};
+    c->body_sent += len;
     return send_iov(c, iov, 3);
 }
 
 static int emit_raw(void *u, const char *buf, size_t len)
 {
     struct conn *c = u;
+    c->body_sent += len;
     return send_all(c, buf, len);
 }
 
@@ -1108,12 +1182,8 @@ static bool send_file(struct conn *c, struct http_response *resp, bool head_only
 
 /* Sends resp (and frees it); whether the connection may serve another
  * request. */
-static bool send_response(struct conn *c, struct http_response *resp, bool head_only)
+static bool deliver(struct conn *c, struct http_response *resp, bool head_only)
 {
-    if (!resp)
-        resp = http_text(500, "text/plain", "out of memory");
-    if (!resp)
-        return false;
     if (resp->relay)
         return send_relayed(c, resp, head_only);
     if (resp->tunnel_fd >= 0)
@@ -1172,13 +1242,39 @@ static bool send_response(struct conn *c, struct http_response *resp, bool head_
 
 static void count_request(const struct conn *c, const char *method, int status, uint64_t t0_ns);
 
+/* Sends resp (and frees it) with the request's id, and logs it; whether
+ * the connection may serve another request. */
+static bool send_response(struct conn *c, struct http_response *resp, bool head_only)
+{
+    if (!resp)
+        resp = http_text(500, "text/plain", "out of memory");
+    if (!resp)
+        return false;
+    if (!*c->request_id) /* refused before its head was read */
+        take_request_id(c, NULL);
+    resp->request_id = c->request_id;
+    int status = resp->status;
+    bool whole = !resp->relay && !resp->ops && !resp->stream && resp->tunnel_fd < 0;
+    if (whole && !head_only && !no_body_status(status))
+        c->body_sent = resp->len;
+    bool go_on = deliver(c, resp, head_only);
+    if (!*c->request_id) /* a stream that could not start: its 503 was logged */
+        return go_on;
+    uint64_t now = corral_now_ms();
+    uint64_t started = c->started_ms ? c->started_ms : c->opened_ms ? c->opened_ms : now;
+    log_access(c, status, now - started);
+    c->request_id[0] = '\0';
+    corral_log_context_clear();
+    return go_on;
+}
+
 /* Answers a request that could not be read; the connection then closes.
- * Counted in the metrics as surface and route "other". */
+ * Counted in the metrics with the route "other". */
 static void answer_error(struct conn *c, int status, const char *msg)
 {
     uint64_t t0 = corral_mono_ns();
     c->keep_alive = false;
-    c->surface = c->route = NULL;
+    c->route = NULL;
     send_response(c, refusal(c->srv, status, msg), false);
     count_request(c, "", status, t0);
 }
@@ -1228,6 +1324,7 @@ static void next_request(struct conn *c)
     c->head_len = c->end = 0;
     c->continue_sent = c->too_large = false;
     c->n_hdrs = c->n_args = 0;
+    c->head_ok = false;
     c->answered_ms = corral_now_ms();
     c->started_ms = c->len ? c->answered_ms : 0; /* pipelined: the next one has begun */
     c->body_got = 0;
@@ -1299,7 +1396,7 @@ static bool answer(struct conn *c)
 {
     struct http_server *srv = c->srv;
     uint64_t t0 = corral_mono_ns();
-    c->surface = c->route = NULL;
+    c->route = NULL;
     if (__atomic_load_n(&c->expired, __ATOMIC_RELAXED))
         c->keep_alive = false; /* its deadline passed as it was taken: this answer is its last */
     struct http_response *resp;
@@ -1678,6 +1775,7 @@ int http_server_start(const struct http_server_options *o, struct http_server **
     s->too_large = o->too_large;
     s->refusal = o->refusal;
     s->ctx = o->ctx;
+    s->surface = o->surface ? o->surface : "serve";
     int one = 1;
     s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s->lfd < 0 || setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||

@@ -2,6 +2,7 @@
  * Requests to remote sandbox services, shared by the e2b and opensandbox
  * providers; see remote.h.
  */
+#include "base/log.h"
 #include "providers/remote.h"
 
 #include <errno.h>
@@ -411,7 +412,8 @@ void rm_keep(struct rm_sandbox *rs, uint64_t need, uint64_t target, bool throttl
     else if (!rm_life_killed(&rs->life)) {
         if (rc == -ENOENT) /* the sandbox is gone */
             rm_life_fail(&rs->life);
-        fprintf(stderr, "corral gateway: %s %s: %s\n", rs->ops->renew_failed, rs->id, err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s %s: %s", rs->ops->renew_failed, rs->id,
+                   err.message);
     }
 }
 
@@ -423,7 +425,8 @@ int rm_delete(struct rm_sandbox *rs)
     struct corral_error err;
     int rc = rs->ops->remove((struct provider_sandbox *)rs, &err);
     if (rc < 0)
-        fprintf(stderr, "corral gateway: %s %s: %s\n", rs->ops->delete_failed, rs->id, err.message);
+        corral_log(CORRAL_LOG_WARN, "gateway", "%s %s: %s", rs->ops->delete_failed, rs->id,
+                   err.message);
     return rc;
 }
 

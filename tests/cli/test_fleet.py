@@ -410,3 +410,67 @@ def test_a_second_signal_cuts_a_fronts_drain_short(tmp_path):
             front.proc.wait()
         node.shutdown()
 
+
+
+def test_a_request_id_follows_a_request_to_its_node(tmp_path):
+    """The front passes the request's id on to the node (the client's, or
+    the one it made), and answers with it, whatever the node said."""
+    import http.server
+    import threading
+
+    tag = "0badf00d"
+    seen = []
+
+    class Node(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/fleet/v1/node":
+                body = {"tag": tag, "ready": True, "draining": False, "sandboxes": 1,
+                        "memory_promised": 0, "memory_capacity": 1 << 30, "opensandbox_port": 0}
+            else:
+                seen.append(self.headers.get_all("X-Request-ID"))
+                body = {"sandboxID": self.path.rsplit("/", 1)[-1]}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("X-Request-ID", "the-nodes-own")
+            self.end_headers()
+            self.wfile.write(data)
+
+    node = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Node)
+    node.daemon_threads = True
+    threading.Thread(target=node.serve_forever, daemon=True).start()
+    port = free_port()
+    cfg = write(tmp_path / "front.yaml", "fleet:\n  role: front\n  key: %s\n"
+                "  probe_interval: 0.2s\n  nodes: [127.0.0.1:%d]\n"
+                % (FLEET_KEY, node.server_address[1]))
+    front = Proc([CORRAL, "serve", "--config", str(cfg), "--listen", "127.0.0.1:%d" % port,
+                  "--opensandbox-listen", "off", "--gateway-listen", "off", "--log-format",
+                  "json"], "127.0.0.1", port)
+    try:
+        assert eventually(lambda: front.request("GET", "/readyz")[0] == 200)
+        path = "/sandboxes/%s%s" % (tag, "0" * 24)
+        for given in ("fleet-req-1", None):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.request("GET", path, headers={"X-Request-ID": given} if given else {})
+            resp = conn.getresponse()
+            resp.read()
+            conn.close()
+            assert resp.status == 200
+            answered = resp.getheaders()
+            ids = [v for k, v in answered if k.lower() == "x-request-id"]
+            assert len(ids) == 1 and (ids[0] == given or (not given and ids[0].startswith("req_"))), \
+                answered
+            assert seen[-1] == ids[0:1], seen
+        front.stop()
+        lines = [json.loads(line) for line in front.err.splitlines() if line]
+        assert any(l.get("request_id") == "fleet-req-1" and l.get("path") == path
+                   and l.get("status") == 200 for l in lines), front.err
+    finally:
+        if front.proc.poll() is None:
+            front.proc.kill()
+            front.proc.wait()
+        node.shutdown()

@@ -99,7 +99,8 @@ def test_create_get_list_and_delete(osb):
     # The bare paths answer too, and the request id is echoed.
     status, text, resp = osb.request("GET", f"/sandboxes/{sid}", headers={"X-Request-ID": "abc-1"})
     assert status == 200 and resp.getheader("X-Request-ID") == "abc-1"
-    assert len(osb.request("GET", "/v1/sandboxes/nope")[2].getheader("X-Request-ID")) == 32
+    made = osb.request("GET", "/v1/sandboxes/nope")[2].getheader("X-Request-ID")
+    assert len(made) == 36 and made.startswith("req_"), made  # the server's: req_ + 32 hex
     # Code sees the env.
     status, text, _ = osb.execd(sid, "POST", "/code", {"code": "import os; os.environ['GREETING']",
                                                        "context": {"language": "python"}})

@@ -310,8 +310,11 @@ async function startOnce({ apiKeys, config, args, gateway, extraEnv }) {
   server.gatewayUrl = null;
   const command = `${CORRAL} ${argv.join(' ')}`;
   const expected = `corral: listening on http://127.0.0.1:${port}`;
-  // The line may go on after the URL ("... (E2B sandbox API)").
-  const lineFor = (text) => new RegExp(`^${text.replace(/[.*+?^$()|[\]\\{}]/g, '\\$&')}(\\s|$)`, 'm');
+  // The line may go on after the URL ("... (E2B sandbox API)"); with
+  // --log-format json it is the message of a JSON line.
+  const escape = (text) => text.replace(/[.*+?^$()|[\]\\{}]/g, '\\$&');
+  const lineFor = (text) =>
+    new RegExp(`^${escape(text)}(\\s|$)|"msg":"${escape(text.replace(/^corral: /, ''))}[ "]`, 'm');
   const listening = lineFor(expected);
   const gatewayExpected = withGateway ? `corral: listening on http://127.0.0.1:${gwPort}` : null;
   const gatewayListening = withGateway ? lineFor(gatewayExpected) : null;

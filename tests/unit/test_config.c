@@ -249,7 +249,7 @@ static void refuses_unknown_keys(void **state)
                                      "'default' (known: preload, pool_size, limits, network)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, templates, network, fleet, audit)");
+                 "disk_dir, templates, network, fleet, audit, log)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
@@ -258,6 +258,11 @@ static void refuses_unknown_keys(void **state)
                  "memory, cpus, pids, disk, open_files)");
     expect_error("templates: {t: {limits: {Memory: 1g}}}\n", EINVAL,
                  "corral.yaml:1:26: unknown key 'Memory' in the limits of template 't'");
+    expect_error("log: {level: loud}\n", EINVAL,
+                 "corral.yaml:1:14: log.level must be debug, info, warn or error, not 'loud'");
+    expect_error("log: {format: xml}\n", EINVAL,
+                 "corral.yaml:1:15: log.format must be text or json, not 'xml'");
+    expect_error("log: {colour: red}\n", EINVAL, "corral.yaml:1:7: unknown key 'colour' in log");
     expect_error("? [a, b]\n: 1\n", EINVAL,
                  "corral.yaml:1:3: keys at the top level must be names, not a list");
 }
@@ -638,9 +643,24 @@ static void applies_a_config(void **state)
     corral_shutdown();
 }
 
+/* log: corral serve's log level and format. */
+static void reads_the_log_settings(void **state)
+{
+    struct corral_config *cfg = parse_ok("log:\n  level: debug\n  format: json\n");
+    assert_string_equal(cfg->log_level, "debug");
+    assert_string_equal(cfg->log_format, "json");
+    corral_config_free(cfg);
+    cfg = parse_ok("log:\n");
+    assert_null(cfg->log_level);
+    assert_null(cfg->log_format);
+    corral_config_free(cfg);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reads_the_log_settings),
         cmocka_unit_test(parses_a_full_file),
         cmocka_unit_test(missing_keys_take_defaults),
         cmocka_unit_test(preload_missing_vs_empty),

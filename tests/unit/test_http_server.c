@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "http/http.h"
 
 #define MAX_BODY  1000
@@ -127,6 +128,13 @@ static struct http_response *handler(const struct http_request *r, void *ctx)
     }
     if (!strcmp(r->path, "/empty"))
         return http_empty(204);
+    if (!strcmp(r->path, "/rid")) { /* the id as the handler and its thread's log see it */
+        struct http_response *resp =
+            http_json(200, json_pack("{s:s, s:s}", "id", http_request_id(r), "logged",
+                                     corral_log_request_id()));
+        http_add_header(resp, "X-Request-ID", "the handler's own"); /* the server's wins */
+        return resp;
+    }
     if (!strcmp(r->path, "/huge")) { /* more than any socket buffers hold */
         char *body = malloc(HUGE_BODY);
         memset(body, 'h', HUGE_BODY);
@@ -271,6 +279,80 @@ static void test_a_request_its_headers_query_and_body(void **state)
     free(r);
     close(fd);
     http_server_stop(srv);
+}
+
+/* The request id in an answer's head ("" when none), and how many there are. */
+static int request_id_of(const char *answer, char *out, size_t len)
+{
+    int n = 0;
+    *out = '\0';
+    for (const char *p = strcasestr(answer, "\r\nX-Request-ID: "); p;
+         p = strcasestr(p + 1, "\r\nX-Request-ID: ")) {
+        const char *v = p + 16, *end = strstr(v, "\r\n");
+        snprintf(out, len, "%.*s", (int)(end - v), v);
+        n++;
+    }
+    return n;
+}
+
+static void test_request_ids_are_taken_made_answered_and_logged(void **state)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    corral_log_setup(CORRAL_LOG_INFO, CORRAL_LOG_JSON, p[1]);
+    struct http_server *srv = start();
+    int fd = dial(srv);
+    char id[200];
+    put(fd, "GET /rid HTTP/1.1\r\nHost: x\r\nX-Request-ID: mine-1\r\n\r\n");
+    char *r = read_one(fd);
+    assert_int_equal(request_id_of(r, id, sizeof(id)), 1);
+    assert_string_equal(id, "mine-1");
+    assert_non_null(strstr(r, "\"id\":\"mine-1\",\"logged\":\"mine-1\""));
+    free(r);
+    /* none, or one with a space: made */
+    const char *asks[] = {"GET /rid HTTP/1.1\r\nHost: x\r\n\r\n",
+                          "GET /rid HTTP/1.1\r\nHost: x\r\nX-Request-ID: a b\r\n\r\n"};
+    char made[2][200];
+    for (int i = 0; i < 2; i++) {
+        put(fd, asks[i]);
+        r = read_one(fd);
+        assert_int_equal(request_id_of(r, made[i], sizeof(made[i])), 1);
+        assert_int_equal(strlen(made[i]), 36);
+        assert_memory_equal(made[i], "req_", 4);
+        free(r);
+    }
+    assert_string_not_equal(made[0], made[1]);
+    /* a stream's answer, and the server's own refusal */
+    put(fd, "GET /stream HTTP/1.1\r\nHost: x\r\nX-Request-ID: streamed\r\n\r\n");
+    char head[512] = {0};
+    for (size_t n = 0; !strstr(head, "\r\n\r\n") && n < sizeof(head) - 1; n++)
+        assert_int_equal(recv(fd, head + n, 1, 0), 1);
+    assert_int_equal(request_id_of(head, id, sizeof(id)), 1);
+    assert_string_equal(id, "streamed");
+    close(fd);
+    fd = dial(srv);
+    put(fd, "GET / HTTP/1.1\r\nX-Request-ID: refused\r\nContent-Length: 1\r\n"
+            "Content-Length: 2\r\n\r\n");
+    r = read_all(fd);
+    assert_non_null(strstr(r, "HTTP/1.1 400 "));
+    assert_int_equal(request_id_of(r, id, sizeof(id)), 1);
+    assert_string_equal(id, "refused");
+    free(r);
+    close(fd);
+    http_server_stop(srv);
+    corral_log_setup(CORRAL_LOG_INFO, CORRAL_LOG_TEXT, 2);
+    close(p[1]);
+    char log[16384];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof(log) - 1 && (n = read(p[0], log + len, sizeof(log) - 1 - len)) > 0)
+        len += (size_t)n;
+    log[len] = '\0';
+    close(p[0]);
+    assert_non_null(strstr(log, "\"msg\":\"GET /rid 200\",\"request_id\":\"mine-1\""));
+    assert_non_null(strstr(log, "\"request_id\":\"streamed\",\"method\":\"GET\",\"path\":"
+                                "\"/stream\",\"status\":200"));
+    assert_non_null(strstr(log, "\"request_id\":\"refused\",\"status\":400"));
 }
 
 static void test_chunked_bodies_and_pipelined_requests(void **state)
@@ -1026,6 +1108,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_request_its_headers_query_and_body),
+        cmocka_unit_test(test_request_ids_are_taken_made_answered_and_logged),
         cmocka_unit_test(test_chunked_bodies_and_pipelined_requests),
         cmocka_unit_test(test_expect_continue_head_and_no_content),
         cmocka_unit_test(test_http10_closes_unless_kept),

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/cleanup.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -963,8 +964,10 @@ static struct http_response *audit_fail(int status, const char *code, const char
 static struct http_response *control_plane(struct e2b *e, const struct http_request *req)
 {
     const char *m = req->method, *p = req->path;
-    if (!strcmp(p, "/health"))
+    if (!strcmp(p, "/health")) {
+        http_request_surface(req, NULL, true);
         return http_empty(204);
+    }
     int caller = tenant_of(&e->tenants, http_header(req, "X-API-Key"));
     if (caller == TENANT_REFUSED)
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
@@ -989,6 +992,7 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
             return not_found(rest);
         memcpy(id, rest, len);
         id[len] = '\0';
+        corral_log_context_sandbox(id);
         return one_sandbox(e, req, id, slash ? slash : "", caller);
     }
     if (!strncmp(p, "/templates/aliases/", 19) && !strcmp(m, "GET"))
@@ -1425,6 +1429,9 @@ static void audit_scope_of(struct e2b *e, corral_sandbox *sb, const struct http_
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
                                         const char *id, const char *port)
 {
+    corral_log_context_sandbox(id);
+    if (port_number(port) == ENVD_PORT)
+        http_request_surface(req, "envd", false);
     corral_sandbox *sb = registry_find(&e->owned, id);
     if (!sb)
         return http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",

@@ -20,6 +20,7 @@
 #include "api/tenants.h"
 #include "api/wire.h"
 #include "base/cleanup.h"
+#include "base/log.h"
 #include "base/util.h"
 #include "corral/corral.h"
 
@@ -1122,6 +1123,9 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     if (sscanf(rest, "%127[^/]/%7[a-z]/%95[^/]%n", id, kind, route, &used) < 3 ||
         (rest[used] && rest[used] != '/') || (strcmp(kind, "proxy") && strcmp(kind, "signed")))
         return execd_error(404, "NOT_FOUND", "no such path");
+    corral_log_context_sandbox(id);
+    if (!strcmp(kind, "proxy") && atoi(route) == EXECD_PORT)
+        http_request_surface(req, "execd", false);
     bool signed_route = !strcmp(kind, "signed");
     unsigned port = 0;
     uint64_t number = 0;
@@ -1196,8 +1200,10 @@ static struct http_response *route(struct osb *o, const struct http_request *req
         ((strstr(p + 11, "/proxy/") && strchr(p + 11, '/') == strstr(p + 11, "/proxy/")) ||
          (strstr(p + 11, "/signed/") && strchr(p + 11, '/') == strstr(p + 11, "/signed/"))))
         return proxy(o, req, p + 11);
-    if (!strcmp(p, "/health") || !strcmp(p, "/v1/health"))
+    if (!strcmp(p, "/health") || !strcmp(p, "/v1/health")) {
+        http_request_surface(req, NULL, true);
         return http_json(200, json_pack("{s:s}", "status", "healthy"));
+    }
     int caller;
     struct http_response *refused = key_refused(o, req, &caller);
     if (refused)
@@ -1239,24 +1245,27 @@ struct http_response *osb_refusal(void *ctx, int status, const char *message)
     return execd_error(status, code, "%s", message);
 }
 
+void osb_log_path(const struct http_request *req)
+{
+    const char *s = strstr(req->path, "/signed/");
+    if (!s)
+        return;
+    const char *end = strchr(s + 8, '/');
+    size_t before = (size_t)(s - req->path);
+    char path[256];
+    snprintf(path, sizeof(path), "%.*s/signed/-%s", (int)(before < 160 ? before : 160), req->path,
+             end ? end : "");
+    http_request_log_path(req, path);
+}
+
 struct http_response *osb_handle(const struct http_request *req, void *ctx)
 {
     struct osb *o = ctx;
+    osb_log_path(req);
     struct http_response *resp = route(o, req);
     if (!resp)
         resp = execd_error(500, "SANDBOX::INTERNAL_ERROR", "out of memory");
-    const char *rid = http_header(req, "X-Request-ID");
-    char made[33];
-    struct corral_error err;
-    bool ok = true;
-    for (const char *c = rid; rid && *c && ok; c++)
-        ok = *c > ' ' && *c < 127;
-    if (!rid || !*rid || !ok || strlen(rid) > 128) {
-        rid = corral_random_hex(made, 16, &err) == 0 ? made : NULL;
-    }
-    if (rid)
-        http_add_header(resp, "X-Request-ID", rid);
-    return resp;
+    return resp; /* the server adds its X-Request-ID */
 }
 
 int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error *err)

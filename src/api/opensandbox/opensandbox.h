@@ -50,6 +50,9 @@ struct http_response *osb_handle(const struct http_request *req, void *ctx);
 /* The http_server's own refusals (408, 413, 503...) in OpenSandbox's error
  * shape: {"code": "SANDBOX::...", "message"}. */
 struct http_response *osb_refusal(void *ctx, int status, const char *message);
+/* A signed route's path (/sandboxes/{id}/signed/{route}...) is logged
+ * without its signature. */
+void osb_log_path(const struct http_request *req);
 /* Kills every sandbox created through it. */
 void osb_kill_all(struct osb *o);
 /* Kills and releases every sandbox created through it. */
