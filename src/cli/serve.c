@@ -665,6 +665,12 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
         return CLI_USAGE;
     }
+    struct console_options co = {.gw = s->gw, .admin_keys = o->admin_keys, .api_keys = o->keys};
+    if (console_new(&co, &s->console, &err) < 0) {
+        fprintf(stderr, "corral serve: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+    openai_mount(s->oa, "/ui", console_handle, s->console);
     s->probe_gw = (struct probes){.state = &s->state};
     /* Files come up to gateway.file_max, spooled to the gateway's data
      * directory as they arrive (where they are kept: copied within one file
@@ -743,6 +749,7 @@ static void stop_servers(struct servers *s)
     if (s->gw_srv)
         http_server_stop(s->gw_srv);
     openai_free(s->oa);
+    console_free(s->console);
     corral_gateway_free(s->gw);
     /* The answers under way go out whole (a DELETE that ended a node's
      * drain, an execution's end): their sandboxes are gone by now. */

@@ -1,0 +1,293 @@
+// corral's web console: logs in with a key kept in this tab's
+// sessionStorage, then shows one view at a time from /ui/api, polled every
+// two seconds. Every value from the server goes into the page as text
+// (textContent), never as markup.
+'use strict';
+
+const POLL_MS = 2000;
+const KEY = 'corral.console.key';
+const state = { tab: null, timer: null, selected: null, cpu: new Map() };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === 'class') node.className = value;
+    else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+class Unauthorized extends Error {}
+
+async function api(path, asBlob) {
+  const key = sessionStorage.getItem(KEY) || '';
+  const res = await fetch('/ui/api' + path, { headers: key ? { Authorization: 'Bearer ' + key } : {} });
+  if (res.status === 401) throw new Unauthorized('The key was refused.');
+  if (!res.ok) {
+    let message = res.status + ' ' + res.statusText;
+    try { message = (await res.json()).error.message; } catch (e) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return asBlob ? res.blob() : res.json();
+}
+
+// ---- formatting ----
+
+function bytes(n) {
+  if (n === undefined || n === null) return '';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + ' ' + units[i];
+}
+
+function age(seconds) {
+  if (seconds < 60) return seconds + ' s';
+  if (seconds < 3600) return Math.floor(seconds / 60) + ' min';
+  return Math.floor(seconds / 3600) + ' h ' + Math.floor((seconds % 3600) / 60) + ' min';
+}
+
+function when(unixSeconds) {
+  return unixSeconds ? new Date(unixSeconds * 1000).toISOString().replace('T', ' ').slice(0, 19) : '';
+}
+
+function bar(used, limit) {
+  const share = limit ? Math.min(100, (100 * used) / limit) : 0;
+  const fill = el('span', {});
+  fill.style.width = share.toFixed(0) + '%'; // a style property, which the page's CSP allows
+  return el('span', {}, el('span', { class: 'bar' }, fill), bytes(used) + (limit ? ' of ' + bytes(limit) : ''));
+}
+
+function table(headers, rows, onRow) {
+  return el('table', {},
+    el('thead', {}, el('tr', {}, headers.map((h) => el('th', {}, h)))),
+    el('tbody', {}, rows.map((r) => {
+      const tr = el('tr', onRow ? { class: 'clickable', onclick: () => onRow(r.item) } : {},
+        r.cells.map((c) => el('td', {}, c)));
+      if (r.id) tr.dataset.id = r.id;
+      return tr;
+    })));
+}
+
+// ---- views ----
+
+function cpuShare(s) {
+  // CPU share between two polls, from the CPU time the sandbox used.
+  const u = s.usage;
+  if (!u) return '';
+  const before = state.cpu.get(s.id);
+  state.cpu.set(s.id, { ns: u.cpu_ns, at: u.at_ms });
+  if (!before || u.at_ms <= before.at) return u.cpu_percent.toFixed(1) + ' %';
+  return ((100 * (u.cpu_ns - before.ns)) / ((u.at_ms - before.at) * 1e6)).toFixed(1) + ' %';
+}
+
+const views = {
+  sandboxes: {
+    title: 'Live sandboxes',
+    async render() {
+      const { sandboxes } = await api('/sandboxes');
+      sandboxes.sort((a, b) => b.started_at - a.started_at);
+      return [
+        el('p', { class: 'muted' }, sandboxes.length + ' running'),
+        table(['Sandbox', 'Template', 'Owner', 'Age', 'Memory', 'CPU', 'Network', 'State'],
+          sandboxes.map((s) => ({
+            id: s.id,
+            cells: [s.id, s.template, s.owner || '—', age(s.age_seconds),
+              s.usage ? bar(s.usage.memory_used, s.usage.memory_limit) : '', cpuShare(s), s.network,
+              s.paused ? 'paused' : 'running'],
+          }))),
+      ];
+    },
+  },
+  executions: {
+    title: 'Executions',
+    async render() {
+      const page = await api('/executions?limit=100');
+      const rows = page.data.map((x) => ({
+        id: x.id,
+        item: x,
+        cells: [when(x.started_at), x.key || '—', x.surface, x.sandbox_id || x.container_id || '',
+          x.kind, (x.code || '').split('\n')[0].slice(0, 80), x.outcome,
+          x.duration_ms === undefined ? '' : x.duration_ms + ' ms'],
+      }));
+      const out = [table(['Started', 'Key', 'Surface', 'Sandbox', 'Kind', 'Code', 'Outcome', 'Took'], rows,
+        (x) => { state.selected = x.id; refresh(); })];
+      if (state.selected) out.push(await executionDetail(state.selected));
+      return out;
+    },
+  },
+  containers: {
+    title: 'Containers',
+    async render() {
+      const { containers } = await api('/containers');
+      if (!containers.length) return [el('p', { class: 'muted' }, 'No container is running.')];
+      return containers.map((c) => el('div', { class: 'card', 'data-id': c.id },
+        el('h3', {}, c.name || c.id),
+        el('p', { class: 'muted' }, c.id + ' · ' + (c.owner || 'no key') + ' · created ' + when(c.created_at) +
+          (c.memory_limit ? ' · ' + c.memory_limit : '')),
+        c.files.length
+          ? table(['File', 'Bytes', 'Created', ''], c.files.map((f) => ({
+            id: f.id,
+            cells: [f.path, bytes(f.bytes), when(f.created_at),
+              el('button', { type: 'button', onclick: () => download(c.id, f) }, 'Download')],
+          })))
+          : el('p', { class: 'muted' }, 'No files.')));
+    },
+  },
+  keys: {
+    title: 'Keys',
+    async render() {
+      const { keys } = await api('/keys');
+      if (!keys.length) return [el('p', { class: 'muted' }, 'No virtual key exists (POST /key/generate).')];
+      return keys.map((k) => el('div', { class: 'card', 'data-alias': k.key_alias || '' },
+        el('h3', {}, k.key_alias || 'key ' + k.token_start),
+        el('p', { class: 'muted' }, 'sha256 ' + k.token_start + '… · created ' + when(k.created_at) +
+          (k.models ? ' · models ' + k.models.join(', ') : '') + (k.rpm_limit ? ' · ' + k.rpm_limit + ' rpm' : '')),
+        usageChart(k.usage)));
+    },
+  },
+  egress: {
+    title: 'Egress denials',
+    async render() {
+      const { denials } = await api('/egress');
+      if (!denials.length) return [el('p', { class: 'muted' }, 'No connection was denied.')];
+      return [table(['When', 'Sandbox', 'Destination', 'Reason'],
+        denials.map((d) => ({ cells: [when(d.time), d.sandbox_id, d.destination, d.reason] })))];
+    },
+  },
+};
+
+async function executionDetail(id) {
+  const x = await api('/executions/' + encodeURIComponent(id));
+  const images = (x.images || []).map((png, i) =>
+    el('img', { src: 'data:image/png;base64,' + png, alt: 'image ' + (i + 1) + ' the code displayed' }));
+  return el('div', { class: 'detail', id: 'execution' },
+    el('h3', {}, 'Execution ' + x.id),
+    el('p', { class: 'muted' }, [x.surface, x.kind, x.language, x.outcome, when(x.started_at)]
+      .filter(Boolean).join(' · ')),
+    el('h4', {}, 'Code'), el('pre', { class: 'code' }, x.code || ''),
+    x.stdout ? [el('h4', {}, 'Output'), el('pre', { class: 'stdout' }, x.stdout)] : null,
+    x.stderr ? [el('h4', {}, 'Errors'), el('pre', { class: 'stderr' }, x.stderr)] : null,
+    x.error ? [el('h4', {}, 'Error'), el('pre', { class: 'error' }, x.error)] : null,
+    images.length ? [el('h4', {}, 'Images'), images] : null);
+}
+
+// Requests and tokens by day, the last 31 days, as bars.
+function usageChart(usage) {
+  const days = (usage || []).slice().reverse();
+  const width = 620, height = 120, pad = 18;
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('class', 'chart');
+  svg.setAttribute('width', width);
+  svg.setAttribute('height', height);
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', 'requests per day');
+  const max = Math.max(1, ...days.map((d) => d.requests));
+  const slot = (width - 2 * pad) / Math.max(days.length, 1);
+  days.forEach((d, i) => {
+    const h = ((height - 2 * pad) * d.requests) / max;
+    const rect = document.createElementNS(ns, 'rect');
+    rect.setAttribute('x', pad + i * slot + 2);
+    rect.setAttribute('y', height - pad - h);
+    rect.setAttribute('width', Math.max(2, slot - 4));
+    rect.setAttribute('height', h);
+    const tip = document.createElementNS(ns, 'title');
+    tip.textContent = d.day + ': ' + d.requests + ' requests, ' + d.input_tokens + ' tokens in, ' +
+      d.output_tokens + ' out, ' + d.code_calls + ' code calls';
+    rect.append(tip);
+    svg.append(rect);
+    const label = document.createElementNS(ns, 'text');
+    label.setAttribute('x', pad + i * slot + 2);
+    label.setAttribute('y', height - 4);
+    label.textContent = d.day.slice(5);
+    svg.append(label);
+  });
+  const caption = el('p', { class: 'muted' }, days.length
+    ? 'Requests per day (most ' + max + '): ' + days.map((d) => d.day + ' ' + d.requests).join(', ')
+    : 'No use yet.');
+  return [svg, caption];
+}
+
+async function download(containerId, file) {
+  const blob = await api('/containers/' + encodeURIComponent(containerId) + '/files/' +
+    encodeURIComponent(file.id) + '/content', true);
+  const url = URL.createObjectURL(blob);
+  const a = el('a', { href: url, download: file.path.split('/').pop() });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+// ---- the page ----
+
+async function refresh() {
+  const view = views[state.tab];
+  clearTimeout(state.timer);
+  try {
+    const nodes = await view.render();
+    $('content').replaceChildren(...[nodes].flat());
+    $('status').textContent = 'Updated ' + new Date().toLocaleTimeString();
+    $('status').className = 'muted';
+  } catch (e) {
+    if (e instanceof Unauthorized) return showLogin(e.message);
+    $('status').textContent = e.message;
+    $('status').className = 'error';
+  }
+  state.timer = setTimeout(refresh, POLL_MS);
+}
+
+function show(tab) {
+  state.tab = views[tab] ? tab : 'sandboxes';
+  if (state.tab !== 'executions') state.selected = null;
+  for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('active', a.dataset.tab === state.tab);
+  $('title').textContent = views[state.tab].title;
+  $('content').replaceChildren();
+  refresh();
+}
+
+function showLogin(message) {
+  clearTimeout(state.timer);
+  sessionStorage.removeItem(KEY);
+  $('view').hidden = true;
+  $('tabs').hidden = true;
+  $('logout').hidden = true;
+  $('who').textContent = '';
+  $('login').hidden = false;
+  $('login-error').textContent = message || '';
+  $('key').focus();
+}
+
+async function start() {
+  try {
+    const { role } = await api('/session');
+    $('login').hidden = true;
+    $('view').hidden = false;
+    $('tabs').hidden = false;
+    $('logout').hidden = role === 'open';
+    $('who').textContent = role === 'open' ? 'no key configured' : 'logged in: ' + role + ' key';
+    show(location.hash.slice(1));
+  } catch (e) {
+    showLogin(sessionStorage.getItem(KEY) ? e.message : '');
+  }
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('login').addEventListener('submit', (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(KEY, $('key').value);
+    $('key').value = '';
+    start();
+  });
+  $('logout').addEventListener('click', () => showLogin(''));
+  window.addEventListener('hashchange', () => { if (!$('view').hidden) show(location.hash.slice(1)); });
+  start();
+});
