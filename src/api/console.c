@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/util.h"
 #include "corral/corral.h"
+#include "egress/denials.h"
 
 extern const char corral_console_html[], corral_console_js[], corral_console_css[];
 
@@ -197,14 +198,31 @@ gateway_reply(const struct console *c, int (*fn)(corral_gateway *, struct corral
     return resp;
 }
 
+static struct http_response *denials(void)
+{
+    struct egress_denial *recent = calloc(EGRESS_DENIALS_KEPT, sizeof(*recent));
+    if (!recent)
+        return openai_invalid(500, "server_error", "The console is out of memory.");
+    size_t n = egress_denials_recent(recent, EGRESS_DENIALS_KEPT);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:s, s:I}", "time",
+                                             (json_int_t)(recent[i].at_ms / 1000), "sandbox_id",
+                                             recent[i].sandbox_id, "destination",
+                                             recent[i].destination, "reason", recent[i].reason,
+                                             "not_shown_before", (json_int_t)recent[i].not_shown));
+    free(recent);
+    return http_json(200, json_pack("{s:o}", "denials", arr));
+}
+
 static struct http_response *api(const struct console *c, const char *path, const char *role)
 {
-    if (!strcmp(path, "/session"))
-        return http_json(200, json_pack("{s:s}", "role", role));
     if (!strcmp(path, "/sandboxes"))
         return sandboxes(c);
     if (!strcmp(path, "/containers"))
         return gateway_reply(c, corral_gateway_console_containers);
+    if (!strcmp(path, "/egress"))
+        return denials();
     if (!strcmp(path, "/keys"))
         return gateway_reply(c, corral_gateway_console_keys);
     if (!strncmp(path, "/containers/", 12))
@@ -244,6 +262,11 @@ static struct http_response *answer(struct console *c, const struct http_request
         return r ? r : openai_invalid(404, NULL, "The console has no such page.");
     }
     const char *role = role_of(c, req);
+    if (!strcmp(path, "/ui/api/session")) /* the login's question: answered, not refused */
+        return http_json(200, role ? json_pack("{s:s}", "role", role)
+                                   : json_pack("{s:n, s:s}", "role", "message",
+                                               "The key was refused: the console takes the "
+                                               "master key or an admin key."));
     if (!role)
         return openai_invalid(401, "invalid_api_key",
                               "The console takes the master key or an admin key, as "

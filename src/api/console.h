@@ -5,11 +5,12 @@
  * gateway's master key or an admin key (--admin-key):
  *
  *   GET /ui, /ui/console.js, /ui/console.css   the page (no key: it holds no data)
- *   GET /ui/api/session                        who the key is: {"role"}
+ *   GET /ui/api/session                        who the key is: {"role"}, null when refused
  *   GET /ui/api/sandboxes                      live sandboxes, with their usage
  *   GET /ui/api/containers                     the gateway's running containers and files
  *   GET /ui/api/containers/{id}/files/{fid}/content   a file's bytes
  *   GET /ui/api/keys                           virtual keys and their usage by day
+ *   GET /ui/api/egress                         the latest egress denials (egress/denials.h)
  *
  * The page sends the key as `Authorization: Bearer KEY` (it keeps it in the
  * tab's sessionStorage) and polls every two seconds. Errors are OpenAI's

@@ -35,6 +35,7 @@
 #include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "base/util.h"
+#include "egress/denials.h"
 #include "egress/dns.h"
 #include "egress/egress.h"
 #include "egress/sniff.h"
@@ -147,6 +148,7 @@ static void deny_log(struct egress_sandbox *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
+    egress_denial_record(b->id, what, suppressed);
     if (suppressed)
         fprintf(stderr, "corral: egress: sandbox %s: denied %s (and %llu more denials not shown)\n",
                 b->id, what, (unsigned long long)suppressed);

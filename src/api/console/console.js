@@ -268,7 +268,9 @@ function showLogin(message) {
 
 async function start() {
   try {
-    const { role } = await api('/session');
+    const session = await api('/session');
+    const role = session.role;
+    if (!role) return showLogin(sessionStorage.getItem(KEY) ? session.message : '');
     $('login').hidden = true;
     $('view').hidden = false;
     $('tabs').hidden = false;
