@@ -149,7 +149,7 @@ const views = {
       return keys.map((k) => el('div', { class: 'card', 'data-alias': k.key_alias || '' },
         el('h3', {}, k.key_alias || 'key ' + k.token_start),
         el('p', { class: 'muted' }, 'sha256 ' + k.token_start + '… · created ' + when(k.created_at) +
-          (k.models ? ' · models ' + k.models.join(', ') : '') + (k.rpm_limit ? ' · ' + k.rpm_limit + ' rpm' : '')),
+          (k.models && k.models.length ? ' · models ' + k.models.join(', ') : '') + (k.rpm_limit ? ' · ' + k.rpm_limit + ' rpm' : '')),
         usageChart(k.usage)));
     },
   },
@@ -179,9 +179,18 @@ async function executionDetail(id) {
     images.length ? [el('h4', {}, 'Images'), images] : null);
 }
 
-// Requests and tokens by day, the last 31 days, as bars.
+// Requests by day over the last 31 days (UTC), one bar a day, tokens and
+// code calls in each bar's title.
+const CHART_DAYS = 31;
+
 function usageChart(usage) {
-  const days = (usage || []).slice().reverse();
+  const byDay = new Map((usage || []).map((d) => [d.day, d]));
+  const days = [];
+  const today = Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate());
+  for (let i = CHART_DAYS - 1; i >= 0; i--) {
+    const day = new Date(today - i * 86400000).toISOString().slice(0, 10);
+    days.push(byDay.get(day) || { day, requests: 0, input_tokens: 0, output_tokens: 0, code_calls: 0 });
+  }
   const width = 620, height = 120, pad = 18;
   const ns = 'http://www.w3.org/2000/svg';
   const svg = document.createElementNS(ns, 'svg');
@@ -191,28 +200,38 @@ function usageChart(usage) {
   svg.setAttribute('role', 'img');
   svg.setAttribute('aria-label', 'requests per day');
   const max = Math.max(1, ...days.map((d) => d.requests));
-  const slot = (width - 2 * pad) / Math.max(days.length, 1);
+  const slot = (width - 2 * pad) / CHART_DAYS;
   days.forEach((d, i) => {
     const h = ((height - 2 * pad) * d.requests) / max;
-    const rect = document.createElementNS(ns, 'rect');
-    rect.setAttribute('x', pad + i * slot + 2);
-    rect.setAttribute('y', height - pad - h);
-    rect.setAttribute('width', Math.max(2, slot - 4));
-    rect.setAttribute('height', h);
-    const tip = document.createElementNS(ns, 'title');
-    tip.textContent = d.day + ': ' + d.requests + ' requests, ' + d.input_tokens + ' tokens in, ' +
-      d.output_tokens + ' out, ' + d.code_calls + ' code calls';
-    rect.append(tip);
-    svg.append(rect);
-    const label = document.createElementNS(ns, 'text');
-    label.setAttribute('x', pad + i * slot + 2);
-    label.setAttribute('y', height - 4);
-    label.textContent = d.day.slice(5);
-    svg.append(label);
+    if (d.requests) {
+      const rect = document.createElementNS(ns, 'rect');
+      rect.setAttribute('x', pad + i * slot + 1);
+      rect.setAttribute('y', height - pad - h);
+      rect.setAttribute('width', Math.max(2, slot - 2));
+      rect.setAttribute('height', h);
+      const tip = document.createElementNS(ns, 'title');
+      tip.textContent = d.day + ': ' + d.requests + ' requests, ' + d.input_tokens + ' tokens in, ' +
+        d.output_tokens + ' out, ' + d.code_calls + ' code calls';
+      rect.append(tip);
+      svg.append(rect);
+    }
+    if (i % 7 === 0 || i === CHART_DAYS - 1) {
+      const label = document.createElementNS(ns, 'text');
+      label.setAttribute('x', pad + i * slot);
+      label.setAttribute('y', height - 4);
+      label.textContent = d.day.slice(5);
+      svg.append(label);
+    }
   });
-  const caption = el('p', { class: 'muted' }, days.length
-    ? 'Requests per day (most ' + max + '): ' + days.map((d) => d.day + ' ' + d.requests).join(', ')
-    : 'No use yet.');
+  const top = document.createElementNS(ns, 'text');
+  top.setAttribute('x', 2);
+  top.setAttribute('y', pad - 6);
+  top.textContent = String(max);
+  svg.append(top);
+  const used = days.filter((d) => d.requests);
+  const caption = el('p', { class: 'muted' }, used.length
+    ? 'Requests per day (most ' + max + '): ' + used.map((d) => d.day + ' ' + d.requests).join(', ')
+    : 'No use in the last ' + CHART_DAYS + ' days.');
   return [svg, caption];
 }
 
