@@ -65,6 +65,11 @@ bool corral_gateway_drain(corral_gateway *gw, unsigned wait_ms);
 /* Waits for running calls to end (cancel them first), removes every
  * sandbox the gateway holds and frees it. */
 void corral_gateway_free(corral_gateway *gw);
+/* The audit trail the gateway records its code's executions to, in its
+ * store (src/store/audit.h): for a server's other APIs to record theirs
+ * beside them and to read them. Closed by corral_gateway_free. */
+struct audit;
+struct audit *corral_gateway_audit(corral_gateway *gw);
 
 enum corral_gateway_api {
     CORRAL_GATEWAY_RESPONSES, /* POST /v1/responses */
@@ -86,6 +91,9 @@ struct corral_gateway_events {
      * sandbox: true cancels the call as above. May be NULL. */
     bool (*cancelled)(void *userdata);
     void *userdata;
+    /* The request's id (its X-Request-ID), recorded with the executions of
+     * its code in the audit trail; may be NULL. */
+    const char *request_id;
 };
 
 struct corral_gateway_reply {

@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "api/audit_api.h"
 #include "api/multipart.h"
 #include "base/cleanup.h"
 #include "base/util.h"
@@ -289,7 +290,8 @@ struct job {
     char *body;
     size_t len;
     char *key;
-    corral_gateway_key *policy; /* the key's, looked up when it was authenticated */
+    corral_gateway_key *policy;      /* the key's, looked up when it was authenticated */
+    char request_id[REQUEST_ID_MAX]; /* the request's X-Request-ID, "" for none */
     bool started, done, cancel;
     int rc;
     struct corral_gateway_reply reply;
@@ -356,6 +358,7 @@ static void *job_run(void *arg)
         .on_bytes = job_bytes,
         .cancelled = job_cancelled,
         .userdata = j,
+        .request_id = j->request_id[0] ? j->request_id : NULL,
     };
     struct corral_gateway_reply rep = {0};
     struct corral_gateway_retrieve q = {.stream = true, .starting_after = j->after};
@@ -466,6 +469,8 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     j->body[len] = '\0';
     j->len = len;
     j->api = api;
+    const char *request_id = audit_request_id(req);
+    snprintf(j->request_id, sizeof(j->request_id), "%s", request_id ? request_id : "");
     return job_launch(oa, j, req, rid);
 }
 
@@ -517,6 +522,7 @@ static struct http_response *call_whole(struct openai *oa, const struct http_req
         .on_bytes = no_bytes,
         .cancelled = client_gone,
         .userdata = (void *)req,
+        .request_id = audit_request_id(req),
     };
     struct corral_gateway_reply rep = {0};
     int rc = corral_gateway_call_as(oa->gw, api, body, len, key, policy, &ev, &rep);
@@ -830,6 +836,15 @@ static struct http_response *not_allowed(const struct http_request *req, enum ro
 
 CORRAL_CLEANUP_FUNC(corral_gateway_key, corral_gateway_key_free)
 
+/* The audit API's errors in OpenAI's shape. */
+static struct http_response *audit_fail(int status, const char *code, const char *message)
+{
+    const char *type = status >= 500   ? "server_error"
+                       : status == 403 ? "permission_error"
+                                       : "invalid_request_error";
+    return oa_error(status, type, code, "%s", message);
+}
+
 static struct http_response *route(struct openai *oa, const struct http_request *req, char *rid)
 {
     char arg_buf[512], dep_buf[256];
@@ -849,6 +864,14 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     struct http_response *denied = authenticate(oa, req, &key, &policy);
     if (denied)
         return denied;
+    if (r == R_NONE && audit_api_path(req->path)) {
+        /* a virtual key sees its own executions; the master key (or anyone,
+         * without one) every one */
+        struct audit_who who;
+        audit_who_of_key(key, NULL, &who);
+        return audit_api_handle(corral_gateway_audit(oa->gw), req, policy ? who.owner : NULL,
+                                !policy, audit_fail);
+    }
     if (r == R_NONE)
         return invalid(404, NULL, "Invalid URL (%s %s)", req->method, req->path);
     if (!method_allowed(r, req->method))

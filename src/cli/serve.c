@@ -23,6 +23,7 @@
 #include "corral/gateway.h"
 #include "http/http.h"
 #include "jail/jail.h"
+#include "store/audit.h"
 
 #define DEFAULT_GATEWAY_DATA "/var/lib/corral/gateway"
 
@@ -107,6 +108,8 @@ static void serve_usage(FILE *out)
           "                      sandboxes: routes to the nodes of fleet.nodes or\n"
           "                      fleet.discovery) or both (default fleet.role, else both:\n"
           "                      one machine); docs/fleet.md\n"
+          "  --audit-retention DURATION  how long the audit trail keeps an execution's\n"
+          "                      record (default audit.retention, else 30d; off: forever)\n"
           "  --check             check the configuration and options, say what would run,\n"
           "                      and exit (0 when they are good) without serving\n",
           out);
@@ -138,7 +141,8 @@ enum {
     OPT_STATE,
     OPT_DISK_DIR,
     OPT_ROLE,
-    OPT_CHECK
+    OPT_CHECK,
+    OPT_AUDIT_RETENTION
 };
 
 static int parse_listen(const char *text, char *host, size_t len, uint16_t *port)
@@ -424,6 +428,15 @@ static int serve_option(int c, struct serve_opts *o)
     case OPT_CHECK:
         o->check = true;
         return 0;
+    case OPT_AUDIT_RETENTION: {
+        uint64_t secs;
+        if (corral_parse_retention(optarg, &secs, &err) < 0) {
+            fprintf(stderr, "corral serve: --audit-retention: %s\n", err.message);
+            return CLI_USAGE;
+        }
+        o->audit_retention = optarg;
+        return 0;
+    }
     default:
         return CLI_USAGE;
     }
@@ -459,6 +472,7 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
         {"role", required_argument, NULL, OPT_ROLE},
         {"check", no_argument, NULL, OPT_CHECK},
+        {"audit-retention", required_argument, NULL, OPT_AUDIT_RETENTION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int c, rc;
@@ -574,12 +588,17 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
         return CLI_OK;
     for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
         s->names[i] = cfg->templates[i].name;
-    struct e2b_options eo = {.api_keys = o->keys,
+    const char *skip = o->role == FLEET_NODE ? o->fleet->key : NULL;
+    struct e2b_options eo = {.audit = s->audit,
+                             .audit_skip_key = skip,
+                             .api_keys = o->keys,
                              .admin_keys = o->admin_keys,
                              .max_sandboxes_per_key = o->max_per_key,
                              .state_dir = o->state_dir,
                              .execute_timeout_ms = o->execute_timeout_ms};
-    struct osb_options oo = {.api_keys = o->keys,
+    struct osb_options oo = {.audit = s->audit,
+                             .audit_skip_key = skip,
+                             .api_keys = o->keys,
                              .admin_keys = o->admin_keys,
                              .max_sandboxes_per_key = o->max_per_key,
                              .templates = s->names,
@@ -641,14 +660,13 @@ static int start_sandbox_servers(const struct serve_opts *o, struct servers *s)
     return CLI_OK;
 }
 
-/* The gateway: on a front, its local sandbox tools run on the fleet through
- * the front's own E2B routing. CLI_OK, or the exit code, said. */
-static int start_gateway(const struct serve_opts *o, const struct corral_config *cfg,
-                         struct servers *s)
+/* The gateway object (not yet served): on a front, its local sandbox
+ * tools run on the fleet through the front's own E2B routing. CLI_OK, or
+ * the exit code, said. */
+static int make_gateway(const struct serve_opts *o, const struct corral_config *cfg,
+                        struct servers *s)
 {
     struct corral_error err;
-    if (!o->gw.on)
-        return CLI_OK;
     struct gateway_config *gc = gateway_config_of(cfg, o->master_key, o->upstream, o->gw_data);
     char url[96];
     const char *host =
@@ -665,6 +683,22 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         fprintf(stderr, "corral serve: the gateway: %s\n", err.message);
         return CLI_USAGE;
     }
+    if (!s->audit)
+        s->audit = corral_gateway_audit(s->gw);
+    return CLI_OK;
+}
+
+/* The gateway, made (unless it was) and served. CLI_OK, or the exit code,
+ * said. */
+static int start_gateway(const struct serve_opts *o, const struct corral_config *cfg,
+                         struct servers *s)
+{
+    struct corral_error err;
+    int rc;
+    if (!o->gw.on)
+        return CLI_OK;
+    if (!s->gw && (rc = make_gateway(o, cfg, s)) != CLI_OK)
+        return rc;
     struct console_options co = {.gw = s->gw, .admin_keys = o->admin_keys, .api_keys = o->keys};
     if (console_new(&co, &s->console, &err) < 0) {
         fprintf(stderr, "corral serve: %s\n", err.message);
@@ -694,6 +728,59 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
                  err.message);
     }
     return CLI_OK;
+}
+
+/* The store of the audit trail without the gateway: where the gateway
+ * keeps its own (gateway.store, else gateway.db in its data directory). */
+static int open_own_audit(const struct serve_opts *o, const struct corral_config *cfg,
+                          struct servers *s)
+{
+    const struct gateway_config *gc = cfg ? cfg->gateway : NULL;
+    const char *dir = o->gw_data           ? o->gw_data
+                      : gc && gc->data_dir ? gc->data_dir
+                                           : DEFAULT_GATEWAY_DATA;
+    char path[4096];
+    struct corral_error err;
+    const char *location = gc && gc->store_path ? gc->store_path : path;
+    snprintf(path, sizeof(path), "%s/gateway.db", dir);
+    struct store *st = NULL;
+    if ((!(gc && gc->store_path) && corral_mkdir_p(dir, 0700, &err) < 0) ||
+        store_open(location, &st, &err) < 0 || audit_open(st, true, &s->audit, &err) < 0) {
+        fprintf(stderr, "corral serve: the audit trail: %s\n", err.message);
+        return CLI_USAGE;
+    }
+    s->audit_owned = true;
+    return CLI_OK;
+}
+
+/* The audit trail the APIs record to: the gateway's store when it runs
+ * (the gateway made now, before the sandbox APIs; a front's later, after
+ * its E2B routing), else a store of its own; its retention. CLI_OK, or
+ * the exit code, said. */
+static int open_audit(const struct serve_opts *o, const struct corral_config *cfg,
+                      struct servers *s)
+{
+    int rc = CLI_OK;
+    if (o->gw.on && o->role != FLEET_FRONT)
+        rc = make_gateway(o, cfg, s);
+    else if (!o->gw.on && o->role != FLEET_FRONT) /* a front without a gateway runs nothing */
+        rc = open_own_audit(o, cfg, s);
+    return rc;
+}
+
+/* The retention of the audit trail: --audit-retention, audit.retention,
+ * or the default. */
+static void set_retention(const struct serve_opts *o, const struct corral_config *cfg,
+                          struct servers *s)
+{
+    uint64_t secs = AUDIT_DEFAULT_RETENTION_S;
+    struct corral_error err;
+    if (cfg && cfg->audit_retention_given)
+        secs = cfg->audit_retention_s;
+    if (o->audit_retention)
+        corral_parse_retention(o->audit_retention, &secs, &err); /* checked when read */
+    if (s->audit)
+        audit_set_retention(s->audit, secs);
 }
 
 /* Says where each server listens. */
@@ -750,7 +837,14 @@ static void stop_servers(struct servers *s)
         http_server_stop(s->gw_srv);
     openai_free(s->oa);
     console_free(s->console);
-    corral_gateway_free(s->gw);
+    s->console = NULL;
+    /* A front's gateway runs its code through the front's E2B routing: it
+     * goes first. Elsewhere the sandbox APIs record to the gateway's audit
+     * trail until their last execution ends: it goes last. */
+    if (!s->api && !s->osb) {
+        corral_gateway_free(s->gw);
+        s->gw = NULL;
+    }
     /* The answers under way go out whole (a DELETE that ended a node's
      * drain, an execution's end): their sandboxes are gone by now. */
     if (s->srv)
@@ -763,6 +857,9 @@ static void stop_servers(struct servers *s)
         http_server_stop(s->osb_srv);
     e2b_free(s->api);
     osb_free(s->osb);
+    corral_gateway_free(s->gw);
+    if (s->audit_owned)
+        audit_close(s->audit); /* written out first */
     serve_stop_role(s);
 }
 
@@ -816,10 +913,11 @@ int cli_serve(int argc, char **argv)
         fprintf(stderr, "corral: the default template keeps no pool: %s\n", err.message);
     corral_set_memory_ceiling(o.max_total_memory);
     struct servers s = {0};
-    if ((rc = serve_start_role(&o, &s)) == CLI_OK &&
+    if ((rc = serve_start_role(&o, &s)) == CLI_OK && (rc = open_audit(&o, cfg, &s)) == CLI_OK &&
         (rc = start_sandbox_apis(&o, cfg, &s)) == CLI_OK &&
         (rc = start_sandbox_servers(&o, &s)) == CLI_OK &&
         (rc = start_gateway(&o, cfg, &s)) == CLI_OK) {
+        set_retention(&o, cfg, &s);
         announce(&o, &s);
         serve_until_signal(&sigs, &o, cfg, &s);
     }

@@ -43,6 +43,7 @@ struct serve_opts {
     struct http_server_limits limits;
     unsigned execute_timeout_ms;
     const char *config, *state_dir, *disk_dir;
+    const char *audit_retention; /* --audit-retention, or NULL */
     /* the fleet */
     const char *role_arg; /* --role, or NULL */
     bool check;           /* --check: say what would run, run nothing */
@@ -64,6 +65,9 @@ struct servers {
     struct serve_state state;
     struct probes probe_e2b, probe_osb, probe_gw;
     struct front front;
+    /* the audit trail: the gateway's, else one of its own (audit_owned) */
+    struct audit *audit;
+    bool audit_owned;
 };
 
 /* ---- serve_fleet.c ---- */

@@ -450,6 +450,53 @@ static int walk_environment(const struct walk *w, const yaml_node_t *n, struct w
     return 0;
 }
 
+int corral_parse_retention(const char *text, uint64_t *out_s, struct corral_error *err)
+{
+    uint64_t ms, days;
+    if (text && (!strcmp(text, "off") || !strcmp(text, "0"))) {
+        *out_s = 0;
+        return 0;
+    }
+    size_t n = text ? strlen(text) : 0;
+    char digits[24];
+    if (n > 1 && n < sizeof(digits) && text[n - 1] == 'd') { /* days, beside the durations */
+        snprintf(digits, sizeof(digits), "%.*s", (int)(n - 1), text);
+        if (corral_parse_uint(digits, 1, 100000, &days, err) == 0) {
+            *out_s = days * 86400;
+            return 0;
+        }
+    }
+    if (corral_parse_duration(text, &ms, err) < 0 || ms < 1000)
+        return corral_fail(err, EINVAL,
+                           "invalid retention '%s' (expected a duration of at least 1s, such as "
+                           "30d or 12h, or off)",
+                           text ? text : "");
+    *out_s = ms / 1000;
+    return 0;
+}
+
+/* The top-level `audit:` (config.h). */
+static int walk_audit(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
+{
+    int r = walk_expect_mapping(w, n, "audit", "retention", true);
+    if (r <= 0)
+        return r;
+    static const char *const keys[] = {"retention"};
+    yaml_node_t *v[1];
+    if ((r = walk_match_keys(w, n, keys, 1, "under audit", false, v)) < 0)
+        return r;
+    const char *text;
+    if (!v[0])
+        return 0;
+    if ((r = walk_scalar(w, v[0], "audit.retention", &text)) < 0)
+        return r;
+    struct corral_error why;
+    if (corral_parse_retention(text, &cfg->audit_retention_s, &why) < 0)
+        return walk_fail(w, v[0], EINVAL, "audit.retention: %s", why.message);
+    cfg->audit_retention_given = true;
+    return 0;
+}
+
 static int walk_root(const struct walk *w, const yaml_node_t *root, struct corral_config *cfg)
 {
     if (!root)
@@ -459,10 +506,19 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         walk_expect_mapping(w, root, "the configuration", "state_dir, disk_dir, templates", true);
     if (r <= 0)
         return r;
-    static const char *const keys[] = {
-        "state_dir",        "templates",        "model_list",      "sandbox_tools",
-        "litellm_settings", "general_settings", "router_settings", "environment_variables",
-        "gateway",          "network",          "disk_dir",        "fleet"};
+    static const char *const keys[] = {"state_dir",
+                                       "templates",
+                                       "model_list",
+                                       "sandbox_tools",
+                                       "litellm_settings",
+                                       "general_settings",
+                                       "router_settings",
+                                       "environment_variables",
+                                       "gateway",
+                                       "network",
+                                       "disk_dir",
+                                       "fleet",
+                                       "audit"};
     enum {
         STATE_DIR,
         TEMPLATES,
@@ -476,6 +532,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         NETWORK,
         DISK_DIR,
         FLEET,
+        AUDIT,
         N
     };
     /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
@@ -493,7 +550,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
             return walk_fail(
                 w, k, EINVAL,
                 "unknown key '%.64s' at the top level (known: state_dir, disk_dir, templates, "
-                "network, fleet) "
+                "network, fleet, audit) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -517,6 +574,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     if (v[NETWORK] && (r = walk_network_settings(w, v[NETWORK], cfg)) < 0)
         return r;
     if (v[FLEET] && (r = walk_fleet(w, v[FLEET], &cfg->fleet)) < 0)
+        return r;
+    if (v[AUDIT] && (r = walk_audit(w, v[AUDIT], cfg)) < 0)
         return r;
     bool any = false;
     for (int i = MODEL_LIST; i < GATEWAY + 1; i++)

@@ -104,6 +104,9 @@ struct corral_config {
     char **net_private;
     char **net_hosts;           /* network.host_addresses */
     struct fleet_config *fleet; /* `fleet:`; NULL when absent */
+    /* `audit:` */
+    bool audit_retention_given;
+    uint64_t audit_retention_s; /* audit.retention; 0: kept forever */
 };
 
 /* Parses a YAML file. */
@@ -116,6 +119,9 @@ int corral_config_parse(const char *text, size_t len, const char *name, struct c
  * ceiling already in force). The templates are checked first: when one is
  * invalid, none is defined. */
 int corral_config_apply(const struct corral_config *cfg, struct corral_error *err);
+/* An audit retention ("30d", "12h", "off" or "0": kept forever) in
+ * seconds: at least 1 s. */
+int corral_parse_retention(const char *text, uint64_t *out_s, struct corral_error *err);
 /* Frees cfg and everything it owns; NULL is allowed. */
 void corral_config_free(struct corral_config *cfg);
 

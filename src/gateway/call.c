@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/cleanup.h"
+#include "base/utf8.h"
 #include "base/util.h"
 #include "gateway/gateway_internal.h"
 #include "gateway/translate.h"
@@ -656,9 +657,12 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
     gw_emit_interpreting(c, tc);
     struct gw_running watch = {.c = ct, .cancelled = gw_call_gone, .userdata = c};
     struct provider_output o = {0};
+    struct audit_exec rec;
+    gw_record_begin(c, ct, "code", code, &rec);
     gw_watch_start(c->gw, &watch);
     rc = ct->provider->execute(ct->sb, code, c->gw->cfg->exec_timeout_ms, &o, &err);
     gw_watch_stop(c->gw, &watch);
+    gw_record_end(c, &rec, rc, &o, NULL, watch.fired || gw_call_cancelled(c), &err);
     if (rc == 0 && !watch.fired) {
         gw_container_collect(c->gw, ct, o.files);
         size_t i;
@@ -2216,6 +2220,8 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the client was there a moment ago */
     c.checked_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
     gw_owner_of(key, c.owner, sizeof(c.owner));
+    if (ev && ev->request_id)
+        corral_utf8_fit(c.request_id, sizeof(c.request_id), ev->request_id);
     if (policy) {
         c.policy = *policy;
         json_incref(c.policy.models);

@@ -169,7 +169,10 @@ static int open_data(corral_gateway *gw, struct corral_error *err)
         snprintf(path, sizeof(path), "%s/gateway.db", gw->data_dir);
         store = path;
     }
-    return store_open(store, &gw->store, err);
+    int rc = store_open(store, &gw->store, err);
+    if (rc == 0)
+        rc = audit_open(gw->store, false, &gw->audit, err);
+    return rc;
 }
 
 int corral_gateway_new_with_config(struct gateway_config *cfg, const char *state_dir,
@@ -285,6 +288,7 @@ void corral_gateway_free(corral_gateway *gw)
     gw_containers_free(gw);
     gw_live_free_all(gw);
     gw_keys_free(gw);
+    audit_close(gw->audit); /* its queue written out first */
     store_close(gw->store);
     if (gw->data_dir_temp)
         gw_remove_tree(gw->data_dir);
@@ -299,6 +303,11 @@ void corral_gateway_free(corral_gateway *gw)
     pthread_mutex_destroy(&gw->live_lock);
     free(gw->state_dir);
     free(gw);
+}
+
+struct audit *corral_gateway_audit(corral_gateway *gw)
+{
+    return gw->audit;
 }
 
 const char *corral_gateway_master_key(const corral_gateway *gw)

@@ -14,6 +14,7 @@
  *   inventory.c  what an operator's console sees: every owner's keys,
  *                containers and files
  *   keys.c       virtual keys, owners, rate limits, the admin endpoints
+ *   recording.c  the audit trail of a call's code and commands
  *   containers.c containers: provider sandboxes with an id, an owner, a
  *                lifetime and files
  *   bytes.c      the bytes of files: on disk under data_dir, and in a store
@@ -38,6 +39,7 @@
 #include "config/gateway_config.h"
 #include "corral/gateway.h"
 #include "providers/provider.h"
+#include "store/audit.h"
 #include "store/store.h"
 
 #define GW_MAX_TOOL_CALLS 64 /* tool calls in one upstream turn */
@@ -105,6 +107,7 @@ struct corral_gateway {
     char *data_dir;     /* containers' files and uploads */
     bool data_dir_temp; /* a private temporary one, removed at the end */
     struct store *store;
+    struct audit *audit; /* the audit trail, in store */
     /* Labels of the sandboxes remote providers make for it: the gateway's
      * (kept in data_dir, so a restart finds what a killed run left) and this
      * run's. */
@@ -322,6 +325,7 @@ void gw_remove_tree(const char *path);
 struct gw_key_policy {
     bool found;
     char token[65];
+    char alias[80];         /* its key_alias ("" for none) */
     json_t *models;         /* allow-list; empty = every model */
     int64_t rpm;            /* requests per minute; 0 = no limit */
     int64_t max_containers; /* 0 = no limit */
@@ -475,6 +479,7 @@ struct gw_turn {
 
 struct gw_call {
     corral_gateway *gw;
+    char request_id[128]; /* the request's X-Request-ID, "" for none */
     enum corral_gateway_api api;
     const struct corral_gateway_events *ev;
     struct corral_gateway_reply *out;
@@ -726,5 +731,18 @@ void gw_codeargs_init(struct gw_codeargs *c);
 /* Feeds argument text; appends the newly decoded code to `code`. */
 void gw_codeargs_feed(struct gw_codeargs *c, const char *text, size_t len, struct strbuf *code);
 void gw_codeargs_free(struct gw_codeargs *c);
+
+/* ---- the audit trail (recording.c) ---- */
+
+/* Starts the record of code (kind "code") or a command ("command") run in
+ * ct for c: as its key's (the virtual key's alias, else the key's
+ * fingerprint), in the container's id. */
+void gw_record_begin(struct gw_call *c, const struct gw_container *ct, const char *kind,
+                     const char *code, struct audit_exec *e);
+/* Ends it: rc and err the provider's answer, o what came out, stopped
+ * when the call's client went or the gateway stopped it; a command's
+ * result (the shell cell's, may be NULL) gives its exit code. */
+void gw_record_end(struct gw_call *c, struct audit_exec *e, int rc, const struct provider_output *o,
+                   json_t *command_result, bool stopped, const struct corral_error *err);
 
 #endif

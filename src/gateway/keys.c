@@ -72,6 +72,8 @@ int gw_key_policy(corral_gateway *gw, const char *key, struct gw_key_policy *p)
         return rc;
     p->found = true;
     snprintf(p->token, sizeof(p->token), "%s", token);
+    const char *alias = json_string_value(json_object_get(obj, "key_alias"));
+    snprintf(p->alias, sizeof(p->alias), "%s", alias ? alias : "");
     p->models = json_incref(json_object_get(obj, "models"));
     p->rpm = json_integer_value(json_object_get(obj, "rpm_limit"));
     p->max_containers = json_integer_value(json_object_get(obj, "max_containers"));

@@ -192,17 +192,21 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
             return "out of memory";
         struct gw_running watch = {.c = ct, .cancelled = gw_call_gone, .userdata = c};
         struct provider_output o = {0};
+        struct audit_exec rec;
+        gw_record_begin(c, ct, "command", json_string_value(cmd), &rec);
         gw_watch_start(c->gw, &watch);
         /* the cell kills the command at its timeout: more time to say so */
         int rc = ct->provider->execute(ct->sb, cell, timeout_ms + 10000, &o, err);
         gw_watch_stop(c->gw, &watch);
         free(cell);
-        if (watch.fired || gw_call_cancelled(c)) {
+        bool stopped = watch.fired || gw_call_cancelled(c);
+        json_t *r = rc == 0 && !stopped ? command_result(&o) : NULL;
+        gw_record_end(c, &rec, rc, &o, r, stopped, err);
+        if (stopped) {
             c->cancelled = true;
             provider_output_free(&o);
             return "stopped";
         }
-        json_t *r = rc == 0 ? command_result(&o) : NULL;
         if (rc == 0) /* the files the command made, changed or deleted */
             gw_container_collect(c->gw, ct, o.files);
         provider_output_free(&o);

@@ -187,6 +187,23 @@ static const struct migration migrations[] = {
      ");"
      "CREATE INDEX upload_parts_by_upload ON upload_parts (upload_id)",
      NULL, NULL},
+    /* 9 -> 10: the audit trail (store_put_execution): one row per
+     * execution, the record as the API shows it (`object`, JSON) and the
+     * columns its lists filter and order by; started_at in milliseconds. */
+    {"CREATE TABLE executions ("
+     " id TEXT PRIMARY KEY,"
+     " owner TEXT NOT NULL,"
+     " key_name TEXT,"
+     " surface TEXT NOT NULL,"
+     " sandbox_id TEXT,"
+     " kind TEXT NOT NULL,"
+     " outcome TEXT NOT NULL,"
+     " started_at BIGINT NOT NULL,"
+     " object TEXT NOT NULL"
+     ");"
+     "CREATE INDEX executions_by_start ON executions (started_at);"
+     "CREATE INDEX executions_by_owner ON executions (owner, started_at)",
+     NULL, "ALTER TABLE executions ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY"},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -312,4 +312,40 @@ int store_add_usage(struct store *s, const char *owner, const char *day, int64_t
 int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **out,
                     struct corral_error *err);
 
+/* ---- executions: the audit trail ----
+ *
+ * One record per execution (code or a command) that a sandbox API or the
+ * gateway ran: exec is the record as the audit API shows it (the store
+ * reads its "id", "key", "surface", "sandbox_id", "kind", "outcome" and
+ * "started_at", milliseconds since the epoch; the rest is opaque), owned
+ * by owner (the hash of the key that ran it, "" for none; another owner does
+ * not see it). Lists are newest first, by (started_at, insertion). */
+
+/* Inserts the record (an id taken: -EEXIST). */
+int store_put_execution(struct store *s, const char *owner, json_t *exec, struct corral_error *err);
+/* The record `id` of owner (NULL: of any owner); -ENOENT when none. */
+int store_get_execution(struct store *s, const char *id, const char *owner, json_t **out,
+                        struct corral_error *err);
+
+/* What a list of records keeps: each field NULL (0 for the times) for any. */
+struct store_exec_filter {
+    const char *owner, *key, *sandbox_id, *surface, *kind, *outcome;
+    int64_t since_ms, until_ms; /* started_at >= since_ms, < until_ms */
+};
+
+/* STORE_EXEC_CURSOR_MAX: room for a cursor's text. */
+#define STORE_EXEC_CURSOR_MAX 48
+
+/* A page of the records that pass f, newest first: after `cursor` (NULL or
+ * "": from the newest; else a cursor a page gave: -EINVAL when it is not
+ * one), `limit` records at most, into *list (a new array); next (room for
+ * STORE_EXEC_CURSOR_MAX) gets the cursor of the following page, or "" when
+ * this page is the last. */
+int store_list_executions(struct store *s, const struct store_exec_filter *f, const char *cursor,
+                          unsigned limit, json_t **list, char *next, struct corral_error *err);
+/* Deletes the records started before before_ms; *dropped (may be NULL):
+ * how many. */
+int store_purge_executions(struct store *s, int64_t before_ms, uint64_t *dropped,
+                           struct corral_error *err);
+
 #endif

@@ -249,7 +249,7 @@ static void refuses_unknown_keys(void **state)
                                      "'default' (known: preload, pool_size, limits, network)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, templates, network, fleet)");
+                 "disk_dir, templates, network, fleet, audit)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
@@ -430,6 +430,29 @@ static void parses_fleet_settings(void **state)
     cfg = parse_ok("fleet:\n");
     assert_null(cfg->fleet);
     corral_config_free(cfg);
+}
+
+static void parses_the_audit_retention(void **state)
+{
+    (void)state;
+    struct corral_config *cfg = parse_ok("audit:\n  retention: 7d\n");
+    assert_true(cfg->audit_retention_given);
+    assert_int_equal(cfg->audit_retention_s, 7 * 86400);
+    corral_config_free(cfg);
+    cfg = parse_ok("audit:\n  retention: 90m\n");
+    assert_int_equal(cfg->audit_retention_s, 5400);
+    corral_config_free(cfg);
+    cfg = parse_ok("audit:\n  retention: off\n");
+    assert_true(cfg->audit_retention_given);
+    assert_int_equal(cfg->audit_retention_s, 0);
+    corral_config_free(cfg);
+    cfg = parse_ok("audit: {}\n");
+    assert_false(cfg->audit_retention_given);
+    corral_config_free(cfg);
+    expect_error("audit:\n  retention: soon\n", EINVAL,
+                 "audit.retention: invalid retention 'soon'");
+    expect_error("audit:\n  retention: 10ms\n", EINVAL, "at least 1s");
+    expect_error("audit:\n  keep: 1d\n", EINVAL, "keep");
 }
 
 static void refuses_bad_fleet_settings(void **state)
@@ -632,6 +655,7 @@ int main(void)
         cmocka_unit_test(refuses_bad_network_settings),
         cmocka_unit_test(parses_fleet_settings),
         cmocka_unit_test(refuses_bad_fleet_settings),
+        cmocka_unit_test(parses_the_audit_retention),
         cmocka_unit_test(loads_a_file),
         cmocka_unit_test(load_reports_unreadable_files),
         cmocka_unit_test(applies_a_config),

@@ -796,12 +796,13 @@ static void refuses_bad_values(void **state)
     expect_error("litellm_settings: [callbacks]\n",
                  "gw.yaml:1:19: litellm_settings must be a mapping");
     expect_error("general_settings: key\n", "gw.yaml:1:19: general_settings must be a mapping");
-    expect_error("model_list: []\ngeneral_setting: {}\n",
-                 "gw.yaml:2:1: unknown key 'general_setting' at the top level (known: state_dir, "
-                 "disk_dir, templates, network, fleet) and not one of the gateway's (model_list, "
-                 "sandbox_tools, "
-                 "litellm_settings, general_settings, router_settings, environment_variables, "
-                 "gateway)");
+    expect_error(
+        "model_list: []\ngeneral_setting: {}\n",
+        "gw.yaml:2:1: unknown key 'general_setting' at the top level (known: state_dir, "
+        "disk_dir, templates, network, fleet, audit) and not one of the gateway's (model_list, "
+        "sandbox_tools, "
+        "litellm_settings, general_settings, router_settings, environment_variables, "
+        "gateway)");
     expect_error("model_list: []\nmodel_list: []\n",
                  "gw.yaml:2:1: duplicate key 'model_list' at the top level (first at line 1)");
     expect_error("model_list:\n  - model_name: m\n    model_name: n\n    litellm_params: {}\n",

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/audit.h"
 #include "store/store.h"
 
 /* A fresh directory for the file databases of one test, removed with all it
@@ -143,7 +144,7 @@ static struct store *open_fresh(void)
 }
 
 /* The schema this corral's store migrates to. */
-#define SCHEMA_NOW 9
+#define SCHEMA_NOW 10
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -2236,6 +2237,7 @@ static void applies_the_missing_migration(void **state)
     sql_int(t->location, "ALTER TABLE files DROP COLUMN expires_at");
     sql_int(t->location, "DROP TABLE uploads");
     sql_int(t->location, "DROP TABLE upload_parts");
+    sql_int(t->location, "DROP TABLE executions");
     sql_int(t->location, "DELETE FROM schema_version WHERE version >= 4");
     if (!pg_url)
         sql_int(t->location, "PRAGMA user_version = 3");
@@ -2621,6 +2623,222 @@ static void bytes_fail_at_once_while_postgres_is_down(void **state)
     store_close(s);
 }
 
+/* ---- executions: the audit trail ---- */
+
+/* An execution record as the audit API shows it (the fields the store reads). */
+static json_t *execution(const char *id, const char *key, const char *sandbox, const char *kind,
+                         const char *outcome, int64_t started_at)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "id", id, "key", key, "surface",
+                     "e2b", "sandbox_id", sandbox, "kind", kind, "outcome", outcome, "started_at",
+                     (json_int_t)started_at, "code", "print(1)");
+}
+
+static void put_execution_ok(struct store *s, const char *owner, json_t *exec)
+{
+    struct corral_error err = {0};
+    int r = store_put_execution(s, owner, exec, &err);
+    if (r != 0)
+        print_error("store_put_execution: %s\n", err.message);
+    assert_int_equal(r, 0);
+    json_decref(exec);
+}
+
+/* The ids of a list, joined with ','. */
+static void ids_of(json_t *list, char *out, size_t len)
+{
+    out[0] = '\0';
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        size_t used = strlen(out);
+        snprintf(out + used, len - used, "%s%s", i ? "," : "",
+                 json_string_value(json_object_get(e, "id")));
+    }
+}
+
+/* A page of f's records after cursor: their ids into ids, the next cursor into next. */
+static void page_of(struct store *s, const struct store_exec_filter *f, const char *cursor,
+                    unsigned limit, char *ids, size_t len, char *next)
+{
+    struct corral_error err = {0};
+    json_t *list = NULL;
+    int r = store_list_executions(s, f, cursor, limit, &list, next, &err);
+    if (r != 0)
+        print_error("store_list_executions: %s\n", err.message);
+    assert_int_equal(r, 0);
+    ids_of(list, ids, len);
+    json_decref(list);
+}
+
+static void keeps_executions(void **state)
+{
+    (void)state;
+    struct store *s = open_fresh();
+    put_execution_ok(s, "k:a", execution("exe_1", "sha256:aaa", "sb1", "code", "ok", 1000));
+    put_execution_ok(s, "k:a", execution("exe_2", "sha256:aaa", "sb1", "command", "error", 2000));
+    put_execution_ok(s, "k:b", execution("exe_3", "team-b", "sb2", "code", "timeout", 3000));
+    put_execution_ok(s, "k:a", execution("exe_4", "sha256:aaa", "sb3", "code", "error", 3000));
+    put_execution_ok(s, "k:a", execution("exe_5", "sha256:aaa", "sb3", "code", "ok", 5000));
+    struct corral_error err = {0};
+    json_t *again = execution("exe_1", "x", "sb1", "code", "ok", 1);
+    assert_int_equal(store_put_execution(s, "k:a", again, &err), -EEXIST);
+    json_decref(again);
+
+    /* one: its owner's, or anyone's without an owner */
+    json_t *got = NULL;
+    assert_int_equal(store_get_execution(s, "exe_3", "k:b", &got, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(got, "key")), "team-b");
+    assert_string_equal(json_string_value(json_object_get(got, "code")), "print(1)");
+    json_decref(got);
+    assert_int_equal(store_get_execution(s, "exe_3", "k:a", &got, &err), -ENOENT);
+    assert_null(got);
+    assert_int_equal(store_get_execution(s, "exe_3", NULL, &got, &err), 0);
+    json_decref(got);
+    assert_int_equal(store_get_execution(s, "exe_9", NULL, &got, &err), -ENOENT);
+
+    /* pages, newest first, the same start time in the order of insertion */
+    char ids[256], next[STORE_EXEC_CURSOR_MAX], next2[STORE_EXEC_CURSOR_MAX];
+    struct store_exec_filter all = {0};
+    page_of(s, &all, NULL, 2, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_5,exe_4");
+    assert_true(next[0]);
+    page_of(s, &all, next, 2, ids, sizeof(ids), next2);
+    assert_string_equal(ids, "exe_3,exe_2");
+    page_of(s, &all, next2, 2, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_1");
+    assert_string_equal(next, "");
+    /* filters */
+    struct store_exec_filter mine = {.owner = "k:a"};
+    page_of(s, &mine, NULL, 10, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_5,exe_4,exe_2,exe_1");
+    struct store_exec_filter f = {.owner = "k:a", .outcome = "error", .kind = "code"};
+    page_of(s, &f, NULL, 10, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_4");
+    f = (struct store_exec_filter){.sandbox_id = "sb1", .key = "sha256:aaa"};
+    page_of(s, &f, NULL, 10, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_2,exe_1");
+    f = (struct store_exec_filter){.since_ms = 2000, .until_ms = 5000, .surface = "e2b"};
+    page_of(s, &f, NULL, 10, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_4,exe_3,exe_2");
+    json_t *list = NULL;
+    assert_int_equal(store_list_executions(s, &all, "nonsense", 10, &list, next, &err), -EINVAL);
+    assert_null(list);
+
+    /* purge: what started before the time goes */
+    uint64_t dropped = 0;
+    assert_int_equal(store_purge_executions(s, 3000, &dropped, &err), 0);
+    assert_int_equal(dropped, 2);
+    page_of(s, &all, NULL, 10, ids, sizeof(ids), next);
+    assert_string_equal(ids, "exe_5,exe_4,exe_3");
+    store_close(s);
+}
+
+static void refuses_bad_executions(void **state)
+{
+    (void)state;
+    struct store *s = open_fresh();
+    struct corral_error err = {0};
+    json_t *no_id = json_pack("{s:s, s:s, s:s, s:I}", "surface", "e2b", "kind", "code", "outcome",
+                              "ok", "started_at", (json_int_t)1);
+    assert_int_equal(store_put_execution(s, "", no_id, &err), -EINVAL);
+    assert_non_null(strstr(err.message, "\"id\""));
+    json_decref(no_id);
+    json_t *no_time = json_pack("{s:s, s:s, s:s, s:s}", "id", "exe_1", "surface", "e2b", "kind",
+                                "code", "outcome", "ok");
+    assert_int_equal(store_put_execution(s, "", no_time, &err), -EINVAL);
+    assert_non_null(strstr(err.message, "started_at"));
+    json_decref(no_time);
+    store_close(s);
+}
+
+/* The recorder: a record made as a surface makes it, written by the
+ * writer thread, found in a list once flushed; its texts capped; the
+ * retention's purge by a clock given. */
+static void records_through_the_recorder(void **state)
+{
+    (void)state;
+    struct store *s = open_fresh();
+    struct audit *a = NULL;
+    struct corral_error err = {0};
+    assert_int_equal(audit_open(s, true, &a, &err), 0);
+    struct audit_who who;
+    audit_who_of_key("sk-secret-key", NULL, &who);
+    assert_int_equal(strncmp(who.owner, "k:", 2), 0);
+    assert_int_equal(strlen(who.owner), 34);
+    assert_int_equal(strncmp(who.key, "sha256:", 7), 0);
+    assert_null(strstr(who.key, "secret"));
+    struct audit_exec e;
+    audit_exec_begin(&e, &who, "e2b", "code", "python", "sb1", "default", "1/0", "req-1");
+    audit_text_add(&e.out, "out\n", 4);
+    char *big = malloc(AUDIT_TEXT_MAX + 10);
+    memset(big, 'x', AUDIT_TEXT_MAX + 10);
+    audit_text_add(&e.err, big, AUDIT_TEXT_MAX + 10);
+    free(big);
+    audit_text_add(&e.err, "\xff", 1);
+    audit_exec_error(&e, "ZeroDivisionError", "division by zero");
+    audit_exec_error(&e, "Later", "ignored");
+    audit_exec_finish(a, &e, "error");
+    audit_flush(a);
+
+    struct store_exec_filter f = {.owner = who.owner};
+    json_t *list = NULL;
+    char next[STORE_EXEC_CURSOR_MAX];
+    assert_int_equal(store_list_executions(audit_store(a), &f, NULL, 10, &list, next, &err), 0);
+    assert_int_equal(json_array_size(list), 1);
+    json_t *r = json_array_get(list, 0);
+    assert_string_equal(json_string_value(json_object_get(r, "key")), who.key);
+    assert_string_equal(json_string_value(json_object_get(r, "outcome")), "error");
+    assert_string_equal(json_string_value(json_object_get(r, "error_name")), "ZeroDivisionError");
+    assert_string_equal(json_string_value(json_object_get(r, "error")), "division by zero");
+    assert_string_equal(json_string_value(json_object_get(r, "stdout")), "out\n");
+    assert_int_equal(json_integer_value(json_object_get(r, "stderr_bytes")), AUDIT_TEXT_MAX + 11);
+    assert_int_equal(strlen(json_string_value(json_object_get(r, "stderr"))), AUDIT_TEXT_MAX);
+    assert_true(json_is_true(json_object_get(r, "output_truncated")));
+    assert_string_equal(json_string_value(json_object_get(r, "request_id")), "req-1");
+    assert_true(json_is_null(json_object_get(r, "exit_code")));
+    int64_t started = json_integer_value(json_object_get(r, "started_at"));
+    json_decref(list);
+
+    /* kept forever: nothing goes; 30 days: a record 31 days old goes */
+    uint64_t dropped = 1;
+    audit_set_retention(a, 0);
+    assert_int_equal(audit_purge(a, started + 40 * 86400000ll, &dropped, &err), 0);
+    assert_int_equal(dropped, 0);
+    audit_set_retention(a, 30 * 86400);
+    assert_int_equal(audit_purge(a, started + 29 * 86400000ll, &dropped, &err), 0);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(audit_purge(a, started + 31 * 86400000ll, &dropped, &err), 0);
+    assert_int_equal(dropped, 1);
+    assert_int_equal(audit_dropped(a), 0);
+    audit_close(a);
+}
+
+/* Records queued when the recorder closes are written out first. */
+static void writes_out_the_queue_at_close(void **state)
+{
+    struct tmp *t = *state;
+    struct store *s = open_ok(t->location);
+    struct audit *a = NULL;
+    struct corral_error err = {0};
+    assert_int_equal(audit_open(s, true, &a, &err), 0);
+    for (int i = 0; i < 200; i++) {
+        struct audit_exec e;
+        audit_exec_begin(&e, NULL, "opensandbox", "command", NULL, "sb", NULL, "true", NULL);
+        audit_exec_finish(a, &e, "ok");
+    }
+    audit_close(a);
+    s = open_ok(t->location);
+    struct store_exec_filter all = {0};
+    json_t *list = NULL;
+    char next[STORE_EXEC_CURSOR_MAX];
+    assert_int_equal(store_list_executions(s, &all, NULL, 1000, &list, next, &err), 0);
+    assert_int_equal(json_array_size(list), 200);
+    json_decref(list);
+    store_close(s);
+}
+
 #define WITH_TMP(test) cmocka_unit_test_setup_teardown(test, make_tmp, remove_tmp)
 
 int main(void)
@@ -2670,6 +2888,10 @@ int main(void)
         cmocka_unit_test(refuses_bad_rates),
         WITH_TMP(takes_from_one_bucket_through_two_stores),
         WITH_TMP(deletes_a_keys_bucket),
+        cmocka_unit_test(keeps_executions),
+        cmocka_unit_test(refuses_bad_executions),
+        cmocka_unit_test(records_through_the_recorder),
+        WITH_TMP(writes_out_the_queue_at_close),
     };
     /* SQLite's files and their history; the open of a PostgreSQL URL that
      * leads nowhere (which needs no server) */

@@ -2,6 +2,7 @@
 #include "api/e2b/e2b.h"
 #include "api/e2b/envd.h"
 #include "api/apinet.h"
+#include "api/audit_api.h"
 #include "api/ports.h"
 #include "api/registry.h"
 #include "api/tenants.h"
@@ -45,6 +46,8 @@ struct e2b {
     struct tenants tenants;
     char *state_dir;
     uint64_t execute_timeout_ms;
+    struct audit *audit;
+    char *audit_skip_key;
 };
 
 /* ---- small helpers ---- */
@@ -949,6 +952,13 @@ static struct http_response *one_sandbox(struct e2b *e, const struct http_reques
     return resp;
 }
 
+/* The audit API's errors as E2B's: {"code": status, "message"}. */
+static struct http_response *audit_fail(int status, const char *code, const char *message)
+{
+    (void)code;
+    return http_error(status, "%s", message);
+}
+
 static struct http_response *control_plane(struct e2b *e, const struct http_request *req)
 {
     const char *m = req->method, *p = req->path;
@@ -957,6 +967,11 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
     int caller = tenant_of(&e->tenants, http_header(req, "X-API-Key"));
     if (caller == TENANT_REFUSED)
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
+    if (audit_api_path(p)) {
+        char viewer[80];
+        bool mine = audit_viewer_of_tenant(&e->tenants, caller, viewer, sizeof(viewer));
+        return audit_api_handle(e->audit, req, mine ? viewer : NULL, !mine, audit_fail);
+    }
     if ((!strcmp(p, "/sandboxes") || !strcmp(p, "/v2/sandboxes")) && !strcmp(m, "POST"))
         return create_sandbox(e, req, caller);
     if (!strcmp(p, TENANT_HELD_PATH) && !strcmp(m, "GET"))
@@ -993,7 +1008,10 @@ struct job {
     struct http_stream *s;
     uint64_t timeout_ms;
     bool errored;
-    bool gone; /* the client left: cancels this execution (atomic) */
+    bool gone;           /* the client left: cancels this execution (atomic) */
+    struct audit *audit; /* where rec goes at the end (NULL: nowhere) */
+    struct audit_exec rec;
+    uint64_t oom_before; /* the sandbox's OOM kills when it started */
 };
 
 static void job_line(struct job *j, json_t *line)
@@ -1023,11 +1041,13 @@ static void stream_line(struct job *j, const char *type, const char *text, size_
 
 static void on_stdout(void *u, const char *text, size_t len, double ts)
 {
+    audit_text_add(&((struct job *)u)->rec.out, text, len);
     stream_line(u, "stdout", text, len, ts);
 }
 
 static void on_stderr(void *u, const char *text, size_t len, double ts)
 {
+    audit_text_add(&((struct job *)u)->rec.err, text, len);
     stream_line(u, "stderr", text, len, ts);
 }
 
@@ -1042,6 +1062,8 @@ static void on_result(void *u, const struct corral_result *r)
                   {"application/json", "json"},  {"application/javascript", "javascript"}};
     json_t *line = json_pack("{s:s}", "type", "result");
     json_t *extra = json_object();
+    for (size_t i = 0; i < r->n; i++)
+        ((struct job *)u)->rec.result_bytes += strlen(r->values[i]);
     for (size_t i = 0; i < r->n; i++) {
         const char *field = NULL;
         for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++)
@@ -1087,6 +1109,7 @@ static void on_error(void *u, const char *name, const char *value, const char *t
     if (j->errored)
         return; /* only the first error of an execution */
     j->errored = true;
+    audit_exec_error(&j->rec, name, traceback && *traceback ? traceback : value);
     job_line(j, json_pack("{s:s, s:s, s:s, s:s}", "type", "error", "name", name, "value", value,
                           "traceback", traceback));
 }
@@ -1107,12 +1130,13 @@ static void job_produce(struct http_stream *s, void *arg)
                                                  .userdata = j};
     x.cancel = &j->gone;
     x.timeout_ms = j->timeout_ms;
-    struct corral_exec_outcome out;
+    struct corral_exec_outcome out = {0};
     struct corral_error err;
     int r = corral_execute(j->sb, j->ctx, j->code, &x, &out, &err);
     if (!corral_sandbox_alive(j->sb)) {
         /* Killed meanwhile: cut the connection, as E2B's proxy does when a
          * sandbox goes away; the SDKs then find it gone (/health: 502). */
+        audit_exec_finish(j->audit, &j->rec, "killed");
         http_stream_abort(s);
         return;
     }
@@ -1120,6 +1144,14 @@ static void job_produce(struct http_stream *s, void *arg)
         on_error(j, "ExecutionError", err.message, "");
     else if (out.context_restarted && !j->errored)
         on_error(j, "ContextRestarting", "Context was restarted", "");
+    bool oom = corral_sandbox_oom_kills(j->sb) > j->oom_before;
+    audit_exec_finish(j->audit, &j->rec,
+                      out.timed_out                                 ? "timeout"
+                      : oom                                         ? "oom_killed"
+                      : out.context_restarted                       ? "killed"
+                      : __atomic_load_n(&j->gone, __ATOMIC_ACQUIRE) ? "killed"
+                      : j->errored                                  ? "error"
+                                                                    : "ok");
     /* Written as it is: the stream's last line needs no allocation. */
     static const char end[] = "{\"type\":\"end_of_execution\"}\n";
     http_stream_write(j->s, end, sizeof(end) - 1);
@@ -1136,6 +1168,7 @@ static void job_release(void *arg)
 {
     struct job *j = arg;
     corral_sandbox_release(j->sb);
+    audit_exec_free(&j->rec);
     free(j->code);
     corral_strv_free(j->env);
     free(j);
@@ -1161,8 +1194,8 @@ static struct http_response *context_not_found(const char *id)
     return http_text(404, "text/plain", msg);
 }
 
-static struct http_response *execute(struct e2b *e, corral_sandbox *sb,
-                                     const struct http_request *req)
+static struct http_response *execute(corral_sandbox *sb, const struct http_request *req,
+                                     uint64_t timeout_ms, const struct audit_scope *scope)
 {
     cleanup_json json_t *body = NULL;
     cleanup_strv char **env = NULL;
@@ -1202,7 +1235,10 @@ static struct http_response *execute(struct e2b *e, corral_sandbox *sb,
     j->sb = sb;
     j->ctx = ctx;
     j->env = steal_pointer(&env);
-    j->timeout_ms = e->execute_timeout_ms;
+    j->timeout_ms = timeout_ms;
+    j->audit = scope->audit;
+    j->oom_before = corral_sandbox_oom_kills(sb);
+    audit_scope_begin(scope, &j->rec, sb, "code", corral_context_language(ctx), j->code);
     struct http_response *resp = http_stream(200, "application/x-ndjson", &job_ops, j);
     if (!resp)
         job_release(j);
@@ -1263,21 +1299,23 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
 }
 
 static struct http_response *interpreter(struct e2b *e, corral_sandbox *sb,
-                                         const struct http_request *req)
+                                         const struct http_request *req,
+                                         const struct audit_scope *scope)
 {
     const char *p = req->path;
     if (!strcmp(p, "/health"))
         return http_json(200, json_string("OK"));
     if (!strcmp(p, "/execute") && !strcmp(req->method, "POST"))
-        return execute(e, sb, req);
+        return execute(sb, req, e->execute_timeout_ms, scope);
     if (!strncmp(p, "/contexts", 9))
         return contexts(sb, req, p + 9);
     return http_error(404, "no %s %s in the code interpreter", req->method, p);
 }
 
-static struct http_response *envd(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *envd(corral_sandbox *sb, const struct http_request *req,
+                                  const struct audit_scope *scope)
 {
-    return envd_handle(sb, req);
+    return envd_handle(sb, req, scope);
 }
 
 /* The port a request names: 0 when none, or not a port number. */
@@ -1364,6 +1402,22 @@ static struct http_response *sandbox_port(corral_sandbox *sb, const struct http_
     return resp ? resp : port_error(id, port, &err);
 }
 
+/* What is recorded of sb's executions: as its creator's, unless that is
+ * the fleet's key (a front's gateway, which records its own). */
+static void audit_scope_of(struct e2b *e, corral_sandbox *sb, const struct http_request *req,
+                           struct audit_scope *scope)
+{
+    pthread_mutex_lock(&e->owned.lock);
+    struct owned *o = owned_of(e, sb);
+    int tenant = o ? o->entry.tenant : TENANT_OPEN;
+    pthread_mutex_unlock(&e->owned.lock);
+    *scope = (struct audit_scope){
+        .audit = e->audit, .surface = "e2b", .request_id = audit_request_id(req)};
+    audit_who_of_tenant(&e->tenants, tenant, &scope->who);
+    if (tenant >= 0 && e->audit_skip_key && !strcmp(e->tenants.keys[tenant], e->audit_skip_key))
+        scope->audit = NULL;
+}
+
 static struct http_response *data_plane(struct e2b *e, const struct http_request *req,
                                         const char *id, const char *port)
 {
@@ -1382,11 +1436,11 @@ static struct http_response *data_plane(struct e2b *e, const struct http_request
         resp = http_json(502, json_pack("{s:s, s:s, s:i}", "sandboxId", id, "message",
                                         "The sandbox is paused: connect to it to resume it", "code",
                                         502));
-    else if (number == INTERPRETER_PORT)
-        resp = interpreter(e, sb, req);
-    else if (number == ENVD_PORT)
-        resp = envd(sb, req);
-    else
+    else if (number == INTERPRETER_PORT || number == ENVD_PORT) {
+        struct audit_scope scope;
+        audit_scope_of(e, sb, req, &scope);
+        resp = number == ENVD_PORT ? envd(sb, req, &scope) : interpreter(e, sb, req, &scope);
+    } else
         resp = sandbox_port(sb, req, id, port, number);
     corral_sandbox_release(sb);
     return resp;
@@ -1424,6 +1478,13 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         return corral_fail(err, ENOMEM, "out of memory");
     }
     e->execute_timeout_ms = o->execute_timeout_ms ? o->execute_timeout_ms : 300000;
+    e->audit = o->audit;
+    if (o->audit_skip_key && !(e->audit_skip_key = strdup(o->audit_skip_key))) {
+        tenants_free(&e->tenants);
+        free(e->state_dir);
+        free(e);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
     registry_init(&e->owned, owned_drop);
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->net_lock, NULL);
@@ -1449,6 +1510,7 @@ void e2b_free(struct e2b *e)
     pthread_cond_destroy(&e->kernels_done);
     tenants_free(&e->tenants);
     free(e->state_dir);
+    free(e->audit_skip_key);
     pthread_mutex_destroy(&e->net_lock);
     pthread_mutex_destroy(&e->lock);
     registry_destroy(&e->owned);

@@ -16,6 +16,8 @@
 #include "base/error.h"
 #include "http/http.h"
 
+struct audit;
+
 struct e2b_options {
     const char *const *api_keys;    /* NULL-terminated; none = any key is accepted */
     const char *const *admin_keys;  /* NULL-terminated: keys that see every sandbox */
@@ -24,6 +26,11 @@ struct e2b_options {
     /* The longest an /execute runs (the client may give up sooner): past it
      * the execution is interrupted and answers TimeoutError. 0 = 300 s. */
     uint64_t execute_timeout_ms;
+    /* The audit trail executions are recorded to (NULL: none), except those
+     * of sandboxes created with audit_skip_key (a fleet's key: its fronts'
+     * gateways record theirs). */
+    struct audit *audit;
+    const char *audit_skip_key;
 };
 
 struct e2b;

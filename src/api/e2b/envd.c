@@ -1,6 +1,7 @@
 /* envd over libcorral; see envd.h. */
 #include "api/wire.h"
 #include "api/e2b/envd.h"
+#include "api/audit_api.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -308,6 +309,7 @@ struct rpc {
     corral_sandbox *sb;
     const struct http_request *req;
     json_t *msg; /* the request message */
+    const struct audit_scope *scope;
 };
 
 typedef struct http_response *(*rpc_fn)(struct rpc *c);
@@ -509,6 +511,9 @@ struct pstream {
     struct proc *entry;                          /* Start: the registry's entry */
     corral_watch *w;                             /* WatchDir */
     bool include_entry;
+    struct audit *audit; /* Start: where rec goes at the end (NULL: nowhere) */
+    struct audit_exec rec;
+    uint64_t oom_before;
 };
 
 /* Writes bytes (a whole envelope or more) unless the client is gone. Under ps->lock. */
@@ -558,16 +563,19 @@ static void send_data(struct pstream *ps, const char *which, const char *data, s
 
 static void on_stdout(void *u, const char *data, size_t len)
 {
+    audit_text_add(&((struct pstream *)u)->rec.out, data, len);
     send_data(u, "stdout", data, len);
 }
 
 static void on_stderr(void *u, const char *data, size_t len)
 {
+    audit_text_add(&((struct pstream *)u)->rec.err, data, len);
     send_data(u, "stderr", data, len);
 }
 
 static void on_pty(void *u, const char *data, size_t len)
 {
+    audit_text_add(&((struct pstream *)u)->rec.out, data, len);
     send_data(u, "pty", data, len);
 }
 
@@ -617,6 +625,29 @@ static uint64_t until_keepalive(struct pstream *ps, uint64_t now)
     return ps->last_ms + ps->keepalive_ms > now ? ps->last_ms + ps->keepalive_ms - now : 0;
 }
 
+/* Records a Start's process at its end: status NULL when its end is not
+ * known (failure says why). Before the end goes out, so that a client
+ * that saw the end finds the record. */
+static void record_end(struct pstream *ps, const int *status, const char *failure, bool deadline)
+{
+    const char *outcome = "ok";
+    if (failure[0]) {
+        audit_exec_error(&ps->rec, "InternalError", failure);
+        outcome = "error";
+    } else if (status && WIFEXITED(*status)) {
+        ps->rec.has_exit_code = true;
+        ps->rec.exit_code = WEXITSTATUS(*status);
+        outcome = ps->rec.exit_code ? "error" : "ok";
+    } else if (status && WIFSIGNALED(*status)) {
+        ps->rec.has_exit_code = true;
+        ps->rec.exit_code = 128 + WTERMSIG(*status);
+        outcome = corral_sandbox_oom_kills(ps->sb) > ps->oom_before ? "oom_killed" : "killed";
+    }
+    if (deadline)
+        outcome = "timeout";
+    audit_exec_finish(ps->audit, &ps->rec, outcome);
+}
+
 /* Start: relays the process's output until it ends. This is the relay for
  * every listener (Connect streams take their copy from it), and it keeps
  * draining the output once its own client is gone, so it runs to the end. */
@@ -660,7 +691,9 @@ static void start_produce(struct http_stream *s, void *arg)
     proc_remove(ps->entry);
     ps->entry = NULL;
     int status;
-    if (!failure[0] && corral_process_ended(ps->p, &status))
+    bool ended = !failure[0] && corral_process_ended(ps->p, &status);
+    record_end(ps, ended ? &status : NULL, failure, killed_for_deadline);
+    if (ended)
         send_json(ps, 0, end_event(status));
     size_t len;
     char *eos = failure[0]            ? end_of_stream("internal", failure, &len)
@@ -747,6 +780,7 @@ static void pstream_release(void *arg)
 {
     struct pstream *ps = arg;
     proc_remove(ps->entry);
+    audit_exec_free(&ps->rec);
     corral_process_release(ps->p);
     corral_watch_stop(ps->w);
     corral_sandbox_release(ps->sb);
@@ -781,7 +815,8 @@ static struct pstream *pstream_new(corral_sandbox *sb, uint64_t keepalive_s, uin
 
 /* A stream over p (a reference the stream takes). */
 static struct http_response *process_stream(struct rpc *c, corral_process *p, struct proc *entry,
-                                            uint64_t timeout_ms, const struct http_stream_ops *ops)
+                                            uint64_t timeout_ms, const struct http_stream_ops *ops,
+                                            const char *command)
 {
     uint64_t keepalive_s = 0;
     struct corral_error err;
@@ -792,6 +827,12 @@ static struct http_response *process_stream(struct rpc *c, corral_process *p, st
         return NULL;
     ps->p = p;
     ps->entry = entry;
+    if (command) { /* a Start: recorded */
+        ps->audit = c->scope ? c->scope->audit : NULL;
+        ps->oom_before = corral_sandbox_oom_kills(c->sb);
+        if (c->scope)
+            audit_scope_begin(c->scope, &ps->rec, c->sb, "command", NULL, command);
+    }
     struct http_response *r = http_stream(200, CONNECT_JSON, ops, ps);
     if (!r)
         pstream_release(ps);
@@ -925,7 +966,15 @@ static struct http_response *process_start(struct rpc *c)
                             "%s", err.message);
     struct proc *entry =
         proc_add(c->sb, corral_process_pid(p), tag ? json_string_value(tag) : NULL, config);
-    struct http_response *resp = process_stream(c, p, entry, timeout_ms, &start_ops);
+    struct strbuf line = {0}; /* the command line, as recorded */
+    for (size_t i = 0; argv[i]; i++) {
+        if (i)
+            strbuf_puts(&line, " ");
+        strbuf_puts(&line, argv[i]);
+    }
+    struct http_response *resp =
+        process_stream(c, p, entry, timeout_ms, &start_ops, strbuf_str(&line));
+    strbuf_free(&line);
     if (!resp) { /* nobody would relay it */
         corral_process_signal(p, SIGKILL, NULL);
         corral_process_wait(p, NULL, 5000, NULL, NULL);
@@ -948,7 +997,7 @@ static struct http_response *process_connect(struct rpc *c)
     corral_process *p = select_process(c, &code, msg, sizeof(msg));
     if (!p)
         return stream_error(code, "%s", msg);
-    struct http_response *r = process_stream(c, p, NULL, timeout_ms, &connect_ops);
+    struct http_response *r = process_stream(c, p, NULL, timeout_ms, &connect_ops, NULL);
     if (!r)
         corral_process_release(p);
     return r;
@@ -1633,7 +1682,8 @@ static const struct {
     {"/filesystem.Filesystem/RemoveWatcher", false, fs_remove_watcher},
 };
 
-static struct http_response *rpc(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *rpc(corral_sandbox *sb, const struct http_request *req,
+                                 const struct audit_scope *scope)
 {
     size_t i = 0, n = sizeof(RPCS) / sizeof(RPCS[0]);
     while (i < n && strcmp(RPCS[i].path, req->path))
@@ -1657,7 +1707,7 @@ static struct http_response *rpc(corral_sandbox *sb, const struct http_request *
     if (!msg)
         return RPCS[i].stream ? stream_error("invalid_argument", "%s", err.message)
                               : unary_error("invalid_argument", "%s", err.message);
-    struct rpc c = {.sb = sb, .req = req, .msg = msg};
+    struct rpc c = {.sb = sb, .req = req, .msg = msg, .scope = scope};
     /* Files are the call's user's (a bad user is the handler's to answer). */
     bool root;
     bool was = corral_files_as_root(call_user(req, &root, &err) == 0 && root);
@@ -1968,7 +2018,8 @@ static struct http_response *upload_parts(corral_sandbox *sb, const struct http_
 
 /* ---- the entry point ---- */
 
-struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req)
+struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req,
+                                  const struct audit_scope *scope)
 {
     const char *p = req->path, *m = req->method;
     if (!strcmp(p, "/health"))
@@ -1986,6 +2037,6 @@ struct http_response *envd_handle(corral_sandbox *sb, const struct http_request 
         return r;
     }
     if (!strncmp(p, "/process.Process/", 17) || !strncmp(p, "/filesystem.Filesystem/", 23))
-        return rpc(sb, req);
+        return rpc(sb, req, scope);
     return http_error(404, "no %s %s in corral's envd", m, p);
 }

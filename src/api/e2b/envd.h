@@ -37,8 +37,11 @@
 #include "corral/corral.h"
 #include "http/http.h"
 
-/* Answers one envd request for sb (which the caller keeps a reference to). */
-struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req);
+struct audit_scope;
+/* Answers one envd request for sb (which the caller keeps a reference to);
+ * the processes it starts are recorded as scope says. */
+struct http_response *envd_handle(corral_sandbox *sb, const struct http_request *req,
+                                  const struct audit_scope *scope);
 /* Drops what envd keeps for sb (CreateWatcher's watchers): called once it is killed. */
 void envd_forget(corral_sandbox *sb);
 

@@ -1,6 +1,7 @@
 /* execd: the shared pieces and /ping, /code, /metrics; see execd.h. */
 #include "api/opensandbox/execd.h"
 #include "api/wire.h"
+#include "api/audit_api.h"
 #include "base/cleanup.h"
 
 #include <errno.h>
@@ -165,7 +166,10 @@ struct run {
     struct http_stream *s;
     int64_t started_ms;
     bool errored;
-    bool gone; /* the client left: cancels this run (atomic) */
+    bool gone;           /* the client left: cancels this run (atomic) */
+    struct audit *audit; /* where rec goes at the end (NULL: nowhere) */
+    struct audit_exec rec;
+    uint64_t oom_before;
 };
 
 static void run_start(void *u, int64_t count)
@@ -183,12 +187,14 @@ static void run_output(struct run *r, const char *type, const char *text, size_t
 static void run_stdout(void *u, const char *text, size_t len, double ts)
 {
     (void)ts;
+    audit_text_add(&((struct run *)u)->rec.out, text, len);
     run_output(u, "stdout", text, len);
 }
 
 static void run_stderr(void *u, const char *text, size_t len, double ts)
 {
     (void)ts;
+    audit_text_add(&((struct run *)u)->rec.err, text, len);
     run_output(u, "stderr", text, len);
 }
 
@@ -196,6 +202,8 @@ static void run_stderr(void *u, const char *text, size_t len, double ts)
 static void run_result(void *u, const struct corral_result *res)
 {
     json_t *results = json_object();
+    for (size_t i = 0; i < res->n; i++)
+        ((struct run *)u)->rec.result_bytes += strlen(res->values[i]);
     for (size_t i = 0; i < res->n; i++)
         json_object_set_new(results, strcmp(res->types[i], "text/plain") ? res->types[i] : "text",
                             json_string(res->values[i]));
@@ -206,6 +214,7 @@ static void run_error(struct run *r, const char *name, const char *value, const 
 {
     if (r->errored)
         return;
+    audit_exec_error(&r->rec, name, traceback && *traceback ? traceback : value);
     json_t *lines = json_array();
     for (const char *p = traceback; p && *p;) {
         size_t n = strcspn(p, "\n");
@@ -239,10 +248,11 @@ static void run_produce(struct http_stream *s, void *arg)
                                                  .on_error = run_error_cb,
                                                  .userdata = r};
     x.cancel = &r->gone;
-    struct corral_exec_outcome out;
+    struct corral_exec_outcome out = {0};
     struct corral_error err;
     int rc = corral_execute(r->sb, r->ctx, r->code, &x, &out, &err);
     if (!corral_sandbox_alive(r->sb)) {
+        audit_exec_finish(r->audit, &r->rec, "killed");
         http_stream_abort(s); /* killed meanwhile */
         return;
     }
@@ -250,6 +260,14 @@ static void run_produce(struct http_stream *s, void *arg)
         run_error(r, "ExecutionError", err.message, "");
     else if (out.context_restarted && !r->errored)
         run_error(r, "ContextRestarted", "the context was restarted: its state was lost", "");
+    bool oom = corral_sandbox_oom_kills(r->sb) > r->oom_before;
+    audit_exec_finish(r->audit, &r->rec,
+                      out.timed_out                                 ? "timeout"
+                      : oom                                         ? "oom_killed"
+                      : out.context_restarted                       ? "killed"
+                      : __atomic_load_n(&r->gone, __ATOMIC_ACQUIRE) ? "killed"
+                      : r->rec.error_name[0] || rc < 0              ? "error"
+                                                                    : "ok");
     if (!r->errored)
         execd_send(s, json_pack("{s:s, s:I}", "type", "execution_complete", "execution_time",
                                 (json_int_t)((int64_t)corral_wall_ms() - r->started_ms)));
@@ -266,13 +284,15 @@ static void run_release(void *arg)
 {
     struct run *r = arg;
     corral_sandbox_release(r->sb);
+    audit_exec_free(&r->rec);
     free(r->code);
     free(r);
 }
 
 static const struct http_stream_ops run_ops = {run_produce, run_gone, run_release};
 
-static struct http_response *run_code(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *run_code(corral_sandbox *sb, const struct http_request *req,
+                                      const struct audit_scope *scope)
 {
     cleanup_json json_t *body = NULL;
     struct corral_error err;
@@ -292,7 +312,7 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
             resp = execd_error(404, "CONTEXT_NOT_FOUND", "context %s not found",
                                json_string_value(id));
     } else if (!json_is_string(lang) || !json_string_length(lang)) {
-        resp = execd_command_stream(sb, json_string_value(code));
+        resp = execd_command_stream(sb, json_string_value(code), scope);
     } else if (!is_python(json_string_value(lang))) {
         resp = unsupported_language(json_string_value(lang));
     } else if (corral_context_default(sb, &ctx, &err) < 0) {
@@ -305,6 +325,9 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
             r->sb = sb;
             r->ctx = ctx;
             r->started_ms = (int64_t)corral_wall_ms();
+            r->audit = scope->audit;
+            r->oom_before = corral_sandbox_oom_kills(sb);
+            audit_scope_begin(scope, &r->rec, sb, "code", corral_context_language(ctx), r->code);
             resp = http_stream(200, "text/event-stream", &run_ops, r);
             if (!resp)
                 run_release(r);
@@ -421,7 +444,7 @@ static struct http_response *isolated(const struct http_request *req, const char
 }
 
 struct http_response *execd_handle(corral_sandbox *sb, const struct http_request *req,
-                                   const char *path)
+                                   const char *path, const struct audit_scope *scope)
 {
     if (!strcmp(path, "/ping")) {
         if (strcmp(req->method, "GET") && strcmp(req->method, "HEAD"))
@@ -431,7 +454,7 @@ struct http_response *execd_handle(corral_sandbox *sb, const struct http_request
     const char *m = req->method;
     struct http_response *r = NULL;
     if (!strcmp(path, "/code"))
-        r = !strcmp(m, "POST") ? run_code(sb, req)
+        r = !strcmp(m, "POST") ? run_code(sb, req, scope)
             : !strcmp(m, "DELETE")
                 ? interrupt(sb, req)
                 : execd_error(405, "METHOD_NOT_ALLOWED", "/code answers POST and DELETE");
@@ -446,7 +469,7 @@ struct http_response *execd_handle(corral_sandbox *sb, const struct http_request
     if (!r)
         r = execd_files_handle(sb, req, path);
     if (!r)
-        r = execd_command_handle(sb, req, path);
+        r = execd_command_handle(sb, req, path, scope);
     if (!r)
         r = execd_error(404, "NOT_FOUND", "no %s %s in execd", req->method, path);
     return r;

@@ -28,16 +28,19 @@
 
 /* Answers one execd request for sb (the caller holds a reference); path is
  * the part below the sandbox's endpoint, without the query string. */
+struct audit_scope;
+/* Its executions (code and commands) are recorded as scope says. */
 struct http_response *execd_handle(corral_sandbox *sb, const struct http_request *req,
-                                   const char *path);
+                                   const char *path, const struct audit_scope *scope);
 /* The parts in their own files: NULL when path is not theirs. */
 struct http_response *execd_files_handle(corral_sandbox *sb, const struct http_request *req,
                                          const char *path);
 struct http_response *execd_command_handle(corral_sandbox *sb, const struct http_request *req,
-                                           const char *path);
+                                           const char *path, const struct audit_scope *scope);
 /* POST /code without a language runs the code as a shell command: the same
  * stream as POST /command with {"command": command} (execd_command.c). */
-struct http_response *execd_command_stream(corral_sandbox *sb, const char *command);
+struct http_response *execd_command_stream(corral_sandbox *sb, const char *command,
+                                           const struct audit_scope *scope);
 /* Starts argv (NULL-terminated) as the sandbox's entrypoint: a background
  * command of id EXECD_ENTRYPOINT_ID, whose status and output execd reports
  * as any other's (GET /command/entrypoint/status, .../logs). */

@@ -49,6 +49,7 @@
  */
 #include "api/wire.h"
 #include "api/opensandbox/execd.h"
+#include "api/audit_api.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -219,6 +220,9 @@ struct run {
     pthread_mutex_t plock;    /* p, for signals from other threads */
     corral_process *p;        /* a command's process while its runner has it */
     struct splitter out, err; /* the runner's */
+    struct audit *audit;      /* where rec goes at the end (NULL: nowhere) */
+    struct audit_exec rec;    /* the runner's */
+    uint64_t oom_before;
 };
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -289,6 +293,7 @@ static void run_unref(struct run *r)
     free(r->lines);
     split_free(&r->out);
     split_free(&r->err);
+    audit_exec_free(&r->rec);
     if (r->session)
         session_unref(r->session);
     pthread_cond_destroy(&r->cond);
@@ -724,13 +729,42 @@ static bool session_unlink(struct session *s)
 static void cmd_stdout(void *u, const char *data, size_t len)
 {
     struct run *r = u;
+    audit_text_add(&r->rec.out, data, len);
     split_feed(&r->out, false, data, len, run_emit, r);
 }
 
 static void cmd_stderr(void *u, const char *data, size_t len)
 {
     struct run *r = u;
+    audit_text_add(&r->rec.err, data, len);
     split_feed(&r->err, true, data, len, run_emit, r);
+}
+
+/* Records a command at its end (status a wait status, unless failure
+ * says why it is not known), before the end is told to its stream. */
+static void record_end(struct run *r, int status, const char *failure)
+{
+    pthread_mutex_lock(&r->lock);
+    bool timed_out = r->timed_out, interrupted = r->interrupted;
+    pthread_mutex_unlock(&r->lock);
+    const char *outcome = "ok";
+    if (failure[0]) {
+        audit_exec_error(&r->rec, "InternalError", failure);
+        outcome = "error";
+    } else if (WIFEXITED(status)) {
+        r->rec.has_exit_code = true;
+        r->rec.exit_code = WEXITSTATUS(status);
+        outcome = r->rec.exit_code ? "error" : "ok";
+    } else if (WIFSIGNALED(status)) {
+        r->rec.has_exit_code = true;
+        r->rec.exit_code = 128 + WTERMSIG(status);
+        outcome = !interrupted && corral_sandbox_oom_kills(r->sb) > r->oom_before ? "oom_killed"
+                                                                                  : "killed";
+    }
+    if (timed_out)
+        outcome = "timeout";
+    audit_exec_finish(r->audit, &r->rec, outcome);
+    r->audit = NULL; /* recorded once */
 }
 
 /* Relays a command's output until it ends, records the end, lets go of the
@@ -771,6 +805,7 @@ static void *command_main(void *arg)
     int status = 0;
     if (!failure[0] && !corral_process_ended(p, &status))
         snprintf(failure, sizeof(failure), "the command's end could not be learnt");
+    record_end(r, status, failure);
     run_finish(r, failure[0] ? 255 << 8 : status, failure[0] ? failure : NULL);
     pthread_mutex_lock(&r->plock);
     r->p = NULL;
@@ -1131,7 +1166,8 @@ static struct http_response *too_many_commands(void)
 
 static struct http_response *start_command(corral_sandbox *sb, const char *command, const char *cwd,
                                            char **envs, bool background, uint64_t timeout_ms,
-                                           bool root, const char *id)
+                                           bool root, const char *id,
+                                           const struct audit_scope *scope)
 {
     struct http_response *resp = NULL;
     char dir[PATH_CAP];
@@ -1145,6 +1181,11 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
     r->timeout_ms = timeout_ms;
     r->deadline_ms = timeout_ms ? r->started_ms + timeout_ms : 0;
     r->consumer = !background; /* attached before any output comes */
+    if (scope) {
+        r->audit = scope->audit;
+        r->oom_before = corral_sandbox_oom_kills(sb);
+        audit_scope_begin(scope, &r->rec, sb, "command", NULL, command);
+    }
     if (registry_add(r) < 0) {
         run_unref(r);
         return too_many_commands();
@@ -1196,7 +1237,8 @@ static struct http_response *start_command(corral_sandbox *sb, const char *comma
     return resp;
 }
 
-static struct http_response *post_command(corral_sandbox *sb, const struct http_request *req)
+static struct http_response *post_command(corral_sandbox *sb, const struct http_request *req,
+                                          const struct audit_scope *scope)
 {
     struct corral_error err;
     cleanup_json json_t *body = NULL;
@@ -1215,14 +1257,15 @@ static struct http_response *post_command(corral_sandbox *sb, const struct http_
         return bad_request("invalid request: 'command' is required and must not be empty");
     if (bg && !json_is_boolean(bg))
         return bad_request("'background' must be true or false");
-    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms, root, NULL);
+    return start_command(sb, command, cwd, envs, json_is_true(bg), timeout_ms, root, NULL, scope);
 }
 
-struct http_response *execd_command_stream(corral_sandbox *sb, const char *command)
+struct http_response *execd_command_stream(corral_sandbox *sb, const char *command,
+                                           const struct audit_scope *scope)
 {
     if (!command || !*command)
         return bad_request("invalid request: the command is empty");
-    return start_command(sb, command, NULL, NULL, false, 0, false, NULL);
+    return start_command(sb, command, NULL, NULL, false, 0, false, NULL, scope);
 }
 
 int execd_start_entrypoint(corral_sandbox *sb, const char *const *argv, struct corral_error *err)
@@ -1243,7 +1286,7 @@ int execd_start_entrypoint(corral_sandbox *sb, const char *const *argv, struct c
         return corral_fail(err, ENOMEM, "out of memory");
     }
     struct http_response *r =
-        start_command(sb, cmd.data, NULL, NULL, true, 0, false, EXECD_ENTRYPOINT_ID);
+        start_command(sb, cmd.data, NULL, NULL, true, 0, false, EXECD_ENTRYPOINT_ID, NULL);
     strbuf_free(&cmd);
     int status = http_response_status(r);
     http_response_free(r);
@@ -1421,13 +1464,18 @@ static void shell_line(void *u, bool err, const char *text, size_t len)
     if (!r)
         return; /* between runs (background jobs): nobody to tell */
     const char *m = memmem(text, len, token, TOKEN_LEN);
+    struct audit_text *kept = err ? &r->rec.err : &r->rec.out;
     if (!m) {
+        audit_text_add(kept, text, len);
+        audit_text_add(kept, "\n", 1);
         run_append(r, err, text, len);
         run_unref(r);
         return;
     }
-    if (m > text) /* the command's last line had no terminator */
+    if (m > text) { /* the command's last line had no terminator */
+        audit_text_add(kept, text, (size_t)(m - text));
         run_append(r, err, text, (size_t)(m - text));
+    }
     int code = 0;
     if (!err) {
         const char *c = m + TOKEN_LEN;
@@ -1455,6 +1503,7 @@ static void shell_line(void *u, bool err, const char *text, size_t len)
     int status = s->marker_status;
     pthread_mutex_unlock(&s->lock);
     if (done) {
+        record_end(r, (status & 0xff) << 8, "");
         run_finish(r, (status & 0xff) << 8, NULL);
         run_unref(r);
     }
@@ -1538,6 +1587,7 @@ static void *shell_main(void *arg)
                      "%s: the session's shell exited; the next run starts a new one, without "
                      "its state",
                      how);
+        record_end(r, status, "");
         run_finish(r, status, why);
         run_unref(r);
     }
@@ -1746,7 +1796,7 @@ static struct http_response *session_take(struct session *s, struct run *r, cons
 }
 
 static struct http_response *run_in_session(corral_sandbox *sb, const struct http_request *req,
-                                            const char *id)
+                                            const char *id, const struct audit_scope *scope)
 {
     struct corral_error err;
     cleanup_json json_t *body = NULL;
@@ -1774,6 +1824,11 @@ static struct http_response *run_in_session(corral_sandbox *sb, const struct htt
     r->timeout_ms = timeout_ms;
     r->deadline_ms = timeout_ms ? r->started_ms + timeout_ms : 0;
     r->consumer = true;
+    if (scope) {
+        r->audit = scope->audit;
+        r->oom_before = corral_sandbox_oom_kills(sb);
+        audit_scope_begin(scope, &r->rec, sb, "command", NULL, command);
+    }
     char token[TOKEN_LEN + 1];
     if (corral_random_hex(token, TOKEN_LEN / 2, &err) < 0)
         return execd_error(500, "RUNTIME_ERROR", "%s", err.message);
@@ -1851,14 +1906,14 @@ static struct http_response *method_not_allowed(const char *path, const char *al
 }
 
 struct http_response *execd_command_handle(corral_sandbox *sb, const struct http_request *req,
-                                           const char *path)
+                                           const char *path, const struct audit_scope *scope)
 {
     const char *m = req->method;
     char id[128];
     const char *rest;
     if (!strcmp(path, "/command")) {
         if (!strcmp(m, "POST"))
-            return post_command(sb, req);
+            return post_command(sb, req, scope);
         if (!strcmp(m, "DELETE"))
             return delete_command(sb, req);
         return method_not_allowed(path, "POST and DELETE");
@@ -1882,7 +1937,7 @@ struct http_response *execd_command_handle(corral_sandbox *sb, const struct http
         if (!strcmp(rest, "/run")) {
             if (strcmp(m, "POST"))
                 return method_not_allowed(path, "POST");
-            return run_in_session(sb, req, id);
+            return run_in_session(sb, req, id, scope);
         }
         if (!*rest) {
             if (strcmp(m, "DELETE"))

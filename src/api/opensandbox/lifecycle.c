@@ -2,6 +2,7 @@
  * see opensandbox.h. */
 #include "api/opensandbox/opensandbox.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 
 #include "api/opensandbox/execd.h"
+#include "api/audit_api.h"
 #include "api/apinet.h"
 #include "api/ports.h"
 #include "api/registry.h"
@@ -55,6 +57,8 @@ struct osb {
     uint64_t max_timeout_s;
     uint64_t max_memory;    /* a sandbox's resourceLimits.memory at most */
     uint32_t max_millicpus; /* and its cpu */
+    struct audit *audit;
+    char *audit_skip_key;
 };
 
 /* ---- small helpers ---- */
@@ -1139,9 +1143,15 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     }
     if (b)
         corral_sandbox_retain(sb);
+    int tenant = b ? b->entry.tenant : TENANT_OPEN;
     pthread_mutex_unlock(&o->boxes.lock);
     if (!sb)
         return not_found(id);
+    struct audit_scope scope = {
+        .audit = o->audit, .surface = "opensandbox", .request_id = audit_request_id(req)};
+    audit_who_of_tenant(&o->tenants, tenant, &scope.who);
+    if (tenant >= 0 && o->audit_skip_key && !strcmp(o->tenants.keys[tenant], o->audit_skip_key))
+        scope.audit = NULL; /* a front's gateway: it records its own */
     struct http_response *resp;
     if (!ok && signed_route)
         resp =
@@ -1154,7 +1164,7 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
     else if (corral_sandbox_paused(sb))
         resp = execd_error(409, "SANDBOX_PAUSED", "sandbox %s is paused: resume it first", id);
     else if (port == EXECD_PORT)
-        resp = execd_handle(sb, req, path);
+        resp = execd_handle(sb, req, path, &scope);
     else if (!(resp = api_port_request(sb, req, (uint16_t)port, path, proxy_drop, &err)))
         resp = err.code == ECONNREFUSED
                    ? execd_error(502, "PORT_NOT_REACHABLE",
@@ -1165,6 +1175,16 @@ static struct http_response *proxy(struct osb *o, const struct http_request *req
 }
 
 /* ---- the entry point ---- */
+
+/* The audit API's errors as OpenSandbox's: {"code": "SANDBOX::...", "message"}. */
+static struct http_response *audit_fail(int status, const char *code, const char *message)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "SANDBOX::%s", code);
+    for (char *c = name; *c; c++)
+        *c = (char)toupper((unsigned char)*c);
+    return execd_error(status, name, "%s", message);
+}
 
 static struct http_response *route(struct osb *o, const struct http_request *req)
 {
@@ -1186,6 +1206,13 @@ static struct http_response *route(struct osb *o, const struct http_request *req
         return tenant_held(&o->tenants, caller);
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/v1"))
         p += 3;
+    if (audit_api_path(p)) { /* /audit/... and /v1/audit/... */
+        char viewer[80];
+        bool mine = audit_viewer_of_tenant(&o->tenants, caller, viewer, sizeof(viewer));
+        struct http_request at = *req;
+        at.path = p;
+        return audit_api_handle(o->audit, &at, mine ? viewer : NULL, !mine, audit_fail);
+    }
     registry_sweep(&o->boxes);
     if (!strcmp(p, "/sandboxes")) {
         if (!strcmp(m, "POST"))
@@ -1249,6 +1276,14 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
     o->max_timeout_s = opt->max_timeout_s ? opt->max_timeout_s : DEFAULT_MAX_S;
     o->max_memory = opt->max_memory ? opt->max_memory : (4ull << 40);
     o->max_millicpus = opt->max_millicpus ? opt->max_millicpus : 1024000;
+    o->audit = opt->audit;
+    if (opt->audit_skip_key && !(o->audit_skip_key = strdup(opt->audit_skip_key))) {
+        tenants_free(&o->tenants);
+        corral_strv_free(o->templates);
+        free(o->state_dir);
+        free(o);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
     registry_init(&o->boxes, box_drop);
     pthread_mutex_init(&o->egress_lock, NULL);
     *out = o;
@@ -1268,6 +1303,7 @@ void osb_free(struct osb *o)
     tenants_free(&o->tenants);
     corral_strv_free(o->templates);
     free(o->state_dir);
+    free(o->audit_skip_key);
     pthread_mutex_destroy(&o->egress_lock);
     free(o);
 }

@@ -35,9 +35,14 @@ struct osb_options {
     uint64_t max_timeout_s; /* 0 = 86400 */
     uint64_t max_memory;    /* a sandbox's resourceLimits.memory at most; 0: 4 TiB */
     uint32_t max_millicpus; /* and its cpu, in thousandths; 0: 1024 CPUs */
+    /* The audit trail executions are recorded to (NULL: none), except those
+     * of sandboxes created with audit_skip_key (a fleet's key). */
+    struct audit *audit;
+    const char *audit_skip_key;
 };
 
 struct osb;
+struct audit;
 
 int osb_new(const struct osb_options *o, struct osb **out, struct corral_error *err);
 /* The http_handler of the OpenSandbox surface (ctx is the struct osb). */
