@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/audit_api.h"
 #include "api/openai.h"
 #include "base/clock.h"
 #include "base/util.h"
@@ -24,6 +25,7 @@ struct console {
     corral_gateway *gw;
     char **admin_keys; /* NULL-terminated */
     char **api_keys;   /* NULL-terminated */
+    struct audit *audit;
 };
 
 static char **copy_keys(const char *const *keys)
@@ -46,6 +48,7 @@ int console_new(const struct console_options *o, struct console **out, struct co
     struct console *c = calloc(1, sizeof(*c));
     if (c) {
         c->gw = o->gw;
+        c->audit = o->audit;
         c->admin_keys = copy_keys(o->admin_keys);
         c->api_keys = copy_keys(o->api_keys);
     }
@@ -215,8 +218,25 @@ static struct http_response *denials(void)
     return http_json(200, json_pack("{s:o}", "denials", arr));
 }
 
-static struct http_response *api(const struct console *c, const char *path, const char *role)
+/* /ui/api/executions...: the audit API's answer to the same request at
+ * /audit/executions..., seen as an admin sees it (every key's records). */
+static struct http_response *executions(const struct console *c, const struct http_request *req,
+                                        const char *rest)
 {
+    char path[512];
+    if (snprintf(path, sizeof(path), "%s/executions%s", AUDIT_PATH, rest) >= (int)sizeof(path))
+        return NULL;
+    struct http_request asked = *req;
+    asked.path = path;
+    return audit_api_handle(c->audit, &asked, NULL, false, openai_invalid);
+}
+
+static struct http_response *api(const struct console *c, const struct http_request *req,
+                                 const char *path)
+{
+    if (!strcmp(path, "/executions") ||
+        (!strncmp(path, "/executions/", 12) && strcmp(path, "/executions/export")))
+        return executions(c, req, path + 11);
     if (!strcmp(path, "/sandboxes"))
         return sandboxes(c);
     if (!strcmp(path, "/containers"))
@@ -271,7 +291,7 @@ static struct http_response *answer(struct console *c, const struct http_request
         return openai_invalid(401, "invalid_api_key",
                               "The console takes the master key or an admin key, as "
                               "`Authorization: Bearer KEY`.");
-    struct http_response *r = api(c, path + 7, role);
+    struct http_response *r = api(c, req, path + 7);
     return r ? r : openai_invalid(404, NULL, "The console's API has no such path.");
 }
 

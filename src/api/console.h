@@ -10,7 +10,9 @@
  *   GET /ui/api/containers                     the gateway's running containers and files
  *   GET /ui/api/containers/{id}/files/{fid}/content   a file's bytes
  *   GET /ui/api/keys                           virtual keys and their usage by day
- *   GET /ui/api/egress                         the latest egress denials (egress/denials.h)
+ *   GET /ui/api/executions[/{id}]              the audit trail, every key's (as GET
+ * /audit/executions) GET /ui/api/egress                         the latest egress denials
+ * (egress/denials.h)
  *
  * The page sends the key as `Authorization: Bearer KEY` (it keeps it in the
  * tab's sessionStorage) and polls every two seconds. Errors are OpenAI's
@@ -23,6 +25,7 @@
 #include "base/error.h"
 #include "corral/gateway.h"
 #include "http/http.h"
+#include "store/audit.h"
 
 struct console;
 
@@ -30,6 +33,7 @@ struct console_options {
     corral_gateway *gw;            /* its master key, containers, files, keys */
     const char *const *admin_keys; /* NULL-terminated, or NULL */
     const char *const *api_keys;   /* NULL-terminated, or NULL: the sandboxes' owners */
+    struct audit *audit;           /* the executions; NULL: the audit trail is off */
 };
 
 /* 0, or -ENOMEM. */

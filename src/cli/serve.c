@@ -699,7 +699,8 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         return CLI_OK;
     if (!s->gw && (rc = make_gateway(o, cfg, s)) != CLI_OK)
         return rc;
-    struct console_options co = {.gw = s->gw, .admin_keys = o->admin_keys, .api_keys = o->keys};
+    struct console_options co = {
+        .gw = s->gw, .admin_keys = o->admin_keys, .api_keys = o->keys, .audit = s->audit};
     if (console_new(&co, &s->console, &err) < 0) {
         fprintf(stderr, "corral serve: %s\n", err.message);
         return CLI_SANDBOX_ERROR;

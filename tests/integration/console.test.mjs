@@ -1,12 +1,14 @@
 // The web console (/ui on the gateway's listener) in a real headless
 // Chromium (Debian's chromium, driven by playwright-core): a wrong key is
 // refused and an admin key logs in; a sandbox made through the E2B SDK
-// appears, with its owner, and goes when it is killed; a file the code
+// appears, with its owner, and goes when it is killed; the chart one of its
+// executions displayed is shown with the execution's code; a file the code
 // wrote in a gateway container is downloaded from the page; a virtual key's
 // use shows in its chart by day. The page must log no error and load
 // nothing from elsewhere. A screenshot of each view is kept in
 // $CORRAL_ARTIFACTS (default build-asan/artifacts/console).
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -34,6 +36,7 @@ const gw = useGateway({
 let browser = null;
 let page = null;
 const problems = []; // errors the page logged, requests it sent elsewhere
+let plotted = null; // {sandboxId, code} of an execution that displayed a chart
 
 const consoleUrl = () => gw.server.gatewayUrl.replace(/\/v1$/, '') + '/ui';
 
@@ -116,6 +119,11 @@ test('sandboxes and egress: one made through the E2B SDK appears with its owner,
     assert.ok(what[3].length > 0, 'the denial says why');
     await shot('egress');
 
+    const code = 'import matplotlib.pyplot as plt\nplt.plot([1, 4, 9, 16])\nplt.title("console")\nplt.show()';
+    const chart = await sandbox.runCode(code);
+    assert.ok(chart.results.some((r) => r.png), 'the code displayed a PNG');
+    plotted = { sandboxId: id, code };
+
     await tab('sandboxes');
     await row.waitFor(WAIT);
     await sandbox.kill();
@@ -123,6 +131,27 @@ test('sandboxes and egress: one made through the E2B SDK appears with its owner,
   } finally {
     await sandbox.kill().catch(() => {});
   }
+});
+
+test('executions: the chart an execution displayed is shown with its code', T, async () => {
+  assert.ok(plotted, 'the sandboxes test ran the chart');
+  await tab('executions');
+  const row = page.locator('#content tr', { hasText: 'import matplotlib.pyplot as plt' });
+  await row.waitFor(WAIT);
+  const cells = await row.locator('td').allTextContents();
+  // the key by its fingerprint, never itself
+  assert.equal(cells[1], `sha256:${createHash('sha256').update(API_KEY).digest('hex').slice(0, 12)}`);
+  assert.ok(!(await page.content()).includes(API_KEY));
+  assert.equal(cells[2], 'e2b');
+  assert.equal(cells[3], plotted.sandboxId);
+  assert.equal(cells[6], 'ok');
+  await row.click();
+  const img = page.locator('#execution img');
+  await img.waitFor(WAIT);
+  assert.equal(await page.locator('#execution pre.code').textContent(), plotted.code);
+  await page.waitForFunction(() => document.querySelector('#execution img')?.naturalWidth > 0, null, WAIT);
+  assert.match(await img.getAttribute('src'), /^data:image\/png;base64,iVBORw0KGgo/);
+  await shot('execution');
 });
 
 test('containers: a file the code wrote is listed and downloaded from the page', T, async () => {

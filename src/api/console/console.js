@@ -6,7 +6,7 @@
 
 const POLL_MS = 2000;
 const KEY = 'corral.console.key';
-const state = { tab: null, timer: null, selected: null, cpu: new Map() };
+const state = { tab: null, timer: null, generation: 0, selected: null, cpu: new Map() };
 
 const $ = (id) => document.getElementById(id);
 
@@ -17,7 +17,7 @@ function el(tag, attrs, ...children) {
     else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
     else node.setAttribute(name, value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -57,6 +57,8 @@ function age(seconds) {
 function when(unixSeconds) {
   return unixSeconds ? new Date(unixSeconds * 1000).toISOString().replace('T', ' ').slice(0, 19) : '';
 }
+
+const whenMs = (ms) => when(ms / 1000);
 
 function bar(used, limit) {
   const share = limit ? Math.min(100, (100 * used) / limit) : 0;
@@ -110,12 +112,13 @@ const views = {
     title: 'Executions',
     async render() {
       const page = await api('/executions?limit=100');
+      if (!page.data.length && !state.selected) return [el('p', { class: 'muted' }, 'Nothing has run yet.')];
       const rows = page.data.map((x) => ({
         id: x.id,
         item: x,
-        cells: [when(x.started_at), x.key || '—', x.surface, x.sandbox_id || x.container_id || '',
-          x.kind, (x.code || '').split('\n')[0].slice(0, 80), x.outcome,
-          x.duration_ms === undefined ? '' : x.duration_ms + ' ms'],
+        cells: [whenMs(x.started_at), x.key || '—', x.surface, x.sandbox_id || '',
+          x.kind, (x.code || '').split('\n')[0].slice(0, 80), x.outcome + (x.error_name ? ' (' + x.error_name + ')' : ''),
+          x.duration_ms + ' ms'],
       }));
       const out = [table(['Started', 'Key', 'Surface', 'Sandbox', 'Kind', 'Code', 'Outcome', 'Took'], rows,
         (x) => { state.selected = x.id; refresh(); })];
@@ -166,16 +169,17 @@ const views = {
 
 async function executionDetail(id) {
   const x = await api('/executions/' + encodeURIComponent(id));
-  const images = (x.images || []).map((png, i) =>
-    el('img', { src: 'data:image/png;base64,' + png, alt: 'image ' + (i + 1) + ' the code displayed' }));
+  const images = (x.images || []).filter((img) => /^image\/(png|jpeg)$/.test(img.type)).map((img, i) =>
+    el('img', { src: 'data:' + img.type + ';base64,' + img.data, alt: 'image ' + (i + 1) + ' the code displayed' }));
   return el('div', { class: 'detail', id: 'execution' },
     el('h3', {}, 'Execution ' + x.id),
-    el('p', { class: 'muted' }, [x.surface, x.kind, x.language, x.outcome, when(x.started_at)]
-      .filter(Boolean).join(' · ')),
+    el('p', { class: 'muted' }, [x.surface, x.kind, x.language, x.key, x.sandbox_id, x.template, x.outcome,
+      x.exit_code === null ? null : 'exit ' + x.exit_code, whenMs(x.started_at), x.duration_ms + ' ms']
+      .filter((v) => v !== null && v !== undefined && v !== '').join(' · ')),
     el('h4', {}, 'Code'), el('pre', { class: 'code' }, x.code || ''),
     x.stdout ? [el('h4', {}, 'Output'), el('pre', { class: 'stdout' }, x.stdout)] : null,
     x.stderr ? [el('h4', {}, 'Errors'), el('pre', { class: 'stderr' }, x.stderr)] : null,
-    x.error ? [el('h4', {}, 'Error'), el('pre', { class: 'error' }, x.error)] : null,
+    x.error ? [el('h4', {}, 'Error: ' + (x.error_name || '')), el('pre', { class: 'error' }, x.error)] : null,
     images.length ? [el('h4', {}, 'Images'), images] : null);
 }
 
@@ -248,15 +252,20 @@ async function download(containerId, file) {
 
 // ---- the page ----
 
+// Renders the current view; a render that a newer one overtook (a click, a
+// tab changed meanwhile) is dropped, and one timer at a time polls.
 async function refresh() {
   const view = views[state.tab];
+  const generation = ++state.generation;
   clearTimeout(state.timer);
   try {
     const nodes = await view.render();
-    $('content').replaceChildren(...[nodes].flat());
+    if (generation !== state.generation) return;
+    $('content').replaceChildren(...[nodes].flat(Infinity));
     $('status').textContent = 'Updated ' + new Date().toLocaleTimeString();
     $('status').className = 'muted';
   } catch (e) {
+    if (generation !== state.generation) return;
     if (e instanceof Unauthorized) return showLogin(e.message);
     $('status').textContent = e.message;
     $('status').className = 'error';
@@ -275,6 +284,7 @@ function show(tab) {
 
 function showLogin(message) {
   clearTimeout(state.timer);
+  state.generation++;
   sessionStorage.removeItem(KEY);
   $('view').hidden = true;
   $('tabs').hidden = true;
