@@ -185,6 +185,8 @@ void corral_sandbox_retain(corral_sandbox *sb);
 void corral_sandbox_release(corral_sandbox *sb);
 const char *corral_sandbox_id(const corral_sandbox *sb);
 const char *corral_sandbox_template(const corral_sandbox *sb);
+/* The owner its create named (corral_sandbox_options.owner; 0: none). */
+unsigned corral_sandbox_owner(const corral_sandbox *sb);
 /* Metadata: the value for key, or NULL; or the i-th pair. */
 const char *corral_sandbox_metadata(const corral_sandbox *sb, const char *key);
 bool corral_sandbox_metadata_at(const corral_sandbox *sb, size_t i, const char **key,

@@ -164,6 +164,19 @@ int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_objec
 int corral_gateway_admin(corral_gateway *gw, const char *method, const char *path,
                          const char *query_key, const char *body, size_t len,
                          struct corral_gateway_reply *out);
+/* What an operator's console shows, whoever owns it (the caller has
+ * checked that the one asking may see everything): the virtual keys with
+ * their usage by day ({"keys": [{"key_alias", "token_start", "models",
+ * "rpm_limit", "max_containers", "created_at", "usage": [{"day",
+ * "requests", "input_tokens", "output_tokens", "code_calls"}]}]}), the
+ * running containers of every owner with their files ({"containers":
+ * [{...the container, "owner": its key's alias or "master", "files":
+ * [...]}]}), and a container file's bytes (as GET
+ * /v1/containers/{id}/files/{file_id}/content answers). */
+int corral_gateway_console_keys(corral_gateway *gw, struct corral_gateway_reply *out);
+int corral_gateway_console_containers(corral_gateway *gw, struct corral_gateway_reply *out);
+int corral_gateway_console_file(corral_gateway *gw, const char *container_id, const char *file_id,
+                                struct corral_gateway_reply *out);
 /* Whether key is a live virtual key. */
 int corral_gateway_key_valid(corral_gateway *gw, const char *key);
 /* A virtual key's request against its rate limit: 0, or -EBUSY with the

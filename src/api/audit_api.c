@@ -137,6 +137,15 @@ static struct http_response *list(struct audit *a, const struct http_request *re
     if (store_list_executions(audit_store(a), &f, http_query(req, "cursor"), (unsigned)limit, &page,
                               next, &err) < 0)
         return store_failed(fail, &err);
+    size_t i;
+    json_t *item;
+    json_array_foreach(page, i, item)
+    { /* a page stays small: a record's images come with it alone */
+        json_object_set_new(
+            item, "images_count",
+            json_integer((json_int_t)json_array_size(json_object_get(item, "images"))));
+        json_object_del(item, "images");
+    }
     return http_json(200, json_pack("{s:s, s:o, s:b, s:o}", "object", "list", "data", page,
                                     "has_more", *next != '\0', "next_cursor",
                                     *next ? json_string(next) : json_null()));

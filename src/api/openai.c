@@ -40,7 +40,18 @@ struct openai {
     pthread_cond_t idle;
     unsigned workers; /* streamed calls still running */
     unsigned keepalive_ms;
+    /* what answers the paths under mount_prefix (openai_mount) */
+    const char *mount_prefix;
+    http_handler mount_handler;
+    void *mount_ctx;
 };
+
+void openai_mount(struct openai *oa, const char *prefix, http_handler handler, void *ctx)
+{
+    oa->mount_prefix = prefix;
+    oa->mount_handler = handler;
+    oa->mount_ctx = ctx;
+}
 
 int openai_new(corral_gateway *gw, struct openai **out, struct corral_error *err)
 {
@@ -176,10 +187,21 @@ static struct http_response *reply_response(struct corral_gateway_reply *rep, in
     return resp;
 }
 
+struct http_response *openai_reply(struct corral_gateway_reply *rep, int rc)
+{
+    char rid[REQUEST_ID_MAX];
+    return reply_response(rep, rc, rid);
+}
+
+struct http_response *openai_invalid(int status, const char *code, const char *message)
+{
+    return invalid(status, code, "%s", message);
+}
+
 /* ---- keys ---- */
 
 /* The key the client presented: `Authorization: Bearer KEY`, else `api-key: KEY`. */
-static const char *bearer_key(const struct http_request *req)
+const char *openai_bearer(const struct http_request *req)
 {
     const char *auth = http_header(req, "Authorization");
     if (!auth || strncasecmp(auth, "Bearer", 6) || (auth[6] != ' ' && auth[6] != '\t'))
@@ -225,7 +247,7 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
                                           const char **key, corral_gateway_key **policy)
 {
     *policy = NULL;
-    const char *bearer = bearer_key(req), *azure = azure_key(req);
+    const char *bearer = openai_bearer(req), *azure = azure_key(req);
     const char *master = corral_gateway_master_key(oa->gw);
     *key = bearer ? bearer : azure;
     log_key(*key);
@@ -848,6 +870,10 @@ static struct http_response *route(struct openai *oa, const struct http_request 
 {
     char arg_buf[512], dep_buf[256];
     const char *arg, *deployment, *key = NULL;
+    size_t mounted = oa->mount_prefix ? strlen(oa->mount_prefix) : 0;
+    if (mounted && !strncmp(req->path, oa->mount_prefix, mounted) &&
+        (!req->path[mounted] || req->path[mounted] == '/'))
+        return oa->mount_handler(req, oa->mount_ctx);
     enum route r = find_route(req->path, arg_buf, sizeof(arg_buf), &arg, dep_buf, sizeof(dep_buf),
                               &deployment);
     if (r == R_HEALTH) {

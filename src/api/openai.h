@@ -51,6 +51,17 @@ struct http_response *openai_too_large(void *ctx, const struct http_request *req
 size_t openai_body_limit(void *ctx, const struct http_request *req);
 /* The http_server's own refusals (408, 503...) in OpenAI's error shape. */
 struct http_response *openai_refusal(void *ctx, int status, const char *message);
+/* Hands the paths at and under prefix (such as "/ui") to handler, before
+ * any key is checked: the handler checks its own. Its answers get the
+ * listener's x-request-id and openai-version like the others. */
+void openai_mount(struct openai *oa, const char *prefix, http_handler handler, void *ctx);
+/* The key of `Authorization: Bearer KEY`, or NULL. */
+const char *openai_bearer(const struct http_request *req);
+/* The answer for a reply of the gateway's (a JSON body, or a file's bytes;
+ * its body taken): rc, the call's result, when it gave no status. */
+struct http_response *openai_reply(struct corral_gateway_reply *rep, int rc);
+/* An invalid_request_error in OpenAI's shape. */
+struct http_response *openai_invalid(int status, const char *code, const char *message);
 /* Waits for the calls still streaming (stop the listener first: their
  * clients are then gone and the calls cancelled), and frees oa. */
 void openai_free(struct openai *oa);

@@ -687,6 +687,11 @@ uint64_t corral_sandbox_oom_kills(corral_sandbox *sb)
     return sb->jail ? jail_oom_kills(sb->jail) : 0;
 }
 
+unsigned corral_sandbox_owner(const corral_sandbox *sb)
+{
+    return sb->owner;
+}
+
 const char *corral_sandbox_template(const corral_sandbox *sb)
 {
     return sb->template_id;

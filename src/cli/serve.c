@@ -782,6 +782,13 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         return CLI_OK;
     if (!s->gw && (rc = make_gateway(o, cfg, s)) != CLI_OK)
         return rc;
+    struct console_options co = {
+        .gw = s->gw, .admin_keys = o->admin_keys, .api_keys = o->keys, .audit = s->audit};
+    if (console_new(&co, &s->console, &err) < 0) {
+        fprintf(stderr, "corral serve: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+    openai_mount(s->oa, "/ui", console_handle, s->console);
     s->probe_gw = (struct probes){
         .state = &s->state, .listener = API_LISTENER_GATEWAY, .keys = &s->metrics_keys};
     /* Files come up to gateway.file_max, spooled to the gateway's data
@@ -933,6 +940,8 @@ static void stop_servers(struct servers *s)
     if (s->gw_srv)
         http_server_stop(s->gw_srv);
     openai_free(s->oa);
+    console_free(s->console);
+    s->console = NULL;
     /* A front's gateway runs its code through the front's E2B routing: it
      * goes first. Elsewhere the sandbox APIs record to the gateway's audit
      * trail until their last execution ends: it goes last. */

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "api/console.h"
 #include "api/front.h"
 #include "api/probes.h"
 #include "config/config.h"
@@ -59,6 +60,7 @@ struct servers {
     struct osb *osb;
     corral_gateway *gw;
     struct openai *oa;
+    struct console *console; /* the web console, on the gateway's listener */
     struct http_server *srv, *osb_srv, *gw_srv;
     bool srv_internal; /* srv: a front's E2B routing for its gateway alone, on loopback */
     char gw_warning[CORRAL_ERROR_MESSAGE_MAX + 128]; /* why the gateway is not served */

@@ -37,6 +37,7 @@
 #include "base/metrics.h"
 #include "base/strbuf.h"
 #include "base/util.h"
+#include "egress/denials.h"
 #include "egress/dns.h"
 #include "egress/egress.h"
 #include "egress/sniff.h"
@@ -179,6 +180,7 @@ static void deny_log(struct egress_sandbox *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
+    egress_denial_record(b->id, what, suppressed);
     struct corral_log_field f[] = {{.name = "sandbox_id", .text = b->id, .text_hidden = true},
                                    CORRAL_LOG_NUM("suppressed", suppressed)};
     if (suppressed)

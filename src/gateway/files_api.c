@@ -151,10 +151,8 @@ static char *disposition_of(const char *name)
     return strbuf_take(&b);
 }
 
-/* The bytes of the file `id` of container_id ("" for an upload), named
- * `name`. */
-static int reply_content(corral_gateway *gw, struct corral_gateway_reply *out,
-                         const char *container_id, const char *id, const char *name)
+int gw_reply_content(corral_gateway *gw, struct corral_gateway_reply *out, const char *container_id,
+                     const char *id, const char *name)
 {
     int fd = -1;
     struct corral_error err;
@@ -370,7 +368,7 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
         return;
     }
     if (rest && !strcmp(rest, "content")) {
-        reply_content(gw, out, "", id, json_string_value(json_object_get(f, "filename")));
+        gw_reply_content(gw, out, "", id, json_string_value(json_object_get(f, "filename")));
     } else if (!strcmp(r->method, "DELETE")) {
         rc = store_delete_file(gw->store, id, owner, &err);
         if (rc < 0 && rc != -ENOENT) { /* not deleted: say so */
@@ -556,7 +554,7 @@ static void cfiles(corral_gateway *gw, const struct corral_gateway_object_reques
     }
     const char *path = json_string_value(json_object_get(f, "path"));
     if (rest && !strcmp(rest, "content")) {
-        reply_content(gw, out, c->id, fid, base_name(path));
+        gw_reply_content(gw, out, c->id, fid, base_name(path));
     } else if (!strcmp(r->method, "DELETE")) {
         rc = store_delete_cfile(gw->store, c->id, fid, &err);
         if (rc < 0 && rc != -ENOENT) { /* not deleted: say so */

@@ -11,6 +11,8 @@
  *   files_api.c  the Containers and Files APIs (corral_gateway_objects)
  *   gateway.c    the object, the watch over running code, stored responses
  *                and the small endpoints
+ *   inventory.c  what an operator's console sees: every owner's keys,
+ *                containers and files
  *   keys.c       virtual keys, owners, rate limits, the admin endpoints
  *   recording.c  the audit trail of a call's code and commands
  *   containers.c containers: provider sandboxes with an id, an owner, a
@@ -395,6 +397,10 @@ struct gw_page {
 int gw_page_of(const struct corral_gateway_object_request *r, struct gw_page *p,
                struct corral_gateway_reply *out);
 /* OpenAI's list: {object: list, data, first_id, last_id, has_more}; takes data. */
+/* The bytes of the file `id` of container_id ("" for an upload), named
+ * `name`, as out's body (a file's content); 0. */
+int gw_reply_content(corral_gateway *gw, struct corral_gateway_reply *out, const char *container_id,
+                     const char *id, const char *name);
 void gw_reply_list(struct corral_gateway_reply *out, json_t *data, bool more);
 
 /* ---- conversations (conversations.c) ---- */

@@ -63,6 +63,10 @@ void gw_record_end(struct gw_call *c, struct audit_exec *e, int rc, const struct
         if (o->err)
             audit_text_add(&e->err, o->err, strlen(o->err));
         e->result_bytes = o->result ? strlen(o->result) : 0;
+        size_t i;
+        json_t *png;
+        json_array_foreach(o->images, i, png)
+            audit_exec_image(e, "image/png", json_string_value(png) ? json_string_value(png) : "");
         if (o->raised)
             audit_exec_error(e, o->error_name,
                              o->traceback && *o->traceback ? o->traceback : o->error_value);

@@ -98,8 +98,22 @@ void audit_exec_error(struct audit_exec *e, const char *name, const char *text)
         audit_text_add(&e->error, text, strlen(text));
 }
 
+void audit_exec_image(struct audit_exec *e, const char *mime, const char *base64)
+{
+    if (strcmp(mime, "image/png") && strcmp(mime, "image/jpeg"))
+        return;
+    if (!e->images)
+        e->images = json_array();
+    if (!e->images || json_array_size(e->images) >= AUDIT_IMAGES_MAX ||
+        strlen(base64) > AUDIT_IMAGE_MAX ||
+        json_array_append_new(e->images, json_pack("{s:s, s:s}", "type", mime, "data", base64)))
+        e->images_not_kept++;
+}
+
 void audit_exec_free(struct audit_exec *e)
 {
+    json_decref(e->images);
+    e->images = NULL;
     strbuf_free(&e->code.buf);
     strbuf_free(&e->out.buf);
     strbuf_free(&e->err.buf);
@@ -152,6 +166,8 @@ static json_t *exec_json(const struct audit_exec *e, const char *outcome)
     json_object_set_new(j, "output_truncated",
                         json_boolean(e->out.truncated || e->err.truncated || e->error.truncated));
     json_object_set_new(j, "request_id", or_null(e->request_id));
+    json_object_set_new(j, "images", e->images ? json_incref(e->images) : json_array());
+    json_object_set_new(j, "images_not_kept", json_integer((json_int_t)e->images_not_kept));
     return j;
 }
 

@@ -30,6 +30,8 @@
 #include "store/store.h"
 
 #define AUDIT_TEXT_MAX            (64u << 10) /* bytes kept of code, stdout, stderr, error */
+#define AUDIT_IMAGES_MAX          4           /* images kept of an execution (PNG, JPEG) */
+#define AUDIT_IMAGE_MAX           (1u << 20)  /* base64 bytes kept of one image */
 #define AUDIT_QUEUE_MAX           4096        /* records waiting for the writer */
 #define AUDIT_DROP_LOG_EVERY      1000
 #define AUDIT_PURGE_EVERY_S       3600
@@ -83,6 +85,8 @@ struct audit_exec {
     char request_id[128];
     struct audit_text code, out, err, error; /* error: traceback, or message */
     uint64_t result_bytes;
+    json_t *images; /* [{"type", "data"}]: the first AUDIT_IMAGES_MAX it displayed, or NULL */
+    uint64_t images_not_kept;
     char error_name[128];
     uint64_t started_ms, started_mono_ms;
     bool has_exit_code;
@@ -94,6 +98,10 @@ struct audit_exec {
 void audit_exec_begin(struct audit_exec *e, const struct audit_who *who, const char *surface,
                       const char *kind, const char *language, const char *sandbox_id,
                       const char *template_name, const char *code, const char *request_id);
+/* An image the execution displayed (mime: "image/png" or "image/jpeg";
+ * other types are not kept), base64: kept when it is one of the first
+ * AUDIT_IMAGES_MAX and at most AUDIT_IMAGE_MAX bytes, else counted. */
+void audit_exec_image(struct audit_exec *e, const char *mime, const char *base64);
 /* The execution's error: the first one counts. */
 void audit_exec_error(struct audit_exec *e, const char *name, const char *text);
 /* Ends e with its outcome ("ok", "error", "timeout", "oom_killed",

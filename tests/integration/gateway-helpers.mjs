@@ -153,10 +153,11 @@ export function exposeGateway(gw, ctx) {
  * Registers the hooks of a gateway test file: the upstream mock, a config
  * file naming it, `corral serve` with the gateway (through the harness's
  * useServer, which also checks the clean exit and the host afterwards) and
- * an `openai` client (topLines: top-level YAML lines added to the config).
+ * an `openai` client (topLines: top-level YAML lines added to the config;
+ * apiKeys and args: the sandbox APIs' keys and more options of the server).
  * Returns {upstream, server, client, dir, marker()}.
  */
-export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
+export function useGateway({ gatewayLines = [], topLines = [], apiKeys = [], args = [] } = {}) {
   const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null, peers: [] };
   // Peers still running stop (and are checked) first. With a remote
   // provider: every sandbox the gateway made must be deleted once it has
@@ -203,7 +204,7 @@ export function useGateway({ gatewayLines = [], topLines = [] } = {}) {
       config,
       gatewayConfig(gw.upstream.url, { dataDir: path.join(dir, 'data'), gatewayLines, topLines, sandboxHost: gw.sandboxHost }),
     );
-    return { config, gateway: true };
+    return { config, gateway: true, apiKeys, args };
   }, { afterStop });
   const forgetClient = exposeGateway(gw, ctx);
   after(async () => {

@@ -1068,8 +1068,10 @@ static void on_result(void *u, const struct corral_result *r)
                   {"application/json", "json"},  {"application/javascript", "javascript"}};
     json_t *line = json_pack("{s:s}", "type", "result");
     json_t *extra = json_object();
-    for (size_t i = 0; i < r->n; i++)
+    for (size_t i = 0; i < r->n; i++) {
         ((struct job *)u)->rec.result_bytes += strlen(r->values[i]);
+        audit_exec_image(&((struct job *)u)->rec, r->types[i], r->values[i]);
+    }
     for (size_t i = 0; i < r->n; i++) {
         const char *field = NULL;
         for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++)

@@ -202,8 +202,10 @@ static void run_stderr(void *u, const char *text, size_t len, double ts)
 static void run_result(void *u, const struct corral_result *res)
 {
     json_t *results = json_object();
-    for (size_t i = 0; i < res->n; i++)
+    for (size_t i = 0; i < res->n; i++) {
         ((struct run *)u)->rec.result_bytes += strlen(res->values[i]);
+        audit_exec_image(&((struct run *)u)->rec, res->types[i], res->values[i]);
+    }
     for (size_t i = 0; i < res->n; i++)
         json_object_set_new(results, strcmp(res->types[i], "text/plain") ? res->types[i] : "text",
                             json_string(res->values[i]));
