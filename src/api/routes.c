@@ -44,6 +44,10 @@ static const char *const E2B[] = {"/health",
                                   "/volumes",
                                   "/volumes/{id}",
                                   "/secrets",
+                                  "/audit/executions",
+                                  "/audit/executions/export",
+                                  "/audit/executions/{id}",
+                                  "/audit/purge",
                                   NULL};
 
 static const char *const ENVD[] = {"/health",
@@ -70,6 +74,10 @@ static const char *const OPENSANDBOX[] = {"/health",
                                           "/metrics/events",
                                           "/snapshots",
                                           "/snapshots/{id}",
+                                          "/audit/executions",
+                                          "/audit/executions/export",
+                                          "/audit/executions/{id}",
+                                          "/audit/purge",
                                           NULL};
 
 static const char *const EXECD[] = {"/ping",           "/capabilities",      "/code",
@@ -113,6 +121,16 @@ static const char *const GATEWAY[] = {"/health",
                                       "/key/list",
                                       "/key/update",
                                       "/key/delete",
+                                      "/audit/executions",
+                                      "/audit/executions/export",
+                                      "/audit/executions/{id}",
+                                      "/audit/purge",
+                                      "/ui",
+                                      "/ui/console.js",
+                                      "/ui/console.css",
+                                      "/ui/api/executions/{id}",
+                                      "/ui/api/containers/{id}/files/{id}/content",
+                                      "/ui/api/{action}",
                                       NULL};
 
 /* Whether path matches the template t. */
