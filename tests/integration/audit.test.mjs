@@ -149,7 +149,10 @@ test('each key lists exactly its own executions, with their outcomes, code and o
     // one record by id; another tenant's is not there
     const one = await e2bAudit(key, `/audit/executions/${ok.id}`);
     assert.equal(one.status, 200);
-    assert.deepEqual(one.body, ok);
+    // the record whole: a list's page gives the count of its images instead of them
+    const { images, ...rest } = one.body;
+    assert.deepEqual({ ...rest, images_count: images.length }, ok);
+    assert.deepEqual(images, []);
     const theirs = (await listAll(other === 'A' ? KEY_A : KEY_B))[0];
     const hidden = await e2bAudit(key, `/audit/executions/${theirs.id}`);
     assert.equal(hidden.status, 404);
