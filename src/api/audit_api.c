@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/cleanup.h"
 #include "base/clock.h"
 #include "base/util.h"
@@ -42,7 +43,7 @@ bool audit_viewer_of_tenant(const struct tenants *t, int tenant, char *buf, size
 
 const char *audit_request_id(const struct http_request *req)
 {
-    const char *id = http_header(req, "x-request-id");
+    const char *id = http_request_id(req); /* the client's X-Request-ID when sane, else made */
     return id && *id ? id : NULL;
 }
 
@@ -186,7 +187,7 @@ static void export_produce(struct http_stream *s, void *arg)
         struct corral_error err;
         if (store_list_executions(audit_store(x->a), &x->f, cursor, EXPORT_PAGE, &page, next,
                                   &err) < 0) {
-            fprintf(stderr, "corral: audit: export cut short: %s\n", err.message);
+            corral_log(CORRAL_LOG_ERROR, "audit", "audit: export cut short: %s", err.message);
             http_stream_abort(s); /* the client sees a body that did not end */
             return;
         }

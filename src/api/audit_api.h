@@ -50,7 +50,8 @@ struct audit_scope {
 void audit_scope_begin(const struct audit_scope *s, struct audit_exec *e, corral_sandbox *sb,
                        const char *kind, const char *language, const char *code);
 
-/* The request id a request carries (X-Request-ID), or NULL. */
+/* The request's id (http_request_id: the client's X-Request-ID when it is
+ * a sane one, else the server's), or NULL. */
 const char *audit_request_id(const struct http_request *req);
 
 #endif

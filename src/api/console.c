@@ -71,13 +71,13 @@ void console_free(struct console *c)
 
 /* ---- who may look ---- */
 
-/* "master", "admin", "open" (no key is configured: the console is as open
- * as the listener), or NULL: refused. Every key is compared, so that the
- * time taken says nothing of which matched. */
+/* "master", "admin", "open" (the server has no key at all: the console is
+ * as open as its listeners), or NULL: refused. Every key is compared, so
+ * that the time taken says nothing of which matched. */
 static const char *role_of(const struct console *c, const struct http_request *req)
 {
     const char *master = corral_gateway_master_key(c->gw);
-    bool keyed = (master && *master) || c->admin_keys[0];
+    bool keyed = (master && *master) || c->admin_keys[0] || c->api_keys[0];
     if (!keyed)
         return "open";
     const char *given = openai_bearer(req);

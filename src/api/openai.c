@@ -40,11 +40,21 @@ struct openai {
     pthread_cond_t idle;
     unsigned workers; /* streamed calls still running */
     unsigned keepalive_ms;
+    /* the sandbox APIs' keys, for the audit API of a gateway without a
+     * master key (openai_audit_keys) */
+    bool audit_keyed;
+    const char *const *audit_admins;
     /* what answers the paths under mount_prefix (openai_mount) */
     const char *mount_prefix;
     http_handler mount_handler;
     void *mount_ctx;
 };
+
+void openai_audit_keys(struct openai *oa, bool keyed, const char *const *admin_keys)
+{
+    oa->audit_keyed = keyed;
+    oa->audit_admins = admin_keys;
+}
 
 void openai_mount(struct openai *oa, const char *prefix, http_handler handler, void *ctx)
 {
@@ -866,6 +876,29 @@ static struct http_response *audit_fail(int status, const char *code, const char
     return oa_error(status, type, code, "%s", message);
 }
 
+/* The audit API on the gateway's listener: a virtual key sees its own
+ * executions, the master key every one. A gateway without a master key
+ * shows every one to anyone only when the server has no keys at all; when
+ * the sandbox APIs have keys, to an admin key alone. */
+static struct http_response *audit_route(struct openai *oa, const struct http_request *req,
+                                         const char *key, const corral_gateway_key *policy)
+{
+    const char *master = corral_gateway_master_key(oa->gw);
+    if ((!master || !*master) && oa->audit_keyed) {
+        bool admin = false;
+        for (size_t i = 0; key && oa->audit_admins && oa->audit_admins[i]; i++)
+            admin |= corral_secret_equal(key, oa->audit_admins[i]);
+        if (!admin)
+            return invalid(401, "invalid_api_key",
+                           "The audit trail takes an admin key (--admin-key) here, as "
+                           "`Authorization: Bearer KEY`.");
+    }
+    struct audit_who who;
+    audit_who_of_key(key, NULL, &who);
+    return audit_api_handle(corral_gateway_audit(oa->gw), req, policy ? who.owner : NULL, !policy,
+                            audit_fail);
+}
+
 static struct http_response *route(struct openai *oa, const struct http_request *req, char *rid)
 {
     char arg_buf[512], dep_buf[256];
@@ -885,14 +918,8 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     struct http_response *denied = authenticate(oa, req, &key, &policy);
     if (denied)
         return denied;
-    if (r == R_NONE && audit_api_path(req->path)) {
-        /* a virtual key sees its own executions; the master key (or anyone,
-         * without one) every one */
-        struct audit_who who;
-        audit_who_of_key(key, NULL, &who);
-        return audit_api_handle(corral_gateway_audit(oa->gw), req, policy ? who.owner : NULL,
-                                !policy, audit_fail);
-    }
+    if (r == R_NONE && audit_api_path(req->path))
+        return audit_route(oa, req, key, policy);
     if (r == R_NONE)
         return invalid(404, NULL, "Invalid URL (%s %s)", req->method, req->path);
     if (!method_allowed(r, req->method))

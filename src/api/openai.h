@@ -51,6 +51,11 @@ struct http_response *openai_too_large(void *ctx, const struct http_request *req
 size_t openai_body_limit(void *ctx, const struct http_request *req);
 /* The http_server's own refusals (408, 503...) in OpenAI's error shape. */
 struct http_response *openai_refusal(void *ctx, int status, const char *message);
+/* Whether the server has keys of its own (the sandbox APIs' --api-key,
+ * --admin-key), and its admin keys (NULL-terminated; they must outlive
+ * oa): a gateway without a master key then shows the audit trail to an
+ * admin key alone, not to anyone. */
+void openai_audit_keys(struct openai *oa, bool keyed, const char *const *admin_keys);
 /* Hands the paths at and under prefix (such as "/ui") to handler, before
  * any key is checked: the handler checks its own. Its answers get the
  * listener's x-request-id and openai-version like the others. */

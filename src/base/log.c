@@ -248,9 +248,14 @@ static void json_line(struct strbuf *b, const struct corral_log_event *ev)
     strbuf_puts(b, "\"");
     const char *ctx[][2] = {
         {"request_id", ev->request_id}, {"sandbox_id", ev->sandbox_id}, {"key", ev->key}};
-    for (size_t i = 0; i < 3; i++)
-        if (ctx[i][1] && *ctx[i][1])
+    for (size_t i = 0; i < 3; i++) {
+        bool given = false; /* a field of the same name says it: a key once */
+        for (size_t k = 0; k < ev->n_fields; k++)
+            given |= !strcmp(ev->fields[k].name, ctx[i][0]) &&
+                     (ev->fields[k].is_num || ev->fields[k].text);
+        if (ctx[i][1] && *ctx[i][1] && !given)
             json_field(b, ctx[i][0], ctx[i][1], NULL);
+    }
     for (size_t i = 0; i < ev->n_fields; i++) {
         const struct corral_log_field *f = &ev->fields[i];
         if (f->is_num || f->text)

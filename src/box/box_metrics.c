@@ -4,7 +4,7 @@
  * and commands end. Counted here, under every protocol, so that E2B's,
  * OpenSandbox's and the gateway's sandboxes are counted alike. Labels are
  * templates (the operator's), outcomes, and the names of the errors code
- * raised (bounded: beyond the first BOX_ERROR_NAMES, "other").
+ * raised (one of Python's built-in exceptions, else "other").
  */
 #include <signal.h>
 #include <string.h>
@@ -13,7 +13,7 @@
 #include "base/metrics.h"
 #include "box/box.h"
 
-#define BOX_ERROR_NAMES 48
+#define BOX_ERROR_NAMES 64 /* Python's exception names (error_label) and "other" */
 
 static const double READY_BUCKETS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                        1,     2.5,  5,     10,   30,  60};
@@ -85,6 +85,67 @@ void box_metrics_sandboxes_add(const char *state, const char *tmpl, unsigned n)
     metric_move(&SANDBOXES, n, METRIC_LABELS(state, tmpl));
 }
 
+/* The exception names the `error` label takes: Python's own, so that a
+ * tenant's code cannot fill the label's values with names of its own
+ * (another name is "other"). */
+static const char *error_label(const char *name)
+{
+    static const char *const builtin[] = {"ArithmeticError",
+                                          "AssertionError",
+                                          "AttributeError",
+                                          "BaseException",
+                                          "BlockingIOError",
+                                          "BrokenPipeError",
+                                          "BufferError",
+                                          "ChildProcessError",
+                                          "ConnectionError",
+                                          "ConnectionRefusedError",
+                                          "ConnectionResetError",
+                                          "EOFError",
+                                          "Exception",
+                                          "FileExistsError",
+                                          "FileNotFoundError",
+                                          "FloatingPointError",
+                                          "GeneratorExit",
+                                          "ImportError",
+                                          "IndentationError",
+                                          "IndexError",
+                                          "InterruptedError",
+                                          "IsADirectoryError",
+                                          "KeyError",
+                                          "KeyboardInterrupt",
+                                          "LookupError",
+                                          "MemoryError",
+                                          "ModuleNotFoundError",
+                                          "NameError",
+                                          "NotADirectoryError",
+                                          "NotImplementedError",
+                                          "OSError",
+                                          "OverflowError",
+                                          "PermissionError",
+                                          "ProcessLookupError",
+                                          "RecursionError",
+                                          "ReferenceError",
+                                          "RuntimeError",
+                                          "StopIteration",
+                                          "SyntaxError",
+                                          "SystemError",
+                                          "SystemExit",
+                                          "TabError",
+                                          "TimeoutError",
+                                          "TypeError",
+                                          "UnboundLocalError",
+                                          "UnicodeDecodeError",
+                                          "UnicodeEncodeError",
+                                          "UnicodeError",
+                                          "ValueError",
+                                          "ZeroDivisionError"};
+    for (size_t i = 0; name && i < sizeof(builtin) / sizeof(builtin[0]); i++)
+        if (!strcmp(name, builtin[i]))
+            return builtin[i];
+    return "other";
+}
+
 void box_metrics_executed(corral_sandbox *sb, const struct box_exec_end *e)
 {
     const char *outcome = "ok";
@@ -96,7 +157,8 @@ void box_metrics_executed(corral_sandbox *sb, const struct box_exec_end *e)
         outcome = "killed";
     else if (e->error)
         outcome = "error";
-    metric_inc(&EXECUTIONS, METRIC_LABELS(outcome, !strcmp(outcome, "error") ? e->error_name : ""));
+    metric_inc(&EXECUTIONS,
+               METRIC_LABELS(outcome, !strcmp(outcome, "error") ? error_label(e->error_name) : ""));
     metric_observe(&EXECUTION_SECONDS, seconds_since(e->t0_ns), METRIC_LABELS(outcome));
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/metrics.h"
 #include "base/util.h"
 #include "box/box.h"
@@ -27,6 +28,7 @@ static struct box_claim *claims; /* of the creates under way */
 
 static void *reaper_main(void *arg)
 {
+    corral_log_context_clear(); /* it serves every sandbox, not the request that started it */
     for (;;) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);

@@ -766,6 +766,7 @@ static int make_gateway(const struct serve_opts *o, const struct corral_config *
         return CLI_USAGE;
     }
     openai_set_keepalive(s->oa, o->keepalive_ms);
+    openai_audit_keys(s->oa, o->n_keys || o->n_admin_keys, o->admin_keys);
     if (!s->audit)
         s->audit = corral_gateway_audit(s->gw);
     return CLI_OK;

@@ -1304,6 +1304,7 @@ static void on_nflog(struct egress_sandbox *b, int fd)
 static void *watcher_main(void *arg)
 {
     (void)arg;
+    corral_log_context_clear(); /* it serves every sandbox, not the request that started it */
     struct epoll_event ev[32];
     for (;;) {
         int n = epoll_wait(svc.epfd, ev, 32, -1);

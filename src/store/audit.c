@@ -14,6 +14,7 @@
 
 #include "base/cleanup.h"
 #include "base/clock.h"
+#include "base/log.h"
 #include "base/utf8.h"
 #include "base/util.h"
 
@@ -21,6 +22,7 @@
 struct pending {
     char owner[80];
     json_t *exec;
+    size_t bytes; /* about what it holds in memory */
     struct pending *next;
 };
 
@@ -32,10 +34,11 @@ struct audit {
     pthread_cond_t wake, written;
     struct pending *head, *tail;
     unsigned queued;
+    uint64_t queued_bytes;
     uint64_t enqueued, done; /* records queued, and written (or failed), since open */
     bool stopping;
     uint64_t retention_s;
-    uint64_t next_purge_ms; /* monotonic; 0: at once */
+    uint64_t next_purge_ms; /* monotonic; 0: at once; UINT64_MAX: no retention set yet */
     uint64_t dropped;
 };
 
@@ -104,10 +107,12 @@ void audit_exec_image(struct audit_exec *e, const char *mime, const char *base64
         return;
     if (!e->images)
         e->images = json_array();
-    if (!e->images || json_array_size(e->images) >= AUDIT_IMAGES_MAX ||
-        strlen(base64) > AUDIT_IMAGE_MAX ||
+    size_t len = strlen(base64);
+    if (!e->images || json_array_size(e->images) >= AUDIT_IMAGES_MAX || len > AUDIT_IMAGE_MAX ||
         json_array_append_new(e->images, json_pack("{s:s, s:s}", "type", mime, "data", base64)))
         e->images_not_kept++;
+    else
+        e->images_bytes += len;
 }
 
 void audit_exec_free(struct audit_exec *e)
@@ -171,39 +176,43 @@ static json_t *exec_json(const struct audit_exec *e, const char *outcome)
     return j;
 }
 
-static void enqueue(struct audit *a, const char *owner, json_t *exec);
+static void enqueue(struct audit *a, const char *owner, json_t *exec, size_t bytes);
 
 void audit_exec_finish(struct audit *a, struct audit_exec *e, const char *outcome)
 {
     json_t *exec = a ? exec_json(e, outcome) : NULL;
+    size_t bytes = 1024 + e->code.buf.len + e->out.buf.len + e->err.buf.len + e->error.buf.len +
+                   e->images_bytes;
     if (exec)
-        enqueue(a, e->who.owner, exec);
+        enqueue(a, e->who.owner, exec, bytes);
     else if (a)
-        fprintf(stderr,
-                "corral: audit: out of memory: an execution of sandbox %s is not "
-                "recorded\n",
-                e->sandbox_id);
+        corral_log(CORRAL_LOG_ERROR, "audit",
+                   "audit: out of memory: an execution of sandbox %s is not recorded",
+                   e->sandbox_id);
     audit_exec_free(e);
 }
 
 /* ---- the queue and its writer ---- */
 
-static void enqueue(struct audit *a, const char *owner, json_t *exec)
+static void enqueue(struct audit *a, const char *owner, json_t *exec, size_t bytes)
 {
     struct pending *p = calloc(1, sizeof(*p));
     pthread_mutex_lock(&a->lock);
     bool stopping = a->stopping;
-    bool full = !p || a->queued >= AUDIT_QUEUE_MAX || stopping;
+    bool full = !p || a->queued >= AUDIT_QUEUE_MAX ||
+                a->queued_bytes + bytes > AUDIT_QUEUE_BYTES_MAX || stopping;
     uint64_t dropped = full ? ++a->dropped : 0;
     if (!full) {
         snprintf(p->owner, sizeof(p->owner), "%s", owner);
         p->exec = exec;
+        p->bytes = bytes;
         if (a->tail)
             a->tail->next = p;
         else
             a->head = p;
         a->tail = p;
         a->queued++;
+        a->queued_bytes += bytes;
         a->enqueued++;
         pthread_cond_signal(&a->wake);
     }
@@ -211,16 +220,16 @@ static void enqueue(struct audit *a, const char *owner, json_t *exec)
     if (!full)
         return;
     if (stopping || !p)
-        fprintf(stderr, "corral: audit: execution %s is not recorded: %s (%llu lost so far)\n",
-                json_string_value(json_object_get(exec, "id")),
-                stopping ? "the audit trail is closed" : "out of memory",
-                (unsigned long long)dropped);
+        corral_log(
+            CORRAL_LOG_ERROR, "audit", "audit: execution %s is not recorded: %s (%llu lost so far)",
+            json_string_value(json_object_get(exec, "id")),
+            stopping ? "the audit trail is closed" : "out of memory", (unsigned long long)dropped);
     else if (dropped == 1 || dropped % AUDIT_DROP_LOG_EVERY == 0)
-        fprintf(stderr,
-                "corral: audit: the queue of records is full (%u waiting for the store): "
-                "execution %s is not recorded (%llu lost so far)\n",
-                AUDIT_QUEUE_MAX, json_string_value(json_object_get(exec, "id")),
-                (unsigned long long)dropped);
+        corral_log(CORRAL_LOG_ERROR, "audit",
+                   "audit: the queue of records is full (at most %u records, %u MiB, waiting "
+                   "for the store): execution %s is not recorded (%llu lost so far)",
+                   AUDIT_QUEUE_MAX, AUDIT_QUEUE_BYTES_MAX >> 20,
+                   json_string_value(json_object_get(exec, "id")), (unsigned long long)dropped);
     json_decref(exec);
     free(p);
 }
@@ -232,9 +241,10 @@ static void write_one(struct audit *a, struct pending *p)
         pthread_mutex_lock(&a->lock);
         uint64_t dropped = ++a->dropped;
         pthread_mutex_unlock(&a->lock);
-        fprintf(stderr, "corral: audit: execution %s is not recorded (%llu lost so far): %s\n",
-                json_string_value(json_object_get(p->exec, "id")), (unsigned long long)dropped,
-                err.message);
+        corral_log(CORRAL_LOG_ERROR, "audit",
+                   "audit: execution %s is not recorded (%llu lost so far): %s",
+                   json_string_value(json_object_get(p->exec, "id")), (unsigned long long)dropped,
+                   err.message);
     }
     json_decref(p->exec);
     free(p);
@@ -262,7 +272,7 @@ static void purge_when_due(struct audit *a)
     struct corral_error err;
     uint64_t dropped = 0;
     if (audit_purge(a, (int64_t)corral_wall_ms(), &dropped, &err) < 0)
-        fprintf(stderr, "corral: audit: %s\n", err.message);
+        corral_log(CORRAL_LOG_ERROR, "audit", "audit: %s", err.message);
     pthread_mutex_lock(&a->lock);
 }
 
@@ -285,6 +295,7 @@ static void *writer_main(void *arg)
         unsigned n = a->queued;
         a->head = a->tail = NULL;
         a->queued = 0;
+        a->queued_bytes = 0;
         pthread_mutex_unlock(&a->lock);
         while (batch) {
             struct pending *next = batch->next;
@@ -311,6 +322,7 @@ int audit_open(struct store *s, bool owns_store, struct audit **out, struct corr
     a->store = s;
     a->owns_store = owns_store;
     a->retention_s = AUDIT_DEFAULT_RETENTION_S;
+    a->next_purge_ms = UINT64_MAX; /* until a retention is set */
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->wake, NULL);
     pthread_cond_init(&a->written, NULL);

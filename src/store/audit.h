@@ -5,12 +5,13 @@
  * tools) fills a struct audit_exec as the execution goes and hands it to
  * the recorder at its end (audit_exec_finish). The recorder never makes an
  * execution wait for the store: records go into a bounded queue
- * (AUDIT_QUEUE_MAX) that one writer thread drains into the store
- * (store_put_execution). A record that finds the queue full is dropped,
- * counted and said on stderr (the first, then every AUDIT_DROP_LOG_EVERY
- * th); a record the store refuses is said too. At close the queue is
- * written out whole. The writer also purges records older than the
- * retention, at start and every AUDIT_PURGE_EVERY_S.
+ * (AUDIT_QUEUE_MAX records, AUDIT_QUEUE_BYTES_MAX bytes) that one writer
+ * thread drains into the store (store_put_execution). A record that finds
+ * the queue full is dropped, counted and logged (the first, then every
+ * AUDIT_DROP_LOG_EVERY th); a record the store refuses is logged too. At
+ * close the queue is written out whole. The writer also purges records
+ * older than the retention, once one is set (audit_set_retention), then
+ * every AUDIT_PURGE_EVERY_S.
  *
  * Keys are never recorded: a record names its key by the alias of a
  * gateway virtual key, else by a short fingerprint of its SHA-256
@@ -29,10 +30,11 @@
 #include "base/strbuf.h"
 #include "store/store.h"
 
-#define AUDIT_TEXT_MAX            (64u << 10) /* bytes kept of code, stdout, stderr, error */
-#define AUDIT_IMAGES_MAX          4           /* images kept of an execution (PNG, JPEG) */
-#define AUDIT_IMAGE_MAX           (1u << 20)  /* base64 bytes kept of one image */
-#define AUDIT_QUEUE_MAX           4096        /* records waiting for the writer */
+#define AUDIT_TEXT_MAX            (64u << 10)  /* bytes kept of code, stdout, stderr, error */
+#define AUDIT_IMAGES_MAX          4            /* images kept of an execution (PNG, JPEG) */
+#define AUDIT_IMAGE_MAX           (512u << 10) /* base64 bytes kept of one image */
+#define AUDIT_QUEUE_BYTES_MAX     (64u << 20)  /* bytes of the records waiting for the writer */
+#define AUDIT_QUEUE_MAX           4096         /* records waiting for the writer */
 #define AUDIT_DROP_LOG_EVERY      1000
 #define AUDIT_PURGE_EVERY_S       3600
 #define AUDIT_DEFAULT_RETENTION_S (30 * 86400)
@@ -44,7 +46,8 @@ int audit_open(struct store *s, bool owns_store, struct audit **out, struct corr
 /* Writes out what is queued, stops the writer, frees a (NULL: nothing). */
 void audit_close(struct audit *a);
 /* Records older than retention_s are purged, now and every
- * AUDIT_PURGE_EVERY_S (0: kept forever). */
+ * AUDIT_PURGE_EVERY_S (0: kept forever). Until it is called, nothing is
+ * purged. */
 void audit_set_retention(struct audit *a, uint64_t retention_s);
 uint64_t audit_retention(const struct audit *a);
 /* Purges now, by the clock now_ms: the records started before
@@ -86,6 +89,7 @@ struct audit_exec {
     struct audit_text code, out, err, error; /* error: traceback, or message */
     uint64_t result_bytes;
     json_t *images; /* [{"type", "data"}]: the first AUDIT_IMAGES_MAX it displayed, or NULL */
+    uint64_t images_bytes;
     uint64_t images_not_kept;
     char error_name[128];
     uint64_t started_ms, started_mono_ms;

@@ -67,10 +67,20 @@ int store_put_execution(struct store *s, const char *owner, json_t *exec, struct
         r = corral_fail(err, EINVAL,
                         "cannot store an execution without its \"started_at\" (an "
                         "integer, milliseconds)");
-    cleanup_free char *text = r == 0 ? json_dumps(exec, JSON_COMPACT) : NULL;
+    /* the images in a column of their own: the record counts them */
+    json_t *images = json_object_get(exec, "images");
+    cleanup_free char *images_text =
+        r == 0 && json_array_size(images) ? json_dumps(images, JSON_COMPACT) : NULL;
+    cleanup_json json_t *record = r == 0 ? json_copy(exec) : NULL;
+    if (record) {
+        json_object_del(record, "images");
+        json_object_set_new(record, "images_count",
+                            json_integer((json_int_t)json_array_size(images)));
+    }
+    cleanup_free char *text = record ? json_dumps(record, JSON_COMPACT) : NULL;
     if (r < 0)
         return r;
-    if (!text)
+    if (!text || (json_array_size(images) && !images_text))
         return corral_fail(err, ENOMEM, "cannot store an execution: out of memory");
     char what[CORRAL_ERROR_MESSAGE_MAX];
     snprintf(what, sizeof(what), "cannot store execution %s in %s", id, s->name);
@@ -78,11 +88,12 @@ int store_put_execution(struct store *s, const char *owner, json_t *exec, struct
                                     P_TEXT(key),     P_TEXT(surface),
                                     P_TEXT(sandbox), P_TEXT(kind),
                                     P_TEXT(outcome), P_INT(true, json_integer_value(started)),
-                                    P_TEXT(text)};
+                                    P_TEXT(text),    P_TEXT(images_text)};
     cleanup_rows struct store_rows rows = {0};
     r = exec_run(s,
                  "INSERT INTO executions (id, owner, key_name, surface, sandbox_id, kind,"
-                 " outcome, started_at, object) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                 " outcome, started_at, object, images)"
+                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
                  " ON CONFLICT (id) DO NOTHING",
                  p, P_COUNT(p), &rows, what, err);
     if (r == 0 && rows.changes == 0)
@@ -112,12 +123,23 @@ int store_get_execution(struct store *s, const char *id, const char *owner, json
     const struct store_param p[] = {P_TEXT(id ? id : ""), P_TEXT(owner)};
     cleanup_rows struct store_rows rows = {0};
     int r = exec_run(s,
-                     owner ? "SELECT object FROM executions WHERE id = ?1 AND owner = ?2"
-                           : "SELECT object FROM executions WHERE id = ?1",
+                     owner ? "SELECT object, images FROM executions WHERE id = ?1 AND owner = ?2"
+                           : "SELECT object, images FROM executions WHERE id = ?1",
                      p, owner ? 2 : 1, &rows, what, err);
     if (r == 0 && rows.n_rows == 0)
         r = corral_fail(err, ENOENT, "no execution %s", id ? id : "");
-    return r < 0 ? r : exec_object(&rows, 0, out, what, err);
+    if (r < 0 || (r = exec_object(&rows, 0, out, what, err)) < 0)
+        return r;
+    const char *images = store_cell(&rows, 0, 1);
+    json_t *list = images ? json_loads(images, 0, NULL) : json_array();
+    if (!json_is_array(list)) {
+        json_decref(list);
+        json_decref(*out);
+        *out = NULL;
+        return corral_fail(err, EIO, "%s: the stored images are not a JSON array", what);
+    }
+    json_object_set_new(*out, "images", list);
+    return 0;
 }
 
 /* A cursor's text: "<started_at>.<rowid>", both decimal. */

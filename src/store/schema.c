@@ -204,6 +204,9 @@ static const struct migration migrations[] = {
      "CREATE INDEX executions_by_start ON executions (started_at);"
      "CREATE INDEX executions_by_owner ON executions (owner, started_at)",
      NULL, "ALTER TABLE executions ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY"},
+    /* 10 -> 11: the images an execution displayed, apart from its record
+     * (a JSON array; NULL: none), so that a list reads none of them. */
+    {"ALTER TABLE executions ADD COLUMN images TEXT", NULL, NULL},
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -319,7 +319,10 @@ int store_get_usage(struct store *s, const char *owner, unsigned days, json_t **
  * reads its "id", "key", "surface", "sandbox_id", "kind", "outcome" and
  * "started_at", milliseconds since the epoch; the rest is opaque), owned
  * by owner (the hash of the key that ran it, "" for none; another owner does
- * not see it). Lists are newest first, by (started_at, insertion). */
+ * not see it). Lists are newest first, by (started_at, insertion). The
+ * record's "images" (an array) are kept apart: a record as put, listed or
+ * got has "images_count" instead, and only store_get_execution adds the
+ * images back. */
 
 /* Inserts the record (an id taken: -EEXIST). */
 int store_put_execution(struct store *s, const char *owner, json_t *exec, struct corral_error *err);

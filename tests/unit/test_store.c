@@ -144,7 +144,7 @@ static struct store *open_fresh(void)
 }
 
 /* The schema this corral's store migrates to. */
-#define SCHEMA_NOW 10
+#define SCHEMA_NOW 11
 
 /* The schema version the store recorded. */
 static int schema_version(const char *location)
@@ -2815,6 +2815,52 @@ static void records_through_the_recorder(void **state)
     audit_close(a);
 }
 
+/* An execution's images are kept apart from its record: a list counts
+ * them, a record got by id has them; a recorder purges nothing before it
+ * is given a retention (an operator's "off" must not meet a default). */
+static void keeps_images_apart_and_purges_only_once_told(void **state)
+{
+    (void)state;
+    struct store *s = open_fresh();
+    struct corral_error err = {0};
+    json_t *old = execution("exe_old", "sha256:aaa", "sb1", "code", "ok", 1000);
+    json_object_set_new(old, "images",
+                        json_pack("[{s:s, s:s}]", "type", "image/png", "data", "iVBORw0KGgo="));
+    put_execution_ok(s, "k:a", old);
+    struct store_exec_filter f = {0};
+    json_t *list = NULL, *one = NULL;
+    char next[STORE_EXEC_CURSOR_MAX];
+    assert_int_equal(store_list_executions(s, &f, NULL, 10, &list, next, &err), 0);
+    json_t *listed = json_array_get(list, 0);
+    assert_null(json_object_get(listed, "images"));
+    assert_int_equal(json_integer_value(json_object_get(listed, "images_count")), 1);
+    json_decref(list);
+    assert_int_equal(store_get_execution(s, "exe_old", "k:a", &one, &err), 0);
+    assert_int_equal(json_integer_value(json_object_get(one, "images_count")), 1);
+    json_t *image = json_array_get(json_object_get(one, "images"), 0);
+    assert_string_equal(json_string_value(json_object_get(image, "data")), "iVBORw0KGgo=");
+    json_decref(one);
+
+    /* the writer has run (a record queued after open is written) and the
+     * record of 1970 is still there */
+    struct audit *a = NULL;
+    assert_int_equal(audit_open(s, true, &a, &err), 0);
+    struct audit_exec e;
+    audit_exec_begin(&e, NULL, "e2b", "code", "python", "sb2", NULL, "1", NULL);
+    audit_exec_image(&e, "image/png", "iVBORw0KGgo=");
+    audit_exec_image(&e, "image/svg+xml", "PHN2Zz4=");
+    audit_exec_finish(a, &e, "ok");
+    audit_flush(a);
+    assert_int_equal(store_get_execution(audit_store(a), "exe_old", NULL, &one, &err), 0);
+    json_decref(one);
+    assert_int_equal(store_list_executions(audit_store(a), &f, NULL, 10, &list, next, &err), 0);
+    assert_int_equal(json_array_size(list), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(list, 0), "images_count")),
+                     1);
+    json_decref(list);
+    audit_close(a);
+}
+
 /* Records queued when the recorder closes are written out first. */
 static void writes_out_the_queue_at_close(void **state)
 {
@@ -2856,6 +2902,7 @@ int main(void)
         WITH_TMP(refuses_a_newer_schema),
         WITH_TMP(applies_the_missing_migration),
         WITH_TMP(takes_puts_from_many_threads),
+        cmocka_unit_test(keeps_images_apart_and_purges_only_once_told),
         cmocka_unit_test(containers_round_trip),
         cmocka_unit_test(keeps_a_containers_sandbox),
         cmocka_unit_test(updates_only_a_running_container),
