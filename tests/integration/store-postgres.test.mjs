@@ -71,7 +71,7 @@ test('stored responses and previous_response_id live in PostgreSQL', T, async ()
   const r2 = await gw.client.responses.create({ model: MODEL, input: `${b} What was the code word?`, previous_response_id: r1.id });
   assert.equal(r2.previous_response_id, r1.id);
   assert.equal(r2.output_text, 'I recall heron-77.');
-  assert.equal(pg.number("SELECT MAX(version) FROM schema_version"), 9);
+  assert.equal(pg.number("SELECT MAX(version) FROM schema_version"), 11);
 });
 
 test('PostgreSQL stopped: 503 saying the store is unreachable; started again: the gateway recovers, nothing lost', T, async () => {
