@@ -290,6 +290,17 @@ void corral_keep_disks_ready(unsigned n);
  * kept ready in pools count only once handed out. */
 void corral_set_memory_ceiling(uint64_t bytes);
 
+/* The nice value (-20..19) of corral's own work: the zygotes, each
+ * sandbox's init and agent, a kernel until it runs its first code, and
+ * libcorral's threads. What a sandbox's code runs (the kernel's cells, its
+ * commands and their children) runs at nice 0, or at the control plane's
+ * nice when that is above 0, and cannot raise its priority. Default -10: a
+ * sandbox starts on a busy host almost as fast as on an idle one. Below 0
+ * it needs CAP_SYS_NICE (without it, each process keeps the nice it has).
+ * Zygotes started after the call take it. */
+void corral_set_control_nice(int nice);
+int corral_control_nice(void);
+
 /* Draining: while on, every create fails with ESHUTDOWN ("this server is
  * draining: it takes no new sandboxes"); live sandboxes go on. */
 void corral_set_draining(bool on);

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -529,6 +531,20 @@ int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes)
     if (rc)
         free(d);
     return rc;
+}
+
+/* setpriority(PRIO_PROCESS, tid) sets one thread's nice on Linux. */
+void corral_nice_thread(int nice)
+{
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
+}
+
+void corral_nice_workload(void)
+{
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (errno == 0 && now < 0)
+        corral_nice_thread(0);
 }
 
 void *corral_array_room(void *v, size_t *cap, size_t n, size_t elem, size_t first)

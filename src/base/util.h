@@ -66,6 +66,12 @@ int corral_sigchld_fd(void);
 /* Starts fn(arg) in a thread nobody joins, with a stack of stack_bytes (0:
  * the default): 0, or the error number pthread_create gave. */
 int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes);
+/* The calling thread's nice value becomes nice (errors ignored: without
+ * CAP_SYS_NICE it cannot go below its current one). */
+void corral_nice_thread(int nice);
+/* Before a sandbox's own code runs: the calling thread leaves the control
+ * plane's priority, back to nice 0 if it was below. */
+void corral_nice_workload(void);
 
 /* The array v (cap elements of elem bytes, n of them used), with room for
  * one more: v itself while n < cap, else a copy twice as long (`first`

@@ -177,6 +177,8 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
 int box_context_warm(corral_context *ctx, struct corral_error *err);
 
 /* The manager's registry of live sandboxes (manager.c). */
+/* Once per process, before its first sandbox: its open-files limit raised. */
+void box_process_prepare(void);
 void box_register(corral_sandbox *sb);
 void box_unregister(corral_sandbox *sb);
 /* A create under way, counted against the memory ceiling and its owner's

@@ -2,7 +2,9 @@
  * The sandbox manager: every live sandbox of this process, found by id, and
  * killed (or paused, if it asked to be) when its deadline passes (a reaper
  * thread checks every 100 ms); and
- * the process's memory ceiling, the most memory the sandboxes handed out may
+ * the nice value of corral's own work (corral_set_control_nice), and the
+ * process's open-files limit (raised to its hard limit); the
+ * process's memory ceiling, the most memory the sandboxes handed out may
  * be given in total; what they hold (corral_capacity), and whether new ones
  * may be made (not while draining).
  */
@@ -10,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "base/log.h"
@@ -23,12 +26,14 @@ static bool reaper_started;
 static uint64_t memory_ceiling;  /* bytes; 0: none */
 static bool draining;            /* no new sandboxes */
 static struct box_claim *claims; /* of the creates under way */
+static _Atomic int control_nice = -10;
 
 #define PAUSES_PER_ROUND 64
 
 static void *reaper_main(void *arg)
 {
     corral_log_context_clear(); /* it serves every sandbox, not the request that started it */
+    corral_nice_thread(control_nice);
     for (;;) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -81,6 +86,24 @@ static void start_counting(void)
     metrics_collector_add(count_sandboxes, NULL);
 }
 
+/* Each sandbox holds about ten of this process's descriptors: the soft
+ * limit (often 1,024) is raised to the hard one once, so that a thousand
+ * sandboxes need no one to raise it by hand. */
+static void raise_open_files(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+void box_process_prepare(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, raise_open_files);
+}
+
 void box_metrics_start(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -110,6 +133,16 @@ void box_unregister(corral_sandbox *sb)
             }
     sb->registered = false;
     pthread_mutex_unlock(&registry_lock);
+}
+
+void corral_set_control_nice(int nice)
+{
+    control_nice = nice < -20 ? -20 : nice > 19 ? 19 : nice;
+}
+
+int corral_control_nice(void)
+{
+    return control_nice;
 }
 
 void corral_set_memory_ceiling(uint64_t bytes)

@@ -80,6 +80,7 @@ static void mark_dead(corral_sandbox *sb)
 static void *reader_main(void *arg)
 {
     corral_sandbox *sb = arg;
+    corral_nice_thread(corral_control_nice());
     struct ctl_msg *m = malloc(sizeof(*m));
     for (;;) {
         int r = m ? ctl_recv(sb->ctl, m) : -ENOMEM;
@@ -449,6 +450,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
 
 int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct corral_error *err)
 {
+    box_process_prepare();
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
     struct corral_limits limits, none = {0};
@@ -469,6 +471,7 @@ int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct co
 static int sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
                           struct corral_error *err)
 {
+    box_process_prepare();
     int r = check_options(o, err);
     struct box_template *t;
     if (r < 0 || (r = box_template_get(o->template_id, &t, err)) < 0)

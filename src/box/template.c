@@ -255,7 +255,8 @@ static int ensure_zygote_locked(struct box_template *t, const char *state_dir, c
                                 .preload = (const char *const *)t->preload,
                                 .n_preload = t->n_preload,
                                 .state_dir = state_dir,
-                                .cancel = cancel};
+                                .cancel = cancel,
+                                .nice = corral_control_nice()};
     int r = zygote_start(&zo, &t->zygote, err);
     if (r < 0)
         return r;
@@ -300,6 +301,7 @@ static bool same_limits(const struct corral_limits *a, const struct corral_limit
 static void *refill_main(void *arg)
 {
     struct box_template *t = arg;
+    corral_nice_thread(corral_control_nice());
     unsigned failures = 0;
     pthread_mutex_lock(&t->lock);
     while (!t->stopping) {

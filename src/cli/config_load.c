@@ -6,12 +6,14 @@
 #include <corral/corral.h>
 
 #include "cli/cli.h"
+#include "base/util.h"
 #include "config/config.h"
 
 /* Loads the configuration (path, else $CORRAL_CONFIG, else
  * /etc/corral/corral.yaml when it exists) and defines its templates; sets
- * *state_dir from it unless already set, and the disk directory. Prints why
- * it cannot. */
+ * *state_dir from it unless already set, and the disk directory. The
+ * calling thread, and the threads it starts after, take the control plane's
+ * nice (control_nice): this process runs sandboxes. Prints why it cannot. */
 int cli_load_config(const char *cmd, const char *path, const char **state_dir, const char *disk_dir,
                     const struct corral_config **loaded)
 {
@@ -20,8 +22,10 @@ int cli_load_config(const char *cmd, const char *path, const char **state_dir, c
         path = getenv("CORRAL_CONFIG");
     if ((!path || !*path) && access("/etc/corral/corral.yaml", F_OK) == 0)
         path = "/etc/corral/corral.yaml";
-    if (!path || !*path)
+    if (!path || !*path) {
+        corral_nice_thread(corral_control_nice());
         return 0;
+    }
     static struct corral_config *cfg; /* lives as long as the process: templates point into it */
     struct corral_error err;
     if (corral_config_load(path, &cfg, &err) < 0 || corral_config_apply(cfg, &err) < 0) {
@@ -34,5 +38,6 @@ int cli_load_config(const char *cmd, const char *path, const char **state_dir, c
         corral_set_disk_dir(cfg->disk_dir);
     if (loaded)
         *loaded = cfg;
+    corral_nice_thread(corral_control_nice());
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -322,24 +323,159 @@ static void check_state_dir(const char *dir)
     ok("state dir", detail);
 }
 
+/* ---- capacity: what N sandboxes at once need of the host ---- */
+
+/* What one idle sandbox holds, measured (docs/operations.md, "Capacity"),
+ * with room to spare: tasks (init, agent, a kernel's three threads, the
+ * daemon's reader thread), the daemon's descriptors, namespaces of each
+ * kind (two user namespaces), memory cgroups. */
+#define TASKS_PER_SANDBOX 8
+#define FDS_PER_SANDBOX   12
+#define NS_PER_SANDBOX    2
+#define MIB_PER_SANDBOX   8
+#define MEMCG_ID_MAX      65535 /* cgroup v1: the kernel's limit on memory cgroups */
+
+static long long sysctl_value(const char *name)
+{
+    char path[256], text[64];
+    snprintf(path, sizeof(path), "/proc/sys/%s", name);
+    struct corral_error err;
+    if (corral_read_file(path, text, sizeof(text), &err) < 0)
+        return -1;
+    return atoll(text);
+}
+
+/* A sysctl that must be at least `need`: ok, raised (with --fix), or a failure. */
+static void check_sysctl(const char *name, long long need, bool fix)
+{
+    char detail[400], dotted[128], cmd[256];
+    snprintf(dotted, sizeof(dotted), "%s", name);
+    for (char *c = dotted; *c; c++)
+        if (*c == '/')
+            *c = '.';
+    long long have = sysctl_value(name);
+    if (have < 0) {
+        snprintf(detail, sizeof(detail), "%s: cannot be read", dotted);
+        warn("capacity", detail, NULL);
+        return;
+    }
+    if (have >= need) {
+        snprintf(detail, sizeof(detail), "%s = %lld (needs %lld)", dotted, have, need);
+        ok("capacity", detail);
+        return;
+    }
+    char path[256], text[32];
+    snprintf(path, sizeof(path), "/proc/sys/%s", name);
+    snprintf(text, sizeof(text), "%lld", need);
+    struct corral_error err;
+    if (fix && corral_write_file(path, text, &err) == 0) {
+        snprintf(detail, sizeof(detail), "%s raised from %lld to %lld", dotted, have, need);
+        ok("capacity", detail);
+        return;
+    }
+    snprintf(detail, sizeof(detail), "%s = %lld, below the %lld needed", dotted, have, need);
+    snprintf(cmd, sizeof(cmd),
+             "sysctl -w %s=%lld (or corral doctor --fix; in /etc/sysctl.d to last)", dotted, need);
+    bad("capacity", detail, cmd);
+}
+
+/* The number of memory cgroups in use (cgroup v1), or -1. */
+static long long memory_cgroups(void)
+{
+    FILE *f = fopen("/proc/cgroups", "r");
+    if (!f)
+        return -1;
+    char line[256], name[64];
+    long long n = -1, hierarchy, count;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "%63s %lld %lld", name, &hierarchy, &count) == 3 &&
+            !strcmp(name, "memory"))
+            n = count;
+    fclose(f);
+    return n;
+}
+
+static void check_capacity(unsigned n, bool fix)
+{
+    char detail[400];
+    long long tasks = (long long)n * TASKS_PER_SANDBOX + 4096;
+    long long ns = (long long)n * NS_PER_SANDBOX + 256;
+    check_sysctl("kernel/pid_max", tasks, fix);
+    check_sysctl("kernel/threads-max", tasks, fix);
+    static const char *const kinds[] = {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "user/max_%s_namespaces", kinds[i]);
+        check_sysctl(name, ns, fix);
+    }
+    check_sysctl("fs/file-max", (long long)n * FDS_PER_SANDBOX * 4 + 65536, fix);
+
+    /* corral serve (and libcorral) raise their soft limit to the hard one */
+    struct rlimit rl;
+    unsigned long long fds = (unsigned long long)n * FDS_PER_SANDBOX + 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && rl.rlim_max < fds) {
+        snprintf(detail, sizeof(detail),
+                 "open files: the hard limit is %llu, below the %llu corral needs for %u "
+                 "sandboxes",
+                 (unsigned long long)rl.rlim_max, fds, n);
+        bad("capacity", detail,
+            "raise the hard RLIMIT_NOFILE of corral's service (LimitNOFILE= in its systemd "
+            "unit, or ulimit -Hn)");
+    } else {
+        snprintf(detail, sizeof(detail), "open files: hard limit %llu (needs %llu)",
+                 (unsigned long long)rl.rlim_max, fds);
+        ok("capacity", detail);
+    }
+
+    long long memcg = memory_cgroups();
+    if (memcg >= 0 && memcg + n > MEMCG_ID_MAX) {
+        snprintf(detail, sizeof(detail),
+                 "memory cgroups: %lld in use (dying ones included) + %u > the kernel's %d", memcg,
+                 n, MEMCG_ID_MAX);
+        bad("capacity", detail,
+            "fewer sandboxes, or free dying cgroups (echo 1 > /proc/sys/vm/drop_caches)");
+    } else if (memcg >= 0) {
+        snprintf(detail, sizeof(detail), "memory cgroups: %lld in use, room for %lld more", memcg,
+                 MEMCG_ID_MAX - memcg);
+        ok("capacity", detail);
+    }
+
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    unsigned long long total_mib = (unsigned long long)pages * (unsigned long long)page >> 20;
+    unsigned long long need_mib = (unsigned long long)n * MIB_PER_SANDBOX + 1024;
+    snprintf(detail, sizeof(detail), "memory: %llu MiB, %u idle sandboxes take about %llu MiB",
+             total_mib, n, need_mib);
+    if (pages > 0 && page > 0 && total_mib < need_mib)
+        warn("capacity", detail, "more memory, or fewer sandboxes at once");
+    else
+        ok("capacity", detail);
+}
+
 int cli_doctor(int argc, char **argv)
 {
     const char *python = "/usr/bin/python3";
     const char *state = JAIL_DEFAULT_STATE_DIR;
+    uint64_t sandboxes = 1000;
+    bool fix = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: corral doctor [--python PATH] [--state-dir DIR] [--disk-dir DIR]\n"
+                   "                     [--sandboxes N] [--fix]\n"
                    "\n"
                    "Checks that this host can run sandboxes: root, kernel, namespaces, mounts,\n"
                    "cgroup version and controllers, seccomp, the sandboxed Python and its\n"
-                   "packages, the state directory, sandbox disks (loop devices, mke2fs), and\n"
-                   "that a zygote starts with the default template's modules. Each problem\n"
-                   "comes with its fix.\n"
+                   "packages, the state directory, sandbox disks (loop devices, mke2fs), that\n"
+                   "a zygote starts with the default template's modules, and that the host's\n"
+                   "limits (pids, threads, namespaces, open files, memory cgroups, memory)\n"
+                   "leave room for N sandboxes at once. Each problem comes with its fix.\n"
                    "Exits 0 when everything required works, 1 otherwise.\n"
                    "\n"
                    "  --python PATH    interpreter used inside sandboxes (default %s)\n"
                    "  --state-dir DIR  where corral keeps sandbox slots (default %s)\n"
-                   "  --disk-dir DIR   where sandboxes' disks are made (default %s), or memory\n",
+                   "  --disk-dir DIR   where sandboxes' disks are made (default %s), or memory\n"
+                   "  --sandboxes N    how many sandboxes at once the limits must allow\n"
+                   "                   (default 1000)\n"
+                   "  --fix            raise the kernel settings (sysctls) that are too low\n",
                    python, state, JAIL_DEFAULT_DISK_DIR);
             return CLI_OK;
         }
@@ -349,7 +485,15 @@ int cli_doctor(int argc, char **argv)
             state = argv[++i];
         else if (!strcmp(argv[i], "--disk-dir") && i + 1 < argc)
             jail_disk_set_dir(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--fix"))
+            fix = true;
+        else if (!strcmp(argv[i], "--sandboxes") && i + 1 < argc) {
+            struct corral_error err;
+            if (corral_parse_uint(argv[++i], 1, 1000000, &sandboxes, &err) < 0) {
+                fprintf(stderr, "corral doctor: --sandboxes: %s\n", err.message);
+                return CLI_USAGE;
+            }
+        } else {
             fprintf(stderr, "corral doctor: unknown or incomplete option '%s'\n", argv[i]);
             return CLI_USAGE;
         }
@@ -361,6 +505,7 @@ int cli_doctor(int argc, char **argv)
     check_seccomp();
     check_python(python);
     check_state_dir(state);
+    check_capacity((unsigned)sandboxes, fix);
     if (geteuid() == 0) {
         check_disk();
         check_zygote(state);

@@ -427,6 +427,26 @@ static int walk_disk_dir(const struct walk *w, const yaml_node_t *n, struct corr
     return walk_dir(w, n, "disk_dir", &cfg->disk_dir);
 }
 
+/* control_nice: an integer from -20 to 19. */
+static int walk_control_nice(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
+{
+    const char *text;
+    int r = walk_scalar(w, n, "control_nice", &text);
+    if (r < 0)
+        return r;
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < -20 || v > 19)
+        return walk_fail(w, n, EINVAL,
+                         "control_nice must be a nice value, an integer from -20 to 19, not "
+                         "'%.80s'",
+                         text);
+    cfg->control_nice = (int)v;
+    cfg->control_nice_given = true;
+    return 0;
+}
+
 /* LiteLLM's environment_variables: NAME: value pairs that the configuration's
  * environment lookups (os.environ/NAME, the providers' variables) see before
  * the process's environment, which is left as it is. */
@@ -547,7 +567,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
                                        "disk_dir",
                                        "fleet",
                                        "audit",
-                                       "log"};
+                                       "log",
+                                       "control_nice"};
     enum {
         STATE_DIR,
         TEMPLATES,
@@ -563,6 +584,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         FLEET,
         AUDIT,
         LOG,
+        CONTROL_NICE,
         N
     };
     /* Unknown keys first, with a message that tells corral's keys from the gateway's. */
@@ -580,7 +602,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
             return walk_fail(
                 w, k, EINVAL,
                 "unknown key '%.64s' at the top level (known: state_dir, disk_dir, templates, "
-                "network, fleet, audit, log) "
+                "network, fleet, audit, log, control_nice) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -608,6 +630,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     if (v[AUDIT] && (r = walk_audit(w, v[AUDIT], cfg)) < 0)
         return r;
     if (v[LOG] && (r = walk_log(w, v[LOG], cfg)) < 0)
+        return r;
+    if (v[CONTROL_NICE] && (r = walk_control_nice(w, v[CONTROL_NICE], cfg)) < 0)
         return r;
     bool any = false;
     for (int i = MODEL_LIST; i < GATEWAY + 1; i++)
@@ -762,6 +786,8 @@ int corral_config_apply(const struct corral_config *cfg, struct corral_error *er
                                "%s: pool_size %u of template '%s' is above the maximum of %d", name,
                                t->pool_size, t->name, POOL_SIZE_MAX);
     }
+    if (cfg->control_nice_given)
+        corral_set_control_nice(cfg->control_nice);
     for (size_t i = 0; i < cfg->n_templates; i++) {
         int r = corral_template_define(&cfg->templates[i], err);
         if (r < 0) {

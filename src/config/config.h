@@ -109,6 +109,8 @@ struct corral_config {
     /* `audit:` */
     bool audit_retention_given;
     uint64_t audit_retention_s; /* audit.retention; 0: kept forever */
+    bool control_nice_given;
+    int control_nice; /* corral_set_control_nice's */
 };
 
 /* Parses a YAML file. */

@@ -112,9 +112,13 @@ static int set_rlimits(const struct jail_limits *lim, struct corral_error *err)
         {RLIMIT_NOFILE, "RLIMIT_NOFILE", lim->open_files},
         {RLIMIT_FSIZE, "RLIMIT_FSIZE", lim->file_size ? lim->file_size : lim->disk_bytes},
         {RLIMIT_CORE, "RLIMIT_CORE", 0},
+        /* no nice below what it was given: the control plane's priority,
+         * once left, is never taken back by the sandbox's code */
+        {RLIMIT_NICE, "RLIMIT_NICE", 0},
     };
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
-        if (limits[i].resource != RLIMIT_CORE && !limits[i].value)
+        if (limits[i].resource != RLIMIT_CORE && limits[i].resource != RLIMIT_NICE &&
+            !limits[i].value)
             continue;
         struct rlimit rl = {limits[i].value, limits[i].value};
         if (setrlimit(limits[i].resource, &rl) < 0)
@@ -425,6 +429,8 @@ __attribute__((noreturn)) static void exec_workload(const struct jail_init_args 
     exec_fd = moved;
     int keep[] = {0, 1, 2, exec_fd, cfg->exec_fd};
     const char *cwd;
+    if (!cfg->workload_root)
+        corral_nice_workload(); /* the sandbox's own program, not its agent */
     if (prepare_workload(a, keep, cfg->exec_fd >= 0 ? 5 : 4, &cwd) == 0) {
         if (cfg->exec_fd >= 0)
             syscall(SYS_execveat, cfg->exec_fd, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);

@@ -189,6 +189,11 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
     }
     if (s->cwd[0] && chdir(s->cwd) < 0)
         child_failed(status_fd, 1);
+    /* The sandbox's code leaves the control plane's priority; a kernel
+     * leaves it itself, once started, before it runs its first cell. */
+    if ((s->flags & (CTL_SPAWN_PRISTINE | CTL_SPAWN_KERNEL)) !=
+        (CTL_SPAWN_PRISTINE | CTL_SPAWN_KERNEL))
+        corral_nice_workload();
     if (s->flags & CTL_SPAWN_PRISTINE) {
         close(status_fd); /* the agent reads end-of-file: started */
         agent_pristine(s->envp, s->argv, (s->flags & CTL_SPAWN_KERNEL) != 0);

@@ -198,13 +198,15 @@ CORRAL_CLEANUP_FUNC(struct zygote, zygote_stop)
 /* Starts the zygote's process, its socket ZYGOTE_SOCK_FD, into z->pid and
  * z->sock. */
 static int zygote_exec(struct zygote *z, const char *exe, const char *preload,
-                       const char *state_dir, char **env, struct corral_error *err)
+                       const char *state_dir, int nice, char **env, struct corral_error *err)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return corral_fail_errno(err, "cannot create the zygote's socket");
-    char *argv[] = {"corral-zygote", "--name",      z->name,           "--preload",
-                    (char *)preload, "--state-dir", (char *)state_dir, NULL};
+    char nice_text[16];
+    snprintf(nice_text, sizeof(nice_text), "%d", nice);
+    char *argv[] = {"corral-zygote", "--name",          z->name,  "--preload", (char *)preload,
+                    "--state-dir",   (char *)state_dir, "--nice", nice_text,   NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
@@ -268,7 +270,7 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
         strcat(preload, o->preload[i]);
     }
     const char *state_dir = o->state_dir ? o->state_dir : JAIL_DEFAULT_STATE_DIR;
-    if ((r = zygote_exec(z, exe, preload, state_dir, env, err)) < 0 ||
+    if ((r = zygote_exec(z, exe, preload, state_dir, o->nice, env, err)) < 0 ||
         (r = wait_hello(z, o->start_timeout_ms ? o->start_timeout_ms : 120000, o->cancel, err)) <
             0) {
         if (r == -ECANCELED && z->pid > 0) /* still importing: it would not read the hang-up */

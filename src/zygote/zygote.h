@@ -64,6 +64,7 @@ struct zygote_options {
     const char *state_dir;     /* NULL = /run/corral */
     uint64_t start_timeout_ms; /* 0 = 120 s */
     const int *cancel;         /* non-zero (atomic) ends the start: -ECANCELED; may be NULL */
+    int nice;                  /* the zygote's (and its sandboxes' inits' and agents') */
 };
 
 struct zygote;

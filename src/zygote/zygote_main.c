@@ -1,13 +1,14 @@
 /*
  * corral-zygote: the fork server of one template (see zygote.h).
  *
- *   corral-zygote --name NAME --preload MOD,MOD,... --state-dir DIR
+ *   corral-zygote --name NAME --preload MOD,MOD,... --state-dir DIR [--nice N]
  *
  * with its socket to the daemon on fd 3. It embeds CPython, runs kernel.py's
  * prepare() (IPython's shell and the preload modules), freezes the garbage
  * collector's view of everything so far (gc.freeze: no collection in a
  * child ever writes to those pages), checks that it is still single-threaded,
- * says hello, and then clones a sandbox's init per request. The clone's
+ * says hello, and then clones a sandbox's init per request. It runs at the
+ * control plane's nice (--nice), as do the inits and agents it clones. The clone's
  * workload is this process's copy of the agent; the agent forks this image's
  * interpreter for each context (agent_pristine).
  */
@@ -289,6 +290,7 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {{"name", required_argument, NULL, 'n'},
                                              {"preload", required_argument, NULL, 'p'},
                                              {"state-dir", required_argument, NULL, 's'},
+                                             {"nice", required_argument, NULL, 'N'},
                                              {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -298,6 +300,8 @@ int main(int argc, char **argv)
             preload = optarg;
         else if (c == 's')
             state_dir = optarg;
+        else if (c == 'N')
+            corral_nice_thread(atoi(optarg)); /* still one thread: the process's */
         else
             return 2;
     }

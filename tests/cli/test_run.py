@@ -2,6 +2,7 @@
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -383,6 +384,19 @@ def test_doctor_reports_a_healthy_host():
     assert "ok    zygote" in r.stdout and "with numpy, pandas and matplotlib imported" in r.stdout
     assert "v1 at /sys/fs/cgroup" in r.stdout or "v2 at /sys/fs/cgroup" in r.stdout
     assert "All checks passed" in r.stdout
+    # room for the default 1,000 sandboxes at once
+    assert "ok    capacity       kernel.pid_max" in r.stdout
+    assert "ok    capacity       open files: hard limit" in r.stdout
+    assert "ok    capacity       memory cgroups:" in r.stdout
+
+
+def test_doctor_says_which_host_limit_leaves_no_room_and_its_fix():
+    r = run("doctor", "--sandboxes", "1000000")
+    assert r.returncode == 1, r.stdout
+    assert re.search(r"FAIL  capacity       kernel\.pid_max = \d+, below the 8004096 needed", r.stdout)
+    assert "fix: sysctl -w kernel.pid_max=8004096" in r.stdout
+    r = run("doctor", "--sandboxes", "0")
+    assert r.returncode == 2 and "--sandboxes" in r.stderr
 
 
 def test_doctor_names_a_missing_python_and_its_fix():

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from helpers import TEMPLATE, UID_BASE, check_sanitizers, corral_cmd, disable, host_pids, proc_cmdline, proc_uids, run, token
+from helpers import CONFIG, TEMPLATE, UID_BASE, check_sanitizers, corral_cmd, disable, host_pids, proc_cmdline, proc_uids, run, token
 
 FORK_BOMB = r'''
 r, w = os.pipe()
@@ -358,3 +358,37 @@ def test_inotify_limits():
         out, err = p.communicate(b"x", timeout=60)
     assert p.returncode == 0, (out, err)
     check_sanitizers(err)
+
+
+PRIORITY = r'''
+import subprocess
+def nice_of(path):
+    with open(path) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+threads = sorted(nice_of("/proc/self/task/%s/stat" % t) for t in os.listdir("/proc/self/task"))
+child = subprocess.run(["sh", "-c", "cut -d' ' -f19 /proc/self/stat"], capture_output=True,
+                       text=True).stdout.strip()
+emit(threads=threads, init=nice_of("/proc/1/stat"), child=int(child),
+     lower=attempt(os.setpriority, os.PRIO_PROCESS, 0, -5),
+     lower_init=attempt(os.setpriority, os.PRIO_PROCESS, 1, -15))
+'''
+
+
+def test_priority(tmp_path):
+    # The sandbox's init and agent run at the control plane's nice (-10 by
+    # default); the code it runs, every thread and child of it, at 0, and it
+    # cannot take the control plane's priority back, nor raise the init's.
+    r = run(PRIORITY)
+    assert r.rc == 0, r
+    p = r.probe
+    assert p["init"] == -10, r
+    assert set(p["threads"]) == {0} and p["child"] == 0, r
+    assert p["lower"] == "EACCES" and p["lower_init"] in ("EPERM", "EACCES"), r
+
+    # control_nice: 0 leaves every process at the default priority.
+    config = tmp_path / "corral.yaml"
+    base = open(CONFIG).read() if TEMPLATE and CONFIG else ""
+    config.write_text(base + "control_nice: 0\n")
+    r = run(PRIORITY, config=str(config))
+    assert r.rc == 0, r
+    assert r.probe["init"] == 0 and set(r.probe["threads"]) == {0}, r

@@ -249,7 +249,7 @@ static void refuses_unknown_keys(void **state)
                                      "'default' (known: preload, pool_size, limits, network)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, templates, network, fleet, audit, log)");
+                 "disk_dir, templates, network, fleet, audit, log, control_nice)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
@@ -458,6 +458,27 @@ static void parses_the_audit_retention(void **state)
                  "audit.retention: invalid retention 'soon'");
     expect_error("audit:\n  retention: 10ms\n", EINVAL, "at least 1s");
     expect_error("audit:\n  keep: 1d\n", EINVAL, "keep");
+}
+
+static void parses_the_control_nice(void **state)
+{
+    (void)state;
+    struct corral_config *cfg = parse_ok("control_nice: -5\n");
+    assert_true(cfg->control_nice_given);
+    assert_int_equal(cfg->control_nice, -5);
+    corral_config_free(cfg);
+    cfg = parse_ok("control_nice: 0\n");
+    assert_true(cfg->control_nice_given);
+    assert_int_equal(cfg->control_nice, 0);
+    corral_config_free(cfg);
+    cfg = parse_ok("state_dir: /run/x\n");
+    assert_false(cfg->control_nice_given);
+    corral_config_free(cfg);
+    expect_error("control_nice: -21\n", EINVAL,
+                 "corral.yaml:1:15: control_nice must be a nice value, an integer from -20 to 19, "
+                 "not '-21'");
+    expect_error("control_nice: high\n", EINVAL, "not 'high'");
+    expect_error("control_nice: 20\n", EINVAL, "not '20'");
 }
 
 static void refuses_bad_fleet_settings(void **state)
@@ -676,6 +697,7 @@ int main(void)
         cmocka_unit_test(parses_fleet_settings),
         cmocka_unit_test(refuses_bad_fleet_settings),
         cmocka_unit_test(parses_the_audit_retention),
+        cmocka_unit_test(parses_the_control_nice),
         cmocka_unit_test(loads_a_file),
         cmocka_unit_test(load_reports_unreadable_files),
         cmocka_unit_test(applies_a_config),
