@@ -82,9 +82,11 @@ static void on_result(void *ud, const struct corral_result *r)
 
 /* Creates a sandbox of `template`, runs code in its default context and
  * releases it: *ms is the time from the create call to the first output
- * (stdout, or a PNG when png is set). */
+ * (stdout, or a PNG when png is set); phases, when given, splits it: the
+ * create call, the default context's kernel started and ready, and the
+ * code run to its first output. */
 static int first_output_of(const char *template, bool read_only_root, const char *code, bool png,
-                           double *ms, struct corral_error *err)
+                           double *ms, double phases[3], struct corral_error *err)
 {
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
@@ -102,8 +104,15 @@ static int first_output_of(const char *template, bool read_only_root, const char
     corral_sandbox *sb;
     if (corral_sandbox_create(&o, &sb, err) < 0)
         return -1;
+    double t1 = now_ms();
+    corral_context *ctx;
+    if (corral_context_default(sb, &ctx, err) < 0) {
+        corral_sandbox_release(sb);
+        return -1;
+    }
+    double t2 = now_ms();
     struct corral_exec_outcome out = {0};
-    int r = corral_execute(sb, NULL, code, &x, &out, err);
+    int r = corral_execute(sb, ctx, code, &x, &out, err);
     corral_sandbox_release(sb);
     if (r < 0)
         return -1;
@@ -113,13 +122,18 @@ static int first_output_of(const char *template, bool read_only_root, const char
         return -1;
     }
     *ms = f.at - t0;
+    if (phases) {
+        phases[0] = t1 - t0;
+        phases[1] = t2 - t1;
+        phases[2] = f.at - t2;
+    }
     return 0;
 }
 
 static int first_output(const char *template, const char *code, bool png, double *ms,
                         struct corral_error *err)
 {
-    return first_output_of(template, false, code, png, ms, err);
+    return first_output_of(template, false, code, png, ms, NULL, err);
 }
 
 static int zygote_info(const char *template)
@@ -141,11 +155,12 @@ static int bench_fork(int runs, const char *name, const char *code, bool png)
         return 1;
     int status = 0;
     for (int i = -WARMUP; i < runs && !status; i++) {
-        double ms;
-        if (first_output("default", code, png, &ms, &err) < 0)
+        double ms, phases[3];
+        if (first_output_of("default", false, code, png, &ms, phases, &err) < 0)
             status = fail("%s", err.message);
         else if (i >= 0)
-            printf("%s %.3f\n", name, ms);
+            printf("%s %.3f\n%s_phases %.3f %.3f %.3f\n", name, ms, name, phases[0], phases[1],
+                   phases[2]);
     }
     corral_shutdown();
     return status;
@@ -161,7 +176,7 @@ static int bench_roots(int runs)
         for (int k = 0; k < 2 && !status; k++) {
             bool read_only = (i + k) % 2 != 0;
             double ms;
-            if (first_output_of("default", read_only, PRINT_CODE, false, &ms, &err) < 0)
+            if (first_output_of("default", read_only, PRINT_CODE, false, &ms, NULL, &err) < 0)
                 status = fail("%s", err.message);
             else if (i >= 0)
                 printf("%s %.3f\n", read_only ? "read_only" : "writable", ms);
@@ -378,17 +393,92 @@ static int bench_mem(int n)
 
 /* ---- density ---- */
 
-static long long mem_available_kb(void)
+/* The fields of /proc/meminfo that say where a sandbox's memory goes. */
+static const char *const MEM_FIELDS[] = {"MemAvailable", "AnonPages", "PageTables", "Slab",
+                                         "KernelStack",  "Percpu",    "Shmem"};
+#define N_MEM_FIELDS (sizeof(MEM_FIELDS) / sizeof(MEM_FIELDS[0]))
+
+/* Reads MEM_FIELDS (KiB) into v; v[0], MemAvailable, is -1 when unreadable. */
+static void meminfo(long long v[N_MEM_FIELDS])
 {
+    for (size_t i = 0; i < N_MEM_FIELDS; i++)
+        v[i] = -1;
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
-    long long v = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemAvailable: %lld kB", &v) == 1)
-            break;
+    while (f && fgets(line, sizeof(line), f)) {
+        char name[64];
+        long long kb;
+        if (sscanf(line, "%63[^:]: %lld kB", name, &kb) != 2)
+            continue;
+        for (size_t i = 0; i < N_MEM_FIELDS; i++)
+            if (!strcmp(name, MEM_FIELDS[i]))
+                v[i] = kb;
+    }
     if (f)
         fclose(f);
-    return v;
+}
+
+/* The kernel's slab caches: name and bytes (objects x size), from /proc/slabinfo. */
+struct slab {
+    char name[64];
+    long long bytes;
+};
+
+static int read_slabs(struct slab **out)
+{
+    FILE *f = fopen("/proc/slabinfo", "r");
+    char line[512];
+    int n = 0, cap = 0;
+    struct slab *v = NULL;
+    while (f && fgets(line, sizeof(line), f)) {
+        struct slab s;
+        long long active, total, size;
+        if (sscanf(line, "%63s %lld %lld %lld", s.name, &active, &total, &size) != 4)
+            continue; /* the header lines */
+        s.bytes = total * size;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            struct slab *nv = realloc(v, (size_t)cap * sizeof(*v));
+            if (!nv)
+                break;
+            v = nv;
+        }
+        v[n++] = s;
+    }
+    if (f)
+        fclose(f);
+    *out = v;
+    return n;
+}
+
+/* Prints the caches that grew most between before and after. */
+static void print_slab_growth(const struct slab *before, int nb, const struct slab *after, int na)
+{
+    struct slab grew[8] = {{{0}, 0}};
+    for (int i = 0; i < na; i++) {
+        long long d = after[i].bytes;
+        for (int j = 0; j < nb; j++)
+            if (!strcmp(before[j].name, after[i].name)) {
+                d -= before[j].bytes;
+                break;
+            }
+        for (int k = 0; k < 8; k++)
+            if (d > grew[k].bytes) {
+                memmove(&grew[k + 1], &grew[k], (size_t)(7 - k) * sizeof(grew[0]));
+                grew[k] = after[i];
+                grew[k].bytes = d;
+                break;
+            }
+    }
+    for (int k = 0; k < 8 && grew[k].bytes > 0; k++)
+        printf("density_slab %s %lld\n", grew[k].name, grew[k].bytes / 1024);
+}
+
+static long long mem_available_kb(void)
+{
+    long long v[N_MEM_FIELDS];
+    meminfo(v);
+    return v[0];
 }
 
 /* Sandboxes among ids whose pids cgroup still exists. */
@@ -409,18 +499,15 @@ static int left_behind(char **ids, int n)
 static int bench_density(int n, int runs)
 {
     struct corral_error err;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-            printf("density_note cannot raise RLIMIT_NOFILE: %s\n", strerror(errno));
-        printf("density_nofile %llu\n", (unsigned long long)rl.rlim_cur);
-    }
     long long before = mem_available_kb();
     if (corral_template_warm("default", NULL, &err) < 0)
         return fail("%s", err.message);
     usleep(200000);
-    long long warm = mem_available_kb();
+    long long warm_fields[N_MEM_FIELDS];
+    meminfo(warm_fields);
+    struct slab *slabs_before;
+    int n_slabs_before = read_slabs(&slabs_before);
+    long long warm = warm_fields[0];
     struct corral_template_stats st;
     pid_t zygote = corral_template_stats("default", &st, &err) == 0 ? st.zygote_pid : 0;
 
@@ -442,11 +529,24 @@ static int bench_density(int n, int runs)
     double elapsed = now_ms() - t0;
     printf("density_created %d %d %.1f\n", made, n, elapsed);
     usleep(500000);
-    long long full = mem_available_kb();
-    if (before < 0 || warm < 0 || full < 0) /* out of descriptors, say */
+    long long full_fields[N_MEM_FIELDS];
+    meminfo(full_fields);
+    long long full = full_fields[0];
+    if (before < 0 || warm < 0 || full < 0) { /* out of descriptors, say */
         printf("density_mem_failed cannot read /proc/meminfo\n");
-    else
+    } else {
         printf("density_mem %lld %lld\n", before - full, warm - full);
+        /* Where it went: the growth of each field over the idle sandboxes. */
+        for (size_t i = 1; i < N_MEM_FIELDS; i++)
+            if (warm_fields[i] >= 0 && full_fields[i] >= 0)
+                printf("density_mem_part %s %lld\n", MEM_FIELDS[i],
+                       full_fields[i] - warm_fields[i]);
+    }
+    struct slab *slabs_after;
+    int n_slabs_after = read_slabs(&slabs_after);
+    print_slab_growth(slabs_before, n_slabs_before, slabs_after, n_slabs_after);
+    free(slabs_before);
+    free(slabs_after);
 
     /* One more beside them, a few times. */
     for (int i = 0; i < runs && made == n; i++) {
@@ -493,6 +593,9 @@ int main(int argc, char **argv)
     const char *cmd = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 20;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* As corral serve runs: at the control plane's priority (its sandboxes'
+     * code runs at nice 0). */
+    setpriority(PRIO_PROCESS, 0, corral_control_nice());
     /* Disks made ahead, as corral serve keeps them; row 10 runs `fork` twice:
      * with sandbox disks, and with storage in memory. */
     if (getenv("CORRAL_BENCH_DISK_DIR"))

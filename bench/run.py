@@ -7,25 +7,32 @@ the same run, with the ratio of the medians and a target.
 0. start: `corral run --script -c pass` (the jail alone, no kernel) against
    bubblewrap doing the same isolation. Target: ratio <= 1.0.
 1. create -> first output of `print(1)` from a warm pool (bench_cells pool),
-   against `python3 -c 'print(1)'` in bubblewrap. Target: <= 10 ms.
+   against `python3 -c 'print(1)'` in bubblewrap. Target: <= 3 ms at the
+   median and <= 8 ms at p99.
    1b: the same through `corral serve`'s E2B API from a minimal HTTP/1.1
    client (one kept-alive connection): POST /sandboxes, then POST /execute
    of `print(1)` at once, to the end of its answer, with a warm pool of 2;
    each create after a pause that lets the pool fill again. Target: <= 8 ms.
 2. the same forked from a warm zygote without a pool (bench_cells fork).
-   Target: <= 40 ms.
+   Target: <= 12 ms.
 3. create -> first image/png of a pandas + matplotlib cell, forked from the
    default template (bench_cells png), against a new ipykernel started through
-   jupyter_client (bench/ipykernel_baseline.py). Target: >= 10x faster.
+   jupyter_client (bench/ipykernel_baseline.py). Target: >= 25x faster.
+0L-3L. rows 0-3 again while every core also runs a CPU-bound process (one
+   `sh -c 'while :; do :; done'` per core), each against its quiet value
+   from the same run. Target: each within 2x.
 4. the `x += 1; x` round trip in a warm context (bench_cells trip), against
    the same through jupyter_client and ipykernel. Target: <= 1 ms.
 5. private memory (USS) per idle forked sandbox, summed over its host
    processes (bench_cells mem), against one cold python3 holding numpy, pandas
-   and matplotlib.pyplot. Target: <= 10 MiB.
-6. with --density (500) idle sandboxes, create -> first output of `print(1)`
-   once more (bench_cells density), against row 2 (no other sandbox).
-   Target: <= 50 ms. Also: the memory the idle sandboxes take and the time to
-   create them.
+   and matplotlib.pyplot. Target: <= 4 MiB.
+6. with --density (1,000) idle sandboxes, create -> first output of
+   `print(1)` once more (bench_cells density), against row 2 (no other
+   sandbox). Target: <= 30 ms. 6b: the memory the idle sandboxes take (the
+   drop of MemAvailable, the zygote included). Target: <= 6 GiB for 1,000.
+   6c: the time to create them. No limit of the host is raised for it:
+   libcorral raises its own descriptor limit, and `corral doctor` checks the
+   rest (pids, namespaces, inotify, memory).
 7. `corral serve` through the official E2B JS SDK (bench/e2b_sdk.mjs, with
    the SDK installed in tests/integration): Sandbox.create() + runCode('1+1'),
    and the runCode round trip, against the same libcorral calls made directly
@@ -225,6 +232,10 @@ def ms(v):
     return f"{med(v):.1f} ms (p90 {p90(v):.1f}, n={len(v)})"
 
 
+def ms99(v):
+    return f"{med(v):.1f} ms (p99 {p99(v):.1f}, n={len(v)})"
+
+
 def ratio_text(a, b, less="faster", more="slower"):
     r = a / b
     return f"{r:.3f} ({1 / r:.2f}x {less})" if r < 1 else f"{r:.3f} ({r:.2f}x {more})"
@@ -357,6 +368,7 @@ def run_all(args, table):
 
     def row0():
         a, b = bench_start(corral, max(10, args.runs))
+        results["start"] = a
         r = med(a) / med(b)
         table.add("0", "sandbox start: `corral run --script -c pass`", ms(a),
                   "bwrap --unshare-all python3 -c pass", ms(b), ratio_text(med(a), med(b)),
@@ -383,15 +395,19 @@ def run_all(args, table):
                   f"<= {limit} ms", med(values) <= limit)
 
     def row1():
-        out = tool([bench_cells, "pool", "50"], "1. create -> print(1) from a pool", env=env)
-        results["pool"] = floats(out, "pool", "pool")
-        vs_bwrap("1", "create -> print(1) output, warm pool of 2", results["pool"], 10)
+        out = tool([bench_cells, "pool", "100"], "1. create -> print(1) from a pool", env=env)
+        a = results["pool"] = floats(out, "pool", "pool")
+        base = ms(bwrap) if bwrap else "failed"
+        ratio = ratio_text(med(a), med(bwrap)) if bwrap else ""
+        table.add("1", "create -> print(1) output, warm pool of 2", ms99(a),
+                  "bwrap python3 -c 'print(1)' (fresh)", base, ratio, "<= 3 ms p50, <= 8 ms p99",
+                  med(a) <= 3 and p99(a) <= 8)
         if "pool_hits" in out:
             hits, misses = out["pool_hits"][0].split()
             if misses != "0":  # a miss is a fork: the row would not measure the pool
                 table.note("1", f"{misses} of {int(hits) + int(misses)} creations missed "
                                 "the pool")
-    attempt("1", "create -> print(1), pool", "<= 10 ms", row1)
+    attempt("1", "create -> print(1), pool", "<= 3 ms p50, <= 8 ms p99", row1)
 
     def row1b():
         made = pool_http_calls(corral, 50)
@@ -405,19 +421,20 @@ def run_all(args, table):
     def row2():
         out = tool([bench_cells, "fork", "50"], "2. create -> print(1) forked, no pool", env=env)
         results["fork"] = floats(out, "fork", "fork")
-        vs_bwrap("2", "create -> print(1) output, fork, no pool", results["fork"], 40)
-    attempt("2", "create -> print(1), fork", "<= 40 ms", row2)
+        vs_bwrap("2", "create -> print(1) output, fork, no pool", results["fork"], 12)
+    attempt("2", "create -> print(1), fork", "<= 12 ms", row2)
 
     def row3():
         out = tool([bench_cells, "png", "20"], "3. create -> first PNG, forked", env=env)
-        a = floats(out, "png", "png")
+        a = results["png"] = floats(out, "png", "png")
         base = floats(tool(ipy + ["png", "5"], "3. baseline: a new ipykernel to the first PNG"),
                       "png", "ipykernel png")
         speedup = med(base) / med(a)
         table.add("3", "create -> first PNG (pandas + pyplot), fork", ms(a),
                   "new ipykernel via jupyter_client", ms(base), ratio_text(med(a), med(base)),
-                  ">= 10x faster", speedup >= 10)
-    attempt("3", "create -> first PNG", ">= 10x faster", row3)
+                  ">= 25x faster", speedup >= 25)
+    attempt("3", "create -> first PNG", ">= 25x faster", row3)
+    loaded_rows(args, table, corral, bench_cells, env, results)
 
     def row4():
         a = floats(tool([bench_cells, "trip", "300"], "4. `x += 1; x` round trip", env=env),
@@ -441,8 +458,8 @@ def run_all(args, table):
                   f"{mib(med(uss))} (PSS {mib(med(pss))})",
                   "cold python3 importing numpy, pandas, pyplot",
                   f"{mib(base_uss)} (PSS {mib(base_pss)})",
-                  ratio_text(med(uss), base_uss, "smaller", "larger"), "<= 10 MiB",
-                  med(uss) <= 10 * 1024)
+                  ratio_text(med(uss), base_uss, "smaller", "larger"), "<= 4 MiB",
+                  med(uss) <= 4 * 1024)
         by_name = {}
         for v in out.get("mem_proc", []):
             name, u, _ = v.split()
@@ -453,7 +470,7 @@ def run_all(args, table):
             zu, zp = (int(x) for x in out["zygote_mem"][0].split()[:2])
             text += f"; the zygote, shared by all, not counted: USS {mib(zu)}, PSS {mib(zp)}"
         table.note("5", text)
-    attempt("5", "USS per idle sandbox", "<= 10 MiB", row5)
+    attempt("5", "USS per idle sandbox", "<= 4 MiB", row5)
 
     def row6():
         nonlocal errors
@@ -483,27 +500,38 @@ def run_all(args, table):
             a = [float(v) for v in out["density_next"]]
             table.add("6", name, ms(a), "row 2: no other sandbox",
                       f"{med(fork):.1f} ms" if fork else "failed",
-                      ratio_text(med(a), med(fork)) if fork else "", "<= 50 ms",
-                      med(a) <= 50 and not problems)
+                      ratio_text(med(a), med(fork)) if fork else "", "<= 30 ms",
+                      med(a) <= 30 and not problems)
         else:
-            table.add("6", name, "not measured", "", "", "", "<= 50 ms", False)
+            table.add("6", name, "not measured", "", "", "", "<= 30 ms", False)
         if problems:
             table.note("6", "; ".join(problems))
+        fits = None
         if "density_mem" in out:
             drop_all, drop_sb = (int(x) for x in out["density_mem"][0].split())
             per = drop_sb / made if made else 0
             mem = f"{drop_all / 1024 / 1024:.2f} GiB with the zygote ({mib(per)} per sandbox)"
+            fits = made == n and drop_all <= 6 * 1024 * 1024 * n / 1000
         else:
             mem = "unknown: " + out.get("density_mem_failed", ["no measurement"])[0]
         table.add("6b", f"memory of {made} idle sandboxes (MemAvailable drop)", mem,
-                  "", "", "", "", "info")
+                  "", "", "", f"<= {6 * n / 1000:g} GiB", fits if fits is not None else False)
+        if made and "density_mem_part" in out:
+            parts = [v.split() for v in out["density_mem_part"]]
+            text = ", ".join(f"{name} {int(kb) / made:.0f} KiB" for name, kb in parts
+                             if int(kb) > 0)
+            slabs = [v.split() for v in out.get("density_slab", [])]
+            if slabs:
+                text += " (the slab caches that grew most: " + ", ".join(
+                    f"{name} {int(kb) / made:.0f} KiB" for name, kb in slabs) + ")"
+            table.note("6b", f"per idle sandbox, the growth of /proc/meminfo's fields: {text}")
         release = float(out["density_release"][0]) / 1000
         table.add("6c", f"time to create {made} sandboxes, each running print(1)",
                   f"{elapsed / 1000:.1f} s ({elapsed / max(made, 1):.1f} ms each); "
                   f"releasing them all: {release:.1f} s", "", "", "", "", "info")
         if problems:  # reported in the table's notes: an error, yet no crash
             errors += 1
-    attempt("6", f"create -> print(1) beside {args.density} idle sandboxes", "<= 50 ms", row6)
+    attempt("6", f"create -> print(1) beside {args.density} idle sandboxes", "<= 30 ms", row6)
 
     # `corral serve` through the official E2B JS SDK, against libcorral called directly.
     def rows7():
@@ -593,6 +621,68 @@ def run_all(args, table):
         front_rows(corral, table, max(100, args.runs * 3))
     attempt("12", "a fleet's front before a node", "see rows 12a-12d", rows12)
     return errors
+
+
+class cpu_hogs:
+    """One CPU-bound process per core (`sh -c 'while :; do :; done'`, at the
+    default priority, as any other work on the machine would run) while the
+    loaded rows run; all are killed when they end."""
+
+    def __init__(self):
+        self.procs = []
+
+    def __enter__(self):
+        for _ in range(os.cpu_count() or 1):
+            self.procs.append(subprocess.Popen(["sh", "-c", "while :; do :; done"]))
+        time.sleep(0.5)  # the hogs have the cores before anything is measured
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+        return False
+
+
+def loaded_rows(args, table, corral, bench_cells, env, results):
+    """0L-3L: rows 0-3 again while every core also runs a CPU-bound process,
+    each against its own quiet value from this run. Target: within 2x."""
+    rows = [("0", "start", "sandbox start: `corral run --script -c pass`"),
+            ("1", "pool", "create -> print(1) output, warm pool of 2"),
+            ("2", "fork", "create -> print(1) output, fork, no pool"),
+            ("3", "png", "create -> first PNG (pandas + pyplot), fork")]
+    rows = [r for r in rows if wanted(args, r[0] + "L")]
+    if not rows:
+        return
+    print(f"bench: 0L-3L. rows 0-3 beside {os.cpu_count()} CPU-bound processes ...",
+          file=sys.stderr, flush=True)
+    with cpu_hogs():
+        for num, key, name in rows:
+            quiet = results.get(key)
+            try:
+                if num == "0":
+                    a = []
+                    for _ in range(3):
+                        a += measure([corral, "run", "--script", "-c", "pass"], 10, warmup=1)
+                else:
+                    what = {"1": ("pool", "50"), "2": ("fork", "30"), "3": ("png", "10")}[num]
+                    a = floats(tool([bench_cells, *what], f"{num}L. {name}, loaded", env=env),
+                               what[0], what[0])
+            except (BenchError, subprocess.CalledProcessError, OSError) as e:
+                table.failed(num + "L", name + ", loaded", "<= 2x quiet", str(e))
+                continue
+            if not quiet:
+                table.add(num + "L", name + ", loaded", ms99(a) if num == "1" else ms(a),
+                          "the same, quiet (row " + num + ")", "not run", "", "<= 2x quiet",
+                          False)
+                continue
+            r = med(a) / med(quiet)
+            table.add(num + "L", name + ", both cores busy", ms99(a) if num == "1" else ms(a),
+                      f"the same, quiet (row {num})", f"{med(quiet):.1f} ms", f"{r:.2f}x",
+                      "<= 2x quiet", r <= 2)
+    table.note("L", f"0L-3L ran while {os.cpu_count()} CPU-bound processes (sh -c 'while :; do "
+                    ":; done', default priority) kept every core busy")
 
 
 def wanted(args, num):
@@ -1372,7 +1462,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corral", default="build/corral")
     ap.add_argument("--runs", type=int, default=100, help="runs of the start benchmark")
-    ap.add_argument("--density", type=int, default=500, help="idle sandboxes in row 6")
+    ap.add_argument("--density", type=int, default=1000, help="idle sandboxes in row 6")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--results", default=None,
                     help="where to write the markdown table (default bench/results.md; "
