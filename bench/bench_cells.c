@@ -564,13 +564,20 @@ static int bench_density(int n, int runs)
             break;
         }
         ids[n_ids++] = strdup(corral_sandbox_id(sb));
-        int r = corral_execute(sb, NULL, PRINT_CODE, &x, NULL, &err);
+        double s1 = now_ms(), s2 = 0;
+        corral_context *ctx;
+        int r = corral_context_default(sb, &ctx, &err);
+        if (r == 0) {
+            s2 = now_ms();
+            r = corral_execute(sb, ctx, PRINT_CODE, &x, NULL, &err);
+        }
         corral_sandbox_release(sb);
         if (r < 0 || !f.at) {
             printf("density_next_failed %s\n", r < 0 ? err.message : "print(1) gave no output");
             break;
         }
-        printf("density_next %.3f\n", f.at - s0);
+        printf("density_next %.3f\ndensity_next_phases %.3f %.3f %.3f\n", f.at - s0, s1 - s0,
+               s2 - s1, f.at - s2);
     }
 
     double r0 = now_ms();

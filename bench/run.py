@@ -332,6 +332,18 @@ def cold_python_mem(runs=3):
     return med(uss), med(pss)
 
 
+def phases_note(table, num, out, name):
+    """Where a forked start's time goes: the medians of bench_cells' phases."""
+    rows = [[float(x) for x in v.split()] for v in out.get(name + "_phases", [])]
+    if rows:
+        create, kernel, run = (med([r[i] for r in rows]) for i in range(3))
+        table.note(num, f"phases (medians): the create call {create:.1f} ms (the zygote's "
+                        f"clone, the init's namespaces, mounts and cgroups), the kernel "
+                        f"{kernel:.1f} ms (the agent forks it from its copy of the zygote; "
+                        f"it reseeds, makes its pipes and threads and says it is ready), "
+                        f"the code to its first output {run:.1f} ms")
+
+
 def sandbox_cgroups():
     """Names of the sandbox cgroups that exist now (pids hierarchy on v1)."""
     for d in ("/sys/fs/cgroup/pids/corral", "/sys/fs/cgroup/corral"):
@@ -422,11 +434,13 @@ def run_all(args, table):
         out = tool([bench_cells, "fork", "50"], "2. create -> print(1) forked, no pool", env=env)
         results["fork"] = floats(out, "fork", "fork")
         vs_bwrap("2", "create -> print(1) output, fork, no pool", results["fork"], 12)
+        phases_note(table, "2", out, "fork")
     attempt("2", "create -> print(1), fork", "<= 12 ms", row2)
 
     def row3():
         out = tool([bench_cells, "png", "20"], "3. create -> first PNG, forked", env=env)
         a = results["png"] = floats(out, "png", "png")
+        phases_note(table, "3", out, "png")
         base = floats(tool(ipy + ["png", "5"], "3. baseline: a new ipykernel to the first PNG"),
                       "png", "ipykernel png")
         speedup = med(base) / med(a)
@@ -506,6 +520,7 @@ def run_all(args, table):
             table.add("6", name, "not measured", "", "", "", "<= 30 ms", False)
         if problems:
             table.note("6", "; ".join(problems))
+        phases_note(table, "6", out, "density_next")
         fits = None
         if "density_mem" in out:
             drop_all, drop_sb = (int(x) for x in out["density_mem"][0].split())
@@ -1506,6 +1521,10 @@ def main():
           ""] + [f"- {line}" for line in desc] + [""] + table.markdown() + [""]
     md += [f"- note {n}" for n in table.notes()]
     md += ["", summary, ""]
+    analysis = os.path.join(HERE, "analysis.md")
+    if os.path.exists(analysis):  # what was tried, and where the time goes
+        with open(analysis) as f:
+            md += [f.read().rstrip(), ""]
     if args.results:
         with open(args.results, "w") as f:
             f.write("\n".join(md))
