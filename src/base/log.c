@@ -161,14 +161,14 @@ const char *corral_log_key(void)
 
 /* The last key this thread labelled, and its label: a client's requests
  * come with the same key, and hashing it cost more than the rest of its
- * log line. */
+ * log line. Compared in constant time, as keys are. */
 static __thread char last_key[256];
 static __thread char last_label[CORRAL_KEY_LABEL_MAX];
 
 void corral_log_key_label(const char *key, char *out, size_t len)
 {
     size_t n_key = key ? strlen(key) : 0;
-    if (n_key && n_key < sizeof(last_key) && *last_label && !strcmp(key, last_key)) {
+    if (n_key && n_key < sizeof(last_key) && *last_label && corral_secret_equal(key, last_key)) {
         snprintf(out, len, "%s", last_label);
         return;
     }
