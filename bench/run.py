@@ -741,6 +741,7 @@ class no_cpu_sleep:
 GW_ROUNDS, GW_SECONDS, GW_WARMUP = 3, 3, 0.5
 GW_CLIENTS = (1, 8, 64)
 GW_RATE = 2000  # requests/s in all, for the latency rows with more than one client
+GW_SHARE = 0.40  # row 8g: the gateway's rate at 64 clients, as a share of the direct one
 GW_STREAM_DELAY_US = 2000  # between the upstream's later stream events
 GW_CHAT = {"model": "bench", "messages": [{"role": "user", "content": "hi"}]}
 GW_STREAM = {"model": "bench-stream", "stream": True,
@@ -940,7 +941,8 @@ def gateway_rows(corral, table):
     rounds = f"median of {GW_ROUNDS} rounds"
     letters = iter("abcdefghij")
     for clients in GW_CLIENTS:
-        for name, limit in (("p50", 100), ("p99", 1000)):
+        # 8 clients' median, the gateway's usual load: +50 us (issue 27)
+        for name, limit in (("p50", 50 if clients == 8 else 100), ("p99", 1000)):
             g, d = stat("gateway", clients, name), stat("direct", clients, name)
             table.add(f"8{next(letters)}",
                       f"chat completion via the gateway, {clients} client"
@@ -951,10 +953,12 @@ def gateway_rows(corral, table):
                       f"{g - d:+.0f} us", f"<= +{us(limit)}", g - d <= limit)
     top = GW_CLIENTS[-1]
     g, d = stat("gateway", "max", "rps"), stat("direct", "max", "rps")
+    # Judged as a share of the direct rate of the same run: the machine's
+    # load moves both alike, and the share is the gateway's own cost.
     table.add(f"8{next(letters)}", f"chat completions per second via the gateway, {top} clients",
               f"{g:,.0f}/s ({rounds})", "the scripted upstream, directly", f"{d:,.0f}/s",
               f"{g / d:.3f} of the direct rate",
-              ">= 10,000/s", g >= 10000)
+              f">= {GW_SHARE:.2f} of the direct rate", g / d >= GW_SHARE)
     for name in ("p50", "p99"):
         g, d = stat("gateway", "stream", name), stat("direct", "stream", name)
         table.add(f"8{next(letters)}", f"stream: request -> first `data:` byte, 1 client: {name}",

@@ -2,7 +2,8 @@
  * The server's log (log.h): events formatted as a text or a JSON line and
  * written whole to stderr.
  *
- * A line goes out in one write(2) under a lock. When stderr is a pipe, the
+ * A line goes out in one write(2), under a lock once a line was lost or
+ * cut (and for a line longer than PIPE_BUF). When stderr is a pipe, the
  * log writes through a non-blocking descriptor of its own on that pipe: a
  * reader that stops reading makes the log drop lines (after a second's
  * wait, then at once until the pipe takes a line again, when a line says
@@ -12,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <pthread.h>
@@ -36,6 +38,7 @@ static struct {
     bool stalled; /* the last line could not be written: drop without waiting */
     bool cut;     /* a line was cut off: the next starts on a line of its own */
     unsigned long dropped;
+    bool troubled; /* stalled, cut or dropped: every line takes the lock */
 } logger = {.least = CORRAL_LOG_INFO,
             .format = CORRAL_LOG_TEXT,
             .fd = 2,
@@ -63,7 +66,7 @@ void corral_log_setup(enum corral_log_level least, enum corral_log_format format
         close(logger.fd);
     logger.least = least;
     logger.format = format;
-    logger.fd = own_descriptor(fd);
+    __atomic_store_n(&logger.fd, own_descriptor(fd), __ATOMIC_RELAXED);
     pthread_mutex_unlock(&logger.lock);
 }
 
@@ -156,15 +159,33 @@ const char *corral_log_key(void)
     return context.key;
 }
 
+/* The last key this thread labelled, and its label: a client's requests
+ * come with the same key, and hashing it cost more than the rest of its
+ * log line. Compared in constant time, as keys are. */
+static __thread char last_key[256];
+static __thread char last_label[CORRAL_KEY_LABEL_MAX];
+
 void corral_log_key_label(const char *key, char *out, size_t len)
 {
+    size_t n_key = key ? strlen(key) : 0;
+    if (n_key && n_key < sizeof(last_key) && *last_label && corral_secret_equal(key, last_key)) {
+        snprintf(out, len, "%s", last_label);
+        return;
+    }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned n = 0;
     if (!key || !EVP_Digest(key, strlen(key), md, &n, EVP_sha256(), NULL) || n < 6) {
         snprintf(out, len, "key-unknown");
         return;
     }
-    snprintf(out, len, "key-%02x%02x%02x%02x%02x%02x", md[0], md[1], md[2], md[3], md[4], md[5]);
+    char label[CORRAL_KEY_LABEL_MAX];
+    snprintf(label, sizeof(label), "key-%02x%02x%02x%02x%02x%02x", md[0], md[1], md[2], md[3],
+             md[4], md[5]);
+    snprintf(out, len, "%s", label);
+    if (n_key < sizeof(last_key)) {
+        memcpy(last_key, key, n_key + 1);
+        memcpy(last_label, label, sizeof(label));
+    }
 }
 
 bool corral_request_id_valid(const char *text)
@@ -190,6 +211,15 @@ static void put_escaped(struct strbuf *b, const char *s, size_t max, bool json)
         len = corral_utf8_whole(s, max);
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
+        size_t run = 0; /* printable ASCII that needs no escape: appended at once */
+        while (i + run < len && u[i + run] >= 0x20 && u[i + run] < 0x7f &&
+               !(json && (u[i + run] == '"' || u[i + run] == '\\')))
+            run++;
+        if (run) {
+            strbuf_append(b, s + i, run);
+            i += run;
+            continue;
+        }
         size_t k = corral_utf8_char(u + i, len - i);
         if (!k) { /* a byte that starts no character */
             strbuf_append(b, "\xEF\xBF\xBD", 3);
@@ -344,9 +374,25 @@ static size_t write_line(const char *line, size_t len, unsigned wait_ms)
     return done;
 }
 
-/* Writes a formatted line, and first what a stall lost. */
+/* Writes a formatted line, and first what a stall lost. While nothing was
+ * lost or cut, a line that a pipe takes whole in one write (a file's
+ * writes do not interleave either) goes without the lock: every request
+ * writes one, and threads queued on the lock behind a write cost more
+ * than the write. A line the descriptor did not take at once goes on
+ * under the lock, as every line did. */
 static void emit(const char *line, size_t len)
 {
+    bool begun = false; /* a part of the line is out */
+    if (len <= PIPE_BUF && !__atomic_load_n(&logger.troubled, __ATOMIC_ACQUIRE)) {
+        ssize_t n = write(__atomic_load_n(&logger.fd, __ATOMIC_RELAXED), line, len);
+        if (n == (ssize_t)len)
+            return;
+        if (n > 0) {
+            line += n;
+            len -= (size_t)n;
+            begun = true;
+        }
+    }
     pthread_mutex_lock(&logger.lock);
     if (logger.cut && write_line("\n", 1, 0) == 1)
         logger.cut = false;
@@ -360,10 +406,12 @@ static void emit(const char *line, size_t len)
     }
     size_t done = logger.cut ? 0 : write_line(line, len, logger.stalled ? 0 : STALL_WAIT_MS);
     logger.stalled = done < len;
-    if (done && done < len)
+    if ((done || begun) && done < len)
         logger.cut = true;
-    if (!done)
+    if (!done && !begun)
         logger.dropped++;
+    __atomic_store_n(&logger.troubled, logger.stalled || logger.cut || logger.dropped,
+                     __ATOMIC_RELEASE);
     pthread_mutex_unlock(&logger.lock);
 }
 

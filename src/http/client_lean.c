@@ -3,8 +3,11 @@
  * plain-HTTP upstreams (a vLLM, Ollama or llama.cpp server beside the
  * gateway). libcurl serves everything else (https://, streamed answers); on
  * this path it cost about as much as the upstream's whole round trip
- * (docs/architecture.md), so a request here is one writev() on a kept-alive
- * socket and the answer is read with read() and parsed in place.
+ * (docs/architecture.md), so a request here is one sendmsg() on a
+ * kept-alive socket and the answer is parsed in place as it is read: with a
+ * read that waits for it (the socket is blocking, with a receive timeout,
+ * so that the client's leaving and the deadline are still checked), where
+ * a poll() and a read() were two system calls.
  *
  * Each thread keeps a few open connections, by host and port. A connection
  * that was reused and fails before the first byte of the answer (the server
@@ -46,7 +49,8 @@ struct slot {
     char host[256];
     char port[8];
     int fd;
-    uint64_t used; /* for choosing the slot to replace */
+    unsigned wait_ms; /* its receive timeout (SO_RCVTIMEO) */
+    uint64_t used;    /* for choosing the slot to replace */
 };
 
 static __thread struct slot slots[SLOTS] = {{.fd = -1}, {.fd = -1}, {.fd = -1}, {.fd = -1}};
@@ -137,6 +141,22 @@ static void slots_init(void)
     pthread_setspecific(thread_end, &slots_ready); /* any non-NULL value */
 }
 
+/* A connected socket made blocking, with a receive timeout of POLL_MS: an
+ * answer is waited for in the read that takes it (one system call where a
+ * poll and a read were two); a write never waits (MSG_DONTWAIT). */
+static int connected(int fd)
+{
+    struct timeval tv = {.tv_sec = POLL_MS / 1000, .tv_usec = (POLL_MS % 1000) * 1000};
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
 /* A connect within deadline; the socket or a negative errno. */
 static int dial(const struct target *t, uint64_t deadline, int *os_err)
 {
@@ -155,7 +175,7 @@ static int dial(const struct target *t, uint64_t deadline, int *os_err)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
             freeaddrinfo(res);
-            return fd;
+            return connected(fd);
         }
         if (errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -166,7 +186,7 @@ static int dial(const struct target *t, uint64_t deadline, int *os_err)
             socklen_t sl = sizeof(soerr);
             if (n == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && !soerr) {
                 freeaddrinfo(res);
-                return fd;
+                return connected(fd);
             }
             rc = n == 0 ? -ETIMEDOUT : -(soerr ? soerr : ECONNREFUSED);
         } else {
@@ -211,15 +231,40 @@ struct exchange {
     struct http_reply *out;
     uint64_t deadline; /* 0 = none */
     int fd;
-    char *buf; /* what has been read and not consumed */
+    unsigned *wait_ms; /* the socket's receive timeout */
+    char *buf;         /* what has been read and not consumed */
     size_t len, cap, off;
     bool got_any, eof;
+    bool waited; /* for the answer's first bytes */
     uint64_t spun_ns;
 };
 
 static bool cancelled(const struct exchange *x)
 {
     return x->sink && x->sink->cancelled && x->sink->cancelled(x->sink->userdata);
+}
+
+/* Before a read that waits: 0 with the socket's receive timeout set to
+ * what is left of POLL_MS and the deadline, -ETIMEDOUT or -ECANCELED. */
+static int read_budget(struct exchange *x)
+{
+    if (cancelled(x))
+        return -ECANCELED;
+    unsigned wait = POLL_MS;
+    if (x->deadline) {
+        uint64_t now = corral_now_ms();
+        if (now >= x->deadline)
+            return -ETIMEDOUT;
+        if (x->deadline - now < (uint64_t)wait)
+            wait = (unsigned)(x->deadline - now);
+    }
+    if (wait != *x->wait_ms) {
+        struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
+        if (setsockopt(x->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+            return -errno;
+        *x->wait_ms = wait;
+    }
+    return 0;
 }
 
 /* Waits for fd to be ready for `events`; 0, -ETIMEDOUT or -ECANCELED. */
@@ -248,7 +293,8 @@ static int await(struct exchange *x, short events)
 static int send_all(struct exchange *x, struct iovec *iov, int n)
 {
     while (n > 0) {
-        ssize_t w = writev(x->fd, iov, n);
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(x->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno == EAGAIN) {
@@ -307,6 +353,13 @@ static int fill(struct exchange *x)
         return 0;
     if (x->off && x->off == x->len)
         x->off = x->len = 0;
+    /* The answer was just asked for: its first bytes are almost never
+     * there yet, and a read that does not wait would only say so. */
+    bool wait = false;
+    if (!x->got_any && !x->waited) {
+        x->waited = true;
+        wait = !spin(x);
+    }
     if (x->cap - x->len < 16384) {
         size_t cap = x->cap ? x->cap * 2 : 32768;
         if (cap > BODY_MAX + HEAD_MAX + 65536)
@@ -318,7 +371,10 @@ static int fill(struct exchange *x)
         x->cap = cap;
     }
     for (;;) {
-        ssize_t r = read(x->fd, x->buf + x->len, x->cap - x->len - 1);
+        int w = wait ? read_budget(x) : 0;
+        if (w < 0)
+            return w;
+        ssize_t r = recv(x->fd, x->buf + x->len, x->cap - x->len - 1, wait ? 0 : MSG_DONTWAIT);
         if (r > 0) {
             x->len += (size_t)r;
             x->buf[x->len] = '\0';
@@ -333,11 +389,8 @@ static int fill(struct exchange *x)
             continue;
         if (errno != EAGAIN)
             return -errno;
-        if (spin(x))
-            continue;
-        int w = await(x, POLLIN);
-        if (w < 0)
-            return w;
+        /* nothing yet (or the receive timeout passed): wait in the read */
+        wait = wait || !spin(x);
     }
 }
 
@@ -524,8 +577,10 @@ static int attempt(struct slot *s, const struct target *t, struct iovec *iov, in
         if (fd < 0)
             return fd;
         s->fd = fd;
+        s->wait_ms = POLL_MS; /* as connected() set it */
     }
     x->fd = s->fd;
+    x->wait_ms = &s->wait_ms;
     int r = send_all(x, iov, n_iov);
     struct framing f = {0};
     if (r == 0)
@@ -600,7 +655,7 @@ int http_lean_request(const char *url, const char *method, const char *const *he
         struct iovec iov[2] = {{head.data, head.len}, {(void *)body, body ? len : 0}};
         bool retry = false;
         x.len = x.off = 0;
-        x.got_any = x.eof = false;
+        x.got_any = x.eof = x.waited = false;
         rc = attempt(s, &t, iov, body && len ? 2 : 1, no_body, &x, &retry, &os_err);
         if (rc == 0)
             break;

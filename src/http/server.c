@@ -1502,6 +1502,11 @@ static enum turn_end serve_one(struct conn *c, unsigned turn, bool lane)
         return TURN_LANE;
     if (c->len && turn == TURN_MAX)
         return TURN_REQUEUE;
+    /* Answered, and nothing of a next request read: a keep-alive client
+     * sends it once it has read the answer, so a read now would almost
+     * always find nothing; epoll says when it comes. */
+    if (!c->len && turn > 0 && !lane)
+        return TURN_WAIT_READ;
     int r = read_request(c);
     if (r <= 0)
         return r < 0 ? TURN_CLOSE : TURN_WAIT_READ;

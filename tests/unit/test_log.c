@@ -162,6 +162,18 @@ static void keys_get_labels_not_their_text(void **state)
     assert_string_equal(a, again);
     assert_string_not_equal(a, b);
     assert_null(strstr(a, "secret"));
+    /* the same key again (the label kept for it), a key it starts with, a
+     * short buffer: each as if labelled the first time */
+    char same[CORRAL_KEY_LABEL_MAX], prefix[CORRAL_KEY_LABEL_MAX], cut[8];
+    corral_log_key_label("sk-secret-one", same, sizeof(same));
+    assert_string_equal(same, a);
+    corral_log_key_label("sk-secret-on", prefix, sizeof(prefix));
+    assert_string_not_equal(prefix, a);
+    corral_log_key_label("sk-secret-on", cut, sizeof(cut));
+    assert_int_equal(strlen(cut), sizeof(cut) - 1);
+    assert_memory_equal(cut, prefix, sizeof(cut) - 1);
+    corral_log_key_label("sk-secret-on", prefix, sizeof(prefix));
+    assert_int_equal(strlen(prefix), 16);
     (void)state;
 }
 
