@@ -1386,7 +1386,7 @@ def egress_rows(corral, table, runs):
             b += measure(base, 10, warmup=1)
         d = med(a) - med(b)
         table.add("9", "sandbox start with `--network internet`", ms(a),
-                  "the same with no network (off)", ms(b), f"+{d:.2f} ms", "<= +5 ms", d <= 5)
+                  "the same with no network (off)", ms(b), f"+{d:.2f} ms", "<= +2 ms", d <= 2)
 
         n = 300
         p = subprocess.run(base[:-2] + ["--network", "internet", "-c", EGRESS_LOOP, "--",

@@ -50,6 +50,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -360,8 +361,30 @@ static const char chains_fmt[] = "  chain nat_out {\n"
                                  "    reject with icmpx port-unreachable\n"
                                  "  }\n";
 
-/* Runs nft commands (text) in the current network namespace. */
-static int run_nft(const char *cmds, const char *what, struct corral_error *err)
+/* What a setup leaves to undo once its caller has the answer: freeing
+ * libnftables' context (its buffers are unmapped one by one, each a TLB
+ * shootdown: about 3 ms) and closing the TUN device's fd (an RCU grace
+ * period). Neither changes what the namespace does. */
+struct leftovers {
+    struct nft_ctx *nft;
+    int tun;
+};
+
+static void leftovers_free(struct leftovers *l)
+{
+    if (l->nft) {
+        pthread_mutex_lock(&nft_lock);
+        nft_ctx_free(l->nft);
+        pthread_mutex_unlock(&nft_lock);
+        l->nft = NULL;
+    }
+    close_fd(&l->tun);
+}
+
+/* Runs nft commands (text) in the current network namespace. With keep,
+ * the context goes there rather than being freed. */
+static int run_nft(const char *cmds, const char *what, struct nft_ctx **keep,
+                   struct corral_error *err)
 {
     pthread_mutex_lock(&nft_lock);
     int r = 0;
@@ -378,13 +401,17 @@ static int run_nft(const char *cmds, const char *what, struct corral_error *err)
             int len = (int)strcspn(msg, "\n");
             r = corral_fail(err, EIO, "cannot %s: %.*s", what, len, msg);
         }
-        nft_ctx_free(nft);
+        if (keep)
+            *keep = nft;
+        else
+            nft_ctx_free(nft);
     }
     pthread_mutex_unlock(&nft_lock);
     return r;
 }
 
-static int load_rules(uint16_t port, const char *policy, struct corral_error *err)
+static int load_rules(uint16_t port, const char *policy, struct nft_ctx **keep,
+                      struct corral_error *err)
 {
     size_t cap = sizeof(chains_fmt) + 64 + (policy ? strlen(policy) : 0);
     char *rules = malloc(cap);
@@ -393,7 +420,7 @@ static int load_rules(uint16_t port, const char *policy, struct corral_error *er
     int n = snprintf(rules, cap, "table inet " JAIL_EGRESS_TABLE " {\n%s", policy ? policy : "");
     n += snprintf(rules + n, cap - (size_t)n, chains_fmt, port);
     snprintf(rules + n, cap - (size_t)n, "}\n");
-    int r = run_nft(rules, "load the egress nftables rules", err);
+    int r = run_nft(rules, "load the egress nftables rules", keep, err);
     free(rules);
     return r;
 }
@@ -470,8 +497,10 @@ static int open_nflog(struct corral_error *err)
     return steal_fd(&s);
 }
 
-/* Everything after setns(), in the namespace. */
-static int setup_in_netns(struct egress_netns *e, const char *policy, struct corral_error *err)
+/* Everything after setns(), in the namespace; what is left to undo goes to
+ * *later, whatever the outcome. */
+static int setup_in_netns(struct egress_netns *e, const char *policy, struct leftovers *later,
+                          struct corral_error *err)
 {
     if (if_nametoindex(JAIL_EGRESS_IFNAME))
         return corral_fail(err, EEXIST, "egress is already set up in this network namespace (%s)",
@@ -484,7 +513,7 @@ static int setup_in_netns(struct egress_netns *e, const char *policy, struct cor
         return e->nflog;
     /* On failure the descriptor closes before the device is persistent:
      * the device and its routes go with it. */
-    cleanup_close int tun = make_tun(err);
+    int tun = later->tun = make_tun(err);
     if (tun < 0)
         return tun;
     cleanup_close int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -501,7 +530,7 @@ static int setup_in_netns(struct egress_netns *e, const char *policy, struct cor
     }
     if (ioctl(tun, TUNSETPERSIST, 1) < 0)
         return corral_fail_errno(err, "cannot make %s persistent", JAIL_EGRESS_IFNAME);
-    r = load_rules(e->port, policy, err);
+    r = load_rules(e->port, policy, &later->nft, err);
     if (r < 0)
         ioctl(tun, TUNSETPERSIST, 0); /* the device goes away with its fd */
     return r;
@@ -513,38 +542,57 @@ struct setup_job {
     struct egress_netns *e; /* NULL: run the commands */
     struct corral_error *err;
     int result;
+    int done; /* an eventfd the thread writes once result is set */
 };
 
+/* The thread tells its caller the result as soon as it is known and, when
+ * it is a success, only then frees what the setup left (a failed setup's
+ * device is gone before its caller hears of the failure). It touches
+ * nothing of the job's after that: the caller's frame may be gone. */
 static void *setup_thread(void *arg)
 {
     struct setup_job *job = arg;
-    if (setns(job->netns_fd, CLONE_NEWNET) < 0) {
+    struct leftovers later = {NULL, -1};
+    if (setns(job->netns_fd, CLONE_NEWNET) < 0)
         job->result = corral_fail_errno(job->err, "cannot enter the network namespace (fd %d)",
                                         job->netns_fd);
-        return NULL;
-    }
-    if (job->e)
-        job->result = setup_in_netns(job->e, job->policy, job->err);
+    else if (job->e)
+        job->result = setup_in_netns(job->e, job->policy, &later, job->err);
     else
-        job->result = run_nft(job->policy, "change the egress nftables rules", job->err);
+        job->result =
+            run_nft(job->policy, "change the egress nftables rules", &later.nft, job->err);
+    if (job->result < 0)
+        leftovers_free(&later);
+    uint64_t one = 1;
+    if (write(job->done, &one, sizeof(one)) != sizeof(one))
+        abort(); /* an eventfd's counter cannot overflow from one write */
+    leftovers_free(&later);
     return NULL; /* the thread, and its namespace membership, end here */
 }
 
-/* Runs job in a thread of its own that enters the namespace. */
+/* Runs job in a thread of its own that enters the namespace, and returns
+ * once the thread has its result (its leftovers are freed after). */
 static int in_netns(struct setup_job *job)
 {
     if (job->netns_fd < 0)
         return corral_fail(job->err, EBADF, "cannot enter the network namespace: no fd given");
+    cleanup_close int done = eventfd(0, EFD_CLOEXEC);
+    if (done < 0)
+        return corral_fail_errno(job->err, "cannot start the egress setup thread");
+    job->done = done;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t t;
     int rc = pthread_create(&t, &attr, setup_thread, job);
     pthread_attr_destroy(&attr);
     if (rc)
         return corral_fail(job->err, rc, "cannot start the egress setup thread: %s",
                            strerrordesc_np(rc));
-    pthread_join(t, NULL);
+    uint64_t v;
+    while (read(done, &v, sizeof(v)) != sizeof(v))
+        ; /* EINTR: nothing else stops a blocking read of an eventfd */
     return job->result;
 }
 
@@ -552,7 +600,7 @@ int egress_netns_setup(int netns_fd, const char *policy, struct egress_netns *ou
                        struct corral_error *err)
 {
     egress_netns_init(out);
-    struct setup_job job = {netns_fd, policy, out, err, 0};
+    struct setup_job job = {netns_fd, policy, out, err, 0, -1};
     int r = in_netns(&job);
     if (r < 0)
         egress_netns_close(out);
@@ -561,7 +609,7 @@ int egress_netns_setup(int netns_fd, const char *policy, struct egress_netns *ou
 
 int egress_netns_nft(int netns_fd, const char *cmds, struct corral_error *err)
 {
-    struct setup_job job = {netns_fd, cmds, NULL, err, 0};
+    struct setup_job job = {netns_fd, cmds, NULL, err, 0, -1};
     return in_netns(&job);
 }
 

@@ -63,7 +63,9 @@ struct egress_netns {
 /* Sets up egress in the network namespace netns_fd (an fd of /proc/PID/ns/net
  * or a pidfd; Linux >= 5.8 for a pidfd). The work is done by a short-lived
  * thread of its own that setns() into the namespace and exits: the caller's
- * threads never leave their namespace. Fails with EEXIST when the namespace
+ * threads never leave their namespace. The call returns as soon as the
+ * namespace is ready; the thread then frees what only it used (libnftables'
+ * context, the TUN device's fd). Fails with EEXIST when the namespace
  * already has JAIL_EGRESS_IFNAME. Without IPv6 in the namespace (disabled on
  * its lo, or in the kernel), only IPv4 is set up: the *6 fields are -1 and an
  * IPv6 connect() keeps failing at once, as before (EADDRNOTAVAIL or

@@ -449,7 +449,9 @@ static char *policy_ruleset(const struct netpolicy *p)
                      "    type filter hook output priority -150; policy accept;\n"
                      "    oif \"lo\" accept\n"
                      "    meta l4proto { tcp, udp } th dport 53 accept\n"
-                     "    meta l4proto ipv6-icmp drop\n"
+                     /* the keyword, not "ipv6-icmp": that name is looked up
+                      * through nsswitch (a library search per sandbox) */
+                     "    meta l4proto icmpv6 drop\n"
                      "    meta l4proto != tcp goto deny\n"
                      "    ct state established,related accept\n"
                      "    ip daddr @forbid4 goto deny\n"

@@ -249,7 +249,8 @@ static int make_namespace(const struct jail_init_args *a, const char *map, struc
 
 /* The sandbox's user namespace (uid and gid 0 inside are the sandbox's
  * root, root_uid outside; 1000 its user, host_uid; nothing else), once the
- * caller's network hook ran, and *idmap the namespace the host's
+ * caller holds the network namespace (its hook runs meanwhile; the init
+ * waits for it before the workload starts), and *idmap the namespace the host's
  * directories are mapped through into a writable root's overlays (their
  * owner 0 is the sandbox's root; nothing else of the host's is anyone's).
  * The init joins the first in become_user(), once the root filesystem is
@@ -651,8 +652,8 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         write_at(sysctl_dir, "net/ipv4/ip_unprivileged_port_start", "0\n", &err) < 0)
         fail(&err);
     int userns = -1, idmap = -1;
-    if (!(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS)) &&
-        (userns = make_user_namespace(a, &idmap, &err)) < 0)
+    bool asked_netns = !(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS));
+    if (asked_netns && (userns = make_user_namespace(a, &idmap, &err)) < 0)
         fail(&err);
     if (a->plan && rootfs_apply(a->plan, idmap, &err) < 0)
         fail(&err);
@@ -693,6 +694,8 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
         corral_fail_errno(&err, "cannot create a signalfd");
         fail(&err);
     }
+    if (asked_netns) /* the caller's network hook ran beside the setup above */
+        wait_for(a->ctl_fd, JAIL_CTL_NETNS_READY);
     if (cfg->workload_fn)
         become_workload(a);
     pid_t main_pid = start_workload(a);

@@ -17,8 +17,9 @@
 #include "jail/seccomp.h"
 
 /* Parent -> init, one byte each. */
-#define JAIL_CTL_NETNS_SET 'N' /* the caller's network namespace hook ran */
-#define JAIL_CTL_INTERRUPT 'I' /* send SIGINT to the workload */
+#define JAIL_CTL_NETNS_SET   'N' /* the caller holds the network namespace */
+#define JAIL_CTL_NETNS_READY 'R' /* the caller's network hook ran: the workload may start */
+#define JAIL_CTL_INTERRUPT   'I' /* send SIGINT to the workload */
 
 /* Init -> parent. Fixed size, below PIPE_BUF, so each write is atomic. */
 enum jail_msg_type {

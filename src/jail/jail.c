@@ -284,23 +284,33 @@ static int jail_claim(struct jail *j, const struct jail_config *cfg, const struc
     return 0;
 }
 
-/* What the init asks for before it makes its user namespace: the network
- * namespace set up by the caller's hook. */
+/* What the init asks for before it makes its user namespace: the caller's
+ * hook on the network namespace. The init goes on with its setup as soon as
+ * the namespace is held here (N), while the hook runs (an egress setup
+ * takes milliseconds that the root filesystem's take anyway), and starts
+ * the workload only once the hook is done (R). Should the init fail in the
+ * meantime, its message follows: a failed R is left for it to explain. */
 static int jail_set_netns(struct jail *j, const struct jail_config *cfg, struct corral_error *err)
 {
+    int ns = -1;
+    if (cfg->on_netns && (ns = jail_netns_open(j)) < 0)
+        return corral_fail(err, -ns, "cannot open the sandbox's network namespace: %s",
+                           strerrordesc_np(-ns));
+    char c = JAIL_CTL_NETNS_SET;
+    if (corral_write_all(j->ctl_fd, &c, 1) < 0) {
+        int r = corral_fail_errno(err, "cannot signal the sandbox's init");
+        if (ns >= 0)
+            close(ns);
+        return r;
+    }
     if (cfg->on_netns) {
-        int ns = jail_netns_open(j);
-        if (ns < 0)
-            return corral_fail(err, -ns, "cannot open the sandbox's network namespace: %s",
-                               strerrordesc_np(-ns));
         int r = cfg->on_netns(cfg->on_netns_arg, j, ns, err);
         close(ns);
         if (r < 0)
             return r;
     }
-    char c = JAIL_CTL_NETNS_SET;
-    if (corral_write_all(j->ctl_fd, &c, 1) < 0)
-        return corral_fail_errno(err, "cannot signal the sandbox's init");
+    c = JAIL_CTL_NETNS_READY;
+    corral_write_all(j->ctl_fd, &c, 1);
     return 0;
 }
 

@@ -120,10 +120,10 @@ struct jail_config {
      * the caller; the workload is then the spawner's business. */
     const struct jail_spawner *spawner;
 
-    /* When set, called once the sandbox's network namespace exists and
-     * before the workload starts (while the init waits for its user
-     * namespace's maps): netns_fd is the namespace, for the call only. A
-     * failure fails jail_start. Needs the user layer. */
+    /* When set, called once the sandbox's network namespace exists (its lo
+     * up) and before the workload starts, while the init builds the rest of
+     * the sandbox: netns_fd is the namespace, for the call only. A failure
+     * fails jail_start. Needs the user layer. */
     int (*on_netns)(void *arg, const struct jail *j, int netns_fd, struct corral_error *err);
     void *on_netns_arg;
 };
