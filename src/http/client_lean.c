@@ -244,20 +244,31 @@ static bool cancelled(const struct exchange *x)
     return x->sink && x->sink->cancelled && x->sink->cancelled(x->sink->userdata);
 }
 
-/* Before a read that waits: 0 with the socket's receive timeout set to
- * what is left of POLL_MS and the deadline, -ETIMEDOUT or -ECANCELED. */
-static int read_budget(struct exchange *x)
+/* How long the next wait may be: POLL_MS, or less when the deadline comes
+ * first; 0, -ETIMEDOUT (the deadline passed) or -ECANCELED. */
+static int next_wait(struct exchange *x, unsigned *wait)
 {
     if (cancelled(x))
         return -ECANCELED;
-    unsigned wait = POLL_MS;
+    *wait = POLL_MS;
     if (x->deadline) {
         uint64_t now = corral_now_ms();
         if (now >= x->deadline)
             return -ETIMEDOUT;
-        if (x->deadline - now < (uint64_t)wait)
-            wait = (unsigned)(x->deadline - now);
+        if (x->deadline - now < (uint64_t)*wait)
+            *wait = (unsigned)(x->deadline - now);
     }
+    return 0;
+}
+
+/* Before a read that waits: 0 with the socket's receive timeout set to
+ * what is left of POLL_MS and the deadline, -ETIMEDOUT or -ECANCELED. */
+static int read_budget(struct exchange *x)
+{
+    unsigned wait;
+    int r = next_wait(x, &wait);
+    if (r < 0)
+        return r;
     if (wait != *x->wait_ms) {
         struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
         if (setsockopt(x->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
@@ -271,18 +282,12 @@ static int read_budget(struct exchange *x)
 static int await(struct exchange *x, short events)
 {
     for (;;) {
-        if (cancelled(x))
-            return -ECANCELED;
-        int wait = POLL_MS;
-        if (x->deadline) {
-            uint64_t now = corral_now_ms();
-            if (now >= x->deadline)
-                return -ETIMEDOUT;
-            if (x->deadline - now < (uint64_t)wait)
-                wait = (int)(x->deadline - now);
-        }
+        unsigned wait;
+        int r = next_wait(x, &wait);
+        if (r < 0)
+            return r;
         struct pollfd p = {.fd = x->fd, .events = events};
-        int n = poll(&p, 1, wait);
+        int n = poll(&p, 1, (int)wait);
         if (n > 0)
             return 0;
         if (n < 0 && errno != EINTR)
