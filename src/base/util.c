@@ -533,6 +533,15 @@ int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes)
     return rc;
 }
 
+void corral_raise_open_files(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
 /* setpriority(PRIO_PROCESS, tid) sets one thread's nice on Linux. */
 void corral_nice_thread(int nice)
 {

@@ -66,6 +66,10 @@ int corral_sigchld_fd(void);
 /* Starts fn(arg) in a thread nobody joins, with a stack of stack_bytes (0:
  * the default): 0, or the error number pthread_create gave. */
 int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes);
+/* The process's soft open-files limit raised to its hard one (errors
+ * ignored): a server of many sandboxes and connections needs more than the
+ * usual 1,024. */
+void corral_raise_open_files(void);
 /* The calling thread's nice value becomes nice (errors ignored: without
  * CAP_SYS_NICE it cannot go below its current one). */
 void corral_nice_thread(int nice);

@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "base/log.h"
@@ -89,19 +88,10 @@ static void start_counting(void)
 /* Each sandbox holds about ten of this process's descriptors: the soft
  * limit (often 1,024) is raised to the hard one once, so that a thousand
  * sandboxes need no one to raise it by hand. */
-static void raise_open_files(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        (void)setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 void box_process_prepare(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, raise_open_files);
+    pthread_once(&once, corral_raise_open_files);
 }
 
 void box_metrics_start(void)

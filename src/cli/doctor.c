@@ -335,10 +335,9 @@ static void check_state_dir(const char *dir)
 #define MIB_PER_SANDBOX   8
 #define MEMCG_ID_MAX      65535 /* cgroup v1: the kernel's limit on memory cgroups */
 
-static long long sysctl_value(const char *name)
+static long long sysctl_value(const char *path)
 {
-    char path[256], text[64];
-    snprintf(path, sizeof(path), "/proc/sys/%s", name);
+    char text[64];
     struct corral_error err;
     if (corral_read_file(path, text, sizeof(text), &err) < 0)
         return -1;
@@ -348,12 +347,13 @@ static long long sysctl_value(const char *name)
 /* A sysctl that must be at least `need`: ok, raised (with --fix), or a failure. */
 static void check_sysctl(const char *name, long long need, bool fix)
 {
-    char detail[400], dotted[128], cmd[256];
+    char detail[400], dotted[128], cmd[256], path[256];
+    snprintf(path, sizeof(path), "/proc/sys/%s", name);
     snprintf(dotted, sizeof(dotted), "%s", name);
     for (char *c = dotted; *c; c++)
         if (*c == '/')
             *c = '.';
-    long long have = sysctl_value(name);
+    long long have = sysctl_value(path);
     if (have < 0) {
         snprintf(detail, sizeof(detail), "%s: cannot be read", dotted);
         warn("capacity", detail, NULL);
@@ -364,8 +364,7 @@ static void check_sysctl(const char *name, long long need, bool fix)
         ok("capacity", detail);
         return;
     }
-    char path[256], text[32];
-    snprintf(path, sizeof(path), "/proc/sys/%s", name);
+    char text[32];
     snprintf(text, sizeof(text), "%lld", need);
     struct corral_error err;
     if (fix && corral_write_file(path, text, &err) == 0) {

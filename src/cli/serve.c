@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "api/e2b/e2b.h"
@@ -635,11 +634,7 @@ static int settle_gateway(struct serve_opts *o, const struct corral_config *cfg)
  * every thread, for sigwait() on *sigs. */
 static void prepare_process(const char *state_dir, bool sandboxes, sigset_t *sigs)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
+    corral_raise_open_files();
     struct corral_error err;
     if (sandboxes && jail_cleanup_stale(state_dir, &err) < 0)
         corral_log(CORRAL_LOG_WARN, "serve", "%s", err.message);
