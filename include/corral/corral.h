@@ -197,6 +197,9 @@ uint64_t corral_sandbox_started_at_ms(const corral_sandbox *sb); /* wall clock *
  * sandbox. */
 uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb);
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms_from_now);
+/* The same, to end at a wall-clock time (ms since the epoch) exactly, as an
+ * API that takes an expiry time promises. */
+void corral_sandbox_set_deadline(corral_sandbox *sb, uint64_t at_ms);
 /* Whether its deadline pauses it rather than kills it (pause_at_deadline). */
 bool corral_sandbox_pauses_at_deadline(corral_sandbox *sb);
 const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb);

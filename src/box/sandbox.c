@@ -738,12 +738,27 @@ uint64_t corral_sandbox_deadline_ms(corral_sandbox *sb)
     return d;
 }
 
+/* Under sb->lock: its timeout, and its deadline unless it is paused (a
+ * paused one's counts from its resume). */
+static void set_timeout_locked(corral_sandbox *sb, uint64_t timeout_ms, uint64_t deadline_ms)
+{
+    sb->timeout_ms = timeout_ms;
+    if (!sb->paused)
+        sb->deadline_ms = deadline_ms;
+}
+
 void corral_sandbox_set_timeout(corral_sandbox *sb, uint64_t timeout_ms)
 {
     pthread_mutex_lock(&sb->lock);
-    sb->timeout_ms = timeout_ms;
-    if (!sb->paused) /* a paused one's counts from its resume */
-        sb->deadline_ms = timeout_ms ? corral_wall_ms() + timeout_ms : 0;
+    set_timeout_locked(sb, timeout_ms, timeout_ms ? corral_wall_ms() + timeout_ms : 0);
+    pthread_mutex_unlock(&sb->lock);
+}
+
+void corral_sandbox_set_deadline(corral_sandbox *sb, uint64_t at_ms)
+{
+    pthread_mutex_lock(&sb->lock);
+    uint64_t now = corral_wall_ms();
+    set_timeout_locked(sb, at_ms > now ? at_ms - now : 1, at_ms);
     pthread_mutex_unlock(&sb->lock);
 }
 

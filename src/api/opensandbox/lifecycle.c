@@ -787,7 +787,7 @@ static struct http_response *renew(struct osb *o, const struct http_request *req
     struct os_sandbox *b = lookup(o, id);
     uint64_t current = b ? corral_sandbox_deadline_ms(b->entry.sb) : 0;
     if (b && (b->manual || ms > current)) {
-        corral_sandbox_set_timeout(b->entry.sb, ms - now);
+        corral_sandbox_set_deadline(b->entry.sb, ms);
         b->manual = false;
         resp = http_json(200, json_pack("{s:o}", "expiresAt", time_json(ms)));
     } else if (b) {
