@@ -72,6 +72,7 @@ void egress_netns_init(struct egress_netns *e)
 {
     e->tcp4 = e->tcp6 = e->dns_udp4 = e->dns_tcp4 = e->dns_udp6 = e->dns_tcp6 = e->nflog = -1;
     e->port = 0;
+    e->freed = -1;
 }
 
 static void close_fd(int *fd)
@@ -91,6 +92,17 @@ void egress_netns_close(struct egress_netns *e)
     close_fd(&e->dns_tcp6);
     close_fd(&e->nflog);
     e->port = 0;
+    egress_netns_settle(e); /* nothing of the setup's outlives its close */
+}
+
+void egress_netns_settle(struct egress_netns *e)
+{
+    if (e->freed < 0)
+        return;
+    uint64_t v;
+    while (read(e->freed, &v, sizeof(v)) != sizeof(v))
+        ; /* EINTR: nothing else stops a blocking read of an eventfd */
+    close_fd(&e->freed);
 }
 
 /* A socket of `type` bound to loopback:port (port 0: the kernel picks one),
@@ -542,16 +554,26 @@ struct setup_job {
     struct egress_netns *e; /* NULL: run the commands */
     struct corral_error *err;
     int result;
-    int done; /* an eventfd the thread writes once result is set */
+    int done;  /* an eventfd the thread writes once result is set */
+    int freed; /* e->freed: written once the leftovers are freed; or -1 */
 };
+
+static void signal_eventfd(int fd)
+{
+    uint64_t one = 1;
+    if (write(fd, &one, sizeof(one)) != sizeof(one))
+        abort(); /* an eventfd's counter cannot overflow from one write */
+}
 
 /* The thread tells its caller the result as soon as it is known and, when
  * it is a success, only then frees what the setup left (a failed setup's
  * device is gone before its caller hears of the failure). It touches
- * nothing of the job's after that: the caller's frame may be gone. */
+ * nothing of the job's after that: the caller's frame may be gone; it says
+ * when it is done on the handle's `freed`, which its close waits for. */
 static void *setup_thread(void *arg)
 {
     struct setup_job *job = arg;
+    int freed = job->freed;
     struct leftovers later = {NULL, -1};
     if (setns(job->netns_fd, CLONE_NEWNET) < 0)
         job->result = corral_fail_errno(job->err, "cannot enter the network namespace (fd %d)",
@@ -563,10 +585,10 @@ static void *setup_thread(void *arg)
             run_nft(job->policy, "change the egress nftables rules", &later.nft, job->err);
     if (job->result < 0)
         leftovers_free(&later);
-    uint64_t one = 1;
-    if (write(job->done, &one, sizeof(one)) != sizeof(one))
-        abort(); /* an eventfd's counter cannot overflow from one write */
+    signal_eventfd(job->done);
     leftovers_free(&later);
+    if (freed >= 0)
+        signal_eventfd(freed);
     return NULL; /* the thread, and its namespace membership, end here */
 }
 
@@ -574,11 +596,17 @@ static void *setup_thread(void *arg)
  * once the thread has its result (its leftovers are freed after). */
 static int in_netns(struct setup_job *job)
 {
+    int r = 0;
+    cleanup_close int done = -1;
     if (job->netns_fd < 0)
-        return corral_fail(job->err, EBADF, "cannot enter the network namespace: no fd given");
-    cleanup_close int done = eventfd(0, EFD_CLOEXEC);
-    if (done < 0)
-        return corral_fail_errno(job->err, "cannot start the egress setup thread");
+        r = corral_fail(job->err, EBADF, "cannot enter the network namespace: no fd given");
+    else if ((done = eventfd(0, EFD_CLOEXEC)) < 0)
+        r = corral_fail_errno(job->err, "cannot start the egress setup thread");
+    if (r < 0) {
+        if (job->freed >= 0) /* no thread: nothing left to wait for */
+            signal_eventfd(job->freed);
+        return r;
+    }
     job->done = done;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -587,9 +615,12 @@ static int in_netns(struct setup_job *job)
     pthread_t t;
     int rc = pthread_create(&t, &attr, setup_thread, job);
     pthread_attr_destroy(&attr);
-    if (rc)
+    if (rc) {
+        if (job->freed >= 0)
+            signal_eventfd(job->freed);
         return corral_fail(job->err, rc, "cannot start the egress setup thread: %s",
                            strerrordesc_np(rc));
+    }
     uint64_t v;
     while (read(done, &v, sizeof(v)) != sizeof(v))
         ; /* EINTR: nothing else stops a blocking read of an eventfd */
@@ -600,7 +631,9 @@ int egress_netns_setup(int netns_fd, const char *policy, struct egress_netns *ou
                        struct corral_error *err)
 {
     egress_netns_init(out);
-    struct setup_job job = {netns_fd, policy, out, err, 0, -1};
+    if ((out->freed = eventfd(0, EFD_CLOEXEC)) < 0)
+        return corral_fail_errno(err, "cannot start the egress setup thread");
+    struct setup_job job = {netns_fd, policy, out, err, 0, -1, out->freed};
     int r = in_netns(&job);
     if (r < 0)
         egress_netns_close(out);
@@ -609,7 +642,7 @@ int egress_netns_setup(int netns_fd, const char *policy, struct egress_netns *ou
 
 int egress_netns_nft(int netns_fd, const char *cmds, struct corral_error *err)
 {
-    struct setup_job job = {netns_fd, cmds, NULL, err, 0, -1};
+    struct setup_job job = {netns_fd, cmds, NULL, err, 0, -1, -1};
     return in_netns(&job);
 }
 

@@ -56,6 +56,10 @@ struct egress_netns {
      * headers) of every packet the policy's rules log. Else -1. */
     int nflog;
     uint16_t port; /* an ephemeral port picked at setup */
+    /* An eventfd the setup's thread writes once it has freed what the setup
+     * left (libnftables' context, the TUN device's descriptor), after its
+     * caller had the answer: egress_netns_close waits for it. Else -1. */
+    int freed;
 };
 
 #define JAIL_EGRESS_NFLOG_GROUP 1
@@ -89,6 +93,9 @@ int egress_netns_nft(int netns_fd, const char *cmds, struct corral_error *err);
  * failed setup. The rules and the interface go away with the namespace, once
  * its last process and these sockets are gone. */
 void egress_netns_close(struct egress_netns *e);
+/* Waits until the setup's thread has freed what it left (it does so after
+ * egress_netns_setup returned): then e holds exactly its listeners. */
+void egress_netns_settle(struct egress_netns *e);
 
 /* Sets every fd to -1. */
 void egress_netns_init(struct egress_netns *e);

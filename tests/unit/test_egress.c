@@ -300,6 +300,7 @@ static void setup_egress_by(struct egress_netns *e, bool by_pidfd)
     if (r < 0)
         fail_msg("egress_netns_setup: %s", err.message);
     close(fd);
+    egress_netns_settle(e); /* what the setup's thread left is gone: fds count */
     assert_true(e->tcp4 >= 0 && e->dns_udp4 >= 0 && e->dns_tcp4 >= 0);
     assert_true(e->port > 0);
     if (e->tcp6 < 0)
