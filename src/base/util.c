@@ -3,6 +3,7 @@
 #include "base/util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -221,6 +222,24 @@ int corral_write_file(const char *path, const char *text, struct corral_error *e
         return corral_fail_errno(err, "cannot write '%s' to %s", text, path);
     if ((size_t)n != len)
         return corral_fail(err, EIO, "short write of '%s' to %s", text, path);
+    return 0;
+}
+
+int corral_save_file(const char *path, const char *text, struct corral_error *err)
+{
+    char tmp[4200], id[32];
+    corral_new_id(id, sizeof(id), ".tmp-", 16);
+    snprintf(tmp, sizeof(tmp), "%s%s", path, id);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return corral_fail_errno(err, "cannot save %s", path);
+    int r = corral_write_all(fd, text, strlen(text));
+    if (close(fd) < 0 || r < 0 || rename(tmp, path) < 0) {
+        int e = r < 0 ? -r : errno;
+        unlink(tmp);
+        errno = e;
+        return corral_fail_errno(err, "cannot save %s", path);
+    }
     return 0;
 }
 
@@ -569,4 +588,49 @@ void *corral_array_room(void *v, size_t *cap, size_t n, size_t elem, size_t firs
     if (grown)
         *cap = want;
     return grown;
+}
+
+/* Empties the directory fd (which it closes), depth first, staying on the
+ * filesystem dev. */
+static void remove_under(int fd, dev_t dev)
+{
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0 || (errno != EISDIR && errno != EPERM))
+            continue;
+        int sub = openat(dirfd(d), e->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+        if (sub < 0 && errno == EPERM)
+            sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (sub >= 0 && (fstat(sub, &st) < 0 || st.st_dev != dev)) {
+            close(sub);
+            continue;
+        }
+        if (sub >= 0) {
+            remove_under(sub, dev);
+            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+        }
+    }
+    closedir(d);
+}
+
+void corral_remove_tree(const char *path)
+{
+    if (unlink(path) == 0)
+        return;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0)
+        remove_under(fd, st.st_dev);
+    else if (fd >= 0)
+        close(fd);
+    rmdir(path);
 }

@@ -26,10 +26,16 @@ void corral_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* Whole-file helpers. write_file does a single write() as cgroup files expect. */
 int corral_write_file(const char *path, const char *text, struct corral_error *err);
+/* Creates (or replaces, whole: through a temporary name beside it) the
+ * file path with text, mode 0644. */
+int corral_save_file(const char *path, const char *text, struct corral_error *err);
 int corral_read_file(const char *path, char *buf, size_t len, struct corral_error *err);
 int corral_read_file_alloc(const char *path, size_t max, char **out, size_t *out_len,
                            struct corral_error *err);
 int corral_mkdir_p(const char *path, mode_t mode, struct corral_error *err);
+/* Removes path and everything under it (nothing followed through symlinks
+ * or onto other filesystems' mounts); errors ignored. */
+void corral_remove_tree(const char *path);
 /* Writes all of buf, retrying on EINTR and short writes. */
 int corral_write_all(int fd, const void *buf, size_t len);
 /* Whether the n bytes at s are all printable ASCII (0x20 to 0x7e). */

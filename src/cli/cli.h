@@ -35,5 +35,6 @@ struct cli_output {
 void cli_output_init(struct cli_output *o, struct corral_exec_options *x);
 int cli_prepare_out_dir(const char *dir);
 int cli_doctor(int argc, char **argv);
+int cli_template(int argc, char **argv);
 
 #endif

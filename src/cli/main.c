@@ -22,6 +22,7 @@ static void usage(FILE *out)
           "  repl     an interactive Python session in one sandbox\n"
           "  serve    the server: E2B's sandbox API for the official SDKs\n"
           "  doctor   check that this host can run sandboxes, and say how to fix it\n"
+          "  template build templates from Debian packages; list, inspect, delete them\n"
           "  " AGENT_COMMAND "  (internal) what runs inside each sandbox; not for direct use\n"
           "\n"
           "options:\n"
@@ -83,6 +84,8 @@ int main(int argc, char **argv)
         return exec_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cli_doctor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template"))
+        return cli_template(argc - 1, argv + 1);
     fprintf(stderr, "corral: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return CLI_USAGE;

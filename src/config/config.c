@@ -649,79 +649,6 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     return walk_litellm(w, &gateway_keys, cfg->gateway);
 }
 
-/* 1-based line and column of a byte offset into text. */
-static void locate(const char *text, size_t len, size_t offset, size_t *line, size_t *column)
-{
-    *line = 1;
-    *column = 1;
-    for (size_t i = 0; i < offset && i < len; i++) {
-        if (text[i] == '\n') {
-            (*line)++;
-            *column = 1;
-        } else {
-            (*column)++;
-        }
-    }
-}
-
-/* Turns libyaml's error into a message with the place of the problem. */
-static int yaml_failure(const yaml_parser_t *parser, const char *name, const char *text, size_t len,
-                        struct corral_error *err)
-{
-    const char *problem = parser->problem ? parser->problem : "unknown error";
-    switch (parser->error) {
-    case YAML_MEMORY_ERROR:
-        return corral_fail(err, ENOMEM, "%s: out of memory parsing YAML", name);
-    case YAML_READER_ERROR: {
-        size_t line, column;
-        locate(text, len, parser->problem_offset, &line, &column);
-        if (parser->problem_value != -1)
-            return corral_fail(err, EINVAL, "%s:%zu:%zu: invalid YAML: %s (#x%X)", name, line,
-                               column, problem, (unsigned)parser->problem_value);
-        return corral_fail(err, EINVAL, "%s:%zu:%zu: invalid YAML: %s", name, line, column,
-                           problem);
-    }
-    case YAML_SCANNER_ERROR:
-    case YAML_PARSER_ERROR:
-    case YAML_COMPOSER_ERROR:
-        if (parser->context)
-            return corral_fail(
-                err, EINVAL, "%s:%zu:%zu: invalid YAML: %s (%s at line %zu, column %zu)", name,
-                parser->problem_mark.line + 1, parser->problem_mark.column + 1, problem,
-                parser->context, parser->context_mark.line + 1, parser->context_mark.column + 1);
-        return corral_fail(err, EINVAL, "%s:%zu:%zu: invalid YAML: %s", name,
-                           parser->problem_mark.line + 1, parser->problem_mark.column + 1, problem);
-    default:
-        return corral_fail(err, EINVAL, "%s: invalid YAML: %s", name, problem);
-    }
-}
-
-/* Composes the single document of the text; *root is NULL for an empty text. */
-static int compose(yaml_parser_t *parser, yaml_document_t *doc, const char *name, const char *text,
-                   size_t len, struct corral_error *err)
-{
-    if (!yaml_parser_load(parser, doc))
-        return yaml_failure(parser, name, text, len, err);
-    if (!yaml_document_get_root_node(doc))
-        return 0;
-    yaml_document_t next;
-    if (!yaml_parser_load(parser, &next)) {
-        int r = yaml_failure(parser, name, text, len, err);
-        yaml_document_delete(doc);
-        return r;
-    }
-    bool more = yaml_document_get_root_node(&next) != NULL;
-    yaml_mark_t at = next.start_mark;
-    yaml_document_delete(&next);
-    if (more) {
-        yaml_document_delete(doc);
-        return corral_fail(err, EINVAL,
-                           "%s:%zu:%zu: a second YAML document (a configuration holds one)", name,
-                           at.line + 1, at.column + 1);
-    }
-    return 0;
-}
-
 CORRAL_CLEANUP_FUNC(struct corral_config, corral_config_free)
 
 int corral_config_parse(const char *text, size_t len, const char *name, struct corral_config **out,
@@ -740,7 +667,7 @@ int corral_config_parse(const char *text, size_t len, const char *name, struct c
         return corral_fail(err, ENOMEM, "out of memory parsing %s", name);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     yaml_document_t doc;
-    int r = compose(&parser, &doc, name, text, len, err);
+    int r = walk_compose(&parser, &doc, name, text, len, err);
     if (r == 0) {
         struct walk w = {.name = name, .doc = &doc, .err = err};
         r = walk_root(&w, yaml_document_get_root_node(&doc), cfg);

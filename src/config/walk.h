@@ -33,6 +33,10 @@ struct walk {
     const yaml_node_t *environment;
 };
 
+/* Composes the single YAML document of text (named name in messages);
+ * its root is NULL for an empty text. */
+int walk_compose(yaml_parser_t *parser, yaml_document_t *doc, const char *name, const char *text,
+                 size_t len, struct corral_error *err);
 /* Fails with "FILE:LINE:COLUMN: message" about node. */
 int walk_fail(const struct walk *w, const yaml_node_t *node, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

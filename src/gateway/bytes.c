@@ -212,26 +212,6 @@ int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error
     return read_fd(fd, path, data, len, err);
 }
 
-void gw_remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char p[4096];
-            snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-            if (e->d_type == DT_DIR)
-                gw_remove_tree(p);
-            else
-                unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 /* ---- where a file's bytes are on disk ---- */
 
 void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const char *id, char *out,
@@ -534,7 +514,7 @@ void gw_bytes_forget_upload(corral_gateway *gw, const char *upload_id)
     if (!gw_is_upload_id(upload_id))
         return;
     snprintf(dir, sizeof(dir), "%s/uploads/%s", gw->data_dir, upload_id);
-    gw_remove_tree(dir);
+    corral_remove_tree(dir);
 }
 
 /* The names in dir that `keep_name` takes, as an array. */
@@ -577,7 +557,7 @@ static void remove_unkept(const char *dir, json_t *names, json_t *kept, bool tre
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s", dir, json_string_value(name));
         if (tree)
-            gw_remove_tree(path);
+            corral_remove_tree(path);
         else
             unlink(path);
     }

@@ -942,7 +942,7 @@ static void container_free(corral_gateway *gw, struct gw_container *c)
     if (c->gone) { /* deleted or expired: its files go */
         char dir[4096];
         gw_cfile_disk(gw, c->id, "", dir, sizeof(dir)); /* the container's directory */
-        gw_remove_tree(dir);
+        corral_remove_tree(dir);
     }
     json_decref(c->obj);
     pthread_mutex_destroy(&c->exec_lock);

@@ -293,7 +293,7 @@ void corral_gateway_free(corral_gateway *gw)
     audit_close(gw->audit); /* its queue written out first */
     store_close(gw->store);
     if (gw->data_dir_temp)
-        gw_remove_tree(gw->data_dir);
+        corral_remove_tree(gw->data_dir);
     free(gw->data_dir);
     gateway_config_free(gw->cfg);
     corral_config_free(gw->file_cfg);

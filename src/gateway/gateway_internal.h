@@ -319,8 +319,6 @@ void gw_cfile_disk(const corral_gateway *gw, const char *container_id, const cha
 /* Files on disk: written whole (through a temporary name) and read whole. */
 int gw_blob_write(const char *path, const void *data, size_t len, struct corral_error *err);
 int gw_blob_read(const char *path, char **data, size_t *len, struct corral_error *err);
-/* rm -r. */
-void gw_remove_tree(const char *path);
 /* keys.c: a virtual key's settings. */
 struct gw_key_policy {
     bool found;

@@ -52,7 +52,7 @@ enum image_step_kind {
 
 struct image_step {
     enum image_step_kind kind;
-    char **args; /* NULL-terminated */
+    char **args;     /* NULL-terminated */
     char *index_url; /* pip: the package index (NULL: pip's default) */
     mode_t mode;     /* copy: the copied files' mode (0: as they are) */
     char *user;      /* run: as whom (NULL: the user of an earlier USER step, else root) */
@@ -60,22 +60,18 @@ struct image_step {
 };
 
 struct image_spec {
-    char *name;   /* what the build is called (image_name_set) */
-    char *base;   /* a Debian suite: "bookworm", "trixie", ... */
+    char *name;    /* what the build is called (image_name_set) */
+    char *base;    /* a Debian suite: "bookworm", "trixie", ... */
     char *variant; /* mmdebstrap's variant; NULL: minbase */
     struct image_step *steps;
     size_t n_steps;
-    char **preload; /* modules the zygote imports; NULL: none */
+    char **preload;  /* modules the zygote imports; NULL: none */
     char *start_cmd; /* run in each sandbox as it starts; NULL: none */
     char *ready_cmd; /* the sandbox is ready once this exits 0; NULL: none */
 };
 
 void image_spec_free(struct image_spec *spec);
-/* A spec from YAML text (docs/templates.md); relative copy sources are
- * relative to base_dir. Errors name the line. */
-int image_spec_parse_yaml(const char *text, size_t len, const char *base_dir,
-                          struct image_spec *out, struct corral_error *err);
-int image_spec_load(const char *path, struct image_spec *out, struct corral_error *err);
+/* (A spec's YAML form is read by src/config: config/image_spec.h.) */
 /* Checks what a build would refuse before it starts (names, paths, steps). */
 int image_spec_check(const struct image_spec *spec, struct corral_error *err);
 
@@ -93,8 +89,9 @@ struct image_build_options {
     const char *dir; /* the store; NULL: IMAGE_DEFAULT_DIR */
     image_log_fn log;
     void *log_arg;
-    const int *cancel; /* non-zero (atomic): the build stops with ECANCELED */
-    bool no_cache;     /* every step afresh */
+    const int *cancel;        /* non-zero (atomic): the build stops with ECANCELED */
+    bool no_cache;            /* every step afresh */
+    uint64_t step_timeout_ms; /* a step that runs longer fails; 0: one hour */
 };
 
 struct image_info {
@@ -137,5 +134,8 @@ int image_list(const char *dir, int (*fn)(void *arg, const struct image_info *in
 int image_hold(const struct image_info *info, struct corral_error *err);
 /* Removes builds no name points at and nothing holds. Returns how many. */
 int image_collect(const char *dir, struct corral_error *err);
+/* Empties the step cache (builds keep their files): how many entries went,
+ * or -EBUSY while a build runs. */
+int image_prune_cache(const char *dir, struct corral_error *err);
 
 #endif

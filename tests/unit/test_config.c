@@ -212,7 +212,7 @@ static void refuses_invalid_yaml(void **state)
     /* A byte that is not UTF-8: the reader's error, placed by its offset. */
     expect_error("state_dir: /run\nx: \xff\n", EINVAL, "corral.yaml:2:4: invalid YAML: ");
     expect_error("state_dir: /a\n---\nstate_dir: /b\n", EINVAL,
-                 "corral.yaml:2:1: a second YAML document (a configuration holds one)");
+                 "corral.yaml:2:1: a second YAML document (a file holds one)");
     expect_error("state_dir: /a\n---\n- [\n", EINVAL, "corral.yaml:4:1: invalid YAML: ");
 
     /* The text need not end with a NUL: only len bytes are read. */
