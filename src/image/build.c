@@ -1082,6 +1082,8 @@ int image_build(const struct image_spec *spec, const struct image_build_options 
     int r = image_spec_check(spec, err);
     if (r < 0)
         return r;
+    if (geteuid() != 0)
+        return corral_fail(err, EPERM, "building a template needs root (as corral itself does)");
     struct build b = {.spec = spec, .o = o, .dir = image_dir_or_default(o->dir), .err = err};
     b.started_ms = corral_now_ms();
     b.total = (unsigned)spec->n_steps + 1;

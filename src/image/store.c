@@ -177,7 +177,7 @@ static int name_target(const char *dir, const char *name, char id[IMAGE_ID_LEN +
     const char *leaf = slash ? slash + 1 : target;
     if (!is_build_id(leaf))
         return -EINVAL;
-    snprintf(id, IMAGE_ID_LEN + 1, "%s", leaf);
+    memcpy(id, leaf, IMAGE_ID_LEN + 1);
     return 0;
 }
 

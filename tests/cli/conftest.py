@@ -22,6 +22,9 @@ CORRAL = os.environ.get("CORRAL", os.path.join(os.path.dirname(__file__), "../..
 # tests do not expect. The tests of the pool give a configuration of their own.
 NO_POOL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no-pool.yaml")
 os.environ.setdefault("CORRAL_CONFIG", NO_POOL)
+# Templates built by the tests: one store for every suite, so that a base
+# is built once (tests/cli/test_template_build.py).
+STORE = os.environ.setdefault("CORRAL_TEMPLATE_DIR", "/var/tmp/corral-test-templates")
 UID_BASE = 1879048192
 STATE_DIR = "/run/corral"
 CONTROLLERS = ("memory", "pids", "cpu")
