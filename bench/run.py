@@ -77,6 +77,10 @@ the same run, with the ratio of the medians and a target.
    node's warm pool, each after a pause that lets the pool fill again.
    Target: the front adds at most 0.3 ms at p50 and 1 ms
    at p99.
+13. a template (bookworm, two packages, a command) built by `corral
+   template build` in an empty store, against mmdebstrap alone making a
+   root filesystem of the same packages. Target: <= 1.25x. 13b: the same
+   build again, every step from the cache. Target: <= 1 s.
 
 The table is printed and written as markdown to bench/results.md. The exit
 status is 1 when a benchmark could not run (or, with --strict, when a target
@@ -89,6 +93,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import platform
 import shutil
 import statistics
@@ -635,7 +640,68 @@ def run_all(args, table):
     def rows12():
         front_rows(corral, table, max(100, args.runs * 3))
     attempt("12", "a fleet's front before a node", "see rows 12a-12d", rows12)
+
+    def rows13():
+        template_rows(corral, table)
+    attempt("13", "templates built from Debian packages", "see rows 13 and 13b", rows13)
     return errors
+
+
+TEMPLATE_SPEC = """base: bookworm
+steps:
+  - apt: [tree, python3-tabulate]
+  - run: echo built > /opt/marker
+preload: [tabulate]
+"""
+
+
+def template_build(corral, store, spec, *extra):
+    """Seconds `corral template build` took, and its output."""
+    t = time.monotonic()
+    r = subprocess.run([corral, "template", "build", spec, "--dir", store, "--name", "bench",
+                        *extra], capture_output=True, text=True, timeout=1800)
+    took = time.monotonic() - t
+    if r.returncode != 0:
+        raise BenchError(f"corral template build failed: {r.stderr.strip()[-300:]}")
+    return took, r.stdout
+
+
+def template_rows(corral, table):
+    """13: the bench template (bookworm, two packages, a command) built cold,
+    in an empty store, against mmdebstrap alone making a root filesystem of
+    the same packages (what one does by hand); 13b: the same spec again,
+    every step from the cache."""
+    if not shutil.which("mmdebstrap"):
+        raise BenchError("mmdebstrap is not installed (scripts/install-deps installs it)")
+    print("bench: 13. template build, cold and cached ...", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        spec = os.path.join(tmp, "spec.yaml")
+        with open(spec, "w") as f:
+            f.write(TEMPLATE_SPEC)
+        store = os.path.join(tmp, "store")
+        cold, out = template_build(corral, store, spec)
+        runtime = re.search(r"with corral's runtime: (\S+)", out)
+        if not runtime:
+            raise BenchError("corral template build did not say which packages its base has")
+        t = time.monotonic()
+        subprocess.run(["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
+                        "--include=" + runtime.group(1) + ",tree,python3-tabulate", "bookworm",
+                        os.path.join(tmp, "by-hand")], check=True, capture_output=True,
+                       timeout=1800)
+        by_hand = time.monotonic() - t
+        cached = [template_build(corral, store, spec)[0] for _ in range(5)]
+    r = cold / by_hand
+    table.add("13", "template build, cold (empty store)", f"{cold:.1f} s",
+              "mmdebstrap of the same packages, by hand", f"{by_hand:.1f} s", f"{r:.2f}x",
+              "<= 1.25x", r <= 1.25)
+    c = med(cached)
+    table.add("13b", "template build, every step cached", f"{c * 1000:.0f} ms",
+              "the cold build (row 13)", f"{cold:.1f} s", ratio_text(c, cold), "<= 1 s",
+              c <= 1.0)
+    table.note("13", "the bench template: bookworm minbase with corral's runtime, an apt step "
+                     "(tree, python3-tabulate) and a run step; a cached build still checks "
+                     "corral's libraries (ldd, dpkg-query), hashes the steps and merges the "
+                     "layers into a new root filesystem of hard links")
 
 
 class cpu_hogs:
