@@ -113,7 +113,8 @@ static int walk_step(const struct walk *w, const yaml_node_t *n, size_t index, c
         return r;
     int kind = -1;
     for (int k = 0; k < N_KINDS; k++) {
-        if (!v[k])
+        /* user is a step's kind only alone: beside run or copy it says as whom */
+        if (!v[k] || (k == K_USER && (v[K_RUN] || v[K_COPY])))
             continue;
         if (kind >= 0)
             return walk_fail(w, n, EINVAL, "%s is both %s and %s: one kind per step", what,

@@ -929,6 +929,8 @@ static int run_layer_step(struct build *b, const struct image_step *s, const cha
             .env = b->env,
             .copy_src = s->kind == IMAGE_STEP_COPY ? s->args[0] : NULL,
             .timeout_ms = b->o->step_timeout_ms ? b->o->step_timeout_ms : STEP_TIMEOUT,
+            .memory_bytes = b->o->step_memory ? b->o->step_memory : IMAGE_STEP_MEMORY,
+            .pids = b->o->step_pids ? b->o->step_pids : IMAGE_STEP_PIDS,
             .cancel = b->o->cancel,
             .line = step_line,
             .line_arg = b,
@@ -1063,7 +1065,6 @@ static int finish(struct build *b, struct image_info *out)
         corral_remove_tree(build_dir);
         return r;
     }
-    image_collect(b->dir, NULL); /* the build the name pointed at, unless in use */
     return image_lookup(b->dir, b->spec->name, out, b->err);
 }
 
@@ -1112,9 +1113,11 @@ int image_build(const struct image_spec *spec, const struct image_build_options 
     }
     if (r == 0)
         r = finish(&b, out);
-    if (r == 0)
+    if (r == 0) {
         say(&b, IMAGE_LOG_INFO, "built %s (%s) in %.1f s: %u of %u steps cached", spec->name,
             out->id, (double)(corral_now_ms() - b.started_ms) / 1000.0, b.cached, b.total);
+        image_collect(b.dir, NULL); /* the build the name pointed at, unless in use */
+    }
     for (size_t i = 0; i < b.n_layers; i++)
         free(b.layers[i]);
     for (size_t i = 0; i < b.n_env; i++)

@@ -39,6 +39,8 @@
 #define IMAGE_DEFAULT_DIR "/var/lib/corral/templates"
 #define IMAGE_NAME_MAX    128
 #define IMAGE_ID_LEN      16 /* hex digits of a build id */
+#define IMAGE_STEP_MEMORY (4ull << 30)
+#define IMAGE_STEP_PIDS   4096u
 
 enum image_step_kind {
     IMAGE_STEP_APT,     /* args: Debian packages */
@@ -92,6 +94,8 @@ struct image_build_options {
     const int *cancel;        /* non-zero (atomic): the build stops with ECANCELED */
     bool no_cache;            /* every step afresh */
     uint64_t step_timeout_ms; /* a step that runs longer fails; 0: one hour */
+    uint64_t step_memory;     /* each step's memory limit; 0: IMAGE_STEP_MEMORY */
+    unsigned step_pids;       /* each step's processes and threads; 0: IMAGE_STEP_PIDS */
 };
 
 struct image_info {

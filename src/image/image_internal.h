@@ -30,6 +30,8 @@ struct image_run {
     char *const *env;     /* the step's environment */
     const char *copy_src; /* a host file or directory seen at /run/corral-copy/src; NULL: none */
     uint64_t timeout_ms;
+    uint64_t memory_bytes; /* the step's memory limit (a cgroup); 0: none */
+    unsigned pids;         /* its processes and threads; 0: none */
     const int *cancel;
     void (*line)(void *arg, const char *text); /* each line it prints */
     void *line_arg;

@@ -15,6 +15,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,7 +32,9 @@
 
 #include "base/clock.h"
 #include "base/strbuf.h"
+#include "base/util.h"
 #include "image/image_internal.h"
+#include "jail/cgroup.h"
 
 #define OVERLAY_OPTIONS_MAX 4000  /* a mount's options fit in a page */
 #define LINE_MAX_BYTES      65536 /* a longer line is cut */
@@ -220,11 +223,15 @@ __attribute__((noreturn)) static void step_init(const struct image_run *run,
     child_fail("the image has no /bin/sh");
 }
 
-/* The child: its own namespaces and the overlay, then the step's init. */
-__attribute__((noreturn)) static void step_child(const struct image_run *run,
-                                                 const struct prepared *p, int out)
+/* The child: its cgroup, its own namespaces and the overlay, then the
+ * step's init. */
+__attribute__((noreturn)) static void
+step_child(const struct image_run *run, const struct prepared *p, int out, const struct cgroup *cg)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct corral_error ignored;
+    if (cg && cgroup_join_self(cg, &ignored) < 0)
+        child_fail("cannot join the step's cgroup");
     int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
         _exit(125);
@@ -267,6 +274,28 @@ static void emit_lines(void (*line)(void *arg, const char *text), void *arg, str
     }
 }
 
+/* The step's cgroup, with its limits, when the host has cgroups and the
+ * run has limits: 1, else 0 (or an error). */
+static int step_cgroup(const struct image_run *run, struct cgroup *cg, struct corral_error *err)
+{
+    static struct cgroup_env env;
+    static int detected; /* 1: found, -1: none */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    if (!detected) {
+        struct corral_error ignored = {0};
+        detected = cgroup_detect(NULL, &env, &ignored) == 0 && env.version != CGROUP_NONE ? 1 : -1;
+    }
+    pthread_mutex_unlock(&lock);
+    if (detected < 0 || (!run->memory_bytes && !run->pids))
+        return 0;
+    char id[40];
+    corral_new_id(id, sizeof(id), "build-", 16);
+    struct jail_limits lim = {.memory_bytes = run->memory_bytes, .pids = run->pids};
+    int r = cgroup_create(&env, id, &lim, cg, err);
+    return r < 0 ? r : 1;
+}
+
 int image_run_step(const struct image_run *run, struct corral_error *err)
 {
     struct prepared *p = calloc(1, sizeof(*p));
@@ -275,6 +304,10 @@ int image_run_step(const struct image_run *run, struct corral_error *err)
     int r = prepare(run, p, err);
     if (r == 0)
         r = find_user(run, p, err);
+    struct cgroup cg;
+    int limited = r == 0 ? step_cgroup(run, &cg, err) : 0;
+    if (limited < 0)
+        r = limited;
     int out[2] = {-1, -1};
     if (r == 0 && pipe2(out, O_CLOEXEC) < 0)
         r = corral_fail_errno(err, "cannot make a pipe for a build step");
@@ -282,17 +315,23 @@ int image_run_step(const struct image_run *run, struct corral_error *err)
     if (r == 0 && pid < 0)
         r = corral_fail_errno(err, "cannot start a build step");
     if (pid == 0)
-        step_child(run, p, out[1]);
+        step_child(run, p, out[1], limited > 0 ? &cg : NULL);
     if (out[1] >= 0)
         close(out[1]);
-    if (r < 0) {
-        if (out[0] >= 0)
-            close(out[0]);
-        free(p);
-        return r;
-    }
     free(p);
-    return image_follow(pid, out[0], run->line, run->line_arg, run->cancel, run->timeout_ms, err);
+    if (r == 0)
+        r = image_follow(pid, out[0], run->line, run->line_arg, run->cancel, run->timeout_ms, err);
+    else if (out[0] >= 0)
+        close(out[0]);
+    if (limited > 0) {
+        uint64_t oom = cgroup_oom_kills(&cg);
+        struct corral_error ignored = {0};
+        cgroup_destroy(&cg, &ignored);
+        if (r < 0 && oom)
+            r = corral_fail(err, ENOMEM, "the step ran out of memory (its limit is %llu MiB)",
+                            (unsigned long long)(run->memory_bytes >> 20));
+    }
+    return r;
 }
 
 int image_follow(pid_t pid, int fd, void (*line)(void *arg, const char *text), void *arg,
