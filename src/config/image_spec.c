@@ -144,18 +144,10 @@ static int walk_step(const struct walk *w, const yaml_node_t *n, size_t index, c
         r = walk_words(w, main, step_keys[kind], &s->args);
         break;
     case K_RUN:
-    case K_WORKDIR: {
-        char *text = NULL;
-        r = walk_string(w, main, step_keys[kind], STR_REQUIRED, &text);
-        char *one[] = {text, NULL};
-        if (r == 0 && !(s->args = corral_strv_dup((const char *const *)one)))
-            r = walk_out_of_memory(w);
-        free(text);
-        break;
-    }
+    case K_WORKDIR:
     case K_USER: {
         char *text = NULL;
-        r = walk_string(w, main, "user", STR_REQUIRED, &text);
+        r = walk_string(w, main, step_keys[kind], STR_REQUIRED, &text);
         char *one[] = {text, NULL};
         if (r == 0 && !(s->args = corral_strv_dup((const char *const *)one)))
             r = walk_out_of_memory(w);
