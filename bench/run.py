@@ -700,8 +700,8 @@ def template_rows(corral, table):
               c <= 1.0)
     table.note("13", "the bench template: bookworm minbase with corral's runtime, an apt step "
                      "(tree, python3-tabulate) and a run step; a cached build still checks "
-                     "corral's libraries (ldd, dpkg-query), hashes the steps and merges the "
-                     "layers into a new root filesystem of hard links")
+                     "corral's libraries (ldd, dpkg-query) and hashes the steps, and keeps "
+                     "the template's build when nothing changed")
 
 
 class cpu_hogs:

@@ -1012,9 +1012,40 @@ static char *python_version(const char *rootfs)
     return v && v[6] ? strdup(v + 6) : NULL;
 }
 
-/* The build's image: its layers merged, its record written and named. */
+/* The hash of the whole build: its steps' and what the sandboxes get. */
+static int final_hash(struct build *b, char out[HASH_HEX + 1])
+{
+    struct hasher h;
+    if (hasher_start(&h, b->err) < 0)
+        return -b->err->code;
+    hasher_text(&h, b->hash);
+    for (size_t i = 0; b->spec->preload && b->spec->preload[i]; i++)
+        hasher_text(&h, b->spec->preload[i]);
+    hasher_text(&h, "");
+    hasher_text(&h, b->spec->start_cmd);
+    hasher_text(&h, b->spec->ready_cmd);
+    hasher_text(&h, b->workdir);
+    hasher_text(&h, b->user);
+    hasher_end(&h, out);
+    return 0;
+}
+
+/* The build's image: its layers merged, its record written and named; or,
+ * when the name's build was made from the very same, that build. */
 static int finish(struct build *b, struct image_info *out)
 {
+    char hash[HASH_HEX + 1];
+    int r = final_hash(b, hash);
+    if (r < 0)
+        return r;
+    struct corral_error ignored = {0};
+    if (!b->o->no_cache && image_lookup(b->dir, b->spec->name, out, &ignored) == 0) {
+        if (!strcmp(out->hash, hash)) {
+            say(b, IMAGE_LOG_INFO, "the same as build %s of %s: kept", out->id, b->spec->name);
+            return 0;
+        }
+        image_info_free(out);
+    }
     char id[IMAGE_ID_LEN + 1], build_dir[4096], rootfs[4200];
     if (strlen(b->dir) > 3000)
         return corral_fail(b->err, ENAMETOOLONG, "the template folder's path is too long");
@@ -1032,7 +1063,7 @@ static int finish(struct build *b, struct image_info *out)
     const char *layers[MAX_LAYERS];
     for (size_t i = 0; i < b->n_layers; i++)
         layers[i] = b->layers[b->n_layers - 1 - i];
-    int r = image_merge_layers(layers, b->n_layers, rootfs, &bytes, &files, b->err);
+    r = image_merge_layers(layers, b->n_layers, rootfs, &bytes, &files, b->err);
     if (r < 0) {
         corral_remove_tree(build_dir);
         return r;
@@ -1042,6 +1073,7 @@ static int finish(struct build *b, struct image_info *out)
         (double)(corral_now_ms() - t) / 1000.0);
     struct image_info info = {0};
     snprintf(info.id, sizeof(info.id), "%s", id);
+    snprintf(info.hash, sizeof(info.hash), "%s", hash);
     info.base = b->spec->base;
     char *no_preload[] = {NULL};
     info.preload = b->spec->preload ? b->spec->preload : no_preload;

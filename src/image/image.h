@@ -100,6 +100,7 @@ struct image_build_options {
 
 struct image_info {
     char id[IMAGE_ID_LEN + 1];
+    char hash[65];             /* of everything the build was made from: an equal build is reused */
     char name[IMAGE_NAME_MAX]; /* the name it was looked up by ("" from a build) */
     char *rootfs;              /* absolute path */
     char *base;

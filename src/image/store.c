@@ -85,9 +85,9 @@ static json_t *text_or_null(const char *s)
 int image_info_save(const char *build_dir, const struct image_info *info, struct corral_error *err)
 {
     cleanup_json json_t *o = json_pack(
-        "{s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:i, s:i}", "id",
-        info->id, "base", info->base, "preload", strv_json(info->preload), "env",
-        strv_json(info->env), "workdir", text_or_null(info->workdir), "user",
+        "{s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:i, s:i}", "id",
+        info->id, "hash", info->hash, "base", info->base, "preload", strv_json(info->preload),
+        "env", strv_json(info->env), "workdir", text_or_null(info->workdir), "user",
         text_or_null(info->user), "start_cmd", text_or_null(info->start_cmd), "ready_cmd",
         text_or_null(info->ready_cmd), "python_version", text_or_null(info->python_version),
         "size_bytes", (json_int_t)info->size_bytes, "packages", (json_int_t)info->packages,
@@ -141,6 +141,8 @@ static int load_info(const char *dir, const char *id, struct image_info *out,
                            jerr.text);
     memset(out, 0, sizeof(*out));
     snprintf(out->id, sizeof(out->id), "%s", id);
+    const char *hash = json_string_value(json_object_get(o, "hash"));
+    snprintf(out->hash, sizeof(out->hash), "%s", hash ? hash : "");
     out->base = json_text_dup(o, "base");
     out->preload = json_strv(o, "preload");
     out->env = json_strv(o, "env");
