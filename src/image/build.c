@@ -23,6 +23,11 @@
 #define MAX_ENV        256
 #define MAX_LAYERS     48
 #define LOG_LINE_LIMIT 4000
+/* What the base has besides its packages: the sandbox's user, as in every
+ * sandbox (uid 1000, /home/user) */
+#define BASE_HOOK                                                                                  \
+    "--customize-hook=chroot \"$1\" useradd --create-home --uid 1000 --user-group --shell "        \
+    "/bin/bash user"
 
 /* What every image holds besides corral's shared libraries: the kernel's
  * interpreter and IPython, pip for pip steps, certificates for https. */
@@ -705,6 +710,7 @@ static int build_base(struct build *b)
         r = hasher_start(&h, b->err);
     if (r == 0) {
         hasher_text(&h, "corral image 1");
+        hasher_text(&h, BASE_HOOK);
         hasher_text(&h, spec->base);
         hasher_text(&h, variant);
         hasher_text(&h, strbuf_str(&packages));
@@ -738,6 +744,7 @@ static int build_base(struct build *b)
                             (char *)"--format=directory",
                             variant_opt,
                             include,
+                            (char *)BASE_HOOK,
                             (char *)spec->base,
                             layer,
                             list,

@@ -100,8 +100,11 @@ preload: [tabulate]
     assert open(os.path.join(root, "opt/data/data.csv")).read() == "a,b\n1,2\n"
     ini = os.path.join(root, "etc/app/app.ini")
     assert oct(os.stat(ini).st_mode & 0o777) == "0o600" and os.stat(ini).st_uid == 0
-    # corral's runtime is there: the zygote's libpython and IPython
+    # corral's runtime is there: the zygote's libpython and IPython; and the
+    # sandbox's user
     assert os.path.exists(os.path.join(root, "usr/lib/python3/dist-packages/IPython"))
+    assert "\nuser:x:1000:1000::/home/user:/bin/bash\n" in open(os.path.join(root, "etc/passwd")).read()
+    assert os.stat(os.path.join(root, "home/user")).st_uid == 1000
     # it is listed, and goes when deleted
     listed = run("template", "list", "--json")
     assert name in [t["name"] for t in json.loads(listed.stdout)]
