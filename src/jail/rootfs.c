@@ -1,6 +1,7 @@
 /* Planning and applying the sandbox's root filesystem; see rootfs.h. */
 #include "jail/rootfs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -188,14 +189,26 @@ static void plan_overlay(struct planner *pl, const char *host, const char *rel, 
     free(work);
 }
 
-/* Mirrors a host path into the sandbox: a symlink stays a symlink, a
- * directory is bind-mounted read-only (an overlay in a writable root), a
- * small regular file is copied (one mount costs more than a copy). Missing
- * host paths are skipped. */
+/* Where the system comes from: the image's root filesystem, or the host's. */
+static const char *system_root(const struct planner *pl)
+{
+    const char *s = pl->params->system_root;
+    return s && *s ? s : pl->params->host_root;
+}
+
+static bool on_image(const struct planner *pl)
+{
+    return pl->params->system_root && *pl->params->system_root;
+}
+
+/* Mirrors the path abs of the system (the host's or the image's) into the
+ * sandbox: a symlink stays a symlink, a directory is bind-mounted read-only
+ * (an overlay in a writable root), a small regular file is copied (one
+ * mount costs more than a copy). Missing paths are skipped. */
 static void plan_host_path(struct planner *pl, const char *abs)
 {
     char host[4096];
-    snprintf(host, sizeof(host), "%s%s", pl->params->host_root, abs);
+    snprintf(host, sizeof(host), "%s%s", system_root(pl), abs);
     struct stat st;
     if (lstat(host, &st) < 0)
         return;
@@ -300,12 +313,10 @@ static void plan_remount_ro(struct planner *pl, char *dir, unsigned long flags)
 
 /* /etc: the sandbox's own users, host name and name service, and the host's
  * entries Python and TLS need. */
-static void plan_etc(struct planner *pl)
+static void plan_etc_generated(struct planner *pl)
 {
     const struct rootfs_params *params = pl->params;
     char buf[4096];
-    plan_mkdir(pl, "etc", 0755);
-    plan_mkdir(pl, "etc/ssl", 0755);
     plan_write(pl, "etc/passwd",
                "root:x:0:0:root:/root:/usr/sbin/nologin\n"
                "user:x:1000:1000:user:/home/user:/bin/bash\n"
@@ -323,15 +334,139 @@ static void plan_etc(struct planner *pl)
                "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
                "networks: files\nprotocols: files\nservices: files\nethers: files\n"
                "rpc: files\n");
+}
+
+static void plan_etc(struct planner *pl)
+{
+    char buf[4096];
+    plan_mkdir(pl, "etc", 0755);
+    plan_mkdir(pl, "etc/ssl", 0755);
+    plan_etc_generated(pl);
     for (const char *const *e = etc_entries; *e; e++)
         plan_host_path(pl, *e);
-    snprintf(buf, sizeof(buf), "%s/etc/python3*", params->host_root);
+    snprintf(buf, sizeof(buf), "%s/etc/python3*", system_root(pl));
     glob_t g;
     if (glob(buf, 0, NULL, &g) == 0) {
         for (size_t i = 0; i < g.gl_pathc; i++)
-            plan_host_path(pl, g.gl_pathv[i] + strlen(params->host_root));
+            plan_host_path(pl, g.gl_pathv[i] + strlen(system_root(pl)));
         globfree(&g);
     }
+}
+
+/* What the image's /etc must not show: corral's generated files (written
+ * after), the users' hashes, and apt's credentials and settings (as the
+ * host's, see plan_packages). Those ending with '/' are directories. */
+static const char *const image_etc_hidden[] = {
+    "passwd",           "group",           "hostname", "hosts",         "resolv.conf",
+    "nsswitch.conf",    "shadow",          "gshadow",  "apt/auth.conf", "apt/apt.conf",
+    "apt/auth.conf.d/", "apt/apt.conf.d/", NULL};
+
+static bool image_etc_shown(const char *name)
+{
+    for (const char *const *h = image_etc_hidden; *h; h++)
+        if (!strcmp(*h, name))
+            return false;
+    return strcmp(name, "apt") != 0; /* read-only: nothing installs, so no apt at all */
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in the directory path (without . and ..), sorted (a plan does
+ * not depend on the order readdir gives); NULL when it cannot be read. */
+static char **dir_names(const char *path, size_t *n_out)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return NULL;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    bool failed = false;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char **room = corral_array_room(names, &cap, n, sizeof(*names), 32);
+        if (!room || !(room[n] = strdup(e->d_name))) {
+            names = room ? room : names;
+            failed = true;
+            break;
+        }
+        names = room;
+        n++;
+    }
+    closedir(d);
+    if (failed) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return NULL;
+    }
+    if (n)
+        qsort(names, n, sizeof(*names), by_name);
+    *n_out = n;
+    return names ? names : calloc(1, sizeof(char *));
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* /etc of an image: with a writable root, one overlay of the image's
+ * whole /etc; read-only, each of its entries mirrored. Either way under
+ * corral's generated files. */
+static void plan_image_etc(struct planner *pl)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/etc", system_root(pl));
+    struct stat st;
+    plan_mkdir(pl, "etc", 0755);
+    if (pl->params->writable && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        plan_overlay(pl, path, "etc", st.st_mode & 07777, image_etc_hidden);
+    } else if (!pl->params->writable) {
+        size_t n = 0;
+        char **names = dir_names(path, &n);
+        for (size_t i = 0; names && i < n; i++) {
+            if (!image_etc_shown(names[i]))
+                continue;
+            snprintf(path, sizeof(path), "/etc/%s", names[i]);
+            plan_host_path(pl, path);
+        }
+        free_names(names, n);
+    }
+    plan_etc_generated(pl);
+}
+
+/* The image's top-level directories that are not the system's nor the
+ * sandbox's own (/opt, /srv, an application's /app), when they hold
+ * something, mirrored as the system directories are. */
+static void plan_image_extras(struct planner *pl)
+{
+    static const char *const own[] = {"bin",   "boot",  "dev",    "etc",        "home",  "lib",
+                                      "lib32", "lib64", "libx32", "lost+found", "media", "mnt",
+                                      "proc",  "root",  "run",    "sbin",       "sys",   "tmp",
+                                      "usr",   "var",   NULL};
+    size_t n = 0;
+    char **names = dir_names(system_root(pl), &n);
+    for (size_t i = 0; names && i < n; i++) {
+        bool skip = false;
+        for (const char *const *o = own; *o && !skip; o++)
+            skip = !strcmp(*o, names[i]);
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", system_root(pl), names[i]);
+        size_t k = 0;
+        char **inside = skip ? NULL : dir_names(path, &k);
+        free_names(inside, k);
+        if (skip || (inside && !k))
+            continue; /* the sandbox's own, or an empty directory */
+        snprintf(path, sizeof(path), "/%s", names[i]);
+        plan_host_path(pl, path);
+    }
+    free_names(names, n);
 }
 
 /* What apt and dpkg need to install packages in a writable root: the
@@ -359,9 +494,10 @@ static void plan_packages(struct planner *pl)
     plan_mkdir(pl, "var/lib", 0755);
     plan_mkdir(pl, "var/cache", 0755);
     plan_mkdir(pl, "var/log", 0755);
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+    /* an image's /etc/apt and /etc/dpkg are in its /etc overlay already */
+    for (size_t i = on_image(pl) ? 2 : 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
         char host[4096];
-        snprintf(host, sizeof(host), "%s%s", pl->params->host_root, dirs[i].path);
+        snprintf(host, sizeof(host), "%s%s", system_root(pl), dirs[i].path);
         struct stat st;
         if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode))
             continue;
@@ -542,7 +678,12 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
     }
     for (const char *const *d = system_dirs; *d; d++)
         plan_host_path(&pl, *d);
-    plan_etc(&pl);
+    if (on_image(&pl)) {
+        plan_image_extras(&pl);
+        plan_image_etc(&pl);
+    } else {
+        plan_etc(&pl);
+    }
     plan_proc(&pl);
     plan_dev(&pl);
     plan_storage(&pl);

@@ -11,6 +11,12 @@
  *   /etc                    generated passwd, group, hosts, ...; a few host
  *                           files needed by libraries (copies, and host
  *                           directories as above); no secrets
+ *
+ * On a template image (system_root), /usr /bin /sbin /lib* are the image's,
+ * as are its other top-level directories that hold something (/opt, /app)
+ * and its package database; /etc is the image's whole /etc (with a writable
+ * root one overlay; read-only, each entry mirrored) under the same
+ * generated files.
  *   /proc                   fresh, for the sandbox's PID namespace, with
  *                           sensitive entries masked and /proc/sys read-only
  *   /dev                    null zero full random urandom tty, pts, shm
@@ -87,6 +93,11 @@ struct rootfs_params {
     uid_t root_uid;
     int mask_proc;         /* mask sensitive /proc entries */
     const char *host_root; /* "" normally; a test directory for unit tests */
+    /* Where the system comes from: NULL or "" the host (host_root), else a
+     * template image's root filesystem (an absolute path). The system
+     * directories, /etc and the package database are then the image's;
+     * /dev and /proc stay the host's. */
+    const char *system_root;
 };
 
 struct rootfs_plan {

@@ -193,10 +193,159 @@ static void plans_a_curated_root(void **state)
     rootfs_plan_free(&plan);
 }
 
+/* A template image under the test host: merged /usr, an /etc with what
+ * corral generates and what it must hide, an application directory. */
+static void make_image(char *image, size_t len)
+{
+    snprintf(image, len, "%s/image", host);
+    host_file("image/usr/bin/python3");
+    host_file("image/usr/local/lib/python3.11/dist-packages/tabulate.py");
+    host_file("image/etc/passwd");
+    host_file("image/etc/shadow");
+    host_file("image/etc/ld.so.cache");
+    host_file("image/etc/alternatives/README");
+    host_file("image/etc/apt/sources.list");
+    host_file("image/etc/apt/auth.conf");
+    host_file("image/var/lib/dpkg/status");
+    host_file("image/var/lib/apt/lists/lock");
+    host_file("image/app/main.py");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/bin", image);
+    assert_int_equal(symlink("usr/bin", path), 0);
+    snprintf(path, sizeof(path), "%s/etc/resolv.conf", image);
+    assert_int_equal(symlink("/run/systemd/resolve/stub-resolv.conf", path), 0);
+    snprintf(path, sizeof(path), "%s/opt", image);
+    assert_int_equal(corral_mkdir_p(path, 0755, NULL), 0);
+}
+
+static size_t count_ops(const struct rootfs_plan *p, enum rootfs_op_kind kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        n += p->ops[i].kind == kind;
+    return n;
+}
+
+static bool uses_source_containing(const struct rootfs_plan *p, const char *needle)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->ops[i].src && strstr(p->ops[i].src, needle) && p->ops[i].kind != ROOTFS_SYMLINK)
+            return true;
+    return false;
+}
+
+static size_t index_of(const struct rootfs_plan *p, const struct rootfs_op *op)
+{
+    return (size_t)(op - p->ops);
+}
+
+/* A writable root on an image: its system and /etc are overlays of the
+ * image's, with corral's generated files written on top; /dev stays the
+ * host's; nothing of the host's system is mounted. */
+static void plans_a_writable_root_on_an_image(void **state)
+{
+    char image[300];
+    make_image(image, sizeof(image));
+    struct rootfs_params params = {.root_dir = "/run/x/root",
+                                   .storage_dir = "/run/x/storage",
+                                   .disk_dev = "/dev/loop7",
+                                   .hostname = "box",
+                                   .disk_bytes = 5u << 20,
+                                   .owner_uid = 4242,
+                                   .owner_gid = 4243,
+                                   .writable = 1,
+                                   .root_uid = 5000,
+                                   .mask_proc = 1,
+                                   .host_root = host,
+                                   .system_root = image};
+    struct rootfs_plan plan;
+    struct corral_error err;
+    assert_int_equal(rootfs_plan_build(&plan, &params, &err), 0);
+
+    const struct rootfs_op *usr = find(&plan, ROOTFS_OVERLAY, "/root/usr");
+    assert_non_null(usr);
+    assert_string_equal(usr->src + strlen(image), "/usr");
+    assert_string_equal(find(&plan, ROOTFS_SYMLINK, "/root/bin")->src, "usr/bin");
+    assert_null(find(&plan, ROOTFS_SYMLINK, "/root/lib")); /* the host has it, the image not */
+
+    /* /etc: one overlay of the image's; what corral writes, and secrets,
+     * whited out in its upper layer; the generated files written after. */
+    const struct rootfs_op *etc = find(&plan, ROOTFS_OVERLAY, "/root/etc");
+    assert_non_null(etc);
+    assert_string_equal(etc->src + strlen(image), "/etc");
+    assert_non_null(find(&plan, ROOTFS_WHITEOUT, "u/resolv.conf"));
+    assert_non_null(find(&plan, ROOTFS_WHITEOUT, "u/shadow"));
+    assert_non_null(find(&plan, ROOTFS_WHITEOUT, "u/apt/auth.conf"));
+    assert_non_null(find(&plan, ROOTFS_OPAQUE, "u/apt/apt.conf.d"));
+    const struct rootfs_op *passwd = find(&plan, ROOTFS_WRITE, "/root/etc/passwd");
+    assert_non_null(passwd);
+    assert_true(index_of(&plan, passwd) > index_of(&plan, etc));
+    assert_int_equal(passwd->uid, 5000);
+    const struct rootfs_op *resolv = find(&plan, ROOTFS_WRITE, "/root/etc/resolv.conf");
+    assert_true(index_of(&plan, resolv) > index_of(&plan, etc));
+    assert_null(find(&plan, ROOTFS_OVERLAY, "/root/etc/apt")); /* in /etc's overlay */
+    assert_null(find(&plan, ROOTFS_COPY, "/root/etc/ld.so.cache"));
+
+    /* The package database is the image's; /app too, not the empty /opt. */
+    const struct rootfs_op *dpkg = find(&plan, ROOTFS_OVERLAY, "/root/var/lib/dpkg");
+    assert_non_null(dpkg);
+    assert_string_equal(dpkg->src + strlen(image), "/var/lib/dpkg");
+    assert_non_null(find(&plan, ROOTFS_OVERLAY, "/root/var/lib/apt"));
+    assert_non_null(find(&plan, ROOTFS_OVERLAY, "/root/app"));
+    assert_null(find(&plan, ROOTFS_OVERLAY, "/root/opt"));
+
+    /* /dev from the host; nothing of the host's system or /etc. */
+    assert_int_equal(find(&plan, ROOTFS_MKNOD, "/root/dev/null")->rdev, makedev(1, 3));
+    for (size_t i = 0; i < plan.n; i++)
+        if (plan.ops[i].src && !strncmp(plan.ops[i].src, host, strlen(host)) &&
+            plan.ops[i].kind != ROOTFS_BIND_DEV)
+            assert_memory_equal(plan.ops[i].src, image, strlen(image));
+    /* The cost: an overlay each for /usr, /etc, dpkg, apt and /app. */
+    assert_int_equal(count_ops(&plan, ROOTFS_OVERLAY), 5);
+    rootfs_plan_free(&plan);
+}
+
+/* A read-only root on an image: each entry of its /etc mirrored but what
+ * corral generates, the users' hashes and apt's settings. */
+static void plans_a_read_only_root_on_an_image(void **state)
+{
+    char image[300];
+    make_image(image, sizeof(image));
+    struct rootfs_params params = {.root_dir = "/run/x/root",
+                                   .storage_dir = "/run/x/storage",
+                                   .hostname = "box",
+                                   .disk_bytes = 5u << 20,
+                                   .owner_uid = 4242,
+                                   .owner_gid = 4243,
+                                   .mask_proc = 1,
+                                   .host_root = host,
+                                   .system_root = image};
+    struct rootfs_plan plan;
+    struct corral_error err;
+    assert_int_equal(rootfs_plan_build(&plan, &params, &err), 0);
+    assert_string_equal(find(&plan, ROOTFS_BIND_RO, "/root/usr")->src + strlen(image), "/usr");
+    assert_string_equal(find(&plan, ROOTFS_BIND_RO, "/root/etc/alternatives")->src + strlen(image),
+                        "/etc/alternatives");
+    assert_string_equal(find(&plan, ROOTFS_COPY, "/root/etc/ld.so.cache")->src + strlen(image),
+                        "/etc/ld.so.cache");
+    assert_non_null(find(&plan, ROOTFS_WRITE, "/root/etc/passwd"));
+    assert_non_null(find(&plan, ROOTFS_WRITE, "/root/etc/resolv.conf"));
+    assert_null(find(&plan, ROOTFS_SYMLINK, "/root/etc/resolv.conf"));
+    assert_false(uses_source_containing(&plan, "passwd"));
+    assert_false(uses_source_containing(&plan, "shadow"));
+    assert_false(uses_source_containing(&plan, "/etc/apt"));
+    assert_false(uses_source_containing(&plan, "python3.11")); /* the host's /etc/python3.11 */
+    assert_non_null(find(&plan, ROOTFS_BIND_RO, "/root/app"));
+    assert_null(find(&plan, ROOTFS_OVERLAY, "/root/etc"));
+    rootfs_plan_free(&plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(plans_a_curated_root, setup, teardown),
+        cmocka_unit_test_setup_teardown(plans_a_writable_root_on_an_image, setup, teardown),
+        cmocka_unit_test_setup_teardown(plans_a_read_only_root_on_an_image, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
