@@ -251,6 +251,13 @@ struct corral_template {
     struct corral_limits limits;
     unsigned pool_size;                   /* ready sandboxes kept waiting; 0 = no pool */
     const struct corral_network *network; /* its sandboxes' default; NULL = OFF */
+    /* A built template image (`corral template build`) by name or id: its
+     * sandboxes and zygote run on its root filesystem, with its
+     * environment and working directory, and its preload unless preload
+     * is given. NULL: the host's system. Looked up on the template's first
+     * use. A name that is no defined template but names a built image is
+     * such a template without being defined. */
+    const char *image;
 };
 /* Defines (or redefines, while unused) a template. */
 int corral_template_define(const struct corral_template *t, struct corral_error *err);
@@ -267,6 +274,10 @@ struct corral_template_stats {
     uint64_t zygote_startup_ms;
     unsigned pool_size, pool_ready;
     uint64_t pool_hits, pool_misses;
+    /* A template on an image whose zygote could not start: why ("" when
+     * it started, or was not tried yet). Its sandboxes then start cold:
+     * every context executes the image's /usr/bin/python3. */
+    char zygote_error[CORRAL_ERROR_MESSAGE_MAX];
 };
 int corral_template_stats(const char *name, struct corral_template_stats *out,
                           struct corral_error *err);
@@ -283,6 +294,10 @@ void corral_shutdown(void);
  * charged to the sandbox's memory limit. For the sandboxes created from
  * now on. */
 void corral_set_disk_dir(const char *dir);
+/* The store of built template images (NULL: /var/lib/corral/templates),
+ * where corral_template.image and template names are looked up. For the
+ * templates first used from now on. */
+void corral_set_template_dir(const char *dir);
 /* For long-lived processes: keeps n disks of each size used lately made
  * ahead by a thread, so that a sandbox's start pays only the mount
  * (corral_shutdown stops it). 0 = none (the default). */

@@ -92,6 +92,9 @@ struct corral_sandbox {
     char **env;         /* the sandbox's environment for kernels and commands */
     char **metadata;    /* key=value */
     char template_id[64];
+    struct box_template *tmpl; /* lives until corral_shutdown, after every sandbox */
+    int image_hold;            /* image_hold() of the template's image; -1: none */
+    char workdir[256];         /* kernels' and commands' default; "": /home/user */
     char python[256];
     bool forked; /* from a zygote: kernels are forks of the agent's interpreter */
     struct corral_limits limits;
@@ -109,6 +112,10 @@ struct corral_sandbox {
     enum corral_network_mode net_mode;
     bool net_layer_off; /* no network namespace of its own */
 };
+
+/* Where kernels and commands start unless told: the template image's
+ * working directory, else /home/user. */
+const char *box_sandbox_workdir(const corral_sandbox *sb);
 
 /* Networks (network.c). */
 struct netpolicy;
@@ -158,6 +165,12 @@ void box_template_limits(const struct box_template *t, const struct corral_limit
                          struct corral_limits *out);
 /* The template's zygote as a jail spawner (started if needed); hold it until
  * jail_start returns, then release. */
+struct image_info;
+/* The template's image (NULL: the host's system). */
+const struct image_info *box_template_image(const struct box_template *t);
+/* A template on an image whose zygote cannot start: its sandboxes start
+ * cold. Starts the zygote first when it was never tried. */
+bool box_template_cold(struct box_template *t, const char *state_dir);
 int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
                                  const struct jail_spawner **out, struct corral_error *err);
 /* Releases the spawner; true when its zygote turned out to be dead (it died

@@ -263,7 +263,7 @@ int corral_context_create(corral_sandbox *sb, const char *language, const char *
     ctx->sock = -1;
     ctx->out_fds[0] = ctx->out_fds[1] = -1;
     snprintf(ctx->language, sizeof(ctx->language), "python");
-    snprintf(ctx->cwd, sizeof(ctx->cwd), "%s", cwd ? cwd : JAIL_HOME);
+    snprintf(ctx->cwd, sizeof(ctx->cwd), "%s", cwd ? cwd : box_sandbox_workdir(sb));
     pthread_mutex_init(&ctx->exec_lock, NULL);
     pthread_mutex_lock(&sb->lock);
     char rnd[9];

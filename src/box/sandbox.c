@@ -18,6 +18,7 @@
 #include "base/util.h"
 #include "box/box.h"
 #include "egress/netpolicy.h"
+#include "image/image.h"
 #include "kernel/agent.h"
 
 void corral_sandbox_options_init(struct corral_sandbox_options *opts)
@@ -206,6 +207,11 @@ int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
 
 /* ---- creation and teardown ---- */
 
+const char *box_sandbox_workdir(const corral_sandbox *sb)
+{
+    return sb->workdir[0] ? sb->workdir : JAIL_HOME;
+}
+
 static const char *const base_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" CORRAL_HOME,
                                        "USER=user", "LOGNAME=user", "LANG=C.UTF-8", "TERM=dumb",
                                        "PYTHONDONTWRITEBYTECODE=1", "MPLBACKEND=Agg",
@@ -217,15 +223,41 @@ const char *const *corral_base_env(void)
     return base_env;
 }
 
-/* base_env, then OMP_NUM_THREADS for the CPU quota, then the caller's. */
-static char **build_env(const struct corral_sandbox_options *o, const struct corral_limits *lim)
+/* Sets NAME=VALUE in env (k entries, room for one more), replacing an
+ * earlier NAME. */
+static void env_set(char **env, size_t *k, const char *var)
 {
-    size_t n = 0, m = 0;
+    const char *eq = strchr(var, '=');
+    if (!eq || eq == var)
+        return;
+    size_t name_len = (size_t)(eq - var) + 1;
+    size_t j = 0;
+    for (; j < *k; j++)
+        if (!strncmp(env[j], var, name_len))
+            break;
+    if (j < *k) {
+        free(env[j]);
+        env[j] = strdup(var);
+    } else {
+        env[(*k)++] = strdup(var);
+    }
+}
+
+/* base_env, then OMP_NUM_THREADS for the CPU quota, then the template
+ * image's (NULL: none), then the caller's. */
+static char **build_env(const struct corral_sandbox_options *o, const struct corral_limits *lim,
+                        const struct box_template *t)
+{
+    const struct image_info *img = t ? box_template_image(t) : NULL;
+    char *const *image_env = img ? img->env : NULL;
+    size_t n = 0, m = 0, p = 0;
     while (base_env[n])
         n++;
     while (o->env && o->env[m])
         m++;
-    char **env = calloc(n + m + 2, sizeof(char *));
+    while (image_env && image_env[p])
+        p++;
+    char **env = calloc(n + m + p + 2, sizeof(char *));
     if (!env)
         return NULL;
     size_t k = 0;
@@ -234,22 +266,10 @@ static char **build_env(const struct corral_sandbox_options *o, const struct cor
     char threads[48];
     snprintf(threads, sizeof(threads), "OMP_NUM_THREADS=%u", (lim->millicpus + 999) / 1000);
     env[k++] = strdup(threads);
-    for (size_t i = 0; i < m; i++) {
-        const char *eq = strchr(o->env[i], '=');
-        if (!eq || eq == o->env[i])
-            continue;
-        size_t name_len = (size_t)(eq - o->env[i]) + 1;
-        size_t j = 0;
-        for (; j < k; j++)
-            if (!strncmp(env[j], o->env[i], name_len))
-                break;
-        if (j < k) {
-            free(env[j]);
-            env[j] = strdup(o->env[i]);
-        } else {
-            env[k++] = strdup(o->env[i]);
-        }
-    }
+    for (size_t i = 0; i < p; i++)
+        env_set(env, &k, image_env[i]);
+    for (size_t i = 0; i < m; i++)
+        env_set(env, &k, o->env[i]);
     for (size_t i = 0; i < k; i++)
         if (!env[i]) {
             corral_strv_free(env);
@@ -316,7 +336,7 @@ static void usage_from_now(corral_sandbox *sb)
 static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
                     struct corral_error *err)
 {
-    char **env = build_env(o, &sb->limits);
+    char **env = build_env(o, &sb->limits, sb->tmpl);
     char **metadata = corral_strv_dup(o->metadata);
     if (!env || !metadata) {
         corral_strv_free(env);
@@ -346,11 +366,29 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     return 0;
 }
 
+/* What a sandbox on a template image takes from it: a hold on the build,
+ * its working directory; and the root filesystem for its jail. */
+static int sandbox_on_image(corral_sandbox *sb, const struct image_info *img,
+                            struct jail_config *cfg, struct corral_error *err)
+{
+    if (!img)
+        return 0;
+    int r = image_hold(img, err);
+    if (r < 0)
+        return r;
+    sb->image_hold = r;
+    snprintf(sb->workdir, sizeof(sb->workdir), "%s", img->workdir ? img->workdir : "");
+    cfg->system_root = img->rootfs;
+    return 0;
+}
+
 static int sandbox_new(const struct corral_sandbox_options *o, struct box_template *t,
                        const struct corral_limits *limits, corral_sandbox **out,
                        struct corral_error *err)
 {
-    bool forked = !o->python;
+    /* An image's template whose zygote cannot start: every context
+     * executes the image's /usr/bin/python3. */
+    bool forked = !o->python && !box_template_cold(t, o->state_dir);
     int exe = -1;
     if (!forked && (exe = agent_fd(err)) < 0)
         return exe;
@@ -364,11 +402,13 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     pthread_cond_init(&sb->cond, NULL);
     sb->refs = 1;
     sb->ctl = -1;
+    sb->image_hold = -1;
     sb->forked = forked;
+    sb->tmpl = t;
     snprintf(sb->template_id, sizeof(sb->template_id), "%s", box_template_name(t));
     snprintf(sb->python, sizeof(sb->python), "%s", o->python ? o->python : "/usr/bin/python3");
     sb->limits = *limits;
-    sb->env = build_env(o, &sb->limits);
+    sb->env = build_env(o, &sb->limits, t);
     sb->metadata = corral_strv_dup(o->metadata);
     if (!sb->env || !sb->metadata) {
         corral_sandbox_release(sb);
@@ -397,7 +437,13 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     cfg.limits.open_files = sb->limits.open_files;
     cfg.stdin_fd = sv[1];
     cfg.workload_root = true; /* the agent: it acts as the user, or root */
-    int r;
+    int r = sandbox_on_image(sb, box_template_image(t), &cfg, err);
+    if (r < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        corral_sandbox_release(sb);
+        return r;
+    }
     if (forked) {
         /* A zygote may die at any time (killed, out of memory). One found
          * dead while it was asked is replaced, and the new one asked once. */
@@ -671,6 +717,8 @@ void corral_sandbox_release(corral_sandbox *sb)
     }
     if (sb->ctl >= 0)
         close(sb->ctl);
+    if (sb->image_hold >= 0)
+        close(sb->image_hold); /* after the jail: nothing runs on the image any more */
     corral_strv_free(sb->env);
     corral_strv_free(sb->metadata);
     pthread_cond_destroy(&sb->cond);
@@ -787,7 +835,7 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
         return r;
     struct ctl_msg *req = x.req, *rep = x.rep;
     ctl_put_u32(req, flags);
-    ctl_put_str(req, cwd ? cwd : JAIL_HOME);
+    ctl_put_str(req, cwd ? cwd : box_sandbox_workdir(sb));
     uint32_t argc = 0;
     while (argv[argc])
         argc++;

@@ -12,10 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
 #include "base/log.h"
 #include "box/box.h"
 #include "jail/disk.h"
 #include "egress/netpolicy.h"
+#include "image/image.h"
 #include "zygote/zygote.h"
 
 static const char *const default_preload[] = {"numpy", "pandas", "matplotlib.pyplot", NULL};
@@ -28,9 +31,18 @@ struct box_template {
     unsigned pool_size;
     enum corral_network_mode net_mode; /* its sandboxes' network */
     struct netpolicy net_policy;
+    /* A template image: its name (corral_template.image, or the template's
+     * own name), looked up on first use into image (under templates_lock). */
+    char image_name[IMAGE_NAME_MAX];
+    bool has_image, own_preload;
+    struct image_info image;
 
     pthread_rwlock_t zlock; /* readers spawn; a writer (re)starts the zygote */
     struct zygote *zygote;
+    int zygote_hold; /* the zygote's image_hold(); -1: none */
+    /* An image's zygote that could not start: why. Its sandboxes start cold
+     * from then on (the image does not change: a retry would fail again). */
+    char zygote_error[CORRAL_ERROR_MESSAGE_MAX];
     struct jail_spawner spawner;
     char state_dir[256];
 
@@ -50,6 +62,16 @@ static pthread_mutex_t templates_lock = PTHREAD_MUTEX_INITIALIZER;
  * miss. */
 static bool shut_down;
 static struct box_template *templates;
+static char *template_dir; /* the image store; NULL: IMAGE_DEFAULT_DIR (under templates_lock) */
+
+void corral_set_template_dir(const char *dir)
+{
+    char *copy = dir && *dir ? strdup(dir) : NULL;
+    pthread_mutex_lock(&templates_lock);
+    free(template_dir);
+    template_dir = copy;
+    pthread_mutex_unlock(&templates_lock);
+}
 
 static struct box_template *find_locked(const char *name)
 {
@@ -61,6 +83,7 @@ static struct box_template *find_locked(const char *name)
 
 static void free_template(struct box_template *t)
 {
+    image_info_free(&t->image);
     corral_strv_free(t->preload);
     netpolicy_free(&t->net_policy);
     free(t->pool);
@@ -96,6 +119,9 @@ static struct box_template *new_template(const struct corral_template *def,
         return NULL;
     }
     snprintf(t->name, sizeof(t->name), "%s", def->name);
+    snprintf(t->image_name, sizeof(t->image_name), "%s", def->image ? def->image : "");
+    t->own_preload = def->preload != NULL;
+    t->zygote_hold = -1;
     t->limits = def->limits;
     t->pool_size = def->pool_size;
     pthread_rwlock_init(&t->zlock, NULL);
@@ -133,6 +159,9 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
     if (def->pool_size > 10000)
         return corral_fail(err, EINVAL, "template '%s': a pool of %u sandboxes is too large",
                            def->name, def->pool_size);
+    if (def->image && (!*def->image || strlen(def->image) >= IMAGE_NAME_MAX))
+        return corral_fail(err, EINVAL, "template '%s': '%s' is not an image's name", def->name,
+                           def->image);
     struct box_template *t = new_template(def, err);
     if (!t)
         return -err->code;
@@ -163,6 +192,67 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
     return 0;
 }
 
+static int adopt_image(struct box_template *t, struct image_info *info, struct corral_error *err);
+
+/* Looks up the template's image (once): its preload unless the template
+ * names its own. */
+static int resolve_image_locked(struct box_template *t, struct corral_error *err)
+{
+    struct image_info info;
+    int r = image_lookup(template_dir, t->image_name, &info, err);
+    if (r < 0) {
+        char why[sizeof(err->message)];
+        snprintf(why, sizeof(why), "%s", err->message);
+        return corral_fail(err, -r, "template '%s': image '%s': %s", t->name, t->image_name, why);
+    }
+    return adopt_image(t, &info, err);
+}
+
+/* The image becomes the template's (info is taken). */
+static int adopt_image(struct box_template *t, struct image_info *info, struct corral_error *err)
+{
+    if (!t->own_preload) {
+        char **pre = corral_strv_dup((const char *const *)info->preload);
+        if (!pre) {
+            image_info_free(info);
+            return corral_fail(err, ENOMEM, "out of memory defining a template");
+        }
+        corral_strv_free(t->preload);
+        t->preload = pre;
+        for (t->n_preload = 0; pre[t->n_preload];)
+            t->n_preload++;
+    }
+    t->image = *info;
+    memset(info, 0, sizeof(*info));
+    t->has_image = true;
+    return 0;
+}
+
+/* A name that no template has but a built image does: a template of that
+ * image's, made now. NULL when there is none, or (*failed, err set) when
+ * it could not be made. */
+static struct box_template *image_template_locked(const char *name, bool *failed,
+                                                  struct corral_error *err)
+{
+    struct image_info info;
+    struct corral_error ignored;
+    if (strlen(name) >= sizeof(((struct box_template *)0)->name) ||
+        image_lookup(template_dir, name, &info, &ignored) < 0)
+        return NULL;
+    struct corral_template def = {.name = name, .image = name};
+    struct box_template *t = new_template(&def, err);
+    if (!t || adopt_image(t, &info, err) < 0) {
+        image_info_free(&info);
+        if (t)
+            free_template(t);
+        *failed = true;
+        return NULL;
+    }
+    t->next = templates;
+    templates = t;
+    return t;
+}
+
 int box_template_get(const char *name, struct box_template **out, struct corral_error *err)
 {
     box_metrics_start(); /* the pools' sandboxes are counted too */
@@ -182,6 +272,13 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
             templates = t;
         }
     }
+    bool failed = false;
+    if (!t)
+        t = image_template_locked(name, &failed, err);
+    if (t && t->image_name[0] && !t->has_image && resolve_image_locked(t, err) < 0) {
+        pthread_mutex_unlock(&templates_lock);
+        return -err->code;
+    }
     if (!t) {
         char names[512] = "";
         size_t used = 0;
@@ -194,8 +291,8 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
         if (!has_default)
             snprintf(names + used, sizeof(names) - used, "%sdefault", used ? ", " : "");
         pthread_mutex_unlock(&templates_lock);
-        if (err->code == ENOMEM)
-            return -ENOMEM;
+        if (failed || err->code == ENOMEM)
+            return -err->code;
         return corral_fail(err, ENOENT, "unknown template '%s' (available: %s)", name, names);
     }
     pthread_mutex_unlock(&templates_lock);
@@ -241,29 +338,87 @@ void box_template_limits(const struct box_template *t, const struct corral_limit
         out->open_files = JAIL_DEFAULT_OPEN_FILES;
 }
 
+static void stop_zygote(struct box_template *t)
+{
+    if (t->zygote) {
+        zygote_stop(t->zygote);
+        t->zygote = NULL;
+    }
+    if (t->zygote_hold >= 0) {
+        close(t->zygote_hold);
+        t->zygote_hold = -1;
+    }
+}
+
+/* Starts the zygote of an image's template: what keeps it from starting is
+ * kept (its sandboxes start cold from then on). */
+static int start_image_zygote(struct box_template *t, struct zygote_options *zo,
+                              struct corral_error *err)
+{
+    if (t->zygote_error[0])
+        return corral_fail(err, ENOEXEC, "%s", t->zygote_error);
+    int r = image_hold(&t->image, err);
+    if (r < 0)
+        return r;
+    t->zygote_hold = r;
+    zo->system_root = t->image.rootfs;
+    r = zygote_start(zo, &t->zygote, err);
+    if (r < 0) {
+        close(t->zygote_hold);
+        t->zygote_hold = -1;
+        if (r != -ECANCELED) {
+            snprintf(t->zygote_error, sizeof(t->zygote_error), "%s", err->message);
+            corral_log(CORRAL_LOG_WARN, "serve",
+                       "the zygote of template '%s' cannot start, its sandboxes start cold: %s",
+                       t->name, err->message);
+        }
+    }
+    return r;
+}
+
 /* Starts (or restarts) the zygote; called with zlock held for writing. */
 static int ensure_zygote_locked(struct box_template *t, const char *state_dir, const int *cancel,
                                 struct corral_error *err)
 {
     if (t->zygote && zygote_alive(t->zygote))
         return 0;
-    if (t->zygote) {
-        zygote_stop(t->zygote);
-        t->zygote = NULL;
-    }
+    stop_zygote(t);
     struct zygote_options zo = {.name = t->name,
                                 .preload = (const char *const *)t->preload,
                                 .n_preload = t->n_preload,
                                 .state_dir = state_dir,
                                 .cancel = cancel,
                                 .nice = corral_control_nice()};
-    int r = zygote_start(&zo, &t->zygote, err);
+    int r = t->has_image ? start_image_zygote(t, &zo, err) : zygote_start(&zo, &t->zygote, err);
     if (r < 0)
         return r;
     snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir ? state_dir : "");
     t->spawner.spawn = zygote_spawn;
     t->spawner.ctx = t->zygote;
     return 0;
+}
+
+const struct image_info *box_template_image(const struct box_template *t)
+{
+    return t->has_image ? &t->image : NULL;
+}
+
+bool box_template_cold(struct box_template *t, const char *state_dir)
+{
+    if (!t->has_image)
+        return false;
+    pthread_rwlock_rdlock(&t->zlock);
+    bool tried = t->zygote || t->zygote_error[0];
+    bool cold = t->zygote_error[0] != '\0';
+    pthread_rwlock_unlock(&t->zlock);
+    if (tried)
+        return cold;
+    struct corral_error ignored;
+    pthread_rwlock_wrlock(&t->zlock);
+    ensure_zygote_locked(t, state_dir, NULL, &ignored);
+    cold = t->zygote_error[0] != '\0';
+    pthread_rwlock_unlock(&t->zlock);
+    return cold;
 }
 
 int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
@@ -441,6 +596,7 @@ int corral_template_stats(const char *name, struct corral_template_stats *out,
         out->zygote_pid = zygote_pid(t->zygote);
         out->zygote_startup_ms = zygote_startup_ms(t->zygote);
     }
+    snprintf(out->zygote_error, sizeof(out->zygote_error), "%s", t->zygote_error);
     pthread_rwlock_unlock(&t->zlock);
     pthread_mutex_lock(&t->lock);
     out->pool_size = t->pool_size;
@@ -480,8 +636,7 @@ void corral_shutdown(void)
         for (unsigned i = 0; i < t->n_pool; i++)
             corral_sandbox_release(t->pool[i]);
         t->n_pool = 0;
-        if (t->zygote)
-            zygote_stop(t->zygote);
+        stop_zygote(t);
         free_template(t);
     }
     jail_disk_stop_ready();

@@ -18,6 +18,7 @@ int cli_load_config(const char *cmd, const char *path, const char **state_dir, c
                     const struct corral_config **loaded)
 {
     corral_set_disk_dir(disk_dir);
+    corral_set_template_dir(getenv("CORRAL_TEMPLATE_DIR"));
     if (!path || !*path)
         path = getenv("CORRAL_CONFIG");
     if ((!path || !*path) && access("/etc/corral/corral.yaml", F_OK) == 0)
@@ -36,6 +37,9 @@ int cli_load_config(const char *cmd, const char *path, const char **state_dir, c
         *state_dir = cfg->state_dir;
     if (!disk_dir && cfg->disk_dir)
         corral_set_disk_dir(cfg->disk_dir);
+    const char *env_dir = getenv("CORRAL_TEMPLATE_DIR");
+    if ((!env_dir || !*env_dir) && cfg->template_dir)
+        corral_set_template_dir(cfg->template_dir);
     if (loaded)
         *loaded = cfg;
     corral_nice_thread(corral_control_nice());

@@ -346,13 +346,17 @@ static int walk_template(const struct walk *w, const yaml_node_t *n, struct corr
     snprintf(what, sizeof(what), "template '%s'", t->name);
     snprintf(where, sizeof(where), "in %s", what);
     /* `name:` alone (null): every default */
-    int r = walk_expect_mapping(w, n, what, "preload, pool_size, limits, network", true);
+    int r = walk_expect_mapping(w, n, what, "preload, pool_size, limits, network, image", true);
     if (r <= 0)
         return r;
-    static const char *const keys[] = {"preload", "pool_size", "limits", "network"};
-    yaml_node_t *v[4];
-    if ((r = walk_match_keys(w, n, keys, 4, where, false, v)) < 0)
+    static const char *const keys[] = {"preload", "pool_size", "limits", "network", "image"};
+    yaml_node_t *v[5];
+    if ((r = walk_match_keys(w, n, keys, 5, where, false, v)) < 0)
         return r;
+    char *image = NULL;
+    if (v[4] && (r = walk_string(w, v[4], "image", STR_REQUIRED, &image)) < 0)
+        return r;
+    t->image = image;
     if (v[0] && (r = walk_preload(w, v[0], t)) < 0)
         return r;
     if (v[1] && (r = walk_pool_size(w, v[1], t)) < 0)
@@ -555,6 +559,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     if (r <= 0)
         return r;
     static const char *const keys[] = {"state_dir",
+                                       "template_dir",
                                        "templates",
                                        "model_list",
                                        "sandbox_tools",
@@ -571,6 +576,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
                                        "control_nice"};
     enum {
         STATE_DIR,
+        TEMPLATE_DIR,
         TEMPLATES,
         MODEL_LIST,
         SANDBOX_TOOLS,
@@ -601,8 +607,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         if (i == N)
             return walk_fail(
                 w, k, EINVAL,
-                "unknown key '%.64s' at the top level (known: state_dir, disk_dir, templates, "
-                "network, fleet, audit, log, control_nice) "
+                "unknown key '%.64s' at the top level (known: state_dir, disk_dir, template_dir, "
+                "templates, network, fleet, audit, log, control_nice) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -620,6 +626,9 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     if (v[STATE_DIR] && (r = walk_dir(w, v[STATE_DIR], "state_dir", &cfg->state_dir)) < 0)
         return r;
     if (v[DISK_DIR] && (r = walk_disk_dir(w, v[DISK_DIR], cfg)) < 0)
+        return r;
+    if (v[TEMPLATE_DIR] &&
+        (r = walk_dir(w, v[TEMPLATE_DIR], "template_dir", &cfg->template_dir)) < 0)
         return r;
     if (v[TEMPLATES] && (r = walk_templates(w, v[TEMPLATES], cfg)) < 0)
         return r;
@@ -747,6 +756,7 @@ void corral_config_free(struct corral_config *cfg)
     for (size_t i = 0; i < cfg->n_templates; i++) {
         struct corral_template *t = &cfg->templates[i];
         free((char *)t->name);
+        free((char *)t->image);
         corral_strv_free((char **)t->preload);
         free_template_network(t);
     }
@@ -758,6 +768,7 @@ void corral_config_free(struct corral_config *cfg)
     gateway_config_free(cfg->gateway);
     free(cfg->state_dir);
     free(cfg->disk_dir);
+    free(cfg->template_dir);
     free(cfg->log_level);
     free(cfg->log_format);
     free(cfg->path);

@@ -4,6 +4,7 @@
  *
  *   state_dir: /run/corral          # absolute path where corral keeps sandbox slots
  *   disk_dir: /var/lib/corral/disks # where the sandboxes' disks are made
+ *   template_dir: /var/lib/corral/templates # the built template images
  *   templates:                      # template name -> template
  *     default:
  *       preload: [numpy, pandas, matplotlib.pyplot]
@@ -23,6 +24,9 @@
  *   disk_dir    the same for the directory where sandboxes' disks are made
  *               (corral_set_disk_dir), or `memory`. Missing: NULL
  *               (/var/lib/corral/disks).
+ *   template_dir  the same for the store of built template images
+ *               (corral_set_template_dir). Missing: NULL ($CORRAL_TEMPLATE_DIR,
+ *               else /var/lib/corral/templates).
  *   network     egress settings for every sandbox (corral_egress_configure):
  *     modes          the network modes sandboxes may have, a list of off,
  *                    internet and policy. Missing: what the program allows
@@ -46,6 +50,9 @@
  *               library's default list); `[]`: an empty list (IPython only).
  *   pool_size   ready sandboxes kept waiting, an integer from 0 to 10000;
  *               missing: 0 (no pool).
+ *   image       a built template image (its name or id): the template's
+ *               sandboxes and zygote run on its root filesystem, with its
+ *               preload unless preload is given. Missing: the host's system.
  *   limits      default limits of its sandboxes (a mapping); a missing limit
  *               stays 0, the library's default:
  *     memory      a size (512m, 1GiB, 1073741824), at least 16m
@@ -89,9 +96,10 @@
 #define CORRAL_CONFIG_MAX_TEMPLATES 1024
 
 struct corral_config {
-    char *path;      /* the file it came from (the name given to corral_config_parse) */
-    char *state_dir; /* NULL = default */
-    char *disk_dir;  /* NULL = default */
+    char *path;         /* the file it came from (the name given to corral_config_parse) */
+    char *state_dir;    /* NULL = default */
+    char *disk_dir;     /* NULL = default */
+    char *template_dir; /* NULL = $CORRAL_TEMPLATE_DIR, else the library's default */
     /* `log:` level and format of corral serve's log (checked); NULL = not set */
     char *log_level, *log_format;
     /* Every string (name, preload entries) and array is owned by the config. */

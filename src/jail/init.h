@@ -48,7 +48,8 @@ struct jail_clone_params {
     uint32_t has_cgroup;
     struct jail_limits limits;
     struct cgroup cg;
-    char disk_dev[32]; /* the writable disk's block device (jail/disk.h) */
+    char disk_dev[32];     /* the writable disk's block device (jail/disk.h) */
+    char system_root[256]; /* jail_config.system_root; "": the host's */
 };
 
 /* Clones the init here (jail_start without a spawner, and zygotes). cfg gives

@@ -177,6 +177,12 @@ static int validate(const struct jail_config *cfg, struct corral_error *err)
                            "the seccomp layer needs no_new_privs once privileges are dropped");
     if (!(off & JAIL_LAYER_ROOTFS) && cfg->limits.disk_bytes < 1024 * 1024)
         return corral_fail(err, EINVAL, "the disk limit must be at least 1 MiB");
+    if (cfg->system_root &&
+        (cfg->system_root[0] != '/' ||
+         strlen(cfg->system_root) >= sizeof(((struct jail_clone_params *)0)->system_root)))
+        return corral_fail(err, EINVAL,
+                           "the image's root filesystem %s is not a short absolute path",
+                           cfg->system_root);
     return 0;
 }
 
@@ -210,6 +216,7 @@ int jail_clone_init(const struct jail_clone_params *p, const struct jail_config 
             .root_uid = p->root_uid,
             .mask_proc = !(off & JAIL_LAYER_PROCMASK),
             .host_root = "",
+            .system_root = p->system_root,
         };
         if ((r = rootfs_plan_build(&plan, &params, err)) < 0)
             return r;
@@ -373,6 +380,8 @@ int jail_start(const struct jail_config *cfg, struct jail **out, struct corral_e
     p->root_uid = j->root_uid;
     p->disabled_layers = off;
     p->read_only_root = cfg->read_only_root;
+    snprintf(p->system_root, sizeof(p->system_root), "%s",
+             cfg->system_root ? cfg->system_root : "");
     p->limits = cfg->limits;
     p->has_cgroup = cgenv != NULL;
     p->cg = j->cg;

@@ -105,6 +105,9 @@ struct jail_config {
     /* The root filesystem read-only (the host's system, bind-mounted),
      * instead of the sandbox's own copy. */
     bool read_only_root;
+    /* A template image's root filesystem (an absolute path): the sandbox's
+     * system and /etc are its (jail/rootfs.h). NULL: the host's. */
+    const char *system_root;
 
     /* Descriptors of the caller that become the workload's 0, 1, 2; -1 = /dev/null. */
     int stdin_fd, stdout_fd, stderr_fd;

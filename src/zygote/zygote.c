@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,18 +198,132 @@ static int wait_hello(struct zygote *z, uint64_t timeout_ms, const int *cancel,
 
 CORRAL_CLEANUP_FUNC(struct zygote, zygote_stop)
 
+/* An image's directories that go over the host's, planned before the fork. */
+struct image_binds {
+    char src[8][4096];
+    const char *dst[8];
+    size_t n;
+};
+
+/* The image's /usr and /etc, and /bin /sbin /lib* where both the image and
+ * the host have directories (with merged /usr, symlinks into /usr: they
+ * follow it). */
+static int plan_image_binds(const char *root, struct image_binds *b, struct corral_error *err)
+{
+    static const char *const dirs[] = {"/usr", "/etc",   "/bin",   "/sbin",
+                                       "/lib", "/lib32", "/lib64", "/libx32"};
+    memset(b, 0, sizeof(*b));
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        struct stat in_image, on_host;
+        snprintf(b->src[b->n], sizeof(b->src[b->n]), "%s%s", root, dirs[i]);
+        if (lstat(b->src[b->n], &in_image) < 0 || !S_ISDIR(in_image.st_mode)) {
+            if (i < 2)
+                return corral_fail(err, ENOENT, "the image %s has no %s", root, dirs[i]);
+            continue;
+        }
+        if (lstat(dirs[i], &on_host) < 0 || !S_ISDIR(on_host.st_mode))
+            continue;
+        b->dst[b->n++] = dirs[i];
+    }
+    return 0;
+}
+
+/* In the forked child: a mount namespace of its own, the image's binds in
+ * it. Only system calls (another thread of the parent may hold any lock). */
+static int enter_image(const struct image_binds *b)
+{
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return -1;
+    for (size_t i = 0; i < b->n; i++)
+        if (mount(b->src[i], b->dst[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            mount(NULL, b->dst[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                  NULL) < 0)
+            return -1;
+    return 0;
+}
+
+/* zygote_exec's start inside an image: fork, the child enters the image
+ * and executes exe_fd (opened before: under the image's /usr it may not be
+ * there), with what posix_spawn does for zygote_exec otherwise. */
+static int zygote_exec_in_image(struct zygote *z, const char *exe, char *const *argv, char **env,
+                                const struct image_binds *b, int sock, struct corral_error *err)
+{
+    /* Above the descriptors the child sets (0, 1, ZYGOTE_SOCK_FD). */
+    int fd = open(exe, O_PATH | O_CLOEXEC);
+    int exe_fd = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    if (fd >= 0)
+        close(fd);
+    if (exe_fd < 0)
+        return corral_fail_errno(err, "cannot open the zygote %s", exe);
+    fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int devnull = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    if (fd >= 0)
+        close(fd);
+    if (devnull < 0) {
+        close(exe_fd);
+        return corral_fail_errno(err, "cannot open /dev/null");
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        for (int s = 1; s < NSIG; s++)
+            if (s != SIGKILL && s != SIGSTOP)
+                signal(s, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int moved = sock == ZYGOTE_SOCK_FD ? fcntl(sock, F_SETFD, 0) : dup2(sock, ZYGOTE_SOCK_FD);
+        if (setsid() < 0 || moved < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 ||
+            enter_image(b) < 0)
+            _exit(127);
+        /* nothing else of ours, but the executable (close-on-exec) */
+        close_range(ZYGOTE_SOCK_FD + 1, (unsigned)exe_fd - 1, 0);
+        close_range((unsigned)exe_fd + 1, ~0u, 0);
+        syscall(SYS_execveat, exe_fd, "", argv, env, AT_EMPTY_PATH);
+        _exit(127);
+    }
+    int saved = errno;
+    close(devnull);
+    close(exe_fd);
+    if (pid < 0) {
+        errno = saved;
+        return corral_fail_errno(err, "cannot start the zygote");
+    }
+    z->pid = pid;
+    return 0;
+}
+
 /* Starts the zygote's process, its socket ZYGOTE_SOCK_FD, into z->pid and
  * z->sock. */
 static int zygote_exec(struct zygote *z, const char *exe, const char *preload,
-                       const char *state_dir, int nice, char **env, struct corral_error *err)
+                       const char *state_dir, int nice, char **env, const char *system_root,
+                       struct corral_error *err)
 {
+    struct image_binds *binds = NULL;
+    int r;
+    if (system_root) {
+        if (!(binds = malloc(sizeof(*binds))))
+            return corral_fail(err, ENOMEM, "out of memory starting a zygote");
+        if ((r = plan_image_binds(system_root, binds, err)) < 0) {
+            free(binds);
+            return r;
+        }
+    }
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        free(binds);
         return corral_fail_errno(err, "cannot create the zygote's socket");
+    }
     char nice_text[16];
     snprintf(nice_text, sizeof(nice_text), "%d", nice);
     char *argv[] = {"corral-zygote", "--name",          z->name,  "--preload", (char *)preload,
                     "--state-dir",   (char *)state_dir, "--nice", nice_text,   NULL};
+    if (binds) {
+        r = zygote_exec_in_image(z, exe, argv, env, binds, sv[1], err);
+        free(binds);
+        close(sv[1]);
+        z->sock = sv[0];
+        return r;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, sv[1], ZYGOTE_SOCK_FD);
@@ -270,7 +387,7 @@ int zygote_start(const struct zygote_options *o, struct zygote **out, struct cor
         strcat(preload, o->preload[i]);
     }
     const char *state_dir = o->state_dir ? o->state_dir : JAIL_DEFAULT_STATE_DIR;
-    if ((r = zygote_exec(z, exe, preload, state_dir, o->nice, env, err)) < 0 ||
+    if ((r = zygote_exec(z, exe, preload, state_dir, o->nice, env, o->system_root, err)) < 0 ||
         (r = wait_hello(z, o->start_timeout_ms ? o->start_timeout_ms : 120000, o->cancel, err)) <
             0) {
         if (r == -ECANCELED && z->pid > 0) /* still importing: it would not read the hang-up */

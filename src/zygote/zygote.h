@@ -65,6 +65,13 @@ struct zygote_options {
     uint64_t start_timeout_ms; /* 0 = 120 s */
     const int *cancel;         /* non-zero (atomic) ends the start: -ECANCELED; may be NULL */
     int nice;                  /* the zygote's (and its sandboxes' inits' and agents') */
+    /* A template image's root filesystem: the zygote runs in a mount
+     * namespace of its own where the image's /usr (and /bin /sbin /lib*
+     * where they are directories) and /etc are bind-mounted read-only over
+     * the host's, so that it embeds the image's libpython and imports the
+     * image's modules; its sandboxes' system is the image's too. NULL: the
+     * host's. */
+    const char *system_root;
 };
 
 struct zygote;

@@ -54,6 +54,7 @@ static void parses_a_full_file(void **state)
     struct corral_config *cfg = parse_ok("# corral\n"
                                          "state_dir: /run/corral-test\n"
                                          "disk_dir: /srv/corral-disks\n"
+                                         "template_dir: /srv/corral-templates\n"
                                          "templates:\n"
                                          "  default:\n"
                                          "    preload: [numpy, pandas, matplotlib.pyplot]\n"
@@ -66,6 +67,7 @@ static void parses_a_full_file(void **state)
                                          "      open_files: 1024\n"
                                          "  minimal:\n"
                                          "    preload: []\n"
+                                         "    image: data-science:v2\n"
                                          "  data-2.x_y:\n"
                                          "    preload:\n"
                                          "      - _private.mod\n"
@@ -73,6 +75,7 @@ static void parses_a_full_file(void **state)
     assert_string_equal(cfg->path, "corral.yaml");
     assert_string_equal(cfg->state_dir, "/run/corral-test");
     assert_string_equal(cfg->disk_dir, "/srv/corral-disks");
+    assert_string_equal(cfg->template_dir, "/srv/corral-templates");
     assert_int_equal(cfg->n_templates, 3);
     assert_string_equal(cfg->templates[0].name, "default");
     assert_string_equal(cfg->templates[1].name, "minimal");
@@ -95,6 +98,8 @@ static void parses_a_full_file(void **state)
     assert_non_null(m->preload);
     assert_null(m->preload[0]);
     assert_int_equal(m->pool_size, 0);
+    assert_string_equal(m->image, "data-science:v2");
+    assert_null(d->image);
 
     const struct corral_template *x = find(cfg, "data-2.x_y");
     assert_string_equal(x->preload[0], "_private.mod");
@@ -245,11 +250,12 @@ static void refuses_unknown_keys(void **state)
                        "    preload: []\n"
                        "    pol_size: 2\n";
     assert_int_equal(corral_config_parse(yaml, strlen(yaml), "corral.yaml", &cfg, &err), -EINVAL);
-    assert_string_equal(err.message, "corral.yaml:4:5: unknown key 'pol_size' in template "
-                                     "'default' (known: preload, pool_size, limits, network)");
+    assert_string_equal(err.message,
+                        "corral.yaml:4:5: unknown key 'pol_size' in template "
+                        "'default' (known: preload, pool_size, limits, network, image)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, templates, network, fleet, audit, log, control_nice)");
+                 "disk_dir, template_dir, templates, network, fleet, audit, log, control_nice)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
@@ -290,7 +296,7 @@ static void refuses_wrong_types(void **state)
                  "templates, not 'default'");
     expect_error("templates:\n  t: [preload]\n", EINVAL,
                  "corral.yaml:2:6: template 't' must be a mapping (keys: preload, pool_size, "
-                 "limits, network), not a list");
+                 "limits, network, image), not a list");
     expect_error("templates:\n  t:\n    limits: [memory, 1g]\n", EINVAL,
                  "corral.yaml:3:13: limits of template 't' must be a mapping (keys: memory, cpus, "
                  "pids, disk, open_files), not a list");
