@@ -168,6 +168,8 @@ void box_template_limits(const struct box_template *t, const struct corral_limit
 struct image_info;
 /* The template's image (NULL: the host's system). */
 const struct image_info *box_template_image(const struct box_template *t);
+/* Whether a zygote can run inside the image (its Python is corral's). */
+int box_image_zygote_check(const struct image_info *img, struct corral_error *err);
 /* A template on an image whose zygote cannot start: its sandboxes start
  * cold. Starts the zygote first when it was never tried. */
 bool box_template_cold(struct box_template *t, const char *state_dir);

@@ -350,6 +350,17 @@ static void stop_zygote(struct box_template *t)
     }
 }
 
+int box_image_zygote_check(const struct image_info *img, struct corral_error *err)
+{
+    if (img->python_version && *img->python_version &&
+        strcmp(img->python_version, CORRAL_PYTHON_VERSION))
+        return corral_fail(err, ENOEXEC,
+                           "the image's Python is %s, and corral's zygote embeds Python %s "
+                           "(libpython%s)",
+                           img->python_version, CORRAL_PYTHON_VERSION, CORRAL_PYTHON_VERSION);
+    return 0;
+}
+
 /* Starts the zygote of an image's template: what keeps it from starting is
  * kept (its sandboxes start cold from then on). */
 static int start_image_zygote(struct box_template *t, struct zygote_options *zo,
@@ -362,7 +373,8 @@ static int start_image_zygote(struct box_template *t, struct zygote_options *zo,
         return r;
     t->zygote_hold = r;
     zo->system_root = t->image.rootfs;
-    r = zygote_start(zo, &t->zygote, err);
+    if ((r = box_image_zygote_check(&t->image, err)) == 0)
+        r = zygote_start(zo, &t->zygote, err);
     if (r < 0) {
         close(t->zygote_hold);
         t->zygote_hold = -1;

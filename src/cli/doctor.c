@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "box/box.h"
 #include "cli/cli.h"
+#include "image/image.h"
 #include "jail/disk.h"
 #include "jail/cgroup.h"
 #include "jail/jail.h"
@@ -289,6 +291,71 @@ static void check_zygote(const char *state_dir)
     ok("zygote", detail);
 }
 
+struct template_check {
+    const char *state_dir;
+    unsigned n;
+};
+
+/* One built template: its zygote starts inside it (the image's libpython,
+ * its preload), else its sandboxes start cold, on its /usr/bin/python3. */
+static int check_one_template(void *arg, const struct image_info *info)
+{
+    struct template_check *c = arg;
+    char what[40], detail[1200], python[4200];
+    snprintf(what, sizeof(what), "template %.24s", info->name);
+    c->n++;
+    struct corral_error err;
+    int hold = image_hold(info, &err);
+    if (hold < 0) {
+        bad(what, err.message, "see the message: the store's files are corral's");
+        return 0;
+    }
+    size_t n = 0;
+    while (info->preload && info->preload[n])
+        n++;
+    struct zygote_options zo = {.name = info->name,
+                                .preload = (const char *const *)info->preload,
+                                .n_preload = n,
+                                .state_dir = c->state_dir,
+                                .system_root = info->rootfs};
+    struct zygote *z;
+    if (box_image_zygote_check(info, &err) == 0 && zygote_start(&zo, &z, &err) == 0) {
+        snprintf(detail, sizeof(detail), "build %s, its zygote ready in %llu ms", info->id,
+                 (unsigned long long)zygote_startup_ms(z));
+        zygote_stop(z);
+        ok(what, detail);
+    } else {
+        snprintf(python, sizeof(python), "%s/usr/bin/python3", info->rootfs);
+        bool cold = access(python, X_OK) == 0;
+        snprintf(detail, sizeof(detail), "build %s, its zygote cannot start (%s): %s", info->id,
+                 cold ? "its sandboxes start cold, on /usr/bin/python3" : "nor can a cold start",
+                 err.message);
+        if (cold)
+            warn(what, detail,
+                 "rebuild it with Python " CORRAL_PYTHON_VERSION " and modules that import");
+        else
+            bad(what, detail, "rebuild it: every template needs python3");
+    }
+    close(hold);
+    return 0;
+}
+
+/* The built templates of the store (CORRAL_TEMPLATE_DIR, else the default). */
+static void check_templates(const char *dir, const char *state_dir)
+{
+    struct template_check c = {.state_dir = state_dir};
+    struct corral_error err;
+    char detail[4200];
+    if (image_list(dir, check_one_template, &c, &err) < 0) {
+        bad("templates", err.message, "see the message");
+        return;
+    }
+    if (!c.n) {
+        snprintf(detail, sizeof(detail), "none built in %s", dir ? dir : IMAGE_DEFAULT_DIR);
+        ok("templates", detail);
+    }
+}
+
 static void check_disk(void)
 {
     struct corral_error err;
@@ -454,17 +521,22 @@ int cli_doctor(int argc, char **argv)
 {
     const char *python = "/usr/bin/python3";
     const char *state = JAIL_DEFAULT_STATE_DIR;
+    const char *templates = getenv("CORRAL_TEMPLATE_DIR");
+    if (templates && !*templates)
+        templates = NULL;
     uint64_t sandboxes = 1000;
     bool fix = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: corral doctor [--python PATH] [--state-dir DIR] [--disk-dir DIR]\n"
-                   "                     [--sandboxes N] [--fix]\n"
+                   "                     [--template-dir DIR] [--sandboxes N] [--fix]\n"
                    "\n"
                    "Checks that this host can run sandboxes: root, kernel, namespaces, mounts,\n"
                    "cgroup version and controllers, seccomp, the sandboxed Python and its\n"
                    "packages, the state directory, sandbox disks (loop devices, mke2fs), that\n"
-                   "a zygote starts with the default template's modules, and that the host's\n"
+                   "a zygote starts with the default template's modules, that each built\n"
+                   "template's zygote starts inside it (else why its sandboxes start cold),\n"
+                   "and that the host's\n"
                    "limits (pids, threads, namespaces, open files, memory cgroups, memory)\n"
                    "leave room for N sandboxes at once. Each problem comes with its fix.\n"
                    "Exits 0 when everything required works, 1 otherwise.\n"
@@ -472,10 +544,12 @@ int cli_doctor(int argc, char **argv)
                    "  --python PATH    interpreter used inside sandboxes (default %s)\n"
                    "  --state-dir DIR  where corral keeps sandbox slots (default %s)\n"
                    "  --disk-dir DIR   where sandboxes' disks are made (default %s), or memory\n"
+                   "  --template-dir DIR  the built templates (default $CORRAL_TEMPLATE_DIR,\n"
+                   "                   else %s)\n"
                    "  --sandboxes N    how many sandboxes at once the limits must allow\n"
                    "                   (default 1000)\n"
                    "  --fix            raise the kernel settings (sysctls) that are too low\n",
-                   python, state, JAIL_DEFAULT_DISK_DIR);
+                   python, state, JAIL_DEFAULT_DISK_DIR, IMAGE_DEFAULT_DIR);
             return CLI_OK;
         }
         if (!strcmp(argv[i], "--python") && i + 1 < argc)
@@ -484,6 +558,8 @@ int cli_doctor(int argc, char **argv)
             state = argv[++i];
         else if (!strcmp(argv[i], "--disk-dir") && i + 1 < argc)
             jail_disk_set_dir(argv[++i]);
+        else if (!strcmp(argv[i], "--template-dir") && i + 1 < argc)
+            templates = argv[++i];
         else if (!strcmp(argv[i], "--fix"))
             fix = true;
         else if (!strcmp(argv[i], "--sandboxes") && i + 1 < argc) {
@@ -508,6 +584,7 @@ int cli_doctor(int argc, char **argv)
     if (geteuid() == 0) {
         check_disk();
         check_zygote(state);
+        check_templates(templates, state);
     }
     if (failures) {
         printf("\n%d problem%s found: corral cannot run sandboxes here until %s fixed.\n", failures,
