@@ -4,7 +4,7 @@ suite so that it is made once).
 
 The store has a fixed layout (src/image/image.h): two builds of one root
 filesystem, a Debian bookworm minbase made with mmdebstrap plus corral's
-runtime and what the host lacks (python3-tabulate, figlet):
+runtime, jq and what the host lacks (python3-tabulate, figlet):
 
   corral-test-runtime  preload tabulate, an environment, workdir /app
   corral-test-broken   preload a module that does not exist: its zygote
@@ -28,7 +28,7 @@ ENV = ["GREETING=hello from the image", "TABLE_FORMAT=grid"]
 WORKDIR = "/app"
 PACKAGES = ("python3,python3-ipython,python3-pip,libpython3.11,libseccomp2,libjansson4,"
             "libyaml-0-2,libnftables1,libssl3,libasan8,libubsan1,zlib1g,libexpat1,"
-            "python3-tabulate,figlet")
+            "jq,python3-tabulate,figlet")
 
 
 def _image_json(build_id, preload):

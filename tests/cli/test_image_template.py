@@ -1,0 +1,172 @@
+"""`corral run --template NAME` on a built template image: the sandbox's
+system is the image's (its packages, its Python and modules, its /etc),
+with the image's environment and working directory; a template whose
+zygote cannot start inside its image starts cold, and `corral doctor`
+says why. The store is tests/template_store.py's."""
+import fcntl
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CORRAL, run
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import template_store  # noqa: E402
+
+RUNTIME, BROKEN = template_store.RUNTIME, template_store.BROKEN
+
+INSIDE = r"""
+import json, os, subprocess, sys
+def can_import(name):
+    try:
+        __import__(name)
+        return True
+    except ImportError:
+        return False
+print(json.dumps({
+    'preloaded': 'tabulate' in sys.modules,
+    'table': __import__('tabulate').tabulate([[1, 2]], tablefmt=os.environ['TABLE_FORMAT']),
+    'figlet': subprocess.run(['figlet', 'hi'], capture_output=True, text=True).stdout,
+    'jq': subprocess.run(['jq', '.a'], input='{"a": 7}', capture_output=True, text=True).stdout,
+    'numpy': can_import('numpy'),
+    'host_usr_local': os.path.exists('/usr/local/lib/python3.11/dist-packages/'
+                                     '_sandboxing_egress_ca.pth'),
+    'cwd': os.getcwd(),
+    'greeting': os.environ.get('GREETING'),
+    'etc': sorted(os.listdir('/etc')),
+    'passwd': open('/etc/passwd').read(),
+    'dpkg': subprocess.run(['dpkg-query', '-W', '-f', '${Package}\n'], capture_output=True,
+                           text=True).stdout.split(),
+    'python': sys.version.split()[0],
+}))
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def store():
+    return template_store.ensure()
+
+
+def rootfs(build_id):
+    return os.path.join(template_store.STORE, "builds", build_id, "rootfs")
+
+
+def image_etc(build_id):
+    return sorted(os.listdir(os.path.join(rootfs(build_id), "etc")))
+
+
+def host_mounts_of_the_store():
+    builds = os.path.join(template_store.STORE, "builds", "c0441e7e5700000")
+    with open("/proc/self/mountinfo") as f:
+        return [l for l in f if builds in l]
+
+
+def lock_is_free(build_id):
+    with open(os.path.join(template_store.STORE, "builds", build_id, "lock")) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+
+def test_the_host_lacks_what_the_image_has():
+    """The premise of the tests below."""
+    assert not os.path.exists("/usr/lib/python3/dist-packages/tabulate.py")
+    assert not os.path.exists("/usr/bin/figlet")
+    assert os.path.exists("/usr/lib/python3/dist-packages/numpy")
+    assert os.path.exists("/usr/local/lib/python3.11/dist-packages/_sandboxing_egress_ca.pth")
+
+
+@pytest.mark.parametrize("name", [RUNTIME, BROKEN])
+def test_a_sandbox_runs_on_the_image(name):
+    build = template_store.RUNTIME_ID if name == RUNTIME else template_store.BROKEN_ID
+    r = run("run", "--template", name, "--script", "-e", "TABLE_FORMAT=plain", "-c", INSIDE,
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    # The image's packages and modules, none of the host's own.
+    assert got["table"] == "1  2"
+    assert "| |__ (_)" in got["figlet"]
+    assert got["jq"] == "7\n"
+    assert got["numpy"] is False and got["host_usr_local"] is False
+    assert "python3-tabulate" in got["dpkg"] and "python3-numpy" not in got["dpkg"]
+    # The image's environment under the create's, its working directory.
+    assert got["greeting"] == "hello from the image"
+    assert got["cwd"] == "/app"
+    # The image's /etc, corral's generated files on top.
+    generated = {"passwd", "group", "hostname", "hosts", "resolv.conf", "nsswitch.conf"}
+    hidden = {"shadow", "gshadow"}
+    assert set(got["etc"]) == (set(image_etc(build)) - hidden) | generated
+    assert got["passwd"].startswith("root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:1000:")
+    # Forked from the zygote in the image, or cold with its python3.
+    assert got["preloaded"] is (name == RUNTIME)
+    if name == BROKEN:
+        assert "its sandboxes start cold" in r.stderr
+        assert "No module named 'no_such_module_of_corral'" in r.stderr
+    assert host_mounts_of_the_store() == []
+    assert lock_is_free(build)
+
+
+def test_a_cell_runs_on_the_image():
+    r = run("run", "--template", RUNTIME, "-c", "import tabulate, os\nos.getcwd()", timeout=120)
+    assert (r.returncode, r.stdout) == (0, "'/app'\n"), r.stderr
+
+
+def test_the_build_is_held_while_a_sandbox_runs_on_it():
+    p = subprocess.Popen([CORRAL, "run", "--template", RUNTIME, "--script", "-c",
+                          "import sys\nprint('up', flush=True)\nsys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        assert not lock_is_free(template_store.RUNTIME_ID)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert p.returncode == 0, p.stderr.read()
+    assert lock_is_free(template_store.RUNTIME_ID)
+
+
+def test_a_configured_template_names_an_image(tmp_path):
+    config = tmp_path / "corral.yaml"
+    config.write_text("templates:\n"
+                      "  tables:\n"
+                      "    image: corral-test-runtime\n"
+                      "    preload: [json]\n"
+                      "  missing:\n"
+                      "    image: no-such-image\n")
+    r = run("run", "--config", str(config), "--template", "tables", "--script", "-c",
+            "import sys, os; print('json' in sys.modules, 'tabulate' in sys.modules, "
+            "os.environ['GREETING'])", timeout=120)
+    assert (r.returncode, r.stdout) == (0, "True False hello from the image\n"), r.stderr
+    r = run("run", "--config", str(config), "--template", "missing", "-c", "1")
+    assert r.returncode == 3
+    assert "template 'missing': image 'no-such-image'" in r.stderr
+
+
+def test_the_template_dir_comes_from_the_configuration(tmp_path):
+    config = tmp_path / "corral.yaml"
+    config.write_text(f"template_dir: {template_store.STORE}\n")
+    env = dict(os.environ)
+    del env["CORRAL_TEMPLATE_DIR"]
+    r = run("run", "--config", str(config), "--template", RUNTIME, "-c", "import os\nos.getcwd()",
+            env=env, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "'/app'\n"), r.stderr
+    r = run("run", "--template", RUNTIME, "-c", "1", env=dict(env, CORRAL_CONFIG=os.devnull))
+    assert r.returncode == 3 and f"unknown template '{RUNTIME}'" in r.stderr
+
+
+def test_doctor_says_which_templates_start_cold_and_why():
+    r = run("doctor", timeout=300)
+    lines = r.stdout.splitlines()
+    ok = [l for l in lines if l.startswith(f"ok    template {RUNTIME}")]
+    assert ok and "its zygote ready in" in ok[0], r.stdout
+    warn = [l for l in lines if l.startswith(f"warn  template {BROKEN}")]
+    assert warn, r.stdout
+    assert "its sandboxes start cold" in warn[0]
+    assert "No module named 'no_such_module_of_corral'" in warn[0]
+    assert host_mounts_of_the_store() == []
