@@ -514,6 +514,78 @@ int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct co
     return 0;
 }
 
+#define READY_TIMEOUT_MS 120000 /* the image's ready_cmd must succeed within */
+#define READY_POLL_MS    100    /* between two runs of it */
+
+/* One run of the image's ready_cmd: 0 when it exited 0, else its exit code
+ * (or -1: it was killed at the deadline, or could not start). */
+static int ready_once(corral_sandbox *sb, const char *cmd, const struct corral_command_options *co,
+                      uint64_t until, struct corral_error *err)
+{
+    corral_process *p;
+    if (corral_command_start(sb, cmd, co, &p, err) < 0)
+        return -1;
+    uint64_t now = corral_now_ms();
+    int code = -1;
+    if (corral_process_wait(p, NULL, until > now ? until - now : 1, &code, err) < 0) {
+        corral_process_signal(p, SIGKILL, NULL);
+        corral_process_wait(p, NULL, 0, NULL, NULL);
+        code = -1;
+    }
+    corral_process_release(p);
+    return code;
+}
+
+/* The image's start_cmd, in the background (as its user, in its working
+ * directory, with the sandbox's environment; its output to
+ * /tmp/start_cmd.log), then its ready_cmd until it exits 0. */
+static int start_image_service(corral_sandbox *sb, const struct image_info *img,
+                               struct corral_error *err)
+{
+    if (!img || (!img->start_cmd && !img->ready_cmd))
+        return 0;
+    struct corral_command_options co;
+    corral_command_options_init(&co);
+    co.cwd = box_sandbox_workdir(sb);
+    co.root = img->user && (!strcmp(img->user, "root") || !strcmp(img->user, "0"));
+    corral_process *start = NULL;
+    if (img->start_cmd) {
+        char *cmd = NULL;
+        if (asprintf(&cmd, "exec </dev/null >>/tmp/start_cmd.log 2>&1\n%s", img->start_cmd) < 0)
+            return corral_fail(err, ENOMEM, "out of memory starting the template's start_cmd");
+        int r = corral_command_start(sb, cmd, &co, &start, err);
+        free(cmd);
+        if (r < 0)
+            return r;
+    }
+    uint64_t until = corral_now_ms() + READY_TIMEOUT_MS;
+    int r = 0, code = 0, status = 0;
+    while (img->ready_cmd && (code = ready_once(sb, img->ready_cmd, &co, until, err)) != 0) {
+        if (start && corral_process_ended(start, &status)) {
+            char *log = NULL;
+            size_t len = 0;
+            struct corral_error ignored;
+            corral_file_read_all(sb, "/tmp/start_cmd.log", 300, &log, &len, &ignored);
+            r = corral_fail(err, ECHILD,
+                            "the template's start_cmd ended (wait status %#x) before its "
+                            "ready_cmd succeeded; it printed: %.*s",
+                            (unsigned)status, (int)len, log ? log : "");
+            free(log);
+            break;
+        }
+        if (corral_now_ms() >= until) {
+            r = corral_fail(err, ETIMEDOUT,
+                            "the template's ready_cmd '%.200s' did not exit 0 within %d s (last "
+                            "exit code %d)",
+                            img->ready_cmd, READY_TIMEOUT_MS / 1000, code);
+            break;
+        }
+        poll(NULL, 0, READY_POLL_MS);
+    }
+    corral_process_release(start); /* it runs on, as a process of the sandbox's */
+    return r;
+}
+
 static int sandbox_create(const struct corral_sandbox_options *o, corral_sandbox **out,
                           struct corral_error *err)
 {
@@ -549,7 +621,8 @@ static int sandbox_create(const struct corral_sandbox_options *o, corral_sandbox
     /* before hand_out: no code of the caller's has run in it yet */
     r = box_network_attach(sb, net_mode, policy, err);
     netpolicy_free(&own_policy);
-    if (r < 0 || (r = hand_out(sb, o, err)) < 0) {
+    if (r < 0 || (r = hand_out(sb, o, err)) < 0 ||
+        (r = start_image_service(sb, box_template_image(t), err)) < 0) {
         box_settle(&claim, NULL);
         corral_sandbox_release(sb);
         return r;

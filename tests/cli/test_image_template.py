@@ -170,3 +170,21 @@ def test_doctor_says_which_templates_start_cold_and_why():
     assert "its sandboxes start cold" in warn[0]
     assert "No module named 'no_such_module_of_corral'" in warn[0]
     assert host_mounts_of_the_store() == []
+
+
+def test_the_images_service_is_ready_before_the_code_runs():
+    """start_cmd (an HTTP server of the working directory) runs in the
+    background, and the create returns once ready_cmd (a request) succeeds."""
+    r = run("run", "--template", template_store.SERVICE, "--script", "-c",
+            "import urllib.request as u\n"
+            f"print(u.urlopen('http://127.0.0.1:{template_store.PORT}/data.txt').read().decode())",
+            timeout=120)
+    assert (r.returncode, r.stdout) == (0, "a file of the image\n\n"), r.stderr
+
+
+def test_a_service_that_ends_before_it_is_ready_fails_the_create():
+    r = run("run", "--template", template_store.SERVICE_FAILS, "--script", "-c", "print(1)",
+            timeout=120)
+    assert r.returncode == 3 and r.stdout == ""
+    assert ("the template's start_cmd ended (wait status 0x300) before its ready_cmd succeeded; "
+            "it printed: no service here") in r.stderr
