@@ -290,10 +290,15 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
         }
         if (!has_default)
             snprintf(names + used, sizeof(names) - used, "%sdefault", used ? ", " : "");
+        char dir[256];
+        snprintf(dir, sizeof(dir), "%s", template_dir ? template_dir : IMAGE_DEFAULT_DIR);
         pthread_mutex_unlock(&templates_lock);
         if (failed || err->code == ENOMEM)
             return -err->code;
-        return corral_fail(err, ENOENT, "unknown template '%s' (available: %s)", name, names);
+        return corral_fail(err, ENOENT,
+                           "unknown template '%s' (available: %s), nor a template image built in "
+                           "%s",
+                           name, names, dir);
     }
     pthread_mutex_unlock(&templates_lock);
     *out = t;
