@@ -313,27 +313,29 @@ static void plan_remount_ro(struct planner *pl, char *dir, unsigned long flags)
 
 /* /etc: the sandbox's own users, host name and name service, and the host's
  * entries Python and TLS need. */
-static void plan_etc_generated(struct planner *pl)
+static void plan_etc_generated(struct planner *pl, const char *dir)
 {
     const struct rootfs_params *params = pl->params;
-    char buf[4096];
-    plan_write(pl, "etc/passwd",
+    char buf[4096], rel[64];
+#define GENERATED(name) (snprintf(rel, sizeof(rel), "%s/%s", dir, name), rel)
+    plan_write(pl, GENERATED("passwd"),
                "root:x:0:0:root:/root:/usr/sbin/nologin\n"
                "user:x:1000:1000:user:/home/user:/bin/bash\n"
                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
-    plan_write(pl, "etc/group", "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n");
+    plan_write(pl, GENERATED("group"), "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n");
     snprintf(buf, sizeof(buf), "%s\n", params->hostname);
-    plan_write(pl, "etc/hostname", buf);
+    plan_write(pl, GENERATED("hostname"), buf);
     snprintf(buf, sizeof(buf),
              "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
              "127.0.1.1\t%s\n",
              params->hostname);
-    plan_write(pl, "etc/hosts", buf);
-    plan_write(pl, "etc/resolv.conf", "# this sandbox has no network access\n");
-    plan_write(pl, "etc/nsswitch.conf",
+    plan_write(pl, GENERATED("hosts"), buf);
+    plan_write(pl, GENERATED("resolv.conf"), "# this sandbox has no network access\n");
+    plan_write(pl, GENERATED("nsswitch.conf"),
                "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
                "networks: files\nprotocols: files\nservices: files\nethers: files\n"
                "rpc: files\n");
+#undef GENERATED
 }
 
 static void plan_etc(struct planner *pl)
@@ -341,7 +343,7 @@ static void plan_etc(struct planner *pl)
     char buf[4096];
     plan_mkdir(pl, "etc", 0755);
     plan_mkdir(pl, "etc/ssl", 0755);
-    plan_etc_generated(pl);
+    plan_etc_generated(pl, "etc");
     for (const char *const *e = etc_entries; *e; e++)
         plan_host_path(pl, *e);
     snprintf(buf, sizeof(buf), "%s/etc/python3*", system_root(pl));
@@ -360,14 +362,6 @@ static const char *const image_etc_hidden[] = {
     "passwd",           "group",           "hostname", "hosts",         "resolv.conf",
     "nsswitch.conf",    "shadow",          "gshadow",  "apt/auth.conf", "apt/apt.conf",
     "apt/auth.conf.d/", "apt/apt.conf.d/", NULL};
-
-static bool image_etc_shown(const char *name)
-{
-    for (const char *const *h = image_etc_hidden; *h; h++)
-        if (!strcmp(*h, name))
-            return false;
-    return strcmp(name, "apt") != 0; /* read-only: nothing installs, so no apt at all */
-}
 
 static int by_name(const void *a, const void *b)
 {
@@ -416,29 +410,45 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-/* /etc of an image: with a writable root, one overlay of the image's
- * whole /etc; read-only, each of its entries mirrored. Either way under
- * corral's generated files. */
+/* A read-only root's /etc on an image: a read-only overlay (no upper
+ * layer) of the image's /etc under a layer of corral's generated files and
+ * whiteouts, made in etc/.layer of the root's tmpfs, which the overlay
+ * then covers: one mount rather than one per directory of the image's
+ * /etc. Nothing installs into a read-only root: no apt at all. */
+static void plan_image_etc_read_only(struct planner *pl, const char *image_etc)
+{
+    static const char *const hidden[] = {"shadow", "gshadow", "apt", NULL};
+    plan_mkdir(pl, "etc/.layer", 0755);
+    plan_etc_generated(pl, "etc/.layer");
+    for (const char *const *h = hidden; *h; h++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "etc/.layer/%s", *h);
+        op_at(pl, ROOTFS_WHITEOUT, rel);
+    }
+    struct rootfs_op *op = op_at(pl, ROOTFS_OVERLAY_RO, "etc");
+    if (op && !(op->data = dupf("lowerdir=%s/etc/.layer:%s", pl->params->root_dir, image_etc)))
+        pl->failed = 1;
+    else if (op)
+        op->flags = NOSUID_NODEV | MS_RDONLY;
+}
+
+/* /etc of an image: its whole /etc under corral's generated files; with a
+ * writable root, one overlay whose upper layer takes the sandbox's changes. */
 static void plan_image_etc(struct planner *pl)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/etc", system_root(pl));
     struct stat st;
     plan_mkdir(pl, "etc", 0755);
-    if (pl->params->writable && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    bool has_etc = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!has_etc) {
+        plan_etc_generated(pl, "etc");
+    } else if (pl->params->writable) {
         plan_overlay(pl, path, "etc", st.st_mode & 07777, image_etc_hidden);
-    } else if (!pl->params->writable) {
-        size_t n = 0;
-        char **names = dir_names(path, &n);
-        for (size_t i = 0; names && i < n; i++) {
-            if (!image_etc_shown(names[i]))
-                continue;
-            snprintf(path, sizeof(path), "/etc/%s", names[i]);
-            plan_host_path(pl, path);
-        }
-        free_names(names, n);
+        plan_etc_generated(pl, "etc");
+    } else {
+        plan_image_etc_read_only(pl, path);
     }
-    plan_etc_generated(pl);
 }
 
 /* The image's top-level directories that are not the system's nor the
@@ -658,6 +668,13 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
         return corral_fail(err, ENOMEM, "out of memory planning the root filesystem");
 
     plan->writable = params->writable;
+    if (on_image(&pl) && (params->system_root[0] != '/' || strpbrk(params->system_root, ":,\\"))) {
+        rootfs_plan_free(plan);
+        return corral_fail(err, EINVAL,
+                           "the image's root filesystem %s must be an absolute path without ':', "
+                           "',' or '\\' (an overlay's option)",
+                           params->system_root);
+    }
     if (params->writable) {
         /* The new root: the disk's root/ area, the sandbox root's. */
         plan_disk(&pl);
@@ -881,6 +898,10 @@ static int apply_op(const struct rootfs_op *op, int userns_fd, struct corral_err
         return 0;
     case ROOTFS_OVERLAY:
         return mount_overlay(op, userns_fd, err);
+    case ROOTFS_OVERLAY_RO:
+        if (mount("overlay", op->dst, "overlay", op->flags, op->data) < 0)
+            return corral_fail_errno(err, "cannot mount a read-only overlay on %s", op->dst);
+        return 0;
     case ROOTFS_WHITEOUT:
         if (mknod(op->dst, S_IFCHR | 0000, makedev(0, 0)) < 0)
             return corral_fail_errno(err, "cannot hide %s", op->dst);

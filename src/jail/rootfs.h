@@ -14,9 +14,8 @@
  *
  * On a template image (system_root), /usr /bin /sbin /lib* are the image's,
  * as are its other top-level directories that hold something (/opt, /app)
- * and its package database; /etc is the image's whole /etc (with a writable
- * root one overlay; read-only, each entry mirrored) under the same
- * generated files.
+ * and its package database; /etc is the image's whole /etc, one overlay
+ * (read-only without a writable root) under the same generated files.
  *   /proc                   fresh, for the sandbox's PID namespace, with
  *                           sensitive entries masked and /proc/sys read-only
  *   /dev                    null zero full random urandom tty, pts, shm
@@ -59,8 +58,9 @@ enum rootfs_op_kind {
      * user namespace (its files owned by the host's root are the sandbox
      * root's), under the writable layer named by data's upperdir. */
     ROOTFS_OVERLAY,
-    ROOTFS_WHITEOUT, /* an overlay's whiteout at dst (in an upper layer): the name is hidden */
-    ROOTFS_OPAQUE    /* an opaque directory at dst (in an upper layer), owner: empty inside */
+    ROOTFS_OVERLAY_RO, /* a read-only overlay on dst of the layers data names (lowerdir=A:B) */
+    ROOTFS_WHITEOUT,   /* an overlay's whiteout at dst (in an upper layer): the name is hidden */
+    ROOTFS_OPAQUE      /* an opaque directory at dst (in an upper layer), owner: empty inside */
 };
 
 struct rootfs_op {
