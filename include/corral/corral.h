@@ -261,7 +261,9 @@ struct corral_template {
 };
 /* Defines (or redefines, while unused) a template. */
 int corral_template_define(const struct corral_template *t, struct corral_error *err);
-/* Starts the template's zygote now and begins filling its pool. */
+/* Starts the template's zygote now and begins filling its pool. On an
+ * image whose zygote cannot start, the pool fills with cold sandboxes and
+ * this succeeds (corral_template_stats says why). */
 int corral_template_warm(const char *name, const char *state_dir, struct corral_error *err);
 /* Ends the corral_template_warm calls under way, and fails later ones, with
  * ECANCELED (a zygote still starting is killed): for a process that stops

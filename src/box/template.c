@@ -567,8 +567,9 @@ int corral_template_warm(const char *name, const char *state_dir, struct corral_
         return r;
     pthread_rwlock_wrlock(&t->zlock);
     r = ensure_zygote_locked(t, state_dir, &warm_cancelled, err);
+    bool cold = t->zygote_error[0] != '\0'; /* its pool fills with cold sandboxes */
     pthread_rwlock_unlock(&t->zlock);
-    if (r < 0)
+    if (r < 0 && !cold)
         return r;
     pthread_mutex_lock(&t->lock);
     start_refill_locked(t);
