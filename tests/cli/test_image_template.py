@@ -50,22 +50,18 @@ def store():
     return template_store.ensure()
 
 
-def rootfs(build_id):
-    return os.path.join(template_store.STORE, "builds", build_id, "rootfs")
-
-
-def image_etc(build_id):
-    return sorted(os.listdir(os.path.join(rootfs(build_id), "etc")))
+def image_etc(name):
+    return sorted(os.listdir(template_store.rootfs(name, "etc")))
 
 
 def host_mounts_of_the_store():
-    builds = os.path.join(template_store.STORE, "builds", "c0441e7e5700000")
+    builds = [template_store.build_dir(name) for name in template_store.SPECS]
     with open("/proc/self/mountinfo") as f:
-        return [l for l in f if builds in l]
+        return [l for l in f if any(b in l for b in builds)]
 
 
-def lock_is_free(build_id):
-    with open(os.path.join(template_store.STORE, "builds", build_id, "lock")) as f:
+def lock_is_free(name):
+    with open(os.path.join(template_store.build_dir(name), "lock")) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
@@ -83,7 +79,6 @@ def test_the_host_lacks_what_the_image_has():
 
 @pytest.mark.parametrize("name", [RUNTIME, BROKEN])
 def test_a_sandbox_runs_on_the_image(name):
-    build = template_store.RUNTIME_ID if name == RUNTIME else template_store.BROKEN_ID
     r = run("run", "--template", name, "--script", "-e", "TABLE_FORMAT=plain", "-c", INSIDE,
             timeout=120)
     assert r.returncode == 0, r.stderr
@@ -100,7 +95,7 @@ def test_a_sandbox_runs_on_the_image(name):
     # The image's /etc, corral's generated files on top.
     generated = {"passwd", "group", "hostname", "hosts", "resolv.conf", "nsswitch.conf"}
     hidden = {"shadow", "gshadow"}
-    assert set(got["etc"]) == (set(image_etc(build)) - hidden) | generated
+    assert set(got["etc"]) == (set(image_etc(name)) - hidden) | generated
     assert got["passwd"].startswith("root:x:0:0:root:/root:/usr/sbin/nologin\nuser:x:1000:")
     # Forked from the zygote in the image, or cold with its python3.
     assert got["preloaded"] is (name == RUNTIME)
@@ -108,7 +103,7 @@ def test_a_sandbox_runs_on_the_image(name):
         assert "its sandboxes start cold" in r.stderr
         assert "No module named 'no_such_module_of_corral'" in r.stderr
     assert host_mounts_of_the_store() == []
-    assert lock_is_free(build)
+    assert lock_is_free(name)
 
 
 def test_a_cell_runs_on_the_image():
@@ -123,12 +118,12 @@ def test_the_build_is_held_while_a_sandbox_runs_on_it():
                          text=True)
     try:
         assert p.stdout.readline() == "up\n"
-        assert not lock_is_free(template_store.RUNTIME_ID)
+        assert not lock_is_free(RUNTIME)
     finally:
         p.stdin.close()
         p.wait(timeout=60)
     assert p.returncode == 0, p.stderr.read()
-    assert lock_is_free(template_store.RUNTIME_ID)
+    assert lock_is_free(RUNTIME)
 
 
 def test_a_configured_template_names_an_image(tmp_path):

@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import template_store  # noqa: E402
 
 NAME = template_store.RUNTIME if TEMPLATE else template_store.BROKEN
-BUILD = template_store.RUNTIME_ID if TEMPLATE else template_store.BROKEN_ID
 GENERATED = {"passwd", "group", "hostname", "hosts", "resolv.conf", "nsswitch.conf"}
 
 
@@ -31,7 +30,7 @@ def store():
 
 
 def rootfs(*parts):
-    return os.path.join(template_store.STORE, "builds", BUILD, "rootfs", *parts)
+    return template_store.rootfs(NAME, *parts)
 
 
 def run_on_image(code, params):
@@ -49,13 +48,13 @@ def run_on_image(code, params):
 def store_mounts():
     """Mounts of the image's build on the host (none: the zygote's and the
     sandboxes' are in their own namespaces)."""
-    build = os.path.join(template_store.STORE, "builds", BUILD)
+    build = template_store.build_dir(NAME)
     with open("/proc/self/mountinfo") as f:
         return [l for l in f if build in l]
 
 
 def lock_is_free():
-    with open(os.path.join(template_store.STORE, "builds", BUILD, "lock")) as f:
+    with open(os.path.join(template_store.build_dir(NAME), "lock")) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
