@@ -34,6 +34,9 @@ struct e2b_options {
      * gateways record theirs). */
     struct audit *audit;
     const char *audit_skip_key;
+    /* The template store E2B's template API builds into (NULL:
+     * $CORRAL_TEMPLATE_DIR, else /var/lib/corral/templates). */
+    const char *template_dir;
 };
 
 struct e2b;
