@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -650,20 +649,6 @@ bool tpl_api_is_upload(const struct http_request *req)
            strstr(req->path, "/files/") && http_query(req, "upload");
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Extracts the archive (tar, gzipped or not) into dir as nobody: what it
  * holds cannot be a device, an owner or a path out of dir (GNU tar drops
  * '..' and leading '/', and makes symbolic links last). */
@@ -754,7 +739,7 @@ struct http_response *tpl_api_upload(struct tpl_api *t, const struct http_reques
     unlink(archive);
     if (r == 0 && rename(tmp, final) < 0 && errno != ENOTEMPTY && errno != EEXIST)
         r = corral_fail_errno(&err, "cannot keep the upload");
-    rm_tree(tmp); /* what a rename left: an upload of the same files that came first */
+    corral_remove_tree(tmp); /* what a rename left: an upload of the same files that came first */
     if (r < 0)
         return http_error(r == -EINVAL ? 400 : 500, "%s", err.message);
     return http_empty(200);
