@@ -256,7 +256,7 @@ static long step_of_line(const struct tbuild *b, const char *line)
 static void build_log(void *arg, enum image_log_kind kind, const char *line)
 {
     struct tbuild *b = arg;
-    if (kind == IMAGE_LOG_STEP) {
+    if (kind == IMAGE_LOG_STEP || kind == IMAGE_LOG_CACHED) {
         long s = step_of_line(b, line);
         if (s > -2)
             b->step = s;
@@ -293,20 +293,14 @@ static struct tbuild *tbuild_new(struct tpl_api *t)
     return b;
 }
 
-/* The error's message: why, then the failed step's last lines (when the
- * message does not hold them already). */
+/* The error's message: why, then the failed step's last lines. */
 static char *error_message(const struct tbuild *b, const struct corral_error *err)
 {
     struct strbuf sb = {0};
     strbuf_puts(&sb, err->message);
     size_t i;
     json_t *l;
-    json_array_foreach(b->tail, i, l)
-    {
-        if (i == 0 && strstr(err->message, json_string_value(l)))
-            break;
-        strbuf_printf(&sb, "\n%s", json_string_value(l));
-    }
+    json_array_foreach(b->tail, i, l) strbuf_printf(&sb, "\n%s", json_string_value(l));
     return strbuf_take(&sb);
 }
 
