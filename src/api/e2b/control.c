@@ -1501,7 +1501,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
-    if (tpl_api_new(o->template_dir, &e->templates, err) < 0) {
+    if (tpl_api_new(o->template_dir, o->templates, &e->templates, err) < 0) {
         tenants_free(&e->tenants);
         free(e->state_dir);
         free(e->audit_skip_key);

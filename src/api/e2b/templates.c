@@ -197,6 +197,7 @@ struct upload {
 
 struct tpl_api {
     char *dir;
+    char **templates; /* the server's configured templates */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     struct tbuild *builds;
@@ -391,10 +392,15 @@ static void prune(struct tpl_api *t)
 
 /* ---- the API object ---- */
 
-int tpl_api_new(const char *dir, struct tpl_api **out, struct corral_error *err)
+int tpl_api_new(const char *dir, const char *const *templates, struct tpl_api **out,
+                struct corral_error *err)
 {
+    static const char *const none[] = {NULL};
     struct tpl_api *t = calloc(1, sizeof(*t));
-    if (!t || !(t->dir = strdup(tpl_store_dir(dir)))) {
+    if (!t || !(t->dir = strdup(tpl_store_dir(dir))) ||
+        !(t->templates = corral_strv_dup(templates ? templates : none))) {
+        if (t)
+            free(t->dir);
         free(t);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -404,6 +410,7 @@ int tpl_api_new(const char *dir, struct tpl_api **out, struct corral_error *err)
     if (e) {
         pthread_cond_destroy(&t->wake);
         pthread_mutex_destroy(&t->lock);
+        corral_strv_free(t->templates);
         free(t->dir);
         free(t);
         errno = e;
@@ -435,6 +442,7 @@ void tpl_api_free(struct tpl_api *t)
     }
     pthread_cond_destroy(&t->wake);
     pthread_mutex_destroy(&t->lock);
+    corral_strv_free(t->templates);
     free(t->dir);
     free(t);
 }
@@ -478,13 +486,17 @@ static int read_body(const struct http_request *req, json_t **out)
     return json_is_object(*out) ? 0 : -EINVAL;
 }
 
-/* Whether alias is one of corral's own templates (its configured ones and
- * E2B's names of them), which a build must not take. */
-static bool reserved(const char *alias)
+/* Whether name is one of the server's own templates: `default` (E2B's
+ * names of it too) and its configured ones, which a build must not take.
+ * (libcorral also knows the store's names as templates: they are not.) */
+static bool reserved(const struct tpl_api *t, const char *name)
 {
-    struct corral_template_stats st;
-    struct corral_error err;
-    return strcmp(e2b_template_name(alias), alias) || corral_template_stats(alias, &st, &err) == 0;
+    if (strcmp(e2b_template_name(name), name) || !strcmp(name, "default"))
+        return true;
+    for (size_t i = 0; t->templates[i]; i++)
+        if (!strcmp(t->templates[i], name))
+            return true;
+    return false;
 }
 
 /* name ("alias" or "alias:tag") and tags[] as the alias and the store's
@@ -545,7 +557,7 @@ static struct http_response *request_build(struct tpl_api *t, const struct http_
     struct http_response *bad = read_names(body, alias, sizeof(alias), &names, &tags);
     if (bad)
         return bad;
-    if (reserved(alias))
+    if (reserved(t, alias))
         return http_error(400, "'%s' is one of corral's own templates: choose another name", alias);
     struct corral_error err;
     if (may_change(t->dir, alias, caller, &err) < 0)
@@ -1098,14 +1110,13 @@ static struct http_response *remove_tags(struct tpl_api *t, const struct http_re
 static struct http_response *alias_exists(struct tpl_api *t, const char *alias,
                                           const struct tpl_caller *caller)
 {
-    struct corral_template_stats st;
     struct corral_error err;
-    if (!*alias || strchr(alias, '/'))
-        return http_error(404, "template '%s' not found", alias);
-    if (corral_template_stats(e2b_template_name(alias), &st, &err) == 0)
-        return http_json(200, json_pack("{s:s, s:b}", "templateID", alias, "public", 1));
     char owner[65], a[IMAGE_NAME_MAX];
     cleanup_json json_t *names = NULL;
+    if (!*alias || strchr(alias, '/'))
+        return http_error(404, "template '%s' not found", alias);
+    if (reserved(t, alias))
+        return http_json(200, json_pack("{s:s, s:b}", "templateID", alias, "public", 1));
     alias_of(alias, a, sizeof(a));
     if (!tpl_visible(t->dir, a, caller) || names_of(t, a, &names, &err) < 0 ||
         !json_array_size(names))

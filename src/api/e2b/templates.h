@@ -71,8 +71,10 @@ int tpl_map_build(json_t *start, const char *name, const char *files_dir, struct
 
 struct tpl_api;
 
-/* dir: the store (NULL: tpl_store_dir's). */
-int tpl_api_new(const char *dir, struct tpl_api **out, struct corral_error *err);
+/* dir: the store (NULL: tpl_store_dir's); templates: the server's
+ * configured template names (NULL-terminated; NULL: none but default). */
+int tpl_api_new(const char *dir, const char *const *templates, struct tpl_api **out,
+                struct corral_error *err);
 /* Cancels the build under way, drops those waiting, and frees t. */
 void tpl_api_free(struct tpl_api *t);
 const char *tpl_api_dir(const struct tpl_api *t);

@@ -251,24 +251,26 @@ static bool template_exists(const char *name)
 }
 
 /* Whether name is a template built into the store (corral template build,
- * E2B's Template.build) that who sees: by its name, or name:tag. */
-static bool built_template(struct osb *o, const char *name, const struct tpl_caller *who)
+ * E2B's Template.build), by its name or name:tag. */
+static bool built_template(struct osb *o, const char *name)
 {
     struct image_info info;
     struct corral_error err;
     if (strpbrk(name, "/@") || strlen(name) >= IMAGE_NAME_MAX ||
-        !tpl_visible(o->template_dir, name, who) ||
         image_lookup(o->template_dir, name, &info, &err) < 0)
         return false;
     image_info_free(&info);
     return true;
 }
 
-/* The template for an image URI ("registry/ns/name:tag@digest"), or NULL. */
+/* The template for an image URI ("registry/ns/name:tag@digest"), or NULL.
+ * A built template another key owns is none (libcorral would run it). */
 static const char *template_for(struct osb *o, const char *uri, const struct tpl_caller *who,
                                 char *buf, size_t len)
 {
-    if (template_exists(uri) || built_template(o, uri, who))
+    if (built_template(o, uri))
+        return tpl_visible(o->template_dir, uri, who) ? uri : NULL;
+    if (template_exists(uri))
         return uri;
     const char *name = strrchr(uri, '/');
     name = name ? name + 1 : uri;
@@ -276,6 +278,8 @@ static const char *template_for(struct osb *o, const char *uri, const struct tpl
     snprintf(buf, len, "%.*s", (int)n, name);
     if (!strcmp(buf, "code-interpreter") || !strcmp(buf, "python"))
         return "default";
+    if (buf[0] && built_template(o, buf))
+        return tpl_visible(o->template_dir, buf, who) ? buf : NULL;
     return buf[0] && template_exists(buf) ? buf : NULL;
 }
 
