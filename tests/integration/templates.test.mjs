@@ -12,9 +12,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 
+import { Sandbox as OsbSandbox, SandboxApiException } from '@alibaba-group/opensandbox';
 import { BuildError, NotFoundError, Sandbox, Template } from 'e2b';
 
-import { randomApiKey, useServer } from './harness.mjs';
+import { killAfter, randomApiKey, useServer } from './harness.mjs';
 
 const STORE = '/var/tmp/corral-test-templates';
 const KEY_A = randomApiKey();
@@ -141,6 +142,37 @@ test('a sandbox on the built template has its packages, files, environment and f
   } finally {
     await sbx.kill();
   }
+});
+
+/** OpenSandbox's SDK on this server's OpenSandbox listener, as key. */
+const osbConnection = (apiKey) => ({
+  domain: new URL(ctx.server.osbUrl).host,
+  protocol: 'http',
+  apiKey,
+  requestTimeoutSeconds: 60,
+});
+
+test("OpenSandbox's image.uri names a built template; other images are refused", T, async () => {
+  assert.ok(built, 'the first test built the template');
+  const sbx = await OsbSandbox.create({ connectionConfig: osbConnection(KEY_A), image: `${ALIAS}:v1`, timeoutSeconds: 120 });
+  await killAfter(
+    sbx,
+    async () => {
+      const jq = await sbx.commands.run('jq --version && cat /opt/app/greeting.txt');
+      assert.equal(jq.exitCode, 0, JSON.stringify(jq.error));
+      assert.match(jq.logs.stdout.map((m) => m.text).join('\n'), new RegExp(`^jq-\\d[\\s\\S]*hello from ${RUN}`));
+    },
+    { afterKill: () => sbx.close() },
+  );
+  const refused = (image, key) =>
+    assert.rejects(OsbSandbox.create({ connectionConfig: osbConnection(key), image, timeoutSeconds: 120 }), (err) => {
+      assert.ok(err instanceof SandboxApiException, `${image}: ${err?.stack ?? err}`);
+      assert.equal(err.statusCode, 400, `${image}: ${err.message}`);
+      assert.match(JSON.stringify(err.rawBody ?? err.message), /not served here.*Template\.build/);
+      return true;
+    });
+  await refused('ubuntu:22.04', KEY_A);
+  await refused(`${ALIAS}:v1`, KEY_B); // another key's template is an image not served
 });
 
 // E2B's templates copy into /home/user, their sandboxes' home; a corral
