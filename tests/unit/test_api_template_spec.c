@@ -19,7 +19,9 @@
 
 static char files[] = "/tmp/corral-test-tpl-XXXXXX";
 
-/* An upload as the SDK's tar extracts: HASH/hello.txt, HASH/src/{a,b}.py. */
+/* An upload as the SDK's tar extracts: HASH/hello.txt, HASH/src/{a,b}.py,
+ * and links: HASH/inner to hello.txt, HASH/out to /etc/hostname, HASH/etc
+ * to /etc. */
 static int make_files(void **state)
 {
     (void)state;
@@ -28,8 +30,10 @@ static int make_files(void **state)
         return -1;
     snprintf(path, sizeof(path), "%s/%s/src", files, HASH);
     char cmd[400];
-    snprintf(cmd, sizeof(cmd), "mkdir -p %s && echo hi > %s/../hello.txt && touch %s/a.py %s/b.py",
-             path, path, path, path);
+    snprintf(cmd, sizeof(cmd),
+             "mkdir -p %s && cd %s/.. && echo hi > hello.txt && touch src/a.py src/b.py && "
+             "ln -s hello.txt inner && ln -s /etc/hostname out && ln -s /etc etc",
+             path, path);
     return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -210,6 +214,23 @@ static void test_commands_stay_commands(void **state)
     json_decref(j);
 }
 
+/* A link within the upload is copied as what it points at, by its name. */
+static void test_links_within(void **state)
+{
+    (void)state;
+    json_t *j = build_of("{\"steps\": [{\"type\": \"COPY\", \"args\": [\"inner\", \"/app/\"], "
+                         "\"filesHash\": \"" HASH "\"}]}");
+    struct tpl_mapped m;
+    struct corral_error err = {0};
+    char path[600];
+    if (tpl_map_build(j, "t", files, &m, &err) < 0)
+        fail_msg("%s", err.message);
+    snprintf(path, sizeof(path), "%s/%s/hello.txt", files, HASH);
+    assert_args(&m.spec.steps[0], path, "/app/inner", NULL);
+    tpl_mapped_free(&m);
+    json_decref(j);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -225,6 +246,15 @@ static void test_refusals(void **state)
     refused("{\"steps\": [{\"type\": \"COPY\", \"args\": [\"../etc\", \"/x\"], "
             "\"filesHash\": \"" HASH "\"}]}",
             "without '..'");
+    refused("{\"steps\": [{\"type\": \"COPY\", \"args\": [\"out\", \"/x\"], "
+            "\"filesHash\": \"" HASH "\"}]}",
+            "'out' is a symbolic link out of the uploaded files");
+    refused("{\"steps\": [{\"type\": \"COPY\", \"args\": [\"etc/passwd\", \"/x\"], "
+            "\"filesHash\": \"" HASH "\"}]}",
+            "'etc/passwd' is a symbolic link out of the uploaded files");
+    refused("{\"steps\": [{\"type\": \"COPY\", \"args\": [\"a\", \"/x\"], "
+            "\"filesHash\": \"ffff\"}]}",
+            "were not uploaded");
     refused("{\"steps\": [{\"type\": \"ENV\", \"args\": [\"A\"]}]}", "pairs");
     refused("{\"steps\": [{\"type\": \"RUN\", \"args\": []}, {\"type\": \"X\"}]}",
             "step 1 (RUN) has no command");
@@ -238,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_base_images),
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_commands_stay_commands),
+        cmocka_unit_test(test_links_within),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, make_files, remove_files);

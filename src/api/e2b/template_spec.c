@@ -290,20 +290,29 @@ static bool has_glob(const char *s)
     return strpbrk(s, "*?[") != NULL;
 }
 
-/* One copy of a file or folder at src (on the host) to dest (inside). */
-static int add_copy(struct builder *b, const char *src, const char *dest, bool into_dir,
-                    mode_t mode, const char *user, bool force)
+/* One copy of a file or folder at path (on the host, in the upload's
+ * folder root) to dest (inside). The build binds the source in, so that a
+ * symbolic link of the upload would reach the host: the source is the path
+ * with its links resolved, and it must stay in root. */
+static int add_copy(struct builder *b, const char *upload, const char *root, const char *path,
+                    const char *dest, bool into_dir, mode_t mode, const char *user, bool force)
 {
-    cleanup_free char *target = NULL;
+    cleanup_free char *target = NULL, *src = realpath(path, NULL);
+    const char *shown = path + strlen(upload) + 1; /* path is upload/... */
+    size_t n_root = strlen(root);
     struct stat st;
-    if (lstat(src, &st) < 0)
+    if (!src || lstat(src, &st) < 0)
         return corral_fail(b->err, EINVAL, "step %zu (COPY): '%s' is not among the uploaded files",
-                           b->origin + 1, strrchr(src, '/') ? strrchr(src, '/') + 1 : src);
+                           b->origin + 1, shown);
+    if (strncmp(src, root, n_root) || (src[n_root] && src[n_root] != '/'))
+        return corral_fail(b->err, EINVAL,
+                           "step %zu (COPY): '%s' is a symbolic link out of the uploaded files",
+                           b->origin + 1, shown);
     if (into_dir && !S_ISDIR(st.st_mode)) {
-        const char *base = strrchr(src, '/');
+        const char *base = strrchr(path, '/');
         size_t n = strlen(dest);
         if (asprintf(&target, "%s%s%s", dest, n && dest[n - 1] == '/' ? "" : "/",
-                     base ? base + 1 : src) < 0)
+                     base ? base + 1 : path) < 0)
             return oom(b);
     } else if (!(target = strdup(dest))) {
         return oom(b);
@@ -339,13 +348,17 @@ static int map_copy(struct builder *b, json_t *step, json_t *args, const char *f
     unsigned long m = mode && *mode ? strtoul(mode, &end, 8) : 0;
     if (mode && *mode && (*end || m > 07777))
         return corral_fail(b->err, EINVAL, "step %zu (COPY): mode '%s' is not octal", n, mode);
-    cleanup_free char *path = NULL;
-    if (asprintf(&path, "%s/%s/%s", files_dir, hash, src) < 0)
+    cleanup_free char *path = NULL, *upload = NULL, *root = NULL;
+    if (asprintf(&upload, "%s/%s", files_dir, hash) < 0 ||
+        asprintf(&path, "%s/%s", upload, src) < 0)
         return oom(b);
+    if (!(root = realpath(upload, NULL)))
+        return corral_fail(b->err, EINVAL, "step %zu (COPY): the files of '%s' were not uploaded",
+                           n, src);
     size_t dlen = strlen(dest);
     bool into_dir = dest[dlen - 1] == '/';
     if (!has_glob(src))
-        return add_copy(b, path, dest, into_dir, (mode_t)m, user, force);
+        return add_copy(b, upload, root, path, dest, into_dir, (mode_t)m, user, force);
     glob_t g;
     int r = glob(path, 0, NULL, &g);
     if (r == GLOB_NOMATCH)
@@ -356,7 +369,7 @@ static int map_copy(struct builder *b, json_t *step, json_t *args, const char *f
     if (r != 0)
         return oom(b);
     for (size_t i = 0; i < g.gl_pathc && r == 0; i++)
-        r = add_copy(b, g.gl_pathv[i], dest, true, (mode_t)m, user, force);
+        r = add_copy(b, upload, root, g.gl_pathv[i], dest, true, (mode_t)m, user, force);
     globfree(&g);
     return r;
 }
