@@ -665,6 +665,7 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                              .admin_keys = o->admin_keys,
                              .max_sandboxes_per_key = o->max_per_key,
                              .state_dir = o->state_dir,
+                             .templates = s->names,
                              .execute_timeout_ms = o->execute_timeout_ms,
                              .keepalive_ms = o->keepalive_ms};
     struct osb_options oo = {.audit = s->audit,

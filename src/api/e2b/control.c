@@ -1,6 +1,7 @@
 /* E2B's control plane and code interpreter over libcorral; see e2b.h. */
 #include "api/e2b/e2b.h"
 #include "api/e2b/envd.h"
+#include "api/e2b/templates.h"
 #include "api/apinet.h"
 #include "api/audit_api.h"
 #include "api/ports.h"
@@ -50,6 +51,7 @@ struct e2b {
     unsigned keepalive_ms;
     struct audit *audit;
     char *audit_skip_key;
+    struct tpl_api *templates; /* E2B's template API (templates.h) */
 };
 
 /* ---- small helpers ---- */
@@ -435,9 +437,6 @@ static const char *unsupported_path(const char *p)
         {"/volumes", "volumes are"},
         {"/volumecontent", "volumes are"},
         {"/secrets", "secrets are"},
-        {"/templates", "managing templates (listing, building, tagging, deleting) is"},
-        {"/v2/templates", "building templates is"},
-        {"/v3/templates", "building templates is"},
     };
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
         if (path_under(p, paths[i].prefix))
@@ -445,16 +444,10 @@ static const char *unsupported_path(const char *p)
     return NULL;
 }
 
-/* GET /templates/aliases/{alias}: Template.exists. corral's templates are
- * the server's own, open to every key. */
-static struct http_response *template_alias(const char *alias)
+/* Who the template API sees in a request from caller. */
+static void template_caller(const struct http_request *req, int caller, struct tpl_caller *out)
 {
-    struct corral_template_stats st;
-    struct corral_error err = {0};
-    if (!*alias || strchr(alias, '/') ||
-        corral_template_stats(e2b_template_name(alias), &st, &err) < 0)
-        return http_error(404, "template '%s' not found", alias);
-    return http_json(200, json_pack("{s:s, s:b}", "templateID", alias, "public", 1));
+    tpl_caller_of(caller == TENANT_OPEN ? NULL : http_header(req, "X-API-Key"), caller < 0, out);
 }
 
 struct kernel_start {
@@ -571,6 +564,7 @@ static struct http_response *create_failed(struct corral_error *err, const char 
 static struct http_response *create_sandbox(struct e2b *e, const struct http_request *req,
                                             int caller)
 {
+    struct tpl_caller who;
     cleanup_json json_t *body = NULL;
     cleanup_strv char **env = NULL;
     cleanup_strv char **meta = NULL;
@@ -580,6 +574,9 @@ static struct http_response *create_sandbox(struct e2b *e, const struct http_req
     json_t *tpl = json_object_get(body, "templateID");
     if (!json_is_string(tpl) || !json_string_length(tpl))
         return http_error(400, "'templateID' is required and must be a string");
+    template_caller(req, caller, &who); /* another key's template is not found */
+    if (!tpl_visible(tpl_api_dir(e->templates), json_string_value(tpl), &who))
+        return http_error(404, "template '%s' not found", json_string_value(tpl));
     json_t *mounts = json_object_get(body, "volumeMounts");
     if (mounts && !json_is_null(mounts) && !(json_is_array(mounts) && !json_array_size(mounts)))
         return unsupported("volume mounts are");
@@ -968,6 +965,8 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
         http_request_surface(req, NULL, true);
         return http_empty(204);
     }
+    if (tpl_api_is_upload(req)) /* its URL's token is its key */
+        return tpl_api_upload(e->templates, req);
     int caller = tenant_of(&e->tenants, http_header(req, "X-API-Key"));
     if (caller == TENANT_REFUSED)
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
@@ -995,8 +994,11 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
         corral_log_context_sandbox(id);
         return one_sandbox(e, req, id, slash ? slash : "", caller);
     }
-    if (!strncmp(p, "/templates/aliases/", 19) && !strcmp(m, "GET"))
-        return template_alias(p + 19);
+    if (tpl_api_path(p)) {
+        struct tpl_caller who;
+        template_caller(req, caller, &who);
+        return tpl_api_handle(e->templates, req, &who);
+    }
     const char *feature = unsupported_path(p);
     if (feature)
         return unsupported(feature);
@@ -1499,6 +1501,13 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
+    if (tpl_api_new(o->template_dir, o->templates, &e->templates, err) < 0) {
+        tenants_free(&e->tenants);
+        free(e->state_dir);
+        free(e->audit_skip_key);
+        free(e);
+        return -err->code;
+    }
     registry_init(&e->owned, owned_drop);
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->net_lock, NULL);
@@ -1517,6 +1526,7 @@ void e2b_free(struct e2b *e)
     if (!e)
         return;
     registry_clear(&e->owned);
+    tpl_api_free(e->templates);
     pthread_mutex_lock(&e->lock); /* kernels of killed sandboxes fail to start at once */
     while (e->starting_kernels)
         pthread_cond_wait(&e->kernels_done, &e->lock);

@@ -34,6 +34,12 @@ struct e2b_options {
      * gateways record theirs). */
     struct audit *audit;
     const char *audit_skip_key;
+    /* The template store E2B's template API builds into (NULL:
+     * $CORRAL_TEMPLATE_DIR, else /var/lib/corral/templates). */
+    const char *template_dir;
+    /* The configured template names (NULL-terminated; NULL: default only),
+     * which Template.exists knows and a build cannot take. */
+    const char *const *templates;
 };
 
 struct e2b;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "api/opensandbox/execd.h"
+#include "api/e2b/templates.h"
 #include "api/audit_api.h"
 #include "api/apinet.h"
 #include "api/ports.h"
@@ -60,6 +61,7 @@ struct osb {
     uint32_t max_millicpus; /* and its cpu */
     struct audit *audit;
     char *audit_skip_key;
+    char *template_dir; /* the store of built templates */
 };
 
 /* ---- small helpers ---- */
@@ -248,9 +250,26 @@ static bool template_exists(const char *name)
     return corral_template_stats(name, &st, &err) == 0;
 }
 
-/* The template for an image URI ("registry/ns/name:tag@digest"), or NULL. */
-static const char *template_for(const char *uri, char *buf, size_t len)
+/* Whether name is a template built into the store (corral template build,
+ * E2B's Template.build), by its name or name:tag. */
+static bool built_template(struct osb *o, const char *name)
 {
+    struct image_info info;
+    struct corral_error err;
+    if (strpbrk(name, "/@") || strlen(name) >= IMAGE_NAME_MAX ||
+        image_lookup(o->template_dir, name, &info, &err) < 0)
+        return false;
+    image_info_free(&info);
+    return true;
+}
+
+/* The template for an image URI ("registry/ns/name:tag@digest"), or NULL.
+ * A built template another key owns is none (libcorral would run it). */
+static const char *template_for(struct osb *o, const char *uri, const struct tpl_caller *who,
+                                char *buf, size_t len)
+{
+    if (built_template(o, uri))
+        return tpl_visible(o->template_dir, uri, who) ? uri : NULL;
     if (template_exists(uri))
         return uri;
     const char *name = strrchr(uri, '/');
@@ -259,6 +278,8 @@ static const char *template_for(const char *uri, char *buf, size_t len)
     snprintf(buf, len, "%.*s", (int)n, name);
     if (!strcmp(buf, "code-interpreter") || !strcmp(buf, "python"))
         return "default";
+    if (buf[0] && built_template(o, buf))
+        return tpl_visible(o->template_dir, buf, who) ? buf : NULL;
     return buf[0] && template_exists(buf) ? buf : NULL;
 }
 
@@ -271,9 +292,11 @@ static struct http_response *unknown_image(struct osb *o, const char *uri)
             used += (size_t)snprintf(names + used, sizeof(names) - used, ", %s", o->templates[i]);
     return execd_error(
         400, "SANDBOX::INVALID_IMAGE",
-        "image '%s' is not served here: corral runs its templates (%s), named by their "
-        "own name or by any image named code-interpreter or python (e.g. "
-        "opensandbox/code-interpreter:v1.1.0, python:3.12) for 'default'",
+        "image '%s' is not served here: corral pulls no images; it runs its templates (%s), "
+        "named by their own name or by any image named code-interpreter or python (e.g. "
+        "opensandbox/code-interpreter:v1.1.0, python:3.12) for 'default', and the templates "
+        "built from Debian packages (corral template build, or the e2b SDK's Template.build), "
+        "named by their name or name:tag (e.g. my-template, my-template:v1)",
         uri, names);
 }
 
@@ -496,7 +519,11 @@ static struct http_response *read_create(struct osb *o, const struct http_reques
                            "corral has no snapshots: give an image");
     if (!json_is_object(image) || !json_is_string(c->uri) || !json_string_length(c->uri))
         return execd_error(400, "SANDBOX::INVALID_PARAMETER", "'image.uri' is required");
-    if (!(c->tpl = template_for(json_string_value(c->uri), c->tbuf, sizeof(c->tbuf))))
+    const char *key = http_header(req, "OPEN-SANDBOX-API-KEY");
+    int caller = tenant_of(&o->tenants, key);
+    struct tpl_caller who; /* another key's built template is not found */
+    tpl_caller_of(caller == TENANT_OPEN ? NULL : key, caller < 0, &who);
+    if (!(c->tpl = template_for(o, json_string_value(c->uri), &who, c->tbuf, sizeof(c->tbuf))))
         return unknown_image(o, json_string_value(c->uri));
     if (check_entrypoint(c->entry, &err) < 0 || read_timeout_limits(o, c, &err) < 0 ||
         string_map_ok(env, "env", &err) < 0 || string_map_ok(c->meta, "metadata", &err) < 0 ||
@@ -1276,9 +1303,11 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
     if (tenants_init(&o->tenants, opt->api_keys, opt->admin_keys, opt->max_sandboxes_per_key, err) <
             0 ||
         !(o->templates = corral_strv_dup(opt->templates)) ||
-        (opt->state_dir && !(o->state_dir = strdup(opt->state_dir)))) {
+        (opt->state_dir && !(o->state_dir = strdup(opt->state_dir))) ||
+        !(o->template_dir = strdup(tpl_store_dir(opt->template_dir)))) {
         tenants_free(&o->tenants);
         corral_strv_free(o->templates);
+        free(o->state_dir);
         free(o);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -1290,6 +1319,7 @@ int osb_new(const struct osb_options *opt, struct osb **out, struct corral_error
         tenants_free(&o->tenants);
         corral_strv_free(o->templates);
         free(o->state_dir);
+        free(o->template_dir);
         free(o);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -1312,6 +1342,7 @@ void osb_free(struct osb *o)
     tenants_free(&o->tenants);
     corral_strv_free(o->templates);
     free(o->state_dir);
+    free(o->template_dir);
     free(o->audit_skip_key);
     pthread_mutex_destroy(&o->egress_lock);
     free(o);

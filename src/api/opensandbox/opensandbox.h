@@ -14,8 +14,9 @@
  *   sandbox's X-EXECD-ACCESS-TOKEN, and the egress policy API (18080) with
  *   its OPENSANDBOX-EGRESS-AUTH token; a sandbox's tokens open no other.
  *
- * Image names map to corral templates: a template's own name, and any image
- * named code-interpreter or python (opensandbox/code-interpreter:v1.1.0,
+ * Image names map to corral templates: a template's own name, a built
+ * template's name (or name:tag) that the key sees, and any image named
+ * code-interpreter or python (opensandbox/code-interpreter:v1.1.0,
  * python:3.12, ...) for the default template.
  */
 #ifndef CORRAL_API_OPENSANDBOX_H
@@ -32,6 +33,9 @@ struct osb_options {
     unsigned max_sandboxes_per_key; /* 0: no ceiling */
     const char *const *templates;   /* the configured template names, for errors */
     const char *state_dir;
+    /* The store of built templates an image may name (NULL:
+     * $CORRAL_TEMPLATE_DIR, else /var/lib/corral/templates). */
+    const char *template_dir;
     uint64_t max_timeout_s; /* 0 = 86400 */
     uint64_t max_memory;    /* a sandbox's resourceLimits.memory at most; 0: 4 TiB */
     uint32_t max_millicpus; /* and its cpu, in thousandths; 0: 1024 CPUs */

@@ -1,0 +1,207 @@
+// E2B's template API through the official SDK's `Template`: a build from
+// Debian packages with its log streamed, its status, a failing step's output
+// in the build's error, the images corral refuses, a key's templates kept
+// from other keys, and a sandbox on the built template (docs/e2b.md,
+// "Templates"). The store is shared with the other suites
+// (CORRAL_TEMPLATE_DIR=/var/tmp/corral-test-templates), so that the base
+// layer and the apt step are built once and taken from the step cache after.
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, test } from 'node:test';
+
+import { Sandbox as OsbSandbox, SandboxApiException } from '@alibaba-group/opensandbox';
+import { BuildError, NotFoundError, Sandbox, Template } from 'e2b';
+
+import { killAfter, randomApiKey, useServer } from './harness.mjs';
+
+const STORE = '/var/tmp/corral-test-templates';
+const KEY_A = randomApiKey();
+const KEY_B = randomApiKey();
+// The test's names are taken out of the shared store again, whatever passed
+// (a hook registered before the server's, so that it runs while it is up).
+after(async () => {
+  fs.rmSync(dir, { recursive: true, force: true });
+  for (const name of [ALIAS, FAILING])
+    await fetch(`${ctx.server.url}/templates/${name}`, { method: 'DELETE', headers: { 'X-API-Key': KEY_A } });
+});
+const ctx = useServer({ apiKeys: [KEY_A, KEY_B], env: { CORRAL_TEMPLATE_DIR: STORE } });
+
+const T = { timeout: 600_000 }; // the first build of the store makes the base with mmdebstrap
+const RUN = crypto.randomBytes(4).toString('hex');
+const ALIAS = `e2b-test-${RUN}`;
+const FAILING = `e2b-test-fail-${RUN}`;
+const GREETING = `hello from ${RUN}\n`;
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-e2b-template-'));
+fs.writeFileSync(path.join(dir, 'greeting.txt'), GREETING);
+
+const asB = () => ({ ...ctx.server.sdkOpts(), apiKey: KEY_B });
+
+/** The template every test of the file builds on (built once, by the first). */
+function tools() {
+  return Template({ fileContextPath: dir })
+    .fromDebianImage('bookworm')
+    .aptInstall('jq')
+    .copy('greeting.txt', '/opt/app/')
+    .copy('greeting.txt', '/home/user/')
+    .setEnvs({ GREETING_MODE: 'test' })
+    .setWorkdir('/home/user');
+}
+
+let built = null; // what Template.build answered
+
+test('Template.build builds from Debian packages and streams the build log', T, async () => {
+  const logs = [];
+  built = await Template.build(tools(), ALIAS, { tags: ['default', 'v1'], onBuildLogs: (entry) => logs.push(entry) });
+  assert.equal(built.templateId, ALIAS);
+  assert.equal(typeof built.buildId, 'string');
+  const lines = logs.map((entry) => entry.message);
+  assert.ok(
+    lines.some((line) => /\bapt\b.*\bjq\b/.test(line)),
+    `no log line of the apt step:\n${lines.join('\n')}`,
+  );
+  assert.ok(lines.some((line) => /^Template ready/.test(line)), lines.join('\n'));
+  assert.ok(lines.includes("Uploaded 'greeting.txt'") || lines.includes("Skipping upload of 'greeting.txt', already cached"));
+
+  assert.equal(await Template.exists(ALIAS), true);
+  const status = await Template.getBuildStatus(built);
+  assert.equal(status.status, 'ready');
+  assert.equal(status.reason, undefined);
+  const read = []; // every entry of the status, a page at a time, as the SDK reads them
+  for (let page = status; page.logEntries.length; ) {
+    read.push(...page.logEntries.map((entry) => entry.message));
+    page = await Template.getBuildStatus(built, { logsOffset: read.length });
+  }
+  let at = 0; // the status's entries are the lines the build streamed, in order
+  for (const line of lines) if (line === read[at]) at++;
+  assert.equal(at, read.length, `the status's log is not what was streamed:\n${read.join('\n')}`);
+
+  const tags = (await Template.getTags(ALIAS)).map((t) => t.tag).sort();
+  assert.deepEqual(tags, ['default', 'v1']);
+});
+
+test('a failing step fails the build with what it printed', T, async () => {
+  const logs = [];
+  const failing = Template().fromDebianImage('bookworm').runCmd(`echo "marker ${RUN}: about to fail"; exit 3`);
+  await assert.rejects(Template.build(failing, FAILING, { onBuildLogs: (entry) => logs.push(entry) }), (err) => {
+    assert.ok(err instanceof BuildError, `${err.name}: ${err.message}`);
+    assert.match(err.message, new RegExp(`marker ${RUN}: about to fail`));
+    return true;
+  });
+  assert.ok(
+    logs.some((entry) => entry.level === 'error'),
+    `no error line in the log:\n${logs.map(String).join('\n')}`,
+  );
+  assert.equal(await Template.exists(FAILING), false, 'a failed build names nothing');
+});
+
+test('images corral cannot build are refused, saying what to use instead', T, async () => {
+  for (const template of [
+    Template().fromImage('ubuntu:22.04'),
+    Template().fromNodeImage('20'),
+    Template().fromPythonImage('3.12'),
+    Template().fromImage('registry.example.com/team/debian:bookworm', { username: 'u', password: 'p' }),
+  ]) {
+    await assert.rejects(Template.build(template, `e2b-test-refused-${RUN}`), (err) => {
+      assert.ok(err instanceof BuildError, `${err.name}: ${err.message}`);
+      assert.match(err.message, /^400: .*cannot be built by corral.*(fromDebianImage\('bookworm'\)|fromPythonImage\('3\.11'\))/);
+      return true;
+    });
+  }
+});
+
+test("a key's template is not seen nor taken by another key", T, async () => {
+  assert.ok(built, 'the first test built the template');
+  assert.equal(await Template.exists(ALIAS, asB()), false);
+  await assert.rejects(Template.getTags(ALIAS, asB()), (err) => /^404: /.test(err.message));
+  await assert.rejects(Template.build(tools(), ALIAS, asB()), (err) => {
+    assert.ok(err instanceof BuildError, `${err.name}: ${err.message}`);
+    assert.match(err.message, /^403: .*belongs to another API key/);
+    return true;
+  });
+  await assert.rejects(Sandbox.create(ALIAS, asB()), (err) => {
+    assert.ok(err instanceof NotFoundError || /404/.test(err.message), `${err.name}: ${err.message}`);
+    return true;
+  });
+  assert.equal(await Template.exists(ALIAS), true, "still its owner's");
+});
+
+// Sandboxes on built images are the template runtime's (tpl-runtime).
+test('a sandbox on the built template has its packages, files, environment and folder', T, async () => {
+  assert.ok(built, 'the first test built the template');
+  const sbx = await Sandbox.create(`${ALIAS}:v1`);
+  try {
+    const jq = await sbx.commands.run('jq --version');
+    assert.match(jq.stdout, /^jq-\d/);
+    assert.equal(await sbx.files.read('/opt/app/greeting.txt'), GREETING);
+    const env = await sbx.commands.run('echo "$GREETING_MODE $(pwd)"');
+    assert.equal(env.stdout.trim(), 'test /home/user');
+  } finally {
+    await sbx.kill();
+  }
+});
+
+/** OpenSandbox's SDK on this server's OpenSandbox listener, as key. */
+const osbConnection = (apiKey) => ({
+  domain: new URL(ctx.server.osbUrl).host,
+  protocol: 'http',
+  apiKey,
+  requestTimeoutSeconds: 60,
+});
+
+test("OpenSandbox's image.uri names a built template; other images are refused", T, async () => {
+  assert.ok(built, 'the first test built the template');
+  const sbx = await OsbSandbox.create({ connectionConfig: osbConnection(KEY_A), image: `${ALIAS}:v1`, timeoutSeconds: 120 });
+  await killAfter(
+    sbx,
+    async () => {
+      const jq = await sbx.commands.run('jq --version && cat /opt/app/greeting.txt');
+      assert.equal(jq.exitCode, 0, JSON.stringify(jq.error));
+      assert.match(jq.logs.stdout.map((m) => m.text).join('\n'), new RegExp(`^jq-\\d[\\s\\S]*hello from ${RUN}`));
+    },
+    { afterKill: () => sbx.close() },
+  );
+  const refused = (image, key) =>
+    assert.rejects(OsbSandbox.create({ connectionConfig: osbConnection(key), image, timeoutSeconds: 120 }), (err) => {
+      assert.ok(err instanceof SandboxApiException, `${image}: ${err?.stack ?? err}`);
+      assert.equal(err.statusCode, 400, `${image}: ${err.message}`);
+      assert.match(JSON.stringify(err.rawBody ?? err.message), /not served here.*Template\.build/);
+      return true;
+    });
+  await refused('ubuntu:22.04', KEY_A);
+  await refused(`${ALIAS}:v1`, KEY_B); // another key's template is an image not served
+});
+
+// E2B's templates copy into /home/user, their sandboxes' home; a corral
+// sandbox's /home/user is a disk of its own, over the image's.
+test(
+  "a sandbox's /home/user holds what the template copied there",
+  { ...T, todo: "a sandbox's /home/user is its own disk, which hides the image's /home/user" },
+  async () => {
+    assert.ok(built, 'the first test built the template');
+    const sbx = await Sandbox.create(ALIAS);
+    try {
+      assert.equal(await sbx.files.read('/home/user/greeting.txt'), GREETING);
+    } finally {
+      await sbx.kill();
+    }
+  },
+);
+
+test('deleting a template removes its names', T, async () => {
+  assert.ok(built, 'the first test built the template');
+  const del = (key) =>
+    fetch(`${ctx.server.url}/templates/${ALIAS}`, { method: 'DELETE', headers: { 'X-API-Key': key } });
+  assert.equal((await del(KEY_B)).status, 404, "another key's delete finds nothing");
+  assert.equal((await del(KEY_A)).status, 204);
+  assert.equal(await Template.exists(ALIAS), false);
+  assert.deepEqual(
+    (await (await fetch(`${ctx.server.url}/templates`, { headers: { 'X-API-Key': KEY_A } })).json()).filter(
+      (t) => t.templateID === ALIAS,
+    ),
+    [],
+  );
+});
