@@ -655,7 +655,7 @@ __attribute__((noreturn)) void jail_init_main(const struct jail_init_args *a)
     bool asked_netns = !(off & (JAIL_LAYER_USER | JAIL_LAYER_USERNS));
     if (asked_netns && (userns = make_user_namespace(a, &idmap, &err)) < 0)
         fail(&err);
-    if (a->plan && rootfs_apply(a->plan, idmap, &err) < 0)
+    if (a->plan && rootfs_apply(a->plan, idmap, userns, &err) < 0)
         fail(&err);
     if (idmap >= 0)
         close(idmap);

@@ -150,6 +150,35 @@ static char *plan_layer_dir(struct planner *pl, unsigned n, char kind, mode_t mo
  * hide (NULL-terminated, or NULL) are whited out, the sandbox never sees
  * them; those that end with '/' are empty directories of the sandbox
  * root's instead (over what the host has there). */
+/* Where the system comes from: the image's root filesystem, or the host's. */
+static const char *system_root(const struct planner *pl)
+{
+    const char *s = pl->params->system_root;
+    return s && *s ? s : pl->params->host_root;
+}
+
+static bool on_image(const struct planner *pl)
+{
+    return pl->params->system_root && *pl->params->system_root;
+}
+
+/* The overlay on rel: host (mapped) under upper, with overlayfs's work
+ * directory work. */
+static void plan_overlay_op(struct planner *pl, const char *host, const char *rel,
+                            const char *upper, const char *work)
+{
+    struct rootfs_op *op = op_at(pl, ROOTFS_OVERLAY, rel);
+    if (op && upper && work) {
+        op->src = strdup(host);
+        op->data = dupf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", op->dst, upper, work);
+        op->flags = NOSUID_NODEV;
+        op->image_ids = on_image(pl) &&
+                        !strncmp(host, pl->params->system_root, strlen(pl->params->system_root));
+        if (!op->src || !op->data)
+            pl->failed = 1;
+    }
+}
+
 static void plan_overlay(struct planner *pl, const char *host, const char *rel, mode_t mode,
                          const char *const *hide)
 {
@@ -177,28 +206,9 @@ static void plan_overlay(struct planner *pl, const char *host, const char *rel, 
         else if (dir)
             w->uid = w->gid = pl->params->root_uid;
     }
-    struct rootfs_op *op = op_at(pl, ROOTFS_OVERLAY, rel);
-    if (op && upper && work) {
-        op->src = strdup(host);
-        op->data = dupf("lowerdir=%s,upperdir=%s,workdir=%s,volatile", op->dst, upper, work);
-        op->flags = NOSUID_NODEV;
-        if (!op->src || !op->data)
-            pl->failed = 1;
-    }
+    plan_overlay_op(pl, host, rel, upper, work);
     free(upper);
     free(work);
-}
-
-/* Where the system comes from: the image's root filesystem, or the host's. */
-static const char *system_root(const struct planner *pl)
-{
-    const char *s = pl->params->system_root;
-    return s && *s ? s : pl->params->host_root;
-}
-
-static bool on_image(const struct planner *pl)
-{
-    return pl->params->system_root && *pl->params->system_root;
 }
 
 /* Mirrors the path abs of the system (the host's or the image's) into the
@@ -612,6 +622,33 @@ static void plan_disk(struct planner *pl)
     }
 }
 
+/* Whether the image has something in /home/user (a writable root only:
+ * its lower layer is mapped into the sandbox's user namespace). */
+static bool image_home(const struct planner *pl)
+{
+    if (!on_image(pl) || !pl->params->writable)
+        return false;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/home/user", pl->params->system_root);
+    size_t n = 0;
+    char **names = dir_names(path, &n);
+    free_names(names, names ? n : 0);
+    return names && n > 0;
+}
+
+/* /home/user on an image that has files there: an overlay whose lower layer
+ * is the image's /home/user and whose upper one is the sandbox's home on its
+ * disk (home), so that the template's files are there and the sandbox's
+ * changes go to its disk. */
+static void plan_image_home(struct planner *pl, const char *home)
+{
+    char host[4096];
+    snprintf(host, sizeof(host), "%s/home/user", pl->params->system_root);
+    char *work = plan_layer_dir(pl, pl->layers++, 'w', 0700, false);
+    plan_overlay_op(pl, host, "home/user", home, work);
+    free(work);
+}
+
 static void plan_storage(struct planner *pl)
 {
     const struct rootfs_params *params = pl->params;
@@ -642,7 +679,10 @@ static void plan_storage(struct planner *pl)
         }
         plan_mkdir(pl, areas[i].target, 0755);
         snprintf(buf, sizeof(buf), "%s/%s", params->storage_dir, areas[i].name);
-        plan_bind(pl, ROOTFS_BIND_RW, buf, areas[i].target);
+        if (!strcmp(areas[i].target, "home/user") && image_home(pl))
+            plan_image_home(pl, buf);
+        else
+            plan_bind(pl, ROOTFS_BIND_RW, buf, areas[i].target);
     }
 }
 
@@ -925,11 +965,13 @@ int rootfs_make_private(struct corral_error *err)
     return 0;
 }
 
-int rootfs_apply(const struct rootfs_plan *plan, int userns_fd, struct corral_error *err)
+int rootfs_apply(const struct rootfs_plan *plan, int idmap_fd, int userns_fd,
+                 struct corral_error *err)
 {
     mode_t old_umask = umask(0);
     for (size_t i = 0; i < plan->n; i++) {
-        int r = apply_op(&plan->ops[i], userns_fd, err);
+        const struct rootfs_op *op = &plan->ops[i];
+        int r = apply_op(op, op->image_ids ? userns_fd : idmap_fd, err);
         if (r < 0)
             return r;
     }

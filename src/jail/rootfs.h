@@ -31,6 +31,7 @@
 #ifndef CORRAL_JAIL_ROOTFS_H
 #define CORRAL_JAIL_ROOTFS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -73,6 +74,10 @@ struct rootfs_op {
     dev_t rdev;
     uid_t uid; /* (uid_t)-1: leave */
     gid_t gid;
+    /* ROOTFS_OVERLAY of an image's directory: mapped through the sandbox's
+     * own user namespace (the image's uids 0 and 1000 are the sandbox's
+     * root and user), not the one that maps only the host's root. */
+    bool image_ids;
 };
 
 struct rootfs_params {
@@ -111,9 +116,11 @@ int rootfs_plan_build(struct rootfs_plan *plan, const struct rootfs_params *para
                       struct corral_error *err);
 void rootfs_plan_free(struct rootfs_plan *plan);
 /* Applies every operation, then pivots into the new root. Runs in the child;
- * userns_fd: the sandbox's user namespace, for a writable root's overlays
- * (-1 without). */
-int rootfs_apply(const struct rootfs_plan *plan, int userns_fd, struct corral_error *err);
+ * idmap_fd: the user namespace a writable root's overlays of host
+ * directories are mapped through (its root only), userns_fd: the
+ * sandbox's own, for an image's directories (-1 without). */
+int rootfs_apply(const struct rootfs_plan *plan, int idmap_fd, int userns_fd,
+                 struct corral_error *err);
 /* Makes every mount private so nothing propagates back to the host. */
 int rootfs_make_private(struct corral_error *err);
 

@@ -175,21 +175,26 @@ test("OpenSandbox's image.uri names a built template; other images are refused",
   await refused(`${ALIAS}:v1`, KEY_B); // another key's template is an image not served
 });
 
-// E2B's templates copy into /home/user, their sandboxes' home; a corral
-// sandbox's /home/user is a disk of its own, over the image's.
-test(
-  "a sandbox's /home/user holds what the template copied there",
-  { ...T, todo: "a sandbox's /home/user is its own disk, which hides the image's /home/user" },
-  async () => {
-    assert.ok(built, 'the first test built the template');
-    const sbx = await Sandbox.create(ALIAS);
+// E2B's templates copy into /home/user, their sandboxes' home: a corral
+// sandbox's /home/user is the image's under a layer of the sandbox's disk.
+test("a sandbox's /home/user holds what the template copied there", T, async () => {
+  assert.ok(built, 'the first test built the template');
+  const sbx = await Sandbox.create(ALIAS);
+  try {
+    assert.equal(await sbx.files.read('/home/user/greeting.txt'), GREETING);
+    // the sandbox's own changes go to its disk, not to the template
+    await sbx.files.write('/home/user/greeting.txt', 'changed');
+    assert.equal(await sbx.files.read('/home/user/greeting.txt'), 'changed');
+    const again = await Sandbox.create(ALIAS);
     try {
-      assert.equal(await sbx.files.read('/home/user/greeting.txt'), GREETING);
+      assert.equal(await again.files.read('/home/user/greeting.txt'), GREETING);
     } finally {
-      await sbx.kill();
+      await again.kill();
     }
-  },
-);
+  } finally {
+    await sbx.kill();
+  }
+});
 
 test('deleting a template removes its names', T, async () => {
   assert.ok(built, 'the first test built the template');

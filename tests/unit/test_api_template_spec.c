@@ -104,6 +104,20 @@ static void refused(const char *text, const char *says)
     json_decref(j);
 }
 
+static void assert_args(const struct image_step *s, const char *a, const char *b, const char *c);
+
+/* The steps after the two every build starts with: E2B's templates start
+ * as their user, in its home. */
+static const struct image_step *sdk_steps(const struct tpl_mapped *m)
+{
+    assert_true(m->spec.n_steps >= 2);
+    assert_int_equal(m->spec.steps[0].kind, IMAGE_STEP_USER);
+    assert_args(&m->spec.steps[0], "user", NULL, NULL);
+    assert_int_equal(m->spec.steps[1].kind, IMAGE_STEP_WORKDIR);
+    assert_args(&m->spec.steps[1], "/home/user", NULL, NULL);
+    return m->spec.steps + 2;
+}
+
 static void assert_args(const struct image_step *s, const char *a, const char *b, const char *c)
 {
     const char *want[] = {a, b, c, NULL};
@@ -155,8 +169,8 @@ static void test_steps(void **state)
     assert_string_equal(m.spec.start_cmd, "serve");
     assert_string_equal(m.spec.ready_cmd, "true");
     assert_false(m.force);
-    assert_int_equal(m.spec.n_steps, 11); /* the glob copies two files */
-    const struct image_step *s = m.spec.steps;
+    assert_int_equal(m.spec.n_steps, 13); /* the glob copies two files */
+    const struct image_step *s = sdk_steps(&m);
     assert_int_equal(s[0].kind, IMAGE_STEP_APT);
     assert_args(&s[0], "jq", "curl", NULL);
     assert_int_equal(s[1].kind, IMAGE_STEP_PIP);
@@ -188,7 +202,7 @@ static void test_steps(void **state)
     /* each spec step knows the SDK's step it came from */
     static const size_t origin[] = {0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9};
     for (size_t i = 0; i < 11; i++)
-        assert_int_equal(m.origin[i], origin[i]);
+        assert_int_equal(m.origin[i + 2], origin[i]);
     tpl_mapped_free(&m);
     json_decref(j);
 }
@@ -206,10 +220,11 @@ static void test_commands_stay_commands(void **state)
     assert_int_equal(tpl_map_build(j, "t", files, &m, &err), 0);
     assert_string_equal(m.spec.base, "bookworm"); /* no fromImage: E2B's default base */
     assert_true(m.force);
-    assert_int_equal(m.spec.steps[0].kind, IMAGE_STEP_RUN);
-    assert_int_equal(m.spec.steps[1].kind, IMAGE_STEP_RUN);
-    assert_null(m.spec.steps[1].user);
-    assert_true(m.spec.steps[1].force); /* the whole build afresh */
+    const struct image_step *s = sdk_steps(&m);
+    assert_int_equal(s[0].kind, IMAGE_STEP_RUN);
+    assert_int_equal(s[1].kind, IMAGE_STEP_RUN);
+    assert_null(s[1].user);
+    assert_true(s[1].force); /* the whole build afresh */
     tpl_mapped_free(&m);
     json_decref(j);
 }
@@ -226,7 +241,7 @@ static void test_links_within(void **state)
     if (tpl_map_build(j, "t", files, &m, &err) < 0)
         fail_msg("%s", err.message);
     snprintf(path, sizeof(path), "%s/%s/hello.txt", files, HASH);
-    assert_args(&m.spec.steps[0], path, "/app/inner", NULL);
+    assert_args(&sdk_steps(&m)[0], path, "/app/inner", NULL);
     tpl_mapped_free(&m);
     json_decref(j);
 }

@@ -441,6 +441,22 @@ static int read_cmd(json_t *start, const char *field, char **out, struct corral_
     return (*out = strdup(json_string_value(v))) ? 0 : corral_fail(err, ENOMEM, "out of memory");
 }
 
+/* E2B's templates start as their user, in its home (unlike Docker's root
+ * in /): the steps run so until a setUser or setWorkdir says otherwise. */
+static int default_user(struct builder *b)
+{
+    static const struct {
+        enum image_step_kind kind;
+        const char *value;
+    } first[] = {{IMAGE_STEP_USER, "user"}, {IMAGE_STEP_WORKDIR, "/home/user"}};
+    for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++) {
+        struct image_step *st = add_step(b, first[i].kind, false);
+        if (!st || !(st->args = strv_of(1, first[i].value, NULL)))
+            return st ? oom(b) : -b->err->code;
+    }
+    return 0;
+}
+
 int tpl_map_build(json_t *start, const char *name, const char *files_dir, struct tpl_mapped *out,
                   struct corral_error *err)
 {
@@ -455,6 +471,8 @@ int tpl_map_build(json_t *start, const char *name, const char *files_dir, struct
     int r = (out->spec.name = strdup(name)) ? 0 : corral_fail(err, ENOMEM, "out of memory");
     if (r == 0)
         r = read_base(start, &out->spec, err);
+    if (r == 0)
+        r = default_user(&b);
     if (r == 0)
         r = read_cmd(start, "startCmd", &out->spec.start_cmd, err);
     if (r == 0)
