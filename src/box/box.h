@@ -179,6 +179,10 @@ int box_template_acquire_spawner(struct box_template *t, const char *state_dir,
  * before or while it was asked: no sandbox of it can have started), so that
  * the caller may ask again, of the zygote acquiring starts in its place. */
 bool box_template_release_spawner(struct box_template *t);
+/* A sandbox of t is made, and is gone: a template retired (its image's
+ * name rebuilt) stops its zygote once its last sandbox is gone. */
+void box_template_sandbox_made(struct box_template *t);
+void box_template_sandbox_gone(struct box_template *t);
 /* A ready pooled sandbox with exactly these limits, or NULL. */
 corral_sandbox *box_pool_take(struct box_template *t, const struct corral_limits *lim);
 /* A new unregistered sandbox of the template's defaults with its default

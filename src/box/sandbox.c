@@ -405,6 +405,7 @@ static int sandbox_new(const struct corral_sandbox_options *o, struct box_templa
     sb->image_hold = -1;
     sb->forked = forked;
     sb->tmpl = t;
+    box_template_sandbox_made(t);
     snprintf(sb->template_id, sizeof(sb->template_id), "%s", box_template_name(t));
     snprintf(sb->python, sizeof(sb->python), "%s", o->python ? o->python : "/usr/bin/python3");
     sb->limits = *limits;
@@ -792,6 +793,8 @@ void corral_sandbox_release(corral_sandbox *sb)
         close(sb->ctl);
     if (sb->image_hold >= 0)
         close(sb->image_hold); /* after the jail: nothing runs on the image any more */
+    if (sb->tmpl)
+        box_template_sandbox_gone(sb->tmpl);
     corral_strv_free(sb->env);
     corral_strv_free(sb->metadata);
     pthread_cond_destroy(&sb->cond);

@@ -53,6 +53,12 @@ struct box_template {
     bool refill_started, stopping;
     pthread_t refill;
     uint64_t hits, misses;
+    /* Its sandboxes alive (pooled ones too), and whether it was retired:
+     * its image's name was rebuilt, a new template took the name, and this
+     * one's zygote stops with its last sandbox (under lock). */
+    unsigned live;
+    bool retired;
+    bool configured; /* by corral_template_define (else made for an image's name) */
     struct box_template *next;
 };
 
@@ -62,6 +68,8 @@ static pthread_mutex_t templates_lock = PTHREAD_MUTEX_INITIALIZER;
  * miss. */
 static bool shut_down;
 static struct box_template *templates;
+/* Templates retired (kept until corral_shutdown: sandboxes point at them). */
+static struct box_template *retired;
 static char *template_dir; /* the image store; NULL: IMAGE_DEFAULT_DIR (under templates_lock) */
 
 void corral_set_template_dir(const char *dir)
@@ -163,6 +171,8 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
         return corral_fail(err, EINVAL, "template '%s': '%s' is not an image's name", def->name,
                            def->image);
     struct box_template *t = new_template(def, err);
+    if (t)
+        t->configured = true;
     if (!t)
         return -err->code;
     pthread_mutex_lock(&templates_lock);
@@ -253,6 +263,74 @@ static struct box_template *image_template_locked(const char *name, bool *failed
     return t;
 }
 
+static void stop_zygote(struct box_template *t);
+
+/* Whether t is a template made for a built image's name (not configured)
+ * whose name now points at another build. */
+static bool rebuilt_locked(const struct box_template *t)
+{
+    char id[IMAGE_ID_LEN + 1];
+    return t->has_image && !t->configured && image_build_of(template_dir, t->image_name, id) == 0 &&
+           strcmp(id, t->image.id);
+}
+
+static void unlink_locked(struct box_template *t)
+{
+    for (struct box_template **pp = &templates; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+}
+
+/* A retired template (off the list): its pool goes, and its zygote once
+ * its last sandbox is gone (now, when none is left). */
+static void retire(struct box_template *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->stopping = true;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    if (t->refill_started)
+        pthread_join(t->refill, NULL);
+    /* stopping stays set: no refill starts again */
+    pthread_mutex_lock(&t->lock);
+    t->refill_started = false;
+    while (t->n_pool) {
+        corral_sandbox *sb = t->pool[--t->n_pool];
+        pthread_mutex_unlock(&t->lock);
+        corral_sandbox_release(sb);
+        pthread_mutex_lock(&t->lock);
+    }
+    t->retired = true;
+    bool idle = t->live == 0;
+    pthread_mutex_unlock(&t->lock);
+    if (idle) {
+        pthread_rwlock_wrlock(&t->zlock);
+        stop_zygote(t);
+        pthread_rwlock_unlock(&t->zlock);
+    }
+}
+
+void box_template_sandbox_made(struct box_template *t)
+{
+    pthread_mutex_lock(&t->lock);
+    t->live++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+void box_template_sandbox_gone(struct box_template *t)
+{
+    pthread_mutex_lock(&t->lock);
+    bool last = --t->live == 0 && t->retired;
+    pthread_mutex_unlock(&t->lock);
+    if (last) {
+        pthread_rwlock_wrlock(&t->zlock);
+        stop_zygote(t);
+        pthread_rwlock_unlock(&t->zlock);
+    }
+}
+
 int box_template_get(const char *name, struct box_template **out, struct corral_error *err)
 {
     box_metrics_start(); /* the pools' sandboxes are counted too */
@@ -273,6 +351,13 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
         }
     }
     bool failed = false;
+    struct box_template *old = t && rebuilt_locked(t) ? t : NULL;
+    if (old) {
+        unlink_locked(old);
+        old->next = retired;
+        retired = old;
+        t = NULL;
+    }
     if (!t)
         t = image_template_locked(name, &failed, err);
     if (t && t->image_name[0] && !t->has_image && resolve_image_locked(t, err) < 0) {
@@ -293,6 +378,8 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
         char dir[256];
         snprintf(dir, sizeof(dir), "%s", template_dir ? template_dir : IMAGE_DEFAULT_DIR);
         pthread_mutex_unlock(&templates_lock);
+        if (old)
+            retire(old);
         if (failed || err->code == ENOMEM)
             return -err->code;
         return corral_fail(err, ENOENT,
@@ -301,6 +388,8 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
                            name, names, dir);
     }
     pthread_mutex_unlock(&templates_lock);
+    if (old)
+        retire(old);
     *out = t;
     return 0;
 }
@@ -640,6 +729,12 @@ void corral_shutdown(void)
     pthread_mutex_lock(&templates_lock);
     struct box_template *list = templates;
     templates = NULL;
+    /* the retired ones too (their sandboxes are released by now) */
+    struct box_template **tail = &list;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = retired;
+    retired = NULL;
     shut_down = true;
     pthread_mutex_unlock(&templates_lock);
     while (list) {

@@ -127,6 +127,9 @@ int image_build(const struct image_spec *spec, const struct image_build_options 
 /* A build by name (or by its id): ENOENT when there is none. */
 int image_lookup(const char *dir, const char *name, struct image_info *out,
                  struct corral_error *err);
+/* The build name points at now, into id (IMAGE_ID_LEN + 1 bytes): 0, or
+ * -ENOENT when it names none. A cheap check of whether a name was rebuilt. */
+int image_build_of(const char *dir, const char *name, char *id);
 /* Points name at the build id (an alias or tag); replaces an earlier target. */
 int image_name_set(const char *dir, const char *name, const char *id, struct corral_error *err);
 /* Removes a name; the build goes once no name points at it and nothing runs on it. */

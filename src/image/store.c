@@ -183,6 +183,14 @@ static int name_target(const char *dir, const char *name, char id[IMAGE_ID_LEN +
     return 0;
 }
 
+int image_build_of(const char *dir, const char *name, char *id)
+{
+    struct corral_error ignored = {0};
+    if (image_check_name(name, &ignored) < 0)
+        return -EINVAL;
+    return name_target(image_dir_or_default(dir), name, id);
+}
+
 int image_lookup(const char *dir, const char *name, struct image_info *out,
                  struct corral_error *err)
 {

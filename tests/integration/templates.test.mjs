@@ -24,7 +24,7 @@ const KEY_B = randomApiKey();
 // (a hook registered before the server's, so that it runs while it is up).
 after(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
-  for (const name of [ALIAS, FAILING])
+  for (const name of [ALIAS, FAILING, REBUILT])
     await fetch(`${ctx.server.url}/templates/${name}`, { method: 'DELETE', headers: { 'X-API-Key': KEY_A } });
 });
 const ctx = useServer({ apiKeys: [KEY_A, KEY_B], env: { CORRAL_TEMPLATE_DIR: STORE } });
@@ -33,6 +33,7 @@ const T = { timeout: 600_000 }; // the first build of the store makes the base w
 const RUN = crypto.randomBytes(4).toString('hex');
 const ALIAS = `e2b-test-${RUN}`;
 const FAILING = `e2b-test-fail-${RUN}`;
+const REBUILT = `e2b-test-rebuilt-${RUN}`;
 const GREETING = `hello from ${RUN}\n`;
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-e2b-template-'));
@@ -193,6 +194,30 @@ test("a sandbox's /home/user holds what the template copied there", T, async () 
     }
   } finally {
     await sbx.kill();
+  }
+});
+
+// The server answers creates from a template made when the name was first
+// used: a rebuild of the name gives the next sandboxes the new build, and
+// leaves running ones on theirs.
+test("a rebuilt template's next sandboxes run on the new build; running ones keep theirs", T, async () => {
+  const version = (n) => Template().fromDebianImage('bookworm').runCmd(`echo ${n} > /tmp/../home/user/version`);
+  await Template.build(version('one'), REBUILT);
+  const first = await Sandbox.create(REBUILT);
+  try {
+    assert.equal((await first.commands.run('cat /home/user/version')).stdout, 'one\n');
+    await Template.build(version('two'), REBUILT);
+    const second = await Sandbox.create(REBUILT);
+    try {
+      assert.equal((await second.commands.run('cat /home/user/version')).stdout, 'two\n');
+      assert.equal((await first.commands.run('cat /home/user/version')).stdout, 'one\n');
+    } finally {
+      await second.kill();
+    }
+    // the first still runs, on the old build (its zygote lives as long)
+    assert.equal((await first.commands.run('echo still')).stdout, 'still\n');
+  } finally {
+    await first.kill();
   }
 });
 
