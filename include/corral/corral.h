@@ -300,6 +300,8 @@ void corral_set_disk_dir(const char *dir);
  * where corral_template.image and template names are looked up. For the
  * templates first used from now on. */
 void corral_set_template_dir(const char *dir);
+/* The store in use, into out (len bytes). */
+void corral_template_dir(char *out, size_t len);
 /* For long-lived processes: keeps n disks of each size used lately made
  * ahead by a thread, so that a sandbox's start pays only the mount
  * (corral_shutdown stops it). 0 = none (the default). */

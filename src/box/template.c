@@ -81,6 +81,13 @@ void corral_set_template_dir(const char *dir)
     pthread_mutex_unlock(&templates_lock);
 }
 
+void corral_template_dir(char *out, size_t len)
+{
+    pthread_mutex_lock(&templates_lock);
+    snprintf(out, len, "%s", template_dir ? template_dir : IMAGE_DEFAULT_DIR);
+    pthread_mutex_unlock(&templates_lock);
+}
+
 static struct box_template *find_locked(const char *name)
 {
     for (struct box_template *t = templates; t; t = t->next)

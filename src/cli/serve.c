@@ -658,6 +658,9 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
         return CLI_OK;
     for (size_t i = 0; cfg && i < cfg->n_templates && i < 64; i++)
         s->names[i] = cfg->templates[i].name;
+    /* the store libcorral looks templates up in ($CORRAL_TEMPLATE_DIR, else
+     * the configuration's template_dir): E2B's and OpenSandbox's too */
+    corral_template_dir(s->template_dir, sizeof(s->template_dir));
     const char *skip = o->role == FLEET_NODE ? o->fleet->key : NULL;
     struct e2b_options eo = {.audit = s->audit,
                              .audit_skip_key = skip,
@@ -666,6 +669,7 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                              .max_sandboxes_per_key = o->max_per_key,
                              .state_dir = o->state_dir,
                              .templates = s->names,
+                             .template_dir = s->template_dir,
                              .execute_timeout_ms = o->execute_timeout_ms,
                              .keepalive_ms = o->keepalive_ms};
     struct osb_options oo = {.audit = s->audit,
@@ -674,6 +678,7 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                              .admin_keys = o->admin_keys,
                              .max_sandboxes_per_key = o->max_per_key,
                              .templates = s->names,
+                             .template_dir = s->template_dir,
                              .state_dir = o->state_dir,
                              .max_memory = o->max_sandbox_memory,
                              .max_millicpus = o->max_sandbox_millicpus};

@@ -55,7 +55,8 @@ struct serve_opts {
 
 /* What corral serve runs, each NULL when off or not (yet) made. */
 struct servers {
-    const char *names[65]; /* the templates OpenSandbox's API offers */
+    const char *names[65];   /* the templates OpenSandbox's API offers */
+    char template_dir[4096]; /* the store of built templates, for E2B and OpenSandbox */
     struct e2b *api;
     struct osb *osb;
     corral_gateway *gw;

@@ -155,6 +155,29 @@ def test_the_template_dir_comes_from_the_configuration(tmp_path):
     assert r.returncode == 3 and f"unknown template '{RUNTIME}'" in r.stderr
 
 
+def test_serve_finds_templates_in_the_configured_store(tmp_path):
+    """corral serve's E2B API looks templates up where libcorral does (its
+    OpenSandbox API too): here, the configuration's template_dir."""
+    from test_serve import Server
+    config = tmp_path / "corral.yaml"
+    config.write_text(f"template_dir: {template_store.STORE}\n")
+    env = dict(os.environ)
+    del env["CORRAL_TEMPLATE_DIR"]
+    s = Server("--config", str(config), env=env)
+    try:
+        status, text = s.request("GET", f"/templates/aliases/{RUNTIME}")
+        assert status == 200 and RUNTIME in text, text
+        status, text = s.request("POST", "/sandboxes", {"templateID": RUNTIME, "timeout": 60})
+        assert status == 201, text
+        sid = json.loads(text)["sandboxID"]
+        status, text = s.request("DELETE", f"/sandboxes/{sid}")
+        assert status == 204, text
+        s.check()
+    finally:
+        s.proc.terminate()
+        s.proc.wait(timeout=30)
+
+
 def test_doctor_says_which_templates_start_cold_and_why():
     r = run("doctor", timeout=300)
     lines = r.stdout.splitlines()

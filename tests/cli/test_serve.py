@@ -28,7 +28,7 @@ class Server:
     gateway's off unless args name them). Its stderr is read as it comes, so
     a server shared by a module's tests never blocks on a full pipe."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.port = free_port()
         self.osb_port = None
         if not any(a.startswith("--opensandbox-listen") for a in args):
@@ -40,7 +40,7 @@ class Server:
             args = ("--gateway-listen", "off", *args)
         self.proc = subprocess.Popen([CORRAL, "serve", "--listen", f"127.0.0.1:{self.port}",
                                       *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+                                     text=True, env=env)
         line = self.proc.stderr.readline()
         assert "listening on http://127.0.0.1:%d" % self.port in line, line
         self.lines = [line]
