@@ -13,6 +13,11 @@
  *                             round trips of "1+1" (the E2B SDK rows' baseline)
  *   bench_cells density N K   N idle forked sandboxes at once, then K times
  *                             create -> first output of `print(1)` beside them
+ *   bench_cells image N NAME  fork's measure in pairs, N times: a sandbox of the
+ *                             built template image NAME ("image") and one of
+ *                             the host's system ("host"), both templates
+ *                             preloading nothing, in turns, each order half
+ *                             the time
  *   bench_cells roots N       fork's measure in pairs, N times: a sandbox with
  *                             its own writable root ("writable") and one with
  *                             a read-only root ("read_only"), in turns, each
@@ -180,6 +185,37 @@ static int bench_roots(int runs)
                 status = fail("%s", err.message);
             else if (i >= 0)
                 printf("%s %.3f\n", read_only ? "read_only" : "writable", ms);
+        }
+    }
+    corral_shutdown();
+    return status;
+}
+
+static int bench_image(int runs, const char *image)
+{
+    static const char *const nothing[] = {NULL};
+    struct corral_template host = {.name = "bench-host", .preload = nothing};
+    struct corral_template built = {.name = "bench-image", .preload = nothing, .image = image};
+    struct corral_error err;
+    if (corral_template_define(&host, &err) < 0 || corral_template_define(&built, &err) < 0 ||
+        corral_template_warm("bench-host", NULL, &err) < 0 ||
+        corral_template_warm("bench-image", NULL, &err) < 0)
+        return fail("%s", err.message);
+    struct corral_template_stats st;
+    if (corral_template_stats("bench-image", &st, &err) < 0)
+        return fail("%s", err.message);
+    if (!st.zygote_pid)
+        return fail("the image's template has no zygote: %s", st.zygote_error);
+    int status = 0;
+    for (int i = -WARMUP; i < runs && !status; i++) {
+        for (int k = 0; k < 2 && !status; k++) {
+            bool on_image = (i + k) % 2 != 0;
+            double ms;
+            if (first_output_of(on_image ? "bench-image" : "bench-host", false, PRINT_CODE, false,
+                                &ms, NULL, &err) < 0)
+                status = fail("%s", err.message);
+            else if (i >= 0)
+                printf("%s %.3f\n", on_image ? "image" : "host", ms);
         }
     }
     corral_shutdown();
@@ -608,6 +644,7 @@ int main(int argc, char **argv)
     if (getenv("CORRAL_BENCH_DISK_DIR"))
         corral_set_disk_dir(getenv("CORRAL_BENCH_DISK_DIR"));
     corral_keep_disks_ready(2);
+    corral_set_template_dir(getenv("CORRAL_TEMPLATE_DIR")); /* image's NAME */
     if (n <= 0)
         return fail("the number of runs must be positive");
     if (!strcmp(cmd, "trip"))
@@ -624,9 +661,11 @@ int main(int argc, char **argv)
         return bench_mem(n);
     if (!strcmp(cmd, "roots"))
         return bench_roots(n);
+    if (!strcmp(cmd, "image") && argc > 3)
+        return bench_image(n, argv[3]);
     if (!strcmp(cmd, "density"))
         return bench_density(n, argc > 3 ? atoi(argv[3]) : 5);
-    fprintf(stderr, "usage: bench_cells trip|pool|fork|png|mem|roots N | density N [K] | direct N "
-                    "[TRIPS]\n");
+    fprintf(stderr, "usage: bench_cells trip|pool|fork|png|mem|roots N | image N NAME | density N "
+                    "[K] | direct N [TRIPS]\n");
     return 2;
 }
