@@ -8,8 +8,8 @@
  *   corral template delete NAME...
  *   corral template prune
  *
- * Each takes --dir DIR, the template store ($CORRAL_TEMPLATE_DIR, else
- * /var/lib/corral/templates).
+ * Each takes --dir DIR, the template store ($CORRAL_TEMPLATE_DIR, else the
+ * configuration's template_dir, else /var/lib/corral/templates).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -18,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/strbuf.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "config/config.h"
 #include "config/image_spec.h"
 #include "image/image.h"
 
@@ -44,8 +46,10 @@ static void usage(FILE *out)
           "  prune            empty the step cache (built templates keep their files)\n"
           "\n"
           "options:\n"
-          "  --dir DIR        the template store (default $CORRAL_TEMPLATE_DIR, else\n"
-          "                   " IMAGE_DEFAULT_DIR ")\n"
+          "  --dir DIR        the template store (default $CORRAL_TEMPLATE_DIR, else the\n"
+          "                   configuration's template_dir, else " IMAGE_DEFAULT_DIR ")\n"
+          "  --config FILE    the configuration (default $CORRAL_CONFIG, else\n"
+          "                   /etc/corral/corral.yaml if present)\n"
           "  --name NAME      the template's name (default: the spec's `name:`)\n"
           "  --no-cache       run every step afresh\n"
           "  --quiet          show the steps, not their output (a failing step's is shown)\n"
@@ -88,12 +92,29 @@ static void on_log(void *arg, enum image_log_kind kind, const char *line)
     fflush(stdout);
 }
 
-static const char *store_dir(const char *dir)
+/* The store: --dir, else $CORRAL_TEMPLATE_DIR, else the configuration's
+ * template_dir (--config, $CORRAL_CONFIG, /etc/corral/corral.yaml), else
+ * the default. NULL (said why) when the configuration cannot be read. */
+static const char *store_dir(const char *dir, const char *config)
 {
     if (dir)
         return dir;
     const char *env = getenv("CORRAL_TEMPLATE_DIR");
-    return env && *env ? env : IMAGE_DEFAULT_DIR;
+    if (env && *env)
+        return env;
+    if (!config || !*config)
+        config = getenv("CORRAL_CONFIG");
+    if ((!config || !*config) && access("/etc/corral/corral.yaml", F_OK) == 0)
+        config = "/etc/corral/corral.yaml";
+    if (!config || !*config)
+        return IMAGE_DEFAULT_DIR;
+    static struct corral_config *cfg; /* the answer points into it */
+    struct corral_error err = {0};
+    if (corral_config_load(config, &cfg, &err) < 0) {
+        fprintf(stderr, "corral template: %s\n", err.message);
+        return NULL;
+    }
+    return cfg->template_dir ? cfg->template_dir : IMAGE_DEFAULT_DIR;
 }
 
 static void format_mib(uint64_t bytes, char *out, size_t len)
@@ -300,13 +321,15 @@ int cli_template(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
-    const char *cmd = argv[1], *dir = NULL, *name = NULL;
+    const char *cmd = argv[1], *dir = NULL, *name = NULL, *config = NULL;
     bool json = false, no_cache = false, quiet = false;
     char *args[256];
     int n = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             dir = argv[++i];
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            config = argv[++i];
         else if (!strcmp(argv[i], "--name") && i + 1 < argc)
             name = argv[++i];
         else if (!strcmp(argv[i], "--json"))
@@ -326,7 +349,8 @@ int cli_template(int argc, char **argv)
             args[n++] = argv[i];
         }
     }
-    dir = store_dir(dir);
+    if (!(dir = store_dir(dir, config)))
+        return CLI_USAGE;
     if (!strcmp(cmd, "build") && n == 1)
         return build(args[0], name, dir, no_cache, quiet);
     if (!strcmp(cmd, "list") && n == 0)

@@ -242,3 +242,21 @@ def test_a_pip_step_installs_from_the_given_index(base_built, tmp_path, index_ne
     assert r.returncode == 1
     assert "No matching distribution found for no-such-package-here" in r.stdout
     run("template", "delete", name)
+
+
+def test_the_store_comes_from_the_configuration(base_built, tmp_path):
+    """--dir, else $CORRAL_TEMPLATE_DIR, else the configuration's template_dir."""
+    config = tmp_path / "corral.yaml"
+    config.write_text(f"template_dir: {STORE}\n")
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TEMPLATE_DIR"}
+    r = subprocess.run([CORRAL, "template", "list", "--json", "--config", str(config)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert base_built in [t["name"] for t in json.loads(r.stdout)]
+    r = subprocess.run([CORRAL, "template", "list", "--json", "--dir", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert (r.returncode, r.stdout.strip()) == (0, "[]")
+    config.write_text("template_dir: [not, a, path]\n")
+    r = subprocess.run([CORRAL, "template", "list", "--config", str(config)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "template_dir" in r.stderr, r.stderr
