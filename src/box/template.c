@@ -290,9 +290,9 @@ static void unlink_locked(struct box_template *t)
         }
 }
 
-/* A retired template (off the list): its pool goes, and its zygote once
- * its last sandbox is gone (now, when none is left). */
-static void retire(struct box_template *t)
+/* Stops the template's pool for good: its refill thread ends (none starts
+ * again) and its ready sandboxes are released. */
+static void stop_pool(struct box_template *t)
 {
     pthread_mutex_lock(&t->lock);
     t->stopping = true;
@@ -300,7 +300,6 @@ static void retire(struct box_template *t)
     pthread_mutex_unlock(&t->lock);
     if (t->refill_started)
         pthread_join(t->refill, NULL);
-    /* stopping stays set: no refill starts again */
     pthread_mutex_lock(&t->lock);
     t->refill_started = false;
     while (t->n_pool) {
@@ -309,6 +308,15 @@ static void retire(struct box_template *t)
         corral_sandbox_release(sb);
         pthread_mutex_lock(&t->lock);
     }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* A retired template (off the list): its pool goes, and its zygote once
+ * its last sandbox is gone (now, when none is left). */
+static void retire(struct box_template *t)
+{
+    stop_pool(t);
+    pthread_mutex_lock(&t->lock);
     t->retired = true;
     bool idle = t->live == 0;
     pthread_mutex_unlock(&t->lock);
@@ -747,15 +755,7 @@ void corral_shutdown(void)
     while (list) {
         struct box_template *t = list;
         list = t->next;
-        pthread_mutex_lock(&t->lock);
-        t->stopping = true;
-        pthread_cond_broadcast(&t->cond);
-        pthread_mutex_unlock(&t->lock);
-        if (t->refill_started)
-            pthread_join(t->refill, NULL);
-        for (unsigned i = 0; i < t->n_pool; i++)
-            corral_sandbox_release(t->pool[i]);
-        t->n_pool = 0;
+        stop_pool(t);
         stop_zygote(t);
         free_template(t);
     }
