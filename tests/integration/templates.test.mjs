@@ -13,7 +13,7 @@ import path from 'node:path';
 import { after, test } from 'node:test';
 
 import { Sandbox as OsbSandbox, SandboxApiException } from '@alibaba-group/opensandbox';
-import { BuildError, NotFoundError, Sandbox, Template } from 'e2b';
+import { BuildError, NotFoundError, Sandbox, Template, waitForFile } from 'e2b';
 
 import { killAfter, randomApiKey, useServer } from './harness.mjs';
 
@@ -24,7 +24,7 @@ const KEY_B = randomApiKey();
 // (a hook registered before the server's, so that it runs while it is up).
 after(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
-  for (const name of [ALIAS, FAILING, REBUILT])
+  for (const name of [ALIAS, FAILING, REBUILT, STARTED])
     await fetch(`${ctx.server.url}/templates/${name}`, { method: 'DELETE', headers: { 'X-API-Key': KEY_A } });
 });
 const ctx = useServer({ apiKeys: [KEY_A, KEY_B], env: { CORRAL_TEMPLATE_DIR: STORE } });
@@ -34,6 +34,7 @@ const RUN = crypto.randomBytes(4).toString('hex');
 const ALIAS = `e2b-test-${RUN}`;
 const FAILING = `e2b-test-fail-${RUN}`;
 const REBUILT = `e2b-test-rebuilt-${RUN}`;
+const STARTED = `e2b-test-started-${RUN}`;
 const GREETING = `hello from ${RUN}\n`;
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-e2b-template-'));
@@ -218,6 +219,32 @@ test("a rebuilt template's next sandboxes run on the new build; running ones kee
     assert.equal((await first.commands.run('echo still')).stdout, 'still\n');
   } finally {
     await first.kill();
+  }
+});
+
+test('buildInBackground answers at once, getBuildStatus follows the build, and each sandbox runs the start command until ready', T, async () => {
+  const template = Template()
+    .fromDebianImage('bookworm')
+    .runCmd(`echo ${RUN} > /home/user/run-id`)
+    .setStartCmd('sh -c "echo started > /tmp/ready; exec sleep infinity"', waitForFile('/tmp/ready'));
+  const info = await Template.buildInBackground(template, STARTED);
+  assert.equal(info.templateId, STARTED);
+  let status = await Template.getBuildStatus(info);
+  while (status.status === 'waiting' || status.status === 'building') {
+    await new Promise((resolve) => setTimeout(resolve, 100)); // polled, as Template.build does
+    status = await Template.getBuildStatus(info);
+  }
+  assert.equal(status.status, 'ready', JSON.stringify(status.reason));
+  assert.ok(status.logEntries.some((e) => e.message.includes(`echo ${RUN}`)), 'the log names the step');
+  const sbx = await Sandbox.create(STARTED);
+  try {
+    // the ready command passed before the create answered
+    assert.equal(await sbx.files.read('/tmp/ready'), 'started\n');
+    assert.equal(await sbx.files.read('/home/user/run-id'), `${RUN}\n`);
+    const procs = await sbx.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '");
+    assert.match(procs.stdout, /sleep infinity/);
+  } finally {
+    await sbx.kill();
   }
 });
 
