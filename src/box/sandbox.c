@@ -791,8 +791,8 @@ void corral_sandbox_release(corral_sandbox *sb)
     }
     if (sb->ctl >= 0)
         close(sb->ctl);
-    if (sb->image_hold >= 0)
-        close(sb->image_hold); /* after the jail: nothing runs on the image any more */
+    if (sb->image_hold >= 0) /* after the jail: nothing runs on the image any more */
+        image_release(box_template_image(sb->tmpl)->rootfs, sb->image_hold);
     if (sb->tmpl)
         box_template_sandbox_gone(sb->tmpl);
     corral_strv_free(sb->env);

@@ -454,7 +454,7 @@ static void stop_zygote(struct box_template *t)
         t->zygote = NULL;
     }
     if (t->zygote_hold >= 0) {
-        close(t->zygote_hold);
+        image_release(t->image.rootfs, t->zygote_hold);
         t->zygote_hold = -1;
     }
 }

@@ -140,6 +140,11 @@ int image_list(const char *dir, int (*fn)(void *arg, const struct image_info *in
 /* Holds a build in use (a shared lock on its lock file): returns the
  * descriptor to close when done, or a negative errno. */
 int image_hold(const struct image_info *info, struct corral_error *err);
+/* Ends a hold (its descriptor) on the build whose root filesystem is
+ * rootfs, and removes the builds of its store that no name points at and
+ * nothing holds any more: a build deleted while in use goes with its last
+ * user. */
+void image_release(const char *rootfs, int hold);
 /* Removes builds no name points at and nothing holds. Returns how many. */
 int image_collect(const char *dir, struct corral_error *err);
 /* Empties the step cache (builds keep their files): how many entries went,

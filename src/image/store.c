@@ -366,6 +366,22 @@ int image_build_in_use(const char *dir, const char *id)
     return 0;
 }
 
+void image_release(const char *rootfs, int hold)
+{
+    if (hold >= 0)
+        close(hold);
+    /* <dir>/builds/<id>/rootfs */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", rootfs ? rootfs : "");
+    for (int up = 0; up < 3; up++) {
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            return;
+        *slash = '\0';
+    }
+    image_collect(dir, NULL);
+}
+
 int image_collect(const char *dir, struct corral_error *err)
 {
     dir = image_dir_or_default(dir);

@@ -126,6 +126,34 @@ def test_the_build_is_held_while_a_sandbox_runs_on_it():
     assert lock_is_free(RUNTIME)
 
 
+def test_a_template_deleted_while_in_use_goes_with_its_last_sandbox(tmp_path):
+    name = f"corral-test-deleted-{os.getpid()}"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(template_store.STEPS + f"  - run: echo {name} > /app/which\n")
+    r = run("template", "build", str(spec), "--name", name, "--quiet", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    build = template_store.build_dir(name)
+    p = subprocess.Popen([CORRAL, "run", "--template", name, "--script", "-c",
+                          "import sys\nprint(open('/app/which').read(), end='', flush=True)\n"
+                          "sys.stdin.readline()\nprint(open('/app/which').read(), end='')"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline() == f"{name}\n"
+        r = run("template", "delete", name)
+        assert r.returncode == 0, r.stderr
+        assert run("template", "inspect", name).returncode == 1  # the name is gone
+        assert os.path.isdir(build)  # the build is not, while the sandbox runs on it
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == f"{name}\n"
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert p.returncode == 0, p.stderr.read()
+    assert not os.path.exists(build)  # it went with the last of its users
+
+
 def test_a_configured_template_names_an_image(tmp_path):
     config = tmp_path / "corral.yaml"
     config.write_text("templates:\n"
