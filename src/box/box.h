@@ -92,7 +92,7 @@ struct corral_sandbox {
     char **env;         /* the sandbox's environment for kernels and commands */
     char **metadata;    /* key=value */
     char template_id[64];
-    struct box_template *tmpl; /* lives until corral_shutdown, after every sandbox */
+    struct box_template *tmpl; /* lives as long as its sandboxes (told when each goes) */
     int image_hold;            /* image_hold() of the template's image; -1: none */
     char workdir[256];         /* kernels' and commands' default; "": /home/user */
     char python[256];

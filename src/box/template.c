@@ -70,6 +70,8 @@ static bool shut_down;
 static struct box_template *templates;
 /* Templates retired (kept until corral_shutdown: sandboxes point at them). */
 static struct box_template *retired;
+/* Templates whose sandboxes outlived corral_shutdown: never freed. */
+static struct box_template *outlived;
 static char *template_dir; /* the image store; NULL: IMAGE_DEFAULT_DIR (under templates_lock) */
 
 void corral_set_template_dir(const char *dir)
@@ -744,7 +746,7 @@ void corral_shutdown(void)
     pthread_mutex_lock(&templates_lock);
     struct box_template *list = templates;
     templates = NULL;
-    /* the retired ones too (their sandboxes are released by now) */
+    /* the retired ones too */
     struct box_template **tail = &list;
     while (*tail)
         tail = &(*tail)->next;
@@ -757,7 +759,19 @@ void corral_shutdown(void)
         list = t->next;
         stop_pool(t);
         stop_zygote(t);
-        free_template(t);
+        /* A sandbox still held (a caller that releases it after this, as a
+         * server's streams may) tells its template when it goes: that one
+         * stays, retired, for the process's life. */
+        pthread_mutex_lock(&t->lock);
+        bool held = t->live > 0;
+        t->retired = true;
+        pthread_mutex_unlock(&t->lock);
+        if (held) {
+            t->next = outlived;
+            outlived = t;
+        } else {
+            free_template(t);
+        }
     }
     jail_disk_stop_ready();
     pthread_mutex_lock(&templates_lock);
