@@ -463,6 +463,10 @@ static void stop_zygote(struct box_template *t)
 
 int box_image_zygote_check(const struct image_info *img, struct corral_error *err)
 {
+    if (img->untrusted)
+        return corral_fail(err, EPERM,
+                           "it was built through the API, and a zygote would run the image's "
+                           "code with the host's privileges before the sandbox isolates it");
     if (img->python_version && *img->python_version &&
         strcmp(img->python_version, CORRAL_PYTHON_VERSION))
         return corral_fail(err, ENOEXEC,

@@ -240,6 +240,7 @@ static int run_host(struct build *b, char *const argv[], struct corral_error *er
         return corral_fail_errno(err, "cannot start %s", argv[0]);
     }
     if (pid == 0) {
+        setpgid(0, 0); /* mmdebstrap and its apt and dpkg are stopped as one */
         int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null >= 0 && dup2(null, 0) >= 0 && dup2(out[1], 1) >= 0 && dup2(out[1], 2) >= 0)
             execve(argv[0], argv, env);
@@ -875,8 +876,11 @@ static void step_command(const struct image_step *s, const char *user, struct st
 static void step_title(const struct image_step *s, char *out, size_t len)
 {
     size_t used = (size_t)snprintf(out, len, "%s", kind_name(s->kind));
-    for (size_t i = 0; s->args && s->args[i] && used < len; i++)
-        used += (size_t)snprintf(out + used, len - used, " %s", s->args[i]);
+    for (size_t i = 0; s->args && s->args[i] && used < len; i++) {
+        size_t line = strcspn(s->args[i], "\n"); /* a script's first line */
+        used += (size_t)snprintf(out + used, len - used, " %.*s%s", (int)line, s->args[i],
+                                 s->args[i][line] ? " ..." : "");
+    }
     if (used >= len && len > 4)
         snprintf(out + len - 4, 4, "...");
 }
@@ -1033,6 +1037,7 @@ static int final_hash(struct build *b, char out[HASH_HEX + 1])
     hasher_text(&h, b->spec->ready_cmd);
     hasher_text(&h, b->workdir);
     hasher_text(&h, b->user);
+    hasher_text(&h, b->o->untrusted ? "untrusted" : "");
     hasher_end(&h, out);
     return 0;
 }
@@ -1096,6 +1101,7 @@ static int finish(struct build *b, struct image_info *out)
     info.build_ms = corral_now_ms() - b->started_ms;
     info.steps = b->total;
     info.cached_steps = b->cached;
+    info.untrusted = b->o->untrusted;
     r = image_info_save(build_dir, &info, b->err);
     free(info.python_version);
     if (r == 0)

@@ -96,6 +96,9 @@ struct image_build_options {
     uint64_t step_timeout_ms; /* a step that runs longer fails; 0: one hour */
     uint64_t step_memory;     /* each step's memory limit; 0: IMAGE_STEP_MEMORY */
     unsigned step_pids;       /* each step's processes and threads; 0: IMAGE_STEP_PIDS */
+    /* Its steps came from an API client, not the operator: nothing of the
+     * image ever runs outside a sandbox (no zygote inside it). */
+    bool untrusted;
 };
 
 struct image_info {
@@ -115,6 +118,7 @@ struct image_info {
     uint64_t built_at_ms; /* wall clock */
     uint64_t build_ms;
     unsigned steps, cached_steps;
+    bool untrusted; /* image_build_options.untrusted */
 };
 
 void image_info_free(struct image_info *info);

@@ -35,6 +35,7 @@
 #include "base/util.h"
 #include "image/image_internal.h"
 #include "jail/cgroup.h"
+#include "jail/seccomp.h"
 
 #define OVERLAY_OPTIONS_MAX 4000  /* a mount's options fit in a page */
 #define LINE_MAX_BYTES      65536 /* a longer line is cut */
@@ -53,12 +54,19 @@ static const struct {
 
 #define N_DEV (sizeof(dev_nodes) / sizeof(dev_nodes[0]))
 
+/* What of /proc is read-only in a step: root's writes there (sysctls such
+ * as kernel.core_pattern, sysrq, interrupts, buses) would reach the host. */
+static const char *const proc_ro_names[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
+#define N_PROC_RO (sizeof(proc_ro_names) / sizeof(proc_ro_names[0]))
+
 /* Paths and values the child uses, made before fork. */
 struct prepared {
     char options[OVERLAY_OPTIONS_MAX + 64];
     char proc[4096], dev[4096], run[4096], resolv[4096];
     char nodes[N_DEV][4200];
     char pts[4200], ptmx[4200], copy_dir[4200], copy_at[4300];
+    char proc_ro[N_PROC_RO][4200];
+    const struct jail_seccomp_program *filter;
     bool has_proc, has_dev, has_run, has_resolv, copy_is_dir;
     uid_t uid;
     gid_t gid;
@@ -89,6 +97,10 @@ static int prepare(const struct image_run *run, struct prepared *p, struct corra
     snprintf(p->run, sizeof(p->run), "%s/run", run->merged);
     snprintf(p->resolv, sizeof(p->resolv), "%s/etc/resolv.conf", run->merged);
     snprintf(p->pts, sizeof(p->pts), "%s/pts", p->dev);
+    for (size_t i = 0; i < N_PROC_RO; i++)
+        snprintf(p->proc_ro[i], sizeof(p->proc_ro[i]), "%s/%s", p->proc, proc_ro_names[i]);
+    if (jail_seccomp_program(&p->filter, err) < 0)
+        return -err->code;
     snprintf(p->ptmx, sizeof(p->ptmx), "%s/ptmx", p->dev);
     for (size_t i = 0; i < N_DEV; i++)
         snprintf(p->nodes[i], sizeof(p->nodes[i]), "%s/%s", p->dev, dev_nodes[i].name);
@@ -183,6 +195,11 @@ __attribute__((noreturn)) static void step_init(const struct image_run *run,
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (p->has_proc && mount("proc", p->proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         child_fail("cannot mount /proc in the image");
+    for (size_t i = 0; p->has_proc && i < N_PROC_RO; i++)
+        if (access(p->proc_ro[i], F_OK) == 0 &&
+            (mount(p->proc_ro[i], p->proc_ro[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+             mount(NULL, p->proc_ro[i], NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC, NULL) < 0))
+            child_fail("cannot make /proc/sys read-only in the image");
     if (p->has_dev) {
         if (mount("tmpfs", p->dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") < 0)
             child_fail("cannot mount /dev in the image");
@@ -218,6 +235,10 @@ __attribute__((noreturn)) static void step_init(const struct image_run *run,
             setresuid(p->uid, p->uid, p->uid) < 0)
             child_fail("cannot become the step's user");
     }
+    /* the sandboxes' syscall filter: no namespaces, mounts, keys, ptrace,
+     * bpf, modules, ... (and no_new_privs: no setuid program gains) */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || jail_seccomp_install(p->filter) < 0)
+        child_fail("cannot install the step's syscall filter");
     char *argv[] = {(char *)"sh", (char *)"-c", (char *)run->command, NULL};
     execve("/bin/sh", argv, run->env);
     child_fail("the image has no /bin/sh");
@@ -225,10 +246,14 @@ __attribute__((noreturn)) static void step_init(const struct image_run *run,
 
 /* The child: its cgroup, its own namespaces and the overlay, then the
  * step's init. */
-__attribute__((noreturn)) static void
-step_child(const struct image_run *run, const struct prepared *p, int out, const struct cgroup *cg)
+__attribute__((noreturn)) static void step_child(const struct image_run *run,
+                                                 const struct prepared *p, int out,
+                                                 const struct cgroup *cg, pid_t parent)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) /* gone before the line above */
+        _exit(125);
+    setpgid(0, 0); /* the whole step is killed as one group */
     struct corral_error ignored;
     if (cg && cgroup_join_self(cg, &ignored) < 0)
         child_fail("cannot join the step's cgroup");
@@ -311,11 +336,12 @@ int image_run_step(const struct image_run *run, struct corral_error *err)
     int out[2] = {-1, -1};
     if (r == 0 && pipe2(out, O_CLOEXEC) < 0)
         r = corral_fail_errno(err, "cannot make a pipe for a build step");
+    pid_t parent = getpid();
     pid_t pid = r == 0 ? fork() : -1;
     if (r == 0 && pid < 0)
         r = corral_fail_errno(err, "cannot start a build step");
     if (pid == 0)
-        step_child(run, p, out[1], limited > 0 ? &cg : NULL);
+        step_child(run, p, out[1], limited > 0 ? &cg : NULL, parent);
     if (out[1] >= 0)
         close(out[1]);
     free(p);
@@ -362,8 +388,10 @@ int image_follow(pid_t pid, int fd, void (*line)(void *arg, const char *text), v
         strbuf_append(&buf, chunk, (size_t)got);
         emit_lines(line, arg, &buf, buf.len > LINE_MAX_BYTES);
     }
-    if (stopped)
+    if (stopped) { /* the child leads its process group: all of it */
+        kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
+    }
     emit_lines(line, arg, &buf, true);
     strbuf_free(&buf);
     close(fd);

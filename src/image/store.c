@@ -85,14 +85,15 @@ static json_t *text_or_null(const char *s)
 int image_info_save(const char *build_dir, const struct image_info *info, struct corral_error *err)
 {
     cleanup_json json_t *o = json_pack(
-        "{s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:i, s:i}", "id",
-        info->id, "hash", info->hash, "base", info->base, "preload", strv_json(info->preload),
+        "{s:s, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:i, s:i, s:b}",
+        "id", info->id, "hash", info->hash, "base", info->base, "preload", strv_json(info->preload),
         "env", strv_json(info->env), "workdir", text_or_null(info->workdir), "user",
         text_or_null(info->user), "start_cmd", text_or_null(info->start_cmd), "ready_cmd",
         text_or_null(info->ready_cmd), "python_version", text_or_null(info->python_version),
         "size_bytes", (json_int_t)info->size_bytes, "packages", (json_int_t)info->packages,
         "built_at_ms", (json_int_t)info->built_at_ms, "build_ms", (json_int_t)info->build_ms,
-        "steps", (int)info->steps, "cached_steps", (int)info->cached_steps);
+        "steps", (int)info->steps, "cached_steps", (int)info->cached_steps, "untrusted",
+        info->untrusted);
     cleanup_free char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
     if (!text)
         return corral_fail(err, ENOMEM, "out of memory recording a template");
@@ -157,6 +158,7 @@ static int load_info(const char *dir, const char *id, struct image_info *out,
     out->build_ms = json_u64(o, "build_ms");
     out->steps = (unsigned)json_u64(o, "steps");
     out->cached_steps = (unsigned)json_u64(o, "cached_steps");
+    out->untrusted = json_is_true(json_object_get(o, "untrusted"));
     snprintf(path, sizeof(path), "%s/builds/%s/rootfs", dir, id);
     out->rootfs = strdup(path);
     if (!out->rootfs || !out->preload || !out->env) {

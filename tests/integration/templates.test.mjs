@@ -135,6 +135,9 @@ test("a key's template is not seen nor taken by another key", T, async () => {
 test('a sandbox on the built template has its packages, files, environment and folder', T, async () => {
   assert.ok(built, 'the first test built the template');
   const sbx = await Sandbox.create(`${ALIAS}:v1`);
+  // nothing of a template built through the API runs outside a sandbox: no
+  // zygote inside it (its sandboxes start cold)
+  assert.match(ctx.server.stderr, new RegExp(`template '${ALIAS}:v1' cannot start, its sandboxes start cold: it was built through the API`));
   try {
     const jq = await sbx.commands.run('jq --version');
     assert.match(jq.stdout, /^jq-\d/);

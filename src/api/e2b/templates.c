@@ -358,7 +358,8 @@ static void *worker_main(void *arg)
                                         .log = build_log,
                                         .log_arg = b,
                                         .cancel = &t->cancel,
-                                        .no_cache = b->m.force};
+                                        .no_cache = b->m.force,
+                                        .untrusted = true};
         struct image_info info = {0};
         struct corral_error err = {0};
         int r = image_build(&b->m.spec, &o, &info, &err);
