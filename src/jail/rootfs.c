@@ -162,6 +162,32 @@ static bool on_image(const struct planner *pl)
     return pl->params->system_root && *pl->params->system_root;
 }
 
+/* Whether rel (no leading '/') of the image is a directory reached through
+ * directories only: a symbolic link anywhere on the way (an image's /etc,
+ * /home or /var/lib made a link by a build step) would point the mounts
+ * made from it at the host's files. */
+static bool image_dir_ok(const struct planner *pl, const char *rel)
+{
+    char path[4096];
+    size_t root = (size_t)snprintf(path, sizeof(path), "%s/%s", pl->params->system_root, rel);
+    if (root >= sizeof(path))
+        return false;
+    root -= strlen(rel);
+    for (size_t i = root;; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        struct stat st;
+        bool dir = lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        path[i] = c;
+        if (!dir)
+            return false;
+        if (!c)
+            return true;
+    }
+}
+
 /* The overlay on rel: host (mapped) under upper, with overlayfs's work
  * directory work. */
 static void plan_overlay_op(struct planner *pl, const char *host, const char *rel,
@@ -450,7 +476,7 @@ static void plan_image_etc(struct planner *pl)
     snprintf(path, sizeof(path), "%s/etc", system_root(pl));
     struct stat st;
     plan_mkdir(pl, "etc", 0755);
-    bool has_etc = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    bool has_etc = image_dir_ok(pl, "etc") && lstat(path, &st) == 0;
     if (!has_etc) {
         plan_etc_generated(pl, "etc");
     } else if (pl->params->writable) {
@@ -519,7 +545,8 @@ static void plan_packages(struct planner *pl)
         char host[4096];
         snprintf(host, sizeof(host), "%s%s", system_root(pl), dirs[i].path);
         struct stat st;
-        if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode))
+        if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode) ||
+            (on_image(pl) && !image_dir_ok(pl, dirs[i].path + 1)))
             continue;
         plan_mkdir(pl, dirs[i].path + 1, 0755);
         plan_overlay(pl, host, dirs[i].path + 1, st.st_mode & 07777, dirs[i].hide);
@@ -626,7 +653,7 @@ static void plan_disk(struct planner *pl)
  * its lower layer is mapped into the sandbox's user namespace). */
 static bool image_home(const struct planner *pl)
 {
-    if (!on_image(pl) || !pl->params->writable)
+    if (!on_image(pl) || !pl->params->writable || !image_dir_ok(pl, "home/user"))
         return false;
     char path[4096];
     snprintf(path, sizeof(path), "%s/home/user", pl->params->system_root);

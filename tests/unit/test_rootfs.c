@@ -351,12 +351,57 @@ static void plans_a_read_only_root_on_an_image(void **state)
     assert_int_equal(rootfs_plan_build(&plan, &params, &err), -EINVAL);
 }
 
+/* An image whose /etc, /home and /var/lib are symbolic links (a build
+ * step's): nothing is mounted from where they point, which the host's
+ * root would resolve on the host. */
+static void refuses_an_images_links_to_the_host(void **state)
+{
+    (void)state;
+    char image[300], path[512];
+    snprintf(image, sizeof(image), "%s/image", host);
+    host_file("image/usr/bin/python3");
+    host_file("secret/etc/shadow");
+    host_file("secret/user/key");
+    host_file("secret/lib/dpkg/status");
+    snprintf(path, sizeof(path), "%s/etc", image);
+    assert_int_equal(symlink("../secret/etc", path), 0);
+    snprintf(path, sizeof(path), "%s/home", image);
+    assert_int_equal(symlink("../secret", path), 0);
+    host_file("image/var/placeholder");
+    snprintf(path, sizeof(path), "%s/var/lib", image);
+    assert_int_equal(symlink("../../secret/lib", path), 0);
+    struct rootfs_params params = {.root_dir = "/run/x/root",
+                                   .storage_dir = "/run/x/storage",
+                                   .disk_dev = "/dev/loop7",
+                                   .hostname = "box",
+                                   .disk_bytes = 5u << 20,
+                                   .owner_uid = 4242,
+                                   .owner_gid = 4243,
+                                   .writable = 1,
+                                   .root_uid = 5000,
+                                   .mask_proc = 1,
+                                   .host_root = host,
+                                   .system_root = image};
+    struct rootfs_plan plan;
+    struct corral_error err;
+    assert_int_equal(rootfs_plan_build(&plan, &params, &err), 0);
+    assert_false(uses_source_containing(&plan, "image/etc"));
+    assert_false(uses_source_containing(&plan, "image/home"));
+    assert_false(uses_source_containing(&plan, "image/var/lib"));
+    assert_false(uses_source_containing(&plan, "secret"));
+    /* the sandbox still gets corral's /etc and its own home */
+    assert_non_null(find(&plan, ROOTFS_WRITE, "/root/etc/passwd"));
+    assert_non_null(find(&plan, ROOTFS_BIND_RW, "/root/home/user"));
+    rootfs_plan_free(&plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(plans_a_curated_root, setup, teardown),
         cmocka_unit_test_setup_teardown(plans_a_writable_root_on_an_image, setup, teardown),
         cmocka_unit_test_setup_teardown(plans_a_read_only_root_on_an_image, setup, teardown),
+        cmocka_unit_test_setup_teardown(refuses_an_images_links_to_the_host, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
