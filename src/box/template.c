@@ -275,12 +275,14 @@ static struct box_template *image_template_locked(const char *name, bool *failed
 static void stop_zygote(struct box_template *t);
 
 /* Whether t is a template made for a built image's name (not configured)
- * whose name now points at another build. */
+ * whose name now points at another build, or at none (deleted: no create
+ * may run on what its owner removed). */
 static bool rebuilt_locked(const struct box_template *t)
 {
     char id[IMAGE_ID_LEN + 1];
-    return t->has_image && !t->configured && image_build_of(template_dir, t->image_name, id) == 0 &&
-           strcmp(id, t->image.id);
+    if (!t->has_image || t->configured)
+        return false;
+    return image_build_of(template_dir, t->image_name, id) < 0 || strcmp(id, t->image.id);
 }
 
 static void unlink_locked(struct box_template *t)

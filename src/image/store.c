@@ -187,10 +187,19 @@ static int name_target(const char *dir, const char *name, char id[IMAGE_ID_LEN +
 
 int image_build_of(const char *dir, const char *name, char *id)
 {
+    dir = image_dir_or_default(dir);
+    char built[4096];
+    snprintf(built, sizeof(built), "%s/builds/%s", dir, name ? name : "");
+    if (name && is_build_id(name)) { /* a build by its id is itself */
+        if (access(built, F_OK) < 0)
+            return -ENOENT;
+        memcpy(id, name, IMAGE_ID_LEN + 1);
+        return 0;
+    }
     struct corral_error ignored = {0};
     if (image_check_name(name, &ignored) < 0)
         return -EINVAL;
-    return name_target(image_dir_or_default(dir), name, id);
+    return name_target(dir, name, id);
 }
 
 int image_lookup(const char *dir, const char *name, struct image_info *out,

@@ -258,6 +258,12 @@ test('deleting a template removes its names', T, async () => {
   assert.equal((await del(KEY_B)).status, 404, "another key's delete finds nothing");
   assert.equal((await del(KEY_A)).status, 204);
   assert.equal(await Template.exists(ALIAS), false);
+  // the server had sandboxes on it: none is made on it any more, for any key
+  for (const opts of [{}, asB()])
+    await assert.rejects(Sandbox.create(ALIAS, opts), (err) => {
+      assert.ok(err instanceof NotFoundError || /404/.test(err.message), `${err.name}: ${err.message}`);
+      return true;
+    });
   assert.deepEqual(
     (await (await fetch(`${ctx.server.url}/templates`, { headers: { 'X-API-Key': KEY_A } })).json()).filter(
       (t) => t.templateID === ALIAS,
