@@ -1001,9 +1001,10 @@ static int run_step(struct build *b, const struct image_step *s)
 
 static uint64_t count_packages(const char *rootfs)
 {
-    char path[4400];
-    snprintf(path, sizeof(path), "%s/var/lib/dpkg/status", rootfs);
-    cleanup_fclose FILE *f = fopen(path, "re");
+    int fd = image_open_in(rootfs, "var/lib/dpkg/status");
+    cleanup_fclose FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
     uint64_t n = 0;
     char line[512];
     while (f && fgets(line, sizeof(line), f))
@@ -1065,7 +1066,8 @@ static int finish(struct build *b, struct image_info *out)
         return -b->err->code;
     snprintf(build_dir, sizeof(build_dir), "%s/builds/%s", b->dir, id);
     snprintf(rootfs, sizeof(rootfs), "%s/rootfs", build_dir);
-    if (mkdir(build_dir, 0755) < 0 || mkdir(rootfs, 0755) < 0)
+    /* 0700: a step's setuid programs are nobody's to run on the host */
+    if (mkdir(build_dir, 0700) < 0 || mkdir(rootfs, 0755) < 0)
         return corral_fail_errno(b->err, "cannot make %s", rootfs);
     /* held until named, so that no image_collect takes it meanwhile */
     cleanup_close int hold = image_hold_id(b->dir, id, b->err);
@@ -1138,7 +1140,7 @@ int image_build(const struct image_spec *spec, const struct image_build_options 
     if ((r = corral_mkdir_p(path, 0700, err)) < 0)
         return r;
     snprintf(path, sizeof(path), "%s/builds", b.dir);
-    if ((r = corral_mkdir_p(path, 0755, err)) < 0)
+    if ((r = corral_mkdir_p(path, 0700, err)) < 0)
         return r;
     for (const char *const *e = build_env; *e && r == 0; e++)
         r = set_env(&b, *e);

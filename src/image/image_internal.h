@@ -12,6 +12,12 @@ int image_info_save(const char *build_dir, const struct image_info *info, struct
 /* Holds build id (image_hold by id): the descriptor, or a negative errno. */
 int image_hold_id(const char *dir, const char *id, struct corral_error *err);
 
+/* A regular file rel of the tree root (a layer or an image), opened for
+ * reading with every link resolved inside root and without waiting (a
+ * FIFO a build step left there): the descriptor, or -1. The host's files
+ * are never reached through an image's links. */
+int image_open_in(const char *root, const char *rel);
+
 /* merge.c: the layers (top first) merged into dst, an empty directory on
  * the same filesystem, as hard links; fills the size of what it linked. */
 int image_merge_layers(const char *const *layers, size_t n, const char *dst, uint64_t *bytes,

@@ -140,11 +140,13 @@ static int find_user(const struct image_run *run, struct prepared *p, struct cor
     }
     /* the topmost layer with a passwd has the image's */
     for (size_t i = 0; i < run->n_lowers; i++) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/etc/passwd", run->lowers[i]);
-        FILE *f = fopen(path, "re");
-        if (!f)
+        int fd = image_open_in(run->lowers[i], "etc/passwd");
+        FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
+        if (!f) {
+            if (fd >= 0)
+                close(fd);
             continue;
+        }
         char line[1024];
         size_t len = strlen(run->user);
         while (fgets(line, sizeof(line), f)) {

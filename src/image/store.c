@@ -6,13 +6,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/cleanup.h"
 #include "base/util.h"
 #include "image/image_internal.h"
+
+int image_open_in(const char *root, const char *rel)
+{
+    int dir = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, dir, rel, &how, sizeof(how));
+    close(dir);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
 
 const char *image_dir_or_default(const char *dir)
 {
@@ -393,6 +412,20 @@ void image_release(const char *rootfs, int hold)
     image_collect(dir, NULL);
 }
 
+/* Whether a name points at build id now (a fresh look at names/). */
+static bool named_now(const char *dir, const char *id)
+{
+    cleanup_strv char **names = NULL;
+    struct corral_error ignored = {0};
+    if (read_names(dir, &names, &ignored) < 0)
+        return true; /* when in doubt, keep it */
+    char target[IMAGE_ID_LEN + 1];
+    for (size_t i = 0; names[i]; i++)
+        if (name_target(dir, names[i], target) == 0 && !strcmp(target, id))
+            return true;
+    return false;
+}
+
 int image_collect(const char *dir, struct corral_error *err)
 {
     dir = image_dir_or_default(dir);
@@ -422,8 +455,8 @@ int image_collect(const char *dir, struct corral_error *err)
         /* nothing runs on it (and no build is still making it): its lock
          * is free, and stays taken while it goes */
         cleanup_close int fd = open_lock(dir, e->d_name);
-        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
-            continue;
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 || named_now(dir, e->d_name))
+            continue; /* held, or named since the names were read */
         char gone[4096], build[4096];
         snprintf(build, sizeof(build), "%s/builds/%s", dir, e->d_name);
         snprintf(gone, sizeof(gone), "%s/builds/.gone-%s", dir, e->d_name);
