@@ -255,7 +255,8 @@ static void refuses_unknown_keys(void **state)
                         "'default' (known: preload, pool_size, limits, network, image)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, template_dir, templates, network, fleet, audit, log, control_nice)");
+                 "disk_dir, template_dir, template_builds, templates, network, fleet, audit, log, "
+                 "control_nice)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
