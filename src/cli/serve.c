@@ -400,6 +400,17 @@ static int set_audit_retention(struct serve_opts *o, const char *text)
     return 0;
 }
 
+/* --template-builds: admin, all or off. */
+static int set_template_builds(struct serve_opts *o, const char *text)
+{
+    if (strcmp(text, "admin") && strcmp(text, "all") && strcmp(text, "off")) {
+        fprintf(stderr, "corral serve: --template-builds: admin, all or off, not '%s'\n", text);
+        return CLI_USAGE;
+    }
+    o->template_builds = text;
+    return 0;
+}
+
 /* Reads the option c (its value optarg) into o: 0, or the exit code. */
 static int serve_option(int c, struct serve_opts *o)
 {
@@ -512,13 +523,7 @@ static int serve_option(int c, struct serve_opts *o)
     case OPT_AUDIT_RETENTION:
         return set_audit_retention(o, optarg);
     case OPT_TEMPLATE_BUILDS:
-        if (strcmp(optarg, "admin") && strcmp(optarg, "all") && strcmp(optarg, "off")) {
-            fprintf(stderr, "corral serve: --template-builds: admin, all or off, not '%s'\n",
-                    optarg);
-            return CLI_USAGE;
-        }
-        o->template_builds = optarg;
-        return 0;
+        return set_template_builds(o, optarg);
     case OPT_LOG_LEVEL:
     case OPT_LOG_FORMAT:
         return set_log_option(o, c == OPT_LOG_LEVEL, optarg);

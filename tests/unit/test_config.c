@@ -488,6 +488,20 @@ static void parses_the_control_nice(void **state)
     expect_error("control_nice: 20\n", EINVAL, "not '20'");
 }
 
+static void parses_template_builds(void **state)
+{
+    (void)state;
+    struct corral_config *cfg = parse_ok("template_builds: all\n");
+    assert_string_equal(cfg->template_builds, "all");
+    corral_config_free(cfg);
+    cfg = parse_ok("state_dir: /run/x\n");
+    assert_null(cfg->template_builds);
+    corral_config_free(cfg);
+    expect_error("template_builds: everyone\n", EINVAL,
+                 "corral.yaml:1:18: template_builds must be admin, all or off (who may build "
+                 "templates through E2B's API), not 'everyone'");
+}
+
 static void refuses_bad_fleet_settings(void **state)
 {
     (void)state;
@@ -705,6 +719,7 @@ int main(void)
         cmocka_unit_test(refuses_bad_fleet_settings),
         cmocka_unit_test(parses_the_audit_retention),
         cmocka_unit_test(parses_the_control_nice),
+        cmocka_unit_test(parses_template_builds),
         cmocka_unit_test(loads_a_file),
         cmocka_unit_test(load_reports_unreadable_files),
         cmocka_unit_test(applies_a_config),
