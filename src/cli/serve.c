@@ -112,6 +112,11 @@ static void serve_usage(FILE *out)
           "                      sandboxes: routes to the nodes of fleet.nodes or\n"
           "                      fleet.discovery) or both (default fleet.role, else both:\n"
           "                      one machine); docs/fleet.md\n"
+          "  --template-builds WHO  who may build, tag and delete templates through E2B's\n"
+          "                      template API: admin (admin keys; default\n"
+          "                      template_builds, else admin), all (every key: build\n"
+          "                      commands run as root in a chroot with the host's\n"
+          "                      network) or off\n"
           "  --audit-retention DURATION  how long the audit trail keeps an execution's\n"
           "                      record (default audit.retention, else 30d; off: forever)\n"
           "  --log-level LEVEL   debug, info, warn or error (default $CORRAL_LOG_LEVEL,\n"
@@ -153,6 +158,7 @@ enum {
     OPT_ROLE,
     OPT_CHECK,
     OPT_AUDIT_RETENTION,
+    OPT_TEMPLATE_BUILDS,
     OPT_LOG_LEVEL,
     OPT_LOG_FORMAT
 };
@@ -394,6 +400,17 @@ static int set_audit_retention(struct serve_opts *o, const char *text)
     return 0;
 }
 
+/* --template-builds: admin, all or off. */
+static int set_template_builds(struct serve_opts *o, const char *text)
+{
+    if (strcmp(text, "admin") && strcmp(text, "all") && strcmp(text, "off")) {
+        fprintf(stderr, "corral serve: --template-builds: admin, all or off, not '%s'\n", text);
+        return CLI_USAGE;
+    }
+    o->template_builds = text;
+    return 0;
+}
+
 /* Reads the option c (its value optarg) into o: 0, or the exit code. */
 static int serve_option(int c, struct serve_opts *o)
 {
@@ -505,6 +522,8 @@ static int serve_option(int c, struct serve_opts *o)
         return 0;
     case OPT_AUDIT_RETENTION:
         return set_audit_retention(o, optarg);
+    case OPT_TEMPLATE_BUILDS:
+        return set_template_builds(o, optarg);
     case OPT_LOG_LEVEL:
     case OPT_LOG_FORMAT:
         return set_log_option(o, c == OPT_LOG_LEVEL, optarg);
@@ -545,6 +564,7 @@ static int parse_serve_args(int argc, char **argv, struct serve_opts *o)
         {"role", required_argument, NULL, OPT_ROLE},
         {"check", no_argument, NULL, OPT_CHECK},
         {"audit-retention", required_argument, NULL, OPT_AUDIT_RETENTION},
+        {"template-builds", required_argument, NULL, OPT_TEMPLATE_BUILDS},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"log-format", required_argument, NULL, OPT_LOG_FORMAT},
         {"help", no_argument, NULL, 'h'},
@@ -670,6 +690,9 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                              .state_dir = o->state_dir,
                              .templates = s->names,
                              .template_dir = s->template_dir,
+                             .template_builds = o->template_builds ? o->template_builds
+                                                : cfg              ? cfg->template_builds
+                                                                   : NULL,
                              .execute_timeout_ms = o->execute_timeout_ms,
                              .keepalive_ms = o->keepalive_ms};
     struct osb_options oo = {.audit = s->audit,

@@ -45,6 +45,7 @@ struct serve_opts {
     unsigned keepalive_ms; /* 0: each protocol's default */
     const char *config, *state_dir, *disk_dir;
     const char *audit_retention;        /* --audit-retention, or NULL */
+    const char *template_builds;        /* --template-builds, or NULL */
     const char *log_level, *log_format; /* --log-level, --log-format, else settled */
     /* the fleet */
     const char *role_arg; /* --role, or NULL */

@@ -431,6 +431,24 @@ static int walk_disk_dir(const struct walk *w, const yaml_node_t *n, struct corr
     return walk_dir(w, n, "disk_dir", &cfg->disk_dir);
 }
 
+/* template_builds: admin, all or off. */
+static int walk_template_builds(const struct walk *w, const yaml_node_t *n,
+                                struct corral_config *cfg)
+{
+    const char *text;
+    int r = walk_scalar(w, n, "template_builds", &text);
+    if (r < 0)
+        return r;
+    if (strcmp(text, "admin") && strcmp(text, "all") && strcmp(text, "off"))
+        return walk_fail(w, n, EINVAL,
+                         "template_builds must be admin, all or off (who may build templates "
+                         "through E2B's API), not '%.80s'",
+                         text);
+    if (!(cfg->template_builds = strdup(text)))
+        return walk_out_of_memory(w);
+    return 0;
+}
+
 /* control_nice: an integer from -20 to 19. */
 static int walk_control_nice(const struct walk *w, const yaml_node_t *n, struct corral_config *cfg)
 {
@@ -560,6 +578,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return r;
     static const char *const keys[] = {"state_dir",
                                        "template_dir",
+                                       "template_builds",
                                        "templates",
                                        "model_list",
                                        "sandbox_tools",
@@ -577,6 +596,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
     enum {
         STATE_DIR,
         TEMPLATE_DIR,
+        TEMPLATE_BUILDS,
         TEMPLATES,
         MODEL_LIST,
         SANDBOX_TOOLS,
@@ -608,7 +628,7 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
             return walk_fail(
                 w, k, EINVAL,
                 "unknown key '%.64s' at the top level (known: state_dir, disk_dir, template_dir, "
-                "templates, network, fleet, audit, log, control_nice) "
+                "template_builds, templates, network, fleet, audit, log, control_nice) "
                 "and not one of the gateway's (model_list, sandbox_tools, "
                 "litellm_settings, general_settings, router_settings, "
                 "environment_variables, gateway)",
@@ -629,6 +649,8 @@ static int walk_root(const struct walk *w, const yaml_node_t *root, struct corra
         return r;
     if (v[TEMPLATE_DIR] &&
         (r = walk_dir(w, v[TEMPLATE_DIR], "template_dir", &cfg->template_dir)) < 0)
+        return r;
+    if (v[TEMPLATE_BUILDS] && (r = walk_template_builds(w, v[TEMPLATE_BUILDS], cfg)) < 0)
         return r;
     if (v[TEMPLATES] && (r = walk_templates(w, v[TEMPLATES], cfg)) < 0)
         return r;
@@ -769,6 +791,7 @@ void corral_config_free(struct corral_config *cfg)
     free(cfg->state_dir);
     free(cfg->disk_dir);
     free(cfg->template_dir);
+    free(cfg->template_builds);
     free(cfg->log_level);
     free(cfg->log_format);
     free(cfg->path);

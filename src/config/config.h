@@ -5,6 +5,7 @@
  *   state_dir: /run/corral          # absolute path where corral keeps sandbox slots
  *   disk_dir: /var/lib/corral/disks # where the sandboxes' disks are made
  *   template_dir: /var/lib/corral/templates # the built template images
+ *   template_builds: admin          # who builds templates through E2B's API
  *   templates:                      # template name -> template
  *     default:
  *       preload: [numpy, pandas, matplotlib.pyplot]
@@ -27,6 +28,9 @@
  *   template_dir  the same for the store of built template images
  *               (corral_set_template_dir). Missing: NULL ($CORRAL_TEMPLATE_DIR,
  *               else /var/lib/corral/templates).
+ *   template_builds  who may build templates through E2B's template API
+ *               (corral serve): admin (admin keys, or anyone on a server
+ *               without keys), all (every key) or off. Missing: NULL (admin).
  *   network     egress settings for every sandbox (corral_egress_configure):
  *     modes          the network modes sandboxes may have, a list of off,
  *                    internet and policy. Missing: what the program allows
@@ -96,10 +100,11 @@
 #define CORRAL_CONFIG_MAX_TEMPLATES 1024
 
 struct corral_config {
-    char *path;         /* the file it came from (the name given to corral_config_parse) */
-    char *state_dir;    /* NULL = default */
-    char *disk_dir;     /* NULL = default */
-    char *template_dir; /* NULL = $CORRAL_TEMPLATE_DIR, else the library's default */
+    char *path;            /* the file it came from (the name given to corral_config_parse) */
+    char *state_dir;       /* NULL = default */
+    char *disk_dir;        /* NULL = default */
+    char *template_dir;    /* NULL = $CORRAL_TEMPLATE_DIR, else the library's default */
+    char *template_builds; /* "admin", "all" or "off" (checked); NULL = not set */
     /* `log:` level and format of corral serve's log (checked); NULL = not set */
     char *log_level, *log_format;
     /* Every string (name, preload entries) and array is owned by the config. */

@@ -15,19 +15,21 @@ import { after, test } from 'node:test';
 import { Sandbox as OsbSandbox, SandboxApiException } from '@alibaba-group/opensandbox';
 import { BuildError, NotFoundError, Sandbox, Template, waitForFile } from 'e2b';
 
-import { killAfter, randomApiKey, useServer } from './harness.mjs';
+import { killAfter, randomApiKey, startServer, useServer } from './harness.mjs';
 
 const STORE = '/var/tmp/corral-test-templates';
 const KEY_A = randomApiKey();
 const KEY_B = randomApiKey();
+const KEY_C = randomApiKey(); // the per-key cap's
 // The test's names are taken out of the shared store again, whatever passed
 // (a hook registered before the server's, so that it runs while it is up).
 after(async () => {
   fs.rmSync(dir, { recursive: true, force: true });
-  for (const name of [ALIAS, FAILING, REBUILT, STARTED])
+  for (const name of [ALIAS, FAILING, REBUILT, STARTED, LONG])
     await fetch(`${ctx.server.url}/templates/${name}`, { method: 'DELETE', headers: { 'X-API-Key': KEY_A } });
 });
-const ctx = useServer({ apiKeys: [KEY_A, KEY_B], env: { CORRAL_TEMPLATE_DIR: STORE } });
+// every key builds (--template-builds all): the tests are of a key's own templates
+const ctx = useServer({ apiKeys: [KEY_A, KEY_B, KEY_C], args: ['--template-builds', 'all'], env: { CORRAL_TEMPLATE_DIR: STORE } });
 
 const T = { timeout: 600_000 }; // the first build of the store makes the base with mmdebstrap
 const RUN = crypto.randomBytes(4).toString('hex');
@@ -35,6 +37,7 @@ const ALIAS = `e2b-test-${RUN}`;
 const FAILING = `e2b-test-fail-${RUN}`;
 const REBUILT = `e2b-test-rebuilt-${RUN}`;
 const STARTED = `e2b-test-started-${RUN}`;
+const LONG = `e2b-test-long-${RUN}`;
 const GREETING = `hello from ${RUN}\n`;
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-e2b-template-'));
@@ -54,6 +57,7 @@ function tools() {
 }
 
 let built = null; // what Template.build answered
+let corralId = null; // corral's build id of it, from its log
 
 test('Template.build builds from Debian packages and streams the build log', T, async () => {
   const logs = [];
@@ -66,6 +70,7 @@ test('Template.build builds from Debian packages and streams the build log', T, 
     `no log line of the apt step:\n${lines.join('\n')}`,
   );
   assert.ok(lines.some((line) => /^Template ready/.test(line)), lines.join('\n'));
+  corralId = lines.map((line) => /^Template ready \(corral build ([0-9a-f]{16})\)/.exec(line)?.[1]).find(Boolean);
   assert.ok(lines.includes("Uploaded 'greeting.txt'") || lines.includes("Skipping upload of 'greeting.txt', already cached"));
 
   assert.equal(await Template.exists(ALIAS), true);
@@ -178,6 +183,105 @@ test("OpenSandbox's image.uri names a built template; other images are refused",
     });
   await refused('ubuntu:22.04', KEY_A);
   await refused(`${ALIAS}:v1`, KEY_B); // another key's template is an image not served
+});
+
+test("a build's id is not a template name, on E2B's API nor OpenSandbox's", T, async () => {
+  assert.ok(corralId, 'the first test built the template');
+  await assert.rejects(Sandbox.create(corralId, asB()), (err) => {
+    assert.ok(err instanceof NotFoundError || /404/.test(err.message), `${err.name}: ${err.message}`);
+    return true;
+  });
+  await assert.rejects(
+    OsbSandbox.create({ connectionConfig: osbConnection(KEY_B), image: corralId, timeoutSeconds: 120 }),
+    (err) => {
+      assert.ok(err instanceof SandboxApiException, `${err?.stack ?? err}`);
+      assert.equal(err.statusCode, 400, err.message);
+      return true;
+    },
+  );
+});
+
+test('a templateID that is not a name is not found, and reads no file by it', async () => {
+  for (const templateID of ['../../../../etc/passwd', '..', 'a/../../b', '.hidden']) {
+    const res = await fetch(`${ctx.server.url}/sandboxes`, {
+      method: 'POST',
+      headers: { 'X-API-Key': KEY_A, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ templateID }),
+    });
+    const body = await res.json();
+    assert.equal(res.status, 404, `${templateID}: ${JSON.stringify(body)}`);
+    assert.equal(body.code, 404);
+  }
+});
+
+test('a key has at most 4 builds asked for, queued or running', async () => {
+  const names = [0, 1, 2, 3, 4].map((i) => `e2b-test-cap-${i}-${RUN}`);
+  try {
+    const ask = (name) =>
+      fetch(`${ctx.server.url}/v3/templates`, {
+        method: 'POST',
+        headers: { 'X-API-Key': KEY_C, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ name }),
+      });
+    for (const name of names.slice(0, 4)) assert.equal((await ask(name)).status, 202);
+    const res = await ask(names[4]);
+    const body = await res.json();
+    assert.equal(res.status, 429);
+    assert.equal(body.code, 429);
+    assert.match(body.message, /4 template builds/);
+  } finally {
+    for (const name of names) fs.rmSync(path.join(STORE, 'e2b', 'owners', name), { force: true });
+  }
+});
+
+test("a build's log keeps 10000 output lines, says how many it dropped, and pages right", T, async () => {
+  const logs = [];
+  const long = Template().fromDebianImage('bookworm').runCmd(`seq 1 12000 # ${RUN}`);
+  const info = await Template.build(long, LONG, { onBuildLogs: (entry) => logs.push(entry.message) });
+  assert.ok(logs.length > 10000 && logs.length < 10100, `${logs.length} entries`);
+  assert.ok(logs.some((line) => /later output lines are dropped/.test(line)));
+  assert.ok(logs.some((line) => /^\d+ output lines were dropped/.test(line)), logs.slice(-5).join('\n'));
+  assert.ok(logs.some((line) => /^Template ready/.test(line)));
+  const read = []; // the status's entries, a page at a time: the lines streamed, in order
+  for (let page = await Template.getBuildStatus(info); page.logEntries.length; ) {
+    read.push(...page.logEntries.map((entry) => entry.message));
+    page = await Template.getBuildStatus(info, { logsOffset: read.length });
+  }
+  let at = 0;
+  for (const line of logs) if (line === read[at]) at++;
+  assert.equal(at, read.length, 'the status pages are the lines streamed');
+  const numbers = read.filter((line) => /^\d+$/.test(line)); // seq's lines: the first ones kept
+  assert.ok(numbers.length > 9000 && numbers.length < 12000, `${numbers.length} of seq's lines`);
+  assert.deepEqual(numbers, numbers.map((_, i) => String(i + 1)));
+});
+
+// By default only admin keys build through the API (build commands run as
+// root, with the host's network); other keys see, list and run templates.
+test('by default, only admin keys build templates through the API', T, async () => {
+  const ADMIN = randomApiKey();
+  const server = await startServer({ apiKeys: [KEY_A], args: ['--admin-key', ADMIN], gateway: false, env: { CORRAL_TEMPLATE_DIR: STORE } });
+  const name = `e2b-test-admin-${RUN}`;
+  try {
+    const ask = (key) =>
+      fetch(`${server.url}/v3/templates`, {
+        method: 'POST',
+        headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ name }),
+      });
+    const refused = await ask(KEY_A);
+    const body = await refused.json();
+    assert.equal(refused.status, 403);
+    assert.equal(body.code, 403);
+    assert.match(body.message, /limited to admin keys.*--template-builds all/);
+    const del = await fetch(`${server.url}/templates/${name}`, { method: 'DELETE', headers: { 'X-API-Key': KEY_A } });
+    assert.equal(del.status, 403);
+    const list = await fetch(`${server.url}/templates`, { headers: { 'X-API-Key': KEY_A } });
+    assert.equal(list.status, 200);
+    assert.equal((await ask(ADMIN)).status, 202);
+  } finally {
+    await server.stop();
+    fs.rmSync(path.join(STORE, 'e2b', 'owners', name), { force: true });
+  }
 });
 
 // E2B's templates copy into /home/user, their sandboxes' home: a corral

@@ -255,7 +255,8 @@ static void refuses_unknown_keys(void **state)
                         "'default' (known: preload, pool_size, limits, network, image)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
-                 "disk_dir, template_dir, templates, network, fleet, audit, log, control_nice)");
+                 "disk_dir, template_dir, template_builds, templates, network, fleet, audit, log, "
+                 "control_nice)");
     expect_error("disk_dir: var/lib/corral\n", EINVAL,
                  "corral.yaml:1:11: disk_dir must be an absolute path or memory, not "
                  "'var/lib/corral'");
@@ -487,6 +488,20 @@ static void parses_the_control_nice(void **state)
     expect_error("control_nice: 20\n", EINVAL, "not '20'");
 }
 
+static void parses_template_builds(void **state)
+{
+    (void)state;
+    struct corral_config *cfg = parse_ok("template_builds: all\n");
+    assert_string_equal(cfg->template_builds, "all");
+    corral_config_free(cfg);
+    cfg = parse_ok("state_dir: /run/x\n");
+    assert_null(cfg->template_builds);
+    corral_config_free(cfg);
+    expect_error("template_builds: everyone\n", EINVAL,
+                 "corral.yaml:1:18: template_builds must be admin, all or off (who may build "
+                 "templates through E2B's API), not 'everyone'");
+}
+
 static void refuses_bad_fleet_settings(void **state)
 {
     (void)state;
@@ -704,6 +719,7 @@ int main(void)
         cmocka_unit_test(refuses_bad_fleet_settings),
         cmocka_unit_test(parses_the_audit_retention),
         cmocka_unit_test(parses_the_control_nice),
+        cmocka_unit_test(parses_template_builds),
         cmocka_unit_test(loads_a_file),
         cmocka_unit_test(load_reports_unreadable_files),
         cmocka_unit_test(applies_a_config),

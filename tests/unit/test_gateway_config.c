@@ -798,7 +798,8 @@ static void refuses_bad_values(void **state)
     expect_error("general_settings: key\n", "gw.yaml:1:19: general_settings must be a mapping");
     expect_error("model_list: []\ngeneral_setting: {}\n",
                  "gw.yaml:2:1: unknown key 'general_setting' at the top level (known: state_dir, "
-                 "disk_dir, template_dir, templates, network, fleet, audit, log, control_nice) and "
+                 "disk_dir, template_dir, template_builds, templates, network, fleet, audit, log, "
+                 "control_nice) and "
                  "not one of "
                  "the gateway's "
                  "(model_list, "

@@ -1501,6 +1501,15 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         free(e);
         return corral_fail(err, ENOMEM, "out of memory");
     }
+    enum tpl_builds builds = TPL_BUILDS_ADMIN;
+    if (o->template_builds && tpl_builds_parse(o->template_builds, &builds) < 0) {
+        tenants_free(&e->tenants);
+        free(e->state_dir);
+        free(e->audit_skip_key);
+        free(e);
+        return corral_fail(err, EINVAL, "template builds must be admin, all or off, not '%s'",
+                           o->template_builds);
+    }
     if (tpl_api_new(o->template_dir, o->templates, &e->templates, err) < 0) {
         tenants_free(&e->tenants);
         free(e->state_dir);
@@ -1508,6 +1517,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
         free(e);
         return -err->code;
     }
+    tpl_api_set_builds(e->templates, builds);
     registry_init(&e->owned, owned_drop);
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->net_lock, NULL);

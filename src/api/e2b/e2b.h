@@ -40,6 +40,9 @@ struct e2b_options {
     /* The configured template names (NULL-terminated; NULL: default only),
      * which Template.exists knows and a build cannot take. */
     const char *const *templates;
+    /* Who may build templates through the template API: "admin" (NULL: the
+     * default), "all" or "off" (templates.h, enum tpl_builds). */
+    const char *template_builds;
 };
 
 struct e2b;

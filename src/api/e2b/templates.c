@@ -4,12 +4,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,13 +24,21 @@
 #include "base/util.h"
 #include "corral/corral.h"
 
-#define ENVD_VERSION  "0.6.4"
-#define KEPT_BUILDS   64            /* finished builds whose status stays readable */
-#define MAX_UPLOADS   256           /* upload URLs handed out and not used yet */
-#define UPLOAD_TTL_MS (3600 * 1000) /* how long an upload URL stays good */
-#define TAIL_LINES    40            /* a failed step's last lines in the build error */
-#define NOBODY        65534         /* who extracts an upload */
-#define LOGS_PAGE     100           /* the status's most log entries at once */
+#define ENVD_VERSION     "0.6.4"
+#define KEPT_BUILDS      64            /* finished builds whose status stays readable */
+#define MAX_UPLOADS      256           /* upload URLs handed out and not used yet */
+#define UPLOAD_TTL_MS    (3600 * 1000) /* how long an upload URL stays good */
+#define TAIL_LINES       40            /* a failed step's last lines in the build error */
+#define NOBODY           65534         /* who extracts an upload */
+#define LOGS_PAGE        100           /* the status's most log entries at once */
+#define MAX_ENTRIES      10000 /* output lines a build's log keeps (steps are always kept) */
+#define MAX_PER_KEY      4     /* builds one key has queued or running at once */
+#define WAITING_TTL_MS   (3600 * 1000) /* a build asked for and never started is dropped after */
+#define UPLOAD_MAX_BYTES (1ull << 30)  /* an upload's archive, unpacked */
+#define UPLOAD_MAX_FILES 100000        /* the files an upload holds */
+#define UPLOAD_TIMEOUT_S 300           /* the longest an upload's extraction runs */
+#define FILES_TTL_MS     (24ull * 3600 * 1000) /* uploaded files no build asked for in a day go */
+#define MAX_FILE_SETS    64                    /* uploaded file sets a key keeps */
 
 /* ---- callers and owners ---- */
 
@@ -58,22 +69,61 @@ static const char *alias_of(const char *name, char *buf, size_t len)
     return buf;
 }
 
-/* The owner of alias ("" when none). */
+static bool alias_ok(const char *s);
+
+/* The owner of alias ("" when none). Only a valid alias has an owner file:
+ * any other name touches no file. */
 static void owner_of(const char *dir, const char *alias, char out[65])
 {
     char path[4096];
-    struct corral_error err;
+    struct stat st;
+    out[0] = '\0';
+    if (!alias_ok(alias))
+        return;
     snprintf(path, sizeof(path), "%s/e2b/owners/%s", dir, alias);
-    if (corral_read_file(path, out, 65, &err) < 0)
-        out[0] = '\0';
+    cleanup_close int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return;
+    ssize_t n = read(fd, out, 64);
+    out[n > 0 ? n : 0] = '\0';
     out[strcspn(out, "\n")] = '\0';
+}
+
+/* Whether s is a build's id (16 lowercase hex digits). */
+static bool build_id_like(const char *s)
+{
+    return strlen(s) == IMAGE_ID_LEN && !s[strspn(s, "0123456789abcdef")];
+}
+
+/* Whether name can be a template's name at all: names only, of the
+ * characters names have, and no build id that is not also a name (a build
+ * id would bypass the owners, which are kept by name). */
+static bool name_acceptable(const char *dir, const char *name)
+{
+    char id[IMAGE_ID_LEN + 1];
+    size_t n = strlen(name);
+    if (!n || n >= IMAGE_NAME_MAX || name[0] == '.' || name[0] == ':' ||
+        name[strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")])
+        return false;
+    return !build_id_like(name) || image_build_of(dir, name, id) == 0;
 }
 
 bool tpl_visible(const char *dir, const char *name, const struct tpl_caller *caller)
 {
     char alias[IMAGE_NAME_MAX], owner[65];
+    if (!name_acceptable(dir, name))
+        return false;
     owner_of(dir, alias_of(name, alias, sizeof(alias)), owner);
     return caller->all || !owner[0] || !strcmp(owner, caller->owner);
+}
+
+/* Whether alias still belongs to who built it (a server without keys owns
+ * nothing). */
+static bool still_owns(const char *dir, const char *alias, const struct tpl_caller *who)
+{
+    char owner[65];
+    owner_of(dir, alias, owner);
+    return !strcmp(owner, who->owner) || (!strcmp(who->owner, "open") && !owner[0]);
 }
 
 /* Whether the store has a build by this name. */
@@ -182,6 +232,7 @@ struct tbuild {
     bool mapped;
     char image_id[IMAGE_ID_LEN + 1];
     uint64_t created_ms, updated_ms;
+    uint64_t dropped; /* output lines past MAX_ENTRIES, not kept */
     /* while it runs: the step under way and its last lines */
     long step; /* the SDK's step index, -1: the base */
     json_t *tail;
@@ -206,7 +257,8 @@ struct tpl_api {
     pthread_t worker;
     bool running; /* a build is under way */
     bool stopping;
-    int cancel; /* the build under way stops (atomic) */
+    enum tpl_builds builds_mode; /* who may build through the API */
+    int cancel;                  /* the build under way stops (atomic) */
 };
 
 static void tbuild_free(struct tbuild *b)
@@ -268,12 +320,24 @@ static void build_log(void *arg, enum image_log_kind kind, const char *line)
             json_array_remove(b->tail, 0);
     }
     const char *level = kind == IMAGE_LOG_ERROR ? "error" : "info";
-    json_t *e = log_entry(level, line, b->step);
     /* the status reads entries under the API's lock: appended under it */
     struct tpl_api *t = b->api;
     pthread_mutex_lock(&t->lock);
-    json_array_append_new(b->entries, e);
     b->updated_ms = corral_wall_ms();
+    /* past MAX_ENTRIES, output lines are counted, not kept (the failed
+     * step's last lines stay in tail); steps and errors are always kept,
+     * so that entries keep their places and logsOffset pages stay right */
+    if (kind == IMAGE_LOG_OUTPUT && json_array_size(b->entries) >= MAX_ENTRIES) {
+        if (!b->dropped++)
+            json_array_append_new(
+                b->entries, log_entry("warn",
+                                      "The log keeps 10000 lines: later output lines are "
+                                      "dropped (the build goes on; a failed step's last lines "
+                                      "are in its error)",
+                                      b->step));
+    } else {
+        json_array_append_new(b->entries, log_entry(level, line, b->step));
+    }
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -308,11 +372,22 @@ static char *error_message(const struct tbuild *b, const struct corral_error *er
 static void finish(struct tpl_api *t, struct tbuild *b, int r, struct image_info *info,
                    struct corral_error *err)
 {
+    pthread_mutex_lock(&t->lock); /* a delete takes the lock: the owner stays while we name */
+    if (r == 0 && !still_owns(t->dir, b->alias, &b->owner))
+        r = corral_fail(err, EPERM,
+                        "the template '%s' was deleted or claimed by another key during the "
+                        "build: its names were not set",
+                        b->alias);
     for (size_t i = 1; r == 0 && b->names[i]; i++)
         r = image_name_set(t->dir, b->names[i], info->id, err);
     cleanup_free char *msg = r < 0 ? error_message(b, err) : NULL;
-    pthread_mutex_lock(&t->lock);
     b->updated_ms = corral_wall_ms();
+    if (b->dropped) {
+        char line[96];
+        snprintf(line, sizeof(line), "%" PRIu64 " output lines were dropped from this log",
+                 b->dropped);
+        json_array_append_new(b->entries, log_entry("warn", line, -2));
+    }
     if (r == 0) {
         snprintf(b->image_id, sizeof(b->image_id), "%s", info->id);
         b->state = B_READY;
@@ -350,9 +425,21 @@ static void *worker_main(void *arg)
         t->qhead = b->queue;
         if (!t->qhead)
             t->qtail = NULL;
+        if (!still_owns(t->dir, b->alias, &b->owner)) { /* deleted, or claimed by another */
+            b->state = B_ERROR;
+            b->reason = json_pack("{s:s, s:[]}", "message",
+                                  "the template was deleted or claimed by another key before "
+                                  "its build started",
+                                  "logEntries");
+            continue;
+        }
         b->state = B_BUILDING;
         t->running = true;
+        __atomic_store_n(&t->cancel, 0, __ATOMIC_SEQ_CST);
         json_array_append_new(b->entries, log_entry("info", "Building", -2));
+        char alias[IMAGE_NAME_MAX], id[37]; /* for the log: b may go once it is done */
+        snprintf(alias, sizeof(alias), "%s", b->alias);
+        snprintf(id, sizeof(id), "%s", b->id);
         pthread_mutex_unlock(&t->lock);
         struct image_build_options o = {.dir = t->dir,
                                         .log = build_log,
@@ -367,7 +454,7 @@ static void *worker_main(void *arg)
         if (r == 0)
             image_info_free(&info);
         corral_log(r == 0 ? CORRAL_LOG_INFO : CORRAL_LOG_WARN, "e2b", "template %s build %s: %s",
-                   b->alias, b->id, r == 0 ? "ready" : err.message);
+                   alias, id, r == 0 ? "ready" : err.message);
         pthread_mutex_lock(&t->lock);
         t->running = false;
     }
@@ -375,14 +462,18 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Drops the oldest finished builds past KEPT_BUILDS; under t->lock. */
+/* Drops the oldest finished builds past KEPT_BUILDS, and builds asked for
+ * and not started for WAITING_TTL_MS; under t->lock. A queued or running
+ * build is never dropped. */
 static void prune(struct tpl_api *t)
 {
     size_t n = 0;
+    uint64_t now = corral_wall_ms();
     for (struct tbuild **p = &t->builds; *p;) {
         struct tbuild *b = *p;
-        bool done = b->state == B_READY || b->state == B_ERROR || b->state == B_WAITING;
-        if (done && ++n > KEPT_BUILDS) {
+        bool done = b->state == B_READY || b->state == B_ERROR;
+        bool stale = b->state == B_WAITING && now - b->created_ms > WAITING_TTL_MS;
+        if ((done && ++n > KEPT_BUILDS) || stale) {
             *p = b->next;
             tbuild_free(b);
         } else {
@@ -446,6 +537,22 @@ void tpl_api_free(struct tpl_api *t)
     corral_strv_free(t->templates);
     free(t->dir);
     free(t);
+}
+
+void tpl_api_set_builds(struct tpl_api *t, enum tpl_builds mode)
+{
+    t->builds_mode = mode;
+}
+
+int tpl_builds_parse(const char *text, enum tpl_builds *out)
+{
+    static const char *const names[] = {"admin", "all", "off"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(text, names[i])) {
+            *out = (enum tpl_builds)i;
+            return 0;
+        }
+    return -EINVAL;
 }
 
 const char *tpl_api_dir(const struct tpl_api *t)
@@ -561,9 +668,22 @@ static struct http_response *request_build(struct tpl_api *t, const struct http_
     if (reserved(t, alias))
         return http_error(400, "'%s' is one of corral's own templates: choose another name", alias);
     struct corral_error err;
-    if (may_change(t->dir, alias, caller, &err) < 0)
-        return http_error(403, "%s", err.message);
-    if (claim(t->dir, alias, caller, &err) < 0)
+    pthread_mutex_lock(&t->lock); /* against a delete of the name in between */
+    prune(t);
+    size_t mine = 0;
+    for (struct tbuild *o = t->builds; o; o = o->next)
+        mine +=
+            o->state != B_READY && o->state != B_ERROR && !strcmp(o->owner.owner, caller->owner);
+    int r = mine >= MAX_PER_KEY ? -EAGAIN : may_change(t->dir, alias, caller, &err);
+    if (r == 0)
+        r = claim(t->dir, alias, caller, &err);
+    pthread_mutex_unlock(&t->lock);
+    if (r == -EAGAIN)
+        return http_error(429,
+                          "this key has %d template builds asked for, queued or running: wait "
+                          "for one to end",
+                          MAX_PER_KEY);
+    if (r < 0)
         return http_error(err.code == EPERM ? 403 : 500, "%s", err.message);
     struct tbuild *b = tbuild_new(t);
     char hex[33];
@@ -582,7 +702,6 @@ static struct http_response *request_build(struct tpl_api *t, const struct http_
     pthread_mutex_lock(&t->lock);
     b->next = t->builds;
     t->builds = b;
-    prune(t);
     pthread_mutex_unlock(&t->lock);
     return http_json(202, json_pack("{s:s, s:s, s:b, s:[s], s:[s], s:O}", "templateID", alias,
                                     "buildID", b->id, "public", false, "aliases", alias, "names",
@@ -603,6 +722,34 @@ static void files_dir(const struct tpl_api *t, const char *owner, char *out, siz
     snprintf(out, len, "%s/e2b/files/%s", t->dir, owner);
 }
 
+/* Removes the uploaded file sets of dir no build asked for in FILES_TTL_MS
+ * (an upload URL's request refreshes them): how many are left. */
+static size_t prune_files(const char *dir)
+{
+    size_t left = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    uint64_t now = corral_wall_ms();
+    while ((e = readdir(d))) {
+        char path[4400];
+        struct stat st;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (lstat(path, &st) < 0)
+            continue;
+        uint64_t at = (uint64_t)st.st_mtim.tv_sec * 1000 + (uint64_t)st.st_mtim.tv_nsec / 1000000;
+        if (at + FILES_TTL_MS < now)
+            corral_remove_tree(path);
+        else
+            left++;
+    }
+    closedir(d);
+    return left;
+}
+
 static struct http_response *upload_link(struct tpl_api *t, const struct http_request *req,
                                          const char *id, const char *hash,
                                          const struct tpl_caller *caller)
@@ -616,8 +763,15 @@ static struct http_response *upload_link(struct tpl_api *t, const struct http_re
         return http_error(404, "template '%s' not found", id);
     files_dir(t, caller->owner, dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/%s", dir, hash);
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW); /* asked for: kept a day more */
         return http_json(201, json_pack("{s:b}", "present", true));
+    }
+    if (prune_files(dir) >= MAX_FILE_SETS)
+        return http_error(429,
+                          "this key keeps %d sets of uploaded files: those no build asked for "
+                          "in a day are removed",
+                          MAX_FILE_SETS);
     const char *host = http_header(req, "Host");
     if (!host || strpbrk(host, "/ \\"))
         return http_error(400, "the request has no Host header to name the upload URL by");
@@ -656,38 +810,98 @@ bool tpl_api_is_upload(const struct http_request *req)
            strstr(req->path, "/files/") && http_query(req, "upload");
 }
 
+/* Runs argv as nobody in dir (NULL: where we are) with in as its input and
+ * out as its output, no file of it past UPLOAD_MAX_BYTES and killed after
+ * UPLOAD_TIMEOUT_S (an alarm outlives exec): its exit status, or -1. */
+static int run_limited(char *const argv[], const char *dir, int in, int out)
+{
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) { /* the folder is entered as root: nobody cannot reach it by its path */
+        struct rlimit fsize = {UPLOAD_MAX_BYTES, UPLOAD_MAX_BYTES};
+        if (dup2(in, 0) < 0 || dup2(out >= 0 ? out : null, 1) < 0 || dup2(null, 2) < 0 ||
+            (dir && chdir(dir) < 0) || setrlimit(RLIMIT_FSIZE, &fsize) < 0 ||
+            setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+            _exit(126);
+        alarm(UPLOAD_TIMEOUT_S);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(null);
+    if (pid < 0)
+        return -1;
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* How many files dir holds, counting up to limit + 1. */
+static size_t count_files(const char *dir, size_t limit)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while (n <= limit && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        n++;
+        if (e->d_type == DT_DIR) {
+            char sub[4096];
+            snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+            n += count_files(sub, limit - n);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 /* Extracts the archive (tar, gzipped or not) into dir as nobody: what it
  * holds cannot be a device, an owner or a path out of dir (GNU tar drops
- * '..' and leading '/', and makes symbolic links last). */
+ * '..' and leading '/', and makes symbolic links last). A gzipped archive
+ * is unpacked to a file first, at most UPLOAD_MAX_BYTES: the tar that
+ * holds the files bounds what they take; at most UPLOAD_MAX_FILES files. */
 static int extract(const char *archive, const char *dir, struct corral_error *err)
 {
     if (chown(dir, NOBODY, NOBODY) < 0)
         return corral_fail_errno(err, "cannot prepare the upload's folder");
     cleanup_close int in = open(archive, O_RDONLY | O_CLOEXEC);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (in < 0 || null < 0) {
-        if (null >= 0)
-            close(null);
+    if (in < 0)
         return corral_fail_errno(err, "cannot extract the upload");
-    }
     unsigned char magic[2] = {0};
-    bool gz = pread(in, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    pid_t pid = fork();
-    if (pid == 0) { /* the folder is entered as root: nobody cannot reach it by its path */
-        if (dup2(in, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 || chdir(dir) < 0 ||
-            setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
-            _exit(126);
-        execlp("tar", "tar", gz ? "-xz" : "-x", "--no-same-owner", "-p", "-f", "-", (char *)NULL);
-        _exit(127);
+    struct stat st;
+    if (pread(in, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        char raw[4400];
+        snprintf(raw, sizeof(raw), "%s.raw", archive);
+        cleanup_close int out = open(raw, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        unlink(raw); /* kept open only */
+        char *gunzip[] = {"gzip", "-dc", NULL};
+        if (out < 0)
+            return corral_fail_errno(err, "cannot extract the upload");
+        if (run_limited(gunzip, NULL, in, out) != 0)
+            return corral_fail(err, EINVAL,
+                               "the upload is not a gzipped archive of at most %llu MiB "
+                               "unpacked, or took longer than %d s to unpack",
+                               UPLOAD_MAX_BYTES >> 20, UPLOAD_TIMEOUT_S);
+        close(in);
+        in = out;
+        out = -1;
+        lseek(in, 0, SEEK_SET);
     }
-    close(null);
-    if (pid < 0)
-        return corral_fail_errno(err, "cannot extract the upload");
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (!WIFEXITED(status) || WEXITSTATUS(status))
-        return corral_fail(err, EINVAL, "the upload is not a tar archive tar can extract");
+    if (fstat(in, &st) < 0 || (uint64_t)st.st_size > UPLOAD_MAX_BYTES)
+        return corral_fail(err, EINVAL, "the upload is larger than %llu MiB unpacked",
+                           UPLOAD_MAX_BYTES >> 20);
+    char *tar[] = {"tar", "-x", "--no-same-owner", "-p", "-f", "-", NULL};
+    if (run_limited(tar, dir, in, -1) != 0)
+        return corral_fail(err, EINVAL,
+                           "the upload is not a tar archive tar can extract within %d s",
+                           UPLOAD_TIMEOUT_S);
+    if (count_files(dir, UPLOAD_MAX_FILES) > UPLOAD_MAX_FILES)
+        return corral_fail(err, EINVAL, "the upload holds more than %d files", UPLOAD_MAX_FILES);
     return 0;
 }
 
@@ -746,6 +960,8 @@ struct http_response *tpl_api_upload(struct tpl_api *t, const struct http_reques
     unlink(archive);
     if (r == 0 && rename(tmp, final) < 0 && errno != ENOTEMPTY && errno != EEXIST)
         r = corral_fail_errno(&err, "cannot keep the upload");
+    if (r == 0) /* its age counts from now (tar may have set an old one) */
+        utimensat(AT_FDCWD, final, NULL, AT_SYMLINK_NOFOLLOW);
     corral_remove_tree(tmp); /* what a rename left: an upload of the same files that came first */
     if (r < 0)
         return http_error(r == -EINVAL ? 400 : 500, "%s", err.message);
@@ -990,15 +1206,35 @@ static struct http_response *delete_template(struct tpl_api *t, const char *id,
         return http_error(404, "template '%s' not found", id);
     if (may_change(t->dir, id, caller, &err) < 0)
         return http_error(403, "%s", err.message);
+    /* under the lock: no build of it is asked for, queued or named meanwhile */
+    pthread_mutex_lock(&t->lock);
+    for (struct tbuild *b = t->builds; b; b = b->next)
+        if (!strcmp(b->alias, id) && (b->state == B_QUEUED || b->state == B_BUILDING)) {
+            pthread_mutex_unlock(&t->lock);
+            return http_error(409,
+                              "a build of template '%s' is queued or running: delete it once "
+                              "the build has ended",
+                              id);
+        }
+    for (struct tbuild *b = t->builds; b; b = b->next)
+        if (!strcmp(b->alias, id) && b->state == B_WAITING) { /* asked for, never started */
+            b->state = B_ERROR;
+            b->reason =
+                json_pack("{s:s, s:[]}", "message",
+                          "the template was deleted before its build started", "logEntries");
+        }
     size_t i;
     json_t *n;
     json_array_foreach(names, i, n)
     {
         const char *name = json_string_value(json_object_get(n, "name"));
-        if (image_name_remove(t->dir, name, &err) < 0 && err.code != ENOENT)
+        if (image_name_remove(t->dir, name, &err) < 0 && err.code != ENOENT) {
+            pthread_mutex_unlock(&t->lock);
             return http_error(500, "cannot delete '%s': %s", name, err.message);
+        }
     }
     disown(t->dir, id);
+    pthread_mutex_unlock(&t->lock);
     image_collect(t->dir, &err); /* a build something runs on stays until it ends */
     return http_empty(204);
 }
@@ -1142,6 +1378,21 @@ struct http_response *tpl_api_handle(struct tpl_api *t, const struct http_reques
     const char *m = req->method, *p = req->path;
     bool get = !strcmp(m, "GET"), post = !strcmp(m, "POST"), del = !strcmp(m, "DELETE");
     char id[IMAGE_NAME_MAX], bid[64];
+    bool changes = (!strcmp(p, "/v3/templates") && post) ||
+                   (!strcmp(p, "/templates/tags") && (post || del)) ||
+                   (!strncmp(p, "/v2/templates/", 14) && post) ||
+                   (!strncmp(p, "/templates/", 11) && (del || strstr(p + 11, "/files/")));
+    if (changes && t->builds_mode != TPL_BUILDS_ALL &&
+        (t->builds_mode == TPL_BUILDS_OFF || !caller->all))
+        return http_error(403,
+                          t->builds_mode == TPL_BUILDS_OFF
+                              ? "template builds through the API are off on this server (corral "
+                                "serve --template-builds off); templates built with `corral "
+                                "template build` are served"
+                              : "template builds through the API are limited to admin keys on "
+                                "this server: the operator opens them to every key with `corral "
+                                "serve --template-builds all` (build commands run as root in a "
+                                "chroot with the host's network)");
     if (!strcmp(p, "/v3/templates") && post)
         return request_build(t, req, caller);
     if ((!strcmp(p, "/templates") || !strcmp(p, "/v2/templates")) && get)

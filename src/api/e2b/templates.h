@@ -71,6 +71,14 @@ int tpl_map_build(json_t *start, const char *name, const char *files_dir, struct
 
 struct tpl_api;
 
+/* Who may build, tag and delete templates through the API (a build's
+ * commands run as root in a chroot with the host's network): admin keys
+ * (and anyone on a server without keys; the default), every key, or none. */
+enum tpl_builds { TPL_BUILDS_ADMIN, TPL_BUILDS_ALL, TPL_BUILDS_OFF };
+
+/* "admin", "all" or "off": 0, or -EINVAL. */
+int tpl_builds_parse(const char *text, enum tpl_builds *out);
+
 /* dir: the store (NULL: tpl_store_dir's); templates: the server's
  * configured template names (NULL-terminated; NULL: none but default). */
 int tpl_api_new(const char *dir, const char *const *templates, struct tpl_api **out,
@@ -78,6 +86,7 @@ int tpl_api_new(const char *dir, const char *const *templates, struct tpl_api **
 /* Cancels the build under way, drops those waiting, and frees t. */
 void tpl_api_free(struct tpl_api *t);
 const char *tpl_api_dir(const struct tpl_api *t);
+void tpl_api_set_builds(struct tpl_api *t, enum tpl_builds mode);
 /* Whether path is one of the template API's. */
 bool tpl_api_path(const char *path);
 /* Whether the request is an upload to a URL this server handed out (which
