@@ -131,6 +131,8 @@ int image_build(const struct image_spec *spec, const struct image_build_options 
 /* A build by name (or by its id): ENOENT when there is none. */
 int image_lookup(const char *dir, const char *name, struct image_info *out,
                  struct corral_error *err);
+/* Whether name is a name of the store (not a build's id): a link in names/. */
+bool image_is_name(const char *dir, const char *name);
 /* The build name points at now, into id (IMAGE_ID_LEN + 1 bytes): 0, or
  * -ENOENT when it names none. A cheap check of whether a name was rebuilt. */
 int image_build_of(const char *dir, const char *name, char *id);

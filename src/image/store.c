@@ -204,6 +204,14 @@ static int name_target(const char *dir, const char *name, char id[IMAGE_ID_LEN +
     return 0;
 }
 
+bool image_is_name(const char *dir, const char *name)
+{
+    char id[IMAGE_ID_LEN + 1];
+    struct corral_error ignored = {0};
+    return image_check_name(name, &ignored) == 0 &&
+           name_target(image_dir_or_default(dir), name, id) == 0;
+}
+
 int image_build_of(const char *dir, const char *name, char *id)
 {
     dir = image_dir_or_default(dir);

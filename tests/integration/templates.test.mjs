@@ -259,7 +259,14 @@ test("a build's log keeps 10000 output lines, says how many it dropped, and page
 // root, with the host's network); other keys see, list and run templates.
 test('by default, only admin keys build templates through the API', T, async () => {
   const ADMIN = randomApiKey();
-  const server = await startServer({ apiKeys: [KEY_A], args: ['--admin-key', ADMIN], gateway: false, env: { CORRAL_TEMPLATE_DIR: STORE } });
+  // a state folder of its own: its start clears what it finds there
+  const state = fs.mkdtempSync('/run/corral-tpl-admin-');
+  const server = await startServer({
+    apiKeys: [KEY_A],
+    args: ['--admin-key', ADMIN, '--state-dir', state],
+    gateway: false,
+    env: { CORRAL_TEMPLATE_DIR: STORE },
+  });
   const name = `e2b-test-admin-${RUN}`;
   try {
     const ask = (key) =>
@@ -280,6 +287,7 @@ test('by default, only admin keys build templates through the API', T, async () 
     assert.equal((await ask(ADMIN)).status, 202);
   } finally {
     await server.stop();
+    fs.rmSync(state, { recursive: true, force: true });
     fs.rmSync(path.join(STORE, 'e2b', 'owners', name), { force: true });
   }
 });

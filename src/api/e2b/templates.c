@@ -100,12 +100,11 @@ static bool build_id_like(const char *s)
  * id would bypass the owners, which are kept by name). */
 static bool name_acceptable(const char *dir, const char *name)
 {
-    char id[IMAGE_ID_LEN + 1];
     size_t n = strlen(name);
     if (!n || n >= IMAGE_NAME_MAX || name[0] == '.' || name[0] == ':' ||
         name[strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")])
         return false;
-    return !build_id_like(name) || image_build_of(dir, name, id) == 0;
+    return !build_id_like(name) || image_is_name(dir, name);
 }
 
 bool tpl_visible(const char *dir, const char *name, const struct tpl_caller *caller)
