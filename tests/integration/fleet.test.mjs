@@ -138,6 +138,16 @@ async function frontNodes(front) {
   return (await res.json()).nodes;
 }
 
+/** Until the front's view of its ready nodes (their last state, on which
+ * placement stands) holds none of the sandboxes earlier tests killed. */
+async function settled(front) {
+  for (;;) {
+    const nodes = (await frontNodes(front)).filter((n) => fleet.tags.includes(n.tag));
+    if (nodes.every((n) => n.state === 'up' && n.ready && n.sandboxes === 0 && n.memory_promised === 0)) return;
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the front's next probe of each node
+  }
+}
+
 const opts = (front, extra = {}) => ({ apiUrl: front.url, sandboxUrl: front.url, apiKey: KEY, ...extra });
 const tagOf = (id) => id.slice(0, 8);
 const osbConfig = (front) => ({ domain: `127.0.0.1:${front.osbPort}`, protocol: 'http', apiKey: KEY,
@@ -289,6 +299,9 @@ test('a node that answers garbage or cuts a stream costs its request an error, n
 
 test('kill -9 of a node: its sandboxes are lost, the others carry on, creates go elsewhere', T, async () => {
   const [a, b] = fleet.fronts;
+  // placement spreads by the nodes' room as the front last saw it: the
+  // sandboxes of the tests before must be gone from that view first
+  await settled(a);
   const made = [];
   for (let i = 0; i < 6; i++) made.push(await Sandbox.create(opts(a)));
   const victim = fleet.nodes[1];
