@@ -74,6 +74,7 @@ struct audit *corral_gateway_audit(corral_gateway *gw);
 enum corral_gateway_api {
     CORRAL_GATEWAY_RESPONSES, /* POST /v1/responses */
     CORRAL_GATEWAY_CHAT,      /* POST /v1/chat/completions */
+    CORRAL_GATEWAY_MESSAGES,  /* POST /v1/messages (Anthropic's Messages API) */
 };
 
 struct corral_gateway_events {

@@ -135,6 +135,8 @@ static struct http_response *with_openai_headers(struct http_response *r)
 
 static struct http_response *authenticate(const struct openai *oa, const struct http_request *req,
                                           const char **key, corral_gateway_key **policy);
+static bool anthropic_client(const struct http_request *req);
+static void anthropic_shape(struct http_response *resp);
 
 /* Whether the request's key is one the gateway takes (no master key: any). */
 static bool authenticated(const struct openai *oa, const struct http_request *req)
@@ -155,10 +157,12 @@ struct http_response *openai_too_large(void *ctx, const struct http_request *req
     corral_gateway_key *policy = NULL;
     struct http_response *refused = authenticate(ctx, req, &key, &policy);
     corral_gateway_key_free(policy);
-    if (refused) /* a bad key is told so, whatever its body */
-        return with_openai_headers(refused);
-    return with_openai_headers(
-        invalid(413, "request_too_large", "The request body is larger than %zu bytes.", max_body));
+    if (!refused) /* a bad key is told so, whatever its body */
+        refused = invalid(413, "request_too_large", "The request body is larger than %zu bytes.",
+                          max_body);
+    if (anthropic_client(req))
+        anthropic_shape(refused);
+    return with_openai_headers(refused);
 }
 
 struct http_response *openai_refusal(void *ctx, int status, const char *message)
@@ -222,9 +226,12 @@ const char *openai_bearer(const struct http_request *req)
     return *auth ? auth : NULL;
 }
 
+/* Azure's `api-key: KEY`, or Anthropic's `x-api-key: KEY`. */
 static const char *azure_key(const struct http_request *req)
 {
     const char *key = http_header(req, "api-key");
+    if (!key || !*key)
+        key = http_header(req, "x-api-key");
     return key && *key ? key : NULL;
 }
 
@@ -283,7 +290,7 @@ static struct http_response *authenticate(const struct openai *oa, const struct 
         return invalid(401, NULL,
                        "You didn't provide an API key. You need to provide your API key in an "
                        "Authorization header using Bearer auth (i.e. Authorization: Bearer "
-                       "YOUR_KEY), or as an api-key header.");
+                       "YOUR_KEY), or as an api-key or x-api-key header.");
     char masked[32];
     mask_key(*key, masked, sizeof(masked));
     return invalid(401, "invalid_api_key",
@@ -750,6 +757,7 @@ enum route {
     R_HEALTH,
     R_RESPONSES,
     R_CHAT,
+    R_MESSAGES,    /* Anthropic's /messages */
     R_RESPONSE,    /* /responses/{id} */
     R_INPUT_ITEMS, /* /responses/{id}/input_items */
     R_CANCEL,      /* /responses/{id}/cancel */
@@ -767,6 +775,7 @@ static const char *route_methods(enum route r)
         return "GET, HEAD";
     case R_RESPONSES:
     case R_CHAT:
+    case R_MESSAGES:
     case R_CANCEL:
         return "POST";
     case R_RESPONSE:
@@ -835,6 +844,8 @@ static enum route find_route(const char *path, char *buf, size_t len, const char
         return R_RESPONSES;
     if (!strcmp(path, "/chat/completions"))
         return R_CHAT;
+    if (!*deployment && !strcmp(path, "/messages"))
+        return R_MESSAGES;
     if (!strcmp(path, "/models"))
         return R_MODELS;
     if (!strncmp(path, "/models/", 8) && path[8] && strlen(path + 8) < len) {
@@ -946,6 +957,8 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     case R_CHAT:
         return call(oa, req, r == R_CHAT ? CORRAL_GATEWAY_CHAT : CORRAL_GATEWAY_RESPONSES,
                     deployment, key, policy, rid);
+    case R_MESSAGES:
+        return call(oa, req, CORRAL_GATEWAY_MESSAGES, NULL, key, policy, rid);
     case R_MODEL:
         return model(oa, arg, rid);
     case R_OBJECTS:
@@ -971,6 +984,60 @@ static struct http_response *route(struct openai *oa, const struct http_request 
     return resp;
 }
 
+/* ---- Anthropic's clients ---- */
+
+/* Whether the request comes from one of Anthropic's clients: to its
+ * Messages API, or with the anthropic-version header its SDKs send. */
+static bool anthropic_client(const struct http_request *req)
+{
+    const char *p = req->path;
+    strip(&p, "/v1");
+    return http_header(req, "anthropic-version") || !strcmp(p, "/messages");
+}
+
+/* The error type Anthropic's API gives a status. */
+static const char *anthropic_error_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+    case 529:
+        return "overloaded_error";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+/* An error answered in OpenAI's shape, {"error": {"message", ...}}, turned
+ * into Anthropic's {"type": "error", "error": {"type", "message"}}. */
+static void anthropic_shape(struct http_response *resp)
+{
+    size_t len;
+    const char *body = http_response_body(resp, &len);
+    int status = http_response_status(resp);
+    if (!body || status < 400)
+        return;
+    cleanup_json json_t *j = json_loadb(body, len, 0, NULL);
+    json_t *e = json_object_get(j, "error");
+    const char *message = json_string_value(json_object_get(e, "message"));
+    if (!message || json_object_get(j, "type"))
+        return; /* not an error, or Anthropic's already */
+    cleanup_json json_t *shaped = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                                            anthropic_error_type(status), "message", message);
+    char *text = shaped ? json_dumps(shaped, JSON_COMPACT) : NULL;
+    if (text)
+        http_response_set_body(resp, "application/json", text, strlen(text));
+}
+
 struct http_response *openai_handle(const struct http_request *req, void *ctx)
 {
     struct openai *oa = ctx;
@@ -979,6 +1046,8 @@ struct http_response *openai_handle(const struct http_request *req, void *ctx)
     struct http_response *resp = route(oa, req, rid);
     if (!resp)
         resp = oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+    if (anthropic_client(req))
+        anthropic_shape(resp);
     char ms[32];
     snprintf(ms, sizeof(ms), "%llu", (unsigned long long)(corral_now_ms() - started));
     if (*rid) { /* the answer carries the request's id; the upstream's is logged */

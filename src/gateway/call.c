@@ -2286,6 +2286,11 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
                    const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
 {
     memset(out, 0, sizeof(*out));
+    if (api == CORRAL_GATEWAY_MESSAGES) {
+        gw_reply_error(out, 404, "invalid_request_error", NULL, NULL,
+                       "This gateway does not serve /v1/messages.");
+        return -ENOTSUP;
+    }
     if (api == CORRAL_GATEWAY_RESPONSES && gw_asks_background(body, len))
         return gw_background_call(gw, body, len, key, policy, ev, out);
     if (!gw_enter(gw, out))

@@ -106,6 +106,29 @@ int http_response_status(const struct http_response *r)
     return r ? r->status : 0;
 }
 
+const char *http_response_body(const struct http_response *r, size_t *len)
+{
+    if (!r || r->ops || r->relay || r->stream || r->tunnel_fd >= 0 || r->file_fd >= 0 || !r->body)
+        return NULL;
+    *len = r->len;
+    return r->body;
+}
+
+void http_response_set_body(struct http_response *r, const char *content_type, char *body,
+                            size_t len)
+{
+    char *type = strdup(content_type);
+    if (!type) {
+        free(body);
+        return;
+    }
+    free(r->body);
+    free(r->content_type);
+    r->body = body;
+    r->len = len;
+    r->content_type = type;
+}
+
 const char *http_response_header(const struct http_response *r, const char *name)
 {
     for (size_t i = 0; r && i < r->n_headers; i++)

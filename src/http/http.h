@@ -98,6 +98,12 @@ struct http_response *http_body(int status, const char *content_type, char *body
 struct http_response *http_file(int status, const char *content_type, int fd, size_t len);
 /* A response's status. */
 int http_response_status(const struct http_response *r);
+/* The body of a response made whole (http_json, http_text, http_body), or
+ * NULL for any other (streamed, a file's); *len its length. */
+const char *http_response_body(const struct http_response *r, size_t *len);
+/* Replaces a whole response's body (taken, malloc'd) and its type. */
+void http_response_set_body(struct http_response *r, const char *content_type, char *body,
+                            size_t len);
 /* Frees a response not given to the server; NULL is allowed. */
 void http_response_free(struct http_response *r);
 /* Adds a header to a response (copied). */
