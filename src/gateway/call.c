@@ -92,7 +92,7 @@ static bool in_list(const char *const *list, const char *key)
 
 /* ---- the upstream of a call ---- */
 
-static void resolve_path(struct gw_call *c)
+void gw_resolve_path(struct gw_call *c)
 {
     bool chat = c->model->api == GATEWAY_API_CHAT;
     if (c->model->azure && chat)
@@ -108,7 +108,7 @@ static void resolve_path(struct gw_call *c)
 
 /* The upstream's name for the client's model: the configured one, or for a
  * wildcard entry the client's name without the entry's prefix. */
-static char *upstream_model(const struct gateway_model *m, const char *client)
+char *gw_upstream_model(const struct gateway_model *m, const char *client)
 {
     if (strcmp(m->model, "*"))
         return strdup(m->model);
@@ -435,7 +435,7 @@ static void section(struct strbuf *b, const char *title, const char *text, size_
     append_limited(b, text, limit);
 }
 
-static char *tool_result(const struct provider_output *o, size_t limit)
+char *gw_code_result_text(const struct provider_output *o, size_t limit)
 {
     struct strbuf b = {0};
     section(&b, "stdout", o->out, limit);
@@ -703,7 +703,7 @@ static char *run_code(struct gw_call *c, struct gw_tool_call *tc)
         return strbuf_take(&b);
     }
     gw_emit_code_done(c, tc, "completed", item_outputs(&o));
-    char *text = tool_result(&o, limit);
+    char *text = gw_code_result_text(&o, limit);
     if (c->model->supports_vision)
         keep_images_for_model(tc, o.images);
     provider_output_free(&o);
@@ -1847,7 +1847,7 @@ static int store_response(struct gw_call *c, struct corral_error *err)
 
 /* ---- the entry point ---- */
 
-static void call_free(struct gw_call *c)
+void gw_call_free(struct gw_call *c)
 {
     json_decref(c->req);
     free(c->up_model);
@@ -1943,8 +1943,8 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
                        c->model->provider, c->client_model);
         return -ENOTSUP;
     }
-    c->up_model = upstream_model(c->model, c->client_model);
-    resolve_path(c);
+    c->up_model = gw_upstream_model(c->model, c->client_model);
+    gw_resolve_path(c);
     c->stream = json_is_true(json_object_get(c->req, "stream"));
     if (c->stream && (!c->ev || !c->ev->on_bytes)) {
         bad_request(c, "stream", "unsupported_value",
@@ -2262,7 +2262,7 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
         if (!out->status)
             out->status = 499;
     }
-    call_free(&c);
+    gw_call_free(&c);
     return rc;
 }
 
@@ -2286,16 +2286,13 @@ static int call_as(corral_gateway *gw, enum corral_gateway_api api, const char *
                    const struct corral_gateway_events *ev, struct corral_gateway_reply *out)
 {
     memset(out, 0, sizeof(*out));
-    if (api == CORRAL_GATEWAY_MESSAGES) {
-        gw_reply_error(out, 404, "invalid_request_error", NULL, NULL,
-                       "This gateway does not serve /v1/messages.");
-        return -ENOTSUP;
-    }
     if (api == CORRAL_GATEWAY_RESPONSES && gw_asks_background(body, len))
         return gw_background_call(gw, body, len, key, policy, ev, out);
     if (!gw_enter(gw, out))
         return -ESHUTDOWN;
-    int rc = gw_run_call(gw, api, body, len, key, policy, ev, out, NULL);
+    int rc = api == CORRAL_GATEWAY_MESSAGES
+                 ? gw_messages_call(gw, body, len, key, policy, ev, out)
+                 : gw_run_call(gw, api, body, len, key, policy, ev, out, NULL);
     gw_leave(gw);
     return rc;
 }

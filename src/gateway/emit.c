@@ -944,6 +944,14 @@ void gw_emit_stream_error(struct gw_call *c, const char *type, const char *code,
     message = whole;
     c->out->streamed = true;
     c->out->status = 200;
+    if (c->api == CORRAL_GATEWAY_MESSAGES) { /* Anthropic's error event */
+        send_json(
+            c, "error",
+            json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                      !strcmp(code, "server_shutting_down") ? "overloaded_error" : "api_error",
+                      "message", message));
+        return;
+    }
     if (c->proxied && c->api == CORRAL_GATEWAY_RESPONSES) {
         send_event(c, "error",
                    json_pack("{s:s, s:s, s:n}", "code", code, "message", message, "param"));
@@ -971,6 +979,12 @@ void gw_emit_shutdown(struct gw_call *c)
     static const char msg[] = "The gateway is shutting down.";
     if (c->started || c->proxied) {
         gw_emit_stream_error(c, "server_error", "server_shutting_down", msg);
+        return;
+    }
+    if (c->api == CORRAL_GATEWAY_MESSAGES) {
+        gw_reply_json(c->out, 503,
+                      json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                                "overloaded_error", "message", msg));
         return;
     }
     gw_reply_error(c->out, 503, "server_error", NULL, "server_shutting_down", "%s", msg);

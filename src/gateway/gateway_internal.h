@@ -564,6 +564,10 @@ struct gw_call {
 
 /* ---- calls (call.c, background.c) ---- */
 
+/* A request of Anthropic's Messages API (messages.c), counted by its caller. */
+int gw_messages_call(corral_gateway *gw, const char *body, size_t len, const char *key,
+                     const struct gw_key_policy *policy, const struct corral_gateway_events *ev,
+                     struct corral_gateway_reply *out);
 /* A call counts while it runs (corral_gateway_free waits for none): false,
  * with the 503 in out, once the gateway stops or drains. */
 bool gw_enter(corral_gateway *gw, struct corral_gateway_reply *out);
@@ -610,6 +614,13 @@ bool gw_call_gone(void *call);
 json_t *gw_shell_tool(struct gw_call *c, bool chat);
 /* Runs a shell call's commands in the container: the text the model reads. */
 char *gw_run_shell(struct gw_call *c, struct gw_tool_call *tc);
+/* The Python cell that runs one command with /bin/sh -c in /mnt/data, its
+ * session killed at its timeout, each text of its output cut at max_len
+ * characters; and what it printed: {stdout, stderr, outcome: {type: "exit",
+ * exit_code} | {type: "timeout"}}, NULL when it printed nothing of that
+ * shape. */
+char *gw_shell_cell(const char *command, uint64_t timeout_ms, size_t max_len);
+json_t *gw_shell_result(const struct provider_output *o);
 /* A replayed shell_call or shell_call_output item as the upstream sees it. */
 json_t *gw_shell_item_upstream(struct gw_call *c, json_t *item);
 
@@ -708,6 +719,17 @@ int gw_turn_run(struct gw_call *c, struct gw_turn *t);
 void gw_turn_free(struct gw_turn *t);
 
 /* ---- one request (call.c) ---- */
+
+/* The upstream's name for the client's model: the configured one, or for a
+ * wildcard entry the client's name without the entry's prefix. */
+char *gw_upstream_model(const struct gateway_model *m, const char *client);
+/* c->up_path: the upstream's path of the model's API. */
+void gw_resolve_path(struct gw_call *c);
+/* What the model reads of an execution: its stdout, stderr, result, error,
+ * files and images, each text cut at limit. */
+char *gw_code_result_text(const struct provider_output *o, size_t limit);
+/* Frees what a call holds (not the call itself). */
+void gw_call_free(struct gw_call *c);
 
 /* The byte span [*from, *to) of the value of the top-level member `key` of
  * a JSON object text that jansson has accepted, when the key appears

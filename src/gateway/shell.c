@@ -62,7 +62,7 @@ json_t *gw_shell_tool(struct gw_call *c, bool chat)
  * goes to files, of which the first max_len characters are read back; at
  * its timeout its whole session is killed (what it started in the
  * background otherwise runs on, as in a shell). */
-static char *command_cell(const char *command, uint64_t timeout_ms, size_t max_len)
+char *gw_shell_cell(const char *command, uint64_t timeout_ms, size_t max_len)
 {
     char *b64 = corral_base64_encode(command, strlen(command));
     if (!b64)
@@ -101,7 +101,7 @@ static char *command_cell(const char *command, uint64_t timeout_ms, size_t max_l
 }
 
 /* The result the cell printed (the last SHELL_MARK line of its stdout). */
-static json_t *command_result(const struct provider_output *o)
+json_t *gw_shell_result(const struct provider_output *o)
 {
     const char *out = o->out ? o->out : "", *mark = NULL;
     for (const char *p = out; (p = strstr(p, SHELL_MARK)); p++)
@@ -187,7 +187,7 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
     json_t *cmd;
     json_array_foreach(commands, i, cmd)
     {
-        char *cell = command_cell(json_string_value(cmd), timeout_ms, max_len);
+        char *cell = gw_shell_cell(json_string_value(cmd), timeout_ms, max_len);
         if (!cell)
             return "out of memory";
         struct gw_running watch = {.c = ct, .cancelled = gw_call_gone, .userdata = c};
@@ -200,7 +200,7 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
         gw_watch_stop(c->gw, &watch);
         free(cell);
         bool stopped = watch.fired || gw_call_cancelled(c);
-        json_t *r = rc == 0 && !stopped ? command_result(&o) : NULL;
+        json_t *r = rc == 0 && !stopped ? gw_shell_result(&o) : NULL;
         gw_record_end(c, &rec, rc, &o, r, stopped, err);
         if (stopped) {
             c->cancelled = true;
