@@ -195,11 +195,12 @@ static int exchange(struct gw_msg *m, const char *path, const char *body, size_t
         u.headers = headers;
     }
     int rc;
+    m->fed = false;
     for (unsigned attempt = 0;; attempt++) {
         uint64_t t0 = corral_mono_ns();
         rc = http_upstream_request(&u, "POST", path, body, len, sink, r, err);
         gw_metrics_upstream(&m->c, rc, r->status, t0);
-        if (!gw_retry(&m->c, attempt, rc, r))
+        if (m->fed || !gw_retry(&m->c, attempt, rc, r))
             break;
     }
     return rc;
@@ -261,23 +262,60 @@ static int post_anthropic(struct gw_msg *m, const json_t *req, const struct http
     return rc;
 }
 
-/* A turn of an upstream that speaks Messages. */
-static json_t *turn_anthropic(struct gw_msg *m, json_t *req)
+struct live_sink {
+    struct gw_msg *m;
+    struct gw_msg_live *live;
+};
+
+static int live_data(void *u, const char *data, size_t len)
+{
+    struct live_sink *s = u;
+    s->m->fed = true;
+    return gw_msg_live_feed(s->live, data, len);
+}
+
+static bool live_gone(void *u)
+{
+    struct live_sink *s = u;
+    return gw_call_cancelled(&s->m->c);
+}
+
+/* A turn of an upstream that speaks Messages; a streamed call's blocks go
+ * on to the client as they come (*shown: how many of them). */
+static json_t *turn_anthropic(struct gw_msg *m, json_t *req, size_t *shown)
 {
     struct gw_call *c = &m->c;
     struct corral_error err = {0};
     struct http_sink sink = {.cancelled = sink_gone, .userdata = c};
+    struct gw_msg_live *live = NULL;
+    struct live_sink ls = {.m = m};
+    if (c->stream) {
+        if (!(live = ls.live = gw_msg_live_new(m))) {
+            gw_msg_error(m, 500, "The gateway is out of memory.");
+            return NULL;
+        }
+        json_object_set_new(req, "stream", json_true());
+        sink.on_data = live_data;
+        sink.cancelled = live_gone;
+        sink.userdata = &ls;
+    }
     struct http_reply r;
     int rc = post_anthropic(m, req, &sink, &r, &err);
     json_t *answer = NULL;
+    bool ok = rc == 0 && r.status >= 200 && r.status < 300;
     if (gw_call_cancelled(c))
+        ;
+    else if (live && (ok || m->fed) && !(answer = gw_msg_live_finish(live, shown, &err)))
+        gw_msg_error(m, 502, "%s", err.message);
+    else if (answer)
         ;
     else if (rc < 0)
         gw_msg_error(m, rc == -ENOMEM ? 500 : 502, "%s", err.message);
-    else if (r.status < 200 || r.status >= 300)
+    else if (!ok)
         upstream_error(m, &r, &gw_wire_anthropic);
     else
         answer = answer_json(m, &r);
+    gw_msg_live_free(live);
     http_reply_free(&r);
     return answer;
 }
@@ -365,11 +403,14 @@ static json_t *turn_request(struct gw_msg *m)
     return req;
 }
 
-static json_t *turn(struct gw_msg *m)
+/* The next turn's answer (Messages' shape); *shown: how many of its first
+ * blocks the client has seen already. NULL: the error is given. */
+static json_t *turn(struct gw_msg *m, size_t *shown)
 {
     cleanup_json json_t *req = turn_request(m);
+    *shown = 0;
     if (m->c.model->wire == GATEWAY_WIRE_ANTHROPIC)
-        return turn_anthropic(m, req);
+        return turn_anthropic(m, req, shown);
     return turn_chat(m, req);
 }
 
@@ -397,8 +438,8 @@ static void server_id(char *out, size_t len)
 /* One turn's blocks: the client's shown, the code tool's calls run. Their
  * results go to *results (a user message's content for the next turn);
  * *client_calls counts the client's own tool calls. */
-static void take_blocks(struct gw_msg *m, json_t *content, json_t *assistant, json_t *results,
-                        bool *client_calls)
+static void take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t *assistant,
+                        json_t *results, bool *client_calls)
 {
     size_t i;
     json_t *b;
@@ -411,7 +452,8 @@ static void take_blocks(struct gw_msg *m, json_t *content, json_t *assistant, js
         if (!type || strcmp(type, "tool_use") || !gw_msg_is_tool_call(m, name)) {
             *client_calls |= type && !strcmp(type, "tool_use");
             json_array_append(assistant, b);
-            gw_msg_emit_block(m, json_deep_copy(b));
+            if (i >= shown) /* (the first ones went to the client as they came) */
+                gw_msg_emit_block(m, json_deep_copy(b));
             continue;
         }
         char id[64];
@@ -453,7 +495,8 @@ static void run_loop(struct gw_msg *m)
             snprintf(m->stop_reason, sizeof(m->stop_reason), "pause_turn");
             break;
         }
-        cleanup_json json_t *answer = turn(m);
+        size_t shown;
+        cleanup_json json_t *answer = turn(m, &shown);
         if (!answer || c->cancelled)
             return;
         c->loops++;
@@ -461,7 +504,8 @@ static void run_loop(struct gw_msg *m)
         gw_msg_emit_start(m);
         json_t *assistant = json_array(), *results = json_array();
         bool client_calls = false;
-        take_blocks(m, json_object_get(answer, "content"), assistant, results, &client_calls);
+        take_blocks(m, json_object_get(answer, "content"), shown, assistant, results,
+                    &client_calls);
         if (c->cancelled) {
             json_decref(assistant);
             json_decref(results);
@@ -514,6 +558,7 @@ static int proxy_data(void *u, const char *data, size_t len)
 {
     struct proxy *p = u;
     struct gw_call *c = &p->m->c;
+    p->m->fed = true;
     if (!p->m->started) {
         c->out->streamed = true;
         c->out->status = 200;

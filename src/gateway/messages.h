@@ -5,6 +5,7 @@
  *   messages.c        one request: checks, plain proxying, the loop
  *   messages_tools.c  the tool's calls run in the container: bash, the
  *                     text editor, Python; their result blocks
+ *   messages_stream.c an Anthropic upstream's stream, shown as it comes
  *   messages_conv.c   conversations: the client's (server tool blocks)
  *                     into the upstream's (client tools), and Messages <->
  *                     Chat Completions for upstreams that speak only chat
@@ -44,7 +45,7 @@ struct gw_msg {
     json_t *stop_sequence;
     unsigned index; /* a stream's next content block */
     bool started;   /* a stream's message_start is sent */
-    bool uploads_in;
+    bool fed;       /* bytes of the upstream's answer went on: no retry */
 };
 
 /* ---- the tool (messages_tools.c) ---- */
@@ -79,6 +80,22 @@ json_t *gw_msg_to_chat(const json_t *req, struct corral_error *err);
 json_t *gw_msg_from_chat(const json_t *message, const char *finish_reason, const json_t *usage,
                          const char *model);
 
+/* ---- an upstream's stream (messages_stream.c) ---- */
+
+/* An Anthropic upstream's stream of one turn, read into its message: its
+ * blocks go on to the client as they come until the first call of the code
+ * tool (that call and what follows are shown once the calls have run, in
+ * the whole answer's order). */
+struct gw_msg_live;
+struct gw_msg_live *gw_msg_live_new(struct gw_msg *m);
+/* The bytes as they arrive (an http_sink's on_data): 0, or -1 to stop. */
+int gw_msg_live_feed(void *live, const char *data, size_t len);
+/* The end of the bytes: the turn's message (Messages' shape), and how many
+ * of its first blocks the client has seen already; NULL with err when the
+ * stream carried an error or ended before its last event. */
+json_t *gw_msg_live_finish(struct gw_msg_live *l, size_t *shown, struct corral_error *err);
+void gw_msg_live_free(struct gw_msg_live *l);
+
 /* ---- the client's side (messages_emit.c) ---- */
 
 /* An error in Anthropic's shape: the whole answer, or once the stream
@@ -90,6 +107,13 @@ const char *gw_msg_error_type(int status);
 /* A block of the answer, whole: kept, and streamed as its start, delta and
  * stop events. */
 void gw_msg_emit_block(struct gw_msg *m, json_t *block);
+/* A block streamed as it comes (only when the call streams): opened with
+ * its start shape (taken; the stream starts first if it has not), its
+ * deltas (taken), closed with the whole block (taken, kept in content).
+ * The index is the client's. */
+unsigned gw_msg_block_open(struct gw_msg *m, json_t *shape);
+void gw_msg_block_delta(struct gw_msg *m, unsigned index, json_t *delta);
+void gw_msg_block_close(struct gw_msg *m, unsigned index, json_t *block);
 /* The stream's start (message_start), once. */
 void gw_msg_emit_start(struct gw_msg *m);
 /* The end: the whole Message into out, or the stream's last events. */

@@ -157,24 +157,42 @@ static void send_deltas(struct gw_msg *m, unsigned index, const json_t *block, c
     }
 }
 
+unsigned gw_msg_block_open(struct gw_msg *m, json_t *shape)
+{
+    unsigned index = m->index++;
+    gw_msg_emit_start(m);
+    send_event(m, "content_block_start",
+               json_pack("{s:s, s:I, s:o}", "type", "content_block_start", "index",
+                         (json_int_t)index, "content_block", shape));
+    return index;
+}
+
+void gw_msg_block_delta(struct gw_msg *m, unsigned index, json_t *delta)
+{
+    send_delta(m, index, delta);
+}
+
+void gw_msg_block_close(struct gw_msg *m, unsigned index, json_t *block)
+{
+    json_array_append_new(m->content, block);
+    send_event(m, "content_block_stop",
+               json_pack("{s:s, s:I}", "type", "content_block_stop", "index", (json_int_t)index));
+}
+
 void gw_msg_emit_block(struct gw_msg *m, json_t *block)
 {
     if (!block)
         return;
-    json_array_append_new(m->content, block);
-    if (!m->c.stream || m->c.cancelled)
+    if (!m->c.stream || m->c.cancelled) {
+        json_array_append_new(m->content, block);
         return;
-    gw_msg_emit_start(m);
+    }
     const char *type = json_string_value(json_object_get(block, "type"));
     if (!type)
         type = "";
-    unsigned index = m->index++;
-    send_event(m, "content_block_start",
-               json_pack("{s:s, s:I, s:o}", "type", "content_block_start", "index",
-                         (json_int_t)index, "content_block", start_shape(block, type)));
+    unsigned index = gw_msg_block_open(m, start_shape(block, type));
     send_deltas(m, index, block, type);
-    send_event(m, "content_block_stop",
-               json_pack("{s:s, s:I}", "type", "content_block_stop", "index", (json_int_t)index));
+    gw_msg_block_close(m, index, block);
 }
 
 void gw_msg_emit_finish(struct gw_msg *m)

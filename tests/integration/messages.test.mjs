@@ -72,6 +72,7 @@ async function send(params, stream) {
   s.on('streamEvent', (e) => events.push(e));
   const message = await s.finalMessage();
   checkEvents(events, message);
+  Object.defineProperty(message, 'events', { value: events });
   return message;
 }
 
@@ -128,6 +129,12 @@ for (const stream of [false, true]) {
     assert.equal(result.content.return_code, 0);
     assert.deepEqual(result.content.content, []);
     assert.equal(text.text, 'The product is 30030.');
+    if (stream) {
+      // the upstream's text came on as it streamed: in its pieces, not whole at the end
+      const deltas = m.events.filter((e) => e.type === 'content_block_delta' && e.index === 2);
+      assert.ok(deltas.length > 1, `the text came in ${deltas.length} delta(s)`);
+      assert.equal(deltas.map((e) => e.delta.text).join(''), text.text);
+    }
     assert.match(m.container.id, /^cntr_/);
     assert.ok(Date.parse(m.container.expires_at) > Date.now());
     // the two turns' usage, summed (the mock's rounds 0 and 1)
@@ -276,6 +283,34 @@ test('messages: the loop limit pauses the turn; sent back, it goes on', T, async
   // the upstream saw the earlier calls and results as its own tools' (rounds 2 and 3)
   const seen = gw.upstream.requestsFor(marker);
   assert.deepEqual(seen.map((r) => r.round), [0, 1, 2, 3]);
+});
+
+test('messages: thinking is shown and replayed, and a client tool beside the code tool ends the turn for the client', T, async () => {
+  const weather = { name: 'get_weather', description: 'The weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
+  const marker = gw.upstream.script(gw.marker('mixed'), [
+    { thinking: { thinking: 'I should compute first.', signature: 'sig-1' }, ...bash('echo 21') },
+    { calls: [{ fn: { name: 'get_weather', arguments: JSON.stringify({ city: 'Lyon' }) } }] },
+    (req, ctx) => ({ text: `It is ${lastOutput(ctx)} in Lyon.` }),
+  ]);
+  const ask = [{ role: 'user', content: `${marker} weather` }];
+  const m1 = await send({ model: NATIVE_MODEL, max_tokens: 1024, tools: [TOOL, weather], messages: ask }, true);
+  assert.deepEqual(m1.content.map((b) => b.type), ['thinking', 'server_tool_use', 'bash_code_execution_tool_result', 'tool_use']);
+  assert.deepEqual(m1.content[0], { type: 'thinking', thinking: 'I should compute first.', signature: 'sig-1' });
+  assert.equal(m1.stop_reason, 'tool_use');
+  const call = m1.content[3];
+  assert.deepEqual(call.input, { city: 'Lyon' });
+  const m2 = await send({
+    model: NATIVE_MODEL,
+    max_tokens: 1024,
+    tools: [TOOL, weather],
+    container: m1.container.id,
+    messages: [...ask, { role: 'assistant', content: m1.content }, { role: 'user', content: [{ type: 'tool_result', tool_use_id: call.id, content: 'sunny' }] }],
+  }, false);
+  assert.equal(m2.content.at(-1).text, 'It is sunny in Lyon.');
+  // every request the upstream answered passed its checks (thinking replayed verbatim, tool pairs)
+  const seen = gw.upstream.requestsFor(marker);
+  assert.deepEqual(seen.map((r) => [r.round, r.status]), [[0, 200], [1, 200], [2, 200]]);
+  assert.deepEqual(seen[1].body.tools.map((t) => t.name), ['get_weather', 'bash_code_execution', 'text_editor_code_execution']);
 });
 
 test('messages: bad requests get errors in Anthropic\'s shape', T, async () => {
