@@ -2022,7 +2022,7 @@ static int dispatch(struct gw_call *c, const char *body, size_t len)
 }
 
 /* The owner's counters of the day: a request, its tokens, its code calls. */
-static void record_usage(struct gw_call *c)
+void gw_record_usage(struct gw_call *c)
 {
     if (!c->policy.found)
         return;
@@ -2233,7 +2233,7 @@ int gw_run_call(corral_gateway *gw, enum corral_gateway_api api, const char *bod
         rc = gw_key_policy_or_refuse(gw, key, &c.policy, out); /* found: a virtual key */
     if (rc == 0)
         rc = dispatch(&c, body, len);
-    record_usage(&c);
+    gw_record_usage(&c);
     gw_metrics_tokens(&c, c.usage);
     if (rc == 0 && !c.cancelled) {
         if (out->streamed)

@@ -728,6 +728,9 @@ void gw_resolve_path(struct gw_call *c);
 /* What the model reads of an execution: its stdout, stderr, result, error,
  * files and images, each text cut at limit. */
 char *gw_code_result_text(const struct provider_output *o, size_t limit);
+/* The owner's counters of the day: a request, its tokens (c->usage, with
+ * input_tokens and output_tokens), its code calls. */
+void gw_record_usage(struct gw_call *c);
 /* Frees what a call holds (not the call itself). */
 void gw_call_free(struct gw_call *c);
 

@@ -500,6 +500,7 @@ static void run_loop(struct gw_msg *m)
         if (!answer || c->cancelled)
             return;
         c->loops++;
+        gw_metrics_turn(c);
         add_usage(m, json_object_get(answer, "usage"));
         gw_msg_emit_start(m);
         json_t *assistant = json_array(), *results = json_array();
@@ -676,6 +677,9 @@ int gw_messages_call(corral_gateway *gw, const char *body, size_t len, const cha
         rc = gw_key_policy_or_refuse(gw, key, &c->policy, out);
     if (rc == 0)
         rc = dispatch(&m, body, len);
+    c->usage = json_incref(m.usage);
+    gw_record_usage(c);
+    gw_metrics_tokens(c, c->usage);
     bool ok = rc == 0 && !c->cancelled && (out->status == 200 || out->streamed);
     if (c->container)
         gw_container_put(gw, c->container, c->container_new && !ok);
