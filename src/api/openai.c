@@ -721,7 +721,7 @@ static struct http_response *objects(struct openai *oa, const struct http_reques
         .file_fd = -1,
         .anthropic = anthropic_client(req),
     };
-    if (r.anthropic) { /* Anthropic's cursors: page (its SDKs'), after_id, before_id */
+    if (r.anthropic && !strcmp(path, "files")) { /* its cursors: page, after_id, before_id */
         const char *before = http_query(req, "before_id");
         const char *after = http_query(req, "page");
         r.after = before ? before : after ? after : http_query(req, "after_id");
