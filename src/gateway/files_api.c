@@ -503,8 +503,10 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
     struct corral_error err;
     bool post = !strcmp(r->method, "POST");
     if (!id) {
-        if (r->anthropic)
-            (post ? anthropic_upload : anthropic_list)(gw, r, owner, out);
+        if (r->anthropic && post)
+            anthropic_upload(gw, r, owner, out);
+        else if (r->anthropic)
+            anthropic_list(gw, r, owner, out);
         else if (post)
             file_create(gw, r, owner, out);
         else
