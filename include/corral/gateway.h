@@ -153,6 +153,11 @@ struct corral_gateway_object_request {
     const char *purpose;
     const char *expires_anchor, *expires_seconds;
     const char *after, *limit, *order, *name;
+    /* From one of Anthropic's clients (the anthropic-version header): the
+     * Files API answers in Anthropic's shapes. Its list's cursor is `after`
+     * (after_id or page), or its before_id with `order` "asc" (the files
+     * newer than it); its upload's expires_in_seconds is expires_seconds. */
+    bool anthropic;
 };
 int corral_gateway_objects(corral_gateway *gw, const struct corral_gateway_object_request *r,
                            struct corral_gateway_reply *out);

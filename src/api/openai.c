@@ -677,7 +677,8 @@ static void read_fields(struct corral_gateway_object_request *r, const struct ht
             r->purpose = field_text(p, texts[0], sizeof(texts[0]));
         } else if (!strcmp(p->name, "expires_after[anchor]")) {
             r->expires_anchor = field_text(p, texts[1], sizeof(texts[1]));
-        } else if (!strcmp(p->name, "expires_after[seconds]")) {
+        } else if (!strcmp(p->name,
+                           r->anthropic ? "expires_in_seconds" : "expires_after[seconds]")) {
             r->expires_seconds = field_text(p, texts[2], sizeof(texts[2]));
         }
     }
@@ -718,7 +719,15 @@ static struct http_response *objects(struct openai *oa, const struct http_reques
         .name = http_query(req, "name"),
         .purpose = http_query(req, "purpose"),
         .file_fd = -1,
+        .anthropic = anthropic_client(req),
     };
+    if (r.anthropic && !strcmp(path, "files")) { /* its cursors: page, after_id, before_id */
+        const char *before = http_query(req, "before_id");
+        const char *after = http_query(req, "page");
+        r.after = before ? before : after ? after : http_query(req, "after_id");
+        r.order = before ? "asc" : NULL;
+        r.purpose = NULL;
+    }
     char texts[3][64];
     char boundary[256];
     struct multipart_part *parts = NULL;

@@ -2,9 +2,10 @@
  * The Containers and Files APIs (corral_gateway_objects): uploaded files
  * (/v1/files), containers and their files, in OpenAI's shapes, each object
  * visible only to the key that made it; Uploads are uploads.c's. Their
- * bytes are bytes.c's. A file is at most gateway.file_max bytes, copied to
- * disk from the request's spooled body and answered from its file: no path
- * here holds a whole file in the heap.
+ * bytes are bytes.c's. Anthropic's clients (the request's `anthropic` flag)
+ * get the same files in the shapes of Anthropic's Files API. A file is at most gateway.file_max
+ * bytes, copied to disk from the request's spooled body and answered from its file: no path here
+ * holds a whole file in the heap.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -118,6 +119,12 @@ static const char *content_type_of(const char *name)
         {".xml", "application/xml"},
         {".tar", "application/x-tar"},
         {".xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
+        {".docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"},
+        {".pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"},
+        {".webp", "image/webp"},
+        {".tsv", "text/tab-separated-values"},
+        {".js", "text/javascript"},
+        {".gz", "application/gzip"},
     };
     const char *dot = strrchr(name, '.');
     for (size_t i = 0; dot && i < sizeof(types) / sizeof(types[0]); i++)
@@ -310,6 +317,32 @@ bool gw_file_size_ok(corral_gateway *gw, uint64_t bytes, const char *param,
     return false;
 }
 
+/* Keeps r's file as a new file of owner (named `unnamed` when its name
+ * gives none): its object, or NULL with the failure in out. */
+static json_t *keep_upload(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                           const char *owner, const char *unnamed, const char *purpose,
+                           int64_t expiry, struct corral_gateway_reply *out)
+{
+    const char *name =
+        r->file_name && gw_file_name_ok(r->file_name) ? base_name(r->file_name) : unnamed;
+    char id[64];
+    corral_new_id(id, sizeof(id), "file-", 24);
+    struct corral_error err;
+    json_t *f = gw_file_object(id, r->file_len, (int64_t)time(NULL), expiry, name, purpose);
+    if (!f) {
+        gw_reply_error(out, 500, "server_error", NULL, NULL, "Out of memory.");
+        return NULL;
+    }
+    const struct gw_source src = {r->file_data, r->file_len, r->has_file_fd ? r->file_fd : -1,
+                                  r->file_offset};
+    if (gw_bytes_keep_file(gw, owner, f, &src, &err) < 0) {
+        json_decref(f);
+        failed(out, &err);
+        return NULL;
+    }
+    return f;
+}
+
 static void file_create(corral_gateway *gw, const struct corral_gateway_object_request *r,
                         const char *owner, struct corral_gateway_reply *out)
 {
@@ -324,24 +357,143 @@ static void file_create(corral_gateway *gw, const struct corral_gateway_object_r
     if (!gw_file_expiry_ok(r->expires_anchor, seconds, &expiry, out) ||
         !gw_file_size_ok(gw, r->file_len, "file", out))
         return;
-    const char *name =
-        r->file_name && gw_file_name_ok(r->file_name) ? base_name(r->file_name) : "upload";
-    char id[64];
-    corral_new_id(id, sizeof(id), "file-", 24);
-    struct corral_error err;
-    json_t *f = gw_file_object(id, r->file_len, (int64_t)time(NULL), expiry, name, r->purpose);
-    if (!f) {
-        gw_reply_error(out, 500, "server_error", NULL, NULL, "Out of memory.");
+    json_t *f = keep_upload(gw, r, owner, "upload", r->purpose, expiry, out);
+    if (f)
+        gw_reply_json(out, 200, f);
+}
+
+int gw_file_keep_output(corral_gateway *gw, const char *owner, const char *name, const void *data,
+                        size_t len, char id[64], struct corral_error *err)
+{
+    *id = '\0';
+    if (len > gw->cfg->file_max)
+        return corral_fail(err, EFBIG,
+                           "the file is larger than %llu bytes, the most this gateway keeps of "
+                           "one file",
+                           (unsigned long long)gw->cfg->file_max);
+    char fid[64];
+    corral_new_id(fid, sizeof(fid), "file-", 24);
+    cleanup_json json_t *f = gw_file_object(
+        fid, len, (int64_t)time(NULL), 0,
+        name && gw_file_name_ok(name) ? base_name(name) : "output", "assistants_output");
+    if (!f)
+        return corral_fail(err, ENOMEM, "out of memory");
+    const struct gw_source src = GW_SOURCE_MEMORY(data, len);
+    int rc = gw_bytes_keep_file(gw, owner, f, &src, err);
+    if (rc == 0)
+        snprintf(id, 64, "%s", fid);
+    return rc;
+}
+
+/* ---- Anthropic's Files API ----
+ *
+ * The same files in Anthropic's shapes (BetaFileMetadata): a file is
+ * {id, type "file", filename, mime_type (from its name), size_bytes,
+ * created_at and expires_at (RFC 3339), downloadable}. Every file is
+ * downloadable here, the uploaded ones too. An upload has no purpose: its
+ * file's (OpenAI's side) is "user_data". */
+
+#define ANTHROPIC_EXPIRY_MAX 7776000 /* seconds of expires_in_seconds: 90 days */
+#define ANTHROPIC_LIST_MAX   1000    /* files of a list's page */
+
+/* Unix seconds as an RFC 3339 time, UTC. */
+static json_t *rfc3339(json_int_t t)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    char buf[40];
+    if (!gmtime_r(&tt, &tm) || !strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm))
+        return json_null();
+    return json_string(buf);
+}
+
+/* A stored File object in Anthropic's shape. */
+static json_t *anthropic_file(const json_t *f)
+{
+    const char *id = json_string_value(json_object_get(f, "id"));
+    const char *name = json_string_value(json_object_get(f, "filename"));
+    json_t *expires = json_object_get(f, "expires_at");
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:o, s:o, s:b}", "id", id ? id : "", "type", "file",
+                     "filename", name ? name : "", "mime_type", content_type_of(name ? name : ""),
+                     "size_bytes", json_integer_value(json_object_get(f, "bytes")), "created_at",
+                     rfc3339(json_integer_value(json_object_get(f, "created_at"))), "expires_at",
+                     json_is_integer(expires) ? rfc3339(json_integer_value(expires)) : json_null(),
+                     "downloadable", 1);
+}
+
+static void anthropic_upload(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                             const char *owner, struct corral_gateway_reply *out)
+{
+    if (!r->has_file) {
+        invalid(out, "file", "%s", "file: Field required (the multipart body has no 'file' part).");
         return;
     }
-    const struct gw_source src = {r->file_data, r->file_len, r->has_file_fd ? r->file_fd : -1,
-                                  r->file_offset};
-    if (gw_bytes_keep_file(gw, owner, f, &src, &err) < 0) {
-        json_decref(f);
+    int64_t expiry = 0;
+    if (r->expires_seconds) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(r->expires_seconds, &end, 10);
+        if (!*r->expires_seconds || *end || errno || n < GW_FILE_EXPIRY_MIN ||
+            n > ANTHROPIC_EXPIRY_MAX) {
+            invalid(out, "expires_in_seconds",
+                    "expires_in_seconds: expected an integer from %d (one hour) to %d (ninety "
+                    "days), not '%s'.",
+                    GW_FILE_EXPIRY_MIN, ANTHROPIC_EXPIRY_MAX, r->expires_seconds);
+            return;
+        }
+        expiry = (int64_t)n;
+    }
+    if (!gw_file_size_ok(gw, r->file_len, "file", out))
+        return;
+    json_t *f = keep_upload(gw, r, owner, "unnamed", "user_data", expiry, out);
+    if (f)
+        gw_reply_json(out, 200, anthropic_file(f));
+    json_decref(f);
+}
+
+/* A page of owner's files, newest first: limit of them after the cursor
+ * (`after`), or, with order "asc" (a before_id), the limit ones just newer
+ * than it. {data, first_id, last_id, has_more, next_page}: next_page is
+ * the cursor of the next page (its SDKs' `page`), null on the last. */
+static void anthropic_list(corral_gateway *gw, const struct corral_gateway_object_request *r,
+                           const char *owner, struct corral_gateway_reply *out)
+{
+    unsigned limit = 20;
+    if (r->limit) {
+        char *end;
+        long v = strtol(r->limit, &end, 10);
+        if (*end || end == r->limit || v < 1 || v > ANTHROPIC_LIST_MAX) {
+            invalid(out, "limit", "limit: expected an integer from 1 to %d, not '%s'.",
+                    ANTHROPIC_LIST_MAX, r->limit);
+            return;
+        }
+        limit = (unsigned)v;
+    }
+    bool before = r->order && !strcmp(r->order, "asc");
+    struct corral_error err;
+    cleanup_json json_t *list = NULL;
+    bool more = false;
+    int rc = store_list_files(gw->store, owner, NULL, r->after, limit, before, &list, &more, &err);
+    if (rc == -ENOENT) {
+        invalid(out, before ? "before_id" : "after_id",
+                "Invalid page cursor: no file '%s' in this list.", r->after);
+        return;
+    }
+    if (rc < 0) {
         failed(out, &err);
         return;
     }
-    gw_reply_json(out, 200, f);
+    json_t *data = json_array();
+    size_t n = json_array_size(list);
+    for (size_t i = 0; data && i < n; i++)
+        json_array_append_new(data, anthropic_file(json_array_get(list, before ? n - 1 - i : i)));
+    json_t *first = n ? json_object_get(json_array_get(data, 0), "id") : NULL;
+    json_t *last = n ? json_object_get(json_array_get(data, n - 1), "id") : NULL;
+    gw_reply_json(out, 200,
+                  json_pack("{s:o, s:O, s:O, s:b, s:O}", "data", data, "first_id",
+                            first ? first : json_null(), "last_id", last ? last : json_null(),
+                            "has_more", more, "next_page",
+                            more && !before && last ? last : json_null()));
 }
 
 static void files(corral_gateway *gw, const struct corral_gateway_object_request *r,
@@ -349,18 +501,24 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
                   struct corral_gateway_reply *out)
 {
     struct corral_error err;
+    bool post = !strcmp(r->method, "POST");
     if (!id) {
-        if (!strcmp(r->method, "POST")) {
+        if (r->anthropic && post)
+            anthropic_upload(gw, r, owner, out);
+        else if (r->anthropic)
+            anthropic_list(gw, r, owner, out);
+        else if (post)
             file_create(gw, r, owner, out);
-            return;
-        }
-        reply_page(gw, r, LIST_FILES, owner, out);
+        else
+            reply_page(gw, r, LIST_FILES, owner, out);
         return;
     }
     json_t *f = NULL;
     int rc = store_get_file(gw->store, id, owner, &f, &err);
     if (rc < 0) {
-        if (rc == -ENOENT)
+        if (rc == -ENOENT && r->anthropic)
+            gw_reply_error(out, 404, "not_found_error", NULL, NULL, "File not found: %s", id);
+        else if (rc == -ENOENT)
             gw_reply_error(out, 404, "invalid_request_error", "id", NULL, "No such File object: %s",
                            id);
         else
@@ -376,10 +534,12 @@ static void files(corral_gateway *gw, const struct corral_gateway_object_request
         } else {
             gw_bytes_forget(gw, "", id);
             gw_reply_json(out, 200,
-                          json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));
+                          r->anthropic ? json_pack("{s:s, s:s}", "id", id, "type", "file_deleted")
+                                       : json_pack("{s:s, s:s, s:b}", "id", id, "object", "file",
+                                                   "deleted", 1));
         }
     } else {
-        gw_reply_json(out, 200, json_incref(f));
+        gw_reply_json(out, 200, r->anthropic ? anthropic_file(f) : json_incref(f));
     }
     json_decref(f);
 }

@@ -355,6 +355,12 @@ bool gw_file_name_ok(const char *name);
 bool gw_file_exists(corral_gateway *gw, const char *id, const char *owner);
 int gw_copy_file_in(corral_gateway *gw, struct gw_container *c, const char *file_id,
                     const char *owner, json_t **out, struct corral_error *err);
+/* Keeps len bytes at data, which code in a sandbox made, as a new uploaded
+ * file of owner (gw_owner_of's) named by name's last component ("output"
+ * when it gives none; purpose "assistants_output"): 0 with its id, or the
+ * failure (EFBIG past gateway.file_max, the store's or the disk's). */
+int gw_file_keep_output(corral_gateway *gw, const char *owner, const char *name, const void *data,
+                        size_t len, char id[64], struct corral_error *err);
 
 /* While fn runs an execution of c: if cancelled(userdata) turns true, the
  * container is killed (the execution then returns). */
