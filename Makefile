@@ -84,9 +84,10 @@ cli-test: $(TEST_BUILT)
 # gateway's suite again with its code run by the remote providers, e2b and
 # opensandbox, pointed at a second `corral serve` (without the files whose
 # tests do not depend on where the code runs: the scripted upstream itself,
-# an upstream's stream breaking off, keys' limits, background runs).
+# an upstream's stream breaking off, keys' limits, background runs, the
+# Files API in Anthropic's shape).
 GATEWAY_LOCAL_ONLY = $(addprefix tests/integration/,gateway-mock.test.mjs gateway-endings.test.mjs \
-	gateway-tenants.test.mjs gateway-background.test.mjs)
+	gateway-tenants.test.mjs gateway-background.test.mjs gateway-anthropic-files.test.mjs)
 GATEWAY_SUITE = $(filter-out $(GATEWAY_LOCAL_ONLY),$(wildcard tests/integration/gateway*.test.mjs))
 integration-test: $(TEST_BUILT)
 	@scripts/install-node-deps tests/integration

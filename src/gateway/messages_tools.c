@@ -190,26 +190,6 @@ char *gw_msg_result_text(const json_t *block, bool *is_error)
 
 /* ---- the files a call made ---- */
 
-/* Keeps bytes as a new file of the call's owner, for the Files API: its id
- * in id (at least 64 bytes); 0 or a negative errno. */
-static int keep_output(struct gw_msg *m, const char *name, const void *data, size_t len, char *id,
-                       struct corral_error *err)
-{
-    corral_new_id(id, 64, "file_", 24);
-    cleanup_json json_t *f =
-        gw_file_object(id, len, (int64_t)time(NULL), 0, name, "assistants_output");
-    if (!f)
-        return corral_fail(err, ENOMEM, "out of memory");
-    struct gw_source src = GW_SOURCE_MEMORY(data, len);
-    return gw_bytes_keep_file(m->c.gw, m->c.owner, f, &src, err);
-}
-
-static const char *base_name(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 /* The files an execution made or changed (kept as container files by
  * gw_container_collect), as output blocks of `type`; files beyond
  * OUTPUT_FILES, or that could not be kept, are named in *notes. */
@@ -232,7 +212,7 @@ static void output_files(struct gw_msg *m, struct gw_container *ct, json_t *chan
         char id[64];
         if (gw_bytes_map(m->c.gw, ct->id, cfile, &data, &len, &err) < 0)
             continue;
-        int rc = keep_output(m, base_name(path), data, len, id, &err);
+        int rc = gw_file_keep_output(m->c.gw, m->c.owner, path, data, len, id, &err);
         gw_bytes_unmap(data, len);
         if (rc == 0)
             json_array_append_new(blocks, json_pack("{s:s, s:s}", "type", type, "file_id", id));
@@ -255,7 +235,7 @@ static void output_images(struct gw_msg *m, json_t *images, json_t *blocks)
         char name[32], id[64];
         snprintf(name, sizeof(name), "image_%zu.png", i + 1);
         if (json_array_size(blocks) < OUTPUT_FILES &&
-            keep_output(m, name, data, len, id, &err) == 0)
+            gw_file_keep_output(m->c.gw, m->c.owner, name, data, len, id, &err) == 0)
             json_array_append_new(
                 blocks, json_pack("{s:s, s:s}", "type", "code_execution_output", "file_id", id));
     }

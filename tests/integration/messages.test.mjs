@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import Anthropic from '@anthropic-ai/sdk';
+import Anthropic, { toFile } from '@anthropic-ai/sdk';
 
 import { MASTER_KEY } from './gateway-helpers.mjs';
 import { NATIVE_MODEL, useNativeGateway } from './native-scenarios.mjs';
@@ -268,6 +268,34 @@ test('messages: a container is reused by id across requests, and shared with the
     assert.match(err.error.error.message, /cntr_nope/);
     return true;
   });
+});
+
+test('messages: a file uploaded, analysed in the container, and its output downloaded', T, async () => {
+  const csv = 'city,people\nLyon,522\nNice,342\nLille,236\n';
+  const uploaded = await anthropic().beta.files.upload({ file: await toFile(Buffer.from(csv), 'cities.csv', { type: 'text/csv' }) }, { betas: ['files-api-2025-04-14'] });
+  const marker = gw.upstream.script(gw.marker('files'), [
+    bash("python3 -c \"import csv; rows = list(csv.DictReader(open('cities.csv'))); open('total.txt', 'w').write(str(sum(int(r['people']) for r in rows)))\" && cat total.txt"),
+    (req, ctx) => ({ text: `The total is ${lastOutput(ctx).match(/stdout:\n(\d+)/)[1]}.` }),
+  ]);
+  const m = await send({
+    model: NATIVE_MODEL,
+    max_tokens: 1024,
+    tools: [TOOL],
+    messages: [{ role: 'user', content: [{ type: 'text', text: `${marker} Sum the people.` }, { type: 'container_upload', file_id: uploaded.id }] }],
+  }, false);
+  const [result] = blocks(m, 'bash_code_execution_tool_result');
+  assert.equal(result.content.stdout, '1100');
+  assert.equal(m.content.at(-1).text, 'The total is 1100.');
+  const outputs = result.content.content;
+  assert.equal(outputs.length, 1);
+  assert.equal(outputs[0].type, 'bash_code_execution_output');
+  const meta = await anthropic().beta.files.retrieveMetadata(outputs[0].file_id, { betas: ['files-api-2025-04-14'] });
+  assert.equal(meta.filename, 'total.txt');
+  const bytes = await (await anthropic().beta.files.download(outputs[0].file_id, { betas: ['files-api-2025-04-14'] })).text();
+  assert.equal(bytes, '1100');
+  // the model was told where the upload is
+  const [seen] = gw.upstream.requestsFor(marker);
+  assert.match(JSON.stringify(seen.body.messages[0].content), /uploaded into the code execution container, in \/mnt\/data/);
 });
 
 test('messages: the loop limit pauses the turn; sent back, it goes on', T, async () => {
