@@ -25,6 +25,7 @@ const TOOL = { type: 'code_execution_20250825', name: 'code_execution' };
 const OLD_TOOL = { type: 'code_execution_20250522', name: 'code_execution' };
 const SEED = 'What is the product of the first 6 primes? Use code.';
 const PRIMES_PY = 'import math\nprint(math.prod([2, 3, 5, 7, 11, 13]))';
+const EXEC_TIMEOUT = 10; // seconds a call may run (gateway.exec_timeout)
 
 const dialect = anthropicDialect({ apiKey: KEY });
 const gw = useNativeGateway({
@@ -43,6 +44,7 @@ const gw = useNativeGateway({
     `      api_key: ${KEY}`,
     '      max_agentic_loops: 2',
   ],
+  gatewayLines: [`exec_timeout: ${EXEC_TIMEOUT}`],
 });
 
 let client = null;
@@ -339,6 +341,18 @@ test('messages: thinking is shown and replayed, and a client tool beside the cod
   const seen = gw.upstream.requestsFor(marker);
   assert.deepEqual(seen.map((r) => [r.round, r.status]), [[0, 200], [1, 200], [2, 200]]);
   assert.deepEqual(seen[1].body.tools.map((t) => t.name), ['get_weather', 'bash_code_execution', 'text_editor_code_execution']);
+});
+
+test('messages: a call past gateway.exec_timeout is execution_time_exceeded, for both versions', T, async () => {
+  const marker = gw.upstream.script(gw.marker('slow-bash'), [bash('sleep 600'), (req, ctx) => ({ text: `Told: ${lastOutput(ctx)}` })]);
+  const m = await send({ model: NATIVE_MODEL, max_tokens: 256, tools: [TOOL], messages: [{ role: 'user', content: `${marker} wait` }] }, false);
+  assert.deepEqual(blocks(m, 'bash_code_execution_tool_result')[0].content, { type: 'bash_code_execution_tool_result_error', error_code: 'execution_time_exceeded' });
+  assert.equal(m.content.at(-1).text, 'Told: error: execution_time_exceeded');
+  const slow = gw.upstream.script(gw.marker('slow-python'), [python('import time\ntime.sleep(600)'), python('print("alive")'), { text: 'ok' }]);
+  const p = await send({ model: NATIVE_MODEL, max_tokens: 256, tools: [OLD_TOOL], container: m.container.id, messages: [{ role: 'user', content: `${slow} wait` }] }, true);
+  const [timedOut, after] = blocks(p, 'code_execution_tool_result').map((b) => b.content);
+  assert.deepEqual(timedOut, { type: 'code_execution_tool_result_error', error_code: 'execution_time_exceeded' });
+  assert.equal(after.stdout, 'alive\n'); // the container goes on
 });
 
 test('messages: bad requests get errors in Anthropic\'s shape', T, async () => {

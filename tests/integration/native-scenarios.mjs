@@ -186,7 +186,7 @@ async function complete(client, body, stream) {
  * The hooks of a native upstream's test file (see the top). The model is
  * vision-capable, so the chart's image goes back to it.
  */
-export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [] }) {
+export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [], gatewayLines = [] }) {
   const gw = { upstream: null, dir: null, seq: 0 };
   const ctx = useServer(async () => {
     gw.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-native-'));
@@ -205,7 +205,7 @@ export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [] 
         '    model_info:',
         '      supports_vision: true',
         ...(typeof topLines === 'function' ? topLines(base, dir) : topLines),
-        ...serverLines({ dataDir: path.join(dir, 'data') }),
+        ...serverLines({ dataDir: path.join(dir, 'data'), gatewayLines }),
       ].join('\n'),
     );
     return { config, gateway: true, env };
