@@ -95,6 +95,10 @@ struct corral_gateway_events {
     /* The request's id (its X-Request-ID), recorded with the executions of
      * its code in the audit trail; may be NULL. */
     const char *request_id;
+    /* A Messages request's anthropic-beta header, passed on to an
+     * Anthropic upstream (without the betas of the tools the gateway runs
+     * itself when it runs them); may be NULL. */
+    const char *anthropic_beta;
 };
 
 struct corral_gateway_reply {

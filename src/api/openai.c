@@ -330,6 +330,7 @@ struct job {
     char *key;
     corral_gateway_key *policy;      /* the key's, looked up when it was authenticated */
     char request_id[REQUEST_ID_MAX]; /* the request's X-Request-ID, "" for none */
+    char *anthropic_beta;            /* the request's anthropic-beta header, or NULL */
     bool started, done, cancel;
     int rc;
     struct corral_gateway_reply reply;
@@ -347,6 +348,7 @@ static void job_unref(struct job *j)
     corral_gateway_reply_free(&j->reply);
     free(j->body);
     free(j->key);
+    free(j->anthropic_beta);
     free(j->id);
     free(j->after);
     corral_gateway_key_free(j->policy);
@@ -397,6 +399,7 @@ static void *job_run(void *arg)
         .cancelled = job_cancelled,
         .userdata = j,
         .request_id = j->request_id[0] ? j->request_id : NULL,
+        .anthropic_beta = j->anthropic_beta,
     };
     struct corral_gateway_reply rep = {0};
     struct corral_gateway_retrieve q = {.stream = true, .starting_after = j->after};
@@ -452,6 +455,7 @@ static void job_abandon(struct job *j)
 {
     free(j->body);
     free(j->key);
+    free(j->anthropic_beta);
     free(j->id);
     free(j->after);
     corral_gateway_key_free(j->policy);
@@ -509,6 +513,11 @@ static struct http_response *call_streamed(struct openai *oa, const struct http_
     j->api = api;
     const char *request_id = audit_request_id(req);
     snprintf(j->request_id, sizeof(j->request_id), "%s", request_id ? request_id : "");
+    const char *beta = http_header(req, "anthropic-beta");
+    if (beta && !(j->anthropic_beta = strdup(beta))) {
+        job_abandon(j);
+        return oa_error(500, "server_error", NULL, "The gateway is out of memory.");
+    }
     return job_launch(oa, j, req, rid);
 }
 
@@ -561,6 +570,7 @@ static struct http_response *call_whole(struct openai *oa, const struct http_req
         .cancelled = client_gone,
         .userdata = (void *)req,
         .request_id = audit_request_id(req),
+        .anthropic_beta = http_header(req, "anthropic-beta"),
     };
     struct corral_gateway_reply rep = {0};
     int rc = corral_gateway_call_as(oa->gw, api, body, len, key, policy, &ev, &rep);

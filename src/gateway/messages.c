@@ -238,6 +238,36 @@ static json_t *answer_json(struct gw_msg *m, const struct http_reply *r)
     return j;
 }
 
+/* The client's anthropic-beta header for the upstream: as it came, or when
+ * the gateway runs the code tool, without the betas of what it runs itself
+ * (the code tool's, the Files API's); NULL when nothing is left. */
+static char *beta_header(const struct gw_msg *m)
+{
+    const char *given = m->c.ev ? m->c.ev->anthropic_beta : NULL;
+    if (!given || !*given)
+        return NULL;
+    struct strbuf b = {0};
+    for (const char *p = given; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *name = p;
+        size_t len = n;
+        while (len && (*name == ' ' || *name == '\t'))
+            name++, len--;
+        while (len && (name[len - 1] == ' ' || name[len - 1] == '\t'))
+            len--;
+        bool ours =
+            m->tool != GW_MSG_TOOL_NONE && ((len > 15 && !strncmp(name, "code-execution-", 15)) ||
+                                            (len > 10 && !strncmp(name, "files-api-", 10)));
+        if (len && !ours)
+            strbuf_printf(&b, "%s%.*s", b.len ? "," : "anthropic-beta: ", (int)len, name);
+        p += n + (p[n] == ',');
+    }
+    if (b.len)
+        return strbuf_take(&b);
+    strbuf_free(&b);
+    return NULL;
+}
+
 /* req sent to an upstream that speaks Messages: 0 with its answer in *r
  * (whatever its status), or a negative errno with err. */
 static int post_anthropic(struct gw_msg *m, const json_t *req, const struct http_sink *sink,
@@ -248,6 +278,7 @@ static int post_anthropic(struct gw_msg *m, const json_t *req, const struct http
     w.body = json_dumps(req, JSON_COMPACT);
     w.headers[0] = strdup("anthropic-version: " ANTHROPIC_VERSION);
     w.headers[1] = strdup("content-type: application/json");
+    w.headers[2] = beta_header(m);
     memset(r, 0, sizeof(*r));
     if (!w.body || !w.headers[0] || !w.headers[1]) {
         gw_wire_request_free(&w);

@@ -114,7 +114,8 @@ for (const stream of [false, true]) {
       bash(`python3 -c "${PRIMES_PY.replace('\n', '; ')}"`),
       (req, ctx) => ({ text: `The product is ${lastOutput(ctx).match(/\d{5}/)[0]}.` }),
     ]);
-    const m = await send({ model: NATIVE_MODEL, max_tokens: 1024, tools: [TOOL], messages: [{ role: 'user', content: `${marker} ${SEED}` }] }, stream);
+    const betas = [...BETA, 'files-api-2025-04-14', 'context-management-2025-06-27'];
+    const m = await send({ model: NATIVE_MODEL, max_tokens: 1024, betas, tools: [TOOL], messages: [{ role: 'user', content: `${marker} ${SEED}` }] }, stream);
     assert.equal(m.type, 'message');
     assert.equal(m.role, 'assistant');
     assert.equal(m.model, NATIVE_MODEL);
@@ -147,6 +148,8 @@ for (const stream of [false, true]) {
     assert.equal(seen.length, 2);
     for (const r of seen) assert.equal(r.status, 200, JSON.stringify(r.reply)?.slice(0, 300));
     assert.deepEqual(seen[0].body.tools.map((t) => t.name), ['bash_code_execution', 'text_editor_code_execution']);
+    // the betas of what the gateway runs itself stay with it; the others go on
+    assert.equal(seen[0].headers['anthropic-beta'], 'context-management-2025-06-27');
     const last = seen[1].body.messages.at(-1);
     assert.equal(last.role, 'user');
     assert.equal(last.content[0].type, 'tool_result');
@@ -197,6 +200,7 @@ for (const stream of [false, true]) {
     assert.equal(seen.body.model, 'claude-test');
     assert.equal(seen.body.max_tokens, 64);
     assert.equal(seen.body.stream ?? false, stream);
+    assert.equal(seen.headers['anthropic-beta'], BETA.join(','));
   });
 }
 
