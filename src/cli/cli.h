@@ -15,6 +15,8 @@
 int cli_run(int argc, char **argv);
 int cli_repl(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+/* `corral mcp`: an MCP server on stdio (mcp.c). */
+int cli_mcp(int argc, char **argv);
 /* Loads the YAML configuration (path, $CORRAL_CONFIG or /etc/corral/corral.yaml)
  * and defines its templates; fills *state_dir unless set, and makes
  * sandboxes' disks in disk_dir (else the file's, else the default). 0 or

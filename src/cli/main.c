@@ -21,6 +21,7 @@ static void usage(FILE *out)
           "  run      run Python code in a fresh sandbox and stream its output\n"
           "  repl     an interactive Python session in one sandbox\n"
           "  serve    the server: E2B's sandbox API for the official SDKs\n"
+          "  mcp      an MCP server on stdin and stdout: sandboxes as tools for agents\n"
           "  doctor   check that this host can run sandboxes, and say how to fix it\n"
           "  template build templates from Debian packages; list, inspect, delete them\n"
           "  " AGENT_COMMAND "  (internal) what runs inside each sandbox; not for direct use\n"
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
         return cli_repl(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve"))
         return exec_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mcp"))
+        return cli_mcp(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cli_doctor(argc - 1, argv + 1);
     if (!strcmp(cmd, "template"))
