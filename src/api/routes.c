@@ -48,6 +48,7 @@ static const char *const E2B[] = {"/health",
                                   "/audit/executions/export",
                                   "/audit/executions/{id}",
                                   "/audit/purge",
+                                  "/mcp",
                                   NULL};
 
 static const char *const ENVD[] = {"/health",

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/e2b/e2b.h"
+#include "api/mcp_http.h"
 #include "api/openai.h"
 #include "api/opensandbox/opensandbox.h"
 #include "base/cleanup.h"
@@ -695,6 +696,12 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                                                                    : NULL,
                              .execute_timeout_ms = o->execute_timeout_ms,
                              .keepalive_ms = o->keepalive_ms};
+    struct mcp_http_options mo = {.api_keys = o->keys,
+                                  .admin_keys = o->admin_keys,
+                                  .max_sandboxes_per_key = o->max_per_key,
+                                  .state_dir = o->state_dir,
+                                  .template_dir = s->template_dir,
+                                  .version = CORRAL_VERSION};
     struct osb_options oo = {.audit = s->audit,
                              .audit_skip_key = skip,
                              .api_keys = o->keys,
@@ -705,6 +712,11 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                              .state_dir = o->state_dir,
                              .max_memory = o->max_sandbox_memory,
                              .max_millicpus = o->max_sandbox_millicpus};
+    if (o->e2b.on && mcp_http_new(&mo, &s->mcp, &err) < 0) {
+        fprintf(stderr, "corral serve: %s\n", err.message);
+        return CLI_SANDBOX_ERROR;
+    }
+    eo.mcp = s->mcp;
     if ((o->e2b.on && e2b_new(&eo, &s->api, &err) < 0) ||
         (o->osb.on && osb_new(&oo, &s->osb, &err) < 0)) {
         fprintf(stderr, "corral serve: %s\n", err.message);
@@ -949,6 +961,7 @@ static void serve_until_signal(const sigset_t *sigs, const struct serve_opts *o,
         pthread_join(warm, NULL);
     if (s->api)
         e2b_kill_all(s->api);
+    mcp_http_kill_all(s->mcp);
     if (s->osb)
         osb_kill_all(s->osb);
 }
@@ -985,6 +998,7 @@ static void stop_servers(struct servers *s)
     if (s->osb_srv)
         http_server_stop(s->osb_srv);
     e2b_free(s->api);
+    mcp_http_free(s->mcp);
     osb_free(s->osb);
     corral_gateway_free(s->gw);
     if (s->audit_owned)

@@ -59,6 +59,7 @@ struct servers {
     const char *names[65];   /* the templates OpenSandbox's API offers */
     char template_dir[4096]; /* the store of built templates, for E2B and OpenSandbox */
     struct e2b *api;
+    struct mcp_http *mcp; /* the MCP endpoint on E2B's listener */
     struct osb *osb;
     corral_gateway *gw;
     struct openai *oa;

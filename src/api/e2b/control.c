@@ -4,6 +4,7 @@
 #include "api/e2b/templates.h"
 #include "api/apinet.h"
 #include "api/audit_api.h"
+#include "api/mcp_http.h"
 #include "api/ports.h"
 #include "api/registry.h"
 #include "api/tenants.h"
@@ -52,6 +53,7 @@ struct e2b {
     struct audit *audit;
     char *audit_skip_key;
     struct tpl_api *templates; /* E2B's template API (templates.h) */
+    struct mcp_http *mcp;      /* the MCP endpoint (the caller's), or NULL */
 };
 
 /* ---- small helpers ---- */
@@ -967,6 +969,8 @@ static struct http_response *control_plane(struct e2b *e, const struct http_requ
     }
     if (tpl_api_is_upload(req)) /* its URL's token is its key */
         return tpl_api_upload(e->templates, req);
+    if (e->mcp && !strcmp(p, MCP_HTTP_PATH)) /* its key may come as a Bearer token */
+        return mcp_http_handle(e->mcp, req);
     int caller = tenant_of(&e->tenants, http_header(req, "X-API-Key"));
     if (caller == TENANT_REFUSED)
         return http_error(401, "Invalid API key: send a configured key in X-API-Key");
@@ -1495,6 +1499,7 @@ int e2b_new(const struct e2b_options *o, struct e2b **out, struct corral_error *
     e->execute_timeout_ms = o->execute_timeout_ms ? o->execute_timeout_ms : 300000;
     e->keepalive_ms = o->keepalive_ms ? o->keepalive_ms : KEEPALIVE_MS;
     e->audit = o->audit;
+    e->mcp = o->mcp;
     if (o->audit_skip_key && !(e->audit_skip_key = strdup(o->audit_skip_key))) {
         tenants_free(&e->tenants);
         free(e->state_dir);

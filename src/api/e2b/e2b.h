@@ -17,6 +17,7 @@
 #include "http/http.h"
 
 struct audit;
+struct mcp_http;
 
 struct e2b_options {
     const char *const *api_keys;    /* NULL-terminated; none = any key is accepted */
@@ -43,6 +44,9 @@ struct e2b_options {
     /* Who may build templates through the template API: "admin" (NULL: the
      * default), "all" or "off" (templates.h, enum tpl_builds). */
     const char *template_builds;
+    /* The MCP endpoint answered at MCP_HTTP_PATH (api/mcp_http.h), the
+     * caller's; NULL: none. */
+    struct mcp_http *mcp;
 };
 
 struct e2b;

@@ -1,0 +1,453 @@
+/* MCP's streamable HTTP transport: sessions by key, JSON or SSE answers;
+ * see mcp_http.h. */
+#include "api/mcp_http.h"
+#include "api/e2b/templates.h"
+#include "api/mcp.h"
+#include "api/tenants.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/cleanup.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/strbuf.h"
+#include "base/util.h"
+
+#define DEFAULT_MAX_SESSIONS 256
+#define DEFAULT_MAX_PER_KEY  32
+#define DEFAULT_IDLE_MS      (30 * 60 * 1000)
+#define SSE_KEEPALIVE_MS     15000
+
+/* JSON-RPC's range for a server's own errors: what the transport refuses. */
+#define SERVER_ERROR (-32000)
+
+/* A session (under mcp_http.lock). */
+struct http_session {
+    char id[33];
+    int tenant;
+    struct mcp_session *ss; /* its reference */
+    uint64_t last_ms;       /* monotonic: the start or end of its last request */
+    struct http_session *next;
+};
+
+struct mcp_http {
+    struct tenants tenants;
+    struct mcp_server *server;
+    pthread_mutex_t lock;
+    struct http_session *sessions;
+    unsigned n_sessions;
+    unsigned max_sessions, max_per_key;
+    uint64_t idle_ms;
+    char *template_dir;
+};
+
+/* ---- answers ---- */
+
+__attribute__((format(printf, 3, 4))) static struct http_response *refuse(int status, int code,
+                                                                          const char *fmt, ...)
+{
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    return http_json(status, mcp_error_message(NULL, code, "%s", text));
+}
+
+/* ---- sessions ---- */
+
+static void session_end(struct http_session *h)
+{
+    mcp_session_close(h->ss);
+    mcp_session_release(h->ss);
+    free(h);
+}
+
+/* Unlinks the sessions idle past their life (under m->lock); the list to
+ * end once unlocked. */
+static struct http_session *take_idle(struct mcp_http *m)
+{
+    uint64_t now = corral_now_ms();
+    struct http_session *idle = NULL;
+    for (struct http_session **p = &m->sessions; *p;) {
+        struct http_session *h = *p;
+        if (now - h->last_ms >= m->idle_ms) {
+            *p = h->next;
+            h->next = idle;
+            idle = h;
+            m->n_sessions--;
+        } else {
+            p = &h->next;
+        }
+    }
+    return idle;
+}
+
+static void end_all(struct http_session *h)
+{
+    while (h) {
+        struct http_session *next = h->next;
+        corral_log(CORRAL_LOG_INFO, "mcp", "session %.8s ended", h->id);
+        session_end(h);
+        h = next;
+    }
+}
+
+static void sweep_idle(struct mcp_http *m)
+{
+    pthread_mutex_lock(&m->lock);
+    struct http_session *idle = take_idle(m);
+    pthread_mutex_unlock(&m->lock);
+    end_all(idle);
+}
+
+/* The session id of caller's, retained and its idle clock restarted; or
+ * NULL (no such session, or another key's). */
+static struct mcp_session *session_find(struct mcp_http *m, const char *id, int caller)
+{
+    struct mcp_session *ss = NULL;
+    pthread_mutex_lock(&m->lock);
+    for (struct http_session *h = m->sessions; h && !ss; h = h->next)
+        if (corral_secret_equal(h->id, id) && h->tenant == caller) {
+            ss = h->ss;
+            mcp_session_retain(ss);
+            h->last_ms = corral_now_ms();
+        }
+    pthread_mutex_unlock(&m->lock);
+    return ss;
+}
+
+/* Restarts the idle clock of the session id, once a request is answered. */
+static void session_touch(struct mcp_http *m, const char *id)
+{
+    pthread_mutex_lock(&m->lock);
+    for (struct http_session *h = m->sessions; h; h = h->next)
+        if (!strcmp(h->id, id))
+            h->last_ms = corral_now_ms();
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Unlinks the session id of caller's: whether there was one. */
+static bool session_delete(struct mcp_http *m, const char *id, int caller)
+{
+    struct http_session *found = NULL;
+    pthread_mutex_lock(&m->lock);
+    for (struct http_session **p = &m->sessions; *p; p = &(*p)->next)
+        if (corral_secret_equal((*p)->id, id) && (*p)->tenant == caller) {
+            found = *p;
+            *p = found->next;
+            found->next = NULL;
+            m->n_sessions--;
+            break;
+        }
+    pthread_mutex_unlock(&m->lock);
+    end_all(found);
+    return found != NULL;
+}
+
+/* A new session of caller (its reference retained into *ss), or the
+ * answer that refuses it. */
+static struct http_response *session_open(struct mcp_http *m, const struct http_request *req,
+                                          int caller, struct mcp_session **ss, char id[33])
+{
+    struct corral_error err;
+    struct corral_sandbox_options so;
+    corral_sandbox_options_init(&so);
+    tenant_charge(&m->tenants, caller, req, &so);
+    struct mcp_caller who = {.tenant = caller,
+                             .all = caller < 0, /* an admin key, or a server without keys */
+                             .owner = so.owner,
+                             .owner_max = so.owner_max,
+                             .owner_elsewhere = so.owner_elsewhere};
+    struct http_session *h = calloc(1, sizeof(*h));
+    if (!h || corral_random_hex(h->id, 16, &err) < 0 || !(h->ss = mcp_session_new(m->server, &who))) {
+        free(h);
+        return refuse(500, SERVER_ERROR, "cannot open a session: out of memory");
+    }
+    h->tenant = caller;
+    h->last_ms = corral_now_ms();
+    pthread_mutex_lock(&m->lock);
+    unsigned mine = 0;
+    for (struct http_session *o = m->sessions; o; o = o->next)
+        mine += o->tenant == caller;
+    bool full = m->n_sessions >= m->max_sessions, key_full = caller >= 0 && mine >= m->max_per_key;
+    if (!full && !key_full) {
+        h->next = m->sessions;
+        m->sessions = h;
+        m->n_sessions++;
+        mcp_session_retain(h->ss);
+        *ss = h->ss;
+        memcpy(id, h->id, 33);
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (!full && !key_full)
+        return NULL;
+    session_end(h);
+    if (key_full)
+        return refuse(429, SERVER_ERROR,
+                      "this API key holds its most MCP sessions at once (%u): end one (DELETE "
+                      "with its Mcp-Session-Id) or let it expire",
+                      m->max_per_key);
+    return refuse(503, SERVER_ERROR, "this server holds its most MCP sessions at once (%u)",
+                  m->max_sessions);
+}
+
+/* ---- a request answered as JSON ---- */
+
+/* Keeps the last message sent: the response (notifications come before it). */
+static void keep_reply(void *userdata, json_t *msg)
+{
+    json_t **reply = userdata;
+    json_decref(*reply);
+    *reply = json_incref(msg);
+}
+
+static struct http_response *answer_json(struct mcp_session *ss, json_t *msg)
+{
+    json_t *reply = NULL;
+    mcp_session_handle(ss, msg, NULL, keep_reply, &reply);
+    return reply ? http_json(200, reply) : http_empty(202);
+}
+
+/* ---- a request answered as an event stream ---- */
+
+struct sse_call {
+    struct mcp_http *m;
+    struct mcp_session *ss; /* a reference */
+    char id[33];
+    json_t *msg;
+    bool gone; /* the client left: the call's code stops (atomic) */
+    struct http_stream *s;
+};
+
+static void sse_send(void *userdata, json_t *msg)
+{
+    struct sse_call *c = userdata;
+    cleanup_free char *text = json_dumps(msg, JSON_COMPACT);
+    if (!text)
+        return;
+    cleanup_strbuf struct strbuf event = {0};
+    strbuf_printf(&event, "event: message\ndata: %s\n\n", text);
+    http_stream_write(c->s, strbuf_str(&event), event.len);
+}
+
+static void sse_produce(struct http_stream *s, void *arg)
+{
+    struct sse_call *c = arg;
+    c->s = s;
+    http_stream_set_keepalive(s, ": keep-alive\n\n", SSE_KEEPALIVE_MS);
+    mcp_session_handle(c->ss, c->msg, &c->gone, sse_send, c);
+    session_touch(c->m, c->id);
+}
+
+static void sse_gone(void *arg)
+{
+    __atomic_store_n(&((struct sse_call *)arg)->gone, true, __ATOMIC_RELEASE);
+}
+
+static void sse_release(void *arg)
+{
+    struct sse_call *c = arg;
+    mcp_session_release(c->ss);
+    json_decref(c->msg);
+    free(c);
+}
+
+static const struct http_stream_ops sse_ops = {sse_produce, sse_gone, sse_release};
+
+/* Takes ss's reference. */
+static struct http_response *answer_stream(struct mcp_http *m, struct mcp_session *ss,
+                                           const char *id, json_t *msg)
+{
+    struct sse_call *c = calloc(1, sizeof(*c));
+    if (!c) {
+        mcp_session_release(ss);
+        return refuse(500, SERVER_ERROR, "out of memory");
+    }
+    *c = (struct sse_call){.m = m, .ss = ss, .msg = json_incref(msg)};
+    snprintf(c->id, sizeof(c->id), "%s", id);
+    struct http_response *resp = http_stream(200, "text/event-stream", &sse_ops, c);
+    if (!resp) {
+        sse_release(c);
+        return refuse(500, SERVER_ERROR, "out of memory");
+    }
+    http_add_header(resp, "Cache-Control", "no-cache");
+    return resp;
+}
+
+/* ---- the methods ---- */
+
+static bool accepts(const struct http_request *req, const char *type)
+{
+    const char *accept = http_header(req, "Accept");
+    return accept && strcasestr(accept, type);
+}
+
+static struct http_response *initialize(struct mcp_http *m, const struct http_request *req,
+                                        int caller, json_t *msg)
+{
+    struct mcp_session *ss = NULL;
+    char id[33];
+    struct http_response *refused = session_open(m, req, caller, &ss, id);
+    if (refused)
+        return refused;
+    struct http_response *resp = answer_json(ss, msg);
+    mcp_session_release(ss);
+    http_add_header(resp, "Mcp-Session-Id", id);
+    corral_log(CORRAL_LOG_INFO, "mcp", "session %.8s opened", id);
+    return resp;
+}
+
+static struct http_response *post(struct mcp_http *m, const struct http_request *req, int caller)
+{
+    json_error_t jerr;
+    cleanup_json json_t *msg = json_loadb(req->body ? req->body : "", req->body_len,
+                                          JSON_DECODE_ANY, &jerr);
+    if (!msg)
+        return refuse(400, MCP_PARSE_ERROR, "Parse error: %s", jerr.text);
+    if (json_is_array(msg))
+        return refuse(400, MCP_INVALID_REQUEST, "Invalid Request: batches are not supported");
+    enum mcp_kind kind = mcp_message_kind(msg);
+    if (kind == MCP_KIND_INVALID)
+        return refuse(400, MCP_INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message");
+    if (kind == MCP_KIND_INITIALIZE)
+        return initialize(m, req, caller, msg);
+    const char *id = http_header(req, "Mcp-Session-Id");
+    if (!id || !*id)
+        return refuse(400, SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required");
+    const char *version = http_header(req, "Mcp-Protocol-Version");
+    if (version && !mcp_version_known(version))
+        return refuse(400, SERVER_ERROR, "Bad Request: unsupported MCP-Protocol-Version %s",
+                      version);
+    struct mcp_session *ss = session_find(m, id, caller);
+    if (!ss)
+        return refuse(404, -32001, "Session not found");
+    if (kind == MCP_KIND_REQUEST && mcp_message_wants_progress(msg) &&
+        accepts(req, "text/event-stream"))
+        return answer_stream(m, ss, id, msg);
+    struct http_response *resp = answer_json(ss, msg);
+    mcp_session_release(ss);
+    session_touch(m, id);
+    return resp;
+}
+
+/* The key a request gives: Authorization: Bearer KEY, else X-API-Key. */
+static const char *key_of(const struct http_request *req)
+{
+    const char *auth = http_header(req, "Authorization");
+    if (auth && !strncasecmp(auth, "Bearer ", 7))
+        return auth + 7 + strspn(auth + 7, " ");
+    return http_header(req, "X-API-Key");
+}
+
+/* On a server without keys, a page of another site (DNS rebinding) must
+ * not reach it through a browser: an Origin, when sent, is this host's. */
+static bool origin_allowed(const struct http_request *req)
+{
+    const char *origin = http_header(req, "Origin");
+    if (!origin)
+        return true;
+    static const char *const LOCAL[] = {"http://localhost", "http://127.0.0.1", "http://[::1]",
+                                        "https://localhost", "https://127.0.0.1", "https://[::1]"};
+    for (size_t i = 0; i < sizeof(LOCAL) / sizeof(LOCAL[0]); i++) {
+        size_t n = strlen(LOCAL[i]);
+        if (!strncmp(origin, LOCAL[i], n) && (!origin[n] || origin[n] == ':' || origin[n] == '/'))
+            return true;
+    }
+    return false;
+}
+
+struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_request *req)
+{
+    int caller = tenant_of(&m->tenants, key_of(req));
+    if (caller == TENANT_REFUSED) {
+        struct http_response *r = refuse(401, -32001,
+                                         "Unauthorized: send a configured API key as "
+                                         "Authorization: Bearer KEY (or X-API-Key)");
+        http_add_header(r, "WWW-Authenticate", "Bearer realm=\"corral\"");
+        return r;
+    }
+    if (caller == TENANT_OPEN && !origin_allowed(req))
+        return refuse(403, SERVER_ERROR, "Forbidden: this Origin may not use the MCP endpoint");
+    sweep_idle(m);
+    if (!strcmp(req->method, "POST"))
+        return post(m, req, caller);
+    if (!strcmp(req->method, "DELETE")) {
+        const char *id = http_header(req, "Mcp-Session-Id");
+        if (!id || !*id)
+            return refuse(400, SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required");
+        if (!session_delete(m, id, caller))
+            return refuse(404, -32001, "Session not found");
+        return http_empty(204);
+    }
+    struct http_response *r = refuse(405, SERVER_ERROR,
+                                     "Method Not Allowed: POST a message, or DELETE a session");
+    http_add_header(r, "Allow", "POST, DELETE");
+    return r;
+}
+
+/* ---- the transport ---- */
+
+static bool template_visible(void *ctx, int tenant, const char *name)
+{
+    struct mcp_http *m = ctx;
+    struct tpl_caller who;
+    tpl_caller_of(tenant >= 0 ? m->tenants.keys[tenant] : NULL, tenant < 0, &who);
+    return tpl_visible(tpl_store_dir(m->template_dir), name, &who);
+}
+
+int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct corral_error *err)
+{
+    struct mcp_http *m = calloc(1, sizeof(*m));
+    if (!m)
+        return corral_fail(err, ENOMEM, "out of memory");
+    if (tenants_init(&m->tenants, o->api_keys, o->admin_keys, o->max_sandboxes_per_key, err) < 0) {
+        free(m);
+        return -err->code;
+    }
+    struct mcp_server_options so = {.version = o->version,
+                                    .state_dir = o->state_dir,
+                                    .template_visible = template_visible,
+                                    .ctx = m};
+    if ((o->template_dir && !(m->template_dir = strdup(o->template_dir))) ||
+        mcp_server_new(&so, &m->server, err) < 0) {
+        tenants_free(&m->tenants);
+        free(m->template_dir);
+        free(m);
+        return corral_fail(err, ENOMEM, "out of memory");
+    }
+    m->max_sessions = o->max_sessions ? o->max_sessions : DEFAULT_MAX_SESSIONS;
+    m->max_per_key = o->max_sessions_per_key ? o->max_sessions_per_key : DEFAULT_MAX_PER_KEY;
+    m->idle_ms = o->session_idle_ms ? o->session_idle_ms : DEFAULT_IDLE_MS;
+    pthread_mutex_init(&m->lock, NULL);
+    *out = m;
+    return 0;
+}
+
+void mcp_http_kill_all(struct mcp_http *m)
+{
+    if (m)
+        mcp_server_kill_all(m->server);
+}
+
+void mcp_http_free(struct mcp_http *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    struct http_session *all = m->sessions;
+    m->sessions = NULL;
+    pthread_mutex_unlock(&m->lock);
+    end_all(all);
+    mcp_server_free(m->server);
+    tenants_free(&m->tenants);
+    pthread_mutex_destroy(&m->lock);
+    free(m->template_dir);
+    free(m);
+}

@@ -1,0 +1,405 @@
+// corral's MCP server through the official MCP SDK's Client: `corral mcp`
+// over stdio (StdioClientTransport) and the streamable-HTTP endpoint /mcp
+// of `corral serve` (StreamableHTTPClientTransport) with API keys as
+// tenants. docs/mcp.md is the contract.
+
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+import { CORRAL, randomApiKey, useServer } from './harness.mjs';
+
+const KEY_A = randomApiKey();
+const KEY_B = randomApiKey();
+const ctx = useServer({ apiKeys: [KEY_A, KEY_B], gateway: false });
+
+const CALL = { timeout: 120_000 }; // a first call starts a sandbox, on a busy host too
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+
+/** The text of a tool result's text content. */
+function textOf(result) {
+  return result.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
+}
+
+/** An MCP client over HTTP with key (null: none). */
+async function httpClient(key) {
+  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+  const transport = new StreamableHTTPClientTransport(new URL(`${ctx.server.directUrl}/mcp`), {
+    requestInit: { headers },
+  });
+  const client = new Client({ name: 'corral-test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+/** Ends an HTTP client's session (DELETE) and closes it. */
+async function endHttp({ client, transport }) {
+  await transport.terminateSession();
+  await client.close();
+}
+
+// ---- stdio ----
+
+const stdioProcesses = [];
+
+/** `corral mcp` under a Client; its stderr is kept for the checks at the end. */
+async function stdioClient(args = []) {
+  const transport = new StdioClientTransport({ command: CORRAL, args: ['mcp', ...args], stderr: 'pipe' });
+  const record = { stderr: '', transport };
+  transport.stderr.on('data', (chunk) => {
+    record.stderr += chunk.toString();
+  });
+  const client = new Client({ name: 'corral-test', version: '1.0.0' });
+  await client.connect(transport);
+  record.pid = transport.pid;
+  // How it ended: the transport ends stdin, then sends SIGTERM after 2 s and
+  // SIGKILL after 4; corral mcp is to exit by itself, with status 0.
+  transport._process.once('exit', (code, signal) => {
+    record.exit = { code, signal };
+  });
+  stdioProcesses.push(record);
+  return { client, record };
+}
+
+function processAlive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+after(() => {
+  for (const { pid, stderr, exit } of stdioProcesses) {
+    assert.equal(processAlive(pid), false, `corral mcp (pid ${pid}) still runs after its client closed`);
+    assert.deepEqual(exit, { code: 0, signal: null }, `corral mcp's exit; stderr:\n${stderr}`);
+    for (const marker of ['ERROR: AddressSanitizer', 'ERROR: LeakSanitizer', 'runtime error:']) {
+      assert.ok(!stderr.includes(marker), `corral mcp reported ${marker}:\n${stderr}`);
+    }
+  }
+});
+
+// ---- what both transports do alike ----
+
+async function checksState(client) {
+  const first = await client.callTool({ name: 'run_code', arguments: { code: 'x = 41' } }, undefined, CALL);
+  assert.equal(first.isError, false, textOf(first));
+  const second = await client.callTool({ name: 'run_code', arguments: { code: 'x + 1' } }, undefined, CALL);
+  assert.equal(second.isError, false, textOf(second));
+  assert.match(textOf(second), /42/);
+  assert.deepEqual(second.structuredContent.results, ['42']);
+  assert.equal(second.structuredContent.sandbox_id, first.structuredContent.sandbox_id);
+}
+
+async function checksChart(client) {
+  const result = await client.callTool(
+    {
+      name: 'run_code',
+      arguments: { code: 'import matplotlib.pyplot as plt\nplt.plot([1, 4, 9, 16])\nplt.show()\nprint("drawn")' },
+    },
+    undefined,
+    CALL,
+  );
+  assert.equal(result.isError, false, textOf(result));
+  const images = result.content.filter((c) => c.type === 'image');
+  assert.equal(images.length, 1, JSON.stringify(result.content.map((c) => c.type)));
+  assert.equal(images[0].mimeType, 'image/png');
+  const png = Buffer.from(images[0].data, 'base64');
+  assert.deepEqual(png.subarray(0, 8), PNG_SIGNATURE);
+  assert.equal(result.structuredContent.images, 1);
+  assert.equal(result.structuredContent.stdout, 'drawn\n');
+}
+
+async function checksCommands(client) {
+  const failed = await client.callTool(
+    { name: 'run_command', arguments: { command: 'echo out; echo err >&2; exit 3' } },
+    undefined,
+    CALL,
+  );
+  assert.equal(failed.isError, false, 'a non-zero exit is not a tool error');
+  assert.equal(failed.structuredContent.exit_code, 3);
+  assert.equal(failed.structuredContent.stdout, 'out\n');
+  assert.equal(failed.structuredContent.stderr, 'err\n');
+  assert.match(textOf(failed), /exit status: 3/);
+  const ok = await client.callTool({ name: 'run_command', arguments: { command: 'pwd', cwd: '/tmp' } }, undefined, CALL);
+  assert.equal(ok.isError, false, textOf(ok));
+  assert.equal(ok.structuredContent.exit_code, 0);
+  assert.equal(ok.structuredContent.stdout, '/tmp\n');
+}
+
+async function checksErrors(client) {
+  const raised = await client.callTool(
+    { name: 'run_code', arguments: { code: 'def f():\n    raise ValueError("no good")\nf()' } },
+    undefined,
+    CALL,
+  );
+  assert.equal(raised.isError, true);
+  assert.match(textOf(raised), /ValueError: no good/);
+  assert.match(textOf(raised), /Traceback|line 2/);
+  assert.doesNotMatch(textOf(raised), /\x1b\[/, 'no terminal colours in the text');
+  assert.equal(raised.structuredContent.error.name, 'ValueError');
+  const missing = await client.callTool({ name: 'read_file', arguments: { path: 'nope/missing.txt' } }, undefined, CALL);
+  assert.equal(missing.isError, true);
+  assert.match(textOf(missing), /nope\/missing\.txt: no such file or directory/);
+  const unknown = await client.callTool(
+    { name: 'run_code', arguments: { code: '1', sandbox_id: 'f'.repeat(32) } },
+    undefined,
+    CALL,
+  );
+  assert.equal(unknown.isError, true);
+  assert.match(textOf(unknown), /no sandbox/);
+}
+
+async function checksFiles(client) {
+  const written = await client.callTool(
+    { name: 'write_file', arguments: { path: 'notes/hello.txt', content: 'héllo\nwörld\n' } },
+    undefined,
+    CALL,
+  );
+  assert.equal(written.isError, false, textOf(written));
+  const read = await client.callTool({ name: 'read_file', arguments: { path: '/home/user/notes/hello.txt' } }, undefined, CALL);
+  assert.equal(read.isError, false, textOf(read));
+  assert.equal(textOf(read), 'héllo\nwörld\n');
+  const listed = await client.callTool({ name: 'list_files', arguments: { path: 'notes' } }, undefined, CALL);
+  assert.equal(listed.isError, false, textOf(listed));
+  assert.deepEqual(listed.structuredContent.entries.map((e) => [e.name, e.type]), [['hello.txt', 'file']]);
+  const seen = await client.callTool({ name: 'run_code', arguments: { code: 'open("notes/hello.txt").read()' } }, undefined, CALL);
+  assert.match(textOf(seen), /wörld/);
+}
+
+async function checksProgress(client) {
+  const events = [];
+  const result = await client.callTool(
+    {
+      name: 'run_code',
+      arguments: { code: 'import time\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.3)' },
+    },
+    undefined,
+    { ...CALL, onprogress: (p) => events.push(p) },
+  );
+  assert.equal(result.isError, false, textOf(result));
+  assert.ok(events.length >= 1, 'progress notifications came before the result');
+  for (let i = 1; i < events.length; i++) assert.ok(events[i].progress > events[i - 1].progress);
+  assert.equal(events.map((e) => e.message).join(''), '0\n1\n2\n3\n4\n');
+}
+
+async function checksTools(client) {
+  const { tools } = await client.listTools();
+  const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+  assert.deepEqual(Object.keys(byName).sort(), [
+    'create_sandbox',
+    'kill_sandbox',
+    'list_files',
+    'list_sandboxes',
+    'read_file',
+    'run_code',
+    'run_command',
+    'write_file',
+  ]);
+  for (const t of tools) {
+    assert.equal(t.inputSchema.type, 'object', t.name);
+    assert.ok(t.description.length > 20, t.name);
+  }
+  assert.deepEqual(byName.run_code.inputSchema.required, ['code']);
+  assert.equal(byName.run_code.inputSchema.properties.code.type, 'string');
+  assert.equal(byName.run_code.inputSchema.properties.sandbox_id.type, 'string');
+  assert.deepEqual(byName.run_command.inputSchema.required, ['command']);
+  assert.deepEqual(byName.write_file.inputSchema.required, ['path', 'content']);
+  assert.deepEqual(byName.kill_sandbox.inputSchema.required, ['sandbox_id']);
+}
+
+// ---- stdio ----
+
+test('stdio: corral mcp answers initialize and lists its tools', async () => {
+  const { client } = await stdioClient();
+  try {
+    assert.equal(client.getServerVersion().name, 'corral');
+    assert.ok(client.getServerCapabilities().tools);
+    await checksTools(client);
+  } finally {
+    await client.close();
+  }
+});
+
+test('stdio: state, charts, commands, files, errors and progress', async () => {
+  const { client } = await stdioClient();
+  try {
+    await checksState(client);
+    await checksChart(client);
+    await checksCommands(client);
+    await checksFiles(client);
+    await checksErrors(client);
+    await checksProgress(client);
+  } finally {
+    await client.close();
+  }
+});
+
+test('stdio: create_sandbox, list_sandboxes and kill_sandbox', async () => {
+  const { client } = await stdioClient(['--max-sandboxes', '2']);
+  try {
+    const made = await client.callTool({ name: 'create_sandbox', arguments: { timeout_seconds: 600 } }, undefined, CALL);
+    assert.equal(made.isError, false, textOf(made));
+    const id = made.structuredContent.sandbox_id;
+    assert.match(id, /^[0-9a-f]{32}$/);
+    const ran = await client.callTool({ name: 'run_code', arguments: { code: 'y = 7\ny * 6', sandbox_id: id } }, undefined, CALL);
+    assert.deepEqual(ran.structuredContent.results, ['42']);
+    const other = await client.callTool({ name: 'run_code', arguments: { code: "'y' in globals()" } }, undefined, CALL);
+    assert.deepEqual(other.structuredContent.results, ['False'], 'the default sandbox is another one');
+    const full = await client.callTool({ name: 'create_sandbox', arguments: {} }, undefined, CALL);
+    assert.equal(full.isError, true);
+    assert.match(textOf(full), /most sandboxes/);
+    const listed = await client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+    assert.equal(listed.structuredContent.sandboxes.length, 2);
+    const killed = await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } }, undefined, CALL);
+    assert.equal(killed.isError, false, textOf(killed));
+    const gone = await client.callTool({ name: 'run_code', arguments: { code: '1', sandbox_id: id } }, undefined, CALL);
+    assert.equal(gone.isError, true);
+    assert.match(textOf(gone), /no sandbox/);
+  } finally {
+    await client.close();
+  }
+});
+
+// ---- streamable HTTP ----
+
+test('http: tools, state, charts, commands, files, errors and progress', async () => {
+  const c = await httpClient(KEY_A);
+  try {
+    assert.equal(c.client.getServerVersion().name, 'corral');
+    assert.match(c.transport.sessionId, /^[0-9a-f]{32}$/);
+    await checksTools(c.client);
+    await checksState(c.client);
+    await checksChart(c.client);
+    await checksCommands(c.client);
+    await checksFiles(c.client);
+    await checksErrors(c.client);
+    await checksProgress(c.client);
+  } finally {
+    await endHttp(c);
+  }
+});
+
+test('http: no key, or a wrong one, is 401', async () => {
+  for (const headers of [{}, { Authorization: 'Bearer nope' }]) {
+    const res = await fetch(`${ctx.server.directUrl}/mcp`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', ...headers },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }),
+    });
+    assert.equal(res.status, 401);
+    const body = await res.json();
+    assert.equal(body.jsonrpc, '2.0');
+    assert.equal(typeof body.error.message, 'string');
+  }
+  await assert.rejects(httpClient(null), /401|Unauthorized/);
+});
+
+test('http: a key sees and uses only its own sandboxes and sessions', async () => {
+  const a = await httpClient(KEY_A);
+  const b = await httpClient(KEY_B);
+  try {
+    const madeA = await a.client.callTool({ name: 'run_code', arguments: { code: 'secret = "A"' } }, undefined, CALL);
+    const idA = madeA.structuredContent.sandbox_id;
+    const madeB = await b.client.callTool({ name: 'create_sandbox', arguments: {} }, undefined, CALL);
+    const idB = madeB.structuredContent.sandbox_id;
+
+    for (const [name, args] of [
+      ['run_code', { code: 'secret', sandbox_id: idA }],
+      ['run_command', { command: 'true', sandbox_id: idA }],
+      ['read_file', { path: '/etc/hostname', sandbox_id: idA }],
+      ['write_file', { path: 'x.txt', content: 'x', sandbox_id: idA }],
+      ['list_files', { sandbox_id: idA }],
+      ['kill_sandbox', { sandbox_id: idA }],
+    ]) {
+      const r = await b.client.callTool({ name, arguments: args }, undefined, CALL);
+      assert.equal(r.isError, true, `${name} on another key's sandbox`);
+      assert.match(textOf(r), new RegExp(`no sandbox '${idA}'`), name);
+    }
+    const listB = await b.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+    assert.deepEqual(listB.structuredContent.sandboxes.map((s) => s.sandbox_id), [idB]);
+    const listA = await a.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+    const idsA = listA.structuredContent.sandboxes.map((s) => s.sandbox_id);
+    assert.ok(idsA.includes(idA));
+    assert.ok(!idsA.includes(idB), "key A's list does not show key B's sandbox");
+    const still = await a.client.callTool({ name: 'run_code', arguments: { code: 'secret' } }, undefined, CALL);
+    assert.match(textOf(still), /A/, "key A's sandbox lives on");
+
+    // A's session id with B's key: as if it did not exist.
+    const res = await fetch(`${ctx.server.directUrl}/mcp`, {
+      method: 'POST',
+      headers: {
+        'Content-Type': 'application/json',
+        Accept: 'application/json, text/event-stream',
+        Authorization: `Bearer ${KEY_B}`,
+        'Mcp-Session-Id': a.transport.sessionId,
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }),
+    });
+    assert.equal(res.status, 404);
+    await res.body?.cancel();
+    const del = await fetch(`${ctx.server.directUrl}/mcp`, {
+      method: 'DELETE',
+      headers: { Authorization: `Bearer ${KEY_B}`, 'Mcp-Session-Id': a.transport.sessionId },
+    });
+    assert.equal(del.status, 404);
+    await del.body?.cancel();
+    const alive = await a.client.callTool({ name: 'run_code', arguments: { code: 'secret' } }, undefined, CALL);
+    assert.match(textOf(alive), /A/, "A's session survived B's DELETE");
+  } finally {
+    await endHttp(a);
+    await endHttp(b);
+  }
+});
+
+test('http: a request without a session, or with an unknown one, is refused', async () => {
+  const post = (headers) =>
+    fetch(`${ctx.server.directUrl}/mcp`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${KEY_A}`, ...headers },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    });
+  const none = await post({});
+  assert.equal(none.status, 400);
+  await none.body?.cancel();
+  const unknown = await post({ 'Mcp-Session-Id': '0'.repeat(32) });
+  assert.equal(unknown.status, 404);
+  await unknown.body?.cancel();
+  const get = await fetch(`${ctx.server.directUrl}/mcp`, { headers: { Accept: 'text/event-stream', Authorization: `Bearer ${KEY_A}` } });
+  assert.equal(get.status, 405);
+  await get.body?.cancel();
+});
+
+test("http: a session's sandboxes end with it (DELETE)", async () => {
+  const c = await httpClient(KEY_A);
+  const sessionId = c.transport.sessionId;
+  const made = await c.client.callTool({ name: 'run_code', arguments: { code: 'print("up")' } }, undefined, CALL);
+  const id = made.structuredContent.sandbox_id;
+  const extra = await c.client.callTool({ name: 'create_sandbox', arguments: {} }, undefined, CALL);
+  const extraId = extra.structuredContent.sandbox_id;
+  await endHttp(c);
+
+  // The session is gone...
+  const res = await fetch(`${ctx.server.directUrl}/mcp`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json', Authorization: `Bearer ${KEY_A}`, 'Mcp-Session-Id': sessionId },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+  });
+  assert.equal(res.status, 404);
+  await res.body?.cancel();
+  // ...and so are its sandboxes: a new session of the same key sees neither.
+  const next = await httpClient(KEY_A);
+  try {
+    const list = await next.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+    const ids = list.structuredContent.sandboxes.map((s) => s.sandbox_id);
+    assert.ok(!ids.includes(id) && !ids.includes(extraId), JSON.stringify(ids));
+    const gone = await next.client.callTool({ name: 'run_command', arguments: { command: 'true', sandbox_id: id } }, undefined, CALL);
+    assert.equal(gone.isError, true);
+  } finally {
+    await endHttp(next);
+  }
+});
