@@ -166,7 +166,8 @@ static struct http_response *session_open(struct mcp_http *m, const struct http_
                              .owner_max = so.owner_max,
                              .owner_elsewhere = so.owner_elsewhere};
     struct http_session *h = calloc(1, sizeof(*h));
-    if (!h || corral_random_hex(h->id, 16, &err) < 0 || !(h->ss = mcp_session_new(m->server, &who))) {
+    if (!h || corral_random_hex(h->id, 16, &err) < 0 ||
+        !(h->ss = mcp_session_new(m->server, &who))) {
         free(h);
         return refuse(500, SERVER_ERROR, "cannot open a session: out of memory");
     }
@@ -307,8 +308,8 @@ static struct http_response *initialize(struct mcp_http *m, const struct http_re
 static struct http_response *post(struct mcp_http *m, const struct http_request *req, int caller)
 {
     json_error_t jerr;
-    cleanup_json json_t *msg = json_loadb(req->body ? req->body : "", req->body_len,
-                                          JSON_DECODE_ANY, &jerr);
+    cleanup_json json_t *msg =
+        json_loadb(req->body ? req->body : "", req->body_len, JSON_DECODE_ANY, &jerr);
     if (!msg)
         return refuse(400, MCP_PARSE_ERROR, "Parse error: %s", jerr.text);
     if (json_is_array(msg))
@@ -353,7 +354,7 @@ static bool origin_allowed(const struct http_request *req)
     const char *origin = http_header(req, "Origin");
     if (!origin)
         return true;
-    static const char *const LOCAL[] = {"http://localhost", "http://127.0.0.1", "http://[::1]",
+    static const char *const LOCAL[] = {"http://localhost",  "http://127.0.0.1",  "http://[::1]",
                                         "https://localhost", "https://127.0.0.1", "https://[::1]"};
     for (size_t i = 0; i < sizeof(LOCAL) / sizeof(LOCAL[0]); i++) {
         size_t n = strlen(LOCAL[i]);
@@ -386,8 +387,8 @@ struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_requ
             return refuse(404, -32001, "Session not found");
         return http_empty(204);
     }
-    struct http_response *r = refuse(405, SERVER_ERROR,
-                                     "Method Not Allowed: POST a message, or DELETE a session");
+    struct http_response *r =
+        refuse(405, SERVER_ERROR, "Method Not Allowed: POST a message, or DELETE a session");
     http_add_header(r, "Allow", "POST, DELETE");
     return r;
 }

@@ -32,17 +32,16 @@ struct mcp_http_options {
     const char *const *admin_keys; /* NULL-terminated */
     unsigned max_sandboxes_per_key;
     const char *state_dir;
-    const char *template_dir; /* the store whose names E2B's template API owns */
-    const char *version;      /* serverInfo.version */
-    unsigned max_sessions;    /* 0 = 256 */
+    const char *template_dir;      /* the store whose names E2B's template API owns */
+    const char *version;           /* serverInfo.version */
+    unsigned max_sessions;         /* 0 = 256 */
     unsigned max_sessions_per_key; /* 0 = 32 */
     uint64_t session_idle_ms;      /* 0 = 30 minutes */
 };
 
 struct mcp_http;
 
-int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out,
-                 struct corral_error *err);
+int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct corral_error *err);
 /* Answers a request to MCP_HTTP_PATH. */
 struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_request *req);
 /* Kills every sandbox made through it (their calls end). */
