@@ -23,6 +23,7 @@
 #define DEFAULT_MAX_PER_KEY  32
 #define DEFAULT_IDLE_MS      (30 * 60 * 1000)
 #define SSE_KEEPALIVE_MS     15000
+#define SWEEP_MS             10000 /* how often idle sessions are looked for */
 
 /* JSON-RPC's range for a server's own errors: what the transport refuses. */
 #define SERVER_ERROR (-32000)
@@ -45,6 +46,9 @@ struct mcp_http {
     unsigned max_sessions, max_per_key;
     uint64_t idle_ms;
     char *template_dir;
+    pthread_t sweeper; /* ends idle sessions, requests or not */
+    pthread_cond_t wake;
+    bool have_sweeper, stopping; /* stopping: under lock */
 };
 
 /* ---- answers ---- */
@@ -105,6 +109,25 @@ static void sweep_idle(struct mcp_http *m)
     struct http_session *idle = take_idle(m);
     pthread_mutex_unlock(&m->lock);
     end_all(idle);
+}
+
+/* Ends the sessions idle past their life every SWEEP_MS (or idle_ms when
+ * shorter), until the transport stops. */
+static void *sweeper_main(void *arg)
+{
+    struct mcp_http *m = arg;
+    unsigned every = m->idle_ms < SWEEP_MS ? (unsigned)m->idle_ms : SWEEP_MS;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stopping) {
+        struct timespec at = corral_realtime_in(every);
+        pthread_cond_timedwait(&m->wake, &m->lock, &at);
+        struct http_session *idle = m->stopping ? NULL : take_idle(m);
+        pthread_mutex_unlock(&m->lock);
+        end_all(idle);
+        pthread_mutex_lock(&m->lock);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
 }
 
 /* The session id of caller's, retained and its idle clock restarted; or
@@ -427,6 +450,8 @@ int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct
     m->max_per_key = o->max_sessions_per_key ? o->max_sessions_per_key : DEFAULT_MAX_PER_KEY;
     m->idle_ms = o->session_idle_ms ? o->session_idle_ms : DEFAULT_IDLE_MS;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->wake, NULL);
+    m->have_sweeper = pthread_create(&m->sweeper, NULL, sweeper_main, m) == 0;
     *out = m;
     return 0;
 }
@@ -442,12 +467,19 @@ void mcp_http_free(struct mcp_http *m)
     if (!m)
         return;
     pthread_mutex_lock(&m->lock);
+    m->stopping = true;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->lock);
+    if (m->have_sweeper)
+        pthread_join(m->sweeper, NULL);
+    pthread_mutex_lock(&m->lock);
     struct http_session *all = m->sessions;
     m->sessions = NULL;
     pthread_mutex_unlock(&m->lock);
     end_all(all);
     mcp_server_free(m->server);
     tenants_free(&m->tenants);
+    pthread_cond_destroy(&m->wake);
     pthread_mutex_destroy(&m->lock);
     free(m->template_dir);
     free(m);
