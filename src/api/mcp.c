@@ -220,6 +220,7 @@ struct mcp_session *mcp_session_new(struct mcp_server *s, const struct mcp_calle
     ss->caller = *caller;
     ss->refs = 1;
     pthread_mutex_init(&ss->lock, NULL);
+    pthread_mutex_init(&ss->calls_lock, NULL);
     pthread_mutex_lock(&s->lock);
     ss->serial = ++s->serial;
     pthread_mutex_unlock(&s->lock);
@@ -246,6 +247,7 @@ void mcp_session_release(struct mcp_session *ss)
     if (!ss || __atomic_sub_fetch(&ss->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
     pthread_mutex_destroy(&ss->lock);
+    pthread_mutex_destroy(&ss->calls_lock);
     free(ss);
 }
 
@@ -438,8 +440,36 @@ static json_t *initialize(struct mcp_session *ss, json_t *params)
                      ss->server->o.version, "instructions", INSTRUCTIONS);
 }
 
-static json_t *tools_call(struct mcp_session *ss, json_t *msg, const bool *cancel, mcp_send send,
-                          void *userdata)
+void mcp_session_cancel(struct mcp_session *ss, json_t *id)
+{
+    pthread_mutex_lock(&ss->calls_lock);
+    for (struct mcp_running *r = ss->calls; r; r = r->next)
+        if (id && json_equal(r->id, id))
+            __atomic_store_n(&r->cancel, true, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ss->calls_lock);
+}
+
+/* The call runs as r, which mcp_session_cancel finds meanwhile. */
+static void calls_add(struct mcp_session *ss, struct mcp_running *r)
+{
+    pthread_mutex_lock(&ss->calls_lock);
+    r->next = ss->calls;
+    ss->calls = r;
+    pthread_mutex_unlock(&ss->calls_lock);
+}
+
+static void calls_remove(struct mcp_session *ss, struct mcp_running *r)
+{
+    pthread_mutex_lock(&ss->calls_lock);
+    for (struct mcp_running **p = &ss->calls; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&ss->calls_lock);
+}
+
+static json_t *tools_call(struct mcp_session *ss, json_t *msg, mcp_send send, void *userdata)
 {
     json_t *id = json_object_get(msg, "id");
     json_t *params = json_object_get(msg, "params");
@@ -453,21 +483,27 @@ static json_t *tools_call(struct mcp_session *ss, json_t *msg, const bool *cance
     if (args && !json_is_null(args) && !json_is_object(args))
         return mcp_error_message(id, MCP_INVALID_PARAMS, "params.arguments must be an object");
     cleanup_json json_t *none = json_object();
+    struct mcp_running running = {.id = id};
     struct mcp_call c = {.ss = ss,
                          .args = json_is_object(args) ? args : none,
                          .token = progress_token(msg),
-                         .cancel = cancel,
+                         .cancel = &running.cancel,
                          .send = send,
                          .userdata = userdata};
+    calls_add(ss, &running);
     json_t *result = mcp_tool_call(&c, json_string_value(name));
+    calls_remove(ss, &running);
+    if (__atomic_load_n(&running.cancel, __ATOMIC_ACQUIRE)) {
+        json_decref(result); /* a cancelled request is not answered */
+        return NULL;
+    }
     if (!result)
         return mcp_error_message(id, MCP_INTERNAL_ERROR, "out of memory");
     return result_message(id, result);
 }
 
-/* The answer to a request (never NULL unless out of memory). */
-static json_t *answer(struct mcp_session *ss, json_t *msg, const bool *cancel, mcp_send send,
-                      void *userdata)
+/* The answer to a request; NULL for a call cancelled meanwhile. */
+static json_t *answer(struct mcp_session *ss, json_t *msg, mcp_send send, void *userdata)
 {
     json_t *id = json_object_get(msg, "id");
     const char *method = json_string_value(json_object_get(msg, "method"));
@@ -481,12 +517,11 @@ static json_t *answer(struct mcp_session *ss, json_t *msg, const bool *cancel, m
     if (!strcmp(method, "tools/list"))
         return result_message(id, mcp_tools_list());
     if (!strcmp(method, "tools/call"))
-        return tools_call(ss, msg, cancel, send, userdata);
+        return tools_call(ss, msg, send, userdata);
     return mcp_error_message(id, MCP_METHOD_NOT_FOUND, "Method not found: %s", method);
 }
 
-void mcp_session_handle(struct mcp_session *ss, json_t *msg, const bool *cancel, mcp_send send,
-                        void *userdata)
+void mcp_session_handle(struct mcp_session *ss, json_t *msg, mcp_send send, void *userdata)
 {
     cleanup_json json_t *reply = NULL;
     switch (mcp_message_kind(msg)) {
@@ -498,9 +533,12 @@ void mcp_session_handle(struct mcp_session *ss, json_t *msg, const bool *cancel,
     }
     case MCP_KIND_REQUEST:
     case MCP_KIND_INITIALIZE:
-        reply = answer(ss, msg, cancel, send, userdata);
+        reply = answer(ss, msg, send, userdata);
         break;
-    case MCP_KIND_NOTIFICATION: /* notifications/initialized, cancelled...: nothing to answer */
+    case MCP_KIND_NOTIFICATION: /* nothing to answer */
+        if (!strcmp(json_string_value(json_object_get(msg, "method")), "notifications/cancelled"))
+            mcp_session_cancel(ss, json_object_get(json_object_get(msg, "params"), "requestId"));
+        return;
     case MCP_KIND_RESPONSE:
         return;
     }

@@ -91,12 +91,15 @@ void mcp_session_release(struct mcp_session *ss);
 
 /* Answers a message through send (called on this thread, with a message
  * it keeps no reference to): nothing for a notification or a response,
- * the response for a request, after its progress notifications. A call
- * running when *cancel (may be NULL) becomes true (an atomic store) stops
- * its code. */
+ * the response for a request, after its progress notifications. A session
+ * takes messages from several threads at once: a notifications/cancelled
+ * stops the call it names while that call runs on another thread. */
 typedef void (*mcp_send)(void *userdata, json_t *msg);
-void mcp_session_handle(struct mcp_session *ss, json_t *msg, const bool *cancel, mcp_send send,
-                        void *userdata);
+void mcp_session_handle(struct mcp_session *ss, json_t *msg, mcp_send send, void *userdata);
+/* Stops the call answering the request id if it is running (its code is
+ * interrupted, its command killed): as a notifications/cancelled naming it
+ * does, for a transport whose client went away. */
+void mcp_session_cancel(struct mcp_session *ss, json_t *id);
 
 /* What a message is, for a transport that answers each kind otherwise. */
 enum mcp_kind {

@@ -235,7 +235,7 @@ static void keep_reply(void *userdata, json_t *msg)
 static struct http_response *answer_json(struct mcp_session *ss, json_t *msg)
 {
     json_t *reply = NULL;
-    mcp_session_handle(ss, msg, NULL, keep_reply, &reply);
+    mcp_session_handle(ss, msg, keep_reply, &reply);
     return reply ? http_json(200, reply) : http_empty(202);
 }
 
@@ -246,7 +246,6 @@ struct sse_call {
     struct mcp_session *ss; /* a reference */
     char id[33];
     json_t *msg;
-    bool gone; /* the client left: the call's code stops (atomic) */
     struct http_stream *s;
 };
 
@@ -266,13 +265,15 @@ static void sse_produce(struct http_stream *s, void *arg)
     struct sse_call *c = arg;
     c->s = s;
     http_stream_set_keepalive(s, ": keep-alive\n\n", SSE_KEEPALIVE_MS);
-    mcp_session_handle(c->ss, c->msg, &c->gone, sse_send, c);
+    mcp_session_handle(c->ss, c->msg, sse_send, c);
     session_touch(c->m, c->id);
 }
 
+/* The client left: its call stops. */
 static void sse_gone(void *arg)
 {
-    __atomic_store_n(&((struct sse_call *)arg)->gone, true, __ATOMIC_RELEASE);
+    struct sse_call *c = arg;
+    mcp_session_cancel(c->ss, json_object_get(c->msg, "id"));
 }
 
 static void sse_release(void *arg)

@@ -26,6 +26,13 @@ struct mcp_server {
     char *version, *template_name, *state_dir; /* o's strings, owned */
 };
 
+/* A tools/call under way (under mcp_session.calls_lock). */
+struct mcp_running {
+    json_t *id;
+    bool cancel; /* atomic: set by mcp_session_cancel */
+    struct mcp_running *next;
+};
+
 struct mcp_session {
     struct mcp_server *server;
     uint64_t serial;
@@ -33,15 +40,17 @@ struct mcp_session {
     pthread_mutex_t lock; /* default_id: one default sandbox made at a time */
     char default_id[64];  /* "" until run_code first needed one */
     bool closed;          /* under server->lock */
-    int refs;             /* atomic */
+    pthread_mutex_t calls_lock;
+    struct mcp_running *calls;
+    int refs; /* atomic */
 };
 
 /* One tools/call. */
 struct mcp_call {
     struct mcp_session *ss;
-    json_t *args;  /* its arguments (an object) */
-    json_t *token; /* _meta.progressToken, or NULL */
-    const bool *cancel;
+    json_t *args;       /* its arguments (an object) */
+    json_t *token;      /* _meta.progressToken, or NULL */
+    const bool *cancel; /* true once the call is cancelled (atomic) */
     mcp_send send;
     void *userdata;
     unsigned progress; /* notifications sent */

@@ -3,6 +3,7 @@
 #include "api/mcp_internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <strings.h>
 
 #include "base/cleanup.h"
+#include "base/clock.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 
@@ -18,6 +20,7 @@
 #define MAX_IMAGES        16   /* images a run_code gives */
 #define MAX_ENTRIES       1000 /* entries list_files gives */
 #define MAX_SANDBOX_S     (24 * 3600)
+#define WAIT_SLICE_MS     100 /* a command's cancel is seen within this */
 
 /* ---- results ---- */
 
@@ -370,24 +373,56 @@ static void cmd_out_free(struct cmd_out *o)
     strbuf_free(&o->err);
 }
 
-static json_t *cmd_result(struct cmd_out *o, int rc, int exit_code, uint64_t timeout_ms,
+/* How a command ended, besides its exit status. */
+enum cmd_end { CMD_EXITED, CMD_TIMED_OUT, CMD_CANCELLED };
+
+static json_t *cmd_result(struct cmd_out *o, enum cmd_end end, int exit_code, uint64_t timeout_ms,
                           const char *note)
 {
     cleanup_strbuf struct strbuf t = {0};
     strbuf_puts(&t, note);
-    if (rc == -ETIMEDOUT)
+    if (end == CMD_TIMED_OUT)
         strbuf_printf(&t, "the command was killed after %.3g s (timeout_seconds)\n",
                       (double)timeout_ms / 1000);
+    else if (end == CMD_CANCELLED)
+        strbuf_puts(&t, "the command was killed: the call was cancelled\n");
     else
         strbuf_printf(&t, "exit status: %d\n", exit_code);
     add_stream(&t, "stdout", &o->out);
     add_stream(&t, "stderr", &o->err);
     json_t *structured = json_pack("{s:o, s:o, s:o, s:b, s:b, s:b}", "exit_code",
-                                   rc == -ETIMEDOUT ? json_null() : json_integer(exit_code),
+                                   end == CMD_EXITED ? json_integer(exit_code) : json_null(),
                                    "stdout", stream_json(&o->out), "stderr", stream_json(&o->err),
                                    "stdout_truncated", o->out.dropped > 0, "stderr_truncated",
-                                   o->err.dropped > 0, "timed_out", rc == -ETIMEDOUT);
-    return tool_result(strbuf_str(&t), t.len, structured, rc == -ETIMEDOUT);
+                                   o->err.dropped > 0, "timed_out", end == CMD_TIMED_OUT);
+    return tool_result(strbuf_str(&t), t.len, structured, end != CMD_EXITED);
+}
+
+/* Waits for p in slices, so that a cancel is seen within WAIT_SLICE_MS;
+ * kills it at its timeout or a cancel. 0 (with *end), or the error of a
+ * wait that failed. */
+static int cmd_wait(struct mcp_call *c, corral_process *p, const struct corral_output_callbacks *cb,
+                    uint64_t timeout_ms, int *exit_code, enum cmd_end *end,
+                    struct corral_error *err)
+{
+    uint64_t deadline = corral_now_ms() + timeout_ms;
+    for (;;) {
+        uint64_t now = corral_now_ms();
+        *end = __atomic_load_n(c->cancel, __ATOMIC_ACQUIRE) ? CMD_CANCELLED
+               : now >= deadline                            ? CMD_TIMED_OUT
+                                                            : CMD_EXITED;
+        if (*end != CMD_EXITED)
+            break;
+        uint64_t slice = deadline - now < WAIT_SLICE_MS ? deadline - now : WAIT_SLICE_MS;
+        int r = corral_process_wait(p, cb, slice, exit_code, err);
+        if (r != -ETIMEDOUT)
+            return r;
+    }
+    if (*end == CMD_TIMED_OUT)
+        corral_process_timed_out(p);
+    corral_process_signal(p, SIGKILL, NULL);
+    corral_process_wait(p, cb, 5000, NULL, NULL); /* the output it wrote before */
+    return 0;
 }
 
 static json_t *run_command(struct mcp_call *c)
@@ -415,16 +450,21 @@ static json_t *run_command(struct mcp_call *c)
     co.cwd = cwd;
     struct corral_output_callbacks cb = {cmd_stdout, cmd_stderr, &o};
     int exit_code = 0;
+    enum cmd_end end = CMD_EXITED;
     struct corral_error err;
-    int rc =
-        corral_command_run(sb, json_string_value(command), &co, &cb, timeout_ms, &exit_code, &err);
+    corral_process *p = NULL;
+    int rc = corral_command_start(sb, json_string_value(command), &co, &p, &err);
+    if (rc == 0) {
+        rc = cmd_wait(c, p, &cb, timeout_ms, &exit_code, &end, &err);
+        corral_process_release(p);
+    }
     json_t *res;
-    if (rc < 0 && rc != -ETIMEDOUT)
+    if (rc < 0)
         res = corral_sandbox_alive(sb)
                   ? tool_error("cannot run the command: %s", err.message)
                   : tool_error("the sandbox %s ended while the command ran", corral_sandbox_id(sb));
     else
-        res = cmd_result(&o, rc, exit_code, timeout_ms, note);
+        res = cmd_result(&o, end, exit_code, timeout_ms, note);
     corral_sandbox_release(sb);
     return res;
 }

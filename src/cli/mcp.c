@@ -4,7 +4,9 @@
  * running its sandboxes in this process through libcorral. The protocol and
  * the tools are api/mcp.c's; docs/mcp.md says what a client sees.
  *
- * Messages are answered one at a time, in order. The standard output
+ * Requests are answered one at a time, in order, by this thread; a reader
+ * thread takes the lines as they come, so that a notifications/cancelled
+ * stops the call that runs meanwhile. The standard output
  * carries only the protocol: descriptor 1 is pointed at stderr once the
  * protocol has its own copy of it, so nothing else (a library, a child)
  * can write into it.
@@ -158,9 +160,16 @@ static int parse_args(int argc, char **argv, struct mcp_cli *c)
 
 struct stdio_link {
     int in, out;     /* the protocol's copies of stdin and stdout */
-    int stop[2];     /* a signal's wake-up of the reading loop */
+    int stop[2];     /* a signal's wake-up of the reader */
     bool out_broken; /* the client stopped reading */
     pthread_mutex_t lock;
+    struct mcp_session *ss;
+    /* The requests read and not yet answered, in order (under queue_lock);
+     * ended once stdin closed or a signal came. */
+    pthread_mutex_t queue_lock;
+    pthread_cond_t queued;
+    json_t *queue;
+    bool ended;
 };
 
 /* Takes stdin and stdout for the protocol: fd 0 becomes /dev/null, fd 1
@@ -171,13 +180,28 @@ static int take_stdio(struct stdio_link *l)
     l->out = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
     int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (l->in < 0 || l->out < 0 || null < 0 || dup2(null, STDIN_FILENO) < 0 ||
-        dup2(STDERR_FILENO, STDOUT_FILENO) < 0 || pipe2(l->stop, O_CLOEXEC) < 0) {
+        dup2(STDERR_FILENO, STDOUT_FILENO) < 0 || pipe2(l->stop, O_CLOEXEC) < 0 ||
+        !(l->queue = json_array())) {
         fprintf(stderr, "corral mcp: cannot set up stdin and stdout: %s\n", strerror(errno));
         return -1;
     }
     close(null);
     pthread_mutex_init(&l->lock, NULL);
+    pthread_mutex_init(&l->queue_lock, NULL);
+    pthread_cond_init(&l->queued, NULL);
     return 0;
+}
+
+static void release_stdio(struct stdio_link *l)
+{
+    pthread_cond_destroy(&l->queued);
+    pthread_mutex_destroy(&l->queue_lock);
+    pthread_mutex_destroy(&l->lock);
+    json_decref(l->queue);
+    close(l->in);
+    close(l->out);
+    close(l->stop[0]);
+    close(l->stop[1]);
 }
 
 /* Writes a message as one line (json_dumps escapes the newlines inside). */
@@ -195,8 +219,20 @@ static void send_line(void *userdata, json_t *msg)
     pthread_mutex_unlock(&l->lock);
 }
 
-/* One line read: answered, or refused as JSON-RPC says. */
-static void take_line(struct mcp_session *ss, struct stdio_link *l, const char *line, size_t len)
+/* ---- the reader: lines in, requests queued ---- */
+
+static void end_queue(struct stdio_link *l)
+{
+    pthread_mutex_lock(&l->queue_lock);
+    l->ended = true;
+    pthread_cond_broadcast(&l->queued);
+    pthread_mutex_unlock(&l->queue_lock);
+}
+
+/* One line read: refused as JSON-RPC says, queued for the answering loop
+ * (a request), or taken at once (a notification: a cancel must reach the
+ * call that runs meanwhile). */
+static void take_line(struct stdio_link *l, const char *line, size_t len)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
         len--;
@@ -210,53 +246,88 @@ static void take_line(struct mcp_session *ss, struct stdio_link *l, const char *
     else if (json_is_array(msg))
         refusal = mcp_error_message(NULL, MCP_INVALID_REQUEST,
                                     "Invalid Request: batches are not supported");
-    if (refusal)
+    if (refusal) {
         send_line(l, refusal);
-    else
-        mcp_session_handle(ss, msg, NULL, send_line, l);
+        return;
+    }
+    enum mcp_kind kind = mcp_message_kind(msg);
+    if (kind == MCP_KIND_NOTIFICATION || kind == MCP_KIND_RESPONSE) {
+        mcp_session_handle(l->ss, msg, send_line, l);
+        return;
+    }
+    pthread_mutex_lock(&l->queue_lock);
+    json_array_append(l->queue, msg);
+    pthread_cond_signal(&l->queued);
+    pthread_mutex_unlock(&l->queue_lock);
+}
+
+/* The lines of buf[0..*len) that are whole, taken; what is left of an
+ * unfinished one moved to the start. */
+static void take_lines(struct stdio_link *l, char *buf, size_t *len, bool *skipping)
+{
+    char *start = buf, *nl;
+    while ((nl = memchr(start, '\n', *len - (size_t)(start - buf)))) {
+        if (!*skipping)
+            take_line(l, start, (size_t)(nl - start));
+        *skipping = false;
+        start = nl + 1;
+    }
+    *len -= (size_t)(start - buf);
+    memmove(buf, start, *len);
+    if (*len > MAX_LINE) {
+        cleanup_json json_t *e = mcp_error_message(
+            NULL, MCP_PARSE_ERROR, "Parse error: a message longer than %u bytes", MAX_LINE);
+        send_line(l, e);
+        *skipping = true; /* the rest of that line too */
+        *len = 0;
+    }
 }
 
 /* Reads lines until stdin ends or a signal stops the server. */
-static void read_loop(struct mcp_session *ss, struct stdio_link *l)
+static void *reader_main(void *arg)
 {
+    struct stdio_link *l = arg;
     cleanup_free char *buf = NULL;
     size_t cap = 0, len = 0;
     bool skipping = false; /* a line past MAX_LINE, until its end */
     for (;;) {
         struct pollfd p[2] = {{l->in, POLLIN, 0}, {l->stop[0], POLLIN, 0}};
-        if (poll(p, 2, -1) < 0 && errno != EINTR)
-            return;
-        if (p[1].revents)
-            return;
+        if ((poll(p, 2, -1) < 0 && errno != EINTR) || p[1].revents)
+            break;
         if (!p[0].revents)
             continue;
         if (!strbuf_grow(&buf, &cap, len + 65536, 65536, 0))
-            return;
+            break;
         ssize_t n = read(l->in, buf + len, cap - len);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0) {
             if (len && !skipping)
-                take_line(ss, l, buf, len); /* a last line without its newline */
-            return;
+                take_line(l, buf, len); /* a last line without its newline */
+            break;
         }
         len += (size_t)n;
-        char *start = buf, *nl;
-        while ((nl = memchr(start, '\n', len - (size_t)(start - buf)))) {
-            if (!skipping)
-                take_line(ss, l, start, (size_t)(nl - start));
-            skipping = false;
-            start = nl + 1;
-        }
-        len -= (size_t)(start - buf);
-        memmove(buf, start, len);
-        if (len > MAX_LINE) {
-            cleanup_json json_t *e = mcp_error_message(
-                NULL, MCP_PARSE_ERROR, "Parse error: a message longer than %u bytes", MAX_LINE);
-            send_line(l, e);
-            skipping = true;
-            len = 0;
-        }
+        take_lines(l, buf, &len, &skipping);
+    }
+    end_queue(l);
+    return NULL;
+}
+
+/* Answers the queued requests, one at a time and in order, until the
+ * reader has ended and the queue is empty. */
+static void answer_loop(struct stdio_link *l)
+{
+    for (;;) {
+        pthread_mutex_lock(&l->queue_lock);
+        while (!json_array_size(l->queue) && !l->ended)
+            pthread_cond_wait(&l->queued, &l->queue_lock);
+        json_t *msg = json_incref(json_array_get(l->queue, 0));
+        json_array_remove(l->queue, 0);
+        pthread_mutex_unlock(&l->queue_lock);
+        if (!msg)
+            return;
+        mcp_session_handle(l->ss, msg, send_line, l);
+        json_decref(msg);
     }
 }
 
@@ -276,8 +347,9 @@ static void stop_signals(sigset_t *set)
     sigaddset(set, SIGUSR2); /* ends the thread */
 }
 
-/* SIGINT, SIGTERM or SIGHUP: the sandboxes are killed (a call running
- * ends) and the reading loop stops. */
+/* SIGINT, SIGTERM or SIGHUP: the reader stops, the requests not yet
+ * answered are dropped, and the sandboxes are killed (a call running
+ * ends). */
 static void *signal_thread(void *arg)
 {
     struct stopper *st = arg;
@@ -287,10 +359,30 @@ static void *signal_thread(void *arg)
     if (sigwait(&set, &sig) != 0 || sig == SIGUSR2)
         return NULL;
     fprintf(stderr, "corral mcp: stopping (%s)\n", strsignal(sig));
-    mcp_server_kill_all(st->server);
+    pthread_mutex_lock(&st->link->queue_lock);
+    json_array_clear(st->link->queue);
+    pthread_mutex_unlock(&st->link->queue_lock);
     if (write(st->link->stop[1], "x", 1) < 0)
         fprintf(stderr, "corral mcp: %s\n", strerror(errno));
+    mcp_server_kill_all(st->server);
     return NULL;
+}
+
+/* Serves l until stdin ends or a signal: the reader, the signal thread,
+ * and the answering loop on this thread. */
+static void serve_link(struct mcp_server *server, struct stdio_link *l)
+{
+    struct stopper st = {server, l};
+    pthread_t reader, signals;
+    bool have_signals = pthread_create(&signals, NULL, signal_thread, &st) == 0;
+    if (pthread_create(&reader, NULL, reader_main, l) == 0) {
+        answer_loop(l);
+        pthread_join(reader, NULL);
+    }
+    if (have_signals) {
+        pthread_kill(signals, SIGUSR2);
+        pthread_join(signals, NULL);
+    }
 }
 
 static int serve(struct mcp_server_options *o)
@@ -303,32 +395,21 @@ static int serve(struct mcp_server_options *o)
     o->version = CORRAL_VERSION;
     if (mcp_server_new(o, &server, &err) < 0) {
         fprintf(stderr, "corral mcp: %s\n", err.message);
+        release_stdio(&l);
         return CLI_SANDBOX_ERROR;
     }
     /* One tenant that sees all: the server is this client's alone. */
     struct mcp_caller caller = {.tenant = 0, .all = true};
-    struct mcp_session *ss = mcp_session_new(server, &caller);
-    struct stopper st = {server, &l};
-    pthread_t thread;
-    bool have_thread = ss && pthread_create(&thread, NULL, signal_thread, &st) == 0;
-    if (ss)
-        read_loop(ss, &l);
-    if (have_thread) {
-        pthread_kill(thread, SIGUSR2);
-        pthread_join(thread, NULL);
-    }
-    if (ss) {
-        mcp_session_close(ss);
-        mcp_session_release(ss);
+    l.ss = mcp_session_new(server, &caller);
+    if (l.ss) {
+        serve_link(server, &l);
+        mcp_session_close(l.ss);
+        mcp_session_release(l.ss);
     }
     mcp_server_free(server);
     corral_shutdown();
-    pthread_mutex_destroy(&l.lock);
-    close(l.in);
-    close(l.out);
-    close(l.stop[0]);
-    close(l.stop[1]);
-    return ss ? CLI_OK : CLI_SANDBOX_ERROR;
+    release_stdio(&l);
+    return l.ss ? CLI_OK : CLI_SANDBOX_ERROR;
 }
 
 int cli_mcp(int argc, char **argv)

@@ -187,6 +187,26 @@ async function checksProgress(client) {
   assert.equal(events.map((e) => e.message).join(''), '0\n1\n2\n3\n4\n');
 }
 
+/** A call the client cancels (the SDK sends notifications/cancelled) stops
+ * its code or command: the next call runs at once, the kernel's state kept
+ * (checksState's x). Without the cancel the next call would wait 600 s. */
+async function checksCancel(client) {
+  for (const [name, args] of [
+    ['run_code', { code: 'import time\nprint("sleeping", flush=True)\ntime.sleep(600)', timeout_seconds: 600 }],
+    ['run_command', { command: 'echo sleeping; sleep 600', timeout_seconds: 600 }],
+  ]) {
+    const controller = new AbortController();
+    const call = client.callTool({ name, arguments: args }, undefined, {
+      timeout: 700_000,
+      signal: controller.signal,
+      onprogress: () => controller.abort('the user stopped it'),
+    });
+    await assert.rejects(call, /stopped it|abort/i);
+    const next = await client.callTool({ name: 'run_code', arguments: { code: 'x + 1' } }, undefined, CALL);
+    assert.deepEqual(next.structuredContent.results, ['42'], textOf(next));
+  }
+}
+
 async function checksTools(client) {
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
@@ -225,7 +245,7 @@ test('stdio: corral mcp answers initialize and lists its tools', async () => {
   }
 });
 
-test('stdio: state, charts, commands, files, errors and progress', async () => {
+test('stdio: state, charts, commands, files, errors, progress and cancels', async () => {
   const { client } = await stdioClient();
   try {
     await checksState(client);
@@ -234,6 +254,7 @@ test('stdio: state, charts, commands, files, errors and progress', async () => {
     await checksFiles(client);
     await checksErrors(client);
     await checksProgress(client);
+    await checksCancel(client);
   } finally {
     await client.close();
   }
@@ -267,7 +288,7 @@ test('stdio: create_sandbox, list_sandboxes and kill_sandbox', async () => {
 
 // ---- streamable HTTP ----
 
-test('http: tools, state, charts, commands, files, errors and progress', async () => {
+test('http: tools, state, charts, commands, files, errors, progress and cancels', async () => {
   const c = await httpClient(KEY_A);
   try {
     assert.equal(c.client.getServerVersion().name, 'corral');
@@ -279,6 +300,7 @@ test('http: tools, state, charts, commands, files, errors and progress', async (
     await checksFiles(c.client);
     await checksErrors(c.client);
     await checksProgress(c.client);
+    await checksCancel(c.client);
   } finally {
     await endHttp(c);
   }

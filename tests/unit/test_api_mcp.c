@@ -24,7 +24,7 @@ static json_t *exchange(struct mcp_session *ss, const char *text)
     json_t *msg = json_loads(text, 0, NULL);
     assert_non_null(msg);
     json_t *sent = json_array();
-    mcp_session_handle(ss, msg, NULL, collect, sent);
+    mcp_session_handle(ss, msg, collect, sent);
     json_decref(msg);
     return sent;
 }
