@@ -579,7 +579,6 @@ static const char *type_name(enum corral_entry_type t)
 }
 
 struct listing {
-    struct strbuf *text;
     json_t *entries;
     size_t n;
 };
@@ -589,15 +588,45 @@ static int list_entry(void *u, const struct corral_entry *e)
     struct listing *l = u;
     if (++l->n > MAX_ENTRIES)
         return 0;
-    json_array_append_new(l->entries, json_pack("{s:s, s:s, s:I}", "name", e->name, "type",
-                                                type_name(e->type), "size", (json_int_t)e->size));
-    if (e->type == CORRAL_DIR)
-        strbuf_printf(l->text, "%s/\n", e->name);
-    else if (e->type == CORRAL_SYMLINK)
-        strbuf_printf(l->text, "%s -> %s\n", e->name, e->target);
-    else
-        strbuf_printf(l->text, "%s  (%llu bytes)\n", e->name, (unsigned long long)e->size);
+    json_t *j = json_pack("{s:s, s:s, s:I}", "name", e->name, "type", type_name(e->type), "size",
+                          (json_int_t)e->size);
+    if (j && e->type == CORRAL_SYMLINK)
+        json_object_set_new(j, "target", json_string(e->target));
+    json_array_append_new(l->entries, j);
     return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "name")),
+                  json_string_value(json_object_get(*(json_t *const *)b, "name")));
+}
+
+/* The entries sorted by name, and a line each in t. */
+static json_t *sorted_entries(json_t *entries, struct strbuf *t)
+{
+    size_t n = json_array_size(entries);
+    cleanup_free json_t **v = calloc(n ? n : 1, sizeof(*v));
+    json_t *sorted = json_array();
+    if (!v || !sorted)
+        return sorted;
+    for (size_t i = 0; i < n; i++)
+        v[i] = json_array_get(entries, i);
+    qsort(v, n, sizeof(*v), by_name);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = json_string_value(json_object_get(v[i], "name"));
+        const char *type = json_string_value(json_object_get(v[i], "type"));
+        if (!strcmp(type, "dir"))
+            strbuf_printf(t, "%s/\n", name);
+        else if (!strcmp(type, "symlink"))
+            strbuf_printf(t, "%s -> %s\n", name,
+                          json_string_value(json_object_get(v[i], "target")));
+        else
+            strbuf_printf(t, "%s  (%lld bytes)\n", name,
+                          (long long)json_integer_value(json_object_get(v[i], "size")));
+        json_array_append(sorted, v[i]);
+    }
+    return sorted;
 }
 
 static json_t *list_files(struct mcp_call *c)
@@ -614,7 +643,7 @@ static json_t *list_files(struct mcp_call *c)
         return failed;
     cleanup_strbuf struct strbuf text = {0};
     cleanup_json json_t *entries = json_array();
-    struct listing l = {.text = &text, .entries = entries};
+    struct listing l = {.entries = entries};
     struct corral_error err;
     strbuf_puts(&text, note);
     int rc = corral_file_list_each(sb, path, 1, list_entry, &l, &err);
@@ -622,12 +651,13 @@ static json_t *list_files(struct mcp_call *c)
     if (rc < 0)
         return err.code == ENOTDIR ? tool_error("cannot list %s: it is not a directory", path)
                                    : file_error("list", path, &err);
+    json_t *sorted = sorted_entries(entries, &text);
     if (!l.n)
         strbuf_puts(&text, "(empty directory)\n");
     if (l.n > MAX_ENTRIES)
         strbuf_printf(&text, "[cut: the first %d of %zu entries are shown]\n", MAX_ENTRIES, l.n);
     return tool_result(strbuf_str(&text), text.len,
-                       json_pack("{s:s, s:O, s:b}", "path", path, "entries", entries, "truncated",
+                       json_pack("{s:s, s:o, s:b}", "path", path, "entries", sorted, "truncated",
                                  l.n > MAX_ENTRIES),
                        false);
 }
