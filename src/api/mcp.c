@@ -296,17 +296,17 @@ static int create_failed(struct mcp_session *ss, const char *tpl, struct corral_
     return corral_error_wrap(err, "cannot create a sandbox");
 }
 
-int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t timeout_ms,
-                   corral_sandbox **out, struct corral_error *err)
+/* A session's place for one more sandbox, taken (under s->lock until its
+ * create ends, counted in ss->creating): 0, or why not. */
+static int reserve(struct mcp_session *ss, struct corral_error *err)
 {
     struct mcp_server *s = ss->server;
-    const char *tpl = template_name ? template_name : s->o.template;
-    if (template_name && s->o.template_visible &&
-        !s->o.template_visible(s->o.ctx, ss->caller.tenant, template_name))
-        return corral_fail(err, ENOENT, "no template '%s'", template_name);
     pthread_mutex_lock(&s->lock);
     struct mcp_box *dead = sweep(s);
-    bool full = session_holds(s, ss->serial) >= s->o.max_sandboxes, closed = ss->closed;
+    bool closed = ss->closed,
+         full = session_holds(s, ss->serial) + ss->creating >= s->o.max_sandboxes;
+    if (!closed && !full)
+        ss->creating++;
     pthread_mutex_unlock(&s->lock);
     end_boxes(dead);
     if (closed)
@@ -316,9 +316,40 @@ int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t t
                            "this session holds its most sandboxes at once (%u): kill one first "
                            "(kill_sandbox)",
                            s->o.max_sandboxes);
+    return 0;
+}
+
+/* The sandbox made for a reserved place (NULL: none was): kept as the
+ * session's unless it ended meanwhile. 0, or -ESHUTDOWN (b ended). */
+static int settle(struct mcp_session *ss, struct mcp_box *b, struct corral_error *err)
+{
+    struct mcp_server *s = ss->server;
+    pthread_mutex_lock(&s->lock);
+    ss->creating--;
+    bool closed = ss->closed;
+    if (b && !closed) {
+        b->next = s->boxes;
+        s->boxes = b;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (b && closed) { /* the session ended while it was made */
+        end_boxes(b);
+        return corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+    }
+    return 0;
+}
+
+int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t timeout_ms,
+                   corral_sandbox **out, struct corral_error *err)
+{
+    struct mcp_server *s = ss->server;
+    const char *tpl = template_name ? template_name : s->o.template;
+    if (template_name && s->o.template_visible &&
+        !s->o.template_visible(s->o.ctx, ss->caller.tenant, template_name))
+        return corral_fail(err, ENOENT, "no template '%s'", template_name);
+    if (reserve(ss, err) < 0)
+        return -err->code;
     struct mcp_box *b = calloc(1, sizeof(*b));
-    if (!b)
-        return corral_fail(err, ENOMEM, "out of memory");
     struct corral_sandbox_options so;
     corral_sandbox_options_init(&so);
     so.template_id = tpl;
@@ -327,27 +358,21 @@ int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t t
     so.owner = ss->caller.owner;
     so.owner_max = ss->caller.owner_max;
     so.owner_elsewhere = ss->caller.owner_elsewhere;
-    if (corral_sandbox_create(&so, &b->sb, err) < 0) {
+    if (!b || corral_sandbox_create(&so, &b->sb, err) < 0) {
+        int code = b ? create_failed(ss, tpl, err) : corral_fail(err, ENOMEM, "out of memory");
         free(b);
-        return create_failed(ss, tpl, err);
+        settle(ss, NULL, err);
+        return code;
     }
     b->tenant = ss->caller.tenant;
     b->session = ss->serial;
-    corral_sandbox_retain(b->sb);
-    *out = b->sb;
-    pthread_mutex_lock(&s->lock);
-    closed = ss->closed;
-    if (!closed) {
-        b->next = s->boxes;
-        s->boxes = b;
+    corral_sandbox *sb = b->sb;
+    corral_sandbox_retain(sb);
+    if (settle(ss, b, err) < 0) {
+        corral_sandbox_release(sb);
+        return -err->code;
     }
-    pthread_mutex_unlock(&s->lock);
-    if (closed) { /* the session ended while it was made */
-        end_boxes(b);
-        corral_sandbox_release(*out);
-        *out = NULL;
-        return corral_fail(err, ESHUTDOWN, "this MCP session has ended");
-    }
+    *out = sb;
     return 0;
 }
 

@@ -40,6 +40,7 @@ struct mcp_session {
     pthread_mutex_t lock; /* default_id: one default sandbox made at a time */
     char default_id[64];  /* "" until run_code first needed one */
     bool closed;          /* under server->lock */
+    unsigned creating;    /* sandboxes being made (under server->lock) */
     pthread_mutex_t calls_lock;
     struct mcp_running *calls;
     int refs; /* atomic */
