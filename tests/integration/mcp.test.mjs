@@ -14,7 +14,8 @@ import { CORRAL, randomApiKey, useServer } from './harness.mjs';
 
 const KEY_A = randomApiKey();
 const KEY_B = randomApiKey();
-const ctx = useServer({ apiKeys: [KEY_A, KEY_B], gateway: false });
+const ADMIN = randomApiKey();
+const ctx = useServer({ apiKeys: [KEY_A, KEY_B], args: ['--admin-key', ADMIN], gateway: false });
 
 const CALL = { timeout: 120_000 }; // a first call starts a sandbox, on a busy host too
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -24,9 +25,10 @@ function textOf(result) {
   return result.content.filter((c) => c.type === 'text').map((c) => c.text).join('');
 }
 
-/** An MCP client over HTTP with key (null: none). */
-async function httpClient(key) {
-  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+/** An MCP client over HTTP with key (null: none), as a Bearer token or
+ * (header 'x-api-key') as E2B's header. */
+async function httpClient(key, header = 'authorization') {
+  const headers = !key ? {} : header === 'authorization' ? { Authorization: `Bearer ${key}` } : { 'X-API-Key': key };
   const transport = new StreamableHTTPClientTransport(new URL(`${ctx.server.directUrl}/mcp`), {
     requestInit: { headers },
   });
@@ -394,6 +396,23 @@ test('http: a request without a session, or with an unknown one, is refused', as
   const get = await fetch(`${ctx.server.directUrl}/mcp`, { headers: { Accept: 'text/event-stream', Authorization: `Bearer ${KEY_A}` } });
   assert.equal(get.status, 405);
   await get.body?.cancel();
+});
+
+test("http: X-API-Key is a key too, and an admin key sees and uses every key's sandboxes", async () => {
+  const a = await httpClient(KEY_A, 'x-api-key');
+  const admin = await httpClient(ADMIN);
+  try {
+    const made = await a.client.callTool({ name: 'run_code', arguments: { code: 'mine = 7' } }, undefined, CALL);
+    assert.equal(made.isError, false, textOf(made));
+    const id = made.structuredContent.sandbox_id;
+    const listed = await admin.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+    assert.ok(listed.structuredContent.sandboxes.some((s) => s.sandbox_id === id));
+    const ran = await admin.client.callTool({ name: 'run_code', arguments: { code: 'mine * 6', sandbox_id: id } }, undefined, CALL);
+    assert.deepEqual(ran.structuredContent.results, ['42']);
+  } finally {
+    await endHttp(admin);
+    await endHttp(a);
+  }
 });
 
 test("http: a session's sandboxes end with it (DELETE)", async () => {
