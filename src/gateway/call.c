@@ -400,7 +400,7 @@ static json_t *input_file_ids(struct gw_call *c, json_t *items)
 /* ---- what the model and the client read of an execution ---- */
 
 /* Appends text, keeping its head and tail when it is longer than limit. */
-static void append_limited(struct strbuf *b, const char *text, size_t limit)
+void gw_append_limited(struct strbuf *b, const char *text, size_t limit)
 {
     size_t n = strlen(text);
     if (n <= limit) {
@@ -432,7 +432,7 @@ static void section(struct strbuf *b, const char *title, const char *text, size_
         return;
     separate(b);
     strbuf_printf(b, "%s:\n", title);
-    append_limited(b, text, limit);
+    gw_append_limited(b, text, limit);
 }
 
 char *gw_code_result_text(const struct provider_output *o, size_t limit)
@@ -444,10 +444,10 @@ char *gw_code_result_text(const struct provider_output *o, size_t limit)
     if (o->raised) {
         separate(&b);
         strbuf_printf(&b, "error: %s: ", o->error_name);
-        append_limited(&b, o->error_value, limit / 4 + 64);
+        gw_append_limited(&b, o->error_value, limit / 4 + 64);
         if (*o->traceback) {
             strbuf_puts(&b, "\n");
-            append_limited(&b, o->traceback, limit);
+            gw_append_limited(&b, o->traceback, limit);
         }
     }
     size_t i;

@@ -731,6 +731,9 @@ void gw_turn_free(struct gw_turn *t);
 char *gw_upstream_model(const struct gateway_model *m, const char *client);
 /* c->up_path: the upstream's path of the model's API. */
 void gw_resolve_path(struct gw_call *c);
+/* text into b, at most limit bytes of it: its head and its tail around a
+ * line saying how much was left out (cut at whole UTF-8 characters). */
+void gw_append_limited(struct strbuf *b, const char *text, size_t limit);
 /* What the model reads of an execution: its stdout, stderr, result, error,
  * files and images, each text cut at limit. */
 char *gw_code_result_text(const struct provider_output *o, size_t limit);

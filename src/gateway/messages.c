@@ -4,6 +4,7 @@
  * the loop that runs the code tool's calls in the call's container.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "gateway/messages.h"
 #include "gateway/wire.h"
 #include "http/client.h"
+#include "http/sse.h"
 
 #define ANTHROPIC_VERSION "2023-06-01"
 
@@ -79,6 +81,17 @@ static int take_tools(struct gw_msg *m)
         else
             json_array_append(m->tools, t);
     }
+    json_array_foreach(m->tools, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (gw_msg_is_tool_call(m, name)) {
+            gw_msg_error(m, 400,
+                         "tools: the name '%s' is the code execution tool's own; give your tool "
+                         "another name",
+                         name);
+            return -EINVAL;
+        }
+    }
     return 0;
 }
 
@@ -100,6 +113,8 @@ static int take_container(struct gw_msg *m)
         gw_msg_error(m, 400, "container: Input should be a valid string");
         return -EINVAL;
     }
+    /* (should it end during the call, the call fails rather than use another) */
+    m->c.container_explicit = true;
     int rc = gw_container_find(m->c.gw, json_string_value(id), m->c.owner, &m->c.container);
     if (rc == -ENOENT || rc == -ESTALE) {
         gw_msg_error(m, 404, "container: the container %s %s", json_string_value(id),
@@ -112,6 +127,22 @@ static int take_container(struct gw_msg *m)
                      "unreachable",
                      json_string_value(id));
         return rc;
+    }
+    return 0;
+}
+
+/* Every container_upload names a file of the key's. */
+static int check_uploads(struct gw_msg *m)
+{
+    size_t i;
+    json_t *id;
+    json_array_foreach(m->uploads, i, id)
+    {
+        if (!gw_file_exists(m->c.gw, json_string_value(id), m->c.owner)) {
+            gw_msg_error(m, 404, "container_upload: the file %s was not found",
+                         json_string_value(id));
+            return -ENOENT;
+        }
     }
     return 0;
 }
@@ -337,7 +368,7 @@ static json_t *turn_anthropic(struct gw_msg *m, json_t *req, size_t *shown)
     if (gw_call_cancelled(c))
         ;
     else if (live && (ok || m->fed) && !(answer = gw_msg_live_finish(live, shown, &err)))
-        gw_msg_error(m, 502, "%s", err.message);
+        gw_msg_error_as(m, 502, gw_msg_live_error_type(live), "%s", err.message);
     else if (answer)
         ;
     else if (rc < 0)
@@ -447,7 +478,9 @@ static json_t *turn(struct gw_msg *m, size_t *shown)
 
 /* ---- the loop ---- */
 
-static void add_usage(struct gw_msg *m, const json_t *usage)
+/* Adds a turn's usage to the call's (replace: a stream's counts so far,
+ * which replace those before them). */
+static void add_usage(struct gw_msg *m, const json_t *usage, bool replace)
 {
     static const char *const keys[] = {"input_tokens", "output_tokens",
                                        "cache_creation_input_tokens", "cache_read_input_tokens",
@@ -455,8 +488,13 @@ static void add_usage(struct gw_msg *m, const json_t *usage)
     for (const char *const *k = keys; *k; k++) {
         json_t *v = json_object_get(usage, *k);
         json_int_t have = json_integer_value(json_object_get(m->usage, *k));
-        if (json_is_integer(v))
-            json_object_set_new(m->usage, *k, json_integer(have + json_integer_value(v)));
+        json_int_t add = json_integer_value(v);
+        if (!json_is_integer(v) || add < 0)
+            continue;
+        if (replace)
+            have = 0;
+        json_object_set_new(m->usage, *k,
+                            json_integer(add > LLONG_MAX - have ? LLONG_MAX : have + add));
     }
 }
 
@@ -469,8 +507,8 @@ static void server_id(char *out, size_t len)
 /* One turn's blocks: the client's shown, the code tool's calls run. Their
  * results go to *results (a user message's content for the next turn);
  * *client_calls counts the client's own tool calls. */
-static void take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t *assistant,
-                        json_t *results, bool *client_calls)
+static int take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t *assistant,
+                       json_t *results, bool *client_calls)
 {
     size_t i;
     json_t *b;
@@ -479,13 +517,19 @@ static void take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t 
         const char *type = json_string_value(json_object_get(b, "type"));
         const char *name = json_string_value(json_object_get(b, "name"));
         if (m->c.cancelled)
-            return;
-        if (!type || strcmp(type, "tool_use") || !gw_msg_is_tool_call(m, name)) {
+            return -ECANCELED;
+        if (!json_is_object(b) || !type)
+            continue; /* not a block */
+        if (strcmp(type, "tool_use") || !gw_msg_is_tool_call(m, name)) {
             *client_calls |= type && !strcmp(type, "tool_use");
             json_array_append(assistant, b);
             if (i >= shown) /* (the first ones went to the client as they came) */
                 gw_msg_emit_block(m, json_deep_copy(b));
             continue;
+        }
+        if (!json_is_string(json_object_get(b, "id"))) {
+            gw_msg_error(m, 502, "The upstream model called %s without an id.", name);
+            return -EPROTO;
         }
         char id[64];
         server_id(id, sizeof(id));
@@ -502,7 +546,7 @@ static void take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t 
         if (m->c.cancelled) {
             json_decref(client);
             free(text);
-            return;
+            return -ECANCELED;
         }
         gw_msg_emit_block(m, client);
         json_array_append_new(results, json_pack("{s:s, s:O, s:s, s:b}", "type", "tool_result",
@@ -511,6 +555,7 @@ static void take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t 
                                                  is_error));
         free(text);
     }
+    return 0;
 }
 
 /* Turns until the model ends its turn, calls a client's tool, or the
@@ -532,13 +577,13 @@ static void run_loop(struct gw_msg *m)
             return;
         c->loops++;
         gw_metrics_turn(c);
-        add_usage(m, json_object_get(answer, "usage"));
+        add_usage(m, json_object_get(answer, "usage"), false);
         gw_msg_emit_start(m);
         json_t *assistant = json_array(), *results = json_array();
         bool client_calls = false;
-        take_blocks(m, json_object_get(answer, "content"), shown, assistant, results,
-                    &client_calls);
-        if (c->cancelled) {
+        int rc = take_blocks(m, json_object_get(answer, "content"), shown, assistant, results,
+                             &client_calls);
+        if (rc < 0 || c->cancelled) {
             json_decref(assistant);
             json_decref(results);
             return;
@@ -549,16 +594,19 @@ static void run_loop(struct gw_msg *m)
         else
             json_decref(assistant);
         const char *stop = json_string_value(json_object_get(answer, "stop_reason"));
-        if (json_array_size(results) && !client_calls && stop && !strcmp(stop, "tool_use")) {
+        /* the code's results go back whatever the stop reason said (some
+         * upstreams end a turn of calls with "stop") */
+        if (json_array_size(results) && !client_calls) {
             json_array_append_new(m->conv,
                                   json_pack("{s:s, s:o}", "role", "user", "content", results));
             continue;
         }
         json_decref(results);
         snprintf(m->stop_reason, sizeof(m->stop_reason), "%s",
-                 stop && !strcmp(stop, "tool_use") && !client_calls ? "end_turn"
-                 : stop                                             ? stop
-                                                                    : "end_turn");
+                 client_calls                        ? "tool_use"
+                 : stop && !strcmp(stop, "tool_use") ? "end_turn"
+                 : stop                              ? stop
+                                                     : "end_turn");
         json_decref(m->stop_sequence);
         m->stop_sequence = json_incref(json_object_get(answer, "stop_sequence"));
         break;
@@ -574,8 +622,23 @@ static void run_loop(struct gw_msg *m)
 
 struct proxy {
     struct gw_msg *m;
-    struct strbuf held; /* the start of an event not yet whole */
+    struct strbuf held;  /* the start of an event not yet whole */
+    struct http_sse sse; /* the events read for their usage */
 };
+
+/* The usage a proxied stream reports: message_start's, then message_delta's. */
+static int proxy_event(void *u, const char *event, const char *data, size_t len)
+{
+    struct proxy *p = u;
+    (void)event;
+    cleanup_json json_t *e = json_loadb(data, len, 0, NULL);
+    const char *type = json_string_value(json_object_get(e, "type"));
+    if (type && !strcmp(type, "message_start"))
+        add_usage(p->m, json_object_get(json_object_get(e, "message"), "usage"), true);
+    else if (type && !strcmp(type, "message_delta"))
+        add_usage(p->m, json_object_get(e, "usage"), true);
+    return 0;
+}
 
 /* Where the last whole SSE event of s ends (after its blank line), or 0. */
 static size_t events_end(const char *s, size_t len)
@@ -600,6 +663,7 @@ static int proxy_data(void *u, const char *data, size_t len)
         }
         c->started = p->m->started = true;
     }
+    http_sse_feed(&p->sse, data, len);
     strbuf_append(&p->held, data, len);
     size_t end = p->held.len > PROXY_HOLD_MAX ? p->held.len : events_end(p->held.data, p->held.len);
     if (end) {
@@ -618,6 +682,7 @@ static void proxy(struct gw_msg *m)
     cleanup_json json_t *req = json_deep_copy(c->req);
     json_object_set_new(req, "model", json_string(c->up_model));
     struct proxy p = {.m = m};
+    http_sse_init(&p.sse, proxy_event, &p);
     struct http_sink sink = {.cancelled = sink_gone, .userdata = c};
     if (c->stream) {
         sink.on_data = proxy_data;
@@ -638,6 +703,8 @@ static void proxy(struct gw_msg *m)
     else if (!ok)
         upstream_error(m, &r, &gw_wire_anthropic);
     else if (!c->stream) {
+        cleanup_json json_t *answer = json_loadb(r.body, r.len, 0, NULL);
+        add_usage(m, json_object_get(answer, "usage"), false);
         c->out->status = (int)r.status;
         c->out->body = r.body;
         c->out->body_len = r.len;
@@ -645,6 +712,7 @@ static void proxy(struct gw_msg *m)
         r.body = NULL;
     }
     strbuf_free(&p.held);
+    http_sse_free(&p.sse);
     http_reply_free(&r);
 }
 
@@ -671,15 +739,19 @@ static int dispatch(struct gw_msg *m, const char *body, size_t len)
         return rc;
     struct corral_error err = {0};
     m->uploads = json_array();
-    m->conv = gw_msg_upstream_messages(json_object_get(c->req, "messages"), m->uploads, &err);
+    m->uploads_last = json_array();
+    m->conv = gw_msg_upstream_messages(m, json_object_get(c->req, "messages"), &err);
     if (!m->conv) {
         gw_msg_error(m, err.code == ENOMEM ? 500 : 400, "%s", err.message);
         return -err.code;
     }
-    c->input_files = json_incref(m->uploads); /* copied into the container at its first use */
+    if ((rc = check_uploads(m)) < 0)
+        return rc;
+    /* copied into the container at its first use: a container the request
+     * names has the earlier messages' files already */
+    c->input_files = json_incref(c->container ? m->uploads_last : m->uploads);
     corral_new_id(m->id, sizeof(m->id), "msg_", 24);
     m->content = json_array();
-    m->usage = json_pack("{s:i, s:i}", "input_tokens", 0, "output_tokens", 0);
     run_loop(m);
     return 0;
 }
@@ -696,6 +768,7 @@ int gw_messages_call(corral_gateway *gw, const char *body, size_t len, const cha
                              .max_tool_calls = -1,
                              .token_budget = -1}};
     struct gw_call *c = &m.c;
+    m.usage = json_pack("{s:i, s:i}", "input_tokens", 0, "output_tokens", 0);
     gw_owner_of(key, c->owner, sizeof(c->owner));
     if (ev && ev->request_id)
         corral_utf8_fit(c->request_id, sizeof(c->request_id), ev->request_id);
@@ -725,6 +798,7 @@ int gw_messages_call(corral_gateway *gw, const char *body, size_t len, const cha
     json_decref(m.content);
     json_decref(m.usage);
     json_decref(m.uploads);
+    json_decref(m.uploads_last);
     json_decref(m.stop_sequence);
     gw_call_free(c);
     return rc;

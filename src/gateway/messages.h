@@ -39,7 +39,8 @@ struct gw_msg {
     json_t *conv;         /* the conversation as the upstream sees it */
     json_t *content;      /* the blocks of the client's message so far */
     json_t *usage;        /* Anthropic's usage, summed over the turns */
-    json_t *uploads;      /* file ids of container_upload blocks, to copy in */
+    json_t *uploads;      /* file ids of container_upload blocks */
+    json_t *uploads_last; /* of them, the last user message's */
     char id[64];          /* msg_... */
     char stop_reason[40]; /* "" until the end */
     json_t *stop_sequence;
@@ -59,18 +60,22 @@ bool gw_msg_is_tool_call(const struct gw_msg *m, const char *name);
  * the text the upstream reads, *is_error whether it failed. */
 void gw_msg_tool_run(struct gw_msg *m, const char *id, const char *name, json_t *input,
                      json_t **client, char **model, bool *is_error);
-/* A result block of the client's (a *_tool_result) as the text the
- * upstream reads, when the conversation is replayed. */
-char *gw_msg_result_text(const json_t *block, bool *is_error);
+/* A result block (a *_tool_result) as the text the upstream reads, each
+ * output's text cut at limit characters: a call's result, and again when
+ * the client replays the conversation. */
+char *gw_msg_result_text(const json_t *block, size_t limit, bool *is_error);
 
 /* ---- conversations (messages_conv.c) ---- */
 
-/* The client's messages as the upstream's: server_tool_use blocks become
- * tool_use ones, and their results tool_result ones in a user message of
- * their own; container_upload blocks leave (their file ids appended to
- * uploads). Consecutive messages of one role are merged. NULL with a 400's
- * message in err when a block is not one the loop can replay. */
-json_t *gw_msg_upstream_messages(const json_t *messages, json_t *uploads, struct corral_error *err);
+/* The client's messages as the upstream's: the code tool's server_tool_use
+ * blocks become tool_use ones, and their results tool_result ones in the
+ * user message after them (the results of consecutive calls together);
+ * container_upload blocks become a note of where the file is, their file
+ * ids appended to m->uploads (and to m->uploads_last, those of the last
+ * user message). Consecutive messages of one role are merged. NULL with a
+ * 400's message in err when a block lacks what the loop reads of it. */
+json_t *gw_msg_upstream_messages(const struct gw_msg *m, const json_t *messages,
+                                 struct corral_error *err);
 /* A Messages request as a Chat Completions one (the loop's request for an
  * upstream that speaks chat); NULL with err. */
 json_t *gw_msg_to_chat(const json_t *req, struct corral_error *err);
@@ -94,6 +99,8 @@ int gw_msg_live_feed(void *live, const char *data, size_t len);
  * of its first blocks the client has seen already; NULL with err when the
  * stream carried an error or ended before its last event. */
 json_t *gw_msg_live_finish(struct gw_msg_live *l, size_t *shown, struct corral_error *err);
+/* The type of the error the stream carried (overloaded_error...), or NULL. */
+const char *gw_msg_live_error_type(const struct gw_msg_live *l);
 void gw_msg_live_free(struct gw_msg_live *l);
 
 /* ---- the client's side (messages_emit.c) ---- */
@@ -102,6 +109,9 @@ void gw_msg_live_free(struct gw_msg_live *l);
  * started, its error event. */
 void gw_msg_error(struct gw_msg *m, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with the error's type given (NULL: the status's). */
+void gw_msg_error_as(struct gw_msg *m, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Anthropic's error type of an HTTP status. */
 const char *gw_msg_error_type(int status);
 /* A block of the answer, whole: kept, and streamed as its start, delta and

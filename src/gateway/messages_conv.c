@@ -7,6 +7,7 @@
  * only chat.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,58 +64,143 @@ static json_t *upload_note(const char *file_id)
     return json_pack("{s:s, s:s}", "type", "text", "text", text);
 }
 
-/* One message's blocks into out (role's segments, with the code tool's
- * results in user messages of their own). */
-static int split_blocks(const char *role, json_t *blocks, size_t mi, json_t *out, json_t *uploads,
-                        struct corral_error *err)
+/* Whether member `key` of b is a string (an object when `object`). */
+static bool has(const json_t *b, const char *key, bool object)
 {
-    json_t *segment = json_array();
+    json_t *v = json_object_get(b, key);
+    return object ? json_is_object(v) : json_is_string(v);
+}
+
+/* The first member a block of a type the loop reads lacks (or has of the
+ * wrong type), or NULL when it is whole. */
+static const char *missing(const json_t *b, const char *type)
+{
+    if (!strcmp(type, "text"))
+        return has(b, "text", false) ? NULL : "text";
+    if (!strcmp(type, "thinking"))
+        return !has(b, "thinking", false)    ? "thinking"
+               : !has(b, "signature", false) ? "signature"
+                                             : NULL;
+    if (!strcmp(type, "redacted_thinking"))
+        return has(b, "data", false) ? NULL : "data";
+    if (!strcmp(type, "tool_use") || !strcmp(type, "server_tool_use"))
+        return !has(b, "id", false)     ? "id"
+               : !has(b, "name", false) ? "name"
+               : !has(b, "input", true) ? "input"
+                                        : NULL;
+    if (!strcmp(type, "tool_result"))
+        return has(b, "tool_use_id", false) ? NULL : "tool_use_id";
+    if (is_result(type))
+        return !has(b, "tool_use_id", false) ? "tool_use_id"
+               : !has(b, "content", true)    ? "content"
+                                             : NULL;
+    if (!strcmp(type, "container_upload"))
+        return has(b, "file_id", false) ? NULL : "file_id";
+    if (!strcmp(type, "image")) {
+        json_t *src = json_object_get(b, "source");
+        const char *kind = json_string_value(json_object_get(src, "type"));
+        if (!kind)
+            return "source";
+        if (!strcmp(kind, "base64"))
+            return !has(src, "media_type", false) ? "source.media_type"
+                   : !has(src, "data", false)     ? "source.data"
+                                                  : NULL;
+        return strcmp(kind, "url") || has(src, "url", false) ? NULL : "source.url";
+    }
+    return NULL;
+}
+
+/* What a message is turned into: the assistant's blocks so far, and the
+ * results of the code tool's calls among them, which the upstream reads in
+ * the user message after them. */
+struct split {
+    const struct gw_msg *m;
+    const char *role;
+    json_t *out, *segment, *results;
+};
+
+/* The segment, then its results, into out. */
+static void flush(struct split *sp)
+{
+    append_message(sp->out, sp->role, sp->segment);
+    sp->segment = json_array();
+    if (json_array_size(sp->results)) {
+        append_message(sp->out, "user", sp->results);
+        sp->results = json_array();
+    }
+}
+
+/* One block of the message into the split. */
+static void split_block(struct split *sp, json_t *b, const char *type, bool last_turn)
+{
+    const struct gw_msg *m = sp->m;
+    bool ours = (!strcmp(type, "server_tool_use") &&
+                 gw_msg_is_tool_call(m, json_string_value(json_object_get(b, "name")))) ||
+                is_result(type);
+    if (json_array_size(sp->results) && !ours && strcmp(type, "tool_use"))
+        flush(sp); /* what follows the calls and their results is a turn of its own */
+    if (!strcmp(type, "container_upload")) {
+        const char *id = json_string_value(json_object_get(b, "file_id"));
+        json_array_append_new(m->uploads, json_string(id));
+        if (last_turn)
+            json_array_append_new(m->uploads_last, json_string(id));
+        json_array_append_new(sp->segment, upload_note(id));
+    } else if (!strcmp(type, "server_tool_use") && ours) {
+        json_array_append_new(sp->segment, json_pack("{s:s, s:O, s:O, s:O}", "type", "tool_use",
+                                                     "id", json_object_get(b, "id"), "name",
+                                                     json_object_get(b, "name"), "input",
+                                                     json_object_get(b, "input")));
+    } else if (is_result(type)) {
+        bool is_error = false;
+        char *text = gw_msg_result_text(b, m->c.gw->cfg->output_limit, &is_error);
+        json_array_append_new(sp->results,
+                              json_pack("{s:s, s:O, s:s, s:b}", "type", "tool_result",
+                                        "tool_use_id", json_object_get(b, "tool_use_id"), "content",
+                                        text ? text : "", "is_error", is_error));
+        free(text);
+    } else {
+        json_array_append(sp->segment, b);
+    }
+}
+
+/* One message's blocks into out. */
+static int split_blocks(const struct gw_msg *m, const char *role, json_t *blocks, size_t mi,
+                        bool last_turn, json_t *out, struct corral_error *err)
+{
+    struct split sp = {
+        .m = m, .role = role, .out = out, .segment = json_array(), .results = json_array()};
     size_t i;
     json_t *b;
     json_array_foreach(blocks, i, b)
     {
         const char *type = json_string_value(json_object_get(b, "type"));
-        if (!json_is_object(b) || !type) {
-            json_decref(segment);
-            return corral_fail(err, EINVAL, "messages.%zu.content.%zu.type: Field required", mi, i);
+        const char *lacks = type ? missing(b, type) : "type";
+        if (lacks) {
+            json_decref(sp.segment);
+            json_decref(sp.results);
+            return corral_fail(err, EINVAL, "messages.%zu.content.%zu.%s: Field required", mi, i,
+                               lacks);
         }
-        if (!strcmp(type, "container_upload")) {
-            const char *id = json_string_value(json_object_get(b, "file_id"));
-            if (!id) {
-                json_decref(segment);
-                return corral_fail(err, EINVAL, "messages.%zu.content.%zu.file_id: Field required",
-                                   mi, i);
-            }
-            json_array_append_new(uploads, json_string(id));
-            json_array_append_new(segment, upload_note(id));
-        } else if (!strcmp(type, "server_tool_use")) {
-            json_array_append_new(segment, json_pack("{s:s, s:O, s:O, s:O}", "type", "tool_use",
-                                                     "id", json_object_get(b, "id"), "name",
-                                                     json_object_get(b, "name"), "input",
-                                                     json_object_get(b, "input")));
-        } else if (is_result(type)) {
-            bool is_error = false;
-            char *text = gw_msg_result_text(b, &is_error);
-            append_message(out, role, segment);
-            segment = json_array();
-            append_message(out, "user",
-                           json_pack("[{s:s, s:O, s:s, s:b}]", "type", "tool_result", "tool_use_id",
-                                     json_object_get(b, "tool_use_id"), "content", text ? text : "",
-                                     "is_error", is_error));
-            free(text);
-        } else {
-            json_array_append(segment, b);
-        }
+        split_block(&sp, b, type, last_turn);
     }
-    append_message(out, role, segment);
+    flush(&sp);
+    json_decref(sp.segment);
+    json_decref(sp.results);
     return 0;
 }
 
-json_t *gw_msg_upstream_messages(const json_t *messages, json_t *uploads, struct corral_error *err)
+json_t *gw_msg_upstream_messages(const struct gw_msg *m, const json_t *messages,
+                                 struct corral_error *err)
 {
     cleanup_json json_t *out = json_array();
-    size_t i;
+    size_t i, last_user = SIZE_MAX;
     json_t *msg;
+    json_array_foreach(messages, i, msg)
+    {
+        const char *role = json_string_value(json_object_get(msg, "role"));
+        if (role && !strcmp(role, "user"))
+            last_user = i;
+    }
     json_array_foreach(messages, i, msg)
     {
         const char *role = json_string_value(json_object_get(msg, "role"));
@@ -131,7 +217,8 @@ json_t *gw_msg_upstream_messages(const json_t *messages, json_t *uploads, struct
             corral_fail(err, EINVAL, "messages.%zu.content: Input should be a valid list", i);
             return NULL;
         }
-        if (split_blocks(role, content, i, out, uploads, err) < 0)
+        bool last_turn = i == last_user; /* its uploads are new to a container reused */
+        if (split_blocks(m, role, content, i, last_turn, out, err) < 0)
             return NULL;
     }
     return steal_pointer(&out);
@@ -161,13 +248,14 @@ static json_t *image_part(const json_t *b)
 {
     json_t *src = json_object_get(b, "source");
     const char *kind = json_string_value(json_object_get(src, "type"));
+    const char *media = json_string_value(json_object_get(src, "media_type"));
+    const char *data = json_string_value(json_object_get(src, "data"));
+    const char *link = json_string_value(json_object_get(src, "url"));
     struct strbuf url = {0};
-    if (kind && !strcmp(kind, "base64"))
-        strbuf_printf(&url, "data:%s;base64,%s",
-                      json_string_value(json_object_get(src, "media_type")),
-                      json_string_value(json_object_get(src, "data")));
-    else if (kind && !strcmp(kind, "url"))
-        strbuf_puts(&url, json_string_value(json_object_get(src, "url")));
+    if (kind && !strcmp(kind, "base64") && media && data)
+        strbuf_printf(&url, "data:%s;base64,%s", media, data);
+    else if (kind && !strcmp(kind, "url") && link)
+        strbuf_puts(&url, link);
     else
         return NULL;
     json_t *part =
@@ -226,8 +314,9 @@ static void assistant_to_chat(const json_t *blocks, json_t *out)
     json_array_foreach(blocks, i, b)
     {
         const char *type = json_string_value(json_object_get(b, "type"));
-        if (type && !strcmp(type, "text")) {
-            strbuf_puts(&text, json_string_value(json_object_get(b, "text")));
+        const char *t = json_string_value(json_object_get(b, "text"));
+        if (type && !strcmp(type, "text") && t) {
+            strbuf_puts(&text, t);
         } else if (type && !strcmp(type, "tool_use")) {
             json_t *input = json_object_get(b, "input");
             char *args = input ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;

@@ -53,21 +53,34 @@ static void send_event(struct gw_msg *m, const char *type, json_t *payload)
     strbuf_free(&b);
 }
 
-void gw_msg_error(struct gw_msg *m, int status, const char *fmt, ...)
+static void error_v(struct gw_msg *m, int status, const char *type, const char *fmt, va_list ap)
 {
     char raw[1024], msg[1024]; /* an upstream's text may be any bytes: JSON takes UTF-8 */
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(raw, sizeof(raw), fmt, ap);
-    va_end(ap);
     corral_utf8_fit(msg, sizeof(msg), raw);
     json_t *body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-                             gw_msg_error_type(status), "message", msg);
+                             type ? type : gw_msg_error_type(status), "message", msg);
     if (m->started) {
         send_event(m, "error", body);
         return;
     }
     gw_reply_json(m->c.out, status, body);
+}
+
+void gw_msg_error(struct gw_msg *m, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_v(m, status, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void gw_msg_error_as(struct gw_msg *m, int status, const char *type, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_v(m, status, type, fmt, ap);
+    va_end(ap);
 }
 
 /* The response's container: {id, expires_at, skills}, or null. */
@@ -116,6 +129,8 @@ void gw_msg_emit_start(struct gw_msg *m)
  * empty (the deltas bring them); other blocks whole. */
 static json_t *start_shape(const json_t *block, const char *type)
 {
+    if (!strcmp(type, "text") && json_is_array(json_object_get(block, "citations")))
+        return json_pack("{s:s, s:s, s:[]}", "type", "text", "text", "", "citations");
     if (!strcmp(type, "text"))
         return json_pack("{s:s, s:s}", "type", "text", "text", "");
     if (!strcmp(type, "thinking"))
@@ -133,20 +148,34 @@ static void send_delta(struct gw_msg *m, unsigned index, json_t *delta)
                          (json_int_t)index, "delta", delta));
 }
 
-/* A block's deltas: its text, its thinking and signature, its input. */
+/* A string member of a block ("" when it has none). */
+static const char *text_of(const json_t *block, const char *key)
+{
+    const char *s = json_string_value(json_object_get(block, key));
+    return s ? s : "";
+}
+
+/* A block's deltas: its citations and text, its thinking and signature,
+ * its input. */
 static void send_deltas(struct gw_msg *m, unsigned index, const json_t *block, const char *type)
 {
     if (!strcmp(type, "text")) {
-        send_delta(
-            m, index,
-            json_pack("{s:s, s:O}", "type", "text_delta", "text", json_object_get(block, "text")));
+        size_t i;
+        json_t *cite;
+        json_array_foreach(json_object_get(block, "citations"), i, cite)
+        {
+            send_delta(m, index,
+                       json_pack("{s:s, s:O}", "type", "citations_delta", "citation", cite));
+        }
+        send_delta(m, index,
+                   json_pack("{s:s, s:s}", "type", "text_delta", "text", text_of(block, "text")));
     } else if (!strcmp(type, "thinking")) {
         send_delta(m, index,
-                   json_pack("{s:s, s:O}", "type", "thinking_delta", "thinking",
-                             json_object_get(block, "thinking")));
+                   json_pack("{s:s, s:s}", "type", "thinking_delta", "thinking",
+                             text_of(block, "thinking")));
         send_delta(m, index,
-                   json_pack("{s:s, s:O}", "type", "signature_delta", "signature",
-                             json_object_get(block, "signature")));
+                   json_pack("{s:s, s:s}", "type", "signature_delta", "signature",
+                             text_of(block, "signature")));
     } else if (!strcmp(type, "tool_use") || !strcmp(type, "server_tool_use")) {
         json_t *input = json_object_get(block, "input");
         char *text = input ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;

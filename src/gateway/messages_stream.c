@@ -14,31 +14,23 @@
 #include "gateway/messages.h"
 #include "http/sse.h"
 
+/* The bytes of a turn's stream, at most (an answer whole has the HTTP
+ * client's cap). */
+#define STREAM_MAX (64u << 20)
+
 struct gw_msg_live {
     struct gw_msg *m;
     struct http_sse sse;
-    json_t *message; /* from message_start; content grows with the blocks */
-    json_t *inputs;  /* each block's input JSON as it streams (strings) */
-    bool live;       /* blocks still go on to the client */
-    bool in_block;   /* a block is open */
+    size_t bytes;
+    json_t *message;     /* from message_start; content grows with the blocks */
+    struct strbuf grown; /* the open block's text, thinking or input JSON so far */
+    bool live;           /* blocks still go on to the client */
+    bool in_block;       /* a block is open */
     bool done;
     unsigned client_index; /* the client's index of the open live block */
     size_t shown;          /* blocks the client has seen whole */
     json_t *error;         /* an error event's error object */
 };
-
-/* Appends text to a string member of o. */
-static void append_text(json_t *o, const char *key, const json_t *more)
-{
-    const char *add = json_string_value(more);
-    if (!add)
-        return;
-    struct strbuf b = {0};
-    const char *have = json_string_value(json_object_get(o, key));
-    strbuf_printf(&b, "%s%s", have ? have : "", add);
-    json_object_set_new(o, key, json_stringn(strbuf_str(&b), b.len));
-    strbuf_free(&b);
-}
 
 static void block_start(struct gw_msg_live *l, const json_t *e)
 {
@@ -52,7 +44,12 @@ static void block_start(struct gw_msg_live *l, const json_t *e)
     if (tool_use && gw_msg_is_tool_call(l->m, json_string_value(json_object_get(block, "name"))))
         l->live = false; /* held from here: the call runs first */
     json_array_append_new(json_object_get(l->message, "content"), block);
-    json_array_append_new(l->inputs, json_string(""));
+    l->grown.len = 0; /* the text or thinking the start gives, if any, comes first */
+    const char *given = json_string_value(json_object_get(block, "text"));
+    if (!given)
+        given = json_string_value(json_object_get(block, "thinking"));
+    if (given)
+        strbuf_puts(&l->grown, given);
     l->in_block = true;
     if (l->live && l->m->c.stream)
         l->client_index = gw_msg_block_open(l->m, json_deep_copy(block));
@@ -62,26 +59,21 @@ static void block_start(struct gw_msg_live *l, const json_t *e)
 static void block_delta(struct gw_msg_live *l, const json_t *e)
 {
     json_t *content = json_object_get(l->message, "content");
-    size_t n = json_array_size(content);
-    json_t *block = json_array_get(content, n - 1);
+    json_t *block = json_array_get(content, json_array_size(content) - 1);
     json_t *d = json_object_get(e, "delta");
     const char *type = json_string_value(json_object_get(d, "type"));
     if (!l->in_block || !block || !type)
         return;
-    if (!strcmp(type, "text_delta")) {
-        append_text(block, "text", json_object_get(d, "text"));
-    } else if (!strcmp(type, "thinking_delta")) {
-        append_text(block, "thinking", json_object_get(d, "thinking"));
+    const char *piece = !strcmp(type, "text_delta")         ? "text"
+                        : !strcmp(type, "thinking_delta")   ? "thinking"
+                        : !strcmp(type, "input_json_delta") ? "partial_json"
+                                                            : NULL;
+    if (piece) { /* kept as it grows, set whole at the block's stop */
+        const char *add = json_string_value(json_object_get(d, piece));
+        if (add)
+            strbuf_puts(&l->grown, add);
     } else if (!strcmp(type, "signature_delta")) {
         json_object_set(block, "signature", json_object_get(d, "signature"));
-    } else if (!strcmp(type, "input_json_delta")) {
-        json_t *input = json_array_get(l->inputs, n - 1);
-        const char *have = json_string_value(input);
-        const char *add = json_string_value(json_object_get(d, "partial_json"));
-        struct strbuf b = {0};
-        strbuf_printf(&b, "%s%s", have ? have : "", add ? add : "");
-        json_array_set_new(l->inputs, n - 1, json_stringn(strbuf_str(&b), b.len));
-        strbuf_free(&b);
     } else if (!strcmp(type, "citations_delta")) {
         json_t *cites = json_object_get(block, "citations");
         if (!json_is_array(cites)) {
@@ -104,11 +96,14 @@ static void block_stop(struct gw_msg_live *l)
         return;
     l->in_block = false;
     if (type && (!strcmp(type, "tool_use") || !strcmp(type, "server_tool_use"))) {
-        const char *text = json_string_value(json_array_get(l->inputs, n - 1));
-        json_t *input = text && *text ? json_loads(text, 0, NULL) : json_object();
+        json_t *input =
+            l->grown.len ? json_loadb(l->grown.data, l->grown.len, 0, NULL) : json_object();
         json_object_set_new(block, "input", json_is_object(input) ? input : json_object());
         if (!json_is_object(input))
             json_decref(input);
+    } else if (type && (!strcmp(type, "text") || !strcmp(type, "thinking"))) {
+        json_t *text = json_stringn(strbuf_str(&l->grown), l->grown.len);
+        json_object_set_new(block, type, text ? text : json_string(""));
     }
     if (!l->live)
         return;
@@ -173,7 +168,6 @@ struct gw_msg_live *gw_msg_live_new(struct gw_msg *m)
         return NULL;
     l->m = m;
     l->live = true;
-    l->inputs = json_array();
     http_sse_init(&l->sse, on_event, l);
     return l;
 }
@@ -181,7 +175,18 @@ struct gw_msg_live *gw_msg_live_new(struct gw_msg *m)
 int gw_msg_live_feed(void *live, const char *data, size_t len)
 {
     struct gw_msg_live *l = live;
+    if ((l->bytes += len) > STREAM_MAX) {
+        json_decref(l->error);
+        l->error = json_pack("{s:s, s:s}", "type", "api_error", "message",
+                             "the upstream model's answer is larger than 64 MiB");
+        return -1;
+    }
     return http_sse_feed(&l->sse, data, len) != 0 ? -1 : 0;
+}
+
+const char *gw_msg_live_error_type(const struct gw_msg_live *l)
+{
+    return json_string_value(json_object_get(l->error, "type"));
 }
 
 json_t *gw_msg_live_finish(struct gw_msg_live *l, size_t *shown, struct corral_error *err)
@@ -207,7 +212,7 @@ void gw_msg_live_free(struct gw_msg_live *l)
         return;
     http_sse_free(&l->sse);
     json_decref(l->message);
-    json_decref(l->inputs);
+    strbuf_free(&l->grown);
     json_decref(l->error);
     free(l);
 }

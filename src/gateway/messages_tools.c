@@ -26,8 +26,11 @@
 #define TOOL_BASH    "bash_code_execution"
 #define TOOL_EDITOR  "text_editor_code_execution"
 #define TOOL_PYTHON  "code_execution"
-#define OUTPUT_FILES 20         /* files a call gives back at most */
-#define VIEW_MAX     (1u << 20) /* bytes of a file the editor shows */
+#define OUTPUT_FILES 20          /* files a call gives back at most */
+#define EDIT_MAX     (16u << 20) /* bytes of a file the editor reads */
+/* bytes of an editor's result, JSON: its output must fit a provider's
+ * (PROVIDER_TEXT_CAP), whatever its escapes */
+#define RESULT_MAX (640u << 10)
 #define EDITOR_MARK                                                                                \
     "\x1e"                                                                                         \
     "corral-editor "
@@ -120,32 +123,44 @@ static json_t *error_content(const char *name, const char *code, const char *mes
     return e;
 }
 
-static void text_section(struct strbuf *b, const char *title, const char *text)
+/* A text of the result for the model, cut at limit. */
+static void text_section(struct strbuf *b, const char *title, const char *text, size_t limit)
 {
     if (!text || !*text)
         return;
-    size_t n = strlen(text);
-    strbuf_printf(b, "%s:\n%s%s", title, text, text[n - 1] == '\n' ? "" : "\n");
+    strbuf_printf(b, "%s:\n", title);
+    gw_append_limited(b, text, limit);
+    if (b->data[b->len - 1] != '\n')
+        strbuf_puts(b, "\n");
 }
 
-/* A view result's text for the model: its lines numbered. */
-static void view_text(struct strbuf *b, const json_t *c)
+/* A count of a result block (a client's replay may hold anything): a line
+ * number from 1 to a billion, else `otherwise`. */
+static long long count_of(const json_t *c, const char *key, long long otherwise)
+{
+    json_int_t v = json_integer_value(json_object_get(c, key));
+    return v >= 1 && v <= 1000000000 ? (long long)v : otherwise;
+}
+
+/* A view result's text for the model: its lines numbered, cut at limit. */
+static void view_text(struct strbuf *b, const json_t *c, size_t limit)
 {
     const char *text = json_string_value(json_object_get(c, "content"));
-    json_int_t line = json_integer_value(json_object_get(c, "start_line"));
-    strbuf_printf(
-        b, "(lines %lld to %lld of %lld)\n", (long long)(line ? line : 1),
-        (long long)((line ? line : 1) + json_integer_value(json_object_get(c, "num_lines")) - 1),
-        (long long)json_integer_value(json_object_get(c, "total_lines")));
+    long long first = count_of(c, "start_line", 1), line = first;
+    struct strbuf numbered = {0};
     for (const char *p = text ? text : ""; *p; line++) {
         const char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        strbuf_printf(b, "%6lld\t%.*s\n", (long long)(line ? line : 1), (int)n, p);
+        strbuf_printf(&numbered, "%6lld\t%.*s\n", line, (int)n, p);
         p += n + (nl ? 1 : 0);
     }
+    strbuf_printf(b, "(lines %lld to %lld of %lld)\n", first, line - 1,
+                  count_of(c, "total_lines", line - 1));
+    gw_append_limited(b, strbuf_str(&numbered), limit);
+    strbuf_free(&numbered);
 }
 
-char *gw_msg_result_text(const json_t *block, bool *is_error)
+char *gw_msg_result_text(const json_t *block, size_t limit, bool *is_error)
 {
     const json_t *c = json_object_get(block, "content");
     const char *type = json_string_value(json_object_get(c, "type"));
@@ -156,32 +171,32 @@ char *gw_msg_result_text(const json_t *block, bool *is_error)
     } else if (strstr(type, "_tool_result_error")) {
         *is_error = true;
         const char *msg = json_string_value(json_object_get(c, "error_message"));
-        strbuf_printf(&b, "error: %s%s%s", json_string_value(json_object_get(c, "error_code")),
-                      msg ? ": " : "", msg ? msg : "");
+        const char *code = json_string_value(json_object_get(c, "error_code"));
+        strbuf_printf(&b, "error: %s%s%s", code ? code : "unavailable", msg ? ": " : "",
+                      msg ? msg : "");
     } else if (!strcmp(type, "bash_code_execution_result") ||
                !strcmp(type, "code_execution_result")) {
         strbuf_printf(&b, "exit code: %lld\n",
                       (long long)json_integer_value(json_object_get(c, "return_code")));
-        text_section(&b, "stdout", json_string_value(json_object_get(c, "stdout")));
-        text_section(&b, "stderr", json_string_value(json_object_get(c, "stderr")));
+        text_section(&b, "stdout", json_string_value(json_object_get(c, "stdout")), limit);
+        text_section(&b, "stderr", json_string_value(json_object_get(c, "stderr")), limit);
         size_t i;
         json_t *f;
         json_array_foreach(json_object_get(c, "content"), i, f)
         {
-            strbuf_printf(&b, "%s%s", i ? ", " : "output files given to the user: ",
-                          json_string_value(json_object_get(f, "file_id")));
+            const char *id = json_string_value(json_object_get(f, "file_id"));
+            strbuf_printf(&b, "%s%s", i ? ", " : "output files given to the user: ", id ? id : "?");
         }
     } else if (!strcmp(type, "text_editor_code_execution_view_result")) {
-        view_text(&b, c);
+        view_text(&b, c, limit);
     } else if (!strcmp(type, "text_editor_code_execution_create_result")) {
         strbuf_puts(&b, json_is_true(json_object_get(c, "is_file_update"))
                             ? "The file was updated."
                             : "The file was created.");
     } else if (!strcmp(type, "text_editor_code_execution_str_replace_result")) {
         strbuf_printf(&b, "The file was edited: %lld line(s) from line %lld became %lld line(s).",
-                      (long long)json_integer_value(json_object_get(c, "old_lines")),
-                      (long long)json_integer_value(json_object_get(c, "old_start")),
-                      (long long)json_integer_value(json_object_get(c, "new_lines")));
+                      count_of(c, "old_lines", 0), count_of(c, "old_start", 0),
+                      count_of(c, "new_lines", 0));
     } else {
         strbuf_printf(&b, "(%s)", type);
     }
@@ -258,7 +273,16 @@ static char *editor_cell(const json_t *input)
         "    import base64, json, os\n"
         "    a = json.loads(base64.b64decode('%s').decode())\n"
         "    def out(r):\n"
-        "        print('\\x1ecorral-editor ' + json.dumps(r), flush=True)\n"
+        "        s = json.dumps(r, ensure_ascii=False)\n"
+        "        if len(s.encode()) > %u and r.get('lines'):\n"
+        "            r['lines'] = None\n"
+        "            s = json.dumps(r, ensure_ascii=False)\n"
+        "        if len(s.encode()) > %u:\n"
+        "            s = json.dumps({'type': 'text_editor_code_execution_tool_result_error',\n"
+        "                            'error_code': 'invalid_tool_input', 'error_message':\n"
+        "                            'the result is larger than %u bytes: view fewer lines '\n"
+        "                            '(view_range)'})\n"
+        "        print('\\x1ecorral-editor ' + s, flush=True)\n"
         "    def fail(code, msg):\n"
         "        out({'type': 'text_editor_code_execution_tool_result_error',\n"
         "             'error_code': code, 'error_message': msg})\n"
@@ -343,7 +367,7 @@ static char *editor_cell(const json_t *input)
         "        return fail('invalid_tool_input', str(e))\n"
         "__corral_editor()\n"
         "del __corral_editor\n",
-        b64, VIEW_MAX, VIEW_MAX, VIEW_MAX);
+        b64, RESULT_MAX, RESULT_MAX, RESULT_MAX, EDIT_MAX, EDIT_MAX, EDIT_MAX);
     return strbuf_take(&b);
 }
 
@@ -460,7 +484,7 @@ static json_t *run_cell(struct gw_msg *m, struct gw_container *ct, const char *n
     /* a command's cell kills it at its timeout: more time to say so */
     int rc = ct->provider->execute(ct->sb, cell, python ? timeout : timeout + 10000, &o, &err);
     gw_watch_stop(c->gw, &watch);
-    bool stopped = watch.fired || gw_call_cancelled(c);
+    bool stopped = gw_call_cancelled(c) || watch.fired; /* (a drain is told to the client) */
     bool bash = !strcmp(name, TOOL_BASH);
     cleanup_json json_t *shell = bash && rc == 0 ? gw_shell_result(&o) : NULL;
     gw_record_end(c, &rec, rc, &o, shell, stopped, &err);
@@ -513,5 +537,5 @@ void gw_msg_tool_run(struct gw_msg *m, const char *id, const char *name, json_t 
         c->code_calls++;
     }
     *client = content ? result_block(name, id, content) : NULL;
-    *model = *client ? gw_msg_result_text(*client, is_error) : NULL;
+    *model = *client ? gw_msg_result_text(*client, c->gw->cfg->output_limit, is_error) : NULL;
 }

@@ -199,7 +199,7 @@ static const char *run_commands(struct gw_call *c, struct gw_container *ct, json
         int rc = ct->provider->execute(ct->sb, cell, timeout_ms + 10000, &o, err);
         gw_watch_stop(c->gw, &watch);
         free(cell);
-        bool stopped = watch.fired || gw_call_cancelled(c);
+        bool stopped = gw_call_cancelled(c) || watch.fired; /* (a drain is told to the client) */
         json_t *r = rc == 0 && !stopped ? gw_shell_result(&o) : NULL;
         gw_record_end(c, &rec, rc, &o, r, stopped, err);
         if (stopped) {

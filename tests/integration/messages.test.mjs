@@ -319,17 +319,23 @@ test('messages: the loop limit pauses the turn; sent back, it goes on', T, async
   assert.deepEqual(seen.map((r) => r.round), [0, 1, 2, 3]);
 });
 
-test('messages: thinking is shown and replayed, and a client tool beside the code tool ends the turn for the client', T, async () => {
+test('messages: thinking is shown and replayed, and a client tool called beside the code tool ends the turn for the client', T, async () => {
   const weather = { name: 'get_weather', description: 'The weather of a city', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
   const marker = gw.upstream.script(gw.marker('mixed'), [
-    { thinking: { thinking: 'I should compute first.', signature: 'sig-1' }, ...bash('echo 21') },
-    { calls: [{ fn: { name: 'get_weather', arguments: JSON.stringify({ city: 'Lyon' }) } }] },
+    {
+      thinking: { thinking: 'I should compute and ask at once.', signature: 'sig-1' },
+      calls: [
+        { fn: { name: 'bash_code_execution', arguments: JSON.stringify({ command: 'echo 21' }) } },
+        { fn: { name: 'get_weather', arguments: JSON.stringify({ city: 'Lyon' }) } },
+      ],
+    },
     (req, ctx) => ({ text: `It is ${lastOutput(ctx)} in Lyon.` }),
   ]);
   const ask = [{ role: 'user', content: `${marker} weather` }];
   const m1 = await send({ model: NATIVE_MODEL, max_tokens: 1024, tools: [TOOL, weather], messages: ask }, true);
   assert.deepEqual(m1.content.map((b) => b.type), ['thinking', 'server_tool_use', 'bash_code_execution_tool_result', 'tool_use']);
-  assert.deepEqual(m1.content[0], { type: 'thinking', thinking: 'I should compute first.', signature: 'sig-1' });
+  assert.deepEqual(m1.content[0], { type: 'thinking', thinking: 'I should compute and ask at once.', signature: 'sig-1' });
+  assert.equal(m1.content[2].content.stdout, '21\n');
   assert.equal(m1.stop_reason, 'tool_use');
   const call = m1.content[3];
   assert.deepEqual(call.input, { city: 'Lyon' });
@@ -343,8 +349,22 @@ test('messages: thinking is shown and replayed, and a client tool beside the cod
   assert.equal(m2.content.at(-1).text, 'It is sunny in Lyon.');
   // every request the upstream answered passed its checks (thinking replayed verbatim, tool pairs)
   const seen = gw.upstream.requestsFor(marker);
-  assert.deepEqual(seen.map((r) => [r.round, r.status]), [[0, 200], [1, 200], [2, 200]]);
+  assert.deepEqual(seen.map((r) => [r.round, r.status]), [[0, 200], [1, 200]]);
   assert.deepEqual(seen[1].body.tools.map((t) => t.name), ['get_weather', 'bash_code_execution', 'text_editor_code_execution']);
+  // one assistant message with its thinking and both calls, then both results
+  const [, assistant, results] = seen[1].body.messages;
+  assert.deepEqual(assistant.content.map((b) => b.type), ['thinking', 'tool_use', 'tool_use']);
+  assert.deepEqual(results.content.map((b) => [b.type, b.tool_use_id]), [['tool_result', assistant.content[1].id], ['tool_result', call.id]]);
+});
+
+test('messages: an upstream that ends a turn of calls with "stop" still gets their results', T, async () => {
+  const marker = gw.upstream.script(gw.marker('stop-calls'), [
+    { ...bash('echo 7'), finishReason: 'stop' },
+    (req, ctx) => ({ text: `Seven: ${lastOutput(ctx).match(/stdout:\n(\d)/)[1]}.` }),
+  ]);
+  const m = await send({ model: CHAT_MODEL, max_tokens: 256, tools: [TOOL], messages: [{ role: 'user', content: `${marker} count` }] }, false);
+  assert.equal(m.content.at(-1).text, 'Seven: 7.');
+  assert.equal(m.stop_reason, 'end_turn');
 });
 
 test('messages: a call past gateway.exec_timeout is execution_time_exceeded, for both versions', T, async () => {
@@ -359,6 +379,60 @@ test('messages: a call past gateway.exec_timeout is execution_time_exceeded, for
   assert.equal(after.stdout, 'alive\n'); // the container goes on
 });
 
+test('messages: replayed results are read back within bounds', T, async () => {
+  const huge = 2 ** 62; // start_line + num_lines past a 64-bit integer
+  const marker = gw.upstream.script(gw.marker('replay-bounds'), [{ text: 'Read.' }]);
+  const m = await send({
+    model: NATIVE_MODEL,
+    max_tokens: 64,
+    tools: [TOOL],
+    messages: [
+      { role: 'user', content: 'look' },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'server_tool_use', id: 'srvtoolu_01', name: 'text_editor_code_execution', input: { command: 'view', path: 'a.txt' } },
+          { type: 'text_editor_code_execution_tool_result', tool_use_id: 'srvtoolu_01', content: { type: 'text_editor_code_execution_view_result', content: 'hello', file_type: 'text', num_lines: huge, start_line: huge, total_lines: huge } },
+        ],
+      },
+      { role: 'user', content: `${marker} and?` },
+    ],
+  }, false);
+  assert.equal(m.content[0].text, 'Read.');
+  const [seen] = gw.upstream.requestsFor(marker);
+  assert.deepEqual(seen.body.messages.map((x) => x.role), ['user', 'assistant', 'user']);
+  assert.match(seen.body.messages[2].content[0].content, /^\(lines 1 to 1 of 1\)\n\s+1\thello/);
+});
+
+test('messages: a key\'s usage counts its calls, proxied ones too; another key\'s upload is not found', T, async () => {
+  const base = gw.server.gatewayUrl.replace(/\/v1$/, '');
+  const admin = async (path, body) => {
+    const r = await fetch(`${base}${path}`, { method: body ? 'POST' : 'GET', headers: { authorization: `Bearer ${MASTER_KEY}`, 'content-type': 'application/json' }, body: body ? JSON.stringify(body) : undefined });
+    return r.json();
+  };
+  const { key } = await admin('/key/generate', { key_alias: 'messages-usage' });
+  const keyed = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
+  for (const stream of [false, true]) {
+    const marker = gw.upstream.script(gw.marker('usage'), [{ text: 'Counted.' }]);
+    const params = { model: NATIVE_MODEL, max_tokens: 64, messages: [{ role: 'user', content: `${marker} hi` }] };
+    const m = stream ? await keyed.messages.stream(params).finalMessage() : await keyed.messages.create(params);
+    assert.equal(m.content[0].text, 'Counted.');
+  }
+  const info = await admin(`/key/info?key=${key}`);
+  const [day] = info.info.usage;
+  assert.deepEqual([day.requests, day.input_tokens, day.output_tokens], [2, 200, 40], JSON.stringify(info.info.usage));
+  // the master key's upload, named by this key's request
+  const mine = await anthropic().beta.files.upload({ file: await toFile(Buffer.from('x'), 'x.txt') }, { betas: ['files-api-2025-04-14'] });
+  await assert.rejects(
+    keyed.beta.messages.create({ betas: BETA, model: NATIVE_MODEL, max_tokens: 5, tools: [TOOL], messages: [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'container_upload', file_id: mine.id }] }] }),
+    (err) => {
+      assert.ok(err instanceof Anthropic.NotFoundError, String(err));
+      assert.match(err.error.error.message, new RegExp(mine.id));
+      return true;
+    },
+  );
+});
+
 test('messages: bad requests get errors in Anthropic\'s shape', T, async () => {
   const c = anthropic();
   const cases = [
@@ -366,6 +440,14 @@ test('messages: bad requests get errors in Anthropic\'s shape', T, async () => {
     [{ model: 'no-such-model', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }, Anthropic.NotFoundError, 'not_found_error', /no-such-model/],
     [{ model: NATIVE_MODEL, max_tokens: 5, tools: [{ type: 'code_execution_20990101', name: 'code_execution' }], messages: [{ role: 'user', content: 'x' }] }, Anthropic.BadRequestError, 'invalid_request_error', /code_execution_20250825/],
     [{ model: NATIVE_MODEL, max_tokens: 5, tools: [TOOL], messages: [{ role: 'system', content: 'x' }] }, Anthropic.BadRequestError, 'invalid_request_error', /messages\.0\.role/],
+    // blocks that lack what the loop reads of them, whichever the upstream
+    [{ model: CHAT_MODEL, max_tokens: 5, messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: [{ type: 'text', text: 5 }] }, { role: 'user', content: 'y' }] }, Anthropic.BadRequestError, 'invalid_request_error', /messages\.1\.content\.0\.text/],
+    [{ model: CHAT_MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url' } }] }] }, Anthropic.BadRequestError, 'invalid_request_error', /messages\.0\.content\.0\.source\.url/],
+    [{ model: NATIVE_MODEL, max_tokens: 5, tools: [TOOL], messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: [{ type: 'server_tool_use', name: 'bash_code_execution', input: {} }] }] }, Anthropic.BadRequestError, 'invalid_request_error', /messages\.1\.content\.0\.id/],
+    // a client tool named as one of the code tool's
+    [{ model: NATIVE_MODEL, max_tokens: 5, tools: [TOOL, { name: 'bash_code_execution', input_schema: { type: 'object' } }], messages: [{ role: 'user', content: 'x' }] }, Anthropic.BadRequestError, 'invalid_request_error', /bash_code_execution/],
+    // a file that is not the key's (none: it does not exist)
+    [{ model: NATIVE_MODEL, max_tokens: 5, tools: [TOOL], messages: [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'container_upload', file_id: 'file-nope' }] }] }, Anthropic.NotFoundError, 'not_found_error', /file-nope/],
   ];
   for (const [params, cls, type, message] of cases) {
     await assert.rejects(c.beta.messages.create(params), (err) => {
@@ -382,4 +464,23 @@ test('messages: bad requests get errors in Anthropic\'s shape', T, async () => {
     assert.equal(err.error.error.type, 'authentication_error');
     return true;
   });
+});
+
+// (last: it restarts the server)
+test('messages: stopping corral serve while code runs ends the stream with Anthropic\'s error', T, async () => {
+  const marker = gw.upstream.script(gw.marker('drain'), [bash('sleep 60'), { text: 'never reached' }]);
+  const s = anthropic().beta.messages.stream({ betas: BETA, model: NATIVE_MODEL, max_tokens: 64, tools: [TOOL], messages: [{ role: 'user', content: `${marker} wait` }] });
+  let restarted = null;
+  s.on('streamEvent', (e) => {
+    if (e.type === 'content_block_stop' && !restarted) restarted = gw.restart(); // SIGTERM: a clean exit is asserted
+  });
+  await assert.rejects(s.finalMessage(), (err) => {
+    assert.ok(err instanceof Anthropic.APIError, String(err));
+    assert.equal(err.error?.error?.type, 'overloaded_error', JSON.stringify(err.error));
+    assert.match(err.error.error.message, /shutting down/);
+    return true;
+  });
+  assert.ok(restarted, 'the code never started');
+  await restarted;
+  client = null;
 });

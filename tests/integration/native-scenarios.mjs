@@ -35,7 +35,7 @@ import {
   logsOf,
   serverLines,
 } from './gateway-helpers.mjs';
-import { useServer } from './harness.mjs';
+import { startServer, useServer } from './harness.mjs';
 import { startUpstream } from './upstream.mjs';
 
 export const NATIVE_MODEL = 'native';
@@ -208,9 +208,17 @@ export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [],
         ...serverLines({ dataDir: path.join(dir, 'data'), gatewayLines }),
       ].join('\n'),
     );
+    gw.config = config;
     return { config, gateway: true, env };
   });
-  exposeGateway(gw, ctx);
+  const forgetClient = exposeGateway(gw, ctx);
+  /** Stops `corral serve` (SIGTERM; its clean exit asserted) and starts it again (new ports). */
+  gw.restart = async () => {
+    await ctx.server.stop();
+    ctx.server = await startServer({ config: gw.config, gateway: true, env });
+    ctx.server.setEnv();
+    forgetClient();
+  };
   after(async () => {
     await gw.upstream?.close();
     if (gw.dir) fs.rmSync(gw.dir, { recursive: true, force: true });

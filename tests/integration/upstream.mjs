@@ -55,6 +55,8 @@
 //       calls, chat tool messages or Responses function_call_output and
 //       custom_tool_call_output items), lastToolOutput, codeOutputs
 //       (outputs of code tool calls), lastCodeOutput.
+//   Chat answers take `finishReason` (the finish_reason to give instead of
+//   the usual one: "stop" with tool calls, as some servers answer).
 //   Any turn may also have `until` (a promise: the answer waits for it, so
 //   that a test holds a request open until it lets it go), and
 //   `usage: {prompt_tokens, completion_tokens}`; by
@@ -549,7 +551,7 @@ export async function startUpstream({ chunkSize = 7, apiKey = null, dialects = [
       prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
       completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
     };
-    const finish = calls.length ? 'tool_calls' : 'stop';
+    const finish = turn.finishReason ?? (calls.length ? 'tool_calls' : 'stop');
     const toolCalls = calls.map((c) => (c.custom
       ? { id: c.callId, type: 'custom', custom: { name: c.name, input: c.input } }
       : { id: c.callId, type: 'function', function: { name: c.name, arguments: c.arguments } }));
