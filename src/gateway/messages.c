@@ -533,9 +533,8 @@ static int take_blocks(struct gw_msg *m, json_t *content, size_t shown, json_t *
         }
         char id[64];
         server_id(id, sizeof(id));
-        cleanup_json json_t *input = json_incref(json_object_get(b, "input"));
-        if (!input)
-            input = json_object();
+        json_t *given = json_object_get(b, "input");
+        cleanup_json json_t *input = json_is_object(given) ? json_incref(given) : json_object();
         gw_msg_emit_block(m, json_pack("{s:s, s:s, s:s, s:O}", "type", "server_tool_use", "id", id,
                                        "name", name, "input", input));
         json_array_append(assistant, b); /* the upstream sees its own call */
