@@ -101,6 +101,12 @@ struct corral_gateway_events {
     const char *anthropic_beta;
 };
 
+/* The error type Anthropic's API gives an HTTP status (400
+ * invalid_request_error, 401 authentication_error, 404 not_found_error, 429
+ * rate_limit_error, 503 overloaded_error, 5xx api_error...): for a server
+ * that answers Anthropic's clients in their shape. */
+const char *corral_gateway_anthropic_error_type(int status);
+
 struct corral_gateway_reply {
     int status; /* HTTP status of the answer */
     char *body; /* JSON (a Response, a chat completion or an error); NULL

@@ -1014,28 +1014,6 @@ static bool anthropic_client(const struct http_request *req)
     return http_header(req, "anthropic-version") || !strcmp(p, "/messages");
 }
 
-/* The error type Anthropic's API gives a status. */
-static const char *anthropic_error_type(int status)
-{
-    switch (status) {
-    case 401:
-        return "authentication_error";
-    case 403:
-        return "permission_error";
-    case 404:
-        return "not_found_error";
-    case 413:
-        return "request_too_large";
-    case 429:
-        return "rate_limit_error";
-    case 503:
-    case 529:
-        return "overloaded_error";
-    default:
-        return status >= 500 ? "api_error" : "invalid_request_error";
-    }
-}
-
 /* An error answered in OpenAI's shape, {"error": {"message", ...}}, turned
  * into Anthropic's {"type": "error", "error": {"type", "message"}}. */
 static void anthropic_shape(struct http_response *resp)
@@ -1050,8 +1028,9 @@ static void anthropic_shape(struct http_response *resp)
     const char *message = json_string_value(json_object_get(e, "message"));
     if (!message || json_object_get(j, "type"))
         return; /* not an error, or Anthropic's already */
-    cleanup_json json_t *shaped = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-                                            anthropic_error_type(status), "message", message);
+    cleanup_json json_t *shaped =
+        json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                  corral_gateway_anthropic_error_type(status), "message", message);
     char *text = shaped ? json_dumps(shaped, JSON_COMPACT) : NULL;
     if (text)
         http_response_set_body(resp, "application/json", text, strlen(text));

@@ -112,8 +112,6 @@ void gw_msg_error(struct gw_msg *m, int status, const char *fmt, ...)
 /* The same with the error's type given (NULL: the status's). */
 void gw_msg_error_as(struct gw_msg *m, int status, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Anthropic's error type of an HTTP status. */
-const char *gw_msg_error_type(int status);
 /* A block of the answer, whole: kept, and streamed as its start, delta and
  * stop events. */
 void gw_msg_emit_block(struct gw_msg *m, json_t *block);

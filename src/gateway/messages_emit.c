@@ -16,7 +16,7 @@
 #include "base/utf8.h"
 #include "gateway/messages.h"
 
-const char *gw_msg_error_type(int status)
+const char *corral_gateway_anthropic_error_type(int status)
 {
     switch (status) {
     case 401:
@@ -58,8 +58,9 @@ static void error_v(struct gw_msg *m, int status, const char *type, const char *
     char raw[1024], msg[1024]; /* an upstream's text may be any bytes: JSON takes UTF-8 */
     vsnprintf(raw, sizeof(raw), fmt, ap);
     corral_utf8_fit(msg, sizeof(msg), raw);
-    json_t *body = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-                             type ? type : gw_msg_error_type(status), "message", msg);
+    json_t *body =
+        json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+                  type ? type : corral_gateway_anthropic_error_type(status), "message", msg);
     if (m->started) {
         send_event(m, "error", body);
         return;
