@@ -421,6 +421,9 @@ test('messages: a key\'s usage counts its calls, proxied ones too; another key\'
   const info = await admin(`/key/info?key=${key}`);
   const [day] = info.info.usage;
   assert.deepEqual([day.requests, day.input_tokens, day.output_tokens], [2, 200, 40], JSON.stringify(info.info.usage));
+  // and the server's metrics name the route
+  const metrics = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${MASTER_KEY}` } })).text();
+  assert.match(metrics, /corral_http_requests_total\{[^}]*surface="gateway"[^}]*route="\/messages"[^}]*status="200"/);
   // the master key's upload, named by this key's request
   const mine = await anthropic().beta.files.upload({ file: await toFile(Buffer.from('x'), 'x.txt') }, { betas: ['files-api-2025-04-14'] });
   await assert.rejects(
