@@ -81,14 +81,16 @@ cli-test: $(TEST_BUILT)
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral $(PYTHON) -m pytest -q -p no:cacheprovider tests/cli
 
 # `corral serve` driven by the official npm SDKs (tests/integration); then the
-# gateway's suite again with its code run by the remote providers, e2b and
+# gateway's suites (OpenAI's and Anthropic's APIs) again with their code run
+# by the remote providers, e2b and
 # opensandbox, pointed at a second `corral serve` (without the files whose
 # tests do not depend on where the code runs: the scripted upstream itself,
 # an upstream's stream breaking off, keys' limits, background runs, the
 # Files API in Anthropic's shape).
 GATEWAY_LOCAL_ONLY = $(addprefix tests/integration/,gateway-mock.test.mjs gateway-endings.test.mjs \
 	gateway-tenants.test.mjs gateway-background.test.mjs gateway-anthropic-files.test.mjs)
-GATEWAY_SUITE = $(filter-out $(GATEWAY_LOCAL_ONLY),$(wildcard tests/integration/gateway*.test.mjs))
+GATEWAY_SUITE = $(filter-out $(GATEWAY_LOCAL_ONLY),$(wildcard tests/integration/gateway*.test.mjs)) \
+	tests/integration/messages.test.mjs
 integration-test: $(TEST_BUILT)
 	@scripts/install-node-deps tests/integration
 	@CORRAL=$(CURDIR)/$(TEST_BUILD)/corral node --test --test-concurrency=1 tests/integration/

@@ -94,15 +94,7 @@ export function gatewayConfig(upstreamUrl, { dataDir = null, gatewayLines = [], 
     // vision models: the images the code displays go back to them
     model('mock-vision-chat', 'chat_completions', '', ['supports_vision: true', 'max_tokens: 4096']),
     model('mock-vision-responses', 'responses', '', ['supports_vision: true']),
-    ...(sandboxHost
-      ? [
-          'sandbox_tools:',
-          ...remoteToolLines('remote', PROVIDER, sandboxHost),
-          'litellm_settings:',
-          '  code_interpreter_interception_params:',
-          '    sandbox_tool_name: remote',
-        ]
-      : []),
+    ...sandboxHostLines(sandboxHost),
     ...topLines,
     ...serverLines({ dataDir, gatewayLines }),
   ].join('\n');
@@ -150,6 +142,46 @@ export function exposeGateway(gw, ctx) {
 }
 
 /**
+ * With a remote provider (CORRAL_GW_PROVIDER e2b or opensandbox), the
+ * `corral serve` a gateway test's code runs on, through that provider's
+ * API (its config in dir); null when the provider is local.
+ */
+export async function startSandboxHost(dir) {
+  if (PROVIDER === 'local') return null;
+  // As the gateway's own: the tests count the sandboxes a request makes, so no warm pool.
+  const hostConfig = path.join(dir, 'sandbox-host.yaml');
+  fs.writeFileSync(hostConfig, 'templates:\n  default:\n    pool_size: 0\n');
+  // Its ceiling per key is above what one test makes at once (100 concurrent
+  // requests), so that a sandbox an earlier test's request is still
+  // deleting does not count against them.
+  return startServer({ apiKeys: [SANDBOX_HOST_KEY], config: hostConfig, gateway: false, args: ['--max-sandboxes-per-key', '1000'] });
+}
+
+/** Once the gateway has stopped: every sandbox it made must be gone from the host, which stops. */
+export async function stopSandboxHost(host) {
+  if (!host) return;
+  let left = [];
+  try {
+    left = await remoteSandboxes(PROVIDER, host);
+  } finally {
+    await host.stop();
+  }
+  assert.deepEqual(left, [], `the gateway left sandboxes on the ${PROVIDER} sandbox host`);
+}
+
+/** The config lines that send a gateway's code to the sandbox host (none without one). */
+export function sandboxHostLines(host) {
+  if (!host) return [];
+  return [
+    'sandbox_tools:',
+    ...remoteToolLines('remote', PROVIDER, host),
+    'litellm_settings:',
+    '  code_interpreter_interception_params:',
+    '    sandbox_tool_name: remote',
+  ];
+}
+
+/**
  * Registers the hooks of a gateway test file: the upstream mock, a config
  * file naming it, `corral serve` with the gateway (through the harness's
  * useServer, which also checks the clean exit and the host afterwards) and
@@ -174,29 +206,14 @@ export function useGateway({ gatewayLines = [], topLines = [], apiKeys = [], arg
     }
     if (problems.length) throw new Error(problems.join('\n'));
     const host = gw.sandboxHost;
-    if (!host) return;
     gw.sandboxHost = null;
-    let left = [];
-    try {
-      left = await remoteSandboxes(PROVIDER, host);
-    } finally {
-      await host.stop();
-    }
-    assert.deepEqual(left, [], `the gateway left sandboxes on the ${PROVIDER} sandbox host`);
+    await stopSandboxHost(host);
   };
   const ctx = useServer(async () => {
     gw.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-gateway-'));
     const dir = gw.dir;
     process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true })); // also when an earlier after() hook failed
-    if (PROVIDER !== 'local') {
-      // As the gateway's own: the tests count the sandboxes a request makes, so no warm pool.
-      const hostConfig = path.join(gw.dir, 'sandbox-host.yaml');
-      fs.writeFileSync(hostConfig, 'templates:\n  default:\n    pool_size: 0\n');
-      // Its ceiling per key is above what one test makes at once (100 concurrent
-      // requests), so that a sandbox an earlier test's request is still
-      // deleting does not count against them.
-      gw.sandboxHost = await startServer({ apiKeys: [SANDBOX_HOST_KEY], config: hostConfig, gateway: false, args: ['--max-sandboxes-per-key', '1000'] });
-    }
+    gw.sandboxHost = await startSandboxHost(dir);
     gw.upstream = await startUpstream();
     const config = path.join(gw.dir, 'gateway.yaml');
     gw.config = config;

@@ -31,6 +31,9 @@ import {
   codeOutputsSeen,
   exposeGateway,
   imagesOf,
+  sandboxHostLines,
+  startSandboxHost,
+  stopSandboxHost,
   INCLUDE_OUTPUTS,
   logsOf,
   serverLines,
@@ -187,11 +190,18 @@ async function complete(client, body, stream) {
  * vision-capable, so the chart's image goes back to it.
  */
 export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [], gatewayLines = [] }) {
-  const gw = { upstream: null, dir: null, seq: 0 };
+  const gw = { upstream: null, dir: null, seq: 0, sandboxHost: null };
+  // with a remote provider, its sandbox host is checked and stopped once the gateway has stopped
+  const afterStop = async () => {
+    const host = gw.sandboxHost;
+    gw.sandboxHost = null;
+    await stopSandboxHost(host);
+  };
   const ctx = useServer(async () => {
     gw.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-native-'));
     const dir = gw.dir;
     process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+    gw.sandboxHost = await startSandboxHost(dir);
     gw.upstream = await startUpstream({ dialects: [dialect] });
     const base = `http://127.0.0.1:${gw.upstream.port}`;
     const config = path.join(dir, 'gateway.yaml');
@@ -205,12 +215,13 @@ export function useNativeGateway({ dialect, modelLines, env = {}, topLines = [],
         '    model_info:',
         '      supports_vision: true',
         ...(typeof topLines === 'function' ? topLines(base, dir) : topLines),
+        ...sandboxHostLines(gw.sandboxHost),
         ...serverLines({ dataDir: path.join(dir, 'data'), gatewayLines }),
       ].join('\n'),
     );
     gw.config = config;
     return { config, gateway: true, env };
-  });
+  }, { afterStop });
   const forgetClient = exposeGateway(gw, ctx);
   /** Stops `corral serve` (SIGTERM; its clean exit asserted) and starts it again (new ports). */
   gw.restart = async () => {
