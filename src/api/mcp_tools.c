@@ -3,6 +3,7 @@
 #include "api/mcp_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@
 #define MAX_PROGRESS      100  /* notifications a call sends at most */
 #define PROGRESS_TEXT_MAX 1000 /* bytes of output a notification's message shows */
 #define MAX_IMAGES        16   /* images a run_code gives */
+#define ERROR_FLOOR       1024 /* bytes of each of an error's texts kept past the budget */
+#define RESULT_FRAMING    16   /* bytes of the budget a result takes besides its text */
 #define MAX_ENTRIES       1000 /* entries list_files gives */
 #define MAX_SANDBOX_S     (24 * 3600)
 #define WAIT_SLICE_MS     100 /* a command's cancel is seen within this */
@@ -149,10 +152,16 @@ void mcp_call_progress(struct mcp_call *c, const char *text, size_t len)
 struct run {
     struct mcp_call *c;
     struct strbuf out, err; /* capped at max_output */
-    json_t *texts;          /* the results' text/plain */
-    json_t *images;         /* [{data, mimeType}] */
+    /* Bytes left for the results' texts, the images and the error: one
+     * budget of max_output a call, what goes past it cut and said. */
+    uint64_t budget;
+    json_t *texts;  /* the results' text/plain, as kept */
+    json_t *images; /* [{data, mimeType}] */
     unsigned images_dropped;
-    char *ename, *evalue, *etb;
+    uint64_t results_cut;       /* results' bytes not kept */
+    unsigned results_dropped;   /* results not kept at all */
+    char *ename, *evalue, *etb; /* as kept */
+    uint64_t error_cut;         /* the error's bytes not kept */
 };
 
 static void run_free(struct run *r)
@@ -182,6 +191,17 @@ static void run_stderr(void *u, const char *text, size_t len, double ts)
     mcp_call_progress(r->c, text, len);
 }
 
+/* The length of text[0..len) the budget takes (at a whole UTF-8
+ * character), taken from it; at least floor bytes (the budget then goes to
+ * 0), so that an error always says something. */
+static size_t take_budget(struct run *r, const char *text, size_t len, size_t floor)
+{
+    uint64_t allowed = r->budget > floor ? r->budget : floor;
+    size_t keep = len <= allowed ? len : corral_utf8_whole(text, (size_t)allowed);
+    r->budget = keep < r->budget ? r->budget - keep : 0;
+    return keep;
+}
+
 static void run_result(void *u, const struct corral_result *res)
 {
     struct run *r = u;
@@ -189,14 +209,38 @@ static void run_result(void *u, const struct corral_result *res)
     static const char *const IMAGES[] = {"image/png", "image/jpeg"};
     for (size_t i = 0; i < 2; i++) {
         const char *data = corral_result_get(res, IMAGES[i]);
-        if (data && json_array_size(r->images) >= MAX_IMAGES)
+        size_t len = data ? strlen(data) : 0;
+        if (!data)
+            continue;
+        if (json_array_size(r->images) >= MAX_IMAGES || len > r->budget) {
             r->images_dropped++;
-        else if (data)
-            json_array_append_new(r->images, json_pack("{s:s, s:s, s:s}", "type", "image", "data",
-                                                       data, "mimeType", IMAGES[i]));
+            continue;
+        }
+        r->budget -= len;
+        json_array_append_new(r->images, json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
+                                                   data, len, "mimeType", IMAGES[i]));
     }
-    if (text)
-        json_array_append_new(r->texts, text_json(text, strlen(text)));
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    /* each result costs its framing too ("result:" in the text, quotes in
+     * structuredContent): many small ones are bounded as one big one */
+    r->budget = r->budget > RESULT_FRAMING ? r->budget - RESULT_FRAMING : 0;
+    size_t keep = take_budget(r, text, len, 0);
+    r->results_cut += len - keep;
+    if (keep)
+        json_array_append_new(r->texts, text_json(text, keep));
+    else
+        r->results_dropped++;
+}
+
+/* What the budget keeps of an error's text, copied (NULL: out of memory). */
+static char *error_text(struct run *r, const char *text, size_t floor)
+{
+    size_t len = strlen(text);
+    size_t keep = take_budget(r, text, len, floor);
+    r->error_cut += len - keep;
+    return strndup(text, keep);
 }
 
 static void run_error(void *u, const char *name, const char *value, const char *traceback)
@@ -204,9 +248,9 @@ static void run_error(void *u, const char *name, const char *value, const char *
     struct run *r = u;
     if (r->ename)
         return; /* the first error of the execution */
-    r->ename = strdup(name ? name : "Error");
-    r->evalue = strdup(value ? value : "");
-    r->etb = strdup(traceback ? traceback : "");
+    r->ename = error_text(r, name ? name : "Error", ERROR_FLOOR);
+    r->evalue = error_text(r, value ? value : "", ERROR_FLOOR);
+    r->etb = error_text(r, traceback ? traceback : "", ERROR_FLOOR);
 }
 
 /* Drops terminal colour sequences (ESC [ ... letter): tracebacks come
@@ -259,15 +303,26 @@ static char *run_text(struct run *r, const struct corral_exec_outcome *o, uint64
     size_t i;
     json_t *v;
     json_array_foreach(r->texts, i, v) strbuf_printf(&t, "result:\n%s\n", json_string_value(v));
+    if (r->results_cut)
+        strbuf_printf(&t,
+                      "[results cut: %" PRIu64 " bytes of them are not shown (%u results left "
+                      "out whole); a call gives %" PRIu64 " bytes of results, images and error]\n",
+                      r->results_cut, r->results_dropped, r->c->ss->server->o.max_output);
     if (json_array_size(r->images) || r->images_dropped)
-        strbuf_printf(&t, "images: %zu attached%s\n", json_array_size(r->images),
-                      r->images_dropped ? " (more were made: only the first 16 are given)" : "");
+        strbuf_printf(&t, "images: %zu attached\n", json_array_size(r->images));
+    if (r->images_dropped)
+        strbuf_printf(&t,
+                      "[images cut: %u more were made and not given (at most %d a call, within "
+                      "the call's %" PRIu64 " bytes of results, images and error)]\n",
+                      r->images_dropped, MAX_IMAGES, r->c->ss->server->o.max_output);
     if (o->timed_out)
         strbuf_printf(&t, "error: the execution was stopped after %.3g s (timeout_seconds)\n",
                       (double)timeout_ms / 1000);
     else if (r->ename)
         strbuf_printf(&t, "error: %s: %s\n%s%s", r->ename, r->evalue, r->etb,
                       *r->etb && r->etb[strlen(r->etb) - 1] != '\n' ? "\n" : "");
+    if (r->error_cut && !o->timed_out)
+        strbuf_printf(&t, "[error cut: %" PRIu64 " bytes of it are not shown]\n", r->error_cut);
     if (o->context_restarted)
         strbuf_puts(&t, "the Python kernel restarted: its state (variables, imports) is lost\n");
     if (!t.len)
@@ -283,12 +338,14 @@ static json_t *run_structured(struct run *r, corral_sandbox *sb,
                              "value", text_json(r->evalue, strlen(r->evalue)), "traceback",
                              text_json(r->etb, strlen(r->etb)))
                  : json_null();
-    return json_pack("{s:s, s:I, s:o, s:o, s:b, s:b, s:O, s:I, s:o, s:b}", "sandbox_id",
-                     corral_sandbox_id(sb), "execution_count", (json_int_t)o->execution_count,
-                     "stdout", stream_json(&r->out), "stderr", stream_json(&r->err),
-                     "stdout_truncated", r->out.dropped > 0, "stderr_truncated", r->err.dropped > 0,
-                     "results", r->texts, "images", (json_int_t)json_array_size(r->images), "error",
-                     error, "timed_out", o->timed_out);
+    return json_pack(
+        "{s:s, s:I, s:o, s:o, s:b, s:b, s:O, s:b, s:I, s:I, s:o, s:b, s:b}", "sandbox_id",
+        corral_sandbox_id(sb), "execution_count", (json_int_t)o->execution_count, "stdout",
+        stream_json(&r->out), "stderr", stream_json(&r->err), "stdout_truncated",
+        r->out.dropped > 0, "stderr_truncated", r->err.dropped > 0, "results", r->texts,
+        "results_truncated", r->results_cut > 0, "images", (json_int_t)json_array_size(r->images),
+        "images_dropped", (json_int_t)r->images_dropped, "error", error, "error_truncated",
+        r->error_cut > 0, "timed_out", o->timed_out);
 }
 
 static json_t *run_code(struct mcp_call *c)
@@ -313,7 +370,7 @@ static json_t *run_code(struct mcp_call *c)
     if (!sb)
         return failed;
     __attribute__((cleanup(run_free))) struct run r = {
-        .c = c, .texts = json_array(), .images = json_array()};
+        .c = c, .budget = s->o.max_output, .texts = json_array(), .images = json_array()};
     r.out.max = r.err.max = s->o.max_output;
     struct corral_exec_options x;
     corral_exec_options_init(&x);

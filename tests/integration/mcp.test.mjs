@@ -288,6 +288,50 @@ test('stdio: create_sandbox, list_sandboxes and kill_sandbox', async () => {
   }
 });
 
+test('stdio: results, images and errors share one --max-output budget a call', async () => {
+  const { client } = await stdioClient(['--max-output', '8KiB']);
+  try {
+    const big = await client.callTool({ name: 'run_code', arguments: { code: 's = "a" * (8 << 20)\ns' } }, undefined, CALL);
+    assert.equal(big.isError, false, textOf(big).slice(0, 500));
+    assert.ok(JSON.stringify(big).length < 40_000, `a result of ${JSON.stringify(big).length} bytes`);
+    assert.equal(big.structuredContent.results_truncated, true);
+    assert.match(textOf(big), /\[results cut: \d+ bytes of them are not shown/);
+    const many = await client.callTool(
+      { name: 'run_code', arguments: { code: 'for i in range(20000):\n    display(i)' } },
+      undefined,
+      CALL,
+    );
+    assert.ok(JSON.stringify(many).length < 40_000, `a result of ${JSON.stringify(many).length} bytes`);
+    assert.ok(many.structuredContent.results.length < 20000);
+    assert.match(textOf(many), /results left out whole/);
+    const raised = await client.callTool(
+      { name: 'run_code', arguments: { code: 'raise ValueError("v" * (8 << 20))' } },
+      undefined,
+      CALL,
+    );
+    assert.equal(raised.isError, true);
+    assert.ok(JSON.stringify(raised).length < 40_000, `a result of ${JSON.stringify(raised).length} bytes`);
+    assert.equal(raised.structuredContent.error.name, 'ValueError');
+    assert.equal(raised.structuredContent.error_truncated, true);
+    assert.match(textOf(raised), /\[error cut: \d+ bytes of it are not shown\]/);
+    const images = await client.callTool(
+      {
+        name: 'run_code',
+        arguments: {
+          code: 'from IPython.display import display\nimport base64\npng = base64.b64encode(bytes(6000)).decode()\nfor i in range(3):\n    display({"image/png": png, "text/plain": "img"}, raw=True)',
+        },
+      },
+      undefined,
+      CALL,
+    );
+    assert.equal(images.content.filter((c) => c.type === 'image').length, 1, textOf(images));
+    assert.equal(images.structuredContent.images_dropped, 2);
+    assert.match(textOf(images), /\[images cut: 2 more were made/);
+  } finally {
+    await client.close();
+  }
+});
+
 // ---- streamable HTTP ----
 
 test('http: tools, state, charts, commands, files, errors, progress and cancels', async () => {
