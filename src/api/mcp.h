@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -35,6 +36,33 @@
 /* The protocol version answered to a client that asks for one this server
  * does not know. */
 #define MCP_LATEST_VERSION "2025-11-25"
+
+/* Who a session is: a tenant (an API key's number, as api/tenants.h
+ * counts them; any number for a transport without keys), whether it sees
+ * every tenant's sandboxes (an admin key, or a server without keys), and
+ * what its sandboxes are charged to (corral_sandbox_options' owner
+ * fields). */
+struct mcp_caller {
+    int tenant;
+    bool all;
+    unsigned owner, owner_max, owner_elsewhere;
+};
+
+/* Hooks that record each run_code and run_command to an audit trail
+ * (corral serve's; docs/operations.md), all called with the options' ctx
+ * on the call's thread. begin opens a record (NULL: this one is not
+ * recorded), the others add to it until finish ends and frees it. */
+struct mcp_audit_hooks {
+    void *(*begin)(void *ctx, const struct mcp_caller *who, const char *kind, const char *language,
+                   const char *sandbox_id, const char *template_name, const char *code);
+    void (*output)(void *rec, bool is_stderr, const char *data, size_t len);
+    /* One part of a result the code displayed (its mime type, its value). */
+    void (*result)(void *rec, const char *mime, const char *value);
+    void (*error)(void *rec, const char *name, const char *text);
+    /* outcome: "ok", "error", "timeout", "oom_killed", "killed";
+     * exit_code: a command's, or NULL. */
+    void (*finish)(void *rec, const char *outcome, const int *exit_code);
+};
 
 struct mcp_server_options {
     const char *version;  /* serverInfo.version */
@@ -56,18 +84,9 @@ struct mcp_server_options {
     /* Whether the tenant may use the template name (another key's
      * template is "not found"); NULL: every name. */
     bool (*template_visible)(void *ctx, int tenant, const char *name);
+    /* The audit trail's hooks (begin NULL: none). */
+    struct mcp_audit_hooks audit;
     void *ctx;
-};
-
-/* Who a session is: a tenant (an API key's number, as api/tenants.h
- * counts them; any number for a transport without keys), whether it sees
- * every tenant's sandboxes (an admin key, or a server without keys), and
- * what its sandboxes are charged to (corral_sandbox_options' owner
- * fields). */
-struct mcp_caller {
-    int tenant;
-    bool all;
-    unsigned owner, owner_max, owner_elsewhere;
 };
 
 struct mcp_server;

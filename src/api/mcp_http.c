@@ -1,6 +1,7 @@
 /* MCP's streamable HTTP transport: sessions by key, JSON or SSE answers;
  * see mcp_http.h. */
 #include "api/mcp_http.h"
+#include "api/audit_api.h"
 #include "api/e2b/templates.h"
 #include "api/mcp.h"
 #include "api/tenants.h"
@@ -18,6 +19,7 @@
 #include "base/log.h"
 #include "base/strbuf.h"
 #include "base/util.h"
+#include "store/audit.h"
 
 #define DEFAULT_MAX_SESSIONS 256
 #define DEFAULT_MAX_PER_KEY  32
@@ -46,7 +48,9 @@ struct mcp_http {
     unsigned max_sessions, max_per_key;
     uint64_t idle_ms;
     char *template_dir;
-    pthread_t sweeper; /* ends idle sessions, requests or not */
+    struct audit *audit;  /* or NULL */
+    char *audit_skip_key; /* or NULL */
+    pthread_t sweeper;    /* ends idle sessions, requests or not */
     pthread_cond_t wake;
     bool have_sweeper, stopping; /* stopping: under lock */
 };
@@ -427,6 +431,63 @@ static bool template_visible(void *ctx, int tenant, const char *name)
     return tpl_visible(tpl_store_dir(m->template_dir), name, &who);
 }
 
+/* ---- the audit trail: mcp_audit_hooks over store/audit.h ---- */
+
+/* An execution being recorded, and where it goes. */
+struct audit_rec {
+    struct audit *audit;
+    struct audit_exec e;
+};
+
+static void *audit_begin(void *ctx, const struct mcp_caller *who, const char *kind,
+                         const char *language, const char *sandbox_id, const char *template_name,
+                         const char *code)
+{
+    struct mcp_http *m = ctx;
+    int tenant = who->tenant;
+    if (!m->audit ||
+        (tenant >= 0 && m->audit_skip_key && !strcmp(m->tenants.keys[tenant], m->audit_skip_key)))
+        return NULL;
+    struct audit_rec *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    struct audit_who w;
+    audit_who_of_tenant(&m->tenants, tenant, &w);
+    r->audit = m->audit;
+    audit_exec_begin(&r->e, &w, "mcp", kind, language, sandbox_id, template_name, code, NULL);
+    return r;
+}
+
+static void audit_output(void *rec, bool is_stderr, const char *data, size_t len)
+{
+    struct audit_rec *r = rec;
+    audit_text_add(is_stderr ? &r->e.err : &r->e.out, data, len);
+}
+
+static void audit_result(void *rec, const char *mime, const char *value)
+{
+    struct audit_rec *r = rec;
+    r->e.result_bytes += strlen(value);
+    audit_exec_image(&r->e, mime, value);
+}
+
+static void audit_error(void *rec, const char *name, const char *text)
+{
+    struct audit_rec *r = rec;
+    audit_exec_error(&r->e, name, text);
+}
+
+static void audit_finish(void *rec, const char *outcome, const int *exit_code)
+{
+    struct audit_rec *r = rec;
+    if (exit_code) {
+        r->e.has_exit_code = true;
+        r->e.exit_code = *exit_code;
+    }
+    audit_exec_finish(r->audit, &r->e, outcome);
+    free(r);
+}
+
 int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct corral_error *err)
 {
     struct mcp_http *m = calloc(1, sizeof(*m));
@@ -440,10 +501,16 @@ int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct
                                     .state_dir = o->state_dir,
                                     .template_visible = template_visible,
                                     .ctx = m};
+    if (o->audit)
+        so.audit = (struct mcp_audit_hooks){audit_begin, audit_output, audit_result, audit_error,
+                                            audit_finish};
+    m->audit = o->audit;
     if ((o->template_dir && !(m->template_dir = strdup(o->template_dir))) ||
+        (o->audit_skip_key && !(m->audit_skip_key = strdup(o->audit_skip_key))) ||
         mcp_server_new(&so, &m->server, err) < 0) {
         tenants_free(&m->tenants);
         free(m->template_dir);
+        free(m->audit_skip_key);
         free(m);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -483,5 +550,6 @@ void mcp_http_free(struct mcp_http *m)
     pthread_cond_destroy(&m->wake);
     pthread_mutex_destroy(&m->lock);
     free(m->template_dir);
+    free(m->audit_skip_key);
     free(m);
 }

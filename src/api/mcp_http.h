@@ -27,7 +27,14 @@
 
 #define MCP_HTTP_PATH "/mcp"
 
+struct audit;
+
 struct mcp_http_options {
+    /* The audit trail each run_code and run_command is recorded to
+     * (surface "mcp"), or NULL; a key whose executions are not recorded
+     * (a fleet's own: the front's gateway records them), or NULL. */
+    struct audit *audit;
+    const char *audit_skip_key;
     const char *const *api_keys;   /* NULL-terminated; none: no key needed */
     const char *const *admin_keys; /* NULL-terminated */
     unsigned max_sandboxes_per_key;

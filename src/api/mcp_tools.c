@@ -147,6 +147,38 @@ void mcp_call_progress(struct mcp_call *c, const char *text, size_t len)
         c->send(c->userdata, n);
 }
 
+/* ---- the audit trail ---- */
+
+/* A record of the call's execution on sb, or NULL (no audit trail). */
+static void *audit_begin(struct mcp_call *c, const char *kind, const char *language,
+                         corral_sandbox *sb, const char *code)
+{
+    const struct mcp_server_options *o = &c->ss->server->o;
+    if (!o->audit.begin)
+        return NULL;
+    return o->audit.begin(o->ctx, &c->ss->caller, kind, language, corral_sandbox_id(sb),
+                          corral_sandbox_template(sb), code);
+}
+
+static void audit_output(struct mcp_call *c, void *rec, bool is_stderr, const char *data,
+                         size_t len)
+{
+    if (rec)
+        c->ss->server->o.audit.output(rec, is_stderr, data, len);
+}
+
+static void audit_error(struct mcp_call *c, void *rec, const char *name, const char *text)
+{
+    if (rec)
+        c->ss->server->o.audit.error(rec, name, text);
+}
+
+static void audit_finish(struct mcp_call *c, void *rec, const char *outcome, const int *exit_code)
+{
+    if (rec)
+        c->ss->server->o.audit.finish(rec, outcome, exit_code);
+}
+
 /* ---- run_code ---- */
 
 struct run {
@@ -162,6 +194,7 @@ struct run {
     unsigned results_dropped;   /* results not kept at all */
     char *ename, *evalue, *etb; /* as kept */
     uint64_t error_cut;         /* the error's bytes not kept */
+    void *rec;                  /* the audit trail's record, or NULL */
 };
 
 static void run_free(struct run *r)
@@ -180,6 +213,7 @@ static void run_stdout(void *u, const char *text, size_t len, double ts)
     (void)ts;
     struct run *r = u;
     strbuf_append(&r->out, text, len);
+    audit_output(r->c, r->rec, false, text, len);
     mcp_call_progress(r->c, text, len);
 }
 
@@ -188,6 +222,7 @@ static void run_stderr(void *u, const char *text, size_t len, double ts)
     (void)ts;
     struct run *r = u;
     strbuf_append(&r->err, text, len);
+    audit_output(r->c, r->rec, true, text, len);
     mcp_call_progress(r->c, text, len);
 }
 
@@ -205,6 +240,8 @@ static size_t take_budget(struct run *r, const char *text, size_t len, size_t fl
 static void run_result(void *u, const struct corral_result *res)
 {
     struct run *r = u;
+    for (size_t i = 0; r->rec && i < res->n; i++)
+        r->c->ss->server->o.audit.result(r->rec, res->types[i], res->values[i]);
     const char *text = corral_result_get(res, "text/plain");
     static const char *const IMAGES[] = {"image/png", "image/jpeg"};
     for (size_t i = 0; i < 2; i++) {
@@ -248,6 +285,7 @@ static void run_error(void *u, const char *name, const char *value, const char *
     struct run *r = u;
     if (r->ename)
         return; /* the first error of the execution */
+    audit_error(r->c, r->rec, name ? name : "Error", traceback && *traceback ? traceback : value);
     r->ename = error_text(r, name ? name : "Error", ERROR_FLOOR);
     r->evalue = error_text(r, value ? value : "", ERROR_FLOOR);
     r->etb = error_text(r, traceback ? traceback : "", ERROR_FLOOR);
@@ -383,15 +421,28 @@ static json_t *run_code(struct mcp_call *c)
                                                  .userdata = &r};
     struct corral_exec_outcome o = {0};
     struct corral_error err;
+    uint64_t oom_before = corral_sandbox_oom_kills(sb);
+    r.rec = audit_begin(c, "code", "python", sb, json_string_value(code));
     int rc = corral_execute(sb, NULL, json_string_value(code), &x, &o, &err);
     if (rc < 0) {
+        bool alive = corral_sandbox_alive(sb);
+        if (alive)
+            audit_error(c, r.rec, "ExecutionError", err.message);
+        audit_finish(c, r.rec, alive ? "error" : "killed", NULL);
         json_t *res =
-            corral_sandbox_alive(sb)
-                ? tool_error("cannot run the code: %s", err.message)
-                : tool_error("the sandbox %s ended while the code ran", corral_sandbox_id(sb));
+            alive ? tool_error("cannot run the code: %s", err.message)
+                  : tool_error("the sandbox %s ended while the code ran", corral_sandbox_id(sb));
         corral_sandbox_release(sb);
         return res;
     }
+    audit_finish(c, r.rec,
+                 o.timed_out                                        ? "timeout"
+                 : corral_sandbox_oom_kills(sb) > oom_before        ? "oom_killed"
+                 : o.context_restarted || !corral_sandbox_alive(sb) ? "killed"
+                 : __atomic_load_n(c->cancel, __ATOMIC_ACQUIRE)     ? "killed"
+                 : r.ename                                          ? "error"
+                                                                    : "ok",
+                 NULL);
     if (r.etb)
         strip_ansi(r.etb);
     cleanup_free char *text = run_text(&r, &o, timeout_ms, note);
@@ -408,12 +459,14 @@ static json_t *run_code(struct mcp_call *c)
 struct cmd_out {
     struct mcp_call *c;
     struct strbuf out, err;
+    void *rec; /* the audit trail's record, or NULL */
 };
 
 static void cmd_stdout(void *u, const char *data, size_t len)
 {
     struct cmd_out *o = u;
     strbuf_append(&o->out, data, len);
+    audit_output(o->c, o->rec, false, data, len);
     mcp_call_progress(o->c, data, len);
 }
 
@@ -421,6 +474,7 @@ static void cmd_stderr(void *u, const char *data, size_t len)
 {
     struct cmd_out *o = u;
     strbuf_append(&o->err, data, len);
+    audit_output(o->c, o->rec, true, data, len);
     mcp_call_progress(o->c, data, len);
 }
 
@@ -510,14 +564,29 @@ static json_t *run_command(struct mcp_call *c)
     enum cmd_end end = CMD_EXITED;
     struct corral_error err;
     corral_process *p = NULL;
+    uint64_t oom_before = corral_sandbox_oom_kills(sb);
+    o.rec = audit_begin(c, "command", NULL, sb, json_string_value(command));
     int rc = corral_command_start(sb, json_string_value(command), &co, &p, &err);
     if (rc == 0) {
         rc = cmd_wait(c, p, &cb, timeout_ms, &exit_code, &end, &err);
         corral_process_release(p);
     }
+    bool alive = corral_sandbox_alive(sb);
+    if (rc < 0 && alive)
+        audit_error(c, o.rec, "InternalError", err.message);
+    bool oom = corral_sandbox_oom_kills(sb) > oom_before;
+    audit_finish(c, o.rec,
+                 rc < 0 && alive        ? "error"
+                 : !alive               ? "killed"
+                 : end == CMD_TIMED_OUT ? "timeout"
+                 : end == CMD_CANCELLED ? "killed"
+                 : oom                  ? "oom_killed"
+                 : exit_code            ? "error"
+                                        : "ok",
+                 rc == 0 && alive && end == CMD_EXITED ? &exit_code : NULL);
     json_t *res;
     if (rc < 0)
-        res = corral_sandbox_alive(sb)
+        res = alive
                   ? tool_error("cannot run the command: %s", err.message)
                   : tool_error("the sandbox %s ended while the command ran", corral_sandbox_id(sb));
     else

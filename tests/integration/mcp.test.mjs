@@ -459,6 +459,44 @@ test("http: X-API-Key is a key too, and an admin key sees and uses every key's s
   }
 });
 
+test("http: run_code and run_command are in the audit trail, as the key's", async () => {
+  const c = await httpClient(KEY_B);
+  try {
+    const code = await c.client.callTool({ name: 'run_code', arguments: { code: 'print("audited")\n6 * 7' } }, undefined, CALL);
+    assert.equal(code.isError, false, textOf(code));
+    const id = code.structuredContent.sandbox_id;
+    const cmd = await c.client.callTool({ name: 'run_command', arguments: { command: 'echo cmd-out; exit 4' } }, undefined, CALL);
+    assert.equal(cmd.structuredContent.exit_code, 4);
+    const r = await fetch(`${ctx.server.directUrl}/audit/executions?surface=mcp&sandbox_id=${id}&limit=10`, {
+      headers: { 'X-API-Key': KEY_B },
+    });
+    assert.equal(r.status, 200);
+    const records = (await r.json()).data.reverse();
+    assert.deepEqual(
+      records.map((x) => [x.kind, x.outcome, x.code]),
+      [
+        ['code', 'ok', 'print("audited")\n6 * 7'],
+        ['command', 'error', 'echo cmd-out; exit 4'],
+      ],
+    );
+    for (const x of records) {
+      assert.equal(x.surface, 'mcp');
+      assert.match(x.key, /^sha256:[0-9a-f]{12}$/);
+      assert.equal(x.template, 'default');
+    }
+    assert.equal(records[0].stdout, 'audited\n');
+    assert.equal(records[0].result_bytes, 2);
+    assert.equal(records[1].stdout, 'cmd-out\n');
+    assert.equal(records[1].exit_code, 4);
+    const other = await fetch(`${ctx.server.directUrl}/audit/executions?surface=mcp&sandbox_id=${id}`, {
+      headers: { 'X-API-Key': KEY_A },
+    });
+    assert.deepEqual((await other.json()).data, [], "another key does not see B's records");
+  } finally {
+    await endHttp(c);
+  }
+});
+
 test("http: a session's sandboxes end with it (DELETE)", async () => {
   const c = await httpClient(KEY_A);
   const sessionId = c.transport.sessionId;
