@@ -160,6 +160,7 @@ static int parse_args(int argc, char **argv, struct mcp_cli *c)
 /* ---- the protocol's descriptors ---- */
 
 struct stdio_link {
+    struct mcp_server *server;
     int in, out;     /* the protocol's copies of stdin and stdout */
     int stop[2];     /* a signal's wake-up of the reader */
     bool out_broken; /* the client stopped reading */
@@ -228,6 +229,17 @@ static void end_queue(struct stdio_link *l)
     l->ended = true;
     pthread_cond_broadcast(&l->queued);
     pthread_mutex_unlock(&l->queue_lock);
+}
+
+/* The client went away, or a signal came: the requests not yet answered
+ * are dropped, and the sandboxes killed (a call running ends; one that
+ * would make a sandbox makes none). */
+static void stop_serving(struct stdio_link *l)
+{
+    pthread_mutex_lock(&l->queue_lock);
+    json_array_clear(l->queue);
+    pthread_mutex_unlock(&l->queue_lock);
+    mcp_server_kill_all(l->server);
 }
 
 /* One line read: refused as JSON-RPC says, queued for the answering loop
@@ -302,9 +314,8 @@ static void *reader_main(void *arg)
         ssize_t n = read(l->in, buf + len, cap - len);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        if (n <= 0) {
-            if (len && !skipping)
-                take_line(l, buf, len); /* a last line without its newline */
+        if (n <= 0) { /* stdin closed: the client is gone, nobody reads an answer */
+            stop_serving(l);
             break;
         }
         len += (size_t)n;
@@ -360,12 +371,9 @@ static void *signal_thread(void *arg)
     if (sigwait(&set, &sig) != 0 || sig == SIGUSR2)
         return NULL;
     fprintf(stderr, "corral mcp: stopping (%s)\n", strsignal(sig));
-    pthread_mutex_lock(&st->link->queue_lock);
-    json_array_clear(st->link->queue);
-    pthread_mutex_unlock(&st->link->queue_lock);
     if (write(st->link->stop[1], "x", 1) < 0)
         fprintf(stderr, "corral mcp: %s\n", strerror(errno));
-    mcp_server_kill_all(st->server);
+    stop_serving(st->link);
     return NULL;
 }
 
@@ -399,6 +407,7 @@ static int serve(struct mcp_server_options *o)
         release_stdio(&l);
         return CLI_SANDBOX_ERROR;
     }
+    l.server = server;
     /* One tenant that sees all: the server is this client's alone. */
     struct mcp_caller caller = {.tenant = 0, .all = true};
     l.ss = mcp_session_new(server, &caller);

@@ -4,6 +4,7 @@
 // tenants. docs/mcp.md is the contract.
 
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -330,6 +331,66 @@ test('stdio: results, images and errors share one --max-output budget a call', a
   } finally {
     await client.close();
   }
+});
+
+/** `corral mcp` driven by hand, to close its stdin or signal it while a
+ * call runs: send(msg), next(pred) the first message read that matches,
+ * exited its exit {code, signal}. */
+function rawStdio() {
+  const child = spawn(CORRAL, ['mcp'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => {
+    stderr += d.toString();
+  });
+  const seen = [];
+  const waiters = [];
+  let buf = '';
+  child.stdout.on('data', (d) => {
+    buf += d.toString();
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const msg = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      seen.push(msg);
+      for (const w of [...waiters]) {
+        if (w.pred(msg)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(msg);
+        }
+      }
+    }
+  });
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  return {
+    child,
+    exited,
+    stderr: () => stderr,
+    send: (msg) => child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', ...msg })}\n`),
+    next: (pred) => {
+      const found = seen.find(pred);
+      return found ? Promise.resolve(found) : new Promise((resolve) => waiters.push({ pred, resolve }));
+    },
+  };
+}
+
+async function rawInit(raw) {
+  raw.send({ id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  await raw.next((m) => m.id === 0);
+  raw.send({ method: 'notifications/initialized' });
+}
+
+test('stdio: stdin closing while a call runs and another waits ends corral mcp, its sandboxes too', async () => {
+  const raw = rawStdio();
+  await rawInit(raw);
+  raw.send({
+    id: 1,
+    method: 'tools/call',
+    params: { name: 'run_command', arguments: { command: 'echo started; sleep 600', timeout_seconds: 600 }, _meta: { progressToken: 'p' } },
+  });
+  raw.send({ id: 2, method: 'tools/call', params: { name: 'run_command', arguments: { command: 'sleep 600', timeout_seconds: 600 } } });
+  await raw.next((m) => m.method === 'notifications/progress');
+  raw.child.stdin.end();
+  assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
 });
 
 // ---- streamable HTTP ----
