@@ -189,6 +189,7 @@ static struct mcp_box *sweep(struct mcp_server *s)
 void mcp_server_kill_all(struct mcp_server *s)
 {
     pthread_mutex_lock(&s->lock);
+    s->stopping = true; /* a sandbox being made is killed as it settles */
     for (struct mcp_box *b = s->boxes; b; b = b->next)
         corral_sandbox_kill(b->sb);
     pthread_mutex_unlock(&s->lock);
@@ -296,6 +297,16 @@ static int create_failed(struct mcp_session *ss, const char *tpl, struct corral_
     return corral_error_wrap(err, "cannot create a sandbox");
 }
 
+/* Why no sandbox is made: the session, or the server, has ended. */
+static int ended(struct mcp_session *ss, struct corral_error *err)
+{
+    pthread_mutex_lock(&ss->server->lock);
+    bool stopping = ss->server->stopping;
+    pthread_mutex_unlock(&ss->server->lock);
+    return stopping ? corral_fail(err, ESHUTDOWN, "the MCP server is stopping")
+                    : corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+}
+
 /* A session's place for one more sandbox, taken (under s->lock until its
  * create ends, counted in ss->creating): 0, or why not. */
 static int reserve(struct mcp_session *ss, struct corral_error *err)
@@ -303,14 +314,14 @@ static int reserve(struct mcp_session *ss, struct corral_error *err)
     struct mcp_server *s = ss->server;
     pthread_mutex_lock(&s->lock);
     struct mcp_box *dead = sweep(s);
-    bool closed = ss->closed,
+    bool closed = ss->closed || s->stopping,
          full = session_holds(s, ss->serial) + ss->creating >= s->o.max_sandboxes;
     if (!closed && !full)
         ss->creating++;
     pthread_mutex_unlock(&s->lock);
     end_boxes(dead);
     if (closed)
-        return corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+        return ended(ss, err);
     if (full)
         return corral_fail(err, EMLINK,
                            "this session holds its most sandboxes at once (%u): kill one first "
@@ -326,15 +337,15 @@ static int settle(struct mcp_session *ss, struct mcp_box *b, struct corral_error
     struct mcp_server *s = ss->server;
     pthread_mutex_lock(&s->lock);
     ss->creating--;
-    bool closed = ss->closed;
+    bool closed = ss->closed || s->stopping;
     if (b && !closed) {
         b->next = s->boxes;
         s->boxes = b;
     }
     pthread_mutex_unlock(&s->lock);
-    if (b && closed) { /* the session ended while it was made */
+    if (b && closed) { /* the session, or the server, ended while it was made */
         end_boxes(b);
-        return corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+        return ended(ss, err);
     }
     return 0;
 }

@@ -95,7 +95,8 @@ struct mcp_session;
 /* Takes a copy of o (its strings too). */
 int mcp_server_new(const struct mcp_server_options *o, struct mcp_server **out,
                    struct corral_error *err);
-/* Kills every sandbox the server made (their calls end). */
+/* Kills every sandbox the server made (their calls end), and those being
+ * made as their creates end: no sandbox is made from then on. */
 void mcp_server_kill_all(struct mcp_server *s);
 /* Kills and releases them; the sessions must be gone. */
 void mcp_server_free(struct mcp_server *s);

@@ -22,6 +22,7 @@ struct mcp_server {
     pthread_mutex_t lock; /* boxes, serial, sessions' closed */
     struct mcp_box *boxes;
     uint64_t serial; /* the last session's */
+    bool stopping;   /* mcp_server_kill_all was called: no sandbox is made any more */
     struct mcp_server_options o;
     char *version, *template_name, *state_dir; /* o's strings, owned */
 };

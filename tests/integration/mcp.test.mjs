@@ -393,6 +393,17 @@ test('stdio: stdin closing while a call runs and another waits ends corral mcp, 
   assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
 });
 
+test("stdio: SIGTERM while the first sandbox is being made ends corral mcp", async () => {
+  const raw = rawStdio();
+  await rawInit(raw);
+  raw.send({ id: 1, method: 'tools/call', params: { name: 'run_code', arguments: { code: 'import time\ntime.sleep(600)', timeout_seconds: 600 } } });
+  raw.child.kill('SIGTERM');
+  assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
+  for (const marker of ['ERROR: AddressSanitizer', 'ERROR: LeakSanitizer', 'runtime error:']) {
+    assert.ok(!raw.stderr().includes(marker), raw.stderr());
+  }
+});
+
 // ---- streamable HTTP ----
 
 test('http: tools, state, charts, commands, files, errors, progress and cancels', async () => {
