@@ -585,10 +585,10 @@ static json_t *run_command(struct mcp_call *c)
                                         : "ok",
                  rc == 0 && alive && end == CMD_EXITED ? &exit_code : NULL);
     json_t *res;
-    if (rc < 0)
-        res = alive
-                  ? tool_error("cannot run the command: %s", err.message)
-                  : tool_error("the sandbox %s ended while the command ran", corral_sandbox_id(sb));
+    if (!alive) /* killed, or at its timeout: the command's status is the kill's */
+        res = tool_error("the sandbox %s ended while the command ran", corral_sandbox_id(sb));
+    else if (rc < 0)
+        res = tool_error("cannot run the command: %s", err.message);
     else
         res = cmd_result(&o, end, exit_code, timeout_ms, note);
     corral_sandbox_release(sb);

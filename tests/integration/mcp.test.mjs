@@ -569,6 +569,33 @@ test("http: run_code and run_command are in the audit trail, as the key's", asyn
   }
 });
 
+test('http: a command whose sandbox is killed while it runs is an error, not an exit status', async () => {
+  const c = await httpClient(KEY_A);
+  const other = await httpClient(KEY_A);
+  try {
+    const made = await c.client.callTool({ name: 'create_sandbox', arguments: {} }, undefined, CALL);
+    const id = made.structuredContent.sandbox_id;
+    let started;
+    const running = new Promise((resolve) => {
+      started = resolve;
+    });
+    const call = c.client.callTool(
+      { name: 'run_command', arguments: { command: 'echo started; sleep 600', timeout_seconds: 600, sandbox_id: id } },
+      undefined,
+      { timeout: 700_000, onprogress: () => started() },
+    );
+    await running;
+    const killed = await other.client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } }, undefined, CALL);
+    assert.equal(killed.isError, false, textOf(killed));
+    const result = await call;
+    assert.equal(result.isError, true, textOf(result));
+    assert.match(textOf(result), new RegExp(`the sandbox ${id} ended while the command ran`));
+  } finally {
+    await endHttp(other);
+    await endHttp(c);
+  }
+});
+
 test("http: a session's sandboxes end with it (DELETE)", async () => {
   const c = await httpClient(KEY_A);
   const sessionId = c.transport.sessionId;
