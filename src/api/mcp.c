@@ -11,6 +11,7 @@
 
 #include "base/cleanup.h"
 #include "base/clock.h"
+#include "base/utf8.h"
 
 #define DEFAULT_MAX_OUTPUT      (64u << 10)
 #define DEFAULT_MAX_FILE        (1u << 20)
@@ -35,11 +36,14 @@ static const char INSTRUCTIONS[] =
 
 json_t *mcp_error_message(json_t *id, int code, const char *fmt, ...)
 {
-    char text[512];
+    char cut[512], text[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
+    vsnprintf(cut, sizeof(cut), fmt, ap);
     va_end(ap);
+    /* cut at a whole character, bytes that are not UTF-8 (a header's)
+     * made valid: jansson takes nothing else */
+    corral_utf8_fit(text, sizeof(text), cut);
     return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                      "error", "code", code, "message", text);
 }

@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "base/util.h"
 #include "store/audit.h"
 
@@ -65,6 +66,7 @@ __attribute__((format(printf, 3, 4))) static struct http_response *refuse(int st
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    text[corral_utf8_whole(text, strlen(text))] = '\0'; /* mcp_error_message repairs the rest */
     return http_json(status, mcp_error_message(NULL, code, "%s", text));
 }
 
