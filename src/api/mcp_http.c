@@ -53,6 +53,10 @@ struct mcp_http {
     char *audit_skip_key; /* or NULL */
     pthread_t sweeper;    /* ends idle sessions, requests or not */
     pthread_cond_t wake;
+    /* Calls answered as event streams, on threads of their own: the
+     * transport outlives them (under lock). */
+    unsigned streams;
+    pthread_cond_t streams_done;
     bool have_sweeper, stopping; /* stopping: under lock */
 };
 
@@ -285,9 +289,14 @@ static void sse_gone(void *arg)
 static void sse_release(void *arg)
 {
     struct sse_call *c = arg;
+    struct mcp_http *m = c->m;
     mcp_session_release(c->ss);
     json_decref(c->msg);
     free(c);
+    pthread_mutex_lock(&m->lock);
+    if (!--m->streams)
+        pthread_cond_broadcast(&m->streams_done);
+    pthread_mutex_unlock(&m->lock);
 }
 
 static const struct http_stream_ops sse_ops = {sse_produce, sse_gone, sse_release};
@@ -302,6 +311,9 @@ static struct http_response *answer_stream(struct mcp_http *m, struct mcp_sessio
         return refuse(500, SERVER_ERROR, "out of memory");
     }
     *c = (struct sse_call){.m = m, .ss = ss, .msg = json_incref(msg)};
+    pthread_mutex_lock(&m->lock);
+    m->streams++; /* until sse_release */
+    pthread_mutex_unlock(&m->lock);
     snprintf(c->id, sizeof(c->id), "%s", id);
     struct http_response *resp = http_stream(200, "text/event-stream", &sse_ops, c);
     if (!resp) {
@@ -521,6 +533,7 @@ int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct
     m->idle_ms = o->session_idle_ms ? o->session_idle_ms : DEFAULT_IDLE_MS;
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->wake, NULL);
+    pthread_cond_init(&m->streams_done, NULL);
     m->have_sweeper = pthread_create(&m->sweeper, NULL, sweeper_main, m) == 0;
     *out = m;
     return 0;
@@ -536,9 +549,12 @@ void mcp_http_free(struct mcp_http *m)
 {
     if (!m)
         return;
+    mcp_server_kill_all(m->server); /* the calls under way end */
     pthread_mutex_lock(&m->lock);
     m->stopping = true;
     pthread_cond_signal(&m->wake);
+    while (m->streams)
+        pthread_cond_wait(&m->streams_done, &m->lock);
     pthread_mutex_unlock(&m->lock);
     if (m->have_sweeper)
         pthread_join(m->sweeper, NULL);
@@ -550,6 +566,7 @@ void mcp_http_free(struct mcp_http *m)
     mcp_server_free(m->server);
     tenants_free(&m->tenants);
     pthread_cond_destroy(&m->wake);
+    pthread_cond_destroy(&m->streams_done);
     pthread_mutex_destroy(&m->lock);
     free(m->template_dir);
     free(m->audit_skip_key);
