@@ -187,9 +187,10 @@ struct run {
     /* Bytes left for the results' texts, the images and the error: one
      * budget of max_output a call, what goes past it cut and said. */
     uint64_t budget;
-    json_t *texts;  /* the results' text/plain, as kept */
-    json_t *images; /* [{data, mimeType}] */
-    unsigned images_dropped;
+    json_t *texts;              /* the results' text/plain, as kept */
+    json_t *images;             /* [{data, mimeType}] */
+    unsigned images_dropped;    /* too many, or past the budget */
+    unsigned images_bad;        /* not base64 */
     uint64_t results_cut;       /* results' bytes not kept */
     unsigned results_dropped;   /* results not kept at all */
     char *ename, *evalue, *etb; /* as kept */
@@ -237,6 +238,53 @@ static size_t take_budget(struct run *r, const char *text, size_t len, size_t fl
     return keep;
 }
 
+/* data without its whitespace, when it is base64 (what MCP's image
+ * content must hold: a client refuses the whole result otherwise); else
+ * NULL. *len: its length. */
+static char *base64_of(const char *data, size_t *len)
+{
+    size_t n = strlen(data), k = 0, pad = 0;
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)data[i];
+        bool alpha = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                     (ch >= '0' && ch <= '9') || ch == '+' || ch == '/';
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t')
+            continue;
+        if ((alpha && pad) || (!alpha && ch != '=') || (ch == '=' && ++pad > 2)) {
+            free(out);
+            return NULL;
+        }
+        out[k++] = (char)ch;
+    }
+    if (!k || k % 4) {
+        free(out);
+        return NULL;
+    }
+    out[k] = '\0';
+    *len = k;
+    return out;
+}
+
+/* An image the code displayed, given when it is base64, one of the first
+ * MAX_IMAGES and within the budget. */
+static void run_image(struct run *r, const char *mime, const char *data)
+{
+    size_t len = 0;
+    cleanup_free char *b64 = base64_of(data, &len);
+    if (!b64)
+        r->images_bad++;
+    else if (json_array_size(r->images) >= MAX_IMAGES || len > r->budget)
+        r->images_dropped++;
+    else {
+        r->budget -= len;
+        json_array_append_new(r->images, json_pack("{s:s, s:s%, s:s}", "type", "image", "data", b64,
+                                                   len, "mimeType", mime));
+    }
+}
+
 static void run_result(void *u, const struct corral_result *res)
 {
     struct run *r = u;
@@ -246,16 +294,8 @@ static void run_result(void *u, const struct corral_result *res)
     static const char *const IMAGES[] = {"image/png", "image/jpeg"};
     for (size_t i = 0; i < 2; i++) {
         const char *data = corral_result_get(res, IMAGES[i]);
-        size_t len = data ? strlen(data) : 0;
-        if (!data)
-            continue;
-        if (json_array_size(r->images) >= MAX_IMAGES || len > r->budget) {
-            r->images_dropped++;
-            continue;
-        }
-        r->budget -= len;
-        json_array_append_new(r->images, json_pack("{s:s, s:s%, s:s}", "type", "image", "data",
-                                                   data, len, "mimeType", IMAGES[i]));
+        if (data)
+            run_image(r, IMAGES[i], data);
     }
     if (!text)
         return;
@@ -346,8 +386,11 @@ static char *run_text(struct run *r, const struct corral_exec_outcome *o, uint64
                       "[results cut: %" PRIu64 " bytes of them are not shown (%u results left "
                       "out whole); a call gives %" PRIu64 " bytes of results, images and error]\n",
                       r->results_cut, r->results_dropped, r->c->ss->server->o.max_output);
-    if (json_array_size(r->images) || r->images_dropped)
+    if (json_array_size(r->images) || r->images_dropped || r->images_bad)
         strbuf_printf(&t, "images: %zu attached\n", json_array_size(r->images));
+    if (r->images_bad)
+        strbuf_printf(&t, "[images left out: %u the code displayed are not valid base64]\n",
+                      r->images_bad);
     if (r->images_dropped)
         strbuf_printf(&t,
                       "[images cut: %u more were made and not given (at most %d a call, within "
@@ -382,8 +425,8 @@ static json_t *run_structured(struct run *r, corral_sandbox *sb,
         stream_json(&r->out), "stderr", stream_json(&r->err), "stdout_truncated",
         r->out.dropped > 0, "stderr_truncated", r->err.dropped > 0, "results", r->texts,
         "results_truncated", r->results_cut > 0, "images", (json_int_t)json_array_size(r->images),
-        "images_dropped", (json_int_t)r->images_dropped, "error", error, "error_truncated",
-        r->error_cut > 0, "timed_out", o->timed_out);
+        "images_dropped", (json_int_t)(r->images_dropped + r->images_bad), "error", error,
+        "error_truncated", r->error_cut > 0, "timed_out", o->timed_out);
 }
 
 static json_t *run_code(struct mcp_call *c)

@@ -328,6 +328,14 @@ test('stdio: results, images and errors share one --max-output budget a call', a
     assert.equal(images.content.filter((c) => c.type === 'image').length, 1, textOf(images));
     assert.equal(images.structuredContent.images_dropped, 2);
     assert.match(textOf(images), /\[images cut: 2 more were made/);
+    const bad = await client.callTool(
+      { name: 'run_code', arguments: { code: "display({'image/png': 'not base64 at all!!', 'text/plain': 'x'}, raw=True)" } },
+      undefined,
+      CALL,
+    );
+    assert.equal(bad.content.filter((c) => c.type === 'image').length, 0);
+    assert.match(textOf(bad), /\[images left out: 1 the code displayed are not valid base64\]/);
+    assert.equal(bad.structuredContent.images_dropped, 1);
   } finally {
     await client.close();
   }
