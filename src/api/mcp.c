@@ -550,6 +550,10 @@ static json_t *answer(struct mcp_session *ss, json_t *msg, mcp_send send, void *
     json_t *params = json_object_get(msg, "params");
     if (params && !json_is_object(params))
         return mcp_error_message(id, MCP_INVALID_PARAMS, "params must be an object");
+    if (!strcmp(method, "initialize") &&
+        !json_is_string(json_object_get(params, "protocolVersion")))
+        return mcp_error_message(id, MCP_INVALID_PARAMS,
+                                 "initialize needs params.protocolVersion, a string");
     if (!strcmp(method, "initialize"))
         return result_message(id, initialize(ss, params));
     if (!strcmp(method, "ping"))

@@ -37,6 +37,7 @@ struct http_session {
     int tenant;
     struct mcp_session *ss; /* its reference */
     uint64_t last_ms;       /* monotonic: the start or end of its last request */
+    unsigned busy;          /* its requests being answered */
     struct http_session *next;
 };
 
@@ -91,7 +92,7 @@ static struct http_session *take_idle(struct mcp_http *m)
     struct http_session *idle = NULL;
     for (struct http_session **p = &m->sessions; *p;) {
         struct http_session *h = *p;
-        if (now - h->last_ms >= m->idle_ms) {
+        if (!h->busy && now - h->last_ms >= m->idle_ms) {
             *p = h->next;
             h->next = idle;
             idle = h;
@@ -140,8 +141,9 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
-/* The session id of caller's, retained and its idle clock restarted; or
- * NULL (no such session, or another key's). */
+/* The session id of caller's, retained, its idle clock restarted and a
+ * request counted in it until session_done(); or NULL (no such session, or
+ * another key's). */
 static struct mcp_session *session_find(struct mcp_http *m, const char *id, int caller)
 {
     struct mcp_session *ss = NULL;
@@ -151,19 +153,42 @@ static struct mcp_session *session_find(struct mcp_http *m, const char *id, int 
             ss = h->ss;
             mcp_session_retain(ss);
             h->last_ms = corral_now_ms();
+            h->busy++;
         }
     pthread_mutex_unlock(&m->lock);
     return ss;
 }
 
-/* Restarts the idle clock of the session id, once a request is answered. */
-static void session_touch(struct mcp_http *m, const char *id)
+/* A request of the session id (session_find's) answered: its idle clock
+ * restarts. */
+static void session_done(struct mcp_http *m, const char *id)
 {
     pthread_mutex_lock(&m->lock);
     for (struct http_session *h = m->sessions; h; h = h->next)
-        if (!strcmp(h->id, id))
+        if (!strcmp(h->id, id)) {
             h->last_ms = corral_now_ms();
+            h->busy--;
+        }
     pthread_mutex_unlock(&m->lock);
+}
+
+/* Unlinks the least recently used session without a request under way,
+ * of tenant (or of any, when all): the place of a new one, whose end the
+ * caller does once unlocked; NULL when every one is busy. Under m->lock. */
+static struct http_session *take_lru(struct mcp_http *m, int tenant, bool all)
+{
+    struct http_session **lru = NULL;
+    for (struct http_session **p = &m->sessions; *p; p = &(*p)->next)
+        if (!(*p)->busy && (all || (*p)->tenant == tenant) &&
+            (!lru || (*p)->last_ms < (*lru)->last_ms))
+            lru = p;
+    if (!lru)
+        return NULL;
+    struct http_session *h = *lru;
+    *lru = h->next;
+    h->next = NULL;
+    m->n_sessions--;
+    return h;
 }
 
 /* Unlinks the session id of caller's: whether there was one. */
@@ -210,7 +235,15 @@ static struct http_response *session_open(struct mcp_http *m, const struct http_
     unsigned mine = 0;
     for (struct http_session *o = m->sessions; o; o = o->next)
         mine += o->tenant == caller;
-    bool full = m->n_sessions >= m->max_sessions, key_full = caller >= 0 && mine >= m->max_per_key;
+    /* a full table makes room: its least recently used session without a
+     * request under way ends (clients rarely end theirs) */
+    struct http_session *evicted = NULL;
+    bool key_full = caller >= 0 && mine >= m->max_per_key;
+    if (key_full && (evicted = take_lru(m, caller, false)))
+        key_full = false;
+    bool full = !key_full && m->n_sessions >= m->max_sessions;
+    if (full && !evicted && (evicted = take_lru(m, caller, true)))
+        full = false;
     if (!full && !key_full) {
         h->next = m->sessions;
         m->sessions = h;
@@ -220,15 +253,18 @@ static struct http_response *session_open(struct mcp_http *m, const struct http_
         memcpy(id, h->id, 33);
     }
     pthread_mutex_unlock(&m->lock);
+    end_all(evicted);
     if (!full && !key_full)
         return NULL;
     session_end(h);
     if (key_full)
         return refuse(429, SERVER_ERROR,
-                      "this API key holds its most MCP sessions at once (%u): end one (DELETE "
-                      "with its Mcp-Session-Id) or let it expire",
+                      "this API key holds its most MCP sessions at once (%u), each with a "
+                      "request under way",
                       m->max_per_key);
-    return refuse(503, SERVER_ERROR, "this server holds its most MCP sessions at once (%u)",
+    return refuse(503, SERVER_ERROR,
+                  "this server holds its most MCP sessions at once (%u), each with a request "
+                  "under way",
                   m->max_sessions);
 }
 
@@ -276,7 +312,6 @@ static void sse_produce(struct http_stream *s, void *arg)
     c->s = s;
     http_stream_set_keepalive(s, ": keep-alive\n\n", SSE_KEEPALIVE_MS);
     mcp_session_handle(c->ss, c->msg, sse_send, c);
-    session_touch(c->m, c->id);
 }
 
 /* The client left: its call stops. */
@@ -290,6 +325,7 @@ static void sse_release(void *arg)
 {
     struct sse_call *c = arg;
     struct mcp_http *m = c->m;
+    session_done(m, c->id);
     mcp_session_release(c->ss);
     json_decref(c->msg);
     free(c);
@@ -340,8 +376,14 @@ static struct http_response *initialize(struct mcp_http *m, const struct http_re
     struct http_response *refused = session_open(m, req, caller, &ss, id);
     if (refused)
         return refused;
-    struct http_response *resp = answer_json(ss, msg);
+    json_t *reply = NULL;
+    mcp_session_handle(ss, msg, keep_reply, &reply);
     mcp_session_release(ss);
+    if (!reply || json_object_get(reply, "error")) { /* refused: no session */
+        session_delete(m, id, caller);
+        return reply ? http_json(200, reply) : http_empty(202);
+    }
+    struct http_response *resp = http_json(200, reply);
     http_add_header(resp, "Mcp-Session-Id", id);
     corral_log(CORRAL_LOG_INFO, "mcp", "session %.8s opened", id);
     return resp;
@@ -376,7 +418,7 @@ static struct http_response *post(struct mcp_http *m, const struct http_request 
         return answer_stream(m, ss, id, msg);
     struct http_response *resp = answer_json(ss, msg);
     mcp_session_release(ss);
-    session_touch(m, id);
+    session_done(m, id);
     return resp;
 }
 

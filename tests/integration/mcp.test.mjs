@@ -604,6 +604,30 @@ test('http: a command whose sandbox is killed while it runs is an error, not an 
   }
 });
 
+test("http: a key's 33rd session ends its least recently used idle one; a refused initialize opens none", async () => {
+  const first = await httpClient(KEY_B);
+  const ran = await first.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+  assert.equal(ran.isError, false);
+  // 32 newer sessions left open, as clients that close without a DELETE
+  // leave them: the key holds at most 32, so the first one has ended
+  const newer = [];
+  for (let i = 0; i < 32; i++) newer.push(await httpClient(KEY_B));
+  await assert.rejects(first.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL), /404|Session not found/);
+  const last = newer[newer.length - 1];
+  const still = await last.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+  assert.equal(still.isError, false);
+  for (const c of newer) await endHttp(c);
+  await first.client.close();
+
+  const refused = await fetch(`${ctx.server.directUrl}/mcp`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${KEY_B}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { capabilities: {} } }),
+  });
+  assert.equal(refused.headers.get('mcp-session-id'), null);
+  assert.equal((await refused.json()).error.code, -32602);
+});
+
 test("http: a session's sandboxes end with it (DELETE)", async () => {
   const c = await httpClient(KEY_A);
   const sessionId = c.transport.sessionId;
