@@ -30,6 +30,8 @@
 
 /* JSON-RPC's range for a server's own errors: what the transport refuses. */
 #define SERVER_ERROR (-32000)
+/* A request without a key, or with a wrong one (the SDKs go by the 401). */
+#define UNAUTHORIZED (-32003)
 
 /* A session (under mcp_http.lock). */
 struct http_session {
@@ -270,10 +272,13 @@ static struct http_response *session_open(struct mcp_http *m, const struct http_
 
 /* ---- a request answered as JSON ---- */
 
-/* Keeps the last message sent: the response (notifications come before it). */
+/* Keeps the response (a message with an id): the notifications sent
+ * before it have nowhere to go, and a cancelled call has none. */
 static void keep_reply(void *userdata, json_t *msg)
 {
     json_t **reply = userdata;
+    if (!json_object_get(msg, "id"))
+        return;
     json_decref(*reply);
     *reply = json_incref(msg);
 }
@@ -452,7 +457,7 @@ struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_requ
 {
     int caller = tenant_of(&m->tenants, key_of(req));
     if (caller == TENANT_REFUSED) {
-        struct http_response *r = refuse(401, -32001,
+        struct http_response *r = refuse(401, UNAUTHORIZED,
                                          "Unauthorized: send a configured API key as "
                                          "Authorization: Bearer KEY (or X-API-Key)");
         http_add_header(r, "WWW-Authenticate", "Bearer realm=\"corral\"");

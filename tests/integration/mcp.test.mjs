@@ -628,6 +628,28 @@ test("http: a key's 33rd session ends its least recently used idle one; a refuse
   assert.equal((await refused.json()).error.code, -32602);
 });
 
+test('http: a call answered as JSON that the client cancels gets no body, not its progress', async () => {
+  const url = `${ctx.server.directUrl}/mcp`;
+  const headers = { Authorization: `Bearer ${KEY_A}`, 'Content-Type': 'application/json', Accept: 'application/json' };
+  const post = (body, session) =>
+    fetch(url, { method: 'POST', headers: session ? { ...headers, 'Mcp-Session-Id': session } : headers, body: JSON.stringify({ jsonrpc: '2.0', ...body }) });
+  const init = await post({ id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  const session = init.headers.get('mcp-session-id');
+  assert.ok(session);
+  await post({ method: 'notifications/initialized' }, session);
+  const call = (id, command) => ({ id, method: 'tools/call', params: { name: 'run_command', arguments: { command, timeout_seconds: 600 }, _meta: { progressToken: `p${id}` } } });
+  const slow = post(call(5, 'echo started; touch started; sleep 600'), session);
+  // the slow call has printed once this one sees its file
+  const waited = await post(call(6, 'while [ ! -e started ]; do sleep 0.05; done'), session);
+  assert.equal(waited.status, 200);
+  await post({ method: 'notifications/cancelled', params: { requestId: 5 } }, session);
+  const cancelled = await slow;
+  assert.equal(cancelled.status, 202);
+  assert.equal(await cancelled.text(), '');
+  const ended = await fetch(url, { method: 'DELETE', headers: { ...headers, 'Mcp-Session-Id': session } });
+  assert.equal(ended.status, 204);
+});
+
 test("http: a session's sandboxes end with it (DELETE)", async () => {
   const c = await httpClient(KEY_A);
   const sessionId = c.transport.sessionId;
