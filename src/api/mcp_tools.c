@@ -672,6 +672,29 @@ static bool is_text(const char *data, size_t len)
     return true;
 }
 
+/* corral_file_stat that follows symbolic links (at most 8 in a row): the
+ * file a read of path reads. */
+static int stat_follow(corral_sandbox *sb, const char *path, struct corral_entry *e,
+                       struct corral_error *err)
+{
+    char cur[8400], next[8400];
+    snprintf(cur, sizeof(cur), "%s", path);
+    for (int hops = 0;; hops++) {
+        if (corral_file_stat(sb, cur, e, err) < 0)
+            return -err->code;
+        if (e->type != CORRAL_SYMLINK)
+            return 0;
+        if (hops == 8)
+            return corral_fail(err, ELOOP, "too many levels of symbolic links");
+        const char *slash = strrchr(cur, '/');
+        if (e->target[0] == '/' || !slash) /* a relative path starts at /home/user */
+            snprintf(next, sizeof(next), "%s", e->target);
+        else
+            snprintf(next, sizeof(next), "%.*s/%s", (int)(slash - cur), cur, e->target);
+        memcpy(cur, next, sizeof(cur));
+    }
+}
+
 static json_t *read_file(struct mcp_call *c)
 {
     const char *path;
@@ -688,7 +711,7 @@ static json_t *read_file(struct mcp_call *c)
     json_t *res = NULL;
     if (!e)
         res = tool_error("out of memory");
-    else if (corral_file_stat(sb, path, e, &err) < 0)
+    else if (stat_follow(sb, path, e, &err) < 0)
         res = file_error("read", path, &err);
     else if (e->type == CORRAL_DIR)
         res = tool_error("cannot read %s: it is a directory (list_files lists it)", path);
@@ -706,11 +729,13 @@ static json_t *read_file(struct mcp_call *c)
     json_t *structured =
         json_pack("{s:s, s:I, s:o, s:b}", "path", path, "size", (json_int_t)size, "content",
                   text_json(strbuf_str(&data), keep), "truncated", data.dropped > 0);
-    if (!data.dropped)
+    if (!data.dropped && !note[0])
         return tool_result(strbuf_str(&data), keep, structured, false);
     cleanup_strbuf struct strbuf t = {0};
+    strbuf_puts(&t, note);
     strbuf_append(&t, strbuf_str(&data), keep);
-    strbuf_printf(&t, "\n[cut: the first %zu of %zu bytes are shown]\n", keep, size);
+    if (data.dropped)
+        strbuf_printf(&t, "\n[cut: the first %zu of %zu bytes are shown]\n", keep, size);
     return tool_result(strbuf_str(&t), t.len, structured, false);
 }
 
@@ -757,10 +782,11 @@ static int list_entry(void *u, const struct corral_entry *e)
     struct listing *l = u;
     if (++l->n > MAX_ENTRIES)
         return 0;
-    json_t *j = json_pack("{s:s, s:s, s:I}", "name", e->name, "type", type_name(e->type), "size",
-                          (json_int_t)e->size);
+    /* names and targets are bytes: those that are not UTF-8 are repaired */
+    json_t *j = json_pack("{s:o, s:s, s:I}", "name", text_json(e->name, strlen(e->name)), "type",
+                          type_name(e->type), "size", (json_int_t)e->size);
     if (j && e->type == CORRAL_SYMLINK)
-        json_object_set_new(j, "target", json_string(e->target));
+        json_object_set_new(j, "target", text_json(e->target, strlen(e->target)));
     json_array_append_new(l->entries, j);
     return 0;
 }
@@ -787,10 +813,10 @@ static json_t *sorted_entries(json_t *entries, struct strbuf *t)
         const char *type = json_string_value(json_object_get(v[i], "type"));
         if (!strcmp(type, "dir"))
             strbuf_printf(t, "%s/\n", name);
-        else if (!strcmp(type, "symlink"))
-            strbuf_printf(t, "%s -> %s\n", name,
-                          json_string_value(json_object_get(v[i], "target")));
-        else
+        else if (!strcmp(type, "symlink")) {
+            const char *target = json_string_value(json_object_get(v[i], "target"));
+            strbuf_printf(t, "%s -> %s\n", name, target ? target : "?");
+        } else
             strbuf_printf(t, "%s  (%lld bytes)\n", name,
                           (long long)json_integer_value(json_object_get(v[i], "size")));
         json_array_append(sorted, v[i]);

@@ -341,6 +341,45 @@ test('stdio: results, images and errors share one --max-output budget a call', a
   }
 });
 
+test('stdio: read_file through a link, names that are not UTF-8, and a replaced default sandbox', async () => {
+  const { client } = await stdioClient();
+  try {
+    const made = await client.callTool(
+      {
+        name: 'run_command',
+        arguments: {
+          command: "head -c 1200000 /dev/zero | tr '\\0' a > big.txt && ln -s big.txt link.txt && mkdir odd && touch odd/$'bad\\xff' && ln -s $'t\\xff' odd/badlink",
+        },
+      },
+      undefined,
+      CALL,
+    );
+    assert.equal(made.structuredContent.exit_code, 0, textOf(made));
+    const read = await client.callTool({ name: 'read_file', arguments: { path: 'link.txt' } }, undefined, CALL);
+    assert.equal(read.isError, false, textOf(read).slice(0, 300));
+    assert.equal(read.structuredContent.truncated, true);
+    assert.equal(read.structuredContent.size, 1200000);
+    assert.match(textOf(read), /\[cut: the first 1048576 of 1200000 bytes are shown\]/);
+    const listed = await client.callTool({ name: 'list_files', arguments: { path: 'odd' } }, undefined, CALL);
+    assert.equal(listed.isError, false, textOf(listed));
+    assert.deepEqual(
+      listed.structuredContent.entries.map((e) => [e.name, e.type, e.target]),
+      [
+        ['badlink', 'symlink', 't\ufffd'],
+        ['bad\ufffd', 'file', undefined],
+      ],
+    );
+    assert.doesNotMatch(textOf(listed), /\(null\)/);
+    const { sandboxes } = (await client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL)).structuredContent;
+    await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: sandboxes[0].sandbox_id } }, undefined, CALL);
+    const again = await client.callTool({ name: 'read_file', arguments: { path: '/etc/os-release' } }, undefined, CALL);
+    assert.equal(again.isError, false, textOf(again));
+    assert.match(textOf(again), /^\[the session's sandbox had ended: this ran in a new one/);
+  } finally {
+    await client.close();
+  }
+});
+
 /** `corral mcp` driven by hand, to close its stdin or signal it while a
  * call runs: send(msg), next(pred) the first message read that matches,
  * exited its exit {code, signal}. */
