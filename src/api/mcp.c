@@ -391,8 +391,8 @@ int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t t
     return 0;
 }
 
-int mcp_box_default(struct mcp_session *ss, corral_sandbox **out, bool *created, bool *replaced,
-                    struct corral_error *err)
+int mcp_box_default(struct mcp_session *ss, uint64_t call_ms, corral_sandbox **out, bool *created,
+                    bool *replaced, struct corral_error *err)
 {
     *created = *replaced = false;
     pthread_mutex_lock(&ss->lock);
@@ -407,7 +407,9 @@ int mcp_box_default(struct mcp_session *ss, corral_sandbox **out, bool *created,
         snprintf(ss->default_id, sizeof(ss->default_id), "%s", corral_sandbox_id(sb));
     }
     pthread_mutex_unlock(&ss->lock);
-    corral_sandbox_set_timeout(sb, ss->server->o.sandbox_timeout_ms);
+    uint64_t life = ss->server->o.sandbox_timeout_ms;
+    /* a second more than the call: its end, not the sandbox's, comes first */
+    corral_sandbox_set_timeout(sb, call_ms + 1000 > life ? call_ms + 1000 : life);
     *out = sb;
     return 0;
 }

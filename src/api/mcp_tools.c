@@ -101,7 +101,8 @@ static json_t *bad_argument(const char *name, const char *what)
 /* The sandbox a call names (sandbox_id), else the session's default one;
  * NULL with *failed the result to give. *note: what the model should know
  * of the default sandbox ("" when nothing). */
-static corral_sandbox *call_sandbox(struct mcp_call *c, json_t **failed, char *note, size_t cap)
+static corral_sandbox *call_sandbox(struct mcp_call *c, uint64_t call_ms, json_t **failed,
+                                    char *note, size_t cap)
 {
     const char *id;
     struct corral_error err;
@@ -118,16 +119,26 @@ static corral_sandbox *call_sandbox(struct mcp_call *c, json_t **failed, char *n
     }
     corral_sandbox *sb;
     bool created, replaced;
-    if (mcp_box_default(c->ss, &sb, &created, &replaced, &err) < 0) {
+    if (mcp_box_default(c->ss, call_ms, &sb, &created, &replaced, &err) < 0) {
         *failed = tool_error("%s", err.message);
         return NULL;
     }
+    c->on_default = true;
     if (replaced)
         snprintf(note, cap,
                  "[the session's sandbox had ended: this ran in a new one (%s), without the "
                  "earlier state]\n",
                  corral_sandbox_id(sb));
     return sb;
+}
+
+/* Ends the call's use of sb (call_sandbox's): the default sandbox lives
+ * the sandbox timeout from now on. */
+static void call_release(struct mcp_call *c, corral_sandbox *sb)
+{
+    if (c->on_default)
+        corral_sandbox_set_timeout(sb, c->ss->server->o.sandbox_timeout_ms);
+    corral_sandbox_release(sb);
 }
 
 /* ---- progress ---- */
@@ -447,7 +458,7 @@ static json_t *run_code(struct mcp_call *c)
         return bad_argument("timeout_seconds", "a positive number");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb = call_sandbox(c, timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     __attribute__((cleanup(run_free))) struct run r = {
@@ -475,7 +486,7 @@ static json_t *run_code(struct mcp_call *c)
         json_t *res =
             alive ? tool_error("cannot run the code: %s", err.message)
                   : tool_error("the sandbox %s ended while the code ran", corral_sandbox_id(sb));
-        corral_sandbox_release(sb);
+        call_release(c, sb);
         return res;
     }
     audit_finish(c, r.rec,
@@ -491,7 +502,7 @@ static json_t *run_code(struct mcp_call *c)
     cleanup_free char *text = run_text(&r, &o, timeout_ms, note);
     json_t *res = tool_result(text ? text : "", text ? strlen(text) : 0, run_structured(&r, sb, &o),
                               r.ename || o.timed_out);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (res)
         json_array_extend(json_object_get(res, "content"), r.images);
     return res;
@@ -594,7 +605,7 @@ static json_t *run_command(struct mcp_call *c)
         return bad_argument("timeout_seconds", "a positive number");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb = call_sandbox(c, timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     __attribute__((cleanup(cmd_out_free))) struct cmd_out o = {.c = c};
@@ -634,7 +645,7 @@ static json_t *run_command(struct mcp_call *c)
         res = tool_error("cannot run the command: %s", err.message);
     else
         res = cmd_result(&o, end, exit_code, timeout_ms, note);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     return res;
 }
 
@@ -702,7 +713,8 @@ static json_t *read_file(struct mcp_call *c)
         return bad_argument("path", "a string: the file's path");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb =
+        call_sandbox(c, c->ss->server->o.call_timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     cleanup_free struct corral_entry *e = malloc(sizeof(*e));
@@ -717,7 +729,7 @@ static json_t *read_file(struct mcp_call *c)
         res = tool_error("cannot read %s: it is a directory (list_files lists it)", path);
     else if (corral_file_read(sb, path, file_sink, &data, &err) < 0 && !data.dropped)
         res = file_error("read", path, &err);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (res)
         return res;
     size_t size = data.dropped && e->size > data.len ? (size_t)e->size : data.len;
@@ -749,13 +761,14 @@ static json_t *write_file(struct mcp_call *c)
         return bad_argument("content", "a string: the file's text");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb =
+        call_sandbox(c, c->ss->server->o.call_timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     struct corral_error err;
     size_t len = json_string_length(content);
     int rc = corral_file_write_all(sb, path, json_string_value(content), len, &err);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (rc < 0)
         return file_error("write", path, &err);
     char text[4400];
@@ -833,7 +846,8 @@ static json_t *list_files(struct mcp_call *c)
         path = CORRAL_HOME;
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb =
+        call_sandbox(c, c->ss->server->o.call_timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     cleanup_strbuf struct strbuf text = {0};
@@ -842,7 +856,7 @@ static json_t *list_files(struct mcp_call *c)
     struct corral_error err;
     strbuf_puts(&text, note);
     int rc = corral_file_list_each(sb, path, 1, list_entry, &l, &err);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (rc < 0)
         return err.code == ENOTDIR ? tool_error("cannot list %s: it is not a directory", path)
                                    : file_error("list", path, &err);

@@ -380,6 +380,17 @@ test('stdio: read_file through a link, names that are not UTF-8, and a replaced 
   }
 });
 
+test('stdio: the default sandbox lives as long as a call on it runs, past --sandbox-timeout', async () => {
+  const { client } = await stdioClient(['--sandbox-timeout', '2s']);
+  try {
+    const slow = await client.callTool({ name: 'run_code', arguments: { code: 'import time\ntime.sleep(4)\nx = "kept"\nx' } }, undefined, CALL);
+    assert.equal(slow.isError, false, textOf(slow));
+    assert.deepEqual(slow.structuredContent.results, ["'kept'"]);
+  } finally {
+    await client.close();
+  }
+});
+
 /** `corral mcp` driven by hand, to close its stdin or signal it while a
  * call runs: send(msg), next(pred) the first message read that matches,
  * exited its exit {code, signal}. */
