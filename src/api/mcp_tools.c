@@ -886,6 +886,11 @@ static json_t *create_sandbox(struct mcp_call *c)
     struct corral_error err;
     if (mcp_box_create(c->ss, tpl, timeout_ms, &sb, &err) < 0)
         return tool_error("%s", err.message);
+    if (__atomic_load_n(c->cancel, __ATOMIC_ACQUIRE)) { /* nobody hears of it: it goes */
+        mcp_box_kill(c->ss, corral_sandbox_id(sb));
+        corral_sandbox_release(sb);
+        return tool_error("the call was cancelled: the sandbox it made was killed");
+    }
     char text[300];
     snprintf(text, sizeof(text),
              "sandbox %s created (template %s); it ends in %.0f s, with this session, or with "
