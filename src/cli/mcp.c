@@ -6,7 +6,8 @@
  *
  * Requests are answered one at a time, in order, by this thread; a reader
  * thread takes the lines as they come, so that a notifications/cancelled
- * stops the call that runs meanwhile. The standard output
+ * stops the call that runs meanwhile (or drops a request still queued),
+ * and answers ping, tools/list and initialize itself at once. The standard output
  * carries only the protocol: descriptor 1 is pointed at stderr once the
  * protocol has its own copy of it, so nothing else (a library, a child)
  * can write into it.
@@ -242,6 +243,28 @@ static void stop_serving(struct stdio_link *l)
     mcp_server_kill_all(l->server);
 }
 
+/* Drops the queued request id (a cancelled one is not answered). */
+static void unqueue(struct stdio_link *l, json_t *id)
+{
+    pthread_mutex_lock(&l->queue_lock);
+    for (size_t i = 0; id && i < json_array_size(l->queue); i++)
+        if (json_equal(json_object_get(json_array_get(l->queue, i), "id"), id)) {
+            json_array_remove(l->queue, i);
+            break;
+        }
+    pthread_mutex_unlock(&l->queue_lock);
+}
+
+/* Whether a request is answered on the reader's thread, at once: those
+ * that need no sandbox and take no time, so that they do not wait behind
+ * a long call. */
+static bool answered_at_once(json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    return method && (!strcmp(method, "ping") || !strcmp(method, "tools/list") ||
+                      !strcmp(method, "initialize"));
+}
+
 /* One line read: refused as JSON-RPC says, queued for the answering loop
  * (a request), or taken at once (a notification: a cancel must reach the
  * call that runs meanwhile). */
@@ -264,7 +287,10 @@ static void take_line(struct stdio_link *l, const char *line, size_t len)
         return;
     }
     enum mcp_kind kind = mcp_message_kind(msg);
-    if (kind == MCP_KIND_NOTIFICATION || kind == MCP_KIND_RESPONSE) {
+    if (kind == MCP_KIND_NOTIFICATION &&
+        !strcmp(json_string_value(json_object_get(msg, "method")), "notifications/cancelled"))
+        unqueue(l, json_object_get(json_object_get(msg, "params"), "requestId"));
+    if (kind == MCP_KIND_NOTIFICATION || kind == MCP_KIND_RESPONSE || answered_at_once(msg)) {
         mcp_session_handle(l->ss, msg, send_line, l);
         return;
     }

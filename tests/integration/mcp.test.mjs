@@ -451,6 +451,31 @@ test('stdio: stdin closing while a call runs and another waits ends corral mcp, 
   assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
 });
 
+test('stdio: ping is answered while a call runs, and a cancel drops a call still queued', { timeout: 300_000 }, async () => {
+  const raw = rawStdio();
+  await rawInit(raw);
+  const sleeper = (id, extra = {}) => ({
+    id,
+    method: 'tools/call',
+    params: { name: 'run_command', arguments: { command: 'echo started; sleep 600', timeout_seconds: 600 }, ...extra },
+  });
+  raw.send(sleeper(1, { _meta: { progressToken: 'p' } }));
+  await raw.next((m) => m.method === 'notifications/progress');
+  raw.send(sleeper(2));
+  raw.send({ id: 3, method: 'ping' });
+  assert.deepEqual((await raw.next((m) => m.id === 3)).result, {});
+  raw.send({ id: 4, method: 'tools/list' });
+  assert.ok((await raw.next((m) => m.id === 4)).result.tools.length > 0);
+  raw.send({ method: 'notifications/cancelled', params: { requestId: 2 } });
+  raw.send({ method: 'notifications/cancelled', params: { requestId: 1 } });
+  raw.send({ id: 5, method: 'tools/call', params: { name: 'run_command', arguments: { command: 'echo next' } } });
+  // without the queued call dropped, this would wait behind its 600 s
+  const next = await raw.next((m) => m.id === 5);
+  assert.equal(next.result.structuredContent.stdout, 'next\n');
+  raw.child.stdin.end();
+  assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
+});
+
 test("stdio: SIGTERM while the first sandbox is being made ends corral mcp", async () => {
   const raw = rawStdio();
   await rawInit(raw);
