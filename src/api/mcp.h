@@ -68,8 +68,9 @@ struct mcp_server_options {
     const char *version;  /* serverInfo.version */
     const char *template; /* the sandboxes' template when a call names none; NULL: "default" */
     const char *state_dir;
-    /* Bytes of stdout, and of stderr, a call gives the model (the rest is
-     * cut, and the text says so): 0 = 64 KiB. */
+    /* Bytes of stdout, and of stderr, a call gives the model, and of a
+     * run_code's results, images and error together (the rest is cut, and
+     * the text says so): 0 = 64 KiB. */
     uint64_t max_output;
     /* The bytes read_file gives: 0 = 1 MiB. */
     uint64_t max_file;
