@@ -11,6 +11,7 @@
 
 #include "base/cleanup.h"
 #include "base/clock.h"
+#include "base/utf8.h"
 
 #define DEFAULT_MAX_OUTPUT      (64u << 10)
 #define DEFAULT_MAX_FILE        (1u << 20)
@@ -35,11 +36,14 @@ static const char INSTRUCTIONS[] =
 
 json_t *mcp_error_message(json_t *id, int code, const char *fmt, ...)
 {
-    char text[512];
+    char cut[512], text[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
+    vsnprintf(cut, sizeof(cut), fmt, ap);
     va_end(ap);
+    /* cut at a whole character, bytes that are not UTF-8 (a header's)
+     * made valid: jansson takes nothing else */
+    corral_utf8_fit(text, sizeof(text), cut);
     return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                      "error", "code", code, "message", text);
 }
@@ -189,6 +193,7 @@ static struct mcp_box *sweep(struct mcp_server *s)
 void mcp_server_kill_all(struct mcp_server *s)
 {
     pthread_mutex_lock(&s->lock);
+    s->stopping = true; /* a sandbox being made is killed as it settles */
     for (struct mcp_box *b = s->boxes; b; b = b->next)
         corral_sandbox_kill(b->sb);
     pthread_mutex_unlock(&s->lock);
@@ -296,6 +301,16 @@ static int create_failed(struct mcp_session *ss, const char *tpl, struct corral_
     return corral_error_wrap(err, "cannot create a sandbox");
 }
 
+/* Why no sandbox is made: the session, or the server, has ended. */
+static int ended(struct mcp_session *ss, struct corral_error *err)
+{
+    pthread_mutex_lock(&ss->server->lock);
+    bool stopping = ss->server->stopping;
+    pthread_mutex_unlock(&ss->server->lock);
+    return stopping ? corral_fail(err, ESHUTDOWN, "the MCP server is stopping")
+                    : corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+}
+
 /* A session's place for one more sandbox, taken (under s->lock until its
  * create ends, counted in ss->creating): 0, or why not. */
 static int reserve(struct mcp_session *ss, struct corral_error *err)
@@ -303,14 +318,14 @@ static int reserve(struct mcp_session *ss, struct corral_error *err)
     struct mcp_server *s = ss->server;
     pthread_mutex_lock(&s->lock);
     struct mcp_box *dead = sweep(s);
-    bool closed = ss->closed,
+    bool closed = ss->closed || s->stopping,
          full = session_holds(s, ss->serial) + ss->creating >= s->o.max_sandboxes;
     if (!closed && !full)
         ss->creating++;
     pthread_mutex_unlock(&s->lock);
     end_boxes(dead);
     if (closed)
-        return corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+        return ended(ss, err);
     if (full)
         return corral_fail(err, EMLINK,
                            "this session holds its most sandboxes at once (%u): kill one first "
@@ -326,15 +341,15 @@ static int settle(struct mcp_session *ss, struct mcp_box *b, struct corral_error
     struct mcp_server *s = ss->server;
     pthread_mutex_lock(&s->lock);
     ss->creating--;
-    bool closed = ss->closed;
+    bool closed = ss->closed || s->stopping;
     if (b && !closed) {
         b->next = s->boxes;
         s->boxes = b;
     }
     pthread_mutex_unlock(&s->lock);
-    if (b && closed) { /* the session ended while it was made */
+    if (b && closed) { /* the session, or the server, ended while it was made */
         end_boxes(b);
-        return corral_fail(err, ESHUTDOWN, "this MCP session has ended");
+        return ended(ss, err);
     }
     return 0;
 }
@@ -376,8 +391,8 @@ int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t t
     return 0;
 }
 
-int mcp_box_default(struct mcp_session *ss, corral_sandbox **out, bool *created, bool *replaced,
-                    struct corral_error *err)
+int mcp_box_default(struct mcp_session *ss, uint64_t call_ms, corral_sandbox **out, bool *created,
+                    bool *replaced, struct corral_error *err)
 {
     *created = *replaced = false;
     pthread_mutex_lock(&ss->lock);
@@ -392,7 +407,9 @@ int mcp_box_default(struct mcp_session *ss, corral_sandbox **out, bool *created,
         snprintf(ss->default_id, sizeof(ss->default_id), "%s", corral_sandbox_id(sb));
     }
     pthread_mutex_unlock(&ss->lock);
-    corral_sandbox_set_timeout(sb, ss->server->o.sandbox_timeout_ms);
+    uint64_t life = ss->server->o.sandbox_timeout_ms;
+    /* a second more than the call: its end, not the sandbox's, comes first */
+    corral_sandbox_set_timeout(sb, call_ms + 1000 > life ? call_ms + 1000 : life);
     *out = sb;
     return 0;
 }
@@ -535,6 +552,10 @@ static json_t *answer(struct mcp_session *ss, json_t *msg, mcp_send send, void *
     json_t *params = json_object_get(msg, "params");
     if (params && !json_is_object(params))
         return mcp_error_message(id, MCP_INVALID_PARAMS, "params must be an object");
+    if (!strcmp(method, "initialize") &&
+        !json_is_string(json_object_get(params, "protocolVersion")))
+        return mcp_error_message(id, MCP_INVALID_PARAMS,
+                                 "initialize needs params.protocolVersion, a string");
     if (!strcmp(method, "initialize"))
         return result_message(id, initialize(ss, params));
     if (!strcmp(method, "ping"))

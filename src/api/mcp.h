@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
@@ -36,12 +37,40 @@
  * does not know. */
 #define MCP_LATEST_VERSION "2025-11-25"
 
+/* Who a session is: a tenant (an API key's number, as api/tenants.h
+ * counts them; any number for a transport without keys), whether it sees
+ * every tenant's sandboxes (an admin key, or a server without keys), and
+ * what its sandboxes are charged to (corral_sandbox_options' owner
+ * fields). */
+struct mcp_caller {
+    int tenant;
+    bool all;
+    unsigned owner, owner_max, owner_elsewhere;
+};
+
+/* Hooks that record each run_code and run_command to an audit trail
+ * (corral serve's; docs/operations.md), all called with the options' ctx
+ * on the call's thread. begin opens a record (NULL: this one is not
+ * recorded), the others add to it until finish ends and frees it. */
+struct mcp_audit_hooks {
+    void *(*begin)(void *ctx, const struct mcp_caller *who, const char *kind, const char *language,
+                   const char *sandbox_id, const char *template_name, const char *code);
+    void (*output)(void *rec, bool is_stderr, const char *data, size_t len);
+    /* One part of a result the code displayed (its mime type, its value). */
+    void (*result)(void *rec, const char *mime, const char *value);
+    void (*error)(void *rec, const char *name, const char *text);
+    /* outcome: "ok", "error", "timeout", "oom_killed", "killed";
+     * exit_code: a command's, or NULL. */
+    void (*finish)(void *rec, const char *outcome, const int *exit_code);
+};
+
 struct mcp_server_options {
     const char *version;  /* serverInfo.version */
     const char *template; /* the sandboxes' template when a call names none; NULL: "default" */
     const char *state_dir;
-    /* Bytes of stdout, and of stderr, a call gives the model (the rest is
-     * cut, and the text says so): 0 = 64 KiB. */
+    /* Bytes of stdout, and of stderr, a call gives the model, and of a
+     * run_code's results, images and error together (the rest is cut, and
+     * the text says so): 0 = 64 KiB. */
     uint64_t max_output;
     /* The bytes read_file gives: 0 = 1 MiB. */
     uint64_t max_file;
@@ -56,18 +85,9 @@ struct mcp_server_options {
     /* Whether the tenant may use the template name (another key's
      * template is "not found"); NULL: every name. */
     bool (*template_visible)(void *ctx, int tenant, const char *name);
+    /* The audit trail's hooks (begin NULL: none). */
+    struct mcp_audit_hooks audit;
     void *ctx;
-};
-
-/* Who a session is: a tenant (an API key's number, as api/tenants.h
- * counts them; any number for a transport without keys), whether it sees
- * every tenant's sandboxes (an admin key, or a server without keys), and
- * what its sandboxes are charged to (corral_sandbox_options' owner
- * fields). */
-struct mcp_caller {
-    int tenant;
-    bool all;
-    unsigned owner, owner_max, owner_elsewhere;
 };
 
 struct mcp_server;
@@ -76,7 +96,8 @@ struct mcp_session;
 /* Takes a copy of o (its strings too). */
 int mcp_server_new(const struct mcp_server_options *o, struct mcp_server **out,
                    struct corral_error *err);
-/* Kills every sandbox the server made (their calls end). */
+/* Kills every sandbox the server made (their calls end), and those being
+ * made as their creates end: no sandbox is made from then on. */
 void mcp_server_kill_all(struct mcp_server *s);
 /* Kills and releases them; the sessions must be gone. */
 void mcp_server_free(struct mcp_server *s);

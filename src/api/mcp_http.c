@@ -1,6 +1,7 @@
 /* MCP's streamable HTTP transport: sessions by key, JSON or SSE answers;
  * see mcp_http.h. */
 #include "api/mcp_http.h"
+#include "api/audit_api.h"
 #include "api/e2b/templates.h"
 #include "api/mcp.h"
 #include "api/tenants.h"
@@ -17,7 +18,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "base/util.h"
+#include "store/audit.h"
 
 #define DEFAULT_MAX_SESSIONS 256
 #define DEFAULT_MAX_PER_KEY  32
@@ -27,6 +30,8 @@
 
 /* JSON-RPC's range for a server's own errors: what the transport refuses. */
 #define SERVER_ERROR (-32000)
+/* A request without a key, or with a wrong one (the SDKs go by the 401). */
+#define UNAUTHORIZED (-32003)
 
 /* A session (under mcp_http.lock). */
 struct http_session {
@@ -34,6 +39,7 @@ struct http_session {
     int tenant;
     struct mcp_session *ss; /* its reference */
     uint64_t last_ms;       /* monotonic: the start or end of its last request */
+    unsigned busy;          /* its requests being answered */
     struct http_session *next;
 };
 
@@ -46,8 +52,14 @@ struct mcp_http {
     unsigned max_sessions, max_per_key;
     uint64_t idle_ms;
     char *template_dir;
-    pthread_t sweeper; /* ends idle sessions, requests or not */
+    struct audit *audit;  /* or NULL */
+    char *audit_skip_key; /* or NULL */
+    pthread_t sweeper;    /* ends idle sessions, requests or not */
     pthread_cond_t wake;
+    /* Calls answered as event streams, on threads of their own: the
+     * transport outlives them (under lock). */
+    unsigned streams;
+    pthread_cond_t streams_done;
     bool have_sweeper, stopping; /* stopping: under lock */
 };
 
@@ -61,6 +73,7 @@ __attribute__((format(printf, 3, 4))) static struct http_response *refuse(int st
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    text[corral_utf8_whole(text, strlen(text))] = '\0'; /* mcp_error_message repairs the rest */
     return http_json(status, mcp_error_message(NULL, code, "%s", text));
 }
 
@@ -81,7 +94,7 @@ static struct http_session *take_idle(struct mcp_http *m)
     struct http_session *idle = NULL;
     for (struct http_session **p = &m->sessions; *p;) {
         struct http_session *h = *p;
-        if (now - h->last_ms >= m->idle_ms) {
+        if (!h->busy && now - h->last_ms >= m->idle_ms) {
             *p = h->next;
             h->next = idle;
             idle = h;
@@ -130,8 +143,9 @@ static void *sweeper_main(void *arg)
     return NULL;
 }
 
-/* The session id of caller's, retained and its idle clock restarted; or
- * NULL (no such session, or another key's). */
+/* The session id of caller's, retained, its idle clock restarted and a
+ * request counted in it until session_done(); or NULL (no such session, or
+ * another key's). */
 static struct mcp_session *session_find(struct mcp_http *m, const char *id, int caller)
 {
     struct mcp_session *ss = NULL;
@@ -141,19 +155,42 @@ static struct mcp_session *session_find(struct mcp_http *m, const char *id, int 
             ss = h->ss;
             mcp_session_retain(ss);
             h->last_ms = corral_now_ms();
+            h->busy++;
         }
     pthread_mutex_unlock(&m->lock);
     return ss;
 }
 
-/* Restarts the idle clock of the session id, once a request is answered. */
-static void session_touch(struct mcp_http *m, const char *id)
+/* A request of the session id (session_find's) answered: its idle clock
+ * restarts. */
+static void session_done(struct mcp_http *m, const char *id)
 {
     pthread_mutex_lock(&m->lock);
     for (struct http_session *h = m->sessions; h; h = h->next)
-        if (!strcmp(h->id, id))
+        if (!strcmp(h->id, id)) {
             h->last_ms = corral_now_ms();
+            h->busy--;
+        }
     pthread_mutex_unlock(&m->lock);
+}
+
+/* Unlinks the least recently used session without a request under way,
+ * of tenant (or of any, when all): the place of a new one, whose end the
+ * caller does once unlocked; NULL when every one is busy. Under m->lock. */
+static struct http_session *take_lru(struct mcp_http *m, int tenant, bool all)
+{
+    struct http_session **lru = NULL;
+    for (struct http_session **p = &m->sessions; *p; p = &(*p)->next)
+        if (!(*p)->busy && (all || (*p)->tenant == tenant) &&
+            (!lru || (*p)->last_ms < (*lru)->last_ms))
+            lru = p;
+    if (!lru)
+        return NULL;
+    struct http_session *h = *lru;
+    *lru = h->next;
+    h->next = NULL;
+    m->n_sessions--;
+    return h;
 }
 
 /* Unlinks the session id of caller's: whether there was one. */
@@ -200,7 +237,15 @@ static struct http_response *session_open(struct mcp_http *m, const struct http_
     unsigned mine = 0;
     for (struct http_session *o = m->sessions; o; o = o->next)
         mine += o->tenant == caller;
-    bool full = m->n_sessions >= m->max_sessions, key_full = caller >= 0 && mine >= m->max_per_key;
+    /* a full table makes room: its least recently used session without a
+     * request under way ends (clients rarely end theirs) */
+    struct http_session *evicted = NULL;
+    bool key_full = caller >= 0 && mine >= m->max_per_key;
+    if (key_full && (evicted = take_lru(m, caller, false)))
+        key_full = false;
+    bool full = !key_full && m->n_sessions >= m->max_sessions;
+    if (full && !evicted && (evicted = take_lru(m, caller, true)))
+        full = false;
     if (!full && !key_full) {
         h->next = m->sessions;
         m->sessions = h;
@@ -210,24 +255,30 @@ static struct http_response *session_open(struct mcp_http *m, const struct http_
         memcpy(id, h->id, 33);
     }
     pthread_mutex_unlock(&m->lock);
+    end_all(evicted);
     if (!full && !key_full)
         return NULL;
     session_end(h);
     if (key_full)
         return refuse(429, SERVER_ERROR,
-                      "this API key holds its most MCP sessions at once (%u): end one (DELETE "
-                      "with its Mcp-Session-Id) or let it expire",
+                      "this API key holds its most MCP sessions at once (%u), each with a "
+                      "request under way",
                       m->max_per_key);
-    return refuse(503, SERVER_ERROR, "this server holds its most MCP sessions at once (%u)",
+    return refuse(503, SERVER_ERROR,
+                  "this server holds its most MCP sessions at once (%u), each with a request "
+                  "under way",
                   m->max_sessions);
 }
 
 /* ---- a request answered as JSON ---- */
 
-/* Keeps the last message sent: the response (notifications come before it). */
+/* Keeps the response (a message with an id): the notifications sent
+ * before it have nowhere to go, and a cancelled call has none. */
 static void keep_reply(void *userdata, json_t *msg)
 {
     json_t **reply = userdata;
+    if (!json_object_get(msg, "id"))
+        return;
     json_decref(*reply);
     *reply = json_incref(msg);
 }
@@ -266,7 +317,6 @@ static void sse_produce(struct http_stream *s, void *arg)
     c->s = s;
     http_stream_set_keepalive(s, ": keep-alive\n\n", SSE_KEEPALIVE_MS);
     mcp_session_handle(c->ss, c->msg, sse_send, c);
-    session_touch(c->m, c->id);
 }
 
 /* The client left: its call stops. */
@@ -279,9 +329,15 @@ static void sse_gone(void *arg)
 static void sse_release(void *arg)
 {
     struct sse_call *c = arg;
+    struct mcp_http *m = c->m;
+    session_done(m, c->id);
     mcp_session_release(c->ss);
     json_decref(c->msg);
     free(c);
+    pthread_mutex_lock(&m->lock);
+    if (!--m->streams)
+        pthread_cond_broadcast(&m->streams_done);
+    pthread_mutex_unlock(&m->lock);
 }
 
 static const struct http_stream_ops sse_ops = {sse_produce, sse_gone, sse_release};
@@ -296,6 +352,9 @@ static struct http_response *answer_stream(struct mcp_http *m, struct mcp_sessio
         return refuse(500, SERVER_ERROR, "out of memory");
     }
     *c = (struct sse_call){.m = m, .ss = ss, .msg = json_incref(msg)};
+    pthread_mutex_lock(&m->lock);
+    m->streams++; /* until sse_release */
+    pthread_mutex_unlock(&m->lock);
     snprintf(c->id, sizeof(c->id), "%s", id);
     struct http_response *resp = http_stream(200, "text/event-stream", &sse_ops, c);
     if (!resp) {
@@ -322,8 +381,14 @@ static struct http_response *initialize(struct mcp_http *m, const struct http_re
     struct http_response *refused = session_open(m, req, caller, &ss, id);
     if (refused)
         return refused;
-    struct http_response *resp = answer_json(ss, msg);
+    json_t *reply = NULL;
+    mcp_session_handle(ss, msg, keep_reply, &reply);
     mcp_session_release(ss);
+    if (!reply || json_object_get(reply, "error")) { /* refused: no session */
+        session_delete(m, id, caller);
+        return reply ? http_json(200, reply) : http_empty(202);
+    }
+    struct http_response *resp = http_json(200, reply);
     http_add_header(resp, "Mcp-Session-Id", id);
     corral_log(CORRAL_LOG_INFO, "mcp", "session %.8s opened", id);
     return resp;
@@ -358,7 +423,7 @@ static struct http_response *post(struct mcp_http *m, const struct http_request 
         return answer_stream(m, ss, id, msg);
     struct http_response *resp = answer_json(ss, msg);
     mcp_session_release(ss);
-    session_touch(m, id);
+    session_done(m, id);
     return resp;
 }
 
@@ -392,7 +457,7 @@ struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_requ
 {
     int caller = tenant_of(&m->tenants, key_of(req));
     if (caller == TENANT_REFUSED) {
-        struct http_response *r = refuse(401, -32001,
+        struct http_response *r = refuse(401, UNAUTHORIZED,
                                          "Unauthorized: send a configured API key as "
                                          "Authorization: Bearer KEY (or X-API-Key)");
         http_add_header(r, "WWW-Authenticate", "Bearer realm=\"corral\"");
@@ -427,6 +492,63 @@ static bool template_visible(void *ctx, int tenant, const char *name)
     return tpl_visible(tpl_store_dir(m->template_dir), name, &who);
 }
 
+/* ---- the audit trail: mcp_audit_hooks over store/audit.h ---- */
+
+/* An execution being recorded, and where it goes. */
+struct audit_rec {
+    struct audit *audit;
+    struct audit_exec e;
+};
+
+static void *audit_begin(void *ctx, const struct mcp_caller *who, const char *kind,
+                         const char *language, const char *sandbox_id, const char *template_name,
+                         const char *code)
+{
+    struct mcp_http *m = ctx;
+    int tenant = who->tenant;
+    if (!m->audit ||
+        (tenant >= 0 && m->audit_skip_key && !strcmp(m->tenants.keys[tenant], m->audit_skip_key)))
+        return NULL;
+    struct audit_rec *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    struct audit_who w;
+    audit_who_of_tenant(&m->tenants, tenant, &w);
+    r->audit = m->audit;
+    audit_exec_begin(&r->e, &w, "mcp", kind, language, sandbox_id, template_name, code, NULL);
+    return r;
+}
+
+static void audit_output(void *rec, bool is_stderr, const char *data, size_t len)
+{
+    struct audit_rec *r = rec;
+    audit_text_add(is_stderr ? &r->e.err : &r->e.out, data, len);
+}
+
+static void audit_result(void *rec, const char *mime, const char *value)
+{
+    struct audit_rec *r = rec;
+    r->e.result_bytes += strlen(value);
+    audit_exec_image(&r->e, mime, value);
+}
+
+static void audit_error(void *rec, const char *name, const char *text)
+{
+    struct audit_rec *r = rec;
+    audit_exec_error(&r->e, name, text);
+}
+
+static void audit_finish(void *rec, const char *outcome, const int *exit_code)
+{
+    struct audit_rec *r = rec;
+    if (exit_code) {
+        r->e.has_exit_code = true;
+        r->e.exit_code = *exit_code;
+    }
+    audit_exec_finish(r->audit, &r->e, outcome);
+    free(r);
+}
+
 int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct corral_error *err)
 {
     struct mcp_http *m = calloc(1, sizeof(*m));
@@ -440,10 +562,16 @@ int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct
                                     .state_dir = o->state_dir,
                                     .template_visible = template_visible,
                                     .ctx = m};
+    if (o->audit)
+        so.audit = (struct mcp_audit_hooks){audit_begin, audit_output, audit_result, audit_error,
+                                            audit_finish};
+    m->audit = o->audit;
     if ((o->template_dir && !(m->template_dir = strdup(o->template_dir))) ||
+        (o->audit_skip_key && !(m->audit_skip_key = strdup(o->audit_skip_key))) ||
         mcp_server_new(&so, &m->server, err) < 0) {
         tenants_free(&m->tenants);
         free(m->template_dir);
+        free(m->audit_skip_key);
         free(m);
         return corral_fail(err, ENOMEM, "out of memory");
     }
@@ -452,6 +580,7 @@ int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct
     m->idle_ms = o->session_idle_ms ? o->session_idle_ms : DEFAULT_IDLE_MS;
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->wake, NULL);
+    pthread_cond_init(&m->streams_done, NULL);
     m->have_sweeper = pthread_create(&m->sweeper, NULL, sweeper_main, m) == 0;
     *out = m;
     return 0;
@@ -467,9 +596,12 @@ void mcp_http_free(struct mcp_http *m)
 {
     if (!m)
         return;
+    mcp_server_kill_all(m->server); /* the calls under way end */
     pthread_mutex_lock(&m->lock);
     m->stopping = true;
     pthread_cond_signal(&m->wake);
+    while (m->streams)
+        pthread_cond_wait(&m->streams_done, &m->lock);
     pthread_mutex_unlock(&m->lock);
     if (m->have_sweeper)
         pthread_join(m->sweeper, NULL);
@@ -481,7 +613,9 @@ void mcp_http_free(struct mcp_http *m)
     mcp_server_free(m->server);
     tenants_free(&m->tenants);
     pthread_cond_destroy(&m->wake);
+    pthread_cond_destroy(&m->streams_done);
     pthread_mutex_destroy(&m->lock);
     free(m->template_dir);
+    free(m->audit_skip_key);
     free(m);
 }

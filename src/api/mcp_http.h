@@ -27,7 +27,14 @@
 
 #define MCP_HTTP_PATH "/mcp"
 
+struct audit;
+
 struct mcp_http_options {
+    /* The audit trail each run_code and run_command is recorded to
+     * (surface "mcp"), or NULL; a key whose executions are not recorded
+     * (a fleet's own: the front's gateway records them), or NULL. */
+    struct audit *audit;
+    const char *audit_skip_key;
     const char *const *api_keys;   /* NULL-terminated; none: no key needed */
     const char *const *admin_keys; /* NULL-terminated */
     unsigned max_sandboxes_per_key;
@@ -46,7 +53,9 @@ int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct
 struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_request *req);
 /* Kills every sandbox made through it (their calls end). */
 void mcp_http_kill_all(struct mcp_http *m);
-/* Ends every session; the server must be stopped. NULL is allowed. */
+/* Ends every session, once the calls answered as event streams have
+ * ended (their sandboxes killed first); the server must be stopped. NULL
+ * is allowed. */
 void mcp_http_free(struct mcp_http *m);
 
 #endif

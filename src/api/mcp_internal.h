@@ -22,6 +22,7 @@ struct mcp_server {
     pthread_mutex_t lock; /* boxes, serial, sessions' closed */
     struct mcp_box *boxes;
     uint64_t serial; /* the last session's */
+    bool stopping;   /* mcp_server_kill_all was called: no sandbox is made any more */
     struct mcp_server_options o;
     char *version, *template_name, *state_dir; /* o's strings, owned */
 };
@@ -55,6 +56,7 @@ struct mcp_call {
     mcp_send send;
     void *userdata;
     unsigned progress; /* notifications sent */
+    bool on_default;   /* the call uses the session's default sandbox */
 };
 
 /* ---- tools (mcp_tools.c) ---- */
@@ -80,9 +82,10 @@ int mcp_box_create(struct mcp_session *ss, const char *template_name, uint64_t t
                    corral_sandbox **out, struct corral_error *err);
 /* The session's default sandbox (made when it has none, or when it ended:
  * *replaced then says its state was lost), its deadline pushed to the
- * server's sandbox timeout from now; retained. */
-int mcp_box_default(struct mcp_session *ss, corral_sandbox **out, bool *created, bool *replaced,
-                    struct corral_error *err);
+ * server's sandbox timeout from now, or call_ms when longer (a call does
+ * not outlive it); retained. */
+int mcp_box_default(struct mcp_session *ss, uint64_t call_ms, corral_sandbox **out, bool *created,
+                    bool *replaced, struct corral_error *err);
 /* Kills the sandbox id if the session's tenant sees it: whether it did. */
 bool mcp_box_kill(struct mcp_session *ss, const char *id);
 /* The sandboxes the session's tenant sees, as list_sandboxes answers. */

@@ -3,6 +3,7 @@
 #include "api/mcp_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@
 #define MAX_PROGRESS      100  /* notifications a call sends at most */
 #define PROGRESS_TEXT_MAX 1000 /* bytes of output a notification's message shows */
 #define MAX_IMAGES        16   /* images a run_code gives */
+#define ERROR_FLOOR       1024 /* bytes of each of an error's texts kept past the budget */
+#define RESULT_FRAMING    16   /* bytes of the budget a result takes besides its text */
 #define MAX_ENTRIES       1000 /* entries list_files gives */
 #define MAX_SANDBOX_S     (24 * 3600)
 #define WAIT_SLICE_MS     100 /* a command's cancel is seen within this */
@@ -98,7 +101,8 @@ static json_t *bad_argument(const char *name, const char *what)
 /* The sandbox a call names (sandbox_id), else the session's default one;
  * NULL with *failed the result to give. *note: what the model should know
  * of the default sandbox ("" when nothing). */
-static corral_sandbox *call_sandbox(struct mcp_call *c, json_t **failed, char *note, size_t cap)
+static corral_sandbox *call_sandbox(struct mcp_call *c, uint64_t call_ms, json_t **failed,
+                                    char *note, size_t cap)
 {
     const char *id;
     struct corral_error err;
@@ -115,16 +119,26 @@ static corral_sandbox *call_sandbox(struct mcp_call *c, json_t **failed, char *n
     }
     corral_sandbox *sb;
     bool created, replaced;
-    if (mcp_box_default(c->ss, &sb, &created, &replaced, &err) < 0) {
+    if (mcp_box_default(c->ss, call_ms, &sb, &created, &replaced, &err) < 0) {
         *failed = tool_error("%s", err.message);
         return NULL;
     }
+    c->on_default = true;
     if (replaced)
         snprintf(note, cap,
                  "[the session's sandbox had ended: this ran in a new one (%s), without the "
                  "earlier state]\n",
                  corral_sandbox_id(sb));
     return sb;
+}
+
+/* Ends the call's use of sb (call_sandbox's): the default sandbox lives
+ * the sandbox timeout from now on. */
+static void call_release(struct mcp_call *c, corral_sandbox *sb)
+{
+    if (c->on_default)
+        corral_sandbox_set_timeout(sb, c->ss->server->o.sandbox_timeout_ms);
+    corral_sandbox_release(sb);
 }
 
 /* ---- progress ---- */
@@ -144,15 +158,55 @@ void mcp_call_progress(struct mcp_call *c, const char *text, size_t len)
         c->send(c->userdata, n);
 }
 
+/* ---- the audit trail ---- */
+
+/* A record of the call's execution on sb, or NULL (no audit trail). */
+static void *audit_begin(struct mcp_call *c, const char *kind, const char *language,
+                         corral_sandbox *sb, const char *code)
+{
+    const struct mcp_server_options *o = &c->ss->server->o;
+    if (!o->audit.begin)
+        return NULL;
+    return o->audit.begin(o->ctx, &c->ss->caller, kind, language, corral_sandbox_id(sb),
+                          corral_sandbox_template(sb), code);
+}
+
+static void audit_output(struct mcp_call *c, void *rec, bool is_stderr, const char *data,
+                         size_t len)
+{
+    if (rec)
+        c->ss->server->o.audit.output(rec, is_stderr, data, len);
+}
+
+static void audit_error(struct mcp_call *c, void *rec, const char *name, const char *text)
+{
+    if (rec)
+        c->ss->server->o.audit.error(rec, name, text);
+}
+
+static void audit_finish(struct mcp_call *c, void *rec, const char *outcome, const int *exit_code)
+{
+    if (rec)
+        c->ss->server->o.audit.finish(rec, outcome, exit_code);
+}
+
 /* ---- run_code ---- */
 
 struct run {
     struct mcp_call *c;
     struct strbuf out, err; /* capped at max_output */
-    json_t *texts;          /* the results' text/plain */
-    json_t *images;         /* [{data, mimeType}] */
-    unsigned images_dropped;
-    char *ename, *evalue, *etb;
+    /* Bytes left for the results' texts, the images and the error: one
+     * budget of max_output a call, what goes past it cut and said. */
+    uint64_t budget;
+    json_t *texts;              /* the results' text/plain, as kept */
+    json_t *images;             /* [{data, mimeType}] */
+    unsigned images_dropped;    /* too many, or past the budget */
+    unsigned images_bad;        /* not base64 */
+    uint64_t results_cut;       /* results' bytes not kept */
+    unsigned results_dropped;   /* results not kept at all */
+    char *ename, *evalue, *etb; /* as kept */
+    uint64_t error_cut;         /* the error's bytes not kept */
+    void *rec;                  /* the audit trail's record, or NULL */
 };
 
 static void run_free(struct run *r)
@@ -171,6 +225,7 @@ static void run_stdout(void *u, const char *text, size_t len, double ts)
     (void)ts;
     struct run *r = u;
     strbuf_append(&r->out, text, len);
+    audit_output(r->c, r->rec, false, text, len);
     mcp_call_progress(r->c, text, len);
 }
 
@@ -179,24 +234,101 @@ static void run_stderr(void *u, const char *text, size_t len, double ts)
     (void)ts;
     struct run *r = u;
     strbuf_append(&r->err, text, len);
+    audit_output(r->c, r->rec, true, text, len);
     mcp_call_progress(r->c, text, len);
+}
+
+/* The length of text[0..len) the budget takes (at a whole UTF-8
+ * character), taken from it; at least floor bytes (the budget then goes to
+ * 0), so that an error always says something. */
+static size_t take_budget(struct run *r, const char *text, size_t len, size_t floor)
+{
+    uint64_t allowed = r->budget > floor ? r->budget : floor;
+    size_t keep = len <= allowed ? len : corral_utf8_whole(text, (size_t)allowed);
+    r->budget = keep < r->budget ? r->budget - keep : 0;
+    return keep;
+}
+
+/* data without its whitespace, when it is base64 (what MCP's image
+ * content must hold: a client refuses the whole result otherwise); else
+ * NULL. *len: its length. */
+static char *base64_of(const char *data, size_t *len)
+{
+    size_t n = strlen(data), k = 0, pad = 0;
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)data[i];
+        bool alpha = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                     (ch >= '0' && ch <= '9') || ch == '+' || ch == '/';
+        if (ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t')
+            continue;
+        if ((alpha && pad) || (!alpha && ch != '=') || (ch == '=' && ++pad > 2)) {
+            free(out);
+            return NULL;
+        }
+        out[k++] = (char)ch;
+    }
+    if (!k || k % 4) {
+        free(out);
+        return NULL;
+    }
+    out[k] = '\0';
+    *len = k;
+    return out;
+}
+
+/* An image the code displayed, given when it is base64, one of the first
+ * MAX_IMAGES and within the budget. */
+static void run_image(struct run *r, const char *mime, const char *data)
+{
+    size_t len = 0;
+    cleanup_free char *b64 = base64_of(data, &len);
+    if (!b64)
+        r->images_bad++;
+    else if (json_array_size(r->images) >= MAX_IMAGES || len > r->budget)
+        r->images_dropped++;
+    else {
+        r->budget -= len;
+        json_array_append_new(r->images, json_pack("{s:s, s:s%, s:s}", "type", "image", "data", b64,
+                                                   len, "mimeType", mime));
+    }
 }
 
 static void run_result(void *u, const struct corral_result *res)
 {
     struct run *r = u;
+    for (size_t i = 0; r->rec && i < res->n; i++)
+        r->c->ss->server->o.audit.result(r->rec, res->types[i], res->values[i]);
     const char *text = corral_result_get(res, "text/plain");
     static const char *const IMAGES[] = {"image/png", "image/jpeg"};
     for (size_t i = 0; i < 2; i++) {
         const char *data = corral_result_get(res, IMAGES[i]);
-        if (data && json_array_size(r->images) >= MAX_IMAGES)
-            r->images_dropped++;
-        else if (data)
-            json_array_append_new(r->images, json_pack("{s:s, s:s, s:s}", "type", "image", "data",
-                                                       data, "mimeType", IMAGES[i]));
+        if (data)
+            run_image(r, IMAGES[i], data);
     }
-    if (text)
-        json_array_append_new(r->texts, text_json(text, strlen(text)));
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    /* each result costs its framing too ("result:" in the text, quotes in
+     * structuredContent): many small ones are bounded as one big one */
+    r->budget = r->budget > RESULT_FRAMING ? r->budget - RESULT_FRAMING : 0;
+    size_t keep = take_budget(r, text, len, 0);
+    r->results_cut += len - keep;
+    if (keep)
+        json_array_append_new(r->texts, text_json(text, keep));
+    else
+        r->results_dropped++;
+}
+
+/* What the budget keeps of an error's text, copied (NULL: out of memory). */
+static char *error_text(struct run *r, const char *text, size_t floor)
+{
+    size_t len = strlen(text);
+    size_t keep = take_budget(r, text, len, floor);
+    r->error_cut += len - keep;
+    return strndup(text, keep);
 }
 
 static void run_error(void *u, const char *name, const char *value, const char *traceback)
@@ -204,9 +336,10 @@ static void run_error(void *u, const char *name, const char *value, const char *
     struct run *r = u;
     if (r->ename)
         return; /* the first error of the execution */
-    r->ename = strdup(name ? name : "Error");
-    r->evalue = strdup(value ? value : "");
-    r->etb = strdup(traceback ? traceback : "");
+    audit_error(r->c, r->rec, name ? name : "Error", traceback && *traceback ? traceback : value);
+    r->ename = error_text(r, name ? name : "Error", ERROR_FLOOR);
+    r->evalue = error_text(r, value ? value : "", ERROR_FLOOR);
+    r->etb = error_text(r, traceback ? traceback : "", ERROR_FLOOR);
 }
 
 /* Drops terminal colour sequences (ESC [ ... letter): tracebacks come
@@ -259,15 +392,29 @@ static char *run_text(struct run *r, const struct corral_exec_outcome *o, uint64
     size_t i;
     json_t *v;
     json_array_foreach(r->texts, i, v) strbuf_printf(&t, "result:\n%s\n", json_string_value(v));
-    if (json_array_size(r->images) || r->images_dropped)
-        strbuf_printf(&t, "images: %zu attached%s\n", json_array_size(r->images),
-                      r->images_dropped ? " (more were made: only the first 16 are given)" : "");
+    if (r->results_cut)
+        strbuf_printf(&t,
+                      "[results cut: %" PRIu64 " bytes of them are not shown (%u results left "
+                      "out whole); a call gives %" PRIu64 " bytes of results, images and error]\n",
+                      r->results_cut, r->results_dropped, r->c->ss->server->o.max_output);
+    if (json_array_size(r->images) || r->images_dropped || r->images_bad)
+        strbuf_printf(&t, "images: %zu attached\n", json_array_size(r->images));
+    if (r->images_bad)
+        strbuf_printf(&t, "[images left out: %u the code displayed are not valid base64]\n",
+                      r->images_bad);
+    if (r->images_dropped)
+        strbuf_printf(&t,
+                      "[images cut: %u more were made and not given (at most %d a call, within "
+                      "the call's %" PRIu64 " bytes of results, images and error)]\n",
+                      r->images_dropped, MAX_IMAGES, r->c->ss->server->o.max_output);
     if (o->timed_out)
         strbuf_printf(&t, "error: the execution was stopped after %.3g s (timeout_seconds)\n",
                       (double)timeout_ms / 1000);
     else if (r->ename)
         strbuf_printf(&t, "error: %s: %s\n%s%s", r->ename, r->evalue, r->etb,
                       *r->etb && r->etb[strlen(r->etb) - 1] != '\n' ? "\n" : "");
+    if (r->error_cut && !o->timed_out)
+        strbuf_printf(&t, "[error cut: %" PRIu64 " bytes of it are not shown]\n", r->error_cut);
     if (o->context_restarted)
         strbuf_puts(&t, "the Python kernel restarted: its state (variables, imports) is lost\n");
     if (!t.len)
@@ -283,12 +430,14 @@ static json_t *run_structured(struct run *r, corral_sandbox *sb,
                              "value", text_json(r->evalue, strlen(r->evalue)), "traceback",
                              text_json(r->etb, strlen(r->etb)))
                  : json_null();
-    return json_pack("{s:s, s:I, s:o, s:o, s:b, s:b, s:O, s:I, s:o, s:b}", "sandbox_id",
-                     corral_sandbox_id(sb), "execution_count", (json_int_t)o->execution_count,
-                     "stdout", stream_json(&r->out), "stderr", stream_json(&r->err),
-                     "stdout_truncated", r->out.dropped > 0, "stderr_truncated", r->err.dropped > 0,
-                     "results", r->texts, "images", (json_int_t)json_array_size(r->images), "error",
-                     error, "timed_out", o->timed_out);
+    return json_pack(
+        "{s:s, s:I, s:o, s:o, s:b, s:b, s:O, s:b, s:I, s:I, s:o, s:b, s:b}", "sandbox_id",
+        corral_sandbox_id(sb), "execution_count", (json_int_t)o->execution_count, "stdout",
+        stream_json(&r->out), "stderr", stream_json(&r->err), "stdout_truncated",
+        r->out.dropped > 0, "stderr_truncated", r->err.dropped > 0, "results", r->texts,
+        "results_truncated", r->results_cut > 0, "images", (json_int_t)json_array_size(r->images),
+        "images_dropped", (json_int_t)(r->images_dropped + r->images_bad), "error", error,
+        "error_truncated", r->error_cut > 0, "timed_out", o->timed_out);
 }
 
 static json_t *run_code(struct mcp_call *c)
@@ -309,11 +458,11 @@ static json_t *run_code(struct mcp_call *c)
         return bad_argument("timeout_seconds", "a positive number");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb = call_sandbox(c, timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     __attribute__((cleanup(run_free))) struct run r = {
-        .c = c, .texts = json_array(), .images = json_array()};
+        .c = c, .budget = s->o.max_output, .texts = json_array(), .images = json_array()};
     r.out.max = r.err.max = s->o.max_output;
     struct corral_exec_options x;
     corral_exec_options_init(&x);
@@ -326,21 +475,34 @@ static json_t *run_code(struct mcp_call *c)
                                                  .userdata = &r};
     struct corral_exec_outcome o = {0};
     struct corral_error err;
+    uint64_t oom_before = corral_sandbox_oom_kills(sb);
+    r.rec = audit_begin(c, "code", "python", sb, json_string_value(code));
     int rc = corral_execute(sb, NULL, json_string_value(code), &x, &o, &err);
     if (rc < 0) {
+        bool alive = corral_sandbox_alive(sb);
+        if (alive)
+            audit_error(c, r.rec, "ExecutionError", err.message);
+        audit_finish(c, r.rec, alive ? "error" : "killed", NULL);
         json_t *res =
-            corral_sandbox_alive(sb)
-                ? tool_error("cannot run the code: %s", err.message)
-                : tool_error("the sandbox %s ended while the code ran", corral_sandbox_id(sb));
-        corral_sandbox_release(sb);
+            alive ? tool_error("cannot run the code: %s", err.message)
+                  : tool_error("the sandbox %s ended while the code ran", corral_sandbox_id(sb));
+        call_release(c, sb);
         return res;
     }
+    audit_finish(c, r.rec,
+                 o.timed_out                                        ? "timeout"
+                 : corral_sandbox_oom_kills(sb) > oom_before        ? "oom_killed"
+                 : o.context_restarted || !corral_sandbox_alive(sb) ? "killed"
+                 : __atomic_load_n(c->cancel, __ATOMIC_ACQUIRE)     ? "killed"
+                 : r.ename                                          ? "error"
+                                                                    : "ok",
+                 NULL);
     if (r.etb)
         strip_ansi(r.etb);
     cleanup_free char *text = run_text(&r, &o, timeout_ms, note);
     json_t *res = tool_result(text ? text : "", text ? strlen(text) : 0, run_structured(&r, sb, &o),
                               r.ename || o.timed_out);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (res)
         json_array_extend(json_object_get(res, "content"), r.images);
     return res;
@@ -351,12 +513,14 @@ static json_t *run_code(struct mcp_call *c)
 struct cmd_out {
     struct mcp_call *c;
     struct strbuf out, err;
+    void *rec; /* the audit trail's record, or NULL */
 };
 
 static void cmd_stdout(void *u, const char *data, size_t len)
 {
     struct cmd_out *o = u;
     strbuf_append(&o->out, data, len);
+    audit_output(o->c, o->rec, false, data, len);
     mcp_call_progress(o->c, data, len);
 }
 
@@ -364,6 +528,7 @@ static void cmd_stderr(void *u, const char *data, size_t len)
 {
     struct cmd_out *o = u;
     strbuf_append(&o->err, data, len);
+    audit_output(o->c, o->rec, true, data, len);
     mcp_call_progress(o->c, data, len);
 }
 
@@ -440,7 +605,7 @@ static json_t *run_command(struct mcp_call *c)
         return bad_argument("timeout_seconds", "a positive number");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb = call_sandbox(c, timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     __attribute__((cleanup(cmd_out_free))) struct cmd_out o = {.c = c};
@@ -453,19 +618,34 @@ static json_t *run_command(struct mcp_call *c)
     enum cmd_end end = CMD_EXITED;
     struct corral_error err;
     corral_process *p = NULL;
+    uint64_t oom_before = corral_sandbox_oom_kills(sb);
+    o.rec = audit_begin(c, "command", NULL, sb, json_string_value(command));
     int rc = corral_command_start(sb, json_string_value(command), &co, &p, &err);
     if (rc == 0) {
         rc = cmd_wait(c, p, &cb, timeout_ms, &exit_code, &end, &err);
         corral_process_release(p);
     }
+    bool alive = corral_sandbox_alive(sb);
+    if (rc < 0 && alive)
+        audit_error(c, o.rec, "InternalError", err.message);
+    bool oom = corral_sandbox_oom_kills(sb) > oom_before;
+    audit_finish(c, o.rec,
+                 rc < 0 && alive        ? "error"
+                 : !alive               ? "killed"
+                 : end == CMD_TIMED_OUT ? "timeout"
+                 : end == CMD_CANCELLED ? "killed"
+                 : oom                  ? "oom_killed"
+                 : exit_code            ? "error"
+                                        : "ok",
+                 rc == 0 && alive && end == CMD_EXITED ? &exit_code : NULL);
     json_t *res;
-    if (rc < 0)
-        res = corral_sandbox_alive(sb)
-                  ? tool_error("cannot run the command: %s", err.message)
-                  : tool_error("the sandbox %s ended while the command ran", corral_sandbox_id(sb));
+    if (!alive) /* killed, or at its timeout: the command's status is the kill's */
+        res = tool_error("the sandbox %s ended while the command ran", corral_sandbox_id(sb));
+    else if (rc < 0)
+        res = tool_error("cannot run the command: %s", err.message);
     else
         res = cmd_result(&o, end, exit_code, timeout_ms, note);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     return res;
 }
 
@@ -503,6 +683,29 @@ static bool is_text(const char *data, size_t len)
     return true;
 }
 
+/* corral_file_stat that follows symbolic links (at most 8 in a row): the
+ * file a read of path reads. */
+static int stat_follow(corral_sandbox *sb, const char *path, struct corral_entry *e,
+                       struct corral_error *err)
+{
+    char cur[8400], next[8400];
+    snprintf(cur, sizeof(cur), "%s", path);
+    for (int hops = 0;; hops++) {
+        if (corral_file_stat(sb, cur, e, err) < 0)
+            return -err->code;
+        if (e->type != CORRAL_SYMLINK)
+            return 0;
+        if (hops == 8)
+            return corral_fail(err, ELOOP, "too many levels of symbolic links");
+        const char *slash = strrchr(cur, '/');
+        if (e->target[0] == '/' || !slash) /* a relative path starts at /home/user */
+            snprintf(next, sizeof(next), "%s", e->target);
+        else
+            snprintf(next, sizeof(next), "%.*s/%s", (int)(slash - cur), cur, e->target);
+        memcpy(cur, next, sizeof(cur));
+    }
+}
+
 static json_t *read_file(struct mcp_call *c)
 {
     const char *path;
@@ -510,7 +713,8 @@ static json_t *read_file(struct mcp_call *c)
         return bad_argument("path", "a string: the file's path");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb =
+        call_sandbox(c, c->ss->server->o.call_timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     cleanup_free struct corral_entry *e = malloc(sizeof(*e));
@@ -519,13 +723,13 @@ static json_t *read_file(struct mcp_call *c)
     json_t *res = NULL;
     if (!e)
         res = tool_error("out of memory");
-    else if (corral_file_stat(sb, path, e, &err) < 0)
+    else if (stat_follow(sb, path, e, &err) < 0)
         res = file_error("read", path, &err);
     else if (e->type == CORRAL_DIR)
         res = tool_error("cannot read %s: it is a directory (list_files lists it)", path);
     else if (corral_file_read(sb, path, file_sink, &data, &err) < 0 && !data.dropped)
         res = file_error("read", path, &err);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (res)
         return res;
     size_t size = data.dropped && e->size > data.len ? (size_t)e->size : data.len;
@@ -537,11 +741,13 @@ static json_t *read_file(struct mcp_call *c)
     json_t *structured =
         json_pack("{s:s, s:I, s:o, s:b}", "path", path, "size", (json_int_t)size, "content",
                   text_json(strbuf_str(&data), keep), "truncated", data.dropped > 0);
-    if (!data.dropped)
+    if (!data.dropped && !note[0])
         return tool_result(strbuf_str(&data), keep, structured, false);
     cleanup_strbuf struct strbuf t = {0};
+    strbuf_puts(&t, note);
     strbuf_append(&t, strbuf_str(&data), keep);
-    strbuf_printf(&t, "\n[cut: the first %zu of %zu bytes are shown]\n", keep, size);
+    if (data.dropped)
+        strbuf_printf(&t, "\n[cut: the first %zu of %zu bytes are shown]\n", keep, size);
     return tool_result(strbuf_str(&t), t.len, structured, false);
 }
 
@@ -555,13 +761,14 @@ static json_t *write_file(struct mcp_call *c)
         return bad_argument("content", "a string: the file's text");
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb =
+        call_sandbox(c, c->ss->server->o.call_timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     struct corral_error err;
     size_t len = json_string_length(content);
     int rc = corral_file_write_all(sb, path, json_string_value(content), len, &err);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (rc < 0)
         return file_error("write", path, &err);
     char text[4400];
@@ -588,10 +795,11 @@ static int list_entry(void *u, const struct corral_entry *e)
     struct listing *l = u;
     if (++l->n > MAX_ENTRIES)
         return 0;
-    json_t *j = json_pack("{s:s, s:s, s:I}", "name", e->name, "type", type_name(e->type), "size",
-                          (json_int_t)e->size);
+    /* names and targets are bytes: those that are not UTF-8 are repaired */
+    json_t *j = json_pack("{s:o, s:s, s:I}", "name", text_json(e->name, strlen(e->name)), "type",
+                          type_name(e->type), "size", (json_int_t)e->size);
     if (j && e->type == CORRAL_SYMLINK)
-        json_object_set_new(j, "target", json_string(e->target));
+        json_object_set_new(j, "target", text_json(e->target, strlen(e->target)));
     json_array_append_new(l->entries, j);
     return 0;
 }
@@ -618,10 +826,10 @@ static json_t *sorted_entries(json_t *entries, struct strbuf *t)
         const char *type = json_string_value(json_object_get(v[i], "type"));
         if (!strcmp(type, "dir"))
             strbuf_printf(t, "%s/\n", name);
-        else if (!strcmp(type, "symlink"))
-            strbuf_printf(t, "%s -> %s\n", name,
-                          json_string_value(json_object_get(v[i], "target")));
-        else
+        else if (!strcmp(type, "symlink")) {
+            const char *target = json_string_value(json_object_get(v[i], "target"));
+            strbuf_printf(t, "%s -> %s\n", name, target ? target : "?");
+        } else
             strbuf_printf(t, "%s  (%lld bytes)\n", name,
                           (long long)json_integer_value(json_object_get(v[i], "size")));
         json_array_append(sorted, v[i]);
@@ -638,7 +846,8 @@ static json_t *list_files(struct mcp_call *c)
         path = CORRAL_HOME;
     json_t *failed = NULL;
     char note[200];
-    corral_sandbox *sb = call_sandbox(c, &failed, note, sizeof(note));
+    corral_sandbox *sb =
+        call_sandbox(c, c->ss->server->o.call_timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
     cleanup_strbuf struct strbuf text = {0};
@@ -647,7 +856,7 @@ static json_t *list_files(struct mcp_call *c)
     struct corral_error err;
     strbuf_puts(&text, note);
     int rc = corral_file_list_each(sb, path, 1, list_entry, &l, &err);
-    corral_sandbox_release(sb);
+    call_release(c, sb);
     if (rc < 0)
         return err.code == ENOTDIR ? tool_error("cannot list %s: it is not a directory", path)
                                    : file_error("list", path, &err);
@@ -677,6 +886,11 @@ static json_t *create_sandbox(struct mcp_call *c)
     struct corral_error err;
     if (mcp_box_create(c->ss, tpl, timeout_ms, &sb, &err) < 0)
         return tool_error("%s", err.message);
+    if (__atomic_load_n(c->cancel, __ATOMIC_ACQUIRE)) { /* nobody hears of it: it goes */
+        mcp_box_kill(c->ss, corral_sandbox_id(sb));
+        corral_sandbox_release(sb);
+        return tool_error("the call was cancelled: the sandbox it made was killed");
+    }
     char text[300];
     snprintf(text, sizeof(text),
              "sandbox %s created (template %s); it ends in %.0f s, with this session, or with "

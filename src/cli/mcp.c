@@ -6,7 +6,8 @@
  *
  * Requests are answered one at a time, in order, by this thread; a reader
  * thread takes the lines as they come, so that a notifications/cancelled
- * stops the call that runs meanwhile. The standard output
+ * stops the call that runs meanwhile (or drops a request still queued),
+ * and answers ping, tools/list and initialize itself at once. The standard output
  * carries only the protocol: descriptor 1 is pointed at stderr once the
  * protocol has its own copy of it, so nothing else (a library, a child)
  * can write into it.
@@ -55,8 +56,9 @@ static void usage(FILE *out)
           "  --template NAME           the sandboxes' template when a call names none\n"
           "                            (default: default)\n"
           "  --state-dir DIR           runtime state (default /run/corral)\n"
-          "  --max-output SIZE         stdout, and stderr, a call gives the model (default\n"
-          "                            64KiB; the rest is cut, and the text says so)\n"
+          "  --max-output SIZE         stdout, and stderr, a call gives the model, and its\n"
+          "                            results, images and error together (default 64KiB\n"
+          "                            each; the rest is cut, and the text says so)\n"
           "  --max-sandboxes N         sandboxes held at once (default 8)\n"
           "  --timeout DURATION        the longest a call may run (default 600s; a call\n"
           "                            naming no timeout_seconds gets 120s, or this if less)\n"
@@ -159,6 +161,7 @@ static int parse_args(int argc, char **argv, struct mcp_cli *c)
 /* ---- the protocol's descriptors ---- */
 
 struct stdio_link {
+    struct mcp_server *server;
     int in, out;     /* the protocol's copies of stdin and stdout */
     int stop[2];     /* a signal's wake-up of the reader */
     bool out_broken; /* the client stopped reading */
@@ -229,6 +232,39 @@ static void end_queue(struct stdio_link *l)
     pthread_mutex_unlock(&l->queue_lock);
 }
 
+/* The client went away, or a signal came: the requests not yet answered
+ * are dropped, and the sandboxes killed (a call running ends; one that
+ * would make a sandbox makes none). */
+static void stop_serving(struct stdio_link *l)
+{
+    pthread_mutex_lock(&l->queue_lock);
+    json_array_clear(l->queue);
+    pthread_mutex_unlock(&l->queue_lock);
+    mcp_server_kill_all(l->server);
+}
+
+/* Drops the queued request id (a cancelled one is not answered). */
+static void unqueue(struct stdio_link *l, json_t *id)
+{
+    pthread_mutex_lock(&l->queue_lock);
+    for (size_t i = 0; id && i < json_array_size(l->queue); i++)
+        if (json_equal(json_object_get(json_array_get(l->queue, i), "id"), id)) {
+            json_array_remove(l->queue, i);
+            break;
+        }
+    pthread_mutex_unlock(&l->queue_lock);
+}
+
+/* Whether a request is answered on the reader's thread, at once: those
+ * that need no sandbox and take no time, so that they do not wait behind
+ * a long call. */
+static bool answered_at_once(json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    return method && (!strcmp(method, "ping") || !strcmp(method, "tools/list") ||
+                      !strcmp(method, "initialize"));
+}
+
 /* One line read: refused as JSON-RPC says, queued for the answering loop
  * (a request), or taken at once (a notification: a cancel must reach the
  * call that runs meanwhile). */
@@ -251,7 +287,10 @@ static void take_line(struct stdio_link *l, const char *line, size_t len)
         return;
     }
     enum mcp_kind kind = mcp_message_kind(msg);
-    if (kind == MCP_KIND_NOTIFICATION || kind == MCP_KIND_RESPONSE) {
+    if (kind == MCP_KIND_NOTIFICATION &&
+        !strcmp(json_string_value(json_object_get(msg, "method")), "notifications/cancelled"))
+        unqueue(l, json_object_get(json_object_get(msg, "params"), "requestId"));
+    if (kind == MCP_KIND_NOTIFICATION || kind == MCP_KIND_RESPONSE || answered_at_once(msg)) {
         mcp_session_handle(l->ss, msg, send_line, l);
         return;
     }
@@ -301,9 +340,8 @@ static void *reader_main(void *arg)
         ssize_t n = read(l->in, buf + len, cap - len);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        if (n <= 0) {
-            if (len && !skipping)
-                take_line(l, buf, len); /* a last line without its newline */
+        if (n <= 0) { /* stdin closed: the client is gone, nobody reads an answer */
+            stop_serving(l);
             break;
         }
         len += (size_t)n;
@@ -359,12 +397,9 @@ static void *signal_thread(void *arg)
     if (sigwait(&set, &sig) != 0 || sig == SIGUSR2)
         return NULL;
     fprintf(stderr, "corral mcp: stopping (%s)\n", strsignal(sig));
-    pthread_mutex_lock(&st->link->queue_lock);
-    json_array_clear(st->link->queue);
-    pthread_mutex_unlock(&st->link->queue_lock);
     if (write(st->link->stop[1], "x", 1) < 0)
         fprintf(stderr, "corral mcp: %s\n", strerror(errno));
-    mcp_server_kill_all(st->server);
+    stop_serving(st->link);
     return NULL;
 }
 
@@ -398,6 +433,7 @@ static int serve(struct mcp_server_options *o)
         release_stdio(&l);
         return CLI_SANDBOX_ERROR;
     }
+    l.server = server;
     /* One tenant that sees all: the server is this client's alone. */
     struct mcp_caller caller = {.tenant = 0, .all = true};
     l.ss = mcp_session_new(server, &caller);

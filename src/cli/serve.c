@@ -696,7 +696,9 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
                                                                    : NULL,
                              .execute_timeout_ms = o->execute_timeout_ms,
                              .keepalive_ms = o->keepalive_ms};
-    struct mcp_http_options mo = {.api_keys = o->keys,
+    struct mcp_http_options mo = {.audit = s->audit,
+                                  .audit_skip_key = skip,
+                                  .api_keys = o->keys,
                                   .admin_keys = o->admin_keys,
                                   .max_sandboxes_per_key = o->max_per_key,
                                   .state_dir = o->state_dir,

@@ -80,7 +80,7 @@ void audit_text_add(struct audit_text *t, const char *data, size_t len);
 /* One execution, as it goes. */
 struct audit_exec {
     struct audit_who who;
-    const char *surface; /* "e2b", "opensandbox", "gateway" */
+    const char *surface; /* "e2b", "opensandbox", "gateway", "mcp" */
     const char *kind;    /* "code", "command" */
     char language[32];
     char sandbox_id[128];

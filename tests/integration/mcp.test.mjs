@@ -4,6 +4,7 @@
 // tenants. docs/mcp.md is the contract.
 
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, test } from 'node:test';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -288,6 +289,204 @@ test('stdio: create_sandbox, list_sandboxes and kill_sandbox', async () => {
   }
 });
 
+test('stdio: results, images and errors share one --max-output budget a call', async () => {
+  const { client } = await stdioClient(['--max-output', '8KiB']);
+  try {
+    const big = await client.callTool({ name: 'run_code', arguments: { code: 's = "a" * (8 << 20)\ns' } }, undefined, CALL);
+    assert.equal(big.isError, false, textOf(big).slice(0, 500));
+    assert.ok(JSON.stringify(big).length < 40_000, `a result of ${JSON.stringify(big).length} bytes`);
+    assert.equal(big.structuredContent.results_truncated, true);
+    assert.match(textOf(big), /\[results cut: \d+ bytes of them are not shown/);
+    const many = await client.callTool(
+      { name: 'run_code', arguments: { code: 'for i in range(20000):\n    display(i)' } },
+      undefined,
+      CALL,
+    );
+    assert.ok(JSON.stringify(many).length < 40_000, `a result of ${JSON.stringify(many).length} bytes`);
+    assert.ok(many.structuredContent.results.length < 20000);
+    assert.match(textOf(many), /results left out whole/);
+    const raised = await client.callTool(
+      { name: 'run_code', arguments: { code: 'raise ValueError("v" * (8 << 20))' } },
+      undefined,
+      CALL,
+    );
+    assert.equal(raised.isError, true);
+    assert.ok(JSON.stringify(raised).length < 40_000, `a result of ${JSON.stringify(raised).length} bytes`);
+    assert.equal(raised.structuredContent.error.name, 'ValueError');
+    assert.equal(raised.structuredContent.error_truncated, true);
+    assert.match(textOf(raised), /\[error cut: \d+ bytes of it are not shown\]/);
+    const images = await client.callTool(
+      {
+        name: 'run_code',
+        arguments: {
+          code: 'from IPython.display import display\nimport base64\npng = base64.b64encode(bytes(6000)).decode()\nfor i in range(3):\n    display({"image/png": png, "text/plain": "img"}, raw=True)',
+        },
+      },
+      undefined,
+      CALL,
+    );
+    assert.equal(images.content.filter((c) => c.type === 'image').length, 1, textOf(images));
+    assert.equal(images.structuredContent.images_dropped, 2);
+    assert.match(textOf(images), /\[images cut: 2 more were made/);
+    const bad = await client.callTool(
+      { name: 'run_code', arguments: { code: "display({'image/png': 'not base64 at all!!', 'text/plain': 'x'}, raw=True)" } },
+      undefined,
+      CALL,
+    );
+    assert.equal(bad.content.filter((c) => c.type === 'image').length, 0);
+    assert.match(textOf(bad), /\[images left out: 1 the code displayed are not valid base64\]/);
+    assert.equal(bad.structuredContent.images_dropped, 1);
+  } finally {
+    await client.close();
+  }
+});
+
+test('stdio: read_file through a link, names that are not UTF-8, and a replaced default sandbox', async () => {
+  const { client } = await stdioClient();
+  try {
+    const made = await client.callTool(
+      {
+        name: 'run_command',
+        arguments: {
+          command: "head -c 1200000 /dev/zero | tr '\\0' a > big.txt && ln -s big.txt link.txt && mkdir odd && touch odd/$'bad\\xff' && ln -s $'t\\xff' odd/badlink",
+        },
+      },
+      undefined,
+      CALL,
+    );
+    assert.equal(made.structuredContent.exit_code, 0, textOf(made));
+    const read = await client.callTool({ name: 'read_file', arguments: { path: 'link.txt' } }, undefined, CALL);
+    assert.equal(read.isError, false, textOf(read).slice(0, 300));
+    assert.equal(read.structuredContent.truncated, true);
+    assert.equal(read.structuredContent.size, 1200000);
+    assert.match(textOf(read), /\[cut: the first 1048576 of 1200000 bytes are shown\]/);
+    const listed = await client.callTool({ name: 'list_files', arguments: { path: 'odd' } }, undefined, CALL);
+    assert.equal(listed.isError, false, textOf(listed));
+    assert.deepEqual(
+      listed.structuredContent.entries.map((e) => [e.name, e.type, e.target]),
+      [
+        ['badlink', 'symlink', 't\ufffd'],
+        ['bad\ufffd', 'file', undefined],
+      ],
+    );
+    assert.doesNotMatch(textOf(listed), /\(null\)/);
+    const { sandboxes } = (await client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL)).structuredContent;
+    await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: sandboxes[0].sandbox_id } }, undefined, CALL);
+    const again = await client.callTool({ name: 'read_file', arguments: { path: '/etc/os-release' } }, undefined, CALL);
+    assert.equal(again.isError, false, textOf(again));
+    assert.match(textOf(again), /^\[the session's sandbox had ended: this ran in a new one/);
+  } finally {
+    await client.close();
+  }
+});
+
+test('stdio: the default sandbox lives as long as a call on it runs, past --sandbox-timeout', async () => {
+  const { client } = await stdioClient(['--sandbox-timeout', '2s']);
+  try {
+    const slow = await client.callTool({ name: 'run_code', arguments: { code: 'import time\ntime.sleep(4)\nx = "kept"\nx' } }, undefined, CALL);
+    assert.equal(slow.isError, false, textOf(slow));
+    assert.deepEqual(slow.structuredContent.results, ["'kept'"]);
+  } finally {
+    await client.close();
+  }
+});
+
+/** `corral mcp` driven by hand, to close its stdin or signal it while a
+ * call runs: send(msg), next(pred) the first message read that matches,
+ * exited its exit {code, signal}. */
+function rawStdio() {
+  const child = spawn(CORRAL, ['mcp'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => {
+    stderr += d.toString();
+  });
+  const seen = [];
+  const waiters = [];
+  let buf = '';
+  child.stdout.on('data', (d) => {
+    buf += d.toString();
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const msg = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      seen.push(msg);
+      for (const w of [...waiters]) {
+        if (w.pred(msg)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(msg);
+        }
+      }
+    }
+  });
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  return {
+    child,
+    exited,
+    stderr: () => stderr,
+    send: (msg) => child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', ...msg })}\n`),
+    next: (pred) => {
+      const found = seen.find(pred);
+      return found ? Promise.resolve(found) : new Promise((resolve) => waiters.push({ pred, resolve }));
+    },
+  };
+}
+
+async function rawInit(raw) {
+  raw.send({ id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  await raw.next((m) => m.id === 0);
+  raw.send({ method: 'notifications/initialized' });
+}
+
+test('stdio: stdin closing while a call runs and another waits ends corral mcp, its sandboxes too', async () => {
+  const raw = rawStdio();
+  await rawInit(raw);
+  raw.send({
+    id: 1,
+    method: 'tools/call',
+    params: { name: 'run_command', arguments: { command: 'echo started; sleep 600', timeout_seconds: 600 }, _meta: { progressToken: 'p' } },
+  });
+  raw.send({ id: 2, method: 'tools/call', params: { name: 'run_command', arguments: { command: 'sleep 600', timeout_seconds: 600 } } });
+  await raw.next((m) => m.method === 'notifications/progress');
+  raw.child.stdin.end();
+  assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
+});
+
+test('stdio: ping is answered while a call runs, and a cancel drops a call still queued', { timeout: 300_000 }, async () => {
+  const raw = rawStdio();
+  await rawInit(raw);
+  const sleeper = (id, extra = {}) => ({
+    id,
+    method: 'tools/call',
+    params: { name: 'run_command', arguments: { command: 'echo started; sleep 600', timeout_seconds: 600 }, ...extra },
+  });
+  raw.send(sleeper(1, { _meta: { progressToken: 'p' } }));
+  await raw.next((m) => m.method === 'notifications/progress');
+  raw.send(sleeper(2));
+  raw.send({ id: 3, method: 'ping' });
+  assert.deepEqual((await raw.next((m) => m.id === 3)).result, {});
+  raw.send({ id: 4, method: 'tools/list' });
+  assert.ok((await raw.next((m) => m.id === 4)).result.tools.length > 0);
+  raw.send({ method: 'notifications/cancelled', params: { requestId: 2 } });
+  raw.send({ method: 'notifications/cancelled', params: { requestId: 1 } });
+  raw.send({ id: 5, method: 'tools/call', params: { name: 'run_command', arguments: { command: 'echo next' } } });
+  // without the queued call dropped, this would wait behind its 600 s
+  const next = await raw.next((m) => m.id === 5);
+  assert.equal(next.result.structuredContent.stdout, 'next\n');
+  raw.child.stdin.end();
+  assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
+});
+
+test("stdio: SIGTERM while the first sandbox is being made ends corral mcp", async () => {
+  const raw = rawStdio();
+  await rawInit(raw);
+  raw.send({ id: 1, method: 'tools/call', params: { name: 'run_code', arguments: { code: 'import time\ntime.sleep(600)', timeout_seconds: 600 } } });
+  raw.child.kill('SIGTERM');
+  assert.deepEqual(await raw.exited, { code: 0, signal: null }, raw.stderr());
+  for (const marker of ['ERROR: AddressSanitizer', 'ERROR: LeakSanitizer', 'runtime error:']) {
+    assert.ok(!raw.stderr().includes(marker), raw.stderr());
+  }
+});
+
 // ---- streamable HTTP ----
 
 test('http: tools, state, charts, commands, files, errors, progress and cancels', async () => {
@@ -413,6 +612,117 @@ test("http: X-API-Key is a key too, and an admin key sees and uses every key's s
     await endHttp(admin);
     await endHttp(a);
   }
+});
+
+test("http: run_code and run_command are in the audit trail, as the key's", async () => {
+  const c = await httpClient(KEY_B);
+  try {
+    const code = await c.client.callTool({ name: 'run_code', arguments: { code: 'print("audited")\n6 * 7' } }, undefined, CALL);
+    assert.equal(code.isError, false, textOf(code));
+    const id = code.structuredContent.sandbox_id;
+    const cmd = await c.client.callTool({ name: 'run_command', arguments: { command: 'echo cmd-out; exit 4' } }, undefined, CALL);
+    assert.equal(cmd.structuredContent.exit_code, 4);
+    const r = await fetch(`${ctx.server.directUrl}/audit/executions?surface=mcp&sandbox_id=${id}&limit=10`, {
+      headers: { 'X-API-Key': KEY_B },
+    });
+    assert.equal(r.status, 200);
+    const records = (await r.json()).data.reverse();
+    assert.deepEqual(
+      records.map((x) => [x.kind, x.outcome, x.code]),
+      [
+        ['code', 'ok', 'print("audited")\n6 * 7'],
+        ['command', 'error', 'echo cmd-out; exit 4'],
+      ],
+    );
+    for (const x of records) {
+      assert.equal(x.surface, 'mcp');
+      assert.match(x.key, /^sha256:[0-9a-f]{12}$/);
+      assert.equal(x.template, 'default');
+    }
+    assert.equal(records[0].stdout, 'audited\n');
+    assert.equal(records[0].result_bytes, 2);
+    assert.equal(records[1].stdout, 'cmd-out\n');
+    assert.equal(records[1].exit_code, 4);
+    const other = await fetch(`${ctx.server.directUrl}/audit/executions?surface=mcp&sandbox_id=${id}`, {
+      headers: { 'X-API-Key': KEY_A },
+    });
+    assert.deepEqual((await other.json()).data, [], "another key does not see B's records");
+  } finally {
+    await endHttp(c);
+  }
+});
+
+test('http: a command whose sandbox is killed while it runs is an error, not an exit status', async () => {
+  const c = await httpClient(KEY_A);
+  const other = await httpClient(KEY_A);
+  try {
+    const made = await c.client.callTool({ name: 'create_sandbox', arguments: {} }, undefined, CALL);
+    const id = made.structuredContent.sandbox_id;
+    let started;
+    const running = new Promise((resolve) => {
+      started = resolve;
+    });
+    const call = c.client.callTool(
+      { name: 'run_command', arguments: { command: 'echo started; sleep 600', timeout_seconds: 600, sandbox_id: id } },
+      undefined,
+      { timeout: 700_000, onprogress: () => started() },
+    );
+    await running;
+    const killed = await other.client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } }, undefined, CALL);
+    assert.equal(killed.isError, false, textOf(killed));
+    const result = await call;
+    assert.equal(result.isError, true, textOf(result));
+    assert.match(textOf(result), new RegExp(`the sandbox ${id} ended while the command ran`));
+  } finally {
+    await endHttp(other);
+    await endHttp(c);
+  }
+});
+
+test("http: a key's 33rd session ends its least recently used idle one; a refused initialize opens none", async () => {
+  const first = await httpClient(KEY_B);
+  const ran = await first.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+  assert.equal(ran.isError, false);
+  // 32 newer sessions left open, as clients that close without a DELETE
+  // leave them: the key holds at most 32, so the first one has ended
+  const newer = [];
+  for (let i = 0; i < 32; i++) newer.push(await httpClient(KEY_B));
+  await assert.rejects(first.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL), /404|Session not found/);
+  const last = newer[newer.length - 1];
+  const still = await last.client.callTool({ name: 'list_sandboxes', arguments: {} }, undefined, CALL);
+  assert.equal(still.isError, false);
+  for (const c of newer) await endHttp(c);
+  await first.client.close();
+
+  const refused = await fetch(`${ctx.server.directUrl}/mcp`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${KEY_B}`, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { capabilities: {} } }),
+  });
+  assert.equal(refused.headers.get('mcp-session-id'), null);
+  assert.equal((await refused.json()).error.code, -32602);
+});
+
+test('http: a call answered as JSON that the client cancels gets no body, not its progress', async () => {
+  const url = `${ctx.server.directUrl}/mcp`;
+  const headers = { Authorization: `Bearer ${KEY_A}`, 'Content-Type': 'application/json', Accept: 'application/json' };
+  const post = (body, session) =>
+    fetch(url, { method: 'POST', headers: session ? { ...headers, 'Mcp-Session-Id': session } : headers, body: JSON.stringify({ jsonrpc: '2.0', ...body }) });
+  const init = await post({ id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+  const session = init.headers.get('mcp-session-id');
+  assert.ok(session);
+  await post({ method: 'notifications/initialized' }, session);
+  const call = (id, command) => ({ id, method: 'tools/call', params: { name: 'run_command', arguments: { command, timeout_seconds: 600 }, _meta: { progressToken: `p${id}` } } });
+  const slow = post(call(5, 'echo started; touch started; sleep 600'), session);
+  // the slow call has printed once this one sees its file
+  const waited = await post(call(6, 'while [ ! -e started ]; do sleep 0.05; done'), session);
+  assert.equal(waited.status, 200);
+  await post({ method: 'notifications/cancelled', params: { requestId: 5 } }, session);
+  const cancelled = await slow;
+  assert.equal(cancelled.status, 202);
+  assert.equal(await cancelled.text(), '');
+  const ended = await fetch(url, { method: 'DELETE', headers: { ...headers, 'Mcp-Session-Id': session } });
+  assert.equal(ended.status, 204);
 });
 
 test("http: a session's sandboxes end with it (DELETE)", async () => {

@@ -258,6 +258,35 @@ static void test_error_message(void **state)
     e = mcp_error_message(NULL, MCP_INVALID_REQUEST, "x");
     assert_true(json_is_null(json_object_get(e, "id")));
     json_decref(e);
+    /* a long name of two-byte characters is cut at a whole one; bytes that
+     * are not UTF-8 (a header's) are made valid */
+    char name[1001];
+    for (size_t i = 0; i < 1000; i += 2)
+        memcpy(name + i, "\xc3\xa9", 2);
+    name[1000] = '\0';
+    for (int shift = 0; shift < 2; shift++) {
+        e = mcp_error_message(NULL, MCP_METHOD_NOT_FOUND, "%.*sMethod not found: %s", shift, "x",
+                              name);
+        assert_non_null(e);
+        json_decref(e);
+    }
+    e = mcp_error_message(NULL, MCP_INVALID_REQUEST, "version %s",
+                          "\xff\xfe"
+                          "2025");
+    assert_non_null(e);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(e, "error"), "message")), "2025"));
+    json_decref(e);
+    /* a tools/call of a long unknown name is answered */
+    char *text = NULL;
+    assert_true(asprintf(&text,
+                         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+                         "{\"name\":\"x%s\"}}",
+                         name) > 0);
+    json_t *r = answer(session, text);
+    assert_int_equal(error_code(r), MCP_INVALID_PARAMS);
+    json_decref(r);
+    free(text);
 }
 
 int main(void)
