@@ -16,12 +16,13 @@
 #include "base/strbuf.h"
 #include "base/utf8.h"
 
-#define MAX_PROGRESS      100  /* notifications a call sends at most */
-#define PROGRESS_TEXT_MAX 1000 /* bytes of output a notification's message shows */
-#define MAX_IMAGES        16   /* images a run_code gives */
-#define ERROR_FLOOR       1024 /* bytes of each of an error's texts kept past the budget */
-#define RESULT_FRAMING    16   /* bytes of the budget a result takes besides its text */
-#define MAX_ENTRIES       1000 /* entries list_files gives */
+#define MAX_PROGRESS      100        /* notifications a call sends at most */
+#define PROGRESS_TEXT_MAX 1000       /* bytes of output a notification's message shows */
+#define MAX_IMAGES        16         /* images a run_code gives */
+#define IMAGE_BYTES       (8u << 20) /* bytes of base64 of a run_code's images together */
+#define ERROR_FLOOR       1024       /* bytes of each of an error's texts kept past the budget */
+#define RESULT_FRAMING    16         /* bytes of the budget a result takes besides its text */
+#define MAX_ENTRIES       1000       /* entries list_files gives */
 #define MAX_SANDBOX_S     (24 * 3600)
 #define WAIT_SLICE_MS     100 /* a command's cancel is seen within this */
 
@@ -195,9 +196,11 @@ static void audit_finish(struct mcp_call *c, void *rec, const char *outcome, con
 struct run {
     struct mcp_call *c;
     struct strbuf out, err; /* capped at max_output */
-    /* Bytes left for the results' texts, the images and the error: one
-     * budget of max_output a call, what goes past it cut and said. */
-    uint64_t budget;
+    /* Bytes left for the results' texts and the error: one budget of
+     * max_output a call, what goes past it cut and said; the images have
+     * one of their own (IMAGE_BYTES: a chart is worth more to a model than
+     * its size in text). */
+    uint64_t budget, image_budget;
     json_t *texts;              /* the results' text/plain, as kept */
     json_t *images;             /* [{data, mimeType}] */
     unsigned images_dropped;    /* too many, or past the budget */
@@ -280,17 +283,17 @@ static char *base64_of(const char *data, size_t *len)
 }
 
 /* An image the code displayed, given when it is base64, one of the first
- * MAX_IMAGES and within the budget. */
+ * MAX_IMAGES and within the images' budget. */
 static void run_image(struct run *r, const char *mime, const char *data)
 {
     size_t len = 0;
     cleanup_free char *b64 = base64_of(data, &len);
     if (!b64)
         r->images_bad++;
-    else if (json_array_size(r->images) >= MAX_IMAGES || len > r->budget)
+    else if (json_array_size(r->images) >= MAX_IMAGES || len > r->image_budget)
         r->images_dropped++;
     else {
-        r->budget -= len;
+        r->image_budget -= len;
         json_array_append_new(r->images, json_pack("{s:s, s:s%, s:s}", "type", "image", "data", b64,
                                                    len, "mimeType", mime));
     }
@@ -461,8 +464,11 @@ static json_t *run_code(struct mcp_call *c)
     corral_sandbox *sb = call_sandbox(c, timeout_ms, &failed, note, sizeof(note));
     if (!sb)
         return failed;
-    __attribute__((cleanup(run_free))) struct run r = {
-        .c = c, .budget = s->o.max_output, .texts = json_array(), .images = json_array()};
+    __attribute__((cleanup(run_free))) struct run r = {.c = c,
+                                                       .budget = s->o.max_output,
+                                                       .image_budget = IMAGE_BYTES,
+                                                       .texts = json_array(),
+                                                       .images = json_array()};
     r.out.max = r.err.max = s->o.max_output;
     struct corral_exec_options x;
     corral_exec_options_init(&x);

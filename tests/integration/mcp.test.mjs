@@ -289,7 +289,7 @@ test('stdio: create_sandbox, list_sandboxes and kill_sandbox', async () => {
   }
 });
 
-test('stdio: results, images and errors share one --max-output budget a call', async () => {
+test('stdio: results and errors share one --max-output budget a call, images one of their own', async () => {
   const { client } = await stdioClient(['--max-output', '8KiB']);
   try {
     const big = await client.callTool({ name: 'run_code', arguments: { code: 's = "a" * (8 << 20)\ns' } }, undefined, CALL);
@@ -315,19 +315,32 @@ test('stdio: results, images and errors share one --max-output budget a call', a
     assert.equal(raised.structuredContent.error.name, 'ValueError');
     assert.equal(raised.structuredContent.error_truncated, true);
     assert.match(textOf(raised), /\[error cut: \d+ bytes of it are not shown\]/);
-    const images = await client.callTool(
+    // images have a budget of their own: 16 a call, 8 MiB of base64 together
+    const small = await client.callTool(
       {
         name: 'run_code',
         arguments: {
-          code: 'from IPython.display import display\nimport base64\npng = base64.b64encode(bytes(6000)).decode()\nfor i in range(3):\n    display({"image/png": png, "text/plain": "img"}, raw=True)',
+          code: 'from IPython.display import display\nimport base64\npng = base64.b64encode(bytes(6000)).decode()\nfor i in range(18):\n    display({"image/png": png, "text/plain": "img"}, raw=True)',
         },
       },
       undefined,
       CALL,
     );
-    assert.equal(images.content.filter((c) => c.type === 'image').length, 1, textOf(images));
-    assert.equal(images.structuredContent.images_dropped, 2);
-    assert.match(textOf(images), /\[images cut: 2 more were made/);
+    assert.equal(small.content.filter((c) => c.type === 'image').length, 16, textOf(small));
+    assert.equal(small.structuredContent.images_dropped, 2);
+    assert.match(textOf(small), /\[images cut: 2 more were made/);
+    const large = await client.callTool(
+      {
+        name: 'run_code',
+        arguments: {
+          code: 'from IPython.display import display\nimport base64\npng = base64.b64encode(bytes(3 << 20)).decode()\nfor i in range(3):\n    display({"image/png": png, "text/plain": "img"}, raw=True)',
+        },
+      },
+      undefined,
+      CALL,
+    );
+    assert.equal(large.content.filter((c) => c.type === 'image').length, 2, textOf(large));
+    assert.equal(large.structuredContent.images_dropped, 1);
     const bad = await client.callTool(
       { name: 'run_code', arguments: { code: "display({'image/png': 'not base64 at all!!', 'text/plain': 'x'}, raw=True)" } },
       undefined,
