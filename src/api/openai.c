@@ -416,6 +416,7 @@ static void *job_run(void *arg)
      * one when the call failed), unless its client is gone. */
     http_stream_close(j->s);
     job_unref(j);
+    corral_thread_release();
     pthread_mutex_lock(&oa->lock);
     if (--oa->workers == 0)
         pthread_cond_broadcast(&oa->idle);

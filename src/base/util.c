@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -525,6 +526,11 @@ static void *detached_main(void *p)
     free(p);
     corral_log_context_restore(&d.ctx);
     return d.fn(d.arg);
+}
+
+void corral_thread_release(void)
+{
+    OPENSSL_thread_stop();
 }
 
 int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes)

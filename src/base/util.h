@@ -72,6 +72,11 @@ int corral_sigchld_fd(void);
 /* Starts fn(arg) in a thread nobody joins, with a stack of stack_bytes (0:
  * the default): 0, or the error number pthread_create gave. */
 int corral_thread_detached(void *(*fn)(void *), void *arg, size_t stack_bytes);
+/* Frees what the libraries a thread used keep for it (OpenSSL's error
+ * queue and caches). A detached thread whose end someone waits for by a
+ * count calls it before it counts itself out: what its own end would free
+ * could otherwise still be held when the process exits after that wait. */
+void corral_thread_release(void);
 /* The process's soft open-files limit raised to its hard one (errors
  * ignored): a server of many sandboxes and connections needs more than the
  * usual 1,024. */

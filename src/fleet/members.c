@@ -274,6 +274,7 @@ static void *prober_main(void *arg)
         nap(f, m, f->probe_ms);
     }
     remove_member(f, m);
+    corral_thread_release();
     f->threads--;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
@@ -389,6 +390,7 @@ static void *discovery_main(void *arg)
         else
             sync_members(f, addrs, n); /* none: a Service with no ready node */
     }
+    corral_thread_release();
     f->threads--;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);

@@ -112,6 +112,7 @@ static void *bg_main(void *arg)
     pthread_mutex_unlock(&bg->lock);
     corral_gateway_reply_free(&rep);
     bg_unref(bg);
+    corral_thread_release();
     gw_leave(gw);
     return NULL;
 }

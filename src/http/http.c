@@ -253,6 +253,7 @@ static void *producer_thread(void *arg)
 {
     struct http_stream *s = arg;
     s->ops->produce(s, s->arg);
+    corral_thread_release(); /* before the stream's reader can count it done */
     close_writer(s);
     return NULL;
 }

@@ -1578,6 +1578,7 @@ static void *lane_thread(void *arg)
         serve_turn(c, true);
         pthread_mutex_lock(&srv->lock);
     }
+    corral_thread_release();
     srv->threads--;
     pthread_cond_broadcast(&srv->cond);
     pthread_mutex_unlock(&srv->lock); /* srv is not touched after this */
@@ -1679,6 +1680,7 @@ static void *pool_thread(void *arg)
         int n = epoll_wait(srv->epfd, &ev, 1, IDLE_EXIT_MS);
         pthread_mutex_lock(&srv->lock);
         if (srv->stopping || (n == 0 && srv->idle > SPARE_THREADS)) {
+            corral_thread_release();
             srv->idle--;
             srv->threads--;
             pthread_cond_broadcast(&srv->cond);
