@@ -20,8 +20,6 @@
 #include "http/client.h"
 #include "http/sse.h"
 
-#define ANTHROPIC_VERSION "2023-06-01"
-
 /* The members of a request the loop sends on to each turn. */
 static const char *const TURN_KEYS[] = {
     "system",      "max_tokens", "temperature", "top_p",        "top_k", "stop_sequences",
@@ -307,7 +305,7 @@ static int post_anthropic(struct gw_msg *m, const json_t *req, const struct http
     struct gw_wire_request w = {0};
     snprintf(w.path, sizeof(w.path), "/v1/messages");
     w.body = json_dumps(req, JSON_COMPACT);
-    w.headers[0] = strdup("anthropic-version: " ANTHROPIC_VERSION);
+    w.headers[0] = strdup("anthropic-version: " GW_ANTHROPIC_VERSION);
     w.headers[1] = strdup("content-type: application/json");
     w.headers[2] = beta_header(m);
     memset(r, 0, sizeof(*r));
@@ -315,7 +313,7 @@ static int post_anthropic(struct gw_msg *m, const json_t *req, const struct http
         gw_wire_request_free(&w);
         return corral_fail(err, ENOMEM, "out of memory");
     }
-    int rc = gw_wire_anthropic.sign(m->c.model, NULL, &w, err);
+    int rc = gw_wire_sign(&gw_wire_anthropic, m->c.model, &w, err);
     if (rc == 0) {
         w.len = strlen(w.body);
         rc = exchange(m, w.path, w.body, w.len, (const char *const *)w.headers, true, sink, r, err);
@@ -398,7 +396,7 @@ static json_t *turn_chat(struct gw_msg *m, json_t *req)
     if (wire) {
         json_object_set_new(chat, "model", json_string(c->up_model));
         if (wire->request(c->model, chat, false, &w, &err) < 0 ||
-            wire->sign(c->model, c->model->api_base, &w, &err) < 0) {
+            gw_wire_sign(wire, c->model, &w, &err) < 0) {
             gw_wire_request_free(&w);
             gw_msg_error(m, 400, "%s", err.message);
             return NULL;

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "base/cleanup.h"
 #include "base/clock.h"
 #include "base/utf8.h"
 #include "gateway/gateway_internal.h"
@@ -607,13 +606,7 @@ static int sign_request(struct gw_call *c, const struct gw_wire_ops *wire,
         req->headers[i] = NULL;
     }
     struct corral_error err = {0};
-    size_t n = strlen(c->model->api_base);
-    cleanup_free char *url = malloc(n + strlen(req->path) + 1);
-    if (!url)
-        return request_failed(c, req, corral_fail(&err, ENOMEM, "out of memory"), &err);
-    memcpy(url, c->model->api_base, n);
-    strcpy(url + n, req->path);
-    int rc = wire->sign(c->model, url, req, &err);
+    int rc = gw_wire_sign(wire, c->model, req, &err);
     return rc < 0 ? request_failed(c, req, rc, &err) : 0;
 }
 

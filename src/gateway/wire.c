@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/cleanup.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 #include "base/util.h"
@@ -57,6 +58,18 @@ json_t *gw_wire_error_object(long status, const char *message, const char *code)
                     message && *message ? message : "the upstream model answered an error");
     return json_pack("{s:{s:s, s:s, s:n, s:o}}", "error", "message", text, "type", type, "param",
                      "code", code ? json_string(code) : json_null());
+}
+
+int gw_wire_sign(const struct gw_wire_ops *wire, const struct gateway_model *m,
+                 struct gw_wire_request *r, struct corral_error *err)
+{
+    size_t n = strlen(m->api_base);
+    cleanup_free char *url = malloc(n + strlen(r->path) + 1);
+    if (!url)
+        return corral_fail(err, ENOMEM, "out of memory");
+    memcpy(url, m->api_base, n);
+    strcpy(url + n, r->path);
+    return wire->sign(m, url, r, err);
 }
 
 const char *gw_wire_text_of(const json_t *content, char **owned)

@@ -112,6 +112,13 @@ const struct gw_wire_ops *gw_wire_of(const struct gateway_model *m);
 
 /* Shared helpers of the converters (wire.c). */
 
+/* The anthropic-version every request to Anthropic's API carries. */
+#define GW_ANTHROPIC_VERSION "2023-06-01"
+/* Signs r (its body and path final) for model m with wire's sign, over the
+ * whole URL (m's api_base and r's path: a signature may cover the path). */
+int gw_wire_sign(const struct gw_wire_ops *wire, const struct gateway_model *m,
+                 struct gw_wire_request *r, struct corral_error *err);
+
 /* "call_" + 24 random hex digits into out (at least 32 bytes). */
 void gw_wire_call_id(char *out, size_t len);
 /* OpenAI's error object with status's usual type (400

@@ -18,7 +18,6 @@
 #include "gateway/wire.h"
 #include "http/sse.h"
 
-#define ANTHROPIC_VERSION  "2023-06-01"
 #define DEFAULT_MAX_TOKENS 4096
 #define WHERE_MAX          96 /* "messages[12].content[3].image_url.url" */
 
@@ -637,7 +636,7 @@ static int anthropic_request(const struct gateway_model *m, const json_t *chat, 
     memset(out, 0, sizeof(*out));
     snprintf(out->path, sizeof(out->path), "/v1/messages");
     out->body = json_dumps(body, JSON_COMPACT);
-    out->headers[0] = strdup("anthropic-version: " ANTHROPIC_VERSION);
+    out->headers[0] = strdup("anthropic-version: " GW_ANTHROPIC_VERSION);
     out->headers[1] = strdup("content-type: application/json");
     if (!out->body || !out->headers[0] || !out->headers[1]) {
         gw_wire_request_free(out);
