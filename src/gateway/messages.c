@@ -111,8 +111,13 @@ static int take_container(struct gw_msg *m)
         gw_msg_error(m, 400, "container: Input should be a valid string");
         return -EINVAL;
     }
-    /* (should it end during the call, the call fails rather than use another) */
+    /* should it end during the call, it is looked up again and the call
+     * fails, rather than use another */
     m->c.container_explicit = true;
+    if (!(m->c.wanted_container = strdup(json_string_value(id)))) {
+        gw_msg_error(m, 500, "The gateway is out of memory.");
+        return -ENOMEM;
+    }
     int rc = gw_container_find(m->c.gw, json_string_value(id), m->c.owner, &m->c.container);
     if (rc == -ENOENT || rc == -ESTALE) {
         gw_msg_error(m, 404, "container: the container %s %s", json_string_value(id),

@@ -276,6 +276,22 @@ test('messages: a container is reused by id across requests, and shared with the
   });
 });
 
+test('messages: a container the request names that is deleted during it is not replaced by another', T, async () => {
+  const doomed = await gw.client.containers.create({ name: 'doomed' });
+  const marker = gw.upstream.script(gw.marker('doomed'), [
+    bash('echo first'),
+    // (answered once the container is deleted)
+    () => ({ ...bash('echo second'), until: gw.client.containers.delete(doomed.id) }),
+    (req, ctx) => ({ text: `Told: ${lastOutput(ctx).split('\n')[0]}` }),
+  ]);
+  const m = await send({ model: NATIVE_MODEL, max_tokens: 256, tools: [TOOL], container: doomed.id, messages: [{ role: 'user', content: `${marker} go` }] }, false);
+  const [first, second] = blocks(m, 'bash_code_execution_tool_result').map((b) => b.content);
+  assert.equal(first.stdout, 'first\n');
+  assert.deepEqual(second, { type: 'bash_code_execution_tool_result_error', error_code: 'unavailable' });
+  assert.equal(m.content.at(-1).text, 'Told: error: unavailable');
+  await assert.rejects(gw.client.containers.retrieve(doomed.id), (err) => err.status === 404);
+});
+
 test('messages: a file uploaded, analysed in the container, and its output downloaded', T, async () => {
   const csv = 'city,people\nLyon,522\nNice,342\nLille,236\n';
   const uploaded = await anthropic().beta.files.upload({ file: await toFile(Buffer.from(csv), 'cities.csv', { type: 'text/csv' }) }, { betas: ['files-api-2025-04-14'] });
