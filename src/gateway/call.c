@@ -143,10 +143,34 @@ static size_t events_end(const char *s, size_t len)
     return 0;
 }
 
+int gw_sse_pass(struct strbuf *held, const char *data, size_t len,
+                int (*fn)(void *u, const char *data, size_t len), void *u)
+{
+    if (!held->len) {
+        size_t end = events_end(data, len);
+        strbuf_append(held, data + end, len - end);
+        return held->oom ? -ENOMEM : end ? fn(u, data, end) : 0;
+    }
+    strbuf_append(held, data, len);
+    if (held->oom)
+        return -ENOMEM;
+    size_t end = events_end(held->data, held->len);
+    if (!end && held->len < PROXY_HOLD_MAX)
+        return 0;
+    if (!end) /* an event beyond any sane size: it goes as it is */
+        end = held->len;
+    int r = fn(u, held->data, end);
+    memmove(held->data, held->data + end, held->len - end);
+    held->len -= end;
+    held->data[held->len] = '\0';
+    return r;
+}
+
 /* Whole events to the client. A Responses stream's events are numbered
  * from 0: counting them gives an error event of ours the next number. */
-static int proxy_forward(struct gw_call *c, const char *data, size_t len)
+static int proxy_forward(void *u, const char *data, size_t len)
 {
+    struct gw_call *c = u;
     if (!len)
         return 0;
     if (c->api == CORRAL_GATEWAY_RESPONSES) {
@@ -170,24 +194,7 @@ static int proxy_data(void *u, const char *data, size_t len)
         if (c->ev->on_stream_start && c->ev->on_stream_start(c->ev->userdata) != 0)
             return -1;
     }
-    if (!p->held.len) {
-        size_t end = events_end(data, len);
-        strbuf_append(&p->held, data + end, len - end);
-        return p->held.oom ? -1 : proxy_forward(c, data, end);
-    }
-    strbuf_append(&p->held, data, len);
-    if (p->held.oom)
-        return -1;
-    size_t end = events_end(p->held.data, p->held.len);
-    if (!end && p->held.len < PROXY_HOLD_MAX)
-        return 0;
-    if (!end) /* an event beyond any sane size: it goes as it is */
-        end = p->held.len;
-    int r = proxy_forward(c, p->held.data, end);
-    memmove(p->held.data, p->held.data + end, p->held.len - end);
-    p->held.len -= end;
-    p->held.data[p->held.len] = '\0';
-    return r;
+    return gw_sse_pass(&p->held, data, len, proxy_forward, c) != 0 ? -1 : 0;
 }
 
 static bool proxy_cancelled(void *u)

@@ -726,6 +726,14 @@ void gw_turn_free(struct gw_turn *t);
 
 /* ---- one request (call.c) ---- */
 
+/* An upstream's SSE stream passed on whole events at a time (held: what
+ * came of an event not yet whole), so that an error event of the gateway's
+ * can always follow what went: data joins what is held, and fn gets the
+ * events now whole (an event beyond 8 MiB goes as it is). 0, fn's non-zero
+ * value, or -ENOMEM. */
+int gw_sse_pass(struct strbuf *held, const char *data, size_t len,
+                int (*fn)(void *u, const char *data, size_t len), void *u);
+
 /* The upstream's name for the client's model: the configured one, or for a
  * wildcard entry the client's name without the entry's prefix. */
 char *gw_upstream_model(const struct gateway_model *m, const char *client);

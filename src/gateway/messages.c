@@ -618,10 +618,6 @@ static void run_loop(struct gw_msg *m)
 
 /* ---- plain proxying ---- */
 
-/* A proxied stream goes out whole events at a time, so that an error event
- * can always follow; an event larger than this is passed on as it comes. */
-#define PROXY_HOLD_MAX (8u << 20)
-
 struct proxy {
     struct gw_msg *m;
     struct strbuf held;  /* the start of an event not yet whole */
@@ -642,13 +638,12 @@ static int proxy_event(void *u, const char *event, const char *data, size_t len)
     return 0;
 }
 
-/* Where the last whole SSE event of s ends (after its blank line), or 0. */
-static size_t events_end(const char *s, size_t len)
+/* Whole events to the client. */
+static int proxy_send(void *u, const char *data, size_t len)
 {
-    for (size_t i = len; i >= 2; i--)
-        if (s[i - 1] == '\n' && (s[i - 2] == '\n' || (i >= 4 && !memcmp(s + i - 4, "\r\n\r\n", 4))))
-            return i;
-    return 0;
+    struct gw_call *c = u;
+    gw_send(c, data, len);
+    return c->cancelled ? -1 : 0;
 }
 
 static int proxy_data(void *u, const char *data, size_t len)
@@ -666,14 +661,7 @@ static int proxy_data(void *u, const char *data, size_t len)
         c->started = p->m->started = true;
     }
     http_sse_feed(&p->sse, data, len);
-    strbuf_append(&p->held, data, len);
-    size_t end = p->held.len > PROXY_HOLD_MAX ? p->held.len : events_end(p->held.data, p->held.len);
-    if (end) {
-        gw_send(c, p->held.data, end);
-        memmove(p->held.data, p->held.data + end, p->held.len - end);
-        p->held.len -= end;
-    }
-    return c->cancelled ? -1 : 0;
+    return gw_sse_pass(&p->held, data, len, proxy_send, c) != 0 ? -1 : 0;
 }
 
 /* A request without the code tool, to an upstream that speaks Messages: its
