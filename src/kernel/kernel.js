@@ -1,0 +1,953 @@
+// corral JavaScript/TypeScript kernel: the process behind one `javascript` or
+// `typescript` context of a corral sandbox.
+//
+// The agent starts it as `node -e <this file> <language>` with fd 0 on
+// /dev/null, fd 3 a SOCK_STREAM Unix socket to the daemon, and fds 1 and 2
+// pipes whose read ends are this process's fds 4 and 5.  It speaks the frames
+// of docs/kernel-protocol.md on fd 3: a 4-byte big-endian length and ASCII
+// JSON whose `type` member comes first; `execute`, `environ` and `warm` in,
+// `ready`, `stream`, `result`, `error` and `done` out.
+//
+// Cells run in the kernel's own global context (vm.Script#runInThisContext),
+// so state persists between them as in Node's REPL.  Each cell is parsed with
+// Debian's acorn and rewritten before it runs:
+//   - top-level let/const/class become `let` bindings of the script scope that
+//     are declared once and assigned by the cell, so re-running a cell that
+//     declares `const x` works (a top-level const is therefore reassignable
+//     by later cells, as in Node's REPL after a top-level await);
+//   - a cell with top-level `await` (or `for await`, or a static import) is
+//     wrapped in an async function as Node's REPL does: its top-level
+//     declarations are hoisted out of it so that they stay global, and its
+//     last expression statement is returned as the cell's value;
+//   - static imports become `await import(...)` with destructuring, and every
+//     `import(...)` goes through the kernel, which resolves bare names as
+//     require() does (vm scripts have no module loader of their own).
+// TypeScript cells are first transpiled with Debian's typescript
+// (transpileModule: no type checking).
+//
+// Output: process.stdout/process.stderr and the global console are replaced
+// by writers that hand text to a sender thread (a worker), which owns the
+// writing side of fd 3, batches stream chunks (at once on a newline, at the
+// latest 40 ms later) and reads the pipes behind fds 1 and 2, also while the
+// main thread is busy (execSync, a busy loop).  The bytes between threads are
+// bounded: a chatty cell waits for the daemon instead of growing the memory.
+//
+// SIGINT interrupts the running cell: a synchronous one through vm's
+// breakOnSigint, a pending top-level await by abandoning the cell's promise.
+// It is ignored while idle.  EOF on fd 3 kills the kernel's children and ends
+// the kernel with status 0.
+//
+// The file is self-contained (passed with -e) and everything lives inside one
+// function so that no name of the kernel's collides with the user's globals.
+'use strict';
+
+(function corralKernel() {
+  const fs = require('fs');
+  const net = require('net');
+  const path = require('path');
+  const util = require('util');
+  const vm = require('vm');
+  const { Writable } = require('stream');
+  const { StringDecoder } = require('string_decoder');
+  const { Worker } = require('worker_threads');
+  const { pathToFileURL } = require('url');
+  const Module = require('module');
+
+  const LANGUAGE = process.argv[1] === 'typescript' ? 'typescript' : 'javascript';
+  const SOCK_FD = 3;
+  const PIPE_FDS = [4, 5];               // read ends of the pipes behind fds 1, 2
+  const PENDING_MAX = 8 << 20;            // characters queued for the sender at most
+  const IDLE_MAX = 1 << 20;               // idle output kept for the next execution
+  const ALLOWED_MIME = new Set([
+    'text/plain', 'text/html', 'text/markdown', 'text/latex', 'image/png', 'image/jpeg',
+    'image/svg+xml', 'application/json', 'application/pdf', 'application/javascript',
+  ]);
+  const BINARY_MIME = new Set(['image/png', 'image/jpeg', 'application/pdf']);
+
+  const acorn = require('/usr/share/nodejs/acorn');
+  // Loaded before `ready`: the first TypeScript cell must not pay for it.
+  const ts = LANGUAGE === 'typescript' ? require('/usr/share/nodejs/typescript') : null;
+
+  // ---------------------------------------------------------------------------
+  // JSON the daemon accepts: ASCII only, no NUL, no lone surrogates, integers
+  // within 64 bits.
+
+  const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+  function cleanString(s) {
+    return s.replace(LONE_SURROGATE, '\ufffd').replace(/\0/g, '\ufffd');
+  }
+
+  const BIG = '\ufdd0corral-big:';  // marks a number JSON would write as a huge integer
+
+  function replacer(key, value) {
+    if (typeof value === 'string') return cleanString(value);
+    if (typeof value === 'number' && Number.isInteger(value) && Math.abs(value) >= 2 ** 63) {
+      return BIG + value.toExponential();
+    }
+    if (typeof value === 'bigint') {
+      const n = Number(value);
+      return Math.abs(n) >= 2 ** 63 ? BIG + n.toExponential() : n;
+    }
+    return value;
+  }
+
+  function asciiJson(value) {
+    return JSON.stringify(value, replacer)
+      .replace(/"\ufdd0corral-big:([^"]*)"/g, '$1')
+      .replace(/[\u0080-\uffff]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
+  }
+
+  // ---------------------------------------------------------------------------
+  // The sender thread.  It is the only writer of fd 3 and the only reader of
+  // fds 4 and 5.  Messages from the main thread, in order:
+  //   {t:'out', id, name, text, ts}  text written by the cell (console, process.stdout)
+  //   {t:'frame', body}              a complete non-stream frame (JSON text)
+  //   {t:'begin', id} / {t:'end'}    what descriptor-level output belongs to
+  //   {t:'drain', id}                read fds 4 and 5 dry now (a child ended)
+  // shared[0] counts the characters the main thread has queued and not yet sent.
+
+  function senderMain() {
+    const fs = require('fs');
+    const net = require('net');
+    const { parentPort, workerData } = require('worker_threads');
+    const { StringDecoder } = require('string_decoder');
+    const shared = new Int32Array(workerData.shared);
+    const sleeper = new Int32Array(new SharedArrayBuffer(4));
+    const ITEM_MAX = 1 << 20;   // characters of text in one stream frame
+    const LONE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+    let current = 0;            // execution that descriptor-level output belongs to
+    let pending = [];           // [{id, name, text, ts, chars}] not yet sent
+    let timer = null;
+    let immediate = null;
+
+    function writeAll(buf) {
+      let off = 0;
+      while (off < buf.length) {
+        try {
+          off += fs.writeSync(3, buf, off, buf.length - off);
+        } catch (e) {
+          if (e.code === 'EAGAIN') Atomics.wait(sleeper, 0, 0, 2);
+          else if (e.code !== 'EINTR') process.exit(0);  // the daemon went away
+        }
+      }
+    }
+
+    function writeFrame(body) {
+      const payload = Buffer.from(body, 'latin1');  // bodies are ASCII
+      const head = Buffer.alloc(4);
+      head.writeUInt32BE(payload.length);
+      writeAll(Buffer.concat([head, payload]));
+    }
+
+    function jsonText(s) {
+      return JSON.stringify(s.replace(LONE, '\ufffd').replace(/\0/g, '\ufffd'))
+        .replace(/[\u0080-\uffff]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
+    }
+
+    // seconds as a JSON real (shortest form, always with a fraction)
+    function timestamp(ts) {
+      const text = String(Math.round(ts * 1e6) / 1e6);
+      return /[.e]/.test(text) ? text : text + '.0';
+    }
+
+    function flush() {
+      if (timer) { clearTimeout(timer); timer = null; }
+      if (immediate) { clearImmediate(immediate); immediate = null; }
+      const items = pending;
+      pending = [];
+      for (const item of items) {
+        let text = item.text;
+        while (text) {
+          let cut = Math.min(text.length, ITEM_MAX);
+          if (cut < text.length && /[\ud800-\udbff]/.test(text[cut - 1])) cut -= 1;
+          writeFrame('{"type":"stream","id":' + item.id + ',"name":"' + item.name +
+                     '","text":' + jsonText(text.slice(0, cut)) +
+                     ',"timestamp":' + timestamp(item.ts) + '}');
+          text = text.slice(cut);
+        }
+        if (item.chars) {
+          Atomics.sub(shared, 0, item.chars);
+          Atomics.notify(shared, 0);
+        }
+      }
+    }
+
+    function queue(id, name, text, ts, chars) {
+      if (!text) return;
+      const last = pending[pending.length - 1];
+      if (last && last.id === id && last.name === name) {
+        last.text += text;
+        last.chars += chars;
+      } else {
+        pending.push({ id, name, text, ts, chars });
+      }
+      if (text.includes('\n')) {
+        // at once, but after the messages already queued: they join this frame
+        if (!immediate) immediate = setImmediate(flush);
+      } else if (!timer) {
+        timer = setTimeout(flush, 40);
+      }
+    }
+
+    const decoders = new Map();
+    const streamName = (fd) => (fd === 4 ? 'stdout' : 'stderr');
+
+    function fromPipe(fd, bytes, id) {
+      const text = decoders.get(fd).write(bytes);
+      if (id) queue(id, streamName(fd), text, Date.now() / 1000, 0);
+    }
+
+    function drain(id) {
+      const buf = Buffer.allocUnsafe(65536);
+      for (const fd of decoders.keys()) {
+        for (;;) {
+          let n = 0;
+          try {
+            n = fs.readSync(fd, buf, 0, buf.length, null);
+          } catch (e) {
+            break;  // EAGAIN: empty
+          }
+          if (n <= 0) break;
+          fromPipe(fd, buf.subarray(0, n), id);
+        }
+      }
+    }
+
+    for (const fd of workerData.pipes) {
+      try {
+        if (!fs.fstatSync(fd).isFIFO()) continue;
+      } catch (e) {
+        continue;
+      }
+      decoders.set(fd, new StringDecoder('utf8'));
+      const sock = new net.Socket({ fd, readable: true, writable: false });
+      sock.on('data', (bytes) => fromPipe(fd, bytes, current));
+      sock.on('error', () => {});
+    }
+
+    parentPort.on('message', (m) => {
+      switch (m.t) {
+        case 'out': queue(m.id, m.name, m.text, m.ts, m.text.length); break;
+        case 'frame': flush(); writeFrame(m.body); break;
+        case 'begin': current = m.id; break;
+        case 'end': current = 0; break;
+        case 'drain': drain(m.id); break;
+      }
+    });
+    parentPort.postMessage('ready');
+  }
+
+  const sharedBuf = new SharedArrayBuffer(4);
+  const shared = new Int32Array(sharedBuf);
+  const sender = new Worker('(' + senderMain.toString() + ')()', {
+    eval: true,
+    workerData: { shared: sharedBuf, pipes: PIPE_FDS },
+    stdout: false,
+    stderr: false,
+  });
+
+  function sendFrame(obj) {
+    sender.postMessage({ t: 'frame', body: asciiJson(obj) });
+  }
+
+  function now() {
+    return (performance.timeOrigin + performance.now()) / 1000;
+  }
+
+  // ---------------------------------------------------------------------------
+  // Output of the user's code.
+
+  let current = null;      // the execution under way: {id, interrupt()}
+  let idleOutput = [];     // [name, text] written while idle, for the next execution
+  let idleChars = 0;
+
+  function emitText(name, text) {
+    if (!text) return;
+    if (!current) {
+      if (idleChars + text.length <= IDLE_MAX) {
+        idleOutput.push([name, text]);
+        idleChars += text.length;
+      }
+      return;
+    }
+    // Bounded hand-over: wait while the sender has too much to write.
+    for (;;) {
+      const queued = Atomics.load(shared, 0);
+      if (queued < PENDING_MAX) break;
+      Atomics.wait(shared, 0, queued, 1000);
+    }
+    Atomics.add(shared, 0, text.length);
+    sender.postMessage({ t: 'out', id: current.id, name, text, ts: now() });
+  }
+
+  // A stdout/stderr replacement: synchronous, text only, never a TTY.
+  function makeStdio(name, fd) {
+    const decoder = new StringDecoder('utf8');
+    const stream = new Writable();
+    stream.write = function write(chunk, encoding, cb) {
+      if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
+      let text;
+      if (typeof chunk === 'string') {
+        text = encoding && encoding !== 'utf8' && encoding !== 'utf-8'
+          ? decoder.write(Buffer.from(chunk, encoding)) : chunk;
+      } else {
+        text = decoder.write(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+      }
+      emitText(name, text);
+      if (typeof cb === 'function') process.nextTick(cb);
+      return true;
+    };
+    stream.fd = fd;
+    stream.isTTY = false;
+    stream.getColorDepth = () => 1;
+    stream.hasColors = () => false;
+    stream._isStdio = true;
+    stream.destroySoon = stream.destroy;
+    stream._destroy = (err, cb) => cb(err);
+    return stream;
+  }
+
+  function installStdio() {
+    const stdout = makeStdio('stdout', 1);
+    const stderr = makeStdio('stderr', 2);
+    Object.defineProperty(process, 'stdout', { configurable: true, enumerable: true, get: () => stdout });
+    Object.defineProperty(process, 'stderr', { configurable: true, enumerable: true, get: () => stderr });
+    const cons = new console.Console({ stdout, stderr, colorMode: false });
+    Object.defineProperty(globalThis, 'console', {
+      configurable: true, enumerable: false, writable: true, value: cons,
+    });
+  }
+
+  // Descriptor-level output of a child run synchronously goes before what the
+  // parent writes next: the sender reads the pipes dry when the child is done.
+  function drainPipes() {
+    if (current) sender.postMessage({ t: 'drain', id: current.id });
+  }
+
+  function wrapChildProcess() {
+    const cp = require('child_process');
+    for (const fname of ['execSync', 'execFileSync', 'spawnSync']) {
+      const orig = cp[fname];
+      cp[fname] = function (...args) {
+        try {
+          return orig.apply(this, args);
+        } finally {
+          drainPipes();
+        }
+      };
+    }
+  }
+
+  // ---------------------------------------------------------------------------
+  // Rich display: display(value), display(bundle), display.html(...), ...
+
+  function toBase64(data, mime) {
+    if (typeof data === 'string') {
+      const s = data.replace(/^data:[^,]*;base64,/, '').replace(/\s+/g, '');
+      if (!/^[A-Za-z0-9+/]*={0,2}$/.test(s) || s.length % 4 !== 0) {
+        throw new TypeError(mime + ' data must be a Buffer, a Uint8Array or a base64 string');
+      }
+      return s;
+    }
+    if (ArrayBuffer.isView(data)) {
+      return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('base64');
+    }
+    if (data instanceof ArrayBuffer) return Buffer.from(data).toString('base64');
+    throw new TypeError(mime + ' data must be a Buffer, a Uint8Array or a base64 string');
+  }
+
+  function jsonValue(value) {
+    const text = JSON.stringify(value);
+    return text === undefined ? null : JSON.parse(text);
+  }
+
+  function inspect(value) {
+    return util.inspect(value, { colors: false, showProxy: true });
+  }
+
+  // A bundle as the protocol wants it: known MIME types, binary ones in base64,
+  // application/json a JSON value, the others strings, text/plain always.
+  function normalizeBundle(bundle) {
+    const data = {};
+    for (const [mime, value] of Object.entries(bundle)) {
+      if (!ALLOWED_MIME.has(mime)) throw new TypeError('display: unsupported MIME type ' + mime);
+      if (value === undefined || value === null) continue;
+      if (BINARY_MIME.has(mime)) data[mime] = toBase64(value, mime);
+      else if (mime === 'application/json') data[mime] = jsonValue(value);
+      else data[mime] = typeof value === 'string' ? value : String(value);
+    }
+    if (!('text/plain' in data)) {
+      const kinds = Object.keys(data).join(', ');
+      data['text/plain'] = kinds ? '<' + kinds + '>' : '';
+    }
+    return data;
+  }
+
+  function isBundle(value) {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+    const proto = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) return false;
+    const keys = Object.keys(value);
+    return keys.length > 0 && keys.every((k) => /^[a-z]+\/[-+.\w]+$/.test(k));
+  }
+
+  const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47]);
+  const JPEG_MAGIC = Buffer.from([0xff, 0xd8, 0xff]);
+
+  function bundleOf(value) {
+    if (isBundle(value)) return normalizeBundle(value);
+    if (Buffer.isBuffer(value) || value instanceof Uint8Array) {
+      const bytes = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+      if (bytes.subarray(0, 4).equals(PNG_MAGIC)) return normalizeBundle({ 'image/png': bytes, 'text/plain': '<image/png>' });
+      if (bytes.subarray(0, 3).equals(JPEG_MAGIC)) return normalizeBundle({ 'image/jpeg': bytes, 'text/plain': '<image/jpeg>' });
+    }
+    return { 'text/plain': inspect(value) };
+  }
+
+  function sendResult(data, isMain) {
+    if (!current) return;  // nothing to attach it to
+    sendFrame({ type: 'result', id: current.id, is_main: isMain, data });
+  }
+
+  function display(value) {
+    sendResult(bundleOf(value), false);
+  }
+  const one = (mime, conv) => (value) => sendResult(normalizeBundle({ [mime]: conv ? conv(value) : value }), false);
+  display.html = one('text/html');
+  display.markdown = one('text/markdown');
+  display.latex = one('text/latex');
+  display.svg = one('image/svg+xml');
+  display.javascript = one('application/javascript');
+  display.png = one('image/png');
+  display.jpeg = one('image/jpeg');
+  display.pdf = one('application/pdf');
+  display.json = (value) => sendResult(normalizeBundle({
+    'application/json': value, 'text/plain': JSON.stringify(value, null, 2) ?? 'undefined',
+  }), false);
+  display.text = (value) => sendResult({ 'text/plain': typeof value === 'string' ? value : inspect(value) }, false);
+
+  // ---------------------------------------------------------------------------
+  // Modules: require() from the context's working directory, then the usual
+  // global folders (~/.node_modules, ...) and Debian's module folders.
+
+  function setupModulePaths() {
+    const extra = ['/usr/local/lib/node_modules', '/usr/share/nodejs', '/usr/lib/nodejs'];
+    const multiarch = { x64: 'x86_64-linux-gnu', arm64: 'aarch64-linux-gnu' }[process.arch];
+    if (multiarch) extra.push('/usr/lib/' + multiarch + '/nodejs');
+    const saved = process.env.NODE_PATH;
+    process.env.NODE_PATH = [saved, ...extra].filter(Boolean).join(path.delimiter);
+    Module._initPaths();
+    if (saved === undefined) delete process.env.NODE_PATH;
+    else process.env.NODE_PATH = saved;
+  }
+
+  let requireCwd = null;
+  let cellRequire = null;
+
+  // The require of the cells, made again when the working directory changed.
+  function userRequire() {
+    const cwd = process.cwd();
+    if (cwd !== requireCwd) {
+      requireCwd = cwd;
+      cellRequire = Module.createRequire(path.join(cwd, '[cell]'));
+    }
+    return cellRequire;
+  }
+
+  // import() of the cells: node builtins, then the native loader (ESM-aware,
+  // resolves from the kernel's start directory), then require()'s resolution.
+  async function userImport(specifier) {
+    specifier = String(specifier);
+    if (Module.isBuiltin ? Module.isBuiltin(specifier) : Module.builtinModules.includes(specifier.replace(/^node:/, ''))) {
+      return import(specifier.startsWith('node:') ? specifier : 'node:' + specifier);
+    }
+    const relative = /^\.{0,2}\//.test(specifier);
+    if (relative) return import(pathToFileURL(path.resolve(process.cwd(), specifier)).href);
+    if (/^[a-z][a-z0-9+.-]*:/i.test(specifier)) return import(specifier);
+    let resolved;
+    try {
+      resolved = userRequire().resolve(specifier);
+    } catch (e) {
+      return import(specifier);
+    }
+    return import(pathToFileURL(resolved).href);
+  }
+
+  function defineGlobal(name, value) {
+    Object.defineProperty(globalThis, name, { configurable: true, enumerable: false, writable: true, value });
+  }
+
+  // ---------------------------------------------------------------------------
+  // Turning a cell into a script.
+
+  const PARSE_OPTIONS = {
+    ecmaVersion: 'latest',
+    sourceType: 'script',
+    allowAwaitOutsideFunction: true,
+    allowImportExportEverywhere: true,
+    allowHashBang: true,
+  };
+
+  const declaredLexicals = new Set();  // script-scope `let`s the kernel has declared
+
+  function isFunctionNode(node) {
+    return node.type === 'FunctionDeclaration' || node.type === 'FunctionExpression' ||
+      node.type === 'ArrowFunctionExpression';
+  }
+
+  // Calls visit(node, insideFunction) on every node of the tree.
+  function walk(node, visit, insideFunction = false) {
+    if (!node || typeof node.type !== 'string') return;
+    visit(node, insideFunction);
+    const inner = insideFunction || isFunctionNode(node);
+    for (const key of Object.keys(node)) {
+      const child = node[key];
+      if (Array.isArray(child)) {
+        for (const c of child) if (c && typeof c === 'object') walk(c, visit, inner);
+      } else if (child && typeof child === 'object' && key !== 'loc') {
+        walk(child, visit, inner);
+      }
+    }
+  }
+
+  function patternNames(pattern, out) {
+    if (!pattern) return out;
+    switch (pattern.type) {
+      case 'Identifier': out.push(pattern.name); break;
+      case 'ObjectPattern':
+        for (const p of pattern.properties) patternNames(p.type === 'RestElement' ? p.argument : p.value, out);
+        break;
+      case 'ArrayPattern': for (const e of pattern.elements) patternNames(e, out); break;
+      case 'RestElement': patternNames(pattern.argument, out); break;
+      case 'AssignmentPattern': patternNames(pattern.left, out); break;
+    }
+    return out;
+  }
+
+  // A name the script may declare with `let`: not declared by an earlier cell,
+  // and not a var/function of an earlier cell (a non-configurable global).
+  function mayDeclareLexical(name) {
+    if (declaredLexicals.has(name)) return false;
+    const desc = Object.getOwnPropertyDescriptor(globalThis, name);
+    return !(desc && !desc.configurable);
+  }
+
+  // `import ... from 'x'` as an assignment from `await __corral.import('x')`.
+  function importAssignment(node, code, lexicals) {
+    const source = JSON.stringify(node.source.value);
+    const load = 'await __corral.import(' + source + ')';
+    const ns = node.specifiers.find((s) => s.type === 'ImportNamespaceSpecifier');
+    const parts = [];
+    for (const s of node.specifiers) lexicals.push(s.local.name);
+    if (ns) {
+      parts.push(ns.local.name + ' = ' + load);
+      for (const s of node.specifiers) {
+        if (s.type === 'ImportDefaultSpecifier') parts.push(s.local.name + ' = ' + ns.local.name + '.default');
+      }
+    } else if (node.specifiers.length) {
+      const props = node.specifiers.map((s) => {
+        const imported = s.type === 'ImportDefaultSpecifier' ? 'default'
+          : (s.imported.type === 'Literal' ? JSON.stringify(s.imported.value) : s.imported.name);
+        return imported + ': ' + s.local.name;
+      });
+      parts.push('{' + props.join(', ') + '} = ' + load);
+    } else {
+      return load + ';';
+    }
+    return 'void (' + parts.join(', ') + ');';
+  }
+
+  // Rewrites a parsed cell; returns {source, isAsync}.
+  function rewrite(code, ast) {
+    const edits = [];
+    const replace = (start, end, text) => edits.push({ start, end, text });
+    const lexicals = [];   // names to declare with `let` before the cell
+    const vars = [];       // async cells: names to declare with `var` before the cell
+    const functions = [];  // async cells: function declarations to publish
+    let isAsync = false;
+
+    walk(ast, (node, insideFunction) => {
+      if (node.type === 'ImportExpression') replace(node.start, node.start + 6, '__corral.import');
+      if (insideFunction) return;
+      if (node.type === 'AwaitExpression' || (node.type === 'ForOfStatement' && node.await)) isAsync = true;
+      if (node.type === 'ImportDeclaration') isAsync = true;
+    });
+
+    // a declaration statement as a `void (assignments)` statement
+    function declarationAsAssignment(decl, names, fillUndefined) {
+      const first = decl.declarations[0];
+      const last = decl.declarations[decl.declarations.length - 1];
+      replace(decl.start, first.start, 'void (');
+      for (const d of decl.declarations) {
+        patternNames(d.id, names);
+        if (!d.init && fillUndefined) replace(d.id.end, d.id.end, ' = undefined');
+      }
+      replace(last.end, last.end, ')');
+    }
+
+    const body = ast.body;
+    for (let i = 0; i < body.length; i++) {
+      let node = body[i];
+      if (node.type === 'ExportNamedDeclaration' || node.type === 'ExportDefaultDeclaration') {
+        // a cell is no module: `export` is dropped, its declaration kept
+        if (node.declaration) {
+          replace(node.start, node.declaration.start, '');
+          node = node.declaration;
+        } else {
+          replace(node.start, node.end, ';');
+          continue;
+        }
+      } else if (node.type === 'ExportAllDeclaration') {
+        replace(node.start, node.end, ';');
+        continue;
+      }
+      if (node.type === 'ImportDeclaration') {
+        replace(node.start, node.end, importAssignment(node, code, lexicals));
+      } else if (node.type === 'VariableDeclaration' && node.kind !== 'var') {
+        declarationAsAssignment(node, lexicals, true);
+      } else if (node.type === 'VariableDeclaration' && isAsync) {
+        declarationAsAssignment(node, vars, false);
+      } else if (node.type === 'ClassDeclaration' && node.id) {
+        lexicals.push(node.id.name);
+        replace(node.start, node.start, 'void (' + node.id.name + ' = ');
+        replace(node.end, node.end, ')');
+      } else if (node.type === 'FunctionDeclaration' && isAsync && node.id) {
+        functions.push(node.id.name);
+      }
+    }
+
+    const newLexicals = [...new Set(lexicals)].filter(mayDeclareLexical);
+    let prefix = newLexicals.length ? 'let ' + newLexicals.join(', ') + '; ' : '';
+    let suffix = '';
+    if (isAsync) {
+      const hoisted = [...new Set([...vars, ...functions])];
+      if (hoisted.length) prefix += 'var ' + hoisted.join(', ') + '; ';
+      prefix += '(async () => { ';
+      for (const f of new Set(functions)) prefix += 'globalThis[' + JSON.stringify(f) + '] = ' + f + '; ';
+      const last = body[body.length - 1];
+      if (last && last.type === 'ExpressionStatement') {
+        replace(last.start, last.start, 'return { value: (');
+        replace(last.expression.end, last.expression.end, ') }');
+      }
+      suffix = '\n})()';
+    }
+    edits.sort((a, b) => a.start - b.start || a.end - b.end);
+    let out = '';
+    let pos = 0;
+    for (const e of edits) {
+      out += code.slice(pos, e.start) + e.text;
+      pos = e.end;
+    }
+    out += code.slice(pos);
+    return { source: prefix + out + suffix, isAsync, lexicals: newLexicals };
+  }
+
+  class CellSyntaxError extends SyntaxError {}
+
+  // TypeScript to JavaScript, types removed; syntax errors become SyntaxErrors.
+  function transpile(code) {
+    const result = ts.transpileModule(code, {
+      fileName: 'cell.ts',
+      reportDiagnostics: true,
+      compilerOptions: {
+        target: ts.ScriptTarget.ES2022,
+        module: ts.ModuleKind.ESNext,
+        isolatedModules: true,
+        preserveValueImports: true,
+        experimentalDecorators: true,
+        esModuleInterop: true,
+        sourceMap: false,
+      },
+    });
+    const errors = (result.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
+    if (errors.length) {
+      const lines = errors.map((d) => {
+        const text = ts.flattenDiagnosticMessageText(d.messageText, '\n');
+        if (d.file && d.start !== undefined) {
+          const { line, character } = d.file.getLineAndCharacterOfPosition(d.start);
+          return '(' + (line + 1) + ':' + (character + 1) + ') TS' + d.code + ': ' + text;
+        }
+        return 'TS' + d.code + ': ' + text;
+      });
+      const err = new CellSyntaxError(lines[0]);
+      err.stack = 'SyntaxError: ' + lines.join('\nSyntaxError: ');
+      throw err;
+    }
+    return result.outputText;
+  }
+
+  // Node's REPL reads `{ a: 1 }` as an object literal, not a block.
+  function maybeObjectLiteral(code) {
+    if (!/^\s*\{/.test(code) || /;\s*$/.test(code)) return code;
+    const wrapped = '(' + code + '\n)';
+    try {
+      acorn.parse(ts ? transpile(wrapped) : wrapped, PARSE_OPTIONS);
+      return wrapped;
+    } catch (e) {
+      return code;
+    }
+  }
+
+  // The cell as a script: {source, isAsync, lexicals}.
+  function prepare(code, filename) {
+    code = maybeObjectLiteral(code);
+    const js = ts ? transpile(code) : code;
+    let ast;
+    try {
+      ast = acorn.parse(js, PARSE_OPTIONS);
+    } catch (parseError) {
+      // V8's message (and its caret) for what V8 rejects too; what only acorn
+      // rejects (syntax newer than it) runs as it is.
+      try {
+        new vm.Script(js, { filename });
+      } catch (v8Error) {
+        if (/\bawait\b/.test(v8Error.message) && !/\bawait\b/.test(parseError.message)) {
+          throw new CellSyntaxError(parseError.message);
+        }
+        throw v8Error;
+      }
+      return { source: js, isAsync: false, lexicals: [] };
+    }
+    return rewrite(js, ast);
+  }
+
+  // ---------------------------------------------------------------------------
+  // Errors.
+
+  const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
+
+  class Interrupted extends Error {
+    constructor() {
+      super('Script execution was interrupted by SIGINT');
+      this.name = 'Interrupted';
+    }
+  }
+
+  // The stack without the kernel's own frames.
+  function cleanStack(stack) {
+    return String(stack).replace(ANSI, '').split('\n')
+      .filter((line) => !/^\s+at .*(\[eval\]|node:vm|node:internal|\[worker eval\]|corralKernel|evalmachine)/.test(line))
+      .join('\n').replace(/\n+$/, '');
+  }
+
+  function errorFrame(err) {
+    if (err instanceof Interrupted || (err && err.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED')) {
+      return { name: 'Interrupted', value: 'Script execution was interrupted by SIGINT',
+        traceback: 'Interrupted: Script execution was interrupted by SIGINT' };
+    }
+    if (err instanceof CellSyntaxError) {
+      return { name: 'SyntaxError', value: err.message, traceback: cleanStack(err.stack) };
+    }
+    if (util.types.isNativeError(err) || err instanceof Error) {
+      let name = 'Error';
+      let message = '';
+      let stack = '';
+      try { name = String(err.name); } catch (e) { /* a hostile getter */ }
+      try { message = String(err.message); } catch (e) { /* a hostile getter */ }
+      try { stack = err.stack ? String(err.stack) : name + ': ' + message; } catch (e) { stack = name + ': ' + message; }
+      return { name, value: message, traceback: cleanStack(stack) };
+    }
+    const text = inspect(err);
+    return { name: 'Uncaught', value: typeof err === 'string' ? err : text, traceback: 'Uncaught ' + text };
+  }
+
+  // ---------------------------------------------------------------------------
+  // Executions.
+
+  let executionCount = 0;
+
+  function applyEnv(env) {
+    const saved = [];
+    if (!env || typeof env !== 'object') return saved;
+    for (const [name, value] of Object.entries(env)) {
+      saved.push([name, Object.prototype.hasOwnProperty.call(process.env, name) ? process.env[name] : undefined]);
+      if (value === null || value === undefined) delete process.env[name];
+      else process.env[name] = String(value);
+    }
+    return saved;
+  }
+
+  function restoreEnv(saved) {
+    for (const [name, value] of saved.reverse()) {
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+    }
+  }
+
+  async function execute(req) {
+    executionCount += 1;
+    const count = executionCount;
+    const id = req.id;
+    let interrupt;
+    const interrupted = new Promise((resolve, reject) => { interrupt = () => reject(new Interrupted()); });
+    interrupted.catch(() => {});
+    current = { id, interrupt };
+    sender.postMessage({ t: 'begin', id });
+    for (const [name, text] of idleOutput) emitText(name, text);
+    idleOutput = [];
+    idleChars = 0;
+    const savedEnv = applyEnv(req.env);
+    let status = 'ok';
+    try {
+      defineGlobal('require', userRequire());
+      const filename = 'cell' + count;
+      const cell = prepare(typeof req.code === 'string' ? req.code : '', filename);
+      const script = new vm.Script(cell.source, { filename });
+      let value;
+      try {
+        value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+      } catch (e) {
+        if (!(e instanceof SyntaxError)) cell.lexicals.forEach((n) => declaredLexicals.add(n));
+        throw e;
+      }
+      cell.lexicals.forEach((n) => declaredLexicals.add(n));
+      if (cell.isAsync) {
+        current.async = true;
+        const box = await Promise.race([value, interrupted]);
+        value = box ? box.value : undefined;
+      }
+      if (value !== undefined) sendResult({ 'text/plain': inspect(value) }, true);
+    } catch (err) {
+      status = 'error';
+      sendFrame({ type: 'error', id, ...errorFrame(err) });
+    } finally {
+      restoreEnv(savedEnv);
+    }
+    sender.postMessage({ t: 'drain', id });
+    sendFrame({ type: 'done', id, execution_count: count, status });
+    sender.postMessage({ t: 'end' });
+    current = null;
+  }
+
+  // warm: exercise the cell pipeline (and TypeScript's transpiler) once
+  // without running anything, then answer with done 0.
+  function warm() {
+    try {
+      prepare('const warm = await Promise.resolve(1 as number);\nwarm', 'warm');
+    } catch (e) {
+      try { prepare('const warm = await Promise.resolve(1);\nwarm', 'warm'); } catch (e2) { /* nothing */ }
+    }
+    inspect({ warm: [1, 'two'] });
+    sendFrame({ type: 'done', id: 0, execution_count: executionCount, status: 'ok' });
+  }
+
+  function environ(env) {
+    if (!env || typeof env !== 'object') return;
+    for (const [name, value] of Object.entries(env)) {
+      if (value === null) delete process.env[name];
+      else process.env[name] = String(value);
+    }
+  }
+
+  async function handle(msg) {
+    if (!msg || typeof msg !== 'object') return;
+    if (msg.type === 'execute' && Number.isInteger(msg.id)) await execute(msg);
+    else if (msg.type === 'environ') environ(msg.env);
+    else if (msg.type === 'warm') warm();
+  }
+
+  // ---------------------------------------------------------------------------
+  // Ending: children first, then the kernel.
+
+  function descendantsAndGroup() {
+    const byParent = new Map();
+    const group = [];
+    const self = process.pid;
+    let ownGroup = 0;
+    for (const entry of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      let stat;
+      try { stat = fs.readFileSync('/proc/' + entry + '/stat', 'latin1'); } catch (e) { continue; }
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const pid = Number(entry);
+      const ppid = Number(fields[1]);
+      const pgrp = Number(fields[2]);
+      if (pid === self) ownGroup = pgrp;
+      if (!byParent.has(ppid)) byParent.set(ppid, []);
+      byParent.get(ppid).push(pid);
+      group.push([pid, pgrp]);
+    }
+    const found = new Set();
+    const stack = [self];
+    while (stack.length) {
+      for (const child of byParent.get(stack.pop()) || []) {
+        if (!found.has(child)) { found.add(child); stack.push(child); }
+      }
+    }
+    if (ownGroup === self) {  // a group leader: its group is its own
+      for (const [pid, pgrp] of group) if (pgrp === self && pid !== self) found.add(pid);
+    }
+    return found;
+  }
+
+  function shutdown() {
+    try {
+      for (const pid of descendantsAndGroup()) {
+        try { process.kill(pid, 'SIGKILL'); } catch (e) { /* gone */ }
+      }
+    } catch (e) { /* no /proc */ }
+    process.exit(0);
+  }
+
+  // ---------------------------------------------------------------------------
+  // Start-up.
+
+  function readFrames(onFrame) {
+    const sock = new net.Socket({ fd: SOCK_FD, readable: true, writable: false });
+    let buf = Buffer.alloc(0);
+    sock.on('data', (chunk) => {
+      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+      while (buf.length >= 4) {
+        const len = buf.readUInt32BE(0);
+        if (len > (256 << 20)) shutdown();  // not a frame of the daemon's
+        if (buf.length < 4 + len) break;
+        const body = buf.toString('utf8', 4, 4 + len);
+        buf = buf.subarray(4 + len);
+        let msg;
+        try { msg = JSON.parse(body); } catch (e) { continue; }  // ignored
+        onFrame(msg);
+      }
+    });
+    sock.on('end', shutdown);
+    sock.on('close', shutdown);
+    sock.on('error', shutdown);
+  }
+
+  function onSigint() {
+    // idle: ignored; a cell awaiting: abandoned (a synchronous one is stopped
+    // by breakOnSigint, which disables this listener while it runs)
+    if (current && current.async) current.interrupt();
+  }
+
+  function start() {
+    process.on('SIGINT', onSigint);
+    process.on('unhandledRejection', (reason) => {
+      const f = errorFrame(reason);
+      emitText('stderr', 'Unhandled promise rejection: ' + f.traceback + '\n');
+    });
+    process.on('uncaughtException', (err) => {
+      const f = errorFrame(err);
+      emitText('stderr', 'Uncaught exception: ' + f.traceback + '\n');
+    });
+    installStdio();
+    wrapChildProcess();
+    setupModulePaths();
+    defineGlobal('require', userRequire());
+    defineGlobal('display', display);
+    Object.defineProperty(globalThis, '__corral', {
+      configurable: false, enumerable: false, writable: false,
+      value: Object.freeze({ import: userImport }),
+    });
+    sender.once('message', () => {
+      sendFrame({ type: 'ready', language: LANGUAGE, version: process.versions.node });
+      let chain = Promise.resolve();
+      readFrames((msg) => { chain = chain.then(() => handle(msg)).catch(() => {}); });
+    });
+    sender.on('error', shutdown);
+    sender.on('exit', shutdown);
+  }
+
+  start();
+})();
