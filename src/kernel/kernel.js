@@ -812,9 +812,11 @@
     } catch (err) {
       status = 'error';
       sendFrame({ type: 'error', id, ...errorFrame(err) });
-    } finally {
-      restoreEnv(savedEnv);
     }
+    // what the cell left queued (promise callbacks, nextTicks, the reports of
+    // its unhandled rejections) runs and writes as part of it
+    await new Promise((resolve) => setImmediate(resolve));
+    restoreEnv(savedEnv);
     sender.postMessage({ t: 'drain', id });
     sendFrame({ type: 'done', id, execution_count: count, status });
     sender.postMessage({ t: 'end' });
