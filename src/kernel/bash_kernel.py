@@ -71,6 +71,46 @@ def _is_name(name):
             and all(c == "_" or ("a" <= c.lower() <= "z") or ("0" <= c <= "9") for c in name))
 
 
+def _process(pid):
+    """(parent pid, process group, whether it ignores SIGINT) of a process."""
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2:].split()
+    ignores = False
+    with open("/proc/%d/status" % pid, "rb") as f:
+        for line in f:
+            if line.startswith(b"SigIgn:"):
+                ignores = bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+                break
+    return int(fields[1]), int(fields[2]), ignores
+
+
+def _foreground(shell):
+    """The pids of shell's process group that descend from it (the shell
+    excluded) through processes that do not ignore SIGINT; None without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    group = {}  # pid -> (parent, ignores), for the shell's process group
+    for name in names:
+        if name.isdigit():
+            try:
+                parent, pgrp, ignores = _process(int(name))
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            if pgrp == shell:
+                group[int(name)] = (parent, ignores)
+    found = []
+    for pid in group:
+        p = pid
+        while p != shell and p in group and not group[p][1]:
+            p = group[p][0]
+        if p == shell and pid != shell:
+            found.append(pid)
+    return found
+
+
 class Daemon:
     """The socket to the daemon (fd 3): frames out, frames in (buffered)."""
 
@@ -254,11 +294,25 @@ class Shell:
         return fds
 
     def interrupt(self):
-        """SIGINT to bash's process group (as a terminal's ^C)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGINT)
-        except OSError:
-            pass
+        """SIGINT to bash and its foreground processes, as a terminal's ^C.
+
+        Without job control every process of the shell is in its process
+        group, background jobs too; bash makes those ignore SIGINT, but not
+        the children an asynchronous subshell starts (`(sleep 9; echo) &`).
+        So the signal goes to the processes of the group that descend from
+        bash through processes none of which ignores it."""
+        pids = _foreground(self.proc.pid)
+        if pids is None:  # no /proc to read: the whole group
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except OSError:
+                pass
+            return
+        for pid in pids + [self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
 
     def kill(self):
         """Ends bash and everything in its process group, and reaps bash."""
