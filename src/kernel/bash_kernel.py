@@ -212,6 +212,7 @@ class Shell:
         self.ctl_w = None
         self.ack_fd = None
         self.ack_buf = b""
+        self.ack_eof = False
         self.version = ""
         self.seq = 0
         self.status = None  # how bash ended (waitpid status) once it did
@@ -233,6 +234,7 @@ class Shell:
         self.ack_r = ack_r
         self.ctl_w = ctl_w
         self.ack_buf = b""
+        self.ack_eof = False
         self.status = None
         os.set_blocking(ack_r, False)
         try:
@@ -266,7 +268,8 @@ class Shell:
             data = os.read(self.ack_r, 4096)
         except (BlockingIOError, InterruptedError):
             return []
-        if not data:
+        if not data:  # bash ended, or exec'd a program (that holds no ack pipe)
+            self.ack_eof = True
             return []
         self.ack_buf += data
         lines = self.ack_buf.split(b"\n")
@@ -288,10 +291,15 @@ class Shell:
         return True
 
     def wait_fds(self):
-        fds = [self.ack_r]
+        fds = [] if self.ack_eof else [self.ack_r]
         if self.pidfd is not None:
             fds.append(self.pidfd)
         return fds
+
+    def poll_interval(self):
+        """How long to wait at most before checking whether bash ended: not at
+        all with a pidfd (it wakes the wait)."""
+        return None if self.pidfd is not None else 0.1
 
     def interrupt(self):
         """SIGINT to bash and its foreground processes, as a terminal's ^C.
@@ -408,11 +416,9 @@ class Kernel:
             self.running = True
         try:
             while True:
-                if seq is None or (self.shell.pidfd is None and self.shell.ended()):
+                if seq is None:
                     break
-                self.wait_once(self.shell.wait_fds(), 0.1 if self.shell.pidfd is None else None)
-                if self.shell.pidfd is not None and self.shell.ended():
-                    break
+                self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
                 for ack in self.shell.acks():
                     kind, _, arg = ack.decode("ascii", "replace").partition(" ")
                     if kind == "B" and arg == str(seq):
@@ -428,6 +434,8 @@ class Kernel:
                         status = int(arg) if arg.isdigit() else 1
                         self.output.drain()
                         return status, version
+                if self.shell.ended():
+                    break
         finally:
             if cell:
                 self.running = self.started = False
@@ -459,7 +467,7 @@ class Kernel:
     def serve(self):
         while True:
             while not self.daemon.frames:
-                ready = self.wait_once(self.shell.wait_fds(), 0.5 if self.shell.pidfd is None else None)
+                ready = self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
                 if self.shell.ack_r in ready:
                     self.shell.acks()  # stray acks (an idle interrupt's prompt): nobody's
                 if self.shell.ended():  # killed while idle: a fresh one for the next cell
@@ -538,7 +546,7 @@ class Kernel:
         if not names:
             return ""
         setup = "__corral_env_saved=$(builtin declare -p %s 2>/dev/null)\nbuiltin export %s\n" % (
-            " ".join(names), " ".join("%s=%s" % (n, _quote(_clean(env[n]).replace("\ufffd", "")))
+            " ".join(names), " ".join("%s=%s" % (n, _quote(env[n].replace("\x00", "")))
                                       for n in names))
         status, _ = self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", setup)))
         if status is None:
@@ -591,6 +599,7 @@ class Kernel:
 def main():
     kernel = Kernel()
     signal.signal(signal.SIGINT, kernel.on_sigint)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if not kernel.start_shell():
         kernel.fatal("bash could not be started")
     kernel.daemon.send({"type": "ready", "language": "bash", "version": kernel.shell.version})
