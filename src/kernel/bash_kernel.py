@@ -375,6 +375,7 @@ class Kernel:
         self.started = False  # ... and bash has begun it ("B" seen)
         self.interrupted = False  # SIGINT came during the cell
         self.interrupt_pending = False  # ... before it began: sent once it does
+        self.forwarded = False  # SIGINT was sent to bash during the cell
 
     # -- signals
 
@@ -385,9 +386,13 @@ class Kernel:
             return
         self.interrupted = True
         if self.started:
-            self.shell.interrupt()
+            self.forward_interrupt()
         else:
             self.interrupt_pending = True
+
+    def forward_interrupt(self):
+        self.forwarded = True
+        self.shell.interrupt()
 
     # -- the shell
 
@@ -405,35 +410,42 @@ class Kernel:
         if not self.start_shell():
             self.fatal("bash could not be started")
 
-    def run_line(self, line, cell=False):
+    def run_line(self, line, cell=False, settle=False):
         """Runs one control line; returns (status, version) where status is None
-        when bash ended before the line did."""
-        seq = self.shell.control(line)
+        when bash ended before the line did.
+
+        With settle, line must be harmless to run twice or not at all: it is
+        sent again whenever bash prompts before having begun any of the lines
+        sent so far, for a SIGINT that bash took while reading may have
+        discarded it (as ^C discards a typed line)."""
+        seq = first = self.shell.control(line)
+        last_b = None  # the latest line bash began: the one an "E" ends
         version = None
-        begun = False
         if cell:
             self.started = False
             self.running = True
         try:
-            while True:
-                if seq is None:
-                    break
+            while seq is not None:
                 self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
                 for ack in self.shell.acks():
                     kind, _, arg = ack.decode("ascii", "replace").partition(" ")
-                    if kind == "B" and arg == str(seq):
-                        begun = True
-                        if cell:
+                    if kind == "B" and arg.isdigit():
+                        last_b = int(arg)
+                        if cell and last_b == seq:
                             self.started = True
                             if self.interrupt_pending:
                                 self.interrupt_pending = False
-                                self.shell.interrupt()
+                                self.forward_interrupt()
                     elif kind == "V":
                         version = arg
-                    elif kind == "E" and begun:
+                    elif kind == "E" and last_b == seq:
                         status = int(arg) if arg.isdigit() else 1
                         self.output.drain()
                         return status, version
+                    elif kind == "E" and settle and (last_b is None or last_b < first):
+                        seq = self.shell.control(line)
+                        if seq is None:
+                            break
                 if self.shell.ended():
                     break
         finally:
@@ -491,11 +503,18 @@ class Kernel:
         self.execution_count += 1
         self.output.reset()
         self.output.exec_id = eid
-        self.interrupted = self.interrupt_pending = False
+        self.interrupted = self.interrupt_pending = self.forwarded = False
         error = None
         saved = isinstance(env, dict) and self.apply_env(env)
         if saved is not None and not self.shell.ended():
             status, _ = self.run_line(self.cell_line(code), cell=True)
+            if status is not None and self.forwarded:
+                # bash takes a SIGINT when it comes to it, which may be when it
+                # reads the next line (it would drop it): a line that may be
+                # lost goes first
+                status2, _ = self.run_line("(builtin exit %d)" % status, settle=True)
+                if status2 is None:
+                    status = None
             error = self.cell_error(status)
             if saved and status is not None:
                 self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", saved)))
