@@ -13,6 +13,7 @@ test writes only once it has seen what came before: no timing assumptions.
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/kernel/test_kernel_bash.py
 """
 import json
+import random
 import os
 import signal
 import socket
@@ -505,3 +506,19 @@ def test_eof_during_an_execution_ends_the_kernel(fresh_kernel):
     assert first_stream(fresh_kernel, eid)["text"] == "go\n"
     assert fresh_kernel.close() == 0
     wait_gone(child)
+
+
+def test_interrupts_at_any_moment_lose_no_later_cell(kernel):
+    """A SIGINT may reach bash as a cell ends, or when it reads the next line:
+    whatever the moment, the cell ends with done and the next one runs."""
+    ok(kernel.execute("kept=1"))
+    rng = random.Random(30)
+    cells = ["true", "echo x", "sleep 0.01", "sleep 0.05", "for i in $(seq 300); do :; done",
+             "sleep 0.02 | cat"]
+    for _ in range(60):
+        eid = kernel.send_execute(rng.choice(cells))
+        time.sleep(rng.random() * 0.03)  # jitter: where the interrupt lands
+        frames = kernel.interrupt_until_done(eid)
+        if frames[-1]["status"] == "error":
+            assert error(frames)["name"] == "KeyboardInterrupt"
+        assert kernel.out("echo $kept") == "1\n"
