@@ -122,11 +122,24 @@ local({
     }
   }
 
-  # keeps warnings() working: R's console stores them as last.warning
+  # keeps warnings() working: R's console stores a top-level call's warnings
+  # as last.warning, which only R's own code may create; they are signalled
+  # again outside the cell and R prints them, as deferred ones, to nowhere
   store_warnings <- function(ws) {
-    lw <- lapply(ws[seq_len(min(length(ws), 50L))], function(w) visible_call(conditionCall(w)))
-    names(lw) <- vapply(ws[seq_len(length(lw))], conditionMessage, "")
-    try(assign("last.warning", lw, envir = baseenv()), silent = TRUE)
+    sinks <- sink.number(type = "message")
+    void <- file(nullfile(), "w")
+    sink(void, type = "message")
+    on.exit({
+      if (sinks == 2L) sink(type = "message") else sink(getConnection(sinks), type = "message")
+      close(void)
+    })
+    old <- options(warn = 0)
+    on.exit(options(old), add = TRUE)
+    for (w in ws[seq_len(min(length(ws), 50L))]) {
+      w$call <- visible_call(conditionCall(w))
+      warning(w)
+    }
+    .Internal(printDeferredWarnings())
   }
 
   html_escape <- function(x) {
@@ -275,16 +288,16 @@ local({
                        paste0(idx, ": ", vapply(calls[idx], deparse_call, ""), collapse = "\n"))
       }
       if (length(warns)) {
-        store_warnings(warns)
         send("stream", "stderr", warnings_text(warns, "In addition: "))
+        try(store_warnings(warns), silent = TRUE)
       }
       send("error", "Error", conditionMessage(cond), text)
       return(FALSE)
     }
     if (!is.null(outcome$bundle)) send("result", if (is_last) "1" else "0", outcome$bundle)
     if (length(warns)) {
-      store_warnings(warns)
       send("stream", "stderr", warnings_text(warns))
+      try(store_warnings(warns), silent = TRUE)
     }
     TRUE
   }

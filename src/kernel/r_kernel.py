@@ -397,8 +397,8 @@ class Host:
         self.drain_outputs()
         r.stop(wait=0)
         kill_group_members()
-        if not r.ready and not self.ready_sent:
-            self.shutdown(1)  # R cannot start at all
+        if not r.ready:
+            self.shutdown(1)  # R cannot start (a new one would not either)
         current = self.current
         if current is not None and current[0] == "exec":
             self.flush_decoders()

@@ -330,6 +330,21 @@ def test_several_warnings(kernel):
     assert stream(frames, "stderr").startswith("Warning messages:\n1: In FUN(X[[i]], ...) : w 1\n2: ")
 
 
+def test_warnings_function(kernel):
+    ok(kernel.execute("ww <- function() { warning('first'); warning('second') }\nww()"))
+    frames = ok(kernel.execute("warnings()"))
+    assert main_result(frames)["data"]["text/plain"] == \
+        "Warning messages:\n1: In ww() : first\n2: In ww() : second"
+
+
+def test_immediate_warnings(kernel):
+    frames = ok(kernel.execute("options(warn = 1)\nwarning('now')\ncat('next\\n')\noptions(warn = 0)"))
+    assert merged(frames) == [("stderr", "Warning: now\n"), ("stdout", "next\n")]
+    err = error(kernel.execute("options(warn = 2)\nlog(-1)\noptions(warn = 0)"))
+    assert "(converted from warning) NaNs produced" in err["value"]
+    ok(kernel.execute("options(warn = 0)"))
+
+
 def test_parse_error(kernel):
     frames = kernel.execute("cat('never\\n')\n1 +* 2")
     err = error(frames)
@@ -413,6 +428,16 @@ def test_sigint_while_idle_is_ignored(kernel):
     for _ in range(3):
         frames = ok(kernel.execute("Sys.sleep(0.05); idle_value"))
         assert main_result(frames)["data"]["text/plain"] == "[1] 5"
+
+
+def test_sigint_to_r_between_cells_is_dropped(kernel):
+    """A SIGINT the host passed on just as a cell ended reaches R between
+    cells: it must not interrupt the next one."""
+    ok(kernel.execute("between <- 1"))
+    (r_pid,) = r_pids(kernel.proc.pid)
+    os.kill(r_pid, signal.SIGINT)
+    frames = ok(kernel.execute("x <- 0; for (i in 1:100000) x <- x + 1; x"))
+    assert main_result(frames)["data"]["text/plain"] == "[1] 1e+05"
 
 
 def test_env_for_one_execution(kernel):
