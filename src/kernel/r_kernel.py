@@ -201,21 +201,45 @@ class RProcess:
             shutil.rmtree(self.tempdir, ignore_errors=True)
 
 
-def kill_group_members():
-    """Kills what is left in this process's group but this process (R's
-    children), so that nothing outlives the kernel."""
-    me, group = os.getpid(), os.getpgrp()
+def processes():
+    """{pid: (parent pid, process group)} of every process this one can see."""
+    table = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % name) as f:
                 stat = f.read()
             fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) == group:
-                os.kill(int(name), signal.SIGKILL)
-        except (OSError, ValueError):
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+        except (OSError, ValueError, IndexError):
             pass
+    return table
+
+
+def descendants(pid):
+    """The processes below pid (its children, theirs, ...)."""
+    children = collections.defaultdict(list)
+    for child, (parent, _) in processes().items():
+        children[parent].append(child)
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def kill_group_members():
+    """Kills what is left in this process's group but this process (R's
+    children), so that nothing outlives the kernel."""
+    me, group = os.getpid(), os.getpgrp()
+    for pid, (_, pgid) in processes().items():
+        if pgid == group and pid != me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 class Host:
@@ -292,11 +316,15 @@ class Host:
         self.r.start()
 
     def on_sigint(self, signum, frame):
-        """Interrupts the running cell; ignored when none runs."""
+        """Interrupts the running cell as a terminal's Ctrl-C would: R and the
+        processes it started (system() waits for its child with SIGINT
+        ignored); ignored when no cell runs."""
         r = self.r
-        if r is not None and r.ready and self.current is not None and self.current[0] == "exec":
+        if r is None or not r.ready or self.current is None or self.current[0] != "exec":
+            return
+        for pid in [r.pid] + descendants(r.pid):
             try:
-                os.kill(r.pid, signal.SIGINT)
+                os.kill(pid, signal.SIGINT)
             except OSError:
                 pass
 

@@ -419,6 +419,19 @@ def test_interrupt_empty_repeat(kernel):
     assert main_result(ok(kernel.execute("'alive'")))["data"]["text/plain"] == '[1] "alive"'
 
 
+def test_interrupt_reaches_system_commands(kernel):
+    """As Ctrl-C in a terminal: the command system() waits for gets the
+    SIGINT (R ignores it meanwhile) and R goes on; the next one stops R."""
+    eid = kernel.send_execute("cat('go\\n'); system('sleep 100'); cat('after\\n'); Sys.sleep(100)")
+    frames = []
+    kernel.recv_until(eid, lambda f: f["type"] == "stream", frames)
+    frames = kernel.interrupt_until_done(eid, frames)
+    assert error(frames)["name"] == "KeyboardInterrupt"
+    assert stream(frames) == "go\nafter\n"
+    (r_pid,) = r_pids(kernel.proc.pid)
+    assert r_pids(r_pid) == []
+
+
 def test_sigint_while_idle_is_ignored(kernel):
     ok(kernel.execute("idle_value <- 5"))
     for _ in range(3):
