@@ -1,0 +1,629 @@
+# The bash kernel of a corral context: one persistent bash process per
+# context, driven over docs/kernel-protocol.md's frames on fd 3.
+#
+# Started as `python3 -I -c <this source> bash` (stdlib only) with fd 0 on
+# /dev/null, fd 3 the socket to the daemon, and fds 1 and 2 pipes whose read
+# ends are this process's fds 4 and 5.  bash inherits fds 1 and 2, so what it
+# and every child writes lands in those pipes, which the kernel reads and
+# sends as stream frames of the execution under way (discarded when none is).
+#
+# bash runs interactive (-i) but without a terminal, job control, line
+# editing, history or rc files, in its own process group, reading commands
+# from a pipe (its stdin).  Interactive, because that is how a terminal's
+# shell treats SIGINT: it aborts the command line under way (a foreground
+# child, a builtin loop, a pipeline) and goes back to reading commands with
+# its state intact, and errors such as `${x:?}` or `set -u` do not end it.
+# Each cell's code is written to a file in a private directory (0700) and
+# run by one control line, `. FILE </dev/null`, so that code reading stdin
+# gets EOF instead of the control pipe.  The control line first writes
+# "B <seq>" to a private descriptor (the ack pipe, closed for the cell's
+# code); PROMPT_COMMAND, which bash runs before reading the next line (after
+# the line ended or was aborted by SIGINT), writes "E <$?>" there: the end of
+# the cell and its status.
+import codecs
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ACK_FD_MIN = 200  # bash's descriptor for the ack pipe: above what scripts use
+CHUNK = 65536  # bytes of output read (and sent as one frame) at a time
+DRAIN_MAX = 4 << 20  # bytes read after a cell's end before its done (a writer may never stop)
+MAX_FRAME_IN = 32 << 20  # the daemon never sends more in one frame
+
+# Names of the errors a cell reports (see the module's docs text for users).
+E_STATUS = "ExitStatus"  # the cell's last command failed
+E_INTERRUPT = "KeyboardInterrupt"  # SIGINT stopped the cell
+E_EXIT = "ShellExit"  # the cell ran `exit` (or `set -e` tripped): a new shell started
+E_DIED = "ShellDied"  # bash was killed (OOM killer, `kill -9 $$`): a new shell started
+
+STATE_LOST = "a new shell was started (variables, functions, aliases, working " \
+             "directory and background jobs of the old one are gone)"
+
+
+def _frame_bytes(frame):
+    """A frame as the daemon reads it: length, then ASCII JSON, `type` first."""
+    body = json.dumps(frame, ensure_ascii=True, allow_nan=False,
+                      separators=(",", ":")).encode("ascii")
+    return len(body).to_bytes(4, "big") + body
+
+
+def _clean(text):
+    """Text as jansson takes it: no NUL (replaced by U+FFFD)."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def _quote(value):
+    """A shell word that is exactly value (single quotes)."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _is_name(name):
+    """Whether name can be a shell variable's."""
+    return (isinstance(name, str) and name != "" and not name[0].isdigit()
+            and all(c == "_" or ("a" <= c.lower() <= "z") or ("0" <= c <= "9") for c in name))
+
+
+def _process(pid):
+    """(parent pid, process group, whether it ignores SIGINT) of a process."""
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(b")") + 2:].split()
+    ignores = False
+    with open("/proc/%d/status" % pid, "rb") as f:
+        for line in f:
+            if line.startswith(b"SigIgn:"):
+                ignores = bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+                break
+    return int(fields[1]), int(fields[2]), ignores
+
+
+def _foreground(shell):
+    """The pids of shell's process group that descend from it (the shell
+    excluded) through processes that do not ignore SIGINT; None without /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    group = {}  # pid -> (parent, ignores), for the shell's process group
+    for name in names:
+        if name.isdigit():
+            try:
+                parent, pgrp, ignores = _process(int(name))
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            if pgrp == shell:
+                group[int(name)] = (parent, ignores)
+    found = []
+    for pid in group:
+        p = pid
+        while p != shell and p in group and not group[p][1]:
+            p = group[p][0]
+        if p == shell and pid != shell:
+            found.append(pid)
+    return found
+
+
+class Daemon:
+    """The socket to the daemon (fd 3): frames out, frames in (buffered)."""
+
+    def __init__(self):
+        self.sock = socket.socket(fileno=3)
+        self.sock.setblocking(True)
+        self.inbuf = bytearray()
+        self.frames = []  # frames received, not yet handled
+        self.eof = False
+
+    def send(self, frame):
+        data = _frame_bytes(frame)
+        self.sock.sendall(data)
+
+    def receive(self):
+        """Reads what is there (the socket is readable) and parses whole frames."""
+        try:
+            data = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            return
+        self.inbuf += data
+        while len(self.inbuf) >= 4:
+            n = int.from_bytes(self.inbuf[:4], "big")
+            if n > MAX_FRAME_IN:
+                self.eof = True  # not the daemon: stop as if it went away
+                return
+            if len(self.inbuf) < 4 + n:
+                break
+            body = bytes(self.inbuf[4:4 + n])
+            del self.inbuf[:4 + n]
+            try:
+                frame = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(frame, dict):
+                self.frames.append(frame)
+
+
+class Output:
+    """The read ends of fds 1 and 2 (the kernel's fds 4 and 5): decoded as
+    UTF-8 (U+FFFD for invalid bytes) and sent as stream frames of the
+    execution under way, or discarded."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self.fds = {4: "stdout", 5: "stderr"}
+        self.decoders = {}
+        self.exec_id = None  # the execution whose output this is, or None
+        for fd in self.fds:
+            fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+        self.reset()
+
+    def reset(self):
+        self.decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in self.fds}
+
+    def read(self, fd):
+        """Reads one chunk of fd and sends it; returns the bytes read."""
+        try:
+            data = os.read(fd, CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        if data:
+            self._emit(fd, self.decoders[fd].decode(data))
+        return len(data)
+
+    def _emit(self, fd, text):
+        if text and self.exec_id is not None:
+            self.daemon.send({"type": "stream", "id": self.exec_id, "name": self.fds[fd],
+                              "text": _clean(text), "timestamp": time.time()})
+
+    def drain(self):
+        """Reads what the pipes hold now (bounded), then flushes the decoders:
+        the output written before a cell's end goes out before its done."""
+        total = 0
+        while total < DRAIN_MAX:
+            got = sum(self.read(fd) for fd in self.fds)
+            if got == 0:
+                break
+            total += got
+        for fd in self.fds:
+            self._emit(fd, self.decoders[fd].decode(b"", True))
+        self.reset()
+
+
+class Shell:
+    """One bash process and its control and ack pipes."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.proc = None
+        self.pidfd = None
+        self.ack_r = None
+        self.ctl_w = None
+        self.ack_fd = None
+        self.ack_buf = b""
+        self.ack_eof = False
+        self.version = ""
+        self.seq = 0
+        self.status = None  # how bash ended (waitpid status) once it did
+
+    def start(self):
+        ack_r, ack_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        high = fcntl.fcntl(ack_w, fcntl.F_DUPFD_CLOEXEC, ACK_FD_MIN)
+        os.close(ack_w)
+        try:
+            self.proc = subprocess.Popen(
+                ["bash", "--noprofile", "--norc", "--noediting", "-i", "+m"],
+                stdin=ctl_r, stdout=None, stderr=None, close_fds=True, pass_fds=(high,),
+                process_group=0)
+        finally:
+            os.close(ctl_r)
+            os.close(high)
+        self.ack_fd = high
+        self.ack_r = ack_r
+        self.ctl_w = ctl_w
+        self.ack_buf = b""
+        self.ack_eof = False
+        self.status = None
+        os.set_blocking(ack_r, False)
+        try:
+            self.pidfd = os.pidfd_open(self.proc.pid)
+        except (OSError, AttributeError):
+            self.pidfd = None  # the death is then noticed by polling
+        ack = ">&%d" % self.ack_fd
+        # PROMPT_COMMAND is read-only: a cell that changed it would never end.
+        prompt = "{ builtin printf 'E %%s\\n' \"$?\" %s; } 2>/dev/null" % ack
+        return ("PS1=; PS2=; PS0=; PS4='+ '; builtin unset -v HISTFILE MAIL MAILPATH; "
+                "builtin set +o history +H +m; builtin shopt -s expand_aliases; "
+                "PROMPT_COMMAND=%s; builtin readonly PROMPT_COMMAND; "
+                "builtin printf 'V %%s.%%s.%%s\\n' \"${BASH_VERSINFO[0]}\" "
+                "\"${BASH_VERSINFO[1]}\" \"${BASH_VERSINFO[2]}\" %s" % (_quote(prompt), ack))
+
+    def control(self, line):
+        """Sends one control line, preceded by its "B <seq>" ack; returns seq,
+        or None when bash is gone."""
+        self.seq += 1
+        text = "{ builtin printf 'B %d\\n' >&%d; } 2>/dev/null; %s\n" % (
+            self.seq, self.ack_fd, line)
+        try:
+            os.write(self.ctl_w, text.encode("utf-8", "surrogateescape"))
+        except OSError:
+            return None
+        return self.seq
+
+    def acks(self):
+        """The whole lines read from the ack pipe now (bytes, no newline)."""
+        try:
+            data = os.read(self.ack_r, 4096)
+        except (BlockingIOError, InterruptedError):
+            return []
+        if not data:  # bash ended, or exec'd a program (that holds no ack pipe)
+            self.ack_eof = True
+            return []
+        self.ack_buf += data
+        lines = self.ack_buf.split(b"\n")
+        self.ack_buf = lines.pop()
+        return lines
+
+    def ended(self):
+        """Whether bash has ended (reaps it)."""
+        if self.status is not None:
+            return True
+        try:
+            pid, status = os.waitpid(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.proc.pid, 0
+        if pid == 0:
+            return False
+        self.status = status
+        self.proc.returncode = 0  # reaped here: Popen must not wait for it again
+        return True
+
+    def wait_fds(self):
+        fds = [] if self.ack_eof else [self.ack_r]
+        if self.pidfd is not None:
+            fds.append(self.pidfd)
+        return fds
+
+    def poll_interval(self):
+        """How long to wait at most before checking whether bash ended: not at
+        all with a pidfd (it wakes the wait)."""
+        return None if self.pidfd is not None else 0.1
+
+    def interrupt(self):
+        """SIGINT to bash and its foreground processes, as a terminal's ^C.
+
+        Without job control every process of the shell is in its process
+        group, background jobs too; bash makes those ignore SIGINT, but not
+        the children an asynchronous subshell starts (`(sleep 9; echo) &`).
+        So the signal goes to the processes of the group that descend from
+        bash through processes none of which ignores it."""
+        pids = _foreground(self.proc.pid)
+        if pids is None:  # no /proc to read: the whole group
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except OSError:
+                pass
+            return
+        for pid in pids + [self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+
+    def kill(self):
+        """Ends bash and everything in its process group, and reaps bash."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.status is None:
+            try:
+                os.waitpid(self.proc.pid, 0)
+            except ChildProcessError:
+                pass
+            self.status = 0
+            self.proc.returncode = 0
+        self.close()
+
+    def close(self):
+        for fd in (self.ack_r, self.ctl_w, self.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.ack_r = self.ctl_w = self.pidfd = None
+
+    def how_it_ended(self):
+        """(error name, value) for a bash that ended during a cell."""
+        st = self.status or 0
+        if os.WIFSIGNALED(st):
+            sig = os.WTERMSIG(st)
+            try:
+                signame = signal.Signals(sig).name
+            except ValueError:
+                signame = "signal %d" % sig
+            return E_DIED, "bash was killed by signal %d (%s): %s" % (sig, signame, STATE_LOST)
+        code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else 1
+        return E_EXIT, "exit status %d: the shell exited; %s" % (code, STATE_LOST)
+
+
+class Kernel:
+    """The kernel: waits for frames, runs them in the shell, reports."""
+
+    def __init__(self):
+        self.daemon = Daemon()
+        self.output = Output(self.daemon)
+        self.dir = tempfile.mkdtemp(prefix="corral-bash-")  # mode 0700
+        self.shell = Shell(self.dir)
+        self.execution_count = 0
+        self.running = False  # a cell's control line is under way
+        self.started = False  # ... and bash has begun it ("B" seen)
+        self.interrupted = False  # SIGINT came during the cell
+        self.interrupt_pending = False  # ... before it began: sent once it does
+        self.forwarded = False  # SIGINT was sent to bash during the cell
+
+    # -- signals
+
+    def on_sigint(self, signum, frame):
+        """SIGINT from the daemon: forwarded to bash's process group while a cell
+        runs (once it has begun), ignored otherwise."""
+        if not self.running:
+            return
+        self.interrupted = True
+        if self.started:
+            self.forward_interrupt()
+        else:
+            self.interrupt_pending = True
+
+    def forward_interrupt(self):
+        self.forwarded = True
+        self.shell.interrupt()
+
+    # -- the shell
+
+    def start_shell(self):
+        """Starts bash and waits for its set-up; returns False when it fails."""
+        self.output.exec_id = None
+        init = self.shell.start()
+        status, version = self.run_line(init)
+        self.shell.version = version or ""
+        self.output.drain()  # start-up messages (no job control, ...): nobody's
+        return status is not None
+
+    def restart_shell(self):
+        self.shell.kill()
+        if not self.start_shell():
+            self.fatal("bash could not be started")
+
+    def run_line(self, line, cell=False, settle=False):
+        """Runs one control line; returns (status, version) where status is None
+        when bash ended before the line did.
+
+        With settle, line must be harmless to run twice or not at all: it is
+        sent again whenever bash prompts before having begun any of the lines
+        sent so far, for a SIGINT that bash took while reading may have
+        discarded it (as ^C discards a typed line)."""
+        seq = first = self.shell.control(line)
+        last_b = None  # the latest line bash began: the one an "E" ends
+        version = None
+        if cell:
+            self.started = False
+            self.running = True
+        try:
+            while seq is not None:
+                self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
+                for ack in self.shell.acks():
+                    kind, _, arg = ack.decode("ascii", "replace").partition(" ")
+                    if kind == "B" and arg.isdigit():
+                        last_b = int(arg)
+                        if cell and last_b == seq:
+                            self.started = True
+                            if self.interrupt_pending:
+                                self.interrupt_pending = False
+                                self.forward_interrupt()
+                    elif kind == "V":
+                        version = arg
+                    elif kind == "E" and last_b == seq:
+                        status = int(arg) if arg.isdigit() else 1
+                        self.output.drain()
+                        return status, version
+                    elif kind == "E" and settle and (last_b is None or last_b < first):
+                        seq = self.shell.control(line)
+                        if seq is None:
+                            break
+                if self.shell.ended():
+                    break
+        finally:
+            if cell:
+                self.running = self.started = False
+        # bash ended: what it wrote before is in the pipes
+        self.shell.ended()
+        self.output.drain()
+        return None, version
+
+    def wait_once(self, extra, timeout):
+        """One wait for anything: output (sent), frames (queued), and extra fds."""
+        fds = [3, 4, 5] + extra
+        if self.daemon.eof:
+            fds.remove(3)
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except InterruptedError:
+            return []
+        for fd in ready:
+            if fd == 3:
+                self.daemon.receive()
+                if self.daemon.eof:
+                    self.shutdown()
+            elif fd in (4, 5):
+                self.output.read(fd)
+        return ready
+
+    # -- requests
+
+    def serve(self):
+        while True:
+            while not self.daemon.frames:
+                ready = self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
+                if self.shell.ack_r in ready:
+                    self.shell.acks()  # stray acks (an idle interrupt's prompt): nobody's
+                if self.shell.ended():  # killed while idle: a fresh one for the next cell
+                    self.restart_shell()
+            frame = self.daemon.frames.pop(0)
+            kind = frame.get("type")
+            if kind == "execute":
+                self.execute(frame)
+            elif kind == "environ":
+                self.environ(frame.get("env"))
+            elif kind == "warm":
+                self.warm()
+
+    def execute(self, frame):
+        eid = frame.get("id")
+        if not isinstance(eid, int) or isinstance(eid, bool):
+            return
+        code = frame.get("code")
+        code = code if isinstance(code, str) else ""
+        env = frame.get("env")
+        self.execution_count += 1
+        self.output.reset()
+        self.output.exec_id = eid
+        self.interrupted = self.interrupt_pending = self.forwarded = False
+        error = None
+        saved = isinstance(env, dict) and self.apply_env(env)
+        if saved is not None and not self.shell.ended():
+            status, _ = self.run_line(self.cell_line(code), cell=True)
+            if status is not None and self.forwarded:
+                # bash takes a SIGINT when it comes to it, which may be when it
+                # reads the next line (it would drop it): a line that may be
+                # lost goes first
+                status2, _ = self.run_line("(builtin exit %d)" % status, settle=True)
+                if status2 is None:
+                    status = None
+            error = self.cell_error(status)
+            if saved and status is not None:
+                self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", saved)))
+        else:
+            error = self.cell_error(None)
+        self.output.drain()
+        if error is not None:
+            self.daemon.send({"type": "error", "id": eid, "name": error[0],
+                              "value": _clean(error[1]), "traceback": _clean(error[2])})
+        self.output.exec_id = None
+        self.daemon.send({"type": "done", "id": eid, "execution_count": self.execution_count,
+                          "status": "ok" if error is None else "error"})
+
+    def cell_line(self, code):
+        """The control line running a cell's code (written to a file)."""
+        code = code.replace("\r\n", "\n")
+        if not code.endswith("\n"):
+            code += "\n"
+        path = self.write_file("cell", code)
+        return "builtin . %s </dev/null %d>&-" % (_quote(path), self.shell.ack_fd)
+
+    def cell_error(self, status):
+        """(name, value, traceback) of how a cell ended, None when it succeeded;
+        restarts bash when it ended."""
+        if status is None:
+            name, value = self.shell.how_it_ended()
+            self.restart_shell()
+            return name, value, "%s: %s" % (name, value)
+        if self.interrupted:
+            value = "interrupted (exit status %d)" % status
+            return E_INTERRUPT, value, "%s: %s" % (E_INTERRUPT, value)
+        if status != 0:
+            value = "exit status %d" % status
+            return E_STATUS, value, value
+        return None
+
+    def write_file(self, name, text):
+        """Writes text to a file of the private directory; returns its path."""
+        path = os.path.join(self.dir, name)
+        with open(path, "wb") as f:
+            f.write(text.encode("utf-8", "surrogatepass"))
+        return path
+
+    def apply_env(self, env):
+        """Exports env for one cell. Returns the code restoring what was there
+        ("" when env is empty), or None when bash ended."""
+        names = [n for n in env if _is_name(n) and isinstance(env[n], str)]
+        if not names:
+            return ""
+        setup = "__corral_env_saved=$(builtin declare -p %s 2>/dev/null)\nbuiltin export %s\n" % (
+            " ".join(names), " ".join("%s=%s" % (n, _quote(env[n].replace("\x00", "")))
+                                      for n in names))
+        status, _ = self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", setup)))
+        if status is None:
+            return None
+        return ("builtin unset -v %s\nbuiltin eval \"$__corral_env_saved\"\n"
+                "builtin unset -v __corral_env_saved\n" % " ".join(names))
+
+    def environ(self, env):
+        """Sets (or with null removes) variables for good, in bash and in what a
+        new bash would inherit."""
+        if not isinstance(env, dict):
+            return
+        lines = []
+        for name, value in env.items():
+            if not _is_name(name):
+                continue
+            if value is None:
+                os.environ.pop(name, None)
+                lines.append("builtin unset -v %s" % name)
+            elif isinstance(value, str) and "\x00" not in value:
+                os.environ[name] = value
+                lines.append("builtin export %s=%s" % (name, _quote(value)))
+        if lines:
+            self.output.exec_id = None
+            self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", "\n".join(lines) + "\n")))
+
+    def warm(self):
+        """A warm-up: the shell runs a trivial line (pages touched), nothing is kept."""
+        self.output.exec_id = None
+        self.run_line(":")
+        self.daemon.send({"type": "done", "id": 0, "execution_count": self.execution_count,
+                          "status": "ok"})
+
+    # -- the end
+
+    def shutdown(self):
+        """The daemon went away: bash and its process group end, then we do."""
+        self.shell.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os._exit(0)
+
+    def fatal(self, why):
+        try:
+            sys.stderr.write("bash kernel: %s\n" % why)
+        except OSError:
+            pass
+        self.shutdown()
+
+
+def main():
+    kernel = Kernel()
+    signal.signal(signal.SIGINT, kernel.on_sigint)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if not kernel.start_shell():
+        kernel.fatal("bash could not be started")
+    kernel.daemon.send({"type": "ready", "language": "bash", "version": kernel.shell.version})
+    kernel.serve()
+
+
+if __name__ == "__main__":
+    main()
