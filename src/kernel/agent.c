@@ -30,7 +30,8 @@
 #include "corral/corral.h"
 #include "kernel/ctl.h"
 
-extern const char corral_kernel_py[];
+extern const char corral_kernel_py[], corral_kernel_js[], corral_kernel_bash[];
+extern const char corral_kernel_r_host[], corral_kernel_r_side[];
 
 #define CTL_FD       0
 #define MAX_CHILDREN 4096
@@ -111,6 +112,7 @@ static void reply_err(struct ctl_msg *rep, uint32_t seq, int code, const char *f
 
 struct spawn_req {
     uint32_t flags;
+    bool own_output; /* a kernel that reads its own stdout and stderr (fds 4 and 5) */
     char cwd[4096];
     char **argv, **envp;
     struct winsize size; /* CTL_SPAWN_PTY */
@@ -149,29 +151,32 @@ __attribute__((noreturn)) static void child_failed(int status_fd, int stage)
 }
 
 /* In the child: set up descriptors and exec; on failure write {stage, errno}. */
-__attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int fds[4],
+__attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int fds[6],
                                                  int status_fd)
 {
     if (s->flags & CTL_SPAWN_PTY)
         setsid(); /* the terminal becomes the session's below */
     else
         setpgid(0, 0);
-    int targets[4] = {0, 1, 2, 3};
-    /* Move everything above 10 first so that dup2 cannot clobber a source. */
-    int moved[4];
+    /* Move everything above 10 first so that dup2 cannot clobber a source;
+     * fds[i] becomes descriptor i. */
+    int moved[6];
     status_fd = fcntl(status_fd, F_DUPFD_CLOEXEC, 10);
-    for (int i = 0; i < 4; i++)
+    int first = 3; /* the first descriptor to close */
+    for (int i = 0; i < 6; i++) {
         moved[i] = fds[i] >= 0 ? fcntl(fds[i], F_DUPFD, 10) : -1;
-    for (int i = 0; i < 4; i++) {
+        if (fds[i] >= 0 && i >= first)
+            first = i + 1;
+    }
+    for (int i = 0; i < 6; i++) {
         if (moved[i] < 0)
             continue;
-        if (dup2(moved[i], targets[i]) < 0)
+        if (dup2(moved[i], i) < 0)
             child_failed(status_fd, 0);
     }
     if ((s->flags & CTL_SPAWN_PTY) && ioctl(0, TIOCSCTTY, 0) < 0)
         child_failed(status_fd, 0);
-    /* Close everything but 0-3 and the status pipe. */
-    int first = fds[3] >= 0 ? 4 : 3;
+    /* Close everything but 0 to first - 1 and the status pipe. */
     if (status_fd > first)
         syscall(SYS_close_range, first, status_fd - 1, 0);
     syscall(SYS_close_range, status_fd + 1, ~0u, 0);
@@ -227,6 +232,38 @@ static void spawn_req_free(struct spawn_req *s)
     corral_strv_free(s->envp);
 }
 
+/* The command line of the kernel of lang (NULL: python) that interp runs:
+ * the kernel's source goes on it. NULL with errno EINVAL for a language
+ * without a kernel, ENOMEM. */
+static char **kernel_argv(const char *interp, const char *lang)
+{
+    const char *py[] = {interp, "-c", corral_kernel_py, NULL};
+    const char *js[] = {interp, "-e", corral_kernel_js, lang, NULL};
+    const char *bash[] = {interp, "-I", "-c", corral_kernel_bash, "bash", NULL};
+    const char *r[] = {interp, "-I", "-c", corral_kernel_r_host, "r", corral_kernel_r_side, NULL};
+    const char *const *pick = !lang || !strcmp(lang, "python")                             ? py
+                              : !strcmp(lang, "javascript") || !strcmp(lang, "typescript") ? js
+                              : !strcmp(lang, "bash")                                      ? bash
+                              : !strcmp(lang, "r")                                         ? r
+                                                                                           : NULL;
+    if (!pick) {
+        errno = EINVAL;
+        return NULL;
+    }
+    size_t n = 0;
+    while (pick[n])
+        n++;
+    char **argv = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; argv && i < n; i++)
+        if (!(argv[i] = strdup(pick[i]))) {
+            corral_strv_free(argv);
+            argv = NULL;
+        }
+    if (!argv)
+        errno = ENOMEM;
+    return argv;
+}
+
 /* 0 when s can be started (a kernel without a pre-warmed interpreter gets
  * the argv that runs it), else -1 with the error reply in rep. */
 static int spawn_check(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
@@ -240,13 +277,19 @@ static int spawn_check(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
         return -1;
     }
     if ((s->flags & CTL_SPAWN_KERNEL) && !(s->flags & CTL_SPAWN_PRISTINE)) {
-        char **kargv = calloc(4, sizeof(char *));
-        if (!kargv || !(kargv[0] = strdup(s->argv[0])) || !(kargv[1] = strdup("-c")) ||
-            !(kargv[2] = strdup(corral_kernel_py))) {
-            corral_strv_free(kargv);
-            reply_err(rep, seq, ENOMEM, "out of memory starting the kernel");
+        if (s->argv[1] && s->argv[2]) {
+            reply_err(rep, seq, EINVAL, "a kernel is {interpreter, language}");
             return -1;
         }
+        char **kargv = kernel_argv(s->argv[0], s->argv[1]);
+        if (!kargv) {
+            if (errno == ENOMEM)
+                reply_err(rep, seq, ENOMEM, "out of memory starting the kernel");
+            else
+                reply_err(rep, seq, EINVAL, "no kernel for the language '%s'", s->argv[1]);
+            return -1;
+        }
+        s->own_output = s->argv[1] && strcmp(s->argv[1], "python") != 0;
         corral_strv_free(s->argv);
         s->argv = kargv;
     }
@@ -261,32 +304,42 @@ static int spawn_check(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
 static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, sock[2] = {-1, -1};
-    int st[2] = {-1, -1}, tty[2] = {-1, -1}; /* the terminal's master and slave */
+    int st[2] = {-1, -1}, tty[2] = {-1, -1};          /* the terminal's master and slave */
+    int own_out[2] = {-1, -1}, own_err[2] = {-1, -1}; /* s->own_output's */
     bool root = (s->flags & CTL_SPAWN_ROOT) != 0;
     if (root)
         act_as(true); /* root's terminal is root's (devpts gives it the opener's) */
-    bool ok = pipe2(st, O_CLOEXEC) == 0 &&
-              ((s->flags & CTL_SPAWN_PTY)
-                   ? open_pty(tty, &s->size) == 0
-                   : pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
-                         (!(s->flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
-              (!(s->flags & CTL_SPAWN_SOCKET) ||
-               socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0);
+    bool ok =
+        pipe2(st, O_CLOEXEC) == 0 &&
+        ((s->flags & CTL_SPAWN_PTY)
+             ? open_pty(tty, &s->size) == 0
+             : pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
+                   (!(s->flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
+        (!(s->flags & CTL_SPAWN_SOCKET) ||
+         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0) &&
+        (!s->own_output || (pipe2(own_out, O_CLOEXEC) == 0 && pipe2(own_err, O_CLOEXEC) == 0));
     int e = errno;
     if (root)
         act_as(false);
     pid_t pid = ok ? fork() : -1;
     if (pid == 0) {
         int devnull = in[0] >= 0 || tty[1] >= 0 ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
-        int fds[4] = {in[0] >= 0 ? in[0] : devnull, out[1], errp[1], sock[1]};
+        int fds[6] = {in[0] >= 0 ? in[0] : devnull, out[1], errp[1], sock[1], -1, -1};
         if (tty[1] >= 0)
             fds[0] = fds[1] = fds[2] = tty[1];
+        if (s->own_output) { /* its stdout and stderr, and their read ends as 4 and 5 */
+            fds[1] = own_out[1];
+            fds[2] = own_err[1];
+            fds[4] = own_out[0];
+            fds[5] = own_err[0];
+        }
         close(st[0]);
         child_exec(s, fds, st[1]);
     }
     if (pid < 0 && ok)
         e = errno;
-    int child_ends[] = {in[0], out[1], errp[1], sock[1], st[1], tty[1]};
+    int child_ends[] = {in[0],  out[1],     errp[1],    sock[1],    st[1],
+                        tty[1], own_out[0], own_out[1], own_err[0], own_err[1]};
     for (size_t i = 0; i < sizeof(child_ends) / sizeof(child_ends[0]); i++)
         if (child_ends[i] >= 0)
             close(child_ends[i]);

@@ -75,8 +75,13 @@ enum ctl_op {
     CTL_EXITED,
 };
 
-/* CTL_SPAWN_KERNEL: run the kernel (kernel.py, compiled into the agent) with
- * argv[0] as the interpreter: argv is {python} and becomes {python, -c, kernel}.
+/* CTL_SPAWN_KERNEL: run a kernel (compiled into the agent) with argv[0] as
+ * the interpreter: argv is {python} and becomes {python, -c, kernel.py};
+ * or {interpreter, language} for another language's kernel
+ * (docs/kernel-protocol.md): {node, -e, kernel.js, language} for javascript
+ * and typescript, {python3, -I, -c, bash_kernel.py, bash}, {python3, -I,
+ * -c, r_kernel.py, r, kernel.R}. Those have their own stdout and stderr
+ * pipes, whose read ends are their fds 4 and 5.
  * CTL_SPAWN_PRISTINE: fork the agent's never-used interpreter (a zygote's
  * sandbox) instead of executing one: with CTL_SPAWN_KERNEL it becomes the
  * kernel; without, it runs as `python3 -c argv[1] argv[2...]`. */
