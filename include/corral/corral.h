@@ -258,6 +258,10 @@ struct corral_template {
      * use. A name that is no defined template but names a built image is
      * such a template without being defined. */
     const char *image;
+    /* NULL-terminated languages (corral_language_name) whose kernels each
+     * pooled sandbox starts ahead, beside its Python kernel: its first
+     * context of one of them starts at once. NULL: none. */
+    const char *const *languages;
 };
 /* Defines (or redefines, while unused) a template. */
 int corral_template_define(const struct corral_template *t, struct corral_error *err);
@@ -397,11 +401,20 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
 
 /* ---- contexts ---- */
 
-/* Languages contexts may have: "python". */
+/* Languages contexts may have (docs/languages.md), for messages:
+ * "python, javascript, typescript, bash, r". */
 const char *corral_supported_languages(void);
+/* A language's name as contexts report it ("python", "javascript", ...),
+ * from its name or an alias in any case (python3, js, node, ts, sh, R), or
+ * NULL when no kernel runs it. */
+const char *corral_language_name(const char *language);
 int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
                           corral_context **out, struct corral_error *err);
 int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err);
+/* The sandbox's default context of a language (NULL or "": python), started
+ * on first use: what code without a context runs in. */
+int corral_context_default_for(corral_sandbox *sb, const char *language, corral_context **out,
+                               struct corral_error *err);
 corral_context *corral_context_get(corral_sandbox *sb, const char *id);
 /* Fills out[] with up to max contexts; returns how many there are. */
 size_t corral_context_list(corral_sandbox *sb, corral_context **out, size_t max);

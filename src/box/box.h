@@ -45,9 +45,13 @@ struct corral_process {
     struct corral_process *next;
 };
 
+/* The languages of contexts: python, javascript, typescript, bash, r. */
+#define BOX_LANGUAGES 5
+
 struct corral_context {
     corral_sandbox *sb;
     char id[40];
+    int lang; /* its index in BOX_LANGUAGES (context.c): 0 is python */
     char language[16];
     char cwd[4096];
     pthread_mutex_t exec_lock; /* one execution at a time */
@@ -85,8 +89,11 @@ struct corral_sandbox {
     } early_exits[64]; /* exits that arrived before their spawn's reply was handled */
     unsigned n_early;
     corral_context *contexts;
-    corral_context *default_ctx;
-    pthread_mutex_t default_lock; /* starting the default context, once */
+    corral_context *default_ctx[BOX_LANGUAGES]; /* of each language, once used */
+    pthread_mutex_t default_lock;               /* starting a default context, once */
+    /* Kernels started ahead (a template's languages), not yet a context:
+     * the next context of their language takes one (under lock). */
+    corral_context *spare[BOX_LANGUAGES];
     unsigned next_ctx;
     unsigned n_watches; /* corral_watch objects alive */
     char **env;         /* the sandbox's environment for kernels and commands */
@@ -160,6 +167,8 @@ void box_process_unlink(corral_process *p);
 struct box_template;
 int box_template_get(const char *name, struct box_template **out, struct corral_error *err);
 const char *box_template_name(const struct box_template *t);
+/* The languages (not python) whose kernels its pooled sandboxes start ahead. */
+const char *const *box_template_languages(const struct box_template *t);
 /* The template's limits with the caller's non-zero ones on top, defaults filled. */
 void box_template_limits(const struct box_template *t, const struct corral_limits *asked,
                          struct corral_limits *out);
@@ -194,6 +203,14 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
  * _warm_up_forked), and waits until it has: a pooled sandbox's first
  * execution then does not pay for the pages its fork copies on first use. */
 int box_context_warm(corral_context *ctx, struct corral_error *err);
+/* The index of a language's name or alias in BOX_LANGUAGES (NULL or "":
+ * python), or -1. */
+int box_language_index(const char *language);
+/* Starts a kernel of language (not python) ahead: the sandbox's next
+ * context of that language takes it instead of starting one. */
+int box_context_spare(corral_sandbox *sb, const char *language, struct corral_error *err);
+/* The kernels the sandbox runs (contexts, spares): environ sent to each. */
+int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corral_error *err);
 
 /* The manager's registry of live sandboxes (manager.c). */
 /* Once per process, before its first sandbox: its open-files limit raised. */

@@ -28,9 +28,47 @@
 /* Output a dead kernel left in one of its pipes, read at most (a pipe holds 1 MiB). */
 #define LEFTOVER_MAX (2u << 20)
 
+/* The kernels a context can run (docs/languages.md). python's runtime is
+ * the sandbox's Python (a fork of its zygote, or its interpreter); bash's
+ * and R's hosts are Python programs that run bash and R. */
+static const struct language {
+    const char *name; /* as contexts report it */
+    const char *aliases[3];
+    const char *runtime;     /* NULL: the sandbox's python */
+    const char *needs;       /* what the sandbox must have, for errors */
+    const char *interrupted; /* the name of the error an interrupt gives */
+} languages[BOX_LANGUAGES] = {
+    {"python", {"python3"}, NULL, "Python 3", "KeyboardInterrupt"},
+    {"javascript", {"js", "node"}, "node", "Node.js (node)", "Interrupted"},
+    {"typescript", {"ts"}, "node", "Node.js (node)", "Interrupted"},
+    {"bash", {"sh", "shell"}, NULL, "bash and Python 3", "KeyboardInterrupt"},
+    {"r", {0}, NULL, "R and Python 3", "KeyboardInterrupt"},
+};
+
 const char *corral_supported_languages(void)
 {
-    return "python";
+    return "python, javascript, typescript, bash, r";
+}
+
+/* The index of language in languages (NULL or "": python), or -1. */
+int box_language_index(const char *language)
+{
+    if (!language || !*language)
+        return 0;
+    for (int i = 0; i < BOX_LANGUAGES; i++) {
+        if (!strcasecmp(language, languages[i].name))
+            return i;
+        for (size_t j = 0; j < 3 && languages[i].aliases[j]; j++)
+            if (!strcasecmp(language, languages[i].aliases[j]))
+                return i;
+    }
+    return -1;
+}
+
+const char *corral_language_name(const char *language)
+{
+    int i = box_language_index(language);
+    return i < 0 ? NULL : languages[i].name;
 }
 
 void corral_exec_options_init(struct corral_exec_options *opts)
@@ -123,11 +161,20 @@ static void stop_kernel(corral_context *ctx)
 static int start_kernel(corral_context *ctx, struct corral_error *err)
 {
     corral_sandbox *sb = ctx->sb;
-    char *argv[] = {sb->python, NULL};
+    const struct language *l = &languages[ctx->lang];
+    char *runtime = l->runtime ? (char *)l->runtime : sb->python;
+    char *argv[] = {runtime, ctx->lang ? (char *)l->name : NULL, NULL};
     corral_process *k;
     int sock = -1;
-    uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL | (sb->forked ? CTL_SPAWN_PRISTINE : 0);
+    uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL |
+                     (sb->forked && ctx->lang == 0 ? CTL_SPAWN_PRISTINE : 0);
     int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, NULL, &k, &sock, err);
+    if (r == -ENOENT && ctx->lang) {
+        char why[sizeof(err->message)];
+        snprintf(why, sizeof(why), "%s", err->message);
+        return corral_fail(err, ENOENT, "%s contexts need %s in the sandbox (%s)", l->name,
+                           l->needs, why);
+    }
     if (r < 0)
         return r;
     k->is_kernel = true;
@@ -146,7 +193,13 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
         int n = kreader_next(&ctx->reader, sock, &f, &ferr);
         if (n > 0) {
             bool ready = f.type == KFRAME_READY;
+            bool ours = ready && !strcmp(f.language, l->name);
             kframe_clear(&f);
+            if (ready && !ours) {
+                stop_kernel(ctx);
+                return corral_fail(err, EPROTO, "the %s kernel said it runs another language",
+                                   l->name);
+            }
             if (ready) {
                 keep_output_pipes(ctx);
                 return 0;
@@ -214,6 +267,25 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
     return r;
 }
 
+int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corral_error *err)
+{
+    corral_context *all[BOX_LANGUAGES + 64];
+    size_t n = 0;
+    pthread_mutex_lock(&sb->lock);
+    for (corral_context *c = sb->contexts; c && n < 64; c = c->next)
+        all[n++] = c;
+    for (int i = 0; i < BOX_LANGUAGES; i++)
+        if (sb->spare[i])
+            all[n++] = sb->spare[i];
+    pthread_mutex_unlock(&sb->lock);
+    for (size_t i = 0; i < n; i++) {
+        int r = box_context_environ(all[i], env, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 int box_context_warm(corral_context *ctx, struct corral_error *err)
 {
     cleanup_json json_t *req = json_pack("{s:s}", "type", "warm");
@@ -246,37 +318,83 @@ int box_context_warm(corral_context *ctx, struct corral_error *err)
     return r;
 }
 
-int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
-                          corral_context **out, struct corral_error *err)
+static void context_free(corral_context *ctx);
+
+/* A context of language index lang, its kernel started (not listed). */
+static int context_new(corral_sandbox *sb, int lang, const char *cwd, corral_context **out,
+                       struct corral_error *err)
 {
-    if (!language || !*language)
-        language = "python";
-    if (strcmp(language, "python") && strcmp(language, "python3"))
-        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
-                           corral_supported_languages());
-    if (cwd && cwd[0] != '/')
-        return corral_fail(err, EINVAL, "the working directory '%s' is not an absolute path", cwd);
     corral_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return corral_fail(err, ENOMEM, "out of memory creating a context");
     ctx->sb = sb;
     ctx->sock = -1;
     ctx->out_fds[0] = ctx->out_fds[1] = -1;
-    snprintf(ctx->language, sizeof(ctx->language), "python");
+    ctx->lang = lang;
+    snprintf(ctx->language, sizeof(ctx->language), "%s", languages[lang].name);
     snprintf(ctx->cwd, sizeof(ctx->cwd), "%s", cwd ? cwd : box_sandbox_workdir(sb));
     pthread_mutex_init(&ctx->exec_lock, NULL);
-    pthread_mutex_lock(&sb->lock);
-    char rnd[9];
-    corral_random_hex(rnd, 4, NULL);
-    snprintf(ctx->id, sizeof(ctx->id), "ctx-%u-%s", ++sb->next_ctx, rnd);
-    pthread_mutex_unlock(&sb->lock);
     int r = start_kernel(ctx, err);
     if (r < 0) {
         pthread_mutex_destroy(&ctx->exec_lock);
         free(ctx);
         return r;
     }
+    *out = ctx;
+    return 0;
+}
+
+/* The kernel of lang started ahead for this sandbox (box_context_spare),
+ * when it suits a context in cwd (NULL: the sandbox's working directory). */
+static corral_context *take_spare(corral_sandbox *sb, int lang, const char *cwd)
+{
     pthread_mutex_lock(&sb->lock);
+    corral_context *ctx = sb->spare[lang];
+    if (ctx && cwd && strcmp(cwd, ctx->cwd))
+        ctx = NULL;
+    if (ctx)
+        sb->spare[lang] = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    return ctx;
+}
+
+int box_context_spare(corral_sandbox *sb, const char *language, struct corral_error *err)
+{
+    int lang = box_language_index(language);
+    if (lang <= 0)
+        return corral_fail(err, EINVAL, "no kernel to start ahead for '%s'", language);
+    corral_context *ctx;
+    int r = context_new(sb, lang, NULL, &ctx, err);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&sb->lock);
+    corral_context *old = sb->spare[lang];
+    sb->spare[lang] = ctx;
+    pthread_mutex_unlock(&sb->lock);
+    if (old)
+        context_free(old);
+    return 0;
+}
+
+int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
+                          corral_context **out, struct corral_error *err)
+{
+    int lang = box_language_index(language);
+    if (lang < 0)
+        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
+                           corral_supported_languages());
+    if (cwd && cwd[0] != '/')
+        return corral_fail(err, EINVAL, "the working directory '%s' is not an absolute path", cwd);
+    corral_context *ctx = take_spare(sb, lang, cwd);
+    if (!ctx) {
+        int r = context_new(sb, lang, cwd, &ctx, err);
+        if (r < 0)
+            return r;
+    }
+    pthread_mutex_lock(&sb->lock);
+    char rnd[9];
+    corral_random_hex(rnd, 4, NULL);
+    snprintf(ctx->id, sizeof(ctx->id), "ctx-%u-%s", ++sb->next_ctx, rnd);
     ctx->next = sb->contexts;
     sb->contexts = ctx;
     pthread_mutex_unlock(&sb->lock);
@@ -284,17 +402,27 @@ int corral_context_create(corral_sandbox *sb, const char *language, const char *
     return 0;
 }
 
-int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err)
+int corral_context_default_for(corral_sandbox *sb, const char *language, corral_context **out,
+                               struct corral_error *err)
 {
+    int lang = box_language_index(language);
+    if (lang < 0)
+        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
+                           corral_supported_languages());
     /* Per sandbox: a kernel starting here does not hold up other sandboxes. */
     pthread_mutex_lock(&sb->default_lock);
     int r = 0;
-    if (!sb->default_ctx)
-        r = corral_context_create(sb, "python", NULL, &sb->default_ctx, err);
+    if (!sb->default_ctx[lang])
+        r = corral_context_create(sb, languages[lang].name, NULL, &sb->default_ctx[lang], err);
     if (r == 0)
-        *out = sb->default_ctx;
+        *out = sb->default_ctx[lang];
     pthread_mutex_unlock(&sb->default_lock);
     return r;
+}
+
+int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err)
+{
+    return corral_context_default_for(sb, "python", out, err);
 }
 
 corral_context *corral_context_get(corral_sandbox *sb, const char *id)
@@ -374,27 +502,38 @@ int corral_context_remove(corral_context *ctx, struct corral_error *err)
             *pp = ctx->next;
             break;
         }
-    if (sb->default_ctx == ctx)
-        sb->default_ctx = NULL;
+    for (int i = 0; i < BOX_LANGUAGES; i++)
+        if (sb->default_ctx[i] == ctx)
+            sb->default_ctx[i] = NULL;
     pthread_mutex_unlock(&sb->lock);
     pthread_mutex_unlock(&ctx->exec_lock);
     context_free(ctx);
     return 0;
 }
 
+static void context_free_dead(corral_context *c)
+{
+    if (c->sock >= 0)
+        close(c->sock);
+    kreader_free(&c->reader);
+    close_output_pipes(c);
+    pthread_mutex_destroy(&c->exec_lock);
+    free(c);
+}
+
 void box_contexts_free(corral_sandbox *sb)
 {
     for (corral_context *c = sb->contexts, *next; c; c = next) {
         next = c->next;
-        if (c->sock >= 0)
-            close(c->sock);
-        kreader_free(&c->reader);
-        close_output_pipes(c);
-        pthread_mutex_destroy(&c->exec_lock);
-        free(c);
+        context_free_dead(c);
     }
     sb->contexts = NULL;
-    sb->default_ctx = NULL;
+    for (int i = 0; i < BOX_LANGUAGES; i++) {
+        if (sb->spare[i])
+            context_free_dead(sb->spare[i]);
+        sb->spare[i] = NULL;
+        sb->default_ctx[i] = NULL;
+    }
 }
 
 /* ---- executing ---- */
@@ -554,7 +693,7 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
         st->out->error = true;
         if (!st->error_name[0])
             snprintf(st->error_name, sizeof(st->error_name), "%s", f->name ? f->name : "");
-        if (st->timed_out && !strcmp(f->name, "KeyboardInterrupt")) {
+        if (st->timed_out && !strcmp(f->name, languages[ctx->lang].interrupted)) {
             char value[96];
             snprintf(value, sizeof(value), "the execution took longer than %.3g s",
                      (double)opts->timeout_ms / 1000);

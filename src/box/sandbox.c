@@ -354,11 +354,10 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     sb->deadline_ms = o->timeout_ms ? sb->started_at_ms + o->timeout_ms : 0;
     sb->timeout_ms = o->timeout_ms;
     sb->pause_at_deadline = o->pause_at_deadline;
-    corral_context *ctx = sb->default_ctx;
     pthread_mutex_unlock(&sb->lock);
-    /* A pooled kernel started with the template's environment. */
-    if (ctx && o->env && o->env[0]) {
-        int r = box_context_environ(ctx, o->env, err);
+    /* Pooled kernels started with the template's environment. */
+    if (o->env && o->env[0]) {
+        int r = box_contexts_environ(sb, o->env, err);
         if (r < 0)
             return r;
     }
@@ -511,6 +510,13 @@ int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct co
         corral_sandbox_release(sb);
         return r;
     }
+    /* The template's other languages: a kernel of each started ahead. */
+    const char *const *langs = box_template_languages(t);
+    for (size_t i = 0; langs && langs[i]; i++)
+        if ((r = box_context_spare(sb, langs[i], err)) < 0) {
+            corral_sandbox_release(sb);
+            return r;
+        }
     *out = sb;
     return 0;
 }

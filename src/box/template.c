@@ -27,6 +27,7 @@ struct box_template {
     char name[64];
     char **preload;
     size_t n_preload;
+    char **languages; /* started ahead in pooled sandboxes (NULL: none) */
     struct corral_limits limits;
     unsigned pool_size;
     enum corral_network_mode net_mode; /* its sandboxes' network */
@@ -102,12 +103,39 @@ static void free_template(struct box_template *t)
 {
     image_info_free(&t->image);
     corral_strv_free(t->preload);
+    corral_strv_free(t->languages);
     netpolicy_free(&t->net_policy);
     free(t->pool);
     pthread_rwlock_destroy(&t->zlock);
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->cond);
     free(t);
+}
+
+/* The languages a template starts ahead, by their names, without python
+ * (its kernel is always there). NULL when out of memory. */
+static char **template_languages(const char *const *asked)
+{
+    size_t n = 0;
+    while (asked[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; out && i < n; i++) {
+        const char *name = corral_language_name(asked[i]);
+        if (!name || !strcmp(name, "python"))
+            continue;
+        if (!(out[k++] = strdup(name))) {
+            corral_strv_free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+const char *const *box_template_languages(const struct box_template *t)
+{
+    return (const char *const *)t->languages;
 }
 
 static struct box_template *new_template(const struct corral_template *def,
@@ -130,6 +158,13 @@ static struct box_template *new_template(const struct corral_template *def,
         char why[sizeof(err->message)];
         snprintf(why, sizeof(why), "%s", err->message);
         corral_fail(err, EINVAL, "template '%s': %s", def->name, why);
+        corral_strv_free(t->preload);
+        free(t->pool);
+        free(t);
+        return NULL;
+    }
+    if (def->languages && !(t->languages = template_languages(def->languages))) {
+        corral_fail(err, ENOMEM, "out of memory defining a template");
         corral_strv_free(t->preload);
         free(t->pool);
         free(t);
@@ -173,6 +208,11 @@ int corral_template_define(const struct corral_template *def, struct corral_erro
             return corral_fail(err, EINVAL, "template '%s': '%s' is not a module name", def->name,
                                m);
     }
+    for (size_t i = 0; def->languages && def->languages[i]; i++)
+        if (!corral_language_name(def->languages[i]))
+            return corral_fail(err, EINVAL,
+                               "template '%s': no kernel runs the language '%s' (supported: %s)",
+                               def->name, def->languages[i], corral_supported_languages());
     if (def->pool_size > 10000)
         return corral_fail(err, EINVAL, "template '%s': a pool of %u sandboxes is too large",
                            def->name, def->pool_size);

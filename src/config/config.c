@@ -117,6 +117,37 @@ static int walk_preload(const struct walk *w, const yaml_node_t *n, struct corra
     return 0;
 }
 
+/* languages: kernels its pooled sandboxes start ahead, by name or alias. */
+static int walk_languages(const struct walk *w, const yaml_node_t *n, struct corral_template *t)
+{
+    char buf[64];
+    if (n->type != YAML_SEQUENCE_NODE)
+        return walk_fail(w, n, EINVAL,
+                         "languages of template '%s' must be a list of languages (%s), not %s",
+                         t->name, corral_supported_languages(), walk_describe(n, buf, sizeof(buf)));
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    char **list = calloc(count + 1, sizeof(*list)); /* t's from here on */
+    if (!list)
+        return walk_out_of_memory(w);
+    t->languages = (const char *const *)list;
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        char what[128];
+        snprintf(what, sizeof(what), "an entry of the languages of template '%s'", t->name);
+        const char *lang;
+        int r = walk_scalar(w, item, what, &lang);
+        if (r < 0)
+            return r;
+        if (!corral_language_name(lang))
+            return walk_fail(w, item, EINVAL,
+                             "no kernel runs the language '%.80s' of template '%s' (supported: %s)",
+                             lang, t->name, corral_supported_languages());
+        if (!(list[i] = strdup(corral_language_name(lang))))
+            return walk_out_of_memory(w);
+    }
+    return 0;
+}
+
 static int walk_pool_size(const struct walk *w, const yaml_node_t *n, struct corral_template *t)
 {
     char what[128];
@@ -346,12 +377,16 @@ static int walk_template(const struct walk *w, const yaml_node_t *n, struct corr
     snprintf(what, sizeof(what), "template '%s'", t->name);
     snprintf(where, sizeof(where), "in %s", what);
     /* `name:` alone (null): every default */
-    int r = walk_expect_mapping(w, n, what, "preload, pool_size, limits, network, image", true);
+    int r = walk_expect_mapping(w, n, what, "preload, pool_size, limits, network, image, languages",
+                                true);
     if (r <= 0)
         return r;
-    static const char *const keys[] = {"preload", "pool_size", "limits", "network", "image"};
-    yaml_node_t *v[5];
-    if ((r = walk_match_keys(w, n, keys, 5, where, false, v)) < 0)
+    static const char *const keys[] = {"preload", "pool_size", "limits",
+                                       "network", "image",     "languages"};
+    yaml_node_t *v[6];
+    if ((r = walk_match_keys(w, n, keys, 6, where, false, v)) < 0)
+        return r;
+    if (v[5] && (r = walk_languages(w, v[5], t)) < 0)
         return r;
     char *image = NULL;
     if (v[4] && (r = walk_string(w, v[4], "image", STR_REQUIRED, &image)) < 0)
@@ -780,6 +815,7 @@ void corral_config_free(struct corral_config *cfg)
         free((char *)t->name);
         free((char *)t->image);
         corral_strv_free((char **)t->preload);
+        corral_strv_free((char **)t->languages);
         free_template_network(t);
     }
     free(cfg->templates);

@@ -54,6 +54,9 @@
  *               library's default list); `[]`: an empty list (IPython only).
  *   pool_size   ready sandboxes kept waiting, an integer from 0 to 10000;
  *               missing: 0 (no pool).
+ *   languages   a list of languages other than python (javascript,
+ *               typescript, bash, r; or an alias: js, ts, sh) whose kernels
+ *               each pooled sandbox starts ahead. Missing: none.
  *   image       a built template image (its name or id): the template's
  *               sandboxes and zygote run on its root filesystem, with its
  *               preload unless preload is given. Missing: the host's system.
