@@ -321,6 +321,7 @@ static const char *const etc_entries[] = {"/etc/alternatives",
                                           "/etc/rpc",
                                           "/etc/papersize",
                                           "/etc/mailcap",
+                                          "/etc/R", /* R's Renviron and ldpaths */
                                           NULL};
 
 static const char *const proc_masked_files[] = {
