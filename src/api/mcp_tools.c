@@ -419,7 +419,7 @@ static char *run_text(struct run *r, const struct corral_exec_outcome *o, uint64
     if (r->error_cut && !o->timed_out)
         strbuf_printf(&t, "[error cut: %" PRIu64 " bytes of it are not shown]\n", r->error_cut);
     if (o->context_restarted)
-        strbuf_puts(&t, "the Python kernel restarted: its state (variables, imports) is lost\n");
+        strbuf_puts(&t, "the kernel restarted: its state (variables, imports) is lost\n");
     if (!t.len)
         strbuf_puts(&t, "(no output)\n");
     return strbuf_take(&t);
@@ -453,9 +453,10 @@ static json_t *run_code(struct mcp_call *c)
         return bad_argument("code", "a string: the code to run");
     if (!opt_string(c->args, "language", &lang))
         return bad_argument("language", "a string");
-    if (lang && strcasecmp(lang, "python") && strcasecmp(lang, "python3"))
+    if (lang && !corral_language_name(lang))
         return tool_error("language '%s' is not supported (supported: %s)", lang,
                           corral_supported_languages());
+    lang = corral_language_name(lang);
     if (!opt_seconds(c->args, "timeout_seconds", s->o.call_timeout_ms, s->o.max_call_timeout_ms,
                      &timeout_ms))
         return bad_argument("timeout_seconds", "a positive number");
@@ -481,9 +482,14 @@ static json_t *run_code(struct mcp_call *c)
                                                  .userdata = &r};
     struct corral_exec_outcome o = {0};
     struct corral_error err;
+    corral_context *ctx = NULL;
+    if (corral_context_default_for(sb, lang, &ctx, &err) < 0) {
+        call_release(c, sb);
+        return tool_error("cannot start the %s kernel: %s", lang, err.message);
+    }
     uint64_t oom_before = corral_sandbox_oom_kills(sb);
-    r.rec = audit_begin(c, "code", "python", sb, json_string_value(code));
-    int rc = corral_execute(sb, NULL, json_string_value(code), &x, &o, &err);
+    r.rec = audit_begin(c, "code", lang, sb, json_string_value(code));
+    int rc = corral_execute(sb, ctx, json_string_value(code), &x, &o, &err);
     if (rc < 0) {
         bool alive = corral_sandbox_alive(sb);
         if (alive)
@@ -955,9 +961,10 @@ static json_t *kill_sandbox(struct mcp_call *c)
 
 static const char RUN_CODE_SCHEMA[] =
     "{\"type\": \"object\", \"required\": [\"code\"], \"properties\": {"
-    "\"code\": {\"type\": \"string\", \"description\": \"The Python code to run\"}, "
-    "\"language\": {\"type\": \"string\", \"enum\": [\"python\"], \"description\": \"The "
-    "kernel's language (python only)\"}, "
+    "\"code\": {\"type\": \"string\", \"description\": \"The code to run\"}, "
+    "\"language\": {\"type\": \"string\", \"enum\": [\"python\", \"javascript\", \"typescript\", "
+    "\"bash\", \"r\"], \"description\": \"The kernel's language (default python); each "
+    "language has its own stateful kernel in the sandbox\"}, "
     "\"timeout_seconds\": {\"type\": \"number\", \"exclusiveMinimum\": 0, \"description\": "
     "\"The longest the code may run (default 120, at most 600): then it is "
     "interrupted\"}, " SANDBOX_ID "}}";
@@ -1002,11 +1009,12 @@ static const struct tool {
     bool read_only, destructive;
     json_t *(*call)(struct mcp_call *c);
 } TOOLS[] = {
-    {"run_code", "Run Python code",
-     "Runs Python code in a stateful Jupyter-style kernel in an isolated sandbox: variables, "
-     "imports and files stay from one call to the next. Returns stdout, stderr, the value of the "
-     "last expression, the error with its traceback when the code raised (then isError), and "
-     "every image the code displayed (matplotlib's plt.show()) as image content.",
+    {"run_code", "Run code",
+     "Runs Python (or JavaScript, TypeScript, bash, R: `language`) in a stateful Jupyter-style "
+     "kernel in an isolated sandbox: variables, imports and files stay from one call to the "
+     "next. Returns stdout, stderr, the value of the last expression, the error with its "
+     "traceback when the code raised or a shell command failed (then isError), and every image "
+     "the code displayed (matplotlib's plt.show(), R's plots) as image content.",
      RUN_CODE_SCHEMA, false, false, run_code},
     {"run_command", "Run a shell command",
      "Runs a shell command (bash -c) in the sandbox as its user, in /home/user unless cwd says "

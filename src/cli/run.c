@@ -37,12 +37,15 @@ static void run_usage(FILE *out)
             "usage: corral run [OPTIONS] (-c CODE | FILE | -)\n"
             "       corral run --script [OPTIONS] (-c CODE | FILE | -) [ARGS...]\n"
             "\n"
-            "Runs Python in a fresh sandbox and streams its stdout and stderr as they come.\n"
-            "By default the code is one cell of an IPython kernel, as in Jupyter: the value\n"
+            "Runs code in a fresh sandbox and streams its stdout and stderr as they come.\n"
+            "By default the code is one cell of an IPython kernel (or of --language's\n"
+            "kernel), as in Jupyter: the value\n"
             "of its last expression (the main result) is printed, display() output and\n"
             "matplotlib figures are rich results, saved as files with --out. With --script\n"
             "it is a plain `python3` program with ARGS and corral's standard input.\n"
             "\n"
+            "  -l, --language LANG    the cell's kernel: python (default), javascript,\n"
+            "                         typescript, bash or r (docs/languages.md)\n"
             "  -c, --code CODE        run CODE (at most 100 KiB; use a FILE or - beyond that)\n"
             "  FILE                   run FILE (copied into /home/user with --script)\n"
             "  -                      read the program from standard input\n"
@@ -108,6 +111,7 @@ struct run_opts {
     uint64_t output_limit;
     const char *out_dir;
     bool script;
+    const char *language; /* the cell's kernel (NULL: python) */
     const char *user_env[MAX_ENV + 1];
     size_t n_user_env;
     const char *code;
@@ -176,16 +180,17 @@ static void repl_usage(FILE *out)
 {
     fputs("usage: corral repl [OPTIONS]\n"
           "\n"
-          "An interactive Python session in one sandbox: each input runs as a cell of an\n"
-          "IPython kernel and its state persists until the end (Ctrl-D). A line ending in\n"
+          "An interactive session in one sandbox: each input runs as a cell of an\n"
+          "IPython kernel (or of --language's) and its state persists until the end (Ctrl-D). A "
+          "line ending in\n"
           "':' or '\\' starts a block, which an empty line ends. Ctrl-C interrupts a\n"
           "running cell. Without a terminal, inputs are read from standard input and only\n"
           "outputs are printed.\n"
           "\n"
           "Options: -o/--out DIR, -t/--timeout (per input), -m/--memory, --cpus, --pids,\n"
-          "--disk, --open-files, -e/--env, --python, --state-dir, --disk-dir, --output-limit,\n"
-          "as for\n"
-          "`corral run` (see corral run --help).\n",
+          "--disk, --open-files, -e/--env, -l/--language, --python, --state-dir, --disk-dir,\n"
+          "--output-limit, "
+          "as for `corral run` (see corral run --help).\n",
           out);
 }
 
@@ -306,6 +311,12 @@ static int run_option(int c, struct run_opts *o, bool *python_given)
     case OPT_SCRIPT:
         o->script = true;
         return 0;
+    case 'l':
+        if (!corral_language_name(optarg))
+            return usage_error("--language: no kernel runs '%s' (supported: %s)", optarg,
+                               corral_supported_languages());
+        o->language = corral_language_name(optarg);
+        return 0;
     case 'o':
         o->out_dir = optarg;
         return 0;
@@ -369,6 +380,8 @@ static int take_program(int argc, char **argv, struct run_opts *o)
         return usage_error("%s", "program arguments need --script (a cell has no sys.argv)");
     if (o->script && o->out_dir)
         return usage_error("%s", "--out needs the kernel: it cannot be used with --script");
+    if (o->script && o->language && strcmp(o->language, "python"))
+        return usage_error("%s", "--script runs Python: it cannot be used with --language");
     return 0;
 }
 
@@ -389,6 +402,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
         {"disk-dir", required_argument, NULL, OPT_DISK_DIR},
         {"unsafe-disable", required_argument, NULL, OPT_UNSAFE},
         {"script", no_argument, NULL, OPT_SCRIPT},
+        {"language", required_argument, NULL, 'l'},
         {"out", required_argument, NULL, 'o'},
         {"output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT},
         {"template", required_argument, NULL, OPT_TEMPLATE},
@@ -410,7 +424,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, bool repl)
     int c, r;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+:c:t:m:e:o:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+:c:t:m:e:o:l:h", longopts, NULL)) != -1) {
         if (c == 'h') {
             if (repl)
                 repl_usage(stdout);
@@ -707,8 +721,9 @@ static int run_kernel(struct run_opts *o, bool repl)
         free(code);
         return CLI_SANDBOX_ERROR;
     }
-    if (corral_context_default(sc.sb, &sc.ctx, &err) < 0) {
-        fprintf(stderr, "corral: cannot start Python in the sandbox: %s\n", err.message);
+    if (corral_context_default_for(sc.sb, o->language, &sc.ctx, &err) < 0) {
+        fprintf(stderr, "corral: cannot start the %s kernel in the sandbox: %s\n",
+                o->language ? o->language : "python", err.message);
         corral_sandbox_release(sc.sb);
         corral_shutdown();
         free(code);

@@ -1196,11 +1196,6 @@ static json_t *context_json(corral_context *c)
                      corral_context_language(c), "cwd", corral_context_cwd(c));
 }
 
-static bool is_python(const char *lang)
-{
-    return !*lang || !strcasecmp(lang, "python") || !strcasecmp(lang, "python3");
-}
-
 static struct http_response *context_not_found(const char *id)
 {
     char msg[300];
@@ -1233,13 +1228,9 @@ static struct http_response *execute(corral_sandbox *sb, const struct http_reque
     if (has_cid) {
         if (!(ctx = corral_context_get(sb, json_string_value(cid))))
             return context_not_found(json_string_value(cid));
-    } else if (has_lang && !is_python(json_string_value(lang))) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "language '%s' is not supported (supported: %s)",
-                 json_string_value(lang), corral_supported_languages());
-        return http_text(400, "text/plain", msg);
-    } else if (corral_context_default(sb, &ctx, &err) < 0) {
-        return http_text(500, "text/plain", err.message);
+    } else if (corral_context_default_for(sb, has_lang ? json_string_value(lang) : NULL, &ctx,
+                                          &err) < 0) {
+        return http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
     }
     struct job *j = calloc(1, sizeof(*j));
     if (!j || !(j->code = strdup(json_string_value(code)))) {
@@ -1285,9 +1276,9 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         const char *c = json_is_string(cwd) ? json_string_value(cwd) : NULL;
         corral_context *ctx;
         struct http_response *resp;
-        if (!is_python(l))
-            resp = http_text(400, "text/plain", "only python contexts are supported");
-        else if (corral_context_create(sb, "python", c, &ctx, &err) < 0)
+        if (lang && !json_is_null(lang) && !json_is_string(lang))
+            resp = http_text(400, "text/plain", "'language' must be a string");
+        else if (corral_context_create(sb, l, c, &ctx, &err) < 0)
             resp = http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
         else
             resp = http_json(200, context_json(ctx));

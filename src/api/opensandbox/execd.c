@@ -66,23 +66,25 @@ void execd_keepalive(struct http_stream *s)
 
 /* ---- contexts ---- */
 
-static bool is_python(const char *lang)
-{
-    return !strcasecmp(lang, "python") || !strcasecmp(lang, "python3");
-}
-
 static struct http_response *unsupported_language(const char *lang)
 {
     return execd_error(400, "NOT_SUPPORTED",
-                       "language '%s' is not available: corral runs python contexts (code "
-                       "without a language runs as a shell command)",
-                       lang);
+                       "language '%s' is not available: corral runs %s (code without a language "
+                       "runs as a shell command)",
+                       lang, corral_supported_languages());
+}
+
+/* A context's error: a language without a kernel, or a kernel that could not start. */
+static struct http_response *context_fail(const char *lang, const struct corral_error *err)
+{
+    return err->code == EINVAL && !corral_language_name(lang) ? unsupported_language(lang)
+                                                              : execd_fail(err);
 }
 
 static json_t *context_json(corral_context *c)
 {
-    return json_pack("{s:s, s:s, s:s}", "id", corral_context_id(c), "language", "python", "cwd",
-                     corral_context_cwd(c));
+    return json_pack("{s:s, s:s, s:s}", "id", corral_context_id(c), "language",
+                     corral_context_language(c), "cwd", corral_context_cwd(c));
 }
 
 /* The body as a JSON object; an empty one is {}. */
@@ -107,10 +109,9 @@ static struct http_response *create_context(corral_sandbox *sb, const struct htt
     if (!json_is_string(lang) || (cwd && !json_is_null(cwd) && !json_is_string(cwd)))
         r = execd_error(400, "INVALID_REQUEST_BODY",
                         "'language' (a string) is required; 'cwd' is a string");
-    else if (!is_python(json_string_value(lang)))
-        r = unsupported_language(json_string_value(lang));
-    else if (corral_context_create(sb, "python", json_string_value(cwd), &ctx, &err) < 0)
-        r = execd_fail(&err);
+    else if (corral_context_create(sb, json_string_value(lang), json_string_value(cwd), &ctx,
+                                   &err) < 0)
+        r = context_fail(json_string_value(lang), &err);
     else
         r = http_json(200, context_json(ctx));
     return r;
@@ -124,20 +125,27 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
     if (!*rest) {
         if (!strcmp(m, "DELETE") && (!lang || !*lang))
             return execd_error(400, "MISSING_QUERY", "'language' is required");
-        if (lang && *lang && !is_python(lang))
-            return !strcmp(m, "GET") ? http_json(200, json_array())
-                                     : http_text(200, "text/plain", "");
+        /* ?language= keeps the contexts of that language (none for one
+         * without a kernel) */
+        const char *only = lang && *lang ? corral_language_name(lang) : NULL;
+        bool none = lang && *lang && !only;
         corral_context *list[256];
-        size_t n = corral_context_list(sb, list, 256);
+        size_t n = none ? 0 : corral_context_list(sb, list, 256);
+        if (n > 256)
+            n = 256;
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!only || !strcmp(corral_context_language(list[i]), only))
+                list[kept++] = list[i];
         if (!strcmp(m, "GET")) {
             json_t *arr = json_array();
-            for (size_t i = 0; i < n && i < 256; i++)
+            for (size_t i = 0; i < kept; i++)
                 json_array_append_new(arr, context_json(list[i]));
             return http_json(200, arr);
         }
         if (!strcmp(m, "DELETE")) {
             struct corral_error err;
-            for (size_t i = 0; i < n && i < 256; i++)
+            for (size_t i = 0; i < kept; i++)
                 if (corral_context_remove(list[i], &err) < 0)
                     return execd_fail(&err);
             return http_text(200, "text/plain", "");
@@ -315,10 +323,8 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
                                json_string_value(id));
     } else if (!json_is_string(lang) || !json_string_length(lang)) {
         resp = execd_command_stream(sb, json_string_value(code), scope);
-    } else if (!is_python(json_string_value(lang))) {
-        resp = unsupported_language(json_string_value(lang));
-    } else if (corral_context_default(sb, &ctx, &err) < 0) {
-        resp = execd_fail(&err);
+    } else if (corral_context_default_for(sb, json_string_value(lang), &ctx, &err) < 0) {
+        resp = context_fail(json_string_value(lang), &err);
     }
     if (!resp) {
         struct run *r = calloc(1, sizeof(*r));
