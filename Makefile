@@ -14,12 +14,16 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 SOURCES     = $(shell find src include tests bench -name '*.[ch]' 2>/dev/null)
 
-.PHONY: stress-test all build test-build test docs-check layers-check style-check deploy-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps format format-check clean
+.PHONY: stress-test all build test-build test docs-check layers-check style-check deploy-check fuzz kernel-test unit-test cli-test security-test integration-test run gateway-demo bench deps test-deps format format-check clean
 
 all: build
 
 deps:
 	@scripts/install-deps
+
+# The tests also need every kernel's runtime (Node.js, R).
+test-deps:
+	@scripts/install-deps --tests
 
 build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -127,7 +131,7 @@ deploy-check: $(BUILT)
 
 # The release build first: -O2 sees warnings (-Werror) that the test build's
 # -O0 does not.
-test: docs-check layers-check style-check deps format-check
+test: docs-check layers-check style-check test-deps format-check
 	@$(MAKE) --no-print-directory build
 	@$(MAKE) --no-print-directory deploy-check BUILT=
 	@$(MAKE) --no-print-directory fuzz
