@@ -85,13 +85,14 @@ static void on_result(void *ud, const struct corral_result *r)
         f->at = now_ms();
 }
 
-/* Creates a sandbox of `template`, runs code in its default context and
- * releases it: *ms is the time from the create call to the first output
+/* Creates a sandbox of `template`, runs code in its default context of
+ * lang (NULL: python) and releases it: *ms is the time from the create call to the first output
  * (stdout, or a PNG when png is set); phases, when given, splits it: the
  * create call, the default context's kernel started and ready, and the
  * code run to its first output. */
-static int first_output_of(const char *template, bool read_only_root, const char *code, bool png,
-                           double *ms, double phases[3], struct corral_error *err)
+static int first_output_of(const char *template, bool read_only_root, const char *lang,
+                           const char *code, bool png, double *ms, double phases[3],
+                           struct corral_error *err)
 {
     struct corral_sandbox_options o;
     corral_sandbox_options_init(&o);
@@ -111,7 +112,7 @@ static int first_output_of(const char *template, bool read_only_root, const char
         return -1;
     double t1 = now_ms();
     corral_context *ctx;
-    if (corral_context_default(sb, &ctx, err) < 0) {
+    if (corral_context_default_for(sb, lang, &ctx, err) < 0) {
         corral_sandbox_release(sb);
         return -1;
     }
@@ -138,7 +139,7 @@ static int first_output_of(const char *template, bool read_only_root, const char
 static int first_output(const char *template, const char *code, bool png, double *ms,
                         struct corral_error *err)
 {
-    return first_output_of(template, false, code, png, ms, NULL, err);
+    return first_output_of(template, false, NULL, code, png, ms, NULL, err);
 }
 
 static int zygote_info(const char *template)
@@ -161,7 +162,7 @@ static int bench_fork(int runs, const char *name, const char *code, bool png)
     int status = 0;
     for (int i = -WARMUP; i < runs && !status; i++) {
         double ms, phases[3];
-        if (first_output_of("default", false, code, png, &ms, phases, &err) < 0)
+        if (first_output_of("default", false, NULL, code, png, &ms, phases, &err) < 0)
             status = fail("%s", err.message);
         else if (i >= 0)
             printf("%s %.3f\n%s_phases %.3f %.3f %.3f\n", name, ms, name, phases[0], phases[1],
@@ -181,7 +182,7 @@ static int bench_roots(int runs)
         for (int k = 0; k < 2 && !status; k++) {
             bool read_only = (i + k) % 2 != 0;
             double ms;
-            if (first_output_of("default", read_only, PRINT_CODE, false, &ms, NULL, &err) < 0)
+            if (first_output_of("default", read_only, NULL, PRINT_CODE, false, &ms, NULL, &err) < 0)
                 status = fail("%s", err.message);
             else if (i >= 0)
                 printf("%s %.3f\n", read_only ? "read_only" : "writable", ms);
@@ -211,8 +212,8 @@ static int bench_image(int runs, const char *image)
         for (int k = 0; k < 2 && !status; k++) {
             bool on_image = (i + k) % 2 != 0;
             double ms;
-            if (first_output_of(on_image ? "bench-image" : "bench-host", false, PRINT_CODE, false,
-                                &ms, NULL, &err) < 0)
+            if (first_output_of(on_image ? "bench-image" : "bench-host", false, NULL, PRINT_CODE,
+                                false, &ms, NULL, &err) < 0)
                 status = fail("%s", err.message);
             else if (i >= 0)
                 printf("%s %.3f\n", on_image ? "image" : "host", ms);
@@ -242,6 +243,44 @@ static int bench_pool(int runs)
         printf("zygote_startup %llu\n", (unsigned long long)st.zygote_startup_ms);
         printf("pool_hits %llu %llu\n", (unsigned long long)st.pool_hits,
                (unsigned long long)st.pool_misses);
+    }
+    corral_shutdown();
+    return status;
+}
+
+/* Row 14: a sandbox of a template whose pooled sandboxes start lang's
+ * kernel ahead (warm), or do not (the kernel starts with the context), from
+ * the create to the first output of a cell in lang. */
+static int bench_lang(int runs, const char *lang, bool warm)
+{
+    static const struct {
+        const char *lang, *code;
+    } cells[] = {{"javascript", "console.log(1)"},
+                 {"typescript", "const one: number = 1; console.log(one)"},
+                 {"bash", "echo 1"},
+                 {"r", "cat(1, '\\n')"}};
+    const char *code = NULL;
+    for (size_t i = 0; i < sizeof(cells) / sizeof(cells[0]); i++)
+        if (!strcmp(cells[i].lang, lang))
+            code = cells[i].code;
+    if (!code)
+        return fail("no cell for the language '%s'", lang);
+    char name[64];
+    snprintf(name, sizeof(name), "bench-%s-%s", warm ? "warm" : "cold", lang);
+    const char *languages[] = {lang, NULL}, *none[] = {NULL};
+    struct corral_template t = {
+        .name = name, .pool_size = 2, .preload = none, .languages = warm ? languages : NULL};
+    struct corral_error err;
+    if (corral_template_define(&t, &err) < 0 || corral_template_warm(name, NULL, &err) < 0)
+        return fail("%s", err.message);
+    int status = 0;
+    for (int i = -WARMUP; i < runs && !status; i++) {
+        double ms, phases[3];
+        if (corral_template_wait_pool(name, 120000, &err) < 0 ||
+            first_output_of(name, false, lang, code, false, &ms, phases, &err) < 0)
+            status = fail("%s", err.message);
+        else if (i >= 0)
+            printf("lang %.3f\nlang_phases %.3f %.3f %.3f\n", ms, phases[0], phases[1], phases[2]);
     }
     corral_shutdown();
     return status;
@@ -663,9 +702,11 @@ int main(int argc, char **argv)
         return bench_roots(n);
     if (!strcmp(cmd, "image") && argc > 3)
         return bench_image(n, argv[3]);
+    if ((!strcmp(cmd, "lang") || !strcmp(cmd, "lang-cold")) && argc > 3)
+        return bench_lang(n, argv[3], !strcmp(cmd, "lang"));
     if (!strcmp(cmd, "density"))
         return bench_density(n, argc > 3 ? atoi(argv[3]) : 5);
     fprintf(stderr, "usage: bench_cells trip|pool|fork|png|mem|roots N | image N NAME | density N "
-                    "[K] | direct N [TRIPS]\n");
+                    "[K] | direct N [TRIPS] | lang|lang-cold N LANGUAGE\n");
     return 2;
 }

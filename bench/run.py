@@ -646,7 +646,56 @@ def run_all(args, table):
     def rows13():
         template_rows(corral, bench_cells, env, table)
     attempt("13", "templates built from Debian packages", "see rows 13 to 13c", rows13)
+
+    def rows14():
+        language_rows(bench_cells, env, table, max(10, args.runs // 3))
+    attempt("14", "kernels of other languages", "see rows 14a to 14d", rows14)
     return errors
+
+
+# Row 14: each language's first result in a new sandbox, against its runtime
+# started fresh outside any sandbox. TypeScript's fresh runtime loads the
+# compiler a TypeScript cell needs.
+LANGUAGES = [
+    ("14a", "javascript", ["node", "-e", "console.log(1)"], "node -e 'console.log(1)'"),
+    ("14b", "typescript",
+     ["node", "-e", "const ts = require('/usr/share/nodejs/typescript'); "
+      "eval(ts.transpileModule('const one: number = 1; console.log(one)', {}).outputText)"],
+     "node -e: typescript's transpileModule + the cell"),
+    ("14c", "bash", ["bash", "-c", "echo 1"], "bash -c 'echo 1'"),
+    ("14d", "r", ["Rscript", "-e", "cat(1, '\\n')"], "Rscript -e 'cat(1)'"),
+]
+
+
+def language_rows(bench_cells, env, table, runs):
+    """14a-14d: create -> the first output of a cell in each language, the
+    kernel started ahead by the template's pool (languages:), against the
+    runtime started fresh; the same without the kernel started ahead, and
+    both while every core also runs a CPU-bound process, in the notes."""
+    for num, lang, fresh, fresh_name in LANGUAGES:
+        print(f"bench: {num}. {lang}: create -> first output ...", file=sys.stderr, flush=True)
+        try:
+            base = measure(fresh, runs, warmup=2)
+            warm = floats(tool([bench_cells, "lang", str(runs), lang], f"{num}. {lang}", env=env),
+                          "lang", lang)
+            cold = floats(tool([bench_cells, "lang-cold", str(max(5, runs // 2)), lang],
+                               f"{num}. {lang}, no kernel ahead", env=env), "lang", lang)
+            with cpu_hogs():
+                loaded = floats(tool([bench_cells, "lang", str(runs), lang],
+                                     f"{num}. {lang}, loaded", env=env), "lang", lang)
+        except (BenchError, subprocess.CalledProcessError, OSError) as e:
+            table.failed(num, f"{lang}: create -> first output", "faster than fresh", str(e))
+            continue
+        # bash starts in 2 ms: no sandbox's create (2 ms itself) beats it,
+        # so its target is its start plus a create's.
+        target, met = (("<= fresh + 3 ms", med(warm) <= med(base) + 3) if lang == "bash"
+                       else ("faster than fresh", med(warm) < med(base)))
+        table.add(num, f"{lang}: create -> first output, kernel started ahead", ms(warm),
+                  fresh_name + " (fresh, no sandbox)", ms(base), ratio_text(med(warm), med(base)),
+                  target, met)
+        table.note(num, f"without a kernel started ahead (the context starts it): {ms(cold)}; "
+                        f"kernel ahead, every core busy with a CPU-bound process: {ms(loaded)} "
+                        f"({med(loaded) / med(warm):.2f}x quiet)")
 
 
 TEMPLATE_SPEC = """base: bookworm

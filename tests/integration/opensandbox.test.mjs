@@ -653,3 +653,98 @@ test('code execution through the raw flow of LiteLLM and the code-interpreter cl
     if (!deleted) await lifecycle('DELETE', `/sandboxes/${id}`);
   }
 });
+
+/** POST {execd}/code, started: resolves to the fetch response (for a run to interrupt). */
+function startCode(execd, code, context) {
+  return fetch(`${execd.base}/code`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream', ...execd.headers },
+    body: JSON.stringify({ code, context }),
+  });
+}
+
+/** POST {execd}/code/context: the new context. */
+async function newContext(execd, language) {
+  const res = await fetch(`${execd.base}/code/context`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...execd.headers },
+    body: JSON.stringify({ language }),
+  });
+  const body = await res.json();
+  assert.equal(res.status, 200, `POST /code/context ${language}: ${JSON.stringify(body)}`);
+  assert.equal(body.language, language);
+  return body;
+}
+
+/** Interrupts a run of a context: its stream ends with an error, and the context stays. */
+async function interruptRun(execd, context, code) {
+  const res = await startCode(execd, code, context);
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const first = await reader.read(); // init: the run has started
+  assert.match(Buffer.from(first.value).toString(), /"init"/);
+  const stop = await fetch(`${execd.base}/code?id=${context.id}`, { method: 'DELETE', headers: execd.headers });
+  assert.equal(stop.status, 200, 'DELETE /code?id= interrupts');
+  await stop.arrayBuffer();
+  let rest = Buffer.from(first.value).toString();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    rest += Buffer.from(value).toString();
+  }
+  const run = parseLines(rest.split(/\r?\n/));
+  assert.ok(run.error, `an interrupted run ends with an error: ${rest}`);
+  return run;
+}
+
+test('the code API runs JavaScript and bash: state, streams, errors, contexts, interrupts', () =>
+  withSandbox(async (sbx) => {
+    const execd = { base: await sbx.getEndpointUrl(EXECD_PORT), headers: (await sbx.getEndpoint(EXECD_PORT)).headers };
+    const js = { language: 'javascript' };
+    // The default JavaScript context keeps its state; stdout and stderr apart.
+    assert.equal((await postCode(execd, 'let total = 20', js)).error, null);
+    const second = await postCode(execd, "console.log('js out'); console.error('js err'); total * 2 + 2", js);
+    assert.equal(second.error, null, JSON.stringify(second.error));
+    assert.equal(second.stdout, 'js out\n');
+    assert.equal(second.stderr, 'js err\n');
+    assert.equal(second.results[0]?.text, '42');
+    const order = second.events.filter((e) => e.type === 'stdout' || e.type === 'stderr').map((e) => e.text);
+    assert.deepEqual(order, ['js out\n', 'js err\n'], 'the streams in the order written');
+    const thrown = await postCode(execd, "throw new TypeError('bad js')", js);
+    assert.equal(thrown.error?.name, 'TypeError');
+    assert.equal(thrown.error.value, 'bad js');
+    assert.equal((await postCode(execd, 'total', js)).results[0]?.text, '20', 'the state survives the error');
+
+    // bash: the default context and one of its own; the working directory carries over.
+    const sh = { language: 'bash' };
+    assert.equal((await postCode(execd, 'cd /tmp && export WHO=osb', sh)).error, null);
+    const pwd = await postCode(execd, 'echo "$PWD $WHO"; echo warn >&2', sh);
+    assert.equal(pwd.stdout, '/tmp osb\n');
+    assert.equal(pwd.stderr, 'warn\n');
+    const failed = await postCode(execd, 'exit_status() { return 3; }; exit_status', sh);
+    assert.ok(failed.error, 'a failing command is an error');
+    assert.match(failed.error.value, /3/);
+    const own = await newContext(execd, 'bash');
+    const isolated = await postCode(execd, 'echo "[$WHO]"', { id: own.id, language: 'bash' });
+    assert.equal(isolated.stdout, '[]\n', 'a new context has its own shell');
+    const listed = await (await fetch(`${execd.base}/code/contexts?language=bash`, { headers: execd.headers })).json();
+    assert.ok(listed.some((c) => c.id === own.id && c.language === 'bash'), 'listed by language');
+    const jsListed = await (await fetch(`${execd.base}/code/contexts?language=javascript`, { headers: execd.headers })).json();
+    assert.ok(!jsListed.some((c) => c.id === own.id), 'not among the javascript contexts');
+
+    // Interrupts: a bash sleep and a JavaScript busy loop; state kept after.
+    assert.equal((await postCode(execd, 'KEPT=yes', { id: own.id, language: 'bash' })).error, null);
+    await interruptRun(execd, { id: own.id, language: 'bash' }, 'sleep 60');
+    assert.equal((await postCode(execd, 'echo $KEPT', { id: own.id, language: 'bash' })).stdout, 'yes\n');
+    const jsOwn = await newContext(execd, 'javascript');
+    assert.equal((await postCode(execd, 'var kept = 7', { id: jsOwn.id, language: 'javascript' })).error, null);
+    await interruptRun(execd, { id: jsOwn.id, language: 'javascript' }, 'while (true) {}');
+    assert.equal((await postCode(execd, 'kept', { id: jsOwn.id, language: 'javascript' })).results[0]?.text, '7');
+
+    // A language without a kernel.
+    const go = await startCode(execd, 'fmt.Println(1)', { language: 'go' });
+    assert.equal(go.status, 400);
+    const body = await go.json();
+    assert.equal(body.code, 'NOT_SUPPORTED');
+    assert.match(body.message, /javascript, typescript, bash, r/);
+  }));
