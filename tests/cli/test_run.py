@@ -59,12 +59,38 @@ def test_nonzero_exit_is_a_failure():
      "--network-default: 'maybe' is not allow or deny"),
     (["--network", "internet", "--unsafe-disable", "net", "-c", "1"],
      "--network needs the net and userns layers"),
+    (["--language", "cobol", "-c", "1"],
+     "--language: no kernel runs 'cobol' (supported: python, javascript, typescript, bash, r)"),
+    (["--script", "-l", "r", "-c", "1"], "--script runs Python: it cannot be used with --language"),
 ])
 def test_usage_errors_exit_2_with_a_clear_message(args, message):
     r = run("run", *args)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("language, code", [
+    ("javascript", "console.log(6 * 7)"),
+    ("js", "await Promise.resolve(); console.log(6 * 7)"),
+    ("typescript", "const n: number = 6 * 7; console.log(n)"),
+    ("bash", "echo $((6 * 7))"),
+    ("r", "cat(6 * 7, '\\n', sep = '')"),
+])
+def test_a_cell_in_another_language(language, code):
+    r = run("run", "--language", language, "-c", code)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "42\n", "")
+
+
+def test_other_languages_print_their_value_and_fail_with_their_error():
+    value = run("run", "-l", "typescript", "-c", "[1, 2].map((x: number) => x * 2)")
+    assert (value.returncode, value.stdout) == (0, "[ 2, 4 ]\n")
+    failed = run("run", "-l", "bash", "-c", "echo hi; status() { return 3; }; status")
+    assert (failed.returncode, failed.stdout) == (1, "hi\n")
+    assert "3" in failed.stderr
+    raised = run("run", "-l", "r", "-c", "stop('no good')")
+    assert raised.returncode == 1
+    assert "no good" in raised.stderr
 
 
 def test_unknown_command_and_help():

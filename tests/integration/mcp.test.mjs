@@ -210,6 +210,28 @@ async function checksCancel(client) {
   }
 }
 
+async function checksLanguages(client) {
+  const call = (language, code) => client.callTool({ name: 'run_code', arguments: { language, code } }, undefined, CALL);
+  assert.equal((await call('javascript', 'const base = 40')).isError, false);
+  const js = await call('javascript', 'base + 2');
+  assert.equal(js.isError, false, textOf(js));
+  assert.deepEqual(js.structuredContent.results, ['42'], 'a JavaScript value, its state kept');
+  const ts = await call('typescript', 'const twice = <T,>(x: T): T[] => [x, x];\ntwice<number>(21)');
+  assert.deepEqual(ts.structuredContent.results, ['[ 21, 21 ]'], textOf(ts));
+  assert.equal((await call('bash', 'cd /tmp')).isError, false);
+  const sh = await call('bash', 'pwd; exit_code() { return 4; }; exit_code');
+  assert.equal(sh.isError, true, 'a failing shell cell is an error');
+  assert.equal(sh.structuredContent.stdout, '/tmp\n', 'the shell kept its directory');
+  assert.match(textOf(sh), /4/);
+  const r = await call('r', 'plot(1:3)\nsum(1:3)');
+  assert.equal(r.isError, false, textOf(r));
+  assert.deepEqual(r.structuredContent.results, ['[1] 6', '<R plot 504x504 px>'], 'the value, then the plot');
+  assert.equal(r.content.filter((c) => c.type === 'image').length, 1, 'the R plot as an image');
+  const java = await call('java', '1');
+  assert.equal(java.isError, true);
+  assert.match(textOf(java), /language 'java' is not supported \(supported: python, javascript, typescript, bash, r\)/);
+}
+
 async function checksTools(client) {
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
@@ -230,6 +252,7 @@ async function checksTools(client) {
   assert.deepEqual(byName.run_code.inputSchema.required, ['code']);
   assert.equal(byName.run_code.inputSchema.properties.code.type, 'string');
   assert.equal(byName.run_code.inputSchema.properties.sandbox_id.type, 'string');
+  assert.deepEqual(byName.run_code.inputSchema.properties.language.enum, ['python', 'javascript', 'typescript', 'bash', 'r']);
   assert.deepEqual(byName.run_command.inputSchema.required, ['command']);
   assert.deepEqual(byName.write_file.inputSchema.required, ['path', 'content']);
   assert.deepEqual(byName.kill_sandbox.inputSchema.required, ['sandbox_id']);
@@ -248,7 +271,7 @@ test('stdio: corral mcp answers initialize and lists its tools', async () => {
   }
 });
 
-test('stdio: state, charts, commands, files, errors, progress and cancels', async () => {
+test('stdio: state, charts, commands, files, errors, progress, cancels and languages', async () => {
   const { client } = await stdioClient();
   try {
     await checksState(client);
@@ -258,6 +281,7 @@ test('stdio: state, charts, commands, files, errors, progress and cancels', asyn
     await checksErrors(client);
     await checksProgress(client);
     await checksCancel(client);
+    await checksLanguages(client);
   } finally {
     await client.close();
   }
@@ -502,7 +526,7 @@ test("stdio: SIGTERM while the first sandbox is being made ends corral mcp", asy
 
 // ---- streamable HTTP ----
 
-test('http: tools, state, charts, commands, files, errors, progress and cancels', async () => {
+test('http: tools, state, charts, commands, files, errors, progress, cancels and languages', async () => {
   const c = await httpClient(KEY_A);
   try {
     assert.equal(c.client.getServerVersion().name, 'corral');
@@ -515,6 +539,7 @@ test('http: tools, state, charts, commands, files, errors, progress and cancels'
     await checksErrors(c.client);
     await checksProgress(c.client);
     await checksCancel(c.client);
+    await checksLanguages(c.client);
   } finally {
     await endHttp(c);
   }
