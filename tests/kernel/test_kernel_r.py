@@ -550,14 +550,42 @@ def test_eof_ends_kernel_and_r(fresh_kernel):
     assert len(children) == 1
     assert fresh_kernel.close() == 0
     for pid in children:
-        assert not os.path.exists("/proc/%d" % pid) or \
-            open("/proc/%d/stat" % pid).read().split(") ")[1][0] == "Z"
+        assert gone(pid)
+
+
+def gone(pid):
+    """Whether pid has ended (a zombie nobody reaped yet has)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def test_eof_while_busy_ends_kernel_and_r(fresh_kernel):
-    eid = fresh_kernel.send_execute("cat('busy\\n'); system('sleep 300'); repeat {}")
+    eid = fresh_kernel.send_execute("system('echo busy; exec sleep 300'); repeat {}")
     fresh_kernel.recv_until(eid, lambda f: f["type"] == "stream", [])
-    children = r_pids(fresh_kernel.proc.pid)
+    # R, and below it the shell and the sleep it waits for
+    (r_pid,) = r_pids(fresh_kernel.proc.pid)
+    below = tree(r_pid)
+    assert len(below) >= 2, below
     assert fresh_kernel.close() == 0
-    for pid in children:
-        assert not os.path.exists("/proc/%d" % pid)
+    for pid in below:
+        assert gone(pid)
+
+
+def tree(pid):
+    """pid and every process below it."""
+    found = [pid]
+    for child in r_pids(pid):
+        found += tree(child)
+    return found
+
+
+def test_huge_output_is_cut_to_frames(kernel):
+    frames = ok(kernel.execute("message(strrep('m', 3e6))\nnchar(strrep('v', 4e7))\n"
+                               "strrep('v', 4e7)"))
+    assert stream(frames, "stderr") == "m" * 3000000 + "\n"
+    main = main_result(frames)["data"]["text/plain"]
+    assert main.startswith('[1] "vvv') and main.endswith("truncated]")
