@@ -478,7 +478,8 @@ class Host:
         if kind == "execute":
             self.count += 1
             code = frame.get("code")
-            code = code if isinstance(code, str) else ""
+            # R's parser takes no carriage returns: a cell written on Windows
+            code = code.replace("\r\n", "\n") if isinstance(code, str) else ""
             fields = ["exec", code]
             env = frame.get("env")
             if isinstance(env, dict):

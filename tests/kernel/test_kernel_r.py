@@ -345,6 +345,11 @@ def test_immediate_warnings(kernel):
     ok(kernel.execute("options(warn = 0)"))
 
 
+def test_crlf_lines(kernel):
+    frames = ok(kernel.execute("crlf <- 1\r\ncrlf + 1\r\n"))
+    assert main_result(frames)["data"]["text/plain"] == "[1] 2"
+
+
 def test_parse_error(kernel):
     frames = kernel.execute("cat('never\\n')\n1 +* 2")
     err = error(frames)
