@@ -263,6 +263,22 @@ def kill_leftovers():
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    # SIGKILL takes effect asynchronously: the kernel ends after its victims
+    deadline = time.monotonic() + 2
+    while victims and time.monotonic() < deadline:
+        victims = [pid for pid in victims if alive(pid)]
+        if victims:
+            time.sleep(0.005)
+
+
+def alive(pid):
+    """Whether pid still runs (a zombie does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 class Host:
