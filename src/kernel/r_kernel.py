@@ -39,7 +39,11 @@ SOCK_FD, OUT_FD, ERR_FD = 3, 4, 5
 CHUNK = 65536
 # what one record may drain of the output pipes first (their output came first)
 DRAIN_LIMIT = 1 << 20
-MAX_RECORD = 64 << 20
+MAX_RECORD = 1 << 30
+MAX_FRAME = 32 * 1024 * 1024 - 4096  # the daemon refuses frames above 32 MiB
+# characters per stream frame: even escaped as \\uXXXX pairs, far below MAX_FRAME
+STREAM_PIECE = 1 << 20
+TRUNCATED = "\n[corral: output too large for one frame, truncated]"
 
 
 def encode_record(fields):
@@ -106,6 +110,21 @@ def png_size(data):
     if len(data) >= 24 and data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
         return struct.unpack(">II", data[16:24])
     return None
+
+
+def shrink(frame):
+    """A stand-in for a result or error above the daemon's frame limit: its
+    text, cut."""
+    limit = 1 << 20
+    frame = dict(frame)
+    if frame.get("type") == "result":
+        text = frame["data"].get("text/plain", "")
+        frame["data"] = {"text/plain": text[:limit] + TRUNCATED}
+    else:
+        for key in ("value", "traceback"):
+            if isinstance(frame.get(key), str) and len(frame[key]) > limit:
+                frame[key] = frame[key][:limit] + TRUNCATED
+    return frame
 
 
 class RProcess:
@@ -230,16 +249,36 @@ def descendants(pid):
     return found
 
 
-def kill_group_members():
-    """Kills what is left in this process's group but this process (R's
-    children), so that nothing outlives the kernel."""
+def kill_leftovers():
+    """Kills what R left behind so that nothing outlives the kernel: every
+    other process of this one's group when it leads it (as the agent starts
+    kernels), else what is still below it."""
     me, group = os.getpid(), os.getpgrp()
-    for pid, (_, pgid) in processes().items():
-        if pgid == group and pid != me:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    if group == me:
+        victims = [pid for pid, (_, pgid) in processes().items() if pgid == group and pid != me]
+    else:
+        victims = descendants(me)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    # SIGKILL takes effect asynchronously: the kernel ends after its victims
+    deadline = time.monotonic() + 2
+    while victims and time.monotonic() < deadline:
+        victims = [pid for pid in victims if alive(pid)]
+        if victims:
+            time.sleep(0.005)
+
+
+def alive(pid):
+    """Whether pid still runs (a zombie does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 class Host:
@@ -270,6 +309,8 @@ class Host:
 
     def send_frame(self, frame):
         body = json.dumps(frame, separators=(",", ":"), ensure_ascii=True).encode()
+        if len(body) > MAX_FRAME:
+            body = json.dumps(shrink(frame), separators=(",", ":"), ensure_ascii=True).encode()
         try:
             self.sock.sendall(struct.pack(">I", len(body)) + body)
         except OSError:
@@ -278,8 +319,10 @@ class Host:
     def stream(self, name, text):
         if self.current is None or self.current[0] != "exec" or not text:
             return
-        self.send_frame({"type": "stream", "id": self.current[1], "name": name,
-                         "text": text.replace("\x00", "\ufffd"), "timestamp": time.time()})
+        text = text.replace("\x00", "\ufffd")
+        for start in range(0, len(text), STREAM_PIECE):
+            self.send_frame({"type": "stream", "id": self.current[1], "name": name,
+                             "text": text[start:start + STREAM_PIECE], "timestamp": time.time()})
 
     # --- output pipes -----------------------------------------------------
 
@@ -420,21 +463,22 @@ class Host:
             if not data:
                 break
             for record in r.reader.feed(data):
-                if record and record[0] != "done":
-                    self.on_record(record)
+                self.on_record(record)
         self.drain_outputs()
         r.stop(wait=0)
-        kill_group_members()
+        kill_leftovers()
         if not r.ready:
             self.shutdown(1)  # R cannot start (a new one would not either)
         current = self.current
+        how = ("was killed by signal %d" % -r.status if r.status < 0
+               else "exited with status %d" % r.status)
         if current is not None and current[0] == "exec":
             self.flush_decoders()
             self.send_frame({"type": "error", "id": current[1], "name": "KernelDied",
                              "value": "the R process ended during the execution (quit(), a crash or "
-                                      "running out of memory; exit status %s); a new R process was "
-                                      "started and its state is lost" % r.status,
-                             "traceback": "KernelDied: R ended with exit status %s" % r.status})
+                                      "running out of memory: it %s); a new R process was "
+                                      "started and its state is lost" % how,
+                             "traceback": "KernelDied: R %s" % how})
             self.current = None
             self.send_frame({"type": "done", "id": current[1], "execution_count": current[2],
                              "status": "error"})
@@ -450,7 +494,8 @@ class Host:
         if kind == "execute":
             self.count += 1
             code = frame.get("code")
-            code = code if isinstance(code, str) else ""
+            # R's parser takes no carriage returns: a cell written on Windows
+            code = code.replace("\r\n", "\n") if isinstance(code, str) else ""
             fields = ["exec", code]
             env = frame.get("env")
             if isinstance(env, dict):
@@ -533,7 +578,7 @@ class Host:
         if self.r is not None:
             idle = self.current is None and self.r.ready
             self.r.stop(wait=2.0 if idle else 0)
-        kill_group_members()
+        kill_leftovers()
         shutil.rmtree(self.workdir, ignore_errors=True)
         os._exit(code)
 

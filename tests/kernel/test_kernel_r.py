@@ -345,6 +345,11 @@ def test_immediate_warnings(kernel):
     ok(kernel.execute("options(warn = 0)"))
 
 
+def test_crlf_lines(kernel):
+    frames = ok(kernel.execute("crlf <- 1\r\ncrlf + 1\r\n"))
+    assert main_result(frames)["data"]["text/plain"] == "[1] 2"
+
+
 def test_parse_error(kernel):
     frames = kernel.execute("cat('never\\n')\n1 +* 2")
     err = error(frames)
@@ -510,12 +515,12 @@ def test_endless_output_streams_with_bounded_memory(fresh_kernel):
     eid = fresh_kernel.send_execute("repeat cat(strrep('x', 99), '\\n')")
     frames = []
     received = 0
-    while received < 50 << 20:
+    while received < 32 << 20:
         frame = fresh_kernel.recv()
         assert frame["type"] == "stream", frame
         received += len(frame["text"])
     host_rss = rss_mib(fresh_kernel.proc.pid)
-    assert host_rss < 100, host_rss
+    assert host_rss < 32, host_rss
     frames = fresh_kernel.interrupt_until_done(eid, frames)
     assert error(frames)["name"] == "KeyboardInterrupt"
 
@@ -550,14 +555,42 @@ def test_eof_ends_kernel_and_r(fresh_kernel):
     assert len(children) == 1
     assert fresh_kernel.close() == 0
     for pid in children:
-        assert not os.path.exists("/proc/%d" % pid) or \
-            open("/proc/%d/stat" % pid).read().split(") ")[1][0] == "Z"
+        assert gone(pid)
+
+
+def gone(pid):
+    """Whether pid has ended (a zombie nobody reaped yet has)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def test_eof_while_busy_ends_kernel_and_r(fresh_kernel):
-    eid = fresh_kernel.send_execute("cat('busy\\n'); system('sleep 300'); repeat {}")
+    eid = fresh_kernel.send_execute("system('echo busy; exec sleep 300'); repeat {}")
     fresh_kernel.recv_until(eid, lambda f: f["type"] == "stream", [])
-    children = r_pids(fresh_kernel.proc.pid)
+    # R, and below it the shell and the sleep it waits for
+    (r_pid,) = r_pids(fresh_kernel.proc.pid)
+    below = tree(r_pid)
+    assert len(below) >= 2, below
     assert fresh_kernel.close() == 0
-    for pid in children:
-        assert not os.path.exists("/proc/%d" % pid)
+    for pid in below:
+        assert gone(pid)
+
+
+def tree(pid):
+    """pid and every process below it."""
+    found = [pid]
+    for child in r_pids(pid):
+        found += tree(child)
+    return found
+
+
+def test_huge_output_is_cut_to_frames(kernel):
+    # a value whose text is above the daemon's 32 MiB frame limit
+    frames = ok(kernel.execute("message(strrep('m', 3e6))\nstrrep('v', 3.4e7)"))
+    assert stream(frames, "stderr") == "m" * 3000000 + "\n"
+    main = main_result(frames)["data"]["text/plain"]
+    assert main.startswith('[1] "vvv') and main.endswith("truncated]")
