@@ -33,8 +33,10 @@
 // bounded: a chatty cell waits for the daemon instead of growing the memory.
 //
 // SIGINT interrupts the running cell: a synchronous one through vm's
-// breakOnSigint, a pending top-level await by abandoning the cell's promise.
-// It is ignored while idle.  EOF on fd 3 kills the kernel's children and ends
+// breakOnSigint, a pending top-level await by abandoning the cell's promise,
+// and JavaScript busy after an await (in a promise or timer callback) by
+// terminating it through the inspector.  It is ignored while idle.  See
+// "Interrupts" below.  EOF on fd 3 kills the kernel's children and ends
 // the kernel with status 0.
 //
 // The file is self-contained (passed with -e) and everything lives inside one
@@ -105,7 +107,8 @@
   //   {t:'frame', body}              a complete non-stream frame (JSON text)
   //   {t:'begin', id} / {t:'end'}    what descriptor-level output belongs to
   //   {t:'drain', id}                read fds 4 and 5 dry now (a child ended)
-  // shared[0] counts the characters the main thread has queued and not yet sent.
+  // shared[0] counts the characters the main thread has queued and not yet sent;
+  // shared[1] is 1 while a 'sigint' message to the main thread is unanswered.
 
   function senderMain() {
     const fs = require('fs');
@@ -227,6 +230,31 @@
       sock.on('error', () => {});
     }
 
+    // SIGINT while the main thread runs no vm script: Node's SIGINT watchdog
+    // (started by the main thread for good) notes it; the main thread is told,
+    // and if it does not answer within 250 ms it is busy in JavaScript, which
+    // the inspector terminates (the cell's promise is then abandoned).
+    if (workerData.watchdog) {
+      const contextify = process.binding('contextify');
+      setInterval(() => {
+        if (Atomics.load(shared, 1) !== 0 || !contextify.watchdogHasPendingSigint()) return;
+        Atomics.store(shared, 1, 1);
+        parentPort.postMessage('sigint');
+        if (Atomics.wait(shared, 1, 1, 250) === 'timed-out') terminateMain();
+      }, 50).unref();
+    }
+
+    function terminateMain() {
+      try {
+        const inspector = require('inspector');
+        const session = new inspector.Session();
+        session.connectToMainThread();
+        session.post('Runtime.terminateExecution', () => session.disconnect());
+      } catch (e) {
+        // no inspector: the daemon kills the kernel 3 s after the interrupt
+      }
+    }
+
     parentPort.on('message', (m) => {
       switch (m.t) {
         case 'out': queue(m.id, m.name, m.text, m.ts, m.text.length); break;
@@ -239,11 +267,12 @@
     parentPort.postMessage('ready');
   }
 
-  const sharedBuf = new SharedArrayBuffer(4);
+  const sigintWatchdog = startSigintWatchdog();
+  const sharedBuf = new SharedArrayBuffer(8);
   const shared = new Int32Array(sharedBuf);
   const sender = new Worker('(' + senderMain.toString() + ')()', {
     eval: true,
-    workerData: { shared: sharedBuf, pipes: PIPE_FDS },
+    workerData: { shared: sharedBuf, pipes: PIPE_FDS, watchdog: Boolean(sigintWatchdog) },
     stdout: false,
     stderr: false,
   });
@@ -843,6 +872,27 @@
     }
   }
 
+  // Frames are handled one at a time, in order.  The queue is driven by
+  // reactions to each handling's own promise, not by a chain of promises:
+  // terminating JavaScript busy after an await drops the microtasks queued at
+  // that moment, and a dropped link would stop the chain for good.
+  const inbox = [];
+  let handling = false;
+
+  function receive(msg) {
+    inbox.push(msg);
+    pump();
+  }
+
+  function pump() {
+    if (handling || !inbox.length) return;
+    handling = true;
+    handle(inbox.shift()).catch(() => {}).then(() => {
+      handling = false;
+      pump();
+    });
+  }
+
   async function handle(msg) {
     if (!msg || typeof msg !== 'object') return;
     if (msg.type === 'execute' && Number.isInteger(msg.id)) await execute(msg);
@@ -917,14 +967,69 @@
     sock.on('error', shutdown);
   }
 
+  // ---------------------------------------------------------------------------
+  // Interrupts.
+  //
+  // Node's SIGINT watchdog (the one behind vm's breakOnSigint, and behind the
+  // REPL's Ctrl-C) is started once, before `ready`, and never stopped: its
+  // signal handler replaces the default one, so that SIGINT never ends the
+  // kernel.  While a cell's script runs synchronously, vm terminates it and
+  // runInThisContext throws.  Otherwise the watchdog only notes the signal;
+  // the sender thread polls for it and tells the main thread ('sigint'), which
+  // abandons a cell that awaits.  A main thread that does not answer is busy
+  // in JavaScript outside any script (a loop after an await, in a callback):
+  // the sender terminates that JavaScript through the inspector, and the
+  // 'sigint' message is then handled.  No process.on('SIGINT') listener may
+  // exist alongside (vm removes and adds those, which would reset the handler).
+  // Without the watchdog binding, a plain listener does what it can.
+
+  function startSigintWatchdog() {
+    const quiet = process.noDeprecation;
+    process.noDeprecation = true;  // process.binding() would warn in the first cell
+    try {
+      const contextify = process.binding('contextify');
+      if (typeof contextify.startSigintWatchdog !== 'function' ||
+          typeof contextify.watchdogHasPendingSigint !== 'function') return null;
+      contextify.startSigintWatchdog();
+      // JavaScript terminated inside a callback (a timer's) leaves its async
+      // context on Node's stack, which Node's consistency check would turn
+      // into a fatal error: the check goes (as with --no-force-async-hooks-checks).
+      try {
+        const asyncWrap = process.binding('async_wrap');
+        asyncWrap.async_hook_fields[asyncWrap.constants.kCheck] = 0;
+      } catch (e) {
+        // without it an interrupt in a callback ends the kernel
+      }
+      return contextify;
+    } catch (e) {
+      return null;
+    } finally {
+      process.noDeprecation = quiet;
+    }
+  }
+
+  // The watchdog keeps a noted signal until it is stopped; a nested start and
+  // stop clears it without taking its handler away.
+  function clearPendingSigint() {
+    sigintWatchdog.startSigintWatchdog();
+    sigintWatchdog.stopSigintWatchdog();
+  }
+
   function onSigint() {
-    // idle: ignored; a cell awaiting: abandoned (a synchronous one is stopped
-    // by breakOnSigint, which disables this listener while it runs)
+    // idle: ignored; a cell awaiting (or terminated after an await): abandoned
     if (current && current.async) current.interrupt();
   }
 
+  function onSigintMessage() {
+    clearPendingSigint();
+    Atomics.store(shared, 1, 0);
+    Atomics.notify(shared, 1);
+    onSigint();
+  }
+
   function start() {
-    process.on('SIGINT', onSigint);
+    if (!sigintWatchdog) process.on('SIGINT', onSigint);
+    sender.on('message', (m) => { if (m === 'sigint') onSigintMessage(); });
     process.on('unhandledRejection', (reason) => {
       const f = errorFrame(reason);
       emitText('stderr', 'Unhandled promise rejection: ' + f.traceback + '\n');
@@ -942,10 +1047,10 @@
       configurable: false, enumerable: false, writable: false,
       value: Object.freeze({ import: userImport }),
     });
-    sender.once('message', () => {
+    sender.once('message', (m) => {
+      if (m !== 'ready') shutdown();
       sendFrame({ type: 'ready', language: LANGUAGE, version: process.versions.node });
-      let chain = Promise.resolve();
-      readFrames((msg) => { chain = chain.then(() => handle(msg)).catch(() => {}); });
+      readFrames(receive);
     });
     sender.on('error', shutdown);
     sender.on('exit', shutdown);

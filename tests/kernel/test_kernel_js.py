@@ -198,7 +198,9 @@ def test_ready_frames(js, tsk):
 
 
 def test_execution_count_counts_every_execution(fresh):
-    assert fresh.execute("1")[-1]["execution_count"] == 1
+    frames = fresh.execute("1")
+    assert frames[-1]["execution_count"] == 1
+    assert merged(frames) == []  # no warning of the kernel's own
     assert fresh.execute("throw 1")[-1]["execution_count"] == 2
     assert fresh.execute("3")[-1]["execution_count"] == 3
 
@@ -416,7 +418,9 @@ def test_environ_sets_for_good(js):
 def test_warm(fresh):
     fresh.send({"type": "warm"})
     assert fresh.recv() == {"type": "done", "id": 0, "execution_count": 0, "status": "ok"}
-    assert fresh.execute("1")[-1]["execution_count"] == 1
+    frames = fresh.execute("1")
+    assert frames[-1]["execution_count"] == 1
+    assert merged(frames) == []  # no warning of the kernel's own
 
 
 def test_unhandled_rejections_and_callback_errors_do_not_kill_the_kernel(js, tmp_path):
@@ -459,6 +463,29 @@ def test_interrupt_a_pending_await(js):
     assert js.recv()["text"] == "sleeping\n"
     assert error(js.interrupt(eid))["name"] == "Interrupted"
     assert js.value("survivor + ' after await'") == "'still here after await'"
+
+
+def test_interrupt_a_busy_loop_after_an_await(js):
+    eid = js.send_execute("await new Promise(r => setTimeout(r, 10));\n"
+                          "console.log('spinning'); for (;;) {}")
+    assert js.recv()["text"] == "spinning\n"
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    eid = js.send_execute("await null; const t0 = Date.now(); console.log('spin');\n"
+                          "while (Date.now() - t0 < 1e9) {}")
+    assert js.recv()["text"] == "spin\n"
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    assert js.value("survivor") == "'still here'"
+
+
+def test_interrupt_frees_a_kernel_blocked_by_a_callback(js, tmp_path):
+    flag = tmp_path / "spinning"
+    ok(js.execute("setTimeout(() => { require('fs').writeFileSync(%r, ''); for (;;) {} }, 10); 0"
+                  % str(flag)))
+    wait_for_file(flag)
+    eid = js.send_execute("'served'")  # waits for the busy callback
+    frames = js.interrupt(eid)
+    assert main_result(ok(frames))["data"]["text/plain"] == "'served'"
+    assert js.value("survivor") == "'still here'"
 
 
 def test_sigint_while_idle_is_ignored(js):
