@@ -675,8 +675,19 @@
 
   class CellSyntaxError extends SyntaxError {}
 
+  // A SyntaxError found before V8 saw the cell, shown as V8 shows its own:
+  // where (file:line), the line, a caret, then the message.
+  function cellSyntaxError(filename, code, line, column, message, more = []) {
+    const err = new CellSyntaxError(message);
+    const text = code.split('\n')[line - 1];
+    const where = text === undefined ? '' :
+      filename + ':' + line + '\n' + text + '\n' + ' '.repeat(column) + '^\n\n';
+    err.stack = where + ['SyntaxError: ' + message, ...more.map((m) => 'SyntaxError: ' + m)].join('\n');
+    return err;
+  }
+
   // TypeScript to JavaScript, types removed; syntax errors become SyntaxErrors.
-  function transpile(code) {
+  function transpile(code, filename) {
     const result = ts.transpileModule(code, {
       fileName: 'cell.ts',
       reportDiagnostics: true,
@@ -691,20 +702,16 @@
       },
     });
     const errors = (result.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
-    if (errors.length) {
-      const lines = errors.map((d) => {
-        const text = ts.flattenDiagnosticMessageText(d.messageText, '\n');
-        if (d.file && d.start !== undefined) {
-          const { line, character } = d.file.getLineAndCharacterOfPosition(d.start);
-          return '(' + (line + 1) + ':' + (character + 1) + ') TS' + d.code + ': ' + text;
-        }
-        return 'TS' + d.code + ': ' + text;
-      });
-      const err = new CellSyntaxError(lines[0]);
-      err.stack = 'SyntaxError: ' + lines.join('\nSyntaxError: ');
-      throw err;
-    }
-    return result.outputText;
+    if (!errors.length) return result.outputText;
+    const where = (d) => (d.file && d.start !== undefined
+      ? d.file.getLineAndCharacterOfPosition(d.start) : { line: 0, character: 0 });
+    const describe = (d) => {
+      const { line, character } = where(d);
+      return ts.flattenDiagnosticMessageText(d.messageText, '\n') + ' (' + (line + 1) + ':' + (character + 1) + ')';
+    };
+    const { line, character } = where(errors[0]);
+    throw cellSyntaxError(filename, code, line + 1, character,
+      describe(errors[0]), errors.slice(1).map(describe));
   }
 
   // Node's REPL reads `{ a: 1 }` as an object literal, not a block.
@@ -712,7 +719,7 @@
     if (!/^\s*\{/.test(code) || /;\s*$/.test(code)) return code;
     const wrapped = '(' + code + '\n)';
     try {
-      acorn.parse(ts ? transpile(wrapped) : wrapped, PARSE_OPTIONS);
+      acorn.parse(ts ? transpile(wrapped, '') : wrapped, PARSE_OPTIONS);
       return wrapped;
     } catch (e) {
       return code;
@@ -722,7 +729,7 @@
   // The cell as a script: {source, isAsync, lexicals}.
   function prepare(code, filename) {
     code = maybeObjectLiteral(code);
-    const js = ts ? transpile(code) : code;
+    const js = ts ? transpile(code, filename) : code;
     let ast;
     try {
       ast = acorn.parse(js, PARSE_OPTIONS);
@@ -733,7 +740,8 @@
         new vm.Script(js, { filename });
       } catch (v8Error) {
         if (/\bawait\b/.test(v8Error.message) && !/\bawait\b/.test(parseError.message)) {
-          throw new CellSyntaxError(parseError.message);
+          const loc = parseError.loc || { line: 1, column: 0 };
+          throw cellSyntaxError(filename, js, loc.line, loc.column, parseError.message);
         }
         throw v8Error;
       }
@@ -820,7 +828,7 @@
     const savedEnv = applyEnv(req.env);
     let status = 'ok';
     try {
-      defineGlobal('require', userRequire());
+      if (globalThis.require === cellRequire) defineGlobal('require', userRequire());
       const filename = 'cell' + count;
       const cell = prepare(typeof req.code === 'string' ? req.code : '', filename);
       const script = new vm.Script(cell.source, { filename });
@@ -940,7 +948,23 @@
         try { process.kill(pid, 'SIGKILL'); } catch (e) { /* gone */ }
       }
     } catch (e) { /* no /proc */ }
-    process.exit(0);
+    realExit(0);
+  }
+
+  // process.exit() in a cell ends the cell, not the kernel (as SystemExit in
+  // the Python kernel): it throws a ProcessExit error.
+  const realExit = process.exit.bind(process);
+
+  class ProcessExit extends Error {
+    constructor(code) {
+      super('process.exit(' + (code === undefined ? '' : inspect(code)) + ') was called; the kernel keeps running');
+      this.name = 'ProcessExit';
+      this.code = code;
+    }
+  }
+
+  function exitThrows(code) {
+    throw new ProcessExit(code);
   }
 
   // ---------------------------------------------------------------------------
@@ -1040,6 +1064,7 @@
     });
     installStdio();
     wrapChildProcess();
+    process.exit = exitThrows;
     setupModulePaths();
     defineGlobal('require', userRequire());
     defineGlobal('display', display);

@@ -495,6 +495,14 @@ def test_sigint_while_idle_is_ignored(js):
     assert js.proc.poll() is None
 
 
+@pytest.mark.parametrize("code", ["process.exit(3)", "process.exit()", "await null; process.exit(0)"])
+def test_process_exit_does_not_end_the_kernel(js, code):
+    err = error(js.execute("let keep = 1;\n" + code))
+    assert err["name"] == "ProcessExit"
+    assert js.proc.poll() is None
+    assert js.value("keep") == "1"
+
+
 def test_frames_split_and_joined(fresh):
     bodies = [json.dumps({"type": "execute", "id": i, "code": "%d * 2" % i}).encode() for i in (1, 2)]
     data = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
@@ -545,10 +553,12 @@ def test_typescript_classes_await_and_imports(tsk):
 
 
 def test_typescript_syntax_error(tsk):
-    err = error(tsk.execute("let broken: number = ;"))
+    frames = tsk.execute("let broken: number = ;")
+    err = error(frames)
     assert err["name"] == "SyntaxError"
-    assert "Expression expected" in err["value"]
-    assert "1:22" in err["value"]
+    assert err["value"] == "Expression expected. (1:22)"
+    assert err["traceback"] == ("cell%d:1\nlet broken: number = ;\n" % frames[-1]["execution_count"] +
+                                " " * 21 + "^\n\nSyntaxError: Expression expected. (1:22)")
     assert tsk.value("1 as number") == "1"
 
 
