@@ -44,6 +44,14 @@
 'use strict';
 
 (function corralKernel() {
+  // The globals the kernel uses, taken before a cell can shadow them: a cell's
+  // top-level `let process` is visible to every script of the context.
+  const {
+    process, require, Buffer, JSON, Object, Array, Promise, Atomics, SharedArrayBuffer,
+    Int32Array, Uint8Array, ArrayBuffer, Error, SyntaxError, TypeError, Map, Set, String,
+    Number, Math, setImmediate, setTimeout, performance,
+  } = globalThis;
+  const global = globalThis;
   const fs = require('fs');
   const net = require('net');
   const path = require('path');
@@ -344,7 +352,7 @@
     Object.defineProperty(process, 'stdout', { configurable: true, enumerable: true, get: () => stdout });
     Object.defineProperty(process, 'stderr', { configurable: true, enumerable: true, get: () => stderr });
     const cons = new console.Console({ stdout, stderr, colorMode: false });
-    Object.defineProperty(globalThis, 'console', {
+    Object.defineProperty(global, 'console', {
       configurable: true, enumerable: false, writable: true, value: cons,
     });
   }
@@ -505,7 +513,7 @@
   }
 
   function defineGlobal(name, value) {
-    Object.defineProperty(globalThis, name, { configurable: true, enumerable: false, writable: true, value });
+    Object.defineProperty(global, name, { configurable: true, enumerable: false, writable: true, value });
   }
 
   // ---------------------------------------------------------------------------
@@ -559,7 +567,7 @@
   // and not a var/function of an earlier cell (a non-configurable global).
   function mayDeclareLexical(name) {
     if (declaredLexicals.has(name)) return false;
-    const desc = Object.getOwnPropertyDescriptor(globalThis, name);
+    const desc = Object.getOwnPropertyDescriptor(global, name);
     return !(desc && !desc.configurable);
   }
 
@@ -654,7 +662,7 @@
       const hoisted = [...new Set([...vars, ...functions])];
       if (hoisted.length) prefix += 'var ' + hoisted.join(', ') + '; ';
       prefix += '(async () => { ';
-      for (const f of new Set(functions)) prefix += 'globalThis[' + JSON.stringify(f) + '] = ' + f + '; ';
+      for (const f of new Set(functions)) prefix += '__corral.global[' + JSON.stringify(f) + '] = ' + f + '; ';
       const last = body[body.length - 1];
       if (last && last.type === 'ExpressionStatement') {
         replace(last.start, last.start, 'return { value: (');
@@ -828,7 +836,7 @@
     const savedEnv = applyEnv(req.env);
     let status = 'ok';
     try {
-      if (globalThis.require === cellRequire) defineGlobal('require', userRequire());
+      if (global.require === cellRequire) defineGlobal('require', userRequire());
       const filename = 'cell' + count;
       const cell = prepare(typeof req.code === 'string' ? req.code : '', filename);
       const script = new vm.Script(cell.source, { filename });
@@ -1068,9 +1076,9 @@
     setupModulePaths();
     defineGlobal('require', userRequire());
     defineGlobal('display', display);
-    Object.defineProperty(globalThis, '__corral', {
+    Object.defineProperty(global, '__corral', {
       configurable: false, enumerable: false, writable: false,
-      value: Object.freeze({ import: userImport }),
+      value: Object.freeze({ import: userImport, global }),
     });
     sender.once('message', (m) => {
       if (m !== 'ready') shutdown();

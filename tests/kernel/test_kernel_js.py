@@ -219,6 +219,27 @@ def test_cells_declaring_a_name_again_can_be_run_again(js):
         assert js.value("[again, other, typeof Again]") == "[ %d, 'x%d', 'function' ]" % (n, n)
 
 
+def test_cells_may_shadow_the_globals_the_kernel_uses(fresh):
+    ok(fresh.execute("let process = 'mine', JSON = 1, Buffer = 2, Promise = 3, globalThis = 4, require = 5"))
+    frames = ok(fresh.execute("console.log('still'); [process, JSON, Buffer, Promise, globalThis, require]"))
+    assert stream(frames) == "still\n"
+    assert main_result(frames)["data"]["text/plain"] == "[ 'mine', 1, 2, 3, 4, 5 ]"
+    assert main_result(ok(fresh.execute("function g() { return 'g' }\nawait 0; g()")))["data"] == \
+        {"text/plain": "'g'"}
+
+
+def test_esm_packages_and_relative_modules(js):
+    pkg = js.cwd / "node_modules" / "esmonly"
+    pkg.mkdir(parents=True)
+    (pkg / "package.json").write_text(json.dumps(
+        {"name": "esmonly", "type": "module", "exports": {"import": "./index.js"}}))
+    (pkg / "index.js").write_text("export const hello = 'esm';\nexport default 'dflt';\n")
+    (js.cwd / "mod.mjs").write_text("export const rel = 'relative';\n")
+    frames = ok(js.execute("import d, { hello } from 'esmonly';\nimport { rel } from './mod.mjs';\n"
+                           "[d, hello, rel]"))
+    assert main_result(frames)["data"]["text/plain"] == "[ 'dflt', 'esm', 'relative' ]"
+
+
 def test_last_expression_is_the_main_result(js):
     frames = ok(js.execute("const o = {s: 'text', n: [1, 2]};\no"))
     result = main_result(frames)
