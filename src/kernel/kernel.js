@@ -133,14 +133,22 @@
     let timer = null;
     let immediate = null;
 
+    // fd 3 is non-blocking (the main thread reads it through libuv): a full
+    // socket is waited out with short sleeps, growing while it stays full.
     function writeAll(buf) {
       let off = 0;
+      let pause = 0.05;
       while (off < buf.length) {
         try {
           off += fs.writeSync(3, buf, off, buf.length - off);
+          pause = 0.05;
         } catch (e) {
-          if (e.code === 'EAGAIN') Atomics.wait(sleeper, 0, 0, 2);
-          else if (e.code !== 'EINTR') process.exit(0);  // the daemon went away
+          if (e.code === 'EAGAIN') {
+            Atomics.wait(sleeper, 0, 0, pause);
+            pause = Math.min(pause * 2, 5);
+          } else if (e.code !== 'EINTR') {
+            process.exit(0);  // the daemon went away: ends this thread, then the kernel
+          }
         }
       }
     }
@@ -801,6 +809,23 @@
   // ---------------------------------------------------------------------------
   // Executions.
 
+  // `_` is the last main result, as in Node's REPL, until a cell assigns `_`
+  // itself (or declares it: `const _ = require('lodash')` shadows it).
+  let lastValue;
+  let underscoreAuto = true;
+
+  function installUnderscore() {
+    Object.defineProperty(global, '_', {
+      configurable: true,
+      enumerable: false,
+      get: () => lastValue,
+      set: (value) => {
+        underscoreAuto = false;
+        Object.defineProperty(global, '_', { configurable: true, enumerable: true, writable: true, value });
+      },
+    });
+  }
+
   let executionCount = 0;
 
   function applyEnv(env) {
@@ -853,7 +878,10 @@
         const box = await Promise.race([value, interrupted]);
         value = box ? box.value : undefined;
       }
-      if (value !== undefined) sendResult({ 'text/plain': inspect(value) }, true);
+      if (value !== undefined) {
+        sendResult({ 'text/plain': inspect(value) }, true);
+        if (underscoreAuto) lastValue = value;
+      }
     } catch (err) {
       status = 'error';
       sendFrame({ type: 'error', id, ...errorFrame(err) });
@@ -1076,6 +1104,7 @@
     setupModulePaths();
     defineGlobal('require', userRequire());
     defineGlobal('display', display);
+    installUnderscore();
     Object.defineProperty(global, '__corral', {
       configurable: false, enumerable: false, writable: false,
       value: Object.freeze({ import: userImport, global }),

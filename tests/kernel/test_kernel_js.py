@@ -250,6 +250,14 @@ def test_last_expression_is_the_main_result(js):
     assert js.value("new Map([[1, 'one']])") == "Map(1) { 1 => 'one' }"
 
 
+def test_underscore_is_the_last_result_until_assigned(fresh):
+    ok(fresh.execute("6 * 7"))
+    assert main_result(ok(fresh.execute("_ + 1")))["data"]["text/plain"] == "43"
+    ok(fresh.execute("_ = 'mine'"))
+    ok(fresh.execute("1"))
+    assert main_result(ok(fresh.execute("_")))["data"]["text/plain"] == "'mine'"
+
+
 def test_undefined_gives_no_result(js):
     assert results(ok(js.execute("undefined"))) == []
     assert results(ok(js.execute("let nothing = 5"))) == []
@@ -418,6 +426,23 @@ def test_big_output_arrives_complete(js):
     assert stream(frames) == "x" * 3000000 + "\n" + "".join("%d\n" % i for i in range(20000))
     frames = ok(js.execute("require('child_process').execSync('seq 1 200000', {stdio: 'inherit'}); 1"))
     assert stream(frames) == "".join("%d\n" % i for i in range(1, 200001))
+
+
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_output_waits_for_the_daemon(fresh):
+    ok(fresh.execute("'x'.repeat(1e6).length"))
+    before = rss_mib(fresh.proc.pid)
+    eid = fresh.send_execute("for (let i = 0; i < 100; i++) console.log('y'.repeat(1e6))")
+    time.sleep(1.5)  # the test does not read: the kernel must wait, not buffer
+    assert rss_mib(fresh.proc.pid) - before < 60
+    assert len(stream(fresh.wait_done(eid))) == 100 * 1000001
 
 
 def test_env_is_applied_then_restored(js):
