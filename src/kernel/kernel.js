@@ -344,6 +344,10 @@
       if (typeof cb === 'function') process.nextTick(cb);
       return true;
     };
+    stream._write = (chunk, encoding, cb) => {  // what end(chunk) writes
+      stream.write(chunk, encoding);
+      cb();
+    };
     stream.fd = fd;
     stream.isTTY = false;
     stream.getColorDepth = () => 1;
@@ -459,7 +463,7 @@
   function display(value) {
     sendResult(bundleOf(value), false);
   }
-  const one = (mime, conv) => (value) => sendResult(normalizeBundle({ [mime]: conv ? conv(value) : value }), false);
+  const one = (mime) => (value) => sendResult(normalizeBundle({ [mime]: value }), false);
   display.html = one('text/html');
   display.markdown = one('text/markdown');
   display.latex = one('text/latex');
@@ -501,23 +505,31 @@
     return cellRequire;
   }
 
-  // import() of the cells: node builtins, then the native loader (ESM-aware,
-  // resolves from the kernel's start directory), then require()'s resolution.
+  // import() of the cells: node builtins; relative paths from the working
+  // directory; bare names with Node's own ESM resolution (conditions, ESM-only
+  // packages; node_modules up from the kernel's start directory), and where
+  // that finds nothing, with require()'s resolution (which also searches the
+  // global and Debian folders) and the file it finds.
   async function userImport(specifier) {
     specifier = String(specifier);
-    if (Module.isBuiltin ? Module.isBuiltin(specifier) : Module.builtinModules.includes(specifier.replace(/^node:/, ''))) {
-      return import(specifier.startsWith('node:') ? specifier : 'node:' + specifier);
+    const builtin = Module.isBuiltin ? Module.isBuiltin(specifier)
+      : Module.builtinModules.includes(specifier.replace(/^node:/, ''));
+    if (builtin) return import(specifier.startsWith('node:') ? specifier : 'node:' + specifier);
+    if (/^\.{0,2}\//.test(specifier)) {
+      return import(pathToFileURL(path.resolve(process.cwd(), specifier)).href);
     }
-    const relative = /^\.{0,2}\//.test(specifier);
-    if (relative) return import(pathToFileURL(path.resolve(process.cwd(), specifier)).href);
-    if (/^[a-z][a-z0-9+.-]*:/i.test(specifier)) return import(specifier);
-    let resolved;
     try {
-      resolved = userRequire().resolve(specifier);
-    } catch (e) {
-      return import(specifier);
+      return await import(specifier);
+    } catch (err) {
+      if (err.code !== 'ERR_MODULE_NOT_FOUND' || /^[a-z][a-z0-9+.-]*:/i.test(specifier)) throw err;
+      let resolved;
+      try {
+        resolved = userRequire().resolve(specifier);
+      } catch (e) {
+        throw err;
+      }
+      return import(pathToFileURL(resolved).href);
     }
-    return import(pathToFileURL(resolved).href);
   }
 
   function defineGlobal(name, value) {
