@@ -116,7 +116,9 @@
   //   {t:'begin', id} / {t:'end'}    what descriptor-level output belongs to
   //   {t:'drain', id}                read fds 4 and 5 dry now (a child ended)
   // shared[0] counts the characters the main thread has queued and not yet sent;
-  // shared[1] is 1 while a 'sigint' message to the main thread is unanswered.
+  // shared[1] is 1 while a 'sigint' message to the main thread is unanswered;
+  // shared[2] is 1 while JavaScript the main thread runs may be terminated: the
+  // user's after an await or in a callback, not the kernel's own.
 
   function senderMain() {
     const fs = require('fs');
@@ -256,7 +258,9 @@
         if (Atomics.load(shared, 1) !== 0 || !contextify.watchdogHasPendingSigint()) return;
         Atomics.store(shared, 1, 1);
         parentPort.postMessage('sigint');
-        if (Atomics.wait(shared, 1, 1, 250) === 'timed-out') terminateMain();
+        if (Atomics.wait(shared, 1, 1, 250) === 'timed-out' && Atomics.load(shared, 2) === 1) {
+          terminateMain();
+        }
       }, 50).unref();
     }
 
@@ -284,7 +288,7 @@
   }
 
   const sigintWatchdog = startSigintWatchdog();
-  const sharedBuf = new SharedArrayBuffer(8);
+  const sharedBuf = new SharedArrayBuffer(12);
   const shared = new Int32Array(sharedBuf);
   const sender = new Worker('(' + senderMain.toString() + ')()', {
     eval: true,
@@ -300,6 +304,12 @@
   function now() {
     return (performance.timeOrigin + performance.now()) / 1000;
   }
+
+  // Whether the sender may terminate what the main thread runs (shared[2]).
+  function terminable(yes) {
+    Atomics.store(shared, 2, yes ? 1 : 0);
+  }
+  terminable(true);
 
   // ---------------------------------------------------------------------------
   // Output of the user's code.
@@ -592,7 +602,7 @@
   }
 
   // `import ... from 'x'` as an assignment from `await __corral.import('x')`.
-  function importAssignment(node, code, lexicals) {
+  function importAssignment(node, lexicals) {
     const source = JSON.stringify(node.source.value);
     const load = 'await __corral.import(' + source + ')';
     const ns = node.specifiers.find((s) => s.type === 'ImportNamespaceSpecifier');
@@ -616,7 +626,8 @@
     return 'void (' + parts.join(', ') + ');';
   }
 
-  // Rewrites a parsed cell; returns {source, isAsync}.
+  // Rewrites a parsed cell (line numbers are kept); returns {source, isAsync,
+  // lexicals: the names its script declares with `let`}.
   function rewrite(code, ast) {
     const edits = [];
     const replace = (start, end, text) => edits.push({ start, end, text });
@@ -661,7 +672,8 @@
         continue;
       }
       if (node.type === 'ImportDeclaration') {
-        replace(node.start, node.end, importAssignment(node, code, lexicals));
+        const newlines = code.slice(node.start, node.end).split('\n').length - 1;
+        replace(node.start, node.end, importAssignment(node, lexicals) + '\n'.repeat(newlines));
       } else if (node.type === 'VariableDeclaration' && node.kind !== 'var') {
         declarationAsAssignment(node, lexicals, true);
       } else if (node.type === 'VariableDeclaration' && isAsync) {
@@ -866,6 +878,7 @@
     const interrupted = new Promise((resolve, reject) => { interrupt = () => reject(new Interrupted()); });
     interrupted.catch(() => {});
     current = { id, interrupt };
+    terminable(false);
     sender.postMessage({ t: 'begin', id });
     for (const [name, text] of idleOutput) emitText(name, text);
     idleOutput = [];
@@ -887,7 +900,13 @@
       cell.lexicals.forEach((n) => declaredLexicals.add(n));
       if (cell.isAsync) {
         current.async = true;
-        const box = await Promise.race([value, interrupted]);
+        terminable(true);
+        let box;
+        try {
+          box = await Promise.race([value, interrupted]);
+        } finally {
+          terminable(false);
+        }
         value = box ? box.value : undefined;
       }
       if (value !== undefined) {
@@ -906,15 +925,16 @@
     sendFrame({ type: 'done', id, execution_count: count, status });
     sender.postMessage({ t: 'end' });
     current = null;
+    terminable(true);
   }
 
   // warm: exercise the cell pipeline (and TypeScript's transpiler) once
   // without running anything, then answer with done 0.
   function warm() {
     try {
-      prepare('const warm = await Promise.resolve(1 as number);\nwarm', 'warm');
+      prepare('const warm = await Promise.resolve(1' + (ts ? ' as number' : '') + ');\nwarm', 'warm');
     } catch (e) {
-      try { prepare('const warm = await Promise.resolve(1);\nwarm', 'warm'); } catch (e2) { /* nothing */ }
+      // nothing to warm
     }
     inspect({ warm: [1, 'two'] });
     sendFrame({ type: 'done', id: 0, execution_count: executionCount, status: 'ok' });
@@ -1051,7 +1071,9 @@
   // abandons a cell that awaits.  A main thread that does not answer is busy
   // in JavaScript outside any script (a loop after an await, in a callback):
   // the sender terminates that JavaScript through the inspector, and the
-  // 'sigint' message is then handled.  No process.on('SIGINT') listener may
+  // 'sigint' message is then handled; only while the main thread has said
+  // that what it runs is the user's (shared[2]): the kernel's own code is
+  // never cut in the middle.  No process.on('SIGINT') listener may
   // exist alongside (vm removes and adds those, which would reset the handler).
   // Without the watchdog binding, a plain listener does what it can.
 
