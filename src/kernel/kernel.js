@@ -703,14 +703,18 @@
       suffix = '\n})()';
     }
     edits.sort((a, b) => a.start - b.start || a.end - b.end);
-    let out = '';
+    // anchors: [offset in the script, offset in the code] where copied code starts
+    let out = prefix;
     let pos = 0;
+    const anchors = [];
     for (const e of edits) {
+      anchors.push([out.length, pos]);
       out += code.slice(pos, e.start) + e.text;
       pos = e.end;
     }
-    out += code.slice(pos);
-    return { source: prefix + out + suffix, isAsync, lexicals: newLexicals };
+    anchors.push([out.length, pos]);
+    out += code.slice(pos) + suffix;
+    return { source: out, isAsync, lexicals: newLexicals, anchors, code };
   }
 
   class CellSyntaxError extends SyntaxError {}
@@ -738,11 +742,16 @@
         preserveValueImports: true,
         experimentalDecorators: true,
         esModuleInterop: true,
-        sourceMap: false,
+        sourceMap: true,
+        inlineSources: false,
       },
     });
     const errors = (result.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
-    if (!errors.length) return result.outputText;
+    if (!errors.length) {
+      let lines = null;
+      try { lines = decodeMappings(JSON.parse(result.sourceMapText).mappings); } catch (e) { /* unmapped */ }
+      return { js: result.outputText.replace(/\n\/\/# sourceMappingURL=.*\s*$/, '\n'), lines };
+    }
     const where = (d) => (d.file && d.start !== undefined
       ? d.file.getLineAndCharacterOfPosition(d.start) : { line: 0, character: 0 });
     const describe = (d) => {
@@ -759,7 +768,7 @@
     if (!/^\s*\{/.test(code) || /;\s*$/.test(code)) return code;
     const wrapped = '(' + code + '\n)';
     try {
-      acorn.parse(ts ? transpile(wrapped, '') : wrapped, PARSE_OPTIONS);
+      acorn.parse(ts ? transpile(wrapped, '').js : wrapped, PARSE_OPTIONS);
       return wrapped;
     } catch (e) {
       return code;
@@ -769,7 +778,8 @@
   // The cell as a script: {source, isAsync, lexicals}.
   function prepare(code, filename) {
     code = maybeObjectLiteral(code);
-    const js = ts ? transpile(code, filename) : code;
+    const compiled = ts ? transpile(code, filename) : { js: code, lines: null };
+    const js = compiled.js;
     let ast;
     try {
       ast = acorn.parse(js, PARSE_OPTIONS);
@@ -785,9 +795,99 @@
         }
         throw v8Error;
       }
-      return { source: js, isAsync: false, lexicals: [] };
+      return { source: js, isAsync: false, lexicals: [], anchors: [[0, 0]], code: js, lines: compiled.lines };
     }
-    return rewrite(js, ast);
+    return { ...rewrite(js, ast), lines: compiled.lines };
+  }
+
+  // ---------------------------------------------------------------------------
+  // Positions in stack traces: they are in the script the kernel made of the
+  // cell, and are mapped back to the cell: through the rewrite's anchors, then
+  // for TypeScript through the transpiler's source map.
+
+  const cellPositions = new Map();  // filename -> {script, code, anchors, lines}
+  const POSITIONS_MAX = 200;
+
+  function rememberPositions(filename, cell) {
+    if (cellPositions.size >= POSITIONS_MAX) cellPositions.delete(cellPositions.keys().next().value);
+    cellPositions.set(filename, { script: cell.source, code: cell.code, anchors: cell.anchors, lines: cell.lines });
+  }
+
+  function lineStarts(text) {
+    const starts = [0];
+    for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) starts.push(i + 1);
+    return starts;
+  }
+
+  // (1-based line, column) in the script -> (1-based line, column) in the code
+  function scriptToCode(pos, line, column) {
+    const scriptStarts = pos.scriptStarts || (pos.scriptStarts = lineStarts(pos.script));
+    const codeStarts = pos.codeStarts || (pos.codeStarts = lineStarts(pos.code));
+    const offset = (scriptStarts[line - 1] ?? 0) + column - 1;
+    let anchor = pos.anchors[0];
+    for (const a of pos.anchors) if (a[0] <= offset) anchor = a;
+    const inCode = anchor[1] + Math.max(0, offset - anchor[0]);
+    let l = 0;
+    while (l + 1 < codeStarts.length && codeStarts[l + 1] <= inCode) l += 1;
+    return [l + 1, inCode - codeStarts[l] + 1];
+  }
+
+  const BASE64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+
+  // A source map's mappings as, per generated line, [column, source line,
+  // source column] segments (0-based).
+  function decodeMappings(mappings) {
+    const lines = [];
+    let srcLine = 0;
+    let srcCol = 0;
+    for (const lineText of mappings.split(';')) {
+      const segments = [];
+      let genCol = 0;
+      for (const seg of lineText.split(',')) {
+        if (!seg) continue;
+        const fields = [];
+        let value = 0;
+        let shift = 0;
+        for (const ch of seg) {
+          const digit = BASE64.indexOf(ch);
+          value += (digit & 31) << shift;
+          if (digit & 32) {
+            shift += 5;
+          } else {
+            fields.push(value & 1 ? -(value >>> 1) : value >>> 1);
+            value = 0;
+            shift = 0;
+          }
+        }
+        genCol += fields[0];
+        if (fields.length >= 4) {
+          srcLine += fields[2];
+          srcCol += fields[3];
+          segments.push([genCol, srcLine, srcCol]);
+        }
+      }
+      lines.push(segments);
+    }
+    return lines;
+  }
+
+  // cellN:line:column in a stack, as positions in the cell the user wrote.
+  function mapPositions(stack) {
+    return stack.replace(/\b(cell\d+):(\d+):(\d+)\b/g, (all, filename, l, c) => {
+      const pos = cellPositions.get(filename);
+      if (!pos) return all;
+      let [line, column] = scriptToCode(pos, Number(l), Number(c));
+      if (pos.lines) {
+        const segments = pos.lines[line - 1];
+        if (segments && segments.length) {
+          let seg = segments[0];
+          for (const s of segments) if (s[0] <= column - 1) seg = s;
+          line = seg[1] + 1;
+          column = seg[2] + 1 + Math.max(0, column - 1 - seg[0]);
+        }
+      }
+      return filename + ':' + line + ':' + column;
+    });
   }
 
   // ---------------------------------------------------------------------------
@@ -802,10 +902,16 @@
     }
   }
 
-  // The stack without the kernel's own frames.
+  // The stack with the cell's positions, without the frames that called the
+  // cell (those after its last frame: the kernel's, Node's) and without any
+  // frame of the kernel's.
   function cleanStack(stack) {
-    return String(stack).replace(ANSI, '').split('\n')
-      .filter((line) => !/^\s+at .*(\[eval\]|node:vm|node:internal|\[worker eval\]|corralKernel|evalmachine)/.test(line))
+    const lines = mapPositions(String(stack).replace(ANSI, '')).split('\n');
+    let last = -1;
+    lines.forEach((line, i) => { if (/^\s+at .*\bcell\d+:\d+/.test(line)) last = i; });
+    return lines
+      .filter((line, i) => !(last >= 0 && i > last && /^\s+at /.test(line)))
+      .filter((line) => !/^\s+at .*(\[eval\]|node:vm|\[worker eval\]|corralKernel|evalmachine)/.test(line))
       .join('\n').replace(/\n+$/, '');
   }
 
@@ -889,6 +995,7 @@
       if (global.require === cellRequire) defineGlobal('require', userRequire());
       const filename = 'cell' + count;
       const cell = prepare(typeof req.code === 'string' ? req.code : '', filename);
+      rememberPositions(filename, cell);
       const script = new vm.Script(cell.source, { filename });
       let value;
       try {

@@ -330,6 +330,16 @@ def test_errors_carry_name_message_and_stack(js):
     assert (err["name"], err["value"]) == ("RangeError", "async")
 
 
+def test_stack_positions_are_the_cells(js):
+    frames = js.execute("const before = await Promise.resolve(1);\nnull.y")
+    n = frames[-1]["execution_count"]
+    assert error(frames)["traceback"].endswith("\n    at cell%d:2:6" % n)
+    frames = js.execute("function thrower() {\n  throw new Error('deep')\n}\nthrower()")
+    n = frames[-1]["execution_count"]
+    assert error(frames)["traceback"] == \
+        "Error: deep\n    at thrower (cell%d:2:9)\n    at cell%d:4:1" % (n, n)
+
+
 def test_non_error_throws(js):
     err = error(js.execute("throw 'a string'"))
     assert (err["name"], err["value"], err["traceback"]) == ("Uncaught", "a string", "Uncaught 'a string'")
@@ -596,6 +606,15 @@ def test_typescript_classes_await_and_imports(tsk):
         "new Box<number>(n).get() + (parse('1', { ecmaVersion: 2020 }) as any).body.length"))
     assert main_result(frames)["data"]["text/plain"] == "4"
     assert tsk.value("new Box('again').get()") == "'again'"
+
+
+def test_typescript_stack_positions_are_the_cells(tsk):
+    frames = tsk.execute("interface Shape { area(): number }\nenum Kind { A, B }\n"
+                         "function fail(s: Shape): number {\n  const none: any = null;\n"
+                         "  return none.area;\n}\nfail({ area: () => 1 })")
+    n = frames[-1]["execution_count"]
+    assert error(frames)["traceback"].endswith(
+        "\n    at fail (cell%d:5:15)\n    at cell%d:7:1" % (n, n))
 
 
 def test_typescript_syntax_error(tsk):
