@@ -593,6 +593,12 @@
     return out;
   }
 
+  function patternNamesOf(declaration) {
+    const names = [];
+    for (const d of declaration.declarations) patternNames(d.id, names);
+    return names;
+  }
+
   // A name the script may declare with `let`: not declared by an earlier cell,
   // and not a var/function of an earlier cell (a non-configurable global).
   function mayDeclareLexical(name) {
@@ -676,7 +682,10 @@
         replace(node.start, node.end, importAssignment(node, lexicals) + '\n'.repeat(newlines));
       } else if (node.type === 'VariableDeclaration' && node.kind !== 'var') {
         declarationAsAssignment(node, lexicals, true);
-      } else if (node.type === 'VariableDeclaration' && isAsync) {
+      } else if (node.type === 'VariableDeclaration' &&
+                 (isAsync || patternNamesOf(node).some((n) => declaredLexicals.has(n)))) {
+        // a var that must live outside the async function, or that names a
+        // `let` of an earlier cell (which a `var` may not redeclare)
         declarationAsAssignment(node, vars, false);
       } else if (node.type === 'ClassDeclaration' && node.id) {
         lexicals.push(node.id.name);
@@ -691,7 +700,7 @@
     let prefix = newLexicals.length ? 'let ' + newLexicals.join(', ') + '; ' : '';
     let suffix = '';
     if (isAsync) {
-      const hoisted = [...new Set([...vars, ...functions])];
+      const hoisted = [...new Set([...vars, ...functions])].filter((n) => !declaredLexicals.has(n));
       if (hoisted.length) prefix += 'var ' + hoisted.join(', ') + '; ';
       prefix += '(async () => { ';
       for (const f of new Set(functions)) prefix += '__corral.global[' + JSON.stringify(f) + '] = ' + f + '; ';
@@ -777,6 +786,7 @@
 
   // The cell as a script: {source, isAsync, lexicals}.
   function prepare(code, filename) {
+    if (code.startsWith('#!')) code = '//' + code.slice(2);  // a script's first line
     code = maybeObjectLiteral(code);
     const compiled = ts ? transpile(code, filename) : { js: code, lines: null };
     const js = compiled.js;

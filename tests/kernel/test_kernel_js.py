@@ -240,6 +240,14 @@ def test_esm_packages_and_relative_modules(js):
     assert main_result(frames)["data"]["text/plain"] == "[ 'dflt', 'esm', 'relative' ]"
 
 
+def test_a_name_may_change_from_let_to_var_and_back(js):
+    ok(js.execute("let lv = 1"))
+    assert js.value("var lv = 2; lv") == "2"
+    ok(js.execute("var vl = 1"))
+    assert js.value("let vl = 3; vl") == "3"
+    assert js.value("await 0; var lv = 4; function vl() {}; lv") == "4"
+
+
 def test_last_expression_is_the_main_result(js):
     frames = ok(js.execute("const o = {s: 'text', n: [1, 2]};\no"))
     result = main_result(frames)
