@@ -20,10 +20,14 @@
 //     declarations are hoisted out of it so that they stay global, and its
 //     last expression statement is returned as the cell's value;
 //   - static imports become `await import(...)` with destructuring, and every
-//     `import(...)` goes through the kernel, which resolves bare names as
-//     require() does (vm scripts have no module loader of their own).
+//     `import(...)` goes through the kernel (vm scripts have no module loader
+//     of their own without a flag), which resolves bare names with Node's ESM
+//     resolution and then as require() does;
+//   - the value of the last expression statement is the main result, shown
+//     as util.inspect shows it (as Node's REPL); `_` holds it afterwards.
 // TypeScript cells are first transpiled with Debian's typescript
-// (transpileModule: no type checking).
+// (transpileModule: no type checking).  Positions in stack traces are mapped
+// back to the cell's lines.
 //
 // Output: process.stdout/process.stderr and the global console are replaced
 // by writers that hand text to a sender thread (a worker), which owns the
@@ -31,13 +35,17 @@
 // latest 40 ms later) and reads the pipes behind fds 1 and 2, also while the
 // main thread is busy (execSync, a busy loop).  The bytes between threads are
 // bounded: a chatty cell waits for the daemon instead of growing the memory.
+// Text written by callbacks while no execution runs goes with the next one
+// (up to 1 MiB); descriptor-level output and display() then are dropped.
 //
 // SIGINT interrupts the running cell: a synchronous one through vm's
 // breakOnSigint, a pending top-level await by abandoning the cell's promise,
 // and JavaScript busy after an await (in a promise or timer callback) by
 // terminating it through the inspector.  It is ignored while idle.  See
-// "Interrupts" below.  EOF on fd 3 kills the kernel's children and ends
-// the kernel with status 0.
+// "Interrupts" below.  process.exit() throws (the cell ends, not the kernel);
+// unhandled rejections and uncaught exceptions of callbacks are reported on
+// stderr.  EOF on fd 3 kills the kernel's children and ends the kernel with
+// status 0.
 //
 // The file is self-contained (passed with -e) and everything lives inside one
 // function so that no name of the kernel's collides with the user's globals.
@@ -400,7 +408,18 @@
   }
 
   // ---------------------------------------------------------------------------
-  // Rich display: display(value), display(bundle), display.html(...), ...
+  // Rich display, a global of the cells.  Each call sends a result frame
+  // (is_main false) of the execution under way; outside any it does nothing.
+  //   display(value)             text/plain as util.inspect shows it; a Buffer
+  //                              or Uint8Array holding a PNG or JPEG is that image
+  //   display(bundle)            a MIME bundle: {'text/html': ..., 'text/plain': ...}
+  //                              (types of docs/kernel-protocol.md; others throw)
+  //   display.html(s), .markdown(s), .latex(s), .svg(s), .javascript(s), .text(s)
+  //   display.png(data), .jpeg(data), .pdf(data)
+  //                              data: Buffer, Uint8Array, ArrayBuffer or base64
+  //                              (a data: URL prefix is allowed)
+  //   display.json(value)        application/json (the value as JSON makes it)
+  // text/plain is added when a bundle has none.
 
   function toBase64(data, mime) {
     if (typeof data === 'string') {
