@@ -1248,6 +1248,27 @@
   function onSigint() {
     // idle: ignored; a cell awaiting (or terminated after an await): abandoned
     if (current && current.async) current.interrupt();
+    userSigint.emit('SIGINT', 'SIGINT');
+  }
+
+  // The cells' own SIGINT listeners: a real one would take the signal from the
+  // watchdog (and vm's removing and adding it would leave SIGINT's default,
+  // which ends the process).  They are kept aside and called, from the event
+  // loop, for every SIGINT that does not arrive while a script runs.
+  const userSigint = new (require('events'))();
+
+  function keepSigintListenersAside() {
+    for (const method of ['on', 'addListener', 'once', 'prependListener', 'prependOnceListener',
+      'off', 'removeListener']) {
+      const orig = process[method];
+      process[method] = function (event, listener) {
+        if (event === 'SIGINT' && sigintWatchdog) {
+          userSigint[method](event, listener);
+          return this;
+        }
+        return orig.call(this, event, listener);
+      };
+    }
   }
 
   function onSigintMessage() {
@@ -1259,6 +1280,7 @@
 
   function start() {
     if (!sigintWatchdog) process.on('SIGINT', onSigint);
+    keepSigintListenersAside();
     sender.on('message', (m) => { if (m === 'sigint') onSigintMessage(); });
     process.on('unhandledRejection', (reason) => {
       const f = errorFrame(reason);

@@ -567,6 +567,17 @@ def test_process_exit_does_not_end_the_kernel(js, code):
     assert js.value("keep") == "1"
 
 
+def test_sigint_listeners_of_cells_do_not_take_interrupts_away(fresh):
+    ok(fresh.execute("let got = 0; process.on('SIGINT', () => { got++ })"))
+    eid = fresh.send_execute("console.log('loop'); while (true) {}")
+    assert fresh.recv()["text"] == "loop\n"
+    assert error(fresh.interrupt(eid))["name"] == "Interrupted"
+    eid = fresh.send_execute("console.log('wait'); await new Promise(() => {})")
+    assert fresh.recv()["text"] == "wait\n"
+    assert error(fresh.interrupt(eid))["name"] == "Interrupted"
+    assert int(fresh.value("got")) >= 1  # the listener hears what reaches the event loop
+
+
 def test_frames_split_and_joined(fresh):
     bodies = [json.dumps({"type": "execute", "id": i, "code": "%d * 2" % i}).encode() for i in (1, 2)]
     data = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
