@@ -523,7 +523,7 @@ def test_interrupt_a_pending_await(js):
     assert js.recv()["text"] == "waiting\n"
     assert error(js.interrupt(eid))["name"] == "Interrupted"
     eid = js.send_execute("const sleep = (ms) => new Promise(r => setTimeout(r, ms));\n"
-                          "console.log('sleeping'); await sleep(1e6)")
+                          "await null; console.log('sleeping'); await sleep(1e6)")  # the script has ended
     assert js.recv()["text"] == "sleeping\n"
     assert error(js.interrupt(eid))["name"] == "Interrupted"
     assert js.value("survivor + ' after await'") == "'still here after await'"
