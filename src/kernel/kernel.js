@@ -1174,20 +1174,35 @@
   // ---------------------------------------------------------------------------
   // Start-up.
 
+  // Frames from fd 3, split or joined anyhow by the socket.  Chunks are joined
+  // once a frame is complete (a big frame is copied once, not per chunk).
+  // While a chunk is handled, what runs is the kernel's (see terminable()),
+  // except what the cell it starts leaves running after its script.
   function readFrames(onFrame) {
     const sock = new net.Socket({ fd: SOCK_FD, readable: true, writable: false });
-    let buf = Buffer.alloc(0);
+    let parts = [];
+    let have = 0;
     sock.on('data', (chunk) => {
-      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-      while (buf.length >= 4) {
-        const len = buf.readUInt32BE(0);
-        if (len > (256 << 20)) shutdown();  // not a frame of the daemon's
-        if (buf.length < 4 + len) break;
-        const body = buf.toString('utf8', 4, 4 + len);
-        buf = buf.subarray(4 + len);
-        let msg;
-        try { msg = JSON.parse(body); } catch (e) { continue; }  // ignored
-        onFrame(msg);
+      terminable(false);
+      parts.push(chunk);
+      have += chunk.length;
+      try {
+        while (have >= 4) {
+          if (parts[0].length < 4) parts = [Buffer.concat(parts, have)];
+          const len = parts[0].readUInt32BE(0);
+          if (len > (256 << 20)) shutdown();  // not a frame of the daemon's
+          if (have < 4 + len) break;
+          const buf = parts.length === 1 ? parts[0] : Buffer.concat(parts, have);
+          const body = buf.toString('utf8', 4, 4 + len);
+          const rest = buf.subarray(4 + len);
+          parts = rest.length ? [rest] : [];
+          have = rest.length;
+          let msg;
+          try { msg = JSON.parse(body); } catch (e) { continue; }  // ignored
+          onFrame(msg);
+        }
+      } finally {
+        terminable(!current || current.async);
       }
     });
     sock.on('end', shutdown);

@@ -590,6 +590,10 @@ def test_frames_split_and_joined(fresh):
     assert main_result(fresh.wait_done(2))["data"]["text/plain"] == "4"
 
 
+def test_a_big_cell(js):
+    assert js.value("const bigText = '" + "a" * 8_000_000 + "';\nbigText.length") == "8000000"
+
+
 def test_eof_ends_the_kernel_and_its_children(fresh):
     frames = ok(fresh.execute("const child = require('child_process').spawn('sleep', ['1000']); child.pid"))
     pid = int(main_result(frames)["data"]["text/plain"])
