@@ -82,6 +82,9 @@
   ]);
   const BINARY_MIME = new Set(['image/png', 'image/jpeg', 'application/pdf']);
 
+  // From here on SIGINT never ends the kernel (see "Interrupts").
+  const sigintWatchdog = startSigintWatchdog();
+
   const acorn = require('/usr/share/nodejs/acorn');
   // Loaded before `ready`: the first TypeScript cell must not pay for it.
   const ts = LANGUAGE === 'typescript' ? require('/usr/share/nodejs/typescript') : null;
@@ -295,7 +298,6 @@
     parentPort.postMessage('ready');
   }
 
-  const sigintWatchdog = startSigintWatchdog();
   const sharedBuf = new SharedArrayBuffer(12);
   const shared = new Int32Array(sharedBuf);
   const sender = new Worker('(' + senderMain.toString() + ')()', {
