@@ -395,16 +395,120 @@
     if (current) sender.postMessage({ t: 'drain', id: current.id });
   }
 
+  // ---------------------------------------------------------------------------
+  // Interrupting a synchronous child process (execSync, execFileSync,
+  // spawnSync).  While the main thread waits for one, no JavaScript runs
+  // there: neither vm nor the inspector can stop it.  A watcher thread is
+  // armed for the length of the call: it runs a vm script with breakOnSigint
+  // that only waits, and as the latest such script it is the one Node's
+  // watchdog tells of a SIGINT (the watchdog stops at the most recent one).
+  // It then sends SIGINT to the processes the call started (SIGKILL at the
+  // next interrupt), and the call throws Interrupted once its child is gone.
+  // ctl: [0] armed, [1] the watcher is in its script, [2] interrupts during
+  // the call; since[0]: when the call began, in clock ticks since boot.
+
+  function watcherMain() {
+    const fs = require('fs');
+    const vm = require('vm');
+    const { workerData } = require('worker_threads');
+    const ctl = new Int32Array(workerData.ctl);
+    const since = new Float64Array(workerData.since);
+    globalThis.ctl = ctl;
+    const armed = new vm.Script('Atomics.store(ctl, 1, 1); Atomics.notify(ctl, 1); Atomics.wait(ctl, 0, 1);');
+
+    // the kernel's children started since the call began, and their descendants
+    function startedSince() {
+      const children = new Map();
+      const started = new Map();
+      for (const entry of fs.readdirSync('/proc')) {
+        if (!/^\d+$/.test(entry)) continue;
+        let stat;
+        try { stat = fs.readFileSync('/proc/' + entry + '/stat', 'latin1'); } catch (e) { continue; }
+        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        const ppid = Number(fields[1]);
+        if (!children.has(ppid)) children.set(ppid, []);
+        children.get(ppid).push(Number(entry));
+        started.set(Number(entry), Number(fields[19]));
+      }
+      const found = [];
+      const stack = (children.get(process.pid) || []).filter((pid) => started.get(pid) >= since[0]);
+      while (stack.length) {
+        const pid = stack.pop();
+        found.push(pid);
+        stack.push(...(children.get(pid) || []));
+      }
+      return found;
+    }
+
+    for (;;) {
+      Atomics.wait(ctl, 0, 0);  // until armed
+      try {
+        armed.runInThisContext({ breakOnSigint: true });
+      } catch (e) {
+        const signal = Atomics.add(ctl, 2, 1) === 0 ? 'SIGINT' : 'SIGKILL';
+        for (const pid of startedSince()) {
+          try { process.kill(pid, signal); } catch (err) { /* gone */ }
+        }
+      }
+      Atomics.store(ctl, 1, 0);
+    }
+  }
+
+  const watcherCtl = new Int32Array(new SharedArrayBuffer(12));
+  const watcherSince = new Float64Array(new SharedArrayBuffer(8));
+  let watcher = null;
+
+  function clockTicks() {
+    try {
+      return Math.floor(parseFloat(fs.readFileSync('/proc/uptime', 'latin1')) * 100) - 1;
+    } catch (e) {
+      return 0;
+    }
+  }
+
+  function armWatcher() {
+    if (!sigintWatchdog) return;
+    if (!watcher) {
+      watcher = new Worker('(' + watcherMain.toString() + ')()', {
+        eval: true,
+        workerData: { ctl: watcherCtl.buffer, since: watcherSince.buffer },
+        stdout: false,
+        stderr: false,
+      });
+      watcher.unref();
+      watcher.on('error', () => { watcher = null; });
+    }
+    Atomics.store(watcherCtl, 2, 0);
+    watcherSince[0] = clockTicks();
+    Atomics.store(watcherCtl, 0, 1);
+    Atomics.notify(watcherCtl, 0);
+    Atomics.wait(watcherCtl, 1, 0, 2000);  // in its script (a first call waits for it to start)
+  }
+
+  function disarmWatcher() {
+    Atomics.store(watcherCtl, 0, 0);
+    Atomics.notify(watcherCtl, 0);
+  }
+
   function wrapChildProcess() {
     const cp = require('child_process');
     for (const fname of ['execSync', 'execFileSync', 'spawnSync']) {
       const orig = cp[fname];
       cp[fname] = function (...args) {
+        let result;
+        let failure = null;
+        armWatcher();
         try {
-          return orig.apply(this, args);
+          result = orig.apply(this, args);
+        } catch (e) {
+          failure = { e };
         } finally {
+          disarmWatcher();
           drainPipes();
         }
+        if (Atomics.load(watcherCtl, 2) > 0) throw new Interrupted();
+        if (failure) throw failure.e;
+        return result;
       };
     }
   }

@@ -541,6 +541,27 @@ def test_interrupt_a_busy_loop_after_an_await(js):
     assert js.value("survivor") == "'still here'"
 
 
+def test_interrupt_a_synchronous_child(js):
+    eid = js.send_execute("require('child_process').execSync('echo started; sleep 30', {stdio: 'inherit'})")
+    assert js.recv()["text"] == "started\n"  # from the child: the call is under way
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    # a child that ignores SIGINT gets SIGKILL at the next interrupt
+    eid = js.send_execute("await null;\nrequire('child_process').spawnSync('bash', "
+                          "['-c', 'trap \"\" INT; echo deaf; sleep 30'], {stdio: 'inherit'})")
+    assert js.recv()["text"] == "deaf\n"
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    assert js.value("survivor") == "'still here'"
+
+
+def test_an_interrupted_synchronous_child_throws_in_the_cell(js):
+    eid = js.send_execute("try {\n  require('child_process').execSync('echo started; sleep 30', {stdio: 'inherit'})\n"
+                          "} catch (e) { console.log('caught', e.name) }\n'after'")
+    assert js.recv()["text"] == "started\n"
+    frames = ok(js.interrupt(eid))
+    assert stream(frames) == "caught Interrupted\n"
+    assert main_result(frames)["data"]["text/plain"] == "'after'"
+
+
 def test_interrupt_frees_a_kernel_blocked_by_a_callback(js, tmp_path):
     flag = tmp_path / "spinning"
     ok(js.execute("setTimeout(() => { require('fs').writeFileSync(%r, ''); for (;;) {} }, 10); 0"
