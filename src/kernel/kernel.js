@@ -39,10 +39,10 @@
 // (up to 1 MiB); descriptor-level output and display() then are dropped.
 //
 // SIGINT interrupts the running cell: a synchronous one through vm's
-// breakOnSigint, a pending top-level await by abandoning the cell's promise,
-// and JavaScript busy after an await (in a promise or timer callback) by
-// terminating it through the inspector.  It is ignored while idle.  See
-// "Interrupts" below.  process.exit() throws (the cell ends, not the kernel);
+// breakOnSigint, a synchronous child process (execSync) by signalling it, a
+// pending top-level await by abandoning the cell's promise, and JavaScript
+// busy after an await (in a promise or timer callback) by terminating it
+// through the inspector.  It is ignored while idle.  See "Interrupts" below.  process.exit() throws (the cell ends, not the kernel);
 // unhandled rejections and uncaught exceptions of callbacks are reported on
 // stderr.  EOF on fd 3 kills the kernel's children and ends the kernel with
 // status 0.
