@@ -457,6 +457,7 @@
   const watcherCtl = new Int32Array(new SharedArrayBuffer(12));
   const watcherSince = new Float64Array(new SharedArrayBuffer(8));
   let watcher = null;
+  let watcherGone = false;  // it could not start, or ended: calls go unwatched
 
   function clockTicks() {
     try {
@@ -467,7 +468,7 @@
   }
 
   function armWatcher() {
-    if (!sigintWatchdog) return;
+    if (!sigintWatchdog || watcherGone) return;
     if (!watcher) {
       watcher = new Worker('(' + watcherMain.toString() + ')()', {
         eval: true,
@@ -476,7 +477,8 @@
         stderr: false,
       });
       watcher.unref();
-      watcher.on('error', () => { watcher = null; });
+      watcher.on('error', () => { watcherGone = true; });
+      watcher.on('exit', () => { watcherGone = true; });
     }
     Atomics.store(watcherCtl, 2, 0);
     watcherSince[0] = clockTicks();
