@@ -20,10 +20,14 @@
 //     declarations are hoisted out of it so that they stay global, and its
 //     last expression statement is returned as the cell's value;
 //   - static imports become `await import(...)` with destructuring, and every
-//     `import(...)` goes through the kernel, which resolves bare names as
-//     require() does (vm scripts have no module loader of their own).
+//     `import(...)` goes through the kernel (vm scripts have no module loader
+//     of their own without a flag), which resolves bare names with Node's ESM
+//     resolution and then as require() does;
+//   - the value of the last expression statement is the main result, shown
+//     as util.inspect shows it (as Node's REPL); `_` holds it afterwards.
 // TypeScript cells are first transpiled with Debian's typescript
-// (transpileModule: no type checking).
+// (transpileModule: no type checking).  Positions in stack traces are mapped
+// back to the cell's lines.
 //
 // Output: process.stdout/process.stderr and the global console are replaced
 // by writers that hand text to a sender thread (a worker), which owns the
@@ -31,17 +35,31 @@
 // latest 40 ms later) and reads the pipes behind fds 1 and 2, also while the
 // main thread is busy (execSync, a busy loop).  The bytes between threads are
 // bounded: a chatty cell waits for the daemon instead of growing the memory.
+// Text written by callbacks while no execution runs goes with the next one
+// (up to 1 MiB); descriptor-level output and display() then are dropped.
 //
 // SIGINT interrupts the running cell: a synchronous one through vm's
-// breakOnSigint, a pending top-level await by abandoning the cell's promise.
-// It is ignored while idle.  EOF on fd 3 kills the kernel's children and ends
-// the kernel with status 0.
+// breakOnSigint, a synchronous child process (execSync) by signalling it, a
+// pending top-level await by abandoning the cell's promise, and JavaScript
+// busy after an await (in a promise or timer callback) by terminating it
+// through the inspector.  It is ignored while idle.  See "Interrupts" below.  process.exit() throws (the cell ends, not the kernel);
+// unhandled rejections and uncaught exceptions of callbacks are reported on
+// stderr.  EOF on fd 3 kills the kernel's children and ends the kernel with
+// status 0.
 //
 // The file is self-contained (passed with -e) and everything lives inside one
 // function so that no name of the kernel's collides with the user's globals.
 'use strict';
 
 (function corralKernel() {
+  // The globals the kernel uses, taken before a cell can shadow them: a cell's
+  // top-level `let process` is visible to every script of the context.
+  const {
+    process, require, Buffer, JSON, Object, Array, Promise, Atomics, SharedArrayBuffer,
+    Int32Array, Uint8Array, ArrayBuffer, Error, SyntaxError, TypeError, Map, Set, String,
+    Number, Math, setImmediate, setTimeout, performance,
+  } = globalThis;
+  const global = globalThis;
   const fs = require('fs');
   const net = require('net');
   const path = require('path');
@@ -63,6 +81,9 @@
     'image/svg+xml', 'application/json', 'application/pdf', 'application/javascript',
   ]);
   const BINARY_MIME = new Set(['image/png', 'image/jpeg', 'application/pdf']);
+
+  // From here on SIGINT never ends the kernel (see "Interrupts").
+  const sigintWatchdog = startSigintWatchdog();
 
   const acorn = require('/usr/share/nodejs/acorn');
   // Loaded before `ready`: the first TypeScript cell must not pay for it.
@@ -105,7 +126,10 @@
   //   {t:'frame', body}              a complete non-stream frame (JSON text)
   //   {t:'begin', id} / {t:'end'}    what descriptor-level output belongs to
   //   {t:'drain', id}                read fds 4 and 5 dry now (a child ended)
-  // shared[0] counts the characters the main thread has queued and not yet sent.
+  // shared[0] counts the characters the main thread has queued and not yet sent;
+  // shared[1] is 1 while a 'sigint' message to the main thread is unanswered;
+  // shared[2] is 1 while JavaScript the main thread runs may be terminated: the
+  // user's after an await or in a callback, not the kernel's own.
 
   function senderMain() {
     const fs = require('fs');
@@ -122,14 +146,22 @@
     let timer = null;
     let immediate = null;
 
+    // fd 3 is non-blocking (the main thread reads it through libuv): a full
+    // socket is waited out with short sleeps, growing while it stays full.
     function writeAll(buf) {
       let off = 0;
+      let pause = 0.05;
       while (off < buf.length) {
         try {
           off += fs.writeSync(3, buf, off, buf.length - off);
+          pause = 0.05;
         } catch (e) {
-          if (e.code === 'EAGAIN') Atomics.wait(sleeper, 0, 0, 2);
-          else if (e.code !== 'EINTR') process.exit(0);  // the daemon went away
+          if (e.code === 'EAGAIN') {
+            Atomics.wait(sleeper, 0, 0, pause);
+            pause = Math.min(pause * 2, 5);
+          } else if (e.code !== 'EINTR') {
+            process.exit(0);  // the daemon went away: ends this thread, then the kernel
+          }
         }
       }
     }
@@ -227,6 +259,33 @@
       sock.on('error', () => {});
     }
 
+    // SIGINT while the main thread runs no vm script: Node's SIGINT watchdog
+    // (started by the main thread for good) notes it; the main thread is told,
+    // and if it does not answer within 250 ms it is busy in JavaScript, which
+    // the inspector terminates (the cell's promise is then abandoned).
+    if (workerData.watchdog) {
+      const contextify = process.binding('contextify');
+      setInterval(() => {
+        if (Atomics.load(shared, 1) !== 0 || !contextify.watchdogHasPendingSigint()) return;
+        Atomics.store(shared, 1, 1);
+        parentPort.postMessage('sigint');
+        if (Atomics.wait(shared, 1, 1, 250) === 'timed-out' && Atomics.load(shared, 2) === 1) {
+          terminateMain();
+        }
+      }, 50).unref();
+    }
+
+    function terminateMain() {
+      try {
+        const inspector = require('inspector');
+        const session = new inspector.Session();
+        session.connectToMainThread();
+        session.post('Runtime.terminateExecution', () => session.disconnect());
+      } catch (e) {
+        // no inspector: the daemon kills the kernel 3 s after the interrupt
+      }
+    }
+
     parentPort.on('message', (m) => {
       switch (m.t) {
         case 'out': queue(m.id, m.name, m.text, m.ts, m.text.length); break;
@@ -239,11 +298,11 @@
     parentPort.postMessage('ready');
   }
 
-  const sharedBuf = new SharedArrayBuffer(4);
+  const sharedBuf = new SharedArrayBuffer(12);
   const shared = new Int32Array(sharedBuf);
   const sender = new Worker('(' + senderMain.toString() + ')()', {
     eval: true,
-    workerData: { shared: sharedBuf, pipes: PIPE_FDS },
+    workerData: { shared: sharedBuf, pipes: PIPE_FDS, watchdog: Boolean(sigintWatchdog) },
     stdout: false,
     stderr: false,
   });
@@ -255,6 +314,12 @@
   function now() {
     return (performance.timeOrigin + performance.now()) / 1000;
   }
+
+  // Whether the sender may terminate what the main thread runs (shared[2]).
+  function terminable(yes) {
+    Atomics.store(shared, 2, yes ? 1 : 0);
+  }
+  terminable(true);
 
   // ---------------------------------------------------------------------------
   // Output of the user's code.
@@ -299,6 +364,10 @@
       if (typeof cb === 'function') process.nextTick(cb);
       return true;
     };
+    stream._write = (chunk, encoding, cb) => {  // what end(chunk) writes
+      stream.write(chunk, encoding);
+      cb();
+    };
     stream.fd = fd;
     stream.isTTY = false;
     stream.getColorDepth = () => 1;
@@ -315,7 +384,7 @@
     Object.defineProperty(process, 'stdout', { configurable: true, enumerable: true, get: () => stdout });
     Object.defineProperty(process, 'stderr', { configurable: true, enumerable: true, get: () => stderr });
     const cons = new console.Console({ stdout, stderr, colorMode: false });
-    Object.defineProperty(globalThis, 'console', {
+    Object.defineProperty(global, 'console', {
       configurable: true, enumerable: false, writable: true, value: cons,
     });
   }
@@ -326,22 +395,139 @@
     if (current) sender.postMessage({ t: 'drain', id: current.id });
   }
 
+  // ---------------------------------------------------------------------------
+  // Interrupting a synchronous child process (execSync, execFileSync,
+  // spawnSync).  While the main thread waits for one, no JavaScript runs
+  // there: neither vm nor the inspector can stop it.  A watcher thread is
+  // armed for the length of the call: it runs a vm script with breakOnSigint
+  // that only waits, and as the latest such script it is the one Node's
+  // watchdog tells of a SIGINT (the watchdog stops at the most recent one).
+  // It then sends SIGINT to the processes the call started (SIGKILL at the
+  // next interrupt), and the call throws Interrupted once its child is gone.
+  // ctl: [0] armed, [1] the watcher is in its script, [2] interrupts during
+  // the call; since[0]: when the call began, in clock ticks since boot.
+
+  function watcherMain() {
+    const fs = require('fs');
+    const vm = require('vm');
+    const { workerData } = require('worker_threads');
+    const ctl = new Int32Array(workerData.ctl);
+    const since = new Float64Array(workerData.since);
+    globalThis.ctl = ctl;
+    const armed = new vm.Script('Atomics.store(ctl, 1, 1); Atomics.notify(ctl, 1); Atomics.wait(ctl, 0, 1);');
+
+    // the kernel's children started since the call began, and their descendants
+    function startedSince() {
+      const children = new Map();
+      const started = new Map();
+      for (const entry of fs.readdirSync('/proc')) {
+        if (!/^\d+$/.test(entry)) continue;
+        let stat;
+        try { stat = fs.readFileSync('/proc/' + entry + '/stat', 'latin1'); } catch (e) { continue; }
+        const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        const ppid = Number(fields[1]);
+        if (!children.has(ppid)) children.set(ppid, []);
+        children.get(ppid).push(Number(entry));
+        started.set(Number(entry), Number(fields[19]));
+      }
+      const found = [];
+      const stack = (children.get(process.pid) || []).filter((pid) => started.get(pid) >= since[0]);
+      while (stack.length) {
+        const pid = stack.pop();
+        found.push(pid);
+        stack.push(...(children.get(pid) || []));
+      }
+      return found;
+    }
+
+    for (;;) {
+      Atomics.wait(ctl, 0, 0);  // until armed
+      try {
+        armed.runInThisContext({ breakOnSigint: true });
+      } catch (e) {
+        const signal = Atomics.add(ctl, 2, 1) === 0 ? 'SIGINT' : 'SIGKILL';
+        for (const pid of startedSince()) {
+          try { process.kill(pid, signal); } catch (err) { /* gone */ }
+        }
+      }
+      Atomics.store(ctl, 1, 0);
+    }
+  }
+
+  const watcherCtl = new Int32Array(new SharedArrayBuffer(12));
+  const watcherSince = new Float64Array(new SharedArrayBuffer(8));
+  let watcher = null;
+  let watcherGone = false;  // it could not start, or ended: calls go unwatched
+
+  function clockTicks() {
+    try {
+      return Math.floor(parseFloat(fs.readFileSync('/proc/uptime', 'latin1')) * 100) - 1;
+    } catch (e) {
+      return 0;
+    }
+  }
+
+  function armWatcher() {
+    if (!sigintWatchdog || watcherGone) return;
+    if (!watcher) {
+      watcher = new Worker('(' + watcherMain.toString() + ')()', {
+        eval: true,
+        workerData: { ctl: watcherCtl.buffer, since: watcherSince.buffer },
+        stdout: false,
+        stderr: false,
+      });
+      watcher.unref();
+      watcher.on('error', () => { watcherGone = true; });
+      watcher.on('exit', () => { watcherGone = true; });
+    }
+    Atomics.store(watcherCtl, 2, 0);
+    watcherSince[0] = clockTicks();
+    Atomics.store(watcherCtl, 0, 1);
+    Atomics.notify(watcherCtl, 0);
+    Atomics.wait(watcherCtl, 1, 0, 2000);  // in its script (a first call waits for it to start)
+  }
+
+  function disarmWatcher() {
+    Atomics.store(watcherCtl, 0, 0);
+    Atomics.notify(watcherCtl, 0);
+  }
+
   function wrapChildProcess() {
     const cp = require('child_process');
     for (const fname of ['execSync', 'execFileSync', 'spawnSync']) {
       const orig = cp[fname];
       cp[fname] = function (...args) {
+        let result;
+        let failure = null;
+        armWatcher();
         try {
-          return orig.apply(this, args);
+          result = orig.apply(this, args);
+        } catch (e) {
+          failure = { e };
         } finally {
+          disarmWatcher();
           drainPipes();
         }
+        if (Atomics.load(watcherCtl, 2) > 0) throw new Interrupted();
+        if (failure) throw failure.e;
+        return result;
       };
     }
   }
 
   // ---------------------------------------------------------------------------
-  // Rich display: display(value), display(bundle), display.html(...), ...
+  // Rich display, a global of the cells.  Each call sends a result frame
+  // (is_main false) of the execution under way; outside any it does nothing.
+  //   display(value)             text/plain as util.inspect shows it; a Buffer
+  //                              or Uint8Array holding a PNG or JPEG is that image
+  //   display(bundle)            a MIME bundle: {'text/html': ..., 'text/plain': ...}
+  //                              (types of docs/kernel-protocol.md; others throw)
+  //   display.html(s), .markdown(s), .latex(s), .svg(s), .javascript(s), .text(s)
+  //   display.png(data), .jpeg(data), .pdf(data)
+  //                              data: Buffer, Uint8Array, ArrayBuffer or base64
+  //                              (a data: URL prefix is allowed)
+  //   display.json(value)        application/json (the value as JSON makes it)
+  // text/plain is added when a bundle has none.
 
   function toBase64(data, mime) {
     if (typeof data === 'string') {
@@ -414,7 +600,7 @@
   function display(value) {
     sendResult(bundleOf(value), false);
   }
-  const one = (mime, conv) => (value) => sendResult(normalizeBundle({ [mime]: conv ? conv(value) : value }), false);
+  const one = (mime) => (value) => sendResult(normalizeBundle({ [mime]: value }), false);
   display.html = one('text/html');
   display.markdown = one('text/markdown');
   display.latex = one('text/latex');
@@ -456,27 +642,35 @@
     return cellRequire;
   }
 
-  // import() of the cells: node builtins, then the native loader (ESM-aware,
-  // resolves from the kernel's start directory), then require()'s resolution.
+  // import() of the cells: node builtins; relative paths from the working
+  // directory; bare names with Node's own ESM resolution (conditions, ESM-only
+  // packages; node_modules up from the kernel's start directory), and where
+  // that finds nothing, with require()'s resolution (which also searches the
+  // global and Debian folders) and the file it finds.
   async function userImport(specifier) {
     specifier = String(specifier);
-    if (Module.isBuiltin ? Module.isBuiltin(specifier) : Module.builtinModules.includes(specifier.replace(/^node:/, ''))) {
-      return import(specifier.startsWith('node:') ? specifier : 'node:' + specifier);
+    const builtin = Module.isBuiltin ? Module.isBuiltin(specifier)
+      : Module.builtinModules.includes(specifier.replace(/^node:/, ''));
+    if (builtin) return import(specifier.startsWith('node:') ? specifier : 'node:' + specifier);
+    if (/^\.{0,2}\//.test(specifier)) {
+      return import(pathToFileURL(path.resolve(process.cwd(), specifier)).href);
     }
-    const relative = /^\.{0,2}\//.test(specifier);
-    if (relative) return import(pathToFileURL(path.resolve(process.cwd(), specifier)).href);
-    if (/^[a-z][a-z0-9+.-]*:/i.test(specifier)) return import(specifier);
-    let resolved;
     try {
-      resolved = userRequire().resolve(specifier);
-    } catch (e) {
-      return import(specifier);
+      return await import(specifier);
+    } catch (err) {
+      if (err.code !== 'ERR_MODULE_NOT_FOUND' || /^[a-z][a-z0-9+.-]*:/i.test(specifier)) throw err;
+      let resolved;
+      try {
+        resolved = userRequire().resolve(specifier);
+      } catch (e) {
+        throw err;
+      }
+      return import(pathToFileURL(resolved).href);
     }
-    return import(pathToFileURL(resolved).href);
   }
 
   function defineGlobal(name, value) {
-    Object.defineProperty(globalThis, name, { configurable: true, enumerable: false, writable: true, value });
+    Object.defineProperty(global, name, { configurable: true, enumerable: false, writable: true, value });
   }
 
   // ---------------------------------------------------------------------------
@@ -526,16 +720,22 @@
     return out;
   }
 
+  function patternNamesOf(declaration) {
+    const names = [];
+    for (const d of declaration.declarations) patternNames(d.id, names);
+    return names;
+  }
+
   // A name the script may declare with `let`: not declared by an earlier cell,
   // and not a var/function of an earlier cell (a non-configurable global).
   function mayDeclareLexical(name) {
     if (declaredLexicals.has(name)) return false;
-    const desc = Object.getOwnPropertyDescriptor(globalThis, name);
+    const desc = Object.getOwnPropertyDescriptor(global, name);
     return !(desc && !desc.configurable);
   }
 
   // `import ... from 'x'` as an assignment from `await __corral.import('x')`.
-  function importAssignment(node, code, lexicals) {
+  function importAssignment(node, lexicals) {
     const source = JSON.stringify(node.source.value);
     const load = 'await __corral.import(' + source + ')';
     const ns = node.specifiers.find((s) => s.type === 'ImportNamespaceSpecifier');
@@ -559,7 +759,8 @@
     return 'void (' + parts.join(', ') + ');';
   }
 
-  // Rewrites a parsed cell; returns {source, isAsync}.
+  // Rewrites a parsed cell (line numbers are kept); returns {source, isAsync,
+  // lexicals: the names its script declares with `let`}.
   function rewrite(code, ast) {
     const edits = [];
     const replace = (start, end, text) => edits.push({ start, end, text });
@@ -604,10 +805,14 @@
         continue;
       }
       if (node.type === 'ImportDeclaration') {
-        replace(node.start, node.end, importAssignment(node, code, lexicals));
+        const newlines = code.slice(node.start, node.end).split('\n').length - 1;
+        replace(node.start, node.end, importAssignment(node, lexicals) + '\n'.repeat(newlines));
       } else if (node.type === 'VariableDeclaration' && node.kind !== 'var') {
         declarationAsAssignment(node, lexicals, true);
-      } else if (node.type === 'VariableDeclaration' && isAsync) {
+      } else if (node.type === 'VariableDeclaration' &&
+                 (isAsync || patternNamesOf(node).some((n) => declaredLexicals.has(n)))) {
+        // a var that must live outside the async function, or that names a
+        // `let` of an earlier cell (which a `var` may not redeclare)
         declarationAsAssignment(node, vars, false);
       } else if (node.type === 'ClassDeclaration' && node.id) {
         lexicals.push(node.id.name);
@@ -622,10 +827,10 @@
     let prefix = newLexicals.length ? 'let ' + newLexicals.join(', ') + '; ' : '';
     let suffix = '';
     if (isAsync) {
-      const hoisted = [...new Set([...vars, ...functions])];
+      const hoisted = [...new Set([...vars, ...functions])].filter((n) => !declaredLexicals.has(n));
       if (hoisted.length) prefix += 'var ' + hoisted.join(', ') + '; ';
       prefix += '(async () => { ';
-      for (const f of new Set(functions)) prefix += 'globalThis[' + JSON.stringify(f) + '] = ' + f + '; ';
+      for (const f of new Set(functions)) prefix += '__corral.global[' + JSON.stringify(f) + '] = ' + f + '; ';
       const last = body[body.length - 1];
       if (last && last.type === 'ExpressionStatement') {
         replace(last.start, last.start, 'return { value: (');
@@ -634,20 +839,35 @@
       suffix = '\n})()';
     }
     edits.sort((a, b) => a.start - b.start || a.end - b.end);
-    let out = '';
+    // anchors: [offset in the script, offset in the code] where copied code starts
+    let out = prefix;
     let pos = 0;
+    const anchors = [];
     for (const e of edits) {
+      anchors.push([out.length, pos]);
       out += code.slice(pos, e.start) + e.text;
       pos = e.end;
     }
-    out += code.slice(pos);
-    return { source: prefix + out + suffix, isAsync, lexicals: newLexicals };
+    anchors.push([out.length, pos]);
+    out += code.slice(pos) + suffix;
+    return { source: out, isAsync, lexicals: newLexicals, anchors, code };
   }
 
   class CellSyntaxError extends SyntaxError {}
 
+  // A SyntaxError found before V8 saw the cell, shown as V8 shows its own:
+  // where (file:line), the line, a caret, then the message.
+  function cellSyntaxError(filename, code, line, column, message, more = []) {
+    const err = new CellSyntaxError(message);
+    const text = code.split('\n')[line - 1];
+    const where = text === undefined ? '' :
+      filename + ':' + line + '\n' + text + '\n' + ' '.repeat(column) + '^\n\n';
+    err.stack = where + ['SyntaxError: ' + message, ...more.map((m) => 'SyntaxError: ' + m)].join('\n');
+    return err;
+  }
+
   // TypeScript to JavaScript, types removed; syntax errors become SyntaxErrors.
-  function transpile(code) {
+  function transpile(code, filename) {
     const result = ts.transpileModule(code, {
       fileName: 'cell.ts',
       reportDiagnostics: true,
@@ -658,24 +878,25 @@
         preserveValueImports: true,
         experimentalDecorators: true,
         esModuleInterop: true,
-        sourceMap: false,
+        sourceMap: true,
+        inlineSources: false,
       },
     });
     const errors = (result.diagnostics || []).filter((d) => d.category === ts.DiagnosticCategory.Error);
-    if (errors.length) {
-      const lines = errors.map((d) => {
-        const text = ts.flattenDiagnosticMessageText(d.messageText, '\n');
-        if (d.file && d.start !== undefined) {
-          const { line, character } = d.file.getLineAndCharacterOfPosition(d.start);
-          return '(' + (line + 1) + ':' + (character + 1) + ') TS' + d.code + ': ' + text;
-        }
-        return 'TS' + d.code + ': ' + text;
-      });
-      const err = new CellSyntaxError(lines[0]);
-      err.stack = 'SyntaxError: ' + lines.join('\nSyntaxError: ');
-      throw err;
+    if (!errors.length) {
+      let lines = null;
+      try { lines = decodeMappings(JSON.parse(result.sourceMapText).mappings); } catch (e) { /* unmapped */ }
+      return { js: result.outputText.replace(/\n\/\/# sourceMappingURL=.*\s*$/, '\n'), lines };
     }
-    return result.outputText;
+    const where = (d) => (d.file && d.start !== undefined
+      ? d.file.getLineAndCharacterOfPosition(d.start) : { line: 0, character: 0 });
+    const describe = (d) => {
+      const { line, character } = where(d);
+      return ts.flattenDiagnosticMessageText(d.messageText, '\n') + ' (' + (line + 1) + ':' + (character + 1) + ')';
+    };
+    const { line, character } = where(errors[0]);
+    throw cellSyntaxError(filename, code, line + 1, character,
+      describe(errors[0]), errors.slice(1).map(describe));
   }
 
   // Node's REPL reads `{ a: 1 }` as an object literal, not a block.
@@ -683,7 +904,7 @@
     if (!/^\s*\{/.test(code) || /;\s*$/.test(code)) return code;
     const wrapped = '(' + code + '\n)';
     try {
-      acorn.parse(ts ? transpile(wrapped) : wrapped, PARSE_OPTIONS);
+      acorn.parse(ts ? transpile(wrapped, '').js : wrapped, PARSE_OPTIONS);
       return wrapped;
     } catch (e) {
       return code;
@@ -692,8 +913,10 @@
 
   // The cell as a script: {source, isAsync, lexicals}.
   function prepare(code, filename) {
+    if (code.startsWith('#!')) code = '//' + code.slice(2);  // a script's first line
     code = maybeObjectLiteral(code);
-    const js = ts ? transpile(code) : code;
+    const compiled = ts ? transpile(code, filename) : { js: code, lines: null };
+    const js = compiled.js;
     let ast;
     try {
       ast = acorn.parse(js, PARSE_OPTIONS);
@@ -704,13 +927,104 @@
         new vm.Script(js, { filename });
       } catch (v8Error) {
         if (/\bawait\b/.test(v8Error.message) && !/\bawait\b/.test(parseError.message)) {
-          throw new CellSyntaxError(parseError.message);
+          const loc = parseError.loc || { line: 1, column: 0 };
+          throw cellSyntaxError(filename, js, loc.line, loc.column, parseError.message);
         }
         throw v8Error;
       }
-      return { source: js, isAsync: false, lexicals: [] };
+      return { source: js, isAsync: false, lexicals: [], anchors: [[0, 0]], code: js, lines: compiled.lines };
     }
-    return rewrite(js, ast);
+    return { ...rewrite(js, ast), lines: compiled.lines };
+  }
+
+  // ---------------------------------------------------------------------------
+  // Positions in stack traces: they are in the script the kernel made of the
+  // cell, and are mapped back to the cell: through the rewrite's anchors, then
+  // for TypeScript through the transpiler's source map.
+
+  const cellPositions = new Map();  // filename -> {script, code, anchors, lines}
+  const POSITIONS_MAX = 200;
+
+  function rememberPositions(filename, cell) {
+    if (cellPositions.size >= POSITIONS_MAX) cellPositions.delete(cellPositions.keys().next().value);
+    cellPositions.set(filename, { script: cell.source, code: cell.code, anchors: cell.anchors, lines: cell.lines });
+  }
+
+  function lineStarts(text) {
+    const starts = [0];
+    for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) starts.push(i + 1);
+    return starts;
+  }
+
+  // (1-based line, column) in the script -> (1-based line, column) in the code
+  function scriptToCode(pos, line, column) {
+    const scriptStarts = pos.scriptStarts || (pos.scriptStarts = lineStarts(pos.script));
+    const codeStarts = pos.codeStarts || (pos.codeStarts = lineStarts(pos.code));
+    const offset = (scriptStarts[line - 1] ?? 0) + column - 1;
+    let anchor = pos.anchors[0];
+    for (const a of pos.anchors) if (a[0] <= offset) anchor = a;
+    const inCode = anchor[1] + Math.max(0, offset - anchor[0]);
+    let l = 0;
+    while (l + 1 < codeStarts.length && codeStarts[l + 1] <= inCode) l += 1;
+    return [l + 1, inCode - codeStarts[l] + 1];
+  }
+
+  const BASE64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+
+  // A source map's mappings as, per generated line, [column, source line,
+  // source column] segments (0-based).
+  function decodeMappings(mappings) {
+    const lines = [];
+    let srcLine = 0;
+    let srcCol = 0;
+    for (const lineText of mappings.split(';')) {
+      const segments = [];
+      let genCol = 0;
+      for (const seg of lineText.split(',')) {
+        if (!seg) continue;
+        const fields = [];
+        let value = 0;
+        let shift = 0;
+        for (const ch of seg) {
+          const digit = BASE64.indexOf(ch);
+          value += (digit & 31) << shift;
+          if (digit & 32) {
+            shift += 5;
+          } else {
+            fields.push(value & 1 ? -(value >>> 1) : value >>> 1);
+            value = 0;
+            shift = 0;
+          }
+        }
+        genCol += fields[0];
+        if (fields.length >= 4) {
+          srcLine += fields[2];
+          srcCol += fields[3];
+          segments.push([genCol, srcLine, srcCol]);
+        }
+      }
+      lines.push(segments);
+    }
+    return lines;
+  }
+
+  // cellN:line:column in a stack, as positions in the cell the user wrote.
+  function mapPositions(stack) {
+    return stack.replace(/\b(cell\d+):(\d+):(\d+)\b/g, (all, filename, l, c) => {
+      const pos = cellPositions.get(filename);
+      if (!pos) return all;
+      let [line, column] = scriptToCode(pos, Number(l), Number(c));
+      if (pos.lines) {
+        const segments = pos.lines[line - 1];
+        if (segments && segments.length) {
+          let seg = segments[0];
+          for (const s of segments) if (s[0] <= column - 1) seg = s;
+          line = seg[1] + 1;
+          column = seg[2] + 1 + Math.max(0, column - 1 - seg[0]);
+        }
+      }
+      return filename + ':' + line + ':' + column;
+    });
   }
 
   // ---------------------------------------------------------------------------
@@ -725,10 +1039,16 @@
     }
   }
 
-  // The stack without the kernel's own frames.
+  // The stack with the cell's positions, without the frames that called the
+  // cell (those after its last frame: the kernel's, Node's) and without any
+  // frame of the kernel's.
   function cleanStack(stack) {
-    return String(stack).replace(ANSI, '').split('\n')
-      .filter((line) => !/^\s+at .*(\[eval\]|node:vm|node:internal|\[worker eval\]|corralKernel|evalmachine)/.test(line))
+    const lines = mapPositions(String(stack).replace(ANSI, '')).split('\n');
+    let last = -1;
+    lines.forEach((line, i) => { if (/^\s+at .*\bcell\d+:\d+/.test(line)) last = i; });
+    return lines
+      .filter((line, i) => !(last >= 0 && i > last && /^\s+at /.test(line)))
+      .filter((line) => !/^\s+at .*(\[eval\]|node:vm|\[worker eval\]|corralKernel|evalmachine)/.test(line))
       .join('\n').replace(/\n+$/, '');
   }
 
@@ -755,6 +1075,23 @@
 
   // ---------------------------------------------------------------------------
   // Executions.
+
+  // `_` is the last main result, as in Node's REPL, until a cell assigns `_`
+  // itself (or declares it: `const _ = require('lodash')` shadows it).
+  let lastValue;
+  let underscoreAuto = true;
+
+  function installUnderscore() {
+    Object.defineProperty(global, '_', {
+      configurable: true,
+      enumerable: false,
+      get: () => lastValue,
+      set: (value) => {
+        underscoreAuto = false;
+        Object.defineProperty(global, '_', { configurable: true, enumerable: true, writable: true, value });
+      },
+    });
+  }
 
   let executionCount = 0;
 
@@ -784,6 +1121,7 @@
     const interrupted = new Promise((resolve, reject) => { interrupt = () => reject(new Interrupted()); });
     interrupted.catch(() => {});
     current = { id, interrupt };
+    terminable(false);
     sender.postMessage({ t: 'begin', id });
     for (const [name, text] of idleOutput) emitText(name, text);
     idleOutput = [];
@@ -791,9 +1129,10 @@
     const savedEnv = applyEnv(req.env);
     let status = 'ok';
     try {
-      defineGlobal('require', userRequire());
+      if (global.require === cellRequire) defineGlobal('require', userRequire());
       const filename = 'cell' + count;
       const cell = prepare(typeof req.code === 'string' ? req.code : '', filename);
+      rememberPositions(filename, cell);
       const script = new vm.Script(cell.source, { filename });
       let value;
       try {
@@ -805,10 +1144,19 @@
       cell.lexicals.forEach((n) => declaredLexicals.add(n));
       if (cell.isAsync) {
         current.async = true;
-        const box = await Promise.race([value, interrupted]);
+        terminable(true);
+        let box;
+        try {
+          box = await Promise.race([value, interrupted]);
+        } finally {
+          terminable(false);
+        }
         value = box ? box.value : undefined;
       }
-      if (value !== undefined) sendResult({ 'text/plain': inspect(value) }, true);
+      if (value !== undefined) {
+        sendResult({ 'text/plain': inspect(value) }, true);
+        if (underscoreAuto) lastValue = value;
+      }
     } catch (err) {
       status = 'error';
       sendFrame({ type: 'error', id, ...errorFrame(err) });
@@ -821,15 +1169,16 @@
     sendFrame({ type: 'done', id, execution_count: count, status });
     sender.postMessage({ t: 'end' });
     current = null;
+    terminable(true);
   }
 
   // warm: exercise the cell pipeline (and TypeScript's transpiler) once
   // without running anything, then answer with done 0.
   function warm() {
     try {
-      prepare('const warm = await Promise.resolve(1 as number);\nwarm', 'warm');
+      prepare('const warm = await Promise.resolve(1' + (ts ? ' as number' : '') + ');\nwarm', 'warm');
     } catch (e) {
-      try { prepare('const warm = await Promise.resolve(1);\nwarm', 'warm'); } catch (e2) { /* nothing */ }
+      // nothing to warm
     }
     inspect({ warm: [1, 'two'] });
     sendFrame({ type: 'done', id: 0, execution_count: executionCount, status: 'ok' });
@@ -841,6 +1190,27 @@
       if (value === null) delete process.env[name];
       else process.env[name] = String(value);
     }
+  }
+
+  // Frames are handled one at a time, in order.  The queue is driven by
+  // reactions to each handling's own promise, not by a chain of promises:
+  // terminating JavaScript busy after an await drops the microtasks queued at
+  // that moment, and a dropped link would stop the chain for good.
+  const inbox = [];
+  let handling = false;
+
+  function receive(msg) {
+    inbox.push(msg);
+    pump();
+  }
+
+  function pump() {
+    if (handling || !inbox.length) return;
+    handling = true;
+    handle(inbox.shift()).catch(() => {}).then(() => {
+      handling = false;
+      pump();
+    });
   }
 
   async function handle(msg) {
@@ -890,26 +1260,57 @@
         try { process.kill(pid, 'SIGKILL'); } catch (e) { /* gone */ }
       }
     } catch (e) { /* no /proc */ }
-    process.exit(0);
+    realExit(0);
+  }
+
+  // process.exit() in a cell ends the cell, not the kernel (as SystemExit in
+  // the Python kernel): it throws a ProcessExit error.
+  const realExit = process.exit.bind(process);
+
+  class ProcessExit extends Error {
+    constructor(code) {
+      super('process.exit(' + (code === undefined ? '' : inspect(code)) + ') was called; the kernel keeps running');
+      this.name = 'ProcessExit';
+      this.code = code;
+    }
+  }
+
+  function exitThrows(code) {
+    throw new ProcessExit(code);
   }
 
   // ---------------------------------------------------------------------------
   // Start-up.
 
+  // Frames from fd 3, split or joined anyhow by the socket.  Chunks are joined
+  // once a frame is complete (a big frame is copied once, not per chunk).
+  // While a chunk is handled, what runs is the kernel's (see terminable()),
+  // except what the cell it starts leaves running after its script.
   function readFrames(onFrame) {
     const sock = new net.Socket({ fd: SOCK_FD, readable: true, writable: false });
-    let buf = Buffer.alloc(0);
+    let parts = [];
+    let have = 0;
     sock.on('data', (chunk) => {
-      buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-      while (buf.length >= 4) {
-        const len = buf.readUInt32BE(0);
-        if (len > (256 << 20)) shutdown();  // not a frame of the daemon's
-        if (buf.length < 4 + len) break;
-        const body = buf.toString('utf8', 4, 4 + len);
-        buf = buf.subarray(4 + len);
-        let msg;
-        try { msg = JSON.parse(body); } catch (e) { continue; }  // ignored
-        onFrame(msg);
+      terminable(false);
+      parts.push(chunk);
+      have += chunk.length;
+      try {
+        while (have >= 4) {
+          if (parts[0].length < 4) parts = [Buffer.concat(parts, have)];
+          const len = parts[0].readUInt32BE(0);
+          if (len > (256 << 20)) shutdown();  // not a frame of the daemon's
+          if (have < 4 + len) break;
+          const buf = parts.length === 1 ? parts[0] : Buffer.concat(parts, have);
+          const body = buf.toString('utf8', 4, 4 + len);
+          const rest = buf.subarray(4 + len);
+          parts = rest.length ? [rest] : [];
+          have = rest.length;
+          let msg;
+          try { msg = JSON.parse(body); } catch (e) { continue; }  // ignored
+          onFrame(msg);
+        }
+      } finally {
+        terminable(!current || current.async);
       }
     });
     sock.on('end', shutdown);
@@ -917,14 +1318,93 @@
     sock.on('error', shutdown);
   }
 
+  // ---------------------------------------------------------------------------
+  // Interrupts.
+  //
+  // Node's SIGINT watchdog (the one behind vm's breakOnSigint, and behind the
+  // REPL's Ctrl-C) is started once, before `ready`, and never stopped: its
+  // signal handler replaces the default one, so that SIGINT never ends the
+  // kernel.  While a cell's script runs synchronously, vm terminates it and
+  // runInThisContext throws.  Otherwise the watchdog only notes the signal;
+  // the sender thread polls for it and tells the main thread ('sigint'), which
+  // abandons a cell that awaits.  A main thread that does not answer is busy
+  // in JavaScript outside any script (a loop after an await, in a callback):
+  // the sender terminates that JavaScript through the inspector, and the
+  // 'sigint' message is then handled; only while the main thread has said
+  // that what it runs is the user's (shared[2]): the kernel's own code is
+  // never cut in the middle.  No process.on('SIGINT') listener may
+  // exist alongside (vm removes and adds those, which would reset the handler).
+  // Without the watchdog binding, a plain listener does what it can.
+
+  function startSigintWatchdog() {
+    const quiet = process.noDeprecation;
+    process.noDeprecation = true;  // process.binding() would warn in the first cell
+    try {
+      const contextify = process.binding('contextify');
+      if (typeof contextify.startSigintWatchdog !== 'function' ||
+          typeof contextify.watchdogHasPendingSigint !== 'function') return null;
+      contextify.startSigintWatchdog();
+      // JavaScript terminated inside a callback (a timer's) leaves its async
+      // context on Node's stack, which Node's consistency check would turn
+      // into a fatal error: the check goes (as with --no-force-async-hooks-checks).
+      try {
+        const asyncWrap = process.binding('async_wrap');
+        asyncWrap.async_hook_fields[asyncWrap.constants.kCheck] = 0;
+      } catch (e) {
+        // without it an interrupt in a callback ends the kernel
+      }
+      return contextify;
+    } catch (e) {
+      return null;
+    } finally {
+      process.noDeprecation = quiet;
+    }
+  }
+
+  // The watchdog keeps a noted signal until it is stopped; a nested start and
+  // stop clears it without taking its handler away.
+  function clearPendingSigint() {
+    sigintWatchdog.startSigintWatchdog();
+    sigintWatchdog.stopSigintWatchdog();
+  }
+
   function onSigint() {
-    // idle: ignored; a cell awaiting: abandoned (a synchronous one is stopped
-    // by breakOnSigint, which disables this listener while it runs)
+    // idle: ignored; a cell awaiting (or terminated after an await): abandoned
     if (current && current.async) current.interrupt();
+    userSigint.emit('SIGINT', 'SIGINT');
+  }
+
+  // The cells' own SIGINT listeners: a real one would take the signal from the
+  // watchdog (and vm's removing and adding it would leave SIGINT's default,
+  // which ends the process).  They are kept aside and called, from the event
+  // loop, for every SIGINT that does not arrive while a script runs.
+  const userSigint = new (require('events'))();
+
+  function keepSigintListenersAside() {
+    for (const method of ['on', 'addListener', 'once', 'prependListener', 'prependOnceListener',
+      'off', 'removeListener']) {
+      const orig = process[method];
+      process[method] = function (event, listener) {
+        if (event === 'SIGINT' && sigintWatchdog) {
+          userSigint[method](event, listener);
+          return this;
+        }
+        return orig.call(this, event, listener);
+      };
+    }
+  }
+
+  function onSigintMessage() {
+    clearPendingSigint();
+    Atomics.store(shared, 1, 0);
+    Atomics.notify(shared, 1);
+    onSigint();
   }
 
   function start() {
-    process.on('SIGINT', onSigint);
+    if (!sigintWatchdog) process.on('SIGINT', onSigint);
+    keepSigintListenersAside();
+    sender.on('message', (m) => { if (m === 'sigint') onSigintMessage(); });
     process.on('unhandledRejection', (reason) => {
       const f = errorFrame(reason);
       emitText('stderr', 'Unhandled promise rejection: ' + f.traceback + '\n');
@@ -935,17 +1415,19 @@
     });
     installStdio();
     wrapChildProcess();
+    process.exit = exitThrows;
     setupModulePaths();
     defineGlobal('require', userRequire());
     defineGlobal('display', display);
-    Object.defineProperty(globalThis, '__corral', {
+    installUnderscore();
+    Object.defineProperty(global, '__corral', {
       configurable: false, enumerable: false, writable: false,
-      value: Object.freeze({ import: userImport }),
+      value: Object.freeze({ import: userImport, global }),
     });
-    sender.once('message', () => {
+    sender.once('message', (m) => {
+      if (m !== 'ready') shutdown();
       sendFrame({ type: 'ready', language: LANGUAGE, version: process.versions.node });
-      let chain = Promise.resolve();
-      readFrames((msg) => { chain = chain.then(() => handle(msg)).catch(() => {}); });
+      readFrames(receive);
     });
     sender.on('error', shutdown);
     sender.on('exit', shutdown);

@@ -198,7 +198,9 @@ def test_ready_frames(js, tsk):
 
 
 def test_execution_count_counts_every_execution(fresh):
-    assert fresh.execute("1")[-1]["execution_count"] == 1
+    frames = fresh.execute("1")
+    assert frames[-1]["execution_count"] == 1
+    assert merged(frames) == []  # no warning of the kernel's own
     assert fresh.execute("throw 1")[-1]["execution_count"] == 2
     assert fresh.execute("3")[-1]["execution_count"] == 3
 
@@ -217,6 +219,35 @@ def test_cells_declaring_a_name_again_can_be_run_again(js):
         assert js.value("[again, other, typeof Again]") == "[ %d, 'x%d', 'function' ]" % (n, n)
 
 
+def test_cells_may_shadow_the_globals_the_kernel_uses(fresh):
+    ok(fresh.execute("let process = 'mine', JSON = 1, Buffer = 2, Promise = 3, globalThis = 4, require = 5"))
+    frames = ok(fresh.execute("console.log('still'); [process, JSON, Buffer, Promise, globalThis, require]"))
+    assert stream(frames) == "still\n"
+    assert main_result(frames)["data"]["text/plain"] == "[ 'mine', 1, 2, 3, 4, 5 ]"
+    assert main_result(ok(fresh.execute("function g() { return 'g' }\nawait 0; g()")))["data"] == \
+        {"text/plain": "'g'"}
+
+
+def test_esm_packages_and_relative_modules(js):
+    pkg = js.cwd / "node_modules" / "esmonly"
+    pkg.mkdir(parents=True)
+    (pkg / "package.json").write_text(json.dumps(
+        {"name": "esmonly", "type": "module", "exports": {"import": "./index.js"}}))
+    (pkg / "index.js").write_text("export const hello = 'esm';\nexport default 'dflt';\n")
+    (js.cwd / "mod.mjs").write_text("export const rel = 'relative';\n")
+    frames = ok(js.execute("import d, { hello } from 'esmonly';\nimport { rel } from './mod.mjs';\n"
+                           "[d, hello, rel]"))
+    assert main_result(frames)["data"]["text/plain"] == "[ 'dflt', 'esm', 'relative' ]"
+
+
+def test_a_name_may_change_from_let_to_var_and_back(js):
+    ok(js.execute("let lv = 1"))
+    assert js.value("var lv = 2; lv") == "2"
+    ok(js.execute("var vl = 1"))
+    assert js.value("let vl = 3; vl") == "3"
+    assert js.value("await 0; var lv = 4; function vl() {}; lv") == "4"
+
+
 def test_last_expression_is_the_main_result(js):
     frames = ok(js.execute("const o = {s: 'text', n: [1, 2]};\no"))
     result = main_result(frames)
@@ -225,6 +256,14 @@ def test_last_expression_is_the_main_result(js):
     assert js.value("1 + 1;") == "2"  # as Node's REPL: `;` does not hide the value
     assert js.value("{ a: 1 }") == "{ a: 1 }"  # an object, not a block
     assert js.value("new Map([[1, 'one']])") == "Map(1) { 1 => 'one' }"
+
+
+def test_underscore_is_the_last_result_until_assigned(fresh):
+    ok(fresh.execute("6 * 7"))
+    assert main_result(ok(fresh.execute("_ + 1")))["data"]["text/plain"] == "43"
+    ok(fresh.execute("_ = 'mine'"))
+    ok(fresh.execute("1"))
+    assert main_result(ok(fresh.execute("_")))["data"]["text/plain"] == "'mine'"
 
 
 def test_undefined_gives_no_result(js):
@@ -297,6 +336,16 @@ def test_errors_carry_name_message_and_stack(js):
     assert (err["name"], err["value"]) == ("MyError", "mine")
     err = error(js.execute("await Promise.reject(new RangeError('async'))"))
     assert (err["name"], err["value"]) == ("RangeError", "async")
+
+
+def test_stack_positions_are_the_cells(js):
+    frames = js.execute("const before = await Promise.resolve(1);\nnull.y")
+    n = frames[-1]["execution_count"]
+    assert error(frames)["traceback"].endswith("\n    at cell%d:2:6" % n)
+    frames = js.execute("function thrower() {\n  throw new Error('deep')\n}\nthrower()")
+    n = frames[-1]["execution_count"]
+    assert error(frames)["traceback"] == \
+        "Error: deep\n    at thrower (cell%d:2:9)\n    at cell%d:4:1" % (n, n)
 
 
 def test_non_error_throws(js):
@@ -397,6 +446,23 @@ def test_big_output_arrives_complete(js):
     assert stream(frames) == "".join("%d\n" % i for i in range(1, 200001))
 
 
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_output_waits_for_the_daemon(fresh):
+    ok(fresh.execute("'x'.repeat(1e6).length"))
+    before = rss_mib(fresh.proc.pid)
+    eid = fresh.send_execute("for (let i = 0; i < 100; i++) console.log('y'.repeat(1e6))")
+    time.sleep(1.5)  # the test does not read: the kernel must wait, not buffer
+    assert rss_mib(fresh.proc.pid) - before < 60
+    assert len(stream(fresh.wait_done(eid))) == 100 * 1000001
+
+
 def test_env_is_applied_then_restored(js):
     code = "[process.env.CORRAL_T, process.env.HOME]"
     frames = ok(js.execute(code, env={"CORRAL_T": "v1", "HOME": "/elsewhere"}))
@@ -416,7 +482,9 @@ def test_environ_sets_for_good(js):
 def test_warm(fresh):
     fresh.send({"type": "warm"})
     assert fresh.recv() == {"type": "done", "id": 0, "execution_count": 0, "status": "ok"}
-    assert fresh.execute("1")[-1]["execution_count"] == 1
+    frames = fresh.execute("1")
+    assert frames[-1]["execution_count"] == 1
+    assert merged(frames) == []  # no warning of the kernel's own
 
 
 def test_unhandled_rejections_and_callback_errors_do_not_kill_the_kernel(js, tmp_path):
@@ -455,10 +523,54 @@ def test_interrupt_a_pending_await(js):
     assert js.recv()["text"] == "waiting\n"
     assert error(js.interrupt(eid))["name"] == "Interrupted"
     eid = js.send_execute("const sleep = (ms) => new Promise(r => setTimeout(r, ms));\n"
-                          "console.log('sleeping'); await sleep(1e6)")
+                          "await null; console.log('sleeping'); await sleep(1e6)")  # the script has ended
     assert js.recv()["text"] == "sleeping\n"
     assert error(js.interrupt(eid))["name"] == "Interrupted"
     assert js.value("survivor + ' after await'") == "'still here after await'"
+
+
+def test_interrupt_a_busy_loop_after_an_await(js):
+    eid = js.send_execute("await new Promise(r => setTimeout(r, 10));\n"
+                          "console.log('spinning'); for (;;) {}")
+    assert js.recv()["text"] == "spinning\n"
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    eid = js.send_execute("await null; const t0 = Date.now(); console.log('spin');\n"
+                          "while (Date.now() - t0 < 1e9) {}")
+    assert js.recv()["text"] == "spin\n"
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    assert js.value("survivor") == "'still here'"
+
+
+def test_interrupt_a_synchronous_child(js):
+    eid = js.send_execute("require('child_process').execSync('echo started; sleep 30', {stdio: 'inherit'})")
+    assert js.recv()["text"] == "started\n"  # from the child: the call is under way
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    # a child that ignores SIGINT gets SIGKILL at the next interrupt
+    eid = js.send_execute("await null;\nrequire('child_process').spawnSync('bash', "
+                          "['-c', 'trap \"\" INT; echo deaf; sleep 30'], {stdio: 'inherit'})")
+    assert js.recv()["text"] == "deaf\n"
+    assert error(js.interrupt(eid))["name"] == "Interrupted"
+    assert js.value("survivor") == "'still here'"
+
+
+def test_an_interrupted_synchronous_child_throws_in_the_cell(js):
+    eid = js.send_execute("try {\n  require('child_process').execSync('echo started; sleep 30', {stdio: 'inherit'})\n"
+                          "} catch (e) { console.log('caught', e.name) }\n'after'")
+    assert js.recv()["text"] == "started\n"
+    frames = ok(js.interrupt(eid))
+    assert stream(frames) == "caught Interrupted\n"
+    assert main_result(frames)["data"]["text/plain"] == "'after'"
+
+
+def test_interrupt_frees_a_kernel_blocked_by_a_callback(js, tmp_path):
+    flag = tmp_path / "spinning"
+    ok(js.execute("setTimeout(() => { require('fs').writeFileSync(%r, ''); for (;;) {} }, 10); 0"
+                  % str(flag)))
+    wait_for_file(flag)
+    eid = js.send_execute("'served'")  # waits for the busy callback
+    frames = js.interrupt(eid)
+    assert main_result(ok(frames))["data"]["text/plain"] == "'served'"
+    assert js.value("survivor") == "'still here'"
 
 
 def test_sigint_while_idle_is_ignored(js):
@@ -466,6 +578,26 @@ def test_sigint_while_idle_is_ignored(js):
         os.kill(js.proc.pid, signal.SIGINT)
     assert js.value("6 * 7") == "42"
     assert js.proc.poll() is None
+
+
+@pytest.mark.parametrize("code", ["process.exit(3)", "process.exit()", "await null; process.exit(0)"])
+def test_process_exit_does_not_end_the_kernel(js, code):
+    err = error(js.execute("let keep = 1;\n" + code))
+    assert err["name"] == "ProcessExit"
+    assert js.proc.poll() is None
+    assert js.value("keep") == "1"
+
+
+def test_sigint_listeners_of_cells_do_not_take_interrupts_away(fresh):
+    ok(fresh.execute("let got = 0; process.on('SIGINT', () => { got++ })"))
+    eid = fresh.send_execute("console.log('loop'); while (true) {}")
+    assert fresh.recv()["text"] == "loop\n"
+    assert error(fresh.interrupt(eid))["name"] == "Interrupted"
+    # logged after the script ran: the SIGINT reaches the event loop
+    eid = fresh.send_execute("await null; console.log('wait'); await new Promise(() => {})")
+    assert fresh.recv()["text"] == "wait\n"
+    assert error(fresh.interrupt(eid))["name"] == "Interrupted"
+    assert int(fresh.value("got")) >= 1  # the listener hears what reaches the event loop
 
 
 def test_frames_split_and_joined(fresh):
@@ -477,6 +609,10 @@ def test_frames_split_and_joined(fresh):
         fresh.sock.sendall(data[i:i + 1])
     assert main_result(fresh.wait_done(1))["data"]["text/plain"] == "2"
     assert main_result(fresh.wait_done(2))["data"]["text/plain"] == "4"
+
+
+def test_a_big_cell(js):
+    assert js.value("const bigText = '" + "a" * 8_000_000 + "';\nbigText.length") == "8000000"
 
 
 def test_eof_ends_the_kernel_and_its_children(fresh):
@@ -517,11 +653,22 @@ def test_typescript_classes_await_and_imports(tsk):
     assert tsk.value("new Box('again').get()") == "'again'"
 
 
+def test_typescript_stack_positions_are_the_cells(tsk):
+    frames = tsk.execute("interface Shape { area(): number }\nenum Kind { A, B }\n"
+                         "function fail(s: Shape): number {\n  const none: any = null;\n"
+                         "  return none.area;\n}\nfail({ area: () => 1 })")
+    n = frames[-1]["execution_count"]
+    assert error(frames)["traceback"].endswith(
+        "\n    at fail (cell%d:5:15)\n    at cell%d:7:1" % (n, n))
+
+
 def test_typescript_syntax_error(tsk):
-    err = error(tsk.execute("let broken: number = ;"))
+    frames = tsk.execute("let broken: number = ;")
+    err = error(frames)
     assert err["name"] == "SyntaxError"
-    assert "Expression expected" in err["value"]
-    assert "1:22" in err["value"]
+    assert err["value"] == "Expression expected. (1:22)"
+    assert err["traceback"] == ("cell%d:1\nlet broken: number = ;\n" % frames[-1]["execution_count"] +
+                                " " * 21 + "^\n\nSyntaxError: Expression expected. (1:22)")
     assert tsk.value("1 as number") == "1"
 
 
