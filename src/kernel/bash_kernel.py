@@ -20,6 +20,18 @@
 # code); PROMPT_COMMAND, which bash runs before reading the next line (after
 # the line ended or was aborted by SIGINT), writes "E <$?>" there: the end of
 # the cell and its status.
+#
+# SIGINT from the daemon goes, while a cell runs, to bash and its foreground
+# processes (not to background jobs); a SIGINT bash takes only when it reads
+# the next line drops that line, so after an interrupted cell a line that may
+# be lost is sent until bash has run one.  `exit`, or bash killed, ends the
+# cell with an error and a new bash.  Errors are named ExitStatus (value
+# "exit status N"), KeyboardInterrupt, ShellExit and ShellDied.
+#
+# `display` (and bash_kernel's displayHTML/displayJS) copies a file or stdin
+# to the private directory and names it on the ack pipe, a FIFO there: the
+# kernel sends it as a result (is_main false) after the output written before
+# it, then lets the function go on.
 import base64
 import codecs
 import fcntl
