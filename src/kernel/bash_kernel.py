@@ -655,22 +655,10 @@ class Kernel:
         self.output.reset()
         self.output.exec_id = eid
         self.interrupted = self.interrupt_pending = self.forwarded = False
-        error = None
-        saved = isinstance(env, dict) and self.apply_env(env)
-        if saved is not None and not self.shell.ended():
-            status, _ = self.run_line(self.cell_line(code), cell=True)
-            if status is not None and self.forwarded:
-                # bash takes a SIGINT when it comes to it, which may be when it
-                # reads the next line (it would drop it): a line that may be
-                # lost goes first
-                status2, _ = self.run_line("(builtin exit %d)" % status, settle=True)
-                if status2 is None:
-                    status = None
-            error = self.cell_error(status)
-            if saved and status is not None:
-                self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", saved)))
-        else:
-            error = self.cell_error(None)
+        try:
+            error = self.run_cell(code, env)
+        except OSError as e:  # the private directory is gone or full
+            error = ("OSError", "the cell could not be written: %s" % e, "")
         self.output.drain()
         if error is not None:
             self.daemon.send({"type": "error", "id": eid, "name": error[0],
@@ -678,6 +666,25 @@ class Kernel:
         self.output.exec_id = None
         self.daemon.send({"type": "done", "id": eid, "execution_count": self.execution_count,
                           "status": "ok" if error is None else "error"})
+
+    def run_cell(self, code, env):
+        """Runs a cell (with its env); returns its error (see cell_error)."""
+        line = self.cell_line(code)
+        saved = self.apply_env(env) if isinstance(env, dict) else ""
+        if saved is None or self.shell.ended():
+            return self.cell_error(None)
+        status, _ = self.run_line(line, cell=True)
+        if status is not None and self.forwarded:
+            # bash takes a SIGINT when it comes to it, which may be when it
+            # reads the next line (it would drop it): a line that may be
+            # lost goes first
+            settled, _ = self.run_line("(builtin exit %d)" % status, settle=True)
+            if settled is None:
+                status = None
+        error = self.cell_error(status)
+        if saved and status is not None:
+            self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", saved)))
+        return error
 
     def cell_line(self, code):
         """The control line running a cell's code (written to a file)."""
