@@ -347,6 +347,8 @@ class Shell:
     def __init__(self, workdir):
         self.workdir = workdir
         self.proc = None
+        self.watcher = None  # ends bash's process group when the kernel dies
+        self.lifeline = None  # the write end of the pipe the watcher reads
         self.pidfd = None
         self.ack_r = None
         self.ctl_w = None
@@ -380,6 +382,7 @@ class Shell:
         finally:
             os.close(ctl_r)
             os.close(high)
+        self.start_watcher()
         self.ack_fd = high
         self.ack_r = ack_r
         self.ctl_w = ctl_w
@@ -469,6 +472,24 @@ class Shell:
             except OSError:
                 pass
 
+    def start_watcher(self):
+        """A process in bash's process group that kills the group once the
+        kernel is gone, however it went (SIGKILL after an interrupt that did
+        not end, the OOM killer): it reads a pipe only the kernel writes to."""
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.watcher = subprocess.Popen(
+                ["sh", "-c", "trap '' INT; read _ || :; kill -KILL 0"], stdin=r,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                process_group=self.proc.pid)
+        except (OSError, subprocess.SubprocessError):
+            self.watcher = None  # (bash ended already): nothing to watch
+            os.close(w)
+        else:
+            self.lifeline = w
+        finally:
+            os.close(r)
+
     def kill(self):
         """Ends bash and everything in its process group, and reaps bash."""
         if self.proc is None:
@@ -484,16 +505,20 @@ class Shell:
                 pass
             self.status = 0
             self.proc.returncode = 0
+        if self.watcher is not None:
+            self.watcher.kill()
+            self.watcher.wait()
+            self.watcher = None
         self.close()
 
     def close(self):
-        for fd in (self.ack_r, self.ctl_w, self.pidfd):
+        for fd in (self.ack_r, self.ctl_w, self.pidfd, self.lifeline):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.ack_r = self.ctl_w = self.pidfd = None
+        self.ack_r = self.ctl_w = self.pidfd = self.lifeline = None
 
     def how_it_ended(self):
         """(error name, value) for a bash that ended during a cell."""

@@ -501,6 +501,18 @@ def test_eof_on_the_socket_ends_the_kernel_and_its_children(fresh_kernel):
     wait_gone(child)
 
 
+def test_a_killed_kernel_takes_the_shell_and_its_jobs_along(fresh_kernel):
+    """As when the daemon kills a kernel an interrupt did not stop."""
+    shell = int(fresh_kernel.out("echo $$"))
+    child = int(fresh_kernel.out("sleep 100 >/dev/null 2>&1 & echo $!"))
+    eid = fresh_kernel.send_execute("echo go; trap '' INT; sleep 100")
+    assert first_stream(fresh_kernel, eid)["text"] == "go\n"
+    fresh_kernel.proc.kill()
+    assert fresh_kernel.proc.wait(10) == -signal.SIGKILL
+    wait_gone(shell)
+    wait_gone(child)
+
+
 def test_eof_during_an_execution_ends_the_kernel(fresh_kernel):
     child = int(fresh_kernel.out("echo $$"))
     eid = fresh_kernel.send_execute("echo go; sleep 100")
