@@ -20,6 +20,19 @@
 # code); PROMPT_COMMAND, which bash runs before reading the next line (after
 # the line ended or was aborted by SIGINT), writes "E <$?>" there: the end of
 # the cell and its status.
+#
+# SIGINT from the daemon goes, while a cell runs, to bash and its foreground
+# processes (not to background jobs); a SIGINT bash takes only when it reads
+# the next line drops that line, so after an interrupted cell a line that may
+# be lost is sent until bash has run one.  `exit`, or bash killed, ends the
+# cell with an error and a new bash.  Errors are named ExitStatus (value
+# "exit status N"), KeyboardInterrupt, ShellExit and ShellDied.
+#
+# `display` (and bash_kernel's displayHTML/displayJS) copies a file or stdin
+# to the private directory and names it on the ack pipe, a FIFO there: the
+# kernel sends it as a result (is_main false) after the output written before
+# it, then lets the function go on.
+import base64
 import codecs
 import fcntl
 import json
@@ -109,6 +122,133 @@ def _foreground(shell):
         if p == shell and pid != shell:
             found.append(pid)
     return found
+
+
+DISPLAY_MAX = 16 << 20  # bytes of one displayed file (base64 makes it 4/3 in a frame)
+BINARY_TYPES = ("image/png", "image/jpeg", "application/pdf")
+TEXT_TYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml",
+              "application/javascript")
+SHOWN_AS_TEXT = ("text/plain", "text/markdown", "text/latex")  # their text/plain: themselves
+
+
+def _guess_type(data):
+    """The MIME type of displayed bytes, from their first bytes."""
+    head = data[:1024].lstrip().lower()
+    for magic, mime in ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+                        (b"%PDF-", "application/pdf"), (b"GIF8", "image/gif")):
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in head):
+        return "image/svg+xml"
+    if head.startswith(b"<!doctype html") or head.startswith(b"<html"):
+        return "text/html"
+    return "text/plain"
+
+
+def _check_json(value):
+    """Raises ValueError for what the daemon's parser refuses in a JSON value."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("a string holds NUL")
+    elif isinstance(value, bool) or value is None:
+        pass
+    elif isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise ValueError("an integer beyond 64 bits")
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("NaN or infinity")
+    elif isinstance(value, list):
+        for v in value:
+            _check_json(v)
+    else:
+        for k, v in value.items():
+            _check_json(k)
+            _check_json(v)
+
+
+def _bundle(mime, data):
+    """The MIME bundle showing data as mime; ValueError when it cannot."""
+    mime = mime or _guess_type(data)
+    text = None
+    if mime in BINARY_TYPES:
+        value = base64.b64encode(data).decode("ascii")
+    elif mime == "application/json":
+        value = json.loads(data.decode("utf-8"))
+        _check_json(value)
+        text = json.dumps(value, indent=2, ensure_ascii=False)
+    elif mime in TEXT_TYPES:
+        value = _clean(data.decode("utf-8", "replace"))
+        if mime in SHOWN_AS_TEXT:
+            text = value
+    else:
+        raise ValueError("%s is not a type a result can carry (png, jpeg, svg, pdf, html, "
+                         "markdown, latex, json, javascript, text)" % mime)
+    if text is None:
+        text = "<%s, %d bytes>" % (mime, len(data))
+    bundle = {"text/plain": text}
+    bundle[mime] = value
+    return bundle
+
+
+def _init_code(ack_fd, workdir, fifo):
+    """What bash runs first: prompts off (PS1 would go to stderr), no history,
+    aliases on, PROMPT_COMMAND writing the end of each line to the ack pipe
+    (read-only: a cell that changed it would never end), the display
+    functions, and bash's version for the ready frame."""
+    prompt = "{ builtin printf 'E %%s\\n' \"$?\" >&%d; } 2>/dev/null" % ack_fd
+    return """PS1=
+PS2=
+PS0=
+PS4='+ '
+builtin unset -v HISTFILE MAIL MAILPATH PROMPT_COMMAND
+builtin set +o history +H +m
+builtin shopt -s expand_aliases
+PROMPT_COMMAND=%(prompt)s
+builtin readonly PROMPT_COMMAND
+display() {
+    local mime= tmp f
+    case $1 in
+        --html) mime=text/html ;; --markdown|--md) mime=text/markdown ;;
+        --latex) mime=text/latex ;; --svg) mime=image/svg+xml ;; --png) mime=image/png ;;
+        --jpeg|--jpg) mime=image/jpeg ;; --pdf) mime=application/pdf ;;
+        --json) mime=application/json ;; --js|--javascript) mime=application/javascript ;;
+        --text|--plain) mime=text/plain ;;
+        --mime) mime=$2; builtin shift ;;
+        --) ;;
+        -h|--help)
+            builtin printf '%%s\\n' 'usage: display [--html|--markdown|--latex|--svg|--png|--jpeg|--pdf|--json|--js|--text|--mime TYPE] [FILE...]' \
+                'shows each FILE (or stdin) as a rich result; the type is guessed when not given'
+            builtin return 0 ;;
+        -?*) builtin printf 'display: unknown option %%s\\n' "$1" >&2; builtin return 2 ;;
+        *) builtin set -- "" "$@" ;;
+    esac
+    builtin shift
+    [[ $1 == -- ]] && builtin shift
+    (( $# )) || builtin set -- -
+    for f in "$@"; do
+        tmp=$(builtin command mktemp %(dir)s/display.XXXXXXXX) || builtin return 1
+        if [[ $f == - ]]; then
+            builtin command cat >"$tmp"
+        else
+            builtin command cat -- "$f" >"$tmp"
+        fi || { builtin command rm -f -- "$tmp"; builtin return 1; }
+        # waits for the kernel to have sent it: what comes after goes after
+        builtin command mkfifo -m 600 -- "$tmp.ok" && builtin exec {ok}<>"$tmp.ok" \
+            || { builtin command rm -f -- "$tmp" "$tmp.ok"; builtin return 1; }
+        builtin printf 'D %%s %%s\\n' "${mime:--}" "$tmp" >%(fifo)s
+        builtin read -r -u "$ok" f
+        builtin exec {ok}<&-
+        builtin command rm -f -- "$tmp.ok"
+    done
+}
+displayHTML() { display --html "$@"; }
+displayJS() { display --js "$@"; }
+builtin printf 'V %%s.%%s.%%s\\n' "${BASH_VERSINFO[0]}" "${BASH_VERSINFO[1]}" \
+    "${BASH_VERSINFO[2]}" >&%(ack)d
+""" % {"prompt": _quote(prompt), "dir": _quote(workdir), "fifo": _quote(fifo), "ack": ack_fd}
 
 
 class Daemon:
@@ -207,6 +347,8 @@ class Shell:
     def __init__(self, workdir):
         self.workdir = workdir
         self.proc = None
+        self.watcher = None  # ends bash's process group when the kernel dies
+        self.lifeline = None  # the write end of the pipe the watcher reads
         self.pidfd = None
         self.ack_r = None
         self.ctl_w = None
@@ -218,7 +360,17 @@ class Shell:
         self.status = None  # how bash ended (waitpid status) once it did
 
     def start(self):
-        ack_r, ack_w = os.pipe()
+        """Starts bash; returns the control line that sets it up."""
+        fifo = os.path.join(self.workdir, "ack")
+        try:
+            os.unlink(fifo)
+        except FileNotFoundError:
+            pass
+        # The ack pipe is a FIFO: `display`, in a pipeline's subshell too,
+        # writes to it by its path
+        os.mkfifo(fifo, 0o600)
+        ack_r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        ack_w = os.open(fifo, os.O_WRONLY | os.O_CLOEXEC)
         ctl_r, ctl_w = os.pipe()
         high = fcntl.fcntl(ack_w, fcntl.F_DUPFD_CLOEXEC, ACK_FD_MIN)
         os.close(ack_w)
@@ -230,25 +382,21 @@ class Shell:
         finally:
             os.close(ctl_r)
             os.close(high)
+        self.start_watcher()
         self.ack_fd = high
         self.ack_r = ack_r
         self.ctl_w = ctl_w
         self.ack_buf = b""
         self.ack_eof = False
         self.status = None
-        os.set_blocking(ack_r, False)
         try:
             self.pidfd = os.pidfd_open(self.proc.pid)
         except (OSError, AttributeError):
             self.pidfd = None  # the death is then noticed by polling
-        ack = ">&%d" % self.ack_fd
-        # PROMPT_COMMAND is read-only: a cell that changed it would never end.
-        prompt = "{ builtin printf 'E %%s\\n' \"$?\" %s; } 2>/dev/null" % ack
-        return ("PS1=; PS2=; PS0=; PS4='+ '; builtin unset -v HISTFILE MAIL MAILPATH; "
-                "builtin set +o history +H +m; builtin shopt -s expand_aliases; "
-                "PROMPT_COMMAND=%s; builtin readonly PROMPT_COMMAND; "
-                "builtin printf 'V %%s.%%s.%%s\\n' \"${BASH_VERSINFO[0]}\" "
-                "\"${BASH_VERSINFO[1]}\" \"${BASH_VERSINFO[2]}\" %s" % (_quote(prompt), ack))
+        init = os.path.join(self.workdir, "init")
+        with open(init, "w") as f:
+            f.write(_init_code(self.ack_fd, self.workdir, fifo))
+        return "builtin . %s </dev/null" % _quote(init)
 
     def control(self, line):
         """Sends one control line, preceded by its "B <seq>" ack; returns seq,
@@ -316,11 +464,31 @@ class Shell:
             except OSError:
                 pass
             return
-        for pid in pids + [self.proc.pid]:
+        # bash first: a foreground child that dies of SIGINT ends the command
+        # line only if bash got one too by then (else bash goes on with it)
+        for pid in [self.proc.pid] + pids:
             try:
                 os.kill(pid, signal.SIGINT)
             except OSError:
                 pass
+
+    def start_watcher(self):
+        """A process in bash's process group that kills the group once the
+        kernel is gone, however it went (SIGKILL after an interrupt that did
+        not end, the OOM killer): it reads a pipe only the kernel writes to."""
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.watcher = subprocess.Popen(
+                ["sh", "-c", "trap '' INT; read _ || :; kill -KILL 0"], stdin=r,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                process_group=self.proc.pid)
+        except (OSError, subprocess.SubprocessError):
+            self.watcher = None  # (bash ended already): nothing to watch
+            os.close(w)
+        else:
+            self.lifeline = w
+        finally:
+            os.close(r)
 
     def kill(self):
         """Ends bash and everything in its process group, and reaps bash."""
@@ -337,16 +505,20 @@ class Shell:
                 pass
             self.status = 0
             self.proc.returncode = 0
+        if self.watcher is not None:
+            self.watcher.kill()
+            self.watcher.wait()
+            self.watcher = None
         self.close()
 
     def close(self):
-        for fd in (self.ack_r, self.ctl_w, self.pidfd):
+        for fd in (self.ack_r, self.ctl_w, self.pidfd, self.lifeline):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.ack_r = self.ctl_w = self.pidfd = None
+        self.ack_r = self.ctl_w = self.pidfd = self.lifeline = None
 
     def how_it_ended(self):
         """(error name, value) for a bash that ended during a cell."""
@@ -428,7 +600,7 @@ class Kernel:
             while seq is not None:
                 self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
                 for ack in self.shell.acks():
-                    kind, _, arg = ack.decode("ascii", "replace").partition(" ")
+                    kind, _, arg = ack.decode("utf-8", "surrogateescape").partition(" ")
                     if kind == "B" and arg.isdigit():
                         last_b = int(arg)
                         if cell and last_b == seq:
@@ -438,6 +610,8 @@ class Kernel:
                                 self.forward_interrupt()
                     elif kind == "V":
                         version = arg
+                    elif kind == "D":
+                        self.show(arg)
                     elif kind == "E" and last_b == seq:
                         status = int(arg) if arg.isdigit() else 1
                         self.output.drain()
@@ -480,8 +654,10 @@ class Kernel:
         while True:
             while not self.daemon.frames:
                 ready = self.wait_once(self.shell.wait_fds(), self.shell.poll_interval())
-                if self.shell.ack_r in ready:
-                    self.shell.acks()  # stray acks (an idle interrupt's prompt): nobody's
+                if self.shell.ack_r in ready:  # stray acks (an idle interrupt's prompt,
+                    for ack in self.shell.acks():  # a background job's display): nobody's
+                        if ack.startswith(b"D "):
+                            self.show(ack[2:].decode("utf-8", "surrogateescape"))
                 if self.shell.ended():  # killed while idle: a fresh one for the next cell
                     self.restart_shell()
             frame = self.daemon.frames.pop(0)
@@ -504,22 +680,10 @@ class Kernel:
         self.output.reset()
         self.output.exec_id = eid
         self.interrupted = self.interrupt_pending = self.forwarded = False
-        error = None
-        saved = isinstance(env, dict) and self.apply_env(env)
-        if saved is not None and not self.shell.ended():
-            status, _ = self.run_line(self.cell_line(code), cell=True)
-            if status is not None and self.forwarded:
-                # bash takes a SIGINT when it comes to it, which may be when it
-                # reads the next line (it would drop it): a line that may be
-                # lost goes first
-                status2, _ = self.run_line("(builtin exit %d)" % status, settle=True)
-                if status2 is None:
-                    status = None
-            error = self.cell_error(status)
-            if saved and status is not None:
-                self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", saved)))
-        else:
-            error = self.cell_error(None)
+        try:
+            error = self.run_cell(code, env)
+        except OSError as e:  # the private directory is gone or full
+            error = ("OSError", "the cell could not be written: %s" % e, "")
         self.output.drain()
         if error is not None:
             self.daemon.send({"type": "error", "id": eid, "name": error[0],
@@ -527,6 +691,25 @@ class Kernel:
         self.output.exec_id = None
         self.daemon.send({"type": "done", "id": eid, "execution_count": self.execution_count,
                           "status": "ok" if error is None else "error"})
+
+    def run_cell(self, code, env):
+        """Runs a cell (with its env); returns its error (see cell_error)."""
+        line = self.cell_line(code)
+        saved = self.apply_env(env) if isinstance(env, dict) else ""
+        if saved is None or self.shell.ended():
+            return self.cell_error(None)
+        status, _ = self.run_line(line, cell=True)
+        if status is not None and self.forwarded:
+            # bash takes a SIGINT when it comes to it, which may be when it
+            # reads the next line (it would drop it): a line that may be
+            # lost goes first
+            settled, _ = self.run_line("(builtin exit %d)" % status, settle=True)
+            if settled is None:
+                status = None
+        error = self.cell_error(status)
+        if saved and status is not None:
+            self.run_line("builtin . %s </dev/null" % _quote(self.write_file("env", saved)))
+        return error
 
     def cell_line(self, code):
         """The control line running a cell's code (written to a file)."""
@@ -550,6 +733,46 @@ class Kernel:
             value = "exit status %d" % status
             return E_STATUS, value, value
         return None
+
+    def show(self, request):
+        """A `display` request, "MIME PATH" (MIME "-" to guess): its file,
+        which is the kernel's to remove, as a result of the execution under
+        way, after the output written before it."""
+        mime, _, path = request.partition(" ")
+        if os.path.dirname(path) != self.dir or not os.path.basename(path).startswith("display."):
+            return
+        try:
+            with open(path, "rb") as f:
+                data = f.read(DISPLAY_MAX + 1)
+            os.unlink(path)
+        except OSError:
+            data = None
+        try:
+            if data is not None and self.output.exec_id is not None:
+                self.send_display(mime, data)
+        finally:
+            try:  # lets `display` go on (it has the FIFO open, unless interrupted)
+                fd = os.open(path + ".ok", os.O_WRONLY | os.O_NONBLOCK)
+                try:
+                    os.write(fd, b"\n")
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+
+    def send_display(self, mime, data):
+        """Sends displayed bytes as a result (or why not, on stderr)."""
+        self.output.drain()
+        try:
+            if len(data) > DISPLAY_MAX:
+                raise ValueError("more than %d MiB" % (DISPLAY_MAX >> 20))
+            bundle = _bundle(None if mime == "-" else mime, data)
+        except ValueError as e:
+            self.daemon.send({"type": "stream", "id": self.output.exec_id, "name": "stderr",
+                              "text": _clean("display: %s\n" % e), "timestamp": time.time()})
+            return
+        self.daemon.send({"type": "result", "id": self.output.exec_id, "is_main": False,
+                          "data": bundle})
 
     def write_file(self, name, text):
         """Writes text to a file of the private directory; returns its path."""

@@ -12,6 +12,7 @@ test writes only once it has seen what came before: no timing assumptions.
 
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/kernel/test_kernel_bash.py
 """
+import base64
 import json
 import random
 import os
@@ -500,6 +501,18 @@ def test_eof_on_the_socket_ends_the_kernel_and_its_children(fresh_kernel):
     wait_gone(child)
 
 
+def test_a_killed_kernel_takes_the_shell_and_its_jobs_along(fresh_kernel):
+    """As when the daemon kills a kernel an interrupt did not stop."""
+    shell = int(fresh_kernel.out("echo $$"))
+    child = int(fresh_kernel.out("sleep 100 >/dev/null 2>&1 & echo $!"))
+    eid = fresh_kernel.send_execute("echo go; trap '' INT; sleep 100")
+    assert first_stream(fresh_kernel, eid)["text"] == "go\n"
+    fresh_kernel.proc.kill()
+    assert fresh_kernel.proc.wait(10) == -signal.SIGKILL
+    wait_gone(shell)
+    wait_gone(child)
+
+
 def test_eof_during_an_execution_ends_the_kernel(fresh_kernel):
     child = int(fresh_kernel.out("echo $$"))
     eid = fresh_kernel.send_execute("echo go; sleep 100")
@@ -522,3 +535,42 @@ def test_interrupts_at_any_moment_lose_no_later_cell(kernel):
         if frames[-1]["status"] == "error":
             assert error(frames)["name"] == "KeyboardInterrupt"
         assert kernel.out("echo $kept") == "1\n"
+
+
+PNG_1X1 = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+                           "AAAABJRU5ErkJggg==")
+
+
+def test_display_sends_rich_results_in_order(kernel):
+    (kernel.cwd / "dot.png").write_bytes(PNG_1X1)
+    (kernel.cwd / "page.html").write_text("<b>bold</b>")
+    frames = ok(kernel.execute("echo before\ndisplay dot.png\necho between\n"
+                               "display --html page.html\necho '# Title' | display --markdown\n"
+                               "cat dot.png | display\necho '{\"a\": [1, 2]}' | display --json\n"
+                               "echo after"))
+    shown = [(f["type"], f.get("text") or sorted(f["data"])) for f in frames[:-1]]
+    assert shown == [
+        ("stream", "before\n"), ("result", ["image/png", "text/plain"]), ("stream", "between\n"),
+        ("result", ["text/html", "text/plain"]), ("result", ["text/markdown", "text/plain"]),
+        ("result", ["image/png", "text/plain"]), ("result", ["application/json", "text/plain"]),
+        ("stream", "after\n")]
+    results = [f for f in frames if f["type"] == "result"]
+    assert all(f["is_main"] is False for f in results)
+    assert base64.b64decode(results[0]["data"]["image/png"]) == PNG_1X1
+    assert results[1]["data"]["text/html"] == "<b>bold</b>"
+    assert results[2]["data"]["text/markdown"] == "# Title\n"
+    assert results[4]["data"]["application/json"] == {"a": [1, 2]}
+
+
+def test_display_helpers_and_errors(kernel):
+    frames = ok(kernel.execute("echo '<i>x</i>' | displayHTML; echo 'alert(1)' | displayJS"))
+    assert [sorted(f["data"]) for f in frames if f["type"] == "result"] == [
+        ["text/html", "text/plain"], ["application/javascript", "text/plain"]]
+    frames = kernel.execute("display no-such-file")
+    assert error(frames)["value"] == "exit status 1"
+    assert "no-such-file" in stream(frames, "stderr")
+    frames = ok(kernel.execute("printf 'GIF89a' | display"))
+    assert [f["type"] for f in frames] == ["stream", "done"]
+    assert "image/gif" in stream(frames, "stderr")
+    assert error(kernel.execute("display --bogus"))["value"] == "exit status 2"
+    assert "usage" in kernel.out("display --help")
