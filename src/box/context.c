@@ -365,6 +365,9 @@ int box_context_spare(corral_sandbox *sb, const char *language, struct corral_er
         return corral_fail(err, EINVAL, "no kernel to start ahead for '%s'", language);
     corral_context *ctx;
     int r = context_new(sb, lang, NULL, &ctx, err);
+    /* its first cell's costs paid ahead too (TypeScript's compiler, JIT) */
+    if (r == 0 && (r = box_context_warm(ctx, err)) < 0)
+        context_free(ctx);
     if (r < 0)
         return r;
     pthread_mutex_lock(&sb->lock);
