@@ -266,6 +266,50 @@ static void check_python(const char *python)
     }
 }
 
+/* The runtimes of the other languages' kernels (docs/languages.md), on the
+ * host's system that sandboxes see: optional, a warning when one is
+ * missing. */
+static void check_languages(void)
+{
+    static const struct {
+        const char *language, *probe, *packages;
+    } langs[] = {
+        {"javascript",
+         "node -e \"require('/usr/share/nodejs/acorn'); "
+         "console.log('Node.js ' + process.versions.node)\"",
+         "javascript"},
+        {"typescript",
+         "node -e \"console.log('TypeScript ' + "
+         "require('/usr/share/nodejs/typescript').version)\"",
+         "typescript"},
+        {"bash", "bash -c 'echo bash $BASH_VERSION'", NULL},
+        {"r", "Rscript -e 'cat(R.version.string, \"\\n\")'", "r"},
+    };
+    for (size_t i = 0; i < sizeof(langs) / sizeof(langs[0]); i++) {
+        char cmd[512], line[256] = "", detail[400], fix[128];
+        /* as a sandbox finds it: on the sandboxes' PATH */
+        snprintf(cmd, sizeof(cmd), "PATH=/usr/local/bin:/usr/bin:/bin %s 2>/dev/null",
+                 langs[i].probe);
+        FILE *p = popen(cmd, "r");
+        bool got = p && fgets(line, sizeof(line), p);
+        int status = p ? pclose(p) : -1;
+        size_t n = strcspn(line, "\n");
+        while (n && line[n - 1] == ' ')
+            n--;
+        line[n] = '\0';
+        if (got && status == 0) {
+            snprintf(detail, sizeof(detail), "%s: %s", langs[i].language, line);
+            ok("language", detail);
+            continue;
+        }
+        snprintf(detail, sizeof(detail), "%s: its runtime is missing (its contexts are refused)",
+                 langs[i].language);
+        snprintf(fix, sizeof(fix), "scripts/install-deps --languages %s",
+                 langs[i].packages ? langs[i].packages : langs[i].language);
+        warn("language", detail, fix);
+    }
+}
+
 /* The default template's zygote: corral-zygote found, libpython loads, the
  * kernel and the default modules import, and it stays single-threaded. */
 static void check_zygote(const char *state_dir)
@@ -579,6 +623,7 @@ int cli_doctor(int argc, char **argv)
     check_cgroups();
     check_seccomp();
     check_python(python);
+    check_languages();
     check_state_dir(state);
     check_capacity((unsigned)sandboxes, fix);
     if (geteuid() == 0) {

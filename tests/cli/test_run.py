@@ -414,6 +414,11 @@ def test_doctor_reports_a_healthy_host():
     assert "ok    capacity       kernel.pid_max" in r.stdout
     assert "ok    capacity       open files: hard limit" in r.stdout
     assert "ok    capacity       memory cgroups:" in r.stdout
+    # the other languages' runtimes (make test installs them all)
+    assert re.search(r"ok    language       javascript: Node\.js \d+\.", r.stdout)
+    assert re.search(r"ok    language       typescript: TypeScript \d+\.", r.stdout)
+    assert re.search(r"ok    language       bash: bash \d+\.", r.stdout)
+    assert re.search(r"ok    language       r: R version \d+\.", r.stdout)
 
 
 def test_doctor_says_which_host_limit_leaves_no_room_and_its_fix():
