@@ -287,7 +287,9 @@ test('a template starts its languages ahead: the first context of each takes tha
 
 test('a language without a kernel is refused with the list of those there are', T, () =>
   withSandbox(Sandbox, async (sbx) => {
-    const err = await sbx.runCode('System.out.println(1)', { language: 'java' }).then(
+    // requestTimeoutMs: the SDK leaves its request timer running after an
+    // error answer, which holds the test's process that long (60 s by default).
+    const err = await sbx.runCode('System.out.println(1)', { language: 'java', requestTimeoutMs: 10_000 }).then(
       () => null,
       (e) => e,
     );
