@@ -9,6 +9,7 @@ document, as strictly as the daemon does.
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/kernel
 """
 import base64
+import fcntl
 import json
 import os
 import signal
@@ -62,7 +63,10 @@ def check_frame(frame, raw):
     assert raw.startswith(b'{"type":"' + kind.encode() + b'"'), raw[:40]
     keys = set(frame)
     if kind == "ready":
-        assert keys == {"type", "language", "version", "ipython"}
+        # the other languages' kernels have no IPython
+        want = {"type", "language", "version"} | ({"ipython"} if frame.get("language") == "python"
+                                                  else set())
+        assert keys == want, frame
         assert all(isinstance(frame[k], str) for k in keys)
     elif kind == "stream":
         assert keys == {"type", "id", "name", "text", "timestamp"}
@@ -95,47 +99,39 @@ def check_frame(frame, raw):
         raise AssertionError("unknown frame type %r" % kind)
 
 
-class KernelClient:
-    """Starts a kernel the way the sandbox's init does and talks to it."""
+class FrameClient:
+    """Talks the frame protocol to a kernel that start() launches; every frame
+    received is checked (with its arrival time as "_arrived" when stamp)."""
+
+    timeout = 60  # a bound on a hang, never a synchronisation
+    stamp = False
 
     def __init__(self, tmp_path):
+        self.tmp = tmp_path
         self.cwd = tmp_path / "cwd"
         self.home = tmp_path / "home"
         self.cwd.mkdir()
         self.home.mkdir()
-        self.log = tmp_path / "kernel.log"
         self.sock = None
         self.proc = None
         self.next_id = 100
         self.ready = None
-        self.startup = None
 
-    def start(self):
-        ours, theirs = socket.socketpair()
-        fd = theirs.fileno()
-        env = {"HOME": str(self.home), "MPLBACKEND": "Agg", "LANG": "C.UTF-8",
-               "PATH": "/usr/local/bin:/usr/bin:/bin"}
-        with open(KERNEL) as f:
-            code = f.read()
-        with open(self.log, "w") as log:
-            t0 = time.monotonic()
-            self.proc = subprocess.Popen(
-                [PYTHON, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                cwd=self.cwd, env=env, close_fds=False, preexec_fn=lambda: os.dup2(fd, 3))
-        theirs.close()
-        self.sock = ours
-        self.sock.settimeout(60)
-        self.ready = self.recv()
-        self.startup = time.monotonic() - t0
-        assert self.ready["type"] == "ready", self.ready
-        return self
+    def env(self):
+        """A sandbox-like environment."""
+        return {"HOME": str(self.home), "MPLBACKEND": "Agg", "LANG": "C.UTF-8", "USER": "user",
+                "TERM": "xterm", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+    def recv_raw(self):
+        return self._exact(int.from_bytes(self._exact(4), "big"))
 
     def recv(self):
-        """The next frame, checked, with its arrival time as "_arrived"."""
-        raw = self._exact(int.from_bytes(self._exact(4), "big"))
+        """The next frame, checked."""
+        raw = self.recv_raw()
         frame = json.loads(raw)
         check_frame(frame, raw)
-        frame["_arrived"] = time.monotonic()
+        if self.stamp:
+            frame["_arrived"] = time.monotonic()
         return frame
 
     def _exact(self, n):
@@ -147,17 +143,20 @@ class KernelClient:
             buf += chunk
         return bytes(buf)
 
+    def send(self, frame):
+        body = json.dumps(frame).encode()
+        self.sock.sendall(len(body).to_bytes(4, "big") + body)
+
     def send_execute(self, code, env=None):
         self.next_id += 1
         req = {"type": "execute", "id": self.next_id, "code": code}
         if env is not None:
             req["env"] = env
-        body = json.dumps(req).encode()
-        self.sock.sendall(len(body).to_bytes(4, "big") + body)
+        self.send(req)
         return self.next_id
 
-    def wait_done(self, eid):
-        frames = []
+    def wait_done(self, eid, frames=None):
+        frames = [] if frames is None else frames
         while True:
             frame = self.recv()
             assert frame["id"] == eid, frame
@@ -171,17 +170,109 @@ class KernelClient:
         """Runs code; returns its frames, the done frame last."""
         return self.wait_done(self.send_execute(code, env))
 
-    def close(self):
+    def interrupt_until_done(self, eid, frames=None):
+        """As the daemon does: SIGINT now and every second until execution
+        eid ends; its frames (after those already in frames)."""
+        frames = [] if frames is None else frames
+        os.kill(self.proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        self.sock.settimeout(1)
+        try:
+            while not frames or frames[-1]["type"] != "done":
+                try:
+                    frames.append(self.recv())
+                except socket.timeout:
+                    assert time.monotonic() - sent < self.timeout, frames
+                    os.kill(self.proc.pid, signal.SIGINT)
+        finally:
+            self.sock.settimeout(self.timeout)
+        assert all(f["id"] == eid for f in frames)
+        return frames
+
+    def close(self, wait=20):
+        """Closes the socket; the kernel's exit status once it has ended."""
         if self.sock is not None:
             self.sock.close()
             self.sock = None
         if self.proc is not None:
             try:
-                return self.proc.wait(10)
+                return self.proc.wait(wait)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
                 raise
+
+
+class KernelClient(FrameClient):
+    """Starts a Python kernel the way the sandbox's init does and talks to it."""
+
+    stamp = True
+
+    def __init__(self, tmp_path):
+        super().__init__(tmp_path)
+        self.log = tmp_path / "kernel.log"
+        self.startup = None
+
+    def start(self):
+        ours, theirs = socket.socketpair()
+        fd = theirs.fileno()
+        env = {k: v for k, v in self.env().items() if k not in ("USER", "TERM")}
+        with open(KERNEL) as f:
+            code = f.read()
+        with open(self.log, "w") as log:
+            t0 = time.monotonic()
+            self.proc = subprocess.Popen(
+                [PYTHON, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                cwd=self.cwd, env=env, close_fds=False, preexec_fn=lambda: os.dup2(fd, 3))
+        theirs.close()
+        self.sock = ours
+        self.sock.settimeout(self.timeout)
+        self.ready = self.recv()
+        self.startup = time.monotonic() - t0
+        assert self.ready["type"] == "ready", self.ready
+        return self
+
+
+def _kernel_child(fds):
+    """In a kernel's child, as the agent sets it up: a process group of its
+    own, fd 3 the socket, fds 1 and 2 pipes whose read ends are fds 4 and 5."""
+    os.setpgid(0, 0)
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
+    for target, fd in zip((3, 4, 1, 5, 2), moved):
+        os.dup2(fd, target)
+    for fd in moved:
+        os.close(fd)
+
+
+class LanguageKernelClient(FrameClient):
+    """Starts another language's kernel (argv()) the way the agent does
+    (docs/kernel-protocol.md, kernels of other languages) and talks to it."""
+
+    def argv(self):
+        raise NotImplementedError
+
+    def start(self):
+        ours, theirs = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        fds = (theirs.fileno(), out_r, out_w, err_r, err_w)
+        self.proc = subprocess.Popen(
+            self.argv(), stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.env(), close_fds=True,
+            pass_fds=(1, 2, 3, 4, 5), preexec_fn=lambda: _kernel_child(fds))
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        theirs.close()
+        self.sock = ours
+        self.sock.settimeout(self.timeout)
+        self.ready = self.recv()
+        assert self.ready["type"] == "ready", self.ready
+        return self
+
+
+def source(name):
+    """The text of src/kernel/NAME."""
+    with open(os.path.join(os.path.dirname(__file__), "../../src/kernel", name)) as f:
+        return f.read()
 
 
 def stream(frames, name="stdout"):

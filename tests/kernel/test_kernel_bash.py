@@ -13,19 +13,16 @@ test writes only once it has seen what came before: no timing assumptions.
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/kernel/test_kernel_bash.py
 """
 import base64
-import json
 import random
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
-from test_kernel import check_frame, error, merged, ok, rss_mib, stream
+from test_kernel import LanguageKernelClient, error, merged, ok, rss_mib, source, stream
 
-KERNEL = os.path.join(os.path.dirname(__file__), "../../src/kernel/bash_kernel.py")
 PYTHON = "/usr/bin/python3"
 
 
@@ -35,95 +32,17 @@ def bash_version():
     return out.stdout.strip()
 
 
-class BashClient:
+class BashClient(LanguageKernelClient):
     """Starts the bash kernel the way the agent does and talks to it."""
 
+    stamp = True
+
     def __init__(self, tmp_path):
-        self.tmp = tmp_path
-        self.cwd = tmp_path / "cwd"
-        self.home = tmp_path / "home"
-        self.cwd.mkdir()
-        self.home.mkdir()
-        self.sock = None
-        self.proc = None
-        self.next_id = 100
-        self.ready = None
+        super().__init__(tmp_path)
         self.fifos = 0
 
-    def start(self):
-        ours, theirs = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        env = {"HOME": str(self.home), "LANG": "C.UTF-8", "USER": "user", "TERM": "xterm",
-               "MPLBACKEND": "Agg", "PATH": "/usr/local/bin:/usr/bin:/bin"}
-        with open(KERNEL) as f:
-            code = f.read()
-
-        def fds():
-            os.dup2(theirs.fileno(), 3)
-            os.dup2(out_r, 4)
-            os.dup2(err_r, 5)
-
-        self.proc = subprocess.Popen(
-            [PYTHON, "-I", "-c", code, "bash"], stdin=subprocess.DEVNULL, stdout=out_w,
-            stderr=err_w, cwd=self.cwd, env=env, close_fds=False, preexec_fn=fds)
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        theirs.close()
-        self.sock = ours
-        self.sock.settimeout(60)
-        raw = self.recv_raw()
-        self.ready = json.loads(raw)
-        assert raw.startswith(b'{"type":"ready"'), raw
-        assert set(self.ready) == {"type", "language", "version"}, self.ready
-        return self
-
-    def recv_raw(self):
-        return self._exact(int.from_bytes(self._exact(4), "big"))
-
-    def recv(self):
-        """The next frame, checked, with its arrival time as "_arrived"."""
-        raw = self.recv_raw()
-        frame = json.loads(raw)
-        check_frame(frame, raw)
-        frame["_arrived"] = time.monotonic()
-        return frame
-
-    def _exact(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise EOFError("the kernel closed the socket")
-            buf += chunk
-        return bytes(buf)
-
-    def send(self, frame):
-        body = json.dumps(frame).encode()
-        self.sock.sendall(len(body).to_bytes(4, "big") + body)
-
-    def send_execute(self, code, env=None):
-        self.next_id += 1
-        req = {"type": "execute", "id": self.next_id, "code": code}
-        if env is not None:
-            req["env"] = env
-        self.send(req)
-        return self.next_id
-
-    def wait_done(self, eid):
-        frames = []
-        while True:
-            frame = self.recv()
-            assert frame["id"] == eid, frame
-            frames.append(frame)
-            if frame["type"] == "done":
-                errors = [f for f in frames if f["type"] == "error"]
-                assert len(errors) == (frame["status"] == "error"), frames
-                return frames
-
-    def execute(self, code, env=None):
-        """Runs code; returns its frames, the done frame last."""
-        return self.wait_done(self.send_execute(code, env))
+    def argv(self):
+        return [PYTHON, "-I", "-c", source("bash_kernel.py"), "bash"]
 
     def out(self, code):
         """The stdout of a cell that must succeed."""
@@ -135,36 +54,6 @@ class BashClient:
         path = self.tmp / ("fifo%d" % self.fifos)
         os.mkfifo(path)
         return path
-
-    def interrupt_until_done(self, eid):
-        """As the daemon does: SIGINT now and every second until the execution ends."""
-        os.kill(self.proc.pid, signal.SIGINT)
-        sent = time.monotonic()
-        self.sock.settimeout(1)
-        frames = []
-        try:
-            while not frames or frames[-1]["type"] != "done":
-                try:
-                    frames.append(self.recv())
-                except socket.timeout:
-                    assert time.monotonic() - sent < 5, frames
-                    os.kill(self.proc.pid, signal.SIGINT)
-        finally:
-            self.sock.settimeout(60)
-        assert all(f["id"] == eid for f in frames)
-        return frames
-
-    def close(self):
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.proc is not None:
-            try:
-                return self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
 
 
 @pytest.fixture(scope="module")

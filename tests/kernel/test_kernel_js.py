@@ -9,11 +9,9 @@ check_frame, as strictly as the daemon does.
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/kernel/test_kernel_js.py
 """
 import base64
-import fcntl
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,137 +19,27 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_kernel import check_frame, error, main_result, merged, ok, results, stream  # noqa: E402
+from test_kernel import LanguageKernelClient, error, main_result, merged, ok, results, source, stream# noqa: E402
 
-KERNEL = os.path.join(os.path.dirname(__file__), "../../src/kernel/kernel.js")
 NODE = "/usr/bin/node"
 TIMEOUT = 60  # a bound on a hang, never a synchronisation
 
 
-class JsKernelClient:
+class JsKernelClient(LanguageKernelClient):
     """Starts kernel.js the way the agent does and talks to it."""
 
     def __init__(self, tmp_path, language="javascript"):
+        super().__init__(tmp_path)
         self.language = language
-        self.cwd = tmp_path / "cwd"
-        self.home = tmp_path / "home"
-        self.cwd.mkdir()
-        self.home.mkdir()
-        self.sock = None
-        self.proc = None
-        self.next_id = 100
-        self.ready = None
 
-    def start(self):
-        ours, theirs = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        env = {"HOME": str(self.home), "LANG": "C.UTF-8", "USER": "user",
-               "PATH": "/usr/local/bin:/usr/bin:/bin"}
-        with open(KERNEL) as f:
-            code = f.read()
-        fds = (theirs.fileno(), out_r, err_r)
-
-        def child_fds():
-            # fd 3: the socket; fds 4, 5: the read ends of fd 1's and fd 2's pipes
-            moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
-            for target, fd in enumerate(moved, 3):
-                os.dup2(fd, target)
-
-        self.proc = subprocess.Popen(
-            [NODE, "-e", code, self.language], stdin=subprocess.DEVNULL, stdout=out_w,
-            stderr=err_w, cwd=self.cwd, env=env, close_fds=True, pass_fds=(3, 4, 5),
-            preexec_fn=child_fds)
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        theirs.close()
-        self.sock = ours
-        self.sock.settimeout(TIMEOUT)
-        self.ready = self.recv()
-        assert self.ready["type"] == "ready", self.ready
-        return self
-
-    def recv(self):
-        """The next frame, checked."""
-        raw = self._exact(int.from_bytes(self._exact(4), "big"))
-        if raw.startswith(b'{"type":"ready"'):
-            frame = json.loads(raw)  # check_frame wants IPython's ready: checked here
-            assert raw.isascii()
-            assert set(frame) == {"type", "language", "version"}
-            assert all(isinstance(v, str) for v in frame.values())
-            return frame
-        frame = json.loads(raw)
-        check_frame(frame, raw)
-        return frame
-
-    def _exact(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise EOFError("the kernel closed the socket")
-            buf += chunk
-        return bytes(buf)
-
-    def send(self, frame):
-        body = json.dumps(frame).encode()
-        self.sock.sendall(len(body).to_bytes(4, "big") + body)
-
-    def send_execute(self, code, env=None):
-        self.next_id += 1
-        req = {"type": "execute", "id": self.next_id, "code": code}
-        if env is not None:
-            req["env"] = env
-        self.send(req)
-        return self.next_id
-
-    def wait_done(self, eid):
-        frames = []
-        while True:
-            frame = self.recv()
-            assert frame["id"] == eid, frame
-            frames.append(frame)
-            if frame["type"] == "done":
-                errors = [f for f in frames if f["type"] == "error"]
-                assert len(errors) == (frame["status"] == "error"), frames
-                return frames
-
-    def execute(self, code, env=None):
-        return self.wait_done(self.send_execute(code, env))
+    def argv(self):
+        return [NODE, "-e", source("kernel.js"), self.language]
 
     def value(self, code):
         """The text/plain of a cell's main result (the cell must succeed)."""
         return main_result(ok(self.execute(code)))["data"]["text/plain"]
 
-    def interrupt(self, eid):
-        """As the daemon does: SIGINT once a second until the execution ends."""
-        os.kill(self.proc.pid, signal.SIGINT)
-        sent = time.monotonic()
-        self.sock.settimeout(1)
-        frames = []
-        try:
-            while not frames or frames[-1]["type"] != "done":
-                try:
-                    frames.append(self.recv())
-                except socket.timeout:
-                    assert time.monotonic() - sent < 3, frames  # the daemon kills after 3 s
-                    os.kill(self.proc.pid, signal.SIGINT)
-        finally:
-            self.sock.settimeout(TIMEOUT)
-        assert all(f["id"] == eid for f in frames)
-        return frames
-
-    def close(self):
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.proc is not None:
-            try:
-                return self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
+    interrupt = LanguageKernelClient.interrupt_until_done
 
 
 def wait_for_file(path):

@@ -11,120 +11,24 @@ creates once it has seen a frame, never for a duration.
 Run with: /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/kernel/test_kernel_r.py
 """
 import base64
-import fcntl
-import json
 import os
 import signal
-import socket
 import subprocess
-import time
 
 import pytest
 
-from test_kernel import check_frame, error, main_result, merged, ok, results, stream
+from test_kernel import LanguageKernelClient, error, main_result, merged, ok, results, source, stream
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HOST = os.path.join(HERE, "../../src/kernel/r_kernel.py")
-KERNEL_R = os.path.join(HERE, "../../src/kernel/kernel.R")
 PYTHON = "/usr/bin/python3"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def child_setup(fds):
-    """In the kernel's child: fd 3 the socket, fds 1/2 the pipes' write ends
-    and fds 4/5 their read ends, in a process group of its own (as the agent
-    does)."""
-    os.setpgid(0, 0)
-    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
-    sock, out_r, out_w, err_r, err_w = moved
-    os.dup2(out_w, 1)
-    os.dup2(err_w, 2)
-    os.dup2(sock, 3)
-    os.dup2(out_r, 4)
-    os.dup2(err_r, 5)
-    for fd in moved:
-        os.close(fd)
-
-
-class RKernel:
+class RKernel(LanguageKernelClient):
     """Starts the R kernel the way the agent does and talks to it."""
 
-    def __init__(self, tmp_path):
-        self.cwd = tmp_path / "cwd"
-        self.home = tmp_path / "home"
-        self.cwd.mkdir()
-        self.home.mkdir()
-        self.sock = None
-        self.proc = None
-        self.next_id = 100
-
-    def start(self):
-        ours, theirs = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        env = {"HOME": str(self.home), "MPLBACKEND": "Agg", "LANG": "C.UTF-8", "USER": "user",
-               "PATH": "/usr/local/bin:/usr/bin:/bin"}
-        with open(HOST) as f:
-            host = f.read()
-        with open(KERNEL_R) as f:
-            kernel_r = f.read()
-        fds = (theirs.fileno(), out_r, out_w, err_r, err_w)
-        self.proc = subprocess.Popen(
-            [PYTHON, "-I", "-c", host, "r", kernel_r], stdin=subprocess.DEVNULL, cwd=self.cwd,
-            env=env, close_fds=True, pass_fds=(3, 4, 5), preexec_fn=lambda: child_setup(fds))
-        for fd in (theirs.fileno(), out_r, out_w, err_r, err_w):
-            os.close(fd)
-        theirs.detach()
-        self.sock = ours
-        self.sock.settimeout(60)
-        raw = self._exact(int.from_bytes(self._exact(4), "big"))
-        self.ready = json.loads(raw)
-        # check_frame's ready is IPython's: the other kernels' has no "ipython"
-        assert raw.startswith(b'{"type":"ready",'), raw
-        assert all(b < 0x80 for b in raw)
-        assert set(self.ready) == {"type", "language", "version"}, self.ready
-        assert all(isinstance(v, str) for v in self.ready.values())
-        return self
-
-    def recv(self):
-        """The next frame, checked."""
-        raw = self._exact(int.from_bytes(self._exact(4), "big"))
-        frame = json.loads(raw)
-        assert frame.get("type") != "ready", "ready comes once, first"
-        check_frame(frame, raw)
-        return frame
-
-    def _exact(self, n):
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise EOFError("the kernel closed the socket")
-            buf += chunk
-        return bytes(buf)
-
-    def send(self, frame):
-        body = json.dumps(frame).encode()
-        self.sock.sendall(len(body).to_bytes(4, "big") + body)
-
-    def send_execute(self, code, env=None):
-        self.next_id += 1
-        req = {"type": "execute", "id": self.next_id, "code": code}
-        if env is not None:
-            req["env"] = env
-        self.send(req)
-        return self.next_id
-
-    def wait_done(self, eid, frames=None):
-        frames = [] if frames is None else frames
-        while True:
-            frame = self.recv()
-            assert frame["id"] == eid, frame
-            frames.append(frame)
-            if frame["type"] == "done":
-                errors = [f for f in frames if f["type"] == "error"]
-                assert len(errors) == (frame["status"] == "error"), frames
-                return frames
+    def argv(self):
+        return [PYTHON, "-I", "-c", source("r_kernel.py"), "r", source("kernel.R")]
 
     def recv_until(self, eid, predicate, frames):
         """Frames of eid until one matches predicate (kept in frames)."""
@@ -135,36 +39,6 @@ class RKernel:
             assert frame["type"] != "done", frames
             if predicate(frame):
                 return frame
-
-    def execute(self, code, env=None):
-        return self.wait_done(self.send_execute(code, env))
-
-    def interrupt_until_done(self, eid, frames):
-        """SIGINT to the kernel once it has started the cell (the caller saw a
-        frame from it), repeated each second as the daemon does, until done."""
-        self.sock.settimeout(1)
-        deadline = time.monotonic() + 30
-        try:
-            while True:
-                os.kill(self.proc.pid, signal.SIGINT)
-                try:
-                    return self.wait_done(eid, frames)
-                except socket.timeout:
-                    assert time.monotonic() < deadline, frames
-        finally:
-            self.sock.settimeout(60)
-
-    def close(self):
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-        if self.proc is not None:
-            try:
-                return self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise
 
 
 def r_string(path):
