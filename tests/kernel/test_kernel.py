@@ -170,9 +170,10 @@ class FrameClient:
         """Runs code; returns its frames, the done frame last."""
         return self.wait_done(self.send_execute(code, env))
 
-    def interrupt_until_done(self, eid, frames=None):
+    def interrupt_until_done(self, eid, frames=None, keep_streams=True):
         """As the daemon does: SIGINT now and every second until execution
-        eid ends; its frames (after those already in frames)."""
+        eid ends; its frames (after those already in frames), without its
+        stream frames unless keep_streams (output without end)."""
         frames = [] if frames is None else frames
         os.kill(self.proc.pid, signal.SIGINT)
         sent = time.monotonic()
@@ -180,7 +181,10 @@ class FrameClient:
         try:
             while not frames or frames[-1]["type"] != "done":
                 try:
-                    frames.append(self.recv())
+                    frame = self.recv()
+                    assert frame["id"] == eid, frame
+                    if keep_streams or frame["type"] != "stream":
+                        frames.append(frame)
                 except socket.timeout:
                     assert time.monotonic() - sent < self.timeout, frames
                     os.kill(self.proc.pid, signal.SIGINT)

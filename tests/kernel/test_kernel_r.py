@@ -17,7 +17,8 @@ import subprocess
 
 import pytest
 
-from test_kernel import LanguageKernelClient, error, main_result, merged, ok, results, source, stream
+from test_kernel import (LanguageKernelClient, error, main_result, merged, ok, results, rss_mib, source,
+                         stream)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = "/usr/bin/python3"
@@ -395,16 +396,8 @@ def test_endless_output_streams_with_bounded_memory(fresh_kernel):
         received += len(frame["text"])
     host_rss = rss_mib(fresh_kernel.proc.pid)
     assert host_rss < 32, host_rss
-    frames = fresh_kernel.interrupt_until_done(eid, frames)
+    frames = fresh_kernel.interrupt_until_done(eid, frames, keep_streams=False)
     assert error(frames)["name"] == "KeyboardInterrupt"
-
-
-def rss_mib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def r_pids(host_pid):
