@@ -3,6 +3,8 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 from conftest import CORRAL, run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -86,6 +88,31 @@ def test_output_limit_truncates_with_a_marker():
     assert r.returncode == 0
     assert len(r.stdout) <= 2048
     assert "output truncated after 2048 bytes" in r.stderr
+
+
+@pytest.mark.parametrize("language, code", [
+    ("javascript", "for (let i = 0; i < 10000; i++) console.log(i)"),
+    ("typescript", "for (let i: number = 0; i < 10000; i++) console.log(i)"),
+    ("bash", "seq 10000"),
+    ("r", "for (i in 1:10000) cat(i, '\\n')"),
+])
+def test_the_output_limit_holds_in_every_language(language, code):
+    r = cell(code, "-l", language, "--output-limit", "2k")
+    assert r.returncode == 0, r.stderr
+    assert 0 < len(r.stdout) <= 2048
+    assert "output truncated after 2048 bytes" in r.stderr
+
+
+@pytest.mark.parametrize("language, code", [
+    ("javascript", "while (true) {}"),
+    ("typescript", "const wait: number = 60_000;\nawait new Promise((r) => setTimeout(r, wait))"),
+    ("bash", "sleep 60"),
+    ("r", "repeat {}"),
+])
+def test_a_timeout_is_a_timeouterror_in_every_language(language, code):
+    r = cell(code, "-l", language, "--timeout", "1")
+    assert r.returncode == 1
+    assert "TimeoutError" in r.stderr and "longer than 1 s" in r.stderr, r.stderr
 
 
 def test_env_reaches_the_kernel_and_the_host_env_does_not():
