@@ -577,7 +577,9 @@ static void contexts_are_independent(void **state)
     assert_int_equal(corral_context_create(sb, "python", NULL, &a, &err), 0);
     assert_int_equal(corral_context_create(sb, "python", "/tmp", &b, &err), 0);
     assert_true(corral_context_create(sb, "cobol", NULL, &bad, &err) < 0);
-    assert_non_null(strstr(err.message, "language 'cobol' is not supported (supported: python)"));
+    assert_non_null(strstr(err.message,
+                           "language 'cobol' is not supported (supported: python, javascript, "
+                           "typescript, bash, r)"));
     struct collected c;
     reset(&c);
     struct corral_exec_outcome out;

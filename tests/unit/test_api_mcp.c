@@ -219,8 +219,8 @@ static void test_tool_errors_without_sandboxes(void **state)
         "'code' must be a string");
     assert_tool_error(
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
-        "\"run_code\",\"arguments\":{\"code\":\"1\",\"language\":\"r\"}}}",
-        "language 'r' is not supported");
+        "\"run_code\",\"arguments\":{\"code\":\"1\",\"language\":\"cobol\"}}}",
+        "language 'cobol' is not supported (supported: python, javascript, typescript, bash, r)");
     assert_tool_error(
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
         "\"run_command\",\"arguments\":{\"command\":\"true\",\"timeout_seconds\":-1}}}",

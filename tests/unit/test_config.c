@@ -252,7 +252,7 @@ static void refuses_unknown_keys(void **state)
     assert_int_equal(corral_config_parse(yaml, strlen(yaml), "corral.yaml", &cfg, &err), -EINVAL);
     assert_string_equal(err.message,
                         "corral.yaml:4:5: unknown key 'pol_size' in template "
-                        "'default' (known: preload, pool_size, limits, network, image)");
+                        "'default' (known: preload, pool_size, limits, network, image, languages)");
     expect_error("state_dir: /run/corral\ntemplate: {}\n", EINVAL,
                  "corral.yaml:2:1: unknown key 'template' at the top level (known: state_dir, "
                  "disk_dir, template_dir, template_builds, templates, network, fleet, audit, log, "
@@ -297,7 +297,7 @@ static void refuses_wrong_types(void **state)
                  "templates, not 'default'");
     expect_error("templates:\n  t: [preload]\n", EINVAL,
                  "corral.yaml:2:6: template 't' must be a mapping (keys: preload, pool_size, "
-                 "limits, network, image), not a list");
+                 "limits, network, image, languages), not a list");
     expect_error("templates:\n  t:\n    limits: [memory, 1g]\n", EINVAL,
                  "corral.yaml:3:13: limits of template 't' must be a mapping (keys: memory, cpus, "
                  "pids, disk, open_files), not a list");
