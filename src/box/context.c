@@ -92,20 +92,28 @@ static void stderr_tail(corral_process *k, char *buf, size_t len)
         return;
     fcntl(k->err_fd, F_SETFL, O_NONBLOCK);
     size_t got = 0;
+    bool cut = false;
     ssize_t n;
     char chunk[4096];
     while ((n = read(k->err_fd, chunk, sizeof(chunk))) > 0) {
         size_t take = (size_t)n;
         if (take >= len)
             take = len - 1;
-        if (got + take >= len) {
-            memmove(buf, buf + take, got - (got + take - (len - 1)));
-            got = len - 1 - take;
+        cut = cut || take < (size_t)n;
+        if (got + take > len - 1) { /* the oldest bytes make room */
+            size_t drop = got + take - (len - 1);
+            memmove(buf, buf + drop, got - drop);
+            got -= drop;
+            cut = true;
         }
         memcpy(buf + got, chunk + (size_t)n - take, take);
         got += take;
         buf[got] = '\0';
     }
+    /* a line cut at its start is left out (the last lines say why) */
+    char *nl = cut ? strchr(buf, '\n') : NULL;
+    if (nl && nl[1])
+        memmove(buf, nl + 1, strlen(nl + 1) + 1);
 }
 
 static void close_output_pipes(corral_context *ctx)
@@ -207,7 +215,8 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
             continue;
         }
         if (n < 0) {
-            char tail[600];
+            /* what fits in err's message beside the words around it */
+            char tail[sizeof(err->message) - 96];
             usleep(20000);
             stderr_tail(k, tail, sizeof(tail));
             stop_kernel(ctx);

@@ -93,6 +93,16 @@ def test_other_languages_print_their_value_and_fail_with_their_error():
     assert "no good" in raised.stderr
 
 
+def test_a_kernel_that_cannot_start_says_why():
+    # bash's and R's hosts run, but find no bash or R on this PATH: what
+    # they wrote to their stderr (their own pipe) is the reason shown
+    for language, why in [("bash", "No such file or directory: 'bash'"), ("r", "No such file or directory: 'R'")]:
+        r = run("run", "-l", language, "-e", "PATH=/nonexistent", "-c", "1")
+        assert r.returncode == 3, r.stderr
+        assert f"the {language} kernel did not start: " in r.stderr
+        assert why in r.stderr, r.stderr
+
+
 def test_unknown_command_and_help():
     r = run("fly")
     assert r.returncode == 2 and "unknown command 'fly'" in r.stderr
