@@ -177,7 +177,8 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL |
                      (sb->forked && ctx->lang == 0 ? CTL_SPAWN_PRISTINE : 0);
     int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, NULL, &k, &sock, err);
-    if (r == -ENOENT && ctx->lang) {
+    /* the runtime missing (not the working directory) */
+    if (r == -ENOENT && ctx->lang && !strncmp(err->message, "cannot execute ", 15)) {
         char why[sizeof(err->message)];
         snprintf(why, sizeof(why), "%s", err->message);
         return corral_fail(err, ENOENT, "%s contexts need %s in the sandbox (%s)", l->name,

@@ -306,3 +306,23 @@ test('a language without a kernel is refused with the list of those there are', 
     assert.match(await raw.text(), /'cobol' is not supported \(supported: python, javascript, typescript, bash, r\)/);
   }),
 );
+
+test("a context's bad working directory is said to be one (not a missing runtime); a cwd that is no string is refused", T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const post = async (body) => {
+      const raw = await fetch(new URL('/contexts', ctx.server.url), {
+        method: 'POST',
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken },
+        body: JSON.stringify(body),
+      });
+      return { status: raw.status, text: await raw.text() };
+    };
+    for (const language of ['javascript', 'bash']) {
+      const missing = await post({ language, cwd: '/nonexistent' });
+      assert.match(missing.text, /cannot enter directory \/nonexistent: No such file or directory/, language);
+      assert.doesNotMatch(missing.text, /contexts need/, `${language}: its runtime is there`);
+    }
+    const numeric = await post({ language: 'javascript', cwd: 5 });
+    assert.deepEqual(numeric, { status: 400, text: "'cwd' must be a string" });
+  }),
+);

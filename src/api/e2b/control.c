@@ -1278,6 +1278,8 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         struct http_response *resp;
         if (lang && !json_is_null(lang) && !json_is_string(lang))
             resp = http_text(400, "text/plain", "'language' must be a string");
+        else if (cwd && !json_is_null(cwd) && !json_is_string(cwd))
+            resp = http_text(400, "text/plain", "'cwd' must be a string");
         else if (corral_context_create(sb, l, c, &ctx, &err) < 0)
             resp = http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
         else
