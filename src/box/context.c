@@ -277,21 +277,59 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
     return r;
 }
 
+/* Whether ctx's kernel has ended: its socket hung up (the daemon may not
+ * have heard of its exit yet). */
+static bool kernel_ended(corral_context *ctx)
+{
+    if (ctx->sock < 0)
+        return true;
+    struct pollfd p = {.fd = ctx->sock, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
+}
+
+static void context_free(corral_context *ctx);
+
+/* The spare of lang, when it is still spare (not taken): NULL once out of
+ * the sandbox's hands. */
+static corral_context *drop_spare(corral_sandbox *sb, int lang, corral_context *ctx)
+{
+    pthread_mutex_lock(&sb->lock);
+    bool ours = sb->spare[lang] == ctx;
+    if (ours)
+        sb->spare[lang] = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    return ours ? ctx : NULL;
+}
+
 int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corral_error *err)
 {
+    (void)err;
     corral_context *all[BOX_LANGUAGES + 64];
+    bool spare[BOX_LANGUAGES + 64];
     size_t n = 0;
     pthread_mutex_lock(&sb->lock);
-    for (corral_context *c = sb->contexts; c && n < 64; c = c->next)
-        all[n++] = c;
+    for (corral_context *c = sb->contexts; c && n < 64; c = c->next, n++)
+        all[n] = c, spare[n] = false;
     for (int i = 0; i < BOX_LANGUAGES; i++)
         if (sb->spare[i])
-            all[n++] = sb->spare[i];
+            all[n] = sb->spare[i], spare[n++] = true;
     pthread_mutex_unlock(&sb->lock);
+    /* A kernel that ended while its sandbox waited in the pool (out of
+     * memory...) does not fail the sandbox: a spare is dropped, a context
+     * starts a kernel (with this environment) at its next execution. */
     for (size_t i = 0; i < n; i++) {
-        int r = box_context_environ(all[i], env, err);
-        if (r < 0)
-            return r;
+        struct corral_error ignored;
+        if (box_context_environ(all[i], env, &ignored) == 0 && !kernel_ended(all[i]))
+            continue;
+        if (spare[i]) {
+            corral_context *c = drop_spare(sb, all[i]->lang, all[i]);
+            if (c)
+                context_free(c);
+        } else {
+            pthread_mutex_lock(&all[i]->exec_lock);
+            stop_kernel(all[i]);
+            pthread_mutex_unlock(&all[i]->exec_lock);
+        }
     }
     return 0;
 }
@@ -328,8 +366,6 @@ int box_context_warm(corral_context *ctx, struct corral_error *err)
     return r;
 }
 
-static void context_free(corral_context *ctx);
-
 /* A context of language index lang, its kernel started (not listed). */
 static int context_new(corral_sandbox *sb, int lang, const char *cwd, corral_context **out,
                        struct corral_error *err)
@@ -365,6 +401,10 @@ static corral_context *take_spare(corral_sandbox *sb, int lang, const char *cwd)
     if (ctx)
         sb->spare[lang] = NULL;
     pthread_mutex_unlock(&sb->lock);
+    if (ctx && kernel_ended(ctx)) { /* a new kernel rather than a dead one */
+        context_free(ctx);
+        ctx = NULL;
+    }
     return ctx;
 }
 

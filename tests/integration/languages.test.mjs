@@ -12,7 +12,7 @@ import { after, test } from 'node:test';
 
 import { Sandbox, TimeoutError } from '@e2b/code-interpreter';
 
-import { useServer, withSandbox } from './harness.mjs';
+import { eventually, useServer, withSandbox } from './harness.mjs';
 
 let dir = null;
 // A template whose pooled sandbox starts a JavaScript and a bash kernel ahead.
@@ -326,3 +326,55 @@ test("a context's bad working directory is said to be one (not a missing runtime
     assert.deepEqual(numeric, { status: 400, text: "'cwd' must be a string" });
   }),
 );
+
+/** The value of the first series of the server's /metrics that re matches (0: none). */
+async function metric(re) {
+  const text = await (await fetch(`${ctx.server.directUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => re.test(l));
+  return line ? Number(line.trim().split(/\s+/).pop()) : 0;
+}
+
+/** Host PIDs of the processes under pid whose name is comm. */
+function descendantsNamed(pid, comm) {
+  const parent = new Map();
+  const name = new Map();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const close = stat.lastIndexOf(')');
+      name.set(Number(entry), stat.slice(stat.indexOf('(') + 1, close));
+      parent.set(Number(entry), Number(stat.slice(close + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const under = (p) => {
+    for (let up = parent.get(p); up; up = parent.get(up)) if (up === pid) return true;
+    return false;
+  };
+  return [...name].filter(([p, n]) => n === comm && under(p)).map(([p]) => p);
+}
+
+const POOLED = /^corral_sandboxes\{.*state="pooled".*template="warm-langs".*\} /;
+const HITS = /^corral_sandbox_pool_takes_total\{.*template="warm-langs".*result="hit".*\} /;
+
+test('a kernel started ahead that died in the pool fails neither the create nor the first cell', T, async () => {
+  for (const opts of [{}, { envs: { LANG_TEST: 'kept' } }]) {
+    const full = await eventually(async () => (await metric(POOLED)) === 1, { timeoutMs: 60_000 });
+    assert.ok(full, 'the pool of warm-langs holds its sandbox');
+    const nodes = descendantsNamed(ctx.server.pid, 'node');
+    assert.equal(nodes.length, 1, 'the pooled sandbox runs one JavaScript kernel');
+    process.kill(nodes[0], 'SIGKILL');
+    assert.ok(await eventually(() => !fs.existsSync(`/proc/${nodes[0]}`), { timeoutMs: 30_000 }), 'the kernel ended');
+    const hits = await metric(HITS);
+    const sbx = await Sandbox.create('warm-langs', opts);
+    try {
+      assert.equal(await metric(HITS), hits + 1, 'the pooled sandbox was handed out');
+      const js = ok(await sbx.runCode('process.env.LANG_TEST ?? "unset"', { language: 'javascript' }), 'javascript');
+      assert.equal(js.text, opts.envs ? 'kept' : 'unset');
+    } finally {
+      await sbx.kill();
+    }
+  }
+});
