@@ -169,6 +169,10 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
 const char *box_template_name(const struct box_template *t);
 /* The languages (not python) whose kernels its pooled sandboxes start ahead. */
 const char *const *box_template_languages(const struct box_template *t);
+/* A kernel of language its pooled sandbox could not start ahead: logged,
+ * once per language (the sandbox joins the pool without it). */
+void box_template_spare_failed(struct box_template *t, const char *language,
+                               const struct corral_error *err);
 /* The template's limits with the caller's non-zero ones on top, defaults filled. */
 void box_template_limits(const struct box_template *t, const struct corral_limits *asked,
                          struct corral_limits *out);

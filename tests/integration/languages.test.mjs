@@ -15,13 +15,27 @@ import { Sandbox, TimeoutError } from '@e2b/code-interpreter';
 import { eventually, useServer, withSandbox } from './harness.mjs';
 
 let dir = null;
-// A template whose pooled sandbox starts a JavaScript and a bash kernel ahead.
+// A template whose pooled sandbox starts a JavaScript and a bash kernel ahead;
+// one whose JavaScript kernel cannot start.
 const ctx = useServer(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-languages-'));
   const config = path.join(dir, 'corral.yaml');
   fs.writeFileSync(
     config,
-    ['templates:', '  warm-langs:', '    preload: []', '    pool_size: 1', '    languages: [javascript, sh]', ''].join('\n'),
+    [
+      'templates:',
+      '  warm-langs:',
+      '    preload: []',
+      '    pool_size: 1',
+      '    languages: [javascript, sh]',
+      // Too few tasks for Node's threads: its JavaScript kernel cannot start ahead.
+      '  no-node:',
+      '    preload: []',
+      '    pool_size: 1',
+      '    languages: [javascript]',
+      '    limits: {pids: 10}',
+      '',
+    ].join('\n'),
   );
   // The server's own limit of an execution: a cell that sleeps past it is a timeout.
   return { config, args: ['--execute-timeout', '4s'] };
@@ -377,4 +391,22 @@ test('a kernel started ahead that died in the pool fails neither the create nor 
       await sbx.kill();
     }
   }
+});
+
+test("a template's language whose kernel cannot start ahead keeps its sandboxes in the pool, said once", T, async () => {
+  const pooled = /^corral_sandboxes\{.*state="pooled".*template="no-node".*\} /;
+  const hits = /^corral_sandbox_pool_takes_total\{.*template="no-node".*result="hit".*\} /;
+  assert.ok(await eventually(async () => (await metric(pooled)) === 1, { timeoutMs: 60_000 }), 'the pool of no-node fills');
+  const before = await metric(hits);
+  const sbx = await Sandbox.create('no-node');
+  try {
+    assert.equal(await metric(hits), before + 1, 'the pooled sandbox was handed out');
+    assert.equal(ok(await sbx.runCode('6 * 7'), 'python').text, '42');
+    const err = await sbx.runCode('1', { language: 'javascript' }).then(() => null, (e) => e);
+    assert.match(String(err?.message), /500/, 'a JavaScript context cannot start there either');
+  } finally {
+    await sbx.kill();
+  }
+  const said = ctx.server.stderr.split('\n').filter((l) => l.includes("template 'no-node': its pooled sandboxes cannot start a javascript kernel ahead"));
+  assert.equal(said.length, 1, ctx.server.stderr.slice(-3000));
 });
