@@ -757,6 +757,17 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
         break;
     case KFRAME_DONE:
         st->out->execution_count = ctx->execution_count = f->execution_count;
+        if (st->timed_out && !st->out->error) {
+            /* The cell ended without an error after the timeout's interrupt
+             * (R's system() waits out the command the interrupt ended): its
+             * time was still up, which the caller must learn. */
+            char value[96];
+            snprintf(value, sizeof(value), "the execution took longer than %.3g s",
+                     (double)opts->timeout_ms / 1000);
+            st->out->error = true;
+            snprintf(st->error_name, sizeof(st->error_name), "TimeoutError");
+            report(&opts->callbacks, "TimeoutError", value);
+        }
         return true;
     case KFRAME_READY:
         break;

@@ -103,6 +103,13 @@ def test_a_kernel_that_cannot_start_says_why():
         assert why in r.stderr, r.stderr
 
 
+def test_a_timeout_the_cell_outlives_without_an_error_is_still_a_timeout():
+    # R's system() waits out the command the interrupt ended, and goes on
+    r = run("run", "-l", "r", "-t", "2", "-c", 'system("sleep 60"); cat("went on\\n")')
+    assert r.returncode == 1, r.stderr
+    assert "TimeoutError: the execution took longer than 2 s" in r.stderr
+
+
 def test_unknown_command_and_help():
     r = run("fly")
     assert r.returncode == 2 and "unknown command 'fly'" in r.stderr
