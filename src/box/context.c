@@ -529,11 +529,25 @@ int corral_context_interrupt(corral_context *ctx, struct corral_error *err)
     return box_signal(sb, pid, SIGINT, false, err);
 }
 
+/* Whether ctx was removed (its exec_lock held: no removal is under way). */
+static bool removed(corral_context *ctx, struct corral_error *err)
+{
+    pthread_mutex_lock(&ctx->sb->lock);
+    bool gone = ctx->removed;
+    pthread_mutex_unlock(&ctx->sb->lock);
+    if (gone)
+        corral_fail(err, ENOENT, "context %s was removed", ctx->id);
+    return gone;
+}
+
 int corral_context_restart(corral_context *ctx, struct corral_error *err)
 {
     pthread_mutex_lock(&ctx->exec_lock);
-    stop_kernel(ctx);
-    int r = start_kernel(ctx, err);
+    int r = -ENOENT;
+    if (!removed(ctx, err)) {
+        stop_kernel(ctx);
+        r = start_kernel(ctx, err);
+    }
     pthread_mutex_unlock(&ctx->exec_lock);
     return r;
 }
@@ -545,10 +559,23 @@ static void context_free(corral_context *ctx)
     free(ctx);
 }
 
+/* Removed contexts kept at most (each request's use of one it looked up
+ * lasts far shorter than this many removals, each a kernel started). */
+#define REMOVED_KEPT 64
+
 int corral_context_remove(corral_context *ctx, struct corral_error *err)
 {
     corral_sandbox *sb = ctx->sb;
+    /* One removal: another request that holds ctx (two DELETEs of it, an
+     * execution waiting for it) finds it removed, never freed under it. */
+    pthread_mutex_lock(&sb->lock);
+    bool gone = ctx->removed;
+    ctx->removed = true;
+    pthread_mutex_unlock(&sb->lock);
+    if (gone)
+        return corral_fail(err, ENOENT, "context %s was removed", ctx->id);
     pthread_mutex_lock(&ctx->exec_lock); /* waits for a running execution */
+    corral_context *oldest = NULL;
     pthread_mutex_lock(&sb->lock);
     for (corral_context **pp = &sb->contexts; *pp; pp = &(*pp)->next)
         if (*pp == ctx) {
@@ -558,9 +585,23 @@ int corral_context_remove(corral_context *ctx, struct corral_error *err)
     for (int i = 0; i < BOX_LANGUAGES; i++)
         if (sb->default_ctx[i] == ctx)
             sb->default_ctx[i] = NULL;
+    ctx->next = sb->removed;
+    sb->removed = ctx;
+    if (++sb->n_removed > REMOVED_KEPT) {
+        corral_context **pp = &sb->removed;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        oldest = *pp;
+        *pp = NULL;
+        sb->n_removed--;
+    }
     pthread_mutex_unlock(&sb->lock);
+    stop_kernel(ctx);
     pthread_mutex_unlock(&ctx->exec_lock);
-    context_free(ctx);
+    if (oldest) {
+        pthread_mutex_destroy(&oldest->exec_lock);
+        free(oldest);
+    }
     return 0;
 }
 
@@ -581,6 +622,12 @@ void box_contexts_free(corral_sandbox *sb)
         context_free_dead(c);
     }
     sb->contexts = NULL;
+    for (corral_context *c = sb->removed, *next; c; c = next) {
+        next = c->next;
+        context_free_dead(c);
+    }
+    sb->removed = NULL;
+    sb->n_removed = 0;
     for (int i = 0; i < BOX_LANGUAGES; i++) {
         if (sb->spare[i])
             context_free_dead(sb->spare[i]);
@@ -956,7 +1003,12 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     if ((r = exec_env(opts, &env, err)) < 0)
         return r;
     pthread_mutex_lock(&ctx->exec_lock);
-    r = exec_locked(sb, ctx, code, opts, outcome, env, err);
+    if (removed(ctx, err)) {
+        json_decref(env);
+        r = -ENOENT;
+    } else {
+        r = exec_locked(sb, ctx, code, opts, outcome, env, err);
+    }
     pthread_mutex_unlock(&ctx->exec_lock);
     return r;
 }

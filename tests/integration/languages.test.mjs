@@ -410,3 +410,29 @@ test("a template's language whose kernel cannot start ahead keeps its sandboxes 
   const said = ctx.server.stderr.split('\n').filter((l) => l.includes("template 'no-node': its pooled sandboxes cannot start a javascript kernel ahead"));
   assert.equal(said.length, 1, ctx.server.stderr.slice(-3000));
 });
+
+test('a context removed twice at once while it runs: one removal, the other finds it gone, the server lives', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const call = async (method, path, body) => {
+      const res = await fetch(new URL(path, ctx.server.url), {
+        method,
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return { status: res.status, text: await res.text() };
+    };
+    for (let round = 0; round < 3; round++) {
+      const context = JSON.parse((await call('POST', '/contexts', { language: 'bash' })).text);
+      const running = call('POST', '/execute', { code: 'echo started; sleep 3; echo ended', context_id: context.id });
+      // the removals wait for the execution: both look the context up while it runs
+      await eventually(async () => (await sbx.commands.run('pgrep -x sleep || true')).stdout.trim() !== '');
+      const removals = await Promise.all([call('DELETE', `/contexts/${context.id}`), call('DELETE', `/contexts/${context.id}`)]);
+      assert.deepEqual(removals.map((r) => r.status).sort(), [200, 404], JSON.stringify(removals));
+      const ran = await running;
+      assert.equal(ran.status, 200);
+      assert.match(ran.text, /started/);
+      assert.equal((await call('POST', '/execute', { code: 'echo x', context_id: context.id })).status, 404);
+    }
+    assert.equal(ok(await sbx.runCode('6 * 7'), 'python after the removals').text, '42');
+  }),
+);

@@ -1302,6 +1302,8 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         r = corral_context_remove(ctx, &err);
     else
         return http_error(404, "no %s %s in the code interpreter", req->method, req->path);
+    if (r < 0 && err.code == ENOENT) /* removed meanwhile */
+        return context_not_found(id);
     if (r < 0)
         return http_text(500, "text/plain", err.message);
     return http_json(200, json_null());
