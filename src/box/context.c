@@ -91,29 +91,49 @@ static void stderr_tail(corral_process *k, char *buf, size_t len)
     if (!k || k->err_fd < 0)
         return;
     fcntl(k->err_fd, F_SETFL, O_NONBLOCK);
+    /* its last 64 KiB */
+    static const size_t keep = 64 << 10;
+    char *all = malloc(keep + 1);
+    if (!all)
+        return;
     size_t got = 0;
-    bool cut = false;
     ssize_t n;
     char chunk[4096];
     while ((n = read(k->err_fd, chunk, sizeof(chunk))) > 0) {
-        size_t take = (size_t)n;
-        if (take >= len)
-            take = len - 1;
-        cut = cut || take < (size_t)n;
-        if (got + take > len - 1) { /* the oldest bytes make room */
-            size_t drop = got + take - (len - 1);
-            memmove(buf, buf + drop, got - drop);
+        if (got + (size_t)n > keep) {
+            size_t drop = got + (size_t)n - keep;
+            if (drop > got)
+                drop = got;
+            memmove(all, all + drop, got - drop);
             got -= drop;
-            cut = true;
         }
-        memcpy(buf + got, chunk + (size_t)n - take, take);
+        size_t take = (size_t)n < keep ? (size_t)n : keep;
+        memcpy(all + got, chunk + (size_t)n - take, take);
         got += take;
-        buf[got] = '\0';
     }
-    /* a line cut at its start is left out (the last lines say why) */
-    char *nl = cut ? strchr(buf, '\n') : NULL;
+    all[got] = '\0';
+    /* Too long for the message: the lines that say what happened, without
+     * the indented ones (a traceback's frames, a stack's "at" lines). */
+    if (got >= len) {
+        size_t w = 0;
+        for (char *line = all, *next; *line; line = next) {
+            next = strchr(line, '\n');
+            next = next ? next + 1 : line + strlen(line);
+            if (*line != ' ' && *line != '\t' && *line != '\n') {
+                memmove(all + w, line, (size_t)(next - line));
+                w += (size_t)(next - line);
+            }
+        }
+        all[w] = '\0';
+        got = w;
+    }
+    const char *from = got >= len ? all + got - (len - 1) : all;
+    /* a line cut at its start is left out */
+    const char *nl = from != all ? strchr(from, '\n') : NULL;
     if (nl && nl[1])
-        memmove(buf, nl + 1, strlen(nl + 1) + 1);
+        from = nl + 1;
+    snprintf(buf, len, "%s", from);
+    free(all);
 }
 
 static void close_output_pipes(corral_context *ctx)

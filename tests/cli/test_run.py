@@ -101,6 +101,11 @@ def test_a_kernel_that_cannot_start_says_why():
         assert r.returncode == 3, r.stderr
         assert f"the {language} kernel did not start: " in r.stderr
         assert why in r.stderr, r.stderr
+    # too few tasks for Node's threads: the error's own line, not its stack
+    r = run("run", "-l", "javascript", "--pids", "8", "-c", "1")
+    assert r.returncode == 3, r.stderr
+    assert "the javascript kernel did not start: " in r.stderr
+    assert "Error" in r.stderr and "    at " not in r.stderr, r.stderr
 
 
 def test_a_timeout_the_cell_outlives_without_an_error_is_still_a_timeout():
