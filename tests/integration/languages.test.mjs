@@ -280,6 +280,8 @@ for (const language of Object.keys(LONG)) {
 }
 
 test('a template starts its languages ahead: the first context of each takes that kernel', T, async () => {
+  // run alone, the test may come before the pool is full
+  assert.ok(await eventually(async () => (await metric(POOLED)) === 1, { timeoutMs: 60_000 }), 'the pool of warm-langs holds its sandbox');
   const sbx = await Sandbox.create('warm-langs');
   try {
     // The kernels already run when the sandbox is handed out.
