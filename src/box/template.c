@@ -28,7 +28,8 @@ struct box_template {
     char **preload;
     size_t n_preload;
     char **languages; /* started ahead in pooled sandboxes (NULL: none) */
-    unsigned spares_failed; /* bits of the languages whose kernel could not start ahead (said once) */
+    /* bits of the languages whose kernel could not start ahead (said once) */
+    unsigned spares_failed;
     struct corral_limits limits;
     unsigned pool_size;
     enum corral_network_mode net_mode; /* its sandboxes' network */
