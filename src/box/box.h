@@ -63,7 +63,7 @@ struct corral_context {
     int out_fds[2];
     uint64_t interrupted_at; /* monotonic ms of the last interrupt; under sb->lock */
     int64_t execution_count;
-    bool removed;
+    bool removed; /* corral_context_remove'd (under sb->lock) */
     struct corral_context *next;
 };
 
@@ -89,6 +89,10 @@ struct corral_sandbox {
     } early_exits[64]; /* exits that arrived before their spawn's reply was handled */
     unsigned n_early;
     corral_context *contexts;
+    /* Removed contexts, newest first: kept (their kernels stopped) while a
+     * request that looked one up before its removal may still use it. */
+    corral_context *removed;
+    unsigned n_removed;
     corral_context *default_ctx[BOX_LANGUAGES]; /* of each language, once used */
     pthread_mutex_t default_lock;               /* starting a default context, once */
     /* Kernels started ahead (a template's languages), not yet a context:
@@ -169,6 +173,10 @@ int box_template_get(const char *name, struct box_template **out, struct corral_
 const char *box_template_name(const struct box_template *t);
 /* The languages (not python) whose kernels its pooled sandboxes start ahead. */
 const char *const *box_template_languages(const struct box_template *t);
+/* A kernel of language its pooled sandbox could not start ahead: logged,
+ * once per language (the sandbox joins the pool without it). */
+void box_template_spare_failed(struct box_template *t, const char *language,
+                               const struct corral_error *err);
 /* The template's limits with the caller's non-zero ones on top, defaults filled. */
 void box_template_limits(const struct box_template *t, const struct corral_limits *asked,
                          struct corral_limits *out);

@@ -91,21 +91,49 @@ static void stderr_tail(corral_process *k, char *buf, size_t len)
     if (!k || k->err_fd < 0)
         return;
     fcntl(k->err_fd, F_SETFL, O_NONBLOCK);
+    /* its last 64 KiB */
+    static const size_t keep = 64 << 10;
+    char *all = malloc(keep + 1);
+    if (!all)
+        return;
     size_t got = 0;
     ssize_t n;
     char chunk[4096];
     while ((n = read(k->err_fd, chunk, sizeof(chunk))) > 0) {
-        size_t take = (size_t)n;
-        if (take >= len)
-            take = len - 1;
-        if (got + take >= len) {
-            memmove(buf, buf + take, got - (got + take - (len - 1)));
-            got = len - 1 - take;
+        if (got + (size_t)n > keep) {
+            size_t drop = got + (size_t)n - keep;
+            if (drop > got)
+                drop = got;
+            memmove(all, all + drop, got - drop);
+            got -= drop;
         }
-        memcpy(buf + got, chunk + (size_t)n - take, take);
+        size_t take = (size_t)n < keep ? (size_t)n : keep;
+        memcpy(all + got, chunk + (size_t)n - take, take);
         got += take;
-        buf[got] = '\0';
     }
+    all[got] = '\0';
+    /* Too long for the message: the lines that say what happened, without
+     * the indented ones (a traceback's frames, a stack's "at" lines). */
+    if (got >= len) {
+        size_t w = 0;
+        for (char *line = all, *next; *line; line = next) {
+            next = strchr(line, '\n');
+            next = next ? next + 1 : line + strlen(line);
+            if (*line != ' ' && *line != '\t' && *line != '\n') {
+                memmove(all + w, line, (size_t)(next - line));
+                w += (size_t)(next - line);
+            }
+        }
+        all[w] = '\0';
+        got = w;
+    }
+    const char *from = got >= len ? all + got - (len - 1) : all;
+    /* a line cut at its start is left out */
+    const char *nl = from != all ? strchr(from, '\n') : NULL;
+    if (nl && nl[1])
+        from = nl + 1;
+    snprintf(buf, len, "%s", from);
+    free(all);
 }
 
 static void close_output_pipes(corral_context *ctx)
@@ -169,7 +197,8 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL |
                      (sb->forked && ctx->lang == 0 ? CTL_SPAWN_PRISTINE : 0);
     int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, NULL, &k, &sock, err);
-    if (r == -ENOENT && ctx->lang) {
+    /* the runtime missing (not the working directory) */
+    if (r == -ENOENT && ctx->lang && !strncmp(err->message, "cannot execute ", 15)) {
         char why[sizeof(err->message)];
         snprintf(why, sizeof(why), "%s", err->message);
         return corral_fail(err, ENOENT, "%s contexts need %s in the sandbox (%s)", l->name,
@@ -207,7 +236,8 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
             continue;
         }
         if (n < 0) {
-            char tail[600];
+            /* what fits in err's message beside the words around it */
+            char tail[sizeof(err->message) - 96];
             usleep(20000);
             stderr_tail(k, tail, sizeof(tail));
             stop_kernel(ctx);
@@ -267,21 +297,59 @@ int box_context_environ(corral_context *ctx, const char *const *env, struct corr
     return r;
 }
 
+/* Whether ctx's kernel has ended: its socket hung up (the daemon may not
+ * have heard of its exit yet). */
+static bool kernel_ended(corral_context *ctx)
+{
+    if (ctx->sock < 0)
+        return true;
+    struct pollfd p = {.fd = ctx->sock, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
+}
+
+static void context_free(corral_context *ctx);
+
+/* The spare of lang, when it is still spare (not taken): NULL once out of
+ * the sandbox's hands. */
+static corral_context *drop_spare(corral_sandbox *sb, int lang, corral_context *ctx)
+{
+    pthread_mutex_lock(&sb->lock);
+    bool ours = sb->spare[lang] == ctx;
+    if (ours)
+        sb->spare[lang] = NULL;
+    pthread_mutex_unlock(&sb->lock);
+    return ours ? ctx : NULL;
+}
+
 int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corral_error *err)
 {
+    (void)err;
     corral_context *all[BOX_LANGUAGES + 64];
+    bool spare[BOX_LANGUAGES + 64];
     size_t n = 0;
     pthread_mutex_lock(&sb->lock);
-    for (corral_context *c = sb->contexts; c && n < 64; c = c->next)
-        all[n++] = c;
+    for (corral_context *c = sb->contexts; c && n < 64; c = c->next, n++)
+        all[n] = c, spare[n] = false;
     for (int i = 0; i < BOX_LANGUAGES; i++)
         if (sb->spare[i])
-            all[n++] = sb->spare[i];
+            all[n] = sb->spare[i], spare[n++] = true;
     pthread_mutex_unlock(&sb->lock);
+    /* A kernel that ended while its sandbox waited in the pool (out of
+     * memory...) does not fail the sandbox: a spare is dropped, a context
+     * starts a kernel (with this environment) at its next execution. */
     for (size_t i = 0; i < n; i++) {
-        int r = box_context_environ(all[i], env, err);
-        if (r < 0)
-            return r;
+        struct corral_error ignored;
+        if (box_context_environ(all[i], env, &ignored) == 0 && !kernel_ended(all[i]))
+            continue;
+        if (spare[i]) {
+            corral_context *c = drop_spare(sb, all[i]->lang, all[i]);
+            if (c)
+                context_free(c);
+        } else {
+            pthread_mutex_lock(&all[i]->exec_lock);
+            stop_kernel(all[i]);
+            pthread_mutex_unlock(&all[i]->exec_lock);
+        }
     }
     return 0;
 }
@@ -318,8 +386,6 @@ int box_context_warm(corral_context *ctx, struct corral_error *err)
     return r;
 }
 
-static void context_free(corral_context *ctx);
-
 /* A context of language index lang, its kernel started (not listed). */
 static int context_new(corral_sandbox *sb, int lang, const char *cwd, corral_context **out,
                        struct corral_error *err)
@@ -355,6 +421,10 @@ static corral_context *take_spare(corral_sandbox *sb, int lang, const char *cwd)
     if (ctx)
         sb->spare[lang] = NULL;
     pthread_mutex_unlock(&sb->lock);
+    if (ctx && kernel_ended(ctx)) { /* a new kernel rather than a dead one */
+        context_free(ctx);
+        ctx = NULL;
+    }
     return ctx;
 }
 
@@ -479,11 +549,25 @@ int corral_context_interrupt(corral_context *ctx, struct corral_error *err)
     return box_signal(sb, pid, SIGINT, false, err);
 }
 
+/* Whether ctx was removed (its exec_lock held: no removal is under way). */
+static bool removed(corral_context *ctx, struct corral_error *err)
+{
+    pthread_mutex_lock(&ctx->sb->lock);
+    bool gone = ctx->removed;
+    pthread_mutex_unlock(&ctx->sb->lock);
+    if (gone)
+        corral_fail(err, ENOENT, "context %s was removed", ctx->id);
+    return gone;
+}
+
 int corral_context_restart(corral_context *ctx, struct corral_error *err)
 {
     pthread_mutex_lock(&ctx->exec_lock);
-    stop_kernel(ctx);
-    int r = start_kernel(ctx, err);
+    int r = -ENOENT;
+    if (!removed(ctx, err)) {
+        stop_kernel(ctx);
+        r = start_kernel(ctx, err);
+    }
     pthread_mutex_unlock(&ctx->exec_lock);
     return r;
 }
@@ -495,10 +579,23 @@ static void context_free(corral_context *ctx)
     free(ctx);
 }
 
+/* Removed contexts kept at most (each request's use of one it looked up
+ * lasts far shorter than this many removals, each a kernel started). */
+#define REMOVED_KEPT 64
+
 int corral_context_remove(corral_context *ctx, struct corral_error *err)
 {
     corral_sandbox *sb = ctx->sb;
+    /* One removal: another request that holds ctx (two DELETEs of it, an
+     * execution waiting for it) finds it removed, never freed under it. */
+    pthread_mutex_lock(&sb->lock);
+    bool gone = ctx->removed;
+    ctx->removed = true;
+    pthread_mutex_unlock(&sb->lock);
+    if (gone)
+        return corral_fail(err, ENOENT, "context %s was removed", ctx->id);
     pthread_mutex_lock(&ctx->exec_lock); /* waits for a running execution */
+    corral_context *oldest = NULL;
     pthread_mutex_lock(&sb->lock);
     for (corral_context **pp = &sb->contexts; *pp; pp = &(*pp)->next)
         if (*pp == ctx) {
@@ -508,9 +605,23 @@ int corral_context_remove(corral_context *ctx, struct corral_error *err)
     for (int i = 0; i < BOX_LANGUAGES; i++)
         if (sb->default_ctx[i] == ctx)
             sb->default_ctx[i] = NULL;
+    ctx->next = sb->removed;
+    sb->removed = ctx;
+    if (++sb->n_removed > REMOVED_KEPT) {
+        corral_context **pp = &sb->removed;
+        while ((*pp)->next)
+            pp = &(*pp)->next;
+        oldest = *pp;
+        *pp = NULL;
+        sb->n_removed--;
+    }
     pthread_mutex_unlock(&sb->lock);
+    stop_kernel(ctx);
     pthread_mutex_unlock(&ctx->exec_lock);
-    context_free(ctx);
+    if (oldest) {
+        pthread_mutex_destroy(&oldest->exec_lock);
+        free(oldest);
+    }
     return 0;
 }
 
@@ -531,6 +642,12 @@ void box_contexts_free(corral_sandbox *sb)
         context_free_dead(c);
     }
     sb->contexts = NULL;
+    for (corral_context *c = sb->removed, *next; c; c = next) {
+        next = c->next;
+        context_free_dead(c);
+    }
+    sb->removed = NULL;
+    sb->n_removed = 0;
     for (int i = 0; i < BOX_LANGUAGES; i++) {
         if (sb->spare[i])
             context_free_dead(sb->spare[i]);
@@ -707,6 +824,17 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
         break;
     case KFRAME_DONE:
         st->out->execution_count = ctx->execution_count = f->execution_count;
+        if (st->timed_out && !st->out->error) {
+            /* The cell ended without an error after the timeout's interrupt
+             * (R's system() waits out the command the interrupt ended): its
+             * time was still up, which the caller must learn. */
+            char value[96];
+            snprintf(value, sizeof(value), "the execution took longer than %.3g s",
+                     (double)opts->timeout_ms / 1000);
+            st->out->error = true;
+            snprintf(st->error_name, sizeof(st->error_name), "TimeoutError");
+            report(&opts->callbacks, "TimeoutError", value);
+        }
         return true;
     case KFRAME_READY:
         break;
@@ -895,7 +1023,12 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     if ((r = exec_env(opts, &env, err)) < 0)
         return r;
     pthread_mutex_lock(&ctx->exec_lock);
-    r = exec_locked(sb, ctx, code, opts, outcome, env, err);
+    if (removed(ctx, err)) {
+        json_decref(env);
+        r = -ENOENT;
+    } else {
+        r = exec_locked(sb, ctx, code, opts, outcome, env, err);
+    }
     pthread_mutex_unlock(&ctx->exec_lock);
     return r;
 }

@@ -510,13 +510,15 @@ int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct co
         corral_sandbox_release(sb);
         return r;
     }
-    /* The template's other languages: a kernel of each started ahead. */
+    /* The template's other languages: a kernel of each started ahead. One
+     * that cannot start (its runtime missing from the image, too few pids)
+     * does not keep Python's sandboxes out of the pool. */
     const char *const *langs = box_template_languages(t);
-    for (size_t i = 0; langs && langs[i]; i++)
-        if ((r = box_context_spare(sb, langs[i], err)) < 0) {
-            corral_sandbox_release(sb);
-            return r;
-        }
+    for (size_t i = 0; langs && langs[i]; i++) {
+        struct corral_error serr;
+        if (box_context_spare(sb, langs[i], &serr) < 0)
+            box_template_spare_failed(t, langs[i], &serr);
+    }
     *out = sb;
     return 0;
 }

@@ -28,6 +28,8 @@ struct box_template {
     char **preload;
     size_t n_preload;
     char **languages; /* started ahead in pooled sandboxes (NULL: none) */
+    /* bits of the languages whose kernel could not start ahead (said once) */
+    unsigned spares_failed;
     struct corral_limits limits;
     unsigned pool_size;
     enum corral_network_mode net_mode; /* its sandboxes' network */
@@ -136,6 +138,22 @@ static char **template_languages(const char *const *asked)
 const char *const *box_template_languages(const struct box_template *t)
 {
     return (const char *const *)t->languages;
+}
+
+void box_template_spare_failed(struct box_template *t, const char *language,
+                               const struct corral_error *err)
+{
+    int lang = box_language_index(language);
+    unsigned bit = lang > 0 ? 1u << lang : 0;
+    pthread_mutex_lock(&t->lock);
+    bool first = bit && !(t->spares_failed & bit);
+    t->spares_failed |= bit;
+    pthread_mutex_unlock(&t->lock);
+    if (first)
+        corral_log(CORRAL_LOG_WARN, "serve",
+                   "template '%s': its pooled sandboxes cannot start a %s kernel ahead (a %s "
+                   "context starts its own when asked): %s",
+                   t->name, language, language, err->message);
 }
 
 static struct box_template *new_template(const struct corral_template *def,

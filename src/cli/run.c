@@ -181,9 +181,10 @@ static void repl_usage(FILE *out)
     fputs("usage: corral repl [OPTIONS]\n"
           "\n"
           "An interactive session in one sandbox: each input runs as a cell of an\n"
-          "IPython kernel (or of --language's) and its state persists until the end (Ctrl-D). A "
-          "line ending in\n"
-          "':' or '\\' starts a block, which an empty line ends. Ctrl-C interrupts a\n"
+          "IPython kernel (or of --language's) and its state persists until the end\n"
+          "(Ctrl-D). A line ending in ':' or '\\' starts a block, which an empty line\n"
+          "ends; in the other languages a line ending in an opening bracket, ',', '|',\n"
+          "'&' or '\\' (in bash also do, then, else or in) starts one. Ctrl-C interrupts a\n"
           "running cell. Without a terminal, inputs are read from standard input and only\n"
           "outputs are printed.\n"
           "\n"
@@ -634,8 +635,35 @@ static char *read_program(const struct run_opts *o)
     return text;
 }
 
+/* Whether a line (n bytes, trailing blanks off) of language (NULL: python)
+ * starts a block: Python's ends with ':'; the others' with an opening
+ * bracket or an operator that wants more, bash's also with a keyword that
+ * opens a compound command; every language's with a '\\'. */
+static bool opens_block(const char *line, size_t n, const char *language)
+{
+    if (!n)
+        return false;
+    char c = line[n - 1];
+    if (c == '\\')
+        return true;
+    if (!language || !strcmp(language, "python"))
+        return c == ':';
+    if (strchr("{([,", c) || c == '|' || c == '&' || (c == '=' && strcmp(language, "bash")))
+        return true;
+    if (strcmp(language, "bash"))
+        return false;
+    static const char *const words[] = {"do", "then", "else", "in"};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        size_t w = strlen(words[i]);
+        if (n >= w && !memcmp(line + n - w, words[i], w) &&
+            (n == w || strchr(" \t;", line[n - w - 1])))
+            return true;
+    }
+    return false;
+}
+
 /* True when the lines so far need more before they can run. */
-static bool block_open(const char *buf, size_t len, bool last_empty)
+static bool block_open(const char *buf, size_t len, bool last_empty, const char *language)
 {
     if (!len)
         return false;
@@ -645,7 +673,7 @@ static bool block_open(const char *buf, size_t len, bool last_empty)
     size_t n = strlen(last);
     while (n && (last[n - 1] == '\n' || last[n - 1] == ' ' || last[n - 1] == '\t'))
         n--;
-    if (n && (last[n - 1] == ':' || last[n - 1] == '\\'))
+    if (opens_block(last, n, language))
         return true;
     /* inside a block that is not yet closed by an empty line */
     return strchr(buf, '\n') != buf + len - 1 && !last_empty;
@@ -685,7 +713,7 @@ static int repl_loop(corral_sandbox *sb, corral_context *ctx, struct run_opts *o
             len += (size_t)n;
             cell[len] = '\0';
         }
-        if (!len || (n > 0 && block_open(cell, len, empty)))
+        if (!len || (n > 0 && block_open(cell, len, empty, o->language)))
             continue;
         struct corral_exec_outcome outcome;
         struct corral_error err;

@@ -338,6 +338,17 @@ static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
     }
     if (pid < 0 && ok)
         e = errno;
+    if (pid > 0 && s->own_output) {
+        /* The daemon's stdout and stderr of such a kernel are the kernel's
+         * own pipes (the others have no writer): what one that failed to
+         * start wrote there is the daemon's to show. It reads them only
+         * once the kernel is gone. */
+        close(out[0]);
+        close(errp[0]);
+        out[0] = own_out[0];
+        errp[0] = own_err[0];
+        own_out[0] = own_err[0] = -1;
+    }
     int child_ends[] = {in[0],  out[1],     errp[1],    sock[1],    st[1],
                         tty[1], own_out[0], own_out[1], own_err[0], own_err[1]};
     for (size_t i = 0; i < sizeof(child_ends) / sizeof(child_ends[0]); i++)

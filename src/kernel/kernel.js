@@ -307,8 +307,29 @@
     stderr: false,
   });
 
+  // The daemon refuses a frame above 32 MiB (and ends the kernel): a result
+  // or an error that large is sent cut, as kernel.py does.
+  const MAX_FRAME = 32 * 1024 * 1024 - 4096;
+  const CUT_NOTE = '\n[corral: output too large for one frame, truncated]';
+
+  function shrunk(obj) {
+    const limit = 1 << 20;
+    if (obj.type === 'result') {
+      const text = typeof obj.data?.['text/plain'] === 'string' ? obj.data['text/plain'] : '';
+      return { type: 'result', id: obj.id, is_main: Boolean(obj.is_main),
+        data: { 'text/plain': text.slice(0, limit) + CUT_NOTE } };
+    }
+    const out = { ...obj };
+    for (const key of ['value', 'traceback']) {
+      if (typeof out[key] === 'string' && out[key].length > limit) out[key] = out[key].slice(0, limit) + CUT_NOTE;
+    }
+    return out;
+  }
+
   function sendFrame(obj) {
-    sender.postMessage({ t: 'frame', body: asciiJson(obj) });
+    let body = asciiJson(obj);
+    if (body.length > MAX_FRAME) body = asciiJson(shrunk(obj));
+    sender.postMessage({ t: 'frame', body });
   }
 
   function now() {

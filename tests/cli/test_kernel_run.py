@@ -161,6 +161,17 @@ def test_repl_keeps_state_between_inputs():
     assert (r.returncode, r.stdout) == (0, "2\n4\nbye\n"), r.stderr
 
 
+@pytest.mark.parametrize("language, session, out", [
+    ("javascript", "function f(x) {\n  return x + 1\n}\n\nf(41)\n", "42\n"),
+    ("typescript", "const xs: number[] = [\n  1,\n  2,\n]\n\nxs.length\n", "2\n"),
+    ("bash", "for i in 1 2; do\n  echo $i\ndone\n\nif true; then\n  echo yes\nfi\n", "1\n2\nyes\n"),
+    ("r", "f <- function(x) {\n  x * 2\n}\n\nf(21)\n", "[1] 42\n"),
+])
+def test_repl_blocks_of_other_languages_run_as_one_cell(language, session, out):
+    r = run("repl", "-l", language, input=session)
+    assert (r.returncode, r.stdout, r.stderr) == (0, out, "")
+
+
 def test_repl_reports_errors_and_goes_on():
     r = run("repl", input="1/0\n'still here'\n")
     assert r.returncode == 0
@@ -170,7 +181,7 @@ def test_repl_reports_errors_and_goes_on():
 
 def test_repl_help_and_usage():
     r = run("repl", "--help")
-    assert r.returncode == 0 and "interactive Python session" in r.stdout
+    assert r.returncode == 0 and "An interactive session in one sandbox" in r.stdout
     r = run("repl", "-c", "1")
     assert r.returncode == 2 and "takes no program" in r.stderr
 

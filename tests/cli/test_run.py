@@ -93,6 +93,28 @@ def test_other_languages_print_their_value_and_fail_with_their_error():
     assert "no good" in raised.stderr
 
 
+def test_a_kernel_that_cannot_start_says_why():
+    # bash's and R's hosts run, but find no bash or R on this PATH: what
+    # they wrote to their stderr (their own pipe) is the reason shown
+    for language, why in [("bash", "No such file or directory: 'bash'"), ("r", "No such file or directory: 'R'")]:
+        r = run("run", "-l", language, "-e", "PATH=/nonexistent", "-c", "1")
+        assert r.returncode == 3, r.stderr
+        assert f"the {language} kernel did not start: " in r.stderr
+        assert why in r.stderr, r.stderr
+    # too few tasks for Node's threads: the error's own line, not its stack
+    r = run("run", "-l", "javascript", "--pids", "8", "-c", "1")
+    assert r.returncode == 3, r.stderr
+    assert "the javascript kernel did not start: " in r.stderr
+    assert "Error" in r.stderr and "    at " not in r.stderr, r.stderr
+
+
+def test_a_timeout_the_cell_outlives_without_an_error_is_still_a_timeout():
+    # R's system() waits out the command the interrupt ended, and goes on
+    r = run("run", "-l", "r", "-t", "2", "-c", 'system("sleep 60"); cat("went on\\n")')
+    assert r.returncode == 1, r.stderr
+    assert "TimeoutError: the execution took longer than 2 s" in r.stderr
+
+
 def test_unknown_command_and_help():
     r = run("fly")
     assert r.returncode == 2 and "unknown command 'fly'" in r.stderr

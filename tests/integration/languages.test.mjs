@@ -12,16 +12,30 @@ import { after, test } from 'node:test';
 
 import { Sandbox, TimeoutError } from '@e2b/code-interpreter';
 
-import { useServer, withSandbox } from './harness.mjs';
+import { eventually, useServer, withSandbox } from './harness.mjs';
 
 let dir = null;
-// A template whose pooled sandbox starts a JavaScript and a bash kernel ahead.
+// A template whose pooled sandbox starts a JavaScript and a bash kernel ahead;
+// one whose JavaScript kernel cannot start.
 const ctx = useServer(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'corral-languages-'));
   const config = path.join(dir, 'corral.yaml');
   fs.writeFileSync(
     config,
-    ['templates:', '  warm-langs:', '    preload: []', '    pool_size: 1', '    languages: [javascript, sh]', ''].join('\n'),
+    [
+      'templates:',
+      '  warm-langs:',
+      '    preload: []',
+      '    pool_size: 1',
+      '    languages: [javascript, sh]',
+      // Too few tasks for Node's threads: its JavaScript kernel cannot start ahead.
+      '  no-node:',
+      '    preload: []',
+      '    pool_size: 1',
+      '    languages: [javascript]',
+      '    limits: {pids: 10}',
+      '',
+    ].join('\n'),
   );
   // The server's own limit of an execution: a cell that sleeps past it is a timeout.
   return { config, args: ['--execute-timeout', '4s'] };
@@ -266,6 +280,8 @@ for (const language of Object.keys(LONG)) {
 }
 
 test('a template starts its languages ahead: the first context of each takes that kernel', T, async () => {
+  // run alone, the test may come before the pool is full
+  assert.ok(await eventually(async () => (await metric(POOLED)) === 1, { timeoutMs: 60_000 }), 'the pool of warm-langs holds its sandbox');
   const sbx = await Sandbox.create('warm-langs');
   try {
     // The kernels already run when the sandbox is handed out.
@@ -304,5 +320,121 @@ test('a language without a kernel is refused with the list of those there are', 
     });
     assert.equal(raw.status, 400);
     assert.match(await raw.text(), /'cobol' is not supported \(supported: python, javascript, typescript, bash, r\)/);
+  }),
+);
+
+test("a context's bad working directory is said to be one (not a missing runtime); a cwd that is no string is refused", T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const post = async (body) => {
+      const raw = await fetch(new URL('/contexts', ctx.server.url), {
+        method: 'POST',
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken },
+        body: JSON.stringify(body),
+      });
+      return { status: raw.status, text: await raw.text() };
+    };
+    for (const language of ['javascript', 'bash']) {
+      const missing = await post({ language, cwd: '/nonexistent' });
+      assert.match(missing.text, /cannot enter directory \/nonexistent: No such file or directory/, language);
+      assert.doesNotMatch(missing.text, /contexts need/, `${language}: its runtime is there`);
+    }
+    const numeric = await post({ language: 'javascript', cwd: 5 });
+    assert.deepEqual(numeric, { status: 400, text: "'cwd' must be a string" });
+  }),
+);
+
+/** The value of the first series of the server's /metrics that re matches (0: none). */
+async function metric(re) {
+  const text = await (await fetch(`${ctx.server.directUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => re.test(l));
+  return line ? Number(line.trim().split(/\s+/).pop()) : 0;
+}
+
+/** Host PIDs of the processes under pid whose name is comm. */
+function descendantsNamed(pid, comm) {
+  const parent = new Map();
+  const name = new Map();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const close = stat.lastIndexOf(')');
+      name.set(Number(entry), stat.slice(stat.indexOf('(') + 1, close));
+      parent.set(Number(entry), Number(stat.slice(close + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const under = (p) => {
+    for (let up = parent.get(p); up; up = parent.get(up)) if (up === pid) return true;
+    return false;
+  };
+  return [...name].filter(([p, n]) => n === comm && under(p)).map(([p]) => p);
+}
+
+const POOLED = /^corral_sandboxes\{.*state="pooled".*template="warm-langs".*\} /;
+const HITS = /^corral_sandbox_pool_takes_total\{.*template="warm-langs".*result="hit".*\} /;
+
+test('a kernel started ahead that died in the pool fails neither the create nor the first cell', T, async () => {
+  for (const opts of [{}, { envs: { LANG_TEST: 'kept' } }]) {
+    const full = await eventually(async () => (await metric(POOLED)) === 1, { timeoutMs: 60_000 });
+    assert.ok(full, 'the pool of warm-langs holds its sandbox');
+    const nodes = descendantsNamed(ctx.server.pid, 'node');
+    assert.equal(nodes.length, 1, 'the pooled sandbox runs one JavaScript kernel');
+    process.kill(nodes[0], 'SIGKILL');
+    assert.ok(await eventually(() => !fs.existsSync(`/proc/${nodes[0]}`), { timeoutMs: 30_000 }), 'the kernel ended');
+    const hits = await metric(HITS);
+    const sbx = await Sandbox.create('warm-langs', opts);
+    try {
+      assert.equal(await metric(HITS), hits + 1, 'the pooled sandbox was handed out');
+      const js = ok(await sbx.runCode('process.env.LANG_TEST ?? "unset"', { language: 'javascript' }), 'javascript');
+      assert.equal(js.text, opts.envs ? 'kept' : 'unset');
+    } finally {
+      await sbx.kill();
+    }
+  }
+});
+
+test("a template's language whose kernel cannot start ahead keeps its sandboxes in the pool, said once", T, async () => {
+  const pooled = /^corral_sandboxes\{.*state="pooled".*template="no-node".*\} /;
+  const hits = /^corral_sandbox_pool_takes_total\{.*template="no-node".*result="hit".*\} /;
+  assert.ok(await eventually(async () => (await metric(pooled)) === 1, { timeoutMs: 60_000 }), 'the pool of no-node fills');
+  const before = await metric(hits);
+  const sbx = await Sandbox.create('no-node');
+  try {
+    assert.equal(await metric(hits), before + 1, 'the pooled sandbox was handed out');
+    assert.equal(ok(await sbx.runCode('6 * 7'), 'python').text, '42');
+    const err = await sbx.runCode('1', { language: 'javascript' }).then(() => null, (e) => e);
+    assert.match(String(err?.message), /500/, 'a JavaScript context cannot start there either');
+  } finally {
+    await sbx.kill();
+  }
+  const said = ctx.server.stderr.split('\n').filter((l) => l.includes("template 'no-node': its pooled sandboxes cannot start a javascript kernel ahead"));
+  assert.equal(said.length, 1, ctx.server.stderr.slice(-3000));
+});
+
+test('a context removed twice at once while it runs: one removal, the other finds it gone, the server lives', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const call = async (method, path, body) => {
+      const res = await fetch(new URL(path, ctx.server.url), {
+        method,
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return { status: res.status, text: await res.text() };
+    };
+    for (let round = 0; round < 3; round++) {
+      const context = JSON.parse((await call('POST', '/contexts', { language: 'bash' })).text);
+      const running = call('POST', '/execute', { code: 'echo started; sleep 3; echo ended', context_id: context.id });
+      // the removals wait for the execution: both look the context up while it runs
+      await eventually(async () => (await sbx.commands.run('pgrep -x sleep || true')).stdout.trim() !== '');
+      const removals = await Promise.all([call('DELETE', `/contexts/${context.id}`), call('DELETE', `/contexts/${context.id}`)]);
+      assert.deepEqual(removals.map((r) => r.status).sort(), [200, 404], JSON.stringify(removals));
+      const ran = await running;
+      assert.equal(ran.status, 200);
+      assert.match(ran.text, /started/);
+      assert.equal((await call('POST', '/execute', { code: 'echo x', context_id: context.id })).status, 404);
+    }
+    assert.equal(ok(await sbx.runCode('6 * 7'), 'python after the removals').text, '42');
   }),
 );

@@ -503,6 +503,19 @@ def test_a_big_cell(js):
     assert js.value("const bigText = '" + "a" * 8_000_000 + "';\nbigText.length") == "8000000"
 
 
+def test_a_result_or_an_error_too_large_for_a_frame_is_cut(js):
+    # the daemon refuses frames above 32 MiB: such a frame would end the kernel
+    limit = 32 << 20
+    big = js.execute("let keptBig = 7; display({'text/html': 'x'.repeat(40e6), 'text/plain': 'big'})")
+    shown = results(ok(big))
+    assert len(shown) == 1 and set(shown[0]["data"]) == {"text/plain"}
+    assert shown[0]["data"]["text/plain"] == "big\n[corral: output too large for one frame, truncated]"
+    thrown = error(js.execute("throw new Error('e'.repeat(40e6))"))
+    assert thrown["value"].endswith("[corral: output too large for one frame, truncated]")
+    assert len(json.dumps(thrown)) < limit
+    assert js.value("keptBig") == "7"
+
+
 def test_eof_ends_the_kernel_and_its_children(fresh):
     frames = ok(fresh.execute("const child = require('child_process').spawn('sleep', ['1000']); child.pid"))
     pid = int(main_result(frames)["data"]["text/plain"])

@@ -1278,6 +1278,8 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         struct http_response *resp;
         if (lang && !json_is_null(lang) && !json_is_string(lang))
             resp = http_text(400, "text/plain", "'language' must be a string");
+        else if (cwd && !json_is_null(cwd) && !json_is_string(cwd))
+            resp = http_text(400, "text/plain", "'cwd' must be a string");
         else if (corral_context_create(sb, l, c, &ctx, &err) < 0)
             resp = http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
         else
@@ -1300,6 +1302,8 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         r = corral_context_remove(ctx, &err);
     else
         return http_error(404, "no %s %s in the code interpreter", req->method, req->path);
+    if (r < 0 && err.code == ENOENT) /* removed meanwhile */
+        return context_not_found(id);
     if (r < 0)
         return http_text(500, "text/plain", err.message);
     return http_json(200, json_null());
