@@ -114,8 +114,9 @@ static void free_template(struct box_template *t)
     free(t);
 }
 
-/* The languages a template starts ahead, by their names, without python
- * (its kernel is always there). NULL when out of memory. */
+/* The languages a template starts ahead, by their names, each once (js
+ * and javascript are one), without python (its kernel is always there).
+ * NULL when out of memory. */
 static char **template_languages(const char *const *asked)
 {
     size_t n = 0;
@@ -125,7 +126,10 @@ static char **template_languages(const char *const *asked)
     size_t k = 0;
     for (size_t i = 0; out && i < n; i++) {
         const char *name = corral_language_name(asked[i]);
-        if (!name || !strcmp(name, "python"))
+        bool seen = false;
+        for (size_t j = 0; name && j < k; j++)
+            seen |= !strcmp(out[j], name);
+        if (!name || seen || !strcmp(name, "python"))
             continue;
         if (!(out[k++] = strdup(name))) {
             corral_strv_free(out);

@@ -1062,13 +1062,15 @@
 
   // The stack with the cell's positions, without the frames that called the
   // cell (those after its last frame: the kernel's, Node's) and without any
-  // frame of the kernel's.
+  // frame of the kernel's. A syntax error of the cell has no frame of its
+  // own: every frame is the kernel's that compiled it.
   function cleanStack(stack) {
     const lines = mapPositions(String(stack).replace(ANSI, '')).split('\n');
     let last = -1;
     lines.forEach((line, i) => { if (/^\s+at .*\bcell\d+:\d+/.test(line)) last = i; });
+    const compiled = last < 0 && lines.some((line) => /^SyntaxError\b/.test(line));
     return lines
-      .filter((line, i) => !(last >= 0 && i > last && /^\s+at /.test(line)))
+      .filter((line, i) => !((compiled || (last >= 0 && i > last)) && /^\s+at /.test(line)))
       .filter((line) => !/^\s+at .*(\[eval\]|node:vm|\[worker eval\]|corralKernel|evalmachine)/.test(line))
       .join('\n').replace(/\n+$/, '');
   }

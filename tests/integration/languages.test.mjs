@@ -27,7 +27,7 @@ const ctx = useServer(() => {
       '  warm-langs:',
       '    preload: []',
       '    pool_size: 1',
-      '    languages: [javascript, sh]',
+      '    languages: [javascript, sh, js]', // js is javascript again: one kernel
       // Too few tasks for Node's threads: its JavaScript kernel cannot start ahead.
       '  no-node:',
       '    preload: []',

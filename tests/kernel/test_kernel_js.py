@@ -246,10 +246,17 @@ def test_non_error_throws(js):
 
 
 def test_syntax_errors(js):
-    err = error(js.execute("let q = ;"))
+    frames = js.execute("let q = ;")
+    err = error(frames)
     assert err["name"] == "SyntaxError"
     assert err["value"] == "Unexpected token ';'"
-    assert "let q = ;" in err["traceback"]
+    # the cell's line and where, and none of the kernel's frames that compiled it
+    assert err["traceback"] == ("cell%d:1\nlet q = ;\n" % frames[-1]["execution_count"] +
+                                " " * 8 + "^\n\nSyntaxError: Unexpected token ';'")
+    # a SyntaxError the cell's code throws keeps the cell's frames
+    err = error(js.execute("JSON.parse('{')"))
+    assert err["name"] == "SyntaxError"
+    assert "at JSON.parse" in err["traceback"] and "node:" not in err["traceback"]
     err = error(js.execute("await 1;\nfunction ("))
     assert err["name"] == "SyntaxError"
     assert js.value("'still fine'") == "'still fine'"
