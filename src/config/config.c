@@ -120,32 +120,21 @@ static int walk_preload(const struct walk *w, const yaml_node_t *n, struct corra
 /* languages: kernels its pooled sandboxes start ahead, by name or alias. */
 static int walk_languages(const struct walk *w, const yaml_node_t *n, struct corral_template *t)
 {
-    char buf[64];
+    char buf[64], what[96];
     if (n->type != YAML_SEQUENCE_NODE)
         return walk_fail(w, n, EINVAL,
                          "languages of template '%s' must be a list of languages (%s), not %s",
                          t->name, corral_supported_languages(), walk_describe(n, buf, sizeof(buf)));
-    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-    char **list = calloc(count + 1, sizeof(*list)); /* t's from here on */
-    if (!list)
-        return walk_out_of_memory(w);
+    snprintf(what, sizeof(what), "the languages of template '%s'", t->name);
+    char **list = NULL; /* t's from here on (the library takes any alias) */
+    int r = walk_text_list(w, n, what, 64, &list);
     t->languages = (const char *const *)list;
-    for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
-        char what[128];
-        snprintf(what, sizeof(what), "an entry of the languages of template '%s'", t->name);
-        const char *lang;
-        int r = walk_scalar(w, item, what, &lang);
-        if (r < 0)
-            return r;
-        if (!corral_language_name(lang))
-            return walk_fail(w, item, EINVAL,
+    for (size_t i = 0; r == 0 && list[i]; i++)
+        if (!corral_language_name(list[i]))
+            return walk_fail(w, walk_list_item(w, n, i), EINVAL,
                              "no kernel runs the language '%.80s' of template '%s' (supported: %s)",
-                             lang, t->name, corral_supported_languages());
-        if (!(list[i] = strdup(corral_language_name(lang))))
-            return walk_out_of_memory(w);
-    }
-    return 0;
+                             list[i], t->name, corral_supported_languages());
+    return r;
 }
 
 static int walk_pool_size(const struct walk *w, const yaml_node_t *n, struct corral_template *t)

@@ -167,6 +167,33 @@ static void preload_missing_vs_empty(void **state)
                  "([] for none), not null");
 }
 
+static void parses_template_languages(void **state)
+{
+    (void)state;
+    struct corral_config *cfg = parse_ok("templates:\n"
+                                         "  polyglot:\n"
+                                         "    languages: [javascript, ts, R, sh]\n"
+                                         "  plain:\n"
+                                         "    pool_size: 0\n");
+    const char *const *langs = find(cfg, "polyglot")->languages;
+    assert_non_null(langs);
+    assert_string_equal(langs[0], "javascript");
+    assert_string_equal(langs[1], "ts");
+    assert_string_equal(langs[2], "R");
+    assert_string_equal(langs[3], "sh");
+    assert_null(langs[4]);
+    assert_null(find(cfg, "plain")->languages);
+    corral_config_free(cfg);
+    expect_error("templates:\n  t:\n    languages: javascript\n", EINVAL,
+                 "corral.yaml:3:16: languages of template 't' must be a list of languages "
+                 "(python, javascript, typescript, bash, r), not 'javascript'");
+    expect_error("templates:\n  t:\n    languages: [js, cobol]\n", EINVAL,
+                 "corral.yaml:3:21: no kernel runs the language 'cobol' of template 't' "
+                 "(supported: python, javascript, typescript, bash, r)");
+    expect_error("templates:\n  t:\n    languages: [js, [r]]\n", EINVAL,
+                 "an entry of the languages of template 't'");
+}
+
 static void scalars_may_be_numbers_or_strings(void **state)
 {
     struct corral_config *cfg = parse_ok("state_dir: \"/srv/corral\"\n"
@@ -706,6 +733,7 @@ int main(void)
         cmocka_unit_test(parses_a_full_file),
         cmocka_unit_test(missing_keys_take_defaults),
         cmocka_unit_test(preload_missing_vs_empty),
+        cmocka_unit_test(parses_template_languages),
         cmocka_unit_test(scalars_may_be_numbers_or_strings),
         cmocka_unit_test(refuses_invalid_yaml),
         cmocka_unit_test(refuses_a_top_level_that_is_not_a_mapping),
