@@ -217,8 +217,10 @@ int box_language_index(const char *language);
 /* Starts a kernel of language (not python) ahead: the sandbox's next
  * context of that language takes it instead of starting one. */
 int box_context_spare(corral_sandbox *sb, const char *language, struct corral_error *err);
-/* The kernels the sandbox runs (contexts, spares): environ sent to each. */
-int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corral_error *err);
+/* The kernels the sandbox runs (contexts, spares): environ sent to each; a
+ * kernel that ended meanwhile is dropped (a spare) or stopped (a context
+ * starts a new one at its next execution). */
+void box_contexts_environ(corral_sandbox *sb, const char *const *env);
 
 /* The manager's registry of live sandboxes (manager.c). */
 /* Once per process, before its first sandbox: its open-files limit raised. */

@@ -65,6 +65,16 @@ int box_language_index(const char *language)
     return -1;
 }
 
+/* The index of language in languages, or a failure that lists them. */
+static int language_of(const char *language, struct corral_error *err)
+{
+    int i = box_language_index(language);
+    if (i < 0)
+        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
+                           corral_supported_languages());
+    return i;
+}
+
 const char *corral_language_name(const char *language)
 {
     int i = box_language_index(language);
@@ -321,9 +331,8 @@ static corral_context *drop_spare(corral_sandbox *sb, int lang, corral_context *
     return ours ? ctx : NULL;
 }
 
-int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corral_error *err)
+void box_contexts_environ(corral_sandbox *sb, const char *const *env)
 {
-    (void)err;
     corral_context *all[BOX_LANGUAGES + 64];
     bool spare[BOX_LANGUAGES + 64];
     size_t n = 0;
@@ -351,7 +360,6 @@ int box_contexts_environ(corral_sandbox *sb, const char *const *env, struct corr
             pthread_mutex_unlock(&all[i]->exec_lock);
         }
     }
-    return 0;
 }
 
 int box_context_warm(corral_context *ctx, struct corral_error *err)
@@ -452,10 +460,9 @@ int box_context_spare(corral_sandbox *sb, const char *language, struct corral_er
 int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
                           corral_context **out, struct corral_error *err)
 {
-    int lang = box_language_index(language);
+    int lang = language_of(language, err);
     if (lang < 0)
-        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
-                           corral_supported_languages());
+        return lang;
     if (cwd && cwd[0] != '/')
         return corral_fail(err, EINVAL, "the working directory '%s' is not an absolute path", cwd);
     corral_context *ctx = take_spare(sb, lang, cwd);
@@ -478,10 +485,9 @@ int corral_context_create(corral_sandbox *sb, const char *language, const char *
 int corral_context_default_for(corral_sandbox *sb, const char *language, corral_context **out,
                                struct corral_error *err)
 {
-    int lang = box_language_index(language);
+    int lang = language_of(language, err);
     if (lang < 0)
-        return corral_fail(err, EINVAL, "language '%s' is not supported (supported: %s)", language,
-                           corral_supported_languages());
+        return lang;
     /* Per sandbox: a kernel starting here does not hold up other sandboxes. */
     pthread_mutex_lock(&sb->default_lock);
     int r = 0;
@@ -579,6 +585,17 @@ static void context_free(corral_context *ctx)
     free(ctx);
 }
 
+/* Frees a context whose kernel is gone or stopped (its sandbox ended). */
+static void context_free_dead(corral_context *c)
+{
+    if (c->sock >= 0)
+        close(c->sock);
+    kreader_free(&c->reader);
+    close_output_pipes(c);
+    pthread_mutex_destroy(&c->exec_lock);
+    free(c);
+}
+
 /* Removed contexts kept at most (each request's use of one it looked up
  * lasts far shorter than this many removals, each a kernel started). */
 #define REMOVED_KEPT 64
@@ -618,21 +635,9 @@ int corral_context_remove(corral_context *ctx, struct corral_error *err)
     pthread_mutex_unlock(&sb->lock);
     stop_kernel(ctx);
     pthread_mutex_unlock(&ctx->exec_lock);
-    if (oldest) {
-        pthread_mutex_destroy(&oldest->exec_lock);
-        free(oldest);
-    }
+    if (oldest)
+        context_free_dead(oldest);
     return 0;
-}
-
-static void context_free_dead(corral_context *c)
-{
-    if (c->sock >= 0)
-        close(c->sock);
-    kreader_free(&c->reader);
-    close_output_pipes(c);
-    pthread_mutex_destroy(&c->exec_lock);
-    free(c);
 }
 
 void box_contexts_free(corral_sandbox *sb)
@@ -770,6 +775,15 @@ static void report(const struct corral_exec_callbacks *cb, const char *name, con
     }
 }
 
+/* The error of an execution that ran out of its time. */
+static void report_timeout(const struct corral_exec_options *opts)
+{
+    char value[96];
+    snprintf(value, sizeof(value), "the execution took longer than %.3g s",
+             (double)opts->timeout_ms / 1000);
+    report(&opts->callbacks, "TimeoutError", value);
+}
+
 static bool cancelled(const struct corral_exec_options *opts)
 {
     return opts->cancel && __atomic_load_n(opts->cancel, __ATOMIC_ACQUIRE);
@@ -813,14 +827,10 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
         st->out->error = true;
         if (!st->error_name[0])
             snprintf(st->error_name, sizeof(st->error_name), "%s", f->name ? f->name : "");
-        if (st->timed_out && !strcmp(f->name, languages[ctx->lang].interrupted)) {
-            char value[96];
-            snprintf(value, sizeof(value), "the execution took longer than %.3g s",
-                     (double)opts->timeout_ms / 1000);
-            report(&opts->callbacks, "TimeoutError", value);
-        } else if (opts->callbacks.on_error) {
+        if (st->timed_out && !strcmp(f->name, languages[ctx->lang].interrupted))
+            report_timeout(opts);
+        else if (opts->callbacks.on_error)
             opts->callbacks.on_error(opts->callbacks.userdata, f->name, f->value, f->traceback);
-        }
         break;
     case KFRAME_DONE:
         st->out->execution_count = ctx->execution_count = f->execution_count;
@@ -828,12 +838,9 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
             /* The cell ended without an error after the timeout's interrupt
              * (R's system() waits out the command the interrupt ended): its
              * time was still up, which the caller must learn. */
-            char value[96];
-            snprintf(value, sizeof(value), "the execution took longer than %.3g s",
-                     (double)opts->timeout_ms / 1000);
             st->out->error = true;
             snprintf(st->error_name, sizeof(st->error_name), "TimeoutError");
-            report(&opts->callbacks, "TimeoutError", value);
+            report_timeout(opts);
         }
         return true;
     case KFRAME_READY:

@@ -356,11 +356,8 @@ static int hand_out(corral_sandbox *sb, const struct corral_sandbox_options *o,
     sb->pause_at_deadline = o->pause_at_deadline;
     pthread_mutex_unlock(&sb->lock);
     /* Pooled kernels started with the template's environment. */
-    if (o->env && o->env[0]) {
-        int r = box_contexts_environ(sb, o->env, err);
-        if (r < 0)
-            return r;
-    }
+    if (o->env && o->env[0])
+        box_contexts_environ(sb, o->env);
     box_register(sb);
     return 0;
 }
