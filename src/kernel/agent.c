@@ -304,20 +304,17 @@ static int spawn_check(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
 static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, sock[2] = {-1, -1};
-    int st[2] = {-1, -1}, tty[2] = {-1, -1};          /* the terminal's master and slave */
-    int own_out[2] = {-1, -1}, own_err[2] = {-1, -1}; /* s->own_output's */
+    int st[2] = {-1, -1}, tty[2] = {-1, -1}; /* the terminal's master and slave */
     bool root = (s->flags & CTL_SPAWN_ROOT) != 0;
     if (root)
         act_as(true); /* root's terminal is root's (devpts gives it the opener's) */
-    bool ok =
-        pipe2(st, O_CLOEXEC) == 0 &&
-        ((s->flags & CTL_SPAWN_PTY)
-             ? open_pty(tty, &s->size) == 0
-             : pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
-                   (!(s->flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
-        (!(s->flags & CTL_SPAWN_SOCKET) ||
-         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0) &&
-        (!s->own_output || (pipe2(own_out, O_CLOEXEC) == 0 && pipe2(own_err, O_CLOEXEC) == 0));
+    bool ok = pipe2(st, O_CLOEXEC) == 0 &&
+              ((s->flags & CTL_SPAWN_PTY)
+                   ? open_pty(tty, &s->size) == 0
+                   : pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0 &&
+                         (!(s->flags & CTL_SPAWN_STDIN) || pipe2(in, O_CLOEXEC) == 0)) &&
+              (!(s->flags & CTL_SPAWN_SOCKET) ||
+               socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock) == 0);
     int e = errno;
     if (root)
         act_as(false);
@@ -327,30 +324,19 @@ static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
         int fds[6] = {in[0] >= 0 ? in[0] : devnull, out[1], errp[1], sock[1], -1, -1};
         if (tty[1] >= 0)
             fds[0] = fds[1] = fds[2] = tty[1];
-        if (s->own_output) { /* its stdout and stderr, and their read ends as 4 and 5 */
-            fds[1] = own_out[1];
-            fds[2] = own_err[1];
-            fds[4] = own_out[0];
-            fds[5] = own_err[0];
+        /* A kernel that reads its own stdout and stderr back: their read
+         * ends as 4 and 5. The daemon keeps them too, and reads what one
+         * that failed to start wrote once it is gone. */
+        if (s->own_output) {
+            fds[4] = out[0];
+            fds[5] = errp[0];
         }
         close(st[0]);
         child_exec(s, fds, st[1]);
     }
     if (pid < 0 && ok)
         e = errno;
-    if (pid > 0 && s->own_output) {
-        /* The daemon's stdout and stderr of such a kernel are the kernel's
-         * own pipes (the others have no writer): what one that failed to
-         * start wrote there is the daemon's to show. It reads them only
-         * once the kernel is gone. */
-        close(out[0]);
-        close(errp[0]);
-        out[0] = own_out[0];
-        errp[0] = own_err[0];
-        own_out[0] = own_err[0] = -1;
-    }
-    int child_ends[] = {in[0],  out[1],     errp[1],    sock[1],    st[1],
-                        tty[1], own_out[0], own_out[1], own_err[0], own_err[1]};
+    int child_ends[] = {in[0], out[1], errp[1], sock[1], st[1], tty[1]};
     for (size_t i = 0; i < sizeof(child_ends) / sizeof(child_ends[0]); i++)
         if (child_ends[i] >= 0)
             close(child_ends[i]);
