@@ -112,6 +112,9 @@ class FrameClient:
         self.home = tmp_path / "home"
         self.cwd.mkdir()
         self.home.mkdir()
+        # the kernels' temporary folders (a killed kernel cannot remove its own)
+        self.tmpdir = tmp_path / "tmp"
+        self.tmpdir.mkdir()
         self.sock = None
         self.proc = None
         self.next_id = 100
@@ -120,7 +123,7 @@ class FrameClient:
     def env(self):
         """A sandbox-like environment."""
         return {"HOME": str(self.home), "MPLBACKEND": "Agg", "LANG": "C.UTF-8", "USER": "user",
-                "TERM": "xterm", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+                "TERM": "xterm", "PATH": "/usr/local/bin:/usr/bin:/bin", "TMPDIR": str(self.tmpdir)}
 
     def recv_raw(self):
         return self._exact(int.from_bytes(self._exact(4), "big"))
