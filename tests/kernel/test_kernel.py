@@ -648,7 +648,11 @@ def test_env_is_applied_then_restored(kernel):
 
 def test_interrupt(kernel):
     ok(kernel.execute("survivor = 'still here'"))
-    eid = kernel.send_execute("print('go', flush=True); import time; time.sleep(30)")
+    # One statement prints "go" and sleeps: IPython compiles and runs a cell's
+    # top-level statements one by one, so "go" from a statement of its own
+    # could be followed by the signal landing in the compiler, before the
+    # statement that sleeps was ever reached.
+    eid = kernel.send_execute("import time\nfor _ in [0]: print('go', flush=True); time.sleep(30)")
     first = kernel.recv()
     assert (first["type"], first["text"]) == ("stream", "go\n")
     sent = time.monotonic()
