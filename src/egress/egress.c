@@ -26,10 +26,12 @@
  *   default routes. The IPv6 address goes through rtnetlink instead: only
  *   there can it be added with IFA_F_NODAD, so it is usable as a source the
  *   moment the call returns (SIOCSIFADDR leaves it tentative until a
- *   workqueue item runs).
+ *   workqueue item runs). Its local route still comes from a workqueue
+ *   item: the setup waits for that route's notification.
  */
 #include "egress/egress.h"
 #include "base/cleanup.h"
+#include "base/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -267,7 +269,34 @@ static int setup_ipv4(int s, struct corral_error *err)
     return 0;
 }
 
-/* RTM_NEWADDR JAIL_EGRESS_ADDR6/128 with IFA_F_NODAD, and its ack. */
+/* Whether one rtnetlink message is the local route of addr: what makes the
+ * namespace take packets for that address as its own. */
+static bool is_local_route(const struct nlmsghdr *nh, const struct in6_addr *addr)
+{
+    if (nh->nlmsg_type != RTM_NEWROUTE || nh->nlmsg_len < NLMSG_LENGTH(sizeof(struct rtmsg)))
+        return false;
+    const struct rtmsg *rtm = NLMSG_DATA(nh);
+    if (rtm->rtm_family != AF_INET6 || rtm->rtm_type != RTN_LOCAL || rtm->rtm_dst_len != 128)
+        return false;
+    int len = (int)RTM_PAYLOAD(nh);
+    for (const struct rtattr *a = RTM_RTA(rtm); RTA_OK(a, len); a = RTA_NEXT(a, len))
+        if (a->rta_type == RTA_DST && RTA_PAYLOAD(a) == sizeof(*addr) &&
+            !memcmp(RTA_DATA(a), addr, sizeof(*addr)))
+            return true;
+    return false;
+}
+
+/* The kernel makes a new IPv6 address's local route in a work item of its
+ * own, after RTM_NEWADDR was answered: until it runs, packets for the
+ * address leave by the default route, where the rules refuse them (the ICMP
+ * port-unreachable a refusal sends back to the sandbox would be refused in
+ * turn, and a connected UDP socket wait for nothing). Bounds a hang only. */
+#define LOCAL_ROUTE_TIMEOUT_MS 10000
+
+/* RTM_NEWADDR JAIL_EGRESS_ADDR6/128 with IFA_F_NODAD (usable as a source at
+ * once, never tentative), its ack, and then its local route: the socket
+ * listens to IPv6 route changes from before the request, so the route's
+ * notification cannot be missed, whether it comes before or after the ack. */
 static int add_ipv6_address(int ifindex, struct corral_error *err)
 {
     struct {
@@ -293,26 +322,47 @@ static int add_ipv6_address(int ifindex, struct corral_error *err)
     cleanup_close int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (s < 0)
         return corral_fail_errno(err, "cannot open a rtnetlink socket");
+    struct sockaddr_nl groups = {.nl_family = AF_NETLINK, .nl_groups = RTMGRP_IPV6_ROUTE};
+    if (bind(s, (struct sockaddr *)&groups, sizeof(groups)) < 0)
+        return corral_fail_errno(err, "cannot listen to IPv6 route changes");
     struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
     if (sendto(s, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
         return corral_fail_errno(err, "cannot send RTM_NEWADDR");
-    struct {
-        struct nlmsghdr nh;
-        struct nlmsgerr e;
-        char rest[256]; /* the request echoed back, extended acks */
-    } ack;
-    ssize_t n;
-    do
-        n = recv(s, &ack, sizeof(ack), 0);
-    while (n < 0 && errno == EINTR);
-    if (n < 0)
-        return corral_fail_errno(err, "cannot read the answer to RTM_NEWADDR");
-    if ((size_t)n < sizeof(ack.nh) + sizeof(ack.e) || ack.nh.nlmsg_type != NLMSG_ERROR)
-        return corral_fail(err, EPROTO, "unexpected answer to RTM_NEWADDR");
-    if (ack.e.error) {
-        errno = -ack.e.error;
-        return corral_fail_errno(err, "cannot give %s the address %s", JAIL_EGRESS_IFNAME,
-                                 JAIL_EGRESS_ADDR6);
+    bool acked = false, local = false;
+    uint64_t deadline = corral_now_ms() + LOCAL_ROUTE_TIMEOUT_MS;
+    while (!acked || !local) {
+        uint64_t now = corral_now_ms();
+        if (now >= deadline)
+            return corral_fail(err, ETIMEDOUT, "%s has no local route %d s after it was added",
+                               JAIL_EGRESS_ADDR6, LOCAL_ROUTE_TIMEOUT_MS / 1000);
+        struct pollfd pfd = {s, POLLIN, 0};
+        if (poll(&pfd, 1, (int)(deadline - now)) < 0 && errno != EINTR)
+            return corral_fail_errno(err, "cannot wait for rtnetlink");
+        union {
+            struct nlmsghdr nh;
+            char bytes[8192]; /* route notifications, the ack and its echoed request */
+        } buf;
+        ssize_t n = recv(s, &buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (n < 0)
+            return corral_fail_errno(err, "cannot read the answer to RTM_NEWADDR");
+        int left = (int)n;
+        for (struct nlmsghdr *nh = &buf.nh; NLMSG_OK(nh, left); nh = NLMSG_NEXT(nh, left)) {
+            if (nh->nlmsg_type == NLMSG_ERROR && nh->nlmsg_seq == req.nh.nlmsg_seq) {
+                const struct nlmsgerr *e = NLMSG_DATA(nh);
+                if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+                    return corral_fail(err, EPROTO, "unexpected answer to RTM_NEWADDR");
+                if (e->error) {
+                    errno = -e->error;
+                    return corral_fail_errno(err, "cannot give %s the address %s",
+                                             JAIL_EGRESS_IFNAME, JAIL_EGRESS_ADDR6);
+                }
+                acked = true;
+            } else if (is_local_route(nh, &req.addr)) {
+                local = true;
+            }
+        }
     }
     return 0;
 }
