@@ -155,15 +155,17 @@ void box_exchange_free(struct box_exchange *x);
 /* Sends a request and waits for its reply (OK or ERR, turned into err). */
 int box_request(corral_sandbox *sb, struct ctl_msg *req, struct ctl_msg *reply,
                 struct corral_error *err);
-/* Starts a process through the agent; fds as the reply carries them.
- * pty_size {rows, cols} is needed with CTL_SPAWN_PTY. */
 /* op, acting as root when the calling thread's file calls do
  * (corral_files_as_root). */
 uint32_t box_files_op(uint32_t op);
 
+/* Starts a process through the agent; fds as the reply carries them.
+ * pty_size {rows, cols} is needed with CTL_SPAWN_PTY. When it fails,
+ * *failed_stage (if not NULL) is the step the agent says failed
+ * (CTL_STAGE_*). */
 int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
               const char *const *extra_env, const uint16_t *pty_size, corral_process **out,
-              int *sock, struct corral_error *err);
+              int *sock, uint32_t *failed_stage, struct corral_error *err);
 int box_signal(corral_sandbox *sb, pid_t pid, int sig, bool group, struct corral_error *err);
 void box_process_unlink(corral_process *p);
 

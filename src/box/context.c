@@ -195,6 +195,22 @@ static void stop_kernel(corral_context *ctx)
     close_output_pipes(ctx);
 }
 
+/* A kernel that could not be spawned, by the step that failed: a working
+ * directory that cannot be entered is the caller's error (EINVAL), a
+ * runtime missing names the package it comes in. Returns r otherwise. */
+static int spawn_failed(const corral_context *ctx, int r, uint32_t stage, struct corral_error *err)
+{
+    const struct language *l = &languages[ctx->lang];
+    char why[sizeof(err->message)];
+    snprintf(why, sizeof(why), "%s", err->message);
+    if (stage == CTL_STAGE_CWD)
+        return corral_fail(err, EINVAL, "%s", why);
+    if (stage == CTL_STAGE_EXEC && r == -ENOENT && ctx->lang)
+        return corral_fail(err, ENOENT, "%s contexts need %s in the sandbox (%s)", l->name,
+                           l->needs, why);
+    return r;
+}
+
 /* Starts the kernel and waits for its ready frame. */
 static int start_kernel(corral_context *ctx, struct corral_error *err)
 {
@@ -206,16 +222,10 @@ static int start_kernel(corral_context *ctx, struct corral_error *err)
     int sock = -1;
     uint32_t flags = CTL_SPAWN_SOCKET | CTL_SPAWN_KERNEL |
                      (sb->forked && ctx->lang == 0 ? CTL_SPAWN_PRISTINE : 0);
-    int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, NULL, &k, &sock, err);
-    /* the runtime missing (not the working directory) */
-    if (r == -ENOENT && ctx->lang && !strncmp(err->message, "cannot execute ", 15)) {
-        char why[sizeof(err->message)];
-        snprintf(why, sizeof(why), "%s", err->message);
-        return corral_fail(err, ENOENT, "%s contexts need %s in the sandbox (%s)", l->name,
-                           l->needs, why);
-    }
+    uint32_t stage;
+    int r = box_spawn(sb, flags, ctx->cwd, argv, NULL, NULL, &k, &sock, &stage, err);
     if (r < 0)
-        return r;
+        return spawn_failed(ctx, r, stage, err);
     k->is_kernel = true;
     fcntl(sock, F_SETFL, O_NONBLOCK);
     pthread_mutex_lock(&sb->lock);

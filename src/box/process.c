@@ -72,7 +72,7 @@ static int start(corral_sandbox *sb, uint32_t flags, char **argv,
         if (!cwd)
             cwd = CORRAL_ROOT_HOME;
     }
-    int r = box_spawn(sb, flags, cwd, argv, env, size, out, NULL, err);
+    int r = box_spawn(sb, flags, cwd, argv, env, size, out, NULL, NULL, err);
     free(root_env);
     if (r == 0) {
         fcntl((*out)->out_fd, F_SETFL, O_NONBLOCK);

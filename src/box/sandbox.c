@@ -138,6 +138,7 @@ int box_exchange_init(struct box_exchange *x, uint32_t op, struct corral_error *
         return corral_fail(err, ENOMEM, "out of memory");
     }
     ctl_msg_init(x->req, op, 0);
+    x->rep->op = 0; /* no reply yet */
     x->rep->nfds = 0;
     return 0;
 }
@@ -906,9 +907,21 @@ const struct corral_limits *corral_sandbox_limits(const corral_sandbox *sb)
 
 /* ---- processes ---- */
 
+/* The step a SPAWN's ERR reply says failed (CTL_STAGE_SETUP when it says none). */
+static uint32_t spawn_failed_stage(const struct ctl_msg *rep)
+{
+    struct ctl_reader rd;
+    size_t len;
+    ctl_reader_init(&rd, rep);
+    ctl_get_i32(&rd);
+    ctl_get_strn(&rd, &len);
+    uint32_t stage = ctl_get_u32(&rd);
+    return ctl_reader_done(&rd) ? stage : CTL_STAGE_SETUP;
+}
+
 int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *argv,
               const char *const *extra_env, const uint16_t *pty_size, corral_process **out,
-              int *sock, struct corral_error *err)
+              int *sock, uint32_t *failed_stage, struct corral_error *err)
 {
     cleanup_exchange struct box_exchange x = {0};
     int r = box_exchange_init(&x, CTL_SPAWN, err);
@@ -942,8 +955,11 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
                            "the command, its arguments and environment are too "
                            "large (at most %d KiB)",
                            CTL_MAX_PAYLOAD / 1024);
-    if ((r = box_request(sb, req, rep, err)) < 0)
+    if ((r = box_request(sb, req, rep, err)) < 0) {
+        if (failed_stage)
+            *failed_stage = rep->op == CTL_ERR ? spawn_failed_stage(rep) : CTL_STAGE_SETUP;
         return r;
+    }
     struct ctl_reader rd;
     ctl_reader_init(&rd, rep);
     pid_t pid = ctl_get_i32(&rd);

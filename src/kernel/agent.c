@@ -115,7 +115,8 @@ struct spawn_req {
     bool own_output; /* a kernel that reads its own stdout and stderr (fds 4 and 5) */
     char cwd[4096];
     char **argv, **envp;
-    struct winsize size; /* CTL_SPAWN_PTY */
+    struct winsize size;   /* CTL_SPAWN_PTY */
+    uint32_t failed_stage; /* CTL_STAGE_*, for the ERR reply */
 };
 
 static char **get_strv(struct ctl_reader *r)
@@ -172,10 +173,10 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
         if (moved[i] < 0)
             continue;
         if (dup2(moved[i], i) < 0)
-            child_failed(status_fd, 0);
+            child_failed(status_fd, CTL_STAGE_SETUP);
     }
     if ((s->flags & CTL_SPAWN_PTY) && ioctl(0, TIOCSCTTY, 0) < 0)
-        child_failed(status_fd, 0);
+        child_failed(status_fd, CTL_STAGE_SETUP);
     /* Close everything but 0 to first - 1 and the status pipe. */
     if (status_fd > first)
         syscall(SYS_close_range, first, status_fd - 1, 0);
@@ -190,10 +191,10 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
     } else if (root_agent &&
                (syscall(SYS_setresgid, CORRAL_USER_UID, CORRAL_USER_UID, CORRAL_USER_UID) < 0 ||
                 syscall(SYS_setresuid, CORRAL_USER_UID, CORRAL_USER_UID, CORRAL_USER_UID) < 0)) {
-        child_failed(status_fd, 3);
+        child_failed(status_fd, CTL_STAGE_USER);
     }
     if (s->cwd[0] && chdir(s->cwd) < 0)
-        child_failed(status_fd, 1);
+        child_failed(status_fd, CTL_STAGE_CWD);
     /* The sandbox's code leaves the control plane's priority; a kernel
      * leaves it itself, once started, before it runs its first cell. */
     if ((s->flags & (CTL_SPAWN_PRISTINE | CTL_SPAWN_KERNEL)) !=
@@ -205,7 +206,7 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_req *s, int 
         _exit(127);
     }
     execvpe(s->argv[0], s->argv, s->envp);
-    child_failed(status_fd, 2);
+    child_failed(status_fd, CTL_STAGE_EXEC);
 }
 
 /* A new terminal of the sandbox's devpts: tty[0] its master, tty[1] its slave. */
@@ -344,9 +345,10 @@ static void spawn_start(struct spawn_req *s, uint32_t seq, struct ctl_msg *rep)
     if (pid > 0 && corral_read_exact(st[0], stage_errno, sizeof(stage_errno)) == 0) {
         waitpid(pid, NULL, 0); /* it exits 127 at once: no EXITED for it */
         e = stage_errno[1];
-        if (stage_errno[0] == 1)
+        s->failed_stage = (uint32_t)stage_errno[0];
+        if (stage_errno[0] == CTL_STAGE_CWD)
             reply_err(rep, seq, e, "cannot enter directory %s: %s", s->cwd, strerror(e));
-        else if (stage_errno[0] == 3)
+        else if (stage_errno[0] == CTL_STAGE_USER)
             reply_err(rep, seq, e, "cannot become the sandbox's user: %s", strerror(e));
         else
             reply_err(rep, seq, e, "cannot execute %s: %s", s->argv[0], strerror(e));
@@ -395,10 +397,11 @@ static void handle_spawn(struct ctl_reader *r, uint32_t seq, struct ctl_msg *rep
     if (!ctl_reader_done(r) || !s.argv || !s.argv[0] ||
         ((s.flags & CTL_SPAWN_PTY) && (s.flags & (CTL_SPAWN_STDIN | CTL_SPAWN_KERNEL)))) {
         reply_err(rep, seq, EINVAL, "malformed spawn request");
-        return;
-    }
-    if (spawn_check(&s, seq, rep) == 0)
+    } else if (spawn_check(&s, seq, rep) == 0) {
         spawn_start(&s, seq, rep);
+    }
+    if (rep->op == CTL_ERR)
+        ctl_put_u32(rep, s.failed_stage);
 }
 
 /* ---- connections ---- */

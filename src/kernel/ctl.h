@@ -36,7 +36,10 @@
  *           Symbolic links are followed, magic links (/proc/.../fd/N) are not;
  *           the entry is the file's afterwards, under the path as given.
  * A request's op may carry CTL_AS_ROOT (see there).
- * Replies: OK (payload as above) or ERR i32 errno, str message.
+ * Replies: OK (payload as above) or ERR i32 errno, str message; a SPAWN's ERR
+ * adds u32 stage (CTL_STAGE_*), the step that failed, so that the daemon
+ * tells a bad working directory from a missing program without reading the
+ * message.
  * Events (agent -> daemon, seq 0): EXITED i32 pid, i32 wait status.
  *
  * An entry: u32 type (CTL_TYPE_*), u32 mode, u64 size, u64 mtime (ns since
@@ -94,6 +97,13 @@ enum {
     CTL_SPAWN_PRISTINE = 8,
     CTL_SPAWN_PTY = 16,
     CTL_SPAWN_ROOT = 32 /* as the sandbox's root, not its user */
+};
+/* The step of a SPAWN that failed, in its ERR reply. */
+enum ctl_spawn_stage {
+    CTL_STAGE_SETUP = 0, /* the agent's or the child's own (descriptors, fork, checks) */
+    CTL_STAGE_CWD = 1,   /* entering the working directory */
+    CTL_STAGE_EXEC = 2,  /* executing the program */
+    CTL_STAGE_USER = 3   /* becoming the sandbox's user */
 };
 /* Or'ed into a request's op: the request acts as the sandbox's root (its
  * files are root's, root's permissions apply) instead of its user. */

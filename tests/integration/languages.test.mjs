@@ -323,7 +323,7 @@ test('a language without a kernel is refused with the list of those there are', 
   }),
 );
 
-test("a context's bad working directory is said to be one (not a missing runtime); a cwd that is no string is refused", T, () =>
+test("a context's working directory that cannot be entered is a 400 naming it (not a missing runtime); a cwd that is no string is refused", T, () =>
   withSandbox(Sandbox, async (sbx) => {
     const post = async (body) => {
       const raw = await fetch(new URL('/contexts', ctx.server.url), {
@@ -333,13 +333,26 @@ test("a context's bad working directory is said to be one (not a missing runtime
       });
       return { status: raw.status, text: await raw.text() };
     };
-    for (const language of ['javascript', 'bash']) {
-      const missing = await post({ language, cwd: '/nonexistent' });
-      assert.match(missing.text, /cannot enter directory \/nonexistent: No such file or directory/, language);
-      assert.doesNotMatch(missing.text, /contexts need/, `${language}: its runtime is there`);
+    for (const language of ['python', 'javascript', 'bash']) {
+      assert.deepEqual(await post({ language, cwd: '/nonexistent' }), {
+        status: 400,
+        text: 'cannot enter directory /nonexistent: No such file or directory',
+      }, language);
+      assert.deepEqual(await post({ language, cwd: '/etc/hostname' }), {
+        status: 400,
+        text: 'cannot enter directory /etc/hostname: Not a directory',
+      }, language);
     }
+    // The SDK's own error for it: a 400, not a server error.
+    await assert.rejects(sbx.createCodeContext({ language: 'bash', cwd: '/nonexistent/dir' }), (e) => {
+      assert.match(e.message, /^400 /);
+      return true;
+    });
     const numeric = await post({ language: 'javascript', cwd: 5 });
     assert.deepEqual(numeric, { status: 400, text: "'cwd' must be a string" });
+    // None of those was left behind as a context.
+    const bad = ['/nonexistent', '/etc/hostname', '/nonexistent/dir'];
+    assert.deepEqual((await sbx.listCodeContexts()).filter((c) => bad.includes(c.cwd)), []);
   }),
 );
 
