@@ -248,6 +248,8 @@ def test_contexts(osb):
     status, text, _ = osb.execd(sid, "DELETE", "/code/contexts")
     assert status == 400 and json.loads(text)["code"] == "MISSING_QUERY"
     assert osb.execd(sid, "DELETE", "/code/contexts?language=python")[0] == 200
+    status, text, _ = osb.execd(sid, "DELETE", "/code/contexts?language=java")
+    assert status == 400 and json.loads(text)["code"] == "NOT_SUPPORTED"
     status, text, _ = osb.execd(sid, "POST", "/code", raw="{bad")
     assert status == 400 and json.loads(text)["code"] == "INVALID_REQUEST_BODY"
 

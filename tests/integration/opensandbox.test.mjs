@@ -654,6 +654,44 @@ test('code execution through the raw flow of LiteLLM and the code-interpreter cl
   }
 });
 
+test("the code API: a context's working directory that cannot be entered, and deleting the contexts of a language without a kernel, are the client's errors", () =>
+  withSandbox(async (sbx) => {
+    const execd = { base: await sbx.getEndpointUrl(EXECD_PORT), headers: (await sbx.getEndpoint(EXECD_PORT)).headers };
+    const create = async (body) => {
+      const res = await fetch(`${execd.base}/code/context`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', ...execd.headers },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: await res.json() };
+    };
+    for (const language of ['python', 'bash']) {
+      assert.deepEqual(await create({ language, cwd: '/nonexistent' }), {
+        status: 400,
+        body: { code: 'INVALID_REQUEST_BODY', message: 'cannot enter directory /nonexistent: No such file or directory' },
+      }, language);
+      assert.deepEqual(await create({ language, cwd: '/etc/hostname' }), {
+        status: 400,
+        body: { code: 'INVALID_REQUEST_BODY', message: 'cannot enter directory /etc/hostname: Not a directory' },
+      }, language);
+    }
+    const listed = await (await fetch(`${execd.base}/code/contexts?language=bash`, { headers: execd.headers })).json();
+    assert.deepEqual(listed, [], 'no context was left of those');
+
+    // DELETE /code/contexts?language= of a language without a kernel: as creating one.
+    const kept = await newContext(execd, 'bash');
+    for (const language of ['cobol', 'go']) {
+      const res = await fetch(`${execd.base}/code/contexts?language=${language}`, { method: 'DELETE', headers: execd.headers });
+      assert.equal(res.status, 400, language);
+      const body = await res.json();
+      assert.equal(body.code, 'NOT_SUPPORTED', language);
+      assert.match(body.message, new RegExp(`'${language}' is not available: corral runs python, javascript, typescript, bash, r`));
+    }
+    const after = await fetch(`${execd.base}/code/contexts/${kept.id}`, { headers: execd.headers });
+    assert.equal(after.status, 200, 'the contexts of other languages are untouched');
+    await after.arrayBuffer();
+  }));
+
 /** POST {execd}/code, started: resolves to the fetch response (for a run to interrupt). */
 function startCode(execd, code, context) {
   return fetch(`${execd.base}/code`, {

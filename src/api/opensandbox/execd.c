@@ -125,10 +125,13 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
     if (!*rest) {
         if (!strcmp(m, "DELETE") && (!lang || !*lang))
             return execd_error(400, "MISSING_QUERY", "'language' is required");
-        /* ?language= keeps the contexts of that language (none for one
-         * without a kernel) */
+        /* ?language= keeps the contexts of that language: a listing of one
+         * without a kernel has none, deleting them is refused as creating
+         * one is */
         const char *only = lang && *lang ? corral_language_name(lang) : NULL;
         bool none = lang && *lang && !only;
+        if (none && !strcmp(m, "DELETE"))
+            return unsupported_language(lang);
         corral_context *list[256];
         size_t n = none ? 0 : corral_context_list(sb, list, 256);
         if (n > 256)
