@@ -15,7 +15,11 @@
 # its state intact, and errors such as `${x:?}` or `set -u` do not end it.
 # Each cell's code is written to a file in a private directory (0700) and
 # run by one control line, `. FILE </dev/null`, so that code reading stdin
-# gets EOF instead of the control pipe.  The control line first writes
+# gets EOF instead of the control pipe.  bash keeps copies of the stdout and
+# stderr pipes on descriptors of its own (just above the ack pipe's), and the
+# control line makes fds 1 and 2 of the cell from them, redirections of `.`
+# that bash undoes when the cell ends: a cell's `exec >FILE`, `exec 2>&-`
+# apply to the rest of that cell only, and the next one writes to the pipes.  The control line first writes
 # "B <seq>" to a private descriptor (the ack pipe, closed for the cell's
 # code); PROMPT_COMMAND, which bash runs before reading the next line (after
 # the line ended or was aborted by SIGINT), writes "E <$?>" there: the end of
@@ -193,10 +197,17 @@ def _bundle(mime, data):
     return bundle
 
 
+def _saved_fds(ack_fd):
+    """bash's copies of its stdout and stderr (the kernel's pipes), which every
+    cell's fds 1 and 2 are made from, whatever the cells before did to theirs."""
+    return ack_fd + 1, ack_fd + 2
+
+
 def _init_code(ack_fd, workdir, fifo):
     """What bash runs first: prompts off (PS1 would go to stderr), no history,
     aliases on, PROMPT_COMMAND writing the end of each line to the ack pipe
-    (read-only: a cell that changed it would never end), the display
+    (read-only: a cell that changed it would never end), the copies of
+    stdout and stderr that cells start with (_saved_fds), the display
     functions, and bash's version for the ready frame."""
     prompt = "{ builtin printf 'E %%s\\n' \"$?\" >&%d; } 2>/dev/null" % ack_fd
     return """PS1=
@@ -208,6 +219,7 @@ builtin set +o history +H +m
 builtin shopt -s expand_aliases
 PROMPT_COMMAND=%(prompt)s
 builtin readonly PROMPT_COMMAND
+exec %(out)d>&1 %(err)d>&2
 display() {
     local mime= tmp f
     case $1 in
@@ -248,7 +260,8 @@ displayHTML() { display --html "$@"; }
 displayJS() { display --js "$@"; }
 builtin printf 'V %%s.%%s.%%s\\n' "${BASH_VERSINFO[0]}" "${BASH_VERSINFO[1]}" \
     "${BASH_VERSINFO[2]}" >&%(ack)d
-""" % {"prompt": _quote(prompt), "dir": _quote(workdir), "fifo": _quote(fifo), "ack": ack_fd}
+""" % {"prompt": _quote(prompt), "dir": _quote(workdir), "fifo": _quote(fifo), "ack": ack_fd,
+       "out": _saved_fds(ack_fd)[0], "err": _saved_fds(ack_fd)[1]}
 
 
 class Daemon:
@@ -712,12 +725,17 @@ class Kernel:
         return error
 
     def cell_line(self, code):
-        """The control line running a cell's code (written to a file)."""
+        """The control line running a cell's code (written to a file): stdin
+        empty, stdout and stderr the kernel's pipes (bash's copies, which the
+        code does not get), no ack pipe; bash undoes these redirections, and
+        what the code's `exec` did to those descriptors, when the cell ends."""
         code = code.replace("\r\n", "\n")
         if not code.endswith("\n"):
             code += "\n"
         path = self.write_file("cell", code)
-        return "builtin . %s </dev/null %d>&-" % (_quote(path), self.shell.ack_fd)
+        out, err = _saved_fds(self.shell.ack_fd)
+        return "builtin . %s </dev/null %d>&- 1>&%d 2>&%d %d>&- %d>&-" % (
+            _quote(path), self.shell.ack_fd, out, err, out, err)
 
     def cell_error(self, status):
         """(name, value, traceback) of how a cell ended, None when it succeeded;

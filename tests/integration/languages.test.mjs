@@ -177,6 +177,20 @@ test('bash: cd, variables and functions persist; output streams; a failure has i
   }),
 );
 
+test("bash: a cell's exec redirections last for that cell only", T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const sh = { language: 'bash' };
+    const logs = (execution) => [execution.logs.stdout.join(''), execution.logs.stderr.join('')];
+    const hidden = ok(await sbx.runCode('exec >/tmp/cell-out 2>/dev/null; echo in-file; echo lost >&2', sh), 'redirected');
+    assert.deepEqual(logs(hidden), ['', '']);
+    assert.deepEqual(logs(ok(await sbx.runCode('echo out; echo err >&2; cat /tmp/cell-out', sh), 'the next cell')),
+      ['out\nin-file\n', 'err\n']);
+    const closed = await sbx.runCode('exec 1>&- 2>&-; echo nowhere', sh);
+    assert.deepEqual(logs(closed), ['', '']);
+    assert.deepEqual(logs(ok(await sbx.runCode('echo back', sh), 'after closing')), ['back\n', '']);
+  }),
+);
+
 /* ---- R ---- */
 
 test('r: values printed as R prints them, a data frame, a plot as PNG, errors', T, () =>

@@ -195,6 +195,44 @@ def test_a_child_writing_to_both_streams(kernel):
     assert stream(frames) == "o\ne\nseen\n"
 
 
+def test_exec_redirections_of_a_cell_last_for_that_cell_only(kernel):
+    """A cell's `exec` changes its own stdout and stderr for the rest of it;
+    the next cell writes to the kernel's streams again."""
+    path = kernel.tmp / "exec-out"
+    frames = ok(kernel.execute("exec >%s; echo into the file; echo on stderr >&2" % path))
+    assert merged(frames) == [("stderr", "on stderr\n")]
+    assert path.read_text() == "into the file\n"
+    frames = ok(kernel.execute("echo out; echo err >&2"))
+    assert (stream(frames), stream(frames, "stderr")) == ("out\n", "err\n")
+    frames = ok(kernel.execute("exec 2>/dev/null; echo hidden >&2; echo shown"))
+    assert merged(frames) == [("stdout", "shown\n")]
+    assert merged(ok(kernel.execute("echo err again >&2"))) == [("stderr", "err again\n")]
+    frames = kernel.execute("exec 1>&- 2>&-; echo gone || exit_code=$?")
+    assert merged(frames) == []
+    assert kernel.out("echo back") == "back\n"
+    frames = ok(kernel.execute("exec 3>&1 1>&2; echo to stderr; echo to stdout >&3; exec 3>&-"))
+    assert (stream(frames), stream(frames, "stderr")) == ("to stdout\n", "to stderr\n")
+    assert kernel.out("echo fine") == "fine\n"
+    # other descriptors opened by exec stay, as in a terminal
+    path = kernel.tmp / "exec-fd"
+    ok(kernel.execute("exec 7>%s" % path))
+    assert kernel.out("echo kept >&7; exec 7>&-; cat %s" % path) == "kept\n"
+
+
+def test_an_interrupted_cell_leaves_no_redirection_behind(kernel):
+    path = kernel.tmp / "interrupted-out"
+    eid = kernel.send_execute("echo go; exec >%s 2>&1; sleep 100" % path)
+    assert first_stream(kernel, eid)["text"] == "go\n"
+    assert error(kernel.interrupt_until_done(eid))["name"] == "KeyboardInterrupt"
+    frames = ok(kernel.execute("echo out; echo err >&2"))
+    assert (stream(frames), stream(frames, "stderr")) == ("out\n", "err\n")
+
+
+def test_the_shells_copies_of_its_streams_are_not_the_cells(kernel):
+    """Commands of a cell hold no descriptor but 0, 1 and 2 (and their own)."""
+    assert kernel.out("ls /proc/self/fd | sort -n | tr '\\n' ' '") == "0 1 2 3 "
+
+
 def test_failing_cell_reports_its_status(kernel):
     frames = kernel.execute("echo before; false")
     err = error(frames)
@@ -216,6 +254,10 @@ def test_command_not_found_and_syntax_errors(kernel):
     assert error(frames)["name"] == "ExitStatus"
     assert "syntax error" in stream(frames, "stderr")
     assert kernel.out("echo fine") == "fine\n"
+    # other descriptors opened by exec stay, as in a terminal
+    path = kernel.tmp / "exec-fd"
+    ok(kernel.execute("exec 7>%s" % path))
+    assert kernel.out("echo kept >&7; exec 7>&-; cat %s" % path) == "kept\n"
 
 
 def test_errors_that_end_a_script_do_not_end_the_shell(kernel):
@@ -342,6 +384,10 @@ def test_warm(fresh_kernel):
 def test_unknown_frames_are_ignored(kernel):
     kernel.send({"type": "something-new", "id": 5})
     assert kernel.out("echo fine") == "fine\n"
+    # other descriptors opened by exec stay, as in a terminal
+    path = kernel.tmp / "exec-fd"
+    ok(kernel.execute("exec 7>%s" % path))
+    assert kernel.out("echo kept >&7; exec 7>&-; cat %s" % path) == "kept\n"
 
 
 def test_background_jobs_do_not_hold_up_done_and_survive(kernel):
