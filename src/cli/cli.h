@@ -25,6 +25,10 @@ struct corral_config;
 int cli_load_config(const char *cmd, const char *path, const char **state_dir, const char *disk_dir,
                     const struct corral_config **loaded);
 
+/* Whether bash text typed into `corral repl -l bash` needs more lines
+ * before it can run, as bash's own prompt tells (repl_bash.c). */
+bool cli_bash_incomplete(const char *text, size_t len);
+
 /* Showing executions (output.c). */
 struct cli_output {
     const char *out_dir; /* where rich results are saved, or NULL */

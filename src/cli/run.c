@@ -183,10 +183,12 @@ static void repl_usage(FILE *out)
           "An interactive session in one sandbox: each input runs as a cell of an\n"
           "IPython kernel (or of --language's) and its state persists until the end\n"
           "(Ctrl-D). A line ending in ':' or '\\' starts a block, which an empty line\n"
-          "ends; in the other languages a line ending in an opening bracket, ',', '|',\n"
-          "'&' or '\\' (in bash also do, then, else or in) starts one. Ctrl-C interrupts a\n"
-          "running cell. Without a terminal, inputs are read from standard input and only\n"
-          "outputs are printed.\n"
+          "ends; in the other languages a line ending in an opening bracket, ',', '=',\n"
+          "'|', '&' or '\\' starts one. In bash an input runs once it is whole, as at\n"
+          "bash's prompt: an open quote, if/fi, do/done, case/esac, braces, a function's\n"
+          "body, a here-document or a trailing '\\', '|', '&&' or '||' reads more lines.\n"
+          "Ctrl-C interrupts a running cell. Without a terminal, inputs are read from\n"
+          "standard input and only outputs are printed.\n"
           "\n"
           "Options: -o/--out DIR, -t/--timeout (per input), -m/--memory, --cpus, --pids,\n"
           "--disk, --open-files, -e/--env, -l/--language, --python, --state-dir, --disk-dir,\n"
@@ -635,10 +637,10 @@ static char *read_program(const struct run_opts *o)
     return text;
 }
 
-/* Whether a line (n bytes, trailing blanks off) of language (NULL: python)
- * starts a block: Python's ends with ':'; the others' with an opening
- * bracket or an operator that wants more, bash's also with a keyword that
- * opens a compound command; every language's with a '\\'. */
+/* Whether a line (n bytes, trailing blanks off) of language (NULL: python,
+ * not bash) starts a block: Python's ends with ':'; the others' with an
+ * opening bracket or an operator that wants more; every language's with a
+ * '\\'. */
 static bool opens_block(const char *line, size_t n, const char *language)
 {
     if (!n)
@@ -648,25 +650,18 @@ static bool opens_block(const char *line, size_t n, const char *language)
         return true;
     if (!language || !strcmp(language, "python"))
         return c == ':';
-    if (strchr("{([,", c) || c == '|' || c == '&' || (c == '=' && strcmp(language, "bash")))
-        return true;
-    if (strcmp(language, "bash"))
-        return false;
-    static const char *const words[] = {"do", "then", "else", "in"};
-    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-        size_t w = strlen(words[i]);
-        if (n >= w && !memcmp(line + n - w, words[i], w) &&
-            (n == w || strchr(" \t;", line[n - w - 1])))
-            return true;
-    }
-    return false;
+    return strchr("{([,=|&", c) != NULL;
 }
 
-/* True when the lines so far need more before they can run. */
+/* True when the lines so far need more before they can run: bash's until
+ * its constructs are closed, as its prompt would; the others' until a
+ * block is ended by an empty line. */
 static bool block_open(const char *buf, size_t len, bool last_empty, const char *language)
 {
     if (!len)
         return false;
+    if (language && !strcmp(language, "bash"))
+        return cli_bash_incomplete(buf, len);
     const char *last = buf + len - 1;
     while (last > buf && last[-1] != '\n')
         last--;

@@ -172,6 +172,45 @@ def test_repl_blocks_of_other_languages_run_as_one_cell(language, session, out):
     assert (r.returncode, r.stdout, r.stderr) == (0, out, "")
 
 
+# Multi-line bash constructs, each closed where bash's own prompt would run it.
+BASH_CONSTRUCTS = [
+    ("if true\nthen\n  echo yes\nelif false\nthen\n  echo no\nelse\n  echo no\nfi\n", "yes\n"),
+    ("for i in 1 2\ndo\n  echo $i\ndone\n", "1\n2\n"),
+    ("n=0; while [ $n -lt 2 ]\ndo\n  n=$((n + 1)); echo w$n\ndone\n", "w1\nw2\n"),
+    ("until true\ndo\n  :\ndone\n", ""),
+    ("case b in\n  a) echo a ;;\n  b)\n    echo b ;;\nesac\n", "b\n"),
+    ("greet()\n{\n  echo hi $1\n}\n", ""),
+    ("function shout\n{\n  echo \"${1^^}\"\n}\n", ""),
+    ("greet bob; shout loud\n", "hi bob\nLOUD\n"),
+    ("echo a \\\n  b\n", "a b\n"),
+    ("echo x |\n  tr x y\n", "y\n"),
+    ("true &&\n  echo and\n", "and\n"),
+    ("echo \"two\nlines\" \'and\nmore\'\n", "two\nlines and\nmore\n"),
+    ("cat <<EOF\nif then fi \"\nEOF\n", "if then fi \"\n"),
+    ("words=(\n  a b\n)\n(\n  echo ${#words[@]}\n)\n", "2\n"),
+    ("echo $((1 << 2)) done fi } # if\n", "4 done fi }\n"),
+    ("sleep 0 &\n", ""),
+]
+
+
+def test_repl_bash_runs_each_construct_once_it_is_closed():
+    """Each construct, then `false` as an input of its own: one failing
+    input per construct shows that each ran as soon as it was closed (not
+    before, which is a syntax error; not later, with the `false` after it)."""
+    session = "".join(code + "false\n" for code, _ in BASH_CONSTRUCTS) + "echo end\n"
+    r = run("repl", "-l", "bash", input=session)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "".join(out for _, out in BASH_CONSTRUCTS) + "end\n", r.stderr
+    assert r.stderr.count("exit status 1") == len(BASH_CONSTRUCTS), r.stderr
+    assert "syntax error" not in r.stderr and "unexpected" not in r.stderr, r.stderr
+
+
+def test_repl_bash_runs_what_is_pending_at_the_end():
+    r = run("repl", "-l", "bash", input="echo start\nif true; then\n  echo never closed\n")
+    assert r.stdout == "start\n"
+    assert "syntax error: unexpected end of file" in r.stderr
+
+
 def test_repl_reports_errors_and_goes_on():
     r = run("repl", input="1/0\n'still here'\n")
     assert r.returncode == 0
