@@ -924,6 +924,8 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
               int *sock, uint32_t *failed_stage, struct corral_error *err)
 {
     cleanup_exchange struct box_exchange x = {0};
+    if (failed_stage)
+        *failed_stage = CTL_STAGE_SETUP; /* unless the agent says another */
     int r = box_exchange_init(&x, CTL_SPAWN, err);
     if (r < 0)
         return r;
@@ -956,8 +958,8 @@ int box_spawn(corral_sandbox *sb, uint32_t flags, const char *cwd, char *const *
                            "large (at most %d KiB)",
                            CTL_MAX_PAYLOAD / 1024);
     if ((r = box_request(sb, req, rep, err)) < 0) {
-        if (failed_stage)
-            *failed_stage = rep->op == CTL_ERR ? spawn_failed_stage(rep) : CTL_STAGE_SETUP;
+        if (failed_stage && rep->op == CTL_ERR)
+            *failed_stage = spawn_failed_stage(rep);
         return r;
     }
     struct ctl_reader rd;

@@ -580,6 +580,12 @@ static void contexts_are_independent(void **state)
     assert_non_null(strstr(err.message,
                            "language 'cobol' is not supported (supported: python, javascript, "
                            "typescript, bash, r)"));
+    /* a working directory that cannot be entered is the caller's error */
+    assert_int_equal(corral_context_create(sb, "python", "/nonexistent", &bad, &err), -EINVAL);
+    assert_string_equal(err.message,
+                        "cannot enter directory /nonexistent: No such file or directory");
+    assert_int_equal(corral_context_create(sb, "python", "/etc/hostname", &bad, &err), -EINVAL);
+    assert_string_equal(err.message, "cannot enter directory /etc/hostname: Not a directory");
     struct collected c;
     reset(&c);
     struct corral_exec_outcome out;
