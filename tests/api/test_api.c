@@ -180,6 +180,47 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Waits (up to 60 s: a bound on a hang, on a machine whatever its load)
+ * until the sandbox has used ns of CPU time. */
+static bool cpu_reaches(corral_sandbox *sb, uint64_t ns)
+{
+    for (uint64_t end = mono_ms() + 60000; mono_ms() < end; sleep_ms(10))
+        if (cpu_ns(sb) >= ns)
+            return true;
+    return false;
+}
+
+/* A sample's cpu_pct is the CPU time used since the previous sample over
+ * the time between them, of the sandbox's CPU limit: checked against the
+ * bounds of that window as this thread saw it around both calls (the
+ * milliseconds truncated, hence one more either side). */
+static void usage_share_is_the_windows(corral_sandbox *sb)
+{
+    struct corral_sandbox_usage first, second;
+    struct corral_error err;
+    uint64_t t0 = mono_ms();
+    assert_int_equal(corral_sandbox_usage(sb, &first, &err), 0);
+    uint64_t t1 = mono_ms();
+    sleep_ms(300);
+    uint64_t t2 = mono_ms();
+    assert_int_equal(corral_sandbox_usage(sb, &second, &err), 0);
+    uint64_t t3 = mono_ms();
+    double used_ms = (double)(second.cpu_ns - first.cpu_ns) / 1e6;
+    assert_true(used_ms > 0); /* the loop ran */
+    double cpus = (double)corral_sandbox_limits(sb)->millicpus / 1000.0;
+    double low = used_ms / (double)(t3 - t0 + 1) * 100.0 / cpus;
+    double high = used_ms / (double)(t2 - t1 - 1) * 100.0 / cpus;
+    assert_true(second.cpu_pct >= (low < 100.0 ? low : 100.0) - 1e-9);
+    assert_true(second.cpu_pct <= high + 1e-9 && second.cpu_pct <= 100.0);
+}
+
 static bool freezer_dir_exists(corral_sandbox *sb)
 {
     char path[256];
@@ -250,14 +291,11 @@ static void pause_freezes_and_resume_keeps_state(void **state)
     exec_ok(sb, NULL, "x = 41", &c, &out);
     corral_process *busy;
     assert_int_equal(corral_command_start(sb, "while :; do :; done", NULL, &busy, &err), 0);
-    sleep_ms(300);
     struct corral_sandbox_usage u;
+    assert_true(cpu_reaches(sb, 100 * 1000000ull)); /* the loop's time is counted */
     assert_int_equal(corral_sandbox_usage(sb, &u, &err), 0);
-    assert_true(u.cpu_ns > 100 * 1000000ull);
     assert_true(u.mem_used > 0 && u.mem_limit > 0 && u.disk_total > 0);
-    sleep_ms(300);
-    assert_int_equal(corral_sandbox_usage(sb, &u, &err), 0);
-    assert_true(u.cpu_pct > 30.0); /* the loop, over the last 300 ms */
+    usage_share_is_the_windows(sb);
 
     assert_int_equal(corral_sandbox_pause(sb, &err), 0);
     assert_true(corral_sandbox_paused(sb));
@@ -276,8 +314,7 @@ static void pause_freezes_and_resume_keeps_state(void **state)
     reset(&c);
     exec_ok(sb, NULL, "x + 1", &c, &out);
     assert_string_equal(main_result(&c)->text, "42");
-    sleep_ms(200);
-    assert_true(cpu_ns(sb) - frozen_at > 50 * 1000000ull); /* the loop runs again */
+    assert_true(cpu_reaches(sb, frozen_at + 50 * 1000000ull)); /* the loop runs again */
 
     /* A paused sandbox can be killed, and leaves no freezer cgroup behind. */
     assert_int_equal(corral_sandbox_pause(sb, &err), 0);
