@@ -186,6 +186,17 @@ static void stop_kernel(corral_context *ctx)
     if (k) {
         if (corral_process_running(k))
             box_signal(sb, k->pid, SIGKILL, true, NULL);
+        /* Its pipes' read ends, kept for why it did not start, close now:
+         * the record itself goes when the agent reports the exit, which
+         * may come after the next kernel is running. */
+        pthread_mutex_lock(&sb->lock);
+        int *fds[] = {&k->out_fd, &k->err_fd};
+        for (int i = 0; i < 2; i++)
+            if (*fds[i] >= 0) {
+                close(*fds[i]);
+                *fds[i] = -1;
+            }
+        pthread_mutex_unlock(&sb->lock);
         corral_process_release(k);
     }
     if (ctx->sock >= 0)
