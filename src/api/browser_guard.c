@@ -92,15 +92,7 @@ const char *browser_guard_check(const struct browser_guard *g, const struct http
 {
     const char *origin = http_header(req, "Origin");
     const char *host = http_header(req, "Host");
-    if (origin && !browser_guard_loopback_origin(origin)) {
-        snprintf(buf, len,
-                 "this server has no keys, so only this machine's own clients may use it: a web "
-                 "page of %.100s (its Origin) may not, lest any site the machine's browser opens "
-                 "use it; serve pages from " LOOPBACK_NAMES ", or give the server keys (%s) and "
-                 "send one",
-                 origin, g->keys);
-        return buf;
-    }
+    /* the Host first: a rebound page's Origin is its Host, which says more */
     if (host && !browser_guard_loopback_host(host) &&
         !(g->sandbox_hosts && api_e2b_sandbox_host(host, NULL, NULL))) {
         snprintf(buf, len,
@@ -109,6 +101,15 @@ const char *browser_guard_check(const struct browser_guard *g, const struct http
                  "re-pointed at this machine (DNS rebinding) use it; address it as 127.0.0.1, "
                  "or give the server keys (%s) and send one",
                  host, g->keys);
+        return buf;
+    }
+    if (origin && !browser_guard_loopback_origin(origin)) {
+        snprintf(buf, len,
+                 "this server has no keys, so only this machine's own clients may use it: a web "
+                 "page of %.100s (its Origin) may not, lest any site the machine's browser opens "
+                 "use it; serve pages from " LOOPBACK_NAMES ", or give the server keys (%s) and "
+                 "send one",
+                 origin, g->keys);
         return buf;
     }
     return NULL;
