@@ -6,9 +6,21 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "api/browser_guard.h"
+
+#define N(list) (sizeof(list) / sizeof(*(list)))
+
+/* Fails unless is(each of list) is want. */
+static void expect_all(bool (*is)(const char *), const char *const *list, size_t n, bool want,
+                       const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (is(list[i]) != want)
+            fail_msg("%s should %s%s", list[i], want ? "" : "not ", what);
+}
 
 static void test_hosts(void **state)
 {
@@ -46,12 +58,8 @@ static void test_hosts(void **state)
         "",
         ".localhost",
     };
-    for (size_t i = 0; i < sizeof(LOCAL) / sizeof(*LOCAL); i++)
-        if (!browser_guard_loopback_host(LOCAL[i]))
-            fail_msg("%s should be this machine", LOCAL[i]);
-    for (size_t i = 0; i < sizeof(FOREIGN) / sizeof(*FOREIGN); i++)
-        if (browser_guard_loopback_host(FOREIGN[i]))
-            fail_msg("%s should not be this machine", FOREIGN[i]);
+    expect_all(browser_guard_loopback_host, LOCAL, N(LOCAL), true, "be this machine");
+    expect_all(browser_guard_loopback_host, FOREIGN, N(FOREIGN), false, "be this machine");
 }
 
 static void test_origins(void **state)
@@ -66,12 +74,9 @@ static void test_origins(void **state)
         "file://",   "ftp://localhost",  "http://localhost/path",  "http://127.0.0.1@evil.test",
         "localhost", "http://",          "chrome-extension://abc",
     };
-    for (size_t i = 0; i < sizeof(LOCAL) / sizeof(*LOCAL); i++)
-        if (!browser_guard_loopback_origin(LOCAL[i]))
-            fail_msg("%s should be a page of this machine", LOCAL[i]);
-    for (size_t i = 0; i < sizeof(FOREIGN) / sizeof(*FOREIGN); i++)
-        if (browser_guard_loopback_origin(FOREIGN[i]))
-            fail_msg("%s should not be a page of this machine", FOREIGN[i]);
+    expect_all(browser_guard_loopback_origin, LOCAL, N(LOCAL), true, "be a page of this machine");
+    expect_all(browser_guard_loopback_origin, FOREIGN, N(FOREIGN), false,
+               "be a page of this machine");
 }
 
 int main(void)
