@@ -14,6 +14,7 @@
 
 #include "api/opensandbox/execd.h"
 #include "api/opensandbox/opensandbox.h"
+#include "api/routes.h"
 #include "api/tenants.h"
 #include "base/cleanup.h"
 #include "base/clock.h"
@@ -423,9 +424,8 @@ static bool e2b_data_plane(const struct http_request *req, char *id, size_t len)
         snprintf(id, len, "%s", given);
         return true;
     }
-    const char *host = http_header(req, "Host");
-    char port[8], hid[64];
-    if (host && sscanf(host, "%7[0-9]-%63[a-z0-9].", port, hid) == 2 && strchr(host, '.')) {
+    char hid[64];
+    if (api_e2b_sandbox_host(http_header(req, "Host"), NULL, hid)) {
         snprintf(id, len, "%s", hid);
         return true;
     }

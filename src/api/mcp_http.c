@@ -436,21 +436,9 @@ static const char *key_of(const struct http_request *req)
     return http_header(req, "X-API-Key");
 }
 
-/* On a server without keys, a page of another site (DNS rebinding) must
- * not reach it through a browser: an Origin, when sent, is this host's. */
-static bool origin_allowed(const struct http_request *req)
+struct http_response *mcp_http_refusal(int status, const char *message)
 {
-    const char *origin = http_header(req, "Origin");
-    if (!origin)
-        return true;
-    static const char *const LOCAL[] = {"http://localhost",  "http://127.0.0.1",  "http://[::1]",
-                                        "https://localhost", "https://127.0.0.1", "https://[::1]"};
-    for (size_t i = 0; i < sizeof(LOCAL) / sizeof(LOCAL[0]); i++) {
-        size_t n = strlen(LOCAL[i]);
-        if (!strncmp(origin, LOCAL[i], n) && (!origin[n] || origin[n] == ':' || origin[n] == '/'))
-            return true;
-    }
-    return false;
+    return refuse(status, SERVER_ERROR, "%s", message);
 }
 
 struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_request *req)
@@ -463,8 +451,6 @@ struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_requ
         http_add_header(r, "WWW-Authenticate", "Bearer realm=\"corral\"");
         return r;
     }
-    if (caller == TENANT_OPEN && !origin_allowed(req))
-        return refuse(403, SERVER_ERROR, "Forbidden: this Origin may not use the MCP endpoint");
     sweep_idle(m);
     if (!strcmp(req->method, "POST"))
         return post(m, req, caller);

@@ -49,6 +49,9 @@ struct mcp_http_options {
 struct mcp_http;
 
 int mcp_http_new(const struct mcp_http_options *o, struct mcp_http **out, struct corral_error *err);
+/* A request to MCP_HTTP_PATH refused before it is read (by its listener):
+ * a JSON-RPC error without an id, with status and message. */
+struct http_response *mcp_http_refusal(int status, const char *message);
 /* Answers a request to MCP_HTTP_PATH. */
 struct http_response *mcp_http_handle(struct mcp_http *m, const struct http_request *req);
 /* Kills every sandbox made through it (their calls end). */

@@ -167,7 +167,10 @@ struct http_response *openai_too_large(void *ctx, const struct http_request *req
 
 struct http_response *openai_refusal(void *ctx, int status, const char *message)
 {
-    const char *code = status == 408 ? "request_timeout" : status == 503 ? "server_busy" : NULL;
+    const char *code = status == 403   ? "forbidden"
+                       : status == 408 ? "request_timeout"
+                       : status == 503 ? "server_busy"
+                                       : NULL;
     return with_openai_headers(
         oa_error(status, status >= 500 ? "server_error" : "invalid_request_error", code, "%c%s.",
                  toupper((unsigned char)*message), message + 1));

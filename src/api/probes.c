@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api/mcp_http.h"
 #include "api/opensandbox/execd.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -106,11 +107,26 @@ static bool asks_metrics(const struct probes *p, const struct http_request *req)
            (p->listener != API_LISTENER_E2B || !api_e2b_to_sandbox(req, &port));
 }
 
+/* A request the listener refuses before its protocol sees it, in that
+ * protocol's shape. */
+static struct http_response *refused(const struct probes *p, const struct http_request *req,
+                                     int status, const char *why)
+{
+    if (p->listener == API_LISTENER_E2B && !strcmp(req->path, MCP_HTTP_PATH))
+        return mcp_http_refusal(status, why);
+    if (p->inner_refusal)
+        return p->inner_refusal(p->inner_ctx, status, why);
+    return http_error(status, "%s", why);
+}
+
 struct http_response *probes_handle(const struct http_request *req, void *ctx)
 {
     const struct probes *p = ctx;
     const char *path = req->path;
     api_route_name(p->listener, req);
+    char guarded[512];
+    if (p->local_only && browser_guard_check(&p->guard, req, guarded, sizeof(guarded)))
+        return refused(p, req, 403, guarded);
     if (path[0] == '/' && path[1] == 'm' && asks_metrics(p, req))
         return metrics(p, req);
     if (path[0] == '/' && (path[1] == 'h' || path[1] == 'r' || path[1] == 'f')) {

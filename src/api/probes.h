@@ -13,7 +13,9 @@
  *                 key header), else 401 in the listener's shape; open when
  *                 no key is configured at all.
  * Every request is named for the metrics here (routes.h) before it is
- * answered.
+ * answered. A listener without keys answers this machine's own clients
+ * only (browser_guard.h): anything else, probes included, is a 403 in its
+ * protocol's shape (on E2B's listener, MCP's at MCP_HTTP_PATH).
  */
 #ifndef CORRAL_API_PROBES_H
 #define CORRAL_API_PROBES_H
@@ -21,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "api/browser_guard.h"
 #include "api/routes.h"
 #include "config/fleet_config.h"
 #include "fleet/fleet.h"
@@ -58,7 +61,13 @@ struct probes {
     /* Its answer to a body beyond them (http_server_options.too_large), or NULL. */
     struct http_response *(*inner_too_large)(void *ctx, const struct http_request *req,
                                              size_t max_body);
+    /* The protocol's answer to what is refused before it
+     * (http_server_options.refusal), or NULL: http_error's. */
+    struct http_response *(*inner_refusal)(void *ctx, int status, const char *message);
     bool node_state; /* serves /fleet/v1/node */
+    /* Without keys: only this machine's clients (guard says how to give keys). */
+    bool local_only;
+    struct browser_guard guard;
 };
 
 /* The http_handler of a listener (ctx: its struct probes). */

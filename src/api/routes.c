@@ -168,14 +168,24 @@ static const char *without(const char *path, const char *prefix)
     return !strncmp(path, prefix, n) && (path[n] == '/' || !path[n]) ? path + n : path;
 }
 
+bool api_e2b_sandbox_host(const char *host, char port[8], char id[64])
+{
+    char p[8], i[64];
+    if (!host || sscanf(host, "%7[0-9]-%63[a-z0-9].", p, i) != 2 || !strchr(host, '.'))
+        return false;
+    if (port)
+        memcpy(port, p, sizeof(p));
+    if (id)
+        memcpy(id, i, sizeof(i));
+    return true;
+}
+
 bool api_e2b_to_sandbox(const struct http_request *req, unsigned *port)
 {
     const char *id = http_header(req, "E2b-Sandbox-Id");
     const char *p = http_header(req, "E2b-Sandbox-Port");
     char host_id[64], host_port[8];
-    const char *host = http_header(req, "Host");
-    if (!id && host && sscanf(host, "%7[0-9]-%63[a-z0-9].", host_port, host_id) == 2 &&
-        strchr(host, '.')) {
+    if (!id && api_e2b_sandbox_host(http_header(req, "Host"), host_port, host_id)) {
         id = host_id;
         p = host_port;
     }

@@ -14,6 +14,10 @@
 /* The kinds of listener of `corral serve`. */
 enum api_listener { API_LISTENER_E2B, API_LISTENER_OPENSANDBOX, API_LISTENER_GATEWAY };
 
+/* Whether a Host header's value names a sandbox as E2B names them,
+ * <port>-<id>.<domain> (E2B's SDKs' getHost, signed URLs): then its port's
+ * digits go to port and its id to id, when not NULL. */
+bool api_e2b_sandbox_host(const char *host, char port[8], char id[64]);
 /* Whether req, on E2B's listener, goes to a sandbox (E2b-Sandbox-Id, or a
  * host named <port>-<id>.<domain>) rather than to the control plane;
  * *port its port (0 when not a number). */

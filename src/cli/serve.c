@@ -727,6 +727,11 @@ static int start_sandbox_apis(const struct serve_opts *o, const struct corral_co
     return CLI_OK;
 }
 
+/* How a listener without keys gets some (its refusals of other machines'
+ * clients say so). */
+#define API_KEYS_HINT   "--api-key KEY, or $CORRAL_API_KEYS"
+#define MASTER_KEY_HINT "a master key: --master-key KEY, or general_settings.master_key"
+
 /* One listener, its protocol behind the probes. */
 static int listen_on(const struct serve_opts *o, const char *host, uint16_t port, struct probes *pr,
                      struct http_server_options *ho, struct http_server **out,
@@ -736,6 +741,7 @@ static int listen_on(const struct serve_opts *o, const char *host, uint16_t port
     pr->inner_ctx = ho->ctx;
     pr->inner_limit = ho->body_limit;
     ho->body_limit = probes_body_limit;
+    pr->inner_refusal = ho->refusal;
     pr->inner_too_large = ho->too_large;
     if (ho->too_large)
         ho->too_large = probes_too_large;
@@ -754,12 +760,20 @@ static int start_sandbox_servers(const struct serve_opts *o, struct servers *s)
 {
     struct corral_error err;
     bool front = o->role == FLEET_FRONT;
+    /* Without keys, only this machine's clients (a front's nodes check:
+     * they have the keys, and get the clients' Origin and Host) */
+    bool keyless = !front && !o->n_keys && !o->n_admin_keys;
     s->probe_e2b = (struct probes){.state = &s->state,
                                    .node_state = o->role == FLEET_NODE,
                                    .listener = API_LISTENER_E2B,
-                                   .keys = &s->metrics_keys};
-    s->probe_osb = (struct probes){
-        .state = &s->state, .listener = API_LISTENER_OPENSANDBOX, .keys = &s->metrics_keys};
+                                   .keys = &s->metrics_keys,
+                                   .local_only = keyless,
+                                   .guard = {.sandbox_hosts = true, .keys = API_KEYS_HINT}};
+    s->probe_osb = (struct probes){.state = &s->state,
+                                   .listener = API_LISTENER_OPENSANDBOX,
+                                   .keys = &s->metrics_keys,
+                                   .local_only = keyless,
+                                   .guard = {.keys = API_KEYS_HINT}};
     struct http_server_options ho = {.handler = front ? front_e2b_handle : e2b_handle,
                                      .surface = "e2b",
                                      .ctx = front ? (void *)&s->front : (void *)s->api};
@@ -828,8 +842,11 @@ static int start_gateway(const struct serve_opts *o, const struct corral_config 
         return CLI_SANDBOX_ERROR;
     }
     openai_mount(s->oa, "/ui", console_handle, s->console);
-    s->probe_gw = (struct probes){
-        .state = &s->state, .listener = API_LISTENER_GATEWAY, .keys = &s->metrics_keys};
+    s->probe_gw = (struct probes){.state = &s->state,
+                                  .listener = API_LISTENER_GATEWAY,
+                                  .keys = &s->metrics_keys,
+                                  .local_only = !corral_gateway_master_key(s->gw),
+                                  .guard = {.keys = MASTER_KEY_HINT}};
     /* Files come up to gateway.file_max, spooled to the gateway's data
      * directory as they arrive (where they are kept: copied within one file
      * system); other bodies up to --max-body. */

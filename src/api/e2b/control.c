@@ -7,6 +7,7 @@
 #include "api/mcp_http.h"
 #include "api/ports.h"
 #include "api/registry.h"
+#include "api/routes.h"
 #include "api/tenants.h"
 #include "api/signature.h"
 #include "api/wire.h"
@@ -1468,9 +1469,7 @@ struct http_response *e2b_handle(const struct http_request *req, void *ctx)
     /* Without the headers, a host named as E2B's are, <port>-<id>.<domain>
      * (the URLs of downloadUrl/uploadUrl, through a wildcard DNS name). */
     char host_id[64], host_port[8];
-    const char *host = http_header(req, "Host");
-    if (!id && host && sscanf(host, "%7[0-9]-%63[a-z0-9].", host_port, host_id) == 2 &&
-        strchr(host, '.')) {
+    if (!id && api_e2b_sandbox_host(http_header(req, "Host"), host_port, host_id)) {
         id = host_id;
         port = host_port;
     }

@@ -1265,7 +1265,8 @@ static struct http_response *route(struct osb *o, const struct http_request *req
 
 struct http_response *osb_refusal(void *ctx, int status, const char *message)
 {
-    const char *code = status == 408   ? "SANDBOX::REQUEST_TIMEOUT"
+    const char *code = status == 403   ? "PERMISSION_DENIED"
+                       : status == 408 ? "SANDBOX::REQUEST_TIMEOUT"
                        : status == 413 ? "SANDBOX::REQUEST_TOO_LARGE"
                        : status == 503 ? "SANDBOX::UNAVAILABLE"
                                        : "SANDBOX::INVALID_PARAMETER";
