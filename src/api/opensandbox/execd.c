@@ -81,6 +81,14 @@ static struct http_response *context_fail(const char *lang, const struct corral_
                                                               : execd_fail(err);
 }
 
+/* A failure of a context held: one another request removed meanwhile is
+ * not found, as an unknown one is. */
+static struct http_response *held_context_fail(const struct corral_error *err)
+{
+    return err->code == ENOENT ? execd_error(404, "CONTEXT_NOT_FOUND", "%s", err->message)
+                               : execd_fail(err);
+}
+
 static json_t *context_json(corral_context *c)
 {
     return json_pack("{s:s, s:s, s:s}", "id", corral_context_id(c), "language",
@@ -144,7 +152,7 @@ static struct http_response *context_answer(const char *m, corral_context *ctx)
         return http_json(200, context_json(ctx));
     if (!strcmp(m, "DELETE")) {
         struct corral_error err;
-        return corral_context_remove(ctx, &err) < 0 ? execd_fail(&err)
+        return corral_context_remove(ctx, &err) < 0 ? held_context_fail(&err)
                                                     : http_text(200, "text/plain", "");
     }
     return execd_error(405, "METHOD_NOT_ALLOWED", "a context answers GET and DELETE");
@@ -387,7 +395,7 @@ static struct http_response *interrupt(corral_sandbox *sb, const struct http_req
     struct corral_error err;
     int r = corral_context_interrupt(ctx, &err);
     corral_context_release(ctx);
-    return r < 0 ? execd_fail(&err) : http_text(200, "text/plain", "");
+    return r < 0 ? held_context_fail(&err) : http_text(200, "text/plain", "");
 }
 
 /* ---- metrics ---- */
