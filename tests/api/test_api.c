@@ -646,6 +646,20 @@ static void assert_removed(int r, const struct corral_error *err, corral_context
         fail_msg("'%s' does not say '%s'", err->message, want);
 }
 
+/* Creates and removes n contexts, one after the other: more than any
+ * number of removed ones kept aside. */
+static void create_and_remove(corral_sandbox *sb, int n)
+{
+    struct corral_error err;
+    for (int i = 0; i < n; i++) {
+        corral_context *other;
+        if (corral_context_create(sb, "python", NULL, &other, &err) < 0)
+            fail_msg("context %d: %s", i, err.message);
+        assert_int_equal(corral_context_remove(other, &err), 0);
+        corral_context_release(other);
+    }
+}
+
 static void a_held_context_outlives_its_removal(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -662,13 +676,7 @@ static void a_held_context_outlives_its_removal(void **state)
     assert_null(corral_context_get(sb, id));
     /* Many removals later (each freed one that no request held) the held
      * one is still there, removed. */
-    for (int i = 0; i < 70; i++) {
-        corral_context *other;
-        if (corral_context_create(sb, "python", NULL, &other, &err) < 0)
-            fail_msg("context %d: %s", i, err.message);
-        assert_int_equal(corral_context_remove(other, &err), 0);
-        corral_context_release(other);
-    }
+    create_and_remove(sb, 70);
     corral_context *list[4];
     assert_int_equal(corral_context_list(sb, list, 4), 0);
     assert_string_equal(corral_context_id(held), id);
@@ -823,13 +831,7 @@ static void an_execution_ends_when_its_context_is_removed(void **state)
     corral_context_release(ctx);
     /* Create and remove well past any number kept aside: the execution's
      * reference still reads its context. */
-    for (int i = 0; i < 70; i++) {
-        corral_context *other;
-        if (corral_context_create(sb, "python", NULL, &other, &err) < 0)
-            fail_msg("context %d: %s", i, err.message);
-        assert_int_equal(corral_context_remove(other, &err), 0);
-        corral_context_release(other);
-    }
+    create_and_remove(sb, 70);
     assert_removed(corral_execute(sb, in.ctx, "1", NULL, NULL, &err), &err, in.ctx);
     corral_context_release(in.ctx);
     /* Its kernel and everything it ran are gone. */
