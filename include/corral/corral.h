@@ -181,7 +181,8 @@ int corral_sandbox_create(const struct corral_sandbox_options *opts, corral_sand
 void corral_sandbox_kill(corral_sandbox *sb);
 bool corral_sandbox_alive(corral_sandbox *sb);
 void corral_sandbox_retain(corral_sandbox *sb);
-/* Drops a reference; the last one kills the sandbox and frees it. */
+/* Drops a reference; the last one kills the sandbox and frees it. Each
+ * context reference held (corral_context_release) counts as one too. */
 void corral_sandbox_release(corral_sandbox *sb);
 const char *corral_sandbox_id(const corral_sandbox *sb);
 const char *corral_sandbox_template(const corral_sandbox *sb);
