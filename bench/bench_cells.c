@@ -119,6 +119,7 @@ static int first_output_of(const char *template, bool read_only_root, const char
     double t2 = now_ms();
     struct corral_exec_outcome out = {0};
     int r = corral_execute(sb, ctx, code, &x, &out, err);
+    corral_context_release(ctx); /* first: it holds the sandbox too */
     corral_sandbox_release(sb);
     if (r < 0)
         return -1;
@@ -646,6 +647,7 @@ static int bench_density(int n, int runs)
             s2 = now_ms();
             r = corral_execute(sb, ctx, PRINT_CODE, &x, NULL, &err);
         }
+        corral_context_release(ctx); /* first: it holds the sandbox too */
         corral_sandbox_release(sb);
         if (r < 0 || !f.at) {
             printf("density_next_failed %s\n", r < 0 ? err.message : "print(1) gave no output");

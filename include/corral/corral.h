@@ -181,7 +181,8 @@ int corral_sandbox_create(const struct corral_sandbox_options *opts, corral_sand
 void corral_sandbox_kill(corral_sandbox *sb);
 bool corral_sandbox_alive(corral_sandbox *sb);
 void corral_sandbox_retain(corral_sandbox *sb);
-/* Drops a reference; the last one kills the sandbox and frees it. */
+/* Drops a reference; the last one kills the sandbox and frees it. Each
+ * context reference held (corral_context_release) counts as one too. */
 void corral_sandbox_release(corral_sandbox *sb);
 const char *corral_sandbox_id(const corral_sandbox *sb);
 const char *corral_sandbox_template(const corral_sandbox *sb);
@@ -394,12 +395,25 @@ struct corral_exec_outcome {
     bool context_restarted; /* the context's state was lost */
 };
 
-/* Runs code in ctx (NULL: the sandbox's default Python context). */
+/* Runs code in ctx (NULL: the sandbox's default Python context). A context
+ * removed before the execution starts fails it with ENOENT; one removed
+ * while it runs ends it within 100 ms, failing with ENOENT ("context X was
+ * removed during the execution"). */
 int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
                    const struct corral_exec_options *opts, struct corral_exec_outcome *outcome,
                    struct corral_error *err);
 
-/* ---- contexts ---- */
+/* ---- contexts ----
+ *
+ * Every function that hands out a context (create, default, default_for,
+ * get, each element list fills) gives a counted reference: release each
+ * with corral_context_release(). A reference keeps the context's memory and
+ * its sandbox's (it holds a reference to the sandbox: a sandbox whose
+ * contexts are still held is killed when the last of them is released).
+ * A removed context stays valid for the references held on it: executing,
+ * interrupting, restarting or removing it again fail with ENOENT ("context
+ * X was removed"); its id, language and cwd can still be read.
+ */
 
 /* Languages contexts may have (docs/languages.md), for messages:
  * "python, javascript, typescript, bash, r". */
@@ -408,16 +422,24 @@ const char *corral_supported_languages(void);
  * from its name or an alias in any case (python3, js, node, ts, sh, R), or
  * NULL when no kernel runs it. */
 const char *corral_language_name(const char *language);
+/* A new context (its kernel started) in cwd (NULL: the sandbox's working
+ * directory); *out is a reference (NULL on failure). */
 int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
                           corral_context **out, struct corral_error *err);
 int corral_context_default(corral_sandbox *sb, corral_context **out, struct corral_error *err);
 /* The sandbox's default context of a language (NULL or "": python), started
- * on first use: what code without a context runs in. */
+ * on first use: what code without a context runs in. *out is a reference
+ * (NULL on failure). Once removed, the next call starts a new default. */
 int corral_context_default_for(corral_sandbox *sb, const char *language, corral_context **out,
                                struct corral_error *err);
+/* The context of that id, a reference; NULL when there is none (or it was
+ * removed). */
 corral_context *corral_context_get(corral_sandbox *sb, const char *id);
-/* Fills out[] with up to max contexts; returns how many there are. */
+/* Fills out[] with up to max contexts, each a reference; returns how many
+ * there are (more than max: only max were filled, and held). */
 size_t corral_context_list(corral_sandbox *sb, corral_context **out, size_t max);
+/* Drops a reference (NULL: nothing); the last one frees the context. */
+void corral_context_release(corral_context *ctx);
 const char *corral_context_id(const corral_context *ctx);
 const char *corral_context_language(const corral_context *ctx);
 const char *corral_context_cwd(const corral_context *ctx);
@@ -428,7 +450,10 @@ const char *corral_context_cwd(const corral_context *ctx);
  * corral_exec_options.cancel. */
 int corral_context_interrupt(corral_context *ctx, struct corral_error *err);
 int corral_context_restart(corral_context *ctx, struct corral_error *err);
-/* Removes the context; ctx is invalid afterwards. */
+/* Removes the context: it is no longer listed, its kernel is stopped (an
+ * execution running in it ends, failing with ENOENT), and it stays valid
+ * until every reference to it (the caller's too) is released. A second
+ * removal fails with ENOENT. */
 int corral_context_remove(corral_context *ctx, struct corral_error *err);
 
 /* ---- commands ---- */

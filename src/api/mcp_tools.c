@@ -490,6 +490,7 @@ static json_t *run_code(struct mcp_call *c)
     uint64_t oom_before = corral_sandbox_oom_kills(sb);
     r.rec = audit_begin(c, "code", lang, sb, json_string_value(code));
     int rc = corral_execute(sb, ctx, json_string_value(code), &x, &o, &err);
+    corral_context_release(ctx);
     if (rc < 0) {
         bool alive = corral_sandbox_alive(sb);
         if (alive)

@@ -48,8 +48,14 @@ struct corral_process {
 /* The languages of contexts: python, javascript, typescript, bash, r. */
 #define BOX_LANGUAGES 5
 
+/* A context's memory lives as long as its references (refs, under
+ * sb->lock): the sandbox's list (or spare[] slot) holds one while it is
+ * listed, each pointer handed out by the API one more (which also holds a
+ * reference to sb, so that sb outlives every context a caller holds), and
+ * an internal use that leaves sb->lock one for its length. */
 struct corral_context {
     corral_sandbox *sb;
+    int refs; /* under sb->lock */
     char id[40];
     int lang; /* its index in BOX_LANGUAGES (context.c): 0 is python */
     char language[16];
@@ -63,7 +69,7 @@ struct corral_context {
     int out_fds[2];
     uint64_t interrupted_at; /* monotonic ms of the last interrupt; under sb->lock */
     int64_t execution_count;
-    bool removed; /* corral_context_remove'd (under sb->lock) */
+    bool removed; /* corral_context_remove'd: unlisted, its kernel stopping (under sb->lock) */
     struct corral_context *next;
 };
 
@@ -88,15 +94,15 @@ struct corral_sandbox {
         int status;
     } early_exits[64]; /* exits that arrived before their spawn's reply was handled */
     unsigned n_early;
-    corral_context *contexts;
-    /* Removed contexts, newest first: kept (their kernels stopped) while a
-     * request that looked one up before its removal may still use it. */
-    corral_context *removed;
-    unsigned n_removed;
-    corral_context *default_ctx[BOX_LANGUAGES]; /* of each language, once used */
-    pthread_mutex_t default_lock;               /* starting a default context, once */
+    corral_context *contexts; /* listed: one reference each */
+    /* Of each language, once used: a borrowed pointer to a listed context
+     * (cleared, under lock, when it is removed; a caller gets its own
+     * reference from corral_context_default_for). */
+    corral_context *default_ctx[BOX_LANGUAGES];
+    pthread_mutex_t default_lock; /* starting a default context, once */
     /* Kernels started ahead (a template's languages), not yet a context:
-     * the next context of their language takes one (under lock). */
+     * the next context of their language takes one, and the slot's
+     * reference with it (under lock). */
     corral_context *spare[BOX_LANGUAGES];
     unsigned next_ctx;
     unsigned n_watches; /* corral_watch objects alive */
@@ -244,6 +250,9 @@ struct box_claim {
 int box_claim(struct box_claim *c, uint64_t bytes, unsigned owner, unsigned owner_max,
               unsigned elsewhere, struct corral_error *err);
 void box_settle(struct box_claim *c, corral_sandbox *sb);
+/* Frees the sandbox's contexts and spares at its end (its last reference
+ * gone): no caller holds one of them then, as each reference a caller holds
+ * holds the sandbox too. */
 void box_contexts_free(corral_sandbox *sb);
 
 /* The metrics (box_metrics.c). */

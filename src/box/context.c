@@ -340,6 +340,45 @@ static bool kernel_ended(corral_context *ctx)
 
 static void context_free(corral_context *ctx);
 
+/* ---- references (box.h's struct corral_context says who holds them) ---- */
+
+/* One more reference for a use inside libcorral, sb->lock held. */
+static void context_hold_locked(corral_context *ctx)
+{
+    ctx->refs++;
+}
+
+/* A reference for a caller of the API, sb->lock held: it holds the sandbox
+ * too, so that the sandbox (whose lock and agent a context uses) outlives
+ * every context a caller holds, and box_contexts_free never meets one. */
+static corral_context *context_hand_out_locked(corral_context *ctx)
+{
+    ctx->refs++;
+    ctx->sb->refs++;
+    return ctx;
+}
+
+/* Drops one reference; the last frees the context (stopping its kernel,
+ * when it still has one: a spare's). */
+static void context_drop(corral_context *ctx)
+{
+    corral_sandbox *sb = ctx->sb;
+    pthread_mutex_lock(&sb->lock);
+    bool last = --ctx->refs == 0;
+    pthread_mutex_unlock(&sb->lock);
+    if (last)
+        context_free(ctx);
+}
+
+void corral_context_release(corral_context *ctx)
+{
+    if (!ctx)
+        return;
+    corral_sandbox *sb = ctx->sb;
+    context_drop(ctx);
+    corral_sandbox_release(sb); /* the sandbox's reference the context's held */
+}
+
 /* The spare of lang, when it is still spare (not taken): NULL once out of
  * the sandbox's hands. */
 static corral_context *drop_spare(corral_sandbox *sb, int lang, corral_context *ctx)
@@ -357,29 +396,30 @@ void box_contexts_environ(corral_sandbox *sb, const char *const *env)
     corral_context *all[BOX_LANGUAGES + 64];
     bool spare[BOX_LANGUAGES + 64];
     size_t n = 0;
+    /* each held: a removal or a create that takes a spare meanwhile frees none */
     pthread_mutex_lock(&sb->lock);
     for (corral_context *c = sb->contexts; c && n < 64; c = c->next, n++)
-        all[n] = c, spare[n] = false;
+        all[n] = c, spare[n] = false, context_hold_locked(c);
     for (int i = 0; i < BOX_LANGUAGES; i++)
         if (sb->spare[i])
-            all[n] = sb->spare[i], spare[n++] = true;
+            all[n] = sb->spare[i], spare[n++] = true, context_hold_locked(sb->spare[i]);
     pthread_mutex_unlock(&sb->lock);
     /* A kernel that ended while its sandbox waited in the pool (out of
      * memory...) does not fail the sandbox: a spare is dropped, a context
      * starts a kernel (with this environment) at its next execution. */
     for (size_t i = 0; i < n; i++) {
         struct corral_error ignored;
-        if (box_context_environ(all[i], env, &ignored) == 0 && !kernel_ended(all[i]))
-            continue;
-        if (spare[i]) {
+        bool ok = box_context_environ(all[i], env, &ignored) == 0 && !kernel_ended(all[i]);
+        if (!ok && spare[i]) {
             corral_context *c = drop_spare(sb, all[i]->lang, all[i]);
             if (c)
-                context_free(c);
-        } else {
+                context_drop(c); /* the slot's reference */
+        } else if (!ok) {
             pthread_mutex_lock(&all[i]->exec_lock);
             stop_kernel(all[i]);
             pthread_mutex_unlock(&all[i]->exec_lock);
         }
+        context_drop(all[i]);
     }
 }
 
@@ -423,6 +463,7 @@ static int context_new(corral_sandbox *sb, int lang, const char *cwd, corral_con
     if (!ctx)
         return corral_fail(err, ENOMEM, "out of memory creating a context");
     ctx->sb = sb;
+    ctx->refs = 1; /* its creator's: the spare slot's or the list's */
     ctx->sock = -1;
     ctx->out_fds[0] = ctx->out_fds[1] = -1;
     ctx->lang = lang;
@@ -451,7 +492,7 @@ static corral_context *take_spare(corral_sandbox *sb, int lang, const char *cwd)
         sb->spare[lang] = NULL;
     pthread_mutex_unlock(&sb->lock);
     if (ctx && kernel_ended(ctx)) { /* a new kernel rather than a dead one */
-        context_free(ctx);
+        context_drop(ctx);          /* the slot's reference, now the last */
         ctx = NULL;
     }
     return ctx;
@@ -474,13 +515,14 @@ int box_context_spare(corral_sandbox *sb, const char *language, struct corral_er
     sb->spare[lang] = ctx;
     pthread_mutex_unlock(&sb->lock);
     if (old)
-        context_free(old);
+        context_drop(old);
     return 0;
 }
 
 int corral_context_create(corral_sandbox *sb, const char *language, const char *cwd,
                           corral_context **out, struct corral_error *err)
 {
+    *out = NULL;
     int lang = language_of(language, err);
     if (lang < 0)
         return lang;
@@ -497,26 +539,37 @@ int corral_context_create(corral_sandbox *sb, const char *language, const char *
     corral_random_hex(rnd, 4, NULL);
     snprintf(ctx->id, sizeof(ctx->id), "ctx-%u-%s", ++sb->next_ctx, rnd);
     ctx->next = sb->contexts;
-    sb->contexts = ctx;
+    sb->contexts = ctx; /* with the reference ctx came with */
+    *out = context_hand_out_locked(ctx);
     pthread_mutex_unlock(&sb->lock);
-    *out = ctx;
     return 0;
 }
 
 int corral_context_default_for(corral_sandbox *sb, const char *language, corral_context **out,
                                struct corral_error *err)
 {
+    *out = NULL;
     int lang = language_of(language, err);
     if (lang < 0)
         return lang;
     /* Per sandbox: a kernel starting here does not hold up other sandboxes. */
     pthread_mutex_lock(&sb->default_lock);
+    corral_context *ctx = NULL;
+    pthread_mutex_lock(&sb->lock);
+    if (sb->default_ctx[lang])
+        ctx = context_hand_out_locked(sb->default_ctx[lang]);
+    pthread_mutex_unlock(&sb->lock);
     int r = 0;
-    if (!sb->default_ctx[lang])
-        r = corral_context_create(sb, languages[lang].name, NULL, &sb->default_ctx[lang], err);
-    if (r == 0)
-        *out = sb->default_ctx[lang];
+    if (!ctx && (r = corral_context_create(sb, languages[lang].name, NULL, &ctx, err)) == 0) {
+        /* Not when a request removed it already (by its id): default_ctx
+         * points only to listed contexts. */
+        pthread_mutex_lock(&sb->lock);
+        if (!ctx->removed)
+            sb->default_ctx[lang] = ctx;
+        pthread_mutex_unlock(&sb->lock);
+    }
     pthread_mutex_unlock(&sb->default_lock);
+    *out = ctx;
     return r;
 }
 
@@ -529,9 +582,9 @@ corral_context *corral_context_get(corral_sandbox *sb, const char *id)
 {
     corral_context *found = NULL;
     pthread_mutex_lock(&sb->lock);
-    for (corral_context *c = sb->contexts; c; c = c->next)
+    for (corral_context *c = sb->contexts; c && !found; c = c->next)
         if (!strcmp(c->id, id))
-            found = c;
+            found = context_hand_out_locked(c);
     pthread_mutex_unlock(&sb->lock);
     return found;
 }
@@ -542,7 +595,7 @@ size_t corral_context_list(corral_sandbox *sb, corral_context **out, size_t max)
     pthread_mutex_lock(&sb->lock);
     for (corral_context *c = sb->contexts; c; c = c->next) {
         if (n < max)
-            out[n] = c;
+            out[n] = context_hand_out_locked(c);
         n++;
     }
     pthread_mutex_unlock(&sb->lock);
@@ -568,15 +621,18 @@ int corral_context_interrupt(corral_context *ctx, struct corral_error *err)
 {
     corral_sandbox *sb = ctx->sb;
     pthread_mutex_lock(&sb->lock);
-    pid_t pid = ctx->kernel && !ctx->kernel->exited ? ctx->kernel->pid : 0;
+    bool gone = ctx->removed;
+    pid_t pid = !gone && ctx->kernel && !ctx->kernel->exited ? ctx->kernel->pid : 0;
     ctx->interrupted_at = corral_now_ms();
     pthread_mutex_unlock(&sb->lock);
+    if (gone)
+        return corral_fail(err, ENOENT, "context %s was removed", ctx->id);
     if (!pid)
         return corral_fail(err, ESRCH, "context %s has no running kernel", ctx->id);
     return box_signal(sb, pid, SIGINT, false, err);
 }
 
-/* Whether ctx was removed (its exec_lock held: no removal is under way). */
+/* Whether ctx was removed (then said in err). */
 static bool removed(corral_context *ctx, struct corral_error *err)
 {
     pthread_mutex_lock(&ctx->sb->lock);
@@ -617,63 +673,49 @@ static void context_free_dead(corral_context *c)
     free(c);
 }
 
-/* Removed contexts kept at most (each request's use of one it looked up
- * lasts far shorter than this many removals, each a kernel started). */
-#define REMOVED_KEPT 64
-
 int corral_context_remove(corral_context *ctx, struct corral_error *err)
 {
     corral_sandbox *sb = ctx->sb;
-    /* One removal: another request that holds ctx (two DELETEs of it, an
-     * execution waiting for it) finds it removed, never freed under it. */
+    /* One removal, at once unlisted (no longer the default either): other
+     * requests that hold ctx (two DELETEs of it, an execution running in
+     * it or waiting for it) find it removed; their references keep its
+     * memory until they let go. */
     pthread_mutex_lock(&sb->lock);
     bool gone = ctx->removed;
     ctx->removed = true;
+    if (!gone) {
+        for (corral_context **pp = &sb->contexts; *pp; pp = &(*pp)->next)
+            if (*pp == ctx) {
+                *pp = ctx->next;
+                break;
+            }
+        ctx->next = NULL;
+        for (int i = 0; i < BOX_LANGUAGES; i++)
+            if (sb->default_ctx[i] == ctx)
+                sb->default_ctx[i] = NULL;
+    }
     pthread_mutex_unlock(&sb->lock);
     if (gone)
         return corral_fail(err, ENOENT, "context %s was removed", ctx->id);
-    pthread_mutex_lock(&ctx->exec_lock); /* waits for a running execution */
-    corral_context *oldest = NULL;
-    pthread_mutex_lock(&sb->lock);
-    for (corral_context **pp = &sb->contexts; *pp; pp = &(*pp)->next)
-        if (*pp == ctx) {
-            *pp = ctx->next;
-            break;
-        }
-    for (int i = 0; i < BOX_LANGUAGES; i++)
-        if (sb->default_ctx[i] == ctx)
-            sb->default_ctx[i] = NULL;
-    ctx->next = sb->removed;
-    sb->removed = ctx;
-    if (++sb->n_removed > REMOVED_KEPT) {
-        corral_context **pp = &sb->removed;
-        while ((*pp)->next)
-            pp = &(*pp)->next;
-        oldest = *pp;
-        *pp = NULL;
-        sb->n_removed--;
-    }
-    pthread_mutex_unlock(&sb->lock);
+    /* An execution running in it sees the removal and ends within 100 ms. */
+    pthread_mutex_lock(&ctx->exec_lock);
     stop_kernel(ctx);
     pthread_mutex_unlock(&ctx->exec_lock);
-    if (oldest)
-        context_free_dead(oldest);
+    context_drop(ctx); /* the list's reference; the caller's keeps it */
     return 0;
 }
 
 void box_contexts_free(corral_sandbox *sb)
 {
+    /* The sandbox's last reference is gone, so no caller holds a context
+     * (each caller's reference holds the sandbox): a listed one has only
+     * the list's reference, a spare its slot's, and a removed one was freed
+     * with its last reference. */
     for (corral_context *c = sb->contexts, *next; c; c = next) {
         next = c->next;
         context_free_dead(c);
     }
     sb->contexts = NULL;
-    for (corral_context *c = sb->removed, *next; c; c = next) {
-        next = c->next;
-        context_free_dead(c);
-    }
-    sb->removed = NULL;
-    sb->n_removed = 0;
     for (int i = 0; i < BOX_LANGUAGES; i++) {
         if (sb->spare[i])
             context_free_dead(sb->spare[i]);
@@ -870,8 +912,9 @@ static bool exec_frame(corral_context *ctx, struct exec_state *st, int64_t id, s
     return false;
 }
 
-/* The frames the kernel has sent: EXEC_RUNNING when more may come. */
-enum exec_end { EXEC_RUNNING, EXEC_DONE, EXEC_DIED, EXEC_STUCK };
+/* The frames the kernel has sent: EXEC_RUNNING when more may come.
+ * EXEC_REMOVED: the context was removed while the execution ran. */
+enum exec_end { EXEC_RUNNING, EXEC_DONE, EXEC_DIED, EXEC_STUCK, EXEC_REMOVED };
 
 static enum exec_end exec_read(corral_context *ctx, struct exec_state *st, int64_t id)
 {
@@ -891,8 +934,9 @@ static enum exec_end exec_read(corral_context *ctx, struct exec_state *st, int64
 }
 
 /* Sends frame (len bytes) to the kernel and relays what it answers until
- * execution id is done, the kernel died, or it ignored an interrupt for
- * longer than the grace. Cancelling and the timeout interrupt it. */
+ * execution id is done, the kernel died, it ignored an interrupt for
+ * longer than the grace, or the context was removed. Cancelling and the
+ * timeout interrupt it. */
 static enum exec_end exec_run(corral_sandbox *sb, corral_context *ctx, struct exec_state *st,
                               int64_t id, const char *frame, size_t len)
 {
@@ -913,7 +957,10 @@ static enum exec_end exec_run(corral_sandbox *sb, corral_context *ctx, struct ex
         uint64_t interrupted = ctx->interrupted_at;
         bool kernel_gone = !ctx->kernel || ctx->kernel->exited;
         pid_t kernel_pid = kernel_gone ? 0 : ctx->kernel->pid;
+        bool gone = ctx->removed;
         pthread_mutex_unlock(&sb->lock);
+        if (gone) /* its removal stops the kernel once this returns */
+            return EXEC_REMOVED;
         /* CPython runs a signal's handler between bytecodes: a SIGINT that
          * lands just before a blocking call (time.sleep...) waits for the
          * call's end. Repeating it until the execution ends interrupts the
@@ -1017,9 +1064,12 @@ static int exec_locked(corral_sandbox *sb, corral_context *ctx, const char *code
     struct box_exec_end metrics = {.t0_ns = corral_mono_ns(),
                                    .oom_kills_before = corral_sandbox_oom_kills(sb)};
     enum exec_end end = exec_run(sb, ctx, &st, id, frame, len);
-    r = end == EXEC_DIED || end == EXEC_STUCK ? exec_restart(sb, ctx, &st, end, err) : 0;
+    if (end == EXEC_REMOVED)
+        r = corral_fail(err, ENOENT, "context %s was removed during the execution", ctx->id);
+    else
+        r = end == EXEC_DIED || end == EXEC_STUCK ? exec_restart(sb, ctx, &st, end, err) : 0;
     metrics.timed_out = st.timed_out;
-    metrics.died = end == EXEC_DIED || end == EXEC_STUCK;
+    metrics.died = end == EXEC_DIED || end == EXEC_STUCK || end == EXEC_REMOVED;
     metrics.error = outcome->error;
     metrics.error_name = st.error_name;
     box_metrics_executed(sb, &metrics);
@@ -1044,12 +1094,17 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
     if (corral_sandbox_paused(sb))
         return corral_fail(err, EAGAIN, "sandbox %s is paused: resume it first",
                            corral_sandbox_id(sb));
-    int r;
-    if (!ctx && (r = corral_context_default(sb, &ctx, err)) < 0)
-        return r;
     json_t *env = NULL;
-    if ((r = exec_env(opts, &env, err)) < 0)
+    int r = exec_env(opts, &env, err);
+    if (r < 0)
         return r;
+    corral_context *dflt = NULL; /* the reference of the default, when ctx is NULL */
+    if (!ctx && (r = corral_context_default(sb, &dflt, err)) < 0) {
+        json_decref(env);
+        return r;
+    }
+    if (!ctx)
+        ctx = dflt;
     pthread_mutex_lock(&ctx->exec_lock);
     if (removed(ctx, err)) {
         json_decref(env);
@@ -1058,5 +1113,6 @@ int corral_execute(corral_sandbox *sb, corral_context *ctx, const char *code,
         r = exec_locked(sb, ctx, code, opts, outcome, env, err);
     }
     pthread_mutex_unlock(&ctx->exec_lock);
+    corral_context_release(dflt);
     return r;
 }

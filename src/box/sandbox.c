@@ -504,7 +504,10 @@ int box_sandbox_for_pool(struct box_template *t, corral_sandbox **out, struct co
     if (r < 0)
         return r;
     corral_context *ctx;
-    if ((r = corral_context_default(sb, &ctx, err)) < 0 || (r = box_context_warm(ctx, err)) < 0) {
+    if ((r = corral_context_default(sb, &ctx, err)) == 0)
+        r = box_context_warm(ctx, err);
+    corral_context_release(ctx); /* the sandbox's own list keeps it */
+    if (r < 0) {
         corral_sandbox_release(sb);
         return r;
     }

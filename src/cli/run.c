@@ -782,6 +782,7 @@ static int run_kernel(struct run_opts *o, bool repl)
         pthread_kill(st, SIGUSR2);
         pthread_join(st, NULL);
     }
+    corral_context_release(sc.ctx); /* the signal thread is done with it */
     corral_sandbox_release(sc.sb);
     corral_shutdown();
     free(code);

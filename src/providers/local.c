@@ -176,6 +176,7 @@ static void local_destroy(struct provider_sandbox *s)
     if (!s)
         return;
     corral_sandbox_kill(s->sb);
+    corral_context_release(s->ctx); /* before the sandbox: the sandbox ends with it */
     corral_sandbox_release(s->sb);
     free(s);
 }

@@ -454,6 +454,7 @@ static void interrupts_keep_state_and_are_never_lost(void **state)
     exec_ok(sb, ctx, "kept + 1", &in.c, &out);
     assert_string_equal(main_result(&in.c)->text, "42");
     reset(&in.c);
+    corral_context_release(ctx);
     corral_sandbox_release(sb);
 }
 
@@ -538,6 +539,7 @@ static void env_per_execution_and_ignored_interrupts(void **state)
     assert_int_equal(corral_execute(sb, ctx, "'os' in dir()", &x, &out, &err), 0);
     assert_string_equal(main_result(&c)->text, "False");
     reset(&c);
+    corral_context_release(ctx);
     corral_sandbox_release(sb);
 }
 
@@ -606,6 +608,12 @@ static void output_is_capped(void **state)
     corral_sandbox_release(sb);
 }
 
+static void release_all(corral_context **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        corral_context_release(list[i]);
+}
+
 static void contexts_are_independent(void **state)
 {
     corral_sandbox *sb = sandbox();
@@ -636,14 +644,244 @@ static void contexts_are_independent(void **state)
     assert_string_equal(main_result(&c)->text, "('b', '/tmp')");
     corral_context *list[8];
     assert_int_equal(corral_context_list(sb, list, 8), 2);
-    assert_ptr_equal(corral_context_get(sb, corral_context_id(a)), a);
+    release_all(list, 2);
+    corral_context *got = corral_context_get(sb, corral_context_id(a));
+    assert_ptr_equal(got, a);
+    corral_context_release(got);
     assert_int_equal(corral_context_restart(a, &err), 0);
     reset(&c);
     exec_ok(sb, a, "'v' in dir()", &c, &out);
     assert_string_equal(main_result(&c)->text, "False");
     assert_int_equal(corral_context_remove(b, &err), 0);
     assert_int_equal(corral_context_list(sb, list, 8), 1);
+    release_all(list, 1);
     reset(&c);
+    corral_context_release(a);
+    corral_context_release(b);
+    corral_sandbox_release(sb);
+}
+
+/* The daemon's open descriptors once they are back to want (a stopped
+ * kernel's are closed when the agent reports its exit), or after 30 s. */
+static int open_fds_settled(int want)
+{
+    int n = open_fds();
+    for (int i = 0; i < 3000 && n != want; i++) {
+        sleep_ms(10);
+        n = open_fds();
+    }
+    return n;
+}
+
+/* Fails unless r is -ENOENT with the message a removed context gives. */
+static void assert_removed(int r, const struct corral_error *err, corral_context *ctx)
+{
+    char want[96];
+    snprintf(want, sizeof(want), "context %s was removed", corral_context_id(ctx));
+    assert_int_equal(r, -ENOENT);
+    if (!strstr(err->message, want))
+        fail_msg("'%s' does not say '%s'", err->message, want);
+}
+
+/* Creates and removes n contexts, one after the other: more than any
+ * number of removed ones kept aside. */
+static void create_and_remove(corral_sandbox *sb, int n)
+{
+    struct corral_error err;
+    for (int i = 0; i < n; i++) {
+        corral_context *other;
+        if (corral_context_create(sb, "python", NULL, &other, &err) < 0)
+            fail_msg("context %d: %s", i, err.message);
+        assert_int_equal(corral_context_remove(other, &err), 0);
+        corral_context_release(other);
+    }
+}
+
+static void a_held_context_outlives_its_removal(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    struct corral_error err;
+    corral_context *made, *held;
+    assert_int_equal(corral_context_create(sb, "python", NULL, &made, &err), 0);
+    assert_int_equal(corral_execute(sb, made, "kept = 1", NULL, NULL, &err), 0);
+    held = corral_context_get(sb, corral_context_id(made)); /* another request's */
+    assert_ptr_equal(held, made);
+    char id[64];
+    snprintf(id, sizeof(id), "%s", corral_context_id(made));
+    assert_int_equal(corral_context_remove(made, &err), 0);
+    corral_context_release(made);
+    assert_null(corral_context_get(sb, id));
+    /* Many removals later (each freed one that no request held) the held
+     * one is still there, removed. */
+    create_and_remove(sb, 70);
+    corral_context *list[4];
+    assert_int_equal(corral_context_list(sb, list, 4), 0);
+    assert_string_equal(corral_context_id(held), id);
+    assert_string_equal(corral_context_language(held), "python");
+    assert_removed(corral_execute(sb, held, "kept", NULL, NULL, &err), &err, held);
+    assert_removed(corral_context_interrupt(held, &err), &err, held);
+    assert_removed(corral_context_restart(held, &err), &err, held);
+    assert_removed(corral_context_remove(held, &err), &err, held);
+    corral_context_release(held);
+    corral_context_release(NULL);
+    /* The default context removed: the next default is a new one. */
+    corral_context *d1, *d2;
+    assert_int_equal(corral_context_default(sb, &d1, &err), 0);
+    assert_int_equal(corral_context_remove(d1, &err), 0);
+    assert_int_equal(corral_context_default(sb, &d2, &err), 0);
+    assert_ptr_not_equal(d1, d2);
+    assert_string_not_equal(corral_context_id(d1), corral_context_id(d2));
+    assert_int_equal(corral_execute(sb, NULL, "1", NULL, NULL, &err), 0);
+    corral_context_release(d1);
+    corral_context_release(d2);
+    corral_sandbox_release(sb);
+}
+
+/* One thread's go at a context many threads hold: removing, interrupting
+ * or restarting it at once. */
+struct racer {
+    pthread_barrier_t *start;
+    corral_context *ctx; /* this thread's own reference */
+    char what;           /* d(elete) i(nterrupt) r(estart) */
+    int r;
+    struct corral_error err;
+};
+
+static void *race(void *arg)
+{
+    struct racer *t = arg;
+    pthread_barrier_wait(t->start);
+    t->r = t->what == 'd'   ? corral_context_remove(t->ctx, &t->err)
+           : t->what == 'i' ? corral_context_interrupt(t->ctx, &t->err)
+                            : corral_context_restart(t->ctx, &t->err);
+    corral_context_release(t->ctx);
+    return NULL;
+}
+
+static void removals_race_each_other_interrupts_and_restarts(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    struct corral_error err;
+    int fds_before = open_fds();
+    enum { RACERS = 6 };
+    static const char kinds[RACERS] = {'d', 'd', 'd', 'i', 'r', 'd'};
+    for (int round = 0; round < 5; round++) {
+        corral_context *ctx;
+        assert_int_equal(corral_context_create(sb, "python", NULL, &ctx, &err), 0);
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, RACERS);
+        struct racer t[RACERS];
+        pthread_t th[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            t[i] = (struct racer){.start = &start, .what = kinds[i]};
+            t[i].ctx = corral_context_get(sb, corral_context_id(ctx));
+            assert_non_null(t[i].ctx);
+        }
+        corral_context_release(ctx); /* the racers hold it now */
+        for (int i = 0; i < RACERS; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, race, &t[i]), 0);
+        int removed = 0;
+        for (int i = 0; i < RACERS; i++) {
+            pthread_join(th[i], NULL);
+            if (t[i].what == 'd' && t[i].r == 0)
+                removed++;
+            else if (t[i].r < 0 && t[i].r != -ENOENT && !(t[i].what == 'i' && t[i].r == -ESRCH))
+                fail_msg("%c: %s", t[i].what, t[i].err.message);
+        }
+        pthread_barrier_destroy(&start);
+        assert_int_equal(removed, 1);
+    }
+    assert_int_equal(corral_context_list(sb, NULL, 0), 0);
+    /* every kernel's socket and pipes closed with its context */
+    assert_int_equal(open_fds_settled(fds_before), fds_before);
+    corral_sandbox_release(sb);
+}
+
+/* An execution on its own thread, with its own reference to the context. */
+struct inflight {
+    corral_sandbox *sb;
+    corral_context *ctx;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool started;
+    int r;
+    struct corral_error err;
+    struct corral_exec_outcome out;
+};
+
+static void inflight_out(void *ud, const char *t, size_t len, double ts)
+{
+    struct inflight *in = ud;
+    if (!memmem(t, len, "started", 7))
+        return;
+    pthread_mutex_lock(&in->lock);
+    in->started = true;
+    pthread_cond_signal(&in->cond);
+    pthread_mutex_unlock(&in->lock);
+}
+
+static void *inflight_run(void *arg)
+{
+    struct inflight *in = arg;
+    struct corral_exec_options x;
+    corral_exec_options_init(&x);
+    x.callbacks = (struct corral_exec_callbacks){.on_stdout = inflight_out, .userdata = in};
+    in->r = corral_execute(in->sb, in->ctx,
+                           "import os, time\n"
+                           "open('/tmp/kernel-pid', 'w').write(str(os.getpid()))\n"
+                           "print('started', flush=True)\n"
+                           "time.sleep(300)",
+                           &x, &in->out, &in->err);
+    return NULL;
+}
+
+static void an_execution_ends_when_its_context_is_removed(void **state)
+{
+    corral_sandbox *sb = sandbox();
+    struct corral_error err;
+    int fds_before = open_fds();
+    corral_context *ctx;
+    assert_int_equal(corral_context_create(sb, "python", NULL, &ctx, &err), 0);
+    struct inflight in = {.sb = sb, .ctx = corral_context_get(sb, corral_context_id(ctx))};
+    pthread_mutex_init(&in.lock, NULL);
+    pthread_cond_init(&in.cond, NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, inflight_run, &in), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 120; /* bounds a hang only */
+    pthread_mutex_lock(&in.lock);
+    while (!in.started && pthread_cond_timedwait(&in.cond, &in.lock, &until) == 0) {
+    }
+    bool started = in.started;
+    pthread_mutex_unlock(&in.lock);
+    assert_true(started);
+    /* The removal does not wait out the cell's five minutes. */
+    assert_int_equal(corral_context_remove(ctx, &err), 0);
+    pthread_join(th, NULL);
+    char want[96];
+    snprintf(want, sizeof(want), "context %s was removed during the execution",
+             corral_context_id(ctx));
+    assert_int_equal(in.r, -ENOENT);
+    assert_string_equal(in.err.message, want);
+    assert_false(in.out.context_restarted);
+    corral_context_release(ctx);
+    /* Create and remove well past any number kept aside: the execution's
+     * reference still reads its context. */
+    create_and_remove(sb, 70);
+    assert_removed(corral_execute(sb, in.ctx, "1", NULL, NULL, &err), &err, in.ctx);
+    corral_context_release(in.ctx);
+    /* Its kernel and everything it ran are gone. */
+    int code = -1;
+    assert_int_equal(corral_command_run(sb,
+                                        "pid=$(cat /tmp/kernel-pid); for i in $(seq 300); do "
+                                        "[ -d /proc/$pid ] || exit 0; sleep 0.1; done; exit 1",
+                                        NULL, NULL, 60000, &code, &err),
+                     0);
+    assert_int_equal(code, 0);
+    assert_int_equal(open_fds_settled(fds_before), fds_before);
+    pthread_cond_destroy(&in.cond);
+    pthread_mutex_destroy(&in.lock);
     corral_sandbox_release(sb);
 }
 
@@ -1086,6 +1324,7 @@ static void forks_get_fresh_random_state(void **state)
     assert_string_not_equal(n1, n2);
     free(n1);
     free(n2);
+    corral_context_release(ctx);
     corral_sandbox_release(a);
     corral_sandbox_release(b);
 }
@@ -1333,6 +1572,9 @@ int main(void)
         cmocka_unit_test(a_hostile_kernel_cannot_hurt_the_daemon),
         cmocka_unit_test(output_is_capped),
         cmocka_unit_test(contexts_are_independent),
+        cmocka_unit_test(a_held_context_outlives_its_removal),
+        cmocka_unit_test(removals_race_each_other_interrupts_and_restarts),
+        cmocka_unit_test(an_execution_ends_when_its_context_is_removed),
         cmocka_unit_test(commands_run_with_exit_codes_and_in_the_background),
         cmocka_unit_test(processes_from_argv_and_taps),
         cmocka_unit_test(files_round_trip),

@@ -10,7 +10,7 @@ import { useServer, withSandbox } from './harness.mjs';
 
 // Keep-alive lines after 1 s of silence (5 s by default): every slower cell
 // of this file gets some, which the SDK must pass over.
-useServer({ args: ['--keepalive-interval', '1s'] });
+const served = useServer({ args: ['--keepalive-interval', '1s'] });
 
 const T = { timeout: 120_000 };
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -238,6 +238,48 @@ test('removeCodeContext removes a context', T, () =>
     const contexts = await sbx.listCodeContexts();
     assert.ok(!contexts.some((c) => c.id === ctx.id), `${ctx.id} still listed`);
     await assert.rejects(sbx.runCode('1', { context: ctx }), NotFoundError);
+  }),
+);
+
+test('a context removed while one execution runs and another waits in it: both end with an error, after 70 other removals', T, () =>
+  withSandbox(Sandbox, async (sbx) => {
+    const ctx = await sbx.createCodeContext();
+    let started;
+    const seen = new Promise((resolve) => (started = resolve));
+    const onStdout = (m) => m.line.includes('started') && started();
+    // timeoutMs only bounds a hang: the removal ends the cell
+    const code = "import os, time\nopen('/tmp/kernel-pid', 'w').write(str(os.getpid()))\nprint('started', flush=True)\ntime.sleep(200)";
+    const running = sbx.runCode(code, { context: ctx, onStdout, timeoutMs: 110_000 });
+    await seen;
+    // A second execution of the context, its request under way (its answer's
+    // headers came: the server holds the context for it) while it waits for
+    // the first.
+    const waiting = await fetch(new URL('/execute', served.server.url), {
+      method: 'POST',
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken },
+      body: JSON.stringify({ code: 'print("never")', context_id: ctx.id }),
+    });
+    assert.equal(waiting.status, 200);
+    // Far more contexts made and removed than any number kept aside while
+    // those two requests hold theirs.
+    for (let i = 0; i < 70; i++) await sbx.removeCodeContext(await sbx.createCodeContext());
+    assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id), `${ctx.id} is still listed`);
+    await sbx.removeCodeContext(ctx);
+    const ran = await running;
+    assert.deepEqual(ran.logs.stdout, ['started\n']);
+    assert.equal(ran.error?.name, 'ExecutionError', JSON.stringify(ran.error));
+    assert.equal(ran.error.value, `context ${ctx.id} was removed during the execution`);
+    const waited = (await waiting.text()).trim().split('\n').map((line) => JSON.parse(line)).filter((l) => l.type !== 'keepalive');
+    assert.deepEqual(waited, [
+      { type: 'error', name: 'ExecutionError', value: `context ${ctx.id} was removed`, traceback: '' },
+      { type: 'end_of_execution' },
+    ]);
+    await assert.rejects(sbx.removeCodeContext(ctx), NotFoundError);
+    await assert.rejects(sbx.runCode('1', { context: ctx }), NotFoundError);
+    assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id), `${ctx.id} still listed`);
+    // its kernel is gone (killed: the agent reaps it a moment later)
+    await sbx.commands.run('pid=$(cat /tmp/kernel-pid); for i in $(seq 300); do [ -d /proc/$pid ] || exit 0; sleep 0.1; done; exit 1');
+    assert.equal((await sbx.runCode('6 * 7')).text, '42');
   }),
 );
 

@@ -453,7 +453,9 @@ test('a context removed twice at once while it runs: one removal, the other find
     for (let round = 0; round < 3; round++) {
       const context = JSON.parse((await call('POST', '/contexts', { language: 'bash' })).text);
       const running = call('POST', '/execute', { code: 'echo started; sleep 3; echo ended', context_id: context.id });
-      // the removals wait for the execution: both look the context up while it runs
+      // both removals look the context up while it runs (the server's 4 s
+      // execute timeout keeps the cell short; code-interpreter.test.mjs
+      // checks what a removal does to the execution)
       await eventually(async () => (await sbx.commands.run('pgrep -x sleep || true')).stdout.trim() !== '');
       const removals = await Promise.all([call('DELETE', `/contexts/${context.id}`), call('DELETE', `/contexts/${context.id}`)]);
       assert.deepEqual(removals.map((r) => r.status).sort(), [200, 404], JSON.stringify(removals));

@@ -735,6 +735,39 @@ async function interruptRun(execd, context, code) {
   return run;
 }
 
+test('a context deleted twice at once while a run uses it: one delete, the other 404, the run ends with an error', () =>
+  withSandbox(async (sbx) => {
+    const execd = { base: await sbx.getEndpointUrl(EXECD_PORT), headers: (await sbx.getEndpoint(EXECD_PORT)).headers };
+    const own = await newContext(execd, 'python');
+    const res = await startCode(execd, "import time\nprint('started', flush=True)\ntime.sleep(200)", { id: own.id, language: 'python' });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    let text = '';
+    while (!text.includes('started')) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += Buffer.from(value).toString();
+    }
+    const remove = () => fetch(`${execd.base}/code/contexts/${own.id}`, { method: 'DELETE', headers: execd.headers });
+    const removals = await Promise.all([remove(), remove()]);
+    const answers = await Promise.all(removals.map(async (r) => ({ status: r.status, text: await r.text() })));
+    assert.deepEqual(answers.map((a) => a.status).sort(), [200, 404], JSON.stringify(answers));
+    assert.equal(JSON.parse(answers.find((a) => a.status === 404).text).code, 'CONTEXT_NOT_FOUND');
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += Buffer.from(value).toString();
+    }
+    const run = parseLines(text.split(/\r?\n/));
+    assert.equal(run.stdout, 'started\n');
+    assert.equal(run.error?.name, 'ExecutionError', text);
+    assert.equal(run.error.value, `context ${own.id} was removed during the execution`);
+    const stop = await fetch(`${execd.base}/code?id=${own.id}`, { method: 'DELETE', headers: execd.headers });
+    assert.equal(stop.status, 404, 'interrupting a deleted context');
+    assert.equal((await stop.json()).code, 'CONTEXT_NOT_FOUND');
+    assert.equal((await postCode(execd, '6 * 7')).results[0]?.text, '42', 'the default context still runs');
+  }));
+
 test('the code API runs JavaScript and bash: state, streams, errors, contexts, interrupts', () =>
   withSandbox(async (sbx) => {
     const execd = { base: await sbx.getEndpointUrl(EXECD_PORT), headers: (await sbx.getEndpoint(EXECD_PORT)).headers };

@@ -464,6 +464,7 @@ static void *default_kernel_main(void *arg)
     corral_context *ctx;
     struct corral_error err;
     corral_context_default(k->sb, &ctx, &err); /* a failure shows at the first /execute */
+    corral_context_release(ctx);
     corral_sandbox_release(k->sb);
     pthread_mutex_lock(&k->e->lock);
     if (--k->e->starting_kernels == 0)
@@ -1182,6 +1183,7 @@ static void job_gone(void *arg)
 static void job_release(void *arg)
 {
     struct job *j = arg;
+    corral_context_release(j->ctx);
     corral_sandbox_release(j->sb);
     audit_exec_free(&j->rec);
     free(j->code);
@@ -1236,11 +1238,12 @@ static struct http_response *execute(corral_sandbox *sb, const struct http_reque
     struct job *j = calloc(1, sizeof(*j));
     if (!j || !(j->code = strdup(json_string_value(code)))) {
         free(j);
+        corral_context_release(ctx);
         return http_error(500, "out of memory");
     }
     corral_sandbox_retain(sb);
     j->sb = sb;
-    j->ctx = ctx;
+    j->ctx = ctx; /* the job's reference, released with it */
     j->env = steal_pointer(&env);
     j->timeout_ms = timeout_ms;
     j->keepalive_ms = keepalive_ms;
@@ -1261,11 +1264,14 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         corral_context *dflt;
         if (corral_context_default(sb, &dflt, &err) < 0)
             return http_text(500, "text/plain", err.message);
+        corral_context_release(dflt);
         corral_context *list[256];
         size_t n = corral_context_list(sb, list, 256);
         json_t *arr = json_array();
-        for (size_t i = 0; i < n && i < 256; i++)
+        for (size_t i = 0; i < n && i < 256; i++) {
             json_array_append_new(arr, context_json(list[i]));
+            corral_context_release(list[i]);
+        }
         return http_json(200, arr);
     }
     if (!*rest && !strcmp(req->method, "POST")) {
@@ -1275,7 +1281,7 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
         const char *l = json_is_string(lang) ? json_string_value(lang) : "python";
         const char *c = json_is_string(cwd) ? json_string_value(cwd) : NULL;
-        corral_context *ctx;
+        corral_context *ctx = NULL;
         struct http_response *resp;
         if (lang && !json_is_null(lang) && !json_is_string(lang))
             resp = http_text(400, "text/plain", "'language' must be a string");
@@ -1285,6 +1291,7 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
             resp = http_text(err.code == EINVAL ? 400 : 500, "text/plain", err.message);
         else
             resp = http_json(200, context_json(ctx));
+        corral_context_release(ctx);
         return resp;
     }
     if (*rest != '/')
@@ -1296,12 +1303,15 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
     corral_context *ctx = corral_context_get(sb, id);
     if (!ctx)
         return context_not_found(id);
-    int r;
-    if (slash && !strcmp(slash, "/restart") && !strcmp(req->method, "POST"))
+    bool restart = slash && !strcmp(slash, "/restart") && !strcmp(req->method, "POST");
+    bool remove = !slash && !strcmp(req->method, "DELETE");
+    int r = 0;
+    if (restart)
         r = corral_context_restart(ctx, &err);
-    else if (!slash && !strcmp(req->method, "DELETE"))
+    else if (remove)
         r = corral_context_remove(ctx, &err);
-    else
+    corral_context_release(ctx);
+    if (!restart && !remove)
         return http_error(404, "no %s %s in the code interpreter", req->method, req->path);
     if (r < 0 && err.code == ENOENT) /* removed meanwhile */
         return context_not_found(id);

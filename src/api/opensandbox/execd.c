@@ -81,6 +81,14 @@ static struct http_response *context_fail(const char *lang, const struct corral_
                                                               : execd_fail(err);
 }
 
+/* A failure of a context held: one another request removed meanwhile is
+ * not found, as an unknown one is. */
+static struct http_response *held_context_fail(const struct corral_error *err)
+{
+    return err->code == ENOENT ? execd_error(404, "CONTEXT_NOT_FOUND", "%s", err->message)
+                               : execd_fail(err);
+}
+
 static json_t *context_json(corral_context *c)
 {
     return json_pack("{s:s, s:s, s:s}", "id", corral_context_id(c), "language",
@@ -105,7 +113,7 @@ static struct http_response *create_context(corral_sandbox *sb, const struct htt
         return execd_fail(&err);
     json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
     struct http_response *r;
-    corral_context *ctx;
+    corral_context *ctx = NULL;
     if (!json_is_string(lang) || (cwd && !json_is_null(cwd) && !json_is_string(cwd)))
         r = execd_error(400, "INVALID_REQUEST_BODY",
                         "'language' (a string) is required; 'cwd' is a string");
@@ -114,7 +122,40 @@ static struct http_response *create_context(corral_sandbox *sb, const struct htt
         r = context_fail(json_string_value(lang), &err);
     else
         r = http_json(200, context_json(ctx));
+    corral_context_release(ctx);
     return r;
+}
+
+/* GET or DELETE of /code/contexts, of the contexts listed (held). */
+static struct http_response *contexts_answer(const char *m, corral_context **list, size_t n)
+{
+    if (!strcmp(m, "GET")) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(arr, context_json(list[i]));
+        return http_json(200, arr);
+    }
+    if (!strcmp(m, "DELETE")) {
+        struct corral_error err;
+        for (size_t i = 0; i < n; i++) /* one another request removed meanwhile is gone */
+            if (corral_context_remove(list[i], &err) < 0 && err.code != ENOENT)
+                return execd_fail(&err);
+        return http_text(200, "text/plain", "");
+    }
+    return execd_error(405, "METHOD_NOT_ALLOWED", "/code/contexts answers GET and DELETE");
+}
+
+/* GET or DELETE of /code/contexts/{id}, of that context (held). */
+static struct http_response *context_answer(const char *m, corral_context *ctx)
+{
+    if (!strcmp(m, "GET"))
+        return http_json(200, context_json(ctx));
+    if (!strcmp(m, "DELETE")) {
+        struct corral_error err;
+        return corral_context_remove(ctx, &err) < 0 ? held_context_fail(&err)
+                                                    : http_text(200, "text/plain", "");
+    }
+    return execd_error(405, "METHOD_NOT_ALLOWED", "a context answers GET and DELETE");
 }
 
 static struct http_response *contexts(corral_sandbox *sb, const struct http_request *req,
@@ -137,35 +178,23 @@ static struct http_response *contexts(corral_sandbox *sb, const struct http_requ
         if (n > 256)
             n = 256;
         size_t kept = 0;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (!only || !strcmp(corral_context_language(list[i]), only))
                 list[kept++] = list[i];
-        if (!strcmp(m, "GET")) {
-            json_t *arr = json_array();
-            for (size_t i = 0; i < kept; i++)
-                json_array_append_new(arr, context_json(list[i]));
-            return http_json(200, arr);
+            else
+                corral_context_release(list[i]);
         }
-        if (!strcmp(m, "DELETE")) {
-            struct corral_error err;
-            for (size_t i = 0; i < kept; i++) /* one another request removed meanwhile is gone */
-                if (corral_context_remove(list[i], &err) < 0 && err.code != ENOENT)
-                    return execd_fail(&err);
-            return http_text(200, "text/plain", "");
-        }
-        return execd_error(405, "METHOD_NOT_ALLOWED", "/code/contexts answers GET and DELETE");
+        struct http_response *r = contexts_answer(m, list, kept);
+        for (size_t i = 0; i < kept; i++)
+            corral_context_release(list[i]);
+        return r;
     }
     corral_context *ctx = *rest == '/' ? corral_context_get(sb, rest + 1) : NULL;
     if (!ctx)
         return execd_error(404, "CONTEXT_NOT_FOUND", "context %s not found", rest + (*rest == '/'));
-    if (!strcmp(m, "GET"))
-        return http_json(200, context_json(ctx));
-    if (!strcmp(m, "DELETE")) {
-        struct corral_error err;
-        return corral_context_remove(ctx, &err) < 0 ? execd_fail(&err)
-                                                    : http_text(200, "text/plain", "");
-    }
-    return execd_error(405, "METHOD_NOT_ALLOWED", "a context answers GET and DELETE");
+    struct http_response *r = context_answer(m, ctx);
+    corral_context_release(ctx);
+    return r;
 }
 
 /* ---- POST /code ---- */
@@ -296,6 +325,7 @@ static void run_gone(void *arg)
 static void run_release(void *arg)
 {
     struct run *r = arg;
+    corral_context_release(r->ctx);
     corral_sandbox_release(r->sb);
     audit_exec_free(&r->rec);
     free(r->code);
@@ -334,11 +364,11 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
         if (r && (r->code = strdup(json_string_value(code)))) {
             corral_sandbox_retain(sb);
             r->sb = sb;
-            r->ctx = ctx;
+            r->ctx = steal_pointer(&ctx); /* the run's reference, released with it */
             r->started_ms = (int64_t)corral_wall_ms();
             r->audit = scope->audit;
             r->oom_before = corral_sandbox_oom_kills(sb);
-            audit_scope_begin(scope, &r->rec, sb, "code", corral_context_language(ctx), r->code);
+            audit_scope_begin(scope, &r->rec, sb, "code", corral_context_language(r->ctx), r->code);
             resp = http_stream(200, "text/event-stream", &run_ops, r);
             if (!resp)
                 run_release(r);
@@ -350,6 +380,7 @@ static struct http_response *run_code(corral_sandbox *sb, const struct http_requ
             http_add_header(resp, "X-Accel-Buffering", "no");
         }
     }
+    corral_context_release(ctx); /* when no run took it */
     return resp;
 }
 
@@ -362,8 +393,9 @@ static struct http_response *interrupt(corral_sandbox *sb, const struct http_req
     if (!ctx)
         return execd_error(404, "CONTEXT_NOT_FOUND", "context %s not found", id);
     struct corral_error err;
-    return corral_context_interrupt(ctx, &err) < 0 ? execd_fail(&err)
-                                                   : http_text(200, "text/plain", "");
+    int r = corral_context_interrupt(ctx, &err);
+    corral_context_release(ctx);
+    return r < 0 ? held_context_fail(&err) : http_text(200, "text/plain", "");
 }
 
 /* ---- metrics ---- */
