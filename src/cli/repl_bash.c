@@ -50,9 +50,11 @@ static void pop_if(struct scan *s, char closer)
         s->depth--;
 }
 
+/* Whether c ends a word (a NUL byte does not: strchr would find the
+ * string's end, and the word would never advance). */
 static bool is_meta(char c)
 {
-    return strchr(" \t\n;&|()<>", c) != NULL;
+    return c && strchr(" \t\n;&|()<>", c) != NULL;
 }
 
 /* Past a quote that starts at s->p ('...', "...", `...` or $'...'), or
