@@ -84,6 +84,14 @@ bool browser_guard_loopback_origin(const char *origin)
     return rest && !strchr(rest, '/') && browser_guard_loopback_host(rest);
 }
 
+bool browser_guard_origin_allowed(const char *origin, const char *host)
+{
+    if (!browser_guard_loopback_origin(origin))
+        return false;
+    const char *authority = strstr(origin, "://") + 3;
+    return !api_e2b_sandbox_host(authority, NULL, NULL) || (host && !strcasecmp(authority, host));
+}
+
 /* How a listener that refuses a request says so: the names it answers. */
 #define LOOPBACK_NAMES "localhost, 127.0.0.1 or [::1]"
 
@@ -103,7 +111,7 @@ const char *browser_guard_check(const struct browser_guard *g, const struct http
                  host, g->keys);
         return buf;
     }
-    if (origin && !browser_guard_loopback_origin(origin)) {
+    if (origin && !browser_guard_origin_allowed(origin, host)) {
         snprintf(buf, len,
                  "this server has no keys, so only this machine's own clients may use it: a web "
                  "page of %.100s (its Origin) may not, lest any site the machine's browser opens "

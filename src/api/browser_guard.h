@@ -33,6 +33,13 @@ bool browser_guard_loopback_host(const char *host);
  * http[s]://LOOPBACK[:port]. "null" (a file's, a sandboxed frame's) is not. */
 bool browser_guard_loopback_origin(const char *origin);
 
+/* Whether a request with that Origin (and Host, NULL when none) comes from
+ * this machine's own client: a page of this machine, but not one a sandbox
+ * serves under a loopback name as E2B names its ports (<port>-<id>.localhost,
+ * with a domain under .localhost): that page is the sandbox's code, which
+ * may reach its own origin only, not the APIs nor other sandboxes. */
+bool browser_guard_origin_allowed(const char *origin, const char *host);
+
 /* What the guard needs of a listener. */
 struct browser_guard {
     bool sandbox_hosts; /* E2B's listener: sandboxes' host names pass */

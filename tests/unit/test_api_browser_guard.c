@@ -79,11 +79,33 @@ static void test_origins(void **state)
                "be a page of this machine");
 }
 
+/* A page a sandbox serves under a loopback name (E2B_DOMAIN under
+ * .localhost) is the sandbox's code: it reaches its own origin only. */
+static void test_sandbox_pages(void **state)
+{
+    (void)state;
+    static const char PAGE[] = "http://8080-abc123.localhost:3000";
+    assert_true(browser_guard_origin_allowed(PAGE, "8080-abc123.localhost:3000"));
+    assert_true(browser_guard_origin_allowed(PAGE, "8080-ABC123.LOCALHOST:3000"));
+    assert_false(browser_guard_origin_allowed(PAGE, "127.0.0.1:3000"));
+    assert_false(browser_guard_origin_allowed(PAGE, "localhost:4000"));
+    assert_false(browser_guard_origin_allowed(PAGE, "49983-abc123.localhost:3000"));
+    assert_false(browser_guard_origin_allowed(PAGE, "8080-other.localhost:3000"));
+    assert_false(browser_guard_origin_allowed(PAGE, NULL));
+    /* this machine's own pages, as before */
+    assert_true(browser_guard_origin_allowed("http://app.localhost:5173", "127.0.0.1:3000"));
+    assert_true(browser_guard_origin_allowed("http://localhost:5173", "127.0.0.1:3000"));
+    assert_true(browser_guard_origin_allowed("http://127.0.0.1:3000", NULL));
+    assert_false(browser_guard_origin_allowed("http://8080-abc.evil.test", "8080-abc.evil.test"));
+    assert_false(browser_guard_origin_allowed("null", "127.0.0.1:3000"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hosts),
         cmocka_unit_test(test_origins),
+        cmocka_unit_test(test_sandbox_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
