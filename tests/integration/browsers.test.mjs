@@ -249,6 +249,17 @@ test('raw HTTP: a foreign Origin or Host is a 403 in each protocol\'s shape, and
   const sandboxOrigin = await raw(e2bPort(), { pathname: '/health',
     headers: { Host: '49983-nosuchsandbox.sandbox.test:3000', Origin: 'http://49983-nosuchsandbox.sandbox.test:3000' } });
   assert.equal(sandboxOrigin.status, 403);
+  // a sandbox's page under .localhost reaches its own origin, not the APIs
+  const page = 'http://8080-nosuchsandbox.localhost:3000';
+  const toApi = await raw(e2bPort(), { method: 'POST', pathname: '/sandboxes', headers: { Origin: page } });
+  assert.equal(toApi.status, 403, JSON.stringify(toApi.body));
+  assert.match(toApi.body.message, /web page of http:\/\/8080-nosuchsandbox\.localhost:3000 \(its Origin\)/);
+  const toGateway = await raw(gwPort(), { pathname: '/v1/models', headers: { Origin: page } });
+  assert.equal(toGateway.status, 403);
+  const toItself = await raw(e2bPort(), { method: 'POST', pathname: '/form',
+    headers: { Origin: page, Host: '8080-nosuchsandbox.localhost:3000' } });
+  assert.equal(toItself.status, 502, JSON.stringify(toItself.body));
+  assert.match(toItself.body.message, /not found/);
 });
 
 test('a server with keys answers any origin and host name as before: its keys protect it', T, async () => {
