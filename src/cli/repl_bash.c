@@ -16,7 +16,6 @@
 
 #define NEST_MAX     64 /* compound commands open at once that are followed */
 #define HEREDOCS_MAX 8  /* here-documents started on one line */
-#define DELIM_MAX    64 /* bytes of a here-document's delimiter */
 
 struct scan {
     const char *p, *end;
@@ -27,8 +26,10 @@ struct scan {
     bool want_more;     /* the last token needs another: |, &&, a function's header */
     bool function_name; /* the next word is a function's name (after `function`) */
     bool open;          /* a quote or here-document is open at the end */
-    char delim[HEREDOCS_MAX][DELIM_MAX + 1]; /* here-documents whose bodies follow the line */
-    bool strip_tabs[HEREDOCS_MAX];           /* <<- */
+    /* here-documents whose bodies follow the line: their delimiters' words
+     * as typed (quotes and backslashes in them), at [0] to [1] */
+    const char *delim[HEREDOCS_MAX][2];
+    bool strip_tabs[HEREDOCS_MAX]; /* <<- */
     int n_heredocs;
 };
 
@@ -157,25 +158,42 @@ static void word(struct scan *s)
     }
 }
 
-/* After `<<` or `<<-`: the delimiter word, its quotes taken off. */
+/* The delimiter a here-document's word (word to end, as typed) stands
+ * for, its quotes taken off, one byte at a time: the next at *p, or -1. */
+static int delim_next(const char **p, const char *end)
+{
+    while (*p < end) {
+        char c = *(*p)++;
+        if (c == '\\' && *p < end)
+            return (unsigned char)*(*p)++;
+        if (c != '\'' && c != '"')
+            return (unsigned char)c;
+    }
+    return -1;
+}
+
+/* Whether the len bytes at line are the delimiter word to end stands for. */
+static bool delim_is(const char *word, const char *end, const char *line, size_t len)
+{
+    size_t i = 0;
+    for (int c; (c = delim_next(&word, end)) >= 0; i++)
+        if (i >= len || (unsigned char)line[i] != c)
+            return false;
+    return i == len;
+}
+
+/* After `<<` or `<<-`: the delimiter's word (kept as typed, in the text). */
 static void heredoc_start(struct scan *s, bool strip_tabs)
 {
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\t'))
         s->p++;
-    char d[DELIM_MAX + 1];
-    size_t n = 0;
-    while (s->p < s->end && !is_meta(*s->p)) {
-        char c = *s->p++;
-        if (c == '\\' && s->p < s->end)
-            c = *s->p++;
-        else if (c == '\'' || c == '"')
-            continue;
-        if (n < DELIM_MAX)
-            d[n++] = c;
-    }
-    d[n] = '\0';
-    if (n && s->n_heredocs < HEREDOCS_MAX) {
-        memcpy(s->delim[s->n_heredocs], d, n + 1);
+    const char *word = s->p;
+    while (s->p < s->end && !is_meta(*s->p))
+        s->p += *s->p == '\\' && s->p + 1 < s->end ? 2 : 1;
+    const char *q = word;
+    if (delim_next(&q, s->p) >= 0 && s->n_heredocs < HEREDOCS_MAX) {
+        s->delim[s->n_heredocs][0] = word;
+        s->delim[s->n_heredocs][1] = s->p;
         s->strip_tabs[s->n_heredocs++] = strip_tabs;
     }
 }
@@ -193,8 +211,7 @@ static void heredoc_bodies(struct scan *s)
             s->p = eol < s->end ? eol + 1 : eol;
             while (s->strip_tabs[i] && line < eol && *line == '\t')
                 line++;
-            found = (size_t)(eol - line) == strlen(s->delim[i]) &&
-                    !memcmp(line, s->delim[i], (size_t)(eol - line));
+            found = delim_is(s->delim[i][0], s->delim[i][1], line, (size_t)(eol - line));
         }
         if (!found) {
             s->open = true;

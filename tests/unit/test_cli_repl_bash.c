@@ -8,6 +8,7 @@
 #include <cmocka.h>
 #include <stdbool.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -54,11 +55,27 @@ static void test_nul_byte(void **state)
     assert_false(incomplete(only, 1));
 }
 
+/* A here-document's delimiter longer than the scanner keeps still ends it. */
+static void test_long_delimiter(void **state)
+{
+    (void)state;
+    char delim[201], text[1024];
+    memset(delim, 'D', 200);
+    delim[200] = '\0';
+    snprintf(text, sizeof(text), "cat <<%s\nbody\n", delim);
+    assert_true(incomplete(text, strlen(text)));
+    snprintf(text, sizeof(text), "cat <<%s\nbody\n%.199sE\n", delim, delim);
+    assert_true(incomplete(text, strlen(text))); /* not it: its last byte differs */
+    snprintf(text, sizeof(text), "cat <<%s\nbody\n%s\n", delim, delim);
+    assert_false(incomplete(text, strlen(text)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_and_open),
         cmocka_unit_test(test_nul_byte),
+        cmocka_unit_test(test_long_delimiter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
