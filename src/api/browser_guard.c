@@ -89,7 +89,13 @@ bool browser_guard_origin_allowed(const char *origin, const char *host)
     if (!browser_guard_loopback_origin(origin))
         return false;
     const char *authority = strstr(origin, "://") + 3;
-    return !api_e2b_sandbox_host(authority, NULL, NULL) || (host && !strcasecmp(authority, host));
+    if (!api_e2b_sandbox_host(authority, NULL, NULL))
+        return true;
+    /* a sandbox's page: to its own origin, or another port of its sandbox
+     * (<id>.<domain> alike) */
+    return host && (!strcasecmp(authority, host) ||
+                    (api_e2b_sandbox_host(host, NULL, NULL) &&
+                     !strcasecmp(strchr(authority, '-'), strchr(host, '-'))));
 }
 
 /* How a listener that refuses a request says so: the names it answers. */

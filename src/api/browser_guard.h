@@ -37,7 +37,7 @@ bool browser_guard_loopback_origin(const char *origin);
  * this machine's own client: a page of this machine, but not one a sandbox
  * serves under a loopback name as E2B names its ports (<port>-<id>.localhost,
  * with a domain under .localhost): that page is the sandbox's code, which
- * may reach its own origin only, not the APIs nor other sandboxes. */
+ * may reach its own sandbox's ports only, not the APIs nor other sandboxes. */
 bool browser_guard_origin_allowed(const char *origin, const char *host);
 
 /* What the guard needs of a listener. */

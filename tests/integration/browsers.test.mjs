@@ -249,7 +249,7 @@ test('raw HTTP: a foreign Origin or Host is a 403 in each protocol\'s shape, and
   const sandboxOrigin = await raw(e2bPort(), { pathname: '/health',
     headers: { Host: '49983-nosuchsandbox.sandbox.test:3000', Origin: 'http://49983-nosuchsandbox.sandbox.test:3000' } });
   assert.equal(sandboxOrigin.status, 403);
-  // a sandbox's page under .localhost reaches its own origin, not the APIs
+  // a sandbox's page under .localhost reaches its own sandbox, not the APIs
   const page = 'http://8080-nosuchsandbox.localhost:3000';
   const toApi = await raw(e2bPort(), { method: 'POST', pathname: '/sandboxes', headers: { Origin: page } });
   assert.equal(toApi.status, 403, JSON.stringify(toApi.body));
@@ -257,7 +257,7 @@ test('raw HTTP: a foreign Origin or Host is a 403 in each protocol\'s shape, and
   const toGateway = await raw(gwPort(), { pathname: '/v1/models', headers: { Origin: page } });
   assert.equal(toGateway.status, 403);
   const toItself = await raw(e2bPort(), { method: 'POST', pathname: '/form',
-    headers: { Origin: page, Host: '8080-nosuchsandbox.localhost:3000' } });
+    headers: { Origin: page, Host: '8000-nosuchsandbox.localhost:3000' } });
   assert.equal(toItself.status, 502, JSON.stringify(toItself.body));
   assert.match(toItself.body.message, /not found/);
 });

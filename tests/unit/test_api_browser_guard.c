@@ -80,7 +80,8 @@ static void test_origins(void **state)
 }
 
 /* A page a sandbox serves under a loopback name (E2B_DOMAIN under
- * .localhost) is the sandbox's code: it reaches its own origin only. */
+ * .localhost) is the sandbox's code: it reaches its own sandbox's ports
+ * only. */
 static void test_sandbox_pages(void **state)
 {
     (void)state;
@@ -89,7 +90,9 @@ static void test_sandbox_pages(void **state)
     assert_true(browser_guard_origin_allowed(PAGE, "8080-ABC123.LOCALHOST:3000"));
     assert_false(browser_guard_origin_allowed(PAGE, "127.0.0.1:3000"));
     assert_false(browser_guard_origin_allowed(PAGE, "localhost:4000"));
-    assert_false(browser_guard_origin_allowed(PAGE, "49983-abc123.localhost:3000"));
+    assert_true(browser_guard_origin_allowed(PAGE, "8000-abc123.localhost:3000"));
+    assert_false(browser_guard_origin_allowed(PAGE, "8080-abc1234.localhost:3000"));
+    assert_false(browser_guard_origin_allowed(PAGE, "8080-abc123.localhost:4000"));
     assert_false(browser_guard_origin_allowed(PAGE, "8080-other.localhost:3000"));
     assert_false(browser_guard_origin_allowed(PAGE, NULL));
     /* this machine's own pages, as before */
